@@ -1,0 +1,164 @@
+"""Configuration: one TOML file (`tickwork.toml`) plus `TICKWORK_*` environment overrides.
+
+The file is parsed here rather than by pydantic-settings' TOML source so that a syntax
+error can name the file and line, and every validation error names the key path. Relative
+paths (including a relative SQLite URL) are relative to the working directory, as the
+defaults are: run the service from the directory that holds its state.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import tomllib
+from pathlib import Path
+from typing import Annotated, Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, SettingsConfigDict
+
+CONFIG_ENV = "TICKWORK_CONFIG"
+CONFIG_FILENAME = "tickwork.toml"
+HOME = Path(".tickwork")
+
+LEVEL_NAME = re.compile(r"^[a-z][a-z0-9_]{0,39}$")
+"""Level names end up in env var names, stream ids and paths: keep them plain."""
+
+_INTERVAL = re.compile(r"^\s*(\d+)\s*(s|m|h|d)\s*$")
+_INTERVAL_UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400}
+
+
+class ConfigError(Exception):
+    """The configuration cannot be used; the message names the file, key path and reason."""
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class StoreConfig(_Strict):
+    url: str = f"sqlite:///./{HOME}/events.db"
+    sqlite_synchronous: Literal["NORMAL", "FULL"] = "NORMAL"
+    """NORMAL (WAL) survives any process crash; FULL also survives power loss (an fsync a commit)."""
+
+
+class PathsConfig(_Strict):
+    results: Path = HOME / "results"
+    spool: Path = HOME / "spool"
+
+
+class PriceOverride(_Strict):
+    """USD per million tokens; wins over genai-prices for this exact model id."""
+
+    input_per_mtok: Annotated[float, Field(ge=0)]
+    output_per_mtok: Annotated[float, Field(ge=0)]
+    cache_read_per_mtok: Annotated[float, Field(ge=0)] | None = None
+    cache_write_per_mtok: Annotated[float, Field(ge=0)] | None = None
+
+
+def parse_interval(text: str) -> int:
+    """Seconds in an interval such as `30s`, `5m`, `1h`, `1d`."""
+    match = _INTERVAL.match(text)
+    if not match or int(match.group(1)) == 0:
+        raise ValueError(f"{text!r} is not an interval like '30s', '5m', '1h' or '1d'")
+    return int(match.group(1)) * _INTERVAL_UNITS[match.group(2)]
+
+
+class LevelConfig(_Strict):
+    schedule: str | None = None
+    """Cron expression with five fields, e.g. `* * * * *`."""
+    every: str | None = None
+    """Interval instead of cron, e.g. `30s`."""
+    prompt: str = ""
+    instructions: str = ""
+    model: str | None = None
+    effort: Literal["low", "medium", "high"] | None = None
+    timeout_seconds: Annotated[float, Field(gt=0)] = 300
+    max_tool_calls: Annotated[int, Field(ge=0)] | None = None
+    can_shell: bool = False
+
+    @model_validator(mode="after")
+    def _one_schedule(self) -> LevelConfig:
+        if (self.schedule is None) == (self.every is None):
+            raise ValueError("set exactly one of 'schedule' (cron) or 'every' (interval)")
+        if self.schedule is not None and len(self.schedule.split()) != 5:
+            raise ValueError(f"schedule {self.schedule!r} is not a cron expression with 5 fields")
+        if self.every is not None:
+            parse_interval(self.every)
+        return self
+
+
+class Settings(BaseSettings):
+    """Everything tickwork reads at start; environment variables win over the file."""
+
+    model_config = SettingsConfigDict(
+        env_prefix="TICKWORK_",
+        env_nested_delimiter="_",
+        env_nested_max_split=1,
+        extra="forbid",
+        frozen=True,
+    )
+
+    store: StoreConfig = StoreConfig()
+    paths: PathsConfig = PathsConfig()
+    prices: dict[str, PriceOverride] = {}
+    levels: dict[str, LevelConfig] = {}
+
+    @model_validator(mode="after")
+    def _level_names(self) -> Settings:
+        for name in self.levels:
+            if not LEVEL_NAME.match(name):
+                raise ValueError(
+                    f"level name {name!r} must match {LEVEL_NAME.pattern} "
+                    "(it becomes part of env var names, stream ids and paths)"
+                )
+        return self
+
+    @classmethod
+    def settings_customise_sources(
+        cls,
+        settings_cls: type[BaseSettings],
+        init_settings: PydanticBaseSettingsSource,
+        env_settings: PydanticBaseSettingsSource,
+        dotenv_settings: PydanticBaseSettingsSource,
+        file_secret_settings: PydanticBaseSettingsSource,
+    ) -> tuple[PydanticBaseSettingsSource, ...]:
+        """The file's content arrives as init kwargs; the environment must win over it."""
+        return (env_settings, init_settings)
+
+
+def config_path(explicit: Path | None = None) -> Path | None:
+    """The file to read: the explicit one, `$TICKWORK_CONFIG`, or `./tickwork.toml` if present."""
+    if explicit is not None:
+        return explicit
+    if os.environ.get(CONFIG_ENV):
+        return Path(os.environ[CONFIG_ENV])
+    default = Path(CONFIG_FILENAME)
+    return default if default.exists() else None
+
+
+def _describe(error: Any) -> str:
+    path = ".".join(str(part) for part in error["loc"]) or "(top level)"
+    return f"{path}: {error['msg']}"
+
+
+def load_settings(explicit: Path | None = None) -> Settings:
+    """Read and validate the configuration, or raise ConfigError naming what is wrong."""
+    path = config_path(explicit)
+    data: dict[str, Any] = {}
+    where = "environment/defaults"
+    if path is not None:
+        where = str(path)
+        try:
+            data = tomllib.loads(path.read_text(encoding="utf-8"))
+        except FileNotFoundError:
+            raise ConfigError(f"{path}: config file not found") from None
+        except OSError as exc:
+            raise ConfigError(f"{path}: cannot read: {exc.strerror}") from exc
+        except tomllib.TOMLDecodeError as exc:
+            raise ConfigError(f"{path}: invalid TOML: {exc}") from exc
+    try:
+        return Settings(**data)
+    except ValidationError as exc:
+        lines = "\n".join(f"  {_describe(err)}" for err in exc.errors())
+        raise ConfigError(f"{where}: invalid configuration\n{lines}") from exc

@@ -1,0 +1,190 @@
+"""tickwork's events: typed, versioned pydantic models, and their mapping to store records.
+
+Every event carries a `type` and schema `version` (class variables, stored in their own
+columns), an `event_id` that makes appends idempotent, and `occurred_at`, the moment it
+happened (a spooled event is recorded later than it occurred; reports use this one).
+Events read back with a type or version this code does not know become `RawEvent`s, kept
+whole: a newer writer's events are never dropped by an older reader.
+"""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+from typing import Any, ClassVar, Literal
+from uuid import UUID, uuid4
+
+from pydantic import BaseModel, ConfigDict, Field, NonNegativeInt
+
+from harness.store.records import NewEvent, StoredEvent
+
+
+def utcnow() -> datetime:
+    return datetime.now(UTC)
+
+
+class Event(BaseModel):
+    """Base of every event; subclasses set `type` and add their body fields."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    type: ClassVar[str]
+    version: ClassVar[int] = 1
+
+    event_id: UUID = Field(default_factory=uuid4)
+    occurred_at: datetime = Field(default_factory=utcnow)
+
+    def to_record(self, metadata: dict[str, Any] | None = None) -> NewEvent:
+        data = self.model_dump(mode="json", exclude={"event_id"})
+        return NewEvent(self.event_id, self.type, self.version, data, metadata or {})
+
+
+class RawEvent(BaseModel):
+    """An event of a type (or version) this code does not know, kept as stored."""
+
+    model_config = ConfigDict(frozen=True)
+
+    type: str
+    version: int
+    event_id: UUID
+    data: dict[str, Any]
+
+
+def tick_stream(tick_id: str) -> str:
+    return f"tick-{tick_id}"
+
+
+def level_stream(level: str) -> str:
+    return f"level-{level}"
+
+
+class TickEvent(Event):
+    """Events of one tick; they live in the stream `tick-<tick_id>`."""
+
+    tick_id: str
+    level: str
+
+    @property
+    def stream_id(self) -> str:
+        return tick_stream(self.tick_id)
+
+
+class TickScheduled(TickEvent):
+    type = "TickScheduled"
+    slot: datetime | None = None
+    model: str | None = None
+    attempt: NonNegativeInt = 1
+
+
+class TickStarted(TickEvent):
+    type = "TickStarted"
+    pid: int
+    host: str
+    attempt: NonNegativeInt = 1
+
+
+class BudgetSpent(TickEvent):
+    """The token spend of one finished model call, recorded the moment it finished."""
+
+    type = "BudgetSpent"
+    model: str
+    prompt_tokens: NonNegativeInt
+    completion_tokens: NonNegativeInt
+    cache_read_tokens: NonNegativeInt | None = None
+    cache_write_tokens: NonNegativeInt | None = None
+    estimated: bool = False
+    """True when the upstream reported no usage and the tokens were estimated from sizes."""
+    source: Literal["worker", "proxy", "runner"] = "worker"
+
+
+class ToolCalled(TickEvent):
+    type = "ToolCalled"
+    name: str
+    status: Literal["ok", "error", "cancelled"]
+    duration_ms: float = 0.0
+
+
+class TickCompleted(TickEvent):
+    type = "TickCompleted"
+    result_path: str | None = None
+    stop_reason: str | None = None
+    prompt_tokens: NonNegativeInt = 0
+    completion_tokens: NonNegativeInt = 0
+    model_calls: NonNegativeInt = 0
+    tool_calls: NonNegativeInt = 0
+    tool_calls_cancelled: NonNegativeInt = 0
+
+
+class TickFailed(TickEvent):
+    type = "TickFailed"
+    reason: str
+    failure_class: Literal["infrastructure", "content", "internal"] = "internal"
+    stderr_tail: str = ""
+    result_path: str | None = None
+
+
+class TickTimedOut(TickEvent):
+    type = "TickTimedOut"
+    timeout_seconds: float
+    result_path: str | None = None
+
+
+class TickCancelled(TickEvent):
+    type = "TickCancelled"
+    reason: str = ""
+
+
+class TickSkipped(TickEvent):
+    type = "TickSkipped"
+    reason: Literal["overlap", "budget", "missed", "paused"]
+    slot: datetime | None = None
+
+
+class TickLost(TickEvent):
+    type = "TickLost"
+    reason: str
+
+
+class LevelPaused(Event):
+    type = "LevelPaused"
+    level: str
+    reason: str
+    by: str = "tickwork"
+
+
+class LevelResumed(Event):
+    type = "LevelResumed"
+    level: str
+    by: str = "operator"
+
+
+TERMINAL_TYPES = frozenset(
+    {"TickCompleted", "TickFailed", "TickTimedOut", "TickCancelled", "TickSkipped", "TickLost"}
+)
+
+EVENT_TYPES: dict[tuple[str, int], type[Event]] = {
+    (cls.type, cls.version): cls
+    for cls in (
+        TickScheduled,
+        TickStarted,
+        BudgetSpent,
+        ToolCalled,
+        TickCompleted,
+        TickFailed,
+        TickTimedOut,
+        TickCancelled,
+        TickSkipped,
+        TickLost,
+        LevelPaused,
+        LevelResumed,
+    )
+}
+
+
+def decode(stored: StoredEvent) -> Event | RawEvent:
+    """The typed event for a stored record, or a RawEvent when its type is unknown here."""
+    cls = EVENT_TYPES.get((stored.type, stored.version))
+    if cls is None:
+        return RawEvent(
+            type=stored.type, version=stored.version, event_id=stored.event_id, data=stored.data
+        )
+    return cls.model_validate({**stored.data, "event_id": stored.event_id})

@@ -1,0 +1,137 @@
+"""USD cost of model calls: genai-prices' tables, with the operator's `[prices]` overrides.
+
+genai-prices takes ~90 µs a call, far too slow to price a million events in a rebuild, so
+each (model, day) is looked up once and turned into plain float rates. Prices are linear
+within a tier (genai-prices' threshold tiers, on a request's input tokens, apply to all its
+tokens), so the spend read model keeps exact integer token sums per tier and prices them
+when asked: a changed `[prices]` override applies at once, without a rebuild. A test holds
+this arithmetic equal to genai-prices' own. Unknown models cost None, never 0.
+"""
+
+from __future__ import annotations
+
+import warnings
+from dataclasses import dataclass
+from datetime import UTC, date, datetime, time
+from decimal import Decimal
+from typing import Any
+
+from harness.config import PriceOverride
+
+_PRICE_KEYS = ("input_mtok", "output_mtok", "cache_read_mtok", "cache_write_mtok")
+
+
+@dataclass(frozen=True, slots=True)
+class Rates:
+    """USD per million tokens while a request's input tokens exceed `above`."""
+
+    above: int
+    input: float
+    output: float
+    cache_read: float | None
+    cache_write: float | None
+
+
+def _rate(price: Any, start: int | None) -> float | None:
+    """A price key's rate when the request's input exceeds `start` (None: below every tier)."""
+    if price is None:
+        return None
+    if isinstance(price, Decimal):
+        return float(price)
+    applicable = price.base
+    for tier in price.tiers:
+        if start is not None and tier.start <= start:
+            applicable = tier.price
+    return float(applicable)
+
+
+def _ladder(model_price: Any) -> tuple[Rates, ...]:
+    """Rates for each threshold any of the model's prices has, lowest first."""
+    prices = [getattr(model_price, key, None) for key in _PRICE_KEYS]
+    starts = sorted({tier.start for p in prices for tier in getattr(p, "tiers", ())})
+    ladder = []
+    for start in [None, *starts]:
+        input_rate, output_rate, cache_read, cache_write = (_rate(p, start) for p in prices)
+        above = -1 if start is None else start
+        ladder.append(Rates(above, input_rate or 0.0, output_rate or 0.0, cache_read, cache_write))
+    return tuple(ladder)
+
+
+class PriceBook:
+    """Prices per model and day, cached; the one place that knows where prices come from."""
+
+    def __init__(self, overrides: dict[str, PriceOverride] | None = None) -> None:
+        self._overrides = overrides or {}
+        self._cache: dict[tuple[str, str], tuple[Rates, ...] | None] = {}
+
+    def rates(self, model: str, day: str) -> tuple[Rates, ...] | None:
+        """The tier ladder for `model` on `day` (YYYY-MM-DD), or None when unpriced."""
+        key = (model, day)
+        if key not in self._cache:
+            self._cache[key] = self._lookup(model, day)
+        return self._cache[key]
+
+    def _lookup(self, model: str, day: str) -> tuple[Rates, ...] | None:
+        override = self._overrides.get(model)
+        if override is not None:
+            return (
+                Rates(
+                    -1,
+                    override.input_per_mtok,
+                    override.output_per_mtok,
+                    override.cache_read_per_mtok,
+                    override.cache_write_per_mtok,
+                ),
+            )
+        from genai_prices import Usage, calc_price
+
+        when = datetime.combine(date.fromisoformat(day), time(12), tzinfo=UTC)
+        try:
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore")
+                found = calc_price(
+                    Usage(input_tokens=1, output_tokens=1), model, genai_request_timestamp=when
+                )
+        except LookupError:
+            return None
+        return _ladder(found.model_price)
+
+    def thresholds(self, model: str, day: str) -> tuple[int, ...]:
+        """Input-token thresholds above which the model's rates change (none: one rate).
+
+        A call's tier is the highest threshold its prompt exceeds (-1 below them all);
+        calls of one tier add linearly, so the spend read model sums tokens per tier.
+        """
+        ladder = self.rates(model, day)
+        return () if ladder is None else tuple(step.above for step in ladder[1:])
+
+    def cost(
+        self,
+        model: str,
+        day: str,
+        tier: int,
+        prompt_tokens: int,
+        completion_tokens: int,
+        cache_read_tokens: int = 0,
+        cache_write_tokens: int = 0,
+    ) -> float | None:
+        """USD for calls of one tier (summed tokens are fine: prices are linear in a tier).
+
+        `prompt_tokens` includes cached tokens, as OpenAI-compatible servers report it.
+        """
+        ladder = self.rates(model, day)
+        if ladder is None:
+            return None
+        rates = ladder[0]
+        for step in ladder[1:]:
+            if tier >= step.above:
+                rates = step
+        uncached = prompt_tokens
+        total = completion_tokens * rates.output
+        if rates.cache_read is not None:
+            uncached -= cache_read_tokens
+            total += cache_read_tokens * rates.cache_read
+        if rates.cache_write is not None:
+            uncached -= cache_write_tokens
+            total += cache_write_tokens * rates.cache_write
+        return (total + max(uncached, 0) * rates.input) / 1_000_000

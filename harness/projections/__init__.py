@@ -1,0 +1,26 @@
+"""Read models folded from the event log: spend and ticks, rebuilt on demand from zero."""
+
+from __future__ import annotations
+
+from harness.prices import PriceBook
+from harness.projections.base import EventData, Projection
+from harness.projections.projector import Projector
+from harness.projections.spend import SpendProjection, SpendRow, spend_report
+from harness.projections.ticks import TicksProjection
+from harness.store.sql import SqlEventStore
+
+__all__ = [
+    "EventData",
+    "Projection",
+    "Projector",
+    "SpendProjection",
+    "SpendRow",
+    "TicksProjection",
+    "projector_for",
+    "spend_report",
+]
+
+
+def projector_for(store: SqlEventStore, prices: PriceBook) -> Projector:
+    """The projector with every read model tickwork keeps."""
+    return Projector(store, [SpendProjection(prices), TicksProjection()])

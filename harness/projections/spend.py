@@ -1,0 +1,165 @@
+"""The spend read model: tokens and calls per level, model, UTC day and price tier.
+
+Rows hold exact integer sums, so a rebuild equals the incrementally kept model to the
+token; cost in USD is computed when a report asks (see `harness.prices`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from datetime import date
+from typing import Literal
+
+import sqlalchemy as sa
+
+from harness.prices import PriceBook
+from harness.projections.base import EventData, Projection, upsert
+from harness.store.schema import metadata
+
+spend_daily = sa.Table(
+    "spend_daily",
+    metadata,
+    sa.Column("level", sa.String(100), primary_key=True),
+    sa.Column("model", sa.String(200), primary_key=True),
+    sa.Column("day", sa.Date(), primary_key=True),
+    sa.Column("price_tier", sa.BigInteger(), primary_key=True),
+    sa.Column("prompt_tokens", sa.BigInteger(), nullable=False),
+    sa.Column("completion_tokens", sa.BigInteger(), nullable=False),
+    sa.Column("cache_read_tokens", sa.BigInteger(), nullable=False),
+    sa.Column("cache_write_tokens", sa.BigInteger(), nullable=False),
+    sa.Column("model_calls", sa.BigInteger(), nullable=False),
+    sa.Column("estimated_calls", sa.BigInteger(), nullable=False),
+)
+
+_SUMS = (
+    "prompt_tokens",
+    "completion_tokens",
+    "cache_read_tokens",
+    "cache_write_tokens",
+    "model_calls",
+    "estimated_calls",
+)
+
+GroupBy = Literal["level", "model", "day"]
+
+
+class SpendProjection(Projection):
+    name = "spend"
+    types = frozenset({"BudgetSpent"})
+    tables = (spend_daily,)
+
+    def __init__(self, prices: PriceBook) -> None:
+        self.prices = prices
+
+    def apply(self, conn: sa.Connection, batch: Sequence[EventData]) -> None:
+        sums: dict[tuple[str, str, str, int], list[int]] = {}
+        thresholds: dict[tuple[str, str], tuple[int, ...]] = {}
+        for _, _, data in batch:
+            day = data["occurred_at"][:10]
+            model = data["model"]
+            prompt = data["prompt_tokens"]
+            steps = thresholds.get((model, day))
+            if steps is None:
+                steps = thresholds[(model, day)] = self.prices.thresholds(model, day)
+            tier = -1
+            for above in steps:
+                if prompt > above:
+                    tier = above
+            key = (data["level"], model, day, tier)
+            row = sums.get(key)
+            if row is None:
+                row = sums[key] = [0, 0, 0, 0, 0, 0]
+            row[0] += prompt
+            row[1] += data["completion_tokens"]
+            row[2] += data["cache_read_tokens"] or 0
+            row[3] += data["cache_write_tokens"] or 0
+            row[4] += 1
+            row[5] += data["estimated"]
+        if not sums:
+            return
+        rows = [
+            {
+                "level": level,
+                "model": model,
+                "day": date.fromisoformat(day),
+                "price_tier": tier_,
+                **dict(zip(_SUMS, values, strict=True)),
+            }
+            for (level, model, day, tier_), values in sums.items()
+        ]
+        insert = upsert(conn, spend_daily)
+        statement = insert.on_conflict_do_update(
+            index_elements=["level", "model", "day", "price_tier"],
+            set_={name: spend_daily.c[name] + insert.excluded[name] for name in _SUMS},
+        )
+        conn.execute(statement, rows)
+
+
+@dataclass(frozen=True)
+class SpendRow:
+    """One line of a spend report; `cost_usd` is None when any call in it has no price."""
+
+    group: dict[str, str]
+    prompt_tokens: int
+    completion_tokens: int
+    cache_read_tokens: int
+    cache_write_tokens: int
+    model_calls: int
+    estimated_calls: int
+    cost_usd: float | None
+    unpriced_calls: int
+
+
+def spend_report(
+    conn: sa.Connection,
+    prices: PriceBook,
+    by: Sequence[GroupBy] = ("level",),
+    since: date | None = None,
+    until: date | None = None,
+    levels: Sequence[str] | None = None,
+) -> list[SpendRow]:
+    """Spend grouped by any of level, model and day, priced now."""
+    query = sa.select(
+        spend_daily.c.level,
+        spend_daily.c.model,
+        spend_daily.c.day,
+        spend_daily.c.price_tier,
+        *(sa.func.sum(spend_daily.c[name]).label(name) for name in _SUMS),
+    ).group_by(
+        spend_daily.c.level, spend_daily.c.model, spend_daily.c.day, spend_daily.c.price_tier
+    )
+    if since is not None:
+        query = query.where(spend_daily.c.day >= since)
+    if until is not None:
+        query = query.where(spend_daily.c.day <= until)
+    if levels:
+        query = query.where(spend_daily.c.level.in_(list(levels)))
+
+    groups: dict[tuple[str, ...], _Totals] = {}
+    for row in conn.execute(query):
+        values = {"level": row.level, "model": row.model, "day": row.day.isoformat()}
+        totals = groups.setdefault(tuple(values[name] for name in by), _Totals())
+        sums = [int(getattr(row, name)) for name in _SUMS]
+        totals.sums = [a + b for a, b in zip(totals.sums, sums, strict=True)]
+        cost = prices.cost(row.model, values["day"], row.price_tier, *sums[:4])
+        if cost is None:
+            totals.unpriced_calls += sums[4]
+        else:
+            totals.cost_usd += cost
+    return [
+        SpendRow(
+            group=dict(zip(by, key, strict=True)),
+            **dict(zip(_SUMS, totals.sums, strict=True)),
+            cost_usd=None if totals.unpriced_calls else totals.cost_usd,
+            unpriced_calls=totals.unpriced_calls,
+        )
+        for key, totals in sorted(groups.items())
+    ]
+
+
+@dataclass
+class _Totals:
+    sums: list[int] = field(default_factory=lambda: [0] * len(_SUMS))
+    cost_usd: float = 0.0
+    unpriced_calls: int = 0

@@ -1,0 +1,81 @@
+"""Engines for the two backends, with the connection settings the store's guarantees need.
+
+SQLite: WAL so readers never block the writer, a busy timeout so concurrent processes wait
+instead of failing with "database is locked", and an explicit `BEGIN IMMEDIATE` for write
+transactions so a read-then-write never deadlocks on a lock upgrade. PostgreSQL: psycopg 3.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import orjson
+import sqlalchemy as sa
+from sqlalchemy.engine import URL, Engine, make_url
+
+BEGIN_MODE = "tickwork_sqlite_begin"
+"""Execution option naming how a SQLite transaction begins (DEFERRED or IMMEDIATE)."""
+
+SQLITE_BUSY_TIMEOUT_MS = 30_000
+
+
+def _json_dumps(value: Any) -> str:
+    return orjson.dumps(value).decode()
+
+
+def normalize_url(url: str) -> URL:
+    """Parse a store URL; a bare `postgresql://` means psycopg 3, the driver we ship."""
+    parsed = make_url(url)
+    if parsed.drivername in ("postgresql", "postgres"):
+        parsed = parsed.set(drivername="postgresql+psycopg")
+    if parsed.get_backend_name() not in ("sqlite", "postgresql"):
+        raise ValueError(f"store url {safe_url(url)!r}: only sqlite and postgresql are supported")
+    return parsed
+
+
+def safe_url(url: str | URL) -> str:
+    """The URL with any password masked, for logs and status output."""
+    try:
+        return make_url(url).render_as_string(hide_password=True)
+    except sa.exc.ArgumentError:
+        return "<unparseable store url>"
+
+
+def sqlite_path(url: URL) -> Path | None:
+    """The database file of a SQLite URL, or None for an in-memory database."""
+    if url.get_backend_name() != "sqlite" or url.database in (None, "", ":memory:"):
+        return None
+    return Path(url.database)
+
+
+def create_store_engine(url: str, *, sqlite_synchronous: str = "NORMAL") -> Engine:
+    """An engine configured for the event store's concurrency model."""
+    parsed = normalize_url(url)
+    common: dict[str, Any] = {"json_serializer": _json_dumps, "json_deserializer": orjson.loads}
+    if parsed.get_backend_name() == "postgresql":
+        return sa.create_engine(parsed, pool_size=2, max_overflow=4, **common)
+
+    path = sqlite_path(parsed)
+    if path is not None:
+        path.parent.mkdir(parents=True, exist_ok=True)
+    engine = sa.create_engine(
+        parsed, connect_args={"timeout": SQLITE_BUSY_TIMEOUT_MS / 1000}, **common
+    )
+
+    @sa.event.listens_for(engine, "connect")
+    def _configure(dbapi_connection: Any, _record: Any) -> None:
+        # pysqlite's own transaction handling would BEGIN deferred behind our back.
+        dbapi_connection.isolation_level = None
+        cursor = dbapi_connection.cursor()
+        cursor.execute(f"PRAGMA busy_timeout = {SQLITE_BUSY_TIMEOUT_MS}")
+        cursor.execute("PRAGMA journal_mode = WAL")
+        cursor.execute(f"PRAGMA synchronous = {sqlite_synchronous}")
+        cursor.close()
+
+    @sa.event.listens_for(engine, "begin")
+    def _begin(connection: sa.Connection) -> None:
+        mode = connection.get_execution_options().get(BEGIN_MODE, "DEFERRED")
+        connection.exec_driver_sql(f"BEGIN {mode}")
+
+    return engine

@@ -1,0 +1,44 @@
+"""Table definitions the code queries with. The schema itself is made only by Alembic.
+
+`HEAD_REVISION` lets a process check the schema without importing Alembic (a tick worker
+starts cold and should not pay for it); a test holds it equal to Alembic's head.
+"""
+
+from __future__ import annotations
+
+import sqlalchemy as sa
+from sqlalchemy.dialects.postgresql import JSONB
+
+HEAD_REVISION = "0001"
+
+metadata = sa.MetaData()
+
+Position = sa.BigInteger().with_variant(sa.Integer(), "sqlite")
+"""SQLite needs exactly INTEGER for a rowid alias; PostgreSQL gets a 64-bit identity."""
+
+Json = sa.JSON().with_variant(JSONB(), "postgresql")
+
+events = sa.Table(
+    "events",
+    metadata,
+    sa.Column("global_position", Position, primary_key=True, autoincrement=True),
+    sa.Column("event_id", sa.Uuid(), nullable=False),
+    sa.Column("stream_id", sa.String(255), nullable=False),
+    sa.Column("stream_position", sa.Integer(), nullable=False),
+    sa.Column("type", sa.String(100), nullable=False),
+    sa.Column("version", sa.SmallInteger(), nullable=False),
+    sa.Column("data", Json, nullable=False),
+    sa.Column("metadata", Json, nullable=False),
+    sa.Column("recorded_at", sa.DateTime(timezone=True), nullable=False),
+    sa.UniqueConstraint("event_id", name="uq_events_event_id"),
+    sa.UniqueConstraint("stream_id", "stream_position", name="uq_events_stream_position"),
+    sqlite_autoincrement=True,
+)
+
+projection_checkpoints = sa.Table(
+    "projection_checkpoints",
+    metadata,
+    sa.Column("name", sa.String(100), primary_key=True),
+    sa.Column("position", sa.BigInteger(), nullable=False),
+    sa.Column("updated_at", sa.DateTime(timezone=True), nullable=False),
+)

@@ -1,0 +1,196 @@
+"""The event store on SQLAlchemy Core: one implementation for SQLite and PostgreSQL.
+
+Appends are serialized so that global positions become visible in order: SQLite has one
+writer by design (`BEGIN IMMEDIATE`), and on PostgreSQL each append transaction takes
+`LOCK TABLE events IN EXCLUSIVE MODE` (readers are not blocked). A reader that resumes after
+the last position it saw therefore never skips an event that commits late.
+
+The happy path (`harness.store.writer`) costs one lookup of the stream's version and one
+INSERT per event; duplicate and conflict diagnosis happens only after a refusal.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Iterator, Sequence
+from contextlib import contextmanager
+from datetime import UTC
+from typing import Any
+from uuid import UUID
+
+import sqlalchemy as sa
+from sqlalchemy.engine import Engine
+
+from harness.store.base import EventStore
+from harness.store.engine import BEGIN_MODE
+from harness.store.records import (
+    ANY,
+    AppendResult,
+    ConcurrencyError,
+    EventIdConflictError,
+    ExpectedVersion,
+    NewEvent,
+    StoredEvent,
+)
+from harness.store.schema import events
+from harness.store.writer import Refused, Writer, driver_error
+
+_COLUMNS = (
+    events.c.global_position,
+    events.c.event_id,
+    events.c.stream_id,
+    events.c.stream_position,
+    events.c.type,
+    events.c.version,
+    events.c.data,
+    events.c.metadata,
+    events.c.recorded_at,
+)
+
+
+@contextmanager
+def translate_errors() -> Iterator[None]:
+    """Turn driver errors into the store's own, in this one place (see `driver_error`)."""
+    try:
+        yield
+    except sa.exc.DBAPIError as exc:
+        if isinstance(exc, sa.exc.IntegrityError):
+            raise
+        translated = driver_error(exc.orig)
+        if translated is None:
+            raise
+        raise translated from exc
+
+
+def _row_to_event(row: sa.Row[Any]) -> StoredEvent:
+    recorded_at = row.recorded_at
+    if recorded_at.tzinfo is None:  # SQLite keeps no zone; everything stored is UTC.
+        recorded_at = recorded_at.replace(tzinfo=UTC)
+    return StoredEvent(
+        global_position=row.global_position,
+        event_id=row.event_id,
+        stream_id=row.stream_id,
+        stream_position=row.stream_position,
+        type=row.type,
+        version=row.version,
+        data=row.data,
+        metadata=row.metadata,
+        recorded_at=recorded_at,
+    )
+
+
+class SqlEventStore(EventStore):
+    """The event store over an engine whose schema is already at head."""
+
+    def __init__(self, engine: Engine) -> None:
+        self.engine = engine
+        self._writer = Writer(engine)
+
+    @contextmanager
+    def write_transaction(self) -> Iterator[sa.Connection]:
+        """A read-then-write transaction; on SQLite it takes the write lock at BEGIN."""
+        with translate_errors(), self.engine.connect() as conn:
+            conn = conn.execution_options(**{BEGIN_MODE: "IMMEDIATE"})
+            with conn.begin():
+                yield conn
+
+    @contextmanager
+    def read_transaction(self) -> Iterator[sa.Connection]:
+        with translate_errors(), self.engine.connect() as conn, conn.begin():
+            yield conn
+
+    def append(
+        self,
+        stream_id: str,
+        events_: Sequence[NewEvent],
+        expected_version: ExpectedVersion = ANY,
+    ) -> AppendResult:
+        if isinstance(expected_version, int) and expected_version < 1:
+            raise ValueError("an exact expected version is >= 1; use NO_STREAM for a new stream")
+        if not events_:
+            return AppendResult((), self.stream_version(stream_id))
+        try:
+            positions, version = self._writer.append(stream_id, events_, expected_version)
+        except Refused:
+            return self._diagnose_refusal(stream_id, events_, expected_version)
+        return AppendResult(positions, version)
+
+    def _diagnose_refusal(
+        self, stream_id: str, events_: Sequence[NewEvent], expected: ExpectedVersion
+    ) -> AppendResult:
+        """Tell a retried append (a no-op) from a real conflict, after the rollback."""
+        wanted = [event.event_id for event in events_]
+        with self.read_transaction() as conn:
+            stored: dict[UUID, int] = dict(
+                conn.execute(  # type: ignore[arg-type]
+                    sa.select(events.c.event_id, events.c.global_position).where(
+                        events.c.event_id.in_(wanted)
+                    )
+                ).all()
+            )
+            version = _version(conn, stream_id)
+        if len(stored) == len(wanted):
+            return AppendResult(tuple(stored[i] for i in wanted), version, duplicate=True)
+        if stored:
+            raise EventIdConflictError(
+                f"stream {stream_id!r}: {len(stored)} of {len(wanted)} event ids are stored "
+                "already; a batch is retried whole or not at all"
+            )
+        raise ConcurrencyError(stream_id, expected, version)
+
+    def read_stream(
+        self, stream_id: str, after: int = 0, limit: int | None = None
+    ) -> list[StoredEvent]:
+        query = (
+            sa.select(*_COLUMNS)
+            .where(events.c.stream_id == stream_id, events.c.stream_position > after)
+            .order_by(events.c.stream_position)
+            .limit(limit)
+        )
+        with self.read_transaction() as conn:
+            return [_row_to_event(row) for row in conn.execute(query)]
+
+    def read_all(
+        self,
+        after_position: int = 0,
+        limit: int = 1000,
+        types: Iterable[str] | None = None,
+    ) -> list[StoredEvent]:
+        with self.read_transaction() as conn:
+            return self.read_all_in(conn, after_position, limit, types)
+
+    def read_all_in(
+        self,
+        conn: sa.Connection,
+        after_position: int = 0,
+        limit: int = 1000,
+        types: Iterable[str] | None = None,
+    ) -> list[StoredEvent]:
+        """`read_all` inside a caller's transaction (projections update in the same one)."""
+        query = (
+            sa.select(*_COLUMNS)
+            .where(events.c.global_position > after_position)
+            .order_by(events.c.global_position)
+            .limit(limit)
+        )
+        if types is not None:
+            query = query.where(events.c.type.in_(list(types)))
+        return [_row_to_event(row) for row in conn.execute(query)]
+
+    def last_position(self) -> int:
+        with self.read_transaction() as conn:
+            return conn.execute(sa.select(sa.func.max(events.c.global_position))).scalar() or 0
+
+    def stream_version(self, stream_id: str) -> int:
+        with self.read_transaction() as conn:
+            return _version(conn, stream_id)
+
+    def close(self) -> None:
+        self._writer.close()
+        self.engine.dispose()
+
+
+def _version(conn: sa.Connection, stream_id: str) -> int:
+    query = sa.select(sa.func.max(events.c.stream_position)).where(
+        events.c.stream_id == stream_id
+    )
+    return conn.execute(query).scalar() or 0

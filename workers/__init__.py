@@ -1,0 +1,1 @@
+"""Code that runs inside a tick subprocess: the worker entry point, its hooks and tools."""

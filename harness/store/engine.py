@@ -14,6 +14,8 @@ import orjson
 import sqlalchemy as sa
 from sqlalchemy.engine import URL, Engine, make_url
 
+from harness.store.records import StoreUnavailableError
+
 BEGIN_MODE = "tickwork_sqlite_begin"
 """Execution option naming how a SQLite transaction begins (DEFERRED or IMMEDIATE)."""
 
@@ -58,7 +60,12 @@ def create_store_engine(url: str, *, sqlite_synchronous: str = "NORMAL") -> Engi
 
     path = sqlite_path(parsed)
     if path is not None:
-        path.parent.mkdir(parents=True, exist_ok=True)
+        try:
+            path.parent.mkdir(parents=True, exist_ok=True)
+        except OSError as exc:
+            raise StoreUnavailableError(
+                f"cannot create the folder of SQLite store {path}: {exc.strerror}"
+            ) from exc
     engine = sa.create_engine(
         parsed, connect_args={"timeout": SQLITE_BUSY_TIMEOUT_MS / 1000}, **common
     )

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Iterator, Sequence
 from contextlib import contextmanager
-from datetime import UTC
+from datetime import UTC, datetime
 from typing import Any
 from uuid import UUID
 
@@ -175,6 +175,19 @@ class SqlEventStore(EventStore):
         if types is not None:
             query = query.where(events.c.type.in_(list(types)))
         return [_row_to_event(row) for row in conn.execute(query)]
+
+    def first_position_since(self, when: datetime) -> int:
+        """The first global position recorded at or after `when` (last + 1 if none)."""
+        with self.read_transaction() as conn:
+            first = conn.execute(
+                sa.select(sa.func.min(events.c.global_position)).where(
+                    events.c.recorded_at >= when
+                )
+            ).scalar()
+            if first is None:
+                last = conn.execute(sa.select(sa.func.max(events.c.global_position))).scalar()
+                return (last or 0) + 1
+            return int(first)
 
     def last_position(self) -> int:
         with self.read_transaction() as conn:

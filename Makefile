@@ -1,0 +1,31 @@
+# Two commands set everything up on a fresh machine: `make run` and `make test`.
+PYTHON ?= python3
+VENV ?= .venv
+BIN := $(VENV)/bin
+STAMP := $(VENV)/.installed-stamp
+
+.PHONY: run test lint bench clean
+
+$(STAMP): pyproject.toml
+	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install --quiet --upgrade pip
+	$(BIN)/python -m pip install --quiet -e '.[dev]'
+	touch $(STAMP)
+
+## Run tickwork on its embedded defaults (SQLite store under ./.tickwork/).
+run: $(STAMP)
+	$(BIN)/tickwork status
+
+## The whole test suite (PostgreSQL tests need a server at $$TICKWORK_TEST_PG_URL or 127.0.0.1:5432).
+test: $(STAMP)
+	$(BIN)/pytest -n 2
+
+lint: $(STAMP)
+	$(BIN)/ruff check harness workers migrations tests ops
+	$(BIN)/mypy harness workers
+
+bench: $(STAMP)
+	$(BIN)/python ops/bench/store_bench.py
+
+clean:
+	rm -rf $(VENV) .tickwork .pytest_cache .mypy_cache .ruff_cache

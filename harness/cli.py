@@ -1,0 +1,337 @@
+"""The `tickwork` command line (Typer + Rich).
+
+Every command loads the configuration first (a bad file exits 2 naming the key), opens the
+store (migrating the embedded SQLite store and ingesting any spool) and brings projections
+up to date before it reports, so what it prints is never stale.
+"""
+
+from __future__ import annotations
+
+import re
+import sys
+import time
+from dataclasses import asdict
+from datetime import UTC, date, datetime, timedelta
+from pathlib import Path
+from typing import Annotated, Any
+
+import orjson
+import typer
+from rich.console import Console
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TimeElapsedColumn
+from rich.table import Table
+
+from harness.config import ConfigError, Settings, load_settings
+from harness.example_config import EXAMPLE_CONFIG
+from harness.prices import PriceBook
+from harness.projections import Projector, projector_for, spend_report
+from harness.projections.spend import GroupBy
+from harness.store import (
+    HEAD_REVISION,
+    Spool,
+    SqlEventStore,
+    StoredEvent,
+    StoreError,
+    current_revision,
+    open_store,
+    safe_url,
+)
+from harness.store import migrate_store as _migrate_store
+
+app = typer.Typer(
+    help="tickwork runs LLM agents on a schedule and keeps every token they spend as events.",
+    no_args_is_help=True,
+    pretty_exceptions_enable=False,
+)
+spool_app = typer.Typer(help="The local spool of events the store could not take.")
+projections_app = typer.Typer(help="Read models folded from the event log.")
+app.add_typer(spool_app, name="spool")
+app.add_typer(projections_app, name="projections")
+
+out = Console()
+err = Console(stderr=True)
+
+ConfigOption = Annotated[
+    Path | None,
+    typer.Option("--config", "-c", help="Config file (default: $TICKWORK_CONFIG or ./tickwork.toml)."),
+]
+
+
+class _State:
+    config: Path | None = None
+
+
+_state = _State()
+
+
+@app.callback()
+def _root(config: ConfigOption = None) -> None:
+    _state.config = config
+
+
+def fail(message: str, code: int = 1) -> typer.Exit:
+    err.print(f"[bold red]error:[/] {message}", highlight=False)
+    return typer.Exit(code)
+
+
+def settings() -> Settings:
+    try:
+        return load_settings(_state.config)
+    except ConfigError as exc:
+        raise fail(str(exc), code=2) from exc
+
+
+def store_for(config: Settings) -> SqlEventStore:
+    try:
+        return open_store(
+            config.store.url,
+            sqlite_synchronous=config.store.sqlite_synchronous,
+            spool=Spool(config.paths.spool),
+        )
+    except StoreError as exc:
+        raise fail(str(exc)) from exc
+
+
+def parse_since(text: str) -> datetime:
+    """`30m`, `12h`, `7d` ago, or an ISO date/time (naive means UTC)."""
+    match = re.fullmatch(r"(\d+)([mhd])", text.strip())
+    if match:
+        unit = {"m": "minutes", "h": "hours", "d": "days"}[match.group(2)]
+        return datetime.now(UTC) - timedelta(**{unit: int(match.group(1))})
+    try:
+        parsed = datetime.fromisoformat(text)
+    except ValueError:
+        raise typer.BadParameter(
+            f"{text!r} is neither a duration like 30m, 12h, 7d nor an ISO date/time"
+        ) from None
+    return parsed if parsed.tzinfo else parsed.replace(tzinfo=UTC)
+
+
+@app.command()
+def init(force: Annotated[bool, typer.Option(help="Overwrite an existing file.")] = False) -> None:
+    """Write a commented tickwork.toml with two levels (min, hour) and migrate the store."""
+    path = _state.config or Path("tickwork.toml")
+    if path.exists() and not force:
+        out.print(f"{path} exists; leaving it as it is (--force overwrites)")
+    else:
+        path.write_text(EXAMPLE_CONFIG, encoding="utf-8")
+        out.print(f"wrote {path}")
+    _state.config = path
+    config = settings()
+    store_for(config).close()
+    out.print(f"store ready: {safe_url(config.store.url)} (schema {HEAD_REVISION})")
+
+
+@app.command()
+def migrate() -> None:
+    """Apply pending schema migrations (PostgreSQL stores are migrated only this way)."""
+    config = settings()
+    try:
+        before = _migrate_store(config.store.url)
+    except StoreError as exc:
+        raise fail(str(exc)) from exc
+    if before == HEAD_REVISION:
+        out.print(f"{safe_url(config.store.url)}: schema already at {HEAD_REVISION}")
+    else:
+        out.print(f"{safe_url(config.store.url)}: schema {before or 'none'} -> {HEAD_REVISION}")
+
+
+@app.command()
+def status() -> None:
+    """The store, its schema, projections and spool at a glance."""
+    config = settings()
+    store = store_for(config)
+    try:
+        projector = projector_for(store, PriceBook(config.prices))
+        projector.catch_up()
+        last = store.last_position()
+        table = Table(show_header=False, box=None)
+        table.add_row("store", safe_url(config.store.url))
+        table.add_row("schema", current_revision(store.engine) or "none")
+        table.add_row("events", f"{last} (last global position)")
+        for name, position in projector.checkpoints().items():
+            table.add_row(f"projection {name}", f"at {position}, lag {last - position}")
+        table.add_row("spool", f"{Spool(config.paths.spool).pending()} pending")
+        table.add_row("levels", ", ".join(config.levels) or "none configured")
+        out.print(table)
+    finally:
+        store.close()
+
+
+def _event_json(event: StoredEvent) -> dict[str, Any]:
+    record = asdict(event)
+    record["event_id"] = str(event.event_id)
+    record["recorded_at"] = event.recorded_at.isoformat()
+    return record
+
+
+def _print_events(batch: list[StoredEvent], as_json: bool) -> None:
+    if as_json:
+        for event in batch:
+            sys.stdout.write(orjson.dumps(_event_json(event)).decode() + "\n")
+        sys.stdout.flush()
+        return
+    table = Table("pos", "recorded (UTC)", "stream", "type", "data", box=None)
+    for event in batch:
+        summary = orjson.dumps(event.data).decode()
+        table.add_row(
+            str(event.global_position),
+            event.recorded_at.strftime("%Y-%m-%d %H:%M:%S"),
+            event.stream_id,
+            event.type,
+            summary if len(summary) <= 120 else summary[:117] + "...",
+        )
+    out.print(table)
+
+
+@app.command()
+def events(
+    stream: Annotated[str | None, typer.Option(help="Only this stream, e.g. tick-<id>.")] = None,
+    type_: Annotated[list[str] | None, typer.Option("--type", help="Only these types.")] = None,
+    since: Annotated[
+        str | None, typer.Option(help="30m, 12h, 7d or an ISO time (default: the last --limit).")
+    ] = None,
+    limit: Annotated[int, typer.Option(min=1, help="At most this many (before --follow).")] = 100,
+    as_json: Annotated[bool, typer.Option("--json", help="One JSON object a line.")] = False,
+    follow: Annotated[bool, typer.Option(help="Keep printing new events (Ctrl-C stops).")] = False,
+) -> None:
+    """List events, oldest first; --follow polls for new ones."""
+    start = parse_since(since) if since else None
+    types = set(type_) if type_ else None
+    store = store_for(settings())
+    try:
+        if stream is not None:
+            cursor = 0
+        elif start is not None:
+            cursor = store.first_position_since(start) - 1
+        else:
+            cursor = max(store.last_position() - limit, 0)
+        printed = 0
+        while True:
+            if stream is not None:
+                batch = store.read_stream(stream, after=cursor, limit=1000)
+                cursor = batch[-1].stream_position if batch else cursor
+            else:
+                batch = store.read_all(cursor, 1000, types)
+                cursor = batch[-1].global_position if batch else cursor
+            shown = [
+                event
+                for event in batch
+                if (types is None or event.type in types)
+                and (start is None or event.recorded_at >= start)
+            ]
+            if not follow:
+                shown = shown[: limit - printed]
+            if shown:
+                _print_events(shown, as_json)
+                printed += len(shown)
+            if not follow and (printed >= limit or not batch):
+                return
+            if not batch:
+                time.sleep(0.5)
+    except KeyboardInterrupt:
+        pass
+    finally:
+        store.close()
+
+
+@app.command()
+def spend(
+    by: Annotated[
+        list[str] | None, typer.Option(help="Group by level, model and/or day (repeatable).")
+    ] = None,
+    since: Annotated[str | None, typer.Option(help="7d, 12h or an ISO date (UTC days).")] = None,
+    level: Annotated[list[str] | None, typer.Option(help="Only these levels.")] = None,
+    as_json: Annotated[bool, typer.Option("--json", help="JSON output.")] = False,
+) -> None:
+    """Token spend and cost from the spend projection (cost is None for unpriced models)."""
+    groups: list[GroupBy] = []
+    for name in by or ["level"]:
+        if name not in ("level", "model", "day"):
+            raise typer.BadParameter(f"--by {name!r}: choose level, model or day")
+        groups.append(name)  # type: ignore[arg-type]
+    first_day: date | None = parse_since(since).date() if since else None
+    config = settings()
+    store = store_for(config)
+    prices = PriceBook(config.prices)
+    try:
+        projector_for(store, prices).catch_up(["spend"])
+        with store.read_transaction() as conn:
+            rows = spend_report(conn, prices, by=groups, since=first_day, levels=level)
+    except StoreError as exc:
+        raise fail(str(exc)) from exc
+    finally:
+        store.close()
+    if as_json:
+        sys.stdout.write(orjson.dumps([asdict(row) for row in rows], option=orjson.OPT_INDENT_2).decode() + "\n")
+        return
+    table = Table(*groups, "prompt", "completion", "calls", "estimated", "cost (USD)", box=None)
+    for row in rows:
+        cost = "unpriced" if row.cost_usd is None else f"{row.cost_usd:,.4f}"
+        table.add_row(
+            *row.group.values(),
+            f"{row.prompt_tokens:,}",
+            f"{row.completion_tokens:,}",
+            f"{row.model_calls:,}",
+            f"{row.estimated_calls:,}",
+            cost,
+        )
+    if not rows:
+        out.print("no spend recorded yet")
+        return
+    out.print(table)
+
+
+@spool_app.command("ingest")
+def spool_ingest() -> None:
+    """Append every spooled event to the store (idempotent: replays count nothing twice)."""
+    config = settings()
+    spool = Spool(config.paths.spool)
+    try:
+        store = open_store(config.store.url, sqlite_synchronous=config.store.sqlite_synchronous)
+    except StoreError as exc:
+        raise fail(str(exc)) from exc
+    try:
+        report = spool.ingest(store)
+    except StoreError as exc:
+        raise fail(f"ingest stopped, the rest stays spooled: {exc}") from exc
+    finally:
+        store.close()
+    out.print(
+        f"ingested {report.files} file(s): {report.appended} appended, "
+        f"{report.duplicates} already stored, {report.corrupt_lines} corrupt line(s) kept aside"
+    )
+
+
+@projections_app.command("rebuild")
+def projections_rebuild(
+    name: Annotated[str | None, typer.Argument(help="spend or ticks (default: all).")] = None,
+) -> None:
+    """Clear a read model and fold it again from the first event."""
+    config = settings()
+    store = store_for(config)
+    try:
+        projector: Projector = projector_for(store, PriceBook(config.prices))
+        names = [name] if name else list(projector.projections)
+        for each in names:
+            try:
+                projector.get(each)
+            except KeyError as exc:
+                raise fail(str(exc.args[0]), code=2) from exc
+        for each in names:
+            started = time.perf_counter()
+            with Progress(
+                f"[bold]{each}[/]", BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
+                console=err,
+            ) as bar:
+                task = bar.add_task(each, total=None)
+                folded = projector.rebuild(
+                    each, lambda done, total: bar.update(task, completed=done, total=total)
+                )
+            out.print(f"{each}: {folded:,} events folded in {time.perf_counter() - started:.2f} s")
+    finally:
+        store.close()
+
+
+def main() -> None:
+    app()

@@ -1,0 +1,39 @@
+"""The commented `tickwork.toml` that `tickwork init` writes (a test keeps it valid)."""
+
+EXAMPLE_CONFIG = """\
+# tickwork configuration. Every key is optional; environment variables override the file:
+# TICKWORK_STORE_URL, TICKWORK_PATHS_RESULTS, TICKWORK_PATHS_SPOOL, ...
+# Secrets (API keys) never go here: they come from the environment only.
+
+[store]
+# SQLite (embedded, the default) or PostgreSQL for several hosts:
+#   url = "postgresql://tickwork@db.internal/tickwork"   (password: PGPASSWORD or ~/.pgpass)
+url = "sqlite:///./.tickwork/events.db"
+# NORMAL survives any process crash; FULL also survives power loss, at one fsync a commit.
+sqlite_synchronous = "NORMAL"
+
+[paths]
+results = ".tickwork/results"   # tick result files: <results>/<level>/<YYYY-MM-DD>/<tick>.json
+spool = ".tickwork/spool"       # events kept here while the store is unreachable
+
+# Prices in USD per million tokens, for models genai-prices does not know (or to override it).
+# [prices."my-local-model"]
+# input_per_mtok = 0.0
+# output_per_mtok = 0.0
+
+# A level wakes an agent on a schedule: cron ("schedule") or an interval ("every").
+[levels.min]
+schedule = "* * * * *"
+prompt = "Check the inbox and answer anything urgent. Be brief."
+model = "gpt-4o-mini"
+timeout_seconds = 50
+max_tool_calls = 30
+
+[levels.hour]
+schedule = "0 * * * *"
+prompt = "Summarize what the minute ticks did in the last hour and plan the next one."
+model = "gpt-4o-mini"
+effort = "medium"
+timeout_seconds = 900
+max_tool_calls = 300
+"""

@@ -1,0 +1,93 @@
+"""Fixtures: real SQLite files and real PostgreSQL databases, one per test session.
+
+PostgreSQL tests skip locally when no server answers; with CI=true a missing server fails.
+"""
+
+from __future__ import annotations
+
+import os
+import uuid
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+import psycopg
+import pytest
+import sqlalchemy as sa
+from sqlalchemy.engine import make_url
+
+from harness.store import SqlEventStore, migrate_store, open_store
+from harness.store.engine import create_store_engine
+
+PG_ADMIN_URL = os.environ.get(
+    "TICKWORK_TEST_PG_URL", "postgresql://postgres@127.0.0.1:5432/test"
+)
+TABLES = ("events", "projection_checkpoints", "spend_daily", "ticks")
+
+
+def _admin_dsn() -> str:
+    url = make_url(PG_ADMIN_URL)
+    return url.set(drivername="postgresql").render_as_string(hide_password=False)
+
+
+def _pg_reachable() -> str | None:
+    try:
+        with psycopg.connect(_admin_dsn(), connect_timeout=3):
+            return None
+    except psycopg.Error as exc:
+        return str(exc).strip()
+
+
+@contextmanager
+def fresh_pg_database() -> Iterator[str]:
+    """A new, empty PostgreSQL database for the block; dropped afterwards."""
+    problem = _pg_reachable()
+    if problem is not None:
+        if os.environ.get("CI") == "true":
+            pytest.fail(f"CI=true and PostgreSQL is unreachable at {PG_ADMIN_URL}: {problem}")
+        pytest.skip(f"no PostgreSQL at {PG_ADMIN_URL}: {problem}")
+    name = f"tickwork_test_{uuid.uuid4().hex[:12]}"
+    with psycopg.connect(_admin_dsn(), autocommit=True) as conn:
+        conn.execute(f'CREATE DATABASE "{name}"')
+    url = make_url(PG_ADMIN_URL).set(drivername="postgresql+psycopg", database=name)
+    try:
+        yield url.render_as_string(hide_password=False)
+    finally:
+        with psycopg.connect(_admin_dsn(), autocommit=True) as conn:
+            conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+
+
+@pytest.fixture(scope="session")
+def pg_session_url() -> Iterator[str]:
+    with fresh_pg_database() as url:
+        migrate_store(url)
+        yield url
+
+
+def _truncate(url: str) -> None:
+    engine = create_store_engine(url)
+    with engine.begin() as conn:
+        conn.execute(sa.text(f"TRUNCATE {', '.join(TABLES)} RESTART IDENTITY"))
+    engine.dispose()
+
+
+@pytest.fixture(params=["sqlite", "postgresql"])
+def store_url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
+    """A migrated, empty store of each backend."""
+    if request.param == "sqlite":
+        return f"sqlite:///{tmp_path}/events.db"
+    url: str = request.getfixturevalue("pg_session_url")
+    _truncate(url)
+    return url
+
+
+@pytest.fixture
+def store(store_url: str) -> Iterator[SqlEventStore]:
+    opened = open_store(store_url)
+    yield opened
+    opened.close()
+
+
+@pytest.fixture
+def sqlite_url(tmp_path: Path) -> str:
+    return f"sqlite:///{tmp_path}/events.db"

@@ -1,0 +1,32 @@
+"""Functions run in child processes by the concurrency tests (spawned, so importable here)."""
+
+from __future__ import annotations
+
+from multiprocessing.synchronize import Event
+from typing import Any
+from uuid import uuid4
+
+from harness.store import ANY, NO_STREAM, ConcurrencyError, NewEvent, open_store
+
+
+def append_many(url: str, writer: int, count: int, start: Event) -> None:
+    """Single-event transactional appends, as ticks make them."""
+    store = open_store(url)
+    start.wait()
+    for i in range(count):
+        event = NewEvent(uuid4(), "Load", 1, {"writer": writer, "i": i})
+        store.append(f"w{writer}-s{i % 7}", [event], ANY)
+    store.close()
+
+
+def claim(url: str, stream: str, start: Event, results: Any) -> None:
+    """Race to create one stream; exactly one process may win."""
+    store = open_store(url)
+    start.wait()
+    try:
+        store.append(stream, [NewEvent(uuid4(), "Claimed", 1, {})], NO_STREAM)
+        results.put("won")
+    except ConcurrencyError:
+        results.put("lost")
+    finally:
+        store.close()

@@ -1,0 +1,158 @@
+"""The event store contract, run against SQLite and PostgreSQL alike."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime, timedelta
+from uuid import uuid4
+
+import pytest
+
+from harness.events import BudgetSpent, RawEvent, TickStarted, decode
+from harness.store import (
+    ANY,
+    NO_STREAM,
+    ConcurrencyError,
+    EventIdConflictError,
+    NewEvent,
+    SqlEventStore,
+    StoreUnavailableError,
+    open_store,
+)
+
+
+def new(type_: str = "Thing", **data: object) -> NewEvent:
+    return NewEvent(uuid4(), type_, 1, dict(data), {"source": "test"})
+
+
+def test_append_assigns_stream_and_global_positions(store: SqlEventStore) -> None:
+    first = store.append("s-1", [new(n=1), new(n=2)], NO_STREAM)
+    second = store.append("s-2", [new(n=3)], NO_STREAM)
+    third = store.append("s-1", [new(n=4)], 2)
+
+    assert first.positions == (1, 2) and first.stream_version == 2
+    assert second.positions == (3,) and second.stream_version == 1
+    assert third.positions == (4,) and third.stream_version == 3
+    assert [e.stream_position for e in store.read_stream("s-1")] == [1, 2, 3]
+    assert [e.data["n"] for e in store.read_all()] == [1, 2, 3, 4]
+    assert store.last_position() == 4
+    assert store.stream_version("s-1") == 3
+    assert store.stream_version("nope") == 0
+
+
+def test_wrong_expected_version_raises_and_writes_nothing(store: SqlEventStore) -> None:
+    store.append("s", [new(), new()], NO_STREAM)
+
+    for expected in (1, 3, NO_STREAM):
+        with pytest.raises(ConcurrencyError) as caught:
+            store.append("s", [new(), new()], expected)
+        assert caught.value.actual == 2
+        assert "expected version" in str(caught.value) and "'s'" in str(caught.value)
+
+    with pytest.raises(ConcurrencyError):
+        store.append("fresh", [new()], 1)
+    assert store.last_position() == 2
+    assert store.stream_version("fresh") == 0
+
+
+def test_exact_version_zero_is_refused_with_a_hint(store: SqlEventStore) -> None:
+    with pytest.raises(ValueError, match="NO_STREAM"):
+        store.append("s", [new()], 0)
+
+
+def test_any_appends_after_whatever_is_there(store: SqlEventStore) -> None:
+    store.append("s", [new()], ANY)
+    result = store.append("s", [new(), new()], ANY)
+    assert result.stream_version == 3
+
+
+def test_duplicate_event_id_is_a_noop_reporting_the_stored_position(
+    store: SqlEventStore,
+) -> None:
+    event = new(tokens=10)
+    store.append("other", [new()], NO_STREAM)
+    stored = store.append("s", [event], NO_STREAM)
+
+    again = store.append("s", [event], ANY)
+    stale_retry = store.append("s", [event], NO_STREAM)
+
+    assert again.duplicate and stale_retry.duplicate
+    assert again.positions == stale_retry.positions == stored.positions == (2,)
+    assert store.last_position() == 2
+    assert [e.event_id for e in store.read_stream("s")] == [event.event_id]
+
+
+def test_a_whole_batch_retried_is_a_noop(store: SqlEventStore) -> None:
+    batch = [new(n=i) for i in range(3)]
+    first = store.append("s", batch, NO_STREAM)
+    retry = store.append("s", batch, NO_STREAM)
+    assert retry.duplicate and retry.positions == first.positions
+
+
+def test_partly_stored_batch_is_refused_whole(store: SqlEventStore) -> None:
+    stored = new()
+    store.append("s", [stored], NO_STREAM)
+    with pytest.raises(EventIdConflictError, match="1 of 2 event ids"):
+        store.append("s", [stored, new()], ANY)
+    assert store.last_position() == 1
+
+
+def test_empty_append_changes_nothing(store: SqlEventStore) -> None:
+    store.append("s", [new()], NO_STREAM)
+    result = store.append("s", [], ANY)
+    assert result.positions == () and result.stream_version == 1
+    assert store.last_position() == 1
+
+
+def test_read_stream_and_read_all_page_and_filter(store: SqlEventStore) -> None:
+    for i in range(10):
+        store.append(f"s-{i % 2}", [new("Even" if i % 2 == 0 else "Odd", i=i)], ANY)
+
+    assert [e.data["i"] for e in store.read_stream("s-0", after=2, limit=2)] == [4, 6]
+    assert [e.global_position for e in store.read_all(after_position=3, limit=4)] == [4, 5, 6, 7]
+    odd = store.read_all(types=["Odd"])
+    assert [e.data["i"] for e in odd] == [1, 3, 5, 7, 9]
+    assert store.read_all(after_position=10) == []
+
+
+def test_records_round_trip_exactly(store: SqlEventStore) -> None:
+    data = {"text": "héllo ✓ \u2028", "nested": {"list": [1, 2.5, None, True]}, "n": 2**40}
+    event = NewEvent(uuid4(), "Rich", 3, data, {"trace": "abc"})
+    before = datetime.now(UTC)
+    store.append("s", [event], NO_STREAM)
+    (stored,) = store.read_all()
+
+    assert stored.event_id == event.event_id
+    assert (stored.type, stored.version, stored.data, stored.metadata) == (
+        "Rich",
+        3,
+        data,
+        {"trace": "abc"},
+    )
+    assert stored.recorded_at.tzinfo is not None
+    assert before - timedelta(seconds=1) <= stored.recorded_at <= datetime.now(UTC)
+    assert store.first_position_since(before - timedelta(seconds=1)) == 1
+    assert store.first_position_since(datetime.now(UTC) + timedelta(hours=1)) == 2
+
+
+def test_typed_events_round_trip_and_unknown_types_are_kept(store: SqlEventStore) -> None:
+    spent = BudgetSpent(
+        tick_id="t1", level="min", model="m", prompt_tokens=5, completion_tokens=2
+    )
+    started = TickStarted(tick_id="t1", level="min", pid=42, host="h")
+    store.append("tick-t1", [started.to_record(), spent.to_record()], NO_STREAM)
+    store.append("tick-t1", [new("FromTheFuture", x=1)], ANY)
+
+    decoded = [decode(e) for e in store.read_stream("tick-t1")]
+    assert decoded[:2] == [started, spent]
+    assert isinstance(decoded[2], RawEvent)
+    assert decoded[2].type == "FromTheFuture" and decoded[2].data == {"x": 1}
+
+
+def test_unreachable_postgres_is_reported_as_unavailable() -> None:
+    with pytest.raises(StoreUnavailableError, match="unavailable"):
+        open_store("postgresql://nobody@127.0.0.1:1/none")
+
+
+def test_unopenable_sqlite_is_reported_as_unavailable(tmp_path: object) -> None:
+    with pytest.raises(StoreUnavailableError):
+        open_store("sqlite:////proc/no/such/dir/events.db")

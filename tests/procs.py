@@ -30,3 +30,28 @@ def claim(url: str, stream: str, start: Event, results: Any) -> None:
         results.put("lost")
     finally:
         store.close()
+
+
+def spool_many(directory: str, count: int, start: Event) -> None:
+    """Spool appends one by one, as a tick does while the store is down."""
+    from pathlib import Path
+
+    from harness.store import Spool
+
+    spool = Spool(Path(directory))
+    start.wait()
+    for i in range(count):
+        spool.write(f"tick-{i}", [NewEvent(uuid4(), "BudgetSpent", 1, {"i": i})])
+
+
+def catch_up(url: str, start: Event) -> None:
+    """Fold projections in small batches, racing another process doing the same."""
+    from harness.prices import PriceBook
+    from harness.projections import SpendProjection, TicksProjection
+    from harness.projections.projector import Projector
+
+    store = open_store(url)
+    projector = Projector(store, [SpendProjection(PriceBook()), TicksProjection()], batch_size=7)
+    start.wait()
+    projector.catch_up()
+    store.close()

@@ -22,6 +22,7 @@ test: $(STAMP)
 
 lint: $(STAMP)
 	$(BIN)/ruff check harness workers migrations tests ops
+	$(BIN)/ruff format --check harness workers migrations tests ops
 	$(BIN)/mypy harness workers
 
 bench: $(STAMP)

@@ -18,7 +18,7 @@ from typing import Annotated, Any
 import orjson
 import typer
 from rich.console import Console
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TimeElapsedColumn
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TaskID, TimeElapsedColumn
 from rich.table import Table
 
 from harness.config import ConfigError, Settings, load_settings
@@ -53,7 +53,9 @@ err = Console(stderr=True)
 
 ConfigOption = Annotated[
     Path | None,
-    typer.Option("--config", "-c", help="Config file (default: $TICKWORK_CONFIG or ./tickwork.toml)."),
+    typer.Option(
+        "--config", "-c", help="Config file (default: $TICKWORK_CONFIG or ./tickwork.toml)."
+    ),
 ]
 
 
@@ -263,7 +265,9 @@ def spend(
     finally:
         store.close()
     if as_json:
-        sys.stdout.write(orjson.dumps([asdict(row) for row in rows], option=orjson.OPT_INDENT_2).decode() + "\n")
+        sys.stdout.write(
+            orjson.dumps([asdict(row) for row in rows], option=orjson.OPT_INDENT_2).decode() + "\n"
+        )
         return
     table = Table(*groups, "prompt", "completion", "calls", "estimated", "cost (USD)", box=None)
     for row in rows:
@@ -321,13 +325,18 @@ def projections_rebuild(
         for each in names:
             started = time.perf_counter()
             with Progress(
-                f"[bold]{each}[/]", BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
+                f"[bold]{each}[/]",
+                BarColumn(),
+                MofNCompleteColumn(),
+                TimeElapsedColumn(),
                 console=err,
             ) as bar:
                 task = bar.add_task(each, total=None)
-                folded = projector.rebuild(
-                    each, lambda done, total: bar.update(task, completed=done, total=total)
-                )
+
+                def advance(done: int, total: int, task: TaskID = task) -> None:
+                    bar.update(task, completed=done, total=total)
+
+                folded = projector.rebuild(each, advance)
             out.print(f"{each}: {folded:,} events folded in {time.perf_counter() - started:.2f} s")
     finally:
         store.close()

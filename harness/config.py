@@ -39,7 +39,7 @@ class _Strict(BaseModel):
 class StoreConfig(_Strict):
     url: str = f"sqlite:///./{HOME}/events.db"
     sqlite_synchronous: Literal["NORMAL", "FULL"] = "NORMAL"
-    """NORMAL (WAL) survives any process crash; FULL also survives power loss (an fsync a commit)."""
+    """NORMAL (WAL) survives any process crash; FULL survives power loss too (fsync a commit)."""
 
 
 class PathsConfig(_Strict):

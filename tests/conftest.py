@@ -19,9 +19,7 @@ from sqlalchemy.engine import make_url
 from harness.store import SqlEventStore, migrate_store, open_store
 from harness.store.engine import create_store_engine
 
-PG_ADMIN_URL = os.environ.get(
-    "TICKWORK_TEST_PG_URL", "postgresql://postgres@127.0.0.1:5432/test"
-)
+PG_ADMIN_URL = os.environ.get("TICKWORK_TEST_PG_URL", "postgresql://postgres@127.0.0.1:5432/test")
 TABLES = ("events", "projection_checkpoints", "spend_daily", "ticks")
 
 

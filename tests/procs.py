@@ -55,3 +55,11 @@ def catch_up(url: str, start: Event) -> None:
     start.wait()
     projector.catch_up()
     store.close()
+
+
+def open_fresh(url: str, start: Event) -> None:
+    """Open (and so migrate) a store that several processes open for the first time at once."""
+    start.wait()
+    store = open_store(url)
+    store.append("opened", [NewEvent(uuid4(), "Opened", 1, {})])
+    store.close()

@@ -42,10 +42,16 @@ DAY1 = datetime(2026, 11, 28, 23, 59, 59, tzinfo=UTC)
 DAY2 = datetime(2026, 11, 29, 0, 0, 1, tzinfo=UTC)
 
 
-def spent(tick: str, level: str, model: str, prompt: int, completion: int, **kw: Any) -> BudgetSpent:
+def spent(
+    tick: str, level: str, model: str, prompt: int, completion: int, **kw: Any
+) -> BudgetSpent:
     return BudgetSpent(
-        tick_id=tick, level=level, model=model, prompt_tokens=prompt,
-        completion_tokens=completion, **kw,
+        tick_id=tick,
+        level=level,
+        model=model,
+        prompt_tokens=prompt,
+        completion_tokens=completion,
+        **kw,
     )
 
 
@@ -74,8 +80,12 @@ def test_price_arithmetic_equals_genai_prices(
             tier = above
     mine = book.cost(model, day, tier, prompt, completion, cache_read, cache_write)
     theirs = calc_price(
-        Usage(input_tokens=prompt, output_tokens=completion, cache_read_tokens=cache_read,
-              cache_write_tokens=cache_write),
+        Usage(
+            input_tokens=prompt,
+            output_tokens=completion,
+            cache_read_tokens=cache_read,
+            cache_write_tokens=cache_write,
+        ),
         model,
         genai_request_timestamp=datetime(2026, 11, 30, 12, tzinfo=UTC),
     ).total_price
@@ -85,12 +95,15 @@ def test_price_arithmetic_equals_genai_prices(
 def test_spend_report_groups_prices_and_never_prices_unknown_models_at_zero(
     store: SqlEventStore,
 ) -> None:
-    append(store, [
-        spent("a", "min", "gpt-4o-mini", 1_000_000, 100_000, occurred_at=DAY1),
-        spent("a", "min", "gpt-4o-mini", 1_000_000, 0, occurred_at=DAY2, estimated=True),
-        spent("b", "hour", "my-local-model", 500, 50, occurred_at=DAY2),
-        spent("c", "hour", "home-gpu-model", 10, 10, occurred_at=DAY2),
-    ])
+    append(
+        store,
+        [
+            spent("a", "min", "gpt-4o-mini", 1_000_000, 100_000, occurred_at=DAY1),
+            spent("a", "min", "gpt-4o-mini", 1_000_000, 0, occurred_at=DAY2, estimated=True),
+            spent("b", "hour", "my-local-model", 500, 50, occurred_at=DAY2),
+            spent("c", "hour", "home-gpu-model", 10, 10, occurred_at=DAY2),
+        ],
+    )
     prices = PriceBook({"home-gpu-model": PriceOverride(input_per_mtok=1, output_per_mtok=2)})
     projector_for(store, prices).catch_up()
     with store.read_transaction() as conn:
@@ -114,23 +127,29 @@ def test_spend_report_groups_prices_and_never_prices_unknown_models_at_zero(
 
 
 def test_ticks_read_model_follows_each_tick(store: SqlEventStore) -> None:
-    append(store, [
-        TickScheduled(tick_id="t1", level="min", slot=DAY1),
-        TickStarted(tick_id="t1", level="min", pid=1, host="h"),
-        spent("t1", "min", "m", 100, 10),
-        ToolCalled(tick_id="t1", level="min", name="rag_lookup", status="ok"),
-        ToolCalled(tick_id="t1", level="min", name="shell", status="cancelled"),
-        spent("t1", "min", "m", 200, 20),
-        TickCompleted(tick_id="t1", level="min", result_path="/r/t1.json"),
-        TickStarted(tick_id="t2", level="hour", pid=2, host="h"),
-        TickTimedOut(tick_id="t2", level="hour", timeout_seconds=5),
-    ])
+    append(
+        store,
+        [
+            TickScheduled(tick_id="t1", level="min", slot=DAY1),
+            TickStarted(tick_id="t1", level="min", pid=1, host="h"),
+            spent("t1", "min", "m", 100, 10),
+            ToolCalled(tick_id="t1", level="min", name="rag_lookup", status="ok"),
+            ToolCalled(tick_id="t1", level="min", name="shell", status="cancelled"),
+            spent("t1", "min", "m", 200, 20),
+            TickCompleted(tick_id="t1", level="min", result_path="/r/t1.json"),
+            TickStarted(tick_id="t2", level="hour", pid=2, host="h"),
+            TickTimedOut(tick_id="t2", level="hour", timeout_seconds=5),
+        ],
+    )
     projector_for(store, PriceBook()).catch_up()
     with store.read_transaction() as conn:
         rows = {row.tick_id: row for row in conn.execute(sa.select(ticks))}
     t1, t2 = rows["t1"], rows["t2"]
     assert (t1.status, t1.prompt_tokens, t1.completion_tokens, t1.model_calls) == (
-        "completed", 300, 30, 2,
+        "completed",
+        300,
+        30,
+        2,
     )
     assert (t1.tool_calls, t1.tool_calls_cancelled, t1.result_path) == (1, 1, "/r/t1.json")
     assert t1.started_at is not None and t1.finished_at is not None
@@ -189,8 +208,14 @@ models = st.sampled_from(["gpt-4o-mini", "gemini-2.5-pro", "unpriced-model"])
 ticks_ids = st.sampled_from(["t1", "t2", "t3"])
 moments = st.sampled_from([DAY1, DAY2])
 spends = st.builds(
-    spent, ticks_ids, levels, models, st.integers(0, 400_000), st.integers(0, 5_000),
-    occurred_at=moments, estimated=st.booleans(),
+    spent,
+    ticks_ids,
+    levels,
+    models,
+    st.integers(0, 400_000),
+    st.integers(0, 5_000),
+    occurred_at=moments,
+    estimated=st.booleans(),
     cache_read_tokens=st.none() | st.integers(0, 1000),
 )
 lifecycle = st.one_of(
@@ -198,12 +223,19 @@ lifecycle = st.one_of(
     st.builds(TickStarted, tick_id=ticks_ids, level=levels, pid=st.just(1), host=st.just("h")),
     st.builds(TickCompleted, tick_id=ticks_ids, level=levels, result_path=st.just("/r.json")),
     st.builds(TickTimedOut, tick_id=ticks_ids, level=levels, timeout_seconds=st.just(1.0)),
-    st.builds(ToolCalled, tick_id=ticks_ids, level=levels, name=st.just("t"),
-              status=st.sampled_from(["ok", "cancelled"])),
+    st.builds(
+        ToolCalled,
+        tick_id=ticks_ids,
+        level=levels,
+        name=st.just("t"),
+        status=st.sampled_from(["ok", "cancelled"]),
+    ),
 )
 
 
-@settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@settings(
+    max_examples=30, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
 @given(
     events=st.lists(st.one_of(spends, lifecycle), max_size=60),
     cuts=st.lists(st.integers(0, 60), max_size=5),
@@ -217,7 +249,7 @@ def test_rebuild_from_zero_equals_the_incremental_read_models(
             conn.execute(sa.text(f"DELETE FROM {table}"))
     incremental = Projector(store, [SpendProjection(PriceBook()), TicksProjection()], batch_size)
     done = 0
-    for cut in sorted(set(cuts)) + [len(events)]:
+    for cut in [*sorted(set(cuts)), len(events)]:
         append(store, events[done:cut])
         done = max(done, cut)
         incremental.catch_up()

@@ -135,9 +135,7 @@ def test_records_round_trip_exactly(store: SqlEventStore) -> None:
 
 
 def test_typed_events_round_trip_and_unknown_types_are_kept(store: SqlEventStore) -> None:
-    spent = BudgetSpent(
-        tick_id="t1", level="min", model="m", prompt_tokens=5, completion_tokens=2
-    )
+    spent = BudgetSpent(tick_id="t1", level="min", model="m", prompt_tokens=5, completion_tokens=2)
     started = TickStarted(tick_id="t1", level="min", pid=42, host="h")
     store.append("tick-t1", [started.to_record(), spent.to_record()], NO_STREAM)
     store.append("tick-t1", [new("FromTheFuture", x=1)], ANY)

@@ -13,7 +13,6 @@ from typing import Any, ClassVar
 import sqlalchemy as sa
 from sqlalchemy.dialects import postgresql, sqlite
 
-
 EventData = tuple[int, str, dict[str, Any]]
 """(global_position, type, data): a plain tuple, as a NamedTuple costs ~0.8 s per million."""
 

@@ -21,11 +21,15 @@ from harness.projections.base import EventData, Projection, upsert
 from harness.store.schema import events, projection_checkpoints
 from harness.store.sql import SqlEventStore
 
+
 @contextmanager
 def _collector_paused() -> Iterator[None]:
-    """A batch allocates tens of thousands of short-lived dicts; the cyclic collector would
+    """Pause the cyclic garbage collector while a batch is folded.
+
+    A batch allocates tens of thousands of short-lived dicts; the cyclic collector would
     scan every long-lived object of the process (price tables included) again and again
-    for garbage that reference counting frees anyway. Pausing it cuts a rebuild by ~25 %."""
+    for garbage that reference counting frees anyway. Pausing it cuts a rebuild by ~25 %.
+    """
     enabled = gc.isenabled()
     gc.disable()
     try:
@@ -59,14 +63,19 @@ class Projector:
 
     def checkpoints(self) -> dict[str, int]:
         with self.store.read_transaction() as conn:
-            stored = dict(conn.execute(sa.select(projection_checkpoints.c.name,
-                                                 projection_checkpoints.c.position)).all())
+            stored = dict(
+                conn.execute(
+                    sa.select(projection_checkpoints.c.name, projection_checkpoints.c.position)
+                ).all()
+            )
         return {name: int(stored.get(name, 0)) for name in self.projections}
 
     def catch_up(self, names: Iterable[str] | None = None, progress: Progress | None = None) -> int:
         """Fold every new event into the named projections (all by default)."""
-        selected = [self.get(name) for name in names] if names is not None else list(
-            self.projections.values()
+        selected = (
+            [self.get(name) for name in names]
+            if names is not None
+            else list(self.projections.values())
         )
         folded = 0
         for projection in selected:
@@ -109,9 +118,11 @@ class Projector:
     def _read(
         self, conn: sa.Connection, projection: Projection, after: int, horizon: int
     ) -> list[EventData]:
-        """The next batch, read on the raw cursor: SQLAlchemy's per-row processing would
-        cost more than the fold itself, and orjson parses the JSON text faster than the
-        driver's own JSON handling."""
+        """The next batch of (position, type, data), read on the raw cursor.
+
+        SQLAlchemy's per-row processing would cost more than the fold itself, and orjson
+        parses the JSON text faster than the driver's own JSON handling.
+        """
         data = "data::text" if conn.dialect.name == "postgresql" else "data"
         mark = "%s" if conn.dialect.name == "postgresql" else "?"
         types = sorted(projection.types)

@@ -30,6 +30,7 @@ spend_daily = sa.Table(
     sa.Column("cache_write_tokens", sa.BigInteger(), nullable=False),
     sa.Column("model_calls", sa.BigInteger(), nullable=False),
     sa.Column("estimated_calls", sa.BigInteger(), nullable=False),
+    sa.Index("ix_spend_daily_day", "day"),
 )
 
 _SUMS = (

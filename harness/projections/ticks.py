@@ -29,6 +29,7 @@ ticks = sa.Table(
     sa.Column("tool_calls_cancelled", sa.Integer(), nullable=False),
     sa.Column("result_path", sa.Text()),
     sa.Column("reason", sa.Text()),
+    sa.Index("ix_ticks_level_status", "level", "status"),
 )
 
 UNKNOWN = "unknown"

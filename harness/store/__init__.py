@@ -24,6 +24,7 @@ from harness.store.sql import SqlEventStore, translate_errors
 
 __all__ = [
     "ANY",
+    "HEAD_REVISION",
     "NO_STREAM",
     "AppendResult",
     "ConcurrencyError",
@@ -38,6 +39,8 @@ __all__ = [
     "StoreUnavailableError",
     "StoredEvent",
     "append_or_spool",
+    "current_revision",
+    "migrate_store",
     "open_store",
     "safe_url",
 ]

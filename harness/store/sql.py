@@ -55,13 +55,13 @@ def translate_errors() -> Iterator[None]:
     except sa.exc.DBAPIError as exc:
         if isinstance(exc, sa.exc.IntegrityError):
             raise
-        translated = driver_error(exc.orig)
+        translated = None if exc.orig is None else driver_error(exc.orig)
         if translated is None:
             raise
         raise translated from exc
 
 
-def _row_to_event(row: sa.Row[Any]) -> StoredEvent:
+def _row_to_event(row: Any) -> StoredEvent:
     recorded_at = row.recorded_at
     if recorded_at.tzinfo is None:  # SQLite keeps no zone; everything stored is UTC.
         recorded_at = recorded_at.replace(tzinfo=UTC)
@@ -121,7 +121,7 @@ class SqlEventStore(EventStore):
         wanted = [event.event_id for event in events_]
         with self.read_transaction() as conn:
             stored: dict[UUID, int] = dict(
-                conn.execute(  # type: ignore[arg-type]
+                conn.execute(
                     sa.select(events.c.event_id, events.c.global_position).where(
                         events.c.event_id.in_(wanted)
                     )
@@ -180,9 +180,7 @@ class SqlEventStore(EventStore):
         """The first global position recorded at or after `when` (last + 1 if none)."""
         with self.read_transaction() as conn:
             first = conn.execute(
-                sa.select(sa.func.min(events.c.global_position)).where(
-                    events.c.recorded_at >= when
-                )
+                sa.select(sa.func.min(events.c.global_position)).where(events.c.recorded_at >= when)
             ).scalar()
             if first is None:
                 last = conn.execute(sa.select(sa.func.max(events.c.global_position))).scalar()
@@ -203,7 +201,5 @@ class SqlEventStore(EventStore):
 
 
 def _version(conn: sa.Connection, stream_id: str) -> int:
-    query = sa.select(sa.func.max(events.c.stream_position)).where(
-        events.c.stream_id == stream_id
-    )
+    query = sa.select(sa.func.max(events.c.stream_position)).where(events.c.stream_id == stream_id)
     return conn.execute(query).scalar() or 0

@@ -1,0 +1,135 @@
+"""The `tickwork` command, run as an operator runs it: a real process in a real directory."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from harness.events import BudgetSpent, TickStarted
+from harness.store import NewEvent, Spool, open_store
+
+TICKWORK = str(Path(sys.executable).with_name("tickwork"))
+
+
+def run(
+    cwd: Path, *args: str, env: dict[str, str] | None = None
+) -> subprocess.CompletedProcess[str]:
+    environment = {k: v for k, v in os.environ.items() if not k.startswith("TICKWORK_")}
+    environment.update(env or {})
+    return subprocess.run(
+        [TICKWORK, *args], cwd=cwd, env=environment, capture_output=True, text=True, timeout=60
+    )
+
+
+def seed(cwd: Path) -> None:
+    store = open_store(f"sqlite:///{cwd}/.tickwork/events.db")
+    spends = [("min", "gpt-4o-mini", 2000), ("min", "gpt-4o-mini", 3000), ("hour", "home-model", 1)]
+    for i, (level, model, prompt) in enumerate(spends):
+        started = TickStarted(tick_id=f"t{i}", level=level, pid=1, host="h")
+        spent = BudgetSpent(
+            tick_id=f"t{i}", level=level, model=model, prompt_tokens=prompt, completion_tokens=10
+        )
+        store.append(f"tick-t{i}", [started.to_record(), spent.to_record()])
+    store.close()
+
+
+def test_init_then_spend_in_an_empty_directory(tmp_path: Path) -> None:
+    init = run(tmp_path, "init")
+    assert init.returncode == 0, init.stderr
+    assert (tmp_path / "tickwork.toml").exists()
+    assert (tmp_path / ".tickwork" / "events.db").exists()
+    spend = run(tmp_path, "spend")
+    assert spend.returncode == 0, spend.stderr
+    assert "no spend recorded yet" in spend.stdout
+    status = run(tmp_path, "status")
+    assert status.returncode == 0 and "min, hour" in status.stdout
+
+
+def test_a_bad_config_exits_2_naming_the_key_and_touches_no_store(tmp_path: Path) -> None:
+    (tmp_path / "tickwork.toml").write_text('[levels.min]\nschedule = "* * * * *"\ntimout = 3\n')
+    result = run(tmp_path, "status")
+    assert result.returncode == 2
+    assert "levels.min.timout" in result.stderr and "tickwork.toml" in result.stderr
+    assert not (tmp_path / ".tickwork").exists()
+
+
+def test_spend_reports_tokens_and_cost_as_json_and_table(tmp_path: Path) -> None:
+    seed(tmp_path)
+    result = run(tmp_path, "spend", "--by", "level", "--by", "model", "--json")
+    assert result.returncode == 0, result.stderr
+    rows = {(r["group"]["level"], r["group"]["model"]): r for r in json.loads(result.stdout)}
+    assert rows[("min", "gpt-4o-mini")]["prompt_tokens"] == 5000
+    assert rows[("min", "gpt-4o-mini")]["cost_usd"] == pytest.approx((5000 * 0.15 + 20 * 0.6) / 1e6)
+    assert rows[("hour", "home-model")]["cost_usd"] is None
+    table = run(tmp_path, "spend", "--by", "model")
+    assert "unpriced" in table.stdout and "gpt-4o-mini" in table.stdout
+    bad = run(tmp_path, "spend", "--by", "colour")
+    assert bad.returncode == 2 and "colour" in bad.stderr
+
+
+def test_events_filters_by_stream_and_type(tmp_path: Path) -> None:
+    seed(tmp_path)
+    everything = run(tmp_path, "events", "--json")
+    assert len(everything.stdout.splitlines()) == 6
+    spent = run(tmp_path, "events", "--json", "--type", "BudgetSpent")
+    assert {json.loads(line)["type"] for line in spent.stdout.splitlines()} == {"BudgetSpent"}
+    one = run(tmp_path, "events", "--json", "--stream", "tick-t1")
+    assert [json.loads(line)["stream_position"] for line in one.stdout.splitlines()] == [1, 2]
+    recent = run(tmp_path, "events", "--since", "1h", "--limit", "2")
+    assert recent.returncode == 0 and "TickStarted" in recent.stdout
+    bad = run(tmp_path, "events", "--since", "yesterday-ish")
+    assert bad.returncode == 2 and "yesterday-ish" in bad.stderr
+
+
+def test_events_follow_prints_new_events_until_interrupted(tmp_path: Path) -> None:
+    seed(tmp_path)
+    environment = {k: v for k, v in os.environ.items() if not k.startswith("TICKWORK_")}
+    follower = subprocess.Popen(
+        [TICKWORK, "events", "--json", "--follow", "--type", "Marker"],
+        cwd=tmp_path,
+        env=environment,
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        time.sleep(2.0)
+        store = open_store(f"sqlite:///{tmp_path}/.tickwork/events.db")
+        store.append("marker", [NewEvent(__import__("uuid").uuid4(), "Marker", 1, {"n": 7})])
+        store.close()
+        assert follower.stdout is not None
+        line = follower.stdout.readline()
+        assert json.loads(line)["data"] == {"n": 7}
+    finally:
+        follower.send_signal(signal.SIGINT)
+        assert follower.wait(10) == 0
+
+
+def test_projections_rebuild_and_spool_ingest(tmp_path: Path) -> None:
+    seed(tmp_path)
+    rebuilt = run(tmp_path, "projections", "rebuild")
+    assert rebuilt.returncode == 0, rebuilt.stderr
+    assert "spend: 3 events folded" in rebuilt.stdout and "ticks: 6 events folded" in rebuilt.stdout
+    unknown = run(tmp_path, "projections", "rebuild", "nope")
+    assert unknown.returncode == 2 and "no projection named 'nope'" in unknown.stderr
+
+    spool = Spool(tmp_path / ".tickwork" / "spool")
+    late = BudgetSpent(tick_id="t9", level="min", model="m", prompt_tokens=1, completion_tokens=1)
+    spool.write("tick-t9", [late.to_record()])
+    ingested = run(tmp_path, "spool", "ingest")
+    assert ingested.returncode == 0 and "1 appended" in ingested.stdout
+    again = run(tmp_path, "spool", "ingest")
+    assert "0 file(s)" in again.stdout
+
+
+def test_migrate_reports_the_schema(tmp_path: Path) -> None:
+    first = run(tmp_path, "migrate")
+    assert first.returncode == 0 and "none -> 0001" in first.stdout
+    second = run(tmp_path, "migrate")
+    assert "already at 0001" in second.stdout

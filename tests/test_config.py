@@ -1,0 +1,68 @@
+"""Configuration: defaults, file, environment overrides, and errors that name the key."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from harness.config import ConfigError, load_settings
+from harness.example_config import EXAMPLE_CONFIG
+
+
+def write(tmp_path: Path, text: str) -> Path:
+    path = tmp_path / "tickwork.toml"
+    path.write_text(text, encoding="utf-8")
+    return path
+
+
+def test_defaults_without_a_file(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.delenv("TICKWORK_CONFIG", raising=False)
+    settings = load_settings()
+    assert settings.store.url == "sqlite:///./.tickwork/events.db"
+    assert settings.paths.results == Path(".tickwork/results")
+    assert settings.levels == {}
+
+
+def test_the_example_file_is_valid(tmp_path: Path) -> None:
+    settings = load_settings(write(tmp_path, EXAMPLE_CONFIG))
+    assert set(settings.levels) == {"min", "hour"}
+    assert settings.levels["hour"].max_tool_calls == 300
+
+
+def test_environment_wins_over_the_file(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    path = write(tmp_path, '[store]\nurl = "sqlite:///file.db"\nsqlite_synchronous = "FULL"\n')
+    monkeypatch.setenv("TICKWORK_CONFIG", str(path))
+    monkeypatch.setenv("TICKWORK_STORE_URL", "postgresql://db/tickwork")
+    monkeypatch.setenv("TICKWORK_MAX_TOOL_CALLS", "5")  # a worker's variable, not config
+    settings = load_settings()
+    assert settings.store.url == "postgresql://db/tickwork"
+    assert settings.store.sqlite_synchronous == "FULL"
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        ('[levels.min]\nschedul = "* * * * *"\n', "levels.min.schedul: Extra inputs"),
+        ('[levels.min]\nschedule = "* * *"\n', "levels.min: Value error, schedule '* * *'"),
+        ('[levels.min]\nschedule = "* * * * *"\nevery = "5m"\n', "exactly one of"),
+        ('[levels.min]\nevery = "soon"\n', "not an interval"),
+        ('[levels.Bad-Name]\nevery = "5m"\n', "level name 'Bad-Name'"),
+        ("[store]\nurl = 5\n", "store.url: Input should be a valid string"),
+        ("[prices.m]\ninput_per_mtok = -1\noutput_per_mtok = 1\n", "prices.m.input_per_mtok"),
+        ("[nonsense]\n", "nonsense: Extra inputs are not permitted"),
+        ("[store\nurl=", "invalid TOML"),
+    ],
+)
+def test_a_bad_file_names_the_key_and_why(tmp_path: Path, text: str, expected: str) -> None:
+    path = write(tmp_path, text)
+    with pytest.raises(ConfigError) as caught:
+        load_settings(path)
+    assert str(path) in str(caught.value)
+    assert expected in str(caught.value)
+
+
+def test_a_named_file_that_is_missing_is_an_error(tmp_path: Path) -> None:
+    with pytest.raises(ConfigError, match="config file not found"):
+        load_settings(tmp_path / "absent.toml")

@@ -20,6 +20,7 @@ BEGIN_MODE = "tickwork_sqlite_begin"
 """Execution option naming how a SQLite transaction begins (DEFERRED or IMMEDIATE)."""
 
 SQLITE_BUSY_TIMEOUT_MS = 30_000
+SQLITE_CACHE_KIB = 65_536
 
 
 def _json_dumps(value: Any) -> str:
@@ -78,6 +79,9 @@ def create_store_engine(url: str, *, sqlite_synchronous: str = "NORMAL") -> Engi
         cursor.execute(f"PRAGMA busy_timeout = {SQLITE_BUSY_TIMEOUT_MS}")
         cursor.execute("PRAGMA journal_mode = WAL")
         cursor.execute(f"PRAGMA synchronous = {sqlite_synchronous}")
+        # The event-id index takes random keys: with SQLite's 2 MiB default page cache a
+        # store of millions of events thrashes on every append. Pages are allocated on use.
+        cursor.execute(f"PRAGMA cache_size = -{SQLITE_CACHE_KIB}")
         cursor.close()
 
     @sa.event.listens_for(engine, "begin")

@@ -1,0 +1,375 @@
+"""Event store benchmark: tickwork beside the `eventsourcing` library's recorders, one run.
+
+Prints, for SQLite and PostgreSQL: single-event transactional appends from 1 and from 4
+processes (tickwork's 4-process runs also check, with a concurrent reader, that no event
+is skipped), batch appends, read_all throughput, then the spend rebuild over 1,000,000
+BudgetSpent events and the spend query by level and day.
+
+    .venv/bin/python ops/bench/store_bench.py [--appends 5000] [--rebuild 1000000]
+        [--pg-url postgresql://postgres@127.0.0.1:5432/test] [--no-postgres]
+"""
+
+from __future__ import annotations
+
+import argparse
+import multiprocessing
+import os
+import platform
+import random
+import statistics
+import tempfile
+import time
+import uuid
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import orjson
+import psycopg
+from sqlalchemy.engine import make_url
+
+from harness.prices import PriceBook
+from harness.projections import projector_for, spend_report
+from harness.store import ANY, NewEvent, migrate_store, open_store
+
+PAYLOAD = {
+    "occurred_at": "2026-11-30T02:14:50.788909Z",
+    "tick_id": "min-2026-11-30T02:14",
+    "level": "min",
+    "model": "gpt-4o-mini",
+    "prompt_tokens": 1234,
+    "completion_tokens": 200,
+    "cache_read_tokens": None,
+    "cache_write_tokens": None,
+    "estimated": False,
+    "source": "worker",
+}
+
+
+# --- the two systems behind one small interface --------------------------------------
+
+
+class Tickwork:
+    def __init__(self, url: str, synchronous: str = "NORMAL") -> None:
+        self.store = open_store(url, sqlite_synchronous=synchronous)
+
+    def append(self, stream: int, version: int, count: int = 1) -> None:
+        events = [NewEvent(uuid.uuid4(), "BudgetSpent", 1, PAYLOAD) for _ in range(count)]
+        self.store.append(f"tick-{stream}", events, ANY)
+
+    def read_all(self) -> int:
+        total, after = 0, 0
+        while batch := self.store.read_all(after, 1000):
+            total += len(batch)
+            after = batch[-1].global_position
+        return total
+
+    def positions_after(self, after: int) -> list[int]:
+        return [e.global_position for e in self.store.read_all(after, 1000)]
+
+    def close(self) -> None:
+        self.store.close()
+
+
+class EventSourcing:
+    """eventsourcing's application recorder: the anchor the issue names."""
+
+    def __init__(self, target: str, create: bool = True) -> None:
+        self.streams: dict[int, uuid.UUID] = {}
+        if target.startswith("sqlite:"):
+            from eventsourcing.sqlite import SQLiteApplicationRecorder, SQLiteDatastore
+
+            self.datastore: Any = SQLiteDatastore(target.removeprefix("sqlite:"))
+            self.recorder: Any = SQLiteApplicationRecorder(self.datastore)
+        else:
+            from eventsourcing.postgres import PostgresApplicationRecorder, PostgresDatastore
+
+            url = make_url(target)
+            self.datastore = PostgresDatastore(
+                url.database or "",
+                url.host or "",
+                url.port or 5432,
+                url.username or "",
+                url.password or "",
+            )
+            self.recorder = PostgresApplicationRecorder(self.datastore)
+        if create:  # its CREATE … IF NOT EXISTS races between processes: the parent does it
+            self.recorder.create_table()
+
+    def append(self, stream: int, version: int, count: int = 1) -> None:
+        from eventsourcing.persistence import StoredEvent
+
+        originator = self.streams.setdefault(stream, uuid.uuid4())
+        state = orjson.dumps(PAYLOAD)
+        events = [StoredEvent(originator, version + i, "BudgetSpent", state) for i in range(count)]
+        self.recorder.insert_events(events)
+
+    def read_all(self) -> int:
+        total, start = 0, 1
+        while batch := self.recorder.select_notifications(start, 1000):
+            total += len(batch)
+            start = batch[-1].id + 1
+        return total
+
+    def close(self) -> None:
+        self.datastore.close()
+
+
+def open_system(
+    kind: str, target: str, synchronous: str, create: bool = True
+) -> Tickwork | EventSourcing:
+    if kind == "tickwork":
+        return Tickwork(target, synchronous)
+    return EventSourcing(target, create)
+
+
+# --- measurements ---------------------------------------------------------------------
+
+
+def appender(
+    kind: str,
+    target: str,
+    synchronous: str,
+    worker: int,
+    count: int,
+    batch: int,
+    start: Any,
+    results: Any,
+) -> None:
+    system = open_system(kind, target, synchronous, create=False)
+    versions: dict[int, int] = {}
+    start.wait()
+    began = time.time()
+    for i in range(count // batch):
+        stream = worker * 1000 + i % 50
+        version = versions.get(stream, 1)
+        system.append(stream, version, batch)
+        versions[stream] = version + batch
+    results.put((began, time.time(), (count // batch) * batch))
+    system.close()
+
+
+def appends_per_second(
+    kind: str,
+    target: str,
+    processes: int,
+    count: int,
+    batch: int = 1,
+    synchronous: str = "NORMAL",
+    follow: Callable[[], list[int]] | None = None,
+) -> tuple[float, str]:
+    """Events/s over the wall time of all writers; with `follow`, a reader checks for gaps."""
+    open_system(kind, target, synchronous).close()  # schema made once, before the race
+    context = multiprocessing.get_context("spawn")
+    start, results = context.Event(), context.Queue()
+    workers = [
+        context.Process(
+            target=appender,
+            args=(kind, target, synchronous, w, count, batch, start, results),
+        )
+        for w in range(processes)
+    ]
+    for worker in workers:
+        worker.start()
+    time.sleep(1.0)
+    start.set()
+    seen: list[int] = []
+    if follow is not None:
+        while True:
+            alive = any(worker.is_alive() for worker in workers)
+            found = follow()
+            seen.extend(found)
+            if not found:
+                if not alive:
+                    break
+                time.sleep(0.001)
+    outcomes = [results.get(timeout=600) for _ in workers]
+    for worker in workers:
+        worker.join()
+        if worker.exitcode != 0:
+            raise SystemExit(f"{kind} writer failed with exit code {worker.exitcode}")
+    total = sum(n for _, _, n in outcomes)
+    wall = max(end for _, end, _ in outcomes) - min(began for began, _, _ in outcomes)
+    note = ""
+    if follow is not None:
+        gap_free = seen == list(range(1, total + 1))
+        note = "reader saw every event in order" if gap_free else "READER SKIPPED EVENTS"
+    return total / wall, note
+
+
+def fresh_pg(admin: str, name: str) -> str:
+    dsn = make_url(admin).set(drivername="postgresql").render_as_string(hide_password=False)
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+        conn.execute(f'CREATE DATABASE "{name}"')
+    return (
+        make_url(admin)
+        .set(drivername="postgresql+psycopg", database=name)
+        .render_as_string(hide_password=False)
+    )
+
+
+def row(label: str, value: float, unit: str, anchor: float | None = None, note: str = "") -> None:
+    ratio = f"{value / anchor:5.2f}x eventsourcing" if anchor else ""
+    print(f"  {label:<52} {value:>12,.0f} {unit:<9} {ratio:<22} {note}")
+
+
+def append_suite(backend: str, make_target: Callable[[str], str], appends: int) -> None:
+    print(f"\n{backend}: single-event transactional appends (events/s)")
+    variants = [("tickwork", "NORMAL")]
+    if backend == "SQLite":
+        variants.append(("tickwork", "FULL"))
+    for processes in (1, 4):
+        es_rate, _ = appends_per_second(
+            "eventsourcing", make_target("es"), processes, appends // processes
+        )
+        row(f"eventsourcing, {processes} process(es)", es_rate, "events/s")
+        for kind, synchronous in variants:
+            target = make_target(f"tw-{synchronous}-{processes}")
+            reader = Tickwork(target) if processes > 1 else None
+            follow = None
+            if reader is not None:
+                cursor = [0]
+
+                def follow(reader: Tickwork = reader, cursor: list[int] = cursor) -> list[int]:
+                    found = reader.positions_after(cursor[0])
+                    if found:
+                        cursor[0] = found[-1]
+                    return found
+
+            rate, note = appends_per_second(
+                kind,
+                target,
+                processes,
+                appends // processes,
+                synchronous=synchronous,
+                follow=follow,
+            )
+            label = f"tickwork, {processes} process(es)"
+            if backend == "SQLite":
+                label += f", synchronous={synchronous}"
+            row(label, rate, "events/s", es_rate, note)
+            if reader is not None:
+                reader.close()
+
+    print(f"\n{backend}: batch appends of 100 events, 1 process (events/s)")
+    es_rate, _ = appends_per_second("eventsourcing", make_target("es-batch"), 1, appends * 4, 100)
+    row("eventsourcing", es_rate, "events/s")
+    rate, _ = appends_per_second("tickwork", make_target("tw-batch"), 1, appends * 4, 100)
+    row("tickwork", rate, "events/s", es_rate)
+
+    print(f"\n{backend}: read_all in pages of 1000, 1 process (events/s)")
+    for kind, name in (("eventsourcing", "es-batch"), ("tickwork", "tw-batch")):
+        system = open_system(kind, make_target(name), "NORMAL")
+        began = time.perf_counter()
+        count = system.read_all()
+        rate = count / (time.perf_counter() - began)
+        system.close()
+        if kind == "eventsourcing":
+            es_read = rate
+            row(f"eventsourcing ({count:,} events)", rate, "events/s")
+        else:
+            row(f"tickwork ({count:,} events, typed records)", rate, "events/s", es_read)
+
+
+def load_budget_spent(url: str, count: int) -> None:
+    """Load a month of spend in time order, as a store fills.
+
+    20 levels, 4 models (one tiered, one unpriced), prompt sizes up to 300k tokens.
+    """
+    store = open_store(url)
+    rng = random.Random(7)
+    levels = [f"level{i}" for i in range(20)]
+    models = ["gpt-4o-mini", "claude-sonnet-4-5", "gemini-2.5-pro", "local-qwen"]
+    chunks = count // 2000
+    for chunk in range(chunks):
+        day = 1 + chunk * 30 // chunks
+        events = [
+            NewEvent(
+                uuid.uuid4(),
+                "BudgetSpent",
+                1,
+                {
+                    **PAYLOAD,
+                    "occurred_at": f"2026-11-{day:02d}T12:00:00Z",
+                    "level": rng.choice(levels),
+                    "model": rng.choice(models),
+                    "prompt_tokens": rng.randint(100, 300_000),
+                    "completion_tokens": rng.randint(1, 4000),
+                    "estimated": rng.random() < 0.01,
+                },
+            )
+            for _ in range(2000)
+        ]
+        store.append(f"load-{chunk}", events, ANY)
+    store.close()
+
+
+def rebuild_suite(backend: str, url: str, count: int) -> None:
+    print(f"\n{backend}: spend projection over {count:,} BudgetSpent events")
+    began = time.perf_counter()
+    load_budget_spent(url, count)
+    print(f"  (loaded in {time.perf_counter() - began:.1f} s)")
+    store = open_store(url)
+    prices = PriceBook()
+    projector = projector_for(store, prices)
+    timings = []
+    for _ in range(3):
+        began = time.perf_counter()
+        projector.rebuild("spend")
+        timings.append(time.perf_counter() - began)
+    print(f"  {'rebuild from position 0 (median of 3)':<52} {statistics.median(timings):>12.2f} s")
+    queries = []
+    with store.read_transaction() as conn:
+        spend_report(conn, prices, by=["level", "day"], levels=["level3"])
+        for i in range(200):
+            began = time.perf_counter()
+            spend_report(conn, prices, by=["level", "day"], levels=[f"level{i % 20}"])
+            queries.append(time.perf_counter() - began)
+    print(
+        f"  {'spend query by level and day (median / p99 of 200)':<52} "
+        f"{statistics.median(queries) * 1000:>12.2f} ms  "
+        f"p99 {sorted(queries)[197] * 1000:.2f} ms"
+    )
+    store.close()
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--appends", type=int, default=5000, help="single appends per run")
+    parser.add_argument("--rebuild", type=int, default=1_000_000, help="events for the rebuild")
+    parser.add_argument("--pg-url", default="postgresql://postgres@127.0.0.1:5432/test")
+    parser.add_argument("--no-postgres", action="store_true")
+    args = parser.parse_args()
+
+    print(
+        f"machine: {platform.node()} {platform.machine()}, {os.cpu_count()} cores, "
+        f"Python {platform.python_version()}, {platform.platform()}"
+    )
+    with tempfile.TemporaryDirectory() as folder:
+
+        def sqlite_target(name: str) -> str:
+            path = Path(folder) / f"{name}.db"
+            return f"sqlite:{path}" if name.startswith("es") else f"sqlite:///{path}"
+
+        append_suite("SQLite", sqlite_target, args.appends)
+        if not args.no_postgres:
+            created: dict[str, str] = {}
+
+            def pg_target(name: str) -> str:
+                if name not in created:
+                    created[name] = fresh_pg(args.pg_url, f"bench_{name}".replace("-", "_"))
+                    if not name.startswith("es"):
+                        migrate_store(created[name])
+                return created[name]
+
+            append_suite("PostgreSQL", pg_target, args.appends)
+        rebuild_suite("SQLite", f"sqlite:///{folder}/rebuild.db", args.rebuild)
+        if not args.no_postgres:
+            rebuild_url = fresh_pg(args.pg_url, "bench_rebuild")
+            migrate_store(rebuild_url)
+            rebuild_suite("PostgreSQL", rebuild_url, args.rebuild)
+
+
+if __name__ == "__main__":
+    main()

@@ -47,6 +47,19 @@ class PathsConfig(_Strict):
     spool: Path = HOME / "spool"
 
 
+class RagConfig(_Strict):
+    folder: Path | None = None
+    """Markdown and text files that `tickwork rag index` indexes."""
+    index: Path = HOME / "rag.db"
+    k: Annotated[int, Field(ge=1, le=5)] = 5
+    timeout_seconds: Annotated[float, Field(gt=0, le=20)] = 20.0
+
+
+class RunnerConfig(_Strict):
+    grace_seconds: Annotated[float, Field(ge=0)] = 5.0
+    """After a tick's timeout: SIGTERM to its process group, this long, then SIGKILL."""
+
+
 class PriceOverride(_Strict):
     """USD per million tokens; wins over genai-prices for this exact model id."""
 
@@ -75,7 +88,10 @@ class LevelConfig(_Strict):
     effort: Literal["low", "medium", "high"] | None = None
     timeout_seconds: Annotated[float, Field(gt=0)] = 300
     max_tool_calls: Annotated[int, Field(ge=0)] | None = None
+    """Default 30 (`hour`: 300); TICKWORK_MAX_TOOL_CALLS[_<LEVEL>] in the environment wins."""
     can_shell: bool = False
+    rag: bool = False
+    """Give this level the `rag_lookup` tool over the `[rag]` index."""
 
     @model_validator(mode="after")
     def _one_schedule(self) -> LevelConfig:
@@ -101,6 +117,8 @@ class Settings(BaseSettings):
 
     store: StoreConfig = StoreConfig()
     paths: PathsConfig = PathsConfig()
+    runner: RunnerConfig = RunnerConfig()
+    rag: RagConfig = RagConfig()
     prices: dict[str, PriceOverride] = {}
     levels: dict[str, LevelConfig] = {}
 

@@ -1,0 +1,271 @@
+"""An OpenAI-compatible chat-completions server of tickwork's own, for tests and demos.
+
+Requests are answered from scripts, one queue per tick (the worker sends its tick id in
+`X-Tickwork-Tick`), so parallel ticks can each get their own conversation: text answers,
+tool-call rounds (parallel calls included), HTTP errors, delays and streams cut before the
+usage chunk. Every answer is written to a ledger with the tokens it billed, so a test can
+hold the store's spend against what the upstream charged. Token counts follow a fixed
+rule (a token per 4 characters of the request or answer), so they are reproducible.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import math
+import threading
+import time
+import uuid
+from collections import defaultdict, deque
+from collections.abc import AsyncIterator, Iterator
+from contextlib import contextmanager
+from typing import Any
+
+import orjson
+import uvicorn
+from fastapi import FastAPI, Request
+from fastapi.responses import JSONResponse, Response, StreamingResponse
+from pydantic import BaseModel, ConfigDict, Field
+
+from harness.payload import TICK_HEADER
+
+DEFAULT_TEXT = "All done: nothing needed attention."
+
+
+class ToolCallSpec(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    name: str
+    arguments: dict[str, Any] = Field(default_factory=dict)
+
+
+class Step(BaseModel):
+    """One scripted answer. With neither text nor tool calls, the default text is sent."""
+
+    model_config = ConfigDict(extra="forbid")
+    text: str | None = None
+    tool_calls: list[ToolCallSpec] = Field(default_factory=list)
+    status: int | None = None
+    """Answer with this HTTP error status instead (429, 500, ...)."""
+    delay: float = 0.0
+    """Seconds to wait before answering."""
+    cut_stream: bool = False
+    """Streaming only: send the content, then drop the connection before usage and [DONE]."""
+    omit_usage: bool = False
+
+
+class Script(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    key: str = "default"
+    steps: list[Step]
+
+
+class LedgerEntry(BaseModel):
+    key: str
+    model: str
+    prompt_tokens: int
+    completion_tokens: int
+    usage_reported: bool
+    stream: bool
+    received_at: float
+
+
+def count_tokens(text: str) -> int:
+    return max(1, math.ceil(len(text) / 4))
+
+
+class FakeState:
+    """Scripts, the ledger and request times; shared by the app and in-process tests."""
+
+    def __init__(self) -> None:
+        self.lock = threading.Lock()
+        self.scripts: dict[str, deque[Step]] = defaultdict(deque)
+        self.ledger: list[LedgerEntry] = []
+        self.first_request: dict[str, float] = {}
+
+    def script(self, key: str, steps: list[Step]) -> None:
+        with self.lock:
+            self.scripts[key].extend(steps)
+
+    def next_step(self, key: str) -> Step:
+        with self.lock:
+            self.first_request.setdefault(key, time.time())
+            queue = self.scripts.get(key) or self.scripts.get("default")
+            return queue.popleft() if queue else Step()
+
+    def bill(self, entry: LedgerEntry) -> None:
+        with self.lock:
+            self.ledger.append(entry)
+
+
+def _answer(step: Step) -> tuple[str, list[dict[str, Any]]]:
+    calls = [
+        {
+            "id": f"call_{uuid.uuid4().hex[:12]}",
+            "type": "function",
+            "function": {"name": call.name, "arguments": orjson.dumps(call.arguments).decode()},
+        }
+        for call in step.tool_calls
+    ]
+    text = step.text if step.text is not None else ("" if calls else DEFAULT_TEXT)
+    return text, calls
+
+
+def create_app(state: FakeState | None = None) -> FastAPI:
+    app = FastAPI(title="tickwork fake upstream")
+    app.state.fake = state or FakeState()
+
+    @app.post("/_script")
+    async def add_script(script: Script) -> dict[str, int]:
+        app.state.fake.script(script.key, script.steps)
+        return {"queued": len(script.steps)}
+
+    @app.get("/_ledger")
+    async def ledger() -> list[LedgerEntry]:
+        return list(app.state.fake.ledger)
+
+    @app.get("/v1/models")
+    async def models() -> dict[str, Any]:
+        return {"object": "list", "data": [{"id": "fake-model", "object": "model"}]}
+
+    @app.post("/v1/chat/completions")
+    async def chat(request: Request) -> Response:
+        fake: FakeState = app.state.fake
+        body = await request.json()
+        key = request.headers.get(TICK_HEADER, "default")
+        step = fake.next_step(key)
+        if step.delay:
+            await asyncio.sleep(step.delay)
+        if step.status:
+            return JSONResponse(
+                {"error": {"message": f"scripted status {step.status}", "type": "fake"}},
+                status_code=step.status,
+            )
+        text, calls = _answer(step)
+        model = str(body.get("model", "fake-model"))
+        prompt_chars = orjson.dumps([body.get("messages"), body.get("tools")]).decode()
+        usage = {
+            "prompt_tokens": count_tokens(prompt_chars),
+            "completion_tokens": count_tokens(text + orjson.dumps(calls).decode()),
+        }
+        usage["total_tokens"] = usage["prompt_tokens"] + usage["completion_tokens"]
+        stream = bool(body.get("stream"))
+        include_usage = not stream or bool((body.get("stream_options") or {}).get("include_usage"))
+        reported = include_usage and not step.omit_usage and not step.cut_stream
+        fake.bill(
+            LedgerEntry(
+                key=key,
+                model=model,
+                prompt_tokens=usage["prompt_tokens"],
+                completion_tokens=usage["completion_tokens"],
+                usage_reported=reported,
+                stream=stream,
+                received_at=time.time(),
+            )
+        )
+        finish = "tool_calls" if calls else "stop"
+        if not stream:
+            message: dict[str, Any] = {"role": "assistant", "content": text or None}
+            if calls:
+                message["tool_calls"] = calls
+            completion: dict[str, Any] = {
+                "id": f"chatcmpl-{uuid.uuid4().hex[:12]}",
+                "object": "chat.completion",
+                "created": int(time.time()),
+                "model": model,
+                "choices": [{"index": 0, "message": message, "finish_reason": finish}],
+            }
+            if reported:
+                completion["usage"] = usage
+            return JSONResponse(completion)
+        return StreamingResponse(
+            _stream(model, text, calls, finish, usage if reported else None, step.cut_stream),
+            media_type="text/event-stream",
+        )
+
+    return app
+
+
+async def _stream(
+    model: str,
+    text: str,
+    calls: list[dict[str, Any]],
+    finish: str,
+    usage: dict[str, int] | None,
+    cut: bool,
+) -> AsyncIterator[bytes]:
+    ident = f"chatcmpl-{uuid.uuid4().hex[:12]}"
+
+    def chunk(delta: dict[str, Any], finish_reason: str | None = None) -> bytes:
+        body = {
+            "id": ident,
+            "object": "chat.completion.chunk",
+            "created": int(time.time()),
+            "model": model,
+            "choices": [{"index": 0, "delta": delta, "finish_reason": finish_reason}],
+        }
+        return b"data: " + orjson.dumps(body) + b"\n\n"
+
+    yield chunk({"role": "assistant", "content": ""})
+    for start in range(0, len(text), 16):
+        yield chunk({"content": text[start : start + 16]})
+    for index, call in enumerate(calls):
+        yield chunk({"tool_calls": [{"index": index, **call}]})
+    if cut:
+        await asyncio.sleep(0.05)
+        raise ConnectionAbortedError("scripted cut before the usage chunk")
+    yield chunk({}, finish)
+    if usage is not None:
+        body = {
+            "id": ident,
+            "object": "chat.completion.chunk",
+            "created": int(time.time()),
+            "model": model,
+            "choices": [],
+            "usage": usage,
+        }
+        yield b"data: " + orjson.dumps(body) + b"\n\n"
+    yield b"data: [DONE]\n\n"
+
+
+class FakeUpstream:
+    """The fake server on a real socket, in a background thread of this process."""
+
+    def __init__(self, host: str = "127.0.0.1", port: int = 0) -> None:
+        self.state = FakeState()
+        config = uvicorn.Config(
+            create_app(self.state), host=host, port=port, log_level="warning", lifespan="off"
+        )
+        self._server = uvicorn.Server(config)
+        self._thread = threading.Thread(target=self._server.run, name="fake-llm", daemon=True)
+        self.url = ""
+
+    def start(self) -> FakeUpstream:
+        self._thread.start()
+        deadline = time.monotonic() + 10
+        while not self._server.started:
+            if time.monotonic() > deadline or not self._thread.is_alive():
+                raise RuntimeError("the fake upstream did not start")
+            time.sleep(0.01)
+        host, port = self._server.servers[0].sockets[0].getsockname()[:2]
+        self.url = f"http://{host}:{port}/v1"
+        return self
+
+    def stop(self) -> None:
+        self._server.should_exit = True
+        self._thread.join(5)
+
+    def script(self, key: str, steps: list[Step]) -> None:
+        self.state.script(key, steps)
+
+    @property
+    def ledger(self) -> list[LedgerEntry]:
+        with self.state.lock:
+            return list(self.state.ledger)
+
+
+@contextmanager
+def fake_upstream(port: int = 0) -> Iterator[FakeUpstream]:
+    server = FakeUpstream(port=port).start()
+    try:
+        yield server
+    finally:
+        server.stop()

@@ -1,0 +1,61 @@
+"""The launcher contract: start a worker in its own process group, hand back a handle.
+
+The runner owns everything after the start (deadline, signals, the result file), so a
+launcher only has to give it a process whose group can be signalled as a whole.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import subprocess
+from abc import ABC, abstractmethod
+from dataclasses import dataclass
+from pathlib import Path
+
+import psutil
+
+
+@dataclass
+class TickProcess:
+    """A running tick: its leader's pid is also its process group id."""
+
+    pid: int
+    popen: subprocess.Popen[bytes]
+
+    def wait(self, timeout: float | None) -> int | None:
+        """Exit code, or None if still running after `timeout` seconds."""
+        try:
+            return int(self.popen.wait(timeout))
+        except subprocess.TimeoutExpired:
+            return None
+
+    def signal_group(self, signum: int) -> None:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(self.pid, signum)
+
+    def survivors(self) -> list[int]:
+        """Live processes still in the tick's group (zombies are dead already)."""
+        alive = []
+        for process in psutil.process_iter(["pid", "status"]):
+            try:
+                if os.getpgid(process.pid) == self.pid and process.status() != psutil.STATUS_ZOMBIE:
+                    alive.append(process.pid)
+            except (ProcessLookupError, psutil.NoSuchProcess, PermissionError):
+                continue
+        return alive
+
+    def kill_group(self) -> None:
+        self.signal_group(signal.SIGKILL)
+
+
+class Launcher(ABC):
+    def start(self, payload_json: bytes, log_path: Path, env: dict[str, str]) -> TickProcess:
+        """Start a worker with the payload on its stdin and its output in `log_path`."""
+        log_path.parent.mkdir(parents=True, exist_ok=True)
+        return self._start(payload_json, log_path, env)
+
+    @abstractmethod
+    def _start(self, payload_json: bytes, log_path: Path, env: dict[str, str]) -> TickProcess:
+        """Do the start; the process must lead a new session (and so a new group)."""

@@ -1,0 +1,32 @@
+"""Cold start: a fresh `python -m workers.llm_worker` per tick (1.5 to 2 s of imports)."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+from harness.launchers.base import Launcher, TickProcess
+
+WORKER_MODULE = "workers.llm_worker"
+
+
+class ColdLauncher(Launcher):
+    def _start(self, payload_json: bytes, log_path: Path, env: dict[str, str]) -> TickProcess:
+        with open(log_path, "ab") as log:
+            popen = subprocess.Popen(
+                [sys.executable, "-m", WORKER_MODULE],
+                stdin=subprocess.PIPE,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                env=env,
+                start_new_session=True,
+                close_fds=True,
+            )
+        assert popen.stdin is not None
+        try:
+            popen.stdin.write(payload_json)
+            popen.stdin.close()
+        except BrokenPipeError:
+            pass  # the worker died at once; its exit code and log tell why
+        return TickProcess(popen.pid, popen)

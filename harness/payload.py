@@ -1,0 +1,46 @@
+"""The tick payload: everything a worker needs, sent on its stdin as JSON.
+
+It holds no secrets: API keys reach the worker through its environment only, so the
+payload can be logged, stored and shown to an operator as it is.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated, Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+TICK_HEADER = "x-tickwork-tick"
+"""Sent with every model request, so an upstream (or the fake one) can tell ticks apart."""
+
+
+class RagSettings(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    enabled: bool = False
+    index_path: Path | None = None
+    k: Annotated[int, Field(ge=1, le=5)] = 5
+    timeout_seconds: Annotated[float, Field(gt=0, le=20)] = 20.0
+
+
+class TickPayload(BaseModel):
+    """What the runner tells a worker; validated strictly on both sides."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    version: Literal[1] = 1
+    tick_id: Annotated[str, Field(min_length=1, max_length=200)]
+    level: Annotated[str, Field(min_length=1, max_length=100)]
+    prompt: str
+    instructions: str = ""
+    model: Annotated[str, Field(min_length=1)]
+    effort: Literal["low", "medium", "high"] | None = None
+    max_tool_calls: Annotated[int, Field(ge=0)]
+    can_shell: bool = False
+    rag: RagSettings = RagSettings()
+    result_path: Path
+    store_url: str
+    sqlite_synchronous: Literal["NORMAL", "FULL"] = "NORMAL"
+    spool_dir: Path
+    model_timeout_seconds: Annotated[float, Field(gt=0)] = 120.0

@@ -1,0 +1,90 @@
+"""The tick result file: the worker's only channel back to the runner (stdout is never read).
+
+Written atomically (temp file in the same folder, fsync, rename, fsync of the folder) with
+mode 0600, so the runner sees either no file or a whole one, and other users see neither.
+"""
+
+from __future__ import annotations
+
+import os
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field, NonNegativeInt, ValidationError
+
+FailureClass = Literal["infrastructure", "content", "internal"]
+
+
+class _Model(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+class ResultUsage(_Model):
+    prompt_tokens: NonNegativeInt = 0
+    completion_tokens: NonNegativeInt = 0
+    model_calls: NonNegativeInt = 0
+    estimated_calls: NonNegativeInt = 0
+
+
+class ResultToolCalls(_Model):
+    executed: NonNegativeInt = 0
+    cancelled: NonNegativeInt = 0
+
+
+class ResultError(_Model):
+    type: str
+    message: str
+    failure_class: FailureClass = "internal"
+    traceback_tail: str = ""
+
+
+class TickResult(_Model):
+    version: Literal[1] = 1
+    tick_id: str
+    ok: bool
+    text: str = ""
+    stop_reason: str | None = None
+    usage: ResultUsage = ResultUsage()
+    tool_calls: ResultToolCalls = ResultToolCalls()
+    error: ResultError | None = None
+    finished_at: datetime = Field(default_factory=lambda: datetime.now(UTC))
+
+
+class ResultFileError(Exception):
+    """The result file is missing or cannot be used; the message says which and why."""
+
+
+def write_result(path: Path, result: TickResult) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    temporary = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    data = result.model_dump_json(indent=2).encode()
+    fd = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    try:
+        os.write(fd, data)
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+    os.replace(temporary, path)
+    folder = os.open(path.parent, os.O_RDONLY)
+    try:
+        os.fsync(folder)
+    finally:
+        os.close(folder)
+
+
+def read_result(path: Path) -> TickResult:
+    try:
+        raw = path.read_bytes()
+    except FileNotFoundError:
+        raise ResultFileError(f"result file {path} is missing") from None
+    except OSError as exc:
+        raise ResultFileError(f"result file {path} cannot be read: {exc.strerror}") from exc
+    try:
+        return TickResult.model_validate_json(raw)
+    except ValidationError as exc:
+        first = exc.errors()[0]
+        where = ".".join(str(part) for part in first["loc"]) or "(document)"
+        raise ResultFileError(
+            f"result file {path} is corrupt: {where}: {first['msg']} ({exc.error_count()} error(s))"
+        ) from exc

@@ -1,0 +1,241 @@
+"""The runner owns a tick's life: payload, launch, deadline, kill, and its one terminal event.
+
+Every tick stream ends in exactly one terminal event, whatever the worker did: the runner
+decides it from the clock and the result file alone (a missing or corrupt file is a
+failure with that reason). At the deadline the whole process group gets SIGTERM, a grace
+period, then SIGKILL, and the runner checks that no process of the group is left.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import time
+import uuid
+from collections.abc import Mapping
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from pathlib import Path
+
+from harness.config import LevelConfig, Settings
+from harness.events import (
+    TickCompleted,
+    TickEvent,
+    TickFailed,
+    TickScheduled,
+    TickStarted,
+    TickTimedOut,
+)
+from harness.launchers import ColdLauncher, Launcher, TickProcess
+from harness.payload import RagSettings, TickPayload
+from harness.result import ResultFileError, TickResult, read_result
+from harness.store import Spool, SqlEventStore, append_or_spool
+
+DEFAULT_TOOL_BUDGETS = {"min": 30, "hour": 300}
+FALLBACK_TOOL_BUDGET = 30
+STDERR_TAIL_BYTES = 2000
+
+
+class TickSetupError(Exception):
+    """The tick cannot be started as asked (unknown level, no model, bad override)."""
+
+
+def tool_budget(level: str, config: LevelConfig, env: Mapping[str, str]) -> int:
+    """`TICKWORK_MAX_TOOL_CALLS_<LEVEL>` > `TICKWORK_MAX_TOOL_CALLS` > config > default."""
+    for name in (f"TICKWORK_MAX_TOOL_CALLS_{level.upper()}", "TICKWORK_MAX_TOOL_CALLS"):
+        if name in env:
+            try:
+                value = int(env[name])
+            except ValueError:
+                raise TickSetupError(f"{name}={env[name]!r} is not a whole number") from None
+            if value < 0:
+                raise TickSetupError(f"{name}={value} must not be negative")
+            return value
+    if config.max_tool_calls is not None:
+        return config.max_tool_calls
+    return DEFAULT_TOOL_BUDGETS.get(level, FALLBACK_TOOL_BUDGET)
+
+
+def new_tick_id(level: str) -> str:
+    return f"{level}-{datetime.now(UTC):%Y%m%dT%H%M%S}-{uuid.uuid4().hex[:8]}"
+
+
+@dataclass(frozen=True)
+class PreparedTick:
+    payload: TickPayload
+    timeout: float
+    log_path: Path
+
+
+@dataclass(frozen=True)
+class TickOutcome:
+    tick_id: str
+    level: str
+    status: str
+    """completed, failed or timed_out."""
+    reason: str | None
+    result: TickResult | None
+    result_path: Path
+    log_path: Path
+
+
+class Runner:
+    def __init__(
+        self,
+        settings: Settings,
+        store: SqlEventStore | None,
+        launcher: Launcher | None = None,
+        env: Mapping[str, str] | None = None,
+    ) -> None:
+        self.settings = settings
+        self.store = store
+        self.launcher = launcher or ColdLauncher()
+        self.env = dict(os.environ if env is None else env)
+        self.spool = Spool(settings.paths.spool)
+
+    def prepare(
+        self,
+        level: str,
+        prompt: str | None = None,
+        timeout: float | None = None,
+        tick_id: str | None = None,
+    ) -> PreparedTick:
+        config = self.settings.levels.get(level)
+        if config is None:
+            known = ", ".join(self.settings.levels) or "none"
+            raise TickSetupError(f"no level named {level!r} in the configuration (known: {known})")
+        if not config.model:
+            raise TickSetupError(f"levels.{level}.model is not set: a tick needs a model")
+        if timeout is not None and timeout <= 0:
+            raise TickSetupError(f"timeout must be positive, not {timeout}")
+        tick_id = tick_id or new_tick_id(level)
+        folder = self.settings.paths.results / level / datetime.now(UTC).strftime("%Y-%m-%d")
+        rag_on = config.rag and self.env.get("TICKWORK_RAG_DISABLED", "") not in ("1", "true")
+        payload = TickPayload(
+            tick_id=tick_id,
+            level=level,
+            prompt=prompt if prompt is not None else config.prompt,
+            instructions=config.instructions,
+            model=config.model,
+            effort=config.effort,
+            max_tool_calls=tool_budget(level, config, self.env),
+            can_shell=config.can_shell,
+            rag=RagSettings(
+                enabled=rag_on,
+                index_path=self.settings.rag.index.absolute(),
+                k=self.settings.rag.k,
+                timeout_seconds=self.settings.rag.timeout_seconds,
+            ),
+            result_path=(folder / f"{tick_id}.json").absolute(),
+            store_url=self.settings.store.url,
+            sqlite_synchronous=self.settings.store.sqlite_synchronous,
+            spool_dir=self.settings.paths.spool.absolute(),
+        )
+        return PreparedTick(
+            payload, timeout or config.timeout_seconds, (folder / f"{tick_id}.log").absolute()
+        )
+
+    def run(self, tick: PreparedTick) -> TickOutcome:
+        """Run a prepared tick to its end; returns how it ended (already recorded)."""
+        payload = tick.payload
+        self._record(
+            TickScheduled(tick_id=payload.tick_id, level=payload.level, model=payload.model)
+        )
+        process = self.launcher.start(payload.model_dump_json().encode(), tick.log_path, self.env)
+        self._record(
+            TickStarted(
+                tick_id=payload.tick_id,
+                level=payload.level,
+                pid=process.pid,
+                host=socket.gethostname(),
+            )
+        )
+        exit_code = process.wait(tick.timeout)
+        timed_out = exit_code is None
+        if timed_out:
+            process.signal_group(signal.SIGTERM)
+            if process.wait(self.settings.runner.grace_seconds) is None:
+                process.kill_group()
+                process.wait(None)
+        self._leave_no_survivor(process)
+        terminal = self._terminal(tick, exit_code, timed_out)
+        self._record(terminal)
+        return _outcome(tick, terminal)
+
+    def _terminal(self, tick: PreparedTick, exit_code: int | None, timed_out: bool) -> TickEvent:
+        payload = tick.payload
+        ids = {"tick_id": payload.tick_id, "level": payload.level}
+        path = str(payload.result_path)
+        if timed_out:
+            return TickTimedOut(**ids, timeout_seconds=tick.timeout, result_path=path)
+        try:
+            result = read_result(payload.result_path)
+        except ResultFileError as exc:
+            reason = f"{exc} (worker exit code {exit_code})"
+            return TickFailed(**ids, reason=reason, stderr_tail=_tail(tick.log_path))
+        if result.tick_id != payload.tick_id:
+            reason = f"result file {path} belongs to tick {result.tick_id!r}"
+            return TickFailed(**ids, reason=reason, result_path=path)
+        if result.ok:
+            return TickCompleted(
+                **ids,
+                result_path=path,
+                stop_reason=result.stop_reason,
+                prompt_tokens=result.usage.prompt_tokens,
+                completion_tokens=result.usage.completion_tokens,
+                model_calls=result.usage.model_calls,
+                tool_calls=result.tool_calls.executed,
+                tool_calls_cancelled=result.tool_calls.cancelled,
+            )
+        error = result.error
+        return TickFailed(
+            **ids,
+            reason=f"{error.type}: {error.message}" if error else "worker reported failure",
+            failure_class=error.failure_class if error else "internal",
+            stderr_tail=_tail(tick.log_path),
+            result_path=path,
+        )
+
+    def _leave_no_survivor(self, process: TickProcess) -> None:
+        """Kill whatever the worker left in its group (a shell tool's child, say)."""
+        deadline = time.monotonic() + 5
+        while process.survivors():
+            process.kill_group()
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"process group {process.pid} survives SIGKILL")
+            time.sleep(0.02)
+
+    def _record(self, event: TickEvent) -> None:
+        append_or_spool(self.store, self.spool, event.stream_id, [event.to_record()])
+
+
+def _tail(path: Path) -> str:
+    try:
+        with open(path, "rb") as log:
+            log.seek(max(0, os.path.getsize(path) - STDERR_TAIL_BYTES))
+            return log.read().decode(errors="replace")
+    except OSError:
+        return ""
+
+
+def _outcome(tick: PreparedTick, terminal: TickEvent) -> TickOutcome:
+    status = {"TickCompleted": "completed", "TickTimedOut": "timed_out"}.get(
+        terminal.type, "failed"
+    )
+    result = None
+    if isinstance(terminal, TickCompleted | TickFailed) and terminal.result_path:
+        try:
+            result = read_result(Path(terminal.result_path))
+        except ResultFileError:
+            result = None
+    reason = terminal.reason if isinstance(terminal, TickFailed) else None
+    return TickOutcome(
+        tick.payload.tick_id,
+        tick.payload.level,
+        status,
+        reason,
+        result,
+        tick.payload.result_path,
+        tick.log_path,
+    )

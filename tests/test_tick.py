@@ -1,0 +1,335 @@
+"""Ticks end to end, against real parts.
+
+Real worker subprocesses, the real Strands SDK, the fake upstream on a real socket, and
+the store the worker writes its spend to the moment it happens.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import psutil
+import pytest
+
+from harness.config import LevelConfig, PathsConfig, RagConfig, RunnerConfig, Settings, StoreConfig
+from harness.fake_llm import FakeUpstream, Step, ToolCallSpec
+from harness.launchers import Launcher, TickProcess
+from harness.rag import build_index
+from harness.result import read_result
+from harness.runner import Runner, TickOutcome, TickSetupError, tool_budget
+from harness.store import SqlEventStore, StoredEvent, open_store
+
+SECRET = "sk-tickwork-test-SECRET-0123456789"
+
+
+@pytest.fixture(scope="module")
+def fake() -> Iterator[FakeUpstream]:
+    server = FakeUpstream().start()
+    yield server
+    server.stop()
+
+
+@pytest.fixture
+def knowledge(tmp_path: Path) -> Path:
+    folder = tmp_path / "notes"
+    folder.mkdir()
+    (folder / "oncall.md").write_text(
+        "# On call\n\nThe pager rotation changes on Mondays.\n\nEscalate database alerts to Ana."
+    )
+    (folder / "deploy.txt").write_text("Deploys freeze on Fridays after 15:00.")
+    return folder
+
+
+def make_settings(tmp_path: Path, **level: object) -> Settings:
+    fields: dict[str, object] = {
+        "every": "1m",
+        "prompt": "Check the pager.",
+        "model": "fake-model",
+        "rag": True,
+        "timeout_seconds": 60,
+    }
+    fields.update(level)
+    return Settings(
+        store=StoreConfig(url=f"sqlite:///{tmp_path}/events.db"),
+        paths=PathsConfig(results=tmp_path / "results", spool=tmp_path / "spool"),
+        rag=RagConfig(index=tmp_path / "rag.db"),
+        runner=RunnerConfig(grace_seconds=1.0),
+        levels={"min": LevelConfig(**fields)},  # type: ignore[arg-type]
+    )
+
+
+class Harness:
+    """A runner wired to the fake upstream, and the store it records into."""
+
+    def __init__(self, tmp_path: Path, fake: FakeUpstream, **level: object) -> None:
+        self.settings = make_settings(tmp_path, **level)
+        self.store = open_store(self.settings.store.url)
+        self.fake = fake
+        env = {
+            **os.environ,
+            "OPENAI_BASE_URL": fake.url,
+            "OPENAI_API_KEY": SECRET,
+        }
+        env.pop("TICKWORK_MAX_TOOL_CALLS", None)
+        self.runner = Runner(self.settings, self.store, env=env)
+
+    def tick(self, steps: list[Step], timeout: float | None = None) -> TickOutcome:
+        prepared = self.runner.prepare("min", timeout=timeout)
+        self.fake.script(prepared.payload.tick_id, steps)
+        return self.runner.run(prepared)
+
+    def events(self, outcome: TickOutcome) -> list[StoredEvent]:
+        return self.store.read_stream(f"tick-{outcome.tick_id}")
+
+
+def live_in_group(pgid: int) -> list[int]:
+    """Processes of the group that still run (a zombie has exited; its parent reaps it)."""
+    alive = []
+    for process in psutil.process_iter():
+        try:
+            if os.getpgid(process.pid) == pgid and process.status() != psutil.STATUS_ZOMBIE:
+                alive.append(process.pid)
+        except (ProcessLookupError, psutil.NoSuchProcess):
+            continue
+    return alive
+
+
+def calls(*names: str) -> Step:
+    return Step(tool_calls=[ToolCallSpec(name=n, arguments={"question": "pager"}) for n in names])
+
+
+def terminal_types(events: list[StoredEvent]) -> list[str]:
+    terminal = {"TickCompleted", "TickFailed", "TickTimedOut", "TickCancelled", "TickLost"}
+    return [e.type for e in events if e.type in terminal]
+
+
+def test_cap_with_parallel_batches_cancels_the_rest_and_ends_with_text(
+    tmp_path: Path, fake: FakeUpstream, knowledge: Path
+) -> None:
+    build_index(knowledge, tmp_path / "rag.db")
+    harness = Harness(tmp_path, fake, max_tool_calls=4)
+    three = calls("rag_lookup", "rag_lookup", "rag_lookup")
+    outcome = harness.tick([three, three, three, Step(text="never asked")])
+
+    assert outcome.status == "completed", outcome.reason
+    assert outcome.result is not None
+    assert outcome.result.tool_calls.executed == 4
+    assert outcome.result.tool_calls.cancelled == 2
+    assert outcome.result.stop_reason == "tool_budget"
+    assert "tool budget of 4 calls" in outcome.result.text
+    events = harness.events(outcome)
+    statuses = [e.data["status"] for e in events if e.type == "ToolCalled"]
+    assert sorted(statuses) == ["cancelled", "cancelled", "ok", "ok", "ok", "ok"]
+    assert sum(e.type == "BudgetSpent" for e in events) == 2
+    assert terminal_types(events) == ["TickCompleted"]
+
+
+def test_store_spend_equals_what_the_upstream_billed_across_ticks(
+    tmp_path: Path, fake: FakeUpstream, knowledge: Path
+) -> None:
+    build_index(knowledge, tmp_path / "rag.db")
+    harness = Harness(tmp_path, fake)
+    scripts = [
+        [calls("rag_lookup"), Step(text="Escalate to Ana.")],
+        [calls("rag_lookup", "rag_lookup"), calls("rag_lookup"), Step(text="Done twice.")],
+        [Step(text="Nothing to do.")],
+    ]
+    outcomes = [harness.tick(steps) for steps in scripts]
+    assert [o.status for o in outcomes] == ["completed"] * 3
+
+    ids = {o.tick_id for o in outcomes}
+    billed = [e for e in fake.ledger if e.key in ids]
+    spent = [e for o in outcomes for e in harness.events(o) if e.type == "BudgetSpent"]
+    assert len(spent) == len(billed) == 6
+    assert not any(e.data["estimated"] for e in spent)
+    assert sum(e.data["prompt_tokens"] for e in spent) == sum(b.prompt_tokens for b in billed)
+    assert sum(e.data["completion_tokens"] for e in spent) == sum(
+        b.completion_tokens for b in billed
+    )
+    rag_answer = read_result(outcomes[0].result_path)
+    assert rag_answer.text == "Escalate to Ana."
+
+
+def test_a_stream_cut_before_usage_is_recorded_once_as_estimated(
+    tmp_path: Path, fake: FakeUpstream
+) -> None:
+    harness = Harness(tmp_path, fake, rag=False)
+    outcome = harness.tick([Step(text="A long answer that never finishes " * 5, cut_stream=True)])
+    events = harness.events(outcome)
+    spent = [e for e in events if e.type == "BudgetSpent"]
+    assert len(spent) == 1
+    assert spent[0].data["estimated"] is True
+    assert spent[0].data["prompt_tokens"] > 0 and spent[0].data["completion_tokens"] > 0
+    assert len(terminal_types(events)) == 1
+
+
+def test_timeout_kills_the_whole_group_and_keeps_the_spend_already_made(
+    tmp_path: Path, fake: FakeUpstream, knowledge: Path
+) -> None:
+    build_index(knowledge, tmp_path / "rag.db")
+    harness = Harness(tmp_path, fake)
+    began = time.monotonic()
+    outcome = harness.tick([calls("rag_lookup"), Step(text="too late", delay=60)], timeout=6)
+    elapsed = time.monotonic() - began
+
+    assert outcome.status == "timed_out"
+    assert elapsed < 6 + 1.0 + 5, "the tick outlived its timeout plus grace"
+    events = harness.events(outcome)
+    spent = [e for e in events if e.type == "BudgetSpent"]
+    assert len(spent) == 1 and spent[0].data["estimated"] is False
+    assert terminal_types(events) == ["TickTimedOut"]
+    started = next(e for e in events if e.type == "TickStarted")
+    assert live_in_group(started.data["pid"]) == []
+
+
+class ScriptLauncher(Launcher):
+    """Starts a stand-in worker (a real process) to test how the runner reads its end."""
+
+    def __init__(self, code: str) -> None:
+        self.code = code
+
+    def _start(self, payload_json: bytes, log_path: Path, env: dict[str, str]) -> TickProcess:
+        with open(log_path, "ab") as log:
+            popen = subprocess.Popen(
+                [sys.executable, "-c", self.code],
+                stdin=subprocess.PIPE,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                start_new_session=True,
+            )
+        assert popen.stdin is not None
+        popen.stdin.write(payload_json)
+        popen.stdin.close()
+        return TickProcess(popen.pid, popen)
+
+
+STUBBORN_CHILD = """
+import json, subprocess, sys, time
+payload = json.loads(sys.stdin.read())
+subprocess.Popen([sys.executable, "-c",
+    "import signal, time; signal.signal(signal.SIGTERM, signal.SIG_IGN); time.sleep(120)"])
+time.sleep(120)
+"""
+
+
+@pytest.mark.parametrize(
+    ("code", "reason"),
+    [
+        ("import sys; sys.stderr.write('boom'); sys.exit(3)", "is missing (worker exit code 3)"),
+        (
+            "import json, sys, pathlib; p = json.loads(sys.stdin.read());"
+            "pathlib.Path(p['result_path']).parent.mkdir(parents=True, exist_ok=True);"
+            "pathlib.Path(p['result_path']).write_text('{\"ok\": tru')",
+            "is corrupt",
+        ),
+    ],
+)
+def test_missing_or_corrupt_result_is_a_failure_with_that_reason(
+    tmp_path: Path, fake: FakeUpstream, code: str, reason: str
+) -> None:
+    harness = Harness(tmp_path, fake)
+    harness.runner.launcher = ScriptLauncher(code)
+    outcome = harness.tick([])
+    assert outcome.status == "failed" and outcome.reason is not None and reason in outcome.reason
+    events = harness.events(outcome)
+    assert terminal_types(events) == ["TickFailed"]
+    if "missing" in reason:
+        assert "boom" in next(e for e in events if e.type == "TickFailed").data["stderr_tail"]
+
+
+def test_a_child_ignoring_sigterm_does_not_outlive_the_grace(
+    tmp_path: Path, fake: FakeUpstream
+) -> None:
+    harness = Harness(tmp_path, fake)
+    harness.runner.launcher = ScriptLauncher(STUBBORN_CHILD)
+    began = time.monotonic()
+    outcome = harness.tick([], timeout=1.5)
+    assert outcome.status == "timed_out"
+    assert time.monotonic() - began < 1.5 + 1.0 + 3
+    started = next(e for e in harness.events(outcome) if e.type == "TickStarted")
+    assert live_in_group(started.data["pid"]) == []
+
+
+def test_a_bad_payload_gets_a_clear_error_result(tmp_path: Path) -> None:
+    result_path = tmp_path / "r.json"
+    bad = {"tick_id": "t-bad", "result_path": str(result_path), "max_tool_calls": -1}
+    worker = subprocess.run(
+        [sys.executable, "-m", "workers.llm_worker"],
+        input=json.dumps(bad).encode(),
+        capture_output=True,
+        timeout=60,
+    )
+    assert worker.returncode == 2
+    assert b"max_tool_calls" in worker.stderr and b"level" in worker.stderr
+    result = read_result(result_path)
+    assert not result.ok and result.error is not None and result.error.type == "PayloadError"
+    assert "max_tool_calls" in result.error.message
+    assert oct(result_path.stat().st_mode & 0o777) == "0o600"
+
+    garbage = subprocess.run(
+        [sys.executable, "-m", "workers.llm_worker"],
+        input=b"not json",
+        capture_output=True,
+        timeout=60,
+    )
+    assert garbage.returncode == 2 and b"invalid tick payload" in garbage.stderr
+
+
+def test_no_api_key_lands_in_store_result_payload_or_log(
+    tmp_path: Path, fake: FakeUpstream, knowledge: Path
+) -> None:
+    build_index(knowledge, tmp_path / "rag.db")
+    harness = Harness(tmp_path, fake)
+    prepared = harness.runner.prepare("min")
+    fake.script(prepared.payload.tick_id, [calls("rag_lookup"), Step(text="ok")])
+    outcome = harness.runner.run(prepared)
+    assert outcome.status == "completed"
+    harness.store.close()
+    assert SECRET not in prepared.payload.model_dump_json()
+    for path in [*tmp_path.rglob("*")]:
+        if path.is_file():
+            assert SECRET.encode() not in path.read_bytes(), f"the API key leaked into {path}"
+
+
+def test_tool_budget_precedence() -> None:
+    config = LevelConfig(every="1m", max_tool_calls=7)
+    assert tool_budget("min", config, {}) == 7
+    assert tool_budget("min", LevelConfig(every="1m"), {}) == 30
+    assert tool_budget("hour", LevelConfig(every="1h"), {}) == 300
+    assert tool_budget("min", config, {"TICKWORK_MAX_TOOL_CALLS": "3"}) == 3
+    env = {"TICKWORK_MAX_TOOL_CALLS": "3", "TICKWORK_MAX_TOOL_CALLS_MIN": "2"}
+    assert tool_budget("min", config, env) == 2
+    with pytest.raises(TickSetupError, match="TICKWORK_MAX_TOOL_CALLS='many'"):
+        tool_budget("min", config, {"TICKWORK_MAX_TOOL_CALLS": "many"})
+
+
+def test_unknown_level_and_missing_model_are_clear_errors(
+    tmp_path: Path, fake: FakeUpstream
+) -> None:
+    harness = Harness(tmp_path, fake, model=None)
+    with pytest.raises(TickSetupError, match="no level named 'hourly'"):
+        harness.runner.prepare("hourly")
+    with pytest.raises(TickSetupError, match=r"levels\.min\.model is not set"):
+        harness.runner.prepare("min")
+
+
+def test_store_unreachable_spools_the_tick_spend(tmp_path: Path, fake: FakeUpstream) -> None:
+    harness = Harness(tmp_path, fake, rag=False)
+    settings = harness.settings.model_copy(
+        update={"store": StoreConfig(url="postgresql://nobody@127.0.0.1:1/down")}
+    )
+    runner = Runner(settings, None, env=harness.runner.env)
+    prepared = runner.prepare("min")
+    fake.script(prepared.payload.tick_id, [Step(text="spooled")])
+    outcome = runner.run(prepared)
+    assert outcome.status == "completed"
+    recovered: SqlEventStore = open_store(harness.settings.store.url, spool=runner.spool)
+    types = [e.type for e in recovered.read_stream(f"tick-{outcome.tick_id}")]
+    assert sorted(types) == sorted(["TickScheduled", "TickStarted", "BudgetSpent", "TickCompleted"])
+    recovered.close()

@@ -1,0 +1,167 @@
+"""Entry point of a tick subprocess: `python -m workers.llm_worker` with the payload on stdin.
+
+It builds one Strands agent under the tick's caps, runs it once, and writes the result
+file the runner chose. Whatever happens, the outcome lands in that file (stdout is never
+read); a payload too broken to name its result file is reported on stderr with exit 2.
+"""
+
+from __future__ import annotations
+
+import logging
+import sys
+import traceback
+from typing import Any
+
+import orjson
+from pydantic import ValidationError
+
+from harness.payload import TickPayload
+from harness.result import (
+    FailureClass,
+    ResultError,
+    ResultToolCalls,
+    ResultUsage,
+    TickResult,
+    write_result,
+)
+
+EXIT_OK, EXIT_FAILED, EXIT_BAD_PAYLOAD = 0, 1, 2
+INFRASTRUCTURE_ERRORS = (
+    "APIConnectionError",
+    "APITimeoutError",
+    "RateLimitError",
+    "InternalServerError",
+    "ModelThrottledException",
+    "RemoteProtocolError",
+    "ReadTimeout",
+    "ConnectError",
+    "StoreUnavailableError",
+)
+
+
+def failure_class(exc: BaseException) -> FailureClass:
+    """Infrastructure failures (upstream down, throttled, cut) are retried by the runner."""
+    seen: BaseException | None = exc
+    while seen is not None:
+        if any(cls.__name__ in INFRASTRUCTURE_ERRORS for cls in type(seen).__mro__):
+            return "infrastructure"
+        status = getattr(seen, "status_code", None)
+        if isinstance(status, int) and (status == 429 or status >= 500):
+            return "infrastructure"
+        seen = seen.__cause__ or seen.__context__
+    return "internal"
+
+
+def _payload_error(raw: bytes, exc: ValidationError) -> int:
+    problems = "; ".join(
+        f"{'.'.join(str(p) for p in err['loc']) or '(payload)'}: {err['msg']}"
+        for err in exc.errors()
+    )
+    message = f"invalid tick payload: {problems}"
+    print(message, file=sys.stderr)
+    try:
+        document: Any = orjson.loads(raw)
+        path, tick_id = document["result_path"], str(document.get("tick_id", "unknown"))
+    except (orjson.JSONDecodeError, KeyError, TypeError):
+        return EXIT_BAD_PAYLOAD
+    from pathlib import Path
+
+    error = ResultError(type="PayloadError", message=message, failure_class="internal")
+    write_result(Path(path), TickResult(tick_id=tick_id, ok=False, error=error))
+    return EXIT_BAD_PAYLOAD
+
+
+def run(payload: TickPayload) -> int:
+    # Imported here: a bad payload is answered without paying for the SDK's import.
+    from strands import Agent
+    from strands.agent.conversation_manager import NullConversationManager
+    from strands.event_loop._retry import ModelRetryStrategy
+
+    from workers.model import build_model
+    from workers.rag_tool import make_rag_lookup
+    from workers.recorder import EventRecorder
+    from workers.spend import SpendMeter
+    from workers.tool_budget import ToolBudget
+    from workers.trace import ToolTrace
+
+    recorder = EventRecorder(payload)
+    model = build_model(payload)
+    budget = ToolBudget(payload.max_tool_calls)
+    spend = SpendMeter(payload, recorder, model)
+    tools: list[Any] = []
+    if payload.rag.enabled:
+        tools.append(make_rag_lookup(payload.rag))
+    if payload.can_shell:
+        from strands.vended_tools import file_editor, shell
+
+        tools += [shell, file_editor]
+    result: TickResult
+    try:
+        agent = Agent(
+            model=model,
+            tools=tools,
+            system_prompt=payload.instructions or None,
+            callback_handler=None,
+            conversation_manager=NullConversationManager(),
+            context_manager=False,
+            hooks=[budget, ToolTrace(payload, recorder), spend],
+            retry_strategy=ModelRetryStrategy(max_attempts=2, initial_delay=1, max_delay=2),
+            name=f"tickwork-{payload.level}",
+        )
+        answer = agent(payload.prompt)
+        text = str(answer).strip()
+        stop_reason = "tool_budget" if budget.exhausted else str(answer.stop_reason)
+        error = None
+        if not text:
+            error = ResultError(
+                type="EmptyText", message="the agent ended without text", failure_class="content"
+            )
+        result = TickResult(
+            tick_id=payload.tick_id,
+            ok=error is None,
+            text=text,
+            stop_reason=stop_reason,
+            error=error,
+        )
+    except Exception as exc:
+        tail = "".join(traceback.format_exception(exc))[-4000:]
+        result = TickResult(
+            tick_id=payload.tick_id,
+            ok=False,
+            stop_reason="error",
+            error=ResultError(
+                type=type(exc).__name__,
+                message=str(exc)[:2000],
+                failure_class=failure_class(exc),
+                traceback_tail=tail,
+            ),
+        )
+    finally:
+        recorder.close()
+    result = result.model_copy(
+        update={
+            "usage": ResultUsage(
+                prompt_tokens=spend.prompt_tokens,
+                completion_tokens=spend.completion_tokens,
+                model_calls=spend.model_calls,
+                estimated_calls=spend.estimated_calls,
+            ),
+            "tool_calls": ResultToolCalls(executed=budget.executed, cancelled=budget.cancelled),
+        }
+    )
+    write_result(payload.result_path, result)
+    return EXIT_OK if result.ok else EXIT_FAILED
+
+
+def main() -> int:
+    logging.basicConfig(level=logging.WARNING, stream=sys.stderr)
+    raw = sys.stdin.buffer.read()
+    try:
+        payload = TickPayload.model_validate_json(raw)
+    except ValidationError as exc:
+        return _payload_error(raw, exc)
+    return run(payload)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

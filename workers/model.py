@@ -1,0 +1,50 @@
+"""The tick's model: Strands' OpenAI-compatible provider on a client the tick owns.
+
+The client has no retries of its own and a bounded timeout, so an unreachable upstream
+fails the tick fast into the runner's retry policy instead of waiting minutes inside it.
+The provider is wrapped to count the characters it streams back, which is what a spend
+estimate needs when the upstream never reports usage (a stream cut before its last chunk).
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import AsyncGenerator
+from typing import Any
+
+import openai
+from strands.models.openai import OpenAIModel
+
+from harness.payload import TICK_HEADER, TickPayload
+
+
+class MeteredOpenAIModel(OpenAIModel):
+    """OpenAIModel that remembers how much text the current call has streamed so far."""
+
+    response_chars = 0
+
+    async def stream(self, *args: Any, **kwargs: Any) -> AsyncGenerator[Any, None]:
+        self.response_chars = 0
+        async for event in super().stream(*args, **kwargs):
+            delta = (
+                event.get("contentBlockDelta", {}).get("delta", {})
+                if isinstance(event, dict)
+                else {}
+            )
+            piece = delta.get("text") or delta.get("toolUse", {}).get("input") or ""
+            self.response_chars += len(piece)
+            yield event
+
+
+def build_model(payload: TickPayload) -> MeteredOpenAIModel:
+    client = openai.AsyncOpenAI(
+        base_url=os.environ.get("OPENAI_BASE_URL") or None,
+        api_key=os.environ.get("OPENAI_API_KEY") or "not-set",
+        timeout=payload.model_timeout_seconds,
+        max_retries=0,
+        default_headers={TICK_HEADER: payload.tick_id},
+    )
+    params: dict[str, Any] = {}
+    if payload.effort is not None:
+        params["reasoning_effort"] = payload.effort
+    return MeteredOpenAIModel(client=client, model_id=payload.model, params=params or None)

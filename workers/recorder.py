@@ -1,0 +1,34 @@
+"""Records a tick's events the moment they happen; the spool takes them if the store cannot."""
+
+from __future__ import annotations
+
+import logging
+
+from harness.events import TickEvent
+from harness.payload import TickPayload
+from harness.store import SqlEventStore, StoreError, append_or_spool, open_store
+from harness.store.spool import Spool
+
+log = logging.getLogger(__name__)
+
+
+class EventRecorder:
+    """A tick never fails because the store is down: what cannot be appended is spooled."""
+
+    def __init__(self, payload: TickPayload) -> None:
+        self.spool = Spool(payload.spool_dir)
+        self.store: SqlEventStore | None
+        try:
+            self.store = open_store(
+                payload.store_url, sqlite_synchronous=payload.sqlite_synchronous, spool=self.spool
+            )
+        except StoreError as exc:
+            log.warning("store unavailable, spooling this tick's events: %s", exc)
+            self.store = None
+
+    def record(self, event: TickEvent) -> None:
+        append_or_spool(self.store, self.spool, event.stream_id, [event.to_record()])
+
+    def close(self) -> None:
+        if self.store is not None:
+            self.store.close()

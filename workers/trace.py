@@ -1,0 +1,37 @@
+"""One `ToolCalled` event per tool call: its name, outcome and duration."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from strands.hooks import AfterToolCallEvent, HookProvider, HookRegistry
+
+from harness.events import ToolCalled
+from harness.payload import TickPayload
+from workers.recorder import EventRecorder
+
+
+class ToolTrace(HookProvider):
+    def __init__(self, payload: TickPayload, recorder: EventRecorder) -> None:
+        self.payload = payload
+        self.recorder = recorder
+
+    def register_hooks(self, registry: HookRegistry, **kwargs: Any) -> None:
+        registry.add_callback(AfterToolCallEvent, self._after_call)
+
+    def _after_call(self, event: AfterToolCallEvent) -> None:
+        if event.cancel_message is not None:
+            status = "cancelled"
+        elif event.exception is not None or event.result.get("status") == "error":
+            status = "error"
+        else:
+            status = "ok"
+        self.recorder.record(
+            ToolCalled(
+                tick_id=self.payload.tick_id,
+                level=self.payload.level,
+                name=event.tool_use["name"],
+                status=status,
+                duration_ms=round((event.duration or 0.0) * 1000, 3),
+            )
+        )

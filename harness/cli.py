@@ -95,7 +95,7 @@ def store_for(config: Settings) -> SqlEventStore:
     try:
         return open_store(
             config.store.url,
-            sqlite_synchronous=config.store.sqlite_synchronous,
+            durability=config.store.durability,
             spool=Spool(config.paths.spool),
         )
     except StoreError as exc:
@@ -300,7 +300,7 @@ def spool_ingest() -> None:
     config = settings()
     spool = Spool(config.paths.spool)
     try:
-        store = open_store(config.store.url, sqlite_synchronous=config.store.sqlite_synchronous)
+        store = open_store(config.store.url, durability=config.store.durability)
     except StoreError as exc:
         raise fail(str(exc)) from exc
     try:

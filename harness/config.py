@@ -17,6 +17,8 @@ from typing import Annotated, Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, SettingsConfigDict
 
+from harness.store.records import Durability
+
 CONFIG_ENV = "TICKWORK_CONFIG"
 CONFIG_FILENAME = "tickwork.toml"
 HOME = Path(".tickwork")
@@ -38,8 +40,8 @@ class _Strict(BaseModel):
 
 class StoreConfig(_Strict):
     url: str = f"sqlite:///./{HOME}/events.db"
-    sqlite_synchronous: Literal["NORMAL", "FULL"] = "NORMAL"
-    """NORMAL (WAL) survives any process crash; FULL survives power loss too (fsync a commit)."""
+    durability: Durability = "process"
+    """`process`: commits survive any process crash; `power`: also power loss (slower)."""
 
 
 class PathsConfig(_Strict):

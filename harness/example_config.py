@@ -9,8 +9,10 @@ EXAMPLE_CONFIG = """\
 # SQLite (embedded, the default) or PostgreSQL for several hosts:
 #   url = "postgresql://tickwork@db.internal/tickwork"   (password: PGPASSWORD or ~/.pgpass)
 url = "sqlite:///./.tickwork/events.db"
-# NORMAL survives any process crash; FULL also survives power loss, at one fsync a commit.
-sqlite_synchronous = "NORMAL"
+# "process": a committed event survives any crash of tickwork's processes; a crash of the
+# machine (or of the PostgreSQL server) may lose the last fraction of a second of appends.
+# "power": survives those too, at one fsync per append (several times fewer appends/s).
+durability = "process"
 
 [paths]
 results = ".tickwork/results"   # tick result files: <results>/<level>/<YYYY-MM-DD>/<tick>.json

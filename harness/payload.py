@@ -41,6 +41,6 @@ class TickPayload(BaseModel):
     rag: RagSettings = RagSettings()
     result_path: Path
     store_url: str
-    sqlite_synchronous: Literal["NORMAL", "FULL"] = "NORMAL"
+    durability: Literal["process", "power"] = "process"
     spool_dir: Path
     model_timeout_seconds: Annotated[float, Field(gt=0)] = 120.0

@@ -129,7 +129,7 @@ class Runner:
             ),
             result_path=(folder / f"{tick_id}.json").absolute(),
             store_url=self.settings.store.url,
-            sqlite_synchronous=self.settings.store.sqlite_synchronous,
+            durability=self.settings.store.durability,
             spool_dir=self.settings.paths.spool.absolute(),
         )
         return PreparedTick(

@@ -32,13 +32,13 @@ def test_the_example_file_is_valid(tmp_path: Path) -> None:
 
 
 def test_environment_wins_over_the_file(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
-    path = write(tmp_path, '[store]\nurl = "sqlite:///file.db"\nsqlite_synchronous = "FULL"\n')
+    path = write(tmp_path, '[store]\nurl = "sqlite:///file.db"\ndurability = "power"\n')
     monkeypatch.setenv("TICKWORK_CONFIG", str(path))
     monkeypatch.setenv("TICKWORK_STORE_URL", "postgresql://db/tickwork")
     monkeypatch.setenv("TICKWORK_MAX_TOOL_CALLS", "5")  # a worker's variable, not config
     settings = load_settings()
     assert settings.store.url == "postgresql://db/tickwork"
-    assert settings.store.sqlite_synchronous == "FULL"
+    assert settings.store.durability == "power"
 
 
 @pytest.mark.parametrize(

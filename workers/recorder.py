@@ -20,7 +20,7 @@ class EventRecorder:
         self.store: SqlEventStore | None
         try:
             self.store = open_store(
-                payload.store_url, sqlite_synchronous=payload.sqlite_synchronous, spool=self.spool
+                payload.store_url, durability=payload.durability, spool=self.spool
             )
         except StoreError as exc:
             log.warning("store unavailable, spooling this tick's events: %s", exc)

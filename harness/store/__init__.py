@@ -10,6 +10,7 @@ from harness.store.records import (
     NO_STREAM,
     AppendResult,
     ConcurrencyError,
+    Durability,
     EventIdConflictError,
     ExpectedVersion,
     NewEvent,
@@ -28,6 +29,7 @@ __all__ = [
     "NO_STREAM",
     "AppendResult",
     "ConcurrencyError",
+    "Durability",
     "EventIdConflictError",
     "EventStore",
     "ExpectedVersion",
@@ -47,14 +49,14 @@ __all__ = [
 
 
 def open_store(
-    url: str, *, sqlite_synchronous: str = "NORMAL", spool: Spool | None = None
+    url: str, *, durability: Durability = "process", spool: Spool | None = None
 ) -> SqlEventStore:
     """Open the store, migrating an embedded SQLite store, then ingest any spooled events.
 
     A PostgreSQL store is shared by several hosts and is migrated only on purpose
     (`tickwork migrate`): opening one whose schema lags raises SchemaError.
     """
-    engine = create_store_engine(url, sqlite_synchronous=sqlite_synchronous)
+    engine = create_store_engine(url, durability=durability)
     with translate_errors():
         revision = current_revision(engine)
         if revision != HEAD_REVISION:

@@ -14,13 +14,16 @@ import orjson
 import sqlalchemy as sa
 from sqlalchemy.engine import URL, Engine, make_url
 
-from harness.store.records import StoreUnavailableError
+from harness.store.records import Durability, StoreUnavailableError
 
 BEGIN_MODE = "tickwork_sqlite_begin"
 """Execution option naming how a SQLite transaction begins (DEFERRED or IMMEDIATE)."""
 
 SQLITE_BUSY_TIMEOUT_MS = 30_000
 SQLITE_CACHE_KIB = 65_536
+SQLITE_SYNCHRONOUS = {"process": "NORMAL", "power": "FULL"}
+DURABILITY = "tickwork_durability"
+"""Engine-wide execution option read by the writer (PostgreSQL's synchronous_commit)."""
 
 
 def _json_dumps(value: Any) -> str:
@@ -52,12 +55,13 @@ def sqlite_path(url: URL) -> Path | None:
     return Path(url.database)
 
 
-def create_store_engine(url: str, *, sqlite_synchronous: str = "NORMAL") -> Engine:
+def create_store_engine(url: str, *, durability: Durability = "process") -> Engine:
     """An engine configured for the event store's concurrency model."""
     parsed = normalize_url(url)
     common: dict[str, Any] = {"json_serializer": _json_dumps, "json_deserializer": orjson.loads}
     if parsed.get_backend_name() == "postgresql":
-        return sa.create_engine(parsed, pool_size=2, max_overflow=4, **common)
+        engine = sa.create_engine(parsed, pool_size=2, max_overflow=4, **common)
+        return engine.execution_options(**{DURABILITY: durability})
 
     path = sqlite_path(parsed)
     if path is not None:
@@ -78,7 +82,7 @@ def create_store_engine(url: str, *, sqlite_synchronous: str = "NORMAL") -> Engi
         cursor = dbapi_connection.cursor()
         cursor.execute(f"PRAGMA busy_timeout = {SQLITE_BUSY_TIMEOUT_MS}")
         cursor.execute("PRAGMA journal_mode = WAL")
-        cursor.execute(f"PRAGMA synchronous = {sqlite_synchronous}")
+        cursor.execute(f"PRAGMA synchronous = {SQLITE_SYNCHRONOUS[durability]}")
         # The event-id index takes random keys: with SQLite's 2 MiB default page cache a
         # store of millions of events thrashes on every append. Pages are allocated on use.
         cursor.execute(f"PRAGMA cache_size = -{SQLITE_CACHE_KIB}")

@@ -9,8 +9,18 @@ from __future__ import annotations
 import enum
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import Any
+from typing import Any, Literal
 from uuid import UUID
+
+Durability = Literal["process", "power"]
+"""What a committed append survives.
+
+`process`: any crash of tickwork's own processes (a tick killed with SIGKILL loses nothing
+it committed). SQLite in WAL with `synchronous=NORMAL`; PostgreSQL appends with
+`synchronous_commit=off`, so a crash of the database server or the machine may lose the
+last fraction of a second of appends (never reorder or corrupt them). `power`: survives
+those too, at one fsync per append, which serialized appends cannot share.
+"""
 
 
 class StreamState(enum.Enum):

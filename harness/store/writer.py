@@ -9,6 +9,7 @@ a connection it keeps, under a lock, for the life of the store.
 
 from __future__ import annotations
 
+import contextlib
 import threading
 from collections.abc import Callable, Sequence
 from datetime import UTC, datetime
@@ -16,6 +17,7 @@ from typing import Any
 
 from sqlalchemy.engine import Engine
 
+from harness.store.engine import DURABILITY
 from harness.store.records import (
     ANY,
     NO_STREAM,
@@ -60,6 +62,7 @@ class Writer:
         self._lock = threading.Lock()
         self._connection: Any = None
         self._postgres = engine.dialect.name == "postgresql"
+        self._async_commit = engine.get_execution_options().get(DURABILITY) == "process"
         self._mark: Callable[[str], str] = ("%({})s" if self._postgres else ":{}").format
         self._statements: dict[int, str] = {}
         dialect = engine.dialect
@@ -119,7 +122,7 @@ class Writer:
         with self._lock:
             try:
                 if self._connection is None:
-                    self._connection = self._engine.raw_connection()
+                    self._connection = self._open()
                 if self._postgres:
                     rows = self._append_postgres(statement, parameters)
                 else:
@@ -137,6 +140,19 @@ class Writer:
             raise Refused
         return tuple(sorted(row[0] for row in rows)), max(row[1] for row in rows)
 
+    def _open(self) -> Any:
+        """Open a connection of the writer's own, taken out of the pool for good.
+
+        On PostgreSQL it runs in autocommit with explicit BEGIN/COMMIT, which pooled
+        connections must never inherit.
+        """
+        pooled = self._engine.raw_connection()
+        pooled.detach()
+        connection: Any = pooled.dbapi_connection
+        if self._postgres:
+            connection.autocommit = True
+        return connection
+
     def _append_sqlite(self, statement: str, parameters: dict[str, Any]) -> list[Any]:
         cursor = self._connection.cursor()
         try:
@@ -151,21 +167,25 @@ class Writer:
             cursor.close()
 
     def _append_postgres(self, statement: str, parameters: dict[str, Any]) -> list[Any]:
-        connection = self._connection.driver_connection
+        # One pipeline, one round trip: the table lock is held for the insert and the
+        # commit only, never while a network reply travels back to this process.
+        connection = self._connection
         with connection.pipeline():
+            connection.execute("BEGIN")
+            if self._async_commit:
+                connection.execute("SET LOCAL synchronous_commit = off")
             connection.execute("LOCK TABLE events IN EXCLUSIVE MODE")
             cursor = connection.execute(statement, parameters)
-            connection.commit()  # a mismatch inserted nothing: committing it is harmless
+            connection.execute("COMMIT")  # a mismatch inserted nothing: committing is harmless
         rows: list[Any] = cursor.fetchall()
         return rows
 
     def _discard(self) -> None:
         """Drop a connection in an unknown state; the next append opens a fresh one."""
         if self._connection is not None:
-            try:
-                self._connection.invalidate()
-            finally:
-                self._connection = None
+            with contextlib.suppress(Exception):
+                self._connection.close()
+            self._connection = None
 
     def close(self) -> None:
         with self._lock:

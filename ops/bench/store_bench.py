@@ -30,7 +30,7 @@ from sqlalchemy.engine import make_url
 
 from harness.prices import PriceBook
 from harness.projections import projector_for, spend_report
-from harness.store import ANY, NewEvent, migrate_store, open_store
+from harness.store import ANY, Durability, NewEvent, migrate_store, open_store
 
 PAYLOAD = {
     "occurred_at": "2026-11-30T02:14:50.788909Z",
@@ -50,8 +50,8 @@ PAYLOAD = {
 
 
 class Tickwork:
-    def __init__(self, url: str, synchronous: str = "NORMAL") -> None:
-        self.store = open_store(url, sqlite_synchronous=synchronous)
+    def __init__(self, url: str, durability: Durability = "process") -> None:
+        self.store = open_store(url, durability=durability)
 
     def append(self, stream: int, version: int, count: int = 1) -> None:
         events = [NewEvent(uuid.uuid4(), "BudgetSpent", 1, PAYLOAD) for _ in range(count)]
@@ -116,10 +116,10 @@ class EventSourcing:
 
 
 def open_system(
-    kind: str, target: str, synchronous: str, create: bool = True
+    kind: str, target: str, durability: Durability, create: bool = True
 ) -> Tickwork | EventSourcing:
     if kind == "tickwork":
-        return Tickwork(target, synchronous)
+        return Tickwork(target, durability)
     return EventSourcing(target, create)
 
 
@@ -129,14 +129,14 @@ def open_system(
 def appender(
     kind: str,
     target: str,
-    synchronous: str,
+    durability: Durability,
     worker: int,
     count: int,
     batch: int,
     start: Any,
     results: Any,
 ) -> None:
-    system = open_system(kind, target, synchronous, create=False)
+    system = open_system(kind, target, durability, create=False)
     versions: dict[int, int] = {}
     start.wait()
     began = time.time()
@@ -155,17 +155,17 @@ def appends_per_second(
     processes: int,
     count: int,
     batch: int = 1,
-    synchronous: str = "NORMAL",
+    durability: Durability = "process",
     follow: Callable[[], list[int]] | None = None,
 ) -> tuple[float, str]:
     """Events/s over the wall time of all writers; with `follow`, a reader checks for gaps."""
-    open_system(kind, target, synchronous).close()  # schema made once, before the race
+    open_system(kind, target, durability).close()  # schema made once, before the race
     context = multiprocessing.get_context("spawn")
     start, results = context.Event(), context.Queue()
     workers = [
         context.Process(
             target=appender,
-            args=(kind, target, synchronous, w, count, batch, start, results),
+            args=(kind, target, durability, w, count, batch, start, results),
         )
         for w in range(processes)
     ]
@@ -216,16 +216,14 @@ def row(label: str, value: float, unit: str, anchor: float | None = None, note: 
 
 def append_suite(backend: str, make_target: Callable[[str], str], appends: int) -> None:
     print(f"\n{backend}: single-event transactional appends (events/s)")
-    variants = [("tickwork", "NORMAL")]
-    if backend == "SQLite":
-        variants.append(("tickwork", "FULL"))
+    variants: list[tuple[str, Durability]] = [("tickwork", "process"), ("tickwork", "power")]
     for processes in (1, 4):
         es_rate, _ = appends_per_second(
             "eventsourcing", make_target("es"), processes, appends // processes
         )
         row(f"eventsourcing, {processes} process(es)", es_rate, "events/s")
-        for kind, synchronous in variants:
-            target = make_target(f"tw-{synchronous}-{processes}")
+        for kind, durability in variants:
+            target = make_target(f"tw-{durability}-{processes}")
             reader = Tickwork(target) if processes > 1 else None
             follow = None
             if reader is not None:
@@ -242,12 +240,10 @@ def append_suite(backend: str, make_target: Callable[[str], str], appends: int) 
                 target,
                 processes,
                 appends // processes,
-                synchronous=synchronous,
+                durability=durability,
                 follow=follow,
             )
-            label = f"tickwork, {processes} process(es)"
-            if backend == "SQLite":
-                label += f", synchronous={synchronous}"
+            label = f"tickwork, {processes} process(es), durability={durability}"
             row(label, rate, "events/s", es_rate, note)
             if reader is not None:
                 reader.close()
@@ -260,7 +256,7 @@ def append_suite(backend: str, make_target: Callable[[str], str], appends: int) 
 
     print(f"\n{backend}: read_all in pages of 1000, 1 process (events/s)")
     for kind, name in (("eventsourcing", "es-batch"), ("tickwork", "tw-batch")):
-        system = open_system(kind, make_target(name), "NORMAL")
+        system = open_system(kind, make_target(name), "process")
         began = time.perf_counter()
         count = system.read_all()
         rate = count / (time.perf_counter() - began)

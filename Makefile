@@ -12,9 +12,12 @@ $(STAMP): pyproject.toml
 	$(BIN)/python -m pip install --quiet -e '.[dev]'
 	touch $(STAMP)
 
-## Run tickwork on its embedded defaults (SQLite store under ./.tickwork/).
+## Run tickwork on its embedded defaults: SQLite store under ./.tickwork/, one tick of `min`
+## (on tickwork's own fake upstream unless OPENAI_BASE_URL is set).
 run: $(STAMP)
+	test -f tickwork.toml || $(BIN)/tickwork init
 	$(BIN)/tickwork status
+	$(BIN)/tickwork tick min
 
 ## The whole test suite (PostgreSQL tests need a server at $$TICKWORK_TEST_PG_URL or 127.0.0.1:5432).
 test: $(STAMP)
@@ -27,6 +30,7 @@ lint: $(STAMP)
 
 bench: $(STAMP)
 	$(BIN)/python ops/bench/store_bench.py
+	$(BIN)/python ops/bench/tick_bench.py
 
 clean:
 	rm -rf $(VENV) .tickwork .pytest_cache .mypy_cache .ruff_cache

@@ -133,3 +133,37 @@ def test_migrate_reports_the_schema(tmp_path: Path) -> None:
     assert first.returncode == 0 and "none -> 0001" in first.stdout
     second = run(tmp_path, "migrate")
     assert "already at 0001" in second.stdout
+
+
+def test_tick_runs_one_tick_on_the_fake_upstream(tmp_path: Path) -> None:
+    assert run(tmp_path, "init").returncode == 0
+    result = run(tmp_path, "tick", "min", "--prompt", "Say hello.")
+    assert result.returncode == 0, result.stderr
+    assert "fake upstream" in result.stderr
+    assert "status  completed" in result.stdout and "1 call(s)" in result.stdout
+    unknown = run(tmp_path, "tick", "weekly")
+    assert unknown.returncode == 2 and "no level named 'weekly'" in unknown.stderr
+
+
+def test_tick_no_wait_returns_at_once_and_the_tick_completes(tmp_path: Path) -> None:
+    assert run(tmp_path, "init").returncode == 0
+    started = run(tmp_path, "tick", "min", "--no-wait")
+    assert started.returncode == 0, started.stderr
+    tick_id = started.stdout.split()[2]
+    deadline = time.monotonic() + 30
+    types: list[str] = []
+    while time.monotonic() < deadline and "TickCompleted" not in types:
+        time.sleep(0.5)
+        listing = run(tmp_path, "events", "--json", "--stream", f"tick-{tick_id}")
+        types = [json.loads(line)["type"] for line in listing.stdout.splitlines()]
+    assert types[0] == "TickScheduled" and types[-1] == "TickCompleted"
+
+
+def test_rag_index_builds_an_index_and_names_a_missing_folder(tmp_path: Path) -> None:
+    notes = tmp_path / "notes"
+    notes.mkdir()
+    (notes / "a.md").write_text("Backups run at 02:00.\n\nRestores need two people.")
+    indexed = run(tmp_path, "rag", "index", str(notes))
+    assert indexed.returncode == 0 and "1 file(s), 1 passage(s)" in indexed.stdout
+    missing = run(tmp_path, "rag", "index", str(tmp_path / "nope"))
+    assert missing.returncode == 2 and "does not exist" in missing.stderr

@@ -1,132 +1,57 @@
-"""The `tickwork` command line (Typer + Rich).
-
-Every command loads the configuration first (a bad file exits 2 naming the key), opens the
-store (migrating the embedded SQLite store and ingesting any spool) and brings projections
-up to date before it reports, so what it prints is never stale.
-"""
+"""Commands over the store: init, migrate, status, events, spend, spool, projections."""
 
 from __future__ import annotations
 
-import os
-import re
-import subprocess
 import sys
 import time
-from collections.abc import Iterator
-from contextlib import contextmanager
 from dataclasses import asdict
-from datetime import UTC, date, datetime, timedelta
+from datetime import date
 from pathlib import Path
 from typing import Annotated, Any
 
 import orjson
 import typer
-from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TaskID, TimeElapsedColumn
 from rich.table import Table
 
-from harness.config import ConfigError, Settings, load_settings
+from harness.cli.app import (
+    app,
+    err,
+    fail,
+    out,
+    parse_since,
+    projections_app,
+    settings,
+    spool_app,
+    state,
+    store_for,
+)
 from harness.example_config import EXAMPLE_CONFIG
 from harness.prices import PriceBook
 from harness.projections import Projector, projector_for, spend_report
 from harness.projections.spend import GroupBy
-from harness.rag import RagError, build_index
-from harness.runner import Runner, TickSetupError, new_tick_id
 from harness.store import (
     HEAD_REVISION,
     Spool,
-    SqlEventStore,
     StoredEvent,
     StoreError,
     current_revision,
+    migrate_store,
     open_store,
     safe_url,
 )
-from harness.store import migrate_store as _migrate_store
-
-app = typer.Typer(
-    help="tickwork runs LLM agents on a schedule and keeps every token they spend as events.",
-    no_args_is_help=True,
-    pretty_exceptions_enable=False,
-)
-spool_app = typer.Typer(help="The local spool of events the store could not take.")
-projections_app = typer.Typer(help="Read models folded from the event log.")
-rag_app = typer.Typer(help="Retrieval over a folder of Markdown and text files.")
-app.add_typer(spool_app, name="spool")
-app.add_typer(projections_app, name="projections")
-app.add_typer(rag_app, name="rag")
-
-out = Console()
-err = Console(stderr=True)
-
-ConfigOption = Annotated[
-    Path | None,
-    typer.Option(
-        "--config", "-c", help="Config file (default: $TICKWORK_CONFIG or ./tickwork.toml)."
-    ),
-]
-
-
-class _State:
-    config: Path | None = None
-
-
-_state = _State()
-
-
-@app.callback()
-def _root(config: ConfigOption = None) -> None:
-    _state.config = config
-
-
-def fail(message: str, code: int = 1) -> typer.Exit:
-    err.print(f"[bold red]error:[/] {message}", highlight=False)
-    return typer.Exit(code)
-
-
-def settings() -> Settings:
-    try:
-        return load_settings(_state.config)
-    except ConfigError as exc:
-        raise fail(str(exc), code=2) from exc
-
-
-def store_for(config: Settings) -> SqlEventStore:
-    try:
-        return open_store(
-            config.store.url,
-            durability=config.store.durability,
-            spool=Spool(config.paths.spool),
-        )
-    except StoreError as exc:
-        raise fail(str(exc)) from exc
-
-
-def parse_since(text: str) -> datetime:
-    """`30m`, `12h`, `7d` ago, or an ISO date/time (naive means UTC)."""
-    match = re.fullmatch(r"(\d+)([mhd])", text.strip())
-    if match:
-        unit = {"m": "minutes", "h": "hours", "d": "days"}[match.group(2)]
-        return datetime.now(UTC) - timedelta(**{unit: int(match.group(1))})
-    try:
-        parsed = datetime.fromisoformat(text)
-    except ValueError:
-        raise typer.BadParameter(
-            f"{text!r} is neither a duration like 30m, 12h, 7d nor an ISO date/time"
-        ) from None
-    return parsed if parsed.tzinfo else parsed.replace(tzinfo=UTC)
 
 
 @app.command()
 def init(force: Annotated[bool, typer.Option(help="Overwrite an existing file.")] = False) -> None:
     """Write a commented tickwork.toml with two levels (min, hour) and migrate the store."""
-    path = _state.config or Path("tickwork.toml")
+    path = state.config or Path("tickwork.toml")
     if path.exists() and not force:
         out.print(f"{path} exists; leaving it as it is (--force overwrites)")
     else:
         path.write_text(EXAMPLE_CONFIG, encoding="utf-8")
         out.print(f"wrote {path}")
-    _state.config = path
+    state.config = path
     config = settings()
     store_for(config).close()
     out.print(f"store ready: {safe_url(config.store.url)} (schema {HEAD_REVISION})")
@@ -137,7 +62,7 @@ def migrate() -> None:
     """Apply pending schema migrations (PostgreSQL stores are migrated only this way)."""
     config = settings()
     try:
-        before = _migrate_store(config.store.url)
+        before = migrate_store(config.store.url)
     except StoreError as exc:
         raise fail(str(exc)) from exc
     if before == HEAD_REVISION:
@@ -348,109 +273,3 @@ def projections_rebuild(
             out.print(f"{each}: {folded:,} events folded in {time.perf_counter() - started:.2f} s")
     finally:
         store.close()
-
-
-@contextmanager
-def upstream_for_ticks() -> Iterator[dict[str, str]]:
-    """The worker environment: the real upstream if OPENAI_BASE_URL is set, else the fake."""
-    if os.environ.get("OPENAI_BASE_URL"):
-        yield dict(os.environ)
-        return
-    from harness.fake_llm import fake_upstream
-
-    with fake_upstream() as fake:
-        err.print(f"no OPENAI_BASE_URL set: ticks talk to tickwork's fake upstream at {fake.url}")
-        yield {**os.environ, "OPENAI_BASE_URL": fake.url}
-
-
-@app.command()
-def tick(
-    level: Annotated[str, typer.Argument(help="The level to run one tick of.")],
-    prompt: Annotated[str | None, typer.Option(help="Instead of the level's prompt.")] = None,
-    timeout: Annotated[
-        float | None, typer.Option(min=0.1, help="Seconds (default: the level's timeout).")
-    ] = None,
-    wait: Annotated[bool, typer.Option(help="Wait for the tick and print its outcome.")] = True,
-    tick_id: Annotated[str | None, typer.Option(hidden=True)] = None,
-) -> None:
-    """Run one tick now, through the same runner the scheduler uses."""
-    config = settings()
-    if not wait:
-        tick_id = new_tick_id(level)
-        command = [sys.argv[0], "tick", level, "--wait", "--tick-id", tick_id]
-        if _state.config is not None:
-            command[1:1] = ["--config", str(_state.config)]
-        if prompt is not None:
-            command += ["--prompt", prompt]
-        if timeout is not None:
-            command += ["--timeout", str(timeout)]
-        subprocess.Popen(
-            command,
-            start_new_session=True,
-            stdin=subprocess.DEVNULL,
-            stdout=subprocess.DEVNULL,
-            stderr=subprocess.DEVNULL,
-        )
-        out.print(
-            f"started tick {tick_id} (follow it: tickwork events --stream tick-{tick_id} --follow)"
-        )
-        return
-    store = store_for(config)
-    try:
-        with upstream_for_ticks() as env:
-            runner = Runner(config, store, env=env)
-            try:
-                prepared = runner.prepare(level, prompt=prompt, timeout=timeout, tick_id=tick_id)
-            except TickSetupError as exc:
-                raise fail(str(exc), code=2) from exc
-            outcome = runner.run(prepared)
-        spent = store.read_stream(f"tick-{outcome.tick_id}")
-    finally:
-        store.close()
-    prompt_tokens = sum(e.data["prompt_tokens"] for e in spent if e.type == "BudgetSpent")
-    completion_tokens = sum(e.data["completion_tokens"] for e in spent if e.type == "BudgetSpent")
-    calls = sum(e.type == "BudgetSpent" for e in spent)
-    out.print(f"tick    {outcome.tick_id}")
-    out.print(f"status  {outcome.status}" + (f" ({outcome.reason})" if outcome.reason else ""))
-    out.print(
-        f"tokens  {prompt_tokens:,} prompt + {completion_tokens:,} completion in {calls} call(s)"
-    )
-    out.print(f"result  {outcome.result_path}")
-    if outcome.result is not None and outcome.result.text:
-        out.print(outcome.result.text, highlight=False, markup=False)
-    if outcome.status != "completed":
-        raise typer.Exit(1)
-
-
-@app.command("fake-llm")
-def fake_llm(
-    port: Annotated[int, typer.Option(help="Port on 127.0.0.1.")] = 8099,
-    host: Annotated[str, typer.Option(help="Address to bind.")] = "127.0.0.1",
-) -> None:
-    """Serve tickwork's fake OpenAI-compatible upstream (scripts: POST /_script)."""
-    import uvicorn
-
-    from harness.fake_llm import create_app
-
-    out.print(f"fake upstream on http://{host}:{port}/v1 (ledger: GET /_ledger)")
-    uvicorn.run(create_app(), host=host, port=port, log_level="warning")
-
-
-@rag_app.command("index")
-def rag_index(
-    folder: Annotated[Path | None, typer.Argument(help="Default: [rag] folder.")] = None,
-) -> None:
-    """Index a folder of Markdown and text files for the rag_lookup tool."""
-    config = settings()
-    source = folder or config.rag.folder
-    if source is None:
-        raise fail("no folder given and [rag] folder is not set", code=2)
-    try:
-        files, chunks = build_index(source, config.rag.index)
-    except RagError as exc:
-        raise fail(str(exc), code=2) from exc
-    out.print(f"indexed {files} file(s), {chunks} passage(s) into {config.rag.index}")
-
-
-def main() -> None:
-    app()

@@ -1,0 +1,91 @@
+"""The `tickwork` Typer app and what every command shares.
+
+Every command loads the configuration first (a bad file exits 2 naming the key), opens the
+store (migrating the embedded SQLite store and ingesting any spool) and brings projections
+up to date before it reports, so what it prints is never stale.
+"""
+
+from __future__ import annotations
+
+import re
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Annotated
+
+import typer
+from rich.console import Console
+
+from harness.config import ConfigError, Settings, load_settings
+from harness.store import Spool, SqlEventStore, StoreError, open_store
+
+app = typer.Typer(
+    help="tickwork runs LLM agents on a schedule and keeps every token they spend as events.",
+    no_args_is_help=True,
+    pretty_exceptions_enable=False,
+)
+spool_app = typer.Typer(help="The local spool of events the store could not take.")
+projections_app = typer.Typer(help="Read models folded from the event log.")
+rag_app = typer.Typer(help="Retrieval over a folder of Markdown and text files.")
+app.add_typer(spool_app, name="spool")
+app.add_typer(projections_app, name="projections")
+app.add_typer(rag_app, name="rag")
+
+out = Console(soft_wrap=True)
+err = Console(stderr=True)
+
+ConfigOption = Annotated[
+    Path | None,
+    typer.Option(
+        "--config", "-c", help="Config file (default: $TICKWORK_CONFIG or ./tickwork.toml)."
+    ),
+]
+
+
+class State:
+    config: Path | None = None
+
+
+state = State()
+
+
+@app.callback()
+def _root(config: ConfigOption = None) -> None:
+    state.config = config
+
+
+def fail(message: str, code: int = 1) -> typer.Exit:
+    err.print(f"[bold red]error:[/] {message}", highlight=False)
+    return typer.Exit(code)
+
+
+def settings() -> Settings:
+    try:
+        return load_settings(state.config)
+    except ConfigError as exc:
+        raise fail(str(exc), code=2) from exc
+
+
+def store_for(config: Settings) -> SqlEventStore:
+    try:
+        return open_store(
+            config.store.url,
+            durability=config.store.durability,
+            spool=Spool(config.paths.spool),
+        )
+    except StoreError as exc:
+        raise fail(str(exc)) from exc
+
+
+def parse_since(text: str) -> datetime:
+    """`30m`, `12h`, `7d` ago, or an ISO date/time (naive means UTC)."""
+    match = re.fullmatch(r"(\d+)([mhd])", text.strip())
+    if match:
+        unit = {"m": "minutes", "h": "hours", "d": "days"}[match.group(2)]
+        return datetime.now(UTC) - timedelta(**{unit: int(match.group(1))})
+    try:
+        parsed = datetime.fromisoformat(text)
+    except ValueError:
+        raise typer.BadParameter(
+            f"{text!r} is neither a duration like 30m, 12h, 7d nor an ISO date/time"
+        ) from None
+    return parsed if parsed.tzinfo else parsed.replace(tzinfo=UTC)

@@ -1,0 +1,119 @@
+"""Commands that run ticks and what they need: tick, fake-llm, rag index."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from harness.cli.app import app, err, fail, out, rag_app, settings, state, store_for
+from harness.rag import RagError, build_index
+from harness.runner import Runner, TickSetupError, new_tick_id
+
+
+@contextmanager
+def upstream_for_ticks() -> Iterator[dict[str, str]]:
+    """The worker environment: the real upstream if OPENAI_BASE_URL is set, else the fake."""
+    if os.environ.get("OPENAI_BASE_URL"):
+        yield dict(os.environ)
+        return
+    from harness.fake_llm import fake_upstream
+
+    with fake_upstream() as fake:
+        err.print(f"no OPENAI_BASE_URL set: ticks talk to tickwork's fake upstream at {fake.url}")
+        yield {**os.environ, "OPENAI_BASE_URL": fake.url}
+
+
+@app.command()
+def tick(
+    level: Annotated[str, typer.Argument(help="The level to run one tick of.")],
+    prompt: Annotated[str | None, typer.Option(help="Instead of the level's prompt.")] = None,
+    timeout: Annotated[
+        float | None, typer.Option(min=0.1, help="Seconds (default: the level's timeout).")
+    ] = None,
+    wait: Annotated[bool, typer.Option(help="Wait for the tick and print its outcome.")] = True,
+    tick_id: Annotated[str | None, typer.Option(hidden=True)] = None,
+) -> None:
+    """Run one tick now, through the same runner the scheduler uses."""
+    config = settings()
+    if not wait:
+        tick_id = new_tick_id(level)
+        command = [sys.argv[0], "tick", level, "--wait", "--tick-id", tick_id]
+        if state.config is not None:
+            command[1:1] = ["--config", str(state.config)]
+        if prompt is not None:
+            command += ["--prompt", prompt]
+        if timeout is not None:
+            command += ["--timeout", str(timeout)]
+        subprocess.Popen(
+            command,
+            start_new_session=True,
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        )
+        out.print(
+            f"started tick {tick_id} (follow it: tickwork events --stream tick-{tick_id} --follow)"
+        )
+        return
+    store = store_for(config)
+    try:
+        with upstream_for_ticks() as env:
+            runner = Runner(config, store, env=env)
+            try:
+                prepared = runner.prepare(level, prompt=prompt, timeout=timeout, tick_id=tick_id)
+            except TickSetupError as exc:
+                raise fail(str(exc), code=2) from exc
+            outcome = runner.run(prepared)
+        spent = store.read_stream(f"tick-{outcome.tick_id}")
+    finally:
+        store.close()
+    prompt_tokens = sum(e.data["prompt_tokens"] for e in spent if e.type == "BudgetSpent")
+    completion_tokens = sum(e.data["completion_tokens"] for e in spent if e.type == "BudgetSpent")
+    calls = sum(e.type == "BudgetSpent" for e in spent)
+    out.print(f"tick    {outcome.tick_id}")
+    out.print(f"status  {outcome.status}" + (f" ({outcome.reason})" if outcome.reason else ""))
+    out.print(
+        f"tokens  {prompt_tokens:,} prompt + {completion_tokens:,} completion in {calls} call(s)"
+    )
+    out.print(f"result  {outcome.result_path}")
+    if outcome.result is not None and outcome.result.text:
+        out.print(outcome.result.text, highlight=False, markup=False)
+    if outcome.status != "completed":
+        raise typer.Exit(1)
+
+
+@app.command("fake-llm")
+def fake_llm(
+    port: Annotated[int, typer.Option(help="Port on 127.0.0.1.")] = 8099,
+    host: Annotated[str, typer.Option(help="Address to bind.")] = "127.0.0.1",
+) -> None:
+    """Serve tickwork's fake OpenAI-compatible upstream (scripts: POST /_script)."""
+    import uvicorn
+
+    from harness.fake_llm import create_app
+
+    out.print(f"fake upstream on http://{host}:{port}/v1 (ledger: GET /_ledger)")
+    uvicorn.run(create_app(), host=host, port=port, log_level="warning")
+
+
+@rag_app.command("index")
+def rag_index(
+    folder: Annotated[Path | None, typer.Argument(help="Default: [rag] folder.")] = None,
+) -> None:
+    """Index a folder of Markdown and text files for the rag_lookup tool."""
+    config = settings()
+    source = folder or config.rag.folder
+    if source is None:
+        raise fail("no folder given and [rag] folder is not set", code=2)
+    try:
+        files, chunks = build_index(source, config.rag.index)
+    except RagError as exc:
+        raise fail(str(exc), code=2) from exc
+    out.print(f"indexed {files} file(s), {chunks} passage(s) into {config.rag.index}")

@@ -2,11 +2,38 @@
 
 from __future__ import annotations
 
+import multiprocessing
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from multiprocessing.context import SpawnProcess
 from multiprocessing.synchronize import Event
 from typing import Any
 from uuid import uuid4
 
 from harness.store import ANY, NO_STREAM, ConcurrencyError, NewEvent, open_store
+
+
+@contextmanager
+def racing(
+    target: Callable[..., None], *arguments: tuple[Any, ...]
+) -> Iterator[list[SpawnProcess]]:
+    """Spawn one process per argument tuple and release them together.
+
+    The start event is passed as each target's last argument; on leaving the block every
+    process must have finished with exit code 0.
+    """
+    context = multiprocessing.get_context("spawn")
+    start = context.Event()
+    processes = [context.Process(target=target, args=(*args, start)) for args in arguments]
+    for process in processes:
+        process.start()
+    start.set()
+    yield processes
+    for process in processes:
+        process.join(120)
+        assert process.exitcode == 0, (
+            f"{target.__name__}{process.name} ended with {process.exitcode}"
+        )
 
 
 def append_many(url: str, writer: int, count: int, start: Event) -> None:
@@ -19,7 +46,7 @@ def append_many(url: str, writer: int, count: int, start: Event) -> None:
     store.close()
 
 
-def claim(url: str, stream: str, start: Event, results: Any) -> None:
+def claim(url: str, stream: str, results: Any, start: Event) -> None:
     """Race to create one stream; exactly one process may win."""
     store = open_store(url)
     start.wait()

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import multiprocessing
 from pathlib import Path
 
 import pytest
@@ -18,7 +17,7 @@ from harness.store.engine import create_store_engine
 from harness.store.migrate import current_revision, downgrade, upgrade
 from harness.store.schema import metadata
 from tests.conftest import fresh_pg_database
-from tests.procs import open_fresh
+from tests.procs import open_fresh, racing
 
 
 def test_head_revision_constant_matches_alembic() -> None:
@@ -59,15 +58,8 @@ def test_postgres_is_migrated_only_on_purpose() -> None:
 
 
 def test_processes_opening_a_new_sqlite_store_at_once_all_succeed(sqlite_url: str) -> None:
-    context = multiprocessing.get_context("spawn")
-    start = context.Event()
-    processes = [context.Process(target=open_fresh, args=(sqlite_url, start)) for _ in range(4)]
-    for process in processes:
-        process.start()
-    start.set()
-    for process in processes:
-        process.join(60)
-        assert process.exitcode == 0
+    with racing(open_fresh, *[(sqlite_url,)] * 4):
+        pass
     store = open_store(sqlite_url)
     assert len(store.read_stream("opened")) == 4
     store.close()

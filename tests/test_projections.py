@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import multiprocessing
 from collections.abc import Sequence
 from datetime import UTC, date, datetime
 from typing import Any
@@ -36,7 +35,7 @@ from harness.projections.base import EventData
 from harness.projections.spend import spend_daily
 from harness.projections.ticks import ticks
 from harness.store import SqlEventStore, open_store
-from tests.procs import catch_up
+from tests.procs import catch_up, racing
 
 DAY1 = datetime(2026, 11, 28, 23, 59, 59, tzinfo=UTC)
 DAY2 = datetime(2026, 11, 29, 0, 0, 1, tzinfo=UTC)
@@ -188,15 +187,8 @@ def _dump(store: SqlEventStore) -> dict[str, list[tuple[Any, ...]]]:
 def test_two_processes_catching_up_at_once_fold_each_event_once(store_url: str) -> None:
     store = open_store(store_url)
     append(store, [spent(f"t{i % 5}", "min", "gpt-4o-mini", i, 1) for i in range(200)])
-    context = multiprocessing.get_context("spawn")
-    start = context.Event()
-    racers = [context.Process(target=catch_up, args=(store_url, start)) for _ in range(2)]
-    for racer in racers:
-        racer.start()
-    start.set()
-    for racer in racers:
-        racer.join(60)
-        assert racer.exitcode == 0
+    with racing(catch_up, (store_url,), (store_url,)):
+        pass
     with store.read_transaction() as conn:
         total = conn.execute(sa.select(sa.func.sum(spend_daily.c.prompt_tokens))).scalar()
     assert total == sum(range(200))

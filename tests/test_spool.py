@@ -2,13 +2,12 @@
 
 from __future__ import annotations
 
-import multiprocessing
 from pathlib import Path
 from uuid import uuid4
 
 from harness.store import NewEvent, Spool, SqlEventStore, append_or_spool, open_store
 from harness.store.engine import create_store_engine
-from tests.procs import spool_many
+from tests.procs import racing, spool_many
 
 DOWN = "postgresql://tickwork@127.0.0.1:1/down"
 
@@ -68,15 +67,9 @@ def test_ingesting_while_another_process_spools_loses_nothing(
     directory = tmp_path / "spool"
     spool = Spool(directory)
     store = open_store(sqlite_url)
-    context = multiprocessing.get_context("spawn")
-    start = context.Event()
-    writer = context.Process(target=spool_many, args=(str(directory), 300, start))
-    writer.start()
-    start.set()
-    while writer.is_alive():
-        spool.ingest(store)
-    writer.join()
-    assert writer.exitcode == 0
+    with racing(spool_many, (str(directory), 300)) as (writer,):
+        while writer.is_alive():
+            spool.ingest(store)
     spool.ingest(store)
     assert store.last_position() == 300
     assert sorted(e.data["i"] for e in store.read_all(limit=1000)) == list(range(300))

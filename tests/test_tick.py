@@ -156,17 +156,38 @@ def test_store_spend_equals_what_the_upstream_billed_across_ticks(
     assert rag_answer.text == "Escalate to Ana."
 
 
-def test_a_stream_cut_before_usage_is_recorded_once_as_estimated(
-    tmp_path: Path, fake: FakeUpstream
+@pytest.mark.parametrize(
+    ("step", "status"),
+    [
+        (Step(text="A long answer that never finishes " * 5, cut_stream=True), "failed"),
+        (Step(text="An answer from a server that reports no usage.", omit_usage=True), "completed"),
+    ],
+)
+def test_a_call_without_usage_is_recorded_once_as_estimated(
+    tmp_path: Path, fake: FakeUpstream, step: Step, status: str
 ) -> None:
     harness = Harness(tmp_path, fake, rag=False)
-    outcome = harness.tick([Step(text="A long answer that never finishes " * 5, cut_stream=True)])
+    outcome = harness.tick([step])
     events = harness.events(outcome)
     spent = [e for e in events if e.type == "BudgetSpent"]
     assert len(spent) == 1
     assert spent[0].data["estimated"] is True
     assert spent[0].data["prompt_tokens"] > 0 and spent[0].data["completion_tokens"] > 0
-    assert len(terminal_types(events)) == 1
+    assert outcome.status == status
+    (terminal,) = [e for e in events if e.type in ("TickCompleted", "TickFailed")]
+    if status == "failed":
+        assert terminal.data["failure_class"] == "infrastructure", terminal.data["reason"]
+
+
+def test_can_shell_gives_the_agent_a_real_shell(tmp_path: Path, fake: FakeUpstream) -> None:
+    harness = Harness(tmp_path, fake, rag=False, can_shell=True)
+    marker = tmp_path / "touched"
+    shell = Step(tool_calls=[ToolCallSpec(name="shell", arguments={"command": f"touch {marker}"})])
+    outcome = harness.tick([shell, Step(text="Touched it.")])
+    assert outcome.status == "completed", outcome.reason
+    assert marker.exists()
+    traced = [e.data for e in harness.events(outcome) if e.type == "ToolCalled"]
+    assert [(t["name"], t["status"]) for t in traced] == [("shell", "ok")]
 
 
 def test_timeout_kills_the_whole_group_and_keeps_the_spend_already_made(

@@ -49,7 +49,7 @@ class Projector:
         self,
         store: SqlEventStore,
         projections: Sequence[Projection],
-        batch_size: int = 50_000,
+        batch_size: int = 100_000,
     ) -> None:
         self.store = store
         self.projections = {projection.name: projection for projection in projections}

@@ -1,4 +1,4 @@
-"""The runner owns a tick's life: payload, launch, deadline, kill, and its one terminal event.
+"""The runner owns a tick's life: payload, launch, deadline, cancel, kill, one terminal event.
 
 Every tick stream ends in exactly one terminal event, whatever the worker did: the runner
 decides it from the clock and the result file alone (a missing or corrupt file is a
@@ -11,6 +11,7 @@ from __future__ import annotations
 import os
 import signal
 import socket
+import threading
 import time
 import uuid
 from collections.abc import Mapping
@@ -20,6 +21,7 @@ from pathlib import Path
 
 from harness.config import LevelConfig, Settings
 from harness.events import (
+    TickCancelled,
     TickCompleted,
     TickEvent,
     TickFailed,
@@ -73,7 +75,7 @@ class TickOutcome:
     tick_id: str
     level: str
     status: str
-    """completed, failed or timed_out."""
+    """completed, failed, timed_out or cancelled."""
     reason: str | None
     result: TickResult | None
     result_path: Path
@@ -93,6 +95,9 @@ class Runner:
         self.launcher = launcher or ColdLauncher()
         self.env = dict(os.environ if env is None else env)
         self.spool = Spool(settings.paths.spool)
+        self._lock = threading.Lock()
+        self._running: dict[str, TickProcess] = {}
+        self._cancelled: dict[str, str] = {}
 
     def prepare(
         self,
@@ -151,17 +156,50 @@ class Runner:
                 host=socket.gethostname(),
             )
         )
-        exit_code = process.wait(tick.timeout)
-        timed_out = exit_code is None
-        if timed_out:
-            process.signal_group(signal.SIGTERM)
-            if process.wait(self.settings.runner.grace_seconds) is None:
-                process.kill_group()
-                process.wait(None)
-        self._leave_no_survivor(process)
-        terminal = self._terminal(tick, exit_code, timed_out)
+        with self._lock:
+            self._running[payload.tick_id] = process
+        try:
+            exit_code = process.wait(tick.timeout)
+            timed_out = exit_code is None
+            if timed_out:
+                self._stop(process)
+            self._leave_no_survivor(process)
+        finally:
+            with self._lock:
+                self._running.pop(payload.tick_id, None)
+                cancelled = self._cancelled.pop(payload.tick_id, None)
+        if cancelled is not None:
+            terminal: TickEvent = TickCancelled(
+                tick_id=payload.tick_id, level=payload.level, reason=cancelled
+            )
+        else:
+            terminal = self._terminal(tick, exit_code, timed_out)
         self._record(terminal)
         return _outcome(tick, terminal)
+
+    def running(self) -> list[str]:
+        """Tick ids whose process is alive right now."""
+        with self._lock:
+            return list(self._running)
+
+    def cancel(self, tick_id: str, reason: str = "cancelled by operator") -> bool:
+        """Stop a running tick (SIGTERM, grace, SIGKILL of its group): it ends TickCancelled.
+
+        Returns False when no such tick is running here (it ended, or never started).
+        """
+        with self._lock:
+            process = self._running.get(tick_id)
+            if process is None or process.popen.poll() is not None:
+                return False
+            self._cancelled[tick_id] = reason
+        threading.Thread(target=self._stop, args=(process,), daemon=True).start()
+        return True
+
+    def _stop(self, process: TickProcess) -> None:
+        process.signal_group(signal.SIGTERM)
+        if process.wait(self.settings.runner.grace_seconds) is None:
+            process.kill_group()
+            process.wait(None)
 
     def _terminal(self, tick: PreparedTick, exit_code: int | None, timed_out: bool) -> TickEvent:
         payload = tick.payload
@@ -220,9 +258,11 @@ def _tail(path: Path) -> str:
 
 
 def _outcome(tick: PreparedTick, terminal: TickEvent) -> TickOutcome:
-    status = {"TickCompleted": "completed", "TickTimedOut": "timed_out"}.get(
-        terminal.type, "failed"
-    )
+    status = {
+        "TickCompleted": "completed",
+        "TickTimedOut": "timed_out",
+        "TickCancelled": "cancelled",
+    }.get(terminal.type, "failed")
     result = None
     if isinstance(terminal, TickCompleted | TickFailed) and terminal.result_path:
         try:

@@ -10,6 +10,7 @@ import json
 import os
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -274,6 +275,31 @@ def test_a_child_ignoring_sigterm_does_not_outlive_the_grace(
     assert outcome.status == "timed_out"
     assert time.monotonic() - began < 1.5 + 1.0 + 3
     started = next(e for e in harness.events(outcome) if e.type == "TickStarted")
+    assert live_in_group(started.data["pid"]) == []
+
+
+def test_cancel_kills_a_running_tick_which_ends_cancelled(
+    tmp_path: Path, fake: FakeUpstream
+) -> None:
+    harness = Harness(tmp_path, fake, rag=False)
+    prepared = harness.runner.prepare("min", timeout=60)
+    fake.script(prepared.payload.tick_id, [Step(text="slow", delay=60)])
+    outcomes: list[TickOutcome] = []
+    thread = threading.Thread(target=lambda: outcomes.append(harness.runner.run(prepared)))
+    thread.start()
+    deadline = time.monotonic() + 20
+    while prepared.payload.tick_id not in fake.state.first_request:
+        assert time.monotonic() < deadline, "the tick never reached the upstream"
+        time.sleep(0.05)
+    assert harness.runner.running() == [prepared.payload.tick_id]
+    assert harness.runner.cancel(prepared.payload.tick_id, "operator said stop")
+    thread.join(10)
+    assert outcomes and outcomes[0].status == "cancelled"
+    assert not harness.runner.cancel(prepared.payload.tick_id)
+    events = harness.events(outcomes[0])
+    assert terminal_types(events) == ["TickCancelled"]
+    assert events[-1].data["reason"] == "operator said stop"
+    started = next(e for e in events if e.type == "TickStarted")
     assert live_in_group(started.data["pid"]) == []
 
 

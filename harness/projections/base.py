@@ -7,7 +7,7 @@ else, and skipping the rest of the record keeps a million-event rebuild within s
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from collections.abc import Sequence
+from collections.abc import Iterable
 from typing import Any, ClassVar
 
 import sqlalchemy as sa
@@ -25,7 +25,7 @@ class Projection(ABC):
     tables: ClassVar[tuple[sa.Table, ...]]
 
     @abstractmethod
-    def apply(self, conn: sa.Connection, batch: Sequence[EventData]) -> None:
+    def apply(self, conn: sa.Connection, batch: Iterable[EventData]) -> None:
         """Fold a batch (in global order) into the read model, inside the caller's transaction.
 
         The projector commits the checkpoint in the same transaction, so a batch is folded

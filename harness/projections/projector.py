@@ -110,21 +110,28 @@ class Projector:
             if horizon <= position:
                 return 0, position, horizon
             upper = min(horizon, position + self.batch_size)
-            batch = self._read(conn, projection, position, upper)
-            projection.apply(conn, batch)
+            counted = [0]
+            projection.apply(conn, self._read(conn, projection, position, upper, counted))
             self._save_checkpoint(conn, projection.name, upper)
-            return len(batch), upper, horizon
+            return counted[0], upper, horizon
 
     def _read(
-        self, conn: sa.Connection, projection: Projection, after: int, upper: int
-    ) -> list[EventData]:
+        self,
+        conn: sa.Connection,
+        projection: Projection,
+        after: int,
+        upper: int,
+        counted: list[int],
+    ) -> Iterator[EventData]:
         """Every event of the projection's types in the window (after, upper], in order.
 
         A window of positions rather than a LIMIT keeps each query's cost bounded whatever
         plan the database picks (a fresh PostgreSQL table without statistics sorted the
         whole remaining log for every batch). The raw cursor is used because SQLAlchemy's
         per-row processing would cost more than the fold itself, and orjson
-        parses the JSON text faster than the driver's own JSON handling.
+        parses the JSON text faster than the driver's own JSON handling. Rows stream in
+        slices, so a batch never holds all its parsed events at once; `counted[0]` ends
+        as the number yielded.
         """
         data = "data::text" if conn.dialect.name == "postgresql" else "data"
         mark = "%s" if conn.dialect.name == "postgresql" else "?"
@@ -135,14 +142,16 @@ class Projector:
             f"AND type IN ({', '.join([mark] * len(types))}) "
             "ORDER BY global_position"
         )
+        loads = orjson.loads
         cursor = conn.connection.cursor()
         try:
             cursor.execute(sql, (after, upper, *types))
-            rows = cursor.fetchall()
+            while rows := cursor.fetchmany(5000):
+                counted[0] += len(rows)
+                for position, type_, text in rows:
+                    yield position, type_, loads(text)
         finally:
             cursor.close()
-        loads = orjson.loads
-        return [(position, type_, loads(text)) for position, type_, text in rows]
 
     @staticmethod
     def _lock_checkpoint(conn: sa.Connection, name: str) -> int:

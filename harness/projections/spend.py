@@ -6,7 +6,7 @@ token; cost in USD is computed when a report asks (see `harness.prices`).
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from datetime import date
 from typing import Literal
@@ -53,7 +53,7 @@ class SpendProjection(Projection):
     def __init__(self, prices: PriceBook) -> None:
         self.prices = prices
 
-    def apply(self, conn: sa.Connection, batch: Sequence[EventData]) -> None:
+    def apply(self, conn: sa.Connection, batch: Iterable[EventData]) -> None:
         sums: dict[tuple[str, str, str, int], list[int]] = {}
         thresholds: dict[tuple[str, str], tuple[int, ...]] = {}
         for _, _, data in batch:

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterable
 from datetime import datetime
 from typing import Any
 
@@ -66,7 +66,7 @@ class TicksProjection(Projection):
     types = frozenset({*STATUS_OF, "BudgetSpent", "ToolCalled"})
     tables = (ticks,)
 
-    def apply(self, conn: sa.Connection, batch: Sequence[EventData]) -> None:
+    def apply(self, conn: sa.Connection, batch: Iterable[EventData]) -> None:
         rows: dict[str, dict[str, Any]] = {}
         for _, type_, data in batch:
             row = rows.get(data["tick_id"])

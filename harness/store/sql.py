@@ -5,8 +5,9 @@ writer by design (`BEGIN IMMEDIATE`), and on PostgreSQL each append transaction 
 `LOCK TABLE events IN EXCLUSIVE MODE` (readers are not blocked). A reader that resumes after
 the last position it saw therefore never skips an event that commits late.
 
-The happy path (`harness.store.writer`) costs one lookup of the stream's version and one
-INSERT per event; duplicate and conflict diagnosis happens only after a refusal.
+The happy path (`harness.store.writer`) is one INSERT … SELECT that checks the stream's
+version and inserts the batch; duplicate and conflict diagnosis happens only after a
+refusal.
 """
 
 from __future__ import annotations

@@ -143,14 +143,17 @@ class Writer:
     def _open(self) -> Any:
         """Open a connection of the writer's own, taken out of the pool for good.
 
-        On PostgreSQL it runs in autocommit with explicit BEGIN/COMMIT, which pooled
-        connections must never inherit.
+        On PostgreSQL it runs in autocommit with explicit BEGIN/COMMIT, and (durability
+        `process`) with `synchronous_commit = off`: settings pooled connections must never
+        inherit.
         """
         pooled = self._engine.raw_connection()
         pooled.detach()
         connection: Any = pooled.dbapi_connection
         if self._postgres:
             connection.autocommit = True
+            if self._async_commit:
+                connection.execute("SET synchronous_commit = off")
         return connection
 
     def _append_sqlite(self, statement: str, parameters: dict[str, Any]) -> list[Any]:
@@ -172,8 +175,6 @@ class Writer:
         connection = self._connection
         with connection.pipeline():
             connection.execute("BEGIN")
-            if self._async_commit:
-                connection.execute("SET LOCAL synchronous_commit = off")
             connection.execute("LOCK TABLE events IN EXCLUSIVE MODE")
             cursor = connection.execute(statement, parameters)
             connection.execute("COMMIT")  # a mismatch inserted nothing: committing is harmless

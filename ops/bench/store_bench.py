@@ -6,7 +6,8 @@ is skipped), batch appends, read_all throughput, then the spend rebuild over 1,0
 BudgetSpent events and the spend query by level and day.
 
     .venv/bin/python ops/bench/store_bench.py [--appends 5000] [--rebuild 1000000]
-        [--pg-url postgresql://postgres@127.0.0.1:5432/test] [--no-postgres]
+        [--pg-url postgresql://postgres@127.0.0.1:5432/test]
+        [--no-postgres] [--no-sqlite] [--no-rebuild]
 """
 
 from __future__ import annotations
@@ -336,6 +337,8 @@ def main() -> None:
     parser.add_argument("--rebuild", type=int, default=1_000_000, help="events for the rebuild")
     parser.add_argument("--pg-url", default="postgresql://postgres@127.0.0.1:5432/test")
     parser.add_argument("--no-postgres", action="store_true")
+    parser.add_argument("--no-sqlite", action="store_true")
+    parser.add_argument("--no-rebuild", action="store_true", help="skip the 1M-event part")
     args = parser.parse_args()
 
     print(
@@ -348,7 +351,8 @@ def main() -> None:
             path = Path(folder) / f"{name}.db"
             return f"sqlite:{path}" if name.startswith("es") else f"sqlite:///{path}"
 
-        append_suite("SQLite", sqlite_target, args.appends)
+        if not args.no_sqlite:
+            append_suite("SQLite", sqlite_target, args.appends)
         if not args.no_postgres:
             created: dict[str, str] = {}
 
@@ -360,7 +364,10 @@ def main() -> None:
                 return created[name]
 
             append_suite("PostgreSQL", pg_target, args.appends)
-        rebuild_suite("SQLite", f"sqlite:///{folder}/rebuild.db", args.rebuild)
+        if args.no_rebuild:
+            return
+        if not args.no_sqlite:
+            rebuild_suite("SQLite", f"sqlite:///{folder}/rebuild.db", args.rebuild)
         if not args.no_postgres:
             rebuild_url = fresh_pg(args.pg_url, "bench_rebuild")
             migrate_store(rebuild_url)

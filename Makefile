@@ -12,12 +12,12 @@ $(STAMP): pyproject.toml
 	$(BIN)/python -m pip install --quiet -e '.[dev]'
 	touch $(STAMP)
 
-## Run tickwork on its embedded defaults: SQLite store under ./.tickwork/, one tick of `min`
-## (on tickwork's own fake upstream unless OPENAI_BASE_URL is set).
+## Run tickwork on its embedded defaults, in the foreground: SQLite store under ./.tickwork/,
+## the `min` and `hour` levels, tickwork's own fake upstream unless OPENAI_BASE_URL is set.
 run: $(STAMP)
 	test -f tickwork.toml || $(BIN)/tickwork init
 	$(BIN)/tickwork status
-	$(BIN)/tickwork tick min
+	$(BIN)/tickwork run
 
 ## The whole test suite (PostgreSQL tests need a server at $$TICKWORK_TEST_PG_URL or 127.0.0.1:5432).
 test: $(STAMP)

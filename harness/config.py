@@ -13,6 +13,7 @@ import re
 import tomllib
 from pathlib import Path
 from typing import Annotated, Any, Literal
+from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, SettingsConfigDict
@@ -60,6 +61,10 @@ class RagConfig(_Strict):
 class RunnerConfig(_Strict):
     grace_seconds: Annotated[float, Field(ge=0)] = 5.0
     """After a tick's timeout: SIGTERM to its process group, this long, then SIGKILL."""
+    max_concurrent: Annotated[int, Field(ge=1)] = 4
+    """Ticks running at once across all levels; more wait for a free place."""
+    shutdown_grace_seconds: Annotated[float, Field(ge=0)] = 30.0
+    """On SIGTERM, running ticks get this long to finish before they are cancelled."""
 
 
 class PriceOverride(_Strict):
@@ -88,6 +93,10 @@ class LevelConfig(_Strict):
     instructions: str = ""
     model: str | None = None
     effort: Literal["low", "medium", "high"] | None = None
+    timezone: str = "UTC"
+    """IANA zone the cron schedule is read in (intervals are aligned to UTC)."""
+    overlap: Literal["skip", "allow"] = "skip"
+    """A slot that fires while a tick of the level runs: `skip` records TickSkipped."""
     timeout_seconds: Annotated[float, Field(gt=0)] = 300
     max_tool_calls: Annotated[int, Field(ge=0)] | None = None
     """Default 30 (`hour`: 300); TICKWORK_MAX_TOOL_CALLS[_<LEVEL>] in the environment wins."""
@@ -103,6 +112,10 @@ class LevelConfig(_Strict):
             raise ValueError(f"schedule {self.schedule!r} is not a cron expression with 5 fields")
         if self.every is not None:
             parse_interval(self.every)
+        try:
+            ZoneInfo(self.timezone)
+        except (ZoneInfoNotFoundError, ValueError):
+            raise ValueError(f"timezone {self.timezone!r} is not an IANA time zone") from None
         return self
 
 

@@ -18,6 +18,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
+from typing import Literal
 
 from harness.config import LevelConfig, Settings
 from harness.events import (
@@ -26,14 +27,23 @@ from harness.events import (
     TickEvent,
     TickFailed,
     TickScheduled,
+    TickSkipped,
     TickStarted,
     TickTimedOut,
 )
 from harness.launchers import ColdLauncher, Launcher, TickProcess
 from harness.payload import RagSettings, TickPayload
 from harness.result import ResultFileError, TickResult, read_result
-from harness.store import Spool, SqlEventStore, append_or_spool
+from harness.store import (
+    NO_STREAM,
+    ConcurrencyError,
+    Spool,
+    SqlEventStore,
+    StoreUnavailableError,
+    append_or_spool,
+)
 
+SkipReason = Literal["overlap", "budget", "missed", "paused"]
 DEFAULT_TOOL_BUDGETS = {"min": 30, "hour": 300}
 FALLBACK_TOOL_BUDGET = 30
 STDERR_TAIL_BYTES = 2000
@@ -68,6 +78,7 @@ class PreparedTick:
     payload: TickPayload
     timeout: float
     log_path: Path
+    slot: datetime | None = None
 
 
 @dataclass(frozen=True)
@@ -105,6 +116,7 @@ class Runner:
         prompt: str | None = None,
         timeout: float | None = None,
         tick_id: str | None = None,
+        slot: datetime | None = None,
     ) -> PreparedTick:
         config = self.settings.levels.get(level)
         if config is None:
@@ -138,15 +150,44 @@ class Runner:
             spool_dir=self.settings.paths.spool.absolute(),
         )
         return PreparedTick(
-            payload, timeout or config.timeout_seconds, (folder / f"{tick_id}.log").absolute()
+            payload,
+            timeout or config.timeout_seconds,
+            (folder / f"{tick_id}.log").absolute(),
+            slot,
         )
 
-    def run(self, tick: PreparedTick) -> TickOutcome:
-        """Run a prepared tick to its end; returns how it ended (already recorded)."""
+    def claim(self, tick: PreparedTick) -> bool:
+        """Record TickScheduled as the first event of the tick's stream, or lose the race.
+
+        A slot's tick id is the same in every replica, so of two schedulers on one store
+        exactly one claims each slot; the loser records nothing and starts nothing.
+        """
+        event = self._scheduled(tick)
+        try:
+            if self.store is None:
+                raise StoreUnavailableError("no store")
+            self.store.append(event.stream_id, [event.to_record()], NO_STREAM)
+        except ConcurrencyError:
+            return False
+        return True
+
+    def skip(self, tick: PreparedTick, reason: SkipReason) -> None:
+        """End a claimed tick without running it."""
         payload = tick.payload
         self._record(
-            TickScheduled(tick_id=payload.tick_id, level=payload.level, model=payload.model)
+            TickSkipped(tick_id=payload.tick_id, level=payload.level, reason=reason, slot=tick.slot)
         )
+
+    def cancel_queued(self, tick: PreparedTick, reason: str) -> None:
+        """End a claimed tick that never started: it waited for a place, the service stopped."""
+        payload = tick.payload
+        self._record(TickCancelled(tick_id=payload.tick_id, level=payload.level, reason=reason))
+
+    def run(self, tick: PreparedTick, claimed: bool = False) -> TickOutcome:
+        """Run a prepared tick to its end; returns how it ended (already recorded)."""
+        payload = tick.payload
+        if not claimed:
+            self._record(self._scheduled(tick))
         process = self.launcher.start(payload.model_dump_json().encode(), tick.log_path, self.env)
         self._record(
             TickStarted(
@@ -176,6 +217,13 @@ class Runner:
             terminal = self._terminal(tick, exit_code, timed_out)
         self._record(terminal)
         return _outcome(tick, terminal)
+
+    @staticmethod
+    def _scheduled(tick: PreparedTick) -> TickScheduled:
+        payload = tick.payload
+        return TickScheduled(
+            tick_id=payload.tick_id, level=payload.level, model=payload.model, slot=tick.slot
+        )
 
     def running(self) -> list[str]:
         """Tick ids whose process is alive right now."""

@@ -1,12 +1,14 @@
-"""Commands that run ticks and what they need: tick, fake-llm, rag index."""
+"""Commands that run ticks and what they need: run, tick, fake-llm, rag index."""
 
 from __future__ import annotations
 
 import os
+import signal
 import subprocess
 import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Annotated
 
@@ -15,6 +17,7 @@ import typer
 from harness.cli.app import app, err, fail, out, rag_app, settings, state, store_for
 from harness.rag import RagError, build_index
 from harness.runner import Runner, TickSetupError, new_tick_id
+from harness.service import Service
 
 
 @contextmanager
@@ -87,6 +90,26 @@ def tick(
         out.print(outcome.result.text, highlight=False, markup=False)
     if outcome.status != "completed":
         raise typer.Exit(1)
+
+
+@app.command("run")
+def run_service() -> None:
+    """Run the scheduler in the foreground: every level on its schedule (SIGTERM stops it)."""
+    config = settings()
+    store = store_for(config)
+    try:
+        with upstream_for_ticks() as env:
+            runner = Runner(config, store, env=env)
+            service = Service(config, store, runner, report)
+            for signum in (signal.SIGTERM, signal.SIGINT):
+                signal.signal(signum, lambda *_: service.stopping.set())
+            service.serve()
+    finally:
+        store.close()
+
+
+def report(line: str) -> None:
+    out.print(f"{datetime.now(UTC):%H:%M:%S} {line}", highlight=False, markup=False)
 
 
 @app.command("fake-llm")

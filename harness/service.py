@@ -1,0 +1,144 @@
+"""`tickwork run`: fires every level on its schedule and runs its ticks under a global cap.
+
+The loop sleeps until the earliest next slot of any level, then fires it: the slot is
+claimed in the store (so replicas on one store run each slot once), checked for overlap
+with a tick of the same level still in flight, and handed to a thread that waits for a
+free place under `[runner] max_concurrent` and runs it through the runner. On stop
+(SIGTERM), firing ends at once; running ticks get `shutdown_grace_seconds` to finish and
+are then cancelled; ticks still waiting for a place never start and end cancelled.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable
+from datetime import UTC, datetime, timedelta
+
+import sqlalchemy as sa
+
+from harness.config import Settings
+from harness.prices import PriceBook
+from harness.projections import projector_for
+from harness.projections.ticks import ticks
+from harness.runner import PreparedTick, Runner
+from harness.schedule import level_trigger, next_slot, slot_tick_id
+from harness.store import SqlEventStore, StoreError
+
+Report = Callable[[str], None]
+
+IN_FLIGHT = ("scheduled", "running")
+
+
+def utcnow() -> datetime:
+    return datetime.now(UTC)
+
+
+class Service:
+    def __init__(
+        self, settings: Settings, store: SqlEventStore, runner: Runner, report: Report
+    ) -> None:
+        self.settings = settings
+        self.store = store
+        self.runner = runner
+        self.report = report
+        self.triggers = {name: level_trigger(level) for name, level in settings.levels.items()}
+        self.places = threading.BoundedSemaphore(settings.runner.max_concurrent)
+        self.stopping = threading.Event()
+        self.threads: set[threading.Thread] = set()
+        self._threads_lock = threading.Lock()
+        self.projector = projector_for(store, PriceBook(settings.prices))
+
+    def serve(self) -> None:
+        """Fire slots until `stopping` is set, then shut down; returns when all is ended."""
+        now = utcnow()
+        upcoming = {name: next_slot(trigger, None, now) for name, trigger in self.triggers.items()}
+        levels = ", ".join(f"{name} (next {slot:%H:%M:%S})" for name, slot in upcoming.items())
+        self.report(f"tickwork running: {levels or 'no levels configured'}")
+        while upcoming and not self.stopping.is_set():
+            level, slot = min(upcoming.items(), key=lambda item: item[1])
+            delay = (slot - utcnow()).total_seconds()
+            if delay > 0 and self.stopping.wait(delay):
+                break
+            self.fire(level, slot)
+            upcoming[level] = next_slot(self.triggers[level], slot, utcnow())
+        if not upcoming:
+            self.stopping.wait()
+        self.shutdown()
+
+    def fire(self, level: str, slot: datetime) -> None:
+        tick = self.runner.prepare(level, tick_id=slot_tick_id(level, slot), slot=slot)
+        tick_id = tick.payload.tick_id
+        try:
+            if not self.runner.claim(tick):
+                self.report(f"{tick_id} claimed by another replica")
+                return
+            if self.settings.levels[level].overlap == "skip" and self._in_flight(level, tick_id):
+                self.runner.skip(tick, "overlap")
+                self.report(f"{tick_id} skipped: the previous tick of {level} is still running")
+                return
+        except StoreError as exc:
+            self.report(f"{tick_id} not scheduled: {exc}")
+            return
+        self.report(f"{tick_id} scheduled")
+        thread = threading.Thread(target=self._run, args=(tick,), name=tick_id, daemon=True)
+        with self._threads_lock:
+            self.threads.add(thread)
+        thread.start()
+
+    def _in_flight(self, level: str, own_tick_id: str) -> bool:
+        """Whether another tick of the level, in any replica, has not ended.
+
+        Ticks scheduled longer ago than a timeout plus grace are ignored: their scheduler
+        died before recording an end, and they must not block the level for ever.
+        """
+        config = self.settings.levels[level]
+        horizon = utcnow() - timedelta(
+            seconds=config.timeout_seconds + self.settings.runner.grace_seconds + 60
+        )
+        self.projector.catch_up(["ticks"])
+        query = sa.select(sa.func.count()).where(
+            ticks.c.level == level,
+            ticks.c.status.in_(IN_FLIGHT),
+            ticks.c.tick_id != own_tick_id,
+            ticks.c.scheduled_at > horizon,
+        )
+        with self.store.read_transaction() as conn:
+            return bool(conn.execute(query).scalar())
+
+    def _run(self, tick: PreparedTick) -> None:
+        try:
+            while not self.places.acquire(timeout=0.2):
+                if self.stopping.is_set():
+                    self._never_started(tick)
+                    return
+            try:
+                if self.stopping.is_set():
+                    self._never_started(tick)
+                    return
+                outcome = self.runner.run(tick, claimed=True)
+            finally:
+                self.places.release()
+            detail = f" ({outcome.reason})" if outcome.reason else ""
+            self.report(f"{outcome.tick_id} {outcome.status}{detail}")
+        finally:
+            with self._threads_lock:
+                self.threads.discard(threading.current_thread())
+
+    def _never_started(self, tick: PreparedTick) -> None:
+        self.runner.cancel_queued(tick, "service stopped before the tick could start")
+        self.report(f"{tick.payload.tick_id} cancelled before it started: the service stops")
+
+    def shutdown(self) -> None:
+        grace = self.settings.runner.shutdown_grace_seconds
+        with self._threads_lock:
+            pending = list(self.threads)
+        if pending:
+            self.report(f"stopping: {len(pending)} tick(s) get {grace:.0f} s to finish")
+        deadline = utcnow() + timedelta(seconds=grace)
+        for thread in pending:
+            thread.join(max(0.0, (deadline - utcnow()).total_seconds()))
+        for tick_id in self.runner.running():
+            self.runner.cancel(tick_id, "service stopped")
+        for thread in pending:
+            thread.join()
+        self.report("tickwork stopped")

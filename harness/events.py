@@ -76,10 +76,15 @@ class TickScheduled(TickEvent):
 
 
 class TickStarted(TickEvent):
+    """The worker runs; a restarted service finds it (and its files) from this event."""
+
     type = "TickStarted"
     pid: int
     host: str
     attempt: NonNegativeInt = 1
+    result_path: str | None = None
+    log_path: str | None = None
+    timeout_seconds: float | None = None
 
 
 class BudgetSpent(TickEvent):

@@ -74,11 +74,29 @@ def new_tick_id(level: str) -> str:
 
 
 @dataclass(frozen=True)
+class TickRef:
+    """What the runner needs to end a tick: enough to rebuild from its TickStarted event."""
+
+    tick_id: str
+    level: str
+    result_path: Path
+    log_path: Path
+    timeout: float
+
+
+@dataclass(frozen=True)
 class PreparedTick:
     payload: TickPayload
     timeout: float
     log_path: Path
     slot: datetime | None = None
+
+    @property
+    def ref(self) -> TickRef:
+        payload = self.payload
+        return TickRef(
+            payload.tick_id, payload.level, payload.result_path, self.log_path, self.timeout
+        )
 
 
 @dataclass(frozen=True)
@@ -174,49 +192,59 @@ class Runner:
     def skip(self, tick: PreparedTick, reason: SkipReason) -> None:
         """End a claimed tick without running it."""
         payload = tick.payload
-        self._record(
+        self.record(
             TickSkipped(tick_id=payload.tick_id, level=payload.level, reason=reason, slot=tick.slot)
         )
 
     def cancel_queued(self, tick: PreparedTick, reason: str) -> None:
         """End a claimed tick that never started: it waited for a place, the service stopped."""
         payload = tick.payload
-        self._record(TickCancelled(tick_id=payload.tick_id, level=payload.level, reason=reason))
+        self.record(TickCancelled(tick_id=payload.tick_id, level=payload.level, reason=reason))
 
     def run(self, tick: PreparedTick, claimed: bool = False) -> TickOutcome:
         """Run a prepared tick to its end; returns how it ended (already recorded)."""
         payload = tick.payload
         if not claimed:
-            self._record(self._scheduled(tick))
+            self.record(self._scheduled(tick))
         process = self.launcher.start(payload.model_dump_json().encode(), tick.log_path, self.env)
-        self._record(
+        self.record(
             TickStarted(
                 tick_id=payload.tick_id,
                 level=payload.level,
                 pid=process.pid,
                 host=socket.gethostname(),
+                result_path=str(payload.result_path),
+                log_path=str(tick.log_path),
+                timeout_seconds=tick.timeout,
             )
         )
+        return self.watch(tick.ref, process, tick.timeout)
+
+    def watch(self, ref: TickRef, process: TickProcess, remaining: float) -> TickOutcome:
+        """Wait for a started tick until its deadline, end it, record its terminal event.
+
+        Also used for a tick adopted after a restart, with the time it has left.
+        """
         with self._lock:
-            self._running[payload.tick_id] = process
+            self._running[ref.tick_id] = process
         try:
-            exit_code = process.wait(tick.timeout)
+            exit_code = process.wait(max(remaining, 0.0))
             timed_out = exit_code is None
             if timed_out:
                 self._stop(process)
             self._leave_no_survivor(process)
         finally:
             with self._lock:
-                self._running.pop(payload.tick_id, None)
-                cancelled = self._cancelled.pop(payload.tick_id, None)
+                self._running.pop(ref.tick_id, None)
+                cancelled = self._cancelled.pop(ref.tick_id, None)
         if cancelled is not None:
             terminal: TickEvent = TickCancelled(
-                tick_id=payload.tick_id, level=payload.level, reason=cancelled
+                tick_id=ref.tick_id, level=ref.level, reason=cancelled
             )
         else:
-            terminal = self._terminal(tick, exit_code, timed_out)
-        self._record(terminal)
-        return _outcome(tick, terminal)
+            terminal = self.terminal(ref, exit_code, timed_out)
+        self.record(terminal)
+        return _outcome(ref, terminal)
 
     @staticmethod
     def _scheduled(tick: PreparedTick) -> TickScheduled:
@@ -237,7 +265,7 @@ class Runner:
         """
         with self._lock:
             process = self._running.get(tick_id)
-            if process is None or process.popen.poll() is not None:
+            if process is None or not process.alive():
                 return False
             self._cancelled[tick_id] = reason
         threading.Thread(target=self._stop, args=(process,), daemon=True).start()
@@ -249,18 +277,18 @@ class Runner:
             process.kill_group()
             process.wait(None)
 
-    def _terminal(self, tick: PreparedTick, exit_code: int | None, timed_out: bool) -> TickEvent:
-        payload = tick.payload
-        ids = {"tick_id": payload.tick_id, "level": payload.level}
-        path = str(payload.result_path)
+    def terminal(self, ref: TickRef, exit_code: int | None, timed_out: bool) -> TickEvent:
+        """The terminal event a tick has earned, from the clock and its result file alone."""
+        ids = {"tick_id": ref.tick_id, "level": ref.level}
+        path = str(ref.result_path)
         if timed_out:
-            return TickTimedOut(**ids, timeout_seconds=tick.timeout, result_path=path)
+            return TickTimedOut(**ids, timeout_seconds=ref.timeout, result_path=path)
         try:
-            result = read_result(payload.result_path)
+            result = read_result(ref.result_path)
         except ResultFileError as exc:
             reason = f"{exc} (worker exit code {exit_code})"
-            return TickFailed(**ids, reason=reason, stderr_tail=_tail(tick.log_path))
-        if result.tick_id != payload.tick_id:
+            return TickFailed(**ids, reason=reason, stderr_tail=_tail(ref.log_path))
+        if result.tick_id != ref.tick_id:
             reason = f"result file {path} belongs to tick {result.tick_id!r}"
             return TickFailed(**ids, reason=reason, result_path=path)
         if result.ok:
@@ -279,7 +307,7 @@ class Runner:
             **ids,
             reason=f"{error.type}: {error.message}" if error else "worker reported failure",
             failure_class=error.failure_class if error else "internal",
-            stderr_tail=_tail(tick.log_path),
+            stderr_tail=_tail(ref.log_path),
             result_path=path,
         )
 
@@ -292,7 +320,7 @@ class Runner:
                 raise RuntimeError(f"process group {process.pid} survives SIGKILL")
             time.sleep(0.02)
 
-    def _record(self, event: TickEvent) -> None:
+    def record(self, event: TickEvent) -> None:
         append_or_spool(self.store, self.spool, event.stream_id, [event.to_record()])
 
 
@@ -305,7 +333,7 @@ def _tail(path: Path) -> str:
         return ""
 
 
-def _outcome(tick: PreparedTick, terminal: TickEvent) -> TickOutcome:
+def _outcome(ref: TickRef, terminal: TickEvent) -> TickOutcome:
     status = {
         "TickCompleted": "completed",
         "TickTimedOut": "timed_out",
@@ -319,11 +347,5 @@ def _outcome(tick: PreparedTick, terminal: TickEvent) -> TickOutcome:
             result = None
     reason = terminal.reason if isinstance(terminal, TickFailed) else None
     return TickOutcome(
-        tick.payload.tick_id,
-        tick.payload.level,
-        status,
-        reason,
-        result,
-        tick.payload.result_path,
-        tick.log_path,
+        ref.tick_id, ref.level, status, reason, result, ref.result_path, ref.log_path
     )

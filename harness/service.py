@@ -6,6 +6,7 @@ with a tick of the same level still in flight, and handed to a thread that waits
 free place under `[runner] max_concurrent` and runs it through the runner. On stop
 (SIGTERM), firing ends at once; running ticks get `shutdown_grace_seconds` to finish and
 are then cancelled; ticks still waiting for a place never start and end cancelled.
+Before the first slot, `harness.reconcile` ends or adopts what a killed predecessor left.
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ from harness.config import Settings
 from harness.prices import PriceBook
 from harness.projections import projector_for
 from harness.projections.ticks import ticks
+from harness.reconcile import reconcile
 from harness.runner import PreparedTick, Runner
 from harness.schedule import level_trigger, next_slot, slot_tick_id
 from harness.store import SqlEventStore, StoreError
@@ -50,6 +52,9 @@ class Service:
 
     def serve(self) -> None:
         """Fire slots until `stopping` is set, then shut down; returns when all is ended."""
+        for watcher in reconcile(self.store, self.runner, self.projector, self.report):
+            with self._threads_lock:
+                self.threads.add(watcher)
         now = utcnow()
         upcoming = {name: next_slot(trigger, None, now) for name, trigger in self.triggers.items()}
         levels = ", ".join(f"{name} (next {slot:%H:%M:%S})" for name, slot in upcoming.items())

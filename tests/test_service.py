@@ -9,12 +9,20 @@ import sys
 import time
 from collections import Counter
 from collections.abc import Iterator
+from contextlib import contextmanager
+from datetime import timedelta
 from pathlib import Path
 
+import psutil
 import pytest
 
+from harness.config import LevelConfig, PathsConfig, Settings, StoreConfig
 from harness.events import TERMINAL_TYPES
 from harness.fake_llm import FakeUpstream, Step
+from harness.prices import PriceBook
+from harness.projections import projector_for
+from harness.reconcile import reconcile
+from harness.runner import Runner
 from harness.store import open_store
 
 TICKWORK = str(Path(sys.executable).with_name("tickwork"))
@@ -92,3 +100,132 @@ timeout_seconds = 120
         ]
         assert len(winners) == 1, tick_id
     assert all("claimed by another replica" in log for log in logs), "both replicas raced"
+
+
+def _service_config(tmp_path: Path, timeout: int) -> Path:
+    config = tmp_path / "tickwork.toml"
+    config.write_text(
+        f"""
+[store]
+url = "sqlite:///{tmp_path}/events.db"
+[paths]
+results = "{tmp_path}/results"
+spool = "{tmp_path}/spool"
+[runner]
+shutdown_grace_seconds = 1
+grace_seconds = 1
+[levels.slow]
+every = "1h"
+prompt = "Anything new?"
+model = "fake-model"
+timeout_seconds = {timeout}
+"""
+    )
+    return config
+
+
+def _start_one_tick_then_kill_the_service(config: Path, fake: FakeUpstream) -> tuple[str, int]:
+    """Run one tick with `tickwork tick`, then SIGKILL that runner mid-tick.
+
+    What a crash of `tickwork run` leaves behind: a worker in its own process group,
+    still running, and a tick stream without an end.
+    """
+    env = {k: v for k, v in os.environ.items() if not k.startswith("TICKWORK_")}
+    env.update(TICKWORK_CONFIG=str(config), OPENAI_BASE_URL=fake.url)
+    runner = subprocess.Popen([TICKWORK, "tick", "slow"], env=env, cwd=config.parent)
+    store = open_store(f"sqlite:///{config.parent}/events.db")
+    deadline = time.monotonic() + 30
+    started = []
+    while not started:
+        assert time.monotonic() < deadline, "the tick never started"
+        time.sleep(0.2)
+        started = [e for e in store.read_all(0, 1000) if e.type == "TickStarted"]
+    while started[0].data["tick_id"] not in fake.state.first_request:
+        assert time.monotonic() < deadline, "the worker never asked the model"
+        time.sleep(0.1)
+    runner.send_signal(signal.SIGKILL)
+    runner.wait()
+    store.close()
+    return started[0].data["tick_id"], started[0].data["pid"]
+
+
+def _run_service_briefly(config: Path, fake: FakeUpstream, seconds: float) -> str:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("TICKWORK_")}
+    env.update(TICKWORK_CONFIG=str(config), OPENAI_BASE_URL=fake.url)
+    service = subprocess.Popen(
+        [TICKWORK, "run"],
+        env=env,
+        cwd=config.parent,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
+    time.sleep(seconds)
+    service.send_signal(signal.SIGTERM)
+    output = service.communicate(timeout=60)[0]
+    assert service.returncode == 0, output
+    return output
+
+
+def _stream(config: Path, tick_id: str) -> list[str]:
+    store = open_store(f"sqlite:///{config.parent}/events.db")
+    types = [e.type for e in store.read_stream(f"tick-{tick_id}")]
+    store.close()
+    return types
+
+
+def test_a_restarted_service_adopts_a_running_worker_and_kills_it_at_its_deadline(
+    tmp_path: Path,
+) -> None:
+    with fake_server([Step(text="never in time", delay=60)]) as fake:
+        config = _service_config(tmp_path, timeout=8)
+        tick_id, pid = _start_one_tick_then_kill_the_service(config, fake)
+        assert psutil.pid_exists(pid), "the worker should outlive its killed runner"
+        output = _run_service_briefly(config, fake, seconds=10)
+    assert f"{tick_id} adopted" in output
+    types = _stream(config, tick_id)
+    assert [t for t in types if t in TERMINAL_TYPES] == ["TickTimedOut"], types
+    assert not psutil.pid_exists(pid) or psutil.Process(pid).status() == psutil.STATUS_ZOMBIE
+
+
+def test_a_restarted_service_completes_a_tick_from_its_late_result(tmp_path: Path) -> None:
+    with fake_server([Step(text="done while nobody watched", delay=2)]) as fake:
+        config = _service_config(tmp_path, timeout=60)
+        tick_id, pid = _start_one_tick_then_kill_the_service(config, fake)
+        deadline = time.monotonic() + 30
+        while psutil.pid_exists(pid) and psutil.Process(pid).status() != psutil.STATUS_ZOMBIE:
+            assert time.monotonic() < deadline
+            time.sleep(0.2)
+        output = _run_service_briefly(config, fake, seconds=3)
+    assert f"{tick_id} ended while no scheduler watched: TickCompleted" in output
+    types = _stream(config, tick_id)
+    assert [t for t in types if t in TERMINAL_TYPES] == ["TickCompleted"], types
+
+
+def test_a_claimed_tick_nobody_started_is_recorded_lost(tmp_path: Path) -> None:
+    settings = Settings(
+        store=StoreConfig(url=f"sqlite:///{tmp_path}/events.db"),
+        paths=PathsConfig(results=tmp_path / "r", spool=tmp_path / "s"),
+        levels={"slow": LevelConfig(every="1h", model="m")},
+    )
+    store = open_store(settings.store.url)
+    runner = Runner(settings, store)
+    assert runner.claim(runner.prepare("slow", tick_id="slow-orphan"))
+    reports: list[str] = []
+    projector = projector_for(store, PriceBook())
+    reconcile(store, runner, projector, reports.append, never_started_after=timedelta(0))
+    types = [e.type for e in store.read_stream("tick-slow-orphan")]
+    assert types == ["TickScheduled", "TickLost"]
+    reconcile(store, runner, projector, reports.append, never_started_after=timedelta(0))
+    assert [e.type for e in store.read_stream("tick-slow-orphan")] == types
+    store.close()
+
+
+@contextmanager
+def fake_server(steps: list[Step]) -> Iterator[FakeUpstream]:
+    server = FakeUpstream().start()
+    server.script("default", steps)
+    try:
+        yield server
+    finally:
+        server.stop()

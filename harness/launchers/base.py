@@ -19,17 +19,37 @@ import psutil
 
 @dataclass
 class TickProcess:
-    """A running tick: its leader's pid is also its process group id."""
+    """A running tick: its leader's pid is also its process group id.
+
+    `popen` is None for a process adopted after a restart: it is not our child, so its
+    end is watched by polling and its exit code is unknown (-1).
+    """
 
     pid: int
-    popen: subprocess.Popen[bytes]
+    popen: subprocess.Popen[bytes] | None = None
 
     def wait(self, timeout: float | None) -> int | None:
         """Exit code, or None if still running after `timeout` seconds."""
+        if self.popen is not None:
+            try:
+                return int(self.popen.wait(timeout))
+            except subprocess.TimeoutExpired:
+                return None
         try:
-            return int(self.popen.wait(timeout))
-        except subprocess.TimeoutExpired:
+            psutil.Process(self.pid).wait(timeout)
+        except psutil.NoSuchProcess:
+            return -1
+        except psutil.TimeoutExpired:
             return None
+        return -1
+
+    def alive(self) -> bool:
+        if self.popen is not None:
+            return self.popen.poll() is None
+        try:
+            return bool(psutil.Process(self.pid).status() != psutil.STATUS_ZOMBIE)
+        except psutil.NoSuchProcess:
+            return False
 
     def signal_group(self, signum: int) -> None:
         with contextlib.suppress(ProcessLookupError):

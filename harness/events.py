@@ -162,6 +162,21 @@ class LevelResumed(Event):
     by: str = "operator"
 
 
+CONTROL_STREAM = "control"
+"""Operator requests to running services (cancel); every replica follows it."""
+
+
+class CancelRequested(Event):
+    """Cancel ticks in flight: those of a level, or whose tick id starts with the scope."""
+
+    type = "CancelRequested"
+    scope: str
+    by: str = "operator"
+
+    def matches(self, level: str, tick_id: str) -> bool:
+        return self.scope == level or tick_id.startswith(self.scope)
+
+
 TERMINAL_TYPES = frozenset(
     {"TickCompleted", "TickFailed", "TickTimedOut", "TickCancelled", "TickSkipped", "TickLost"}
 )
@@ -181,6 +196,7 @@ EVENT_TYPES: dict[tuple[str, int], type[Event]] = {
         TickLost,
         LevelPaused,
         LevelResumed,
+        CancelRequested,
     )
 }
 

@@ -125,7 +125,7 @@ class Runner:
         self.env = dict(os.environ if env is None else env)
         self.spool = Spool(settings.paths.spool)
         self._lock = threading.Lock()
-        self._running: dict[str, TickProcess] = {}
+        self._running: dict[str, tuple[TickRef, TickProcess]] = {}
         self._cancelled: dict[str, str] = {}
 
     def prepare(
@@ -226,7 +226,7 @@ class Runner:
         Also used for a tick adopted after a restart, with the time it has left.
         """
         with self._lock:
-            self._running[ref.tick_id] = process
+            self._running[ref.tick_id] = (ref, process)
         try:
             exit_code = process.wait(max(remaining, 0.0))
             timed_out = exit_code is None
@@ -253,10 +253,10 @@ class Runner:
             tick_id=payload.tick_id, level=payload.level, model=payload.model, slot=tick.slot
         )
 
-    def running(self) -> list[str]:
-        """Tick ids whose process is alive right now."""
+    def running(self) -> list[TickRef]:
+        """Ticks whose process this runner watches right now."""
         with self._lock:
-            return list(self._running)
+            return [ref for ref, _ in self._running.values()]
 
     def cancel(self, tick_id: str, reason: str = "cancelled by operator") -> bool:
         """Stop a running tick (SIGTERM, grace, SIGKILL of its group): it ends TickCancelled.
@@ -264,9 +264,10 @@ class Runner:
         Returns False when no such tick is running here (it ended, or never started).
         """
         with self._lock:
-            process = self._running.get(tick_id)
-            if process is None or not process.alive():
+            entry = self._running.get(tick_id)
+            if entry is None or not entry[1].alive():
                 return False
+            process = entry[1]
             self._cancelled[tick_id] = reason
         threading.Thread(target=self._stop, args=(process,), daemon=True).start()
         return True

@@ -18,6 +18,7 @@ from datetime import UTC, datetime, timedelta
 import sqlalchemy as sa
 
 from harness.config import Settings
+from harness.events import CONTROL_STREAM, CancelRequested, decode
 from harness.prices import PriceBook
 from harness.projections import projector_for
 from harness.projections.ticks import ticks
@@ -29,6 +30,7 @@ from harness.store import SqlEventStore, StoreError
 Report = Callable[[str], None]
 
 IN_FLIGHT = ("scheduled", "running")
+CONTROL_POLL_SECONDS = 0.5
 
 
 def utcnow() -> datetime:
@@ -49,6 +51,9 @@ class Service:
         self.threads: set[threading.Thread] = set()
         self._threads_lock = threading.Lock()
         self.projector = projector_for(store, PriceBook(settings.prices))
+        self.waiting: dict[str, PreparedTick] = {}
+        self.cancelled_waiting: dict[str, str] = {}
+        self.control_position = store.stream_version(CONTROL_STREAM)
 
     def serve(self) -> None:
         """Fire slots until `stopping` is set, then shut down; returns when all is ended."""
@@ -59,16 +64,42 @@ class Service:
         upcoming = {name: next_slot(trigger, None, now) for name, trigger in self.triggers.items()}
         levels = ", ".join(f"{name} (next {slot:%H:%M:%S})" for name, slot in upcoming.items())
         self.report(f"tickwork running: {levels or 'no levels configured'}")
-        while upcoming and not self.stopping.is_set():
+        while not self.stopping.is_set():
+            self.follow_control()
+            if not upcoming:
+                self.stopping.wait(CONTROL_POLL_SECONDS)
+                continue
             level, slot = min(upcoming.items(), key=lambda item: item[1])
             delay = (slot - utcnow()).total_seconds()
-            if delay > 0 and self.stopping.wait(delay):
-                break
+            if delay > 0:
+                self.stopping.wait(min(delay, CONTROL_POLL_SECONDS))
+                continue
             self.fire(level, slot)
             upcoming[level] = next_slot(self.triggers[level], slot, utcnow())
-        if not upcoming:
-            self.stopping.wait()
         self.shutdown()
+
+    def follow_control(self) -> None:
+        """Act on operator requests appended to the control stream since we last looked."""
+        try:
+            requests = self.store.read_stream(CONTROL_STREAM, after=self.control_position)
+        except StoreError as exc:
+            self.report(f"control stream unreadable: {exc}")
+            return
+        for stored in requests:
+            self.control_position = stored.stream_position
+            request = decode(stored)
+            if not isinstance(request, CancelRequested):
+                continue
+            reason = f"cancelled by {request.by} (scope {request.scope!r})"
+            with self._threads_lock:
+                for tick_id, tick in self.waiting.items():
+                    if request.matches(tick.payload.level, tick_id):
+                        self.cancelled_waiting[tick_id] = reason
+            for ref in self.runner.running():
+                if request.matches(ref.level, ref.tick_id) and self.runner.cancel(
+                    ref.tick_id, reason
+                ):
+                    self.report(f"{ref.tick_id} cancelling: {reason}")
 
     def fire(self, level: str, slot: datetime) -> None:
         tick = self.runner.prepare(level, tick_id=slot_tick_id(level, slot), slot=slot)
@@ -111,15 +142,18 @@ class Service:
             return bool(conn.execute(query).scalar())
 
     def _run(self, tick: PreparedTick) -> None:
+        tick_id = tick.payload.tick_id
+        with self._threads_lock:
+            self.waiting[tick_id] = tick
         try:
             while not self.places.acquire(timeout=0.2):
-                if self.stopping.is_set():
-                    self._never_started(tick)
+                if self._never_started(tick):
                     return
             try:
-                if self.stopping.is_set():
-                    self._never_started(tick)
+                if self._never_started(tick):
                     return
+                with self._threads_lock:
+                    self.waiting.pop(tick_id, None)
                 outcome = self.runner.run(tick, claimed=True)
             finally:
                 self.places.release()
@@ -128,10 +162,20 @@ class Service:
         finally:
             with self._threads_lock:
                 self.threads.discard(threading.current_thread())
+                self.waiting.pop(tick_id, None)
 
-    def _never_started(self, tick: PreparedTick) -> None:
-        self.runner.cancel_queued(tick, "service stopped before the tick could start")
-        self.report(f"{tick.payload.tick_id} cancelled before it started: the service stops")
+    def _never_started(self, tick: PreparedTick) -> bool:
+        """End a waiting tick that must not start (service stopping, or cancelled)."""
+        tick_id = tick.payload.tick_id
+        with self._threads_lock:
+            reason = self.cancelled_waiting.pop(tick_id, None)
+        if reason is None and self.stopping.is_set():
+            reason = "service stopped before the tick could start"
+        if reason is None:
+            return False
+        self.runner.cancel_queued(tick, reason)
+        self.report(f"{tick_id} cancelled before it started: {reason}")
+        return True
 
     def shutdown(self) -> None:
         grace = self.settings.runner.shutdown_grace_seconds
@@ -142,8 +186,8 @@ class Service:
         deadline = utcnow() + timedelta(seconds=grace)
         for thread in pending:
             thread.join(max(0.0, (deadline - utcnow()).total_seconds()))
-        for tick_id in self.runner.running():
-            self.runner.cancel(tick_id, "service stopped")
+        for ref in self.runner.running():
+            self.runner.cancel(ref.tick_id, "service stopped")
         for thread in pending:
             thread.join()
         self.report("tickwork stopped")

@@ -229,3 +229,68 @@ def fake_server(steps: list[Step]) -> Iterator[FakeUpstream]:
         yield server
     finally:
         server.stop()
+
+
+def test_cancel_reaches_queued_and_running_ticks_of_a_live_service(tmp_path: Path) -> None:
+    config = tmp_path / "tickwork.toml"
+    config.write_text(
+        f"""
+[store]
+url = "sqlite:///{tmp_path}/events.db"
+[paths]
+results = "{tmp_path}/results"
+spool = "{tmp_path}/spool"
+[runner]
+max_concurrent = 1
+shutdown_grace_seconds = 1
+grace_seconds = 1
+[levels.busy]
+every = "2s"
+overlap = "allow"
+prompt = "Anything new?"
+model = "fake-model"
+timeout_seconds = 120
+"""
+    )
+    with fake_server([Step(text="late", delay=60)] * 20) as fake:
+        env = {k: v for k, v in os.environ.items() if not k.startswith("TICKWORK_")}
+        env.update(TICKWORK_CONFIG=str(config), OPENAI_BASE_URL=fake.url)
+        service = subprocess.Popen(
+            [TICKWORK, "run"],
+            env=env,
+            cwd=tmp_path,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+        )
+        try:
+            deadline = time.monotonic() + 40
+            while True:
+                assert time.monotonic() < deadline, "never had a running and a queued tick"
+                status = subprocess.run(
+                    [TICKWORK, "status"], env=env, cwd=tmp_path, capture_output=True, text=True
+                )
+                if " running " in status.stdout and " scheduled " in status.stdout:
+                    break
+                time.sleep(0.5)
+            cancelled = subprocess.run(
+                [TICKWORK, "cancel", "busy", "--wait", "30"],
+                env=env,
+                cwd=tmp_path,
+                capture_output=True,
+                text=True,
+                timeout=60,
+            )
+        finally:
+            service.send_signal(signal.SIGTERM)
+            output = service.communicate(timeout=60)[0]
+    assert cancelled.returncode == 0, cancelled.stdout + cancelled.stderr + output
+    ended = [line for line in cancelled.stdout.splitlines() if line.endswith("TickCancelled")]
+    assert len(ended) >= 2, cancelled.stdout
+    store = open_store(f"sqlite:///{tmp_path}/events.db")
+    for line in ended:
+        stream = store.read_stream(f"tick-{line.split()[0]}")
+        kinds = [e.type for e in stream]
+        assert kinds.count("TickCancelled") == 1 and kinds[-1] == "TickCancelled", kinds
+        assert "cancelled by" in stream[-1].data["reason"]
+    store.close()

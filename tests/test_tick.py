@@ -291,7 +291,7 @@ def test_cancel_kills_a_running_tick_which_ends_cancelled(
     while prepared.payload.tick_id not in fake.state.first_request:
         assert time.monotonic() < deadline, "the tick never reached the upstream"
         time.sleep(0.05)
-    assert harness.runner.running() == [prepared.payload.tick_id]
+    assert [ref.tick_id for ref in harness.runner.running()] == [prepared.payload.tick_id]
     assert harness.runner.cancel(prepared.payload.tick_id, "operator said stop")
     thread.join(10)
     assert outcomes and outcomes[0].status == "cancelled"

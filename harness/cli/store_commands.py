@@ -5,7 +5,7 @@ from __future__ import annotations
 import sys
 import time
 from dataclasses import asdict
-from datetime import date
+from datetime import UTC, date, datetime
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -30,6 +30,7 @@ from harness.example_config import EXAMPLE_CONFIG
 from harness.prices import PriceBook
 from harness.projections import Projector, projector_for, spend_report
 from harness.projections.spend import GroupBy
+from harness.status import level_statuses, refresh, ticks_in_flight
 from harness.store import (
     HEAD_REVISION,
     Spool,
@@ -73,12 +74,12 @@ def migrate() -> None:
 
 @app.command()
 def status() -> None:
-    """The store, its schema, projections and spool at a glance."""
+    """The store, levels, ticks in flight and today's spend at a glance."""
     config = settings()
     store = store_for(config)
     try:
-        projector = projector_for(store, PriceBook(config.prices))
-        projector.catch_up()
+        prices = refresh(config, store)
+        projector = projector_for(store, prices)
         last = store.last_position()
         table = Table(show_header=False, box=None)
         table.add_row("store", safe_url(config.store.url))
@@ -87,8 +88,35 @@ def status() -> None:
         for name, position in projector.checkpoints().items():
             table.add_row(f"projection {name}", f"at {position}, lag {last - position}")
         table.add_row("spool", f"{Spool(config.paths.spool).pending()} pending")
-        table.add_row("levels", ", ".join(config.levels) or "none configured")
         out.print(table)
+        now = datetime.now(UTC)
+        levels = Table("level", "schedule", "next slot", "paused", "tokens today", "cost today")
+        for level in level_statuses(config, store, prices):
+            cost = "unpriced" if level.cost_today_usd is None else f"{level.cost_today_usd:,.4f}"
+            levels.add_row(
+                level.name,
+                level.schedule,
+                f"{level.next_slot:%Y-%m-%d %H:%M:%S}",
+                "PAUSED" if level.paused else "",
+                f"{level.tokens_today:,}",
+                cost,
+            )
+        out.print(levels if config.levels else "levels: none configured")
+        flying = ticks_in_flight(store)
+        if flying:
+            table = Table("tick", "level", "status", "waited (s)", "running (s)")
+            for tick in flying:
+                waited, runtime = tick.waited(now), tick.runtime(now)
+                table.add_row(
+                    tick.tick_id,
+                    tick.level,
+                    tick.status,
+                    "" if waited is None else f"{waited:.1f}",
+                    "" if runtime is None else f"{runtime:.1f}",
+                )
+            out.print(table)
+        else:
+            out.print("no tick in flight")
     finally:
         store.close()
 

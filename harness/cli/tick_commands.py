@@ -1,11 +1,14 @@
-"""Commands that run ticks and what they need: run, tick, fake-llm, rag index."""
+"""Commands that run ticks and what they need: run, tick, cancel, fake-llm, rag index."""
 
 from __future__ import annotations
 
+import getpass
 import os
 import signal
+import socket
 import subprocess
 import sys
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from datetime import UTC, datetime
@@ -15,9 +18,11 @@ from typing import Annotated
 import typer
 
 from harness.cli.app import app, err, fail, out, rag_app, settings, state, store_for
+from harness.events import CONTROL_STREAM, TERMINAL_TYPES, CancelRequested
 from harness.rag import RagError, build_index
 from harness.runner import Runner, TickSetupError, new_tick_id
 from harness.service import Service
+from harness.status import refresh, ticks_in_flight
 
 
 @contextmanager
@@ -110,6 +115,40 @@ def run_service() -> None:
 
 def report(line: str) -> None:
     out.print(f"{datetime.now(UTC):%H:%M:%S} {line}", highlight=False, markup=False)
+
+
+@app.command()
+def cancel(
+    scope: Annotated[str, typer.Argument(help="A level name, or the start of a tick id.")],
+    wait: Annotated[float, typer.Option(min=0, help="Seconds to wait for the ticks to end.")] = 15,
+) -> None:
+    """Cancel ticks in flight: queued ones never start, running ones are killed."""
+    config = settings()
+    store = store_for(config)
+    try:
+        refresh(config, store)
+        request = CancelRequested(scope=scope, by=f"{getpass.getuser()}@{socket.gethostname()}")
+        matching = [t for t in ticks_in_flight(store) if request.matches(t.level, t.tick_id)]
+        store.append(CONTROL_STREAM, [request.to_record()])
+        if not matching:
+            out.print(f"no tick in flight matches {scope!r}")
+            return
+        out.print(f"cancelling {len(matching)} tick(s): {', '.join(t.tick_id for t in matching)}")
+        deadline = time.monotonic() + wait
+        pending = {t.tick_id for t in matching}
+        while pending and time.monotonic() < deadline:
+            time.sleep(0.5)
+            for tick_id in sorted(pending):
+                stream = store.read_stream(f"tick-{tick_id}")
+                ended = [e.type for e in stream if e.type in TERMINAL_TYPES]
+                if ended:
+                    pending.discard(tick_id)
+                    out.print(f"{tick_id} {ended[-1]}")
+        if pending:
+            still = ", ".join(sorted(pending))
+            raise fail(f"still in flight after {wait:.0f} s: {still} (is `tickwork run` up?)")
+    finally:
+        store.close()
 
 
 @app.command("fake-llm")

@@ -1,0 +1,105 @@
+"""A snapshot of the service for operators: levels, ticks in flight, today's spend.
+
+Built from the configuration and the store alone (any process can show it, not only the
+one running the scheduler); the CLI prints it, the HTTP API will serve it.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import UTC, datetime
+
+import sqlalchemy as sa
+
+from harness.config import Settings
+from harness.events import level_stream
+from harness.prices import PriceBook
+from harness.projections import projector_for, spend_report
+from harness.projections.ticks import ticks
+from harness.schedule import level_trigger, next_slot
+from harness.store import SqlEventStore
+
+
+@dataclass(frozen=True)
+class LevelStatus:
+    name: str
+    schedule: str
+    next_slot: datetime
+    paused: bool
+    tokens_today: int
+    cost_today_usd: float | None
+
+
+@dataclass(frozen=True)
+class TickInFlight:
+    tick_id: str
+    level: str
+    status: str
+    """`scheduled` (waiting for a place) or `running`."""
+    scheduled_at: datetime | None
+    started_at: datetime | None
+
+    def waited(self, now: datetime) -> float | None:
+        if self.scheduled_at is None:
+            return None
+        return ((self.started_at or now) - self.scheduled_at).total_seconds()
+
+    def runtime(self, now: datetime) -> float | None:
+        return None if self.started_at is None else (now - self.started_at).total_seconds()
+
+
+def _utc(value: datetime | None) -> datetime | None:
+    if value is None or value.tzinfo is not None:
+        return value
+    return value.replace(tzinfo=UTC)
+
+
+def level_statuses(
+    settings: Settings, store: SqlEventStore, prices: PriceBook
+) -> list[LevelStatus]:
+    now = datetime.now(UTC)
+    with store.read_transaction() as conn:
+        spend = {
+            row.group["level"]: row
+            for row in spend_report(conn, prices, by=["level"], since=now.date())
+        }
+    statuses = []
+    for name, config in settings.levels.items():
+        history = [e.type for e in store.read_stream(level_stream(name))]
+        pauses = [t for t in history if t in ("LevelPaused", "LevelResumed")]
+        today = spend.get(name)
+        statuses.append(
+            LevelStatus(
+                name=name,
+                schedule=config.schedule or f"every {config.every}",
+                next_slot=next_slot(level_trigger(config), None, now),
+                paused=bool(pauses) and pauses[-1] == "LevelPaused",
+                tokens_today=(today.prompt_tokens + today.completion_tokens) if today else 0,
+                cost_today_usd=today.cost_usd if today else 0.0,
+            )
+        )
+    return statuses
+
+
+def ticks_in_flight(store: SqlEventStore) -> list[TickInFlight]:
+    query = (
+        sa.select(
+            ticks.c.tick_id, ticks.c.level, ticks.c.status, ticks.c.scheduled_at, ticks.c.started_at
+        )
+        .where(ticks.c.status.in_(("scheduled", "running")))
+        .order_by(ticks.c.scheduled_at)
+    )
+    with store.read_transaction() as conn:
+        return [
+            TickInFlight(
+                row.tick_id, row.level, row.status, _utc(row.scheduled_at), _utc(row.started_at)
+            )
+            for row in conn.execute(query)
+        ]
+
+
+def refresh(settings: Settings, store: SqlEventStore) -> PriceBook:
+    """Bring the read models up to date; returns the price book they are priced with."""
+    prices = PriceBook(settings.prices)
+    projector_for(store, prices).catch_up()
+    return prices

@@ -49,7 +49,9 @@ def test_init_then_spend_in_an_empty_directory(tmp_path: Path) -> None:
     assert spend.returncode == 0, spend.stderr
     assert "no spend recorded yet" in spend.stdout
     status = run(tmp_path, "status")
-    assert status.returncode == 0 and "min, hour" in status.stdout
+    assert status.returncode == 0, status.stderr
+    rows = [line.split()[1] for line in status.stdout.splitlines() if line.startswith("│")]
+    assert {"min", "hour"} <= set(rows) and "no tick in flight" in status.stdout
 
 
 def test_a_bad_config_exits_2_naming_the_key_and_touches_no_store(tmp_path: Path) -> None:

@@ -65,6 +65,13 @@ class RunnerConfig(_Strict):
     """Ticks running at once across all levels; more wait for a free place."""
     shutdown_grace_seconds: Annotated[float, Field(ge=0)] = 30.0
     """On SIGTERM, running ticks get this long to finish before they are cancelled."""
+    infra_retries: Annotated[int, Field(ge=0)] = 3
+    """Retries of a tick failing on infrastructure (429, 5xx, timeouts, refused); then the
+    level is paused until `tickwork resume`."""
+    content_retries: Annotated[int, Field(ge=0)] = 1
+    """Retries of a tick failing on content (empty text, invalid result)."""
+    retry_backoff_seconds: Annotated[float, Field(ge=0)] = 2.0
+    retry_backoff_max_seconds: Annotated[float, Field(ge=0)] = 60.0
 
 
 class PriceOverride(_Strict):

@@ -108,6 +108,16 @@ class ToolCalled(TickEvent):
     duration_ms: float = 0.0
 
 
+class TickAttemptFailed(TickEvent):
+    """One failed attempt of a tick that will be tried again (not terminal)."""
+
+    type = "TickAttemptFailed"
+    attempt: NonNegativeInt
+    failure_class: Literal["infrastructure", "content", "internal"]
+    reason: str
+    retry_in_seconds: float
+
+
 class TickCompleted(TickEvent):
     type = "TickCompleted"
     result_path: str | None = None
@@ -188,6 +198,7 @@ EVENT_TYPES: dict[tuple[str, int], type[Event]] = {
         TickStarted,
         BudgetSpent,
         ToolCalled,
+        TickAttemptFailed,
         TickCompleted,
         TickFailed,
         TickTimedOut,

@@ -20,8 +20,13 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Literal
 
+from tenacity import RetryCallState, Retrying, stop_never, wait_exponential
+
 from harness.config import LevelConfig, Settings
 from harness.events import (
+    LevelPaused,
+    LevelResumed,
+    TickAttemptFailed,
     TickCancelled,
     TickCompleted,
     TickEvent,
@@ -30,6 +35,7 @@ from harness.events import (
     TickSkipped,
     TickStarted,
     TickTimedOut,
+    level_stream,
 )
 from harness.launchers import ColdLauncher, Launcher, TickProcess
 from harness.payload import RagSettings, TickPayload
@@ -202,10 +208,61 @@ class Runner:
         self.record(TickCancelled(tick_id=payload.tick_id, level=payload.level, reason=reason))
 
     def run(self, tick: PreparedTick, claimed: bool = False) -> TickOutcome:
-        """Run a prepared tick to its end; returns how it ended (already recorded)."""
-        payload = tick.payload
+        """Run a prepared tick to its end, retrying failed attempts as its class allows.
+
+        Infrastructure failures get `infra_retries` more attempts with exponential backoff;
+        when they are spent the level is paused (fail-closed) until an operator resumes it.
+        Content failures get `content_retries`. Each failed attempt that is tried again is
+        recorded as `TickAttemptFailed`; only the last attempt's end is terminal.
+        """
         if not claimed:
             self.record(self._scheduled(tick))
+        policy = self.settings.runner
+        backoff = wait_exponential(
+            multiplier=policy.retry_backoff_seconds, max=policy.retry_backoff_max_seconds
+        )
+
+        def again(state: RetryCallState) -> bool:
+            end = state.outcome.result() if state.outcome else None
+            if not isinstance(end, TickFailed):
+                return False
+            allowed = {"infrastructure": policy.infra_retries, "content": policy.content_retries}
+            return state.attempt_number <= allowed.get(end.failure_class, 0)
+
+        def note_retry(state: RetryCallState) -> None:
+            end = state.outcome.result() if state.outcome else None
+            assert isinstance(end, TickFailed)
+            delay = state.next_action.sleep if state.next_action else 0.0
+            self.record(
+                TickAttemptFailed(
+                    tick_id=end.tick_id,
+                    level=end.level,
+                    attempt=state.attempt_number,
+                    failure_class=end.failure_class,
+                    reason=end.reason,
+                    retry_in_seconds=delay,
+                )
+            )
+
+        attempts = Retrying(
+            retry=again,
+            stop=stop_never,
+            wait=backoff,
+            before_sleep=note_retry,
+            retry_error_callback=lambda state: state.outcome.result() if state.outcome else None,
+        )
+        terminal: TickEvent = attempts(self._attempt, tick, attempts)
+        self.record(terminal)
+        if isinstance(terminal, TickFailed) and terminal.failure_class == "infrastructure":
+            reason = f"{tick.payload.tick_id} failed on infrastructure after retries: "
+            self.record_level(
+                LevelPaused(level=tick.payload.level, reason=reason + terminal.reason)
+            )
+        return _outcome(tick.ref, terminal)
+
+    def _attempt(self, tick: PreparedTick, attempts: Retrying) -> TickEvent:
+        payload = tick.payload
+        payload.result_path.unlink(missing_ok=True)  # an earlier attempt's must not count
         process = self.launcher.start(payload.model_dump_json().encode(), tick.log_path, self.env)
         self.record(
             TickStarted(
@@ -213,18 +270,22 @@ class Runner:
                 level=payload.level,
                 pid=process.pid,
                 host=socket.gethostname(),
+                attempt=attempts.statistics.get("attempt_number", 1),
                 result_path=str(payload.result_path),
                 log_path=str(tick.log_path),
                 timeout_seconds=tick.timeout,
             )
         )
-        return self.watch(tick.ref, process, tick.timeout)
+        return self._await_end(tick.ref, process, tick.timeout)
 
     def watch(self, ref: TickRef, process: TickProcess, remaining: float) -> TickOutcome:
-        """Wait for a started tick until its deadline, end it, record its terminal event.
+        """Watch a tick adopted after a restart to its deadline and record its end."""
+        terminal = self._await_end(ref, process, remaining)
+        self.record(terminal)
+        return _outcome(ref, terminal)
 
-        Also used for a tick adopted after a restart, with the time it has left.
-        """
+    def _await_end(self, ref: TickRef, process: TickProcess, remaining: float) -> TickEvent:
+        """Wait for a started tick until its deadline, stop it, and say how it ended."""
         with self._lock:
             self._running[ref.tick_id] = (ref, process)
         try:
@@ -238,13 +299,8 @@ class Runner:
                 self._running.pop(ref.tick_id, None)
                 cancelled = self._cancelled.pop(ref.tick_id, None)
         if cancelled is not None:
-            terminal: TickEvent = TickCancelled(
-                tick_id=ref.tick_id, level=ref.level, reason=cancelled
-            )
-        else:
-            terminal = self.terminal(ref, exit_code, timed_out)
-        self.record(terminal)
-        return _outcome(ref, terminal)
+            return TickCancelled(tick_id=ref.tick_id, level=ref.level, reason=cancelled)
+        return self.terminal(ref, exit_code, timed_out)
 
     @staticmethod
     def _scheduled(tick: PreparedTick) -> TickScheduled:
@@ -323,6 +379,9 @@ class Runner:
 
     def record(self, event: TickEvent) -> None:
         append_or_spool(self.store, self.spool, event.stream_id, [event.to_record()])
+
+    def record_level(self, event: LevelPaused | LevelResumed) -> None:
+        append_or_spool(self.store, self.spool, level_stream(event.level), [event.to_record()])
 
 
 def _tail(path: Path) -> str:

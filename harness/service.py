@@ -25,6 +25,7 @@ from harness.projections.ticks import ticks
 from harness.reconcile import reconcile
 from harness.runner import PreparedTick, Runner
 from harness.schedule import level_trigger, next_slot, slot_tick_id
+from harness.status import level_paused
 from harness.store import SqlEventStore, StoreError
 
 Report = Callable[[str], None]
@@ -107,6 +108,10 @@ class Service:
         try:
             if not self.runner.claim(tick):
                 self.report(f"{tick_id} claimed by another replica")
+                return
+            if level_paused(self.store, level):
+                self.runner.skip(tick, "paused")
+                self.report(f"{tick_id} skipped: {level} is paused (tickwork resume {level})")
                 return
             if self.settings.levels[level].overlap == "skip" and self._in_flight(level, tick_id):
                 self.runner.skip(tick, "overlap")

@@ -48,6 +48,13 @@ class TickInFlight:
         return None if self.started_at is None else (now - self.started_at).total_seconds()
 
 
+def level_paused(store: SqlEventStore, level: str) -> bool:
+    """Paused (fail-closed after infrastructure failures, or by an operator) until resumed."""
+    history = [e.type for e in store.read_stream(level_stream(level))]
+    switches = [kind for kind in history if kind in ("LevelPaused", "LevelResumed")]
+    return bool(switches) and switches[-1] == "LevelPaused"
+
+
 def _utc(value: datetime | None) -> datetime | None:
     if value is None or value.tzinfo is not None:
         return value
@@ -65,15 +72,13 @@ def level_statuses(
         }
     statuses = []
     for name, config in settings.levels.items():
-        history = [e.type for e in store.read_stream(level_stream(name))]
-        pauses = [t for t in history if t in ("LevelPaused", "LevelResumed")]
         today = spend.get(name)
         statuses.append(
             LevelStatus(
                 name=name,
                 schedule=config.schedule or f"every {config.every}",
                 next_slot=next_slot(level_trigger(config), None, now),
-                paused=bool(pauses) and pauses[-1] == "LevelPaused",
+                paused=level_paused(store, name),
                 tokens_today=(today.prompt_tokens + today.completion_tokens) if today else 0,
                 cost_today_usd=today.cost_usd if today else 0.0,
             )

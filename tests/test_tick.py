@@ -13,17 +13,21 @@ import sys
 import threading
 import time
 from collections.abc import Iterator
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import psutil
 import pytest
 
 from harness.config import LevelConfig, PathsConfig, RagConfig, RunnerConfig, Settings, StoreConfig
+from harness.events import LevelPaused, LevelResumed
 from harness.fake_llm import FakeUpstream, Step, ToolCallSpec
 from harness.launchers import Launcher, TickProcess
 from harness.rag import build_index
 from harness.result import read_result
 from harness.runner import Runner, TickOutcome, TickSetupError, tool_budget
+from harness.service import Service
+from harness.status import level_paused
 from harness.store import SqlEventStore, StoredEvent, open_store
 
 SECRET = "sk-tickwork-test-SECRET-0123456789"
@@ -60,7 +64,7 @@ def make_settings(tmp_path: Path, **level: object) -> Settings:
         store=StoreConfig(url=f"sqlite:///{tmp_path}/events.db"),
         paths=PathsConfig(results=tmp_path / "results", spool=tmp_path / "spool"),
         rag=RagConfig(index=tmp_path / "rag.db"),
-        runner=RunnerConfig(grace_seconds=1.0),
+        runner=RunnerConfig(grace_seconds=1.0, retry_backoff_seconds=0.05),
         levels={"min": LevelConfig(**fields)},  # type: ignore[arg-type]
     )
 
@@ -157,27 +161,29 @@ def test_store_spend_equals_what_the_upstream_billed_across_ticks(
     assert rag_answer.text == "Escalate to Ana."
 
 
-@pytest.mark.parametrize(
-    ("step", "status"),
-    [
-        (Step(text="A long answer that never finishes " * 5, cut_stream=True), "failed"),
-        (Step(text="An answer from a server that reports no usage.", omit_usage=True), "completed"),
-    ],
-)
-def test_a_call_without_usage_is_recorded_once_as_estimated(
-    tmp_path: Path, fake: FakeUpstream, step: Step, status: str
+def test_a_stream_cut_before_usage_is_estimated_once_and_retried(
+    tmp_path: Path, fake: FakeUpstream
 ) -> None:
     harness = Harness(tmp_path, fake, rag=False)
-    outcome = harness.tick([step])
+    cut = Step(text="A long answer that never finishes " * 5, cut_stream=True)
+    outcome = harness.tick([cut, Step(text="Second attempt answers.")])
+    assert outcome.status == "completed", outcome.reason
     events = harness.events(outcome)
-    spent = [e for e in events if e.type == "BudgetSpent"]
-    assert len(spent) == 1
-    assert spent[0].data["estimated"] is True
-    assert spent[0].data["prompt_tokens"] > 0 and spent[0].data["completion_tokens"] > 0
-    assert outcome.status == status
-    (terminal,) = [e for e in events if e.type in ("TickCompleted", "TickFailed")]
-    if status == "failed":
-        assert terminal.data["failure_class"] == "infrastructure", terminal.data["reason"]
+    spent = [e.data for e in events if e.type == "BudgetSpent"]
+    assert [s["estimated"] for s in spent] == [True, False]
+    assert spent[0]["prompt_tokens"] > 0 and spent[0]["completion_tokens"] > 0
+    (attempt,) = [e.data for e in events if e.type == "TickAttemptFailed"]
+    assert attempt["failure_class"] == "infrastructure", attempt["reason"]
+    assert terminal_types(events) == ["TickCompleted"]
+
+
+def test_a_server_that_omits_usage_is_estimated_once(tmp_path: Path, fake: FakeUpstream) -> None:
+    harness = Harness(tmp_path, fake, rag=False)
+    outcome = harness.tick([Step(text="An answer without usage.", omit_usage=True)])
+    assert outcome.status == "completed"
+    spent = [e.data for e in harness.events(outcome) if e.type == "BudgetSpent"]
+    assert len(spent) == 1 and spent[0]["estimated"] is True
+    assert spent[0]["prompt_tokens"] > 0 and spent[0]["completion_tokens"] > 0
 
 
 def test_can_shell_gives_the_agent_a_real_shell(tmp_path: Path, fake: FakeUpstream) -> None:
@@ -380,3 +386,67 @@ def test_store_unreachable_spools_the_tick_spend(tmp_path: Path, fake: FakeUpstr
     types = [e.type for e in recovered.read_stream(f"tick-{outcome.tick_id}")]
     assert sorted(types) == sorted(["TickScheduled", "TickStarted", "BudgetSpent", "TickCompleted"])
     recovered.close()
+
+
+def retrying_harness(tmp_path: Path, fake: FakeUpstream) -> Harness:
+    harness = Harness(tmp_path, fake, rag=False)
+    policy = RunnerConfig(
+        grace_seconds=1, infra_retries=2, content_retries=1, retry_backoff_seconds=0.05
+    )
+    harness.settings = harness.settings.model_copy(update={"runner": policy})
+    harness.runner.settings = harness.settings
+    return harness
+
+
+def test_infrastructure_failures_retry_then_pause_the_level(
+    tmp_path: Path, fake: FakeUpstream
+) -> None:
+    harness = retrying_harness(tmp_path, fake)
+    outcome = harness.tick([Step(status=500)] * 6)
+    assert outcome.status == "failed"
+    kinds = [e.type for e in harness.events(outcome)]
+    assert kinds == [
+        "TickScheduled",
+        "TickStarted",
+        "TickAttemptFailed",
+        "TickStarted",
+        "TickAttemptFailed",
+        "TickStarted",
+        "TickFailed",
+    ]
+    attempts = [e.data for e in harness.events(outcome) if e.type == "TickAttemptFailed"]
+    assert [a["attempt"] for a in attempts] == [1, 2]
+    assert {a["failure_class"] for a in attempts} == {"infrastructure"}
+    assert level_paused(harness.store, "min")
+    paused = harness.store.read_stream("level-min")[-1]
+    assert paused.type == "LevelPaused" and outcome.tick_id in paused.data["reason"]
+
+
+def test_content_failures_get_bounded_retries_and_do_not_pause(
+    tmp_path: Path, fake: FakeUpstream
+) -> None:
+    harness = retrying_harness(tmp_path, fake)
+    outcome = harness.tick([Step(text=" "), Step(text=" "), Step(text="never reached")])
+    assert outcome.status == "failed"
+    kinds = [e.type for e in harness.events(outcome)]
+    assert kinds.count("TickStarted") == 2 and kinds[-1] == "TickFailed"
+    assert harness.events(outcome)[-1].data["failure_class"] == "content"
+    assert not level_paused(harness.store, "min")
+
+
+def test_a_paused_level_skips_its_slots_until_resumed(tmp_path: Path, fake: FakeUpstream) -> None:
+    harness = Harness(tmp_path, fake, rag=False)
+    service = Service(harness.settings, harness.store, harness.runner, lambda line: None)
+    harness.runner.record_level(LevelPaused(level="min", reason="test"))
+    slot = datetime(2026, 11, 30, 9, 0, tzinfo=UTC)
+    service.fire("min", slot)
+    assert [e.type for e in harness.store.read_stream("tick-min-20261130T090000Z")] == [
+        "TickScheduled",
+        "TickSkipped",
+    ]
+    harness.runner.record_level(LevelResumed(level="min"))
+    service.fire("min", slot + timedelta(minutes=1))
+    for thread in list(service.threads):
+        thread.join(60)
+    kinds = [e.type for e in harness.store.read_stream("tick-min-20261130T090100Z")]
+    assert kinds[-1] == "TickCompleted", kinds

@@ -18,11 +18,18 @@ from typing import Annotated
 import typer
 
 from harness.cli.app import app, err, fail, out, rag_app, settings, state, store_for
-from harness.events import CONTROL_STREAM, TERMINAL_TYPES, CancelRequested
+from harness.events import (
+    CONTROL_STREAM,
+    TERMINAL_TYPES,
+    CancelRequested,
+    LevelPaused,
+    LevelResumed,
+    level_stream,
+)
 from harness.rag import RagError, build_index
 from harness.runner import Runner, TickSetupError, new_tick_id
 from harness.service import Service
-from harness.status import refresh, ticks_in_flight
+from harness.status import level_paused, refresh, ticks_in_flight
 
 
 @contextmanager
@@ -127,7 +134,7 @@ def cancel(
     store = store_for(config)
     try:
         refresh(config, store)
-        request = CancelRequested(scope=scope, by=f"{getpass.getuser()}@{socket.gethostname()}")
+        request = CancelRequested(scope=scope, by=_operator())
         matching = [t for t in ticks_in_flight(store) if request.matches(t.level, t.tick_id)]
         store.append(CONTROL_STREAM, [request.to_record()])
         if not matching:
@@ -149,6 +156,39 @@ def cancel(
             raise fail(f"still in flight after {wait:.0f} s: {still} (is `tickwork run` up?)")
     finally:
         store.close()
+
+
+@app.command()
+def pause(
+    level: Annotated[str, typer.Argument(help="The level to stop firing.")],
+    reason: Annotated[str, typer.Option(help="Why, for the ledger.")] = "paused by operator",
+) -> None:
+    """Stop a level's ticks: its slots are recorded as skipped (paused) until resumed."""
+    _switch(level, LevelPaused(level=level, reason=reason, by=_operator()))
+
+
+@app.command()
+def resume(level: Annotated[str, typer.Argument(help="The paused level.")]) -> None:
+    """Let a paused level fire again (after an infrastructure pause, once it is fixed)."""
+    _switch(level, LevelResumed(level=level, by=_operator()))
+
+
+def _operator() -> str:
+    return f"{getpass.getuser()}@{socket.gethostname()}"
+
+
+def _switch(level: str, event: LevelPaused | LevelResumed) -> None:
+    config = settings()
+    if level not in config.levels:
+        raise fail(f"no level named {level!r} (known: {', '.join(config.levels) or 'none'})", 2)
+    store = store_for(config)
+    try:
+        was_paused = level_paused(store, level)
+        store.append(level_stream(level), [event.to_record()])
+    finally:
+        store.close()
+    now = "paused" if isinstance(event, LevelPaused) else "running"
+    out.print(f"{level}: {'paused' if was_paused else 'running'} -> {now}")
 
 
 @app.command("fake-llm")

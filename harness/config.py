@@ -63,6 +63,8 @@ class RunnerConfig(_Strict):
     """After a tick's timeout: SIGTERM to its process group, this long, then SIGKILL."""
     max_concurrent: Annotated[int, Field(ge=1)] = 4
     """Ticks running at once across all levels; more wait for a free place."""
+    start_spacing_seconds: Annotated[float, Field(ge=0)] = 0.25
+    """Least time between two tick starts, so slots due together do not stampede."""
     shutdown_grace_seconds: Annotated[float, Field(ge=0)] = 30.0
     """On SIGTERM, running ticks get this long to finish before they are cancelled."""
     infra_retries: Annotated[int, Field(ge=0)] = 3
@@ -104,6 +106,10 @@ class LevelConfig(_Strict):
     """IANA zone the cron schedule is read in (intervals are aligned to UTC)."""
     overlap: Literal["skip", "allow"] = "skip"
     """A slot that fires while a tick of the level runs: `skip` records TickSkipped."""
+    priority: int = 100
+    """When places are scarce, lower numbers start first (first come first within one)."""
+    max_concurrent: Annotated[int, Field(ge=1)] | None = None
+    """Ticks of this level running at once (the global `[runner] max_concurrent` still holds)."""
     timeout_seconds: Annotated[float, Field(gt=0)] = 300
     max_tool_calls: Annotated[int, Field(ge=0)] | None = None
     """Default 30 (`hour`: 300); TICKWORK_MAX_TOOL_CALLS[_<LEVEL>] in the environment wins."""

@@ -2,8 +2,8 @@
 
 The loop sleeps until the earliest next slot of any level, then fires it: the slot is
 claimed in the store (so replicas on one store run each slot once), checked for overlap
-with a tick of the same level still in flight, and handed to a thread that waits for a
-free place under `[runner] max_concurrent` and runs it through the runner. On stop
+with a tick of the same level still in flight, and handed to a thread that waits at the
+gate (global and per-level caps, priorities, spaced starts) and runs it through the runner. On stop
 (SIGTERM), firing ends at once; running ticks get `shutdown_grace_seconds` to finish and
 are then cancelled; ticks still waiting for a place never start and end cancelled.
 Before the first slot, `harness.reconcile` ends or adopts what a killed predecessor left.
@@ -19,6 +19,7 @@ import sqlalchemy as sa
 
 from harness.config import Settings
 from harness.events import CONTROL_STREAM, CancelRequested, decode
+from harness.gate import Gate
 from harness.prices import PriceBook
 from harness.projections import projector_for
 from harness.projections.ticks import ticks
@@ -47,7 +48,11 @@ class Service:
         self.runner = runner
         self.report = report
         self.triggers = {name: level_trigger(level) for name, level in settings.levels.items()}
-        self.places = threading.BoundedSemaphore(settings.runner.max_concurrent)
+        self.gate = Gate(
+            settings.runner.max_concurrent,
+            {name: level.max_concurrent for name, level in settings.levels.items()},
+            settings.runner.start_spacing_seconds,
+        )
         self.stopping = threading.Event()
         self.threads: set[threading.Thread] = set()
         self._threads_lock = threading.Lock()
@@ -147,21 +152,20 @@ class Service:
             return bool(conn.execute(query).scalar())
 
     def _run(self, tick: PreparedTick) -> None:
-        tick_id = tick.payload.tick_id
+        tick_id, level = tick.payload.tick_id, tick.payload.level
         with self._threads_lock:
             self.waiting[tick_id] = tick
         try:
-            while not self.places.acquire(timeout=0.2):
-                if self._never_started(tick):
-                    return
+            priority = self.settings.levels[level].priority
+            if not self.gate.acquire(level, priority, lambda: self._must_not_start(tick_id)):
+                self._never_started(tick)
+                return
             try:
-                if self._never_started(tick):
-                    return
                 with self._threads_lock:
                     self.waiting.pop(tick_id, None)
                 outcome = self.runner.run(tick, claimed=True)
             finally:
-                self.places.release()
+                self.gate.release(level)
             detail = f" ({outcome.reason})" if outcome.reason else ""
             self.report(f"{outcome.tick_id} {outcome.status}{detail}")
         finally:
@@ -169,18 +173,18 @@ class Service:
                 self.threads.discard(threading.current_thread())
                 self.waiting.pop(tick_id, None)
 
-    def _never_started(self, tick: PreparedTick) -> bool:
-        """End a waiting tick that must not start (service stopping, or cancelled)."""
+    def _must_not_start(self, tick_id: str) -> bool:
+        with self._threads_lock:
+            return tick_id in self.cancelled_waiting or self.stopping.is_set()
+
+    def _never_started(self, tick: PreparedTick) -> None:
+        """End a waiting tick that must not start (cancelled, or the service stops)."""
         tick_id = tick.payload.tick_id
         with self._threads_lock:
             reason = self.cancelled_waiting.pop(tick_id, None)
-        if reason is None and self.stopping.is_set():
-            reason = "service stopped before the tick could start"
-        if reason is None:
-            return False
+        reason = reason or "service stopped before the tick could start"
         self.runner.cancel_queued(tick, reason)
         self.report(f"{tick_id} cancelled before it started: {reason}")
-        return True
 
     def shutdown(self) -> None:
         grace = self.settings.runner.shutdown_grace_seconds

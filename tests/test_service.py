@@ -72,7 +72,13 @@ timeout_seconds = 120
         )
         for _ in range(2)
     ]
-    time.sleep(SLOTS + 3)
+    deadline = time.monotonic() + SLOTS * 3
+    claimed = 0
+    while claimed < SLOTS and time.monotonic() < deadline:
+        time.sleep(1)
+        watcher = open_store(store_url)
+        claimed = len({e.stream_id for e in watcher.read_all(0, 100_000, ["TickScheduled"])})
+        watcher.close()
     for replica in replicas:
         replica.send_signal(signal.SIGTERM)
     logs = [replica.communicate(timeout=60)[0] for replica in replicas]

@@ -110,6 +110,11 @@ class LevelConfig(_Strict):
     """When places are scarce, lower numbers start first (first come first within one)."""
     max_concurrent: Annotated[int, Field(ge=1)] | None = None
     """Ticks of this level running at once (the global `[runner] max_concurrent` still holds)."""
+    daily_token_budget: Annotated[int, Field(gt=0)] | None = None
+    """Prompt + completion tokens a UTC day; a slot that would start over it is skipped."""
+    daily_usd_budget: Annotated[float, Field(gt=0)] | None = None
+    reserve_tokens: Annotated[int, Field(ge=0)] = 10_000
+    """Held against the budget for each tick from its start until its spend is in."""
     timeout_seconds: Annotated[float, Field(gt=0)] = 300
     max_tool_calls: Annotated[int, Field(ge=0)] | None = None
     """Default 30 (`hour`: 300); TICKWORK_MAX_TOOL_CALLS[_<LEVEL>] in the environment wins."""

@@ -172,6 +172,17 @@ class LevelResumed(Event):
     by: str = "operator"
 
 
+class LevelBudgetExceeded(Event):
+    """Recorded once per level and UTC day, when the first slot is skipped for budget."""
+
+    type = "LevelBudgetExceeded"
+    level: str
+    day: str
+    spent_tokens: int
+    spent_usd: float | None
+    reserved_tokens: int
+
+
 CONTROL_STREAM = "control"
 """Operator requests to running services (cancel); every replica follows it."""
 
@@ -207,6 +218,7 @@ EVENT_TYPES: dict[tuple[str, int], type[Event]] = {
         TickLost,
         LevelPaused,
         LevelResumed,
+        LevelBudgetExceeded,
         CancelRequested,
     )
 }

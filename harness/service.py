@@ -17,8 +17,15 @@ from datetime import UTC, datetime, timedelta
 
 import sqlalchemy as sa
 
+from harness.budget import BudgetCheck, Budgets
 from harness.config import Settings
-from harness.events import CONTROL_STREAM, CancelRequested, decode
+from harness.events import (
+    CONTROL_STREAM,
+    CancelRequested,
+    LevelBudgetExceeded,
+    decode,
+    level_stream,
+)
 from harness.gate import Gate
 from harness.prices import PriceBook
 from harness.projections import projector_for
@@ -56,7 +63,9 @@ class Service:
         self.stopping = threading.Event()
         self.threads: set[threading.Thread] = set()
         self._threads_lock = threading.Lock()
-        self.projector = projector_for(store, PriceBook(settings.prices))
+        prices = PriceBook(settings.prices)
+        self.projector = projector_for(store, prices)
+        self.budgets = Budgets(store, self.projector, prices)
         self.waiting: dict[str, PreparedTick] = {}
         self.cancelled_waiting: dict[str, str] = {}
         self.control_position = store.stream_version(CONTROL_STREAM)
@@ -122,6 +131,12 @@ class Service:
                 self.runner.skip(tick, "overlap")
                 self.report(f"{tick_id} skipped: the previous tick of {level} is still running")
                 return
+            budget = self.budgets.try_reserve(level, self.settings.levels[level], tick_id)
+            if not budget.allowed:
+                self.runner.skip(tick, "budget")
+                self._budget_exceeded(level, budget)
+                self.report(f"{tick_id} skipped: {level} is at its daily budget")
+                return
         except StoreError as exc:
             self.report(f"{tick_id} not scheduled: {exc}")
             return
@@ -130,6 +145,24 @@ class Service:
         with self._threads_lock:
             self.threads.add(thread)
         thread.start()
+
+    def _budget_exceeded(self, level: str, budget: BudgetCheck) -> None:
+        """One LevelBudgetExceeded per level and UTC day, however many slots are skipped."""
+        day = utcnow().date().isoformat()
+        stream = level_stream(level)
+        if any(
+            e.type == "LevelBudgetExceeded" and e.data["day"] == day
+            for e in self.store.read_stream(stream)
+        ):
+            return
+        event = LevelBudgetExceeded(
+            level=level,
+            day=day,
+            spent_tokens=budget.spent_tokens,
+            spent_usd=budget.spent_usd,
+            reserved_tokens=budget.reserved_tokens,
+        )
+        self.store.append(stream, [event.to_record()])
 
     def _in_flight(self, level: str, own_tick_id: str) -> bool:
         """Whether another tick of the level, in any replica, has not ended.
@@ -169,6 +202,7 @@ class Service:
             detail = f" ({outcome.reason})" if outcome.reason else ""
             self.report(f"{outcome.tick_id} {outcome.status}{detail}")
         finally:
+            self.budgets.settle(level, tick_id)
             with self._threads_lock:
                 self.threads.discard(threading.current_thread())
                 self.waiting.pop(tick_id, None)

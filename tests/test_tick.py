@@ -450,3 +450,30 @@ def test_a_paused_level_skips_its_slots_until_resumed(tmp_path: Path, fake: Fake
         thread.join(60)
     kinds = [e.type for e in harness.store.read_stream("tick-min-20261130T090100Z")]
     assert kinds[-1] == "TickCompleted", kinds
+
+
+def test_budget_reservations_stop_concurrent_ticks_from_overshooting(
+    tmp_path: Path, fake: FakeUpstream
+) -> None:
+    harness = Harness(
+        tmp_path,
+        fake,
+        rag=False,
+        overlap="allow",
+        daily_token_budget=25_000,
+        reserve_tokens=10_000,
+    )
+    service = Service(harness.settings, harness.store, harness.runner, lambda line: None)
+    first = datetime.now(UTC).replace(microsecond=0)
+    slots = [first + timedelta(seconds=i) for i in range(5)]
+    for slot in slots:
+        service.fire("min", slot)
+    for thread in list(service.threads):
+        thread.join(60)
+    ends = [harness.store.read_stream(f"tick-min-{slot:%Y%m%dT%H%M%SZ}")[-1] for slot in slots]
+    assert [e.type for e in ends].count("TickCompleted") == 2
+    assert [e.data.get("reason") for e in ends].count("budget") == 3
+    exceeded = [
+        e for e in harness.store.read_stream("level-min") if e.type == "LevelBudgetExceeded"
+    ]
+    assert len(exceeded) == 1 and exceeded[0].data["reserved_tokens"] == 20_000

@@ -18,6 +18,14 @@ durability = "process"
 results = ".tickwork/results"   # tick result files: <results>/<level>/<YYYY-MM-DD>/<tick>.json
 spool = ".tickwork/spool"       # events kept here while the store is unreachable
 
+[runner]
+max_concurrent = 4              # ticks running at once, all levels together
+start_spacing_seconds = 0.25    # least time between two tick starts
+grace_seconds = 5               # at a tick's timeout: SIGTERM, this long, then SIGKILL
+shutdown_grace_seconds = 30     # on SIGTERM, running ticks get this long to finish
+infra_retries = 3               # 429/5xx/timeouts: retries with backoff, then the level pauses
+content_retries = 1             # empty or invalid output: retries, then TickFailed
+
 # Prices in USD per million tokens, for models genai-prices does not know (or to override it).
 # [prices."my-local-model"]
 # input_per_mtok = 0.0
@@ -25,11 +33,14 @@ spool = ".tickwork/spool"       # events kept here while the store is unreachabl
 
 # A level wakes an agent on a schedule: cron ("schedule") or an interval ("every").
 [levels.min]
-schedule = "* * * * *"
+schedule = "* * * * *"          # cron, read in `timezone` (default UTC)
 prompt = "Check the inbox and answer anything urgent. Be brief."
 model = "gpt-4o-mini"
 timeout_seconds = 50
 max_tool_calls = 30
+overlap = "skip"                # a slot firing while the last tick runs is skipped ("allow")
+priority = 10                   # lower numbers start first when places are scarce
+daily_token_budget = 2000000    # slots that would start over it are skipped (budget)
 
 [levels.hour]
 schedule = "0 * * * *"

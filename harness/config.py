@@ -106,6 +106,9 @@ class LevelConfig(_Strict):
     """IANA zone the cron schedule is read in (intervals are aligned to UTC)."""
     overlap: Literal["skip", "allow"] = "skip"
     """A slot that fires while a tick of the level runs: `skip` records TickSkipped."""
+    catch_up_seconds: Annotated[float, Field(ge=0)] = 0
+    """After downtime, the latest missed slot this recent runs once; other missed slots
+    are recorded as skipped (missed)."""
     priority: int = 100
     """When places are scarce, lower numbers start first (first come first within one)."""
     max_concurrent: Annotated[int, Field(ge=1)] | None = None

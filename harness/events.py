@@ -85,6 +85,8 @@ class TickStarted(TickEvent):
     result_path: str | None = None
     log_path: str | None = None
     timeout_seconds: float | None = None
+    runner_pid: int | None = None
+    """The process watching the worker; while it lives, no other scheduler may adopt it."""
 
 
 class BudgetSpent(TickEvent):

@@ -47,6 +47,17 @@ def _is_worker(pid: int, started_at: datetime) -> bool:
         return False
 
 
+def _watched(runner_pid: int | None, started_at: datetime) -> bool:
+    """The runner that started the tick still lives (and is not a reused pid)."""
+    if runner_pid is None or runner_pid == os.getpid():
+        return False
+    try:
+        created = datetime.fromtimestamp(psutil.Process(runner_pid).create_time(), UTC)
+    except psutil.NoSuchProcess:
+        return False
+    return created <= started_at
+
+
 def reconcile(
     store: SqlEventStore,
     runner: Runner,
@@ -88,6 +99,8 @@ def _finish(
     if data["host"] != socket.gethostname():
         return None
     tick_id, level = data["tick_id"], data["level"]
+    if _watched(data.get("runner_pid"), datetime.fromisoformat(data["occurred_at"])):
+        return None  # a live scheduler on this host (a replica) still watches it
     if not data.get("result_path") or data.get("timeout_seconds") is None:
         runner.record(TickLost(tick_id=tick_id, level=level, reason="started by an older tickwork"))
         return None

@@ -271,6 +271,7 @@ class Runner:
                 pid=process.pid,
                 host=socket.gethostname(),
                 attempt=attempts.statistics.get("attempt_number", 1),
+                runner_pid=os.getpid(),
                 result_path=str(payload.result_path),
                 log_path=str(tick.log_path),
                 timeout_seconds=tick.timeout,

@@ -40,6 +40,9 @@ Report = Callable[[str], None]
 
 IN_FLIGHT = ("scheduled", "running")
 CONTROL_POLL_SECONDS = 0.5
+MAX_MISSED = 1000
+JUST_DUE = timedelta(seconds=5)
+MISSED_HORIZON = timedelta(days=1)
 
 
 def utcnow() -> datetime:
@@ -75,8 +78,14 @@ class Service:
         for watcher in reconcile(self.store, self.runner, self.projector, self.report):
             with self._threads_lock:
                 self.threads.add(watcher)
-        now = utcnow()
-        upcoming = {name: next_slot(trigger, None, now) for name, trigger in self.triggers.items()}
+        # Slots of the last few seconds are left to the loop (a replica already running
+        # fires them now); only older ones count as missed.
+        boundary = utcnow() - JUST_DUE
+        for level in self.triggers:
+            self.catch_up(level, boundary)
+        upcoming = {
+            name: next_slot(trigger, None, boundary) for name, trigger in self.triggers.items()
+        }
         levels = ", ".join(f"{name} (next {slot:%H:%M:%S})" for name, slot in upcoming.items())
         self.report(f"tickwork running: {levels or 'no levels configured'}")
         while not self.stopping.is_set():
@@ -115,6 +124,50 @@ class Service:
                     ref.tick_id, reason
                 ):
                     self.report(f"{ref.tick_id} cancelling: {reason}")
+
+    def catch_up(self, level: str, now: datetime) -> None:
+        """Account for the slots a level missed while no scheduler ran.
+
+        Each missed slot since the level's last claimed one is claimed and recorded as
+        skipped (`missed`), except the latest, which runs when it lies within the level's
+        catch-up window. At most MAX_MISSED slots of the last MISSED_HORIZON are written;
+        older ones are only counted.
+        """
+        self.projector.catch_up(["ticks"])
+        with self.store.read_transaction() as conn:
+            last = conn.execute(
+                sa.select(sa.func.max(ticks.c.slot)).where(ticks.c.level == level)
+            ).scalar()
+        if last is None:
+            return
+        last = last if last.tzinfo else last.replace(tzinfo=UTC)
+        trigger, missed = self.triggers[level], []
+        if last < now - MISSED_HORIZON:
+            horizon = now - MISSED_HORIZON
+            self.report(f"{level}: slots missed before {horizon:%Y-%m-%d %H:%M} are not recorded")
+            last = now - MISSED_HORIZON
+        slot = next_slot(trigger, last, last)
+        while slot < now:
+            missed.append(slot)
+            slot = next_slot(trigger, slot, slot)
+        if not missed:
+            return
+        window = timedelta(seconds=self.settings.levels[level].catch_up_seconds)
+        run_latest = now - missed[-1] <= window
+        if len(missed) > MAX_MISSED:
+            self.report(f"{level}: {len(missed) - MAX_MISSED} older missed slot(s) not recorded")
+        for slot in missed[-MAX_MISSED:]:
+            if slot == missed[-1] and run_latest:
+                self.fire(level, slot)
+                continue
+            tick = self.runner.prepare(level, tick_id=slot_tick_id(level, slot), slot=slot)
+            if self.runner.claim(tick):
+                self.runner.skip(tick, "missed")
+                self.report(f"{tick.payload.tick_id} skipped: missed while no scheduler ran")
+        self.report(
+            f"{level}: {len(missed)} slot(s) missed while down"
+            + (f", the latest ({missed[-1]:%H:%M:%S}) runs now" if run_latest else "")
+        )
 
     def fire(self, level: str, slot: datetime) -> None:
         tick = self.runner.prepare(level, tick_id=slot_tick_id(level, slot), slot=slot)

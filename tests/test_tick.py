@@ -477,3 +477,27 @@ def test_budget_reservations_stop_concurrent_ticks_from_overshooting(
         e for e in harness.store.read_stream("level-min") if e.type == "LevelBudgetExceeded"
     ]
     assert len(exceeded) == 1 and exceeded[0].data["reserved_tokens"] == 20_000
+
+
+def test_missed_slots_are_recorded_and_the_latest_in_the_window_runs_once(
+    tmp_path: Path, fake: FakeUpstream
+) -> None:
+    harness = Harness(tmp_path, fake, rag=False, every="1s", catch_up_seconds=3)
+    now = datetime.now(UTC).replace(microsecond=0)
+    before = now - timedelta(seconds=8)
+    old = harness.runner.prepare("min", tick_id=f"min-{before:%Y%m%dT%H%M%SZ}", slot=before)
+    assert harness.runner.claim(old)
+    harness.runner.skip(old, "overlap")
+    service = Service(harness.settings, harness.store, harness.runner, lambda line: None)
+    service.catch_up("min", now)
+    for thread in list(service.threads):
+        thread.join(60)
+    missed = [before + timedelta(seconds=i) for i in range(1, 8)]
+    ends = [harness.store.read_stream(f"tick-min-{s:%Y%m%dT%H%M%SZ}") for s in missed]
+    assert all(stream[0].type == "TickScheduled" for stream in ends)
+    assert [stream[-1].data.get("reason") for stream in ends[:-1]] == ["missed"] * 6
+    assert ends[-1][-1].type == "TickCompleted"
+    service.catch_up("min", now)
+    assert [len(harness.store.read_stream(f"tick-min-{s:%Y%m%dT%H%M%SZ}")) for s in missed] == [
+        len(stream) for stream in ends
+    ]

@@ -104,8 +104,10 @@ class LevelConfig(_Strict):
     effort: Literal["low", "medium", "high"] | None = None
     timezone: str = "UTC"
     """IANA zone the cron schedule is read in (intervals are aligned to UTC)."""
-    overlap: Literal["skip", "allow"] = "skip"
-    """A slot that fires while a tick of the level runs: `skip` records TickSkipped."""
+    overlap: Literal["skip", "buffer_one", "allow"] = "skip"
+    """A slot firing while a tick of the level is in flight: `skip` records TickSkipped;
+    `buffer_one` keeps one such slot to run when the level is free (and skips the rest);
+    `allow` runs it alongside."""
     catch_up_seconds: Annotated[float, Field(ge=0)] = 0
     """After downtime, the latest missed slot this recent runs once; other missed slots
     are recorded as skipped (missed)."""

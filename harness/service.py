@@ -12,6 +12,7 @@ Before the first slot, `harness.reconcile` ends or adopts what a killed predeces
 from __future__ import annotations
 
 import threading
+import time
 from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
 
@@ -70,6 +71,8 @@ class Service:
         self.projector = projector_for(store, prices)
         self.budgets = Budgets(store, self.projector, prices)
         self.waiting: dict[str, PreparedTick] = {}
+        self.buffered: dict[str, str] = {}
+        """Level -> the one tick held back until the level's tick in flight ends."""
         self.cancelled_waiting: dict[str, str] = {}
         self.control_position = store.stream_version(CONTROL_STREAM)
 
@@ -180,10 +183,17 @@ class Service:
                 self.runner.skip(tick, "paused")
                 self.report(f"{tick_id} skipped: {level} is paused (tickwork resume {level})")
                 return
-            if self.settings.levels[level].overlap == "skip" and self._in_flight(level, tick_id):
-                self.runner.skip(tick, "overlap")
-                self.report(f"{tick_id} skipped: the previous tick of {level} is still running")
-                return
+            overlap = self.settings.levels[level].overlap
+            if overlap != "allow" and self._in_flight(level, tick_id):
+                with self._threads_lock:
+                    buffer = overlap == "buffer_one" and level not in self.buffered
+                    if buffer:
+                        self.buffered[level] = tick_id
+                if not buffer:
+                    self.runner.skip(tick, "overlap")
+                    self.report(f"{tick_id} skipped: a tick of {level} is still in flight")
+                    return
+                self.report(f"{tick_id} buffered until the tick of {level} in flight ends")
             budget = self.budgets.try_reserve(level, self.settings.levels[level], tick_id)
             if not budget.allowed:
                 self.runner.skip(tick, "budget")
@@ -242,6 +252,9 @@ class Service:
         with self._threads_lock:
             self.waiting[tick_id] = tick
         try:
+            if not self._wait_for_level(level, tick_id):
+                self._never_started(tick)
+                return
             priority = self.settings.levels[level].priority
             if not self.gate.acquire(level, priority, lambda: self._must_not_start(tick_id)):
                 self._never_started(tick)
@@ -259,6 +272,21 @@ class Service:
             with self._threads_lock:
                 self.threads.discard(threading.current_thread())
                 self.waiting.pop(tick_id, None)
+
+    def _wait_for_level(self, level: str, tick_id: str) -> bool:
+        """A buffered tick waits until no other tick of its level is in flight."""
+        with self._threads_lock:
+            if self.buffered.get(level) != tick_id:
+                return True
+        try:
+            while self._in_flight(level, tick_id):
+                if self._must_not_start(tick_id):
+                    return False
+                time.sleep(CONTROL_POLL_SECONDS)
+            return True
+        finally:
+            with self._threads_lock:
+                self.buffered.pop(level, None)
 
     def _must_not_start(self, tick_id: str) -> bool:
         with self._threads_lock:

@@ -26,6 +26,7 @@ from harness.launchers import Launcher, TickProcess
 from harness.rag import build_index
 from harness.result import read_result
 from harness.runner import Runner, TickOutcome, TickSetupError, tool_budget
+from harness.schedule import slot_tick_id
 from harness.service import Service
 from harness.status import level_paused
 from harness.store import SqlEventStore, StoredEvent, open_store
@@ -501,3 +502,28 @@ def test_missed_slots_are_recorded_and_the_latest_in_the_window_runs_once(
     assert [len(harness.store.read_stream(f"tick-min-{s:%Y%m%dT%H%M%SZ}")) for s in missed] == [
         len(stream) for stream in ends
     ]
+
+
+def test_buffer_one_runs_exactly_one_held_slot_after_the_tick_in_flight(
+    tmp_path: Path, fake: FakeUpstream
+) -> None:
+    harness = Harness(tmp_path, fake, rag=False, overlap="buffer_one")
+    service = Service(harness.settings, harness.store, harness.runner, lambda line: None)
+    first = datetime(2026, 11, 30, 10, 0, tzinfo=UTC)
+    slots = [first + timedelta(minutes=i) for i in range(3)]
+    fake.script(slot_tick_id("min", slots[0]), [Step(text="slow first", delay=3)])
+    service.fire("min", slots[0])
+    deadline = time.monotonic() + 30
+    while slot_tick_id("min", slots[0]) not in fake.state.first_request:
+        assert time.monotonic() < deadline
+        time.sleep(0.05)
+    service.fire("min", slots[1])
+    service.fire("min", slots[2])
+    while service.threads:
+        for thread in list(service.threads):
+            thread.join(60)
+    streams = [harness.store.read_stream(f"tick-{slot_tick_id('min', s)}") for s in slots]
+    assert [s[-1].type for s in streams] == ["TickCompleted", "TickCompleted", "TickSkipped"]
+    first_end = streams[0][-1].recorded_at
+    buffered_start = next(e for e in streams[1] if e.type == "TickStarted").recorded_at
+    assert buffered_start >= first_end

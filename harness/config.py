@@ -99,6 +99,9 @@ class LevelConfig(_Strict):
     every: str | None = None
     """Interval instead of cron, e.g. `30s`."""
     prompt: str = ""
+    """Rendered per tick: $level, $slot and $previous_result (the last completed tick's text)."""
+    prompt_file: Path | None = None
+    """Read at every tick instead of `prompt` (edits apply without a restart)."""
     instructions: str = ""
     model: str | None = None
     effort: Literal["low", "medium", "high"] | None = None
@@ -131,6 +134,8 @@ class LevelConfig(_Strict):
     def _one_schedule(self) -> LevelConfig:
         if (self.schedule is None) == (self.every is None):
             raise ValueError("set exactly one of 'schedule' (cron) or 'every' (interval)")
+        if self.prompt and self.prompt_file is not None:
+            raise ValueError("set 'prompt' or 'prompt_file', not both")
         if self.schedule is not None and len(self.schedule.split()) != 5:
             raise ValueError(f"schedule {self.schedule!r} is not a cron expression with 5 fields")
         if self.every is not None:

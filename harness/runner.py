@@ -39,6 +39,9 @@ from harness.events import (
 )
 from harness.launchers import ColdLauncher, Launcher, TickProcess
 from harness.payload import RagSettings, TickPayload
+from harness.prices import PriceBook
+from harness.projections import Projector, projector_for
+from harness.prompt import previous_result_text, render
 from harness.result import ResultFileError, TickResult, read_result
 from harness.store import (
     NO_STREAM,
@@ -133,6 +136,7 @@ class Runner:
         self._lock = threading.Lock()
         self._running: dict[str, tuple[TickRef, TickProcess]] = {}
         self._cancelled: dict[str, str] = {}
+        self._projector: Projector | None = None
 
     def prepare(
         self,
@@ -156,7 +160,7 @@ class Runner:
         payload = TickPayload(
             tick_id=tick_id,
             level=level,
-            prompt=prompt if prompt is not None else config.prompt,
+            prompt=prompt if prompt is not None else self._prompt(level, config, slot),
             instructions=config.instructions,
             model=config.model,
             effort=config.effort,
@@ -179,6 +183,22 @@ class Runner:
             (folder / f"{tick_id}.log").absolute(),
             slot,
         )
+
+    def _prompt(self, level: str, config: LevelConfig, slot: datetime | None) -> str:
+        template = config.prompt
+        if config.prompt_file is not None:
+            try:
+                template = config.prompt_file.read_text(encoding="utf-8")
+            except OSError as exc:
+                raise TickSetupError(
+                    f"levels.{level}.prompt_file {config.prompt_file}: {exc.strerror}"
+                ) from exc
+        previous = ""
+        if "$previous_result" in template and self.store is not None:
+            if self._projector is None:
+                self._projector = projector_for(self.store, PriceBook(self.settings.prices))
+            previous = previous_result_text(self.store, self._projector, level)
+        return render(template, level, slot, previous)
 
     def claim(self, tick: PreparedTick) -> bool:
         """Record TickScheduled as the first event of the tick's stream, or lose the race.

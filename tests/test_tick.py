@@ -527,3 +527,30 @@ def test_buffer_one_runs_exactly_one_held_slot_after_the_tick_in_flight(
     first_end = streams[0][-1].recorded_at
     buffered_start = next(e for e in streams[1] if e.type == "TickStarted").recorded_at
     assert buffered_start >= first_end
+
+
+def test_prompts_render_level_slot_and_the_previous_result(
+    tmp_path: Path, fake: FakeUpstream
+) -> None:
+    template = 'Level $level at $slot. Last: $previous_result {"keep": "$braces"}'
+    harness = Harness(tmp_path, fake, rag=False, prompt=template)
+    slot = datetime(2026, 11, 30, 12, 0, tzinfo=UTC)
+    first = harness.runner.prepare("min", slot=slot)
+    assert first.payload.prompt == (
+        'Level min at 2026-11-30T12:00:00+00:00. Last:  {"keep": "$braces"}'
+    )
+    fake.script(first.payload.tick_id, [Step(text="First answer.")])
+    assert harness.runner.run(first).status == "completed"
+    second = harness.runner.prepare("min")
+    assert second.payload.prompt.startswith("Level min at now. Last: First answer.")
+
+
+def test_a_prompt_file_is_read_at_each_tick(tmp_path: Path, fake: FakeUpstream) -> None:
+    prompt = tmp_path / "prompt.md"
+    harness = Harness(tmp_path, fake, rag=False, prompt="", prompt_file=prompt)
+    with pytest.raises(TickSetupError, match="prompt_file"):
+        harness.runner.prepare("min")
+    prompt.write_text("Check $level.")
+    assert harness.runner.prepare("min").payload.prompt == "Check min."
+    prompt.write_text("Edited.")
+    assert harness.runner.prepare("min").payload.prompt == "Edited."

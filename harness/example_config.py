@@ -44,7 +44,8 @@ daily_token_budget = 2000000    # slots that would start over it are skipped (bu
 
 [levels.hour]
 schedule = "0 * * * *"
-prompt = "Summarize what the minute ticks did in the last hour. Last hour you wrote: $previous_result"
+# $level, $slot and $previous_result (the last completed tick's text) are filled in.
+prompt = "Summarize the last hour of minute ticks. An hour ago you wrote: $previous_result"
 model = "gpt-4o-mini"
 effort = "medium"
 timeout_seconds = 900

@@ -96,13 +96,20 @@ class Service:
             if not upcoming:
                 self.stopping.wait(CONTROL_POLL_SECONDS)
                 continue
-            level, slot = min(upcoming.items(), key=lambda item: item[1])
-            delay = (slot - utcnow()).total_seconds()
-            if delay > 0:
+            now = utcnow()
+            due = sorted((slot, level) for level, slot in upcoming.items() if slot <= now)
+            if not due:
+                delay = (min(upcoming.values()) - now).total_seconds()
                 self.stopping.wait(min(delay, CONTROL_POLL_SECONDS))
                 continue
-            self.fire(level, slot)
-            upcoming[level] = next_slot(self.triggers[level], slot, utcnow())
+            # One read-model refresh for every slot due together (a wave at :00 can be a
+            # thousand levels): each overlap check then reads it as of this moment.
+            self.projector.catch_up(["ticks"])
+            for slot, level in due:
+                if self.stopping.is_set():
+                    break
+                self.fire(level, slot, fresh=True)
+                upcoming[level] = next_slot(self.triggers[level], slot, utcnow())
         self.shutdown()
 
     def follow_control(self) -> None:
@@ -172,7 +179,11 @@ class Service:
             + (f", the latest ({missed[-1]:%H:%M:%S}) runs now" if run_latest else "")
         )
 
-    def fire(self, level: str, slot: datetime) -> None:
+    def fire(self, level: str, slot: datetime, fresh: bool = False) -> None:
+        """Claim a slot and start its tick, unless paused, overlapping or over budget.
+
+        `fresh`: the ticks read model was just brought up to date by the caller.
+        """
         tick = self.runner.prepare(level, tick_id=slot_tick_id(level, slot), slot=slot)
         tick_id = tick.payload.tick_id
         try:
@@ -184,7 +195,7 @@ class Service:
                 self.report(f"{tick_id} skipped: {level} is paused (tickwork resume {level})")
                 return
             overlap = self.settings.levels[level].overlap
-            if overlap != "allow" and self._in_flight(level, tick_id):
+            if overlap != "allow" and self._in_flight(level, tick_id, fresh):
                 with self._threads_lock:
                     buffer = overlap == "buffer_one" and level not in self.buffered
                     if buffer:
@@ -227,7 +238,7 @@ class Service:
         )
         self.store.append(stream, [event.to_record()])
 
-    def _in_flight(self, level: str, own_tick_id: str) -> bool:
+    def _in_flight(self, level: str, own_tick_id: str, fresh: bool = False) -> bool:
         """Whether another tick of the level, in any replica, has not ended.
 
         Ticks scheduled longer ago than a timeout plus grace are ignored: their scheduler
@@ -237,7 +248,8 @@ class Service:
         horizon = utcnow() - timedelta(
             seconds=config.timeout_seconds + self.settings.runner.grace_seconds + 60
         )
-        self.projector.catch_up(["ticks"])
+        if not fresh:
+            self.projector.catch_up(["ticks"])
         query = sa.select(sa.func.count()).where(
             ticks.c.level == level,
             ticks.c.status.in_(IN_FLIGHT),

@@ -1,0 +1,107 @@
+"""The scheduler under load: many levels on one schedule, real ticks, the default cap.
+
+Starts `tickwork run` (a real process) with N levels firing every minute against the fake
+upstream (instant answers), lets it run for D seconds, stops it with SIGTERM, then reads
+the store: fire lag (slot -> TickScheduled recorded), queue wait (TickScheduled ->
+TickStarted), ticks completed per minute, and the peak RSS of the service process
+(sampled every 0.5 s, workers not included).
+
+    .venv/bin/python ops/bench/scheduler_bench.py [--levels 1000] [--seconds 300]
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import platform
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from datetime import datetime
+from pathlib import Path
+
+import psutil
+
+from harness.fake_llm import fake_upstream
+from harness.store import open_store
+
+
+def percentile(values: list[float], share: float) -> float:
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, int(share * len(ordered)))] if ordered else float("nan")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--levels", type=int, default=1000)
+    parser.add_argument("--seconds", type=int, default=300)
+    args = parser.parse_args()
+    print(
+        f"machine: {platform.node()} {platform.machine()}, {os.cpu_count()} cores, "
+        f"Python {platform.python_version()}"
+    )
+    with tempfile.TemporaryDirectory() as folder, fake_upstream() as fake:
+        root = Path(folder)
+        levels = "".join(
+            f'[levels.l{i:04d}]\nschedule = "* * * * *"\nprompt = "Hi."\nmodel = "fake-model"\n'
+            "timeout_seconds = 60\n\n"
+            for i in range(args.levels)
+        )
+        config = root / "tickwork.toml"
+        config.write_text(
+            f'[store]\nurl = "sqlite:///{root}/events.db"\n[paths]\nresults = "{root}/results"\n'
+            f'spool = "{root}/spool"\n[runner]\nshutdown_grace_seconds = 5\n\n{levels}'
+        )
+        env = {k: v for k, v in os.environ.items() if not k.startswith("TICKWORK_")}
+        env.update(TICKWORK_CONFIG=str(config), OPENAI_BASE_URL=fake.url)
+        tickwork = str(Path(sys.executable).with_name("tickwork"))
+        service = subprocess.Popen(
+            [tickwork, "run"],
+            env=env,
+            cwd=root,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        )
+        process = psutil.Process(service.pid)
+        peak = 0
+        deadline = time.monotonic() + args.seconds
+        while time.monotonic() < deadline and service.poll() is None:
+            peak = max(peak, process.memory_info().rss)
+            time.sleep(0.5)
+        service.send_signal(signal.SIGTERM)
+        service.wait(120)
+        store = open_store(f"sqlite:///{root}/events.db")
+        events = store.read_all(0, 10_000_000)
+        store.close()
+    scheduled = {e.stream_id: e for e in events if e.type == "TickScheduled"}
+    started = {e.stream_id: e for e in events if e.type == "TickStarted"}
+    lags = [
+        (e.recorded_at - datetime.fromisoformat(e.data["slot"])).total_seconds()
+        for e in scheduled.values()
+        if e.data.get("slot")
+    ]
+    waits = [
+        (started[s].recorded_at - e.recorded_at).total_seconds()
+        for s, e in scheduled.items()
+        if s in started
+    ]
+    completed = sum(e.type == "TickCompleted" for e in events)
+    print(f"levels {args.levels}, one slot a minute each, {args.seconds} s, default cap")
+    print(f"  slots claimed:               {len(scheduled)}")
+    print(
+        f"  fire lag p50 / p99 / max:    {percentile(lags, 0.5):.3f} / "
+        f"{percentile(lags, 0.99):.3f} / {max(lags, default=float('nan')):.3f} s"
+    )
+    print(
+        f"  queue wait p50 / p99:        {percentile(waits, 0.5):.1f} / "
+        f"{percentile(waits, 0.99):.1f} s ({len(waits)} started)"
+    )
+    print(f"  ticks completed per minute:  {completed / (args.seconds / 60):.1f}")
+    print(f"  peak RSS of the service:     {peak / 2**20:.0f} MiB")
+    print(f"  skipped (overlap etc.):      {sum(e.type == 'TickSkipped' for e in events)}")
+
+
+if __name__ == "__main__":
+    main()

@@ -31,6 +31,7 @@ lint: $(STAMP)
 bench: $(STAMP)
 	$(BIN)/python ops/bench/store_bench.py
 	$(BIN)/python ops/bench/tick_bench.py
+	$(BIN)/python ops/bench/scheduler_bench.py
 
 clean:
 	rm -rf $(VENV) .tickwork .pytest_cache .mypy_cache .ruff_cache

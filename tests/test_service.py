@@ -12,6 +12,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from datetime import timedelta
 from pathlib import Path
+from typing import Any
 
 import psutil
 import pytest
@@ -29,6 +30,45 @@ TICKWORK = str(Path(sys.executable).with_name("tickwork"))
 SLOTS = 20
 
 
+def write_config(tmp_path: Path, levels: str, runner: str = "", store_url: str = "") -> Path:
+    """A tickwork.toml for a service under test: its store, folders, runner and levels."""
+    config = tmp_path / "tickwork.toml"
+    config.write_text(
+        f"""
+[store]
+url = "{store_url or f"sqlite:///{tmp_path}/events.db"}"
+[paths]
+results = "{tmp_path}/results"
+spool = "{tmp_path}/spool"
+[runner]
+shutdown_grace_seconds = 1
+grace_seconds = 1
+{runner}
+{levels}
+"""
+    )
+    return config
+
+
+def start(command: str, config: Path, fake: FakeUpstream, **popen: Any) -> subprocess.Popen[str]:
+    """`tickwork <command>` on the config, talking to the fake upstream."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("TICKWORK_")}
+    env.update(TICKWORK_CONFIG=str(config), OPENAI_BASE_URL=fake.url)
+    return subprocess.Popen(
+        [TICKWORK, *command.split()], env=env, cwd=config.parent, text=True, **popen
+    )
+
+
+def run_cli(command: str, config: Path, fake: FakeUpstream) -> subprocess.CompletedProcess[str]:
+    process = start(command, config, fake, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    stdout, stderr = process.communicate(timeout=90)
+    return subprocess.CompletedProcess(process.args, process.returncode, stdout, stderr)
+
+
+def start_service(config: Path, fake: FakeUpstream) -> subprocess.Popen[str]:
+    return start("run", config, fake, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+
+
 @pytest.fixture(scope="module")
 def slow_fake() -> Iterator[FakeUpstream]:
     """Every answer takes a minute: the first tick runs until cancelled, later slots overlap."""
@@ -41,37 +81,15 @@ def slow_fake() -> Iterator[FakeUpstream]:
 def test_two_replicas_run_each_slot_exactly_once(
     tmp_path: Path, store_url: str, slow_fake: FakeUpstream
 ) -> None:
-    config = tmp_path / "tickwork.toml"
-    config.write_text(
-        f"""
-[store]
-url = "{store_url}"
-[paths]
-results = "{tmp_path}/results"
-spool = "{tmp_path}/spool"
-[runner]
-shutdown_grace_seconds = 1
-grace_seconds = 1
+    level = """
 [levels.fast]
 every = "1s"
 prompt = "Anything new?"
 model = "fake-model"
 timeout_seconds = 120
 """
-    )
-    env = {k: v for k, v in os.environ.items() if not k.startswith("TICKWORK_")}
-    env.update(TICKWORK_CONFIG=str(config), OPENAI_BASE_URL=slow_fake.url)
-    replicas = [
-        subprocess.Popen(
-            [TICKWORK, "run"],
-            env=env,
-            cwd=tmp_path,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.STDOUT,
-            text=True,
-        )
-        for _ in range(2)
-    ]
+    config = write_config(tmp_path, level, store_url=store_url)
+    replicas = [start_service(config, slow_fake) for _ in range(2)]
     deadline = time.monotonic() + SLOTS * 3
     claimed = 0
     while claimed < SLOTS and time.monotonic() < deadline:
@@ -109,25 +127,14 @@ timeout_seconds = 120
 
 
 def _service_config(tmp_path: Path, timeout: int) -> Path:
-    config = tmp_path / "tickwork.toml"
-    config.write_text(
-        f"""
-[store]
-url = "sqlite:///{tmp_path}/events.db"
-[paths]
-results = "{tmp_path}/results"
-spool = "{tmp_path}/spool"
-[runner]
-shutdown_grace_seconds = 1
-grace_seconds = 1
+    level = f"""
 [levels.slow]
 every = "1h"
 prompt = "Anything new?"
 model = "fake-model"
 timeout_seconds = {timeout}
 """
-    )
-    return config
+    return write_config(tmp_path, level)
 
 
 def _start_one_tick_then_kill_the_service(config: Path, fake: FakeUpstream) -> tuple[str, int]:
@@ -136,9 +143,7 @@ def _start_one_tick_then_kill_the_service(config: Path, fake: FakeUpstream) -> t
     What a crash of `tickwork run` leaves behind: a worker in its own process group,
     still running, and a tick stream without an end.
     """
-    env = {k: v for k, v in os.environ.items() if not k.startswith("TICKWORK_")}
-    env.update(TICKWORK_CONFIG=str(config), OPENAI_BASE_URL=fake.url)
-    runner = subprocess.Popen([TICKWORK, "tick", "slow"], env=env, cwd=config.parent)
+    runner = start("tick slow", config, fake)
     store = open_store(f"sqlite:///{config.parent}/events.db")
     deadline = time.monotonic() + 30
     started = []
@@ -156,16 +161,7 @@ def _start_one_tick_then_kill_the_service(config: Path, fake: FakeUpstream) -> t
 
 
 def _run_service_briefly(config: Path, fake: FakeUpstream, seconds: float) -> str:
-    env = {k: v for k, v in os.environ.items() if not k.startswith("TICKWORK_")}
-    env.update(TICKWORK_CONFIG=str(config), OPENAI_BASE_URL=fake.url)
-    service = subprocess.Popen(
-        [TICKWORK, "run"],
-        env=env,
-        cwd=config.parent,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        text=True,
-    )
+    service = start_service(config, fake)
     time.sleep(seconds)
     service.send_signal(signal.SIGTERM)
     output = service.communicate(timeout=60)[0]
@@ -238,18 +234,7 @@ def fake_server(steps: list[Step]) -> Iterator[FakeUpstream]:
 
 
 def test_cancel_reaches_queued_and_running_ticks_of_a_live_service(tmp_path: Path) -> None:
-    config = tmp_path / "tickwork.toml"
-    config.write_text(
-        f"""
-[store]
-url = "sqlite:///{tmp_path}/events.db"
-[paths]
-results = "{tmp_path}/results"
-spool = "{tmp_path}/spool"
-[runner]
-max_concurrent = 1
-shutdown_grace_seconds = 1
-grace_seconds = 1
+    level = """
 [levels.busy]
 every = "2s"
 overlap = "allow"
@@ -257,36 +242,18 @@ prompt = "Anything new?"
 model = "fake-model"
 timeout_seconds = 120
 """
-    )
+    config = write_config(tmp_path, level, runner="max_concurrent = 1")
     with fake_server([Step(text="late", delay=60)] * 20) as fake:
-        env = {k: v for k, v in os.environ.items() if not k.startswith("TICKWORK_")}
-        env.update(TICKWORK_CONFIG=str(config), OPENAI_BASE_URL=fake.url)
-        service = subprocess.Popen(
-            [TICKWORK, "run"],
-            env=env,
-            cwd=tmp_path,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.STDOUT,
-            text=True,
-        )
+        service = start_service(config, fake)
         try:
             deadline = time.monotonic() + 40
             while True:
                 assert time.monotonic() < deadline, "never had a running and a queued tick"
-                status = subprocess.run(
-                    [TICKWORK, "status"], env=env, cwd=tmp_path, capture_output=True, text=True
-                )
+                status = run_cli("status", config, fake)
                 if " running " in status.stdout and " scheduled " in status.stdout:
                     break
                 time.sleep(0.5)
-            cancelled = subprocess.run(
-                [TICKWORK, "cancel", "busy", "--wait", "30"],
-                env=env,
-                cwd=tmp_path,
-                capture_output=True,
-                text=True,
-                timeout=60,
-            )
+            cancelled = run_cli("cancel busy --wait 30", config, fake)
         finally:
             service.send_signal(signal.SIGTERM)
             output = service.communicate(timeout=60)[0]

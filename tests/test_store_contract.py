@@ -59,6 +59,13 @@ def test_exact_version_zero_is_refused_with_a_hint(store: SqlEventStore) -> None
         store.append("s", [new()], 0)
 
 
+def test_an_oversized_batch_is_refused_with_the_limit(store: SqlEventStore) -> None:
+    store.append("s", [new() for _ in range(1000)])
+    with pytest.raises(ValueError, match="at most 1000"):
+        store.append("s", [new() for _ in range(1001)])
+    assert store.last_position() == 1000
+
+
 def test_any_appends_after_whatever_is_there(store: SqlEventStore) -> None:
     store.append("s", [new()], ANY)
     result = store.append("s", [new(), new()], ANY)

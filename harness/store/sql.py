@@ -35,6 +35,9 @@ from harness.store.records import (
 from harness.store.schema import events
 from harness.store.writer import Refused, Writer, driver_error
 
+MAX_BATCH = 1000
+"""Events one append may carry: six parameters each, under SQLite's 32,766 per statement."""
+
 _COLUMNS = (
     events.c.global_position,
     events.c.event_id,
@@ -107,6 +110,11 @@ class SqlEventStore(EventStore):
     ) -> AppendResult:
         if isinstance(expected_version, int) and expected_version < 1:
             raise ValueError("an exact expected version is >= 1; use NO_STREAM for a new stream")
+        if len(events_) > MAX_BATCH:
+            raise ValueError(
+                f"{len(events_)} events in one append: at most {MAX_BATCH} (one statement "
+                "inserts the batch, and SQLite caps the parameters of a statement)"
+            )
         if not events_:
             return AppendResult((), self.stream_version(stream_id))
         try:
@@ -156,17 +164,6 @@ class SqlEventStore(EventStore):
         limit: int = 1000,
         types: Iterable[str] | None = None,
     ) -> list[StoredEvent]:
-        with self.read_transaction() as conn:
-            return self.read_all_in(conn, after_position, limit, types)
-
-    def read_all_in(
-        self,
-        conn: sa.Connection,
-        after_position: int = 0,
-        limit: int = 1000,
-        types: Iterable[str] | None = None,
-    ) -> list[StoredEvent]:
-        """`read_all` inside a caller's transaction (projections update in the same one)."""
         query = (
             sa.select(*_COLUMNS)
             .where(events.c.global_position > after_position)
@@ -175,7 +172,8 @@ class SqlEventStore(EventStore):
         )
         if types is not None:
             query = query.where(events.c.type.in_(list(types)))
-        return [_row_to_event(row) for row in conn.execute(query)]
+        with self.read_transaction() as conn:
+            return [_row_to_event(row) for row in conn.execute(query)]
 
     def first_position_since(self, when: datetime) -> int:
         """The first global position recorded at or after `when` (last + 1 if none)."""

@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import argparse
 import os
-import platform
 import signal
 import subprocess
 import sys
@@ -23,6 +22,7 @@ from datetime import datetime
 from pathlib import Path
 
 import psutil
+from machine import describe
 
 from harness.fake_llm import fake_upstream
 from harness.store import open_store
@@ -38,10 +38,7 @@ def main() -> None:
     parser.add_argument("--levels", type=int, default=1000)
     parser.add_argument("--seconds", type=int, default=300)
     args = parser.parse_args()
-    print(
-        f"machine: {platform.node()} {platform.machine()}, {os.cpu_count()} cores, "
-        f"Python {platform.python_version()}"
-    )
+    print(describe())
     with tempfile.TemporaryDirectory() as folder, fake_upstream() as fake:
         root = Path(folder)
         levels = "".join(

@@ -14,8 +14,6 @@ from __future__ import annotations
 
 import argparse
 import multiprocessing
-import os
-import platform
 import random
 import statistics
 import tempfile
@@ -27,6 +25,7 @@ from typing import Any
 
 import orjson
 import psycopg
+from machine import describe
 from sqlalchemy.engine import make_url
 
 from harness.prices import PriceBook
@@ -278,7 +277,7 @@ def load_budget_spent(url: str, count: int) -> None:
     rng = random.Random(7)
     levels = [f"level{i}" for i in range(20)]
     models = ["gpt-4o-mini", "claude-sonnet-4-5", "gemini-2.5-pro", "local-qwen"]
-    chunks = count // 2000
+    chunks = count // 1000
     for chunk in range(chunks):
         day = 1 + chunk * 30 // chunks
         events = [
@@ -296,7 +295,7 @@ def load_budget_spent(url: str, count: int) -> None:
                     "estimated": rng.random() < 0.01,
                 },
             )
-            for _ in range(2000)
+            for _ in range(1000)
         ]
         store.append(f"load-{chunk}", events, ANY)
     store.close()
@@ -341,10 +340,7 @@ def main() -> None:
     parser.add_argument("--no-rebuild", action="store_true", help="skip the 1M-event part")
     args = parser.parse_args()
 
-    print(
-        f"machine: {platform.node()} {platform.machine()}, {os.cpu_count()} cores, "
-        f"Python {platform.python_version()}, {platform.platform()}"
-    )
+    print(describe())
     with tempfile.TemporaryDirectory() as folder:
 
         def sqlite_target(name: str) -> str:

@@ -12,12 +12,13 @@ from __future__ import annotations
 
 import argparse
 import os
-import platform
 import resource
 import statistics
 import tempfile
 import time
 from pathlib import Path
+
+from machine import describe
 
 from harness.config import LevelConfig, PathsConfig, Settings, StoreConfig
 from harness.fake_llm import fake_upstream
@@ -47,10 +48,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--ticks", type=int, default=20)
     args = parser.parse_args()
-    print(
-        f"machine: {platform.node()} {platform.machine()}, {os.cpu_count()} cores, "
-        f"Python {platform.python_version()}"
-    )
+    print(describe())
     with tempfile.TemporaryDirectory() as folder, fake_upstream() as fake:
         root = Path(folder)
         settings = Settings(

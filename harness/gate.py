@@ -1,10 +1,12 @@
-"""Places for ticks to run: a global cap, per-level caps, priorities and spaced starts.
+"""The queue of ticks waiting for a place: a global cap, per-level caps, priorities, spacing.
 
-Waiters are served lowest priority number first, first come first served within a
-priority; a waiter whose level is at its own cap does not hold up those behind it. A
-waiter that gives up (cancelled, service stopping) leaves the queue without taking a
-place, so nothing leaks. Consecutive starts are at least `spacing` seconds apart, so a
-wave of slots at :00 does not spawn every worker in the same instant.
+Queued ticks are plain items, not blocked threads: a wave of a thousand slots at :00
+must cost the scheduler a list insertion each, not a thread that wakes up to look. One
+dispatcher `take`s the next item allowed to start, lowest priority number first and first
+come first served within a priority; an item whose level is at its own cap does not hold
+up those behind it. `withdraw` removes queued items (a cancel) without their ever taking
+a place, so nothing leaks. Consecutive starts are at least `spacing` seconds apart, so a
+wave does not spawn every worker in the same instant.
 """
 
 from __future__ import annotations
@@ -16,58 +18,62 @@ import time
 from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import Generic, TypeVar
 
-POLL_SECONDS = 0.1
+T = TypeVar("T")
 
 
 @dataclass(order=True)
-class _Ticket:
+class _Ticket(Generic[T]):
     priority: int
     sequence: int
     level: str = field(compare=False)
+    item: T = field(compare=False)
 
 
-class Gate:
+class Gate(Generic[T]):
     def __init__(self, total: int, per_level: dict[str, int | None], spacing: float = 0.0):
         self.total = total
         self.per_level = per_level
         self.spacing = spacing
         self._condition = threading.Condition()
-        self._waiting: list[_Ticket] = []
+        self._waiting: list[_Ticket[T]] = []
         self._running: Counter[str] = Counter()
-        self._last_start = 0.0
+        self._last_start = float("-inf")
         self._sequence = itertools.count()
+        self._closed = False
 
-    def acquire(self, level: str, priority: int, gave_up: Callable[[], bool]) -> bool:
-        """Wait for a place; False (and no place taken) once `gave_up()` turns true."""
-        ticket = _Ticket(priority, next(self._sequence), level)
+    def put(self, level: str, priority: int, item: T) -> bool:
+        """Queue an item; False (not queued) once the gate is closed."""
         with self._condition:
-            bisect.insort(self._waiting, ticket)
-            try:
-                while True:
-                    if gave_up():
-                        return False
-                    wait = self._wait_for(ticket)
-                    if wait == 0.0:
-                        self._running[level] += 1
-                        self._last_start = time.monotonic()
-                        self._waiting.remove(ticket)
-                        self._condition.notify_all()
-                        return True
-                    self._condition.wait(min(wait, POLL_SECONDS))
-            finally:
-                if ticket in self._waiting:  # gave up, or an error: take no place
-                    self._waiting.remove(ticket)
-                    self._condition.notify_all()
+            if self._closed:
+                return False
+            bisect.insort(self._waiting, _Ticket(priority, next(self._sequence), level, item))
+            self._condition.notify_all()
+            return True
 
-    def _wait_for(self, ticket: _Ticket) -> float:
-        """Seconds this ticket must still wait (0: its turn), judged under the lock."""
+    def take(self) -> tuple[str, T] | None:
+        """Wait for the next item allowed to start and give it a place; None once closed."""
+        with self._condition:
+            while not self._closed:
+                ticket = self._next()
+                if ticket is None:
+                    self._condition.wait()
+                    continue
+                pause = self._last_start + self.spacing - time.monotonic()
+                if pause > 0:
+                    self._condition.wait(pause)
+                    continue
+                self._waiting.remove(ticket)
+                self._running[ticket.level] += 1
+                self._last_start = time.monotonic()
+                return ticket.level, ticket.item
+            return None
+
+    def _next(self) -> _Ticket[T] | None:
         if sum(self._running.values()) >= self.total:
-            return POLL_SECONDS
-        turn = next((t for t in self._waiting if self._has_room(t.level)), None)
-        if turn is not ticket:
-            return POLL_SECONDS
-        return max(0.0, self._last_start + self.spacing - time.monotonic())
+            return None
+        return next((t for t in self._waiting if self._has_room(t.level)), None)
 
     def _has_room(self, level: str) -> bool:
         cap = self.per_level.get(level)
@@ -77,6 +83,30 @@ class Gate:
         with self._condition:
             self._running[level] -= 1
             self._condition.notify_all()
+
+    def withdraw(self, matches: Callable[[T], bool]) -> list[T]:
+        """Take matching items out of the queue; they never get a place."""
+        with self._condition:
+            kept: list[_Ticket[T]] = []
+            gone: list[_Ticket[T]] = []
+            for ticket in self._waiting:
+                (gone if matches(ticket.item) else kept).append(ticket)
+            self._waiting = kept
+            self._condition.notify_all()
+        return [t.item for t in gone]
+
+    def close(self) -> list[T]:
+        """Hand out no more places; returns what was still queued, in queue order."""
+        with self._condition:
+            self._closed = True
+            left = [t.item for t in self._waiting]
+            self._waiting = []
+            self._condition.notify_all()
+        return left
+
+    def queued(self) -> list[T]:
+        with self._condition:
+            return [t.item for t in self._waiting]
 
     def running(self) -> int:
         with self._condition:

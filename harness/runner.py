@@ -14,7 +14,7 @@ import socket
 import threading
 import time
 import uuid
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
@@ -36,6 +36,7 @@ from harness.events import (
     TickStarted,
     TickTimedOut,
     level_stream,
+    tick_stream,
 )
 from harness.launchers import ColdLauncher, Launcher, TickProcess
 from harness.payload import RagSettings, TickPayload
@@ -44,8 +45,6 @@ from harness.projections import Projector, projector_for
 from harness.prompt import previous_result_text, render
 from harness.result import ResultFileError, TickResult, read_result
 from harness.store import (
-    NO_STREAM,
-    ConcurrencyError,
     Spool,
     SqlEventStore,
     StoreUnavailableError,
@@ -206,21 +205,28 @@ class Runner:
         A slot's tick id is the same in every replica, so of two schedulers on one store
         exactly one claims each slot; the loser records nothing and starts nothing.
         """
-        event = self._scheduled(tick)
-        try:
-            if self.store is None:
-                raise StoreUnavailableError("no store")
-            self.store.append(event.stream_id, [event.to_record()], NO_STREAM)
-        except ConcurrencyError:
-            return False
-        return True
+        return bool(self.claim_wave([(tick, None)]))
 
-    def skip(self, tick: PreparedTick, reason: SkipReason) -> None:
-        """End a claimed tick without running it."""
-        payload = tick.payload
-        self.record(
-            TickSkipped(tick_id=payload.tick_id, level=payload.level, reason=reason, slot=tick.slot)
-        )
+    def claim_wave(self, wave: Sequence[tuple[PreparedTick, SkipReason | None]]) -> set[str]:
+        """Claim many slots in one transaction; returns the tick ids claimed here.
+
+        A slot already decided skipped is claimed and ended in the same write.
+        """
+        if self.store is None:
+            raise StoreUnavailableError("no store: slots cannot be claimed")
+        streams = {}
+        for tick, skip in wave:
+            payload = tick.payload
+            events: list[TickEvent] = [self._scheduled(tick)]
+            if skip is not None:
+                events.append(
+                    TickSkipped(
+                        tick_id=payload.tick_id, level=payload.level, reason=skip, slot=tick.slot
+                    )
+                )
+            streams[tick_stream(payload.tick_id)] = [event.to_record() for event in events]
+        created = self.store.create_streams(streams)
+        return {t.payload.tick_id for t, _ in wave if tick_stream(t.payload.tick_id) in created}
 
     def cancel_queued(self, tick: PreparedTick, reason: str) -> None:
         """End a claimed tick that never started: it waited for a place, the service stopped."""

@@ -1,20 +1,25 @@
 """`tickwork run`: fires every level on its schedule and runs its ticks under a global cap.
 
-The loop sleeps until the earliest next slot of any level, then fires it: the slot is
-claimed in the store (so replicas on one store run each slot once), checked for overlap
-with a tick of the same level still in flight, and handed to a thread that waits at the
-gate (global and per-level caps, priorities, spaced starts) and runs it through the runner. On stop
-(SIGTERM), firing ends at once; running ticks get `shutdown_grace_seconds` to finish and
-are then cancelled; ticks still waiting for a place never start and end cancelled.
-Before the first slot, `harness.reconcile` ends or adopts what a killed predecessor left.
+The loop sleeps until the earliest next slot of any level, then fires every slot due
+together as one wave: one snapshot of the store (paused levels, levels with a tick in
+flight) decides what each slot becomes (run, buffered, or skipped: missed, paused,
+overlap, budget), and one transaction claims them all, so replicas on one store run each
+slot once and a thousand levels due at :00 are claimed in milliseconds, not one commit
+each. Ticks that may run wait in the gate's queue (global and per-level caps, priorities,
+spaced starts) as plain items; one dispatcher thread starts each when it gets a place.
+
+On stop (SIGTERM), firing ends at once; queued ticks never start and end cancelled;
+running ticks get `shutdown_grace_seconds` to finish and are then cancelled. Before the
+first slot, `harness.reconcile` ends or adopts what a killed predecessor left.
 """
 
 from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Collection, Sequence
 from datetime import UTC, datetime, timedelta
+from typing import Literal
 
 import sqlalchemy as sa
 
@@ -32,18 +37,29 @@ from harness.prices import PriceBook
 from harness.projections import projector_for
 from harness.projections.ticks import ticks
 from harness.reconcile import reconcile
-from harness.runner import PreparedTick, Runner
+from harness.runner import PreparedTick, Runner, SkipReason
 from harness.schedule import level_trigger, next_slot, slot_tick_id
-from harness.status import level_paused
+from harness.status import paused_levels
 from harness.store import SqlEventStore, StoreError
 
 Report = Callable[[str], None]
+Slot = tuple[datetime, str]
+"""A slot time and its level."""
+Decision = SkipReason | Literal["run", "buffer"]
 
 IN_FLIGHT = ("scheduled", "running")
 CONTROL_POLL_SECONDS = 0.5
 MAX_MISSED = 1000
+WAVE = 1000
+"""Slots claimed in one transaction at most (a long catch-up is claimed in several)."""
 JUST_DUE = timedelta(seconds=5)
 MISSED_HORIZON = timedelta(days=1)
+SKIPPED = {
+    "missed": "missed while no scheduler ran",
+    "paused": "{level} is paused (tickwork resume {level})",
+    "overlap": "a tick of {level} is still in flight",
+    "budget": "{level} is at its daily budget",
+}
 
 
 def utcnow() -> datetime:
@@ -59,7 +75,7 @@ class Service:
         self.runner = runner
         self.report = report
         self.triggers = {name: level_trigger(level) for name, level in settings.levels.items()}
-        self.gate = Gate(
+        self.gate: Gate[PreparedTick] = Gate(
             settings.runner.max_concurrent,
             {name: level.max_concurrent for name, level in settings.levels.items()},
             settings.runner.start_spacing_seconds,
@@ -70,22 +86,22 @@ class Service:
         prices = PriceBook(settings.prices)
         self.projector = projector_for(store, prices)
         self.budgets = Budgets(store, self.projector, prices)
-        self.waiting: dict[str, PreparedTick] = {}
-        self.buffered: dict[str, str] = {}
+        self.buffered: dict[str, PreparedTick] = {}
         """Level -> the one tick held back until the level's tick in flight ends."""
-        self.cancelled_waiting: dict[str, str] = {}
+        self.cancelled_buffered: dict[str, str] = {}
+        self.budget_flagged: set[tuple[str, str]] = set()
+        """(level, day) whose LevelBudgetExceeded is known to be recorded."""
         self.control_position = store.stream_version(CONTROL_STREAM)
+        self._dispatcher = threading.Thread(target=self._dispatch, name="dispatch", daemon=True)
 
     def serve(self) -> None:
         """Fire slots until `stopping` is set, then shut down; returns when all is ended."""
         for watcher in reconcile(self.store, self.runner, self.projector, self.report):
-            with self._threads_lock:
-                self.threads.add(watcher)
+            self._track(watcher)
         # Slots of the last few seconds are left to the loop (a replica already running
         # fires them now); only older ones count as missed.
         boundary = utcnow() - JUST_DUE
-        for level in self.triggers:
-            self.catch_up(level, boundary)
+        self.catch_up(boundary)
         upcoming = {
             name: next_slot(trigger, None, boundary) for name, trigger in self.triggers.items()
         }
@@ -102,13 +118,8 @@ class Service:
                 delay = (min(upcoming.values()) - now).total_seconds()
                 self.stopping.wait(min(delay, CONTROL_POLL_SECONDS))
                 continue
-            # One read-model refresh for every slot due together (a wave at :00 can be a
-            # thousand levels): each overlap check then reads it as of this moment.
-            self.projector.catch_up(["ticks"])
+            self.fire(due)
             for slot, level in due:
-                if self.stopping.is_set():
-                    break
-                self.fire(level, slot, fresh=True)
                 upcoming[level] = next_slot(self.triggers[level], slot, utcnow())
         self.shutdown()
 
@@ -125,195 +136,255 @@ class Service:
             if not isinstance(request, CancelRequested):
                 continue
             reason = f"cancelled by {request.by} (scope {request.scope!r})"
+
+            def matches(tick: PreparedTick, request: CancelRequested = request) -> bool:
+                return request.matches(tick.payload.level, tick.payload.tick_id)
+
+            for tick in self.gate.withdraw(matches):
+                self._never_started(tick, reason)
             with self._threads_lock:
-                for tick_id, tick in self.waiting.items():
-                    if request.matches(tick.payload.level, tick_id):
-                        self.cancelled_waiting[tick_id] = reason
+                for tick in self.buffered.values():
+                    if matches(tick):
+                        self.cancelled_buffered[tick.payload.tick_id] = reason
             for ref in self.runner.running():
                 if request.matches(ref.level, ref.tick_id) and self.runner.cancel(
                     ref.tick_id, reason
                 ):
                     self.report(f"{ref.tick_id} cancelling: {reason}")
 
-    def catch_up(self, level: str, now: datetime) -> None:
-        """Account for the slots a level missed while no scheduler ran.
+    def catch_up(self, now: datetime) -> None:
+        """Account for the slots levels missed while no scheduler ran.
 
-        Each missed slot since the level's last claimed one is claimed and recorded as
+        Each missed slot since a level's last claimed one is claimed and recorded as
         skipped (`missed`), except the latest, which runs when it lies within the level's
-        catch-up window. At most MAX_MISSED slots of the last MISSED_HORIZON are written;
-        older ones are only counted.
+        catch-up window. At most MAX_MISSED slots of the last MISSED_HORIZON are written
+        per level; older ones are only counted.
         """
         self.projector.catch_up(["ticks"])
+        query = sa.select(ticks.c.level, sa.func.max(ticks.c.slot)).group_by(ticks.c.level)
         with self.store.read_transaction() as conn:
-            last = conn.execute(
-                sa.select(sa.func.max(ticks.c.slot)).where(ticks.c.level == level)
-            ).scalar()
-        if last is None:
-            return
-        last = last if last.tzinfo else last.replace(tzinfo=UTC)
-        trigger, missed = self.triggers[level], []
-        if last < now - MISSED_HORIZON:
-            horizon = now - MISSED_HORIZON
-            self.report(f"{level}: slots missed before {horizon:%Y-%m-%d %H:%M} are not recorded")
-            last = now - MISSED_HORIZON
-        slot = next_slot(trigger, last, last)
-        while slot < now:
-            missed.append(slot)
-            slot = next_slot(trigger, slot, slot)
-        if not missed:
-            return
-        window = timedelta(seconds=self.settings.levels[level].catch_up_seconds)
-        run_latest = now - missed[-1] <= window
-        if len(missed) > MAX_MISSED:
-            self.report(f"{level}: {len(missed) - MAX_MISSED} older missed slot(s) not recorded")
-        for slot in missed[-MAX_MISSED:]:
-            if slot == missed[-1] and run_latest:
-                self.fire(level, slot)
+            last_slots = {level: last for level, last in conn.execute(query) if last is not None}
+        due: list[Slot] = []
+        missed: set[Slot] = set()
+        for level, trigger in self.triggers.items():
+            if level not in last_slots:
                 continue
-            tick = self.runner.prepare(level, tick_id=slot_tick_id(level, slot), slot=slot)
-            if self.runner.claim(tick):
-                self.runner.skip(tick, "missed")
-                self.report(f"{tick.payload.tick_id} skipped: missed while no scheduler ran")
-        self.report(
-            f"{level}: {len(missed)} slot(s) missed while down"
-            + (f", the latest ({missed[-1]:%H:%M:%S}) runs now" if run_latest else "")
-        )
+            last = last_slots[level]
+            last = last if last.tzinfo else last.replace(tzinfo=UTC)
+            if last < now - MISSED_HORIZON:
+                horizon = now - MISSED_HORIZON
+                self.report(f"{level}: slots missed before {horizon:%Y-%m-%d %H:%M} not recorded")
+                last = horizon
+            slots = []
+            slot = next_slot(trigger, last, last)
+            while slot < now:
+                slots.append(slot)
+                slot = next_slot(trigger, slot, slot)
+            if not slots:
+                continue
+            window = timedelta(seconds=self.settings.levels[level].catch_up_seconds)
+            run_latest = now - slots[-1] <= window
+            if len(slots) > MAX_MISSED:
+                self.report(f"{level}: {len(slots) - MAX_MISSED} older missed slot(s) not recorded")
+            due.extend((slot, level) for slot in slots[-MAX_MISSED:])
+            missed.update((slot, level) for slot in slots[-MAX_MISSED:])
+            if run_latest:
+                missed.discard((slots[-1], level))
+            self.report(
+                f"{level}: {len(slots)} slot(s) missed while down"
+                + (f", the latest ({slots[-1]:%H:%M:%S}) runs now" if run_latest else "")
+            )
+        self.fire(due, missed)
 
-    def fire(self, level: str, slot: datetime, fresh: bool = False) -> None:
-        """Claim a slot and start its tick, unless paused, overlapping or over budget.
+    def fire(self, due: Sequence[Slot], missed: Collection[Slot] = ()) -> None:
+        """Decide and claim due slots, a wave at a time, and queue the ticks that may run.
 
-        `fresh`: the ticks read model was just brought up to date by the caller.
+        `missed`: slots of `due` to record as skipped (`missed`) without a decision.
         """
-        tick = self.runner.prepare(level, tick_id=slot_tick_id(level, slot), slot=slot)
-        tick_id = tick.payload.tick_id
-        try:
-            if not self.runner.claim(tick):
-                self.report(f"{tick_id} claimed by another replica")
+        if self._dispatcher.ident is None:
+            self._dispatcher.start()
+        for start in range(0, len(due), WAVE):
+            if self.stopping.is_set():
                 return
-            if level_paused(self.store, level):
-                self.runner.skip(tick, "paused")
-                self.report(f"{tick_id} skipped: {level} is paused (tickwork resume {level})")
-                return
-            overlap = self.settings.levels[level].overlap
-            if overlap != "allow" and self._in_flight(level, tick_id, fresh):
+            try:
+                self._fire_wave(due[start : start + WAVE], missed)
+            except StoreError as exc:
+                self.report(f"{len(due[start : start + WAVE])} slot(s) not scheduled: {exc}")
+
+    def _fire_wave(self, wave: Sequence[Slot], missed: Collection[Slot]) -> None:
+        levels = {level for _, level in wave}
+        paused = paused_levels(self.store, levels)
+        busy = self._levels_in_flight(levels)
+        over_budget: dict[str, BudgetCheck] = {}
+        plans: list[tuple[PreparedTick, Decision]] = []
+        for slot, level in wave:
+            tick = self.runner.prepare(level, tick_id=slot_tick_id(level, slot), slot=slot)
+            if (slot, level) in missed:
+                decision: Decision = "missed"
+            else:
+                decision = self._decide(tick, paused, busy, over_budget)
+            plans.append((tick, decision))
+        claimed = self.runner.claim_wave([(tick, _skip_reason(d)) for tick, d in plans])
+        for tick, decision in plans:
+            tick_id, level = tick.payload.tick_id, tick.payload.level
+            if tick_id not in claimed:
+                self.budgets.settle(level, tick_id)
                 with self._threads_lock:
-                    buffer = overlap == "buffer_one" and level not in self.buffered
-                    if buffer:
-                        self.buffered[level] = tick_id
-                if not buffer:
-                    self.runner.skip(tick, "overlap")
-                    self.report(f"{tick_id} skipped: a tick of {level} is still in flight")
-                    return
+                    if self.buffered.get(level) is tick:
+                        del self.buffered[level]
+                self.report(f"{tick_id} claimed by another replica")
+            elif decision == "buffer":
                 self.report(f"{tick_id} buffered until the tick of {level} in flight ends")
-            budget = self.budgets.try_reserve(level, self.settings.levels[level], tick_id)
-            if not budget.allowed:
-                self.runner.skip(tick, "budget")
-                self._budget_exceeded(level, budget)
-                self.report(f"{tick_id} skipped: {level} is at its daily budget")
-                return
-        except StoreError as exc:
-            self.report(f"{tick_id} not scheduled: {exc}")
-            return
-        self.report(f"{tick_id} scheduled")
-        thread = threading.Thread(target=self._run, args=(tick,), name=tick_id, daemon=True)
-        with self._threads_lock:
-            self.threads.add(thread)
-        thread.start()
+                self._track(threading.Thread(target=self._hold, args=(tick,), daemon=True))
+            elif decision == "run":
+                self.report(f"{tick_id} scheduled")
+                if not self.gate.put(level, self.settings.levels[level].priority, tick):
+                    self._never_started(tick, None)
+            elif decision != "missed":
+                self.report(f"{tick_id} skipped: {SKIPPED[decision].format(level=level)}")
+        for level, check in over_budget.items():
+            self._budget_exceeded(level, check)
+
+    def _decide(
+        self,
+        tick: PreparedTick,
+        paused: set[str],
+        busy: set[str],
+        over_budget: dict[str, BudgetCheck],
+    ) -> Decision:
+        """What a due slot becomes; `busy` gains the level when its tick will run."""
+        level = tick.payload.level
+        config = self.settings.levels[level]
+        if level in paused:
+            return "paused"
+        decision: Decision = "run"
+        if config.overlap != "allow" and level in busy:
+            with self._threads_lock:
+                if config.overlap != "buffer_one" or level in self.buffered:
+                    return "overlap"
+                self.buffered[level] = tick
+            decision = "buffer"
+        budget = self.budgets.try_reserve(level, config, tick.payload.tick_id)
+        if not budget.allowed:
+            if decision == "buffer":
+                with self._threads_lock:
+                    self.buffered.pop(level, None)
+            over_budget.setdefault(level, budget)
+            return "budget"
+        busy.add(level)
+        return decision
 
     def _budget_exceeded(self, level: str, budget: BudgetCheck) -> None:
         """One LevelBudgetExceeded per level and UTC day, however many slots are skipped."""
         day = utcnow().date().isoformat()
-        stream = level_stream(level)
-        if any(
-            e.type == "LevelBudgetExceeded" and e.data["day"] == day
-            for e in self.store.read_stream(stream)
-        ):
+        if (level, day) in self.budget_flagged:
             return
-        event = LevelBudgetExceeded(
-            level=level,
-            day=day,
-            spent_tokens=budget.spent_tokens,
-            spent_usd=budget.spent_usd,
-            reserved_tokens=budget.reserved_tokens,
-        )
-        self.store.append(stream, [event.to_record()])
+        stream = level_stream(level)
+        history = self.store.read_streams([stream], types=["LevelBudgetExceeded"])[stream]
+        if not any(e.data["day"] == day for e in history):
+            event = LevelBudgetExceeded(
+                level=level,
+                day=day,
+                spent_tokens=budget.spent_tokens,
+                spent_usd=budget.spent_usd,
+                reserved_tokens=budget.reserved_tokens,
+            )
+            self.store.append(stream, [event.to_record()])
+        self.budget_flagged.add((level, day))
 
-    def _in_flight(self, level: str, own_tick_id: str, fresh: bool = False) -> bool:
-        """Whether another tick of the level, in any replica, has not ended.
+    def _levels_in_flight(self, levels: Collection[str], but: str | None = None) -> set[str]:
+        """The levels with a tick, in any replica, that has not ended (other than `but`).
 
         Ticks scheduled longer ago than a timeout plus grace are ignored: their scheduler
         died before recording an end, and they must not block the level for ever.
         """
-        config = self.settings.levels[level]
-        horizon = utcnow() - timedelta(
-            seconds=config.timeout_seconds + self.settings.runner.grace_seconds + 60
+        self.projector.catch_up(["ticks"])
+        query = (
+            sa.select(ticks.c.level, sa.func.max(ticks.c.scheduled_at))
+            .where(ticks.c.level.in_(list(levels)), ticks.c.status.in_(IN_FLIGHT))
+            .group_by(ticks.c.level)
         )
-        if not fresh:
-            self.projector.catch_up(["ticks"])
-        query = sa.select(sa.func.count()).where(
-            ticks.c.level == level,
-            ticks.c.status.in_(IN_FLIGHT),
-            ticks.c.tick_id != own_tick_id,
-            ticks.c.scheduled_at > horizon,
-        )
+        if but is not None:
+            query = query.where(ticks.c.tick_id != but)
+        now, grace = utcnow(), self.settings.runner.grace_seconds + 60
         with self.store.read_transaction() as conn:
-            return bool(conn.execute(query).scalar())
+            latest = conn.execute(query).all()
+        busy = set()
+        for level, scheduled_at in latest:
+            timeout = self.settings.levels[level].timeout_seconds
+            when = scheduled_at if scheduled_at.tzinfo else scheduled_at.replace(tzinfo=UTC)
+            if when > now - timedelta(seconds=timeout + grace):
+                busy.add(level)
+        return busy
 
-    def _run(self, tick: PreparedTick) -> None:
+    def _hold(self, tick: PreparedTick) -> None:
+        """A buffered tick waits until no other tick of its level is in flight, then queues."""
         tick_id, level = tick.payload.tick_id, tick.payload.level
-        with self._threads_lock:
-            self.waiting[tick_id] = tick
         try:
-            if not self._wait_for_level(level, tick_id):
-                self._never_started(tick)
-                return
-            priority = self.settings.levels[level].priority
-            if not self.gate.acquire(level, priority, lambda: self._must_not_start(tick_id)):
-                self._never_started(tick)
-                return
-            try:
+            while self._levels_in_flight([level], but=tick_id):
                 with self._threads_lock:
-                    self.waiting.pop(tick_id, None)
-                outcome = self.runner.run(tick, claimed=True)
-            finally:
-                self.gate.release(level)
-            detail = f" ({outcome.reason})" if outcome.reason else ""
-            self.report(f"{outcome.tick_id} {outcome.status}{detail}")
-        finally:
-            self.budgets.settle(level, tick_id)
-            with self._threads_lock:
-                self.threads.discard(threading.current_thread())
-                self.waiting.pop(tick_id, None)
-
-    def _wait_for_level(self, level: str, tick_id: str) -> bool:
-        """A buffered tick waits until no other tick of its level is in flight."""
-        with self._threads_lock:
-            if self.buffered.get(level) != tick_id:
-                return True
-        try:
-            while self._in_flight(level, tick_id):
-                if self._must_not_start(tick_id):
-                    return False
+                    reason = self.cancelled_buffered.pop(tick_id, None)
+                if reason is not None or self.stopping.is_set():
+                    self._never_started(tick, reason)
+                    return
                 time.sleep(CONTROL_POLL_SECONDS)
-            return True
+            if not self.gate.put(level, self.settings.levels[level].priority, tick):
+                self._never_started(tick, None)
         finally:
             with self._threads_lock:
                 self.buffered.pop(level, None)
+                self.threads.discard(threading.current_thread())
 
-    def _must_not_start(self, tick_id: str) -> bool:
+    def _dispatch(self) -> None:
+        """Start each queued tick when the gate gives it a place, until the gate closes."""
+        while (taken := self.gate.take()) is not None:
+            _, tick = taken
+            self._track(threading.Thread(target=self._run, args=(tick,), daemon=True))
+
+    def _track(self, thread: threading.Thread) -> None:
         with self._threads_lock:
-            return tick_id in self.cancelled_waiting or self.stopping.is_set()
+            self.threads.add(thread)
+        if thread.ident is None:
+            thread.start()
 
-    def _never_started(self, tick: PreparedTick) -> None:
-        """End a waiting tick that must not start (cancelled, or the service stops)."""
+    def _run(self, tick: PreparedTick) -> None:
+        tick_id, level = tick.payload.tick_id, tick.payload.level
+        try:
+            outcome = self.runner.run(tick, claimed=True)
+            detail = f" ({outcome.reason})" if outcome.reason else ""
+            self.report(f"{outcome.tick_id} {outcome.status}{detail}")
+        finally:
+            self.gate.release(level)
+            self.budgets.settle(level, tick_id)
+            with self._threads_lock:
+                self.threads.discard(threading.current_thread())
+
+    def _never_started(self, tick: PreparedTick, reason: str | None) -> None:
+        """End a queued tick that must not start (cancelled, or the service stops)."""
         tick_id = tick.payload.tick_id
-        with self._threads_lock:
-            reason = self.cancelled_waiting.pop(tick_id, None)
         reason = reason or "service stopped before the tick could start"
+        self.budgets.settle(tick.payload.level, tick_id)
         self.runner.cancel_queued(tick, reason)
         self.report(f"{tick_id} cancelled before it started: {reason}")
 
+    def wait_idle(self, timeout: float) -> None:
+        """Wait until nothing is queued, held or running (for callers driving `fire`)."""
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            with self._threads_lock:
+                pending = list(self.threads)
+            if not pending and not self.gate.queued() and not self.gate.running():
+                return
+            for thread in pending:
+                thread.join(max(0.0, deadline - time.monotonic()))
+            time.sleep(0.05)
+        raise TimeoutError(f"ticks still queued or running after {timeout} s")
+
     def shutdown(self) -> None:
+        for tick in self.gate.close():
+            self._never_started(tick, None)
+        if self._dispatcher.ident is not None:
+            self._dispatcher.join()  # its last tick, if any, is tracked before it returns
         grace = self.settings.runner.shutdown_grace_seconds
         with self._threads_lock:
             pending = list(self.threads)
@@ -327,3 +398,9 @@ class Service:
         for thread in pending:
             thread.join()
         self.report("tickwork stopped")
+
+
+def _skip_reason(decision: Decision) -> SkipReason | None:
+    if decision == "run" or decision == "buffer":
+        return None
+    return decision

@@ -6,6 +6,7 @@ one running the scheduler); the CLI prints it, the HTTP API will serve it.
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass
 from datetime import UTC, datetime
 
@@ -48,11 +49,20 @@ class TickInFlight:
         return None if self.started_at is None else (now - self.started_at).total_seconds()
 
 
+def paused_levels(store: SqlEventStore, levels: Iterable[str]) -> set[str]:
+    """Levels paused (fail-closed after infrastructure failures, or by an operator).
+
+    One read for any number of levels: a scheduler asks this for every slot of a wave.
+    """
+    names = {level_stream(level): level for level in levels}
+    switches = store.read_streams(names, types=("LevelPaused", "LevelResumed"))
+    return {
+        names[s] for s, history in switches.items() if history and history[-1].type == "LevelPaused"
+    }
+
+
 def level_paused(store: SqlEventStore, level: str) -> bool:
-    """Paused (fail-closed after infrastructure failures, or by an operator) until resumed."""
-    history = [e.type for e in store.read_stream(level_stream(level))]
-    switches = [kind for kind in history if kind in ("LevelPaused", "LevelResumed")]
-    return bool(switches) and switches[-1] == "LevelPaused"
+    return level in paused_levels(store, [level])
 
 
 def _utc(value: datetime | None) -> datetime | None:
@@ -70,6 +80,7 @@ def level_statuses(
             row.group["level"]: row
             for row in spend_report(conn, prices, by=["level"], since=now.date())
         }
+    paused = paused_levels(store, settings.levels)
     statuses = []
     for name, config in settings.levels.items():
         today = spend.get(name)
@@ -78,7 +89,7 @@ def level_statuses(
                 name=name,
                 schedule=config.schedule or f"every {config.every}",
                 next_slot=next_slot(level_trigger(config), None, now),
-                paused=level_paused(store, name),
+                paused=name in paused,
                 tokens_today=(today.prompt_tokens + today.completion_tokens) if today else 0,
                 cost_today_usd=today.cost_usd if today else 0.0,
             )

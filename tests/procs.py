@@ -59,6 +59,17 @@ def claim(url: str, stream: str, results: Any, start: Event) -> None:
         store.close()
 
 
+def claim_wave(url: str, streams: list[str], results: Any, start: Event) -> None:
+    """Race another process to create a whole set of streams in one call."""
+    store = open_store(url)
+    start.wait()
+    try:
+        won = store.create_streams({s: [NewEvent(uuid4(), "Claimed", 1, {})] for s in streams})
+        results.put(sorted(won))
+    finally:
+        store.close()
+
+
 def spool_many(directory: str, count: int, start: Event) -> None:
     """Spool appends one by one, as a tick does while the store is down."""
     from pathlib import Path

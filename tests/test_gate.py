@@ -1,4 +1,4 @@
-"""Places for ticks: priorities, FIFO, per-level caps, cancellation without leaks, spacing."""
+"""The queue of ticks: priorities, FIFO, per-level caps, withdrawal without leaks, spacing."""
 
 from __future__ import annotations
 
@@ -9,77 +9,79 @@ import time
 from harness.gate import Gate
 
 
-def start_waiter(
-    gate: Gate,
-    level: str,
-    priority: int,
-    order: list[str],
-    name: str,
-    gave_up: threading.Event | None = None,
-) -> threading.Thread:
-    stop = gave_up or threading.Event()
+def take_in_background(gate: Gate[str]) -> tuple[threading.Thread, list[str | None]]:
+    taken: list[str | None] = []
 
-    def wait() -> None:
-        if gate.acquire(level, priority, stop.is_set):
-            order.append(name)
+    def take() -> None:
+        got = gate.take()
+        taken.append(None if got is None else got[1])
 
-    thread = threading.Thread(target=wait)
+    thread = threading.Thread(target=take)
     thread.start()
-    time.sleep(0.05)  # queue in a known order
-    return thread
+    return thread, taken
 
 
 def test_lower_priority_number_first_then_first_come_first_served() -> None:
-    gate = Gate(total=1, per_level={})
-    assert gate.acquire("x", 0, lambda: False)
-    order: list[str] = []
-    waiters = [
-        start_waiter(gate, "x", priority, order, name)
-        for name, priority in [("late-5a", 5), ("urgent-1a", 1), ("late-5b", 5), ("urgent-1b", 1)]
-    ]
-    for _ in waiters:
+    gate: Gate[str] = Gate(total=1, per_level={})
+    for name, priority in [("late-5a", 5), ("urgent-1a", 1), ("late-5b", 5), ("urgent-1b", 1)]:
+        gate.put("x", priority, name)
+    order = []
+    for _ in range(4):
+        got = gate.take()
+        assert got is not None
+        order.append(got[1])
         gate.release("x")
-        time.sleep(0.3)
-    for waiter in waiters:
-        waiter.join(2)
     assert order == ["urgent-1a", "urgent-1b", "late-5a", "late-5b"]
 
 
-def test_a_level_at_its_cap_does_not_hold_up_others() -> None:
-    gate = Gate(total=2, per_level={"a": 1})
-    assert gate.acquire("a", 0, lambda: False)
-    order: list[str] = []
-    blocked = start_waiter(gate, "a", 0, order, "a2")
-    other = start_waiter(gate, "b", 5, order, "b1")
-    other.join(2)
-    assert order == ["b1"]
+def test_take_waits_for_a_place_and_a_full_level_does_not_hold_up_others() -> None:
+    gate: Gate[str] = Gate(total=2, per_level={"a": 1})
+    gate.put("a", 0, "a1")
+    gate.put("a", 0, "a2")
+    gate.put("b", 5, "b1")
+    assert gate.take() == ("a", "a1")
+    assert gate.take() == ("b", "b1"), "a2 (its level at its cap) held up b1"
+    thread, taken = take_in_background(gate)
+    time.sleep(0.2)
+    assert taken == [], "a place was handed out over the global cap"
     gate.release("a")
-    blocked.join(2)
-    assert order == ["b1", "a2"]
+    thread.join(2)
+    assert taken == ["a2"]
 
 
-def test_a_waiter_that_gives_up_takes_no_place() -> None:
-    gate = Gate(total=1, per_level={})
-    assert gate.acquire("x", 0, lambda: False)
-    order: list[str] = []
-    cancel = threading.Event()
-    quitter = start_waiter(gate, "x", 0, order, "quitter", cancel)
-    stayer = start_waiter(gate, "x", 9, order, "stayer")
-    cancel.set()
-    quitter.join(2)
+def test_a_withdrawn_item_takes_no_place() -> None:
+    gate: Gate[str] = Gate(total=1, per_level={})
+    gate.put("x", 0, "running")
+    assert gate.take() == ("x", "running")
+    gate.put("x", 0, "quitter")
+    gate.put("x", 9, "stayer")
+    assert gate.withdraw(lambda item: item == "quitter") == ["quitter"]
+    assert gate.queued() == ["stayer"]
     gate.release("x")
-    stayer.join(2)
-    assert order == ["stayer"]
+    assert gate.take() == ("x", "stayer")
     gate.release("x")
     assert gate.running() == 0
-    assert gate.acquire("x", 0, lambda: False), "the cancelled waiter leaked a place"
+
+
+def test_close_wakes_the_taker_and_returns_what_was_queued() -> None:
+    gate: Gate[str] = Gate(total=1, per_level={})
+    gate.put("x", 0, "running")
+    assert gate.take() is not None
+    gate.put("x", 0, "queued")
+    thread, taken = take_in_background(gate)
+    time.sleep(0.1)
+    assert gate.close() == ["queued"]
+    thread.join(2)
+    assert taken == [None] and gate.queued() == []
 
 
 def test_starts_are_spaced() -> None:
-    gate = Gate(total=10, per_level={}, spacing=0.2)
+    gate: Gate[str] = Gate(total=10, per_level={}, spacing=0.2)
+    for i in range(4):
+        gate.put("x", 0, str(i))
     times = []
     for _ in range(4):
-        assert gate.acquire("x", 0, lambda: False)
+        assert gate.take() is not None
         times.append(time.monotonic())
     gaps = [b - a for a, b in itertools.pairwise(times)]
     assert min(gaps) >= 0.19

@@ -6,7 +6,7 @@ import multiprocessing
 from collections import defaultdict
 
 from harness.store import open_store
-from tests.procs import append_many, claim, racing
+from tests.procs import append_many, claim, claim_wave, racing
 
 WRITERS = 4
 PER_WRITER = 400
@@ -43,4 +43,16 @@ def test_exactly_one_process_creates_a_stream(store_url: str) -> None:
     assert outcomes == ["lost"] * 5 + ["won"]
     store = open_store(store_url)
     assert len(store.read_stream("slot-min-0900")) == 1
+    store.close()
+
+
+def test_replicas_claiming_a_wave_together_split_it_without_overlap(store_url: str) -> None:
+    results = multiprocessing.get_context("spawn").Queue()
+    streams = [f"tick-l{i:03d}-0900" for i in range(300)]
+    waves = [streams, streams[::-1], streams[100:] + streams[:100]]
+    with racing(claim_wave, *[(store_url, wave, results) for wave in waves]):
+        won = [results.get(timeout=60) for _ in waves]
+    assert sorted(s for claimed in won for s in claimed) == sorted(streams)
+    store = open_store(store_url)
+    assert all(len(events) == 1 for events in store.read_streams(streams).values())
     store.close()

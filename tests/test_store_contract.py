@@ -110,6 +110,40 @@ def test_empty_append_changes_nothing(store: SqlEventStore) -> None:
     assert store.last_position() == 1
 
 
+def test_create_streams_starts_only_the_new_streams_in_one_call(store: SqlEventStore) -> None:
+    store.append("taken", [new(n=0)], NO_STREAM)
+    wanted = {"a": [new(n=1), new(n=2)], "taken": [new(n=3)], "b": [new(n=4)]}
+
+    assert store.create_streams(wanted) == {"a", "b"}
+    assert [e.data["n"] for e in store.read_stream("taken")] == [0]
+    assert [e.stream_position for e in store.read_stream("a")] == [1, 2]
+    assert store.create_streams({"a": [new()], "b": [new()]}) == set()
+    assert store.last_position() == 4
+    assert store.create_streams({}) == set()
+
+
+def test_create_streams_with_a_stored_event_id_writes_nothing(store: SqlEventStore) -> None:
+    stored = new()
+    store.append("s", [stored], NO_STREAM)
+    with pytest.raises(EventIdConflictError, match="nothing was written"):
+        store.create_streams({"fresh": [new()], "other": [stored]})
+    assert store.stream_version("fresh") == 0 and store.last_position() == 1
+    with pytest.raises(ValueError, match="'empty': 0 events"):
+        store.create_streams({"empty": []})
+
+
+def test_read_streams_returns_each_stream_in_order(store: SqlEventStore) -> None:
+    for i in range(6):
+        store.append(f"s-{i % 3}", [new(i=i)], ANY)
+    found = store.read_streams(["s-2", "s-0", "missing", "s-0"])
+    assert list(found) == ["s-2", "s-0", "missing"]
+    assert [e.data["i"] for e in found["s-0"]] == [0, 3]
+    assert [e.data["i"] for e in found["s-2"]] == [2, 5]
+    assert found["missing"] == []
+    store.append("s-0", [new("Other")], ANY)
+    assert [e.type for e in store.read_streams(["s-0"], types=["Other"])["s-0"]] == ["Other"]
+
+
 def test_read_stream_and_read_all_page_and_filter(store: SqlEventStore) -> None:
     for i in range(10):
         store.append(f"s-{i % 2}", [new("Even" if i % 2 == 0 else "Odd", i=i)], ANY)

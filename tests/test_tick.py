@@ -440,15 +440,14 @@ def test_a_paused_level_skips_its_slots_until_resumed(tmp_path: Path, fake: Fake
     service = Service(harness.settings, harness.store, harness.runner, lambda line: None)
     harness.runner.record_level(LevelPaused(level="min", reason="test"))
     slot = datetime(2026, 11, 30, 9, 0, tzinfo=UTC)
-    service.fire("min", slot)
+    service.fire([(slot, "min")])
     assert [e.type for e in harness.store.read_stream("tick-min-20261130T090000Z")] == [
         "TickScheduled",
         "TickSkipped",
     ]
     harness.runner.record_level(LevelResumed(level="min"))
-    service.fire("min", slot + timedelta(minutes=1))
-    for thread in list(service.threads):
-        thread.join(60)
+    service.fire([(slot + timedelta(minutes=1), "min")])
+    service.wait_idle(60)
     kinds = [e.type for e in harness.store.read_stream("tick-min-20261130T090100Z")]
     assert kinds[-1] == "TickCompleted", kinds
 
@@ -467,10 +466,8 @@ def test_budget_reservations_stop_concurrent_ticks_from_overshooting(
     service = Service(harness.settings, harness.store, harness.runner, lambda line: None)
     first = datetime.now(UTC).replace(microsecond=0)
     slots = [first + timedelta(seconds=i) for i in range(5)]
-    for slot in slots:
-        service.fire("min", slot)
-    for thread in list(service.threads):
-        thread.join(60)
+    service.fire([(slot, "min") for slot in slots])
+    service.wait_idle(60)
     ends = [harness.store.read_stream(f"tick-min-{slot:%Y%m%dT%H%M%SZ}")[-1] for slot in slots]
     assert [e.type for e in ends].count("TickCompleted") == 2
     assert [e.data.get("reason") for e in ends].count("budget") == 3
@@ -487,18 +484,16 @@ def test_missed_slots_are_recorded_and_the_latest_in_the_window_runs_once(
     now = datetime.now(UTC).replace(microsecond=0)
     before = now - timedelta(seconds=8)
     old = harness.runner.prepare("min", tick_id=f"min-{before:%Y%m%dT%H%M%SZ}", slot=before)
-    assert harness.runner.claim(old)
-    harness.runner.skip(old, "overlap")
+    assert harness.runner.claim_wave([(old, "overlap")]) == {old.payload.tick_id}
     service = Service(harness.settings, harness.store, harness.runner, lambda line: None)
-    service.catch_up("min", now)
-    for thread in list(service.threads):
-        thread.join(60)
+    service.catch_up(now)
+    service.wait_idle(60)
     missed = [before + timedelta(seconds=i) for i in range(1, 8)]
     ends = [harness.store.read_stream(f"tick-min-{s:%Y%m%dT%H%M%SZ}") for s in missed]
     assert all(stream[0].type == "TickScheduled" for stream in ends)
     assert [stream[-1].data.get("reason") for stream in ends[:-1]] == ["missed"] * 6
     assert ends[-1][-1].type == "TickCompleted"
-    service.catch_up("min", now)
+    service.catch_up(now)
     assert [len(harness.store.read_stream(f"tick-min-{s:%Y%m%dT%H%M%SZ}")) for s in missed] == [
         len(stream) for stream in ends
     ]
@@ -512,16 +507,14 @@ def test_buffer_one_runs_exactly_one_held_slot_after_the_tick_in_flight(
     first = datetime(2026, 11, 30, 10, 0, tzinfo=UTC)
     slots = [first + timedelta(minutes=i) for i in range(3)]
     fake.script(slot_tick_id("min", slots[0]), [Step(text="slow first", delay=3)])
-    service.fire("min", slots[0])
+    service.fire([(slots[0], "min")])
     deadline = time.monotonic() + 30
     while slot_tick_id("min", slots[0]) not in fake.state.first_request:
         assert time.monotonic() < deadline
         time.sleep(0.05)
-    service.fire("min", slots[1])
-    service.fire("min", slots[2])
-    while service.threads:
-        for thread in list(service.threads):
-            thread.join(60)
+    service.fire([(slots[1], "min")])
+    service.fire([(slots[2], "min")])
+    service.wait_idle(60)
     streams = [harness.store.read_stream(f"tick-{slot_tick_id('min', s)}") for s in slots]
     assert [s[-1].type for s in streams] == ["TickCompleted", "TickCompleted", "TickSkipped"]
     first_end = streams[0][-1].recorded_at

@@ -7,7 +7,7 @@ conformance suite in `tests/test_store_contract.py` runs against both.
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 
 from harness.store.records import ANY, AppendResult, ExpectedVersion, NewEvent, StoredEvent
 
@@ -30,10 +30,28 @@ class EventStore(ABC):
         """
 
     @abstractmethod
+    def create_streams(self, streams: Mapping[str, Sequence[NewEvent]]) -> set[str]:
+        """Start every stream of the mapping that does not exist yet, in one transaction.
+
+        Returns the ids of the streams this call created; a stream that exists already is
+        left as it is. A scheduler claims a whole wave of slots this way: one commit, not
+        one per slot, and of two replicas claiming together each stream goes to one.
+        """
+
+    @abstractmethod
     def read_stream(
         self, stream_id: str, after: int = 0, limit: int | None = None
     ) -> list[StoredEvent]:
         """Events of one stream with stream_position > `after`, in stream order."""
+
+    @abstractmethod
+    def read_streams(
+        self, stream_ids: Iterable[str], types: Iterable[str] | None = None
+    ) -> dict[str, list[StoredEvent]]:
+        """The events of several streams at once (of `types` only, if given), each in order.
+
+        Every stream asked for is a key; one with no events maps to an empty list.
+        """
 
     @abstractmethod
     def read_all(

@@ -12,7 +12,7 @@ refusal.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from datetime import UTC, datetime
 from typing import Any
@@ -123,6 +123,24 @@ class SqlEventStore(EventStore):
             return self._diagnose_refusal(stream_id, events_, expected_version)
         return AppendResult(positions, version)
 
+    def create_streams(self, streams: Mapping[str, Sequence[NewEvent]]) -> set[str]:
+        for stream_id, events_ in streams.items():
+            if not 0 < len(events_) <= MAX_BATCH:
+                raise ValueError(
+                    f"stream {stream_id!r}: {len(events_)} events; a new stream starts with "
+                    f"1 to {MAX_BATCH}"
+                )
+        if not streams:
+            return set()
+        items = list(streams.items())
+        try:
+            created = self._writer.create_streams(items)
+        except Refused:
+            raise EventIdConflictError(
+                "an event id of the batch is stored already; nothing was written"
+            ) from None
+        return {stream_id for (stream_id, _), new in zip(items, created, strict=True) if new}
+
     def _diagnose_refusal(
         self, stream_id: str, events_: Sequence[NewEvent], expected: ExpectedVersion
     ) -> AppendResult:
@@ -157,6 +175,26 @@ class SqlEventStore(EventStore):
         )
         with self.read_transaction() as conn:
             return [_row_to_event(row) for row in conn.execute(query)]
+
+    def read_streams(
+        self, stream_ids: Iterable[str], types: Iterable[str] | None = None
+    ) -> dict[str, list[StoredEvent]]:
+        wanted = list(dict.fromkeys(stream_ids))
+        kinds = None if types is None else list(types)
+        found: dict[str, list[StoredEvent]] = {stream_id: [] for stream_id in wanted}
+        with self.read_transaction() as conn:
+            for start in range(0, len(wanted), MAX_BATCH):
+                query = (
+                    sa.select(*_COLUMNS)
+                    .where(events.c.stream_id.in_(wanted[start : start + MAX_BATCH]))
+                    .order_by(events.c.stream_id, events.c.stream_position)
+                )
+                if kinds is not None:
+                    query = query.where(events.c.type.in_(kinds))
+                for row in conn.execute(query):
+                    event = _row_to_event(row)
+                    found[event.stream_id].append(event)
+        return found
 
     def read_all(
         self,

@@ -117,16 +117,34 @@ class Writer:
         self, stream_id: str, batch: Sequence[NewEvent], expected: ExpectedVersion
     ) -> tuple[tuple[int, ...], int]:
         """Insert the batch; returns (global positions, new stream version) or raises Refused."""
-        statement = self._statement(len(batch))
-        parameters = self._parameters(stream_id, batch, expected)
+        (rows,) = self._transaction([(stream_id, batch)], expected)
+        if not rows:
+            raise Refused
+        return tuple(sorted(row[0] for row in rows)), max(row[1] for row in rows)
+
+    def create_streams(self, streams: Sequence[tuple[str, Sequence[NewEvent]]]) -> list[bool]:
+        """Start each stream that does not exist yet, all in one transaction.
+
+        Returns, per stream, whether it was created; a stream that exists is left as it is.
+        Raises Refused (nothing written) on a unique violation, e.g. an event id reused.
+        """
+        return [bool(rows) for rows in self._transaction(streams, NO_STREAM)]
+
+    def _transaction(
+        self, streams: Sequence[tuple[str, Sequence[NewEvent]]], expected: ExpectedVersion
+    ) -> list[list[Any]]:
+        """One transaction of one checked INSERT per stream; the rows each returned."""
+        statements = [
+            (self._statement(len(batch)), self._parameters(stream_id, batch, expected))
+            for stream_id, batch in streams
+        ]
         with self._lock:
             try:
                 if self._connection is None:
                     self._connection = self._open()
                 if self._postgres:
-                    rows = self._append_postgres(statement, parameters)
-                else:
-                    rows = self._append_sqlite(statement, parameters)
+                    return self._append_postgres(statements)
+                return self._append_sqlite(statements)
             except Exception as exc:
                 if "IntegrityError" in {cls.__name__ for cls in type(exc).__mro__}:
                     self._connection.rollback()
@@ -136,9 +154,6 @@ class Writer:
                 if translated is None:
                     raise
                 raise translated from exc
-        if not rows:
-            raise Refused
-        return tuple(sorted(row[0] for row in rows)), max(row[1] for row in rows)
 
     def _open(self) -> Any:
         """Open a connection of the writer's own, taken out of the pool for good.
@@ -156,30 +171,29 @@ class Writer:
                 connection.execute("SET synchronous_commit = off")
         return connection
 
-    def _append_sqlite(self, statement: str, parameters: dict[str, Any]) -> list[Any]:
+    def _append_sqlite(self, statements: list[tuple[str, dict[str, Any]]]) -> list[list[Any]]:
         cursor = self._connection.cursor()
         try:
             cursor.execute("BEGIN IMMEDIATE")
-            rows: list[Any] = cursor.execute(statement, parameters).fetchall()
-            if rows:
+            results = [cursor.execute(sql, values).fetchall() for sql, values in statements]
+            if any(results):
                 self._connection.commit()
             else:
                 self._connection.rollback()
-            return rows
+            return results
         finally:
             cursor.close()
 
-    def _append_postgres(self, statement: str, parameters: dict[str, Any]) -> list[Any]:
-        # One pipeline, one round trip: the table lock is held for the insert and the
+    def _append_postgres(self, statements: list[tuple[str, dict[str, Any]]]) -> list[list[Any]]:
+        # One pipeline, one round trip: the table lock is held for the inserts and the
         # commit only, never while a network reply travels back to this process.
         connection = self._connection
         with connection.pipeline():
             connection.execute("BEGIN")
             connection.execute("LOCK TABLE events IN EXCLUSIVE MODE")
-            cursor = connection.execute(statement, parameters)
+            cursors = [connection.execute(sql, values) for sql, values in statements]
             connection.execute("COMMIT")  # a mismatch inserted nothing: committing is harmless
-        rows: list[Any] = cursor.fetchall()
-        return rows
+        return [cursor.fetchall() for cursor in cursors]
 
     def _discard(self) -> None:
         """Drop a connection in an unknown state; the next append opens a fresh one."""

@@ -1,21 +1,28 @@
 """Daily budgets per level, read from the spend projection, with reservations.
 
-A tick about to start holds `reserve_tokens` (priced at the level model's rates for a USD
-budget) until it ends and its spend is in the projection: ticks starting together see each
-other's reservations, so five of them cannot overshoot the budget by five ticks' worth.
-Reservations live in the scheduler that starts the ticks; replicas see each other's spend
-once it is recorded.
+A tick about to start reserves `reserve_tokens` (priced at the level model's rates for a
+USD budget) until it ends. The reservation is written into the tick's `TickScheduled`
+event, so every replica on the store sees it while the tick is in flight and it ends by
+itself with the tick's terminal event (a crashed scheduler leaks nothing). Within one
+wave of slots, decisions taken before the claim is written are held in memory: five ticks
+fired together cannot overshoot the budget by five ticks' worth.
+
+Two replicas deciding for different slots of one level in the same few milliseconds can
+still each miss the other's reservation: the check is not serialized with the claim.
 """
 
 from __future__ import annotations
 
 import threading
+from collections.abc import Iterable
 from dataclasses import dataclass
 from datetime import UTC, datetime
 
 from harness.config import LevelConfig
+from harness.events import tick_stream
 from harness.prices import PriceBook
 from harness.projections import Projector, spend_report
+from harness.status import TickInFlight
 from harness.store import SqlEventStore
 
 
@@ -33,11 +40,29 @@ class Budgets:
         self.projector = projector
         self.prices = prices
         self._lock = threading.Lock()
-        self._reserved: dict[str, dict[str, int]] = {}
+        self._pending: dict[str, dict[str, int]] = {}
+        """Level -> tick id -> tokens reserved by decisions not yet claimed in the store."""
 
-    def try_reserve(self, level: str, config: LevelConfig, tick_id: str) -> BudgetCheck:
-        """Reserve for a tick if today's spend plus reservations leave room for it."""
-        if config.daily_token_budget is None and config.daily_usd_budget is None:
+    def held(self, flying: Iterable[TickInFlight], levels: Iterable[str]) -> dict[str, int]:
+        """Tokens reserved by the ticks in flight of `levels`, from their TickScheduled."""
+        wanted = set(levels)
+        streams = {tick_stream(t.tick_id): t.level for t in flying if t.level in wanted}
+        held: dict[str, int] = {}
+        found = self.store.read_streams(streams, types=["TickScheduled"])
+        for stream, scheduled in found.items():
+            for event in scheduled:
+                level = streams[stream]
+                held[level] = held.get(level, 0) + int(event.data.get("reserved_tokens", 0))
+        return held
+
+    def try_reserve(
+        self, level: str, config: LevelConfig, tick_id: str, held: int = 0
+    ) -> BudgetCheck:
+        """Reserve for a tick if today's spend plus reservations leave room for it.
+
+        `held`: tokens already reserved in the store by the level's ticks in flight.
+        """
+        if not config.has_budget:
             return BudgetCheck(True, 0, None, 0)
         today = datetime.now(UTC).date()
         self.projector.catch_up(["spend"])
@@ -46,8 +71,8 @@ class Budgets:
         spent_tokens = sum(r.prompt_tokens + r.completion_tokens for r in rows)
         spent_usd = sum(r.cost_usd or 0.0 for r in rows) if rows else 0.0
         with self._lock:
-            held = self._reserved.setdefault(level, {})
-            reserved = sum(held.values())
+            pending = self._pending.setdefault(level, {})
+            reserved = held + sum(pending.values())
             want = reserved + config.reserve_tokens
             allowed = True
             if config.daily_token_budget is not None:
@@ -56,10 +81,14 @@ class Budgets:
                 rate = self.prices.cost(config.model, today.isoformat(), -1, want, 0)
                 allowed = rate is not None and spent_usd + rate <= config.daily_usd_budget
             if allowed:
-                held[tick_id] = config.reserve_tokens
+                pending[tick_id] = config.reserve_tokens
         return BudgetCheck(allowed, spent_tokens, spent_usd, reserved)
 
-    def settle(self, level: str, tick_id: str) -> None:
-        """The tick ended: its real spend is in the store, its reservation goes."""
+    def reserved(self, level: str, tick_id: str) -> int:
         with self._lock:
-            self._reserved.get(level, {}).pop(tick_id, None)
+            return self._pending.get(level, {}).get(tick_id, 0)
+
+    def settle(self, level: str, tick_id: str) -> None:
+        """The decision is written (the store holds the reservation now) or void."""
+        with self._lock:
+            self._pending.get(level, {}).pop(tick_id, None)

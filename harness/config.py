@@ -122,13 +122,17 @@ class LevelConfig(_Strict):
     """Prompt + completion tokens a UTC day; a slot that would start over it is skipped."""
     daily_usd_budget: Annotated[float, Field(gt=0)] | None = None
     reserve_tokens: Annotated[int, Field(ge=0)] = 10_000
-    """Held against the budget for each tick from its start until its spend is in."""
+    """Held against the budget for each tick from its claim until it ends."""
     timeout_seconds: Annotated[float, Field(gt=0)] = 300
     max_tool_calls: Annotated[int, Field(ge=0)] | None = None
     """Default 30 (`hour`: 300); TICKWORK_MAX_TOOL_CALLS[_<LEVEL>] in the environment wins."""
     can_shell: bool = False
     rag: bool = False
     """Give this level the `rag_lookup` tool over the `[rag]` index."""
+
+    @property
+    def has_budget(self) -> bool:
+        return self.daily_token_budget is not None or self.daily_usd_budget is not None
 
     @model_validator(mode="after")
     def _one_schedule(self) -> LevelConfig:

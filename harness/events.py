@@ -73,6 +73,8 @@ class TickScheduled(TickEvent):
     slot: datetime | None = None
     model: str | None = None
     attempt: NonNegativeInt = 1
+    reserved_tokens: NonNegativeInt = 0
+    """Held against the level's daily budget while the tick is in flight."""
 
 
 class TickStarted(TickEvent):

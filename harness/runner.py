@@ -207,17 +207,23 @@ class Runner:
         """
         return bool(self.claim_wave([(tick, None)]))
 
-    def claim_wave(self, wave: Sequence[tuple[PreparedTick, SkipReason | None]]) -> set[str]:
+    def claim_wave(
+        self,
+        wave: Sequence[tuple[PreparedTick, SkipReason | None]],
+        reserved: Mapping[str, int] | None = None,
+    ) -> set[str]:
         """Claim many slots in one transaction; returns the tick ids claimed here.
 
         A slot already decided skipped is claimed and ended in the same write.
+        `reserved`: tick id -> tokens its TickScheduled holds against the daily budget.
         """
         if self.store is None:
             raise StoreUnavailableError("no store: slots cannot be claimed")
         streams = {}
         for tick, skip in wave:
             payload = tick.payload
-            events: list[TickEvent] = [self._scheduled(tick)]
+            held = (reserved or {}).get(payload.tick_id, 0)
+            events: list[TickEvent] = [self._scheduled(tick, held)]
             if skip is not None:
                 events.append(
                     TickSkipped(
@@ -330,10 +336,14 @@ class Runner:
         return self.terminal(ref, exit_code, timed_out)
 
     @staticmethod
-    def _scheduled(tick: PreparedTick) -> TickScheduled:
+    def _scheduled(tick: PreparedTick, reserved_tokens: int = 0) -> TickScheduled:
         payload = tick.payload
         return TickScheduled(
-            tick_id=payload.tick_id, level=payload.level, model=payload.model, slot=tick.slot
+            tick_id=payload.tick_id,
+            level=payload.level,
+            model=payload.model,
+            slot=tick.slot,
+            reserved_tokens=reserved_tokens,
         )
 
     def running(self) -> list[TickRef]:

@@ -39,7 +39,7 @@ from harness.projections.ticks import ticks
 from harness.reconcile import reconcile
 from harness.runner import PreparedTick, Runner, SkipReason
 from harness.schedule import level_trigger, next_slot, slot_tick_id
-from harness.status import paused_levels
+from harness.status import TickInFlight, paused_levels, ticks_in_flight
 from harness.store import SqlEventStore, StoreError
 
 Report = Callable[[str], None]
@@ -214,7 +214,10 @@ class Service:
     def _fire_wave(self, wave: Sequence[Slot], missed: Collection[Slot]) -> None:
         levels = {level for _, level in wave}
         paused = paused_levels(self.store, levels)
-        busy = self._levels_in_flight(levels)
+        flying = self._in_flight(levels)
+        busy = {t.level for t in flying}
+        budgeted = [level for level in levels if self.settings.levels[level].has_budget]
+        held = self.budgets.held(flying, budgeted)
         over_budget: dict[str, BudgetCheck] = {}
         plans: list[tuple[PreparedTick, Decision]] = []
         for slot, level in wave:
@@ -222,13 +225,22 @@ class Service:
             if (slot, level) in missed:
                 decision: Decision = "missed"
             else:
-                decision = self._decide(tick, paused, busy, over_budget)
+                decision = self._decide(tick, paused, busy, held.get(level, 0), over_budget)
             plans.append((tick, decision))
-        claimed = self.runner.claim_wave([(tick, _skip_reason(d)) for tick, d in plans])
+        reserved = {
+            t.payload.tick_id: self.budgets.reserved(t.payload.level, t.payload.tick_id)
+            for t, _ in plans
+        }
+        try:
+            claimed = self.runner.claim_wave(
+                [(tick, _skip_reason(d)) for tick, d in plans], reserved
+            )
+        finally:
+            for tick, _ in plans:
+                self.budgets.settle(tick.payload.level, tick.payload.tick_id)
         for tick, decision in plans:
             tick_id, level = tick.payload.tick_id, tick.payload.level
             if tick_id not in claimed:
-                self.budgets.settle(level, tick_id)
                 with self._threads_lock:
                     if self.buffered.get(level) is tick:
                         del self.buffered[level]
@@ -250,6 +262,7 @@ class Service:
         tick: PreparedTick,
         paused: set[str],
         busy: set[str],
+        held: int,
         over_budget: dict[str, BudgetCheck],
     ) -> Decision:
         """What a due slot becomes; `busy` gains the level when its tick will run."""
@@ -264,7 +277,7 @@ class Service:
                     return "overlap"
                 self.buffered[level] = tick
             decision = "buffer"
-        budget = self.budgets.try_reserve(level, config, tick.payload.tick_id)
+        budget = self.budgets.try_reserve(level, config, tick.payload.tick_id, held)
         if not budget.allowed:
             if decision == "buffer":
                 with self._threads_lock:
@@ -292,36 +305,28 @@ class Service:
             self.store.append(stream, [event.to_record()])
         self.budget_flagged.add((level, day))
 
-    def _levels_in_flight(self, levels: Collection[str], but: str | None = None) -> set[str]:
-        """The levels with a tick, in any replica, that has not ended (other than `but`).
+    def _in_flight(self, levels: Collection[str], but: str | None = None) -> list[TickInFlight]:
+        """Ticks of `levels`, in any replica, that have not ended (other than `but`).
 
         Ticks scheduled longer ago than a timeout plus grace are ignored: their scheduler
         died before recording an end, and they must not block the level for ever.
         """
         self.projector.catch_up(["ticks"])
-        query = (
-            sa.select(ticks.c.level, sa.func.max(ticks.c.scheduled_at))
-            .where(ticks.c.level.in_(list(levels)), ticks.c.status.in_(IN_FLIGHT))
-            .group_by(ticks.c.level)
-        )
-        if but is not None:
-            query = query.where(ticks.c.tick_id != but)
         now, grace = utcnow(), self.settings.runner.grace_seconds + 60
-        with self.store.read_transaction() as conn:
-            latest = conn.execute(query).all()
-        busy = set()
-        for level, scheduled_at in latest:
-            timeout = self.settings.levels[level].timeout_seconds
-            when = scheduled_at if scheduled_at.tzinfo else scheduled_at.replace(tzinfo=UTC)
-            if when > now - timedelta(seconds=timeout + grace):
-                busy.add(level)
-        return busy
+        return [
+            tick
+            for tick in ticks_in_flight(self.store, levels)
+            if tick.tick_id != but
+            and tick.scheduled_at is not None
+            and now - tick.scheduled_at
+            < timedelta(seconds=self.settings.levels[tick.level].timeout_seconds + grace)
+        ]
 
     def _hold(self, tick: PreparedTick) -> None:
         """A buffered tick waits until no other tick of its level is in flight, then queues."""
         tick_id, level = tick.payload.tick_id, tick.payload.level
         try:
-            while self._levels_in_flight([level], but=tick_id):
+            while self._in_flight([level], but=tick_id):
                 with self._threads_lock:
                     reason = self.cancelled_buffered.pop(tick_id, None)
                 if reason is not None or self.stopping.is_set():
@@ -342,20 +347,20 @@ class Service:
             self._track(threading.Thread(target=self._run, args=(tick,), daemon=True))
 
     def _track(self, thread: threading.Thread) -> None:
+        """Start (if need be) and track a thread; it is never seen tracked but unstarted."""
         with self._threads_lock:
             self.threads.add(thread)
-        if thread.ident is None:
-            thread.start()
+            if thread.ident is None:
+                thread.start()
 
     def _run(self, tick: PreparedTick) -> None:
-        tick_id, level = tick.payload.tick_id, tick.payload.level
+        level = tick.payload.level
         try:
             outcome = self.runner.run(tick, claimed=True)
             detail = f" ({outcome.reason})" if outcome.reason else ""
             self.report(f"{outcome.tick_id} {outcome.status}{detail}")
         finally:
             self.gate.release(level)
-            self.budgets.settle(level, tick_id)
             with self._threads_lock:
                 self.threads.discard(threading.current_thread())
 
@@ -363,7 +368,6 @@ class Service:
         """End a queued tick that must not start (cancelled, or the service stops)."""
         tick_id = tick.payload.tick_id
         reason = reason or "service stopped before the tick could start"
-        self.budgets.settle(tick.payload.level, tick_id)
         self.runner.cancel_queued(tick, reason)
         self.report(f"{tick_id} cancelled before it started: {reason}")
 

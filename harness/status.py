@@ -97,7 +97,10 @@ def level_statuses(
     return statuses
 
 
-def ticks_in_flight(store: SqlEventStore) -> list[TickInFlight]:
+def ticks_in_flight(
+    store: SqlEventStore, levels: Iterable[str] | None = None
+) -> list[TickInFlight]:
+    """Ticks scheduled or running (of `levels` only, if given), as the read model has them."""
     query = (
         sa.select(
             ticks.c.tick_id, ticks.c.level, ticks.c.status, ticks.c.scheduled_at, ticks.c.started_at
@@ -105,6 +108,8 @@ def ticks_in_flight(store: SqlEventStore) -> list[TickInFlight]:
         .where(ticks.c.status.in_(("scheduled", "running")))
         .order_by(ticks.c.scheduled_at)
     )
+    if levels is not None:
+        query = query.where(ticks.c.level.in_(list(levels)))
     with store.read_transaction() as conn:
         return [
             TickInFlight(

@@ -204,11 +204,11 @@ def test_timeout_kills_the_whole_group_and_keeps_the_spend_already_made(
     build_index(knowledge, tmp_path / "rag.db")
     harness = Harness(tmp_path, fake)
     began = time.monotonic()
-    outcome = harness.tick([calls("rag_lookup"), Step(text="too late", delay=60)], timeout=6)
+    outcome = harness.tick([calls("rag_lookup"), Step(text="too late", delay=60)], timeout=10)
     elapsed = time.monotonic() - began
 
     assert outcome.status == "timed_out"
-    assert elapsed < 6 + 1.0 + 5, "the tick outlived its timeout plus grace"
+    assert elapsed < 10 + 1.0 + 5, "the tick outlived its timeout plus grace"
     events = harness.events(outcome)
     spent = [e for e in events if e.type == "BudgetSpent"]
     assert len(spent) == 1 and spent[0].data["estimated"] is False
@@ -475,6 +475,40 @@ def test_budget_reservations_stop_concurrent_ticks_from_overshooting(
         e for e in harness.store.read_stream("level-min") if e.type == "LevelBudgetExceeded"
     ]
     assert len(exceeded) == 1 and exceeded[0].data["reserved_tokens"] == 20_000
+
+
+def test_a_second_replica_sees_the_reservations_of_ticks_in_flight(
+    tmp_path: Path, fake: FakeUpstream
+) -> None:
+    harness = Harness(
+        tmp_path,
+        fake,
+        rag=False,
+        overlap="allow",
+        daily_token_budget=25_000,
+        reserve_tokens=10_000,
+    )
+    replicas = [
+        Service(
+            harness.settings,
+            harness.store,
+            Runner(harness.settings, harness.store, env=harness.runner.env),
+            print,
+        )
+        for _ in range(2)
+    ]
+    first = datetime.now(UTC).replace(microsecond=0)
+    slots = [first + timedelta(seconds=i) for i in range(3)]
+    fake.script(slot_tick_id("min", slots[0]), [Step(text="slow", delay=3)])
+    replicas[0].fire([(slots[0], "min")])
+    replicas[1].fire([(slots[1], "min"), (slots[2], "min")])
+    for replica in replicas:
+        replica.wait_idle(60)
+    ends = [harness.store.read_stream(f"tick-{slot_tick_id('min', s)}")[-1] for s in slots]
+    assert [e.type for e in ends] == ["TickCompleted", "TickCompleted", "TickSkipped"]
+    assert ends[2].data["reason"] == "budget"
+    scheduled = [harness.store.read_stream(f"tick-{slot_tick_id('min', s)}")[0] for s in slots]
+    assert [e.data["reserved_tokens"] for e in scheduled] == [10_000, 10_000, 0]
 
 
 def test_missed_slots_are_recorded_and_the_latest_in_the_window_runs_once(

@@ -108,6 +108,24 @@ class PreparedTick:
 
 
 @dataclass(frozen=True)
+class SlotClaim:
+    """A slot's tick as a scheduler claims it: no payload yet.
+
+    The payload (and its prompt, which may quote the level's previous result) is built
+    when the tick gets a place to run, not when its slot fires: a queued tick must not
+    start with a result that was stale while it waited.
+    """
+
+    tick_id: str
+    level: str
+    slot: datetime | None
+    skip: SkipReason | None = None
+    """Claimed and ended at once, without running."""
+    reserved_tokens: int = 0
+    """Held against the level's daily budget while the tick is in flight."""
+
+
+@dataclass(frozen=True)
 class TickOutcome:
     tick_id: str
     level: str
@@ -205,39 +223,41 @@ class Runner:
         A slot's tick id is the same in every replica, so of two schedulers on one store
         exactly one claims each slot; the loser records nothing and starts nothing.
         """
-        return bool(self.claim_wave([(tick, None)]))
+        payload = tick.payload
+        return bool(self.claim_wave([SlotClaim(payload.tick_id, payload.level, tick.slot)]))
 
-    def claim_wave(
-        self,
-        wave: Sequence[tuple[PreparedTick, SkipReason | None]],
-        reserved: Mapping[str, int] | None = None,
-    ) -> set[str]:
+    def claim_wave(self, wave: Sequence[SlotClaim]) -> set[str]:
         """Claim many slots in one transaction; returns the tick ids claimed here.
 
         A slot already decided skipped is claimed and ended in the same write.
-        `reserved`: tick id -> tokens its TickScheduled holds against the daily budget.
         """
         if self.store is None:
             raise StoreUnavailableError("no store: slots cannot be claimed")
         streams = {}
-        for tick, skip in wave:
-            payload = tick.payload
-            held = (reserved or {}).get(payload.tick_id, 0)
-            events: list[TickEvent] = [self._scheduled(tick, held)]
-            if skip is not None:
+        for claim in wave:
+            config = self.settings.levels.get(claim.level)
+            events: list[TickEvent] = [
+                TickScheduled(
+                    tick_id=claim.tick_id,
+                    level=claim.level,
+                    model=config.model if config else None,
+                    slot=claim.slot,
+                    reserved_tokens=claim.reserved_tokens,
+                )
+            ]
+            if claim.skip is not None:
                 events.append(
                     TickSkipped(
-                        tick_id=payload.tick_id, level=payload.level, reason=skip, slot=tick.slot
+                        tick_id=claim.tick_id, level=claim.level, reason=claim.skip, slot=claim.slot
                     )
                 )
-            streams[tick_stream(payload.tick_id)] = [event.to_record() for event in events]
+            streams[tick_stream(claim.tick_id)] = [event.to_record() for event in events]
         created = self.store.create_streams(streams)
-        return {t.payload.tick_id for t, _ in wave if tick_stream(t.payload.tick_id) in created}
+        return {claim.tick_id for claim in wave if tick_stream(claim.tick_id) in created}
 
-    def cancel_queued(self, tick: PreparedTick, reason: str) -> None:
+    def cancel_queued(self, tick_id: str, level: str, reason: str) -> None:
         """End a claimed tick that never started: it waited for a place, the service stopped."""
-        payload = tick.payload
-        self.record(TickCancelled(tick_id=payload.tick_id, level=payload.level, reason=reason))
+        self.record(TickCancelled(tick_id=tick_id, level=level, reason=reason))
 
     def run(self, tick: PreparedTick, claimed: bool = False) -> TickOutcome:
         """Run a prepared tick to its end, retrying failed attempts as its class allows.
@@ -336,14 +356,10 @@ class Runner:
         return self.terminal(ref, exit_code, timed_out)
 
     @staticmethod
-    def _scheduled(tick: PreparedTick, reserved_tokens: int = 0) -> TickScheduled:
+    def _scheduled(tick: PreparedTick) -> TickScheduled:
         payload = tick.payload
         return TickScheduled(
-            tick_id=payload.tick_id,
-            level=payload.level,
-            model=payload.model,
-            slot=tick.slot,
-            reserved_tokens=reserved_tokens,
+            tick_id=payload.tick_id, level=payload.level, model=payload.model, slot=tick.slot
         )
 
     def running(self) -> list[TickRef]:

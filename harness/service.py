@@ -29,6 +29,7 @@ from harness.events import (
     CONTROL_STREAM,
     CancelRequested,
     LevelBudgetExceeded,
+    TickFailed,
     decode,
     level_stream,
 )
@@ -37,7 +38,7 @@ from harness.prices import PriceBook
 from harness.projections import projector_for
 from harness.projections.ticks import ticks
 from harness.reconcile import reconcile
-from harness.runner import PreparedTick, Runner, SkipReason
+from harness.runner import Runner, SkipReason, SlotClaim, TickSetupError
 from harness.schedule import level_trigger, next_slot, slot_tick_id
 from harness.status import TickInFlight, paused_levels, ticks_in_flight
 from harness.store import SqlEventStore, StoreError
@@ -75,7 +76,7 @@ class Service:
         self.runner = runner
         self.report = report
         self.triggers = {name: level_trigger(level) for name, level in settings.levels.items()}
-        self.gate: Gate[PreparedTick] = Gate(
+        self.gate: Gate[SlotClaim] = Gate(
             settings.runner.max_concurrent,
             {name: level.max_concurrent for name, level in settings.levels.items()},
             settings.runner.start_spacing_seconds,
@@ -86,7 +87,7 @@ class Service:
         prices = PriceBook(settings.prices)
         self.projector = projector_for(store, prices)
         self.budgets = Budgets(store, self.projector, prices)
-        self.buffered: dict[str, PreparedTick] = {}
+        self.buffered: dict[str, SlotClaim] = {}
         """Level -> the one tick held back until the level's tick in flight ends."""
         self.cancelled_buffered: dict[str, str] = {}
         self.budget_flagged: set[tuple[str, str]] = set()
@@ -121,6 +122,8 @@ class Service:
             self.fire(due)
             for slot, level in due:
                 upcoming[level] = next_slot(self.triggers[level], slot, utcnow())
+            # Fold the wave just claimed now, while idle, not when the next wave is due.
+            self.projector.catch_up(["ticks"])
         self.shutdown()
 
     def follow_control(self) -> None:
@@ -137,15 +140,15 @@ class Service:
                 continue
             reason = f"cancelled by {request.by} (scope {request.scope!r})"
 
-            def matches(tick: PreparedTick, request: CancelRequested = request) -> bool:
-                return request.matches(tick.payload.level, tick.payload.tick_id)
+            def matches(tick: SlotClaim, request: CancelRequested = request) -> bool:
+                return request.matches(tick.level, tick.tick_id)
 
             for tick in self.gate.withdraw(matches):
                 self._never_started(tick, reason)
             with self._threads_lock:
                 for tick in self.buffered.values():
                     if matches(tick):
-                        self.cancelled_buffered[tick.payload.tick_id] = reason
+                        self.cancelled_buffered[tick.tick_id] = reason
             for ref in self.runner.running():
                 if request.matches(ref.level, ref.tick_id) and self.runner.cancel(
                     ref.tick_id, reason
@@ -219,39 +222,41 @@ class Service:
         budgeted = [level for level in levels if self.settings.levels[level].has_budget]
         held = self.budgets.held(flying, budgeted)
         over_budget: dict[str, BudgetCheck] = {}
-        plans: list[tuple[PreparedTick, Decision]] = []
+        plans: list[tuple[SlotClaim, Decision]] = []
         for slot, level in wave:
-            tick = self.runner.prepare(level, tick_id=slot_tick_id(level, slot), slot=slot)
+            tick_id = slot_tick_id(level, slot)
             if (slot, level) in missed:
                 decision: Decision = "missed"
             else:
-                decision = self._decide(tick, paused, busy, held.get(level, 0), over_budget)
-            plans.append((tick, decision))
-        reserved = {
-            t.payload.tick_id: self.budgets.reserved(t.payload.level, t.payload.tick_id)
-            for t, _ in plans
-        }
-        try:
-            claimed = self.runner.claim_wave(
-                [(tick, _skip_reason(d)) for tick, d in plans], reserved
+                decision = self._decide(
+                    level, tick_id, paused, busy, held.get(level, 0), over_budget
+                )
+            claim = SlotClaim(
+                tick_id, level, slot, _skip_reason(decision), self.budgets.reserved(level, tick_id)
             )
+            plans.append((claim, decision))
+            if decision == "buffer":
+                with self._threads_lock:
+                    self.buffered[level] = claim
+        try:
+            claimed = self.runner.claim_wave([claim for claim, _ in plans])
         finally:
-            for tick, _ in plans:
-                self.budgets.settle(tick.payload.level, tick.payload.tick_id)
-        for tick, decision in plans:
-            tick_id, level = tick.payload.tick_id, tick.payload.level
+            for claim, _ in plans:
+                self.budgets.settle(claim.level, claim.tick_id)
+        for claim, decision in plans:
+            tick_id, level = claim.tick_id, claim.level
             if tick_id not in claimed:
                 with self._threads_lock:
-                    if self.buffered.get(level) is tick:
+                    if self.buffered.get(level) is claim:
                         del self.buffered[level]
                 self.report(f"{tick_id} claimed by another replica")
             elif decision == "buffer":
                 self.report(f"{tick_id} buffered until the tick of {level} in flight ends")
-                self._track(threading.Thread(target=self._hold, args=(tick,), daemon=True))
+                self._track(threading.Thread(target=self._hold, args=(claim,), daemon=True))
             elif decision == "run":
                 self.report(f"{tick_id} scheduled")
-                if not self.gate.put(level, self.settings.levels[level].priority, tick):
-                    self._never_started(tick, None)
+                if not self.gate.put(level, self.settings.levels[level].priority, claim):
+                    self._never_started(claim, None)
             elif decision != "missed":
                 self.report(f"{tick_id} skipped: {SKIPPED[decision].format(level=level)}")
         for level, check in over_budget.items():
@@ -259,14 +264,14 @@ class Service:
 
     def _decide(
         self,
-        tick: PreparedTick,
+        level: str,
+        tick_id: str,
         paused: set[str],
         busy: set[str],
         held: int,
         over_budget: dict[str, BudgetCheck],
     ) -> Decision:
         """What a due slot becomes; `busy` gains the level when its tick will run."""
-        level = tick.payload.level
         config = self.settings.levels[level]
         if level in paused:
             return "paused"
@@ -275,13 +280,9 @@ class Service:
             with self._threads_lock:
                 if config.overlap != "buffer_one" or level in self.buffered:
                     return "overlap"
-                self.buffered[level] = tick
             decision = "buffer"
-        budget = self.budgets.try_reserve(level, config, tick.payload.tick_id, held)
+        budget = self.budgets.try_reserve(level, config, tick_id, held)
         if not budget.allowed:
-            if decision == "buffer":
-                with self._threads_lock:
-                    self.buffered.pop(level, None)
             over_budget.setdefault(level, budget)
             return "budget"
         busy.add(level)
@@ -322,9 +323,9 @@ class Service:
             < timedelta(seconds=self.settings.levels[tick.level].timeout_seconds + grace)
         ]
 
-    def _hold(self, tick: PreparedTick) -> None:
+    def _hold(self, tick: SlotClaim) -> None:
         """A buffered tick waits until no other tick of its level is in flight, then queues."""
-        tick_id, level = tick.payload.tick_id, tick.payload.level
+        tick_id, level = tick.tick_id, tick.level
         try:
             while self._in_flight([level], but=tick_id):
                 with self._threads_lock:
@@ -353,9 +354,16 @@ class Service:
             if thread.ident is None:
                 thread.start()
 
-    def _run(self, tick: PreparedTick) -> None:
-        level = tick.payload.level
+    def _run(self, claim: SlotClaim) -> None:
+        tick_id, level = claim.tick_id, claim.level
         try:
+            try:
+                tick = self.runner.prepare(level, tick_id=tick_id, slot=claim.slot)
+            except TickSetupError as exc:
+                reason = f"the tick could not be prepared: {exc}"
+                self.runner.record(TickFailed(tick_id=tick_id, level=level, reason=reason))
+                self.report(f"{tick_id} failed ({reason})")
+                return
             outcome = self.runner.run(tick, claimed=True)
             detail = f" ({outcome.reason})" if outcome.reason else ""
             self.report(f"{outcome.tick_id} {outcome.status}{detail}")
@@ -364,11 +372,11 @@ class Service:
             with self._threads_lock:
                 self.threads.discard(threading.current_thread())
 
-    def _never_started(self, tick: PreparedTick, reason: str | None) -> None:
+    def _never_started(self, tick: SlotClaim, reason: str | None) -> None:
         """End a queued tick that must not start (cancelled, or the service stops)."""
-        tick_id = tick.payload.tick_id
+        tick_id = tick.tick_id
         reason = reason or "service stopped before the tick could start"
-        self.runner.cancel_queued(tick, reason)
+        self.runner.cancel_queued(tick_id, tick.level, reason)
         self.report(f"{tick_id} cancelled before it started: {reason}")
 
     def wait_idle(self, timeout: float) -> None:

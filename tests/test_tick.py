@@ -25,7 +25,7 @@ from harness.fake_llm import FakeUpstream, Step, ToolCallSpec
 from harness.launchers import Launcher, TickProcess
 from harness.rag import build_index
 from harness.result import read_result
-from harness.runner import Runner, TickOutcome, TickSetupError, tool_budget
+from harness.runner import Runner, SlotClaim, TickOutcome, TickSetupError, tool_budget
 from harness.schedule import slot_tick_id
 from harness.service import Service
 from harness.status import level_paused
@@ -517,8 +517,8 @@ def test_missed_slots_are_recorded_and_the_latest_in_the_window_runs_once(
     harness = Harness(tmp_path, fake, rag=False, every="1s", catch_up_seconds=3)
     now = datetime.now(UTC).replace(microsecond=0)
     before = now - timedelta(seconds=8)
-    old = harness.runner.prepare("min", tick_id=f"min-{before:%Y%m%dT%H%M%SZ}", slot=before)
-    assert harness.runner.claim_wave([(old, "overlap")]) == {old.payload.tick_id}
+    old = SlotClaim(slot_tick_id("min", before), "min", before, skip="overlap")
+    assert harness.runner.claim_wave([old]) == {old.tick_id}
     service = Service(harness.settings, harness.store, harness.runner, lambda line: None)
     service.catch_up(now)
     service.wait_idle(60)
@@ -581,3 +581,22 @@ def test_a_prompt_file_is_read_at_each_tick(tmp_path: Path, fake: FakeUpstream) 
     assert harness.runner.prepare("min").payload.prompt == "Check min."
     prompt.write_text("Edited.")
     assert harness.runner.prepare("min").payload.prompt == "Edited."
+
+
+def test_a_slot_whose_prompt_cannot_be_read_fails_without_stopping_the_scheduler(
+    tmp_path: Path, fake: FakeUpstream
+) -> None:
+    prompt = tmp_path / "prompt.md"
+    harness = Harness(tmp_path, fake, rag=False, prompt="", prompt_file=prompt)
+    service = Service(harness.settings, harness.store, harness.runner, lambda line: None)
+    slot = datetime(2026, 11, 30, 13, 0, tzinfo=UTC)
+    service.fire([(slot, "min")])
+    service.wait_idle(30)
+    prompt.write_text("Now readable.")
+    service.fire([(slot + timedelta(minutes=1), "min")])
+    service.wait_idle(60)
+    first = harness.store.read_stream(f"tick-{slot_tick_id('min', slot)}")
+    assert [e.type for e in first] == ["TickScheduled", "TickFailed"]
+    assert "prompt_file" in first[-1].data["reason"]
+    second = harness.store.read_stream(f"tick-{slot_tick_id('min', slot + timedelta(minutes=1))}")
+    assert second[-1].type == "TickCompleted"

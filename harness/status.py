@@ -29,6 +29,8 @@ class LevelStatus:
     paused: bool
     tokens_today: int
     cost_today_usd: float | None
+    token_budget: int | None
+    usd_budget: float | None
 
 
 @dataclass(frozen=True)
@@ -92,6 +94,8 @@ def level_statuses(
                 paused=name in paused,
                 tokens_today=(today.prompt_tokens + today.completion_tokens) if today else 0,
                 cost_today_usd=today.cost_usd if today else 0.0,
+                token_budget=config.daily_token_budget,
+                usd_budget=config.daily_usd_budget,
             )
         )
     return statuses

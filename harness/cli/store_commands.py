@@ -90,15 +90,27 @@ def status() -> None:
         table.add_row("spool", f"{Spool(config.paths.spool).pending()} pending")
         out.print(table)
         now = datetime.now(UTC)
-        levels = Table("level", "schedule", "next slot", "paused", "tokens today", "cost today")
+        levels = Table(
+            "level",
+            "schedule",
+            "next slot",
+            "paused",
+            "tokens today / budget",
+            "USD today / budget",
+        )
         for level in level_statuses(config, store, prices):
             cost = "unpriced" if level.cost_today_usd is None else f"{level.cost_today_usd:,.4f}"
+            tokens = f"{level.tokens_today:,}"
+            if level.token_budget is not None:
+                tokens += f" / {level.token_budget:,}"
+            if level.usd_budget is not None:
+                cost += f" / {level.usd_budget:,.2f}"
             levels.add_row(
                 level.name,
                 level.schedule,
                 f"{level.next_slot:%Y-%m-%d %H:%M:%S}",
                 "PAUSED" if level.paused else "",
-                f"{level.tokens_today:,}",
+                tokens,
                 cost,
             )
         out.print(levels if config.levels else "levels: none configured")

@@ -93,11 +93,32 @@ def parse_interval(text: str) -> int:
     return int(match.group(1)) * _INTERVAL_UNITS[match.group(2)]
 
 
-class LevelConfig(_Strict):
+class Scheduled(_Strict):
+    """Something that fires on a schedule: a level, a digest."""
+
     schedule: str | None = None
     """Cron expression with five fields, e.g. `* * * * *`."""
     every: str | None = None
     """Interval instead of cron, e.g. `30s`."""
+    timezone: str = "UTC"
+    """IANA zone the cron schedule is read in (intervals are aligned to UTC)."""
+
+    @model_validator(mode="after")
+    def _one_schedule(self) -> Scheduled:
+        if (self.schedule is None) == (self.every is None):
+            raise ValueError("set exactly one of 'schedule' (cron) or 'every' (interval)")
+        if self.schedule is not None and len(self.schedule.split()) != 5:
+            raise ValueError(f"schedule {self.schedule!r} is not a cron expression with 5 fields")
+        if self.every is not None:
+            parse_interval(self.every)
+        try:
+            ZoneInfo(self.timezone)
+        except (ZoneInfoNotFoundError, ValueError):
+            raise ValueError(f"timezone {self.timezone!r} is not an IANA time zone") from None
+        return self
+
+
+class LevelConfig(Scheduled):
     prompt: str = ""
     """Rendered per tick: $level, $slot and $previous_result (the last completed tick's text)."""
     prompt_file: Path | None = None
@@ -105,8 +126,6 @@ class LevelConfig(_Strict):
     instructions: str = ""
     model: str | None = None
     effort: Literal["low", "medium", "high"] | None = None
-    timezone: str = "UTC"
-    """IANA zone the cron schedule is read in (intervals are aligned to UTC)."""
     overlap: Literal["skip", "buffer_one", "allow"] = "skip"
     """A slot firing while a tick of the level is in flight: `skip` records TickSkipped;
     `buffer_one` keeps one such slot to run when the level is free (and skips the rest);
@@ -135,19 +154,41 @@ class LevelConfig(_Strict):
         return self.daily_token_budget is not None or self.daily_usd_budget is not None
 
     @model_validator(mode="after")
-    def _one_schedule(self) -> LevelConfig:
-        if (self.schedule is None) == (self.every is None):
-            raise ValueError("set exactly one of 'schedule' (cron) or 'every' (interval)")
+    def _one_prompt(self) -> LevelConfig:
         if self.prompt and self.prompt_file is not None:
             raise ValueError("set 'prompt' or 'prompt_file', not both")
-        if self.schedule is not None and len(self.schedule.split()) != 5:
-            raise ValueError(f"schedule {self.schedule!r} is not a cron expression with 5 fields")
-        if self.every is not None:
-            parse_interval(self.every)
-        try:
-            ZoneInfo(self.timezone)
-        except (ZoneInfoNotFoundError, ValueError):
-            raise ValueError(f"timezone {self.timezone!r} is not an IANA time zone") from None
+        return self
+
+
+class DigestConfig(Scheduled):
+    """A digest `tickwork run` publishes on its schedule, once per period."""
+
+    period: str | None = None
+    """The span each digest covers, ending at its slot (`1h`, `1d`); default: the time
+    since the previous slot."""
+    levels: list[str] = []
+    """Levels the digest covers (default: all)."""
+    format: Literal["md", "html", "json"] = "md"
+    excerpt_chars: Annotated[int, Field(ge=0)] = 280
+    """Length of each completed tick's text excerpt."""
+    files: list[Path] = []
+    """Folders a copy of each digest is written to."""
+    notify: list[str] = []
+    """Names of environment variables holding apprise URLs (Slack, Telegram, Matrix,
+    mailto …): the URLs carry secrets, so the file names only where they are."""
+    retries: Annotated[int, Field(ge=0)] = 3
+    """Further attempts of a failed delivery, with exponential backoff."""
+
+    @model_validator(mode="after")
+    def _period(self) -> DigestConfig:
+        if self.period is not None:
+            parse_interval(self.period)
+        for name in self.notify:
+            if not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", name):
+                raise ValueError(
+                    f"notify entry {name!r} must be the name of an environment variable "
+                    "holding an apprise URL, not the URL itself (URLs carry secrets)"
+                )
         return self
 
 
@@ -168,15 +209,21 @@ class Settings(BaseSettings):
     rag: RagConfig = RagConfig()
     prices: dict[str, PriceOverride] = {}
     levels: dict[str, LevelConfig] = {}
+    digests: dict[str, DigestConfig] = {}
 
     @model_validator(mode="after")
-    def _level_names(self) -> Settings:
-        for name in self.levels:
-            if not LEVEL_NAME.match(name):
-                raise ValueError(
-                    f"level name {name!r} must match {LEVEL_NAME.pattern} "
-                    "(it becomes part of env var names, stream ids and paths)"
-                )
+    def _names(self) -> Settings:
+        for kind, names in (("level", self.levels), ("digest", self.digests)):
+            for name in names:
+                if not LEVEL_NAME.match(name):
+                    raise ValueError(
+                        f"{kind} name {name!r} must match {LEVEL_NAME.pattern} "
+                        "(it becomes part of env var names, stream ids and paths)"
+                    )
+        for name, digest in self.digests.items():
+            unknown = sorted(set(digest.levels) - set(self.levels))
+            if unknown:
+                raise ValueError(f"digests.{name}.levels names unknown level(s): {unknown}")
         return self
 
     @classmethod

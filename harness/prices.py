@@ -105,6 +105,10 @@ class PriceBook:
         ladder = self.rates(model, day)
         return () if ladder is None else tuple(step.above for step in ladder[1:])
 
+    def tier(self, model: str, day: str, prompt_tokens: int) -> int:
+        """The price tier of one call: the highest threshold its prompt exceeds, else -1."""
+        return tier_of(prompt_tokens, self.thresholds(model, day))
+
     def cost(
         self,
         model: str,
@@ -135,3 +139,11 @@ class PriceBook:
             uncached -= cache_write_tokens
             total += cache_write_tokens * rates.cache_write
         return (total + max(uncached, 0) * rates.input) / 1_000_000
+
+
+def tier_of(prompt_tokens: int, thresholds: tuple[int, ...]) -> int:
+    tier = -1
+    for above in thresholds:
+        if prompt_tokens > above:
+            tier = above
+    return tier

@@ -55,6 +55,10 @@ class ResultFileError(Exception):
     """The result file is missing or cannot be used; the message says which and why."""
 
 
+class ResultMissingError(ResultFileError):
+    """No result file at all (the worker died before writing, or it was removed)."""
+
+
 def write_result(path: Path, result: TickResult) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
     temporary = path.with_name(f".{path.name}.{os.getpid()}.tmp")
@@ -77,7 +81,7 @@ def read_result(path: Path) -> TickResult:
     try:
         raw = path.read_bytes()
     except FileNotFoundError:
-        raise ResultFileError(f"result file {path} is missing") from None
+        raise ResultMissingError(f"result file {path} is missing") from None
     except OSError as exc:
         raise ResultFileError(f"result file {path} cannot be read: {exc.strerror}") from exc
     try:

@@ -14,12 +14,12 @@ from apscheduler.triggers.base import BaseTrigger
 from apscheduler.triggers.cron import CronTrigger
 from apscheduler.triggers.interval import IntervalTrigger
 
-from harness.config import LevelConfig, parse_interval
+from harness.config import Scheduled, parse_interval
 
 EPOCH = datetime(2000, 1, 1, tzinfo=UTC)
 
 
-def level_trigger(config: LevelConfig) -> BaseTrigger:
+def level_trigger(config: Scheduled) -> BaseTrigger:
     if config.every is not None:
         return IntervalTrigger(
             seconds=parse_interval(config.every), start_date=EPOCH, timezone="UTC"

@@ -67,7 +67,7 @@ def level_paused(store: SqlEventStore, level: str) -> bool:
     return level in paused_levels(store, [level])
 
 
-def _utc(value: datetime | None) -> datetime | None:
+def as_utc(value: datetime | None) -> datetime | None:
     if value is None or value.tzinfo is not None:
         return value
     return value.replace(tzinfo=UTC)
@@ -117,7 +117,7 @@ def ticks_in_flight(
     with store.read_transaction() as conn:
         return [
             TickInFlight(
-                row.tick_id, row.level, row.status, _utc(row.scheduled_at), _utc(row.started_at)
+                row.tick_id, row.level, row.status, as_utc(row.scheduled_at), as_utc(row.started_at)
             )
             for row in conn.execute(query)
         ]

@@ -13,7 +13,7 @@ from typing import Literal
 
 import sqlalchemy as sa
 
-from harness.prices import PriceBook
+from harness.prices import PriceBook, tier_of
 from harness.projections.base import EventData, Projection, upsert
 from harness.store.schema import metadata
 
@@ -63,10 +63,7 @@ class SpendProjection(Projection):
             steps = thresholds.get((model, day))
             if steps is None:
                 steps = thresholds[(model, day)] = self.prices.thresholds(model, day)
-            tier = -1
-            for above in steps:
-                if prompt > above:
-                    tier = above
+            tier = tier_of(prompt, steps)
             key = (data["level"], model, day, tier)
             row = sums.get(key)
             if row is None:

@@ -1,0 +1,267 @@
+"""What happened in a period, for an operator who reads one page instead of event tables.
+
+A digest is built from the ticks read model (which ticks, how they ended), the events
+(spend per model as it was recorded, governor interventions, pause reasons) and the tick
+result files (an excerpt of each completed tick's text). Anything wrong stands at the top
+as an anomaly: an empty text, a result file that is missing or corrupt, a tick lost or
+timed out, spend that had to be estimated. A bad result file never breaks a digest.
+
+The JSON form of `Digest` is a versioned schema other tools may consume: fields are only
+ever added within a `schema_version`.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from dataclasses import asdict, dataclass
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Literal
+
+import sqlalchemy as sa
+from pydantic import BaseModel, ConfigDict
+
+from harness.events import level_stream
+from harness.prices import PriceBook
+from harness.projections import Projector
+from harness.projections.ticks import ticks
+from harness.result import ResultFileError, ResultMissingError, read_result
+from harness.status import as_utc, paused_levels
+from harness.store import SqlEventStore
+
+AnomalyKind = Literal[
+    "empty_text", "missing_result", "corrupt_result", "lost", "timed_out", "estimated_spend"
+]
+READ_PAGE = 5000
+
+
+class _Model(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class Anomaly(_Model):
+    kind: AnomalyKind
+    level: str
+    tick_id: str
+    detail: str
+
+
+class Failure(_Model):
+    tick_id: str
+    reason: str
+
+
+class Excerpt(_Model):
+    tick_id: str
+    finished_at: datetime | None
+    text: str
+    """The start of the tick's text, whitespace collapsed, cut at the digest's length."""
+
+
+class ModelSpend(_Model):
+    model: str
+    calls: int
+    prompt_tokens: int
+    completion_tokens: int
+    cost_usd: float | None
+    """None when the model has no known price."""
+
+
+class LevelSection(_Model):
+    level: str
+    ticks: dict[str, int]
+    """Ticks scheduled in the period, by status (completed, failed, skipped …)."""
+    skipped: dict[str, int]
+    """Skipped slots by reason: overlap, budget, missed, paused."""
+    spend: list[ModelSpend]
+    tool_budget_exhausted: int
+    governor_interventions: int
+    failures: list[Failure]
+    paused: bool
+    pause_reason: str | None
+    excerpts: list[Excerpt]
+
+
+class Digest(_Model):
+    schema_version: Literal[1] = 1
+    name: str
+    period_start: datetime
+    period_end: datetime
+    generated_at: datetime
+    anomalies: list[Anomaly]
+    levels: list[LevelSection]
+
+    @property
+    def cost_usd(self) -> float | None:
+        costs = [m.cost_usd for section in self.levels for m in section.spend]
+        return None if any(c is None for c in costs) else sum(c for c in costs if c is not None)
+
+
+def build_digest(
+    store: SqlEventStore,
+    projector: Projector,
+    prices: PriceBook,
+    name: str,
+    start: datetime,
+    end: datetime,
+    levels: list[str],
+    excerpt_chars: int = 280,
+) -> Digest:
+    """The digest of ticks scheduled, and spend recorded, in [start, end) for `levels`."""
+    if start >= end:
+        raise ValueError(
+            f"the period is empty: {start.isoformat()} is not before {end.isoformat()}"
+        )
+    projector.catch_up(["ticks"])
+    query = (
+        sa.select(ticks)
+        .where(ticks.c.scheduled_at >= start, ticks.c.scheduled_at < end, ticks.c.level.in_(levels))
+        .order_by(ticks.c.scheduled_at)
+    )
+    with store.read_transaction() as conn:
+        rows = conn.execute(query).all()
+    spend, governed = _period_events(store, prices, start, end, set(levels))
+    paused = paused_levels(store, levels)
+    reasons = _pause_reasons(store, paused)
+    anomalies: list[Anomaly] = []
+    sections = []
+    for level in levels:
+        mine = [row for row in rows if row.level == level]
+        excerpts, failures, exhausted = [], [], 0
+        for row in mine:
+            anomalies.extend(_row_anomalies(row))
+            if row.status == "failed":
+                failures.append(Failure(tick_id=row.tick_id, reason=row.reason or "no reason"))
+            if row.status != "completed":
+                continue
+            try:
+                result = read_result(Path(row.result_path or ""))
+            except ResultFileError as exc:
+                kind: AnomalyKind = (
+                    "missing_result" if isinstance(exc, ResultMissingError) else "corrupt_result"
+                )
+                anomalies.append(
+                    Anomaly(kind=kind, level=level, tick_id=row.tick_id, detail=str(exc))
+                )
+                continue
+            text = " ".join(result.text.split())
+            if not text:
+                anomalies.append(
+                    Anomaly(
+                        kind="empty_text", level=level, tick_id=row.tick_id, detail="empty text"
+                    )
+                )
+            exhausted += result.stop_reason == "tool_budget"
+            excerpts.append(
+                Excerpt(
+                    tick_id=row.tick_id,
+                    finished_at=as_utc(row.finished_at),
+                    text=_cut(text, excerpt_chars),
+                )
+            )
+        sections.append(
+            LevelSection(
+                level=level,
+                ticks=dict(Counter(row.status for row in mine)),
+                skipped=dict(Counter(row.reason for row in mine if row.status == "skipped")),
+                spend=spend.get(level, []),
+                tool_budget_exhausted=exhausted,
+                governor_interventions=governed[level],
+                failures=failures,
+                paused=level in paused,
+                pause_reason=reasons.get(level),
+                excerpts=excerpts,
+            )
+        )
+    return Digest(
+        name=name,
+        period_start=start,
+        period_end=end,
+        generated_at=datetime.now(UTC),
+        anomalies=anomalies,
+        levels=sections,
+    )
+
+
+def _row_anomalies(row: sa.Row[tuple[object, ...]]) -> list[Anomaly]:
+    found = []
+    if row.status in ("lost", "timed_out"):
+        detail = row.reason or ("no end was recorded" if row.status == "lost" else "timed out")
+        found.append(Anomaly(kind=row.status, level=row.level, tick_id=row.tick_id, detail=detail))
+    if row.estimated_calls:
+        detail = f"{row.estimated_calls} of {row.model_calls} call(s) reported no usage"
+        found.append(
+            Anomaly(kind="estimated_spend", level=row.level, tick_id=row.tick_id, detail=detail)
+        )
+    return found
+
+
+def _period_events(
+    store: SqlEventStore, prices: PriceBook, start: datetime, end: datetime, levels: set[str]
+) -> tuple[dict[str, list[ModelSpend]], Counter[str]]:
+    """Spend per level and model, and governor interventions per level, recorded in the period."""
+    sums: dict[tuple[str, str], _Sum] = {}
+    governed: Counter[str] = Counter()
+    position = store.first_position_since(start) - 1
+    while True:
+        batch = store.read_all(position, READ_PAGE, types=["BudgetSpent", "GovernorFired"])
+        for event in batch:
+            if event.recorded_at >= end:
+                return _spend_rows(sums), governed
+            level = event.data.get("level")
+            if level not in levels:
+                continue
+            if event.type == "GovernorFired":
+                governed[level] += 1
+                continue
+            data = event.data
+            model, day = data["model"], data["occurred_at"][:10]
+            tier = prices.tier(model, day, data["prompt_tokens"])
+            cost = prices.cost(
+                model,
+                day,
+                tier,
+                data["prompt_tokens"],
+                data["completion_tokens"],
+                data.get("cache_read_tokens") or 0,
+                data.get("cache_write_tokens") or 0,
+            )
+            total = sums.setdefault((level, model), _Sum())
+            total.calls += 1
+            total.prompt_tokens += data["prompt_tokens"]
+            total.completion_tokens += data["completion_tokens"]
+            total.cost_usd = (
+                None if cost is None or total.cost_usd is None else total.cost_usd + cost
+            )
+        if len(batch) < READ_PAGE:
+            return _spend_rows(sums), governed
+        position = batch[-1].global_position
+
+
+@dataclass
+class _Sum:
+    calls: int = 0
+    prompt_tokens: int = 0
+    completion_tokens: int = 0
+    cost_usd: float | None = 0.0
+
+
+def _spend_rows(sums: dict[tuple[str, str], _Sum]) -> dict[str, list[ModelSpend]]:
+    rows: dict[str, list[ModelSpend]] = {}
+    for (level, model), total in sorted(sums.items()):
+        rows.setdefault(level, []).append(ModelSpend(model=model, **asdict(total)))
+    return rows
+
+
+def _pause_reasons(store: SqlEventStore, paused: set[str]) -> dict[str, str]:
+    streams = {level_stream(level): level for level in paused}
+    found = store.read_streams(streams, types=["LevelPaused"])
+    return {
+        streams[stream]: events[-1].data.get("reason", "")
+        for stream, events in found.items()
+        if events
+    }
+
+
+def _cut(text: str, limit: int) -> str:
+    return text if len(text) <= limit else text[: max(0, limit - 1)].rstrip() + "…"

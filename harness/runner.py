@@ -15,7 +15,7 @@ import threading
 import time
 import uuid
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Literal
@@ -43,6 +43,7 @@ from harness.prices import PriceBook
 from harness.projections import Projector, projector_for
 from harness.prompt import previous_result_text, render
 from harness.result import ResultFileError, TickResult, read_result
+from harness.routing import Escalation, Routed, Router, configured_router, decision_fields
 from harness.store import (
     NO_STREAM,
     ConcurrencyError,
@@ -99,6 +100,7 @@ class PreparedTick:
     timeout: float
     log_path: Path
     slot: datetime | None = None
+    routed: Routed | None = None
 
     @property
     def ref(self) -> TickRef:
@@ -127,7 +129,9 @@ class Runner:
         store: SqlEventStore | None,
         launcher: Launcher | None = None,
         env: Mapping[str, str] | None = None,
+        router: Router | None = None,
     ) -> None:
+        """Raises CatalogError when `[routing] catalog` is set and invalid."""
         self.settings = settings
         self.store = store
         self.launcher = launcher or ColdLauncher()
@@ -137,6 +141,7 @@ class Runner:
         self._running: dict[str, tuple[TickRef, TickProcess]] = {}
         self._cancelled: dict[str, str] = {}
         self._projector: Projector | None = None
+        self.router = router or configured_router(settings)
 
     def prepare(
         self,
@@ -150,7 +155,9 @@ class Runner:
         if config is None:
             known = ", ".join(self.settings.levels) or "none"
             raise TickSetupError(f"no level named {level!r} in the configuration (known: {known})")
-        if not config.model:
+        routed = self.router.route(level, slot or datetime.now(UTC)) if self.router else None
+        first = routed.plan.candidates[0] if routed else None
+        if not config.model and first is None:
             raise TickSetupError(f"levels.{level}.model is not set: a tick needs a model")
         if timeout is not None and timeout <= 0:
             raise TickSetupError(f"timeout must be positive, not {timeout}")
@@ -162,8 +169,8 @@ class Runner:
             level=level,
             prompt=prompt if prompt is not None else self._prompt(level, config, slot),
             instructions=config.instructions,
-            model=config.model,
-            effort=config.effort,
+            model=first.model if first else config.model,
+            effort=first.effort if first else config.effort,
             max_tool_calls=tool_budget(level, config, self.env),
             can_shell=config.can_shell,
             rag=RagSettings(
@@ -176,12 +183,14 @@ class Runner:
             store_url=self.settings.store.url,
             durability=self.settings.store.durability,
             spool_dir=self.settings.paths.spool.absolute(),
+            route=routed.plan if routed else None,
         )
         return PreparedTick(
             payload,
             timeout or config.timeout_seconds,
             (folder / f"{tick_id}.log").absolute(),
             slot,
+            routed,
         )
 
     def _prompt(self, level: str, config: LevelConfig, slot: datetime | None) -> str:
@@ -242,12 +251,17 @@ class Runner:
             multiplier=policy.retry_backoff_seconds, max=policy.retry_backoff_max_seconds
         )
 
+        escalation = Escalation(tick.payload, tick.routed, self.record)
+
         def again(state: RetryCallState) -> bool:
             end = state.outcome.result() if state.outcome else None
             if not isinstance(end, TickFailed):
                 return False
             allowed = {"infrastructure": policy.infra_retries, "content": policy.content_retries}
-            return state.attempt_number <= allowed.get(end.failure_class, 0)
+            retries = state.attempt_number - escalation.first_attempt
+            return retries < allowed.get(end.failure_class, 0) or escalation.promote(
+                end, state.attempt_number
+            )
 
         def note_retry(state: RetryCallState) -> None:
             end = state.outcome.result() if state.outcome else None
@@ -271,7 +285,9 @@ class Runner:
             before_sleep=note_retry,
             retry_error_callback=lambda state: state.outcome.result() if state.outcome else None,
         )
-        terminal: TickEvent = attempts(self._attempt, tick, attempts)
+        terminal: TickEvent = attempts(
+            lambda: self._attempt(replace(tick, payload=escalation.payload), attempts)
+        )
         self.record(terminal)
         if isinstance(terminal, TickFailed) and terminal.failure_class == "infrastructure":
             reason = f"{tick.payload.tick_id} failed on infrastructure after retries: "
@@ -327,7 +343,11 @@ class Runner:
     def _scheduled(tick: PreparedTick) -> TickScheduled:
         payload = tick.payload
         return TickScheduled(
-            tick_id=payload.tick_id, level=payload.level, model=payload.model, slot=tick.slot
+            tick_id=payload.tick_id,
+            level=payload.level,
+            model=payload.model,
+            slot=tick.slot,
+            **(decision_fields(tick.routed) if tick.routed else {}),
         )
 
     def running(self) -> list[TickRef]:

@@ -314,7 +314,7 @@ def _tiling_problems(where: str, windows: Mapping[str, Window]) -> Iterator[str]
             yield f"{where}.{name}: start and end are both {window.start} (empty window)"
         elif window.end != following.start:
             gap = (
-                "leaves a gap" if _before(window.end, following.start, window.start) else "overlaps"
+                "leave a gap" if _before(window.end, following.start, window.start) else "overlap"
             )
             yield (
                 f"{where}.{name}: ends at {window.end} but {after!r} starts at "

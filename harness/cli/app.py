@@ -31,7 +31,7 @@ app.add_typer(projections_app, name="projections")
 app.add_typer(rag_app, name="rag")
 
 out = Console(soft_wrap=True)
-err = Console(stderr=True)
+err = Console(stderr=True, soft_wrap=True)
 
 ConfigOption = Annotated[
     Path | None,

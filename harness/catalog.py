@@ -313,9 +313,7 @@ def _tiling_problems(where: str, windows: Mapping[str, Window]) -> Iterator[str]
         if window.start == window.end:
             yield f"{where}.{name}: start and end are both {window.start} (empty window)"
         elif window.end != following.start:
-            gap = (
-                "leave a gap" if _before(window.end, following.start, window.start) else "overlap"
-            )
+            gap = "leave a gap" if _before(window.end, following.start, window.start) else "overlap"
             yield (
                 f"{where}.{name}: ends at {window.end} but {after!r} starts at "
                 f"{following.start}: the windows {gap} and do not tile the day"
@@ -345,8 +343,10 @@ def _promotion_problems(catalog: Catalog) -> Iterator[str]:
             if following in chain:
                 cycle = chain[chain.index(following) :]
                 if not reported & set(cycle):
-                    loop = " -> ".join([*cycle, following])
-                    yield f"promotions.{min(cycle)}: promotions form a cycle: {loop}"
+                    first = cycle.index(min(cycle))  # the same report whichever entry found it
+                    cycle = cycle[first:] + cycle[:first]
+                    loop = " -> ".join([*cycle, cycle[0]])
+                    yield f"promotions.{cycle[0]}: promotions form a cycle: {loop}"
                 reported.update(cycle)
                 break
             chain.append(following)

@@ -9,6 +9,7 @@ import copy
 import json
 from collections.abc import Callable
 from datetime import datetime
+from itertools import pairwise
 from pathlib import Path
 from typing import Any
 from zoneinfo import ZoneInfo
@@ -355,7 +356,7 @@ def catalogs(draw: st.DrawFn) -> Document:
         }
     promotions = {
         weaker: stronger
-        for weaker, stronger in zip(target_ids, target_ids[1:], strict=False)
+        for weaker, stronger in pairwise(target_ids)
         if draw(st.booleans())
     }
     return {

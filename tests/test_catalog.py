@@ -355,9 +355,7 @@ def catalogs(draw: st.DrawFn) -> Document:
             }
         }
     promotions = {
-        weaker: stronger
-        for weaker, stronger in pairwise(target_ids)
-        if draw(st.booleans())
+        weaker: stronger for weaker, stronger in pairwise(target_ids) if draw(st.booleans())
     }
     return {
         "schema_version": 1,

@@ -30,26 +30,17 @@ from harness.config import (
 from harness.fake_llm import FakeUpstream, Step
 from harness.runner import Runner, TickOutcome
 from harness.store import SqlEventStore, StoredEvent, open_store
-from tests.test_service import run_cli, start_service, write_config
+from tests.test_service import fake_server, run_cli, start_service, write_config
 
 SECRET = "sk-tickwork-catalog-SECRET-9876543210"
 KEY_ENV = "TICKWORK_TEST_CLOUD_KEY"
 
 
-@pytest.fixture(scope="module")
-def fake() -> Iterator[FakeUpstream]:
-    server = FakeUpstream().start()
-    yield server
-    server.stop()
-
-
 @pytest.fixture
 def broken() -> Iterator[FakeUpstream]:
     """An upstream that answers every request with 503."""
-    server = FakeUpstream().start()
-    server.script("default", [Step(status=503)] * 50)
-    yield server
-    server.stop()
+    with fake_server([Step(status=503)] * 50) as server:
+        yield server
 
 
 def closed_port_url() -> str:

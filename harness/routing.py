@@ -12,20 +12,18 @@ import hashlib
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass
-from datetime import datetime, timedelta
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 
 from harness.catalog import MINUTES_A_DAY, Catalog, CatalogError, Window, load_catalog, minutes
 from harness.config import Settings
-from harness.events import RouteFallback, RoutePromoted, TickFailed, decode
+from harness.events import RoutePromoted, TickFailed
 from harness.payload import RouteCandidate, RoutePlan, TickPayload
 from harness.result import ResultFileError, read_result
-from harness.store import SqlEventStore, StoreError
 
 Report = Callable[[str], None]
 WATCH_SECONDS = 1.0
-MAX_FALLBACKS_READ = 10_000
 
 
 class NaiveTimeError(ValueError):
@@ -195,34 +193,12 @@ def configured_router(settings: Settings, report: Report = lambda line: None) ->
     return Router(source, settings.routing.availability_ttl_seconds)
 
 
-def recently_down(store: SqlEventStore | None, ttl: float, now: datetime) -> dict[str, str]:
-    """Targets with an observed infrastructure failure in the last `ttl` seconds, and why.
-
-    The cache is derived from the store's `RouteFallback` events rather than kept in a
-    file: every tick process, every replica and every host already shares the store, the
-    events are recorded anyway for the ledger, so there is no second truth to keep in
-    step. Without a store (it is down; events are spooled) nothing is known to be down.
-    """
-    if store is None or ttl <= 0:
-        return {}
-    try:
-        since = store.first_position_since(now - timedelta(seconds=ttl))
-        stored = store.read_all(since - 1, MAX_FALLBACKS_READ, ["RouteFallback"])
-    except StoreError:
-        return {}
-    down: dict[str, str] = {}
-    for record in stored:
-        event = decode(record)
-        if isinstance(event, RouteFallback) and not event.cached:
-            down[event.from_target] = f"{event.reason} (at {event.occurred_at:%H:%M:%S} UTC)"
-    return down
-
-
 class Escalation:
     """The payload each attempt of a tick runs with, promoted when content retries run out.
 
     `first_attempt` is where the current target's attempts began: each target gets the
-    level's full retries before it is promoted.
+    level's full retries before it is promoted. A promoted attempt runs on the stronger
+    target alone: it was chosen because the lane's candidates did not answer well.
     """
 
     def __init__(

@@ -83,6 +83,14 @@ class Lane(_Strict):
     candidates: list[TargetId] | None = None
     time_windows: dict[Code, Window] | None = None
 
+    def rule(self) -> Rule | None:
+        """The lane's own rule, when all of its parts are there."""
+        if self.rule_id is None or self.reason_codes is None or self.candidates is None:
+            return None
+        return Rule(
+            rule_id=self.rule_id, reason_codes=self.reason_codes, candidates=self.candidates
+        )
+
 
 class Catalog(_Strict):
     schema_version: Literal[1]
@@ -114,17 +122,9 @@ class Catalog(_Strict):
         lane = self.lanes[level]
         if lane.time_windows is not None:
             return list(lane.time_windows.items())
-        assert lane.rule_id is not None and lane.reason_codes is not None
-        return [
-            (
-                None,
-                Rule(
-                    rule_id=lane.rule_id,
-                    reason_codes=lane.reason_codes,
-                    candidates=lane.candidates or [],
-                ),
-            )
-        ]
+        rule = lane.rule()
+        assert rule is not None, "a validated lane has a rule or time windows"
+        return [(None, rule)]
 
 
 def revision_of(document: Mapping[str, Any]) -> str:
@@ -273,10 +273,8 @@ def _lane_problems(catalog: Catalog, where: str, lane: Lane) -> Iterator[str]:
     for key, value in own.items():
         if value is None:
             yield f"{where}.{key}: required (or give the lane time_windows instead)"
-    if lane.rule_id is not None and lane.reason_codes is not None and lane.candidates is not None:
-        rule = Rule(
-            rule_id=lane.rule_id, reason_codes=lane.reason_codes, candidates=lane.candidates
-        )
+    rule = lane.rule()
+    if rule is not None:
         yield from _rule_fields(catalog, where, rule)
 
 

@@ -14,7 +14,10 @@ from datetime import datetime, timedelta
 from harness.events import RouteFallback, decode
 from harness.store import SqlEventStore, StoreError
 
-MAX_FALLBACKS_READ = 10_000
+LOOKBACK_EVENTS = 50_000
+"""How far back (in events of any type) a tick looks for failures: the read is a range of
+the primary key, bounded however large the store grows. A failure further back than that
+within the TTL is forgotten, which costs one more try of the target, nothing worse."""
 
 
 def recently_down(store: SqlEventStore | None, ttl: float, now: datetime) -> dict[str, str]:
@@ -25,14 +28,15 @@ def recently_down(store: SqlEventStore | None, ttl: float, now: datetime) -> dic
     """
     if store is None or ttl <= 0:
         return {}
+    since = now - timedelta(seconds=ttl)
     try:
-        since = store.first_position_since(now - timedelta(seconds=ttl))
-        stored = store.read_all(since - 1, MAX_FALLBACKS_READ, ["RouteFallback"])
+        after = max(0, store.last_position() - LOOKBACK_EVENTS)
+        stored = store.read_all(after, LOOKBACK_EVENTS, ["RouteFallback"])
     except StoreError:
         return {}
     down: dict[str, str] = {}
     for record in stored:
         event = decode(record)
-        if isinstance(event, RouteFallback) and not event.cached:
+        if isinstance(event, RouteFallback) and not event.cached and event.occurred_at >= since:
             down[event.from_target] = f"{event.reason} (at {event.occurred_at:%H:%M:%S} UTC)"
     return down

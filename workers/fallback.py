@@ -3,7 +3,9 @@
 It runs in the worker because only the worker sees a candidate fail (refused, 429, 5xx,
 timeout) while the tick is still alive to try the next one; the runner only sees the
 tick's end. Candidates a recent tick recorded down are passed over while one not known
-down remains, so a dead endpoint costs one tick a timeout, not every tick.
+down remains, so a dead endpoint costs one tick a timeout, not every tick. The next
+candidate starts the conversation afresh (a failed call leaves no answer to build on);
+the tool budget and the spend meter are the tick's, shared by all its candidates.
 """
 
 from __future__ import annotations

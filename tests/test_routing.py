@@ -316,3 +316,20 @@ def _next_scheduled(store: SqlEventStore, revision: str | None = None) -> dict[s
                 return event.data
         time.sleep(0.2)
     raise AssertionError(f"no tick scheduled (revision {revision}) within 30 s")
+
+
+def test_a_level_without_a_lane_runs_its_configured_model(tmp_path: Path, sqlite_url: str) -> None:
+    catalog = write_catalog(tmp_path / "catalog.json", {"a": target("http://h/v1", "lane")}, ["a"])
+    routed = Routed(tmp_path, sqlite_url, catalog)
+    other = LevelConfig(every="1h", prompt="hi", model="configured-model")
+    levels = {**routed.settings.levels, "other": other}
+    routed.runner.settings = routed.settings.model_copy(update={"levels": levels})
+    plain = routed.runner.prepare("other")
+    assert (plain.payload.model, plain.payload.route, plain.routed) == (
+        "configured-model",
+        None,
+        None,
+    )
+    laned = routed.runner.prepare("min")
+    assert laned.payload.model == "lane" and laned.payload.route is not None
+    routed.store.close()

@@ -76,6 +76,13 @@ class RunnerConfig(_Strict):
     retry_backoff_max_seconds: Annotated[float, Field(ge=0)] = 60.0
 
 
+class RoutingConfig(_Strict):
+    catalog: Path | None = None
+    """The routing catalog (`.toml` or `.json`); without one, each level's `model` runs."""
+    availability_ttl_seconds: Annotated[float, Field(ge=0)] = 300.0
+    """A target that failed on infrastructure is passed over this long by later ticks."""
+
+
 class PriceOverride(_Strict):
     """USD per million tokens; wins over genai-prices for this exact model id."""
 
@@ -207,6 +214,7 @@ class Settings(BaseSettings):
     paths: PathsConfig = PathsConfig()
     runner: RunnerConfig = RunnerConfig()
     rag: RagConfig = RagConfig()
+    routing: RoutingConfig = RoutingConfig()
     prices: dict[str, PriceOverride] = {}
     levels: dict[str, LevelConfig] = {}
     digests: dict[str, DigestConfig] = {}

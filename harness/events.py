@@ -69,12 +69,45 @@ class TickEvent(Event):
 
 
 class TickScheduled(TickEvent):
+    """The claim of a tick; with a routing catalog, also the decision that chose its model."""
+
     type = "TickScheduled"
     slot: datetime | None = None
     model: str | None = None
     attempt: NonNegativeInt = 1
     reserved_tokens: NonNegativeInt = 0
     """Held against the level's daily budget while the tick is in flight."""
+    route_id: str | None = None
+    rule_id: str | None = None
+    reason_codes: list[str] | None = None
+    window: str | None = None
+    candidates: list[str] | None = None
+    catalog_revision: str | None = None
+
+
+class RouteFallback(TickEvent):
+    """A candidate failed on infrastructure (or is known to be down): the tick moves on.
+
+    `to_target` is None when no candidate is left. `cached` marks a candidate passed over
+    because a recent fallback recorded it down: only uncached ones feed the availability
+    cache, so a dead endpoint is tried again once its TTL has passed.
+    """
+
+    type = "RouteFallback"
+    from_target: str
+    to_target: str | None
+    reason: str
+    cached: bool = False
+
+
+class RoutePromoted(TickEvent):
+    """A target's content retries are spent: the next attempt runs on its promotion."""
+
+    type = "RoutePromoted"
+    from_target: str
+    to_target: str
+    reason: str
+    attempt: NonNegativeInt
 
 
 class TickStarted(TickEvent):
@@ -210,6 +243,8 @@ EVENT_TYPES: dict[tuple[str, int], type[Event]] = {
     (cls.type, cls.version): cls
     for cls in (
         TickScheduled,
+        RouteFallback,
+        RoutePromoted,
         TickStarted,
         BudgetSpent,
         ToolCalled,

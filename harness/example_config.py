@@ -26,6 +26,12 @@ shutdown_grace_seconds = 30     # on SIGTERM, running ticks get this long to fin
 infra_retries = 3               # 429/5xx/timeouts: retries with backoff, then the level pauses
 content_retries = 1             # empty or invalid output: retries, then TickFailed
 
+# Which model runs each tick can come from a routing catalog instead of each level's `model`
+# (check it first: tickwork catalog check FILE; see ops/catalog.example.toml).
+# [routing]
+# catalog = "ops/catalog.example.toml"
+# availability_ttl_seconds = 300  # a target that failed on infrastructure is passed over this long
+
 # Prices in USD per million tokens, for models genai-prices does not know (or to override it).
 # [prices."my-local-model"]
 # input_per_mtok = 0.0

@@ -24,6 +24,32 @@ class RagSettings(BaseModel):
     timeout_seconds: Annotated[float, Field(gt=0, le=20)] = 20.0
 
 
+class RouteCandidate(BaseModel):
+    """One target of the routing catalog, as the worker needs it to build a model.
+
+    The endpoint arrives as a URL or as the name of the variable holding it, the API key
+    only as a variable name: the worker reads both from its own environment.
+    """
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    target: Annotated[str, Field(min_length=1)]
+    model: Annotated[str, Field(min_length=1)]
+    effort: Literal["low", "medium", "high"] | None = None
+    base_url: str | None = None
+    base_url_env: str | None = None
+    api_key_env: str | None = None
+
+
+class RoutePlan(BaseModel):
+    """The decision's candidates in order; the worker falls back along them."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    candidates: Annotated[list[RouteCandidate], Field(min_length=1)]
+    availability_ttl_seconds: Annotated[float, Field(ge=0)] = 300.0
+
+
 class TickPayload(BaseModel):
     """What the runner tells a worker; validated strictly on both sides."""
 
@@ -44,3 +70,5 @@ class TickPayload(BaseModel):
     durability: Literal["process", "power"] = "process"
     spool_dir: Path
     model_timeout_seconds: Annotated[float, Field(gt=0)] = 120.0
+    route: RoutePlan | None = None
+    """Set when a routing catalog chose the model; `model` and `effort` are its first."""

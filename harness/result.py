@@ -48,6 +48,8 @@ class TickResult(_Model):
     usage: ResultUsage = ResultUsage()
     tool_calls: ResultToolCalls = ResultToolCalls()
     error: ResultError | None = None
+    target: str | None = None
+    """The catalog target that gave this outcome (after any fallback), when routed."""
     finished_at: datetime = Field(default_factory=lambda: datetime.now(UTC))
 
 

@@ -15,7 +15,7 @@ import threading
 import time
 import uuid
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Literal
@@ -44,6 +44,7 @@ from harness.prices import PriceBook
 from harness.projections import Projector, projector_for
 from harness.prompt import previous_result_text, render
 from harness.result import ResultFileError, TickResult, read_result
+from harness.routing import Escalation, Routed, Router, configured_router, decision_fields
 from harness.store import (
     Spool,
     SqlEventStore,
@@ -98,6 +99,7 @@ class PreparedTick:
     timeout: float
     log_path: Path
     slot: datetime | None = None
+    routed: Routed | None = None
 
     @property
     def ref(self) -> TickRef:
@@ -123,6 +125,20 @@ class SlotClaim:
     """Claimed and ended at once, without running."""
     reserved_tokens: int = 0
     """Held against the level's daily budget while the tick is in flight."""
+    routed: Routed | None = None
+    """The catalog's decision for the slot, recorded in TickScheduled and run as decided."""
+
+    def scheduled(self, level_model: str | None) -> TickScheduled:
+        """The claim's TickScheduled; the model is the first candidate's, if routed."""
+        first = self.routed.plan.candidates[0] if self.routed else None
+        return TickScheduled(
+            tick_id=self.tick_id,
+            level=self.level,
+            model=first.model if first else level_model,
+            slot=self.slot,
+            reserved_tokens=self.reserved_tokens,
+            **(decision_fields(self.routed) if self.routed else {}),
+        )
 
 
 @dataclass(frozen=True)
@@ -144,7 +160,9 @@ class Runner:
         store: SqlEventStore | None,
         launcher: Launcher | None = None,
         env: Mapping[str, str] | None = None,
+        router: Router | None = None,
     ) -> None:
+        """Raises CatalogError when `[routing] catalog` is set and invalid."""
         self.settings = settings
         self.store = store
         self.launcher = launcher or ColdLauncher()
@@ -154,6 +172,7 @@ class Runner:
         self._running: dict[str, tuple[TickRef, TickProcess]] = {}
         self._cancelled: dict[str, str] = {}
         self._projector: Projector | None = None
+        self.router = router or configured_router(settings)
 
     def prepare(
         self,
@@ -162,12 +181,16 @@ class Runner:
         timeout: float | None = None,
         tick_id: str | None = None,
         slot: datetime | None = None,
+        routed: Routed | None = None,
     ) -> PreparedTick:
+        """The tick's payload; `routed`: the decision its slot was claimed with, if any."""
         config = self.settings.levels.get(level)
         if config is None:
             known = ", ".join(self.settings.levels) or "none"
             raise TickSetupError(f"no level named {level!r} in the configuration (known: {known})")
-        if not config.model:
+        routed = routed or self.route(level, slot or datetime.now(UTC))
+        first = routed.plan.candidates[0] if routed else None
+        if not config.model and first is None:
             raise TickSetupError(f"levels.{level}.model is not set: a tick needs a model")
         if timeout is not None and timeout <= 0:
             raise TickSetupError(f"timeout must be positive, not {timeout}")
@@ -179,8 +202,8 @@ class Runner:
             level=level,
             prompt=prompt if prompt is not None else self._prompt(level, config, slot),
             instructions=config.instructions,
-            model=config.model,
-            effort=config.effort,
+            model=first.model if first else config.model,
+            effort=first.effort if first else config.effort,
             max_tool_calls=tool_budget(level, config, self.env),
             can_shell=config.can_shell,
             rag=RagSettings(
@@ -193,12 +216,14 @@ class Runner:
             store_url=self.settings.store.url,
             durability=self.settings.store.durability,
             spool_dir=self.settings.paths.spool.absolute(),
+            route=routed.plan if routed else None,
         )
         return PreparedTick(
             payload,
             timeout or config.timeout_seconds,
             (folder / f"{tick_id}.log").absolute(),
             slot,
+            routed,
         )
 
     def _prompt(self, level: str, config: LevelConfig, slot: datetime | None) -> str:
@@ -217,6 +242,10 @@ class Runner:
             previous = previous_result_text(self.store, self._projector, level)
         return render(template, level, slot, previous)
 
+    def route(self, level: str, at: datetime) -> Routed | None:
+        """The catalog's decision for a tick of `level` at `at` (None: no catalog or lane)."""
+        return self.router.route(level, at) if self.router else None
+
     def claim(self, tick: PreparedTick) -> bool:
         """Record TickScheduled as the first event of the tick's stream, or lose the race.
 
@@ -224,7 +253,8 @@ class Runner:
         exactly one claims each slot; the loser records nothing and starts nothing.
         """
         payload = tick.payload
-        return bool(self.claim_wave([SlotClaim(payload.tick_id, payload.level, tick.slot)]))
+        claim = SlotClaim(payload.tick_id, payload.level, tick.slot, routed=tick.routed)
+        return bool(self.claim_wave([claim]))
 
     def claim_wave(self, wave: Sequence[SlotClaim]) -> set[str]:
         """Claim many slots in one transaction; returns the tick ids claimed here.
@@ -236,15 +266,7 @@ class Runner:
         streams = {}
         for claim in wave:
             config = self.settings.levels.get(claim.level)
-            events: list[TickEvent] = [
-                TickScheduled(
-                    tick_id=claim.tick_id,
-                    level=claim.level,
-                    model=config.model if config else None,
-                    slot=claim.slot,
-                    reserved_tokens=claim.reserved_tokens,
-                )
-            ]
+            events: list[TickEvent] = [claim.scheduled(config.model if config else None)]
             if claim.skip is not None:
                 events.append(
                     TickSkipped(
@@ -268,18 +290,26 @@ class Runner:
         recorded as `TickAttemptFailed`; only the last attempt's end is terminal.
         """
         if not claimed:
-            self.record(self._scheduled(tick))
+            claim = SlotClaim(
+                tick.payload.tick_id, tick.payload.level, tick.slot, routed=tick.routed
+            )
+            self.record(claim.scheduled(tick.payload.model))
         policy = self.settings.runner
         backoff = wait_exponential(
             multiplier=policy.retry_backoff_seconds, max=policy.retry_backoff_max_seconds
         )
+
+        escalation = Escalation(tick.payload, tick.routed, self.record)
 
         def again(state: RetryCallState) -> bool:
             end = state.outcome.result() if state.outcome else None
             if not isinstance(end, TickFailed):
                 return False
             allowed = {"infrastructure": policy.infra_retries, "content": policy.content_retries}
-            return state.attempt_number <= allowed.get(end.failure_class, 0)
+            retries = state.attempt_number - escalation.first_attempt
+            return retries < allowed.get(end.failure_class, 0) or escalation.promote(
+                end, state.attempt_number
+            )
 
         def note_retry(state: RetryCallState) -> None:
             end = state.outcome.result() if state.outcome else None
@@ -303,7 +333,9 @@ class Runner:
             before_sleep=note_retry,
             retry_error_callback=lambda state: state.outcome.result() if state.outcome else None,
         )
-        terminal: TickEvent = attempts(self._attempt, tick, attempts)
+        terminal: TickEvent = attempts(
+            lambda: self._attempt(replace(tick, payload=escalation.payload), attempts)
+        )
         self.record(terminal)
         if isinstance(terminal, TickFailed) and terminal.failure_class == "infrastructure":
             reason = f"{tick.payload.tick_id} failed on infrastructure after retries: "
@@ -354,13 +386,6 @@ class Runner:
         if cancelled is not None:
             return TickCancelled(tick_id=ref.tick_id, level=ref.level, reason=cancelled)
         return self.terminal(ref, exit_code, timed_out)
-
-    @staticmethod
-    def _scheduled(tick: PreparedTick) -> TickScheduled:
-        payload = tick.payload
-        return TickScheduled(
-            tick_id=payload.tick_id, level=payload.level, model=payload.model, slot=tick.slot
-        )
 
     def running(self) -> list[TickRef]:
         """Ticks whose process this runner watches right now."""

@@ -232,7 +232,12 @@ class Service:
                     level, tick_id, paused, busy, held.get(level, 0), over_budget
                 )
             claim = SlotClaim(
-                tick_id, level, slot, _skip_reason(decision), self.budgets.reserved(level, tick_id)
+                tick_id,
+                level,
+                slot,
+                _skip_reason(decision),
+                self.budgets.reserved(level, tick_id),
+                self.runner.route(level, slot),
             )
             plans.append((claim, decision))
             if decision == "buffer":
@@ -358,7 +363,9 @@ class Service:
         tick_id, level = claim.tick_id, claim.level
         try:
             try:
-                tick = self.runner.prepare(level, tick_id=tick_id, slot=claim.slot)
+                tick = self.runner.prepare(
+                    level, tick_id=tick_id, slot=claim.slot, routed=claim.routed
+                )
             except TickSetupError as exc:
                 reason = f"the tick could not be prepared: {exc}"
                 self.runner.record(TickFailed(tick_id=tick_id, level=level, reason=reason))

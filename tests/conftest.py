@@ -16,6 +16,7 @@ import pytest
 import sqlalchemy as sa
 from sqlalchemy.engine import make_url
 
+from harness.fake_llm import FakeUpstream
 from harness.store import SqlEventStore, migrate_store, open_store
 from harness.store.engine import create_store_engine
 
@@ -89,3 +90,11 @@ def store(store_url: str) -> Iterator[SqlEventStore]:
 @pytest.fixture
 def sqlite_url(tmp_path: Path) -> str:
     return f"sqlite:///{tmp_path}/events.db"
+
+
+@pytest.fixture(scope="module")
+def fake() -> Iterator[FakeUpstream]:
+    """The fake upstream on a real socket; tests script it per tick id."""
+    server = FakeUpstream().start()
+    yield server
+    server.stop()

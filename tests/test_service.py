@@ -161,10 +161,17 @@ def _start_one_tick_then_kill_the_service(config: Path, fake: FakeUpstream) -> t
 
 
 def _run_service_briefly(config: Path, fake: FakeUpstream, seconds: float) -> str:
+    """Start a service, let it run `seconds` past its start-up (reconciliation), stop it."""
     service = start_service(config, fake)
+    assert service.stdout is not None
+    seen = []
+    while not seen or "tickwork running" not in seen[-1]:
+        line = service.stdout.readline()
+        assert line, "the service ended before it started: " + "".join(seen)
+        seen.append(line)
     time.sleep(seconds)
     service.send_signal(signal.SIGTERM)
-    output = service.communicate(timeout=60)[0]
+    output = "".join(seen) + service.communicate(timeout=60)[0]
     assert service.returncode == 0, output
     return output
 

@@ -12,7 +12,6 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
@@ -32,13 +31,6 @@ from harness.status import level_paused
 from harness.store import SqlEventStore, StoredEvent, open_store
 
 SECRET = "sk-tickwork-test-SECRET-0123456789"
-
-
-@pytest.fixture(scope="module")
-def fake() -> Iterator[FakeUpstream]:
-    server = FakeUpstream().start()
-    yield server
-    server.stop()
 
 
 @pytest.fixture

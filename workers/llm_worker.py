@@ -77,6 +77,7 @@ def run(payload: TickPayload) -> int:
     from strands.agent.conversation_manager import NullConversationManager
     from strands.event_loop._retry import ModelRetryStrategy
 
+    from workers.fallback import CandidateWalk
     from workers.model import build_model
     from workers.rag_tool import make_rag_lookup
     from workers.recorder import EventRecorder
@@ -85,9 +86,9 @@ def run(payload: TickPayload) -> int:
     from workers.trace import ToolTrace
 
     recorder = EventRecorder(payload)
-    model = build_model(payload)
+    walk = CandidateWalk(payload, recorder)
     budget = ToolBudget(payload.max_tool_calls)
-    spend = SpendMeter(payload, recorder, model)
+    spend = SpendMeter(payload, recorder)
     tools: list[Any] = []
     if payload.rag.enabled:
         tools.append(make_rag_lookup(payload.rag))
@@ -97,18 +98,25 @@ def run(payload: TickPayload) -> int:
         tools += [shell, file_editor]
     result: TickResult
     try:
-        agent = Agent(
-            model=model,
-            tools=tools,
-            system_prompt=payload.instructions or None,
-            callback_handler=None,
-            conversation_manager=NullConversationManager(),
-            context_manager=False,
-            hooks=[budget, ToolTrace(payload, recorder), spend],
-            retry_strategy=ModelRetryStrategy(max_attempts=2, initial_delay=1, max_delay=2),
-            name=f"tickwork-{payload.level}",
-        )
-        answer = agent(payload.prompt)
+        while True:
+            spend.model = build_model(payload, walk.current)
+            agent = Agent(
+                model=spend.model,
+                tools=tools,
+                system_prompt=payload.instructions or None,
+                callback_handler=None,
+                conversation_manager=NullConversationManager(),
+                context_manager=False,
+                hooks=[budget, ToolTrace(payload, recorder), spend],
+                retry_strategy=ModelRetryStrategy(max_attempts=2, initial_delay=1, max_delay=2),
+                name=f"tickwork-{payload.level}",
+            )
+            try:
+                answer = agent(payload.prompt)
+                break
+            except Exception as exc:
+                if not walk.move_on(exc, failure_class(exc)):
+                    raise
         text = str(answer).strip()
         stop_reason = "tool_budget" if budget.exhausted else str(answer.stop_reason)
         error = None
@@ -147,6 +155,7 @@ def run(payload: TickPayload) -> int:
                 estimated_calls=spend.estimated_calls,
             ),
             "tool_calls": ResultToolCalls(executed=budget.executed, cancelled=budget.cancelled),
+            "target": walk.current.target if walk.current else None,
         }
     )
     write_result(payload.result_path, result)

@@ -15,7 +15,7 @@ from typing import Any
 import openai
 from strands.models.openai import OpenAIModel
 
-from harness.payload import TICK_HEADER, TickPayload
+from harness.payload import TICK_HEADER, RouteCandidate, TickPayload
 
 
 class MeteredOpenAIModel(OpenAIModel):
@@ -36,15 +36,41 @@ class MeteredOpenAIModel(OpenAIModel):
             yield event
 
 
-def build_model(payload: TickPayload) -> MeteredOpenAIModel:
+def build_model(
+    payload: TickPayload, candidate: RouteCandidate | None = None
+) -> MeteredOpenAIModel:
+    """The tick's model: the catalog candidate's, or the payload's on `OPENAI_BASE_URL`.
+
+    Endpoint and key are read from this process's environment here, so neither a URL
+    given by variable nor any key ever travels in the payload.
+    """
+    base_url = os.environ.get("OPENAI_BASE_URL") or None
+    api_key = os.environ.get("OPENAI_API_KEY") or "not-set"
+    model_id, effort = payload.model, payload.effort
+    if candidate is not None:
+        base_url = candidate.base_url or _required(candidate.base_url_env, candidate.target)
+        if candidate.api_key_env:
+            api_key = _required(candidate.api_key_env, candidate.target)
+        model_id, effort = candidate.model, candidate.effort
     client = openai.AsyncOpenAI(
-        base_url=os.environ.get("OPENAI_BASE_URL") or None,
-        api_key=os.environ.get("OPENAI_API_KEY") or "not-set",
+        base_url=base_url,
+        api_key=api_key,
         timeout=payload.model_timeout_seconds,
         max_retries=0,
         default_headers={TICK_HEADER: payload.tick_id},
     )
     params: dict[str, Any] = {}
-    if payload.effort is not None:
-        params["reasoning_effort"] = payload.effort
-    return MeteredOpenAIModel(client=client, model_id=payload.model, params=params or None)
+    if effort is not None:
+        params["reasoning_effort"] = effort
+    return MeteredOpenAIModel(client=client, model_id=model_id, params=params or None)
+
+
+def _required(variable: str | None, target: str) -> str:
+    value = os.environ.get(variable or "")
+    if not value:
+        raise MissingEndpointError(f"target {target!r}: environment variable {variable} is not set")
+    return value
+
+
+class MissingEndpointError(Exception):
+    """A catalog target names a variable this worker's environment does not have."""

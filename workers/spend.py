@@ -23,12 +23,11 @@ from workers.recorder import EventRecorder
 class SpendMeter(HookProvider):
     """Register it after any hook that may cancel a model call (a cancelled call is free)."""
 
-    def __init__(
-        self, payload: TickPayload, recorder: EventRecorder, model: MeteredOpenAIModel
-    ) -> None:
+    def __init__(self, payload: TickPayload, recorder: EventRecorder) -> None:
         self.payload = payload
         self.recorder = recorder
-        self.model = model
+        self.model: MeteredOpenAIModel | None = None
+        """The model of the candidate being tried; a fallback sets the next one."""
         self.prompt_tokens = 0
         self.completion_tokens = 0
         self.model_calls = 0
@@ -48,7 +47,8 @@ class SpendMeter(HookProvider):
         )
 
     def _after_call(self, event: AfterModelCallEvent) -> None:
-        if self._cancelled:
+        model = self.model
+        if self._cancelled or model is None:
             return
         usage: dict[str, Any] = {}
         if event.stop_response is not None:
@@ -57,10 +57,10 @@ class SpendMeter(HookProvider):
         completion = int(usage.get("outputTokens") or 0)
         estimated = prompt == 0 and completion == 0
         if estimated:
-            if event.exception is not None and self.model.response_chars == 0:
+            if event.exception is not None and model.response_chars == 0:
                 return  # refused before any answer: nothing was produced or billed
             prompt = tokens_from_chars(self._request_chars)
-            completion = tokens_from_chars(self.model.response_chars)
+            completion = tokens_from_chars(model.response_chars)
         self.model_calls += 1
         self.estimated_calls += estimated
         self.prompt_tokens += prompt
@@ -69,7 +69,7 @@ class SpendMeter(HookProvider):
             BudgetSpent(
                 tick_id=self.payload.tick_id,
                 level=self.payload.level,
-                model=self.payload.model,
+                model=model.get_config()["model_id"],
                 prompt_tokens=prompt,
                 completion_tokens=completion,
                 cache_read_tokens=usage.get("cacheReadInputTokens"),

@@ -18,6 +18,7 @@ from typing import Annotated
 import typer
 
 from harness.cli.app import app, err, fail, out, rag_app, settings, state, store_for
+from harness.cli.catalog_commands import router_or_exit
 from harness.events import (
     CONTROL_STREAM,
     TERMINAL_TYPES,
@@ -77,10 +78,11 @@ def tick(
             f"started tick {tick_id} (follow it: tickwork events --stream tick-{tick_id} --follow)"
         )
         return
+    router = router_or_exit(config)
     store = store_for(config)
     try:
         with upstream_for_ticks() as env:
-            runner = Runner(config, store, env=env)
+            runner = Runner(config, store, env=env, router=router)
             try:
                 prepared = runner.prepare(level, prompt=prompt, timeout=timeout, tick_id=tick_id)
             except TickSetupError as exc:
@@ -106,15 +108,23 @@ def tick(
 
 @app.command("run")
 def run_service() -> None:
-    """Run the scheduler in the foreground: every level on its schedule (SIGTERM stops it)."""
+    """Run the scheduler in the foreground: every level on its schedule (SIGTERM stops it).
+
+    SIGHUP (or an edit of the file) reloads the routing catalog; an invalid one is
+    reported and the one in force stays.
+    """
     config = settings()
+    router = router_or_exit(config, report)
     store = store_for(config)
     try:
         with upstream_for_ticks() as env:
-            runner = Runner(config, store, env=env)
+            runner = Runner(config, store, env=env, router=router)
             service = Service(config, store, runner, report)
             for signum in (signal.SIGTERM, signal.SIGINT):
                 signal.signal(signum, lambda *_: service.stopping.set())
+            if router is not None:
+                signal.signal(signal.SIGHUP, lambda *_: router.source.request_reload())
+                router.source.watch(service.stopping)
             service.serve()
     finally:
         store.close()

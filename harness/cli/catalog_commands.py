@@ -1,0 +1,69 @@
+"""Commands for the routing catalog: check a file, show where a level routes at an instant."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from harness.catalog import CatalogError, load_catalog
+from harness.cli.app import app, fail, out, settings
+from harness.config import Settings
+from harness.routing import NaiveTimeError, Report, Router, configured_router, decide
+
+catalog_app = typer.Typer(help="The routing catalog: which model runs each tick.")
+app.add_typer(catalog_app, name="catalog")
+
+
+def router_or_exit(config: Settings, report: Report = lambda line: None) -> Router | None:
+    """The configured router; an invalid catalog exits 2 before anything is stored."""
+    try:
+        return configured_router(config, report)
+    except CatalogError as exc:
+        raise fail(str(exc), code=2) from exc
+
+
+@catalog_app.command("check")
+def check(file: Annotated[Path, typer.Argument(help="A catalog, .toml or .json.")]) -> None:
+    """Validate a catalog: its revision, or every error with its path (exit 2)."""
+    try:
+        catalog = load_catalog(file)
+    except CatalogError as exc:
+        raise fail(str(exc), code=2) from exc
+    out.print(f"{file}: valid", highlight=False)
+    out.print(f"revision  {catalog.revision}")
+    out.print(f"targets   {', '.join(catalog.targets)}", highlight=False)
+    out.print(f"lanes     {', '.join(catalog.lanes)}", highlight=False)
+
+
+@catalog_app.command("route")
+def route(
+    level: Annotated[str, typer.Argument(help="The level whose lane decides.")],
+    at: Annotated[str | None, typer.Option(help="ISO time with an offset (default: now).")] = None,
+    catalog: Annotated[
+        Path | None, typer.Option(help="Instead of the configured [routing] catalog.")
+    ] = None,
+) -> None:
+    """Print the decision a tick of LEVEL would record at --at."""
+    path = catalog or settings().routing.catalog
+    if path is None:
+        raise fail("no catalog: set [routing] catalog in tickwork.toml or pass --catalog", 2)
+    try:
+        instant = datetime.fromisoformat(at) if at is not None else datetime.now(UTC)
+        decision = decide(load_catalog(path), level, instant)
+    except ValueError as exc:
+        problem = exc if isinstance(exc, NaiveTimeError) else f"--at {at!r} is not an ISO time"
+        raise fail(str(problem), code=2) from exc
+    except CatalogError as exc:
+        raise fail(str(exc), code=2) from exc
+    if decision is None:
+        raise fail(f"{path}: no lane for level {level!r}", code=2)
+    out.print(f"route       {decision.route_id}", highlight=False)
+    out.print(f"rule        {decision.rule_id}", highlight=False)
+    out.print(f"reasons     {', '.join(decision.reason_codes)}", highlight=False)
+    out.print(f"window      {decision.window or '(none)'}", highlight=False)
+    out.print(f"candidates  {' > '.join(decision.candidates)}", highlight=False)
+    out.print(f"revision    {decision.revision}", highlight=False)
+    out.print(f"at          {decision.at.isoformat()}", highlight=False)

@@ -1,0 +1,247 @@
+"""Routing decisions from the catalog: which targets a level's tick runs on, and in what order.
+
+A decision depends only on the catalog, the level and an instant (a slot, or now), so the
+same slot routes the same way in every replica and `tickwork catalog route --at` shows
+exactly what a tick at that instant would record. Time windows are read on the wall
+clock of the catalog's zone, so `[07:00, 23:00)` stays 07:00 local across DST changes.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import threading
+from collections.abc import Callable
+from dataclasses import dataclass
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+
+from harness.catalog import MINUTES_A_DAY, Catalog, CatalogError, Window, load_catalog, minutes
+from harness.config import Settings
+from harness.events import RoutePromoted, TickFailed
+from harness.payload import RouteCandidate, RoutePlan, TickPayload
+from harness.result import ResultFileError, read_result
+
+Report = Callable[[str], None]
+WATCH_SECONDS = 1.0
+
+
+class NaiveTimeError(ValueError):
+    """A decision instant without a zone would route differently on every host."""
+
+
+@dataclass(frozen=True)
+class Decision:
+    """What a tick records about why it runs where it runs."""
+
+    level: str
+    route_id: str
+    rule_id: str
+    reason_codes: tuple[str, ...]
+    window: str | None
+    candidates: tuple[str, ...]
+    revision: str
+    at: datetime
+
+
+def _inside(window: Window, minute: int) -> bool:
+    start, end = minutes(window.start), minutes(window.end)
+    return (minute - start) % MINUTES_A_DAY < ((end - start) % MINUTES_A_DAY or MINUTES_A_DAY)
+
+
+def decide(catalog: Catalog, level: str, at: datetime) -> Decision | None:
+    """The decision for a tick of `level` at `at`, or None when no lane names the level."""
+    if at.tzinfo is None or at.utcoffset() is None:
+        raise NaiveTimeError(f"{at.isoformat()} has no time zone: give an offset such as +00:00")
+    if level not in catalog.lanes:
+        return None
+    local = at.astimezone(catalog.zone)
+    minute = local.hour * 60 + local.minute
+    window, rule = next(
+        (name, rule)
+        for name, rule in catalog.rules(level)
+        if name is None or (isinstance(rule, Window) and _inside(rule, minute))
+    )
+    revision = catalog.revision
+    return Decision(
+        level=level,
+        route_id=f"{level}/{window or 'always'}@{revision[:12]}",
+        rule_id=rule.rule_id,
+        reason_codes=tuple(rule.reason_codes),
+        window=window,
+        candidates=tuple(rule.candidates),
+        revision=revision,
+        at=at,
+    )
+
+
+def candidate(catalog: Catalog, target_id: str) -> RouteCandidate:
+    target = catalog.targets[target_id]
+    return RouteCandidate(
+        target=target_id,
+        model=target.model,
+        effort=target.effort,
+        base_url=target.base_url,
+        base_url_env=target.base_url_env,
+        api_key_env=target.api_key_env,
+    )
+
+
+@dataclass(frozen=True)
+class Routed:
+    """A decision with the catalog it came from (its promotions hold for the whole tick)."""
+
+    decision: Decision
+    plan: RoutePlan
+    catalog: Catalog
+
+    def promotion(self, target_id: str) -> RouteCandidate | None:
+        stronger = self.catalog.promotions.get(target_id)
+        return None if stronger is None else candidate(self.catalog, stronger)
+
+
+def decision_fields(routed: Routed) -> dict[str, Any]:
+    """The decision as `TickScheduled` records it."""
+    decision = routed.decision
+    return {
+        "route_id": decision.route_id,
+        "rule_id": decision.rule_id,
+        "reason_codes": list(decision.reason_codes),
+        "window": decision.window,
+        "candidates": list(decision.candidates),
+        "catalog_revision": decision.revision,
+    }
+
+
+class CatalogSource:
+    """The catalog in force, reloaded on request (SIGHUP) or when its file changes.
+
+    A new file is read whole and validated before it replaces the old catalog; an invalid
+    one is reported once with its errors and the old catalog stays in force. Only the
+    watcher thread (or an explicit `poll`) reloads, so a signal handler never does file
+    work: it only sets a flag the next poll honours.
+    """
+
+    def __init__(self, path: Path, report: Report = lambda line: None) -> None:
+        self.path = path
+        self.report = report
+        self.catalog = load_catalog(path)
+        self._seen = self._digest()
+        self._requested = False
+
+    def _digest(self) -> str | None:
+        try:
+            return hashlib.sha256(self.path.read_bytes()).hexdigest()
+        except OSError:
+            return None
+
+    def request_reload(self) -> None:
+        """Safe in a signal handler: the next poll reloads even an unchanged file."""
+        self._requested = True
+
+    def poll(self) -> None:
+        digest = self._digest()
+        if digest == self._seen and not self._requested:
+            return
+        self._requested, self._seen = False, digest
+        old = self.catalog.revision
+        try:
+            new = load_catalog(self.path)
+        except CatalogError as exc:
+            self.report(f"catalog rejected, revision {old[:12]} stays in force: {exc}")
+            return
+        self.catalog = new
+        self.report(f"catalog {self.path} reloaded: revision {old[:12]} -> {new.revision[:12]}")
+
+    def watch(self, stopping: threading.Event) -> threading.Thread:
+        def loop() -> None:
+            while not stopping.wait(WATCH_SECONDS):
+                self.poll()
+
+        thread = threading.Thread(target=loop, name="catalog-watch", daemon=True)
+        thread.start()
+        return thread
+
+
+class Router:
+    """Routes a runner's ticks through the catalog in force."""
+
+    def __init__(self, source: CatalogSource, availability_ttl_seconds: float) -> None:
+        self.source = source
+        self.ttl = availability_ttl_seconds
+
+    def route(self, level: str, at: datetime) -> Routed | None:
+        catalog = self.source.catalog
+        decision = decide(catalog, level, at)
+        if decision is None:
+            return None
+        plan = RoutePlan(
+            candidates=[candidate(catalog, target) for target in decision.candidates],
+            availability_ttl_seconds=self.ttl,
+        )
+        return Routed(decision, plan, catalog)
+
+
+def configured_router(settings: Settings, report: Report = lambda line: None) -> Router | None:
+    """The router of `[routing] catalog`, or None: then each level's `model` runs, as always.
+
+    Raises CatalogError when the configured catalog is invalid (nothing may start then).
+    """
+    if settings.routing.catalog is None:
+        return None
+    source = CatalogSource(settings.routing.catalog, report)
+    return Router(source, settings.routing.availability_ttl_seconds)
+
+
+class Escalation:
+    """The payload each attempt of a tick runs with, promoted when content retries run out.
+
+    `first_attempt` is where the current target's attempts began: each target gets the
+    level's full retries before it is promoted. A promoted attempt runs on the stronger
+    target alone: it was chosen because the lane's candidates did not answer well.
+    """
+
+    def __init__(
+        self, payload: TickPayload, routed: Routed | None, record: Callable[[RoutePromoted], None]
+    ) -> None:
+        self.payload = payload
+        self.routed = routed
+        self.record = record
+        self.first_attempt = 1
+
+    def promote(self, end: TickFailed, attempt: int) -> bool:
+        """After a content failure that used up the retries: move on, if the catalog says so."""
+        if self.routed is None or end.failure_class != "content":
+            return False
+        failed = self._target_of(end)
+        stronger = self.routed.promotion(failed)
+        if stronger is None:
+            return False
+        plan = self.routed.plan.model_copy(update={"candidates": [stronger]})
+        self.payload = self.payload.model_copy(
+            update={"model": stronger.model, "effort": stronger.effort, "route": plan}
+        )
+        self.first_attempt = attempt + 1
+        self.record(
+            RoutePromoted(
+                tick_id=end.tick_id,
+                level=end.level,
+                from_target=failed,
+                to_target=stronger.target,
+                reason=end.reason,
+                attempt=attempt,
+            )
+        )
+        return True
+
+    def _target_of(self, end: TickFailed) -> str:
+        """The target that answered (after any fallback), else the plan's first."""
+        assert self.payload.route is not None
+        if end.result_path:
+            try:
+                answered = read_result(Path(end.result_path)).target
+            except ResultFileError:
+                answered = None
+            if answered:
+                return answered
+        return self.payload.route.candidates[0].target

@@ -1,0 +1,335 @@
+"""Routed ticks end to end: decisions recorded, fallback, the availability cache, promotion.
+
+Real worker subprocesses against the fake upstream on real sockets; a candidate that
+refuses is a closed port, one that fails is a second fake answering 503.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import socket
+import time
+from collections.abc import Iterator
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from harness.catalog import parse_catalog
+from harness.config import (
+    LevelConfig,
+    PathsConfig,
+    RoutingConfig,
+    RunnerConfig,
+    Settings,
+    StoreConfig,
+)
+from harness.fake_llm import FakeUpstream, Step
+from harness.runner import Runner, TickOutcome
+from harness.store import SqlEventStore, StoredEvent, open_store
+from tests.test_service import fake_server, run_cli, start_service, write_config
+
+SECRET = "sk-tickwork-catalog-SECRET-9876543210"
+KEY_ENV = "TICKWORK_TEST_CLOUD_KEY"
+
+
+@pytest.fixture
+def broken() -> Iterator[FakeUpstream]:
+    """An upstream that answers every request with 503."""
+    with fake_server([Step(status=503)] * 50) as server:
+        yield server
+
+
+def closed_port_url() -> str:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    return f"http://127.0.0.1:{port}/v1"
+
+
+def target(url: str, model: str) -> dict[str, Any]:
+    return {"model": model, "execution_class": "cloud", "base_url": url, "api_key_env": KEY_ENV}
+
+
+def write_catalog(path: Path, targets: dict[str, Any], candidates: list[str], **extra: Any) -> Path:
+    document = {
+        "schema_version": 1,
+        "targets": targets,
+        "lanes": {
+            "min": {"rule_id": "min-rule", "reason_codes": ["test"], "candidates": candidates}
+        },
+        **extra,
+    }
+    path.write_text(json.dumps(document))
+    return path
+
+
+class Routed:
+    """A runner on a catalog, the store it records into, and the fake it talks to."""
+
+    def __init__(
+        self,
+        tmp_path: Path,
+        store_url: str,
+        catalog: Path,
+        ttl: float = 300,
+        content_retries: int = 1,
+    ) -> None:
+        self.settings = Settings(
+            store=StoreConfig(url=store_url),
+            paths=PathsConfig(results=tmp_path / "results", spool=tmp_path / "spool"),
+            runner=RunnerConfig(
+                grace_seconds=1,
+                infra_retries=0,
+                content_retries=content_retries,
+                retry_backoff_seconds=0.05,
+            ),
+            routing=RoutingConfig(catalog=catalog, availability_ttl_seconds=ttl),
+            levels={"min": LevelConfig(every="1m", prompt="Check the pager.", timeout_seconds=60)},
+        )
+        self.store: SqlEventStore = open_store(store_url)
+        env = {**os.environ, KEY_ENV: SECRET}
+        env.pop("OPENAI_BASE_URL", None)
+        self.runner = Runner(self.settings, self.store, env=env)
+
+    def tick(self, fake: FakeUpstream, steps: list[Step]) -> tuple[TickOutcome, list[StoredEvent]]:
+        prepared = self.runner.prepare("min")
+        fake.script(prepared.payload.tick_id, steps)
+        outcome = self.runner.run(prepared)
+        return outcome, self.store.read_stream(f"tick-{outcome.tick_id}")
+
+
+def of_type(events: list[StoredEvent], kind: str) -> list[dict[str, Any]]:
+    return [e.data for e in events if e.type == kind]
+
+
+def test_a_refusing_first_candidate_falls_back_and_the_decision_is_recorded(
+    tmp_path: Path, store_url: str, fake: FakeUpstream
+) -> None:
+    targets = {
+        "dead": target(closed_port_url(), "dead-model"),
+        "alive": target(fake.url, "alive-model"),
+    }
+    catalog = write_catalog(tmp_path / "catalog.json", targets, ["dead", "alive"])
+    routed = Routed(tmp_path, store_url, catalog)
+    outcome, events = routed.tick(fake, [Step(text="Answered by the second candidate.")])
+
+    assert outcome.status == "completed", outcome.reason
+    assert outcome.result is not None and outcome.result.target == "alive"
+    (scheduled,) = of_type(events, "TickScheduled")
+    revision = parse_catalog(json.loads(catalog.read_text())).revision
+    assert scheduled["candidates"] == ["dead", "alive"]
+    assert (scheduled["rule_id"], scheduled["reason_codes"], scheduled["window"]) == (
+        "min-rule",
+        ["test"],
+        None,
+    )
+    assert scheduled["catalog_revision"] == revision
+    assert scheduled["route_id"] == f"min/always@{revision[:12]}"
+    assert scheduled["model"] == "dead-model"
+    (fallback,) = of_type(events, "RouteFallback")
+    assert (fallback["from_target"], fallback["to_target"], fallback["cached"]) == (
+        "dead",
+        "alive",
+        False,
+    )
+    assert "APIConnectionError" in fallback["reason"]
+    assert [s["model"] for s in of_type(events, "BudgetSpent")] == ["alive-model"]
+    assert [e.model for e in fake.ledger if e.key == outcome.tick_id] == ["alive-model"]
+    assert events[-1].type == "TickCompleted"
+
+
+def test_a_failing_candidate_is_passed_over_until_its_availability_expires(
+    tmp_path: Path, store_url: str, fake: FakeUpstream, broken: FakeUpstream
+) -> None:
+    targets = {
+        "flaky": target(broken.url, "flaky-model"),
+        "steady": target(fake.url, "steady-model"),
+    }
+    catalog = write_catalog(tmp_path / "catalog.json", targets, ["flaky", "steady"])
+    ttl = 15.0
+    routed = Routed(tmp_path, store_url, catalog, ttl=ttl)
+
+    first, first_events = routed.tick(fake, [Step(text="one")])
+    second, second_events = routed.tick(fake, [Step(text="two")])
+    assert [first.status, second.status] == ["completed", "completed"]
+    assert first.tick_id in broken.state.first_request
+    assert second.tick_id not in broken.state.first_request, "a known-down target was retried"
+    (observed,) = [e for e in first_events if e.type == "RouteFallback"]
+    assert not observed.data["cached"] and "503" in observed.data["reason"]
+    (passed_over,) = of_type(second_events, "RouteFallback")
+    assert passed_over["cached"] and passed_over["reason"].startswith("unavailable: ")
+
+    expired = datetime.fromisoformat(observed.data["occurred_at"]) + timedelta(seconds=ttl)
+    time.sleep(max(0.0, (expired - datetime.now(UTC)).total_seconds()) + 0.5)
+    third, third_events = routed.tick(fake, [Step(text="three")])
+    assert third.status == "completed"
+    assert third.tick_id in broken.state.first_request, "the target was not tried after its TTL"
+    assert [f["cached"] for f in of_type(third_events, "RouteFallback")] == [False]
+
+
+def test_the_last_candidate_failing_is_recorded_and_the_tick_fails_on_infrastructure(
+    tmp_path: Path, store_url: str, broken: FakeUpstream
+) -> None:
+    catalog = write_catalog(tmp_path / "catalog.json", {"only": target(broken.url, "m")}, ["only"])
+    routed = Routed(tmp_path, store_url, catalog)
+    outcome, events = routed.tick(broken, [])
+    assert outcome.status == "failed"
+    assert events[-1].data["failure_class"] == "infrastructure"
+    (fallback,) = of_type(events, "RouteFallback")
+    assert (fallback["from_target"], fallback["to_target"]) == ("only", None)
+
+
+def test_content_failures_promote_to_the_stronger_target(
+    tmp_path: Path, store_url: str, fake: FakeUpstream
+) -> None:
+    targets = {"small": target(fake.url, "small-model"), "big": target(fake.url, "big-model")}
+    catalog = write_catalog(
+        tmp_path / "catalog.json", targets, ["small"], promotions={"small": "big"}
+    )
+    routed = Routed(tmp_path, store_url, catalog, content_retries=1)
+    outcome, events = routed.tick(fake, [Step(text=" "), Step(text=" "), Step(text="Big answers.")])
+
+    assert outcome.status == "completed", outcome.reason
+    assert outcome.result is not None and outcome.result.target == "big"
+    assert [e.model for e in fake.ledger if e.key == outcome.tick_id] == [
+        "small-model",
+        "small-model",
+        "big-model",
+    ]
+    (promoted,) = of_type(events, "RoutePromoted")
+    assert (promoted["from_target"], promoted["to_target"], promoted["attempt"]) == (
+        "small",
+        "big",
+        2,
+    )
+    assert "EmptyText" in promoted["reason"]
+    kinds = [e.type for e in events]
+    assert kinds.count("TickStarted") == 3 and kinds[-1] == "TickCompleted"
+
+
+def test_without_a_promotion_content_retries_end_the_tick(
+    tmp_path: Path, store_url: str, fake: FakeUpstream
+) -> None:
+    catalog = write_catalog(tmp_path / "catalog.json", {"small": target(fake.url, "s")}, ["small"])
+    routed = Routed(tmp_path, store_url, catalog, content_retries=1)
+    outcome, events = routed.tick(fake, [Step(text=" "), Step(text=" "), Step(text="never")])
+    assert outcome.status == "failed"
+    assert [e.type for e in events].count("TickStarted") == 2
+    assert not of_type(events, "RoutePromoted")
+
+
+def test_no_api_key_lands_anywhere_on_the_catalog_path(
+    tmp_path: Path, sqlite_url: str, fake: FakeUpstream
+) -> None:
+    targets = {"dead": target(closed_port_url(), "d"), "alive": target(fake.url, "a")}
+    catalog = write_catalog(tmp_path / "catalog.json", targets, ["dead", "alive"])
+    routed = Routed(tmp_path, sqlite_url, catalog)
+    prepared = routed.runner.prepare("min")
+    fake.script(prepared.payload.tick_id, [Step(text="ok")])
+    assert routed.runner.run(prepared).status == "completed"
+    routed.store.close()
+    assert SECRET not in prepared.payload.model_dump_json()
+    assert KEY_ENV in prepared.payload.model_dump_json()
+    for path in tmp_path.rglob("*"):
+        if path.is_file():
+            assert SECRET.encode() not in path.read_bytes(), f"the API key leaked into {path}"
+
+
+def test_a_bad_catalog_exits_2_with_its_paths_and_stores_nothing(
+    tmp_path: Path, fake: FakeUpstream
+) -> None:
+    catalog = write_catalog(tmp_path / "catalog.json", {"a": target(fake.url, "m")}, ["a", "ghost"])
+    level = '[levels.min]\nevery = "1m"\nprompt = "hi"\n'
+    config = write_config(tmp_path, f'[routing]\ncatalog = "{catalog}"\n{level}')
+    for command in ("tick min", "run", f"catalog check {catalog}"):
+        result = run_cli(command, config, fake)
+        assert result.returncode == 2, (command, result.stdout, result.stderr)
+        assert "lanes.min.candidates[1]: unknown target 'ghost'" in result.stderr
+    assert not (tmp_path / "events.db").exists()
+
+
+def test_catalog_route_prints_the_decision_and_refuses_naive_times(
+    tmp_path: Path, fake: FakeUpstream
+) -> None:
+    example = Path(__file__).resolve().parent.parent / "ops" / "catalog.example.toml"
+    config = write_config(tmp_path, f'[routing]\ncatalog = "{example}"\n')
+    check = run_cli(f"catalog check {example}", config, fake)
+    assert check.returncode == 0, check.stderr
+    revision = check.stdout.split("revision")[1].split()[0]
+    night = run_cli("catalog route hour --at 2026-07-15T23:00:00+02:00", config, fake)
+    assert night.returncode == 0, night.stderr
+    lines = dict(line.split(None, 1) for line in night.stdout.splitlines())
+    assert lines["window"] == "night" and lines["rule"] == "hour-night-local"
+    assert lines["candidates"] == "local-qwen" and lines["revision"] == revision
+    assert lines["route"] == f"hour/night@{revision[:12]}"
+    day = run_cli("catalog route hour --at 2026-07-15T20:59:59Z", config, fake)
+    assert "window      day" in day.stdout and "cloud-mini > cloud-large" in day.stdout
+    naive = run_cli("catalog route hour --at 2026-07-15T23:00:00", config, fake)
+    assert naive.returncode == 2 and "has no time zone" in naive.stderr
+    unknown = run_cli("catalog route daily", config, fake)
+    assert unknown.returncode == 2 and "no lane for level 'daily'" in unknown.stderr
+
+
+def test_a_running_service_reloads_on_sighup_and_keeps_the_old_catalog_when_invalid(
+    tmp_path: Path, fake: FakeUpstream
+) -> None:
+    catalog = tmp_path / "catalog.json"
+    targets = {"a": target(fake.url, "model-a"), "b": target(fake.url, "model-b")}
+    write_catalog(catalog, targets, ["a"])
+    first = parse_catalog(json.loads(catalog.read_text())).revision
+    level = '[levels.min]\nevery = "1s"\nprompt = "hi"\ntimeout_seconds = 30\n'
+    config = write_config(tmp_path, f'[routing]\ncatalog = "{catalog}"\n{level}')
+    store = open_store(f"sqlite:///{tmp_path}/events.db")
+    service = start_service(config, fake)
+    try:
+        assert _next_scheduled(store)["catalog_revision"] == first
+        catalog.write_text(catalog.read_text().replace('["a"]', '["ghost"]'))
+        service.send_signal(signal.SIGHUP)
+        time.sleep(2.5)
+        kept = _next_scheduled(store)
+        assert (kept["catalog_revision"], kept["candidates"]) == (first, ["a"])
+        write_catalog(catalog, targets, ["b", "a"])
+        second = parse_catalog(json.loads(catalog.read_text())).revision
+        reloaded = _next_scheduled(store, revision=second)
+        assert reloaded["candidates"] == ["b", "a"] and reloaded["model"] == "model-b"
+    finally:
+        service.send_signal(signal.SIGTERM)
+        output = service.communicate(timeout=60)[0]
+        store.close()
+    assert service.returncode == 0, output
+    assert f"catalog rejected, revision {first[:12]} stays in force" in output
+    assert "lanes.min.candidates[0]: unknown target 'ghost'" in output
+    assert f"reloaded: revision {first[:12]} -> {second[:12]}" in output
+
+
+def _next_scheduled(store: SqlEventStore, revision: str | None = None) -> dict[str, Any]:
+    """The next TickScheduled appended from now on (with `revision`, if given)."""
+    mark = store.last_position()
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:
+        for event in store.read_all(mark, 100_000, ["TickScheduled"]):
+            if revision is None or event.data["catalog_revision"] == revision:
+                return event.data
+        time.sleep(0.2)
+    raise AssertionError(f"no tick scheduled (revision {revision}) within 30 s")
+
+
+def test_a_level_without_a_lane_runs_its_configured_model(tmp_path: Path, sqlite_url: str) -> None:
+    catalog = write_catalog(tmp_path / "catalog.json", {"a": target("http://h/v1", "lane")}, ["a"])
+    routed = Routed(tmp_path, sqlite_url, catalog)
+    other = LevelConfig(every="1h", prompt="hi", model="configured-model")
+    levels = {**routed.settings.levels, "other": other}
+    routed.runner.settings = routed.settings.model_copy(update={"levels": levels})
+    plain = routed.runner.prepare("other")
+    assert (plain.payload.model, plain.payload.route, plain.routed) == (
+        "configured-model",
+        None,
+        None,
+    )
+    laned = routed.runner.prepare("min")
+    assert laned.payload.model == "lane" and laned.payload.route is not None
+    routed.store.close()

@@ -48,6 +48,8 @@ class StoreConfig(_Strict):
 class PathsConfig(_Strict):
     results: Path = HOME / "results"
     spool: Path = HOME / "spool"
+    digests: Path = HOME / "digests"
+    """Every published digest is kept here (the events point at it)."""
 
 
 class RagConfig(_Strict):
@@ -185,6 +187,8 @@ class DigestConfig(Scheduled):
     mailto …): the URLs carry secrets, so the file names only where they are."""
     retries: Annotated[int, Field(ge=0)] = 3
     """Further attempts of a failed delivery, with exponential backoff."""
+    retry_backoff_seconds: Annotated[float, Field(ge=0)] = 5.0
+    """Wait before the first retry; it doubles with each (at most a minute)."""
 
     @model_validator(mode="after")
     def _period(self) -> DigestConfig:

@@ -7,6 +7,7 @@ things; every value that came from a tick (texts, reasons) is escaped for HTML.
 from __future__ import annotations
 
 import html
+from datetime import UTC, datetime
 from typing import Literal
 
 from harness.digest import Digest, LevelSection
@@ -29,10 +30,12 @@ def render(digest: Digest, fmt: DigestFormat) -> str:
 
 
 def title(digest: Digest) -> str:
-    return (
-        f"tickwork digest {digest.name}: {digest.period_start:%Y-%m-%d %H:%M} to "
-        f"{digest.period_end:%Y-%m-%d %H:%M} UTC"
-    )
+    return period_title(digest.name, digest.period_start, digest.period_end)
+
+
+def period_title(name: str, start: datetime, end: datetime) -> str:
+    start, end = start.astimezone(UTC), end.astimezone(UTC)
+    return f"tickwork digest {name}: {start:%Y-%m-%d %H:%M} to {end:%Y-%m-%d %H:%M} UTC"
 
 
 def outline(digest: Digest) -> list[Block]:

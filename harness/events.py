@@ -235,6 +235,54 @@ class CancelRequested(Event):
         return self.scope == level or tick_id.startswith(self.scope)
 
 
+def digest_stream(name: str) -> str:
+    """One stream per digest: its periods are claimed in order, by expected version."""
+    return f"digest-{name}"
+
+
+class DigestEvent(Event):
+    name: str
+    period_start: datetime
+    period_end: datetime
+
+    @property
+    def stream_id(self) -> str:
+        return digest_stream(self.name)
+
+
+class DigestClaimed(DigestEvent):
+    """This process builds and delivers the period; no other replica does."""
+
+    type = "DigestClaimed"
+    format: Literal["md", "html", "json"]
+    content_hash: str
+    """sha256 of the rendered digest, as written to `path`."""
+    path: str
+    targets: list[str]
+    """`file:<folder>` or `env:<variable holding an apprise URL>`: never a URL itself."""
+    host: str
+    pid: int
+
+
+class DigestDeliveryFailed(DigestEvent):
+    type = "DigestDeliveryFailed"
+    target: str
+    attempt: int
+    error: str
+
+
+class DigestPublished(DigestEvent):
+    """The period's digest went out; `delivery` says how it went for each target."""
+
+    type = "DigestPublished"
+    format: Literal["md", "html", "json"]
+    content_hash: str
+    path: str
+    targets: list[str]
+    delivery: dict[str, str]
+    """Target -> `ok` or `failed: <why>` (after its retries)."""
+
+
 TERMINAL_TYPES = frozenset(
     {"TickCompleted", "TickFailed", "TickTimedOut", "TickCancelled", "TickSkipped", "TickLost"}
 )
@@ -258,6 +306,9 @@ EVENT_TYPES: dict[tuple[str, int], type[Event]] = {
         LevelPaused,
         LevelResumed,
         LevelBudgetExceeded,
+        DigestClaimed,
+        DigestDeliveryFailed,
+        DigestPublished,
         CancelRequested,
     )
 }

@@ -6,12 +6,13 @@ mode 0600, so the runner sees either no file or a whole one, and other users see
 
 from __future__ import annotations
 
-import os
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, NonNegativeInt, ValidationError
+
+from harness.files import write_atomically
 
 FailureClass = Literal["infrastructure", "content", "internal"]
 
@@ -62,21 +63,7 @@ class ResultMissingError(ResultFileError):
 
 
 def write_result(path: Path, result: TickResult) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    temporary = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    data = result.model_dump_json(indent=2).encode()
-    fd = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-    try:
-        os.write(fd, data)
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-    os.replace(temporary, path)
-    folder = os.open(path.parent, os.O_RDONLY)
-    try:
-        os.fsync(folder)
-    finally:
-        os.close(folder)
+    write_atomically(path, result.model_dump_json(indent=2).encode())
 
 
 def read_result(path: Path) -> TickResult:

@@ -25,6 +25,7 @@ import sqlalchemy as sa
 
 from harness.budget import BudgetCheck, Budgets
 from harness.config import Settings
+from harness.digest_publish import DigestScheduler, Publisher
 from harness.events import (
     CONTROL_STREAM,
     CancelRequested,
@@ -84,9 +85,9 @@ class Service:
         self.stopping = threading.Event()
         self.threads: set[threading.Thread] = set()
         self._threads_lock = threading.Lock()
-        prices = PriceBook(settings.prices)
-        self.projector = projector_for(store, prices)
-        self.budgets = Budgets(store, self.projector, prices)
+        self.prices = PriceBook(settings.prices)
+        self.projector = projector_for(store, self.prices)
+        self.budgets = Budgets(store, self.projector, self.prices)
         self.buffered: dict[str, SlotClaim] = {}
         """Level -> the one tick held back until the level's tick in flight ends."""
         self.cancelled_buffered: dict[str, str] = {}
@@ -99,6 +100,12 @@ class Service:
         """Fire slots until `stopping` is set, then shut down; returns when all is ended."""
         for watcher in reconcile(self.store, self.runner, self.projector, self.report):
             self._track(watcher)
+        if self.settings.digests:
+            # A projector of its own: the digest thread folds while the loop fires.
+            projector = projector_for(self.store, self.prices)
+            publisher = Publisher(self.settings, self.store, projector, self.prices, self.report)
+            digests = DigestScheduler(self.settings, publisher, self.report)
+            self._track(threading.Thread(target=digests.run, args=(self.stopping,), daemon=True))
         # Slots of the last few seconds are left to the loop (a replica already running
         # fires them now); only older ones count as missed.
         boundary = utcnow() - JUST_DUE

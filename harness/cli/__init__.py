@@ -2,10 +2,17 @@
 
 from __future__ import annotations
 
-from harness.cli import catalog_commands, store_commands, tick_commands
+from harness.cli import catalog_commands, digest_commands, store_commands, tick_commands
 from harness.cli.app import app
 
-__all__ = ["app", "catalog_commands", "main", "store_commands", "tick_commands"]
+__all__ = [
+    "app",
+    "catalog_commands",
+    "digest_commands",
+    "main",
+    "store_commands",
+    "tick_commands",
+]
 
 
 def main() -> None:

@@ -1,0 +1,349 @@
+"""Digests: built from events and result files, published once, every delivery recorded."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import signal
+import socket
+import subprocess
+import threading
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from datetime import UTC, datetime, timedelta
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+
+import pytest
+
+from harness.config import DigestConfig, LevelConfig, PathsConfig, Settings, StoreConfig
+from harness.digest import Digest, build_digest
+from harness.digest_publish import Period, Publisher, last_period
+from harness.digest_render import render
+from harness.events import (
+    BudgetSpent,
+    DigestClaimed,
+    LevelPaused,
+    TickCompleted,
+    TickEvent,
+    TickFailed,
+    TickLost,
+    TickScheduled,
+    TickSkipped,
+    TickStarted,
+    TickTimedOut,
+    level_stream,
+)
+from harness.fake_llm import FakeUpstream
+from harness.prices import PriceBook
+from harness.projections import projector_for
+from harness.result import TickResult, write_result
+from harness.store import SqlEventStore, open_store
+from tests.test_cli import run
+from tests.test_service import start, write_config
+
+HOUR = timedelta(hours=1)
+
+
+def settings_for(tmp_path: Path, store_url: str, **digest: object) -> Settings:
+    return Settings(
+        store=StoreConfig(url=store_url),
+        paths=PathsConfig(
+            results=tmp_path / "results", spool=tmp_path / "spool", digests=tmp_path / "digests"
+        ),
+        levels={
+            "min": LevelConfig(every="1m", model="gpt-4o-mini"),
+            "hour": LevelConfig(every="1h", model="gpt-4o-mini"),
+        },
+        digests={"ops": DigestConfig(every="1h", **digest)} if digest else {},  # type: ignore[arg-type]
+    )
+
+
+def record(store: SqlEventStore, *events: TickEvent) -> None:
+    for event in events:
+        store.append(event.stream_id, [event.to_record()])
+
+
+def seed_period(store: SqlEventStore, results: Path) -> None:
+    """One of each kind of tick an operator must hear about, as real ticks record them."""
+    ids = {"tick_id": "", "level": "min"}
+
+    def tick(name: str, level: str = "min") -> dict[str, str]:
+        ids.update(tick_id=name, level=level)
+        record(store, TickScheduled(**ids), TickStarted(**ids, pid=1, host="h"))
+        return dict(ids)
+
+    good = tick("good")
+    path = results / "good.json"
+    long_text = "All   quiet.\n" + "word " * 200
+    write_result(
+        path, TickResult(tick_id="good", ok=True, text=long_text, stop_reason="tool_budget")
+    )
+    record(
+        store,
+        BudgetSpent(**good, model="gpt-4o-mini", prompt_tokens=1000, completion_tokens=100),
+        TickCompleted(**good, result_path=str(path)),
+    )
+    empty = tick("empty")
+    write_result(results / "empty.json", TickResult(tick_id="empty", ok=True, text="  "))
+    record(store, TickCompleted(**empty, result_path=str(results / "empty.json")))
+    corrupt = tick("corrupt")
+    (results / "corrupt.json").write_text("{not json")
+    record(store, TickCompleted(**corrupt, result_path=str(results / "corrupt.json")))
+    missing = tick("missing")
+    record(store, TickCompleted(**missing, result_path=str(results / "gone.json")))
+    guessed = tick("guessed", "hour")
+    record(
+        store,
+        BudgetSpent(
+            **guessed, model="gpt-4o-mini", prompt_tokens=50, completion_tokens=5, estimated=True
+        ),
+        TickFailed(**guessed, reason="APIConnectionError: stream cut", failure_class="content"),
+    )
+    record(store, TickLost(**tick("lost"), reason="claimed, never started"))
+    record(store, TickTimedOut(**tick("slow"), timeout_seconds=50))
+    skipped = {"tick_id": "over", "level": "min"}
+    record(store, TickScheduled(**skipped), TickSkipped(**skipped, reason="budget"))
+    store.append(level_stream("hour"), [LevelPaused(level="hour", reason="5xx x4").to_record()])
+
+
+def digest_of(settings: Settings, store: SqlEventStore, chars: int = 40) -> Digest:
+    prices = PriceBook(settings.prices)
+    now = datetime.now(UTC)
+    return build_digest(
+        store,
+        projector_for(store, prices),
+        prices,
+        "ops",
+        now - HOUR,
+        now + HOUR,
+        ["min", "hour"],
+        chars,
+    )
+
+
+def test_a_digest_puts_anomalies_first_and_counts_every_kind_of_end(
+    tmp_path: Path, store_url: str
+) -> None:
+    settings = settings_for(tmp_path, store_url)
+    (tmp_path / "results").mkdir()
+    store = open_store(store_url)
+    seed_period(store, tmp_path / "results")
+    digest = digest_of(settings, store)
+    store.close()
+
+    kinds = {(a.kind, a.tick_id) for a in digest.anomalies}
+    assert kinds == {
+        ("empty_text", "empty"),
+        ("corrupt_result", "corrupt"),
+        ("missing_result", "missing"),
+        ("estimated_spend", "guessed"),
+        ("lost", "lost"),
+        ("timed_out", "slow"),
+    }
+    minute, hour = digest.levels
+    assert minute.ticks == {"completed": 4, "lost": 1, "timed_out": 1, "skipped": 1}
+    assert minute.skipped == {"budget": 1}
+    assert minute.tool_budget_exhausted == 1
+    assert [e.text for e in minute.excerpts if e.tick_id == "good"] == [
+        "All quiet. word word word word word wor…"
+    ]
+    assert [(s.model, s.calls, s.prompt_tokens) for s in minute.spend] == [("gpt-4o-mini", 1, 1000)]
+    assert minute.spend[0].cost_usd == pytest.approx(1000 * 0.15e-6 + 100 * 0.6e-6)
+    assert hour.paused and hour.pause_reason == "5xx x4"
+    assert hour.failures[0].tick_id == "guessed" and "stream cut" in hour.failures[0].reason
+
+
+def test_the_renderings_say_the_same_and_html_is_escaped(tmp_path: Path) -> None:
+    url = f"sqlite:///{tmp_path}/events.db"
+    settings = settings_for(tmp_path, url)
+    (tmp_path / "results").mkdir()
+    store = open_store(url)
+    seed_period(store, tmp_path / "results")
+    ids = {"tick_id": "html", "level": "min"}
+    write_result(tmp_path / "results/h.json", TickResult(tick_id="html", ok=True, text="<b>&"))
+    record(
+        store,
+        TickScheduled(**ids),
+        TickCompleted(**ids, result_path=str(tmp_path / "results/h.json")),
+    )
+    digest = digest_of(settings, store)
+    store.close()
+
+    markdown, page = render(digest, "md"), render(digest, "html")
+    assert markdown.index("## Anomalies (6)") < markdown.index("## Level min")
+    assert "> html: <b>&" in markdown
+    assert "html: &lt;b&gt;&amp;" in page and "<b>&" not in page
+    assert page.count("<ul>") == page.count("</ul>") > 0
+    assert Digest.model_validate_json(render(digest, "json")) == digest
+
+
+class Receiver(BaseHTTPRequestHandler):
+    """An apprise json:// endpoint that fails its first `failures` requests."""
+
+    failures = 0
+    bodies: list[dict[str, str]] = []
+
+    def do_POST(self) -> None:
+        body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+        if Receiver.failures > 0:
+            Receiver.failures -= 1
+            self.send_response(500)
+        else:
+            Receiver.bodies.append(body)
+            self.send_response(200)
+        self.end_headers()
+
+    def log_message(self, *args: object) -> None:
+        return
+
+
+@contextmanager
+def receiver(failures: int) -> Iterator[str]:
+    Receiver.failures, Receiver.bodies = failures, []
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Receiver)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        yield f"json://127.0.0.1:{server.server_address[1]}/hook"
+    finally:
+        server.shutdown()
+
+
+def test_a_period_is_published_once_and_a_failed_delivery_is_retried_and_recorded(
+    tmp_path: Path, store_url: str
+) -> None:
+    folder = tmp_path / "outbox"
+    settings = settings_for(
+        tmp_path,
+        store_url,
+        files=[folder],
+        notify=["OPS_HOOK", "UNSET_HOOK"],
+        retries=2,
+        retry_backoff_seconds=0.05,
+    )
+    config = settings.digests["ops"]
+    store = open_store(store_url)
+    prices = PriceBook()
+    with receiver(failures=1) as url:
+        env = {"OPS_HOOK": url + "?token=s3cret"}
+        publishers = [
+            Publisher(settings, store, projector_for(store, prices), prices, print, env)
+            for _ in range(2)
+        ]
+        period = last_period(config, datetime.now(UTC))
+        results: list[object] = []
+        threads = [
+            threading.Thread(target=lambda p=p: results.append(p.publish("ops", config, period)))
+            for p in publishers
+        ]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join(120)
+        bodies = list(Receiver.bodies)
+    published = [r for r in results if r is not None]
+    assert len(published) == 1 and results.count(None) == 1, "two replicas published one period"
+    delivery = published[0].delivery  # type: ignore[attr-defined]
+    assert delivery[f"file:{folder}"] == "ok" and delivery["env:OPS_HOOK"] == "ok"
+    assert delivery["env:UNSET_HOOK"].startswith("failed: environment variable UNSET_HOOK")
+    assert len(bodies) == 1 and "tickwork digest ops" in bodies[0]["title"]
+    assert len(list(folder.iterdir())) == 1
+    stream = store.read_stream("digest-ops")
+    store.close()
+    types = [e.type for e in stream]
+    assert types.count("DigestClaimed") == 1 and types[-1] == "DigestPublished"
+    failures = [
+        (e.data["target"], e.data["attempt"]) for e in stream if e.type == "DigestDeliveryFailed"
+    ]
+    assert failures == [("env:OPS_HOOK", 1), ("env:UNSET_HOOK", 1)], "unset: no retry"
+    assert "s3cret" not in json.dumps([e.data for e in stream])
+
+
+def test_a_claim_left_by_a_dead_publisher_is_finished_at_start(tmp_path: Path) -> None:
+    url = f"sqlite:///{tmp_path}/events.db"
+    folder = tmp_path / "outbox"
+    settings = settings_for(tmp_path, url, files=[folder])
+    store = open_store(url)
+    content = tmp_path / "digests" / "left.md"
+    content.parent.mkdir(parents=True)
+    content.write_text("# left behind\n")
+    now = datetime.now(UTC)
+    claim = DigestClaimed(
+        name="ops",
+        period_start=now - HOUR,
+        period_end=now,
+        format="md",
+        content_hash=hashlib.sha256(content.read_bytes()).hexdigest(),
+        path=str(content),
+        targets=[f"file:{folder}"],
+        host=socket.gethostname(),
+        pid=2**22 + 7,  # no such process
+    )
+    store.append("digest-ops", [claim.to_record()])
+    prices = PriceBook()
+    publisher = Publisher(settings, store, projector_for(store, prices), prices, print, {})
+    publisher.finish_dangling("ops", settings.digests["ops"])
+    publisher.finish_dangling("ops", settings.digests["ops"])
+    types = [e.type for e in store.read_stream("digest-ops")]
+    store.close()
+    assert types == ["DigestClaimed", "DigestPublished"]
+    assert [p.read_text() for p in folder.iterdir()] == ["# left behind\n"]
+    assert publisher.publish("ops", settings.digests["ops"], Period(now - HOUR, now)) is None
+
+
+def test_the_digest_command_prints_writes_and_refuses_bad_arguments(tmp_path: Path) -> None:
+    assert run(tmp_path, "init").returncode == 0
+    store = open_store(f"sqlite:///{tmp_path}/.tickwork/events.db")
+    (tmp_path / "results").mkdir()
+    seed_period(store, tmp_path / "results")
+    store.close()
+    printed = run(tmp_path, "digest", "--since", "1h", "--format", "json")
+    assert printed.returncode == 0, printed.stderr
+    digest = Digest.model_validate_json(printed.stdout)
+    assert {a.kind for a in digest.anomalies} >= {"corrupt_result", "lost"}
+    written = run(tmp_path, "digest", "--level", "min", "--out", str(tmp_path / "d.md"))
+    assert written.returncode == 0 and (tmp_path / "d.md").read_text().startswith("# tickwork")
+    for args, message in [
+        (["--level", "nope"], "unknown level(s) ['nope']"),
+        (["--send"], "--send needs --name"),
+        (["--name", "nope"], "no digest named 'nope'"),
+        (["--since", "1h", "--from", "2026-01-01"], "--since or --from"),
+    ]:
+        refused = run(tmp_path, "digest", *args)
+        assert refused.returncode == 2 and message in refused.stderr, (args, refused.stderr)
+
+
+def test_two_running_services_publish_each_scheduled_digest_period_once(tmp_path: Path) -> None:
+    outbox = tmp_path / "outbox"
+    digests = f"""
+[levels.quiet]
+every = "1h"
+model = "fake-model"
+[digests.ops]
+every = "2s"
+files = ["{outbox}"]
+"""
+    config = write_config(tmp_path, digests)
+    fake = FakeUpstream().start()
+    try:
+        services = [
+            start("run", config, fake, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+            for _ in range(2)
+        ]
+        time.sleep(9)
+        for service in services:
+            service.send_signal(signal.SIGTERM)
+        outputs = [service.communicate(timeout=60)[0] for service in services]
+    finally:
+        fake.stop()
+    assert all(service.returncode == 0 for service in services), outputs
+    store = open_store(f"sqlite:///{tmp_path}/events.db")
+    stream = store.read_stream("digest-ops")
+    store.close()
+    claimed = [e.data["period_end"] for e in stream if e.type == "DigestClaimed"]
+    published = [e.data["period_end"] for e in stream if e.type == "DigestPublished"]
+    assert len(claimed) >= 2 and sorted(set(claimed)) == sorted(claimed), claimed
+    assert sorted(published) == sorted(claimed)
+    assert len(list(outbox.iterdir())) == len(claimed)
+    assert sum("digest ops" in output for output in outputs) >= 2

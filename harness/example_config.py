@@ -17,6 +17,7 @@ durability = "process"
 [paths]
 results = ".tickwork/results"   # tick result files: <results>/<level>/<YYYY-MM-DD>/<tick>.json
 spool = ".tickwork/spool"       # events kept here while the store is unreachable
+digests = ".tickwork/digests"   # every published digest is kept here
 
 [runner]
 max_concurrent = 4              # ticks running at once, all levels together
@@ -56,4 +57,16 @@ model = "gpt-4o-mini"
 effort = "medium"
 timeout_seconds = 900
 max_tool_calls = 300
+
+# A digest of what the levels did, published by `tickwork run` once per period.
+# [digests.daily]
+# schedule = "0 8 * * *"          # or every = "1h"; read in `timezone` (default UTC)
+# period = "1d"                   # span covered, ending at the slot (default: since the last slot)
+# levels = ["min", "hour"]        # default: all levels
+# format = "md"                   # md | html | json
+# excerpt_chars = 280             # start of each completed tick's text
+# files = [".tickwork/outbox"]    # folders a copy is written to
+# notify = ["SLACK_DIGEST_URL"]   # env variables holding apprise URLs (never the URL here)
+# retries = 3                     # further attempts of a failed delivery, with backoff
+# retry_backoff_seconds = 5
 """

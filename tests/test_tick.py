@@ -444,10 +444,9 @@ def test_a_paused_level_skips_its_slots_until_resumed(tmp_path: Path, fake: Fake
     assert kinds[-1] == "TickCompleted", kinds
 
 
-def test_budget_reservations_stop_concurrent_ticks_from_overshooting(
-    tmp_path: Path, fake: FakeUpstream
-) -> None:
-    harness = Harness(
+def budgeted_harness(tmp_path: Path, fake: FakeUpstream) -> Harness:
+    """Room for two ticks a day: 25,000 tokens, 10,000 reserved for each tick in flight."""
+    return Harness(
         tmp_path,
         fake,
         rag=False,
@@ -455,6 +454,12 @@ def test_budget_reservations_stop_concurrent_ticks_from_overshooting(
         daily_token_budget=25_000,
         reserve_tokens=10_000,
     )
+
+
+def test_budget_reservations_stop_concurrent_ticks_from_overshooting(
+    tmp_path: Path, fake: FakeUpstream
+) -> None:
+    harness = budgeted_harness(tmp_path, fake)
     service = Service(harness.settings, harness.store, harness.runner, lambda line: None)
     first = datetime.now(UTC).replace(microsecond=0)
     slots = [first + timedelta(seconds=i) for i in range(5)]
@@ -472,14 +477,7 @@ def test_budget_reservations_stop_concurrent_ticks_from_overshooting(
 def test_a_second_replica_sees_the_reservations_of_ticks_in_flight(
     tmp_path: Path, fake: FakeUpstream
 ) -> None:
-    harness = Harness(
-        tmp_path,
-        fake,
-        rag=False,
-        overlap="allow",
-        daily_token_budget=25_000,
-        reserve_tokens=10_000,
-    )
+    harness = budgeted_harness(tmp_path, fake)
     replicas = [
         Service(
             harness.settings,

@@ -20,7 +20,7 @@ from harness.store import SqlEventStore, migrate_store, open_store
 from harness.store.engine import create_store_engine
 
 PG_ADMIN_URL = os.environ.get("TICKWORK_TEST_PG_URL", "postgresql://postgres@127.0.0.1:5432/test")
-TABLES = ("events", "projection_checkpoints", "spend_daily", "ticks")
+TABLES = ("events", "projection_checkpoints", "spend_daily", "ticks", "governor_calibration")
 
 
 def _admin_dsn() -> str:

@@ -11,6 +11,8 @@ from typing import Annotated, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from harness.governor.policy import GovernorLimits
+
 TICK_HEADER = "x-tickwork-tick"
 """Sent with every model request, so an upstream (or the fake one) can tell ticks apart."""
 
@@ -44,3 +46,4 @@ class TickPayload(BaseModel):
     durability: Literal["process", "power"] = "process"
     spool_dir: Path
     model_timeout_seconds: Annotated[float, Field(gt=0)] = 120.0
+    governor: GovernorLimits = GovernorLimits()

@@ -176,6 +176,7 @@ class Runner:
             store_url=self.settings.store.url,
             durability=self.settings.store.durability,
             spool_dir=self.settings.paths.spool.absolute(),
+            governor=self.settings.governor.limits(),
         )
         return PreparedTick(
             payload,

@@ -14,7 +14,9 @@ import sqlalchemy as sa
 
 from harness.governor.calibration import Calibration, Sample
 from harness.projections.base import EventData, Projection, upsert
+from harness.projections.projector import Projector
 from harness.store.schema import Json, metadata
+from harness.store.sql import SqlEventStore
 
 governor_calibration = sa.Table(
     "governor_calibration",
@@ -62,6 +64,13 @@ class CalibrationProjection(Projection):
                 for model, state in changed.items()
             ],
         )
+
+
+def current_calibrations(store: SqlEventStore) -> dict[str, Calibration]:
+    """Fold the samples recorded since the last catch-up, then read every model's state."""
+    Projector(store, [CalibrationProjection()]).catch_up()
+    with store.read_transaction() as conn:
+        return load_calibrations(conn)
 
 
 def _counts(state: Calibration) -> dict[str, int]:

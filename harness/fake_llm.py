@@ -144,6 +144,8 @@ class FakeState:
         self.tokenizer = tokenizer
         self.kv_cache = kv_cache
         self.previous_prompt: dict[str, str] = {}
+        self.received: deque[dict[str, Any]] = deque(maxlen=100)
+        """The latest chat request bodies, as they arrived."""
 
     def prompt_tokens(self, key: str, body: dict[str, Any]) -> tuple[int, int]:
         """(tokens billed, tokens reused from the KV cache) for a request."""
@@ -210,6 +212,7 @@ def create_app(state: FakeState | None = None) -> FastAPI:
     async def chat(request: Request) -> Response:
         fake: FakeState = app.state.fake
         body = await request.json()
+        fake.received.append(body)
         key = request.headers.get(TICK_HEADER, "default")
         step = fake.next_step(key)
         if step.delay:

@@ -3,18 +3,14 @@
 from __future__ import annotations
 
 import os
-from contextlib import ExitStack
 from typing import Annotated
 
 import typer
 
 from harness.cli.app import app, fail, out, settings, store_for
 from harness.governor.alerts import Alerts, urls_from_env
-from harness.governor.calibration import Calibrations
-from harness.governor.ledger import Ledger
-from harness.governor.proxy import ProxyGovernor, create_app
+from harness.governor.proxy import create_app, proxy_governor
 from harness.governor.settings import GovernorEnvError, with_legacy_env
-from harness.projections.calibration import current_calibrations
 from harness.store import Spool
 
 
@@ -39,29 +35,20 @@ def governor(
     if not limits.upstream:
         raise fail("no upstream: set [governor] upstream, GOV_UPSTREAM or --upstream", code=2)
     store = store_for(config)
-    with ExitStack() as stack:
-        stack.callback(store.close)
-        ledger = Ledger(store, Spool(config.paths.spool))
-        stack.callback(ledger.close)
-        log_file = None
-        if limits.log is not None:
-            log_file = stack.enter_context(limits.log.open("a", encoding="utf-8", buffering=1))
-        governor = ProxyGovernor(
-            limits,
-            Calibrations(limits.chars_per_token, current_calibrations(store), limits.calibrate),
-            ledger,
-            Alerts(urls_from_env(os.environ), limits.alert_episode_seconds),
-            log_file,
-        )
-        out.print(
-            f"governor on http://{limits.host}:{limits.port} -> {limits.upstream} "
-            f"(soft {limits.soft_tokens:,}, hard {limits.limits().hard or 'off'}; "
-            f"status: GET /governor/status)"
-        )
-        uvicorn.run(
-            create_app(governor),
-            host=limits.host,
-            port=limits.port,
-            log_level="warning",
-            access_log=False,
-        )
+    alerts = Alerts(urls_from_env(os.environ), limits.alert_episode_seconds)
+    try:
+        with proxy_governor(limits, store, Spool(config.paths.spool), alerts) as governor:
+            out.print(
+                f"governor on http://{limits.host}:{limits.port} -> {limits.upstream} "
+                f"(soft {limits.soft_tokens:,}, hard {limits.limits().hard or 'off'}; "
+                f"status: GET /governor/status)"
+            )
+            uvicorn.run(
+                create_app(governor),
+                host=limits.host,
+                port=limits.port,
+                log_level="warning",
+                access_log=False,
+            )
+    finally:
+        store.close()

@@ -46,6 +46,8 @@ from harness.governor.wire import (
     with_directive,
 )
 from harness.payload import TICK_HEADER
+from harness.projections.calibration import current_calibrations
+from harness.store import Spool, SqlEventStore
 
 log = logging.getLogger(__name__)
 
@@ -211,6 +213,22 @@ class ProxyGovernor:
             },
             "decisions": list(self.recent),
         }
+
+
+@contextlib.contextmanager
+def proxy_governor(
+    config: GovernorConfig, store: SqlEventStore | None, spool: Spool, alerts: Alerts
+) -> Iterator[ProxyGovernor]:
+    """The governor's state, started from the calibration projection; flushed on exit."""
+    with contextlib.ExitStack() as stack:
+        ledger = Ledger(store, spool)
+        stack.callback(ledger.close)
+        decision_log = None
+        if config.log is not None:
+            decision_log = stack.enter_context(config.log.open("a", encoding="utf-8", buffering=1))
+        learned = current_calibrations(store) if store is not None else {}
+        calibrations = Calibrations(config.chars_per_token, learned, config.calibrate)
+        yield ProxyGovernor(config, calibrations, ledger, alerts, decision_log)
 
 
 def _forwarded(

@@ -16,6 +16,7 @@ import pytest
 import sqlalchemy as sa
 from sqlalchemy.engine import make_url
 
+from harness.fake_llm import FakeUpstream
 from harness.store import SqlEventStore, migrate_store, open_store
 from harness.store.engine import create_store_engine
 
@@ -84,6 +85,14 @@ def store(store_url: str) -> Iterator[SqlEventStore]:
     opened = open_store(store_url)
     yield opened
     opened.close()
+
+
+@pytest.fixture(scope="module")
+def fake() -> Iterator[FakeUpstream]:
+    """The fake upstream on a real socket, one per test module."""
+    server = FakeUpstream().start()
+    yield server
+    server.stop()
 
 
 @pytest.fixture

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import itertools
 import time
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -26,13 +25,6 @@ from tests.governor_support import SSE_GAP_SECONDS, echo_app, governor_proxy, se
 SECRET = "sk-governor-test-SECRET-42"
 SOFT, HARD = 1000, 2000
 """Tokens; at 3.2 chars per token: soft from 3,200 characters, hard from 6,400."""
-
-
-@pytest.fixture(scope="module")
-def fake() -> Iterator[FakeUpstream]:
-    server = FakeUpstream().start()
-    yield server
-    server.stop()
 
 
 def origin_of(fake: FakeUpstream) -> str:

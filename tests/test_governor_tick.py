@@ -6,7 +6,6 @@ OpenAI form / 3.2, and the thresholds below put each call where a test wants it.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -20,13 +19,6 @@ from tests.test_tick import Harness
 
 SOFT, HARD = 1000, 2000
 """Tokens: soft from 3,200 characters, hard from 6,400 at the fixed 3.2."""
-
-
-@pytest.fixture(scope="module")
-def fake() -> Iterator[FakeUpstream]:
-    server = FakeUpstream().start()
-    yield server
-    server.stop()
 
 
 def governed(tmp_path: Path, fake: FakeUpstream, **limits: Any) -> Harness:

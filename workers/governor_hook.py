@@ -18,10 +18,9 @@ from strands.models.openai import OpenAIModel
 from strands.types.content import Message, Messages
 
 from harness.estimate import openai_request_chars
-from harness.events import CalibrationSampled, GovernorFired
 from harness.governor.alerts import Alerts
 from harness.governor.calibration import Calibration, Calibrations, Sample
-from harness.governor.policy import Tail, Verdict, decide
+from harness.governor.policy import Tail, decide
 from harness.payload import TickPayload
 from harness.projections.calibration import current_calibrations
 from harness.store import StoreError
@@ -102,7 +101,7 @@ class ContextGovernor(HookProvider):
             self.alerts.send(verdict, f"tick {self.payload.tick_id} ({self.payload.level})")
         if verdict.decision == "pass":
             return
-        self._record_fired(verdict)
+        self.recorder.record(verdict.event("worker", self.payload.tick_id))
         if verdict.decision == "hard":
             self.stopped = True
             event.cancel = verdict.text(self.limits)
@@ -117,33 +116,10 @@ class ContextGovernor(HookProvider):
         prompt = int(usage.get("inputTokens") or 0)
         if message["role"] != "assistant" or prompt <= 0 or self._chars <= 0:
             return
-        cached = usage.get("cacheReadInputTokens")
-        self.calibrations.learn(self.payload.model, Sample(self._chars, prompt, cached))
-        self.recorder.record(
-            CalibrationSampled(
-                model=self.payload.model,
-                source="worker",
-                tick_id=self.payload.tick_id,
-                chars=self._chars,
-                prompt_tokens=prompt,
-                cached_tokens=cached,
-            )
-        )
+        sample = Sample(self._chars, prompt, usage.get("cacheReadInputTokens"))
+        self.calibrations.learn(self.payload.model, sample)
+        self.recorder.record(sample.event(self.payload.model, "worker", self.payload.tick_id))
         self._chars = 0
-
-    def _record_fired(self, verdict: Verdict) -> None:
-        self.recorder.record(
-            GovernorFired(
-                model=verdict.model,
-                source="worker",
-                tick_id=self.payload.tick_id,
-                decision=verdict.decision,
-                est_tokens=verdict.est_tokens,
-                threshold=verdict.threshold,
-                chars=verdict.chars,
-                chars_per_token=verdict.ratio,
-            )
-        )
 
 
 def _append_directive(messages: Messages, text: str) -> None:

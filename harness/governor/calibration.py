@@ -21,6 +21,8 @@ import statistics
 from dataclasses import dataclass, replace
 from typing import Literal
 
+from harness.events import CalibrationSampled
+
 MIN_RATIO = 0.8
 MAX_RATIO = 8.0
 MIN_CHARS = 1000
@@ -44,6 +46,19 @@ class Sample:
     @property
     def tokens(self) -> int:
         return self.prompt_tokens + (self.cached_tokens or 0 if self.cached else 0)
+
+    def event(
+        self, model: str, source: Literal["worker", "proxy"], tick_id: str | None
+    ) -> CalibrationSampled:
+        return CalibrationSampled(
+            model=model,
+            source=source,
+            tick_id=tick_id,
+            chars=self.chars,
+            prompt_tokens=self.prompt_tokens,
+            cached_tokens=self.cached_tokens,
+            cached=self.cached,
+        )
 
 
 @dataclass(frozen=True)

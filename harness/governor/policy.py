@@ -17,6 +17,7 @@ from typing import Annotated, Literal
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from harness.estimate import tokens_from_chars
+from harness.events import GovernorFired
 from harness.governor.calibration import MAX_RATIO, MIN_RATIO
 
 Decision = Literal["pass", "soft", "defer", "hard"]
@@ -99,6 +100,20 @@ class Verdict:
     def text(self, limits: GovernorLimits) -> str:
         template = limits.stop_message if self.decision == "hard" else limits.directive
         return fill(template, self.est_tokens, self.threshold)
+
+    def event(self, source: Literal["worker", "proxy"], tick_id: str | None) -> GovernorFired:
+        if self.decision == "pass":
+            raise ValueError("a pass is not an event: only soft, defer and hard are recorded")
+        return GovernorFired(
+            model=self.model,
+            source=source,
+            tick_id=tick_id,
+            decision=self.decision,
+            est_tokens=self.est_tokens,
+            threshold=self.threshold,
+            chars=self.chars,
+            chars_per_token=self.ratio,
+        )
 
 
 def decide(limits: GovernorLimits, model: str, chars: int, ratio: float, tail: Tail) -> Verdict:

@@ -31,7 +31,7 @@ from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import Route
 
 from harness.estimate import openai_request_chars, tokens_from_chars
-from harness.events import BudgetSpent, CalibrationSampled, GovernorFired
+from harness.events import BudgetSpent
 from harness.governor.alerts import Alerts
 from harness.governor.calibration import Calibrations, Sample
 from harness.governor.ledger import Ledger, LedgerEvent
@@ -131,18 +131,7 @@ class ProxyGovernor:
         if self.decision_log is not None:
             self.decision_log.write(orjson.dumps(entry).decode() + "\n")
         if verdict.decision != "pass":
-            self._record(
-                tick_id,
-                GovernorFired(
-                    model=model,
-                    source="proxy",
-                    decision=verdict.decision,
-                    est_tokens=verdict.est_tokens,
-                    threshold=verdict.threshold,
-                    chars=chars,
-                    chars_per_token=verdict.ratio,
-                ),
-            )
+            self._record(tick_id, verdict.event("proxy", None))
         if self.alerts.opens_episode(episode_of(body), verdict):
             task = asyncio.get_running_loop().run_in_executor(
                 None, self.alerts.send, verdict, "governor proxy"
@@ -162,17 +151,7 @@ class ProxyGovernor:
         else:
             sample = Sample(verdict.chars, usage.prompt_tokens, usage.cached_tokens, usage.cached)
             self.counters[f"calibration_{self.calibrations.learn(model, sample)}"] += 1
-            self._record(
-                tick_id,
-                CalibrationSampled(
-                    model=model,
-                    source="proxy",
-                    chars=verdict.chars,
-                    prompt_tokens=usage.prompt_tokens,
-                    cached_tokens=usage.cached_tokens,
-                    cached=usage.cached,
-                ),
-            )
+            self._record(tick_id, sample.event(model, "proxy", None))
             prompt, completion = sample.tokens, usage.completion_tokens
         self._record(
             tick_id,

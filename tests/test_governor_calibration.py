@@ -1,7 +1,8 @@
-"""Calibration across processes and against servers that hide their KV cache; alerts.
+"""Calibration across processes, rebuilt from zero, behind servers that hide their KV cache.
 
 `tickwork governor` runs as an operator runs it (a real process, legacy `GOV_*` names);
 the fake upstream counts tokens with its tokenizer-like rule over the rendered prompt.
+Alerts through apprise to a real local receiver, once per episode.
 """
 
 from __future__ import annotations
@@ -23,9 +24,14 @@ import httpx
 import pytest
 
 from harness.estimate import openai_request_chars
+from harness.events import GOVERNOR_STREAM
 from harness.fake_llm import FakeUpstream, KvCache
 from harness.governor.alerts import Alerts
+from harness.governor.calibration import Sample
 from harness.governor.settings import GovernorConfig
+from harness.projections.calibration import CalibrationProjection, load_calibrations
+from harness.projections.projector import Projector
+from harness.store import SqlEventStore
 from tests.corpus import session
 from tests.governor_support import governor_proxy
 
@@ -189,3 +195,23 @@ def test_alerts_are_sent_once_per_episode(
         send("a", 4000, 3)
     assert "soft" in received[0]["title"] and "m" in received[0]["title"]
     assert governor.alerts.sent == 3
+
+
+def test_calibration_rebuilt_from_zero_equals_the_incremental_one(store: SqlEventStore) -> None:
+    projector = Projector(store, [CalibrationProjection()], batch_size=7)
+    ratios = [2.5, 2.6, 9.0, 2.4, 5.0, 2.5, 0.5, 2.55] * 4
+    for index, ratio in enumerate(ratios):
+        sample = Sample(10_000 + index, round((10_000 + index) / ratio))
+        store.append(GOVERNOR_STREAM, [sample.event(f"m{index % 3}", "proxy", None).to_record()])
+        if index % 5 == 0:
+            projector.catch_up()
+    projector.catch_up()
+    with store.read_transaction() as conn:
+        incremental = load_calibrations(conn)
+    projector.rebuild("calibration")
+    with store.read_transaction() as conn:
+        assert load_calibrations(conn) == incremental
+    assert sum(state.ignored for state in incremental.values()) > 0
+    assert sum(state.samples for state in incremental.values()) + sum(
+        state.ignored for state in incremental.values()
+    ) == len(ratios)

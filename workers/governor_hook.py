@@ -117,8 +117,9 @@ class ContextGovernor(HookProvider):
         if message["role"] != "assistant" or prompt <= 0 or self._chars <= 0:
             return
         sample = Sample(self._chars, prompt, usage.get("cacheReadInputTokens"))
-        self.calibrations.learn(self.payload.model, sample)
-        self.recorder.record(sample.event(self.payload.model, "worker", self.payload.tick_id))
+        if not sample.tiny:
+            self.calibrations.learn(self.payload.model, sample)
+            self.recorder.record(sample.event(self.payload.model, "worker", self.payload.tick_id))
         self._chars = 0
 
 

@@ -47,6 +47,11 @@ class Sample:
     def tokens(self) -> int:
         return self.prompt_tokens + (self.cached_tokens or 0 if self.cached else 0)
 
+    @property
+    def tiny(self) -> bool:
+        """Too small to teach anything: not worth an event either."""
+        return self.chars < MIN_CHARS or self.tokens <= 0
+
     def event(
         self, model: str, source: Literal["worker", "proxy"], tick_id: str | None
     ) -> CalibrationSampled:
@@ -73,7 +78,7 @@ class Calibration:
         return statistics.median(self.window) if self.window else initial
 
     def judge(self, sample: Sample) -> Verdict:
-        if sample.chars < MIN_CHARS or sample.tokens <= 0:
+        if sample.tiny:
             return "tiny"
         observed = sample.chars / sample.tokens
         if not MIN_RATIO <= observed <= MAX_RATIO:

@@ -151,7 +151,8 @@ class ProxyGovernor:
         else:
             sample = Sample(verdict.chars, usage.prompt_tokens, usage.cached_tokens, usage.cached)
             self.counters[f"calibration_{self.calibrations.learn(model, sample)}"] += 1
-            self._record(tick_id, sample.event(model, "proxy", None))
+            if not sample.tiny:
+                self._record(tick_id, sample.event(model, "proxy", None))
             prompt, completion = sample.tokens, usage.completion_tokens
         self._record(
             tick_id,

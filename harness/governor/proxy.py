@@ -69,6 +69,9 @@ HOP_BY_HOP = frozenset(
 """Headers that describe one connection, not the request: never forwarded as they are."""
 
 RECENT_DECISIONS = 50
+KEEPALIVE_SECONDS = 2.0
+"""Shorter than servers' idle timeouts (uvicorn: 5 s), so a pooled connection is not reused
+in the instant the upstream closes it."""
 METHODS = ("GET", "POST", "PUT", "PATCH", "DELETE", "HEAD", "OPTIONS")
 
 
@@ -225,7 +228,9 @@ def create_app(governor: ProxyGovernor, client: httpx.AsyncClient | None = None)
     owned = client is None
     http = client or httpx.AsyncClient(
         timeout=httpx.Timeout(connect=10.0, read=600.0, write=60.0, pool=None),
-        limits=httpx.Limits(max_connections=None, max_keepalive_connections=200),
+        limits=httpx.Limits(
+            max_connections=None, max_keepalive_connections=200, keepalive_expiry=KEEPALIVE_SECONDS
+        ),
     )
 
     async def status(request: Request) -> Response:

@@ -72,24 +72,29 @@ def latencies(direct: str, proxy: str, body: dict[str, Any], count: int) -> dict
     return timings
 
 
-async def streaming_rate(origin: str, body: dict[str, Any], clients: int, seconds: float) -> float:
-    done = 0
+async def streaming_rate(
+    origin: str, body: dict[str, Any], clients: int, seconds: float
+) -> tuple[float, int]:
+    """Completed streams per second, and how many failed (a refused or cut connection)."""
+    done = failed = 0
     stop_at = time.monotonic() + seconds
     limits = httpx.Limits(max_connections=clients, max_keepalive_connections=clients)
     async with httpx.AsyncClient(timeout=60, limits=limits) as http:
 
         async def client() -> None:
-            nonlocal done
+            nonlocal done, failed
+            url = f"{origin}/v1/chat/completions"
             while time.monotonic() < stop_at:
-                async with http.stream(
-                    "POST", f"{origin}/v1/chat/completions", json=body
-                ) as answer:
-                    async for _ in answer.aiter_raw():
-                        pass
-                done += 1
+                try:
+                    async with http.stream("POST", url, json=body) as answer:
+                        async for _ in answer.aiter_raw():
+                            pass
+                    done += answer.is_success
+                except httpx.TransportError:
+                    failed += 1
 
         await asyncio.gather(*(client() for _ in range(clients)))
-    return done / seconds
+    return done / seconds, failed
 
 
 def main() -> None:
@@ -99,6 +104,7 @@ def main() -> None:
     parser.add_argument("--clients", type=int, default=50)
     args = parser.parse_args()
     print(describe())
+    print("load average at start: {:.2f} {:.2f} {:.2f}".format(*os.getloadavg()))
     body = session(7, 6)[-1]
     stream_body = {**body, "stream": True, "stream_options": {"include_usage": True}}
     env = {k: v for k, v in os.environ.items() if not k.startswith(("TICKWORK_", "GOV_"))}
@@ -126,10 +132,16 @@ def main() -> None:
             added99 = percentile(timings["proxy"], 0.99) - percentile(timings["direct"], 0.99)
             print(f"added  p50 {added50:.2f} ms  p99 {added99:.2f} ms  (target p50 <= 2 ms)")
             for name, origin in (("direct", direct), ("proxy", proxy)):
-                rate = asyncio.run(streaming_rate(origin, stream_body, args.clients, args.seconds))
-                print(f"{name:6} {rate:,.0f} streaming requests/s with {args.clients} clients")
+                rate, failed = asyncio.run(
+                    streaming_rate(origin, stream_body, args.clients, args.seconds)
+                )
+                print(
+                    f"{name:6} {rate:,.0f} streaming requests/s with {args.clients} clients "
+                    f"({failed} failed)"
+                )
             status = httpx.get(f"{proxy}/governor/status").json()
             print(f"proxy counters: {status['counters']}")
+            print("load average at end: {:.2f} {:.2f} {:.2f}".format(*os.getloadavg()))
         finally:
             for process in (governor, fake):
                 process.send_signal(signal.SIGTERM)

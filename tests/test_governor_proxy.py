@@ -6,6 +6,7 @@ estimate is exactly its size / 3.2 and each decision is known in advance.
 
 from __future__ import annotations
 
+import asyncio
 import itertools
 import time
 from pathlib import Path
@@ -272,3 +273,30 @@ def test_events_land_in_the_store_without_secrets(
     assert [s.data["prompt_tokens"] for s in spent] == [e.prompt_tokens for e in fake.ledger[-3:-1]]
     assert SECRET not in everything
     assert SECRET not in (tmp_path / "decisions.jsonl").read_text()
+
+
+def test_many_concurrent_streams_are_served_at_once(fake: FakeUpstream) -> None:
+    streams, text = 40, "x" * 64  # four chunks, 0.25 s apart: a second per stream
+    fake.script("concurrent", [Step(text=text, chunk_delay=0.25) for _ in range(streams)])
+    body = {"model": "m", "messages": messages(100), "stream": True}
+
+    async def one(http: httpx.AsyncClient, origin: str) -> str:
+        headers = {"X-Tickwork-Tick": "concurrent"}
+        async with http.stream(
+            "POST", f"{origin}/v1/chat/completions", json=body, headers=headers
+        ) as answer:
+            lines = [line async for line in answer.aiter_lines() if line.startswith("data: {")]
+        return "".join(
+            orjson.loads(line[6:])["choices"][0]["delta"].get("content") or "" for line in lines
+        )
+
+    async def all_at_once(origin: str) -> list[str]:
+        async with httpx.AsyncClient(timeout=30) as http:
+            return await asyncio.gather(*(one(http, origin) for _ in range(streams)))
+
+    with governor_proxy(config(origin_of(fake))) as (origin, _):
+        began = time.monotonic()
+        answers = asyncio.run(all_at_once(origin))
+        elapsed = time.monotonic() - began
+    assert answers == [text] * streams
+    assert elapsed < 5, f"{streams} one-second streams took {elapsed:.1f} s"

@@ -5,11 +5,15 @@ PostgreSQL tests skip locally when no server answers; with CI=true a missing ser
 
 from __future__ import annotations
 
+import json
 import os
+import threading
 import uuid
 from collections.abc import Iterator
 from contextlib import contextmanager
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
+from typing import Any
 
 import psycopg
 import pytest
@@ -98,3 +102,28 @@ def fake() -> Iterator[FakeUpstream]:
 @pytest.fixture
 def sqlite_url(tmp_path: Path) -> str:
     return f"sqlite:///{tmp_path}/events.db"
+
+
+class _Receiver(BaseHTTPRequestHandler):
+    received: list[dict[str, Any]] = []
+
+    def do_POST(self) -> None:
+        length = int(self.headers.get("content-length", 0))
+        self.received.append(json.loads(self.rfile.read(length)))
+        self.send_response(200)
+        self.end_headers()
+
+    def log_message(self, *args: Any) -> None:
+        pass
+
+
+@pytest.fixture
+def receiver() -> Iterator[tuple[str, list[dict[str, Any]]]]:
+    """A local HTTP endpoint for apprise's `json://` notifications: (URL, bodies received)."""
+    received: list[dict[str, Any]] = []
+    handler = type("Handler", (_Receiver,), {"received": received})
+    server = ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    yield f"json://127.0.0.1:{server.server_address[1]}/alerts", received
+    server.shutdown()

@@ -7,16 +7,13 @@ Alerts through apprise to a real local receiver, once per episode.
 
 from __future__ import annotations
 
-import json
 import os
 import signal
 import socket
 import subprocess
 import sys
-import threading
 import time
 from collections.abc import Iterator
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
@@ -131,30 +128,6 @@ def test_calibration_converges_even_when_the_server_hides_cached_tokens(
     assert learned == pytest.approx(sorted(truth)[len(truth) // 2], rel=0.10)
     if words_fake.state.kv_cache == "hidden":
         assert state.ignored > 0
-
-
-class _Receiver(BaseHTTPRequestHandler):
-    received: list[dict[str, Any]] = []
-
-    def do_POST(self) -> None:
-        length = int(self.headers.get("content-length", 0))
-        self.received.append(json.loads(self.rfile.read(length)))
-        self.send_response(200)
-        self.end_headers()
-
-    def log_message(self, *args: Any) -> None:
-        pass
-
-
-@pytest.fixture
-def receiver() -> Iterator[tuple[str, list[dict[str, Any]]]]:
-    received: list[dict[str, Any]] = []
-    handler = type("Handler", (_Receiver,), {"received": received})
-    server = ThreadingHTTPServer(("127.0.0.1", 0), handler)
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    yield f"json://127.0.0.1:{server.server_address[1]}/alerts", received
-    server.shutdown()
 
 
 def conversation(name: str, chars: int) -> dict[str, Any]:

@@ -12,6 +12,7 @@ from typing import Any
 import pytest
 
 from harness.fake_llm import FakeUpstream, Step, ToolCallSpec
+from harness.governor.alerts import ALERT_URLS_ENV
 from harness.governor.settings import GovernorConfig
 from harness.projections.calibration import current_calibrations
 from harness.runner import TickOutcome
@@ -117,3 +118,17 @@ def test_calibration_persists_from_one_tick_process_to_the_next(
     second = run(harness, "Report. " + "z" * 5000, [Step(text="ok")])
     [event] = fired(harness, second)
     assert event["chars_per_token"] == pytest.approx(ratio)
+
+
+def test_a_tick_over_its_ceiling_alerts_the_operator_once(
+    tmp_path: Path, fake: FakeUpstream, receiver: tuple[str, list[dict[str, Any]]]
+) -> None:
+    url, received = receiver
+    harness = governed(tmp_path, fake)
+    harness.runner.env[ALERT_URLS_ENV] = url
+    outcome = run(harness, "Check the pager.", [big_call(4000), big_call(4000), Step(text="x")])
+    assert [e["decision"] for e in fired(harness, outcome)] == ["defer", "hard"]
+    assert len(received) == 1
+    assert "defer" in received[0]["title"] and outcome.tick_id in received[0]["message"]
+    assert url not in str([e.data for e in harness.events(outcome)])
+    fake.state.scripts.pop(outcome.tick_id, None)

@@ -228,13 +228,15 @@ def test_sse_chunks_arrive_as_the_upstream_sends_them() -> None:
     assert sum(gap >= SSE_GAP_SECONDS * 0.7 for gap in gaps) >= 3, gaps
 
 
-def test_unreachable_upstream_is_a_502_that_says_so() -> None:
-    with governor_proxy(config("http://127.0.0.1:9")) as (origin, _):
+def test_unreachable_upstream_is_a_502_that_says_so_without_credentials() -> None:
+    with governor_proxy(config(f"http://user:{SECRET}@127.0.0.1:9")) as (origin, governor):
         response = httpx.post(
             f"{origin}/v1/chat/completions", json={"model": "m", "messages": messages(10)}
         )
     assert response.status_code == 502
-    assert "upstream http://127.0.0.1:9 did not answer" in response.json()["error"]["message"]
+    message = response.json()["error"]["message"]
+    assert "upstream http://127.0.0.1:9 did not answer (ConnectError" in message
+    assert SECRET not in message and SECRET not in str(governor.status())
 
 
 def test_events_land_in_the_store_without_secrets(

@@ -17,7 +17,7 @@ from strands.hooks import BeforeModelCallEvent, HookProvider, HookRegistry, Mess
 from strands.models.openai import OpenAIModel
 from strands.types.content import Message, Messages
 
-from harness.estimate import openai_request_chars
+from harness.estimate import openai_request_chars, request_chars
 from harness.governor.alerts import Alerts
 from harness.governor.calibration import Calibration, Calibrations, Sample
 from harness.governor.policy import Tail, decide
@@ -76,10 +76,14 @@ class ContextGovernor(HookProvider):
         registry.add_callback(MessageAddedEvent, self._message_added)
 
     def _measure(self, event: BeforeModelCallEvent) -> int:
+        """The size in OpenAI form; in the SDK's own form if the provider cannot format it."""
         agent = event.agent
-        request = self.model.format_request(
-            agent.messages, agent.tool_registry.get_all_tool_specs(), agent.system_prompt
-        )
+        specs = agent.tool_registry.get_all_tool_specs()
+        try:
+            request = self.model.format_request(agent.messages, specs, agent.system_prompt)
+        except (TypeError, ValueError) as exc:
+            log.warning("measuring the request unformatted: %s", exc)
+            return request_chars(agent.system_prompt, agent.messages, specs)
         return openai_request_chars(request)
 
     def _before_call(self, event: BeforeModelCallEvent) -> None:

@@ -39,7 +39,7 @@ def governor(
     try:
         with proxy_governor(limits, store, Spool(config.paths.spool), alerts) as governor:
             out.print(
-                f"governor on http://{limits.host}:{limits.port} -> {limits.upstream} "
+                f"governor on http://{limits.host}:{limits.port} -> {limits.public_upstream} "
                 f"(soft {limits.soft_tokens:,}, hard {limits.limits().hard or 'off'}; "
                 f"status: GET /governor/status)"
             )

@@ -178,7 +178,7 @@ class ProxyGovernor:
     def status(self) -> dict[str, Any]:
         learned = self.calibrations.models
         return {
-            "upstream": self.config.upstream,
+            "upstream": self.config.public_upstream,
             "soft_tokens": self.limits.soft_tokens,
             "hard_tokens": self.limits.hard,
             "calibrate": self.limits.calibrate,
@@ -260,9 +260,9 @@ def create_app(governor: ProxyGovernor, client: httpx.AsyncClient | None = None)
             answer = await http.send(outgoing, stream=True)
         except httpx.HTTPError as exc:
             governor.counters["upstream_errors"] += 1
-            message = (
-                f"governor: the upstream {upstream} did not answer: {type(exc).__name__}: {exc}"
-            )
+            reason = f"{type(exc).__name__}: {exc}".rstrip(": ")
+            shown = governor.config.public_upstream
+            message = f"governor: the upstream {shown} did not answer ({reason})"
             log.warning("%s", message)
             return JSONResponse(
                 {"error": {"message": message, "type": "upstream_error", "code": 502}},

@@ -10,6 +10,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Annotated
+from urllib.parse import urlsplit, urlunsplit
 
 from pydantic import Field, ValidationError
 
@@ -43,6 +44,16 @@ class GovernorConfig(GovernorLimits):
     """The level the proxy's `BudgetSpent` events are booked under in spend reports."""
     alert_episode_seconds: Annotated[float, Field(gt=0)] = 3600.0
     """A conversation quiet this long (or back under the threshold) starts a new episode."""
+
+    @property
+    def public_upstream(self) -> str:
+        """The upstream without any credentials in it, for logs, errors and the status page."""
+        if not self.upstream:
+            return ""
+        parts = urlsplit(self.upstream)
+        host = parts.hostname or ""
+        netloc = f"{host}:{parts.port}" if parts.port else host
+        return urlunsplit(parts._replace(netloc=netloc))
 
     def limits(self) -> GovernorLimits:
         return GovernorLimits(**self.model_dump(include=set(GovernorLimits.model_fields)))

@@ -220,13 +220,12 @@ def _forwarded(
     return [(name, value) for name, value in headers if name.decode("latin-1").lower() not in drop]
 
 
-def create_app(governor: ProxyGovernor, client: httpx.AsyncClient | None = None) -> Starlette:
-    """The proxy app; it owns an `httpx.AsyncClient` unless one is given (tests, bench)."""
+def create_app(governor: ProxyGovernor) -> Starlette:
+    """The proxy app, with one pooled `httpx.AsyncClient` to the upstream for its lifetime."""
     upstream = (governor.config.upstream or "").rstrip("/")
     if not upstream:
         raise ValueError("the governor needs an upstream: set [governor] upstream or GOV_UPSTREAM")
-    owned = client is None
-    http = client or httpx.AsyncClient(
+    http = httpx.AsyncClient(
         timeout=httpx.Timeout(connect=10.0, read=600.0, write=60.0, pool=None),
         limits=httpx.Limits(
             max_connections=None, max_keepalive_connections=200, keepalive_expiry=KEEPALIVE_SECONDS
@@ -278,8 +277,7 @@ def create_app(governor: ProxyGovernor, client: httpx.AsyncClient | None = None)
     @contextlib.asynccontextmanager
     async def lifespan(app: Starlette) -> AsyncIterator[None]:
         yield
-        if owned:
-            await http.aclose()
+        await http.aclose()
 
     return Starlette(
         routes=[

@@ -18,6 +18,7 @@ from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, SettingsConfigDict
 
+from harness.governor.settings import GovernorConfig
 from harness.store.records import Durability
 
 CONFIG_ENV = "TICKWORK_CONFIG"
@@ -219,6 +220,7 @@ class Settings(BaseSettings):
     runner: RunnerConfig = RunnerConfig()
     rag: RagConfig = RagConfig()
     routing: RoutingConfig = RoutingConfig()
+    governor: GovernorConfig = GovernorConfig()
     prices: dict[str, PriceOverride] = {}
     levels: dict[str, LevelConfig] = {}
     digests: dict[str, DigestConfig] = {}

@@ -1,12 +1,15 @@
 """Size of a model request in characters, and tokens estimated from it.
 
 The size counts everything the model is sent (system prompt, messages with their tool
-calls and results, tool schemas): counting message text alone misjudges tool-heavy agents.
+calls and results, tool schemas): counting message text alone misjudges tool-heavy agents
+by a factor of about 3. Ticks and the governor proxy measure the same thing, a request in
+OpenAI chat-completions form, so a ratio learned by one is right for the other.
 """
 
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping
 from typing import Any
 
 import orjson
@@ -14,9 +17,23 @@ import orjson
 DEFAULT_CHARS_PER_TOKEN = 3.2
 
 
-def request_chars(system_prompt: str | None, messages: Any, tool_specs: Any) -> int:
-    parts = [system_prompt or "", messages or [], tool_specs or []]
+def _json_chars(parts: list[Any]) -> int:
     return len(orjson.dumps(parts, default=str).decode())
+
+
+def request_chars(system_prompt: str | None, messages: Any, tool_specs: Any) -> int:
+    """Size of a request still in the SDK's own form (before the provider formats it)."""
+    return _json_chars([system_prompt or "", messages or [], tool_specs or []])
+
+
+def openai_request_chars(body: Mapping[str, Any]) -> int:
+    """Size of an OpenAI chat-completions request: its messages and tool schemas.
+
+    Sampling parameters (temperature, stream, …) are not shown to the model and are left out.
+    """
+    return _json_chars(
+        [body.get("messages") or [], body.get("tools") or body.get("functions") or []]
+    )
 
 
 def tokens_from_chars(chars: int, chars_per_token: float = DEFAULT_CHARS_PER_TOKEN) -> int:

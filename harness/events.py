@@ -220,6 +220,44 @@ class LevelBudgetExceeded(Event):
     reserved_tokens: int
 
 
+GOVERNOR_STREAM = "governor"
+"""Governor events of requests that belong to no tick (the proxy's other clients)."""
+
+
+class GovernorEvent(Event):
+    """Recorded in the tick's stream when a tick made the request, else in `governor`."""
+
+    model: str
+    source: Literal["worker", "proxy"]
+    tick_id: str | None = None
+
+    @property
+    def stream_id(self) -> str:
+        return GOVERNOR_STREAM if self.tick_id is None else tick_stream(self.tick_id)
+
+
+class GovernorFired(GovernorEvent):
+    """A request reached the soft threshold (directive sent or deferred) or the hard ceiling."""
+
+    type = "GovernorFired"
+    decision: Literal["soft", "defer", "hard"]
+    est_tokens: NonNegativeInt
+    threshold: NonNegativeInt
+    chars: NonNegativeInt
+    chars_per_token: float
+
+
+class CalibrationSampled(GovernorEvent):
+    """A request's size and the prompt tokens its response reported: one calibration sample."""
+
+    type = "CalibrationSampled"
+    chars: NonNegativeInt
+    prompt_tokens: NonNegativeInt
+    cached_tokens: NonNegativeInt | None = None
+    cached: bool = False
+    """True when `prompt_tokens` leaves out the `cached_tokens` the server reused."""
+
+
 CONTROL_STREAM = "control"
 """Operator requests to running services (cancel); every replica follows it."""
 
@@ -310,6 +348,8 @@ EVENT_TYPES: dict[tuple[str, int], type[Event]] = {
         DigestDeliveryFailed,
         DigestPublished,
         CancelRequested,
+        GovernorFired,
+        CalibrationSampled,
     )
 }
 

@@ -27,6 +27,15 @@ shutdown_grace_seconds = 30     # on SIGTERM, running ticks get this long to fin
 infra_retries = 3               # 429/5xx/timeouts: retries with backoff, then the level pauses
 content_retries = 1             # empty or invalid output: retries, then TickFailed
 
+[governor]
+# The context-size guard, in every tick and in `tickwork governor` (the proxy for other
+# agents). Tokens are estimated from the request's size with a ratio learned per model.
+soft_tokens = 60000             # from here the agent is told to wrap up
+# hard_tokens = 65000           # from here the model is not called (default soft + 5000; 0: off)
+# exempt_models = ["gemini-2.5-pro"]   # measured, never cut
+# upstream = "http://127.0.0.1:4000"   # the proxy forwards here (env GOV_UPSTREAM works too)
+# Alerts: apprise URLs in the environment only, TICKWORK_ALERT_URLS="json://host/hook,..."
+
 # Which model runs each tick can come from a routing catalog instead of each level's `model`
 # (check it first: tickwork catalog check FILE; see ops/catalog.example.toml).
 # [routing]

@@ -6,27 +6,34 @@ tool-call rounds (parallel calls included), HTTP errors, delays and streams cut 
 usage chunk. Every answer is written to a ledger with the tokens it billed, so a test can
 hold the store's spend against what the upstream charged. Token counts follow a fixed
 rule (a token per 4 characters of the request or answer), so they are reproducible.
+
+Two options make it behave like real servers for the governor's calibration: `tokenizer=
+"words"` counts prompt tokens the way a subword tokenizer roughly does, over the prompt as
+a chat template renders it (not the JSON), and `kv_cache` reports, like llama.cpp or
+Ollama reusing their KV cache, only the prompt tokens past the prefix the previous
+request shared (`"llama"` says so in `timings`, `"hidden"` does not).
 """
 
 from __future__ import annotations
 
 import asyncio
 import math
+import re
 import threading
 import time
 import uuid
 from collections import defaultdict, deque
 from collections.abc import AsyncIterator, Iterator
 from contextlib import contextmanager
-from typing import Any
+from typing import Any, Literal
 
 import orjson
-import uvicorn
 from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse, Response, StreamingResponse
 from pydantic import BaseModel, ConfigDict, Field
 
 from harness.payload import TICK_HEADER
+from harness.serving import BackgroundServer
 
 DEFAULT_TEXT = "All done: nothing needed attention."
 
@@ -50,6 +57,8 @@ class Step(BaseModel):
     cut_stream: bool = False
     """Streaming only: send the content, then drop the connection before usage and [DONE]."""
     omit_usage: bool = False
+    chunk_delay: float = 0.0
+    """Streaming only: seconds between two chunks."""
 
 
 class Script(BaseModel):
@@ -66,20 +75,93 @@ class LedgerEntry(BaseModel):
     usage_reported: bool
     stream: bool
     received_at: float
+    prompt_tokens_total: int = 0
+    """Cached prefix included: what a server without a KV cache would report."""
+
+
+Tokenizer = Literal["chars", "words"]
+KvCache = Literal["none", "hidden", "llama"]
+
+_PIECES = re.compile(r"[A-Za-z]+|[0-9]+|\s+|[^\sA-Za-z0-9]")
 
 
 def count_tokens(text: str) -> int:
     return max(1, math.ceil(len(text) / 4))
 
 
+def count_word_tokens(text: str) -> int:
+    """Like a subword tokenizer: a word per 6 letters, numbers by 3 digits, each symbol one."""
+    total = 0
+    for match in _PIECES.finditer(text):
+        piece = match.group()
+        if piece[0].isalpha():
+            total += math.ceil(len(piece) / 6)
+        elif piece[0].isdigit():
+            total += math.ceil(len(piece) / 3)
+        elif not piece.isspace() or "\n" in piece:
+            total += 1
+    return max(1, total)
+
+
+def _text(content: Any) -> str:
+    if isinstance(content, list):
+        return "".join(str(part.get("text", "")) for part in content if isinstance(part, dict))
+    return "" if content is None else str(content)
+
+
+def _shared_prefix(first: str, second: str) -> int:
+    """Length of the common start, compared in blocks (prompts run to megabytes)."""
+    end, size = min(len(first), len(second)), 0
+    while size + 4096 <= end and first[size : size + 4096] == second[size : size + 4096]:
+        size += 4096
+    while size < end and first[size] == second[size]:
+        size += 1
+    return size
+
+
+def render_prompt(body: dict[str, Any]) -> str:
+    """The prompt as a chat template lays it out: what a real server tokenizes."""
+    parts = []
+    for tool in body.get("tools") or []:
+        parts.append("<|tool|>" + orjson.dumps(tool.get("function", tool)).decode() + "\n")
+    for message in body.get("messages") or []:
+        parts.append(f"<|{message.get('role')}|>\n{_text(message.get('content'))}")
+        for call in message.get("tool_calls") or []:
+            function = call.get("function") or {}
+            parts.append(f"<tool_call>{function.get('name')}({function.get('arguments')})")
+        parts.append("<|end|>\n")
+    return "".join(parts)
+
+
 class FakeState:
     """Scripts, the ledger and request times; shared by the app and in-process tests."""
 
-    def __init__(self) -> None:
+    def __init__(self, tokenizer: Tokenizer = "chars", kv_cache: KvCache = "none") -> None:
         self.lock = threading.Lock()
         self.scripts: dict[str, deque[Step]] = defaultdict(deque)
         self.ledger: list[LedgerEntry] = []
         self.first_request: dict[str, float] = {}
+        self.tokenizer = tokenizer
+        self.kv_cache = kv_cache
+        self.previous_prompt: dict[str, str] = {}
+        self.received: deque[dict[str, Any]] = deque(maxlen=100)
+        """The latest chat request bodies, as they arrived."""
+
+    def prompt_tokens(self, key: str, body: dict[str, Any]) -> tuple[int, int]:
+        """(tokens billed, tokens reused from the KV cache) for a request."""
+        if self.tokenizer == "chars":
+            total = count_tokens(orjson.dumps([body.get("messages"), body.get("tools")]).decode())
+            return total, 0
+        prompt = render_prompt(body)
+        total = count_word_tokens(prompt)
+        if self.kv_cache == "none":
+            return total, 0
+        with self.lock:
+            previous = self.previous_prompt.get(key, "")
+            self.previous_prompt[key] = prompt
+        shared = _shared_prefix(previous, prompt)
+        cached = count_word_tokens(prompt[:shared]) if shared else 0
+        return max(1, total - cached), cached
 
     def script(self, key: str, steps: list[Step]) -> None:
         with self.lock:
@@ -130,6 +212,7 @@ def create_app(state: FakeState | None = None) -> FastAPI:
     async def chat(request: Request) -> Response:
         fake: FakeState = app.state.fake
         body = await request.json()
+        fake.received.append(body)
         key = request.headers.get(TICK_HEADER, "default")
         step = fake.next_step(key)
         if step.delay:
@@ -141,9 +224,9 @@ def create_app(state: FakeState | None = None) -> FastAPI:
             )
         text, calls = _answer(step)
         model = str(body.get("model", "fake-model"))
-        prompt_chars = orjson.dumps([body.get("messages"), body.get("tools")]).decode()
-        usage = {
-            "prompt_tokens": count_tokens(prompt_chars),
+        prompt_tokens, cached = fake.prompt_tokens(key, body)
+        usage: dict[str, Any] = {
+            "prompt_tokens": prompt_tokens,
             "completion_tokens": count_tokens(text + orjson.dumps(calls).decode()),
         }
         usage["total_tokens"] = usage["prompt_tokens"] + usage["completion_tokens"]
@@ -159,8 +242,12 @@ def create_app(state: FakeState | None = None) -> FastAPI:
                 usage_reported=reported,
                 stream=stream,
                 received_at=time.time(),
+                prompt_tokens_total=prompt_tokens + cached,
             )
         )
+        extra = {"timings": {"prompt_n": prompt_tokens, "cache_n": cached}}
+        if fake.kv_cache != "llama":
+            extra = {}
         finish = "tool_calls" if calls else "stop"
         if not stream:
             message: dict[str, Any] = {"role": "assistant", "content": text or None}
@@ -174,10 +261,10 @@ def create_app(state: FakeState | None = None) -> FastAPI:
                 "choices": [{"index": 0, "message": message, "finish_reason": finish}],
             }
             if reported:
-                completion["usage"] = usage
+                completion.update(usage=usage, **extra)
             return JSONResponse(completion)
         return StreamingResponse(
-            _stream(model, text, calls, finish, usage if reported else None, step.cut_stream),
+            _stream(model, text, calls, finish, usage if reported else None, step, extra),
             media_type="text/event-stream",
         )
 
@@ -189,8 +276,9 @@ async def _stream(
     text: str,
     calls: list[dict[str, Any]],
     finish: str,
-    usage: dict[str, int] | None,
-    cut: bool,
+    usage: dict[str, Any] | None,
+    step: Step,
+    extra: dict[str, Any],
 ) -> AsyncIterator[bytes]:
     ident = f"chatcmpl-{uuid.uuid4().hex[:12]}"
 
@@ -206,10 +294,11 @@ async def _stream(
 
     yield chunk({"role": "assistant", "content": ""})
     for start in range(0, len(text), 16):
+        await asyncio.sleep(step.chunk_delay)
         yield chunk({"content": text[start : start + 16]})
     for index, call in enumerate(calls):
         yield chunk({"tool_calls": [{"index": index, **call}]})
-    if cut:
+    if step.cut_stream:
         await asyncio.sleep(0.05)
         raise ConnectionAbortedError("scripted cut before the usage chunk")
     yield chunk({}, finish)
@@ -221,6 +310,7 @@ async def _stream(
             "model": model,
             "choices": [],
             "usage": usage,
+            **extra,
         }
         yield b"data: " + orjson.dumps(body) + b"\n\n"
     yield b"data: [DONE]\n\n"
@@ -229,29 +319,23 @@ async def _stream(
 class FakeUpstream:
     """The fake server on a real socket, in a background thread of this process."""
 
-    def __init__(self, host: str = "127.0.0.1", port: int = 0) -> None:
-        self.state = FakeState()
-        config = uvicorn.Config(
-            create_app(self.state), host=host, port=port, log_level="warning", lifespan="off"
-        )
-        self._server = uvicorn.Server(config)
-        self._thread = threading.Thread(target=self._server.run, name="fake-llm", daemon=True)
+    def __init__(
+        self,
+        host: str = "127.0.0.1",
+        port: int = 0,
+        tokenizer: Tokenizer = "chars",
+        kv_cache: KvCache = "none",
+    ) -> None:
+        self.state = FakeState(tokenizer, kv_cache)
+        self._server = BackgroundServer(create_app(self.state), host, port, "fake upstream")
         self.url = ""
 
     def start(self) -> FakeUpstream:
-        self._thread.start()
-        deadline = time.monotonic() + 10
-        while not self._server.started:
-            if time.monotonic() > deadline or not self._thread.is_alive():
-                raise RuntimeError("the fake upstream did not start")
-            time.sleep(0.01)
-        host, port = self._server.servers[0].sockets[0].getsockname()[:2]
-        self.url = f"http://{host}:{port}/v1"
+        self.url = self._server.start() + "/v1"
         return self
 
     def stop(self) -> None:
-        self._server.should_exit = True
-        self._thread.join(5)
+        self._server.stop()
 
     def script(self, key: str, steps: list[Step]) -> None:
         self.state.script(key, steps)

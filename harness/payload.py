@@ -11,6 +11,8 @@ from typing import Annotated, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from harness.governor.policy import GovernorLimits
+
 TICK_HEADER = "x-tickwork-tick"
 """Sent with every model request, so an upstream (or the fake one) can tell ticks apart."""
 
@@ -72,3 +74,4 @@ class TickPayload(BaseModel):
     model_timeout_seconds: Annotated[float, Field(gt=0)] = 120.0
     route: RoutePlan | None = None
     """Set when a routing catalog chose the model; `model` and `effort` are its first."""
+    governor: GovernorLimits = GovernorLimits()

@@ -217,6 +217,7 @@ class Runner:
             durability=self.settings.store.durability,
             spool_dir=self.settings.paths.spool.absolute(),
             route=routed.plan if routed else None,
+            governor=self.settings.governor.limits(),
         )
         return PreparedTick(
             payload,

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from harness.events import BudgetSpent, TickStarted
-from harness.store import NewEvent, Spool, open_store
+from harness.store import HEAD_REVISION, NewEvent, Spool, open_store
 
 TICKWORK = str(Path(sys.executable).with_name("tickwork"))
 
@@ -133,9 +133,9 @@ def test_projections_rebuild_and_spool_ingest(tmp_path: Path) -> None:
 
 def test_migrate_reports_the_schema(tmp_path: Path) -> None:
     first = run(tmp_path, "migrate")
-    assert first.returncode == 0 and "none -> 0001" in first.stdout
+    assert first.returncode == 0 and f"none -> {HEAD_REVISION}" in first.stdout
     second = run(tmp_path, "migrate")
-    assert "already at 0001" in second.stdout
+    assert f"already at {HEAD_REVISION}" in second.stdout
 
 
 def test_tick_runs_one_tick_on_the_fake_upstream(tmp_path: Path) -> None:

@@ -8,6 +8,7 @@ read); a payload too broken to name its result file is reported on stderr with e
 from __future__ import annotations
 
 import logging
+import os
 import sys
 import traceback
 from typing import Any
@@ -77,7 +78,10 @@ def run(payload: TickPayload) -> int:
     from strands.agent.conversation_manager import NullConversationManager
     from strands.event_loop._retry import ModelRetryStrategy
 
+    from harness.governor.alerts import Alerts, urls_from_env
+    from harness.governor.calibration import Calibrations
     from workers.fallback import CandidateWalk
+    from workers.governor_hook import ContextGovernor, learned_calibrations
     from workers.model import build_model
     from workers.rag_tool import make_rag_lookup
     from workers.recorder import EventRecorder
@@ -89,6 +93,13 @@ def run(payload: TickPayload) -> int:
     walk = CandidateWalk(payload, recorder)
     budget = ToolBudget(payload.max_tool_calls)
     spend = SpendMeter(payload, recorder)
+    limits = payload.governor
+    governor = ContextGovernor(
+        payload,
+        recorder,
+        Calibrations(limits.chars_per_token, learned_calibrations(recorder), limits.calibrate),
+        Alerts(urls_from_env(os.environ)),
+    )
     tools: list[Any] = []
     if payload.rag.enabled:
         tools.append(make_rag_lookup(payload.rag))
@@ -99,7 +110,7 @@ def run(payload: TickPayload) -> int:
     result: TickResult
     try:
         while True:
-            spend.model = build_model(payload, walk.current)
+            spend.model = governor.model = build_model(payload, walk.current)
             agent = Agent(
                 model=spend.model,
                 tools=tools,
@@ -107,7 +118,7 @@ def run(payload: TickPayload) -> int:
                 callback_handler=None,
                 conversation_manager=NullConversationManager(),
                 context_manager=False,
-                hooks=[budget, ToolTrace(payload, recorder), spend],
+                hooks=[budget, ToolTrace(payload, recorder), governor, spend],
                 retry_strategy=ModelRetryStrategy(max_attempts=2, initial_delay=1, max_delay=2),
                 name=f"tickwork-{payload.level}",
             )
@@ -119,6 +130,8 @@ def run(payload: TickPayload) -> int:
                     raise
         text = str(answer).strip()
         stop_reason = "tool_budget" if budget.exhausted else str(answer.stop_reason)
+        if governor.stopped:
+            stop_reason = "context_limit"
         error = None
         if not text:
             error = ResultError(

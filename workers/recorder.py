@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import logging
 
-from harness.events import TickEvent
+from harness.events import GovernorEvent, TickEvent
 from harness.payload import TickPayload
 from harness.store import SqlEventStore, StoreError, append_or_spool, open_store
 from harness.store.spool import Spool
@@ -26,7 +26,7 @@ class EventRecorder:
             log.warning("store unavailable, spooling this tick's events: %s", exc)
             self.store = None
 
-    def record(self, event: TickEvent) -> None:
+    def record(self, event: TickEvent | GovernorEvent) -> None:
         append_or_spool(self.store, self.spool, event.stream_id, [event.to_record()])
 
     def close(self) -> None:

@@ -2,13 +2,20 @@
 
 from __future__ import annotations
 
-from harness.cli import catalog_commands, digest_commands, store_commands, tick_commands
+from harness.cli import (
+    catalog_commands,
+    digest_commands,
+    governor_commands,
+    store_commands,
+    tick_commands,
+)
 from harness.cli.app import app
 
 __all__ = [
     "app",
     "catalog_commands",
     "digest_commands",
+    "governor_commands",
     "main",
     "store_commands",
     "tick_commands",

@@ -282,7 +282,9 @@ def spool_ingest() -> None:
 
 @projections_app.command("rebuild")
 def projections_rebuild(
-    name: Annotated[str | None, typer.Argument(help="spend or ticks (default: all).")] = None,
+    name: Annotated[
+        str | None, typer.Argument(help="spend, ticks or calibration (default: all).")
+    ] = None,
 ) -> None:
     """Clear a read model and fold it again from the first event."""
     config = settings()

@@ -9,7 +9,7 @@ from __future__ import annotations
 import sqlalchemy as sa
 from sqlalchemy.dialects.postgresql import JSONB
 
-HEAD_REVISION = "0001"
+HEAD_REVISION = "0002"
 
 metadata = sa.MetaData()
 

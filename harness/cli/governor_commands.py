@@ -1,0 +1,54 @@
+"""`tickwork governor`: the context-size guard as a proxy in front of any OpenAI-compatible API."""
+
+from __future__ import annotations
+
+import os
+from typing import Annotated
+
+import typer
+
+from harness.cli.app import app, fail, out, settings, store_for
+from harness.governor.alerts import Alerts, urls_from_env
+from harness.governor.proxy import create_app, proxy_governor
+from harness.governor.settings import GovernorEnvError, with_legacy_env
+from harness.store import Spool
+
+
+@app.command()
+def governor(
+    upstream: Annotated[
+        str | None, typer.Option(help="Base URL to forward to (default: [governor] upstream).")
+    ] = None,
+    port: Annotated[int | None, typer.Option(help="Port (default: [governor] port).")] = None,
+    host: Annotated[str | None, typer.Option(help="Address (default: [governor] host).")] = None,
+) -> None:
+    """Serve the governor proxy: point agents' OPENAI_BASE_URL at it instead of the gateway."""
+    import uvicorn
+
+    config = settings()
+    try:
+        limits = with_legacy_env(config.governor, os.environ)
+    except GovernorEnvError as exc:
+        raise fail(str(exc), code=2) from exc
+    overrides = {"upstream": upstream, "port": port, "host": host}
+    limits = limits.model_copy(update={k: v for k, v in overrides.items() if v is not None})
+    if not limits.upstream:
+        raise fail("no upstream: set [governor] upstream, GOV_UPSTREAM or --upstream", code=2)
+    store = store_for(config)
+    alerts = Alerts(urls_from_env(os.environ), limits.alert_episode_seconds)
+    try:
+        with proxy_governor(limits, store, Spool(config.paths.spool), alerts) as governor:
+            out.print(
+                f"governor on http://{limits.host}:{limits.port} -> {limits.public_upstream} "
+                f"(soft {limits.soft_tokens:,}, hard {limits.limits().hard or 'off'}; "
+                f"status: GET /governor/status)"
+            )
+            uvicorn.run(
+                create_app(governor),
+                host=limits.host,
+                port=limits.port,
+                log_level="warning",
+                access_log=False,
+            )
+    finally:
+        store.close()

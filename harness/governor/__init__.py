@@ -1,0 +1,1 @@
+"""The context-size governor: estimation, calibration, policy, the proxy and its alerts."""

@@ -1,0 +1,322 @@
+"""`tickwork governor`: the context-size guard as an OpenAI-compatible HTTP proxy.
+
+Every request goes to the upstream unchanged (method, path, query, end-to-end headers,
+body) and its answer comes back chunk by chunk as it arrives, except chat completions:
+those are measured first, and get the wrap-up directive (soft) or are answered by the
+governor itself without reaching the upstream (hard). A body that is not a JSON chat
+request is passed on untouched; the upstream answers it as it would without the proxy.
+
+The usage of each answer calibrates the model's chars-per-token ratio and, for clients
+that are not ticks, is booked as `BudgetSpent` (source `proxy`) in the same ledger as the
+ticks' spend. Requests of ticks (the `X-Tickwork-Tick` header) are governed and
+calibrated here but recorded by their own worker, so nothing is counted twice.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import hashlib
+import logging
+from collections import Counter, deque
+from collections.abc import AsyncIterator, Iterator
+from datetime import UTC, datetime
+from typing import IO, Any
+
+import httpx
+import orjson
+from starlette.applications import Starlette
+from starlette.requests import Request
+from starlette.responses import JSONResponse, Response, StreamingResponse
+from starlette.routing import Route
+
+from harness.estimate import openai_request_chars, tokens_from_chars
+from harness.events import BudgetSpent
+from harness.governor.alerts import Alerts
+from harness.governor.calibration import Calibrations, Sample
+from harness.governor.ledger import Ledger, LedgerEvent
+from harness.governor.policy import Verdict, decide
+from harness.governor.settings import GovernorConfig
+from harness.governor.wire import (
+    Usage,
+    UsageScanner,
+    stop_completion,
+    stop_stream,
+    tail_of,
+    with_directive,
+)
+from harness.payload import TICK_HEADER
+from harness.projections.calibration import current_calibrations
+from harness.store import Spool, SqlEventStore
+
+log = logging.getLogger(__name__)
+
+HOP_BY_HOP = frozenset(
+    {
+        "connection",
+        "keep-alive",
+        "proxy-authenticate",
+        "proxy-authorization",
+        "te",
+        "trailer",
+        "trailers",
+        "transfer-encoding",
+        "upgrade",
+        "host",
+        "content-length",
+    }
+)
+"""Headers that describe one connection, not the request: never forwarded as they are."""
+
+RECENT_DECISIONS = 50
+KEEPALIVE_SECONDS = 2.0
+"""Shorter than servers' idle timeouts (uvicorn: 5 s), so a pooled connection is not reused
+in the instant the upstream closes it."""
+METHODS = ("GET", "POST", "PUT", "PATCH", "DELETE", "HEAD", "OPTIONS")
+
+
+def chat_request(method: str, path: str, body: bytes) -> dict[str, Any] | None:
+    """The parsed chat request, or None for anything the proxy must only pass on."""
+    if method != "POST" or not path.rstrip("/").endswith("/chat/completions"):
+        return None
+    try:
+        document = orjson.loads(body)
+    except orjson.JSONDecodeError:
+        return None
+    if not isinstance(document, dict) or not isinstance(document.get("messages"), list):
+        return None
+    return document
+
+
+def episode_of(body: dict[str, Any]) -> str:
+    """A conversation is known by its model and opening messages, which every turn resends."""
+    opening = orjson.dumps([body.get("model"), body["messages"][:2]], default=str)
+    return hashlib.sha256(opening).hexdigest()[:16]
+
+
+class ProxyGovernor:
+    """What the proxy knows between requests: calibration, counters, recent decisions."""
+
+    def __init__(
+        self,
+        config: GovernorConfig,
+        calibrations: Calibrations,
+        ledger: Ledger | None,
+        alerts: Alerts,
+        decision_log: IO[str] | None = None,
+    ) -> None:
+        self.config = config
+        self.limits = config.limits()
+        self.calibrations = calibrations
+        self.ledger = ledger
+        self.alerts = alerts
+        self.decision_log = decision_log
+        self.counters: Counter[str] = Counter()
+        self.recent: deque[dict[str, Any]] = deque(maxlen=RECENT_DECISIONS)
+
+    def judge(self, body: dict[str, Any], tick_id: str | None) -> Verdict:
+        model = str(body.get("model") or "")
+        chars = openai_request_chars(body)
+        verdict = decide(
+            self.limits, model, chars, self.calibrations.ratio(model), tail_of(body["messages"])
+        )
+        self.counters[verdict.decision] += 1
+        entry = {
+            "at": datetime.now(UTC).isoformat(),
+            "decision": verdict.decision,
+            "model": model,
+            "chars": chars,
+            "est_tokens": verdict.est_tokens,
+            "threshold": verdict.threshold,
+            "chars_per_token": round(verdict.ratio, 4),
+        }
+        self.recent.append(entry)
+        if self.decision_log is not None:
+            self.decision_log.write(orjson.dumps(entry).decode() + "\n")
+        if verdict.decision != "pass":
+            self._record(tick_id, verdict.event("proxy", None))
+        if self.alerts.opens_episode(episode_of(body), verdict):
+            task = asyncio.get_running_loop().run_in_executor(
+                None, self.alerts.send, verdict, "governor proxy"
+            )
+            task.add_done_callback(lambda done: done.exception())
+        return verdict
+
+    def settle(
+        self, verdict: Verdict, usage: Usage | None, answer_chars: int, tick_id: str | None
+    ) -> None:
+        """Calibrate from the answer's usage and book its spend."""
+        model = verdict.model
+        if usage is None:
+            self.counters["no_usage"] += 1
+            prompt = verdict.est_tokens
+            completion = tokens_from_chars(answer_chars, verdict.ratio)
+        else:
+            sample = Sample(verdict.chars, usage.prompt_tokens, usage.cached_tokens, usage.cached)
+            self.counters[f"calibration_{self.calibrations.learn(model, sample)}"] += 1
+            if not sample.tiny:
+                self._record(tick_id, sample.event(model, "proxy", None))
+            prompt, completion = sample.tokens, usage.completion_tokens
+        self._record(
+            tick_id,
+            BudgetSpent(
+                tick_id=f"proxy-{datetime.now(UTC):%Y%m%d}",
+                level=self.config.ledger_level,
+                model=model,
+                prompt_tokens=prompt,
+                completion_tokens=completion,
+                cache_read_tokens=usage.cached_tokens if usage else None,
+                estimated=usage is None,
+                source="proxy",
+            ),
+        )
+
+    def _record(self, tick_id: str | None, event: LedgerEvent) -> None:
+        if self.ledger is not None and tick_id is None:
+            self.ledger.record(event)
+
+    def status(self) -> dict[str, Any]:
+        learned = self.calibrations.models
+        return {
+            "upstream": self.config.public_upstream,
+            "soft_tokens": self.limits.soft_tokens,
+            "hard_tokens": self.limits.hard,
+            "calibrate": self.limits.calibrate,
+            "initial_chars_per_token": self.limits.chars_per_token,
+            "exempt_models": list(self.limits.exempt_models),
+            "counters": dict(self.counters),
+            "alerts": {"targets": len(self.alerts.urls), "sent": self.alerts.sent},
+            "calibration": {
+                model: {
+                    "chars_per_token": round(self.calibrations.ratio(model), 4),
+                    "samples": state.samples,
+                    "ignored": state.ignored,
+                }
+                for model, state in sorted(learned.items())
+            },
+            "decisions": list(self.recent),
+        }
+
+
+@contextlib.contextmanager
+def proxy_governor(
+    config: GovernorConfig, store: SqlEventStore | None, spool: Spool, alerts: Alerts
+) -> Iterator[ProxyGovernor]:
+    """The governor's state, started from the calibration projection; flushed on exit."""
+    with contextlib.ExitStack() as stack:
+        ledger = Ledger(store, spool)
+        stack.callback(ledger.close)
+        decision_log = None
+        if config.log is not None:
+            decision_log = stack.enter_context(config.log.open("a", encoding="utf-8", buffering=1))
+        learned = current_calibrations(store) if store is not None else {}
+        calibrations = Calibrations(config.chars_per_token, learned, config.calibrate)
+        yield ProxyGovernor(config, calibrations, ledger, alerts, decision_log)
+
+
+def _forwarded(
+    headers: list[tuple[bytes, bytes]], drop: frozenset[str]
+) -> list[tuple[bytes, bytes]]:
+    return [(name, value) for name, value in headers if name.decode("latin-1").lower() not in drop]
+
+
+def create_app(governor: ProxyGovernor) -> Starlette:
+    """The proxy app, with one pooled `httpx.AsyncClient` to the upstream for its lifetime."""
+    upstream = (governor.config.upstream or "").rstrip("/")
+    if not upstream:
+        raise ValueError("the governor needs an upstream: set [governor] upstream or GOV_UPSTREAM")
+    http = httpx.AsyncClient(
+        timeout=httpx.Timeout(connect=10.0, read=600.0, write=60.0, pool=None),
+        limits=httpx.Limits(
+            max_connections=None, max_keepalive_connections=200, keepalive_expiry=KEEPALIVE_SECONDS
+        ),
+    )
+
+    async def status(request: Request) -> Response:
+        return JSONResponse(governor.status())
+
+    async def forward(request: Request) -> Response:
+        body = await request.body()
+        governor.counters["requests"] += 1
+        chat = chat_request(request.method, request.url.path, body)
+        drop = HOP_BY_HOP
+        verdict: Verdict | None = None
+        tick_id = request.headers.get(TICK_HEADER)
+        if chat is not None:
+            verdict = governor.judge(chat, tick_id)
+            if verdict.decision == "hard":
+                return _stop_answer(chat, verdict.text(governor.limits))
+            if verdict.decision == "soft":
+                body = orjson.dumps(with_directive(chat, verdict.text(governor.limits)))
+            drop = HOP_BY_HOP | {"accept-encoding"}  # its usage must be readable here
+        elif request.method == "POST" and request.url.path.endswith("/chat/completions"):
+            governor.counters["not_json_passed_through"] += 1
+        url = upstream + request.url.path + (f"?{request.url.query}" if request.url.query else "")
+        outgoing = http.build_request(
+            request.method, url, headers=_forwarded(request.headers.raw, drop), content=body
+        )
+        try:
+            answer = await http.send(outgoing, stream=True)
+        except httpx.HTTPError as exc:
+            governor.counters["upstream_errors"] += 1
+            reason = f"{type(exc).__name__}: {exc}".rstrip(": ")
+            shown = governor.config.public_upstream
+            message = f"governor: the upstream {shown} did not answer ({reason})"
+            log.warning("%s", message)
+            return JSONResponse(
+                {"error": {"message": message, "type": "upstream_error", "code": 502}},
+                status_code=502,
+            )
+        streamed = answer.headers.get("content-type", "").startswith("text/event-stream")
+        scanner = UsageScanner(streamed) if verdict is not None and answer.is_success else None
+        response = StreamingResponse(_relay(answer, scanner, governor, verdict, tick_id))
+        response.raw_headers = _forwarded(answer.headers.raw, HOP_BY_HOP)
+        response.status_code = answer.status_code
+        return response
+
+    @contextlib.asynccontextmanager
+    async def lifespan(app: Starlette) -> AsyncIterator[None]:
+        yield
+        await http.aclose()
+
+    return Starlette(
+        routes=[
+            Route("/governor/status", status, methods=["GET"]),
+            Route("/{path:path}", forward, methods=list(METHODS)),
+        ],
+        lifespan=lifespan,
+    )
+
+
+async def _relay(
+    answer: httpx.Response,
+    scanner: UsageScanner | None,
+    governor: ProxyGovernor,
+    verdict: Verdict | None,
+    tick_id: str | None,
+) -> AsyncIterator[bytes]:
+    """The upstream's bytes as they arrive; a cut upstream ends the body where it broke."""
+    try:
+        async for chunk in answer.aiter_raw():
+            if scanner is not None:
+                scanner.feed(chunk)
+            yield chunk
+    except httpx.HTTPError as exc:
+        governor.counters["upstream_cut"] += 1
+        log.warning("governor: the upstream cut an answer: %s", type(exc).__name__)
+    finally:
+        await answer.aclose()
+    if scanner is not None and verdict is not None:
+        governor.settle(verdict, scanner.finish(), scanner.answer_chars, tick_id)
+
+
+def _stop_answer(chat: dict[str, Any], text: str) -> Response:
+    model = str(chat.get("model") or "")
+    if not chat.get("stream"):
+        return JSONResponse(stop_completion(model, text))
+    include_usage = bool((chat.get("stream_options") or {}).get("include_usage"))
+
+    def chunks() -> Iterator[bytes]:
+        yield from stop_stream(model, text, include_usage)
+
+    return StreamingResponse(chunks(), media_type="text/event-stream")

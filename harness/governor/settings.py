@@ -1,0 +1,87 @@
+"""The `[governor]` section, and the `GOV_*` environment names of earlier governors.
+
+Operators moving from an earlier governor keep their unit files: `GOV_PORT`, `GOV_UPSTREAM`,
+`GOV_THRESHOLD` and the rest are read on top of `tickwork.toml` and `TICKWORK_GOVERNOR_*`,
+and a bad value is refused with the variable's name, like a bad key of the file.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Annotated
+from urllib.parse import urlsplit, urlunsplit
+
+from pydantic import Field, ValidationError
+
+from harness.governor.policy import GovernorLimits
+
+LEGACY_ENV = {
+    "GOV_PORT": "port",
+    "GOV_HOST": "host",
+    "GOV_UPSTREAM": "upstream",
+    "GOV_THRESHOLD": "soft_tokens",
+    "GOV_HARD_CEILING": "hard_tokens",
+    "GOV_CHARS_PER_TOKEN": "chars_per_token",
+    "GOV_CALIBRATE": "calibrate",
+    "GOV_LOG": "log",
+    "GOV_DIRECTIVE": "directive",
+    "GOV_HARDSTOP_MSG": "stop_message",
+    "GOV_EXEMPT_MODELS": "exempt_models",
+}
+
+
+class GovernorConfig(GovernorLimits):
+    """Limits for ticks and the proxy, plus where the proxy listens and forwards to."""
+
+    host: str = "127.0.0.1"
+    port: Annotated[int, Field(ge=1, le=65535)] = 8090
+    upstream: str | None = None
+    """Base URL the proxy forwards to; the request path is appended (`http://gw:4000`)."""
+    log: Path | None = None
+    """A JSON-lines file with one line per chat decision (the status page keeps only 50)."""
+    ledger_level: Annotated[str, Field(min_length=1, max_length=100)] = "proxy"
+    """The level the proxy's `BudgetSpent` events are booked under in spend reports."""
+    alert_episode_seconds: Annotated[float, Field(gt=0)] = 3600.0
+    """A conversation quiet this long (or back under the threshold) starts a new episode."""
+
+    @property
+    def public_upstream(self) -> str:
+        """The upstream without any credentials in it, for logs, errors and the status page."""
+        if not self.upstream:
+            return ""
+        parts = urlsplit(self.upstream)
+        host = parts.hostname or ""
+        netloc = f"{host}:{parts.port}" if parts.port else host
+        return urlunsplit(parts._replace(netloc=netloc))
+
+    def limits(self) -> GovernorLimits:
+        return GovernorLimits(**self.model_dump(include=set(GovernorLimits.model_fields)))
+
+
+class GovernorEnvError(ValueError):
+    """A `GOV_*` variable holds a value the governor cannot use."""
+
+
+def with_legacy_env(config: GovernorConfig, env: Mapping[str, str]) -> GovernorConfig:
+    """The configuration with any `GOV_*` variables applied; they win over the file."""
+    updates: dict[str, object] = {}
+    for name, field in LEGACY_ENV.items():
+        if name not in env:
+            continue
+        value: object = env[name]
+        if field == "exempt_models":
+            value = tuple(part.strip() for part in env[name].split(",") if part.strip())
+        updates[field] = value
+    if not updates:
+        return config
+    try:
+        return GovernorConfig.model_validate({**config.model_dump(), **updates})
+    except ValidationError as exc:
+        problems = "; ".join(f"{_variable(err['loc'])}: {err['msg']}" for err in exc.errors())
+        raise GovernorEnvError(f"invalid governor environment: {problems}") from exc
+
+
+def _variable(loc: tuple[int | str, ...]) -> str:
+    names = [name for name, field in LEGACY_ENV.items() if loc and field == loc[0]]
+    return names[0] if names else "GOV_*"

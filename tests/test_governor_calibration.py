@@ -1,0 +1,190 @@
+"""Calibration across processes, rebuilt from zero, behind servers that hide their KV cache.
+
+`tickwork governor` runs as an operator runs it (a real process, legacy `GOV_*` names);
+the fake upstream counts tokens with its tokenizer-like rule over the rendered prompt.
+Alerts through apprise to a real local receiver, once per episode.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+
+from harness.estimate import openai_request_chars
+from harness.events import GOVERNOR_STREAM
+from harness.fake_llm import FakeUpstream, KvCache
+from harness.governor.alerts import Alerts
+from harness.governor.calibration import Sample
+from harness.governor.settings import GovernorConfig
+from harness.projections.calibration import CalibrationProjection, load_calibrations
+from harness.projections.projector import Projector
+from harness.store import SqlEventStore
+from tests.corpus import session
+from tests.governor_support import governor_proxy
+
+TICKWORK = str(Path(sys.executable).with_name("tickwork"))
+
+
+def free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return int(probe.getsockname()[1])
+
+
+def wait_for(url: str, process: subprocess.Popen[str]) -> None:
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:
+        if process.poll() is not None:
+            raise AssertionError(f"governor exited: {process.communicate()}")
+        try:
+            httpx.get(url, timeout=1)
+            return
+        except httpx.TransportError:
+            time.sleep(0.1)
+    raise AssertionError("governor did not start")
+
+
+def governor_process(cwd: Path, upstream: str, port: int) -> subprocess.Popen[str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("TICKWORK_", "GOV_"))}
+    env.update(GOV_UPSTREAM=upstream, GOV_PORT=str(port), GOV_THRESHOLD="100000")
+    process = subprocess.Popen(
+        [TICKWORK, "governor"],
+        cwd=cwd,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    wait_for(f"http://127.0.0.1:{port}/governor/status", process)
+    return process
+
+
+def stop(process: subprocess.Popen[str]) -> None:
+    process.send_signal(signal.SIGTERM)
+    process.communicate(timeout=30)
+
+
+@pytest.fixture
+def words_fake(request: pytest.FixtureRequest) -> Iterator[FakeUpstream]:
+    kv_cache: KvCache = getattr(request, "param", "none")
+    server = FakeUpstream(tokenizer="words", kv_cache=kv_cache).start()
+    yield server
+    server.stop()
+
+
+def replay(origin: str, seeds: range, turns: int) -> None:
+    with httpx.Client(timeout=30) as http:
+        for seed in seeds:
+            for request in session(seed, turns):
+                answer = http.post(f"{origin}/v1/chat/completions", json=request)
+                assert answer.status_code == 200, answer.text
+
+
+def test_calibration_persists_from_one_governor_process_to_the_next(
+    tmp_path: Path, words_fake: FakeUpstream
+) -> None:
+    upstream = words_fake.url.removesuffix("/v1")
+    port = free_port()
+    status_url = f"http://127.0.0.1:{port}/governor/status"
+    first = governor_process(tmp_path, upstream, port)
+    try:
+        replay(f"http://127.0.0.1:{port}", range(2), 4)
+        learned = httpx.get(status_url).json()["calibration"]["corpus-model"]
+    finally:
+        stop(first)
+    assert learned["samples"] == 8
+    second = governor_process(tmp_path, upstream, port)
+    try:
+        assert httpx.get(status_url).json()["calibration"]["corpus-model"] == learned
+    finally:
+        stop(second)
+
+
+@pytest.mark.parametrize("words_fake", ["none", "hidden", "llama"], indirect=True)
+def test_calibration_converges_even_when_the_server_hides_cached_tokens(
+    words_fake: FakeUpstream,
+) -> None:
+    config = GovernorConfig(upstream=words_fake.url.removesuffix("/v1"), soft_tokens=10**6)
+    with governor_proxy(config) as (origin, governor):
+        replay(origin, range(3), 8)
+        learned = governor.calibrations.ratio("corpus-model")
+        state = governor.calibrations.models["corpus-model"]
+    truth = [
+        openai_request_chars(request) / entry.prompt_tokens_total
+        for request, entry in zip(
+            [r for seed in range(3) for r in session(seed, 8)], words_fake.ledger, strict=True
+        )
+    ]
+    assert learned == pytest.approx(sorted(truth)[len(truth) // 2], rel=0.10)
+    if words_fake.state.kv_cache == "hidden":
+        assert state.ignored > 0
+
+
+def conversation(name: str, chars: int) -> dict[str, Any]:
+    return {
+        "model": "m",
+        "messages": [
+            {"role": "system", "content": f"conversation {name}"},
+            {"role": "user", "content": "start"},
+            {"role": "user", "content": "x" * chars},
+        ],
+    }
+
+
+def test_alerts_are_sent_once_per_episode(
+    words_fake: FakeUpstream, receiver: tuple[str, list[dict[str, Any]]]
+) -> None:
+    url, received = receiver
+    config = GovernorConfig(
+        upstream=words_fake.url.removesuffix("/v1"), soft_tokens=1000, calibrate=False
+    )
+    with (
+        governor_proxy(config, alerts=Alerts((url,))) as (origin, governor),
+        httpx.Client(timeout=30) as http,
+    ):
+
+        def send(name: str, chars: int, expected: int) -> None:
+            http.post(f"{origin}/v1/chat/completions", json=conversation(name, chars))
+            deadline = time.monotonic() + 10
+            while len(received) < expected and time.monotonic() < deadline:
+                time.sleep(0.05)
+            time.sleep(0.3)
+            assert len(received) == expected
+
+        for _ in range(3):
+            send("a", 4000, 1)
+        send("b", 4000, 2)
+        send("a", 10, 2)  # back under the threshold: episode a ends
+        send("a", 4000, 3)
+    assert "soft" in received[0]["title"] and "m" in received[0]["title"]
+    assert governor.alerts.sent == 3
+
+
+def test_calibration_rebuilt_from_zero_equals_the_incremental_one(store: SqlEventStore) -> None:
+    projector = Projector(store, [CalibrationProjection()], batch_size=7)
+    ratios = [2.5, 2.6, 9.0, 2.4, 5.0, 2.5, 0.5, 2.55] * 4
+    for index, ratio in enumerate(ratios):
+        sample = Sample(10_000 + index, round((10_000 + index) / ratio))
+        store.append(GOVERNOR_STREAM, [sample.event(f"m{index % 3}", "proxy", None).to_record()])
+        if index % 5 == 0:
+            projector.catch_up()
+    projector.catch_up()
+    with store.read_transaction() as conn:
+        incremental = load_calibrations(conn)
+    projector.rebuild("calibration")
+    with store.read_transaction() as conn:
+        assert load_calibrations(conn) == incremental
+    assert sum(state.ignored for state in incremental.values()) > 0
+    assert sum(state.samples for state in incremental.values()) + sum(
+        state.ignored for state in incremental.values()
+    ) == len(ratios)

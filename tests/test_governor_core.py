@@ -1,0 +1,177 @@
+"""The governor's shared core: the ratio learner, the policy and its chain rule, the config."""
+
+from __future__ import annotations
+
+import statistics
+
+import pytest
+from pydantic import ValidationError
+
+from harness.estimate import openai_request_chars
+from harness.fake_llm import count_word_tokens, render_prompt
+from harness.governor.calibration import WINDOW, Calibration, Calibrations, Sample
+from harness.governor.policy import GovernorLimits, decide, fill
+from harness.governor.settings import GovernorConfig, GovernorEnvError, with_legacy_env
+from harness.governor.wire import tail_of, usage_of
+from tests.corpus import session, text_only_chars
+
+
+def feed(ratios: list[float], chars: int = 10_000) -> Calibration:
+    state = Calibration()
+    for ratio in ratios:
+        state, _ = state.observe(Sample(chars, round(chars / ratio)))
+    return state
+
+
+def test_first_sample_replaces_the_configured_ratio_then_the_median_holds() -> None:
+    assert Calibration().ratio(3.2) == 3.2
+    assert feed([2.5]).ratio(3.2) == pytest.approx(2.5, rel=1e-3)
+    steady = feed([2.5, 2.6, 2.4] + [2.5] * 20)
+    assert steady.ratio(3.2) == pytest.approx(2.5, rel=1e-3)
+    assert len(steady.window) == WINDOW
+
+
+def test_outliers_tiny_requests_and_out_of_bounds_ratios_are_ignored() -> None:
+    state = feed([2.5, 2.5, 2.5])
+    for sample, verdict in [
+        (Sample(10_000, 1_000), "outlier"),  # ratio 10: above the bounds
+        (Sample(10_000, 2_000), "outlier"),  # ratio 5: twice the median
+        (Sample(300, 100), "tiny"),
+        (Sample(10_000, 20_000), "out_of_bounds"),  # ratio 0.5
+    ]:
+        judged = state.judge(sample)
+        assert judged == verdict or (verdict == "outlier" and judged == "out_of_bounds")
+        state, _ = state.observe(sample)
+    assert state.ratio(3.2) == pytest.approx(2.5, rel=1e-3)
+    assert (state.samples, state.ignored) == (3, 4)
+
+
+def test_a_server_reporting_only_uncached_tokens_is_corrected_or_ignored() -> None:
+    state = feed([2.5, 2.5, 2.5])
+    corrected, verdict = state.observe(Sample(10_000, 1_000, cached_tokens=3_000, cached=True))
+    assert verdict == "accepted" and corrected.window[-1] == 2.5
+    hidden, verdict = state.observe(Sample(10_000, 2_500))
+    assert verdict in ("outlier", "out_of_bounds") and hidden.window == state.window
+
+
+def test_calibrations_keep_one_state_per_model_and_can_be_switched_off() -> None:
+    learned = Calibrations(3.2)
+    learned.learn("a", Sample(10_000, 4_000))
+    assert learned.ratio("a") == pytest.approx(2.5)
+    assert learned.ratio("b") == 3.2
+    assert Calibrations(3.2, learned.models, enabled=False).ratio("a") == 3.2
+
+
+def test_estimation_error_on_a_tool_dense_corpus_after_five_samples() -> None:
+    """Median error ≤ 10 % once five samples are in; counting text alone is far worse."""
+    learned = Calibrations(3.2)
+    errors, naive = [], []
+    for seed in range(6):
+        for request in session(seed, 10):
+            chars = openai_request_chars(request)
+            truth = count_word_tokens(render_prompt(request))
+            if learned.models.get("corpus-model", Calibration()).samples >= 5:
+                errors.append(abs(chars / learned.ratio("corpus-model") - truth) / truth)
+                naive.append(abs(text_only_chars(request) / 3.2 - truth) / truth)
+            learned.learn("corpus-model", Sample(chars, truth))
+    median = statistics.median(errors)
+    print(
+        f"\nestimation error after 5 samples: median {median:.1%}, p90 "
+        f"{statistics.quantiles(errors, n=10)[-1]:.1%} over {len(errors)} requests; "
+        f"text alone at 3.2: median {statistics.median(naive):.1%}"
+    )
+    assert median <= 0.10
+    assert statistics.median(naive) > 3 * median
+
+
+@pytest.mark.parametrize(
+    ("messages", "tail"),
+    [
+        ([], "empty"),
+        ([{"role": "user", "content": "hi"}], "user"),
+        ([{"role": "assistant", "content": "done"}], "assistant"),
+        ([{"role": "assistant", "tool_calls": [{"id": "1"}]}], "open_tool_calls"),
+        ([{"role": "tool", "content": "42"}], "tool_result"),
+    ],
+)
+def test_tail_of_an_openai_chain(messages: list[dict[str, object]], tail: str) -> None:
+    assert tail_of(messages) == tail
+
+
+@pytest.mark.parametrize(
+    ("est_chars", "tail", "decision"),
+    [
+        (3_100, "user", "pass"),
+        (3_200, "user", "soft"),
+        (3_200, "assistant", "soft"),
+        (3_200, "tool_result", "defer"),
+        (3_200, "open_tool_calls", "defer"),
+        (6_400, "tool_result", "hard"),
+        (6_400, "user", "hard"),
+    ],
+)
+def test_decisions_follow_thresholds_and_the_chain_rule(
+    est_chars: int, tail: str, decision: str
+) -> None:
+    limits = GovernorLimits(soft_tokens=1000, hard_tokens=2000)
+    verdict = decide(limits, "m", est_chars, 3.2, tail)  # type: ignore[arg-type]
+    assert verdict.decision == decision
+
+
+def test_hard_defaults_to_soft_plus_5000_and_zero_disables_it() -> None:
+    assert GovernorLimits(soft_tokens=1000).hard == 6000
+    assert (
+        decide(GovernorLimits(soft_tokens=10, hard_tokens=0), "m", 10**7, 3.2, "user").decision
+        == "soft"
+    )
+    with pytest.raises(ValidationError, match="must be above soft_tokens"):
+        GovernorLimits(soft_tokens=1000, hard_tokens=900)
+
+
+def test_exempt_models_match_on_the_last_path_segment() -> None:
+    limits = GovernorLimits(soft_tokens=10, exempt_models=("vendor/big",))
+    assert decide(limits, "gateway/x/big", 10**6, 3.2, "user").decision == "pass"
+    assert decide(limits, "big-2", 10**6, 3.2, "user").decision == "hard"
+
+
+def test_texts_fill_only_their_placeholders() -> None:
+    assert fill("{est} of {threshold} {other} {}", 12, 34) == "12 of 34 {other} {}"
+
+
+def test_usage_reports_of_servers_that_reuse_their_kv_cache() -> None:
+    openai_like = usage_of(
+        {"usage": {"prompt_tokens": 900, "prompt_tokens_details": {"cached_tokens": 800}}}
+    )
+    assert openai_like is not None and (openai_like.cached_tokens, openai_like.cached) == (
+        800,
+        False,
+    )
+    llama = usage_of(
+        {"usage": {"prompt_tokens": 100}, "timings": {"prompt_n": 100, "cache_n": 800}}
+    )
+    assert llama is not None and (llama.cached_tokens, llama.cached) == (800, True)
+    assert usage_of({"usage": None}) is None
+
+
+def test_legacy_environment_names_override_the_file_and_name_bad_values() -> None:
+    env = {
+        "GOV_PORT": "9100",
+        "GOV_HOST": "0.0.0.0",
+        "GOV_UPSTREAM": "http://gw:4000",
+        "GOV_THRESHOLD": "50000",
+        "GOV_HARD_CEILING": "0",
+        "GOV_CHARS_PER_TOKEN": "2.8",
+        "GOV_CALIBRATE": "false",
+        "GOV_LOG": "/tmp/gov.jsonl",
+        "GOV_DIRECTIVE": "wrap {est}",
+        "GOV_HARDSTOP_MSG": "stop {threshold}",
+        "GOV_EXEMPT_MODELS": "a/b, c",
+    }
+    config = with_legacy_env(GovernorConfig(soft_tokens=10), env)
+    assert (config.port, config.host, config.upstream) == (9100, "0.0.0.0", "http://gw:4000")
+    assert (config.soft_tokens, config.limits().hard, config.chars_per_token) == (50000, 0, 2.8)
+    assert config.calibrate is False and str(config.log) == "/tmp/gov.jsonl"
+    assert (config.directive, config.stop_message) == ("wrap {est}", "stop {threshold}")
+    assert config.exempt_models == ("a/b", "c")
+    with pytest.raises(GovernorEnvError, match="GOV_CHARS_PER_TOKEN"):
+        with_legacy_env(GovernorConfig(), {"GOV_CHARS_PER_TOKEN": "20"})

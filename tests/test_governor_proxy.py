@@ -1,0 +1,304 @@
+"""The governor proxy over real sockets: a real client, the proxy, the fake upstream.
+
+Thresholds are small and calibration is off unless a test is about it, so a request's
+estimate is exactly its size / 3.2 and each decision is known in advance.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import time
+from pathlib import Path
+from typing import Any
+
+import httpx
+import openai
+import orjson
+import pytest
+
+from harness.events import GOVERNOR_STREAM
+from harness.fake_llm import FakeUpstream, Step
+from harness.governor.settings import GovernorConfig
+from harness.store import open_store
+from tests.governor_support import SSE_GAP_SECONDS, echo_app, governor_proxy, serving
+
+SECRET = "sk-governor-test-SECRET-42"
+SOFT, HARD = 1000, 2000
+"""Tokens; at 3.2 chars per token: soft from 3,200 characters, hard from 6,400."""
+
+
+def origin_of(fake: FakeUpstream) -> str:
+    return fake.url.removesuffix("/v1")
+
+
+def config(upstream: str, **changes: Any) -> GovernorConfig:
+    fields: dict[str, Any] = {
+        "upstream": upstream,
+        "soft_tokens": SOFT,
+        "hard_tokens": HARD,
+        "calibrate": False,
+        "directive": "WRAP UP at {est} of {threshold}",
+        "stop_message": "STOPPED at {est} over {threshold} {keep}",
+    }
+    fields.update(changes)
+    return GovernorConfig(**fields)
+
+
+def messages(chars: int, tail: str = "user") -> list[dict[str, Any]]:
+    """A conversation of about `chars` characters whose chain ends as `tail` says."""
+    chain: list[dict[str, Any]] = [{"role": "user", "content": "x" * chars}]
+    call = {"id": "call_1", "type": "function", "function": {"name": "f", "arguments": "{}"}}
+    if tail in ("tool", "assistant_tool_calls"):
+        chain.append({"role": "assistant", "content": None, "tool_calls": [call]})
+    if tail == "tool":
+        chain.append({"role": "tool", "tool_call_id": "call_1", "content": "42"})
+    return chain
+
+
+def client(origin: str) -> openai.OpenAI:
+    return openai.OpenAI(base_url=f"{origin}/v1", api_key=SECRET, max_retries=0)
+
+
+def last_received(fake: FakeUpstream) -> dict[str, Any]:
+    return fake.state.received[-1]
+
+
+@pytest.mark.parametrize("stream", [False, True])
+def test_pass_forwards_the_request_unchanged(fake: FakeUpstream, stream: bool) -> None:
+    with governor_proxy(config(origin_of(fake))) as (origin, governor):
+        sent = messages(100)
+        answer = client(origin).chat.completions.create(
+            model="m",
+            messages=sent,
+            stream=stream,
+            **({"stream_options": {"include_usage": True}} if stream else {}),
+        )
+        text = (
+            "".join(c.choices[0].delta.content or "" for c in answer if c.choices)
+            if stream
+            else answer.choices[0].message.content
+        )  # type: ignore[union-attr]
+        assert text == "All done: nothing needed attention."
+        assert last_received(fake)["messages"] == sent
+        assert governor.counters["pass"] == 1
+
+
+@pytest.mark.parametrize("stream", [False, True])
+def test_soft_appends_the_directive_as_the_last_user_message(
+    fake: FakeUpstream, stream: bool
+) -> None:
+    with governor_proxy(config(origin_of(fake))) as (origin, governor):
+        sent = messages(4000)
+        answer = client(origin).chat.completions.create(model="m", messages=sent, stream=stream)
+        if stream:
+            assert any(chunk.choices and chunk.choices[0].finish_reason for chunk in answer)  # type: ignore[union-attr]
+        forwarded = last_received(fake)["messages"]
+        est = governor.recent[-1]["est_tokens"]
+        assert forwarded[:-1] == sent
+        assert forwarded[-1] == {"role": "user", "content": f"WRAP UP at {est} of {SOFT}"}
+        assert governor.recent[-1]["decision"] == "soft"
+
+
+@pytest.mark.parametrize("tail", ["tool", "assistant_tool_calls"])
+def test_soft_defers_where_the_chain_forbids_a_user_message(fake: FakeUpstream, tail: str) -> None:
+    with governor_proxy(config(origin_of(fake))) as (origin, governor):
+        sent = messages(4000, tail)
+        with httpx.Client() as http:
+            http.post(f"{origin}/v1/chat/completions", json={"model": "m", "messages": sent})
+        assert last_received(fake)["messages"] == sent
+        assert governor.recent[-1]["decision"] == "defer"
+
+
+def test_hard_answers_without_calling_the_model(fake: FakeUpstream) -> None:
+    with governor_proxy(config(origin_of(fake))) as (origin, governor):
+        billed = len(fake.ledger)
+        answer = client(origin).chat.completions.create(model="m", messages=messages(7000))
+        est = governor.recent[-1]["est_tokens"]
+        assert answer.choices[0].message.content == f"STOPPED at {est} over {HARD} {{keep}}"
+        assert answer.choices[0].finish_reason == "stop"
+        assert len(fake.ledger) == billed
+
+
+def test_hard_streams_its_answer_when_the_request_streams(fake: FakeUpstream) -> None:
+    with governor_proxy(config(origin_of(fake))) as (origin, _):
+        billed = len(fake.ledger)
+        body = {
+            "model": "m",
+            "messages": messages(7000),
+            "stream": True,
+            "stream_options": {"include_usage": True},
+        }
+        with (
+            httpx.Client() as http,
+            http.stream("POST", f"{origin}/v1/chat/completions", json=body) as response,
+        ):
+            assert response.headers["content-type"].startswith("text/event-stream")
+            events = [line for line in response.iter_lines() if line.startswith("data: ")]
+        assert events[-1] == "data: [DONE]"
+        chunks = [orjson.loads(line[6:]) for line in events[:-1]]
+        text = "".join(c["choices"][0]["delta"].get("content", "") for c in chunks if c["choices"])
+        assert text.startswith("STOPPED at ")
+        assert chunks[-1]["usage"]["prompt_tokens"] == 0
+        assert len(fake.ledger) == billed
+
+
+def test_hard_zero_disables_the_stop(fake: FakeUpstream) -> None:
+    with governor_proxy(config(origin_of(fake), hard_tokens=0)) as (origin, governor):
+        client(origin).chat.completions.create(model="m", messages=messages(50_000))
+        assert governor.recent[-1]["decision"] == "soft"
+
+
+def test_exempt_models_are_measured_and_calibrated_but_never_cut(fake: FakeUpstream) -> None:
+    cfg = config(origin_of(fake), exempt_models=("big-context",), calibrate=True)
+    with governor_proxy(cfg) as (origin, governor):
+        sent = messages(9000)
+        client(origin).chat.completions.create(model="gateway/vendor/big-context", messages=sent)
+        assert last_received(fake)["messages"] == sent
+        assert governor.recent[-1]["decision"] == "pass"
+        assert governor.recent[-1]["est_tokens"] > HARD
+        status = governor.status()
+        assert status["calibration"]["gateway/vendor/big-context"]["samples"] == 1
+        client(origin).chat.completions.create(model="other/big-context-2", messages=sent)
+        assert governor.recent[-1]["decision"] == "hard"
+
+
+def test_status_reports_counters_limits_calibration_and_the_last_50_decisions(
+    fake: FakeUpstream,
+) -> None:
+    cfg = config(origin_of(fake), calibrate=True, exempt_models=("free",))
+    with governor_proxy(cfg) as (origin, _):
+        api = client(origin)
+        for _ in range(52):
+            api.chat.completions.create(model="m", messages=messages(1200))
+        api.chat.completions.create(model="m", messages=messages(9000))
+        status = httpx.get(f"{origin}/governor/status").json()
+    assert status["soft_tokens"] == SOFT and status["hard_tokens"] == HARD
+    assert status["exempt_models"] == ["free"]
+    assert status["counters"]["pass"] == 52 and status["counters"]["hard"] == 1
+    assert len(status["decisions"]) == 50
+    assert status["decisions"][-1]["decision"] == "hard"
+    assert status["calibration"]["m"]["samples"] == 52
+    assert 3.5 <= status["calibration"]["m"]["chars_per_token"] <= 4.5  # the fake bills chars/4
+
+
+def test_non_chat_requests_pass_through_with_method_path_query_headers_and_body() -> None:
+    with serving(echo_app(), "echo") as upstream, governor_proxy(config(upstream)) as (origin, _):
+        response = httpx.put(
+            f"{origin}/v1/files/abc?purpose=batch&x=1",
+            content=b"\x00raw bytes",
+            headers={
+                "X-Custom": "kept",
+                "Authorization": f"Bearer {SECRET}",
+                "Connection": "keep-alive",
+            },
+        )
+    echo = response.json()
+    headers = {name.lower(): value for name, value in echo["headers"]}
+    assert (echo["method"], echo["path"], echo["query"]) == (
+        "PUT",
+        "/v1/files/abc",
+        "purpose=batch&x=1",
+    )
+    assert echo["body"] == "\x00raw bytes"
+    assert headers["x-custom"] == "kept" and headers["authorization"] == f"Bearer {SECRET}"
+    assert response.headers["x-upstream"] == "echo"
+
+
+@pytest.mark.parametrize("body", [b"{not json", b"[1, 2]", b'{"model": "m", "messages": "text"}'])
+def test_malformed_chat_bodies_pass_through_untouched(body: bytes) -> None:
+    with (
+        serving(echo_app(), "echo") as upstream,
+        governor_proxy(config(upstream)) as (origin, governor),
+    ):
+        response = httpx.post(f"{origin}/v1/chat/completions", content=body)
+        assert response.status_code == 200
+        assert response.json()["body"] == body.decode()
+        assert governor.counters["not_json_passed_through"] == 1
+
+
+def test_sse_chunks_arrive_as_the_upstream_sends_them() -> None:
+    with serving(echo_app(), "echo") as upstream, governor_proxy(config(upstream)) as (origin, _):
+        arrivals = []
+        with httpx.Client() as http, http.stream("GET", f"{origin}/slow-sse") as response:
+            for _ in response.iter_raw():
+                arrivals.append(time.monotonic())
+    gaps = [later - earlier for earlier, later in itertools.pairwise(arrivals)]
+    assert len(arrivals) >= 4
+    assert sum(gap >= SSE_GAP_SECONDS * 0.7 for gap in gaps) >= 3, gaps
+
+
+def test_unreachable_upstream_is_a_502_that_says_so_without_credentials() -> None:
+    with governor_proxy(config(f"http://user:{SECRET}@127.0.0.1:9")) as (origin, governor):
+        response = httpx.post(
+            f"{origin}/v1/chat/completions", json={"model": "m", "messages": messages(10)}
+        )
+    assert response.status_code == 502
+    message = response.json()["error"]["message"]
+    assert "upstream http://127.0.0.1:9 did not answer (ConnectError" in message
+    assert SECRET not in message and SECRET not in str(governor.status())
+
+
+def test_events_land_in_the_store_without_secrets(
+    fake: FakeUpstream, store_url: str, tmp_path: Path
+) -> None:
+    cfg = config(origin_of(fake), calibrate=True, log=tmp_path / "decisions.jsonl")
+    with governor_proxy(cfg, store_url, tmp_path / "spool") as (origin, _):
+        api = client(origin)
+        api.chat.completions.create(model="m", messages=messages(4000))
+        stream = api.chat.completions.create(
+            model="m", messages=messages(1500), stream=True, stream_options={"include_usage": True}
+        )
+        list(stream)
+        api.chat.completions.create(model="m", messages=messages(9000))
+        fake.script("tick-x", [Step()])
+        httpx.post(
+            f"{origin}/v1/chat/completions",
+            json={"model": "m", "messages": messages(100)},
+            headers={"X-Tickwork-Tick": "tick-x"},
+        )
+    store = open_store(store_url)
+    try:
+        fired = [e.data for e in store.read_stream(GOVERNOR_STREAM) if e.type == "GovernorFired"]
+        samples = [
+            e.data for e in store.read_stream(GOVERNOR_STREAM) if e.type == "CalibrationSampled"
+        ]
+        spent = [e for e in store.read_all(types=["BudgetSpent"])]
+        everything = orjson.dumps([e.data for e in store.read_all(limit=1000)]).decode()
+    finally:
+        store.close()
+    assert [f["decision"] for f in fired] == ["soft", "hard"]
+    assert len(samples) == 2 and all(s["source"] == "proxy" for s in samples)
+    assert [(s.data["source"], s.data["level"], s.data["estimated"]) for s in spent] == [
+        ("proxy", "proxy", False)
+    ] * 2
+    assert [s.data["prompt_tokens"] for s in spent] == [e.prompt_tokens for e in fake.ledger[-3:-1]]
+    assert SECRET not in everything
+    assert SECRET not in (tmp_path / "decisions.jsonl").read_text()
+
+
+def test_many_concurrent_streams_are_served_at_once(fake: FakeUpstream) -> None:
+    streams, text = 40, "x" * 64  # four chunks, 0.25 s apart: a second per stream
+    fake.script("concurrent", [Step(text=text, chunk_delay=0.25) for _ in range(streams)])
+    body = {"model": "m", "messages": messages(100), "stream": True}
+
+    async def one(http: httpx.AsyncClient, origin: str) -> str:
+        headers = {"X-Tickwork-Tick": "concurrent"}
+        async with http.stream(
+            "POST", f"{origin}/v1/chat/completions", json=body, headers=headers
+        ) as answer:
+            lines = [line async for line in answer.aiter_lines() if line.startswith("data: {")]
+        return "".join(
+            orjson.loads(line[6:])["choices"][0]["delta"].get("content") or "" for line in lines
+        )
+
+    async def all_at_once(origin: str) -> list[str]:
+        async with httpx.AsyncClient(timeout=30) as http:
+            return await asyncio.gather(*(one(http, origin) for _ in range(streams)))
+
+    with governor_proxy(config(origin_of(fake))) as (origin, _):
+        began = time.monotonic()
+        answers = asyncio.run(all_at_once(origin))
+        elapsed = time.monotonic() - began
+    assert answers == [text] * streams
+    assert elapsed < 5, f"{streams} one-second streams took {elapsed:.1f} s"

@@ -1,0 +1,134 @@
+"""The governor inside real ticks: worker subprocesses, the real Strands SDK, the fake upstream.
+
+Calibration is off unless a test is about it, so each request's estimate is its size in
+OpenAI form / 3.2, and the thresholds below put each call where a test wants it.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from harness.fake_llm import FakeUpstream, Step, ToolCallSpec
+from harness.governor.alerts import ALERT_URLS_ENV
+from harness.governor.settings import GovernorConfig
+from harness.projections.calibration import current_calibrations
+from harness.runner import TickOutcome
+from tests.test_tick import Harness
+
+SOFT, HARD = 1000, 2000
+"""Tokens: soft from 3,200 characters, hard from 6,400 at the fixed 3.2."""
+
+
+def governed(tmp_path: Path, fake: FakeUpstream, **limits: Any) -> Harness:
+    harness = Harness(tmp_path, fake, rag=False)
+    fields: dict[str, Any] = {
+        "soft_tokens": SOFT,
+        "hard_tokens": HARD,
+        "calibrate": False,
+        "directive": "WRAP UP ({est} of {threshold})",
+        "stop_message": "STOPPED ({est} over {threshold})",
+    }
+    fields.update(limits)
+    settings = harness.settings.model_copy(update={"governor": GovernorConfig(**fields)})
+    harness.runner.settings = settings
+    return harness
+
+
+def run(harness: Harness, prompt: str, steps: list[Step]) -> TickOutcome:
+    prepared = harness.runner.prepare("min", prompt=prompt)
+    harness.fake.script(prepared.payload.tick_id, steps)
+    return harness.runner.run(prepared)
+
+
+def fired(harness: Harness, outcome: TickOutcome) -> list[dict[str, Any]]:
+    return [e.data for e in harness.events(outcome) if e.type == "GovernorFired"]
+
+
+def big_call(chars: int) -> Step:
+    """A tool call whose arguments the next request carries back to the model."""
+    return Step(tool_calls=[ToolCallSpec(name="lookup", arguments={"q": "x" * chars})])
+
+
+def test_soft_in_a_tick_appends_the_directive_to_the_last_user_message(
+    tmp_path: Path, fake: FakeUpstream
+) -> None:
+    harness = governed(tmp_path, fake)
+    outcome = run(harness, "Report. " + "y" * 4000, [Step(text="Summary: done.")])
+    assert outcome.status == "completed"
+    [event] = fired(harness, outcome)
+    assert (event["decision"], event["threshold"], event["source"]) == ("soft", SOFT, "worker")
+    request = next(r for r in reversed(fake.state.received) if "y" * 4000 in str(r["messages"]))
+    last = request["messages"][-1]
+    assert last["role"] == "user"
+    assert last["content"][-1]["text"] == f"WRAP UP ({event['est_tokens']} of {SOFT})"
+    samples = [e for e in harness.events(outcome) if e.type == "CalibrationSampled"]
+    assert len(samples) == 1 and samples[0].data["prompt_tokens"] == fake.ledger[-1].prompt_tokens
+
+
+def test_soft_after_a_tool_result_defers_and_sends_no_directive(
+    tmp_path: Path, fake: FakeUpstream
+) -> None:
+    harness = governed(tmp_path, fake)
+    outcome = run(harness, "Check the pager.", [big_call(4000), Step(text="Done.")])
+    assert outcome.status == "completed"
+    assert [e["decision"] for e in fired(harness, outcome)] == ["defer"]
+    last_request = fake.state.received[-1]
+    assert "WRAP UP" not in str(last_request["messages"])
+    assert last_request["messages"][-1]["role"] == "tool"
+
+
+def test_hard_cancels_the_call_and_the_tick_ends_with_the_stop_text(
+    tmp_path: Path, fake: FakeUpstream
+) -> None:
+    harness = governed(tmp_path, fake)
+    outcome = run(harness, "Check the pager.", [big_call(8000), Step(text="never sent")])
+    billed = [e for e in fake.ledger if e.key == outcome.tick_id]
+    assert outcome.status == "completed"
+    assert outcome.result is not None and outcome.result.stop_reason == "context_limit"
+    [event] = fired(harness, outcome)
+    assert outcome.result.text == f"STOPPED ({event['est_tokens']} over {HARD})"
+    assert len(billed) == 1
+    spent = [e for e in harness.events(outcome) if e.type == "BudgetSpent"]
+    assert len(spent) == 1
+    fake.state.scripts.pop(outcome.tick_id, None)
+
+
+def test_exempt_model_in_a_tick_is_never_cut(tmp_path: Path, fake: FakeUpstream) -> None:
+    harness = governed(tmp_path, fake, exempt_models=("fake-model",))
+    outcome = run(harness, "y" * 9000, [Step(text="Done.")])
+    assert outcome.status == "completed" and outcome.result is not None
+    assert outcome.result.text == "Done."
+    assert fired(harness, outcome) == []
+
+
+def test_calibration_persists_from_one_tick_process_to_the_next(
+    tmp_path: Path, fake: FakeUpstream
+) -> None:
+    harness = governed(tmp_path, fake, calibrate=True)
+    first = run(harness, "Report. " + "z" * 2000, [Step(text="ok")])
+    assert first.status == "completed"
+    learned = current_calibrations(harness.store)["fake-model"]
+    assert learned.samples == 1
+    ratio = learned.ratio(3.2)
+    assert abs(ratio - 3.2) > 0.3  # the fake bills about 4 characters per token
+
+    second = run(harness, "Report. " + "z" * 5000, [Step(text="ok")])
+    [event] = fired(harness, second)
+    assert event["chars_per_token"] == pytest.approx(ratio)
+
+
+def test_a_tick_over_its_ceiling_alerts_the_operator_once(
+    tmp_path: Path, fake: FakeUpstream, receiver: tuple[str, list[dict[str, Any]]]
+) -> None:
+    url, received = receiver
+    harness = governed(tmp_path, fake)
+    harness.runner.env[ALERT_URLS_ENV] = url
+    outcome = run(harness, "Check the pager.", [big_call(4000), big_call(4000), Step(text="x")])
+    assert [e["decision"] for e in fired(harness, outcome)] == ["defer", "hard"]
+    assert len(received) == 1
+    assert "defer" in received[0]["title"] and outcome.tick_id in received[0]["message"]
+    assert url not in str([e.data for e in harness.events(outcome)])
+    fake.state.scripts.pop(outcome.tick_id, None)

@@ -1,0 +1,145 @@
+"""The context-size guard inside a tick: measure every request before the model sees it.
+
+The request is measured in the OpenAI form the tick's provider sends (`format_request`),
+as the proxy measures what it forwards, so both learn one ratio per model. Above the soft
+threshold the wrap-up directive joins the conversation once, where the chain allows a
+user message; above the hard ceiling the call is cancelled (`BeforeModelCallEvent.cancel`)
+and the stop text becomes the tick's answer, so the tick still ends with text. Each
+response's `metadata.usage` is a calibration sample, recorded for the ticks that follow.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+from strands.hooks import BeforeModelCallEvent, HookProvider, HookRegistry, MessageAddedEvent
+from strands.models.openai import OpenAIModel
+from strands.types.content import Message, Messages
+
+from harness.estimate import openai_request_chars, request_chars
+from harness.governor.alerts import Alerts
+from harness.governor.calibration import Calibration, Calibrations, Sample
+from harness.governor.policy import Tail, decide
+from harness.payload import TickPayload
+from harness.projections.calibration import current_calibrations
+from harness.store import StoreError
+from workers.recorder import EventRecorder
+
+log = logging.getLogger(__name__)
+
+
+def strands_tail(messages: Messages) -> Tail:
+    if not messages:
+        return "empty"
+    last = messages[-1]
+    blocks = last.get("content") or []
+    if last["role"] == "assistant":
+        return "open_tool_calls" if any("toolUse" in block for block in blocks) else "assistant"
+    return "tool_result" if any("toolResult" in block for block in blocks) else "user"
+
+
+def learned_calibrations(recorder: EventRecorder) -> dict[str, Calibration]:
+    """What earlier ticks and the proxy learned; a tick without its store starts fresh."""
+    if recorder.store is None:
+        return {}
+    try:
+        return current_calibrations(recorder.store)
+    except StoreError as exc:
+        log.warning("calibration unavailable, starting from the configured ratio: %s", exc)
+        return {}
+
+
+class ContextGovernor(HookProvider):
+    """Register it before the spend meter, which must see the calls this one cancels."""
+
+    def __init__(
+        self,
+        payload: TickPayload,
+        recorder: EventRecorder,
+        calibrations: Calibrations,
+        alerts: Alerts,
+    ) -> None:
+        self.payload = payload
+        self.limits = payload.governor
+        self.recorder = recorder
+        self.model: OpenAIModel | None = None
+        """The model of the candidate being tried; a fallback sets the next one."""
+        self.calibrations = calibrations
+        self.alerts = alerts
+        self.directed = False
+        self.stopped = False
+        self._chars = 0
+
+    def _model_id(self) -> str:
+        """The model answering now (after a fallback, not the payload's first)."""
+        if self.model is None:
+            return self.payload.model
+        return str(self.model.get_config().get("model_id") or self.payload.model)
+
+    def register_hooks(self, registry: HookRegistry, **kwargs: Any) -> None:
+        registry.add_callback(BeforeModelCallEvent, self._before_call)
+        registry.add_callback(MessageAddedEvent, self._message_added)
+
+    def _measure(self, event: BeforeModelCallEvent) -> int:
+        """The size in OpenAI form; in the SDK's own form if the provider cannot format it."""
+        agent = event.agent
+        specs = agent.tool_registry.get_all_tool_specs()
+        if self.model is None:
+            return request_chars(agent.system_prompt, agent.messages, specs)
+        try:
+            request = self.model.format_request(agent.messages, specs, agent.system_prompt)
+        except (TypeError, ValueError) as exc:
+            log.warning("measuring the request unformatted: %s", exc)
+            return request_chars(agent.system_prompt, agent.messages, specs)
+        return openai_request_chars(request)
+
+    def _before_call(self, event: BeforeModelCallEvent) -> None:
+        if event.cancel:
+            return
+        model = self._model_id()
+        self._chars = self._measure(event)
+        messages = event.agent.messages
+        verdict = decide(
+            self.limits,
+            model,
+            self._chars,
+            self.calibrations.ratio(model),
+            strands_tail(messages),
+        )
+        if verdict.decision in ("soft", "defer") and self.directed:
+            return  # told once already; the directive stays in the conversation
+        if self.alerts.opens_episode(self.payload.tick_id, verdict):
+            self.alerts.send(verdict, f"tick {self.payload.tick_id} ({self.payload.level})")
+        if verdict.decision == "pass":
+            return
+        self.recorder.record(verdict.event("worker", self.payload.tick_id))
+        if verdict.decision == "hard":
+            self.stopped = True
+            event.cancel = verdict.text(self.limits)
+        elif verdict.decision == "soft":
+            self.directed = True
+            _append_directive(messages, verdict.text(self.limits))
+            self._chars = self._measure(event)
+
+    def _message_added(self, event: MessageAddedEvent) -> None:
+        message = event.message
+        usage: dict[str, Any] = dict(message.get("metadata", {}).get("usage") or {})
+        prompt = int(usage.get("inputTokens") or 0)
+        if message["role"] != "assistant" or prompt <= 0 or self._chars <= 0:
+            return
+        sample = Sample(self._chars, prompt, usage.get("cacheReadInputTokens"))
+        if not sample.tiny:
+            model = self._model_id()
+            self.calibrations.learn(model, sample)
+            self.recorder.record(sample.event(model, "worker", self.payload.tick_id))
+        self._chars = 0
+
+
+def _append_directive(messages: Messages, text: str) -> None:
+    """As the last user message: joined to a final user message, else a new one."""
+    if messages and messages[-1]["role"] == "user":
+        last = messages[-1]
+        messages[-1] = Message(role="user", content=[*last["content"], {"text": text}])
+    else:
+        messages.append(Message(role="user", content=[{"text": text}]))

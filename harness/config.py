@@ -15,7 +15,14 @@ from pathlib import Path
 from typing import Annotated, Any, Literal
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    SecretStr,
+    ValidationError,
+    model_validator,
+)
 from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, SettingsConfigDict
 
 from harness.store.records import Durability
@@ -74,6 +81,16 @@ class RunnerConfig(_Strict):
     """Retries of a tick failing on content (empty text, invalid result)."""
     retry_backoff_seconds: Annotated[float, Field(ge=0)] = 2.0
     retry_backoff_max_seconds: Annotated[float, Field(ge=0)] = 60.0
+
+
+class ApiConfig(_Strict):
+    host: str = "127.0.0.1"
+    """Address `tickwork serve` binds; anything but loopback needs TICKWORK_API_TOKEN."""
+    port: Annotated[int, Field(ge=1, le=65535)] = 8470
+    refresh_seconds: Annotated[float, Field(ge=1)] = 5.0
+    """How often the dashboard reloads its panels."""
+    token: SecretStr | None = None
+    """Bearer token every request must carry; from TICKWORK_API_TOKEN only, never the file."""
 
 
 class PriceOverride(_Strict):
@@ -166,6 +183,7 @@ class Settings(BaseSettings):
     paths: PathsConfig = PathsConfig()
     runner: RunnerConfig = RunnerConfig()
     rag: RagConfig = RagConfig()
+    api: ApiConfig = ApiConfig()
     prices: dict[str, PriceOverride] = {}
     levels: dict[str, LevelConfig] = {}
 
@@ -222,6 +240,10 @@ def load_settings(explicit: Path | None = None) -> Settings:
             raise ConfigError(f"{path}: cannot read: {exc.strerror}") from exc
         except tomllib.TOMLDecodeError as exc:
             raise ConfigError(f"{path}: invalid TOML: {exc}") from exc
+        if isinstance(data.get("api"), dict) and "token" in data["api"]:
+            raise ConfigError(
+                f"{path}: api.token: a secret is never kept in the file; set TICKWORK_API_TOKEN"
+            )
     try:
         return Settings(**data)
     except ValidationError as exc:

@@ -1,4 +1,7 @@
-"""The commented `tickwork.toml` that `tickwork init` writes (a test keeps it valid)."""
+"""The commented `tickwork.toml` that `tickwork init` writes (a test keeps it valid).
+
+`ops/tickwork.example.toml` is this text too; a test holds the two equal.
+"""
 
 EXAMPLE_CONFIG = """\
 # tickwork configuration. Every key is optional; environment variables override the file:
@@ -25,6 +28,13 @@ grace_seconds = 5               # at a tick's timeout: SIGTERM, this long, then 
 shutdown_grace_seconds = 30     # on SIGTERM, running ticks get this long to finish
 infra_retries = 3               # 429/5xx/timeouts: retries with backoff, then the level pauses
 content_retries = 1             # empty or invalid output: retries, then TickFailed
+
+[api]
+# `tickwork serve`: the HTTP API, /metrics and the dashboard. Bound to loopback by default;
+# any other address needs a bearer token, from the environment only: TICKWORK_API_TOKEN.
+host = "127.0.0.1"
+port = 8470
+refresh_seconds = 5             # how often the dashboard reloads
 
 # Prices in USD per million tokens, for models genai-prices does not know (or to override it).
 # [prices."my-local-model"]

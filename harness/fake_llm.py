@@ -21,11 +21,11 @@ from contextlib import contextmanager
 from typing import Any
 
 import orjson
-import uvicorn
 from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse, Response, StreamingResponse
 from pydantic import BaseModel, ConfigDict, Field
 
+from harness.background_server import BackgroundServer
 from harness.payload import TICK_HEADER
 
 DEFAULT_TEXT = "All done: nothing needed attention."
@@ -231,27 +231,15 @@ class FakeUpstream:
 
     def __init__(self, host: str = "127.0.0.1", port: int = 0) -> None:
         self.state = FakeState()
-        config = uvicorn.Config(
-            create_app(self.state), host=host, port=port, log_level="warning", lifespan="off"
-        )
-        self._server = uvicorn.Server(config)
-        self._thread = threading.Thread(target=self._server.run, name="fake-llm", daemon=True)
+        self._server = BackgroundServer(create_app(self.state), "fake-llm", host, port)
         self.url = ""
 
     def start(self) -> FakeUpstream:
-        self._thread.start()
-        deadline = time.monotonic() + 10
-        while not self._server.started:
-            if time.monotonic() > deadline or not self._thread.is_alive():
-                raise RuntimeError("the fake upstream did not start")
-            time.sleep(0.01)
-        host, port = self._server.servers[0].sockets[0].getsockname()[:2]
-        self.url = f"http://{host}:{port}/v1"
+        self.url = f"{self._server.start()}/v1"
         return self
 
     def stop(self) -> None:
-        self._server.should_exit = True
-        self._thread.join(5)
+        self._server.stop()
 
     def script(self, key: str, steps: list[Step]) -> None:
         self.state.script(key, steps)

@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
-from harness.cli import store_commands, tick_commands
+from harness.cli import api_commands, store_commands, tick_commands
 from harness.cli.app import app
 
-__all__ = ["app", "main", "store_commands", "tick_commands"]
+__all__ = ["api_commands", "app", "main", "store_commands", "tick_commands"]
 
 
 def main() -> None:

@@ -68,7 +68,7 @@ def _overview(status: Snapshot) -> str:
             level.name,
             level.schedule,
             _time(level.next_slot),
-            "paused" if level.paused else "running",
+            "paused" if level.paused else "active",
             tokens,
             cost,
         )
@@ -182,7 +182,7 @@ def spend_chart(rows: list[SpendRow], now: datetime, levels: list[str]) -> str:
                 f'width="{step - 4:.1f}" height="{height:.1f}" fill="{colour[name]}">'
                 f"<title>{escape(name)} {day}: {value:,} tokens</title></rect>"
             )
-        if index % 2 == 0:
+        if (len(days) - 1 - index) % 2 == 0:
             parts.append(
                 f'<text x="{x + step / 2:.1f}" y="{CHART_HEIGHT - CHART_PAD + 16}" '
                 f'text-anchor="middle">{day[5:]}</text>'

@@ -28,6 +28,15 @@ grace_seconds = 5               # at a tick's timeout: SIGTERM, this long, then 
 shutdown_grace_seconds = 30     # on SIGTERM, running ticks get this long to finish
 infra_retries = 3               # 429/5xx/timeouts: retries with backoff, then the level pauses
 content_retries = 1             # empty or invalid output: retries, then TickFailed
+retry_backoff_seconds = 2       # first wait before a retry; doubles at each retry ...
+retry_backoff_max_seconds = 60  # ... up to this
+
+[rag]
+# The rag_lookup tool (levels with rag = true): `tickwork rag index` indexes this folder.
+# folder = "notes"
+index = ".tickwork/rag.db"
+k = 5                           # passages per lookup (at most 5)
+timeout_seconds = 20            # a lookup that takes longer fails; the tick goes on
 
 [api]
 # `tickwork serve`: the HTTP API, /metrics and the dashboard. Bound to loopback by default;
@@ -40,6 +49,8 @@ refresh_seconds = 5             # how often the dashboard reloads
 # [prices."my-local-model"]
 # input_per_mtok = 0.0
 # output_per_mtok = 0.0
+# cache_read_per_mtok = 0.0
+# cache_write_per_mtok = 0.0
 
 # A level wakes an agent on a schedule: cron ("schedule") or an interval ("every").
 [levels.min]
@@ -51,11 +62,21 @@ max_tool_calls = 30
 overlap = "skip"                # a slot firing while the last tick runs is skipped ("allow")
 priority = 10                   # lower numbers start first when places are scarce
 daily_token_budget = 2000000    # slots that would start over it are skipped (budget)
+# daily_usd_budget = 5.0        # the same in USD, priced as `tickwork spend` prices
+# reserve_tokens = 10000        # held against the budget per tick from claim to end
+# max_concurrent = 1            # ticks of this level at once (under [runner] max_concurrent)
+# catch_up_seconds = 0          # after downtime, the latest missed slot this recent runs
+# timezone = "UTC"              # IANA zone the cron schedule is read in
+# instructions = ""             # the agent's system prompt
+# can_shell = false             # give the agent a shell tool
+# rag = false                   # give the agent the rag_lookup tool over [rag]
 
 [levels.hour]
 schedule = "0 * * * *"
+# every = "15m"                 # an interval instead of cron (set one of the two)
 # $level, $slot and $previous_result (the last completed tick's text) are filled in.
 prompt = "Summarize the last hour of minute ticks. An hour ago you wrote: $previous_result"
+# prompt_file = "prompts/hour.md"   # instead of prompt: read at every tick
 model = "gpt-4o-mini"
 effort = "medium"
 timeout_seconds = 900

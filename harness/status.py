@@ -33,6 +33,16 @@ class LevelStatus:
     token_budget: int | None
     usd_budget: float | None
 
+    def against_budget(self) -> tuple[str, str]:
+        """Tokens and USD spent today, each against its budget if it has one, for people."""
+        tokens = f"{self.tokens_today:,}"
+        if self.token_budget is not None:
+            tokens += f" / {self.token_budget:,}"
+        cost = "unpriced" if self.cost_today_usd is None else f"{self.cost_today_usd:,.4f}"
+        if self.usd_budget is not None:
+            cost += f" / {self.usd_budget:,.2f}"
+        return tokens, cost
+
 
 @dataclass(frozen=True)
 class TickInFlight:

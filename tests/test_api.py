@@ -79,35 +79,31 @@ def record(store: SqlEventStore, *events: TickEvent) -> None:
     store.append(events[0].stream_id, [event.to_record() for event in events])
 
 
+def started_with_spend(
+    tick_id: str, level: str, model: str, tokens: tuple[int, int]
+) -> list[TickEvent]:
+    """A tick scheduled, started and one model call into it."""
+    prompt, completion = tokens
+    return [
+        TickScheduled(tick_id=tick_id, level=level),
+        TickStarted(tick_id=tick_id, level=level, pid=1, host="h"),
+        BudgetSpent(
+            tick_id=tick_id,
+            level=level,
+            model=model,
+            prompt_tokens=prompt,
+            completion_tokens=completion,
+        ),
+    ]
+
+
 def seed(store: SqlEventStore, results: Path) -> None:
     """A completed tick of `min` with spend and a result file, one running, one queued."""
     path = results / "min" / "done.json"
     write_result(path, TickResult(tick_id="min-done", ok=True, text="Pager is quiet."))
-    record(
-        store,
-        TickScheduled(tick_id="min-done", level="min"),
-        TickStarted(tick_id="min-done", level="min", pid=1, host="h"),
-        BudgetSpent(
-            tick_id="min-done",
-            level="min",
-            model="gpt-4o-mini",
-            prompt_tokens=1200,
-            completion_tokens=30,
-        ),
-        TickCompleted(tick_id="min-done", level="min", result_path=str(path)),
-    )
-    record(
-        store,
-        TickScheduled(tick_id="hour-run", level="hour"),
-        TickStarted(tick_id="hour-run", level="hour", pid=2, host="h"),
-        BudgetSpent(
-            tick_id="hour-run",
-            level="hour",
-            model="home-model",
-            prompt_tokens=7,
-            completion_tokens=3,
-        ),
-    )
+    done = started_with_spend("min-done", "min", "gpt-4o-mini", (1200, 30))
+    record(store, *done, TickCompleted(tick_id="min-done", level="min", result_path=str(path)))
+    record(store, *started_with_spend("hour-run", "hour", "home-model", (7, 3)))
     record(store, TickScheduled(tick_id="min-queued", level="min"))
 
 

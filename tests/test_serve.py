@@ -64,16 +64,22 @@ def serve(cwd: Path, *args: str, env: dict[str, str]) -> Iterator[tuple[str, lis
         output.append(process.communicate(timeout=30)[0])
 
 
-def test_a_non_loopback_bind_without_a_token_is_refused(tmp_path: Path) -> None:
-    refused = subprocess.run(
-        [TICKWORK, "serve", "--host", "0.0.0.0", "--port", str(free_port())],
-        cwd=tmp_path,
+def refused_to(cwd: Path, *args: str) -> subprocess.CompletedProcess[str]:
+    """`tickwork serve` that must not start: it exits 2 at once."""
+    ended = subprocess.run(
+        [TICKWORK, "serve", *args],
+        cwd=cwd,
         env=environment(),
         capture_output=True,
         text=True,
         timeout=60,
     )
-    assert refused.returncode == 2
+    assert ended.returncode == 2, ended.stdout + ended.stderr
+    return ended
+
+
+def test_a_non_loopback_bind_without_a_token_is_refused(tmp_path: Path) -> None:
+    refused = refused_to(tmp_path, "--host", "0.0.0.0", "--port", str(free_port()))
     assert "0.0.0.0" in refused.stderr and "TICKWORK_API_TOKEN" in refused.stderr
     assert not (tmp_path / ".tickwork").exists(), "refused before the store is touched"
 
@@ -100,14 +106,6 @@ def test_on_loopback_it_serves_without_a_token(tmp_path: Path) -> None:
 
 def test_a_token_in_the_config_file_is_refused(tmp_path: Path) -> None:
     (tmp_path / "tickwork.toml").write_text(f'[api]\ntoken = "{TOKEN}"\n')
-    refused = subprocess.run(
-        [TICKWORK, "serve"],
-        cwd=tmp_path,
-        env=environment(),
-        capture_output=True,
-        text=True,
-        timeout=60,
-    )
-    assert refused.returncode == 2
+    refused = refused_to(tmp_path)
     assert "api.token" in refused.stderr and "TICKWORK_API_TOKEN" in refused.stderr
     assert TOKEN not in refused.stderr

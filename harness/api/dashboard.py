@@ -50,6 +50,11 @@ def _section(title: str, body: str, name: str = "") -> str:
     return f"<section{ident}><h2>{escape(title)}</h2>{body}</section>"
 
 
+def _table(headers: tuple[str, ...], rows: list[str]) -> str:
+    head = "".join(f"<th>{escape(name)}</th>" for name in headers)
+    return f"<table><tr>{head}</tr>{''.join(rows)}</table>"
+
+
 def _time(value: datetime | None) -> str:
     return "" if value is None else f"{value.astimezone(UTC):%Y-%m-%d %H:%M:%S}"
 
@@ -58,27 +63,29 @@ def _overview(status: Snapshot) -> str:
     lag = ", ".join(f"{name} {behind}" for name, behind in status.projection_lag.items())
     rows = []
     for level in status.levels:
-        tokens = f"{level.tokens_today:,}"
-        if level.token_budget is not None:
-            tokens += f" / {level.token_budget:,}"
-        cost = "unpriced" if level.cost_today_usd is None else f"{level.cost_today_usd:,.4f}"
-        if level.usd_budget is not None:
-            cost += f" / {level.usd_budget:,.2f}"
         cells = (
             level.name,
             level.schedule,
             _time(level.next_slot),
             "paused" if level.paused else "active",
-            tokens,
-            cost,
+            *level.against_budget(),
         )
         rows.append("<tr>" + "".join(f"<td>{escape(cell)}</td>" for cell in cells) + "</tr>")
     return _section(
         "Levels",
         f'<p class="meta">store at {status.store_position}, projection lag: {escape(lag)}; '
         f"updated {_time(status.taken_at)} UTC</p>"
-        "<table><tr><th>level</th><th>schedule</th><th>next slot (UTC)</th><th>state</th>"
-        f"<th>tokens today / budget</th><th>USD today / budget</th></tr>{''.join(rows)}</table>",
+        + _table(
+            (
+                "level",
+                "schedule",
+                "next slot (UTC)",
+                "state",
+                "tokens today / budget",
+                "USD today / budget",
+            ),
+            rows,
+        ),
         "levels",
     )
 
@@ -103,8 +110,7 @@ def _in_flight(status: Snapshot) -> str:
         )
     return _section(
         "Ticks in flight",
-        "<table><tr><th>tick</th><th>level</th><th>state</th><th>runtime</th></tr>"
-        f"{''.join(rows)}</table>",
+        _table(("tick", "level", "state", "runtime"), rows),
         "running",
     )
 

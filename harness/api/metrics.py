@@ -22,6 +22,7 @@ from prometheus_client.registry import Collector
 
 from harness.api.reads import Reads
 from harness.projections.ticks import ticks
+from harness.status import Snapshot
 from harness.store.schema import events
 
 DURATION_BUCKETS = (1.0, 5.0, 15.0, 30.0, 60.0, 120.0, 300.0, 600.0, 1800.0, 3600.0)
@@ -45,13 +46,18 @@ class StoreCollector(Collector):
 
     def collect(self) -> Iterator[Metric]:
         reads = self.reads.fresh()
-        status = reads.snapshot()
         with reads.store.read_transaction() as conn:
-            yield from self._ticks(conn)
-            yield from self._durations(conn)
-            yield from self._tool_caps(conn)
-            yield self._fire_lag(conn)
+            families = [
+                *self._ticks(conn),
+                *self._durations(conn),
+                *self._tool_caps(conn),
+                self._fire_lag(conn),
+            ]
+        yield from families
         yield from self._spend()
+        yield from self._status(reads.snapshot())
+
+    def _status(self, status: Snapshot) -> Iterator[Metric]:
         in_flight = GaugeMetricFamily(
             "tickwork_ticks_in_flight",
             "Ticks running or queued for a place now.",

@@ -97,19 +97,12 @@ def status() -> None:
             "USD today / budget",
         )
         for level in status_now.levels:
-            cost = "unpriced" if level.cost_today_usd is None else f"{level.cost_today_usd:,.4f}"
-            tokens = f"{level.tokens_today:,}"
-            if level.token_budget is not None:
-                tokens += f" / {level.token_budget:,}"
-            if level.usd_budget is not None:
-                cost += f" / {level.usd_budget:,.2f}"
             levels.add_row(
                 level.name,
                 level.schedule,
                 f"{level.next_slot:%Y-%m-%d %H:%M:%S}",
                 "PAUSED" if level.paused else "",
-                tokens,
-                cost,
+                *level.against_budget(),
             )
         out.print(levels if config.levels else "levels: none configured")
         flying = status_now.in_flight

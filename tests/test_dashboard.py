@@ -18,6 +18,7 @@ from pathlib import Path
 import httpx
 import pytest
 from selenium import webdriver
+from selenium.common.exceptions import NoSuchElementException, StaleElementReferenceException
 from selenium.webdriver.chrome.options import Options
 from selenium.webdriver.chrome.service import Service
 from selenium.webdriver.common.by import By
@@ -76,6 +77,21 @@ def wait_for(what: str, check: object, timeout: float = 90) -> None:
         time.sleep(0.5)
 
 
+def seen(driver: WebDriver, css: str, attribute: str = "", click: bool = False) -> str:
+    """The text (or an attribute) of the element `css` selects, clicked if asked.
+
+    "" while there is none, or while the page's refresh is replacing it.
+    """
+    try:
+        element = driver.find_element(By.CSS_SELECTOR, css)
+        if click:
+            element.click()
+            return "clicked"
+        return (element.get_attribute(attribute) if attribute else element.text) or ""
+    except (NoSuchElementException, StaleElementReferenceException):
+        return ""
+
+
 def test_dashboard_shows_running_tick_spend_digest_and_resumes_a_level(
     tmp_path: Path, browser: WebDriver
 ) -> None:
@@ -97,24 +113,22 @@ def test_dashboard_shows_running_tick_spend_digest_and_resumes_a_level(
             wait_for("a running tick after a completed one", running_after_completed)
             browser.get(f"{url}/")
             wait = WebDriverWait(browser, 30)
-            running = wait.until(lambda d: d.find_element(By.CSS_SELECTOR, "#running tr.running"))
-            tick_id = running.get_attribute("data-tick") or ""
+            tick_id = wait.until(lambda d: seen(d, "#running tr.running", "data-tick"))
             assert tick_id.startswith("busy-")
-            runtime = running.find_element(By.CSS_SELECTOR, ".runtime")
-            first = int(runtime.text.split()[0])
-            wait.until(lambda _: int(runtime.text.split()[0]) >= first + 2)
+            first = int(wait.until(lambda d: seen(d, "#running .runtime")).split()[0])
+            wait.until(lambda d: int((seen(d, "#running .runtime") or "-1").split()[0]) > first + 1)
             bars = browser.find_elements(By.CSS_SELECTOR, "svg.chart rect.bar[data-level=busy]")
             assert bars, "the spend chart has a bar for busy"
-            assert "busy ran its ticks." in browser.find_element(By.ID, "digest").text
+            wait.until(lambda d: "busy ran its ticks." in seen(d, "#digest"))
             assert browser.find_elements(By.CSS_SELECTOR, "#timeline .mark.s-completed")
-            button = browser.find_element(By.CSS_SELECTOR, "#paused button[data-resume=idle]")
+            assert browser.find_elements(By.CSS_SELECTOR, "#paused button[data-resume=idle]")
             ARTIFACTS.mkdir(exist_ok=True)
             shot = ARTIFACTS / "dashboard.png"
             assert browser.save_screenshot(str(shot))
             print(f"dashboard screenshot: {shot}")
 
-            button.click()
-            wait.until(lambda d: "none" in d.find_element(By.ID, "paused").text)
+            wait.until(lambda d: seen(d, "#paused button[data-resume=idle]", click=True))
+            wait.until(lambda d: "none" in seen(d, "#paused"))
             assert not level_paused(store, "idle")
             assert store.read_stream("level-idle")[-1].data["by"] == "http:127.0.0.1"
             errors = [e for e in browser.get_log("browser") if e["level"] == "SEVERE"]

@@ -21,6 +21,7 @@ from pydantic import (
     Field,
     SecretStr,
     ValidationError,
+    field_validator,
     model_validator,
 )
 from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, SettingsConfigDict
@@ -30,6 +31,9 @@ from harness.store.records import Durability
 CONFIG_ENV = "TICKWORK_CONFIG"
 CONFIG_FILENAME = "tickwork.toml"
 HOME = Path(".tickwork")
+
+MIN_TOKEN_LENGTH = 16
+"""An API token shorter than this is too easy to guess."""
 
 LEVEL_NAME = re.compile(r"^[a-z][a-z0-9_]{0,39}$")
 """Level names end up in env var names, stream ids and paths: keep them plain."""
@@ -91,6 +95,13 @@ class ApiConfig(_Strict):
     """How often the dashboard reloads its panels."""
     token: SecretStr | None = None
     """Bearer token every request must carry; from TICKWORK_API_TOKEN only, never the file."""
+
+    @field_validator("token")
+    @classmethod
+    def _long_enough(cls, token: SecretStr | None) -> SecretStr | None:
+        if token is not None and len(token.get_secret_value()) < MIN_TOKEN_LENGTH:
+            raise ValueError(f"TICKWORK_API_TOKEN must be at least {MIN_TOKEN_LENGTH} characters")
+        return token
 
 
 class PriceOverride(_Strict):

@@ -64,12 +64,12 @@ def serve(cwd: Path, *args: str, env: dict[str, str]) -> Iterator[tuple[str, lis
         output.append(process.communicate(timeout=30)[0])
 
 
-def refused_to(cwd: Path, *args: str) -> subprocess.CompletedProcess[str]:
+def refused_to(cwd: Path, *args: str, **env: str) -> subprocess.CompletedProcess[str]:
     """`tickwork serve` that must not start: it exits 2 at once."""
     ended = subprocess.run(
         [TICKWORK, "serve", *args],
         cwd=cwd,
-        env=environment(),
+        env=environment(**env),
         capture_output=True,
         text=True,
         timeout=60,
@@ -102,6 +102,12 @@ def test_on_loopback_it_serves_without_a_token(tmp_path: Path) -> None:
     with serve(tmp_path, env=environment()) as (url, _):
         assert httpx.get(f"{url}/status").status_code == 200
         assert "tickwork" in httpx.get(f"{url}/").text
+
+
+def test_a_short_token_is_refused_without_echoing_it(tmp_path: Path) -> None:
+    short = refused_to(tmp_path, "--host", "0.0.0.0", TICKWORK_API_TOKEN="hunter2")
+    assert "api.token" in short.stderr and "at least 16 characters" in short.stderr
+    assert "hunter2" not in short.stderr
 
 
 def test_a_token_in_the_config_file_is_refused(tmp_path: Path) -> None:

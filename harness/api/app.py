@@ -9,8 +9,6 @@ its static files needs `Authorization: Bearer <token>`; the page's script sends 
 from __future__ import annotations
 
 import hmac
-from collections.abc import AsyncIterator
-from contextlib import asynccontextmanager
 from datetime import datetime
 from pathlib import Path
 from typing import Annotated, Literal
@@ -32,7 +30,7 @@ from harness.control import Switched, UnknownLevelError, request_cancel, switch_
 from harness.projections import SpendRow
 from harness.projections.spend import GroupBy
 from harness.projections.ticks import STATUSES
-from harness.store import Spool, SqlEventStore, open_store
+from harness.store import SqlEventStore
 from harness.timespec import parse_since
 
 STATIC = Path(__file__).with_name("static")
@@ -85,25 +83,12 @@ FreshReads = Annotated[Reads, Depends(_reads)]
 Level = Annotated[str, PathParam(description="A configured level.")]
 
 
-def create_app(settings: Settings, store: SqlEventStore | None = None) -> FastAPI:
-    """The application over `store`, or over one it opens from the settings and closes."""
-    owned = store is None
-
-    @asynccontextmanager
-    async def lifespan(app: FastAPI) -> AsyncIterator[None]:
-        yield
-        if owned:
-            app.state.reads.store.close()
-
+def create_app(settings: Settings, store: SqlEventStore) -> FastAPI:
+    """The application over an open store (the caller closes it after the server stops)."""
     app = FastAPI(
-        title="tickwork",
-        summary="Ticks, spend, digests and control of a tickwork service.",
-        lifespan=lifespan,
+        title="tickwork", summary="Ticks, spend, digests and control of a tickwork service."
     )
-    opened = store or open_store(
-        settings.store.url, durability=settings.store.durability, spool=Spool(settings.paths.spool)
-    )
-    app.state.reads = Reads(settings, opened)
+    app.state.reads = Reads(settings, store)
     token = settings.api.token.get_secret_value() if settings.api.token else None
     guarded = APIRouter(dependencies=[Depends(TokenCheck(token))])
     _routes(guarded, settings)

@@ -7,7 +7,7 @@ from typing import Annotated
 
 import typer
 
-from harness.cli.app import app, fail, out, settings
+from harness.cli.app import app, fail, out, settings, store_for
 
 
 def is_loopback(host: str) -> bool:
@@ -40,8 +40,12 @@ def serve(
             "set TICKWORK_API_TOKEN",
             code=2,
         )
-    application = create_app(config)
-    where = f"http://{bind}:{port or config.api.port}"
-    guarded = "bearer token required" if config.api.token else "no token: loopback only"
-    out.print(f"tickwork API and dashboard on {where}/ (OpenAPI: {where}/docs; {guarded})")
-    uvicorn.run(application, host=bind, port=port or config.api.port, log_level="warning")
+    store = store_for(config)
+    try:
+        where = f"http://{bind}:{port or config.api.port}"
+        guarded = "bearer token required" if config.api.token else "no token: loopback only"
+        out.print(f"tickwork API and dashboard on {where}/ (OpenAPI: {where}/docs; {guarded})")
+        application = create_app(config, store)
+        uvicorn.run(application, host=bind, port=port or config.api.port, log_level="warning")
+    finally:
+        store.close()

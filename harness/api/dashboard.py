@@ -14,6 +14,7 @@ from html import escape
 from harness.api.models import Digest, Tick
 from harness.api.reads import Reads
 from harness.projections import SpendRow
+from harness.projections.ticks import STATUSES, UNKNOWN
 from harness.status import Snapshot
 
 TIMELINE_TICKS = 40
@@ -137,16 +138,8 @@ def _timeline(levels: list[str], recent: dict[str, list[Tick]]) -> str:
         rows.append(f'<div class="lane"><span class="level">{escape(level)}</span>{marks}</div>')
     legend = "".join(
         f'<span class="key"><span class="mark s-{s}"></span>{s.replace("_", " ")}</span>'
-        for s in (
-            "completed",
-            "running",
-            "scheduled",
-            "failed",
-            "timed_out",
-            "cancelled",
-            "skipped",
-            "lost",
-        )
+        for s in STATUSES
+        if s != UNKNOWN
     )
     return _section(
         f"Recent ticks (last {TIMELINE_TICKS} per level, oldest left)",

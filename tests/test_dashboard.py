@@ -28,7 +28,7 @@ from selenium.webdriver.support.ui import WebDriverWait
 from harness.fake_llm import FakeUpstream, Step
 from harness.status import level_paused
 from harness.store import open_store
-from tests.test_api import publish_digest
+from tests.test_api import TOKEN, publish_digest, serving, settings_for
 from tests.test_serve import environment, serve
 from tests.test_service import run_cli, start_service, write_config
 
@@ -141,3 +141,21 @@ def test_dashboard_shows_running_tick_spend_digest_and_resumes_a_level(
         fake.stop()
         store.close()
     assert f"{tick_id} cancelled" in output, output
+
+
+def test_with_a_token_the_page_sends_it_from_the_url_fragment(
+    tmp_path: Path, browser: WebDriver
+) -> None:
+    url = f"sqlite:///{tmp_path}/events.db"
+    store = open_store(url)
+    with serving(settings_for(url, tmp_path, token=TOKEN), store) as http:
+        wait = WebDriverWait(browser, 30)
+        browser.get(f"{http.base_url}/")
+        wait.until(lambda d: "HTTP 401" in seen(d, "#state"))
+        browser.get("about:blank")  # a fresh load, as an operator opens the link
+        browser.get(f"{http.base_url}/#token={TOKEN}")
+        wait.until(lambda d: "min" in seen(d, "#levels"))
+        assert TOKEN not in browser.current_url, "the token leaves the address bar"
+        browser.refresh()
+        wait.until(lambda d: "live" in seen(d, "#state"))
+    store.close()

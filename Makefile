@@ -4,7 +4,7 @@ VENV ?= .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed-stamp
 
-.PHONY: run test lint bench clean
+.PHONY: run test browser lint bench clean
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -19,9 +19,14 @@ run: $(STAMP)
 	$(BIN)/tickwork status
 	$(BIN)/tickwork run
 
-## The whole test suite (PostgreSQL tests need a server at $$TICKWORK_TEST_PG_URL or 127.0.0.1:5432).
-test: $(STAMP)
+## The whole test suite (PostgreSQL tests need a server at $$TICKWORK_TEST_PG_URL or 127.0.0.1:5432;
+## the dashboard test drives Debian's headless Chromium, installed here when it is missing).
+test: $(STAMP) browser
 	$(BIN)/pytest -n 2
+
+browser:
+	test -x /usr/bin/chromium -a -x /usr/bin/chromedriver || { apt-get update -q && \
+	  DEBIAN_FRONTEND=noninteractive apt-get install -y -q chromium chromium-driver; }
 
 lint: $(STAMP)
 	$(BIN)/ruff check harness workers migrations tests ops

@@ -15,7 +15,15 @@ from pathlib import Path
 from typing import Annotated, Any, Literal
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    SecretStr,
+    ValidationError,
+    field_validator,
+    model_validator,
+)
 from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, SettingsConfigDict
 
 from harness.governor.settings import GovernorConfig
@@ -24,6 +32,9 @@ from harness.store.records import Durability
 CONFIG_ENV = "TICKWORK_CONFIG"
 CONFIG_FILENAME = "tickwork.toml"
 HOME = Path(".tickwork")
+
+MIN_TOKEN_LENGTH = 16
+"""An API token shorter than this is too easy to guess."""
 
 LEVEL_NAME = re.compile(r"^[a-z][a-z0-9_]{0,39}$")
 """Level names end up in env var names, stream ids and paths: keep them plain."""
@@ -84,6 +95,23 @@ class RoutingConfig(_Strict):
     """The routing catalog (`.toml` or `.json`); without one, each level's `model` runs."""
     availability_ttl_seconds: Annotated[float, Field(ge=0)] = 300.0
     """A target that failed on infrastructure is passed over this long by later ticks."""
+
+
+class ApiConfig(_Strict):
+    host: str = "127.0.0.1"
+    """Address `tickwork serve` binds; anything but loopback needs TICKWORK_API_TOKEN."""
+    port: Annotated[int, Field(ge=1, le=65535)] = 8470
+    refresh_seconds: Annotated[float, Field(ge=1)] = 5.0
+    """How often the dashboard reloads its panels."""
+    token: SecretStr | None = None
+    """Bearer token every request must carry; from TICKWORK_API_TOKEN only, never the file."""
+
+    @field_validator("token")
+    @classmethod
+    def _long_enough(cls, token: SecretStr | None) -> SecretStr | None:
+        if token is not None and len(token.get_secret_value()) < MIN_TOKEN_LENGTH:
+            raise ValueError(f"TICKWORK_API_TOKEN must be at least {MIN_TOKEN_LENGTH} characters")
+        return token
 
 
 class PriceOverride(_Strict):
@@ -221,6 +249,7 @@ class Settings(BaseSettings):
     rag: RagConfig = RagConfig()
     routing: RoutingConfig = RoutingConfig()
     governor: GovernorConfig = GovernorConfig()
+    api: ApiConfig = ApiConfig()
     prices: dict[str, PriceOverride] = {}
     levels: dict[str, LevelConfig] = {}
     digests: dict[str, DigestConfig] = {}
@@ -283,6 +312,10 @@ def load_settings(explicit: Path | None = None) -> Settings:
             raise ConfigError(f"{path}: cannot read: {exc.strerror}") from exc
         except tomllib.TOMLDecodeError as exc:
             raise ConfigError(f"{path}: invalid TOML: {exc}") from exc
+        if isinstance(data.get("api"), dict) and "token" in data["api"]:
+            raise ConfigError(
+                f"{path}: api.token: a secret is never kept in the file; set TICKWORK_API_TOKEN"
+            )
     try:
         return Settings(**data)
     except ValidationError as exc:

@@ -1,7 +1,8 @@
 """A snapshot of the service for operators: levels, ticks in flight, today's spend.
 
 Built from the configuration and the store alone (any process can show it, not only the
-one running the scheduler); the CLI prints it, the HTTP API will serve it.
+one running the scheduler); the CLI prints it, the HTTP API serves it and `/metrics`
+exports it.
 """
 
 from __future__ import annotations
@@ -31,6 +32,16 @@ class LevelStatus:
     cost_today_usd: float | None
     token_budget: int | None
     usd_budget: float | None
+
+    def against_budget(self) -> tuple[str, str]:
+        """Tokens and USD spent today, each against its budget if it has one, for people."""
+        tokens = f"{self.tokens_today:,}"
+        if self.token_budget is not None:
+            tokens += f" / {self.token_budget:,}"
+        cost = "unpriced" if self.cost_today_usd is None else f"{self.cost_today_usd:,.4f}"
+        if self.usd_budget is not None:
+            cost += f" / {self.usd_budget:,.2f}"
+        return tokens, cost
 
 
 @dataclass(frozen=True)
@@ -121,6 +132,53 @@ def ticks_in_flight(
             )
             for row in conn.execute(query)
         ]
+
+
+@dataclass(frozen=True)
+class Snapshot:
+    """Everything `tickwork status` shows, read at one moment."""
+
+    taken_at: datetime
+    store_position: int
+    """The last global position stored."""
+    checkpoints: dict[str, int]
+    """Projection name -> the position it has folded up to."""
+    levels: list[LevelStatus]
+    in_flight: list[TickInFlight]
+
+    @property
+    def projection_lag(self) -> dict[str, int]:
+        """Events stored but not yet folded, per projection."""
+        return {name: self.store_position - at for name, at in self.checkpoints.items()}
+
+    @property
+    def running(self) -> list[TickInFlight]:
+        return [tick for tick in self.in_flight if tick.status == "running"]
+
+    @property
+    def queued(self) -> list[TickInFlight]:
+        """Ticks claimed and waiting for a place (or held back behind their level's tick)."""
+        return [tick for tick in self.in_flight if tick.status == "scheduled"]
+
+    @property
+    def paused_levels(self) -> list[str]:
+        return [level.name for level in self.levels if level.paused]
+
+
+def snapshot(settings: Settings, store: SqlEventStore, prices: PriceBook) -> Snapshot:
+    """The status of the service, from read models the caller has brought up to date.
+
+    Checkpoints are read before the store's position, so a fold in between can only
+    overstate the lag, never make it negative.
+    """
+    checkpoints = projector_for(store, prices).checkpoints()
+    return Snapshot(
+        taken_at=datetime.now(UTC),
+        store_position=store.last_position(),
+        checkpoints=checkpoints,
+        levels=level_statuses(settings, store, prices),
+        in_flight=ticks_in_flight(store),
+    )
 
 
 def refresh(settings: Settings, store: SqlEventStore) -> PriceBook:

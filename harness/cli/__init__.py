@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from harness.cli import (
+    api_commands,
     catalog_commands,
     digest_commands,
     governor_commands,
@@ -12,6 +13,7 @@ from harness.cli import (
 from harness.cli.app import app
 
 __all__ = [
+    "api_commands",
     "app",
     "catalog_commands",
     "digest_commands",

@@ -7,14 +7,14 @@ up to date before it reports, so what it prints is never stale.
 
 from __future__ import annotations
 
-import re
-from datetime import UTC, datetime, timedelta
+from datetime import datetime
 from pathlib import Path
 from typing import Annotated
 
 import typer
 from rich.console import Console
 
+from harness import timespec
 from harness.config import ConfigError, Settings, load_settings
 from harness.store import Spool, SqlEventStore, StoreError, open_store
 
@@ -77,15 +77,8 @@ def store_for(config: Settings) -> SqlEventStore:
 
 
 def parse_since(text: str) -> datetime:
-    """`30m`, `12h`, `7d` ago, or an ISO date/time (naive means UTC)."""
-    match = re.fullmatch(r"(\d+)([mhd])", text.strip())
-    if match:
-        unit = {"m": "minutes", "h": "hours", "d": "days"}[match.group(2)]
-        return datetime.now(UTC) - timedelta(**{unit: int(match.group(1))})
+    """`harness.timespec.parse_since`, its error reported as a bad option value."""
     try:
-        parsed = datetime.fromisoformat(text)
-    except ValueError:
-        raise typer.BadParameter(
-            f"{text!r} is neither a duration like 30m, 12h, 7d nor an ISO date/time"
-        ) from None
-    return parsed if parsed.tzinfo else parsed.replace(tzinfo=UTC)
+        return timespec.parse_since(text)
+    except ValueError as exc:
+        raise typer.BadParameter(str(exc)) from None

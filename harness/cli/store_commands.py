@@ -5,7 +5,7 @@ from __future__ import annotations
 import sys
 import time
 from dataclasses import asdict
-from datetime import UTC, date, datetime
+from datetime import date
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -30,7 +30,7 @@ from harness.example_config import EXAMPLE_CONFIG
 from harness.prices import PriceBook
 from harness.projections import Projector, projector_for, spend_report
 from harness.projections.spend import GroupBy
-from harness.status import level_statuses, refresh, ticks_in_flight
+from harness.status import refresh, snapshot
 from harness.store import (
     HEAD_REVISION,
     Spool,
@@ -78,18 +78,16 @@ def status() -> None:
     config = settings()
     store = store_for(config)
     try:
-        prices = refresh(config, store)
-        projector = projector_for(store, prices)
-        last = store.last_position()
+        status_now = snapshot(config, store, refresh(config, store))
         table = Table(show_header=False, box=None)
         table.add_row("store", safe_url(config.store.url))
         table.add_row("schema", current_revision(store.engine) or "none")
-        table.add_row("events", f"{last} (last global position)")
-        for name, position in projector.checkpoints().items():
-            table.add_row(f"projection {name}", f"at {position}, lag {last - position}")
+        table.add_row("events", f"{status_now.store_position} (last global position)")
+        for name, lag in status_now.projection_lag.items():
+            table.add_row(f"projection {name}", f"at {status_now.checkpoints[name]}, lag {lag}")
         table.add_row("spool", f"{Spool(config.paths.spool).pending()} pending")
         out.print(table)
-        now = datetime.now(UTC)
+        now = status_now.taken_at
         levels = Table(
             "level",
             "schedule",
@@ -98,23 +96,16 @@ def status() -> None:
             "tokens today / budget",
             "USD today / budget",
         )
-        for level in level_statuses(config, store, prices):
-            cost = "unpriced" if level.cost_today_usd is None else f"{level.cost_today_usd:,.4f}"
-            tokens = f"{level.tokens_today:,}"
-            if level.token_budget is not None:
-                tokens += f" / {level.token_budget:,}"
-            if level.usd_budget is not None:
-                cost += f" / {level.usd_budget:,.2f}"
+        for level in status_now.levels:
             levels.add_row(
                 level.name,
                 level.schedule,
                 f"{level.next_slot:%Y-%m-%d %H:%M:%S}",
                 "PAUSED" if level.paused else "",
-                tokens,
-                cost,
+                *level.against_budget(),
             )
         out.print(levels if config.levels else "levels: none configured")
-        flying = ticks_in_flight(store)
+        flying = status_now.in_flight
         if flying:
             table = Table("tick", "level", "status", "waited (s)", "running (s)")
             for tick in flying:

@@ -2,10 +2,8 @@
 
 from __future__ import annotations
 
-import getpass
 import os
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -19,18 +17,12 @@ import typer
 
 from harness.cli.app import app, err, fail, out, rag_app, settings, state, store_for
 from harness.cli.catalog_commands import router_or_exit
-from harness.events import (
-    CONTROL_STREAM,
-    TERMINAL_TYPES,
-    CancelRequested,
-    LevelPaused,
-    LevelResumed,
-    level_stream,
-)
+from harness.control import UnknownLevelError, operator, request_cancel, switch_level
+from harness.events import TERMINAL_TYPES
 from harness.rag import RagError, build_index
 from harness.runner import Runner, TickSetupError, new_tick_id
 from harness.service import Service
-from harness.status import level_paused, refresh, ticks_in_flight
+from harness.status import refresh
 
 
 @contextmanager
@@ -144,9 +136,7 @@ def cancel(
     store = store_for(config)
     try:
         refresh(config, store)
-        request = CancelRequested(scope=scope, by=_operator())
-        matching = [t for t in ticks_in_flight(store) if request.matches(t.level, t.tick_id)]
-        store.append(CONTROL_STREAM, [request.to_record()])
+        matching = request_cancel(store, scope, by=operator())
         if not matching:
             out.print(f"no tick in flight matches {scope!r}")
             return
@@ -174,31 +164,26 @@ def pause(
     reason: Annotated[str, typer.Option(help="Why, for the ledger.")] = "paused by operator",
 ) -> None:
     """Stop a level's ticks: its slots are recorded as skipped (paused) until resumed."""
-    _switch(level, LevelPaused(level=level, reason=reason, by=_operator()))
+    _switch(level, pause=True, reason=reason)
 
 
 @app.command()
 def resume(level: Annotated[str, typer.Argument(help="The paused level.")]) -> None:
     """Let a paused level fire again (after an infrastructure pause, once it is fixed)."""
-    _switch(level, LevelResumed(level=level, by=_operator()))
+    _switch(level, pause=False)
 
 
-def _operator() -> str:
-    return f"{getpass.getuser()}@{socket.gethostname()}"
-
-
-def _switch(level: str, event: LevelPaused | LevelResumed) -> None:
+def _switch(level: str, *, pause: bool, reason: str = "paused by operator") -> None:
     config = settings()
-    if level not in config.levels:
-        raise fail(f"no level named {level!r} (known: {', '.join(config.levels) or 'none'})", 2)
     store = store_for(config)
     try:
-        was_paused = level_paused(store, level)
-        store.append(level_stream(level), [event.to_record()])
+        switched = switch_level(config, store, level, pause=pause, by=operator(), reason=reason)
+    except UnknownLevelError as exc:
+        raise fail(str(exc), code=2) from exc
     finally:
         store.close()
-    now = "paused" if isinstance(event, LevelPaused) else "running"
-    out.print(f"{level}: {'paused' if was_paused else 'running'} -> {now}")
+    before = "paused" if switched.was_paused else "running"
+    out.print(f"{level}: {before} -> {'paused' if switched.paused else 'running'}")
 
 
 @app.command("fake-llm")

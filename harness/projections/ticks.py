@@ -108,3 +108,34 @@ class TicksProjection(Projection):
             insert.on_conflict_do_update(index_elements=["tick_id"], set_=changes),
             list(rows.values()),
         )
+
+
+STATUSES = (UNKNOWN, *dict.fromkeys(STATUS_OF.values()))
+"""Every status a row of the read model can have."""
+
+
+def tick_rows(
+    conn: sa.Connection,
+    *,
+    levels: Iterable[str] | None = None,
+    status: str | None = None,
+    since: datetime | None = None,
+    tick_id: str | None = None,
+    limit: int = 100,
+) -> list[sa.Row[Any]]:
+    """Ticks of the read model, newest first (by when they were scheduled, else started).
+
+    `since` keeps ticks scheduled (or, for a tick whose scheduling is unknown, started or
+    ended) at or after that time.
+    """
+    when = sa.func.coalesce(ticks.c.scheduled_at, ticks.c.started_at, ticks.c.finished_at)
+    query = sa.select(ticks).order_by(when.desc(), ticks.c.tick_id.desc()).limit(limit)
+    if levels is not None:
+        query = query.where(ticks.c.level.in_(list(levels)))
+    if status is not None:
+        query = query.where(ticks.c.status == status)
+    if since is not None:
+        query = query.where(when >= since)
+    if tick_id is not None:
+        query = query.where(ticks.c.tick_id == tick_id)
+    return list(conn.execute(query))

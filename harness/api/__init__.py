@@ -1,0 +1,1 @@
+"""`tickwork serve`: the HTTP API, Prometheus metrics and the operator dashboard."""

@@ -1,0 +1,183 @@
+"""The HTTP API, `/metrics` and the dashboard of `tickwork serve` (FastAPI).
+
+Everything is read from the store, so the server can run on another host than the
+scheduler; POSTs append the same operator requests as the CLI (`harness.control`). With
+a token configured (TICKWORK_API_TOKEN), every route but the dashboard's empty page and
+its static files needs `Authorization: Bearer <token>`; the page's script sends it.
+"""
+
+from __future__ import annotations
+
+import hmac
+from datetime import datetime
+from pathlib import Path
+from typing import Annotated, Literal
+
+from fastapi import APIRouter, Depends, FastAPI, HTTPException, Query, Request
+from fastapi import Path as PathParam
+from fastapi.responses import HTMLResponse, Response
+from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
+from fastapi.staticfiles import StaticFiles
+from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
+from pydantic import AfterValidator, BeforeValidator
+
+from harness.api import dashboard
+from harness.api.metrics import StoreCollector
+from harness.api.models import Cancelled, Digest, Status, Tick, TickDetail
+from harness.api.reads import Reads
+from harness.config import Settings
+from harness.control import Switched, UnknownLevelError, request_cancel, switch_level
+from harness.projections import SpendRow
+from harness.projections.spend import GroupBy
+from harness.projections.ticks import STATUSES
+from harness.store import SqlEventStore
+from harness.timespec import parse_since
+
+STATIC = Path(__file__).with_name("static")
+
+Since = Annotated[datetime, BeforeValidator(parse_since)]
+"""`30m`, `12h`, `7d` ago or an ISO date/time; anything else is a 422 saying so."""
+
+
+def _known_status(value: str) -> str:
+    if value not in STATUSES:
+        raise ValueError(f"{value!r} is not a tick status (one of: {', '.join(STATUSES)})")
+    return value
+
+
+TickStatus = Annotated[str, AfterValidator(_known_status)]
+
+
+BEARER = HTTPBearer(auto_error=False, description="TICKWORK_API_TOKEN, when it is set")
+
+
+class TokenCheck:
+    """The bearer check every guarded route depends on; no token configured, no check."""
+
+    def __init__(self, token: str | None) -> None:
+        self.token = token
+
+    def __call__(
+        self, credentials: Annotated[HTTPAuthorizationCredentials | None, Depends(BEARER)]
+    ) -> None:
+        if self.token is None:
+            return
+        if credentials is None or not hmac.compare_digest(
+            credentials.credentials.encode(), self.token.encode()
+        ):
+            raise HTTPException(
+                401, "missing or wrong bearer token", headers={"WWW-Authenticate": "Bearer"}
+            )
+
+
+def _reads(request: Request) -> Reads:
+    reads: Reads = request.app.state.reads
+    return reads.fresh()
+
+
+def _client(request: Request) -> str:
+    return f"http:{request.client.host if request.client else 'unknown'}"
+
+
+FreshReads = Annotated[Reads, Depends(_reads)]
+Level = Annotated[str, PathParam(description="A configured level.")]
+
+
+def create_app(settings: Settings, store: SqlEventStore) -> FastAPI:
+    """The application over an open store (the caller closes it after the server stops)."""
+    app = FastAPI(
+        title="tickwork", summary="Ticks, spend, digests and control of a tickwork service."
+    )
+    app.state.reads = Reads(settings, store)
+    token = settings.api.token.get_secret_value() if settings.api.token else None
+    guarded = APIRouter(dependencies=[Depends(TokenCheck(token))])
+    _routes(guarded, settings)
+    app.include_router(guarded)
+
+    page_html = (STATIC / "dashboard.html").read_text(encoding="utf-8")
+    page_html = page_html.replace("__REFRESH_SECONDS__", f"{settings.api.refresh_seconds:g}")
+
+    @app.get("/", response_class=HTMLResponse, include_in_schema=False)
+    def page() -> HTMLResponse:
+        return HTMLResponse(page_html)
+
+    app.mount("/static", StaticFiles(directory=STATIC), name="static")
+    return app
+
+
+def _routes(router: APIRouter, settings: Settings) -> None:
+    @router.get("/status", tags=["status"])
+    def status(reads: FreshReads) -> Status:
+        """Levels and budgets, ticks running and queued, paused levels, store and lag.
+
+        What `tickwork status` prints: running ticks with their runtime so far, the store's
+        last position and how far each projection lags behind it.
+        """
+        return Status.of(reads.snapshot())
+
+    @router.get("/ticks", tags=["ticks"])
+    def list_ticks(
+        reads: FreshReads,
+        level: Annotated[list[str] | None, Query(description="Only these levels.")] = None,
+        status: Annotated[
+            TickStatus | None, Query(description="Only ticks in this status.")
+        ] = None,
+        since: Annotated[Since | None, Query(description="30m, 12h, 7d or an ISO time.")] = None,
+        limit: Annotated[int, Query(ge=1, le=1000)] = 100,
+    ) -> list[Tick]:
+        """Ticks, newest first."""
+        return reads.ticks(levels=level, status=status, since=since, limit=limit)
+
+    @router.get("/ticks/{tick_id}", tags=["ticks"])
+    def one_tick(tick_id: str, reads: FreshReads) -> TickDetail:
+        """A tick's events in order, its read model row and its result file."""
+        detail = reads.tick(tick_id)
+        if detail is None:
+            raise HTTPException(404, f"no tick {tick_id!r} in the store")
+        return detail
+
+    @router.get("/spend", tags=["spend"])
+    def spend(
+        reads: FreshReads,
+        by: Annotated[list[GroupBy] | None, Query(description="level, model and/or day.")] = None,
+        since: Annotated[Since | None, Query(description="7d or an ISO date (UTC days).")] = None,
+    ) -> list[SpendRow]:
+        """Tokens and cost grouped by level, model and/or UTC day (cost None: unpriced)."""
+        return reads.spend(by or ["level"], since.date() if since else None)
+
+    @router.get("/digests/latest", tags=["digests"])
+    def latest_digest(reads: FreshReads) -> Digest:
+        """The last published digest and its rendered file."""
+        digest = reads.latest_digest()
+        if digest is None:
+            raise HTTPException(404, "no digest published yet by any of [digests.<name>]")
+        return digest
+
+    @router.post("/levels/{level}/{action}", tags=["control"])
+    def switch(
+        level: Level, action: Literal["pause", "resume"], request: Request, reads: FreshReads
+    ) -> Switched:
+        """Pause a level (its slots are skipped until resumed) or resume it, as the CLI does."""
+        try:
+            return switch_level(
+                settings, reads.store, level, pause=action == "pause", by=_client(request)
+            )
+        except UnknownLevelError as exc:
+            raise HTTPException(404, str(exc)) from exc
+
+    @router.post("/cancel/{scope}", tags=["control"])
+    def cancel(scope: str, request: Request, reads: FreshReads) -> Cancelled:
+        """Cancel the ticks in flight of a level or tick id prefix, as `tickwork cancel`."""
+        matching = request_cancel(reads.store, scope, by=_client(request))
+        return Cancelled(scope=scope, matching=[t.tick_id for t in matching])
+
+    @router.get("/metrics", tags=["metrics"], response_class=Response)
+    def metrics(request: Request) -> Response:
+        """Prometheus text format."""
+        registry = CollectorRegistry(auto_describe=False)
+        registry.register(StoreCollector(request.app.state.reads))
+        return Response(generate_latest(registry), media_type=CONTENT_TYPE_LATEST)
+
+    @router.get("/dashboard/panels", response_class=HTMLResponse, include_in_schema=False)
+    def panels(reads: FreshReads) -> HTMLResponse:
+        return HTMLResponse(dashboard.panels(reads))

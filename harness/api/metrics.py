@@ -1,0 +1,211 @@
+"""`/metrics`: the read models in the Prometheus text format, read afresh at every scrape.
+
+A custom collector rather than counters kept in memory: `tickwork serve` may run apart
+from `tickwork run` (or beside several replicas), and the store is the one place that
+knows every tick. Each scrape is a handful of aggregate queries.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from collections.abc import Iterator
+from datetime import UTC, datetime
+
+import sqlalchemy as sa
+from prometheus_client.core import (
+    CounterMetricFamily,
+    GaugeMetricFamily,
+    HistogramMetricFamily,
+    Metric,
+)
+from prometheus_client.registry import Collector
+
+from harness.api.reads import Reads
+from harness.projections.ticks import ticks
+from harness.status import Snapshot
+from harness.store.schema import events
+
+DURATION_BUCKETS = (1.0, 5.0, 15.0, 30.0, 60.0, 120.0, 300.0, 600.0, 1800.0, 3600.0)
+"""Seconds; ticks run from seconds (a quick answer) to an hour (`hour` levels)."""
+FIRE_LAG_WINDOW = 100
+"""Scheduled slots per scrape whose fire lag is reported (the latest, of all levels)."""
+
+
+def _seconds(
+    conn: sa.Connection, start: sa.ColumnElement[datetime], end: sa.ColumnElement[datetime]
+) -> sa.ColumnElement[float]:
+    """`end - start` in seconds, in the SQL of the connection's dialect."""
+    if conn.dialect.name == "postgresql":
+        return sa.cast(sa.extract("epoch", end - start), sa.Float)
+    return (sa.func.julianday(end) - sa.func.julianday(start)) * 86400.0
+
+
+class StoreCollector(Collector):
+    def __init__(self, reads: Reads) -> None:
+        self.reads = reads
+
+    def collect(self) -> Iterator[Metric]:
+        reads = self.reads.fresh()
+        with reads.store.read_transaction() as conn:
+            families = [
+                *self._ticks(conn),
+                *self._durations(conn),
+                *self._tool_caps(conn),
+                self._fire_lag(conn),
+            ]
+        yield from families
+        yield from self._spend()
+        yield from self._status(reads.snapshot())
+
+    def _status(self, status: Snapshot) -> Iterator[Metric]:
+        in_flight = GaugeMetricFamily(
+            "tickwork_ticks_in_flight",
+            "Ticks running or queued for a place now.",
+            labels=["level", "state"],
+        )
+        counts: dict[tuple[str, str], int] = defaultdict(int)
+        for tick in status.in_flight:
+            counts[(tick.level, "running" if tick.status == "running" else "queued")] += 1
+        for level in self.reads.settings.levels:
+            for state in ("running", "queued"):
+                in_flight.add_metric([level, state], counts.pop((level, state), 0))
+        for (level, state), count in counts.items():
+            in_flight.add_metric([level, state], count)
+        yield in_flight
+        paused = GaugeMetricFamily(
+            "tickwork_level_paused", "1 while a level is paused.", labels=["level"]
+        )
+        for switch in status.levels:
+            paused.add_metric([switch.name], int(switch.paused))
+        yield paused
+        yield GaugeMetricFamily(
+            "tickwork_store_position",
+            "The last global position stored.",
+            value=status.store_position,
+        )
+        lag = GaugeMetricFamily(
+            "tickwork_projection_lag_events",
+            "Events stored but not yet folded into a read model.",
+            labels=["projection"],
+        )
+        for name, behind in status.projection_lag.items():
+            lag.add_metric([name], behind)
+        yield lag
+
+    def _ticks(self, conn: sa.Connection) -> Iterator[Metric]:
+        family = GaugeMetricFamily(
+            "tickwork_ticks",
+            "Ticks of the read model by level and status.",
+            labels=["level", "status"],
+        )
+        query = sa.select(ticks.c.level, ticks.c.status, sa.func.count()).group_by(
+            ticks.c.level, ticks.c.status
+        )
+        for level, status, count in conn.execute(query):
+            family.add_metric([level, status], count)
+        yield family
+
+    def _durations(self, conn: sa.Connection) -> Iterator[Metric]:
+        family = HistogramMetricFamily(
+            "tickwork_tick_duration_seconds",
+            "Run time of ended ticks, from start to end.",
+            labels=["level"],
+        )
+        seconds = _seconds(conn, ticks.c.started_at, ticks.c.finished_at)
+        buckets = [
+            sa.func.sum(sa.case((seconds <= bound, 1), else_=0)) for bound in DURATION_BUCKETS
+        ]
+        query = (
+            sa.select(ticks.c.level, sa.func.count(), sa.func.sum(seconds), *buckets)
+            .where(ticks.c.started_at.is_not(None), ticks.c.finished_at.is_not(None))
+            .group_by(ticks.c.level)
+        )
+        for level, count, total, *cumulative in conn.execute(query):
+            family.add_metric(
+                [level],
+                [
+                    *((str(b), int(n)) for b, n in zip(DURATION_BUCKETS, cumulative, strict=True)),
+                    ("+Inf", int(count)),
+                ],
+                float(total or 0.0),
+            )
+        yield family
+
+    def _tool_caps(self, conn: sa.Connection) -> Iterator[Metric]:
+        hits = CounterMetricFamily(
+            "tickwork_tool_cap_hits",
+            "Ticks whose tool-call cap refused at least one call.",
+            labels=["level"],
+        )
+        refused = CounterMetricFamily(
+            "tickwork_tool_calls_cancelled",
+            "Tool calls refused by a tick's cap (they cost nothing).",
+            labels=["level"],
+        )
+        query = sa.select(
+            ticks.c.level,
+            sa.func.sum(sa.case((ticks.c.tool_calls_cancelled > 0, 1), else_=0)),
+            sa.func.sum(ticks.c.tool_calls_cancelled),
+        ).group_by(ticks.c.level)
+        for level, ticks_hit, calls in conn.execute(query):
+            hits.add_metric([level], int(ticks_hit or 0))
+            refused.add_metric([level], int(calls or 0))
+        yield hits
+        yield refused
+
+    def _fire_lag(self, conn: sa.Connection) -> Metric:
+        """How late the scheduler claimed slots: TickScheduled's recorded_at minus its slot.
+
+        Only first attempts of scheduled slots count (a manual tick has no slot, a retry is
+        late on purpose). The latest and the largest lag of the recent window per level.
+        """
+        family = GaugeMetricFamily(
+            "tickwork_scheduler_fire_lag_seconds",
+            f"Seconds between a slot and its claim, over the last {FIRE_LAG_WINDOW} slots.",
+            labels=["level", "stat"],
+        )
+        query = (
+            sa.select(events.c.data, events.c.recorded_at)
+            .where(events.c.type == "TickScheduled")
+            .order_by(events.c.global_position.desc())
+            .limit(FIRE_LAG_WINDOW)
+        )
+        lags: dict[str, list[float]] = defaultdict(list)
+        for data, recorded_at in conn.execute(query):
+            if not data.get("slot") or data.get("attempt", 1) != 1:
+                continue
+            recorded = recorded_at if recorded_at.tzinfo else recorded_at.replace(tzinfo=UTC)
+            lags[data["level"]].append(
+                (recorded - datetime.fromisoformat(data["slot"])).total_seconds()
+            )
+        for level, values in lags.items():
+            family.add_metric([level, "last"], values[0])
+            family.add_metric([level, "max"], max(values))
+        return family
+
+    def _spend(self) -> Iterator[Metric]:
+        tokens = CounterMetricFamily(
+            "tickwork_tokens",
+            "Tokens spent, by level, model and kind.",
+            labels=["level", "model", "kind"],
+        )
+        calls = CounterMetricFamily(
+            "tickwork_model_calls",
+            "Model calls that reported (or estimated) usage.",
+            labels=["level", "model"],
+        )
+        cost = CounterMetricFamily(
+            "tickwork_cost_usd",
+            "USD spent, priced now; models without a price are left out.",
+            labels=["level", "model"],
+        )
+        for row in self.reads.spend(by=("level", "model")):
+            labels = [row.group["level"], row.group["model"]]
+            tokens.add_metric([*labels, "prompt"], row.prompt_tokens)
+            tokens.add_metric([*labels, "completion"], row.completion_tokens)
+            calls.add_metric(labels, row.model_calls)
+            if row.cost_usd is not None:
+                cost.add_metric(labels, row.cost_usd)
+        yield tokens
+        yield calls
+        yield cost

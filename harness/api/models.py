@@ -1,0 +1,143 @@
+"""What the HTTP API answers: pydantic models, so the OpenAPI schema says it too."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+from typing import Annotated, Any
+
+from pydantic import AfterValidator, BaseModel
+
+from harness.status import LevelStatus, Snapshot, TickInFlight
+from harness.store import StoredEvent
+
+
+def _utc(value: datetime | None) -> datetime | None:
+    """SQLite keeps no zone; every time tickwork stores is UTC."""
+    return value.replace(tzinfo=UTC) if value is not None and value.tzinfo is None else value
+
+
+Utc = Annotated[datetime | None, AfterValidator(_utc)]
+
+
+class InFlight(BaseModel):
+    tick_id: str
+    level: str
+    status: str
+    scheduled_at: datetime | None
+    started_at: datetime | None
+    waited_seconds: float | None
+    """From scheduled to started (or to now, while it waits for a place)."""
+    runtime_seconds: float | None
+
+    @classmethod
+    def of(cls, tick: TickInFlight, now: datetime) -> InFlight:
+        return cls(
+            tick_id=tick.tick_id,
+            level=tick.level,
+            status=tick.status,
+            scheduled_at=tick.scheduled_at,
+            started_at=tick.started_at,
+            waited_seconds=tick.waited(now),
+            runtime_seconds=tick.runtime(now),
+        )
+
+
+class Projection(BaseModel):
+    position: int
+    lag: int
+    """Events stored but not yet folded into this read model."""
+
+
+class Status(BaseModel):
+    taken_at: datetime
+    store_position: int
+    projections: dict[str, Projection]
+    levels: list[LevelStatus]
+    running: list[InFlight]
+    queued: list[InFlight]
+    paused_levels: list[str]
+
+    @classmethod
+    def of(cls, snapshot: Snapshot) -> Status:
+        now = snapshot.taken_at
+        return cls(
+            taken_at=now,
+            store_position=snapshot.store_position,
+            projections={
+                name: Projection(position=snapshot.checkpoints[name], lag=lag)
+                for name, lag in snapshot.projection_lag.items()
+            },
+            levels=snapshot.levels,
+            running=[InFlight.of(tick, now) for tick in snapshot.running],
+            queued=[InFlight.of(tick, now) for tick in snapshot.queued],
+            paused_levels=snapshot.paused_levels,
+        )
+
+
+class Tick(BaseModel):
+    """A row of the ticks read model."""
+
+    tick_id: str
+    level: str
+    status: str
+    slot: Utc
+    scheduled_at: Utc
+    started_at: Utc
+    finished_at: Utc
+    prompt_tokens: int
+    completion_tokens: int
+    model_calls: int
+    estimated_calls: int
+    tool_calls: int
+    tool_calls_cancelled: int
+    result_path: str | None
+    reason: str | None
+
+
+class Event(BaseModel):
+    global_position: int
+    stream_position: int
+    event_id: str
+    type: str
+    version: int
+    data: dict[str, Any]
+    recorded_at: datetime
+
+    @classmethod
+    def of(cls, event: StoredEvent) -> Event:
+        return cls(
+            global_position=event.global_position,
+            stream_position=event.stream_position,
+            event_id=str(event.event_id),
+            type=event.type,
+            version=event.version,
+            data=event.data,
+            recorded_at=event.recorded_at,
+        )
+
+
+class TickDetail(BaseModel):
+    tick: Tick | None
+    """None while the read model has not folded the tick yet."""
+    events: list[Event]
+    result: dict[str, Any] | None
+    """The tick's result file, once it has one."""
+    result_error: str | None
+    """Why a result file the tick names could not be read."""
+
+
+class Digest(BaseModel):
+    """The latest `DigestPublished` of the configured digests, with the rendered file."""
+
+    published_at: datetime
+    data: dict[str, Any]
+    """name, period_start, period_end, content_hash, format, targets, delivery, path."""
+    content: str | None
+    content_error: str | None
+    """Why the file at `data.path` could not be read."""
+
+
+class Cancelled(BaseModel):
+    scope: str
+    matching: list[str]
+    """Tick ids in flight the request reaches, as the read model has them now."""

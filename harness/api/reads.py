@@ -1,0 +1,95 @@
+"""What the API and the dashboard read: the status snapshot, ticks, spend and digests.
+
+One `Reads` per server holds the store, the price book and the projector; each request
+brings the read models up to date once (`fresh`) and then reads from them, so an answer
+is never older than the request, whichever process runs the scheduler.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from datetime import date, datetime
+from pathlib import Path
+
+from harness.api.models import Digest, Event, Tick, TickDetail
+from harness.config import Settings
+from harness.events import digest_stream
+from harness.prices import PriceBook
+from harness.projections import SpendRow, projector_for, spend_report
+from harness.projections.spend import GroupBy
+from harness.projections.ticks import tick_rows
+from harness.result import ResultFileError, read_result
+from harness.status import Snapshot, snapshot
+from harness.store import SqlEventStore
+
+
+class Reads:
+    def __init__(self, settings: Settings, store: SqlEventStore) -> None:
+        self.settings = settings
+        self.store = store
+        self.prices = PriceBook(settings.prices)
+        self.projector = projector_for(store, self.prices)
+
+    def fresh(self) -> Reads:
+        self.projector.catch_up()
+        return self
+
+    def snapshot(self) -> Snapshot:
+        return snapshot(self.settings, self.store, self.prices)
+
+    def ticks(
+        self,
+        *,
+        levels: Sequence[str] | None = None,
+        status: str | None = None,
+        since: datetime | None = None,
+        limit: int = 100,
+    ) -> list[Tick]:
+        with self.store.read_transaction() as conn:
+            rows = tick_rows(conn, levels=levels, status=status, since=since, limit=limit)
+        return [Tick.model_validate(row._asdict()) for row in rows]
+
+    def tick(self, tick_id: str) -> TickDetail | None:
+        """A tick's events, read model row and result file; None when no such tick exists."""
+        events = self.store.read_stream(f"tick-{tick_id}")
+        if not events:
+            return None
+        with self.store.read_transaction() as conn:
+            rows = tick_rows(conn, tick_id=tick_id, limit=1)
+        tick = Tick.model_validate(rows[0]._asdict()) if rows else None
+        result, error = None, None
+        if tick is not None and tick.result_path:
+            try:
+                result = read_result(Path(tick.result_path)).model_dump(mode="json")
+            except ResultFileError as exc:
+                error = str(exc)
+        return TickDetail(
+            tick=tick, events=[Event.of(e) for e in events], result=result, result_error=error
+        )
+
+    def spend(self, by: Sequence[GroupBy], since: date | None = None) -> list[SpendRow]:
+        with self.store.read_transaction() as conn:
+            return spend_report(conn, self.prices, by=by, since=since)
+
+    def latest_digest(self) -> Digest | None:
+        """The last digest published by any configured digest, and its rendered file."""
+        streams = [digest_stream(name) for name in self.settings.digests]
+        found = self.store.read_streams(streams, types=["DigestPublished"])
+        published = [events[-1] for events in found.values() if events]
+        if not published:
+            return None
+        last = max(published, key=lambda event: event.global_position)
+        content, error = None, None
+        path = last.data.get("path")
+        if not path:
+            error = "the event names no file"
+        else:
+            try:
+                content = Path(path).read_text(encoding="utf-8")
+            except OSError as exc:
+                error = f"{path}: {exc.strerror or exc}"
+            except UnicodeDecodeError:
+                error = f"{path}: not UTF-8 text"
+        return Digest(
+            published_at=last.recorded_at, data=last.data, content=content, content_error=error
+        )

@@ -1,0 +1,27 @@
+"""`--since` and `?since=`: a duration back from now or a time, read one way everywhere."""
+
+from __future__ import annotations
+
+import re
+from datetime import UTC, datetime, timedelta
+
+_AGO = re.compile(r"(\d+)([mhd])")
+_UNITS = {"m": "minutes", "h": "hours", "d": "days"}
+
+
+def parse_since(text: str) -> datetime:
+    """`30m`, `12h`, `7d` ago, or an ISO date/time (naive means UTC).
+
+    Raises:
+        ValueError: with a message an operator can act on, for anything else.
+    """
+    match = _AGO.fullmatch(text.strip())
+    if match:
+        return datetime.now(UTC) - timedelta(**{_UNITS[match.group(2)]: int(match.group(1))})
+    try:
+        parsed = datetime.fromisoformat(text)
+    except ValueError:
+        raise ValueError(
+            f"{text!r} is neither a duration like 30m, 12h, 7d nor an ISO date/time"
+        ) from None
+    return parsed if parsed.tzinfo else parsed.replace(tzinfo=UTC)

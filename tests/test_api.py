@@ -1,0 +1,355 @@
+"""The HTTP API on a real uvicorn server and a real store (SQLite and PostgreSQL)."""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+
+import httpx
+import pytest
+from prometheus_client.parser import text_string_to_metric_families
+from pydantic import SecretStr
+
+from harness.api.app import create_app
+from harness.config import (
+    ApiConfig,
+    DigestConfig,
+    LevelConfig,
+    PathsConfig,
+    Settings,
+    StoreConfig,
+)
+from harness.events import (
+    CONTROL_STREAM,
+    BudgetSpent,
+    DigestPublished,
+    TickCompleted,
+    TickEvent,
+    TickScheduled,
+    TickStarted,
+    level_stream,
+)
+from harness.fake_llm import FakeUpstream, Step
+from harness.rag import build_index
+from harness.result import TickResult, write_result
+from harness.serving import BackgroundServer
+from harness.status import level_paused
+from harness.store import SqlEventStore, open_store
+from tests.test_tick import Harness, calls
+
+TOKEN = "tw-test-token-4f1d0c"
+
+
+@dataclass
+class Api:
+    settings: Settings
+    store: SqlEventStore
+    http: httpx.Client
+
+
+@contextmanager
+def serving(settings: Settings, store: SqlEventStore) -> Iterator[httpx.Client]:
+    """The app over `store` on a real port, and a client for it."""
+    server = BackgroundServer(create_app(settings, store), name="api")
+    try:
+        with httpx.Client(base_url=server.start(), timeout=30) as client:
+            yield client
+    finally:
+        server.stop()
+
+
+def settings_for(url: str, tmp_path: Path, token: str | None = None) -> Settings:
+    return Settings(
+        store=StoreConfig(url=url),
+        paths=PathsConfig(results=tmp_path / "results", spool=tmp_path / "spool"),
+        api=ApiConfig(token=SecretStr(token) if token else None),
+        digests={"daily": DigestConfig(every="1d")},
+        levels={
+            "min": LevelConfig(every="1m", model="gpt-4o-mini", daily_token_budget=100_000),
+            "hour": LevelConfig(schedule="0 * * * *", model="gpt-4o-mini"),
+        },
+    )
+
+
+@pytest.fixture
+def api(store_url: str, tmp_path: Path) -> Iterator[Api]:
+    settings = settings_for(store_url, tmp_path)
+    store = open_store(store_url)
+    with serving(settings, store) as client:
+        yield Api(settings, store, client)
+    store.close()
+
+
+def record(store: SqlEventStore, *events: TickEvent) -> None:
+    store.append(events[0].stream_id, [event.to_record() for event in events])
+
+
+def started_with_spend(
+    tick_id: str, level: str, model: str, tokens: tuple[int, int]
+) -> list[TickEvent]:
+    """A tick scheduled, started and one model call into it."""
+    prompt, completion = tokens
+    return [
+        TickScheduled(tick_id=tick_id, level=level),
+        TickStarted(tick_id=tick_id, level=level, pid=1, host="h"),
+        BudgetSpent(
+            tick_id=tick_id,
+            level=level,
+            model=model,
+            prompt_tokens=prompt,
+            completion_tokens=completion,
+        ),
+    ]
+
+
+def seed(store: SqlEventStore, results: Path) -> None:
+    """A completed tick of `min` with spend and a result file, one running, one queued."""
+    path = results / "min" / "done.json"
+    write_result(path, TickResult(tick_id="min-done", ok=True, text="Pager is quiet."))
+    done = started_with_spend("min-done", "min", "gpt-4o-mini", (1200, 30))
+    record(store, *done, TickCompleted(tick_id="min-done", level="min", result_path=str(path)))
+    record(store, *started_with_spend("hour-run", "hour", "home-model", (7, 3)))
+    record(store, TickScheduled(tick_id="min-queued", level="min"))
+
+
+def test_status_shows_running_queued_paused_budgets_and_lag(api: Api, tmp_path: Path) -> None:
+    seed(api.store, tmp_path / "results")
+    assert api.http.post("/levels/hour/pause").status_code == 200
+
+    status = api.http.get("/status").json()
+
+    assert [t["tick_id"] for t in status["running"]] == ["hour-run"]
+    assert status["running"][0]["runtime_seconds"] >= 0
+    assert [t["tick_id"] for t in status["queued"]] == ["min-queued"]
+    assert status["paused_levels"] == ["hour"]
+    levels = {level["name"]: level for level in status["levels"]}
+    assert levels["min"]["tokens_today"] == 1230 and levels["min"]["token_budget"] == 100_000
+    assert levels["hour"]["cost_today_usd"] is None, "home-model has no price"
+    assert status["store_position"] == api.store.last_position()
+    assert {p["lag"] for p in status["projections"].values()} == {0}
+
+
+def test_ticks_filter_by_level_status_and_since_and_show_one_with_its_result(
+    api: Api, tmp_path: Path
+) -> None:
+    seed(api.store, tmp_path / "results")
+
+    everything = api.http.get("/ticks").json()
+    assert {t["tick_id"] for t in everything} == {"min-done", "hour-run", "min-queued"}
+    done = api.http.get("/ticks", params={"level": "min", "status": "completed"}).json()
+    assert [t["tick_id"] for t in done] == ["min-done"]
+    assert done[0]["prompt_tokens"] == 1200 and done[0]["finished_at"].endswith("Z")
+    both = api.http.get("/ticks", params=[("level", "min"), ("level", "hour")]).json()
+    assert len(both) == 3
+    future = (datetime.now(UTC) + timedelta(hours=1)).isoformat()
+    assert api.http.get("/ticks", params={"since": future}).json() == []
+    assert len(api.http.get("/ticks", params={"since": "1h", "limit": 2}).json()) == 2
+
+    detail = api.http.get("/ticks/min-done").json()
+    assert [e["type"] for e in detail["events"]] == [
+        "TickScheduled",
+        "TickStarted",
+        "BudgetSpent",
+        "TickCompleted",
+    ]
+    assert detail["tick"]["status"] == "completed"
+    assert detail["result"]["text"] == "Pager is quiet."
+    missing = api.http.get("/ticks/no-such-tick")
+    assert missing.status_code == 404 and "no-such-tick" in missing.json()["detail"]
+
+
+@pytest.mark.parametrize(
+    ("path", "params", "names"),
+    [
+        ("/ticks", {"status": "bogus"}, ["'bogus' is not a tick status", "completed"]),
+        ("/ticks", {"since": "yesterday-ish"}, ["'yesterday-ish'", "30m, 12h, 7d"]),
+        ("/ticks", {"limit": "0"}, ["greater than or equal to 1"]),
+        ("/spend", {"by": "colour"}, ["'level', 'model' or 'day'"]),
+        ("/spend", {"since": "soon"}, ["'soon'"]),
+    ],
+)
+def test_bad_query_parameters_get_422_naming_the_problem_and_change_nothing(
+    api: Api, path: str, params: dict[str, str], names: list[str]
+) -> None:
+    before = api.store.last_position()
+    answer = api.http.get(path, params=params)
+    assert answer.status_code == 422
+    problem = answer.json()["detail"][0]
+    assert problem["loc"] == ["query", next(iter(params)), *problem["loc"][2:]]
+    for name in names:
+        assert name in problem["msg"]
+    assert api.store.last_position() == before
+
+
+def test_spend_groups_by_level_model_and_day(api: Api, tmp_path: Path) -> None:
+    seed(api.store, tmp_path / "results")
+    rows = api.http.get("/spend", params=[("by", "level"), ("by", "model")]).json()
+    by = {(r["group"]["level"], r["group"]["model"]): r for r in rows}
+    assert by[("min", "gpt-4o-mini")]["prompt_tokens"] == 1200
+    assert by[("min", "gpt-4o-mini")]["cost_usd"] == pytest.approx((1200 * 0.15 + 30 * 0.6) / 1e6)
+    assert by[("hour", "home-model")]["cost_usd"] is None
+    today = datetime.now(UTC).date().isoformat()
+    days = api.http.get("/spend", params={"by": "day", "since": "7d"}).json()
+    assert days == [
+        {
+            "group": {"day": today},
+            "prompt_tokens": 1207,
+            "completion_tokens": 33,
+            "cache_read_tokens": 0,
+            "cache_write_tokens": 0,
+            "model_calls": 2,
+            "estimated_calls": 0,
+            "cost_usd": None,
+            "unpriced_calls": 1,
+        }
+    ]
+
+
+def publish_digest(store: SqlEventStore, path: Path, text: str, name: str) -> None:
+    """A `DigestPublished` as the publisher records it, with its file."""
+    path.write_text(text, encoding="utf-8")
+    published = DigestPublished(
+        name=name,
+        period_start=datetime(2026, 1, 1, tzinfo=UTC),
+        period_end=datetime(2026, 1, 2, tzinfo=UTC),
+        format="md",
+        content_hash=hashlib.sha256(text.encode()).hexdigest(),
+        targets=["file:/tmp"],
+        delivery={"file:/tmp": "ok"},
+        path=str(path),
+    )
+    store.append(published.stream_id, [published.to_record()])
+
+
+def test_latest_digest_is_the_last_published_with_its_file(api: Api, tmp_path: Path) -> None:
+    none_yet = api.http.get("/digests/latest")
+    assert none_yet.status_code == 404 and "no digest published" in none_yet.json()["detail"]
+
+    publish_digest(api.store, tmp_path / "first.md", "# Monday\n", "daily")
+    publish_digest(api.store, tmp_path / "second.md", "# Tuesday\nAll quiet.\n", "daily")
+    latest = api.http.get("/digests/latest").json()
+    assert latest["content"] == "# Tuesday\nAll quiet.\n"
+    assert latest["data"]["path"] == str(tmp_path / "second.md")
+    assert latest["data"]["format"] == "md"
+
+    (tmp_path / "second.md").unlink()
+    gone = api.http.get("/digests/latest").json()
+    assert gone["content"] is None and "second.md" in gone["content_error"]
+
+
+def test_pause_resume_and_cancel_append_what_the_cli_appends(api: Api, tmp_path: Path) -> None:
+    seed(api.store, tmp_path / "results")
+
+    paused = api.http.post("/levels/min/pause")
+    assert paused.json() == {"level": "min", "was_paused": False, "paused": True}
+    assert level_paused(api.store, "min")
+    switch = api.store.read_stream(level_stream("min"))[-1]
+    assert switch.type == "LevelPaused" and switch.data["by"] == "http:127.0.0.1"
+    resumed = api.http.post("/levels/min/resume")
+    assert resumed.json() == {"level": "min", "was_paused": True, "paused": False}
+    assert not level_paused(api.store, "min")
+
+    cancelled = api.http.post("/cancel/min").json()
+    assert cancelled == {"scope": "min", "matching": ["min-queued"]}
+    request = api.store.read_stream(CONTROL_STREAM)[-1]
+    assert request.type == "CancelRequested" and request.data["scope"] == "min"
+
+    before = api.store.last_position()
+    unknown = api.http.post("/levels/weekly/pause")
+    assert unknown.status_code == 404 and "no level named 'weekly'" in unknown.json()["detail"]
+    assert api.http.post("/levels/min/explode").status_code == 422
+    assert api.store.last_position() == before
+
+
+def test_the_openapi_schema_lists_every_endpoint(api: Api) -> None:
+    paths = api.http.get("/openapi.json").json()["paths"]
+    assert {
+        "/status",
+        "/ticks",
+        "/ticks/{tick_id}",
+        "/spend",
+        "/digests/latest",
+        "/levels/{level}/{action}",
+        "/cancel/{scope}",
+        "/metrics",
+    } <= set(paths)
+    assert {p["name"] for p in paths["/ticks"]["get"]["parameters"]} == {
+        "level",
+        "status",
+        "since",
+        "limit",
+    }
+
+
+def test_with_a_token_every_endpoint_needs_the_bearer(sqlite_url: str, tmp_path: Path) -> None:
+    store = open_store(sqlite_url)
+    with serving(settings_for(sqlite_url, tmp_path, token=TOKEN), store) as http:
+        for path in ("/status", "/ticks", "/metrics", "/dashboard/panels"):
+            assert http.get(path).status_code == 401, path
+            wrong = http.get(path, headers={"Authorization": "Bearer nope"})
+            assert wrong.status_code == 401, path
+            right = http.get(path, headers={"Authorization": f"Bearer {TOKEN}"})
+            assert right.status_code == 200, path
+        assert http.post("/levels/min/pause").status_code == 401
+        assert not level_paused(store, "min")
+        assert http.get("/").status_code == 200, "the empty page shell holds no data"
+    store.close()
+
+
+def metrics(http: httpx.Client) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
+    answer = http.get("/metrics")
+    assert answer.headers["content-type"].startswith("text/plain")
+    return {
+        (sample.name, tuple(sorted(sample.labels.items()))): sample.value
+        for family in text_string_to_metric_families(answer.text)
+        for sample in family.samples
+    }
+
+
+@pytest.fixture(scope="module")
+def fake() -> Iterator[FakeUpstream]:
+    server = FakeUpstream().start()
+    yield server
+    server.stop()
+
+
+def test_metrics_after_real_ticks(tmp_path: Path, fake: FakeUpstream) -> None:
+    notes = tmp_path / "notes"
+    notes.mkdir()
+    (notes / "oncall.md").write_text("# On call\n\nEscalate database alerts to Ana.")
+    build_index(notes, tmp_path / "rag.db")
+    harness = Harness(tmp_path, fake, max_tool_calls=1)
+    capped = harness.tick([calls("rag_lookup", "rag_lookup"), Step(text="never asked")])
+    plain = harness.tick([Step(text="Quiet.")])
+    assert capped.status == plain.status == "completed"
+    slot = datetime.now(UTC) - timedelta(seconds=3)
+    record(harness.store, TickScheduled(tick_id="min-late", level="min", slot=slot))
+
+    with serving(harness.settings, harness.store) as http:
+        seen = metrics(http)
+    spent = [
+        e for outcome in (capped, plain) for e in harness.events(outcome) if e.type == "BudgetSpent"
+    ]
+    model = spent[0].data["model"]
+    level = (("level", "min"),)
+    assert seen[("tickwork_ticks", (("level", "min"), ("status", "completed")))] == 2
+    assert seen[("tickwork_tick_duration_seconds_count", level)] == 2
+    assert seen[("tickwork_tick_duration_seconds_bucket", (("le", "+Inf"), *level))] == 2
+    assert seen[("tickwork_tick_duration_seconds_sum", level)] > 0
+    assert seen[("tickwork_tokens_total", (("kind", "prompt"), *level, ("model", model)))] == sum(
+        e.data["prompt_tokens"] for e in spent
+    )
+    assert seen[("tickwork_model_calls_total", (*level, ("model", model)))] == len(spent)
+    assert seen[("tickwork_tool_cap_hits_total", level)] == 1
+    assert seen[("tickwork_tool_calls_cancelled_total", level)] == 1
+    assert seen[("tickwork_ticks_in_flight", (*level, ("state", "queued")))] == 1
+    assert seen[("tickwork_ticks_in_flight", (*level, ("state", "running")))] == 0
+    assert seen[("tickwork_projection_lag_events", (("projection", "ticks"),))] == 0
+    assert seen[("tickwork_store_position", ())] == harness.store.last_position()
+    lag = seen[("tickwork_scheduler_fire_lag_seconds", (*level, ("stat", "last")))]
+    assert 3 <= lag < 60
+    harness.store.close()

@@ -1,0 +1,164 @@
+"""The dashboard in headless Chromium, against `tickwork serve` with real ticks behind it.
+
+`tickwork run` runs a level whose first tick completes (spend for the chart) and whose
+next one hangs on a slow upstream (a running tick); another level is paused. The page
+must load without console errors, show the running tick with a live runtime, the spend
+chart and the latest digest, and its resume button must resume the level. A screenshot
+is kept in tests/artifacts/ (git-ignored).
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import httpx
+import pytest
+from selenium import webdriver
+from selenium.common.exceptions import NoSuchElementException, StaleElementReferenceException
+from selenium.webdriver.chrome.options import Options
+from selenium.webdriver.chrome.service import Service
+from selenium.webdriver.common.by import By
+from selenium.webdriver.remote.webdriver import WebDriver
+from selenium.webdriver.support.ui import WebDriverWait
+
+from harness.fake_llm import FakeUpstream, Step
+from harness.status import level_paused
+from harness.store import open_store
+from tests.test_api import TOKEN, serving, settings_for
+from tests.test_serve import environment, serve
+from tests.test_service import run_cli, start_service, write_config
+
+CHROMIUM = Path("/usr/bin/chromium")
+CHROMEDRIVER = Path("/usr/bin/chromedriver")
+ARTIFACTS = Path(__file__).parent / "artifacts"
+
+LEVELS = """
+[levels.busy]
+every = "2s"
+prompt = "Anything new?"
+model = "fake-model"
+timeout_seconds = 120
+
+[levels.idle]
+every = "1h"
+prompt = "Nothing to do."
+model = "fake-model"
+
+[digests.daily]
+every = "3s"
+levels = ["busy"]
+"""
+
+
+@pytest.fixture
+def browser() -> Iterator[WebDriver]:
+    missing = [str(p) for p in (CHROMIUM, CHROMEDRIVER) if not p.exists()]
+    if missing:
+        message = f"{', '.join(missing)} missing: apt-get install chromium chromium-driver"
+        if os.environ.get("CI") == "true":
+            pytest.fail(f"CI=true and {message} (.ci/run installs them)")
+        pytest.skip(message)
+    options = Options()
+    options.binary_location = str(CHROMIUM)
+    for argument in ("--headless=new", "--no-sandbox", "--disable-gpu", "--window-size=1280,1400"):
+        options.add_argument(argument)
+    options.set_capability("goog:loggingPrefs", {"browser": "ALL"})
+    driver = webdriver.Chrome(service=Service(str(CHROMEDRIVER)), options=options)
+    try:
+        yield driver
+    finally:
+        driver.quit()
+
+
+def wait_for(what: str, check: object, timeout: float = 90) -> None:
+    deadline = time.monotonic() + timeout
+    while not callable(check) or not check():
+        assert time.monotonic() < deadline, f"never: {what}"
+        time.sleep(0.5)
+
+
+def seen(driver: WebDriver, css: str, attribute: str = "", click: bool = False) -> str:
+    """The text (or an attribute) of the element `css` selects, clicked if asked.
+
+    "" while there is none, or while the page's refresh is replacing it.
+    """
+    try:
+        element = driver.find_element(By.CSS_SELECTOR, css)
+        if click:
+            element.click()
+            return "clicked"
+        return (element.get_attribute(attribute) if attribute else element.text) or ""
+    except (NoSuchElementException, StaleElementReferenceException):
+        return ""
+
+
+def test_dashboard_shows_running_tick_spend_digest_and_resumes_a_level(
+    tmp_path: Path, browser: WebDriver
+) -> None:
+    config = write_config(tmp_path, LEVELS)
+    store = open_store(f"sqlite:///{tmp_path}/events.db")
+    fake = FakeUpstream().start()
+    fake.script("default", [Step(text="All quiet.")] + [Step(text="late", delay=60)] * 10)
+    assert run_cli("pause idle", config, fake).returncode == 0
+    service = start_service(config, fake)
+    try:
+        with serve(tmp_path, env=environment(TICKWORK_CONFIG=str(config))) as (url, _):
+
+            def running_after_completed() -> bool:
+                done = httpx.get(f"{url}/ticks", params={"status": "completed"}, timeout=10)
+                running = httpx.get(f"{url}/ticks", params={"status": "running"}, timeout=10)
+                return bool(done.json()) and bool(running.json())
+
+            wait_for("a running tick after a completed one", running_after_completed)
+            browser.get(f"{url}/")
+            wait = WebDriverWait(browser, 30)
+            tick_id = wait.until(lambda d: seen(d, "#running tr.running", "data-tick"))
+            assert tick_id.startswith("busy-")
+            first = int(wait.until(lambda d: seen(d, "#running .runtime")).split()[0])
+            wait.until(lambda d: int((seen(d, "#running .runtime") or "-1").split()[0]) > first + 1)
+            bars = browser.find_elements(By.CSS_SELECTOR, "svg.chart rect.bar[data-level=busy]")
+            assert bars, "the spend chart has a bar for busy"
+            wait.until(lambda d: "## Level busy" in seen(d, "#digest"))
+            assert browser.find_elements(By.CSS_SELECTOR, "#timeline .mark.s-completed")
+            assert browser.find_elements(By.CSS_SELECTOR, "#paused button[data-resume=idle]")
+            ARTIFACTS.mkdir(exist_ok=True)
+            shot = ARTIFACTS / "dashboard.png"
+            assert browser.save_screenshot(str(shot))
+            print(f"dashboard screenshot: {shot}")
+
+            wait.until(lambda d: seen(d, "#paused button[data-resume=idle]", click=True))
+            wait.until(lambda d: "none" in seen(d, "#paused"))
+            assert not level_paused(store, "idle")
+            assert store.read_stream("level-idle")[-1].data["by"] == "http:127.0.0.1"
+            errors = [e for e in browser.get_log("browser") if e["level"] == "SEVERE"]
+            assert errors == [], errors
+            cancelled = httpx.post(f"{url}/cancel/busy", timeout=10).json()
+            assert tick_id in cancelled["matching"]
+    finally:
+        service.send_signal(signal.SIGTERM)
+        output = service.communicate(timeout=60)[0]
+        fake.stop()
+        store.close()
+    assert f"{tick_id} cancelled" in output, output
+
+
+def test_with_a_token_the_page_sends_it_from_the_url_fragment(
+    tmp_path: Path, browser: WebDriver
+) -> None:
+    url = f"sqlite:///{tmp_path}/events.db"
+    store = open_store(url)
+    with serving(settings_for(url, tmp_path, token=TOKEN), store) as http:
+        wait = WebDriverWait(browser, 30)
+        browser.get(f"{http.base_url}/")
+        wait.until(lambda d: "HTTP 401" in seen(d, "#state"))
+        browser.get("about:blank")  # a fresh load, as an operator opens the link
+        browser.get(f"{http.base_url}/#token={TOKEN}")
+        wait.until(lambda d: "min" in seen(d, "#levels"))
+        assert TOKEN not in browser.current_url, "the token leaves the address bar"
+        browser.refresh()
+        wait.until(lambda d: "live" in seen(d, "#state"))
+    store.close()

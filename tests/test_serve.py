@@ -1,0 +1,117 @@
+"""`tickwork serve` as an operator starts it: a real process, a real port, the token rule."""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+import httpx
+
+TICKWORK = str(Path(sys.executable).with_name("tickwork"))
+TOKEN = "tw-serve-token-9b2e71"
+
+
+def free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port: int = probe.getsockname()[1]
+        return port
+
+
+def environment(**extra: str) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("TICKWORK_")}
+    env.update(extra)
+    return env
+
+
+@contextmanager
+def serve(cwd: Path, *args: str, env: dict[str, str]) -> Iterator[tuple[str, list[str]]]:
+    """`tickwork serve` on a free port until the block ends.
+
+    Yields its URL and a list that holds the server's output once the block has ended.
+    """
+    port = free_port()
+    process = subprocess.Popen(
+        [TICKWORK, "serve", "--port", str(port), *args],
+        cwd=cwd,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
+    url = f"http://127.0.0.1:{port}"
+    output: list[str] = []
+    try:
+        deadline = time.monotonic() + 60
+        while True:
+            assert process.poll() is None, process.communicate()[0]
+            assert time.monotonic() < deadline, "tickwork serve never answered"
+            try:
+                httpx.get(f"{url}/", timeout=2)
+                break
+            except httpx.TransportError:
+                time.sleep(0.2)
+        yield url, output
+    finally:
+        process.send_signal(signal.SIGINT)
+        output.append(process.communicate(timeout=30)[0])
+
+
+def refused_to(cwd: Path, *args: str, **env: str) -> subprocess.CompletedProcess[str]:
+    """`tickwork serve` that must not start: it exits 2 at once."""
+    ended = subprocess.run(
+        [TICKWORK, "serve", *args],
+        cwd=cwd,
+        env=environment(**env),
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert ended.returncode == 2, ended.stdout + ended.stderr
+    return ended
+
+
+def test_a_non_loopback_bind_without_a_token_is_refused(tmp_path: Path) -> None:
+    refused = refused_to(tmp_path, "--host", "0.0.0.0", "--port", str(free_port()))
+    assert "0.0.0.0" in refused.stderr and "TICKWORK_API_TOKEN" in refused.stderr
+    assert not (tmp_path / ".tickwork").exists(), "refused before the store is touched"
+
+
+def test_with_a_token_it_binds_beyond_loopback_and_asks_every_request_for_it(
+    tmp_path: Path,
+) -> None:
+    env = environment(TICKWORK_API_TOKEN=TOKEN)
+    with serve(tmp_path, "--host", "0.0.0.0", env=env) as (url, output):
+        assert httpx.get(f"{url}/status").status_code == 401
+        wrong = httpx.get(f"{url}/status", headers={"Authorization": "Bearer guess"})
+        assert wrong.status_code == 401
+        right = httpx.get(f"{url}/status", headers={"Authorization": f"Bearer {TOKEN}"})
+        assert right.status_code == 200 and right.json()["levels"] == []
+    assert "bearer token required" in output[0]
+    assert TOKEN not in output[0], "the token is never logged"
+
+
+def test_on_loopback_it_serves_without_a_token(tmp_path: Path) -> None:
+    with serve(tmp_path, env=environment()) as (url, _):
+        assert httpx.get(f"{url}/status").status_code == 200
+        assert "tickwork" in httpx.get(f"{url}/").text
+
+
+def test_a_short_token_is_refused_without_echoing_it(tmp_path: Path) -> None:
+    short = refused_to(tmp_path, "--host", "0.0.0.0", TICKWORK_API_TOKEN="hunter2")
+    assert "api.token" in short.stderr and "at least 16 characters" in short.stderr
+    assert "hunter2" not in short.stderr
+
+
+def test_a_token_in_the_config_file_is_refused(tmp_path: Path) -> None:
+    (tmp_path / "tickwork.toml").write_text(f'[api]\ntoken = "{TOKEN}"\n')
+    refused = refused_to(tmp_path)
+    assert "api.token" in refused.stderr and "TICKWORK_API_TOKEN" in refused.stderr
+    assert TOKEN not in refused.stderr

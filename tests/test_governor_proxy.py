@@ -235,7 +235,7 @@ def test_unreachable_upstream_is_a_502_that_says_so_without_credentials() -> Non
         )
     assert response.status_code == 502
     message = response.json()["error"]["message"]
-    assert "upstream http://127.0.0.1:9 did not answer (ConnectError" in message
+    assert "upstream http://127.0.0.1:9 did not answer (ClientConnectorError" in message
     assert SECRET not in message and SECRET not in str(governor.status())
 
 

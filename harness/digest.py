@@ -120,7 +120,8 @@ def build_digest(
     )
     with store.read_transaction() as conn:
         rows = conn.execute(query).all()
-    spend, governed = _period_events(store, prices, start, end, set(levels))
+    tick_levels = {row.tick_id: row.level for row in rows}
+    spend, governed = _period_events(store, prices, start, end, tick_levels)
     paused = paused_levels(store, levels)
     reasons = _pause_reasons(store, paused)
     anomalies: list[Anomaly] = []
@@ -197,9 +198,17 @@ def _row_anomalies(row: sa.Row[tuple[object, ...]]) -> list[Anomaly]:
 
 
 def _period_events(
-    store: SqlEventStore, prices: PriceBook, start: datetime, end: datetime, levels: set[str]
+    store: SqlEventStore,
+    prices: PriceBook,
+    start: datetime,
+    end: datetime,
+    tick_levels: dict[str, str],
 ) -> tuple[dict[str, list[ModelSpend]], Counter[str]]:
-    """Spend per level and model, and governor interventions per level, recorded in the period."""
+    """Spend per level and model, and governor interventions per level, recorded in the period.
+
+    Only events of the period's ticks count (`tick_levels`: tick id -> level); a governor
+    event names its tick, not its level.
+    """
     sums: dict[tuple[str, str], _Sum] = {}
     governed: Counter[str] = Counter()
     position = store.first_position_since(start) - 1
@@ -208,8 +217,8 @@ def _period_events(
         for event in batch:
             if event.recorded_at >= end:
                 return _spend_rows(sums), governed
-            level = event.data.get("level")
-            if level not in levels:
+            level = tick_levels.get(event.data.get("tick_id") or "")
+            if level is None:
                 continue
             if event.type == "GovernorFired":
                 governed[level] += 1

@@ -24,6 +24,7 @@ from harness.digest_render import render
 from harness.events import (
     BudgetSpent,
     DigestClaimed,
+    GovernorFired,
     LevelPaused,
     TickCompleted,
     TickEvent,
@@ -93,6 +94,17 @@ def seed_period(store: SqlEventStore, results: Path) -> None:
     record(store, TickCompleted(**corrupt, result_path=str(results / "corrupt.json")))
     missing = tick("missing")
     record(store, TickCompleted(**missing, result_path=str(results / "gone.json")))
+    fired = GovernorFired(
+        model="gpt-4o-mini",
+        source="worker",
+        tick_id="good",
+        decision="soft",
+        est_tokens=61_000,
+        threshold=60_000,
+        chars=195_000,
+        chars_per_token=3.2,
+    )
+    store.append(fired.stream_id, [fired.to_record()])
     guessed = tick("guessed", "hour")
     record(
         store,
@@ -146,6 +158,7 @@ def test_a_digest_puts_anomalies_first_and_counts_every_kind_of_end(
     assert minute.ticks == {"completed": 4, "lost": 1, "timed_out": 1, "skipped": 1}
     assert minute.skipped == {"budget": 1}
     assert minute.tool_budget_exhausted == 1
+    assert (minute.governor_interventions, hour.governor_interventions) == (1, 0)
     assert [e.text for e in minute.excerpts if e.tick_id == "good"] == [
         "All quiet. word word word word word wor…"
     ]

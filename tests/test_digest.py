@@ -317,6 +317,9 @@ def test_the_digest_command_prints_writes_and_refuses_bad_arguments(tmp_path: Pa
     assert {a.kind for a in digest.anomalies} >= {"corrupt_result", "lost"}
     written = run(tmp_path, "digest", "--level", "min", "--out", str(tmp_path / "d.md"))
     assert written.returncode == 0 and (tmp_path / "d.md").read_text().startswith("# tickwork")
+    schema = json.loads(run(tmp_path, "digest", "--schema").stdout)
+    assert schema["properties"]["schema_version"]["const"] == 1
+    assert "anomalies" in schema["required"]
     for args, message in [
         (["--level", "nope"], "unknown level(s) ['nope']"),
         (["--send"], "--send needs --name"),

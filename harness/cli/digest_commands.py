@@ -7,11 +7,12 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Annotated
 
+import orjson
 import typer
 
 from harness.cli.app import app, fail, out, parse_since, settings, store_for
 from harness.config import DigestConfig
-from harness.digest import build_digest
+from harness.digest import Digest, build_digest
 from harness.digest_publish import Period, Publisher
 from harness.digest_render import DigestFormat, render
 from harness.projections import projector_for
@@ -38,8 +39,17 @@ def digest(
     send: Annotated[
         bool, typer.Option(help="Publish to the named digest's targets and record it.")
     ] = False,
+    schema: Annotated[
+        bool, typer.Option(help="Print the JSON Schema of --format json, and nothing else.")
+    ] = False,
 ) -> None:
     """Build a digest of a period: per level ticks, spend, failures, skips, excerpts."""
+    if schema:
+        sys.stdout.write(
+            orjson.dumps(Digest.model_json_schema(), option=orjson.OPT_INDENT_2).decode()
+        )
+        sys.stdout.write("\n")
+        return
     config = settings()
     if since is not None and start is not None:
         raise fail("give --since or --from, not both", code=2)

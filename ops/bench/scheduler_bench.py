@@ -95,6 +95,14 @@ def main() -> None:
         f"  queue wait p50 / p99:        {percentile(waits, 0.5):.1f} / "
         f"{percentile(waits, 0.99):.1f} s ({len(waits)} started)"
     )
+    waves: dict[str, float] = {}
+    for e in scheduled.values():
+        if e.data.get("slot"):
+            lag = (e.recorded_at - datetime.fromisoformat(e.data["slot"])).total_seconds()
+            waves[e.data["slot"]] = max(waves.get(e.data["slot"], 0.0), lag)
+    print(
+        "  fire lag, worst of each wave: " + ", ".join(f"{w:.2f}" for _, w in sorted(waves.items()))
+    )
     print(f"  ticks completed per minute:  {completed / (args.seconds / 60):.1f}")
     print(f"  peak RSS of the service:     {peak / 2**20:.0f} MiB")
     print(f"  skipped (overlap etc.):      {sum(e.type == 'TickSkipped' for e in events)}")

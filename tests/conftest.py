@@ -5,15 +5,11 @@ PostgreSQL tests skip locally when no server answers; with CI=true a missing ser
 
 from __future__ import annotations
 
-import json
 import os
-import threading
 import uuid
 from collections.abc import Iterator
 from contextlib import contextmanager
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
-from typing import Any
 
 import psycopg
 import pytest
@@ -23,6 +19,7 @@ from sqlalchemy.engine import make_url
 from harness.fake_llm import FakeUpstream
 from harness.store import SqlEventStore, migrate_store, open_store
 from harness.store.engine import create_store_engine
+from tests.receiver import Received, apprise_receiver
 
 PG_ADMIN_URL = os.environ.get("TICKWORK_TEST_PG_URL", "postgresql://postgres@127.0.0.1:5432/test")
 TABLES = ("events", "projection_checkpoints", "spend_daily", "ticks", "governor_calibration")
@@ -104,26 +101,8 @@ def sqlite_url(tmp_path: Path) -> str:
     return f"sqlite:///{tmp_path}/events.db"
 
 
-class _Receiver(BaseHTTPRequestHandler):
-    received: list[dict[str, Any]] = []
-
-    def do_POST(self) -> None:
-        length = int(self.headers.get("content-length", 0))
-        self.received.append(json.loads(self.rfile.read(length)))
-        self.send_response(200)
-        self.end_headers()
-
-    def log_message(self, *args: Any) -> None:
-        pass
-
-
 @pytest.fixture
-def receiver() -> Iterator[tuple[str, list[dict[str, Any]]]]:
+def receiver() -> Iterator[tuple[str, Received]]:
     """A local HTTP endpoint for apprise's `json://` notifications: (URL, bodies received)."""
-    received: list[dict[str, Any]] = []
-    handler = type("Handler", (_Receiver,), {"received": received})
-    server = ThreadingHTTPServer(("127.0.0.1", 0), handler)
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    yield f"json://127.0.0.1:{server.server_address[1]}/alerts", received
-    server.shutdown()
+    with apprise_receiver() as endpoint:
+        yield endpoint

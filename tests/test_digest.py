@@ -9,10 +9,7 @@ import socket
 import subprocess
 import threading
 import time
-from collections.abc import Iterator
-from contextlib import contextmanager
 from datetime import UTC, datetime, timedelta
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 import pytest
@@ -41,6 +38,7 @@ from harness.prices import PriceBook
 from harness.projections import projector_for
 from harness.result import TickResult, write_result
 from harness.store import SqlEventStore, open_store
+from tests.receiver import apprise_receiver
 from tests.test_cli import run
 from tests.test_service import start, write_config
 
@@ -192,37 +190,6 @@ def test_the_renderings_say_the_same_and_html_is_escaped(tmp_path: Path) -> None
     assert Digest.model_validate_json(render(digest, "json")) == digest
 
 
-class Receiver(BaseHTTPRequestHandler):
-    """An apprise json:// endpoint that fails its first `failures` requests."""
-
-    failures = 0
-    bodies: list[dict[str, str]] = []
-
-    def do_POST(self) -> None:
-        body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
-        if Receiver.failures > 0:
-            Receiver.failures -= 1
-            self.send_response(500)
-        else:
-            Receiver.bodies.append(body)
-            self.send_response(200)
-        self.end_headers()
-
-    def log_message(self, *args: object) -> None:
-        return
-
-
-@contextmanager
-def receiver(failures: int) -> Iterator[str]:
-    Receiver.failures, Receiver.bodies = failures, []
-    server = ThreadingHTTPServer(("127.0.0.1", 0), Receiver)
-    threading.Thread(target=server.serve_forever, daemon=True).start()
-    try:
-        yield f"json://127.0.0.1:{server.server_address[1]}/hook"
-    finally:
-        server.shutdown()
-
-
 def test_a_period_is_published_once_and_a_failed_delivery_is_retried_and_recorded(
     tmp_path: Path, store_url: str
 ) -> None:
@@ -238,7 +205,7 @@ def test_a_period_is_published_once_and_a_failed_delivery_is_retried_and_recorde
     config = settings.digests["ops"]
     store = open_store(store_url)
     prices = PriceBook()
-    with receiver(failures=1) as url:
+    with apprise_receiver(failures=1) as (url, received):
         env = {"OPS_HOOK": url + "?token=s3cret"}
         publishers = [
             Publisher(settings, store, projector_for(store, prices), prices, print, env)
@@ -254,7 +221,7 @@ def test_a_period_is_published_once_and_a_failed_delivery_is_retried_and_recorde
             thread.start()
         for thread in threads:
             thread.join(120)
-        bodies = list(Receiver.bodies)
+        bodies = list(received)
     published = [r for r in results if r is not None]
     assert len(published) == 1 and results.count(None) == 1, "two replicas published one period"
     delivery = published[0].delivery  # type: ignore[attr-defined]

@@ -1,0 +1,40 @@
+"""A local HTTP endpoint for apprise's `json://` notifications, on a real socket."""
+
+from __future__ import annotations
+
+import json
+import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
+
+Received = list[dict[str, Any]]
+
+
+@contextmanager
+def apprise_receiver(failures: int = 0) -> Iterator[tuple[str, Received]]:
+    """(a `json://` URL, the bodies it took); its first `failures` requests get a 500."""
+    received: Received = []
+    left = [failures]
+
+    class Handler(BaseHTTPRequestHandler):
+        def do_POST(self) -> None:
+            body = json.loads(self.rfile.read(int(self.headers.get("content-length", 0))))
+            if left[0] > 0:
+                left[0] -= 1
+                self.send_response(500)
+            else:
+                received.append(body)
+                self.send_response(200)
+            self.end_headers()
+
+        def log_message(self, *args: Any) -> None:
+            return
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        yield f"json://127.0.0.1:{server.server_address[1]}/alerts", received
+    finally:
+        server.shutdown()

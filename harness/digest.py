@@ -26,8 +26,9 @@ from harness.prices import PriceBook
 from harness.projections import Projector
 from harness.projections.ticks import ticks
 from harness.result import ResultFileError, ResultMissingError, read_result
-from harness.status import as_utc, paused_levels
+from harness.status import paused_levels
 from harness.store import SqlEventStore
+from harness.timespec import as_utc
 
 AnomalyKind = Literal[
     "empty_text", "missing_result", "corrupt_result", "lost", "timed_out", "estimated_spend"

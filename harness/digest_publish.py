@@ -40,6 +40,8 @@ from harness.events import (
     DigestClaimed,
     DigestDeliveryFailed,
     DigestPublished,
+    Event,
+    RawEvent,
     decode,
     digest_stream,
 )
@@ -128,8 +130,11 @@ class Publisher:
         stream = digest_stream(name)
         rendered: str | None = None
         while True:
-            version = self.store.stream_version(stream)
-            claimed = self._claim_of(name, period, version)
+            version, recent = self._recent(stream)
+            claimed = next(
+                (e for e in recent if isinstance(e, DigestClaimed) and e.period_end == period.end),
+                None,
+            )
             if claimed is not None:
                 if rendered is not None and rendered != claimed.path:
                     Path(rendered).unlink(missing_ok=True)  # lost the race: keep no stray copy
@@ -144,11 +149,8 @@ class Publisher:
 
     def finish_dangling(self, name: str, config: DigestConfig) -> None:
         """Deliver the periods a dead claimant left unpublished (at start-up)."""
-        stream = digest_stream(name)
-        version = self.store.stream_version(stream)
         claims: dict[datetime, DigestClaimed] = {}
-        for stored in self.store.read_stream(stream, after=max(0, version - RECENT)):
-            event = decode(stored)
+        for event in self._recent(digest_stream(name))[1]:
             if isinstance(event, DigestClaimed):
                 claims[event.period_end] = event
             elif isinstance(event, DigestPublished):
@@ -159,12 +161,11 @@ class Publisher:
             self.report(f"digest {name} {claim.period_end:%Y-%m-%d %H:%M}: finishing its delivery")
             self._deliver(claim, config)
 
-    def _claim_of(self, name: str, period: Period, version: int) -> DigestClaimed | None:
-        for stored in self.store.read_stream(digest_stream(name), after=max(0, version - RECENT)):
-            event = decode(stored)
-            if isinstance(event, DigestClaimed) and event.period_end == period.end:
-                return event
-        return None
+    def _recent(self, stream: str) -> tuple[int, list[Event | RawEvent]]:
+        """The stream's version and its last RECENT events (periods are claimed in order)."""
+        version = self.store.stream_version(stream)
+        tail = self.store.read_stream(stream, after=max(0, version - RECENT))
+        return version, [decode(stored) for stored in tail]
 
     def _render(self, name: str, config: DigestConfig, period: Period) -> DigestClaimed:
         levels = config.levels or list(self.settings.levels)

@@ -18,7 +18,7 @@ from __future__ import annotations
 import threading
 import time
 from collections.abc import Callable, Collection, Sequence
-from datetime import UTC, datetime, timedelta
+from datetime import datetime, timedelta
 from typing import Literal
 
 import sqlalchemy as sa
@@ -33,6 +33,7 @@ from harness.events import (
     TickFailed,
     decode,
     level_stream,
+    utcnow,
 )
 from harness.gate import Gate
 from harness.prices import PriceBook
@@ -43,6 +44,7 @@ from harness.runner import Runner, SkipReason, SlotClaim, TickSetupError
 from harness.schedule import level_trigger, next_slot, slot_tick_id
 from harness.status import TickInFlight, paused_levels, ticks_in_flight
 from harness.store import SqlEventStore, StoreError
+from harness.timespec import as_utc
 
 Report = Callable[[str], None]
 Slot = tuple[datetime, str]
@@ -62,10 +64,6 @@ SKIPPED = {
     "overlap": "a tick of {level} is still in flight",
     "budget": "{level} is at its daily budget",
 }
-
-
-def utcnow() -> datetime:
-    return datetime.now(UTC)
 
 
 class Service:
@@ -179,8 +177,7 @@ class Service:
         for level, trigger in self.triggers.items():
             if level not in last_slots:
                 continue
-            last = last_slots[level]
-            last = last if last.tzinfo else last.replace(tzinfo=UTC)
+            last = as_utc(last_slots[level])
             if last < now - MISSED_HORIZON:
                 horizon = now - MISSED_HORIZON
                 self.report(f"{level}: slots missed before {horizon:%Y-%m-%d %H:%M} not recorded")

@@ -20,6 +20,7 @@ from harness.projections import projector_for, spend_report
 from harness.projections.ticks import ticks
 from harness.schedule import level_trigger, next_slot
 from harness.store import SqlEventStore
+from harness.timespec import as_utc
 
 
 @dataclass(frozen=True)
@@ -76,12 +77,6 @@ def paused_levels(store: SqlEventStore, levels: Iterable[str]) -> set[str]:
 
 def level_paused(store: SqlEventStore, level: str) -> bool:
     return level in paused_levels(store, [level])
-
-
-def as_utc(value: datetime | None) -> datetime | None:
-    if value is None or value.tzinfo is not None:
-        return value
-    return value.replace(tzinfo=UTC)
 
 
 def level_statuses(

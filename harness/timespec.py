@@ -4,9 +4,21 @@ from __future__ import annotations
 
 import re
 from datetime import UTC, datetime, timedelta
+from typing import overload
 
 _AGO = re.compile(r"(\d+)([mhd])")
 _UNITS = {"m": "minutes", "h": "hours", "d": "days"}
+
+
+@overload
+def as_utc(value: datetime) -> datetime: ...
+@overload
+def as_utc(value: None) -> None: ...
+def as_utc(value: datetime | None) -> datetime | None:
+    """A stored time with its zone: SQLite keeps none, and every time tickwork stores is UTC."""
+    if value is None or value.tzinfo is not None:
+        return value
+    return value.replace(tzinfo=UTC)
 
 
 def parse_since(text: str) -> datetime:

@@ -292,6 +292,7 @@ def test_the_digest_command_prints_writes_and_refuses_bad_arguments(tmp_path: Pa
         (["--send"], "--send needs --name"),
         (["--name", "nope"], "no digest named 'nope'"),
         (["--since", "1h", "--from", "2026-01-01"], "--since or --from"),
+        (["--from", "2026-01-02", "--to", "2026-01-01"], "the period is empty"),
     ]:
         refused = run(tmp_path, "digest", *args)
         assert refused.returncode == 2 and message in refused.stderr, (args, refused.stderr)

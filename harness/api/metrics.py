@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from collections import defaultdict
 from collections.abc import Iterator
-from datetime import UTC, datetime
+from datetime import datetime
 
 import sqlalchemy as sa
 from prometheus_client.core import (
@@ -24,6 +24,7 @@ from harness.api.reads import Reads
 from harness.projections.ticks import ticks
 from harness.status import Snapshot
 from harness.store.schema import events
+from harness.timespec import as_utc
 
 DURATION_BUCKETS = (1.0, 5.0, 15.0, 30.0, 60.0, 120.0, 300.0, 600.0, 1800.0, 3600.0)
 """Seconds; ticks run from seconds (a quick answer) to an hour (`hour` levels)."""
@@ -174,7 +175,7 @@ class StoreCollector(Collector):
         for data, recorded_at in conn.execute(query):
             if not data.get("slot") or data.get("attempt", 1) != 1:
                 continue
-            recorded = recorded_at if recorded_at.tzinfo else recorded_at.replace(tzinfo=UTC)
+            recorded = as_utc(recorded_at)
             lags[data["level"]].append(
                 (recorded - datetime.fromisoformat(data["slot"])).total_seconds()
             )

@@ -2,21 +2,16 @@
 
 from __future__ import annotations
 
-from datetime import UTC, datetime
+from datetime import datetime
 from typing import Annotated, Any
 
 from pydantic import AfterValidator, BaseModel
 
 from harness.status import LevelStatus, Snapshot, TickInFlight
 from harness.store import StoredEvent
+from harness.timespec import as_utc
 
-
-def _utc(value: datetime | None) -> datetime | None:
-    """SQLite keeps no zone; every time tickwork stores is UTC."""
-    return value.replace(tzinfo=UTC) if value is not None and value.tzinfo is None else value
-
-
-Utc = Annotated[datetime | None, AfterValidator(_utc)]
+Utc = Annotated[datetime | None, AfterValidator(as_utc)]
 
 
 class InFlight(BaseModel):

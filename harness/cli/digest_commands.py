@@ -62,7 +62,9 @@ def digest(
     period_end = parse_since(end) if end else datetime.now(UTC)
     period_start = parse_since(since or start or "1d")
     if period_start >= period_end:
-        raise fail(f"the period is empty: {period_start:%Y-%m-%d %H:%M} is not before the end")
+        raise fail(
+            f"the period is empty: {period_start:%Y-%m-%d %H:%M} is not before the end", code=2
+        )
     unknown = sorted(set(level or []) - set(config.levels))
     if unknown:
         raise fail(f"unknown level(s) {unknown} (known: {', '.join(config.levels)})", code=2)

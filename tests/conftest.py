@@ -16,7 +16,7 @@ import pytest
 import sqlalchemy as sa
 from sqlalchemy.engine import make_url
 
-from harness.fake_llm import FakeUpstream
+from harness.devtools.fake_llm import FakeUpstream
 from harness.store import SqlEventStore, migrate_store, open_store
 from harness.store.engine import create_store_engine
 from tests.receiver import Received, apprise_receiver

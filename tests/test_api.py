@@ -23,7 +23,7 @@ from harness.config import (
     Settings,
     StoreConfig,
 )
-from harness.events import (
+from harness.contracts.events import (
     CONTROL_STREAM,
     BudgetSpent,
     DigestPublished,
@@ -33,11 +33,11 @@ from harness.events import (
     TickStarted,
     level_stream,
 )
-from harness.fake_llm import FakeUpstream, Step
+from harness.contracts.result import TickResult, write_result
+from harness.devtools.fake_llm import FakeUpstream, Step
+from harness.devtools.serving import BackgroundServer
 from harness.rag import build_index
-from harness.result import TickResult, write_result
-from harness.serving import BackgroundServer
-from harness.status import level_paused
+from harness.scheduling.status import level_paused
 from harness.store import SqlEventStore, open_store
 from tests.test_tick import Harness, calls
 

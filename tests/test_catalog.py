@@ -18,8 +18,8 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from harness.catalog import CatalogError, load_catalog, parse_catalog, revision_of
-from harness.routing import CatalogSource, NaiveTimeError, decide
+from harness.routing.catalog import CatalogError, load_catalog, parse_catalog, revision_of
+from harness.routing.decisions import CatalogSource, NaiveTimeError, decide
 
 EXAMPLE = Path(__file__).resolve().parent.parent / "ops" / "catalog.example.toml"
 BERLIN = ZoneInfo("Europe/Berlin")

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from harness.events import BudgetSpent, TickStarted
+from harness.contracts.events import BudgetSpent, TickStarted
 from harness.store import HEAD_REVISION, NewEvent, Spool, open_store
 
 TICKWORK = str(Path(sys.executable).with_name("tickwork"))

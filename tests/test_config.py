@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 from harness.config import ConfigError, load_settings
-from harness.example_config import EXAMPLE_CONFIG
+from harness.devtools.example_config import example_config
 
 
 def write(tmp_path: Path, text: str) -> Path:
@@ -26,7 +26,7 @@ def test_defaults_without_a_file(monkeypatch: pytest.MonkeyPatch, tmp_path: Path
 
 
 def test_the_example_file_is_valid(tmp_path: Path) -> None:
-    settings = load_settings(write(tmp_path, EXAMPLE_CONFIG))
+    settings = load_settings(write(tmp_path, example_config()))
     assert set(settings.levels) == {"min", "hour"}
     assert settings.levels["hour"].max_tool_calls == 300
 

@@ -25,8 +25,8 @@ from selenium.webdriver.common.by import By
 from selenium.webdriver.remote.webdriver import WebDriver
 from selenium.webdriver.support.ui import WebDriverWait
 
-from harness.fake_llm import FakeUpstream, Step
-from harness.status import level_paused
+from harness.devtools.fake_llm import FakeUpstream, Step
+from harness.scheduling.status import level_paused
 from harness.store import open_store
 from tests.test_api import TOKEN, serving, settings_for
 from tests.test_serve import environment, serve

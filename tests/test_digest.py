@@ -15,10 +15,7 @@ from pathlib import Path
 import pytest
 
 from harness.config import DigestConfig, LevelConfig, PathsConfig, Settings, StoreConfig
-from harness.digest import Digest, build_digest
-from harness.digest_publish import Period, Publisher, last_period
-from harness.digest_render import render
-from harness.events import (
+from harness.contracts.events import (
     BudgetSpent,
     DigestClaimed,
     GovernorFired,
@@ -33,10 +30,13 @@ from harness.events import (
     TickTimedOut,
     level_stream,
 )
-from harness.fake_llm import FakeUpstream
+from harness.contracts.result import TickResult, write_result
+from harness.devtools.fake_llm import FakeUpstream
+from harness.digests.build import Digest, build_digest
+from harness.digests.publish import Period, Publisher, last_period
+from harness.digests.render import render
 from harness.prices import PriceBook
 from harness.projections import projector_for
-from harness.result import TickResult, write_result
 from harness.store import SqlEventStore, open_store
 from tests.receiver import apprise_receiver
 from tests.test_cli import run

@@ -8,7 +8,7 @@ import httpx
 import openai
 import pytest
 
-from harness.fake_llm import FakeUpstream, Step, ToolCallSpec
+from harness.devtools.fake_llm import FakeUpstream, Step, ToolCallSpec
 
 
 @pytest.fixture(scope="module")

@@ -6,7 +6,7 @@ import itertools
 import threading
 import time
 
-from harness.gate import Gate
+from harness.execution.queue import Gate
 
 
 def take_in_background(gate: Gate[str]) -> tuple[threading.Thread, list[str | None]]:

@@ -17,8 +17,8 @@ import openai
 import orjson
 import pytest
 
-from harness.events import GOVERNOR_STREAM
-from harness.fake_llm import FakeUpstream, Step
+from harness.contracts.events import GOVERNOR_STREAM
+from harness.devtools.fake_llm import FakeUpstream, Step
 from harness.governor.settings import GovernorConfig
 from harness.store import open_store
 from tests.governor_support import SSE_GAP_SECONDS, echo_app, governor_proxy, serving

@@ -11,11 +11,11 @@ from typing import Any
 
 import pytest
 
-from harness.fake_llm import FakeUpstream, Step, ToolCallSpec
+from harness.devtools.fake_llm import FakeUpstream, Step, ToolCallSpec
+from harness.execution.runner import TickOutcome
 from harness.governor.alerts import ALERT_URLS_ENV
 from harness.governor.settings import GovernorConfig
 from harness.projections.calibration import current_calibrations
-from harness.runner import TickOutcome
 from tests.test_tick import Harness
 
 SOFT, HARD = 1000, 2000

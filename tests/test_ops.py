@@ -12,7 +12,7 @@ import yaml
 from pydantic import BaseModel
 
 from harness.config import DigestConfig, LevelConfig, PriceOverride, Settings
-from harness.example_config import EXAMPLE_CONFIG
+from harness.devtools.example_config import example_config
 from harness.store import open_store
 from tests.test_api import serving, settings_for
 
@@ -20,7 +20,7 @@ OPS = Path(__file__).parents[1] / "ops"
 
 
 def test_the_ops_example_config_is_what_tickwork_init_writes() -> None:
-    assert (OPS / "tickwork.example.toml").read_text(encoding="utf-8") == EXAMPLE_CONFIG
+    assert (OPS / "tickwork.example.toml").read_text(encoding="utf-8") == example_config()
 
 
 def _keys(model: type[BaseModel], path: str) -> list[tuple[str, str]]:
@@ -45,11 +45,11 @@ def test_the_example_config_mentions_every_option() -> None:
         f"{path}.{name}"
         for path, name in keys
         if (path, name) != ("api", "token")
-        and not re.search(rf"^(# )?{name} = ", EXAMPLE_CONFIG, re.MULTILINE)
+        and not re.search(rf"^(# )?{name} = ", example_config(), re.MULTILINE)
     ]
     assert absent == []
-    assert "TICKWORK_API_TOKEN" in EXAMPLE_CONFIG, "the token's only source is named"
-    tomllib.loads(EXAMPLE_CONFIG)
+    assert "TICKWORK_API_TOKEN" in example_config(), "the token's only source is named"
+    tomllib.loads(example_config())
 
 
 def test_the_systemd_units_run_tickwork() -> None:

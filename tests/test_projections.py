@@ -13,7 +13,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from harness.config import PriceOverride
-from harness.events import (
+from harness.contracts.events import (
     BudgetSpent,
     Event,
     TickCompleted,

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from harness.payload import RagSettings
+from harness.contracts.payload import RagSettings
 from harness.rag import RagError, build_index, search
 from workers.rag_tool import make_rag_lookup
 

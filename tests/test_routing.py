@@ -18,7 +18,6 @@ from typing import Any
 
 import pytest
 
-from harness.catalog import parse_catalog
 from harness.config import (
     LevelConfig,
     PathsConfig,
@@ -27,8 +26,9 @@ from harness.config import (
     Settings,
     StoreConfig,
 )
-from harness.fake_llm import FakeUpstream, Step
-from harness.runner import Runner, TickOutcome
+from harness.devtools.fake_llm import FakeUpstream, Step
+from harness.execution.runner import Runner, TickOutcome
+from harness.routing.catalog import parse_catalog
 from harness.store import SqlEventStore, StoredEvent, open_store
 from tests.test_service import fake_server, run_cli, start_service, write_config
 

@@ -18,12 +18,12 @@ import psutil
 import pytest
 
 from harness.config import LevelConfig, PathsConfig, Settings, StoreConfig
-from harness.events import TERMINAL_TYPES
-from harness.fake_llm import FakeUpstream, Step
+from harness.contracts.events import TERMINAL_TYPES
+from harness.devtools.fake_llm import FakeUpstream, Step
+from harness.execution.runner import Runner
 from harness.prices import PriceBook
 from harness.projections import projector_for
-from harness.reconcile import reconcile
-from harness.runner import Runner
+from harness.scheduling.reconcile import reconcile
 from harness.store import open_store
 
 TICKWORK = str(Path(sys.executable).with_name("tickwork"))

@@ -7,7 +7,7 @@ from uuid import uuid4
 
 import pytest
 
-from harness.events import BudgetSpent, RawEvent, TickStarted, decode
+from harness.contracts.events import BudgetSpent, RawEvent, TickStarted, decode
 from harness.store import (
     ANY,
     NO_STREAM,

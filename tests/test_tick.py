@@ -19,15 +19,15 @@ import psutil
 import pytest
 
 from harness.config import LevelConfig, PathsConfig, RagConfig, RunnerConfig, Settings, StoreConfig
-from harness.events import LevelPaused, LevelResumed
-from harness.fake_llm import FakeUpstream, Step, ToolCallSpec
-from harness.launchers import Launcher, TickProcess
+from harness.contracts.events import LevelPaused, LevelResumed
+from harness.contracts.result import read_result
+from harness.devtools.fake_llm import FakeUpstream, Step, ToolCallSpec
+from harness.execution.launchers import Launcher, TickProcess
+from harness.execution.runner import Runner, SlotClaim, TickOutcome, TickSetupError, tool_budget
 from harness.rag import build_index
-from harness.result import read_result
-from harness.runner import Runner, SlotClaim, TickOutcome, TickSetupError, tool_budget
-from harness.schedule import slot_tick_id
-from harness.service import Service
-from harness.status import level_paused
+from harness.scheduling.service import Service
+from harness.scheduling.status import level_paused
+from harness.scheduling.triggers import slot_tick_id
 from harness.store import SqlEventStore, StoredEvent, open_store
 
 SECRET = "sk-tickwork-test-SECRET-0123456789"

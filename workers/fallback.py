@@ -12,10 +12,10 @@ from __future__ import annotations
 
 from datetime import UTC, datetime
 
-from harness.availability import recently_down
-from harness.events import RouteFallback
-from harness.payload import RouteCandidate, TickPayload
-from harness.result import FailureClass
+from harness.contracts.events import RouteFallback
+from harness.contracts.payload import RouteCandidate, TickPayload
+from harness.contracts.result import FailureClass
+from harness.routing.availability import recently_down
 from workers.recorder import EventRecorder
 
 REASON_CHARS = 500

@@ -17,11 +17,11 @@ from strands.hooks import BeforeModelCallEvent, HookProvider, HookRegistry, Mess
 from strands.models.openai import OpenAIModel
 from strands.types.content import Message, Messages
 
-from harness.estimate import openai_request_chars, request_chars
+from harness.contracts.payload import TickPayload
 from harness.governor.alerts import Alerts
 from harness.governor.calibration import Calibration, Calibrations, Sample
+from harness.governor.estimate import openai_request_chars, request_chars
 from harness.governor.policy import Tail, decide
-from harness.payload import TickPayload
 from harness.projections.calibration import current_calibrations
 from harness.store import StoreError
 from workers.recorder import EventRecorder

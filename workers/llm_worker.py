@@ -16,8 +16,8 @@ from typing import Any
 import orjson
 from pydantic import ValidationError
 
-from harness.payload import TickPayload
-from harness.result import (
+from harness.contracts.payload import TickPayload
+from harness.contracts.result import (
     FailureClass,
     ResultError,
     ResultToolCalls,

@@ -15,7 +15,7 @@ from typing import Any
 import openai
 from strands.models.openai import OpenAIModel
 
-from harness.payload import TICK_HEADER, RouteCandidate, TickPayload
+from harness.contracts.payload import TICK_HEADER, RouteCandidate, TickPayload
 
 
 class MeteredOpenAIModel(OpenAIModel):

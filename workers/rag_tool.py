@@ -6,7 +6,7 @@ from typing import Any
 
 from strands import tool
 
-from harness.payload import RagSettings
+from harness.contracts.payload import RagSettings
 from harness.rag import RagError, search
 
 

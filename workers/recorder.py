@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import logging
 
-from harness.events import GovernorEvent, TickEvent
-from harness.payload import TickPayload
+from harness.contracts.events import GovernorEvent, TickEvent
+from harness.contracts.payload import TickPayload
 from harness.store import SqlEventStore, StoreError, append_or_spool, open_store
 from harness.store.spool import Spool
 

@@ -13,9 +13,9 @@ from typing import Any
 
 from strands.hooks import AfterModelCallEvent, BeforeModelCallEvent, HookProvider, HookRegistry
 
-from harness.estimate import request_chars, tokens_from_chars
-from harness.events import BudgetSpent
-from harness.payload import TickPayload
+from harness.contracts.events import BudgetSpent
+from harness.contracts.payload import TickPayload
+from harness.governor.estimate import request_chars, tokens_from_chars
 from workers.model import MeteredOpenAIModel
 from workers.recorder import EventRecorder
 

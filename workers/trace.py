@@ -6,8 +6,8 @@ from typing import Any
 
 from strands.hooks import AfterToolCallEvent, HookProvider, HookRegistry
 
-from harness.events import ToolCalled
-from harness.payload import TickPayload
+from harness.contracts.events import ToolCalled
+from harness.contracts.payload import TickPayload
 from workers.recorder import EventRecorder
 
 

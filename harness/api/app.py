@@ -1,7 +1,7 @@
 """The HTTP API, `/metrics` and the dashboard of `tickwork serve` (FastAPI).
 
 Everything is read from the store, so the server can run on another host than the
-scheduler; POSTs append the same operator requests as the CLI (`harness.control`). With
+scheduler; POSTs append the same operator requests as the CLI (`harness.scheduling.control`). With
 a token configured (TICKWORK_API_TOKEN), every route but the dashboard's empty page and
 its static files needs `Authorization: Bearer <token>`; the page's script sends it.
 """
@@ -26,10 +26,10 @@ from harness.api.metrics import StoreCollector
 from harness.api.models import Cancelled, Digest, Status, Tick, TickDetail
 from harness.api.reads import Reads
 from harness.config import Settings
-from harness.control import Switched, UnknownLevelError, request_cancel, switch_level
 from harness.projections import SpendRow
 from harness.projections.spend import GroupBy
 from harness.projections.ticks import STATUSES
+from harness.scheduling.control import Switched, UnknownLevelError, request_cancel, switch_level
 from harness.store import SqlEventStore
 from harness.timespec import parse_since
 

@@ -15,7 +15,7 @@ from harness.api.models import Digest, Tick
 from harness.api.reads import Reads
 from harness.projections import SpendRow
 from harness.projections.ticks import STATUSES, UNKNOWN
-from harness.status import Snapshot
+from harness.scheduling.status import Snapshot
 
 TIMELINE_TICKS = 40
 """Recent ticks per level on the timeline."""

@@ -22,7 +22,7 @@ from prometheus_client.registry import Collector
 
 from harness.api.reads import Reads
 from harness.projections.ticks import ticks
-from harness.status import Snapshot
+from harness.scheduling.status import Snapshot
 from harness.store.schema import events
 from harness.timespec import as_utc
 

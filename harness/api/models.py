@@ -7,7 +7,7 @@ from typing import Annotated, Any
 
 from pydantic import AfterValidator, BaseModel
 
-from harness.status import LevelStatus, Snapshot, TickInFlight
+from harness.scheduling.status import LevelStatus, Snapshot, TickInFlight
 from harness.store import StoredEvent
 from harness.timespec import as_utc
 

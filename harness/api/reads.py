@@ -13,13 +13,13 @@ from pathlib import Path
 
 from harness.api.models import Digest, Event, Tick, TickDetail
 from harness.config import Settings
-from harness.events import digest_stream
+from harness.contracts.events import digest_stream
+from harness.contracts.result import ResultFileError, read_result
 from harness.prices import PriceBook
 from harness.projections import SpendRow, projector_for, spend_report
 from harness.projections.spend import GroupBy
 from harness.projections.ticks import tick_rows
-from harness.result import ResultFileError, read_result
-from harness.status import Snapshot, snapshot
+from harness.scheduling.status import Snapshot, snapshot
 from harness.store import SqlEventStore
 
 

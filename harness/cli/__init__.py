@@ -7,6 +7,7 @@ from harness.cli import (
     catalog_commands,
     digest_commands,
     governor_commands,
+    run_command,
     store_commands,
     tick_commands,
 )
@@ -19,6 +20,7 @@ __all__ = [
     "digest_commands",
     "governor_commands",
     "main",
+    "run_command",
     "store_commands",
     "tick_commands",
 ]

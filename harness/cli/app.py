@@ -7,6 +7,9 @@ up to date before it reports, so what it prints is never stale.
 
 from __future__ import annotations
 
+import os
+from collections.abc import Iterator
+from contextlib import contextmanager
 from datetime import datetime
 from pathlib import Path
 from typing import Annotated
@@ -82,3 +85,16 @@ def parse_since(text: str) -> datetime:
         return timespec.parse_since(text)
     except ValueError as exc:
         raise typer.BadParameter(str(exc)) from None
+
+
+@contextmanager
+def upstream_for_ticks() -> Iterator[dict[str, str]]:
+    """The worker environment: the real upstream if OPENAI_BASE_URL is set, else the fake."""
+    if os.environ.get("OPENAI_BASE_URL"):
+        yield dict(os.environ)
+        return
+    from harness.devtools.fake_llm import fake_upstream
+
+    with fake_upstream() as fake:
+        err.print(f"no OPENAI_BASE_URL set: ticks talk to tickwork's fake upstream at {fake.url}")
+        yield {**os.environ, "OPENAI_BASE_URL": fake.url}

@@ -8,10 +8,10 @@ from typing import Annotated
 
 import typer
 
-from harness.catalog import CatalogError, load_catalog
 from harness.cli.app import app, fail, out, settings
 from harness.config import Settings
-from harness.routing import NaiveTimeError, Report, Router, configured_router, decide
+from harness.routing.catalog import CatalogError, load_catalog
+from harness.routing.decisions import NaiveTimeError, Report, Router, configured_router, decide
 
 catalog_app = typer.Typer(help="The routing catalog: which model runs each tick.")
 app.add_typer(catalog_app, name="catalog")

@@ -12,11 +12,11 @@ import typer
 
 from harness.cli.app import app, fail, out, parse_since, settings, store_for
 from harness.config import DigestConfig
-from harness.digest import Digest, build_digest
-from harness.digest_publish import Period, Publisher
-from harness.digest_render import DigestFormat, render
+from harness.digests.build import Digest, build_digest
+from harness.digests.publish import Period, Publisher
+from harness.digests.render import DigestFormat, render
 from harness.projections import projector_for
-from harness.status import refresh
+from harness.scheduling.status import refresh
 
 
 @app.command()

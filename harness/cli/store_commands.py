@@ -26,11 +26,11 @@ from harness.cli.app import (
     state,
     store_for,
 )
-from harness.example_config import EXAMPLE_CONFIG
+from harness.devtools.example_config import example_config
 from harness.prices import PriceBook
 from harness.projections import Projector, projector_for, spend_report
 from harness.projections.spend import GroupBy
-from harness.status import refresh, snapshot
+from harness.scheduling.status import refresh, snapshot
 from harness.store import (
     HEAD_REVISION,
     Spool,
@@ -50,7 +50,7 @@ def init(force: Annotated[bool, typer.Option(help="Overwrite an existing file.")
     if path.exists() and not force:
         out.print(f"{path} exists; leaving it as it is (--force overwrites)")
     else:
-        path.write_text(EXAMPLE_CONFIG, encoding="utf-8")
+        path.write_text(example_config(), encoding="utf-8")
         out.print(f"wrote {path}")
     state.config = path
     config = settings()

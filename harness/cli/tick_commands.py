@@ -1,41 +1,22 @@
-"""Commands that run ticks and what they need: run, tick, cancel, fake-llm, rag index."""
+"""Commands on single ticks and levels: tick, cancel, pause, resume, fake-llm, rag index."""
 
 from __future__ import annotations
 
-import os
-import signal
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
-from contextlib import contextmanager
-from datetime import UTC, datetime
 from pathlib import Path
 from typing import Annotated
 
 import typer
 
-from harness.cli.app import app, err, fail, out, rag_app, settings, state, store_for
+from harness.cli.app import app, fail, out, rag_app, settings, state, store_for, upstream_for_ticks
 from harness.cli.catalog_commands import router_or_exit
-from harness.control import UnknownLevelError, operator, request_cancel, switch_level
-from harness.events import TERMINAL_TYPES
+from harness.contracts.events import TERMINAL_TYPES
+from harness.execution.runner import Runner, TickSetupError, new_tick_id
 from harness.rag import RagError, build_index
-from harness.runner import Runner, TickSetupError, new_tick_id
-from harness.service import Service
-from harness.status import refresh
-
-
-@contextmanager
-def upstream_for_ticks() -> Iterator[dict[str, str]]:
-    """The worker environment: the real upstream if OPENAI_BASE_URL is set, else the fake."""
-    if os.environ.get("OPENAI_BASE_URL"):
-        yield dict(os.environ)
-        return
-    from harness.fake_llm import fake_upstream
-
-    with fake_upstream() as fake:
-        err.print(f"no OPENAI_BASE_URL set: ticks talk to tickwork's fake upstream at {fake.url}")
-        yield {**os.environ, "OPENAI_BASE_URL": fake.url}
+from harness.scheduling.control import UnknownLevelError, operator, request_cancel, switch_level
+from harness.scheduling.status import refresh
 
 
 @app.command()
@@ -96,34 +77,6 @@ def tick(
         out.print(outcome.result.text, highlight=False, markup=False)
     if outcome.status != "completed":
         raise typer.Exit(1)
-
-
-@app.command("run")
-def run_service() -> None:
-    """Run the scheduler in the foreground: every level on its schedule (SIGTERM stops it).
-
-    SIGHUP (or an edit of the file) reloads the routing catalog; an invalid one is
-    reported and the one in force stays.
-    """
-    config = settings()
-    router = router_or_exit(config, report)
-    store = store_for(config)
-    try:
-        with upstream_for_ticks() as env:
-            runner = Runner(config, store, env=env, router=router)
-            service = Service(config, store, runner, report)
-            for signum in (signal.SIGTERM, signal.SIGINT):
-                signal.signal(signum, lambda *_: service.stopping.set())
-            if router is not None:
-                signal.signal(signal.SIGHUP, lambda *_: router.source.request_reload())
-                router.source.watch(service.stopping)
-            service.serve()
-    finally:
-        store.close()
-
-
-def report(line: str) -> None:
-    out.print(f"{datetime.now(UTC):%H:%M:%S} {line}", highlight=False, markup=False)
 
 
 @app.command()
@@ -194,7 +147,7 @@ def fake_llm(
     """Serve tickwork's fake OpenAI-compatible upstream (scripts: POST /_script)."""
     import uvicorn
 
-    from harness.fake_llm import create_app
+    from harness.devtools.fake_llm import create_app
 
     out.print(f"fake upstream on http://{host}:{port}/v1 (ledger: GET /_ledger)")
     uvicorn.run(create_app(), host=host, port=port, log_level="warning")

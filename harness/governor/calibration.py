@@ -21,7 +21,7 @@ import statistics
 from dataclasses import dataclass, replace
 from typing import Literal
 
-from harness.events import CalibrationSampled
+from harness.contracts.events import CalibrationSampled
 
 MIN_RATIO = 0.8
 MAX_RATIO = 8.0

@@ -12,7 +12,7 @@ import logging
 import queue
 import threading
 
-from harness.events import BudgetSpent, GovernorEvent
+from harness.contracts.events import BudgetSpent, GovernorEvent
 from harness.store import NewEvent, SqlEventStore, append_or_spool
 from harness.store.spool import Spool
 

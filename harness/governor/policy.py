@@ -16,9 +16,9 @@ from typing import Annotated, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-from harness.estimate import tokens_from_chars
-from harness.events import GovernorFired
+from harness.contracts.events import GovernorFired
 from harness.governor.calibration import MAX_RATIO, MIN_RATIO
+from harness.governor.estimate import tokens_from_chars
 
 Decision = Literal["pass", "soft", "defer", "hard"]
 Tail = Literal["user", "assistant", "open_tool_calls", "tool_result", "empty"]

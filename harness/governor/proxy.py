@@ -31,10 +31,11 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import Route
 
-from harness.estimate import openai_request_chars, tokens_from_chars
-from harness.events import BudgetSpent
+from harness.contracts.events import BudgetSpent
+from harness.contracts.payload import TICK_HEADER
 from harness.governor.alerts import Alerts
 from harness.governor.calibration import Calibrations, Sample
+from harness.governor.estimate import openai_request_chars, tokens_from_chars
 from harness.governor.ledger import Ledger, LedgerEvent
 from harness.governor.policy import Verdict, decide
 from harness.governor.settings import GovernorConfig
@@ -46,7 +47,6 @@ from harness.governor.wire import (
     tail_of,
     with_directive,
 )
-from harness.payload import TICK_HEADER
 from harness.projections.calibration import current_calibrations
 from harness.store import Spool, SqlEventStore
 

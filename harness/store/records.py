@@ -1,7 +1,7 @@
 """The store's own vocabulary: plain records in and out, and the errors it raises.
 
 The store knows nothing of pydantic event classes: it stores a type name, a schema version
-and two JSON objects. `harness.events` turns typed events into these records and back.
+and two JSON objects. `harness.contracts.events` turns typed events into these records and back.
 """
 
 from __future__ import annotations

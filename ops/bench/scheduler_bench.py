@@ -24,7 +24,7 @@ from pathlib import Path
 import psutil
 from machine import describe
 
-from harness.fake_llm import fake_upstream
+from harness.devtools.fake_llm import fake_upstream
 from harness.store import open_store
 
 

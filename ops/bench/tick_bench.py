@@ -21,9 +21,9 @@ from pathlib import Path
 from machine import describe
 
 from harness.config import LevelConfig, PathsConfig, Settings, StoreConfig
-from harness.fake_llm import fake_upstream
-from harness.launchers import ColdLauncher, TickProcess
-from harness.runner import Runner
+from harness.devtools.fake_llm import fake_upstream
+from harness.execution.launchers import ColdLauncher, TickProcess
+from harness.execution.runner import Runner
 from harness.store import open_store
 
 

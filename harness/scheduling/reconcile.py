@@ -20,12 +20,12 @@ from pathlib import Path
 import psutil
 import sqlalchemy as sa
 
-from harness.events import TERMINAL_TYPES, TickLost, tick_stream
-from harness.launchers import TickProcess
-from harness.launchers.cold import WORKER_MODULE
+from harness.contracts.events import TERMINAL_TYPES, TickLost, tick_stream
+from harness.execution.launchers import TickProcess
+from harness.execution.launchers.cold import WORKER_MODULE
+from harness.execution.runner import Runner, TickRef
 from harness.projections import Projector
 from harness.projections.ticks import UNKNOWN, ticks
-from harness.runner import Runner, TickRef
 from harness.store import SqlEventStore, StoredEvent
 
 NEVER_STARTED_AFTER = timedelta(seconds=60)

@@ -12,8 +12,14 @@ import socket
 from dataclasses import dataclass
 
 from harness.config import Settings
-from harness.events import CONTROL_STREAM, CancelRequested, LevelPaused, LevelResumed, level_stream
-from harness.status import TickInFlight, level_paused, ticks_in_flight
+from harness.contracts.events import (
+    CONTROL_STREAM,
+    CancelRequested,
+    LevelPaused,
+    LevelResumed,
+    level_stream,
+)
+from harness.scheduling.status import TickInFlight, level_paused, ticks_in_flight
 from harness.store import SqlEventStore
 
 

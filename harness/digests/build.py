@@ -21,12 +21,12 @@ from typing import Literal
 import sqlalchemy as sa
 from pydantic import BaseModel, ConfigDict
 
-from harness.events import level_stream
+from harness.contracts.events import level_stream
+from harness.contracts.result import ResultFileError, ResultMissingError, read_result
 from harness.prices import PriceBook
 from harness.projections import Projector
 from harness.projections.ticks import ticks
-from harness.result import ResultFileError, ResultMissingError, read_result
-from harness.status import paused_levels
+from harness.scheduling.status import paused_levels
 from harness.store import SqlEventStore
 from harness.timespec import as_utc
 

@@ -14,11 +14,11 @@ from datetime import UTC, datetime
 import sqlalchemy as sa
 
 from harness.config import Settings
-from harness.events import level_stream
+from harness.contracts.events import level_stream
 from harness.prices import PriceBook
 from harness.projections import projector_for, spend_report
 from harness.projections.ticks import ticks
-from harness.schedule import level_trigger, next_slot
+from harness.scheduling.triggers import level_trigger, next_slot
 from harness.store import SqlEventStore
 from harness.timespec import as_utc
 

@@ -10,7 +10,7 @@ import html
 from datetime import UTC, datetime
 from typing import Literal
 
-from harness.digest import Digest, LevelSection
+from harness.digests.build import Digest, LevelSection
 
 DigestFormat = Literal["md", "html", "json"]
 MEDIA_TYPES: dict[DigestFormat, str] = {

@@ -23,7 +23,7 @@ from typing import Literal
 from tenacity import RetryCallState, Retrying, stop_never, wait_exponential
 
 from harness.config import LevelConfig, Settings
-from harness.events import (
+from harness.contracts.events import (
     LevelPaused,
     LevelResumed,
     TickAttemptFailed,
@@ -38,13 +38,13 @@ from harness.events import (
     level_stream,
     tick_stream,
 )
-from harness.launchers import ColdLauncher, Launcher, TickProcess
-from harness.payload import RagSettings, TickPayload
+from harness.contracts.payload import RagSettings, TickPayload
+from harness.contracts.result import ResultFileError, TickResult, read_result
+from harness.execution.launchers import ColdLauncher, Launcher, TickProcess
+from harness.execution.prompt import previous_result_text, render
 from harness.prices import PriceBook
 from harness.projections import Projector, projector_for
-from harness.prompt import previous_result_text, render
-from harness.result import ResultFileError, TickResult, read_result
-from harness.routing import Escalation, Routed, Router, configured_router, decision_fields
+from harness.routing.decisions import Escalation, Routed, Router, configured_router, decision_fields
 from harness.store import (
     Spool,
     SqlEventStore,

@@ -32,8 +32,8 @@ from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse, Response, StreamingResponse
 from pydantic import BaseModel, ConfigDict, Field
 
-from harness.payload import TICK_HEADER
-from harness.serving import BackgroundServer
+from harness.contracts.payload import TICK_HEADER
+from harness.devtools.serving import BackgroundServer
 
 DEFAULT_TEXT = "All done: nothing needed attention."
 

@@ -10,7 +10,7 @@ spaced starts) as plain items; one dispatcher thread starts each when it gets a 
 
 On stop (SIGTERM), firing ends at once; queued ticks never start and end cancelled;
 running ticks get `shutdown_grace_seconds` to finish and are then cancelled. Before the
-first slot, `harness.reconcile` ends or adopts what a killed predecessor left.
+first slot, `harness.scheduling.reconcile` ends or adopts what a killed predecessor left.
 """
 
 from __future__ import annotations
@@ -23,10 +23,8 @@ from typing import Literal
 
 import sqlalchemy as sa
 
-from harness.budget import BudgetCheck, Budgets
 from harness.config import Settings
-from harness.digest_publish import DigestScheduler, Publisher
-from harness.events import (
+from harness.contracts.events import (
     CONTROL_STREAM,
     CancelRequested,
     LevelBudgetExceeded,
@@ -35,14 +33,16 @@ from harness.events import (
     level_stream,
     utcnow,
 )
-from harness.gate import Gate
+from harness.digests.publish import DigestScheduler, Publisher
+from harness.execution.queue import Gate
+from harness.execution.runner import Runner, SkipReason, SlotClaim, TickSetupError
 from harness.prices import PriceBook
 from harness.projections import projector_for
 from harness.projections.ticks import ticks
-from harness.reconcile import reconcile
-from harness.runner import Runner, SkipReason, SlotClaim, TickSetupError
-from harness.schedule import level_trigger, next_slot, slot_tick_id
-from harness.status import TickInFlight, paused_levels, ticks_in_flight
+from harness.scheduling.budget import BudgetCheck, Budgets
+from harness.scheduling.reconcile import reconcile
+from harness.scheduling.status import TickInFlight, paused_levels, ticks_in_flight
+from harness.scheduling.triggers import level_trigger, next_slot, slot_tick_id
 from harness.store import SqlEventStore, StoreError
 from harness.timespec import as_utc
 

@@ -34,9 +34,7 @@ from tenacity import (
 )
 
 from harness.config import DigestConfig, Settings, parse_interval
-from harness.digest import build_digest
-from harness.digest_render import DigestFormat, period_title, render
-from harness.events import (
+from harness.contracts.events import (
     DigestClaimed,
     DigestDeliveryFailed,
     DigestPublished,
@@ -45,10 +43,12 @@ from harness.events import (
     decode,
     digest_stream,
 )
+from harness.digests.build import build_digest
+from harness.digests.render import DigestFormat, period_title, render
 from harness.files import write_atomically
 from harness.prices import PriceBook
 from harness.projections import Projector
-from harness.schedule import level_trigger, next_slot
+from harness.scheduling.triggers import level_trigger, next_slot
 from harness.store import NO_STREAM, ConcurrencyError, SqlEventStore, StoreError
 
 Report = Callable[[str], None]

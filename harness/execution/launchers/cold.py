@@ -6,7 +6,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from harness.launchers.base import Launcher, TickProcess
+from harness.execution.launchers.base import Launcher, TickProcess
 
 WORKER_MODULE = "workers.llm_worker"
 

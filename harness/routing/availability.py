@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from datetime import datetime, timedelta
 
-from harness.events import RouteFallback, decode
+from harness.contracts.events import RouteFallback, decode
 from harness.store import SqlEventStore, StoreError
 
 LOOKBACK_EVENTS = 50_000

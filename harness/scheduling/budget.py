@@ -19,10 +19,10 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 
 from harness.config import LevelConfig
-from harness.events import tick_stream
+from harness.contracts.events import tick_stream
 from harness.prices import PriceBook
 from harness.projections import Projector, spend_report
-from harness.status import TickInFlight
+from harness.scheduling.status import TickInFlight
 from harness.store import SqlEventStore
 
 

@@ -16,11 +16,18 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
-from harness.catalog import MINUTES_A_DAY, Catalog, CatalogError, Window, load_catalog, minutes
 from harness.config import Settings
-from harness.events import RoutePromoted, TickFailed
-from harness.payload import RouteCandidate, RoutePlan, TickPayload
-from harness.result import ResultFileError, read_result
+from harness.contracts.events import RoutePromoted, TickFailed
+from harness.contracts.payload import RouteCandidate, RoutePlan, TickPayload
+from harness.contracts.result import ResultFileError, read_result
+from harness.routing.catalog import (
+    MINUTES_A_DAY,
+    Catalog,
+    CatalogError,
+    Window,
+    load_catalog,
+    minutes,
+)
 
 Report = Callable[[str], None]
 WATCH_SECONDS = 1.0

@@ -13,9 +13,9 @@ from string import Template
 
 import sqlalchemy as sa
 
+from harness.contracts.result import ResultFileError, read_result
 from harness.projections import Projector
 from harness.projections.ticks import ticks
-from harness.result import ResultFileError, read_result
 from harness.store import SqlEventStore
 
 

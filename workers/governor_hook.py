@@ -17,13 +17,12 @@ from strands.hooks import BeforeModelCallEvent, HookProvider, HookRegistry, Mess
 from strands.models.openai import OpenAIModel
 from strands.types.content import Message, Messages
 
+from harness.contracts.calibration import Sample
 from harness.contracts.payload import TickPayload
 from harness.governor.alerts import Alerts
-from harness.governor.calibration import Calibration, Calibrations, Sample
+from harness.governor.calibration import Calibrations
 from harness.governor.estimate import openai_request_chars, request_chars
 from harness.governor.policy import Tail, decide
-from harness.projections.calibration import current_calibrations
-from harness.store import StoreError
 from workers.recorder import EventRecorder
 
 log = logging.getLogger(__name__)
@@ -37,17 +36,6 @@ def strands_tail(messages: Messages) -> Tail:
     if last["role"] == "assistant":
         return "open_tool_calls" if any("toolUse" in block for block in blocks) else "assistant"
     return "tool_result" if any("toolResult" in block for block in blocks) else "user"
-
-
-def learned_calibrations(recorder: EventRecorder) -> dict[str, Calibration]:
-    """What earlier ticks and the proxy learned; a tick without its store starts fresh."""
-    if recorder.store is None:
-        return {}
-    try:
-        return current_calibrations(recorder.store)
-    except StoreError as exc:
-        log.warning("calibration unavailable, starting from the configured ratio: %s", exc)
-        return {}
 
 
 class ContextGovernor(HookProvider):

@@ -81,7 +81,7 @@ def run(payload: TickPayload) -> int:
     from harness.governor.alerts import Alerts, urls_from_env
     from harness.governor.calibration import Calibrations
     from workers.fallback import CandidateWalk
-    from workers.governor_hook import ContextGovernor, learned_calibrations
+    from workers.governor_hook import ContextGovernor
     from workers.model import build_model
     from workers.rag_tool import make_rag_lookup
     from workers.recorder import EventRecorder
@@ -97,7 +97,7 @@ def run(payload: TickPayload) -> int:
     governor = ContextGovernor(
         payload,
         recorder,
-        Calibrations(limits.chars_per_token, learned_calibrations(recorder), limits.calibrate),
+        Calibrations(limits.chars_per_token, payload.calibrations, limits.calibrate),
         Alerts(urls_from_env(os.environ)),
     )
     tools: list[Any] = []

@@ -11,6 +11,7 @@ from typing import Annotated, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from harness.contracts.calibration import Calibration
 from harness.governor.policy import GovernorLimits
 
 TICK_HEADER = "x-tickwork-tick"
@@ -75,3 +76,7 @@ class TickPayload(BaseModel):
     route: RoutePlan | None = None
     """Set when a routing catalog chose the model; `model` and `effort` are its first."""
     governor: GovernorLimits = GovernorLimits()
+    calibrations: dict[str, Calibration] = {}
+    """What the calibration read model had learned of the tick's models when it was
+    prepared: the tick starts from it and folds no read model itself (a fold takes the
+    store's write lock, which a wave of ticks at :00 would queue on)."""

@@ -8,6 +8,7 @@ period, then SIGKILL, and the runner checks that no process of the group is left
 
 from __future__ import annotations
 
+import logging
 import os
 import signal
 import socket
@@ -23,6 +24,7 @@ from typing import Literal
 from tenacity import RetryCallState, Retrying, stop_never, wait_exponential
 
 from harness.config import LevelConfig, Settings
+from harness.contracts.calibration import Calibration
 from harness.contracts.events import (
     LevelPaused,
     LevelResumed,
@@ -44,13 +46,17 @@ from harness.execution.launchers import ColdLauncher, Launcher, TickProcess
 from harness.execution.prompt import previous_result_text, render
 from harness.prices import PriceBook
 from harness.projections import Projector, projector_for
+from harness.projections.calibration import current_calibrations
 from harness.routing.decisions import Escalation, Routed, Router, configured_router, decision_fields
 from harness.store import (
     Spool,
     SqlEventStore,
+    StoreError,
     StoreUnavailableError,
     append_or_spool,
 )
+
+log = logging.getLogger(__name__)
 
 SkipReason = Literal["overlap", "budget", "missed", "paused"]
 DEFAULT_TOOL_BUDGETS = {"min": 30, "hour": 300}
@@ -218,6 +224,9 @@ class Runner:
             spool_dir=self.settings.paths.spool.absolute(),
             route=routed.plan if routed else None,
             governor=self.settings.governor.limits(),
+            calibrations=self._calibrations(
+                [c.model for c in routed.plan.candidates] if routed else [config.model]
+            ),
         )
         return PreparedTick(
             payload,
@@ -242,6 +251,20 @@ class Runner:
                 self._projector = projector_for(self.store, PriceBook(self.settings.prices))
             previous = previous_result_text(self.store, self._projector, level)
         return render(template, level, slot, previous)
+
+    def _calibrations(self, models: list[str]) -> dict[str, Calibration]:
+        """What the calibration read model learned of the tick's models, for its payload.
+
+        A store that cannot be read costs the tick its head start only: it learns from the
+        configured ratio, as one that starts without a store does.
+        """
+        if self.store is None or not self.settings.governor.calibrate:
+            return {}
+        try:
+            return current_calibrations(self.store, models)
+        except StoreError as exc:
+            log.warning("calibration unavailable, the tick starts from the configured ratio: %s", exc)
+            return {}
 
     def route(self, level: str, at: datetime) -> Routed | None:
         """The catalog's decision for a tick of `level` at `at` (None: no catalog or lane)."""

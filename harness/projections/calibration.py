@@ -1,9 +1,10 @@
 """The calibration read model: each model's learned chars-per-token state.
 
 Ticks are short-lived and the proxy restarts, so what they learn is recorded as
-`CalibrationSampled` events and folded here with the same pure learner they use live;
-every tick and the proxy start from these rows. A model with no row starts from the
-configured ratio.
+`CalibrationSampled` events and folded here with the same pure learner they use live
+(`harness.contracts.calibration`); the proxy starts from these rows, and a tick from the
+rows of its models that the runner puts in its payload. A model with no row starts from
+the configured ratio.
 """
 
 from __future__ import annotations
@@ -12,7 +13,7 @@ from collections.abc import Iterable
 
 import sqlalchemy as sa
 
-from harness.governor.calibration import Calibration, Sample
+from harness.contracts.calibration import Calibration, Sample
 from harness.projections.base import EventData, Projection, upsert
 from harness.projections.projector import Projector
 from harness.store.schema import Json, metadata
@@ -28,10 +29,16 @@ governor_calibration = sa.Table(
 )
 
 
-def load_calibrations(conn: sa.Connection) -> dict[str, Calibration]:
+def load_calibrations(
+    conn: sa.Connection, models: Iterable[str] | None = None
+) -> dict[str, Calibration]:
+    """The stored state of `models` (of every model by default), as folded so far."""
+    query = sa.select(governor_calibration)
+    if models is not None:
+        query = query.where(governor_calibration.c.model.in_(list(models)))
     return {
         row.model: Calibration(tuple(row.window), int(row.samples), int(row.ignored))
-        for row in conn.execute(sa.select(governor_calibration))
+        for row in conn.execute(query)
     }
 
 
@@ -66,11 +73,13 @@ class CalibrationProjection(Projection):
         )
 
 
-def current_calibrations(store: SqlEventStore) -> dict[str, Calibration]:
-    """Fold the samples recorded since the last catch-up, then read every model's state."""
+def current_calibrations(
+    store: SqlEventStore, models: Iterable[str] | None = None
+) -> dict[str, Calibration]:
+    """Fold the samples recorded since the last catch-up, then read the state of `models`."""
     Projector(store, [CalibrationProjection()]).catch_up()
     with store.read_transaction() as conn:
-        return load_calibrations(conn)
+        return load_calibrations(conn, models)
 
 
 def _counts(state: Calibration) -> dict[str, int]:

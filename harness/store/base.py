@@ -7,9 +7,36 @@ conformance suite in `tests/test_store_contract.py` runs against both.
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
+from contextlib import AbstractContextManager
+from dataclasses import dataclass
 
-from harness.store.records import ANY, AppendResult, ExpectedVersion, NewEvent, StoredEvent
+import sqlalchemy as sa
+
+from harness.store.records import (
+    ANY,
+    AppendResult,
+    EventData,
+    ExpectedVersion,
+    NewEvent,
+    StoredEvent,
+)
+
+
+@dataclass(frozen=True)
+class Tracking:
+    """A projection's checkpoint, locked for one write transaction of the store.
+
+    Read models live in the store's own database: their writes go through `conn`, so they
+    commit together with the checkpoint or not at all.
+    """
+
+    conn: sa.Connection
+    name: str
+    position: int
+    """Where the projection's checkpoint stood when the lock was taken (0 the first time)."""
+    horizon: int
+    """The highest global position committed when the lock was taken."""
 
 
 class EventStore(ABC):
@@ -65,6 +92,41 @@ class EventStore(ABC):
         Never skips an event committed by a concurrent writer: a reader that resumes from
         the last position it saw gets every later commit.
         """
+
+    @abstractmethod
+    def read_last(self, limit: int, types: Iterable[str] | None = None) -> list[StoredEvent]:
+        """The last `limit` events (of `types` only, if given), newest first."""
+
+    @abstractmethod
+    def checkpoints(self, names: Iterable[str]) -> dict[str, int]:
+        """The position each named projection has folded up to (0 for one never folded)."""
+
+    @abstractmethod
+    def tracking(self, name: str) -> AbstractContextManager[Tracking]:
+        """A write transaction holding the checkpoint of projection `name` locked.
+
+        Of two processes tracking one name at once, the second waits for the first to
+        commit and then sees its checkpoint, so no event is folded twice. Every event at or
+        below the horizon is visible to the transaction (appends are serialized), so a
+        window that ends there never skips an event that a concurrent writer commits late.
+        The transaction commits when the block ends; when it raises, the read model's
+        writes and the checkpoint are both rolled back.
+        """
+
+    @abstractmethod
+    def read_window(
+        self, tracking: Tracking, types: Iterable[str], upper: int
+    ) -> Iterator[EventData]:
+        """Events of `types` in the window (tracking.position, upper], in global order.
+
+        Read in the tracking transaction and streamed in slices, so a fold of a large
+        window never holds all of it at once. A window of positions, not a LIMIT, keeps
+        each query's cost bounded whatever plan the database picks.
+        """
+
+    @abstractmethod
+    def save_checkpoint(self, tracking: Tracking, position: int) -> None:
+        """Move the locked checkpoint to `position`; it commits with the transaction."""
 
     @abstractmethod
     def last_position(self) -> int:

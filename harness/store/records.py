@@ -62,6 +62,11 @@ class StoredEvent:
     recorded_at: datetime
 
 
+EventData = tuple[int, str, dict[str, Any]]
+"""(global_position, type, data) of an event read for a fold: a plain tuple, as a NamedTuple
+costs ~0.8 s per million and a fold needs nothing else of the record."""
+
+
 @dataclass(frozen=True, slots=True)
 class AppendResult:
     """Where an append landed. `duplicate` is true when every event id was already stored."""

@@ -36,8 +36,8 @@ from harness.contracts.events import (
 from harness.contracts.result import TickResult, write_result
 from harness.devtools.fake_llm import FakeUpstream, Step
 from harness.devtools.serving import BackgroundServer
+from harness.projections.levels import level_paused
 from harness.rag import build_index
-from harness.scheduling.status import level_paused
 from harness.store import SqlEventStore, open_store
 from tests.test_tick import Harness, calls
 

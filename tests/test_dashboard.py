@@ -26,7 +26,7 @@ from selenium.webdriver.remote.webdriver import WebDriver
 from selenium.webdriver.support.ui import WebDriverWait
 
 from harness.devtools.fake_llm import FakeUpstream, Step
-from harness.scheduling.status import level_paused
+from harness.projections.levels import level_paused
 from harness.store import open_store
 from tests.test_api import TOKEN, serving, settings_for
 from tests.test_serve import environment, serve

@@ -7,8 +7,9 @@ import statistics
 import pytest
 from pydantic import ValidationError
 
+from harness.contracts.calibration import WINDOW, Calibration, Sample
 from harness.devtools.fake_llm import count_word_tokens, render_prompt
-from harness.governor.calibration import WINDOW, Calibration, Calibrations, Sample
+from harness.governor.calibration import Calibrations
 from harness.governor.estimate import openai_request_chars
 from harness.governor.policy import GovernorLimits, decide, fill
 from harness.governor.settings import GovernorConfig, GovernorEnvError, with_legacy_env

@@ -24,9 +24,9 @@ from harness.contracts.result import read_result
 from harness.devtools.fake_llm import FakeUpstream, Step, ToolCallSpec
 from harness.execution.launchers import Launcher, TickProcess
 from harness.execution.runner import Runner, SlotClaim, TickOutcome, TickSetupError, tool_budget
+from harness.projections.levels import level_paused
 from harness.rag import build_index
 from harness.scheduling.service import Service
-from harness.scheduling.status import level_paused
 from harness.scheduling.triggers import slot_tick_id
 from harness.store import SqlEventStore, StoredEvent, open_store
 

@@ -21,24 +21,13 @@ from prometheus_client.core import (
 from prometheus_client.registry import Collector
 
 from harness.api.reads import Reads
-from harness.projections.ticks import ticks
+from harness.projections.ticks import durations, status_counts, tool_cap_counts
 from harness.scheduling.status import Snapshot
-from harness.store.schema import events
-from harness.timespec import as_utc
 
 DURATION_BUCKETS = (1.0, 5.0, 15.0, 30.0, 60.0, 120.0, 300.0, 600.0, 1800.0, 3600.0)
 """Seconds; ticks run from seconds (a quick answer) to an hour (`hour` levels)."""
 FIRE_LAG_WINDOW = 100
 """Scheduled slots per scrape whose fire lag is reported (the latest, of all levels)."""
-
-
-def _seconds(
-    conn: sa.Connection, start: sa.ColumnElement[datetime], end: sa.ColumnElement[datetime]
-) -> sa.ColumnElement[float]:
-    """`end - start` in seconds, in the SQL of the connection's dialect."""
-    if conn.dialect.name == "postgresql":
-        return sa.cast(sa.extract("epoch", end - start), sa.Float)
-    return (sa.func.julianday(end) - sa.func.julianday(start)) * 86400.0
 
 
 class StoreCollector(Collector):
@@ -52,9 +41,9 @@ class StoreCollector(Collector):
                 *self._ticks(conn),
                 *self._durations(conn),
                 *self._tool_caps(conn),
-                self._fire_lag(conn),
             ]
         yield from families
+        yield self._fire_lag()
         yield from self._spend()
         yield from self._status(reads.snapshot())
 
@@ -99,10 +88,7 @@ class StoreCollector(Collector):
             "Ticks of the read model by level and status.",
             labels=["level", "status"],
         )
-        query = sa.select(ticks.c.level, ticks.c.status, sa.func.count()).group_by(
-            ticks.c.level, ticks.c.status
-        )
-        for level, status, count in conn.execute(query):
+        for level, status, count in status_counts(conn):
             family.add_metric([level, status], count)
         yield family
 
@@ -112,23 +98,14 @@ class StoreCollector(Collector):
             "Run time of ended ticks, from start to end.",
             labels=["level"],
         )
-        seconds = _seconds(conn, ticks.c.started_at, ticks.c.finished_at)
-        buckets = [
-            sa.func.sum(sa.case((seconds <= bound, 1), else_=0)) for bound in DURATION_BUCKETS
-        ]
-        query = (
-            sa.select(ticks.c.level, sa.func.count(), sa.func.sum(seconds), *buckets)
-            .where(ticks.c.started_at.is_not(None), ticks.c.finished_at.is_not(None))
-            .group_by(ticks.c.level)
-        )
-        for level, count, total, *cumulative in conn.execute(query):
+        for level in durations(conn, DURATION_BUCKETS):
             family.add_metric(
-                [level],
+                [level.level],
                 [
-                    *((str(b), int(n)) for b, n in zip(DURATION_BUCKETS, cumulative, strict=True)),
-                    ("+Inf", int(count)),
+                    *((str(b), n) for b, n in zip(DURATION_BUCKETS, level.at_most, strict=True)),
+                    ("+Inf", level.count),
                 ],
-                float(total or 0.0),
+                level.total_seconds,
             )
         yield family
 
@@ -143,18 +120,13 @@ class StoreCollector(Collector):
             "Tool calls refused by a tick's cap (they cost nothing).",
             labels=["level"],
         )
-        query = sa.select(
-            ticks.c.level,
-            sa.func.sum(sa.case((ticks.c.tool_calls_cancelled > 0, 1), else_=0)),
-            sa.func.sum(ticks.c.tool_calls_cancelled),
-        ).group_by(ticks.c.level)
-        for level, ticks_hit, calls in conn.execute(query):
-            hits.add_metric([level], int(ticks_hit or 0))
-            refused.add_metric([level], int(calls or 0))
+        for level, ticks_hit, calls in tool_cap_counts(conn):
+            hits.add_metric([level], ticks_hit)
+            refused.add_metric([level], calls)
         yield hits
         yield refused
 
-    def _fire_lag(self, conn: sa.Connection) -> Metric:
+    def _fire_lag(self) -> Metric:
         """How late the scheduler claimed slots: TickScheduled's recorded_at minus its slot.
 
         Only first attempts of scheduled slots count (a manual tick has no slot, a retry is
@@ -165,19 +137,13 @@ class StoreCollector(Collector):
             f"Seconds between a slot and its claim, over the last {FIRE_LAG_WINDOW} slots.",
             labels=["level", "stat"],
         )
-        query = (
-            sa.select(events.c.data, events.c.recorded_at)
-            .where(events.c.type == "TickScheduled")
-            .order_by(events.c.global_position.desc())
-            .limit(FIRE_LAG_WINDOW)
-        )
         lags: dict[str, list[float]] = defaultdict(list)
-        for data, recorded_at in conn.execute(query):
+        for event in self.reads.store.read_last(FIRE_LAG_WINDOW, types=["TickScheduled"]):
+            data = event.data
             if not data.get("slot") or data.get("attempt", 1) != 1:
                 continue
-            recorded = as_utc(recorded_at)
             lags[data["level"]].append(
-                (recorded - datetime.fromisoformat(data["slot"])).total_seconds()
+                (event.recorded_at - datetime.fromisoformat(data["slot"])).total_seconds()
             )
         for level, values in lags.items():
             family.add_metric([level, "last"], values[0])

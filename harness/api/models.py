@@ -7,7 +7,8 @@ from typing import Annotated, Any
 
 from pydantic import AfterValidator, BaseModel
 
-from harness.scheduling.status import LevelStatus, Snapshot, TickInFlight
+from harness.projections.ticks import TickInFlight
+from harness.scheduling.status import LevelStatus, Snapshot
 from harness.store import StoredEvent
 from harness.timespec import as_utc
 

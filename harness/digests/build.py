@@ -25,8 +25,8 @@ from harness.contracts.events import level_stream
 from harness.contracts.result import ResultFileError, ResultMissingError, read_result
 from harness.prices import PriceBook
 from harness.projections import Projector
-from harness.projections.ticks import ticks
-from harness.scheduling.status import paused_levels
+from harness.projections.levels import paused_levels
+from harness.projections.ticks import period_ticks
 from harness.store import SqlEventStore
 from harness.timespec import as_utc
 
@@ -114,13 +114,8 @@ def build_digest(
             f"the period is empty: {start.isoformat()} is not before {end.isoformat()}"
         )
     projector.catch_up(["ticks"])
-    query = (
-        sa.select(ticks)
-        .where(ticks.c.scheduled_at >= start, ticks.c.scheduled_at < end, ticks.c.level.in_(levels))
-        .order_by(ticks.c.scheduled_at)
-    )
     with store.read_transaction() as conn:
-        rows = conn.execute(query).all()
+        rows = period_ticks(conn, start, end, levels)
     tick_levels = {row.tick_id: row.level for row in rows}
     spend, governed = _period_events(store, prices, start, end, tick_levels)
     paused = paused_levels(store, levels)

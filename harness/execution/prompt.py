@@ -11,24 +11,16 @@ from datetime import datetime
 from pathlib import Path
 from string import Template
 
-import sqlalchemy as sa
-
 from harness.contracts.result import ResultFileError, read_result
 from harness.projections import Projector
-from harness.projections.ticks import ticks
+from harness.projections.ticks import previous_result_path
 from harness.store import SqlEventStore
 
 
 def previous_result_text(store: SqlEventStore, projector: Projector, level: str) -> str:
     projector.catch_up(["ticks"])
-    query = (
-        sa.select(ticks.c.result_path)
-        .where(ticks.c.level == level, ticks.c.status == "completed")
-        .order_by(ticks.c.finished_at.desc())
-        .limit(1)
-    )
     with store.read_transaction() as conn:
-        path = conn.execute(query).scalar()
+        path = previous_result_path(conn, level)
     if not path:
         return ""
     try:

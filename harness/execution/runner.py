@@ -225,7 +225,7 @@ class Runner:
             route=routed.plan if routed else None,
             governor=self.settings.governor.limits(),
             calibrations=self._calibrations(
-                [c.model for c in routed.plan.candidates] if routed else [config.model]
+                [c.model for c in routed.plan.candidates] if routed else [str(config.model)]
             ),
         )
         return PreparedTick(
@@ -263,7 +263,9 @@ class Runner:
         try:
             return current_calibrations(self.store, models)
         except StoreError as exc:
-            log.warning("calibration unavailable, the tick starts from the configured ratio: %s", exc)
+            log.warning(
+                "calibration unavailable, the tick starts from the configured ratio: %s", exc
+            )
             return {}
 
     def route(self, level: str, at: datetime) -> Routed | None:

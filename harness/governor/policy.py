@@ -16,8 +16,8 @@ from typing import Annotated, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
+from harness.contracts.calibration import MAX_RATIO, MIN_RATIO
 from harness.contracts.events import GovernorFired
-from harness.governor.calibration import MAX_RATIO, MIN_RATIO
 from harness.governor.estimate import tokens_from_chars
 
 Decision = Literal["pass", "soft", "defer", "hard"]

@@ -31,10 +31,11 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import Route
 
+from harness.contracts.calibration import Sample
 from harness.contracts.events import BudgetSpent
 from harness.contracts.payload import TICK_HEADER
 from harness.governor.alerts import Alerts
-from harness.governor.calibration import Calibrations, Sample
+from harness.governor.calibration import Calibrations
 from harness.governor.estimate import openai_request_chars, tokens_from_chars
 from harness.governor.ledger import Ledger, LedgerEvent
 from harness.governor.policy import Verdict, decide

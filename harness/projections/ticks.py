@@ -1,15 +1,21 @@
-"""The ticks read model: one row per tick with its status, times, tokens and tool calls."""
+"""The ticks read model: one row per tick with its status, times, tokens and tool calls.
+
+Every query on the `ticks` table lives here, named for what its callers ask.
+"""
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
 import sqlalchemy as sa
 
 from harness.projections.base import EventData, Projection, upsert
+from harness.store import SqlEventStore
 from harness.store.schema import metadata
+from harness.timespec import as_utc
 
 ticks = sa.Table(
     "ticks",
@@ -139,3 +145,138 @@ def tick_rows(
     if tick_id is not None:
         query = query.where(ticks.c.tick_id == tick_id)
     return list(conn.execute(query))
+
+
+@dataclass(frozen=True)
+class TickInFlight:
+    tick_id: str
+    level: str
+    status: str
+    """`scheduled` (waiting for a place) or `running`."""
+    scheduled_at: datetime | None
+    started_at: datetime | None
+
+    def waited(self, now: datetime) -> float | None:
+        if self.scheduled_at is None:
+            return None
+        return ((self.started_at or now) - self.scheduled_at).total_seconds()
+
+    def runtime(self, now: datetime) -> float | None:
+        return None if self.started_at is None else (now - self.started_at).total_seconds()
+
+
+def ticks_in_flight(
+    store: SqlEventStore, levels: Iterable[str] | None = None
+) -> list[TickInFlight]:
+    """Ticks scheduled or running (of `levels` only, if given), as the read model has them."""
+    query = (
+        sa.select(
+            ticks.c.tick_id, ticks.c.level, ticks.c.status, ticks.c.scheduled_at, ticks.c.started_at
+        )
+        .where(ticks.c.status.in_(("scheduled", "running")))
+        .order_by(ticks.c.scheduled_at)
+    )
+    if levels is not None:
+        query = query.where(ticks.c.level.in_(list(levels)))
+    with store.read_transaction() as conn:
+        return [
+            TickInFlight(
+                row.tick_id, row.level, row.status, as_utc(row.scheduled_at), as_utc(row.started_at)
+            )
+            for row in conn.execute(query)
+        ]
+
+
+def open_ticks(conn: sa.Connection) -> list[tuple[str, str]]:
+    """(tick id, level) of every tick the read model has not seen end, unknown ones included."""
+    query = sa.select(ticks.c.tick_id, ticks.c.level).where(
+        ticks.c.status.in_(("scheduled", "running", UNKNOWN))
+    )
+    return [(tick_id, level) for tick_id, level in conn.execute(query)]
+
+
+def last_slots(conn: sa.Connection) -> dict[str, datetime]:
+    """Each level's latest claimed slot; a level that never had a scheduled tick is absent."""
+    query = sa.select(ticks.c.level, sa.func.max(ticks.c.slot)).group_by(ticks.c.level)
+    return {level: as_utc(last) for level, last in conn.execute(query) if last is not None}
+
+
+def previous_result_path(conn: sa.Connection, level: str) -> str | None:
+    """The result file of the level's last completed tick (None before the first)."""
+    query = (
+        sa.select(ticks.c.result_path)
+        .where(ticks.c.level == level, ticks.c.status == "completed")
+        .order_by(ticks.c.finished_at.desc())
+        .limit(1)
+    )
+    path: str | None = conn.execute(query).scalar()
+    return path
+
+
+def period_ticks(
+    conn: sa.Connection, start: datetime, end: datetime, levels: Iterable[str]
+) -> list[sa.Row[Any]]:
+    """The ticks of `levels` scheduled in [start, end), in the order they were scheduled."""
+    query = (
+        sa.select(ticks)
+        .where(
+            ticks.c.scheduled_at >= start,
+            ticks.c.scheduled_at < end,
+            ticks.c.level.in_(list(levels)),
+        )
+        .order_by(ticks.c.scheduled_at)
+    )
+    return list(conn.execute(query))
+
+
+def status_counts(conn: sa.Connection) -> list[tuple[str, str, int]]:
+    """(level, status, ticks) for every pair the read model holds."""
+    query = sa.select(ticks.c.level, ticks.c.status, sa.func.count()).group_by(
+        ticks.c.level, ticks.c.status
+    )
+    return [(level, status, int(count)) for level, status, count in conn.execute(query)]
+
+
+@dataclass(frozen=True)
+class Durations:
+    """Run times of a level's ended ticks, as a cumulative histogram."""
+
+    level: str
+    count: int
+    total_seconds: float
+    at_most: list[int]
+    """Ticks that ran at most each bound, in the order of the bounds asked for."""
+
+
+def durations(conn: sa.Connection, bounds: Sequence[float]) -> list[Durations]:
+    """Per level, the run time (start to end) of ended ticks, counted in one query."""
+    seconds = _seconds(conn, ticks.c.started_at, ticks.c.finished_at)
+    buckets = [sa.func.sum(sa.case((seconds <= bound, 1), else_=0)) for bound in bounds]
+    query = (
+        sa.select(ticks.c.level, sa.func.count(), sa.func.sum(seconds), *buckets)
+        .where(ticks.c.started_at.is_not(None), ticks.c.finished_at.is_not(None))
+        .group_by(ticks.c.level)
+    )
+    return [
+        Durations(level, int(count), float(total or 0.0), [int(n) for n in cumulative])
+        for level, count, total, *cumulative in conn.execute(query)
+    ]
+
+
+def tool_cap_counts(conn: sa.Connection) -> list[tuple[str, int, int]]:
+    """(level, ticks whose tool-call cap refused a call, calls it refused) per level."""
+    query = sa.select(
+        ticks.c.level,
+        sa.func.sum(sa.case((ticks.c.tool_calls_cancelled > 0, 1), else_=0)),
+        sa.func.sum(ticks.c.tool_calls_cancelled),
+    ).group_by(ticks.c.level)
+    return [(level, int(hit or 0), int(calls or 0)) for level, hit, calls in conn.execute(query)]
+
+
+def _seconds(
+    conn: sa.Connection, start: sa.ColumnElement[datetime], end: sa.ColumnElement[datetime]
+) -> sa.ColumnElement[float]:
+    """`end - start` in seconds, in the SQL of the connection's dialect."""
+    if conn.dialect.name == "postgresql":
+        return sa.cast(sa.extract("epoch", end - start), sa.Float)
+    return (sa.func.julianday(end) - sa.func.julianday(start)) * 86400.0

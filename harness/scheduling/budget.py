@@ -22,7 +22,7 @@ from harness.config import LevelConfig
 from harness.contracts.events import tick_stream
 from harness.prices import PriceBook
 from harness.projections import Projector, spend_report
-from harness.scheduling.status import TickInFlight
+from harness.projections.ticks import TickInFlight
 from harness.store import SqlEventStore
 
 

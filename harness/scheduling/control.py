@@ -19,7 +19,8 @@ from harness.contracts.events import (
     LevelResumed,
     level_stream,
 )
-from harness.scheduling.status import TickInFlight, level_paused, ticks_in_flight
+from harness.projections.levels import level_paused
+from harness.projections.ticks import TickInFlight, ticks_in_flight
 from harness.store import SqlEventStore
 
 

@@ -18,14 +18,13 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import psutil
-import sqlalchemy as sa
 
 from harness.contracts.events import TERMINAL_TYPES, TickLost, tick_stream
 from harness.execution.launchers import TickProcess
 from harness.execution.launchers.cold import WORKER_MODULE
 from harness.execution.runner import Runner, TickRef
 from harness.projections import Projector
-from harness.projections.ticks import UNKNOWN, ticks
+from harness.projections.ticks import open_ticks
 from harness.store import SqlEventStore, StoredEvent
 
 NEVER_STARTED_AFTER = timedelta(seconds=60)
@@ -68,14 +67,10 @@ def reconcile(
     """End or adopt every unfinished tick of this host; returns the threads watching adoptees."""
     projector.catch_up(["ticks"])
     with store.read_transaction() as conn:
-        open_ticks = conn.execute(
-            sa.select(ticks.c.tick_id, ticks.c.level).where(
-                ticks.c.status.in_(("scheduled", "running", UNKNOWN))
-            )
-        ).all()
+        unfinished = open_ticks(conn)
     watchers = []
     now = datetime.now(UTC)
-    for tick_id, level in open_ticks:
+    for tick_id, level in unfinished:
         events = store.read_stream(tick_stream(tick_id))
         if not events or any(e.type in TERMINAL_TYPES for e in events):
             continue

@@ -21,8 +21,6 @@ from collections.abc import Callable, Collection, Sequence
 from datetime import datetime, timedelta
 from typing import Literal
 
-import sqlalchemy as sa
-
 from harness.config import Settings
 from harness.contracts.events import (
     CONTROL_STREAM,
@@ -38,13 +36,12 @@ from harness.execution.queue import Gate
 from harness.execution.runner import Runner, SkipReason, SlotClaim, TickSetupError
 from harness.prices import PriceBook
 from harness.projections import projector_for
-from harness.projections.ticks import ticks
+from harness.projections.levels import paused_levels
+from harness.projections.ticks import TickInFlight, last_slots, ticks_in_flight
 from harness.scheduling.budget import BudgetCheck, Budgets
 from harness.scheduling.reconcile import reconcile
-from harness.scheduling.status import TickInFlight, paused_levels, ticks_in_flight
 from harness.scheduling.triggers import level_trigger, next_slot, slot_tick_id
 from harness.store import SqlEventStore, StoreError
-from harness.timespec import as_utc
 
 Report = Callable[[str], None]
 Slot = tuple[datetime, str]
@@ -169,15 +166,14 @@ class Service:
         per level; older ones are only counted.
         """
         self.projector.catch_up(["ticks"])
-        query = sa.select(ticks.c.level, sa.func.max(ticks.c.slot)).group_by(ticks.c.level)
         with self.store.read_transaction() as conn:
-            last_slots = {level: last for level, last in conn.execute(query) if last is not None}
+            slots_claimed = last_slots(conn)
         due: list[Slot] = []
         missed: set[Slot] = set()
         for level, trigger in self.triggers.items():
-            if level not in last_slots:
+            if level not in slots_claimed:
                 continue
-            last = as_utc(last_slots[level])
+            last = slots_claimed[level]
             if last < now - MISSED_HORIZON:
                 horizon = now - MISSED_HORIZON
                 self.report(f"{level}: slots missed before {horizon:%Y-%m-%d %H:%M} not recorded")

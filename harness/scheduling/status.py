@@ -7,20 +7,16 @@ exports it.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
 from dataclasses import dataclass
 from datetime import UTC, datetime
 
-import sqlalchemy as sa
-
 from harness.config import Settings
-from harness.contracts.events import level_stream
 from harness.prices import PriceBook
 from harness.projections import projector_for, spend_report
-from harness.projections.ticks import ticks
+from harness.projections.levels import paused_levels
+from harness.projections.ticks import TickInFlight, ticks_in_flight
 from harness.scheduling.triggers import level_trigger, next_slot
 from harness.store import SqlEventStore
-from harness.timespec import as_utc
 
 
 @dataclass(frozen=True)
@@ -43,40 +39,6 @@ class LevelStatus:
         if self.usd_budget is not None:
             cost += f" / {self.usd_budget:,.2f}"
         return tokens, cost
-
-
-@dataclass(frozen=True)
-class TickInFlight:
-    tick_id: str
-    level: str
-    status: str
-    """`scheduled` (waiting for a place) or `running`."""
-    scheduled_at: datetime | None
-    started_at: datetime | None
-
-    def waited(self, now: datetime) -> float | None:
-        if self.scheduled_at is None:
-            return None
-        return ((self.started_at or now) - self.scheduled_at).total_seconds()
-
-    def runtime(self, now: datetime) -> float | None:
-        return None if self.started_at is None else (now - self.started_at).total_seconds()
-
-
-def paused_levels(store: SqlEventStore, levels: Iterable[str]) -> set[str]:
-    """Levels paused (fail-closed after infrastructure failures, or by an operator).
-
-    One read for any number of levels: a scheduler asks this for every slot of a wave.
-    """
-    names = {level_stream(level): level for level in levels}
-    switches = store.read_streams(names, types=("LevelPaused", "LevelResumed"))
-    return {
-        names[s] for s, history in switches.items() if history and history[-1].type == "LevelPaused"
-    }
-
-
-def level_paused(store: SqlEventStore, level: str) -> bool:
-    return level in paused_levels(store, [level])
 
 
 def level_statuses(
@@ -105,28 +67,6 @@ def level_statuses(
             )
         )
     return statuses
-
-
-def ticks_in_flight(
-    store: SqlEventStore, levels: Iterable[str] | None = None
-) -> list[TickInFlight]:
-    """Ticks scheduled or running (of `levels` only, if given), as the read model has them."""
-    query = (
-        sa.select(
-            ticks.c.tick_id, ticks.c.level, ticks.c.status, ticks.c.scheduled_at, ticks.c.started_at
-        )
-        .where(ticks.c.status.in_(("scheduled", "running")))
-        .order_by(ticks.c.scheduled_at)
-    )
-    if levels is not None:
-        query = query.where(ticks.c.level.in_(list(levels)))
-    with store.read_transaction() as conn:
-        return [
-            TickInFlight(
-                row.tick_id, row.level, row.status, as_utc(row.scheduled_at), as_utc(row.started_at)
-            )
-            for row in conn.execute(query)
-        ]
 
 
 @dataclass(frozen=True)

@@ -11,6 +11,8 @@ from typing import Any
 
 import pytest
 
+from harness.contracts.calibration import Sample
+from harness.contracts.events import GOVERNOR_STREAM
 from harness.devtools.fake_llm import FakeUpstream, Step, ToolCallSpec
 from harness.execution.runner import TickOutcome
 from harness.governor.alerts import ALERT_URLS_ENV
@@ -118,6 +120,28 @@ def test_calibration_persists_from_one_tick_process_to_the_next(
     second = run(harness, "Report. " + "z" * 5000, [Step(text="ok")])
     [event] = fired(harness, second)
     assert event["chars_per_token"] == pytest.approx(ratio)
+
+
+def test_a_tick_starts_from_the_calibration_the_runner_hands_it_and_folds_nothing(
+    tmp_path: Path, fake: FakeUpstream
+) -> None:
+    harness = governed(tmp_path, fake, calibrate=True)
+    sample = Sample(chars=5000, prompt_tokens=1000)
+    learned = [sample.event("fake-model", "proxy", None).to_record() for _ in range(3)]
+    harness.store.append(GOVERNOR_STREAM, learned)
+    prepared = harness.runner.prepare("min", prompt="Report. " + "z" * 6000)
+    handed = prepared.payload.calibrations["fake-model"]
+    assert (handed.window, handed.samples) == ((5.0,) * 3, 3)
+
+    later = Sample(chars=2000, prompt_tokens=1000).event("fake-model", "proxy", None)
+    harness.store.append(GOVERNOR_STREAM, [later.to_record()])
+    folded = harness.store.checkpoints(["calibration"])
+    harness.fake.script(prepared.payload.tick_id, [Step(text="ok")])
+    outcome = harness.runner.run(prepared)
+
+    [event] = fired(harness, outcome)
+    assert event["chars_per_token"] == pytest.approx(5.0)
+    assert harness.store.checkpoints(["calibration"]) == folded
 
 
 def test_a_tick_over_its_ceiling_alerts_the_operator_once(

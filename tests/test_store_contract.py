@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import threading
 from datetime import UTC, datetime, timedelta
 from uuid import uuid4
 
@@ -18,6 +19,7 @@ from harness.store import (
     StoreUnavailableError,
     open_store,
 )
+from harness.store.schema import events, projection_checkpoints
 
 
 def new(type_: str = "Thing", **data: object) -> NewEvent:
@@ -185,6 +187,105 @@ def test_typed_events_round_trip_and_unknown_types_are_kept(store: SqlEventStore
     assert decoded[:2] == [started, spent]
     assert isinstance(decoded[2], RawEvent)
     assert decoded[2].type == "FromTheFuture" and decoded[2].data == {"x": 1}
+
+
+def test_read_last_returns_the_newest_events_of_the_types_asked_for(store: SqlEventStore) -> None:
+    for i in range(6):
+        store.append("s", [new("Even" if i % 2 == 0 else "Odd", i=i)], ANY)
+
+    assert [e.data["i"] for e in store.read_last(2, types=["Even"])] == [4, 2]
+    assert [e.data["i"] for e in store.read_last(3)] == [5, 4, 3]
+    assert store.read_last(5, types=["Never"]) == []
+
+
+def test_a_window_holds_the_types_asked_for_after_the_checkpoint_up_to_its_end(
+    store: SqlEventStore,
+) -> None:
+    for i in range(8):
+        store.append(f"s-{i % 3}", [new("Even" if i % 2 == 0 else "Odd", i=i)], ANY)
+    assert store.checkpoints(["fold"]) == {"fold": 0}
+
+    with store.tracking("fold") as tracking:
+        assert (tracking.position, tracking.horizon) == (0, 8)
+        first = list(store.read_window(tracking, ["Even"], 5))
+        store.save_checkpoint(tracking, 5)
+    with store.tracking("fold") as tracking:
+        assert (tracking.position, tracking.horizon) == (5, 8)
+        rest = list(store.read_window(tracking, ["Even", "Odd"], tracking.horizon))
+        assert list(store.read_window(tracking, [], tracking.horizon)) == []
+
+    assert first == [(1, "Even", {"i": 0}), (3, "Even", {"i": 2}), (5, "Even", {"i": 4})]
+    assert [(position, data["i"]) for position, _, data in rest] == [(6, 5), (7, 6), (8, 7)]
+    assert store.checkpoints(["fold", "other"]) == {"fold": 5, "other": 0}
+
+
+def test_a_tracking_block_that_raises_keeps_neither_its_writes_nor_its_checkpoint(
+    store: SqlEventStore,
+) -> None:
+    store.append("s", [new(i=1)], NO_STREAM)
+    with store.tracking("fold") as tracking:
+        store.save_checkpoint(tracking, 1)
+
+    with pytest.raises(RuntimeError, match="half way"), store.tracking("fold") as tracking:
+        assert tracking.position == 1
+        written = {"name": "read-model", "position": 7, "updated_at": datetime.now(UTC)}
+        tracking.conn.execute(projection_checkpoints.insert().values(written))
+        store.save_checkpoint(tracking, 0)
+        raise RuntimeError("the fold failed half way")
+
+    assert store.checkpoints(["fold", "read-model"]) == {"fold": 1, "read-model": 0}
+
+
+def test_a_second_tracker_of_one_name_waits_and_sees_the_first_ones_checkpoint(
+    store: SqlEventStore,
+) -> None:
+    store.append("s", [new(i=1), new(i=2)], NO_STREAM)
+    entered, seen = threading.Event(), []
+
+    def second() -> None:
+        with store.tracking("fold") as tracking:
+            entered.set()
+            seen.append(tracking.position)
+
+    with store.tracking("fold") as tracking:
+        waiting = threading.Thread(target=second)
+        waiting.start()
+        # A window for the second tracker to get in while the first holds the lock.
+        assert not entered.wait(0.5)
+        store.save_checkpoint(tracking, 2)
+    waiting.join(timeout=30)
+    assert seen == [2]
+
+
+def test_a_window_never_reaches_an_append_still_in_flight(store: SqlEventStore) -> None:
+    """PostgreSQL hands out a position before the append commits; the horizon waits for it.
+
+    (SQLite has one writer, whose lock the tracker waits for: nothing is ever in flight.)
+    """
+    if store.engine.dialect.name != "postgresql":
+        pytest.skip("SQLite has a single writer: no append is in flight while a fold reads")
+    store.append("s", [new(i=1)], NO_STREAM)
+    late = {
+        "event_id": uuid4(),
+        "stream_id": "late",
+        "stream_position": 1,
+        "type": "Thing",
+        "version": 1,
+        "data": {"i": 2},
+        "metadata": {},
+        "recorded_at": datetime.now(UTC),
+    }
+    with store.engine.connect() as writer:
+        with writer.begin():
+            writer.exec_driver_sql("LOCK TABLE events IN EXCLUSIVE MODE")
+            writer.execute(events.insert().values(late))
+            with store.tracking("fold") as tracking:
+                assert tracking.horizon == 1
+                assert [e[2] for e in store.read_window(tracking, ["Thing"], 1)] == [{"i": 1}]
+                store.save_checkpoint(tracking, tracking.horizon)
+    with store.tracking("fold") as tracking:
+        assert (tracking.position, tracking.horizon) == (1, 2)
+        assert [e[2] for e in store.read_window(tracking, ["Thing"], 2)] == [{"i": 2}]
 
 
 def test_unreachable_postgres_is_reported_as_unavailable() -> None:

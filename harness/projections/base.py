@@ -1,4 +1,4 @@
-"""The projection contract: a read model folded from events, in the store's own database.
+"""The projection contract: a read model folded out of the event log, in the store's database.
 
 A projection sees events as `(global_position, type, data)` tuples: the fold needs nothing
 else, and skipping the rest of the record keeps a million-event rebuild within seconds.

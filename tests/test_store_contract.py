@@ -275,14 +275,13 @@ def test_a_window_never_reaches_an_append_still_in_flight(store: SqlEventStore) 
         "metadata": {},
         "recorded_at": datetime.now(UTC),
     }
-    with store.engine.connect() as writer:
-        with writer.begin():
-            writer.exec_driver_sql("LOCK TABLE events IN EXCLUSIVE MODE")
-            writer.execute(events.insert().values(late))
-            with store.tracking("fold") as tracking:
-                assert tracking.horizon == 1
-                assert [e[2] for e in store.read_window(tracking, ["Thing"], 1)] == [{"i": 1}]
-                store.save_checkpoint(tracking, tracking.horizon)
+    with store.engine.connect() as writer, writer.begin():
+        writer.exec_driver_sql("LOCK TABLE events IN EXCLUSIVE MODE")
+        writer.execute(events.insert().values(late))
+        with store.tracking("fold") as tracking:
+            assert tracking.horizon == 1
+            assert [e[2] for e in store.read_window(tracking, ["Thing"], 1)] == [{"i": 1}]
+            store.save_checkpoint(tracking, tracking.horizon)
     with store.tracking("fold") as tracking:
         assert (tracking.position, tracking.horizon) == (1, 2)
         assert [e[2] for e in store.read_window(tracking, ["Thing"], 2)] == [{"i": 2}]

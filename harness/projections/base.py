@@ -12,7 +12,7 @@ from typing import ClassVar
 
 import sqlalchemy as sa
 
-from harness.store.records import EventData
+from harness.store import EventData
 from harness.store.sql import upsert
 
 __all__ = ["EventData", "Projection", "upsert"]

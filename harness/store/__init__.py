@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from harness.store.base import EventStore
+from harness.store.base import EventStore, Tracking
 from harness.store.engine import create_store_engine, safe_url
 from harness.store.migrate import current_revision, needs_upgrade, upgrade
 from harness.store.records import (
@@ -11,6 +11,7 @@ from harness.store.records import (
     AppendResult,
     ConcurrencyError,
     Durability,
+    EventData,
     EventIdConflictError,
     ExpectedVersion,
     NewEvent,
@@ -30,6 +31,7 @@ __all__ = [
     "AppendResult",
     "ConcurrencyError",
     "Durability",
+    "EventData",
     "EventIdConflictError",
     "EventStore",
     "ExpectedVersion",
@@ -40,6 +42,7 @@ __all__ = [
     "StoreError",
     "StoreUnavailableError",
     "StoredEvent",
+    "Tracking",
     "append_or_spool",
     "current_revision",
     "migrate_store",

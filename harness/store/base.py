@@ -1,7 +1,10 @@
 """The event store contract: what every backend promises, in one abstract class.
 
 One SQLAlchemy implementation serves SQLite and PostgreSQL (`harness.store.sql`); the
-conformance suite in `tests/test_store_contract.py` runs against both.
+conformance suite in `tests/test_store_contract.py` runs against both. Projections keep
+their position through the contract too, as eventsourcing's TrackingRecorder does: a
+checkpoint locked in a write transaction, the window of events to fold, and the new
+checkpoint saved in that same transaction as the read model's writes.
 """
 
 from __future__ import annotations

@@ -33,12 +33,13 @@ def governed(tmp_path: Path, fake: FakeUpstream, **limits: Any) -> Harness:
     }
     fields.update(limits)
     settings = harness.settings.model_copy(update={"governor": GovernorConfig(**fields)})
+    harness.preparer.settings = settings
     harness.runner.settings = settings
     return harness
 
 
 def run(harness: Harness, prompt: str, steps: list[Step]) -> TickOutcome:
-    prepared = harness.runner.prepare("min", prompt=prompt)
+    prepared = harness.preparer.prepare("min", prompt=prompt)
     harness.fake.script(prepared.payload.tick_id, steps)
     return harness.runner.run(prepared)
 

@@ -56,7 +56,6 @@ Report = Callable[[str], None]
 Companion = Callable[[threading.Event], None]
 """Work beside the firing (the digest publisher): runs in a thread until the event is set."""
 
-IN_FLIGHT = ("scheduled", "running")
 MAX_MISSED = 1000
 WAVE = 1000
 """Slots claimed in one transaction at most (a long catch-up is claimed in several)."""

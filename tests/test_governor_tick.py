@@ -35,12 +35,13 @@ def governed(tmp_path: Path, fake: FakeUpstream, **limits: Any) -> Harness:
     }
     fields.update(limits)
     settings = harness.settings.model_copy(update={"governor": GovernorConfig(**fields)})
+    harness.preparer.settings = settings
     harness.runner.settings = settings
     return harness
 
 
 def run(harness: Harness, prompt: str, steps: list[Step]) -> TickOutcome:
-    prepared = harness.runner.prepare("min", prompt=prompt)
+    prepared = harness.preparer.prepare("min", prompt=prompt)
     harness.fake.script(prepared.payload.tick_id, steps)
     return harness.runner.run(prepared)
 
@@ -129,7 +130,7 @@ def test_a_tick_starts_from_the_calibration_the_runner_hands_it_and_folds_nothin
     sample = Sample(chars=5000, prompt_tokens=1000)
     learned = [sample.event("fake-model", "proxy", None).to_record() for _ in range(3)]
     harness.store.append(GOVERNOR_STREAM, learned)
-    prepared = harness.runner.prepare("min", prompt="Report. " + "z" * 6000)
+    prepared = harness.preparer.prepare("min", prompt="Report. " + "z" * 6000)
     handed = prepared.payload.calibrations["fake-model"]
     assert (handed.window, handed.samples) == ((5.0,) * 3, 3)
 

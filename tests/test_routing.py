@@ -27,6 +27,7 @@ from harness.config import (
     StoreConfig,
 )
 from harness.devtools.fake_llm import FakeUpstream, Step
+from harness.execution.prepare import Preparer
 from harness.execution.runner import Runner, TickOutcome
 from harness.routing.catalog import parse_catalog
 from harness.store import SqlEventStore, StoredEvent, open_store
@@ -93,10 +94,11 @@ class Routed:
         self.store: SqlEventStore = open_store(store_url)
         env = {**os.environ, KEY_ENV: SECRET}
         env.pop("OPENAI_BASE_URL", None)
+        self.preparer = Preparer(self.settings, self.store, env=env)
         self.runner = Runner(self.settings, self.store, env=env)
 
     def tick(self, fake: FakeUpstream, steps: list[Step]) -> tuple[TickOutcome, list[StoredEvent]]:
-        prepared = self.runner.prepare("min")
+        prepared = self.preparer.prepare("min")
         fake.script(prepared.payload.tick_id, steps)
         outcome = self.runner.run(prepared)
         return outcome, self.store.read_stream(f"tick-{outcome.tick_id}")
@@ -228,7 +230,7 @@ def test_no_api_key_lands_anywhere_on_the_catalog_path(
     targets = {"dead": target(closed_port_url(), "d"), "alive": target(fake.url, "a")}
     catalog = write_catalog(tmp_path / "catalog.json", targets, ["dead", "alive"])
     routed = Routed(tmp_path, sqlite_url, catalog)
-    prepared = routed.runner.prepare("min")
+    prepared = routed.preparer.prepare("min")
     fake.script(prepared.payload.tick_id, [Step(text="ok")])
     assert routed.runner.run(prepared).status == "completed"
     routed.store.close()
@@ -323,13 +325,13 @@ def test_a_level_without_a_lane_runs_its_configured_model(tmp_path: Path, sqlite
     routed = Routed(tmp_path, sqlite_url, catalog)
     other = LevelConfig(every="1h", prompt="hi", model="configured-model")
     levels = {**routed.settings.levels, "other": other}
-    routed.runner.settings = routed.settings.model_copy(update={"levels": levels})
-    plain = routed.runner.prepare("other")
+    routed.preparer.settings = routed.settings.model_copy(update={"levels": levels})
+    plain = routed.preparer.prepare("other")
     assert (plain.payload.model, plain.payload.route, plain.routed) == (
         "configured-model",
         None,
         None,
     )
-    laned = routed.runner.prepare("min")
+    laned = routed.preparer.prepare("min")
     assert laned.payload.model == "lane" and laned.payload.route is not None
     routed.store.close()

@@ -20,10 +20,13 @@ import pytest
 from harness.config import LevelConfig, PathsConfig, Settings, StoreConfig
 from harness.contracts.events import TERMINAL_TYPES
 from harness.devtools.fake_llm import FakeUpstream, Step
+from harness.execution.executors import LocalExecutor
+from harness.execution.prepare import Preparer
 from harness.execution.runner import Runner
 from harness.prices import PriceBook
 from harness.projections import projector_for
 from harness.scheduling.reconcile import reconcile
+from harness.scheduling.waves import SlotClaim, claim_wave
 from harness.store import open_store
 
 TICKWORK = str(Path(sys.executable).with_name("tickwork"))
@@ -218,14 +221,15 @@ def test_a_claimed_tick_nobody_started_is_recorded_lost(tmp_path: Path) -> None:
         levels={"slow": LevelConfig(every="1h", model="m")},
     )
     store = open_store(settings.store.url)
-    runner = Runner(settings, store)
-    assert runner.claim(runner.prepare("slow", tick_id="slow-orphan"))
     reports: list[str] = []
+    runner = Runner(settings, store)
+    executor = LocalExecutor(settings, Preparer(settings, store), runner, reports.append)
+    assert claim_wave(store, settings, [SlotClaim("slow-orphan", "slow", None)])
     projector = projector_for(store, PriceBook())
-    reconcile(store, runner, projector, reports.append, never_started_after=timedelta(0))
+    reconcile(store, executor, projector, reports.append, never_started_after=timedelta(0))
     types = [e.type for e in store.read_stream("tick-slow-orphan")]
     assert types == ["TickScheduled", "TickLost"]
-    reconcile(store, runner, projector, reports.append, never_started_after=timedelta(0))
+    reconcile(store, executor, projector, reports.append, never_started_after=timedelta(0))
     assert [e.type for e in store.read_stream("tick-slow-orphan")] == types
     store.close()
 

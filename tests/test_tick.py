@@ -22,12 +22,15 @@ from harness.config import LevelConfig, PathsConfig, RagConfig, RunnerConfig, Se
 from harness.contracts.events import LevelPaused, LevelResumed
 from harness.contracts.result import read_result
 from harness.devtools.fake_llm import FakeUpstream, Step, ToolCallSpec
+from harness.execution.executors import LocalExecutor
 from harness.execution.launchers import Launcher, TickProcess
-from harness.execution.runner import Runner, SlotClaim, TickOutcome, TickSetupError, tool_budget
+from harness.execution.prepare import Preparer, TickSetupError, tool_budget
+from harness.execution.runner import Runner, TickOutcome
 from harness.projections.levels import level_paused
 from harness.rag import build_index
 from harness.scheduling.service import Service
 from harness.scheduling.triggers import slot_tick_id
+from harness.scheduling.waves import SlotClaim, claim_wave
 from harness.store import SqlEventStore, StoredEvent, open_store
 
 SECRET = "sk-tickwork-test-SECRET-0123456789"
@@ -75,15 +78,21 @@ class Harness:
             "OPENAI_API_KEY": SECRET,
         }
         env.pop("TICKWORK_MAX_TOOL_CALLS", None)
+        self.preparer = Preparer(self.settings, self.store, env=env)
         self.runner = Runner(self.settings, self.store, env=env)
 
     def tick(self, steps: list[Step], timeout: float | None = None) -> TickOutcome:
-        prepared = self.runner.prepare("min", timeout=timeout)
+        prepared = self.preparer.prepare("min", timeout=timeout)
         self.fake.script(prepared.payload.tick_id, steps)
         return self.runner.run(prepared)
 
     def events(self, outcome: TickOutcome) -> list[StoredEvent]:
         return self.store.read_stream(f"tick-{outcome.tick_id}")
+
+
+def local(harness: Harness) -> LocalExecutor:
+    """The service's executor, running ticks with the harness's runner."""
+    return LocalExecutor(harness.settings, harness.preparer, harness.runner, lambda line: None)
 
 
 def live_in_group(pgid: int) -> list[int]:
@@ -281,7 +290,7 @@ def test_cancel_kills_a_running_tick_which_ends_cancelled(
     tmp_path: Path, fake: FakeUpstream
 ) -> None:
     harness = Harness(tmp_path, fake, rag=False)
-    prepared = harness.runner.prepare("min", timeout=60)
+    prepared = harness.preparer.prepare("min", timeout=60)
     fake.script(prepared.payload.tick_id, [Step(text="slow", delay=60)])
     outcomes: list[TickOutcome] = []
     thread = threading.Thread(target=lambda: outcomes.append(harness.runner.run(prepared)))
@@ -332,7 +341,7 @@ def test_no_api_key_lands_in_store_result_payload_or_log(
 ) -> None:
     build_index(knowledge, tmp_path / "rag.db")
     harness = Harness(tmp_path, fake)
-    prepared = harness.runner.prepare("min")
+    prepared = harness.preparer.prepare("min")
     fake.script(prepared.payload.tick_id, [calls("rag_lookup"), Step(text="ok")])
     outcome = harness.runner.run(prepared)
     assert outcome.status == "completed"
@@ -360,9 +369,9 @@ def test_unknown_level_and_missing_model_are_clear_errors(
 ) -> None:
     harness = Harness(tmp_path, fake, model=None)
     with pytest.raises(TickSetupError, match="no level named 'hourly'"):
-        harness.runner.prepare("hourly")
+        harness.preparer.prepare("hourly")
     with pytest.raises(TickSetupError, match=r"levels\.min\.model is not set"):
-        harness.runner.prepare("min")
+        harness.preparer.prepare("min")
 
 
 def test_store_unreachable_spools_the_tick_spend(tmp_path: Path, fake: FakeUpstream) -> None:
@@ -371,7 +380,7 @@ def test_store_unreachable_spools_the_tick_spend(tmp_path: Path, fake: FakeUpstr
         update={"store": StoreConfig(url="postgresql://nobody@127.0.0.1:1/down")}
     )
     runner = Runner(settings, None, env=harness.runner.env)
-    prepared = runner.prepare("min")
+    prepared = Preparer(settings, None, env=harness.runner.env).prepare("min")
     fake.script(prepared.payload.tick_id, [Step(text="spooled")])
     outcome = runner.run(prepared)
     assert outcome.status == "completed"
@@ -429,7 +438,7 @@ def test_content_failures_get_bounded_retries_and_do_not_pause(
 
 def test_a_paused_level_skips_its_slots_until_resumed(tmp_path: Path, fake: FakeUpstream) -> None:
     harness = Harness(tmp_path, fake, rag=False)
-    service = Service(harness.settings, harness.store, harness.runner, lambda line: None)
+    service = Service(harness.settings, harness.store, local(harness), lambda line: None)
     harness.runner.record_level(LevelPaused(level="min", reason="test"))
     slot = datetime(2026, 11, 30, 9, 0, tzinfo=UTC)
     service.fire([(slot, "min")])
@@ -460,7 +469,7 @@ def test_budget_reservations_stop_concurrent_ticks_from_overshooting(
     tmp_path: Path, fake: FakeUpstream
 ) -> None:
     harness = budgeted_harness(tmp_path, fake)
-    service = Service(harness.settings, harness.store, harness.runner, lambda line: None)
+    service = Service(harness.settings, harness.store, local(harness), lambda line: None)
     first = datetime.now(UTC).replace(microsecond=0)
     slots = [first + timedelta(seconds=i) for i in range(5)]
     service.fire([(slot, "min") for slot in slots])
@@ -482,7 +491,12 @@ def test_a_second_replica_sees_the_reservations_of_ticks_in_flight(
         Service(
             harness.settings,
             harness.store,
-            Runner(harness.settings, harness.store, env=harness.runner.env),
+            LocalExecutor(
+                harness.settings,
+                harness.preparer,
+                Runner(harness.settings, harness.store, env=harness.runner.env),
+                print,
+            ),
             print,
         )
         for _ in range(2)
@@ -508,8 +522,8 @@ def test_missed_slots_are_recorded_and_the_latest_in_the_window_runs_once(
     now = datetime.now(UTC).replace(microsecond=0)
     before = now - timedelta(seconds=8)
     old = SlotClaim(slot_tick_id("min", before), "min", before, skip="overlap")
-    assert harness.runner.claim_wave([old]) == {old.tick_id}
-    service = Service(harness.settings, harness.store, harness.runner, lambda line: None)
+    assert claim_wave(harness.store, harness.settings, [old]) == {old.tick_id}
+    service = Service(harness.settings, harness.store, local(harness), lambda line: None)
     service.catch_up(now)
     service.wait_idle(60)
     missed = [before + timedelta(seconds=i) for i in range(1, 8)]
@@ -527,7 +541,7 @@ def test_buffer_one_runs_exactly_one_held_slot_after_the_tick_in_flight(
     tmp_path: Path, fake: FakeUpstream
 ) -> None:
     harness = Harness(tmp_path, fake, rag=False, overlap="buffer_one")
-    service = Service(harness.settings, harness.store, harness.runner, lambda line: None)
+    service = Service(harness.settings, harness.store, local(harness), lambda line: None)
     first = datetime(2026, 11, 30, 10, 0, tzinfo=UTC)
     slots = [first + timedelta(minutes=i) for i in range(3)]
     fake.script(slot_tick_id("min", slots[0]), [Step(text="slow first", delay=3)])
@@ -552,13 +566,13 @@ def test_prompts_render_level_slot_and_the_previous_result(
     template = 'Level $level at $slot. Last: $previous_result {"keep": "$braces"}'
     harness = Harness(tmp_path, fake, rag=False, prompt=template)
     slot = datetime(2026, 11, 30, 12, 0, tzinfo=UTC)
-    first = harness.runner.prepare("min", slot=slot)
+    first = harness.preparer.prepare("min", slot=slot)
     assert first.payload.prompt == (
         'Level min at 2026-11-30T12:00:00+00:00. Last:  {"keep": "$braces"}'
     )
     fake.script(first.payload.tick_id, [Step(text="First answer.")])
     assert harness.runner.run(first).status == "completed"
-    second = harness.runner.prepare("min")
+    second = harness.preparer.prepare("min")
     assert second.payload.prompt.startswith("Level min at now. Last: First answer.")
 
 
@@ -566,11 +580,11 @@ def test_a_prompt_file_is_read_at_each_tick(tmp_path: Path, fake: FakeUpstream) 
     prompt = tmp_path / "prompt.md"
     harness = Harness(tmp_path, fake, rag=False, prompt="", prompt_file=prompt)
     with pytest.raises(TickSetupError, match="prompt_file"):
-        harness.runner.prepare("min")
+        harness.preparer.prepare("min")
     prompt.write_text("Check $level.")
-    assert harness.runner.prepare("min").payload.prompt == "Check min."
+    assert harness.preparer.prepare("min").payload.prompt == "Check min."
     prompt.write_text("Edited.")
-    assert harness.runner.prepare("min").payload.prompt == "Edited."
+    assert harness.preparer.prepare("min").payload.prompt == "Edited."
 
 
 def test_a_slot_whose_prompt_cannot_be_read_fails_without_stopping_the_scheduler(
@@ -578,7 +592,7 @@ def test_a_slot_whose_prompt_cannot_be_read_fails_without_stopping_the_scheduler
 ) -> None:
     prompt = tmp_path / "prompt.md"
     harness = Harness(tmp_path, fake, rag=False, prompt="", prompt_file=prompt)
-    service = Service(harness.settings, harness.store, harness.runner, lambda line: None)
+    service = Service(harness.settings, harness.store, local(harness), lambda line: None)
     slot = datetime(2026, 11, 30, 13, 0, tzinfo=UTC)
     service.fire([(slot, "min")])
     service.wait_idle(30)

@@ -1,4 +1,4 @@
-"""`tickwork run`: the scheduler service in the foreground."""
+"""`tickwork run`: the scheduler service in the foreground, wired to its executor."""
 
 from __future__ import annotations
 
@@ -7,8 +7,13 @@ from datetime import UTC, datetime
 
 from harness.cli.app import app, out, settings, store_for, upstream_for_ticks
 from harness.cli.catalog_commands import router_or_exit
+from harness.digests.publish import DigestScheduler, Publisher
+from harness.execution.executors import LocalExecutor
+from harness.execution.prepare import Preparer
 from harness.execution.runner import Runner
-from harness.scheduling.service import Service
+from harness.prices import PriceBook
+from harness.projections import projector_for
+from harness.scheduling.service import Companion, Service
 
 
 @app.command("run")
@@ -23,8 +28,15 @@ def run_service() -> None:
     store = store_for(config)
     try:
         with upstream_for_ticks() as env:
-            runner = Runner(config, store, env=env, router=router)
-            service = Service(config, store, runner, report)
+            preparer = Preparer(config, store, env=env, router=router)
+            executor = LocalExecutor(config, preparer, Runner(config, store, env=env), report)
+            companions: list[Companion] = []
+            if config.digests:
+                # A projector of its own: the digest thread folds while the service fires.
+                prices = PriceBook(config.prices)
+                publisher = Publisher(config, store, projector_for(store, prices), prices, report)
+                companions.append(DigestScheduler(config, publisher, report).run)
+            service = Service(config, store, executor, report, router, companions)
             for signum in (signal.SIGTERM, signal.SIGINT):
                 signal.signal(signum, lambda *_: service.stopping.set())
             if router is not None:

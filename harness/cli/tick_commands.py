@@ -13,7 +13,8 @@ import typer
 from harness.cli.app import app, fail, out, rag_app, settings, state, store_for, upstream_for_ticks
 from harness.cli.catalog_commands import router_or_exit
 from harness.contracts.events import TERMINAL_TYPES
-from harness.execution.runner import Runner, TickSetupError, new_tick_id
+from harness.execution.prepare import Preparer, TickSetupError, new_tick_id
+from harness.execution.runner import Runner
 from harness.rag import RagError, build_index
 from harness.scheduling.control import UnknownLevelError, operator, request_cancel, switch_level
 from harness.scheduling.status import refresh
@@ -55,12 +56,12 @@ def tick(
     store = store_for(config)
     try:
         with upstream_for_ticks() as env:
-            runner = Runner(config, store, env=env, router=router)
+            preparer = Preparer(config, store, env=env, router=router)
             try:
-                prepared = runner.prepare(level, prompt=prompt, timeout=timeout, tick_id=tick_id)
+                prepared = preparer.prepare(level, prompt=prompt, timeout=timeout, tick_id=tick_id)
             except TickSetupError as exc:
                 raise fail(str(exc), code=2) from exc
-            outcome = runner.run(prepared)
+            outcome = Runner(config, store, env=env).run(prepared)
         spent = store.read_stream(f"tick-{outcome.tick_id}")
     finally:
         store.close()

@@ -48,6 +48,7 @@ from harness.digests.render import DigestFormat, period_title, render
 from harness.files import write_atomically
 from harness.prices import PriceBook
 from harness.projections import Projector
+from harness.scheduling.timetable import Slot, Timetable
 from harness.scheduling.triggers import level_trigger, next_slot
 from harness.store import NO_STREAM, ConcurrencyError, SqlEventStore, StoreError
 
@@ -303,19 +304,13 @@ class DigestScheduler:
             self._guarded(name, self.publisher.finish_dangling, name, config)
             if self.publisher.store.stream_version(digest_stream(name)):
                 self._publish(name, config, last_period(config, now))
-        upcoming = {
-            name: next_slot(level_trigger(config), None, now)
-            for name, config in self.digests.items()
-        }
-        while upcoming and not stopping.is_set():
-            name, slot = min(upcoming.items(), key=lambda item: item[1])
-            wait = (slot - datetime.now(UTC)).total_seconds()
-            if wait > 0:
-                stopping.wait(min(wait, 1.0))
-                continue
+        triggers = {name: level_trigger(config) for name, config in self.digests.items()}
+        Timetable(triggers, now).run(stopping, self._publish_due, poll_seconds=1.0)
+
+    def _publish_due(self, due: list[Slot]) -> None:
+        for slot, name in due:
             config = self.digests[name]
             self._publish(name, config, period_ending(config, slot))
-            upcoming[name] = next_slot(level_trigger(config), slot, datetime.now(UTC))
 
     def _publish(self, name: str, config: DigestConfig, period: Period) -> None:
         published = self._guarded(name, self.publisher.publish, name, config, period)

@@ -19,7 +19,7 @@ from typing import Any
 from harness.config import Settings
 from harness.contracts.events import RoutePromoted, TickFailed
 from harness.contracts.payload import RouteCandidate, RoutePlan, TickPayload
-from harness.contracts.result import ResultFileError, read_result
+from harness.contracts.result import TickResult
 from harness.routing.catalog import (
     MINUTES_A_DAY,
     Catalog,
@@ -216,11 +216,14 @@ class Escalation:
         self.record = record
         self.first_attempt = 1
 
-    def promote(self, end: TickFailed, attempt: int) -> bool:
-        """After a content failure that used up the retries: move on, if the catalog says so."""
+    def promote(self, end: TickFailed, attempt: int, result: TickResult | None) -> bool:
+        """After a content failure that used up the retries: move on, if the catalog says so.
+
+        `result`: the failed attempt's result file, as the runner read it (None: unusable).
+        """
         if self.routed is None or end.failure_class != "content":
             return False
-        failed = self._target_of(end)
+        failed = self._target_of(result)
         stronger = self.routed.promotion(failed)
         if stronger is None:
             return False
@@ -241,14 +244,9 @@ class Escalation:
         )
         return True
 
-    def _target_of(self, end: TickFailed) -> str:
+    def _target_of(self, result: TickResult | None) -> str:
         """The target that answered (after any fallback), else the plan's first."""
         assert self.payload.route is not None
-        if end.result_path:
-            try:
-                answered = read_result(Path(end.result_path)).target
-            except ResultFileError:
-                answered = None
-            if answered:
-                return answered
+        if result is not None and result.target:
+            return result.target
         return self.payload.route.candidates[0].target

@@ -1,16 +1,15 @@
-"""`tickwork run`: fires every level on its schedule and runs its ticks under a global cap.
+"""`tickwork run`: fires every level on its schedule and hands its ticks to an executor.
 
-The loop sleeps until the earliest next slot of any level, then fires every slot due
+The timetable wakes at the earliest next slot of any level and fires every slot due
 together as one wave: one snapshot of the store (paused levels, levels with a tick in
-flight) decides what each slot becomes (run, buffered, or skipped: missed, paused,
-overlap, budget), and one transaction claims them all, so replicas on one store run each
-slot once and a thousand levels due at :00 are claimed in milliseconds, not one commit
-each. Ticks that may run wait in the gate's queue (global and per-level caps, priorities,
-spaced starts) as plain items; one dispatcher thread starts each when it gets a place.
+flight) decides what each slot becomes (`harness.scheduling.waves`), and one transaction
+claims them all, so replicas on one store run each slot once and a thousand levels due at
+:00 are claimed in milliseconds, not one commit each. Ticks that may run go to the
+executor it was given (`harness.scheduling.handoff`), which queues and runs them.
 
-On stop (SIGTERM), firing ends at once; queued ticks never start and end cancelled;
-running ticks get `shutdown_grace_seconds` to finish and are then cancelled. Before the
-first slot, `harness.scheduling.reconcile` ends or adopts what a killed predecessor left.
+On stop (SIGTERM), firing ends at once; the executor ends queued ticks cancelled and
+gives running ones `shutdown_grace_seconds`. Before the first slot,
+`harness.scheduling.reconcile` ends or adopts what a killed predecessor left.
 """
 
 from __future__ import annotations
@@ -19,66 +18,69 @@ import threading
 import time
 from collections.abc import Callable, Collection, Sequence
 from datetime import datetime, timedelta
-from typing import Literal
+from functools import partial
 
 from harness.config import Settings
 from harness.contracts.events import (
     CONTROL_STREAM,
     CancelRequested,
     LevelBudgetExceeded,
-    TickFailed,
     decode,
     level_stream,
     utcnow,
 )
-from harness.digests.publish import DigestScheduler, Publisher
-from harness.execution.queue import Gate
-from harness.execution.runner import Runner, SkipReason, SlotClaim, TickSetupError
 from harness.prices import PriceBook
 from harness.projections import projector_for
 from harness.projections.levels import paused_levels
 from harness.projections.ticks import TickInFlight, last_slots, ticks_in_flight
+from harness.routing.decisions import Router, configured_router
 from harness.scheduling.budget import BudgetCheck, Budgets
+from harness.scheduling.handoff import Handoff
 from harness.scheduling.reconcile import reconcile
+from harness.scheduling.timetable import POLL_SECONDS, Slot, Timetable
 from harness.scheduling.triggers import level_trigger, next_slot, slot_tick_id
+from harness.scheduling.waves import (
+    SKIPPED,
+    Decision,
+    SlotClaim,
+    claim_wave,
+    decide,
+    skip_reason,
+)
 from harness.store import SqlEventStore, StoreError
 
 Report = Callable[[str], None]
-Slot = tuple[datetime, str]
-"""A slot time and its level."""
-Decision = SkipReason | Literal["run", "buffer"]
+Companion = Callable[[threading.Event], None]
+"""Work beside the firing (the digest publisher): runs in a thread until the event is set."""
 
-IN_FLIGHT = ("scheduled", "running")
-CONTROL_POLL_SECONDS = 0.5
 MAX_MISSED = 1000
 WAVE = 1000
 """Slots claimed in one transaction at most (a long catch-up is claimed in several)."""
 JUST_DUE = timedelta(seconds=5)
 MISSED_HORIZON = timedelta(days=1)
-SKIPPED = {
-    "missed": "missed while no scheduler ran",
-    "paused": "{level} is paused (tickwork resume {level})",
-    "overlap": "a tick of {level} is still in flight",
-    "budget": "{level} is at its daily budget",
-}
 
 
 class Service:
     def __init__(
-        self, settings: Settings, store: SqlEventStore, runner: Runner, report: Report
+        self,
+        settings: Settings,
+        store: SqlEventStore,
+        executor: Handoff,
+        report: Report,
+        router: Router | None = None,
+        companions: Sequence[Companion] = (),
     ) -> None:
+        """Raises CatalogError when no router is given and `[routing] catalog` is invalid."""
         self.settings = settings
         self.store = store
-        self.runner = runner
+        self.executor = executor
         self.report = report
+        self.router = router or configured_router(settings)
+        self.companions = companions
         self.triggers = {name: level_trigger(level) for name, level in settings.levels.items()}
-        self.gate: Gate[SlotClaim] = Gate(
-            settings.runner.max_concurrent,
-            {name: level.max_concurrent for name, level in settings.levels.items()},
-            settings.runner.start_spacing_seconds,
-        )
         self.stopping = threading.Event()
         self.threads: set[threading.Thread] = set()
+        """Buffered ticks waiting for their level, and the companions."""
         self._threads_lock = threading.Lock()
         self.prices = PriceBook(settings.prices)
         self.projector = projector_for(store, self.prices)
@@ -89,44 +91,28 @@ class Service:
         self.budget_flagged: set[tuple[str, str]] = set()
         """(level, day) whose LevelBudgetExceeded is known to be recorded."""
         self.control_position = store.stream_version(CONTROL_STREAM)
-        self._dispatcher = threading.Thread(target=self._dispatch, name="dispatch", daemon=True)
 
     def serve(self) -> None:
         """Fire slots until `stopping` is set, then shut down; returns when all is ended."""
-        for watcher in reconcile(self.store, self.runner, self.projector, self.report):
-            self._track(watcher)
-        if self.settings.digests:
-            # A projector of its own: the digest thread folds while the loop fires.
-            projector = projector_for(self.store, self.prices)
-            publisher = Publisher(self.settings, self.store, projector, self.prices, self.report)
-            digests = DigestScheduler(self.settings, publisher, self.report)
-            self._track(threading.Thread(target=digests.run, args=(self.stopping,), daemon=True))
+        reconcile(self.store, self.executor, self.projector, self.report)
+        for companion in self.companions:
+            self._track(threading.Thread(target=companion, args=(self.stopping,), daemon=True))
         # Slots of the last few seconds are left to the loop (a replica already running
         # fires them now); only older ones count as missed.
         boundary = utcnow() - JUST_DUE
         self.catch_up(boundary)
-        upcoming = {
-            name: next_slot(trigger, None, boundary) for name, trigger in self.triggers.items()
-        }
-        levels = ", ".join(f"{name} (next {slot:%H:%M:%S})" for name, slot in upcoming.items())
+        timetable = Timetable(self.triggers, boundary)
+        levels = ", ".join(
+            f"{name} (next {slot:%H:%M:%S})" for name, slot in timetable.upcoming.items()
+        )
         self.report(f"tickwork running: {levels or 'no levels configured'}")
-        while not self.stopping.is_set():
-            self.follow_control()
-            if not upcoming:
-                self.stopping.wait(CONTROL_POLL_SECONDS)
-                continue
-            now = utcnow()
-            due = sorted((slot, level) for level, slot in upcoming.items() if slot <= now)
-            if not due:
-                delay = (min(upcoming.values()) - now).total_seconds()
-                self.stopping.wait(min(delay, CONTROL_POLL_SECONDS))
-                continue
-            self.fire(due)
-            for slot, level in due:
-                upcoming[level] = next_slot(self.triggers[level], slot, utcnow())
-            # Fold the wave just claimed now, while idle, not when the next wave is due.
-            self.projector.catch_up(["ticks"])
+        timetable.run(self.stopping, self._fire_due, wake=self.follow_control)
         self.shutdown()
+
+    def _fire_due(self, due: list[Slot]) -> None:
+        self.fire(due)
+        # Fold the wave just claimed now, while idle, not when the next wave is due.
+        self.projector.catch_up(["ticks"])
 
     def follow_control(self) -> None:
         """Act on operator requests appended to the control stream since we last looked."""
@@ -141,21 +127,11 @@ class Service:
             if not isinstance(request, CancelRequested):
                 continue
             reason = f"cancelled by {request.by} (scope {request.scope!r})"
-
-            def matches(tick: SlotClaim, request: CancelRequested = request) -> bool:
-                return request.matches(tick.level, tick.tick_id)
-
-            for tick in self.gate.withdraw(matches):
-                self._never_started(tick, reason)
             with self._threads_lock:
                 for tick in self.buffered.values():
-                    if matches(tick):
+                    if request.matches(tick.level, tick.tick_id):
                         self.cancelled_buffered[tick.tick_id] = reason
-            for ref in self.runner.running():
-                if request.matches(ref.level, ref.tick_id) and self.runner.cancel(
-                    ref.tick_id, reason
-                ):
-                    self.report(f"{ref.tick_id} cancelling: {reason}")
+            self.executor.cancel(request.matches, reason)
 
     def catch_up(self, now: datetime) -> None:
         """Account for the slots levels missed while no scheduler ran.
@@ -200,12 +176,10 @@ class Service:
         self.fire(due, missed)
 
     def fire(self, due: Sequence[Slot], missed: Collection[Slot] = ()) -> None:
-        """Decide and claim due slots, a wave at a time, and queue the ticks that may run.
+        """Decide and claim due slots, a wave at a time, and hand on the ticks that may run.
 
         `missed`: slots of `due` to record as skipped (`missed`) without a decision.
         """
-        if self._dispatcher.ident is None:
-            self._dispatcher.start()
         for start in range(0, len(due), WAVE):
             if self.stopping.is_set():
                 return
@@ -225,26 +199,33 @@ class Service:
         plans: list[tuple[SlotClaim, Decision]] = []
         for slot, level in wave:
             tick_id = slot_tick_id(level, slot)
+            config = self.settings.levels[level]
             if (slot, level) in missed:
                 decision: Decision = "missed"
             else:
-                decision = self._decide(
-                    level, tick_id, paused, busy, held.get(level, 0), over_budget
+                decision = decide(
+                    level,
+                    config,
+                    paused,
+                    busy,
+                    self._holding,
+                    partial(self.budgets.try_reserve, level, config, tick_id, held.get(level, 0)),
+                    over_budget,
                 )
             claim = SlotClaim(
                 tick_id,
                 level,
                 slot,
-                _skip_reason(decision),
+                skip_reason(decision),
                 self.budgets.reserved(level, tick_id),
-                self.runner.route(level, slot),
+                self.router.route(level, slot) if self.router else None,
             )
             plans.append((claim, decision))
             if decision == "buffer":
                 with self._threads_lock:
                     self.buffered[level] = claim
         try:
-            claimed = self.runner.claim_wave([claim for claim, _ in plans])
+            claimed = claim_wave(self.store, self.settings, [claim for claim, _ in plans])
         finally:
             for claim, _ in plans:
                 self.budgets.settle(claim.level, claim.tick_id)
@@ -260,38 +241,15 @@ class Service:
                 self._track(threading.Thread(target=self._hold, args=(claim,), daemon=True))
             elif decision == "run":
                 self.report(f"{tick_id} scheduled")
-                if not self.gate.put(level, self.settings.levels[level].priority, claim):
-                    self._never_started(claim, None)
+                self.executor.submit(claim)
             elif decision != "missed":
                 self.report(f"{tick_id} skipped: {SKIPPED[decision].format(level=level)}")
         for level, check in over_budget.items():
             self._budget_exceeded(level, check)
 
-    def _decide(
-        self,
-        level: str,
-        tick_id: str,
-        paused: set[str],
-        busy: set[str],
-        held: int,
-        over_budget: dict[str, BudgetCheck],
-    ) -> Decision:
-        """What a due slot becomes; `busy` gains the level when its tick will run."""
-        config = self.settings.levels[level]
-        if level in paused:
-            return "paused"
-        decision: Decision = "run"
-        if config.overlap != "allow" and level in busy:
-            with self._threads_lock:
-                if config.overlap != "buffer_one" or level in self.buffered:
-                    return "overlap"
-            decision = "buffer"
-        budget = self.budgets.try_reserve(level, config, tick_id, held)
-        if not budget.allowed:
-            over_budget.setdefault(level, budget)
-            return "budget"
-        busy.add(level)
-        return decision
+    def _holding(self, level: str) -> bool:
+        with self._threads_lock:
+            return level in self.buffered
 
     def _budget_exceeded(self, level: str, budget: BudgetCheck) -> None:
         """One LevelBudgetExceeded per level and UTC day, however many slots are skipped."""
@@ -329,28 +287,21 @@ class Service:
         ]
 
     def _hold(self, tick: SlotClaim) -> None:
-        """A buffered tick waits until no other tick of its level is in flight, then queues."""
+        """A buffered tick waits until no other tick of its level is in flight, then goes on."""
         tick_id, level = tick.tick_id, tick.level
         try:
             while self._in_flight([level], but=tick_id):
                 with self._threads_lock:
                     reason = self.cancelled_buffered.pop(tick_id, None)
                 if reason is not None or self.stopping.is_set():
-                    self._never_started(tick, reason)
+                    self.executor.never_started(tick, reason)
                     return
-                time.sleep(CONTROL_POLL_SECONDS)
-            if not self.gate.put(level, self.settings.levels[level].priority, tick):
-                self._never_started(tick, None)
+                time.sleep(POLL_SECONDS)
+            self.executor.submit(tick)
         finally:
             with self._threads_lock:
                 self.buffered.pop(level, None)
                 self.threads.discard(threading.current_thread())
-
-    def _dispatch(self) -> None:
-        """Start each queued tick when the gate gives it a place, until the gate closes."""
-        while (taken := self.gate.take()) is not None:
-            _, tick = taken
-            self._track(threading.Thread(target=self._run, args=(tick,), daemon=True))
 
     def _track(self, thread: threading.Thread) -> None:
         """Start (if need be) and track a thread; it is never seen tracked but unstarted."""
@@ -359,67 +310,27 @@ class Service:
             if thread.ident is None:
                 thread.start()
 
-    def _run(self, claim: SlotClaim) -> None:
-        tick_id, level = claim.tick_id, claim.level
-        try:
-            try:
-                tick = self.runner.prepare(
-                    level, tick_id=tick_id, slot=claim.slot, routed=claim.routed
-                )
-            except TickSetupError as exc:
-                reason = f"the tick could not be prepared: {exc}"
-                self.runner.record(TickFailed(tick_id=tick_id, level=level, reason=reason))
-                self.report(f"{tick_id} failed ({reason})")
-                return
-            outcome = self.runner.run(tick, claimed=True)
-            detail = f" ({outcome.reason})" if outcome.reason else ""
-            self.report(f"{outcome.tick_id} {outcome.status}{detail}")
-        finally:
-            self.gate.release(level)
-            with self._threads_lock:
-                self.threads.discard(threading.current_thread())
-
-    def _never_started(self, tick: SlotClaim, reason: str | None) -> None:
-        """End a queued tick that must not start (cancelled, or the service stops)."""
-        tick_id = tick.tick_id
-        reason = reason or "service stopped before the tick could start"
-        self.runner.cancel_queued(tick_id, tick.level, reason)
-        self.report(f"{tick_id} cancelled before it started: {reason}")
-
-    def wait_idle(self, timeout: float) -> None:
-        """Wait until nothing is queued, held or running (for callers driving `fire`)."""
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
+    def _join_threads(self, deadline: float | None) -> list[threading.Thread]:
+        """Join the tracked threads until `deadline` (monotonic); returns those still alive."""
+        while True:
             with self._threads_lock:
                 pending = list(self.threads)
-            if not pending and not self.gate.queued() and not self.gate.running():
-                return
-            for thread in pending:
-                thread.join(max(0.0, deadline - time.monotonic()))
-            time.sleep(0.05)
-        raise TimeoutError(f"ticks still queued or running after {timeout} s")
+            alive = [t for t in pending if t.is_alive()]
+            if not alive:
+                return []
+            for thread in alive:
+                thread.join(None if deadline is None else max(0.0, deadline - time.monotonic()))
+            if deadline is not None and time.monotonic() >= deadline:
+                return [t for t in alive if t.is_alive()]
+
+    def wait_idle(self, timeout: float) -> None:
+        """Wait until nothing is held, queued or running (for callers driving `fire`)."""
+        deadline = time.monotonic() + timeout
+        if self._join_threads(deadline):
+            raise TimeoutError(f"ticks still held after {timeout} s")
+        self.executor.wait_idle(max(0.0, deadline - time.monotonic()))
 
     def shutdown(self) -> None:
-        for tick in self.gate.close():
-            self._never_started(tick, None)
-        if self._dispatcher.ident is not None:
-            self._dispatcher.join()  # its last tick, if any, is tracked before it returns
-        grace = self.settings.runner.shutdown_grace_seconds
-        with self._threads_lock:
-            pending = list(self.threads)
-        if pending:
-            self.report(f"stopping: {len(pending)} tick(s) get {grace:.0f} s to finish")
-        deadline = utcnow() + timedelta(seconds=grace)
-        for thread in pending:
-            thread.join(max(0.0, (deadline - utcnow()).total_seconds()))
-        for ref in self.runner.running():
-            self.runner.cancel(ref.tick_id, "service stopped")
-        for thread in pending:
-            thread.join()
+        self.executor.shutdown(self.settings.runner.shutdown_grace_seconds)
+        self._join_threads(None)
         self.report("tickwork stopped")
-
-
-def _skip_reason(decision: Decision) -> SkipReason | None:
-    if decision == "run" or decision == "buffer":
-        return None
-    return decision

@@ -23,6 +23,7 @@ from machine import describe
 from harness.config import LevelConfig, PathsConfig, Settings, StoreConfig
 from harness.devtools.fake_llm import fake_upstream
 from harness.execution.launchers import ColdLauncher, TickProcess
+from harness.execution.prepare import Preparer
 from harness.execution.runner import Runner
 from harness.store import open_store
 
@@ -58,10 +59,12 @@ def main() -> None:
         )
         store = open_store(settings.store.url)
         launcher = TimedLauncher()
-        runner = Runner(settings, store, launcher, env={**os.environ, "OPENAI_BASE_URL": fake.url})
+        env = {**os.environ, "OPENAI_BASE_URL": fake.url}
+        preparer = Preparer(settings, store, env=env)
+        runner = Runner(settings, store, launcher, env=env)
         latencies, cpu, wall = [], [], []
         for _ in range(args.ticks):
-            prepared = runner.prepare("min")
+            prepared = preparer.prepare("min")
             launcher.current = prepared.payload.tick_id
             before_cpu, began = children_cpu(), time.perf_counter()
             outcome = runner.run(prepared)

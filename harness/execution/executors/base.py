@@ -1,0 +1,115 @@
+"""The executor contract: where claimed ticks wait for a place and run.
+
+The public methods do the bookkeeping every executor shares (a tick that cannot be
+queued, or is withdrawn, ends `TickCancelled` without starting; a tick in scope of a
+cancel is stopped; what a killed predecessor left is adopted or ended) and call the
+abstract `_submit`, `_withdraw`, `_cancel_running`, `_watch`, `_close` and `_drain` of
+the implementation: local threads (`local.py`) today, procrastinate jobs on other hosts
+later. It satisfies `harness.scheduling.handoff.Handoff`, what the service needs.
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from collections.abc import Callable
+from datetime import datetime
+
+from harness.contracts.events import TickFailed, TickLost
+from harness.execution.adopt import Adoption, adopt
+from harness.execution.prepare import Preparer, TickRef, TickSetupError
+from harness.execution.runner import Runner
+from harness.scheduling.handoff import ScopeMatch
+from harness.scheduling.waves import SlotClaim
+from harness.store import StoredEvent
+
+Report = Callable[[str], None]
+
+
+class Executor(ABC):
+    def __init__(self, preparer: Preparer, runner: Runner, report: Report) -> None:
+        self.preparer = preparer
+        self.runner = runner
+        self.report = report
+
+    def submit(self, claim: SlotClaim) -> None:
+        """Queue a claimed tick to run when it gets a place; one that cannot ends cancelled."""
+        if not self._submit(claim):
+            self.never_started(claim, None)
+
+    def never_started(self, claim: SlotClaim, reason: str | None) -> None:
+        """End a claimed tick that must not start (cancelled, or the service stops)."""
+        reason = reason or "service stopped before the tick could start"
+        self.runner.cancel_queued(claim.tick_id, claim.level, reason)
+        self.report(f"{claim.tick_id} cancelled before it started: {reason}")
+
+    def cancel(self, matches: ScopeMatch, reason: str) -> None:
+        """Queued ticks in scope never start; running ones are stopped and end cancelled."""
+        for claim in self._withdraw(lambda claim: matches(claim.level, claim.tick_id)):
+            self.never_started(claim, reason)
+        for ref in self.running():
+            if matches(ref.level, ref.tick_id) and self._cancel_running(ref.tick_id, reason):
+                self.report(f"{ref.tick_id} cancelling: {reason}")
+
+    def adopt(self, started: StoredEvent, now: datetime) -> None:
+        """End, or watch to its deadline, a tick a killed predecessor started on this host."""
+        adoption = adopt(self.runner, started, now, self.report)
+        if adoption is not None:
+            self._watch(adoption)
+
+    def record_lost(self, tick_id: str, level: str, reason: str) -> None:
+        """End a tick nobody can finish any more with `TickLost`."""
+        self.runner.record(TickLost(tick_id=tick_id, level=level, reason=reason))
+
+    def shutdown(self, grace: float) -> None:
+        """Start nothing more; give running ticks `grace` seconds, then cancel them."""
+        for claim in self._close():
+            self.never_started(claim, None)
+        self._drain(grace)
+
+    def _execute(self, claim: SlotClaim) -> None:
+        """Run a tick that got its place: its payload is prepared now, not when it was claimed."""
+        tick_id, level = claim.tick_id, claim.level
+        try:
+            tick = self.preparer.prepare(
+                level, tick_id=tick_id, slot=claim.slot, routed=claim.routed
+            )
+        except TickSetupError as exc:
+            reason = f"the tick could not be prepared: {exc}"
+            self.runner.record(TickFailed(tick_id=tick_id, level=level, reason=reason))
+            self.report(f"{tick_id} failed ({reason})")
+            return
+        outcome = self.runner.run(tick, claimed=True)
+        detail = f" ({outcome.reason})" if outcome.reason else ""
+        self.report(f"{outcome.tick_id} {outcome.status}{detail}")
+
+    @abstractmethod
+    def running(self) -> list[TickRef]:
+        """Ticks running here right now."""
+
+    @abstractmethod
+    def wait_idle(self, timeout: float) -> None:
+        """Wait until nothing is queued or running here (TimeoutError after `timeout`)."""
+
+    @abstractmethod
+    def _submit(self, claim: SlotClaim) -> bool:
+        """Queue the tick; False when it can no longer be queued (the executor is closed)."""
+
+    @abstractmethod
+    def _withdraw(self, matches: Callable[[SlotClaim], bool]) -> list[SlotClaim]:
+        """Take matching ticks out of the queue before they start; returns them."""
+
+    @abstractmethod
+    def _cancel_running(self, tick_id: str, reason: str) -> bool:
+        """Stop a running tick so that it ends cancelled; False if it is not running here."""
+
+    @abstractmethod
+    def _watch(self, adoption: Adoption) -> None:
+        """Watch an adopted worker to its deadline and record its end."""
+
+    @abstractmethod
+    def _close(self) -> list[SlotClaim]:
+        """Queue nothing more; returns the ticks still queued, which will never start."""
+
+    @abstractmethod
+    def _drain(self, grace: float) -> None:
+        """Wait up to `grace` seconds for running ticks, cancel the rest, wait for their end."""

@@ -1,0 +1,112 @@
+"""The local executor: ticks wait in the gate's queue and run in threads of this process.
+
+Queued ticks are plain items in the gate (global and per-level caps, priorities, spaced
+starts); one dispatcher thread takes each when it gets a place and runs it in a thread
+of its own, so a wave of a thousand ticks costs a thousand list insertions, not a
+thousand waiting threads.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable
+
+from harness.config import Settings
+from harness.execution.adopt import Adoption
+from harness.execution.executors.base import Executor, Report
+from harness.execution.prepare import Preparer, TickRef
+from harness.execution.queue import Gate
+from harness.execution.runner import Runner
+from harness.scheduling.waves import SlotClaim
+
+
+class LocalExecutor(Executor):
+    def __init__(
+        self, settings: Settings, preparer: Preparer, runner: Runner, report: Report
+    ) -> None:
+        super().__init__(preparer, runner, report)
+        self.settings = settings
+        self.gate: Gate[SlotClaim] = Gate(
+            settings.runner.max_concurrent,
+            {name: level.max_concurrent for name, level in settings.levels.items()},
+            settings.runner.start_spacing_seconds,
+        )
+        self.threads: set[threading.Thread] = set()
+        """Running ticks and adopted workers being watched."""
+        self._threads_lock = threading.Lock()
+        self._dispatcher = threading.Thread(target=self._dispatch, name="dispatch", daemon=True)
+
+    def running(self) -> list[TickRef]:
+        return self.runner.running()
+
+    def _submit(self, claim: SlotClaim) -> bool:
+        with self._threads_lock:
+            if self._dispatcher.ident is None:
+                self._dispatcher.start()
+        return self.gate.put(claim.level, self.settings.levels[claim.level].priority, claim)
+
+    def _withdraw(self, matches: Callable[[SlotClaim], bool]) -> list[SlotClaim]:
+        return self.gate.withdraw(matches)
+
+    def _cancel_running(self, tick_id: str, reason: str) -> bool:
+        return self.runner.cancel(tick_id, reason)
+
+    def _watch(self, adoption: Adoption) -> None:
+        watcher = threading.Thread(
+            target=self.runner.watch,
+            args=(adoption.ref, adoption.process, adoption.remaining),
+            name=adoption.ref.tick_id,
+            daemon=True,
+        )
+        self._track(watcher)
+
+    def _dispatch(self) -> None:
+        """Start each queued tick when the gate gives it a place, until the gate closes."""
+        while (taken := self.gate.take()) is not None:
+            _, tick = taken
+            self._track(threading.Thread(target=self._run, args=(tick,), daemon=True))
+
+    def _track(self, thread: threading.Thread) -> None:
+        """Start and track a thread; it is never seen tracked but unstarted."""
+        with self._threads_lock:
+            self.threads.add(thread)
+            thread.start()
+
+    def _run(self, claim: SlotClaim) -> None:
+        try:
+            self._execute(claim)
+        finally:
+            self.gate.release(claim.level)
+            with self._threads_lock:
+                self.threads.discard(threading.current_thread())
+
+    def wait_idle(self, timeout: float) -> None:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            with self._threads_lock:
+                pending = [t for t in self.threads if t.is_alive()]
+            if not pending and not self.gate.queued() and not self.gate.running():
+                return
+            for thread in pending:
+                thread.join(max(0.0, deadline - time.monotonic()))
+            time.sleep(0.05)
+        raise TimeoutError(f"ticks still queued or running after {timeout} s")
+
+    def _close(self) -> list[SlotClaim]:
+        return self.gate.close()
+
+    def _drain(self, grace: float) -> None:
+        if self._dispatcher.ident is not None:
+            self._dispatcher.join()  # its last tick, if any, is tracked before it returns
+        with self._threads_lock:
+            pending = list(self.threads)
+        if pending:
+            self.report(f"stopping: {len(pending)} tick(s) get {grace:.0f} s to finish")
+        deadline = time.monotonic() + grace
+        for thread in pending:
+            thread.join(max(0.0, deadline - time.monotonic()))
+        for ref in self.runner.running():
+            self.runner.cancel(ref.tick_id, "service stopped")
+        for thread in pending:
+            thread.join()

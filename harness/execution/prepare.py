@@ -1,0 +1,215 @@
+"""A tick's payload, built when the tick gets its place: model, prompt, budgets, paths.
+
+Prompt templates use `$level`, `$slot` (ISO time of the slot, or "now" for a tick run by
+hand) and `$previous_result` (the text of the level's last completed tick).
+`string.Template` leaves any other `$` and all braces alone, so prompts may hold JSON or
+code. The prompt is rendered here, not when the slot fires, so a queued tick never
+starts with a previous result that went stale while it waited.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import uuid
+from collections.abc import Mapping
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from pathlib import Path
+from string import Template
+
+from harness.config import LevelConfig, Settings
+from harness.contracts.calibration import Calibration
+from harness.contracts.payload import RagSettings, TickPayload
+from harness.contracts.result import ResultFileError, read_result
+from harness.prices import PriceBook
+from harness.projections import Projector, projector_for
+from harness.projections.calibration import current_calibrations
+from harness.projections.ticks import previous_result_path
+from harness.routing.decisions import Routed, Router, configured_router
+from harness.store import SqlEventStore, StoreError
+
+log = logging.getLogger(__name__)
+
+DEFAULT_TOOL_BUDGETS = {"min": 30, "hour": 300}
+FALLBACK_TOOL_BUDGET = 30
+
+
+class TickSetupError(Exception):
+    """The tick cannot be started as asked (unknown level, no model, bad override)."""
+
+
+def tool_budget(level: str, config: LevelConfig, env: Mapping[str, str]) -> int:
+    """`TICKWORK_MAX_TOOL_CALLS_<LEVEL>` > `TICKWORK_MAX_TOOL_CALLS` > config > default."""
+    for name in (f"TICKWORK_MAX_TOOL_CALLS_{level.upper()}", "TICKWORK_MAX_TOOL_CALLS"):
+        if name in env:
+            try:
+                value = int(env[name])
+            except ValueError:
+                raise TickSetupError(f"{name}={env[name]!r} is not a whole number") from None
+            if value < 0:
+                raise TickSetupError(f"{name}={value} must not be negative")
+            return value
+    if config.max_tool_calls is not None:
+        return config.max_tool_calls
+    return DEFAULT_TOOL_BUDGETS.get(level, FALLBACK_TOOL_BUDGET)
+
+
+def new_tick_id(level: str) -> str:
+    return f"{level}-{datetime.now(UTC):%Y%m%dT%H%M%S}-{uuid.uuid4().hex[:8]}"
+
+
+@dataclass(frozen=True)
+class TickRef:
+    """What the runner needs to end a tick: enough to rebuild from its TickStarted event."""
+
+    tick_id: str
+    level: str
+    result_path: Path
+    log_path: Path
+    timeout: float
+
+
+@dataclass(frozen=True)
+class PreparedTick:
+    payload: TickPayload
+    timeout: float
+    log_path: Path
+    slot: datetime | None = None
+    routed: Routed | None = None
+
+    @property
+    def ref(self) -> TickRef:
+        payload = self.payload
+        return TickRef(
+            payload.tick_id, payload.level, payload.result_path, self.log_path, self.timeout
+        )
+
+
+def previous_result_text(store: SqlEventStore, projector: Projector, level: str) -> str:
+    projector.catch_up(["ticks"])
+    with store.read_transaction() as conn:
+        path = previous_result_path(conn, level)
+    if not path:
+        return ""
+    try:
+        return read_result(Path(path)).text
+    except ResultFileError:
+        return ""
+
+
+def render(template: str, level: str, slot: datetime | None, previous: str) -> str:
+    context = {
+        "level": level,
+        "slot": slot.isoformat() if slot else "now",
+        "previous_result": previous,
+    }
+    return Template(template).safe_substitute(context)
+
+
+class Preparer:
+    def __init__(
+        self,
+        settings: Settings,
+        store: SqlEventStore | None,
+        env: Mapping[str, str] | None = None,
+        router: Router | None = None,
+    ) -> None:
+        """Raises CatalogError when `[routing] catalog` is set and invalid."""
+        self.settings = settings
+        self.store = store
+        self.env = dict(os.environ if env is None else env)
+        self._projector: Projector | None = None
+        self.router = router or configured_router(settings)
+
+    def prepare(
+        self,
+        level: str,
+        prompt: str | None = None,
+        timeout: float | None = None,
+        tick_id: str | None = None,
+        slot: datetime | None = None,
+        routed: Routed | None = None,
+    ) -> PreparedTick:
+        """The tick's payload; `routed`: the decision its slot was claimed with, if any."""
+        config = self.settings.levels.get(level)
+        if config is None:
+            known = ", ".join(self.settings.levels) or "none"
+            raise TickSetupError(f"no level named {level!r} in the configuration (known: {known})")
+        routed = routed or self.route(level, slot or datetime.now(UTC))
+        first = routed.plan.candidates[0] if routed else None
+        if not config.model and first is None:
+            raise TickSetupError(f"levels.{level}.model is not set: a tick needs a model")
+        if timeout is not None and timeout <= 0:
+            raise TickSetupError(f"timeout must be positive, not {timeout}")
+        tick_id = tick_id or new_tick_id(level)
+        folder = self.settings.paths.results / level / datetime.now(UTC).strftime("%Y-%m-%d")
+        rag_on = config.rag and self.env.get("TICKWORK_RAG_DISABLED", "") not in ("1", "true")
+        payload = TickPayload(
+            tick_id=tick_id,
+            level=level,
+            prompt=prompt if prompt is not None else self._prompt(level, config, slot),
+            instructions=config.instructions,
+            model=first.model if first else config.model,
+            effort=first.effort if first else config.effort,
+            max_tool_calls=tool_budget(level, config, self.env),
+            can_shell=config.can_shell,
+            rag=RagSettings(
+                enabled=rag_on,
+                index_path=self.settings.rag.index.absolute(),
+                k=self.settings.rag.k,
+                timeout_seconds=self.settings.rag.timeout_seconds,
+            ),
+            result_path=(folder / f"{tick_id}.json").absolute(),
+            store_url=self.settings.store.url,
+            durability=self.settings.store.durability,
+            spool_dir=self.settings.paths.spool.absolute(),
+            route=routed.plan if routed else None,
+            governor=self.settings.governor.limits(),
+            calibrations=self._calibrations(
+                [c.model for c in routed.plan.candidates] if routed else [str(config.model)]
+            ),
+        )
+        return PreparedTick(
+            payload,
+            timeout or config.timeout_seconds,
+            (folder / f"{tick_id}.log").absolute(),
+            slot,
+            routed,
+        )
+
+    def _prompt(self, level: str, config: LevelConfig, slot: datetime | None) -> str:
+        template = config.prompt
+        if config.prompt_file is not None:
+            try:
+                template = config.prompt_file.read_text(encoding="utf-8")
+            except OSError as exc:
+                raise TickSetupError(
+                    f"levels.{level}.prompt_file {config.prompt_file}: {exc.strerror}"
+                ) from exc
+        previous = ""
+        if "$previous_result" in template and self.store is not None:
+            if self._projector is None:
+                self._projector = projector_for(self.store, PriceBook(self.settings.prices))
+            previous = previous_result_text(self.store, self._projector, level)
+        return render(template, level, slot, previous)
+
+    def _calibrations(self, models: list[str]) -> dict[str, Calibration]:
+        """What the calibration read model learned of the tick's models, for its payload.
+
+        A store that cannot be read costs the tick its head start only: it learns from the
+        configured ratio, as one that starts without a store does.
+        """
+        if self.store is None or not self.settings.governor.calibrate:
+            return {}
+        try:
+            return current_calibrations(self.store, models)
+        except StoreError as exc:
+            log.warning(
+                "calibration unavailable, the tick starts from the configured ratio: %s", exc
+            )
+            return {}
+
+    def route(self, level: str, at: datetime) -> Routed | None:
+        """The catalog's decision for a tick of `level` at `at` (None: no catalog or lane)."""
+        return self.router.route(level, at) if self.router else None

@@ -1,0 +1,52 @@
+"""What the scheduler hands its claimed ticks to: the executor, seen from scheduling.
+
+Scheduling comes before execution on the data path and does not import it; the service
+is given an executor by `tickwork run`'s wiring and needs no more of it than this.
+`harness.execution.executors` (local threads today, procrastinate jobs later) satisfy it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from datetime import datetime
+from typing import Protocol
+
+from harness.scheduling.waves import SlotClaim
+from harness.store import StoredEvent
+
+ScopeMatch = Callable[[str, str], bool]
+"""(level, tick id) -> whether a cancel request's scope covers the tick."""
+
+
+class RunningTick(Protocol):
+    @property
+    def tick_id(self) -> str: ...
+
+    @property
+    def level(self) -> str: ...
+
+
+class Handoff(Protocol):
+    def submit(self, claim: SlotClaim) -> None:
+        """Queue a claimed tick to run when it gets a place; one that cannot ends cancelled."""
+
+    def never_started(self, claim: SlotClaim, reason: str | None) -> None:
+        """End a claimed tick that must not start (`TickCancelled`; None: the service stops)."""
+
+    def cancel(self, matches: ScopeMatch, reason: str) -> None:
+        """Queued ticks in scope never start; running ones are stopped and end cancelled."""
+
+    def running(self) -> Sequence[RunningTick]:
+        """Ticks running here right now."""
+
+    def adopt(self, started: StoredEvent, now: datetime) -> None:
+        """End, or watch to its deadline, a tick a killed predecessor started on this host."""
+
+    def record_lost(self, tick_id: str, level: str, reason: str) -> None:
+        """End a tick nobody can finish any more with `TickLost`."""
+
+    def wait_idle(self, timeout: float) -> None:
+        """Wait until nothing is queued or running here (TimeoutError after `timeout`)."""
+
+    def shutdown(self, grace: float) -> None:
+        """Start nothing more; give running ticks `grace` seconds, then cancel them."""

@@ -1,0 +1,52 @@
+"""The one timetable loop: jobs with a trigger, woken at the earliest next slot.
+
+Levels and digests fire on the same loop (each in a thread of its own): it sleeps until
+the earliest upcoming slot of any job, hands every slot due by then to a callback as one
+batch, in slot order, and moves each job on to its next slot. A slot missed while the
+callback ran coalesces into the next one (`next_slot`), so a slow batch never queues up
+a backlog. The sleep is cut into `poll_seconds` pieces so that `wake` (the service
+follows the control stream there) runs often and a stop is seen at once.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable, Mapping
+from datetime import datetime
+
+from apscheduler.triggers.base import BaseTrigger
+
+from harness.contracts.events import utcnow
+from harness.scheduling.triggers import next_slot
+
+Slot = tuple[datetime, str]
+"""A slot time and the name of its job (a level, a digest)."""
+POLL_SECONDS = 0.5
+
+
+class Timetable:
+    def __init__(self, triggers: Mapping[str, BaseTrigger], after: datetime) -> None:
+        """Jobs by name; their first slots are the first not before `after`."""
+        self.triggers = dict(triggers)
+        self.upcoming = {name: next_slot(t, None, after) for name, t in self.triggers.items()}
+
+    def run(
+        self,
+        stopping: threading.Event,
+        fire: Callable[[list[Slot]], None],
+        wake: Callable[[], None] = lambda: None,
+        poll_seconds: float = POLL_SECONDS,
+    ) -> None:
+        """Hand due slots to `fire` until `stopping` is set; `wake` runs on every wake-up."""
+        while not stopping.is_set():
+            wake()
+            now = utcnow()
+            due = sorted((slot, name) for name, slot in self.upcoming.items() if slot <= now)
+            if not due:
+                soonest = min(self.upcoming.values(), default=None)
+                delay = poll_seconds if soonest is None else (soonest - now).total_seconds()
+                stopping.wait(min(delay, poll_seconds))
+                continue
+            fire(due)
+            for slot, name in due:
+                self.upcoming[name] = next_slot(self.triggers[name], slot, utcnow())

@@ -1,0 +1,118 @@
+"""What each slot of a wave becomes, and the one transaction that claims the wave.
+
+A due slot runs, is buffered (`overlap = "buffer_one"`: held until the level's tick in
+flight ends), or is skipped: `missed` (no scheduler ran), `paused`, `overlap` or
+`budget`. A slot's tick id is the same in every replica, so creating its tick stream is
+the claim: of two replicas on one store exactly one claims each slot, and a slot decided
+skipped is claimed and ended in the same write.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Literal
+
+from harness.config import LevelConfig, Settings
+from harness.contracts.events import TickEvent, TickScheduled, TickSkipped, tick_stream
+from harness.routing.decisions import Routed, decision_fields
+from harness.scheduling.budget import BudgetCheck
+from harness.store import SqlEventStore
+
+SkipReason = Literal["overlap", "budget", "missed", "paused"]
+Decision = SkipReason | Literal["run", "buffer"]
+SKIPPED = {
+    "missed": "missed while no scheduler ran",
+    "paused": "{level} is paused (tickwork resume {level})",
+    "overlap": "a tick of {level} is still in flight",
+    "budget": "{level} is at its daily budget",
+}
+
+
+@dataclass(frozen=True)
+class SlotClaim:
+    """A slot's tick as a scheduler claims it: no payload yet.
+
+    The payload (and its prompt, which may quote the level's previous result) is built
+    when the tick gets a place to run, not when its slot fires: a queued tick must not
+    start with a result that was stale while it waited.
+    """
+
+    tick_id: str
+    level: str
+    slot: datetime | None
+    skip: SkipReason | None = None
+    """Claimed and ended at once, without running."""
+    reserved_tokens: int = 0
+    """Held against the level's daily budget while the tick is in flight."""
+    routed: Routed | None = None
+    """The catalog's decision for the slot, recorded in TickScheduled and run as decided."""
+
+    def scheduled(self, level_model: str | None) -> TickScheduled:
+        """The claim's TickScheduled; the model is the first candidate's, if routed."""
+        first = self.routed.plan.candidates[0] if self.routed else None
+        return TickScheduled(
+            tick_id=self.tick_id,
+            level=self.level,
+            model=first.model if first else level_model,
+            slot=self.slot,
+            reserved_tokens=self.reserved_tokens,
+            **(decision_fields(self.routed) if self.routed else {}),
+        )
+
+
+def decide(
+    level: str,
+    config: LevelConfig,
+    paused: set[str],
+    busy: set[str],
+    holding: Callable[[str], bool],
+    reserve: Callable[[], BudgetCheck],
+    over_budget: dict[str, BudgetCheck],
+) -> Decision:
+    """What a due slot becomes; `busy` gains the level when its tick will run.
+
+    `holding` (a tick of the level is buffered already) and `reserve` (the tick's budget
+    reservation) are asked only when the decision depends on them: a reservation is made
+    only for a tick that will run.
+    """
+    if level in paused:
+        return "paused"
+    decision: Decision = "run"
+    if config.overlap != "allow" and level in busy:
+        if config.overlap != "buffer_one" or holding(level):
+            return "overlap"
+        decision = "buffer"
+    budget = reserve()
+    if not budget.allowed:
+        over_budget.setdefault(level, budget)
+        return "budget"
+    busy.add(level)
+    return decision
+
+
+def skip_reason(decision: Decision) -> SkipReason | None:
+    if decision == "run" or decision == "buffer":
+        return None
+    return decision
+
+
+def claim_wave(store: SqlEventStore, settings: Settings, wave: Sequence[SlotClaim]) -> set[str]:
+    """Claim many slots in one transaction; returns the tick ids claimed here.
+
+    A slot already decided skipped is claimed and ended in the same write.
+    """
+    streams = {}
+    for claim in wave:
+        config = settings.levels.get(claim.level)
+        events: list[TickEvent] = [claim.scheduled(config.model if config else None)]
+        if claim.skip is not None:
+            events.append(
+                TickSkipped(
+                    tick_id=claim.tick_id, level=claim.level, reason=claim.skip, slot=claim.slot
+                )
+            )
+        streams[tick_stream(claim.tick_id)] = [event.to_record() for event in events]
+    created = store.create_streams(streams)
+    return {claim.tick_id for claim in wave if tick_stream(claim.tick_id) in created}

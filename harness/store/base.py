@@ -9,7 +9,8 @@ from __future__ import annotations
 from abc import ABC, abstractmethod
 from collections.abc import Iterable, Mapping, Sequence
 
-from harness.store.records import ANY, AppendResult, ExpectedVersion, NewEvent, StoredEvent
+from harness.contracts.records import NewEvent, StoredEvent
+from harness.store.records import ANY, AppendResult, ExpectedVersion
 
 
 class EventStore(ABC):

@@ -21,6 +21,7 @@ from uuid import UUID
 import sqlalchemy as sa
 from sqlalchemy.engine import Engine
 
+from harness.contracts.records import NewEvent, StoredEvent
 from harness.store.base import EventStore
 from harness.store.engine import BEGIN_MODE
 from harness.store.records import (
@@ -29,8 +30,6 @@ from harness.store.records import (
     ConcurrencyError,
     EventIdConflictError,
     ExpectedVersion,
-    NewEvent,
-    StoredEvent,
 )
 from harness.store.schema import events
 from harness.store.writer import Refused, Writer, driver_error

@@ -17,12 +17,12 @@ from typing import Any
 
 from sqlalchemy.engine import Engine
 
+from harness.contracts.records import NewEvent
 from harness.store.engine import DURABILITY
 from harness.store.records import (
     ANY,
     NO_STREAM,
     ExpectedVersion,
-    NewEvent,
     SchemaError,
     StoreError,
     StoreUnavailableError,

@@ -37,7 +37,7 @@ class Refused(Exception):
     """The database refused the append (version mismatch or unique violation); rolled back."""
 
 
-def pep249(name: str) -> tuple[type[Exception], ...]:
+def _pep249(name: str) -> tuple[type[Exception], ...]:
     """PEP 249's exception class `name` as sqlite3, psycopg and SQLAlchemy's wrappers define it.
 
     psycopg's classes are taken only once something imported it (the engine of a
@@ -53,9 +53,9 @@ def driver_error(exc: BaseException) -> StoreError | None:
     text = str(exc).strip()
     if _missing_table(exc):
         return SchemaError(f"the store has no schema ({text}): run `tickwork migrate`")
-    if isinstance(exc, pep249("OperationalError") + pep249("InterfaceError")):
+    if isinstance(exc, _pep249("OperationalError") + _pep249("InterfaceError")):
         return StoreUnavailableError(f"event store unavailable: {text}")
-    if isinstance(exc, pep249("ProgrammingError")):
+    if isinstance(exc, _pep249("ProgrammingError")):
         return SchemaError(f"the store's schema does not match: {text}")
     return None
 
@@ -173,7 +173,7 @@ class Writer:
                     return self._append_postgres(statements)
                 return self._append_sqlite(statements)
             except Exception as exc:
-                if isinstance(exc, pep249("IntegrityError")):
+                if isinstance(exc, _pep249("IntegrityError")):
                     self._connection.rollback()
                     raise Refused from exc
                 self._discard()

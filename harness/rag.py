@@ -92,7 +92,7 @@ def search(index_path: Path, question: str, k: int = 5, timeout: float = 20.0) -
         finally:
             conn.close()
     except sqlite3.OperationalError as exc:
-        if "interrupted" in str(exc):
+        if exc.sqlite_errorcode == sqlite3.SQLITE_INTERRUPT:
             raise RagError(f"retrieval timed out after {timeout:.0f} s") from exc
         raise RagError(f"retrieval failed: {exc}") from exc
     return [Passage(path, text, -score) for path, text, score in rows]

@@ -14,10 +14,10 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import Route
 
+from harness.config import GovernorConfig
 from harness.devtools.serving import BackgroundServer
 from harness.governor.alerts import Alerts
 from harness.governor.proxy import ProxyGovernor, create_app, proxy_governor
-from harness.governor.settings import GovernorConfig
 from harness.store import Spool, open_store
 
 SSE_GAP_SECONDS = 0.3

@@ -20,12 +20,12 @@ from typing import Any
 import httpx
 import pytest
 
+from harness.config import GovernorConfig
 from harness.contracts.calibration import Sample
 from harness.contracts.events import GOVERNOR_STREAM
 from harness.devtools.fake_llm import FakeUpstream, KvCache
 from harness.governor.alerts import Alerts
 from harness.governor.estimate import openai_request_chars
-from harness.governor.settings import GovernorConfig
 from harness.projections.calibration import CalibrationProjection, load_calibrations
 from harness.projections.projector import Projector
 from harness.store import SqlEventStore

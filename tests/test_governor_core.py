@@ -7,12 +7,13 @@ import statistics
 import pytest
 from pydantic import ValidationError
 
+from harness.config import GovernorConfig, GovernorEnvError, with_legacy_env
 from harness.contracts.calibration import WINDOW, Calibration, Sample
+from harness.contracts.governor import GovernorLimits
 from harness.devtools.fake_llm import count_word_tokens, render_prompt
 from harness.governor.calibration import Calibrations
 from harness.governor.estimate import openai_request_chars
-from harness.governor.policy import GovernorLimits, decide, fill
-from harness.governor.settings import GovernorConfig, GovernorEnvError, with_legacy_env
+from harness.governor.policy import decide, fill
 from harness.governor.wire import tail_of, usage_of
 from tests.corpus import session, text_only_chars
 

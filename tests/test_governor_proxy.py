@@ -17,9 +17,9 @@ import openai
 import orjson
 import pytest
 
+from harness.config import GovernorConfig
 from harness.contracts.events import GOVERNOR_STREAM
 from harness.devtools.fake_llm import FakeUpstream, Step
-from harness.governor.settings import GovernorConfig
 from harness.store import open_store
 from tests.governor_support import SSE_GAP_SECONDS, echo_app, governor_proxy, serving
 

@@ -11,12 +11,12 @@ from typing import Any
 
 import pytest
 
+from harness.config import GovernorConfig
 from harness.contracts.calibration import Sample
 from harness.contracts.events import GOVERNOR_STREAM
 from harness.devtools.fake_llm import FakeUpstream, Step, ToolCallSpec
 from harness.execution.runner import TickOutcome
 from harness.governor.alerts import ALERT_URLS_ENV
-from harness.governor.settings import GovernorConfig
 from harness.projections.calibration import current_calibrations
 from tests.test_tick import Harness
 

@@ -47,3 +47,13 @@ def test_the_tool_answers_once_then_says_the_limit_is_reached(index: Path) -> No
 def test_the_tool_answers_with_text_when_the_index_is_missing(tmp_path: Path) -> None:
     lookup = make_rag_lookup(RagSettings(enabled=True, index_path=tmp_path / "none.db"))
     assert "Retrieval unavailable" in lookup(question="anything")
+
+
+def test_a_search_past_its_timeout_is_reported_as_timed_out(tmp_path: Path) -> None:
+    notes = tmp_path / "notes"
+    notes.mkdir()
+    for i in range(300):
+        (notes / f"alert{i}.md").write_text(f"Alert runbook {i}: database disk full, page Ana.")
+    build_index(notes, tmp_path / "rag.db")
+    with pytest.raises(RagError, match="timed out"):
+        search(tmp_path / "rag.db", "database disk full Ana", timeout=0)

@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import contextlib
 import threading
 from datetime import UTC, datetime, timedelta
 from uuid import uuid4
 
 import pytest
+import sqlalchemy as sa
 
 from harness.contracts.events import BudgetSpent, RawEvent, TickStarted, decode
 from harness.store import (
@@ -15,11 +17,14 @@ from harness.store import (
     ConcurrencyError,
     EventIdConflictError,
     NewEvent,
+    SchemaError,
     SqlEventStore,
     StoreUnavailableError,
+    migrate_store,
     open_store,
 )
 from harness.store.schema import events, projection_checkpoints
+from tests.conftest import fresh_pg_database
 
 
 def new(type_: str = "Thing", **data: object) -> NewEvent:
@@ -295,3 +300,38 @@ def test_unreachable_postgres_is_reported_as_unavailable() -> None:
 def test_unopenable_sqlite_is_reported_as_unavailable(tmp_path: object) -> None:
     with pytest.raises(StoreUnavailableError):
         open_store("sqlite:////proc/no/such/dir/events.db")
+
+
+@pytest.mark.parametrize("backend", ["sqlite", "postgresql"])
+def test_a_store_whose_table_is_gone_says_to_migrate(backend: str, sqlite_url: str) -> None:
+    """Both paths that meet the driver's error (the writer's and SQLAlchemy's) say so."""
+    with contextlib.ExitStack() as stack:
+        url = sqlite_url if backend == "sqlite" else stack.enter_context(fresh_pg_database())
+        migrate_store(url)
+        store = open_store(url)
+        stack.callback(store.close)
+        store.append("s", [new()], NO_STREAM)
+        with store.engine.begin() as conn:
+            conn.execute(sa.text("DROP TABLE events"))
+        with pytest.raises(SchemaError, match=r"(?s)no schema.*tickwork migrate"):
+            store.append("s", [new()], ANY)
+        with pytest.raises(SchemaError, match=r"(?s)no schema.*tickwork migrate"):
+            store.read_stream("s")
+
+
+def test_a_postgres_connection_cut_mid_life_is_unavailable_then_reopened() -> None:
+    with fresh_pg_database() as url:
+        migrate_store(url)
+        store = open_store(url)
+        store.append("s", [new()], NO_STREAM)
+        with store.engine.begin() as conn:  # ends the writer's own connection, not this one
+            conn.execute(
+                sa.text(
+                    "SELECT pg_terminate_backend(pid) FROM pg_stat_activity "
+                    "WHERE datname = current_database() AND pid <> pg_backend_pid()"
+                )
+            )
+        with pytest.raises(StoreUnavailableError, match="unavailable"):
+            store.append("s", [new()], ANY)
+        assert store.append("s", [new()], ANY).stream_version == 2
+        store.close()

@@ -18,7 +18,6 @@ from pydantic import ValidationError
 
 from harness.contracts.payload import TickPayload
 from harness.contracts.result import (
-    FailureClass,
     ResultError,
     ResultToolCalls,
     ResultUsage,
@@ -27,30 +26,6 @@ from harness.contracts.result import (
 )
 
 EXIT_OK, EXIT_FAILED, EXIT_BAD_PAYLOAD = 0, 1, 2
-INFRASTRUCTURE_ERRORS = (
-    "APIConnectionError",
-    "APITimeoutError",
-    "RateLimitError",
-    "InternalServerError",
-    "ModelThrottledException",
-    "RemoteProtocolError",
-    "ReadTimeout",
-    "ConnectError",
-    "StoreUnavailableError",
-)
-
-
-def failure_class(exc: BaseException) -> FailureClass:
-    """Infrastructure failures (upstream down, throttled, cut) are retried by the runner."""
-    seen: BaseException | None = exc
-    while seen is not None:
-        if any(cls.__name__ in INFRASTRUCTURE_ERRORS for cls in type(seen).__mro__):
-            return "infrastructure"
-        status = getattr(seen, "status_code", None)
-        if isinstance(status, int) and (status == 429 or status >= 500):
-            return "infrastructure"
-        seen = seen.__cause__ or seen.__context__
-    return "internal"
 
 
 def _payload_error(raw: bytes, exc: ValidationError) -> int:
@@ -74,12 +49,12 @@ def _payload_error(raw: bytes, exc: ValidationError) -> int:
 
 def run(payload: TickPayload) -> int:
     # Imported here: a bad payload is answered without paying for the SDK's import.
-    from strands import Agent
+    from strands import Agent, ModelRetryStrategy
     from strands.agent.conversation_manager import NullConversationManager
-    from strands.event_loop._retry import ModelRetryStrategy
 
     from harness.governor.alerts import Alerts, urls_from_env
     from harness.governor.calibration import Calibrations
+    from workers.failures import failure_class
     from workers.fallback import CandidateWalk
     from workers.governor_hook import ContextGovernor
     from workers.model import build_model

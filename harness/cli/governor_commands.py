@@ -8,9 +8,9 @@ from typing import Annotated
 import typer
 
 from harness.cli.app import app, fail, out, settings, store_for
+from harness.config import GovernorEnvError, with_legacy_env
 from harness.governor.alerts import Alerts, urls_from_env
 from harness.governor.proxy import create_app, proxy_governor
-from harness.governor.settings import GovernorEnvError, with_legacy_env
 from harness.store import Spool
 
 

@@ -26,9 +26,8 @@ from dataclasses import dataclass, replace
 from typing import Literal
 
 from harness.contracts.events import CalibrationSampled
+from harness.contracts.governor import MAX_RATIO, MIN_RATIO
 
-MIN_RATIO = 0.8
-MAX_RATIO = 8.0
 MIN_CHARS = 1000
 WINDOW = 15
 WARMUP = 3

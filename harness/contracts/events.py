@@ -15,7 +15,7 @@ from uuid import UUID, uuid4
 
 from pydantic import BaseModel, ConfigDict, Field, NonNegativeInt
 
-from harness.store.records import NewEvent, StoredEvent
+from harness.contracts.records import NewEvent, StoredEvent
 
 
 def utcnow() -> datetime:
@@ -155,7 +155,11 @@ class TickAttemptFailed(TickEvent):
     retry_in_seconds: float
 
 
-class TickCompleted(TickEvent):
+class TerminalTickEvent(TickEvent):
+    """The one event that ends a tick's stream; nothing of the tick is recorded after it."""
+
+
+class TickCompleted(TerminalTickEvent):
     type = "TickCompleted"
     result_path: str | None = None
     stop_reason: str | None = None
@@ -166,7 +170,7 @@ class TickCompleted(TickEvent):
     tool_calls_cancelled: NonNegativeInt = 0
 
 
-class TickFailed(TickEvent):
+class TickFailed(TerminalTickEvent):
     type = "TickFailed"
     reason: str
     failure_class: Literal["infrastructure", "content", "internal"] = "internal"
@@ -174,24 +178,24 @@ class TickFailed(TickEvent):
     result_path: str | None = None
 
 
-class TickTimedOut(TickEvent):
+class TickTimedOut(TerminalTickEvent):
     type = "TickTimedOut"
     timeout_seconds: float
     result_path: str | None = None
 
 
-class TickCancelled(TickEvent):
+class TickCancelled(TerminalTickEvent):
     type = "TickCancelled"
     reason: str = ""
 
 
-class TickSkipped(TickEvent):
+class TickSkipped(TerminalTickEvent):
     type = "TickSkipped"
     reason: Literal["overlap", "budget", "missed", "paused"]
     slot: datetime | None = None
 
 
-class TickLost(TickEvent):
+class TickLost(TerminalTickEvent):
     type = "TickLost"
     reason: str
 
@@ -321,10 +325,6 @@ class DigestPublished(DigestEvent):
     """Target -> `ok` or `failed: <why>` (after its retries)."""
 
 
-TERMINAL_TYPES = frozenset(
-    {"TickCompleted", "TickFailed", "TickTimedOut", "TickCancelled", "TickSkipped", "TickLost"}
-)
-
 EVENT_TYPES: dict[tuple[str, int], type[Event]] = {
     (cls.type, cls.version): cls
     for cls in (
@@ -352,6 +352,12 @@ EVENT_TYPES: dict[tuple[str, int], type[Event]] = {
         CalibrationSampled,
     )
 }
+
+
+TERMINAL_TYPES = frozenset(
+    cls.type for cls in EVENT_TYPES.values() if issubclass(cls, TerminalTickEvent)
+)
+"""Type names of the terminal events, for where only a stored record is at hand."""
 
 
 def decode(stored: StoredEvent) -> Event | RawEvent:

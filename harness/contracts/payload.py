@@ -12,7 +12,7 @@ from typing import Annotated, Literal
 from pydantic import BaseModel, ConfigDict, Field
 
 from harness.contracts.calibration import Calibration
-from harness.governor.policy import GovernorLimits
+from harness.contracts.governor import GovernorLimits
 
 TICK_HEADER = "x-tickwork-tick"
 """Sent with every model request, so an upstream (or the fake one) can tell ticks apart."""

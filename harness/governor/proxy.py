@@ -31,6 +31,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import Route
 
+from harness.config import GovernorConfig
 from harness.contracts.calibration import Sample
 from harness.contracts.events import BudgetSpent
 from harness.contracts.payload import TICK_HEADER
@@ -39,7 +40,6 @@ from harness.governor.calibration import Calibrations
 from harness.governor.estimate import openai_request_chars, tokens_from_chars
 from harness.governor.ledger import Ledger, LedgerEvent
 from harness.governor.policy import Verdict, decide
-from harness.governor.settings import GovernorConfig
 from harness.governor.wire import (
     Usage,
     UsageScanner,

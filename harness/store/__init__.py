@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from harness.config import Durability
+from harness.contracts.records import NewEvent, StoredEvent
 from harness.store.base import EventStore, Tracking
 from harness.store.engine import create_store_engine, safe_url
 from harness.store.migrate import current_revision, needs_upgrade, upgrade
@@ -10,13 +12,10 @@ from harness.store.records import (
     NO_STREAM,
     AppendResult,
     ConcurrencyError,
-    Durability,
     EventData,
     EventIdConflictError,
     ExpectedVersion,
-    NewEvent,
     SchemaError,
-    StoredEvent,
     StoreError,
     StoreUnavailableError,
 )

@@ -16,14 +16,8 @@ from dataclasses import dataclass
 
 import sqlalchemy as sa
 
-from harness.store.records import (
-    ANY,
-    AppendResult,
-    EventData,
-    ExpectedVersion,
-    NewEvent,
-    StoredEvent,
-)
+from harness.contracts.records import NewEvent, StoredEvent
+from harness.store.records import ANY, AppendResult, EventData, ExpectedVersion
 
 
 @dataclass(frozen=True)

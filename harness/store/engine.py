@@ -14,7 +14,8 @@ import orjson
 import sqlalchemy as sa
 from sqlalchemy.engine import URL, Engine, make_url
 
-from harness.store.records import Durability, StoreUnavailableError
+from harness.config import Durability
+from harness.store.records import StoreUnavailableError
 
 BEGIN_MODE = "tickwork_sqlite_begin"
 """Execution option naming how a SQLite transaction begins (DEFERRED or IMMEDIATE)."""

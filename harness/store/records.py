@@ -1,26 +1,15 @@
-"""The store's own vocabulary: plain records in and out, and the errors it raises.
+"""The store's own vocabulary: expected versions, where an append landed, and its errors.
 
-The store knows nothing of pydantic event classes: it stores a type name, a schema version
-and two JSON objects. `harness.contracts.events` turns typed events into these records and back.
+The records it takes and gives back (`NewEvent`, `StoredEvent`) are plain data in
+`harness.contracts.records`: the store knows nothing of pydantic event classes, it stores
+a type name, a schema version and two JSON objects.
 """
 
 from __future__ import annotations
 
 import enum
-from dataclasses import dataclass, field
-from datetime import datetime
-from typing import Any, Literal
-from uuid import UUID
-
-Durability = Literal["process", "power"]
-"""What a committed append survives.
-
-`process`: any crash of tickwork's own processes (a tick killed with SIGKILL loses nothing
-it committed). SQLite in WAL with `synchronous=NORMAL`; PostgreSQL appends with
-`synchronous_commit=off`, so a crash of the database server or the machine may lose the
-last fraction of a second of appends (never reorder or corrupt them). `power`: survives
-those too, at one fsync per append, which serialized appends cannot share.
-"""
+from dataclasses import dataclass
+from typing import Any
 
 
 class StreamState(enum.Enum):
@@ -34,32 +23,6 @@ ANY = StreamState.ANY
 NO_STREAM = StreamState.NO_STREAM
 ExpectedVersion = int | StreamState
 """An exact version (the stream's last position; 0 is never valid, use NO_STREAM) or a state."""
-
-
-@dataclass(frozen=True, slots=True)
-class NewEvent:
-    """An event about to be appended."""
-
-    event_id: UUID
-    type: str
-    version: int
-    data: dict[str, Any]
-    metadata: dict[str, Any] = field(default_factory=dict)
-
-
-@dataclass(frozen=True, slots=True)
-class StoredEvent:
-    """An event as stored: one row of the `events` table."""
-
-    global_position: int
-    event_id: UUID
-    stream_id: str
-    stream_position: int
-    type: str
-    version: int
-    data: dict[str, Any]
-    metadata: dict[str, Any]
-    recorded_at: datetime
 
 
 EventData = tuple[int, str, dict[str, Any]]

@@ -21,8 +21,9 @@ from uuid import UUID
 
 import orjson
 
+from harness.contracts.records import NewEvent
 from harness.store.base import EventStore
-from harness.store.records import ANY, AppendResult, NewEvent, StoreUnavailableError
+from harness.store.records import ANY, AppendResult, StoreUnavailableError
 
 
 @dataclass(frozen=True)

@@ -23,6 +23,7 @@ import sqlalchemy as sa
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.engine import Engine
 
+from harness.contracts.records import NewEvent, StoredEvent
 from harness.store.base import EventStore, Tracking
 from harness.store.engine import BEGIN_MODE
 from harness.store.records import (
@@ -32,8 +33,6 @@ from harness.store.records import (
     EventData,
     EventIdConflictError,
     ExpectedVersion,
-    NewEvent,
-    StoredEvent,
 )
 from harness.store.schema import events, projection_checkpoints
 from harness.store.writer import Refused, Writer, driver_error

@@ -10,19 +10,22 @@ a connection it keeps, under a lock, for the life of the store.
 from __future__ import annotations
 
 import contextlib
+import sqlite3
+import sys
 import threading
 from collections.abc import Callable, Sequence
 from datetime import UTC, datetime
 from typing import Any
 
+import sqlalchemy as sa
 from sqlalchemy.engine import Engine
 
+from harness.contracts.records import NewEvent
 from harness.store.engine import DURABILITY
 from harness.store.records import (
     ANY,
     NO_STREAM,
     ExpectedVersion,
-    NewEvent,
     SchemaError,
     StoreError,
     StoreUnavailableError,
@@ -34,17 +37,41 @@ class Refused(Exception):
     """The database refused the append (version mismatch or unique violation); rolled back."""
 
 
+def _pep249(name: str) -> tuple[type[Exception], ...]:
+    """PEP 249's exception class `name` as sqlite3, psycopg and SQLAlchemy's wrappers define it.
+
+    psycopg's classes are taken only once something imported it (the engine of a
+    PostgreSQL store does): a process on SQLite cannot meet its errors, and importing it
+    would cost every tick a tenth of a second.
+    """
+    modules = (sqlite3, sa.exc, sys.modules.get("psycopg"))
+    return tuple(getattr(module, name) for module in modules if module is not None)
+
+
 def driver_error(exc: BaseException) -> StoreError | None:
-    """Classify a PEP 249 driver error by its standard class names (any driver has them)."""
-    names = {cls.__name__ for cls in type(exc).__mro__}
+    """Classify a driver error (or SQLAlchemy's wrapper of one) by its PEP 249 class."""
     text = str(exc).strip()
-    if "no such table" in text or "UndefinedTable" in names:
+    if _missing_table(exc):
         return SchemaError(f"the store has no schema ({text}): run `tickwork migrate`")
-    if names & {"OperationalError", "InterfaceError"}:
+    if isinstance(exc, _pep249("OperationalError") + _pep249("InterfaceError")):
         return StoreUnavailableError(f"event store unavailable: {text}")
-    if "ProgrammingError" in names:
+    if isinstance(exc, _pep249("ProgrammingError")):
         return SchemaError(f"the store's schema does not match: {text}")
     return None
+
+
+def _missing_table(exc: BaseException) -> bool:
+    """Whether the statement named a table the database lacks (the store was never migrated).
+
+    PostgreSQL gives this its own SQLSTATE (`UndefinedTable`); SQLite only the generic
+    SQLITE_ERROR it gives any statement it cannot prepare, so there the message tells.
+    """
+    if isinstance(exc, sa.exc.DBAPIError) and exc.orig is not None:
+        exc = exc.orig
+    if isinstance(exc, sqlite3.OperationalError):
+        return exc.sqlite_errorcode == sqlite3.SQLITE_ERROR and "no such table" in str(exc)
+    psycopg = sys.modules.get("psycopg")
+    return psycopg is not None and isinstance(exc, psycopg.errors.UndefinedTable)
 
 
 class Writer:
@@ -146,7 +173,7 @@ class Writer:
                     return self._append_postgres(statements)
                 return self._append_sqlite(statements)
             except Exception as exc:
-                if "IntegrityError" in {cls.__name__ for cls in type(exc).__mro__}:
+                if isinstance(exc, _pep249("IntegrityError")):
                     self._connection.rollback()
                     raise Refused from exc
                 self._discard()

@@ -26,8 +26,7 @@ from pydantic import (
 )
 from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, SettingsConfigDict
 
-from harness.governor.settings import GovernorConfig
-from harness.store.records import Durability
+from harness.config.governor import GovernorConfig
 
 CONFIG_ENV = "TICKWORK_CONFIG"
 CONFIG_FILENAME = "tickwork.toml"
@@ -41,6 +40,17 @@ LEVEL_NAME = re.compile(r"^[a-z][a-z0-9_]{0,39}$")
 
 _INTERVAL = re.compile(r"^\s*(\d+)\s*(s|m|h|d)\s*$")
 _INTERVAL_UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400}
+
+
+Durability = Literal["process", "power"]
+"""What a committed append survives.
+
+`process`: any crash of tickwork's own processes (a tick killed with SIGKILL loses nothing
+it committed). SQLite in WAL with `synchronous=NORMAL`; PostgreSQL appends with
+`synchronous_commit=off`, so a crash of the database server or the machine may lose the
+last fraction of a second of appends (never reorder or corrupt them). `power`: survives
+those too, at one fsync per append, which serialized appends cannot share.
+"""
 
 
 class ConfigError(Exception):

@@ -1,0 +1,62 @@
+"""Configuration: one TOML file (`tickwork.toml`) plus environment overrides.
+
+A foundation module every stage may import, so it imports none of them: the file's
+sections and their validation live in `settings`, the `[governor]` section with the
+`GOV_*` names of earlier governors in `governor`. Both read the governor's limits from
+`harness.contracts`, the plain data every part shares.
+"""
+
+from __future__ import annotations
+
+from harness.config.governor import LEGACY_ENV, GovernorConfig, GovernorEnvError, with_legacy_env
+from harness.config.settings import (
+    CONFIG_ENV,
+    CONFIG_FILENAME,
+    HOME,
+    LEVEL_NAME,
+    MIN_TOKEN_LENGTH,
+    ApiConfig,
+    ConfigError,
+    DigestConfig,
+    Durability,
+    LevelConfig,
+    PathsConfig,
+    PriceOverride,
+    RagConfig,
+    RoutingConfig,
+    RunnerConfig,
+    Scheduled,
+    Settings,
+    StoreConfig,
+    config_path,
+    load_settings,
+    parse_interval,
+)
+
+__all__ = [
+    "CONFIG_ENV",
+    "CONFIG_FILENAME",
+    "HOME",
+    "LEGACY_ENV",
+    "LEVEL_NAME",
+    "MIN_TOKEN_LENGTH",
+    "ApiConfig",
+    "ConfigError",
+    "DigestConfig",
+    "Durability",
+    "GovernorConfig",
+    "GovernorEnvError",
+    "LevelConfig",
+    "PathsConfig",
+    "PriceOverride",
+    "RagConfig",
+    "RoutingConfig",
+    "RunnerConfig",
+    "Scheduled",
+    "Settings",
+    "StoreConfig",
+    "config_path",
+    "load_settings",
+    "parse_interval",
+    "with_legacy_env",
+]

@@ -1,0 +1,64 @@
+"""A tick's errors are classed by the exception classes of the libraries that raise them.
+
+The end-to-end tick tests cover a 500, a 503 and a stream cut; this table pins every
+class the worker retries as infrastructure, with instances of the real classes.
+"""
+
+from __future__ import annotations
+
+import httpx
+import openai
+import pytest
+from strands.types.exceptions import ContextWindowOverflowException, ModelThrottledException
+
+from harness.store import StoreUnavailableError
+from workers.failures import failure_class
+
+REQUEST = httpx.Request("POST", "http://127.0.0.1:9/v1/chat/completions")
+
+
+def status(code: int) -> httpx.Response:
+    return httpx.Response(code, request=REQUEST)
+
+
+def caused_by(cause: BaseException) -> Exception:
+    try:
+        raise RuntimeError("the agent gave up") from cause
+    except RuntimeError as exc:
+        return exc
+
+
+@pytest.mark.parametrize(
+    "error",
+    [
+        openai.APIConnectionError(request=REQUEST),
+        openai.APITimeoutError(request=REQUEST),
+        openai.RateLimitError("slow down", response=status(429), body=None),
+        openai.InternalServerError("down", response=status(503), body=None),
+        openai.APIStatusError("bad gateway", response=status(502), body=None),
+        ModelThrottledException("throttled"),
+        httpx.RemoteProtocolError("peer closed connection"),
+        httpx.ReadTimeout("read timed out", request=REQUEST),
+        httpx.ConnectError("connection refused", request=REQUEST),
+        StoreUnavailableError("event store unavailable"),
+        caused_by(httpx.ConnectError("connection refused", request=REQUEST)),
+    ],
+    ids=lambda error: type(error).__name__,
+)
+def test_upstream_and_store_outages_are_infrastructure(error: Exception) -> None:
+    assert failure_class(error) == "infrastructure"
+
+
+@pytest.mark.parametrize(
+    "error",
+    [
+        openai.BadRequestError("bad request", response=status(400), body=None),
+        openai.AuthenticationError("no key", response=status(401), body=None),
+        ContextWindowOverflowException("too long"),
+        ValueError("a bug"),
+        caused_by(KeyError("missing")),
+    ],
+    ids=lambda error: type(error).__name__,
+)
+def test_other_errors_are_internal(error: Exception) -> None:
+    assert failure_class(error) == "internal"

@@ -1,0 +1,100 @@
+"""The packages follow the data path: no part imports a later one (`harness.LAYERS`)."""
+
+from __future__ import annotations
+
+import ast
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from harness import LAYERS
+
+ROOT = Path(__file__).parents[1]
+
+
+def layer_of(module: str) -> int | None:
+    """The index in LAYERS of the part a dotted module name belongs to (None: not ours)."""
+    for index, part in enumerate(LAYERS):
+        if module == part or module.startswith(part + "."):
+            return index
+    return None
+
+
+def module_name(path: Path) -> str:
+    parts = list(path.relative_to(ROOT).with_suffix("").parts)
+    if parts[-1] == "__init__":
+        parts.pop()
+    return ".".join(parts)
+
+
+def imported(source: str, module: str, is_package: bool) -> Iterator[tuple[int, str]]:
+    """(line, module) of every import in the source, wherever it stands."""
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, ast.Import):
+            for alias in node.names:
+                yield node.lineno, alias.name
+        elif isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            if node.level:
+                package = module.split(".")
+                package = package if is_package else package[:-1]
+                base = ".".join([*package[: len(package) - node.level + 1], base]).strip(".")
+            for alias in node.names:
+                yield node.lineno, f"{base}.{alias.name}"
+
+
+def violations(source: str, module: str, is_package: bool = False) -> list[str]:
+    """Imports of `module`'s source that reach a part after its own."""
+    own = layer_of(module)
+    assert own is not None, f"{module} belongs to no part of harness.LAYERS"
+    found = []
+    for line, target in imported(source, module, is_package):
+        layer = layer_of(target)
+        if layer is not None and layer > own:
+            found.append(
+                f"{module}:{line} imports {target} ({LAYERS[layer]} comes after {LAYERS[own]})"
+            )
+    return found
+
+
+def sources() -> list[Path]:
+    return sorted(
+        path
+        for folder in ("harness", "workers")
+        for path in (ROOT / folder).rglob("*.py")
+        if path != ROOT / "harness" / "__init__.py"
+    )
+
+
+def test_no_part_of_tickwork_imports_a_later_one() -> None:
+    found = [
+        problem
+        for path in sources()
+        for problem in violations(
+            path.read_text(encoding="utf-8"), module_name(path), path.name == "__init__.py"
+        )
+    ]
+    assert found == []
+
+
+def test_every_module_belongs_to_a_layer() -> None:
+    assert [module_name(p) for p in sources() if layer_of(module_name(p)) is None] == []
+
+
+@pytest.mark.parametrize(
+    ("module", "source"),
+    [
+        ("harness.contracts.payload", "from harness.governor.policy import GovernorLimits"),
+        ("harness.scheduling.service", "def f():\n    from harness.execution import runner"),
+        ("harness.projections.calibration", "import harness.governor.calibration"),
+        ("harness.store.sql", "from ..projections import ticks"),
+    ],
+)
+def test_an_import_of_a_later_part_is_caught(module: str, source: str) -> None:
+    assert violations(source, module)
+
+
+def test_imports_of_earlier_parts_and_of_other_libraries_pass() -> None:
+    source = "import sqlalchemy\nfrom harness.store import EventStore\nfrom . import base\n"
+    assert violations(source, "harness.projections.ticks") == []

@@ -1,0 +1,43 @@
+"""Which errors of a tick are infrastructure: the runner retries those, then pauses the level.
+
+An upstream that is down, throttles or cuts a stream, and a store out of reach, are
+recognised by the exception classes of the libraries that raise them: openai (the
+client Strands' model calls), httpx (a stream cut after the response began reaches the
+agent unwrapped), Strands (which turns a 429 into its own throttling exception) and the
+store. Anything else is internal; content failures are judged from the answer, not here.
+"""
+
+from __future__ import annotations
+
+import httpx
+import openai
+from strands.types.exceptions import ModelThrottledException
+
+from harness.contracts.result import FailureClass
+from harness.store import StoreUnavailableError
+
+INFRASTRUCTURE_ERRORS: tuple[type[Exception], ...] = (
+    openai.APIConnectionError,
+    openai.APITimeoutError,
+    openai.RateLimitError,
+    openai.InternalServerError,
+    ModelThrottledException,
+    httpx.RemoteProtocolError,
+    httpx.ReadTimeout,
+    httpx.ConnectError,
+    StoreUnavailableError,
+)
+
+
+def failure_class(exc: BaseException) -> FailureClass:
+    """The class of the first infrastructure error in the chain of causes, else internal."""
+    seen: BaseException | None = exc
+    while seen is not None:
+        if isinstance(seen, INFRASTRUCTURE_ERRORS):
+            return "infrastructure"
+        if isinstance(seen, openai.APIStatusError) and (
+            seen.status_code == 429 or seen.status_code >= 500
+        ):
+            return "infrastructure"
+        seen = seen.__cause__ or seen.__context__
+    return "internal"

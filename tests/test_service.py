@@ -144,7 +144,7 @@ def test_a_restarted_service_adopts_a_running_worker_and_kills_it_at_its_deadlin
     tmp_path: Path,
 ) -> None:
     with fake_server([Step(text="never in time", delay=60)]) as fake:
-        config = _service_config(tmp_path, timeout=8)
+        config = _service_config(tmp_path, timeout=30)  # the worker asks the model before it
         tick_id, pid = _start_one_tick_then_kill_the_service(config, fake)
         assert psutil.pid_exists(pid), "the worker should outlive its killed runner"
         output = _run_service_until_the_tick_ends(config, fake, tick_id)

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import hashlib
 from collections.abc import Iterator
-from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -12,16 +11,9 @@ from pathlib import Path
 import httpx
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
-from pydantic import SecretStr
 
-from harness.api.app import create_app
 from harness.config import (
-    ApiConfig,
-    DigestConfig,
-    LevelConfig,
-    PathsConfig,
     Settings,
-    StoreConfig,
 )
 from harness.contracts.events import (
     CONTROL_STREAM,
@@ -35,13 +27,11 @@ from harness.contracts.events import (
 )
 from harness.contracts.result import TickResult, write_result
 from harness.devtools.fake_llm import FakeUpstream, Step
-from harness.devtools.serving import BackgroundServer
 from harness.projections.levels import level_paused
 from harness.rag import build_index
 from harness.store import SqlEventStore, open_store
-from tests.test_tick import Harness, calls
-
-TOKEN = "tw-test-token-4f1d0c"
+from tests.api_support import TOKEN, serving, settings_for
+from tests.tick_support import Harness, calls
 
 
 @dataclass
@@ -49,30 +39,6 @@ class Api:
     settings: Settings
     store: SqlEventStore
     http: httpx.Client
-
-
-@contextmanager
-def serving(settings: Settings, store: SqlEventStore) -> Iterator[httpx.Client]:
-    """The app over `store` on a real port, and a client for it."""
-    server = BackgroundServer(create_app(settings, store), name="api")
-    try:
-        with httpx.Client(base_url=server.start(), timeout=30) as client:
-            yield client
-    finally:
-        server.stop()
-
-
-def settings_for(url: str, tmp_path: Path, token: str | None = None) -> Settings:
-    return Settings(
-        store=StoreConfig(url=url),
-        paths=PathsConfig(results=tmp_path / "results", spool=tmp_path / "spool"),
-        api=ApiConfig(token=SecretStr(token) if token else None),
-        digests={"daily": DigestConfig(every="1d")},
-        levels={
-            "min": LevelConfig(every="1m", model="gpt-4o-mini", daily_token_budget=100_000),
-            "hour": LevelConfig(schedule="0 * * * *", model="gpt-4o-mini"),
-        },
-    )
 
 
 @pytest.fixture

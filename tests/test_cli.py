@@ -3,29 +3,17 @@
 from __future__ import annotations
 
 import json
-import os
 import signal
 import subprocess
-import sys
-import time
 from pathlib import Path
+from uuid import uuid4
 
 import pytest
 
 from harness.contracts.events import BudgetSpent, TickStarted
 from harness.store import HEAD_REVISION, NewEvent, Spool, open_store
-
-TICKWORK = str(Path(sys.executable).with_name("tickwork"))
-
-
-def run(
-    cwd: Path, *args: str, env: dict[str, str] | None = None
-) -> subprocess.CompletedProcess[str]:
-    environment = {k: v for k, v in os.environ.items() if not k.startswith("TICKWORK_")}
-    environment.update(env or {})
-    return subprocess.run(
-        [TICKWORK, *args], cwd=cwd, env=environment, capture_output=True, text=True, timeout=60
-    )
+from tests.commands import TICKWORK, environment, run
+from tests.waiting import wait_until
 
 
 def seed(cwd: Path) -> None:
@@ -93,25 +81,24 @@ def test_events_filters_by_stream_and_type(tmp_path: Path) -> None:
 
 def test_events_follow_prints_new_events_until_interrupted(tmp_path: Path) -> None:
     seed(tmp_path)
-    environment = {k: v for k, v in os.environ.items() if not k.startswith("TICKWORK_")}
     follower = subprocess.Popen(
         [TICKWORK, "events", "--json", "--follow", "--type", "Marker"],
         cwd=tmp_path,
-        env=environment,
+        env=environment(),
         stdout=subprocess.PIPE,
         text=True,
     )
     try:
-        time.sleep(2.0)
-        store = open_store(f"sqlite:///{tmp_path}/.tickwork/events.db")
-        store.append("marker", [NewEvent(__import__("uuid").uuid4(), "Marker", 1, {"n": 7})])
-        store.close()
         assert follower.stdout is not None
-        line = follower.stdout.readline()
-        assert json.loads(line)["data"] == {"n": 7}
+        store = open_store(f"sqlite:///{tmp_path}/.tickwork/events.db")
+        for n in (1, 7):  # the follower printing 1 shows it runs: 7 comes after it started
+            store.append("marker", [NewEvent(uuid4(), "Marker", 1, {"n": n})])
+            line = follower.stdout.readline()
+            assert json.loads(line)["data"] == {"n": n}
+        store.close()
     finally:
         follower.send_signal(signal.SIGINT)
-        assert follower.wait(10) == 0
+        assert follower.wait(60) == 0
 
 
 def test_projections_rebuild_and_spool_ingest(tmp_path: Path) -> None:
@@ -153,12 +140,13 @@ def test_tick_no_wait_returns_at_once_and_the_tick_completes(tmp_path: Path) -> 
     started = run(tmp_path, "tick", "min", "--no-wait")
     assert started.returncode == 0, started.stderr
     tick_id = started.stdout.split()[2]
-    deadline = time.monotonic() + 30
-    types: list[str] = []
-    while time.monotonic() < deadline and "TickCompleted" not in types:
-        time.sleep(0.5)
+
+    def completed() -> list[str]:
         listing = run(tmp_path, "events", "--json", "--stream", f"tick-{tick_id}")
         types = [json.loads(line)["type"] for line in listing.stdout.splitlines()]
+        return types if "TickCompleted" in types else []
+
+    types = wait_until(completed, "the tick to complete", interval=0.5)
     assert types[0] == "TickScheduled" and types[-1] == "TickCompleted"
 
 

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import os
 import signal
-import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -28,9 +27,9 @@ from selenium.webdriver.support.ui import WebDriverWait
 from harness.devtools.fake_llm import FakeUpstream, Step
 from harness.projections.levels import level_paused
 from harness.store import open_store
-from tests.test_api import TOKEN, serving, settings_for
-from tests.test_serve import environment, serve
-from tests.test_service import run_cli, start_service, write_config
+from tests.api_support import TOKEN, serving, settings_for
+from tests.commands import environment, run_cli, serve, start_service, write_config
+from tests.waiting import DEADLINE_SECONDS, wait_until
 
 CHROMIUM = Path("/usr/bin/chromium")
 CHROMEDRIVER = Path("/usr/bin/chromedriver")
@@ -74,13 +73,6 @@ def browser() -> Iterator[WebDriver]:
         driver.quit()
 
 
-def wait_for(what: str, check: object, timeout: float = 90) -> None:
-    deadline = time.monotonic() + timeout
-    while not callable(check) or not check():
-        assert time.monotonic() < deadline, f"never: {what}"
-        time.sleep(0.5)
-
-
 def seen(driver: WebDriver, css: str, attribute: str = "", click: bool = False) -> str:
     """The text (or an attribute) of the element `css` selects, clicked if asked.
 
@@ -113,9 +105,9 @@ def test_dashboard_shows_running_tick_spend_digest_and_resumes_a_level(
                 running = httpx.get(f"{url}/ticks", params={"status": "running"}, timeout=10)
                 return bool(done.json()) and bool(running.json())
 
-            wait_for("a running tick after a completed one", running_after_completed)
+            wait_until(running_after_completed, "a running tick after a completed one", 120, 0.5)
             browser.get(f"{url}/")
-            wait = WebDriverWait(browser, 30)
+            wait = WebDriverWait(browser, DEADLINE_SECONDS)
             tick_id = wait.until(lambda d: seen(d, "#running tr.running", "data-tick"))
             assert tick_id.startswith("busy-")
             first = int(wait.until(lambda d: seen(d, "#running .runtime")).split()[0])
@@ -152,7 +144,7 @@ def test_with_a_token_the_page_sends_it_from_the_url_fragment(
     url = f"sqlite:///{tmp_path}/events.db"
     store = open_store(url)
     with serving(settings_for(url, tmp_path, token=TOKEN), store) as http:
-        wait = WebDriverWait(browser, 30)
+        wait = WebDriverWait(browser, DEADLINE_SECONDS)
         browser.get(f"{http.base_url}/")
         wait.until(lambda d: "HTTP 401" in seen(d, "#state"))
         browser.get("about:blank")  # a fresh load, as an operator opens the link

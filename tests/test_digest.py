@@ -8,7 +8,6 @@ import signal
 import socket
 import subprocess
 import threading
-import time
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
@@ -38,9 +37,9 @@ from harness.digests.render import render
 from harness.prices import PriceBook
 from harness.projections import projector_for
 from harness.store import SqlEventStore, open_store
+from tests.commands import run, start, write_config
 from tests.receiver import apprise_receiver
-from tests.test_cli import run
-from tests.test_service import start, write_config
+from tests.waiting import wait_until
 
 HOUR = timedelta(hours=1)
 
@@ -324,10 +323,9 @@ files = ["{outbox}"]
             start("run", config, fake, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
             for _ in range(2)
         ]
-        deadline = time.monotonic() + 90
-        while published_periods(tmp_path) < 3:
-            assert time.monotonic() < deadline, "no three digest periods published in 90 s"
-            time.sleep(0.5)
+        wait_until(
+            lambda: published_periods(tmp_path) >= 3, "three digest periods published", 120, 0.5
+        )
         for service in services:
             service.send_signal(signal.SIGTERM)
         outputs = [service.communicate(timeout=60)[0] for service in services]

@@ -18,7 +18,7 @@ from harness.execution.executors import LocalExecutor
 from harness.scheduling.timetable import Slot, Timetable
 from harness.scheduling.triggers import level_trigger
 from harness.scheduling.waves import SlotClaim, claim_wave
-from tests.test_tick import Harness
+from tests.tick_support import Harness
 
 
 def claimed(harness: Harness, tick_id: str) -> SlotClaim:

@@ -7,9 +7,11 @@ import threading
 import time
 
 from harness.execution.queue import Gate
+from tests.waiting import wait_until
 
 
 def take_in_background(gate: Gate[str]) -> tuple[threading.Thread, list[str | None]]:
+    """A thread blocked in `take` (CPython's Condition lists the threads waiting on it)."""
     taken: list[str | None] = []
 
     def take() -> None:
@@ -18,6 +20,8 @@ def take_in_background(gate: Gate[str]) -> tuple[threading.Thread, list[str | No
 
     thread = threading.Thread(target=take)
     thread.start()
+    waiters = gate._condition._waiters
+    wait_until(lambda: len(waiters) == 1, "the taker to wait on the gate")
     return thread, taken
 
 
@@ -42,10 +46,9 @@ def test_take_waits_for_a_place_and_a_full_level_does_not_hold_up_others() -> No
     assert gate.take() == ("a", "a1")
     assert gate.take() == ("b", "b1"), "a2 (its level at its cap) held up b1"
     thread, taken = take_in_background(gate)
-    time.sleep(0.2)
     assert taken == [], "a place was handed out over the global cap"
     gate.release("a")
-    thread.join(2)
+    thread.join(60)
     assert taken == ["a2"]
 
 
@@ -69,9 +72,8 @@ def test_close_wakes_the_taker_and_returns_what_was_queued() -> None:
     assert gate.take() is not None
     gate.put("x", 0, "queued")
     thread, taken = take_in_background(gate)
-    time.sleep(0.1)
     assert gate.close() == ["queued"]
-    thread.join(2)
+    thread.join(60)
     assert taken == [None] and gate.queued() == []
 
 

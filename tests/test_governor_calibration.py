@@ -9,10 +9,7 @@ from __future__ import annotations
 
 import os
 import signal
-import socket
 import subprocess
-import sys
-import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -29,29 +26,23 @@ from harness.governor.estimate import openai_request_chars
 from harness.projections.calibration import CalibrationProjection, load_calibrations
 from harness.projections.projector import Projector
 from harness.store import SqlEventStore
+from tests.commands import TICKWORK, free_port
 from tests.corpus import session
 from tests.governor_support import governor_proxy
-
-TICKWORK = str(Path(sys.executable).with_name("tickwork"))
-
-
-def free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return int(probe.getsockname()[1])
+from tests.waiting import wait_until
 
 
 def wait_for(url: str, process: subprocess.Popen[str]) -> None:
-    deadline = time.monotonic() + 30
-    while time.monotonic() < deadline:
+    def answers() -> bool:
         if process.poll() is not None:
             raise AssertionError(f"governor exited: {process.communicate()}")
         try:
-            httpx.get(url, timeout=1)
-            return
+            httpx.get(url, timeout=10)
         except httpx.TransportError:
-            time.sleep(0.1)
-    raise AssertionError("governor did not start")
+            return False
+        return True
+
+    wait_until(answers, "the governor to answer")
 
 
 def governor_process(cwd: Path, upstream: str, port: int) -> subprocess.Popen[str]:
@@ -155,10 +146,7 @@ def test_alerts_are_sent_once_per_episode(
 
         def send(name: str, chars: int, expected: int) -> None:
             http.post(f"{origin}/v1/chat/completions", json=conversation(name, chars))
-            deadline = time.monotonic() + 10
-            while len(received) < expected and time.monotonic() < deadline:
-                time.sleep(0.05)
-            time.sleep(0.3)
+            wait_until(lambda: len(received) >= expected, f"{expected} alert(s)", interval=0.05)
             assert len(received) == expected
 
         for _ in range(3):
@@ -166,6 +154,7 @@ def test_alerts_are_sent_once_per_episode(
         send("b", 4000, 2)
         send("a", 10, 2)  # back under the threshold: episode a ends
         send("a", 4000, 3)
+        wait_until(lambda: governor.alerts.sent >= 3, "the third alert counted")
     assert "soft" in received[0]["title"] and "m" in received[0]["title"]
     assert governor.alerts.sent == 3
 

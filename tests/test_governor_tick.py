@@ -18,7 +18,7 @@ from harness.devtools.fake_llm import FakeUpstream, Step, ToolCallSpec
 from harness.execution.runner import TickOutcome
 from harness.governor.alerts import ALERT_URLS_ENV
 from harness.projections.calibration import current_calibrations
-from tests.test_tick import Harness
+from tests.tick_support import Harness
 
 SOFT, HARD = 1000, 2000
 """Tokens: soft from 3,200 characters, hard from 6,400 at the fixed 3.2."""

@@ -14,7 +14,7 @@ from pydantic import BaseModel
 from harness.config import DigestConfig, LevelConfig, PriceOverride, Settings
 from harness.devtools.example_config import example_config
 from harness.store import open_store
-from tests.test_api import serving, settings_for
+from tests.api_support import serving, settings_for
 
 OPS = Path(__file__).parents[1] / "ops"
 

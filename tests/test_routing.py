@@ -31,7 +31,8 @@ from harness.execution.prepare import Preparer
 from harness.execution.runner import Runner, TickOutcome
 from harness.routing.catalog import parse_catalog
 from harness.store import SqlEventStore, StoredEvent, open_store
-from tests.test_service import fake_server, run_cli, start_service, write_config
+from tests.commands import Output, fake_server, run_cli, start_service, write_config
+from tests.waiting import wait_until
 
 SECRET = "sk-tickwork-catalog-SECRET-9876543210"
 KEY_ENV = "TICKWORK_TEST_CLOUD_KEY"
@@ -286,12 +287,12 @@ def test_a_running_service_reloads_on_sighup_and_keeps_the_old_catalog_when_inva
     level = '[levels.min]\nevery = "1s"\nprompt = "hi"\ntimeout_seconds = 30\n'
     config = write_config(tmp_path, f'[routing]\ncatalog = "{catalog}"\n{level}')
     store = open_store(f"sqlite:///{tmp_path}/events.db")
-    service = start_service(config, fake)
+    service = Output(start_service(config, fake))
     try:
         assert _next_scheduled(store)["catalog_revision"] == first
         catalog.write_text(catalog.read_text().replace('["a"]', '["ghost"]'))
-        service.send_signal(signal.SIGHUP)
-        time.sleep(2.5)
+        service.process.send_signal(signal.SIGHUP)
+        service.wait_for("catalog rejected")
         kept = _next_scheduled(store)
         assert (kept["catalog_revision"], kept["candidates"]) == (first, ["a"])
         write_catalog(catalog, targets, ["b", "a"])
@@ -299,10 +300,9 @@ def test_a_running_service_reloads_on_sighup_and_keeps_the_old_catalog_when_inva
         reloaded = _next_scheduled(store, revision=second)
         assert reloaded["candidates"] == ["b", "a"] and reloaded["model"] == "model-b"
     finally:
-        service.send_signal(signal.SIGTERM)
-        output = service.communicate(timeout=60)[0]
+        output = service.stop()
         store.close()
-    assert service.returncode == 0, output
+    assert service.process.returncode == 0, output
     assert f"catalog rejected, revision {first[:12]} stays in force" in output
     assert "lanes.min.candidates[0]: unknown target 'ghost'" in output
     assert f"reloaded: revision {first[:12]} -> {second[:12]}" in output
@@ -311,13 +311,14 @@ def test_a_running_service_reloads_on_sighup_and_keeps_the_old_catalog_when_inva
 def _next_scheduled(store: SqlEventStore, revision: str | None = None) -> dict[str, Any]:
     """The next TickScheduled appended from now on (with `revision`, if given)."""
     mark = store.last_position()
-    deadline = time.monotonic() + 30
-    while time.monotonic() < deadline:
+
+    def scheduled() -> dict[str, Any] | None:
         for event in store.read_all(mark, 100_000, ["TickScheduled"]):
             if revision is None or event.data["catalog_revision"] == revision:
                 return event.data
-        time.sleep(0.2)
-    raise AssertionError(f"no tick scheduled (revision {revision}) within 30 s")
+        return None
+
+    return wait_until(scheduled, f"a tick scheduled (revision {revision})", interval=0.2)
 
 
 def test_a_level_without_a_lane_runs_its_configured_model(tmp_path: Path, sqlite_url: str) -> None:

@@ -2,66 +2,14 @@
 
 from __future__ import annotations
 
-import os
-import signal
-import socket
 import subprocess
-import sys
-import time
-from collections.abc import Iterator
-from contextlib import contextmanager
 from pathlib import Path
 
 import httpx
 
-TICKWORK = str(Path(sys.executable).with_name("tickwork"))
+from tests.commands import TICKWORK, environment, free_port, serve
+
 TOKEN = "tw-serve-token-9b2e71"
-
-
-def free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        port: int = probe.getsockname()[1]
-        return port
-
-
-def environment(**extra: str) -> dict[str, str]:
-    env = {k: v for k, v in os.environ.items() if not k.startswith("TICKWORK_")}
-    env.update(extra)
-    return env
-
-
-@contextmanager
-def serve(cwd: Path, *args: str, env: dict[str, str]) -> Iterator[tuple[str, list[str]]]:
-    """`tickwork serve` on a free port until the block ends.
-
-    Yields its URL and a list that holds the server's output once the block has ended.
-    """
-    port = free_port()
-    process = subprocess.Popen(
-        [TICKWORK, "serve", "--port", str(port), *args],
-        cwd=cwd,
-        env=env,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        text=True,
-    )
-    url = f"http://127.0.0.1:{port}"
-    output: list[str] = []
-    try:
-        deadline = time.monotonic() + 60
-        while True:
-            assert process.poll() is None, process.communicate()[0]
-            assert time.monotonic() < deadline, "tickwork serve never answered"
-            try:
-                httpx.get(f"{url}/", timeout=2)
-                break
-            except httpx.TransportError:
-                time.sleep(0.2)
-        yield url, output
-    finally:
-        process.send_signal(signal.SIGINT)
-        output.append(process.communicate(timeout=30)[0])
 
 
 def refused_to(cwd: Path, *args: str, **env: str) -> subprocess.CompletedProcess[str]:

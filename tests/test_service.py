@@ -2,17 +2,11 @@
 
 from __future__ import annotations
 
-import os
 import signal
-import subprocess
-import sys
-import time
 from collections import Counter
 from collections.abc import Iterator
-from contextlib import contextmanager
 from datetime import timedelta
 from pathlib import Path
-from typing import Any
 
 import psutil
 import pytest
@@ -28,48 +22,10 @@ from harness.projections import projector_for
 from harness.scheduling.reconcile import reconcile
 from harness.scheduling.waves import SlotClaim, claim_wave
 from harness.store import open_store
+from tests.commands import Output, fake_server, run_cli, start, start_service, write_config
+from tests.waiting import wait_until
 
-TICKWORK = str(Path(sys.executable).with_name("tickwork"))
 SLOTS = 20
-
-
-def write_config(tmp_path: Path, levels: str, runner: str = "", store_url: str = "") -> Path:
-    """A tickwork.toml for a service under test: its store, folders, runner and levels."""
-    config = tmp_path / "tickwork.toml"
-    config.write_text(
-        f"""
-[store]
-url = "{store_url or f"sqlite:///{tmp_path}/events.db"}"
-[paths]
-results = "{tmp_path}/results"
-spool = "{tmp_path}/spool"
-[runner]
-shutdown_grace_seconds = 1
-grace_seconds = 1
-{runner}
-{levels}
-"""
-    )
-    return config
-
-
-def start(command: str, config: Path, fake: FakeUpstream, **popen: Any) -> subprocess.Popen[str]:
-    """`tickwork <command>` on the config, talking to the fake upstream."""
-    env = {k: v for k, v in os.environ.items() if not k.startswith("TICKWORK_")}
-    env.update(TICKWORK_CONFIG=str(config), OPENAI_BASE_URL=fake.url)
-    return subprocess.Popen(
-        [TICKWORK, *command.split()], env=env, cwd=config.parent, text=True, **popen
-    )
-
-
-def run_cli(command: str, config: Path, fake: FakeUpstream) -> subprocess.CompletedProcess[str]:
-    process = start(command, config, fake, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
-    stdout, stderr = process.communicate(timeout=90)
-    return subprocess.CompletedProcess(process.args, process.returncode, stdout, stderr)
-
-
-def start_service(config: Path, fake: FakeUpstream) -> subprocess.Popen[str]:
-    return start("run", config, fake, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
 
 
 @pytest.fixture(scope="module")
@@ -93,13 +49,14 @@ timeout_seconds = 120
 """
     config = write_config(tmp_path, level, store_url=store_url)
     replicas = [start_service(config, slow_fake) for _ in range(2)]
-    deadline = time.monotonic() + SLOTS * 3
-    claimed = 0
-    while claimed < SLOTS and time.monotonic() < deadline:
-        time.sleep(1)
+
+    def claimed() -> bool:
         watcher = open_store(store_url)
-        claimed = len({e.stream_id for e in watcher.read_all(0, 100_000, ["TickScheduled"])})
+        slots = {e.stream_id for e in watcher.read_all(0, 100_000, ["TickScheduled"])}
         watcher.close()
+        return len(slots) >= SLOTS
+
+    wait_until(claimed, f"{SLOTS} slots claimed", timeout=SLOTS * 6, interval=1)
     for replica in replicas:
         replica.send_signal(signal.SIGTERM)
     logs = [replica.communicate(timeout=60)[0] for replica in replicas]
@@ -148,35 +105,35 @@ def _start_one_tick_then_kill_the_service(config: Path, fake: FakeUpstream) -> t
     """
     runner = start("tick slow", config, fake)
     store = open_store(f"sqlite:///{config.parent}/events.db")
-    deadline = time.monotonic() + 30
-    started = []
-    while not started:
-        assert time.monotonic() < deadline, "the tick never started"
-        time.sleep(0.2)
-        started = [e for e in store.read_all(0, 1000) if e.type == "TickStarted"]
-    while started[0].data["tick_id"] not in fake.state.first_request:
-        assert time.monotonic() < deadline, "the worker never asked the model"
-        time.sleep(0.1)
+    started = wait_until(
+        lambda: [e for e in store.read_all(0, 1000) if e.type == "TickStarted"], "the tick to start"
+    )
+    tick_id = started[0].data["tick_id"]
+    wait_until(lambda: tick_id in fake.state.first_request, "the worker to ask the model")
     runner.send_signal(signal.SIGKILL)
     runner.wait()
     store.close()
-    return started[0].data["tick_id"], started[0].data["pid"]
+    return tick_id, started[0].data["pid"]
 
 
-def _run_service_briefly(config: Path, fake: FakeUpstream, seconds: float) -> str:
-    """Start a service, let it run `seconds` past its start-up (reconciliation), stop it."""
-    service = start_service(config, fake)
-    assert service.stdout is not None
-    seen = []
-    while not seen or "tickwork running" not in seen[-1]:
-        line = service.stdout.readline()
-        assert line, "the service ended before it started: " + "".join(seen)
-        seen.append(line)
-    time.sleep(seconds)
-    service.send_signal(signal.SIGTERM)
-    output = "".join(seen) + service.communicate(timeout=60)[0]
-    assert service.returncode == 0, output
+def _run_service_until_the_tick_ends(config: Path, fake: FakeUpstream, tick_id: str) -> str:
+    """Start a service, let it run until the tick's stream has its end, stop it."""
+    service = Output(start_service(config, fake))
+    service.wait_for("tickwork running")
+    wait_until(
+        lambda: set(_stream(config, tick_id)) & TERMINAL_TYPES, f"an end of {tick_id}", timeout=120
+    )
+    output = service.stop()
+    assert service.process.returncode == 0, output
     return output
+
+
+def _ended(pid: int) -> bool:
+    """The process has exited (a zombie has: only its reaping is left)."""
+    try:
+        return psutil.Process(pid).status() == psutil.STATUS_ZOMBIE
+    except psutil.NoSuchProcess:
+        return True
 
 
 def _stream(config: Path, tick_id: str) -> list[str]:
@@ -190,25 +147,22 @@ def test_a_restarted_service_adopts_a_running_worker_and_kills_it_at_its_deadlin
     tmp_path: Path,
 ) -> None:
     with fake_server([Step(text="never in time", delay=60)]) as fake:
-        config = _service_config(tmp_path, timeout=8)
+        config = _service_config(tmp_path, timeout=30)  # the worker asks the model before it
         tick_id, pid = _start_one_tick_then_kill_the_service(config, fake)
         assert psutil.pid_exists(pid), "the worker should outlive its killed runner"
-        output = _run_service_briefly(config, fake, seconds=10)
+        output = _run_service_until_the_tick_ends(config, fake, tick_id)
     assert f"{tick_id} adopted" in output
     types = _stream(config, tick_id)
     assert [t for t in types if t in TERMINAL_TYPES] == ["TickTimedOut"], types
-    assert not psutil.pid_exists(pid) or psutil.Process(pid).status() == psutil.STATUS_ZOMBIE
+    assert _ended(pid)
 
 
 def test_a_restarted_service_completes_a_tick_from_its_late_result(tmp_path: Path) -> None:
     with fake_server([Step(text="done while nobody watched", delay=2)]) as fake:
         config = _service_config(tmp_path, timeout=60)
         tick_id, pid = _start_one_tick_then_kill_the_service(config, fake)
-        deadline = time.monotonic() + 30
-        while psutil.pid_exists(pid) and psutil.Process(pid).status() != psutil.STATUS_ZOMBIE:
-            assert time.monotonic() < deadline
-            time.sleep(0.2)
-        output = _run_service_briefly(config, fake, seconds=3)
+        wait_until(lambda: _ended(pid), f"the worker {pid} to end")
+        output = _run_service_until_the_tick_ends(config, fake, tick_id)
     assert f"{tick_id} ended while no scheduler watched: TickCompleted" in output
     types = _stream(config, tick_id)
     assert [t for t in types if t in TERMINAL_TYPES] == ["TickCompleted"], types
@@ -234,16 +188,6 @@ def test_a_claimed_tick_nobody_started_is_recorded_lost(tmp_path: Path) -> None:
     store.close()
 
 
-@contextmanager
-def fake_server(steps: list[Step]) -> Iterator[FakeUpstream]:
-    server = FakeUpstream().start()
-    server.script("default", steps)
-    try:
-        yield server
-    finally:
-        server.stop()
-
-
 def test_cancel_reaches_queued_and_running_ticks_of_a_live_service(tmp_path: Path) -> None:
     level = """
 [levels.busy]
@@ -257,14 +201,13 @@ timeout_seconds = 120
     with fake_server([Step(text="late", delay=60)] * 20) as fake:
         service = start_service(config, fake)
         try:
-            deadline = time.monotonic() + 40
-            while True:
-                assert time.monotonic() < deadline, "never had a running and a queued tick"
-                status = run_cli("status", config, fake)
-                if " running " in status.stdout and " scheduled " in status.stdout:
-                    break
-                time.sleep(0.5)
-            cancelled = run_cli("cancel busy --wait 30", config, fake)
+
+            def running_and_queued() -> bool:
+                status = run_cli("status", config, fake).stdout
+                return " running " in status and " scheduled " in status
+
+            wait_until(running_and_queued, "a running and a queued tick", interval=0.5)
+            cancelled = run_cli("cancel busy --wait 60", config, fake)
         finally:
             service.send_signal(signal.SIGTERM)
             output = service.communicate(timeout=60)[0]

@@ -18,7 +18,7 @@ from pathlib import Path
 import psutil
 import pytest
 
-from harness.config import LevelConfig, PathsConfig, RagConfig, RunnerConfig, Settings, StoreConfig
+from harness.config import LevelConfig, RunnerConfig, StoreConfig
 from harness.contracts.events import LevelPaused, LevelResumed
 from harness.contracts.result import read_result
 from harness.devtools.fake_llm import FakeUpstream, Step, ToolCallSpec
@@ -32,8 +32,8 @@ from harness.scheduling.service import Service
 from harness.scheduling.triggers import slot_tick_id
 from harness.scheduling.waves import SlotClaim, claim_wave
 from harness.store import SqlEventStore, StoredEvent, open_store
-
-SECRET = "sk-tickwork-test-SECRET-0123456789"
+from tests.tick_support import SECRET, Harness, calls
+from tests.waiting import wait_until
 
 
 @pytest.fixture
@@ -45,49 +45,6 @@ def knowledge(tmp_path: Path) -> Path:
     )
     (folder / "deploy.txt").write_text("Deploys freeze on Fridays after 15:00.")
     return folder
-
-
-def make_settings(tmp_path: Path, **level: object) -> Settings:
-    fields: dict[str, object] = {
-        "every": "1m",
-        "prompt": "Check the pager.",
-        "model": "fake-model",
-        "rag": True,
-        "timeout_seconds": 60,
-    }
-    fields.update(level)
-    return Settings(
-        store=StoreConfig(url=f"sqlite:///{tmp_path}/events.db"),
-        paths=PathsConfig(results=tmp_path / "results", spool=tmp_path / "spool"),
-        rag=RagConfig(index=tmp_path / "rag.db"),
-        runner=RunnerConfig(grace_seconds=1.0, retry_backoff_seconds=0.05),
-        levels={"min": LevelConfig(**fields)},  # type: ignore[arg-type]
-    )
-
-
-class Harness:
-    """A runner wired to the fake upstream, and the store it records into."""
-
-    def __init__(self, tmp_path: Path, fake: FakeUpstream, **level: object) -> None:
-        self.settings = make_settings(tmp_path, **level)
-        self.store = open_store(self.settings.store.url)
-        self.fake = fake
-        env = {
-            **os.environ,
-            "OPENAI_BASE_URL": fake.url,
-            "OPENAI_API_KEY": SECRET,
-        }
-        env.pop("TICKWORK_MAX_TOOL_CALLS", None)
-        self.preparer = Preparer(self.settings, self.store, env=env)
-        self.runner = Runner(self.settings, self.store, env=env)
-
-    def tick(self, steps: list[Step], timeout: float | None = None) -> TickOutcome:
-        prepared = self.preparer.prepare("min", timeout=timeout)
-        self.fake.script(prepared.payload.tick_id, steps)
-        return self.runner.run(prepared)
-
-    def events(self, outcome: TickOutcome) -> list[StoredEvent]:
-        return self.store.read_stream(f"tick-{outcome.tick_id}")
 
 
 def local(harness: Harness) -> LocalExecutor:
@@ -105,10 +62,6 @@ def live_in_group(pgid: int) -> list[int]:
         except (ProcessLookupError, psutil.NoSuchProcess):
             continue
     return alive
-
-
-def calls(*names: str) -> Step:
-    return Step(tool_calls=[ToolCallSpec(name=n, arguments={"question": "pager"}) for n in names])
 
 
 def terminal_types(events: list[StoredEvent]) -> list[str]:
@@ -204,12 +157,13 @@ def test_timeout_kills_the_whole_group_and_keeps_the_spend_already_made(
 ) -> None:
     build_index(knowledge, tmp_path / "rag.db")
     harness = Harness(tmp_path, fake)
+    timeout = 30  # room for the worker's start and first call on a machine shared by suites
     began = time.monotonic()
-    outcome = harness.tick([calls("rag_lookup"), Step(text="too late", delay=60)], timeout=10)
+    outcome = harness.tick([calls("rag_lookup"), Step(text="too late", delay=60)], timeout=timeout)
     elapsed = time.monotonic() - began
 
     assert outcome.status == "timed_out"
-    assert elapsed < 10 + 1.0 + 5, "the tick outlived its timeout plus grace"
+    assert elapsed < timeout + 1.0 + 15, "the tick outlived its timeout plus grace"
     events = harness.events(outcome)
     spent = [e for e in events if e.type == "BudgetSpent"]
     assert len(spent) == 1 and spent[0].data["estimated"] is False
@@ -295,13 +249,13 @@ def test_cancel_kills_a_running_tick_which_ends_cancelled(
     outcomes: list[TickOutcome] = []
     thread = threading.Thread(target=lambda: outcomes.append(harness.runner.run(prepared)))
     thread.start()
-    deadline = time.monotonic() + 20
-    while prepared.payload.tick_id not in fake.state.first_request:
-        assert time.monotonic() < deadline, "the tick never reached the upstream"
-        time.sleep(0.05)
+    wait_until(
+        lambda: prepared.payload.tick_id in fake.state.first_request,
+        "the tick to reach the upstream",
+    )
     assert [ref.tick_id for ref in harness.runner.running()] == [prepared.payload.tick_id]
     assert harness.runner.cancel(prepared.payload.tick_id, "operator said stop")
-    thread.join(10)
+    thread.join(60)
     assert outcomes and outcomes[0].status == "cancelled"
     assert not harness.runner.cancel(prepared.payload.tick_id)
     events = harness.events(outcomes[0])
@@ -546,10 +500,10 @@ def test_buffer_one_runs_exactly_one_held_slot_after_the_tick_in_flight(
     slots = [first + timedelta(minutes=i) for i in range(3)]
     fake.script(slot_tick_id("min", slots[0]), [Step(text="slow first", delay=3)])
     service.fire([(slots[0], "min")])
-    deadline = time.monotonic() + 30
-    while slot_tick_id("min", slots[0]) not in fake.state.first_request:
-        assert time.monotonic() < deadline
-        time.sleep(0.05)
+    wait_until(
+        lambda: slot_tick_id("min", slots[0]) in fake.state.first_request,
+        "the first tick to reach the upstream",
+    )
     service.fire([(slots[1], "min")])
     service.fire([(slots[2], "min")])
     service.wait_idle(60)

@@ -1,0 +1,61 @@
+"""A runner wired to the fake upstream and a store: the harness of tests that run real ticks."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+from harness.config import LevelConfig, PathsConfig, RagConfig, RunnerConfig, Settings, StoreConfig
+from harness.devtools.fake_llm import FakeUpstream, Step, ToolCallSpec
+from harness.execution.prepare import Preparer
+from harness.execution.runner import Runner, TickOutcome
+from harness.store import StoredEvent, open_store
+
+SECRET = "sk-tickwork-test-SECRET-0123456789"
+
+
+def make_settings(tmp_path: Path, **level: object) -> Settings:
+    fields: dict[str, object] = {
+        "every": "1m",
+        "prompt": "Check the pager.",
+        "model": "fake-model",
+        "rag": True,
+        "timeout_seconds": 60,
+    }
+    fields.update(level)
+    return Settings(
+        store=StoreConfig(url=f"sqlite:///{tmp_path}/events.db"),
+        paths=PathsConfig(results=tmp_path / "results", spool=tmp_path / "spool"),
+        rag=RagConfig(index=tmp_path / "rag.db"),
+        runner=RunnerConfig(grace_seconds=1.0, retry_backoff_seconds=0.05),
+        levels={"min": LevelConfig(**fields)},  # type: ignore[arg-type]
+    )
+
+
+class Harness:
+    """A runner wired to the fake upstream, and the store it records into."""
+
+    def __init__(self, tmp_path: Path, fake: FakeUpstream, **level: object) -> None:
+        self.settings = make_settings(tmp_path, **level)
+        self.store = open_store(self.settings.store.url)
+        self.fake = fake
+        env = {
+            **os.environ,
+            "OPENAI_BASE_URL": fake.url,
+            "OPENAI_API_KEY": SECRET,
+        }
+        env.pop("TICKWORK_MAX_TOOL_CALLS", None)
+        self.preparer = Preparer(self.settings, self.store, env=env)
+        self.runner = Runner(self.settings, self.store, env=env)
+
+    def tick(self, steps: list[Step], timeout: float | None = None) -> TickOutcome:
+        prepared = self.preparer.prepare("min", timeout=timeout)
+        self.fake.script(prepared.payload.tick_id, steps)
+        return self.runner.run(prepared)
+
+    def events(self, outcome: TickOutcome) -> list[StoredEvent]:
+        return self.store.read_stream(f"tick-{outcome.tick_id}")
+
+
+def calls(*names: str) -> Step:
+    return Step(tool_calls=[ToolCallSpec(name=n, arguments={"question": "pager"}) for n in names])

@@ -82,6 +82,15 @@ def store_url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
 
 
 @pytest.fixture
+def pg_store(pg_session_url: str) -> Iterator[SqlEventStore]:
+    """A migrated, empty PostgreSQL store, for what only PostgreSQL can show."""
+    _truncate(pg_session_url)
+    opened = open_store(pg_session_url)
+    yield opened
+    opened.close()
+
+
+@pytest.fixture
 def store(store_url: str) -> Iterator[SqlEventStore]:
     opened = open_store(store_url)
     yield opened

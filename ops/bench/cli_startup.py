@@ -29,7 +29,9 @@ from harness.config import load_settings
 from harness.contracts.events import BudgetSpent, TickCompleted, TickScheduled, TickStarted
 from harness.store import open_store
 
-STATUS_IMPORTS = "import sys; from harness.cli import main; sys.argv = ['tickwork', 'status']; main()"
+STATUS_IMPORTS = (
+    "import sys; from harness.cli import main; sys.argv = ['tickwork', 'status']; main()"
+)
 
 
 def tickwork_command() -> list[str]:

@@ -52,6 +52,8 @@ ConfigOption = Annotated[
 
 
 class State:
+    """The root options: Typer hands them to the callback only, the commands read them here."""
+
     config: Path | None = None
 
 
@@ -64,11 +66,13 @@ def _root(config: ConfigOption = None) -> None:
 
 
 def fail(message: str, code: int = 1) -> typer.Exit:
+    """Print an error as one greppable line and give the exit to raise (2: bad input)."""
     err.print(f"[bold red]error:[/] {message}", highlight=False)
     return typer.Exit(code)
 
 
 def settings() -> Settings:
+    """The configuration of `--config`; a bad file exits 2 naming the key, before any work."""
     from harness.config import ConfigError, load_settings
 
     try:
@@ -78,6 +82,7 @@ def settings() -> Settings:
 
 
 def store_for(config: Settings) -> SqlEventStore:
+    """The configured store, migrated if embedded and its spool ingested; failures exit 1."""
     from harness.store import Spool, StoreError, open_store
 
     try:

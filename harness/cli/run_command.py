@@ -49,4 +49,5 @@ def run_service() -> None:
 
 
 def report(line: str) -> None:
+    """A service line for the foreground log: timestamped, printed as is (no Rich markup)."""
     out.print(f"{datetime.now(UTC):%H:%M:%S} {line}", highlight=False, markup=False)

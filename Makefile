@@ -37,6 +37,7 @@ bench: $(STAMP)
 	$(BIN)/python ops/bench/store_bench.py
 	$(BIN)/python ops/bench/tick_bench.py
 	$(BIN)/python ops/bench/scheduler_bench.py
+	$(BIN)/python ops/bench/cli_startup.py
 
 clean:
 	rm -rf $(VENV) .tickwork .pytest_cache .mypy_cache .ruff_cache

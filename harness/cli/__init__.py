@@ -27,4 +27,5 @@ __all__ = [
 
 
 def main() -> None:
+    """The `tickwork` console script: one entry point, so every command shares the app."""
     app()

@@ -3,6 +3,11 @@
 Every command loads the configuration first (a bad file exits 2 naming the key), opens the
 store (migrating the embedded SQLite store and ingesting any spool) and brings projections
 up to date before it reports, so what it prints is never stale.
+
+Typer imports every command module to register its command, so these modules import only
+Typer, Rich and the standard library at module level: each command imports the stages it
+needs when it runs, and `tickwork --help` or `tickwork status` never pays for the web
+stack, the agent SDK or a driver it does not use (`tests/test_cli_imports.py` holds this).
 """
 
 from __future__ import annotations
@@ -12,14 +17,16 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from datetime import datetime
 from pathlib import Path
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 from rich.console import Console
 
 from harness import timespec
-from harness.config import ConfigError, Settings, load_settings
-from harness.store import Spool, SqlEventStore, StoreError, open_store
+
+if TYPE_CHECKING:
+    from harness.config import Settings
+    from harness.store import SqlEventStore
 
 app = typer.Typer(
     help="tickwork runs LLM agents on a schedule and keeps every token they spend as events.",
@@ -45,6 +52,8 @@ ConfigOption = Annotated[
 
 
 class State:
+    """The root options: Typer hands them to the callback only, the commands read them here."""
+
     config: Path | None = None
 
 
@@ -57,11 +66,15 @@ def _root(config: ConfigOption = None) -> None:
 
 
 def fail(message: str, code: int = 1) -> typer.Exit:
+    """Print an error as one greppable line and give the exit to raise (2: bad input)."""
     err.print(f"[bold red]error:[/] {message}", highlight=False)
     return typer.Exit(code)
 
 
 def settings() -> Settings:
+    """The configuration of `--config`; a bad file exits 2 naming the key, before any work."""
+    from harness.config import ConfigError, load_settings
+
     try:
         return load_settings(state.config)
     except ConfigError as exc:
@@ -69,6 +82,9 @@ def settings() -> Settings:
 
 
 def store_for(config: Settings) -> SqlEventStore:
+    """The configured store, migrated if embedded and its spool ingested; failures exit 1."""
+    from harness.store import Spool, StoreError, open_store
+
     try:
         return open_store(
             config.store.url,

@@ -4,14 +4,15 @@ from __future__ import annotations
 
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 
 from harness.cli.app import app, fail, out, settings
-from harness.config import Settings
-from harness.routing.catalog import CatalogError, load_catalog
-from harness.routing.decisions import NaiveTimeError, Report, Router, configured_router, decide
+
+if TYPE_CHECKING:
+    from harness.config import Settings
+    from harness.routing.decisions import Report, Router
 
 catalog_app = typer.Typer(help="The routing catalog: which model runs each tick.")
 app.add_typer(catalog_app, name="catalog")
@@ -19,6 +20,9 @@ app.add_typer(catalog_app, name="catalog")
 
 def router_or_exit(config: Settings, report: Report = lambda line: None) -> Router | None:
     """The configured router; an invalid catalog exits 2 before anything is stored."""
+    from harness.routing.catalog import CatalogError
+    from harness.routing.decisions import configured_router
+
     try:
         return configured_router(config, report)
     except CatalogError as exc:
@@ -28,6 +32,8 @@ def router_or_exit(config: Settings, report: Report = lambda line: None) -> Rout
 @catalog_app.command("check")
 def check(file: Annotated[Path, typer.Argument(help="A catalog, .toml or .json.")]) -> None:
     """Validate a catalog: its revision, or every error with its path (exit 2)."""
+    from harness.routing.catalog import CatalogError, load_catalog
+
     try:
         catalog = load_catalog(file)
     except CatalogError as exc:
@@ -47,6 +53,9 @@ def route(
     ] = None,
 ) -> None:
     """Print the decision a tick of LEVEL would record at --at."""
+    from harness.routing.catalog import CatalogError, load_catalog
+    from harness.routing.decisions import NaiveTimeError, decide
+
     path = catalog or settings().routing.catalog
     if path is None:
         raise fail("no catalog: set [routing] catalog in tickwork.toml or pass --catalog", 2)

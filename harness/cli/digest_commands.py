@@ -11,12 +11,7 @@ import orjson
 import typer
 
 from harness.cli.app import app, fail, out, parse_since, settings, store_for
-from harness.config import DigestConfig
-from harness.digests.build import Digest, build_digest
-from harness.digests.publish import Period, Publisher
-from harness.digests.render import DigestFormat, render
-from harness.projections import projector_for
-from harness.scheduling.status import refresh
+from harness.digests.render import DigestFormat
 
 
 @app.command()
@@ -44,6 +39,13 @@ def digest(
     ] = False,
 ) -> None:
     """Build a digest of a period: per level ticks, spend, failures, skips, excerpts."""
+    from harness.config import DigestConfig
+    from harness.digests.build import Digest, build_digest
+    from harness.digests.publish import Period, Publisher
+    from harness.digests.render import render
+    from harness.projections import projector_for
+    from harness.scheduling.status import refresh
+
     if schema:
         sys.stdout.write(
             orjson.dumps(Digest.model_json_schema(), option=orjson.OPT_INDENT_2).decode()

@@ -8,10 +8,6 @@ from typing import Annotated
 import typer
 
 from harness.cli.app import app, fail, out, settings, store_for
-from harness.config import GovernorEnvError, with_legacy_env
-from harness.governor.alerts import Alerts, urls_from_env
-from harness.governor.proxy import create_app, proxy_governor
-from harness.store import Spool
 
 
 @app.command()
@@ -24,6 +20,11 @@ def governor(
 ) -> None:
     """Serve the governor proxy: point agents' OPENAI_BASE_URL at it instead of the gateway."""
     import uvicorn
+
+    from harness.config import GovernorEnvError, with_legacy_env
+    from harness.governor.alerts import Alerts, urls_from_env
+    from harness.governor.proxy import create_app, proxy_governor
+    from harness.store import Spool
 
     config = settings()
     try:

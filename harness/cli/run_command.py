@@ -7,13 +7,6 @@ from datetime import UTC, datetime
 
 from harness.cli.app import app, out, settings, store_for, upstream_for_ticks
 from harness.cli.catalog_commands import router_or_exit
-from harness.digests.publish import DigestScheduler, Publisher
-from harness.execution.executors import LocalExecutor
-from harness.execution.prepare import Preparer
-from harness.execution.runner import Runner
-from harness.prices import PriceBook
-from harness.projections import projector_for
-from harness.scheduling.service import Companion, Service
 
 
 @app.command("run")
@@ -23,6 +16,14 @@ def run_service() -> None:
     SIGHUP (or an edit of the file) reloads the routing catalog; an invalid one is
     reported and the one in force stays.
     """
+    from harness.digests.publish import DigestScheduler, Publisher
+    from harness.execution.executors import LocalExecutor
+    from harness.execution.prepare import Preparer
+    from harness.execution.runner import Runner
+    from harness.prices import PriceBook
+    from harness.projections import projector_for
+    from harness.scheduling.service import Companion, Service
+
     config = settings()
     router = router_or_exit(config, report)
     store = store_for(config)
@@ -48,4 +49,5 @@ def run_service() -> None:
 
 
 def report(line: str) -> None:
+    """A service line for the foreground log: timestamped, printed as is (no Rich markup)."""
     out.print(f"{datetime.now(UTC):%H:%M:%S} {line}", highlight=False, markup=False)

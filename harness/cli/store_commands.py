@@ -7,11 +7,10 @@ import time
 from dataclasses import asdict
 from datetime import date
 from pathlib import Path
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 import orjson
 import typer
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TaskID, TimeElapsedColumn
 from rich.table import Table
 
 from harness.cli.app import (
@@ -26,26 +25,19 @@ from harness.cli.app import (
     state,
     store_for,
 )
-from harness.devtools.example_config import example_config
-from harness.prices import PriceBook
-from harness.projections import Projector, projector_for, spend_report
-from harness.projections.spend import GroupBy
-from harness.scheduling.status import refresh, snapshot
-from harness.store import (
-    HEAD_REVISION,
-    Spool,
-    StoredEvent,
-    StoreError,
-    current_revision,
-    migrate_store,
-    open_store,
-    safe_url,
-)
+
+if TYPE_CHECKING:
+    from harness.projections import Projector
+    from harness.projections.spend import GroupBy
+    from harness.store import StoredEvent
 
 
 @app.command()
 def init(force: Annotated[bool, typer.Option(help="Overwrite an existing file.")] = False) -> None:
     """Write a commented tickwork.toml with two levels (min, hour) and migrate the store."""
+    from harness.devtools.example_config import example_config
+    from harness.store import HEAD_REVISION, safe_url
+
     path = state.config or Path("tickwork.toml")
     if path.exists() and not force:
         out.print(f"{path} exists; leaving it as it is (--force overwrites)")
@@ -61,6 +53,8 @@ def init(force: Annotated[bool, typer.Option(help="Overwrite an existing file.")
 @app.command()
 def migrate() -> None:
     """Apply pending schema migrations (PostgreSQL stores are migrated only this way)."""
+    from harness.store import HEAD_REVISION, StoreError, migrate_store, safe_url
+
     config = settings()
     try:
         before = migrate_store(config.store.url)
@@ -75,6 +69,9 @@ def migrate() -> None:
 @app.command()
 def status() -> None:
     """The store, levels, ticks in flight and today's spend at a glance."""
+    from harness.scheduling.status import refresh, snapshot
+    from harness.store import Spool, current_revision, safe_url
+
     config = settings()
     store = store_for(config)
     try:
@@ -211,6 +208,10 @@ def spend(
     as_json: Annotated[bool, typer.Option("--json", help="JSON output.")] = False,
 ) -> None:
     """Token spend and cost from the spend projection (cost is None for unpriced models)."""
+    from harness.prices import PriceBook
+    from harness.projections import projector_for, spend_report
+    from harness.store import StoreError
+
     groups: list[GroupBy] = []
     for name in by or ["level"]:
         if name not in ("level", "model", "day"):
@@ -253,6 +254,8 @@ def spend(
 @spool_app.command("ingest")
 def spool_ingest() -> None:
     """Append every spooled event to the store (idempotent: replays count nothing twice)."""
+    from harness.store import Spool, StoreError, open_store
+
     config = settings()
     spool = Spool(config.paths.spool)
     try:
@@ -278,6 +281,11 @@ def projections_rebuild(
     ] = None,
 ) -> None:
     """Clear a read model and fold it again from the first event."""
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TaskID, TimeElapsedColumn
+
+    from harness.prices import PriceBook
+    from harness.projections import projector_for
+
     config = settings()
     store = store_for(config)
     try:

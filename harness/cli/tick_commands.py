@@ -12,12 +12,6 @@ import typer
 
 from harness.cli.app import app, fail, out, rag_app, settings, state, store_for, upstream_for_ticks
 from harness.cli.catalog_commands import router_or_exit
-from harness.contracts.events import TERMINAL_TYPES
-from harness.execution.prepare import Preparer, TickSetupError, new_tick_id
-from harness.execution.runner import Runner
-from harness.rag import RagError, build_index
-from harness.scheduling.control import UnknownLevelError, operator, request_cancel, switch_level
-from harness.scheduling.status import refresh
 
 
 @app.command()
@@ -31,6 +25,9 @@ def tick(
     tick_id: Annotated[str | None, typer.Option(hidden=True)] = None,
 ) -> None:
     """Run one tick now, through the same runner the scheduler uses."""
+    from harness.execution.prepare import Preparer, TickSetupError, new_tick_id
+    from harness.execution.runner import Runner
+
     config = settings()
     if not wait:
         tick_id = new_tick_id(level)
@@ -86,6 +83,10 @@ def cancel(
     wait: Annotated[float, typer.Option(min=0, help="Seconds to wait for the ticks to end.")] = 15,
 ) -> None:
     """Cancel ticks in flight: queued ones never start, running ones are killed."""
+    from harness.contracts.events import TERMINAL_TYPES
+    from harness.scheduling.control import operator, request_cancel
+    from harness.scheduling.status import refresh
+
     config = settings()
     store = store_for(config)
     try:
@@ -128,6 +129,8 @@ def resume(level: Annotated[str, typer.Argument(help="The paused level.")]) -> N
 
 
 def _switch(level: str, *, pause: bool, reason: str = "paused by operator") -> None:
+    from harness.scheduling.control import UnknownLevelError, operator, switch_level
+
     config = settings()
     store = store_for(config)
     try:
@@ -159,6 +162,8 @@ def rag_index(
     folder: Annotated[Path | None, typer.Argument(help="Default: [rag] folder.")] = None,
 ) -> None:
     """Index a folder of Markdown and text files for the rag_lookup tool."""
+    from harness.rag import RagError, build_index
+
     config = settings()
     source = folder or config.rag.folder
     if source is None:

@@ -8,9 +8,10 @@ from __future__ import annotations
 
 import html
 from datetime import UTC, datetime
-from typing import Literal
+from typing import TYPE_CHECKING, Literal
 
-from harness.digests.build import Digest, LevelSection
+if TYPE_CHECKING:
+    from harness.digests.build import Digest, LevelSection
 
 DigestFormat = Literal["md", "html", "json"]
 MEDIA_TYPES: dict[DigestFormat, str] = {

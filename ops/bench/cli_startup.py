@@ -1,0 +1,146 @@
+"""CLI start-up benchmark: how long `tickwork --help` and `tickwork status` take, end to end.
+
+An operator types these often, and a command that imports the web stack, the agent SDK
+and every driver before it reads a single row feels broken. Each command runs as a fresh
+process (what a shell does) in a temporary folder after `tickwork init`: `status` on the
+empty store, then on one holding a day of ticks (after one unmeasured run has folded them,
+so the runs measure start-up and reading, not catching up). Then the top imports of
+`tickwork status` by cumulative time (`python -X importtime`), to show where time goes.
+
+    .venv/bin/python ops/bench/cli_startup.py [--runs 15] [--ticks 300] [--top 25]
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import resource
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+
+from machine import describe
+
+from harness.config import load_settings
+from harness.contracts.events import BudgetSpent, TickCompleted, TickScheduled, TickStarted
+from harness.store import open_store
+
+STATUS_IMPORTS = (
+    "import sys; from harness.cli import main; sys.argv = ['tickwork', 'status']; main()"
+)
+
+
+def tickwork_command() -> list[str]:
+    """The installed `tickwork` script of this interpreter's environment, as a shell runs it."""
+    script = Path(sys.executable).with_name("tickwork")
+    return [str(script)] if script.exists() else [shutil.which("tickwork") or "tickwork"]
+
+
+def run(command: list[str], folder: Path) -> tuple[float, float]:
+    """Wall and CPU (user + system) seconds of one run; a failing command stops the benchmark.
+
+    CPU time is the figure to compare across runs on a shared machine: other processes
+    stretch the wall time of a run far more than its CPU time.
+    """
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
+    started = time.perf_counter()
+    subprocess.run(command, cwd=folder, check=True, stdout=subprocess.DEVNULL)
+    wall = time.perf_counter() - started
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return wall, (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
+
+
+def percentile_90(values: list[float]) -> float:
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, round(0.9 * (len(ordered) - 1)))]
+
+
+def figures(label: str, command: list[str], folder: Path, runs: int) -> None:
+    walls, cpus = zip(*(run(command, folder) for _ in range(runs)), strict=True)
+    print(
+        f"{label:<28} wall median {statistics.median(walls):6.3f} s  p90 "
+        f"{percentile_90(list(walls)):6.3f} s   CPU median {statistics.median(cpus):6.3f} s  "
+        f"p90 {percentile_90(list(cpus)):6.3f} s   ({runs} runs)"
+    )
+
+
+def fill(folder: Path, ticks: int) -> None:
+    """A day of completed ticks of the example's `min` level, each with two model calls."""
+    config = load_settings(folder / "tickwork.toml")
+    store = open_store(config.store.url, durability=config.store.durability)
+    start = datetime.now(UTC).replace(hour=0, minute=0, second=0, microsecond=0)
+    try:
+        for index in range(ticks):
+            at = start + timedelta(minutes=index % (24 * 60))
+            tick = {"tick_id": f"min-bench-{index}", "level": "min"}
+            events = [
+                TickScheduled(**tick, slot=at, model="gpt-4o-mini", occurred_at=at),
+                TickStarted(**tick, pid=1, host="bench", occurred_at=at),
+                *(
+                    BudgetSpent(
+                        **tick,
+                        model="gpt-4o-mini",
+                        prompt_tokens=1200,
+                        completion_tokens=150,
+                        occurred_at=at,
+                    )
+                    for _ in range(2)
+                ),
+                TickCompleted(**tick, prompt_tokens=2400, completion_tokens=300, occurred_at=at),
+            ]
+            store.append(f"tick-{tick['tick_id']}", [event.to_record() for event in events])
+    finally:
+        store.close()
+
+
+def top_imports(folder: Path, top: int) -> None:
+    """The imports of `tickwork status` with the largest cumulative time, in microseconds."""
+    done = subprocess.run(
+        [sys.executable, "-X", "importtime", "-c", STATUS_IMPORTS],
+        cwd=folder,
+        check=True,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    rows = []
+    for line in done.stderr.splitlines():
+        if not line.startswith("import time:") or "cumulative" in line:
+            continue
+        own, cumulative, name = line.removeprefix("import time:").split("|")
+        rows.append((int(cumulative), int(own), name[1:].rstrip()))
+    total = sum(cumulative for cumulative, _, name in rows if not name.startswith(" "))
+    print(f"\n`tickwork status` imports: {len(rows)} modules, {total / 1e6:.3f} s at top level")
+    print(f"{'cumulative µs':>14} {'self µs':>9}  module (indent = imported by the line above)")
+    for cumulative, own, name in sorted(rows, reverse=True)[:top]:
+        print(f"{cumulative:>14,} {own:>9,}  {name}")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--runs", type=int, default=15)
+    parser.add_argument("--ticks", type=int, default=300, help="Ticks in the filled store.")
+    parser.add_argument("--top", type=int, default=25, help="Imports to list.")
+    args = parser.parse_args()
+    print(describe())
+    print(f"load average: {' '.join(f'{load:.2f}' for load in os.getloadavg())}")
+    tickwork = tickwork_command()
+    with tempfile.TemporaryDirectory(prefix="tickwork-cli-bench-") as name:
+        folder = Path(name)
+        subprocess.run([*tickwork, "init"], cwd=folder, check=True, stdout=subprocess.DEVNULL)
+        figures("tickwork --help", [*tickwork, "--help"], folder, args.runs)
+        figures("tickwork status (empty)", [*tickwork, "status"], folder, args.runs)
+        fill(folder, args.ticks)
+        run([*tickwork, "status"], folder)
+        figures(f"tickwork status ({args.ticks} ticks)", [*tickwork, "status"], folder, args.runs)
+        top_imports(folder, args.top)
+    print(f"load average after: {' '.join(f'{load:.2f}' for load in os.getloadavg())}")
+
+
+if __name__ == "__main__":
+    main()

@@ -43,11 +43,13 @@ def load_calibrations(
 
 
 class CalibrationProjection(Projection):
+    """Each model's learned chars-per-token, so a tick and the proxy start from what was learned."""
     name = "calibration"
     types = frozenset({"CalibrationSampled"})
     tables = (governor_calibration,)
 
     def apply(self, conn: sa.Connection, batch: Iterable[EventData]) -> None:
+        """Replay the batch's samples through the same learner the governor runs live."""
         known: dict[str, Calibration] | None = None
         changed: dict[str, Calibration] = {}
         for _, _, data in batch:

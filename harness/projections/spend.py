@@ -46,6 +46,7 @@ GroupBy = Literal["level", "model", "day"]
 
 
 class SpendProjection(Projection):
+    """Tokens and USD per day, level, model and price tier: the ledger that budgets read."""
     name = "spend"
     types = frozenset({"BudgetSpent"})
     tables = (spend_daily,)
@@ -54,6 +55,7 @@ class SpendProjection(Projection):
         self.prices = prices
 
     def apply(self, conn: sa.Connection, batch: Iterable[EventData]) -> None:
+        """Sum the batch per row key first, so a rebuild writes each row once per batch."""
         sums: dict[tuple[str, str, str, int], list[int]] = {}
         thresholds: dict[tuple[str, str], tuple[int, ...]] = {}
         for _, _, data in batch:

@@ -27,8 +27,10 @@ class EventRecorder:
             self.store = None
 
     def record(self, event: TickEvent | GovernorEvent) -> None:
+        """Append the event now, or spool it when the store is out of reach."""
         append_or_spool(self.store, self.spool, event.stream_id, [event.to_record()])
 
     def close(self) -> None:
+        """Release the store's connections when the tick ends."""
         if self.store is not None:
             self.store.close()

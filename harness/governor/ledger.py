@@ -23,6 +23,7 @@ MAX_BATCH = 500
 
 
 class Ledger:
+    """The proxy's writer thread: records its events without making a request wait for the store."""
     def __init__(self, store: SqlEventStore | None, spool: Spool) -> None:
         self.store = store
         self.spool = spool
@@ -31,6 +32,7 @@ class Ledger:
         self._thread.start()
 
     def record(self, event: LedgerEvent) -> None:
+        """Queue an event for the writer thread; returns at once."""
         self._queue.put(event)
 
     def close(self) -> None:

@@ -119,6 +119,7 @@ class ProxyGovernor:
         self.recent: deque[dict[str, Any]] = deque(maxlen=RECENT_DECISIONS)
 
     def judge(self, body: dict[str, Any], tick_id: str | None) -> Verdict:
+        """Decide on one request, count it and keep it in the recent decisions the status shows."""
         model = str(body.get("model") or "")
         chars = openai_request_chars(body)
         verdict = decide(
@@ -180,6 +181,7 @@ class ProxyGovernor:
             self.ledger.record(event)
 
     def status(self) -> dict[str, Any]:
+        """What `/governor/status` reports: limits, counters, learned ratios, recent decisions."""
         learned = self.calibrations.models
         return {
             "upstream": self.config.public_upstream,

@@ -149,7 +149,7 @@ class CatalogSource:
         self._requested = True
 
     def poll(self) -> None:
-        """Reload if asked to or if the file changed; an invalid file leaves the old one in force."""
+        """Reload if asked or if the file changed; an invalid file leaves the old one in force."""
         digest = self._digest()
         if digest == self._seen and not self._requested:
             return

@@ -61,6 +61,7 @@ MISSED_HORIZON = timedelta(days=1)
 
 
 class Service:
+    """The scheduler a `tickwork run` process is: fires slots, claims waves, hands ticks on."""
     def __init__(
         self,
         settings: Settings,
@@ -331,6 +332,7 @@ class Service:
         self.executor.wait_idle(max(0.0, deadline - time.monotonic()))
 
     def shutdown(self) -> None:
+        """Stop the executor within the shutdown grace and wait for every held tick's thread."""
         self.executor.shutdown(self.settings.runner.shutdown_grace_seconds)
         self._join_threads(None)
         self.report("tickwork stopped")

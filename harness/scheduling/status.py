@@ -21,6 +21,7 @@ from harness.store import SqlEventStore
 
 @dataclass(frozen=True)
 class LevelStatus:
+    """One level's line of `tickwork status`: schedule, next slot, pause and today's spend."""
     name: str
     schedule: str
     next_slot: datetime
@@ -44,6 +45,7 @@ class LevelStatus:
 def level_statuses(
     settings: Settings, store: SqlEventStore, prices: PriceBook
 ) -> list[LevelStatus]:
+    """Every configured level's status, from one read of the spend read model."""
     now = datetime.now(UTC)
     with store.read_transaction() as conn:
         spend = {
@@ -88,6 +90,7 @@ class Snapshot:
 
     @property
     def running(self) -> list[TickInFlight]:
+        """Ticks that hold a place and run now."""
         return [tick for tick in self.in_flight if tick.status == "running"]
 
     @property
@@ -97,6 +100,7 @@ class Snapshot:
 
     @property
     def paused_levels(self) -> list[str]:
+        """Names of the levels that start no tick until resumed."""
         return [level.name for level in self.levels if level.paused]
 
 

@@ -93,6 +93,7 @@ def decide(
 
 
 def skip_reason(decision: Decision) -> SkipReason | None:
+    """The reason a skipped slot records, or None for a slot that runs (now or buffered)."""
     if decision == "run" or decision == "buffer":
         return None
     return decision

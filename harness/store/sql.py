@@ -228,7 +228,7 @@ class SqlEventStore(EventStore):
             return [_row_to_event(row) for row in conn.execute(query)]
 
     def read_last(self, limit: int, types: Iterable[str] | None = None) -> list[StoredEvent]:
-        """Read backwards on the primary key: the newest events cost the same however long the log."""
+        """Backwards on the primary key: the newest events cost the same however long the log."""
         query = sa.select(*_COLUMNS).order_by(events.c.global_position.desc()).limit(limit)
         if types is not None:
             query = query.where(events.c.type.in_(list(types)))

@@ -20,6 +20,7 @@ CHUNK_CHARS = 1200
 @dataclass(frozen=True)
 class Passage:
     """One retrieved excerpt and where it came from, as the `rag_lookup` tool returns it."""
+
     path: str
     text: str
     score: float

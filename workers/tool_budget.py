@@ -14,6 +14,7 @@ from strands.hooks import AfterToolsEvent, BeforeToolCallEvent, HookProvider, Ho
 
 class ToolBudget(HookProvider):
     """Caps a tick's tool calls: past the cap, calls are cancelled and counted, not run."""
+
     def __init__(self, cap: int) -> None:
         self.cap = cap
         self.executed = 0

@@ -13,6 +13,7 @@ from workers.recorder import EventRecorder
 
 class ToolTrace(HookProvider):
     """Records a `ToolCalled` for every tool call, so a tick's trace shows what it did."""
+
     def __init__(self, payload: TickPayload, recorder: EventRecorder) -> None:
         self.payload = payload
         self.recorder = recorder

@@ -60,6 +60,7 @@ class TokenCheck:
     def __call__(
         self, credentials: Annotated[HTTPAuthorizationCredentials | None, Depends(BEARER)]
     ) -> None:
+        """Refuse a request whose bearer token is missing or wrong (compared in constant time)."""
         if self.token is None:
             return
         if credentials is None or not hmac.compare_digest(

@@ -145,6 +145,7 @@ class BudgetSpent(TickEvent):
 
 class ToolCalled(TickEvent):
     """One tool call inside a tick, recorded for the trace and the per-tick tool cap."""
+
     type = "ToolCalled"
     name: str
     status: Literal["ok", "error", "cancelled"]
@@ -167,6 +168,7 @@ class TerminalTickEvent(TickEvent):
 
 class TickCompleted(TerminalTickEvent):
     """The tick ended with a result; its tokens are the spend the ledger counts."""
+
     type = "TickCompleted"
     result_path: str | None = None
     stop_reason: str | None = None
@@ -179,6 +181,7 @@ class TickCompleted(TerminalTickEvent):
 
 class TickFailed(TerminalTickEvent):
     """The tick ended without a usable result; `failure_class` says whether retrying could help."""
+
     type = "TickFailed"
     reason: str
     failure_class: Literal["infrastructure", "content", "internal"] = "internal"
@@ -188,6 +191,7 @@ class TickFailed(TerminalTickEvent):
 
 class TickTimedOut(TerminalTickEvent):
     """The tick ran past its timeout and its process group was stopped."""
+
     type = "TickTimedOut"
     timeout_seconds: float
     result_path: str | None = None
@@ -195,12 +199,14 @@ class TickTimedOut(TerminalTickEvent):
 
 class TickCancelled(TerminalTickEvent):
     """An operator (or shutdown) stopped the tick before it finished."""
+
     type = "TickCancelled"
     reason: str = ""
 
 
 class TickSkipped(TerminalTickEvent):
     """The slot was claimed but not run, and `reason` says why (it still counts as handled)."""
+
     type = "TickSkipped"
     reason: Literal["overlap", "budget", "missed", "paused"]
     slot: datetime | None = None
@@ -208,12 +214,14 @@ class TickSkipped(TerminalTickEvent):
 
 class TickLost(TerminalTickEvent):
     """The tick's owner vanished (crash, lost host); reconciliation closes it to free the slot."""
+
     type = "TickLost"
     reason: str
 
 
 class LevelPaused(Event):
     """No new tick of the level starts until it is resumed; `by` tells the operator who did it."""
+
     type = "LevelPaused"
     level: str
     reason: str
@@ -222,6 +230,7 @@ class LevelPaused(Event):
 
 class LevelResumed(Event):
     """The level may start ticks again."""
+
     type = "LevelResumed"
     level: str
     by: str = "operator"
@@ -300,6 +309,7 @@ def digest_stream(name: str) -> str:
 
 class DigestEvent(Event):
     """Events of one digest period, in the digest's stream so periods are claimed in order."""
+
     name: str
     period_start: datetime
     period_end: datetime
@@ -326,6 +336,7 @@ class DigestClaimed(DigestEvent):
 
 class DigestDeliveryFailed(DigestEvent):
     """One delivery target refused the digest; the attempt is retried, the others still go out."""
+
     type = "DigestDeliveryFailed"
     target: str
     attempt: int

@@ -23,6 +23,7 @@ class _Model(BaseModel):
 
 class ResultUsage(_Model):
     """What the tick spent, read by the runner for the terminal event and the ledger."""
+
     prompt_tokens: NonNegativeInt = 0
     completion_tokens: NonNegativeInt = 0
     model_calls: NonNegativeInt = 0
@@ -31,12 +32,14 @@ class ResultUsage(_Model):
 
 class ResultToolCalls(_Model):
     """Tool calls run and cancelled, so the terminal event can report what the cap stopped."""
+
     executed: NonNegativeInt = 0
     cancelled: NonNegativeInt = 0
 
 
 class ResultError(_Model):
     """Why a tick failed, classed so the runner knows whether another attempt could help."""
+
     type: str
     message: str
     failure_class: FailureClass = "internal"
@@ -45,6 +48,7 @@ class ResultError(_Model):
 
 class TickResult(_Model):
     """The worker's whole answer to the runner: text, usage, tools and any error, versioned."""
+
     version: Literal[1] = 1
     tick_id: str
     ok: bool

@@ -41,6 +41,8 @@ class _Model(BaseModel):
 
 
 class Anomaly(_Model):
+    """Something wrong in the period, shown first so the operator need not hunt for it."""
+
     kind: AnomalyKind
     level: str
     tick_id: str
@@ -48,11 +50,15 @@ class Anomaly(_Model):
 
 
 class Failure(_Model):
+    """A failed tick and its reason."""
+
     tick_id: str
     reason: str
 
 
 class Excerpt(_Model):
+    """The start of a completed tick's text, so the digest shows what the agent said."""
+
     tick_id: str
     finished_at: datetime | None
     text: str
@@ -60,6 +66,8 @@ class Excerpt(_Model):
 
 
 class ModelSpend(_Model):
+    """What one model cost a level in the period."""
+
     model: str
     calls: int
     prompt_tokens: int
@@ -69,6 +77,8 @@ class ModelSpend(_Model):
 
 
 class LevelSection(_Model):
+    """One level's period: its ticks by status, skips, spend, interventions and failures."""
+
     level: str
     ticks: dict[str, int]
     """Ticks scheduled in the period, by status (completed, failed, skipped …)."""
@@ -84,6 +94,8 @@ class LevelSection(_Model):
 
 
 class Digest(_Model):
+    """What a period looked like, in the versioned form every format is rendered from."""
+
     schema_version: Literal[1] = 1
     name: str
     period_start: datetime
@@ -94,6 +106,7 @@ class Digest(_Model):
 
     @property
     def cost_usd(self) -> float | None:
+        """The period's total cost; None when any model in it has no known price."""
         costs = [m.cost_usd for section in self.levels for m in section.spend]
         return None if any(c is None for c in costs) else sum(c for c in costs if c is not None)
 

@@ -56,6 +56,7 @@ def tool_budget(level: str, config: LevelConfig, env: Mapping[str, str]) -> int:
 
 
 def new_tick_id(level: str) -> str:
+    """A tick id that sorts by level and start time and is unique across replicas."""
     return f"{level}-{datetime.now(UTC):%Y%m%dT%H%M%S}-{uuid.uuid4().hex[:8]}"
 
 
@@ -72,6 +73,8 @@ class TickRef:
 
 @dataclass(frozen=True)
 class PreparedTick:
+    """A tick ready to launch: the payload and what the runner needs besides it."""
+
     payload: TickPayload
     timeout: float
     log_path: Path
@@ -80,6 +83,7 @@ class PreparedTick:
 
     @property
     def ref(self) -> TickRef:
+        """The handle the runner ends the tick by."""
         payload = self.payload
         return TickRef(
             payload.tick_id, payload.level, payload.result_path, self.log_path, self.timeout
@@ -87,6 +91,7 @@ class PreparedTick:
 
 
 def previous_result_text(store: SqlEventStore, projector: Projector, level: str) -> str:
+    """The text of the level's last completed tick, for `$previous_result` ("" if none)."""
     projector.catch_up(["ticks"])
     with store.read_transaction() as conn:
         path = previous_result_path(conn, level)
@@ -99,6 +104,7 @@ def previous_result_text(store: SqlEventStore, projector: Projector, level: str)
 
 
 def render(template: str, level: str, slot: datetime | None, previous: str) -> str:
+    """Fill the prompt's placeholders; an unknown `$name` stays as written."""
     context = {
         "level": level,
         "slot": slot.isoformat() if slot else "now",
@@ -108,6 +114,8 @@ def render(template: str, level: str, slot: datetime | None, previous: str) -> s
 
 
 class Preparer:
+    """Turns a claimed slot into a tick's payload: prompt, route, limits and calibrations."""
+
     def __init__(
         self,
         settings: Settings,

@@ -55,6 +55,8 @@ class Ended:
 
 @dataclass(frozen=True)
 class TickOutcome:
+    """How a tick ended, with its parsed result, so the result file is read once."""
+
     tick_id: str
     level: str
     status: str
@@ -66,6 +68,8 @@ class TickOutcome:
 
 
 class Runner:
+    """Runs a prepared tick: launches it, supervises it, retries it and records its end."""
+
     def __init__(
         self,
         settings: Settings,
@@ -265,9 +269,11 @@ class Runner:
             time.sleep(0.02)
 
     def record(self, event: TickEvent) -> None:
+        """Append a tick's event now, or spool it when the store is out of reach."""
         append_or_spool(self.store, self.spool, event.stream_id, [event.to_record()])
 
     def record_level(self, event: LevelPaused | LevelResumed) -> None:
+        """Record a level's pause or resume, spooled like the tick's events."""
         append_or_spool(self.store, self.spool, level_stream(event.level), [event.to_record()])
 
 

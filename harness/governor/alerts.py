@@ -32,6 +32,7 @@ def urls_from_env(env: Mapping[str, str]) -> tuple[str, ...]:
 
 class Alerts:
     """Tells the operator once per episode that a conversation went over the governor's limits."""
+
     def __init__(
         self,
         urls: tuple[str, ...],

@@ -24,6 +24,7 @@ MAX_BATCH = 500
 
 class Ledger:
     """The proxy's writer thread: records its events without making a request wait for the store."""
+
     def __init__(self, store: SqlEventStore | None, spool: Spool) -> None:
         self.store = store
         self.spool = spool

@@ -44,6 +44,7 @@ def load_calibrations(
 
 class CalibrationProjection(Projection):
     """Each model's learned chars-per-token, so a tick and the proxy start from what was learned."""
+
     name = "calibration"
     types = frozenset({"CalibrationSampled"})
     tables = (governor_calibration,)

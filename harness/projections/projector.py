@@ -42,6 +42,7 @@ Progress = Callable[[int, int], None]
 
 class Projector:
     """Keeps read models current: folds new events into each projection, batch by batch."""
+
     def __init__(
         self,
         store: EventStore,

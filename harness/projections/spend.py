@@ -47,6 +47,7 @@ GroupBy = Literal["level", "model", "day"]
 
 class SpendProjection(Projection):
     """Tokens and USD per day, level, model and price tier: the ledger that budgets read."""
+
     name = "spend"
     types = frozenset({"BudgetSpent"})
     tables = (spend_daily,)

@@ -69,6 +69,7 @@ def _time(value: str | None) -> datetime | None:
 
 class TicksProjection(Projection):
     """One row per tick with its latest status and totals, for status views and scheduling."""
+
     name = "ticks"
     types = frozenset({*STATUS_OF, "BudgetSpent", "ToolCalled"})
     tables = (ticks,)
@@ -152,6 +153,7 @@ def tick_rows(
 @dataclass(frozen=True)
 class TickInFlight:
     """A tick still holding a place, with the times needed to report its wait and runtime."""
+
     tick_id: str
     level: str
     status: str

@@ -71,6 +71,7 @@ class Rule(_Strict):
 
 class Window(Rule):
     """A rule that holds between two local times of the day."""
+
     start: ClockTime
     """Inclusive; a window ends where the next one starts."""
     end: ClockTime
@@ -95,6 +96,7 @@ class Lane(_Strict):
 
 class Catalog(_Strict):
     """The operator's routing document: targets, a lane per level, promotions on failure."""
+
     schema_version: Literal[1]
     timezone: str = "UTC"
     """IANA zone the time windows are read in."""

@@ -165,6 +165,7 @@ class CatalogSource:
 
     def watch(self, stopping: threading.Event) -> threading.Thread:
         """Poll the catalog file on a daemon thread until `stopping` is set."""
+
         def loop() -> None:
             while not stopping.wait(WATCH_SECONDS):
                 self.poll()

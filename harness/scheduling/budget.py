@@ -29,6 +29,7 @@ from harness.store import SqlEventStore
 @dataclass(frozen=True)
 class BudgetCheck:
     """A budget verdict with the figures behind it, for the skip event and the operator."""
+
     allowed: bool
     spent_tokens: int
     spent_usd: float | None
@@ -37,6 +38,7 @@ class BudgetCheck:
 
 class Budgets:
     """Daily token and USD caps per level, counting spend and reservations of ticks in flight."""
+
     def __init__(self, store: SqlEventStore, projector: Projector, prices: PriceBook) -> None:
         self.store = store
         self.projector = projector

@@ -20,6 +20,7 @@ ScopeMatch = Callable[[str, str], bool]
 
 class RunningTick(Protocol):
     """What the service needs of a tick in flight: enough to match it against a cancel."""
+
     @property
     def tick_id(self) -> str:
         """The tick's id, matched against a cancel request's prefix."""
@@ -31,6 +32,7 @@ class RunningTick(Protocol):
 
 class Handoff(Protocol):
     """The executor as the service sees it: submit, never-start and cancel claimed ticks."""
+
     def submit(self, claim: SlotClaim) -> None:
         """Queue a claimed tick to run when it gets a place; one that cannot ends cancelled."""
 

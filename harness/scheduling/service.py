@@ -62,6 +62,7 @@ MISSED_HORIZON = timedelta(days=1)
 
 class Service:
     """The scheduler a `tickwork run` process is: fires slots, claims waves, hands ticks on."""
+
     def __init__(
         self,
         settings: Settings,

@@ -22,6 +22,7 @@ from harness.store import SqlEventStore
 @dataclass(frozen=True)
 class LevelStatus:
     """One level's line of `tickwork status`: schedule, next slot, pause and today's spend."""
+
     name: str
     schedule: str
     next_slot: datetime

@@ -29,6 +29,7 @@ from harness.store.records import ANY, AppendResult, StoreUnavailableError
 @dataclass(frozen=True)
 class IngestReport:
     """What an ingest did, so its caller can report it, corrupt lines included."""
+
     appended: int
     duplicates: int
     files: int

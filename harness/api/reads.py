@@ -20,13 +20,13 @@ from harness.projections import SpendRow, projector_for, spend_report
 from harness.projections.spend import GroupBy
 from harness.projections.ticks import tick_rows
 from harness.scheduling.status import Snapshot, snapshot
-from harness.store import SqlEventStore
+from harness.store import EventStore
 
 
 class Reads:
     """The read side of one server: store, prices and projector, shared by its requests."""
 
-    def __init__(self, settings: Settings, store: SqlEventStore) -> None:
+    def __init__(self, settings: Settings, store: EventStore) -> None:
         self.settings = settings
         self.store = store
         self.prices = PriceBook(settings.prices)

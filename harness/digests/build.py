@@ -27,7 +27,7 @@ from harness.prices import PriceBook
 from harness.projections import Projector
 from harness.projections.levels import paused_levels
 from harness.projections.ticks import period_ticks
-from harness.store import SqlEventStore
+from harness.store import EventStore
 from harness.timespec import as_utc
 
 AnomalyKind = Literal[
@@ -112,7 +112,7 @@ class Digest(_Model):
 
 
 def build_digest(
-    store: SqlEventStore,
+    store: EventStore,
     projector: Projector,
     prices: PriceBook,
     name: str,
@@ -207,7 +207,7 @@ def _row_anomalies(row: sa.Row[tuple[object, ...]]) -> list[Anomaly]:
 
 
 def _period_events(
-    store: SqlEventStore,
+    store: EventStore,
     prices: PriceBook,
     start: datetime,
     end: datetime,
@@ -271,7 +271,7 @@ def _spend_rows(sums: dict[tuple[str, str], _Sum]) -> dict[str, list[ModelSpend]
     return rows
 
 
-def _pause_reasons(store: SqlEventStore, paused: set[str]) -> dict[str, str]:
+def _pause_reasons(store: EventStore, paused: set[str]) -> dict[str, str]:
     streams = {level_stream(level): level for level in paused}
     found = store.read_streams(streams, types=["LevelPaused"])
     return {

@@ -50,7 +50,7 @@ from harness.prices import PriceBook
 from harness.projections import Projector
 from harness.scheduling.timetable import Slot, Timetable
 from harness.scheduling.triggers import level_trigger, next_slot
-from harness.store import NO_STREAM, ConcurrencyError, SqlEventStore, StoreError
+from harness.store import NO_STREAM, ConcurrencyError, EventStore, StoreError
 
 Report = Callable[[str], None]
 T = TypeVar("T")
@@ -119,7 +119,7 @@ class Publisher:
     def __init__(
         self,
         settings: Settings,
-        store: SqlEventStore,
+        store: EventStore,
         projector: Projector,
         prices: PriceBook,
         report: Report,

@@ -27,7 +27,7 @@ from harness.projections import Projector, projector_for
 from harness.projections.calibration import current_calibrations
 from harness.projections.ticks import previous_result_path
 from harness.routing.decisions import Routed, Router, configured_router
-from harness.store import SqlEventStore, StoreError
+from harness.store import EventStore, StoreError
 
 log = logging.getLogger(__name__)
 
@@ -90,7 +90,7 @@ class PreparedTick:
         )
 
 
-def previous_result_text(store: SqlEventStore, projector: Projector, level: str) -> str:
+def previous_result_text(store: EventStore, projector: Projector, level: str) -> str:
     """The text of the level's last completed tick, for `$previous_result` ("" if none)."""
     projector.catch_up(["ticks"])
     with store.read_transaction() as conn:
@@ -119,7 +119,7 @@ class Preparer:
     def __init__(
         self,
         settings: Settings,
-        store: SqlEventStore | None,
+        store: EventStore | None,
         env: Mapping[str, str] | None = None,
         router: Router | None = None,
     ) -> None:

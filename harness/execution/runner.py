@@ -39,7 +39,7 @@ from harness.execution.launchers import ColdLauncher, Launcher, TickProcess
 from harness.execution.prepare import PreparedTick, TickRef
 from harness.routing.decisions import Escalation
 from harness.scheduling.waves import SlotClaim
-from harness.store import Spool, SqlEventStore, append_or_spool
+from harness.store import EventStore, Spool, append_or_spool
 
 STDERR_TAIL_BYTES = 2000
 
@@ -73,7 +73,7 @@ class Runner:
     def __init__(
         self,
         settings: Settings,
-        store: SqlEventStore | None,
+        store: EventStore | None,
         launcher: Launcher | None = None,
         env: Mapping[str, str] | None = None,
     ) -> None:

@@ -49,7 +49,7 @@ from harness.governor.wire import (
     with_directive,
 )
 from harness.projections.calibration import current_calibrations
-from harness.store import Spool, SqlEventStore
+from harness.store import EventStore, Spool
 
 log = logging.getLogger(__name__)
 
@@ -206,7 +206,7 @@ class ProxyGovernor:
 
 @contextlib.contextmanager
 def proxy_governor(
-    config: GovernorConfig, store: SqlEventStore | None, spool: Spool, alerts: Alerts
+    config: GovernorConfig, store: EventStore | None, spool: Spool, alerts: Alerts
 ) -> Iterator[ProxyGovernor]:
     """The governor's state, started from the calibration projection; flushed on exit."""
     with contextlib.ExitStack() as stack:

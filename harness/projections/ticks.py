@@ -13,7 +13,7 @@ from typing import Any
 import sqlalchemy as sa
 
 from harness.projections.base import EventData, Projection, upsert
-from harness.store import SqlEventStore
+from harness.store import EventStore
 from harness.store.schema import metadata
 from harness.timespec import as_utc
 
@@ -172,9 +172,7 @@ class TickInFlight:
         return None if self.started_at is None else (now - self.started_at).total_seconds()
 
 
-def ticks_in_flight(
-    store: SqlEventStore, levels: Iterable[str] | None = None
-) -> list[TickInFlight]:
+def ticks_in_flight(store: EventStore, levels: Iterable[str] | None = None) -> list[TickInFlight]:
     """Ticks scheduled or running (of `levels` only, if given), as the read model has them."""
     query = (
         sa.select(

@@ -23,7 +23,7 @@ from harness.contracts.events import tick_stream
 from harness.prices import PriceBook
 from harness.projections import Projector, spend_report
 from harness.projections.ticks import TickInFlight
-from harness.store import SqlEventStore
+from harness.store import EventStore
 
 
 @dataclass(frozen=True)
@@ -39,7 +39,7 @@ class BudgetCheck:
 class Budgets:
     """Daily token and USD caps per level, counting spend and reservations of ticks in flight."""
 
-    def __init__(self, store: SqlEventStore, projector: Projector, prices: PriceBook) -> None:
+    def __init__(self, store: EventStore, projector: Projector, prices: PriceBook) -> None:
         self.store = store
         self.projector = projector
         self.prices = prices

@@ -47,7 +47,7 @@ from harness.scheduling.waves import (
     decide,
     skip_reason,
 )
-from harness.store import SqlEventStore, StoreError
+from harness.store import EventStore, StoreError
 
 Report = Callable[[str], None]
 Companion = Callable[[threading.Event], None]
@@ -66,7 +66,7 @@ class Service:
     def __init__(
         self,
         settings: Settings,
-        store: SqlEventStore,
+        store: EventStore,
         executor: Handoff,
         report: Report,
         router: Router | None = None,

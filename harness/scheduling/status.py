@@ -16,7 +16,7 @@ from harness.projections import projector_for, spend_report
 from harness.projections.levels import paused_levels
 from harness.projections.ticks import TickInFlight, ticks_in_flight
 from harness.scheduling.triggers import level_trigger, next_slot
-from harness.store import SqlEventStore
+from harness.store import EventStore
 
 
 @dataclass(frozen=True)
@@ -43,9 +43,7 @@ class LevelStatus:
         return tokens, cost
 
 
-def level_statuses(
-    settings: Settings, store: SqlEventStore, prices: PriceBook
-) -> list[LevelStatus]:
+def level_statuses(settings: Settings, store: EventStore, prices: PriceBook) -> list[LevelStatus]:
     """Every configured level's status, from one read of the spend read model."""
     now = datetime.now(UTC)
     with store.read_transaction() as conn:
@@ -105,7 +103,7 @@ class Snapshot:
         return [level.name for level in self.levels if level.paused]
 
 
-def snapshot(settings: Settings, store: SqlEventStore, prices: PriceBook) -> Snapshot:
+def snapshot(settings: Settings, store: EventStore, prices: PriceBook) -> Snapshot:
     """The status of the service, from read models the caller has brought up to date.
 
     Checkpoints are read before the store's position, so a fold in between can only
@@ -121,7 +119,7 @@ def snapshot(settings: Settings, store: SqlEventStore, prices: PriceBook) -> Sna
     )
 
 
-def refresh(settings: Settings, store: SqlEventStore) -> PriceBook:
+def refresh(settings: Settings, store: EventStore) -> PriceBook:
     """Bring the read models up to date; returns the price book they are priced with."""
     prices = PriceBook(settings.prices)
     projector_for(store, prices).catch_up()

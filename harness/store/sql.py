@@ -107,7 +107,7 @@ class SqlEventStore(EventStore):
 
     @contextmanager
     def read_transaction(self) -> Iterator[sa.Connection]:
-        """A plain transaction for reads, so several queries see one snapshot of the database."""
+        """A transaction for reads: unlike `write_transaction`, it takes no write lock at BEGIN."""
         with translate_errors(), self.engine.connect() as conn, conn.begin():
             yield conn
 

@@ -37,7 +37,7 @@ class StoreCollector(Collector):
         self.reads = reads
 
     def collect(self) -> Iterator[Metric]:
-        """Bring the read models up to date, then yield every metric family from one read."""
+        """Bring the read models up to date, then yield every metric family."""
         reads = self.reads.fresh()
         with reads.store.read_transaction() as conn:
             families = [

@@ -213,7 +213,7 @@ class TickSkipped(TerminalTickEvent):
 
 
 class TickLost(TerminalTickEvent):
-    """The tick's owner vanished (crash, lost host); reconciliation closes it to free the slot."""
+    """The tick's process or its owner vanished (crash, lost host): ended, it holds no place."""
 
     type = "TickLost"
     reason: str

@@ -46,7 +46,7 @@ GroupBy = Literal["level", "model", "day"]
 
 
 class SpendProjection(Projection):
-    """Tokens and USD per day, level, model and price tier: the ledger that budgets read."""
+    """Tokens per day, level, model and price tier (priced when read): what budgets count."""
 
     name = "spend"
     types = frozenset({"BudgetSpent"})

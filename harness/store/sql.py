@@ -134,7 +134,7 @@ class SqlEventStore(EventStore):
         return AppendResult(positions, version)
 
     def create_streams(self, streams: Mapping[str, Sequence[NewEvent]]) -> set[str]:
-        """One INSERT for the whole wave; a stream already started is skipped, not an error."""
+        """The whole wave in one writer transaction; a stream already started is skipped."""
         for stream_id, events_ in streams.items():
             if not 0 < len(events_) <= MAX_BATCH:
                 raise ValueError(

@@ -142,6 +142,7 @@ class PriceBook:
 
 
 def tier_of(prompt_tokens: int, thresholds: tuple[int, ...]) -> int:
+    """The highest tier threshold the prompt passes (-1: the base tier), to pick a tier's rates."""
     tier = -1
     for above in thresholds:
         if prompt_tokens > above:

@@ -19,6 +19,8 @@ CHUNK_CHARS = 1200
 
 @dataclass(frozen=True)
 class Passage:
+    """One retrieved excerpt and where it came from, as the `rag_lookup` tool returns it."""
+
     path: str
     text: str
     score: float
@@ -74,6 +76,7 @@ def _match_expression(question: str) -> str:
 
 
 def search(index_path: Path, question: str, k: int = 5, timeout: float = 20.0) -> list[Passage]:
+    """The `k` best passages for a question, within `timeout`: a slow index cannot stall a tick."""
     if not index_path.is_file():
         raise RagError(f"no retrieval index at {index_path}: run `tickwork rag index`")
     expression = _match_expression(question)

@@ -36,4 +36,4 @@ def parse_since(text: str) -> datetime:
         raise ValueError(
             f"{text!r} is neither a duration like 30m, 12h, 7d nor an ISO date/time"
         ) from None
-    return parsed if parsed.tzinfo else parsed.replace(tzinfo=UTC)
+    return as_utc(parsed)

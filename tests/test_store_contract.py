@@ -182,6 +182,19 @@ def test_records_round_trip_exactly(store: SqlEventStore) -> None:
     assert store.first_position_since(datetime.now(UTC) + timedelta(hours=1)) == 2
 
 
+def test_a_read_transaction_reads_the_stores_own_database(store: SqlEventStore) -> None:
+    store.append("s", [new(), new()], NO_STREAM)
+    with store.tracking("spend") as tracking:
+        store.save_checkpoint(tracking, 2)
+
+    with store.read_transaction() as conn:
+        assert conn.execute(sa.select(sa.func.count()).select_from(events)).scalar() == 2
+        checkpoint = sa.select(projection_checkpoints.c.position).where(
+            projection_checkpoints.c.name == "spend"
+        )
+        assert conn.execute(checkpoint).scalar() == 2
+
+
 def test_typed_events_round_trip_and_unknown_types_are_kept(store: SqlEventStore) -> None:
     spent = BudgetSpent(tick_id="t1", level="min", model="m", prompt_tokens=5, completion_tokens=2)
     started = TickStarted(tick_id="t1", level="min", pid=42, host="h")

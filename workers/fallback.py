@@ -38,6 +38,7 @@ class CandidateWalk:
 
     @property
     def current(self) -> RouteCandidate | None:
+        """The candidate being tried (None: no route, the payload's own model runs)."""
         return self.candidates[self.index] if self.candidates else None
 
     @property

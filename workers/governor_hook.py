@@ -29,6 +29,7 @@ log = logging.getLogger(__name__)
 
 
 def strands_tail(messages: Messages) -> Tail:
+    """How the Strands conversation ends, in the governor's terms, to place a directive."""
     if not messages:
         return "empty"
     last = messages[-1]
@@ -66,6 +67,7 @@ class ContextGovernor(HookProvider):
         return str(self.model.get_config().get("model_id") or self.payload.model)
 
     def register_hooks(self, registry: HookRegistry, **kwargs: Any) -> None:
+        """Judge each request before its model call; learn the ratio from each answer's usage."""
         registry.add_callback(BeforeModelCallEvent, self._before_call)
         registry.add_callback(MessageAddedEvent, self._message_added)
 

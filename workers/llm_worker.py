@@ -49,6 +49,7 @@ def _payload_error(raw: bytes, exc: ValidationError) -> int:
 
 def run(payload: TickPayload) -> int:
     # Imported here: a bad payload is answered without paying for the SDK's import.
+    """Run one tick to its end and write its result file; the exit code is the process's."""
     from strands import Agent, ModelRetryStrategy
     from strands.agent.conversation_manager import NullConversationManager
 
@@ -151,6 +152,7 @@ def run(payload: TickPayload) -> int:
 
 
 def main() -> int:
+    """The tick process's entry point: the payload on stdin, the result in its file."""
     logging.basicConfig(level=logging.WARNING, stream=sys.stderr)
     raw = sys.stdin.buffer.read()
     try:

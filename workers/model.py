@@ -24,6 +24,7 @@ class MeteredOpenAIModel(OpenAIModel):
     response_chars = 0
 
     async def stream(self, *args: Any, **kwargs: Any) -> AsyncGenerator[Any, None]:
+        """Count the streamed text as it passes, for the estimate when no usage comes back."""
         self.response_chars = 0
         async for event in super().stream(*args, **kwargs):
             delta = (

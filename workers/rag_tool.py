@@ -11,6 +11,7 @@ from harness.rag import RagError, search
 
 
 def make_rag_lookup(settings: RagSettings) -> Any:
+    """The tick's `rag_lookup` tool, over the operator's index, usable once per tick."""
     used = False
 
     @tool

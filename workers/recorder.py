@@ -6,7 +6,7 @@ import logging
 
 from harness.contracts.events import GovernorEvent, TickEvent
 from harness.contracts.payload import TickPayload
-from harness.store import SqlEventStore, StoreError, append_or_spool, open_store
+from harness.store import EventStore, StoreError, append_or_spool, open_store
 from harness.store.spool import Spool
 
 log = logging.getLogger(__name__)
@@ -17,7 +17,7 @@ class EventRecorder:
 
     def __init__(self, payload: TickPayload) -> None:
         self.spool = Spool(payload.spool_dir)
-        self.store: SqlEventStore | None
+        self.store: EventStore | None
         try:
             self.store = open_store(
                 payload.store_url, durability=payload.durability, spool=self.spool
@@ -27,8 +27,10 @@ class EventRecorder:
             self.store = None
 
     def record(self, event: TickEvent | GovernorEvent) -> None:
+        """Append the event now, or spool it when the store is out of reach."""
         append_or_spool(self.store, self.spool, event.stream_id, [event.to_record()])
 
     def close(self) -> None:
+        """Release the store's connections when the tick ends."""
         if self.store is not None:
             self.store.close()

@@ -36,6 +36,7 @@ class SpendMeter(HookProvider):
         self._cancelled = False
 
     def register_hooks(self, registry: HookRegistry, **kwargs: Any) -> None:
+        """Size each request before the call; record its spend after it."""
         registry.add_callback(BeforeModelCallEvent, self._before_call)
         registry.add_callback(AfterModelCallEvent, self._after_call)
 

@@ -13,6 +13,8 @@ from strands.hooks import AfterToolsEvent, BeforeToolCallEvent, HookProvider, Ho
 
 
 class ToolBudget(HookProvider):
+    """Caps a tick's tool calls: past the cap, calls are cancelled and counted, not run."""
+
     def __init__(self, cap: int) -> None:
         self.cap = cap
         self.executed = 0
@@ -20,6 +22,7 @@ class ToolBudget(HookProvider):
         self.exhausted = False
 
     def register_hooks(self, registry: HookRegistry, **kwargs: Any) -> None:
+        """Count every tool call before it runs and note when a batch met the cap."""
         registry.add_callback(BeforeToolCallEvent, self._before_call)
         registry.add_callback(AfterToolsEvent, self._after_batch)
 

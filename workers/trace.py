@@ -12,11 +12,14 @@ from workers.recorder import EventRecorder
 
 
 class ToolTrace(HookProvider):
+    """Records a `ToolCalled` for every tool call, so a tick's trace shows what it did."""
+
     def __init__(self, payload: TickPayload, recorder: EventRecorder) -> None:
         self.payload = payload
         self.recorder = recorder
 
     def register_hooks(self, registry: HookRegistry, **kwargs: Any) -> None:
+        """Watch each finished tool call."""
         registry.add_callback(AfterToolCallEvent, self._after_call)
 
     def _after_call(self, event: AfterToolCallEvent) -> None:

@@ -30,7 +30,7 @@ from harness.projections import SpendRow
 from harness.projections.spend import GroupBy
 from harness.projections.ticks import STATUSES
 from harness.scheduling.control import Switched, UnknownLevelError, request_cancel, switch_level
-from harness.store import SqlEventStore
+from harness.store import EventStore
 from harness.timespec import parse_since
 
 STATIC = Path(__file__).with_name("static")
@@ -60,6 +60,7 @@ class TokenCheck:
     def __call__(
         self, credentials: Annotated[HTTPAuthorizationCredentials | None, Depends(BEARER)]
     ) -> None:
+        """Refuse a request whose bearer token is missing or wrong (compared in constant time)."""
         if self.token is None:
             return
         if credentials is None or not hmac.compare_digest(
@@ -83,7 +84,7 @@ FreshReads = Annotated[Reads, Depends(_reads)]
 Level = Annotated[str, PathParam(description="A configured level.")]
 
 
-def create_app(settings: Settings, store: SqlEventStore) -> FastAPI:
+def create_app(settings: Settings, store: EventStore) -> FastAPI:
     """The application over an open store (the caller closes it after the server stops)."""
     app = FastAPI(
         title="tickwork", summary="Ticks, spend, digests and control of a tickwork service."

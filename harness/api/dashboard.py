@@ -25,6 +25,7 @@ PALETTE = ("#4e79a7", "#f28e2b", "#59a14f", "#e15759", "#76b7b2", "#edc948", "#b
 
 
 def panels(reads: Reads) -> str:
+    """The dashboard's panels as one HTML fragment, so a refresh replaces them in one swap."""
     status = reads.snapshot()
     levels = list(reads.settings.levels)
     since = status.taken_at.date() - timedelta(days=CHART_DAYS - 1)

@@ -31,10 +31,13 @@ FIRE_LAG_WINDOW = 100
 
 
 class StoreCollector(Collector):
+    """Reads the metrics from the store at each scrape, so any replica's ticks are counted."""
+
     def __init__(self, reads: Reads) -> None:
         self.reads = reads
 
     def collect(self) -> Iterator[Metric]:
+        """Bring the read models up to date, then yield every metric family."""
         reads = self.reads.fresh()
         with reads.store.read_transaction() as conn:
             families = [

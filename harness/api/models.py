@@ -16,6 +16,8 @@ Utc = Annotated[datetime | None, AfterValidator(as_utc)]
 
 
 class InFlight(BaseModel):
+    """A tick in flight as the API shows it, with its wait and runtime worked out."""
+
     tick_id: str
     level: str
     status: str
@@ -27,6 +29,7 @@ class InFlight(BaseModel):
 
     @classmethod
     def of(cls, tick: TickInFlight, now: datetime) -> InFlight:
+        """The API's form of a read-model row, with durations measured at `now`."""
         return cls(
             tick_id=tick.tick_id,
             level=tick.level,
@@ -39,12 +42,16 @@ class InFlight(BaseModel):
 
 
 class Projection(BaseModel):
+    """How far one read model has folded, for `/status`."""
+
     position: int
     lag: int
     """Events stored but not yet folded into this read model."""
 
 
 class Status(BaseModel):
+    """The body of `/status`: the same snapshot `tickwork status` prints."""
+
     taken_at: datetime
     store_position: int
     projections: dict[str, Projection]
@@ -55,6 +62,7 @@ class Status(BaseModel):
 
     @classmethod
     def of(cls, snapshot: Snapshot) -> Status:
+        """The snapshot in the API's form, every duration measured at the snapshot's time."""
         now = snapshot.taken_at
         return cls(
             taken_at=now,
@@ -91,6 +99,8 @@ class Tick(BaseModel):
 
 
 class Event(BaseModel):
+    """A stored event as the API shows it (ids as strings, no metadata)."""
+
     global_position: int
     stream_position: int
     event_id: str
@@ -101,6 +111,7 @@ class Event(BaseModel):
 
     @classmethod
     def of(cls, event: StoredEvent) -> Event:
+        """The API's form of a stored event."""
         return cls(
             global_position=event.global_position,
             stream_position=event.stream_position,
@@ -113,6 +124,8 @@ class Event(BaseModel):
 
 
 class TickDetail(BaseModel):
+    """One tick in full: its row, its events and its result file."""
+
     tick: Tick | None
     """None while the read model has not folded the tick yet."""
     events: list[Event]
@@ -134,6 +147,8 @@ class Digest(BaseModel):
 
 
 class Cancelled(BaseModel):
+    """The answer to a cancel request: what it will reach, so the operator can check the scope."""
+
     scope: str
     matching: list[str]
     """Tick ids in flight the request reaches, as the read model has them now."""

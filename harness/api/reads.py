@@ -20,21 +20,25 @@ from harness.projections import SpendRow, projector_for, spend_report
 from harness.projections.spend import GroupBy
 from harness.projections.ticks import tick_rows
 from harness.scheduling.status import Snapshot, snapshot
-from harness.store import SqlEventStore
+from harness.store import EventStore
 
 
 class Reads:
-    def __init__(self, settings: Settings, store: SqlEventStore) -> None:
+    """The read side of one server: store, prices and projector, shared by its requests."""
+
+    def __init__(self, settings: Settings, store: EventStore) -> None:
         self.settings = settings
         self.store = store
         self.prices = PriceBook(settings.prices)
         self.projector = projector_for(store, self.prices)
 
     def fresh(self) -> Reads:
+        """Fold what is new into the read models, so the answer is not older than the request."""
         self.projector.catch_up()
         return self
 
     def snapshot(self) -> Snapshot:
+        """The status snapshot, as `tickwork status` builds it."""
         return snapshot(self.settings, self.store, self.prices)
 
     def ticks(
@@ -45,6 +49,7 @@ class Reads:
         since: datetime | None = None,
         limit: int = 100,
     ) -> list[Tick]:
+        """Ticks from the read model, newest first, filtered as the API's query asks."""
         with self.store.read_transaction() as conn:
             rows = tick_rows(conn, levels=levels, status=status, since=since, limit=limit)
         return [Tick.model_validate(row._asdict()) for row in rows]
@@ -68,6 +73,7 @@ class Reads:
         )
 
     def spend(self, by: Sequence[GroupBy], since: date | None = None) -> list[SpendRow]:
+        """Spend grouped as asked, from the spend read model."""
         with self.store.read_transaction() as conn:
             return spend_report(conn, self.prices, by=by, since=since)
 

@@ -56,6 +56,7 @@ class GovernorConfig(GovernorLimits):
         return urlunsplit(parts._replace(netloc=netloc))
 
     def limits(self) -> GovernorLimits:
+        """The limits alone, as the payload and the policy take them: no upstream, no address."""
         return GovernorLimits(**self.model_dump(include=set(GovernorLimits.model_fields)))
 
 

@@ -62,12 +62,16 @@ class _Strict(BaseModel):
 
 
 class StoreConfig(_Strict):
+    """`[store]`: where the event log lives and how hard a commit waits for the disk."""
+
     url: str = f"sqlite:///./{HOME}/events.db"
     durability: Durability = "process"
     """`process`: commits survive any process crash; `power`: also power loss (slower)."""
 
 
 class PathsConfig(_Strict):
+    """`[paths]`: the folders tickwork writes besides the store (results, spool, digests)."""
+
     results: Path = HOME / "results"
     spool: Path = HOME / "spool"
     digests: Path = HOME / "digests"
@@ -75,6 +79,8 @@ class PathsConfig(_Strict):
 
 
 class RagConfig(_Strict):
+    """`[rag]`: the folder to index and how a tick's `rag_lookup` tool queries it."""
+
     folder: Path | None = None
     """Markdown and text files that `tickwork rag index` indexes."""
     index: Path = HOME / "rag.db"
@@ -83,6 +89,8 @@ class RagConfig(_Strict):
 
 
 class RunnerConfig(_Strict):
+    """`[runner]`: how many ticks run at once, how they are stopped and retried."""
+
     grace_seconds: Annotated[float, Field(ge=0)] = 5.0
     """After a tick's timeout: SIGTERM to its process group, this long, then SIGKILL."""
     max_concurrent: Annotated[int, Field(ge=1)] = 4
@@ -101,6 +109,8 @@ class RunnerConfig(_Strict):
 
 
 class RoutingConfig(_Strict):
+    """`[routing]`: the catalog that chooses a tick's model, and how long a failure counts."""
+
     catalog: Path | None = None
     """The routing catalog (`.toml` or `.json`); without one, each level's `model` runs."""
     availability_ttl_seconds: Annotated[float, Field(ge=0)] = 300.0
@@ -108,6 +118,8 @@ class RoutingConfig(_Strict):
 
 
 class ApiConfig(_Strict):
+    """`[api]`: where `tickwork serve` listens and the token that guards it."""
+
     host: str = "127.0.0.1"
     """Address `tickwork serve` binds; anything but loopback needs TICKWORK_API_TOKEN."""
     port: Annotated[int, Field(ge=1, le=65535)] = 8470
@@ -167,6 +179,8 @@ class Scheduled(_Strict):
 
 
 class LevelConfig(Scheduled):
+    """`[levels.<name>]`: one recurring agent, what it is asked and the limits it runs within."""
+
     prompt: str = ""
     """Rendered per tick: $level, $slot and $previous_result (the last completed tick's text)."""
     prompt_file: Path | None = None
@@ -199,6 +213,7 @@ class LevelConfig(Scheduled):
 
     @property
     def has_budget(self) -> bool:
+        """True when a daily cap is set, so the scheduler must check spend before a claim."""
         return self.daily_token_budget is not None or self.daily_usd_budget is not None
 
     @model_validator(mode="after")

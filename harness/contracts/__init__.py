@@ -1,13 +1,15 @@
 """The contracts between tickwork's stages: plain data that every stage imports.
 
 It owns the events and their store records (`events`, `records`), the tick payload a
-worker reads on stdin with the governor limits it carries (`payload`, `governor`) and
-the result file it writes (`result`). It imports no stage, only pydantic and the
-foundation modules, so the store, the workers and the service can all depend on it.
+worker reads on stdin with the governor limits it carries (`payload`, `governor`), the
+result file it writes (`result`), and the chars-per-token learner that the calibration
+projection, the governor and the payload share (`calibration`). It imports no stage,
+only pydantic and the foundation modules, so every stage can depend on it.
 """
 
 from __future__ import annotations
 
+from harness.contracts.calibration import Calibration, Sample
 from harness.contracts.events import (
     CONTROL_STREAM,
     EVENT_TYPES,
@@ -91,6 +93,7 @@ __all__ = [
     "TERMINAL_TYPES",
     "TICK_HEADER",
     "BudgetSpent",
+    "Calibration",
     "CalibrationSampled",
     "CancelRequested",
     "DigestClaimed",
@@ -117,6 +120,7 @@ __all__ = [
     "RouteFallback",
     "RoutePlan",
     "RoutePromoted",
+    "Sample",
     "StoredEvent",
     "TerminalTickEvent",
     "TickAttemptFailed",

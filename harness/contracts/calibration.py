@@ -48,6 +48,7 @@ class Sample:
 
     @property
     def tokens(self) -> int:
+        """The tokens the request really took, cached prefix included, so ratios stay comparable."""
         return self.prompt_tokens + (self.cached_tokens or 0 if self.cached else 0)
 
     @property
@@ -58,6 +59,7 @@ class Sample:
     def event(
         self, model: str, source: Literal["worker", "proxy"], tick_id: str | None
     ) -> CalibrationSampled:
+        """The sample as an event, so projections and the live governor fold the same record."""
         return CalibrationSampled(
             model=model,
             source=source,
@@ -78,9 +80,11 @@ class Calibration:
     ignored: int = 0
 
     def ratio(self, initial: float) -> float:
+        """Chars per token to estimate with: the window's median, `initial` before any sample."""
         return statistics.median(self.window) if self.window else initial
 
     def judge(self, sample: Sample) -> Verdict:
+        """Whether a sample may teach the ratio, and if not, why (the reason is counted)."""
         if sample.tiny:
             return "tiny"
         observed = sample.chars / sample.tokens
@@ -93,6 +97,7 @@ class Calibration:
         return "accepted"
 
     def observe(self, sample: Sample) -> tuple[Calibration, Verdict]:
+        """The state after one more sample, and its verdict; ignored samples are only counted."""
         verdict = self.judge(sample)
         if verdict != "accepted":
             return replace(self, ignored=self.ignored + 1), verdict

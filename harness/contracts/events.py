@@ -19,6 +19,7 @@ from harness.contracts.records import NewEvent, StoredEvent
 
 
 def utcnow() -> datetime:
+    """The aware UTC now every event is stamped with, so stored times compare across hosts."""
     return datetime.now(UTC)
 
 
@@ -34,6 +35,7 @@ class Event(BaseModel):
     occurred_at: datetime = Field(default_factory=utcnow)
 
     def to_record(self, metadata: dict[str, Any] | None = None) -> NewEvent:
+        """The store's record of the event; the id travels apart so a retried append is a no-op."""
         data = self.model_dump(mode="json", exclude={"event_id"})
         return NewEvent(self.event_id, self.type, self.version, data, metadata or {})
 
@@ -50,10 +52,12 @@ class RawEvent(BaseModel):
 
 
 def tick_stream(tick_id: str) -> str:
+    """One tick's stream: appended by expected version, so one writer wins."""
     return f"tick-{tick_id}"
 
 
 def level_stream(level: str) -> str:
+    """The stream of one level's pauses and resumes, read to decide whether a level may run."""
     return f"level-{level}"
 
 
@@ -65,6 +69,7 @@ class TickEvent(Event):
 
     @property
     def stream_id(self) -> str:
+        """The stream the event belongs to, derived from the tick so callers cannot mix it up."""
         return tick_stream(self.tick_id)
 
 
@@ -139,6 +144,8 @@ class BudgetSpent(TickEvent):
 
 
 class ToolCalled(TickEvent):
+    """One tool call inside a tick, recorded for the trace and the per-tick tool cap."""
+
     type = "ToolCalled"
     name: str
     status: Literal["ok", "error", "cancelled"]
@@ -160,6 +167,8 @@ class TerminalTickEvent(TickEvent):
 
 
 class TickCompleted(TerminalTickEvent):
+    """The tick ended with a result; its tokens are the spend the ledger counts."""
+
     type = "TickCompleted"
     result_path: str | None = None
     stop_reason: str | None = None
@@ -171,6 +180,8 @@ class TickCompleted(TerminalTickEvent):
 
 
 class TickFailed(TerminalTickEvent):
+    """The tick ended without a usable result; `failure_class` says whether retrying could help."""
+
     type = "TickFailed"
     reason: str
     failure_class: Literal["infrastructure", "content", "internal"] = "internal"
@@ -179,28 +190,38 @@ class TickFailed(TerminalTickEvent):
 
 
 class TickTimedOut(TerminalTickEvent):
+    """The tick ran past its timeout and its process group was stopped."""
+
     type = "TickTimedOut"
     timeout_seconds: float
     result_path: str | None = None
 
 
 class TickCancelled(TerminalTickEvent):
+    """An operator (or shutdown) stopped the tick before it finished."""
+
     type = "TickCancelled"
     reason: str = ""
 
 
 class TickSkipped(TerminalTickEvent):
+    """The slot was claimed but not run, and `reason` says why (it still counts as handled)."""
+
     type = "TickSkipped"
     reason: Literal["overlap", "budget", "missed", "paused"]
     slot: datetime | None = None
 
 
 class TickLost(TerminalTickEvent):
+    """The tick's process or its owner vanished (crash, lost host): ended, it holds no place."""
+
     type = "TickLost"
     reason: str
 
 
 class LevelPaused(Event):
+    """No new tick of the level starts until it is resumed; `by` tells the operator who did it."""
+
     type = "LevelPaused"
     level: str
     reason: str
@@ -208,6 +229,8 @@ class LevelPaused(Event):
 
 
 class LevelResumed(Event):
+    """The level may start ticks again."""
+
     type = "LevelResumed"
     level: str
     by: str = "operator"
@@ -237,6 +260,7 @@ class GovernorEvent(Event):
 
     @property
     def stream_id(self) -> str:
+        """A tick's governor events join its stream; the proxy's (no tick) share one stream."""
         return GOVERNOR_STREAM if self.tick_id is None else tick_stream(self.tick_id)
 
 
@@ -274,6 +298,7 @@ class CancelRequested(Event):
     by: str = "operator"
 
     def matches(self, level: str, tick_id: str) -> bool:
+        """Whether a tick in flight falls under this request, by its level or a tick id prefix."""
         return self.scope == level or tick_id.startswith(self.scope)
 
 
@@ -283,12 +308,15 @@ def digest_stream(name: str) -> str:
 
 
 class DigestEvent(Event):
+    """Events of one digest period, in the digest's stream so periods are claimed in order."""
+
     name: str
     period_start: datetime
     period_end: datetime
 
     @property
     def stream_id(self) -> str:
+        """The digest's stream, from its name, so every replica contends on the same one."""
         return digest_stream(self.name)
 
 
@@ -307,6 +335,8 @@ class DigestClaimed(DigestEvent):
 
 
 class DigestDeliveryFailed(DigestEvent):
+    """One delivery target refused the digest; the attempt is retried, the others still go out."""
+
     type = "DigestDeliveryFailed"
     target: str
     attempt: int

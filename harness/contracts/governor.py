@@ -61,8 +61,10 @@ class GovernorLimits(BaseModel):
 
     @property
     def hard(self) -> int:
+        """The ceiling that stops a request: soft + `HARD_MARGIN` unless set; 0 disables it."""
         return self.soft_tokens + HARD_MARGIN if self.hard_tokens is None else self.hard_tokens
 
     def exempt(self, model: str) -> bool:
+        """Whether the model is measured but never cut (matched on its name's last path segment)."""
         key = model_key(model)
         return any(model_key(name) == key for name in self.exempt_models)

@@ -19,6 +19,8 @@ TICK_HEADER = "x-tickwork-tick"
 
 
 class RagSettings(BaseModel):
+    """Whether the tick gets the `rag_lookup` tool, and the index and limits it queries with."""
+
     model_config = ConfigDict(extra="forbid", frozen=True)
 
     enabled: bool = False

@@ -22,6 +22,8 @@ class _Model(BaseModel):
 
 
 class ResultUsage(_Model):
+    """What the tick spent, read by the runner for the terminal event and the ledger."""
+
     prompt_tokens: NonNegativeInt = 0
     completion_tokens: NonNegativeInt = 0
     model_calls: NonNegativeInt = 0
@@ -29,11 +31,15 @@ class ResultUsage(_Model):
 
 
 class ResultToolCalls(_Model):
+    """Tool calls run and cancelled, so the terminal event can report what the cap stopped."""
+
     executed: NonNegativeInt = 0
     cancelled: NonNegativeInt = 0
 
 
 class ResultError(_Model):
+    """Why a tick failed, classed so the runner knows whether another attempt could help."""
+
     type: str
     message: str
     failure_class: FailureClass = "internal"
@@ -41,6 +47,8 @@ class ResultError(_Model):
 
 
 class TickResult(_Model):
+    """The worker's whole answer to the runner: text, usage, tools and any error, versioned."""
+
     version: Literal[1] = 1
     tick_id: str
     ok: bool
@@ -63,10 +71,12 @@ class ResultMissingError(ResultFileError):
 
 
 def write_result(path: Path, result: TickResult) -> None:
+    """Write the result so the runner sees no file or a whole one (atomic, mode 0600)."""
     write_atomically(path, result.model_dump_json(indent=2).encode())
 
 
 def read_result(path: Path) -> TickResult:
+    """Read a tick's result; a missing, unreadable or invalid file raises its own error class."""
     try:
         raw = path.read_bytes()
     except FileNotFoundError:

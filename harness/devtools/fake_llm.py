@@ -39,6 +39,8 @@ DEFAULT_TEXT = "All done: nothing needed attention."
 
 
 class ToolCallSpec(BaseModel):
+    """A tool call a scripted step makes the model ask for."""
+
     model_config = ConfigDict(extra="forbid")
     name: str
     arguments: dict[str, Any] = Field(default_factory=dict)
@@ -62,12 +64,16 @@ class Step(BaseModel):
 
 
 class Script(BaseModel):
+    """The steps a test queues for requests carrying `key` (its tick header, or `default`)."""
+
     model_config = ConfigDict(extra="forbid")
     key: str = "default"
     steps: list[Step]
 
 
 class LedgerEntry(BaseModel):
+    """What one answered request billed, so a test can compare it with the recorded spend."""
+
     key: str
     model: str
     prompt_tokens: int
@@ -86,6 +92,7 @@ _PIECES = re.compile(r"[A-Za-z]+|[0-9]+|\s+|[^\sA-Za-z0-9]")
 
 
 def count_tokens(text: str) -> int:
+    """A crude token count (4 characters each), enough to make spend add up in tests."""
     return max(1, math.ceil(len(text) / 4))
 
 
@@ -164,16 +171,19 @@ class FakeState:
         return max(1, total - cached), cached
 
     def script(self, key: str, steps: list[Step]) -> None:
+        """Queue steps for the requests that carry `key`."""
         with self.lock:
             self.scripts[key].extend(steps)
 
     def next_step(self, key: str) -> Step:
+        """The next scripted answer for `key`, the default script's, or a plain text answer."""
         with self.lock:
             self.first_request.setdefault(key, time.time())
             queue = self.scripts.get(key) or self.scripts.get("default")
             return queue.popleft() if queue else Step()
 
     def bill(self, entry: LedgerEntry) -> None:
+        """Remember what a request billed."""
         with self.lock:
             self.ledger.append(entry)
 
@@ -192,6 +202,7 @@ def _answer(step: Step) -> tuple[str, list[dict[str, Any]]]:
 
 
 def create_app(state: FakeState | None = None) -> FastAPI:
+    """The fake OpenAI-compatible server, with `/_script` and `/_ledger` for tests to drive it."""
     app = FastAPI(title="tickwork fake upstream")
     app.state.fake = state or FakeState()
 
@@ -331,23 +342,28 @@ class FakeUpstream:
         self.url = ""
 
     def start(self) -> FakeUpstream:
+        """Serve on a real socket; returns self so a test can start it in one expression."""
         self.url = self._server.start() + "/v1"
         return self
 
     def stop(self) -> None:
+        """Stop serving and join the server's thread."""
         self._server.stop()
 
     def script(self, key: str, steps: list[Step]) -> None:
+        """Queue steps for the requests that carry `key`, without an HTTP round trip."""
         self.state.script(key, steps)
 
     @property
     def ledger(self) -> list[LedgerEntry]:
+        """A copy of what was billed so far, safe to read while requests arrive."""
         with self.state.lock:
             return list(self.state.ledger)
 
 
 @contextmanager
 def fake_upstream(port: int = 0) -> Iterator[FakeUpstream]:
+    """A fake upstream for the length of a `with` block."""
     server = FakeUpstream(port=port).start()
     try:
         yield server

@@ -10,6 +10,8 @@ import uvicorn
 
 
 class BackgroundServer:
+    """Serves an ASGI app from a thread of this process, so a test needs no child process."""
+
     def __init__(
         self, app: Any, host: str = "127.0.0.1", port: int = 0, name: str = "server"
     ) -> None:
@@ -23,6 +25,7 @@ class BackgroundServer:
         """`http://host:port` once started."""
 
     def start(self) -> str:
+        """Start serving and wait until the socket listens; returns the origin to connect to."""
         self._thread.start()
         deadline = time.monotonic() + 10
         while not self._server.started:
@@ -34,5 +37,6 @@ class BackgroundServer:
         return self.origin
 
     def stop(self) -> None:
+        """Ask the server to exit and wait for its thread."""
         self._server.should_exit = True
         self._thread.join(5)

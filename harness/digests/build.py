@@ -27,7 +27,7 @@ from harness.prices import PriceBook
 from harness.projections import Projector
 from harness.projections.levels import paused_levels
 from harness.projections.ticks import period_ticks
-from harness.store import SqlEventStore
+from harness.store import EventStore
 from harness.timespec import as_utc
 
 AnomalyKind = Literal[
@@ -41,6 +41,8 @@ class _Model(BaseModel):
 
 
 class Anomaly(_Model):
+    """Something wrong in the period, shown first so the operator need not hunt for it."""
+
     kind: AnomalyKind
     level: str
     tick_id: str
@@ -48,11 +50,15 @@ class Anomaly(_Model):
 
 
 class Failure(_Model):
+    """A failed tick and its reason."""
+
     tick_id: str
     reason: str
 
 
 class Excerpt(_Model):
+    """The start of a completed tick's text, so the digest shows what the agent said."""
+
     tick_id: str
     finished_at: datetime | None
     text: str
@@ -60,6 +66,8 @@ class Excerpt(_Model):
 
 
 class ModelSpend(_Model):
+    """What one model cost a level in the period."""
+
     model: str
     calls: int
     prompt_tokens: int
@@ -69,6 +77,8 @@ class ModelSpend(_Model):
 
 
 class LevelSection(_Model):
+    """One level's period: its ticks by status, skips, spend, interventions and failures."""
+
     level: str
     ticks: dict[str, int]
     """Ticks scheduled in the period, by status (completed, failed, skipped …)."""
@@ -84,6 +94,8 @@ class LevelSection(_Model):
 
 
 class Digest(_Model):
+    """What a period looked like, in the versioned form every format is rendered from."""
+
     schema_version: Literal[1] = 1
     name: str
     period_start: datetime
@@ -94,12 +106,13 @@ class Digest(_Model):
 
     @property
     def cost_usd(self) -> float | None:
+        """The period's total cost; None when any model in it has no known price."""
         costs = [m.cost_usd for section in self.levels for m in section.spend]
         return None if any(c is None for c in costs) else sum(c for c in costs if c is not None)
 
 
 def build_digest(
-    store: SqlEventStore,
+    store: EventStore,
     projector: Projector,
     prices: PriceBook,
     name: str,
@@ -194,7 +207,7 @@ def _row_anomalies(row: sa.Row[tuple[object, ...]]) -> list[Anomaly]:
 
 
 def _period_events(
-    store: SqlEventStore,
+    store: EventStore,
     prices: PriceBook,
     start: datetime,
     end: datetime,
@@ -258,7 +271,7 @@ def _spend_rows(sums: dict[tuple[str, str], _Sum]) -> dict[str, list[ModelSpend]
     return rows
 
 
-def _pause_reasons(store: SqlEventStore, paused: set[str]) -> dict[str, str]:
+def _pause_reasons(store: EventStore, paused: set[str]) -> dict[str, str]:
     streams = {level_stream(level): level for level in paused}
     found = store.read_streams(streams, types=["LevelPaused"])
     return {

@@ -50,7 +50,7 @@ from harness.prices import PriceBook
 from harness.projections import Projector
 from harness.scheduling.timetable import Slot, Timetable
 from harness.scheduling.triggers import level_trigger, next_slot
-from harness.store import NO_STREAM, ConcurrencyError, SqlEventStore, StoreError
+from harness.store import NO_STREAM, ConcurrencyError, EventStore, StoreError
 
 Report = Callable[[str], None]
 T = TypeVar("T")
@@ -75,15 +75,19 @@ class TargetMisconfigured(DeliveryError):
 
 @dataclass(frozen=True)
 class Period:
+    """The span a digest covers, ending at its slot."""
+
     start: datetime
     end: datetime
 
     @property
     def stamp(self) -> str:
+        """The period's end as a compact UTC stamp, to name the digest's files."""
         return f"{self.end.astimezone(UTC):%Y%m%dT%H%M%SZ}"
 
 
 def targets_of(config: DigestConfig) -> list[str]:
+    """The targets of a digest as its events name them (folders by path, notifiers by env name)."""
     return [f"file:{folder}" for folder in config.files] + [f"env:{n}" for n in config.notify]
 
 
@@ -110,10 +114,12 @@ def _gap(config: DigestConfig, at: datetime) -> timedelta:
 
 
 class Publisher:
+    """Builds, claims and delivers one digest period, so each goes out once across replicas."""
+
     def __init__(
         self,
         settings: Settings,
-        store: SqlEventStore,
+        store: EventStore,
         projector: Projector,
         prices: PriceBook,
         report: Report,
@@ -299,6 +305,7 @@ class DigestScheduler:
         self.report = report
 
     def run(self, stopping: threading.Event) -> None:
+        """Publish what start-up left behind, then every due period until `stopping` is set."""
         now = datetime.now(UTC)
         for name, config in self.digests.items():
             self._guarded(name, self.publisher.finish_dangling, name, config)

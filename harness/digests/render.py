@@ -24,6 +24,7 @@ Block = tuple[Literal["h1", "h2", "p", "li", "quote"], str]
 
 
 def render(digest: Digest, fmt: DigestFormat) -> str:
+    """The digest in the asked format; Markdown and HTML share one outline."""
     if fmt == "json":
         return digest.model_dump_json(indent=2) + "\n"
     blocks = outline(digest)
@@ -31,15 +32,18 @@ def render(digest: Digest, fmt: DigestFormat) -> str:
 
 
 def title(digest: Digest) -> str:
+    """The heading and notification subject of the digest."""
     return period_title(digest.name, digest.period_start, digest.period_end)
 
 
 def period_title(name: str, start: datetime, end: datetime) -> str:
+    """The title of a period, also usable before a digest is built (for a claim's subject)."""
     start, end = start.astimezone(UTC), end.astimezone(UTC)
     return f"tickwork digest {name}: {start:%Y-%m-%d %H:%M} to {end:%Y-%m-%d %H:%M} UTC"
 
 
 def outline(digest: Digest) -> list[Block]:
+    """The digest as format-neutral blocks, so Markdown and HTML say the same things."""
     blocks: list[Block] = [("h1", title(digest))]
     cost = digest.cost_usd
     ticks = sum(sum(section.ticks.values()) for section in digest.levels)

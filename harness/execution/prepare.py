@@ -27,7 +27,7 @@ from harness.projections import Projector, projector_for
 from harness.projections.calibration import current_calibrations
 from harness.projections.ticks import previous_result_path
 from harness.routing.decisions import Routed, Router, configured_router
-from harness.store import SqlEventStore, StoreError
+from harness.store import EventStore, StoreError
 
 log = logging.getLogger(__name__)
 
@@ -56,6 +56,7 @@ def tool_budget(level: str, config: LevelConfig, env: Mapping[str, str]) -> int:
 
 
 def new_tick_id(level: str) -> str:
+    """A tick id that sorts by level and start time and is unique across replicas."""
     return f"{level}-{datetime.now(UTC):%Y%m%dT%H%M%S}-{uuid.uuid4().hex[:8]}"
 
 
@@ -72,6 +73,8 @@ class TickRef:
 
 @dataclass(frozen=True)
 class PreparedTick:
+    """A tick ready to launch: the payload and what the runner needs besides it."""
+
     payload: TickPayload
     timeout: float
     log_path: Path
@@ -80,13 +83,15 @@ class PreparedTick:
 
     @property
     def ref(self) -> TickRef:
+        """The handle the runner ends the tick by."""
         payload = self.payload
         return TickRef(
             payload.tick_id, payload.level, payload.result_path, self.log_path, self.timeout
         )
 
 
-def previous_result_text(store: SqlEventStore, projector: Projector, level: str) -> str:
+def previous_result_text(store: EventStore, projector: Projector, level: str) -> str:
+    """The text of the level's last completed tick, for `$previous_result` ("" if none)."""
     projector.catch_up(["ticks"])
     with store.read_transaction() as conn:
         path = previous_result_path(conn, level)
@@ -99,6 +104,7 @@ def previous_result_text(store: SqlEventStore, projector: Projector, level: str)
 
 
 def render(template: str, level: str, slot: datetime | None, previous: str) -> str:
+    """Fill the prompt's placeholders; an unknown `$name` stays as written."""
     context = {
         "level": level,
         "slot": slot.isoformat() if slot else "now",
@@ -108,10 +114,12 @@ def render(template: str, level: str, slot: datetime | None, previous: str) -> s
 
 
 class Preparer:
+    """Turns a claimed slot into a tick's payload: prompt, route, limits and calibrations."""
+
     def __init__(
         self,
         settings: Settings,
-        store: SqlEventStore | None,
+        store: EventStore | None,
         env: Mapping[str, str] | None = None,
         router: Router | None = None,
     ) -> None:

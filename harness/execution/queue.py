@@ -32,6 +32,8 @@ class _Ticket(Generic[T]):
 
 
 class Gate(Generic[T]):
+    """Gives queued items a place within global and per-level caps, by priority, spaced apart."""
+
     def __init__(self, total: int, per_level: dict[str, int | None], spacing: float = 0.0):
         self.total = total
         self.per_level = per_level
@@ -80,6 +82,7 @@ class Gate(Generic[T]):
         return cap is None or self._running[level] < cap
 
     def release(self, level: str) -> None:
+        """Give back the place of a finished item of `level`; waiting items are woken."""
         with self._condition:
             self._running[level] -= 1
             self._condition.notify_all()
@@ -105,9 +108,11 @@ class Gate(Generic[T]):
         return left
 
     def queued(self) -> list[T]:
+        """The items waiting for a place, for status and withdrawal."""
         with self._condition:
             return [t.item for t in self._waiting]
 
     def running(self) -> int:
+        """How many items hold a place now."""
         with self._condition:
             return sum(self._running.values())

@@ -39,7 +39,7 @@ from harness.execution.launchers import ColdLauncher, Launcher, TickProcess
 from harness.execution.prepare import PreparedTick, TickRef
 from harness.routing.decisions import Escalation
 from harness.scheduling.waves import SlotClaim
-from harness.store import Spool, SqlEventStore, append_or_spool
+from harness.store import EventStore, Spool, append_or_spool
 
 STDERR_TAIL_BYTES = 2000
 
@@ -55,6 +55,8 @@ class Ended:
 
 @dataclass(frozen=True)
 class TickOutcome:
+    """How a tick ended, with its parsed result, so the result file is read once."""
+
     tick_id: str
     level: str
     status: str
@@ -66,10 +68,12 @@ class TickOutcome:
 
 
 class Runner:
+    """Runs a prepared tick: launches it, supervises it, retries it and records its end."""
+
     def __init__(
         self,
         settings: Settings,
-        store: SqlEventStore | None,
+        store: EventStore | None,
         launcher: Launcher | None = None,
         env: Mapping[str, str] | None = None,
     ) -> None:
@@ -265,9 +269,11 @@ class Runner:
             time.sleep(0.02)
 
     def record(self, event: TickEvent) -> None:
+        """Append a tick's event now, or spool it when the store is out of reach."""
         append_or_spool(self.store, self.spool, event.stream_id, [event.to_record()])
 
     def record_level(self, event: LevelPaused | LevelResumed) -> None:
+        """Record a level's pause or resume, spooled like the tick's events."""
         append_or_spool(self.store, self.spool, level_stream(event.level), [event.to_record()])
 
 

@@ -26,10 +26,13 @@ log = logging.getLogger(__name__)
 
 
 def urls_from_env(env: Mapping[str, str]) -> tuple[str, ...]:
+    """The apprise URLs from the environment only, since they carry tokens."""
     return tuple(part for part in re.split(r"[\s,]+", env.get(ALERT_URLS_ENV, "")) if part)
 
 
 class Alerts:
+    """Tells the operator once per episode that a conversation went over the governor's limits."""
+
     def __init__(
         self,
         urls: tuple[str, ...],

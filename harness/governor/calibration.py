@@ -28,11 +28,13 @@ class Calibrations:
         self.models: dict[str, Calibration] = dict(learned or {})
 
     def ratio(self, model: str) -> float:
+        """The ratio for `model`'s estimates; the configured one when not calibrating."""
         if not self.enabled:
             return self.initial
         return self.models.get(model, Calibration()).ratio(self.initial)
 
     def learn(self, model: str, sample: Sample) -> Verdict:
+        """Teach the model's ratio one sample; the verdict says whether it was taken."""
         updated, verdict = self.models.get(model, Calibration()).observe(sample)
         self.models[model] = updated
         return verdict

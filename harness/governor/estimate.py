@@ -37,4 +37,5 @@ def openai_request_chars(body: Mapping[str, Any]) -> int:
 
 
 def tokens_from_chars(chars: int, chars_per_token: float = DEFAULT_CHARS_PER_TOKEN) -> int:
+    """Tokens a text of `chars` characters is estimated at, rounded up so a guard errs high."""
     return math.ceil(chars / chars_per_token) if chars > 0 else 0

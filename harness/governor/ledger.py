@@ -13,7 +13,7 @@ import queue
 import threading
 
 from harness.contracts.events import BudgetSpent, GovernorEvent
-from harness.store import NewEvent, SqlEventStore, append_or_spool
+from harness.store import EventStore, NewEvent, append_or_spool
 from harness.store.spool import Spool
 
 log = logging.getLogger(__name__)
@@ -23,7 +23,9 @@ MAX_BATCH = 500
 
 
 class Ledger:
-    def __init__(self, store: SqlEventStore | None, spool: Spool) -> None:
+    """The proxy's writer thread: records its events without making a request wait for the store."""
+
+    def __init__(self, store: EventStore | None, spool: Spool) -> None:
         self.store = store
         self.spool = spool
         self._queue: queue.SimpleQueue[LedgerEvent | None] = queue.SimpleQueue()
@@ -31,6 +33,7 @@ class Ledger:
         self._thread.start()
 
     def record(self, event: LedgerEvent) -> None:
+        """Queue an event for the writer thread; returns at once."""
         self._queue.put(event)
 
     def close(self) -> None:

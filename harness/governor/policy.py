@@ -28,6 +28,7 @@ def fill(template: str, est: int, threshold: int) -> str:
 
 
 def chain_allows_directive(tail: Tail) -> bool:
+    """Whether a directive can be appended after this tail: not after open tool calls or results."""
     return tail in ("user", "assistant", "empty")
 
 
@@ -43,10 +44,12 @@ class Verdict:
     threshold: int
 
     def text(self, limits: GovernorLimits) -> str:
+        """What the model is told: the stop message for a hard decision, else the directive."""
         template = limits.stop_message if self.decision == "hard" else limits.directive
         return fill(template, self.est_tokens, self.threshold)
 
     def event(self, source: Literal["worker", "proxy"], tick_id: str | None) -> GovernorFired:
+        """The decision as the event both the worker and the proxy record."""
         if self.decision == "pass":
             raise ValueError("a pass is not an event: only soft, defer and hard are recorded")
         return GovernorFired(
@@ -62,6 +65,7 @@ class Verdict:
 
 
 def decide(limits: GovernorLimits, model: str, chars: int, ratio: float, tail: Tail) -> Verdict:
+    """The governor's one rule: pass, soft, defer or hard for a request of `chars` characters."""
     est = tokens_from_chars(chars, ratio)
     decision: Decision = "pass"
     threshold = 0

@@ -49,7 +49,7 @@ from harness.governor.wire import (
     with_directive,
 )
 from harness.projections.calibration import current_calibrations
-from harness.store import Spool, SqlEventStore
+from harness.store import EventStore, Spool
 
 log = logging.getLogger(__name__)
 
@@ -119,6 +119,7 @@ class ProxyGovernor:
         self.recent: deque[dict[str, Any]] = deque(maxlen=RECENT_DECISIONS)
 
     def judge(self, body: dict[str, Any], tick_id: str | None) -> Verdict:
+        """Decide on one request, count it and keep it in the recent decisions the status shows."""
         model = str(body.get("model") or "")
         chars = openai_request_chars(body)
         verdict = decide(
@@ -180,6 +181,7 @@ class ProxyGovernor:
             self.ledger.record(event)
 
     def status(self) -> dict[str, Any]:
+        """What `/governor/status` reports: limits, counters, learned ratios, recent decisions."""
         learned = self.calibrations.models
         return {
             "upstream": self.config.public_upstream,
@@ -204,7 +206,7 @@ class ProxyGovernor:
 
 @contextlib.contextmanager
 def proxy_governor(
-    config: GovernorConfig, store: SqlEventStore | None, spool: Spool, alerts: Alerts
+    config: GovernorConfig, store: EventStore | None, spool: Spool, alerts: Alerts
 ) -> Iterator[ProxyGovernor]:
     """The governor's state, started from the calibration projection; flushed on exit."""
     with contextlib.ExitStack() as stack:

@@ -21,6 +21,7 @@ MAX_BUFFERED_BYTES = 16 * 1024 * 1024
 
 
 def tail_of(messages: list[Any]) -> Tail:
+    """How an OpenAI chat request ends, which decides whether a directive may be appended."""
     if not messages or not isinstance(messages[-1], dict):
         return "empty"
     last = messages[-1]
@@ -33,6 +34,7 @@ def tail_of(messages: list[Any]) -> Tail:
 
 
 def with_directive(body: dict[str, Any], text: str) -> dict[str, Any]:
+    """The request with the directive appended as a last user message."""
     return {**body, "messages": [*body["messages"], {"role": "user", "content": text}]}
 
 
@@ -132,6 +134,7 @@ class UsageScanner:
         self._overflow = False
 
     def feed(self, chunk: bytes) -> None:
+        """Take the next piece of the response; a buffer past its cap stops being scanned."""
         if self._overflow:
             return
         self._buffer += chunk
@@ -148,6 +151,7 @@ class UsageScanner:
                 self._read(line[5:])
 
     def finish(self) -> Usage | None:
+        """The usage the response reported, once it is complete (None: it reported none)."""
         if not self.streamed and not self._overflow and self._buffer:
             self._read(bytes(self._buffer))
         return self.usage

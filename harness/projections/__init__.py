@@ -1,29 +1,65 @@
-"""Read models folded from the event log: spend, ticks and calibration, rebuilt from zero."""
+"""Read models folded from the event log, each with its own queries; rebuilt from zero.
+
+It owns the fold loop (`Projector`, one checkpoint per read model, kept by the store)
+and each read model: spend per day and model, ticks with their status, each model's
+learned calibration, and which levels are paused (a query on the level streams). Every
+other stage reads a read model through the queries exported here, never its tables.
+"""
 
 from __future__ import annotations
 
-from harness.prices import PriceBook
 from harness.projections.base import EventData, Projection
-from harness.projections.calibration import CalibrationProjection, load_calibrations
-from harness.projections.projector import Projector
-from harness.projections.spend import SpendProjection, SpendRow, spend_report
-from harness.projections.ticks import TicksProjection
-from harness.store.sql import SqlEventStore
+from harness.projections.calibration import (
+    CalibrationProjection,
+    current_calibrations,
+    load_calibrations,
+)
+from harness.projections.levels import level_paused, paused_levels
+from harness.projections.projector import Progress, Projector
+from harness.projections.registry import projector_for
+from harness.projections.spend import GroupBy, SpendProjection, SpendRow, spend_report
+from harness.projections.ticks import (
+    STATUSES,
+    UNKNOWN,
+    TickInFlight,
+    TicksProjection,
+    durations,
+    last_slots,
+    open_ticks,
+    period_ticks,
+    previous_result_path,
+    status_counts,
+    tick_rows,
+    ticks_in_flight,
+    tool_cap_counts,
+)
 
 __all__ = [
+    "STATUSES",
+    "UNKNOWN",
     "CalibrationProjection",
     "EventData",
+    "GroupBy",
+    "Progress",
     "Projection",
     "Projector",
     "SpendProjection",
     "SpendRow",
+    "TickInFlight",
     "TicksProjection",
+    "current_calibrations",
+    "durations",
+    "last_slots",
+    "level_paused",
     "load_calibrations",
+    "open_ticks",
+    "paused_levels",
+    "period_ticks",
+    "previous_result_path",
     "projector_for",
     "spend_report",
+    "status_counts",
+    "tick_rows",
+    "ticks_in_flight",
+    "tool_cap_counts",
 ]
-
-
-def projector_for(store: SqlEventStore, prices: PriceBook) -> Projector:
-    """The projector with every read model tickwork keeps."""
-    return Projector(store, [SpendProjection(prices), TicksProjection(), CalibrationProjection()])

@@ -12,8 +12,7 @@ from typing import ClassVar
 
 import sqlalchemy as sa
 
-from harness.store import EventData
-from harness.store.sql import upsert
+from harness.store import EventData, upsert
 
 __all__ = ["EventData", "Projection", "upsert"]
 

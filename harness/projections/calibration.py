@@ -16,8 +16,8 @@ import sqlalchemy as sa
 from harness.contracts.calibration import Calibration, Sample
 from harness.projections.base import EventData, Projection, upsert
 from harness.projections.projector import Projector
+from harness.store import EventStore
 from harness.store.schema import Json, metadata
-from harness.store.sql import SqlEventStore
 
 governor_calibration = sa.Table(
     "governor_calibration",
@@ -43,11 +43,14 @@ def load_calibrations(
 
 
 class CalibrationProjection(Projection):
+    """Each model's learned chars-per-token, so a tick and the proxy start from what was learned."""
+
     name = "calibration"
     types = frozenset({"CalibrationSampled"})
     tables = (governor_calibration,)
 
     def apply(self, conn: sa.Connection, batch: Iterable[EventData]) -> None:
+        """Replay the batch's samples through the same learner the governor runs live."""
         known: dict[str, Calibration] | None = None
         changed: dict[str, Calibration] = {}
         for _, _, data in batch:
@@ -74,7 +77,7 @@ class CalibrationProjection(Projection):
 
 
 def current_calibrations(
-    store: SqlEventStore, models: Iterable[str] | None = None
+    store: EventStore, models: Iterable[str] | None = None
 ) -> dict[str, Calibration]:
     """Fold the samples recorded since the last catch-up, then read the state of `models`."""
     Projector(store, [CalibrationProjection()]).catch_up()

@@ -25,4 +25,5 @@ def paused_levels(store: EventStore, levels: Iterable[str]) -> set[str]:
 
 
 def level_paused(store: EventStore, level: str) -> bool:
+    """Whether one level is paused, for callers that ask about a single level."""
     return level in paused_levels(store, [level])

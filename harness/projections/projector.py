@@ -41,6 +41,8 @@ Progress = Callable[[int, int], None]
 
 
 class Projector:
+    """Keeps read models current: folds new events into each projection, batch by batch."""
+
     def __init__(
         self,
         store: EventStore,
@@ -52,6 +54,7 @@ class Projector:
         self.batch_size = batch_size
 
     def get(self, name: str) -> Projection:
+        """The named projection; an unknown name lists the known ones, for the operator's CLI."""
         try:
             return self.projections[name]
         except KeyError:
@@ -59,6 +62,7 @@ class Projector:
             raise KeyError(f"no projection named {name!r} (known: {known})") from None
 
     def checkpoints(self) -> dict[str, int]:
+        """Where each projection stands, to report how far it lags the log."""
         return self.store.checkpoints(self.projections)
 
     def catch_up(self, names: Iterable[str] | None = None, progress: Progress | None = None) -> int:

@@ -46,6 +46,8 @@ GroupBy = Literal["level", "model", "day"]
 
 
 class SpendProjection(Projection):
+    """Tokens per day, level, model and price tier (priced when read): what budgets count."""
+
     name = "spend"
     types = frozenset({"BudgetSpent"})
     tables = (spend_daily,)
@@ -54,6 +56,7 @@ class SpendProjection(Projection):
         self.prices = prices
 
     def apply(self, conn: sa.Connection, batch: Iterable[EventData]) -> None:
+        """Sum the batch per row key first, so a rebuild writes each row once per batch."""
         sums: dict[tuple[str, str, str, int], list[int]] = {}
         thresholds: dict[tuple[str, str], tuple[int, ...]] = {}
         for _, _, data in batch:

@@ -13,7 +13,7 @@ from typing import Any
 import sqlalchemy as sa
 
 from harness.projections.base import EventData, Projection, upsert
-from harness.store import SqlEventStore
+from harness.store import EventStore
 from harness.store.schema import metadata
 from harness.timespec import as_utc
 
@@ -68,11 +68,14 @@ def _time(value: str | None) -> datetime | None:
 
 
 class TicksProjection(Projection):
+    """One row per tick with its latest status and totals, for status views and scheduling."""
+
     name = "ticks"
     types = frozenset({*STATUS_OF, "BudgetSpent", "ToolCalled"})
     tables = (ticks,)
 
     def apply(self, conn: sa.Connection, batch: Iterable[EventData]) -> None:
+        """Merge the batch's events per tick first, so each tick's row is written once per batch."""
         rows: dict[str, dict[str, Any]] = {}
         for _, type_, data in batch:
             row = rows.get(data["tick_id"])
@@ -149,6 +152,8 @@ def tick_rows(
 
 @dataclass(frozen=True)
 class TickInFlight:
+    """A tick still holding a place, with the times needed to report its wait and runtime."""
+
     tick_id: str
     level: str
     status: str
@@ -157,17 +162,17 @@ class TickInFlight:
     started_at: datetime | None
 
     def waited(self, now: datetime) -> float | None:
+        """Seconds from claim to start (or to now): how long the tick waited for a place."""
         if self.scheduled_at is None:
             return None
         return ((self.started_at or now) - self.scheduled_at).total_seconds()
 
     def runtime(self, now: datetime) -> float | None:
+        """Seconds the tick has been running, to spot one that nears its timeout."""
         return None if self.started_at is None else (now - self.started_at).total_seconds()
 
 
-def ticks_in_flight(
-    store: SqlEventStore, levels: Iterable[str] | None = None
-) -> list[TickInFlight]:
+def ticks_in_flight(store: EventStore, levels: Iterable[str] | None = None) -> list[TickInFlight]:
     """Ticks scheduled or running (of `levels` only, if given), as the read model has them."""
     query = (
         sa.select(

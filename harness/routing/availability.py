@@ -12,7 +12,7 @@ from __future__ import annotations
 from datetime import datetime, timedelta
 
 from harness.contracts.events import RouteFallback, decode
-from harness.store import SqlEventStore, StoreError
+from harness.store import EventStore, StoreError
 
 LOOKBACK_EVENTS = 50_000
 """How far back (in events of any type) a tick looks for failures: the read is a range of
@@ -20,7 +20,7 @@ the primary key, bounded however large the store grows. A failure further back t
 within the TTL is forgotten, which costs one more try of the target, nothing worse."""
 
 
-def recently_down(store: SqlEventStore | None, ttl: float, now: datetime) -> dict[str, str]:
+def recently_down(store: EventStore | None, ttl: float, now: datetime) -> dict[str, str]:
     """Targets with an observed infrastructure failure in the last `ttl` seconds, and why.
 
     Only uncached fallbacks count, so a target passed over is tried again once its TTL

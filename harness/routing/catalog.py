@@ -70,6 +70,8 @@ class Rule(_Strict):
 
 
 class Window(Rule):
+    """A rule that holds between two local times of the day."""
+
     start: ClockTime
     """Inclusive; a window ends where the next one starts."""
     end: ClockTime
@@ -93,6 +95,8 @@ class Lane(_Strict):
 
 
 class Catalog(_Strict):
+    """The operator's routing document: targets, a lane per level, promotions on failure."""
+
     schema_version: Literal[1]
     timezone: str = "UTC"
     """IANA zone the time windows are read in."""
@@ -111,10 +115,12 @@ class Catalog(_Strict):
 
     @property
     def zone(self) -> ZoneInfo:
+        """The catalog's time zone as an object, checked valid when the catalog was loaded."""
         return ZoneInfo(self.timezone)
 
     @property
     def revision(self) -> str:
+        """A hash of the content, recorded with each decision to show which catalog made it."""
         return revision_of(self.model_dump(mode="json"))
 
     def rules(self, level: str) -> list[tuple[str | None, Rule]]:
@@ -128,6 +134,7 @@ class Catalog(_Strict):
 
 
 def revision_of(document: Mapping[str, Any]) -> str:
+    """A stable hash of a JSON document: key order and spacing do not change it."""
     normal = json.dumps(document, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
     return hashlib.sha256(normal.encode()).hexdigest()
 
@@ -222,6 +229,7 @@ def parse_catalog(document: Mapping[str, Any], source: str = "catalog") -> Catal
 
 
 def load_catalog(path: Path) -> Catalog:
+    """Read and validate a catalog file; every problem is reported at once in a CatalogError."""
     return parse_catalog(read_document(path), str(path))
 
 

@@ -83,6 +83,7 @@ def decide(catalog: Catalog, level: str, at: datetime) -> Decision | None:
 
 
 def candidate(catalog: Catalog, target_id: str) -> RouteCandidate:
+    """The target as a tick's payload carries it: endpoint by value, key by environment name."""
     target = catalog.targets[target_id]
     return RouteCandidate(
         target=target_id,
@@ -103,6 +104,7 @@ class Routed:
     catalog: Catalog
 
     def promotion(self, target_id: str) -> RouteCandidate | None:
+        """The stronger target to try after this one failed on content, if the catalog names one."""
         stronger = self.catalog.promotions.get(target_id)
         return None if stronger is None else candidate(self.catalog, stronger)
 
@@ -147,6 +149,7 @@ class CatalogSource:
         self._requested = True
 
     def poll(self) -> None:
+        """Reload if asked or if the file changed; an invalid file leaves the old one in force."""
         digest = self._digest()
         if digest == self._seen and not self._requested:
             return
@@ -161,6 +164,8 @@ class CatalogSource:
         self.report(f"catalog {self.path} reloaded: revision {old[:12]} -> {new.revision[:12]}")
 
     def watch(self, stopping: threading.Event) -> threading.Thread:
+        """Poll the catalog file on a daemon thread until `stopping` is set."""
+
         def loop() -> None:
             while not stopping.wait(WATCH_SECONDS):
                 self.poll()
@@ -178,6 +183,7 @@ class Router:
         self.ttl = availability_ttl_seconds
 
     def route(self, level: str, at: datetime) -> Routed | None:
+        """The decision and candidates for a tick of `level` at `at` (None: level not routed)."""
         catalog = self.source.catalog
         decision = decide(catalog, level, at)
         if decision is None:

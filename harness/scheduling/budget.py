@@ -23,11 +23,13 @@ from harness.contracts.events import tick_stream
 from harness.prices import PriceBook
 from harness.projections import Projector, spend_report
 from harness.projections.ticks import TickInFlight
-from harness.store import SqlEventStore
+from harness.store import EventStore
 
 
 @dataclass(frozen=True)
 class BudgetCheck:
+    """A budget verdict with the figures behind it, for the skip event and the operator."""
+
     allowed: bool
     spent_tokens: int
     spent_usd: float | None
@@ -35,7 +37,9 @@ class BudgetCheck:
 
 
 class Budgets:
-    def __init__(self, store: SqlEventStore, projector: Projector, prices: PriceBook) -> None:
+    """Daily token and USD caps per level, counting spend and reservations of ticks in flight."""
+
+    def __init__(self, store: EventStore, projector: Projector, prices: PriceBook) -> None:
         self.store = store
         self.projector = projector
         self.prices = prices
@@ -85,6 +89,7 @@ class Budgets:
         return BudgetCheck(allowed, spent_tokens, spent_usd, reserved)
 
     def reserved(self, level: str, tick_id: str) -> int:
+        """Tokens still held for a tick decided to run but not yet claimed in the store."""
         with self._lock:
             return self._pending.get(level, {}).get(tick_id, 0)
 

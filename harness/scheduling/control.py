@@ -21,7 +21,7 @@ from harness.contracts.events import (
 )
 from harness.projections.levels import level_paused
 from harness.projections.ticks import TickInFlight, ticks_in_flight
-from harness.store import SqlEventStore
+from harness.store import EventStore
 
 
 class UnknownLevelError(ValueError):
@@ -44,7 +44,7 @@ def operator() -> str:
 
 def switch_level(
     settings: Settings,
-    store: SqlEventStore,
+    store: EventStore,
     level: str,
     *,
     pause: bool,
@@ -69,7 +69,7 @@ def switch_level(
     return Switched(level, was_paused, pause)
 
 
-def request_cancel(store: SqlEventStore, scope: str, by: str) -> list[TickInFlight]:
+def request_cancel(store: EventStore, scope: str, by: str) -> list[TickInFlight]:
     """Ask every service to cancel the ticks in flight of a level or tick id prefix.
 
     Queued ticks never start and running ones are killed by the service that runs them.

@@ -19,14 +19,20 @@ ScopeMatch = Callable[[str, str], bool]
 
 
 class RunningTick(Protocol):
-    @property
-    def tick_id(self) -> str: ...
+    """What the service needs of a tick in flight: enough to match it against a cancel."""
 
     @property
-    def level(self) -> str: ...
+    def tick_id(self) -> str:
+        """The tick's id, matched against a cancel request's prefix."""
+
+    @property
+    def level(self) -> str:
+        """The tick's level, matched against a cancel request's scope."""
 
 
 class Handoff(Protocol):
+    """The executor as the service sees it: submit, never-start and cancel claimed ticks."""
+
     def submit(self, claim: SlotClaim) -> None:
         """Queue a claimed tick to run when it gets a place; one that cannot ends cancelled."""
 

@@ -17,14 +17,14 @@ from harness.contracts.events import TERMINAL_TYPES, tick_stream
 from harness.projections import Projector
 from harness.projections.ticks import open_ticks
 from harness.scheduling.handoff import Handoff
-from harness.store import SqlEventStore
+from harness.store import EventStore
 
 NEVER_STARTED_AFTER = timedelta(seconds=60)
 """A claimed tick nobody started within this long: its scheduler died in between."""
 
 
 def reconcile(
-    store: SqlEventStore,
+    store: EventStore,
     executor: Handoff,
     projector: Projector,
     report: Callable[[str], None],

@@ -47,7 +47,7 @@ from harness.scheduling.waves import (
     decide,
     skip_reason,
 )
-from harness.store import SqlEventStore, StoreError
+from harness.store import EventStore, StoreError
 
 Report = Callable[[str], None]
 Companion = Callable[[threading.Event], None]
@@ -61,10 +61,12 @@ MISSED_HORIZON = timedelta(days=1)
 
 
 class Service:
+    """The scheduler a `tickwork run` process is: fires slots, claims waves, hands ticks on."""
+
     def __init__(
         self,
         settings: Settings,
-        store: SqlEventStore,
+        store: EventStore,
         executor: Handoff,
         report: Report,
         router: Router | None = None,
@@ -331,6 +333,7 @@ class Service:
         self.executor.wait_idle(max(0.0, deadline - time.monotonic()))
 
     def shutdown(self) -> None:
+        """Stop the executor within the shutdown grace and wait for every held tick's thread."""
         self.executor.shutdown(self.settings.runner.shutdown_grace_seconds)
         self._join_threads(None)
         self.report("tickwork stopped")

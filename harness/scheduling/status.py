@@ -16,11 +16,13 @@ from harness.projections import projector_for, spend_report
 from harness.projections.levels import paused_levels
 from harness.projections.ticks import TickInFlight, ticks_in_flight
 from harness.scheduling.triggers import level_trigger, next_slot
-from harness.store import SqlEventStore
+from harness.store import EventStore
 
 
 @dataclass(frozen=True)
 class LevelStatus:
+    """One level's line of `tickwork status`: schedule, next slot, pause and today's spend."""
+
     name: str
     schedule: str
     next_slot: datetime
@@ -41,9 +43,8 @@ class LevelStatus:
         return tokens, cost
 
 
-def level_statuses(
-    settings: Settings, store: SqlEventStore, prices: PriceBook
-) -> list[LevelStatus]:
+def level_statuses(settings: Settings, store: EventStore, prices: PriceBook) -> list[LevelStatus]:
+    """Every configured level's status, from one read of the spend read model."""
     now = datetime.now(UTC)
     with store.read_transaction() as conn:
         spend = {
@@ -88,6 +89,7 @@ class Snapshot:
 
     @property
     def running(self) -> list[TickInFlight]:
+        """Ticks that hold a place and run now."""
         return [tick for tick in self.in_flight if tick.status == "running"]
 
     @property
@@ -97,10 +99,11 @@ class Snapshot:
 
     @property
     def paused_levels(self) -> list[str]:
+        """Names of the levels that start no tick until resumed."""
         return [level.name for level in self.levels if level.paused]
 
 
-def snapshot(settings: Settings, store: SqlEventStore, prices: PriceBook) -> Snapshot:
+def snapshot(settings: Settings, store: EventStore, prices: PriceBook) -> Snapshot:
     """The status of the service, from read models the caller has brought up to date.
 
     Checkpoints are read before the store's position, so a fold in between can only
@@ -116,7 +119,7 @@ def snapshot(settings: Settings, store: SqlEventStore, prices: PriceBook) -> Sna
     )
 
 
-def refresh(settings: Settings, store: SqlEventStore) -> PriceBook:
+def refresh(settings: Settings, store: EventStore) -> PriceBook:
     """Bring the read models up to date; returns the price book they are priced with."""
     prices = PriceBook(settings.prices)
     projector_for(store, prices).catch_up()

@@ -25,6 +25,8 @@ POLL_SECONDS = 0.5
 
 
 class Timetable:
+    """The next slot of every job, advanced as slots fire, shared by levels and digests."""
+
     def __init__(self, triggers: Mapping[str, BaseTrigger], after: datetime) -> None:
         """Jobs by name; their first slots are the first not before `after`."""
         self.triggers = dict(triggers)

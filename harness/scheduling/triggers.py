@@ -20,6 +20,7 @@ EPOCH = datetime(2000, 1, 1, tzinfo=UTC)
 
 
 def level_trigger(config: Scheduled) -> BaseTrigger:
+    """The APScheduler trigger of a level or digest: a fixed interval or a cron line."""
     if config.every is not None:
         return IntervalTrigger(
             seconds=parse_interval(config.every), start_date=EPOCH, timezone="UTC"

@@ -18,7 +18,7 @@ from harness.config import LevelConfig, Settings
 from harness.contracts.events import TickEvent, TickScheduled, TickSkipped, tick_stream
 from harness.routing.decisions import Routed, decision_fields
 from harness.scheduling.budget import BudgetCheck
-from harness.store import SqlEventStore
+from harness.store import EventStore
 
 SkipReason = Literal["overlap", "budget", "missed", "paused"]
 Decision = SkipReason | Literal["run", "buffer"]
@@ -93,12 +93,13 @@ def decide(
 
 
 def skip_reason(decision: Decision) -> SkipReason | None:
+    """The reason a skipped slot records, or None for a slot that runs (now or buffered)."""
     if decision == "run" or decision == "buffer":
         return None
     return decision
 
 
-def claim_wave(store: SqlEventStore, settings: Settings, wave: Sequence[SlotClaim]) -> set[str]:
+def claim_wave(store: EventStore, settings: Settings, wave: Sequence[SlotClaim]) -> set[str]:
     """Claim many slots in one transaction; returns the tick ids claimed here.
 
     A slot already decided skipped is claimed and ended in the same write.

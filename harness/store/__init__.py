@@ -1,12 +1,20 @@
-"""The event store: an append-only log in SQLite (embedded default) or PostgreSQL."""
+"""The event store: an append-only log in SQLite (embedded default) or PostgreSQL.
+
+It owns the contract every backend keeps (`EventStore`, with the projections' tracking),
+its one SQL implementation, the schema and its migrations, and the spool that holds
+events while the store is out of reach. It is the only place with SQL on `events`; read
+models keep their own tables in the same database, defined on `harness.store.schema`'s
+metadata and written with `upsert`.
+"""
 
 from __future__ import annotations
 
 from harness.config import Durability
 from harness.contracts.records import NewEvent, StoredEvent
 from harness.store.base import EventStore, Tracking
-from harness.store.engine import create_store_engine, safe_url
-from harness.store.migrate import current_revision, needs_upgrade, upgrade
+from harness.store.engine import safe_url
+from harness.store.migrate import current_revision
+from harness.store.opening import migrate_store, open_store
 from harness.store.records import (
     ANY,
     NO_STREAM,
@@ -21,7 +29,7 @@ from harness.store.records import (
 )
 from harness.store.schema import HEAD_REVISION
 from harness.store.spool import Spool, append_or_spool
-from harness.store.sql import SqlEventStore, translate_errors
+from harness.store.sql import SqlEventStore, upsert
 
 __all__ = [
     "ANY",
@@ -47,42 +55,5 @@ __all__ = [
     "migrate_store",
     "open_store",
     "safe_url",
+    "upsert",
 ]
-
-
-def open_store(
-    url: str, *, durability: Durability = "process", spool: Spool | None = None
-) -> SqlEventStore:
-    """Open the store, migrating an embedded SQLite store, then ingest any spooled events.
-
-    A PostgreSQL store is shared by several hosts and is migrated only on purpose
-    (`tickwork migrate`): opening one whose schema lags raises SchemaError.
-    """
-    engine = create_store_engine(url, durability=durability)
-    with translate_errors():
-        revision = current_revision(engine)
-        if revision != HEAD_REVISION:
-            if engine.dialect.name != "sqlite":
-                engine.dispose()
-                raise SchemaError(
-                    f"store {safe_url(url)} is at schema revision {revision or 'none'}, "
-                    f"this tickwork needs {HEAD_REVISION}: run `tickwork migrate`"
-                )
-            upgrade(engine)
-    store = SqlEventStore(engine)
-    if spool is not None and spool.files():
-        spool.ingest(store)
-    return store
-
-
-def migrate_store(url: str) -> str | None:
-    """Apply pending migrations to any store; returns the revision it was at before."""
-    engine = create_store_engine(url)
-    try:
-        with translate_errors():
-            before = current_revision(engine)
-            if needs_upgrade(engine):
-                upgrade(engine)
-            return before
-    finally:
-        engine.dispose()

@@ -13,6 +13,7 @@ from abc import ABC, abstractmethod
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from contextlib import AbstractContextManager
 from dataclasses import dataclass
+from datetime import datetime
 
 import sqlalchemy as sa
 
@@ -124,6 +125,22 @@ class EventStore(ABC):
     @abstractmethod
     def save_checkpoint(self, tracking: Tracking, position: int) -> None:
         """Move the locked checkpoint to `position`; it commits with the transaction."""
+
+    @abstractmethod
+    def read_transaction(self) -> AbstractContextManager[sa.Connection]:
+        """A transaction on the store's database for the read models' queries.
+
+        Read models live in the store's own database, beside the events they are folded
+        from, so reading them is part of what a store offers: a consumer queries them
+        through the store it was given, whatever the backend.
+        """
+
+    @abstractmethod
+    def first_position_since(self, when: datetime) -> int:
+        """The first global position recorded at or after `when` (last + 1 if none).
+
+        A reader of a period (a digest, an export) starts there instead of at zero.
+        """
 
     @abstractmethod
     def last_position(self) -> int:

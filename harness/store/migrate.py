@@ -28,6 +28,7 @@ def current_revision(engine: Engine) -> str | None:
 
 
 def needs_upgrade(engine: Engine) -> bool:
+    """Whether the schema lags this code, so opening a store knows to migrate (or refuse)."""
     return current_revision(engine) != HEAD_REVISION
 
 

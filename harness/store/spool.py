@@ -28,6 +28,8 @@ from harness.store.records import ANY, AppendResult, StoreUnavailableError
 
 @dataclass(frozen=True)
 class IngestReport:
+    """What an ingest did, so its caller can report it, corrupt lines included."""
+
     appended: int
     duplicates: int
     files: int
@@ -84,6 +86,7 @@ class Spool:
         return self.directory / f"{socket.gethostname()}-{os.getpid()}.jsonl"
 
     def files(self) -> list[Path]:
+        """The spooled files of every process, oldest name first, in the order they are ingested."""
         if not self.directory.is_dir():
             return []
         return sorted(self.directory.glob("*.jsonl"))

@@ -107,6 +107,7 @@ class SqlEventStore(EventStore):
 
     @contextmanager
     def read_transaction(self) -> Iterator[sa.Connection]:
+        """A transaction for reads: unlike `write_transaction`, it takes no write lock at BEGIN."""
         with translate_errors(), self.engine.connect() as conn, conn.begin():
             yield conn
 
@@ -116,6 +117,7 @@ class SqlEventStore(EventStore):
         events_: Sequence[NewEvent],
         expected_version: ExpectedVersion = ANY,
     ) -> AppendResult:
+        """The writer's single INSERT … SELECT; only a refusal pays for diagnosis."""
         if isinstance(expected_version, int) and expected_version < 1:
             raise ValueError("an exact expected version is >= 1; use NO_STREAM for a new stream")
         if len(events_) > MAX_BATCH:
@@ -132,6 +134,7 @@ class SqlEventStore(EventStore):
         return AppendResult(positions, version)
 
     def create_streams(self, streams: Mapping[str, Sequence[NewEvent]]) -> set[str]:
+        """The whole wave in one writer transaction; a stream already started is skipped."""
         for stream_id, events_ in streams.items():
             if not 0 < len(events_) <= MAX_BATCH:
                 raise ValueError(
@@ -175,6 +178,7 @@ class SqlEventStore(EventStore):
     def read_stream(
         self, stream_id: str, after: int = 0, limit: int | None = None
     ) -> list[StoredEvent]:
+        """One indexed range query on (stream_id, stream_position)."""
         query = (
             sa.select(*_COLUMNS)
             .where(events.c.stream_id == stream_id, events.c.stream_position > after)
@@ -187,6 +191,7 @@ class SqlEventStore(EventStore):
     def read_streams(
         self, stream_ids: Iterable[str], types: Iterable[str] | None = None
     ) -> dict[str, list[StoredEvent]]:
+        """Queried in slices of `MAX_BATCH` ids, under the driver's parameter cap."""
         wanted = list(dict.fromkeys(stream_ids))
         kinds = None if types is None else list(types)
         found: dict[str, list[StoredEvent]] = {stream_id: [] for stream_id in wanted}
@@ -210,6 +215,7 @@ class SqlEventStore(EventStore):
         limit: int = 1000,
         types: Iterable[str] | None = None,
     ) -> list[StoredEvent]:
+        """On the primary key; appends are serialized, so no commit lands behind a reader."""
         query = (
             sa.select(*_COLUMNS)
             .where(events.c.global_position > after_position)
@@ -222,6 +228,7 @@ class SqlEventStore(EventStore):
             return [_row_to_event(row) for row in conn.execute(query)]
 
     def read_last(self, limit: int, types: Iterable[str] | None = None) -> list[StoredEvent]:
+        """Backwards on the primary key: the newest events cost the same however long the log."""
         query = sa.select(*_COLUMNS).order_by(events.c.global_position.desc()).limit(limit)
         if types is not None:
             query = query.where(events.c.type.in_(list(types)))
@@ -229,6 +236,7 @@ class SqlEventStore(EventStore):
             return [_row_to_event(row) for row in conn.execute(query)]
 
     def checkpoints(self, names: Iterable[str]) -> dict[str, int]:
+        """One query for every name; a projection never folded has no row yet and reads as 0."""
         wanted = list(names)
         query = sa.select(projection_checkpoints.c.name, projection_checkpoints.c.position).where(
             projection_checkpoints.c.name.in_(wanted)
@@ -282,6 +290,7 @@ class SqlEventStore(EventStore):
             cursor.close()
 
     def save_checkpoint(self, tracking: Tracking, position: int) -> None:
+        """An UPDATE in the tracking transaction, so it commits with the read model's writes."""
         tracking.conn.execute(
             projection_checkpoints.update()
             .where(projection_checkpoints.c.name == tracking.name)
@@ -300,14 +309,17 @@ class SqlEventStore(EventStore):
             return int(first)
 
     def last_position(self) -> int:
+        """MAX of the primary key: one index lookup."""
         with self.read_transaction() as conn:
             return conn.execute(sa.select(sa.func.max(events.c.global_position))).scalar() or 0
 
     def stream_version(self, stream_id: str) -> int:
+        """MAX of the stream's positions: one index lookup."""
         with self.read_transaction() as conn:
             return _version(conn, stream_id)
 
     def close(self) -> None:
+        """Stop the writer's connection and dispose of the engine's pool."""
         self._writer.close()
         self.engine.dispose()
 

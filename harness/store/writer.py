@@ -230,6 +230,7 @@ class Writer:
             self._connection = None
 
     def close(self) -> None:
+        """Drop the writer's own connection; the next append opens a new one."""
         with self._lock:
             if self._connection is not None:
                 self._connection.close()

@@ -26,6 +26,8 @@ Report = Callable[[str], None]
 
 
 class Executor(ABC):
+    """The bookkeeping every executor shares; an implementation supplies the `_` methods."""
+
     def __init__(self, preparer: Preparer, runner: Runner, report: Report) -> None:
         self.preparer = preparer
         self.runner = runner

@@ -22,6 +22,8 @@ from harness.scheduling.waves import SlotClaim
 
 
 class LocalExecutor(Executor):
+    """Runs claimed ticks in threads of this process, within the gate's caps and priorities."""
+
     def __init__(
         self, settings: Settings, preparer: Preparer, runner: Runner, report: Report
     ) -> None:
@@ -38,6 +40,7 @@ class LocalExecutor(Executor):
         self._dispatcher = threading.Thread(target=self._dispatch, name="dispatch", daemon=True)
 
     def running(self) -> list[TickRef]:
+        """The ticks the runner has started and not ended."""
         return self.runner.running()
 
     def _submit(self, claim: SlotClaim) -> bool:
@@ -82,6 +85,7 @@ class LocalExecutor(Executor):
                 self.threads.discard(threading.current_thread())
 
     def wait_idle(self, timeout: float) -> None:
+        """Wait until nothing is queued or running (for tests and callers that drive `fire`)."""
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             with self._threads_lock:

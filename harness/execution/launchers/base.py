@@ -44,6 +44,7 @@ class TickProcess:
         return -1
 
     def alive(self) -> bool:
+        """Whether the tick's process still runs (a zombie does not count)."""
         if self.popen is not None:
             return self.popen.poll() is None
         try:
@@ -52,6 +53,7 @@ class TickProcess:
             return False
 
     def signal_group(self, signum: int) -> None:
+        """Signal the tick's whole process group, so its children stop with it."""
         with contextlib.suppress(ProcessLookupError):
             os.killpg(self.pid, signum)
 
@@ -67,10 +69,13 @@ class TickProcess:
         return alive
 
     def kill_group(self) -> None:
+        """Kill whatever is left of the tick's process group."""
         self.signal_group(signal.SIGKILL)
 
 
 class Launcher(ABC):
+    """Starts tick processes; the public `start` does the bookkeeping, `_start` the spawn."""
+
     def start(self, payload_json: bytes, log_path: Path, env: dict[str, str]) -> TickProcess:
         """Start a worker with the payload on its stdin and its output in `log_path`."""
         log_path.parent.mkdir(parents=True, exist_ok=True)

@@ -12,6 +12,8 @@ WORKER_MODULE = "workers.llm_worker"
 
 
 class ColdLauncher(Launcher):
+    """A fresh interpreter per tick: slow to start, but nothing is shared between ticks."""
+
     def _start(self, payload_json: bytes, log_path: Path, env: dict[str, str]) -> TickProcess:
         with open(log_path, "ab") as log:
             popen = subprocess.Popen(

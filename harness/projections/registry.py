@@ -1,0 +1,15 @@
+"""The read models tickwork keeps, in one place, so every process folds the same set."""
+
+from __future__ import annotations
+
+from harness.prices import PriceBook
+from harness.projections.calibration import CalibrationProjection
+from harness.projections.projector import Projector
+from harness.projections.spend import SpendProjection
+from harness.projections.ticks import TicksProjection
+from harness.store import EventStore
+
+
+def projector_for(store: EventStore, prices: PriceBook) -> Projector:
+    """The projector with every read model tickwork keeps."""
+    return Projector(store, [SpendProjection(prices), TicksProjection(), CalibrationProjection()])

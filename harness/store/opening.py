@@ -1,0 +1,53 @@
+"""Opening a store: an embedded SQLite store is migrated, a shared one must be at head.
+
+Kept apart from the package front so that `harness.store` only names things; the spool
+is ingested here because a store that opens is the first chance to hand it its events.
+"""
+
+from __future__ import annotations
+
+from harness.config import Durability
+from harness.store.engine import create_store_engine, safe_url
+from harness.store.migrate import current_revision, needs_upgrade, upgrade
+from harness.store.records import SchemaError
+from harness.store.schema import HEAD_REVISION
+from harness.store.spool import Spool
+from harness.store.sql import SqlEventStore, translate_errors
+
+
+def open_store(
+    url: str, *, durability: Durability = "process", spool: Spool | None = None
+) -> SqlEventStore:
+    """Open the store, migrating an embedded SQLite store, then ingest any spooled events.
+
+    A PostgreSQL store is shared by several hosts and is migrated only on purpose
+    (`tickwork migrate`): opening one whose schema lags raises SchemaError.
+    """
+    engine = create_store_engine(url, durability=durability)
+    with translate_errors():
+        revision = current_revision(engine)
+        if revision != HEAD_REVISION:
+            if engine.dialect.name != "sqlite":
+                engine.dispose()
+                raise SchemaError(
+                    f"store {safe_url(url)} is at schema revision {revision or 'none'}, "
+                    f"this tickwork needs {HEAD_REVISION}: run `tickwork migrate`"
+                )
+            upgrade(engine)
+    store = SqlEventStore(engine)
+    if spool is not None and spool.files():
+        spool.ingest(store)
+    return store
+
+
+def migrate_store(url: str) -> str | None:
+    """Apply pending migrations to any store; returns the revision it was at before."""
+    engine = create_store_engine(url)
+    try:
+        with translate_errors():
+            before = current_revision(engine)
+            if needs_upgrade(engine):
+                upgrade(engine)
+            return before
+    finally:
+        engine.dispose()

@@ -40,7 +40,7 @@ from harness.contracts.events import (
 )
 from harness.contracts.payload import RagSettings, TickPayload
 from harness.contracts.result import ResultFileError, TickResult, read_result
-from harness.execution.launchers import ColdLauncher, Launcher, TickProcess
+from harness.execution.launchers import Launcher, TickProcess, launcher_for
 from harness.execution.prompt import previous_result_text, render
 from harness.prices import PriceBook
 from harness.projections import Projector, projector_for
@@ -165,7 +165,7 @@ class Runner:
         """Raises CatalogError when `[routing] catalog` is set and invalid."""
         self.settings = settings
         self.store = store
-        self.launcher = launcher or ColdLauncher()
+        self.launcher = launcher or launcher_for(settings)
         self.env = dict(os.environ if env is None else env)
         self.spool = Spool(settings.paths.spool)
         self._lock = threading.Lock()

@@ -41,8 +41,8 @@ from typing import NoReturn
 
 from harness.execution.launchers.fork_protocol import DEADLINE, FRAME, READY
 
-EXIT_CRASHED = 70
-"""Exit code of a child whose worker raised instead of returning one."""
+EXIT_CRASHED = 1
+"""Exit code of a child whose worker raised, as Python's for an uncaught exception."""
 PAYLOAD_READ_TIMEOUT = 30.0
 
 
@@ -91,8 +91,11 @@ def become_tick(conn: socket.socket, log_fd: int, worker: ModuleType) -> NoRetur
         os.environ.update(env)
         random.seed()
         code = int(worker.serve(payload))
-    except SystemExit as exc:
-        code = exc.code if isinstance(exc.code, int) else EXIT_CRASHED
+    except SystemExit as exc:  # as Python ends on one: None is 0, a message is printed
+        if isinstance(exc.code, int) or exc.code is None:
+            code = exc.code or 0
+        else:
+            print(exc.code, file=sys.stderr)
     except BaseException:
         traceback.print_exc()
     finally:

@@ -99,8 +99,9 @@ class ForkedTick(TickProcess):
     """A tick forked by the server: its exit status arrives on the tick's socket.
 
     Several threads may wait at once (the runner's, a cancel's): one reads the socket,
-    the others wait for it. If the server dies first, the tick is watched like an adopted
-    process.
+    the others wait for it. If the server dies first, the tick's end is seen on its
+    pidfd (whoever reaps it, if anyone) and its exit code is unknown (-1), as for a
+    process adopted after a restart.
     """
 
     def __init__(self, pid: int, lines: _Lines) -> None:
@@ -109,8 +110,16 @@ class ForkedTick(TickProcess):
         self._exit_code: int | None = None
         self.cpu_seconds: float | None = None
         """User and system CPU time of the tick's own process, once it ended."""
+        self._pidfd: int | None = None
         self._orphaned = False
         self._reading = threading.Lock()
+
+    def _watch(self) -> None:
+        """Hold a pidfd on the child, for the case its server dies before it."""
+        try:
+            self._pidfd = os.pidfd_open(self.pid)
+        except ProcessLookupError:
+            pass  # already reaped by the server, whose status line is on its way
 
     def wait(self, timeout: float | None) -> int | None:
         deadline = None if timeout is None else time.monotonic() + timeout
@@ -121,9 +130,10 @@ class ForkedTick(TickProcess):
                 self._read_status(deadline)
             finally:
                 self._reading.release()
-        if self._orphaned:
+        if self._exit_code is None and self._orphaned:
             left = None if deadline is None else max(0.0, deadline - time.monotonic())
-            return super().wait(left)
+            if self._pidfd is None or select.select([self._pidfd], [], [], left)[0]:
+                self._close(-1)
         return self._exit_code
 
     def _read_status(self, deadline: float | None) -> None:
@@ -141,8 +151,15 @@ class ForkedTick(TickProcess):
     def _ended(self, line: bytes) -> None:
         """`exit <pid> <code> <cpu seconds>` from the server: the tick was reaped."""
         _, _, code, cpu = line.split()
-        self._exit_code, self.cpu_seconds = int(code), float(cpu)
+        self.cpu_seconds = float(cpu)
         self._lines.sock.close()
+        self._close(int(code))
+
+    def _close(self, exit_code: int) -> None:
+        self._exit_code = exit_code
+        if self._pidfd is not None:
+            os.close(self._pidfd)
+            self._pidfd = None
 
     def alive(self) -> bool:
         return self.wait(0) is None
@@ -151,10 +168,11 @@ class ForkedTick(TickProcess):
 class _Server:
     """One fork server process and the launcher's end of its control socket."""
 
-    def __init__(self, worker: str, stamp: tuple[str, float]) -> None:
+    def __init__(self, worker: str, stamp: tuple[str, float], fork_timeout: float) -> None:
         self.stamp = stamp
+        self.fork_timeout = fork_timeout
         self.control, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
-        self.control.settimeout(FORK_TIMEOUT)
+        self.control.settimeout(fork_timeout)
         env = {k: v for k, v in os.environ.items() if k in SERVER_ENVIRONMENT or k[:3] == "LC_"}
         with theirs:
             self.process = subprocess.Popen(
@@ -185,15 +203,15 @@ class _Server:
             return self.ready
 
     def fork(self, payload_json: bytes, log_path: Path, env: dict[str, str]) -> ForkedTick:
-        deadline = time.time() + FORK_TIMEOUT
-        give_up = time.monotonic() + FORK_TIMEOUT + 2  # the server forks only before `deadline`
+        deadline = time.time() + self.fork_timeout
+        give_up = time.monotonic() + self.fork_timeout + 2  # no fork after `deadline`
         mine, theirs = socket.socketpair()
         try:
             with theirs, open(log_path, "ab") as log_file, self._send_lock:
                 socket.send_fds(
                     self.control, [DEADLINE.pack(deadline)], [theirs.fileno(), log_file.fileno()]
                 )
-            mine.settimeout(FORK_TIMEOUT)
+            mine.settimeout(self.fork_timeout)
             mine.sendall(encode_request(env, payload_json))
             lines = _Lines(mine)
             first = lines.next(give_up)
@@ -206,6 +224,8 @@ class _Server:
         tick = ForkedTick(int(first.split()[1]), lines)
         if first.startswith(b"exit "):  # the child died before it could say its pid
             tick._ended(first)
+        else:
+            tick._watch()
         return tick
 
     def retire(self) -> None:
@@ -229,10 +249,15 @@ class WarmLauncher(Launcher):
             each tick, and `python -m` for a cold start).
         watched: source folders whose change (with the installed version) restarts the
             server; by default the `harness` and `workers` packages.
+
+    `fork_timeout` (a server that forks nothing this long is hung) and `stamp_interval`
+    (how often the installed code is looked at) may be set after construction.
     """
 
     def __init__(self, worker: str = WORKER_MODULE, watched: Iterable[Path] = ()) -> None:
         self.worker = worker
+        self.fork_timeout = FORK_TIMEOUT
+        self.stamp_interval = STAMP_INTERVAL
         self.cold = ColdLauncher(worker)
         self.watched = tuple(watched) or _package_roots()
         self._lock = threading.Lock()
@@ -277,12 +302,12 @@ class WarmLauncher(Launcher):
                 self._retired.append(server)
                 server = self._server = None
             if server is None and time.monotonic() >= self._next_try:
-                server = self._server = _Server(self.worker, stamp)
+                server = self._server = _Server(self.worker, stamp, self.fork_timeout)
                 self._servers_started += 1
             return server, self._servers_started == 1
 
     def _check_stamp(self) -> tuple[str, float]:
-        if time.monotonic() - self._stamp_at >= STAMP_INTERVAL:
+        if time.monotonic() - self._stamp_at >= self.stamp_interval:
             self._stamp = code_stamp(self.watched)
             self._stamp_at = time.monotonic()
         return self._stamp

@@ -29,6 +29,7 @@ STANDIN = "tests.standin_worker"
 
 @pytest.fixture
 def launcher() -> Iterator[WarmLauncher]:
+    """A launcher of its own, for the tests that break its server."""
     launcher = WarmLauncher(STANDIN)
     yield launcher
     launcher.close()
@@ -85,8 +86,9 @@ def server_sees(pid: int) -> tuple[bytes, list[str]]:
 
 
 def test_a_tick_sees_only_its_own_environment_and_descriptors(
-    launcher: WarmLauncher, tmp_path: Path
+    standin_launcher: WarmLauncher, tmp_path: Path
 ) -> None:
+    launcher = standin_launcher
     env_a = {"TICK": "a", "OPENAI_API_KEY": "sk-secret-of-tick-a"}
     env_b = {"TICK": "b", "OPENAI_API_KEY": "sk-secret-of-tick-b"}
     holder, held = start(launcher, tmp_path, "hold", env_a)
@@ -117,8 +119,9 @@ def test_a_tick_sees_only_its_own_environment_and_descriptors(
     ("command", "exit_code"), [("raise", 1), ("abort", -signal.SIGABRT), ("leak", 0), ("exit", 3)]
 )
 def test_a_crash_abort_leak_or_exit_disturbs_neither_the_server_nor_other_ticks(
-    launcher: WarmLauncher, tmp_path: Path, command: str, exit_code: int
+    standin_launcher: WarmLauncher, tmp_path: Path, command: str, exit_code: int
 ) -> None:
+    launcher = standin_launcher
     other, other_result = start(launcher, tmp_path, "hold")
     wait_for(other_result)
     server = psutil.Process(launcher.server_pid)

@@ -101,6 +101,7 @@ def fake() -> Iterator[FakeUpstream]:
 def standin_launcher() -> Iterator[WarmLauncher]:
     """A warm launcher whose ticks run the stand-in worker (tests/standin_worker.py)."""
     launcher = WarmLauncher("tests.standin_worker")
+    assert launcher.wait_ready(60)
     yield launcher
     launcher.close()
 

@@ -31,6 +31,7 @@ STANDIN = "tests.standin_worker"
 def launcher() -> Iterator[WarmLauncher]:
     """A launcher of its own, for the tests that break its server."""
     launcher = WarmLauncher(STANDIN)
+    assert launcher.wait_ready(60)
     yield launcher
     launcher.close()
 
@@ -150,6 +151,7 @@ def test_a_tick_killed_in_the_middle_of_a_model_call_leaves_the_server_serving(
 ) -> None:
     harness = Harness(tmp_path, fake, rag=False)
     assert isinstance(harness.runner.launcher, WarmLauncher)
+    assert harness.runner.launcher.wait_ready(120)
     doomed = harness.runner.prepare("min", timeout=60)
     fake.script(doomed.payload.tick_id, [Step(text="never sent", delay=60)])
     process = harness.runner.launcher.start(
@@ -215,6 +217,7 @@ def test_new_code_replaces_the_server_after_its_ticks_end(tmp_path: Path) -> Non
     launcher = WarmLauncher(STANDIN, watched=[source])
     launcher.stamp_interval = 0
     try:
+        assert launcher.wait_ready(60)
         holder, held = start(launcher, tmp_path, "hold")
         wait_for(held)
         old = launcher.server_pid
@@ -232,7 +235,8 @@ def test_new_code_replaces_the_server_after_its_ticks_end(tmp_path: Path) -> Non
 
 def test_a_server_that_cannot_warm_up_leaves_ticks_cold(tmp_path: Path) -> None:
     launcher = WarmLauncher("tests.no_such_worker")
-    process, _ = start(launcher, tmp_path, "report")
-    assert not isinstance(process, ForkedTick)
-    assert process.wait(30) == 1, "the cold start of a missing module fails as it should"
+    assert not launcher.wait_ready(60)
     assert launcher.server_pid is None, "a failed warm-up is retried only after a pause"
+    process, _ = start(launcher, tmp_path, "report")
+    assert not isinstance(process, ForkedTick) and launcher.server_pid is None
+    assert process.wait(30) == 1, "the cold start of a missing module fails as it should"

@@ -71,8 +71,12 @@ def make_settings(tmp_path: Path, **level: object) -> Settings:
 
 @pytest.fixture(params=["warm", "cold"])
 def each_launcher(request: pytest.FixtureRequest) -> Launcher:
-    """Each launcher the service can be configured with, the warm one shared."""
-    return shared_warm_launcher() if request.param == "warm" else ColdLauncher()
+    """Each launcher the service can be configured with, the warm one shared and ready."""
+    if request.param == "cold":
+        return ColdLauncher()
+    launcher = shared_warm_launcher()
+    assert launcher.wait_ready(120)
+    return launcher
 
 
 class Harness:

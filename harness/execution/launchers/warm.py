@@ -1,7 +1,7 @@
 """Warm start: ticks forked from a preloaded fork server, about 20 times faster than cold.
 
-The launcher spawns the server (`forkserver.py`) cleanly as a new process the first time
-a tick starts, and keeps it while it answers. Each tick gets its own socket pair: one
+The launcher spawns the server (`forkserver.py`) cleanly as a new process when it is
+made, and keeps it while it answers; ticks that come before it is ready start cold. Each tick gets its own socket pair: one
 end goes to the server with the tick's log file, the launcher writes the tick's
 environment and payload on the other and reads back the child's pid, then its exit
 status once the server reaped it. A server that died, hung, failed its warm-up or runs
@@ -35,7 +35,7 @@ SERVER_MODULE = "harness.execution.launchers.forkserver"
 FORK_TIMEOUT = 10.0
 """A server that forks no child within this long is taken for hung."""
 READY_TIMEOUT = 120.0
-"""The first tick waits this long for the first server's warm-up (about a cold start)."""
+"""A server still warming up after this long is taken for hung."""
 RETRY_AFTER_FAILED_WARM_UP = 60.0
 STAMP_INTERVAL = 1.0
 """Least time between two looks at the installed code."""
@@ -184,6 +184,7 @@ class _Server:
                 env=env,
                 start_new_session=True,
             )
+        self.spawned_at = time.monotonic()
         self.ready = False
         self._ready_lock = threading.Lock()
         self._send_lock = threading.Lock()
@@ -206,18 +207,21 @@ class _Server:
         deadline = time.time() + self.fork_timeout
         give_up = time.monotonic() + self.fork_timeout + 2  # no fork after `deadline`
         mine, theirs = socket.socketpair()
-        try:
-            with theirs, open(log_path, "ab") as log_file, self._send_lock:
-                socket.send_fds(
-                    self.control, [DEADLINE.pack(deadline)], [theirs.fileno(), log_file.fileno()]
-                )
-            mine.settimeout(self.fork_timeout)
-            mine.sendall(encode_request(env, payload_json))
-            lines = _Lines(mine)
-            first = lines.next(give_up)
-        except OSError as exc:
-            mine.close()
-            raise ForkServerError(f"the fork server took no request: {exc}") from exc
+        with open(log_path, "ab") as log_file:
+            try:
+                with theirs, self._send_lock:
+                    socket.send_fds(
+                        self.control,
+                        [DEADLINE.pack(deadline)],
+                        [theirs.fileno(), log_file.fileno()],
+                    )
+                mine.settimeout(self.fork_timeout)
+                mine.sendall(encode_request(env, payload_json))
+                lines = _Lines(mine)
+                first = lines.next(give_up)
+            except OSError as exc:
+                mine.close()
+                raise ForkServerError(f"the fork server took no request: {exc}") from exc
         if not first:
             mine.close()
             raise ForkServerError("the fork server forked no child in time")
@@ -263,10 +267,10 @@ class WarmLauncher(Launcher):
         self._lock = threading.Lock()
         self._server: _Server | None = None
         self._retired: list[_Server] = []
-        self._servers_started = 0
         self._next_try = 0.0
         self._stamp = code_stamp(self.watched)
         self._stamp_at = time.monotonic()
+        self._current()  # it warms up while the service gets ready
 
     @property
     def server_pid(self) -> int | None:
@@ -274,20 +278,39 @@ class WarmLauncher(Launcher):
         server = self._server
         return server.pid if server is not None else None
 
+    def wait_ready(self, timeout: float) -> bool:
+        """Whether a server is ready to fork within `timeout` (if not, ticks start cold)."""
+        return self._ready_server(timeout) is not None
+
     def _start(self, payload_json: bytes, log_path: Path, env: dict[str, str]) -> TickProcess:
-        server, first = self._current()
+        server = self._ready_server(0)
         if server is not None:
             try:
-                if server.wait_ready(READY_TIMEOUT if first else 0):
-                    return server.fork(payload_json, log_path, env)
-                if first:
-                    raise ForkServerError(f"no fork server ready after {READY_TIMEOUT:.0f} s")
-            except (ForkServerError, OSError) as exc:
+                return server.fork(payload_json, log_path, env)
+            except ForkServerError as exc:
                 self._discard(server, exc)
         return self.cold._start(payload_json, log_path, env)
 
-    def _current(self) -> tuple[_Server | None, bool]:
-        """The server to fork from (and whether it is the first), starting one if due."""
+    def _ready_server(self, timeout: float) -> _Server | None:
+        """The server to fork from, if it is ready within `timeout`.
+
+        A start never waits for a warm-up: the runner cannot cancel a tick while its
+        launcher holds it, so a tick that finds no server ready starts cold.
+        """
+        server = self._current()
+        if server is None:
+            return None
+        try:
+            if server.wait_ready(timeout):
+                return server
+            if time.monotonic() - server.spawned_at > READY_TIMEOUT:
+                raise ForkServerError(f"the fork server is not ready after {READY_TIMEOUT:.0f} s")
+        except ForkServerError as exc:
+            self._discard(server, exc)
+        return None
+
+    def _current(self) -> _Server | None:
+        """The server in use or warming up, started anew if it is gone or its code is old."""
         with self._lock:
             self._retired = [s for s in self._retired if s.process.poll() is None]
             server = self._server
@@ -303,8 +326,7 @@ class WarmLauncher(Launcher):
                 server = self._server = None
             if server is None and time.monotonic() >= self._next_try:
                 server = self._server = _Server(self.worker, stamp, self.fork_timeout)
-                self._servers_started += 1
-            return server, self._servers_started == 1
+            return server
 
     def _check_stamp(self) -> tuple[str, float]:
         if time.monotonic() - self._stamp_at >= self.stamp_interval:

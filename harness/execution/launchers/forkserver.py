@@ -12,9 +12,9 @@ group, default signal handlers, stdout and stderr on the log, no other inherited
 descriptor, only the tick's environment, a fresh random state, and the worker's
 `serve(payload)` as its whole life. The child says its pid on the tick socket once it
 leads its process group (so the runner can signal the group from then on); the server
-watches it through a pidfd, reaps it and sends its exit status and CPU time there. When the launcher closes the
-control socket (or its process dies), the server forks nothing more and exits once its
-last child has been reaped.
+watches it through a pidfd, reaps it and sends its exit status and CPU time there. When
+the launcher closes the control socket (or its process dies), the server forks nothing
+more and exits once its last child has been reaped.
 
 The command line names the worker module, so a restarted service recognises a forked
 tick as a worker when it adopts ticks left running (`scheduling/reconcile.py`).
@@ -23,6 +23,7 @@ tick as a worker when it adopts ticks left running (`scheduling/reconcile.py`).
 from __future__ import annotations
 
 import argparse
+import contextlib
 import gc
 import importlib
 import json
@@ -100,10 +101,8 @@ def become_tick(conn: socket.socket, log_fd: int, worker: ModuleType) -> NoRetur
         traceback.print_exc()
     finally:
         for stream in (sys.stdout, sys.stderr):
-            try:
+            with contextlib.suppress(OSError, ValueError):
                 stream.flush()
-            except (OSError, ValueError):
-                pass
         os._exit(code)
 
 
@@ -163,10 +162,8 @@ class Server:
         _, status, usage = os.wait4(child.pid, 0)
         del self.children[child.pid]
         code, cpu = os.waitstatus_to_exitcode(status), usage.ru_utime + usage.ru_stime
-        try:
+        with contextlib.suppress(OSError):  # the launcher went away; the server carries on
             child.conn.sendall(f"exit {child.pid} {code} {cpu:.6f}\n".encode())
-        except OSError:
-            pass  # the launcher went away; the server carries on
         child.conn.close()
 
 

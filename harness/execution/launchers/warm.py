@@ -1,22 +1,22 @@
 """Warm start: ticks forked from a preloaded fork server, about 20 times faster than cold.
 
 The launcher spawns the server (`forkserver.py`) cleanly as a new process when it is
-made, and keeps it while it answers; ticks that come before it is ready start cold. Each tick gets its own socket pair: one
-end goes to the server with the tick's log file, the launcher writes the tick's
-environment and payload on the other and reads back the child's pid, then its exit
-status once the server reaped it. A server that died, hung, failed its warm-up or runs
-code older than what is installed is replaced; until the new one is ready, ticks start
-cold, so no tick is lost to the launcher. A tick whose server died while it ran is
-watched like an adopted process (its exit code is then unknown).
+made, and keeps it while it answers; ticks that come before it is ready start cold. Each
+tick gets its own socket pair: one end goes to the server with the tick's log file, the
+launcher writes the tick's environment and payload on the other and reads back the
+child's pid, then its exit status once the server reaped it. A server that died, hung,
+failed its warm-up or runs code older than what is installed is replaced; until the new
+one is ready, ticks start cold, so no tick is lost to the launcher. A tick whose server
+died while it ran is watched through a pidfd (its exit code is then unknown).
 """
 
 from __future__ import annotations
 
+import contextlib
 import importlib.metadata
 import logging
 import os
 import select
-import signal
 import socket
 import subprocess
 import sys
@@ -116,10 +116,8 @@ class ForkedTick(TickProcess):
 
     def _watch(self) -> None:
         """Hold a pidfd on the child, for the case its server dies before it."""
-        try:
+        with contextlib.suppress(ProcessLookupError):  # reaped: its status line is coming
             self._pidfd = os.pidfd_open(self.pid)
-        except ProcessLookupError:
-            pass  # already reaped by the server, whose status line is on its way
 
     def wait(self, timeout: float | None) -> int | None:
         deadline = None if timeout is None else time.monotonic() + timeout
@@ -176,8 +174,15 @@ class _Server:
         env = {k: v for k, v in os.environ.items() if k in SERVER_ENVIRONMENT or k[:3] == "LC_"}
         with theirs:
             self.process = subprocess.Popen(
-                [sys.executable, "-m", SERVER_MODULE, "--control", str(theirs.fileno())]
-                + ["--worker", worker],
+                [
+                    sys.executable,
+                    "-m",
+                    SERVER_MODULE,
+                    "--control",
+                    str(theirs.fileno()),
+                    "--worker",
+                    worker,
+                ],
                 pass_fds=[theirs.fileno()],
                 stdin=subprocess.DEVNULL,
                 stdout=subprocess.DEVNULL,
@@ -238,10 +243,7 @@ class _Server:
 
     def kill(self) -> None:
         self.control.close()
-        try:
-            self.process.send_signal(signal.SIGKILL)
-        except ProcessLookupError:
-            pass
+        self.process.kill()
         self.process.wait()
 
 

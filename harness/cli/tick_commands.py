@@ -18,6 +18,9 @@ from harness.rag import RagError, build_index
 from harness.scheduling.control import UnknownLevelError, operator, request_cancel, switch_level
 from harness.scheduling.status import refresh
 
+WARM_UP_WAIT = 60.0
+"""`tickwork tick` waits this long for its fork server rather than warm one for nothing."""
+
 
 @app.command()
 def tick(
@@ -56,6 +59,7 @@ def tick(
     try:
         with upstream_for_ticks() as env:
             runner = Runner(config, store, env=env, router=router)
+            runner.launcher.wait_ready(WARM_UP_WAIT)  # nothing else to run here meanwhile
             try:
                 prepared = runner.prepare(level, prompt=prompt, timeout=timeout, tick_id=tick_id)
             except TickSetupError as exc:

@@ -181,7 +181,10 @@ def main() -> None:
     gc.collect()
     gc.freeze()
     gc.enable()
-    control.sendall(READY)
+    try:
+        control.sendall(READY)
+    except BrokenPipeError:
+        return  # the launcher went away during the warm-up
     Server(control, worker).run()
 
 

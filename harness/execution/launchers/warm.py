@@ -201,11 +201,14 @@ class _Server:
     def wait_ready(self, timeout: float) -> bool:
         """Whether the server is ready within `timeout`; ForkServerError if it failed."""
         with self._ready_lock:
-            if not self.ready and select.select([self.control], [], [], timeout)[0]:
-                if self.control.recv(len(READY)) != READY:
-                    code = self.process.wait()
-                    raise ForkServerError(f"the fork server ended in its warm-up (exit {code})")
-                self.ready = True
+            try:
+                if not self.ready and select.select([self.control], [], [], timeout)[0]:
+                    if self.control.recv(len(READY)) != READY:
+                        code = self.process.wait()
+                        raise ForkServerError(f"the fork server ended in its warm-up ({code})")
+                    self.ready = True
+            except (OSError, ValueError) as exc:  # discarded by another thread meanwhile
+                raise ForkServerError(f"the fork server is gone: {exc}") from exc
             return self.ready
 
     def fork(self, payload_json: bytes, log_path: Path, env: dict[str, str]) -> ForkedTick:
@@ -281,7 +284,6 @@ class WarmLauncher(Launcher):
         return server.pid if server is not None else None
 
     def wait_ready(self, timeout: float) -> bool:
-        """Whether a server is ready to fork within `timeout` (if not, ticks start cold)."""
         return self._ready_server(timeout) is not None
 
     def _start(self, payload_json: bytes, log_path: Path, env: dict[str, str]) -> TickProcess:

@@ -200,16 +200,19 @@ class _Server:
 
     def wait_ready(self, timeout: float) -> bool:
         """Whether the server is ready within `timeout`; ForkServerError if it failed."""
-        with self._ready_lock:
-            try:
-                if not self.ready and select.select([self.control], [], [], timeout)[0]:
-                    if self.control.recv(len(READY)) != READY:
-                        code = self.process.wait()
-                        raise ForkServerError(f"the fork server ended in its warm-up ({code})")
-                    self.ready = True
-            except (OSError, ValueError) as exc:  # discarded by another thread meanwhile
-                raise ForkServerError(f"the fork server is gone: {exc}") from exc
-            return self.ready
+        if self.ready or not self._ready_lock.acquire(timeout=timeout):
+            return self.ready  # a start does not queue behind another thread's long wait
+        try:
+            if not self.ready and select.select([self.control], [], [], timeout)[0]:
+                if self.control.recv(len(READY)) != READY:
+                    code = self.process.wait()
+                    raise ForkServerError(f"the fork server ended in its warm-up ({code})")
+                self.ready = True
+        except (OSError, ValueError) as exc:  # discarded by another thread meanwhile
+            raise ForkServerError(f"the fork server is gone: {exc}") from exc
+        finally:
+            self._ready_lock.release()
+        return self.ready
 
     def fork(self, payload_json: bytes, log_path: Path, env: dict[str, str]) -> ForkedTick:
         deadline = time.time() + self.fork_timeout

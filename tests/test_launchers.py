@@ -20,7 +20,7 @@ import pytest
 
 from harness.contracts.payload import TickPayload
 from harness.devtools.fake_llm import FakeUpstream, Step
-from harness.execution.launchers import TickProcess, WarmLauncher
+from harness.execution.launchers import TickProcess, WarmLauncher, shared_warm_launcher
 from harness.execution.launchers.warm import ForkedTick
 from tests.test_tick import Harness, live_in_group
 
@@ -168,6 +168,16 @@ def test_a_tick_killed_in_the_middle_of_a_model_call_leaves_the_server_serving(
     outcome = harness.tick([Step(text="Still serving.")])
     assert outcome.status == "completed", outcome.reason
     assert harness.runner.launcher.server_pid == server
+
+
+def test_the_real_warm_up_leaves_no_thread_connection_or_file_to_fork() -> None:
+    launcher = shared_warm_launcher()
+    assert launcher.wait_ready(120) and launcher.server_pid is not None
+    server = psutil.Process(launcher.server_pid)
+    assert server.num_threads() == 1
+    assert server.net_connections(kind="inet") == [], "a socket would cross the fork"
+    assert server.open_files() == [], "a store or log file would cross the fork"
+    assert "workers.llm_worker" in server.cmdline(), "reconcile recognises workers by it"
 
 
 def warm_again(launcher: WarmLauncher, folder: Path, old_server: int | None) -> ForkedTick:

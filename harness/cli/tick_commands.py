@@ -13,13 +13,11 @@ import typer
 from harness.cli.app import app, fail, out, rag_app, settings, state, store_for, upstream_for_ticks
 from harness.cli.catalog_commands import router_or_exit
 from harness.contracts.events import TERMINAL_TYPES
+from harness.execution.launchers import ColdLauncher
 from harness.execution.runner import Runner, TickSetupError, new_tick_id
 from harness.rag import RagError, build_index
 from harness.scheduling.control import UnknownLevelError, operator, request_cancel, switch_level
 from harness.scheduling.status import refresh
-
-WARM_UP_WAIT = 60.0
-"""`tickwork tick` waits this long for its fork server rather than warm one for nothing."""
 
 
 @app.command()
@@ -58,8 +56,9 @@ def tick(
     store = store_for(config)
     try:
         with upstream_for_ticks() as env:
-            runner = Runner(config, store, env=env, router=router)
-            runner.launcher.wait_ready(WARM_UP_WAIT)  # nothing else to run here meanwhile
+            # One tick, then the process ends: a fork server's warm-up would cost more
+            # than the cold start it saves.
+            runner = Runner(config, store, ColdLauncher(), env=env, router=router)
             try:
                 prepared = runner.prepare(level, prompt=prompt, timeout=timeout, tick_id=tick_id)
             except TickSetupError as exc:

@@ -71,14 +71,6 @@ class TickProcess:
 
 
 class Launcher(ABC):
-    def wait_ready(self, timeout: float) -> bool:
-        """Whether ticks start the launcher's fast way within `timeout` (a cold one: always).
-
-        Worth waiting for only where no cancel can come meanwhile: a tick the launcher
-        holds is not yet the runner's to cancel.
-        """
-        return True
-
     def start(self, payload_json: bytes, log_path: Path, env: dict[str, str]) -> TickProcess:
         """Start a worker with the payload on its stdin and its output in `log_path`."""
         log_path.parent.mkdir(parents=True, exist_ok=True)

@@ -287,6 +287,11 @@ class WarmLauncher(Launcher):
         return server.pid if server is not None else None
 
     def wait_ready(self, timeout: float) -> bool:
+        """Whether a server is ready to fork within `timeout` (if not, ticks start cold).
+
+        Worth waiting for only where no cancel can come meanwhile (a benchmark, a test):
+        a tick the launcher holds is not yet the runner's to cancel.
+        """
         return self._ready_server(timeout) is not None
 
     def _start(self, payload_json: bytes, log_path: Path, env: dict[str, str]) -> TickProcess:

@@ -17,6 +17,7 @@ import sqlalchemy as sa
 from sqlalchemy.engine import make_url
 
 from harness.devtools.fake_llm import FakeUpstream
+from harness.execution.launchers import WarmLauncher
 from harness.store import SqlEventStore, migrate_store, open_store
 from harness.store.engine import create_store_engine
 from tests.receiver import Received, apprise_receiver
@@ -103,6 +104,15 @@ def fake() -> Iterator[FakeUpstream]:
     server = FakeUpstream().start()
     yield server
     server.stop()
+
+
+@pytest.fixture(scope="session")
+def standin_launcher() -> Iterator[WarmLauncher]:
+    """A warm launcher whose ticks run the stand-in worker (tests/standin_worker.py)."""
+    launcher = WarmLauncher("tests.standin_worker")
+    assert launcher.wait_ready(60)
+    yield launcher
+    launcher.close()
 
 
 @pytest.fixture

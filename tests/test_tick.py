@@ -1,13 +1,13 @@
 """Ticks end to end, against real parts.
 
 Real worker subprocesses, the real Strands SDK, the fake upstream on a real socket, and
-the store the worker writes its spend to the moment it happens.
+the store the worker writes its spend to the moment it happens. Ticks are forked by the
+warm launcher; the tests of what a launcher must guarantee run under the cold one too.
 """
 
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 import sys
 import threading
@@ -15,7 +15,6 @@ import time
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
-import psutil
 import pytest
 
 from harness.config import LevelConfig, RunnerConfig, StoreConfig
@@ -23,7 +22,13 @@ from harness.contracts.events import LevelPaused, LevelResumed
 from harness.contracts.result import read_result
 from harness.devtools.fake_llm import FakeUpstream, Step, ToolCallSpec
 from harness.execution.executors import LocalExecutor
-from harness.execution.launchers import Launcher, TickProcess
+from harness.execution.launchers import (
+    ColdLauncher,
+    Launcher,
+    TickProcess,
+    WarmLauncher,
+    shared_warm_launcher,
+)
 from harness.execution.prepare import Preparer, TickSetupError, tool_budget
 from harness.execution.runner import Runner, TickOutcome
 from harness.projections.levels import level_paused
@@ -32,7 +37,7 @@ from harness.scheduling.service import Service
 from harness.scheduling.triggers import slot_tick_id
 from harness.scheduling.waves import SlotClaim, claim_wave
 from harness.store import SqlEventStore, StoredEvent, open_store
-from tests.tick_support import SECRET, Harness, calls
+from tests.tick_support import SECRET, Harness, calls, live_in_group
 from tests.waiting import wait_until
 
 
@@ -52,16 +57,14 @@ def local(harness: Harness) -> LocalExecutor:
     return LocalExecutor(harness.settings, harness.preparer, harness.runner, lambda line: None)
 
 
-def live_in_group(pgid: int) -> list[int]:
-    """Processes of the group that still run (a zombie has exited; its parent reaps it)."""
-    alive = []
-    for process in psutil.process_iter():
-        try:
-            if os.getpgid(process.pid) == pgid and process.status() != psutil.STATUS_ZOMBIE:
-                alive.append(process.pid)
-        except (ProcessLookupError, psutil.NoSuchProcess):
-            continue
-    return alive
+@pytest.fixture(params=["warm", "cold"])
+def each_launcher(request: pytest.FixtureRequest) -> Launcher:
+    """Each launcher the service can be configured with, the warm one shared and ready."""
+    if request.param == "cold":
+        return ColdLauncher()
+    launcher = shared_warm_launcher()
+    assert launcher.wait_ready(120)
+    return launcher
 
 
 def terminal_types(events: list[StoredEvent]) -> list[str]:
@@ -70,10 +73,10 @@ def terminal_types(events: list[StoredEvent]) -> list[str]:
 
 
 def test_cap_with_parallel_batches_cancels_the_rest_and_ends_with_text(
-    tmp_path: Path, fake: FakeUpstream, knowledge: Path
+    tmp_path: Path, fake: FakeUpstream, knowledge: Path, each_launcher: Launcher
 ) -> None:
     build_index(knowledge, tmp_path / "rag.db")
-    harness = Harness(tmp_path, fake, max_tool_calls=4)
+    harness = Harness(tmp_path, fake, each_launcher, max_tool_calls=4)
     three = calls("rag_lookup", "rag_lookup", "rag_lookup")
     outcome = harness.tick([three, three, three, Step(text="never asked")])
 
@@ -91,10 +94,10 @@ def test_cap_with_parallel_batches_cancels_the_rest_and_ends_with_text(
 
 
 def test_store_spend_equals_what_the_upstream_billed_across_ticks(
-    tmp_path: Path, fake: FakeUpstream, knowledge: Path
+    tmp_path: Path, fake: FakeUpstream, knowledge: Path, each_launcher: Launcher
 ) -> None:
     build_index(knowledge, tmp_path / "rag.db")
-    harness = Harness(tmp_path, fake)
+    harness = Harness(tmp_path, fake, each_launcher)
     scripts = [
         [calls("rag_lookup"), Step(text="Escalate to Ana.")],
         [calls("rag_lookup", "rag_lookup"), calls("rag_lookup"), Step(text="Done twice.")],
@@ -117,9 +120,9 @@ def test_store_spend_equals_what_the_upstream_billed_across_ticks(
 
 
 def test_a_stream_cut_before_usage_is_estimated_once_and_retried(
-    tmp_path: Path, fake: FakeUpstream
+    tmp_path: Path, fake: FakeUpstream, each_launcher: Launcher
 ) -> None:
-    harness = Harness(tmp_path, fake, rag=False)
+    harness = Harness(tmp_path, fake, each_launcher, rag=False)
     cut = Step(text="A long answer that never finishes " * 5, cut_stream=True)
     outcome = harness.tick([cut, Step(text="Second attempt answers.")])
     assert outcome.status == "completed", outcome.reason
@@ -153,10 +156,10 @@ def test_can_shell_gives_the_agent_a_real_shell(tmp_path: Path, fake: FakeUpstre
 
 
 def test_timeout_kills_the_whole_group_and_keeps_the_spend_already_made(
-    tmp_path: Path, fake: FakeUpstream, knowledge: Path
+    tmp_path: Path, fake: FakeUpstream, knowledge: Path, each_launcher: Launcher
 ) -> None:
     build_index(knowledge, tmp_path / "rag.db")
-    harness = Harness(tmp_path, fake)
+    harness = Harness(tmp_path, fake, each_launcher)
     timeout = 30  # room for the worker's start and first call on a machine shared by suites
     began = time.monotonic()
     outcome = harness.tick([calls("rag_lookup"), Step(text="too late", delay=60)], timeout=timeout)
@@ -202,36 +205,58 @@ time.sleep(120)
 """
 
 
+MISSING = "import sys; sys.stderr.write('boom'); sys.exit(3)"
+CORRUPT = (
+    "import json, sys, pathlib; p = json.loads(sys.stdin.read());"
+    "pathlib.Path(p['result_path']).parent.mkdir(parents=True, exist_ok=True);"
+    "pathlib.Path(p['result_path']).write_text('{\"ok\": tru')"
+)
+
+
+def misbehaving(
+    tmp_path: Path, fake: FakeUpstream, how: tuple[str, str], standin: WarmLauncher
+) -> Harness:
+    """A harness whose ticks run `how`: cold script code, or a warm stand-in's command."""
+    kind, what = how
+    if kind == "script":
+        return Harness(tmp_path, fake, ScriptLauncher(what))
+    return Harness(tmp_path, fake, standin, prompt=what)
+
+
 @pytest.mark.parametrize(
-    ("code", "reason"),
+    ("how", "reason", "logged"),
     [
-        ("import sys; sys.stderr.write('boom'); sys.exit(3)", "is missing (worker exit code 3)"),
-        (
-            "import json, sys, pathlib; p = json.loads(sys.stdin.read());"
-            "pathlib.Path(p['result_path']).parent.mkdir(parents=True, exist_ok=True);"
-            "pathlib.Path(p['result_path']).write_text('{\"ok\": tru')",
-            "is corrupt",
-        ),
+        (("script", MISSING), "is missing (worker exit code 3)", "boom"),
+        (("standin", "raise"), "is missing (worker exit code 1)", "the stand-in crashed"),
+        (("script", CORRUPT), "is corrupt", None),
+        (("standin", "exit"), "is corrupt", None),
     ],
+    ids=["cold-missing", "warm-missing", "cold-corrupt", "warm-corrupt"],
 )
 def test_missing_or_corrupt_result_is_a_failure_with_that_reason(
-    tmp_path: Path, fake: FakeUpstream, code: str, reason: str
+    tmp_path: Path,
+    fake: FakeUpstream,
+    standin_launcher: WarmLauncher,
+    how: tuple[str, str],
+    reason: str,
+    logged: str | None,
 ) -> None:
-    harness = Harness(tmp_path, fake)
-    harness.runner.launcher = ScriptLauncher(code)
+    harness = misbehaving(tmp_path, fake, how, standin_launcher)
     outcome = harness.tick([])
     assert outcome.status == "failed" and outcome.reason is not None and reason in outcome.reason
     events = harness.events(outcome)
     assert terminal_types(events) == ["TickFailed"]
-    if "missing" in reason:
-        assert "boom" in next(e for e in events if e.type == "TickFailed").data["stderr_tail"]
+    if logged is not None:
+        assert logged in next(e for e in events if e.type == "TickFailed").data["stderr_tail"]
 
 
+@pytest.mark.parametrize(
+    "how", [("script", STUBBORN_CHILD), ("standin", "stubborn")], ids=["cold", "warm"]
+)
 def test_a_child_ignoring_sigterm_does_not_outlive_the_grace(
-    tmp_path: Path, fake: FakeUpstream
+    tmp_path: Path, fake: FakeUpstream, standin_launcher: WarmLauncher, how: tuple[str, str]
 ) -> None:
-    harness = Harness(tmp_path, fake)
-    harness.runner.launcher = ScriptLauncher(STUBBORN_CHILD)
+    harness = misbehaving(tmp_path, fake, how, standin_launcher)
     began = time.monotonic()
     outcome = harness.tick([], timeout=1.5)
     assert outcome.status == "timed_out"
@@ -241,9 +266,9 @@ def test_a_child_ignoring_sigterm_does_not_outlive_the_grace(
 
 
 def test_cancel_kills_a_running_tick_which_ends_cancelled(
-    tmp_path: Path, fake: FakeUpstream
+    tmp_path: Path, fake: FakeUpstream, each_launcher: Launcher
 ) -> None:
-    harness = Harness(tmp_path, fake, rag=False)
+    harness = Harness(tmp_path, fake, each_launcher, rag=False)
     prepared = harness.preparer.prepare("min", timeout=60)
     fake.script(prepared.payload.tick_id, [Step(text="slow", delay=60)])
     outcomes: list[TickOutcome] = []
@@ -291,10 +316,10 @@ def test_a_bad_payload_gets_a_clear_error_result(tmp_path: Path) -> None:
 
 
 def test_no_api_key_lands_in_store_result_payload_or_log(
-    tmp_path: Path, fake: FakeUpstream, knowledge: Path
+    tmp_path: Path, fake: FakeUpstream, knowledge: Path, each_launcher: Launcher
 ) -> None:
     build_index(knowledge, tmp_path / "rag.db")
-    harness = Harness(tmp_path, fake)
+    harness = Harness(tmp_path, fake, each_launcher)
     prepared = harness.preparer.prepare("min")
     fake.script(prepared.payload.tick_id, [calls("rag_lookup"), Step(text="ok")])
     outcome = harness.runner.run(prepared)

@@ -5,8 +5,11 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
+import psutil
+
 from harness.config import LevelConfig, PathsConfig, RagConfig, RunnerConfig, Settings, StoreConfig
 from harness.devtools.fake_llm import FakeUpstream, Step, ToolCallSpec
+from harness.execution.launchers import Launcher
 from harness.execution.prepare import Preparer
 from harness.execution.runner import Runner, TickOutcome
 from harness.store import StoredEvent, open_store
@@ -35,7 +38,13 @@ def make_settings(tmp_path: Path, **level: object) -> Settings:
 class Harness:
     """A runner wired to the fake upstream, and the store it records into."""
 
-    def __init__(self, tmp_path: Path, fake: FakeUpstream, **level: object) -> None:
+    def __init__(
+        self,
+        tmp_path: Path,
+        fake: FakeUpstream,
+        launcher: Launcher | None = None,
+        **level: object,
+    ) -> None:
         self.settings = make_settings(tmp_path, **level)
         self.store = open_store(self.settings.store.url)
         self.fake = fake
@@ -46,7 +55,7 @@ class Harness:
         }
         env.pop("TICKWORK_MAX_TOOL_CALLS", None)
         self.preparer = Preparer(self.settings, self.store, env=env)
-        self.runner = Runner(self.settings, self.store, env=env)
+        self.runner = Runner(self.settings, self.store, launcher, env=env)
 
     def tick(self, steps: list[Step], timeout: float | None = None) -> TickOutcome:
         prepared = self.preparer.prepare("min", timeout=timeout)
@@ -59,3 +68,15 @@ class Harness:
 
 def calls(*names: str) -> Step:
     return Step(tool_calls=[ToolCallSpec(name=n, arguments={"question": "pager"}) for n in names])
+
+
+def live_in_group(pgid: int) -> list[int]:
+    """Processes of the group that still run (a zombie has exited; its parent reaps it)."""
+    alive = []
+    for process in psutil.process_iter():
+        try:
+            if os.getpgid(process.pid) == pgid and process.status() != psutil.STATUS_ZOMBIE:
+                alive.append(process.pid)
+        except (ProcessLookupError, psutil.NoSuchProcess):
+            continue
+    return alive

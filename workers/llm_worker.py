@@ -1,8 +1,10 @@
-"""Entry point of a tick subprocess: `python -m workers.llm_worker` with the payload on stdin.
+"""Entry point of a tick process: `python -m workers.llm_worker` with the payload on stdin.
 
 It builds one Strands agent under the tick's caps, runs it once, and writes the result
 file the runner chose. Whatever happens, the outcome lands in that file (stdout is never
 read); a payload too broken to name its result file is reported on stderr with exit 2.
+A cold start enters through `main`; a tick forked from the warm fork server enters
+through `serve`, in a process that ran `warm_up` once before it forked.
 """
 
 from __future__ import annotations
@@ -151,15 +153,59 @@ def run(payload: TickPayload) -> int:
     return EXIT_OK if result.ok else EXIT_FAILED
 
 
-def main() -> int:
-    """The tick process's entry point: the payload on stdin, the result in its file."""
+WARM_UP_UPSTREAM = "http://127.0.0.1:9/v1"
+"""The discard port: nothing listens, so the warm-up's model call fails at once."""
+
+
+def warm_up() -> None:
+    """Run one throwaway tick against no upstream, in the fork server before it forks.
+
+    Everything a tick imports and fills on first use (the SDK, the model client, its TLS
+    context, the store's SQL and migrations, the tools) is then in the server's memory,
+    shared by every tick forked from it. The tick's store, result and log are thrown
+    away; the thread and event loop its agent ran on are gone when it returns.
+    """
+    import tempfile
+    from pathlib import Path
+
+    from harness.contracts.payload import RagSettings
+
+    with tempfile.TemporaryDirectory(prefix="tickwork-warm-up-") as name:
+        folder = Path(name)
+        payload = TickPayload(
+            tick_id="warm-up",
+            level="warm-up",
+            prompt="warm up",
+            model="warm-up",
+            max_tool_calls=1,
+            can_shell=True,
+            rag=RagSettings(enabled=True, index_path=folder / "rag.db"),
+            result_path=folder / "result.json",
+            store_url=f"sqlite:///{folder}/events.db",
+            spool_dir=folder / "spool",
+        )
+        os.environ["OPENAI_BASE_URL"] = WARM_UP_UPSTREAM
+        try:
+            logging.disable(logging.CRITICAL)
+            run(payload)
+        finally:
+            logging.disable(logging.NOTSET)
+            del os.environ["OPENAI_BASE_URL"]
+
+
+def serve(raw: bytes) -> int:
+    """Run the tick whose payload is `raw`; stdout and stderr already go to its log."""
     logging.basicConfig(level=logging.WARNING, stream=sys.stderr)
-    raw = sys.stdin.buffer.read()
     try:
         payload = TickPayload.model_validate_json(raw)
     except ValidationError as exc:
         return _payload_error(raw, exc)
     return run(payload)
+
+
+def main() -> int:
+    """The cold tick process's entry point: the payload on stdin, the result in its file."""
+    return serve(sys.stdin.buffer.read())
 
 
 if __name__ == "__main__":

@@ -25,6 +25,7 @@ def tick(
     tick_id: Annotated[str | None, typer.Option(hidden=True)] = None,
 ) -> None:
     """Run one tick now, through the same runner the scheduler uses."""
+    from harness.execution.launchers import ColdLauncher
     from harness.execution.prepare import Preparer, TickSetupError, new_tick_id
     from harness.execution.runner import Runner
 
@@ -58,7 +59,9 @@ def tick(
                 prepared = preparer.prepare(level, prompt=prompt, timeout=timeout, tick_id=tick_id)
             except TickSetupError as exc:
                 raise fail(str(exc), code=2) from exc
-            outcome = Runner(config, store, env=env).run(prepared)
+            # One tick, then the process ends: a fork server's warm-up would cost more than
+            # the cold start it saves.
+            outcome = Runner(config, store, ColdLauncher(), env=env).run(prepared)
         spent = store.read_stream(f"tick-{outcome.tick_id}")
     finally:
         store.close()

@@ -106,6 +106,9 @@ class RunnerConfig(_Strict):
     """Retries of a tick failing on content (empty text, invalid result)."""
     retry_backoff_seconds: Annotated[float, Field(ge=0)] = 2.0
     retry_backoff_max_seconds: Annotated[float, Field(ge=0)] = 60.0
+    launcher: Literal["warm", "cold"] = "warm"
+    """How `tickwork run` starts tick processes: forked from a preloaded fork server
+    (`warm`, about 20 times faster), or a fresh Python interpreter each (`cold`)."""
 
 
 class RoutingConfig(_Strict):

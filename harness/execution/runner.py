@@ -35,7 +35,7 @@ from harness.contracts.events import (
     level_stream,
 )
 from harness.contracts.result import ResultFileError, TickResult, read_result
-from harness.execution.launchers import ColdLauncher, Launcher, TickProcess
+from harness.execution.launchers import Launcher, TickProcess, launcher_for
 from harness.execution.prepare import PreparedTick, TickRef
 from harness.routing.decisions import Escalation
 from harness.scheduling.waves import SlotClaim
@@ -79,7 +79,7 @@ class Runner:
     ) -> None:
         self.settings = settings
         self.store = store
-        self.launcher = launcher or ColdLauncher()
+        self.launcher = launcher or launcher_for(settings)
         self.env = dict(os.environ if env is None else env)
         self.spool = Spool(settings.paths.spool)
         self._lock = threading.Lock()

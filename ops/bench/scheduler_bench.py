@@ -4,9 +4,12 @@ Starts `tickwork run` (a real process) with N levels firing every minute against
 upstream (instant answers), lets it run for D seconds, stops it with SIGTERM, then reads
 the store: fire lag (slot -> TickScheduled recorded), queue wait (TickScheduled ->
 TickStarted), ticks completed per minute, and the peak RSS of the service process
-(sampled every 0.5 s, workers not included).
+(sampled every 0.5 s, workers not included). With several launchers (`--launchers
+cold,warm`) the same run is made with each in turn, in the same conditions, and the
+ratio of ticks completed per minute is printed.
 
     .venv/bin/python ops/bench/scheduler_bench.py [--levels 1000] [--seconds 300]
+        [--launchers warm]
 """
 
 from __future__ import annotations
@@ -37,19 +40,31 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--levels", type=int, default=1000)
     parser.add_argument("--seconds", type=int, default=300)
+    parser.add_argument("--launchers", default="warm", help="comma-separated: cold, warm")
     args = parser.parse_args()
     print(describe())
+    rates = {}
+    for launcher in args.launchers.split(","):
+        print(f"load average before: {' '.join(f'{x:.2f}' for x in os.getloadavg())}")
+        rates[launcher] = run(args.levels, args.seconds, launcher)
+    if "cold" in rates and "warm" in rates and rates["cold"]:
+        print(f"ticks completed per minute, warm/cold: {rates['warm'] / rates['cold']:.1f}x")
+
+
+def run(levels: int, seconds: int, launcher: str) -> float:
+    """One service run with `launcher`; prints its figures, returns ticks completed a minute."""
     with tempfile.TemporaryDirectory() as folder, fake_upstream() as fake:
         root = Path(folder)
-        levels = "".join(
+        tables = "".join(
             f'[levels.l{i:04d}]\nschedule = "* * * * *"\nprompt = "Hi."\nmodel = "fake-model"\n'
             "timeout_seconds = 60\n\n"
-            for i in range(args.levels)
+            for i in range(levels)
         )
         config = root / "tickwork.toml"
         config.write_text(
             f'[store]\nurl = "sqlite:///{root}/events.db"\n[paths]\nresults = "{root}/results"\n'
-            f'spool = "{root}/spool"\n[runner]\nshutdown_grace_seconds = 5\n\n{levels}'
+            f'spool = "{root}/spool"\n[runner]\nshutdown_grace_seconds = 5\n'
+            f'launcher = "{launcher}"\n\n{tables}'
         )
         env = {k: v for k, v in os.environ.items() if not k.startswith("TICKWORK_")}
         env.update(TICKWORK_CONFIG=str(config), OPENAI_BASE_URL=fake.url)
@@ -63,7 +78,7 @@ def main() -> None:
         )
         process = psutil.Process(service.pid)
         peak = 0
-        deadline = time.monotonic() + args.seconds
+        deadline = time.monotonic() + seconds
         while time.monotonic() < deadline and service.poll() is None:
             peak = max(peak, process.memory_info().rss)
             time.sleep(0.5)
@@ -85,7 +100,7 @@ def main() -> None:
         if s in started
     ]
     completed = sum(e.type == "TickCompleted" for e in events)
-    print(f"levels {args.levels}, one slot a minute each, {args.seconds} s, default cap")
+    print(f"launcher {launcher}: levels {levels}, one slot a minute each, {seconds} s, default cap")
     print(f"  slots claimed:               {len(scheduled)}")
     print(
         f"  fire lag p50 / p99 / max:    {percentile(lags, 0.5):.3f} / "
@@ -103,9 +118,11 @@ def main() -> None:
     print(
         "  fire lag, worst of each wave: " + ", ".join(f"{w:.2f}" for _, w in sorted(waves.items()))
     )
-    print(f"  ticks completed per minute:  {completed / (args.seconds / 60):.1f}")
+    rate = completed / (seconds / 60)
+    print(f"  ticks completed per minute:  {rate:.1f}")
     print(f"  peak RSS of the service:     {peak / 2**20:.0f} MiB")
     print(f"  skipped (overlap etc.):      {sum(e.type == 'TickSkipped' for e in events)}")
+    return rate
 
 
 if __name__ == "__main__":

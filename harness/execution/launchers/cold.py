@@ -14,10 +14,13 @@ WORKER_MODULE = "workers.llm_worker"
 class ColdLauncher(Launcher):
     """A fresh interpreter per tick: slow to start, but nothing is shared between ticks."""
 
+    def __init__(self, worker: str = WORKER_MODULE) -> None:
+        self.worker = worker
+
     def _start(self, payload_json: bytes, log_path: Path, env: dict[str, str]) -> TickProcess:
         with open(log_path, "ab") as log:
             popen = subprocess.Popen(
-                [sys.executable, "-m", WORKER_MODULE],
+                [sys.executable, "-m", self.worker],
                 stdin=subprocess.PIPE,
                 stdout=log,
                 stderr=subprocess.STDOUT,

@@ -1,13 +1,12 @@
 """The event store on SQLAlchemy Core: one implementation for SQLite and PostgreSQL.
 
-Appends are serialized so that global positions become visible in order: SQLite has one
-writer by design (`BEGIN IMMEDIATE`), and on PostgreSQL each append transaction takes
-`LOCK TABLE events IN EXCLUSIVE MODE` (readers are not blocked). A reader that resumes after
-the last position it saw therefore never skips an event that commits late.
+Appends (`harness.store.writer`) are serialized so that global positions become visible
+in order: a reader that resumes after the last position it saw never skips an event that
+commits late.
 
-The happy path (`harness.store.writer`) is one INSERT … SELECT that checks the stream's
-version and inserts the batch; duplicate and conflict diagnosis happens only after a
-refusal.
+Reads of whole records go through the raw DBAPI cursor: SQLAlchemy's per-row processing
+costs more than the database's own work, and orjson parses JSON text faster than the
+drivers do.
 """
 
 from __future__ import annotations
@@ -35,33 +34,32 @@ from harness.store.records import (
     ExpectedVersion,
 )
 from harness.store.schema import events, projection_checkpoints
-from harness.store.writer import Refused, Writer, driver_error
+from harness.store.writer import Refused, Writer, driver_error, is_integrity_error
 
 MAX_BATCH = 1000
-"""Events one append may carry: six parameters each, under SQLite's 32,766 per statement."""
+"""Events one append may carry (a batch is one transaction and, on PostgreSQL, one statement)."""
 
 _COLUMNS = (
-    events.c.global_position,
-    events.c.event_id,
-    events.c.stream_id,
-    events.c.stream_position,
-    events.c.type,
-    events.c.version,
-    events.c.data,
-    events.c.metadata,
-    events.c.recorded_at,
+    "global_position, event_id, stream_id, stream_position, type, version, data, metadata, "
+    "recorded_at"
 )
+_PG_COLUMNS = _COLUMNS.replace("data, metadata", "data::text, metadata::text")
 
 
 @contextmanager
 def translate_errors() -> Iterator[None]:
-    """Turn driver errors into the store's own, in this one place (see `driver_error`)."""
+    """Turn driver errors into the store's own, in this one place (see `driver_error`).
+
+    SQLAlchemy wraps the errors of the statements it runs; the raw cursors' errors come
+    bare. An integrity error is the caller's to interpret and passes unchanged.
+    """
     try:
         yield
-    except sa.exc.DBAPIError as exc:
-        if isinstance(exc, sa.exc.IntegrityError):
+    except Exception as exc:
+        if is_integrity_error(exc):
             raise
-        translated = None if exc.orig is None else driver_error(exc.orig)
+        cause = exc.orig if isinstance(exc, sa.exc.DBAPIError) else exc
+        translated = None if cause is None else driver_error(cause)
         if translated is None:
             raise
         raise translated from exc
@@ -73,21 +71,55 @@ def upsert(conn: sa.Connection, table: sa.Table) -> Any:
     return module.insert(table)
 
 
-def _row_to_event(row: Any) -> StoredEvent:
-    recorded_at = row.recorded_at
-    if recorded_at.tzinfo is None:  # SQLite keeps no zone; everything stored is UTC.
-        recorded_at = recorded_at.replace(tzinfo=UTC)
-    return StoredEvent(
-        global_position=row.global_position,
-        event_id=row.event_id,
-        stream_id=row.stream_id,
-        stream_position=row.stream_position,
-        type=row.type,
-        version=row.version,
-        data=row.data,
-        metadata=row.metadata,
-        recorded_at=recorded_at,
-    )
+def _fetch(conn: sa.Connection, sql: str, parameters: Sequence[Any]) -> list[Any]:
+    """Rows of `sql` (written with `?` marks) on the connection's raw cursor."""
+    postgres = conn.dialect.name == "postgresql"
+    cursor = conn.connection.cursor()
+    try:
+        cursor.execute(sql.replace("?", "%s") if postgres else sql, parameters)
+        return list(cursor.fetchall())
+    finally:
+        cursor.close()
+
+
+def _records(conn: sa.Connection, where: str, parameters: Sequence[Any]) -> list[StoredEvent]:
+    """Whole records of the events `where` selects, in its ORDER BY.
+
+    SQLite keeps event ids as hex text and times as UTC text without a zone; the times of
+    one append are equal, so each distinct text is parsed once.
+    """
+    loads = orjson.loads
+    if conn.dialect.name == "postgresql":
+        rows = _fetch(conn, f"SELECT {_PG_COLUMNS} FROM events {where}", parameters)
+        return [
+            StoredEvent(position, event_id, stream, version_, type_, v, loads(d), loads(m), at)
+            for position, event_id, stream, version_, type_, v, d, m, at in rows
+        ]
+    rows = _fetch(conn, f"SELECT {_COLUMNS} FROM events {where}", parameters)
+    stamps: dict[str, datetime] = {}
+    found = []
+    for position, event_id, stream, version_, type_, v, d, m, at in rows:
+        recorded_at = stamps.get(at)
+        if recorded_at is None:
+            recorded_at = stamps[at] = datetime.fromisoformat(at).replace(tzinfo=UTC)
+        found.append(
+            StoredEvent(
+                position,
+                UUID(event_id),
+                stream,
+                version_,
+                type_,
+                v,
+                loads(d),
+                loads(m),
+                recorded_at,
+            )
+        )
+    return found
+
+
+def _marks(values: Sequence[Any]) -> str:
+    return ", ".join("?" * len(values))
 
 
 class SqlEventStore(EventStore):
@@ -96,6 +128,7 @@ class SqlEventStore(EventStore):
     def __init__(self, engine: Engine) -> None:
         self.engine = engine
         self._writer = Writer(engine)
+        self._postgres = engine.dialect.name == "postgresql"
 
     @contextmanager
     def write_transaction(self) -> Iterator[sa.Connection]:
@@ -120,8 +153,8 @@ class SqlEventStore(EventStore):
             raise ValueError("an exact expected version is >= 1; use NO_STREAM for a new stream")
         if len(events_) > MAX_BATCH:
             raise ValueError(
-                f"{len(events_)} events in one append: at most {MAX_BATCH} (one statement "
-                "inserts the batch, and SQLite caps the parameters of a statement)"
+                f"{len(events_)} events in one append: at most {MAX_BATCH} (one transaction "
+                "and, on PostgreSQL, one statement inserts the batch)"
             )
         if not events_:
             return AppendResult((), self.stream_version(stream_id))
@@ -175,32 +208,29 @@ class SqlEventStore(EventStore):
     def read_stream(
         self, stream_id: str, after: int = 0, limit: int | None = None
     ) -> list[StoredEvent]:
-        query = (
-            sa.select(*_COLUMNS)
-            .where(events.c.stream_id == stream_id, events.c.stream_position > after)
-            .order_by(events.c.stream_position)
-            .limit(limit)
-        )
+        where = "WHERE stream_id = ? AND stream_position > ? ORDER BY stream_position"
+        parameters: list[Any] = [stream_id, after]
+        if limit is not None:
+            where += " LIMIT ?"
+            parameters.append(limit)
         with self.read_transaction() as conn:
-            return [_row_to_event(row) for row in conn.execute(query)]
+            return _records(conn, where, parameters)
 
     def read_streams(
         self, stream_ids: Iterable[str], types: Iterable[str] | None = None
     ) -> dict[str, list[StoredEvent]]:
         wanted = list(dict.fromkeys(stream_ids))
-        kinds = None if types is None else list(types)
+        kinds = [] if types is None else list(types)
+        only = "" if types is None else f" AND type IN ({_marks(kinds)})"
         found: dict[str, list[StoredEvent]] = {stream_id: [] for stream_id in wanted}
         with self.read_transaction() as conn:
             for start in range(0, len(wanted), MAX_BATCH):
-                query = (
-                    sa.select(*_COLUMNS)
-                    .where(events.c.stream_id.in_(wanted[start : start + MAX_BATCH]))
-                    .order_by(events.c.stream_id, events.c.stream_position)
+                chunk = wanted[start : start + MAX_BATCH]
+                where = (
+                    f"WHERE stream_id IN ({_marks(chunk)}){only} "
+                    "ORDER BY stream_id, stream_position"
                 )
-                if kinds is not None:
-                    query = query.where(events.c.type.in_(kinds))
-                for row in conn.execute(query):
-                    event = _row_to_event(row)
+                for event in _records(conn, where, [*chunk, *kinds]):
                     found[event.stream_id].append(event)
         return found
 
@@ -210,23 +240,20 @@ class SqlEventStore(EventStore):
         limit: int = 1000,
         types: Iterable[str] | None = None,
     ) -> list[StoredEvent]:
-        query = (
-            sa.select(*_COLUMNS)
-            .where(events.c.global_position > after_position)
-            .order_by(events.c.global_position)
-            .limit(limit)
-        )
+        where = "WHERE global_position > ?"
+        parameters: list[Any] = [after_position]
         if types is not None:
-            query = query.where(events.c.type.in_(list(types)))
+            kinds = list(types)
+            where += f" AND type IN ({_marks(kinds)})"
+            parameters += kinds
         with self.read_transaction() as conn:
-            return [_row_to_event(row) for row in conn.execute(query)]
+            return _records(conn, where + " ORDER BY global_position LIMIT ?", [*parameters, limit])
 
     def read_last(self, limit: int, types: Iterable[str] | None = None) -> list[StoredEvent]:
-        query = sa.select(*_COLUMNS).order_by(events.c.global_position.desc()).limit(limit)
-        if types is not None:
-            query = query.where(events.c.type.in_(list(types)))
+        kinds = [] if types is None else list(types)
+        where = "" if types is None else f"WHERE type IN ({_marks(kinds)}) "
         with self.read_transaction() as conn:
-            return [_row_to_event(row) for row in conn.execute(query)]
+            return _records(conn, where + "ORDER BY global_position DESC LIMIT ?", [*kinds, limit])
 
     def checkpoints(self, names: Iterable[str]) -> dict[str, int]:
         wanted = list(names)
@@ -255,13 +282,10 @@ class SqlEventStore(EventStore):
     def read_window(
         self, tracking: Tracking, types: Iterable[str], upper: int
     ) -> Iterator[EventData]:
-        """The raw cursor: SQLAlchemy's per-row processing would cost more than the fold.
-
-        orjson parses the JSON text faster than the driver's own JSON handling.
-        """
+        """Streamed from the raw cursor, `fetchmany` slices at a time."""
         conn = tracking.conn
-        data = "data::text" if conn.dialect.name == "postgresql" else "data"
-        mark = "%s" if conn.dialect.name == "postgresql" else "?"
+        data = "data::text" if self._postgres else "data"
+        mark = "%s" if self._postgres else "?"
         kinds = sorted(types)
         if not kinds:
             return

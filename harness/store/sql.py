@@ -43,7 +43,6 @@ _COLUMNS = (
     "global_position, event_id, stream_id, stream_position, type, version, data, metadata, "
     "recorded_at"
 )
-_PG_COLUMNS = _COLUMNS.replace("data, metadata", "data::text, metadata::text")
 
 
 @contextmanager
@@ -71,31 +70,35 @@ def upsert(conn: sa.Connection, table: sa.Table) -> Any:
     return module.insert(table)
 
 
-def _fetch(conn: sa.Connection, sql: str, parameters: Sequence[Any]) -> list[Any]:
-    """Rows of `sql` (written with `?` marks) on the connection's raw cursor."""
-    postgres = conn.dialect.name == "postgresql"
-    cursor = conn.connection.cursor()
-    try:
-        cursor.execute(sql.replace("?", "%s") if postgres else sql, parameters)
-        return list(cursor.fetchall())
-    finally:
-        cursor.close()
+def _cursor(conn: sa.Connection, sql: str, parameters: Sequence[Any]) -> Any:
+    """A raw cursor that ran `sql` (written with `?` marks); the caller closes it.
+
+    PostgreSQL's is binary: JSONB arrives parsed (by orjson, which the engine registers
+    with psycopg) without the server first writing it out as JSON text.
+    """
+    if conn.dialect.name == "postgresql":
+        cursor = conn.connection.cursor(binary=True)
+        cursor.execute(sql.replace("?", "%s"), parameters)
+    else:
+        cursor = conn.connection.cursor()
+        cursor.execute(sql, parameters)
+    return cursor
 
 
 def _records(conn: sa.Connection, where: str, parameters: Sequence[Any]) -> list[StoredEvent]:
     """Whole records of the events `where` selects, in its ORDER BY.
 
-    SQLite keeps event ids as hex text and times as UTC text without a zone; the times of
-    one append are equal, so each distinct text is parsed once.
+    SQLite keeps event ids as hex text, JSON as text and times as UTC text without a
+    zone; the times of one append are equal, so each distinct text is parsed once.
     """
-    loads = orjson.loads
+    cursor = _cursor(conn, f"SELECT {_COLUMNS} FROM events {where}", parameters)
+    try:
+        rows = cursor.fetchall()
+    finally:
+        cursor.close()
     if conn.dialect.name == "postgresql":
-        rows = _fetch(conn, f"SELECT {_PG_COLUMNS} FROM events {where}", parameters)
-        return [
-            StoredEvent(position, event_id, stream, version_, type_, v, loads(d), loads(m), at)
-            for position, event_id, stream, version_, type_, v, d, m, at in rows
-        ]
-    rows = _fetch(conn, f"SELECT {_COLUMNS} FROM events {where}", parameters)
+        return [StoredEvent(*row) for row in rows]
+    loads = orjson.loads
     stamps: dict[str, datetime] = {}
     found = []
     for position, event_id, stream, version_, type_, v, d, m, at in rows:
@@ -283,22 +286,21 @@ class SqlEventStore(EventStore):
         self, tracking: Tracking, types: Iterable[str], upper: int
     ) -> Iterator[EventData]:
         """Streamed from the raw cursor, `fetchmany` slices at a time."""
-        conn = tracking.conn
-        data = "data::text" if self._postgres else "data"
-        mark = "%s" if self._postgres else "?"
         kinds = sorted(types)
         if not kinds:
             return
         sql = (
-            f"SELECT global_position, type, {data} FROM events "
-            f"WHERE global_position > {mark} AND global_position <= {mark} "
-            f"AND type IN ({', '.join([mark] * len(kinds))}) "
+            "SELECT global_position, type, data FROM events "
+            f"WHERE global_position > ? AND global_position <= ? AND type IN ({_marks(kinds)}) "
             "ORDER BY global_position"
         )
-        loads = orjson.loads
-        cursor = conn.connection.cursor()
+        cursor = _cursor(tracking.conn, sql, (tracking.position, upper, *kinds))
         try:
-            cursor.execute(sql, (tracking.position, upper, *kinds))
+            if self._postgres:
+                while rows := cursor.fetchmany(5000):
+                    yield from rows
+                return
+            loads = orjson.loads
             while rows := cursor.fetchmany(5000):
                 for position, type_, text in rows:
                     yield position, type_, loads(text)

@@ -73,8 +73,8 @@ def upsert(conn: sa.Connection, table: sa.Table) -> Any:
 def _cursor(conn: sa.Connection, sql: str, parameters: Sequence[Any]) -> Any:
     """A raw cursor that ran `sql` (written with `?` marks); the caller closes it.
 
-    PostgreSQL's is binary: JSONB arrives parsed (by orjson, which the engine registers
-    with psycopg) without the server first writing it out as JSON text.
+    PostgreSQL's is binary: the JSON arrives parsed by orjson, which the engine registers
+    with psycopg, and times and UUIDs arrive without a round trip through text.
     """
     if conn.dialect.name == "postgresql":
         cursor = conn.connection.cursor(binary=True)

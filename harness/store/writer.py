@@ -254,7 +254,7 @@ class Writer:
     def _postgres_statement(self, size: int) -> str:
         """INSERT … SELECT for a batch of `size`, cached per size (psycopg prepares it)."""
         if size not in self._statements:
-            rows = ", ".join(["(%s::int, %s::uuid, %s, %s::smallint, %s::jsonb, %s::jsonb)"] * size)
+            rows = ", ".join(["(%s::int, %s::uuid, %s, %s::smallint, %s::json, %s::json)"] * size)
             self._statements[size] = (
                 _INSERT + "SELECT v.e, %s, current.v + v.o, v.t, v.n, v.d, v.m, %s "
                 f"FROM (VALUES {rows}) AS v(o, e, t, n, d, m) CROSS JOIN ("

@@ -14,6 +14,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from datetime import UTC, datetime
+from itertools import chain
 from typing import Any
 from uuid import UUID
 
@@ -285,8 +286,16 @@ class SqlEventStore(EventStore):
     def read_window(
         self, tracking: Tracking, types: Iterable[str], upper: int
     ) -> Iterator[EventData]:
-        """Streamed from the raw cursor, `fetchmany` slices at a time."""
-        kinds = sorted(types)
+        """Streamed from the raw cursor, `fetchmany` slices at a time.
+
+        Each slice is decoded by C iterators (zip, map) chained together: a Python loop
+        over the rows would cost a rebuild of a million events about a third of a second.
+        """
+        return chain.from_iterable(self._window_slices(tracking, sorted(types), upper))
+
+    def _window_slices(
+        self, tracking: Tracking, kinds: list[str], upper: int
+    ) -> Iterator[Iterable[EventData]]:
         if not kinds:
             return
         sql = (
@@ -296,14 +305,12 @@ class SqlEventStore(EventStore):
         )
         cursor = _cursor(tracking.conn, sql, (tracking.position, upper, *kinds))
         try:
-            if self._postgres:
-                while rows := cursor.fetchmany(5000):
-                    yield from rows
-                return
-            loads = orjson.loads
             while rows := cursor.fetchmany(5000):
-                for position, type_, text in rows:
-                    yield position, type_, loads(text)
+                if self._postgres:
+                    yield rows
+                else:
+                    positions, types_, texts = zip(*rows, strict=True)
+                    yield zip(positions, types_, map(orjson.loads, texts), strict=True)
         finally:
             cursor.close()
 

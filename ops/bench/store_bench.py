@@ -122,7 +122,7 @@ class EventSourcing:
         if target.startswith("sqlite:"):
             from eventsourcing.sqlite import SQLiteApplicationRecorder, SQLiteDatastore
 
-            self.datastore: Any = SQLiteDatastore(target.removeprefix("sqlite:"))
+            self.datastore: Any = SQLiteDatastore(target.removeprefix("sqlite:"), lock_timeout=30)
             self.recorder: Any = SQLiteApplicationRecorder(self.datastore)
         else:
             from eventsourcing.postgres import PostgresApplicationRecorder, PostgresDatastore

@@ -62,6 +62,9 @@ _SQLITE_REST = _INSERT + "VALUES (?, ?, ?, ?, ?, ?, ?, ?)"
 Positions = tuple[tuple[int, ...], int]
 """(global positions, new stream version) of one stream's append."""
 
+Streams = Sequence[tuple[str, Sequence[NewEvent]]]
+"""The batches of one transaction, each with the stream it goes to."""
+
 
 class Refused(Exception):
     """The database refused the append (version mismatch or unique violation); rolled back."""
@@ -141,7 +144,7 @@ class Writer:
             raise Refused
         return landed
 
-    def create_streams(self, streams: Sequence[tuple[str, Sequence[NewEvent]]]) -> list[bool]:
+    def create_streams(self, streams: Streams) -> list[bool]:
         """Start each stream that does not exist yet, all in one transaction.
 
         Returns, per stream, whether it was created; a stream that exists is left as it is.
@@ -149,9 +152,7 @@ class Writer:
         """
         return [landed is not None for landed in self._transaction(streams, NO_STREAM)]
 
-    def _transaction(
-        self, streams: Sequence[tuple[str, Sequence[NewEvent]]], expected: ExpectedVersion
-    ) -> list[Positions | None]:
+    def _transaction(self, streams: Streams, expected: ExpectedVersion) -> list[Positions | None]:
         """One transaction of one checked insert per stream; where each landed (None: not)."""
         expectation = _expectation(expected)
         recorded_at = datetime.now(UTC)
@@ -189,10 +190,7 @@ class Writer:
         return connection
 
     def _append_sqlite(
-        self,
-        streams: Sequence[tuple[str, Sequence[NewEvent]]],
-        expectation: int,
-        recorded_at: datetime,
+        self, streams: Streams, expectation: int, recorded_at: datetime
     ) -> list[Positions | None]:
         # SQLAlchemy's SQLite DateTime and Uuid formats, which the store's reads parse.
         stamp = f"{recorded_at:%Y-%m-%d %H:%M:%S.%f}"
@@ -266,10 +264,7 @@ class Writer:
         return self._statements[size]
 
     def _append_postgres(
-        self,
-        streams: Sequence[tuple[str, Sequence[NewEvent]]],
-        expectation: int,
-        recorded_at: datetime,
+        self, streams: Streams, expectation: int, recorded_at: datetime
     ) -> list[Positions | None]:
         dumps = orjson.dumps
         statements = []

@@ -39,6 +39,8 @@ from harness.projections import projector_for, spend_report
 from harness.store import ANY, Durability, NewEvent, migrate_store, open_store
 from harness.store.engine import SQLITE_SYNCHRONOUS
 
+DURABILITIES: tuple[Durability, ...] = ("process", "power")
+
 PAYLOAD = {
     "occurred_at": "2026-11-30T02:14:50.788909Z",
     "tick_id": "min-2026-11-30T02:14",
@@ -64,12 +66,10 @@ class Tickwork:
         events = [NewEvent(uuid.uuid4(), "BudgetSpent", 1, PAYLOAD) for _ in range(count)]
         self.store.append(f"tick-{stream}", events, ANY)
 
-    def read_all(self) -> int:
-        total, after = 0, 0
-        while batch := self.store.read_all(after, 1000):
-            total += len(batch)
-            after = batch[-1].global_position
-        return total
+    def page(self, after: int) -> tuple[int, int]:
+        """Read the page after position `after`: (events read, where the next page starts)."""
+        batch = self.store.read_all(after, 1000)
+        return len(batch), batch[-1].global_position if batch else after
 
     def positions_after(self, after: int) -> list[int]:
         return [e.global_position for e in self.store.read_all(after, 1000)]
@@ -147,12 +147,9 @@ class EventSourcing:
         events = [StoredEvent(originator, version + i, "BudgetSpent", state) for i in range(count)]
         self.recorder.insert_events(events)
 
-    def read_all(self) -> int:
-        total, start = 0, 1
-        while batch := self.recorder.select_notifications(start, 1000):
-            total += len(batch)
-            start = batch[-1].id + 1
-        return total
+    def page(self, after: int) -> tuple[int, int]:
+        batch = self.recorder.select_notifications(after + 1, 1000)
+        return len(batch), batch[-1].id if batch else after
 
     def close(self) -> None:
         self.datastore.close()
@@ -275,6 +272,38 @@ def row(
     print(f"  {label:<52} {value:>12,.0f} {unit:<9} {', '.join(ratios):<22} {note}")
 
 
+System = Tickwork | RawSqlite | EventSourcing
+
+
+def interleaved(
+    systems: dict[str, System], rounds: int, step: Callable[[str, System, int], int]
+) -> dict[str, float]:
+    """Events/s of each system doing `step` in turn with the others, `rounds` times.
+
+    One operation of each, then the next: a shared machine's load drifts within seconds,
+    and alternating puts every system under the same drift. Each is timed on its own
+    operations only.
+    """
+    spent = dict.fromkeys(systems, 0.0)
+    done = dict.fromkeys(systems, 0)
+    for i in range(rounds):
+        for name, system in systems.items():
+            began = time.perf_counter()
+            done[name] += step(name, system, i)
+            spent[name] += time.perf_counter() - began
+    return {name: done[name] / spent[name] for name in systems}
+
+
+def append_one(_: str, system: System, i: int) -> int:
+    system.append(i % 50, i // 50 + 1)
+    return 1
+
+
+def append_batch(_: str, system: System, i: int) -> int:
+    system.append(i % 50, (i // 50) * 100 + 1, 100)
+    return 100
+
+
 def append_suite(
     backend: str, make_target: Callable[[str], str], appends: int, figures: Figures, run: int
 ) -> None:
@@ -287,15 +316,7 @@ def append_suite(
             "eventsourcing", target("es"), processes, appends // processes
         )
         row(figures, f"{backend} eventsourcing, {processes} process(es)", es_rate, "events/s")
-        for durability in ("process", "power"):
-            anchors = {"eventsourcing": es_rate}
-            if backend == "SQLite" and processes == 1:
-                raw, _ = appends_per_second(
-                    "sqlite3", target(f"raw-{durability}"), 1, appends, durability=durability
-                )
-                label = f"{backend} raw sqlite3, synchronous={SQLITE_SYNCHRONOUS[durability]}"
-                row(figures, label, raw, "events/s")
-                anchors["sqlite3"] = raw
+        for durability in DURABILITIES:
             url = target(f"tw-{durability}-{processes}")
             reader = Tickwork(url) if processes > 1 else None
             follow = None
@@ -317,29 +338,54 @@ def append_suite(
                 follow=follow,
             )
             label = f"{backend} tickwork, {processes} process(es), durability={durability}"
-            row(figures, label, rate, "events/s", anchors, note)
+            row(figures, label, rate, "events/s", {"eventsourcing": es_rate}, note)
             if reader is not None:
                 reader.close()
 
-    print(f"\n{backend}: batch appends of 100 events, 1 process (events/s)")
-    es_rate, _ = appends_per_second("eventsourcing", target("es-batch"), 1, appends * 4, 100)
-    row(figures, f"{backend} eventsourcing, batches", es_rate, "events/s")
-    rate, _ = appends_per_second("tickwork", target("tw-batch"), 1, appends * 4, 100)
-    row(figures, f"{backend} tickwork, batches", rate, "events/s", {"eventsourcing": es_rate})
+    if backend == "SQLite":
+        print(f"\n{backend}: tickwork beside raw sqlite3, one append each in turn (events/s)")
+        for durability in DURABILITIES:
+            pair: dict[str, System] = {
+                "sqlite3": RawSqlite(target(f"raw-{durability}"), durability),
+                "tickwork": Tickwork(target(f"tw-raw-{durability}"), durability),
+            }
+            rates = interleaved(pair, appends, append_one)
+            synchronous = SQLITE_SYNCHRONOUS[durability]
+            row(
+                figures,
+                f"{backend} raw sqlite3, synchronous={synchronous}",
+                rates["sqlite3"],
+                "events/s",
+            )
+            label = f"{backend} tickwork, durability={durability}"
+            row(figures, label, rates["tickwork"], "events/s", {"sqlite3": rates["sqlite3"]})
+            for system in pair.values():
+                system.close()
 
-    print(f"\n{backend}: read_all in pages of 1000, 1 process (events/s)")
-    for kind, name in (("eventsourcing", "es-batch"), ("tickwork", "tw-batch")):
-        system = open_system(kind, target(name), "process")
-        began = time.perf_counter()
-        count = system.read_all()
-        rate = count / (time.perf_counter() - began)
+    print(f"\n{backend}: batch appends of 100 events, one batch each in turn (events/s)")
+    systems: dict[str, System] = {
+        "eventsourcing": EventSourcing(target("es-batch")),
+        "tickwork": Tickwork(target("tw-batch")),
+    }
+    rates = interleaved(systems, appends * 4 // 100, append_batch)
+    row(figures, f"{backend} eventsourcing, batches", rates["eventsourcing"], "events/s")
+    anchors = {"eventsourcing": rates["eventsourcing"]}
+    row(figures, f"{backend} tickwork, batches", rates["tickwork"], "events/s", anchors)
+
+    print(f"\n{backend}: read_all in pages of 1000, one page each in turn (events/s)")
+    cursors = dict.fromkeys(systems, 0)
+
+    def read_page(name: str, system: System, _: int) -> int:
+        assert not isinstance(system, RawSqlite)
+        count, cursors[name] = system.page(cursors[name])
+        return count
+
+    rates = interleaved(systems, appends * 4 // 1000 + 1, read_page)
+    row(figures, f"{backend} eventsourcing read_all", rates["eventsourcing"], "events/s")
+    label = f"{backend} tickwork read_all (typed records)"
+    row(figures, label, rates["tickwork"], "events/s", {"eventsourcing": rates["eventsourcing"]})
+    for system in systems.values():
         system.close()
-        if kind == "eventsourcing":
-            es_read = rate
-            row(figures, f"{backend} eventsourcing read_all", rate, "events/s")
-        else:
-            label = f"{backend} tickwork read_all (typed records)"
-            row(figures, label, rate, "events/s", {"eventsourcing": es_read})
 
 
 def summary(figures: Figures) -> None:

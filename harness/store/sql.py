@@ -123,6 +123,7 @@ def _records(conn: sa.Connection, where: str, parameters: Sequence[Any]) -> list
 
 
 def _marks(values: Sequence[Any]) -> str:
+    """One `?` per value, for an IN list."""
     return ", ".join("?" * len(values))
 
 
@@ -296,6 +297,7 @@ class SqlEventStore(EventStore):
     def _window_slices(
         self, tracking: Tracking, kinds: list[str], upper: int
     ) -> Iterator[Iterable[EventData]]:
+        """The window's `fetchmany` slices, each an iterator that decodes on demand."""
         if not kinds:
             return
         sql = (

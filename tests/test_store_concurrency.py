@@ -3,9 +3,16 @@
 from __future__ import annotations
 
 import multiprocessing
+import threading
+import time
 from collections import defaultdict
+from datetime import UTC, datetime
+from uuid import uuid4
 
-from harness.store import open_store
+import sqlalchemy as sa
+
+from harness.store import NO_STREAM, NewEvent, open_store
+from harness.store.schema import events
 from tests.procs import append_many, claim, claim_wave, racing
 
 WRITERS = 4
@@ -56,3 +63,59 @@ def test_replicas_claiming_a_wave_together_split_it_without_overlap(store_url: s
     store = open_store(store_url)
     assert all(len(events) == 1 for events in store.read_streams(streams).values())
     store.close()
+
+
+def test_a_reader_resuming_while_a_writer_commits_late_still_gets_the_late_event(
+    store_url: str,
+) -> None:
+    """A writer holds its append open; others queue behind it; the reader resumes meanwhile."""
+    reader = open_store(store_url)
+    reader.append("early", [NewEvent(uuid4(), "Load", 1, {"n": 0})], NO_STREAM)
+    (first,) = reader.read_all()
+    others = [open_store(store_url) for _ in range(3)]
+    late = {
+        "event_id": uuid4(),
+        "stream_id": "late",
+        "stream_position": 1,
+        "type": "Load",
+        "version": 1,
+        "data": {"n": "late"},
+        "metadata": {},
+        "recorded_at": datetime.now(UTC),
+    }
+    threads = [
+        threading.Thread(
+            target=other.append, args=(f"other-{i}", [NewEvent(uuid4(), "Load", 1, {"n": i})])
+        )
+        for i, other in enumerate(others)
+    ]
+    postgres = reader.engine.dialect.name == "postgresql"
+    with reader.write_transaction() as writer:  # SQLite: BEGIN IMMEDIATE, the writer's lock
+        if postgres:
+            writer.exec_driver_sql("LOCK TABLE events IN EXCLUSIVE MODE")  # as the writer does
+        writer.execute(events.insert().values(late))
+        for thread in threads:
+            thread.start()
+        if postgres:
+            _wait_for_lock_waiters(writer, len(threads))
+        in_between = reader.read_all(first.global_position)
+    for thread in threads:
+        thread.join(60)
+    rest = reader.read_all(first.global_position)
+    for store in (reader, *others):
+        store.close()
+
+    assert in_between == []
+    assert [e.global_position for e in rest] == list(range(2, 2 + 1 + len(others)))
+    assert rest[0].data == {"n": "late"}, "the late commit holds the position after the first"
+
+
+def _wait_for_lock_waiters(conn: sa.Connection, count: int) -> None:
+    """Until `count` other sessions wait for a lock on `events` (a state, not a sleep)."""
+    query = sa.text(
+        "SELECT count(*) FROM pg_locks WHERE relation = 'events'::regclass AND NOT granted"
+    )
+    deadline = time.monotonic() + 60
+    while conn.execute(query).scalar_one() < count:
+        assert time.monotonic() < deadline, "the other appends never queued for the lock"
+        time.sleep(0.01)

@@ -9,7 +9,7 @@ from __future__ import annotations
 import sqlalchemy as sa
 from sqlalchemy.dialects.postgresql import JSONB
 
-HEAD_REVISION = "0002"
+HEAD_REVISION = "0003"
 
 metadata = sa.MetaData()
 
@@ -17,6 +17,8 @@ Position = sa.BigInteger().with_variant(sa.Integer(), "sqlite")
 """SQLite needs exactly INTEGER for a rowid alias; PostgreSQL gets a 64-bit identity."""
 
 Json = sa.JSON().with_variant(JSONB(), "postgresql")
+"""Read models' JSON. Events keep theirs as text (`json` on PostgreSQL): the store never
+queries inside it, and `jsonb` would be turned back into text on every read."""
 
 events = sa.Table(
     "events",
@@ -27,8 +29,8 @@ events = sa.Table(
     sa.Column("stream_position", sa.Integer(), nullable=False),
     sa.Column("type", sa.String(100), nullable=False),
     sa.Column("version", sa.SmallInteger(), nullable=False),
-    sa.Column("data", Json, nullable=False),
-    sa.Column("metadata", Json, nullable=False),
+    sa.Column("data", sa.JSON(), nullable=False),
+    sa.Column("metadata", sa.JSON(), nullable=False),
     sa.Column("recorded_at", sa.DateTime(timezone=True), nullable=False),
     sa.UniqueConstraint("event_id", name="uq_events_event_id"),
     sa.UniqueConstraint("stream_id", "stream_position", name="uq_events_stream_position"),

@@ -1,10 +1,24 @@
 """The append hot path, on one raw DBAPI connection per store.
 
 Every tick records each model call's spend the moment it happens, so appends are many and
-small. SQLAlchemy Core spends about ten times the database's own work per statement here;
-this writer keeps SQLAlchemy's types (their bind processors format UUIDs, datetimes and
-JSON exactly as the rest of the store reads them) but sends one hand-written statement on
-a connection it keeps, under a lock, for the life of the store.
+small, and the spool, the governor's ledger and wave claims append batches. SQLAlchemy
+Core spends about ten times the database's own work per statement here; this writer
+sends hand-written statements with positional parameters, formatted exactly as the
+store's reads expect, on a connection it keeps, under a lock, for the life of the store.
+
+Appends are serialized so that global positions become visible in order, and a reader
+that resumes after the last position it saw never skips an event that commits late:
+SQLite has one writer at a time (`BEGIN IMMEDIATE`); on PostgreSQL each append
+transaction takes `LOCK TABLE events IN EXCLUSIVE MODE` (readers are not blocked).
+
+A PostgreSQL lock is held until commit, and a commit at `synchronous_commit = on` waits
+for its own fsync: appends would pay one fsync each, in a row. So every append commits
+asynchronously, releasing the lock as soon as its commit record is in the WAL buffer, and
+at durability `power` then waits, outside the lock, for the WAL to be flushed up to that
+record: a second, one-statement transaction that writes a WAL record (a logical message)
+and commits synchronously. Appends of many processes wait for their flushes together and
+share one fsync. The append returns only once it is on disk; a concurrent reader may see
+it up to one flush earlier.
 """
 
 from __future__ import annotations
@@ -13,10 +27,11 @@ import contextlib
 import sqlite3
 import sys
 import threading
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from datetime import UTC, datetime
 from typing import Any
 
+import orjson
 import sqlalchemy as sa
 from sqlalchemy.engine import Engine
 
@@ -30,7 +45,25 @@ from harness.store.records import (
     StoreError,
     StoreUnavailableError,
 )
-from harness.store.schema import events
+
+_INSERT = (
+    "INSERT INTO events (event_id, stream_id, stream_position, type, version, data, "
+    "metadata, recorded_at) "
+)
+_SQLITE_FIRST = (
+    _INSERT + "SELECT ?, ?, current.v + 1, ?, ?, ?, ?, ? "
+    "FROM (SELECT COALESCE(MAX(stream_position), 0) AS v FROM events WHERE stream_id = ?) "
+    "AS current WHERE ? < 0 OR current.v = ? "
+    "RETURNING global_position, stream_position"
+)
+"""The first event of a batch: checks the stream's version and inserts in one statement."""
+_SQLITE_REST = _INSERT + "VALUES (?, ?, ?, ?, ?, ?, ?, ?)"
+
+Positions = tuple[tuple[int, ...], int]
+"""(global positions, new stream version) of one stream's append."""
+
+Streams = Sequence[tuple[str, Sequence[NewEvent]]]
+"""The batches of one transaction, each with the stream it goes to."""
 
 
 class Refused(Exception):
@@ -60,6 +93,11 @@ def driver_error(exc: BaseException) -> StoreError | None:
     return None
 
 
+def is_integrity_error(exc: BaseException) -> bool:
+    """A unique violation or failed check: the statement was refused, the store is fine."""
+    return isinstance(exc, _pep249("IntegrityError"))
+
+
 def _missing_table(exc: BaseException) -> bool:
     """Whether the statement named a table the database lacks (the store was never migrated).
 
@@ -74,14 +112,19 @@ def _missing_table(exc: BaseException) -> bool:
     return psycopg is not None and isinstance(exc, psycopg.errors.UndefinedTable)
 
 
-class Writer:
-    """Serialized appends: positions are handed out and committed in the same order.
+def _expectation(expected: ExpectedVersion) -> int:
+    """The expected version as the statements take it: -1 any, 0 no stream."""
+    if isinstance(expected, int):
+        return expected
+    return -1 if expected is ANY else 0
 
-    One statement does the whole append: it reads the stream's version, checks the
-    expectation and inserts the batch, so a version mismatch inserts no row. On PostgreSQL
-    the lock, the insert and the commit go out in one pipelined round trip, which keeps the
-    time the table lock is held (and so the ceiling on appends a second) near the commit's
-    own fsync.
+
+class Writer:
+    """Appends in the order positions are handed out (see the module docstring).
+
+    The version check is part of the insert: a mismatch inserts no row, so the happy path
+    costs no extra round trip. On PostgreSQL the lock, the inserts, the unlock and the
+    commit go out in one pipelined round trip.
     """
 
     def __init__(self, engine: Engine) -> None:
@@ -90,90 +133,38 @@ class Writer:
         self._connection: Any = None
         self._postgres = engine.dialect.name == "postgresql"
         self._async_commit = engine.get_execution_options().get(DURABILITY) == "process"
-        self._mark: Callable[[str], str] = ("%({})s" if self._postgres else ":{}").format
         self._statements: dict[int, str] = {}
-        dialect = engine.dialect
-        self._bind = {
-            name: processor
-            for name in ("event_id", "data", "metadata", "recorded_at")
-            if (processor := events.c[name].type.dialect_impl(dialect).bind_processor(dialect))
-        }
-
-    def _statement(self, size: int) -> str:
-        """INSERT … SELECT for a batch of `size`, cached per size."""
-        if size not in self._statements:
-            mark = self._mark
-            rows = ", ".join(
-                "(" + ", ".join(mark(f"{field}{i}") for field in "oetvdm") + ")"
-                for i in range(size)
-            )
-            self._statements[size] = (
-                "INSERT INTO events (event_id, stream_id, stream_position, type, version, "
-                "data, metadata, recorded_at) "
-                f"SELECT v.column2, {mark('stream_id')}, current.v + v.column1, v.column3, "
-                f"v.column4, v.column5, v.column6, {mark('recorded_at')} "
-                f"FROM (VALUES {rows}) AS v CROSS JOIN ("
-                "SELECT COALESCE(MAX(stream_position), 0) AS v FROM events "
-                f"WHERE stream_id = {mark('stream_id')}) AS current "
-                f"WHERE {mark('expected')} < 0 OR current.v = {mark('expected')} "
-                "RETURNING global_position, stream_position"
-            )
-        return self._statements[size]
-
-    def _parameters(
-        self, stream_id: str, batch: Sequence[NewEvent], expected: ExpectedVersion
-    ) -> dict[str, Any]:
-        bind = self._bind.get
-        identity = _identity
-        event_id, data, metadata = (bind(n, identity) for n in ("event_id", "data", "metadata"))
-        parameters: dict[str, Any] = {
-            "stream_id": stream_id,
-            "recorded_at": bind("recorded_at", identity)(datetime.now(UTC)),
-            "expected": -1 if expected is ANY else 0 if expected is NO_STREAM else expected,
-        }
-        for i, event in enumerate(batch):
-            parameters[f"o{i}"] = i + 1
-            parameters[f"e{i}"] = event_id(event.event_id)
-            parameters[f"t{i}"] = event.type
-            parameters[f"v{i}"] = event.version
-            parameters[f"d{i}"] = data(event.data)
-            parameters[f"m{i}"] = metadata(event.metadata)
-        return parameters
 
     def append(
         self, stream_id: str, batch: Sequence[NewEvent], expected: ExpectedVersion
-    ) -> tuple[tuple[int, ...], int]:
+    ) -> Positions:
         """Insert the batch; returns (global positions, new stream version) or raises Refused."""
-        (rows,) = self._transaction([(stream_id, batch)], expected)
-        if not rows:
+        (landed,) = self._transaction([(stream_id, batch)], expected)
+        if landed is None:
             raise Refused
-        return tuple(sorted(row[0] for row in rows)), max(row[1] for row in rows)
+        return landed
 
-    def create_streams(self, streams: Sequence[tuple[str, Sequence[NewEvent]]]) -> list[bool]:
+    def create_streams(self, streams: Streams) -> list[bool]:
         """Start each stream that does not exist yet, all in one transaction.
 
         Returns, per stream, whether it was created; a stream that exists is left as it is.
         Raises Refused (nothing written) on a unique violation, e.g. an event id reused.
         """
-        return [bool(rows) for rows in self._transaction(streams, NO_STREAM)]
+        return [landed is not None for landed in self._transaction(streams, NO_STREAM)]
 
-    def _transaction(
-        self, streams: Sequence[tuple[str, Sequence[NewEvent]]], expected: ExpectedVersion
-    ) -> list[list[Any]]:
-        """One transaction of one checked INSERT per stream; the rows each returned."""
-        statements = [
-            (self._statement(len(batch)), self._parameters(stream_id, batch, expected))
-            for stream_id, batch in streams
-        ]
+    def _transaction(self, streams: Streams, expected: ExpectedVersion) -> list[Positions | None]:
+        """One transaction of one checked insert per stream; where each landed (None: not)."""
+        expectation = _expectation(expected)
+        recorded_at = datetime.now(UTC)
         with self._lock:
             try:
                 if self._connection is None:
                     self._connection = self._open()
                 if self._postgres:
-                    return self._append_postgres(statements)
-                return self._append_sqlite(statements)
+                    return self._append_postgres(streams, expectation, recorded_at)
+                return self._append_sqlite(streams, expectation, recorded_at)
             except Exception as exc:
-                if isinstance(exc, _pep249("IntegrityError")):
+                if is_integrity_error(exc):
                     self._connection.rollback()
                     raise Refused from exc
                 self._discard()
@@ -198,29 +189,120 @@ class Writer:
                 connection.execute("SET synchronous_commit = off")
         return connection
 
-    def _append_sqlite(self, statements: list[tuple[str, dict[str, Any]]]) -> list[list[Any]]:
+    def _append_sqlite(
+        self, streams: Streams, expectation: int, recorded_at: datetime
+    ) -> list[Positions | None]:
+        # SQLAlchemy's SQLite DateTime and Uuid formats, which the store's reads parse.
+        stamp = f"{recorded_at:%Y-%m-%d %H:%M:%S.%f}"
+        dumps = orjson.dumps
         cursor = self._connection.cursor()
         try:
             cursor.execute("BEGIN IMMEDIATE")
-            results = [cursor.execute(sql, values).fetchall() for sql, values in statements]
-            if any(results):
-                self._connection.commit()
+            landed: list[Positions | None] = []
+            for stream_id, batch in streams:
+                first = batch[0]
+                cursor.execute(
+                    _SQLITE_FIRST,
+                    (
+                        first.event_id.hex,
+                        stream_id,
+                        first.type,
+                        first.version,
+                        dumps(first.data).decode(),
+                        dumps(first.metadata).decode(),
+                        stamp,
+                        stream_id,
+                        expectation,
+                        expectation,
+                    ),
+                )
+                row = cursor.fetchone()
+                if row is None:
+                    landed.append(None)
+                    continue
+                position, version = row
+                if len(batch) > 1:
+                    # One writer at a time and AUTOINCREMENT: the rest follow the first.
+                    cursor.executemany(
+                        _SQLITE_REST,
+                        [
+                            (
+                                event.event_id.hex,
+                                stream_id,
+                                version + i,
+                                event.type,
+                                event.version,
+                                dumps(event.data).decode(),
+                                dumps(event.metadata).decode(),
+                                stamp,
+                            )
+                            for i, event in enumerate(batch[1:], 1)
+                        ],
+                    )
+                count = len(batch)
+                landed.append((tuple(range(position, position + count)), version + count - 1))
+            if any(landed):
+                cursor.execute("COMMIT")
             else:
-                self._connection.rollback()
-            return results
+                cursor.execute("ROLLBACK")
+            return landed
         finally:
             cursor.close()
 
-    def _append_postgres(self, statements: list[tuple[str, dict[str, Any]]]) -> list[list[Any]]:
-        # One pipeline, one round trip: the table lock is held for the inserts and the
-        # commit only, never while a network reply travels back to this process.
+    def _postgres_statement(self, size: int) -> str:
+        """INSERT … SELECT for a batch of `size`, cached per size (psycopg prepares it)."""
+        if size not in self._statements:
+            rows = ", ".join(["(%s::int, %s::uuid, %s, %s::smallint, %s::json, %s::json)"] * size)
+            self._statements[size] = (
+                _INSERT + "SELECT v.e, %s, current.v + v.o, v.t, v.n, v.d, v.m, %s "
+                f"FROM (VALUES {rows}) AS v(o, e, t, n, d, m) CROSS JOIN ("
+                "SELECT COALESCE(MAX(stream_position), 0) AS v FROM events "
+                "WHERE stream_id = %s) AS current "
+                "WHERE %s < 0 OR current.v = %s "
+                "RETURNING global_position, stream_position"
+            )
+        return self._statements[size]
+
+    def _append_postgres(
+        self, streams: Streams, expectation: int, recorded_at: datetime
+    ) -> list[Positions | None]:
+        dumps = orjson.dumps
+        statements = []
+        for stream_id, batch in streams:
+            values: list[Any] = [stream_id, recorded_at]
+            for i, event in enumerate(batch, 1):
+                values += (
+                    i,
+                    event.event_id,
+                    event.type,
+                    event.version,
+                    dumps(event.data).decode(),
+                    dumps(event.metadata).decode(),
+                )
+            values += (stream_id, expectation, expectation)
+            statements.append((self._postgres_statement(len(batch)), values))
         connection = self._connection
+        # One pipeline, one round trip: the table lock is held for the inserts and the
+        # commit's WAL record only, never while an fsync or a reply is on its way.
         with connection.pipeline():
             connection.execute("BEGIN")
+            if not self._async_commit:
+                connection.execute("SET LOCAL synchronous_commit = off")
             connection.execute("LOCK TABLE events IN EXCLUSIVE MODE")
             cursors = [connection.execute(sql, values) for sql, values in statements]
             connection.execute("COMMIT")  # a mismatch inserted nothing: committing is harmless
-        return [cursor.fetchall() for cursor in cursors]
+            if not self._async_commit:
+                # Its own transaction (autocommit), committed synchronously: the WAL is
+                # flushed past the append's commit, with whatever else awaits a flush.
+                connection.execute("SELECT pg_logical_emit_message(true, 'tickwork', '')")
+        landed: list[Positions | None] = []
+        for cursor in cursors:
+            rows = cursor.fetchall()
+            if not rows:
+                landed.append(None)
+                continue
+            landed.append((tuple(sorted(row[0] for row in rows)), max(row[1] for row in rows)))
+        return landed
 
     def _discard(self) -> None:
         """Drop a connection in an unknown state; the next append opens a fresh one."""
@@ -235,7 +317,3 @@ class Writer:
             if self._connection is not None:
                 self._connection.close()
                 self._connection = None
-
-
-def _identity(value: Any) -> Any:
-    return value

@@ -2,24 +2,30 @@
 
 Prints, for SQLite and PostgreSQL: single-event transactional appends from 1 and from 4
 processes (tickwork's 4-process runs also check, with a concurrent reader, that no event
-is skipped), batch appends, read_all throughput, then the spend rebuild over 1,000,000
-BudgetSpent events and the spend query by level and day.
+is skipped; on SQLite, 1 process, raw `sqlite3` inserting the same rows into the same
+table at the same `synchronous` setting is the floor), batch appends, read_all
+throughput, then the spend rebuild over 1,000,000 BudgetSpent events and the spend query
+by level and day. `--repeat` runs the append and read figures several times and prints
+each figure's median and spread.
 
     .venv/bin/python ops/bench/store_bench.py [--appends 5000] [--rebuild 1000000]
         [--pg-url postgresql://postgres@127.0.0.1:5432/test]
-        [--no-postgres] [--no-sqlite] [--no-rebuild]
+        [--no-postgres] [--no-sqlite] [--no-rebuild] [--repeat 1]
 """
 
 from __future__ import annotations
 
 import argparse
 import multiprocessing
+import os
 import random
+import sqlite3
 import statistics
 import tempfile
 import time
 import uuid
 from collections.abc import Callable
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -31,6 +37,9 @@ from sqlalchemy.engine import make_url
 from harness.prices import PriceBook
 from harness.projections import projector_for, spend_report
 from harness.store import ANY, Durability, NewEvent, migrate_store, open_store
+from harness.store.engine import SQLITE_SYNCHRONOUS
+
+DURABILITIES: tuple[Durability, ...] = ("process", "power")
 
 PAYLOAD = {
     "occurred_at": "2026-11-30T02:14:50.788909Z",
@@ -57,18 +66,52 @@ class Tickwork:
         events = [NewEvent(uuid.uuid4(), "BudgetSpent", 1, PAYLOAD) for _ in range(count)]
         self.store.append(f"tick-{stream}", events, ANY)
 
-    def read_all(self) -> int:
-        total, after = 0, 0
-        while batch := self.store.read_all(after, 1000):
-            total += len(batch)
-            after = batch[-1].global_position
-        return total
+    def page(self, after: int) -> tuple[int, int]:
+        """Read the page after position `after`: (events read, where the next page starts)."""
+        batch = self.store.read_all(after, 1000)
+        return len(batch), batch[-1].global_position if batch else after
 
     def positions_after(self, after: int) -> list[int]:
         return [e.global_position for e in self.store.read_all(after, 1000)]
 
     def close(self) -> None:
         self.store.close()
+
+
+class RawSqlite:
+    """The same rows into the same table with bare `sqlite3`: what the database costs alone."""
+
+    def __init__(self, url: str, durability: Durability) -> None:
+        open_store(url).close()  # migrated: the same table and indexes
+        self.connection = sqlite3.connect(make_url(url).database or "", isolation_level=None)
+        self.connection.execute("PRAGMA journal_mode = WAL")
+        self.connection.execute(f"PRAGMA synchronous = {SQLITE_SYNCHRONOUS[durability]}")
+
+    def append(self, stream: int, version: int, count: int = 1) -> None:
+        stamp = f"{datetime.now(UTC):%Y-%m-%d %H:%M:%S.%f}"
+        rows = [
+            (
+                uuid.uuid4().hex,
+                f"tick-{stream}",
+                version + i,
+                "BudgetSpent",
+                1,
+                orjson.dumps(PAYLOAD).decode(),
+                "{}",
+                stamp,
+            )
+            for i in range(count)
+        ]
+        self.connection.execute("BEGIN IMMEDIATE")
+        self.connection.executemany(
+            "INSERT INTO events (event_id, stream_id, stream_position, type, version, data, "
+            "metadata, recorded_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
+            rows,
+        )
+        self.connection.execute("COMMIT")
+
+    def close(self) -> None:
+        self.connection.close()
 
 
 class EventSourcing:
@@ -79,7 +122,7 @@ class EventSourcing:
         if target.startswith("sqlite:"):
             from eventsourcing.sqlite import SQLiteApplicationRecorder, SQLiteDatastore
 
-            self.datastore: Any = SQLiteDatastore(target.removeprefix("sqlite:"))
+            self.datastore: Any = SQLiteDatastore(target.removeprefix("sqlite:"), lock_timeout=30)
             self.recorder: Any = SQLiteApplicationRecorder(self.datastore)
         else:
             from eventsourcing.postgres import PostgresApplicationRecorder, PostgresDatastore
@@ -104,12 +147,9 @@ class EventSourcing:
         events = [StoredEvent(originator, version + i, "BudgetSpent", state) for i in range(count)]
         self.recorder.insert_events(events)
 
-    def read_all(self) -> int:
-        total, start = 0, 1
-        while batch := self.recorder.select_notifications(start, 1000):
-            total += len(batch)
-            start = batch[-1].id + 1
-        return total
+    def page(self, after: int) -> tuple[int, int]:
+        batch = self.recorder.select_notifications(after + 1, 1000)
+        return len(batch), batch[-1].id if batch else after
 
     def close(self) -> None:
         self.datastore.close()
@@ -117,9 +157,11 @@ class EventSourcing:
 
 def open_system(
     kind: str, target: str, durability: Durability, create: bool = True
-) -> Tickwork | EventSourcing:
+) -> Tickwork | RawSqlite | EventSourcing:
     if kind == "tickwork":
         return Tickwork(target, durability)
+    if kind == "sqlite3":
+        return RawSqlite(target, durability)
     return EventSourcing(target, create)
 
 
@@ -209,22 +251,74 @@ def fresh_pg(admin: str, name: str) -> str:
     )
 
 
-def row(label: str, value: float, unit: str, anchor: float | None = None, note: str = "") -> None:
-    ratio = f"{value / anchor:5.2f}x eventsourcing" if anchor else ""
-    print(f"  {label:<52} {value:>12,.0f} {unit:<9} {ratio:<22} {note}")
+Figures = dict[str, list[float]]
+"""Every value each figure took, one per run (ratios are taken within a run)."""
 
 
-def append_suite(backend: str, make_target: Callable[[str], str], appends: int) -> None:
+def row(
+    figures: Figures,
+    label: str,
+    value: float,
+    unit: str,
+    anchors: dict[str, float] | None = None,
+    note: str = "",
+) -> None:
+    """Print a figure with its ratios to the anchors measured in the same run; keep them."""
+    figures.setdefault(f"{label} ({unit})", []).append(value)
+    ratios = []
+    for name, anchor in (anchors or {}).items():
+        ratios.append(f"{value / anchor:5.2f}x {name}")
+        figures.setdefault(f"{label} / {name}", []).append(value / anchor)
+    print(f"  {label:<52} {value:>12,.0f} {unit:<9} {', '.join(ratios):<22} {note}")
+
+
+System = Tickwork | RawSqlite | EventSourcing
+
+
+def interleaved(
+    systems: dict[str, System], rounds: int, step: Callable[[str, System, int], int]
+) -> dict[str, float]:
+    """Events/s of each system doing `step` in turn with the others, `rounds` times.
+
+    One operation of each, then the next: a shared machine's load drifts within seconds,
+    and alternating puts every system under the same drift. Each is timed on its own
+    operations only.
+    """
+    spent = dict.fromkeys(systems, 0.0)
+    done = dict.fromkeys(systems, 0)
+    for i in range(rounds):
+        for name, system in systems.items():
+            began = time.perf_counter()
+            done[name] += step(name, system, i)
+            spent[name] += time.perf_counter() - began
+    return {name: done[name] / spent[name] for name in systems}
+
+
+def append_one(_: str, system: System, i: int) -> int:
+    system.append(i % 50, i // 50 + 1)
+    return 1
+
+
+def append_batch(_: str, system: System, i: int) -> int:
+    system.append(i % 50, (i // 50) * 100 + 1, 100)
+    return 100
+
+
+def append_suite(
+    backend: str, make_target: Callable[[str], str], appends: int, figures: Figures, run: int
+) -> None:
+    def target(name: str) -> str:
+        return make_target(f"{name}-{run}")
+
     print(f"\n{backend}: single-event transactional appends (events/s)")
-    variants: list[tuple[str, Durability]] = [("tickwork", "process"), ("tickwork", "power")]
     for processes in (1, 4):
         es_rate, _ = appends_per_second(
-            "eventsourcing", make_target("es"), processes, appends // processes
+            "eventsourcing", target("es"), processes, appends // processes
         )
-        row(f"eventsourcing, {processes} process(es)", es_rate, "events/s")
-        for kind, durability in variants:
-            target = make_target(f"tw-{durability}-{processes}")
-            reader = Tickwork(target) if processes > 1 else None
+        row(figures, f"{backend} eventsourcing, {processes} process(es)", es_rate, "events/s")
+        for durability in DURABILITIES:
+            url = target(f"tw-{durability}-{processes}")
+            reader = Tickwork(url) if processes > 1 else None
             follow = None
             if reader is not None:
                 cursor = [0]
@@ -236,36 +330,74 @@ def append_suite(backend: str, make_target: Callable[[str], str], appends: int) 
                     return found
 
             rate, note = appends_per_second(
-                kind,
-                target,
+                "tickwork",
+                url,
                 processes,
                 appends // processes,
                 durability=durability,
                 follow=follow,
             )
-            label = f"tickwork, {processes} process(es), durability={durability}"
-            row(label, rate, "events/s", es_rate, note)
+            label = f"{backend} tickwork, {processes} process(es), durability={durability}"
+            row(figures, label, rate, "events/s", {"eventsourcing": es_rate}, note)
             if reader is not None:
                 reader.close()
 
-    print(f"\n{backend}: batch appends of 100 events, 1 process (events/s)")
-    es_rate, _ = appends_per_second("eventsourcing", make_target("es-batch"), 1, appends * 4, 100)
-    row("eventsourcing", es_rate, "events/s")
-    rate, _ = appends_per_second("tickwork", make_target("tw-batch"), 1, appends * 4, 100)
-    row("tickwork", rate, "events/s", es_rate)
+    if backend == "SQLite":
+        print(f"\n{backend}: tickwork beside raw sqlite3, one append each in turn (events/s)")
+        for durability in DURABILITIES:
+            pair: dict[str, System] = {
+                "sqlite3": RawSqlite(target(f"raw-{durability}"), durability),
+                "tickwork": Tickwork(target(f"tw-raw-{durability}"), durability),
+            }
+            rates = interleaved(pair, appends, append_one)
+            synchronous = SQLITE_SYNCHRONOUS[durability]
+            row(
+                figures,
+                f"{backend} raw sqlite3, synchronous={synchronous}",
+                rates["sqlite3"],
+                "events/s",
+            )
+            label = f"{backend} tickwork, durability={durability}"
+            row(figures, label, rates["tickwork"], "events/s", {"sqlite3": rates["sqlite3"]})
+            for system in pair.values():
+                system.close()
 
-    print(f"\n{backend}: read_all in pages of 1000, 1 process (events/s)")
-    for kind, name in (("eventsourcing", "es-batch"), ("tickwork", "tw-batch")):
-        system = open_system(kind, make_target(name), "process")
-        began = time.perf_counter()
-        count = system.read_all()
-        rate = count / (time.perf_counter() - began)
+    print(f"\n{backend}: batch appends of 100 events, one batch each in turn (events/s)")
+    systems: dict[str, System] = {
+        "eventsourcing": EventSourcing(target("es-batch")),
+        "tickwork": Tickwork(target("tw-batch")),
+    }
+    rates = interleaved(systems, appends * 4 // 100, append_batch)
+    row(figures, f"{backend} eventsourcing, batches", rates["eventsourcing"], "events/s")
+    anchors = {"eventsourcing": rates["eventsourcing"]}
+    row(figures, f"{backend} tickwork, batches", rates["tickwork"], "events/s", anchors)
+
+    print(f"\n{backend}: read_all in pages of 1000, one page each in turn (events/s)")
+    cursors = dict.fromkeys(systems, 0)
+
+    def read_page(name: str, system: System, _: int) -> int:
+        assert not isinstance(system, RawSqlite)
+        count, cursors[name] = system.page(cursors[name])
+        return count
+
+    rates = interleaved(systems, appends * 4 // 1000 + 1, read_page)
+    row(figures, f"{backend} eventsourcing read_all", rates["eventsourcing"], "events/s")
+    label = f"{backend} tickwork read_all (typed records)"
+    row(figures, label, rates["tickwork"], "events/s", {"eventsourcing": rates["eventsourcing"]})
+    for system in systems.values():
         system.close()
-        if kind == "eventsourcing":
-            es_read = rate
-            row(f"eventsourcing ({count:,} events)", rate, "events/s")
-        else:
-            row(f"tickwork ({count:,} events, typed records)", rate, "events/s", es_read)
+
+
+def summary(figures: Figures) -> None:
+    """Median and spread of every figure over the runs."""
+    print("\nsummary over runs: median (min - max)")
+    for label, values in figures.items():
+        digits = 2 if " / " in label else 0
+        low, high = min(values), max(values)
+        print(
+            f"  {label:<78} {statistics.median(values):>10,.{digits}f} "
+            f"({low:,.{digits}f} - {high:,.{digits}f})"
+        )
 
 
 def load_budget_spent(url: str, count: int) -> None:
@@ -338,28 +470,35 @@ def main() -> None:
     parser.add_argument("--no-postgres", action="store_true")
     parser.add_argument("--no-sqlite", action="store_true")
     parser.add_argument("--no-rebuild", action="store_true", help="skip the 1M-event part")
+    parser.add_argument("--repeat", type=int, default=1, help="runs of the append and read part")
     args = parser.parse_args()
 
     print(describe())
+    print(f"load average at start: {os.getloadavg()}")
+    figures: Figures = {}
     with tempfile.TemporaryDirectory() as folder:
 
         def sqlite_target(name: str) -> str:
             path = Path(folder) / f"{name}.db"
             return f"sqlite:{path}" if name.startswith("es") else f"sqlite:///{path}"
 
-        if not args.no_sqlite:
-            append_suite("SQLite", sqlite_target, args.appends)
-        if not args.no_postgres:
-            created: dict[str, str] = {}
+        created: dict[str, str] = {}
 
-            def pg_target(name: str) -> str:
-                if name not in created:
-                    created[name] = fresh_pg(args.pg_url, f"bench_{name}".replace("-", "_"))
-                    if not name.startswith("es"):
-                        migrate_store(created[name])
-                return created[name]
+        def pg_target(name: str) -> str:
+            if name not in created:
+                created[name] = fresh_pg(args.pg_url, f"bench_{name}".replace("-", "_"))
+                if not name.startswith("es"):
+                    migrate_store(created[name])
+            return created[name]
 
-            append_suite("PostgreSQL", pg_target, args.appends)
+        for run in range(args.repeat):
+            if not args.no_sqlite:
+                append_suite("SQLite", sqlite_target, args.appends, figures, run)
+            if not args.no_postgres:
+                append_suite("PostgreSQL", pg_target, args.appends, figures, run)
+            print(f"load average after run {run + 1}: {os.getloadavg()}")
+        if args.repeat > 1:
+            summary(figures)
         if args.no_rebuild:
             return
         if not args.no_sqlite:

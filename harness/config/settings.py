@@ -87,6 +87,9 @@ class RunnerConfig(_Strict):
     """After a tick's timeout: SIGTERM to its process group, this long, then SIGKILL."""
     max_concurrent: Annotated[int, Field(ge=1)] = 4
     """Ticks running at once across all levels; more wait for a free place."""
+    manual_max_concurrent: Annotated[int, Field(ge=1)] = 2
+    """Ticks started by hand (`tickwork tick`) running at once in an executor's manual lane,
+    beside the levels' caps and within `max_concurrent`."""
     start_spacing_seconds: Annotated[float, Field(ge=0)] = 0.25
     """Least time between two tick starts, so slots due together do not stampede."""
     shutdown_grace_seconds: Annotated[float, Field(ge=0)] = 30.0

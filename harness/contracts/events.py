@@ -83,6 +83,10 @@ class TickScheduled(TickEvent):
     window: str | None = None
     candidates: list[str] | None = None
     catalog_revision: str | None = None
+    manual: bool = False
+    """Started by a person (`tickwork tick`), in the manual lane, not by a slot."""
+    forced: bool = False
+    """A manual tick told to run through its level's pause and budget (`--force`)."""
 
 
 class RouteFallback(TickEvent):
@@ -263,7 +267,10 @@ class CalibrationSampled(GovernorEvent):
 
 
 CONTROL_STREAM = "control"
-"""Operator requests to running services (cancel); every replica follows it."""
+"""Operator requests to running services (cancel, and its clearing); every replica follows it.
+
+A cancel scope stays in force until it is cleared: a tick it covers that is claimed
+later, by any replica or by hand, does not start either."""
 
 
 class CancelRequested(Event):
@@ -275,6 +282,19 @@ class CancelRequested(Event):
 
     def matches(self, level: str, tick_id: str) -> bool:
         return self.scope == level or tick_id.startswith(self.scope)
+
+    @property
+    def reason(self) -> str:
+        """What a tick it ends is recorded as cancelled for."""
+        return f"cancelled by {self.by} (scope {self.scope!r})"
+
+
+class CancelCleared(Event):
+    """A cancel scope stops being in force: ticks it covers may start again."""
+
+    type = "CancelCleared"
+    scope: str
+    by: str = "operator"
 
 
 def digest_stream(name: str) -> str:
@@ -348,6 +368,7 @@ EVENT_TYPES: dict[tuple[str, int], type[Event]] = {
         DigestDeliveryFailed,
         DigestPublished,
         CancelRequested,
+        CancelCleared,
         GovernorFired,
         CalibrationSampled,
     )

@@ -21,20 +21,14 @@ from datetime import datetime, timedelta
 from functools import partial
 
 from harness.config import Settings
-from harness.contracts.events import (
-    CONTROL_STREAM,
-    CancelRequested,
-    LevelBudgetExceeded,
-    decode,
-    level_stream,
-    utcnow,
-)
+from harness.contracts.events import LevelBudgetExceeded, level_stream, utcnow
 from harness.prices import PriceBook
 from harness.projections import projector_for
 from harness.projections.levels import paused_levels
 from harness.projections.ticks import TickInFlight, last_slots, ticks_in_flight
 from harness.routing.decisions import Router, configured_router
 from harness.scheduling.budget import BudgetCheck, Budgets
+from harness.scheduling.control import ControlFollower
 from harness.scheduling.handoff import Handoff
 from harness.scheduling.reconcile import reconcile
 from harness.scheduling.timetable import POLL_SECONDS, Slot, Timetable
@@ -90,7 +84,7 @@ class Service:
         self.cancelled_buffered: dict[str, str] = {}
         self.budget_flagged: set[tuple[str, str]] = set()
         """(level, day) whose LevelBudgetExceeded is known to be recorded."""
-        self.control_position = store.stream_version(CONTROL_STREAM)
+        self.control = ControlFollower(store, executor, report)
 
     def serve(self) -> None:
         """Fire slots until `stopping` is set, then shut down; returns when all is ended."""
@@ -116,22 +110,11 @@ class Service:
 
     def follow_control(self) -> None:
         """Act on operator requests appended to the control stream since we last looked."""
-        try:
-            requests = self.store.read_stream(CONTROL_STREAM, after=self.control_position)
-        except StoreError as exc:
-            self.report(f"control stream unreadable: {exc}")
-            return
-        for stored in requests:
-            self.control_position = stored.stream_position
-            request = decode(stored)
-            if not isinstance(request, CancelRequested):
-                continue
-            reason = f"cancelled by {request.by} (scope {request.scope!r})"
+        for request in self.control.poll():
             with self._threads_lock:
                 for tick in self.buffered.values():
                     if request.matches(tick.level, tick.tick_id):
-                        self.cancelled_buffered[tick.tick_id] = reason
-            self.executor.cancel(request.matches, reason)
+                        self.cancelled_buffered[tick.tick_id] = request.reason
 
     def catch_up(self, now: datetime) -> None:
         """Account for the slots levels missed while no scheduler ran.

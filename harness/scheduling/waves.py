@@ -31,6 +31,18 @@ SKIPPED = {
 
 
 @dataclass(frozen=True)
+class Manual:
+    """What a person asked of a tick they started (`tickwork tick`) instead of a slot."""
+
+    prompt: str | None = None
+    """Instead of the level's prompt."""
+    timeout: float | None = None
+    """Instead of the level's timeout."""
+    forced: bool = False
+    """Run through the level's pause and budget (cancel scopes still stop it)."""
+
+
+@dataclass(frozen=True)
 class SlotClaim:
     """A slot's tick as a scheduler claims it: no payload yet.
 
@@ -48,6 +60,8 @@ class SlotClaim:
     """Held against the level's daily budget while the tick is in flight."""
     routed: Routed | None = None
     """The catalog's decision for the slot, recorded in TickScheduled and run as decided."""
+    manual: Manual | None = None
+    """Started by hand: runs in the executor's manual lane, recorded as such."""
 
     def scheduled(self, level_model: str | None) -> TickScheduled:
         """The claim's TickScheduled; the model is the first candidate's, if routed."""
@@ -58,6 +72,8 @@ class SlotClaim:
             model=first.model if first else level_model,
             slot=self.slot,
             reserved_tokens=self.reserved_tokens,
+            manual=self.manual is not None,
+            forced=self.manual is not None and self.manual.forced,
             **(decision_fields(self.routed) if self.routed else {}),
         )
 

@@ -17,19 +17,24 @@ from datetime import datetime
 from harness.contracts.events import TickFailed, TickLost
 from harness.execution.adopt import Adoption, adopt
 from harness.execution.prepare import Preparer, TickRef, TickSetupError
-from harness.execution.runner import Runner
+from harness.execution.runner import Runner, TickOutcome
 from harness.scheduling.handoff import ScopeMatch
 from harness.scheduling.waves import SlotClaim
 from harness.store import StoredEvent
 
 Report = Callable[[str], None]
+Ended = Callable[[TickOutcome], None]
+"""Told of every tick run here once its terminal event is recorded."""
 
 
 class Executor(ABC):
-    def __init__(self, preparer: Preparer, runner: Runner, report: Report) -> None:
+    def __init__(
+        self, preparer: Preparer, runner: Runner, report: Report, ended: Ended | None = None
+    ) -> None:
         self.preparer = preparer
         self.runner = runner
         self.report = report
+        self.ended = ended
 
     def submit(self, claim: SlotClaim) -> None:
         """Queue a claimed tick to run when it gets a place; one that cannot ends cancelled."""
@@ -68,19 +73,26 @@ class Executor(ABC):
 
     def _execute(self, claim: SlotClaim) -> None:
         """Run a tick that got its place: its payload is prepared now, not when it was claimed."""
-        tick_id, level = claim.tick_id, claim.level
+        tick_id, level, manual = claim.tick_id, claim.level, claim.manual
         try:
             tick = self.preparer.prepare(
-                level, tick_id=tick_id, slot=claim.slot, routed=claim.routed
+                level,
+                prompt=manual.prompt if manual else None,
+                timeout=manual.timeout if manual else None,
+                tick_id=tick_id,
+                slot=claim.slot,
+                routed=claim.routed,
             )
         except TickSetupError as exc:
             reason = f"the tick could not be prepared: {exc}"
             self.runner.record(TickFailed(tick_id=tick_id, level=level, reason=reason))
             self.report(f"{tick_id} failed ({reason})")
             return
-        outcome = self.runner.run(tick, claimed=True)
+        outcome = self.runner.run(tick, claimed=True, forced=manual is not None and manual.forced)
         detail = f" ({outcome.reason})" if outcome.reason else ""
         self.report(f"{outcome.tick_id} {outcome.status}{detail}")
+        if self.ended is not None:
+            self.ended(outcome)
 
     @abstractmethod
     def running(self) -> list[TickRef]:

@@ -61,7 +61,7 @@ def test_a_cancel_during_a_retry_backoff_ends_the_tick_without_another_attempt(
     tmp_path: Path, fake: FakeUpstream
 ) -> None:
     harness, executor = backing_off(tmp_path, fake, backoff=60)
-    follower = ControlFollower(harness.store, executor, print)
+    follower = ControlFollower(harness.store, executor, print, harness.settings.levels)
     fake.script("min-backoff", [Step(status=500)] * 3)
     claim = submitted(harness, executor, SlotClaim("min-backoff", "min", None))
     until(
@@ -226,3 +226,32 @@ def test_a_tick_by_hand_obeys_the_pause_unless_forced(tmp_path: Path, fake: Fake
     assert scheduled.data["forced"] is True and scheduled.data["manual"] is True
     assert kinds(store, "min-forced")[-1] == "TickCompleted"
     store.close()
+
+
+def test_a_pause_withdraws_queued_ticks_at_once_and_an_automatic_one_stops_running_ticks(
+    tmp_path: Path, fake: FakeUpstream
+) -> None:
+    harness, _ = backing_off(tmp_path, fake, backoff=0.05)
+    one_place = harness.settings.runner.model_copy(update={"max_concurrent": 1})
+    settings = harness.settings.model_copy(update={"runner": one_place})
+    executor = LocalExecutor(settings, harness.preparer, harness.runner, print)
+    follower = ControlFollower(harness.store, executor, print, settings.levels)
+    running, queued = SlotClaim("min-running", "min", None), SlotClaim("min-queued", "min", None)
+    fake.script(running.tick_id, [Step(text="slow", delay=60)])
+    submitted(harness, executor, running)
+    submitted(harness, executor, queued)
+    until(lambda: running.tick_id in fake.state.first_request, "the first tick never ran")
+
+    by_operator = LevelPaused(level="min", reason="test", by="operator")
+    harness.store.append(level_stream("min"), [by_operator.to_record()])
+    follower.poll()
+    assert kinds(harness.store, queued.tick_id) == ["TickScheduled", "TickCancelled"]
+    assert harness.store.read_stream(f"tick-{queued.tick_id}")[-1].data["reason"] == "paused"
+    assert [r.tick_id for r in executor.running()] == [running.tick_id]
+
+    automatic = LevelPaused(level="min", reason="infrastructure failures")
+    harness.store.append(level_stream("min"), [automatic.to_record()])
+    follower.poll()
+    executor.wait_idle(30)
+    assert_ended_cancelled(harness.store, running.tick_id, "paused")
+    executor.shutdown(grace=0)

@@ -111,7 +111,7 @@ def _own(
 ) -> None:
     """Run the tick to its end, following the control stream; Ctrl-C cancels it."""
     ended, wake = threading.Event(), threading.Event()
-    follower = ControlFollower(store, executor, lambda line: None)
+    follower = ControlFollower(store, executor, lambda line: None, executor.settings.levels)
 
     def follow() -> None:
         while not ended.is_set():

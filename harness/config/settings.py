@@ -194,6 +194,10 @@ class LevelConfig(Scheduled):
     reserve_tokens: Annotated[int, Field(ge=0)] = 10_000
     """Held against the budget for each tick from its claim until it ends."""
     timeout_seconds: Annotated[float, Field(gt=0)] = 300
+    on_pause: Literal["stop", "finish"] | None = None
+    """When the level is paused, its queued ticks end cancelled at once; `stop` cancels its
+    running ticks too, `finish` lets them end. Unset: a pause tickwork decided (after
+    infrastructure failures) stops them, an operator's lets them finish."""
     max_tool_calls: Annotated[int, Field(ge=0)] | None = None
     """Default 30 (`hour`: 300); TICKWORK_MAX_TOOL_CALLS[_<LEVEL>] in the environment wins."""
     can_shell: bool = False

@@ -20,9 +20,9 @@ from harness.prices import PriceBook
 from harness.projections import projector_for
 from harness.projections.levels import cancel_scopes, level_paused
 from harness.scheduling.budget import spent_today, within_budget
+from harness.scheduling.control import PAUSED
 from harness.store import SqlEventStore, StoreError
 
-PAUSED = "paused"
 BUDGET = "budget"
 
 

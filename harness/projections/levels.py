@@ -13,22 +13,31 @@ from harness.contracts.events import (
     CONTROL_STREAM,
     CancelCleared,
     CancelRequested,
+    LevelPaused,
     decode,
     level_stream,
 )
 from harness.store import EventStore
 
 
-def paused_levels(store: EventStore, levels: Iterable[str]) -> set[str]:
-    """Levels paused (fail-closed after infrastructure failures, or by an operator).
+def pauses(store: EventStore, levels: Iterable[str]) -> dict[str, LevelPaused]:
+    """The pause in force of each paused level of `levels` (who decided it, and why).
 
     One read for any number of levels: a scheduler asks this for every slot of a wave.
     """
     names = {level_stream(level): level for level in levels}
     switches = store.read_streams(names, types=("LevelPaused", "LevelResumed"))
-    return {
-        names[s] for s, history in switches.items() if history and history[-1].type == "LevelPaused"
-    }
+    in_force = {}
+    for stream, history in switches.items():
+        switch = decode(history[-1]) if history else None
+        if isinstance(switch, LevelPaused):
+            in_force[names[stream]] = switch
+    return in_force
+
+
+def paused_levels(store: EventStore, levels: Iterable[str]) -> set[str]:
+    """Levels paused (fail-closed after infrastructure failures, or by an operator)."""
+    return set(pauses(store, levels))
 
 
 def level_paused(store: EventStore, level: str) -> bool:

@@ -10,10 +10,11 @@ from __future__ import annotations
 
 import getpass
 import socket
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
+from uuid import UUID
 
-from harness.config import Settings
+from harness.config import LevelConfig, Settings
 from harness.contracts.events import (
     CONTROL_STREAM,
     CancelCleared,
@@ -23,10 +24,13 @@ from harness.contracts.events import (
     decode,
     level_stream,
 )
-from harness.projections.levels import cancel_scopes, level_paused
+from harness.projections.levels import cancel_scopes, level_paused, pauses
 from harness.projections.ticks import TickInFlight, ticks_in_flight
 from harness.scheduling.handoff import Handoff
 from harness.store import SqlEventStore, StoreError
+
+PAUSED = "paused"
+"""Why a tick of a paused level ends cancelled."""
 
 
 class UnknownLevelError(ValueError):
@@ -100,25 +104,43 @@ def clear_cancel(store: SqlEventStore, scope: str, by: str) -> bool:
 
 
 class ControlFollower:
-    """Hands the cancel requests appended since it last looked to the ticks' owner.
+    """Hands the ticks' owner the cancel requests and level pauses recorded since it looked.
 
-    Requests recorded before it started are not replayed: the scopes among them still in
-    force stop their ticks at the next step of their life (`harness.execution.lifecycle`).
+    A pause withdraws the level's queued ticks at once and, with `on_pause = "stop"` (or
+    unset, for a pause tickwork decided), stops its running ones. Requests recorded
+    before it started are not replayed: the scopes among them still in force, like the
+    pauses, stop their ticks at the next step of their life (`harness.execution.lifecycle`).
     """
 
-    def __init__(self, store: SqlEventStore, owner: Handoff, report: Callable[[str], None]) -> None:
+    def __init__(
+        self,
+        store: SqlEventStore,
+        owner: Handoff,
+        report: Callable[[str], None],
+        levels: Mapping[str, LevelConfig],
+    ) -> None:
         self.store = store
         self.owner = owner
         self.report = report
+        self.levels = levels
         self.position = store.stream_version(CONTROL_STREAM)
+        self.pauses_seen: set[UUID] = {p.event_id for p in pauses(store, levels).values()}
 
     def poll(self) -> list[CancelRequested]:
-        """Act on the new requests; returns them. A store that cannot be read is reported."""
+        """Act on new requests and pauses; returns the requests.
+
+        A store that cannot be read is reported; the next poll asks again.
+        """
         try:
             requests = self.store.read_stream(CONTROL_STREAM, after=self.position)
+            in_force = pauses(self.store, self.levels)
         except StoreError as exc:
             self.report(f"control stream unreadable: {exc}")
             return []
+        for level, pause in in_force.items():
+            if pause.event_id not in self.pauses_seen:
+                self.pauses_seen.add(pause.event_id)
+                self._paused(level, pause)
         acted = []
         for stored in requests:
             self.position = stored.stream_position
@@ -127,3 +149,7 @@ class ControlFollower:
                 self.owner.cancel(request.matches, request.reason)
                 acted.append(request)
         return acted
+
+    def _paused(self, level: str, pause: LevelPaused) -> None:
+        on_pause = self.levels[level].on_pause or ("stop" if pause.by == "tickwork" else None)
+        self.owner.cancel(lambda of, _: of == level, PAUSED, running=on_pause == "stop")

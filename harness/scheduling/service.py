@@ -84,7 +84,7 @@ class Service:
         self.cancelled_buffered: dict[str, str] = {}
         self.budget_flagged: set[tuple[str, str]] = set()
         """(level, day) whose LevelBudgetExceeded is known to be recorded."""
-        self.control = ControlFollower(store, executor, report)
+        self.control = ControlFollower(store, executor, report, settings.levels)
 
     def serve(self) -> None:
         """Fire slots until `stopping` is set, then shut down; returns when all is ended."""

@@ -47,10 +47,15 @@ class Executor(ABC):
         self.runner.cancel_queued(claim.tick_id, claim.level, reason)
         self.report(f"{claim.tick_id} cancelled before it started: {reason}")
 
-    def cancel(self, matches: ScopeMatch, reason: str) -> None:
-        """Queued ticks in scope never start; running ones are stopped and end cancelled."""
+    def cancel(self, matches: ScopeMatch, reason: str, running: bool = True) -> None:
+        """Queued ticks in scope never start; running ones are stopped and end cancelled.
+
+        `running` False: only the queued ones (a pause whose level lets running ticks end).
+        """
         for claim in self._withdraw(lambda claim: matches(claim.level, claim.tick_id)):
             self.never_started(claim, reason)
+        if not running:
+            return
         for ref in self.running():
             if matches(ref.level, ref.tick_id) and self._cancel_running(ref.tick_id, reason):
                 self.report(f"{ref.tick_id} cancelling: {reason}")

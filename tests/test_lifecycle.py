@@ -61,7 +61,7 @@ def test_a_cancel_during_a_retry_backoff_ends_the_tick_without_another_attempt(
     tmp_path: Path, fake: FakeUpstream
 ) -> None:
     harness, executor = backing_off(tmp_path, fake, backoff=60)
-    follower = ControlFollower(harness.store, executor, print, harness.settings.levels)
+    follower = ControlFollower(harness.store, executor, harness.settings.levels)
     fake.script("min-backoff", [Step(status=500)] * 3)
     claim = submitted(harness, executor, SlotClaim("min-backoff", "min", None))
     until(
@@ -235,7 +235,7 @@ def test_a_pause_withdraws_queued_ticks_at_once_and_an_automatic_one_stops_runni
     one_place = harness.settings.runner.model_copy(update={"max_concurrent": 1})
     settings = harness.settings.model_copy(update={"runner": one_place})
     executor = LocalExecutor(settings, harness.preparer, harness.runner, print)
-    follower = ControlFollower(harness.store, executor, print, settings.levels)
+    follower = ControlFollower(harness.store, executor, settings.levels)
     running, queued = SlotClaim("min-running", "min", None), SlotClaim("min-queued", "min", None)
     fake.script(running.tick_id, [Step(text="slow", delay=60)])
     submitted(harness, executor, running)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import signal
 import subprocess
 import sys
@@ -30,7 +31,7 @@ from harness.scheduling.control import (
 from harness.scheduling.status import refresh
 from harness.scheduling.timetable import POLL_SECONDS
 from harness.scheduling.waves import Manual, SlotClaim, claim_wave
-from harness.store import SqlEventStore, StoredEvent
+from harness.store import SqlEventStore, StoredEvent, StoreError
 
 FOREVER = 7 * 24 * 3600.0
 """How long `tickwork tick` waits for its tick: its own deadline and retries end it first."""
@@ -111,7 +112,7 @@ def _own(
 ) -> None:
     """Run the tick to its end, following the control stream; Ctrl-C cancels it."""
     ended, wake = threading.Event(), threading.Event()
-    follower = ControlFollower(store, executor, lambda line: None, executor.settings.levels)
+    follower = ControlFollower(store, executor, executor.settings.levels)
 
     def follow() -> None:
         while not ended.is_set():
@@ -119,7 +120,8 @@ def _own(
                 executor.cancel(
                     lambda level, tick_id: True, "interrupted (Ctrl-C on tickwork tick)"
                 )
-            follower.poll()
+            with contextlib.suppress(StoreError):  # the runner spools; the next poll asks again
+                follower.poll()
             wake.wait(POLL_SECONDS)
             wake.clear()
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import getpass
 import socket
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass
 from uuid import UUID
 
@@ -27,7 +27,7 @@ from harness.contracts.events import (
 from harness.projections.levels import cancel_scopes, level_paused, pauses
 from harness.projections.ticks import TickInFlight, ticks_in_flight
 from harness.scheduling.handoff import Handoff
-from harness.store import SqlEventStore, StoreError
+from harness.store import SqlEventStore
 
 PAUSED = "paused"
 """Why a tick of a paused level ends cancelled."""
@@ -113,15 +113,10 @@ class ControlFollower:
     """
 
     def __init__(
-        self,
-        store: SqlEventStore,
-        owner: Handoff,
-        report: Callable[[str], None],
-        levels: Mapping[str, LevelConfig],
+        self, store: SqlEventStore, owner: Handoff, levels: Mapping[str, LevelConfig]
     ) -> None:
         self.store = store
         self.owner = owner
-        self.report = report
         self.levels = levels
         self.position = store.stream_version(CONTROL_STREAM)
         self.pauses_seen: set[UUID] = {p.event_id for p in pauses(store, levels).values()}
@@ -129,14 +124,12 @@ class ControlFollower:
     def poll(self) -> list[CancelRequested]:
         """Act on new requests and pauses; returns the requests.
 
-        A store that cannot be read is reported; the next poll asks again.
+        Raises:
+            StoreError: the store cannot be read; nothing was acted on, the next poll asks
+                again from the same place.
         """
-        try:
-            requests = self.store.read_stream(CONTROL_STREAM, after=self.position)
-            in_force = pauses(self.store, self.levels)
-        except StoreError as exc:
-            self.report(f"control stream unreadable: {exc}")
-            return []
+        requests = self.store.read_stream(CONTROL_STREAM, after=self.position)
+        in_force = pauses(self.store, self.levels)
         for level, pause in in_force.items():
             if pause.event_id not in self.pauses_seen:
                 self.pauses_seen.add(pause.event_id)

@@ -10,9 +10,10 @@ skipped is claimed and ended in the same write.
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Literal
+from uuid import UUID, uuid4
 
 from harness.config import LevelConfig, Settings
 from harness.contracts.events import TickEvent, TickScheduled, TickSkipped, tick_stream
@@ -62,11 +63,15 @@ class SlotClaim:
     """The catalog's decision for the slot, recorded in TickScheduled and run as decided."""
     manual: Manual | None = None
     """Started by hand: runs in the executor's manual lane, recorded as such."""
+    claim_id: UUID = field(default_factory=uuid4, compare=False)
+    """The event id of its TickScheduled: a claim whose commit was cut off by a store
+    outage is known for this replica's own when the store answers again."""
 
     def scheduled(self, level_model: str | None) -> TickScheduled:
         """The claim's TickScheduled; the model is the first candidate's, if routed."""
         first = self.routed.plan.candidates[0] if self.routed else None
         return TickScheduled(
+            event_id=self.claim_id,
             tick_id=self.tick_id,
             level=self.level,
             model=first.model if first else level_model,

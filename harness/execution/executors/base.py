@@ -20,7 +20,7 @@ from harness.execution.prepare import Preparer, TickRef, TickSetupError
 from harness.execution.runner import Runner, TickOutcome
 from harness.scheduling.handoff import ScopeMatch
 from harness.scheduling.waves import SlotClaim
-from harness.store import StoredEvent
+from harness.store import StoredEvent, StoreError
 
 Report = Callable[[str], None]
 Ended = Callable[[TickOutcome], None]
@@ -88,9 +88,12 @@ class Executor(ABC):
                 slot=claim.slot,
                 routed=claim.routed,
             )
-        except TickSetupError as exc:
+        except (TickSetupError, StoreError) as exc:
             reason = f"the tick could not be prepared: {exc}"
-            self.runner.record(TickFailed(tick_id=tick_id, level=level, reason=reason))
+            failure = "infrastructure" if isinstance(exc, StoreError) else "internal"
+            self.runner.record(
+                TickFailed(tick_id=tick_id, level=level, reason=reason, failure_class=failure)
+            )
             self.report(f"{tick_id} failed ({reason})")
             return
         outcome = self.runner.run(tick, claimed=True, forced=manual is not None and manual.forced)

@@ -79,3 +79,84 @@ def test_a_store_outage_costs_no_running_service_and_loses_no_event(tmp_path: Pa
         unended = {t: terminal[t] for t in ticks if terminal[t] != 1}
         assert ticks and not unended, f"{unended}\n{output}"
         store.close()
+
+
+SLOW = """
+[levels.slow]
+every = "2s"
+prompt = "Anything new?"
+model = "fake-model"
+timeout_seconds = 120
+"""
+
+
+def slow_service(tmp_path: Path, grace: float) -> Path:
+    """A service whose first tick runs for two minutes; later slots overlap and are skipped."""
+    config = write_config(tmp_path, SLOW)
+    config.write_text(
+        config.read_text().replace(
+            "shutdown_grace_seconds = 1", f"shutdown_grace_seconds = {grace}"
+        )
+    )
+    return config
+
+
+def ended(tmp_path: Path) -> list[tuple[str, str]]:
+    store = open_store(f"sqlite:///{tmp_path}/events.db")
+    events = store.read_all(0, 10_000)
+    store.close()
+    terminal = [e for e in events if e.type in TERMINAL_TYPES and e.type != "TickSkipped"]
+    ticks = {e.stream_id for e in events if e.type == "TickScheduled"}
+    skipped = {e.stream_id for e in events if e.type == "TickSkipped"}
+    assert len(terminal) == len(ticks - skipped), "a tick was left open"
+    return [(e.type, e.data.get("reason", "")) for e in terminal]
+
+
+def test_a_second_ctrl_c_on_tickwork_run_cancels_the_running_ticks_now(tmp_path: Path) -> None:
+    config = slow_service(tmp_path, grace=300)
+    with fake_server([Step(text="late", delay=120)]) as fake:
+        service = start_service(config, fake)
+        assert service.stdout is not None
+        lines: list[str] = []
+        try:
+            until(lambda: bool(fake.state.first_request), "no tick reached the upstream", 60)
+            service.send_signal(signal.SIGINT)
+            for line in service.stdout:
+                lines.append(line)
+                if "stopping:" in line:
+                    break
+            service.send_signal(signal.SIGINT)
+            lines.extend(service.stdout)
+            service.wait(60)
+        finally:
+            if service.poll() is None:
+                service.kill()
+    output = "".join(lines)
+    assert service.returncode == 0, output
+    assert "stopping: 1 tick(s)" in output and "second interrupt" in output, output
+    assert ended(tmp_path) == [("TickCancelled", "service stopped (forced)")]
+
+
+def test_tickwork_run_outlives_its_closed_stdout(tmp_path: Path) -> None:
+    config = slow_service(tmp_path, grace=1)
+    with fake_server([Step(text="done", delay=1)] * 50) as fake:
+        service = start_service(config, fake)
+        assert service.stdout is not None
+        try:
+            assert "tickwork running" in service.stdout.readline()
+            service.stdout.close()
+            store = open_store(f"sqlite:///{tmp_path}/events.db")
+            until(
+                lambda: sum(e.type == "TickCompleted" for e in store.read_all(0, 10_000)) >= 2,
+                "ticks stopped completing once stdout was gone",
+                60,
+            )
+            store.close()
+            assert service.poll() is None, "the service died with its stdout"
+            service.send_signal(signal.SIGTERM)
+            service.wait(60)
+        finally:
+            if service.poll() is None:
+                service.kill()
+    assert service.returncode == 0
+    assert {kind for kind, _ in ended(tmp_path)} <= {"TickCompleted", "TickCancelled"}

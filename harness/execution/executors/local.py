@@ -114,7 +114,7 @@ class LocalExecutor(Executor):
         if self._dispatcher.ident is not None:
             self._dispatcher.join()  # its last tick, if any, is tracked before it returns
         with self._threads_lock:
-            pending = list(self.threads)
+            pending = [thread for thread in self.threads if thread.is_alive()]
         if pending:
             self.report(f"stopping: {len(pending)} tick(s) get {grace:.0f} s to finish")
         deadline = time.monotonic() + grace

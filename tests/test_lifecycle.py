@@ -255,3 +255,26 @@ def test_a_pause_withdraws_queued_ticks_at_once_and_an_automatic_one_stops_runni
     executor.wait_idle(30)
     assert_ended_cancelled(harness.store, running.tick_id, "paused")
     executor.shutdown(grace=0)
+
+
+def test_a_whole_tick_timeout_is_retried_as_an_infrastructure_failure_then_pauses(
+    tmp_path: Path, fake: FakeUpstream
+) -> None:
+    harness = Harness(tmp_path, fake, rag=False)
+    policy = RunnerConfig(grace_seconds=1, infra_retries=1, retry_backoff_seconds=0.05)
+    harness.settings = harness.settings.model_copy(update={"runner": policy})
+    harness.runner.settings = harness.settings
+    outcome = harness.tick([Step(text="too late", delay=60)] * 2, timeout=3)
+    assert outcome.status == "timed_out"
+    events = harness.events(outcome)
+    assert [e.type for e in events] == [
+        "TickScheduled",
+        "TickStarted",
+        "TickAttemptFailed",
+        "TickStarted",
+        "TickTimedOut",
+    ]
+    failed = events[2].data
+    assert (failed["failure_class"], failed["reason"]) == ("infrastructure", "timed out after 3 s")
+    paused = harness.store.read_stream("level-min")[-1]
+    assert paused.type == "LevelPaused" and "timed out after 3 s" in paused.data["reason"]

@@ -89,6 +89,14 @@ class Harness:
     def events(self, outcome: TickOutcome) -> list[StoredEvent]:
         return self.store.read_stream(f"tick-{outcome.tick_id}")
 
+    def without_retries(self) -> Harness:
+        """A timeout is an infrastructure failure: here one attempt shows the whole of it."""
+        self.settings = self.settings.model_copy(
+            update={"runner": self.settings.runner.model_copy(update={"infra_retries": 0})}
+        )
+        self.runner.settings = self.settings
+        return self
+
 
 def local(harness: Harness) -> LocalExecutor:
     """The service's executor, running ticks with the harness's runner."""
@@ -203,7 +211,7 @@ def test_timeout_kills_the_whole_group_and_keeps_the_spend_already_made(
     tmp_path: Path, fake: FakeUpstream, knowledge: Path
 ) -> None:
     build_index(knowledge, tmp_path / "rag.db")
-    harness = Harness(tmp_path, fake)
+    harness = Harness(tmp_path, fake).without_retries()
     began = time.monotonic()
     outcome = harness.tick([calls("rag_lookup"), Step(text="too late", delay=60)], timeout=10)
     elapsed = time.monotonic() - began
@@ -276,7 +284,7 @@ def test_missing_or_corrupt_result_is_a_failure_with_that_reason(
 def test_a_child_ignoring_sigterm_does_not_outlive_the_grace(
     tmp_path: Path, fake: FakeUpstream
 ) -> None:
-    harness = Harness(tmp_path, fake)
+    harness = Harness(tmp_path, fake).without_retries()
     harness.runner.launcher = ScriptLauncher(STUBBORN_CHILD)
     began = time.monotonic()
     outcome = harness.tick([], timeout=1.5)

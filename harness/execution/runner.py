@@ -34,7 +34,7 @@ from harness.contracts.events import (
     TickTimedOut,
     level_stream,
 )
-from harness.contracts.result import ResultFileError, TickResult, read_result
+from harness.contracts.result import FailureClass, ResultFileError, TickResult, read_result
 from harness.execution.launchers import ColdLauncher, Launcher, TickProcess
 from harness.execution.lifecycle import Decisions, Life
 from harness.execution.prepare import PreparedTick, TickRef
@@ -121,26 +121,30 @@ class Runner:
 
         def again(state: RetryCallState) -> bool:
             ended = state.outcome.result() if state.outcome else None
-            if ended is None or not isinstance(ended.event, TickFailed):
+            failure = _failure(ended.event) if ended else None
+            if ended is None or failure is None:
                 return False
-            end = ended.event
             allowed = {"infrastructure": policy.infra_retries, "content": policy.content_retries}
             retries = state.attempt_number - escalation.first_attempt
-            return retries < allowed.get(end.failure_class, 0) or escalation.promote(
+            if retries < allowed.get(failure[0], 0):
+                return True
+            end = ended.event
+            return isinstance(end, TickFailed) and escalation.promote(
                 end, state.attempt_number, ended.result
             )
 
         def note_retry(state: RetryCallState) -> None:
             end = state.outcome.result().event if state.outcome else None
-            assert isinstance(end, TickFailed)
+            failure = _failure(end) if end else None
+            assert end is not None and failure is not None
             delay = state.next_action.sleep if state.next_action else 0.0
             self.record(
                 TickAttemptFailed(
                     tick_id=end.tick_id,
                     level=end.level,
                     attempt=state.attempt_number,
-                    failure_class=end.failure_class,
-                    reason=end.reason,
+                    failure_class=failure[0],
+                    reason=failure[1],
                     retry_in_seconds=delay,
                 )
             )
@@ -158,11 +162,10 @@ class Runner:
         )
         terminal = ended.event
         self.record(terminal)
-        if isinstance(terminal, TickFailed) and terminal.failure_class == "infrastructure":
+        failure = _failure(terminal)
+        if failure is not None and failure[0] == "infrastructure":
             reason = f"{tick.payload.tick_id} failed on infrastructure after retries: "
-            self.record_level(
-                LevelPaused(level=tick.payload.level, reason=reason + terminal.reason)
-            )
+            self.record_level(LevelPaused(level=tick.payload.level, reason=reason + failure[1]))
         return _outcome(tick.ref, ended)
 
     def _attempt(self, tick: PreparedTick, attempts: Retrying, life: Life) -> Ended:
@@ -317,6 +320,19 @@ def _tail(path: Path) -> str:
             return log.read().decode(errors="replace")
     except OSError:
         return ""
+
+
+def _failure(end: TickEvent) -> tuple[FailureClass, str] | None:
+    """The failure class and reason of an attempt's end; None when it did not fail.
+
+    A whole-tick timeout is an infrastructure failure (a hung upstream, as the predecessor
+    call layer counted it): it is retried, and pauses the level when the retries are spent.
+    """
+    if isinstance(end, TickTimedOut):
+        return "infrastructure", f"timed out after {end.timeout_seconds:g} s"
+    if isinstance(end, TickFailed):
+        return end.failure_class, end.reason
+    return None
 
 
 def _outcome(ref: TickRef, ended: Ended) -> TickOutcome:

@@ -160,3 +160,44 @@ def test_tickwork_run_outlives_its_closed_stdout(tmp_path: Path) -> None:
                 service.kill()
     assert service.returncode == 0
     assert {kind for kind, _ in ended(tmp_path)} <= {"TickCompleted", "TickCancelled"}
+
+
+def test_ticks_a_killed_service_claimed_and_never_started_end_while_its_successor_runs(
+    tmp_path: Path,
+) -> None:
+    level = """
+[levels.busy]
+every = "1s"
+overlap = "allow"
+prompt = "Anything new?"
+model = "fake-model"
+timeout_seconds = 120
+"""
+    config = write_config(tmp_path, level, runner="max_concurrent = 1")
+    store = open_store(f"sqlite:///{tmp_path}/events.db")
+    claimed = lambda: {e.stream_id for e in store.read_all(0, 10_000) if e.type == "TickScheduled"}  # noqa: E731
+    with fake_server([Step(text="late", delay=120)] * 50) as fake:
+        killed = start_service(config, fake)
+        until(lambda: len(claimed()) >= 5, "the first service claimed too few slots", 60)
+        killed.send_signal(signal.SIGKILL)
+        killed.communicate(timeout=30)
+        left = claimed()
+        successor = start_service(config, fake)
+        try:
+            until(
+                lambda: all(
+                    any(e.type in TERMINAL_TYPES for e in store.read_stream(s))
+                    or any(e.type == "TickStarted" for e in store.read_stream(s))
+                    for s in left
+                ),
+                "ticks the killed service claimed stayed open while its successor ran",
+                60,
+            )
+        finally:
+            successor.send_signal(signal.SIGTERM)
+            output = successor.communicate(timeout=60)[0]
+    assert successor.returncode == 0, output
+    for stream in left:
+        kinds = [e.type for e in store.read_stream(stream)]
+        assert sum(k in TERMINAL_TYPES for k in kinds) == 1, (stream, kinds, output)
+    store.close()

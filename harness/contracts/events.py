@@ -87,6 +87,10 @@ class TickScheduled(TickEvent):
     """Started by a person (`tickwork tick`), in the manual lane, not by a slot."""
     forced: bool = False
     """A manual tick told to run through its level's pause and budget (`--force`)."""
+    host: str | None = None
+    scheduler_pid: int | None = None
+    """The process that claimed the tick (on `host`): while it lives, the tick is its to
+    start or end; once it is gone, any service on the host reconciles it."""
 
 
 class RouteFallback(TickEvent):

@@ -8,8 +8,9 @@ claims them all, so replicas on one store run each slot once and a thousand leve
 executor it was given (`harness.scheduling.handoff`), which queues and runs them.
 
 On stop (SIGTERM), firing ends at once; the executor ends queued ticks cancelled and
-gives running ones `shutdown_grace_seconds`. Before the first slot,
-`harness.scheduling.reconcile` ends or adopts what a killed predecessor left.
+gives running ones `shutdown_grace_seconds`; a second request cancels them at once.
+Before the first slot and then every few seconds, `harness.scheduling.reconcile` ends or
+adopts what a killed process of this host left. A store outage is ridden out (`Outage`).
 """
 
 from __future__ import annotations
@@ -30,7 +31,7 @@ from harness.routing.decisions import Router, configured_router
 from harness.scheduling.budget import BudgetCheck, Budgets
 from harness.scheduling.control import ControlFollower
 from harness.scheduling.handoff import Handoff
-from harness.scheduling.reconcile import reconcile
+from harness.scheduling.reconcile import RECONCILE_SECONDS, reconcile
 from harness.scheduling.timetable import POLL_SECONDS, Slot, Timetable
 from harness.scheduling.triggers import level_trigger, next_slot, slot_tick_id
 from harness.scheduling.waves import (
@@ -109,13 +110,14 @@ class Service:
         """(level, day) whose LevelBudgetExceeded is known to be recorded."""
         self.control = ControlFollower(store, executor, settings.levels)
         self.outage = Outage(report)
+        self.reconciled_at = float("-inf")
         self.unsure: list[tuple[SlotClaim, Decision]] = []
         """Claims whose transaction the store lost contact in: committed or not."""
         self.spool = Spool(settings.paths.spool)
 
     def serve(self) -> None:
         """Fire slots until `stopping` is set, then shut down; returns when all is ended."""
-        reconcile(self.store, self.executor, self.projector, self.report)
+        self._reconcile()
         for companion in self.companions:
             self._track(threading.Thread(target=companion, args=(self.stopping,), daemon=True))
         # Slots of the last few seconds are left to the loop (a replica already running
@@ -145,10 +147,17 @@ class Service:
                 ingested = self.spool.ingest(self.store)
                 self.report(f"ingested {ingested.appended} spooled append(s)")
             self._settle_unsure()
+            if time.monotonic() - self.reconciled_at >= RECONCILE_SECONDS:
+                self._reconcile()
         except StoreError as exc:
             self.outage.failed(exc)
         else:
             self.outage.over()
+
+    def _reconcile(self) -> None:
+        """End what dead processes of this host left open: a duty for as long as it runs."""
+        reconcile(self.store, self.executor, self.projector, self.report)
+        self.reconciled_at = time.monotonic()
 
     def follow_control(self) -> None:
         """Act on operator requests appended to the control stream since we last looked.

@@ -9,6 +9,8 @@ skipped is claimed and ended in the same write.
 
 from __future__ import annotations
 
+import os
+import socket
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
@@ -77,6 +79,8 @@ class SlotClaim:
             model=first.model if first else level_model,
             slot=self.slot,
             reserved_tokens=self.reserved_tokens,
+            host=socket.gethostname(),
+            scheduler_pid=os.getpid(),
             manual=self.manual is not None,
             forced=self.manual is not None and self.manual.forced,
             **(decision_fields(self.routed) if self.routed else {}),

@@ -24,7 +24,7 @@ from harness.scheduling.status import snapshot
 from harness.scheduling.waves import Manual, SlotClaim, claim_wave
 from harness.store import SqlEventStore, open_store
 from tests.test_service import run_cli, start, write_config
-from tests.test_tick import Harness, live_in_group
+from tests.test_tick import Harness, calls, live_in_group
 
 
 def until(condition: Callable[[], bool], what: str, timeout: float = 30) -> None:
@@ -278,3 +278,41 @@ def test_a_whole_tick_timeout_is_retried_as_an_infrastructure_failure_then_pause
     assert (failed["failure_class"], failed["reason"]) == ("infrastructure", "timed out after 3 s")
     paused = harness.store.read_stream("level-min")[-1]
     assert paused.type == "LevelPaused" and "timed out after 3 s" in paused.data["reason"]
+
+
+def test_five_parallel_ticks_overshoot_the_daily_budget_by_at_most_one_call_each(
+    tmp_path: Path, fake: FakeUpstream
+) -> None:
+    steps = [calls("nothing"), calls("nothing"), Step(text="done")]
+    probe = Harness(tmp_path / "probe", fake, rag=False).tick(list(steps))
+    sizes = [
+        e.data["prompt_tokens"] + e.data["completion_tokens"]
+        for e in Harness(tmp_path / "probe", fake, rag=False).events(probe)
+        if e.type == "BudgetSpent"
+    ]
+    assert len(sizes) == 3, sizes
+    budget = 5 * sizes[0] + sizes[1] // 2  # the five first calls fit; any second passes it
+    harness = Harness(tmp_path, fake, rag=False, daily_token_budget=budget, reserve_tokens=0)
+    wide = RunnerConfig(max_concurrent=5, start_spacing_seconds=0, grace_seconds=1)
+    harness.settings = harness.settings.model_copy(update={"runner": wide})
+    executor = LocalExecutor(harness.settings, harness.preparer, harness.runner, print)
+    claims = [SlotClaim(f"min-budget-{n}", "min", None) for n in range(5)]
+    for claim in claims:
+        fake.script(claim.tick_id, list(steps))
+    assert claim_wave(harness.store, harness.settings, claims) == {c.tick_id for c in claims}
+    for claim in claims:
+        executor.submit(claim)
+    executor.wait_idle(120)
+    executor.shutdown(grace=0)
+    spent = [e for c in claims for e in harness.store.read_stream(f"tick-{c.tick_id}")]
+    calls_made = [e for e in spent if e.type == "BudgetSpent"]
+    total = sum(e.data["prompt_tokens"] + e.data["completion_tokens"] for e in calls_made)
+    assert total - budget <= 5 * max(sizes), (total, budget, sizes)
+    assert len(calls_made) < 15
+    ends = [e for e in spent if e.type in TERMINAL_TYPES]
+    assert len(ends) == 5
+    assert {e.data.get("stop_reason") for e in ends if e.type == "TickCompleted"} <= {
+        "budget",
+        "end_turn",
+    }
+    assert any(e.data.get("stop_reason") == "budget" for e in ends), [e.data for e in ends]

@@ -21,18 +21,9 @@ from harness.store import migrate_store, open_store
 from tests.conftest import fresh_pg_database
 from tests.tcp_proxy import TcpProxy
 from tests.test_lifecycle import until
-from tests.test_service import fake_server, start_service, write_config
+from tests.test_service import busy_level, fake_server, start_service, write_config
 
 OUTAGE_SECONDS = 20
-
-LEVEL = """
-[levels.busy]
-every = "2s"
-overlap = "allow"
-prompt = "Anything new?"
-model = "fake-model"
-timeout_seconds = 60
-"""
 
 
 def test_a_store_outage_costs_no_running_service_and_loses_no_event(tmp_path: Path) -> None:
@@ -40,7 +31,7 @@ def test_a_store_outage_costs_no_running_service_and_loses_no_event(tmp_path: Pa
         migrate_store(url)
         proxy = TcpProxy(("127.0.0.1", make_url(url).port or 5432)).start()
         proxied = make_url(url).set(port=proxy.port).render_as_string(hide_password=False)
-        config = write_config(tmp_path, LEVEL, store_url=proxied)
+        config = write_config(tmp_path, busy_level("2s", timeout=60), store_url=proxied)
         store = open_store(url)
         with fake_server([Step(text="done", delay=2)] * 200) as fake:
             service = start_service(config, fake)
@@ -165,15 +156,7 @@ def test_tickwork_run_outlives_its_closed_stdout(tmp_path: Path) -> None:
 def test_ticks_a_killed_service_claimed_and_never_started_end_while_its_successor_runs(
     tmp_path: Path,
 ) -> None:
-    level = """
-[levels.busy]
-every = "1s"
-overlap = "allow"
-prompt = "Anything new?"
-model = "fake-model"
-timeout_seconds = 120
-"""
-    config = write_config(tmp_path, level, runner="max_concurrent = 1")
+    config = write_config(tmp_path, busy_level("1s"), runner="max_concurrent = 1")
     store = open_store(f"sqlite:///{tmp_path}/events.db")
     claimed = lambda: {e.stream_id for e in store.read_all(0, 10_000) if e.type == "TickScheduled"}  # noqa: E731
     with fake_server([Step(text="late", delay=120)] * 50) as fake:

@@ -254,16 +254,20 @@ def fake_server(steps: list[Step]) -> Iterator[FakeUpstream]:
         server.stop()
 
 
-def test_cancel_reaches_queued_and_running_ticks_of_a_live_service(tmp_path: Path) -> None:
-    level = """
+def busy_level(every: str, timeout: int = 120) -> str:
+    """The level `busy`: a tick every `every`, running alongside the ticks still in flight."""
+    return f"""
 [levels.busy]
-every = "2s"
+every = "{every}"
 overlap = "allow"
 prompt = "Anything new?"
 model = "fake-model"
-timeout_seconds = 120
+timeout_seconds = {timeout}
 """
-    config = write_config(tmp_path, level, runner="max_concurrent = 1")
+
+
+def test_cancel_reaches_queued_and_running_ticks_of_a_live_service(tmp_path: Path) -> None:
+    config = write_config(tmp_path, busy_level("2s"), runner="max_concurrent = 1")
     with fake_server([Step(text="late", delay=60)] * 20) as fake:
         service = start_service(config, fake)
         try:

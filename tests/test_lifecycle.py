@@ -13,16 +13,18 @@ import subprocess
 import time
 from collections.abc import Callable
 from pathlib import Path
+from uuid import uuid4
 
 from harness.config import RunnerConfig
-from harness.contracts.events import TERMINAL_TYPES, LevelPaused, level_stream
+from harness.contracts.events import CONTROL_STREAM, TERMINAL_TYPES, LevelPaused, level_stream
 from harness.devtools.fake_llm import FakeUpstream, Step
 from harness.execution.executors import LocalExecutor
 from harness.prices import PriceBook
+from harness.projections.levels import cancel_scopes
 from harness.scheduling.control import ControlFollower, clear_cancel, request_cancel
 from harness.scheduling.status import snapshot
 from harness.scheduling.waves import Manual, SlotClaim, claim_wave
-from harness.store import SqlEventStore, open_store
+from harness.store import NewEvent, SqlEventStore, open_store
 from tests.test_service import run_cli, start, write_config
 from tests.test_tick import Harness, calls, live_in_group
 
@@ -316,3 +318,13 @@ def test_five_parallel_ticks_overshoot_the_daily_budget_by_at_most_one_call_each
         "end_turn",
     }
     assert any(e.data.get("stop_reason") == "budget" for e in ends), [e.data for e in ends]
+
+
+def test_a_cancel_recorded_before_scopes_lasted_is_not_in_force(tmp_path: Path) -> None:
+    store = open_store(f"sqlite:///{tmp_path}/events.db")
+    legacy = NewEvent(uuid4(), "CancelRequested", 1, {"scope": "min", "by": "old"})
+    store.append(CONTROL_STREAM, [legacy])
+    assert cancel_scopes(store) == []
+    request_cancel(store, "min", by="new")
+    assert [(s.scope, s.by) for s in cancel_scopes(store)] == [("min", "new")]
+    store.close()

@@ -137,3 +137,9 @@ class Cancelled(BaseModel):
     scope: str
     matching: list[str]
     """Tick ids in flight the request reaches, as the read model has them now."""
+
+
+class Cleared(BaseModel):
+    scope: str
+    cleared: bool
+    """False when the scope was not in force (nothing was recorded)."""

@@ -278,9 +278,13 @@ later, by any replica or by hand, does not start either."""
 
 
 class CancelRequested(Event):
-    """Cancel ticks in flight: those of a level, or whose tick id starts with the scope."""
+    """Cancel ticks of a level, or whose tick id starts with the scope, until cleared.
+
+    Version 2: the scope stays in force (`CancelCleared` ends it).
+    """
 
     type = "CancelRequested"
+    version = 2
     scope: str
     by: str = "operator"
 
@@ -291,6 +295,15 @@ class CancelRequested(Event):
     def reason(self) -> str:
         """What a tick it ends is recorded as cancelled for."""
         return f"cancelled by {self.by} (scope {self.scope!r})"
+
+
+class OneShotCancelRequested(CancelRequested):
+    """A cancel recorded before scopes lasted (version 1).
+
+    It reached the ticks in flight when it was made and is never in force afterwards.
+    """
+
+    version = 1
 
 
 class CancelCleared(Event):
@@ -372,6 +385,7 @@ EVENT_TYPES: dict[tuple[str, int], type[Event]] = {
         DigestDeliveryFailed,
         DigestPublished,
         CancelRequested,
+        OneShotCancelRequested,
         CancelCleared,
         GovernorFired,
         CalibrationSampled,

@@ -14,6 +14,7 @@ from harness.contracts.events import (
     CancelCleared,
     CancelRequested,
     LevelPaused,
+    OneShotCancelRequested,
     decode,
     level_stream,
 )
@@ -54,6 +55,8 @@ def cancel_scopes(store: EventStore) -> list[CancelRequested]:
     in_force: dict[str, CancelRequested] = {}
     for stored in history:
         request = decode(stored)
+        if isinstance(request, OneShotCancelRequested):
+            continue
         if isinstance(request, CancelRequested):
             in_force.pop(request.scope, None)
             in_force[request.scope] = request

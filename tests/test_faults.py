@@ -47,6 +47,11 @@ def test_a_store_outage_costs_no_running_service_and_loses_no_event(tmp_path: Pa
                     service.wait(OUTAGE_SECONDS)
                 assert service.poll() is None, "the service died in the outage: " + "".join(lines)
                 proxy.start()
+                until(
+                    lambda: any("store back after" in line for line in lines),
+                    "the service never saw the store come back",
+                    60,
+                )
                 after = store.last_position()
                 until(
                     lambda: any(e.type == "TickCompleted" for e in store.read_all(after, 10_000)),

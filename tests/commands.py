@@ -166,3 +166,15 @@ def serve(cwd: Path, *args: str, env: dict[str, str]) -> Iterator[tuple[str, lis
     finally:
         process.send_signal(signal.SIGINT)
         output.append(process.communicate(timeout=60)[0])
+
+
+def busy_level(every: str, timeout: int = 120) -> str:
+    """The level `busy`: a tick every `every`, running alongside the ticks still in flight."""
+    return f"""
+[levels.busy]
+every = "{every}"
+overlap = "allow"
+prompt = "Anything new?"
+model = "fake-model"
+timeout_seconds = {timeout}
+"""

@@ -223,6 +223,9 @@ def test_pause_resume_and_cancel_append_what_the_cli_appends(api: Api, tmp_path:
     assert cancelled == {"scope": "min", "matching": ["min-queued"]}
     request = api.store.read_stream(CONTROL_STREAM)[-1]
     assert request.type == "CancelRequested" and request.data["scope"] == "min"
+    assert api.http.delete("/cancel/min").json() == {"scope": "min", "cleared": True}
+    assert api.store.read_stream(CONTROL_STREAM)[-1].type == "CancelCleared"
+    assert api.http.delete("/cancel/min").json() == {"scope": "min", "cleared": False}
 
     before = api.store.last_position()
     unknown = api.http.post("/levels/weekly/pause")

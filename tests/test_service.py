@@ -3,9 +3,10 @@
 from __future__ import annotations
 
 import signal
+import subprocess
+import sys
 from collections import Counter
 from collections.abc import Iterator
-from datetime import timedelta
 from pathlib import Path
 
 import psutil
@@ -20,9 +21,17 @@ from harness.execution.runner import Runner
 from harness.prices import PriceBook
 from harness.projections import projector_for
 from harness.scheduling.reconcile import reconcile
-from harness.scheduling.waves import SlotClaim, claim_wave
+from harness.scheduling.waves import SlotClaim
 from harness.store import open_store
-from tests.commands import Output, fake_server, run_cli, start, start_service, write_config
+from tests.commands import (
+    Output,
+    busy_level,
+    fake_server,
+    run_cli,
+    start,
+    start_service,
+    write_config,
+)
 from tests.waiting import wait_until
 
 SLOTS = 20
@@ -168,7 +177,7 @@ def test_a_restarted_service_completes_a_tick_from_its_late_result(tmp_path: Pat
     assert [t for t in types if t in TERMINAL_TYPES] == ["TickCompleted"], types
 
 
-def test_a_claimed_tick_nobody_started_is_recorded_lost(tmp_path: Path) -> None:
+def test_a_claim_whose_process_is_gone_is_lost_and_a_live_ones_is_not(tmp_path: Path) -> None:
     settings = Settings(
         store=StoreConfig(url=f"sqlite:///{tmp_path}/events.db"),
         paths=PathsConfig(results=tmp_path / "r", spool=tmp_path / "s"),
@@ -178,26 +187,29 @@ def test_a_claimed_tick_nobody_started_is_recorded_lost(tmp_path: Path) -> None:
     reports: list[str] = []
     runner = Runner(settings, store)
     executor = LocalExecutor(settings, Preparer(settings, store), runner, reports.append)
-    assert claim_wave(store, settings, [SlotClaim("slow-orphan", "slow", None)])
+    child = subprocess.Popen([sys.executable, "-c", "pass"])
+    child.wait()
+    dead_pid = child.pid
+    orphan = SlotClaim("slow-orphan", "slow", None).scheduled("m")
+    ours = SlotClaim("slow-ours", "slow", None)
+    store.create_streams(
+        {
+            "tick-slow-orphan": [orphan.model_copy(update={"scheduler_pid": dead_pid}).to_record()],
+            "tick-slow-ours": [ours.scheduled("m").to_record()],
+        }
+    )
     projector = projector_for(store, PriceBook())
-    reconcile(store, executor, projector, reports.append, never_started_after=timedelta(0))
+    reconcile(store, executor, projector, reports.append)
     types = [e.type for e in store.read_stream("tick-slow-orphan")]
     assert types == ["TickScheduled", "TickLost"]
-    reconcile(store, executor, projector, reports.append, never_started_after=timedelta(0))
+    reconcile(store, executor, projector, reports.append)
     assert [e.type for e in store.read_stream("tick-slow-orphan")] == types
+    assert [e.type for e in store.read_stream("tick-slow-ours")] == ["TickScheduled"]
     store.close()
 
 
 def test_cancel_reaches_queued_and_running_ticks_of_a_live_service(tmp_path: Path) -> None:
-    level = """
-[levels.busy]
-every = "2s"
-overlap = "allow"
-prompt = "Anything new?"
-model = "fake-model"
-timeout_seconds = 120
-"""
-    config = write_config(tmp_path, level, runner="max_concurrent = 1")
+    config = write_config(tmp_path, busy_level("2s"), runner="max_concurrent = 1")
     with fake_server([Step(text="late", delay=60)] * 20) as fake:
         service = start_service(config, fake)
         try:

@@ -159,7 +159,7 @@ def test_timeout_kills_the_whole_group_and_keeps_the_spend_already_made(
     tmp_path: Path, fake: FakeUpstream, knowledge: Path, each_launcher: Launcher
 ) -> None:
     build_index(knowledge, tmp_path / "rag.db")
-    harness = Harness(tmp_path, fake, each_launcher)
+    harness = Harness(tmp_path, fake, each_launcher).without_retries()
     timeout = 30  # room for the worker's start and first call on a machine shared by suites
     began = time.monotonic()
     outcome = harness.tick([calls("rag_lookup"), Step(text="too late", delay=60)], timeout=timeout)
@@ -256,7 +256,7 @@ def test_missing_or_corrupt_result_is_a_failure_with_that_reason(
 def test_a_child_ignoring_sigterm_does_not_outlive_the_grace(
     tmp_path: Path, fake: FakeUpstream, standin_launcher: WarmLauncher, how: tuple[str, str]
 ) -> None:
-    harness = misbehaving(tmp_path, fake, how, standin_launcher)
+    harness = misbehaving(tmp_path, fake, how, standin_launcher).without_retries()
     began = time.monotonic()
     outcome = harness.tick([], timeout=1.5)
     assert outcome.status == "timed_out"

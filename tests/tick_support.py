@@ -65,6 +65,14 @@ class Harness:
     def events(self, outcome: TickOutcome) -> list[StoredEvent]:
         return self.store.read_stream(f"tick-{outcome.tick_id}")
 
+    def without_retries(self) -> Harness:
+        """A timeout is an infrastructure failure: here one attempt shows the whole of it."""
+        self.settings = self.settings.model_copy(
+            update={"runner": self.settings.runner.model_copy(update={"infra_retries": 0})}
+        )
+        self.runner.settings = self.settings
+        return self
+
 
 def calls(*names: str) -> Step:
     return Step(tool_calls=[ToolCallSpec(name=n, arguments={"question": "pager"}) for n in names])

@@ -57,6 +57,7 @@ def run(payload: TickPayload) -> int:
 
     from harness.governor.alerts import Alerts, urls_from_env
     from harness.governor.calibration import Calibrations
+    from workers.budget_guard import DailyBudgetGuard
     from workers.failures import failure_class
     from workers.fallback import CandidateWalk
     from workers.governor_hook import ContextGovernor
@@ -71,6 +72,7 @@ def run(payload: TickPayload) -> int:
     walk = CandidateWalk(payload, recorder)
     budget = ToolBudget(payload.max_tool_calls)
     spend = SpendMeter(payload, recorder)
+    daily = DailyBudgetGuard(payload, recorder.store)
     limits = payload.governor
     governor = ContextGovernor(
         payload,
@@ -96,7 +98,7 @@ def run(payload: TickPayload) -> int:
                 callback_handler=None,
                 conversation_manager=NullConversationManager(),
                 context_manager=False,
-                hooks=[budget, ToolTrace(payload, recorder), governor, spend],
+                hooks=[budget, ToolTrace(payload, recorder), governor, daily, spend],
                 retry_strategy=ModelRetryStrategy(max_attempts=2, initial_delay=1, max_delay=2),
                 name=f"tickwork-{payload.level}",
             )
@@ -110,6 +112,8 @@ def run(payload: TickPayload) -> int:
         stop_reason = "tool_budget" if budget.exhausted else str(answer.stop_reason)
         if governor.stopped:
             stop_reason = "context_limit"
+        if daily.stopped:
+            stop_reason = "budget"
         error = None
         if not text:
             error = ResultError(

@@ -23,13 +23,19 @@ from pydantic import AfterValidator, BeforeValidator
 
 from harness.api import dashboard
 from harness.api.metrics import StoreCollector
-from harness.api.models import Cancelled, Digest, Status, Tick, TickDetail
+from harness.api.models import Cancelled, Cleared, Digest, Status, Tick, TickDetail
 from harness.api.reads import Reads
 from harness.config import Settings
 from harness.projections import SpendRow
 from harness.projections.spend import GroupBy
 from harness.projections.ticks import STATUSES
-from harness.scheduling.control import Switched, UnknownLevelError, request_cancel, switch_level
+from harness.scheduling.control import (
+    Switched,
+    UnknownLevelError,
+    clear_cancel,
+    request_cancel,
+    switch_level,
+)
 from harness.store import EventStore
 from harness.timespec import parse_since
 
@@ -168,9 +174,14 @@ def _routes(router: APIRouter, settings: Settings) -> None:
 
     @router.post("/cancel/{scope}", tags=["control"])
     def cancel(scope: str, request: Request, reads: FreshReads) -> Cancelled:
-        """Cancel the ticks in flight of a level or tick id prefix, as `tickwork cancel`."""
+        """Cancel the ticks of a level or tick id prefix until cleared, as `tickwork cancel`."""
         matching = request_cancel(reads.store, scope, by=_client(request))
         return Cancelled(scope=scope, matching=[t.tick_id for t in matching])
+
+    @router.delete("/cancel/{scope}", tags=["control"])
+    def clear(scope: str, request: Request, reads: FreshReads) -> Cleared:
+        """End a cancel scope, as `tickwork cancel --clear`."""
+        return Cleared(scope=scope, cleared=clear_cancel(reads.store, scope, by=_client(request)))
 
     @router.get("/metrics", tags=["metrics"], response_class=Response)
     def metrics(request: Request) -> Response:

@@ -152,3 +152,11 @@ class Cancelled(BaseModel):
     scope: str
     matching: list[str]
     """Tick ids in flight the request reaches, as the read model has them now."""
+
+
+class Cleared(BaseModel):
+    """What `DELETE /cancel/{scope}` answers: whether the scope was in force."""
+
+    scope: str
+    cleared: bool
+    """False when the scope was not in force (nothing was recorded)."""

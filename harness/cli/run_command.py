@@ -2,11 +2,22 @@
 
 from __future__ import annotations
 
+import os
 import signal
+import sys
+import threading
 from datetime import UTC, datetime
+from functools import partial
+from typing import TYPE_CHECKING
 
-from harness.cli.app import app, out, settings, store_for, upstream_for_ticks
+from rich.console import Console
+
+from harness.cli.app import app, settings, store_for, upstream_for_ticks
 from harness.cli.catalog_commands import router_or_exit
+
+if TYPE_CHECKING:
+    from harness.execution.executors import LocalExecutor
+    from harness.scheduling.service import Service
 
 
 @app.command("run")
@@ -39,7 +50,7 @@ def run_service() -> None:
                 companions.append(DigestScheduler(config, publisher, report).run)
             service = Service(config, store, executor, report, router, companions)
             for signum in (signal.SIGTERM, signal.SIGINT):
-                signal.signal(signum, lambda *_: service.stopping.set())
+                signal.signal(signum, partial(_stop, service, executor))
             if router is not None:
                 signal.signal(signal.SIGHUP, lambda *_: router.source.request_reload())
                 router.source.watch(service.stopping)
@@ -48,6 +59,35 @@ def run_service() -> None:
         store.close()
 
 
+def _stop(service: Service, executor: LocalExecutor, *_: object) -> None:
+    """The first SIGINT or SIGTERM stops gracefully; a second one cancels running ticks now."""
+    if not service.stopping.is_set():
+        service.stopping.set()
+        return
+    report("second interrupt: cancelling the running ticks now")
+    # Not in the handler itself: it may have interrupted this thread inside a lock.
+    threading.Thread(
+        target=executor.cancel, args=(lambda level, tick_id: True, "service stopped (forced)")
+    ).start()
+
+
+class _Lines(Console):
+    """The service's report lines: with stdout gone (`| tee` closed), it runs on without them.
+
+    Rich's default raises SystemExit on a broken pipe, which would end whichever thread
+    reported (a tick's, leaving it open) or the service itself.
+    """
+
+    def on_broken_pipe(self) -> None:
+        self.quiet = True
+        devnull = os.open(os.devnull, os.O_WRONLY)  # the flush at exit must not fail either
+        os.dup2(devnull, sys.stdout.fileno())
+        os.close(devnull)
+
+
+lines = _Lines(soft_wrap=True)
+
+
 def report(line: str) -> None:
     """A service line for the foreground log: timestamped, printed as is (no Rich markup)."""
-    out.print(f"{datetime.now(UTC):%H:%M:%S} {line}", highlight=False, markup=False)
+    lines.print(f"{datetime.now(UTC):%H:%M:%S} {line}", highlight=False, markup=False)

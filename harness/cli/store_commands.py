@@ -117,6 +117,12 @@ def status() -> None:
             out.print(table)
         else:
             out.print("no tick in flight")
+        for scope in status_now.cancel_scopes:
+            out.print(
+                f"cancel scope {scope.scope!r} in force since {scope.occurred_at:%Y-%m-%d %H:%M:%S}"
+                f" (by {scope.by}; tickwork cancel --clear {scope.scope})",
+                markup=False,
+            )
     finally:
         store.close()
 

@@ -2,9 +2,13 @@
 
 from __future__ import annotations
 
+import contextlib
+import signal
 import subprocess
 import sys
+import threading
 import time
+import typing
 from pathlib import Path
 from typing import Annotated
 
@@ -12,6 +16,15 @@ import typer
 
 from harness.cli.app import app, fail, out, rag_app, settings, state, store_for, upstream_for_ticks
 from harness.cli.catalog_commands import router_or_exit
+
+if typing.TYPE_CHECKING:
+    from harness.execution.executors import LocalExecutor
+    from harness.execution.runner import TickOutcome
+    from harness.scheduling.waves import SlotClaim
+    from harness.store import EventStore, StoredEvent
+
+FOREVER = 7 * 24 * 3600.0
+"""How long `tickwork tick` waits for its tick: its own deadline and retries end it first."""
 
 
 @app.command()
@@ -22,12 +35,22 @@ def tick(
         float | None, typer.Option(min=0.1, help="Seconds (default: the level's timeout).")
     ] = None,
     wait: Annotated[bool, typer.Option(help="Wait for the tick and print its outcome.")] = True,
+    force: Annotated[
+        bool, typer.Option(help="Run even if the level is paused or over its budget.")
+    ] = False,
     tick_id: Annotated[str | None, typer.Option(hidden=True)] = None,
 ) -> None:
-    """Run one tick now, through the same runner the scheduler uses."""
+    """Run one tick now, in the manual lane, through the lifecycle the scheduler's ticks have.
+
+    It obeys the level's pause and budget unless `--force` (recorded with the tick), and
+    ends cancelled on `tickwork cancel` from anywhere or on Ctrl-C here.
+    """
+    from harness.contracts.events import tick_stream
+    from harness.execution.executors import LocalExecutor
     from harness.execution.launchers import ColdLauncher
     from harness.execution.prepare import Preparer, TickSetupError, new_tick_id
     from harness.execution.runner import Runner
+    from harness.scheduling.waves import Manual, SlotClaim, claim_wave
 
     config = settings()
     if not wait:
@@ -39,6 +62,8 @@ def tick(
             command += ["--prompt", prompt]
         if timeout is not None:
             command += ["--timeout", str(timeout)]
+        if force:
+            command.append("--force")
         subprocess.Popen(
             command,
             start_new_session=True,
@@ -52,49 +77,125 @@ def tick(
         return
     router = router_or_exit(config)
     store = store_for(config)
+    interrupted = threading.Event()
     try:
         with upstream_for_ticks() as env:
             preparer = Preparer(config, store, env=env, router=router)
-            try:
+            try:  # a request that cannot run is refused before anything is recorded
                 prepared = preparer.prepare(level, prompt=prompt, timeout=timeout, tick_id=tick_id)
             except TickSetupError as exc:
                 raise fail(str(exc), code=2) from exc
+            manual = Manual(prompt, timeout, force)
+            claim = SlotClaim(
+                prepared.payload.tick_id, level, None, routed=prepared.routed, manual=manual
+            )
+            outcomes: list[TickOutcome] = []
             # One tick, then the process ends: a fork server's warm-up would cost more than
             # the cold start it saves.
-            outcome = Runner(config, store, ColdLauncher(), env=env).run(prepared)
-        spent = store.read_stream(f"tick-{outcome.tick_id}")
+            runner = Runner(config, store, ColdLauncher(), env=env)
+            executor = LocalExecutor(config, preparer, runner, lambda line: None, outcomes.append)
+            claim_wave(store, config, [claim])
+            _own(store, executor, claim, interrupted)
+        stream = store.read_stream(tick_stream(claim.tick_id))
     finally:
         store.close()
-    prompt_tokens = sum(e.data["prompt_tokens"] for e in spent if e.type == "BudgetSpent")
-    completion_tokens = sum(e.data["completion_tokens"] for e in spent if e.type == "BudgetSpent")
-    calls = sum(e.type == "BudgetSpent" for e in spent)
-    out.print(f"tick    {outcome.tick_id}")
-    out.print(f"status  {outcome.status}" + (f" ({outcome.reason})" if outcome.reason else ""))
+    _print_tick(claim.tick_id, outcomes[0] if outcomes else None, stream)
+    if interrupted.is_set():
+        raise typer.Exit(130)
+    if not outcomes or outcomes[0].status != "completed":
+        raise typer.Exit(1)
+
+
+def _own(
+    store: EventStore, executor: LocalExecutor, claim: SlotClaim, interrupted: threading.Event
+) -> None:
+    """Run the tick to its end, following the control stream; Ctrl-C cancels it."""
+    from harness.scheduling.control import ControlFollower
+    from harness.scheduling.timetable import POLL_SECONDS
+    from harness.store import StoreError
+
+    ended, wake = threading.Event(), threading.Event()
+    follower = ControlFollower(store, executor, executor.settings.levels)
+
+    def follow() -> None:
+        while not ended.is_set():
+            if interrupted.is_set():
+                executor.cancel(
+                    lambda level, tick_id: True, "interrupted (Ctrl-C on tickwork tick)"
+                )
+            with contextlib.suppress(StoreError):  # the runner spools; the next poll asks again
+                follower.poll()
+            wake.wait(POLL_SECONDS)
+            wake.clear()
+
+    def interrupt(*_: object) -> None:
+        interrupted.set()
+        wake.set()
+
+    previous = signal.signal(signal.SIGINT, interrupt)
+    following = threading.Thread(target=follow, name="control", daemon=True)
+    following.start()
+    try:
+        executor.submit(claim)
+        executor.wait_idle(FOREVER)
+    finally:
+        ended.set()
+        wake.set()
+        following.join()
+        executor.shutdown(grace=0)
+        signal.signal(signal.SIGINT, previous)
+
+
+def _print_tick(tick_id: str, outcome: TickOutcome | None, stream: list[StoredEvent]) -> None:
+    """The tick's outcome and spend, as `tickwork tick` reports it when the tick has ended."""
+    from harness.contracts.events import TERMINAL_TYPES
+
+    spent = [e.data for e in stream if e.type == "BudgetSpent"]
+    prompt_tokens = sum(data["prompt_tokens"] for data in spent)
+    completion_tokens = sum(data["completion_tokens"] for data in spent)
+    terminal = next((e for e in reversed(stream) if e.type in TERMINAL_TYPES), None)
+    status = outcome.status if outcome else (terminal.type if terminal else "unknown")
+    reason = outcome.reason if outcome else (terminal.data.get("reason") if terminal else None)
+    out.print(f"tick    {tick_id}")
+    out.print(f"status  {status}" + (f" ({reason})" if reason else ""), markup=False)
+    calls = len(spent)
     out.print(
         f"tokens  {prompt_tokens:,} prompt + {completion_tokens:,} completion in {calls} call(s)"
     )
+    if outcome is None:
+        return
     out.print(f"result  {outcome.result_path}")
     if outcome.result is not None and outcome.result.text:
         out.print(outcome.result.text, highlight=False, markup=False)
-    if outcome.status != "completed":
-        raise typer.Exit(1)
 
 
 @app.command()
 def cancel(
     scope: Annotated[str, typer.Argument(help="A level name, or the start of a tick id.")],
     wait: Annotated[float, typer.Option(min=0, help="Seconds to wait for the ticks to end.")] = 15,
+    clear: Annotated[
+        bool, typer.Option("--clear", help="End the scope: its ticks may start again.")
+    ] = False,
 ) -> None:
-    """Cancel ticks in flight: queued ones never start, running ones are killed."""
+    """Cancel ticks in flight and to come: the scope stays in force until `--clear`.
+
+    Queued ticks never start, running ones are killed, and ticks of the scope claimed
+    later (by any service, or by hand) end cancelled before they start.
+    """
     from harness.contracts.events import TERMINAL_TYPES
-    from harness.scheduling.control import operator, request_cancel
+    from harness.scheduling.control import clear_cancel, operator, request_cancel
     from harness.scheduling.status import refresh
 
     config = settings()
     store = store_for(config)
     try:
+        if clear:
+            cleared = clear_cancel(store, scope, by=operator())
+            out.print(f"scope {scope!r} " + ("cleared" if cleared else "was not in force"))
+            return
         refresh(config, store)
         matching = request_cancel(store, scope, by=operator())
+        out.print(f"scope {scope!r} in force until `tickwork cancel --clear {scope}`")
         if not matching:
             out.print(f"no tick in flight matches {scope!r}")
             return

@@ -95,6 +95,9 @@ class RunnerConfig(_Strict):
     """After a tick's timeout: SIGTERM to its process group, this long, then SIGKILL."""
     max_concurrent: Annotated[int, Field(ge=1)] = 4
     """Ticks running at once across all levels; more wait for a free place."""
+    manual_max_concurrent: Annotated[int, Field(ge=1)] = 2
+    """Ticks started by hand (`tickwork tick`) running at once in an executor's manual lane,
+    beside the levels' caps and within `max_concurrent`."""
     start_spacing_seconds: Annotated[float, Field(ge=0)] = 0.25
     """Least time between two tick starts, so slots due together do not stampede."""
     shutdown_grace_seconds: Annotated[float, Field(ge=0)] = 30.0
@@ -208,6 +211,10 @@ class LevelConfig(Scheduled):
     reserve_tokens: Annotated[int, Field(ge=0)] = 10_000
     """Held against the budget for each tick from its claim until it ends."""
     timeout_seconds: Annotated[float, Field(gt=0)] = 300
+    on_pause: Literal["stop", "finish"] | None = None
+    """When the level is paused, its queued ticks end cancelled at once; `stop` cancels its
+    running ticks too, `finish` lets them end. Unset: a pause tickwork decided (after
+    infrastructure failures) stops them, an operator's lets them finish."""
     max_tool_calls: Annotated[int, Field(ge=0)] | None = None
     """Default 30 (`hour`: 300); TICKWORK_MAX_TOOL_CALLS[_<LEVEL>] in the environment wins."""
     can_shell: bool = False

@@ -88,6 +88,14 @@ class TickScheduled(TickEvent):
     window: str | None = None
     candidates: list[str] | None = None
     catalog_revision: str | None = None
+    manual: bool = False
+    """Started by a person (`tickwork tick`), in the manual lane, not by a slot."""
+    forced: bool = False
+    """A manual tick told to run through its level's pause and budget (`--force`)."""
+    host: str | None = None
+    scheduler_pid: int | None = None
+    """The process that claimed the tick (on `host`): while it lives, the tick is its to
+    start or end; once it is gone, any service on the host reconciles it."""
 
 
 class RouteFallback(TickEvent):
@@ -287,19 +295,48 @@ class CalibrationSampled(GovernorEvent):
 
 
 CONTROL_STREAM = "control"
-"""Operator requests to running services (cancel); every replica follows it."""
+"""Operator requests to running services (cancel, and its clearing); every replica follows it.
+
+A cancel scope stays in force until it is cleared: a tick it covers that is claimed
+later, by any replica or by hand, does not start either."""
 
 
 class CancelRequested(Event):
-    """Cancel ticks in flight: those of a level, or whose tick id starts with the scope."""
+    """Cancel ticks of a level, or whose tick id starts with the scope, until cleared.
+
+    Version 2: the scope stays in force (`CancelCleared` ends it).
+    """
 
     type = "CancelRequested"
+    version = 2
     scope: str
     by: str = "operator"
 
     def matches(self, level: str, tick_id: str) -> bool:
         """Whether a tick in flight falls under this request, by its level or a tick id prefix."""
         return self.scope == level or tick_id.startswith(self.scope)
+
+    @property
+    def reason(self) -> str:
+        """What a tick it ends is recorded as cancelled for."""
+        return f"cancelled by {self.by} (scope {self.scope!r})"
+
+
+class OneShotCancelRequested(CancelRequested):
+    """A cancel recorded before scopes lasted (version 1).
+
+    It reached the ticks in flight when it was made and is never in force afterwards.
+    """
+
+    version = 1
+
+
+class CancelCleared(Event):
+    """A cancel scope stops being in force: ticks it covers may start again."""
+
+    type = "CancelCleared"
+    scope: str
+    by: str = "operator"
 
 
 def digest_stream(name: str) -> str:
@@ -378,6 +415,8 @@ EVENT_TYPES: dict[tuple[str, int], type[Event]] = {
         DigestDeliveryFailed,
         DigestPublished,
         CancelRequested,
+        OneShotCancelRequested,
+        CancelCleared,
         GovernorFired,
         CalibrationSampled,
     )

@@ -55,6 +55,23 @@ class RoutePlan(BaseModel):
     availability_ttl_seconds: Annotated[float, Field(ge=0)] = 300.0
 
 
+class DailyBudget(BaseModel):
+    """The level's daily token budget and what was spent of it when the tick was prepared.
+
+    The worker adds the level's `BudgetSpent` recorded after `after_position` (by any
+    tick) before each model call, and calls no model once the total passes `tokens`.
+    """
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    tokens: Annotated[int, Field(gt=0)]
+    day: str
+    """The UTC day (ISO) the budget and spend are of."""
+    spent_tokens: Annotated[int, Field(ge=0)]
+    after_position: Annotated[int, Field(ge=0)]
+    """The global position the spend read model had folded up to, at most."""
+
+
 class TickPayload(BaseModel):
     """What the runner tells a worker; validated strictly on both sides."""
 
@@ -82,3 +99,5 @@ class TickPayload(BaseModel):
     """What the calibration read model had learned of the tick's models when it was
     prepared: the tick starts from it and folds no read model itself (a fold takes the
     store's write lock, which a wave of ticks at :00 would queue on)."""
+    budget: DailyBudget | None = None
+    """Set when the level has a daily token budget: checked before every model call."""

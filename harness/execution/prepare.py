@@ -20,13 +20,14 @@ from string import Template
 
 from harness.config import LevelConfig, Settings
 from harness.contracts.calibration import Calibration
-from harness.contracts.payload import RagSettings, TickPayload
+from harness.contracts.payload import DailyBudget, RagSettings, TickPayload
 from harness.contracts.result import ResultFileError, read_result
 from harness.prices import PriceBook
 from harness.projections import Projector, projector_for
 from harness.projections.calibration import current_calibrations
 from harness.projections.ticks import previous_result_path
 from harness.routing.decisions import Routed, Router, configured_router
+from harness.scheduling.budget import spent_today
 from harness.store import EventStore, StoreError
 
 log = logging.getLogger(__name__)
@@ -177,6 +178,7 @@ class Preparer:
             calibrations=self._calibrations(
                 [c.model for c in routed.plan.candidates] if routed else [str(config.model)]
             ),
+            budget=self._daily_budget(level, config),
         )
         return PreparedTick(
             payload,
@@ -197,10 +199,37 @@ class Preparer:
                 ) from exc
         previous = ""
         if "$previous_result" in template and self.store is not None:
-            if self._projector is None:
-                self._projector = projector_for(self.store, PriceBook(self.settings.prices))
-            previous = previous_result_text(self.store, self._projector, level)
+            previous = previous_result_text(self.store, self._projections(self.store), level)
         return render(template, level, slot, previous)
+
+    def _projections(self, store: EventStore) -> Projector:
+        if self._projector is None:
+            self._projector = projector_for(store, PriceBook(self.settings.prices))
+        return self._projector
+
+    def _daily_budget(self, level: str, config: LevelConfig) -> DailyBudget | None:
+        """The level's token budget and today's spend, for the worker to check every call.
+
+        The position is read before the spend: what is folded in between is counted twice
+        by the worker (it stops early), never missed. A store that cannot be read leaves
+        the check to the runner's, before every attempt.
+        """
+        if config.daily_token_budget is None or self.store is None:
+            return None
+        projector = self._projections(self.store)
+        try:
+            projector.catch_up(["spend"])
+            position = projector.checkpoints()["spend"]
+            spent = spent_today(self.store, projector, PriceBook(self.settings.prices), level)
+        except StoreError as exc:
+            log.warning("spend unavailable, the tick's budget is checked between attempts: %s", exc)
+            return None
+        return DailyBudget(
+            tokens=config.daily_token_budget,
+            day=datetime.now(UTC).date().isoformat(),
+            spent_tokens=spent.tokens,
+            after_position=position,
+        )
 
     def _calibrations(self, models: list[str]) -> dict[str, Calibration]:
         """What the calibration read model learned of the tick's models, for its payload.

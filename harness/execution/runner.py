@@ -34,8 +34,9 @@ from harness.contracts.events import (
     TickTimedOut,
     level_stream,
 )
-from harness.contracts.result import ResultFileError, TickResult, read_result
+from harness.contracts.result import FailureClass, ResultFileError, TickResult, read_result
 from harness.execution.launchers import Launcher, TickProcess, launcher_for
+from harness.execution.lifecycle import Decisions, Life
 from harness.execution.prepare import PreparedTick, TickRef
 from harness.routing.decisions import Escalation
 from harness.scheduling.waves import SlotClaim
@@ -82,22 +83,34 @@ class Runner:
         self.launcher = launcher or launcher_for(settings)
         self.env = dict(os.environ if env is None else env)
         self.spool = Spool(settings.paths.spool)
+        self.decisions = Decisions(settings, store) if store is not None else None
         self._lock = threading.Lock()
-        self._running: dict[str, tuple[TickRef, TickProcess]] = {}
-        self._cancelled: dict[str, str] = {}
+        self._lives: dict[str, Life] = {}
 
     def cancel_queued(self, tick_id: str, level: str, reason: str) -> None:
         """End a claimed tick that never started: it waited for a place, the service stopped."""
         self.record(TickCancelled(tick_id=tick_id, level=level, reason=reason))
 
-    def run(self, tick: PreparedTick, claimed: bool = False) -> TickOutcome:
+    def run(self, tick: PreparedTick, claimed: bool = False, forced: bool = False) -> TickOutcome:
         """Run a prepared tick to its end, retrying failed attempts as its class allows.
 
         Infrastructure failures get `infra_retries` more attempts with exponential backoff;
         when they are spent the level is paused (fail-closed) until an operator resumes it.
         Content failures get `content_retries`. Each failed attempt that is tried again is
-        recorded as `TickAttemptFailed`; only the last attempt's end is terminal.
+        recorded as `TickAttemptFailed`; only the last attempt's end is terminal. Before
+        every attempt the decisions in force are asked again (`harness.execution.lifecycle`),
+        and a cancel ends a backoff at once: a stopped tick starts no further attempt.
         """
+        life = Life(tick.ref, forced)
+        with self._lock:
+            self._lives[tick.ref.tick_id] = life
+        try:
+            return self._live(tick, life, claimed)
+        finally:
+            with self._lock:
+                self._lives.pop(tick.ref.tick_id, None)
+
+    def _live(self, tick: PreparedTick, life: Life, claimed: bool) -> TickOutcome:
         if not claimed:
             claim = SlotClaim(
                 tick.payload.tick_id, tick.payload.level, tick.slot, routed=tick.routed
@@ -112,26 +125,30 @@ class Runner:
 
         def again(state: RetryCallState) -> bool:
             ended = state.outcome.result() if state.outcome else None
-            if ended is None or not isinstance(ended.event, TickFailed):
+            failure = _failure(ended.event) if ended else None
+            if ended is None or failure is None:
                 return False
-            end = ended.event
             allowed = {"infrastructure": policy.infra_retries, "content": policy.content_retries}
             retries = state.attempt_number - escalation.first_attempt
-            return retries < allowed.get(end.failure_class, 0) or escalation.promote(
+            if retries < allowed.get(failure[0], 0):
+                return True
+            end = ended.event
+            return isinstance(end, TickFailed) and escalation.promote(
                 end, state.attempt_number, ended.result
             )
 
         def note_retry(state: RetryCallState) -> None:
             end = state.outcome.result().event if state.outcome else None
-            assert isinstance(end, TickFailed)
+            failure = _failure(end) if end else None
+            assert end is not None and failure is not None
             delay = state.next_action.sleep if state.next_action else 0.0
             self.record(
                 TickAttemptFailed(
                     tick_id=end.tick_id,
                     level=end.level,
                     attempt=state.attempt_number,
-                    failure_class=end.failure_class,
-                    reason=end.reason,
+                    failure_class=failure[0],
+                    reason=failure[1],
                     retry_in_seconds=delay,
                 )
             )
@@ -140,25 +157,36 @@ class Runner:
             retry=again,
             stop=stop_never,
             wait=backoff,
+            sleep=life.back_off,
             before_sleep=note_retry,
             retry_error_callback=lambda state: state.outcome.result() if state.outcome else None,
         )
         ended: Ended = attempts(
-            lambda: self._attempt(replace(tick, payload=escalation.payload), attempts)
+            lambda: self._attempt(replace(tick, payload=escalation.payload), attempts, life)
         )
         terminal = ended.event
         self.record(terminal)
-        if isinstance(terminal, TickFailed) and terminal.failure_class == "infrastructure":
+        failure = _failure(terminal)
+        if failure is not None and failure[0] == "infrastructure":
             reason = f"{tick.payload.tick_id} failed on infrastructure after retries: "
-            self.record_level(
-                LevelPaused(level=tick.payload.level, reason=reason + terminal.reason)
-            )
+            self.record_level(LevelPaused(level=tick.payload.level, reason=reason + failure[1]))
         return _outcome(tick.ref, ended)
 
-    def _attempt(self, tick: PreparedTick, attempts: Retrying) -> Ended:
+    def _attempt(self, tick: PreparedTick, attempts: Retrying, life: Life) -> Ended:
         payload = tick.payload
+        ids = {"tick_id": payload.tick_id, "level": payload.level}
+        decided = self.decisions.stop_reason(**ids, forced=life.forced) if self.decisions else None
+        if decided is not None:
+            life.stop(decided)
+        if life.reason is not None:
+            return Ended(TickCancelled(**ids, reason=life.reason))
         payload.result_path.unlink(missing_ok=True)  # an earlier attempt's must not count
         process = self.launcher.start(payload.model_dump_json().encode(), tick.log_path, self.env)
+        with self._lock:
+            life.process = process
+            stopped_meanwhile = life.reason is not None
+        if stopped_meanwhile:
+            self._stop_soon(process)
         self.record(
             TickStarted(
                 tick_id=payload.tick_id,
@@ -172,18 +200,24 @@ class Runner:
                 timeout_seconds=tick.timeout,
             )
         )
-        return self._await_end(tick.ref, process, tick.timeout)
+        return self._await_end(life, process, tick.timeout)
 
     def watch(self, ref: TickRef, process: TickProcess, remaining: float) -> TickOutcome:
         """Watch a tick adopted after a restart to its deadline and record its end."""
-        ended = self._await_end(ref, process, remaining)
+        life = Life(ref, process=process)
+        with self._lock:
+            self._lives[ref.tick_id] = life
+        try:
+            ended = self._await_end(life, process, remaining)
+        finally:
+            with self._lock:
+                self._lives.pop(ref.tick_id, None)
         self.record(ended.event)
         return _outcome(ref, ended)
 
-    def _await_end(self, ref: TickRef, process: TickProcess, remaining: float) -> Ended:
+    def _await_end(self, life: Life, process: TickProcess, remaining: float) -> Ended:
         """Wait for a started tick until its deadline, stop it, and say how it ended."""
-        with self._lock:
-            self._running[ref.tick_id] = (ref, process)
+        ref = life.ref
         try:
             exit_code = process.wait(max(remaining, 0.0))
             timed_out = exit_code is None
@@ -192,30 +226,38 @@ class Runner:
             self._leave_no_survivor(process)
         finally:
             with self._lock:
-                self._running.pop(ref.tick_id, None)
-                cancelled = self._cancelled.pop(ref.tick_id, None)
+                life.process = None
+                cancelled = life.reason
         if cancelled is not None:
             return Ended(TickCancelled(tick_id=ref.tick_id, level=ref.level, reason=cancelled))
         return self.terminal(ref, exit_code, timed_out)
 
     def running(self) -> list[TickRef]:
-        """Ticks whose process this runner watches right now."""
+        """Ticks this runner owns right now: running an attempt, or between two."""
         with self._lock:
-            return [ref for ref, _ in self._running.values()]
+            return [life.ref for life in self._lives.values()]
 
     def cancel(self, tick_id: str, reason: str = "cancelled by operator") -> bool:
-        """Stop a running tick (SIGTERM, grace, SIGKILL of its group): it ends TickCancelled.
+        """Stop a tick this runner owns: it ends TickCancelled and starts no further attempt.
 
-        Returns False when no such tick is running here (it ended, or never started).
+        A running attempt's worker gets SIGTERM, grace, SIGKILL of its group; a backoff
+        ends at once. Returns False when no such tick lives here (it ended, or never
+        started here), or its worker has just exited and its end is being decided.
         """
         with self._lock:
-            entry = self._running.get(tick_id)
-            if entry is None or not entry[1].alive():
+            life = self._lives.get(tick_id)
+            if life is None or life.reason is not None:
                 return False
-            process = entry[1]
-            self._cancelled[tick_id] = reason
-        threading.Thread(target=self._stop, args=(process,), daemon=True).start()
+            process = life.process
+            if process is not None and not process.alive():
+                return False
+            life.stop(reason)
+        if process is not None:
+            self._stop_soon(process)
         return True
+
+    def _stop_soon(self, process: TickProcess) -> None:
+        threading.Thread(target=self._stop, args=(process,), daemon=True).start()
 
     def _stop(self, process: TickProcess) -> None:
         process.signal_group(signal.SIGTERM)
@@ -286,6 +328,19 @@ def _tail(path: Path) -> str:
         return ""
 
 
+def _failure(end: TickEvent) -> tuple[FailureClass, str] | None:
+    """The failure class and reason of an attempt's end; None when it did not fail.
+
+    A whole-tick timeout is an infrastructure failure (a hung upstream, as the predecessor
+    call layer counted it): it is retried, and pauses the level when the retries are spent.
+    """
+    if isinstance(end, TickTimedOut):
+        return "infrastructure", f"timed out after {end.timeout_seconds:g} s"
+    if isinstance(end, TickFailed):
+        return end.failure_class, end.reason
+    return None
+
+
 def _outcome(ref: TickRef, ended: Ended) -> TickOutcome:
     terminal = ended.event
     status = {
@@ -293,7 +348,7 @@ def _outcome(ref: TickRef, ended: Ended) -> TickOutcome:
         "TickTimedOut": "timed_out",
         "TickCancelled": "cancelled",
     }.get(terminal.type, "failed")
-    reason = terminal.reason if isinstance(terminal, TickFailed) else None
+    reason = terminal.reason if isinstance(terminal, TickFailed | TickCancelled) else None
     return TickOutcome(
         ref.tick_id, ref.level, status, reason, ended.result, ref.result_path, ref.log_path
     )

@@ -36,6 +36,44 @@ class BudgetCheck:
     reserved_tokens: int
 
 
+@dataclass(frozen=True)
+class Spent:
+    """A level's spend today, as the spend projection has it."""
+
+    tokens: int
+    usd: float
+
+
+def spent_today(store: EventStore, projector: Projector, prices: PriceBook, level: str) -> Spent:
+    """Tokens and USD the level spent today (UTC), after folding what is stored."""
+    projector.catch_up(["spend"])
+    with store.read_transaction() as conn:
+        rows = spend_report(
+            conn, prices, by=["level"], since=datetime.now(UTC).date(), levels=[level]
+        )
+    return Spent(
+        sum(r.prompt_tokens + r.completion_tokens for r in rows),
+        sum(r.cost_usd or 0.0 for r in rows),
+    )
+
+
+def within_budget(config: LevelConfig, prices: PriceBook, spent: Spent, more_tokens: int) -> bool:
+    """Whether `more_tokens` on top of `spent` stay within the level's daily budgets.
+
+    With `more_tokens` 0 this asks whether the spend has already passed them: a USD budget
+    whose model has no price cannot be checked and counts as passed (fail-closed).
+    """
+    if config.daily_token_budget is not None and spent.tokens + more_tokens > (
+        config.daily_token_budget
+    ):
+        return False
+    if config.daily_usd_budget is not None and config.model:
+        today = datetime.now(UTC).date().isoformat()
+        rate = prices.cost(config.model, today, -1, more_tokens, 0)
+        return rate is not None and spent.usd + rate <= config.daily_usd_budget
+    return True
+
+
 class Budgets:
     """Daily token and USD caps per level, counting spend and reservations of ticks in flight."""
 
@@ -68,25 +106,14 @@ class Budgets:
         """
         if not config.has_budget:
             return BudgetCheck(True, 0, None, 0)
-        today = datetime.now(UTC).date()
-        self.projector.catch_up(["spend"])
-        with self.store.read_transaction() as conn:
-            rows = spend_report(conn, self.prices, by=["level"], since=today, levels=[level])
-        spent_tokens = sum(r.prompt_tokens + r.completion_tokens for r in rows)
-        spent_usd = sum(r.cost_usd or 0.0 for r in rows) if rows else 0.0
+        spent = spent_today(self.store, self.projector, self.prices, level)
         with self._lock:
             pending = self._pending.setdefault(level, {})
             reserved = held + sum(pending.values())
-            want = reserved + config.reserve_tokens
-            allowed = True
-            if config.daily_token_budget is not None:
-                allowed = spent_tokens + want <= config.daily_token_budget
-            if allowed and config.daily_usd_budget is not None and config.model:
-                rate = self.prices.cost(config.model, today.isoformat(), -1, want, 0)
-                allowed = rate is not None and spent_usd + rate <= config.daily_usd_budget
+            allowed = within_budget(config, self.prices, spent, reserved + config.reserve_tokens)
             if allowed:
                 pending[tick_id] = config.reserve_tokens
-        return BudgetCheck(allowed, spent_tokens, spent_usd, reserved)
+        return BudgetCheck(allowed, spent.tokens, spent.usd, reserved)
 
     def reserved(self, level: str, tick_id: str) -> int:
         """Tokens still held for a tick decided to run but not yet claimed in the store."""

@@ -2,26 +2,35 @@
 
 Each request is one append to the store, which every running service follows; nothing
 here talks to a scheduler process, so a request works from any host that reaches the
-store, and the ledger says who asked.
+store, and the ledger says who asked. Every process that owns ticks (`tickwork run`, and
+`tickwork tick` for its own) follows the control stream with a `ControlFollower`.
 """
 
 from __future__ import annotations
 
 import getpass
 import socket
+from collections.abc import Mapping
 from dataclasses import dataclass
+from uuid import UUID
 
-from harness.config import Settings
+from harness.config import LevelConfig, Settings
 from harness.contracts.events import (
     CONTROL_STREAM,
+    CancelCleared,
     CancelRequested,
     LevelPaused,
     LevelResumed,
+    decode,
     level_stream,
 )
-from harness.projections.levels import level_paused
+from harness.projections.levels import cancel_scopes, level_paused, pauses
 from harness.projections.ticks import TickInFlight, ticks_in_flight
+from harness.scheduling.handoff import Handoff
 from harness.store import EventStore
+
+PAUSED = "paused"
+"""Why a tick of a paused level ends cancelled."""
 
 
 class UnknownLevelError(ValueError):
@@ -81,3 +90,59 @@ def request_cancel(store: EventStore, scope: str, by: str) -> list[TickInFlight]
     matching = [t for t in ticks_in_flight(store) if request.matches(t.level, t.tick_id)]
     store.append(CONTROL_STREAM, [request.to_record()])
     return matching
+
+
+def clear_cancel(store: EventStore, scope: str, by: str) -> bool:
+    """End a cancel scope: ticks it covered may start again. False if it was not in force.
+
+    Nothing is appended for a scope that is not in force.
+    """
+    if not any(request.scope == scope for request in cancel_scopes(store)):
+        return False
+    store.append(CONTROL_STREAM, [CancelCleared(scope=scope, by=by).to_record()])
+    return True
+
+
+class ControlFollower:
+    """Hands the ticks' owner the cancel requests and level pauses recorded since it looked.
+
+    A pause withdraws the level's queued ticks at once and, with `on_pause = "stop"` (or
+    unset, for a pause tickwork decided), stops its running ones. Requests recorded
+    before it started are not replayed: the scopes among them still in force, like the
+    pauses, stop their ticks at the next step of their life (`harness.execution.lifecycle`).
+    """
+
+    def __init__(
+        self, store: EventStore, owner: Handoff, levels: Mapping[str, LevelConfig]
+    ) -> None:
+        self.store = store
+        self.owner = owner
+        self.levels = levels
+        self.position = store.stream_version(CONTROL_STREAM)
+        self.pauses_seen: set[UUID] = {p.event_id for p in pauses(store, levels).values()}
+
+    def poll(self) -> list[CancelRequested]:
+        """Act on new requests and pauses; returns the requests.
+
+        Raises:
+            StoreError: the store cannot be read; nothing was acted on, the next poll asks
+                again from the same place.
+        """
+        requests = self.store.read_stream(CONTROL_STREAM, after=self.position)
+        in_force = pauses(self.store, self.levels)
+        for level, pause in in_force.items():
+            if pause.event_id not in self.pauses_seen:
+                self.pauses_seen.add(pause.event_id)
+                self._paused(level, pause)
+        acted = []
+        for stored in requests:
+            self.position = stored.stream_position
+            request = decode(stored)
+            if isinstance(request, CancelRequested):
+                self.owner.cancel(request.matches, request.reason)
+                acted.append(request)
+        return acted
+
+    def _paused(self, level: str, pause: LevelPaused) -> None:
+        on_pause = self.levels[level].on_pause or ("stop" if pause.by == "tickwork" else None)
+        self.owner.cancel(lambda of, _: of == level, PAUSED, running=on_pause == "stop")

@@ -39,8 +39,11 @@ class Handoff(Protocol):
     def never_started(self, claim: SlotClaim, reason: str | None) -> None:
         """End a claimed tick that must not start (`TickCancelled`; None: the service stops)."""
 
-    def cancel(self, matches: ScopeMatch, reason: str) -> None:
-        """Queued ticks in scope never start; running ones are stopped and end cancelled."""
+    def cancel(self, matches: ScopeMatch, reason: str, running: bool = True) -> None:
+        """Queued ticks in scope never start; running ones are stopped and end cancelled.
+
+        `running` False: only the queued ones (a pause whose level lets running ticks end).
+        """
 
     def running(self) -> Sequence[RunningTick]:
         """Ticks running here right now."""

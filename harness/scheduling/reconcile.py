@@ -1,26 +1,36 @@
-"""On start, every tick this host left without a terminal event gets one.
+"""Every tick this host's dead processes left without a terminal event gets one.
 
-A `tickwork run` killed mid-tick leaves workers running in their own process groups and
-tick streams without an end. Its successor records `TickLost` for a tick claimed but
-never started, and hands each started one to its executor, which adopts a worker that
-still runs (watched and killed at its original deadline), completes a tick from the
-result file it wrote while nobody watched, and records `TickLost` for the rest
-(`harness.execution.adopt`). Ticks started on other hosts are theirs to reconcile.
+A `tickwork run` (or `tickwork tick`) killed mid-tick leaves workers running in their
+own process groups and tick streams without an end. Every running service keeps looking
+(at start, then every `RECONCILE_SECONDS`), and decides by liveness, not by age: a tick
+claimed but never started is `TickLost` once the process that claimed it (its
+`TickScheduled` names host and pid) is gone; a started one is handed to the executor,
+which adopts a worker that still runs (watched and killed at its original deadline),
+completes a tick from the result file it wrote while nobody watched, and records
+`TickLost` for the rest (`harness.execution.adopt`). Ticks of live processes, and those
+claimed or started on other hosts, are theirs to end.
 """
 
 from __future__ import annotations
 
+import os
+import socket
 from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
+
+import psutil
 
 from harness.contracts.events import TERMINAL_TYPES, tick_stream
 from harness.projections import Projector
 from harness.projections.ticks import open_ticks
 from harness.scheduling.handoff import Handoff
-from harness.store import EventStore
+from harness.store import EventStore, StoredEvent
 
+RECONCILE_SECONDS = 10.0
+"""How often a running service looks for ticks a dead process left open."""
 NEVER_STARTED_AFTER = timedelta(seconds=60)
-"""A claimed tick nobody started within this long: its scheduler died in between."""
+"""For a claim that names no process (an older tickwork's): its scheduler died if nobody
+started it within this long."""
 
 
 def reconcile(
@@ -30,20 +40,39 @@ def reconcile(
     report: Callable[[str], None],
     never_started_after: timedelta = NEVER_STARTED_AFTER,
 ) -> None:
-    """End every unfinished tick of this host, or hand it to `executor` to adopt."""
+    """End every unfinished tick a dead process of this host left, or hand it on to adopt."""
     projector.catch_up(["ticks"])
     with store.read_transaction() as conn:
         unfinished = open_ticks(conn)
+    watched = {tick.tick_id for tick in executor.running()}
     now = datetime.now(UTC)
     for tick_id, level in unfinished:
+        if tick_id in watched:
+            continue
         events = store.read_stream(tick_stream(tick_id))
         if not events or any(e.type in TERMINAL_TYPES for e in events):
             continue
         started = next((e for e in reversed(events) if e.type == "TickStarted"), None)
         if started is None:
-            if now - events[0].recorded_at > never_started_after:
-                lost = "claimed but never started: its scheduler stopped first"
+            if _abandoned(events[0], now, never_started_after):
+                lost = "claimed but never started: the process that claimed it is gone"
                 executor.record_lost(tick_id, level, lost)
                 report(f"{tick_id} lost ({lost})")
             continue
-        executor.adopt(started, now)
+        if started.data.get("runner_pid") != os.getpid():
+            executor.adopt(started, now)
+
+
+def _abandoned(scheduled: StoredEvent, now: datetime, never_started_after: timedelta) -> bool:
+    """Whether the process that claimed the tick is gone (its TickScheduled says which)."""
+    host, pid = scheduled.data.get("host"), scheduled.data.get("scheduler_pid")
+    if host is None or pid is None:
+        return now - scheduled.recorded_at > never_started_after
+    if host != socket.gethostname() or pid == os.getpid():
+        return False
+    claimed_at = datetime.fromisoformat(scheduled.data["occurred_at"])
+    try:
+        created = datetime.fromtimestamp(psutil.Process(pid).create_time(), UTC)
+    except psutil.NoSuchProcess:
+        return True
+    return created > claimed_at  # a new process reused the pid

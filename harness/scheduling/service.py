@@ -8,8 +8,9 @@ claims them all, so replicas on one store run each slot once and a thousand leve
 executor it was given (`harness.scheduling.handoff`), which queues and runs them.
 
 On stop (SIGTERM), firing ends at once; the executor ends queued ticks cancelled and
-gives running ones `shutdown_grace_seconds`. Before the first slot,
-`harness.scheduling.reconcile` ends or adopts what a killed predecessor left.
+gives running ones `shutdown_grace_seconds`; a second request cancels them at once.
+Before the first slot and then every few seconds, `harness.scheduling.reconcile` ends or
+adopts what a killed process of this host left. A store outage is ridden out (`Outage`).
 """
 
 from __future__ import annotations
@@ -21,22 +22,16 @@ from datetime import datetime, timedelta
 from functools import partial
 
 from harness.config import Settings
-from harness.contracts.events import (
-    CONTROL_STREAM,
-    CancelRequested,
-    LevelBudgetExceeded,
-    decode,
-    level_stream,
-    utcnow,
-)
+from harness.contracts.events import LevelBudgetExceeded, level_stream, tick_stream, utcnow
 from harness.prices import PriceBook
 from harness.projections import projector_for
 from harness.projections.levels import paused_levels
 from harness.projections.ticks import TickInFlight, last_slots, ticks_in_flight
 from harness.routing.decisions import Router, configured_router
 from harness.scheduling.budget import BudgetCheck, Budgets
+from harness.scheduling.control import ControlFollower
 from harness.scheduling.handoff import Handoff
-from harness.scheduling.reconcile import reconcile
+from harness.scheduling.reconcile import RECONCILE_SECONDS, reconcile
 from harness.scheduling.timetable import POLL_SECONDS, Slot, Timetable
 from harness.scheduling.triggers import level_trigger, next_slot, slot_tick_id
 from harness.scheduling.waves import (
@@ -47,7 +42,7 @@ from harness.scheduling.waves import (
     decide,
     skip_reason,
 )
-from harness.store import EventStore, StoreError
+from harness.store import EventStore, Spool, StoreError
 
 Report = Callable[[str], None]
 Companion = Callable[[threading.Event], None]
@@ -58,6 +53,31 @@ WAVE = 1000
 """Slots claimed in one transaction at most (a long catch-up is claimed in several)."""
 JUST_DUE = timedelta(seconds=5)
 MISSED_HORIZON = timedelta(days=1)
+
+
+class Outage:
+    """Says once that the store stopped answering, and once that it is back.
+
+    Meanwhile the service goes on: running ticks stay supervised, their events are
+    spooled, slots that cannot be claimed are reported, and the spool is ingested when the
+    store answers again.
+    """
+
+    def __init__(self, report: Report) -> None:
+        self.report = report
+        self.since: float | None = None
+
+    def failed(self, exc: StoreError) -> None:
+        """A store call failed: said once, when the outage begins."""
+        if self.since is None:
+            self.since = time.monotonic()
+            self.report(f"store unreachable, riding it out (events are spooled): {exc}")
+
+    def over(self) -> None:
+        """A store call succeeded: said once, when an outage ends."""
+        if self.since is not None:
+            self.report(f"store back after {time.monotonic() - self.since:.0f} s")
+            self.since = None
 
 
 class Service:
@@ -92,11 +112,16 @@ class Service:
         self.cancelled_buffered: dict[str, str] = {}
         self.budget_flagged: set[tuple[str, str]] = set()
         """(level, day) whose LevelBudgetExceeded is known to be recorded."""
-        self.control_position = store.stream_version(CONTROL_STREAM)
+        self.control = ControlFollower(store, executor, settings.levels)
+        self.outage = Outage(report)
+        self.reconciled_at = float("-inf")
+        self.unsure: list[tuple[SlotClaim, Decision]] = []
+        """Claims whose transaction the store lost contact in: committed or not."""
+        self.spool = Spool(settings.paths.spool)
 
     def serve(self) -> None:
         """Fire slots until `stopping` is set, then shut down; returns when all is ended."""
-        reconcile(self.store, self.executor, self.projector, self.report)
+        self._reconcile()
         for companion in self.companions:
             self._track(threading.Thread(target=companion, args=(self.stopping,), daemon=True))
         # Slots of the last few seconds are left to the loop (a replica already running
@@ -108,32 +133,47 @@ class Service:
             f"{name} (next {slot:%H:%M:%S})" for name, slot in timetable.upcoming.items()
         )
         self.report(f"tickwork running: {levels or 'no levels configured'}")
-        timetable.run(self.stopping, self._fire_due, wake=self.follow_control)
+        timetable.run(self.stopping, self._fire_due, wake=self._wake)
         self.shutdown()
 
     def _fire_due(self, due: list[Slot]) -> None:
         self.fire(due)
-        # Fold the wave just claimed now, while idle, not when the next wave is due.
-        self.projector.catch_up(["ticks"])
+        try:  # fold the wave just claimed now, while idle, not when the next wave is due
+            self.projector.catch_up(["ticks"])
+        except StoreError as exc:
+            self.outage.failed(exc)
+
+    def _wake(self) -> None:
+        """Follow the control stream and, once the store answers again, ingest the spool."""
+        try:
+            self.follow_control()
+            if self.spool.files():
+                ingested = self.spool.ingest(self.store)
+                self.report(f"ingested {ingested.appended} spooled append(s)")
+            self._settle_unsure()
+            if time.monotonic() - self.reconciled_at >= RECONCILE_SECONDS:
+                self._reconcile()
+        except StoreError as exc:
+            self.outage.failed(exc)
+        else:
+            self.outage.over()
+
+    def _reconcile(self) -> None:
+        """End what dead processes of this host left open: a duty for as long as it runs."""
+        reconcile(self.store, self.executor, self.projector, self.report)
+        self.reconciled_at = time.monotonic()
 
     def follow_control(self) -> None:
-        """Act on operator requests appended to the control stream since we last looked."""
-        try:
-            requests = self.store.read_stream(CONTROL_STREAM, after=self.control_position)
-        except StoreError as exc:
-            self.report(f"control stream unreadable: {exc}")
-            return
-        for stored in requests:
-            self.control_position = stored.stream_position
-            request = decode(stored)
-            if not isinstance(request, CancelRequested):
-                continue
-            reason = f"cancelled by {request.by} (scope {request.scope!r})"
+        """Act on operator requests appended to the control stream since we last looked.
+
+        Raises:
+            StoreError: the store cannot be read (the next call asks again).
+        """
+        for request in self.control.poll():
             with self._threads_lock:
                 for tick in self.buffered.values():
                     if request.matches(tick.level, tick.tick_id):
-                        self.cancelled_buffered[tick.tick_id] = reason
-            self.executor.cancel(request.matches, reason)
+                        self.cancelled_buffered[tick.tick_id] = request.reason
 
     def catch_up(self, now: datetime) -> None:
         """Account for the slots levels missed while no scheduler ran.
@@ -228,26 +268,58 @@ class Service:
                     self.buffered[level] = claim
         try:
             claimed = claim_wave(self.store, self.settings, [claim for claim, _ in plans])
+        except StoreError:
+            with self._threads_lock:
+                self.unsure.extend((c, d) for c, d in plans if d in ("run", "buffer"))
+            for claim, _ in plans:
+                self._unbuffer(claim)
+            raise
         finally:
             for claim, _ in plans:
                 self.budgets.settle(claim.level, claim.tick_id)
         for claim, decision in plans:
             tick_id, level = claim.tick_id, claim.level
             if tick_id not in claimed:
-                with self._threads_lock:
-                    if self.buffered.get(level) is claim:
-                        del self.buffered[level]
+                self._unbuffer(claim)
                 self.report(f"{tick_id} claimed by another replica")
-            elif decision == "buffer":
-                self.report(f"{tick_id} buffered until the tick of {level} in flight ends")
-                self._track(threading.Thread(target=self._hold, args=(claim,), daemon=True))
-            elif decision == "run":
-                self.report(f"{tick_id} scheduled")
-                self.executor.submit(claim)
+            elif decision in ("run", "buffer"):
+                self._hand_on(claim, decision)
             elif decision != "missed":
                 self.report(f"{tick_id} skipped: {SKIPPED[decision].format(level=level)}")
         for level, check in over_budget.items():
             self._budget_exceeded(level, check)
+
+    def _hand_on(self, claim: SlotClaim, decision: Decision) -> None:
+        """A claimed tick that may run goes to the executor, or waits for its level."""
+        if decision == "buffer":
+            self.report(f"{claim.tick_id} buffered until the tick of {claim.level} in flight ends")
+            self._track(threading.Thread(target=self._hold, args=(claim,), daemon=True))
+        else:
+            self.report(f"{claim.tick_id} scheduled")
+            self.executor.submit(claim)
+
+    def _unbuffer(self, claim: SlotClaim) -> None:
+        with self._threads_lock:
+            if self.buffered.get(claim.level) is claim:
+                del self.buffered[claim.level]
+
+    def _settle_unsure(self) -> None:
+        """Hand on the claims a store outage cut off whose commit did land after all.
+
+        Its TickScheduled carries the claim's own id, so a stream another replica claimed
+        is never taken for ours. Raises StoreError while the store is still out.
+        """
+        while True:
+            with self._threads_lock:
+                if not self.unsure:
+                    return
+                claim, decision = self.unsure[0]
+            stream = self.store.read_stream(tick_stream(claim.tick_id))
+            with self._threads_lock:
+                self.unsure.pop(0)
+            if stream and stream[0].event_id == claim.claim_id:
+                self.report(f"{claim.tick_id} was claimed here before the store went away")
+                self._hand_on(claim, decision)
 
     def _holding(self, level: str) -> bool:
         with self._threads_lock:
@@ -292,7 +364,7 @@ class Service:
         """A buffered tick waits until no other tick of its level is in flight, then goes on."""
         tick_id, level = tick.tick_id, tick.level
         try:
-            while self._in_flight([level], but=tick_id):
+            while self._still_held(level, tick_id):
                 with self._threads_lock:
                     reason = self.cancelled_buffered.pop(tick_id, None)
                 if reason is not None or self.stopping.is_set():
@@ -304,6 +376,14 @@ class Service:
             with self._threads_lock:
                 self.buffered.pop(level, None)
                 self.threads.discard(threading.current_thread())
+
+    def _still_held(self, level: str, tick_id: str) -> bool:
+        """Whether another tick of the level is in flight; while the store is out, yes."""
+        try:
+            return bool(self._in_flight([level], but=tick_id))
+        except StoreError as exc:
+            self.outage.failed(exc)
+            return True
 
     def _track(self, thread: threading.Thread) -> None:
         """Start (if need be) and track a thread; it is never seen tracked but unstarted."""

@@ -11,9 +11,10 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 
 from harness.config import Settings
+from harness.contracts.events import CancelRequested
 from harness.prices import PriceBook
 from harness.projections import projector_for, spend_report
-from harness.projections.levels import paused_levels
+from harness.projections.levels import cancel_scopes, paused_levels
 from harness.projections.ticks import TickInFlight, ticks_in_flight
 from harness.scheduling.triggers import level_trigger, next_slot
 from harness.store import EventStore
@@ -81,6 +82,8 @@ class Snapshot:
     """Projection name -> the position it has folded up to."""
     levels: list[LevelStatus]
     in_flight: list[TickInFlight]
+    cancel_scopes: list[CancelRequested]
+    """In force until cleared: ticks they cover end cancelled before they start."""
 
     @property
     def projection_lag(self) -> dict[str, int]:
@@ -116,6 +119,7 @@ def snapshot(settings: Settings, store: EventStore, prices: PriceBook) -> Snapsh
         checkpoints=checkpoints,
         levels=level_statuses(settings, store, prices),
         in_flight=ticks_in_flight(store),
+        cancel_scopes=cancel_scopes(store),
     )
 
 

@@ -9,10 +9,13 @@ skipped is claimed and ended in the same write.
 
 from __future__ import annotations
 
+import os
+import socket
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Literal
+from uuid import UUID, uuid4
 
 from harness.config import LevelConfig, Settings
 from harness.contracts.events import TickEvent, TickScheduled, TickSkipped, tick_stream
@@ -28,6 +31,18 @@ SKIPPED = {
     "overlap": "a tick of {level} is still in flight",
     "budget": "{level} is at its daily budget",
 }
+
+
+@dataclass(frozen=True)
+class Manual:
+    """What a person asked of a tick they started (`tickwork tick`) instead of a slot."""
+
+    prompt: str | None = None
+    """Instead of the level's prompt."""
+    timeout: float | None = None
+    """Instead of the level's timeout."""
+    forced: bool = False
+    """Run through the level's pause and budget (cancel scopes still stop it)."""
 
 
 @dataclass(frozen=True)
@@ -48,16 +63,26 @@ class SlotClaim:
     """Held against the level's daily budget while the tick is in flight."""
     routed: Routed | None = None
     """The catalog's decision for the slot, recorded in TickScheduled and run as decided."""
+    manual: Manual | None = None
+    """Started by hand: runs in the executor's manual lane, recorded as such."""
+    claim_id: UUID = field(default_factory=uuid4, compare=False)
+    """The event id of its TickScheduled: a claim whose commit was cut off by a store
+    outage is known for this replica's own when the store answers again."""
 
     def scheduled(self, level_model: str | None) -> TickScheduled:
         """The claim's TickScheduled; the model is the first candidate's, if routed."""
         first = self.routed.plan.candidates[0] if self.routed else None
         return TickScheduled(
+            event_id=self.claim_id,
             tick_id=self.tick_id,
             level=self.level,
             model=first.model if first else level_model,
             slot=self.slot,
             reserved_tokens=self.reserved_tokens,
+            host=socket.gethostname(),
+            scheduler_pid=os.getpid(),
+            manual=self.manual is not None,
+            forced=self.manual is not None and self.manual.forced,
             **(decision_fields(self.routed) if self.routed else {}),
         )
 

@@ -17,21 +17,26 @@ from datetime import datetime
 from harness.contracts.events import TickFailed, TickLost
 from harness.execution.adopt import Adoption, adopt
 from harness.execution.prepare import Preparer, TickRef, TickSetupError
-from harness.execution.runner import Runner
+from harness.execution.runner import Runner, TickOutcome
 from harness.scheduling.handoff import ScopeMatch
 from harness.scheduling.waves import SlotClaim
-from harness.store import StoredEvent
+from harness.store import StoredEvent, StoreError
 
 Report = Callable[[str], None]
+Ended = Callable[[TickOutcome], None]
+"""Told of every tick run here once its terminal event is recorded."""
 
 
 class Executor(ABC):
     """The bookkeeping every executor shares; an implementation supplies the `_` methods."""
 
-    def __init__(self, preparer: Preparer, runner: Runner, report: Report) -> None:
+    def __init__(
+        self, preparer: Preparer, runner: Runner, report: Report, ended: Ended | None = None
+    ) -> None:
         self.preparer = preparer
         self.runner = runner
         self.report = report
+        self.ended = ended
 
     def submit(self, claim: SlotClaim) -> None:
         """Queue a claimed tick to run when it gets a place; one that cannot ends cancelled."""
@@ -44,10 +49,15 @@ class Executor(ABC):
         self.runner.cancel_queued(claim.tick_id, claim.level, reason)
         self.report(f"{claim.tick_id} cancelled before it started: {reason}")
 
-    def cancel(self, matches: ScopeMatch, reason: str) -> None:
-        """Queued ticks in scope never start; running ones are stopped and end cancelled."""
+    def cancel(self, matches: ScopeMatch, reason: str, running: bool = True) -> None:
+        """Queued ticks in scope never start; running ones are stopped and end cancelled.
+
+        `running` False: only the queued ones (a pause whose level lets running ticks end).
+        """
         for claim in self._withdraw(lambda claim: matches(claim.level, claim.tick_id)):
             self.never_started(claim, reason)
+        if not running:
+            return
         for ref in self.running():
             if matches(ref.level, ref.tick_id) and self._cancel_running(ref.tick_id, reason):
                 self.report(f"{ref.tick_id} cancelling: {reason}")
@@ -70,19 +80,29 @@ class Executor(ABC):
 
     def _execute(self, claim: SlotClaim) -> None:
         """Run a tick that got its place: its payload is prepared now, not when it was claimed."""
-        tick_id, level = claim.tick_id, claim.level
+        tick_id, level, manual = claim.tick_id, claim.level, claim.manual
         try:
             tick = self.preparer.prepare(
-                level, tick_id=tick_id, slot=claim.slot, routed=claim.routed
+                level,
+                prompt=manual.prompt if manual else None,
+                timeout=manual.timeout if manual else None,
+                tick_id=tick_id,
+                slot=claim.slot,
+                routed=claim.routed,
             )
-        except TickSetupError as exc:
+        except (TickSetupError, StoreError) as exc:
             reason = f"the tick could not be prepared: {exc}"
-            self.runner.record(TickFailed(tick_id=tick_id, level=level, reason=reason))
+            failure = "infrastructure" if isinstance(exc, StoreError) else "internal"
+            self.runner.record(
+                TickFailed(tick_id=tick_id, level=level, reason=reason, failure_class=failure)
+            )
             self.report(f"{tick_id} failed ({reason})")
             return
-        outcome = self.runner.run(tick, claimed=True)
+        outcome = self.runner.run(tick, claimed=True, forced=manual is not None and manual.forced)
         detail = f" ({outcome.reason})" if outcome.reason else ""
         self.report(f"{outcome.tick_id} {outcome.status}{detail}")
+        if self.ended is not None:
+            self.ended(outcome)
 
     @abstractmethod
     def running(self) -> list[TickRef]:

@@ -14,24 +14,38 @@ from collections.abc import Callable
 
 from harness.config import Settings
 from harness.execution.adopt import Adoption
-from harness.execution.executors.base import Executor, Report
+from harness.execution.executors.base import Ended, Executor, Report
 from harness.execution.prepare import Preparer, TickRef
 from harness.execution.queue import Gate
 from harness.execution.runner import Runner
 from harness.scheduling.waves import SlotClaim
+
+MANUAL_LANE = "(manual)"
+"""The gate's lane of ticks started by hand: a name no level can have."""
+
+
+def lane(claim: SlotClaim) -> str:
+    """The queue lane a claim waits in: manual ticks share one lane with its own cap."""
+    return MANUAL_LANE if claim.manual else claim.level
 
 
 class LocalExecutor(Executor):
     """Runs claimed ticks in threads of this process, within the gate's caps and priorities."""
 
     def __init__(
-        self, settings: Settings, preparer: Preparer, runner: Runner, report: Report
+        self,
+        settings: Settings,
+        preparer: Preparer,
+        runner: Runner,
+        report: Report,
+        ended: Ended | None = None,
     ) -> None:
-        super().__init__(preparer, runner, report)
+        super().__init__(preparer, runner, report, ended)
         self.settings = settings
+        caps = {name: level.max_concurrent for name, level in settings.levels.items()}
         self.gate: Gate[SlotClaim] = Gate(
             settings.runner.max_concurrent,
-            {name: level.max_concurrent for name, level in settings.levels.items()},
+            {**caps, MANUAL_LANE: settings.runner.manual_max_concurrent},
             settings.runner.start_spacing_seconds,
         )
         self.threads: set[threading.Thread] = set()
@@ -47,7 +61,8 @@ class LocalExecutor(Executor):
         with self._threads_lock:
             if self._dispatcher.ident is None:
                 self._dispatcher.start()
-        return self.gate.put(claim.level, self.settings.levels[claim.level].priority, claim)
+        priority = 0 if claim.manual else self.settings.levels[claim.level].priority
+        return self.gate.put(lane(claim), priority, claim)
 
     def _withdraw(self, matches: Callable[[SlotClaim], bool]) -> list[SlotClaim]:
         return self.gate.withdraw(matches)
@@ -80,7 +95,7 @@ class LocalExecutor(Executor):
         try:
             self._execute(claim)
         finally:
-            self.gate.release(claim.level)
+            self.gate.release(lane(claim))
             with self._threads_lock:
                 self.threads.discard(threading.current_thread())
 
@@ -104,7 +119,7 @@ class LocalExecutor(Executor):
         if self._dispatcher.ident is not None:
             self._dispatcher.join()  # its last tick, if any, is tracked before it returns
         with self._threads_lock:
-            pending = list(self.threads)
+            pending = [thread for thread in self.threads if thread.is_alive()]
         if pending:
             self.report(f"stopping: {len(pending)} tick(s) get {grace:.0f} s to finish")
         deadline = time.monotonic() + grace

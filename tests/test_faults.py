@@ -1,0 +1,191 @@
+"""The service survives what it claims to survive: here, its store going away for a while.
+
+`tickwork run` on PostgreSQL behind a TCP proxy of the test's own; the proxy refuses and
+drops every connection for 20 s while ticks run, then lets them through again.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import signal
+import subprocess
+import threading
+from collections import Counter
+from pathlib import Path
+
+from sqlalchemy.engine import make_url
+
+from harness.contracts.events import TERMINAL_TYPES
+from harness.devtools.fake_llm import Step
+from harness.store import migrate_store, open_store
+from tests.commands import busy_level, fake_server, start_service, write_config
+from tests.conftest import fresh_pg_database
+from tests.tcp_proxy import TcpProxy
+from tests.waiting import wait_until
+
+OUTAGE_SECONDS = 20
+
+
+def test_a_store_outage_costs_no_running_service_and_loses_no_event(tmp_path: Path) -> None:
+    with fresh_pg_database() as url:
+        migrate_store(url)
+        proxy = TcpProxy(("127.0.0.1", make_url(url).port or 5432)).start()
+        proxied = make_url(url).set(port=proxy.port).render_as_string(hide_password=False)
+        config = write_config(tmp_path, busy_level("2s", timeout=60), store_url=proxied)
+        store = open_store(url)
+        with fake_server([Step(text="done", delay=2)] * 200) as fake:
+            service = start_service(config, fake)
+            lines: list[str] = []
+            assert service.stdout is not None
+            reader = threading.Thread(target=lambda: lines.extend(service.stdout or []))
+            reader.start()
+            try:
+                started = lambda: [e for e in store.read_all(0, 10_000) if e.type == "TickStarted"]  # noqa: E731
+                wait_until(lambda: bool(started()), "no tick started", 60)
+                proxy.cut()
+                with contextlib.suppress(subprocess.TimeoutExpired):
+                    service.wait(OUTAGE_SECONDS)
+                assert service.poll() is None, "the service died in the outage: " + "".join(lines)
+                proxy.start()
+                wait_until(
+                    lambda: any("store back after" in line for line in lines),
+                    "the service never saw the store come back",
+                    60,
+                )
+                after = store.last_position()
+                wait_until(
+                    lambda: any(e.type == "TickCompleted" for e in store.read_all(after, 10_000)),
+                    "no tick completed after the store came back",
+                    60,
+                )
+            finally:
+                service.send_signal(signal.SIGTERM)
+                service.wait(60)
+                reader.join()
+                proxy.cut()
+        output = "".join(lines)
+        assert service.returncode == 0, output
+        assert output.count("store unreachable") == 1, output
+        assert "store back after" in output, output
+        assert not list((tmp_path / "spool").glob("*.jsonl")), "spooled events left behind"
+        events = store.read_all(0, 100_000)
+        assert len({e.event_id for e in events}) == len(events)
+        terminal = Counter(e.stream_id for e in events if e.type in TERMINAL_TYPES)
+        ticks = {e.stream_id for e in events if e.stream_id.startswith("tick-")}
+        unended = {t: terminal[t] for t in ticks if terminal[t] != 1}
+        assert ticks and not unended, f"{unended}\n{output}"
+        store.close()
+
+
+SLOW = """
+[levels.slow]
+every = "2s"
+prompt = "Anything new?"
+model = "fake-model"
+timeout_seconds = 120
+"""
+
+
+def slow_service(tmp_path: Path, grace: float) -> Path:
+    """A service whose first tick runs for two minutes; later slots overlap and are skipped."""
+    config = write_config(tmp_path, SLOW)
+    config.write_text(
+        config.read_text().replace(
+            "shutdown_grace_seconds = 1", f"shutdown_grace_seconds = {grace}"
+        )
+    )
+    return config
+
+
+def ended(tmp_path: Path) -> list[tuple[str, str]]:
+    store = open_store(f"sqlite:///{tmp_path}/events.db")
+    events = store.read_all(0, 10_000)
+    store.close()
+    terminal = [e for e in events if e.type in TERMINAL_TYPES and e.type != "TickSkipped"]
+    ticks = {e.stream_id for e in events if e.type == "TickScheduled"}
+    skipped = {e.stream_id for e in events if e.type == "TickSkipped"}
+    assert len(terminal) == len(ticks - skipped), "a tick was left open"
+    return [(e.type, e.data.get("reason", "")) for e in terminal]
+
+
+def test_a_second_ctrl_c_on_tickwork_run_cancels_the_running_ticks_now(tmp_path: Path) -> None:
+    config = slow_service(tmp_path, grace=300)
+    with fake_server([Step(text="late", delay=120)]) as fake:
+        service = start_service(config, fake)
+        assert service.stdout is not None
+        lines: list[str] = []
+        try:
+            wait_until(lambda: bool(fake.state.first_request), "no tick reached the upstream", 60)
+            service.send_signal(signal.SIGINT)
+            for line in service.stdout:
+                lines.append(line)
+                if "stopping:" in line:
+                    break
+            service.send_signal(signal.SIGINT)
+            lines.extend(service.stdout)
+            service.wait(60)
+        finally:
+            if service.poll() is None:
+                service.kill()
+    output = "".join(lines)
+    assert service.returncode == 0, output
+    assert "stopping: 1 tick(s)" in output and "second interrupt" in output, output
+    assert ended(tmp_path) == [("TickCancelled", "service stopped (forced)")]
+
+
+def test_tickwork_run_outlives_its_closed_stdout(tmp_path: Path) -> None:
+    config = slow_service(tmp_path, grace=1)
+    with fake_server([Step(text="done", delay=1)] * 50) as fake:
+        service = start_service(config, fake)
+        assert service.stdout is not None
+        try:
+            assert "tickwork running" in service.stdout.readline()
+            service.stdout.close()
+            store = open_store(f"sqlite:///{tmp_path}/events.db")
+            wait_until(
+                lambda: sum(e.type == "TickCompleted" for e in store.read_all(0, 10_000)) >= 2,
+                "ticks stopped completing once stdout was gone",
+                60,
+            )
+            store.close()
+            assert service.poll() is None, "the service died with its stdout"
+            service.send_signal(signal.SIGTERM)
+            service.wait(60)
+        finally:
+            if service.poll() is None:
+                service.kill()
+    assert service.returncode == 0
+    assert {kind for kind, _ in ended(tmp_path)} <= {"TickCompleted", "TickCancelled"}
+
+
+def test_ticks_a_killed_service_claimed_and_never_started_end_while_its_successor_runs(
+    tmp_path: Path,
+) -> None:
+    config = write_config(tmp_path, busy_level("1s"), runner="max_concurrent = 1")
+    store = open_store(f"sqlite:///{tmp_path}/events.db")
+    claimed = lambda: {e.stream_id for e in store.read_all(0, 10_000) if e.type == "TickScheduled"}  # noqa: E731
+    with fake_server([Step(text="late", delay=120)] * 50) as fake:
+        killed = start_service(config, fake)
+        wait_until(lambda: len(claimed()) >= 5, "the first service claimed too few slots", 60)
+        killed.send_signal(signal.SIGKILL)
+        killed.communicate(timeout=30)
+        left = claimed()
+        successor = start_service(config, fake)
+        try:
+            wait_until(
+                lambda: all(
+                    any(e.type in TERMINAL_TYPES for e in store.read_stream(s))
+                    or any(e.type == "TickStarted" for e in store.read_stream(s))
+                    for s in left
+                ),
+                "ticks the killed service claimed stayed open while its successor ran",
+                60,
+            )
+        finally:
+            successor.send_signal(signal.SIGTERM)
+            output = successor.communicate(timeout=60)[0]
+    assert successor.returncode == 0, output
+    for stream in left:
+        kinds = [e.type for e in store.read_stream(stream)]
+        assert sum(k in TERMINAL_TYPES for k in kinds) == 1, (stream, kinds, output)
+    store.close()

@@ -29,10 +29,19 @@ INFRASTRUCTURE_ERRORS: tuple[type[Exception], ...] = (
 )
 
 
+CONFIGURATION_ERRORS: tuple[type[Exception], ...] = (
+    openai.AuthenticationError,
+    openai.PermissionDeniedError,
+)
+"""The upstream refused the credentials (401, 403): no retry can mend a wrong key."""
+
+
 def failure_class(exc: BaseException) -> FailureClass:
-    """The class of the first infrastructure error in the chain of causes, else internal."""
+    """The class of the first configuration or infrastructure error in the chain, else internal."""
     seen: BaseException | None = exc
     while seen is not None:
+        if isinstance(seen, CONFIGURATION_ERRORS):
+            return "configuration"
         if isinstance(seen, INFRASTRUCTURE_ERRORS):
             return "infrastructure"
         if isinstance(seen, openai.APIStatusError) and (

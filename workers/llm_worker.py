@@ -8,7 +8,6 @@ read); a payload too broken to name its result file is reported on stderr with e
 from __future__ import annotations
 
 import logging
-import os
 import sys
 import traceback
 from typing import Any
@@ -23,6 +22,11 @@ from harness.contracts.result import (
     ResultUsage,
     TickResult,
     write_result,
+)
+from harness.contracts.secrets import (
+    API_KEY_ENV,
+    redact_standard_streams,
+    register_secret_names,
 )
 
 EXIT_OK, EXIT_FAILED, EXIT_BAD_PAYLOAD = 0, 1, 2
@@ -52,7 +56,6 @@ def run(payload: TickPayload) -> int:
     from strands import Agent, ModelRetryStrategy
     from strands.agent.conversation_manager import NullConversationManager
 
-    from harness.governor.alerts import Alerts, urls_from_env
     from harness.governor.calibration import Calibrations
     from workers.failures import failure_class
     from workers.fallback import CandidateWalk
@@ -64,6 +67,7 @@ def run(payload: TickPayload) -> int:
     from workers.tool_budget import ToolBudget
     from workers.trace import ToolTrace
 
+    register_secret_names(payload.key_variables())
     recorder = EventRecorder(payload)
     walk = CandidateWalk(payload, recorder)
     budget = ToolBudget(payload.max_tool_calls)
@@ -73,7 +77,6 @@ def run(payload: TickPayload) -> int:
         payload,
         recorder,
         Calibrations(limits.chars_per_token, payload.calibrations, limits.calibrate),
-        Alerts(urls_from_env(os.environ)),
     )
     tools: list[Any] = []
     if payload.rag.enabled:
@@ -121,14 +124,19 @@ def run(payload: TickPayload) -> int:
         )
     except Exception as exc:
         tail = "".join(traceback.format_exception(exc))[-4000:]
+        failed_as = failure_class(exc)
+        message = str(exc)[:2000]
+        if failed_as == "configuration":
+            variable = (walk.current.api_key_env if walk.current else None) or API_KEY_ENV
+            message = f"the upstream refused the API key: check {variable} ({message})"
         result = TickResult(
             tick_id=payload.tick_id,
             ok=False,
             stop_reason="error",
             error=ResultError(
                 type=type(exc).__name__,
-                message=str(exc)[:2000],
-                failure_class=failure_class(exc),
+                message=message,
+                failure_class=failed_as,
                 traceback_tail=tail,
             ),
         )
@@ -151,6 +159,7 @@ def run(payload: TickPayload) -> int:
 
 
 def main() -> int:
+    redact_standard_streams()
     logging.basicConfig(level=logging.WARNING, stream=sys.stderr)
     raw = sys.stdin.buffer.read()
     try:

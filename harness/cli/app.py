@@ -16,9 +16,11 @@ from typing import Annotated
 
 import typer
 from rich.console import Console
+from rich.markup import escape
 
 from harness import timespec
 from harness.config import ConfigError, Settings, load_settings
+from harness.contracts.secrets import API_KEY_ENV, redact_standard_streams
 from harness.store import Spool, SqlEventStore, StoreError, open_store
 
 app = typer.Typer(
@@ -53,11 +55,12 @@ state = State()
 
 @app.callback()
 def _root(config: ConfigOption = None) -> None:
+    redact_standard_streams()
     state.config = config
 
 
 def fail(message: str, code: int = 1) -> typer.Exit:
-    err.print(f"[bold red]error:[/] {message}", highlight=False)
+    err.print(f"[bold red]error:[/] {escape(message)}", highlight=False)
     return typer.Exit(code)
 
 
@@ -91,6 +94,11 @@ def parse_since(text: str) -> datetime:
 def upstream_for_ticks() -> Iterator[dict[str, str]]:
     """The worker environment: the real upstream if OPENAI_BASE_URL is set, else the fake."""
     if os.environ.get("OPENAI_BASE_URL"):
+        if not os.environ.get(API_KEY_ENV):
+            err.print(
+                f"[yellow]warning:[/] OPENAI_BASE_URL is set but {API_KEY_ENV} is not: "
+                "an upstream that needs a key will refuse every call"
+            )
         yield dict(os.environ)
         return
     from harness.devtools.fake_llm import fake_upstream

@@ -69,7 +69,8 @@ def tick(
     completion_tokens = sum(e.data["completion_tokens"] for e in spent if e.type == "BudgetSpent")
     calls = sum(e.type == "BudgetSpent" for e in spent)
     out.print(f"tick    {outcome.tick_id}")
-    out.print(f"status  {outcome.status}" + (f" ({outcome.reason})" if outcome.reason else ""))
+    reason = f" ({outcome.reason})" if outcome.reason else ""
+    out.print(f"status  {outcome.status}{reason}", highlight=False, markup=False)
     out.print(
         f"tokens  {prompt_tokens:,} prompt + {completion_tokens:,} completion in {calls} call(s)"
     )

@@ -27,6 +27,7 @@ from pydantic import (
 from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, SettingsConfigDict
 
 from harness.config.governor import GovernorConfig
+from harness.contracts.secrets import register_secret_names
 
 CONFIG_ENV = "TICKWORK_CONFIG"
 CONFIG_FILENAME = "tickwork.toml"
@@ -327,7 +328,9 @@ def load_settings(explicit: Path | None = None) -> Settings:
                 f"{path}: api.token: a secret is never kept in the file; set TICKWORK_API_TOKEN"
             )
     try:
-        return Settings(**data)
+        settings = Settings(**data)
     except ValidationError as exc:
         lines = "\n".join(f"  {_describe(err)}" for err in exc.errors())
         raise ConfigError(f"{where}: invalid configuration\n{lines}") from exc
+    register_secret_names(name for digest in settings.digests.values() for name in digest.notify)
+    return settings

@@ -52,6 +52,9 @@ class Step(BaseModel):
     tool_calls: list[ToolCallSpec] = Field(default_factory=list)
     status: int | None = None
     """Answer with this HTTP error status instead (429, 500, ...)."""
+    error_message: str = "scripted status {status}"
+    """The error's message; `{key}` and `{authorization}` quote the request's credentials,
+    as careless gateways do (`Incorrect API key provided: {key}`)."""
     delay: float = 0.0
     """Seconds to wait before answering."""
     cut_stream: bool = False
@@ -218,9 +221,14 @@ def create_app(state: FakeState | None = None) -> FastAPI:
         if step.delay:
             await asyncio.sleep(step.delay)
         if step.status:
+            authorization = request.headers.get("authorization", "")
+            error = step.error_message.format(
+                status=step.status,
+                authorization=authorization,
+                key=authorization.removeprefix("Bearer "),
+            )
             return JSONResponse(
-                {"error": {"message": f"scripted status {step.status}", "type": "fake"}},
-                status_code=step.status,
+                {"error": {"message": error, "type": "fake"}}, status_code=step.status
             )
         text, calls = _answer(step)
         model = str(body.get("model", "fake-model"))

@@ -10,6 +10,7 @@ import html
 from datetime import UTC, datetime
 from typing import Literal
 
+from harness.contracts.secrets import redact
 from harness.digests.build import Digest, LevelSection
 
 DigestFormat = Literal["md", "html", "json"]
@@ -23,10 +24,14 @@ Block = tuple[Literal["h1", "h2", "p", "li", "quote"], str]
 
 
 def render(digest: Digest, fmt: DigestFormat) -> str:
+    """The digest as a document, with every known secret redacted.
+
+    Ticks' texts and errors may quote a key; every kept file and message comes from here.
+    """
     if fmt == "json":
-        return digest.model_dump_json(indent=2) + "\n"
+        return redact(digest.model_dump_json(indent=2)) + "\n"
     blocks = outline(digest)
-    return _markdown(blocks) if fmt == "md" else _html(digest, blocks)
+    return redact(_markdown(blocks) if fmt == "md" else _html(digest, blocks))
 
 
 def title(digest: Digest) -> str:

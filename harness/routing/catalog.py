@@ -25,6 +25,7 @@ from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 from harness.config import LEVEL_NAME, PriceOverride
+from harness.contracts.secrets import register_secret_names
 
 MINUTES_A_DAY = 24 * 60
 
@@ -218,6 +219,7 @@ def parse_catalog(document: Mapping[str, Any], source: str = "catalog") -> Catal
     problems = list(_rule_problems(catalog))
     if problems:
         raise CatalogError(source, problems)
+    register_secret_names(t.api_key_env for t in catalog.targets.values() if t.api_key_env)
     return catalog
 
 

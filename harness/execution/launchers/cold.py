@@ -7,13 +7,14 @@ import sys
 from pathlib import Path
 
 from harness.execution.launchers.base import Launcher, TickProcess
+from harness.files import open_private
 
 WORKER_MODULE = "workers.llm_worker"
 
 
 class ColdLauncher(Launcher):
     def _start(self, payload_json: bytes, log_path: Path, env: dict[str, str]) -> TickProcess:
-        with open(log_path, "ab") as log:
+        with open(log_path, "ab", opener=open_private) as log:
             popen = subprocess.Popen(
                 [sys.executable, "-m", WORKER_MODULE],
                 stdin=subprocess.PIPE,

@@ -10,6 +10,7 @@ from __future__ import annotations
 import logging
 import sys
 import traceback
+from pathlib import Path
 from typing import Any
 
 import orjson
@@ -41,13 +42,14 @@ def _payload_error(raw: bytes, exc: ValidationError) -> int:
     print(message, file=sys.stderr)
     try:
         document: Any = orjson.loads(raw)
-        path, tick_id = document["result_path"], str(document.get("tick_id", "unknown"))
-    except (orjson.JSONDecodeError, KeyError, TypeError):
+        path, tick_id = Path(document["result_path"]), str(document.get("tick_id", "unknown"))
+    except (orjson.JSONDecodeError, KeyError, TypeError, AttributeError):
         return EXIT_BAD_PAYLOAD
-    from pathlib import Path
-
     error = ResultError(type="PayloadError", message=message, failure_class="internal")
-    write_result(Path(path), TickResult(tick_id=tick_id, ok=False, error=error))
+    try:
+        write_result(path, TickResult(tick_id=tick_id, ok=False, error=error))
+    except (OSError, ValueError) as exc:
+        print(f"no result file written to {str(path)!r}: {exc}", file=sys.stderr)
     return EXIT_BAD_PAYLOAD
 
 

@@ -35,8 +35,10 @@ app.add_typer(spool_app, name="spool")
 app.add_typer(projections_app, name="projections")
 app.add_typer(rag_app, name="rag")
 
-out = Console(soft_wrap=True)
-err = Console(stderr=True, soft_wrap=True)  # an error stays one greppable line
+# Markup off: paths, level names, regexes and quoted errors print as they are (`[rag]`
+# is text, not a style); the few styled lines ask for markup and escape what they quote.
+out = Console(soft_wrap=True, markup=False)
+err = Console(stderr=True, soft_wrap=True, markup=False)  # an error stays one greppable line
 
 ConfigOption = Annotated[
     Path | None,
@@ -60,7 +62,7 @@ def _root(config: ConfigOption = None) -> None:
 
 
 def fail(message: str, code: int = 1) -> typer.Exit:
-    err.print(f"[bold red]error:[/] {escape(message)}", highlight=False)
+    err.print(f"[bold red]error:[/] {escape(message)}", highlight=False, markup=True)
     return typer.Exit(code)
 
 
@@ -97,7 +99,8 @@ def upstream_for_ticks() -> Iterator[dict[str, str]]:
         if not os.environ.get(API_KEY_ENV):
             err.print(
                 f"[yellow]warning:[/] OPENAI_BASE_URL is set but {API_KEY_ENV} is not: "
-                "an upstream that needs a key will refuse every call"
+                "an upstream that needs a key will refuse every call",
+                markup=True,
             )
         yield dict(os.environ)
         return

@@ -26,6 +26,8 @@ from harness.cli.app import (
     state,
     store_for,
 )
+from harness.config import CONFIG_ENV, CONFIG_FILENAME, config_path
+from harness.contracts.events import EVENT_TYPES
 from harness.devtools.example_config import example_config
 from harness.prices import PriceBook
 from harness.projections import Projector, projector_for, spend_report
@@ -75,6 +77,12 @@ def migrate() -> None:
 @app.command()
 def status() -> None:
     """The store, levels, ticks in flight and today's spend at a glance."""
+    if config_path(state.config) is None:
+        raise fail(
+            f"no configuration here (no {CONFIG_FILENAME}, no ${CONFIG_ENV}): "
+            "run `tickwork init` to create one",
+            code=2,
+        )
     config = settings()
     store = store_for(config)
     try:
@@ -164,6 +172,10 @@ def events(
     """List events, oldest first; --follow polls for new ones."""
     start = parse_since(since) if since else None
     types = set(type_) if type_ else None
+    known = {name for name, _ in EVENT_TYPES}
+    if types and not types <= known:
+        unknown = ", ".join(sorted(types - known))
+        raise fail(f"unknown event type {unknown} (known: {', '.join(sorted(known))})", code=2)
     store = store_for(settings())
     try:
         if stream is not None:

@@ -47,7 +47,7 @@ class CatalogError(Exception):
 
 
 class _Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True, strict=True)
+    model_config = ConfigDict(extra="forbid", frozen=True, strict=True, allow_inf_nan=False)
 
 
 class Target(_Strict):
@@ -175,6 +175,11 @@ def _duplicate_keys(value: Any, loc: tuple[int | str, ...] = ()) -> Iterator[str
             yield from _duplicate_keys(inner, (*loc, index))
 
 
+def _no_constant(name: str) -> Any:
+    """JSON has no `Infinity` or `NaN`; Python's parser accepts them unless told not to."""
+    raise ValueError(f"{name} is not a JSON number")
+
+
 def read_document(path: Path) -> dict[str, Any]:
     """The file's content as plain data: `.toml` or `.json`, by its extension."""
     source = str(path)
@@ -183,16 +188,22 @@ def read_document(path: Path) -> dict[str, Any]:
         raise CatalogError(
             source, [f"(file): extension {suffix or '(none)'!r} is not .toml or .json"]
         )
+    kind = suffix[1:].upper()
     try:
         text = path.read_text(encoding="utf-8")
     except OSError as exc:
         raise CatalogError(source, [f"(file): cannot read: {exc.strerror}"]) from exc
+    except UnicodeDecodeError as exc:
+        problem = f"(file): not UTF-8 text: {exc.reason} at byte {exc.start}"
+        raise CatalogError(source, [problem]) from exc
     try:
         if suffix == ".toml":
             return tomllib.loads(text)
-        document = json.loads(text, object_pairs_hook=_json_object)
-    except (tomllib.TOMLDecodeError, json.JSONDecodeError) as exc:
-        raise CatalogError(source, [f"(file): invalid {suffix[1:].upper()}: {exc}"]) from exc
+        document = json.loads(text, object_pairs_hook=_json_object, parse_constant=_no_constant)
+    except (tomllib.TOMLDecodeError, json.JSONDecodeError, ValueError) as exc:
+        raise CatalogError(source, [f"(file): invalid {kind}: {exc}"]) from exc
+    except RecursionError:
+        raise CatalogError(source, [f"(file): invalid {kind}: nested too deeply"]) from None
     if not isinstance(document, dict):
         raise CatalogError(source, ["(top level): must be an object"])
     duplicates = list(_duplicate_keys(document))

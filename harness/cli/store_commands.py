@@ -174,8 +174,10 @@ def events(
     types = set(type_) if type_ else None
     known = {name for name, _ in EVENT_TYPES}
     if types and not types <= known:
-        unknown = ", ".join(sorted(types - known))
-        raise fail(f"unknown event type {unknown} (known: {', '.join(sorted(known))})", code=2)
+        unknown = f"unknown event type {', '.join(sorted(types - known))}"
+        if not follow:
+            raise fail(f"{unknown} (known: {', '.join(sorted(known))})", code=2)
+        err.print(f"warning: {unknown}: following it in case a newer writer appends one")
     store = store_for(settings())
     try:
         if stream is not None:

@@ -20,6 +20,7 @@ from apscheduler.triggers.base import BaseTrigger
 from apscheduler.triggers.cron import CronTrigger
 from apscheduler.triggers.interval import IntervalTrigger
 from pydantic import (
+    AfterValidator,
     BaseModel,
     ConfigDict,
     Field,
@@ -65,6 +66,18 @@ it committed). SQLite in WAL with `synchronous=NORMAL`; PostgreSQL appends with
 last fraction of a second of appends (never reorder or corrupt them). `power`: survives
 those too, at one fsync per append, which serialized appends cannot share.
 """
+
+
+def _iana_zone(name: str) -> str:
+    try:
+        ZoneInfo(name)
+    except (ZoneInfoNotFoundError, ValueError):
+        raise ValueError(f"{name!r} is not an IANA time zone") from None
+    return name
+
+
+IanaZone = Annotated[str, AfterValidator(_iana_zone)]
+"""A time zone name `zoneinfo` knows, such as `Europe/Berlin`."""
 
 
 class ConfigError(Exception):
@@ -183,7 +196,7 @@ class Scheduled(_Strict):
     """Cron expression with five fields, e.g. `* * * * *`."""
     every: str | None = None
     """Interval instead of cron, e.g. `30s`."""
-    timezone: str = "UTC"
+    timezone: IanaZone = "UTC"
     """IANA zone the cron schedule is read in (intervals are aligned to UTC)."""
 
     @field_validator("schedule")
@@ -208,15 +221,6 @@ class Scheduled(_Strict):
         if every is not None:
             parse_interval(every)
         return every
-
-    @field_validator("timezone")
-    @classmethod
-    def _zone(cls, timezone: str) -> str:
-        try:
-            ZoneInfo(timezone)
-        except (ZoneInfoNotFoundError, ValueError):
-            raise ValueError(f"{timezone!r} is not an IANA time zone") from None
-        return timezone
 
     @model_validator(mode="after")
     def _one_schedule(self) -> Scheduled:

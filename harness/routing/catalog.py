@@ -20,11 +20,11 @@ from collections.abc import Iterator, Mapping
 from datetime import time
 from pathlib import Path
 from typing import Annotated, Any, Literal
-from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
+from zoneinfo import ZoneInfo
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from harness.config import LEVEL_NAME, PriceOverride
+from harness.config import LEVEL_NAME, IanaZone, PriceOverride
 from harness.contracts.secrets import register_secret_names
 
 MINUTES_A_DAY = 24 * 60
@@ -95,20 +95,11 @@ class Lane(_Strict):
 
 class Catalog(_Strict):
     schema_version: Literal[1]
-    timezone: str = "UTC"
+    timezone: IanaZone = "UTC"
     """IANA zone the time windows are read in."""
     targets: dict[TargetId, Target]
     lanes: dict[str, Lane]
     promotions: dict[TargetId, TargetId] = {}
-
-    @field_validator("timezone")
-    @classmethod
-    def _known_zone(cls, value: str) -> str:
-        try:
-            ZoneInfo(value)
-        except (ZoneInfoNotFoundError, ValueError):
-            raise ValueError(f"{value!r} is not an IANA time zone") from None
-        return value
 
     @property
     def zone(self) -> ZoneInfo:

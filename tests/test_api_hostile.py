@@ -13,7 +13,7 @@ from urllib.parse import quote
 import httpx
 import pytest
 import schemathesis
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 from schemathesis.checks import not_a_server_error
 
@@ -50,6 +50,8 @@ def http(opened: tuple[SqlEventStore, Path]) -> Iterator[httpx.Client]:
     name=st.sampled_from(["since", "level", "status", "limit", "by"]),
     values=st.lists(text, min_size=1, max_size=3),
 )
+@example(path="/ticks", name="since", values=["1000000d"])
+@example(path="/spend", name="since", values=["99999999999999999999d"])
 def test_no_query_parameter_gets_a_5xx(
     http: httpx.Client, path: str, name: str, values: list[str]
 ) -> None:

@@ -1,4 +1,8 @@
-"""Files other processes read while they may be written: whole or not at all."""
+"""Files other processes read while they may be written: whole or not at all.
+
+What tickwork writes may quote what an upstream said or a tool found: files are created
+0600 and folders 0700, readable by the service's own user only.
+"""
 
 from __future__ import annotations
 
@@ -7,12 +11,27 @@ import threading
 from pathlib import Path
 
 
+def make_private_folder(path: Path) -> None:
+    """Create `path` and its missing parents with mode 0700; existing ones stay as they are."""
+    missing = []
+    while not path.exists():
+        missing.append(path)
+        path = path.parent
+    for folder in reversed(missing):
+        folder.mkdir(mode=0o700, exist_ok=True)
+
+
+def open_private(path: str, flags: int) -> int:
+    """An `opener` for `open()` that creates the file with mode 0600."""
+    return os.open(path, flags, 0o600)
+
+
 def write_atomically(path: Path, data: bytes, mode: int = 0o600) -> None:
     """Temp file in the same folder, fsync, rename, fsync of the folder.
 
     A reader sees either no file or a whole one, also after a crash or power loss.
     """
-    path.parent.mkdir(parents=True, exist_ok=True)
+    make_private_folder(path.parent)
     temporary = path.with_name(f".{path.name}.{os.getpid()}.{threading.get_ident()}.tmp")
     fd = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, mode)
     try:

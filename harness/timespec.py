@@ -29,7 +29,10 @@ def parse_since(text: str) -> datetime:
     """
     match = _AGO.fullmatch(text.strip())
     if match:
-        return datetime.now(UTC) - timedelta(**{_UNITS[match.group(2)]: int(match.group(1))})
+        try:
+            return datetime.now(UTC) - timedelta(**{_UNITS[match.group(2)]: int(match.group(1))})
+        except OverflowError:
+            raise ValueError(f"{text!r} reaches back before the year 1") from None
     try:
         parsed = datetime.fromisoformat(text)
     except ValueError:

@@ -15,12 +15,15 @@ from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import Route
 
 from harness.config import GovernorConfig
+from harness.devtools.fake_llm import FakeUpstream
 from harness.devtools.serving import BackgroundServer
 from harness.governor.alerts import Alerts
 from harness.governor.proxy import ProxyGovernor, create_app, proxy_governor
 from harness.store import Spool, open_store
 
 SSE_GAP_SECONDS = 0.3
+SOFT, HARD = 1000, 2000
+"""Tokens; at 3.2 chars per token: soft from 3,200 characters, hard from 6,400."""
 
 
 async def _echo(request: Request) -> Response:
@@ -86,3 +89,31 @@ def governor_proxy(
     finally:
         if store is not None:
             store.close()
+
+
+def origin_of(fake: FakeUpstream) -> str:
+    return fake.url.removesuffix("/v1")
+
+
+def config(upstream: str, **changes: Any) -> GovernorConfig:
+    fields: dict[str, Any] = {
+        "upstream": upstream,
+        "soft_tokens": SOFT,
+        "hard_tokens": HARD,
+        "calibrate": False,
+        "directive": "WRAP UP at {est} of {threshold}",
+        "stop_message": "STOPPED at {est} over {threshold} {keep}",
+    }
+    fields.update(changes)
+    return GovernorConfig(**fields)
+
+
+def messages(chars: int, tail: str = "user") -> list[dict[str, Any]]:
+    """A conversation of about `chars` characters whose chain ends as `tail` says."""
+    chain: list[dict[str, Any]] = [{"role": "user", "content": "x" * chars}]
+    call = {"id": "call_1", "type": "function", "function": {"name": "f", "arguments": "{}"}}
+    if tail in ("tool", "assistant_tool_calls"):
+        chain.append({"role": "assistant", "content": None, "tool_calls": [call]})
+    if tail == "tool":
+        chain.append({"role": "tool", "tool_call_id": "call_1", "content": "42"})
+    return chain

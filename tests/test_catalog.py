@@ -20,55 +20,10 @@ from hypothesis import strategies as st
 
 from harness.routing.catalog import CatalogError, load_catalog, parse_catalog, revision_of
 from harness.routing.decisions import CatalogSource, NaiveTimeError, decide
+from tests.catalog_support import Document, valid
 
 EXAMPLE = Path(__file__).resolve().parent.parent / "ops" / "catalog.example.toml"
 BERLIN = ZoneInfo("Europe/Berlin")
-
-Document = dict[str, Any]
-
-
-def valid() -> Document:
-    return {
-        "schema_version": 1,
-        "timezone": "Europe/Berlin",
-        "targets": {
-            "local": {"model": "qwen", "execution_class": "local", "base_url_env": "LOCAL_URL"},
-            "mini": {
-                "model": "gpt-4o-mini",
-                "execution_class": "cloud",
-                "base_url": "https://api.example.com/v1",
-                "api_key_env": "CLOUD_KEY",
-            },
-            "large": {
-                "model": "gpt-4o",
-                "execution_class": "cloud",
-                "base_url": "https://api.example.com/v1",
-                "api_key_env": "CLOUD_KEY",
-            },
-        },
-        "lanes": {
-            "min": {"rule_id": "min-local", "reason_codes": ["cost"], "candidates": ["local"]},
-            "hour": {
-                "time_windows": {
-                    "day": {
-                        "start": "07:00",
-                        "end": "23:00",
-                        "rule_id": "hour-day",
-                        "reason_codes": ["latency"],
-                        "candidates": ["mini", "large"],
-                    },
-                    "night": {
-                        "start": "23:00",
-                        "end": "07:00",
-                        "rule_id": "hour-night",
-                        "reason_codes": ["cost"],
-                        "candidates": ["local"],
-                    },
-                }
-            },
-        },
-        "promotions": {"local": "mini", "mini": "large"},
-    }
 
 
 def problems(document: Document) -> list[str]:

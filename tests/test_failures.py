@@ -1,7 +1,8 @@
 """A tick's errors are classed by the exception classes of the libraries that raise them.
 
 The end-to-end tick tests cover a 500, a 503 and a stream cut; this table pins every
-class the worker retries as infrastructure, with instances of the real classes.
+class the worker retries as infrastructure, and the refused credentials that pause a
+level at once, with instances of the real classes.
 """
 
 from __future__ import annotations
@@ -52,8 +53,20 @@ def test_upstream_and_store_outages_are_infrastructure(error: Exception) -> None
 @pytest.mark.parametrize(
     "error",
     [
-        openai.BadRequestError("bad request", response=status(400), body=None),
         openai.AuthenticationError("no key", response=status(401), body=None),
+        openai.PermissionDeniedError("not yours", response=status(403), body=None),
+        caused_by(openai.AuthenticationError("no key", response=status(401), body=None)),
+    ],
+    ids=lambda error: type(error).__name__,
+)
+def test_refused_credentials_are_configuration(error: Exception) -> None:
+    assert failure_class(error) == "configuration"
+
+
+@pytest.mark.parametrize(
+    "error",
+    [
+        openai.BadRequestError("bad request", response=status(400), body=None),
         ContextWindowOverflowException("too long"),
         ValueError("a bug"),
         caused_by(KeyError("missing")),

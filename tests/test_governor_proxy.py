@@ -17,43 +17,22 @@ import openai
 import orjson
 import pytest
 
-from harness.config import GovernorConfig
 from harness.contracts.events import GOVERNOR_STREAM
 from harness.devtools.fake_llm import FakeUpstream, Step
 from harness.store import open_store
-from tests.governor_support import SSE_GAP_SECONDS, echo_app, governor_proxy, serving
+from tests.governor_support import (
+    HARD,
+    SOFT,
+    SSE_GAP_SECONDS,
+    config,
+    echo_app,
+    governor_proxy,
+    messages,
+    origin_of,
+    serving,
+)
 
 SECRET = "sk-governor-test-SECRET-42"
-SOFT, HARD = 1000, 2000
-"""Tokens; at 3.2 chars per token: soft from 3,200 characters, hard from 6,400."""
-
-
-def origin_of(fake: FakeUpstream) -> str:
-    return fake.url.removesuffix("/v1")
-
-
-def config(upstream: str, **changes: Any) -> GovernorConfig:
-    fields: dict[str, Any] = {
-        "upstream": upstream,
-        "soft_tokens": SOFT,
-        "hard_tokens": HARD,
-        "calibrate": False,
-        "directive": "WRAP UP at {est} of {threshold}",
-        "stop_message": "STOPPED at {est} over {threshold} {keep}",
-    }
-    fields.update(changes)
-    return GovernorConfig(**fields)
-
-
-def messages(chars: int, tail: str = "user") -> list[dict[str, Any]]:
-    """A conversation of about `chars` characters whose chain ends as `tail` says."""
-    chain: list[dict[str, Any]] = [{"role": "user", "content": "x" * chars}]
-    call = {"id": "call_1", "type": "function", "function": {"name": "f", "arguments": "{}"}}
-    if tail in ("tool", "assistant_tool_calls"):
-        chain.append({"role": "assistant", "content": None, "tool_calls": [call]})
-    if tail == "tool":
-        chain.append({"role": "tool", "tool_call_id": "call_1", "content": "42"})
-    return chain
 
 
 def client(origin: str) -> openai.OpenAI:

@@ -343,14 +343,10 @@ def test_tool_budget_precedence() -> None:
         tool_budget("min", config, {"TICKWORK_MAX_TOOL_CALLS": "many"})
 
 
-def test_unknown_level_and_missing_model_are_clear_errors(
-    tmp_path: Path, fake: FakeUpstream
-) -> None:
-    harness = Harness(tmp_path, fake, model=None)
+def test_an_unknown_level_is_a_clear_error(tmp_path: Path, fake: FakeUpstream) -> None:
+    harness = Harness(tmp_path, fake)
     with pytest.raises(TickSetupError, match="no level named 'hourly'"):
         harness.preparer.prepare("hourly")
-    with pytest.raises(TickSetupError, match=r"levels\.min\.model is not set"):
-        harness.preparer.prepare("min")
 
 
 def test_store_unreachable_spools_the_tick_spend(tmp_path: Path, fake: FakeUpstream) -> None:

@@ -6,6 +6,8 @@ threshold the wrap-up directive joins the conversation once, where the chain all
 user message; above the hard ceiling the call is cancelled (`BeforeModelCallEvent.cancel`)
 and the stop text becomes the tick's answer, so the tick still ends with text. Each
 response's `metadata.usage` is a calibration sample, recorded for the ticks that follow.
+The operator hears of a decision from the runner once the tick has ended: alert URLs are
+secrets, and a tick's environment holds none but its own API keys.
 """
 
 from __future__ import annotations
@@ -19,7 +21,6 @@ from strands.types.content import Message, Messages
 
 from harness.contracts.calibration import Sample
 from harness.contracts.payload import TickPayload
-from harness.governor.alerts import Alerts
 from harness.governor.calibration import Calibrations
 from harness.governor.estimate import openai_request_chars, request_chars
 from harness.governor.policy import Tail, decide
@@ -47,7 +48,6 @@ class ContextGovernor(HookProvider):
         payload: TickPayload,
         recorder: EventRecorder,
         calibrations: Calibrations,
-        alerts: Alerts,
     ) -> None:
         self.payload = payload
         self.limits = payload.governor
@@ -55,7 +55,6 @@ class ContextGovernor(HookProvider):
         self.model: OpenAIModel | None = None
         """The model of the candidate being tried; a fallback sets the next one."""
         self.calibrations = calibrations
-        self.alerts = alerts
         self.directed = False
         self.stopped = False
         self._chars = 0
@@ -99,8 +98,6 @@ class ContextGovernor(HookProvider):
         )
         if verdict.decision in ("soft", "defer") and self.directed:
             return  # told once already; the directive stays in the conversation
-        if self.alerts.opens_episode(self.payload.tick_id, verdict):
-            self.alerts.send(verdict, f"tick {self.payload.tick_id} ({self.payload.level})")
         if verdict.decision == "pass":
             return
         self.recorder.record(verdict.event("worker", self.payload.tick_id))

@@ -13,6 +13,7 @@ import logging
 import os
 import sys
 import traceback
+from pathlib import Path
 from typing import Any
 
 import orjson
@@ -25,6 +26,11 @@ from harness.contracts.result import (
     ResultUsage,
     TickResult,
     write_result,
+)
+from harness.contracts.secrets import (
+    API_KEY_ENV,
+    redact_standard_streams,
+    register_secret_names,
 )
 
 EXIT_OK, EXIT_FAILED, EXIT_BAD_PAYLOAD = 0, 1, 2
@@ -39,13 +45,14 @@ def _payload_error(raw: bytes, exc: ValidationError) -> int:
     print(message, file=sys.stderr)
     try:
         document: Any = orjson.loads(raw)
-        path, tick_id = document["result_path"], str(document.get("tick_id", "unknown"))
-    except (orjson.JSONDecodeError, KeyError, TypeError):
+        path, tick_id = Path(document["result_path"]), str(document.get("tick_id", "unknown"))
+    except (orjson.JSONDecodeError, KeyError, TypeError, AttributeError):
         return EXIT_BAD_PAYLOAD
-    from pathlib import Path
-
     error = ResultError(type="PayloadError", message=message, failure_class="internal")
-    write_result(Path(path), TickResult(tick_id=tick_id, ok=False, error=error))
+    try:
+        write_result(path, TickResult(tick_id=tick_id, ok=False, error=error))
+    except (OSError, ValueError) as exc:
+        print(f"no result file written to {str(path)!r}: {exc}", file=sys.stderr)
     return EXIT_BAD_PAYLOAD
 
 
@@ -55,7 +62,6 @@ def run(payload: TickPayload) -> int:
     from strands import Agent, ModelRetryStrategy
     from strands.agent.conversation_manager import NullConversationManager
 
-    from harness.governor.alerts import Alerts, urls_from_env
     from harness.governor.calibration import Calibrations
     from workers.budget_guard import DailyBudgetGuard
     from workers.failures import failure_class
@@ -68,6 +74,7 @@ def run(payload: TickPayload) -> int:
     from workers.tool_budget import ToolBudget
     from workers.trace import ToolTrace
 
+    register_secret_names(payload.key_variables())
     recorder = EventRecorder(payload)
     walk = CandidateWalk(payload, recorder)
     budget = ToolBudget(payload.max_tool_calls)
@@ -78,7 +85,6 @@ def run(payload: TickPayload) -> int:
         payload,
         recorder,
         Calibrations(limits.chars_per_token, payload.calibrations, limits.calibrate),
-        Alerts(urls_from_env(os.environ)),
     )
     tools: list[Any] = []
     if payload.rag.enabled:
@@ -128,14 +134,19 @@ def run(payload: TickPayload) -> int:
         )
     except Exception as exc:
         tail = "".join(traceback.format_exception(exc))[-4000:]
+        failed_as = failure_class(exc)
+        message = str(exc)[:2000]
+        if failed_as == "configuration":
+            variable = (walk.current.api_key_env if walk.current else None) or API_KEY_ENV
+            message = f"the upstream refused the API key: check {variable} ({message})"
         result = TickResult(
             tick_id=payload.tick_id,
             ok=False,
             stop_reason="error",
             error=ResultError(
                 type=type(exc).__name__,
-                message=str(exc)[:2000],
-                failure_class=failure_class(exc),
+                message=message,
+                failure_class=failed_as,
                 traceback_tail=tail,
             ),
         )
@@ -199,6 +210,7 @@ def warm_up() -> None:
 
 def serve(raw: bytes) -> int:
     """Run the tick whose payload is `raw`; stdout and stderr already go to its log."""
+    redact_standard_streams()
     logging.basicConfig(level=logging.WARNING, stream=sys.stderr)
     try:
         payload = TickPayload.model_validate_json(raw)

@@ -11,6 +11,7 @@ from __future__ import annotations
 import functools
 import os
 import ssl
+import sys
 from collections.abc import AsyncGenerator
 from typing import Any
 
@@ -22,7 +23,12 @@ from harness.contracts.payload import TICK_HEADER, RouteCandidate, TickPayload
 
 
 class MeteredOpenAIModel(OpenAIModel):
-    """OpenAIModel that remembers how much text the current call has streamed so far."""
+    """OpenAIModel that remembers how much text the current call has streamed so far.
+
+    Usage that is not a count (a string, a negative number) is dropped, so the call's
+    spend is estimated and flagged as for an upstream that reports none: one gateway's
+    odd accounting must not fail the tick.
+    """
 
     response_chars = 0
 
@@ -30,6 +36,8 @@ class MeteredOpenAIModel(OpenAIModel):
         """Count the streamed text as it passes, for the estimate when no usage comes back."""
         self.response_chars = 0
         async for event in super().stream(*args, **kwargs):
+            if isinstance(event, dict) and "metadata" in event:
+                event = _with_countable_usage(dict(event))
             delta = (
                 event.get("contentBlockDelta", {}).get("delta", {})
                 if isinstance(event, dict)
@@ -38,6 +46,32 @@ class MeteredOpenAIModel(OpenAIModel):
             piece = delta.get("text") or delta.get("toolUse", {}).get("input") or ""
             self.response_chars += len(piece)
             yield event
+
+
+def _with_countable_usage(event: dict[str, Any]) -> Any:
+    usage = event["metadata"].get("usage") or {}
+    if all(type(value) is int and value >= 0 for value in usage.values()):
+        return event
+    print(f"the upstream reported unusable usage {usage!r}: the call is estimated", file=sys.stderr)
+    zero = {"inputTokens": 0, "outputTokens": 0, "totalTokens": 0}
+    return {**event, "metadata": {**event["metadata"], "usage": zero}}
+
+
+class MalformedAnswerError(Exception):
+    """The upstream answered 200 with something that is no completion stream.
+
+    A gateway's HTML error page, a JSON body cut short: the upstream's fault, so the tick
+    fails on infrastructure.
+    """
+
+
+async def _expect_event_stream(response: httpx.Response) -> None:
+    """Every call of a tick streams: a 200 of another content type is no answer."""
+    kind = response.headers.get("content-type", "")
+    if response.status_code == 200 and not kind.startswith("text/event-stream"):
+        raise MalformedAnswerError(
+            f"the upstream answered 200 with {kind or 'no content type'}, not an event stream"
+        )
 
 
 def build_model(
@@ -62,7 +96,9 @@ def build_model(
         timeout=payload.model_timeout_seconds,
         max_retries=0,
         default_headers={TICK_HEADER: payload.tick_id},
-        http_client=openai.DefaultAsyncHttpxClient(verify=_ssl_context()),
+        http_client=openai.DefaultAsyncHttpxClient(
+            verify=_ssl_context(), event_hooks={"response": [_expect_event_stream]}
+        ),
     )
     params: dict[str, Any] = {}
     if effort is not None:

@@ -3,7 +3,9 @@
 Everything is read from the store, so the server can run on another host than the
 scheduler; POSTs append the same operator requests as the CLI (`harness.scheduling.control`). With
 a token configured (TICKWORK_API_TOKEN), every route but the dashboard's empty page and
-its static files needs `Authorization: Bearer <token>`; the page's script sends it.
+its static files needs `Authorization: Bearer <token>`; the page's script sends it. The
+OpenAPI schema is one of those routes; there is no `/docs` page (it would load its
+assets from a CDN, which a machine without internet access cannot reach).
 """
 
 from __future__ import annotations
@@ -11,11 +13,11 @@ from __future__ import annotations
 import hmac
 from datetime import datetime
 from pathlib import Path
-from typing import Annotated, Literal
+from typing import Annotated, Any, Literal
 
 from fastapi import APIRouter, Depends, FastAPI, HTTPException, Query, Request
 from fastapi import Path as PathParam
-from fastapi.responses import HTMLResponse, Response
+from fastapi.responses import HTMLResponse, JSONResponse, Response
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 from fastapi.staticfiles import StaticFiles
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
@@ -26,6 +28,7 @@ from harness.api.metrics import StoreCollector
 from harness.api.models import Cancelled, Cleared, Digest, Status, Tick, TickDetail
 from harness.api.reads import Reads
 from harness.config import Settings
+from harness.contracts.secrets import redact
 from harness.projections import SpendRow
 from harness.projections.spend import GroupBy
 from harness.projections.ticks import STATUSES
@@ -77,6 +80,17 @@ class TokenCheck:
             )
 
 
+class RedactedJSONResponse(JSONResponse):
+    """JSON answers with every secret this process knows redacted.
+
+    A tick's events and result file quote what upstreams said, which may be an API key.
+    """
+
+    def render(self, content: Any) -> bytes:
+        """The JSON answer, with every known secret redacted."""
+        return redact(super().render(content).decode()).encode()
+
+
 def _reads(request: Request) -> Reads:
     reads: Reads = request.app.state.reads
     return reads.fresh()
@@ -93,12 +107,23 @@ Level = Annotated[str, PathParam(description="A configured level.")]
 def create_app(settings: Settings, store: EventStore) -> FastAPI:
     """The application over an open store (the caller closes it after the server stops)."""
     app = FastAPI(
-        title="tickwork", summary="Ticks, spend, digests and control of a tickwork service."
+        title="tickwork",
+        summary="Ticks, spend, digests and control of a tickwork service.",
+        default_response_class=RedactedJSONResponse,
+        openapi_url=None,
+        docs_url=None,
+        redoc_url=None,
     )
     app.state.reads = Reads(settings, store)
     token = settings.api.token.get_secret_value() if settings.api.token else None
     guarded = APIRouter(dependencies=[Depends(TokenCheck(token))])
     _routes(guarded, settings)
+
+    @guarded.get("/openapi.json", include_in_schema=False)
+    def openapi() -> JSONResponse:
+        """The schema, behind the token like the routes it describes."""
+        return JSONResponse(app.openapi())
+
     app.include_router(guarded)
 
     page_html = (STATIC / "dashboard.html").read_text(encoding="utf-8")

@@ -44,7 +44,8 @@ def serve(
     try:
         where = f"http://{bind}:{port or config.api.port}"
         guarded = "bearer token required" if config.api.token else "no token: loopback only"
-        out.print(f"tickwork API and dashboard on {where}/ (OpenAPI: {where}/docs; {guarded})")
+        schema = f"{where}/openapi.json"
+        out.print(f"tickwork API and dashboard on {where}/ (OpenAPI schema: {schema}; {guarded})")
         application = create_app(config, store)
         uvicorn.run(application, host=bind, port=port or config.api.port, log_level="warning")
     finally:

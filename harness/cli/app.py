@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING, Annotated
 
 import typer
 from rich.console import Console
+from rich.markup import escape
 
 from harness import timespec
 
@@ -40,8 +41,10 @@ app.add_typer(spool_app, name="spool")
 app.add_typer(projections_app, name="projections")
 app.add_typer(rag_app, name="rag")
 
-out = Console(soft_wrap=True)
-err = Console(stderr=True, soft_wrap=True)  # an error stays one greppable line
+# Markup off: paths, level names, regexes and quoted errors print as they are (`[rag]`
+# is text, not a style); the few styled lines ask for markup and escape what they quote.
+out = Console(soft_wrap=True, markup=False)
+err = Console(stderr=True, soft_wrap=True, markup=False)  # an error stays one greppable line
 
 ConfigOption = Annotated[
     Path | None,
@@ -62,12 +65,15 @@ state = State()
 
 @app.callback()
 def _root(config: ConfigOption = None) -> None:
+    from harness.contracts.secrets import redact_standard_streams
+
+    redact_standard_streams()
     state.config = config
 
 
 def fail(message: str, code: int = 1) -> typer.Exit:
     """Print an error as one greppable line and give the exit to raise (2: bad input)."""
-    err.print(f"[bold red]error:[/] {message}", highlight=False)
+    err.print(f"[bold red]error:[/] {escape(message)}", highlight=False, markup=True)
     return typer.Exit(code)
 
 
@@ -106,7 +112,15 @@ def parse_since(text: str) -> datetime:
 @contextmanager
 def upstream_for_ticks() -> Iterator[dict[str, str]]:
     """The worker environment: the real upstream if OPENAI_BASE_URL is set, else the fake."""
+    from harness.contracts.secrets import API_KEY_ENV
+
     if os.environ.get("OPENAI_BASE_URL"):
+        if not os.environ.get(API_KEY_ENV):
+            err.print(
+                f"[yellow]warning:[/] OPENAI_BASE_URL is set but {API_KEY_ENV} is not: "
+                "an upstream that needs a key will refuse every call",
+                markup=True,
+            )
         yield dict(os.environ)
         return
     from harness.devtools.fake_llm import fake_upstream

@@ -69,6 +69,14 @@ def migrate() -> None:
 @app.command()
 def status() -> None:
     """The store, levels, ticks in flight and today's spend at a glance."""
+    from harness.config import CONFIG_ENV, CONFIG_FILENAME, config_path
+
+    if config_path(state.config) is None:
+        raise fail(
+            f"no configuration here (no {CONFIG_FILENAME}, no ${CONFIG_ENV}): "
+            "run `tickwork init` to create one",
+            code=2,
+        )
     from harness.scheduling.status import refresh, snapshot
     from harness.store import Spool, current_revision, safe_url
 
@@ -166,7 +174,15 @@ def events(
 ) -> None:
     """List events, oldest first; --follow polls for new ones."""
     start = parse_since(since) if since else None
+    from harness.contracts.events import EVENT_TYPES
+
     types = set(type_) if type_ else None
+    known = {name for name, _ in EVENT_TYPES}
+    if types and not types <= known:
+        unknown = f"unknown event type {', '.join(sorted(types - known))}"
+        if not follow:
+            raise fail(f"{unknown} (known: {', '.join(sorted(known))})", code=2)
+        err.print(f"warning: {unknown}: following it in case a newer writer appends one")
     store = store_for(settings())
     try:
         if stream is not None:

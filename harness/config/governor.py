@@ -44,6 +44,9 @@ class GovernorConfig(GovernorLimits):
     """The level the proxy's `BudgetSpent` events are booked under in spend reports."""
     alert_episode_seconds: Annotated[float, Field(gt=0)] = 3600.0
     """A conversation quiet this long (or back under the threshold) starts a new episode."""
+    upstream_idle_seconds: Annotated[float, Field(gt=0, le=3600)] = 120.0
+    """The longest the upstream may stay silent within an answer before the proxy ends it
+    with an error, so a stalled upstream does not hold the client."""
 
     @property
     def public_upstream(self) -> str:

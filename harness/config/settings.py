@@ -11,11 +11,16 @@ from __future__ import annotations
 import os
 import re
 import tomllib
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Annotated, Any, Literal
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
+from apscheduler.triggers.base import BaseTrigger
+from apscheduler.triggers.cron import CronTrigger
+from apscheduler.triggers.interval import IntervalTrigger
 from pydantic import (
+    AfterValidator,
     BaseModel,
     ConfigDict,
     Field,
@@ -25,8 +30,11 @@ from pydantic import (
     model_validator,
 )
 from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, SettingsConfigDict
+from sqlalchemy.engine import make_url
+from sqlalchemy.exc import ArgumentError
 
 from harness.config.governor import GovernorConfig
+from harness.contracts.secrets import register_secret_names
 
 CONFIG_ENV = "TICKWORK_CONFIG"
 CONFIG_FILENAME = "tickwork.toml"
@@ -40,6 +48,13 @@ LEVEL_NAME = re.compile(r"^[a-z][a-z0-9_]{0,39}$")
 
 _INTERVAL = re.compile(r"^\s*(\d+)\s*(s|m|h|d)\s*$")
 _INTERVAL_UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400}
+MAX_INTERVAL_SECONDS = 366 * 86400
+"""A year: anything rarer is a cron schedule's job (and a huge one overflows datetimes)."""
+
+EPOCH = datetime(2000, 1, 1, tzinfo=UTC)
+"""Intervals are aligned to it, so every replica computes the same slots."""
+
+STORE_BACKENDS = ("sqlite", "postgresql")
 
 
 Durability = Literal["process", "power"]
@@ -53,12 +68,24 @@ those too, at one fsync per append, which serialized appends cannot share.
 """
 
 
+def _iana_zone(name: str) -> str:
+    try:
+        ZoneInfo(name)
+    except (ZoneInfoNotFoundError, ValueError):
+        raise ValueError(f"{name!r} is not an IANA time zone") from None
+    return name
+
+
+IanaZone = Annotated[str, AfterValidator(_iana_zone)]
+"""A time zone name `zoneinfo` knows, such as `Europe/Berlin`."""
+
+
 class ConfigError(Exception):
     """The configuration cannot be used; the message names the file, key path and reason."""
 
 
 class _Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
 
 
 class StoreConfig(_Strict):
@@ -67,6 +94,24 @@ class StoreConfig(_Strict):
     url: str = f"sqlite:///./{HOME}/events.db"
     durability: Durability = "process"
     """`process`: commits survive any process crash; `power`: also power loss (slower)."""
+
+    @field_validator("url")
+    @classmethod
+    def _database_url(cls, url: str) -> str:
+        """Checked here so a bad URL stops every command with its key, not a traceback."""
+        example = "like sqlite:///./.tickwork/events.db or postgresql://host/db"
+        if "\0" in url:
+            raise ValueError(f"holds a NUL byte; give a database URL {example}")
+        try:
+            parsed = make_url(url)
+        except (ArgumentError, ValueError):
+            raise ValueError(f"is not a database URL {example}") from None
+        if parsed.get_backend_name() not in STORE_BACKENDS:
+            raise ValueError(
+                f"backend {parsed.get_backend_name()!r} is not supported: "
+                f"give a database URL {example}"
+            )
+        return url
 
 
 class PathsConfig(_Strict):
@@ -156,7 +201,10 @@ def parse_interval(text: str) -> int:
     match = _INTERVAL.match(text)
     if not match or int(match.group(1)) == 0:
         raise ValueError(f"{text!r} is not an interval like '30s', '5m', '1h' or '1d'")
-    return int(match.group(1)) * _INTERVAL_UNITS[match.group(2)]
+    seconds = int(match.group(1)) * _INTERVAL_UNITS[match.group(2)]
+    if seconds > MAX_INTERVAL_SECONDS:
+        raise ValueError(f"{text!r} is longer than the longest interval, 366d")
+    return seconds
 
 
 class Scheduled(_Strict):
@@ -166,22 +214,46 @@ class Scheduled(_Strict):
     """Cron expression with five fields, e.g. `* * * * *`."""
     every: str | None = None
     """Interval instead of cron, e.g. `30s`."""
-    timezone: str = "UTC"
+    timezone: IanaZone = "UTC"
     """IANA zone the cron schedule is read in (intervals are aligned to UTC)."""
+
+    @field_validator("schedule")
+    @classmethod
+    def _cron(cls, schedule: str | None) -> str | None:
+        """Built once here, so a schedule that cannot fire stops the load, not a wave."""
+        if schedule is None:
+            return None
+        if len(schedule.split()) != 5:
+            raise ValueError(f"{schedule!r} is not a cron expression with 5 fields")
+        try:
+            trigger = CronTrigger.from_crontab(schedule, timezone="UTC")
+        except ValueError as exc:
+            raise ValueError(f"{schedule!r} is not a valid cron expression: {exc}") from None
+        if trigger.get_next_fire_time(None, datetime.now(UTC)) is None:
+            raise ValueError(f"{schedule!r} never fires")
+        return schedule
+
+    @field_validator("every")
+    @classmethod
+    def _interval(cls, every: str | None) -> str | None:
+        if every is not None:
+            parse_interval(every)
+        return every
 
     @model_validator(mode="after")
     def _one_schedule(self) -> Scheduled:
         if (self.schedule is None) == (self.every is None):
             raise ValueError("set exactly one of 'schedule' (cron) or 'every' (interval)")
-        if self.schedule is not None and len(self.schedule.split()) != 5:
-            raise ValueError(f"schedule {self.schedule!r} is not a cron expression with 5 fields")
-        if self.every is not None:
-            parse_interval(self.every)
-        try:
-            ZoneInfo(self.timezone)
-        except (ZoneInfoNotFoundError, ValueError):
-            raise ValueError(f"timezone {self.timezone!r} is not an IANA time zone") from None
         return self
+
+    def trigger(self) -> BaseTrigger:
+        """APScheduler's trigger of this schedule (raises ValueError when it is invalid)."""
+        if self.every is not None:
+            return IntervalTrigger(
+                seconds=parse_interval(self.every), start_date=EPOCH, timezone="UTC"
+            )
+        assert self.schedule is not None
+        return CronTrigger.from_crontab(self.schedule, timezone=self.timezone)
 
 
 class LevelConfig(Scheduled):
@@ -298,6 +370,13 @@ class Settings(BaseSettings):
                         f"{kind} name {name!r} must match {LEVEL_NAME.pattern} "
                         "(it becomes part of env var names, stream ids and paths)"
                     )
+        if self.routing.catalog is None:
+            for name, level in self.levels.items():
+                if not level.model:
+                    raise ValueError(
+                        f"levels.{name}.model is not set, and there is no [routing] catalog "
+                        "to choose one: a tick needs a model"
+                    )
         for name, digest in self.digests.items():
             unknown = sorted(set(digest.levels) - set(self.levels))
             if unknown:
@@ -345,6 +424,10 @@ def load_settings(explicit: Path | None = None) -> Settings:
             raise ConfigError(f"{path}: config file not found") from None
         except OSError as exc:
             raise ConfigError(f"{path}: cannot read: {exc.strerror}") from exc
+        except UnicodeDecodeError as exc:
+            raise ConfigError(f"{path}: not UTF-8 text: {exc.reason} at byte {exc.start}") from exc
+        except RecursionError:
+            raise ConfigError(f"{path}: invalid TOML: nested too deeply") from None
         except tomllib.TOMLDecodeError as exc:
             raise ConfigError(f"{path}: invalid TOML: {exc}") from exc
         if isinstance(data.get("api"), dict) and "token" in data["api"]:
@@ -352,7 +435,9 @@ def load_settings(explicit: Path | None = None) -> Settings:
                 f"{path}: api.token: a secret is never kept in the file; set TICKWORK_API_TOKEN"
             )
     try:
-        return Settings(**data)
+        settings = Settings(**data)
     except ValidationError as exc:
         lines = "\n".join(f"  {_describe(err)}" for err in exc.errors())
         raise ConfigError(f"{where}: invalid configuration\n{lines}") from exc
+    register_secret_names(name for digest in settings.digests.values() for name in digest.notify)
+    return settings

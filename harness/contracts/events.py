@@ -16,6 +16,8 @@ from uuid import UUID, uuid4
 from pydantic import BaseModel, ConfigDict, Field, NonNegativeInt
 
 from harness.contracts.records import NewEvent, StoredEvent
+from harness.contracts.result import FailureClass
+from harness.contracts.secrets import redact_data
 
 
 def utcnow() -> datetime:
@@ -36,7 +38,7 @@ class Event(BaseModel):
 
     def to_record(self, metadata: dict[str, Any] | None = None) -> NewEvent:
         """The store's record of the event; the id travels apart so a retried append is a no-op."""
-        data = self.model_dump(mode="json", exclude={"event_id"})
+        data = redact_data(self.model_dump(mode="json", exclude={"event_id"}))
         return NewEvent(self.event_id, self.type, self.version, data, metadata or {})
 
 
@@ -165,7 +167,7 @@ class TickAttemptFailed(TickEvent):
 
     type = "TickAttemptFailed"
     attempt: NonNegativeInt
-    failure_class: Literal["infrastructure", "content", "internal"]
+    failure_class: FailureClass
     reason: str
     retry_in_seconds: float
 
@@ -192,7 +194,7 @@ class TickFailed(TerminalTickEvent):
 
     type = "TickFailed"
     reason: str
-    failure_class: Literal["infrastructure", "content", "internal"] = "internal"
+    failure_class: FailureClass = "internal"
     stderr_tail: str = ""
     result_path: str | None = None
 

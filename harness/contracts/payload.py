@@ -13,6 +13,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from harness.contracts.calibration import Calibration
 from harness.contracts.governor import GovernorLimits
+from harness.contracts.secrets import API_KEY_ENV
 
 TICK_HEADER = "x-tickwork-tick"
 """Sent with every model request, so an upstream (or the fake one) can tell ticks apart."""
@@ -101,3 +102,12 @@ class TickPayload(BaseModel):
     store's write lock, which a wave of ticks at :00 would queue on)."""
     budget: DailyBudget | None = None
     """Set when the level has a daily token budget: checked before every model call."""
+
+    def key_variables(self) -> frozenset[str]:
+        """The variables holding the API keys of this tick's targets.
+
+        They are the only secrets its environment may hold: a `can_shell` tick can read it.
+        """
+        if self.route is None:
+            return frozenset({API_KEY_ENV})
+        return frozenset(c.api_key_env or API_KEY_ENV for c in self.route.candidates)

@@ -12,9 +12,12 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, NonNegativeInt, ValidationError
 
+from harness.contracts.secrets import redact
 from harness.files import write_atomically
 
-FailureClass = Literal["infrastructure", "content", "internal"]
+FailureClass = Literal["infrastructure", "content", "internal", "configuration"]
+"""`configuration`: the upstream refused the tick's credentials (401/403); retrying cannot
+help, so the level pauses at once."""
 
 
 class _Model(BaseModel):
@@ -71,8 +74,8 @@ class ResultMissingError(ResultFileError):
 
 
 def write_result(path: Path, result: TickResult) -> None:
-    """Write the result so the runner sees no file or a whole one (atomic, mode 0600)."""
-    write_atomically(path, result.model_dump_json(indent=2).encode())
+    """Every known secret is redacted first: an error message may quote the API key."""
+    write_atomically(path, redact(result.model_dump_json(indent=2)).encode())
 
 
 def read_result(path: Path) -> TickResult:

@@ -54,6 +54,9 @@ class Step(BaseModel):
     tool_calls: list[ToolCallSpec] = Field(default_factory=list)
     status: int | None = None
     """Answer with this HTTP error status instead (429, 500, ...)."""
+    error_message: str = "scripted status {status}"
+    """The error's message; `{key}` and `{authorization}` quote the request's credentials,
+    as careless gateways do (`Incorrect API key provided: {key}`)."""
     delay: float = 0.0
     """Seconds to wait before answering."""
     cut_stream: bool = False
@@ -61,6 +64,14 @@ class Step(BaseModel):
     omit_usage: bool = False
     chunk_delay: float = 0.0
     """Streaming only: seconds between two chunks."""
+    cut_after_chunks: int | None = None
+    """Streaming only: drop the connection after this many chunks (a tool call's arguments
+    come in two chunks, so a cut can leave one half-sent)."""
+    raw_body: str | None = None
+    """Answer 200 with exactly this body instead (an HTML error page, broken JSON)."""
+    raw_content_type: str = "application/json"
+    usage: dict[str, Any] | None = None
+    """Report this usage instead of the counted one (a string, a negative number …)."""
 
 
 class Script(BaseModel):
@@ -229,10 +240,17 @@ def create_app(state: FakeState | None = None) -> FastAPI:
         if step.delay:
             await asyncio.sleep(step.delay)
         if step.status:
-            return JSONResponse(
-                {"error": {"message": f"scripted status {step.status}", "type": "fake"}},
-                status_code=step.status,
+            authorization = request.headers.get("authorization", "")
+            error = step.error_message.format(
+                status=step.status,
+                authorization=authorization,
+                key=authorization.removeprefix("Bearer "),
             )
+            return JSONResponse(
+                {"error": {"message": error, "type": "fake"}}, status_code=step.status
+            )
+        if step.raw_body is not None:
+            return Response(step.raw_body, media_type=step.raw_content_type)
         text, calls = _answer(step)
         model = str(body.get("model", "fake-model"))
         prompt_tokens, cached = fake.prompt_tokens(key, body)
@@ -241,6 +259,9 @@ def create_app(state: FakeState | None = None) -> FastAPI:
             "completion_tokens": count_tokens(text + orjson.dumps(calls).decode()),
         }
         usage["total_tokens"] = usage["prompt_tokens"] + usage["completion_tokens"]
+        billed = usage
+        if step.usage is not None:
+            usage = step.usage
         stream = bool(body.get("stream"))
         include_usage = not stream or bool((body.get("stream_options") or {}).get("include_usage"))
         reported = include_usage and not step.omit_usage and not step.cut_stream
@@ -248,8 +269,8 @@ def create_app(state: FakeState | None = None) -> FastAPI:
             LedgerEntry(
                 key=key,
                 model=model,
-                prompt_tokens=usage["prompt_tokens"],
-                completion_tokens=usage["completion_tokens"],
+                prompt_tokens=billed["prompt_tokens"],
+                completion_tokens=billed["completion_tokens"],
                 usage_reported=reported,
                 stream=stream,
                 received_at=time.time(),
@@ -303,12 +324,22 @@ async def _stream(
         }
         return b"data: " + orjson.dumps(body) + b"\n\n"
 
-    yield chunk({"role": "assistant", "content": ""})
-    for start in range(0, len(text), 16):
-        await asyncio.sleep(step.chunk_delay)
-        yield chunk({"content": text[start : start + 16]})
+    deltas: list[dict[str, Any]] = [{"role": "assistant", "content": ""}]
+    deltas += [{"content": text[start : start + 16]} for start in range(0, len(text), 16)]
     for index, call in enumerate(calls):
-        yield chunk({"tool_calls": [{"index": index, **call}]})
+        arguments = call["function"]["arguments"]
+        half = len(arguments) // 2
+        opening = {**call, "function": {**call["function"], "arguments": arguments[:half]}}
+        deltas.append({"tool_calls": [{"index": index, **opening}]})
+        deltas.append(
+            {"tool_calls": [{"index": index, "function": {"arguments": arguments[half:]}}]}
+        )
+    for sent, delta in enumerate(deltas):
+        if sent == step.cut_after_chunks:
+            raise ConnectionAbortedError("scripted cut in the middle of the answer")
+        if sent:
+            await asyncio.sleep(step.chunk_delay)
+        yield chunk(delta)
     if step.cut_stream:
         await asyncio.sleep(0.05)
         raise ConnectionAbortedError("scripted cut before the usage chunk")

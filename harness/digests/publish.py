@@ -191,7 +191,7 @@ class Publisher:
         # Named by its content: a replica that loses the claim never overwrites the winner's.
         file_name = f"{period.stamp}-{content_hash[:12]}.{config.format}"
         path = (self.settings.paths.digests / name / file_name).absolute()
-        write_atomically(path, content, mode=0o640)
+        write_atomically(path, content)
         return DigestClaimed(
             name=name,
             period_start=period.start,

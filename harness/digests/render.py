@@ -24,11 +24,16 @@ Block = tuple[Literal["h1", "h2", "p", "li", "quote"], str]
 
 
 def render(digest: Digest, fmt: DigestFormat) -> str:
-    """The digest in the asked format; Markdown and HTML share one outline."""
+    """The digest as a document, with every known secret redacted.
+
+    Ticks' texts and errors may quote a key; every kept file and message comes from here.
+    """
+    from harness.contracts.secrets import redact  # the contracts' models: not for --help
+
     if fmt == "json":
-        return digest.model_dump_json(indent=2) + "\n"
+        return redact(digest.model_dump_json(indent=2)) + "\n"
     blocks = outline(digest)
-    return _markdown(blocks) if fmt == "md" else _html(digest, blocks)
+    return redact(_markdown(blocks) if fmt == "md" else _html(digest, blocks))
 
 
 def title(digest: Digest) -> str:

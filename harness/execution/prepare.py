@@ -22,6 +22,7 @@ from harness.config import LevelConfig, Settings
 from harness.contracts.calibration import Calibration
 from harness.contracts.payload import DailyBudget, RagSettings, TickPayload
 from harness.contracts.result import ResultFileError, read_result
+from harness.contracts.secrets import secret_names
 from harness.prices import PriceBook
 from harness.projections import Projector, projector_for
 from harness.projections.calibration import current_calibrations
@@ -54,6 +55,22 @@ def tool_budget(level: str, config: LevelConfig, env: Mapping[str, str]) -> int:
     if config.max_tool_calls is not None:
         return config.max_tool_calls
     return DEFAULT_TOOL_BUDGETS.get(level, FALLBACK_TOOL_BUDGET)
+
+
+def worker_env(env: Mapping[str, str], payload: TickPayload) -> dict[str, str]:
+    """The environment a tick's process gets: `env` without a secret the tick does not need.
+
+    A `can_shell` tick can read all of its environment, so it holds its own targets' keys
+    and no other: not the API token, alert or digest URLs, other targets' keys, nor any
+    `TICKWORK_*` setting (the payload carries what the worker needs of those).
+    """
+    keep = payload.key_variables()
+    drop = secret_names() - keep
+    return {
+        name: value
+        for name, value in env.items()
+        if name in keep or (name not in drop and not name.startswith("TICKWORK_"))
+    }
 
 
 def new_tick_id(level: str) -> str:

@@ -23,6 +23,7 @@ from tenacity import RetryCallState, Retrying, stop_never, wait_exponential
 
 from harness.config import Settings
 from harness.contracts.events import (
+    GovernorFired,
     LevelPaused,
     LevelResumed,
     TickAttemptFailed,
@@ -32,17 +33,27 @@ from harness.contracts.events import (
     TickFailed,
     TickStarted,
     TickTimedOut,
+    decode,
     level_stream,
+    tick_stream,
 )
 from harness.contracts.result import FailureClass, ResultFileError, TickResult, read_result
 from harness.execution.launchers import Launcher, TickProcess, launcher_for
 from harness.execution.lifecycle import Decisions, Life
-from harness.execution.prepare import PreparedTick, TickRef
+from harness.execution.prepare import PreparedTick, TickRef, worker_env
+from harness.governor.alerts import Alerts, urls_from_env
+from harness.governor.policy import Verdict
 from harness.routing.decisions import Escalation
 from harness.scheduling.waves import SlotClaim
-from harness.store import EventStore, Spool, append_or_spool
+from harness.store import EventStore, Spool, StoreError, append_or_spool
 
 STDERR_TAIL_BYTES = 2000
+
+PAUSING = {
+    "infrastructure": "failed on infrastructure after retries",
+    "configuration": "failed on configuration (not retried)",
+}
+"""Failure classes that pause the level, fail-closed until an operator resumes it."""
 
 
 @dataclass(frozen=True)
@@ -167,10 +178,28 @@ class Runner:
         terminal = ended.event
         self.record(terminal)
         failure = _failure(terminal)
-        if failure is not None and failure[0] == "infrastructure":
-            reason = f"{tick.payload.tick_id} failed on infrastructure after retries: "
+        if failure is not None and failure[0] in PAUSING:
+            reason = f"{tick.payload.tick_id} {PAUSING[failure[0]]}: "
             self.record_level(LevelPaused(level=tick.payload.level, reason=reason + failure[1]))
+        self._alert_governor(tick.ref)
         return _outcome(tick.ref, ended)
+
+    def _alert_governor(self, ref: TickRef) -> None:
+        """Tell the operator of the tick's first governor decision, once it has ended.
+
+        The worker cannot: alert URLs are secrets its environment never holds.
+        """
+        urls = urls_from_env(self.env)
+        if not urls or self.store is None:
+            return
+        try:
+            stored = self.store.read_stream(tick_stream(ref.tick_id))
+        except StoreError:
+            return
+        for event in map(decode, stored):
+            if isinstance(event, GovernorFired):
+                Alerts(urls).send(Verdict.of_event(event), f"tick {ref.tick_id} ({ref.level})")
+                return
 
     def _attempt(self, tick: PreparedTick, attempts: Retrying, life: Life) -> Ended:
         payload = tick.payload
@@ -181,7 +210,9 @@ class Runner:
         if life.reason is not None:
             return Ended(TickCancelled(**ids, reason=life.reason))
         payload.result_path.unlink(missing_ok=True)  # an earlier attempt's must not count
-        process = self.launcher.start(payload.model_dump_json().encode(), tick.log_path, self.env)
+        process = self.launcher.start(
+            payload.model_dump_json().encode(), tick.log_path, worker_env(self.env, payload)
+        )
         with self._lock:
             life.process = process
             stopped_meanwhile = life.reason is not None

@@ -10,7 +10,8 @@ governor; import them from their modules.
 
 from __future__ import annotations
 
-from harness.governor.alerts import ALERT_URLS_ENV, Alerts, urls_from_env
+from harness.contracts.secrets import ALERT_URLS_ENV
+from harness.governor.alerts import Alerts, urls_from_env
 from harness.governor.calibration import Calibrations
 from harness.governor.estimate import openai_request_chars, request_chars, tokens_from_chars
 from harness.governor.policy import Tail, Verdict, decide

@@ -17,9 +17,9 @@ import threading
 import time
 from collections.abc import Callable, Mapping
 
+from harness.contracts.secrets import ALERT_URLS_ENV
 from harness.governor.policy import Verdict
 
-ALERT_URLS_ENV = "TICKWORK_ALERT_URLS"
 _MAX_EPISODES = 10_000
 
 log = logging.getLogger(__name__)

@@ -48,6 +48,18 @@ class Verdict:
         template = limits.stop_message if self.decision == "hard" else limits.directive
         return fill(template, self.est_tokens, self.threshold)
 
+    @classmethod
+    def of_event(cls, fired: GovernorFired) -> Verdict:
+        """The verdict a recorded decision was made of (to tell an operator after the fact)."""
+        return cls(
+            fired.decision,
+            fired.model,
+            fired.chars,
+            fired.est_tokens,
+            fired.chars_per_token,
+            fired.threshold,
+        )
+
     def event(self, source: Literal["worker", "proxy"], tick_id: str | None) -> GovernorFired:
         """The decision as the event both the worker and the proxy record."""
         if self.decision == "pass":

@@ -22,12 +22,13 @@ from collections import Counter, deque
 from collections.abc import AsyncIterator, Iterator
 from datetime import UTC, datetime
 from typing import IO, Any
+from urllib.parse import unquote, urlsplit
 
 import aiohttp
 import orjson
 from multidict import CIMultiDict
 from starlette.applications import Starlette
-from starlette.requests import Request
+from starlette.requests import ClientDisconnect, Request
 from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import Route
 
@@ -70,6 +71,9 @@ HOP_BY_HOP = frozenset(
 )
 """Headers that describe one connection, not the request: never forwarded as they are."""
 
+CLIENT_CLOSED = 499
+"""nginx's status for a client that closed the connection before its answer: logged as
+such, not as a traceback."""
 RECENT_DECISIONS = 50
 KEEPALIVE_SECONDS = 2.0
 """Shorter than servers' idle timeouts (uvicorn: 5 s), so a pooled connection is not reused
@@ -232,16 +236,29 @@ def create_app(governor: ProxyGovernor) -> Starlette:
     aiohttp, not httpx: its HTTP/1.1 parser is C, and the outgoing client was two thirds
     of the proxy's CPU per request with httpx's pure-Python one (ops/bench/RESULTS.md).
     """
-    upstream = (governor.config.upstream or "").rstrip("/")
-    if not upstream:
+    config = governor.config
+    if not config.upstream:
         raise ValueError("the governor needs an upstream: set [governor] upstream or GOV_UPSTREAM")
+    # Credentials in the URL become the Authorization of requests that bring none of their
+    # own: aiohttp refuses a request with both.
+    upstream = config.public_upstream.rstrip("/")
+    given = urlsplit(config.upstream)
+    basic = (
+        aiohttp.BasicAuth(unquote(given.username), unquote(given.password or "")).encode()
+        if given.username
+        else None
+    )
     sessions: list[aiohttp.ClientSession] = []
 
     async def status(request: Request) -> Response:
         return JSONResponse(governor.status())
 
     async def forward(request: Request) -> Response:
-        body = await request.body()
+        try:
+            body = await request.body()
+        except ClientDisconnect:
+            governor.counters["client_gone"] += 1
+            return Response(status_code=CLIENT_CLOSED)
         governor.counters["requests"] += 1
         chat = chat_request(request.method, request.url.path, body)
         drop = HOP_BY_HOP
@@ -261,6 +278,8 @@ def create_app(governor: ProxyGovernor) -> Starlette:
             (name.decode("latin-1"), value.decode("latin-1"))
             for name, value in _forwarded(request.headers.raw, drop)
         )
+        if basic is not None and "authorization" not in headers:
+            headers["Authorization"] = basic
         try:
             answer = await sessions[0].request(
                 request.method,
@@ -283,7 +302,8 @@ def create_app(governor: ProxyGovernor) -> Starlette:
             )
         streamed = answer.headers.get("content-type", "").startswith("text/event-stream")
         scanner = UsageScanner(streamed) if verdict is not None and answer.ok else None
-        response = StreamingResponse(_relay(answer, scanner, governor, verdict, tick_id))
+        relay = _relay(answer, scanner, governor, verdict, tick_id, streamed)
+        response = StreamingResponse(relay)
         response.raw_headers = _forwarded(list(answer.raw_headers), HOP_BY_HOP)
         response.status_code = answer.status
         return response
@@ -291,7 +311,9 @@ def create_app(governor: ProxyGovernor) -> Starlette:
     @contextlib.asynccontextmanager
     async def lifespan(app: Starlette) -> AsyncIterator[None]:
         connector = aiohttp.TCPConnector(limit=0, keepalive_timeout=KEEPALIVE_SECONDS)
-        timeout = aiohttp.ClientTimeout(total=None, connect=10.0, sock_read=600.0)
+        timeout = aiohttp.ClientTimeout(
+            total=None, connect=10.0, sock_read=config.upstream_idle_seconds
+        )
         async with aiohttp.ClientSession(connector=connector, timeout=timeout) as session:
             sessions.append(session)
             yield
@@ -311,8 +333,13 @@ async def _relay(
     governor: ProxyGovernor,
     verdict: Verdict | None,
     tick_id: str | None,
+    streamed: bool,
 ) -> AsyncIterator[bytes]:
-    """The upstream's bytes as they arrive; a cut upstream ends the body where it broke."""
+    """The upstream's bytes as they arrive; a cut upstream ends the body where it broke.
+
+    A stream cut or stalled past the idle timeout ends with an SSE error event, so the
+    client reads why its answer stopped; a client that goes away just ends the relay.
+    """
     try:
         async for chunk in answer.content.iter_any():
             if scanner is not None:
@@ -320,7 +347,16 @@ async def _relay(
             yield chunk
     except (aiohttp.ClientError, TimeoutError) as exc:
         governor.counters["upstream_cut"] += 1
-        log.warning("governor: the upstream cut an answer: %s", type(exc).__name__)
+        stalled = isinstance(exc, TimeoutError)
+        reason = (
+            f"the upstream was silent for {governor.config.upstream_idle_seconds:g} s"
+            if stalled
+            else f"the upstream cut the answer ({type(exc).__name__})"
+        )
+        log.warning("governor: %s", reason)
+        if streamed:
+            error = {"message": f"governor: {reason}", "type": "upstream_error", "code": 504}
+            yield b"data: " + orjson.dumps({"error": error}) + b"\n\n"
     finally:
         answer.release()
     if scanner is not None and verdict is not None:
@@ -331,7 +367,12 @@ def _stop_answer(chat: dict[str, Any], text: str) -> Response:
     model = str(chat.get("model") or "")
     if not chat.get("stream"):
         return JSONResponse(stop_completion(model, text))
-    include_usage = bool((chat.get("stream_options") or {}).get("include_usage"))
+    options = chat.get("stream_options")
+    if options is not None and not isinstance(options, dict):
+        message = 'stream_options must be an object, such as {"include_usage": true}'
+        error = {"message": message, "type": "invalid_request_error", "param": "stream_options"}
+        return JSONResponse({"error": error}, status_code=400)
+    include_usage = bool(options and options.get("include_usage"))
 
     def chunks() -> Iterator[bytes]:
         yield from stop_stream(model, text, include_usage)

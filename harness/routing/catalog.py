@@ -20,11 +20,12 @@ from collections.abc import Iterator, Mapping
 from datetime import time
 from pathlib import Path
 from typing import Annotated, Any, Literal
-from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
+from zoneinfo import ZoneInfo
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from harness.config import LEVEL_NAME, PriceOverride
+from harness.config import LEVEL_NAME, IanaZone, PriceOverride
+from harness.contracts.secrets import register_secret_names
 
 MINUTES_A_DAY = 24 * 60
 
@@ -46,7 +47,7 @@ class CatalogError(Exception):
 
 
 class _Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True, strict=True)
+    model_config = ConfigDict(extra="forbid", frozen=True, strict=True, allow_inf_nan=False)
 
 
 class Target(_Strict):
@@ -98,20 +99,11 @@ class Catalog(_Strict):
     """The operator's routing document: targets, a lane per level, promotions on failure."""
 
     schema_version: Literal[1]
-    timezone: str = "UTC"
+    timezone: IanaZone = "UTC"
     """IANA zone the time windows are read in."""
     targets: dict[TargetId, Target]
     lanes: dict[str, Lane]
     promotions: dict[TargetId, TargetId] = {}
-
-    @field_validator("timezone")
-    @classmethod
-    def _known_zone(cls, value: str) -> str:
-        try:
-            ZoneInfo(value)
-        except (ZoneInfoNotFoundError, ValueError):
-            raise ValueError(f"{value!r} is not an IANA time zone") from None
-        return value
 
     @property
     def zone(self) -> ZoneInfo:
@@ -181,6 +173,11 @@ def _duplicate_keys(value: Any, loc: tuple[int | str, ...] = ()) -> Iterator[str
             yield from _duplicate_keys(inner, (*loc, index))
 
 
+def _no_constant(name: str) -> Any:
+    """JSON has no `Infinity` or `NaN`; Python's parser accepts them unless told not to."""
+    raise ValueError(f"{name} is not a JSON number")
+
+
 def read_document(path: Path) -> dict[str, Any]:
     """The file's content as plain data: `.toml` or `.json`, by its extension."""
     source = str(path)
@@ -189,16 +186,22 @@ def read_document(path: Path) -> dict[str, Any]:
         raise CatalogError(
             source, [f"(file): extension {suffix or '(none)'!r} is not .toml or .json"]
         )
+    kind = suffix[1:].upper()
     try:
         text = path.read_text(encoding="utf-8")
     except OSError as exc:
         raise CatalogError(source, [f"(file): cannot read: {exc.strerror}"]) from exc
+    except UnicodeDecodeError as exc:
+        problem = f"(file): not UTF-8 text: {exc.reason} at byte {exc.start}"
+        raise CatalogError(source, [problem]) from exc
     try:
         if suffix == ".toml":
             return tomllib.loads(text)
-        document = json.loads(text, object_pairs_hook=_json_object)
-    except (tomllib.TOMLDecodeError, json.JSONDecodeError) as exc:
-        raise CatalogError(source, [f"(file): invalid {suffix[1:].upper()}: {exc}"]) from exc
+        document = json.loads(text, object_pairs_hook=_json_object, parse_constant=_no_constant)
+    except (tomllib.TOMLDecodeError, json.JSONDecodeError, ValueError) as exc:
+        raise CatalogError(source, [f"(file): invalid {kind}: {exc}"]) from exc
+    except RecursionError:
+        raise CatalogError(source, [f"(file): invalid {kind}: nested too deeply"]) from None
     if not isinstance(document, dict):
         raise CatalogError(source, ["(top level): must be an object"])
     duplicates = list(_duplicate_keys(document))
@@ -225,6 +228,7 @@ def parse_catalog(document: Mapping[str, Any], source: str = "catalog") -> Catal
     problems = list(_rule_problems(catalog))
     if problems:
         raise CatalogError(source, problems)
+    register_secret_names(t.api_key_env for t in catalog.targets.values() if t.api_key_env)
     return catalog
 
 

@@ -2,8 +2,8 @@
 
 Only the triggers are used, not APScheduler's scheduler: a slot is the trigger's fire
 time itself (which APScheduler 3 does not hand its jobs), and slot uniqueness across
-replicas lives in the event store, not in a job store. Intervals are aligned to a fixed
-epoch so that every replica computes the same slots.
+replicas lives in the event store, not in a job store. The configuration builds the
+triggers (`Scheduled.trigger`), so a schedule that cannot fire is refused at load.
 """
 
 from __future__ import annotations
@@ -11,22 +11,13 @@ from __future__ import annotations
 from datetime import UTC, datetime, timedelta
 
 from apscheduler.triggers.base import BaseTrigger
-from apscheduler.triggers.cron import CronTrigger
-from apscheduler.triggers.interval import IntervalTrigger
 
-from harness.config import Scheduled, parse_interval
-
-EPOCH = datetime(2000, 1, 1, tzinfo=UTC)
+from harness.config import Scheduled
 
 
 def level_trigger(config: Scheduled) -> BaseTrigger:
-    """The APScheduler trigger of a level or digest: a fixed interval or a cron line."""
-    if config.every is not None:
-        return IntervalTrigger(
-            seconds=parse_interval(config.every), start_date=EPOCH, timezone="UTC"
-        )
-    assert config.schedule is not None
-    return CronTrigger.from_crontab(config.schedule, timezone=config.timezone)
+    """The trigger of a level or digest; the configuration built it once when it loaded."""
+    return config.trigger()
 
 
 def next_slot(trigger: BaseTrigger, previous: datetime | None, now: datetime) -> datetime:

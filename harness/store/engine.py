@@ -7,6 +7,7 @@ transactions so a read-then-write never deadlocks on a lock upgrade. PostgreSQL:
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 from typing import Any
 
@@ -15,6 +16,7 @@ import sqlalchemy as sa
 from sqlalchemy.engine import URL, Engine, make_url
 
 from harness.config import Durability
+from harness.files import make_private_folder
 from harness.store.records import StoreUnavailableError
 
 BEGIN_MODE = "tickwork_sqlite_begin"
@@ -67,7 +69,9 @@ def create_store_engine(url: str, *, durability: Durability = "process") -> Engi
     path = sqlite_path(parsed)
     if path is not None:
         try:
-            path.parent.mkdir(parents=True, exist_ok=True)
+            make_private_folder(path.parent)
+            # SQLite gives its WAL and SHM files the mode of the database file.
+            os.close(os.open(path, os.O_CREAT | os.O_WRONLY, 0o600))
         except OSError as exc:
             raise StoreUnavailableError(
                 f"cannot create the folder of SQLite store {path}: {exc.strerror}"

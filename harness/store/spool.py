@@ -22,6 +22,7 @@ from uuid import UUID
 import orjson
 
 from harness.contracts.records import NewEvent
+from harness.files import make_private_folder
 from harness.store.base import EventStore
 from harness.store.records import ANY, AppendResult, StoreUnavailableError
 
@@ -97,7 +98,7 @@ class Spool:
 
     def write(self, stream_id: str, events: Sequence[NewEvent]) -> Path:
         """Durably record one append; returns the spool file it went to."""
-        self.directory.mkdir(parents=True, exist_ok=True)
+        make_private_folder(self.directory)
         path = self._own_file()
         line = _encode(stream_id, events)
         while True:

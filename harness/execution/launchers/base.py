@@ -16,6 +16,8 @@ from pathlib import Path
 
 import psutil
 
+from harness.files import make_private_folder
+
 
 @dataclass
 class TickProcess:
@@ -78,7 +80,7 @@ class Launcher(ABC):
 
     def start(self, payload_json: bytes, log_path: Path, env: dict[str, str]) -> TickProcess:
         """Start a worker with the payload on its stdin and its output in `log_path`."""
-        log_path.parent.mkdir(parents=True, exist_ok=True)
+        make_private_folder(log_path.parent)
         return self._start(payload_json, log_path, env)
 
     @abstractmethod

@@ -7,6 +7,7 @@ import sys
 from pathlib import Path
 
 from harness.execution.launchers.base import Launcher, TickProcess
+from harness.files import open_private
 
 WORKER_MODULE = "workers.llm_worker"
 
@@ -18,7 +19,7 @@ class ColdLauncher(Launcher):
         self.worker = worker
 
     def _start(self, payload_json: bytes, log_path: Path, env: dict[str, str]) -> TickProcess:
-        with open(log_path, "ab") as log:
+        with open(log_path, "ab", opener=open_private) as log:
             popen = subprocess.Popen(
                 [sys.executable, "-m", self.worker],
                 stdin=subprocess.PIPE,

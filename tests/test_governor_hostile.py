@@ -1,0 +1,125 @@
+"""The governor proxy under careless and hostile clients and upstreams: no 500, no traceback.
+
+A client may send nonsense, go away mid-request, or use an upstream URL with credentials;
+an upstream may stall in the middle of an answer. Each gets a clear answer or a clean end.
+"""
+
+from __future__ import annotations
+
+import base64
+import logging
+import socket
+import time
+from collections.abc import Iterator
+from typing import Any
+from urllib.parse import urlsplit
+
+import httpx
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from harness.devtools.fake_llm import FakeUpstream, Step
+from tests.governor_support import config, echo_app, governor_proxy, messages, origin_of, serving
+from tests.waiting import wait_until
+
+OVER_HARD = 7000
+"""Characters: about 2,190 tokens at 3.2 per token, over the tests' hard ceiling of 2,000."""
+
+
+@pytest.mark.parametrize("options", ["yes", [1], 3, True])
+def test_a_stopped_stream_with_nonsense_stream_options_is_a_400(options: Any) -> None:
+    with governor_proxy(config("http://127.0.0.1:9")) as (origin, _):
+        body = {"model": "m", "messages": messages(OVER_HARD), "stream": True}
+        answer = httpx.post(
+            f"{origin}/v1/chat/completions", json={**body, "stream_options": options}
+        )
+    assert answer.status_code == 400
+    assert answer.json()["error"]["param"] == "stream_options"
+
+
+def test_credentials_in_the_upstream_url_and_the_clients_own_both_work() -> None:
+    with serving(echo_app(), "echo") as echo:
+        parts = urlsplit(echo)
+        upstream = f"http://gw%40user:pa%3Ass@{parts.hostname}:{parts.port}"
+        with governor_proxy(config(upstream)) as (origin, _):
+            own = httpx.get(f"{origin}/v1/models", headers={"Authorization": "Bearer client-key"})
+            none = httpx.get(f"{origin}/v1/models")
+    assert own.status_code == none.status_code == 200
+
+    def authorization(answer: httpx.Response) -> list[str]:
+        return [value for name, value in answer.json()["headers"] if name == "authorization"]
+
+    assert authorization(own) == ["Bearer client-key"]
+    assert authorization(none) == ["Basic " + base64.b64encode(b"gw@user:pa:ss").decode()]
+
+
+def test_a_client_that_goes_away_mid_request_leaves_no_traceback(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    caplog.set_level(logging.WARNING)
+    with governor_proxy(config("http://127.0.0.1:9")) as (origin, governor):
+        parts = urlsplit(origin)
+        with socket.create_connection((parts.hostname, parts.port)) as raw:
+            raw.sendall(
+                b"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\n"
+                b'Content-Length: 1000\r\n\r\n{"model":'
+            )
+        wait_until(lambda: governor.counters["client_gone"] == 1, "the proxy noticing")
+    assert not [record for record in caplog.records if record.exc_info], caplog.text
+
+
+def test_an_upstream_stalling_mid_answer_ends_it_with_an_error(fake: FakeUpstream) -> None:
+    fake.script("stall", [Step(text="x" * 64, chunk_delay=5.0)])
+    idle = config(origin_of(fake), upstream_idle_seconds=0.5)
+    body = {"model": "m", "messages": messages(10), "stream": True}
+    with governor_proxy(idle) as (origin, governor):
+        started = time.monotonic()
+        answer = httpx.post(
+            f"{origin}/v1/chat/completions",
+            json=body,
+            headers={"X-Tickwork-Tick": "stall"},
+            timeout=30,
+        )
+        took = time.monotonic() - started
+    assert b"upstream_error" in answer.content and b"silent for 0.5 s" in answer.content
+    assert took < 5.0, "the client is let go long before the upstream's next chunk"
+    assert governor.counters["upstream_cut"] == 1
+
+
+json_scalars = (
+    st.none()
+    | st.booleans()
+    | st.integers()
+    | st.floats(allow_nan=False, allow_infinity=False)
+    | st.text(max_size=8)
+)
+chat_fields = st.fixed_dictionaries(
+    {},
+    optional={
+        "model": json_scalars,
+        "stream": json_scalars,
+        "stream_options": json_scalars | st.dictionaries(st.text(max_size=5), json_scalars),
+        "tools": json_scalars | st.lists(json_scalars, max_size=2),
+    },
+)
+
+
+@pytest.fixture(scope="module")
+def unreachable() -> Iterator[str]:
+    """A governor whose upstream never answers: what it says itself is under test."""
+    with governor_proxy(config("http://127.0.0.1:9")) as (origin, _):
+        yield origin
+
+
+@settings(
+    max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
+@given(fields=chat_fields, size=st.sampled_from([10, OVER_HARD]))
+def test_no_chat_request_gets_a_500_from_the_governor(
+    unreachable: str, fields: dict[str, Any], size: int
+) -> None:
+    answer = httpx.post(
+        f"{unreachable}/v1/chat/completions", json={**fields, "messages": messages(size)}
+    )
+    assert answer.status_code < 500 or answer.status_code == 502, answer.text

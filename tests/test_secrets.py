@@ -1,0 +1,195 @@
+"""No secret value leaves the process that holds it (DESIGN invariant 11).
+
+An upstream that quotes the API key in its error is the hostile case: the key must reach
+no event, result file, tick log, digest, API answer or terminal line. A tick's environment
+holds its own targets' keys and no other secret, and what tickwork writes is its user's
+alone (files 0600, folders 0700).
+"""
+
+from __future__ import annotations
+
+import stat
+from pathlib import Path
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from harness.config import load_settings
+from harness.contracts.events import TickFailed
+from harness.contracts.secrets import (
+    ALERT_URLS_ENV,
+    API_TOKEN_ENV,
+    MIN_SECRET_CHARS,
+    redact,
+    redact_data,
+    register_secret_names,
+)
+from harness.devtools.fake_llm import FakeUpstream, Step, ToolCallSpec
+from harness.store import open_store
+from tests.api_support import TOKEN as API_TOKEN
+from tests.api_support import serving, settings_for
+from tests.commands import fake_server, run, write_config
+from tests.tick_support import SECRET, Harness
+
+TOKEN = "tw-api-token-SECRET-5e1f0c9a"
+ALERT_URL = "json://127.0.0.1:9/alert-SECRET-7c2d"
+DIGEST_URL = "json://127.0.0.1:9/digest-SECRET-0b4e"
+
+LEVEL = """
+[levels.min]
+every = "1m"
+model = "fake-model"
+prompt = "Check the pager."
+rag = false
+[digests.daily]
+every = "1d"
+notify = ["TICKWORK_TEST_DIGEST_URL"]
+"""
+
+QUOTING = {
+    "401 quoting the key": Step(status=401, error_message="Incorrect API key provided: {key}."),
+    "500 quoting the header": Step(
+        status=500, error_message="upstream failed; request had Authorization: {authorization}"
+    ),
+}
+
+
+def files_under(folder: Path) -> list[Path]:
+    return [path for path in folder.rglob("*") if path.is_file()]
+
+
+@pytest.mark.parametrize("answer", QUOTING.values(), ids=QUOTING.keys())
+def test_an_upstream_quoting_the_key_leaks_it_nowhere(tmp_path: Path, answer: Step) -> None:
+    config = write_config(tmp_path, LEVEL, runner="infra_retries = 0")
+    env = {
+        "TICKWORK_CONFIG": str(config),
+        "OPENAI_API_KEY": SECRET,
+        API_TOKEN_ENV: TOKEN,
+        "TICKWORK_TEST_DIGEST_URL": DIGEST_URL,
+    }
+    with fake_server([answer]) as fake:
+        ticked = run(tmp_path, "tick", "min", env={**env, "OPENAI_BASE_URL": fake.url})
+    assert ticked.returncode == 1, ticked.stderr
+    terminal = ticked.stdout + ticked.stderr
+    assert SECRET not in terminal and "Traceback" not in terminal
+    assert "[redacted:OPENAI_API_KEY]" in terminal, "the error is shown, the key is not"
+
+    digest = run(tmp_path, "digest", "--since", "1h", "--format", "json", env=env)
+    assert digest.returncode == 0, digest.stderr
+    assert SECRET not in digest.stdout and "[redacted:OPENAI_API_KEY]" in digest.stdout
+
+    for path in files_under(tmp_path):
+        assert SECRET.encode() not in path.read_bytes(), f"the API key leaked into {path}"
+
+    settings = load_settings(config)
+    store = open_store(settings.store.url)
+    try:
+        events = store.read_all(0, 1000)
+        assert SECRET not in str([event.data for event in events])
+        [failed] = [e for e in events if e.type == TickFailed.type]
+        with serving(settings, store) as http:
+            answer_text = http.get(f"/ticks/{failed.data['tick_id']}").text
+    finally:
+        store.close()
+    assert SECRET not in answer_text and "[redacted:OPENAI_API_KEY]" in answer_text
+
+
+def test_a_refused_key_pauses_the_level_at_once_naming_the_variable(
+    tmp_path: Path, fake: FakeUpstream
+) -> None:
+    harness = Harness(tmp_path, fake, rag=False)
+    outcome = harness.tick([Step(status=401, error_message="Incorrect API key provided: {key}")])
+    events = harness.events(outcome)
+    failed = [e for e in events if e.type == "TickFailed"]
+    assert [e.data["failure_class"] for e in failed] == ["configuration"]
+    assert not [e for e in events if e.type == "TickAttemptFailed"], "no retry mends a bad key"
+    [paused] = harness.store.read_stream("level-min")
+    assert paused.type == "LevelPaused" and "OPENAI_API_KEY" in paused.data["reason"]
+
+
+def test_a_shell_tick_cannot_read_the_services_secrets(tmp_path: Path, fake: FakeUpstream) -> None:
+    harness = Harness(tmp_path, fake, rag=False, can_shell=True)
+    harness.runner.env.update(
+        {
+            API_TOKEN_ENV: TOKEN,
+            ALERT_URLS_ENV: ALERT_URL,
+            "TICKWORK_TEST_DIGEST_URL": DIGEST_URL,
+        }
+    )
+    register_secret_names(["TICKWORK_TEST_DIGEST_URL"])
+    read_env = Step(tool_calls=[ToolCallSpec(name="shell", arguments={"command": "env"})])
+    outcome = harness.tick([read_env, Step(text="done")])
+    assert outcome.status == "completed", outcome.reason
+    told = str(fake.state.received[-1]["messages"])
+    assert "OPENAI_BASE_URL" in told, "the shell's output reached the model"
+    for secret in (TOKEN, ALERT_URL, DIGEST_URL):
+        assert secret not in told
+
+
+def test_what_tickwork_writes_is_its_users_alone(tmp_path: Path, fake: FakeUpstream) -> None:
+    harness = Harness(tmp_path, fake, rag=False)
+    outcome = harness.tick([Step(text="done")])
+    failed = TickFailed(tick_id="x", level="min", reason="store down")
+    harness.runner.spool.write("tick-x", [failed.to_record()])
+    created = [tmp_path / "events.db", outcome.result_path, outcome.log_path]
+    created += files_under(tmp_path / "spool")
+    assert (tmp_path / "events.db-wal").exists()
+    created.append(tmp_path / "events.db-wal")
+    for path in created:
+        assert stat.S_IMODE(path.stat().st_mode) == 0o600, path
+    for folder in {path.parent for path in created} - {tmp_path}:
+        assert stat.S_IMODE(folder.stat().st_mode) == 0o700, folder
+
+
+def test_tick_warns_of_a_base_url_without_a_key(tmp_path: Path) -> None:
+    config = write_config(tmp_path, LEVEL)
+    with fake_server([Step(text="done")]) as fake:
+        ticked = run(
+            tmp_path,
+            "tick",
+            "min",
+            env={"TICKWORK_CONFIG": str(config), "OPENAI_BASE_URL": fake.url, "OPENAI_API_KEY": ""},
+        )
+    assert ticked.returncode == 0, ticked.stderr
+    assert "OPENAI_API_KEY is not" in ticked.stderr
+
+
+secret_text = st.text(
+    st.characters(whitelist_categories=("L", "N", "P", "S"), blacklist_characters=","),
+    min_size=MIN_SECRET_CHARS,
+    max_size=40,
+)
+"""Keys and tokens: no spaces or commas (those separate the URLs of a list)."""
+
+
+@given(secret=secret_text, before=st.text(max_size=30), after=st.text(max_size=30))
+def test_a_secret_is_redacted_wherever_it_stands(secret: str, before: str, after: str) -> None:
+    env = {"OPENAI_API_KEY": secret}
+    text = redact(before + secret + after, env)
+    assert secret not in text.replace("[redacted:OPENAI_API_KEY]", "\0")
+    nested = redact_data({"a": [before + secret, {"b": secret + after}], "n": 1}, env)
+    assert secret not in str(nested["a"]).replace("[redacted:OPENAI_API_KEY]", "\0")
+    assert nested["n"] == 1
+
+
+@given(urls=st.lists(st.from_regex(r"json://[a-z]{3,9}/[A-Za-z0-9]{8,20}", fullmatch=True)))
+def test_each_alert_url_of_a_list_is_a_secret_of_its_own(urls: list[str]) -> None:
+    env = {ALERT_URLS_ENV: ", ".join(urls)}
+    for url in urls:
+        assert url not in redact(f"could not deliver to {url}", env)
+
+
+def test_the_schema_needs_the_token_and_no_page_loads_from_a_cdn(
+    tmp_path: Path, sqlite_url: str
+) -> None:
+    store = open_store(sqlite_url)
+    try:
+        with serving(settings_for(sqlite_url, tmp_path, token=API_TOKEN), store) as http:
+            assert http.get("/openapi.json").status_code == 401
+            authorized = {"Authorization": f"Bearer {API_TOKEN}"}
+            assert "/ticks" in http.get("/openapi.json", headers=authorized).json()["paths"]
+            for page in ("/docs", "/redoc"):
+                assert http.get(page, headers=authorized).status_code == 404
+    finally:
+        store.close()

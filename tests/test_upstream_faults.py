@@ -1,0 +1,84 @@
+"""Broken upstream answers end a tick in the right failure class, with its spend recorded.
+
+The fake upstream plays the faults real gateways produce: a stream cut in the middle of a
+tool call, a `200` with an HTML error page, a body that is not JSON, usage that is not a
+count. Each ends the tick with exactly one terminal event of the right class, no
+traceback to the user, and a `BudgetSpent` for every call that was answered.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from harness.devtools.fake_llm import FakeUpstream, Step, ToolCallSpec
+from harness.store import StoredEvent
+from tests.tick_support import Harness
+
+TERMINAL = {"TickCompleted", "TickFailed", "TickTimedOut", "TickCancelled"}
+
+
+def ended(harness: Harness, steps: list[Step]) -> tuple[StoredEvent, list[StoredEvent]]:
+    """The tick's one terminal event, and all its events."""
+    events = harness.events(harness.tick(steps))
+    terminal = [e for e in events if e.type in TERMINAL]
+    assert len(terminal) == 1, [e.type for e in events]
+    assert "Traceback" not in str(terminal[0].data.get("reason", ""))
+    return terminal[0], events
+
+
+def without_retries(harness: Harness) -> Harness:
+    runner = harness.settings.runner.model_copy(update={"infra_retries": 0})
+    harness.runner.settings = harness.settings.model_copy(update={"runner": runner})
+    return harness
+
+
+def test_a_stream_cut_inside_a_tool_call_is_infrastructure_and_runs_nothing(
+    tmp_path: Path, fake: FakeUpstream
+) -> None:
+    marker = tmp_path / "ran"
+    harness = without_retries(Harness(tmp_path, fake, rag=False, can_shell=True))
+    call = ToolCallSpec(name="shell", arguments={"command": f"touch {marker}"})
+    terminal, _ = ended(harness, [Step(tool_calls=[call], cut_after_chunks=2)])
+    assert terminal.type == "TickFailed"
+    assert terminal.data["failure_class"] == "infrastructure"
+    assert not marker.exists(), "a half-sent tool call must never run"
+
+
+@pytest.mark.parametrize(
+    ("body", "content_type"),
+    [
+        ("<html><body><h1>502 Bad Gateway</h1></body></html>", "text/html"),
+        ('{"id": "chatcmpl-1", "choices": [', "application/json"),
+        ('data: {"id": "chatcmpl-1", "choices": [\n\n', "text/event-stream"),
+    ],
+    ids=["html page", "broken json", "broken sse"],
+)
+def test_an_answer_that_is_not_a_completion_is_infrastructure(
+    tmp_path: Path, fake: FakeUpstream, body: str, content_type: str
+) -> None:
+    harness = without_retries(Harness(tmp_path, fake, rag=False))
+    terminal, _ = ended(harness, [Step(raw_body=body, raw_content_type=content_type)])
+    assert terminal.type == "TickFailed"
+    assert terminal.data["failure_class"] == "infrastructure"
+
+
+@pytest.mark.parametrize(
+    "usage",
+    [
+        {"prompt_tokens": "many", "completion_tokens": 3, "total_tokens": 15},
+        {"prompt_tokens": 12, "completion_tokens": -3, "total_tokens": 9},
+        {"prompt_tokens": None, "completion_tokens": 1.5, "total_tokens": "x"},
+    ],
+    ids=["string", "negative", "null and float"],
+)
+def test_usage_that_is_not_a_count_is_estimated_and_flagged(
+    tmp_path: Path, fake: FakeUpstream, usage: dict[str, object]
+) -> None:
+    harness = Harness(tmp_path, fake, rag=False)
+    terminal, events = ended(harness, [Step(text="All quiet.", usage=usage)])
+    assert terminal.type == "TickCompleted", terminal.data
+    [spent] = [e for e in events if e.type == "BudgetSpent"]
+    assert spent.data["estimated"] is True
+    assert spent.data["prompt_tokens"] > 0 and spent.data["completion_tokens"] > 0

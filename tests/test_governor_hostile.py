@@ -88,7 +88,14 @@ def test_an_upstream_stalling_mid_answer_ends_it_with_an_error(fake: FakeUpstrea
     assert governor.counters["upstream_cut"] == 1
 
 
-json_scalars = st.none() | st.booleans() | st.integers() | st.floats() | st.text(max_size=8)
+json_scalars = (
+    st.none()
+    | st.booleans()
+    | st.integers()
+    | st.floats(allow_nan=False, allow_infinity=False)
+    | st.text(max_size=8)
+)
+"""What a JSON body can hold (httpx refuses NaN and infinities)."""
 chat_fields = st.fixed_dictionaries(
     {},
     optional={

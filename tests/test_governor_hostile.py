@@ -20,7 +20,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from harness.devtools.fake_llm import FakeUpstream, Step
-from tests.governor_support import config, echo_app, governor_proxy, messages, origin_of, serving
+from tests.governor_support import echo_app, governor_proxy, serving
+from tests.test_governor_proxy import config, messages, origin_of
 from tests.waiting import wait_until
 
 OVER_HARD = 7000
@@ -94,6 +95,7 @@ json_scalars = (
     | st.floats(allow_nan=False, allow_infinity=False)
     | st.text(max_size=8)
 )
+"""What a JSON body can hold (httpx refuses NaN and infinities)."""
 chat_fields = st.fixed_dictionaries(
     {},
     optional={

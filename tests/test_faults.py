@@ -139,7 +139,8 @@ def test_tickwork_run_outlives_its_closed_stdout(tmp_path: Path) -> None:
         service = start_service(config, fake)
         assert service.stdout is not None
         try:
-            assert "tickwork running" in service.stdout.readline()
+            lines = iter(service.stdout.readline, "")
+            assert any("tickwork running" in line for line in lines), "the service never started"
             service.stdout.close()
             store = open_store(f"sqlite:///{tmp_path}/events.db")
             wait_until(

@@ -28,6 +28,7 @@ from pathlib import Path
 from harness.execution.launchers.base import Launcher, TickProcess
 from harness.execution.launchers.cold import WORKER_MODULE, ColdLauncher
 from harness.execution.launchers.fork_protocol import DEADLINE, READY, encode_request
+from harness.files import open_private
 
 log = logging.getLogger(__name__)
 
@@ -220,7 +221,7 @@ class _Server:
         deadline = time.time() + self.fork_timeout
         give_up = time.monotonic() + self.fork_timeout + 2  # no fork after `deadline`
         mine, theirs = socket.socketpair()
-        with open(log_path, "ab") as log_file:
+        with open(log_path, "ab", opener=open_private) as log_file:
             try:
                 with theirs, self._send_lock:
                     socket.send_fds(

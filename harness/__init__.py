@@ -6,7 +6,7 @@ The packages follow a tick's data path, and each may import only what stands bef
     contracts                events, tick payload, result file: plain data
     config, prices, rag      tickwork.toml, prices per call, the retrieval index
     store                    the event store contract and its SQL (the only SQL on events)
-    projections              read models folded from events, each with its own queries
+    projections              read models folded out of the log, each with its own queries
     routing                  the catalog and its decisions
     governor                 context-size guard: estimate, calibration, policy, proxy
     workers                  inside a tick process: the Strands agent and its hooks

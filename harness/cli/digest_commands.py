@@ -83,8 +83,8 @@ def digest(
             if published is None:
                 raise fail(f"digest {name} for this period was published already")
             for target, result in published.delivery.items():
-                out.print(f"{target}: {result}", highlight=False, markup=False)
-            out.print(f"kept at {published.path}", highlight=False, markup=False)
+                out.print(f"{target}: {result}", highlight=False)
+            out.print(f"kept at {published.path}", highlight=False)
             if any(result != "ok" for result in published.delivery.values()):
                 raise typer.Exit(1)
             return
@@ -105,8 +105,8 @@ def digest(
         sys.stdout.write(text)
     else:
         out_file.write_text(text, encoding="utf-8")
-        out.print(f"written to {out_file}", highlight=False, markup=False)
+        out.print(f"written to {out_file}", highlight=False)
 
 
 def _report(line: str) -> None:
-    out.print(line, highlight=False, markup=False)
+    out.print(line, highlight=False)

@@ -128,8 +128,7 @@ def status() -> None:
         for scope in status_now.cancel_scopes:
             out.print(
                 f"cancel scope {scope.scope!r} in force since {scope.occurred_at:%Y-%m-%d %H:%M:%S}"
-                f" (by {scope.by}; tickwork cancel --clear {scope.scope})",
-                markup=False,
+                f" (by {scope.by}; tickwork cancel --clear {scope.scope})"
             )
     finally:
         store.close()

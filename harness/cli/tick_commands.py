@@ -157,7 +157,7 @@ def _print_tick(tick_id: str, outcome: TickOutcome | None, stream: list[StoredEv
     status = outcome.status if outcome else (terminal.type if terminal else "unknown")
     reason = outcome.reason if outcome else (terminal.data.get("reason") if terminal else None)
     out.print(f"tick    {tick_id}")
-    out.print(f"status  {status}" + (f" ({reason})" if reason else ""), markup=False)
+    out.print(f"status  {status}" + (f" ({reason})" if reason else ""))
     calls = len(spent)
     out.print(
         f"tokens  {prompt_tokens:,} prompt + {completion_tokens:,} completion in {calls} call(s)"
@@ -166,7 +166,7 @@ def _print_tick(tick_id: str, outcome: TickOutcome | None, stream: list[StoredEv
         return
     out.print(f"result  {outcome.result_path}")
     if outcome.result is not None and outcome.result.text:
-        out.print(outcome.result.text, highlight=False, markup=False)
+        out.print(outcome.result.text, highlight=False)
 
 
 @app.command()

@@ -75,3 +75,24 @@ def test_refused_credentials_are_configuration(error: Exception) -> None:
 )
 def test_other_errors_are_internal(error: Exception) -> None:
     assert failure_class(error) == "internal"
+
+
+@pytest.mark.parametrize(
+    "message",
+    [
+        "Upstream OVERLOADED, try later",
+        "rate limit reached for this key",
+        "read timed out",
+        "service unavailable",
+        "sqlite3.OperationalError: database is locked",
+    ],
+)
+def test_infrastructure_is_also_recognised_by_the_text_when_no_class_says_it(message: str) -> None:
+    assert failure_class(RuntimeError(message)) == "infrastructure"
+    assert failure_class(caused_by(ValueError(message))) == "infrastructure"
+
+
+def test_a_status_that_says_otherwise_wins_over_the_text() -> None:
+    refused = openai.BadRequestError("model unavailable here", response=status(400), body=None)
+    assert failure_class(refused) == "internal"
+    assert failure_class(RuntimeError("a plain bug")) == "internal"

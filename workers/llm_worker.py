@@ -71,6 +71,7 @@ def run(payload: TickPayload) -> int:
     from workers.rag_tool import make_rag_lookup
     from workers.recorder import EventRecorder
     from workers.spend import SpendMeter
+    from workers.structured_output import structured
     from workers.tool_budget import ToolBudget
     from workers.trace import ToolTrace
 
@@ -121,14 +122,18 @@ def run(payload: TickPayload) -> int:
         if daily.stopped:
             stop_reason = "budget"
         error = None
+        value = None
         if not text:
             error = ResultError(
                 type="EmptyText", message="the agent ended without text", failure_class="content"
             )
+        elif payload.output == "json":
+            value, error = structured(text, payload.output_schema)
         result = TickResult(
             tick_id=payload.tick_id,
             ok=error is None,
             text=text,
+            value=value,
             stop_reason=stop_reason,
             error=error,
         )

@@ -34,6 +34,7 @@ from sqlalchemy.engine import make_url
 from sqlalchemy.exc import ArgumentError
 
 from harness.config.governor import GovernorConfig
+from harness.contracts.output import load_output_schema
 from harness.contracts.secrets import register_secret_names
 
 CONFIG_ENV = "TICKWORK_CONFIG"
@@ -154,6 +155,10 @@ class RunnerConfig(_Strict):
     """Retries of a tick failing on content (empty text, invalid result)."""
     retry_backoff_seconds: Annotated[float, Field(ge=0)] = 2.0
     retry_backoff_max_seconds: Annotated[float, Field(ge=0)] = 60.0
+    infra_throttle_seconds: Annotated[float, Field(ge=0)] = 60.0
+    """After a tick's infrastructure failure, every start (of any level) is spaced by the
+    backoff that failure chose, for this long: an outage is not hit by every level at
+    once (0: off)."""
     launcher: Literal["warm", "cold"] = "warm"
     """How `tickwork run` starts tick processes: forked from a preloaded fork server
     (`warm`, about 20 times faster), or a fresh Python interpreter each (`cold`)."""
@@ -283,6 +288,22 @@ class LevelConfig(Scheduled):
     reserve_tokens: Annotated[int, Field(ge=0)] = 10_000
     """Held against the budget for each tick from its claim until it ends."""
     timeout_seconds: Annotated[float, Field(gt=0)] = 300
+    timeout_per_kchar: Annotated[float, Field(ge=0)] = 0
+    """Seconds added to `timeout_seconds` per 1,000 characters of the tick's prompt and
+    instructions, so a tick given more to read gets longer (the predecessor's per-stage
+    timeout that grew with its input)."""
+    content_retries: Annotated[int, Field(ge=0)] | None = None
+    """Retries of a tick failing on content (empty text, JSON that does not parse or
+    validate); default `[runner] content_retries`."""
+    output: Literal["text", "json"] = "text"
+    """`json`: the answer must be JSON (a fenced block is accepted); the result file carries
+    the parsed value, and an answer that does not parse is a content failure."""
+    output_schema: Path | None = None
+    """A JSON Schema file (only with `output = "json"`) every answer must validate against;
+    checked when the configuration loads, read again for each tick."""
+    hedge_after_seconds: Annotated[float, Field(ge=0)] = 0
+    """H: an attempt with no result after max(H, timeout / 2) gets one twin tick `<id>-h`;
+    the first valid result wins, the other is cancelled (0: off)."""
     on_pause: Literal["stop", "finish"] | None = None
     """When the level is paused, its queued ticks end cancelled at once; `stop` cancels its
     running ticks too, `finish` lets them end. Unset: a pause tickwork decided (after
@@ -303,6 +324,18 @@ class LevelConfig(Scheduled):
         if self.prompt and self.prompt_file is not None:
             raise ValueError("set 'prompt' or 'prompt_file', not both")
         return self
+
+    @model_validator(mode="after")
+    def _output_schema(self) -> LevelConfig:
+        if self.output_schema is not None:
+            if self.output != "json":
+                raise ValueError("'output_schema' needs output = \"json\"")
+            load_output_schema(self.output_schema)
+        return self
+
+    def timeout_for(self, chars: int) -> float:
+        """The whole-tick timeout for an input of `chars` characters."""
+        return self.timeout_seconds + self.timeout_per_kchar * chars / 1000
 
 
 class DigestConfig(Scheduled):

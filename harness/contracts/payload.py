@@ -7,7 +7,7 @@ payload can be logged, stored and shown to an operator as it is.
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated, Literal
+from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -102,6 +102,9 @@ class TickPayload(BaseModel):
     store's write lock, which a wave of ticks at :00 would queue on)."""
     budget: DailyBudget | None = None
     """Set when the level has a daily token budget: checked before every model call."""
+    output: Literal["text", "json"] = "text"
+    """`json`: the answer is parsed (and checked against `output_schema` when set)."""
+    output_schema: dict[str, Any] | None = None
 
     def key_variables(self) -> frozenset[str]:
         """The variables holding the API keys of this tick's targets.

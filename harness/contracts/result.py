@@ -10,7 +10,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field, NonNegativeInt, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, JsonValue, NonNegativeInt, ValidationError
 
 from harness.contracts.secrets import redact
 from harness.files import write_atomically
@@ -56,6 +56,8 @@ class TickResult(_Model):
     tick_id: str
     ok: bool
     text: str = ""
+    value: JsonValue = None
+    """A JSON level's answer, parsed (and valid against its schema); None for text levels."""
     stop_reason: str | None = None
     usage: ResultUsage = ResultUsage()
     tool_calls: ResultToolCalls = ResultToolCalls()

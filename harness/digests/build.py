@@ -18,6 +18,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Literal
 
+import orjson
 import sqlalchemy as sa
 from pydantic import BaseModel, ConfigDict
 
@@ -62,7 +63,8 @@ class Excerpt(_Model):
     tick_id: str
     finished_at: datetime | None
     text: str
-    """The start of the tick's text, whitespace collapsed, cut at the digest's length."""
+    """The start of the tick's text, whitespace collapsed, cut at the digest's length; a JSON
+    level's parsed value, as compact JSON."""
 
 
 class ModelSpend(_Model):
@@ -155,6 +157,8 @@ def build_digest(
                 )
                 continue
             text = " ".join(result.text.split())
+            if result.value is not None:
+                text = orjson.dumps(result.value).decode()
             if not text:
                 anomalies.append(
                     Anomaly(

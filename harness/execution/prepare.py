@@ -17,9 +17,11 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
 from string import Template
+from typing import Any
 
 from harness.config import LevelConfig, Settings
 from harness.contracts.calibration import Calibration
+from harness.contracts.output import OutputSchemaError, load_output_schema
 from harness.contracts.payload import DailyBudget, RagSettings, TickPayload
 from harness.contracts.result import ResultFileError, read_result
 from harness.contracts.secrets import secret_names
@@ -171,10 +173,11 @@ class Preparer:
         tick_id = tick_id or new_tick_id(level)
         folder = self.settings.paths.results / level / datetime.now(UTC).strftime("%Y-%m-%d")
         rag_on = config.rag and self.env.get("TICKWORK_RAG_DISABLED", "") not in ("1", "true")
+        text = prompt if prompt is not None else self._prompt(level, config, slot)
         payload = TickPayload(
             tick_id=tick_id,
             level=level,
-            prompt=prompt if prompt is not None else self._prompt(level, config, slot),
+            prompt=text,
             instructions=config.instructions,
             model=first.model if first else config.model,
             effort=first.effort if first else config.effort,
@@ -196,10 +199,12 @@ class Preparer:
                 [c.model for c in routed.plan.candidates] if routed else [str(config.model)]
             ),
             budget=self._daily_budget(level, config),
+            output=config.output,
+            output_schema=self._output_schema(level, config),
         )
         return PreparedTick(
             payload,
-            timeout or config.timeout_seconds,
+            timeout or config.timeout_for(len(text) + len(config.instructions)),
             (folder / f"{tick_id}.log").absolute(),
             slot,
             routed,
@@ -218,6 +223,14 @@ class Preparer:
         if "$previous_result" in template and self.store is not None:
             previous = previous_result_text(self.store, self._projections(self.store), level)
         return render(template, level, slot, previous)
+
+    def _output_schema(self, level: str, config: LevelConfig) -> dict[str, Any] | None:
+        if config.output_schema is None:
+            return None
+        try:
+            return load_output_schema(config.output_schema)
+        except OutputSchemaError as exc:
+            raise TickSetupError(f"levels.{level}.output_schema: {exc}") from exc
 
     def _projections(self, store: EventStore) -> Projector:
         if self._projector is None:

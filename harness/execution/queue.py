@@ -6,7 +6,9 @@ dispatcher `take`s the next item allowed to start, lowest priority number first 
 come first served within a priority; an item whose level is at its own cap does not hold
 up those behind it. `withdraw` removes queued items (a cancel) without their ever taking
 a place, so nothing leaks. Consecutive starts are at least `spacing` seconds apart, so a
-wave does not spawn every worker in the same instant.
+wave does not spawn every worker in the same instant; after an infrastructure failure
+`throttle` widens that spacing to the failure's backoff for a while, for every level at
+once (the predecessor's global throttle): an outage is not hammered by the whole queue.
 """
 
 from __future__ import annotations
@@ -42,6 +44,8 @@ class Gate(Generic[T]):
         self._waiting: list[_Ticket[T]] = []
         self._running: Counter[str] = Counter()
         self._last_start = float("-inf")
+        self._throttle = 0.0
+        self._throttle_until = float("-inf")
         self._sequence = itertools.count()
         self._closed = False
 
@@ -62,7 +66,7 @@ class Gate(Generic[T]):
                 if ticket is None:
                     self._condition.wait()
                     continue
-                pause = self._last_start + self.spacing - time.monotonic()
+                pause = self._last_start + self._spacing() - time.monotonic()
                 if pause > 0:
                     self._condition.wait(pause)
                     continue
@@ -71,6 +75,26 @@ class Gate(Generic[T]):
                 self._last_start = time.monotonic()
                 return ticket.level, ticket.item
             return None
+
+    def _spacing(self) -> float:
+        if time.monotonic() < self._throttle_until:
+            return max(self.spacing, self._throttle)
+        return self.spacing
+
+    def throttle(self, spacing: float, duration: float) -> None:
+        """Space every start at least `spacing` apart, from now on for `duration` seconds.
+
+        The next start waits `spacing` from now. A wider spacing or a later end already in
+        force is kept: overlapping outages slow the queue by the worst one.
+        """
+        with self._condition:
+            now = time.monotonic()
+            if now >= self._throttle_until:
+                self._throttle = 0.0
+            self._throttle = max(self._throttle, spacing)
+            self._throttle_until = max(self._throttle_until, now + duration)
+            self._last_start = max(self._last_start, now)
+            self._condition.notify_all()
 
     def _next(self) -> _Ticket[T] | None:
         if sum(self._running.values()) >= self.total:

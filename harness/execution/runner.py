@@ -15,7 +15,7 @@ import signal
 import socket
 import threading
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, replace
 from pathlib import Path
 
@@ -97,6 +97,14 @@ class Runner:
         self.decisions = Decisions(settings, store) if store is not None else None
         self._lock = threading.Lock()
         self._lives: dict[str, Life] = {}
+        self._throttles: list[Callable[[float], None]] = []
+
+    def on_infrastructure_failure(self, throttle: Callable[[float], None]) -> None:
+        """Call `throttle` with the backoff chosen after each attempt failing on infrastructure.
+
+        The executor's queue spaces every start by it for a while (`infra_throttle_seconds`).
+        """
+        self._throttles.append(throttle)
 
     def cancel_queued(self, tick_id: str, level: str, reason: str) -> None:
         """End a claimed tick that never started: it waited for a place, the service stopped."""
@@ -133,13 +141,20 @@ class Runner:
         )
 
         escalation = Escalation(tick.payload, tick.routed, self.record)
+        level = self.settings.levels.get(tick.payload.level)
+        content_retries = policy.content_retries
+        if level is not None and level.content_retries is not None:
+            content_retries = level.content_retries
 
         def again(state: RetryCallState) -> bool:
             ended = state.outcome.result() if state.outcome else None
             failure = _failure(ended.event) if ended else None
             if ended is None or failure is None:
                 return False
-            allowed = {"infrastructure": policy.infra_retries, "content": policy.content_retries}
+            if failure[0] == "infrastructure":
+                for throttle in self._throttles:
+                    throttle(backoff(state))
+            allowed = {"infrastructure": policy.infra_retries, "content": content_retries}
             retries = state.attempt_number - escalation.first_attempt
             if retries < allowed.get(failure[0], 0):
                 return True

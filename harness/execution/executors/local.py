@@ -48,6 +48,11 @@ class LocalExecutor(Executor):
             {**caps, MANUAL_LANE: settings.runner.manual_max_concurrent},
             settings.runner.start_spacing_seconds,
         )
+        throttle_for = settings.runner.infra_throttle_seconds
+        if throttle_for > 0:
+            runner.on_infrastructure_failure(
+                lambda spacing: self.gate.throttle(spacing, throttle_for)
+            )
         self.threads: set[threading.Thread] = set()
         """Running ticks and adopted workers being watched."""
         self._threads_lock = threading.Lock()

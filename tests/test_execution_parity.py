@@ -1,0 +1,134 @@
+"""What the predecessor call layer did that ticks now do too.
+
+JSON answers checked against a schema and retried as content, a timeout that grows with
+the input, a global throttle after infrastructure failures, the stall hedge and panels.
+"""
+
+from __future__ import annotations
+
+import itertools
+import json
+import time
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+
+import pytest
+
+from harness.config import ConfigError, load_settings
+from harness.contracts.result import read_result
+from harness.devtools.fake_llm import FakeUpstream, Step
+from harness.digests.build import build_digest
+from harness.execution.prepare import Preparer
+from harness.execution.queue import Gate
+from harness.prices import PriceBook
+from harness.projections import projector_for
+from tests.tick_support import Harness, make_settings
+from workers.structured_output import structured
+
+HOUR = timedelta(hours=1)
+
+STATUS_SCHEMA = {
+    "type": "object",
+    "required": ["status"],
+    "properties": {"status": {"type": "string"}},
+}
+
+
+def schema_file(tmp_path: Path, schema: object) -> Path:
+    path = tmp_path / "status.schema.json"
+    path.write_text(json.dumps(schema))
+    return path
+
+
+def test_a_json_level_retries_an_answer_that_does_not_validate_and_keeps_the_value(
+    tmp_path: Path, fake: FakeUpstream
+) -> None:
+    schema = schema_file(tmp_path, STATUS_SCHEMA)
+    harness = Harness(tmp_path, fake, rag=False, output="json", output_schema=schema)
+    outcome = harness.tick(
+        [Step(text='{"status": 5}'), Step(text='Here:\n```json\n{"status": "ok",\n "n": 2}\n```')]
+    )
+    assert outcome.status == "completed"
+    assert read_result(outcome.result_path).value == {"status": "ok", "n": 2}
+    failed = [e.data for e in harness.events(outcome) if e.type == "TickAttemptFailed"]
+    assert [f["failure_class"] for f in failed] == ["content"]
+    assert failed[0]["reason"].startswith("SchemaMismatch") and "status" in failed[0]["reason"]
+    prices = PriceBook({})
+    now = datetime.now(UTC)
+    digest = build_digest(
+        harness.store,
+        projector_for(harness.store, prices),
+        prices,
+        "d",
+        now - HOUR,
+        now + HOUR,
+        ["min"],
+    )
+    assert [e.text for e in digest.levels[0].excerpts] == ['{"status":"ok","n":2}']
+
+
+@pytest.mark.parametrize(
+    ("answer", "schema", "failure"),
+    [
+        ("All fine, nothing to report.", None, "InvalidJSON"),
+        ('{"status": "ok"', None, "InvalidJSON"),
+        ('["status"]', STATUS_SCHEMA, "SchemaMismatch"),
+        ('Sure: {"status": "ok"} as asked', STATUS_SCHEMA, None),
+    ],
+)
+def test_answers_are_read_as_json_as_the_predecessor_read_them(
+    answer: str, schema: dict[str, object] | None, failure: str | None
+) -> None:
+    value, error = structured(answer, schema)
+    assert (error.type if error else None) == failure
+    assert (error.failure_class if error else "content") == "content"
+    assert (value is None) == (failure is not None)
+
+
+def test_an_output_schema_is_checked_when_the_configuration_loads(tmp_path: Path) -> None:
+    broken = schema_file(tmp_path, {"type": "no-such-type"})
+    config = tmp_path / "tickwork.toml"
+    level = '[levels.min]\nevery = "1m"\nmodel = "m"\n'
+    config.write_text(level + f'output = "json"\noutput_schema = "{broken}"\n')
+    with pytest.raises(ConfigError, match=r"levels\.min.*status\.schema\.json.*JSON Schema"):
+        load_settings(config)
+    config.write_text(level + f'output_schema = "{broken}"\n')
+    with pytest.raises(ConfigError, match='needs output = "json"'):
+        load_settings(config)
+
+
+def test_the_timeout_grows_with_the_size_of_the_input(tmp_path: Path) -> None:
+    settings = make_settings(tmp_path, prompt="x" * 1500, instructions="y" * 500)
+    level = settings.levels["min"].model_copy(update={"timeout_per_kchar": 10.0})
+    settings = settings.model_copy(update={"levels": {"min": level}})
+    preparer = Preparer(settings, None, env={})
+    assert preparer.prepare("min").timeout == 60 + 20
+    assert preparer.prepare("min", timeout=5).timeout == 5
+
+
+def test_after_an_infrastructure_failure_every_start_is_spaced_by_its_backoff() -> None:
+    gate: Gate[str] = Gate(total=10, per_level={}, spacing=0.0)
+    for i in range(3):
+        gate.put(f"level-{i}", 0, str(i))
+    throttled_at = time.monotonic()
+    gate.throttle(0.2, duration=30)
+    times = [throttled_at]
+    for _ in range(3):
+        assert gate.take() is not None
+        times.append(time.monotonic())
+    assert min(b - a for a, b in itertools.pairwise(times)) >= 0.19
+    over: Gate[str] = Gate(total=10, per_level={}, spacing=0.0)
+    over.throttle(30, duration=0)
+    over.put("x", 0, "after the throttle")
+    assert over.take() == ("x", "after the throttle")
+
+
+def test_an_attempt_failing_on_infrastructure_throttles_the_queue(
+    tmp_path: Path, fake: FakeUpstream
+) -> None:
+    harness = Harness(tmp_path, fake, rag=False)
+    chosen: list[float] = []
+    harness.runner.on_infrastructure_failure(chosen.append)
+    outcome = harness.tick([Step(status=503), Step(text="recovered")])
+    assert outcome.status == "completed"
+    assert chosen == [pytest.approx(0.05)]

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import itertools
 import json
+import threading
 import time
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -20,9 +21,10 @@ from harness.devtools.fake_llm import FakeUpstream, Step
 from harness.digests.build import build_digest
 from harness.execution.prepare import Preparer
 from harness.execution.queue import Gate
+from harness.execution.runner import TickOutcome
 from harness.prices import PriceBook
 from harness.projections import projector_for
-from tests.tick_support import Harness, make_settings
+from tests.tick_support import Harness, live_in_group, make_settings
 from workers.structured_output import structured
 
 HOUR = timedelta(hours=1)
@@ -132,3 +134,54 @@ def test_an_attempt_failing_on_infrastructure_throttles_the_queue(
     outcome = harness.tick([Step(status=503), Step(text="recovered")])
     assert outcome.status == "completed"
     assert chosen == [pytest.approx(0.05)]
+
+
+def test_a_stalled_attempt_gets_one_twin_and_the_first_valid_result_wins(
+    tmp_path: Path, fake: FakeUpstream
+) -> None:
+    harness = Harness(tmp_path, fake, rag=False, hedge_after_seconds=0.1)
+    twin_wins, original_wins = (harness.preparer.prepare("min", timeout=12) for _ in range(2))
+    fake.script(twin_wins.payload.tick_id, [Step(delay=60)] * 3)
+    fake.script(twin_wins.payload.tick_id + "-h", [Step(text="the twin's answer")] * 3)
+    fake.script(original_wins.payload.tick_id, [Step(delay=7, text="late but first")] * 3)
+    fake.script(original_wins.payload.tick_id + "-h", [Step(delay=60)] * 3)
+    outcomes: dict[str, TickOutcome] = {}
+    threads = [
+        threading.Thread(
+            target=lambda t=t: outcomes.update({t.payload.tick_id: harness.runner.run(t)})
+        )
+        for t in (twin_wins, original_wins)
+    ]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(60)
+
+    for tick, winner, text in [
+        (twin_wins, "twin", "the twin's answer"),
+        (original_wins, "original", "late but first"),
+    ]:
+        original = tick.payload.tick_id
+        twin = original + "-h"
+        outcome = outcomes[original]
+        assert outcome.status == "completed" and read_result(outcome.result_path).text == text
+        assert outcome.tick_id == (twin if winner == "twin" else original)
+        mine = harness.store.read_stream(f"tick-{original}")
+        theirs = harness.store.read_stream(f"tick-{twin}")
+        started = next(e.data for e in mine if e.type == "HedgeStarted")
+        assert (started["twin_id"], started["after_seconds"]) == (twin, 6.0)
+        assert next(e.data["winner"] for e in mine if e.type == "HedgeDecided") == winner
+        loser = mine if winner == "twin" else theirs
+        assert (loser[-1].type, loser[-1].data["reason"]) == ("TickCancelled", "hedge_lost")
+        assert theirs[0].type == "TickScheduled"
+        for stream in (mine, theirs):
+            pid = next(e.data["pid"] for e in stream if e.type == "TickStarted")
+            assert live_in_group(pid) == []
+    assert harness.runner.running() == []
+    prices = PriceBook({})
+    now = datetime.now(UTC)
+    projector = projector_for(harness.store, prices)
+    section = build_digest(
+        harness.store, projector, prices, "d", now - HOUR, now + HOUR, ["min"]
+    ).levels[0]
+    assert section.hedges == 2 and section.hedge_tokens > 0

@@ -172,6 +172,26 @@ class TickAttemptFailed(TickEvent):
     retry_in_seconds: float
 
 
+class HedgeStarted(TickEvent):
+    """The attempt had no result after `after_seconds`: its twin tick `twin_id` starts beside it.
+
+    The twin is a tick of its own (stream, spend, caps, budget); the first valid result of
+    the two wins and the other is cancelled with reason `hedge_lost`.
+    """
+
+    type = "HedgeStarted"
+    twin_id: str
+    after_seconds: float
+
+
+class HedgeDecided(TickEvent):
+    """How the race of a hedged attempt ended: who gave the valid result, or None: neither."""
+
+    type = "HedgeDecided"
+    twin_id: str
+    winner: Literal["original", "twin"] | None
+
+
 class TerminalTickEvent(TickEvent):
     """The one event that ends a tick's stream; nothing of the tick is recorded after it."""
 
@@ -404,6 +424,8 @@ EVENT_TYPES: dict[tuple[str, int], type[Event]] = {
         BudgetSpent,
         ToolCalled,
         TickAttemptFailed,
+        HedgeStarted,
+        HedgeDecided,
         TickCompleted,
         TickFailed,
         TickTimedOut,

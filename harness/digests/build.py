@@ -12,11 +12,11 @@ ever added within a `schema_version`.
 
 from __future__ import annotations
 
-from collections import Counter
+from collections import Counter, defaultdict
 from dataclasses import asdict, dataclass
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Literal
+from typing import Any, Literal
 
 import orjson
 import sqlalchemy as sa
@@ -89,6 +89,11 @@ class LevelSection(_Model):
     spend: list[ModelSpend]
     tool_budget_exhausted: int
     governor_interventions: int
+    hedges: int = 0
+    """Stalled attempts that started a twin tick (`-h`) in the period."""
+    hedge_tokens: int = 0
+    hedge_cost_usd: float | None = 0.0
+    """What the twins spent (None when one of their models has no known price)."""
     failures: list[Failure]
     paused: bool
     pause_reason: str | None
@@ -132,7 +137,7 @@ def build_digest(
     with store.read_transaction() as conn:
         rows = period_ticks(conn, start, end, levels)
     tick_levels = {row.tick_id: row.level for row in rows}
-    spend, governed = _period_events(store, prices, start, end, tick_levels)
+    spend, governed, hedged = _period_events(store, prices, start, end, tick_levels)
     paused = paused_levels(store, levels)
     reasons = _pause_reasons(store, paused)
     anomalies: list[Anomaly] = []
@@ -181,6 +186,9 @@ def build_digest(
                 spend=spend.get(level, []),
                 tool_budget_exhausted=exhausted,
                 governor_interventions=governed[level],
+                hedges=hedged[level].calls,
+                hedge_tokens=hedged[level].prompt_tokens + hedged[level].completion_tokens,
+                hedge_cost_usd=hedged[level].cost_usd,
                 failures=failures,
                 paused=level in paused,
                 pause_reason=reasons.get(level),
@@ -216,25 +224,34 @@ def _period_events(
     start: datetime,
     end: datetime,
     tick_levels: dict[str, str],
-) -> tuple[dict[str, list[ModelSpend]], Counter[str]]:
-    """Spend per level and model, and governor interventions per level, recorded in the period.
+) -> tuple[dict[str, list[ModelSpend]], Counter[str], defaultdict[str, _Sum]]:
+    """Spend per level and model, governor interventions and hedges per level, in the period.
 
     Only events of the period's ticks count (`tick_levels`: tick id -> level); a governor
-    event names its tick, not its level.
+    event names its tick, not its level. A hedge's `calls` count the twins started, its
+    tokens and cost what they spent (a twin's spend is in the level's spend too).
     """
     sums: dict[tuple[str, str], _Sum] = {}
     governed: Counter[str] = Counter()
+    hedged: defaultdict[str, _Sum] = defaultdict(_Sum)
+    twins: set[str] = set()
+    types = ["BudgetSpent", "GovernorFired", "HedgeStarted"]
     position = store.first_position_since(start) - 1
     while True:
-        batch = store.read_all(position, READ_PAGE, types=["BudgetSpent", "GovernorFired"])
+        batch = store.read_all(position, READ_PAGE, types=types)
         for event in batch:
             if event.recorded_at >= end:
-                return _spend_rows(sums), governed
-            level = tick_levels.get(event.data.get("tick_id") or "")
+                return _spend_rows(sums), governed, hedged
+            tick_id = event.data.get("tick_id") or ""
+            level = tick_levels.get(tick_id)
             if level is None:
                 continue
             if event.type == "GovernorFired":
                 governed[level] += 1
+                continue
+            if event.type == "HedgeStarted":
+                hedged[level].calls += 1
+                twins.add(event.data["twin_id"])
                 continue
             data = event.data
             model, day = data["model"], data["occurred_at"][:10]
@@ -248,15 +265,11 @@ def _period_events(
                 data.get("cache_read_tokens") or 0,
                 data.get("cache_write_tokens") or 0,
             )
-            total = sums.setdefault((level, model), _Sum())
-            total.calls += 1
-            total.prompt_tokens += data["prompt_tokens"]
-            total.completion_tokens += data["completion_tokens"]
-            total.cost_usd = (
-                None if cost is None or total.cost_usd is None else total.cost_usd + cost
-            )
+            sums.setdefault((level, model), _Sum()).add(data, cost, calls=1)
+            if tick_id in twins:
+                hedged[level].add(data, cost, calls=0)
         if len(batch) < READ_PAGE:
-            return _spend_rows(sums), governed
+            return _spend_rows(sums), governed, hedged
         position = batch[-1].global_position
 
 
@@ -266,6 +279,12 @@ class _Sum:
     prompt_tokens: int = 0
     completion_tokens: int = 0
     cost_usd: float | None = 0.0
+
+    def add(self, spent: dict[str, Any], cost: float | None, calls: int) -> None:
+        self.calls += calls
+        self.prompt_tokens += spent["prompt_tokens"]
+        self.completion_tokens += spent["completion_tokens"]
+        self.cost_usd = None if cost is None or self.cost_usd is None else self.cost_usd + cost
 
 
 def _spend_rows(sums: dict[tuple[str, str], _Sum]) -> dict[str, list[ModelSpend]]:

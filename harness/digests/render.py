@@ -84,6 +84,14 @@ def _level(section: LevelSection) -> list[Block]:
         blocks.append(("p", f"Tool budget used up in {section.tool_budget_exhausted} tick(s)."))
     if section.governor_interventions:
         blocks.append(("p", f"Governor interventions: {section.governor_interventions}."))
+    if section.hedges:
+        blocks.append(
+            (
+                "p",
+                f"Hedges: {section.hedges} twin tick(s), {section.hedge_tokens:,} tokens, "
+                f"{_usd(section.hedge_cost_usd)}.",
+            )
+        )
     for failure in section.failures:
         blocks.append(("li", f"failed {failure.tick_id}: {failure.reason}"))
     for excerpt in section.excerpts:

@@ -38,6 +38,10 @@ class Life:
     reason: str | None = None
     process: TickProcess | None = None
     """The attempt's worker while one runs."""
+    may_hedge: bool = True
+    """Whether a stalled attempt may still start a twin: one per tick, none for a twin."""
+    hedge_won: bool = False
+    """The twin gave the valid result: the tick tries no further attempt, pauses nothing."""
 
     def stop(self, reason: str) -> None:
         """Mark the life stopped for `reason`; the first reason given is the one kept."""

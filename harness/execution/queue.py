@@ -105,6 +105,21 @@ class Gate(Generic[T]):
         cap = self.per_level.get(level)
         return cap is None or self._running[level] < cap
 
+    def enter(self, level: str, stopped: threading.Event) -> bool:
+        """Take a place for `level` as soon as the caps allow, ahead of the queue.
+
+        For a hedge's twin: its tick already waited its turn and stalled, so the twin does
+        not queue behind later slots. False (no place taken) once the gate closes or
+        `stopped` is set.
+        """
+        with self._condition:
+            while not self._closed and not stopped.is_set():
+                if sum(self._running.values()) < self.total and self._has_room(level):
+                    self._running[level] += 1
+                    return True
+                self._condition.wait(0.1)
+            return False
+
     def release(self, level: str) -> None:
         """Give back the place of a finished item of `level`; waiting items are woken."""
         with self._condition:

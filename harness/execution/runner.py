@@ -38,6 +38,7 @@ from harness.contracts.events import (
     tick_stream,
 )
 from harness.contracts.result import FailureClass, ResultFileError, TickResult, read_result
+from harness.execution.hedge import Places, Race, hedge_after
 from harness.execution.launchers import Launcher, TickProcess, launcher_for
 from harness.execution.lifecycle import Decisions, Life
 from harness.execution.prepare import PreparedTick, TickRef, worker_env
@@ -98,6 +99,9 @@ class Runner:
         self._lock = threading.Lock()
         self._lives: dict[str, Life] = {}
         self._throttles: list[Callable[[float], None]] = []
+        self._hedge_winners: dict[str, TickOutcome] = {}
+        self.places: Places | None = None
+        """Where a hedge's twin takes its place under the caps (the executor's queue)."""
 
     def on_infrastructure_failure(self, throttle: Callable[[float], None]) -> None:
         """Call `throttle` with the backoff chosen after each attempt failing on infrastructure.
@@ -121,13 +125,21 @@ class Runner:
         and a cancel ends a backoff at once: a stopped tick starts no further attempt.
         """
         life = Life(tick.ref, forced)
-        with self._lock:
-            self._lives[tick.ref.tick_id] = life
+        self.enlist(life)
         try:
             return self._live(tick, life, claimed)
         finally:
-            with self._lock:
-                self._lives.pop(tick.ref.tick_id, None)
+            self.dismiss(life)
+
+    def enlist(self, life: Life) -> None:
+        """Own a tick's life here: cancels reach it, `running` lists it."""
+        with self._lock:
+            self._lives[life.ref.tick_id] = life
+
+    def dismiss(self, life: Life) -> None:
+        """The life has ended (its terminal event is recorded)."""
+        with self._lock:
+            self._lives.pop(life.ref.tick_id, None)
 
     def _live(self, tick: PreparedTick, life: Life, claimed: bool) -> TickOutcome:
         if not claimed:
@@ -149,7 +161,7 @@ class Runner:
         def again(state: RetryCallState) -> bool:
             ended = state.outcome.result() if state.outcome else None
             failure = _failure(ended.event) if ended else None
-            if ended is None or failure is None:
+            if ended is None or failure is None or life.hedge_won:
                 return False
             if failure[0] == "infrastructure":
                 for throttle in self._throttles:
@@ -188,16 +200,22 @@ class Runner:
             retry_error_callback=lambda state: state.outcome.result() if state.outcome else None,
         )
         ended: Ended = attempts(
-            lambda: self._attempt(replace(tick, payload=escalation.payload), attempts, life)
+            lambda: self.attempt(
+                replace(tick, payload=escalation.payload),
+                attempts.statistics.get("attempt_number", 1),
+                life,
+            )
         )
         terminal = ended.event
         self.record(terminal)
         failure = _failure(terminal)
-        if failure is not None and failure[0] in PAUSING:
+        if failure is not None and failure[0] in PAUSING and not life.hedge_won:
             reason = f"{tick.payload.tick_id} {PAUSING[failure[0]]}: "
             self.record_level(LevelPaused(level=tick.payload.level, reason=reason + failure[1]))
         self._alert_governor(tick.ref)
-        return _outcome(tick.ref, ended)
+        with self._lock:
+            won = self._hedge_winners.pop(tick.ref.tick_id, None)
+        return won or _outcome(tick.ref, ended)
 
     def _alert_governor(self, ref: TickRef) -> None:
         """Tell the operator of the tick's first governor decision, once it has ended.
@@ -216,14 +234,15 @@ class Runner:
                 Alerts(urls).send(Verdict.of_event(event), f"tick {ref.tick_id} ({ref.level})")
                 return
 
-    def _attempt(self, tick: PreparedTick, attempts: Retrying, life: Life) -> Ended:
+    def attempt(self, tick: PreparedTick, number: int, life: Life) -> Ended:
+        """Run attempt `number` of a tick, unless a decision in force stops it first."""
         payload = tick.payload
         ids = {"tick_id": payload.tick_id, "level": payload.level}
         decided = self.decisions.stop_reason(**ids, forced=life.forced) if self.decisions else None
         if decided is not None:
             life.stop(decided)
         if life.reason is not None:
-            return Ended(TickCancelled(**ids, reason=life.reason))
+            return self.ended_cancelled(life, life.reason)
         payload.result_path.unlink(missing_ok=True)  # an earlier attempt's must not count
         process = self.launcher.start(
             payload.model_dump_json().encode(), tick.log_path, worker_env(self.env, payload)
@@ -239,14 +258,26 @@ class Runner:
                 level=payload.level,
                 pid=process.pid,
                 host=socket.gethostname(),
-                attempt=attempts.statistics.get("attempt_number", 1),
+                attempt=number,
                 runner_pid=os.getpid(),
                 result_path=str(payload.result_path),
                 log_path=str(tick.log_path),
                 timeout_seconds=tick.timeout,
             )
         )
-        return self._await_end(life, process, tick.timeout)
+        threshold = hedge_after(self.settings.levels.get(payload.level), tick.timeout)
+        if threshold is None or not life.may_hedge:
+            return self.await_end(life, process, tick.timeout)
+        race = Race(self, tick, life)
+        ended = race.run(process, threshold)
+        if race.winner == "twin" and race.twin_ended is not None:
+            with self._lock:
+                self._hedge_winners[life.ref.tick_id] = _outcome(race.twin.ref, race.twin_ended)
+        return ended
+
+    def ended_cancelled(self, life: Life, reason: str) -> Ended:
+        """The end of a life stopped before (or instead of) an attempt."""
+        return Ended(TickCancelled(tick_id=life.ref.tick_id, level=life.ref.level, reason=reason))
 
     def watch(self, ref: TickRef, process: TickProcess, remaining: float) -> TickOutcome:
         """Watch a tick adopted after a restart to its deadline and record its end."""
@@ -254,14 +285,14 @@ class Runner:
         with self._lock:
             self._lives[ref.tick_id] = life
         try:
-            ended = self._await_end(life, process, remaining)
+            ended = self.await_end(life, process, remaining)
         finally:
             with self._lock:
                 self._lives.pop(ref.tick_id, None)
         self.record(ended.event)
         return _outcome(ref, ended)
 
-    def _await_end(self, life: Life, process: TickProcess, remaining: float) -> Ended:
+    def await_end(self, life: Life, process: TickProcess, remaining: float) -> Ended:
         """Wait for a started tick until its deadline, stop it, and say how it ended."""
         ref = life.ref
         try:

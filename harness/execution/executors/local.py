@@ -48,6 +48,7 @@ class LocalExecutor(Executor):
             {**caps, MANUAL_LANE: settings.runner.manual_max_concurrent},
             settings.runner.start_spacing_seconds,
         )
+        runner.places = self.gate
         throttle_for = settings.runner.infra_throttle_seconds
         if throttle_for > 0:
             runner.on_infrastructure_failure(

@@ -19,11 +19,13 @@ from harness.config import ConfigError, load_settings
 from harness.contracts.result import read_result
 from harness.devtools.fake_llm import FakeUpstream, Step
 from harness.digests.build import build_digest
+from harness.execution.executors import LocalExecutor
 from harness.execution.prepare import Preparer
 from harness.execution.queue import Gate
 from harness.execution.runner import TickOutcome
 from harness.prices import PriceBook
 from harness.projections import projector_for
+from harness.scheduling.waves import SlotClaim, claim_wave
 from tests.tick_support import Harness, live_in_group, make_settings
 from workers.structured_output import structured
 
@@ -185,3 +187,40 @@ def test_a_stalled_attempt_gets_one_twin_and_the_first_valid_result_wins(
         harness.store, projector, prices, "d", now - HOUR, now + HOUR, ["min"]
     ).levels[0]
     assert section.hedges == 2 and section.hedge_tokens > 0
+
+
+def test_a_panel_runs_n_members_and_one_replacement_for_a_lone_failure(
+    tmp_path: Path, fake: FakeUpstream
+) -> None:
+    harness = Harness(tmp_path, fake, rag=False, panel=3, content_retries=0)
+    executor = LocalExecutor(harness.settings, harness.preparer, harness.runner, lambda _: None)
+    claim = SlotClaim("min-panel", "min", None)
+    assert claim_wave(harness.store, harness.settings, [claim]) == {claim.tick_id}
+    answers = {"p1": "yes", "p2": " ", "p3": "no", "pE": "maybe"}
+    for mark, text in answers.items():
+        fake.script(f"min-panel-{mark}", [Step(text=text)])
+    executor.submit(claim)
+    executor.wait_idle(60)
+    executor.shutdown(grace=1)
+
+    slot = harness.store.read_stream("tick-min-panel")
+    decided = next(e.data["members"] for e in slot if e.type == "PanelDecided")
+    assert [(m["tick_id"], m["status"]) for m in decided] == [
+        ("min-panel-p1", "completed"),
+        ("min-panel-p2", "failed"),
+        ("min-panel-p3", "completed"),
+        ("min-panel-pE", "completed"),
+    ]
+    assert slot[-1].type == "TickCompleted"
+    side_by_side = read_result(Path(slot[-1].data["result_path"])).text
+    assert side_by_side == "[min-panel-p1] yes\n\n[min-panel-p3] no\n\n[min-panel-pE] maybe"
+    assert [e.type for e in slot].count("TickStarted") == 0
+    prices = PriceBook({})
+    now = datetime.now(UTC)
+    projector = projector_for(harness.store, prices)
+    section = build_digest(
+        harness.store, projector, prices, "d", now - HOUR, now + HOUR, ["min"], 400
+    ).levels[0]
+    assert [(e.tick_id, e.text) for e in section.excerpts] == [
+        ("min-panel", "[min-panel-p1] yes [min-panel-p3] no [min-panel-pE] maybe")
+    ]

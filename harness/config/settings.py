@@ -304,6 +304,9 @@ class LevelConfig(Scheduled):
     hedge_after_seconds: Annotated[float, Field(ge=0)] = 0
     """H: an attempt with no result after max(H, timeout / 2) gets one twin tick `<id>-h`;
     the first valid result wins, the other is cancelled (0: off)."""
+    panel: Annotated[int, Field(ge=1, le=20)] = 1
+    """Ticks each slot runs, independently (`<slot>-p1` … `-pN`); when exactly one of two or
+    more fails, one replacement `-pE` runs."""
     on_pause: Literal["stop", "finish"] | None = None
     """When the level is paused, its queued ticks end cancelled at once; `stop` cancels its
     running ticks too, `finish` lets them end. Unset: a pause tickwork decided (after

@@ -192,6 +192,25 @@ class HedgeDecided(TickEvent):
     winner: Literal["original", "twin"] | None
 
 
+class PanelMember(BaseModel):
+    """How one member tick of a panel slot ended."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    tick_id: str
+    status: str
+    """completed, failed, timed_out or cancelled."""
+    reason: str | None = None
+    result_path: str | None = None
+
+
+class PanelDecided(TickEvent):
+    """Every member of a panel slot has ended; the slot's outcome lists each one's."""
+
+    type = "PanelDecided"
+    members: list[PanelMember]
+
+
 class TerminalTickEvent(TickEvent):
     """The one event that ends a tick's stream; nothing of the tick is recorded after it."""
 
@@ -426,6 +445,7 @@ EVENT_TYPES: dict[tuple[str, int], type[Event]] = {
         TickAttemptFailed,
         HedgeStarted,
         HedgeDecided,
+        PanelDecided,
         TickCompleted,
         TickFailed,
         TickTimedOut,

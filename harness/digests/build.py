@@ -12,6 +12,7 @@ ever added within a `schema_version`.
 
 from __future__ import annotations
 
+import re
 from collections import Counter, defaultdict
 from dataclasses import asdict, dataclass
 from datetime import UTC, datetime
@@ -35,6 +36,10 @@ AnomalyKind = Literal[
     "empty_text", "missing_result", "corrupt_result", "lost", "timed_out", "estimated_spend"
 ]
 READ_PAGE = 5000
+
+
+PANEL_MEMBER = re.compile(r"-p(\d+|E)$")
+"""A panel member's tick id: `<slot>-p1` … `-pN`, `-pE` for a replacement."""
 
 
 class _Model(BaseModel):
@@ -171,6 +176,8 @@ def build_digest(
                     )
                 )
             exhausted += result.stop_reason == "tool_budget"
+            if PANEL_MEMBER.search(row.tick_id):
+                continue  # the panel slot's own excerpt sets its members side by side
             excerpts.append(
                 Excerpt(
                     tick_id=row.tick_id,

@@ -16,6 +16,7 @@ from datetime import datetime
 
 from harness.contracts.events import TickFailed, TickLost
 from harness.execution.adopt import Adoption, adopt
+from harness.execution.panels import Panel
 from harness.execution.prepare import Preparer, TickRef, TickSetupError
 from harness.execution.runner import Runner, TickOutcome
 from harness.scheduling.handoff import ScopeMatch
@@ -98,7 +99,12 @@ class Executor(ABC):
             )
             self.report(f"{tick_id} failed ({reason})")
             return
-        outcome = self.runner.run(tick, claimed=True, forced=manual is not None and manual.forced)
+        forced = manual is not None and manual.forced
+        size = self.preparer.settings.levels[level].panel
+        if size > 1 and manual is None:
+            outcome = Panel(self.runner, tick, size, forced).run()
+        else:
+            outcome = self.runner.run(tick, claimed=True, forced=forced)
         detail = f" ({outcome.reason})" if outcome.reason else ""
         self.report(f"{outcome.tick_id} {outcome.status}{detail}")
         if self.ended is not None:

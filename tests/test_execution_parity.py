@@ -27,6 +27,7 @@ from harness.prices import PriceBook
 from harness.projections import projector_for
 from harness.scheduling.waves import SlotClaim, claim_wave
 from tests.tick_support import Harness, live_in_group, make_settings
+from tests.waiting import wait_until
 from workers.structured_output import structured
 
 HOUR = timedelta(hours=1)
@@ -224,3 +225,21 @@ def test_a_panel_runs_n_members_and_one_replacement_for_a_lone_failure(
     assert [(e.tick_id, e.text) for e in section.excerpts] == [
         ("min-panel", "[min-panel-p1] yes [min-panel-p3] no [min-panel-pE] maybe")
     ]
+
+
+def test_a_twin_or_panel_member_waits_for_a_place_under_the_caps() -> None:
+    gate: Gate[str] = Gate(total=1, per_level={})
+    gate.put("min", 0, "running")
+    assert gate.take() == ("min", "running")
+    entered = threading.Event()
+    stopped = threading.Event()
+    entering = threading.Thread(target=lambda: gate.enter("min", stopped) and entered.set())
+    entering.start()
+    waiters = gate._condition._waiters
+    wait_until(lambda: len(waiters) == 1, "the twin to wait for a place")
+    assert not entered.is_set()
+    gate.release("min")
+    assert entered.wait(30) and gate.running() == 1
+    entering.join()
+    stopped.set()
+    assert gate.enter("min", stopped) is False

@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import threading
 import time
-from dataclasses import replace
 from typing import TYPE_CHECKING, Literal, Protocol
 
 from harness.config import LevelConfig
@@ -52,14 +51,7 @@ def hedge_after(level: LevelConfig | None, timeout: float) -> float | None:
 
 def twin_of(tick: PreparedTick) -> PreparedTick:
     """The same payload under the twin's tick id, result file and log."""
-    tick_id = tick.payload.tick_id + TWIN_SUFFIX
-    payload = tick.payload.model_copy(
-        update={
-            "tick_id": tick_id,
-            "result_path": tick.payload.result_path.with_name(f"{tick_id}.json"),
-        }
-    )
-    return replace(tick, payload=payload, log_path=tick.log_path.with_name(f"{tick_id}.log"))
+    return tick.sibling(tick.payload.tick_id + TWIN_SUFFIX)
 
 
 class Race:

@@ -12,7 +12,6 @@ when a member completed, with a result file that sets the members' answers side 
 from __future__ import annotations
 
 import threading
-from dataclasses import replace
 
 from harness.contracts.events import PanelDecided, PanelMember, TickCompleted, TickFailed
 from harness.contracts.result import TickResult, write_result
@@ -24,14 +23,7 @@ REPLACEMENT = "E"
 
 def member_of(tick: PreparedTick, mark: str) -> PreparedTick:
     """The slot's payload under member `mark`'s tick id, result file and log."""
-    tick_id = f"{tick.payload.tick_id}-p{mark}"
-    payload = tick.payload.model_copy(
-        update={
-            "tick_id": tick_id,
-            "result_path": tick.payload.result_path.with_name(f"{tick_id}.json"),
-        }
-    )
-    return replace(tick, payload=payload, log_path=tick.log_path.with_name(f"{tick_id}.log"))
+    return tick.sibling(f"{tick.payload.tick_id}-p{mark}")
 
 
 class Panel:

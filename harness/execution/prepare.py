@@ -13,7 +13,7 @@ import logging
 import os
 import uuid
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import UTC, datetime
 from pathlib import Path
 from string import Template
@@ -100,6 +100,19 @@ class PreparedTick:
     log_path: Path
     slot: datetime | None = None
     routed: Routed | None = None
+
+    def sibling(self, tick_id: str) -> PreparedTick:
+        """The same payload run as another tick: a hedge's twin, a panel member.
+
+        It has its own id, and its result file and log lie beside this one's.
+        """
+        payload = self.payload.model_copy(
+            update={
+                "tick_id": tick_id,
+                "result_path": self.payload.result_path.with_name(f"{tick_id}.json"),
+            }
+        )
+        return replace(self, payload=payload, log_path=self.log_path.with_name(f"{tick_id}.log"))
 
     @property
     def ref(self) -> TickRef:

@@ -1,0 +1,5 @@
+"""`python -m harness.cli`: the `tickwork` command, for processes tickwork starts itself."""
+
+from harness.cli import main
+
+main()

@@ -6,7 +6,8 @@ is paused. The page must load without console errors, show the running tick with
 runtime, the spend chart and the latest digest, and its resume button must resume the
 level. The running tick's page shows its story as it happens and its cancel button ends
 it; the run-now button starts a tick of the resumed level in the manual lane. Screenshots
-of the dashboard and the tick page are kept in tests/artifacts/.
+of the dashboard, the tick page and the latest (styled HTML) digest are kept in
+tests/artifacts/.
 """
 
 from __future__ import annotations
@@ -53,7 +54,12 @@ model = "fake-model"
 
 [digests.daily]
 every = "3s"
+period = "1h"
 levels = ["busy"]
+format = "html"
+
+[api]
+public_url = "https://tickwork.example"
 """
 
 
@@ -119,7 +125,7 @@ def test_dashboard_shows_running_tick_spend_digest_and_resumes_a_level(
             wait.until(lambda d: int((seen(d, "#running .runtime") or "-1").split()[0]) > first + 1)
             bars = browser.find_elements(By.CSS_SELECTOR, "svg.chart rect.bar[data-level=busy]")
             assert bars, "the spend chart has a bar for busy"
-            wait.until(lambda d: "## Level busy" in seen(d, "#digest"))
+            wait.until(lambda d: seen(d, "#digest iframe.digest", "srcdoc"))
             assert browser.find_elements(By.CSS_SELECTOR, "#timeline .mark.s-completed")
             assert browser.find_elements(By.CSS_SELECTOR, "#paused button[data-resume=idle]")
             ARTIFACTS.mkdir(exist_ok=True)
@@ -127,6 +133,8 @@ def test_dashboard_shows_running_tick_spend_digest_and_resumes_a_level(
             shot = ARTIFACTS / "dashboard.png"
             assert browser.save_screenshot(str(shot))
             print(f"dashboard screenshot: {shot}")
+            wait.until(lambda d: seen(d, "#spend button[data-chart=usd]", click=True))
+            wait.until(lambda d: "unpriced models not counted" in seen(d, "#spend"))
 
             wait.until(lambda d: seen(d, "#paused button[data-resume=idle]", click=True))
             wait.until(lambda d: "none" in seen(d, "#paused"))
@@ -163,6 +171,15 @@ def test_dashboard_shows_running_tick_spend_digest_and_resumes_a_level(
             assert seen(browser, f"#list a[href='/ui/ticks/{tick_id}']")
             errors = [e for e in browser.get_log("browser") if e["level"] == "SEVERE"]
             assert all(f"/dashboard/ticks/{manual}" in e["message"] for e in errors), errors
+
+            latest = httpx.get(f"{url}/digests/latest", timeout=10).json()["data"]["path"]
+            browser.get(f"file://{latest}")
+            assert browser.find_elements(By.CSS_SELECTOR, "table.spend td.n")
+            links = "a[href^='https://tickwork.example/ui/ticks/busy-']"
+            assert browser.find_elements(By.CSS_SELECTOR, links), "ticks link to their pages"
+            shot = ARTIFACTS / "digest.png"
+            assert browser.save_screenshot(str(shot))
+            print(f"digest screenshot: {shot}")
     finally:
         service.send_signal(signal.SIGTERM)
         output = service.communicate(timeout=60)[0]

@@ -84,9 +84,18 @@ def utc(value: datetime | None) -> str:
 
 
 def headline(event: Event) -> str:
-    """What the event says in one sentence (its type alone for a type not known here)."""
+    """What the event says in one sentence; for a type not known here, its first short fields."""
     known = HEADLINES.get(event.type)
-    return known(event.data) if known else event.type
+    if known:
+        return known(event.data)
+    short = [
+        f"{key} {value}"
+        for key, value in event.data.items()
+        if key not in HIDDEN_FIELDS
+        and isinstance(value, str | int | float)
+        and len(str(value)) < 60
+    ]
+    return ", ".join(short[:4])
 
 
 def _field(value: Any) -> str:
@@ -201,7 +210,12 @@ def _log(events: list[Event]) -> str:
     text, end = read_log(path)
     return (
         f'<section id="log" data-end="{end}"><h2>Log</h2><p class="meta">{escape(str(path))}</p>'
-        f'<pre id="log-text">{escape(text)}</pre></section>'
+        + (
+            f'<pre id="log-text">{escape(text)}</pre>'
+            if text
+            else '<pre id="log-text" data-empty="true">(empty so far)</pre>'
+        )
+        + "</section>"
     )
 
 

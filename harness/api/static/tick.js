@@ -55,6 +55,10 @@
       pre.id = "log-text";
       section.appendChild(pre);
     }
+    if (pre.dataset.empty) {
+      pre.textContent = "";
+      delete pre.dataset.empty;
+    }
     pre.textContent += text;
   }
 

@@ -110,7 +110,8 @@ StatusFilter = Annotated[TickStatus | None, Query(description="Only ticks in thi
 SinceFilter = Annotated[Since | None, Query(description="30m, 12h, 7d or an ISO time.")]
 Limit = Annotated[int, Query(ge=1, le=1000)]
 PAGES = ("dashboard", "tick", "ticks")
-"""The pages' empty shells in static/: each script fetches its fragments with the token."""
+"""The pages: static/shell.html around each one's static/<page>.html and with its script,
+which fetches the page's fragments with the token."""
 
 
 def create_app(settings: Settings, store: EventStore, config_file: Path | None = None) -> FastAPI:
@@ -138,10 +139,14 @@ def create_app(settings: Settings, store: EventStore, config_file: Path | None =
 
     app.include_router(guarded)
 
+    shell = (STATIC / "shell.html").read_text(encoding="utf-8")
     shells = {
-        name: (STATIC / f"{name}.html")
-        .read_text(encoding="utf-8")
-        .replace("__REFRESH_SECONDS__", f"{settings.api.refresh_seconds:g}")
+        name: shell.replace("__PAGE__", name).replace(
+            "__MAIN__",
+            (STATIC / f"{name}.html")
+            .read_text(encoding="utf-8")
+            .replace("__REFRESH_SECONDS__", f"{settings.api.refresh_seconds:g}"),
+        )
         for name in PAGES
     }
 

@@ -102,6 +102,14 @@ def _time(value: datetime | None) -> str:
     return "" if value is None else f"{value.astimezone(UTC):%Y-%m-%d %H:%M:%S}"
 
 
+def _iso_time(value: object) -> str:
+    """A time an event holds as ISO text, shown as every time here; as it is if it is not one."""
+    try:
+        return _time(datetime.fromisoformat(str(value)))
+    except ValueError:
+        return escape(str(value))
+
+
 def _overview(status: Snapshot) -> str:
     lag = ", ".join(f"{name} {behind}" for name, behind in status.projection_lag.items())
     rows = []
@@ -261,11 +269,11 @@ def spend_chart(
 def _digest(digest: Digest | None) -> str:
     if digest is None:
         return _section("Latest digest", '<p class="empty">no digest published yet</p>', "digest")
-    name, start, end = (
-        escape(str(digest.data.get(key, "?"))) for key in ("name", "period_start", "period_end")
-    )
+    name = escape(str(digest.data.get("name", "?")))
+    start, end = (_iso_time(digest.data.get(key)) for key in ("period_start", "period_end"))
     head = (
-        f'<p class="meta">{name}: {start} to {end}, published {_time(digest.published_at)} UTC</p>'
+        f'<p class="meta">{name}: {start} to {end} UTC, '
+        f"published {_time(digest.published_at)} UTC</p>"
     )
     if digest.content is None:
         body = f'<p class="error">{escape(digest.content_error or "")}</p>'

@@ -182,7 +182,8 @@ def page(detail: TickDetail, tick_id: str) -> str:
         (
             summary,
             f'<section id="story" data-after="{after}" data-ended="{state}">'
-            f'<h2>Story</h2><ol id="events">{story}</ol></section>',
+            '<h2>Story <span class="meta">(times UTC)</span></h2>'
+            f'<ol id="events">{story}</ol></section>',
             _result(detail),
             _log(detail.events),
         )

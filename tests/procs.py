@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import multiprocessing
+import queue
+import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from multiprocessing.context import SpawnProcess
@@ -34,6 +36,23 @@ def racing(
         assert process.exitcode == 0, (
             f"{target.__name__}{process.name} ended with {process.exitcode}"
         )
+
+
+def gather(results: Any, processes: list[SpawnProcess], count: int) -> list[Any]:
+    """Take `count` answers, failing at once (with the exit code) when a racer died silent.
+
+    A racer that raised never answers; waiting out a long timeout for it would hide why.
+    """
+    answers: list[Any] = []
+    deadline = time.monotonic() + 300  # guards a hang only
+    while len(answers) < count:
+        try:
+            answers.append(results.get(timeout=0.5))
+        except queue.Empty:
+            dead = [p for p in processes if p.exitcode not in (None, 0)]
+            assert not dead, f"racers died: {[(p.name, p.exitcode) for p in dead]}"
+            assert time.monotonic() < deadline, f"only {len(answers)} of {count} answers"
+    return answers
 
 
 def append_many(url: str, writer: int, count: int, start: Event) -> None:

@@ -19,6 +19,7 @@ from harness.contracts.events import (
     CONTROL_STREAM,
     BudgetSpent,
     DigestPublished,
+    TickAttemptFailed,
     TickCompleted,
     TickEvent,
     TickScheduled,
@@ -136,6 +137,10 @@ def test_ticks_filter_by_level_status_and_since_and_show_one_with_its_result(
         ("/ticks", {"limit": "0"}, ["greater than or equal to 1"]),
         ("/spend", {"by": "colour"}, ["'level', 'model' or 'day'"]),
         ("/spend", {"since": "soon"}, ["'soon'"]),
+        ("/dashboard/ticks", {"status": "bogus"}, ["'bogus' is not a tick status"]),
+        ("/dashboard/ticks", {"since": "soonish"}, ["'soonish'", "30m, 12h, 7d"]),
+        ("/ticks/min-done/stream", {"after": "-1"}, ["greater than or equal to 0"]),
+        ("/dashboard/panels", {"chart": "euro"}, ["'tokens' or 'usd'"]),
     ],
 )
 def test_bad_query_parameters_get_422_naming_the_problem_and_change_nothing(
@@ -234,6 +239,44 @@ def test_pause_resume_and_cancel_append_what_the_cli_appends(api: Api, tmp_path:
     assert api.store.last_position() == before
 
 
+def test_a_tick_page_tells_its_story_and_its_stream_ends_with_it(api: Api, tmp_path: Path) -> None:
+    seed(api.store, tmp_path / "results")
+    record(
+        api.store,
+        TickAttemptFailed(
+            tick_id="min-done",
+            level="min",
+            attempt=1,
+            failure_class="content",
+            reason="odd",
+            retry_in_seconds=0.5,
+        ),
+    )
+
+    page = api.http.get("/dashboard/ticks/min-done").text
+    assert page.count('<li class="ev ') == 5, "every event is a line of the story"
+    assert "model gpt-4o-mini: 1,200 prompt + 30 completion tokens" in page
+    assert "attempt 1 failed (content): odd" in page, "a line after the end is shown too"
+    assert 'data-ended="true"' in page and "completed (stop reason" in page
+    assert "Pager is quiet." in page and 'id="cancel"' not in page
+    running = api.http.get("/dashboard/ticks/hour-run").text
+    assert 'data-ended="false"' in running and 'data-cancel="hour-run"' in running
+
+    stream = api.http.get("/ticks/min-done/stream", params={"after": 3})
+    assert stream.headers["content-type"].startswith("text/event-stream")
+    kinds = [line for line in stream.text.splitlines() if line.startswith("event: ")]
+    assert kinds == ["event: story", "event: story", "event: end"], stream.text
+    assert "t-TickCompleted" in stream.text and "data: 5" in stream.text
+
+    listed = api.http.get("/dashboard/ticks", params={"level": "min"}).text
+    assert 'href="/ui/ticks/min-done"' in listed and "hour-run" not in listed
+    for missing in ("/dashboard/ticks/nope", "/ticks/nope/stream"):
+        answer = api.http.get(missing)
+        assert answer.status_code == 404 and "'nope'" in answer.json()["detail"], missing
+    unknown = api.http.post("/levels/nope/tick")
+    assert unknown.status_code == 404 and "'nope'" in unknown.json()["detail"]
+
+
 def test_the_openapi_schema_lists_every_endpoint(api: Api) -> None:
     paths = api.http.get("/openapi.json").json()["paths"]
     assert {
@@ -257,7 +300,7 @@ def test_the_openapi_schema_lists_every_endpoint(api: Api) -> None:
 def test_with_a_token_every_endpoint_needs_the_bearer(sqlite_url: str, tmp_path: Path) -> None:
     store = open_store(sqlite_url)
     with serving(settings_for(sqlite_url, tmp_path, token=TOKEN), store) as http:
-        for path in ("/status", "/ticks", "/metrics", "/dashboard/panels"):
+        for path in ("/status", "/ticks", "/metrics", "/dashboard/panels", "/dashboard/ticks"):
             assert http.get(path).status_code == 401, path
             wrong = http.get(path, headers={"Authorization": "Bearer nope"})
             assert wrong.status_code == 401, path
@@ -265,7 +308,12 @@ def test_with_a_token_every_endpoint_needs_the_bearer(sqlite_url: str, tmp_path:
             assert right.status_code == 200, path
         assert http.post("/levels/min/pause").status_code == 401
         assert not level_paused(store, "min")
-        assert http.get("/").status_code == 200, "the empty page shell holds no data"
+        assert http.post("/levels/min/tick").status_code == 401
+        assert http.get("/ticks/x/stream").status_code == 401
+        assert http.get("/dashboard/ticks/x").status_code == 401
+        assert store.last_position() == 0, "nothing was recorded or started"
+        for shell in ("/", "/ui/ticks", "/ui/ticks/x"):
+            assert http.get(shell).status_code == 200, "the empty page shells hold no data"
     store.close()
 
 

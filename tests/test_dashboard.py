@@ -1,10 +1,13 @@
 """The dashboard in headless Chromium, against `tickwork serve` with real ticks behind it.
 
 `tickwork run` runs a level whose first tick completes (spend for the chart) and whose
-next one hangs on a slow upstream (a running tick); another level is paused. The page
-must load without console errors, show the running tick with a live runtime, the spend
-chart and the latest digest, and its resume button must resume the level. A screenshot
-is kept in tests/artifacts/ (git-ignored).
+next one calls a tool and then hangs on a slow upstream (a running tick); another level
+is paused. The page must load without console errors, show the running tick with a live
+runtime, the spend chart and the latest digest, and its resume button must resume the
+level. The running tick's page shows its story as it happens and its cancel button ends
+it; the run-now button starts a tick of the resumed level in the manual lane. Screenshots
+of the dashboard, the tick page and the latest (styled HTML) digest are kept in
+tests/artifacts/.
 """
 
 from __future__ import annotations
@@ -24,7 +27,8 @@ from selenium.webdriver.common.by import By
 from selenium.webdriver.remote.webdriver import WebDriver
 from selenium.webdriver.support.ui import WebDriverWait
 
-from harness.devtools.fake_llm import FakeUpstream, Step
+from harness.contracts.events import tick_stream
+from harness.devtools.fake_llm import FakeUpstream, Step, ToolCallSpec
 from harness.projections.levels import level_paused
 from harness.store import open_store
 from tests.api_support import TOKEN, serving, settings_for
@@ -41,6 +45,7 @@ every = "2s"
 prompt = "Anything new?"
 model = "fake-model"
 timeout_seconds = 120
+can_shell = true
 
 [levels.idle]
 every = "1h"
@@ -49,7 +54,12 @@ model = "fake-model"
 
 [digests.daily]
 every = "3s"
+period = "1h"
 levels = ["busy"]
+format = "html"
+
+[api]
+public_url = "https://tickwork.example"
 """
 
 
@@ -94,7 +104,8 @@ def test_dashboard_shows_running_tick_spend_digest_and_resumes_a_level(
     config = write_config(tmp_path, LEVELS)
     store = open_store(f"sqlite:///{tmp_path}/events.db")
     fake = FakeUpstream().start()
-    fake.script("default", [Step(text="All quiet.")] + [Step(text="late", delay=60)] * 10)
+    echo = Step(tool_calls=[ToolCallSpec(name="shell", arguments={"command": "echo checked"})])
+    fake.script("default", [Step(text="All quiet."), echo] + [Step(text="late", delay=60)] * 10)
     assert run_cli("pause idle", config, fake).returncode == 0
     service = start_service(config, fake)
     try:
@@ -114,13 +125,16 @@ def test_dashboard_shows_running_tick_spend_digest_and_resumes_a_level(
             wait.until(lambda d: int((seen(d, "#running .runtime") or "-1").split()[0]) > first + 1)
             bars = browser.find_elements(By.CSS_SELECTOR, "svg.chart rect.bar[data-level=busy]")
             assert bars, "the spend chart has a bar for busy"
-            wait.until(lambda d: "## Level busy" in seen(d, "#digest"))
+            wait.until(lambda d: seen(d, "#digest iframe.digest", "srcdoc"))
             assert browser.find_elements(By.CSS_SELECTOR, "#timeline .mark.s-completed")
             assert browser.find_elements(By.CSS_SELECTOR, "#paused button[data-resume=idle]")
             ARTIFACTS.mkdir(exist_ok=True)
+            wait.until(lambda d: seen(d, "#paused .why"))
             shot = ARTIFACTS / "dashboard.png"
             assert browser.save_screenshot(str(shot))
             print(f"dashboard screenshot: {shot}")
+            wait.until(lambda d: seen(d, "#spend button[data-chart=usd]", click=True))
+            wait.until(lambda d: "unpriced models not counted" in seen(d, "#spend"))
 
             wait.until(lambda d: seen(d, "#paused button[data-resume=idle]", click=True))
             wait.until(lambda d: "none" in seen(d, "#paused"))
@@ -128,8 +142,44 @@ def test_dashboard_shows_running_tick_spend_digest_and_resumes_a_level(
             assert store.read_stream("level-idle")[-1].data["by"] == "http:127.0.0.1"
             errors = [e for e in browser.get_log("browser") if e["level"] == "SEVERE"]
             assert errors == [], errors
-            cancelled = httpx.post(f"{url}/cancel/busy", timeout=10).json()
-            assert tick_id in cancelled["matching"]
+
+            wait.until(lambda d: seen(d, f"#running a[href='/ui/ticks/{tick_id}']", click=True))
+            wait.until(lambda d: seen(d, "#events li.t-ToolCalled"))
+            assert "tool shell: ok" in seen(browser, "#events li.t-ToolCalled")
+            assert "live" in seen(browser, "#state"), "the page follows the running tick"
+            wait.until(lambda d: seen(d, "#cancel", click=True))
+            ended = wait.until(lambda d: seen(d, "#events li.live.t-TickCancelled"))
+            assert "cancelled: cancelled by http:127.0.0.1" in ended, "came over the stream"
+            wait.until(lambda d: "cancelled" in seen(d, "#summary .why"))
+            assert browser.find_elements(By.CSS_SELECTOR, "#log")
+            assert store.read_stream(tick_stream(tick_id))[-1].type == "TickCancelled"
+            shot = ARTIFACTS / "tick.png"
+            assert browser.save_screenshot(str(shot))
+            print(f"tick page screenshot: {shot}")
+
+            browser.get(f"{url}/")
+            wait.until(lambda d: seen(d, "#levels button[data-run=idle]", click=True))
+            wait.until(lambda d: "/ui/ticks/idle-" in d.current_url)
+            wait.until(lambda d: seen(d, "#events li.t-TickStarted"))
+            manual = browser.current_url.rsplit("/", 1)[1]
+            assert store.read_stream(tick_stream(manual))[0].data["manual"] is True
+            wait.until(lambda d: seen(d, "#cancel", click=True))
+            wait.until(lambda d: "cancelled" in seen(d, "#summary .why"))
+
+            browser.get(f"{url}/ui/ticks?status=cancelled")
+            wait.until(lambda d: seen(d, f"#list a[href='/ui/ticks/{manual}']"))
+            assert seen(browser, f"#list a[href='/ui/ticks/{tick_id}']")
+            errors = [e for e in browser.get_log("browser") if e["level"] == "SEVERE"]
+            assert all(f"/dashboard/ticks/{manual}" in e["message"] for e in errors), errors
+
+            latest = httpx.get(f"{url}/digests/latest", timeout=10).json()["data"]["path"]
+            browser.get(f"file://{latest}")
+            assert browser.find_elements(By.CSS_SELECTOR, "table.spend td.n")
+            links = "a[href^='https://tickwork.example/ui/ticks/busy-']"
+            assert browser.find_elements(By.CSS_SELECTOR, links), "ticks link to their pages"
+            shot = ARTIFACTS / "digest.png"
+            assert browser.save_screenshot(str(shot))
+            print(f"digest screenshot: {shot}")
     finally:
         service.send_signal(signal.SIGTERM)
         output = service.communicate(timeout=60)[0]

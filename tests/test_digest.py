@@ -171,21 +171,28 @@ def test_the_renderings_say_the_same_and_html_is_escaped(tmp_path: Path) -> None
     (tmp_path / "results").mkdir()
     store = open_store(url)
     seed_period(store, tmp_path / "results")
-    ids = {"tick_id": "html", "level": "min"}
-    write_result(tmp_path / "results/h.json", TickResult(tick_id="html", ok=True, text="<b>&"))
-    record(
-        store,
-        TickScheduled(**ids),
-        TickCompleted(**ids, result_path=str(tmp_path / "results/h.json")),
-    )
+    for name in ("html", "same"):  # two ticks that said the same: one quote
+        ids = {"tick_id": name, "level": "min"}
+        path = tmp_path / f"results/{name}.json"
+        write_result(path, TickResult(tick_id=name, ok=True, text="<b>&"))
+        record(store, TickScheduled(**ids), TickCompleted(**ids, result_path=str(path)))
     digest = digest_of(settings, store)
     store.close()
 
     markdown, page = render(digest, "md"), render(digest, "html")
     assert markdown.index("## Anomalies (6)") < markdown.index("## Level min")
-    assert "> html: <b>&" in markdown
-    assert "html: &lt;b&gt;&amp;" in page and "<b>&" not in page
+    assert "> html, same (2 ticks, same text): <b>&" in markdown
+    assert "- lost: lost: claimed, never started" in markdown
+    assert "same (2 ticks, same text)</span>: &lt;b&gt;&amp;" in page and "<b>&" not in page
     assert page.count("<ul>") == page.count("</ul>") > 0
+    assert page.count("<table") == page.count("</table>") == 3, "anomalies, spend per level"
+    assert page.count('<td class="kind">') == 6 and '<p class="paused">PAUSED: 5xx x4' in page
+    assert "<style>" in page and "href=" not in page, "no links without [api] public_url"
+    linked = render(digest, "html", "https://tw.example/")
+    assert '<a href="https://tw.example/ui/ticks/lost" target="_blank">lost</a>' in linked
+    assert linked.count('href="https://tw.example/ui/ticks/') == 6 + 1 + 4, (
+        "anomalies, failures, quotes"
+    )
     assert Digest.model_validate_json(render(digest, "json")) == digest
 
 

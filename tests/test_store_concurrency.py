@@ -13,7 +13,7 @@ import sqlalchemy as sa
 
 from harness.store import NO_STREAM, NewEvent, open_store
 from harness.store.schema import events
-from tests.procs import append_many, claim, claim_wave, racing
+from tests.procs import append_many, claim, claim_wave, gather, racing
 
 WRITERS = 4
 PER_WRITER = 400
@@ -45,8 +45,8 @@ def test_concurrent_writers_and_a_polling_reader_see_every_event(store_url: str)
 
 def test_exactly_one_process_creates_a_stream(store_url: str) -> None:
     results = multiprocessing.get_context("spawn").Queue()
-    with racing(claim, *[(store_url, "slot-min-0900", results)] * 6):
-        outcomes = sorted(results.get(timeout=60) for _ in range(6))
+    with racing(claim, *[(store_url, "slot-min-0900", results)] * 6) as processes:
+        outcomes = sorted(gather(results, processes, 6))
     assert outcomes == ["lost"] * 5 + ["won"]
     store = open_store(store_url)
     assert len(store.read_stream("slot-min-0900")) == 1
@@ -57,8 +57,8 @@ def test_replicas_claiming_a_wave_together_split_it_without_overlap(store_url: s
     results = multiprocessing.get_context("spawn").Queue()
     streams = [f"tick-l{i:03d}-0900" for i in range(300)]
     waves = [streams, streams[::-1], streams[100:] + streams[:100]]
-    with racing(claim_wave, *[(store_url, wave, results) for wave in waves]):
-        won = [results.get(timeout=60) for _ in waves]
+    with racing(claim_wave, *[(store_url, wave, results) for wave in waves]) as processes:
+        won = gather(results, processes, len(waves))
     assert sorted(s for claimed in won for s in claimed) == sorted(streams)
     store = open_store(store_url)
     assert all(len(events) == 1 for events in store.read_streams(streams).values())

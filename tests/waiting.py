@@ -13,7 +13,7 @@ from typing import TypeVar
 
 T = TypeVar("T")
 
-DEADLINE_SECONDS = 60.0
+DEADLINE_SECONDS = 120.0
 
 
 def wait_until(

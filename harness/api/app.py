@@ -17,18 +17,21 @@ from typing import Annotated, Any, Literal
 
 from fastapi import APIRouter, Depends, FastAPI, HTTPException, Query, Request
 from fastapi import Path as PathParam
-from fastapi.responses import HTMLResponse, JSONResponse, Response
+from fastapi.responses import HTMLResponse, JSONResponse, Response, StreamingResponse
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 from fastapi.staticfiles import StaticFiles
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
 from pydantic import AfterValidator, BeforeValidator
 
-from harness.api import dashboard
+from harness.api import dashboard, story
 from harness.api.metrics import StoreCollector
-from harness.api.models import Cancelled, Cleared, Digest, Status, Tick, TickDetail
+from harness.api.models import Cancelled, Cleared, Digest, Started, Status, Tick, TickDetail
 from harness.api.reads import Reads
 from harness.config import Settings
+from harness.contracts.events import tick_stream
 from harness.contracts.secrets import redact
+from harness.execution.manual import start_detached
+from harness.execution.prepare import new_tick_id
 from harness.projections import SpendRow
 from harness.projections.spend import GroupBy
 from harness.projections.ticks import STATUSES
@@ -102,10 +105,20 @@ def _client(request: Request) -> str:
 
 FreshReads = Annotated[Reads, Depends(_reads)]
 Level = Annotated[str, PathParam(description="A configured level.")]
+Levels = Annotated[list[str] | None, Query(description="Only these levels.")]
+StatusFilter = Annotated[TickStatus | None, Query(description="Only ticks in this status.")]
+SinceFilter = Annotated[Since | None, Query(description="30m, 12h, 7d or an ISO time.")]
+Limit = Annotated[int, Query(ge=1, le=1000)]
+PAGES = ("dashboard", "tick", "ticks")
+"""The pages: static/shell.html around each one's static/<page>.html and with its script,
+which fetches the page's fragments with the token."""
 
 
-def create_app(settings: Settings, store: EventStore) -> FastAPI:
-    """The application over an open store (the caller closes it after the server stops)."""
+def create_app(settings: Settings, store: EventStore, config_file: Path | None = None) -> FastAPI:
+    """The application over an open store (the caller closes it after the server stops).
+
+    `config_file` is what the ticks the run-now button starts read their settings from.
+    """
     app = FastAPI(
         title="tickwork",
         summary="Ticks, spend, digests and control of a tickwork service.",
@@ -117,7 +130,7 @@ def create_app(settings: Settings, store: EventStore) -> FastAPI:
     app.state.reads = Reads(settings, store)
     token = settings.api.token.get_secret_value() if settings.api.token else None
     guarded = APIRouter(dependencies=[Depends(TokenCheck(token))])
-    _routes(guarded, settings)
+    _routes(guarded, settings, config_file)
 
     @guarded.get("/openapi.json", include_in_schema=False)
     def openapi() -> JSONResponse:
@@ -126,18 +139,34 @@ def create_app(settings: Settings, store: EventStore) -> FastAPI:
 
     app.include_router(guarded)
 
-    page_html = (STATIC / "dashboard.html").read_text(encoding="utf-8")
-    page_html = page_html.replace("__REFRESH_SECONDS__", f"{settings.api.refresh_seconds:g}")
+    shell = (STATIC / "shell.html").read_text(encoding="utf-8")
+    shells = {
+        name: shell.replace("__PAGE__", name).replace(
+            "__MAIN__",
+            (STATIC / f"{name}.html")
+            .read_text(encoding="utf-8")
+            .replace("__REFRESH_SECONDS__", f"{settings.api.refresh_seconds:g}"),
+        )
+        for name in PAGES
+    }
 
     @app.get("/", response_class=HTMLResponse, include_in_schema=False)
     def page() -> HTMLResponse:
-        return HTMLResponse(page_html)
+        return HTMLResponse(shells["dashboard"])
+
+    @app.get("/ui/ticks", response_class=HTMLResponse, include_in_schema=False)
+    def tick_list_page() -> HTMLResponse:
+        return HTMLResponse(shells["ticks"])
+
+    @app.get("/ui/ticks/{tick_id}", response_class=HTMLResponse, include_in_schema=False)
+    def tick_page(tick_id: str) -> HTMLResponse:
+        return HTMLResponse(shells["tick"])
 
     app.mount("/static", StaticFiles(directory=STATIC), name="static")
     return app
 
 
-def _routes(router: APIRouter, settings: Settings) -> None:
+def _routes(router: APIRouter, settings: Settings, config_file: Path | None) -> None:
     @router.get("/status", tags=["status"])
     def status(reads: FreshReads) -> Status:
         """Levels and budgets, ticks running and queued, paused levels, store and lag.
@@ -150,12 +179,10 @@ def _routes(router: APIRouter, settings: Settings) -> None:
     @router.get("/ticks", tags=["ticks"])
     def list_ticks(
         reads: FreshReads,
-        level: Annotated[list[str] | None, Query(description="Only these levels.")] = None,
-        status: Annotated[
-            TickStatus | None, Query(description="Only ticks in this status.")
-        ] = None,
-        since: Annotated[Since | None, Query(description="30m, 12h, 7d or an ISO time.")] = None,
-        limit: Annotated[int, Query(ge=1, le=1000)] = 100,
+        level: Levels = None,
+        status: StatusFilter = None,
+        since: SinceFilter = None,
+        limit: Limit = 100,
     ) -> list[Tick]:
         """Ticks, newest first."""
         return reads.ticks(levels=level, status=status, since=since, limit=limit)
@@ -167,6 +194,25 @@ def _routes(router: APIRouter, settings: Settings) -> None:
         if detail is None:
             raise HTTPException(404, f"no tick {tick_id!r} in the store")
         return detail
+
+    @router.get("/ticks/{tick_id}/stream", tags=["ticks"], response_class=StreamingResponse)
+    def follow_tick(
+        tick_id: str,
+        reads: FreshReads,
+        after: Annotated[int, Query(ge=0, description="Events up to here are known.")] = 0,
+        log_from: Annotated[int, Query(ge=0, description="Log bytes already read.")] = 0,
+    ) -> StreamingResponse:
+        """Server-sent events: `story` (a line per new event), `log` (new log text), `end`.
+
+        The stream ends after the tick's terminal event.
+        """
+        if not reads.store.read_stream(tick_stream(tick_id), limit=1):
+            raise HTTPException(404, f"no tick {tick_id!r} in the store")
+        return StreamingResponse(
+            story.follow(reads.store, tick_id, after, log_from),
+            media_type="text/event-stream",
+            headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"},
+        )
 
     @router.get("/spend", tags=["spend"])
     def spend(
@@ -184,6 +230,25 @@ def _routes(router: APIRouter, settings: Settings) -> None:
         if digest is None:
             raise HTTPException(404, "no digest published yet by any of [digests.<name>]")
         return digest
+
+    @router.post("/levels/{level}/tick", tags=["control"], status_code=202)
+    def run_now(
+        level: Level,
+        force: Annotated[
+            bool, Query(description="Run even if the level is paused or over its budget.")
+        ] = False,
+    ) -> Started:
+        """Start one tick now in the manual lane, as `tickwork tick LEVEL --no-wait` does.
+
+        The tick obeys pause, budget and caps unless `force`; the answer does not wait for
+        it to be recorded (its page waits).
+        """
+        if level not in settings.levels:
+            known = ", ".join(settings.levels) or "none"
+            raise HTTPException(404, f"no level named {level!r} (known: {known})")
+        tick_id = new_tick_id(level)
+        start_detached(level, tick_id, config=config_file, force=force)
+        return Started(level=level, tick_id=tick_id, page=f"/ui/ticks/{tick_id}")
 
     @router.post("/levels/{level}/{action}", tags=["control"])
     def switch(
@@ -216,5 +281,25 @@ def _routes(router: APIRouter, settings: Settings) -> None:
         return Response(generate_latest(registry), media_type=CONTENT_TYPE_LATEST)
 
     @router.get("/dashboard/panels", response_class=HTMLResponse, include_in_schema=False)
-    def panels(reads: FreshReads) -> HTMLResponse:
-        return HTMLResponse(dashboard.panels(reads))
+    def panels(
+        reads: FreshReads, chart: Annotated[Literal["tokens", "usd"], Query()] = "tokens"
+    ) -> HTMLResponse:
+        return HTMLResponse(dashboard.panels(reads, chart))
+
+    @router.get("/dashboard/ticks", response_class=HTMLResponse, include_in_schema=False)
+    def tick_list_panel(
+        reads: FreshReads,
+        level: Levels = None,
+        status: StatusFilter = None,
+        since: SinceFilter = None,
+        limit: Limit = 100,
+    ) -> HTMLResponse:
+        ticks = reads.ticks(levels=level, status=status, since=since, limit=limit)
+        return HTMLResponse(redact(dashboard.tick_table(ticks)))
+
+    @router.get("/dashboard/ticks/{tick_id}", response_class=HTMLResponse, include_in_schema=False)
+    def tick_panel(tick_id: str, reads: FreshReads) -> HTMLResponse:
+        detail = reads.tick(tick_id)
+        if detail is None:
+            raise HTTPException(404, f"no tick {tick_id!r} in the store (yet)")
+        return HTMLResponse(redact(story.page(detail, tick_id)))

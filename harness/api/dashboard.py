@@ -10,9 +10,12 @@ from __future__ import annotations
 from collections import defaultdict
 from datetime import UTC, datetime, timedelta
 from html import escape
+from typing import Literal
+from urllib.parse import quote
 
 from harness.api.models import Digest, Tick
 from harness.api.reads import Reads
+from harness.contracts.events import LevelPaused
 from harness.projections import SpendRow
 from harness.projections.ticks import STATUSES, UNKNOWN
 from harness.scheduling.status import Snapshot
@@ -24,26 +27,64 @@ CHART_WIDTH, CHART_HEIGHT, CHART_PAD = 720, 220, 40
 PALETTE = ("#4e79a7", "#f28e2b", "#59a14f", "#e15759", "#76b7b2", "#edc948", "#b07aa1", "#ff9da7")
 
 
-def panels(reads: Reads) -> str:
+ChartUnit = Literal["tokens", "usd"]
+
+
+def panels(reads: Reads, chart: ChartUnit = "tokens") -> str:
     """The dashboard's panels as one HTML fragment, so a refresh replaces them in one swap."""
     status = reads.snapshot()
     levels = list(reads.settings.levels)
     since = status.taken_at.date() - timedelta(days=CHART_DAYS - 1)
+    other = "usd" if chart == "tokens" else "tokens"
+    switch = (
+        f'<p class="meta"><button type="button" data-chart="{other}">'
+        f"Show {'USD' if other == 'usd' else 'tokens'}</button></p>"
+    )
     return "\n".join(
         (
             _overview(status),
             _in_flight(status),
-            _paused(status),
+            _paused(reads.pauses()),
             _timeline(
                 levels,
                 {level: reads.ticks(levels=[level], limit=TIMELINE_TICKS) for level in levels},
             ),
             _section(
-                "Spend per day (tokens)",
-                spend_chart(reads.spend(("day", "level"), since), status.taken_at, levels),
+                f"Spend per day ({'USD' if chart == 'usd' else 'tokens'})",
+                switch
+                + spend_chart(reads.spend(("day", "level"), since), status.taken_at, levels, chart),
+                "spend",
             ),
             _digest(reads.latest_digest()),
         )
+    )
+
+
+def tick_href(tick_id: str) -> str:
+    """The dashboard's page of a tick."""
+    return f"/ui/ticks/{quote(tick_id, safe='')}"
+
+
+def _tick_link(tick_id: str) -> str:
+    return f'<a href="{escape(tick_href(tick_id))}">{escape(tick_id)}</a>'
+
+
+def tick_table(ticks: list[Tick]) -> str:
+    """Ticks as a table whose ids link to their pages (the tick list's fragment)."""
+    if not ticks:
+        return '<p class="empty">no tick matches</p>'
+    rows = [
+        f'<tr class="s-row-{escape(tick.status)}"><td>{_tick_link(tick.tick_id)}</td>'
+        f"<td>{escape(tick.level)}</td>"
+        f'<td><span class="mark s-{escape(tick.status)}"></span> {escape(tick.status)}</td>'
+        f"<td>{_time(tick.scheduled_at)}</td><td>{_time(tick.finished_at)}</td>"
+        f"<td>{tick.prompt_tokens + tick.completion_tokens:,}</td>"
+        f"<td>{escape(tick.reason or '')}</td></tr>"
+        for tick in ticks
+    ]
+    return _table(
+        ("tick", "level", "status", "scheduled (UTC)", "finished (UTC)", "tokens", "reason"),
+        rows,
     )
 
 
@@ -61,6 +102,14 @@ def _time(value: datetime | None) -> str:
     return "" if value is None else f"{value.astimezone(UTC):%Y-%m-%d %H:%M:%S}"
 
 
+def _iso_time(value: object) -> str:
+    """A time an event holds as ISO text, shown as every time here; as it is if it is not one."""
+    try:
+        return _time(datetime.fromisoformat(str(value)))
+    except ValueError:
+        return escape(str(value))
+
+
 def _overview(status: Snapshot) -> str:
     lag = ", ".join(f"{name} {behind}" for name, behind in status.projection_lag.items())
     rows = []
@@ -72,7 +121,8 @@ def _overview(status: Snapshot) -> str:
             "paused" if level.paused else "active",
             *level.against_budget(),
         )
-        rows.append("<tr>" + "".join(f"<td>{escape(cell)}</td>" for cell in cells) + "</tr>")
+        run = f'<td><button type="button" data-run="{escape(level.name)}">Run now</button></td>'
+        rows.append("<tr>" + "".join(f"<td>{escape(cell)}</td>" for cell in cells) + run + "</tr>")
     return _section(
         "Levels",
         f'<p class="meta">store at {status.store_position}, projection lag: {escape(lag)}; '
@@ -85,6 +135,7 @@ def _overview(status: Snapshot) -> str:
                 "state",
                 "tokens today / budget",
                 "USD today / budget",
+                "",
             ),
             rows,
         ),
@@ -107,7 +158,7 @@ def _in_flight(status: Snapshot) -> str:
             )
         rows.append(
             f'<tr class="{state}" data-tick="{escape(tick.tick_id)}">'
-            f"<td>{escape(tick.tick_id)}</td><td>{escape(tick.level)}</td>"
+            f"<td>{_tick_link(tick.tick_id)}</td><td>{escape(tick.level)}</td>"
             f"<td>{state}</td><td>{time}</td></tr>"
         )
     return _section(
@@ -117,13 +168,16 @@ def _in_flight(status: Snapshot) -> str:
     )
 
 
-def _paused(status: Snapshot) -> str:
-    if not status.paused_levels:
+def _paused(paused: dict[str, LevelPaused]) -> str:
+    if not paused:
         return _section("Paused levels", '<p class="empty">none</p>', "paused")
     items = "".join(
-        f'<li><span class="level">{escape(name)}</span> '
+        f'<li class="{"auto" if pause.by == "tickwork" else "operator"}">'
+        f'<span class="level">{escape(name)}</span> '
+        f'<span class="why">since {_time(pause.occurred_at)} UTC, by {escape(pause.by)}: '
+        f"{escape(pause.reason)}</span> "
         f'<button type="button" data-resume="{escape(name)}">Resume</button></li>'
-        for name in status.paused_levels
+        for name, pause in sorted(paused.items())
     )
     return _section("Paused levels", f"<ul>{items}</ul>", "paused")
 
@@ -132,8 +186,9 @@ def _timeline(levels: list[str], recent: dict[str, list[Tick]]) -> str:
     rows = []
     for level in levels:
         marks = "".join(
-            f'<span class="mark s-{escape(tick.status)}" title="{escape(tick.tick_id)}: '
-            f'{escape(tick.status)}{escape(": " + tick.reason) if tick.reason else ""}"></span>'
+            f'<a class="mark s-{escape(tick.status)}" href="{escape(tick_href(tick.tick_id))}" '
+            f'title="{escape(tick.tick_id)}: '
+            f'{escape(tick.status)}{escape(": " + tick.reason) if tick.reason else ""}"></a>'
             for tick in reversed(recent[level])
         )
         rows.append(f'<div class="lane"><span class="level">{escape(level)}</span>{marks}</div>')
@@ -149,12 +204,25 @@ def _timeline(levels: list[str], recent: dict[str, list[Tick]]) -> str:
     )
 
 
-def spend_chart(rows: list[SpendRow], now: datetime, levels: list[str]) -> str:
-    """Stacked bars of tokens per UTC day, one colour per level, for the last CHART_DAYS."""
+def spend_chart(
+    rows: list[SpendRow], now: datetime, levels: list[str], unit: ChartUnit = "tokens"
+) -> str:
+    """Stacked bars of tokens (or USD) per UTC day, one colour per level, for CHART_DAYS.
+
+    In USD an unpriced model's spend counts nothing; the legend says how many calls that is.
+    """
     days = [(now.date() - timedelta(days=back)).isoformat() for back in reversed(range(CHART_DAYS))]
-    tokens: dict[str, dict[str, int]] = defaultdict(dict)
+    tokens: dict[str, dict[str, float]] = defaultdict(dict)
+    unpriced = 0
     for row in rows:
-        tokens[row.group["day"]][row.group["level"]] = row.prompt_tokens + row.completion_tokens
+        tokens[row.group["day"]][row.group["level"]] = (
+            row.prompt_tokens + row.completion_tokens if unit == "tokens" else row.cost_usd or 0.0
+        )
+        unpriced += row.unpriced_calls
+
+    def amount(value: float) -> str:
+        return f"{value:,.0f} tokens" if unit == "tokens" else f"${value:,.4f}"
+
     names = levels + sorted({level for day in tokens.values() for level in day} - set(levels))
     colour = {name: PALETTE[i % len(PALETTE)] for i, name in enumerate(names)}
     top = max((sum(day.values()) for day in tokens.values()), default=0) or 1
@@ -163,8 +231,8 @@ def spend_chart(rows: list[SpendRow], now: datetime, levels: list[str]) -> str:
     parts = [
         '<svg class="chart" xmlns="http://www.w3.org/2000/svg" '
         f'viewBox="0 0 {CHART_WIDTH} {CHART_HEIGHT}" role="img" '
-        'aria-label="tokens per day per level">',
-        f'<text x="{CHART_PAD}" y="{CHART_PAD - 12}">max {top:,} tokens/day</text>',
+        f'aria-label="{unit} per day per level">',
+        f'<text x="{CHART_PAD}" y="{CHART_PAD - 12}">max {amount(top)}/day</text>',
         f'<line x1="{CHART_PAD}" y1="{CHART_HEIGHT - CHART_PAD}" x2="{CHART_WIDTH - CHART_PAD}" '
         f'y2="{CHART_HEIGHT - CHART_PAD}" stroke="#888"/>',
     ]
@@ -180,7 +248,7 @@ def spend_chart(rows: list[SpendRow], now: datetime, levels: list[str]) -> str:
             parts.append(
                 f'<rect class="bar" data-level="{escape(name)}" x="{x + 2:.1f}" y="{base:.1f}" '
                 f'width="{step - 4:.1f}" height="{height:.1f}" fill="{colour[name]}">'
-                f"<title>{escape(name)} {day}: {value:,} tokens</title></rect>"
+                f"<title>{escape(name)} {day}: {amount(value)}</title></rect>"
             )
         if (len(days) - 1 - index) % 2 == 0:
             parts.append(
@@ -193,21 +261,25 @@ def spend_chart(rows: list[SpendRow], now: datetime, levels: list[str]) -> str:
         f"{escape(name)}</span>"
         for name in names
     )
+    if unit == "usd" and unpriced:
+        legend += f'<span class="key">{unpriced:,} call(s) of unpriced models not counted</span>'
     return "".join(parts) + f'<p class="legend">{legend}</p>'
 
 
 def _digest(digest: Digest | None) -> str:
     if digest is None:
         return _section("Latest digest", '<p class="empty">no digest published yet</p>', "digest")
-    name, start, end = (
-        escape(str(digest.data.get(key, "?"))) for key in ("name", "period_start", "period_end")
-    )
+    name = escape(str(digest.data.get("name", "?")))
+    start, end = (_iso_time(digest.data.get(key)) for key in ("period_start", "period_end"))
     head = (
-        f'<p class="meta">{name}: {start} to {end}, published {_time(digest.published_at)} UTC</p>'
+        f'<p class="meta">{name}: {start} to {end} UTC, '
+        f"published {_time(digest.published_at)} UTC</p>"
     )
-    body = (
-        f"<pre>{escape(digest.content)}</pre>"
-        if digest.content is not None
-        else f'<p class="error">{escape(digest.content_error or "")}</p>'
-    )
+    if digest.content is None:
+        body = f'<p class="error">{escape(digest.content_error or "")}</p>'
+    elif digest.data.get("format") == "html":
+        # Rendered as the page it is, sandboxed: no script of it runs, no cookie is shared.
+        body = f'<iframe class="digest" sandbox srcdoc="{escape(digest.content)}"></iframe>'
+    else:
+        body = f"<pre>{escape(digest.content)}</pre>"
     return _section("Latest digest", head + body, "digest")

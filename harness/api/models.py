@@ -146,6 +146,15 @@ class Digest(BaseModel):
     """Why the file at `data.path` could not be read."""
 
 
+class Started(BaseModel):
+    """The answer to a run-now request: the tick's id, before it is recorded."""
+
+    level: str
+    tick_id: str
+    page: str
+    """The dashboard's page of the tick, which waits for it to be recorded."""
+
+
 class Cancelled(BaseModel):
     """The answer to a cancel request: what it will reach, so the operator can check the scope."""
 

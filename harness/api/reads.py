@@ -13,10 +13,11 @@ from pathlib import Path
 
 from harness.api.models import Digest, Event, Tick, TickDetail
 from harness.config import Settings
-from harness.contracts.events import digest_stream
+from harness.contracts.events import LevelPaused, digest_stream
 from harness.contracts.result import ResultFileError, read_result
 from harness.prices import PriceBook
 from harness.projections import SpendRow, projector_for, spend_report
+from harness.projections.levels import pauses
 from harness.projections.spend import GroupBy
 from harness.projections.ticks import tick_rows
 from harness.scheduling.status import Snapshot, snapshot
@@ -71,6 +72,10 @@ class Reads:
         return TickDetail(
             tick=tick, events=[Event.of(e) for e in events], result=result, result_error=error
         )
+
+    def pauses(self) -> dict[str, LevelPaused]:
+        """The pause in force of each paused level: who decided it, why and when."""
+        return pauses(self.store, self.settings.levels)
 
     def spend(self, by: Sequence[GroupBy], since: date | None = None) -> list[SpendRow]:
         """Spend grouped as asked, from the spend read model."""

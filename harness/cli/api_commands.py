@@ -7,7 +7,7 @@ from typing import Annotated
 
 import typer
 
-from harness.cli.app import app, fail, out, settings, store_for
+from harness.cli.app import app, fail, out, settings, state, store_for
 
 
 def is_loopback(host: str) -> bool:
@@ -31,6 +31,7 @@ def serve(
     import uvicorn
 
     from harness.api.app import create_app
+    from harness.config import config_path
 
     config = settings()
     bind = host or config.api.host
@@ -46,7 +47,7 @@ def serve(
         guarded = "bearer token required" if config.api.token else "no token: loopback only"
         schema = f"{where}/openapi.json"
         out.print(f"tickwork API and dashboard on {where}/ (OpenAPI schema: {schema}; {guarded})")
-        application = create_app(config, store)
+        application = create_app(config, store, config_path(state.config))
         uvicorn.run(application, host=bind, port=port or config.api.port, log_level="warning")
     finally:
         store.close()

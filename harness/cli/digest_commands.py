@@ -100,7 +100,7 @@ def digest(
         )
     finally:
         store.close()
-    text = render(built, chosen.format)
+    text = render(built, chosen.format, config.api.public_url)
     if out_file is None:
         sys.stdout.write(text)
     else:

@@ -4,8 +4,6 @@ from __future__ import annotations
 
 import contextlib
 import signal
-import subprocess
-import sys
 import threading
 import time
 import typing
@@ -48,6 +46,7 @@ def tick(
     from harness.contracts.events import tick_stream
     from harness.execution.executors import LocalExecutor
     from harness.execution.launchers import ColdLauncher
+    from harness.execution.manual import start_detached
     from harness.execution.prepare import Preparer, TickSetupError, new_tick_id
     from harness.execution.runner import Runner
     from harness.scheduling.waves import Manual, SlotClaim, claim_wave
@@ -55,21 +54,8 @@ def tick(
     config = settings()
     if not wait:
         tick_id = new_tick_id(level)
-        command = [sys.argv[0], "tick", level, "--wait", "--tick-id", tick_id]
-        if state.config is not None:
-            command[1:1] = ["--config", str(state.config)]
-        if prompt is not None:
-            command += ["--prompt", prompt]
-        if timeout is not None:
-            command += ["--timeout", str(timeout)]
-        if force:
-            command.append("--force")
-        subprocess.Popen(
-            command,
-            start_new_session=True,
-            stdin=subprocess.DEVNULL,
-            stdout=subprocess.DEVNULL,
-            stderr=subprocess.DEVNULL,
+        start_detached(
+            level, tick_id, config=state.config, prompt=prompt, timeout=timeout, force=force
         )
         out.print(
             f"started tick {tick_id} (follow it: tickwork events --stream tick-{tick_id} --follow)"

@@ -183,6 +183,9 @@ class ApiConfig(_Strict):
     """How often the dashboard reloads its panels."""
     token: SecretStr | None = None
     """Bearer token every request must carry; from TICKWORK_API_TOKEN only, never the file."""
+    public_url: Annotated[str, Field(pattern=r"^https?://[^\s/]+")] | None = None
+    """Where operators reach the dashboard (`https://tickwork.example`): digests link ticks
+    to their pages there."""
 
     @field_validator("token")
     @classmethod

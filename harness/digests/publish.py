@@ -186,7 +186,7 @@ class Publisher:
             levels,
             config.excerpt_chars,
         )
-        content = render(digest, config.format).encode()
+        content = render(digest, config.format, self.settings.api.public_url).encode()
         content_hash = hashlib.sha256(content).hexdigest()
         # Named by its content: a replica that loses the claim never overwrites the winner's.
         file_name = f"{period.stamp}-{content_hash[:12]}.{config.format}"

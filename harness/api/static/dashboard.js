@@ -1,29 +1,10 @@
 // The dashboard: reloads its server-rendered panels, counts running ticks' runtime up each
-// second, and sends a resume button's request. With a token, open the page as
-// /#token=<TICKWORK_API_TOKEN>: the fragment never reaches a server or its logs.
+// second, and sends the resume, run-now and chart-unit buttons' requests.
 "use strict";
 
 (function () {
   const panels = document.getElementById("panels");
-  const state = document.getElementById("state");
-  const fromHash = new URLSearchParams(location.hash.slice(1)).get("token");
-  if (fromHash) {
-    sessionStorage.setItem("tickwork-token", fromHash);
-    history.replaceState(null, "", location.pathname);
-  }
-  const token = sessionStorage.getItem("tickwork-token");
-
-  function call(path, method) {
-    const headers = token ? { Authorization: "Bearer " + token } : {};
-    return fetch(path, { method: method || "GET", headers: headers }).then(function (answer) {
-      if (!answer.ok) {
-        return answer.text().then(function (text) {
-          throw new Error(path + ": HTTP " + answer.status + " " + text);
-        });
-      }
-      return answer;
-    });
-  }
+  let chart = "tokens";
 
   function showRuntimes() {
     const now = Date.now();
@@ -34,33 +15,41 @@
   }
 
   function load() {
-    return call("/dashboard/panels")
+    return tickwork.call("/dashboard/panels?chart=" + chart)
       .then(function (answer) { return answer.text(); })
       .then(function (html) {
         panels.innerHTML = html;
         showRuntimes();
-        state.textContent = "live, updated " + new Date().toLocaleTimeString();
-        state.className = "meta";
+        tickwork.say("live, updated " + tickwork.utcNow());
       })
-      .catch(function (problem) {
-        state.textContent = "not updated: " + problem.message;
-        state.className = "meta error";
-      });
+      .catch(function (problem) { tickwork.say("not updated: " + problem.message, true); });
   }
 
   panels.addEventListener("click", function (event) {
-    const button = event.target.closest("button[data-resume]");
-    if (!button) {
-      return;
+    const resume = event.target.closest("button[data-resume]");
+    const run = event.target.closest("button[data-run]");
+    const unit = event.target.closest("button[data-chart]");
+    if (unit) {
+      chart = unit.dataset.chart;
+      load();
+    } else if (resume) {
+      resume.disabled = true;
+      tickwork.call("/levels/" + encodeURIComponent(resume.dataset.resume) + "/resume", "POST")
+        .then(load)
+        .catch(function (problem) {
+          tickwork.say("resume failed: " + problem.message, true);
+          resume.disabled = false;
+        });
+    } else if (run) {
+      run.disabled = true;
+      tickwork.call("/levels/" + encodeURIComponent(run.dataset.run) + "/tick", "POST")
+        .then(function (answer) { return answer.json(); })
+        .then(function (started) { location.assign(started.page); })
+        .catch(function (problem) {
+          tickwork.say("run now failed: " + problem.message, true);
+          run.disabled = false;
+        });
     }
-    button.disabled = true;
-    call("/levels/" + encodeURIComponent(button.dataset.resume) + "/resume", "POST")
-      .then(load)
-      .catch(function (problem) {
-        state.textContent = "resume failed: " + problem.message;
-        state.className = "meta error";
-        button.disabled = false;
-      });
   });
 
   const seconds = Number(panels.dataset.refreshSeconds) || 5;

@@ -1,0 +1,256 @@
+"""A tick as a story: its events in order, why it ended, its result and its log, as HTML.
+
+Every event of the tick's stream becomes one line, whatever its type: a sentence for the
+types tickwork knows, and all its fields under the line for any type, so events added
+later (model calls, transcript items) show up without more work here. The same line is
+what the page shows on load and what `/ticks/{id}/stream` sends while the tick runs.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Callable, Iterator
+from datetime import UTC, datetime
+from html import escape
+from pathlib import Path
+from typing import Any
+
+from harness.api.models import Event, TickDetail
+from harness.contracts.events import TERMINAL_TYPES, tick_stream
+from harness.contracts.secrets import redact
+from harness.store import EventStore
+
+LOG_TAIL_BYTES = 64 * 1024
+"""How much of the end of a tick's log the page shows (and how much one update sends)."""
+FIELD_CHARS = 2000
+"""A field longer than this is cut on the page, the cut marked; `/ticks/{id}` has it whole."""
+POLL_SECONDS = 0.5
+HEARTBEAT_SECONDS = 15.0
+"""A comment line this often keeps proxies from closing a quiet stream."""
+HIDDEN_FIELDS = frozenset({"tick_id", "level", "event_id", "occurred_at"})
+
+Data = dict[str, Any]
+
+
+def _ms(value: Any) -> str:
+    return f"{float(value or 0):,.0f} ms"
+
+
+HEADLINES: dict[str, Callable[[Data], str]] = {
+    "TickScheduled": lambda d: (
+        f"scheduled{' by hand' if d.get('manual') else ''}{' (forced)' if d.get('forced') else ''}"
+        f", model {d.get('model') or 'of the level'}"
+    ),
+    "TickStarted": lambda d: (
+        f"attempt {d.get('attempt', 1)} started: pid {d.get('pid')} on {d.get('host')}, "
+        f"timeout {d.get('timeout_seconds') or '?'} s"
+    ),
+    "BudgetSpent": lambda d: (
+        f"model {d.get('model')}: {d.get('prompt_tokens', 0):,} prompt + "
+        f"{d.get('completion_tokens', 0):,} completion tokens"
+        f"{' (estimated)' if d.get('estimated') else ''}"
+    ),
+    "ToolCalled": lambda d: (
+        f"tool {d.get('name')}: {d.get('status')} in {_ms(d.get('duration_ms'))}"
+    ),
+    "RouteFallback": lambda d: (
+        f"fell back from {d.get('from_target')} to {d.get('to_target') or 'nothing'}: "
+        f"{d.get('reason')}"
+    ),
+    "RoutePromoted": lambda d: (
+        f"promoted from {d.get('from_target')} to {d.get('to_target')}: {d.get('reason')}"
+    ),
+    "TickAttemptFailed": lambda d: (
+        f"attempt {d.get('attempt')} failed ({d.get('failure_class')}): {d.get('reason')}; "
+        f"retry in {float(d.get('retry_in_seconds') or 0):g} s"
+    ),
+    "TickCompleted": lambda d: (
+        f"completed (stop reason {d.get('stop_reason') or 'none'}): "
+        f"{d.get('model_calls', 0)} model call(s), {d.get('tool_calls', 0)} tool call(s), "
+        f"{d.get('prompt_tokens', 0):,} + {d.get('completion_tokens', 0):,} tokens"
+    ),
+    "TickFailed": lambda d: f"failed ({d.get('failure_class')}): {d.get('reason')}",
+    "TickTimedOut": lambda d: f"timed out after {d.get('timeout_seconds')} s",
+    "TickCancelled": lambda d: f"cancelled: {d.get('reason') or 'no reason recorded'}",
+    "TickSkipped": lambda d: f"skipped: {d.get('reason')}",
+    "TickLost": lambda d: f"lost: {d.get('reason')}",
+}
+
+
+def utc(value: datetime | None) -> str:
+    """A time as the pages show every time: UTC, to the second, saying so."""
+    return "" if value is None else f"{value.astimezone(UTC):%Y-%m-%d %H:%M:%S} UTC"
+
+
+def headline(event: Event) -> str:
+    """What the event says in one sentence; for a type not known here, its first short fields."""
+    known = HEADLINES.get(event.type)
+    if known:
+        return known(event.data)
+    short = [
+        f"{key} {value}"
+        for key, value in event.data.items()
+        if key not in HIDDEN_FIELDS
+        and isinstance(value, str | int | float)
+        and len(str(value)) < 60
+    ]
+    return ", ".join(short[:4])
+
+
+def _field(value: Any) -> str:
+    text = value if isinstance(value, str) else json.dumps(value, default=str)
+    if len(text) > FIELD_CHARS:
+        text = text[:FIELD_CHARS] + f"… [cut: {len(text) - FIELD_CHARS:,} more characters]"
+    return escape(text)
+
+
+def line(event: Event) -> str:
+    """One event as an `<li>`: its time, type and headline, and all its fields folded."""
+    fields = "".join(
+        f"<dt>{escape(key)}</dt><dd>{_field(value)}</dd>"
+        for key, value in event.data.items()
+        if key not in HIDDEN_FIELDS and value not in (None, "", [], {})
+    )
+    details = f"<details><summary>fields</summary><dl>{fields}</dl></details>" if fields else ""
+    return redact(
+        f'<li class="ev t-{escape(event.type)}" data-position="{event.stream_position}">'
+        f"<time>{f'{event.recorded_at.astimezone(UTC):%H:%M:%S.%f}'[:-3]}</time> "
+        f'<span class="type">{escape(event.type)}</span> '
+        f'<span class="what">{escape(headline(event))}</span>{details}</li>'
+    )
+
+
+def ended(events: list[Event]) -> Event | None:
+    """The tick's terminal event, once it has one."""
+    return next((e for e in reversed(events) if e.type in TERMINAL_TYPES), None)
+
+
+def log_path(events: list[Event]) -> Path | None:
+    """The log of the tick's latest attempt, as its TickStarted names it."""
+    started = [e for e in events if e.type == "TickStarted" and e.data.get("log_path")]
+    return Path(started[-1].data["log_path"]) if started else None
+
+
+def read_log(path: Path, start: int = 0) -> tuple[str, int]:
+    """The log's text from `start` (at most its last LOG_TAIL_BYTES), redacted; and its end."""
+    try:
+        with path.open("rb") as log:
+            end = log.seek(0, 2)
+            log.seek(max(start, end - LOG_TAIL_BYTES))
+            data = log.read()
+    except OSError:
+        return "", start
+    return redact(data.decode("utf-8", errors="replace")), end
+
+
+def page(detail: TickDetail, tick_id: str) -> str:
+    """The tick page's sections: summary and why it ended, the story, the result, the log."""
+    last = ended(detail.events)
+    tick = detail.tick
+    status = tick.status if tick else ("ended" if last else "recorded")
+    rows = [
+        ("level", tick.level if tick else ""),
+        ("status", status),
+        ("scheduled", utc(tick.scheduled_at) if tick else ""),
+        ("started", utc(tick.started_at) if tick else ""),
+        ("finished", utc(tick.finished_at) if tick else ""),
+    ]
+    if tick:
+        rows.append(
+            (
+                "spend",
+                f"{tick.model_calls} model call(s), {tick.prompt_tokens:,} + "
+                f"{tick.completion_tokens:,} tokens, {tick.tool_calls} tool call(s)",
+            )
+        )
+    table = "".join(f"<tr><th>{escape(k)}</th><td>{escape(v)}</td></tr>" for k, v in rows if v)
+    why = (
+        f'<p class="why s-{escape(status)}">{escape(headline(last))}</p>'
+        if last
+        else '<p class="why running">in flight <button type="button" id="cancel" '
+        f'data-cancel="{escape(tick_id)}">Cancel this tick</button></p>'
+    )
+    after = detail.events[-1].stream_position if detail.events else 0
+    state = "true" if last else "false"
+    story = "".join(line(event) for event in detail.events)
+    summary = (
+        f'<section id="summary"><h2>Tick {escape(tick_id)}</h2>{why}<table>{table}</table>'
+        "</section>"
+    )
+    return "\n".join(
+        (
+            summary,
+            f'<section id="story" data-after="{after}" data-ended="{state}">'
+            '<h2>Story <span class="meta">(times UTC)</span></h2>'
+            f'<ol id="events">{story}</ol></section>',
+            _result(detail),
+            _log(detail.events),
+        )
+    )
+
+
+def _result(detail: TickDetail) -> str:
+    if detail.result_error:
+        body = f'<p class="error">{escape(detail.result_error)}</p>'
+    elif detail.result is None:
+        body = '<p class="empty">no result file (yet)</p>'
+    else:
+        text = str(detail.result.get("text") or "")
+        stop = detail.result.get("stop_reason")
+        body = (f'<p class="meta">stop reason {escape(str(stop))}</p>' if stop else "") + (
+            f"<pre>{escape(redact(text))}</pre>" if text else '<p class="empty">empty text</p>'
+        )
+    return f'<section id="result"><h2>Result</h2>{body}</section>'
+
+
+def _log(events: list[Event]) -> str:
+    path = log_path(events)
+    if path is None:
+        return '<section id="log"><h2>Log</h2><p class="empty">no log (not started)</p></section>'
+    text, end = read_log(path)
+    return (
+        f'<section id="log" data-end="{end}"><h2>Log</h2><p class="meta">{escape(str(path))}</p>'
+        + (
+            f'<pre id="log-text">{escape(text)}</pre>'
+            if text
+            else '<pre id="log-text" data-empty="true">(empty so far)</pre>'
+        )
+        + "</section>"
+    )
+
+
+def sse(kind: str, data: str) -> str:
+    """One server-sent event (each line of `data` its own `data:` field)."""
+    return f"event: {kind}\n" + "".join(f"data: {part}\n" for part in data.split("\n")) + "\n"
+
+
+def follow(store: EventStore, tick_id: str, after: int, log_from: int) -> Iterator[str]:
+    """Server-sent events of a tick as they are recorded, until it ends.
+
+    `story` events carry a line for each new event, `log` events what its log gained,
+    and `end` says the tick has ended (the stream closes then).
+    """
+    stream, quiet_since = tick_stream(tick_id), time.monotonic()
+    log = log_path([Event.of(event) for event in store.read_stream(stream, limit=after)])
+    while True:
+        stored = store.read_stream(stream, after=after)
+        events = [Event.of(event) for event in stored]
+        for event in events:
+            after = event.stream_position
+            yield sse("story", line(event))
+            if event.type == "TickStarted" and event.data.get("log_path"):
+                log = Path(event.data["log_path"])
+        if log is not None:
+            text, log_from = read_log(log, log_from)
+            if text:
+                yield sse("log", text)
+        if any(event.type in TERMINAL_TYPES for event in events):
+            yield sse("end", str(after))
+            return
+        if events:
+            quiet_since = time.monotonic()
+        elif time.monotonic() - quiet_since > HEARTBEAT_SECONDS:
+            quiet_since = time.monotonic()
+            yield ": still running\n\n"
+        time.sleep(POLL_SECONDS)

@@ -64,6 +64,19 @@ def migrate() -> None:
         out.print(f"{safe_url(config.store.url)}: schema already at {HEAD_REVISION}")
     else:
         out.print(f"{safe_url(config.store.url)}: schema {before or 'none'} -> {HEAD_REVISION}")
+    if config.executor.kind == "procrastinate":
+        from harness.execution.executors.procrastinate import apply_schema
+
+        store = store_for(config)
+        try:
+            with store.read_transaction() as conn:
+                applied = apply_schema(conn)
+        except StoreError as exc:
+            raise fail(f"procrastinate's schema: {exc}") from exc
+        finally:
+            store.close()
+        done = "applied" if applied else "present already"
+        out.print(f"{safe_url(config.store.url)}: procrastinate's schema {done}")
 
 
 @app.command()

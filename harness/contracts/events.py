@@ -139,6 +139,21 @@ class TickStarted(TickEvent):
     """The process watching the worker; while it lives, no other scheduler may adopt it."""
 
 
+class TickTaken(TickEvent):
+    """A `tickwork worker` took the tick's job (procrastinate executor).
+
+    Appended at the stream's version as the worker read it: of two deliveries of one job
+    (a redelivery, a retried stalled job) exactly one takes the tick, so it starts once.
+    """
+
+    type = "TickTaken"
+    host: str
+    worker_pid: int
+    job_id: int
+    worker_id: int | None = None
+    """procrastinate's id of the worker (its heartbeat row)."""
+
+
 class BudgetSpent(TickEvent):
     """The token spend of one finished model call, recorded the moment it finished."""
 
@@ -401,6 +416,7 @@ EVENT_TYPES: dict[tuple[str, int], type[Event]] = {
         RouteFallback,
         RoutePromoted,
         TickStarted,
+        TickTaken,
         BudgetSpent,
         ToolCalled,
         TickAttemptFailed,

@@ -55,9 +55,7 @@ def reconcile(
         started = next((e for e in reversed(events) if e.type == "TickStarted"), None)
         if started is None:
             if _abandoned(events[0], now, never_started_after):
-                lost = "claimed but never started: the process that claimed it is gone"
-                executor.record_lost(tick_id, level, lost)
-                report(f"{tick_id} lost ({lost})")
+                report(f"{tick_id} {executor.abandoned(tick_id, level)}")
             continue
         if started.data.get("runner_pid") != os.getpid():
             executor.adopt(started, now)

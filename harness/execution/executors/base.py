@@ -11,14 +11,14 @@ later. It satisfies `harness.scheduling.handoff.Handoff`, what the service needs
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from datetime import datetime
 
 from harness.contracts.events import TickFailed, TickLost
 from harness.execution.adopt import Adoption, adopt
-from harness.execution.prepare import Preparer, TickRef, TickSetupError
+from harness.execution.prepare import Preparer, TickSetupError
 from harness.execution.runner import Runner, TickOutcome
-from harness.scheduling.handoff import ScopeMatch
+from harness.scheduling.handoff import RunningTick, ScopeMatch
 from harness.scheduling.waves import SlotClaim
 from harness.store import StoredEvent, StoreError
 
@@ -72,6 +72,16 @@ class Executor(ABC):
         """End a tick nobody can finish any more with `TickLost`."""
         self.runner.record(TickLost(tick_id=tick_id, level=level, reason=reason))
 
+    def abandoned(self, tick_id: str, level: str) -> str:
+        """A tick claimed by a process that died before starting it; says what became of it.
+
+        Here it can never start: it ends `TickLost`. An executor whose queue outlives the
+        scheduler (procrastinate) hands it on instead.
+        """
+        lost = "claimed but never started: the process that claimed it is gone"
+        self.record_lost(tick_id, level, lost)
+        return f"lost ({lost})"
+
     def shutdown(self, grace: float) -> None:
         """Start nothing more; give running ticks `grace` seconds, then cancel them."""
         for claim in self._close():
@@ -105,7 +115,7 @@ class Executor(ABC):
             self.ended(outcome)
 
     @abstractmethod
-    def running(self) -> list[TickRef]:
+    def running(self) -> Sequence[RunningTick]:
         """Ticks running here right now."""
 
     @abstractmethod

@@ -26,7 +26,7 @@ stalled_seconds = {stalled}
 """
 
 
-def level(name: str, every: str, cap: int | None = None, timeout: int = 60) -> str:
+def level(name: str, every: str, cap: int | None = None, timeout: int = 60, extra: str = "") -> str:
     """A level whose ticks may overlap, optionally capped at `cap` running at once."""
     capped = f"max_concurrent = {cap}" if cap is not None else ""
     return f"""
@@ -37,6 +37,7 @@ prompt = "Anything new?"
 model = "fake-model"
 timeout_seconds = {timeout}
 {capped}
+{extra}
 """
 
 

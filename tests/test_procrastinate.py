@@ -64,11 +64,17 @@ def test_three_workers_run_every_claimed_slot_once_within_the_level_cap(tmp_path
         store.close()
 
 
-def test_a_killed_workers_tick_ends_once_and_a_cancel_reaches_another_worker(
+def test_a_killed_workers_tick_ends_once_and_cancel_and_pause_reach_another_worker(
     tmp_path: Path,
 ) -> None:
     with fresh_pg_database() as url, fake_server([Step(text="late", delay=120)] * 10) as fake:
-        config = configure(tmp_path, url, level("slow", "1s", timeout=120), fake, stalled=2)
+        config = configure(
+            tmp_path,
+            url,
+            level("slow", "1s", timeout=120, extra='on_pause = "stop"'),
+            fake,
+            stalled=2,
+        )
         store = open_store(url)
         with processes(config, fake, workers=2, concurrency=1) as (service, pool):
             assert service is not None
@@ -94,9 +100,19 @@ def test_a_killed_workers_tick_ends_once_and_a_cancel_reaches_another_worker(
                 lambda: Ticks.read(store).terminals()[kept_tick], "the cancelled tick's end", 60
             )
             run_cli(f"cancel --clear {kept_tick}", config, fake)
-        terminals = Ticks.read(store).terminals()
+            paused_tick = wait_until(
+                lambda: _started_by_each(store, 1), "the survivor's next tick", 60
+            )[survivor.process.pid]
+            assert run_cli("pause slow", config, fake).returncode == 0
+            wait_until(lambda: Ticks.read(store).ended(), "every tick ended", 120)
+        ticks = Ticks.read(store)
+        terminals = ticks.terminals()
         assert terminals[lost_tick] == ["TickLost"]
         assert terminals[kept_tick] == ["TickCancelled"]
+        assert terminals[paused_tick] == ["TickCancelled"]
+        assert ticks.of("TickCancelled")[paused_tick][0].data["reason"] == "paused"
+        for tick, kinds in terminals.items():
+            assert len(kinds) == 1, (tick, kinds)
         store.close()
 
 

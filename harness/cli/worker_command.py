@@ -83,8 +83,7 @@ def _app(config: Settings, executor: WorkerExecutor) -> App:
     def run_tick(context: JobContext, tick_id: str, level: str, slot: str | None = None) -> None:
         job = context.job
         assert job.id is not None
-        executor.worker_id = job.worker_id
-        executor.run_job(job.id, tick_id, level, slot)
+        executor.run_job(job.id, job.worker_id, tick_id, level, slot)
 
     return jobs
 
@@ -101,10 +100,11 @@ async def _work(
 
     stalled = config.executor.stalled_seconds
     stopping = threading.Event()
+    taking = queues or [config.executor.queue]
     async with jobs.open_async():
         taker = Worker(
             jobs,
-            queues=queues or [config.executor.queue],
+            queues=taking,
             name=f"{socket.gethostname()}:{os.getpid()}",
             concurrency=concurrency,
             install_signal_handlers=False,
@@ -112,16 +112,22 @@ async def _work(
             stalled_worker_timeout=stalled,
             fetch_job_polling_interval=1.0,
         )
+
+        def sweep() -> None:
+            if not executor.announced and taker.worker_id is not None:
+                executor.announce(taker.worker_id, concurrency, taking)
+            executor.sweep_stalled()
+
         helpers = [
             _every(CONTROL_SECONDS, stopping, _follower(store, executor, config)),
-            _every(max(stalled / 3, 0.5), stopping, executor.sweep_stalled),
+            _every(max(stalled / 3, 0.5), stopping, sweep),
         ]
         loop = asyncio.get_running_loop()
         for signum in (signal.SIGTERM, signal.SIGINT):
             loop.add_signal_handler(signum, _stopper(config, taker.stop, executor))
         report(
             f"tickwork worker on {socket.gethostname()} (pid {os.getpid()}): "
-            f"concurrency {concurrency}, queues {', '.join(queues or [config.executor.queue])}"
+            f"concurrency {concurrency}, queues {', '.join(taking)}"
         )
         try:
             await taker.run()  # type: ignore[no-untyped-call]

@@ -154,6 +154,30 @@ class TickTaken(TickEvent):
     """procrastinate's id of the worker (its heartbeat row)."""
 
 
+WORKERS_STREAM = "workers"
+
+
+class WorkerStarted(Event):
+    """A `tickwork worker` began taking jobs.
+
+    `status` and the API show it beside the worker's heartbeat: procrastinate keeps only
+    the worker's id and last heartbeat.
+    """
+
+    type = "WorkerStarted"
+    worker_id: int
+    """procrastinate's id of the worker (its heartbeat row)."""
+    host: str
+    pid: int
+    concurrency: int
+    queues: list[str]
+
+    @property
+    def stream_id(self) -> str:
+        """Every worker's start in one stream, read newest first."""
+        return WORKERS_STREAM
+
+
 class BudgetSpent(TickEvent):
     """The token spend of one finished model call, recorded the moment it finished."""
 
@@ -417,6 +441,7 @@ EVENT_TYPES: dict[tuple[str, int], type[Event]] = {
         RoutePromoted,
         TickStarted,
         TickTaken,
+        WorkerStarted,
         BudgetSpent,
         ToolCalled,
         TickAttemptFailed,

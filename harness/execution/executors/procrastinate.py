@@ -43,7 +43,13 @@ from procrastinate.schema import SchemaManager
 from procrastinate.sql import queries as procrastinate_queries
 
 from harness.config import Settings
-from harness.contracts.events import TERMINAL_TYPES, TickLost, TickTaken, tick_stream
+from harness.contracts.events import (
+    TERMINAL_TYPES,
+    TickLost,
+    TickTaken,
+    WorkerStarted,
+    tick_stream,
+)
 from harness.execution.adopt import Adoption
 from harness.execution.executors.base import Ended, Executor, Report
 from harness.execution.launchers import TickProcess
@@ -168,6 +174,40 @@ def jobs_in(store: EventStore, statuses: Sequence[str]) -> list[JobTick]:
     return [JobTick(tick_id, level, job_id) for job_id, tick_id, level in rows]
 
 
+@dataclass(frozen=True)
+class WorkerState:
+    """A registered worker as `tickwork status` and the API show it."""
+
+    worker_id: int
+    host: str | None
+    pid: int | None
+    concurrency: int | None
+    running: int
+    last_heartbeat: datetime
+
+
+def workers(store: EventStore, announced: int = 1000) -> list[WorkerState]:
+    """The workers procrastinate knows (alive, or not yet pruned), with what they announced."""
+    with store.read_transaction() as conn:
+        rows = conn.exec_driver_sql(
+            "SELECT w.id, w.last_heartbeat, count(j.id) FROM procrastinate_workers w "
+            "LEFT JOIN procrastinate_jobs j ON j.worker_id = w.id AND j.status = 'doing' "
+            "GROUP BY w.id ORDER BY w.id"
+        ).all()
+    starts = {e.data["worker_id"]: e.data for e in store.read_last(announced, ["WorkerStarted"])}
+    return [
+        WorkerState(
+            worker_id,
+            starts.get(worker_id, {}).get("host"),
+            starts.get(worker_id, {}).get("pid"),
+            starts.get(worker_id, {}).get("concurrency"),
+            running,
+            heartbeat,
+        )
+        for worker_id, heartbeat, running in rows
+    ]
+
+
 class ProcrastinateExecutor(Executor):
     """`tickwork run`'s side: defers a job per claimed tick; workers on any host run them."""
 
@@ -283,16 +323,30 @@ class WorkerExecutor(Executor):
         self.settings = settings
         self.store = store
         self.host = socket.gethostname()
-        self.worker_id: int | None = None
-        """procrastinate's id of this worker, once it registered."""
+        self.announced = False
+        """Whether its WorkerStarted is recorded (once procrastinate registered it)."""
 
-    def run_job(self, job_id: int, tick_id: str, level: str, slot: str | None) -> None:
+    def announce(self, worker_id: int, concurrency: int, queues: list[str]) -> None:
+        """Record the worker's host, pid and concurrency once procrastinate registered it."""
+        started = WorkerStarted(
+            worker_id=worker_id,
+            host=self.host,
+            pid=os.getpid(),
+            concurrency=concurrency,
+            queues=queues,
+        )
+        self.store.append(started.stream_id, [started.to_record()])
+        self.announced = True
+
+    def run_job(
+        self, job_id: int, worker_id: int | None, tick_id: str, level: str, slot: str | None
+    ) -> None:
         """Take the job's tick and run it to its end; a tick taken or ended already is left."""
         when = datetime.fromisoformat(slot) if slot else None
-        if self.take(job_id, tick_id, level):
+        if self.take(job_id, worker_id, tick_id, level):
             self._execute(SlotClaim(tick_id, level, when))
 
-    def take(self, job_id: int, tick_id: str, level: str) -> bool:
+    def take(self, job_id: int, worker_id: int | None, tick_id: str, level: str) -> bool:
         """Append TickTaken at the version read: False if the tick was taken or ended."""
         events = self.store.read_stream(tick_stream(tick_id))
         if not events or any(e.type in TERMINAL_TYPES or e.type in TAKEN for e in events):
@@ -304,7 +358,7 @@ class WorkerExecutor(Executor):
             host=self.host,
             worker_pid=os.getpid(),
             job_id=job_id,
-            worker_id=self.worker_id,
+            worker_id=worker_id,
         )
         try:
             self.store.append(tick_stream(tick_id), [taken.to_record()], events[-1].stream_position)

@@ -2,7 +2,7 @@
 
 Scheduling comes before execution on the data path and does not import it; the service
 is given an executor by `tickwork run`'s wiring and needs no more of it than this.
-`harness.execution.executors` (local threads today, procrastinate jobs later) satisfy it.
+`harness.execution.executors` (local threads, procrastinate jobs on any host) satisfy it.
 """
 
 from __future__ import annotations

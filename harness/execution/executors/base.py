@@ -4,8 +4,9 @@ The public methods do the bookkeeping every executor shares (a tick that cannot 
 queued, or is withdrawn, ends `TickCancelled` without starting; a tick in scope of a
 cancel is stopped; what a killed predecessor left is adopted or ended) and call the
 abstract `_submit`, `_withdraw`, `_cancel_running`, `_watch`, `_close` and `_drain` of
-the implementation: local threads (`local.py`) today, procrastinate jobs on other hosts
-later. It satisfies `harness.scheduling.handoff.Handoff`, what the service needs.
+the implementation: local threads (`local.py`), or procrastinate jobs that workers on
+any host run (`procrastinate.py`). It satisfies `harness.scheduling.handoff.Handoff`,
+what the service needs.
 """
 
 from __future__ import annotations

@@ -42,7 +42,7 @@ timeout_seconds = {timeout}
 
 
 def configure(
-    tmp_path: Path, url: str, levels: str, fake: FakeUpstream, stalled: float = 3.0
+    tmp_path: Path, url: str, levels: str, fake: FakeUpstream, stalled: float = 30.0
 ) -> Path:
     """A procrastinate tickwork.toml on `url`, migrated with `tickwork migrate`."""
     config = write_config(tmp_path, levels + EXECUTOR.format(stalled=stalled), store_url=url)

@@ -73,7 +73,7 @@ def test_a_killed_workers_tick_ends_once_and_cancel_and_pause_reach_another_work
             url,
             level("slow", "1s", timeout=120, extra='on_pause = "stop"'),
             fake,
-            stalled=2,
+            stalled=5,
         )
         store = open_store(url)
         with processes(config, fake, workers=2, concurrency=1) as (service, pool):

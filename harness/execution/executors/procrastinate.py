@@ -256,7 +256,9 @@ class ProcrastinateExecutor(Executor):
 
     def abandoned(self, tick_id: str, level: str) -> str:
         """A claim whose scheduler died is the outbox: its job is deferred if it has none."""
-        claim = SlotClaim(tick_id, level, None)
+        scheduled = self.store.read_stream(tick_stream(tick_id), limit=1)
+        slot = scheduled[0].data.get("slot") if scheduled else None
+        claim = SlotClaim(tick_id, level, datetime.fromisoformat(slot) if slot else None)
         deferred = defer(self.store, self.settings, self.locks, [claim])
         return "deferred (its scheduler died before it could)" if deferred else "queued already"
 

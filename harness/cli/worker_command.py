@@ -51,9 +51,8 @@ def worker(
     ] = None,
 ) -> None:
     """Run tick jobs of the procrastinate executor until SIGTERM (any number, any host)."""
-    from harness.execution.executors.procrastinate import WorkerExecutor
+    from harness.execution.executors.procrastinate import WorkerExecutor, WorkerRunner
     from harness.execution.prepare import Preparer
-    from harness.execution.runner import Runner
 
     config = settings()
     if config.executor.kind != "procrastinate":
@@ -63,7 +62,7 @@ def worker(
     try:
         with upstream_for_ticks() as env:
             preparer = Preparer(config, store, env=env, router=router)
-            runner = Runner(config, store, env=env)
+            runner = WorkerRunner(config, store, env=env)
             executor = WorkerExecutor(config, store, preparer, runner, report)
             jobs = _app(config, executor)
             asyncio.run(_work(config, store, jobs, executor, concurrency, queues))

@@ -45,6 +45,7 @@ from procrastinate.sql import queries as procrastinate_queries
 from harness.config import Settings
 from harness.contracts.events import (
     TERMINAL_TYPES,
+    TickEvent,
     TickLost,
     TickTaken,
     WorkerStarted,
@@ -57,7 +58,7 @@ from harness.execution.prepare import Preparer
 from harness.execution.runner import Runner
 from harness.scheduling.handoff import RunningTick
 from harness.scheduling.waves import SlotClaim
-from harness.store import ConcurrencyError, EventStore, StoredEvent, StoreError
+from harness.store import ANY, ConcurrencyError, EventStore, StoredEvent, StoreError
 
 TASK = "tickwork.run_tick"
 """The one procrastinate task: run the tick named by its `tick_id` argument."""
@@ -309,6 +310,42 @@ class ProcrastinateExecutor(Executor):
             time.sleep(0.2)
 
 
+def end_once(store: EventStore, end: TickEvent) -> bool:
+    """Append a tick's terminal event unless it has one; False if it had.
+
+    Appended at the version read, again after a concurrent append (the tick's own spend
+    events), so of a worker and a sweeper ending one tick only the first end lands.
+    """
+    stream = tick_stream(end.tick_id)
+    events = store.read_stream(stream)
+    while not any(e.type in TERMINAL_TYPES for e in events):
+        try:
+            store.append(stream, [end.to_record()], events[-1].stream_position if events else ANY)
+        except ConcurrencyError:
+            events = store.read_stream(stream)
+            continue
+        return True
+    return False
+
+
+class WorkerRunner(Runner):
+    """A worker's runner: a tick's end lands only if nobody ended it meanwhile.
+
+    A sweeper ends the ticks of a worker whose heartbeat it missed; a worker that was only
+    slow (a loaded host) must not add a second terminal event when its tick ends after all.
+    """
+
+    def record(self, event: TickEvent) -> None:
+        """Tick events as the runner records them; a terminal one once per tick."""
+        if event.type not in TERMINAL_TYPES or self.store is None:
+            super().record(event)
+            return
+        try:
+            end_once(self.store, event)
+        except StoreError:
+            super().record(event)  # spooled: the store is out, nobody can end it meanwhile
+
+
 class WorkerExecutor(Executor):
     """`tickwork worker`'s side: runs the ticks of the jobs it takes, here, to their end."""
 
@@ -392,14 +429,8 @@ class WorkerExecutor(Executor):
             return
         self._kill_here(events)
         lost = TickLost(tick_id=tick_id, level=level, reason="its worker's heartbeat stopped")
-        while not any(e.type in TERMINAL_TYPES for e in events):
-            try:
-                version = events[-1].stream_position
-                self.store.append(tick_stream(tick_id), [lost.to_record()], version)
-                self.report(f"{tick_id} lost (its worker's heartbeat stopped)")
-                break
-            except ConcurrencyError:
-                events = self.store.read_stream(tick_stream(tick_id))
+        if end_once(self.store, lost):
+            self.report(f"{tick_id} lost (its worker's heartbeat stopped)")
         self._job_sql("SELECT procrastinate_finish_job_v1(%(id)s, 'failed', false)", job_id)
 
     def _job_sql(self, statement: str, job_id: int) -> None:

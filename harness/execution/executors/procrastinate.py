@@ -209,8 +209,8 @@ def workers(store: EventStore, announced: int = 1000) -> list[WorkerState]:
     ]
 
 
-class ProcrastinateExecutor(Executor):
-    """`tickwork run`'s side: defers a job per claimed tick; workers on any host run them."""
+class _OnStore(Executor):
+    """Both sides of the procrastinate executor: the jobs live in the store's database."""
 
     def __init__(
         self,
@@ -224,7 +224,17 @@ class ProcrastinateExecutor(Executor):
         super().__init__(preparer, runner, report, ended)
         self.settings = settings
         self.store = store
-        self.locks = Locks(settings)
+        self._set_up()
+
+    def _set_up(self) -> None:
+        """The side's own state, made once the shared state is set."""
+
+
+class ProcrastinateExecutor(_OnStore):
+    """`tickwork run`'s side: defers a job per claimed tick; workers on any host run them."""
+
+    def _set_up(self) -> None:
+        self.locks = Locks(self.settings)
         self.undelivered: list[SlotClaim] = []
         """Claims whose defer failed (store out): deferred again until it lands."""
         self._lock = threading.Lock()
@@ -346,21 +356,10 @@ class WorkerRunner(Runner):
             super().record(event)  # spooled: the store is out, nobody can end it meanwhile
 
 
-class WorkerExecutor(Executor):
+class WorkerExecutor(_OnStore):
     """`tickwork worker`'s side: runs the ticks of the jobs it takes, here, to their end."""
 
-    def __init__(
-        self,
-        settings: Settings,
-        store: EventStore,
-        preparer: Preparer,
-        runner: Runner,
-        report: Report,
-        ended: Ended | None = None,
-    ) -> None:
-        super().__init__(preparer, runner, report, ended)
-        self.settings = settings
-        self.store = store
+    def _set_up(self) -> None:
         self.host = socket.gethostname()
         self.announced = False
         """Whether its WorkerStarted is recorded (once procrastinate registered it)."""

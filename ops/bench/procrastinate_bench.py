@@ -142,7 +142,7 @@ def main() -> None:
         "--drain-slots", type=int, default=None, help="slots of the 1- and 2-worker runs"
     )
     parser.add_argument("--concurrency", type=int, default=2)
-    parser.add_argument("--seconds", type=int, default=20, help="latency run length")
+    parser.add_argument("--seconds", type=int, default=20, help="latency run length (0: none)")
     arguments = parser.parse_args()
     print(describe())
     print(f"load average before: {os.getloadavg()[0]:.1f}")
@@ -152,8 +152,9 @@ def main() -> None:
         for workers in (int(n) for n in arguments.workers.split(",")):
             slots = arguments.slots if workers == 3 else arguments.drain_slots or arguments.slots
             drain(slots, workers, arguments.concurrency, fake)
-        print(f"slot -> TickStarted, a level every 2 s for {arguments.seconds} s:")
-        for kind in ("local", "procrastinate"):
+        if arguments.seconds:
+            print(f"slot -> TickStarted, a level every 2 s for {arguments.seconds} s:")
+        for kind in ("local", "procrastinate") if arguments.seconds else ():
             lags = latency(kind, arguments.seconds, fake)
             p95 = lags[int(0.95 * (len(lags) - 1))]
             print(

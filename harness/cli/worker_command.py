@@ -24,7 +24,7 @@ from harness.cli.catalog_commands import router_or_exit
 from harness.cli.run_command import report
 
 if TYPE_CHECKING:
-    from procrastinate import App
+    from procrastinate import App, JobContext
 
     from harness.config import Settings
     from harness.execution.executors.procrastinate import WorkerExecutor
@@ -72,7 +72,7 @@ def worker(
 
 def _app(config: Settings, executor: WorkerExecutor) -> App:
     """A procrastinate app whose one task runs a tick through the worker's executor."""
-    from procrastinate import App, JobContext, PsycopgConnector
+    from procrastinate import App, PsycopgConnector
 
     from harness.execution.executors.procrastinate import TASK
 
@@ -82,9 +82,24 @@ def _app(config: Settings, executor: WorkerExecutor) -> App:
     def run_tick(context: JobContext, tick_id: str, level: str, slot: str | None = None) -> None:
         job = context.job
         assert job.id is not None
-        executor.run_job(job.id, job.worker_id, tick_id, level, slot)
+        done = threading.Event()
+        threading.Thread(target=_abort_watch, args=(context, executor, tick_id, done)).start()
+        try:
+            executor.run_job(job.id, job.worker_id, tick_id, level, slot)
+        finally:
+            done.set()
 
     return jobs
+
+
+def _abort_watch(
+    context: JobContext, executor: WorkerExecutor, tick_id: str, done: threading.Event
+) -> None:
+    """A job aborted in procrastinate (a scheduler's cancel, or by hand) stops its tick."""
+    while not done.wait(CONTROL_SECONDS):
+        if context.should_abort():
+            executor.runner.cancel(tick_id, "aborted through procrastinate")
+            return
 
 
 async def _work(

@@ -293,8 +293,19 @@ class ProcrastinateExecutor(_OnStore):
         return withdrawn
 
     def _cancel_running(self, tick_id: str, reason: str) -> bool:
-        """The worker running the tick follows the control stream and stops it itself."""
-        return False
+        """Ask procrastinate to abort the tick's job; the worker running it kills its group.
+
+        That worker also follows the control stream and stops the tick with the reason
+        recorded there, which is usually first.
+        """
+        job = next((job for job in jobs_in(self.store, ["doing"]) if job.tick_id == tick_id), None)
+        if job is None:
+            return False
+        with self.store.read_transaction() as conn:
+            aborting = conn.exec_driver_sql(
+                "SELECT procrastinate_cancel_job_v1(%(id)s, true, false)", {"id": job.job_id}
+            ).scalar()
+        return aborting is not None
 
     def adopt(self, started: StoredEvent, now: datetime) -> None:
         """Workers own the ticks they started; a dead one's ticks end by `sweep_stalled`."""

@@ -127,11 +127,11 @@ def latency(kind: str, seconds: int, fake: FakeUpstream) -> list[float]:
         ticks = Ticks.read(store)
         store.close()
     lags = []
-    for tick, started in ticks.of("TickStarted").items():
+    for tick, started in sorted(ticks.of("TickStarted").items()):
         slot = datetime.fromisoformat(ticks.of("TickScheduled")[tick][0].data["slot"])
         if started:
             lags.append((started[0].recorded_at - slot).total_seconds())
-    return sorted(lags)
+    return lags
 
 
 def main() -> None:
@@ -149,17 +149,18 @@ def main() -> None:
     fake = FakeUpstream().start()
     try:
         print("drains of one wave each, fake upstream answering at once:")
-        for workers in (int(n) for n in arguments.workers.split(",")):
+        for workers in (int(n) for n in arguments.workers.split(",") if n):
             slots = arguments.slots if workers == 3 else arguments.drain_slots or arguments.slots
             drain(slots, workers, arguments.concurrency, fake)
         if arguments.seconds:
             print(f"slot -> TickStarted, a level every 2 s for {arguments.seconds} s:")
         for kind in ("local", "procrastinate") if arguments.seconds else ():
             lags = latency(kind, arguments.seconds, fake)
-            p95 = lags[int(0.95 * (len(lags) - 1))]
+            ordered = sorted(lags)
+            p95 = ordered[int(0.95 * (len(ordered) - 1))]
             print(
                 f"  {kind:>13}: median {statistics.median(lags):.3f} s, p95 {p95:.3f} s "
-                f"({len(lags)} ticks)"
+                f"({len(lags)} ticks; in slot order: {', '.join(f'{lag:.1f}' for lag in lags)})"
             )
     finally:
         fake.stop()

@@ -10,14 +10,30 @@ from __future__ import annotations
 import itertools
 import signal
 from collections import Counter
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import psutil
 import pytest
 
-from harness.config import ConfigError, load_settings
+from harness.config import (
+    ConfigError,
+    ExecutorConfig,
+    LevelConfig,
+    Settings,
+    StoreConfig,
+    load_settings,
+)
 from harness.devtools.fake_llm import Step
-from harness.store import SqlEventStore, open_store
+from harness.execution.executors.procrastinate import (
+    Locks,
+    WorkerExecutor,
+    apply_schema,
+    defer,
+    jobs_in,
+)
+from harness.scheduling.waves import SlotClaim, claim_wave
+from harness.store import SqlEventStore, migrate_store, open_store
 from tests.commands import fake_server, run_cli, write_config
 from tests.conftest import fresh_pg_database
 from tests.procrastinate_support import Ticks, configure, level, processes
@@ -30,6 +46,41 @@ def test_the_procrastinate_executor_is_refused_on_sqlite(tmp_path: Path) -> None
     config = write_config(tmp_path, '[executor]\nkind = "procrastinate"\n')
     with pytest.raises(ConfigError, match="needs a PostgreSQL store"):
         load_settings(config)
+
+
+def test_a_claim_gets_one_job_however_often_it_is_deferred_and_one_take(tmp_path: Path) -> None:
+    """The claim is the outbox: deferring is keyed by tick id, taking by stream version."""
+    with fresh_pg_database() as url:
+        migrate_store(url)
+        store = open_store(url)
+        with store.read_transaction() as conn:
+            assert apply_schema(conn)
+        settings = Settings(
+            store=StoreConfig(url=url),
+            executor=ExecutorConfig(kind="procrastinate"),
+            levels={"capped": LevelConfig(every="1m", model="m", max_concurrent=2, priority=1)},
+        )
+        at = datetime(2026, 1, 1, tzinfo=UTC)
+        claims = [SlotClaim(f"capped-{i}", "capped", at + timedelta(minutes=i)) for i in range(3)]
+        assert claim_wave(store, settings, claims) == {c.tick_id for c in claims}
+        locks = Locks(settings)
+        assert defer(store, settings, locks, claims[:2]) == ["capped-0", "capped-1"]
+        assert defer(store, settings, locks, claims) == ["capped-2"]  # a retry after a crash
+        queued = jobs_in(store, ["todo"])
+        assert [job.tick_id for job in queued] == ["capped-0", "capped-1", "capped-2"]
+        with store.read_transaction() as conn:
+            rows = conn.exec_driver_sql("SELECT lock, priority FROM procrastinate_jobs ORDER BY id")
+            assert [tuple(row) for row in rows] == [
+                ("tickwork:capped:0", -1),
+                ("tickwork:capped:1", -1),
+                ("tickwork:capped:0", -1),
+            ]
+        worker = WorkerExecutor(settings, store, None, None, lambda line: None)  # type: ignore[arg-type]
+        job = queued[0].job_id
+        assert job is not None
+        assert worker.take(job, None, "capped-0", "capped")
+        assert not worker.take(job, None, "capped-0", "capped"), "a redelivery took it again"
+        store.close()
 
 
 def test_three_workers_run_every_claimed_slot_once_within_the_level_cap(tmp_path: Path) -> None:

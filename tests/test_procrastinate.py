@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import itertools
 import signal
+import socket
 from collections import Counter
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -16,6 +17,8 @@ from pathlib import Path
 import psutil
 import pytest
 
+from harness.api import dashboard
+from harness.api.reads import Reads
 from harness.config import (
     ConfigError,
     ExecutorConfig,
@@ -90,6 +93,16 @@ def test_three_workers_run_every_claimed_slot_once_within_the_level_cap(tmp_path
         store = open_store(url)
         with processes(config, fake, workers=3) as (service, _):
             assert service is not None
+            reads = Reads(load_settings(config), store)
+            announced = wait_until(
+                lambda: [w for w in reads.workers() if w.host] if len(reads.workers()) == 3 else [],
+                "three workers announced",
+                120,
+            )
+            assert {(w.host, w.concurrency) for w in announced} == {(socket.gethostname(), 2)}
+            assert "Workers" in dashboard.panels(reads)
+            shown = run_cli("status", config, fake)
+            assert "last heartbeat" in shown.stdout, shown.stdout + shown.stderr
             wait_until(
                 lambda: len(Ticks.read(store).streams) >= SLOTS, f"{SLOTS} slots claimed", 120
             )

@@ -30,6 +30,7 @@ from harness.config import (
 from harness.devtools.fake_llm import Step
 from harness.execution.executors.procrastinate import (
     Locks,
+    ProcrastinateExecutor,
     WorkerExecutor,
     apply_schema,
     defer,
@@ -68,7 +69,10 @@ def test_a_claim_gets_one_job_however_often_it_is_deferred_and_one_take(tmp_path
         assert claim_wave(store, settings, claims) == {c.tick_id for c in claims}
         locks = Locks(settings)
         assert defer(store, settings, locks, claims[:2]) == ["capped-0", "capped-1"]
-        assert defer(store, settings, locks, claims) == ["capped-2"]  # a retry after a crash
+        assert defer(store, settings, locks, claims[:2]) == [], "a retried defer"
+        scheduler = ProcrastinateExecutor(settings, store, None, None, print)  # type: ignore[arg-type]
+        assert scheduler.abandoned("capped-2", "capped"), "a claim whose scheduler died"
+        assert scheduler.abandoned("capped-2", "capped") is None
         queued = jobs_in(store, ["todo"])
         assert [job.tick_id for job in queued] == ["capped-0", "capped-1", "capped-2"]
         with store.read_transaction() as conn:

@@ -54,8 +54,11 @@ class Handoff(Protocol):
     def record_lost(self, tick_id: str, level: str, reason: str) -> None:
         """End a tick nobody can finish any more with `TickLost`."""
 
-    def abandoned(self, tick_id: str, level: str) -> str:
-        """A tick claimed by a process that died before starting it; says what became of it."""
+    def abandoned(self, tick_id: str, level: str) -> str | None:
+        """A tick claimed by a process that died before starting it; says what became of it.
+
+        None: nothing needed doing (it waits, queued, for a worker).
+        """
 
     def wait_idle(self, timeout: float) -> None:
         """Wait until nothing is queued or running here (TimeoutError after `timeout`)."""

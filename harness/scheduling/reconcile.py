@@ -55,7 +55,9 @@ def reconcile(
         started = next((e for e in reversed(events) if e.type == "TickStarted"), None)
         if started is None:
             if _abandoned(events[0], now, never_started_after):
-                report(f"{tick_id} {executor.abandoned(tick_id, level)}")
+                became = executor.abandoned(tick_id, level)
+                if became is not None:
+                    report(f"{tick_id} {became}")
             continue
         if started.data.get("runner_pid") != os.getpid():
             executor.adopt(started, now)

@@ -73,7 +73,7 @@ class Executor(ABC):
         """End a tick nobody can finish any more with `TickLost`."""
         self.runner.record(TickLost(tick_id=tick_id, level=level, reason=reason))
 
-    def abandoned(self, tick_id: str, level: str) -> str:
+    def abandoned(self, tick_id: str, level: str) -> str | None:
         """A tick claimed by a process that died before starting it; says what became of it.
 
         Here it can never start: it ends `TickLost`. An executor whose queue outlives the

@@ -265,13 +265,13 @@ class ProcrastinateExecutor(_OnStore):
             with self._lock:
                 del self.undelivered[: len(waiting)]
 
-    def abandoned(self, tick_id: str, level: str) -> str:
+    def abandoned(self, tick_id: str, level: str) -> str | None:
         """A claim whose scheduler died is the outbox: its job is deferred if it has none."""
         scheduled = self.store.read_stream(tick_stream(tick_id), limit=1)
         slot = scheduled[0].data.get("slot") if scheduled else None
         claim = SlotClaim(tick_id, level, datetime.fromisoformat(slot) if slot else None)
         deferred = defer(self.store, self.settings, self.locks, [claim])
-        return "deferred (its scheduler died before it could)" if deferred else "queued already"
+        return "deferred (its scheduler died before it could)" if deferred else None
 
     def running(self) -> list[RunningTick]:
         """The ticks some worker runs now."""

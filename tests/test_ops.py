@@ -53,7 +53,7 @@ def test_the_example_config_mentions_every_option() -> None:
 
 
 def test_the_systemd_units_run_tickwork() -> None:
-    for command in ("run", "serve"):
+    for command in ("run", "serve", "worker"):
         unit = (OPS / "systemd" / f"tickwork-{command}.service").read_text()
         assert re.search(rf"^ExecStart=\S*tickwork {command}\b", unit, re.MULTILINE), unit
         assert "[Install]" in unit

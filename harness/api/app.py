@@ -25,7 +25,16 @@ from pydantic import AfterValidator, BeforeValidator
 
 from harness.api import dashboard, story
 from harness.api.metrics import StoreCollector
-from harness.api.models import Cancelled, Cleared, Digest, Started, Status, Tick, TickDetail
+from harness.api.models import (
+    Cancelled,
+    Cleared,
+    Digest,
+    Started,
+    Status,
+    Tick,
+    TickDetail,
+    Worker,
+)
 from harness.api.reads import Reads
 from harness.config import Settings
 from harness.contracts.events import tick_stream
@@ -175,6 +184,14 @@ def _routes(router: APIRouter, settings: Settings, config_file: Path | None) -> 
         last position and how far each projection lags behind it.
         """
         return Status.of(reads.snapshot())
+
+    @router.get("/workers", tags=["status"])
+    def list_workers(reads: FreshReads) -> list[Worker]:
+        """The workers of the procrastinate executor: host, concurrency, running, heartbeat.
+
+        Empty with the local executor, whose ticks run in `tickwork run` itself.
+        """
+        return reads.workers()
 
     @router.get("/ticks", tags=["ticks"])
     def list_ticks(

@@ -44,6 +44,7 @@ def panels(reads: Reads, chart: ChartUnit = "tokens") -> str:
         (
             _overview(status),
             _in_flight(status),
+            _workers(reads, status.taken_at),
             _paused(reads.pauses()),
             _timeline(
                 levels,
@@ -166,6 +167,23 @@ def _in_flight(status: Snapshot) -> str:
         _table(("tick", "level", "state", "runtime"), rows),
         "running",
     )
+
+
+def _workers(reads: Reads, now: datetime) -> str:
+    """The procrastinate executor's workers; nothing with the local executor."""
+    if reads.settings.executor.kind != "procrastinate":
+        return ""
+    workers = reads.workers()
+    if not workers:
+        return _section("Workers", '<p class="empty">no worker registered</p>', "workers")
+    rows = [
+        f"<tr><td>{worker.worker_id}</td><td>{escape(worker.host or '?')}</td>"
+        f"<td>{worker.concurrency or '?'}</td><td>{worker.running}</td>"
+        f"<td>{(now - worker.last_heartbeat).total_seconds():.0f} s ago</td></tr>"
+        for worker in workers
+    ]
+    headers = ("worker", "host", "concurrency", "running", "last heartbeat")
+    return _section("Workers", _table(headers, rows), "workers")
 
 
 def _paused(paused: dict[str, LevelPaused]) -> str:

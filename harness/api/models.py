@@ -169,3 +169,15 @@ class Cleared(BaseModel):
     scope: str
     cleared: bool
     """False when the scope was not in force (nothing was recorded)."""
+
+
+class Worker(BaseModel):
+    """A `tickwork worker` of the procrastinate executor, as its heartbeat row has it."""
+
+    worker_id: int
+    host: str | None
+    pid: int | None
+    concurrency: int | None
+    running: int
+    """Tick jobs it runs now."""
+    last_heartbeat: datetime

@@ -11,7 +11,7 @@ from collections.abc import Sequence
 from datetime import date, datetime
 from pathlib import Path
 
-from harness.api.models import Digest, Event, Tick, TickDetail
+from harness.api.models import Digest, Event, Tick, TickDetail, Worker
 from harness.config import Settings
 from harness.contracts.events import LevelPaused, digest_stream
 from harness.contracts.result import ResultFileError, read_result
@@ -41,6 +41,14 @@ class Reads:
     def snapshot(self) -> Snapshot:
         """The status snapshot, as `tickwork status` builds it."""
         return snapshot(self.settings, self.store, self.prices)
+
+    def workers(self) -> list[Worker]:
+        """The procrastinate executor's workers; none with the local executor."""
+        if self.settings.executor.kind != "procrastinate":
+            return []
+        from harness.execution.executors.procrastinate import workers
+
+        return [Worker(**vars(worker)) for worker in workers(self.store)]
 
     def ticks(
         self,

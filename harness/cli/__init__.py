@@ -10,6 +10,7 @@ from harness.cli import (
     run_command,
     store_commands,
     tick_commands,
+    worker_command,
 )
 from harness.cli.app import app
 
@@ -23,6 +24,7 @@ __all__ = [
     "run_command",
     "store_commands",
     "tick_commands",
+    "worker_command",
 ]
 
 

@@ -16,8 +16,12 @@ from harness.cli.app import app, settings, store_for, upstream_for_ticks
 from harness.cli.catalog_commands import router_or_exit
 
 if TYPE_CHECKING:
-    from harness.execution.executors import LocalExecutor
+    from harness.config import Settings
+    from harness.execution.executors import Executor
+    from harness.execution.prepare import Preparer
+    from harness.execution.runner import Runner
     from harness.scheduling.service import Service
+    from harness.store import EventStore
 
 
 @app.command("run")
@@ -28,7 +32,6 @@ def run_service() -> None:
     reported and the one in force stays.
     """
     from harness.digests.publish import DigestScheduler, Publisher
-    from harness.execution.executors import LocalExecutor
     from harness.execution.prepare import Preparer
     from harness.execution.runner import Runner
     from harness.prices import PriceBook
@@ -41,7 +44,7 @@ def run_service() -> None:
     try:
         with upstream_for_ticks() as env:
             preparer = Preparer(config, store, env=env, router=router)
-            executor = LocalExecutor(config, preparer, Runner(config, store, env=env), report)
+            executor = executor_for(config, store, preparer, Runner(config, store, env=env))
             companions: list[Companion] = []
             if config.digests:
                 # A projector of its own: the digest thread folds while the service fires.
@@ -59,7 +62,20 @@ def run_service() -> None:
         store.close()
 
 
-def _stop(service: Service, executor: LocalExecutor, *_: object) -> None:
+def executor_for(
+    config: Settings, store: EventStore, preparer: Preparer, runner: Runner
+) -> Executor:
+    """The executor `[executor] kind` names: threads here, or procrastinate jobs."""
+    if config.executor.kind == "procrastinate":
+        from harness.execution.executors.procrastinate import ProcrastinateExecutor
+
+        return ProcrastinateExecutor(config, store, preparer, runner, report)
+    from harness.execution.executors import LocalExecutor
+
+    return LocalExecutor(config, preparer, runner, report)
+
+
+def _stop(service: Service, executor: Executor, *_: object) -> None:
     """The first SIGINT or SIGTERM stops gracefully; a second one cancels running ticks now."""
     if not service.stopping.is_set():
         service.stopping.set()

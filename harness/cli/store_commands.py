@@ -5,7 +5,7 @@ from __future__ import annotations
 import sys
 import time
 from dataclasses import asdict
-from datetime import date
+from datetime import date, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any
 
@@ -29,7 +29,7 @@ from harness.cli.app import (
 if TYPE_CHECKING:
     from harness.projections import Projector
     from harness.projections.spend import GroupBy
-    from harness.store import StoredEvent
+    from harness.store import SqlEventStore, StoredEvent
 
 
 @app.command()
@@ -64,6 +64,19 @@ def migrate() -> None:
         out.print(f"{safe_url(config.store.url)}: schema already at {HEAD_REVISION}")
     else:
         out.print(f"{safe_url(config.store.url)}: schema {before or 'none'} -> {HEAD_REVISION}")
+    if config.executor.kind == "procrastinate":
+        from harness.execution.executors.procrastinate import apply_schema
+
+        store = store_for(config)
+        try:
+            with store.read_transaction() as conn:
+                applied = apply_schema(conn)
+        except StoreError as exc:
+            raise fail(f"procrastinate's schema: {exc}") from exc
+        finally:
+            store.close()
+        done = "applied" if applied else "present already"
+        out.print(f"{safe_url(config.store.url)}: procrastinate's schema {done}")
 
 
 @app.command()
@@ -130,8 +143,31 @@ def status() -> None:
                 f"cancel scope {scope.scope!r} in force since {scope.occurred_at:%Y-%m-%d %H:%M:%S}"
                 f" (by {scope.by}; tickwork cancel --clear {scope.scope})"
             )
+        if config.executor.kind == "procrastinate":
+            _print_workers(store, now)
     finally:
         store.close()
+
+
+def _print_workers(store: SqlEventStore, now: datetime) -> None:
+    """The procrastinate executor's workers: host, concurrency, running, last heartbeat."""
+    from harness.execution.executors.procrastinate import workers
+
+    known = workers(store)
+    if not known:
+        out.print("no worker registered (start `tickwork worker` on a host)")
+        return
+    table = Table("worker", "host", "pid", "concurrency", "running", "last heartbeat (s ago)")
+    for worker in known:
+        table.add_row(
+            str(worker.worker_id),
+            worker.host or "?",
+            str(worker.pid or "?"),
+            str(worker.concurrency or "?"),
+            str(worker.running),
+            f"{(now - worker.last_heartbeat).total_seconds():.1f}",
+        )
+    out.print(table)
 
 
 def _event_json(event: StoredEvent) -> dict[str, Any]:

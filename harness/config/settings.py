@@ -164,6 +164,18 @@ class RunnerConfig(_Strict):
     (`warm`, about 20 times faster), or a fresh Python interpreter each (`cold`)."""
 
 
+class ExecutorConfig(_Strict):
+    """`[executor]`: where claimed ticks run: threads of `tickwork run`, or any host's worker."""
+
+    kind: Literal["local", "procrastinate"] = "local"
+    """`local`: in `tickwork run` itself. `procrastinate`: a job per tick on the PostgreSQL
+    store, run by `tickwork worker`s on any host (PostgreSQL only)."""
+    queue: str = "ticks"
+    """The procrastinate queue tick jobs go to (a worker's `--queues` picks queues)."""
+    stalled_seconds: Annotated[float, Field(gt=0)] = 30.0
+    """A worker whose heartbeat is older than this is dead: its ticks end `TickLost`."""
+
+
 class RoutingConfig(_Strict):
     """`[routing]`: the catalog that chooses a tick's model, and how long a failure counts."""
 
@@ -394,6 +406,7 @@ class Settings(BaseSettings):
     runner: RunnerConfig = RunnerConfig()
     rag: RagConfig = RagConfig()
     routing: RoutingConfig = RoutingConfig()
+    executor: ExecutorConfig = ExecutorConfig()
     governor: GovernorConfig = GovernorConfig()
     api: ApiConfig = ApiConfig()
     prices: dict[str, PriceOverride] = {}
@@ -416,6 +429,12 @@ class Settings(BaseSettings):
                         f"levels.{name}.model is not set, and there is no [routing] catalog "
                         "to choose one: a tick needs a model"
                     )
+        backend = make_url(self.store.url).get_backend_name()
+        if self.executor.kind == "procrastinate" and backend != "postgresql":
+            raise ValueError(
+                f"executor.kind = 'procrastinate' needs a PostgreSQL store, and store.url is "
+                f"{backend}: procrastinate's jobs live in the store's PostgreSQL"
+            )
         for name, digest in self.digests.items():
             unknown = sorted(set(digest.levels) - set(self.levels))
             if unknown:

@@ -139,6 +139,45 @@ class TickStarted(TickEvent):
     """The process watching the worker; while it lives, no other scheduler may adopt it."""
 
 
+class TickTaken(TickEvent):
+    """A `tickwork worker` took the tick's job (procrastinate executor).
+
+    Appended at the stream's version as the worker read it: of two deliveries of one job
+    (a redelivery, a retried stalled job) exactly one takes the tick, so it starts once.
+    """
+
+    type = "TickTaken"
+    host: str
+    worker_pid: int
+    job_id: int
+    worker_id: int | None = None
+    """procrastinate's id of the worker (its heartbeat row)."""
+
+
+WORKERS_STREAM = "workers"
+
+
+class WorkerStarted(Event):
+    """A `tickwork worker` began taking jobs.
+
+    `status` and the API show it beside the worker's heartbeat: procrastinate keeps only
+    the worker's id and last heartbeat.
+    """
+
+    type = "WorkerStarted"
+    worker_id: int
+    """procrastinate's id of the worker (its heartbeat row)."""
+    host: str
+    pid: int
+    concurrency: int
+    queues: list[str]
+
+    @property
+    def stream_id(self) -> str:
+        """Every worker's start in one stream, read newest first."""
+        return WORKERS_STREAM
+
+
 class BudgetSpent(TickEvent):
     """The token spend of one finished model call, recorded the moment it finished."""
 
@@ -440,6 +479,8 @@ EVENT_TYPES: dict[tuple[str, int], type[Event]] = {
         RouteFallback,
         RoutePromoted,
         TickStarted,
+        TickTaken,
+        WorkerStarted,
         BudgetSpent,
         ToolCalled,
         TickAttemptFailed,

@@ -2,7 +2,7 @@
 
 Scheduling comes before execution on the data path and does not import it; the service
 is given an executor by `tickwork run`'s wiring and needs no more of it than this.
-`harness.execution.executors` (local threads today, procrastinate jobs later) satisfy it.
+`harness.execution.executors` (local threads, procrastinate jobs on any host) satisfy it.
 """
 
 from __future__ import annotations
@@ -53,6 +53,12 @@ class Handoff(Protocol):
 
     def record_lost(self, tick_id: str, level: str, reason: str) -> None:
         """End a tick nobody can finish any more with `TickLost`."""
+
+    def abandoned(self, tick_id: str, level: str) -> str | None:
+        """A tick claimed by a process that died before starting it; says what became of it.
+
+        None: nothing needed doing (it waits, queued, for a worker).
+        """
 
     def wait_idle(self, timeout: float) -> None:
         """Wait until nothing is queued or running here (TimeoutError after `timeout`)."""

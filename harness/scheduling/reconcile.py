@@ -55,9 +55,9 @@ def reconcile(
         started = next((e for e in reversed(events) if e.type == "TickStarted"), None)
         if started is None:
             if _abandoned(events[0], now, never_started_after):
-                lost = "claimed but never started: the process that claimed it is gone"
-                executor.record_lost(tick_id, level, lost)
-                report(f"{tick_id} lost ({lost})")
+                became = executor.abandoned(tick_id, level)
+                if became is not None:
+                    report(f"{tick_id} {became}")
             continue
         if started.data.get("runner_pid") != os.getpid():
             executor.adopt(started, now)

@@ -1,4 +1,4 @@
-"""Where claimed ticks run: local threads today, procrastinate jobs on other hosts later."""
+"""Where claimed ticks run: local threads, or procrastinate jobs on any host (imported apart)."""
 
 from harness.execution.executors.base import Executor
 from harness.execution.executors.local import LocalExecutor

@@ -4,22 +4,23 @@ The public methods do the bookkeeping every executor shares (a tick that cannot 
 queued, or is withdrawn, ends `TickCancelled` without starting; a tick in scope of a
 cancel is stopped; what a killed predecessor left is adopted or ended) and call the
 abstract `_submit`, `_withdraw`, `_cancel_running`, `_watch`, `_close` and `_drain` of
-the implementation: local threads (`local.py`) today, procrastinate jobs on other hosts
-later. It satisfies `harness.scheduling.handoff.Handoff`, what the service needs.
+the implementation: local threads (`local.py`), or procrastinate jobs that workers on
+any host run (`procrastinate.py`). It satisfies `harness.scheduling.handoff.Handoff`,
+what the service needs.
 """
 
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from datetime import datetime
 
 from harness.contracts.events import TickFailed, TickLost
 from harness.execution.adopt import Adoption, adopt
 from harness.execution.panels import Panel
-from harness.execution.prepare import Preparer, TickRef, TickSetupError
+from harness.execution.prepare import Preparer, TickSetupError
 from harness.execution.runner import Runner, TickOutcome
-from harness.scheduling.handoff import ScopeMatch
+from harness.scheduling.handoff import RunningTick, ScopeMatch
 from harness.scheduling.waves import SlotClaim
 from harness.store import StoredEvent, StoreError
 
@@ -73,6 +74,16 @@ class Executor(ABC):
         """End a tick nobody can finish any more with `TickLost`."""
         self.runner.record(TickLost(tick_id=tick_id, level=level, reason=reason))
 
+    def abandoned(self, tick_id: str, level: str) -> str | None:
+        """A tick claimed by a process that died before starting it; says what became of it.
+
+        Here it can never start: it ends `TickLost`. An executor whose queue outlives the
+        scheduler (procrastinate) hands it on instead.
+        """
+        lost = "claimed but never started: the process that claimed it is gone"
+        self.record_lost(tick_id, level, lost)
+        return f"lost ({lost})"
+
     def shutdown(self, grace: float) -> None:
         """Start nothing more; give running ticks `grace` seconds, then cancel them."""
         for claim in self._close():
@@ -111,7 +122,7 @@ class Executor(ABC):
             self.ended(outcome)
 
     @abstractmethod
-    def running(self) -> list[TickRef]:
+    def running(self) -> Sequence[RunningTick]:
         """Ticks running here right now."""
 
     @abstractmethod

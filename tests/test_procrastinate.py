@@ -1,0 +1,201 @@
+"""The procrastinate executor against the real PostgreSQL: a scheduler and worker processes.
+
+Each `tickwork worker` is a separate process, as a separate host would run one; ticks are
+real ticks against the fake upstream. The ≥300-slot run, the load split and throughput
+are `ops/bench/procrastinate_bench.py`'s, to keep the suite short.
+"""
+
+from __future__ import annotations
+
+import itertools
+import signal
+import socket
+from collections import Counter
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+
+import psutil
+import pytest
+
+from harness.api import dashboard
+from harness.api.reads import Reads
+from harness.config import (
+    ConfigError,
+    ExecutorConfig,
+    LevelConfig,
+    Settings,
+    StoreConfig,
+    load_settings,
+)
+from harness.devtools.fake_llm import Step
+from harness.execution.executors.procrastinate import (
+    Locks,
+    ProcrastinateExecutor,
+    WorkerExecutor,
+    apply_schema,
+    defer,
+    jobs_in,
+)
+from harness.scheduling.waves import SlotClaim, claim_wave
+from harness.store import SqlEventStore, migrate_store, open_store
+from tests.commands import fake_server, run_cli, write_config
+from tests.conftest import fresh_pg_database
+from tests.procrastinate_support import Ticks, configure, level, processes
+from tests.waiting import wait_until
+
+SLOTS = 30
+
+
+def test_the_procrastinate_executor_is_refused_on_sqlite(tmp_path: Path) -> None:
+    config = write_config(tmp_path, '[executor]\nkind = "procrastinate"\n')
+    with pytest.raises(ConfigError, match="needs a PostgreSQL store"):
+        load_settings(config)
+
+
+def test_a_claim_gets_one_job_however_often_it_is_deferred_and_one_take(tmp_path: Path) -> None:
+    """The claim is the outbox: deferring is keyed by tick id, taking by stream version."""
+    with fresh_pg_database() as url:
+        migrate_store(url)
+        store = open_store(url)
+        with store.read_transaction() as conn:
+            assert apply_schema(conn)
+        settings = Settings(
+            store=StoreConfig(url=url),
+            executor=ExecutorConfig(kind="procrastinate"),
+            levels={"capped": LevelConfig(every="1m", model="m", max_concurrent=2, priority=1)},
+        )
+        at = datetime(2026, 1, 1, tzinfo=UTC)
+        claims = [SlotClaim(f"capped-{i}", "capped", at + timedelta(minutes=i)) for i in range(3)]
+        assert claim_wave(store, settings, claims) == {c.tick_id for c in claims}
+        locks = Locks(settings)
+        assert defer(store, settings, locks, claims[:2]) == ["capped-0", "capped-1"]
+        assert defer(store, settings, locks, claims[:2]) == [], "a retried defer"
+        scheduler = ProcrastinateExecutor(settings, store, None, None, print)  # type: ignore[arg-type]
+        assert scheduler.abandoned("capped-2", "capped"), "a claim whose scheduler died"
+        assert scheduler.abandoned("capped-2", "capped") is None
+        queued = jobs_in(store, ["todo"])
+        assert [job.tick_id for job in queued] == ["capped-0", "capped-1", "capped-2"]
+        with store.read_transaction() as conn:
+            rows = conn.exec_driver_sql("SELECT lock, priority FROM procrastinate_jobs ORDER BY id")
+            assert [tuple(row) for row in rows] == [
+                ("tickwork:capped:0", -1),
+                ("tickwork:capped:1", -1),
+                ("tickwork:capped:0", -1),
+            ]
+        worker = WorkerExecutor(settings, store, None, None, lambda line: None)  # type: ignore[arg-type]
+        job = queued[0].job_id
+        assert job is not None
+        assert worker.take(job, None, "capped-0", "capped")
+        assert not worker.take(job, None, "capped-0", "capped"), "a redelivery took it again"
+        store.close()
+
+
+def test_three_workers_run_every_claimed_slot_once_within_the_level_cap(tmp_path: Path) -> None:
+    with fresh_pg_database() as url, fake_server([]) as fake:
+        levels = level("capped", "1s", cap=1) + level("free", "1s")
+        config = configure(tmp_path, url, levels, fake)
+        store = open_store(url)
+        with processes(config, fake, workers=3) as (service, _):
+            assert service is not None
+            reads = Reads(load_settings(config), store)
+            announced = wait_until(
+                lambda: [w for w in reads.workers() if w.host] if len(reads.workers()) == 3 else [],
+                "three workers announced",
+                120,
+            )
+            assert {(w.host, w.concurrency) for w in announced} == {(socket.gethostname(), 2)}
+            assert "Workers" in dashboard.panels(reads)
+            shown = run_cli("status", config, fake)
+            assert "last heartbeat" in shown.stdout, shown.stdout + shown.stderr
+            wait_until(
+                lambda: len(Ticks.read(store).streams) >= SLOTS, f"{SLOTS} slots claimed", 120
+            )
+            service.stop()
+            wait_until(lambda: Ticks.read(store).ended(), "every claimed tick ended", 240)
+        ticks = Ticks.read(store)
+        assert len(ticks.streams) >= SLOTS
+        for tick, kinds in ticks.terminals().items():
+            assert kinds == ["TickCompleted"], (tick, kinds)
+        for tick, taken in ticks.of("TickTaken").items():
+            assert len(taken) == 1, (tick, taken)
+        for tick, scheduled in ticks.of("TickScheduled").items():
+            assert len(scheduled) == 1, (tick, scheduled)
+        takers = Counter(e.data["worker_pid"] for t in ticks.of("TickTaken").values() for e in t)
+        assert len(takers) == 3, f"not every worker took ticks: {takers}"
+        spans = sorted(
+            (ticks.of("TickTaken")[tick][0].recorded_at, events[-1].recorded_at)
+            for tick, events in ticks.streams.items()
+            if tick.startswith("capped-")
+        )
+        for (_, end), (start, _) in itertools.pairwise(spans):
+            assert end <= start, "two ticks of the capped level ran at once"
+        store.close()
+
+
+def test_a_killed_workers_tick_ends_once_and_cancel_and_pause_reach_another_worker(
+    tmp_path: Path,
+) -> None:
+    with fresh_pg_database() as url, fake_server([Step(text="late", delay=120)] * 10) as fake:
+        config = configure(
+            tmp_path,
+            url,
+            level("slow", "1s", timeout=120, extra='on_pause = "stop"'),
+            fake,
+            stalled=5,
+        )
+        store = open_store(url)
+        with processes(config, fake, workers=2, concurrency=1) as (service, pool):
+            assert service is not None
+            started = wait_until(
+                lambda: _started_by_each(store, 2), "a tick started on each worker", 120
+            )
+            service.stop()
+            victim, survivor = pool
+            lost_tick = started[victim.process.pid]
+            kept_tick = started[survivor.process.pid]
+            lost_pid = Ticks.read(store).of("TickStarted")[lost_tick][0].data["pid"]
+            victim.process.send_signal(signal.SIGKILL)
+            victim.process.wait(30)
+            wait_until(
+                lambda: Ticks.read(store).terminals()[lost_tick], "the dead worker's tick", 60
+            )
+            wait_until(
+                lambda: not _runs(lost_pid), "the dead worker's tick process to be killed", 30
+            )
+            cancelled = run_cli(f"cancel {kept_tick}", config, fake)
+            assert cancelled.returncode == 0, cancelled.stderr
+            wait_until(
+                lambda: Ticks.read(store).terminals()[kept_tick], "the cancelled tick's end", 60
+            )
+            run_cli(f"cancel --clear {kept_tick}", config, fake)
+            paused_tick = wait_until(
+                lambda: _started_by_each(store, 1), "the survivor's next tick", 60
+            )[survivor.process.pid]
+            assert run_cli("pause slow", config, fake).returncode == 0
+            wait_until(lambda: Ticks.read(store).ended(), "every tick ended", 120)
+        ticks = Ticks.read(store)
+        terminals = ticks.terminals()
+        assert terminals[lost_tick] == ["TickLost"]
+        assert terminals[kept_tick] == ["TickCancelled"]
+        assert terminals[paused_tick] == ["TickCancelled"]
+        assert ticks.of("TickCancelled")[paused_tick][0].data["reason"] == "paused"
+        for tick, kinds in terminals.items():
+            assert len(kinds) == 1, (tick, kinds)
+        store.close()
+
+
+def _runs(pid: int) -> bool:
+    try:
+        return psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
+    except psutil.NoSuchProcess:
+        return False
+
+
+def _started_by_each(store: SqlEventStore, workers: int) -> dict[int, str] | None:
+    """Worker pid -> a tick it started, once each of `workers` workers started one."""
+    ticks = Ticks.read(store)
+    by_worker: dict[int, str] = {}
+    for tick, started in ticks.of("TickStarted").items():
+        if started and not ticks.terminals()[tick]:
+            by_worker.setdefault(started[0].data["runner_pid"], tick)
+    return by_worker if len(by_worker) >= workers else None

@@ -132,6 +132,7 @@ def test_a_refusing_first_candidate_falls_back_and_the_decision_is_recorded(
     )
     assert scheduled["catalog_revision"] == revision
     assert scheduled["route_id"] == f"min/always@{revision[:12]}"
+    assert scheduled["policy_priority"] == 0
     assert scheduled["model"] == "dead-model"
     (fallback,) = of_type(events, "RouteFallback")
     assert (fallback["from_target"], fallback["to_target"], fallback["cached"]) == (
@@ -172,6 +173,9 @@ def test_a_failing_candidate_is_passed_over_until_its_availability_expires(
     assert third.status == "completed"
     assert third.tick_id in broken.state.first_request, "the target was not tried after its TTL"
     assert [f["cached"] for f in of_type(third_events, "RouteFallback")] == [False]
+    revision = parse_catalog(json.loads(catalog.read_text())).revision
+    (recorded,) = routed.store.read_stream(f"catalog-{revision}")
+    assert recorded.type == "CatalogRecorded", "three ticks store their one catalog once"
 
 
 def test_the_last_candidate_failing_is_recorded_and_the_tick_fails_on_infrastructure(
@@ -306,6 +310,14 @@ def test_a_running_service_reloads_on_sighup_and_keeps_the_old_catalog_when_inva
     assert f"catalog rejected, revision {first[:12]} stays in force" in output
     assert "lanes.min.candidates[0]: unknown target 'ghost'" in output
     assert f"reloaded: revision {first[:12]} -> {second[:12]}" in output
+    for revision, candidates in ((first, ["a"]), (second, ["b", "a"])):
+        shown = run_cli(f"catalog show --revision {revision[:12]}", config, fake)
+        assert shown.returncode == 0, shown.stderr
+        document = json.loads(shown.stdout)
+        assert document["revision"] == revision
+        assert document["catalog"]["lanes"]["min"]["candidates"] == candidates
+    missing = run_cli("catalog show --revision 0123456789ab", config, fake)
+    assert missing.returncode == 2 and "no catalog with revision 0123456789ab" in missing.stderr
 
 
 def _next_scheduled(store: SqlEventStore, revision: str | None = None) -> dict[str, Any]:

@@ -121,6 +121,18 @@ RULES = [
         _set("targets.large.model", "gpt-4o-mini"),
         "targets.large: same model, endpoint and effort as targets.mini (duplicate runtime",
     ),
+    (
+        _set("targets.local.quota_probe", {"url": "http://q/v1", "remaining_path": "left"}),
+        "targets.local.quota_probe: only a cloud target has a quota to probe",
+    ),
+    (
+        _set("targets.mini.quota_probe", {"remaining_path": "left"}),
+        "targets.mini.quota_probe: set exactly one of 'url' or 'command'",
+    ),
+    (
+        _set("targets.mini.quota_probe", {"command": [], "remaining_path": "a..b"}),
+        "targets.mini.quota_probe.command: List should have at least 1 item",
+    ),
     (_set("lanes.min.policy_priority", -1), "lanes.min.policy_priority: Input should be greater"),
     (_set("lanes.min.policy_priority", True), "lanes.min.policy_priority: Input should be a valid"),
 ]

@@ -18,6 +18,7 @@ import asyncio
 import contextlib
 import hashlib
 import logging
+import time
 from collections import Counter, deque
 from collections.abc import AsyncIterator, Iterator
 from datetime import UTC, datetime
@@ -36,7 +37,7 @@ from harness.config import GovernorConfig
 from harness.contracts.calibration import Sample
 from harness.contracts.events import BudgetSpent
 from harness.contracts.payload import TICK_HEADER
-from harness.governor.alerts import Alerts
+from harness.governor.alerts import Alerts, Announcer
 from harness.governor.calibration import Calibrations
 from harness.governor.estimate import openai_request_chars, tokens_from_chars
 from harness.governor.ledger import Ledger, LedgerEvent
@@ -78,6 +79,8 @@ RECENT_DECISIONS = 50
 KEEPALIVE_SECONDS = 2.0
 """Shorter than servers' idle timeouts (uvicorn: 5 s), so a pooled connection is not reused
 in the instant the upstream closes it."""
+STATUS_PATHS = ("/governor/status", "/governor/status/", "/governor", "/governor/")
+"""Where the status answers; the earlier governor answered with and without the slash."""
 METHODS = ("GET", "POST", "PUT", "PATCH", "DELETE", "HEAD", "OPTIONS")
 SKIP_AUTO_HEADERS = frozenset({"User-Agent", "Accept", "Accept-Encoding", "Content-Type"})
 """The client's own headers go through as they came; aiohttp must not add defaults."""
@@ -119,18 +122,27 @@ class ProxyGovernor:
         self.ledger = ledger
         self.alerts = alerts
         self.decision_log = decision_log
+        self.announcer = Announcer(
+            config.announce_url, config.announce_throttle_seconds, config.announce_text
+        )
+        self.started = time.monotonic()
         self.counters: Counter[str] = Counter()
         self.recent: deque[dict[str, Any]] = deque(maxlen=RECENT_DECISIONS)
 
-    def judge(self, body: dict[str, Any], tick_id: str | None) -> Verdict:
-        """Decide on one request, count it and keep it in the recent decisions the status shows."""
+    def judge(self, body: dict[str, Any], tick_id: str | None) -> tuple[Verdict, dict[str, Any]]:
+        """Decide on one request, count it and keep it in the recent decisions the status shows.
+
+        Returns the verdict and its entry among the recent decisions, which `settle` completes
+        with the exact prompt tokens once the answer reports them.
+        """
         model = str(body.get("model") or "")
         chars = openai_request_chars(body)
         verdict = decide(
             self.limits, model, chars, self.calibrations.ratio(model), tail_of(body["messages"])
         )
         self.counters[verdict.decision] += 1
-        entry = {
+        self.counters["chat"] += 1
+        entry: dict[str, Any] = {
             "at": datetime.now(UTC).isoformat(),
             "decision": verdict.decision,
             "model": model,
@@ -138,6 +150,7 @@ class ProxyGovernor:
             "est_tokens": verdict.est_tokens,
             "threshold": verdict.threshold,
             "chars_per_token": round(verdict.ratio, 4),
+            "exact_prompt_tokens": None,
         }
         self.recent.append(entry)
         if self.decision_log is not None:
@@ -149,13 +162,27 @@ class ProxyGovernor:
                 None, self.alerts.send, verdict, "governor proxy"
             )
             task.add_done_callback(lambda done: done.exception())
-        return verdict
+        if self.announcer.due(verdict):
+            announced = asyncio.get_running_loop().run_in_executor(
+                None, self.announcer.post, verdict
+            )
+            announced.add_done_callback(lambda done: done.exception())
+        return verdict, entry
 
     def settle(
-        self, verdict: Verdict, usage: Usage | None, answer_chars: int, tick_id: str | None
+        self,
+        verdict: Verdict,
+        entry: dict[str, Any],
+        usage: Usage | None,
+        answer_chars: int,
+        tick_id: str | None,
     ) -> None:
-        """Calibrate from the answer's usage and book its spend."""
+        """Calibrate from the answer's usage, count its exact tokens and book its spend."""
         model = verdict.model
+        if usage is not None:
+            entry["exact_prompt_tokens"] = usage.prompt_tokens
+            self.counters["tokens_prompt"] += usage.prompt_tokens
+            self.counters["tokens_completion"] += usage.completion_tokens
         if usage is None:
             self.counters["no_usage"] += 1
             prompt = verdict.est_tokens
@@ -188,6 +215,8 @@ class ProxyGovernor:
         """What `/governor/status` reports: limits, counters, learned ratios, recent decisions."""
         learned = self.calibrations.models
         return {
+            "ok": True,
+            "uptime_s": int(time.monotonic() - self.started),
             "upstream": self.config.public_upstream,
             "soft_tokens": self.limits.soft_tokens,
             "hard_tokens": self.limits.hard,
@@ -196,6 +225,11 @@ class ProxyGovernor:
             "exempt_models": list(self.limits.exempt_models),
             "counters": dict(self.counters),
             "alerts": {"targets": len(self.alerts.urls), "sent": self.alerts.sent},
+            "announce": {
+                "on": self.announcer.url is not None,
+                "sent": self.announcer.sent,
+                "failed": self.announcer.failed,
+            },
             "calibration": {
                 model: {
                     "chars_per_token": round(self.calibrations.ratio(model), 4),
@@ -263,9 +297,10 @@ def create_app(governor: ProxyGovernor) -> Starlette:
         chat = chat_request(request.method, request.url.path, body)
         drop = HOP_BY_HOP
         verdict: Verdict | None = None
+        entry: dict[str, Any] = {}
         tick_id = request.headers.get(TICK_HEADER)
         if chat is not None:
-            verdict = governor.judge(chat, tick_id)
+            verdict, entry = governor.judge(chat, tick_id)
             if verdict.decision == "hard":
                 return _stop_answer(chat, verdict.text(governor.limits))
             if verdict.decision == "soft":
@@ -302,7 +337,7 @@ def create_app(governor: ProxyGovernor) -> Starlette:
             )
         streamed = answer.headers.get("content-type", "").startswith("text/event-stream")
         scanner = UsageScanner(streamed) if verdict is not None and answer.ok else None
-        relay = _relay(answer, scanner, governor, verdict, tick_id, streamed)
+        relay = _relay(answer, scanner, governor, verdict, entry, tick_id, streamed)
         response = StreamingResponse(relay)
         response.raw_headers = _forwarded(list(answer.raw_headers), HOP_BY_HOP)
         response.status_code = answer.status
@@ -320,7 +355,7 @@ def create_app(governor: ProxyGovernor) -> Starlette:
 
     return Starlette(
         routes=[
-            Route("/governor/status", status, methods=["GET"]),
+            *(Route(path, status, methods=["GET"]) for path in STATUS_PATHS),
             Route("/{path:path}", forward, methods=list(METHODS)),
         ],
         lifespan=lifespan,
@@ -332,6 +367,7 @@ async def _relay(
     scanner: UsageScanner | None,
     governor: ProxyGovernor,
     verdict: Verdict | None,
+    entry: dict[str, Any],
     tick_id: str | None,
     streamed: bool,
 ) -> AsyncIterator[bytes]:
@@ -360,7 +396,7 @@ async def _relay(
     finally:
         answer.release()
     if scanner is not None and verdict is not None:
-        governor.settle(verdict, scanner.finish(), scanner.answer_chars, tick_id)
+        governor.settle(verdict, entry, scanner.finish(), scanner.answer_chars, tick_id)
 
 
 def _stop_answer(chat: dict[str, Any], text: str) -> Response:

@@ -222,6 +222,21 @@ def test_status_answers_as_the_earlier_governor_did(fake: FakeUpstream) -> None:
         assert [d["exact_prompt_tokens"] for d in status["decisions"]] == billed
 
 
+def test_a_client_leaving_a_stream_ends_its_relay_at_once(fake: FakeUpstream) -> None:
+    fake.script("leaves", [Step(text="x" * 640, chunk_delay=0.5)])  # 20 s of chunks
+    body = {"model": "m", "messages": messages(10), "stream": True}
+    with governor_proxy(config(origin_of(fake))) as (origin, governor):
+        started = time.monotonic()
+        headers = {"X-Tickwork-Tick": "leaves"}
+        url = f"{origin}/v1/chat/completions"
+        with httpx.stream("POST", url, json=body, headers=headers) as answer:
+            assert next(answer.iter_raw())
+        wait_until(lambda: governor.counters["client_gone"] == 1, "the relay ending")
+        assert time.monotonic() - started < 10, "the relay ran on after the client left"
+        again = client(origin).chat.completions.create(model="m", messages=messages(10))
+        assert again.choices[0].message.content
+
+
 def test_non_chat_requests_pass_through_with_method_path_query_headers_and_body() -> None:
     with serving(echo_app(), "echo") as upstream, governor_proxy(config(upstream)) as (origin, _):
         response = httpx.put(

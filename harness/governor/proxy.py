@@ -20,7 +20,7 @@ import hashlib
 import logging
 import time
 from collections import Counter, deque
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator, Callable, Iterator
 from datetime import UTC, datetime
 from typing import IO, Any
 from urllib.parse import unquote, urlsplit
@@ -32,6 +32,7 @@ from starlette.applications import Starlette
 from starlette.requests import ClientDisconnect, Request
 from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import Route
+from starlette.types import Receive, Scope, Send
 
 from harness.config import GovernorConfig
 from harness.contracts.calibration import Sample
@@ -157,7 +158,7 @@ class ProxyGovernor:
             self.decision_log.write(orjson.dumps(entry).decode() + "\n")
         if verdict.decision != "pass":
             self._record(tick_id, verdict.event("proxy", None))
-        if self.alerts.opens_episode(episode_of(body), verdict):
+        if self.alerts.urls and self.alerts.opens_episode(episode_of(body), verdict):
             task = asyncio.get_running_loop().run_in_executor(
                 None, self.alerts.send, verdict, "governor proxy"
             )
@@ -206,6 +207,10 @@ class ProxyGovernor:
                 source="proxy",
             ),
         )
+
+    def client_gone(self) -> None:
+        """Count a client that left before its answer ended."""
+        self.counters["client_gone"] += 1
 
     def _record(self, tick_id: str | None, event: LedgerEvent) -> None:
         if self.ledger is not None and tick_id is None:
@@ -258,6 +263,51 @@ def proxy_governor(
         yield ProxyGovernor(config, calibrations, ledger, alerts, decision_log)
 
 
+class RelayResponse(StreamingResponse):
+    """The upstream's answer relayed; only a streamed one is watched for the client leaving.
+
+    Starlette's StreamingResponse runs an anyio task group per response to notice a
+    client that goes away, which was the proxy's largest cost after the HTTP client. A
+    whole (non-streamed) answer is relayed in one go, so it needs no watcher; a stream,
+    which can last minutes, gets one plain asyncio task that cancels the relay (and so
+    releases the upstream connection) when the client is gone.
+    """
+
+    def __init__(
+        self, content: AsyncIterator[bytes], watch: bool, on_gone: Callable[[], None]
+    ) -> None:
+        super().__init__(content)
+        self.watch = watch
+        self.on_gone = on_gone
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        """Relay the body; a streamed one ends early (cancelled) when the client disconnects."""
+        if not self.watch:
+            await self.stream_response(send)
+            return
+        relay = asyncio.current_task()
+        assert relay is not None, "ASGI apps run in a task"
+        gone = False
+
+        async def watch() -> None:
+            nonlocal gone
+            while (await receive())["type"] != "http.disconnect":
+                pass
+            gone = True
+            relay.cancel()
+
+        watcher = asyncio.get_running_loop().create_task(watch())
+        try:
+            await self.stream_response(send)
+        except asyncio.CancelledError:
+            if not gone:
+                raise
+            relay.uncancel()
+            self.on_gone()
+        finally:
+            watcher.cancel()
+
+
 def _forwarded(
     headers: list[tuple[bytes, bytes]], drop: frozenset[str]
 ) -> list[tuple[bytes, bytes]]:
@@ -291,7 +341,7 @@ def create_app(governor: ProxyGovernor) -> Starlette:
         try:
             body = await request.body()
         except ClientDisconnect:
-            governor.counters["client_gone"] += 1
+            governor.client_gone()
             return Response(status_code=CLIENT_CLOSED)
         governor.counters["requests"] += 1
         chat = chat_request(request.method, request.url.path, body)
@@ -338,7 +388,7 @@ def create_app(governor: ProxyGovernor) -> Starlette:
         streamed = answer.headers.get("content-type", "").startswith("text/event-stream")
         scanner = UsageScanner(streamed) if verdict is not None and answer.ok else None
         relay = _relay(answer, scanner, governor, verdict, entry, tick_id, streamed)
-        response = StreamingResponse(relay)
+        response = RelayResponse(relay, streamed, governor.client_gone)
         response.raw_headers = _forwarded(list(answer.raw_headers), HOP_BY_HOP)
         response.status_code = answer.status
         return response

@@ -32,6 +32,7 @@ from typing import Any
 import aiohttp
 import httptools
 import orjson
+from governor import free_port, percentile
 from machine import describe
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
@@ -130,12 +131,6 @@ def serve_upstream(port: int) -> None:
     uvloop.run(main())
 
 
-def free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return int(probe.getsockname()[1])
-
-
 def start(command: list[str], cwd: Path, env: dict[str, str], port: int) -> subprocess.Popen[bytes]:
     process = subprocess.Popen(
         command, cwd=cwd, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
@@ -149,11 +144,6 @@ def start(command: list[str], cwd: Path, env: dict[str, str], port: int) -> subp
             time.sleep(0.1)
     process.kill()
     raise RuntimeError(f"{command} did not start")
-
-
-def percentile(values: list[float], share: float) -> float:
-    ordered = sorted(values)
-    return ordered[min(len(ordered) - 1, int(share * len(ordered)))]
 
 
 async def rate(origin: str, body: bytes, clients: int, seconds: float) -> tuple[float, int]:

@@ -21,6 +21,7 @@ from typing import Any
 
 import pytest
 
+from harness.api.reads import Reads
 from harness.config import (
     LevelConfig,
     PathsConfig,
@@ -316,6 +317,13 @@ def test_content_failures_promote_to_the_stronger_target(
     assert "EmptyText" in promoted["reason"]
     kinds = [e.type for e in events]
     assert kinds.count("TickStarted") == 3 and kinds[-1] == "TickCompleted"
+    catalog.write_text(catalog.read_text().replace("small-model", "renamed-model"))
+    detail = Reads(routed.settings, routed.store).tick(outcome.tick_id)
+    assert detail is not None and detail.targets is not None, "the tick page names its targets"
+    assert {name: t["model"] for name, t in detail.targets.items()} == {
+        "small": "small-model",
+        "big": "big-model",
+    }, "the targets are the decision's, not the edited file's"
 
 
 def test_without_a_promotion_content_retries_end_the_tick(

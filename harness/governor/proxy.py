@@ -39,7 +39,7 @@ from harness.contracts.payload import TICK_HEADER
 from harness.governor.alerts import Alerts, Announcer
 from harness.governor.calibration import Calibrations
 from harness.governor.estimate import openai_request_chars, tokens_from_chars
-from harness.governor.ledger import Ledger, LedgerEvent
+from harness.governor.ledger import Ledger, LedgerEvent, event_id
 from harness.governor.policy import Verdict, decide
 from harness.governor.wire import (
     Usage,
@@ -190,11 +190,12 @@ class ProxyGovernor:
             sample = Sample(verdict.chars, usage.prompt_tokens, usage.cached_tokens, usage.cached)
             self.counters[f"calibration_{self.calibrations.learn(model, sample)}"] += 1
             if not sample.tiny:
-                self._record(tick_id, sample.event(model, "proxy", None))
+                self._record(tick_id, sample.event(model, "proxy", None, event_id()))
             prompt, completion = sample.tokens, usage.completion_tokens
         self._record(
             tick_id,
             BudgetSpent(
+                event_id=event_id(),
                 tick_id=f"proxy-{datetime.now(UTC):%Y%m%d}",
                 level=self.config.ledger_level,
                 model=model,

@@ -27,7 +27,12 @@ def valid() -> Document:
             },
         },
         "lanes": {
-            "min": {"rule_id": "min-local", "reason_codes": ["cost"], "candidates": ["local"]},
+            "min": {
+                "rule_id": "min-local",
+                "policy_priority": 3,
+                "reason_codes": ["cost"],
+                "candidates": ["local"],
+            },
             "hour": {
                 "time_windows": {
                     "day": {
@@ -48,4 +53,5 @@ def valid() -> Document:
             },
         },
         "promotions": {"local": "mini", "mini": "large"},
+        "promote_local_to_cloud": True,
     }

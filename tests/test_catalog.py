@@ -109,6 +109,32 @@ RULES = [
     (_set("promotions.large", "large"), "promotions.large: a target cannot promote to itself"),
     (_set("promotions.ghost", "large"), "promotions.ghost: unknown target 'ghost'"),
     (_set("promotions.large", "ghost"), "promotions.large: promotes to unknown target 'ghost'"),
+    (
+        _set("promote_local_to_cloud", ...),
+        "promotions.local: promotions are between cloud targets only ('local' is local, 'mini'",
+    ),
+    (
+        _set("promotions.large", "local"),
+        "promotions.large: promotions are between cloud targets only ('large' is cloud, 'local'",
+    ),
+    (
+        _set("targets.large.model", "gpt-4o-mini"),
+        "targets.large: same model, endpoint and effort as targets.mini (duplicate runtime",
+    ),
+    (
+        _set("targets.local.quota_probe", {"url": "http://q/v1", "remaining_path": "left"}),
+        "targets.local.quota_probe: only a cloud target has a quota to probe",
+    ),
+    (
+        _set("targets.mini.quota_probe", {"remaining_path": "left"}),
+        "targets.mini.quota_probe: set exactly one of 'url' or 'command'",
+    ),
+    (
+        _set("targets.mini.quota_probe", {"command": [], "remaining_path": "a..b"}),
+        "targets.mini.quota_probe.command: List should have at least 1 item",
+    ),
+    (_set("lanes.min.policy_priority", -1), "lanes.min.policy_priority: Input should be greater"),
+    (_set("lanes.min.policy_priority", True), "lanes.min.policy_priority: Input should be a valid"),
 ]
 
 
@@ -297,7 +323,7 @@ def catalogs(draw: st.DrawFn) -> Document:
     ):
         cuts = draw(st.lists(st.integers(0, 24 * 60 - 1), max_size=4, unique=True).map(sorted))
         if not cuts:
-            lanes[level] = rule(f"{level}-rule")
+            lanes[level] = {**rule(f"{level}-rule"), "policy_priority": draw(st.integers(0, 9))}
             continue
         clocks = [f"{m // 60:02d}:{m % 60:02d}" for m in cuts]
         lanes[level] = {
@@ -310,11 +336,17 @@ def catalogs(draw: st.DrawFn) -> Document:
                 for i, start in enumerate(clocks)
             }
         }
+    local_to_cloud = draw(st.booleans())
     promotions = {
-        weaker: stronger for weaker, stronger in pairwise(target_ids) if draw(st.booleans())
+        weaker: stronger
+        for weaker, stronger in pairwise(target_ids)
+        if targets[stronger]["execution_class"] == "cloud"
+        and (local_to_cloud or targets[weaker]["execution_class"] == "cloud")
+        and draw(st.booleans())
     }
     return {
         "schema_version": 1,
+        "promote_local_to_cloud": local_to_cloud,
         "timezone": draw(st.sampled_from(["UTC", "Europe/Berlin", "America/New_York"])),
         "targets": targets,
         "lanes": lanes,

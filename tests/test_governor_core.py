@@ -134,6 +134,9 @@ def test_exempt_models_match_on_the_last_path_segment() -> None:
     limits = GovernorLimits(soft_tokens=10, exempt_models=("vendor/big",))
     assert decide(limits, "gateway/x/big", 10**6, 3.2, "user").decision == "pass"
     assert decide(limits, "big-2", 10**6, 3.2, "user").decision == "hard"
+    assert decide(limits, "Gateway/X/BIG", 10**6, 3.2, "user").decision == "pass"
+    shouting = GovernorLimits(soft_tokens=10, exempt_models=("Hermes",))
+    assert decide(shouting, "hermes", 10**6, 3.2, "user").decision == "pass"
 
 
 def test_texts_fill_only_their_placeholders() -> None:
@@ -168,6 +171,9 @@ def test_legacy_environment_names_override_the_file_and_name_bad_values() -> Non
         "GOV_DIRECTIVE": "wrap {est}",
         "GOV_HARDSTOP_MSG": "stop {threshold}",
         "GOV_EXEMPT_MODELS": "a/b, c",
+        "GOV_ANNOUNCE_URL": "http://speaker:9001/api/voice/announce",
+        "GOV_ANNOUNCE_THROTTLE": "30",
+        "GOV_ANNOUNCE_TEXT": "full at {est}",
     }
     config = with_legacy_env(GovernorConfig(soft_tokens=10), env)
     assert (config.port, config.host, config.upstream) == (9100, "0.0.0.0", "http://gw:4000")
@@ -175,5 +181,10 @@ def test_legacy_environment_names_override_the_file_and_name_bad_values() -> Non
     assert config.calibrate is False and str(config.log) == "/tmp/gov.jsonl"
     assert (config.directive, config.stop_message) == ("wrap {est}", "stop {threshold}")
     assert config.exempt_models == ("a/b", "c")
+    assert config.announce_url == "http://speaker:9001/api/voice/announce"
+    assert (config.announce_throttle_seconds, config.announce_text) == (30, "full at {est}")
+    assert with_legacy_env(config, {"GOV_ANNOUNCE_URL": ""}).announce_url is None
+    with pytest.raises(GovernorEnvError, match="GOV_ANNOUNCE_THROTTLE"):
+        with_legacy_env(GovernorConfig(), {"GOV_ANNOUNCE_THROTTLE": "-1"})
     with pytest.raises(GovernorEnvError, match="GOV_CHARS_PER_TOKEN"):
         with_legacy_env(GovernorConfig(), {"GOV_CHARS_PER_TOKEN": "20"})

@@ -16,6 +16,10 @@ import httpx
 import openai
 import orjson
 import pytest
+from starlette.applications import Starlette
+from starlette.requests import Request
+from starlette.responses import JSONResponse, Response
+from starlette.routing import Route
 
 from harness.contracts.events import GOVERNOR_STREAM
 from harness.devtools.fake_llm import FakeUpstream, Step
@@ -31,6 +35,7 @@ from tests.governor_support import (
     origin_of,
     serving,
 )
+from tests.waiting import wait_until
 
 SECRET = "sk-governor-test-SECRET-42"
 
@@ -159,6 +164,77 @@ def test_status_reports_counters_limits_calibration_and_the_last_50_decisions(
     assert status["decisions"][-1]["decision"] == "hard"
     assert status["calibration"]["m"]["samples"] == 52
     assert 3.5 <= status["calibration"]["m"]["chars_per_token"] <= 4.5  # the fake bills chars/4
+
+
+def test_announcements_post_the_earlier_body_throttled_over_all_sessions(
+    fake: FakeUpstream,
+) -> None:
+    heard: list[dict[str, Any]] = []
+
+    async def speaker(request: Request) -> Response:
+        heard.append(await request.json())
+        return JSONResponse({"queued": True})
+
+    app = Starlette(routes=[Route("/api/voice/announce", speaker, methods=["POST"])])
+    with serving(app, "speaker") as speaker_origin:
+        cfg = config(
+            origin_of(fake),
+            announce_url=f"{speaker_origin}/api/voice/announce",
+            announce_text="full at {est} of {threshold}",
+        )
+        with governor_proxy(cfg) as (origin, governor):
+            api = client(origin)
+            api.chat.completions.create(model="m", messages=messages(9000))
+            wait_until(lambda: governor.announcer.sent == 1, "the announcement")
+            est = governor.recent[-1]["est_tokens"]
+            for opening in ("another session", "a third"):
+                chat = [{"role": "system", "content": opening}, *messages(4000)]
+                api.chat.completions.create(model="m", messages=chat)
+            status = httpx.get(f"{origin}/governor/status/").json()
+    assert heard == [
+        {
+            "text": f"full at {est} of {HARD}",
+            "subject": "[Governor]",
+            "source": "governor",
+            "priority": "normal",
+        }
+    ], "a second session within the throttle period announced again"
+    assert status["announce"] == {"on": True, "sent": 1, "failed": 0}
+
+
+def test_status_answers_as_the_earlier_governor_did(fake: FakeUpstream) -> None:
+    with governor_proxy(config(origin_of(fake))) as (origin, _):
+        api = client(origin)
+        api.chat.completions.create(model="m", messages=messages(1200))
+        usage = {"include_usage": True}
+        streamed = api.chat.completions.create(
+            model="m", messages=messages(1300), stream=True, stream_options=usage
+        )
+        assert [chunk for chunk in streamed]
+        answers = [httpx.get(f"{origin}{path}") for path in ("/governor", "/governor/status/")]
+    billed = [entry.prompt_tokens for entry in fake.ledger[-2:]]
+    for answer in answers:
+        status = answer.json()
+        assert answer.status_code == 200 and status["ok"] is True
+        assert isinstance(status["uptime_s"], int) and status["uptime_s"] >= 0
+        assert status["counters"]["chat"] == 2
+        assert status["counters"]["tokens_prompt"] == sum(billed)
+        assert [d["exact_prompt_tokens"] for d in status["decisions"]] == billed
+
+
+def test_a_client_leaving_a_stream_ends_its_relay_at_once(fake: FakeUpstream) -> None:
+    fake.script("leaves", [Step(text="x" * 640, chunk_delay=0.5)])  # 20 s of chunks
+    body = {"model": "m", "messages": messages(10), "stream": True}
+    with governor_proxy(config(origin_of(fake))) as (origin, governor):
+        started = time.monotonic()
+        headers = {"X-Tickwork-Tick": "leaves"}
+        url = f"{origin}/v1/chat/completions"
+        with httpx.stream("POST", url, json=body, headers=headers) as answer:
+            assert next(answer.iter_raw())
+        wait_until(lambda: governor.counters["client_gone"] == 1, "the relay ending")
+        assert time.monotonic() - started < 10, "the relay ran on after the client left"
+        again = client(origin).chat.completions.create(model="m", messages=messages(10))
+        assert again.choices[0].message.content
 
 
 def test_non_chat_requests_pass_through_with_method_path_query_headers_and_body() -> None:

@@ -10,14 +10,18 @@ import json
 import os
 import signal
 import socket
+import sys
+import threading
 import time
 from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
 import pytest
 
+from harness.api.reads import Reads
 from harness.config import (
     LevelConfig,
     PathsConfig,
@@ -132,6 +136,7 @@ def test_a_refusing_first_candidate_falls_back_and_the_decision_is_recorded(
     )
     assert scheduled["catalog_revision"] == revision
     assert scheduled["route_id"] == f"min/always@{revision[:12]}"
+    assert scheduled["policy_priority"] == 0
     assert scheduled["model"] == "dead-model"
     (fallback,) = of_type(events, "RouteFallback")
     assert (fallback["from_target"], fallback["to_target"], fallback["cached"]) == (
@@ -172,6 +177,9 @@ def test_a_failing_candidate_is_passed_over_until_its_availability_expires(
     assert third.status == "completed"
     assert third.tick_id in broken.state.first_request, "the target was not tried after its TTL"
     assert [f["cached"] for f in of_type(third_events, "RouteFallback")] == [False]
+    revision = parse_catalog(json.loads(catalog.read_text())).revision
+    (recorded,) = routed.store.read_stream(f"catalog-{revision}")
+    assert recorded.type == "CatalogRecorded", "three ticks store their one catalog once"
 
 
 def test_the_last_candidate_failing_is_recorded_and_the_tick_fails_on_infrastructure(
@@ -184,6 +192,103 @@ def test_the_last_candidate_failing_is_recorded_and_the_tick_fails_on_infrastruc
     assert events[-1].data["failure_class"] == "infrastructure"
     (fallback,) = of_type(events, "RouteFallback")
     assert (fallback["from_target"], fallback["to_target"]) == ("only", None)
+
+
+class QuotaServer:
+    """A provider's quota endpoint on a real socket: answers what `remaining` is set to."""
+
+    def __init__(self) -> None:
+        self.remaining = 5
+        self.seen: list[str] = []
+        quota = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def do_GET(self) -> None:
+                quota.seen.append(self.headers.get("X-Quota-Token", ""))
+                body = json.dumps({"data": {"limits": [{"remaining": quota.remaining}]}})
+                self.send_response(200)
+                self.send_header("Content-Type", "application/json")
+                self.end_headers()
+                self.wfile.write(body.encode())
+
+            def log_message(self, *args: Any) -> None:
+                pass
+
+        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.url = f"http://127.0.0.1:{self.server.server_address[1]}/quota"
+        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+
+
+def test_quota_probes_pass_over_a_target_whose_quota_ran_out(
+    tmp_path: Path, sqlite_url: str, fake: FakeUpstream, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    quota = QuotaServer()
+    monkeypatch.setenv("TICKWORK_TEST_QUOTA_TOKEN", "quota-token-SECRET-1234")
+    probe: dict[str, Any] = {
+        "url": quota.url,
+        "header": "X-Quota-Token",
+        "header_env": "TICKWORK_TEST_QUOTA_TOKEN",
+        "remaining_path": "data.limits.0.remaining",
+        "minimum": 2.0,
+        "ttl_seconds": 300.0,
+    }
+    targets = {
+        "metered": {**target(fake.url, "metered-model"), "quota_probe": probe},
+        "spare": target(fake.url, "spare-model"),
+    }
+    path = write_catalog(tmp_path / "catalog.json", targets, ["metered", "spare"])
+    routed = Routed(tmp_path, sqlite_url, path)
+    limits = {"x-ratelimit-remaining-requests": "0", "x-ratelimit-remaining-tokens": "900"}
+    try:
+        first, first_events = routed.tick(fake, [Step(text="one", headers=limits)])
+        quota.remaining = 1
+        second, second_events = routed.tick(fake, [Step(text="two")])
+        assert [first.status, second.status] == ["completed", "completed"]
+        assert quota.seen == ["quota-token-SECRET-1234"], "the store's probe result was not reused"
+        probed, answered = of_type(first_events, "QuotaObserved")
+        assert (probed["source"], probed["remaining"], probed["exhausted"]) == ("probe", 5, False)
+        assert (answered["source"], answered["requests_left"], answered["tokens_left"]) == (
+            "answer",
+            0,
+            900,
+        )
+        assert first.result is not None and first.result.target == "metered"
+        assert second.result is not None and second.result.target == "spare"
+        (passed_over,) = of_type(second_events, "RouteFallback")
+        assert passed_over["reason"].startswith("quota: requests left 0"), passed_over
+
+        probe["ttl_seconds"] = 0.001  # every earlier observation is stale now
+        write_catalog(path, targets, ["metered", "spare"])
+        assert routed.preparer.router is not None
+        routed.preparer.router.source.poll()
+        third, third_events = routed.tick(fake, [Step(text="three")])
+        assert third.status == "completed" and len(quota.seen) == 2
+        assert third.result is not None and third.result.target == "spare"
+        (ran_out,) = of_type(third_events, "QuotaObserved")
+        assert (ran_out["remaining"], ran_out["exhausted"]) == (1, True)
+        (passed_over,) = of_type(third_events, "RouteFallback")
+        assert passed_over["reason"].startswith("quota: 1 left, minimum 2 (probe at ")
+
+        probe.pop("url")
+        probe["command"] = [
+            sys.executable,
+            "-c",
+            'print(\'{"data": {"limits": [{"remaining": 0}]}}\')',
+        ]
+        write_catalog(path, {"metered": targets["metered"]}, ["metered"])
+        routed.preparer.router.source.poll()
+        fourth, fourth_events = routed.tick(fake, [Step(text="never")])
+        assert fourth.status == "failed" and fourth_events[-1].data["failure_class"] == (
+            "infrastructure"
+        )
+        (last,) = of_type(fourth_events, "RouteFallback")
+        assert (last["to_target"], last["reason"][:22]) == (None, "quota: 0 left, minimum")
+        assert not [e for e in fake.ledger if e.key == fourth.tick_id]
+    finally:
+        quota.server.shutdown()
+    for file in tmp_path.rglob("*"):
+        if file.is_file():
+            assert b"quota-token-SECRET-1234" not in file.read_bytes(), file
 
 
 def test_content_failures_promote_to_the_stronger_target(
@@ -212,6 +317,13 @@ def test_content_failures_promote_to_the_stronger_target(
     assert "EmptyText" in promoted["reason"]
     kinds = [e.type for e in events]
     assert kinds.count("TickStarted") == 3 and kinds[-1] == "TickCompleted"
+    catalog.write_text(catalog.read_text().replace("small-model", "renamed-model"))
+    detail = Reads(routed.settings, routed.store).tick(outcome.tick_id)
+    assert detail is not None and detail.targets is not None, "the tick page names its targets"
+    assert {name: t["model"] for name, t in detail.targets.items()} == {
+        "small": "small-model",
+        "big": "big-model",
+    }, "the targets are the decision's, not the edited file's"
 
 
 def test_without_a_promotion_content_retries_end_the_tick(
@@ -306,6 +418,14 @@ def test_a_running_service_reloads_on_sighup_and_keeps_the_old_catalog_when_inva
     assert f"catalog rejected, revision {first[:12]} stays in force" in output
     assert "lanes.min.candidates[0]: unknown target 'ghost'" in output
     assert f"reloaded: revision {first[:12]} -> {second[:12]}" in output
+    for revision, candidates in ((first, ["a"]), (second, ["b", "a"])):
+        shown = run_cli(f"catalog show --revision {revision[:12]}", config, fake)
+        assert shown.returncode == 0, shown.stderr
+        document = json.loads(shown.stdout)
+        assert document["revision"] == revision
+        assert document["catalog"]["lanes"]["min"]["candidates"] == candidates
+    missing = run_cli("catalog show --revision 0123456789ab", config, fake)
+    assert missing.returncode == 2 and "no catalog with revision 0123456789ab" in missing.stderr
 
 
 def _next_scheduled(store: SqlEventStore, revision: str | None = None) -> dict[str, Any]:

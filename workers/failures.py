@@ -20,6 +20,7 @@ import openai
 from strands.types.exceptions import ModelThrottledException
 
 from harness.contracts.result import FailureClass
+from harness.routing.quota import QuotaExhaustedError
 from harness.store import StoreUnavailableError
 from workers.model import MalformedAnswerError
 
@@ -35,6 +36,7 @@ INFRASTRUCTURE_ERRORS: tuple[type[Exception], ...] = (
     json.JSONDecodeError,
     MalformedAnswerError,
     StoreUnavailableError,
+    QuotaExhaustedError,
 )
 
 

@@ -6,16 +6,24 @@ tick's end. Candidates a recent tick recorded down are passed over while one not
 down remains, so a dead endpoint costs one tick a timeout, not every tick. The next
 candidate starts the conversation afresh (a failed call leaves no answer to build on);
 the tool budget and the spend meter are the tick's, shared by all its candidates.
+
+A candidate is chosen only when its quota is not known spent (`harness.routing.quota`):
+one without quota left is passed over with a reason starting `quota`, and when none is
+left the tick fails on infrastructure instead of calling a provider that will refuse it.
 """
 
 from __future__ import annotations
 
+import os
 from datetime import UTC, datetime
 
-from harness.contracts.events import RouteFallback
+import httpx
+
+from harness.contracts.events import QuotaObserved, RouteFallback
 from harness.contracts.payload import RouteCandidate, TickPayload
 from harness.contracts.result import FailureClass
 from harness.routing.availability import recently_down
+from harness.routing.quota import QuotaExhaustedError, QuotaGate, answer_quota
 from workers.recorder import EventRecorder
 
 REASON_CHARS = 500
@@ -30,6 +38,7 @@ class CandidateWalk:
         plan = payload.route
         self.candidates: list[RouteCandidate] = list(plan.candidates) if plan else []
         self.index = 0
+        self.quota = QuotaGate(payload.tick_id, payload.level, recorder.store, os.environ)
         if plan is not None:
             down = recently_down(recorder.store, plan.availability_ttl_seconds, datetime.now(UTC))
             while self.index < len(self.candidates) - 1 and self._known_down(down):
@@ -40,6 +49,45 @@ class CandidateWalk:
     def current(self) -> RouteCandidate | None:
         """The candidate being tried (None: no route, the payload's own model runs)."""
         return self.candidates[self.index] if self.candidates else None
+
+    def choose(self) -> RouteCandidate | None:
+        """The candidate to run on: the current one, or the next with quota left.
+
+        Raises:
+            QuotaExhaustedError: no candidate from here on has quota left.
+        """
+        while self.candidates:
+            candidate = self.candidates[self.index]
+            why, probed = self.quota.check(candidate, datetime.now(UTC))
+            if probed:
+                self.recorder.record(self.quota.observations[candidate.target])
+            if why is None:
+                return candidate
+            following = (
+                self.candidates[self.index + 1] if self.index + 1 < len(self.candidates) else None
+            )
+            self._moved(following, f"quota: {why}", cached=True)
+            if following is None:
+                raise QuotaExhaustedError(f"no candidate has quota left: {candidate.target}: {why}")
+        return None
+
+    async def observe_answer(self, response: httpx.Response) -> None:
+        """Record an answer's rate-limit headers, so the next ticks know what is left."""
+        seen = answer_quota(response.headers)
+        if seen is None or not self.candidates:
+            return
+        self.recorder.record(
+            QuotaObserved(
+                tick_id=self.payload.tick_id,
+                level=self.payload.level,
+                target=self._target,
+                source="answer",
+                exhausted=seen.exhausted,
+                requests_left=seen.requests_left,
+                tokens_left=seen.tokens_left,
+                retry_after_seconds=seen.retry_after_seconds,
+            )
+        )
 
     @property
     def _target(self) -> str:

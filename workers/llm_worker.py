@@ -97,7 +97,8 @@ def run(payload: TickPayload) -> int:
     result: TickResult
     try:
         while True:
-            spend.model = governor.model = build_model(payload, walk.current)
+            chosen = walk.choose()
+            spend.model = governor.model = build_model(payload, chosen, walk.observe_answer)
             agent = Agent(
                 model=spend.model,
                 tools=tools,

@@ -12,7 +12,7 @@ import functools
 import os
 import ssl
 import sys
-from collections.abc import AsyncGenerator
+from collections.abc import AsyncGenerator, Awaitable, Callable
 from typing import Any
 
 import httpx
@@ -20,6 +20,8 @@ import openai
 from strands.models.openai import OpenAIModel
 
 from harness.contracts.payload import TICK_HEADER, RouteCandidate, TickPayload
+
+ResponseHook = Callable[[httpx.Response], Awaitable[None]]
 
 
 class MeteredOpenAIModel(OpenAIModel):
@@ -75,12 +77,15 @@ async def _expect_event_stream(response: httpx.Response) -> None:
 
 
 def build_model(
-    payload: TickPayload, candidate: RouteCandidate | None = None
+    payload: TickPayload,
+    candidate: RouteCandidate | None = None,
+    observe: ResponseHook | None = None,
 ) -> MeteredOpenAIModel:
     """The tick's model: the catalog candidate's, or the payload's on `OPENAI_BASE_URL`.
 
     Endpoint and key are read from this process's environment here, so neither a URL
-    given by variable nor any key ever travels in the payload.
+    given by variable nor any key ever travels in the payload. `observe` sees every
+    answer's response (its rate-limit headers) before its body is read.
     """
     base_url = os.environ.get("OPENAI_BASE_URL") or None
     api_key = os.environ.get("OPENAI_API_KEY") or "not-set"
@@ -97,7 +102,8 @@ def build_model(
         max_retries=0,
         default_headers={TICK_HEADER: payload.tick_id},
         http_client=openai.DefaultAsyncHttpxClient(
-            verify=_ssl_context(), event_hooks={"response": [_expect_event_stream]}
+            verify=_ssl_context(),
+            event_hooks={"response": [_expect_event_stream, *([observe] if observe else [])]},
         ),
     )
     params: dict[str, Any] = {}

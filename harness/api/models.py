@@ -133,6 +133,10 @@ class TickDetail(BaseModel):
     """The tick's result file, once it has one."""
     result_error: str | None
     """Why a result file the tick names could not be read."""
+    targets: dict[str, dict[str, Any]] | None = None
+    """The catalog targets its routing decision named (its candidates, then the promotions
+    it moved to), as the catalog of the decision's revision defined them; None when the
+    tick was not routed or that catalog was never stored."""
 
 
 class Digest(BaseModel):

@@ -10,6 +10,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from datetime import date, datetime
 from pathlib import Path
+from typing import Any
 
 from harness.api.models import Digest, Event, Tick, TickDetail, Worker
 from harness.config import Settings
@@ -20,8 +21,9 @@ from harness.projections import SpendRow, projector_for, spend_report
 from harness.projections.levels import pauses
 from harness.projections.spend import GroupBy
 from harness.projections.ticks import tick_rows
+from harness.routing.history import RevisionError, recorded_catalog
 from harness.scheduling.status import Snapshot, snapshot
-from harness.store import EventStore
+from harness.store import EventStore, StoredEvent
 
 
 class Reads:
@@ -78,12 +80,31 @@ class Reads:
             except ResultFileError as exc:
                 error = str(exc)
         return TickDetail(
-            tick=tick, events=[Event.of(e) for e in events], result=result, result_error=error
+            tick=tick,
+            events=[Event.of(e) for e in events],
+            result=result,
+            result_error=error,
+            targets=self._decided_targets(events),
         )
 
     def pauses(self) -> dict[str, LevelPaused]:
         """The pause in force of each paused level: who decided it, why and when."""
         return pauses(self.store, self.settings.levels)
+
+    def _decided_targets(self, events: Sequence[StoredEvent]) -> dict[str, dict[str, Any]] | None:
+        """The targets a tick's decision named, from the stored catalog of its revision."""
+        scheduled = next((e.data for e in events if e.type == "TickScheduled"), {})
+        revision = scheduled.get("catalog_revision")
+        if not revision:
+            return None
+        try:
+            catalog = recorded_catalog(self.store, revision).catalog
+        except RevisionError:
+            return None
+        named = list(scheduled.get("candidates") or [])
+        named += [e.data["to_target"] for e in events if e.type == "RoutePromoted"]
+        targets = catalog.get("targets", {})
+        return {name: targets[name] for name in dict.fromkeys(named) if name in targets}
 
     def spend(self, by: Sequence[GroupBy], since: date | None = None) -> list[SpendRow]:
         """Spend grouped as asked, from the spend read model."""

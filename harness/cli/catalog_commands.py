@@ -1,14 +1,15 @@
-"""Commands for the routing catalog: check a file, show where a level routes at an instant."""
+"""Commands for the routing catalog: check, route at an instant, show any stored revision."""
 
 from __future__ import annotations
 
+import json
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated
 
 import typer
 
-from harness.cli.app import app, fail, out, settings
+from harness.cli.app import app, fail, out, settings, store_for
 
 if TYPE_CHECKING:
     from harness.config import Settings
@@ -71,8 +72,50 @@ def route(
         raise fail(f"{path}: no lane for level {level!r}", code=2)
     out.print(f"route       {decision.route_id}", highlight=False)
     out.print(f"rule        {decision.rule_id}", highlight=False)
+    out.print(f"priority    {decision.policy_priority}", highlight=False)
     out.print(f"reasons     {', '.join(decision.reason_codes)}", highlight=False)
     out.print(f"window      {decision.window or '(none)'}", highlight=False)
     out.print(f"candidates  {' > '.join(decision.candidates)}", highlight=False)
     out.print(f"revision    {decision.revision}", highlight=False)
     out.print(f"at          {decision.at.isoformat()}", highlight=False)
+
+
+@catalog_app.command("show")
+def show(
+    revision: Annotated[
+        str | None,
+        typer.Option(help="A stored revision (6+ hex digits of it), as decisions record it."),
+    ] = None,
+    catalog: Annotated[
+        Path | None, typer.Option(help="Instead of the configured [routing] catalog.")
+    ] = None,
+) -> None:
+    """Print `{revision, catalog}` as JSON: the catalog configured, or a stored --revision."""
+    from harness.routing.catalog import CatalogError, load_catalog
+    from harness.routing.history import RevisionError, recorded_catalog
+    from harness.store import StoreError
+
+    if revision is not None:
+        if catalog is not None:
+            raise fail("give --revision or --catalog, not both", 2)
+        store = store_for(settings())
+        try:
+            recorded = recorded_catalog(store, revision)
+        except RevisionError as exc:
+            raise fail(str(exc), code=2) from exc
+        except StoreError as exc:
+            raise fail(str(exc)) from exc
+        finally:
+            store.close()
+        found, document = recorded.revision, recorded.catalog
+    else:
+        path = catalog or settings().routing.catalog
+        if path is None:
+            raise fail("no catalog: set [routing] catalog in tickwork.toml or pass --catalog", 2)
+        try:
+            loaded = load_catalog(path)
+        except CatalogError as exc:
+            raise fail(str(exc), code=2) from exc
+        found, document = loaded.revision, loaded.model_dump(mode="json")
+    shown = {"revision": found, "catalog": document}
+    out.print(json.dumps(shown, indent=2, sort_keys=True), highlight=False)

@@ -28,7 +28,14 @@ LEGACY_ENV = {
     "GOV_DIRECTIVE": "directive",
     "GOV_HARDSTOP_MSG": "stop_message",
     "GOV_EXEMPT_MODELS": "exempt_models",
+    "GOV_ANNOUNCE_URL": "announce_url",
+    "GOV_ANNOUNCE_THROTTLE": "announce_throttle_seconds",
+    "GOV_ANNOUNCE_TEXT": "announce_text",
 }
+DEFAULT_ANNOUNCE = (
+    "The coding session is getting full: about {est} tokens (threshold {threshold}). "
+    "Save its state and start a fresh session."
+)
 
 
 class GovernorConfig(GovernorLimits):
@@ -47,6 +54,13 @@ class GovernorConfig(GovernorLimits):
     upstream_idle_seconds: Annotated[float, Field(gt=0, le=3600)] = 120.0
     """The longest the upstream may stay silent within an answer before the proxy ends it
     with an error, so a stalled upstream does not hold the client."""
+    announce_url: Annotated[str, Field(pattern=r"^https?://\S+$")] | None = None
+    """Where the proxy POSTs `{text, subject, source, priority}` when it cuts a session, as
+    the earlier governor did for a voice pipeline (off unless set)."""
+    announce_throttle_seconds: Annotated[float, Field(ge=0)] = 300.0
+    """At most one announcement in this many seconds, over all sessions together."""
+    announce_text: Annotated[str, Field(min_length=1, max_length=2000)] = DEFAULT_ANNOUNCE
+    """`{est}` and `{threshold}` are filled in."""
 
     @property
     def public_upstream(self) -> str:
@@ -76,6 +90,8 @@ def with_legacy_env(config: GovernorConfig, env: Mapping[str, str]) -> GovernorC
         value: object = env[name]
         if field == "exempt_models":
             value = tuple(part.strip() for part in env[name].split(",") if part.strip())
+        if field == "announce_url" and not env[name].strip():
+            value = None  # the earlier governor's way to turn announcements off
         updates[field] = value
     if not updates:
         return config

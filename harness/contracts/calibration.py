@@ -24,6 +24,7 @@ from __future__ import annotations
 import statistics
 from dataclasses import dataclass, replace
 from typing import Literal
+from uuid import UUID, uuid4
 
 from harness.contracts.events import CalibrationSampled
 from harness.contracts.governor import MAX_RATIO, MIN_RATIO
@@ -57,10 +58,15 @@ class Sample:
         return self.chars < MIN_CHARS or self.tokens <= 0
 
     def event(
-        self, model: str, source: Literal["worker", "proxy"], tick_id: str | None
+        self,
+        model: str,
+        source: Literal["worker", "proxy"],
+        tick_id: str | None,
+        event_id: UUID | None = None,
     ) -> CalibrationSampled:
         """The sample as an event, so projections and the live governor fold the same record."""
         return CalibrationSampled(
+            event_id=event_id or uuid4(),
             model=model,
             source=source,
             tick_id=tick_id,

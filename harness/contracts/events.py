@@ -86,6 +86,7 @@ class TickScheduled(TickEvent):
     """Held against the level's daily budget while the tick is in flight."""
     route_id: str | None = None
     rule_id: str | None = None
+    policy_priority: NonNegativeInt | None = None
     reason_codes: list[str] | None = None
     window: str | None = None
     candidates: list[str] | None = None
@@ -123,6 +124,26 @@ class RoutePromoted(TickEvent):
     to_target: str
     reason: str
     attempt: NonNegativeInt
+
+
+class QuotaObserved(TickEvent):
+    """What a tick learned of a target's quota: from its probe, or an answer's headers.
+
+    Shared through the store like availability: a tick passes over a target whose latest
+    observation (within its probe's TTL, or the answer's `retry_after_seconds`) says
+    `exhausted`, with a `RouteFallback` whose reason starts with `quota`.
+    """
+
+    type = "QuotaObserved"
+    target: str
+    source: Literal["probe", "answer"]
+    exhausted: bool
+    remaining: float | None = None
+    minimum: float | None = None
+    requests_left: NonNegativeInt | None = None
+    tokens_left: NonNegativeInt | None = None
+    retry_after_seconds: float | None = None
+    detail: str | None = None
 
 
 class TickStarted(TickEvent):
@@ -419,6 +440,28 @@ class CancelCleared(Event):
     by: str = "operator"
 
 
+def catalog_stream(revision: str) -> str:
+    """One catalog revision's stream: created once, holding the catalog it names."""
+    return f"catalog-{revision}"
+
+
+class CatalogRecorded(Event):
+    """A routing catalog was in force: its normalized content, under its revision.
+
+    Recorded once per revision, so every decision's `catalog_revision` stays resolvable
+    after the file is edited (`tickwork catalog show --revision`).
+    """
+
+    type = "CatalogRecorded"
+    revision: str
+    catalog: dict[str, Any]
+
+    @property
+    def stream_id(self) -> str:
+        """The revision's own stream."""
+        return catalog_stream(self.revision)
+
+
 def digest_stream(name: str) -> str:
     """One stream per digest: its periods are claimed in order, by expected version."""
     return f"digest-{name}"
@@ -478,6 +521,7 @@ EVENT_TYPES: dict[tuple[str, int], type[Event]] = {
         TickScheduled,
         RouteFallback,
         RoutePromoted,
+        QuotaObserved,
         TickStarted,
         TickTaken,
         WorkerStarted,
@@ -504,6 +548,7 @@ EVENT_TYPES: dict[tuple[str, int], type[Event]] = {
         CancelCleared,
         GovernorFired,
         CalibrationSampled,
+        CatalogRecorded,
     )
 }
 

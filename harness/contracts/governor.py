@@ -65,6 +65,6 @@ class GovernorLimits(BaseModel):
         return self.soft_tokens + HARD_MARGIN if self.hard_tokens is None else self.hard_tokens
 
     def exempt(self, model: str) -> bool:
-        """Whether the model is measured but never cut (matched on its name's last path segment)."""
-        key = model_key(model)
-        return any(model_key(name) == key for name in self.exempt_models)
+        """Whether the model is measured but never cut: its last path segment, case ignored."""
+        key = model_key(model).lower()
+        return any(model_key(name).lower() == key for name in self.exempt_models)

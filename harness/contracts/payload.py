@@ -30,6 +30,28 @@ class RagSettings(BaseModel):
     timeout_seconds: Annotated[float, Field(gt=0, le=20)] = 20.0
 
 
+class QuotaProbe(BaseModel):
+    """How to ask a cloud target how much quota it has left, before a tick chooses it.
+
+    An HTTP GET of `url` (with `header` set from the variable `header_env`, never from the
+    catalog itself) or a `command` (argv, no shell); either answers JSON in which
+    `remaining_path` (dotted, list indexes as numbers: `data.limits.0.remaining`) finds
+    the quota left. Less than `minimum` left passes the target over. The answer is shared
+    through the store for `ttl_seconds`, so ticks do not probe on every start.
+    """
+
+    model_config = ConfigDict(extra="forbid", frozen=True, strict=True, allow_inf_nan=False)
+
+    url: Annotated[str, Field(pattern=r"^https?://\S+$")] | None = None
+    command: Annotated[list[Annotated[str, Field(min_length=1)]], Field(min_length=1)] | None = None
+    header: Annotated[str, Field(pattern=r"^[A-Za-z0-9-]{1,64}$")] = "Authorization"
+    header_env: Annotated[str, Field(pattern=r"^[A-Z_][A-Z0-9_]*$")] | None = None
+    remaining_path: Annotated[str, Field(pattern=r"^[A-Za-z0-9_-]+(\.[A-Za-z0-9_-]+)*$")]
+    minimum: Annotated[float, Field(ge=0)] = 1.0
+    ttl_seconds: Annotated[float, Field(gt=0, le=86_400)] = 60.0
+    timeout_seconds: Annotated[float, Field(gt=0, le=60)] = 5.0
+
+
 class RouteCandidate(BaseModel):
     """One target of the routing catalog, as the worker needs it to build a model.
 
@@ -45,6 +67,7 @@ class RouteCandidate(BaseModel):
     base_url: str | None = None
     base_url_env: str | None = None
     api_key_env: str | None = None
+    quota_probe: QuotaProbe | None = None
 
 
 class RoutePlan(BaseModel):
@@ -107,10 +130,12 @@ class TickPayload(BaseModel):
     output_schema: dict[str, Any] | None = None
 
     def key_variables(self) -> frozenset[str]:
-        """The variables holding the API keys of this tick's targets.
+        """The variables holding the API keys (and quota probe headers) of this tick's targets.
 
         They are the only secrets its environment may hold: a `can_shell` tick can read it.
         """
         if self.route is None:
             return frozenset({API_KEY_ENV})
-        return frozenset(c.api_key_env or API_KEY_ENV for c in self.route.candidates)
+        keys = {c.api_key_env or API_KEY_ENV for c in self.route.candidates}
+        probes = (c.quota_probe for c in self.route.candidates if c.quota_probe)
+        return frozenset(keys | {p.header_env for p in probes if p.header_env})

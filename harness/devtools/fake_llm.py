@@ -72,6 +72,8 @@ class Step(BaseModel):
     raw_content_type: str = "application/json"
     usage: dict[str, Any] | None = None
     """Report this usage instead of the counted one (a string, a negative number …)."""
+    headers: dict[str, str] = Field(default_factory=dict)
+    """Extra headers of the answer (`x-ratelimit-remaining-requests`, `retry-after` …)."""
 
 
 class Script(BaseModel):
@@ -247,7 +249,9 @@ def create_app(state: FakeState | None = None) -> FastAPI:
                 key=authorization.removeprefix("Bearer "),
             )
             return JSONResponse(
-                {"error": {"message": error, "type": "fake"}}, status_code=step.status
+                {"error": {"message": error, "type": "fake"}},
+                status_code=step.status,
+                headers=step.headers,
             )
         if step.raw_body is not None:
             return Response(step.raw_body, media_type=step.raw_content_type)
@@ -294,10 +298,11 @@ def create_app(state: FakeState | None = None) -> FastAPI:
             }
             if reported:
                 completion.update(usage=usage, **extra)
-            return JSONResponse(completion)
+            return JSONResponse(completion, headers=step.headers)
         return StreamingResponse(
             _stream(model, text, calls, finish, usage if reported else None, step, extra),
             media_type="text/event-stream",
+            headers=step.headers,
         )
 
     return app

@@ -45,6 +45,7 @@ from harness.execution.prepare import PreparedTick, TickRef, worker_env
 from harness.governor.alerts import Alerts, urls_from_env
 from harness.governor.policy import Verdict
 from harness.routing.decisions import Escalation
+from harness.routing.history import catalog_record
 from harness.scheduling.waves import SlotClaim
 from harness.store import EventStore, Spool, StoreError, append_or_spool
 
@@ -146,6 +147,9 @@ class Runner:
             claim = SlotClaim(
                 tick.payload.tick_id, tick.payload.level, tick.slot, routed=tick.routed
             )
+            if tick.routed is not None:
+                recorded = catalog_record(tick.routed.catalog)
+                append_or_spool(self.store, self.spool, recorded.stream_id, [recorded.to_record()])
             self.record(claim.scheduled(tick.payload.model))
         policy = self.settings.runner
         backoff = wait_exponential(

@@ -7,6 +7,10 @@ operator hears of it once.
 
 Apprise URLs carry tokens, so they come from the environment only (`TICKWORK_ALERT_URLS`,
 separated by commas or spaces) and are never logged, stored or shown.
+
+Beside them, the earlier governor's announcement (`GOV_ANNOUNCE_URL`): a JSON POST of
+`{text, subject, source, priority}` that a voice pipeline speaks. It is throttled over
+all sessions together, as that governor did: a speaker must not talk over itself.
 """
 
 from __future__ import annotations
@@ -18,7 +22,7 @@ import time
 from collections.abc import Callable, Mapping
 
 from harness.contracts.secrets import ALERT_URLS_ENV
-from harness.governor.policy import Verdict
+from harness.governor.policy import Verdict, fill
 
 _MAX_EPISODES = 10_000
 
@@ -84,3 +88,63 @@ class Alerts:
     def _forget_before(self, cutoff: float) -> None:
         for episode in [key for key, seen in self._last_seen.items() if seen < cutoff]:
             del self._last_seen[episode]
+
+
+ANNOUNCE_TIMEOUT_SECONDS = 4.0
+
+
+class Announcer:
+    """Posts the announcement of a soft or hard decision, at most once per throttle period."""
+
+    def __init__(
+        self,
+        url: str | None,
+        throttle_seconds: float,
+        text: str,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self.url = url
+        self.throttle_seconds = throttle_seconds
+        self.text = text
+        self.clock = clock
+        self.sent = 0
+        self.failed = 0
+        self._last: float | None = None
+        self._lock = threading.Lock()
+
+    def due(self, verdict: Verdict) -> bool:
+        """Whether to announce this verdict; claims the throttle period when it is."""
+        if self.url is None or verdict.decision not in ("soft", "hard"):
+            return False
+        now = self.clock()
+        with self._lock:
+            if self._last is not None and now - self._last < self.throttle_seconds:
+                return False
+            self._last = now
+            return True
+
+    def post(self, verdict: Verdict) -> bool:
+        """POST the announcement; blocking (the proxy calls it in a thread). Never raises."""
+        import httpx
+
+        assert self.url is not None, "due() said there is a URL"
+        body = {
+            "text": fill(self.text, verdict.est_tokens, verdict.threshold),
+            "subject": "[Governor]",
+            "source": "governor",
+            "priority": "normal",
+        }
+        try:
+            answer = httpx.post(self.url, json=body, timeout=ANNOUNCE_TIMEOUT_SECONDS)
+            ok = answer.is_success
+            problem = f"HTTP {answer.status_code}"
+        except httpx.HTTPError as exc:
+            ok, problem = False, type(exc).__name__
+        with self._lock:
+            if ok:
+                self.sent += 1
+            else:
+                self.failed += 1
+        if not ok:
+            log.warning("governor announcement not delivered: %s", problem)
+        return ok

@@ -25,6 +25,7 @@ from zoneinfo import ZoneInfo
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from harness.config import LEVEL_NAME, IanaZone, PriceOverride
+from harness.contracts.payload import QuotaProbe
 from harness.contracts.secrets import register_secret_names
 
 MINUTES_A_DAY = 24 * 60
@@ -60,6 +61,7 @@ class Target(_Strict):
     api_key_env: EnvName | None = None
     effort: Literal["low", "medium", "high"] | None = None
     prices: PriceOverride | None = None
+    quota_probe: QuotaProbe | None = None
 
 
 class Rule(_Strict):
@@ -81,6 +83,8 @@ class Window(Rule):
 class Lane(_Strict):
     """A level's route: one rule, or time windows that each carry their own."""
 
+    policy_priority: Annotated[int, Field(ge=0)] = 0
+    """The operator's rank of the lane, recorded with every decision it makes."""
     rule_id: Code | None = None
     reason_codes: list[Code] | None = None
     candidates: list[TargetId] | None = None
@@ -104,6 +108,8 @@ class Catalog(_Strict):
     targets: dict[TargetId, Target]
     lanes: dict[str, Lane]
     promotions: dict[TargetId, TargetId] = {}
+    promote_local_to_cloud: bool = False
+    """Whether a local target may promote to a cloud one (its prompts then leave the house)."""
 
     @property
     def zone(self) -> ZoneInfo:
@@ -229,6 +235,11 @@ def parse_catalog(document: Mapping[str, Any], source: str = "catalog") -> Catal
     if problems:
         raise CatalogError(source, problems)
     register_secret_names(t.api_key_env for t in catalog.targets.values() if t.api_key_env)
+    register_secret_names(
+        t.quota_probe.header_env
+        for t in catalog.targets.values()
+        if t.quota_probe and t.quota_probe.header_env
+    )
     return catalog
 
 
@@ -241,6 +252,15 @@ def _rule_problems(catalog: Catalog) -> Iterator[str]:
     for target_id, target in catalog.targets.items():
         if (target.base_url is None) == (target.base_url_env is None):
             yield f"targets.{target_id}: set exactly one of 'base_url' or 'base_url_env'"
+        probe = target.quota_probe
+        if probe is None:
+            continue
+        where = f"targets.{target_id}.quota_probe"
+        if target.execution_class != "cloud":
+            yield f"{where}: only a cloud target has a quota to probe"
+        if (probe.url is None) == (probe.command is None):
+            yield f"{where}: set exactly one of 'url' or 'command'"
+    yield from _identity_problems(catalog)
     if not catalog.targets:
         yield "targets: must name at least one target"
     if not catalog.lanes:
@@ -263,6 +283,19 @@ def _rule_problems(catalog: Catalog) -> Iterator[str]:
                 yield f"{owner}.rule_id: {rule_id!r} is used by {rule_ids[rule_id]} already"
             rule_ids.setdefault(rule_id, owner)
     yield from _promotion_problems(catalog)
+
+
+def _identity_problems(catalog: Catalog) -> Iterator[str]:
+    """One runtime (model, endpoint, effort) under two ids would split its availability."""
+    seen: dict[tuple[str, str | None, str | None, str | None], str] = {}
+    for target_id, target in catalog.targets.items():
+        identity = (target.model, target.base_url, target.base_url_env, target.effort)
+        if identity in seen:
+            yield (
+                f"targets.{target_id}: same model, endpoint and effort as "
+                f"targets.{seen[identity]} (duplicate runtime identity)"
+            )
+        seen.setdefault(identity, target_id)
 
 
 def _lane_problems(catalog: Catalog, where: str, lane: Lane) -> Iterator[str]:
@@ -345,6 +378,17 @@ def _promotion_problems(catalog: Catalog) -> Iterator[str]:
             yield f"{where}: promotes to unknown target {stronger!r}"
         if stronger == source:
             yield f"{where}: a target cannot promote to itself"
+        weaker, to = catalog.targets.get(source), catalog.targets.get(stronger)
+        if weaker is None or to is None:
+            continue
+        if to.execution_class != "cloud" or (
+            weaker.execution_class != "cloud" and not catalog.promote_local_to_cloud
+        ):
+            yield (
+                f"{where}: promotions are between cloud targets only ({source!r} is "
+                f"{weaker.execution_class}, {stronger!r} is {to.execution_class}); "
+                "set promote_local_to_cloud = true to let a local target promote to cloud"
+            )
     reported: set[str] = set()
     for start in catalog.promotions:
         chain = [start]

@@ -44,6 +44,7 @@ class Decision:
     level: str
     route_id: str
     rule_id: str
+    policy_priority: int
     reason_codes: tuple[str, ...]
     window: str | None
     candidates: tuple[str, ...]
@@ -74,6 +75,7 @@ def decide(catalog: Catalog, level: str, at: datetime) -> Decision | None:
         level=level,
         route_id=f"{level}/{window or 'always'}@{revision[:12]}",
         rule_id=rule.rule_id,
+        policy_priority=catalog.lanes[level].policy_priority,
         reason_codes=tuple(rule.reason_codes),
         window=window,
         candidates=tuple(rule.candidates),
@@ -92,6 +94,7 @@ def candidate(catalog: Catalog, target_id: str) -> RouteCandidate:
         base_url=target.base_url,
         base_url_env=target.base_url_env,
         api_key_env=target.api_key_env,
+        quota_probe=target.quota_probe,
     )
 
 
@@ -115,6 +118,7 @@ def decision_fields(routed: Routed) -> dict[str, Any]:
     return {
         "route_id": decision.route_id,
         "rule_id": decision.rule_id,
+        "policy_priority": decision.policy_priority,
         "reason_codes": list(decision.reason_codes),
         "window": decision.window,
         "candidates": list(decision.candidates),

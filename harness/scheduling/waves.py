@@ -20,6 +20,7 @@ from uuid import UUID, uuid4
 from harness.config import LevelConfig, Settings
 from harness.contracts.events import TickEvent, TickScheduled, TickSkipped, tick_stream
 from harness.routing.decisions import Routed, decision_fields
+from harness.routing.history import catalog_record
 from harness.scheduling.budget import BudgetCheck
 from harness.store import EventStore
 
@@ -127,10 +128,14 @@ def skip_reason(decision: Decision) -> SkipReason | None:
 def claim_wave(store: EventStore, settings: Settings, wave: Sequence[SlotClaim]) -> set[str]:
     """Claim many slots in one transaction; returns the tick ids claimed here.
 
-    A slot already decided skipped is claimed and ended in the same write.
+    A slot already decided skipped is claimed and ended in the same write, and the
+    catalog a decision names is stored in it too (its stream is created once).
     """
     streams = {}
     for claim in wave:
+        if claim.routed is not None:
+            recorded = catalog_record(claim.routed.catalog)
+            streams[recorded.stream_id] = [recorded.to_record()]
         config = settings.levels.get(claim.level)
         events: list[TickEvent] = [claim.scheduled(config.model if config else None)]
         if claim.skip is not None:

@@ -361,7 +361,9 @@ def test_store_unreachable_spools_the_tick_spend(tmp_path: Path, fake: FakeUpstr
     assert outcome.status == "completed"
     recovered: SqlEventStore = open_store(harness.settings.store.url, spool=runner.spool)
     types = [e.type for e in recovered.read_stream(f"tick-{outcome.tick_id}")]
-    assert sorted(types) == sorted(["TickScheduled", "TickStarted", "BudgetSpent", "TickCompleted"])
+    lifecycle = ["TickScheduled", "TickStarted", "BudgetSpent", "ModelCalled", "TickCompleted"]
+    transcript = ["TranscriptEntry"] * 2  # the prompt and the answer
+    assert sorted(types) == sorted(lifecycle + transcript)
     recovered.close()
 
 

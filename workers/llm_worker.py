@@ -73,6 +73,7 @@ def run(payload: TickPayload) -> int:
     from workers.spend import SpendMeter
     from workers.tool_budget import ToolBudget
     from workers.trace import ToolTrace
+    from workers.transcript import Transcript
 
     register_secret_names(payload.key_variables())
     recorder = EventRecorder(payload)
@@ -80,6 +81,7 @@ def run(payload: TickPayload) -> int:
     budget = ToolBudget(payload.max_tool_calls)
     spend = SpendMeter(payload, recorder)
     daily = DailyBudgetGuard(payload, recorder.store)
+    transcript = Transcript(payload, recorder)
     limits = payload.governor
     governor = ContextGovernor(
         payload,
@@ -95,8 +97,10 @@ def run(payload: TickPayload) -> int:
         tools += [shell, file_editor]
     result: TickResult
     try:
+        transcript.open()
         while True:
-            spend.model = governor.model = build_model(payload, walk.current)
+            target = walk.current.target if walk.current else None
+            governor.model = spend.use(build_model(payload, walk.current), target)
             agent = Agent(
                 model=spend.model,
                 tools=tools,
@@ -104,7 +108,7 @@ def run(payload: TickPayload) -> int:
                 callback_handler=None,
                 conversation_manager=NullConversationManager(),
                 context_manager=False,
-                hooks=[budget, ToolTrace(payload, recorder), governor, daily, spend],
+                hooks=[budget, ToolTrace(payload, recorder), governor, daily, transcript, spend],
                 retry_strategy=ModelRetryStrategy(max_attempts=2, initial_delay=1, max_delay=2),
                 name=f"tickwork-{payload.level}",
             )

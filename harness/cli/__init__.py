@@ -8,6 +8,7 @@ from harness.cli import (
     digest_commands,
     governor_commands,
     run_command,
+    show_command,
     store_commands,
     tick_commands,
 )
@@ -21,6 +22,7 @@ __all__ = [
     "governor_commands",
     "main",
     "run_command",
+    "show_command",
     "store_commands",
     "tick_commands",
 ]

@@ -34,7 +34,7 @@ from sqlalchemy.engine import make_url
 from sqlalchemy.exc import ArgumentError
 
 from harness.config.governor import GovernorConfig
-from harness.contracts.secrets import register_secret_names
+from harness.contracts.secrets import ALERT_URLS_ENV, register_secret_names
 
 CONFIG_ENV = "TICKWORK_CONFIG"
 CONFIG_FILENAME = "tickwork.toml"
@@ -178,6 +178,9 @@ class ApiConfig(_Strict):
     """How often the dashboard reloads its panels."""
     token: SecretStr | None = None
     """Bearer token every request must carry; from TICKWORK_API_TOKEN only, never the file."""
+    public_url: str | None = None
+    """Where operators reach `tickwork serve` (`https://tickwork.example`): alerts link to
+    the tick's page there."""
 
     @field_validator("token")
     @classmethod
@@ -256,6 +259,35 @@ class Scheduled(_Strict):
         return CronTrigger.from_crontab(self.schedule, timezone=self.timezone)
 
 
+AlertKind = Literal["paused", "budget", "failures", "lost"]
+
+ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+
+
+class AlertsConfig(_Strict):
+    """`[alerts]`, or `[levels.<name>.alerts]` for one level (it replaces the global one).
+
+    One alert per episode: a level tickwork paused (until resumed), a level over its daily
+    budget (once a UTC day), `consecutive_failures` failed ticks in a row (until one
+    completes), a tick lost.
+    """
+
+    notify: list[str] = [ALERT_URLS_ENV]
+    """Names of environment variables holding apprise URLs (the URLs carry secrets)."""
+    on: list[AlertKind] = ["paused", "budget", "failures", "lost"]
+    consecutive_failures: Annotated[int, Field(ge=1)] = 3
+
+    @model_validator(mode="after")
+    def _names(self) -> AlertsConfig:
+        for name in self.notify:
+            if not ENV_NAME.fullmatch(name):
+                raise ValueError(
+                    f"notify entry {name!r} must be the name of an environment variable "
+                    "holding apprise URLs, not a URL itself (URLs carry secrets)"
+                )
+        return self
+
+
 class LevelConfig(Scheduled):
     """`[levels.<name>]`: one recurring agent, what it is asked and the limits it runs within."""
 
@@ -292,6 +324,8 @@ class LevelConfig(Scheduled):
     can_shell: bool = False
     rag: bool = False
     """Give this level the `rag_lookup` tool over the `[rag]` index."""
+    alerts: AlertsConfig | None = None
+    """Instead of the global `[alerts]` for this level's episodes."""
 
     @property
     def has_budget(self) -> bool:
@@ -360,6 +394,12 @@ class Settings(BaseSettings):
     prices: dict[str, PriceOverride] = {}
     levels: dict[str, LevelConfig] = {}
     digests: dict[str, DigestConfig] = {}
+    alerts: AlertsConfig = AlertsConfig()
+
+    def alerts_for(self, level: str) -> AlertsConfig:
+        """The level's own `[levels.<name>.alerts]`, else the global `[alerts]`."""
+        own = self.levels[level].alerts if level in self.levels else None
+        return own or self.alerts
 
     @model_validator(mode="after")
     def _names(self) -> Settings:
@@ -440,4 +480,6 @@ def load_settings(explicit: Path | None = None) -> Settings:
         lines = "\n".join(f"  {_describe(err)}" for err in exc.errors())
         raise ConfigError(f"{where}: invalid configuration\n{lines}") from exc
     register_secret_names(name for digest in settings.digests.values() for name in digest.notify)
+    alerts = [settings.alerts, *(level.alerts for level in settings.levels.values())]
+    register_secret_names(name for config in alerts if config for name in config.notify)
     return settings

@@ -463,6 +463,42 @@ class DigestPublished(DigestEvent):
     """Target -> `ok` or `failed: <why>` (after its retries)."""
 
 
+def alert_stream(key: str) -> str:
+    """One stream per alert episode: created once, so one replica sends its alert."""
+    return f"alert-{key}"
+
+
+class AlertRaised(Event):
+    """An episode worth telling the operator about; its stream's creation is the claim.
+
+    `kind`: `paused` (tickwork paused the level), `budget` (the level's daily budget is
+    spent), `failures` (that many failed ticks in a row), `lost` (a tick vanished).
+    """
+
+    type = "AlertRaised"
+    key: str
+    kind: Literal["paused", "budget", "failures", "lost"]
+    level: str
+    reason: str
+    tick_id: str | None = None
+    link: str | None = None
+    targets: list[str]
+    """`env:<variable holding apprise URLs>`: never a URL itself."""
+
+    @property
+    def stream_id(self) -> str:
+        """The episode's stream, from its key, so every replica contends on the same one."""
+        return alert_stream(self.key)
+
+
+class AlertDelivered(Event):
+    """How the alert's delivery went, per target: `ok` or `failed: <why>`."""
+
+    type = "AlertDelivered"
+    key: str
+    delivery: dict[str, str]
+
+
 EVENT_TYPES: dict[tuple[str, int], type[Event]] = {
     (cls.type, cls.version): cls
     for cls in (
@@ -490,6 +526,8 @@ EVENT_TYPES: dict[tuple[str, int], type[Event]] = {
         CancelRequested,
         OneShotCancelRequested,
         CancelCleared,
+        AlertRaised,
+        AlertDelivered,
         GovernorFired,
         CalibrationSampled,
     )

@@ -71,11 +71,13 @@ def run(payload: TickPayload) -> int:
     from workers.rag_tool import make_rag_lookup
     from workers.recorder import EventRecorder
     from workers.spend import SpendMeter
+    from workers.telemetry import start_tracing
     from workers.tool_budget import ToolBudget
     from workers.trace import ToolTrace
     from workers.transcript import Transcript
 
     register_secret_names(payload.key_variables())
+    flush_spans = start_tracing()
     recorder = EventRecorder(payload)
     walk = CandidateWalk(payload, recorder)
     budget = ToolBudget(payload.max_tool_calls)
@@ -111,6 +113,10 @@ def run(payload: TickPayload) -> int:
                 hooks=[budget, ToolTrace(payload, recorder), governor, daily, transcript, spend],
                 retry_strategy=ModelRetryStrategy(max_attempts=2, initial_delay=1, max_delay=2),
                 name=f"tickwork-{payload.level}",
+                trace_attributes={
+                    "tickwork.tick_id": payload.tick_id,
+                    "tickwork.level": payload.level,
+                },
             )
             try:
                 answer = agent(payload.prompt)
@@ -156,6 +162,7 @@ def run(payload: TickPayload) -> int:
         )
     finally:
         recorder.close()
+        flush_spans()
     result = result.model_copy(
         update={
             "usage": ResultUsage(

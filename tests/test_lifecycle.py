@@ -24,7 +24,7 @@ from harness.scheduling.control import ControlFollower, clear_cancel, request_ca
 from harness.scheduling.status import snapshot
 from harness.scheduling.waves import Manual, SlotClaim, claim_wave
 from harness.store import NewEvent, SqlEventStore, open_store
-from tests.commands import run_cli, start, write_config
+from tests.commands import run_cli, start_tick, write_config
 from tests.tick_support import Harness, calls, live_in_group
 from tests.waiting import wait_until
 
@@ -160,13 +160,7 @@ def started_by_hand(
     """`tickwork tick min` whose one answer takes a minute, once its worker runs."""
     config = write_config(tmp_path, LEVEL)
     fake.script(tick_id, [Step(text="slow", delay=60)])
-    process = start(
-        f"tick min --tick-id {tick_id}",
-        config,
-        fake,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-    )
+    process = start_tick(tick_id, config, fake)
     store = open_store(f"sqlite:///{tmp_path}/events.db")
     wait_until(
         lambda: tick_id in fake.state.first_request, "the tick never reached the upstream", 60

@@ -8,7 +8,7 @@ from pathlib import Path
 
 from harness.devtools.fake_llm import FakeUpstream, Step, ToolCallSpec
 from harness.store import open_store
-from tests.commands import Output, run_cli, start, write_config
+from tests.commands import Output, run_cli, start, start_tick, write_config
 from tests.waiting import wait_until
 
 LEVEL = """
@@ -27,13 +27,7 @@ def test_show_follow_prints_a_running_ticks_turns_until_it_is_cancelled(
     tick_id = "min-followed"
     first = Step(tool_calls=[ToolCallSpec(name="pager_status", arguments={"team": "db"})])
     fake.script(tick_id, [first, Step(text="never sent in time", delay=120)])
-    ticking = start(
-        f"tick min --tick-id {tick_id}",
-        config,
-        fake,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-    )
+    ticking = start_tick(tick_id, config, fake)
     store = open_store(f"sqlite:///{tmp_path}/events.db")
     wait_until(lambda: store.read_stream(f"tick-{tick_id}"), "the tick to be claimed")
     follow = Output(start(f"show {tick_id} --follow", config, fake, stdout=subprocess.PIPE))

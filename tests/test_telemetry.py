@@ -2,14 +2,12 @@
 
 from __future__ import annotations
 
-import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
-from typing import Any
 
 from harness.devtools.fake_llm import FakeUpstream, Step
+from tests.receiver import http_receiver
 from tests.tick_support import Harness
 
 
@@ -17,25 +15,8 @@ from tests.tick_support import Harness
 def otlp_receiver() -> Iterator[tuple[str, list[tuple[str, bytes]]]]:
     """A local OTLP/HTTP endpoint that accepts every export: (URL, (path, body) received)."""
     received: list[tuple[str, bytes]] = []
-
-    class Handler(BaseHTTPRequestHandler):
-        def do_POST(self) -> None:
-            body = self.rfile.read(int(self.headers.get("content-length", 0)))
-            received.append((self.path, body))
-            self.send_response(200)
-            self.send_header("content-type", "application/x-protobuf")
-            self.send_header("content-length", "0")
-            self.end_headers()
-
-        def log_message(self, *args: Any) -> None:
-            return
-
-    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-    threading.Thread(target=server.serve_forever, daemon=True).start()
-    try:
-        yield f"http://127.0.0.1:{server.server_address[1]}", received
-    finally:
-        server.shutdown()
+    with http_receiver(lambda path, body: received.append((path, body))) as where:
+        yield f"http://{where}", received
 
 
 def test_a_ticks_spans_reach_the_otlp_receiver_only_when_an_endpoint_is_set(

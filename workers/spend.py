@@ -1,7 +1,8 @@
 """One `BudgetSpent` and one `ModelCalled` per finished model call, committed before the next.
 
-Hooks run inline in the agent loop, so the appends below complete before the loop can
-ask the model again: a tick killed at any moment loses at most the call in flight.
+Both are appended in one commit. Hooks run inline in the agent loop, so the append
+completes before the loop can ask the model again: a tick killed at any moment loses at
+most the call in flight.
 A call that returns without usage is recorded with tokens estimated from the request and
 response sizes and `estimated: true`, never as zero. A call the upstream refused before
 answering (429, 5xx, refused connection) produced no tokens: it has a `ModelCalled` with
@@ -83,7 +84,8 @@ class SpendMeter(HookProvider):
                 prompt = tokens_from_chars(self._request_chars)
                 completion = tokens_from_chars(model.response_chars)
             spent = self._spent(model, prompt, completion, estimated, usage)
-        self._called(model, event, spent)
+        called = self._called(model, event, spent)
+        self.recorder.record_all([spent, called] if spent else [called])
 
     def _spent(
         self,
@@ -97,7 +99,7 @@ class SpendMeter(HookProvider):
         self.estimated_calls += estimated
         self.prompt_tokens += prompt
         self.completion_tokens += completion
-        spent = BudgetSpent(
+        return BudgetSpent(
             tick_id=self.payload.tick_id,
             level=self.payload.level,
             model=model.get_config()["model_id"],
@@ -108,36 +110,30 @@ class SpendMeter(HookProvider):
             estimated=estimated,
             source="worker",
         )
-        self.recorder.record(spent)
-        return spent
 
     def _called(
         self, model: MeteredOpenAIModel, event: AfterModelCallEvent, spent: BudgetSpent | None
-    ) -> None:
+    ) -> ModelCalled:
         now = time.monotonic()
         self.calls_made += 1
         exc = event.exception
         first = model.first_token_at
-        self.recorder.record(
-            ModelCalled(
-                tick_id=self.payload.tick_id,
-                level=self.payload.level,
-                model=model.get_config()["model_id"],
-                target=self.target,
-                call=self.calls_made,
-                attempt=self._attempt,
-                duration_ms=round((now - self._started_at) * 1000, 3),
-                first_token_ms=None
-                if first is None
-                else round((first - self._started_at) * 1000, 3),
-                stop_reason=str(event.stop_response.stop_reason) if event.stop_response else None,
-                error_class=type(exc).__name__ if exc is not None else None,
-                failure_class=failure_class(exc) if exc is not None else None,
-                error=capped(str(exc), ERROR_CHARS)[0] if exc is not None else None,
-                prompt_tokens=spent.prompt_tokens if spent else 0,
-                completion_tokens=spent.completion_tokens if spent else 0,
-                estimated=spent.estimated if spent else False,
-                budget_event_id=spent.event_id if spent else None,
-            )
+        attempt, self._attempt = self._attempt, self._attempt + 1 if exc is not None else 1
+        return ModelCalled(
+            tick_id=self.payload.tick_id,
+            level=self.payload.level,
+            model=model.get_config()["model_id"],
+            target=self.target,
+            call=self.calls_made,
+            attempt=attempt,
+            duration_ms=round((now - self._started_at) * 1000, 3),
+            first_token_ms=None if first is None else round((first - self._started_at) * 1000, 3),
+            stop_reason=str(event.stop_response.stop_reason) if event.stop_response else None,
+            error_class=type(exc).__name__ if exc is not None else None,
+            failure_class=failure_class(exc) if exc is not None else None,
+            error=capped(str(exc), ERROR_CHARS)[0] if exc is not None else None,
+            prompt_tokens=spent.prompt_tokens if spent else 0,
+            completion_tokens=spent.completion_tokens if spent else 0,
+            estimated=spent.estimated if spent else False,
+            budget_event_id=spent.event_id if spent else None,
         )
-        self._attempt = self._attempt + 1 if exc is not None else 1

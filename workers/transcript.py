@@ -34,9 +34,11 @@ class Transcript(HookProvider):
 
     def open(self) -> None:
         """Record what the tick is asked, once, before its first model call."""
-        if self.payload.instructions:
-            self._record("system", self.payload.instructions)
-        self._record("prompt", self.payload.prompt)
+        asked: list[tuple[TranscriptKind, str]] = [
+            ("system", self.payload.instructions),
+            ("prompt", self.payload.prompt),
+        ]
+        self.recorder.record_all([self._entry(kind, text) for kind, text in asked if text])
 
     def register_hooks(self, registry: HookRegistry, **kwargs: Any) -> None:
         """Watch each model call's answer and each tool call's outcome."""
@@ -79,16 +81,17 @@ class Transcript(HookProvider):
         )
 
     def _record(self, kind: TranscriptKind, text: str, **fields: Any) -> None:
+        self.recorder.record(self._entry(kind, text, **fields))
+
+    def _entry(self, kind: TranscriptKind, text: str, **fields: Any) -> TranscriptEntry:
         text, cut = capped(text)
-        self.recorder.record(
-            TranscriptEntry(
-                tick_id=self.payload.tick_id,
-                level=self.payload.level,
-                kind=kind,
-                text=text,
-                cut_chars=cut,
-                **fields,
-            )
+        return TranscriptEntry(
+            tick_id=self.payload.tick_id,
+            level=self.payload.level,
+            kind=kind,
+            text=text,
+            cut_chars=cut,
+            **fields,
         )
 
 

@@ -108,8 +108,8 @@ def show(
 def follow_tick(store: EventStore, tick_id: str, as_json: bool = False) -> TickStory:
     """Print the tick's steps as they are recorded until its terminal event; then its story.
 
-    A spend step is held back while the tick runs: the model call that links it is
-    appended right after it, and then tells the same in one line.
+    A call's spend and its `ModelCalled` are appended in one commit, so a step that the
+    model call will fold away is never printed first.
     """
     from harness.contracts.events import tick_stream
     from harness.projections.story import story_of, story_steps
@@ -120,8 +120,6 @@ def follow_tick(store: EventStore, tick_id: str, as_json: bool = False) -> TickS
     while True:
         story = story_of(tick_id, events)
         steps = [s for s in story_steps(events) if s.position > shown]
-        if steps and not story.ended and steps[-1].kind == "spend":
-            steps.pop()
         for step in steps:
             if as_json:
                 sys.stdout.write(step.model_dump_json() + "\n")

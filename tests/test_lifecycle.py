@@ -25,12 +25,12 @@ from harness.scheduling.status import snapshot
 from harness.scheduling.waves import Manual, SlotClaim, claim_wave
 from harness.store import NewEvent, SqlEventStore, open_store
 from tests.commands import run_cli, start_tick, write_config
-from tests.tick_support import Harness, calls, live_in_group
+from tests.tick_support import Harness, calls, lifecycle, live_in_group
 from tests.waiting import wait_until
 
 
 def kinds(store: SqlEventStore, tick_id: str) -> list[str]:
-    return [e.type for e in store.read_stream(f"tick-{tick_id}")]
+    return lifecycle(store.read_stream(f"tick-{tick_id}"))
 
 
 def backing_off(
@@ -257,15 +257,15 @@ def test_a_whole_tick_timeout_is_retried_as_an_infrastructure_failure_then_pause
     harness.runner.settings = harness.settings
     outcome = harness.tick([Step(text="too late", delay=60)] * 2, timeout=3)
     assert outcome.status == "timed_out"
-    events = [e for e in harness.events(outcome) if e.type != "TranscriptEntry"]
-    assert [e.type for e in events] == [
+    events = harness.events(outcome)
+    assert lifecycle(events) == [
         "TickScheduled",
         "TickStarted",
         "TickAttemptFailed",
         "TickStarted",
         "TickTimedOut",
     ]
-    failed = events[2].data
+    (failed,) = [e.data for e in events if e.type == "TickAttemptFailed"]
     assert (failed["failure_class"], failed["reason"]) == ("infrastructure", "timed out after 3 s")
     paused = harness.store.read_stream("level-min")[-1]
     assert paused.type == "LevelPaused" and "timed out after 3 s" in paused.data["reason"]

@@ -27,7 +27,7 @@ def test_show_follow_prints_a_running_ticks_turns_until_it_is_cancelled(
     tick_id = "min-followed"
     first = Step(tool_calls=[ToolCallSpec(name="pager_status", arguments={"team": "db"})])
     fake.script(tick_id, [first, Step(text="never sent in time", delay=120)])
-    ticking = start_tick(tick_id, config, fake)
+    ticking = start_tick(tick_id, config, fake, "--json")
     store = open_store(f"sqlite:///{tmp_path}/events.db")
     wait_until(lambda: store.read_stream(f"tick-{tick_id}"), "the tick to be claimed")
     follow = Output(start(f"show {tick_id} --follow", config, fake, stdout=subprocess.PIPE))
@@ -44,8 +44,9 @@ def test_show_follow_prints_a_running_ticks_turns_until_it_is_cancelled(
     assert follow.process.wait(60) == 0
     printed = follow.text()
     assert "cancelled:" in printed and "status  cancelled" in printed
-    _, ticked = ticking.communicate(timeout=60)
+    ended, ticked = ticking.communicate(timeout=60)
     assert "1 model call(s)" in ticked and "so far" in ticked, "tick printed its progress"
+    assert json.loads(ended)["status"] == "cancelled", "tick --json prints the story"
 
     shown = run_cli(f"show {tick_id} --json", config, fake)
     assert shown.returncode == 0, shown.stderr

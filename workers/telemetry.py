@@ -16,16 +16,25 @@ ENDPOINT_ENV = "OTEL_EXPORTER_OTLP_ENDPOINT"
 FLUSH_MILLIS = 5000
 
 
+_flushes: list[Callable[[], None]] = []
+"""The flush of this process's exporter, once one is set up."""
+
+
 def start_tracing() -> Callable[[], None]:
-    """Export this process's spans if an endpoint is set; returns what flushes them."""
-    if not os.environ.get(ENDPOINT_ENV):
-        return lambda: None
-    os.environ.setdefault("OTEL_SERVICE_NAME", "tickwork")
-    from strands.telemetry import StrandsTelemetry
+    """Export this process's spans if an endpoint is set; returns what flushes them.
 
-    provider = StrandsTelemetry().setup_otlp_exporter().tracer_provider
+    At most once per process, as the global tracer provider can be set only once: a tick
+    forked from a warm fork server that set one up keeps it (OpenTelemetry restarts its
+    export thread in the child); one whose server had no endpoint sets up its own.
+    """
+    if not _flushes and os.environ.get(ENDPOINT_ENV):
+        os.environ.setdefault("OTEL_SERVICE_NAME", "tickwork")
+        from strands.telemetry import StrandsTelemetry
 
-    def flush() -> None:
-        provider.force_flush(FLUSH_MILLIS)
+        provider = StrandsTelemetry().setup_otlp_exporter().tracer_provider
 
-    return flush
+        def flush() -> None:
+            provider.force_flush(FLUSH_MILLIS)
+
+        _flushes.append(flush)
+    return _flushes[0] if _flushes else lambda: None

@@ -5,8 +5,11 @@ from __future__ import annotations
 from pathlib import Path
 from uuid import uuid4
 
-from harness.config import AlertsConfig, ApiConfig
+import pytest
+
+from harness.config import AlertsConfig, ApiConfig, ConfigError, load_settings
 from harness.contracts.events import LevelBudgetExceeded, TickCompleted, TickLost
+from harness.contracts.secrets import secret_names
 from harness.devtools.fake_llm import FakeUpstream, Step
 from harness.scheduling.alerts import Alerter
 from tests.receiver import Received
@@ -69,3 +72,17 @@ def test_lost_ticks_failure_streaks_and_budgets_are_alerted_once_per_episode(
     kinds = [(a.kind, a.tick_id) for a in alerter.poll()]
     assert kinds == [("failures", "t4"), ("budget", None)], "lost is off for this level"
     assert len(received) == 2
+
+
+def test_an_alert_target_must_be_an_environment_variable_not_a_url(tmp_path: Path) -> None:
+    config = tmp_path / "tickwork.toml"
+    config.write_text('[alerts]\nnotify = ["json://hooks.example/secret"]\n')
+    with pytest.raises(ConfigError, match=r"alerts\.notify.*not a URL itself"):
+        load_settings(config)
+    config.write_text(
+        '[levels.min]\nevery = "1m"\nmodel = "m"\n[levels.min.alerts]\nnotify = ["OPS_PAGER"]\n'
+    )
+    settings = load_settings(config)
+    assert settings.alerts_for("min").notify == ["OPS_PAGER"]
+    assert settings.alerts.notify == ["TICKWORK_ALERT_URLS"]
+    assert "OPS_PAGER" in secret_names()

@@ -277,15 +277,16 @@ class AlertsConfig(_Strict):
     on: list[AlertKind] = ["paused", "budget", "failures", "lost"]
     consecutive_failures: Annotated[int, Field(ge=1)] = 3
 
-    @model_validator(mode="after")
-    def _names(self) -> AlertsConfig:
-        for name in self.notify:
+    @field_validator("notify")
+    @classmethod
+    def _names(cls, notify: list[str]) -> list[str]:
+        for name in notify:
             if not ENV_NAME.fullmatch(name):
                 raise ValueError(
-                    f"notify entry {name!r} must be the name of an environment variable "
+                    f"entry {name!r} must be the name of an environment variable "
                     "holding apprise URLs, not a URL itself (URLs carry secrets)"
                 )
-        return self
+        return notify
 
 
 class LevelConfig(Scheduled):

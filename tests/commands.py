@@ -69,6 +69,19 @@ def start(command: str, config: Path, fake: FakeUpstream, **popen: Any) -> subpr
     )
 
 
+def start_tick(
+    tick_id: str, config: Path, fake: FakeUpstream, options: str = ""
+) -> subprocess.Popen[str]:
+    """`tickwork tick min` with the tick id chosen, so its answers can be scripted first."""
+    return start(
+        f"tick min --tick-id {tick_id} {options}",
+        config,
+        fake,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+    )
+
+
 def run_cli(command: str, config: Path, fake: FakeUpstream) -> subprocess.CompletedProcess[str]:
     process = start(command, config, fake, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
     stdout, stderr = process.communicate(timeout=120)

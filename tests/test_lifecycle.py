@@ -24,13 +24,13 @@ from harness.scheduling.control import ControlFollower, clear_cancel, request_ca
 from harness.scheduling.status import snapshot
 from harness.scheduling.waves import Manual, SlotClaim, claim_wave
 from harness.store import NewEvent, SqlEventStore, open_store
-from tests.commands import run_cli, start, write_config
-from tests.tick_support import Harness, calls, live_in_group
+from tests.commands import run_cli, start_tick, write_config
+from tests.tick_support import Harness, calls, lifecycle, live_in_group
 from tests.waiting import wait_until
 
 
 def kinds(store: SqlEventStore, tick_id: str) -> list[str]:
-    return [e.type for e in store.read_stream(f"tick-{tick_id}")]
+    return lifecycle(store.read_stream(f"tick-{tick_id}"))
 
 
 def backing_off(
@@ -160,13 +160,7 @@ def started_by_hand(
     """`tickwork tick min` whose one answer takes a minute, once its worker runs."""
     config = write_config(tmp_path, LEVEL)
     fake.script(tick_id, [Step(text="slow", delay=60)])
-    process = start(
-        f"tick min --tick-id {tick_id}",
-        config,
-        fake,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-    )
+    process = start_tick(tick_id, config, fake)
     store = open_store(f"sqlite:///{tmp_path}/events.db")
     wait_until(
         lambda: tick_id in fake.state.first_request, "the tick never reached the upstream", 60
@@ -264,14 +258,14 @@ def test_a_whole_tick_timeout_is_retried_as_an_infrastructure_failure_then_pause
     outcome = harness.tick([Step(text="too late", delay=60)] * 2, timeout=3)
     assert outcome.status == "timed_out"
     events = harness.events(outcome)
-    assert [e.type for e in events] == [
+    assert lifecycle(events) == [
         "TickScheduled",
         "TickStarted",
         "TickAttemptFailed",
         "TickStarted",
         "TickTimedOut",
     ]
-    failed = events[2].data
+    (failed,) = [e.data for e in events if e.type == "TickAttemptFailed"]
     assert (failed["failure_class"], failed["reason"]) == ("infrastructure", "timed out after 3 s")
     paused = harness.store.read_stream("level-min")[-1]
     assert paused.type == "LevelPaused" and "timed out after 3 s" in paused.data["reason"]

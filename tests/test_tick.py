@@ -37,7 +37,7 @@ from harness.scheduling.service import Service
 from harness.scheduling.triggers import slot_tick_id
 from harness.scheduling.waves import SlotClaim, claim_wave
 from harness.store import SqlEventStore, StoredEvent, open_store
-from tests.tick_support import SECRET, Harness, calls, live_in_group
+from tests.tick_support import SECRET, Harness, calls, lifecycle, live_in_group
 from tests.waiting import wait_until
 
 
@@ -361,7 +361,9 @@ def test_store_unreachable_spools_the_tick_spend(tmp_path: Path, fake: FakeUpstr
     assert outcome.status == "completed"
     recovered: SqlEventStore = open_store(harness.settings.store.url, spool=runner.spool)
     types = [e.type for e in recovered.read_stream(f"tick-{outcome.tick_id}")]
-    assert sorted(types) == sorted(["TickScheduled", "TickStarted", "BudgetSpent", "TickCompleted"])
+    lifecycle = ["TickScheduled", "TickStarted", "BudgetSpent", "ModelCalled", "TickCompleted"]
+    transcript = ["TranscriptEntry"] * 2  # the prompt and the answer
+    assert sorted(types) == sorted(lifecycle + transcript)
     recovered.close()
 
 
@@ -381,7 +383,7 @@ def test_infrastructure_failures_retry_then_pause_the_level(
     harness = retrying_harness(tmp_path, fake)
     outcome = harness.tick([Step(status=500)] * 6)
     assert outcome.status == "failed"
-    kinds = [e.type for e in harness.events(outcome)]
+    kinds = lifecycle(harness.events(outcome))
     assert kinds == [
         "TickScheduled",
         "TickStarted",

@@ -74,6 +74,15 @@ class Harness:
         return self
 
 
+WORKER_RECORDS = frozenset({"TranscriptEntry", "ModelCalled"})
+"""What a tick said and each model call it made: beside its lifecycle, not part of it."""
+
+
+def lifecycle(events: list[StoredEvent]) -> list[str]:
+    """The types of a tick's events without its transcript and model calls."""
+    return [e.type for e in events if e.type not in WORKER_RECORDS]
+
+
 def calls(*names: str) -> Step:
     return Step(tool_calls=[ToolCallSpec(name=n, arguments={"question": "pager"}) for n in names])
 

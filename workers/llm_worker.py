@@ -72,15 +72,19 @@ def run(payload: TickPayload) -> int:
     from workers.recorder import EventRecorder
     from workers.spend import SpendMeter
     from workers.structured_output import structured
+    from workers.telemetry import start_tracing
     from workers.tool_budget import ToolBudget
     from workers.trace import ToolTrace
+    from workers.transcript import Transcript
 
     register_secret_names(payload.key_variables())
+    flush_spans = start_tracing()
     recorder = EventRecorder(payload)
     walk = CandidateWalk(payload, recorder)
     budget = ToolBudget(payload.max_tool_calls)
     spend = SpendMeter(payload, recorder)
     daily = DailyBudgetGuard(payload, recorder.store)
+    transcript = Transcript(payload, recorder)
     limits = payload.governor
     governor = ContextGovernor(
         payload,
@@ -96,9 +100,11 @@ def run(payload: TickPayload) -> int:
         tools += [shell, file_editor]
     result: TickResult
     try:
+        transcript.open()
         while True:
             chosen = walk.choose()
-            spend.model = governor.model = build_model(payload, chosen, walk.observe_answer)
+            target = chosen.target if chosen else None
+            governor.model = spend.use(build_model(payload, chosen, walk.observe_answer), target)
             agent = Agent(
                 model=spend.model,
                 tools=tools,
@@ -106,9 +112,13 @@ def run(payload: TickPayload) -> int:
                 callback_handler=None,
                 conversation_manager=NullConversationManager(),
                 context_manager=False,
-                hooks=[budget, ToolTrace(payload, recorder), governor, daily, spend],
+                hooks=[budget, ToolTrace(payload, recorder), governor, daily, transcript, spend],
                 retry_strategy=ModelRetryStrategy(max_attempts=2, initial_delay=1, max_delay=2),
                 name=f"tickwork-{payload.level}",
+                trace_attributes={
+                    "tickwork.tick_id": payload.tick_id,
+                    "tickwork.level": payload.level,
+                },
             )
             try:
                 answer = agent(payload.prompt)
@@ -158,6 +168,7 @@ def run(payload: TickPayload) -> int:
         )
     finally:
         recorder.close()
+        flush_spans()
     result = result.model_copy(
         update={
             "usage": ResultUsage(

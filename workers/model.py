@@ -12,6 +12,7 @@ import functools
 import os
 import ssl
 import sys
+import time
 from collections.abc import AsyncGenerator, Awaitable, Callable
 from typing import Any
 
@@ -25,7 +26,7 @@ ResponseHook = Callable[[httpx.Response], Awaitable[None]]
 
 
 class MeteredOpenAIModel(OpenAIModel):
-    """OpenAIModel that remembers how much text the current call has streamed so far.
+    """OpenAIModel that remembers how much text the current call has streamed so far, and when.
 
     Usage that is not a count (a string, a negative number) is dropped, so the call's
     spend is estimated and flagged as for an upstream that reports none: one gateway's
@@ -33,10 +34,13 @@ class MeteredOpenAIModel(OpenAIModel):
     """
 
     response_chars = 0
+    first_token_at: float | None = None
+    """`time.monotonic()` when the current call streamed its first text or tool input."""
 
     async def stream(self, *args: Any, **kwargs: Any) -> AsyncGenerator[Any, None]:
         """Count the streamed text as it passes, for the estimate when no usage comes back."""
         self.response_chars = 0
+        self.first_token_at = None
         async for event in super().stream(*args, **kwargs):
             if isinstance(event, dict) and "metadata" in event:
                 event = _with_countable_usage(dict(event))
@@ -46,6 +50,8 @@ class MeteredOpenAIModel(OpenAIModel):
                 else {}
             )
             piece = delta.get("text") or delta.get("toolUse", {}).get("input") or ""
+            if piece and self.first_token_at is None:
+                self.first_token_at = time.monotonic()
             self.response_chars += len(piece)
             yield event
 

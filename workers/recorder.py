@@ -30,6 +30,13 @@ class EventRecorder:
         """Append the event now, or spool it when the store is out of reach."""
         append_or_spool(self.store, self.spool, event.stream_id, [event.to_record()])
 
+    def record_all(self, events: list[TickEvent]) -> None:
+        """Append events of one tick in one commit (all or none), or spool them."""
+        if not events:
+            return
+        records = [event.to_record() for event in events]
+        append_or_spool(self.store, self.spool, events[0].stream_id, records)
+
     def close(self) -> None:
         """Release the store's connections when the tick ends."""
         if self.store is not None:

@@ -1,23 +1,31 @@
-"""One `BudgetSpent` per finished model call, committed before the next call starts.
+"""One `BudgetSpent` and one `ModelCalled` per finished model call, committed before the next.
 
-Hooks run inline in the agent loop, so the append below completes before the loop can
-ask the model again: a tick killed at any moment loses at most the call in flight.
+Both are appended in one commit. Hooks run inline in the agent loop, so the append
+completes before the loop can ask the model again: a tick killed at any moment loses at
+most the call in flight.
 A call that returns without usage is recorded with tokens estimated from the request and
 response sizes and `estimated: true`, never as zero. A call the upstream refused before
-answering (429, 5xx, refused connection) produced no tokens and is not recorded.
+answering (429, 5xx, refused connection) produced no tokens: it has a `ModelCalled` with
+its error and no `BudgetSpent`. Both events come from this one hook because the call's
+record links its spend, and the SDK calls `AfterModelCallEvent` hooks in reverse order.
 """
 
 from __future__ import annotations
 
+import time
 from typing import Any
 
 from strands.hooks import AfterModelCallEvent, BeforeModelCallEvent, HookProvider, HookRegistry
 
-from harness.contracts.events import BudgetSpent
+from harness.contracts.events import BudgetSpent, ModelCalled, capped
 from harness.contracts.payload import TickPayload
 from harness.governor.estimate import request_chars, tokens_from_chars
+from workers.failures import failure_class
 from workers.model import MeteredOpenAIModel
 from workers.recorder import EventRecorder
+
+ERROR_CHARS = 300
+"""A model call's error text is a hint for the reader; the tick's result keeps the whole."""
 
 
 class SpendMeter(HookProvider):
@@ -28,12 +36,23 @@ class SpendMeter(HookProvider):
         self.recorder = recorder
         self.model: MeteredOpenAIModel | None = None
         """The model of the candidate being tried; a fallback sets the next one."""
+        self.target: str | None = None
+        """The catalog target of that candidate (None without a route)."""
         self.prompt_tokens = 0
         self.completion_tokens = 0
         self.model_calls = 0
         self.estimated_calls = 0
+        self.calls_made = 0
+        """Every call that reached the upstream, refused ones too (the `call` of `ModelCalled`)."""
+        self._attempt = 1
         self._request_chars = 0
+        self._started_at = 0.0
         self._cancelled = False
+
+    def use(self, model: MeteredOpenAIModel, target: str | None) -> MeteredOpenAIModel:
+        """Meter the calls of the next candidate; its first call is a first attempt again."""
+        self.model, self.target, self._attempt = model, target, 1
+        return model
 
     def register_hooks(self, registry: HookRegistry, **kwargs: Any) -> None:
         """Size each request before the call; record its spend after it."""
@@ -46,6 +65,7 @@ class SpendMeter(HookProvider):
         self._request_chars = request_chars(
             agent.system_prompt, agent.messages, agent.tool_registry.get_all_tool_specs()
         )
+        self._started_at = time.monotonic()
 
     def _after_call(self, event: AfterModelCallEvent) -> None:
         model = self.model
@@ -57,25 +77,63 @@ class SpendMeter(HookProvider):
         prompt = int(usage.get("inputTokens") or 0)
         completion = int(usage.get("outputTokens") or 0)
         estimated = prompt == 0 and completion == 0
-        if estimated:
-            if event.exception is not None and model.response_chars == 0:
-                return  # refused before any answer: nothing was produced or billed
-            prompt = tokens_from_chars(self._request_chars)
-            completion = tokens_from_chars(model.response_chars)
+        refused = estimated and event.exception is not None and model.response_chars == 0
+        spent: BudgetSpent | None = None
+        if not refused:  # a refusal produced nothing and was not billed
+            if estimated:
+                prompt = tokens_from_chars(self._request_chars)
+                completion = tokens_from_chars(model.response_chars)
+            spent = self._spent(model, prompt, completion, estimated, usage)
+        called = self._called(model, event, spent)
+        self.recorder.record_all([spent, called] if spent else [called])
+
+    def _spent(
+        self,
+        model: MeteredOpenAIModel,
+        prompt: int,
+        completion: int,
+        estimated: bool,
+        usage: dict[str, Any],
+    ) -> BudgetSpent:
         self.model_calls += 1
         self.estimated_calls += estimated
         self.prompt_tokens += prompt
         self.completion_tokens += completion
-        self.recorder.record(
-            BudgetSpent(
-                tick_id=self.payload.tick_id,
-                level=self.payload.level,
-                model=model.get_config()["model_id"],
-                prompt_tokens=prompt,
-                completion_tokens=completion,
-                cache_read_tokens=usage.get("cacheReadInputTokens"),
-                cache_write_tokens=usage.get("cacheWriteInputTokens"),
-                estimated=estimated,
-                source="worker",
-            )
+        return BudgetSpent(
+            tick_id=self.payload.tick_id,
+            level=self.payload.level,
+            model=model.get_config()["model_id"],
+            prompt_tokens=prompt,
+            completion_tokens=completion,
+            cache_read_tokens=usage.get("cacheReadInputTokens"),
+            cache_write_tokens=usage.get("cacheWriteInputTokens"),
+            estimated=estimated,
+            source="worker",
+        )
+
+    def _called(
+        self, model: MeteredOpenAIModel, event: AfterModelCallEvent, spent: BudgetSpent | None
+    ) -> ModelCalled:
+        now = time.monotonic()
+        self.calls_made += 1
+        exc = event.exception
+        first = model.first_token_at
+        attempt, self._attempt = self._attempt, self._attempt + 1 if exc is not None else 1
+        return ModelCalled(
+            tick_id=self.payload.tick_id,
+            level=self.payload.level,
+            model=model.get_config()["model_id"],
+            target=self.target,
+            call=self.calls_made,
+            attempt=attempt,
+            duration_ms=round((now - self._started_at) * 1000, 3),
+            first_token_ms=None if first is None else round((first - self._started_at) * 1000, 3),
+            stop_reason=str(event.stop_response.stop_reason) if event.stop_response else None,
+            error_class=type(exc).__name__ if exc is not None else None,
+            failure_class=failure_class(exc) if exc is not None else None,
+            error=capped(str(exc), ERROR_CHARS)[0] if exc is not None else None,
+            prompt_tokens=spent.prompt_tokens if spent else 0,
+            completion_tokens=spent.completion_tokens if spent else 0,
+            estimated=spent.estimated if spent else False,
+            budget_event_id=spent.event_id if spent else None,
         )

@@ -13,11 +13,12 @@ stack, the agent SDK or a driver it does not use (`tests/test_cli_imports.py` ho
 from __future__ import annotations
 
 import os
+import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
 from datetime import datetime
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 from rich.console import Console
@@ -63,12 +64,39 @@ class State:
 state = State()
 
 
+def _print_version(asked: bool) -> None:
+    if asked:
+        from importlib.metadata import version
+
+        out.print(f"tickwork {version('tickwork')}")
+        raise typer.Exit()
+
+
+VersionOption = Annotated[
+    bool,
+    typer.Option(
+        "--version", is_eager=True, callback=_print_version, help="Print the version and exit."
+    ),
+]
+
+
 @app.callback()
-def _root(config: ConfigOption = None) -> None:
+def _root(config: ConfigOption = None, version: VersionOption = False) -> None:
     from harness.contracts.secrets import redact_standard_streams
 
     redact_standard_streams()
     state.config = config
+
+
+JsonOption = Annotated[bool, typer.Option("--json", help="Print the data as JSON.")]
+
+
+def print_json(data: Any) -> None:
+    """`data` as indented JSON on stdout: dataclasses, times and ids as orjson writes them."""
+    import orjson
+
+    sys.stdout.write(orjson.dumps(data, option=orjson.OPT_INDENT_2).decode() + "\n")
+    sys.stdout.flush()
 
 
 def fail(message: str, code: int = 1) -> typer.Exit:

@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING, Annotated
 
 import typer
 
-from harness.cli.app import app, fail, out, settings, store_for
+from harness.cli.app import JsonOption, app, fail, out, print_json, settings, store_for
 
 if TYPE_CHECKING:
     from harness.config import Settings
@@ -31,7 +31,10 @@ def router_or_exit(config: Settings, report: Report = lambda line: None) -> Rout
 
 
 @catalog_app.command("check")
-def check(file: Annotated[Path, typer.Argument(help="A catalog, .toml or .json.")]) -> None:
+def check(
+    file: Annotated[Path, typer.Argument(help="A catalog, .toml or .json.")],
+    as_json: JsonOption = False,
+) -> None:
     """Validate a catalog: its revision, or every error with its path (exit 2)."""
     from harness.routing.catalog import CatalogError, load_catalog
 
@@ -39,6 +42,17 @@ def check(file: Annotated[Path, typer.Argument(help="A catalog, .toml or .json."
         catalog = load_catalog(file)
     except CatalogError as exc:
         raise fail(str(exc), code=2) from exc
+    if as_json:
+        print_json(
+            {
+                "file": str(file),
+                "valid": True,
+                "revision": catalog.revision,
+                "targets": list(catalog.targets),
+                "lanes": list(catalog.lanes),
+            }
+        )
+        return
     out.print(f"{file}: valid", highlight=False)
     out.print(f"revision  {catalog.revision}")
     out.print(f"targets   {', '.join(catalog.targets)}", highlight=False)
@@ -52,6 +66,7 @@ def route(
     catalog: Annotated[
         Path | None, typer.Option(help="Instead of the configured [routing] catalog.")
     ] = None,
+    as_json: JsonOption = False,
 ) -> None:
     """Print the decision a tick of LEVEL would record at --at."""
     from harness.routing.catalog import CatalogError, load_catalog
@@ -70,6 +85,9 @@ def route(
         raise fail(str(exc), code=2) from exc
     if decision is None:
         raise fail(f"{path}: no lane for level {level!r}", code=2)
+    if as_json:
+        print_json(decision)
+        return
     out.print(f"route       {decision.route_id}", highlight=False)
     out.print(f"rule        {decision.rule_id}", highlight=False)
     out.print(f"priority    {decision.policy_priority}", highlight=False)

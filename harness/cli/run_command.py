@@ -36,6 +36,7 @@ def run_service() -> None:
     from harness.execution.runner import Runner
     from harness.prices import PriceBook
     from harness.projections import projector_for
+    from harness.scheduling.alerts import Alerter
     from harness.scheduling.service import Companion, Service
 
     config = settings()
@@ -51,6 +52,7 @@ def run_service() -> None:
                 prices = PriceBook(config.prices)
                 publisher = Publisher(config, store, projector_for(store, prices), prices, report)
                 companions.append(DigestScheduler(config, publisher, report).run)
+            companions.append(Alerter(config, store).run)
             service = Service(config, store, executor, report, router, companions)
             for signum in (signal.SIGTERM, signal.SIGINT):
                 signal.signal(signum, partial(_stop, service, executor))

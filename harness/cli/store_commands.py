@@ -14,11 +14,13 @@ import typer
 from rich.table import Table
 
 from harness.cli.app import (
+    JsonOption,
     app,
     err,
     fail,
     out,
     parse_since,
+    print_json,
     projections_app,
     settings,
     spool_app,
@@ -80,8 +82,11 @@ def migrate() -> None:
 
 
 @app.command()
-def status() -> None:
-    """The store, levels, ticks in flight and today's spend at a glance."""
+def status(as_json: JsonOption = False) -> None:
+    """The store, levels, ticks in flight and today's spend at a glance.
+
+    `--json` is the body of the API's `GET /status`, with the store's own lines added.
+    """
     from harness.config import CONFIG_ENV, CONFIG_FILENAME, config_path
 
     if config_path(state.config) is None:
@@ -97,6 +102,22 @@ def status() -> None:
     store = store_for(config)
     try:
         status_now = snapshot(config, store, refresh(config, store))
+        if as_json:
+            from harness.api.models import Status
+
+            print_json(
+                {
+                    "store": safe_url(config.store.url),
+                    "schema": current_revision(store.engine),
+                    "spool_pending": Spool(config.paths.spool).pending(),
+                    **Status.of(status_now).model_dump(mode="json"),
+                    "cancel_scopes": [
+                        scope.model_dump(mode="json", exclude={"event_id"})
+                        for scope in status_now.cancel_scopes
+                    ],
+                }
+            )
+            return
         table = Table(show_header=False, box=None)
         table.add_row("store", safe_url(config.store.url))
         table.add_row("schema", current_revision(store.engine) or "none")

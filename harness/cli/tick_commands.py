@@ -12,7 +12,19 @@ from typing import Annotated
 
 import typer
 
-from harness.cli.app import app, fail, out, rag_app, settings, state, store_for, upstream_for_ticks
+from harness.cli.app import (
+    JsonOption,
+    app,
+    err,
+    fail,
+    out,
+    print_json,
+    rag_app,
+    settings,
+    state,
+    store_for,
+    upstream_for_ticks,
+)
 from harness.cli.catalog_commands import router_or_exit
 
 if typing.TYPE_CHECKING:
@@ -36,12 +48,14 @@ def tick(
     force: Annotated[
         bool, typer.Option(help="Run even if the level is paused or over its budget.")
     ] = False,
+    as_json: JsonOption = False,
     tick_id: Annotated[str | None, typer.Option(hidden=True)] = None,
 ) -> None:
     """Run one tick now, in the manual lane, through the lifecycle the scheduler's ticks have.
 
     It obeys the level's pause and budget unless `--force` (recorded with the tick), and
-    ends cancelled on `tickwork cancel` from anywhere or on Ctrl-C here.
+    ends cancelled on `tickwork cancel` from anywhere or on Ctrl-C here. While it waits,
+    a line on stderr tells each model and tool call as it ends, with the tokens so far.
     """
     from harness.contracts.events import tick_stream
     from harness.execution.executors import LocalExecutor
@@ -49,6 +63,7 @@ def tick(
     from harness.execution.manual import start_detached
     from harness.execution.prepare import Preparer, TickSetupError, new_tick_id
     from harness.execution.runner import Runner
+    from harness.projections.story import tick_story
     from harness.scheduling.waves import Manual, SlotClaim, claim_wave
 
     config = settings()
@@ -57,9 +72,10 @@ def tick(
         start_detached(
             level, tick_id, config=state.config, prompt=prompt, timeout=timeout, force=force
         )
-        out.print(
-            f"started tick {tick_id} (follow it: tickwork events --stream tick-{tick_id} --follow)"
-        )
+        if as_json:
+            print_json({"tick_id": tick_id, "status": "started"})
+        else:
+            out.print(f"started tick {tick_id} (follow it: tickwork show {tick_id} --follow)")
         return
     router = router_or_exit(config)
     store = store_for(config)
@@ -83,9 +99,13 @@ def tick(
             claim_wave(store, config, [claim])
             _own(store, executor, claim, interrupted)
         stream = store.read_stream(tick_stream(claim.tick_id))
+        story = tick_story(store, claim.tick_id) if as_json else None
     finally:
         store.close()
-    _print_tick(claim.tick_id, outcomes[0] if outcomes else None, stream)
+    if story is not None:
+        print_json(story.model_dump(mode="json"))
+    else:
+        _print_tick(claim.tick_id, outcomes[0] if outcomes else None, stream)
     if interrupted.is_set():
         raise typer.Exit(130)
     if not outcomes or outcomes[0].status != "completed":
@@ -102,9 +122,12 @@ def _own(
 
     ended, wake = threading.Event(), threading.Event()
     follower = ControlFollower(store, executor, executor.settings.levels)
+    progress = Progress(store, claim.tick_id)
 
     def follow() -> None:
         while not ended.is_set():
+            with contextlib.suppress(StoreError):
+                progress.poll()
             if interrupted.is_set():
                 executor.cancel(
                     lambda level, tick_id: True, "interrupted (Ctrl-C on tickwork tick)"
@@ -130,6 +153,39 @@ def _own(
         following.join()
         executor.shutdown(grace=0)
         signal.signal(signal.SIGINT, previous)
+
+
+class Progress:
+    """Counts a running tick's model and tool calls from its stream, and says when they change."""
+
+    def __init__(self, store: EventStore, tick_id: str) -> None:
+        from harness.contracts.events import tick_stream
+
+        self.store = store
+        self.stream = tick_stream(tick_id)
+        self.after = 0
+        self.model_calls = self.tool_calls = self.tokens = 0
+        self.started = time.monotonic()
+
+    def poll(self) -> None:
+        """Read what the tick recorded since the last poll; one stderr line if calls ended."""
+        batch = self.store.read_stream(self.stream, after=self.after)
+        if not batch:
+            return
+        self.after = batch[-1].stream_position
+        calls = (self.model_calls, self.tool_calls)
+        for event in batch:
+            if event.type == "ModelCalled":
+                self.model_calls += 1
+            elif event.type == "ToolCalled":
+                self.tool_calls += 1
+            elif event.type == "BudgetSpent":
+                self.tokens += event.data["prompt_tokens"] + event.data["completion_tokens"]
+        if (self.model_calls, self.tool_calls) != calls:
+            err.print(
+                f"... {time.monotonic() - self.started:.1f} s: {self.model_calls} model call(s), "
+                f"{self.tokens:,} tokens, {self.tool_calls} tool call(s) so far"
+            )
 
 
 def _print_tick(tick_id: str, outcome: TickOutcome | None, stream: list[StoredEvent]) -> None:
@@ -162,6 +218,7 @@ def cancel(
     clear: Annotated[
         bool, typer.Option("--clear", help="End the scope: its ticks may start again.")
     ] = False,
+    as_json: JsonOption = False,
 ) -> None:
     """Cancel ticks in flight and to come: the scope stays in force until `--clear`.
 
@@ -174,28 +231,47 @@ def cancel(
 
     config = settings()
     store = store_for(config)
+
+    def say(line: str) -> None:
+        if not as_json:
+            out.print(line)
+
     try:
         if clear:
             cleared = clear_cancel(store, scope, by=operator())
-            out.print(f"scope {scope!r} " + ("cleared" if cleared else "was not in force"))
+            say(f"scope {scope!r} " + ("cleared" if cleared else "was not in force"))
+            if as_json:
+                print_json({"scope": scope, "cleared": cleared})
             return
         refresh(config, store)
         matching = request_cancel(store, scope, by=operator())
-        out.print(f"scope {scope!r} in force until `tickwork cancel --clear {scope}`")
-        if not matching:
-            out.print(f"no tick in flight matches {scope!r}")
-            return
-        out.print(f"cancelling {len(matching)} tick(s): {', '.join(t.tick_id for t in matching)}")
-        deadline = time.monotonic() + wait
+        say(f"scope {scope!r} in force until `tickwork cancel --clear {scope}`")
+        ended: dict[str, str] = {}
         pending = {t.tick_id for t in matching}
+        if not matching:
+            say(f"no tick in flight matches {scope!r}")
+        else:
+            say(f"cancelling {len(matching)} tick(s): {', '.join(t.tick_id for t in matching)}")
+        deadline = time.monotonic() + wait
         while pending and time.monotonic() < deadline:
             time.sleep(0.5)
             for tick_id in sorted(pending):
                 stream = store.read_stream(f"tick-{tick_id}")
-                ended = [e.type for e in stream if e.type in TERMINAL_TYPES]
-                if ended:
+                terminal = [e.type for e in stream if e.type in TERMINAL_TYPES]
+                if terminal:
                     pending.discard(tick_id)
-                    out.print(f"{tick_id} {ended[-1]}")
+                    ended[tick_id] = terminal[-1]
+                    say(f"{tick_id} {terminal[-1]}")
+        if as_json:
+            print_json(
+                {
+                    "scope": scope,
+                    "in_force": True,
+                    "matching": [t.tick_id for t in matching],
+                    "ended": ended,
+                    "still_in_flight": sorted(pending),
+                }
+            )
         if pending:
             still = ", ".join(sorted(pending))
             raise fail(f"still in flight after {wait:.0f} s: {still} (is `tickwork run` up?)")

@@ -35,7 +35,7 @@ from sqlalchemy.exc import ArgumentError
 
 from harness.config.governor import GovernorConfig
 from harness.contracts.output import load_output_schema
-from harness.contracts.secrets import register_secret_names
+from harness.contracts.secrets import ALERT_URLS_ENV, register_secret_names
 
 CONFIG_ENV = "TICKWORK_CONFIG"
 CONFIG_FILENAME = "tickwork.toml"
@@ -196,8 +196,8 @@ class ApiConfig(_Strict):
     token: SecretStr | None = None
     """Bearer token every request must carry; from TICKWORK_API_TOKEN only, never the file."""
     public_url: Annotated[str, Field(pattern=r"^https?://[^\s/]+")] | None = None
-    """Where operators reach the dashboard (`https://tickwork.example`): digests link ticks
-    to their pages there."""
+    """Where operators reach the dashboard (`https://tickwork.example`): digests and alerts
+    link ticks to their pages there."""
 
     @field_validator("token")
     @classmethod
@@ -276,6 +276,36 @@ class Scheduled(_Strict):
         return CronTrigger.from_crontab(self.schedule, timezone=self.timezone)
 
 
+AlertKind = Literal["paused", "budget", "failures", "lost"]
+
+ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+
+
+class AlertsConfig(_Strict):
+    """`[alerts]`, or `[levels.<name>.alerts]` for one level (it replaces the global one).
+
+    One alert per episode: a level tickwork paused (until resumed), a level over its daily
+    budget (once a UTC day), `consecutive_failures` failed ticks in a row (until one
+    completes), a tick lost.
+    """
+
+    notify: list[str] = [ALERT_URLS_ENV]
+    """Names of environment variables holding apprise URLs (the URLs carry secrets)."""
+    on: list[AlertKind] = ["paused", "budget", "failures", "lost"]
+    consecutive_failures: Annotated[int, Field(ge=1)] = 3
+
+    @field_validator("notify")
+    @classmethod
+    def _names(cls, notify: list[str]) -> list[str]:
+        for name in notify:
+            if not ENV_NAME.fullmatch(name):
+                raise ValueError(
+                    f"entry {name!r} must be the name of an environment variable "
+                    "holding apprise URLs, not a URL itself (URLs carry secrets)"
+                )
+        return notify
+
+
 class LevelConfig(Scheduled):
     """`[levels.<name>]`: one recurring agent, what it is asked and the limits it runs within."""
 
@@ -331,6 +361,8 @@ class LevelConfig(Scheduled):
     can_shell: bool = False
     rag: bool = False
     """Give this level the `rag_lookup` tool over the `[rag]` index."""
+    alerts: AlertsConfig | None = None
+    """Instead of the global `[alerts]` for this level's episodes."""
 
     @property
     def has_budget(self) -> bool:
@@ -412,6 +444,12 @@ class Settings(BaseSettings):
     prices: dict[str, PriceOverride] = {}
     levels: dict[str, LevelConfig] = {}
     digests: dict[str, DigestConfig] = {}
+    alerts: AlertsConfig = AlertsConfig()
+
+    def alerts_for(self, level: str) -> AlertsConfig:
+        """The level's own `[levels.<name>.alerts]`, else the global `[alerts]`."""
+        own = self.levels[level].alerts if level in self.levels else None
+        return own or self.alerts
 
     @model_validator(mode="after")
     def _names(self) -> Settings:
@@ -498,4 +536,6 @@ def load_settings(explicit: Path | None = None) -> Settings:
         lines = "\n".join(f"  {_describe(err)}" for err in exc.errors())
         raise ConfigError(f"{where}: invalid configuration\n{lines}") from exc
     register_secret_names(name for digest in settings.digests.values() for name in digest.notify)
+    alerts = [settings.alerts, *(level.alerts for level in settings.levels.values())]
+    register_secret_names(name for config in alerts if config for name in config.notify)
     return settings

@@ -17,7 +17,7 @@ from pydantic import BaseModel, ConfigDict, Field, NonNegativeInt
 
 from harness.contracts.records import NewEvent, StoredEvent
 from harness.contracts.result import FailureClass
-from harness.contracts.secrets import redact_data
+from harness.contracts.secrets import redact, redact_data
 
 
 def utcnow() -> datetime:
@@ -220,6 +220,75 @@ class ToolCalled(TickEvent):
     name: str
     status: Literal["ok", "error", "cancelled"]
     duration_ms: float = 0.0
+
+
+class ModelCalled(TickEvent):
+    """One model call of a tick, answered or refused before any answer.
+
+    Recorded by the worker the moment the call ends, right after the call's `BudgetSpent`
+    (`budget_event_id` links the two; None when the call produced nothing to bill). `call`
+    counts the tick's calls from 1; `attempt` counts tries of the same turn, as the SDK
+    retries a throttled call. `error` is short and redacted.
+    """
+
+    type = "ModelCalled"
+    model: str
+    target: str | None = None
+    call: NonNegativeInt = 1
+    attempt: NonNegativeInt = 1
+    duration_ms: float = 0.0
+    first_token_ms: float | None = None
+    """From the request to the first streamed text or tool input; None when none came."""
+    stop_reason: str | None = None
+    error_class: str | None = None
+    failure_class: FailureClass | None = None
+    error: str | None = None
+    prompt_tokens: NonNegativeInt = 0
+    completion_tokens: NonNegativeInt = 0
+    estimated: bool = False
+    budget_event_id: UUID | None = None
+
+
+TRANSCRIPT_ITEM_CHARS = 4000
+"""The most characters one transcript item keeps; the rest is cut, and the cut is marked."""
+
+TranscriptKind = Literal["system", "prompt", "assistant", "stopped", "tool"]
+
+
+def capped(text: str, limit: int = TRANSCRIPT_ITEM_CHARS) -> tuple[str, int]:
+    """`text` redacted, then cut to `limit` with the cut marked; also how many chars were cut.
+
+    Redacting before cutting matters: a cut through a secret would leave its prefix, which
+    no later redaction recognises.
+    """
+    text = redact(text)
+    if len(text) <= limit:
+        return text, 0
+    cut = len(text) - limit
+    return f"{text[:limit]}\n[… {cut:,} chars cut]", cut
+
+
+class TranscriptEntry(TickEvent):
+    """One item of a tick's transcript: its system text, prompt, an answer or a tool call.
+
+    The transcript lives in the tick's stream, not in a file beside the result: it is then
+    readable while the tick runs (`tickwork show --follow`, the dashboard), from any host
+    that reaches the store, in one order with the tick's other events, redacted by the
+    event encoding, and spooled with them when the store is down. Each item is capped
+    (`capped`), so a tick adds a bounded amount per model or tool call.
+    `stopped`: a hook (governor, daily budget) answered in the model's place.
+    """
+
+    type = "TranscriptEntry"
+    kind: TranscriptKind
+    text: str
+    cut_chars: NonNegativeInt = 0
+    tool: str | None = None
+    tool_use_id: str | None = None
+    arguments: str | None = None
+    """The tool call's input as JSON, capped like `text` (the tool's output)."""
+    arguments_cut_chars: NonNegativeInt = 0
+    status: Literal["ok", "error", "cancelled"] | None = None
 
 
 class TickAttemptFailed(TickEvent):
@@ -515,6 +584,42 @@ class DigestPublished(DigestEvent):
     """Target -> `ok` or `failed: <why>` (after its retries)."""
 
 
+def alert_stream(key: str) -> str:
+    """One stream per alert episode: created once, so one replica sends its alert."""
+    return f"alert-{key}"
+
+
+class AlertRaised(Event):
+    """An episode worth telling the operator about; its stream's creation is the claim.
+
+    `kind`: `paused` (tickwork paused the level), `budget` (the level's daily budget is
+    spent), `failures` (that many failed ticks in a row), `lost` (a tick vanished).
+    """
+
+    type = "AlertRaised"
+    key: str
+    kind: Literal["paused", "budget", "failures", "lost"]
+    level: str
+    reason: str
+    tick_id: str | None = None
+    link: str | None = None
+    targets: list[str]
+    """`env:<variable holding apprise URLs>`: never a URL itself."""
+
+    @property
+    def stream_id(self) -> str:
+        """The episode's stream, from its key, so every replica contends on the same one."""
+        return alert_stream(self.key)
+
+
+class AlertDelivered(Event):
+    """How the alert's delivery went, per target: `ok` or `failed: <why>`."""
+
+    type = "AlertDelivered"
+    key: str
+    delivery: dict[str, str]
+
+
 EVENT_TYPES: dict[tuple[str, int], type[Event]] = {
     (cls.type, cls.version): cls
     for cls in (
@@ -527,6 +632,8 @@ EVENT_TYPES: dict[tuple[str, int], type[Event]] = {
         WorkerStarted,
         BudgetSpent,
         ToolCalled,
+        ModelCalled,
+        TranscriptEntry,
         TickAttemptFailed,
         HedgeStarted,
         HedgeDecided,
@@ -546,6 +653,8 @@ EVENT_TYPES: dict[tuple[str, int], type[Event]] = {
         CancelRequested,
         OneShotCancelRequested,
         CancelCleared,
+        AlertRaised,
+        AlertDelivered,
         GovernorFired,
         CalibrationSampled,
         CatalogRecorded,

@@ -18,6 +18,7 @@ from harness.projections.levels import level_paused, paused_levels
 from harness.projections.projector import Progress, Projector
 from harness.projections.registry import projector_for
 from harness.projections.spend import GroupBy, SpendProjection, SpendRow, spend_report
+from harness.projections.story import StoryStep, TickStory, story_of, story_steps, tick_story
 from harness.projections.ticks import (
     STATUSES,
     UNKNOWN,
@@ -45,7 +46,9 @@ __all__ = [
     "Projector",
     "SpendProjection",
     "SpendRow",
+    "StoryStep",
     "TickInFlight",
+    "TickStory",
     "TicksProjection",
     "current_calibrations",
     "durations",
@@ -59,7 +62,10 @@ __all__ = [
     "projector_for",
     "spend_report",
     "status_counts",
+    "story_of",
+    "story_steps",
     "tick_rows",
+    "tick_story",
     "ticks_in_flight",
     "tool_cap_counts",
 ]

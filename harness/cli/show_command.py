@@ -1,0 +1,133 @@
+"""`tickwork show`: what a tick did and why it ended, or, with --follow, what it does now."""
+
+from __future__ import annotations
+
+import sys
+import time
+from typing import TYPE_CHECKING, Annotated
+
+import typer
+
+from harness.cli.app import JsonOption, app, fail, out, print_json, settings, store_for
+
+if TYPE_CHECKING:
+    from harness.projections.story import StoryStep, TickStory
+    from harness.store import EventStore
+
+FOLLOW_POLL_SECONDS = 0.3
+"""How often `--follow` reads the tick's stream: a turn shows up within this."""
+
+INDENT = " " * 10
+
+
+def print_step(step: StoryStep) -> None:
+    """One step as people read it: time and summary, then any arguments and text indented."""
+    out.print(f"{step.at:%H:%M:%S}  {step.summary}", highlight=False)
+    if step.arguments is not None:
+        out.print(f"{INDENT}args {step.arguments}", highlight=False)
+    if step.text:
+        for line in step.text.splitlines():
+            out.print(f"{INDENT}| {line}", highlight=False)
+
+
+def print_story_head(story: TickStory) -> None:
+    """The tick at a glance: where it stands and what it spent."""
+    where = (story.model or "?") + (f" via {story.target}" if story.target else "")
+    rows = [
+        ("tick", story.tick_id),
+        ("level", story.level or "?"),
+        ("status", story.status + (f" ({story.reason})" if story.reason else "")),
+        ("model", where),
+        (
+            "spent",
+            f"{story.prompt_tokens:,} + {story.completion_tokens:,} tokens in "
+            f"{story.model_calls} model call(s), {story.tool_calls} tool call(s), "
+            f"{story.attempts} attempt(s)",
+        ),
+        ("result", story.result_path or "-"),
+        ("log", story.log_path or "-"),
+    ]
+    for name, value in rows:
+        out.print(f"{name:<8}{value}", highlight=False)
+
+
+def print_story_end(story: TickStory) -> None:
+    """What the tick left: its result text (or why there is none) and its log's tail."""
+    if story.result_error:
+        out.print(f"\nresult error: {story.result_error}", highlight=False)
+    if story.result_text:
+        out.print("\n--- result text ---", highlight=False)
+        out.print(story.result_text, highlight=False)
+    if story.log_tail and story.log_tail.strip():
+        out.print("\n--- log (end) ---", highlight=False)
+        out.print(story.log_tail.rstrip(), highlight=False)
+
+
+@app.command()
+def show(
+    tick_id: Annotated[str, typer.Argument(metavar="TICK", help="The tick's id.")],
+    follow: Annotated[
+        bool, typer.Option(help="Print a running tick's turns as they happen, until it ends.")
+    ] = False,
+    as_json: JsonOption = False,
+) -> None:
+    """A tick's story: model and tool calls with their text, how it ended, result and log.
+
+    `--json` prints the story (`harness.projections.story.TickStory`); with `--follow`,
+    each step as one line while the tick runs, then the story without its steps.
+    """
+    from harness.projections.story import tick_story
+
+    store = store_for(settings())
+    try:
+        story = tick_story(store, tick_id)
+        if story is None:
+            raise fail(f"no tick {tick_id!r} in the store (ids: tickwork events)", code=2)
+        if follow:
+            story = follow_tick(store, tick_id, as_json)
+    finally:
+        store.close()
+    if as_json:
+        if follow:
+            story.steps = []
+            sys.stdout.write(story.model_dump_json() + "\n")
+        else:
+            print_json(story.model_dump(mode="json"))
+        return
+    if not follow:
+        print_story_head(story)
+        out.print()
+        for step in story.steps:
+            print_step(step)
+    else:
+        out.print()
+        print_story_head(story)
+    print_story_end(story)
+
+
+def follow_tick(store: EventStore, tick_id: str, as_json: bool = False) -> TickStory:
+    """Print the tick's steps as they are recorded until its terminal event; then its story.
+
+    A call's spend and its `ModelCalled` are appended in one commit, so a step that the
+    model call will fold away is never printed first.
+    """
+    from harness.contracts.events import tick_stream
+    from harness.projections.story import story_of, story_steps
+
+    stream = tick_stream(tick_id)
+    events = store.read_stream(stream)
+    shown = 0
+    while True:
+        story = story_of(tick_id, events)
+        steps = [s for s in story_steps(events) if s.position > shown]
+        for step in steps:
+            if as_json:
+                sys.stdout.write(step.model_dump_json() + "\n")
+                sys.stdout.flush()
+            else:
+                print_step(step)
+            shown = step.position
+        if story.ended:
+            return story
+        time.sleep(FOLLOW_POLL_SECONDS)
+        events += store.read_stream(stream, after=events[-1].stream_position)

@@ -1,0 +1,248 @@
+"""A tick's story: its events read as steps a person (or the dashboard) can follow.
+
+Folded from the tick's own stream each time it is asked for, so it needs no table, is
+never stale and cannot drift from the log: a tick's stream is short (capped transcript
+items, one event per call) and is read by its key. The CLI (`tickwork show`) and the
+dashboard read ticks through `tick_story` and `story_steps` alone.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from datetime import datetime
+from pathlib import Path
+from typing import Any, Literal
+
+from pydantic import BaseModel
+
+from harness.contracts.events import TERMINAL_TYPES, tick_stream
+from harness.contracts.records import StoredEvent
+from harness.contracts.result import ResultFileError, read_result
+from harness.contracts.secrets import redact
+from harness.projections.ticks import STATUS_OF
+from harness.store import EventStore
+
+LOG_TAIL_CHARS = 4000
+"""The end of a tick's log the story keeps: where a failing tick says why."""
+
+StepKind = Literal[
+    "scheduled",
+    "started",
+    "system",
+    "prompt",
+    "assistant",
+    "stopped",
+    "tool",
+    "model_call",
+    "spend",
+    "fallback",
+    "promoted",
+    "governor",
+    "attempt_failed",
+    "ended",
+    "other",
+]
+
+
+class StoryStep(BaseModel):
+    """One thing that happened in the tick, in stream order."""
+
+    position: int
+    """The event's place in the tick's stream: a follower asks for steps after it."""
+    at: datetime
+    kind: StepKind
+    summary: str
+    """One line for people."""
+    text: str | None = None
+    """What was said or returned, redacted and capped when it was recorded."""
+    arguments: str | None = None
+    event_type: str
+    data: dict[str, Any]
+
+
+class TickStory(BaseModel):
+    """What a tick did and how it ended, with its steps, result text and log tail."""
+
+    tick_id: str
+    level: str | None = None
+    status: str = "unknown"
+    ended_by: str | None = None
+    reason: str | None = None
+    model: str | None = None
+    target: str | None = None
+    attempts: int = 0
+    model_calls: int = 0
+    tool_calls: int = 0
+    prompt_tokens: int = 0
+    completion_tokens: int = 0
+    result_path: str | None = None
+    result_text: str | None = None
+    result_error: str | None = None
+    log_path: str | None = None
+    log_tail: str | None = None
+    steps: list[StoryStep]
+
+    @property
+    def ended(self) -> bool:
+        """Whether the tick's stream holds its terminal event."""
+        return self.ended_by is not None
+
+
+def tick_story(store: EventStore, tick_id: str) -> TickStory | None:
+    """The story of the tick with this id; None when the store has no such tick."""
+    events = store.read_stream(tick_stream(tick_id))
+    if not events:
+        return None
+    return story_of(tick_id, events)
+
+
+def story_of(tick_id: str, events: list[StoredEvent]) -> TickStory:
+    """The story told by a tick's events (the whole stream, in order)."""
+    story = TickStory(tick_id=tick_id, steps=story_steps(events))
+    for event in events:
+        data = event.data
+        story.level = data.get("level", story.level)
+        story.status = STATUS_OF.get(event.type, story.status)
+        if event.type == "TickScheduled":
+            story.model = data.get("model") or story.model
+        elif event.type == "TickStarted":
+            story.attempts += 1
+            story.result_path = data.get("result_path") or story.result_path
+            story.log_path = data.get("log_path") or story.log_path
+        elif event.type == "ModelCalled":
+            story.model_calls += 1
+            story.model, story.target = data["model"], data.get("target") or story.target
+        elif event.type == "BudgetSpent":
+            story.prompt_tokens += data["prompt_tokens"]
+            story.completion_tokens += data["completion_tokens"]
+        elif event.type == "ToolCalled":
+            story.tool_calls += 1
+        if event.type in TERMINAL_TYPES:
+            story.ended_by = event.type
+            story.reason = data.get("reason") or data.get("stop_reason")
+            story.result_path = data.get("result_path") or story.result_path
+    if not any(e.type == "ModelCalled" for e in events):
+        story.model_calls = sum(e.type == "BudgetSpent" for e in events)
+    _read_files(story)
+    return story
+
+
+def _read_files(story: TickStory) -> None:
+    """The result's text (or why there is none) and the log's tail, where they can be read."""
+    if story.result_path and story.ended:
+        try:
+            result = read_result(Path(story.result_path))
+            story.result_text = result.text
+            if result.error is not None:
+                story.result_error = f"{result.error.type}: {result.error.message}"
+        except ResultFileError as exc:
+            story.result_error = str(exc)
+    if story.log_path:
+        try:
+            with Path(story.log_path).open("rb") as log:
+                size = log.seek(0, 2)
+                log.seek(max(0, size - LOG_TAIL_CHARS))
+                story.log_tail = redact(log.read().decode(errors="replace"))
+        except OSError:
+            story.log_tail = None
+
+
+def story_steps(events: Iterable[StoredEvent]) -> list[StoryStep]:
+    """The steps of a tick's events (all of them, or those after a follower's last one).
+
+    A `BudgetSpent` linked from a `ModelCalled`, and a `ToolCalled` beside the transcript's
+    tool item, say nothing new and are left out; a tick recorded before those events
+    existed keeps them as its only record.
+    """
+    events = list(events)
+    linked = {e.data.get("budget_event_id") for e in events if e.type == "ModelCalled"}
+    transcribed_tools = any(
+        e.type == "TranscriptEntry" and e.data.get("kind") == "tool" for e in events
+    )
+    steps = []
+    for event in events:
+        if event.type == "BudgetSpent" and str(event.event_id) in linked:
+            continue
+        if event.type == "ToolCalled" and transcribed_tools:
+            continue
+        steps.append(_step(event))
+    return steps
+
+
+def _step(event: StoredEvent) -> StoryStep:
+    data = event.data
+    kind, summary, text, arguments = _describe(event.type, data)
+    return StoryStep(
+        position=event.stream_position,
+        at=datetime.fromisoformat(data["occurred_at"])
+        if "occurred_at" in data
+        else event.recorded_at,
+        kind=kind,
+        summary=summary,
+        text=text,
+        arguments=arguments,
+        event_type=event.type,
+        data=data,
+    )
+
+
+def _describe(type_: str, data: dict[str, Any]) -> tuple[StepKind, str, str | None, str | None]:
+    """(kind, one-line summary, long text, tool arguments) of one event."""
+    if type_ == "TranscriptEntry":
+        kind: StepKind = data["kind"]
+        if kind == "tool":
+            status = data.get("status") or "ok"
+            return kind, f"tool {data.get('tool')} ({status})", data["text"], data.get("arguments")
+        return kind, kind, data["text"], None
+    if type_ == "ModelCalled":
+        return "model_call", _model_call_line(data), None, None
+    if type_ == "TickScheduled":
+        how = "by hand" if data.get("manual") else "for its slot"
+        return "scheduled", f"scheduled {how} (attempt {data.get('attempt', 1)})", None, None
+    if type_ == "TickStarted":
+        return "started", f"started pid {data['pid']} on {data['host']}", None, None
+    if type_ == "BudgetSpent":
+        tokens = f"{data['prompt_tokens']:,} + {data['completion_tokens']:,} tokens"
+        return "spend", f"{data['model']}: {tokens}", None, None
+    if type_ == "ToolCalled":
+        return (
+            "tool",
+            f"tool {data['name']} ({data['status']}, {data['duration_ms']:.0f} ms)",
+            None,
+            None,
+        )
+    if type_ == "RouteFallback":
+        to = data.get("to_target") or "no candidate left"
+        return "fallback", f"fallback {data['from_target']} -> {to}: {data['reason']}", None, None
+    if type_ == "RoutePromoted":
+        return "promoted", f"promoted {data['from_target']} -> {data['to_target']}", None, None
+    if type_ == "GovernorFired":
+        return (
+            "governor",
+            f"governor {data['decision']} at ~{data['est_tokens']:,} tokens",
+            None,
+            None,
+        )
+    if type_ == "TickAttemptFailed":
+        line = f"attempt {data['attempt']} failed ({data['failure_class']}): {data['reason']}"
+        return "attempt_failed", line, None, None
+    if type_ in TERMINAL_TYPES:
+        why = data.get("reason") or data.get("stop_reason") or ""
+        return "ended", f"{STATUS_OF.get(type_, type_)}" + (f": {why}" if why else ""), None, None
+    return "other", type_, None, None
+
+
+def _model_call_line(data: dict[str, Any]) -> str:
+    where = data["model"] + (f" via {data['target']}" if data.get("target") else "")
+    timing = f"{data['duration_ms']:.0f} ms"
+    if data.get("first_token_ms") is not None:
+        timing += f", first token {data['first_token_ms']:.0f} ms"
+    if data.get("error_class"):
+        outcome = f"{data['error_class']}: {data.get('error') or ''}"
+    else:
+        tokens = f"{data['prompt_tokens']:,} + {data['completion_tokens']:,} tokens"
+        outcome = f"{data.get('stop_reason')}, {tokens}" + (
+            " (estimated)" if data.get("estimated") else ""
+        )
+    attempt = f" attempt {data['attempt']}" if data.get("attempt", 1) > 1 else ""
+    return f"model call {data.get('call', '?')}{attempt} {where}: {outcome} ({timing})"

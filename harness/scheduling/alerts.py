@@ -1,0 +1,167 @@
+"""Operator alerts through apprise: one per episode, from the event log, by one replica.
+
+The alerter follows the log with a checkpoint of its own (`alerts`, in the store beside
+the projections' ones): a level tickwork paused, a level over its daily budget, a level's
+`consecutive_failures` failed ticks in a row and a lost tick each make one `AlertRaised`
+in a stream keyed by the episode. Creating that stream is the claim (of two replicas,
+one creates it), so an episode is alerted once, whichever process saw it; the delivery
+is recorded after as `AlertDelivered`. A first start begins at the end of the log:
+history is not alerted. Failure streaks are counted in memory from the events this
+process folds, so a restart begins them again.
+
+Apprise URLs carry tokens: they come from environment variables the configuration
+names (`notify`, default `TICKWORK_ALERT_URLS`), and only those names are recorded.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import re
+import threading
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+
+from harness.config import AlertKind, AlertsConfig, Settings
+from harness.contracts.events import AlertDelivered, AlertRaised, alert_stream
+from harness.contracts.secrets import redact
+from harness.store import EventStore, StoreError
+from harness.store.records import EventData
+
+log = logging.getLogger(__name__)
+
+CHECKPOINT = "alerts"
+POLL_SECONDS = 1.0
+FAILED = frozenset({"TickFailed", "TickTimedOut", "TickLost"})
+WATCHED = (*FAILED, "TickCompleted", "LevelPaused", "LevelBudgetExceeded")
+
+Sender = Callable[[str, str, str], str]
+"""(apprise URL, title, body) -> `ok` or `failed: <why>`."""
+
+
+@dataclass
+class Alerter:
+    """Folds the log into alerts and sends them; `run` is a companion of `tickwork run`."""
+
+    settings: Settings
+    store: EventStore
+    env: Mapping[str, str] = field(default_factory=lambda: os.environ)
+    sender: Sender = field(default=lambda url, title, body: send_apprise(url, title, body))
+    streaks: dict[str, list[str]] = field(default_factory=dict)
+    """Level -> tick ids of its failed ticks since its last completed one."""
+    folding: bool = False
+    """Set after the first poll: from then on a checkpoint of 0 means an empty log, not a
+    first start whose history is skipped."""
+
+    def run(self, stopping: threading.Event) -> None:
+        """Poll the log until `stopping` is set; a store outage is waited out."""
+        while not stopping.is_set():
+            try:
+                self.poll()
+            except StoreError as exc:
+                log.warning("alerts: store unavailable, trying again: %s", exc)
+            stopping.wait(POLL_SECONDS)
+
+    def poll(self) -> list[AlertRaised]:
+        """Fold the events since the checkpoint; claim and send the alerts they open."""
+        raised: list[AlertRaised] = []
+        with self.store.tracking(CHECKPOINT) as tracking:
+            if tracking.position > 0 or self.folding:
+                window = self.store.read_window(tracking, WATCHED, tracking.horizon)
+                raised = [alert for event in window for alert in self._alerts_of(event)]
+            self.store.save_checkpoint(tracking, tracking.horizon)
+        self.folding = True
+        episodes = {alert.stream_id: alert for alert in reversed(raised)}  # the first of each
+        claimed = self.store.create_streams({k: [a.to_record()] for k, a in episodes.items()})
+        sent = [alert for alert in raised if episodes[alert.stream_id] is alert]
+        sent = [alert for alert in sent if alert.stream_id in claimed]
+        for alert in sent:
+            self._deliver(alert)
+        return sent
+
+    def _alerts_of(self, event: EventData) -> list[AlertRaised]:
+        _, kind, data = event
+        level = data.get("level", "")
+        if level not in self.settings.levels:
+            return []
+        config = self.settings.alerts_for(level)
+        streak = self.streaks.setdefault(level, [])
+        if kind == "TickCompleted":
+            streak.clear()
+            return []
+        if kind == "LevelPaused":
+            if data.get("by") != "tickwork":
+                return []
+            tick = streak[-1] if streak else None
+            key = f"paused-{level}-{data['occurred_at']}"
+            return self._raise(config, "paused", key, level, data["reason"], tick)
+        if kind == "LevelBudgetExceeded":
+            reason = f"daily budget spent on {data['day']}: {data['spent_tokens']:,} tokens"
+            key = f"budget-{level}-{data['day']}"
+            return self._raise(config, "budget", key, level, reason, None)
+        streak.append(data["tick_id"])
+        alerts = []
+        if kind == "TickLost":
+            reason = f"tick {data['tick_id']} lost: {data['reason']}"
+            key = f"lost-{data['tick_id']}"
+            alerts += self._raise(config, "lost", key, level, reason, data["tick_id"])
+        if len(streak) == config.consecutive_failures:
+            reason = f"{len(streak)} failed ticks in a row, the last: {data.get('reason', kind)}"
+            key = f"failures-{level}-{data['tick_id']}"
+            alerts += self._raise(config, "failures", key, level, reason, data["tick_id"])
+        return alerts
+
+    def _raise(
+        self,
+        config: AlertsConfig,
+        kind: AlertKind,
+        key: str,
+        level: str,
+        reason: str,
+        tick_id: str | None,
+    ) -> list[AlertRaised]:
+        if kind not in config.on or not config.notify:
+            return []
+        public = self.settings.api.public_url
+        link = f"{public.rstrip('/')}/ticks/{tick_id}" if public and tick_id else None
+        alert = AlertRaised(
+            key=re.sub(r"[^A-Za-z0-9_.:+-]", "_", key),
+            kind=kind,
+            level=level,
+            reason=reason,
+            tick_id=tick_id,
+            link=link,
+            targets=[f"env:{name}" for name in config.notify],
+        )
+        return [alert]
+
+    def _deliver(self, alert: AlertRaised) -> None:
+        title = f"tickwork {alert.level}: {alert.kind}"
+        body = alert.reason + (f"\n{alert.link}" if alert.link else "")
+        delivery = {}
+        for target in alert.targets:
+            name = target.removeprefix("env:")
+            urls = [part for part in re.split(r"[\s,]+", self.env.get(name, "")) if part]
+            if not urls:
+                delivery[target] = f"failed: environment variable {name} is not set"
+                continue
+            outcomes = [self.sender(url, title, body) for url in urls]
+            failed = [outcome for outcome in outcomes if outcome != "ok"]
+            delivery[target] = failed[0] if failed else "ok"
+        record = AlertDelivered(key=alert.key, delivery=delivery).to_record()
+        self.store.append(alert_stream(alert.key), [record])
+
+
+def send_apprise(url: str, title: str, body: str) -> str:
+    """Send one notification; `ok`, or why not with the URL kept out of the reason."""
+    import apprise  # imported on first use: a service without alerts never pays for it
+
+    notifier = apprise.Apprise()
+    if not notifier.add(url):
+        return "failed: apprise does not accept the URL"
+    with apprise.LogCapture(level=apprise.logging.WARNING) as captured:  # type: ignore[no-untyped-call]
+        ok = notifier.notify(title=title, body=body)
+    if ok:
+        return "ok"
+    detail = " ".join(captured.getvalue().split())[:300]
+    return redact(f"failed: {detail or 'no reason given'}").replace(url, "[url]")

@@ -1,0 +1,83 @@
+"""`tickwork show` and `tickwork tick` tell what a tick does while it runs, and what it did."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+from pathlib import Path
+
+from harness.devtools.fake_llm import FakeUpstream, Step, ToolCallSpec
+from harness.store import open_store
+from tests.commands import Output, run_cli, start, start_tick, write_config
+from tests.waiting import wait_until
+
+LEVEL = """
+[levels.min]
+every = "1h"
+prompt = "Check the pager."
+model = "fake-model"
+timeout_seconds = 120
+"""
+
+
+def test_show_follow_prints_a_running_ticks_turns_until_it_is_cancelled(
+    tmp_path: Path, fake: FakeUpstream
+) -> None:
+    config = write_config(tmp_path, LEVEL)
+    tick_id = "min-followed"
+    first = Step(tool_calls=[ToolCallSpec(name="pager_status", arguments={"team": "db"})])
+    fake.script(tick_id, [first, Step(text="never sent in time", delay=120)])
+    ticking = start_tick(tick_id, config, fake, "--json")
+    store = open_store(f"sqlite:///{tmp_path}/events.db")
+    wait_until(lambda: store.read_stream(f"tick-{tick_id}"), "the tick to be claimed")
+    follow = Output(start(f"show {tick_id} --follow", config, fake, stdout=subprocess.PIPE))
+    follow.wait_for("| Check the pager.")
+    follow.wait_for("model call 1 fake-model: tool_use")
+    follow.wait_for('args {"team":"db"}')
+    assert follow.process.poll() is None, "the tick still runs: --follow waits for it"
+    assert ticking.poll() is None
+
+    cancelled = run_cli(f"cancel {tick_id} --json", config, fake)
+    assert cancelled.returncode == 0, cancelled.stderr
+    answer = json.loads(cancelled.stdout)
+    assert answer["matching"] == [tick_id] and answer["ended"] == {tick_id: "TickCancelled"}
+    assert follow.process.wait(60) == 0
+    printed = follow.text()
+    assert "cancelled:" in printed and "status  cancelled" in printed
+    ended, ticked = ticking.communicate(timeout=60)
+    assert "1 model call(s)" in ticked and "so far" in ticked, "tick printed its progress"
+    assert json.loads(ended)["status"] == "cancelled", "tick --json prints the story"
+
+    shown = run_cli(f"show {tick_id} --json", config, fake)
+    assert shown.returncode == 0, shown.stderr
+    story = json.loads(shown.stdout)
+    assert (story["status"], story["ended_by"], story["model_calls"]) == (
+        "cancelled",
+        "TickCancelled",
+        1,
+    )
+    kinds = [step["kind"] for step in story["steps"]]
+    assert kinds[:4] == ["scheduled", "started", "prompt", "model_call"] and kinds[-1] == "ended"
+    assert any(s["kind"] == "tool" and s["data"]["tool"] == "pager_status" for s in story["steps"])
+    missing = run_cli("show min-nothing", config, fake)
+    assert missing.returncode == 2 and "no tick 'min-nothing'" in missing.stderr
+    store.close()
+
+
+def test_commands_that_print_data_print_json_and_the_version(
+    tmp_path: Path, fake: FakeUpstream
+) -> None:
+    config = write_config(tmp_path, LEVEL)
+    status = run_cli("status --json", config, fake)
+    assert status.returncode == 0, status.stderr
+    body = json.loads(status.stdout)
+    assert [level["name"] for level in body["levels"]] == ["min"]
+    assert body["running"] == [] and body["paused_levels"] == [] and body["spool_pending"] == 0
+    catalog = Path(__file__).parents[1] / "ops" / "catalog.example.toml"
+    checked = run_cli(f"catalog check {catalog} --json", config, fake)
+    assert checked.returncode == 0, checked.stderr
+    assert json.loads(checked.stdout)["valid"] is True
+    cleared = run_cli("cancel min --clear --json", config, fake)
+    assert json.loads(cleared.stdout) == {"scope": "min", "cleared": False}
+    version = run_cli("--version", config, fake)
+    assert version.returncode == 0 and version.stdout.startswith("tickwork 0.")

@@ -1,0 +1,82 @@
+"""What a tick did: its model calls and transcript, recorded as they happen and redacted."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from harness.contracts.events import TRANSCRIPT_ITEM_CHARS
+from harness.devtools.fake_llm import FakeUpstream, Step
+from harness.projections import tick_story
+from harness.rag import build_index
+from tests.tick_support import SECRET, Harness, calls
+
+
+def test_a_ticks_model_calls_and_transcript_are_complete_redacted_and_capped(
+    tmp_path: Path, fake: FakeUpstream
+) -> None:
+    notes = tmp_path / "notes"
+    notes.mkdir()
+    (notes / "oncall.md").write_text(
+        f"# On call\n\nPager: escalate database alerts to Ana. {SECRET}"
+    )
+    build_index(notes, tmp_path / "rag.db")
+    harness = Harness(
+        tmp_path, fake, prompt=f"Check the pager with {SECRET}.", instructions="Be brief."
+    )
+    long_answer = "A" * (TRANSCRIPT_ITEM_CHARS + 1000)
+    outcome = harness.tick(
+        [
+            Step(status=429, error_message="Incorrect API key provided: {key}"),
+            calls("rag_lookup"),
+            Step(text=long_answer),
+        ]
+    )
+    assert outcome.status == "completed", outcome.reason
+    events = harness.events(outcome)
+    assert SECRET not in json.dumps([e.data for e in events])
+
+    called = [e.data for e in events if e.type == "ModelCalled"]
+    spent = {str(e.event_id): e.data for e in events if e.type == "BudgetSpent"}
+    assert [c["call"] for c in called] == [1, 2, 3]
+    refused, tooling, answered = called
+    assert refused["attempt"] == 1 and refused["error_class"] == "ModelThrottledException"
+    assert refused["failure_class"] == "infrastructure" and refused["budget_event_id"] is None
+    assert refused["prompt_tokens"] == 0 and "[redacted:OPENAI_API_KEY]" in refused["error"]
+    assert (tooling["attempt"], tooling["stop_reason"]) == (2, "tool_use")
+    assert (answered["attempt"], answered["stop_reason"]) == (1, "end_turn")
+    for call in (tooling, answered):
+        assert call["model"] == "fake-model" and call["error_class"] is None
+        assert 0 < call["first_token_ms"] <= call["duration_ms"]
+        linked = spent[call["budget_event_id"]]
+        assert linked["prompt_tokens"] == call["prompt_tokens"] > 0
+    assert len(spent) == 2, "a refused call is not billed"
+
+    entries = [e.data for e in events if e.type == "TranscriptEntry"]
+    assert [e["kind"] for e in entries] == ["system", "prompt", "tool", "assistant"]
+    system, prompt, tool, assistant = entries
+    assert system["text"] == "Be brief."
+    assert prompt["text"] == "Check the pager with [redacted:OPENAI_API_KEY]."
+    assert (tool["tool"], tool["status"]) == ("rag_lookup", "ok")
+    assert json.loads(tool["arguments"]) == {"question": "pager"}
+    assert "escalate database alerts to Ana. [redacted:OPENAI_API_KEY]" in tool["text"]
+    assert assistant["cut_chars"] == 1000
+    assert assistant["text"] == "A" * TRANSCRIPT_ITEM_CHARS + "\n[… 1,000 chars cut]"
+
+    story = tick_story(harness.store, outcome.tick_id)
+    assert story is not None and story.ended_by == "TickCompleted"
+    assert (story.status, story.model_calls, story.model) == ("completed", 3, "fake-model")
+    assert story.result_text == long_answer
+    assert [s.kind for s in story.steps] == [
+        "scheduled",
+        "started",
+        "system",
+        "prompt",
+        "model_call",
+        "model_call",
+        "tool",
+        "model_call",
+        "assistant",
+        "ended",
+    ]
+    assert story.steps[4].summary.startswith("model call 1 fake-model: ModelThrottledException")

@@ -1,5 +1,9 @@
 """One `BudgetSpent` per finished model call, committed before the next call starts.
 
+Each call's start is recorded too (`ModelCallStarted`, with its estimated input size)
+before it is sent: a call a kill cuts off is then booked, estimated, by whoever ends the
+attempt (`harness.execution.cutoff`), never lost.
+
 Hooks run inline in the agent loop, so the append below completes before the loop can
 ask the model again: a tick killed at any moment loses at most the call in flight.
 A call that returns without usage is recorded with tokens estimated from the request and
@@ -13,7 +17,7 @@ from typing import Any
 
 from strands.hooks import AfterModelCallEvent, BeforeModelCallEvent, HookProvider, HookRegistry
 
-from harness.contracts.events import BudgetSpent
+from harness.contracts.events import BudgetSpent, ModelCallStarted
 from harness.contracts.payload import TickPayload
 from harness.governor.estimate import request_chars, tokens_from_chars
 from workers.model import MeteredOpenAIModel
@@ -32,11 +36,12 @@ class SpendMeter(HookProvider):
         self.completion_tokens = 0
         self.model_calls = 0
         self.estimated_calls = 0
+        self.calls_started = 0
         self._request_chars = 0
         self._cancelled = False
 
     def register_hooks(self, registry: HookRegistry, **kwargs: Any) -> None:
-        """Size each request before the call; record its spend after it."""
+        """Size and record each call before it is sent; record its spend after it."""
         registry.add_callback(BeforeModelCallEvent, self._before_call)
         registry.add_callback(AfterModelCallEvent, self._after_call)
 
@@ -45,6 +50,18 @@ class SpendMeter(HookProvider):
         agent = event.agent
         self._request_chars = request_chars(
             agent.system_prompt, agent.messages, agent.tool_registry.get_all_tool_specs()
+        )
+        if self._cancelled or self.model is None:
+            return
+        self.calls_started += 1
+        self.recorder.record(
+            ModelCallStarted(
+                tick_id=self.payload.tick_id,
+                level=self.payload.level,
+                call=self.calls_started,
+                model=self.model.get_config()["model_id"],
+                estimated_input_tokens=tokens_from_chars(self._request_chars),
+            )
         )
 
     def _after_call(self, event: AfterModelCallEvent) -> None:

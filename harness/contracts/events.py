@@ -139,6 +139,21 @@ class TickStarted(TickEvent):
     """The process watching the worker; while it lives, no other scheduler may adopt it."""
 
 
+class ModelCallStarted(TickEvent):
+    """A model call about to be sent, recorded before it is, with its estimated input size.
+
+    A worker killed mid-call cannot record the call's spend; whoever ends the attempt
+    books an estimated `BudgetSpent` for it (`harness.execution.cutoff`), so a call the
+    upstream answered after the kill is still counted.
+    """
+
+    type = "ModelCallStarted"
+    call: NonNegativeInt
+    """The call's number in its worker process, from 1."""
+    model: str
+    estimated_input_tokens: NonNegativeInt
+
+
 class BudgetSpent(TickEvent):
     """The token spend of one finished model call, recorded the moment it finished."""
 
@@ -401,6 +416,7 @@ EVENT_TYPES: dict[tuple[str, int], type[Event]] = {
         RouteFallback,
         RoutePromoted,
         TickStarted,
+        ModelCallStarted,
         BudgetSpent,
         ToolCalled,
         TickAttemptFailed,

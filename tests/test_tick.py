@@ -188,7 +188,8 @@ def test_a_tick_killed_mid_call_books_that_call_estimated(
     thread = threading.Thread(target=lambda: outcomes.append(harness.runner.run(prepared)))
     thread.start()
     wait_until(lambda: tick_id in fake.state.first_request, "the tick to reach the upstream")
-    started = next(e for e in harness.store.read_stream(f"tick-{tick_id}") if e.type == "TickStarted")
+    stream = harness.store.read_stream(f"tick-{tick_id}")
+    started = next(e for e in stream if e.type == "TickStarted")
     os.kill(started.data["pid"], signal.SIGKILL)
     thread.join(60)
 

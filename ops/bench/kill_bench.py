@@ -1,12 +1,13 @@
 """Kills at random moments: tick processes, then the service itself, and what they leave.
 
 Starts `tickwork run` (a real process, SQLite store) with a few levels firing every two
-seconds against the fake upstream, whose answers take a random 0.1–1.5 s and which counts
+seconds against the fake upstream, whose answers take a random 0.1 to 1.5 s and which counts
 every call it answered. First it SIGKILLs the worker of a running tick at a random moment,
-`--tick-kills` times; then it SIGKILLs the service itself at a random moment after its
-start and starts it again at once, `--service-kills` times (the workers it leaves run on,
-to be adopted or ended by the next one). A last service reconciles and is stopped with
-SIGTERM. Then it checks, from the store, the upstream's ledger and the process table:
+`--tick-kills` times; then it SIGKILLs the service itself at a random moment (every other
+time once it has reconciled and runs waves) and starts it again at once, `--service-kills`
+times: the workers it leaves run on, to be adopted or ended by the next one. A last
+service reconciles and is stopped with SIGTERM. Then it checks, from the store, the
+upstream's ledger and the process table:
 
 - every tick stream ends in exactly one terminal event;
 - every tick's recorded spend (estimated bookings included) covers the calls the upstream
@@ -30,6 +31,7 @@ import sys
 import tempfile
 import time
 from collections import Counter, defaultdict
+from collections.abc import Callable
 from pathlib import Path
 
 import psutil
@@ -40,6 +42,8 @@ from harness.devtools.fake_llm import LedgerEntry, Step, fake_upstream
 from harness.store import EventStore, StoredEvent, open_store
 
 LEVELS = 3
+RUNNING = "tickwork running"
+"""The service's line once it has reconciled and runs waves."""
 MAX_DELAY = 1.5
 """The slowest answer: once every process is gone, the upstream has answered within this."""
 
@@ -64,16 +68,19 @@ def main() -> int:
         env = {k: v for k, v in os.environ.items() if not k.startswith("TICKWORK_")}
         env.update(TICKWORK_CONFIG=str(config), OPENAI_BASE_URL=fake.url)
         store = open_store(f"sqlite:///{root}/events.db")
-        service = start(env, root)
+        service, log = start(env, root, 0)
         tick_kills = kill_ticks(store, args.tick_kills, chance)
-        service_kills = 0
-        while service_kills < args.service_kills:
-            time.sleep(chance.uniform(0.2, 4.0))
+        running_when_killed = 0
+        for n in range(1, args.service_kills + 1):
+            if n % 2 == 0:  # every other one once it runs waves, the rest at any moment
+                wait_for(runs(log), "a service to start")
+            time.sleep(chance.uniform(0.5, 4.0))
             service.kill()
             service.wait()
-            service_kills += 1
-            service = start(env, root)
-        time.sleep(6)  # the last service reconciles at start and runs a few waves
+            running_when_killed += RUNNING in log.read_text()
+            service, log = start(env, root, n)
+        wait_for(runs(log), "the last service to reconcile and run")
+        time.sleep(3)  # a wave or two
         service.send_signal(signal.SIGTERM)
         service.wait(120)
         survivors = processes_of(config)
@@ -82,7 +89,10 @@ def main() -> int:
         store.close()
         failures = check(events, fake.ledger, survivors)
     print(f"tick workers SIGKILLed:   {tick_kills}")
-    print(f"services SIGKILLed:       {service_kills}")
+    print(
+        f"services SIGKILLed:       {args.service_kills} "
+        f"({running_when_killed} after their start-up, the rest during it)"
+    )
     print(f"wall time:                {time.monotonic() - began:.0f} s")
     print(f"load average after: {' '.join(f'{x:.2f}' for x in os.getloadavg())}")
     for failure in failures:
@@ -106,10 +116,32 @@ def write_config(root: Path) -> Path:
     return config
 
 
-def start(env: dict[str, str], root: Path) -> subprocess.Popen[bytes]:
+def start(env: dict[str, str], root: Path, n: int) -> tuple[subprocess.Popen[bytes], Path]:
+    """The `n`th `tickwork run`, with its own log (unbuffered: a SIGKILL loses no line)."""
     tickwork = str(Path(sys.executable).with_name("tickwork"))
-    with open(root / "service.log", "ab") as log:
-        return subprocess.Popen([tickwork, "run"], env=env, cwd=root, stdout=log, stderr=log)
+    path = root / f"service-{n}.log"
+    with open(path, "ab") as log:
+        service = subprocess.Popen(
+            [tickwork, "run"],
+            env={**env, "PYTHONUNBUFFERED": "1"},
+            cwd=root,
+            stdout=log,
+            stderr=log,
+        )
+    return service, path
+
+
+def runs(log: Path) -> Callable[[], bool]:
+    """Whether the service logging to `log` has reconciled and runs waves."""
+    return lambda: RUNNING in log.read_text()
+
+
+def wait_for(check: Callable[[], bool], what: str, timeout: float = 120) -> None:
+    deadline = time.monotonic() + timeout
+    while not check():
+        if time.monotonic() > deadline:
+            raise SystemExit(f"waited {timeout:.0f} s for {what}")
+        time.sleep(0.1)
 
 
 def kill_ticks(store: EventStore, wanted: int, chance: random.Random) -> int:
@@ -123,7 +155,7 @@ def kill_ticks(store: EventStore, wanted: int, chance: random.Random) -> int:
             time.sleep(0.1)
             continue
         pid = chance.choice(candidates)
-        time.sleep(chance.uniform(0.0, 1.2))
+        time.sleep(chance.uniform(0.0, 3.0))
         try:
             os.kill(pid, signal.SIGKILL)
         except ProcessLookupError:
@@ -154,9 +186,7 @@ def processes_of(config: Path) -> list[str]:
     return found
 
 
-def check(
-    events: list[StoredEvent], ledger: list[LedgerEntry], survivors: list[str]
-) -> list[str]:
+def check(events: list[StoredEvent], ledger: list[LedgerEntry], survivors: list[str]) -> list[str]:
     """The four promises, with their figures printed; returns what failed."""
     failures = []
     streams: dict[str, list[StoredEvent]] = defaultdict(list)
@@ -171,6 +201,9 @@ def check(
     print(f"terminal events:          {dict(sorted(ends.items()))}")
     if set(terminals) != {1}:
         failures.append(f"streams by number of terminal events: {dict(terminals)}")
+        for stream_id, stream in streams.items():
+            if sum(e.type in TERMINAL_TYPES for e in stream) != 1:
+                failures.append(f"{stream_id}: {[e.type for e in stream]}")
     answered = Counter(entry.key for entry in ledger)
     spent = [e for e in events if e.type == "BudgetSpent"]
     recorded = Counter(e.data["tick_id"] for e in spent)

@@ -211,6 +211,35 @@ def test_ctrl_c_on_tickwork_tick_ends_its_tick_cancelled(
     store.close()
 
 
+def test_the_manual_lane_cap_holds_across_tickwork_tick_processes(
+    tmp_path: Path, fake: FakeUpstream
+) -> None:
+    first, store = started_by_hand(tmp_path, fake, "min-by-hand-first")
+    config = write_config(tmp_path, LEVEL, runner="manual_max_concurrent = 1")
+    fake.script("min-by-hand-second", [Step(text="done")])
+    second = start(
+        "tick min --tick-id min-by-hand-second",
+        config,
+        fake,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+    )
+    assert second.stderr is not None
+    said = ""
+    while "waiting:" not in said and (line := second.stderr.readline()):
+        said += line
+    assert "1 manual tick(s) ahead of this one hold the lane's 1" in said, said
+    assert "min-by-hand-second" not in fake.state.first_request
+    first.send_signal(signal.SIGINT)
+    first.communicate(timeout=60)
+    stdout, stderr = second.communicate(timeout=60)
+    assert second.returncode == 0, stdout + stderr
+    ended = store.read_stream("tick-min-by-hand-first")[-1]
+    began = next(e for e in store.read_stream("tick-min-by-hand-second") if e.type == "TickStarted")
+    assert ended.type == "TickCancelled" and began.global_position > ended.global_position
+    store.close()
+
+
 def test_a_tick_by_hand_obeys_the_pause_unless_forced(tmp_path: Path, fake: FakeUpstream) -> None:
     config = write_config(tmp_path, LEVEL)
     assert run_cli("pause min", config, fake).returncode == 0

@@ -14,7 +14,17 @@ from typing import Annotated
 
 import typer
 
-from harness.cli.app import app, fail, out, rag_app, settings, state, store_for, upstream_for_ticks
+from harness.cli.app import (
+    app,
+    err,
+    fail,
+    out,
+    rag_app,
+    settings,
+    state,
+    store_for,
+    upstream_for_ticks,
+)
 from harness.cli.catalog_commands import router_or_exit
 
 if typing.TYPE_CHECKING:
@@ -136,6 +146,8 @@ def _own(
     following = threading.Thread(target=follow, name="control", daemon=True)
     following.start()
     try:
+        if not _await_place(store, executor, claim, interrupted, wake):
+            return
         executor.submit(claim)
         executor.wait_idle(FOREVER)
     finally:
@@ -144,6 +156,42 @@ def _own(
         following.join()
         executor.shutdown(grace=0)
         signal.signal(signal.SIGINT, previous)
+
+
+def _await_place(
+    store: EventStore,
+    executor: LocalExecutor,
+    claim: SlotClaim,
+    interrupted: threading.Event,
+    wake: threading.Event,
+) -> bool:
+    """Wait until the manual lane has a place for the tick across every process.
+
+    False when Ctrl-C came first: the tick is then ended cancelled without starting.
+    """
+    from harness.projections import Projector
+    from harness.projections.ticks import TicksProjection
+    from harness.scheduling.manual import manual_ticks_ahead
+    from harness.scheduling.timetable import POLL_SECONDS
+    from harness.store import StoreError
+
+    projector = Projector(store, [TicksProjection()])
+    cap = executor.settings.runner.manual_max_concurrent
+    told = False
+    while not interrupted.is_set():
+        try:
+            ahead = manual_ticks_ahead(store, projector, claim.tick_id)
+        except StoreError:
+            ahead = cap  # unknown: ask again after the poll
+        if ahead < cap:
+            return True
+        if not told:
+            err.print(f"waiting: {ahead} manual tick(s) ahead of this one hold the lane's {cap}")
+            told = True
+        wake.wait(POLL_SECONDS)
+        wake.clear()
+    executor.never_started(claim, "interrupted (Ctrl-C on tickwork tick)")
+    return False
 
 
 def _print_tick(tick_id: str, outcome: TickOutcome | None, stream: list[StoredEvent]) -> None:

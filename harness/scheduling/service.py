@@ -22,7 +22,13 @@ from datetime import datetime, timedelta
 from functools import partial
 
 from harness.config import Settings
-from harness.contracts.events import LevelBudgetExceeded, level_stream, tick_stream, utcnow
+from harness.contracts.events import (
+    LevelBudgetExceeded,
+    TickSkipped,
+    level_stream,
+    tick_stream,
+    utcnow,
+)
 from harness.prices import PriceBook
 from harness.projections import projector_for
 from harness.projections.levels import paused_levels
@@ -42,7 +48,7 @@ from harness.scheduling.waves import (
     decide,
     skip_reason,
 )
-from harness.store import EventStore, Spool, StoreError
+from harness.store import EventStore, Spool, StoreError, append_or_spool
 
 Report = Callable[[str], None]
 Companion = Callable[[threading.Event], None]
@@ -313,12 +319,37 @@ class Service:
             if tick_id not in claimed:
                 self._unbuffer(claim)
                 self.report(f"{tick_id} claimed by another replica")
+            elif decision in ("run", "buffer") and not self._confirmed(claim, over_budget):
+                self._unbuffer(claim)
+                self.report(f"{tick_id} skipped: {SKIPPED['budget'].format(level=level)}")
             elif decision in ("run", "buffer"):
                 self._hand_on(claim, decision)
             elif decision != "missed":
                 self.report(f"{tick_id} skipped: {SKIPPED[decision].format(level=level)}")
         for level, check in over_budget.items():
             self._budget_exceeded(level, check)
+
+    def _confirmed(self, claim: SlotClaim, over_budget: dict[str, BudgetCheck]) -> bool:
+        """Whether the claimed tick keeps its place within the level's budget; else it ends.
+
+        A tick that gives way (or whose check cannot be read: fail-closed) is skipped
+        `budget`, its end spooled if the store is out.
+        """
+        config = self.settings.levels[claim.level]
+        try:
+            check = self.budgets.confirm(claim.level, config, claim.tick_id)
+        except StoreError as exc:
+            self.outage.failed(exc)
+            check = BudgetCheck(False, 0, None, 0)
+        if check.allowed:
+            return True
+        if check.spent_tokens or check.reserved_tokens:
+            over_budget.setdefault(claim.level, check)
+        skipped = TickSkipped(
+            tick_id=claim.tick_id, level=claim.level, reason="budget", slot=claim.slot
+        )
+        append_or_spool(self.store, self.spool, skipped.stream_id, [skipped.to_record()])
+        return False
 
     def _hand_on(self, claim: SlotClaim, decision: Decision) -> None:
         """A claimed tick that may run goes to the executor, or waits for its level."""

@@ -36,6 +36,7 @@ from pathlib import Path
 
 import psutil
 from machine import describe
+from service_config import write_config
 
 from harness.contracts.events import TERMINAL_TYPES
 from harness.devtools.fake_llm import LedgerEntry, Step, fake_upstream
@@ -64,7 +65,7 @@ def main() -> int:
             "default",
             [Step(text="Checked.", delay=chance.uniform(0.1, MAX_DELAY)) for _ in range(5000)],
         )
-        config = write_config(root)
+        config = write_config(root, "shutdown_grace_seconds = 2\ngrace_seconds = 1", level_tables())
         env = {k: v for k, v in os.environ.items() if not k.startswith("TICKWORK_")}
         env.update(TICKWORK_CONFIG=str(config), OPENAI_BASE_URL=fake.url)
         store = open_store(f"sqlite:///{root}/events.db")
@@ -101,19 +102,12 @@ def main() -> int:
     return 1 if failures else 0
 
 
-def write_config(root: Path) -> Path:
-    tables = "".join(
+def level_tables() -> str:
+    return "".join(
         f'[levels.l{i}]\nevery = "2s"\nprompt = "Check."\nmodel = "fake-model"\n'
         'overlap = "allow"\ntimeout_seconds = 20\n\n'
         for i in range(LEVELS)
     )
-    config = root / "tickwork.toml"
-    config.write_text(
-        f'[store]\nurl = "sqlite:///{root}/events.db"\n[paths]\nresults = "{root}/results"\n'
-        f'spool = "{root}/spool"\n[runner]\nshutdown_grace_seconds = 2\ngrace_seconds = 1\n\n'
-        f"{tables}"
-    )
-    return config
 
 
 def start(env: dict[str, str], root: Path, n: int) -> tuple[subprocess.Popen[bytes], Path]:

@@ -11,6 +11,8 @@ import signal
 import subprocess
 import threading
 from collections import Counter
+from datetime import datetime, timedelta
+from itertools import pairwise
 from pathlib import Path
 
 from sqlalchemy.engine import make_url
@@ -74,6 +76,14 @@ def test_a_store_outage_costs_no_running_service_and_loses_no_event(tmp_path: Pa
         ticks = {e.stream_id for e in events if e.stream_id.startswith("tick-")}
         unended = {t: terminal[t] for t in ticks if terminal[t] != 1}
         assert ticks and not unended, f"{unended}\n{output}"
+        slots = sorted({e.data["slot"] for e in events if e.type == "TickScheduled"})
+        steps = {
+            datetime.fromisoformat(later) - datetime.fromisoformat(earlier)
+            for earlier, later in pairwise(slots)
+        }
+        assert steps == {timedelta(seconds=2)}, f"slots due in the outage were lost\n{output}"
+        skipped = {e.data["reason"] for e in events if e.type == "TickSkipped"}
+        assert "missed" in skipped and "not scheduled" not in output, output
         store.close()
 
 

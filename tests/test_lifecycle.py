@@ -14,10 +14,12 @@ import time
 from pathlib import Path
 from uuid import uuid4
 
-from harness.config import RunnerConfig
+from harness.config import PriceOverride, RunnerConfig
 from harness.contracts.events import CONTROL_STREAM, TERMINAL_TYPES, LevelPaused, level_stream
 from harness.devtools.fake_llm import FakeUpstream, Step
 from harness.execution.executors import LocalExecutor
+from harness.execution.prepare import Preparer
+from harness.execution.runner import Runner
 from harness.prices import PriceBook
 from harness.projections.levels import cancel_scopes
 from harness.scheduling.control import ControlFollower, clear_cancel, request_cancel
@@ -201,6 +203,29 @@ def test_ctrl_c_on_tickwork_tick_ends_its_tick_cancelled(
     store.close()
 
 
+def test_the_manual_lane_cap_holds_across_tickwork_tick_processes(
+    tmp_path: Path, fake: FakeUpstream
+) -> None:
+    first, store = started_by_hand(tmp_path, fake, "min-by-hand-first")
+    config = write_config(tmp_path, LEVEL, runner="manual_max_concurrent = 1")
+    fake.script("min-by-hand-second", [Step(text="done")])
+    second = start_tick("min-by-hand-second", config, fake)
+    assert second.stderr is not None
+    said = ""
+    while "waiting:" not in said and (line := second.stderr.readline()):
+        said += line
+    assert "1 manual tick(s) ahead of this one hold the lane's 1" in said, said
+    assert "min-by-hand-second" not in fake.state.first_request
+    first.send_signal(signal.SIGINT)
+    first.communicate(timeout=60)
+    stdout, stderr = second.communicate(timeout=60)
+    assert second.returncode == 0, stdout + stderr
+    ended = store.read_stream("tick-min-by-hand-first")[-1]
+    began = next(e for e in store.read_stream("tick-min-by-hand-second") if e.type == "TickStarted")
+    assert ended.type == "TickCancelled" and began.global_position > ended.global_position
+    store.close()
+
+
 def test_a_tick_by_hand_obeys_the_pause_unless_forced(tmp_path: Path, fake: FakeUpstream) -> None:
     config = write_config(tmp_path, LEVEL)
     assert run_cli("pause min", config, fake).returncode == 0
@@ -265,6 +290,9 @@ def test_a_whole_tick_timeout_is_retried_as_an_infrastructure_failure_then_pause
         "TickStarted",
         "TickTimedOut",
     ]
+    begun = [e for e in events if e.type == "ModelCallStarted"]
+    booked = [e.data for e in events if e.type == "BudgetSpent"]
+    assert [(b["estimated"], b["source"]) for b in booked] == [(True, "runner")] * len(begun)
     (failed,) = [e.data for e in events if e.type == "TickAttemptFailed"]
     assert (failed["failure_class"], failed["reason"]) == ("infrastructure", "timed out after 3 s")
     paused = harness.store.read_stream("level-min")[-1]
@@ -307,6 +335,31 @@ def test_five_parallel_ticks_overshoot_the_daily_budget_by_at_most_one_call_each
         "end_turn",
     }
     assert any(e.data.get("stop_reason") == "budget" for e in ends), [e.data for e in ends]
+
+
+def test_the_in_worker_budget_counts_usd_and_what_the_levels_other_ticks_reserve(
+    tmp_path: Path, fake: FakeUpstream
+) -> None:
+    harness = Harness(tmp_path, fake, rag=False, daily_usd_budget=100.0)
+    a_dollar_a_token = PriceOverride(input_per_mtok=1_000_000, output_per_mtok=1_000_000)
+    harness.settings = harness.settings.model_copy(
+        update={"prices": {"fake-model": a_dollar_a_token}}
+    )
+    harness.preparer = Preparer(harness.settings, harness.store, env=harness.runner.env)
+    harness.runner = Runner(harness.settings, harness.store, env=harness.runner.env)
+    other = SlotClaim("min-reserving", "min", None, reserved_tokens=150)
+    assert claim_wave(harness.store, harness.settings, [other]) == {other.tick_id}
+
+    held_back = harness.tick([Step(text="never asked")])
+    assert held_back.status == "completed" and held_back.result is not None
+    assert held_back.result.stop_reason == "budget", held_back.result
+    assert "USD 150.0000 with its reservations, of its USD 100" in held_back.result.text
+    assert held_back.tick_id not in fake.state.first_request
+    assert kinds(harness.store, held_back.tick_id)[-1] == "TickCompleted"
+
+    harness.runner.cancel_queued(other.tick_id, "min", "its reservation ends with it")
+    freed = harness.tick([Step(text="done")])
+    assert freed.result is not None and freed.result.stop_reason != "budget", freed.result
 
 
 def test_a_cancel_recorded_before_scopes_lasted_is_not_in_force(tmp_path: Path) -> None:

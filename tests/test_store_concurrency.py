@@ -7,13 +7,20 @@ import threading
 import time
 from collections import defaultdict
 from datetime import UTC, datetime
+from pathlib import Path
 from uuid import uuid4
 
 import sqlalchemy as sa
 
+from harness.prices import PriceBook
+from harness.projections import projector_for
+from harness.scheduling import waves
+from harness.scheduling.budget import Budgets
+from harness.scheduling.waves import SlotClaim
 from harness.store import NO_STREAM, NewEvent, open_store
 from harness.store.schema import events
 from tests.procs import append_many, claim, claim_wave, gather, racing
+from tests.tick_support import make_settings
 
 WRITERS = 4
 PER_WRITER = 400
@@ -119,3 +126,35 @@ def _wait_for_lock_waiters(conn: sa.Connection, count: int) -> None:
     while conn.execute(query).scalar_one() < count:
         assert time.monotonic() < deadline, "the other appends never queued for the lock"
         time.sleep(0.01)
+
+
+def test_two_replicas_deciding_one_levels_budget_at_once_cannot_both_miss_each_other(
+    store_url: str, tmp_path: Path
+) -> None:
+    settings = make_settings(tmp_path, daily_token_budget=15_000, reserve_tokens=10_000)
+    config = settings.levels["min"]
+    prices = PriceBook()
+    replicas = [open_store(store_url) for _ in range(2)]
+    budgets = [Budgets(store, projector_for(store, prices), prices) for store in replicas]
+    slot = datetime(2026, 1, 1, tzinfo=UTC)
+    claims = [SlotClaim(f"min-replica-{n}", "min", slot, reserved_tokens=10_000) for n in range(2)]
+    both_decided = threading.Barrier(2)
+    verdicts: dict[str, bool] = {}
+
+    def replica(n: int) -> None:
+        assert budgets[n].try_reserve("min", config, claims[n].tick_id).allowed
+        both_decided.wait(30)  # each decided before the other claimed: neither saw the other
+        assert waves.claim_wave(replicas[n], settings, [claims[n]]) == {claims[n].tick_id}
+        verdicts[claims[n].tick_id] = budgets[n].confirm("min", config, claims[n].tick_id).allowed
+
+    threads = [threading.Thread(target=replica, args=(n,)) for n in range(2)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(60)
+    first = min(
+        claims, key=lambda c: replicas[0].read_stream(f"tick-{c.tick_id}")[0].global_position
+    )
+    assert verdicts == {c.tick_id: c is first for c in claims}
+    for store in replicas:
+        store.close()

@@ -8,6 +8,8 @@ warm launcher; the tests of what a launcher must guarantee run under the cold on
 from __future__ import annotations
 
 import json
+import os
+import signal
 import subprocess
 import sys
 import threading
@@ -168,10 +170,43 @@ def test_timeout_kills_the_whole_group_and_keeps_the_spend_already_made(
     assert outcome.status == "timed_out"
     assert elapsed < timeout + 1.0 + 15, "the tick outlived its timeout plus grace"
     events = harness.events(outcome)
-    spent = [e for e in events if e.type == "BudgetSpent"]
-    assert len(spent) == 1 and spent[0].data["estimated"] is False
+    spent = [(e.data["estimated"], e.data["source"]) for e in events if e.type == "BudgetSpent"]
+    assert spent == [(False, "worker"), (True, "runner")], "the call cut off is booked"
     assert terminal_types(events) == ["TickTimedOut"]
     started = next(e for e in events if e.type == "TickStarted")
+    assert live_in_group(started.data["pid"]) == []
+
+
+def test_a_tick_killed_mid_call_books_that_call_estimated(
+    tmp_path: Path, fake: FakeUpstream
+) -> None:
+    harness = Harness(tmp_path, fake, rag=False)
+    prepared = harness.preparer.prepare("min", timeout=60)
+    tick_id = prepared.payload.tick_id
+    fake.script(tick_id, [Step(text="answered after the kill", delay=3)])
+    outcomes: list[TickOutcome] = []
+    thread = threading.Thread(target=lambda: outcomes.append(harness.runner.run(prepared)))
+    thread.start()
+    wait_until(lambda: tick_id in fake.state.first_request, "the tick to reach the upstream")
+    stream = harness.store.read_stream(f"tick-{tick_id}")
+    started = next(e for e in stream if e.type == "TickStarted")
+    os.kill(started.data["pid"], signal.SIGKILL)
+    thread.join(60)
+
+    assert outcomes and outcomes[0].status == "failed"
+    events = harness.events(outcomes[0])
+    assert terminal_types(events) == ["TickFailed"]
+    begun = [e.data for e in events if e.type == "ModelCallStarted"]
+    spent = [e.data for e in events if e.type == "BudgetSpent"]
+    assert len(begun) == 1 and begun[0]["estimated_input_tokens"] > 0
+    assert [(s["estimated"], s["source"], s["prompt_tokens"]) for s in spent] == [
+        (True, "runner", begun[0]["estimated_input_tokens"])
+    ]
+    answered = wait_until(
+        lambda: [entry for entry in fake.ledger if entry.key == tick_id],
+        "the upstream to answer the call the kill cut off",
+    )
+    assert len(answered) == len(spent)
     assert live_in_group(started.data["pid"]) == []
 
 
@@ -361,9 +396,9 @@ def test_store_unreachable_spools_the_tick_spend(tmp_path: Path, fake: FakeUpstr
     assert outcome.status == "completed"
     recovered: SqlEventStore = open_store(harness.settings.store.url, spool=runner.spool)
     types = [e.type for e in recovered.read_stream(f"tick-{outcome.tick_id}")]
-    lifecycle = ["TickScheduled", "TickStarted", "BudgetSpent", "ModelCalled", "TickCompleted"]
+    lifecycle = ["TickScheduled", "TickStarted", "ModelCallStarted", "BudgetSpent", "ModelCalled"]
     transcript = ["TranscriptEntry"] * 2  # the prompt and the answer
-    assert sorted(types) == sorted(lifecycle + transcript)
+    assert sorted(types) == sorted([*lifecycle, "TickCompleted", *transcript])
     recovered.close()
 
 

@@ -74,8 +74,9 @@ class Harness:
         return self
 
 
-WORKER_RECORDS = frozenset({"TranscriptEntry", "ModelCalled"})
-"""What a tick said and each model call it made: beside its lifecycle, not part of it."""
+WORKER_RECORDS = frozenset({"TranscriptEntry", "ModelCallStarted", "ModelCalled", "BudgetSpent"})
+"""What a tick said and each model call it made and spent: beside its lifecycle, not part
+of it (and whether a call a kill cut off started, or was booked, depends on timing)."""
 
 
 def lifecycle(events: list[StoredEvent]) -> list[str]:

@@ -1,10 +1,12 @@
-"""The level's daily token budget, checked before every model call of a tick.
+"""The level's daily budgets (tokens and USD), checked before every model call of a tick.
 
-The payload brings the budget and the level's spend when the tick was prepared; before
-each call the hook adds the `BudgetSpent` every tick of the level recorded since then (a
-plain read of the log after a position: the worker folds no read model). Once the total
-passes the budget the call is cancelled (`BeforeModelCallEvent.cancel`), its text becomes
-the tick's answer and the tick ends with stop reason `budget`: the level overshoots by at
+The payload brings the budgets, the level's spend when the tick was prepared and the
+reservations of its other ticks in flight; before each call the hook reads the log after
+that position (a plain read: the worker folds no read model), adding the `BudgetSpent`
+every tick of the level recorded since, and following the reservations its other ticks
+make (`TickScheduled`) and release (their terminal event). Once spend plus reservations
+pass a budget the call is cancelled (`BeforeModelCallEvent.cancel`), its text becomes the
+tick's answer and the tick ends with stop reason `budget`: the level overshoots by at
 most the calls already in flight, one per running tick.
 """
 
@@ -14,7 +16,9 @@ from typing import Any
 
 from strands.hooks import BeforeModelCallEvent, HookProvider, HookRegistry
 
-from harness.contracts.payload import TickPayload
+from harness.contracts.events import TERMINAL_TYPES
+from harness.contracts.payload import DailyBudget, TickPayload
+from harness.contracts.records import StoredEvent
 from harness.store import EventStore, StoreError
 
 BATCH = 1000
@@ -29,6 +33,9 @@ class DailyBudgetGuard(HookProvider):
         self.budget = payload.budget
         self.position = self.budget.after_position if self.budget else 0
         self.spent = self.budget.spent_tokens if self.budget else 0
+        self.spent_usd: float | None = self.budget.spent_usd if self.budget else 0.0
+        """None once a call of a model without rates was counted: USD is then unknown."""
+        self.reservations = dict(self.budget.reservations) if self.budget else {}
         self.stopped = False
 
     def register_hooks(self, registry: HookRegistry, **kwargs: Any) -> None:
@@ -36,27 +43,58 @@ class DailyBudgetGuard(HookProvider):
         registry.add_callback(BeforeModelCallEvent, self._before_call)
 
     def _before_call(self, event: BeforeModelCallEvent) -> None:
-        if self.budget is None or self.store is None or event.cancel:
+        budget = self.budget
+        if budget is None or self.store is None or event.cancel:
             return
         try:
-            self._add_recent_spend(self.store, self.budget.day)
+            self._follow(self.store, budget.day)
         except StoreError:
             return  # unreadable: the runner's check before every attempt still holds
-        if self.spent > self.budget.tokens:
+        passed = self._passed(budget)
+        if passed is not None:
             self.stopped = True
             event.cancel = (
                 f"Stopped before the next model call: level {self.payload.level} has spent "
-                f"{self.spent:,} of its {self.budget.tokens:,} tokens for {self.budget.day}."
+                f"{passed} for {budget.day}."
             )
 
-    def _add_recent_spend(self, store: EventStore, day: str) -> None:
+    def _passed(self, budget: DailyBudget) -> str | None:
+        """What the level's spend and reservations passed, or None while within budget."""
+        reserved = sum(self.reservations.values())
+        if budget.tokens is not None and self.spent + reserved > budget.tokens:
+            return (
+                f"{self.spent:,} tokens and holds {reserved:,} more in reservations, "
+                f"of its {budget.tokens:,}"
+            )
+        if budget.usd is None:
+            return None
+        rates = budget.rates.get(budget.reserve_model or "")
+        if self.spent_usd is None or (reserved and rates is None):
+            return f"on a model without a price: its USD {budget.usd:g} budget counts as passed"
+        total = self.spent_usd + (rates.cost(reserved, 0) if rates else 0.0)
+        if total > budget.usd:
+            return f"USD {total:.4f} with its reservations, of its USD {budget.usd:g}"
+        return None
+
+    def _follow(self, store: EventStore, day: str) -> None:
         while batch := store.read_all(self.position, BATCH):
             for stored in batch:
-                data = stored.data
-                if (
-                    stored.type == "BudgetSpent"
-                    and data.get("level") == self.payload.level
-                    and str(data.get("occurred_at", "")).startswith(day)
-                ):
-                    self.spent += int(data["prompt_tokens"]) + int(data["completion_tokens"])
+                if stored.data.get("level") == self.payload.level:
+                    self._apply(stored, day)
             self.position = batch[-1].global_position
+
+    def _apply(self, stored: StoredEvent, day: str) -> None:
+        data = stored.data
+        tick_id = data.get("tick_id")
+        if stored.type == "BudgetSpent" and str(data.get("occurred_at", "")).startswith(day):
+            prompt, completion = int(data["prompt_tokens"]), int(data["completion_tokens"])
+            self.spent += prompt + completion
+            rates = self.budget.rates.get(data["model"]) if self.budget else None
+            if self.spent_usd is not None:
+                self.spent_usd = (
+                    None if rates is None else self.spent_usd + rates.cost(prompt, completion)
+                )
+        elif stored.type == "TickScheduled" and tick_id != self.payload.tick_id:
+            self.reservations[str(tick_id)] = int(data.get("reserved_tokens", 0))
+        elif stored.type in TERMINAL_TYPES:
+            self.reservations.pop(str(tick_id), None)

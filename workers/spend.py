@@ -1,8 +1,11 @@
 """One `BudgetSpent` and one `ModelCalled` per finished model call, committed before the next.
 
-Both are appended in one commit. Hooks run inline in the agent loop, so the append
-completes before the loop can ask the model again: a tick killed at any moment loses at
-most the call in flight.
+Both are appended in one commit. Each call's start is recorded too (`ModelCallStarted`,
+with its estimated input size) before it is sent: a call a kill cuts off is then booked,
+estimated, by whoever ends the attempt (`harness.execution.cutoff`), never lost.
+
+Hooks run inline in the agent loop, so the appends complete before the loop can ask the
+model again: a tick killed at any moment loses at most the call in flight.
 A call that returns without usage is recorded with tokens estimated from the request and
 response sizes and `estimated: true`, never as zero. A call the upstream refused before
 answering (429, 5xx, refused connection) produced no tokens: it has a `ModelCalled` with
@@ -17,7 +20,7 @@ from typing import Any
 
 from strands.hooks import AfterModelCallEvent, BeforeModelCallEvent, HookProvider, HookRegistry
 
-from harness.contracts.events import BudgetSpent, ModelCalled, capped
+from harness.contracts.events import BudgetSpent, ModelCalled, ModelCallStarted, capped
 from harness.contracts.payload import TickPayload
 from harness.governor.estimate import request_chars, tokens_from_chars
 from workers.failures import failure_class
@@ -42,8 +45,9 @@ class SpendMeter(HookProvider):
         self.completion_tokens = 0
         self.model_calls = 0
         self.estimated_calls = 0
-        self.calls_made = 0
-        """Every call that reached the upstream, refused ones too (the `call` of `ModelCalled`)."""
+        self.calls_started = 0
+        """Calls sent to the upstream, refused ones too: the `call` of `ModelCallStarted` and
+        of its `ModelCalled`."""
         self._attempt = 1
         self._request_chars = 0
         self._started_at = 0.0
@@ -55,7 +59,7 @@ class SpendMeter(HookProvider):
         return model
 
     def register_hooks(self, registry: HookRegistry, **kwargs: Any) -> None:
-        """Size each request before the call; record its spend after it."""
+        """Size and record each call before it is sent; record its spend after it."""
         registry.add_callback(BeforeModelCallEvent, self._before_call)
         registry.add_callback(AfterModelCallEvent, self._after_call)
 
@@ -66,6 +70,18 @@ class SpendMeter(HookProvider):
             agent.system_prompt, agent.messages, agent.tool_registry.get_all_tool_specs()
         )
         self._started_at = time.monotonic()
+        if self._cancelled or self.model is None:
+            return
+        self.calls_started += 1
+        self.recorder.record(
+            ModelCallStarted(
+                tick_id=self.payload.tick_id,
+                level=self.payload.level,
+                call=self.calls_started,
+                model=self.model.get_config()["model_id"],
+                estimated_input_tokens=tokens_from_chars(self._request_chars),
+            )
+        )
 
     def _after_call(self, event: AfterModelCallEvent) -> None:
         model = self.model
@@ -115,7 +131,6 @@ class SpendMeter(HookProvider):
         self, model: MeteredOpenAIModel, event: AfterModelCallEvent, spent: BudgetSpent | None
     ) -> ModelCalled:
         now = time.monotonic()
-        self.calls_made += 1
         exc = event.exception
         first = model.first_token_at
         attempt, self._attempt = self._attempt, self._attempt + 1 if exc is not None else 1
@@ -124,7 +139,7 @@ class SpendMeter(HookProvider):
             level=self.payload.level,
             model=model.get_config()["model_id"],
             target=self.target,
-            call=self.calls_made,
+            call=self.calls_started,
             attempt=attempt,
             duration_ms=round((now - self._started_at) * 1000, 3),
             first_token_ms=None if first is None else round((first - self._started_at) * 1000, 3),

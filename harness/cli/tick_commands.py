@@ -145,6 +145,8 @@ def _own(
     following = threading.Thread(target=follow, name="control", daemon=True)
     following.start()
     try:
+        if not _await_place(store, executor, claim, interrupted, wake):
+            return
         executor.submit(claim)
         executor.wait_idle(FOREVER)
     finally:
@@ -186,6 +188,42 @@ class Progress:
                 f"... {time.monotonic() - self.started:.1f} s: {self.model_calls} model call(s), "
                 f"{self.tokens:,} tokens, {self.tool_calls} tool call(s) so far"
             )
+
+
+def _await_place(
+    store: EventStore,
+    executor: LocalExecutor,
+    claim: SlotClaim,
+    interrupted: threading.Event,
+    wake: threading.Event,
+) -> bool:
+    """Wait until the manual lane has a place for the tick across every process.
+
+    False when Ctrl-C came first: the tick is then ended cancelled without starting.
+    """
+    from harness.projections import Projector
+    from harness.projections.ticks import TicksProjection
+    from harness.scheduling.manual import manual_ticks_ahead
+    from harness.scheduling.timetable import POLL_SECONDS
+    from harness.store import StoreError
+
+    projector = Projector(store, [TicksProjection()])
+    cap = executor.settings.runner.manual_max_concurrent
+    told = False
+    while not interrupted.is_set():
+        try:
+            ahead = manual_ticks_ahead(store, projector, claim.tick_id)
+        except StoreError:
+            ahead = cap  # unknown: ask again after the poll
+        if ahead < cap:
+            return True
+        if not told:
+            err.print(f"waiting: {ahead} manual tick(s) ahead of this one hold the lane's {cap}")
+            told = True
+        wake.wait(POLL_SECONDS)
+        wake.clear()
+    executor.never_started(claim, "interrupted (Ctrl-C on tickwork tick)")
+    return False
 
 
 def _print_tick(tick_id: str, outcome: TickOutcome | None, stream: list[StoredEvent]) -> None:

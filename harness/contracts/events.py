@@ -199,6 +199,21 @@ class WorkerStarted(Event):
         return WORKERS_STREAM
 
 
+class ModelCallStarted(TickEvent):
+    """A model call about to be sent, recorded before it is, with its estimated input size.
+
+    A worker killed mid-call cannot record the call's spend; whoever ends the attempt
+    books an estimated `BudgetSpent` for it (`harness.execution.cutoff`), so a call the
+    upstream answered after the kill is still counted.
+    """
+
+    type = "ModelCallStarted"
+    call: NonNegativeInt
+    """The call's number in its worker process, from 1."""
+    model: str
+    estimated_input_tokens: NonNegativeInt
+
+
 class BudgetSpent(TickEvent):
     """The token spend of one finished model call, recorded the moment it finished."""
 
@@ -630,6 +645,7 @@ EVENT_TYPES: dict[tuple[str, int], type[Event]] = {
         TickStarted,
         TickTaken,
         WorkerStarted,
+        ModelCallStarted,
         BudgetSpent,
         ToolCalled,
         ModelCalled,

@@ -79,21 +79,47 @@ class RoutePlan(BaseModel):
     availability_ttl_seconds: Annotated[float, Field(ge=0)] = 300.0
 
 
+class TokenRates(BaseModel):
+    """USD per million tokens of one model (its base tier), for the worker to price spend."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    input_per_mtok: Annotated[float, Field(ge=0)]
+    output_per_mtok: Annotated[float, Field(ge=0)]
+
+    def cost(self, prompt_tokens: int, completion_tokens: int) -> float:
+        """USD of that many tokens."""
+        return (
+            prompt_tokens * self.input_per_mtok + completion_tokens * self.output_per_mtok
+        ) / 1_000_000
+
+
 class DailyBudget(BaseModel):
-    """The level's daily token budget and what was spent of it when the tick was prepared.
+    """The level's daily budgets and what was spent and reserved when the tick was prepared.
 
     The worker adds the level's `BudgetSpent` recorded after `after_position` (by any
-    tick) before each model call, and calls no model once the total passes `tokens`.
+    tick), follows the reservations of the level's other ticks (held from their
+    `TickScheduled` until their terminal event), and calls no model once spend plus those
+    reservations pass `tokens` or, priced with `rates`, `usd`. Spend of a model without
+    rates cannot be priced: a USD budget then counts as passed (fail-closed).
     """
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
-    tokens: Annotated[int, Field(gt=0)]
+    tokens: Annotated[int, Field(gt=0)] | None = None
+    usd: Annotated[float, Field(gt=0)] | None = None
     day: str
     """The UTC day (ISO) the budget and spend are of."""
     spent_tokens: Annotated[int, Field(ge=0)]
+    spent_usd: Annotated[float, Field(ge=0)] = 0.0
     after_position: Annotated[int, Field(ge=0)]
     """The global position the spend read model had folded up to, at most."""
+    reservations: dict[str, Annotated[int, Field(ge=0)]] = {}
+    """Tick id -> tokens reserved by the level's other ticks in flight when prepared."""
+    rates: dict[str, TokenRates] = {}
+    """Model -> its rates, for the models the level's spend is expected in."""
+    reserve_model: str | None = None
+    """Whose input rate prices reservations (the level's model, as the scheduler does)."""
 
 
 class TickPayload(BaseModel):
@@ -124,7 +150,7 @@ class TickPayload(BaseModel):
     prepared: the tick starts from it and folds no read model itself (a fold takes the
     store's write lock, which a wave of ticks at :00 would queue on)."""
     budget: DailyBudget | None = None
-    """Set when the level has a daily token budget: checked before every model call."""
+    """Set when the level has a daily budget (tokens or USD): checked before every model call."""
     output: Literal["text", "json"] = "text"
     """`json`: the answer is parsed (and checked against `output_schema` when set)."""
     output_schema: dict[str, Any] | None = None

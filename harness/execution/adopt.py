@@ -90,6 +90,7 @@ def adopt(
         terminal = runner.terminal(ref, None, timed_out=False).event
         report(f"{tick_id} ended while no scheduler watched: {terminal.type}")
     else:
+        runner.book_cut_off_call(ref)
         terminal = TickLost(
             tick_id=tick_id, level=level, reason="its worker is gone and left no result file"
         )

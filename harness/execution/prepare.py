@@ -21,14 +21,15 @@ from typing import Any
 
 from harness.config import LevelConfig, Settings
 from harness.contracts.calibration import Calibration
+from harness.contracts.events import tick_stream
 from harness.contracts.output import OutputSchemaError, load_output_schema
-from harness.contracts.payload import DailyBudget, RagSettings, TickPayload
+from harness.contracts.payload import DailyBudget, RagSettings, TickPayload, TokenRates
 from harness.contracts.result import ResultFileError, read_result
 from harness.contracts.secrets import secret_names
 from harness.prices import PriceBook
 from harness.projections import Projector, projector_for
 from harness.projections.calibration import current_calibrations
-from harness.projections.ticks import previous_result_path
+from harness.projections.ticks import previous_result_path, ticks_in_flight
 from harness.routing.decisions import Routed, Router, configured_router
 from harness.scheduling.budget import spent_today
 from harness.store import EventStore, StoreError
@@ -184,6 +185,7 @@ class Preparer:
         if timeout is not None and timeout <= 0:
             raise TickSetupError(f"timeout must be positive, not {timeout}")
         tick_id = tick_id or new_tick_id(level)
+        models = [c.model for c in routed.plan.candidates] if routed else [str(config.model)]
         folder = self.settings.paths.results / level / datetime.now(UTC).strftime("%Y-%m-%d")
         rag_on = config.rag and self.env.get("TICKWORK_RAG_DISABLED", "") not in ("1", "true")
         text = prompt if prompt is not None else self._prompt(level, config, slot)
@@ -208,10 +210,8 @@ class Preparer:
             spool_dir=self.settings.paths.spool.absolute(),
             route=routed.plan if routed else None,
             governor=self.settings.governor.limits(),
-            calibrations=self._calibrations(
-                [c.model for c in routed.plan.candidates] if routed else [str(config.model)]
-            ),
-            budget=self._daily_budget(level, config),
+            calibrations=self._calibrations(models),
+            budget=self._daily_budget(level, config, tick_id, models),
             output=config.output,
             output_schema=self._output_schema(level, config),
         )
@@ -250,29 +250,62 @@ class Preparer:
             self._projector = projector_for(store, PriceBook(self.settings.prices))
         return self._projector
 
-    def _daily_budget(self, level: str, config: LevelConfig) -> DailyBudget | None:
-        """The level's token budget and today's spend, for the worker to check every call.
+    def _daily_budget(
+        self, level: str, config: LevelConfig, tick_id: str, models: list[str]
+    ) -> DailyBudget | None:
+        """The level's budgets, today's spend and the reservations of its other ticks.
 
-        The position is read before the spend: what is folded in between is counted twice
-        by the worker (it stops early), never missed. A store that cannot be read leaves
-        the check to the runner's, before every attempt.
+        The worker checks them before every call. The position is read before the spend:
+        what is folded in between is counted twice by the worker (it stops early), never
+        missed. A store that cannot be read leaves the check to the runner's, before every
+        attempt.
         """
-        if config.daily_token_budget is None or self.store is None:
+        if not config.has_budget or self.store is None:
             return None
         projector = self._projections(self.store)
+        prices = PriceBook(self.settings.prices)
         try:
             projector.catch_up(["spend"])
             position = projector.checkpoints()["spend"]
-            spent = spent_today(self.store, projector, PriceBook(self.settings.prices), level)
+            spent = spent_today(self.store, projector, prices, level)
+            reservations = self._reservations(self.store, projector, level, tick_id)
         except StoreError as exc:
             log.warning("spend unavailable, the tick's budget is checked between attempts: %s", exc)
             return None
+        day = datetime.now(UTC).date().isoformat()
+        rates = {}
+        for model in {*models, *([config.model] if config.model else [])}:
+            ladder = prices.rates(model, day)
+            if ladder is not None:
+                rates[model] = TokenRates(
+                    input_per_mtok=ladder[0].input, output_per_mtok=ladder[0].output
+                )
         return DailyBudget(
             tokens=config.daily_token_budget,
-            day=datetime.now(UTC).date().isoformat(),
+            usd=config.daily_usd_budget,
+            day=day,
             spent_tokens=spent.tokens,
+            spent_usd=spent.usd,
             after_position=position,
+            reservations=reservations,
+            rates=rates,
+            reserve_model=config.model or models[0],
         )
+
+    @staticmethod
+    def _reservations(
+        store: EventStore, projector: Projector, level: str, tick_id: str
+    ) -> dict[str, int]:
+        """Tokens reserved by the level's other ticks in flight, from their TickScheduled."""
+        projector.catch_up(["ticks"])
+        streams = [tick_stream(t.tick_id) for t in ticks_in_flight(store, [level])]
+        found = store.read_streams(streams, types=["TickScheduled"])
+        return {
+            claim.data["tick_id"]: int(claim.data.get("reserved_tokens", 0))
+            for events in found.values()
+            for claim in events[:1]
+            if claim.data["tick_id"] != tick_id
+        }
 
     def _calibrations(self, models: list[str]) -> dict[str, Calibration]:
         """What the calibration read model learned of the tick's models, for its payload.

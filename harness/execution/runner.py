@@ -38,6 +38,7 @@ from harness.contracts.events import (
     tick_stream,
 )
 from harness.contracts.result import FailureClass, ResultFileError, TickResult, read_result
+from harness.execution.cutoff import cut_off_call
 from harness.execution.hedge import Places, Race, hedge_after
 from harness.execution.launchers import Launcher, TickProcess, launcher_for
 from harness.execution.lifecycle import Decisions, Life
@@ -309,6 +310,7 @@ class Runner:
             with self._lock:
                 life.process = None
                 cancelled = life.reason
+        self.book_cut_off_call(ref)
         if cancelled is not None:
             return Ended(TickCancelled(tick_id=ref.tick_id, level=ref.level, reason=cancelled))
         return self.terminal(ref, exit_code, timed_out)
@@ -345,6 +347,21 @@ class Runner:
         if process.wait(self.settings.runner.grace_seconds) is None:
             process.kill_group()
             process.wait(None)
+
+    def book_cut_off_call(self, ref: TickRef) -> None:
+        """Book, estimated, the call a worker that left no result may have had in flight.
+
+        Called once the worker's process group is gone (`harness.execution.cutoff`).
+        """
+        if self.store is None or ref.result_path.exists():
+            return
+        try:
+            events = self.store.read_stream(tick_stream(ref.tick_id))
+        except StoreError:
+            return  # the worker's own events may be spooled too: nothing to decide from
+        spent = cut_off_call(events)
+        if spent is not None:
+            self.record(spent)
 
     def terminal(self, ref: TickRef, exit_code: int | None, timed_out: bool) -> Ended:
         """The terminal event a tick has earned, from the clock and its result file alone."""

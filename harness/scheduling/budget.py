@@ -7,8 +7,13 @@ itself with the tick's terminal event (a crashed scheduler leaks nothing). Withi
 wave of slots, decisions taken before the claim is written are held in memory: five ticks
 fired together cannot overshoot the budget by five ticks' worth.
 
-Two replicas deciding for different slots of one level in the same few milliseconds can
-still each miss the other's reservation: the check is not serialized with the claim.
+Two replicas deciding for different slots of one level in the same few milliseconds may
+each miss the other's reservation when deciding; the claim settles it. Writes to the
+store are serialized (one writer transaction at a time, positions in commit order), so
+once a tick is claimed, every claim before it is visible: `Budgets.confirm` counts the
+reservations claimed before this one, and of two claims that together pass the budget
+the later one gives way (its slot is skipped `budget`). Both replicas read the same
+order, so they cannot both miss each other.
 """
 
 from __future__ import annotations
@@ -22,7 +27,7 @@ from harness.config import LevelConfig
 from harness.contracts.events import tick_stream
 from harness.prices import PriceBook
 from harness.projections import Projector, spend_report
-from harness.projections.ticks import TickInFlight
+from harness.projections.ticks import TickInFlight, ticks_in_flight
 from harness.store import EventStore
 
 
@@ -124,3 +129,25 @@ class Budgets:
         """The decision is written (the store holds the reservation now) or void."""
         with self._lock:
             self._pending.get(level, {}).pop(tick_id, None)
+
+    def confirm(self, level: str, config: LevelConfig, tick_id: str) -> BudgetCheck:
+        """Whether a claimed tick still fits, counting the reservations claimed before it."""
+        if not config.has_budget:
+            return BudgetCheck(True, 0, None, 0)
+        self.projector.catch_up(["ticks"])
+        ours = tick_stream(tick_id)
+        streams = [tick_stream(t.tick_id) for t in ticks_in_flight(self.store, [level])]
+        claims = self.store.read_streams([*streams, ours], types=["TickScheduled"])
+        if not claims[ours]:
+            return BudgetCheck(True, 0, None, 0)  # ended already: it holds no place
+        claim = claims[ours][0]
+        before = sum(
+            int(first.data.get("reserved_tokens", 0))
+            for events in claims.values()
+            for first in events[:1]
+            if first.global_position < claim.global_position
+        )
+        spent = spent_today(self.store, self.projector, self.prices, level)
+        own = int(claim.data.get("reserved_tokens", 0))
+        allowed = within_budget(config, self.prices, spent, before + own)
+        return BudgetCheck(allowed, spent.tokens, spent.usd, before)

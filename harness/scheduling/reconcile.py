@@ -54,7 +54,7 @@ def reconcile(
             continue
         started = next((e for e in reversed(events) if e.type == "TickStarted"), None)
         if started is None:
-            if _abandoned(events[0], now, never_started_after):
+            if abandoned(events[0], now, never_started_after):
                 became = executor.abandoned(tick_id, level)
                 if became is not None:
                     report(f"{tick_id} {became}")
@@ -63,7 +63,7 @@ def reconcile(
             executor.adopt(started, now)
 
 
-def _abandoned(scheduled: StoredEvent, now: datetime, never_started_after: timedelta) -> bool:
+def abandoned(scheduled: StoredEvent, now: datetime, never_started_after: timedelta) -> bool:
     """Whether the process that claimed the tick is gone (its TickScheduled says which)."""
     host, pid = scheduled.data.get("host"), scheduled.data.get("scheduler_pid")
     if host is None or pid is None:

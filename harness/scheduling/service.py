@@ -22,7 +22,13 @@ from datetime import datetime, timedelta
 from functools import partial
 
 from harness.config import Settings
-from harness.contracts.events import LevelBudgetExceeded, level_stream, tick_stream, utcnow
+from harness.contracts.events import (
+    LevelBudgetExceeded,
+    TickSkipped,
+    level_stream,
+    tick_stream,
+    utcnow,
+)
 from harness.prices import PriceBook
 from harness.projections import projector_for
 from harness.projections.levels import paused_levels
@@ -42,7 +48,7 @@ from harness.scheduling.waves import (
     decide,
     skip_reason,
 )
-from harness.store import EventStore, Spool, StoreError
+from harness.store import EventStore, Spool, StoreError, append_or_spool
 
 Report = Callable[[str], None]
 Companion = Callable[[threading.Event], None]
@@ -59,8 +65,8 @@ class Outage:
     """Says once that the store stopped answering, and once that it is back.
 
     Meanwhile the service goes on: running ticks stay supervised, their events are
-    spooled, slots that cannot be claimed are reported, and the spool is ingested when the
-    store answers again.
+    spooled, slots that cannot be claimed are owed, and when the store answers again the
+    spool is ingested and the owed slots are claimed (`Service.settle_owed`).
     """
 
     def __init__(self, report: Report) -> None:
@@ -117,6 +123,8 @@ class Service:
         self.reconciled_at = float("-inf")
         self.unsure: list[tuple[SlotClaim, Decision]] = []
         """Claims whose transaction the store lost contact in: committed or not."""
+        self.owed: list[Slot] = []
+        """Slots due while the store was out and never claimed: claimed once it is back."""
         self.spool = Spool(settings.paths.spool)
 
     def serve(self) -> None:
@@ -151,6 +159,7 @@ class Service:
                 ingested = self.spool.ingest(self.store)
                 self.report(f"ingested {ingested.appended} spooled append(s)")
             self._settle_unsure()
+            self.settle_owed()
             if time.monotonic() - self.reconciled_at >= RECONCILE_SECONDS:
                 self._reconcile()
         except StoreError as exc:
@@ -225,10 +234,38 @@ class Service:
         for start in range(0, len(due), WAVE):
             if self.stopping.is_set():
                 return
+            wave = due[start : start + WAVE]
             try:
-                self._fire_wave(due[start : start + WAVE], missed)
+                self._fire_wave(wave, missed)
             except StoreError as exc:
-                self.report(f"{len(due[start : start + WAVE])} slot(s) not scheduled: {exc}")
+                self.outage.failed(exc)
+                with self._threads_lock:
+                    unsure = {claim.tick_id for claim, _ in self.unsure}
+                    self.owed.extend(s for s in wave if slot_tick_id(s[1], s[0]) not in unsure)
+
+    def settle_owed(self) -> None:
+        """Claim the slots that fell due while the store was out, as a restart would.
+
+        Each is recorded skipped (`missed`), except a level's latest when it lies within
+        the level's catch-up window: that one runs now. Raises StoreError while the store
+        is still out (the slots stay owed).
+        """
+        with self._threads_lock:
+            owed, self.owed = sorted(self.owed), []
+        if not owed:
+            return
+        now, latest = utcnow(), {level: slot for slot, level in owed}
+        missed = {
+            (slot, level)
+            for slot, level in owed
+            if slot != latest[level]
+            or now - slot > timedelta(seconds=self.settings.levels[level].catch_up_seconds)
+        }
+        self.report(f"{len(owed)} slot(s) due while the store was out: {len(missed)} missed")
+        self.fire(owed, missed)
+        with self._threads_lock:
+            if self.owed:
+                raise StoreError("the store went away again while owed slots were claimed")
 
     def _fire_wave(self, wave: Sequence[Slot], missed: Collection[Slot]) -> None:
         levels = {level for _, level in wave}
@@ -282,12 +319,37 @@ class Service:
             if tick_id not in claimed:
                 self._unbuffer(claim)
                 self.report(f"{tick_id} claimed by another replica")
+            elif decision in ("run", "buffer") and not self._confirmed(claim, over_budget):
+                self._unbuffer(claim)
+                self.report(f"{tick_id} skipped: {SKIPPED['budget'].format(level=level)}")
             elif decision in ("run", "buffer"):
                 self._hand_on(claim, decision)
             elif decision != "missed":
                 self.report(f"{tick_id} skipped: {SKIPPED[decision].format(level=level)}")
         for level, check in over_budget.items():
             self._budget_exceeded(level, check)
+
+    def _confirmed(self, claim: SlotClaim, over_budget: dict[str, BudgetCheck]) -> bool:
+        """Whether the claimed tick keeps its place within the level's budget; else it ends.
+
+        A tick that gives way (or whose check cannot be read: fail-closed) is skipped
+        `budget`, its end spooled if the store is out.
+        """
+        config = self.settings.levels[claim.level]
+        try:
+            check = self.budgets.confirm(claim.level, config, claim.tick_id)
+        except StoreError as exc:
+            self.outage.failed(exc)
+            check = BudgetCheck(False, 0, None, 0)
+        if check.allowed:
+            return True
+        if check.spent_tokens or check.reserved_tokens:
+            over_budget.setdefault(claim.level, check)
+        skipped = TickSkipped(
+            tick_id=claim.tick_id, level=claim.level, reason="budget", slot=claim.slot
+        )
+        append_or_spool(self.store, self.spool, skipped.stream_id, [skipped.to_record()])
+        return False
 
     def _hand_on(self, claim: SlotClaim, decision: Decision) -> None:
         """A claimed tick that may run goes to the executor, or waits for its level."""
@@ -320,6 +382,9 @@ class Service:
             if stream and stream[0].event_id == claim.claim_id:
                 self.report(f"{claim.tick_id} was claimed here before the store went away")
                 self._hand_on(claim, decision)
+            elif not stream and claim.slot is not None:
+                with self._threads_lock:
+                    self.owed.append((claim.slot, claim.level))
 
     def _holding(self, level: str) -> bool:
         with self._threads_lock:

@@ -26,6 +26,7 @@ from pathlib import Path
 
 import psutil
 from machine import describe
+from service_config import write_config
 
 from harness.devtools.fake_llm import fake_upstream
 from harness.store import open_store
@@ -60,12 +61,7 @@ def run(levels: int, seconds: int, launcher: str) -> float:
             "timeout_seconds = 60\n\n"
             for i in range(levels)
         )
-        config = root / "tickwork.toml"
-        config.write_text(
-            f'[store]\nurl = "sqlite:///{root}/events.db"\n[paths]\nresults = "{root}/results"\n'
-            f'spool = "{root}/spool"\n[runner]\nshutdown_grace_seconds = 5\n'
-            f'launcher = "{launcher}"\n\n{tables}'
-        )
+        config = write_config(root, f'shutdown_grace_seconds = 5\nlauncher = "{launcher}"', tables)
         env = {k: v for k, v in os.environ.items() if not k.startswith("TICKWORK_")}
         env.update(TICKWORK_CONFIG=str(config), OPENAI_BASE_URL=fake.url)
         tickwork = str(Path(sys.executable).with_name("tickwork"))

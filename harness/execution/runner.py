@@ -181,13 +181,15 @@ class Runner:
         if failure is not None and failure[0] in PAUSING:
             reason = f"{tick.payload.tick_id} {PAUSING[failure[0]]}: "
             self.record_level(LevelPaused(level=tick.payload.level, reason=reason + failure[1]))
-        self._alert_governor(tick.ref)
+        self.alert_governor(tick.ref)
         return _outcome(tick.ref, ended)
 
-    def _alert_governor(self, ref: TickRef) -> None:
+    def alert_governor(self, ref: TickRef) -> None:
         """Tell the operator of the tick's first governor decision, once it has ended.
 
-        The worker cannot: alert URLs are secrets its environment never holds.
+        The worker cannot: alert URLs are secrets its environment never holds. A tick
+        adopted after a restart is ended here too (`watch`, `harness.execution.adopt`), so
+        its alert is sent like that of a tick this runner started.
         """
         urls = urls_from_env(self.env)
         if not urls or self.store is None:
@@ -244,6 +246,7 @@ class Runner:
             with self._lock:
                 self._lives.pop(ref.tick_id, None)
         self.record(ended.event)
+        self.alert_governor(ref)
         return _outcome(ref, ended)
 
     def _await_end(self, life: Life, process: TickProcess, remaining: float) -> Ended:

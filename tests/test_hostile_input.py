@@ -22,6 +22,7 @@ from harness.config import ConfigError, Settings, load_settings
 from harness.contracts.payload import TickPayload
 from harness.contracts.result import ResultFileError, read_result
 from harness.routing.catalog import CatalogError, load_catalog, parse_catalog
+from harness.routing.decisions import configured_router
 from harness.scheduling.triggers import level_trigger, next_slot
 from harness.store import open_store
 from tests.api_support import serving, settings_for
@@ -74,6 +75,33 @@ def test_a_bad_store_url_is_refused_at_load(tmp_path: Path, url: str) -> None:
 def test_a_level_without_a_model_or_catalog_is_refused_at_load(tmp_path: Path) -> None:
     message = config_error(write(tmp_path, '[levels.min]\nevery = "1m"\n'))
     assert "levels.min.model" in message
+
+
+def test_a_level_without_a_model_or_lane_is_refused_at_load(tmp_path: Path) -> None:
+    """Every command refuses it, and a catalog reload that drops its lane is rejected."""
+    catalog = write(tmp_path, json.dumps(valid_catalog()), "catalog.json")
+    write(
+        tmp_path,
+        f'[store]\nurl = "sqlite:///{tmp_path}/events.db"\n[routing]\ncatalog = "{catalog}"\n'
+        '[levels.min]\nevery = "1m"\n[levels.day]\nevery = "1d"\n',
+    )
+    for command in (["status"], ["events"], ["tick", "min"]):
+        result = run(tmp_path, *command)
+        assert result.returncode == 2, (command, result.stderr)
+        assert "levels.day: has no model and the catalog has no lane" in result.stderr
+        assert "levels.min" not in result.stderr and "Traceback" not in result.stderr
+    assert not (tmp_path / "events.db").exists(), "a refused configuration creates nothing"
+
+    settings = load_settings(tmp_path / "tickwork.toml")
+    routed_only = settings.model_copy(update={"levels": {"min": settings.levels["min"]}})
+    reports: list[str] = []
+    router = configured_router(routed_only, reports.append)
+    assert router is not None
+    document = valid_catalog()
+    del document["lanes"]["min"]
+    catalog.write_text(json.dumps(document))
+    router.source.poll()
+    assert "levels.min: has no model" in reports[-1] and "min" in router.source.catalog.lanes
 
 
 @pytest.mark.parametrize(

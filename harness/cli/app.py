@@ -27,6 +27,7 @@ from harness import timespec
 
 if TYPE_CHECKING:
     from harness.config import Settings
+    from harness.routing.decisions import Report, Router
     from harness.store import SqlEventStore
 
 app = typer.Typer(
@@ -78,12 +79,31 @@ def fail(message: str, code: int = 1) -> typer.Exit:
 
 
 def settings() -> Settings:
-    """The configuration of `--config`; a bad file exits 2 naming the key, before any work."""
+    """The configuration of `--config`; a bad file exits 2 naming the key, before any work.
+
+    A configured catalog is part of it: one that is invalid, or cannot route a level
+    without a model of its own, is refused here too, not when the level's tick starts.
+    """
     from harness.config import ConfigError, load_settings
 
     try:
-        return load_settings(state.config)
+        config = load_settings(state.config)
     except ConfigError as exc:
+        raise fail(str(exc), code=2) from exc
+    router_or_exit(config)
+    return config
+
+
+def router_or_exit(config: Settings, report: Report = lambda line: None) -> Router | None:
+    """The configured router; an invalid catalog exits 2 before anything is stored."""
+    if config.routing.catalog is None:
+        return None
+    from harness.routing.catalog import CatalogError
+    from harness.routing.decisions import configured_router
+
+    try:
+        return configured_router(config, report)
+    except CatalogError as exc:
         raise fail(str(exc), code=2) from exc
 
 

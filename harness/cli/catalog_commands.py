@@ -4,29 +4,14 @@ from __future__ import annotations
 
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated
+from typing import Annotated
 
 import typer
 
 from harness.cli.app import app, fail, out, settings
 
-if TYPE_CHECKING:
-    from harness.config import Settings
-    from harness.routing.decisions import Report, Router
-
 catalog_app = typer.Typer(help="The routing catalog: which model runs each tick.")
 app.add_typer(catalog_app, name="catalog")
-
-
-def router_or_exit(config: Settings, report: Report = lambda line: None) -> Router | None:
-    """The configured router; an invalid catalog exits 2 before anything is stored."""
-    from harness.routing.catalog import CatalogError
-    from harness.routing.decisions import configured_router
-
-    try:
-        return configured_router(config, report)
-    except CatalogError as exc:
-        raise fail(str(exc), code=2) from exc
 
 
 @catalog_app.command("check")

@@ -14,8 +14,17 @@ from typing import Annotated
 
 import typer
 
-from harness.cli.app import app, fail, out, rag_app, settings, state, store_for, upstream_for_ticks
-from harness.cli.catalog_commands import router_or_exit
+from harness.cli.app import (
+    app,
+    fail,
+    out,
+    rag_app,
+    router_or_exit,
+    settings,
+    state,
+    store_for,
+    upstream_for_ticks,
+)
 
 if typing.TYPE_CHECKING:
     from harness.execution.executors import LocalExecutor

@@ -14,8 +14,9 @@ from pathlib import Path
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
+from sqlalchemy.engine import make_url
 
-from harness.config import load_settings
+from harness.config import StoreConfig, load_settings
 from harness.contracts.events import TickFailed
 from harness.contracts.secrets import (
     ALERT_URLS_ENV,
@@ -26,7 +27,7 @@ from harness.contracts.secrets import (
     register_secret_names,
 )
 from harness.devtools.fake_llm import FakeUpstream, Step, ToolCallSpec
-from harness.store import open_store
+from harness.store import SqlEventStore, open_store
 from tests.api_support import TOKEN as API_TOKEN
 from tests.api_support import serving, settings_for
 from tests.commands import fake_server, run, write_config
@@ -125,6 +126,29 @@ def test_a_shell_tick_cannot_read_the_services_secrets(tmp_path: Path, fake: Fak
     assert "OPENAI_BASE_URL" in told, "the shell's output reached the model"
     for secret in (TOKEN, ALERT_URL, DIGEST_URL):
         assert secret not in told
+
+
+def test_the_store_password_reaches_the_worker_through_its_environment_only(
+    tmp_path: Path, fake: FakeUpstream, pg_store: SqlEventStore, pg_session_url: str
+) -> None:
+    password = "pg-pass-0123456789"
+    url = make_url(pg_session_url).set(password=password).render_as_string(hide_password=False)
+    harness = Harness(tmp_path, fake, rag=False, can_shell=True)
+    settings = harness.settings.model_copy(update={"store": StoreConfig(url=url)})
+    harness.preparer.settings = harness.runner.settings = settings
+    harness.preparer.store = harness.runner.store = harness.store = pg_store
+    prepared = harness.preparer.prepare("min")
+    assert password not in prepared.payload.model_dump_json()
+    read_env = Step(tool_calls=[ToolCallSpec(name="shell", arguments={"command": "env"})])
+    fake.script(prepared.payload.tick_id, [read_env, Step(text="done")])
+    outcome = harness.runner.run(prepared)
+    assert outcome.status == "completed", outcome.reason
+    assert f"PGPASSWORD={password}" in str(fake.state.received[-1]["messages"])
+    events = pg_store.read_stream(f"tick-{outcome.tick_id}")
+    assert "BudgetSpent" in [e.type for e in events], "the worker reached the store"
+    assert password not in str([(e.data, e.metadata) for e in events])
+    for path in files_under(tmp_path):
+        assert password.encode() not in path.read_bytes(), path
 
 
 def test_what_tickwork_writes_is_its_users_alone(tmp_path: Path, fake: FakeUpstream) -> None:

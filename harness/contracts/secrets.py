@@ -27,8 +27,10 @@ from typing import Any, TextIO
 API_KEY_ENV = "OPENAI_API_KEY"
 API_TOKEN_ENV = "TICKWORK_API_TOKEN"
 ALERT_URLS_ENV = "TICKWORK_ALERT_URLS"
+STORE_PASSWORD_ENV = "PGPASSWORD"
+"""libpq's password variable: a tick's worker gets the store's password only there."""
 
-SECRET_ENV: tuple[str, ...] = (API_KEY_ENV, API_TOKEN_ENV, ALERT_URLS_ENV)
+SECRET_ENV: tuple[str, ...] = (API_KEY_ENV, API_TOKEN_ENV, ALERT_URLS_ENV, STORE_PASSWORD_ENV)
 """Variables that always hold secrets; more are registered by the config and catalog."""
 
 MIN_SECRET_CHARS = 8

@@ -213,7 +213,9 @@ class Runner:
             return Ended(TickCancelled(**ids, reason=life.reason))
         payload.result_path.unlink(missing_ok=True)  # an earlier attempt's must not count
         process = self.launcher.start(
-            payload.model_dump_json().encode(), tick.log_path, worker_env(self.env, payload)
+            payload.model_dump_json().encode(),
+            tick.log_path,
+            worker_env(self.env, payload, self.settings.store.url),
         )
         with self._lock:
             life.process = process

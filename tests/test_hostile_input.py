@@ -164,11 +164,18 @@ def test_a_catalog_price_must_be_finite(tmp_path: Path) -> None:
     assert "targets.mini.prices.output_per_mtok" in str(caught.value)
 
 
-def test_status_without_a_configuration_says_so_and_creates_nothing(tmp_path: Path) -> None:
-    result = run(tmp_path, "status")
-    assert result.returncode == 2
-    assert "no configuration here" in result.stderr and "tickwork init" in result.stderr
+def test_a_command_without_a_configuration_says_so_and_creates_nothing(tmp_path: Path) -> None:
+    """One command of each module: they share `settings()`, which refuses for all."""
+    for command in (["status"], ["serve"], ["run"], ["digest"], ["tick", "min"], ["rag", "index"]):
+        result = run(tmp_path, *command)
+        assert result.returncode == 2, (command, result.stderr)
+        assert "no configuration here" in result.stderr and "tickwork init" in result.stderr
     assert list(tmp_path.iterdir()) == []
+
+
+def test_help_prints_section_names_with_their_brackets(tmp_path: Path) -> None:
+    result = run(tmp_path, "rag", "index", "--help")
+    assert result.returncode == 0 and "Default: [rag] folder." in result.stdout
 
 
 def test_an_unknown_event_type_is_refused_naming_the_known_ones(tmp_path: Path) -> None:

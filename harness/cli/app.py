@@ -30,14 +30,25 @@ if TYPE_CHECKING:
     from harness.routing.decisions import Report, Router
     from harness.store import SqlEventStore
 
+# Help text is printed as written: docstrings name `[rag]` sections and regexes, and
+# Rich markup would eat their brackets.
+PLAIN_HELP = None
+
 app = typer.Typer(
     help="tickwork runs LLM agents on a schedule and keeps every token they spend as events.",
     no_args_is_help=True,
     pretty_exceptions_enable=False,
+    rich_markup_mode=PLAIN_HELP,
 )
-spool_app = typer.Typer(help="The local spool of events the store could not take.")
-projections_app = typer.Typer(help="Read models folded from the event log.")
-rag_app = typer.Typer(help="Retrieval over a folder of Markdown and text files.")
+spool_app = typer.Typer(
+    help="The local spool of events the store could not take.", rich_markup_mode=PLAIN_HELP
+)
+projections_app = typer.Typer(
+    help="Read models folded from the event log.", rich_markup_mode=PLAIN_HELP
+)
+rag_app = typer.Typer(
+    help="Retrieval over a folder of Markdown and text files.", rich_markup_mode=PLAIN_HELP
+)
 app.add_typer(spool_app, name="spool")
 app.add_typer(projections_app, name="projections")
 app.add_typer(rag_app, name="rag")
@@ -78,14 +89,23 @@ def fail(message: str, code: int = 1) -> typer.Exit:
     return typer.Exit(code)
 
 
-def settings() -> Settings:
+def settings(needed: bool = True) -> Settings:
     """The configuration of `--config`; a bad file exits 2 naming the key, before any work.
 
-    A configured catalog is part of it: one that is invalid, or cannot route a level
-    without a model of its own, is refused here too, not when the level's tick starts.
+    `needed`: the command works on what a configuration names (its store, levels,
+    digests), so without one it exits 2 pointing to `tickwork init`, rather than create a
+    store of its own in whatever folder it was run. A configured catalog is part of the
+    configuration: one that is invalid, or cannot route a level without a model of its
+    own, is refused here too, not when the level's tick starts.
     """
-    from harness.config import ConfigError, load_settings
+    from harness.config import CONFIG_ENV, CONFIG_FILENAME, ConfigError, config_path, load_settings
 
+    if needed and config_path(state.config) is None:
+        raise fail(
+            f"no configuration here (no {CONFIG_FILENAME}, no ${CONFIG_ENV}): "
+            "run `tickwork init` to create one",
+            code=2,
+        )
     try:
         config = load_settings(state.config)
     except ConfigError as exc:

@@ -8,9 +8,11 @@ from typing import Annotated
 
 import typer
 
-from harness.cli.app import app, fail, out, settings
+from harness.cli.app import PLAIN_HELP, app, fail, out, settings
 
-catalog_app = typer.Typer(help="The routing catalog: which model runs each tick.")
+catalog_app = typer.Typer(
+    help="The routing catalog: which model runs each tick.", rich_markup_mode=PLAIN_HELP
+)
 app.add_typer(catalog_app, name="catalog")
 
 

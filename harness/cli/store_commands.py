@@ -69,14 +69,6 @@ def migrate() -> None:
 @app.command()
 def status() -> None:
     """The store, levels, ticks in flight and today's spend at a glance."""
-    from harness.config import CONFIG_ENV, CONFIG_FILENAME, config_path
-
-    if config_path(state.config) is None:
-        raise fail(
-            f"no configuration here (no {CONFIG_FILENAME}, no ${CONFIG_ENV}): "
-            "run `tickwork init` to create one",
-            code=2,
-        )
     from harness.scheduling.status import refresh, snapshot
     from harness.store import Spool, current_revision, safe_url
 

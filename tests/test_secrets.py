@@ -8,7 +8,11 @@ alone (files 0600, folders 0700).
 
 from __future__ import annotations
 
+import os
+import socket
 import stat
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -30,7 +34,7 @@ from harness.devtools.fake_llm import FakeUpstream, Step, ToolCallSpec
 from harness.store import SqlEventStore, open_store
 from tests.api_support import TOKEN as API_TOKEN
 from tests.api_support import serving, settings_for
-from tests.commands import fake_server, run, write_config
+from tests.commands import TICKWORK, Output, environment, fake_server, run, write_config
 from tests.tick_support import SECRET, Harness
 
 TOKEN = "tw-api-token-SECRET-5e1f0c9a"
@@ -149,6 +153,51 @@ def test_the_store_password_reaches_the_worker_through_its_environment_only(
     assert password not in str([(e.data, e.metadata) for e in events])
     for path in files_under(tmp_path):
         assert password.encode() not in path.read_bytes(), path
+
+
+READ_ENVIRON = """
+import sys
+try:
+    print(open(f"/proc/{sys.argv[1]}/environ", "rb").read().decode(errors="replace"))
+except PermissionError:
+    print("refused")
+"""
+
+
+AS_NOBODY = ["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups"]
+AS_NOBODY += ["--inh-caps=+dac_read_search", "--ambient-caps=+dac_read_search", "--"]
+"""Root reads any process's environment: under root both sides run as `nobody`, allowed
+to read files (the venv may live under /root) but not to trace."""
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="/proc/<pid>/environ is Linux")
+def test_another_process_of_the_services_user_cannot_read_its_environment() -> None:
+    """What a `can_shell` tick would try: read the service's secrets from /proc."""
+    prefix = AS_NOBODY if os.geteuid() == 0 else []
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    service = subprocess.Popen(
+        [*prefix, TICKWORK, "fake-llm", "--port", str(port)],
+        env=environment(**{API_TOKEN_ENV: TOKEN}),
+        cwd="/",
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
+    output = Output(service)
+    try:
+        output.wait_for("fake upstream on")
+        read = subprocess.run(
+            [*prefix, sys.executable, "-c", READ_ENVIRON, str(service.pid)],
+            capture_output=True,
+            text=True,
+            timeout=60,
+            check=True,
+        )
+    finally:
+        output.stop()
+    assert read.stdout.strip() == "refused", "the service's environment was readable"
 
 
 def test_what_tickwork_writes_is_its_users_alone(tmp_path: Path, fake: FakeUpstream) -> None:

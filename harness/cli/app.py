@@ -77,9 +77,10 @@ state = State()
 
 @app.callback()
 def _root(config: ConfigOption = None) -> None:
-    from harness.contracts.secrets import redact_standard_streams
+    from harness.contracts.secrets import keep_environment_private, redact_standard_streams
 
     redact_standard_streams()
+    keep_environment_private()
     state.config = config
 
 

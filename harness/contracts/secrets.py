@@ -16,6 +16,7 @@ nothing.
 
 from __future__ import annotations
 
+import ctypes
 import io
 import os
 import re
@@ -137,3 +138,23 @@ def redact_standard_streams() -> None:
         sys.stdout = RedactingStream(sys.stdout)
     if not isinstance(sys.stderr, RedactingStream):
         sys.stderr = RedactingStream(sys.stderr)
+
+
+PR_SET_DUMPABLE = 4
+"""prctl(2) option; 0 makes /proc/<pid>/environ (and mem, maps) readable by root alone."""
+
+
+def keep_environment_private() -> bool:
+    """Make this process's environment unreadable to other processes of the same user.
+
+    A `can_shell` tick runs as the user of the service that started it, so it could read
+    the service's secrets from `/proc/<service pid>/environ`. Linux lets another process
+    of the same user read it only while this process is "dumpable"; clearing that flag
+    also turns off its core dumps and debugger attachment by that user (root still can,
+    so the service should not run as root). Processes it starts with `exec` are dumpable
+    again, so ticks and their shells are unaffected. False where prctl is not available.
+    """
+    if not sys.platform.startswith("linux"):
+        return False
+    libc = ctypes.CDLL(None, use_errno=True)
+    return int(libc.prctl(PR_SET_DUMPABLE, 0, 0, 0, 0)) == 0

@@ -24,6 +24,7 @@ from harness.config import StoreConfig, load_settings
 from harness.contracts.events import TickFailed
 from harness.contracts.secrets import (
     ALERT_URLS_ENV,
+    API_KEY_ENV,
     API_TOKEN_ENV,
     MIN_SECRET_CHARS,
     redact,
@@ -244,6 +245,42 @@ def test_a_secret_is_redacted_wherever_it_stands(secret: str, before: str, after
     nested = redact_data({"a": [before + secret, {"b": secret + after}], "n": 1}, env)
     assert secret not in str(nested["a"]).replace("[redacted:OPENAI_API_KEY]", "\0")
     assert nested["n"] == 1
+
+
+short_secret = st.text(
+    st.characters(whitelist_categories=("L", "N"), max_codepoint=127),
+    min_size=1,
+    max_size=MIN_SECRET_CHARS - 1,
+)
+
+
+@given(secret=short_secret, name=st.from_regex(r"[a-z]{1,8}", fullmatch=True))
+def test_a_short_secret_is_redacted_as_a_word_in_free_text_only(secret: str, name: str) -> None:
+    """Quoted by an upstream it is replaced; inside an identifier it is left alone."""
+    env = {"OPENAI_API_KEY": secret}
+    quoted = f"Incorrect API key provided: {secret}. Bearer {secret}"
+    marker = "[redacted:OPENAI_API_KEY]"
+    assert redact(quoted, env, words=True).count(marker) == 2
+    event = {"reason": quoted, "level": secret, "tick_id": f"{secret}-20261130", "ok": True}
+    redacted = redact_data(event, env)
+    assert redacted["reason"].count(marker) == 2
+    assert {k: v for k, v in redacted.items() if k != "reason"} == {
+        k: v for k, v in event.items() if k != "reason"
+    }, "identifiers and JSON are never rewritten"
+    word = f"{name}{secret}{name}"
+    assert redact(f"model {word}", env, words=True) == f"model {word}"
+
+
+def test_a_short_key_quoted_by_the_upstream_is_redacted(tmp_path: Path, fake: FakeUpstream) -> None:
+    short = "k3y"
+    harness = Harness(tmp_path, fake, rag=False)
+    harness.preparer.env[API_KEY_ENV] = harness.runner.env[API_KEY_ENV] = short
+    outcome = harness.tick([Step(status=401, error_message="Incorrect API key provided: {key}")])
+    assert outcome.status == "failed" and "[redacted:OPENAI_API_KEY]" in str(outcome.reason)
+    stored = str([e.data for e in harness.events(outcome)])
+    for text in (str(outcome.reason), stored, outcome.result_path.read_text()):
+        assert "provided: k3y" not in text
+    assert "provided: k3y" not in outcome.log_path.read_text()
 
 
 @given(urls=st.lists(st.from_regex(r"json://[a-z]{3,9}/[A-Za-z0-9]{8,20}", fullmatch=True)))

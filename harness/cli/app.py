@@ -90,14 +90,17 @@ def fail(message: str, code: int = 1) -> typer.Exit:
     return typer.Exit(code)
 
 
-def settings(needed: bool = True) -> Settings:
+def settings(needed: bool = False) -> Settings:
     """The configuration of `--config`; a bad file exits 2 naming the key, before any work.
 
-    `needed`: the command works on what a configuration names (its store, levels,
-    digests), so without one it exits 2 pointing to `tickwork init`, rather than create a
-    store of its own in whatever folder it was run. A configured catalog is part of the
-    configuration: one that is invalid, or cannot route a level without a model of its
-    own, is refused here too, not when the level's tick starts.
+    `needed`: the command works on what only a configuration names (its levels, digests,
+    catalog), so without one it exits 2 pointing to `tickwork init` rather than report
+    on an empty store it created in whatever folder it was run. Commands on the store
+    alone (`migrate`, `events`, `serve` …) run on the defaults and `TICKWORK_*`.
+
+    A configured catalog is part of the configuration: one that is invalid, or cannot
+    route a level without a model of its own, is refused here too, not when the level's
+    tick starts.
     """
     from harness.config import CONFIG_ENV, CONFIG_FILENAME, ConfigError, config_path, load_settings
 

@@ -43,7 +43,7 @@ def route(
     from harness.routing.catalog import CatalogError, load_catalog
     from harness.routing.decisions import NaiveTimeError, decide
 
-    path = catalog or settings().routing.catalog
+    path = catalog or settings(needed=True).routing.catalog
     if path is None:
         raise fail("no catalog: set [routing] catalog in tickwork.toml or pass --catalog", 2)
     try:

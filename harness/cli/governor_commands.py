@@ -26,7 +26,7 @@ def governor(
     from harness.governor.proxy import create_app, proxy_governor
     from harness.store import Spool
 
-    config = settings(needed=False)  # a governor may run on GOV_* variables alone
+    config = settings()
     try:
         limits = with_legacy_env(config.governor, os.environ)
     except GovernorEnvError as exc:

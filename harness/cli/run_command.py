@@ -34,7 +34,7 @@ def run_service() -> None:
     from harness.projections import projector_for
     from harness.scheduling.service import Companion, Service
 
-    config = settings()
+    config = settings(needed=True)
     router = router_or_exit(config, report)
     store = store_for(config)
     try:

@@ -72,7 +72,7 @@ def status() -> None:
     from harness.scheduling.status import refresh, snapshot
     from harness.store import Spool, current_revision, safe_url
 
-    config = settings()
+    config = settings(needed=True)
     store = store_for(config)
     try:
         status_now = snapshot(config, store, refresh(config, store))

@@ -61,7 +61,7 @@ def tick(
     from harness.execution.runner import Runner
     from harness.scheduling.waves import Manual, SlotClaim, claim_wave
 
-    config = settings()
+    config = settings(needed=True)
     if not wait:
         tick_id = new_tick_id(level)
         command = [sys.argv[0], "tick", level, "--wait", "--tick-id", tick_id]
@@ -195,7 +195,7 @@ def cancel(
     from harness.scheduling.control import clear_cancel, operator, request_cancel
     from harness.scheduling.status import refresh
 
-    config = settings()
+    config = settings(needed=True)
     store = store_for(config)
     try:
         if clear:
@@ -244,7 +244,7 @@ def resume(level: Annotated[str, typer.Argument(help="The paused level.")]) -> N
 def _switch(level: str, *, pause: bool, reason: str = "paused by operator") -> None:
     from harness.scheduling.control import UnknownLevelError, operator, switch_level
 
-    config = settings()
+    config = settings(needed=True)
     store = store_for(config)
     try:
         switched = switch_level(config, store, level, pause=pause, by=operator(), reason=reason)

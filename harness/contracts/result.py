@@ -6,13 +6,14 @@ mode 0600, so the runner sees either no file or a whole one, and other users see
 
 from __future__ import annotations
 
+import json
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, NonNegativeInt, ValidationError
 
-from harness.contracts.secrets import redact
+from harness.contracts.secrets import redact_data
 from harness.files import write_atomically
 
 FailureClass = Literal["infrastructure", "content", "internal", "configuration"]
@@ -75,7 +76,8 @@ class ResultMissingError(ResultFileError):
 
 def write_result(path: Path, result: TickResult) -> None:
     """Every known secret is redacted first: an error message may quote the API key."""
-    write_atomically(path, redact(result.model_dump_json(indent=2)).encode())
+    document = redact_data(result.model_dump(mode="json"))
+    write_atomically(path, json.dumps(document, indent=2, ensure_ascii=False).encode())
 
 
 def read_result(path: Path) -> TickResult:

@@ -21,6 +21,7 @@ from pydantic import ValidationError
 from harness.config import ConfigError, Settings, load_settings
 from harness.contracts.payload import TickPayload
 from harness.contracts.result import ResultFileError, read_result
+from harness.execution.prepare import Preparer, TickSetupError
 from harness.routing.catalog import CatalogError, load_catalog, parse_catalog
 from harness.routing.decisions import configured_router
 from harness.scheduling.triggers import level_trigger, next_slot
@@ -28,6 +29,7 @@ from harness.store import open_store
 from tests.api_support import serving, settings_for
 from tests.catalog_support import valid as valid_catalog
 from tests.commands import run
+from tests.tick_support import make_settings
 
 LEVEL = '[levels.min]\nmodel = "m"\n'
 
@@ -143,6 +145,14 @@ def test_every_command_exits_2_naming_the_key_without_a_traceback(
         assert result.returncode == 2, (command, result.stderr)
         assert named in result.stderr and "Traceback" not in result.stderr
     assert not (tmp_path / ".tickwork").exists(), "a refused configuration creates nothing"
+
+
+def test_a_prompt_file_that_is_not_utf8_fails_the_tick_setup_naming_it(tmp_path: Path) -> None:
+    prompt = write(tmp_path, b"\xff\xfe check", "prompt.txt")
+    settings = make_settings(tmp_path, prompt="", prompt_file=prompt)
+    with pytest.raises(TickSetupError) as caught:
+        Preparer(settings, None, env={}).prepare("min")
+    assert "levels.min.prompt_file" in str(caught.value) and "not UTF-8" in str(caught.value)
 
 
 def test_an_error_naming_a_section_prints_its_brackets(tmp_path: Path) -> None:

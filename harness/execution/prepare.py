@@ -222,6 +222,11 @@ class Preparer:
                 raise TickSetupError(
                     f"levels.{level}.prompt_file {config.prompt_file}: {exc.strerror}"
                 ) from exc
+            except UnicodeDecodeError as exc:
+                raise TickSetupError(
+                    f"levels.{level}.prompt_file {config.prompt_file}: not UTF-8 text: "
+                    f"{exc.reason} at byte {exc.start}"
+                ) from exc
         previous = ""
         if "$previous_result" in template and self.store is not None:
             previous = previous_result_text(self.store, self._projections(self.store), level)

@@ -155,6 +155,16 @@ def test_a_prompt_file_that_is_not_utf8_fails_the_tick_setup_naming_it(tmp_path:
     assert "levels.min.prompt_file" in str(caught.value) and "not UTF-8" in str(caught.value)
 
 
+def test_a_nul_byte_in_the_config_or_catalog_is_refused_at_load(tmp_path: Path) -> None:
+    message = config_error(write(tmp_path, '[levels.min]\nevery = "1m"\nmodel = "a\\u0000b"\n'))
+    assert "levels.min.model: holds a NUL byte" in message
+    document = valid_catalog()
+    document["targets"]["mini"]["model"] = "gpt\0mini"
+    with pytest.raises(CatalogError) as caught:
+        load_catalog(write(tmp_path, json.dumps(document), "catalog.json"))
+    assert "targets.mini.model: holds a NUL byte" in str(caught.value)
+
+
 def test_an_error_naming_a_section_prints_its_brackets(tmp_path: Path) -> None:
     write(tmp_path, f'[store]\nurl = "sqlite:///{tmp_path}/events.db"\n')
     result = run(tmp_path, "rag", "index")

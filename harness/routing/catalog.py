@@ -24,7 +24,7 @@ from zoneinfo import ZoneInfo
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from harness.config import LEVEL_NAME, IanaZone, PriceOverride
+from harness.config import LEVEL_NAME, IanaZone, PriceOverride, nul_paths
 from harness.contracts.secrets import register_secret_names
 
 MINUTES_A_DAY = 24 * 60
@@ -207,6 +207,9 @@ def read_document(path: Path) -> dict[str, Any]:
     duplicates = list(_duplicate_keys(document))
     if duplicates:
         raise CatalogError(source, duplicates)
+    nul = [f"{where}: holds a NUL byte" for where in nul_paths(document)]
+    if nul:
+        raise CatalogError(source, nul)
     return dict(document)
 
 

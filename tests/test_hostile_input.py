@@ -165,6 +165,18 @@ def test_a_nul_byte_in_the_config_or_catalog_is_refused_at_load(tmp_path: Path) 
     assert "targets.mini.model: holds a NUL byte" in str(caught.value)
 
 
+@pytest.mark.parametrize(
+    ("value", "why"),
+    [('{"a": ', "TICKWORK_PRICES: not valid JSON"), ("[" * 5000 + "]" * 5000, "nested too deeply")],
+    ids=["broken", "nested"],
+)
+def test_a_section_variable_that_is_not_json_is_a_config_error(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, value: str, why: str
+) -> None:
+    monkeypatch.setenv("TICKWORK_PRICES", value)
+    assert why in config_error(write(tmp_path, LEVEL + 'every = "1m"\n'))
+
+
 def test_an_error_naming_a_section_prints_its_brackets(tmp_path: Path) -> None:
     write(tmp_path, f'[store]\nurl = "sqlite:///{tmp_path}/events.db"\n')
     result = run(tmp_path, "rag", "index")

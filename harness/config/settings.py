@@ -30,7 +30,12 @@ from pydantic import (
     field_validator,
     model_validator,
 )
-from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, SettingsConfigDict
+from pydantic_settings import (
+    BaseSettings,
+    PydanticBaseSettingsSource,
+    SettingsConfigDict,
+    SettingsError,
+)
 from sqlalchemy.engine import make_url
 from sqlalchemy.exc import ArgumentError
 
@@ -463,5 +468,13 @@ def load_settings(explicit: Path | None = None) -> Settings:
     except ValidationError as exc:
         lines = "\n".join(f"  {_describe(err)}" for err in exc.errors())
         raise ConfigError(f"{where}: invalid configuration\n{lines}") from exc
+    except SettingsError as exc:
+        # A TICKWORK_<SECTION> variable holds JSON that does not parse; pydantic-settings
+        # names the field, and the value may be a secret, so it is not quoted.
+        field = re.search(r'field "([^"]+)"', str(exc))
+        name = f"TICKWORK_{field.group(1).upper()}" if field else "a TICKWORK_* variable"
+        raise ConfigError(f"environment: {name}: not valid JSON for its section") from None
+    except RecursionError:
+        raise ConfigError("environment: a TICKWORK_* variable: nested too deeply") from None
     register_secret_names(name for digest in settings.digests.values() for name in digest.notify)
     return settings

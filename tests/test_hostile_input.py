@@ -9,6 +9,7 @@ from __future__ import annotations
 import contextlib
 import json
 import math
+import os
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -20,7 +21,7 @@ from pydantic import ValidationError
 
 from harness.config import ConfigError, Settings, load_settings
 from harness.contracts.payload import TickPayload
-from harness.contracts.result import ResultFileError, read_result
+from harness.contracts.result import MAX_RESULT_BYTES, ResultFileError, read_result
 from harness.execution.prepare import Preparer, TickSetupError
 from harness.routing.catalog import CatalogError, load_catalog, parse_catalog
 from harness.routing.decisions import configured_router
@@ -175,6 +176,19 @@ def test_a_section_variable_that_is_not_json_is_a_config_error(
 ) -> None:
     monkeypatch.setenv("TICKWORK_PRICES", value)
     assert why in config_error(write(tmp_path, LEVEL + 'every = "1m"\n'))
+
+
+def test_a_result_file_swapped_by_its_tick_is_refused_without_reading_it(tmp_path: Path) -> None:
+    """A huge file, a FIFO or a link to /dev/zero would fill the runner's memory or hang it."""
+    link, fifo, huge = tmp_path / "link.json", tmp_path / "fifo.json", tmp_path / "huge.json"
+    link.symlink_to("/dev/zero")
+    os.mkfifo(fifo)
+    with open(huge, "wb") as file:
+        file.truncate(MAX_RESULT_BYTES + 1)  # sparse: no disk is used
+    for path, why in ((huge, "larger"), (fifo, "not a regular file"), (link, "cannot be read")):
+        with pytest.raises(ResultFileError) as caught:
+            read_result(path)
+        assert why in str(caught.value), path
 
 
 def test_an_error_naming_a_section_prints_its_brackets(tmp_path: Path) -> None:

@@ -10,6 +10,7 @@ import contextlib
 import json
 import math
 import os
+import threading
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -20,9 +21,12 @@ from hypothesis import strategies as st
 from pydantic import ValidationError
 
 from harness.config import ConfigError, Settings, load_settings
+from harness.contracts.events import TickFailed
 from harness.contracts.payload import TickPayload
 from harness.contracts.result import MAX_RESULT_BYTES, ResultFileError, read_result
-from harness.execution.prepare import Preparer, TickSetupError
+from harness.execution.launchers.cold import ColdLauncher
+from harness.execution.prepare import Preparer, TickRef, TickSetupError
+from harness.execution.runner import Ended, Runner
 from harness.routing.catalog import CatalogError, load_catalog, parse_catalog
 from harness.routing.decisions import configured_router
 from harness.scheduling.triggers import level_trigger, next_slot
@@ -189,6 +193,20 @@ def test_a_result_file_swapped_by_its_tick_is_refused_without_reading_it(tmp_pat
         with pytest.raises(ResultFileError) as caught:
             read_result(path)
         assert why in str(caught.value), path
+
+
+def test_a_tick_log_swapped_for_a_fifo_does_not_hang_the_runner(tmp_path: Path) -> None:
+    log = tmp_path / "tick.log"
+    os.mkfifo(log)
+    runner = Runner(make_settings(tmp_path), None, ColdLauncher())
+    ref = TickRef("min-x", "min", tmp_path / "none.json", log, 10)
+    ended: list[Ended] = []
+    reader = threading.Thread(target=lambda: ended.append(runner.terminal(ref, 1, False)))
+    reader.daemon = True
+    reader.start()
+    reader.join(30)
+    assert ended, "reading the log's tail blocked on the FIFO"
+    assert isinstance(ended[0].event, TickFailed) and ended[0].event.stderr_tail == ""
 
 
 def test_an_error_naming_a_section_prints_its_brackets(tmp_path: Path) -> None:

@@ -13,6 +13,7 @@ from __future__ import annotations
 import os
 import signal
 import socket
+import stat
 import threading
 import time
 from collections.abc import Mapping
@@ -356,10 +357,15 @@ class Runner:
 
 
 def _tail(path: Path) -> str:
+    """The log's last bytes; "" unless it is a regular file (a tick may swap its log)."""
     try:
-        with open(path, "rb") as log:
-            log.seek(max(0, os.path.getsize(path) - STDERR_TAIL_BYTES))
-            return log.read().decode(errors="replace")
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
+        with os.fdopen(fd, "rb") as log:
+            size = os.fstat(log.fileno())
+            if not stat.S_ISREG(size.st_mode):
+                return ""
+            log.seek(max(0, size.st_size - STDERR_TAIL_BYTES))
+            return log.read(STDERR_TAIL_BYTES).decode(errors="replace")
     except OSError:
         return ""
 

@@ -209,6 +209,15 @@ def test_a_tick_log_swapped_for_a_fifo_does_not_hang_the_runner(tmp_path: Path) 
     assert isinstance(ended[0].event, TickFailed) and ended[0].event.stderr_tail == ""
 
 
+def test_a_catalog_base_url_with_credentials_is_refused() -> None:
+    document = valid_catalog()
+    document["targets"]["mini"]["base_url"] = "https://user:s3cret-pass@api.example.com/v1"
+    with pytest.raises(CatalogError) as caught:
+        parse_catalog(document)
+    assert "targets.mini.base_url" in str(caught.value) and "api_key_env" in str(caught.value)
+    assert "s3cret-pass" not in str(caught.value)
+
+
 def test_an_error_naming_a_section_prints_its_brackets(tmp_path: Path) -> None:
     write(tmp_path, f'[store]\nurl = "sqlite:///{tmp_path}/events.db"\n')
     result = run(tmp_path, "rag", "index")

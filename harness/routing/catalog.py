@@ -20,9 +20,10 @@ from collections.abc import Iterator, Mapping
 from datetime import time
 from pathlib import Path
 from typing import Annotated, Any, Literal
+from urllib.parse import urlsplit
 from zoneinfo import ZoneInfo
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 from harness.config import LEVEL_NAME, IanaZone, PriceOverride, nul_paths
 from harness.contracts.secrets import register_secret_names
@@ -60,6 +61,17 @@ class Target(_Strict):
     api_key_env: EnvName | None = None
     effort: Literal["low", "medium", "high"] | None = None
     prices: PriceOverride | None = None
+
+    @field_validator("base_url")
+    @classmethod
+    def _no_credentials(cls, url: str | None) -> str | None:
+        """Userinfo in the URL is a secret in the file: it would reach payloads and errors."""
+        if url is not None and "@" in urlsplit(url).netloc:
+            raise ValueError(
+                "holds credentials (user:password@): secrets never go in the catalog; "
+                "name the key's variable in api_key_env"
+            )
+        return url
 
 
 class Rule(_Strict):

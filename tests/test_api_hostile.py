@@ -97,3 +97,28 @@ def test_every_operation_answers_without_a_server_error(
             case.call_and_validate(checks=[not_a_server_error])
 
         answers()
+
+
+@pytest.mark.parametrize(
+    ("method", "path", "loc"),
+    [
+        ("GET", "/ticks/a%00b", ["path"]),
+        ("POST", "/cancel/a%00b", ["path"]),
+        ("DELETE", "/cancel/a%00b", ["path"]),
+        ("POST", "/levels/a%00b/pause", ["path"]),
+        ("GET", "/ticks?level=a%00b", ["query", "level"]),
+    ],
+)
+def test_a_nul_byte_is_refused_before_it_reaches_postgresql(
+    tmp_path: Path,
+    pg_store: SqlEventStore,
+    pg_session_url: str,
+    method: str,
+    path: str,
+    loc: list[str],
+) -> None:
+    with serving(settings_for(pg_session_url, tmp_path), pg_store) as client:
+        answer = client.request(method, path)
+    assert answer.status_code == 422, answer.text
+    assert answer.json()["detail"][0]["loc"] == loc
+    assert pg_store.last_position() == 0

@@ -6,6 +6,8 @@ OpenAI form / 3.2, and the thresholds below put each call where a test wants it.
 
 from __future__ import annotations
 
+import socket
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -13,8 +15,10 @@ import pytest
 
 from harness.config import GovernorConfig
 from harness.contracts.calibration import Sample
-from harness.contracts.events import GOVERNOR_STREAM
+from harness.contracts.events import GOVERNOR_STREAM, TickStarted
 from harness.devtools.fake_llm import FakeUpstream, Step, ToolCallSpec
+from harness.execution.adopt import adopt
+from harness.execution.prepare import worker_env
 from harness.execution.runner import TickOutcome
 from harness.governor.alerts import ALERT_URLS_ENV
 from harness.projections.calibration import current_calibrations
@@ -157,3 +161,40 @@ def test_a_tick_over_its_ceiling_alerts_the_operator_once(
     assert "defer" in received[0]["title"] and outcome.tick_id in received[0]["message"]
     assert url not in str([e.data for e in harness.events(outcome)])
     fake.state.scripts.pop(outcome.tick_id, None)
+
+
+def test_ticks_adopted_after_a_restart_alert_like_the_runners_own(
+    tmp_path: Path, fake: FakeUpstream, receiver: tuple[str, list[dict[str, Any]]]
+) -> None:
+    """Both ways a restarted service ends a tick it did not start send the alert."""
+    url, received = receiver
+    harness = governed(tmp_path, fake)
+    runner = harness.runner
+    runner.env[ALERT_URLS_ENV] = url
+    over = [big_call(4000), big_call(4000), Step(text="x")]
+    for adoption in ("still running", "ended unwatched"):
+        prepared = harness.preparer.prepare("min", prompt="Check the pager.")
+        payload = prepared.payload
+        fake.script(payload.tick_id, over)
+        process = runner.launcher.start(
+            payload.model_dump_json().encode(), prepared.log_path, worker_env(runner.env, payload)
+        )
+        if adoption == "still running":
+            assert runner.watch(prepared.ref, process, 60).status == "completed"
+        else:
+            assert process.wait(60) is not None
+            runner.record(
+                TickStarted(
+                    tick_id=payload.tick_id,
+                    level="min",
+                    pid=process.pid,
+                    host=socket.gethostname(),
+                    result_path=str(payload.result_path),
+                    log_path=str(prepared.log_path),
+                    timeout_seconds=60,
+                )
+            )
+            started = harness.store.read_stream(f"tick-{payload.tick_id}")[-1]
+            assert adopt(runner, started, datetime.now(UTC), lambda line: None) is None
+        assert len(received) == (1 if adoption == "still running" else 2), adoption
+        assert payload.tick_id in received[-1]["message"]

@@ -9,6 +9,8 @@ from __future__ import annotations
 import contextlib
 import json
 import math
+import os
+import threading
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -19,14 +21,20 @@ from hypothesis import strategies as st
 from pydantic import ValidationError
 
 from harness.config import ConfigError, Settings, load_settings
+from harness.contracts.events import TickFailed
 from harness.contracts.payload import TickPayload
-from harness.contracts.result import ResultFileError, read_result
+from harness.contracts.result import MAX_RESULT_BYTES, ResultFileError, read_result
+from harness.execution.launchers.cold import ColdLauncher
+from harness.execution.prepare import Preparer, TickRef, TickSetupError
+from harness.execution.runner import Ended, Runner
 from harness.routing.catalog import CatalogError, load_catalog, parse_catalog
+from harness.routing.decisions import configured_router
 from harness.scheduling.triggers import level_trigger, next_slot
 from harness.store import open_store
 from tests.api_support import serving, settings_for
 from tests.catalog_support import valid as valid_catalog
 from tests.commands import run
+from tests.tick_support import make_settings
 
 LEVEL = '[levels.min]\nmodel = "m"\n'
 
@@ -76,6 +84,33 @@ def test_a_level_without_a_model_or_catalog_is_refused_at_load(tmp_path: Path) -
     assert "levels.min.model" in message
 
 
+def test_a_level_without_a_model_or_lane_is_refused_at_load(tmp_path: Path) -> None:
+    """Every command refuses it, and a catalog reload that drops its lane is rejected."""
+    catalog = write(tmp_path, json.dumps(valid_catalog()), "catalog.json")
+    write(
+        tmp_path,
+        f'[store]\nurl = "sqlite:///{tmp_path}/events.db"\n[routing]\ncatalog = "{catalog}"\n'
+        '[levels.min]\nevery = "1m"\n[levels.day]\nevery = "1d"\n',
+    )
+    for command in (["status"], ["events"], ["tick", "min"]):
+        result = run(tmp_path, *command)
+        assert result.returncode == 2, (command, result.stderr)
+        assert "levels.day: has no model and the catalog has no lane" in result.stderr
+        assert "levels.min" not in result.stderr and "Traceback" not in result.stderr
+    assert not (tmp_path / "events.db").exists(), "a refused configuration creates nothing"
+
+    settings = load_settings(tmp_path / "tickwork.toml")
+    routed_only = settings.model_copy(update={"levels": {"min": settings.levels["min"]}})
+    reports: list[str] = []
+    router = configured_router(routed_only, reports.append)
+    assert router is not None
+    document = valid_catalog()
+    del document["lanes"]["min"]
+    catalog.write_text(json.dumps(document))
+    router.source.poll()
+    assert "levels.min: has no model" in reports[-1] and "min" in router.source.catalog.lanes
+
+
 @pytest.mark.parametrize(
     ("content", "why"),
     [
@@ -117,6 +152,72 @@ def test_every_command_exits_2_naming_the_key_without_a_traceback(
     assert not (tmp_path / ".tickwork").exists(), "a refused configuration creates nothing"
 
 
+def test_a_prompt_file_that_is_not_utf8_fails_the_tick_setup_naming_it(tmp_path: Path) -> None:
+    prompt = write(tmp_path, b"\xff\xfe check", "prompt.txt")
+    settings = make_settings(tmp_path, prompt="", prompt_file=prompt)
+    with pytest.raises(TickSetupError) as caught:
+        Preparer(settings, None, env={}).prepare("min")
+    assert "levels.min.prompt_file" in str(caught.value) and "not UTF-8" in str(caught.value)
+
+
+def test_a_nul_byte_in_the_config_or_catalog_is_refused_at_load(tmp_path: Path) -> None:
+    message = config_error(write(tmp_path, '[levels.min]\nevery = "1m"\nmodel = "a\\u0000b"\n'))
+    assert "levels.min.model: holds a NUL byte" in message
+    document = valid_catalog()
+    document["targets"]["mini"]["model"] = "gpt\0mini"
+    with pytest.raises(CatalogError) as caught:
+        load_catalog(write(tmp_path, json.dumps(document), "catalog.json"))
+    assert "targets.mini.model: holds a NUL byte" in str(caught.value)
+
+
+@pytest.mark.parametrize(
+    ("value", "why"),
+    [('{"a": ', "TICKWORK_PRICES: not valid JSON"), ("[" * 5000 + "]" * 5000, "nested too deeply")],
+    ids=["broken", "nested"],
+)
+def test_a_section_variable_that_is_not_json_is_a_config_error(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, value: str, why: str
+) -> None:
+    monkeypatch.setenv("TICKWORK_PRICES", value)
+    assert why in config_error(write(tmp_path, LEVEL + 'every = "1m"\n'))
+
+
+def test_a_result_file_swapped_by_its_tick_is_refused_without_reading_it(tmp_path: Path) -> None:
+    """A huge file, a FIFO or a link to /dev/zero would fill the runner's memory or hang it."""
+    link, fifo, huge = tmp_path / "link.json", tmp_path / "fifo.json", tmp_path / "huge.json"
+    link.symlink_to("/dev/zero")
+    os.mkfifo(fifo)
+    with open(huge, "wb") as file:
+        file.truncate(MAX_RESULT_BYTES + 1)  # sparse: no disk is used
+    for path, why in ((huge, "larger"), (fifo, "not a regular file"), (link, "cannot be read")):
+        with pytest.raises(ResultFileError) as caught:
+            read_result(path)
+        assert why in str(caught.value), path
+
+
+def test_a_tick_log_swapped_for_a_fifo_does_not_hang_the_runner(tmp_path: Path) -> None:
+    log = tmp_path / "tick.log"
+    os.mkfifo(log)
+    runner = Runner(make_settings(tmp_path), None, ColdLauncher())
+    ref = TickRef("min-x", "min", tmp_path / "none.json", log, 10)
+    ended: list[Ended] = []
+    reader = threading.Thread(target=lambda: ended.append(runner.terminal(ref, 1, False)))
+    reader.daemon = True
+    reader.start()
+    reader.join(30)
+    assert ended, "reading the log's tail blocked on the FIFO"
+    assert isinstance(ended[0].event, TickFailed) and ended[0].event.stderr_tail == ""
+
+
+def test_a_catalog_base_url_with_credentials_is_refused() -> None:
+    document = valid_catalog()
+    document["targets"]["mini"]["base_url"] = "https://user:s3cret-pass@api.example.com/v1"
+    with pytest.raises(CatalogError) as caught:
+        parse_catalog(document)
+    assert "targets.mini.base_url" in str(caught.value) and "api_key_env" in str(caught.value)
+    assert "s3cret-pass" not in str(caught.value)
+
+
 def test_an_error_naming_a_section_prints_its_brackets(tmp_path: Path) -> None:
     write(tmp_path, f'[store]\nurl = "sqlite:///{tmp_path}/events.db"\n')
     result = run(tmp_path, "rag", "index")
@@ -136,11 +237,18 @@ def test_a_catalog_price_must_be_finite(tmp_path: Path) -> None:
     assert "targets.mini.prices.output_per_mtok" in str(caught.value)
 
 
-def test_status_without_a_configuration_says_so_and_creates_nothing(tmp_path: Path) -> None:
-    result = run(tmp_path, "status")
-    assert result.returncode == 2
-    assert "no configuration here" in result.stderr and "tickwork init" in result.stderr
+def test_a_command_without_a_configuration_says_so_and_creates_nothing(tmp_path: Path) -> None:
+    """Each command that works on levels, digests or a catalog, which only a file names."""
+    for command in (["status"], ["run"], ["digest"], ["tick", "min"], ["pause", "min"]):
+        result = run(tmp_path, *command)
+        assert result.returncode == 2, (command, result.stderr)
+        assert "no configuration here" in result.stderr and "tickwork init" in result.stderr
     assert list(tmp_path.iterdir()) == []
+
+
+def test_help_prints_section_names_with_their_brackets(tmp_path: Path) -> None:
+    result = run(tmp_path, "rag", "index", "--help")
+    assert result.returncode == 0 and "Default: [rag] folder." in result.stdout
 
 
 def test_an_unknown_event_type_is_refused_naming_the_known_ones(tmp_path: Path) -> None:

@@ -8,17 +8,23 @@ alone (files 0600, folders 0700).
 
 from __future__ import annotations
 
+import os
+import socket
 import stat
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
+from sqlalchemy.engine import make_url
 
-from harness.config import load_settings
+from harness.config import StoreConfig, load_settings
 from harness.contracts.events import TickFailed
 from harness.contracts.secrets import (
     ALERT_URLS_ENV,
+    API_KEY_ENV,
     API_TOKEN_ENV,
     MIN_SECRET_CHARS,
     redact,
@@ -26,10 +32,10 @@ from harness.contracts.secrets import (
     register_secret_names,
 )
 from harness.devtools.fake_llm import FakeUpstream, Step, ToolCallSpec
-from harness.store import open_store
+from harness.store import SqlEventStore, open_store
 from tests.api_support import TOKEN as API_TOKEN
 from tests.api_support import serving, settings_for
-from tests.commands import fake_server, run, write_config
+from tests.commands import TICKWORK, Output, environment, fake_server, run, write_config
 from tests.tick_support import SECRET, Harness
 
 TOKEN = "tw-api-token-SECRET-5e1f0c9a"
@@ -127,6 +133,74 @@ def test_a_shell_tick_cannot_read_the_services_secrets(tmp_path: Path, fake: Fak
         assert secret not in told
 
 
+def test_the_store_password_reaches_the_worker_through_its_environment_only(
+    tmp_path: Path, fake: FakeUpstream, pg_store: SqlEventStore, pg_session_url: str
+) -> None:
+    password = "pg-pass-0123456789"
+    url = make_url(pg_session_url).set(password=password).render_as_string(hide_password=False)
+    harness = Harness(tmp_path, fake, rag=False, can_shell=True)
+    settings = harness.settings.model_copy(update={"store": StoreConfig(url=url)})
+    harness.preparer.settings = harness.runner.settings = settings
+    harness.preparer.store = harness.runner.store = harness.store = pg_store
+    prepared = harness.preparer.prepare("min")
+    assert password not in prepared.payload.model_dump_json()
+    read_env = Step(tool_calls=[ToolCallSpec(name="shell", arguments={"command": "env"})])
+    fake.script(prepared.payload.tick_id, [read_env, Step(text="done")])
+    outcome = harness.runner.run(prepared)
+    assert outcome.status == "completed", outcome.reason
+    assert f"PGPASSWORD={password}" in str(fake.state.received[-1]["messages"])
+    events = pg_store.read_stream(f"tick-{outcome.tick_id}")
+    assert "BudgetSpent" in [e.type for e in events], "the worker reached the store"
+    assert password not in str([(e.data, e.metadata) for e in events])
+    for path in files_under(tmp_path):
+        assert password.encode() not in path.read_bytes(), path
+
+
+READ_ENVIRON = """
+import sys
+try:
+    print(open(f"/proc/{sys.argv[1]}/environ", "rb").read().decode(errors="replace"))
+except PermissionError:
+    print("refused")
+"""
+
+
+AS_NOBODY = ["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups"]
+AS_NOBODY += ["--inh-caps=+dac_read_search", "--ambient-caps=+dac_read_search", "--"]
+"""Root reads any process's environment: under root both sides run as `nobody`, allowed
+to read files (the venv may live under /root) but not to trace."""
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="/proc/<pid>/environ is Linux")
+def test_another_process_of_the_services_user_cannot_read_its_environment() -> None:
+    """What a `can_shell` tick would try: read the service's secrets from /proc."""
+    prefix = AS_NOBODY if os.geteuid() == 0 else []
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    service = subprocess.Popen(
+        [*prefix, TICKWORK, "fake-llm", "--port", str(port)],
+        env=environment(**{API_TOKEN_ENV: TOKEN}),
+        cwd="/",
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
+    output = Output(service)
+    try:
+        output.wait_for("fake upstream on")
+        read = subprocess.run(
+            [*prefix, sys.executable, "-c", READ_ENVIRON, str(service.pid)],
+            capture_output=True,
+            text=True,
+            timeout=60,
+            check=True,
+        )
+    finally:
+        output.stop()
+    assert read.stdout.strip() == "refused", "the service's environment was readable"
+
+
 def test_what_tickwork_writes_is_its_users_alone(tmp_path: Path, fake: FakeUpstream) -> None:
     harness = Harness(tmp_path, fake, rag=False)
     outcome = harness.tick([Step(text="done")])
@@ -171,6 +245,42 @@ def test_a_secret_is_redacted_wherever_it_stands(secret: str, before: str, after
     nested = redact_data({"a": [before + secret, {"b": secret + after}], "n": 1}, env)
     assert secret not in str(nested["a"]).replace("[redacted:OPENAI_API_KEY]", "\0")
     assert nested["n"] == 1
+
+
+short_secret = st.text(
+    st.characters(whitelist_categories=("L", "N"), max_codepoint=127),
+    min_size=1,
+    max_size=MIN_SECRET_CHARS - 1,
+)
+
+
+@given(secret=short_secret, name=st.from_regex(r"[a-z]{1,8}", fullmatch=True))
+def test_a_short_secret_is_redacted_as_a_word_in_free_text_only(secret: str, name: str) -> None:
+    """Quoted by an upstream it is replaced; inside an identifier it is left alone."""
+    env = {"OPENAI_API_KEY": secret}
+    quoted = f"Incorrect API key provided: {secret}. Bearer {secret}"
+    marker = "[redacted:OPENAI_API_KEY]"
+    assert redact(quoted, env, words=True).count(marker) == 2
+    event = {"reason": quoted, "level": secret, "tick_id": f"{secret}-20261130", "ok": True}
+    redacted = redact_data(event, env)
+    assert redacted["reason"].count(marker) == 2
+    assert {k: v for k, v in redacted.items() if k != "reason"} == {
+        k: v for k, v in event.items() if k != "reason"
+    }, "identifiers and JSON are never rewritten"
+    word = f"{name}{secret}{name}"
+    assert redact(f"model {word}", env, words=True) == f"model {word}"
+
+
+def test_a_short_key_quoted_by_the_upstream_is_redacted(tmp_path: Path, fake: FakeUpstream) -> None:
+    short = "k3y"
+    harness = Harness(tmp_path, fake, rag=False)
+    harness.preparer.env[API_KEY_ENV] = harness.runner.env[API_KEY_ENV] = short
+    outcome = harness.tick([Step(status=401, error_message="Incorrect API key provided: {key}")])
+    assert outcome.status == "failed" and "[redacted:OPENAI_API_KEY]" in str(outcome.reason)
+    stored = str([e.data for e in harness.events(outcome)])
+    for text in (str(outcome.reason), stored, outcome.result_path.read_text()):
+        assert "provided: k3y" not in text
+    assert "provided: k3y" not in outcome.log_path.read_text()
 
 
 @given(urls=st.lists(st.from_regex(r"json://[a-z]{3,9}/[A-Za-z0-9]{8,20}", fullmatch=True)))

@@ -11,9 +11,11 @@ assets from a CDN, which a machine without internet access cannot reach).
 from __future__ import annotations
 
 import hmac
+from collections.abc import Awaitable, Callable
 from datetime import datetime
 from pathlib import Path
 from typing import Annotated, Any, Literal
+from urllib.parse import parse_qsl
 
 from fastapi import APIRouter, Depends, FastAPI, HTTPException, Query, Request
 from fastapi import Path as PathParam
@@ -103,6 +105,25 @@ class RedactedJSONResponse(JSONResponse):
         return redact(super().render(content).decode()).encode()
 
 
+async def refuse_nul(
+    request: Request, call_next: Callable[[Request], Awaitable[Response]]
+) -> Response:
+    """A NUL byte in the path or query is refused before any route sees it.
+
+    PostgreSQL's text cannot hold one: a tick id, level or cancel scope with a NUL would
+    otherwise reach the store and answer 500 (SQLite would store it, unmatched anywhere).
+    """
+    query = parse_qsl(request.scope.get("query_string", b"").decode("latin-1"), True)
+    where = ["path"] if "\0" in request.scope.get("path", "") else None
+    for name, value in query:
+        if where is None and "\0" in name + value:
+            where = ["query", name]
+    if where is None:
+        return await call_next(request)
+    detail = [{"loc": where, "msg": "a NUL byte is not allowed here", "type": "value_error"}]
+    return JSONResponse({"detail": detail}, status_code=422)
+
+
 def _reads(request: Request) -> Reads:
     reads: Reads = request.app.state.reads
     return reads.fresh()
@@ -136,6 +157,7 @@ def create_app(settings: Settings, store: EventStore, config_file: Path | None =
         docs_url=None,
         redoc_url=None,
     )
+    app.middleware("http")(refuse_nul)
     app.state.reads = Reads(settings, store)
     token = settings.api.token.get_secret_value() if settings.api.token else None
     guarded = APIRouter(dependencies=[Depends(TokenCheck(token))])

@@ -28,16 +28,28 @@ from harness import timespec
 
 if TYPE_CHECKING:
     from harness.config import Settings
+    from harness.routing.decisions import Report, Router
     from harness.store import SqlEventStore
+
+# Help text is printed as written: docstrings name `[rag]` sections and regexes, and
+# Rich markup would eat their brackets.
+PLAIN_HELP = None
 
 app = typer.Typer(
     help="tickwork runs LLM agents on a schedule and keeps every token they spend as events.",
     no_args_is_help=True,
     pretty_exceptions_enable=False,
+    rich_markup_mode=PLAIN_HELP,
 )
-spool_app = typer.Typer(help="The local spool of events the store could not take.")
-projections_app = typer.Typer(help="Read models folded from the event log.")
-rag_app = typer.Typer(help="Retrieval over a folder of Markdown and text files.")
+spool_app = typer.Typer(
+    help="The local spool of events the store could not take.", rich_markup_mode=PLAIN_HELP
+)
+projections_app = typer.Typer(
+    help="Read models folded from the event log.", rich_markup_mode=PLAIN_HELP
+)
+rag_app = typer.Typer(
+    help="Retrieval over a folder of Markdown and text files.", rich_markup_mode=PLAIN_HELP
+)
 app.add_typer(spool_app, name="spool")
 app.add_typer(projections_app, name="projections")
 app.add_typer(rag_app, name="rag")
@@ -82,9 +94,10 @@ VersionOption = Annotated[
 
 @app.callback()
 def _root(config: ConfigOption = None, version: VersionOption = False) -> None:
-    from harness.contracts.secrets import redact_standard_streams
+    from harness.contracts.secrets import keep_environment_private, redact_standard_streams
 
     redact_standard_streams()
+    keep_environment_private()
     state.config = config
 
 
@@ -105,13 +118,44 @@ def fail(message: str, code: int = 1) -> typer.Exit:
     return typer.Exit(code)
 
 
-def settings() -> Settings:
-    """The configuration of `--config`; a bad file exits 2 naming the key, before any work."""
-    from harness.config import ConfigError, load_settings
+def settings(needed: bool = False) -> Settings:
+    """The configuration of `--config`; a bad file exits 2 naming the key, before any work.
+
+    `needed`: the command works on what only a configuration names (its levels, digests,
+    catalog), so without one it exits 2 pointing to `tickwork init` rather than report
+    on an empty store it created in whatever folder it was run. Commands on the store
+    alone (`migrate`, `events`, `serve` …) run on the defaults and `TICKWORK_*`.
+
+    A configured catalog is part of the configuration: one that is invalid, or cannot
+    route a level without a model of its own, is refused here too, not when the level's
+    tick starts.
+    """
+    from harness.config import CONFIG_ENV, CONFIG_FILENAME, ConfigError, config_path, load_settings
+
+    if needed and config_path(state.config) is None:
+        raise fail(
+            f"no configuration here (no {CONFIG_FILENAME}, no ${CONFIG_ENV}): "
+            "run `tickwork init` to create one",
+            code=2,
+        )
+    try:
+        config = load_settings(state.config)
+    except ConfigError as exc:
+        raise fail(str(exc), code=2) from exc
+    router_or_exit(config)
+    return config
+
+
+def router_or_exit(config: Settings, report: Report = lambda line: None) -> Router | None:
+    """The configured router; an invalid catalog exits 2 before anything is stored."""
+    if config.routing.catalog is None:
+        return None
+    from harness.routing.catalog import CatalogError
+    from harness.routing.decisions import configured_router
 
     try:
-        return load_settings(state.config)
-    except ConfigError as exc:
+        return configured_router(config, report)
+    except CatalogError as exc:
         raise fail(str(exc), code=2) from exc
 
 

@@ -5,29 +5,16 @@ from __future__ import annotations
 import json
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated
+from typing import Annotated
 
 import typer
 
-from harness.cli.app import JsonOption, app, fail, out, print_json, settings, store_for
+from harness.cli.app import PLAIN_HELP, JsonOption, app, fail, out, print_json, settings, store_for
 
-if TYPE_CHECKING:
-    from harness.config import Settings
-    from harness.routing.decisions import Report, Router
-
-catalog_app = typer.Typer(help="The routing catalog: which model runs each tick.")
+catalog_app = typer.Typer(
+    help="The routing catalog: which model runs each tick.", rich_markup_mode=PLAIN_HELP
+)
 app.add_typer(catalog_app, name="catalog")
-
-
-def router_or_exit(config: Settings, report: Report = lambda line: None) -> Router | None:
-    """The configured router; an invalid catalog exits 2 before anything is stored."""
-    from harness.routing.catalog import CatalogError
-    from harness.routing.decisions import configured_router
-
-    try:
-        return configured_router(config, report)
-    except CatalogError as exc:
-        raise fail(str(exc), code=2) from exc
 
 
 @catalog_app.command("check")
@@ -72,7 +59,7 @@ def route(
     from harness.routing.catalog import CatalogError, load_catalog
     from harness.routing.decisions import NaiveTimeError, decide
 
-    path = catalog or settings().routing.catalog
+    path = catalog or settings(needed=True).routing.catalog
     if path is None:
         raise fail("no catalog: set [routing] catalog in tickwork.toml or pass --catalog", 2)
     try:

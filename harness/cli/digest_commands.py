@@ -52,7 +52,7 @@ def digest(
         )
         sys.stdout.write("\n")
         return
-    config = settings()
+    config = settings(needed=True)
     if since is not None and start is not None:
         raise fail("give --since or --from, not both", code=2)
     named = config.digests.get(name) if name else None

@@ -12,8 +12,7 @@ from typing import TYPE_CHECKING
 
 from rich.console import Console
 
-from harness.cli.app import app, settings, store_for, upstream_for_ticks
-from harness.cli.catalog_commands import router_or_exit
+from harness.cli.app import app, router_or_exit, settings, store_for, upstream_for_ticks
 
 if TYPE_CHECKING:
     from harness.config import Settings
@@ -39,7 +38,7 @@ def run_service() -> None:
     from harness.scheduling.alerts import Alerter
     from harness.scheduling.service import Companion, Service
 
-    config = settings()
+    config = settings(needed=True)
     router = router_or_exit(config, report)
     store = store_for(config)
     try:

@@ -87,18 +87,10 @@ def status(as_json: JsonOption = False) -> None:
 
     `--json` is the body of the API's `GET /status`, with the store's own lines added.
     """
-    from harness.config import CONFIG_ENV, CONFIG_FILENAME, config_path
-
-    if config_path(state.config) is None:
-        raise fail(
-            f"no configuration here (no {CONFIG_FILENAME}, no ${CONFIG_ENV}): "
-            "run `tickwork init` to create one",
-            code=2,
-        )
     from harness.scheduling.status import refresh, snapshot
     from harness.store import Spool, current_revision, safe_url
 
-    config = settings()
+    config = settings(needed=True)
     store = store_for(config)
     try:
         status_now = snapshot(config, store, refresh(config, store))

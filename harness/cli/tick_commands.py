@@ -20,12 +20,12 @@ from harness.cli.app import (
     out,
     print_json,
     rag_app,
+    router_or_exit,
     settings,
     state,
     store_for,
     upstream_for_ticks,
 )
-from harness.cli.catalog_commands import router_or_exit
 
 if typing.TYPE_CHECKING:
     from harness.execution.executors import LocalExecutor
@@ -66,7 +66,7 @@ def tick(
     from harness.projections.story import tick_story
     from harness.scheduling.waves import Manual, SlotClaim, claim_wave
 
-    config = settings()
+    config = settings(needed=True)
     if not wait:
         tick_id = new_tick_id(level)
         start_detached(
@@ -267,7 +267,7 @@ def cancel(
     from harness.scheduling.control import clear_cancel, operator, request_cancel
     from harness.scheduling.status import refresh
 
-    config = settings()
+    config = settings(needed=True)
     store = store_for(config)
 
     def say(line: str) -> None:
@@ -335,7 +335,7 @@ def resume(level: Annotated[str, typer.Argument(help="The paused level.")]) -> N
 def _switch(level: str, *, pause: bool, reason: str = "paused by operator") -> None:
     from harness.scheduling.control import UnknownLevelError, operator, switch_level
 
-    config = settings()
+    config = settings(needed=True)
     store = store_for(config)
     try:
         switched = switch_level(config, store, level, pause=pause, by=operator(), reason=reason)

@@ -19,8 +19,7 @@ from typing import TYPE_CHECKING, Annotated
 
 import typer
 
-from harness.cli.app import app, fail, settings, store_for, upstream_for_ticks
-from harness.cli.catalog_commands import router_or_exit
+from harness.cli.app import app, fail, router_or_exit, settings, store_for, upstream_for_ticks
 from harness.cli.run_command import report
 
 if TYPE_CHECKING:
@@ -54,7 +53,7 @@ def worker(
     from harness.execution.executors.procrastinate import WorkerExecutor, WorkerRunner
     from harness.execution.prepare import Preparer
 
-    config = settings()
+    config = settings(needed=True)
     if config.executor.kind != "procrastinate":
         raise fail('tickwork worker needs [executor] kind = "procrastinate" (a PostgreSQL store)')
     router = router_or_exit(config, report)

@@ -34,6 +34,7 @@ from harness.config.settings import (
     StoreConfig,
     config_path,
     load_settings,
+    nul_paths,
     parse_interval,
 )
 
@@ -65,6 +66,7 @@ __all__ = [
     "StoreConfig",
     "config_path",
     "load_settings",
+    "nul_paths",
     "parse_interval",
     "with_legacy_env",
 ]

@@ -11,6 +11,7 @@ from __future__ import annotations
 import os
 import re
 import tomllib
+from collections.abc import Iterator
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Annotated, Any, Literal
@@ -29,7 +30,12 @@ from pydantic import (
     field_validator,
     model_validator,
 )
-from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, SettingsConfigDict
+from pydantic_settings import (
+    BaseSettings,
+    PydanticBaseSettingsSource,
+    SettingsConfigDict,
+    SettingsError,
+)
 from sqlalchemy.engine import make_url
 from sqlalchemy.exc import ArgumentError
 
@@ -502,6 +508,26 @@ def config_path(explicit: Path | None = None) -> Path | None:
     return default if default.exists() else None
 
 
+def nul_paths(data: Any, loc: tuple[str | int, ...] = ()) -> Iterator[str]:
+    """Dotted paths of the keys and strings in `data` that hold a NUL byte.
+
+    Names and text from a file end up in events and read models, and PostgreSQL's text
+    cannot hold a NUL: a model id with one stops the spend read model on every replica
+    at the first call's BudgetSpent, rather than the load.
+    """
+    here = ".".join(str(part) for part in loc) or "(top level)"
+    if isinstance(data, str) and "\0" in data:
+        yield here
+    elif isinstance(data, dict):
+        for key, value in data.items():
+            if "\0" in str(key):
+                yield f"{here}: a key"
+            yield from nul_paths(value, (*loc, str(key).replace("\0", "\\0")))
+    elif isinstance(data, list):
+        for index, value in enumerate(data):
+            yield from nul_paths(value, (*loc, index))
+
+
 def _describe(error: Any) -> str:
     path = ".".join(str(part) for part in error["loc"]) or "(top level)"
     return f"{path}: {error['msg']}"
@@ -526,6 +552,9 @@ def load_settings(explicit: Path | None = None) -> Settings:
             raise ConfigError(f"{path}: invalid TOML: nested too deeply") from None
         except tomllib.TOMLDecodeError as exc:
             raise ConfigError(f"{path}: invalid TOML: {exc}") from exc
+        nul = [f"  {where}: holds a NUL byte" for where in nul_paths(data)]
+        if nul:
+            raise ConfigError(f"{path}: invalid configuration\n" + "\n".join(nul))
         if isinstance(data.get("api"), dict) and "token" in data["api"]:
             raise ConfigError(
                 f"{path}: api.token: a secret is never kept in the file; set TICKWORK_API_TOKEN"
@@ -535,6 +564,14 @@ def load_settings(explicit: Path | None = None) -> Settings:
     except ValidationError as exc:
         lines = "\n".join(f"  {_describe(err)}" for err in exc.errors())
         raise ConfigError(f"{where}: invalid configuration\n{lines}") from exc
+    except SettingsError as exc:
+        # A TICKWORK_<SECTION> variable holds JSON that does not parse; pydantic-settings
+        # names the field, and the value may be a secret, so it is not quoted.
+        field = re.search(r'field "([^"]+)"', str(exc))
+        name = f"TICKWORK_{field.group(1).upper()}" if field else "a TICKWORK_* variable"
+        raise ConfigError(f"environment: {name}: not valid JSON for its section") from None
+    except RecursionError:
+        raise ConfigError("environment: a TICKWORK_* variable: nested too deeply") from None
     register_secret_names(name for digest in settings.digests.values() for name in digest.notify)
     alerts = [settings.alerts, *(level.alerts for level in settings.levels.values())]
     register_secret_names(name for config in alerts if config for name in config.notify)

@@ -6,13 +6,16 @@ mode 0600, so the runner sees either no file or a whole one, and other users see
 
 from __future__ import annotations
 
+import json
+import os
+import stat
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, JsonValue, NonNegativeInt, ValidationError
 
-from harness.contracts.secrets import redact
+from harness.contracts.secrets import redact_data
 from harness.files import write_atomically
 
 FailureClass = Literal["infrastructure", "content", "internal", "configuration"]
@@ -77,13 +80,36 @@ class ResultMissingError(ResultFileError):
 
 def write_result(path: Path, result: TickResult) -> None:
     """Every known secret is redacted first: an error message may quote the API key."""
-    write_atomically(path, redact(result.model_dump_json(indent=2)).encode())
+    document = redact_data(result.model_dump(mode="json"))
+    write_atomically(path, json.dumps(document, indent=2, ensure_ascii=False).encode())
+
+
+MAX_RESULT_BYTES = 64 * 1024 * 1024
+"""Far above any model answer; a larger file is not read into the runner's memory."""
+
+
+def _read_regular(path: Path) -> bytes:
+    """The bytes of a regular file of at most `MAX_RESULT_BYTES`, the link not followed.
+
+    A `can_shell` tick can replace its own result file: with a link to `/dev/zero` or a
+    FIFO, reading it as a file would fill the runner's memory or block it for good.
+    """
+    fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
+    with os.fdopen(fd, "rb") as file:
+        info = os.fstat(file.fileno())
+        if not stat.S_ISREG(info.st_mode):
+            raise ResultFileError(f"result file {path} is not a regular file")
+        if info.st_size > MAX_RESULT_BYTES:
+            raise ResultFileError(
+                f"result file {path} is larger than {MAX_RESULT_BYTES // 2**20} MiB"
+            )
+        return file.read(MAX_RESULT_BYTES + 1)
 
 
 def read_result(path: Path) -> TickResult:
     """Read a tick's result; a missing, unreadable or invalid file raises its own error class."""
     try:
-        raw = path.read_bytes()
+        raw = _read_regular(path)
     except FileNotFoundError:
         raise ResultMissingError(f"result file {path} is missing") from None
     except OSError as exc:

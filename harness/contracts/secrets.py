@@ -9,13 +9,23 @@ process's own stdout/stderr (logs, tracebacks and the terminal go through them).
 Secrets come from the environment only, so they are known by variable name: the fixed
 ones below and the names the configuration and the catalog register (`api_key_env`,
 `[digests.*] notify`). Values are read at redaction time, so a registered name whose
-value appears later is still covered. A value shorter than `MIN_SECRET_CHARS` is not
-treated as a secret: replacing a short word everywhere would garble text and protect
-nothing.
+value appears later is still covered.
+
+A value of `MIN_SECRET_CHARS` or more is replaced wherever it stands. A shorter one (a
+local server's placeholder key such as `ollama`, or a weak key) is replaced only where
+it stands as a word of its own in free text: the process's stdout/stderr (logs, tick
+logs, the terminal) and the free-text fields of events and results (`FREE_TEXT`), which
+is where an upstream quoting a key puts it. Elsewhere a short value is left alone on
+purpose: JSON documents and identifiers (level names, model ids, tick ids, paths) hold
+short strings by chance, and replacing those would corrupt stored data (an event whose
+`level` or `tick_id` changed no longer folds into its tick) and, worse, show the value
+to anyone who sees which part of a known name was taken out. Eight characters is the
+floor below which such chance matches inside identifiers become likely.
 """
 
 from __future__ import annotations
 
+import ctypes
 import io
 import os
 import re
@@ -27,11 +37,17 @@ from typing import Any, TextIO
 API_KEY_ENV = "OPENAI_API_KEY"
 API_TOKEN_ENV = "TICKWORK_API_TOKEN"
 ALERT_URLS_ENV = "TICKWORK_ALERT_URLS"
+STORE_PASSWORD_ENV = "PGPASSWORD"
+"""libpq's password variable: a tick's worker gets the store's password only there."""
 
-SECRET_ENV: tuple[str, ...] = (API_KEY_ENV, API_TOKEN_ENV, ALERT_URLS_ENV)
+SECRET_ENV: tuple[str, ...] = (API_KEY_ENV, API_TOKEN_ENV, ALERT_URLS_ENV, STORE_PASSWORD_ENV)
 """Variables that always hold secrets; more are registered by the config and catalog."""
 
 MIN_SECRET_CHARS = 8
+"""Values this long are replaced anywhere; shorter ones only as words in free text."""
+
+FREE_TEXT = frozenset({"reason", "stderr_tail", "message", "traceback_tail", "detail", "text"})
+"""Keys of event, result and answer fields that hold prose, not identifiers."""
 
 _LIST_SEPARATORS = re.compile(r"[\s,]+")
 _lock = threading.Lock()
@@ -50,47 +66,64 @@ def secret_names() -> frozenset[str]:
         return frozenset(_registered)
 
 
-def secret_values(env: Mapping[str, str] | None = None) -> list[tuple[str, str]]:
+def secret_values(
+    env: Mapping[str, str] | None = None, short: bool = False
+) -> list[tuple[str, str]]:
     """(variable, value) of every secret set in `env`, longest value first.
 
     A variable may hold a list (alert URLs separated by commas or spaces): each part is a
-    secret of its own, so a message quoting one URL is caught too.
+    secret of its own, so a message quoting one URL is caught too. `short`: also values
+    under `MIN_SECRET_CHARS`, down to one character.
     """
     env = os.environ if env is None else env
+    least = 1 if short else MIN_SECRET_CHARS
     found: dict[str, str] = {}
     for name in secret_names():
         value = env.get(name) or ""
         for part in (value, *_LIST_SEPARATORS.split(value)):
             part = part.strip()
-            if len(part) >= MIN_SECRET_CHARS:
+            if len(part) >= least:
                 found.setdefault(part, name)
     return sorted(((name, value) for value, name in found.items()), key=lambda p: -len(p[1]))
 
 
-def redact(text: str, env: Mapping[str, str] | None = None) -> str:
-    """`text` with every known secret value replaced by `[redacted:<VARIABLE>]`."""
-    for name, value in secret_values(env):
-        if value in text:
-            text = text.replace(value, f"[redacted:{name}]")
+def _replace(text: str, secrets: list[tuple[str, str]], words: bool) -> str:
+    for name, value in secrets:
+        if value not in text:
+            continue
+        marker = f"[redacted:{name}]"
+        if len(value) >= MIN_SECRET_CHARS:
+            text = text.replace(value, marker)
+        elif words:
+            word = rf"(?<![A-Za-z0-9]){re.escape(value)}(?![A-Za-z0-9])"
+            text = re.sub(word, marker.replace("\\", r"\\"), text)
     return text
 
 
+def redact(text: str, env: Mapping[str, str] | None = None, words: bool = False) -> str:
+    """`text` with every known secret value replaced by `[redacted:<VARIABLE>]`.
+
+    `words`: `text` is free text, so a short secret standing as a word is replaced too.
+    """
+    return _replace(text, secret_values(env, short=words), words)
+
+
 def redact_data(data: Any, env: Mapping[str, str] | None = None) -> Any:
-    """A JSON-like value (dicts, lists, strings) with every string redacted."""
-    secrets = secret_values(env)
+    """A JSON-like value (dicts, lists, strings) with every string redacted.
+
+    Strings under a `FREE_TEXT` key are free text: short secrets are replaced there too.
+    """
+    secrets = secret_values(env, short=True)
     if not secrets:
         return data
 
-    def walk(value: Any) -> Any:
+    def walk(value: Any, prose: bool = False) -> Any:
         if isinstance(value, str):
-            for name, secret in secrets:
-                if secret in value:
-                    value = value.replace(secret, f"[redacted:{name}]")
-            return value
+            return _replace(value, secrets, prose)
         if isinstance(value, dict):
-            return {walk(key): walk(item) for key, item in value.items()}
+            return {walk(key): walk(item, key in FREE_TEXT) for key, item in value.items()}
         if isinstance(value, list | tuple):
-            return [walk(item) for item in value]
+            return [walk(item, prose) for item in value]
         return value
 
     return walk(data)
@@ -105,7 +138,7 @@ class RedactingStream(io.TextIOBase):
 
     def write(self, text: str) -> int:
         """Write the text redacted; the count is of the text given, as callers expect."""
-        self.target.write(redact(text))
+        self.target.write(redact(text, words=True))
         return len(text)
 
     def flush(self) -> None:
@@ -135,3 +168,23 @@ def redact_standard_streams() -> None:
         sys.stdout = RedactingStream(sys.stdout)
     if not isinstance(sys.stderr, RedactingStream):
         sys.stderr = RedactingStream(sys.stderr)
+
+
+PR_SET_DUMPABLE = 4
+"""prctl(2) option; 0 makes /proc/<pid>/environ (and mem, maps) readable by root alone."""
+
+
+def keep_environment_private() -> bool:
+    """Make this process's environment unreadable to other processes of the same user.
+
+    A `can_shell` tick runs as the user of the service that started it, so it could read
+    the service's secrets from `/proc/<service pid>/environ`. Linux lets another process
+    of the same user read it only while this process is "dumpable"; clearing that flag
+    also turns off its core dumps and debugger attachment by that user (root still can,
+    so the service should not run as root). Processes it starts with `exec` are dumpable
+    again, so ticks and their shells are unaffected. False where prctl is not available.
+    """
+    if not sys.platform.startswith("linux"):
+        return False
+    libc = ctypes.CDLL(None, use_errno=True)
+    return int(libc.prctl(PR_SET_DUMPABLE, 0, 0, 0, 0)) == 0

@@ -96,4 +96,5 @@ def adopt(
         )
         report(f"{tick_id} lost (its worker is gone and left no result file)")
     runner.record(terminal)
+    runner.alert_governor(ref)
     return None

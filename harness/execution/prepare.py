@@ -25,14 +25,14 @@ from harness.contracts.events import tick_stream
 from harness.contracts.output import OutputSchemaError, load_output_schema
 from harness.contracts.payload import DailyBudget, RagSettings, TickPayload, TokenRates
 from harness.contracts.result import ResultFileError, read_result
-from harness.contracts.secrets import secret_names
+from harness.contracts.secrets import STORE_PASSWORD_ENV, secret_names
 from harness.prices import PriceBook
 from harness.projections import Projector, projector_for
 from harness.projections.calibration import current_calibrations
 from harness.projections.ticks import previous_result_path, ticks_in_flight
 from harness.routing.decisions import Routed, Router, configured_router
 from harness.scheduling.budget import spent_today
-from harness.store import EventStore, StoreError
+from harness.store import EventStore, StoreError, split_password
 
 log = logging.getLogger(__name__)
 
@@ -60,20 +60,28 @@ def tool_budget(level: str, config: LevelConfig, env: Mapping[str, str]) -> int:
     return DEFAULT_TOOL_BUDGETS.get(level, FALLBACK_TOOL_BUDGET)
 
 
-def worker_env(env: Mapping[str, str], payload: TickPayload) -> dict[str, str]:
+def worker_env(
+    env: Mapping[str, str], payload: TickPayload, store_url: str | None = None
+) -> dict[str, str]:
     """The environment a tick's process gets: `env` without a secret the tick does not need.
 
     A `can_shell` tick can read all of its environment, so it holds its own targets' keys
-    and no other: not the API token, alert or digest URLs, other targets' keys, nor any
-    `TICKWORK_*` setting (the payload carries what the worker needs of those).
+    and the store's password, and no other: not the API token, alert or digest URLs, other
+    targets' keys, nor any `TICKWORK_*` setting (the payload carries what the worker needs
+    of those). `store_url`: the configured store, whose password (taken out of the
+    payload's URL) the worker gets as `PGPASSWORD`.
     """
-    keep = payload.key_variables()
+    keep = payload.key_variables() | {STORE_PASSWORD_ENV}
     drop = secret_names() - keep
-    return {
+    kept = {
         name: value
         for name, value in env.items()
         if name in keep or (name not in drop and not name.startswith("TICKWORK_"))
     }
+    password = split_password(store_url)[1] if store_url else None
+    if password is not None:
+        kept[STORE_PASSWORD_ENV] = password
+    return kept
 
 
 def new_tick_id(level: str) -> str:
@@ -205,7 +213,7 @@ class Preparer:
                 timeout_seconds=self.settings.rag.timeout_seconds,
             ),
             result_path=(folder / f"{tick_id}.json").absolute(),
-            store_url=self.settings.store.url,
+            store_url=split_password(self.settings.store.url)[0],
             durability=self.settings.store.durability,
             spool_dir=self.settings.paths.spool.absolute(),
             route=routed.plan if routed else None,
@@ -231,6 +239,11 @@ class Preparer:
             except OSError as exc:
                 raise TickSetupError(
                     f"levels.{level}.prompt_file {config.prompt_file}: {exc.strerror}"
+                ) from exc
+            except UnicodeDecodeError as exc:
+                raise TickSetupError(
+                    f"levels.{level}.prompt_file {config.prompt_file}: not UTF-8 text: "
+                    f"{exc.reason} at byte {exc.start}"
                 ) from exc
         previous = ""
         if "$previous_result" in template and self.store is not None:

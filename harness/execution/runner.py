@@ -13,6 +13,7 @@ from __future__ import annotations
 import os
 import signal
 import socket
+import stat
 import threading
 import time
 from collections.abc import Callable, Mapping
@@ -217,15 +218,17 @@ class Runner:
         if failure is not None and failure[0] in PAUSING and not life.hedge_won:
             reason = f"{tick.payload.tick_id} {PAUSING[failure[0]]}: "
             self.record_level(LevelPaused(level=tick.payload.level, reason=reason + failure[1]))
-        self._alert_governor(tick.ref)
+        self.alert_governor(tick.ref)
         with self._lock:
             won = self._hedge_winners.pop(tick.ref.tick_id, None)
         return won or _outcome(tick.ref, ended)
 
-    def _alert_governor(self, ref: TickRef) -> None:
+    def alert_governor(self, ref: TickRef) -> None:
         """Tell the operator of the tick's first governor decision, once it has ended.
 
-        The worker cannot: alert URLs are secrets its environment never holds.
+        The worker cannot: alert URLs are secrets its environment never holds. A tick
+        adopted after a restart is ended here too (`watch`, `harness.execution.adopt`), so
+        its alert is sent like that of a tick this runner started.
         """
         urls = urls_from_env(self.env)
         if not urls or self.store is None:
@@ -250,7 +253,9 @@ class Runner:
             return self.ended_cancelled(life, life.reason)
         payload.result_path.unlink(missing_ok=True)  # an earlier attempt's must not count
         process = self.launcher.start(
-            payload.model_dump_json().encode(), tick.log_path, worker_env(self.env, payload)
+            payload.model_dump_json().encode(),
+            tick.log_path,
+            worker_env(self.env, payload, self.settings.store.url),
         )
         with self._lock:
             life.process = process
@@ -295,6 +300,7 @@ class Runner:
             with self._lock:
                 self._lives.pop(ref.tick_id, None)
         self.record(ended.event)
+        self.alert_governor(ref)
         return _outcome(ref, ended)
 
     def await_end(self, life: Life, process: TickProcess, remaining: float) -> Ended:
@@ -418,10 +424,15 @@ class Runner:
 
 
 def _tail(path: Path) -> str:
+    """The log's last bytes; "" unless it is a regular file (a tick may swap its log)."""
     try:
-        with open(path, "rb") as log:
-            log.seek(max(0, os.path.getsize(path) - STDERR_TAIL_BYTES))
-            return log.read().decode(errors="replace")
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
+        with os.fdopen(fd, "rb") as log:
+            size = os.fstat(log.fileno())
+            if not stat.S_ISREG(size.st_mode):
+                return ""
+            log.seek(max(0, size.st_size - STDERR_TAIL_BYTES))
+            return log.read(STDERR_TAIL_BYTES).decode(errors="replace")
     except OSError:
         return ""
 

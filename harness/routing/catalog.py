@@ -20,11 +20,12 @@ from collections.abc import Iterator, Mapping
 from datetime import time
 from pathlib import Path
 from typing import Annotated, Any, Literal
+from urllib.parse import urlsplit
 from zoneinfo import ZoneInfo
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
-from harness.config import LEVEL_NAME, IanaZone, PriceOverride
+from harness.config import LEVEL_NAME, IanaZone, PriceOverride, nul_paths
 from harness.contracts.payload import QuotaProbe
 from harness.contracts.secrets import register_secret_names
 
@@ -62,6 +63,17 @@ class Target(_Strict):
     effort: Literal["low", "medium", "high"] | None = None
     prices: PriceOverride | None = None
     quota_probe: QuotaProbe | None = None
+
+    @field_validator("base_url")
+    @classmethod
+    def _no_credentials(cls, url: str | None) -> str | None:
+        """Userinfo in the URL is a secret in the file: it would reach payloads and errors."""
+        if url is not None and "@" in urlsplit(url).netloc:
+            raise ValueError(
+                "holds credentials (user:password@): secrets never go in the catalog; "
+                "name the key's variable in api_key_env"
+            )
+        return url
 
 
 class Rule(_Strict):
@@ -213,6 +225,9 @@ def read_document(path: Path) -> dict[str, Any]:
     duplicates = list(_duplicate_keys(document))
     if duplicates:
         raise CatalogError(source, duplicates)
+    nul = [f"{where}: holds a NUL byte" for where in nul_paths(document)]
+    if nul:
+        raise CatalogError(source, nul)
     return dict(document)
 
 

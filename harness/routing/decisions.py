@@ -135,12 +135,33 @@ class CatalogSource:
     work: it only sets a flag the next poll honours.
     """
 
-    def __init__(self, path: Path, report: Report = lambda line: None) -> None:
+    def __init__(
+        self,
+        path: Path,
+        report: Report = lambda line: None,
+        needs_lane: frozenset[str] = frozenset(),
+    ) -> None:
+        """`needs_lane`: levels with no `model` of their own, which only a lane can route."""
         self.path = path
         self.report = report
-        self.catalog = load_catalog(path)
+        self.needs_lane = needs_lane
+        self.catalog = self._load()
         self._seen = self._digest()
         self._requested = False
+
+    def _load(self) -> Catalog:
+        catalog = load_catalog(self.path)
+        missing = sorted(self.needs_lane - set(catalog.lanes))
+        if missing:
+            raise CatalogError(
+                str(self.path),
+                [
+                    f"levels.{level}: has no model and the catalog has no lane for it: "
+                    "give the level a model or the catalog a lane named after it"
+                    for level in missing
+                ],
+            )
+        return catalog
 
     def _digest(self) -> str | None:
         try:
@@ -160,7 +181,7 @@ class CatalogSource:
         self._requested, self._seen = False, digest
         old = self.catalog.revision
         try:
-            new = load_catalog(self.path)
+            new = self._load()
         except CatalogError as exc:
             self.report(f"catalog rejected, revision {old[:12]} stays in force: {exc}")
             return
@@ -202,11 +223,13 @@ class Router:
 def configured_router(settings: Settings, report: Report = lambda line: None) -> Router | None:
     """The router of `[routing] catalog`, or None: then each level's `model` runs, as always.
 
-    Raises CatalogError when the configured catalog is invalid (nothing may start then).
+    Raises CatalogError when the configured catalog is invalid, or has no lane for a level
+    without a model of its own (nothing may start then: every tick of it would fail).
     """
     if settings.routing.catalog is None:
         return None
-    source = CatalogSource(settings.routing.catalog, report)
+    modelless = frozenset(name for name, level in settings.levels.items() if not level.model)
+    source = CatalogSource(settings.routing.catalog, report, modelless)
     return Router(source, settings.routing.availability_ttl_seconds)
 
 

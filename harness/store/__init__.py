@@ -12,7 +12,7 @@ from __future__ import annotations
 from harness.config import Durability
 from harness.contracts.records import NewEvent, StoredEvent
 from harness.store.base import EventStore, Tracking
-from harness.store.engine import safe_url
+from harness.store.engine import safe_url, split_password
 from harness.store.migrate import current_revision
 from harness.store.opening import migrate_store, open_store
 from harness.store.records import (
@@ -55,5 +55,6 @@ __all__ = [
     "migrate_store",
     "open_store",
     "safe_url",
+    "split_password",
     "upsert",
 ]

@@ -51,6 +51,20 @@ def safe_url(url: str | URL) -> str:
         return "<unparseable store url>"
 
 
+def split_password(url: str) -> tuple[str, str | None]:
+    """The URL without its password, and the password (None when the URL holds none).
+
+    A tick's payload carries the URL without it, and its worker gets the password as
+    `PGPASSWORD` in its environment, which libpq reads: the payload is handed to
+    launchers, logs and tests, and no copy of it should hold the password.
+    """
+    parsed = make_url(url)
+    if parsed.password is None:
+        return url, None
+    bare = parsed._replace(password=None)  # `set` reads None as "keep it"
+    return bare.render_as_string(hide_password=False), str(parsed.password)
+
+
 def sqlite_path(url: URL) -> Path | None:
     """The database file of a SQLite URL, or None for an in-memory database."""
     if url.get_backend_name() != "sqlite" or url.database in (None, "", ":memory:"):

@@ -16,6 +16,7 @@ from strands.hooks import BeforeModelCallEvent, HookProvider, HookRegistry
 
 from harness.contracts.payload import TickPayload
 from harness.store import EventStore, StoreError
+from workers.recorder import EventRecorder
 
 BATCH = 1000
 
@@ -23,9 +24,9 @@ BATCH = 1000
 class DailyBudgetGuard(HookProvider):
     """Register it before the spend meter, which must see the calls this one cancels."""
 
-    def __init__(self, payload: TickPayload, store: EventStore | None) -> None:
+    def __init__(self, payload: TickPayload, recorder: EventRecorder) -> None:
         self.payload = payload
-        self.store = store
+        self.recorder = recorder
         self.budget = payload.budget
         self.position = self.budget.after_position if self.budget else 0
         self.spent = self.budget.spent_tokens if self.budget else 0
@@ -36,10 +37,13 @@ class DailyBudgetGuard(HookProvider):
         registry.add_callback(BeforeModelCallEvent, self._before_call)
 
     def _before_call(self, event: BeforeModelCallEvent) -> None:
-        if self.budget is None or self.store is None or event.cancel:
+        if self.budget is None or event.cancel:
+            return
+        store = self.recorder.store
+        if store is None:
             return
         try:
-            self._add_recent_spend(self.store, self.budget.day)
+            self._add_recent_spend(store, self.budget.day)
         except StoreError:
             return  # unreadable: the runner's check before every attempt still holds
         if self.spent > self.budget.tokens:

@@ -22,7 +22,7 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from pathlib import Path
 
 from harness.execution.launchers.base import Launcher, TickProcess
@@ -54,6 +54,11 @@ SERVER_ENVIRONMENT = (
 """What the server keeps of the service's environment: nothing secret, since every
 tick gets exactly its own environment after the fork. The CA variables are kept so the
 warm-up loads the TLS context the ticks will use (loading one costs a tick ~45 ms)."""
+
+
+def server_environment(environ: Mapping[str, str]) -> dict[str, str]:
+    """The fork server's environment: `SERVER_ENVIRONMENT` and the locale of `environ`."""
+    return {k: v for k, v in environ.items() if k in SERVER_ENVIRONMENT or k[:3] == "LC_"}
 
 
 class ForkServerError(Exception):
@@ -185,7 +190,7 @@ class _Server:
         self.fork_timeout = fork_timeout
         self.control, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
         self.control.settimeout(fork_timeout)
-        env = {k: v for k, v in os.environ.items() if k in SERVER_ENVIRONMENT or k[:3] == "LC_"}
+        env = server_environment(os.environ)
         with theirs:
             self.process = subprocess.Popen(
                 [

@@ -174,6 +174,21 @@ class SqlEventStore(EventStore):
         with translate_errors(), self.engine.connect() as conn, conn.begin():
             yield conn
 
+    @contextmanager
+    def _one_statement(self) -> Iterator[sa.Connection]:
+        """A connection for a read of one statement, which is its own snapshot.
+
+        On PostgreSQL it runs outside a transaction: one round trip to the server instead
+        of four (BEGIN, the query, COMMIT, and the pool's ROLLBACK when it takes the
+        connection back), which is most of a page's time on a busy server.
+        """
+        with translate_errors(), self.engine.connect() as conn:
+            if conn.dialect.name == "postgresql":
+                yield conn.execution_options(isolation_level="AUTOCOMMIT")
+            else:
+                with conn.begin():
+                    yield conn
+
     def append(
         self,
         stream_id: str,
@@ -282,14 +297,14 @@ class SqlEventStore(EventStore):
             kinds = list(types)
             where += f" AND type IN ({_marks(kinds)})"
             parameters += kinds
-        with self.read_transaction() as conn:
+        with self._one_statement() as conn:
             return _records(conn, where + " ORDER BY global_position LIMIT ?", [*parameters, limit])
 
     def read_last(self, limit: int, types: Iterable[str] | None = None) -> list[StoredEvent]:
         """Backwards on the primary key: the newest events cost the same however long the log."""
         kinds = [] if types is None else list(types)
         where = "" if types is None else f"WHERE type IN ({_marks(kinds)}) "
-        with self.read_transaction() as conn:
+        with self._one_statement() as conn:
             return _records(conn, where + "ORDER BY global_position DESC LIMIT ?", [*kinds, limit])
 
     def checkpoints(self, names: Iterable[str]) -> dict[str, int]:

@@ -262,7 +262,7 @@ class SqlEventStore(EventStore):
         if limit is not None:
             where += " LIMIT ?"
             parameters.append(limit)
-        with self.read_transaction() as conn:
+        with self._one_statement() as conn:
             return _records(conn, where, parameters)
 
     def read_streams(
@@ -313,7 +313,7 @@ class SqlEventStore(EventStore):
         query = sa.select(projection_checkpoints.c.name, projection_checkpoints.c.position).where(
             projection_checkpoints.c.name.in_(wanted)
         )
-        with self.read_transaction() as conn:
+        with self._one_statement() as conn:
             stored = dict(conn.execute(query).all())
         return {name: int(stored.get(name, 0)) for name in wanted}
 
@@ -385,12 +385,12 @@ class SqlEventStore(EventStore):
 
     def last_position(self) -> int:
         """MAX of the primary key: one index lookup."""
-        with self.read_transaction() as conn:
+        with self._one_statement() as conn:
             return conn.execute(sa.select(sa.func.max(events.c.global_position))).scalar() or 0
 
     def stream_version(self, stream_id: str) -> int:
         """MAX of the stream's positions: one index lookup."""
-        with self.read_transaction() as conn:
+        with self._one_statement() as conn:
             return _version(conn, stream_id)
 
     def close(self) -> None:

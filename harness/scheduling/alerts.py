@@ -21,7 +21,7 @@ import os
 import re
 import threading
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from harness.config import AlertKind, AlertsConfig, Settings
 from harness.contracts.events import AlertDelivered, AlertRaised, alert_stream
@@ -65,10 +65,12 @@ class Alerter:
     def poll(self) -> list[AlertRaised]:
         """Fold the events since the checkpoint; claim and send the alerts they open."""
         with self.store.tracking(CHECKPOINT) as tracking:
-            streaks = load_streaks(tracking.conn)
+            stored = load_streaks(tracking.conn)
+            streaks = {level: replace(streak) for level, streak in stored.items()}
             window = self.store.read_window(tracking, WATCHED, tracking.horizon)
             raised = [alert for event in window for alert in self._alerts_of(event, streaks)]
-            save_streaks(tracking.conn, streaks)
+            changed = {k: streak for k, streak in streaks.items() if stored.get(k) != streak}
+            save_streaks(tracking.conn, changed)
             self.store.save_checkpoint(tracking, tracking.horizon)
             if tracking.position == 0 and not self.folding:
                 raised = []

@@ -152,7 +152,8 @@ def story_steps(events: Iterable[StoredEvent]) -> list[StoryStep]:
 
     A `BudgetSpent` linked from a `ModelCalled`, and a `ToolCalled` beside the transcript's
     tool item, say nothing new and are left out; a tick recorded before those events
-    existed keeps them as its only record.
+    existed keeps them as its only record. A `ModelCallStarted` is the spend ledger's
+    (a call cut off by a kill is booked from it as an estimated `BudgetSpent`, shown).
     """
     events = list(events)
     linked = {e.data.get("budget_event_id") for e in events if e.type == "ModelCalled"}
@@ -164,6 +165,8 @@ def story_steps(events: Iterable[StoredEvent]) -> list[StoryStep]:
         if event.type == "BudgetSpent" and str(event.event_id) in linked:
             continue
         if event.type == "ToolCalled" and transcribed_tools:
+            continue
+        if event.type == "ModelCallStarted":
             continue
         steps.append(_step(event))
     return steps

@@ -12,6 +12,7 @@ from harness.contracts.events import LevelBudgetExceeded, TickCompleted, TickLos
 from harness.contracts.secrets import secret_names
 from harness.devtools.fake_llm import FakeUpstream, Step
 from harness.scheduling.alerts import Alerter
+from harness.store import SqlEventStore
 from tests.receiver import Received
 from tests.tick_support import Harness
 
@@ -75,14 +76,13 @@ def test_lost_ticks_failure_streaks_and_budgets_are_alerted_once_per_episode(
 
 
 def test_a_failure_streak_outlives_a_restart_and_is_shared_by_replicas(
-    tmp_path: Path, fake: FakeUpstream, receiver: tuple[str, Received]
+    tmp_path: Path, fake: FakeUpstream, receiver: tuple[str, Received], store: SqlEventStore
 ) -> None:
     url, received = receiver
     harness = Harness(tmp_path, fake, rag=False)
     own = AlertsConfig(on=["failures"], consecutive_failures=3)
     levels = {"min": harness.settings.levels["min"].model_copy(update={"alerts": own})}
     settings = harness.settings.model_copy(update={"levels": levels})
-    store = harness.store
 
     def replica() -> Alerter:
         return Alerter(settings, store, env={"TICKWORK_ALERT_URLS": url})

@@ -9,7 +9,7 @@ from __future__ import annotations
 import sqlalchemy as sa
 from sqlalchemy.dialects.postgresql import JSONB
 
-HEAD_REVISION = "0003"
+HEAD_REVISION = "0004"
 
 metadata = sa.MetaData()
 

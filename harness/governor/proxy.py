@@ -38,7 +38,7 @@ from harness.contracts.payload import TICK_HEADER
 from harness.governor.alerts import Alerts, Announcer
 from harness.governor.calibration import Calibrations
 from harness.governor.estimate import openai_request_chars, tokens_from_chars
-from harness.governor.ledger import Ledger, LedgerEvent, event_id
+from harness.governor.ledger import Entry, Ledger, event_id
 from harness.governor.policy import Verdict, decide
 from harness.governor.wire import (
     MAX_BUFFERED_BYTES,
@@ -190,30 +190,34 @@ class ProxyGovernor:
             sample = Sample(verdict.chars, usage.prompt_tokens, usage.cached_tokens, usage.cached)
             self.counters[f"calibration_{self.calibrations.learn(model, sample)}"] += 1
             if not sample.tiny:
-                self._record(tick_id, sample.event(model, "proxy", None, event_id()))
+                self._record(tick_id, lambda: sample.event(model, "proxy", None, event_id()))
             prompt, completion = sample.tokens, usage.completion_tokens
-        self._record(
-            tick_id,
-            BudgetSpent(
+        day = f"proxy-{datetime.now(UTC):%Y%m%d}"
+        level = self.config.ledger_level
+        cached = usage.cached_tokens if usage else None
+
+        def spent() -> BudgetSpent:
+            return BudgetSpent(
                 event_id=event_id(),
-                tick_id=f"proxy-{datetime.now(UTC):%Y%m%d}",
-                level=self.config.ledger_level,
+                tick_id=day,
+                level=level,
                 model=model,
                 prompt_tokens=prompt,
                 completion_tokens=completion,
-                cache_read_tokens=usage.cached_tokens if usage else None,
+                cache_read_tokens=cached,
                 estimated=usage is None,
                 source="proxy",
-            ),
-        )
+            )
+
+        self._record(tick_id, spent)
 
     def client_gone(self) -> None:
         """Count a client that left before its answer ended."""
         self.counters["client_gone"] += 1
 
-    def _record(self, tick_id: str | None, event: LedgerEvent) -> None:
+    def _record(self, tick_id: str | None, entry: Entry) -> None:
         if self.ledger is not None and tick_id is None:
-            self.ledger.record(event)
+            self.ledger.record(entry)
 
     def status(self) -> dict[str, Any]:
         """What `/governor/status` reports: limits, counters, learned ratios, recent decisions."""

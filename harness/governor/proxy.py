@@ -155,7 +155,7 @@ class ProxyGovernor:
         if self.decision_log is not None:
             self.decision_log.write(orjson.dumps(entry).decode() + "\n")
         if verdict.decision != "pass":
-            self._record(tick_id, verdict.event("proxy", None))
+            self._record(tick_id, lambda: verdict.event("proxy", None))
         if self.alerts.urls and self.alerts.opens_episode(episode_of(body), verdict):
             task = asyncio.get_running_loop().run_in_executor(
                 None, self.alerts.send, verdict, "governor proxy"

@@ -9,6 +9,7 @@ from __future__ import annotations
 import base64
 import logging
 import socket
+import threading
 import time
 from collections.abc import Iterator
 from typing import Any
@@ -85,6 +86,40 @@ def test_an_upstream_stalling_mid_answer_ends_it_with_an_error(fake: FakeUpstrea
         took = time.monotonic() - started
     assert b"upstream_error" in answer.content and b"silent for 0.5 s" in answer.content
     assert took < 5.0, "the client is let go long before the upstream's next chunk"
+    assert governor.counters["upstream_cut"] == 1
+
+
+def _answer_short(listener: socket.socket) -> None:
+    """An upstream that reads one request and sends 6 bytes of a 100-byte answer."""
+    connection, _ = listener.accept()
+    with connection:
+        received = b""
+        while b"\r\n\r\n" not in received:
+            received += connection.recv(65536)
+        head, _, body = received.partition(b"\r\n\r\n")
+        length = next(
+            int(line.split(b":")[1])
+            for line in head.lower().split(b"\r\n")
+            if line.startswith(b"content-length:")
+        )
+        while len(body) < length:
+            body += connection.recv(65536)
+        connection.sendall(
+            b"HTTP/1.1 200 OK\r\ncontent-type: application/json\r\n"
+            b'content-length: 100\r\n\r\n{"id":'
+        )
+
+
+def test_a_whole_answer_cut_short_is_a_502_that_says_so() -> None:
+    with socket.create_server(("127.0.0.1", 0)) as listener:
+        threading.Thread(target=_answer_short, args=(listener,), daemon=True).start()
+        upstream = f"http://127.0.0.1:{listener.getsockname()[1]}"
+        with governor_proxy(config(upstream)) as (origin, governor):
+            answer = httpx.post(
+                f"{origin}/v1/chat/completions", json={"model": "m", "messages": messages(10)}
+            )
+    assert answer.status_code == 502
+    assert "the upstream cut the answer" in answer.json()["error"]["message"]
     assert governor.counters["upstream_cut"] == 1
 
 

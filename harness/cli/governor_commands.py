@@ -50,6 +50,12 @@ def governor(
                 port=limits.port,
                 log_level="warning",
                 access_log=False,
+                # The upstream's own Date and Server go through; uvicorn's would repeat them.
+                server_header=False,
+                date_header=False,
+                # Nothing here reads the client's address: uvicorn's middleware that
+                # rewrites it from X-Forwarded-For was a thirtieth of a request's CPU.
+                proxy_headers=False,
             )
     finally:
         store.close()

@@ -28,7 +28,6 @@ from urllib.parse import unquote, urlsplit
 import aiohttp
 import orjson
 from multidict import CIMultiDict
-from starlette.requests import ClientDisconnect, Request
 from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.types import ASGIApp, Receive, Scope, Send
 
@@ -39,9 +38,10 @@ from harness.contracts.payload import TICK_HEADER
 from harness.governor.alerts import Alerts, Announcer
 from harness.governor.calibration import Calibrations
 from harness.governor.estimate import openai_request_chars, tokens_from_chars
-from harness.governor.ledger import Ledger, LedgerEvent, event_id
+from harness.governor.ledger import Entry, Ledger, event_id
 from harness.governor.policy import Verdict, decide
 from harness.governor.wire import (
+    MAX_BUFFERED_BYTES,
     Usage,
     UsageScanner,
     stop_completion,
@@ -155,7 +155,7 @@ class ProxyGovernor:
         if self.decision_log is not None:
             self.decision_log.write(orjson.dumps(entry).decode() + "\n")
         if verdict.decision != "pass":
-            self._record(tick_id, verdict.event("proxy", None))
+            self._record(tick_id, lambda: verdict.event("proxy", None))
         if self.alerts.urls and self.alerts.opens_episode(episode_of(body), verdict):
             task = asyncio.get_running_loop().run_in_executor(
                 None, self.alerts.send, verdict, "governor proxy"
@@ -190,30 +190,34 @@ class ProxyGovernor:
             sample = Sample(verdict.chars, usage.prompt_tokens, usage.cached_tokens, usage.cached)
             self.counters[f"calibration_{self.calibrations.learn(model, sample)}"] += 1
             if not sample.tiny:
-                self._record(tick_id, sample.event(model, "proxy", None, event_id()))
+                self._record(tick_id, lambda: sample.event(model, "proxy", None, event_id()))
             prompt, completion = sample.tokens, usage.completion_tokens
-        self._record(
-            tick_id,
-            BudgetSpent(
+        day = f"proxy-{datetime.now(UTC):%Y%m%d}"
+        level = self.config.ledger_level
+        cached = usage.cached_tokens if usage else None
+
+        def spent() -> BudgetSpent:
+            return BudgetSpent(
                 event_id=event_id(),
-                tick_id=f"proxy-{datetime.now(UTC):%Y%m%d}",
-                level=self.config.ledger_level,
+                tick_id=day,
+                level=level,
                 model=model,
                 prompt_tokens=prompt,
                 completion_tokens=completion,
-                cache_read_tokens=usage.cached_tokens if usage else None,
+                cache_read_tokens=cached,
                 estimated=usage is None,
                 source="proxy",
-            ),
-        )
+            )
+
+        self._record(tick_id, spent)
 
     def client_gone(self) -> None:
         """Count a client that left before its answer ended."""
         self.counters["client_gone"] += 1
 
-    def _record(self, tick_id: str | None, event: LedgerEvent) -> None:
+    def _record(self, tick_id: str | None, entry: Entry) -> None:
         if self.ledger is not None and tick_id is None:
-            self.ledger.record(event)
+            self.ledger.record(entry)
 
     def status(self) -> dict[str, Any]:
         """What `/governor/status` reports: limits, counters, learned ratios, recent decisions."""
@@ -262,55 +266,91 @@ def proxy_governor(
         yield ProxyGovernor(config, calibrations, ledger, alerts, decision_log)
 
 
-class RelayResponse(StreamingResponse):
-    """The upstream's answer relayed; only a streamed one is watched for the client leaving.
+DROPPED = frozenset(name.encode() for name in HOP_BY_HOP)
+"""The hop-by-hop headers as ASGI names them (bytes, lowercase)."""
+DROPPED_FOR_CHAT = DROPPED | {b"accept-encoding"}
+"""A chat answer's usage must be readable here, so it is asked for uncompressed."""
+TICK_NAME = TICK_HEADER.lower().encode()
 
-    Starlette's StreamingResponse runs an anyio task group per response to notice a
-    client that goes away, which was the proxy's largest cost after the HTTP client. A
-    whole (non-streamed) answer is relayed in one go, so it needs no watcher; a stream,
-    which can last minutes, gets one plain asyncio task that cancels the relay (and so
-    releases the upstream connection) when the client is gone.
+
+async def _body(receive: Receive) -> bytes | None:
+    """The request's body as the server hands it on; None when the client left first."""
+    parts: list[bytes] = []
+    while True:
+        message = await receive()
+        if message["type"] == "http.disconnect":
+            return None
+        parts.append(message.get("body", b""))
+        if not message.get("more_body", False):
+            return parts[0] if len(parts) == 1 else b"".join(parts)
+
+
+async def _answer(send: Send, status: int, document: Any = None, **headers: str) -> None:
+    """A whole answer of the proxy's own (JSON when there is a document), sent in two messages."""
+    body = b"" if document is None else orjson.dumps(document)
+    raw = [(b"content-length", b"%d" % len(body))]
+    if document is not None:
+        raw.append((b"content-type", b"application/json"))
+    raw.extend((name.lower().encode(), value.encode("latin-1")) for name, value in headers.items())
+    await send({"type": "http.response.start", "status": status, "headers": raw})
+    await send({"type": "http.response.body", "body": body})
+
+
+async def _relay_to(
+    send: Send,
+    receive: Receive,
+    chunks: AsyncIterator[bytes],
+    watch: bool,
+    on_gone: Callable[[], None],
+) -> None:
+    """Send the relayed body; a streamed one ends early (cancelled) when the client leaves.
+
+    Starlette's StreamingResponse ran an anyio task group per response to notice a client
+    that goes away, which was the proxy's largest cost after the HTTP client. An answer
+    of unknown length that is not a stream is relayed without a watcher; a stream, which
+    can last minutes, gets one plain asyncio task that cancels the relay (and so releases
+    the upstream connection) when the client is gone.
     """
+    if not watch:
+        async for chunk in chunks:
+            await send({"type": "http.response.body", "body": chunk, "more_body": True})
+        await send({"type": "http.response.body", "body": b""})
+        return
+    relay = asyncio.current_task()
+    assert relay is not None, "ASGI apps run in a task"
+    gone = False
 
-    def __init__(
-        self, content: AsyncIterator[bytes], watch: bool, on_gone: Callable[[], None]
-    ) -> None:
-        super().__init__(content)
-        self.watch = watch
-        self.on_gone = on_gone
+    async def watcher() -> None:
+        nonlocal gone
+        while (await receive())["type"] != "http.disconnect":
+            pass
+        gone = True
+        relay.cancel()
 
-    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        """Relay the body; a streamed one ends early (cancelled) when the client disconnects."""
-        if not self.watch:
-            await self.stream_response(send)
-            return
-        relay = asyncio.current_task()
-        assert relay is not None, "ASGI apps run in a task"
-        gone = False
-
-        async def watch() -> None:
-            nonlocal gone
-            while (await receive())["type"] != "http.disconnect":
-                pass
-            gone = True
-            relay.cancel()
-
-        watcher = asyncio.get_running_loop().create_task(watch())
-        try:
-            await self.stream_response(send)
-        except asyncio.CancelledError:
-            if not gone:
-                raise
-            relay.uncancel()
-            self.on_gone()
-        finally:
-            watcher.cancel()
+    watching = asyncio.get_running_loop().create_task(watcher())
+    try:
+        async for chunk in chunks:
+            await send({"type": "http.response.body", "body": chunk, "more_body": True})
+        await send({"type": "http.response.body", "body": b""})
+    except asyncio.CancelledError:
+        if not gone:
+            raise
+        relay.uncancel()
+        on_gone()
+    finally:
+        watching.cancel()
 
 
-def _forwarded(
-    headers: list[tuple[bytes, bytes]], drop: frozenset[str]
-) -> list[tuple[bytes, bytes]]:
-    return [(name, value) for name, value in headers if name.decode("latin-1").lower() not in drop]
+def _cut(governor: ProxyGovernor, exc: BaseException) -> str:
+    """Count an upstream that cut or stalled its answer; why, in words for the client."""
+    governor.counters["upstream_cut"] += 1
+    reason = (
+        f"the upstream was silent for {governor.config.upstream_idle_seconds:g} s"
+        if isinstance(exc, TimeoutError)
+        else f"the upstream cut the answer ({type(exc).__name__})"
+    )
+    log.warning("governor: %s", reason)
+    return f"governor: {reason}"
 
 
 def create_app(governor: ProxyGovernor) -> ASGIApp:
@@ -318,6 +358,9 @@ def create_app(governor: ProxyGovernor) -> ASGIApp:
 
     aiohttp, not httpx: its HTTP/1.1 parser is C, and the outgoing client was two thirds
     of the proxy's CPU per request with httpx's pure-Python one (ops/bench/RESULTS.md).
+    Requests are handled on the raw ASGI messages: Starlette's request and response
+    objects (header and URL parsing, a response object per answer) were a fifth of a
+    request's CPU and did nothing the proxy needs.
     """
     config = governor.config
     if not config.upstream:
@@ -333,40 +376,42 @@ def create_app(governor: ProxyGovernor) -> ASGIApp:
     )
     sessions: list[aiohttp.ClientSession] = []
 
-    async def status(request: Request) -> Response:
-        return JSONResponse(governor.status())
-
-    async def forward(request: Request) -> Response:
-        try:
-            body = await request.body()
-        except ClientDisconnect:
+    async def forward(scope: Scope, receive: Receive, send: Send) -> None:
+        body = await _body(receive)
+        if body is None:
             governor.client_gone()
-            return Response(status_code=CLIENT_CLOSED)
+            await _answer(send, CLIENT_CLOSED)
+            return
         governor.counters["requests"] += 1
-        chat = chat_request(request.method, request.url.path, body)
-        drop = HOP_BY_HOP
+        method = scope["method"]
+        path = scope.get("root_path", "") + scope["path"]
+        chat = chat_request(method, path, body)
+        drop = DROPPED if chat is None else DROPPED_FOR_CHAT
+        tick_id: str | None = None
+        headers: CIMultiDict[str] = CIMultiDict()
+        for name, value in scope["headers"]:
+            if name == TICK_NAME:
+                tick_id = value.decode("latin-1")
+            if name not in drop:
+                headers.add(name.decode("latin-1"), value.decode("latin-1"))
         verdict: Verdict | None = None
         entry: dict[str, Any] = {}
-        tick_id = request.headers.get(TICK_HEADER)
         if chat is not None:
             verdict, entry = governor.judge(chat, tick_id)
             if verdict.decision == "hard":
-                return _stop_answer(chat, verdict.text(governor.limits))
+                await _stop_answer(chat, verdict.text(governor.limits))(scope, receive, send)
+                return
             if verdict.decision == "soft":
                 body = orjson.dumps(with_directive(chat, verdict.text(governor.limits)))
-            drop = HOP_BY_HOP | {"accept-encoding"}  # its usage must be readable here
-        elif request.method == "POST" and request.url.path.endswith("/chat/completions"):
+        elif method == "POST" and path.endswith("/chat/completions"):
             governor.counters["not_json_passed_through"] += 1
-        url = upstream + request.url.path + (f"?{request.url.query}" if request.url.query else "")
-        headers = CIMultiDict(
-            (name.decode("latin-1"), value.decode("latin-1"))
-            for name, value in _forwarded(request.headers.raw, drop)
-        )
+        query = scope.get("query_string", b"")
+        url = upstream + path + (f"?{query.decode('latin-1')}" if query else "")
         if basic is not None and "authorization" not in headers:
             headers["Authorization"] = basic
         try:
             answer = await sessions[0].request(
-                request.method,
+                method,
                 url,
                 headers=headers,
                 data=body,
@@ -380,17 +425,33 @@ def create_app(governor: ProxyGovernor) -> ASGIApp:
             shown = governor.config.public_upstream
             message = f"governor: the upstream {shown} did not answer ({reason})"
             log.warning("%s", message)
-            return JSONResponse(
-                {"error": {"message": message, "type": "upstream_error", "code": 502}},
-                status_code=502,
-            )
+            error = {"message": message, "type": "upstream_error", "code": 502}
+            await _answer(send, 502, {"error": error})
+            return
         streamed = answer.headers.get("content-type", "").startswith("text/event-stream")
         scanner = UsageScanner(streamed) if verdict is not None and answer.ok else None
+        head = [(name, value) for name, value in answer.raw_headers if name.lower() not in DROPPED]
+        size = answer.content_length
+        if not streamed and method != "HEAD" and size is not None and size <= MAX_BUFFERED_BYTES:
+            # A whole answer of known size goes back in one piece, with its length.
+            try:
+                content = await answer.read()
+            except (aiohttp.ClientError, TimeoutError) as exc:
+                error = {"message": _cut(governor, exc), "type": "upstream_error", "code": 502}
+                await _answer(send, 502, {"error": error})
+                return
+            finally:
+                answer.release()
+            head.append((b"content-length", b"%d" % len(content)))
+            await send({"type": "http.response.start", "status": answer.status, "headers": head})
+            await send({"type": "http.response.body", "body": content})
+            if scanner is not None and verdict is not None:
+                scanner.feed(content)
+                governor.settle(verdict, entry, scanner.finish(), scanner.answer_chars, tick_id)
+            return
+        await send({"type": "http.response.start", "status": answer.status, "headers": head})
         relay = _relay(answer, scanner, governor, verdict, entry, tick_id, streamed)
-        response = RelayResponse(relay, streamed, governor.client_gone)
-        response.raw_headers = _forwarded(list(answer.raw_headers), HOP_BY_HOP)
-        response.status_code = answer.status
-        return response
+        await _relay_to(send, receive, relay, streamed, governor.client_gone)
 
     async def lifespan(receive: Receive, send: Send) -> None:
         await receive()  # lifespan.startup
@@ -415,15 +476,13 @@ def create_app(governor: ProxyGovernor) -> ASGIApp:
             return
         if scope["type"] != "http":
             return
-        request = Request(scope, receive)
         method = scope["method"]
         if method == "GET" and scope["path"] in STATUS_PATHS:
-            response = await status(request)
+            await _answer(send, 200, governor.status())
         elif method in METHODS:
-            response = await forward(request)
+            await forward(scope, receive, send)
         else:
-            response = Response(status_code=405, headers={"Allow": ", ".join(METHODS)})
-        await response(scope, receive, send)
+            await _answer(send, 405, Allow=", ".join(METHODS))
 
     return app
 
@@ -448,16 +507,9 @@ async def _relay(
                 scanner.feed(chunk)
             yield chunk
     except (aiohttp.ClientError, TimeoutError) as exc:
-        governor.counters["upstream_cut"] += 1
-        stalled = isinstance(exc, TimeoutError)
-        reason = (
-            f"the upstream was silent for {governor.config.upstream_idle_seconds:g} s"
-            if stalled
-            else f"the upstream cut the answer ({type(exc).__name__})"
-        )
-        log.warning("governor: %s", reason)
+        message = _cut(governor, exc)
         if streamed:
-            error = {"message": f"governor: {reason}", "type": "upstream_error", "code": 504}
+            error = {"message": message, "type": "upstream_error", "code": 504}
             yield b"data: " + orjson.dumps({"error": error}) + b"\n\n"
     finally:
         answer.release()

@@ -32,6 +32,7 @@ from typing import Any
 import aiohttp
 import httptools
 import orjson
+import psutil
 from governor import free_port, percentile
 from machine import describe
 
@@ -189,6 +190,14 @@ async def latencies(origins: dict[str, str], body: bytes, count: int) -> dict[st
     return timings
 
 
+def _cpu_seconds(process: psutil.Process | None) -> float:
+    """User and system CPU of a proxy's process, all its threads."""
+    if process is None:
+        return 0.0
+    times = process.cpu_times()
+    return times.user + times.system
+
+
 def predecessor_source(folder: Path) -> Path:
     """The predecessor's governor as a runnable file in a temporary folder (not the tree)."""
     lines = PREDECESSOR.read_text(encoding="utf-8").splitlines()
@@ -261,14 +270,21 @@ def main() -> None:
                     f"latency {name:11} p50 {p50:6.2f} ms  p99 {p99:6.2f} ms  "
                     f"added p50 {p50 - base:5.2f} ms  p99 {p99 - base99:5.2f} ms"
                 )
+            served = {"tickwork": processes[1].pid, "predecessor": processes[2].pid}
             for label, body in (("plain", plain), ("streaming", streamed)):
                 rates = {}
                 for name, origin in origins.items():
+                    proxy = psutil.Process(served[name]) if name in served else None
+                    cpu_before = _cpu_seconds(proxy)
                     per_second, failed = asyncio.run(rate(origin, body, args.clients, args.seconds))
                     rates[name] = per_second
+                    # CPU per request holds still when the machine is loaded; the rate does not.
+                    served_count = max(per_second * args.seconds, 1)
+                    cpu_ms = (_cpu_seconds(proxy) - cpu_before) * 1000 / served_count
+                    cpu = f", {cpu_ms:.2f} ms CPU a request" if proxy else ""
                     print(
                         f"{label:9} {name:11} {per_second:7,.0f} requests/s "
-                        f"({args.clients} clients, {failed} failed)"
+                        f"({args.clients} clients, {failed} failed{cpu})"
                     )
                 ratio = rates["tickwork"] / max(rates["predecessor"], 1e-9)
                 print(f"{label:9} tickwork / predecessor: {ratio:.2f}x (goal >= 2x)")

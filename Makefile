@@ -21,8 +21,10 @@ run: $(STAMP)
 
 ## The whole test suite (PostgreSQL tests need a server at $$TICKWORK_TEST_PG_URL or 127.0.0.1:5432;
 ## the dashboard test drives Debian's headless Chromium, installed here when it is missing).
+## Four workers on two cores: most tests wait on subprocesses, deadlines and the network, so
+## twice as many workers as cores overlap those waits; worksteal keeps the long tests apart.
 test: $(STAMP) browser
-	$(BIN)/pytest -n 2
+	$(BIN)/pytest -n 4 --dist worksteal
 
 browser:
 	test -x /usr/bin/chromium -a -x /usr/bin/chromedriver || { apt-get update -q && \

@@ -23,7 +23,14 @@ from harness.store.engine import create_store_engine
 from tests.receiver import Received, apprise_receiver
 
 PG_ADMIN_URL = os.environ.get("TICKWORK_TEST_PG_URL", "postgresql://postgres@127.0.0.1:5432/test")
-TABLES = ("events", "projection_checkpoints", "spend_daily", "ticks", "governor_calibration")
+TABLES = (
+    "events",
+    "projection_checkpoints",
+    "spend_daily",
+    "ticks",
+    "governor_calibration",
+    "failure_streaks",
+)
 
 
 def _admin_dsn() -> str:

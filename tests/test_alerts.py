@@ -12,6 +12,7 @@ from harness.contracts.events import LevelBudgetExceeded, TickCompleted, TickLos
 from harness.contracts.secrets import secret_names
 from harness.devtools.fake_llm import FakeUpstream, Step
 from harness.scheduling.alerts import Alerter
+from harness.store import SqlEventStore
 from tests.receiver import Received
 from tests.tick_support import Harness
 
@@ -71,6 +72,41 @@ def test_lost_ticks_failure_streaks_and_budgets_are_alerted_once_per_episode(
     store.append("level-min", [spent.to_record(), again.to_record()])
     kinds = [(a.kind, a.tick_id) for a in alerter.poll()]
     assert kinds == [("failures", "t4"), ("budget", None)], "lost is off for this level"
+    assert len(received) == 2
+
+
+def test_a_failure_streak_outlives_a_restart_and_is_shared_by_replicas(
+    tmp_path: Path, fake: FakeUpstream, receiver: tuple[str, Received], store: SqlEventStore
+) -> None:
+    url, received = receiver
+    harness = Harness(tmp_path, fake, rag=False)
+    own = AlertsConfig(on=["failures"], consecutive_failures=3)
+    levels = {"min": harness.settings.levels["min"].model_copy(update={"alerts": own})}
+    settings = harness.settings.model_copy(update={"levels": levels})
+
+    def replica() -> Alerter:
+        return Alerter(settings, store, env={"TICKWORK_ALERT_URLS": url})
+
+    def lost(tick_id: str) -> None:
+        event = TickLost(tick_id=tick_id, level="min", reason="gone")
+        store.append(f"tick-{tick_id}", [event.to_record()])
+
+    lost("t0")
+    first, second = replica(), replica()
+    assert first.poll() == [], "history is folded, not alerted"
+    lost("t1")
+    assert second.poll() == [], "two failed in a row, history included"
+    lost("t2")
+    (alert,) = replica().poll()  # a restarted process goes on with the stored streak
+    assert (alert.kind, alert.tick_id) == ("failures", "t2")
+    lost("t3")
+    assert first.poll() == [] and second.poll() == [], "one alert per episode"
+    store.append("tick-t4", [TickCompleted(tick_id="t4", level="min").to_record()])
+    for tick_id in ("t5", "t6"):
+        lost(tick_id)
+    assert second.poll() == []
+    lost("t7")
+    assert [a.tick_id for a in first.poll()] == ["t7"], "a new episode after a completed tick"
     assert len(received) == 2
 
 

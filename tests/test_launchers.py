@@ -21,7 +21,7 @@ import pytest
 from harness.contracts.payload import TickPayload
 from harness.devtools.fake_llm import FakeUpstream, Step
 from harness.execution.launchers import TickProcess, WarmLauncher, shared_warm_launcher
-from harness.execution.launchers.warm import ForkedTick
+from harness.execution.launchers.warm import ForkedTick, server_environment
 from tests.tick_support import Harness, live_in_group
 
 STANDIN = "tests.standin_worker"
@@ -250,3 +250,14 @@ def test_a_server_that_cannot_warm_up_leaves_ticks_cold(tmp_path: Path) -> None:
     process, _ = start(launcher, tmp_path, "report")
     assert not isinstance(process, ForkedTick) and launcher.server_pid is None
     assert process.wait(30) == 1, "the cold start of a missing module fails as it should"
+
+
+def test_the_server_keeps_the_ca_variables_so_its_warm_up_loads_the_ticks_tls_context() -> None:
+    service = {
+        "PATH": "/usr/bin",
+        "SSL_CERT_FILE": "/etc/ssl/certs/ca-certificates.crt",
+        "SSL_CERT_DIR": "/etc/ssl/certs",
+        "OPENAI_API_KEY": "sk-secret",
+    }
+    server = server_environment(service)
+    assert server == {k: service[k] for k in ("PATH", "SSL_CERT_FILE", "SSL_CERT_DIR")}

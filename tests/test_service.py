@@ -6,23 +6,26 @@ import signal
 import subprocess
 import sys
 from collections import Counter
-from collections.abc import Iterator
+from collections.abc import Collection, Iterator, Sequence
+from datetime import timedelta
 from pathlib import Path
 
 import psutil
 import pytest
 
 from harness.config import LevelConfig, PathsConfig, Settings, StoreConfig
-from harness.contracts.events import TERMINAL_TYPES
+from harness.contracts.events import TERMINAL_TYPES, utcnow
 from harness.devtools.fake_llm import FakeUpstream, Step
 from harness.execution.executors import LocalExecutor
 from harness.execution.prepare import Preparer
 from harness.execution.runner import Runner
 from harness.prices import PriceBook
 from harness.projections import projector_for
+from harness.scheduling.outage import OwedSlots
 from harness.scheduling.reconcile import reconcile
+from harness.scheduling.timetable import Slot
 from harness.scheduling.waves import SlotClaim
-from harness.store import open_store
+from harness.store import StoreError, open_store
 from tests.commands import (
     Output,
     busy_level,
@@ -233,3 +236,30 @@ def test_cancel_reaches_queued_and_running_ticks_of_a_live_service(tmp_path: Pat
         assert kinds.count("TickCancelled") == 1 and kinds[-1] == "TickCancelled", kinds
         assert "cancelled by" in stream[-1].data["reason"]
     store.close()
+
+
+def test_owed_slots_settle_as_a_restart_would_and_stay_owed_while_the_store_is_out(
+    tmp_path: Path,
+) -> None:
+    settings = Settings(
+        store=StoreConfig(url=f"sqlite:///{tmp_path}/events.db"),
+        paths=PathsConfig(results=tmp_path / "r", spool=tmp_path / "s"),
+        levels={"min": LevelConfig(every="1m", model="m", catch_up_seconds=600)},
+    )
+    reports: list[str] = []
+    owed = OwedSlots(reports.append)
+    now = utcnow().replace(second=0, microsecond=0)
+    wave = [(now - timedelta(minutes=n), "min") for n in (2, 1)]
+    owed.owe(wave)
+    fired: list[tuple[list[Slot], set[Slot]]] = []
+
+    def store_out(due: Sequence[Slot], missed: Collection[Slot]) -> None:
+        owed.owe(due)  # as `Service.fire` does when a wave's claim fails
+
+    with pytest.raises(StoreError, match="went away again"):
+        owed.settle(settings, store_out)
+    owed.settle(settings, lambda due, missed: fired.append((list(due), set(missed))))
+    assert fired == [(sorted(wave), {wave[0]})], "the latest, within catch-up, runs"
+    assert reports[-1] == "2 slot(s) due while the store was out: 1 missed"
+    owed.settle(settings, lambda due, missed: fired.append((list(due), set(missed))))
+    assert len(fired) == 1, "settled once"

@@ -6,6 +6,7 @@ import json
 import subprocess
 from pathlib import Path
 
+from harness.contracts.events import TickCompleted
 from harness.devtools.fake_llm import FakeUpstream, Step, ToolCallSpec
 from harness.store import open_store
 from tests.commands import Output, run_cli, start, start_tick, write_config
@@ -81,3 +82,19 @@ def test_commands_that_print_data_print_json_and_the_version(
     assert json.loads(cleared.stdout) == {"scope": "min", "cleared": False}
     version = run_cli("--version", config, fake)
     assert version.returncode == 0 and version.stdout.startswith("tickwork 0.")
+
+
+def test_show_takes_a_unique_prefix_of_a_tick_id(tmp_path: Path, fake: FakeUpstream) -> None:
+    config = write_config(tmp_path, LEVEL)
+    store = open_store(f"sqlite:///{tmp_path}/events.db")
+    for tick_id in ("min-a_1", "min-a_2", "min-b%9"):
+        store.append(f"tick-{tick_id}", [TickCompleted(tick_id=tick_id, level="min").to_record()])
+    store.close()
+    shown = run_cli("show min-b --json", config, fake)
+    assert shown.returncode == 0, shown.stderr
+    assert json.loads(shown.stdout)["tick_id"] == "min-b%9"
+    ambiguous = run_cli("show min-a", config, fake)
+    assert ambiguous.returncode == 2, ambiguous.stderr
+    assert "ambiguous: min-a_1, min-a_2" in ambiguous.stderr
+    wildcard = run_cli("show min-_", config, fake)
+    assert wildcard.returncode == 2 and "no tick 'min-_'" in wildcard.stderr

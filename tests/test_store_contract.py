@@ -348,3 +348,16 @@ def test_a_postgres_connection_cut_mid_life_is_unavailable_then_reopened() -> No
             store.append("s", [new()], ANY)
         assert store.append("s", [new()], ANY).stream_version == 2
         store.close()
+
+
+def test_a_read_of_one_statement_hands_its_connection_back_to_transactions(
+    store: SqlEventStore,
+) -> None:
+    """PostgreSQL runs read_all and read_last outside a transaction; the next user may not."""
+    store.append("s", [new()])
+    assert store.read_all() and store.read_last(1)
+    row = {"name": "rolled-back", "position": 1, "updated_at": datetime.now(UTC)}
+    with contextlib.suppress(RuntimeError), store.write_transaction() as conn:
+        conn.execute(sa.insert(projection_checkpoints).values(row))
+        raise RuntimeError("roll the transaction back")
+    assert store.checkpoints(["rolled-back"]) == {"rolled-back": 0}

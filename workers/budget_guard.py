@@ -20,6 +20,7 @@ from harness.contracts.events import TERMINAL_TYPES
 from harness.contracts.payload import DailyBudget, TickPayload
 from harness.contracts.records import StoredEvent
 from harness.store import EventStore, StoreError
+from workers.recorder import EventRecorder
 
 BATCH = 1000
 
@@ -27,9 +28,9 @@ BATCH = 1000
 class DailyBudgetGuard(HookProvider):
     """Register it before the spend meter, which must see the calls this one cancels."""
 
-    def __init__(self, payload: TickPayload, store: EventStore | None) -> None:
+    def __init__(self, payload: TickPayload, recorder: EventRecorder) -> None:
         self.payload = payload
-        self.store = store
+        self.recorder = recorder
         self.budget = payload.budget
         self.position = self.budget.after_position if self.budget else 0
         self.spent = self.budget.spent_tokens if self.budget else 0
@@ -44,10 +45,13 @@ class DailyBudgetGuard(HookProvider):
 
     def _before_call(self, event: BeforeModelCallEvent) -> None:
         budget = self.budget
-        if budget is None or self.store is None or event.cancel:
+        if budget is None or event.cancel:
+            return
+        store = self.recorder.store
+        if store is None:
             return
         try:
-            self._follow(self.store, budget.day)
+            self._follow(store, budget.day)
         except StoreError:
             return  # unreadable: the runner's check before every attempt still holds
         passed = self._passed(budget)

@@ -83,7 +83,7 @@ def run(payload: TickPayload) -> int:
     walk = CandidateWalk(payload, recorder)
     budget = ToolBudget(payload.max_tool_calls)
     spend = SpendMeter(payload, recorder)
-    daily = DailyBudgetGuard(payload, recorder.store)
+    daily = DailyBudgetGuard(payload, recorder)
     transcript = Transcript(payload, recorder)
     limits = payload.governor
     governor = ContextGovernor(
@@ -195,12 +195,16 @@ def warm_up() -> None:
     Everything a tick imports and fills on first use (the SDK, the model client, its TLS
     context, the store's SQL and migrations, the tools) is then in the server's memory,
     shared by every tick forked from it. The tick's store, result and log are thrown
-    away; the thread and event loop its agent ran on are gone when it returns.
+    away; the thread and event loop its agent ran on are gone when it returns. A tick
+    opens its store only when it first records, which the failed call never does: the
+    budget check (a read) and one event appended after the tick warm the store's code.
     """
     import tempfile
     from pathlib import Path
 
-    from harness.contracts.payload import RagSettings
+    from harness.contracts.events import BudgetSpent
+    from harness.contracts.payload import DailyBudget, RagSettings
+    from workers.recorder import EventRecorder
 
     with tempfile.TemporaryDirectory(prefix="tickwork-warm-up-") as name:
         folder = Path(name)
@@ -212,6 +216,7 @@ def warm_up() -> None:
             max_tool_calls=1,
             can_shell=True,
             rag=RagSettings(enabled=True, index_path=folder / "rag.db"),
+            budget=DailyBudget(tokens=1, day="warm-up", spent_tokens=0, after_position=0),
             result_path=folder / "result.json",
             store_url=f"sqlite:///{folder}/events.db",
             spool_dir=folder / "spool",
@@ -220,6 +225,17 @@ def warm_up() -> None:
         try:
             logging.disable(logging.CRITICAL)
             run(payload)
+            recorder = EventRecorder(payload)
+            recorder.record(
+                BudgetSpent(
+                    tick_id="warm-up",
+                    level="warm-up",
+                    model="warm-up",
+                    prompt_tokens=0,
+                    completion_tokens=0,
+                )
+            )
+            recorder.close()
         finally:
             logging.disable(logging.NOTSET)
             del os.environ["OPENAI_BASE_URL"]
@@ -228,7 +244,9 @@ def warm_up() -> None:
 def serve(raw: bytes) -> int:
     """Run the tick whose payload is `raw`; stdout and stderr already go to its log."""
     redact_standard_streams()
-    logging.basicConfig(level=logging.WARNING, stream=sys.stderr)
+    # The root logger's level is WARNING already; setting it again would clear the cache
+    # of every logger the SDK made (milliseconds in a forked tick).
+    logging.basicConfig(stream=sys.stderr)
     try:
         payload = TickPayload.model_validate_json(raw)
     except ValidationError as exc:

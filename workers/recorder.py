@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import threading
 
 from harness.contracts.events import GovernorEvent, TickEvent
 from harness.contracts.payload import TickPayload
@@ -13,18 +14,35 @@ log = logging.getLogger(__name__)
 
 
 class EventRecorder:
-    """A tick never fails because the store is down: what cannot be appended is spooled."""
+    """A tick never fails because the store is down: what cannot be appended is spooled.
+
+    The store is opened on first use, not when the tick starts: opening it (an engine, a
+    connection, the schema revision check) would otherwise delay the first model request,
+    and a one-call tick first needs it once that call has been sent.
+    """
 
     def __init__(self, payload: TickPayload) -> None:
+        self.payload = payload
         self.spool = Spool(payload.spool_dir)
-        self.store: EventStore | None
-        try:
-            self.store = open_store(
-                payload.store_url, durability=payload.durability, spool=self.spool
-            )
-        except StoreError as exc:
-            log.warning("store unavailable, spooling this tick's events: %s", exc)
-            self.store = None
+        self._store: EventStore | None = None
+        self._opened = False
+        self._lock = threading.Lock()
+
+    @property
+    def store(self) -> EventStore | None:
+        """The tick's store, opened on first use; None when it was out of reach then."""
+        with self._lock:
+            if not self._opened:
+                self._opened = True
+                try:
+                    self._store = open_store(
+                        self.payload.store_url,
+                        durability=self.payload.durability,
+                        spool=self.spool,
+                    )
+                except StoreError as exc:
+                    log.warning("store unavailable, spooling this tick's events: %s", exc)
+            return self._store
 
     def record(self, event: TickEvent | GovernorEvent) -> None:
         """Append the event now, or spool it when the store is out of reach."""
@@ -38,6 +56,7 @@ class EventRecorder:
         append_or_spool(self.store, self.spool, events[0].stream_id, records)
 
     def close(self) -> None:
-        """Release the store's connections when the tick ends."""
-        if self.store is not None:
-            self.store.close()
+        """Release the store's connections when the tick ends (if it was ever opened)."""
+        with self._lock:
+            if self._store is not None:
+                self._store.close()

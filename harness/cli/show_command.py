@@ -11,6 +11,7 @@ import typer
 from harness.cli.app import JsonOption, app, fail, out, print_json, settings, store_for
 
 if TYPE_CHECKING:
+    from harness.config import Settings
     from harness.projections.story import StoryStep, TickStory
     from harness.store import EventStore
 
@@ -18,6 +19,8 @@ FOLLOW_POLL_SECONDS = 0.3
 """How often `--follow` reads the tick's stream: a turn shows up within this."""
 
 INDENT = " " * 10
+CANDIDATES = 10
+"""Ids named at most when a prefix is ambiguous."""
 
 
 def print_step(step: StoryStep) -> None:
@@ -65,7 +68,9 @@ def print_story_end(story: TickStory) -> None:
 
 @app.command()
 def show(
-    tick_id: Annotated[str, typer.Argument(metavar="TICK", help="The tick's id.")],
+    tick_id: Annotated[
+        str, typer.Argument(metavar="TICK", help="The tick's id, or a prefix unique to it.")
+    ],
     follow: Annotated[
         bool, typer.Option(help="Print a running tick's turns as they happen, until it ends.")
     ] = False,
@@ -78,9 +83,13 @@ def show(
     """
     from harness.projections.story import tick_story
 
-    store = store_for(settings())
+    config = settings()
+    store = store_for(config)
     try:
         story = tick_story(store, tick_id)
+        if story is None:
+            tick_id = unique_tick(store, config, tick_id)
+            story = tick_story(store, tick_id)
         if story is None:
             raise fail(f"no tick {tick_id!r} in the store (ids: tickwork events)", code=2)
         if follow:
@@ -103,6 +112,25 @@ def show(
         out.print()
         print_story_head(story)
     print_story_end(story)
+
+
+def unique_tick(store: EventStore, config: Settings, prefix: str) -> str:
+    """The one tick whose id begins with `prefix`; exit 2 naming them when there are several.
+
+    The ticks read model is caught up first, so a tick claimed a moment ago is found.
+    Returns `prefix` itself when no tick matches (the caller says so).
+    """
+    from harness.prices import PriceBook
+    from harness.projections import projector_for, tick_ids_starting
+
+    projector_for(store, PriceBook(config.prices)).catch_up(["ticks"])
+    with store.read_transaction() as conn:
+        found = tick_ids_starting(conn, prefix, CANDIDATES + 1)
+    if len(found) > 1:
+        more = " …" if len(found) > CANDIDATES else ""
+        named = ", ".join(found[:CANDIDATES]) + more
+        raise fail(f"tick prefix {prefix!r} is ambiguous: {named}", code=2)
+    return found[0] if found else prefix
 
 
 def follow_tick(store: EventStore, tick_id: str, as_json: bool = False) -> TickStory:

@@ -354,10 +354,10 @@ class LevelConfig(Scheduled):
     checked when the configuration loads, read again for each tick."""
     hedge_after_seconds: Annotated[float, Field(ge=0)] = 0
     """H: an attempt with no result after max(H, timeout / 2) gets one twin tick `<id>-h`;
-    the first valid result wins, the other is cancelled (0: off)."""
+    the first valid result wins, the other is cancelled (0: off). Local executor only."""
     panel: Annotated[int, Field(ge=1, le=20)] = 1
     """Ticks each slot runs, independently (`<slot>-p1` … `-pN`); when exactly one of two or
-    more fails, one replacement `-pE` runs."""
+    more fails, one replacement `-pE` runs. Local executor only."""
     on_pause: Literal["stop", "finish"] | None = None
     """When the level is paused, its queued ticks end cancelled at once; `stop` cancels its
     running ticks too, `finish` lets them end. Unset: a pause tickwork decided (after
@@ -479,6 +479,17 @@ class Settings(BaseSettings):
                 f"executor.kind = 'procrastinate' needs a PostgreSQL store, and store.url is "
                 f"{backend}: procrastinate's jobs live in the store's PostgreSQL"
             )
+        if self.executor.kind == "procrastinate":
+            for name, level in self.levels.items():
+                extras = [f"panel = {level.panel}"] if level.panel > 1 else []
+                if level.hedge_after_seconds:
+                    extras.append(f"hedge_after_seconds = {level.hedge_after_seconds:g}")
+                if extras:
+                    raise ValueError(
+                        f"levels.{name}: {' and '.join(extras)} needs executor.kind = 'local': "
+                        "under procrastinate, panel members and hedge twins would run without "
+                        "taking a place under the worker's concurrency"
+                    )
         for name, digest in self.digests.items():
             unknown = sorted(set(digest.levels) - set(self.levels))
             if unknown:

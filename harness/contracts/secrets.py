@@ -46,7 +46,9 @@ SECRET_ENV: tuple[str, ...] = (API_KEY_ENV, API_TOKEN_ENV, ALERT_URLS_ENV, STORE
 MIN_SECRET_CHARS = 8
 """Values this long are replaced anywhere; shorter ones only as words in free text."""
 
-FREE_TEXT = frozenset({"reason", "stderr_tail", "message", "traceback_tail", "detail", "text"})
+FREE_TEXT = frozenset(
+    {"reason", "stderr_tail", "message", "traceback_tail", "detail", "text", "error"}
+)
 """Keys of event, result and answer fields that hold prose, not identifiers."""
 
 _LIST_SEPARATORS = re.compile(r"[\s,]+")

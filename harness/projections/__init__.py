@@ -2,7 +2,8 @@
 
 It owns the fold loop (`Projector`, one checkpoint per read model, kept by the store)
 and each read model: spend per day and model, ticks with their status, each model's
-learned calibration, and which levels are paused (a query on the level streams). Every
+learned calibration, each level's failure streak (folded by the alerter), and which
+levels are paused (a query on the level streams). Every
 other stage reads a read model through the queries exported here, never its tables.
 """
 
@@ -19,6 +20,7 @@ from harness.projections.projector import Progress, Projector
 from harness.projections.registry import projector_for
 from harness.projections.spend import GroupBy, SpendProjection, SpendRow, spend_report
 from harness.projections.story import StoryStep, TickStory, story_of, story_steps, tick_story
+from harness.projections.streaks import Streak, fold_streak, load_streaks, save_streaks
 from harness.projections.ticks import (
     STATUSES,
     UNKNOWN,
@@ -30,6 +32,7 @@ from harness.projections.ticks import (
     period_ticks,
     previous_result_path,
     status_counts,
+    tick_ids_starting,
     tick_rows,
     ticks_in_flight,
     tool_cap_counts,
@@ -47,23 +50,28 @@ __all__ = [
     "SpendProjection",
     "SpendRow",
     "StoryStep",
+    "Streak",
     "TickInFlight",
     "TickStory",
     "TicksProjection",
     "current_calibrations",
     "durations",
+    "fold_streak",
     "last_slots",
     "level_paused",
     "load_calibrations",
+    "load_streaks",
     "open_ticks",
     "paused_levels",
     "period_ticks",
     "previous_result_path",
     "projector_for",
+    "save_streaks",
     "spend_report",
     "status_counts",
     "story_of",
     "story_steps",
+    "tick_ids_starting",
     "tick_rows",
     "tick_story",
     "ticks_in_flight",

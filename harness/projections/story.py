@@ -12,6 +12,7 @@ from collections.abc import Iterable
 from datetime import datetime
 from pathlib import Path
 from typing import Any, Literal
+from uuid import UUID
 
 from pydantic import BaseModel
 
@@ -150,11 +151,13 @@ def _read_files(story: TickStory) -> None:
 def story_steps(events: Iterable[StoredEvent]) -> list[StoryStep]:
     """The steps of a tick's events (all of them, or those after a follower's last one).
 
-    A `BudgetSpent` linked from a `ModelCalled`, and a `ToolCalled` beside the transcript's
-    tool item, say nothing new and are left out; a tick recorded before those events
-    existed keeps them as its only record.
+    A `BudgetSpent` linked from a `ModelCalled`, a `ModelCallStarted` whose call ended in
+    one, and a `ToolCalled` beside the transcript's tool item, say nothing new and are left
+    out; a tick recorded before those events existed keeps them as its only record. A call
+    that started and never ended (in flight, or cut off by a kill) stays in.
     """
     events = list(events)
+    answered = _answered_starts(events)
     linked = {e.data.get("budget_event_id") for e in events if e.type == "ModelCalled"}
     transcribed_tools = any(
         e.type == "TranscriptEntry" and e.data.get("kind") == "tool" for e in events
@@ -165,8 +168,27 @@ def story_steps(events: Iterable[StoredEvent]) -> list[StoryStep]:
             continue
         if event.type == "ToolCalled" and transcribed_tools:
             continue
+        if event.event_id in answered:
+            continue
         steps.append(_step(event))
     return steps
+
+
+def _answered_starts(events: list[StoredEvent]) -> set[UUID]:
+    """The `ModelCallStarted` events whose call has its `ModelCalled` in the same attempt.
+
+    Call numbers count within one worker process, so they restart with each attempt.
+    """
+    answered: set[UUID] = set()
+    pending: dict[int, UUID] = {}
+    for event in events:
+        if event.type == "TickStarted":
+            pending = {}
+        elif event.type == "ModelCallStarted":
+            pending[event.data["call"]] = event.event_id
+        elif event.type == "ModelCalled" and event.data.get("call") in pending:
+            answered.add(pending.pop(event.data["call"]))
+    return answered
 
 
 def _step(event: StoredEvent) -> StoryStep:
@@ -196,6 +218,12 @@ def _describe(type_: str, data: dict[str, Any]) -> tuple[StepKind, str, str | No
         return kind, kind, data["text"], None
     if type_ == "ModelCalled":
         return "model_call", _model_call_line(data), None, None
+    if type_ == "ModelCallStarted":
+        line = (
+            f"call {data['call']} to {data['model']} sent "
+            f"(~{data['estimated_input_tokens']:,} input tokens), no answer recorded yet"
+        )
+        return "model_call", line, None, None
     if type_ == "TickScheduled":
         how = "by hand" if data.get("manual") else "for its slot"
         return "scheduled", f"scheduled {how} (attempt {data.get('attempt', 1)})", None, None

@@ -150,6 +150,17 @@ def tick_rows(
     return list(conn.execute(query))
 
 
+def tick_ids_starting(conn: sa.Connection, prefix: str, limit: int) -> list[str]:
+    """Ids of the read model's ticks that begin with `prefix` (taken literally), in order."""
+    query = (
+        sa.select(ticks.c.tick_id)
+        .where(ticks.c.tick_id.startswith(prefix, autoescape=True))
+        .order_by(ticks.c.tick_id)
+        .limit(limit)
+    )
+    return list(conn.execute(query).scalars())
+
+
 @dataclass(frozen=True)
 class TickInFlight:
     """A tick still holding a place, with the times needed to report its wait and runtime."""

@@ -3,8 +3,9 @@
 It owns the triggers and the one timetable loop (levels and digests), the decision on
 each slot of a wave (run, buffer or skip: overlap, budget, paused, missed) and its claim
 in the store, the daily budgets, the operator's controls (pause, resume, cancel), the
-reconciliation of ticks whose owner vanished, the status snapshot, and the service that
-wires them. Claimed ticks go to an executor through `Handoff`; scheduling never imports
+reconciliation of ticks whose owner vanished, the status snapshot, riding out a store
+outage (and claiming the slots it left owed), the alerts, and the service that wires
+them. Claimed ticks go to an executor through `Handoff`; scheduling never imports
 `harness.execution`, which comes after it.
 
 All but the triggers are loaded on first use (PEP 562): importing any submodule runs this

@@ -5,9 +5,10 @@ the projections' ones): a level tickwork paused, a level over its daily budget, 
 `consecutive_failures` failed ticks in a row and a lost tick each make one `AlertRaised`
 in a stream keyed by the episode. Creating that stream is the claim (of two replicas,
 one creates it), so an episode is alerted once, whichever process saw it; the delivery
-is recorded after as `AlertDelivered`. A first start begins at the end of the log:
-history is not alerted. Failure streaks are counted in memory from the events this
-process folds, so a restart begins them again.
+is recorded after as `AlertDelivered`. A first start folds the log without alerting
+it: history is not alerted. Failure streaks are a read model (`failure_streaks`) the
+alerter folds in the transaction of its checkpoint, so every replica and a restarted
+process go on with the same streak, and its alert is raised by the same tick.
 
 Apprise URLs carry tokens: they come from environment variables the configuration
 names (`notify`, default `TICKWORK_ALERT_URLS`), and only those names are recorded.
@@ -20,11 +21,12 @@ import os
 import re
 import threading
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from harness.config import AlertKind, AlertsConfig, Settings
 from harness.contracts.events import AlertDelivered, AlertRaised, alert_stream
 from harness.contracts.secrets import redact
+from harness.projections import Streak, fold_streak, load_streaks, save_streaks
 from harness.store import EventStore, StoreError
 from harness.store.records import EventData
 
@@ -47,8 +49,6 @@ class Alerter:
     store: EventStore
     env: Mapping[str, str] = field(default_factory=lambda: os.environ)
     sender: Sender = field(default=lambda url, title, body: send_apprise(url, title, body))
-    streaks: dict[str, list[str]] = field(default_factory=dict)
-    """Level -> tick ids of its failed ticks since its last completed one."""
     folding: bool = False
     """Set after the first poll: from then on a checkpoint of 0 means an empty log, not a
     first start whose history is skipped."""
@@ -64,12 +64,16 @@ class Alerter:
 
     def poll(self) -> list[AlertRaised]:
         """Fold the events since the checkpoint; claim and send the alerts they open."""
-        raised: list[AlertRaised] = []
         with self.store.tracking(CHECKPOINT) as tracking:
-            if tracking.position > 0 or self.folding:
-                window = self.store.read_window(tracking, WATCHED, tracking.horizon)
-                raised = [alert for event in window for alert in self._alerts_of(event)]
+            stored = load_streaks(tracking.conn)
+            streaks = {level: replace(streak) for level, streak in stored.items()}
+            window = self.store.read_window(tracking, WATCHED, tracking.horizon)
+            raised = [alert for event in window for alert in self._alerts_of(event, streaks)]
+            changed = {k: streak for k, streak in streaks.items() if stored.get(k) != streak}
+            save_streaks(tracking.conn, changed)
             self.store.save_checkpoint(tracking, tracking.horizon)
+            if tracking.position == 0 and not self.folding:
+                raised = []
         self.folding = True
         episodes = {alert.stream_id: alert for alert in reversed(raised)}  # the first of each
         claimed = self.store.create_streams({k: [a.to_record()] for k, a in episodes.items()})
@@ -79,34 +83,34 @@ class Alerter:
             self._deliver(alert)
         return sent
 
-    def _alerts_of(self, event: EventData) -> list[AlertRaised]:
+    def _alerts_of(self, event: EventData, streaks: dict[str, Streak]) -> list[AlertRaised]:
         _, kind, data = event
         level = data.get("level", "")
         if level not in self.settings.levels:
             return []
         config = self.settings.alerts_for(level)
-        streak = self.streaks.setdefault(level, [])
+        streak = streaks.setdefault(level, Streak())
+        fold_streak(streak, kind, data)
         if kind == "TickCompleted":
-            streak.clear()
             return []
         if kind == "LevelPaused":
             if data.get("by") != "tickwork":
                 return []
-            tick = streak[-1] if streak else None
+            tick = streak.last_tick_id
             key = f"paused-{level}-{data['occurred_at']}"
             return self._raise(config, "paused", key, level, data["reason"], tick)
         if kind == "LevelBudgetExceeded":
             reason = f"daily budget spent on {data['day']}: {data['spent_tokens']:,} tokens"
             key = f"budget-{level}-{data['day']}"
             return self._raise(config, "budget", key, level, reason, None)
-        streak.append(data["tick_id"])
         alerts = []
         if kind == "TickLost":
             reason = f"tick {data['tick_id']} lost: {data['reason']}"
             key = f"lost-{data['tick_id']}"
             alerts += self._raise(config, "lost", key, level, reason, data["tick_id"])
-        if len(streak) == config.consecutive_failures:
-            reason = f"{len(streak)} failed ticks in a row, the last: {data.get('reason', kind)}"
+        if streak.failures == config.consecutive_failures:
+            last = data.get("reason", kind)
+            reason = f"{streak.failures} failed ticks in a row, the last: {last}"
             key = f"failures-{level}-{data['tick_id']}"
             alerts += self._raise(config, "failures", key, level, reason, data["tick_id"])
         return alerts

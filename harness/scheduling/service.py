@@ -10,7 +10,8 @@ executor it was given (`harness.scheduling.handoff`), which queues and runs them
 On stop (SIGTERM), firing ends at once; the executor ends queued ticks cancelled and
 gives running ones `shutdown_grace_seconds`; a second request cancels them at once.
 Before the first slot and then every few seconds, `harness.scheduling.reconcile` ends or
-adopts what a killed process of this host left. A store outage is ridden out (`Outage`).
+adopts what a killed process of this host left. A store outage is ridden out
+(`harness.scheduling.outage`).
 """
 
 from __future__ import annotations
@@ -26,7 +27,6 @@ from harness.contracts.events import (
     LevelBudgetExceeded,
     TickSkipped,
     level_stream,
-    tick_stream,
     utcnow,
 )
 from harness.prices import PriceBook
@@ -37,6 +37,7 @@ from harness.routing.decisions import Router, configured_router
 from harness.scheduling.budget import BudgetCheck, Budgets
 from harness.scheduling.control import ControlFollower
 from harness.scheduling.handoff import Handoff
+from harness.scheduling.outage import Outage, OwedSlots, Report
 from harness.scheduling.reconcile import RECONCILE_SECONDS, reconcile
 from harness.scheduling.timetable import POLL_SECONDS, Slot, Timetable
 from harness.scheduling.triggers import level_trigger, next_slot, slot_tick_id
@@ -50,7 +51,6 @@ from harness.scheduling.waves import (
 )
 from harness.store import EventStore, Spool, StoreError, append_or_spool
 
-Report = Callable[[str], None]
 Companion = Callable[[threading.Event], None]
 """Work beside the firing (the digest publisher): runs in a thread until the event is set."""
 
@@ -59,31 +59,6 @@ WAVE = 1000
 """Slots claimed in one transaction at most (a long catch-up is claimed in several)."""
 JUST_DUE = timedelta(seconds=5)
 MISSED_HORIZON = timedelta(days=1)
-
-
-class Outage:
-    """Says once that the store stopped answering, and once that it is back.
-
-    Meanwhile the service goes on: running ticks stay supervised, their events are
-    spooled, slots that cannot be claimed are owed, and when the store answers again the
-    spool is ingested and the owed slots are claimed (`Service.settle_owed`).
-    """
-
-    def __init__(self, report: Report) -> None:
-        self.report = report
-        self.since: float | None = None
-
-    def failed(self, exc: StoreError) -> None:
-        """A store call failed: said once, when the outage begins."""
-        if self.since is None:
-            self.since = time.monotonic()
-            self.report(f"store unreachable, riding it out (events are spooled): {exc}")
-
-    def over(self) -> None:
-        """A store call succeeded: said once, when an outage ends."""
-        if self.since is not None:
-            self.report(f"store back after {time.monotonic() - self.since:.0f} s")
-            self.since = None
 
 
 class Service:
@@ -121,10 +96,7 @@ class Service:
         self.control = ControlFollower(store, executor, settings.levels)
         self.outage = Outage(report)
         self.reconciled_at = float("-inf")
-        self.unsure: list[tuple[SlotClaim, Decision]] = []
-        """Claims whose transaction the store lost contact in: committed or not."""
-        self.owed: list[Slot] = []
-        """Slots due while the store was out and never claimed: claimed once it is back."""
+        self.owed = OwedSlots(report)
         self.spool = Spool(settings.paths.spool)
 
     def serve(self) -> None:
@@ -158,8 +130,8 @@ class Service:
             if self.spool.files():
                 ingested = self.spool.ingest(self.store)
                 self.report(f"ingested {ingested.appended} spooled append(s)")
-            self._settle_unsure()
-            self.settle_owed()
+            self.owed.settle_unsure(self.store, self._hand_on)
+            self.owed.settle(self.settings, self.fire)
             if time.monotonic() - self.reconciled_at >= RECONCILE_SECONDS:
                 self._reconcile()
         except StoreError as exc:
@@ -239,33 +211,7 @@ class Service:
                 self._fire_wave(wave, missed)
             except StoreError as exc:
                 self.outage.failed(exc)
-                with self._threads_lock:
-                    unsure = {claim.tick_id for claim, _ in self.unsure}
-                    self.owed.extend(s for s in wave if slot_tick_id(s[1], s[0]) not in unsure)
-
-    def settle_owed(self) -> None:
-        """Claim the slots that fell due while the store was out, as a restart would.
-
-        Each is recorded skipped (`missed`), except a level's latest when it lies within
-        the level's catch-up window: that one runs now. Raises StoreError while the store
-        is still out (the slots stay owed).
-        """
-        with self._threads_lock:
-            owed, self.owed = sorted(self.owed), []
-        if not owed:
-            return
-        now, latest = utcnow(), {level: slot for slot, level in owed}
-        missed = {
-            (slot, level)
-            for slot, level in owed
-            if slot != latest[level]
-            or now - slot > timedelta(seconds=self.settings.levels[level].catch_up_seconds)
-        }
-        self.report(f"{len(owed)} slot(s) due while the store was out: {len(missed)} missed")
-        self.fire(owed, missed)
-        with self._threads_lock:
-            if self.owed:
-                raise StoreError("the store went away again while owed slots were claimed")
+                self.owed.owe(wave)
 
     def _fire_wave(self, wave: Sequence[Slot], missed: Collection[Slot]) -> None:
         levels = {level for _, level in wave}
@@ -306,8 +252,7 @@ class Service:
         try:
             claimed = claim_wave(self.store, self.settings, [claim for claim, _ in plans])
         except StoreError:
-            with self._threads_lock:
-                self.unsure.extend((c, d) for c, d in plans if d in ("run", "buffer"))
+            self.owed.unsure_of(plans)
             for claim, _ in plans:
                 self._unbuffer(claim)
             raise
@@ -364,27 +309,6 @@ class Service:
         with self._threads_lock:
             if self.buffered.get(claim.level) is claim:
                 del self.buffered[claim.level]
-
-    def _settle_unsure(self) -> None:
-        """Hand on the claims a store outage cut off whose commit did land after all.
-
-        Its TickScheduled carries the claim's own id, so a stream another replica claimed
-        is never taken for ours. Raises StoreError while the store is still out.
-        """
-        while True:
-            with self._threads_lock:
-                if not self.unsure:
-                    return
-                claim, decision = self.unsure[0]
-            stream = self.store.read_stream(tick_stream(claim.tick_id))
-            with self._threads_lock:
-                self.unsure.pop(0)
-            if stream and stream[0].event_id == claim.claim_id:
-                self.report(f"{claim.tick_id} was claimed here before the store went away")
-                self._hand_on(claim, decision)
-            elif not stream and claim.slot is not None:
-                with self._threads_lock:
-                    self.owed.append((claim.slot, claim.level))
 
     def _holding(self, level: str) -> bool:
         with self._threads_lock:

@@ -10,7 +10,7 @@ from typing import Any
 
 import sqlalchemy as sa
 
-HEAD_REVISION = "0003"
+HEAD_REVISION = "0004"
 
 metadata = sa.MetaData()
 

@@ -9,7 +9,6 @@ ticks `shutdown_grace_seconds`; a second one cancels them at once.
 
 from __future__ import annotations
 
-import asyncio
 import os
 import signal
 import socket
@@ -50,6 +49,8 @@ def worker(
     ] = None,
 ) -> None:
     """Run tick jobs of the procrastinate executor until SIGTERM (any number, any host)."""
+    import asyncio  # its event loop and TLS: 0.05 s that `status` and `--help` need not pay
+
     from harness.execution.executors.procrastinate import WorkerExecutor, WorkerRunner
     from harness.execution.prepare import Preparer
 
@@ -109,6 +110,8 @@ async def _work(
     concurrency: int,
     queues: list[str] | None,
 ) -> None:
+    import asyncio
+
     from procrastinate.worker import Worker
 
     stalled = config.executor.stalled_seconds

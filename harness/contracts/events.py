@@ -26,9 +26,14 @@ def utcnow() -> datetime:
 
 
 class Event(BaseModel):
-    """Base of every event; subclasses set `type` and add their body fields."""
+    """Base of every event; subclasses set `type` and add their body fields.
 
-    model_config = ConfigDict(frozen=True, extra="forbid")
+    Each event's validator is built on its first use (`defer_build`), not at import: a
+    command or a cold tick worker uses a handful of the forty-odd types, and building them
+    all cost every start-up about 0.03 s.
+    """
+
+    model_config = ConfigDict(frozen=True, extra="forbid", defer_build=True)
 
     type: ClassVar[str]
     version: ClassVar[int] = 1

@@ -12,8 +12,6 @@ from pathlib import Path
 from typing import Any
 
 import orjson
-from jsonschema import SchemaError
-from jsonschema.validators import validator_for
 
 
 class OutputSchemaError(ValueError):
@@ -21,7 +19,15 @@ class OutputSchemaError(ValueError):
 
 
 def load_output_schema(path: Path) -> dict[str, Any]:
-    """The schema in `path`, checked against its own meta-schema."""
+    """The schema in `path`, checked against its own meta-schema.
+
+    jsonschema is imported here, not with the module: the configuration imports this
+    module, and loading jsonschema's meta-schemas costs every command (`status` too) about
+    a tenth of a second even when no level has an output schema.
+    """
+    from jsonschema import SchemaError
+    from jsonschema.validators import validator_for
+
     try:
         raw = path.read_bytes()
     except OSError as exc:

@@ -7,24 +7,33 @@ reconciliation of ticks whose owner vanished, the status snapshot, riding out a 
 outage (and claiming the slots it left owed), the alerts, and the service that wires
 them. Claimed ticks go to an executor through `Handoff`; scheduling never imports
 `harness.execution`, which comes after it.
+
+All but the triggers are loaded on first use (PEP 562): importing any submodule runs this
+front first, and `tickwork status` needs the status snapshot without the service, the
+reconciler (psutil) or the wave claims (routing).
 """
 
 from __future__ import annotations
 
-from harness.scheduling.control import (
-    Switched,
-    UnknownLevelError,
-    operator,
-    request_cancel,
-    switch_level,
-)
-from harness.scheduling.handoff import Handoff, RunningTick, ScopeMatch
-from harness.scheduling.reconcile import reconcile
-from harness.scheduling.service import Companion, Service
-from harness.scheduling.status import LevelStatus, Snapshot, refresh, snapshot
-from harness.scheduling.timetable import Slot, Timetable
+import importlib
+import typing
+
 from harness.scheduling.triggers import level_trigger, next_slot, slot_tick_id
-from harness.scheduling.waves import SkipReason, SlotClaim, claim_wave
+
+if typing.TYPE_CHECKING:
+    from harness.scheduling.control import (
+        Switched,
+        UnknownLevelError,
+        operator,
+        request_cancel,
+        switch_level,
+    )
+    from harness.scheduling.handoff import Handoff, RunningTick, ScopeMatch
+    from harness.scheduling.reconcile import reconcile
+    from harness.scheduling.service import Companion, Service
+    from harness.scheduling.status import LevelStatus, Snapshot, refresh, snapshot
+    from harness.scheduling.timetable import Slot, Timetable
+    from harness.scheduling.waves import SkipReason, SlotClaim, claim_wave
 
 __all__ = [
     "Companion",
@@ -51,3 +60,21 @@ __all__ = [
     "snapshot",
     "switch_level",
 ]
+
+_HOMES = {
+    "control": ("Switched", "UnknownLevelError", "operator", "request_cancel", "switch_level"),
+    "handoff": ("Handoff", "RunningTick", "ScopeMatch"),
+    "reconcile": ("reconcile",),
+    "service": ("Companion", "Service"),
+    "status": ("LevelStatus", "Snapshot", "refresh", "snapshot"),
+    "timetable": ("Slot", "Timetable"),
+    "waves": ("SkipReason", "SlotClaim", "claim_wave"),
+}
+_HOME_OF = {name: module for module, names in _HOMES.items() for name in names}
+
+
+def __getattr__(name: str) -> object:
+    """A name of a submodule, imported when first asked for."""
+    if name in _HOME_OF:
+        return getattr(importlib.import_module(f"{__name__}.{_HOME_OF[name]}"), name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

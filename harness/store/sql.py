@@ -21,7 +21,7 @@ from uuid import UUID
 
 import orjson
 import sqlalchemy as sa
-from sqlalchemy.dialects import postgresql, sqlite
+from sqlalchemy.dialects import sqlite
 from sqlalchemy.engine import Engine
 
 from harness.contracts.records import NewEvent, StoredEvent
@@ -67,9 +67,16 @@ def translate_errors() -> Iterator[None]:
 
 
 def upsert(conn: sa.Connection, table: sa.Table) -> Any:
-    """INSERT … ON CONFLICT for the connection's dialect (both have the same API)."""
-    module = postgresql if conn.dialect.name == "postgresql" else sqlite
-    return module.insert(table)
+    """INSERT … ON CONFLICT for the connection's dialect (both have the same API).
+
+    PostgreSQL's dialect module is imported only for a PostgreSQL connection: a SQLite
+    store's commands need not pay for it.
+    """
+    if conn.dialect.name == "postgresql":
+        from sqlalchemy.dialects import postgresql
+
+        return postgresql.insert(table)
+    return sqlite.insert(table)
 
 
 def _cursor(conn: sa.Connection, sql: str, parameters: Sequence[Any]) -> Any:

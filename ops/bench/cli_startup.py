@@ -35,8 +35,10 @@ STATUS_IMPORTS = (
 )
 
 
-def tickwork_command() -> list[str]:
-    """The installed `tickwork` script of this interpreter's environment, as a shell runs it."""
+def tickwork_command(venv: Path | None = None) -> list[str]:
+    """The installed `tickwork` script of `venv` (default: this interpreter's), as run."""
+    if venv is not None:
+        return [str(venv / "bin" / "tickwork")]
     script = Path(sys.executable).with_name("tickwork")
     return [str(script)] if script.exists() else [shutil.which("tickwork") or "tickwork"]
 
@@ -60,13 +62,21 @@ def percentile_90(values: list[float]) -> float:
     return ordered[min(len(ordered) - 1, round(0.9 * (len(ordered) - 1)))]
 
 
-def figures(label: str, command: list[str], folder: Path, runs: int) -> None:
-    walls, cpus = zip(*(run(command, folder) for _ in range(runs)), strict=True)
-    print(
-        f"{label:<28} wall median {statistics.median(walls):6.3f} s  p90 "
-        f"{percentile_90(list(walls)):6.3f} s   CPU median {statistics.median(cpus):6.3f} s  "
-        f"p90 {percentile_90(list(cpus)):6.3f} s   ({runs} runs)"
-    )
+def figures(
+    label: str, builds: dict[str, list[str]], arguments: list[str], folder: Path, runs: int
+) -> None:
+    """One line per build; the builds' runs alternate, so a change of load hits them alike."""
+    timings: dict[str, list[tuple[float, float]]] = {name: [] for name in builds}
+    for _ in range(runs):
+        for name, tickwork in builds.items():
+            timings[name].append(run([*tickwork, *arguments], folder))
+    for name, done in timings.items():
+        walls, cpus = zip(*done, strict=True)
+        print(
+            f"{name + ' ' + label:<34} wall median {statistics.median(walls):6.3f} s  p90 "
+            f"{percentile_90(list(walls)):6.3f} s   CPU median {statistics.median(cpus):6.3f} s"
+            f"  p90 {percentile_90(list(cpus)):6.3f} s   ({runs} runs)"
+        )
 
 
 def fill(folder: Path, ticks: int) -> None:
@@ -126,18 +136,25 @@ def main() -> None:
     parser.add_argument("--runs", type=int, default=15)
     parser.add_argument("--ticks", type=int, default=300, help="Ticks in the filled store.")
     parser.add_argument("--top", type=int, default=25, help="Imports to list.")
+    parser.add_argument(
+        "--against", type=Path, help="Another build's virtualenv to time side by side."
+    )
     args = parser.parse_args()
     print(describe())
     print(f"load average: {' '.join(f'{load:.2f}' for load in os.getloadavg())}")
     tickwork = tickwork_command()
+    builds = {"this": tickwork}
+    if args.against is not None:
+        builds["other"] = tickwork_command(args.against)
+        print(f"other: {args.against}")
     with tempfile.TemporaryDirectory(prefix="tickwork-cli-bench-") as name:
         folder = Path(name)
         subprocess.run([*tickwork, "init"], cwd=folder, check=True, stdout=subprocess.DEVNULL)
-        figures("tickwork --help", [*tickwork, "--help"], folder, args.runs)
-        figures("tickwork status (empty)", [*tickwork, "status"], folder, args.runs)
+        figures("tickwork --help", builds, ["--help"], folder, args.runs)
+        figures("tickwork status (empty)", builds, ["status"], folder, args.runs)
         fill(folder, args.ticks)
         run([*tickwork, "status"], folder)
-        figures(f"tickwork status ({args.ticks} ticks)", [*tickwork, "status"], folder, args.runs)
+        figures(f"tickwork status ({args.ticks} ticks)", builds, ["status"], folder, args.runs)
         top_imports(folder, args.top)
     print(f"load average after: {' '.join(f'{load:.2f}' for load in os.getloadavg())}")
 

@@ -107,8 +107,17 @@ def _no_cycle_collection() -> Iterator[None]:
 
 
 def _records(conn: sa.Connection, where: str, parameters: Sequence[Any]) -> list[StoredEvent]:
-    """Whole records of the events `where` selects, in its ORDER BY."""
-    cursor = _cursor(conn, f"SELECT {_COLUMNS} FROM events {where}", parameters)
+    """Whole records of the events `where` selects, in its ORDER BY; JSON parsed on access."""
+    sql = f"SELECT {_COLUMNS} FROM events {where}"
+    if conn.dialect.name == "postgresql":
+        from psycopg.types.string import TextBinaryLoader  # a SQLite store never imports it
+
+        cursor = conn.connection.cursor(binary=True)
+        # The JSON stays text (the driver's C loader) for the record to parse on access.
+        cursor.adapters.register_loader("json", TextBinaryLoader)
+        cursor.execute(sql.replace("?", "%s"), parameters)
+    else:
+        cursor = _cursor(conn, sql, parameters)
     try:
         with _no_cycle_collection():
             return _decoded(conn, cursor.fetchall())
@@ -117,14 +126,13 @@ def _records(conn: sa.Connection, where: str, parameters: Sequence[Any]) -> list
 
 
 def _decoded(conn: sa.Connection, rows: Sequence[Any]) -> list[StoredEvent]:
-    """Records of fetched rows; PostgreSQL's binary cursor already typed and parsed them.
+    """Records of fetched rows; PostgreSQL's binary cursor already typed them.
 
-    SQLite keeps event ids as hex text, JSON as text and times as UTC text without a
-    zone; the times of one append are equal, so each distinct text is parsed once.
+    SQLite keeps event ids as hex text and times as UTC text without a zone; the times
+    of one append are equal, so each distinct text is parsed once.
     """
     if conn.dialect.name == "postgresql":
-        return [StoredEvent(*row) for row in rows]
-    loads = orjson.loads
+        return list(map(StoredEvent.from_row, rows))
     stamps: dict[str, datetime] = {}
     found = []
     for position, event_id, stream, version_, type_, v, d, m, at in rows:
@@ -132,16 +140,8 @@ def _decoded(conn: sa.Connection, rows: Sequence[Any]) -> list[StoredEvent]:
         if recorded_at is None:
             recorded_at = stamps[at] = datetime.fromisoformat(at).replace(tzinfo=UTC)
         found.append(
-            StoredEvent(
-                position,
-                UUID(event_id),
-                stream,
-                version_,
-                type_,
-                v,
-                loads(d),
-                loads(m),
-                recorded_at,
+            StoredEvent.from_row(
+                (position, UUID(event_id), stream, version_, type_, v, d, m, recorded_at)
             )
         )
     return found

@@ -99,22 +99,14 @@ class StoredEvent:
     @property
     def data(self) -> dict[str, Any]:
         """The event's payload, parsed once on first access."""
-        data = self._data
-        if isinstance(data, dict):
-            return data
-        parsed: dict[str, Any] = orjson.loads(data)
-        self._data = parsed
-        return parsed
+        self._data = data = _parsed(self._data)
+        return data
 
     @property
     def metadata(self) -> dict[str, Any]:
         """The event's metadata, parsed once on first access."""
-        metadata = self._metadata
-        if isinstance(metadata, dict):
-            return metadata
-        parsed: dict[str, Any] = orjson.loads(metadata)
-        self._metadata = parsed
-        return parsed
+        self._metadata = metadata = _parsed(self._metadata)
+        return metadata
 
     def as_dict(self) -> dict[str, Any]:
         """Every field by name, JSON parsed, as `dataclasses.asdict` gave."""
@@ -142,6 +134,14 @@ class StoredEvent:
         """As the dataclass printed it, JSON parsed."""
         fields = ", ".join(f"{name}={value!r}" for name, value in self.as_dict().items())
         return f"StoredEvent({fields})"
+
+
+def _parsed(value: dict[str, Any] | str | bytes) -> dict[str, Any]:
+    """The object itself, or parsed from its JSON text."""
+    if isinstance(value, dict):
+        return value
+    parsed: dict[str, Any] = orjson.loads(value)
+    return parsed
 
 
 StoredRow = tuple[int, UUID, str, int, str, int, str | bytes, str | bytes, datetime]

@@ -75,11 +75,15 @@ def upsert(conn: sa.Connection, table: sa.Table) -> Any:
 def _cursor(conn: sa.Connection, sql: str, parameters: Sequence[Any]) -> Any:
     """A raw cursor that ran `sql` (written with `?` marks); the caller closes it.
 
-    PostgreSQL's is binary: the JSON arrives parsed by orjson, which the engine registers
-    with psycopg, and times and UUIDs arrive without a round trip through text.
+    PostgreSQL's is binary: times and UUIDs arrive without a round trip through text, and
+    JSON arrives as text (the driver's C loader), as SQLite's does, for the caller to
+    parse when and if it needs it: psycopg's own JSON loader is a Python call per value.
     """
     if conn.dialect.name == "postgresql":
+        from psycopg.types.string import TextBinaryLoader  # a SQLite store never imports it
+
         cursor = conn.connection.cursor(binary=True)
+        cursor.adapters.register_loader("json", TextBinaryLoader)
         cursor.execute(sql.replace("?", "%s"), parameters)
     else:
         cursor = conn.connection.cursor()
@@ -108,16 +112,7 @@ def _no_cycle_collection() -> Iterator[None]:
 
 def _records(conn: sa.Connection, where: str, parameters: Sequence[Any]) -> list[StoredEvent]:
     """Whole records of the events `where` selects, in its ORDER BY; JSON parsed on access."""
-    sql = f"SELECT {_COLUMNS} FROM events {where}"
-    if conn.dialect.name == "postgresql":
-        from psycopg.types.string import TextBinaryLoader  # a SQLite store never imports it
-
-        cursor = conn.connection.cursor(binary=True)
-        # The JSON stays text (the driver's C loader) for the record to parse on access.
-        cursor.adapters.register_loader("json", TextBinaryLoader)
-        cursor.execute(sql.replace("?", "%s"), parameters)
-    else:
-        cursor = _cursor(conn, sql, parameters)
+    cursor = _cursor(conn, f"SELECT {_COLUMNS} FROM events {where}", parameters)
     try:
         with _no_cycle_collection():
             return _decoded(conn, cursor.fetchall())
@@ -158,7 +153,6 @@ class SqlEventStore(EventStore):
     def __init__(self, engine: Engine) -> None:
         self.engine = engine
         self._writer = Writer(engine)
-        self._postgres = engine.dialect.name == "postgresql"
 
     @contextmanager
     def write_transaction(self) -> Iterator[sa.Connection]:
@@ -356,11 +350,8 @@ class SqlEventStore(EventStore):
         cursor = _cursor(tracking.conn, sql, (tracking.position, upper, *kinds))
         try:
             while rows := cursor.fetchmany(5000):
-                if self._postgres:
-                    yield rows
-                else:
-                    positions, types_, texts = zip(*rows, strict=True)
-                    yield zip(positions, types_, map(orjson.loads, texts), strict=True)
+                positions, types_, texts = zip(*rows, strict=True)
+                yield zip(positions, types_, map(orjson.loads, texts), strict=True)
         finally:
             cursor.close()
 

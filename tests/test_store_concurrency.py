@@ -3,19 +3,27 @@
 from __future__ import annotations
 
 import multiprocessing
+import subprocess
+import sys
 import threading
 import time
 from collections import defaultdict
 from datetime import UTC, datetime
+from pathlib import Path
 from uuid import uuid4
 
 import sqlalchemy as sa
 
-from harness.store import NO_STREAM, NewEvent, open_store
+from harness.store import ANY, NO_STREAM, NewEvent, migrate_store, open_store
 from harness.store.schema import events
 from tests.procs import append_many, claim, claim_wave, racing
 
 WRITERS = 4
+CONNECT_AND_CLOSE = (
+    "import sqlite3, sys; c = sqlite3.connect(sys.argv[1]); "
+    "c.execute('SELECT COUNT(*) FROM events').fetchall(); c.close()"
+)
+"""Another process's connection that reads and closes: the last one out deletes the WAL."""
 PER_WRITER = 400
 
 
@@ -119,3 +127,23 @@ def _wait_for_lock_waiters(conn: sa.Connection, count: int) -> None:
     while conn.execute(query).scalar_one() < count:
         assert time.monotonic() < deadline, "the other appends never queued for the lock"
         time.sleep(0.01)
+
+
+def test_opening_a_sqlite_store_again_keeps_the_locks_of_its_open_connections(
+    sqlite_url: str, tmp_path: Path
+) -> None:
+    """A second store on the file must not drop the POSIX locks of the first's connections.
+
+    Closing any descriptor of a file drops them all; another process then takes itself for
+    the last connection and checkpoints and deletes the WAL under the first (stale reads,
+    then a malformed file).
+    """
+    migrate_store(sqlite_url)
+    first = open_store(sqlite_url)
+    first.append("s", [NewEvent(uuid4(), "Thing", 1, {})], ANY)  # its writer stays connected
+    open_store(sqlite_url).close()
+    database = next(tmp_path.glob("*.db"))
+    subprocess.run([sys.executable, "-c", CONNECT_AND_CLOSE, str(database)], check=True, timeout=30)
+    assert database.with_name(database.name + "-wal").exists(), "another process reset the WAL"
+    assert first.last_position() == 1
+    first.close()

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import multiprocessing
+import subprocess
+import sys
 import threading
 import time
 from collections import defaultdict
@@ -17,12 +19,17 @@ from harness.projections import projector_for
 from harness.scheduling import waves
 from harness.scheduling.budget import Budgets
 from harness.scheduling.waves import SlotClaim
-from harness.store import NO_STREAM, NewEvent, open_store
+from harness.store import ANY, NO_STREAM, NewEvent, migrate_store, open_store
 from harness.store.schema import events
 from tests.procs import append_many, claim, claim_wave, gather, racing
 from tests.tick_support import make_settings
 
 WRITERS = 4
+CONNECT_AND_CLOSE = (
+    "import sqlite3, sys; c = sqlite3.connect(sys.argv[1]); "
+    "c.execute('SELECT COUNT(*) FROM events').fetchall(); c.close()"
+)
+"""Another process's connection that reads and closes: the last one out deletes the WAL."""
 PER_WRITER = 400
 
 
@@ -158,3 +165,23 @@ def test_two_replicas_deciding_one_levels_budget_at_once_cannot_both_miss_each_o
     assert verdicts == {c.tick_id: c is first for c in claims}
     for store in replicas:
         store.close()
+
+
+def test_opening_a_sqlite_store_again_keeps_the_locks_of_its_open_connections(
+    sqlite_url: str, tmp_path: Path
+) -> None:
+    """A second store on the file must not drop the POSIX locks of the first's connections.
+
+    Closing any descriptor of a file drops them all; another process then takes itself for
+    the last connection and checkpoints and deletes the WAL under the first (stale reads,
+    then a malformed file).
+    """
+    migrate_store(sqlite_url)
+    first = open_store(sqlite_url)
+    first.append("s", [NewEvent(uuid4(), "Thing", 1, {})], ANY)  # its writer stays connected
+    open_store(sqlite_url).close()
+    database = next(tmp_path.glob("*.db"))
+    subprocess.run([sys.executable, "-c", CONNECT_AND_CLOSE, str(database)], check=True, timeout=30)
+    assert database.with_name(database.name + "-wal").exists(), "another process reset the WAL"
+    assert first.last_position() == 1
+    first.close()

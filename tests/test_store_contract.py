@@ -176,6 +176,10 @@ def test_records_round_trip_exactly(store: SqlEventStore) -> None:
         data,
         {"trace": "abc"},
     )
+    assert stored.data is stored.data, "JSON is parsed once, on first access"
+    (again,) = store.read_stream("s")
+    assert again == stored and again != store.read_all()[0].as_dict()
+    assert again.as_dict()["data"] == data and "Rich" in repr(again)
     assert stored.recorded_at.tzinfo is not None
     assert before - timedelta(seconds=1) <= stored.recorded_at <= datetime.now(UTC)
     assert store.first_position_since(before - timedelta(seconds=1)) == 1

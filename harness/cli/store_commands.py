@@ -184,7 +184,7 @@ def _print_workers(store: SqlEventStore, now: datetime) -> None:
 
 
 def _event_json(event: StoredEvent) -> dict[str, Any]:
-    record = asdict(event)
+    record = event.as_dict()
     record["event_id"] = str(event.event_id)
     record["recorded_at"] = event.recorded_at.isoformat()
     return record

@@ -84,8 +84,14 @@ def create_store_engine(url: str, *, durability: Durability = "process") -> Engi
     if path is not None:
         try:
             make_private_folder(path.parent)
-            # SQLite gives its WAL and SHM files the mode of the database file.
-            os.close(os.open(path, os.O_CREAT | os.O_WRONLY, 0o600))
+            # SQLite gives its WAL and SHM files the mode of the database file. Only a
+            # file that does not exist yet is opened here: closing a descriptor of a file
+            # drops every POSIX lock the process holds on it, the locks of SQLite
+            # connections already open in this process included, and another process then
+            # checkpoints and resets the WAL under them (stale reads, a malformed file).
+            os.close(os.open(path, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o600))
+        except FileExistsError:
+            pass
         except OSError as exc:
             raise StoreUnavailableError(
                 f"cannot create the folder of SQLite store {path}: {exc.strerror}"

@@ -82,11 +82,15 @@ def upsert(conn: sa.Connection, table: sa.Table) -> Any:
 def _cursor(conn: sa.Connection, sql: str, parameters: Sequence[Any]) -> Any:
     """A raw cursor that ran `sql` (written with `?` marks); the caller closes it.
 
-    PostgreSQL's is binary: the JSON arrives parsed by orjson, which the engine registers
-    with psycopg, and times and UUIDs arrive without a round trip through text.
+    PostgreSQL's is binary: times and UUIDs arrive without a round trip through text, and
+    JSON arrives as text (the driver's C loader), as SQLite's does, for the caller to
+    parse when and if it needs it: psycopg's own JSON loader is a Python call per value.
     """
     if conn.dialect.name == "postgresql":
+        from psycopg.types.string import TextBinaryLoader  # a SQLite store never imports it
+
         cursor = conn.connection.cursor(binary=True)
+        cursor.adapters.register_loader("json", TextBinaryLoader)
         cursor.execute(sql.replace("?", "%s"), parameters)
     else:
         cursor = conn.connection.cursor()
@@ -114,7 +118,7 @@ def _no_cycle_collection() -> Iterator[None]:
 
 
 def _records(conn: sa.Connection, where: str, parameters: Sequence[Any]) -> list[StoredEvent]:
-    """Whole records of the events `where` selects, in its ORDER BY."""
+    """Whole records of the events `where` selects, in its ORDER BY; JSON parsed on access."""
     cursor = _cursor(conn, f"SELECT {_COLUMNS} FROM events {where}", parameters)
     try:
         with _no_cycle_collection():
@@ -124,14 +128,13 @@ def _records(conn: sa.Connection, where: str, parameters: Sequence[Any]) -> list
 
 
 def _decoded(conn: sa.Connection, rows: Sequence[Any]) -> list[StoredEvent]:
-    """Records of fetched rows; PostgreSQL's binary cursor already typed and parsed them.
+    """Records of fetched rows; PostgreSQL's binary cursor already typed them.
 
-    SQLite keeps event ids as hex text, JSON as text and times as UTC text without a
-    zone; the times of one append are equal, so each distinct text is parsed once.
+    SQLite keeps event ids as hex text and times as UTC text without a zone; the times
+    of one append are equal, so each distinct text is parsed once.
     """
     if conn.dialect.name == "postgresql":
-        return [StoredEvent(*row) for row in rows]
-    loads = orjson.loads
+        return list(map(StoredEvent.from_row, rows))
     stamps: dict[str, datetime] = {}
     found = []
     for position, event_id, stream, version_, type_, v, d, m, at in rows:
@@ -139,16 +142,8 @@ def _decoded(conn: sa.Connection, rows: Sequence[Any]) -> list[StoredEvent]:
         if recorded_at is None:
             recorded_at = stamps[at] = datetime.fromisoformat(at).replace(tzinfo=UTC)
         found.append(
-            StoredEvent(
-                position,
-                UUID(event_id),
-                stream,
-                version_,
-                type_,
-                v,
-                loads(d),
-                loads(m),
-                recorded_at,
+            StoredEvent.from_row(
+                (position, UUID(event_id), stream, version_, type_, v, d, m, recorded_at)
             )
         )
     return found
@@ -165,7 +160,6 @@ class SqlEventStore(EventStore):
     def __init__(self, engine: Engine) -> None:
         self.engine = engine
         self._writer = Writer(engine)
-        self._postgres = engine.dialect.name == "postgresql"
 
     @contextmanager
     def write_transaction(self) -> Iterator[sa.Connection]:
@@ -363,11 +357,8 @@ class SqlEventStore(EventStore):
         cursor = _cursor(tracking.conn, sql, (tracking.position, upper, *kinds))
         try:
             while rows := cursor.fetchmany(5000):
-                if self._postgres:
-                    yield rows
-                else:
-                    positions, types_, texts = zip(*rows, strict=True)
-                    yield zip(positions, types_, map(orjson.loads, texts), strict=True)
+                positions, types_, texts = zip(*rows, strict=True)
+                yield zip(positions, types_, map(orjson.loads, texts), strict=True)
         finally:
             cursor.close()
 

@@ -10,7 +10,8 @@ them. Claimed ticks go to an executor through `Handoff`; scheduling never import
 
 All but the triggers are loaded on first use (PEP 562): importing any submodule runs this
 front first, and `tickwork status` needs the status snapshot without the service, the
-reconciler (psutil) or the wave claims (routing).
+reconciler (psutil) or the wave claims (routing). `reconcile` is not a name of the front:
+it is its submodule's name too, and a loaded submodule would shadow the function.
 """
 
 from __future__ import annotations
@@ -29,7 +30,6 @@ if typing.TYPE_CHECKING:
         switch_level,
     )
     from harness.scheduling.handoff import Handoff, RunningTick, ScopeMatch
-    from harness.scheduling.reconcile import reconcile
     from harness.scheduling.service import Companion, Service
     from harness.scheduling.status import LevelStatus, Snapshot, refresh, snapshot
     from harness.scheduling.timetable import Slot, Timetable
@@ -53,7 +53,6 @@ __all__ = [
     "level_trigger",
     "next_slot",
     "operator",
-    "reconcile",
     "refresh",
     "request_cancel",
     "slot_tick_id",
@@ -64,7 +63,6 @@ __all__ = [
 _HOMES = {
     "control": ("Switched", "UnknownLevelError", "operator", "request_cancel", "switch_level"),
     "handoff": ("Handoff", "RunningTick", "ScopeMatch"),
-    "reconcile": ("reconcile",),
     "service": ("Companion", "Service"),
     "status": ("LevelStatus", "Snapshot", "refresh", "snapshot"),
     "timetable": ("Slot", "Timetable"),

@@ -40,6 +40,9 @@ bench: $(STAMP)
 	$(BIN)/python ops/bench/tick_bench.py
 	$(BIN)/python ops/bench/scheduler_bench.py
 	$(BIN)/python ops/bench/cli_startup.py
+	$(BIN)/python ops/bench/governor_bench.py
+	$(BIN)/python ops/bench/kill_bench.py
+	$(BIN)/python ops/bench/procrastinate_bench.py
 
 clean:
 	rm -rf $(VENV) .tickwork .pytest_cache .mypy_cache .ruff_cache

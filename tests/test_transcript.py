@@ -5,11 +5,14 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import httpx
+
 from harness.contracts.events import TRANSCRIPT_ITEM_CHARS
 from harness.devtools.fake_llm import FakeUpstream, Step
 from harness.projections import tick_story
 from harness.rag import build_index
 from tests.tick_support import SECRET, Harness, calls
+from workers.model import provider_of
 
 
 def test_a_ticks_model_calls_and_transcript_are_complete_redacted_and_capped(
@@ -88,3 +91,9 @@ def test_a_ticks_model_calls_and_transcript_are_complete_redacted_and_capped(
     retried = story.steps[5].summary
     assert retried.startswith("model call 2 attempt 2 fake-model: tool_use, ") and host in retried
     assert f"sent after a {tooling['wait_ms']:,.0f} ms wait" in retried
+
+
+def test_a_calls_provider_is_its_endpoints_host_never_its_credentials() -> None:
+    keyed = httpx.URL(f"https://ops:{SECRET}@gw.example.com:8443/v1?key={SECRET}")
+    assert provider_of(keyed) == "gw.example.com:8443"
+    assert provider_of(httpx.URL("https://api.openai.com/v1")) == "api.openai.com"

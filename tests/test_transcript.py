@@ -5,11 +5,14 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import httpx
+
 from harness.contracts.events import TRANSCRIPT_ITEM_CHARS
 from harness.devtools.fake_llm import FakeUpstream, Step
 from harness.projections import tick_story
 from harness.rag import build_index
 from tests.tick_support import SECRET, Harness, calls
+from workers.model import provider_of
 
 
 def test_a_ticks_model_calls_and_transcript_are_complete_redacted_and_capped(
@@ -44,6 +47,10 @@ def test_a_ticks_model_calls_and_transcript_are_complete_redacted_and_capped(
     assert refused["failure_class"] == "infrastructure" and refused["budget_event_id"] is None
     assert refused["prompt_tokens"] == 0 and "[redacted:OPENAI_API_KEY]" in refused["error"]
     assert (tooling["attempt"], tooling["stop_reason"]) == (2, "tool_use")
+    assert refused["wait_ms"] == answered["wait_ms"] == 0
+    assert tooling["wait_ms"] >= 1000, "the retry is sent after the SDK's 1 s backoff"
+    host = fake.url.split("://")[1].split("/")[0]
+    assert {c["provider"] for c in called} == {host}
     assert (answered["attempt"], answered["stop_reason"]) == (1, "end_turn")
     for call in (tooling, answered):
         assert call["model"] == "fake-model" and call["error_class"] is None
@@ -80,3 +87,13 @@ def test_a_ticks_model_calls_and_transcript_are_complete_redacted_and_capped(
         "ended",
     ]
     assert story.steps[4].summary.startswith("model call 1 fake-model: ModelThrottledException")
+    assert f"({host}, " in story.steps[4].summary
+    retried = story.steps[5].summary
+    assert retried.startswith("model call 2 attempt 2 fake-model: tool_use, ") and host in retried
+    assert f"sent after a {tooling['wait_ms']:,.0f} ms wait" in retried
+
+
+def test_a_calls_provider_is_its_endpoints_host_never_its_credentials() -> None:
+    keyed = httpx.URL(f"https://ops:{SECRET}@gw.example.com:8443/v1?key={SECRET}")
+    assert provider_of(keyed) == "gw.example.com:8443"
+    assert provider_of(httpx.URL("https://api.openai.com/v1")) == "api.openai.com"

@@ -34,6 +34,8 @@ class MeteredOpenAIModel(OpenAIModel):
     """
 
     response_chars = 0
+    provider: str | None = None
+    """The endpoint's host, as the call ledger names it (`provider_of`)."""
     first_token_at: float | None = None
     """`time.monotonic()` when the current call streamed its first text or tool input."""
 
@@ -115,7 +117,14 @@ def build_model(
     params: dict[str, Any] = {}
     if effort is not None:
         params["reasoning_effort"] = effort
-    return MeteredOpenAIModel(client=client, model_id=model_id, params=params or None)
+    model = MeteredOpenAIModel(client=client, model_id=model_id, params=params or None)
+    model.provider = provider_of(client.base_url)
+    return model
+
+
+def provider_of(url: httpx.URL) -> str:
+    """Host and non-default port of an endpoint: a user, password or query may hold a key."""
+    return url.host + (f":{url.port}" if url.port is not None else "")
 
 
 def _ssl_context() -> ssl.SSLContext:

@@ -51,6 +51,8 @@ class SpendMeter(HookProvider):
         self._attempt = 1
         self._request_chars = 0
         self._started_at = 0.0
+        self._ended_at = 0.0
+        self._wait_ms = 0.0
         self._cancelled = False
 
     def use(self, model: MeteredOpenAIModel, target: str | None) -> MeteredOpenAIModel:
@@ -70,6 +72,9 @@ class SpendMeter(HookProvider):
             agent.system_prompt, agent.messages, agent.tool_registry.get_all_tool_specs()
         )
         self._started_at = time.monotonic()
+        # A retry is sent after the SDK's backoff, which sleeps between the tries' hooks.
+        retry = self._attempt > 1
+        self._wait_ms = round((self._started_at - self._ended_at) * 1000, 3) if retry else 0.0
         if self._cancelled or self.model is None:
             return
         self.calls_started += 1
@@ -130,7 +135,7 @@ class SpendMeter(HookProvider):
     def _called(
         self, model: MeteredOpenAIModel, event: AfterModelCallEvent, spent: BudgetSpent | None
     ) -> ModelCalled:
-        now = time.monotonic()
+        now = self._ended_at = time.monotonic()
         exc = event.exception
         first = model.first_token_at
         attempt, self._attempt = self._attempt, self._attempt + 1 if exc is not None else 1
@@ -139,9 +144,11 @@ class SpendMeter(HookProvider):
             level=self.payload.level,
             model=model.get_config()["model_id"],
             target=self.target,
+            provider=model.provider,
             call=self.calls_started,
             attempt=attempt,
             duration_ms=round((now - self._started_at) * 1000, 3),
+            wait_ms=self._wait_ms,
             first_token_ms=None if first is None else round((first - self._started_at) * 1000, 3),
             stop_reason=str(event.stop_response.stop_reason) if event.stop_response else None,
             error_class=type(exc).__name__ if exc is not None else None,

@@ -249,14 +249,23 @@ class ModelCalled(TickEvent):
     (`budget_event_id` links the two; None when the call produced nothing to bill). `call`
     counts the tick's calls from 1; `attempt` counts tries of the same turn, as the SDK
     retries a throttled call. `error` is short and redacted.
+
+    The predecessor's ledger also had a stage and a role per call; tickwork has neither:
+    a tick runs one agent on one prompt, so every call's stage is its tick and `level`,
+    and what a role chose there (model, capabilities) is here the route's `target`.
     """
 
     type = "ModelCalled"
     model: str
     target: str | None = None
+    provider: str | None = None
+    """The endpoint's host (and port, when not the scheme's): never a path, query or key."""
     call: NonNegativeInt = 1
     attempt: NonNegativeInt = 1
     duration_ms: float = 0.0
+    wait_ms: float = 0.0
+    """How long this try waited to be sent after the refused try before it: the SDK's
+    retry backoff. 0 for a first attempt."""
     first_token_ms: float | None = None
     """From the request to the first streamed text or tool input; None when none came."""
     stop_reason: str | None = None

@@ -265,6 +265,10 @@ def _model_call_line(data: dict[str, Any]) -> str:
     timing = f"{data['duration_ms']:.0f} ms"
     if data.get("first_token_ms") is not None:
         timing += f", first token {data['first_token_ms']:.0f} ms"
+    if data.get("wait_ms"):
+        timing += f", sent after a {data['wait_ms']:,.0f} ms wait"
+    if data.get("provider"):
+        timing = f"{data['provider']}, {timing}"
     if data.get("error_class"):
         outcome = f"{data['error_class']}: {data.get('error') or ''}"
     else:

@@ -24,6 +24,7 @@ BEGIN_MODE = "tickwork_sqlite_begin"
 
 SQLITE_BUSY_TIMEOUT_MS = 30_000
 SQLITE_CACHE_KIB = 65_536
+SQLITE_WAL_AUTOCHECKPOINT_PAGES = {"process": 10_000, "power": 1_000}
 SQLITE_SYNCHRONOUS = {"process": "NORMAL", "power": "FULL"}
 DURABILITY = "tickwork_durability"
 """Engine-wide execution option read by the writer (PostgreSQL's synchronous_commit)."""
@@ -111,6 +112,15 @@ def create_store_engine(url: str, *, durability: Durability = "process") -> Engi
         # The event-id index takes random keys: with SQLite's 2 MiB default page cache a
         # store of millions of events thrashes on every append. Pages are allocated on use.
         cursor.execute(f"PRAGMA cache_size = -{SQLITE_CACHE_KIB}")
+        # An append dirties a leaf of that index per event, so a batch writes about as many
+        # pages to the WAL as it has events, and at the default checkpoint every 1,000 pages
+        # the appending connection copies them into the database every few batches. At
+        # `process` a longer WAL copies each hot page once per checkpoint instead: batches
+        # of 100 append about 10% faster, for a WAL file of up to 40 MiB. At `power` every
+        # commit fsyncs the WAL, and while a longer WAL grows each fsync also writes the
+        # file's new size: single appends were 20% slower, so it keeps the default.
+        pages = SQLITE_WAL_AUTOCHECKPOINT_PAGES[durability]
+        cursor.execute(f"PRAGMA wal_autocheckpoint = {pages}")
         cursor.close()
 
     @sa.event.listens_for(engine, "begin")

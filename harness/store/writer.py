@@ -52,11 +52,16 @@ _INSERT = (
 )
 _SQLITE_FIRST = (
     _INSERT + "SELECT ?, ?, current.v + 1, ?, ?, ?, ?, ? "
-    "FROM (SELECT COALESCE(MAX(stream_position), 0) AS v FROM events WHERE stream_id = ?) "
-    "AS current WHERE ? < 0 OR current.v = ? "
+    "FROM (SELECT COALESCE((SELECT MAX(stream_position) FROM events WHERE stream_id = ?), 0) "
+    "AS v) AS current WHERE ? < 0 OR current.v = ? "
     "RETURNING global_position, stream_position"
 )
-"""The first event of a batch: checks the stream's version and inserts in one statement."""
+"""The first event of a batch: checks the stream's version and inserts in one statement.
+
+The bare MAX in its own scalar subquery is what SQLite's min/max optimization reads off
+the end of the (stream_id, stream_position) index; `COALESCE(MAX(…))` as a derived table
+scanned every event of the stream instead, 0.25 ms at 3,000 events and growing with it.
+"""
 _SQLITE_REST = _INSERT + "VALUES (?, ?, ?, ?, ?, ?, ?, ?)"
 
 Positions = tuple[tuple[int, ...], int]

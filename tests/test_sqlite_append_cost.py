@@ -1,0 +1,49 @@
+"""The SQLite version check must not grow with the stream: a long stream appends as cheaply."""
+
+from __future__ import annotations
+
+import sqlite3
+from uuid import uuid4
+
+from harness.store import ANY, NewEvent, open_store
+from harness.store.writer import _SQLITE_FIRST
+
+
+def _steps(connection: sqlite3.Connection, stream_id: str, expected: int) -> int:
+    """SQLite VM instructions the checked first insert of a batch runs; rolled back.
+
+    Counted rather than timed: the count does not depend on how loaded the machine is.
+    """
+    steps = 0
+
+    def count() -> int:
+        nonlocal steps
+        steps += 1
+        return 0
+
+    connection.set_progress_handler(count, 1)
+    connection.execute("BEGIN IMMEDIATE")
+    stamp = "2026-11-30 00:00:00.000000"
+    row = connection.execute(
+        _SQLITE_FIRST,
+        (uuid4().hex, stream_id, "T", 1, "{}", "{}", stamp, stream_id, expected, expected),
+    ).fetchone()
+    connection.execute("ROLLBACK")
+    connection.set_progress_handler(None, 0)
+    assert row == (row[0], expected + 1)
+    return steps
+
+
+def test_version_check_reads_the_index_end_not_the_stream(sqlite_url: str) -> None:
+    store = open_store(sqlite_url)
+    for _ in range(20):
+        store.append("long", [NewEvent(uuid4(), "T", 1, {}) for _ in range(100)], ANY)
+    store.append("short", [NewEvent(uuid4(), "T", 1, {})], ANY)
+    store.close()
+    connection = sqlite3.connect(sqlite_url.removeprefix("sqlite:///"), isolation_level=None)
+    try:
+        short, long = _steps(connection, "short", 1), _steps(connection, "long", 2000)
+    finally:
+        connection.close()
+    # A scan of the stream's 2,000 index entries would cost thousands of steps more.
+    assert long < short + 100, (short, long)

@@ -58,16 +58,20 @@ class SpendProjection(Projection):
     def apply(self, conn: sa.Connection, batch: Iterable[EventData]) -> None:
         """Sum the batch per row key first, so a rebuild writes each row once per batch."""
         sums: dict[tuple[str, str, str, int], list[int]] = {}
-        thresholds: dict[tuple[str, str], tuple[int, ...]] = {}
+        # Thresholds per model, then per day: two lookups on strings cost less than
+        # building and hashing a (model, day) tuple for every event.
+        thresholds: dict[str, dict[str, tuple[int, ...]]] = {}
         for _, _, data in batch:
             day = data["occurred_at"][:10]
             model = data["model"]
             prompt = data["prompt_tokens"]
-            steps = thresholds.get((model, day))
+            by_day = thresholds.get(model)
+            if by_day is None:
+                by_day = thresholds[model] = {}
+            steps = by_day.get(day)
             if steps is None:
-                steps = thresholds[(model, day)] = self.prices.thresholds(model, day)
-            tier = tier_of(prompt, steps)
-            key = (data["level"], model, day, tier)
+                steps = by_day[day] = self.prices.thresholds(model, day)
+            key = (data["level"], model, day, tier_of(prompt, steps) if steps else -1)
             row = sums.get(key)
             if row is None:
                 row = sums[key] = [0, 0, 0, 0, 0, 0]

@@ -15,7 +15,7 @@ import gc
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from datetime import UTC, datetime
-from itertools import chain
+from itertools import chain, repeat
 from typing import Any
 from uuid import UUID
 
@@ -349,16 +349,23 @@ class SqlEventStore(EventStore):
         """The window's `fetchmany` slices, each an iterator that decodes on demand."""
         if not kinds:
             return
+        # One kind (the spend projection's case) is not read back row by row: a type
+        # string built per row costs a million-event rebuild a tenth of a second.
+        single = len(kinds) == 1
         sql = (
-            "SELECT global_position, type, data FROM events "
+            f"SELECT global_position, {'' if single else 'type, '}data FROM events "
             f"WHERE global_position > ? AND global_position <= ? AND type IN ({_marks(kinds)}) "
             "ORDER BY global_position"
         )
         cursor = _cursor(tracking.conn, sql, (tracking.position, upper, *kinds))
         try:
             while rows := cursor.fetchmany(5000):
-                positions, types_, texts = zip(*rows, strict=True)
-                yield zip(positions, types_, map(orjson.loads, texts), strict=True)
+                if single:
+                    positions, texts = zip(*rows, strict=True)
+                    yield zip(positions, repeat(kinds[0]), map(orjson.loads, texts), strict=False)
+                else:
+                    positions, types_, texts = zip(*rows, strict=True)
+                    yield zip(positions, types_, map(orjson.loads, texts), strict=True)
         finally:
             cursor.close()
 

@@ -15,6 +15,7 @@ from abc import ABC, abstractmethod
 from collections.abc import Callable, Sequence
 from datetime import datetime
 
+from harness.config import Settings
 from harness.contracts.events import TickFailed, TickLost
 from harness.execution.adopt import Adoption, adopt
 from harness.execution.panels import Panel
@@ -33,8 +34,14 @@ class Executor(ABC):
     """The bookkeeping every executor shares; an implementation supplies the `_` methods."""
 
     def __init__(
-        self, preparer: Preparer, runner: Runner, report: Report, ended: Ended | None = None
+        self,
+        settings: Settings,
+        preparer: Preparer,
+        runner: Runner,
+        report: Report,
+        ended: Ended | None = None,
     ) -> None:
+        self.settings = settings
         self.preparer = preparer
         self.runner = runner
         self.report = report

@@ -40,8 +40,7 @@ class LocalExecutor(Executor):
         report: Report,
         ended: Ended | None = None,
     ) -> None:
-        super().__init__(preparer, runner, report, ended)
-        self.settings = settings
+        super().__init__(settings, preparer, runner, report, ended)
         caps = {name: level.max_concurrent for name, level in settings.levels.items()}
         self.gate: Gate[SlotClaim] = Gate(
             settings.runner.max_concurrent,

@@ -221,8 +221,7 @@ class _OnStore(Executor):
         report: Report,
         ended: Ended | None = None,
     ) -> None:
-        super().__init__(preparer, runner, report, ended)
-        self.settings = settings
+        super().__init__(settings, preparer, runner, report, ended)
         self.store = store
         self._set_up()
 

@@ -7,7 +7,6 @@ fake upstream; a cancel whose scope covers a queued tick ends it without startin
 from __future__ import annotations
 
 import threading
-import time
 from datetime import datetime
 from pathlib import Path
 
@@ -19,6 +18,7 @@ from harness.scheduling.timetable import Slot, Timetable
 from harness.scheduling.triggers import level_trigger
 from harness.scheduling.waves import SlotClaim, claim_wave
 from tests.tick_support import Harness
+from tests.waiting import wait_until
 
 
 def claimed(harness: Harness, tick_id: str) -> SlotClaim:
@@ -59,10 +59,10 @@ def test_cancel_by_scope_ends_a_queued_tick_cancelled_without_starting_it(
     fake.script(running.tick_id, [Step(text="slow", delay=60)])
     executor.submit(running)
     executor.submit(queued)
-    deadline = time.monotonic() + 30
-    while [ref.tick_id for ref in executor.running()] != [running.tick_id]:
-        assert time.monotonic() < deadline, "the first tick never started"
-        time.sleep(0.05)
+    wait_until(
+        lambda: [ref.tick_id for ref in executor.running()] == [running.tick_id],
+        "the first tick to start",
+    )
     assert executor.gate.queued() == [queued]
 
     executor.cancel(lambda level, tick_id: tick_id == queued.tick_id, "scope min-queued")

@@ -23,6 +23,7 @@ from harness.devtools.fake_llm import FakeUpstream, Step
 from harness.execution.launchers import TickProcess, WarmLauncher, shared_warm_launcher
 from harness.execution.launchers.warm import ForkedTick, server_environment
 from tests.tick_support import Harness, live_in_group
+from tests.waiting import wait_until
 
 STANDIN = "tests.standin_worker"
 
@@ -57,11 +58,8 @@ def start(
     return process, payload.result_path
 
 
-def wait_for(path: Path, timeout: float = 30) -> dict[str, Any]:
-    deadline = time.monotonic() + timeout
-    while not path.exists():
-        assert time.monotonic() < deadline, f"{path} never appeared"
-        time.sleep(0.02)
+def wait_for(path: Path) -> dict[str, Any]:
+    wait_until(path.exists, f"{path} to appear", interval=0.02)
     report: dict[str, Any] = json.loads(path.read_text())
     return report
 
@@ -158,10 +156,11 @@ def test_a_tick_killed_in_the_middle_of_a_model_call_leaves_the_server_serving(
         doomed.payload.model_dump_json().encode(), doomed.log_path, harness.runner.env
     )
     server = harness.runner.launcher.server_pid
-    deadline = time.monotonic() + 30
-    while doomed.payload.tick_id not in fake.state.first_request:
-        assert time.monotonic() < deadline, "the tick never reached the upstream"
-        time.sleep(0.02)
+    wait_until(
+        lambda: doomed.payload.tick_id in fake.state.first_request,
+        "the tick to reach the upstream",
+        interval=0.02,
+    )
     os.kill(process.pid, signal.SIGKILL)
     assert process.wait(10) == -signal.SIGKILL
 

@@ -6,7 +6,6 @@ import multiprocessing
 import subprocess
 import sys
 import threading
-import time
 from collections import defaultdict
 from datetime import UTC, datetime
 from pathlib import Path
@@ -23,6 +22,7 @@ from harness.store import ANY, NO_STREAM, NewEvent, migrate_store, open_store
 from harness.store.schema import events
 from tests.procs import append_many, claim, claim_wave, gather, racing
 from tests.tick_support import make_settings
+from tests.waiting import wait_until
 
 WRITERS = 4
 CONNECT_AND_CLOSE = (
@@ -129,10 +129,11 @@ def _wait_for_lock_waiters(conn: sa.Connection, count: int) -> None:
     query = sa.text(
         "SELECT count(*) FROM pg_locks WHERE relation = 'events'::regclass AND NOT granted"
     )
-    deadline = time.monotonic() + 60
-    while conn.execute(query).scalar_one() < count:
-        assert time.monotonic() < deadline, "the other appends never queued for the lock"
-        time.sleep(0.01)
+    wait_until(
+        lambda: conn.execute(query).scalar_one() >= count,
+        "the other appends to queue for the lock",
+        interval=0.01,
+    )
 
 
 def test_two_replicas_deciding_one_levels_budget_at_once_cannot_both_miss_each_other(

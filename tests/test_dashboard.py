@@ -6,8 +6,9 @@ is paused. The page must load without console errors, show the running tick with
 runtime, the spend chart and the latest digest, and its resume button must resume the
 level. The running tick's page shows its story as it happens and its cancel button ends
 it; the run-now button starts a tick of the resumed level in the manual lane. Screenshots
-of the dashboard, the tick page and the latest (styled HTML) digest are kept in
-tests/artifacts/.
+of the dashboard, the tick page and the latest (styled HTML) digest are taken every run;
+with TICKWORK_KEEP_SCREENSHOTS=1 they replace the ones kept in tests/artifacts/ (a run
+would otherwise leave the committed pictures changed in every checkout).
 """
 
 from __future__ import annotations
@@ -37,7 +38,13 @@ from tests.waiting import DEADLINE_SECONDS, wait_until
 
 CHROMIUM = Path("/usr/bin/chromium")
 CHROMEDRIVER = Path("/usr/bin/chromedriver")
-ARTIFACTS = Path(__file__).parent / "artifacts"
+KEPT = Path(__file__).parent / "artifacts"
+
+
+def screenshot_folder(tmp_path: Path) -> Path:
+    """tests/artifacts/ when asked to keep the pictures, else the test's own folder."""
+    return KEPT if os.environ.get("TICKWORK_KEEP_SCREENSHOTS") == "1" else tmp_path
+
 
 LEVELS = """
 [levels.busy]
@@ -102,6 +109,7 @@ def test_dashboard_shows_running_tick_spend_digest_and_resumes_a_level(
     tmp_path: Path, browser: WebDriver
 ) -> None:
     config = write_config(tmp_path, LEVELS)
+    shots = screenshot_folder(tmp_path)
     store = open_store(f"sqlite:///{tmp_path}/events.db")
     fake = FakeUpstream().start()
     echo = Step(tool_calls=[ToolCallSpec(name="shell", arguments={"command": "echo checked"})])
@@ -128,9 +136,8 @@ def test_dashboard_shows_running_tick_spend_digest_and_resumes_a_level(
             wait.until(lambda d: seen(d, "#digest iframe.digest", "srcdoc"))
             assert browser.find_elements(By.CSS_SELECTOR, "#timeline .mark.s-completed")
             assert browser.find_elements(By.CSS_SELECTOR, "#paused button[data-resume=idle]")
-            ARTIFACTS.mkdir(exist_ok=True)
             wait.until(lambda d: seen(d, "#paused .why"))
-            shot = ARTIFACTS / "dashboard.png"
+            shot = shots / "dashboard.png"
             assert browser.save_screenshot(str(shot))
             print(f"dashboard screenshot: {shot}")
             wait.until(lambda d: seen(d, "#spend button[data-chart=usd]", click=True))
@@ -153,7 +160,7 @@ def test_dashboard_shows_running_tick_spend_digest_and_resumes_a_level(
             wait.until(lambda d: "cancelled" in seen(d, "#summary .why"))
             assert browser.find_elements(By.CSS_SELECTOR, "#log")
             assert store.read_stream(tick_stream(tick_id))[-1].type == "TickCancelled"
-            shot = ARTIFACTS / "tick.png"
+            shot = shots / "tick.png"
             assert browser.save_screenshot(str(shot))
             print(f"tick page screenshot: {shot}")
 
@@ -177,7 +184,7 @@ def test_dashboard_shows_running_tick_spend_digest_and_resumes_a_level(
             assert browser.find_elements(By.CSS_SELECTOR, "table.spend td.n")
             links = "a[href^='https://tickwork.example/ui/ticks/busy-']"
             assert browser.find_elements(By.CSS_SELECTOR, links), "ticks link to their pages"
-            shot = ARTIFACTS / "digest.png"
+            shot = shots / "digest.png"
             assert browser.save_screenshot(str(shot))
             print(f"digest screenshot: {shot}")
     finally:

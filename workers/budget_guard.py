@@ -23,6 +23,7 @@ from harness.store import EventStore, StoreError
 from workers.recorder import EventRecorder
 
 BATCH = 1000
+FOLLOWED = ("BudgetSpent", "TickScheduled", *sorted(TERMINAL_TYPES))
 
 
 class DailyBudgetGuard(HookProvider):
@@ -81,7 +82,9 @@ class DailyBudgetGuard(HookProvider):
         return None
 
     def _follow(self, store: EventStore, day: str) -> None:
-        while batch := store.read_all(self.position, BATCH):
+        # Only what moves spend or reservations: every tick's transcript and call records
+        # pass through the log too, and reading them before each call would be waste.
+        while batch := store.read_all(self.position, BATCH, FOLLOWED):
             for stored in batch:
                 if stored.data.get("level") == self.payload.level:
                     self._apply(stored, day)

@@ -2,9 +2,10 @@
 
 It owns the events and their store records (`events`, `records`), the tick payload a
 worker reads on stdin with the governor limits it carries (`payload`, `governor`), the
-result file it writes (`result`), and the chars-per-token learner that the calibration
-projection, the governor and the payload share (`calibration`). It imports no stage,
-only pydantic and the foundation modules, so every stage can depend on it.
+result file it writes (`result`), the time-ordered ids events are minted with (`ids`),
+and the chars-per-token learner that the calibration projection, the governor and the
+payload share (`calibration`). It imports no stage, only pydantic, `uuid_utils` and the
+foundation modules, so every stage can depend on it.
 """
 
 from __future__ import annotations
@@ -72,6 +73,7 @@ from harness.contracts.governor import (
     GovernorLimits,
     model_key,
 )
+from harness.contracts.ids import new_event_id
 from harness.contracts.payload import (
     TICK_HEADER,
     QuotaProbe,
@@ -170,6 +172,7 @@ __all__ = [
     "digest_stream",
     "level_stream",
     "model_key",
+    "new_event_id",
     "read_result",
     "tick_stream",
     "utcnow",

@@ -24,7 +24,6 @@ from __future__ import annotations
 import statistics
 from dataclasses import dataclass, replace
 from typing import Literal
-from uuid import UUID, uuid4
 
 from harness.contracts.events import CalibrationSampled
 from harness.contracts.governor import MAX_RATIO, MIN_RATIO
@@ -62,11 +61,9 @@ class Sample:
         model: str,
         source: Literal["worker", "proxy"],
         tick_id: str | None,
-        event_id: UUID | None = None,
     ) -> CalibrationSampled:
         """The sample as an event, so projections and the live governor fold the same record."""
         return CalibrationSampled(
-            event_id=event_id or uuid4(),
             model=model,
             source=source,
             tick_id=tick_id,

@@ -11,10 +11,11 @@ from __future__ import annotations
 
 from datetime import UTC, datetime
 from typing import Any, ClassVar, Literal
-from uuid import UUID, uuid4
+from uuid import UUID
 
 from pydantic import BaseModel, ConfigDict, Field, NonNegativeInt
 
+from harness.contracts.ids import new_event_id
 from harness.contracts.records import NewEvent, StoredEvent
 from harness.contracts.result import FailureClass
 from harness.contracts.secrets import redact, redact_data
@@ -38,7 +39,7 @@ class Event(BaseModel):
     type: ClassVar[str]
     version: ClassVar[int] = 1
 
-    event_id: UUID = Field(default_factory=uuid4)
+    event_id: UUID = Field(default_factory=new_event_id)
     occurred_at: datetime = Field(default_factory=utcnow)
 
     def to_record(self, metadata: dict[str, Any] | None = None) -> NewEvent:

@@ -12,11 +12,9 @@ from __future__ import annotations
 
 import logging
 import queue
-import random
 import threading
 import time
 from collections.abc import Callable
-from uuid import UUID
 
 from harness.contracts.events import BudgetSpent, GovernorEvent
 from harness.store import EventStore, NewEvent, append_or_spool
@@ -30,18 +28,6 @@ Entry = LedgerEvent | Callable[[], LedgerEvent]
 MAX_BATCH = 500
 GATHER_SECONDS = 0.05
 """How long the writer waits for more events after the first of a batch."""
-_ids = random.Random()  # seeded from os.urandom once, when the proxy starts
-
-
-def event_id() -> UUID:
-    """A random (version 4) id for the proxy's own events, without a system call.
-
-    `uuid4` asks the kernel for every id; on the shared VM that was 75 µs each, two per
-    request, a tenth of the proxy's time per request. An id only has to be unique, and
-    122 bits of a generator seeded once from the kernel are; the proxy never forks, so
-    no two processes share the generator's state.
-    """
-    return UUID(bytes=_ids.randbytes(16), version=4)
 
 
 class Ledger:

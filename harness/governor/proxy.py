@@ -38,7 +38,7 @@ from harness.contracts.payload import TICK_HEADER
 from harness.governor.alerts import Alerts, Announcer
 from harness.governor.calibration import Calibrations
 from harness.governor.estimate import openai_request_chars, tokens_from_chars
-from harness.governor.ledger import Entry, Ledger, event_id
+from harness.governor.ledger import Entry, Ledger
 from harness.governor.policy import Verdict, decide
 from harness.governor.wire import (
     MAX_BUFFERED_BYTES,
@@ -190,7 +190,7 @@ class ProxyGovernor:
             sample = Sample(verdict.chars, usage.prompt_tokens, usage.cached_tokens, usage.cached)
             self.counters[f"calibration_{self.calibrations.learn(model, sample)}"] += 1
             if not sample.tiny:
-                self._record(tick_id, lambda: sample.event(model, "proxy", None, event_id()))
+                self._record(tick_id, lambda: sample.event(model, "proxy", None))
             prompt, completion = sample.tokens, usage.completion_tokens
         day = f"proxy-{datetime.now(UTC):%Y%m%d}"
         level = self.config.ledger_level
@@ -198,7 +198,6 @@ class ProxyGovernor:
 
         def spent() -> BudgetSpent:
             return BudgetSpent(
-                event_id=event_id(),
                 tick_id=day,
                 level=level,
                 model=model,

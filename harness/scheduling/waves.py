@@ -15,10 +15,11 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Literal
-from uuid import UUID, uuid4
+from uuid import UUID
 
 from harness.config import LevelConfig, Settings
 from harness.contracts.events import TickEvent, TickScheduled, TickSkipped, tick_stream
+from harness.contracts.ids import new_event_id
 from harness.routing.decisions import Routed, decision_fields
 from harness.routing.history import catalog_record
 from harness.scheduling.budget import BudgetCheck
@@ -66,7 +67,7 @@ class SlotClaim:
     """The catalog's decision for the slot, recorded in TickScheduled and run as decided."""
     manual: Manual | None = None
     """Started by hand: runs in the executor's manual lane, recorded as such."""
-    claim_id: UUID = field(default_factory=uuid4, compare=False)
+    claim_id: UUID = field(default_factory=new_event_id, compare=False)
     """The event id of its TickScheduled: a claim whose commit was cut off by a store
     outage is known for this replica's own when the store answers again."""
 

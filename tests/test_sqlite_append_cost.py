@@ -6,7 +6,7 @@ import sqlite3
 from uuid import uuid4
 
 from harness.store import ANY, NewEvent, open_store
-from harness.store.writer import _SQLITE_FIRST
+from harness.store.writer import _SQLITE_FIRST, _SQLITE_LANDED
 
 
 def _steps(connection: sqlite3.Connection, stream_id: str, expected: int) -> int:
@@ -24,13 +24,13 @@ def _steps(connection: sqlite3.Connection, stream_id: str, expected: int) -> int
     connection.set_progress_handler(count, 1)
     connection.execute("BEGIN IMMEDIATE")
     stamp = "2026-11-30 00:00:00.000000"
-    row = connection.execute(
-        _SQLITE_FIRST,
-        (uuid4().hex, stream_id, "T", 1, "{}", "{}", stamp, stream_id, expected, expected),
-    ).fetchone()
-    connection.execute("ROLLBACK")
+    cursor = connection.execute(
+        _SQLITE_FIRST, (uuid4().hex, stream_id, expected, "T", 1, "{}", "{}", stamp)
+    )
     connection.set_progress_handler(None, 0)
-    assert row == (row[0], expected + 1)
+    landed = connection.execute(_SQLITE_LANDED, (cursor.lastrowid,)).fetchone()
+    connection.execute("ROLLBACK")
+    assert landed == (expected + 1,)
     return steps
 
 

@@ -8,6 +8,12 @@ throughput, then the spend rebuild over 1,000,000 BudgetSpent events and the spe
 by level and day. `--repeat` runs the append and read figures several times and prints
 each figure's median and spread.
 
+tickwork's events carry the ids the product mints (`new_event_id`: UUIDv7, time-ordered),
+and raw `sqlite3` inserts the same kind, since the floor is the same appends. A caller
+may bring its own ids, random ones too: they still work, only slower (each lands on a
+random page of the event-id index), so the SQLite rows "random ids (uuid4)" measure that
+beside the others.
+
     .venv/bin/python ops/bench/store_bench.py [--appends 5000] [--rebuild 1000000]
         [--pg-url postgresql://postgres@127.0.0.1:5432/test]
         [--no-postgres] [--no-sqlite] [--no-rebuild | --rebuild-only] [--repeat 1]
@@ -34,12 +40,15 @@ import psycopg
 from machine import describe
 from sqlalchemy.engine import make_url
 
+from harness.contracts import new_event_id
 from harness.prices import PriceBook
 from harness.projections import projector_for, spend_report
 from harness.store import ANY, Durability, NewEvent, migrate_store, open_store
 from harness.store.engine import SQLITE_SYNCHRONOUS
 
 DURABILITIES: tuple[Durability, ...] = ("process", "power")
+RANDOM = "random ids (uuid4)"
+"""tickwork appending ids a caller brought, random ones: the rows that show what they cost."""
 READ_PAGES = 40
 """Pages of read_all per system and run, the log read over again: a few pages scatter."""
 
@@ -61,11 +70,17 @@ PAYLOAD = {
 
 
 class Tickwork:
-    def __init__(self, url: str, durability: Durability = "process") -> None:
+    def __init__(
+        self,
+        url: str,
+        durability: Durability = "process",
+        mint: Callable[[], uuid.UUID] = new_event_id,
+    ) -> None:
         self.store = open_store(url, durability=durability)
+        self.mint = mint
 
     def append(self, stream: int, version: int, count: int = 1) -> None:
-        events = [NewEvent(uuid.uuid4(), "BudgetSpent", 1, PAYLOAD) for _ in range(count)]
+        events = [NewEvent(self.mint(), "BudgetSpent", 1, PAYLOAD) for _ in range(count)]
         self.store.append(f"tick-{stream}", events, ANY)
 
     def page(self, after: int) -> tuple[int, int]:
@@ -93,7 +108,7 @@ class RawSqlite:
         stamp = f"{datetime.now(UTC):%Y-%m-%d %H:%M:%S.%f}"
         rows = [
             (
-                uuid.uuid4().hex,
+                new_event_id().hex,
                 f"tick-{stream}",
                 version + i,
                 "BudgetSpent",
@@ -347,11 +362,12 @@ def append_suite(
     if backend == "SQLite":
         print(f"\n{backend}: tickwork beside raw sqlite3, one append each in turn (events/s)")
         for durability in DURABILITIES:
-            pair: dict[str, System] = {
+            trio: dict[str, System] = {
                 "sqlite3": RawSqlite(target(f"raw-{durability}"), durability),
                 "tickwork": Tickwork(target(f"tw-raw-{durability}"), durability),
+                RANDOM: Tickwork(target(f"tw-raw-uuid4-{durability}"), durability, uuid.uuid4),
             }
-            rates = interleaved(pair, appends, append_one)
+            rates = interleaved(trio, appends, append_one)
             synchronous = SQLITE_SYNCHRONOUS[durability]
             row(
                 figures,
@@ -359,9 +375,17 @@ def append_suite(
                 rates["sqlite3"],
                 "events/s",
             )
-            label = f"{backend} tickwork, durability={durability}"
-            row(figures, label, rates["tickwork"], "events/s", {"sqlite3": rates["sqlite3"]})
-            for system in pair.values():
+            floor = {"sqlite3": rates["sqlite3"]}
+            row(
+                figures,
+                f"{backend} tickwork, durability={durability}",
+                rates["tickwork"],
+                "events/s",
+                floor,
+            )
+            label = f"{backend} tickwork, durability={durability}, {RANDOM}"
+            row(figures, label, rates[RANDOM], "events/s", floor)
+            for system in trio.values():
                 system.close()
 
     print(f"\n{backend}: batch appends of 100 events, one batch each in turn (events/s)")
@@ -369,11 +393,17 @@ def append_suite(
         "eventsourcing": EventSourcing(target("es-batch")),
         "tickwork": Tickwork(target("tw-batch")),
     }
+    if backend == "SQLite":
+        systems[RANDOM] = Tickwork(target("tw-batch-uuid4"), mint=uuid.uuid4)
     written = appends * 4 // 100 * 100
     rates = interleaved(systems, appends * 4 // 100, append_batch)
     row(figures, f"{backend} eventsourcing, batches", rates["eventsourcing"], "events/s")
     anchors = {"eventsourcing": rates["eventsourcing"]}
     row(figures, f"{backend} tickwork, batches", rates["tickwork"], "events/s", anchors)
+    if RANDOM in systems:
+        label = f"{backend} tickwork, batches, {RANDOM}"
+        row(figures, label, rates[RANDOM], "events/s", anchors)
+        systems.pop(RANDOM).close()
 
     print(f"\n{backend}: read_all in pages of 1000, one page each in turn (events/s)")
     cursors = dict.fromkeys(systems, 0)

@@ -6,7 +6,7 @@ import sqlite3
 from uuid import uuid4
 
 from harness.store import ANY, NewEvent, open_store
-from harness.store.writer import _SQLITE_FIRST, _SQLITE_LANDED
+from harness.store.writer import _SQLITE_FIRST, SQLITE_LANDED
 
 
 def _steps(connection: sqlite3.Connection, stream_id: str, expected: int) -> int:
@@ -21,16 +21,20 @@ def _steps(connection: sqlite3.Connection, stream_id: str, expected: int) -> int
         steps += 1
         return 0
 
+    landed: list[int] = []
+
+    def land(position: int) -> int:  # as the writer's: records the position it was given
+        landed.append(position)
+        return position
+
+    connection.create_function(SQLITE_LANDED, 1, land)
     connection.set_progress_handler(count, 1)
     connection.execute("BEGIN IMMEDIATE")
     stamp = "2026-11-30 00:00:00.000000"
-    cursor = connection.execute(
-        _SQLITE_FIRST, (uuid4().hex, stream_id, expected, "T", 1, "{}", "{}", stamp)
-    )
+    connection.execute(_SQLITE_FIRST, (uuid4().hex, stream_id, expected, "T", 1, "{}", "{}", stamp))
     connection.set_progress_handler(None, 0)
-    landed = connection.execute(_SQLITE_LANDED, (cursor.lastrowid,)).fetchone()
     connection.execute("ROLLBACK")
-    assert landed == (expected + 1,)
+    assert landed == [expected + 1]
     return steps
 
 

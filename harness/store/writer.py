@@ -50,10 +50,13 @@ _INSERT = (
     "INSERT INTO events (event_id, stream_id, stream_position, type, version, data, "
     "metadata, recorded_at) "
 )
+SQLITE_LANDED = "tickwork_landed"
+"""The function the writer registers on its SQLite connection: SQLite hands it the stream
+position the checked insert computed, and it returns it unchanged."""
 _SQLITE_FIRST = (
-    _INSERT + "VALUES (?1, ?2, (SELECT CASE WHEN ?3 < 0 OR v = ?3 THEN v + 1 END FROM ("
-    "SELECT COALESCE((SELECT MAX(stream_position) FROM events WHERE stream_id = ?2), 0) AS v"
-    ")), ?4, ?5, ?6, ?7, ?8)"
+    _INSERT + f"VALUES (?1, ?2, (SELECT CASE WHEN ?3 < 0 OR v = ?3 THEN {SQLITE_LANDED}(v + 1) "
+    "END FROM (SELECT COALESCE((SELECT MAX(stream_position) FROM events WHERE stream_id = ?2), "
+    "0) AS v)), ?4, ?5, ?6, ?7, ?8)"
 )
 """The first event of a batch: checks the stream's version and inserts in one statement.
 
@@ -62,14 +65,14 @@ the position NULL, which the NOT NULL column refuses: the statement inserts noth
 the transaction goes on. `INSERT … SELECT … WHERE` said the same with no error, but
 SQLite runs a SELECT from the table being written through a temporary table, and the
 `RETURNING` it needed to tell where the row landed costs as much again: together a
-quarter of a single append's time at `synchronous = OFF`. The row's global position is
-`lastrowid`; its stream position follows from the expectation, or is read back by rowid.
+quarter of a single append's time at `synchronous = OFF`. Instead the row's global
+position is `lastrowid`, and its stream position is what SQLite passed to
+`SQLITE_LANDED` on its way into the row (reading it back by rowid cost a statement more).
 
 The bare MAX in its own scalar subquery is what SQLite's min/max optimization reads off
 the end of the (stream_id, stream_position) index; `COALESCE(MAX(…))` as a derived table
 scanned every event of the stream instead, 0.25 ms at 3,000 events and growing with it.
 """
-_SQLITE_LANDED = "SELECT stream_position FROM events WHERE global_position = ?"
 _SQLITE_REST = _INSERT + "VALUES (?, ?, ?, ?, ?, ?, ?, ?)"
 
 Positions = tuple[tuple[int, ...], int]
@@ -161,6 +164,8 @@ class Writer:
         self._connection: Any = None
         self._cursor: Any = None
         """SQLite: the one cursor every append runs on (a new one per append cost 2 µs)."""
+        self._landed = 0
+        """SQLite: the stream position the last checked insert gave its row."""
         self._postgres = engine.dialect.name == "postgresql"
         self._async_commit = engine.get_execution_options().get(DURABILITY) == "process"
         self._statements: dict[int, str] = {}
@@ -225,10 +230,13 @@ class Writer:
         # SQLAlchemy's SQLite DateTime format, which the store's reads parse: the time
         # without its "+00:00" (a strftime format costs twice as much).
         stamp = recorded_at.isoformat(" ", "microseconds")[:26]
-        if self._cursor is None:
-            self._cursor = self._connection.cursor()
-        cursor = self._cursor
-        cursor.execute("BEGIN IMMEDIATE")
+        cursor = self._sqlite_cursor()
+        # One event is one statement and its own transaction: a writing statement takes
+        # the write lock when it starts, as BEGIN IMMEDIATE does, and commits (fsync
+        # included) when it ends. More events, or streams, share one transaction.
+        alone = len(streams) == 1 and len(streams[0][1]) == 1
+        if not alone:
+            cursor.execute("BEGIN IMMEDIATE")
         landed: list[Positions | None] = []
         for stream_id, batch in streams:
             try:
@@ -238,11 +246,7 @@ class Writer:
                     raise
                 landed.append(None)  # not at the expected version (see _SQLITE_FIRST)
                 continue
-            position = cursor.lastrowid
-            if expectation < 0:
-                (version,) = cursor.execute(_SQLITE_LANDED, (position,)).fetchone()
-            else:
-                version = expectation + 1
+            position, version = cursor.lastrowid, self._landed
             if len(batch) > 1:
                 # One writer at a time and AUTOINCREMENT: the rest follow the first.
                 cursor.executemany(
@@ -254,8 +258,21 @@ class Writer:
                 )
             count = len(batch)
             landed.append((tuple(range(position, position + count)), version + count - 1))
-        cursor.execute("COMMIT" if any(landed) else "ROLLBACK")
+        if not alone:
+            cursor.execute("COMMIT" if any(landed) else "ROLLBACK")
         return landed
+
+    def _sqlite_cursor(self) -> Any:
+        """The writer's cursor, made once per connection with the function its insert calls."""
+        if self._cursor is None:
+            self._connection.create_function(SQLITE_LANDED, 1, self._land)
+            self._cursor = self._connection.cursor()
+        return self._cursor
+
+    def _land(self, position: int) -> int:
+        """Called by SQLite inside the checked insert (see `_SQLITE_FIRST`)."""
+        self._landed = position
+        return position
 
     def _postgres_statement(self, size: int) -> str:
         """INSERT … SELECT for a batch of `size`, cached per size (psycopg prepares it)."""

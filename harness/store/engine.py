@@ -109,16 +109,20 @@ def create_store_engine(url: str, *, durability: Durability = "process") -> Engi
         cursor.execute(f"PRAGMA busy_timeout = {SQLITE_BUSY_TIMEOUT_MS}")
         cursor.execute("PRAGMA journal_mode = WAL")
         cursor.execute(f"PRAGMA synchronous = {SQLITE_SYNCHRONOUS[durability]}")
-        # The event-id index takes random keys: with SQLite's 2 MiB default page cache a
-        # store of millions of events thrashes on every append. Pages are allocated on use.
+        # tickwork mints time-ordered event ids (harness.contracts.ids), which go to the
+        # right edge of the event-id index, but ids a caller brings may be random, and
+        # were in stores written before: random keys with SQLite's 2 MiB default page
+        # cache thrash a store of millions of events on every append. Pages are allocated
+        # on use.
         cursor.execute(f"PRAGMA cache_size = -{SQLITE_CACHE_KIB}")
-        # An append dirties a leaf of that index per event, so a batch writes about as many
-        # pages to the WAL as it has events, and at the default checkpoint every 1,000 pages
-        # the appending connection copies them into the database every few batches. At
+        # A batch of 100 writes about 23 pages to the WAL (127 with random ids, a leaf of
+        # the id index per event), and at the default checkpoint every 1,000 pages the
+        # appending connection copies them into the database every few dozen batches. At
         # `process` a longer WAL copies each hot page once per checkpoint instead: batches
-        # of 100 append about 10% faster, for a WAL file of up to 40 MiB. At `power` every
-        # commit fsyncs the WAL, and while a longer WAL grows each fsync also writes the
-        # file's new size: single appends were 20% slower, so it keeps the default.
+        # of 100 append 10-15% faster (measured again with time-ordered ids), for a WAL
+        # file of up to 40 MiB. At `power` every commit fsyncs the WAL, and while a longer
+        # WAL grows each fsync also writes the file's new size: single appends were 20%
+        # slower, and batches no faster, so it keeps the default.
         pages = SQLITE_WAL_AUTOCHECKPOINT_PAGES[durability]
         cursor.execute(f"PRAGMA wal_autocheckpoint = {pages}")
         cursor.close()

@@ -8,8 +8,9 @@ store's reads expect, on a connection it keeps, under a lock, for the life of th
 
 Appends are serialized so that global positions become visible in order, and a reader
 that resumes after the last position it saw never skips an event that commits late:
-SQLite has one writer at a time (`BEGIN IMMEDIATE`); on PostgreSQL each append
-transaction takes `LOCK TABLE events IN EXCLUSIVE MODE` (readers are not blocked).
+SQLite has one writer at a time (`BEGIN IMMEDIATE`, or the write lock a lone insert takes
+as it starts); on PostgreSQL each append transaction takes `LOCK TABLE events IN
+EXCLUSIVE MODE` (readers are not blocked).
 
 A PostgreSQL lock is held until commit, and a commit at `synchronous_commit = on` waits
 for its own fsync: appends would pay one fsync each, in a row. So every append commits
@@ -136,7 +137,11 @@ def _expectation(expected: ExpectedVersion) -> int:
 
 
 def _sqlite_row(stream_id: str, position: int, event: NewEvent, stamp: str) -> tuple[Any, ...]:
-    """An event as both SQLite inserts take it (the first takes the expectation as position)."""
+    """An event as both SQLite inserts take it (the first takes the expectation as position).
+
+    The id as SQLAlchemy's SQLite `Uuid` type stores it (32 hex digits), which the
+    store's reads parse.
+    """
     dumps = orjson.dumps
     return (
         event.event_id.hex,
@@ -163,7 +168,7 @@ class Writer:
         self._lock = threading.Lock()
         self._connection: Any = None
         self._cursor: Any = None
-        """SQLite: the one cursor every append runs on (a new one per append cost 2 µs)."""
+        """SQLite: the cursor every append runs on, made with the connection's `SQLITE_LANDED`."""
         self._landed = 0
         """SQLite: the stream position the last checked insert gave its row."""
         self._postgres = engine.dialect.name == "postgresql"

@@ -8,9 +8,8 @@ store's reads expect, on a connection it keeps, under a lock, for the life of th
 
 Appends are serialized so that global positions become visible in order, and a reader
 that resumes after the last position it saw never skips an event that commits late:
-SQLite has one writer at a time (`BEGIN IMMEDIATE`, or the write lock a lone insert takes
-as it starts); on PostgreSQL each append transaction takes `LOCK TABLE events IN
-EXCLUSIVE MODE` (readers are not blocked).
+SQLite has one writer at a time (`BEGIN IMMEDIATE`); on PostgreSQL each append
+transaction takes `LOCK TABLE events IN EXCLUSIVE MODE` (readers are not blocked).
 
 A PostgreSQL lock is held until commit, and a commit at `synchronous_commit = on` waits
 for its own fsync: appends would pay one fsync each, in a row. So every append commits

@@ -234,7 +234,7 @@ class Writer:
         # SQLAlchemy's SQLite DateTime format, which the store's reads parse: the time
         # without its "+00:00" (a strftime format costs twice as much).
         stamp = recorded_at.isoformat(" ", "microseconds")[:26]
-        cursor = self._sqlite_cursor()
+        cursor = self._cursor or self._sqlite_cursor()
         # One event is one statement and its own transaction: a writing statement takes
         # the write lock when it starts, as BEGIN IMMEDIATE does, and commits (fsync
         # included) when it ends. More events, or streams, share one transaction.
@@ -268,9 +268,8 @@ class Writer:
 
     def _sqlite_cursor(self) -> Any:
         """The writer's cursor, made once per connection with the function its insert calls."""
-        if self._cursor is None:
-            self._connection.create_function(SQLITE_LANDED, 1, self._land)
-            self._cursor = self._connection.cursor()
+        self._connection.create_function(SQLITE_LANDED, 1, self._land)
+        self._cursor = self._connection.cursor()
         return self._cursor
 
     def _land(self, position: int) -> int:

@@ -1,4 +1,8 @@
-"""The SQLite version check must not grow with the stream: a long stream appends as cheaply."""
+"""The SQLite append path stays cheap and right.
+
+The version check must not grow with the stream (a long stream appends as cheaply), and
+the cursor and function the writer keeps follow its connection.
+"""
 
 from __future__ import annotations
 
@@ -51,3 +55,17 @@ def test_version_check_reads_the_index_end_not_the_stream(sqlite_url: str) -> No
         connection.close()
     # A scan of the stream's 2,000 index entries would cost thousands of steps more.
     assert long < short + 100, (short, long)
+
+
+def test_a_writer_connection_opened_again_reports_where_appends_land(sqlite_url: str) -> None:
+    """The writer keeps a cursor and registers its function per connection: a new one gets both."""
+    store = open_store(sqlite_url)
+    try:
+        assert store.append("s", [NewEvent(uuid4(), "T", 1, {})], ANY).stream_version == 1
+        store._writer.close()  # the next append opens a fresh connection
+        alone = store.append("s", [NewEvent(uuid4(), "T", 1, {})], 1)
+        batch = store.append("s", [NewEvent(uuid4(), "T", 1, {}) for _ in range(3)], ANY)
+        assert (alone.positions, alone.stream_version) == ((2,), 2)
+        assert (batch.positions, batch.stream_version) == ((3, 4, 5), 5)
+    finally:
+        store.close()

@@ -34,7 +34,7 @@ class Tracking:
     position: int
     """Where the projection's checkpoint stood when the lock was taken (0 the first time)."""
     horizon: int
-    """The highest global position committed when the lock was taken."""
+    """The highest position a reader could pass when the lock was taken (`last_position`)."""
 
 
 class EventStore(ABC):
@@ -87,8 +87,9 @@ class EventStore(ABC):
     ) -> list[StoredEvent]:
         """Events with global_position > `after_position`, in global order.
 
-        Never skips an event committed by a concurrent writer: a reader that resumes from
-        the last position it saw gets every later commit.
+        Positions are increasing, not dense on PostgreSQL. Never skips an event committed
+        by a concurrent writer: a reader that resumes from the last position it saw gets
+        every later commit.
         """
 
     @abstractmethod
@@ -105,8 +106,8 @@ class EventStore(ABC):
 
         Of two processes tracking one name at once, the second waits for the first to
         commit and then sees its checkpoint, so no event is folded twice. Every event at or
-        below the horizon is visible to the transaction (appends are serialized), so a
-        window that ends there never skips an event that a concurrent writer commits late.
+        below the horizon is visible to the transaction, and no writer can still commit
+        one there, so a window that ends there never skips an event that commits late.
         The transaction commits when the block ends; when it raises, the read model's
         writes and the checkpoint are both rolled back.
         """
@@ -144,7 +145,19 @@ class EventStore(ABC):
 
     @abstractmethod
     def last_position(self) -> int:
-        """The highest global position stored (0 for an empty store)."""
+        """The highest global position a reader may pass (0 for an empty store).
+
+        Positions increase with every append but are not dense on PostgreSQL: a reader
+        counts events by reading them, never by subtracting positions.
+        """
+
+    @abstractmethod
+    def lookback(self, count: int) -> int:
+        """The position after which the last `count` events lie (0 if there are no more).
+
+        `read_all(lookback(n), n)` reads the newest n events at a bounded cost, however
+        long the log.
+        """
 
     @abstractmethod
     def stream_version(self, stream_id: str) -> int:

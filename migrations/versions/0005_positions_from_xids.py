@@ -17,7 +17,10 @@ the counter.
 
 `tickwork_events_horizon()` is STABLE, so it reads the snapshot of the statement calling
 it and agrees with the rows that statement sees: positions below it are settled (every
-transaction that could still write one has ended). It is the lowest transaction id in
+transaction that could still write one has ended). It is PL/pgSQL, whose plan a session
+keeps (a SQL function is planned again on every call: measured on a loaded 2-core
+machine, 0.3 ms added to a prepared one-row read against under 0.2 ms), and it reads no
+backend state when nothing is in progress. It is the lowest transaction id in
 the snapshot's in-progress list, shifted like a position, that may belong to a writer:
 ids held by sessions of this database whose application_name is not the writer's
 (`tickwork-writer`), or by sessions of other databases, are known not to write events and
@@ -44,16 +47,25 @@ depends_on = None
 
 HORIZON = """
 CREATE OR REPLACE FUNCTION tickwork_events_horizon() RETURNS bigint
-LANGUAGE sql STABLE AS $$
-    SELECT COALESCE(min(x::text::bigint) << 20, 9223372036854775807)
-    FROM pg_snapshot_xip(pg_current_snapshot()) AS x
-    WHERE NOT EXISTS (
-        SELECT FROM pg_stat_get_activity(NULL) AS a
-        WHERE a.backend_xid = x::xid
-            AND (a.application_name IS DISTINCT FROM 'tickwork-writer'
-                OR a.datid IS DISTINCT FROM (
-                    SELECT oid FROM pg_database WHERE datname = current_database()))
-    )
+LANGUAGE plpgsql STABLE AS $$
+DECLARE
+    snapshot pg_snapshot := pg_current_snapshot();
+BEGIN
+    IF pg_snapshot_xmin(snapshot) = pg_snapshot_xmax(snapshot) THEN
+        RETURN 9223372036854775807;  -- nothing in progress
+    END IF;
+    RETURN (
+        SELECT COALESCE(min(x::text::bigint) << 20, 9223372036854775807)
+        FROM pg_snapshot_xip(snapshot) AS x
+        WHERE NOT EXISTS (
+            SELECT FROM pg_stat_get_activity(NULL) AS a
+            WHERE a.backend_xid = x::xid
+                AND (a.application_name IS DISTINCT FROM 'tickwork-writer'
+                    OR a.datid IS DISTINCT FROM (
+                        SELECT oid FROM pg_database WHERE datname = current_database()))
+        )
+    );
+END
 $$
 """
 

@@ -134,13 +134,14 @@ def test_no_reader_passes_a_postgres_append_that_commits_late(
         assert [e.global_position for e in reader.read_all()] == [first]
         assert reader.read_all(first) == [] and reader.read_last(5)[0].global_position == first
         assert reader.last_position() == first
+        assert not reader.wait_settled(newer, timeout=0.05)
         projector.catch_up()
         assert set(projector.checkpoints().values()) == {first}
     (late,) = landed[0].positions
     assert first < late < newer, "positions follow the transactions, not their commits"
     rest = reader.read_all(first)
     assert [(e.global_position, e.data["n"]) for e in rest] == [(late, "late"), (newer, 1)]
-    assert reader.last_position() == newer
+    assert reader.last_position() == newer and reader.wait_settled(newer, timeout=0)
     projector.catch_up()
     assert set(projector.checkpoints().values()) == {newer}
     late_writer.close()

@@ -164,6 +164,7 @@ def test_read_stream_and_read_all_page_and_filter(store: SqlEventStore) -> None:
     odd = store.read_all(types=["Odd"])
     assert [e.data["i"] for e in odd] == [1, 3, 5, 7, 9]
     assert store.read_all(after_position=positions[-1]) == []
+    assert store.wait_settled(positions[-1], timeout=0), "nothing is in flight"
     assert store.read_all(store.lookback(3)) == store.read_all(positions[6])
     assert store.lookback(10) == store.lookback(11) == 0
 

@@ -9,6 +9,7 @@ checkpoint saved in that same transaction as the read model's writes.
 
 from __future__ import annotations
 
+import time
 from abc import ABC, abstractmethod
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from contextlib import AbstractContextManager
@@ -19,6 +20,9 @@ import sqlalchemy as sa
 
 from harness.contracts.records import NewEvent, StoredEvent
 from harness.store.records import ANY, AppendResult, EventData, ExpectedVersion
+
+SETTLE_POLL_SECONDS = 0.002
+"""How often `wait_settled` asks again: an append in flight ends within milliseconds."""
 
 
 @dataclass(frozen=True)
@@ -158,6 +162,20 @@ class EventStore(ABC):
         `read_all(lookback(n), n)` reads the newest n events at a bounded cost, however
         long the log.
         """
+
+    def wait_settled(self, position: int, timeout: float = 10.0) -> bool:
+        """Wait until a reader may pass `position`: no writer can still commit below it.
+
+        On PostgreSQL a transaction that took a lower position may commit after it; such
+        appends take milliseconds. Returns False when `timeout` passes first (a
+        transaction the horizon cannot tell from a writer stays open), True otherwise.
+        """
+        deadline = time.monotonic() + timeout
+        while self.last_position() < position:
+            if time.monotonic() >= deadline:
+                return False
+            time.sleep(SETTLE_POLL_SECONDS)
+        return True
 
     @abstractmethod
     def stream_version(self, stream_id: str) -> int:

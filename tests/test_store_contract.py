@@ -167,6 +167,11 @@ def test_read_stream_and_read_all_page_and_filter(store: SqlEventStore) -> None:
     assert store.wait_settled(positions[-1], timeout=0), "nothing is in flight"
     assert store.read_all(store.lookback(3)) == store.read_all(positions[6])
     assert store.lookback(10) == store.lookback(11) == 0
+    assert (store.count_after(0), store.count_after(positions[2]), store.count_after(10**18)) == (
+        10,
+        7,
+        0,
+    )
 
 
 def test_records_round_trip_exactly(store: SqlEventStore) -> None:

@@ -156,6 +156,14 @@ class EventStore(ABC):
         """
 
     @abstractmethod
+    def count_after(self, position: int) -> int:
+        """How many events a reader that stands at `position` has yet to read.
+
+        Positions are not dense on PostgreSQL: a projection's lag in events is a count,
+        never a difference of positions. Costs a walk over that many index entries.
+        """
+
+    @abstractmethod
     def lookback(self, count: int) -> int:
         """The position after which the last `count` events lie (0 if there are no more).
 

@@ -438,6 +438,16 @@ class SqlEventStore(EventStore):
         with self._one_statement() as conn:
             return _last_settled(conn)
 
+    def count_after(self, position: int) -> int:
+        """An index-only range scan of the primary key, below the writers' horizon."""
+        with self._one_statement() as conn:
+            query = (
+                sa.select(sa.func.count())
+                .select_from(events)
+                .where(events.c.global_position > position, sa.text(_settled(conn)))
+            )
+            return int(conn.execute(query).scalar_one())
+
     def lookback(self, count: int) -> int:
         """SQLite's positions are dense: arithmetic. PostgreSQL's are not: an index walk.
 
@@ -448,10 +458,13 @@ class SqlEventStore(EventStore):
             if conn.dialect.name != "postgresql":
                 return max(_last_settled(conn) - count, 0)
             query = (
-                f"SELECT global_position FROM events WHERE {_settled(conn)} "
-                "ORDER BY global_position DESC LIMIT 1 OFFSET %s"
+                sa.select(events.c.global_position)
+                .where(sa.text(_settled(conn)))
+                .order_by(events.c.global_position.desc())
+                .limit(1)
+                .offset(count)
             )
-            return int(conn.exec_driver_sql(query, (count,)).scalar() or 0)
+            return int(conn.execute(query).scalar() or 0)
 
     def stream_version(self, stream_id: str) -> int:
         """MAX of the stream's positions: one index lookup."""

@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 from pathlib import Path
+from uuid import uuid4
 
 import pytest
+import sqlalchemy as sa
 from alembic.autogenerate import compare_metadata
 from alembic.config import Config
 from alembic.migration import MigrationContext
@@ -12,7 +14,7 @@ from alembic.script import ScriptDirectory
 
 import harness.projections  # noqa: F401  (registers the read-model tables on `metadata`)
 import migrations
-from harness.store import HEAD_REVISION, SchemaError, migrate_store, open_store
+from harness.store import HEAD_REVISION, NewEvent, SchemaError, migrate_store, open_store
 from harness.store.engine import create_store_engine
 from harness.store.migrate import current_revision, downgrade, upgrade
 from harness.store.schema import metadata
@@ -63,3 +65,27 @@ def test_processes_opening_a_new_sqlite_store_at_once_all_succeed(sqlite_url: st
     store = open_store(sqlite_url)
     assert len(store.read_stream("opened")) == 4
     store.close()
+
+
+def test_postgres_events_from_before_0005_stay_below_every_new_position() -> None:
+    """Sequence positions (1, 2 …) stay first in the log; new ones follow the xid."""
+    with fresh_pg_database() as url:
+        engine = create_store_engine(url)
+        upgrade(engine, "0004")
+        with engine.begin() as conn:
+            for n in range(3):  # as 0004's writer stored them: the sequence's positions
+                conn.execute(
+                    sa.text(
+                        "INSERT INTO events (event_id, stream_id, stream_position, type, "
+                        "version, data, metadata, recorded_at) "
+                        "VALUES (:id, 'old', :n, 'Thing', 1, '{}', '{}', now())"
+                    ),
+                    {"id": uuid4(), "n": n + 1},
+                )
+        upgrade(engine)
+        engine.dispose()
+        store = open_store(url)
+        (new,) = store.append("new", [NewEvent(uuid4(), "Thing", 1, {})]).positions
+        assert [e.global_position for e in store.read_all()] == [1, 2, 3, new]
+        assert store.last_position() == new
+        store.close()

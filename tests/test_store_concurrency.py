@@ -18,11 +18,12 @@ from harness.projections import projector_for
 from harness.scheduling import waves
 from harness.scheduling.budget import Budgets
 from harness.scheduling.waves import SlotClaim
-from harness.store import ANY, NO_STREAM, NewEvent, migrate_store, open_store
+from harness.store import ANY, NO_STREAM, NewEvent, SqlEventStore, migrate_store, open_store
 from harness.store.schema import events
+from tests.conftest import fresh_pg_database
+from tests.late_writer import late_append
 from tests.procs import append_many, claim, claim_wave, gather, racing
 from tests.tick_support import make_settings
-from tests.waiting import wait_until
 
 WRITERS = 4
 CONNECT_AND_CLOSE = (
@@ -79,14 +80,15 @@ def test_replicas_claiming_a_wave_together_split_it_without_overlap(store_url: s
     store.close()
 
 
-def test_a_reader_resuming_while_a_writer_commits_late_still_gets_the_late_event(
-    store_url: str,
+def test_a_sqlite_reader_resuming_while_a_writer_commits_late_still_gets_the_late_event(
+    sqlite_url: str,
 ) -> None:
-    """A writer holds its append open; others queue behind it; the reader resumes meanwhile."""
-    reader = open_store(store_url)
+    """A writer holds its append open; others queue behind its lock; the reader resumes."""
+    migrate_store(sqlite_url)
+    reader = open_store(sqlite_url)
     reader.append("early", [NewEvent(uuid4(), "Load", 1, {"n": 0})], NO_STREAM)
     (first,) = reader.read_all()
-    others = [open_store(store_url) for _ in range(3)]
+    others = [open_store(sqlite_url) for _ in range(3)]
     late = {
         "event_id": uuid4(),
         "stream_id": "late",
@@ -103,15 +105,10 @@ def test_a_reader_resuming_while_a_writer_commits_late_still_gets_the_late_event
         )
         for i, other in enumerate(others)
     ]
-    postgres = reader.engine.dialect.name == "postgresql"
-    with reader.write_transaction() as writer:  # SQLite: BEGIN IMMEDIATE, the writer's lock
-        if postgres:
-            writer.exec_driver_sql("LOCK TABLE events IN EXCLUSIVE MODE")  # as the writer does
+    with reader.write_transaction() as writer:  # BEGIN IMMEDIATE: the writer's lock
         writer.execute(events.insert().values(late))
         for thread in threads:
             thread.start()
-        if postgres:
-            _wait_for_lock_waiters(writer, len(threads))
         in_between = reader.read_all(first.global_position)
     for thread in threads:
         thread.join(60)
@@ -124,16 +121,71 @@ def test_a_reader_resuming_while_a_writer_commits_late_still_gets_the_late_event
     assert rest[0].data == {"n": "late"}, "the late commit holds the position after the first"
 
 
-def _wait_for_lock_waiters(conn: sa.Connection, count: int) -> None:
-    """Until `count` other sessions wait for a lock on `events` (a state, not a sleep)."""
-    query = sa.text(
-        "SELECT count(*) FROM pg_locks WHERE relation = 'events'::regclass AND NOT granted"
-    )
-    wait_until(
-        lambda: conn.execute(query).scalar_one() >= count,
-        "the other appends to queue for the lock",
-        interval=0.01,
-    )
+def test_no_reader_passes_a_postgres_append_that_commits_late(
+    pg_store: SqlEventStore, pg_session_url: str
+) -> None:
+    """The late append took its position first; a later one commits before it."""
+    reader, late_writer = pg_store, open_store(pg_session_url)
+    projector = projector_for(reader, PriceBook())
+    (first,) = reader.append("early", [NewEvent(uuid4(), "Load", 1, {"n": 0})]).positions
+    with late_append(late_writer, {"n": "late"}) as landed:
+        (newer,) = reader.append("newer", [NewEvent(uuid4(), "Load", 1, {"n": 1})]).positions
+        assert reader.read_stream("newer"), "the newer append is committed"
+        assert [e.global_position for e in reader.read_all()] == [first]
+        assert reader.read_all(first) == [] and reader.read_last(5)[0].global_position == first
+        assert reader.last_position() == first
+        assert not reader.wait_settled(newer, timeout=0.05)
+        projector.catch_up()
+        assert set(projector.checkpoints().values()) == {first}
+    (late,) = landed[0].positions
+    assert first < late < newer, "positions follow the transactions, not their commits"
+    rest = reader.read_all(first)
+    assert [(e.global_position, e.data["n"]) for e in rest] == [(late, "late"), (newer, 1)]
+    assert reader.last_position() == newer and reader.wait_settled(newer, timeout=0)
+    projector.catch_up()
+    assert set(projector.checkpoints().values()) == {newer}
+    late_writer.close()
+
+
+def test_an_unrelated_open_transaction_hides_no_fresh_append(pg_store: SqlEventStore) -> None:
+    """Only writers hold readers back: a session of any other kind may keep an xid open."""
+    with pg_store.engine.connect() as other, fresh_pg_database() as elsewhere:
+        other.exec_driver_sql("CREATE TEMPORARY TABLE scratch (n int)")
+        other.exec_driver_sql("INSERT INTO scratch VALUES (1)")  # an xid, left uncommitted
+        neighbour = sa.create_engine(elsewhere)
+        with neighbour.connect() as far:  # another database of the cluster, named as a writer
+            far.exec_driver_sql("SET application_name = 'tickwork-writer'")
+            far.exec_driver_sql("CREATE TABLE scratch (n int)")
+            far.exec_driver_sql("INSERT INTO scratch VALUES (1)")
+            (position,) = pg_store.append("fresh", [NewEvent(uuid4(), "Load", 1, {})]).positions
+            assert [e.global_position for e in pg_store.read_all()] == [position]
+            assert pg_store.last_position() == position
+            far.rollback()
+        neighbour.dispose()
+        other.rollback()
+
+
+def test_appends_racing_on_one_stream_with_any_all_land_in_order(store_url: str) -> None:
+    """Without a lock two appends may read the same version: the loser goes again."""
+    stores = [open_store(store_url) for _ in range(WRITERS)]
+
+    def append_all(store: SqlEventStore, writer: int) -> None:
+        for i in range(50):
+            store.append("hot", [NewEvent(uuid4(), "Load", 1, {"w": writer, "i": i})], ANY)
+
+    threads = [threading.Thread(target=append_all, args=(s, w)) for w, s in enumerate(stores)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(120)
+    hot = stores[0].read_stream("hot")
+    assert [e.stream_position for e in hot] == list(range(1, WRITERS * 50 + 1))
+    positions = [e.global_position for e in hot]
+    assert positions == sorted(positions), "stream order is global order"
+    for writer in range(WRITERS):
+        assert [e.data["i"] for e in hot if e.data["w"] == writer] == list(range(50))
+    for store in stores:
+        store.close()
 
 
 def test_two_replicas_deciding_one_levels_budget_at_once_cannot_both_miss_each_other(

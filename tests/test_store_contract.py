@@ -25,6 +25,7 @@ from harness.store import (
 )
 from harness.store.schema import events, projection_checkpoints
 from tests.conftest import fresh_pg_database
+from tests.late_writer import late_append
 
 
 def new(type_: str = "Thing", **data: object) -> NewEvent:
@@ -36,18 +37,20 @@ def test_append_assigns_stream_and_global_positions(store: SqlEventStore) -> Non
     second = store.append("s-2", [new(n=3)], NO_STREAM)
     third = store.append("s-1", [new(n=4)], 2)
 
-    assert first.positions == (1, 2) and first.stream_version == 2
-    assert second.positions == (3,) and second.stream_version == 1
-    assert third.positions == (4,) and third.stream_version == 3
+    positions = [*first.positions, *second.positions, *third.positions]
+    assert positions == sorted(set(positions)) and len(positions) == 4, "strictly increasing"
+    assert (first.stream_version, second.stream_version, third.stream_version) == (2, 1, 3)
     assert [e.stream_position for e in store.read_stream("s-1")] == [1, 2, 3]
-    assert [e.data["n"] for e in store.read_all()] == [1, 2, 3, 4]
-    assert store.last_position() == 4
+    assert [(e.global_position, e.data["n"]) for e in store.read_all()] == list(
+        zip(positions, [1, 2, 3, 4], strict=True)
+    )
+    assert store.last_position() == positions[-1]
     assert store.stream_version("s-1") == 3
     assert store.stream_version("nope") == 0
 
 
 def test_wrong_expected_version_raises_and_writes_nothing(store: SqlEventStore) -> None:
-    store.append("s", [new(), new()], NO_STREAM)
+    last = store.append("s", [new(), new()], NO_STREAM).positions[-1]
 
     for expected in (1, 3, NO_STREAM):
         with pytest.raises(ConcurrencyError) as caught:
@@ -57,7 +60,7 @@ def test_wrong_expected_version_raises_and_writes_nothing(store: SqlEventStore) 
 
     with pytest.raises(ConcurrencyError):
         store.append("fresh", [new()], 1)
-    assert store.last_position() == 2
+    assert store.last_position() == last
     assert store.stream_version("fresh") == 0
 
 
@@ -70,7 +73,7 @@ def test_an_oversized_batch_is_refused_with_the_limit(store: SqlEventStore) -> N
     store.append("s", [new() for _ in range(1000)])
     with pytest.raises(ValueError, match="at most 1000"):
         store.append("s", [new() for _ in range(1001)])
-    assert store.last_position() == 1000
+    assert len(store.read_all(limit=2000)) == 1000
 
 
 def test_any_appends_after_whatever_is_there(store: SqlEventStore) -> None:
@@ -90,8 +93,8 @@ def test_duplicate_event_id_is_a_noop_reporting_the_stored_position(
     stale_retry = store.append("s", [event], NO_STREAM)
 
     assert again.duplicate and stale_retry.duplicate
-    assert again.positions == stale_retry.positions == stored.positions == (2,)
-    assert store.last_position() == 2
+    assert again.positions == stale_retry.positions == stored.positions
+    assert store.last_position() == stored.positions[0]
     assert [e.event_id for e in store.read_stream("s")] == [event.event_id]
 
 
@@ -104,17 +107,17 @@ def test_a_whole_batch_retried_is_a_noop(store: SqlEventStore) -> None:
 
 def test_partly_stored_batch_is_refused_whole(store: SqlEventStore) -> None:
     stored = new()
-    store.append("s", [stored], NO_STREAM)
+    (last,) = store.append("s", [stored], NO_STREAM).positions
     with pytest.raises(EventIdConflictError, match="1 of 2 event ids"):
         store.append("s", [stored, new()], ANY)
-    assert store.last_position() == 1
+    assert store.last_position() == last
 
 
 def test_empty_append_changes_nothing(store: SqlEventStore) -> None:
-    store.append("s", [new()], NO_STREAM)
+    (last,) = store.append("s", [new()], NO_STREAM).positions
     result = store.append("s", [], ANY)
     assert result.positions == () and result.stream_version == 1
-    assert store.last_position() == 1
+    assert store.last_position() == last
 
 
 def test_create_streams_starts_only_the_new_streams_in_one_call(store: SqlEventStore) -> None:
@@ -125,16 +128,16 @@ def test_create_streams_starts_only_the_new_streams_in_one_call(store: SqlEventS
     assert [e.data["n"] for e in store.read_stream("taken")] == [0]
     assert [e.stream_position for e in store.read_stream("a")] == [1, 2]
     assert store.create_streams({"a": [new()], "b": [new()]}) == set()
-    assert store.last_position() == 4
+    assert [e.data["n"] for e in store.read_all()] == [0, 1, 2, 4]
     assert store.create_streams({}) == set()
 
 
 def test_create_streams_with_a_stored_event_id_writes_nothing(store: SqlEventStore) -> None:
     stored = new()
-    store.append("s", [stored], NO_STREAM)
+    (last,) = store.append("s", [stored], NO_STREAM).positions
     with pytest.raises(EventIdConflictError, match="nothing was written"):
         store.create_streams({"fresh": [new()], "other": [stored]})
-    assert store.stream_version("fresh") == 0 and store.last_position() == 1
+    assert store.stream_version("fresh") == 0 and store.last_position() == last
     with pytest.raises(ValueError, match="'empty': 0 events"):
         store.create_streams({"empty": []})
 
@@ -156,10 +159,19 @@ def test_read_stream_and_read_all_page_and_filter(store: SqlEventStore) -> None:
         store.append(f"s-{i % 2}", [new("Even" if i % 2 == 0 else "Odd", i=i)], ANY)
 
     assert [e.data["i"] for e in store.read_stream("s-0", after=2, limit=2)] == [4, 6]
-    assert [e.global_position for e in store.read_all(after_position=3, limit=4)] == [4, 5, 6, 7]
+    positions = [e.global_position for e in store.read_all()]
+    assert [e.global_position for e in store.read_all(positions[2], limit=4)] == positions[3:7]
     odd = store.read_all(types=["Odd"])
     assert [e.data["i"] for e in odd] == [1, 3, 5, 7, 9]
-    assert store.read_all(after_position=10) == []
+    assert store.read_all(after_position=positions[-1]) == []
+    assert store.wait_settled(positions[-1], timeout=0), "nothing is in flight"
+    assert store.read_all(store.lookback(3)) == store.read_all(positions[6])
+    assert store.lookback(10) == store.lookback(11) == 0
+    assert (store.count_after(0), store.count_after(positions[2]), store.count_after(10**18)) == (
+        10,
+        7,
+        0,
+    )
 
 
 def test_records_round_trip_exactly(store: SqlEventStore) -> None:
@@ -182,21 +194,22 @@ def test_records_round_trip_exactly(store: SqlEventStore) -> None:
     assert again.as_dict()["data"] == data and "Rich" in repr(again)
     assert stored.recorded_at.tzinfo is not None
     assert before - timedelta(seconds=1) <= stored.recorded_at <= datetime.now(UTC)
-    assert store.first_position_since(before - timedelta(seconds=1)) == 1
-    assert store.first_position_since(datetime.now(UTC) + timedelta(hours=1)) == 2
+    assert store.first_position_since(before - timedelta(seconds=1)) == stored.global_position
+    later = datetime.now(UTC) + timedelta(hours=1)
+    assert store.first_position_since(later) == stored.global_position + 1
 
 
 def test_a_read_transaction_reads_the_stores_own_database(store: SqlEventStore) -> None:
     store.append("s", [new(), new()], NO_STREAM)
     with store.tracking("spend") as tracking:
-        store.save_checkpoint(tracking, 2)
+        store.save_checkpoint(tracking, tracking.horizon)
 
     with store.read_transaction() as conn:
         assert conn.execute(sa.select(sa.func.count()).select_from(events)).scalar() == 2
         checkpoint = sa.select(projection_checkpoints.c.position).where(
             projection_checkpoints.c.name == "spend"
         )
-        assert conn.execute(checkpoint).scalar() == 2
+        assert conn.execute(checkpoint).scalar() == store.last_position()
 
 
 def test_typed_events_round_trip_and_unknown_types_are_kept(store: SqlEventStore) -> None:
@@ -226,36 +239,43 @@ def test_a_window_holds_the_types_asked_for_after_the_checkpoint_up_to_its_end(
     for i in range(8):
         store.append(f"s-{i % 3}", [new("Even" if i % 2 == 0 else "Odd", i=i)], ANY)
     assert store.checkpoints(["fold"]) == {"fold": 0}
+    p = [e.global_position for e in store.read_all()]
 
     with store.tracking("fold") as tracking:
-        assert (tracking.position, tracking.horizon) == (0, 8)
-        first = list(store.read_window(tracking, ["Even"], 5))
-        store.save_checkpoint(tracking, 5)
+        assert (tracking.position, tracking.horizon) == (0, p[7])
+        first = list(store.read_window(tracking, ["Even"], p[4]))
+        store.save_checkpoint(tracking, p[4])
     with store.tracking("fold") as tracking:
-        assert (tracking.position, tracking.horizon) == (5, 8)
+        assert (tracking.position, tracking.horizon) == (p[4], p[7])
         rest = list(store.read_window(tracking, ["Even", "Odd"], tracking.horizon))
         assert list(store.read_window(tracking, [], tracking.horizon)) == []
+        with pytest.raises(ValueError, match="past the horizon"):
+            store.read_window(tracking, ["Even"], tracking.horizon + 1)
 
-    assert first == [(1, "Even", {"i": 0}), (3, "Even", {"i": 2}), (5, "Even", {"i": 4})]
-    assert [(position, data["i"]) for position, _, data in rest] == [(6, 5), (7, 6), (8, 7)]
-    assert store.checkpoints(["fold", "other"]) == {"fold": 5, "other": 0}
+    assert first == [(p[0], "Even", {"i": 0}), (p[2], "Even", {"i": 2}), (p[4], "Even", {"i": 4})]
+    assert [(position, data["i"]) for position, _, data in rest] == [
+        (p[5], 5),
+        (p[6], 6),
+        (p[7], 7),
+    ]
+    assert store.checkpoints(["fold", "other"]) == {"fold": p[4], "other": 0}
 
 
 def test_a_tracking_block_that_raises_keeps_neither_its_writes_nor_its_checkpoint(
     store: SqlEventStore,
 ) -> None:
-    store.append("s", [new(i=1)], NO_STREAM)
+    (position,) = store.append("s", [new(i=1)], NO_STREAM).positions
     with store.tracking("fold") as tracking:
-        store.save_checkpoint(tracking, 1)
+        store.save_checkpoint(tracking, position)
 
     with pytest.raises(RuntimeError, match="half way"), store.tracking("fold") as tracking:
-        assert tracking.position == 1
+        assert tracking.position == position
         written = {"name": "read-model", "position": 7, "updated_at": datetime.now(UTC)}
         tracking.conn.execute(projection_checkpoints.insert().values(written))
         store.save_checkpoint(tracking, 0)
         raise RuntimeError("the fold failed half way")
 
-    assert store.checkpoints(["fold", "read-model"]) == {"fold": 1, "read-model": 0}
+    assert store.checkpoints(["fold", "read-model"]) == {"fold": position, "read-model": 0}
 
 
 def test_a_second_tracker_of_one_name_waits_and_sees_the_first_ones_checkpoint(
@@ -279,34 +299,34 @@ def test_a_second_tracker_of_one_name_waits_and_sees_the_first_ones_checkpoint(
     assert seen == [2]
 
 
-def test_a_window_never_reaches_an_append_still_in_flight(pg_store: SqlEventStore) -> None:
+def test_a_window_never_reaches_an_append_still_in_flight(
+    pg_store: SqlEventStore, pg_session_url: str
+) -> None:
     """PostgreSQL hands out a position before the append commits; the horizon waits for it.
 
     PostgreSQL only: SQLite has one writer, whose lock the tracker waits for, so nothing is
     ever in flight there.
     """
-    store = pg_store
-    store.append("s", [new(i=1)], NO_STREAM)
-    late = {
-        "event_id": uuid4(),
-        "stream_id": "late",
-        "stream_position": 1,
-        "type": "Thing",
-        "version": 1,
-        "data": {"i": 2},
-        "metadata": {},
-        "recorded_at": datetime.now(UTC),
-    }
-    with store.engine.connect() as writer, writer.begin():
-        writer.exec_driver_sql("LOCK TABLE events IN EXCLUSIVE MODE")
-        writer.execute(events.insert().values(late))
+    store, late_writer = pg_store, open_store(pg_session_url)
+    (first,) = store.append("s", [new(i=1)], NO_STREAM).positions
+    with late_append(late_writer, {"i": 2}):
+        (newer,) = store.append("s", [new(i=3)], ANY).positions
         with store.tracking("fold") as tracking:
-            assert tracking.horizon == 1
-            assert [e[2] for e in store.read_window(tracking, ["Thing"], 1)] == [{"i": 1}]
+            assert tracking.horizon == first
+            assert [e[2] for e in store.read_window(tracking, ["Thing"], first)] == [{"i": 1}]
             store.save_checkpoint(tracking, tracking.horizon)
+    late_writer.close()
     with store.tracking("fold") as tracking:
-        assert (tracking.position, tracking.horizon) == (1, 2)
-        assert [e[2] for e in store.read_window(tracking, ["Thing"], 2)] == [{"i": 2}]
+        assert (tracking.position, tracking.horizon) == (first, newer)
+        window = list(store.read_window(tracking, ["Thing"], newer))
+        assert [e[2] for e in window] == [{"i": 2}, {"i": 3}]
+
+
+def test_a_wave_bigger_than_a_transactions_positions_is_refused(store: SqlEventStore) -> None:
+    wave = {f"s-{i}": [new()] * 1000 for i in range(1049)}
+    with pytest.raises(ValueError, match="at most 1048575 events"):
+        store.create_streams(wave)
+    assert store.last_position() == 0
 
 
 def test_unreachable_postgres_is_reported_as_unavailable() -> None:

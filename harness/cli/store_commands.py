@@ -238,7 +238,7 @@ def events(
         elif start is not None:
             cursor = store.first_position_since(start) - 1
         else:
-            cursor = max(store.last_position() - limit, 0)
+            cursor = store.lookback(limit)
         printed = 0
         while True:
             if stream is not None:

@@ -71,7 +71,8 @@ Durability = Literal["process", "power"]
 it committed). SQLite in WAL with `synchronous=NORMAL`; PostgreSQL appends with
 `synchronous_commit=off`, so a crash of the database server or the machine may lose the
 last fraction of a second of appends (never reorder or corrupt them). `power`: survives
-those too, at one fsync per append, which serialized appends cannot share.
+those too: on SQLite at one fsync per append (its appends are serialized), on PostgreSQL
+at one per group of appends committing together (they take no lock).
 """
 
 

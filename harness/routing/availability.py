@@ -30,7 +30,7 @@ def recently_down(store: EventStore | None, ttl: float, now: datetime) -> dict[s
         return {}
     since = now - timedelta(seconds=ttl)
     try:
-        after = max(0, store.last_position() - LOOKBACK_EVENTS)
+        after = store.lookback(LOOKBACK_EVENTS)
         stored = store.read_all(after, LOOKBACK_EVENTS, ["RouteFallback"])
     except StoreError:
         return {}

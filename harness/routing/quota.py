@@ -130,7 +130,7 @@ def latest_observations(store: EventStore | None) -> dict[str, QuotaObserved]:
     if store is None:
         return {}
     try:
-        after = max(0, store.last_position() - LOOKBACK_EVENTS)
+        after = store.lookback(LOOKBACK_EVENTS)
         stored = store.read_all(after, LOOKBACK_EVENTS, [QuotaObserved.type])
     except StoreError:
         return {}

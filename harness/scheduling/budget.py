@@ -8,12 +8,12 @@ wave of slots, decisions taken before the claim is written are held in memory: f
 fired together cannot overshoot the budget by five ticks' worth.
 
 Two replicas deciding for different slots of one level in the same few milliseconds may
-each miss the other's reservation when deciding; the claim settles it. Writes to the
-store are serialized (one writer transaction at a time, positions in commit order), so
-once a tick is claimed, every claim before it is visible: `Budgets.confirm` counts the
-reservations claimed before this one, and of two claims that together pass the budget
-the later one gives way (its slot is skipped `budget`). Both replicas read the same
-order, so they cannot both miss each other.
+each miss the other's reservation when deciding; the claim settles it. Claims are
+ordered by global position: `Budgets.confirm` waits until every claim before its own is
+readable (on PostgreSQL a claim with a lower position may commit after a higher one:
+`EventStore.wait_settled`), counts the reservations claimed before this one, and of two
+claims that together pass the budget the later one gives way (its slot is skipped
+`budget`). Both replicas read the same order, so they cannot both miss each other.
 """
 
 from __future__ import annotations
@@ -28,7 +28,23 @@ from harness.contracts.events import tick_stream
 from harness.prices import PriceBook
 from harness.projections import Projector, spend_report
 from harness.projections.ticks import TickInFlight, ticks_in_flight
-from harness.store import EventStore
+from harness.store import EventStore, StoredEvent
+
+
+def settled_claim(store: EventStore, projector: Projector, tick_id: str) -> StoredEvent | None:
+    """The tick's claim (its `TickScheduled`) once every claim before it is folded.
+
+    Claims are ordered by global position, and on PostgreSQL a claim with a lower position
+    can commit after a higher one: this waits until none can still commit below this one,
+    then brings the ticks read model up to it. None when the tick holds no claim.
+    """
+    ours = tick_stream(tick_id)
+    found = store.read_streams([ours], types=["TickScheduled"])[ours]
+    if not found:
+        return None
+    store.wait_settled(found[0].global_position)
+    projector.catch_up(["ticks"])
+    return found[0]
 
 
 @dataclass(frozen=True)
@@ -134,13 +150,11 @@ class Budgets:
         """Whether a claimed tick still fits, counting the reservations claimed before it."""
         if not config.has_budget:
             return BudgetCheck(True, 0, None, 0)
-        self.projector.catch_up(["ticks"])
-        ours = tick_stream(tick_id)
-        streams = [tick_stream(t.tick_id) for t in ticks_in_flight(self.store, [level])]
-        claims = self.store.read_streams([*streams, ours], types=["TickScheduled"])
-        if not claims[ours]:
+        claim = settled_claim(self.store, self.projector, tick_id)
+        if claim is None:
             return BudgetCheck(True, 0, None, 0)  # ended already: it holds no place
-        claim = claims[ours][0]
+        streams = [tick_stream(t.tick_id) for t in ticks_in_flight(self.store, [level])]
+        claims = self.store.read_streams(streams, types=["TickScheduled"])
         before = sum(
             int(first.data.get("reserved_tokens", 0))
             for events in claims.values()

@@ -80,15 +80,13 @@ class Snapshot:
     """The last global position stored."""
     checkpoints: dict[str, int]
     """Projection name -> the position it has folded up to."""
+    projection_lag: dict[str, int]
+    """Projection name -> events stored but not yet folded (counted: positions are not
+    dense on PostgreSQL)."""
     levels: list[LevelStatus]
     in_flight: list[TickInFlight]
     cancel_scopes: list[CancelRequested]
     """In force until cleared: ticks they cover end cancelled before they start."""
-
-    @property
-    def projection_lag(self) -> dict[str, int]:
-        """Events stored but not yet folded, per projection."""
-        return {name: self.store_position - at for name, at in self.checkpoints.items()}
 
     @property
     def running(self) -> list[TickInFlight]:
@@ -109,14 +107,15 @@ class Snapshot:
 def snapshot(settings: Settings, store: EventStore, prices: PriceBook) -> Snapshot:
     """The status of the service, from read models the caller has brought up to date.
 
-    Checkpoints are read before the store's position, so a fold in between can only
-    overstate the lag, never make it negative.
+    Checkpoints are read before the store's position and the lags, so a fold in between
+    can only overstate a lag.
     """
     checkpoints = projector_for(store, prices).checkpoints()
     return Snapshot(
         taken_at=datetime.now(UTC),
         store_position=store.last_position(),
         checkpoints=checkpoints,
+        projection_lag={name: store.count_after(at) for name, at in checkpoints.items()},
         levels=level_statuses(settings, store, prices),
         in_flight=ticks_in_flight(store),
         cancel_scopes=cancel_scopes(store),

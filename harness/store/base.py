@@ -9,6 +9,7 @@ checkpoint saved in that same transaction as the read model's writes.
 
 from __future__ import annotations
 
+import time
 from abc import ABC, abstractmethod
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from contextlib import AbstractContextManager
@@ -19,6 +20,9 @@ import sqlalchemy as sa
 
 from harness.contracts.records import NewEvent, StoredEvent
 from harness.store.records import ANY, AppendResult, EventData, ExpectedVersion
+
+SETTLE_POLL_SECONDS = 0.002
+"""How often `wait_settled` asks again: an append in flight ends within milliseconds."""
 
 
 @dataclass(frozen=True)
@@ -34,7 +38,7 @@ class Tracking:
     position: int
     """Where the projection's checkpoint stood when the lock was taken (0 the first time)."""
     horizon: int
-    """The highest global position committed when the lock was taken."""
+    """The highest position a reader could pass when the lock was taken (`last_position`)."""
 
 
 class EventStore(ABC):
@@ -87,8 +91,9 @@ class EventStore(ABC):
     ) -> list[StoredEvent]:
         """Events with global_position > `after_position`, in global order.
 
-        Never skips an event committed by a concurrent writer: a reader that resumes from
-        the last position it saw gets every later commit.
+        Positions are increasing, not dense on PostgreSQL. Never skips an event committed
+        by a concurrent writer: a reader that resumes from the last position it saw gets
+        every later commit.
         """
 
     @abstractmethod
@@ -105,8 +110,8 @@ class EventStore(ABC):
 
         Of two processes tracking one name at once, the second waits for the first to
         commit and then sees its checkpoint, so no event is folded twice. Every event at or
-        below the horizon is visible to the transaction (appends are serialized), so a
-        window that ends there never skips an event that a concurrent writer commits late.
+        below the horizon is visible to the transaction, and no writer can still commit
+        one there, so a window that ends there never skips an event that commits late.
         The transaction commits when the block ends; when it raises, the read model's
         writes and the checkpoint are both rolled back.
         """
@@ -144,7 +149,41 @@ class EventStore(ABC):
 
     @abstractmethod
     def last_position(self) -> int:
-        """The highest global position stored (0 for an empty store)."""
+        """The highest global position a reader may pass (0 for an empty store).
+
+        Positions increase with every append but are not dense on PostgreSQL: a reader
+        counts events by reading them, never by subtracting positions.
+        """
+
+    @abstractmethod
+    def count_after(self, position: int) -> int:
+        """How many events a reader that stands at `position` has yet to read.
+
+        Positions are not dense on PostgreSQL: a projection's lag in events is a count,
+        never a difference of positions. Costs a walk over that many index entries.
+        """
+
+    @abstractmethod
+    def lookback(self, count: int) -> int:
+        """The position after which the last `count` events lie (0 if there are no more).
+
+        `read_all(lookback(n), n)` reads the newest n events at a bounded cost, however
+        long the log.
+        """
+
+    def wait_settled(self, position: int, timeout: float = 10.0) -> bool:
+        """Wait until a reader may pass `position`: no writer can still commit below it.
+
+        On PostgreSQL a transaction that took a lower position may commit after it; such
+        appends take milliseconds. Returns False when `timeout` passes first (a
+        transaction the horizon cannot tell from a writer stays open), True otherwise.
+        """
+        deadline = time.monotonic() + timeout
+        while self.last_position() < position:
+            if time.monotonic() >= deadline:
+                return False
+            time.sleep(SETTLE_POLL_SECONDS)
+        return True
 
     @abstractmethod
     def stream_version(self, stream_id: str) -> int:

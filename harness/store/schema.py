@@ -10,12 +10,13 @@ from typing import Any
 
 import sqlalchemy as sa
 
-HEAD_REVISION = "0004"
+HEAD_REVISION = "0005"
 
 metadata = sa.MetaData()
 
 Position = sa.BigInteger().with_variant(sa.Integer(), "sqlite")
-"""SQLite needs exactly INTEGER for a rowid alias; PostgreSQL gets a 64-bit identity."""
+"""SQLite needs exactly INTEGER for a rowid alias (AUTOINCREMENT positions); PostgreSQL a
+64-bit integer the writer computes from the transaction id (migration 0005)."""
 
 
 class Json(sa.TypeDecorator[Any]):

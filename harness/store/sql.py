@@ -1,8 +1,13 @@
 """The event store on SQLAlchemy Core: one implementation for SQLite and PostgreSQL.
 
-Appends (`harness.store.writer`) are serialized so that global positions become visible
-in order: a reader that resumes after the last position it saw never skips an event that
-commits late.
+A reader that resumes after the last position it saw never skips an event that commits
+late. SQLite's appends are serialized (`harness.store.writer`), so its positions, dense,
+become visible in order. PostgreSQL's are not: positions follow transaction ids, increasing
+but not dense, and may commit out of order, so every read that hands out a position a
+reader could resume from (`read_all`, `read_last`, `last_position`, `first_position_since`,
+a tracking transaction's horizon) passes only positions below the oldest transaction still
+writing, `tickwork_events_horizon()` (migration 0005), computed in the same statement as
+the rows, from the same snapshot.
 
 Reads of whole records go through the raw DBAPI cursor: SQLAlchemy's per-row processing
 costs more than the database's own work, and orjson parses JSON text faster than the
@@ -36,7 +41,13 @@ from harness.store.records import (
     ExpectedVersion,
 )
 from harness.store.schema import events, projection_checkpoints
-from harness.store.writer import Refused, Writer, driver_error, is_integrity_error
+from harness.store.writer import (
+    TRANSACTION_EVENTS,
+    Refused,
+    Writer,
+    driver_error,
+    is_integrity_error,
+)
 
 MAX_BATCH = 1000
 """Events one append may carry (a batch is one transaction and, on PostgreSQL, one statement)."""
@@ -149,6 +160,23 @@ def _decoded(conn: sa.Connection, rows: Sequence[Any]) -> list[StoredEvent]:
     return found
 
 
+def _settled(conn: sa.Connection) -> str:
+    """The condition that keeps a read below the writers' horizon (see the module docstring).
+
+    An uncorrelated subquery evaluated once per statement (an InitPlan), not per row; on
+    SQLite, whose appends are serialized, no condition at all.
+    """
+    if conn.dialect.name == "postgresql":
+        return "global_position < (SELECT tickwork_events_horizon())"
+    return "TRUE"
+
+
+def _last_settled(conn: sa.Connection) -> int:
+    """The highest position below the writers' horizon: one backward index lookup."""
+    query = f"SELECT MAX(global_position) FROM events WHERE {_settled(conn)}"
+    return int(conn.exec_driver_sql(query).scalar() or 0)
+
+
 def _marks(values: Sequence[Any]) -> str:
     """One `?` per value, for an IN list."""
     return ", ".join("?" * len(values))
@@ -222,6 +250,8 @@ class SqlEventStore(EventStore):
                 )
         if not streams:
             return set()
+        if sum(map(len, streams.values())) > TRANSACTION_EVENTS:
+            raise ValueError(f"a wave of new streams holds at most {TRANSACTION_EVENTS} events")
         items = list(streams.items())
         try:
             created = self._writer.create_streams(items)
@@ -291,22 +321,24 @@ class SqlEventStore(EventStore):
         limit: int = 1000,
         types: Iterable[str] | None = None,
     ) -> list[StoredEvent]:
-        """On the primary key; appends are serialized, so no commit lands behind a reader."""
-        where = "WHERE global_position > ?"
+        """A range of the primary key, below the writers' horizon (the module docstring)."""
+        only = ""
         parameters: list[Any] = [after_position]
         if types is not None:
             kinds = list(types)
-            where += f" AND type IN ({_marks(kinds)})"
+            only = f" AND type IN ({_marks(kinds)})"
             parameters += kinds
         with self._one_statement() as conn:
+            where = f"WHERE global_position > ? AND {_settled(conn)}{only}"
             return _records(conn, where + " ORDER BY global_position LIMIT ?", [*parameters, limit])
 
     def read_last(self, limit: int, types: Iterable[str] | None = None) -> list[StoredEvent]:
-        """Backwards on the primary key: the newest events cost the same however long the log."""
+        """Backwards on the primary key from the writers' horizon: cheap however long the log."""
         kinds = [] if types is None else list(types)
-        where = "" if types is None else f"WHERE type IN ({_marks(kinds)}) "
+        only = "" if types is None else f" AND type IN ({_marks(kinds)})"
         with self._one_statement() as conn:
-            return _records(conn, where + "ORDER BY global_position DESC LIMIT ?", [*kinds, limit])
+            where = f"WHERE {_settled(conn)}{only} ORDER BY global_position DESC LIMIT ?"
+            return _records(conn, where, [*kinds, limit])
 
     def checkpoints(self, names: Iterable[str]) -> dict[str, int]:
         """One query for every name; a projection never folded has no row yet and reads as 0."""
@@ -320,7 +352,13 @@ class SqlEventStore(EventStore):
 
     @contextmanager
     def tracking(self, name: str) -> Iterator[Tracking]:
-        """SQLite: the write lock taken at BEGIN; PostgreSQL: SELECT … FOR UPDATE of the row."""
+        """SQLite: the write lock taken at BEGIN; PostgreSQL: SELECT … FOR UPDATE of the row.
+
+        The horizon is the last position below the writers' horizon: every transaction
+        that could still write a position at or below it had ended when it was read, so
+        the window's later statements (each its own snapshot on PostgreSQL) see the same
+        events up to it.
+        """
         with self.write_transaction() as conn:
             row = {"name": name, "position": 0, "updated_at": datetime.now(UTC)}
             conn.execute(upsert(conn, projection_checkpoints).on_conflict_do_nothing(), row)
@@ -330,17 +368,20 @@ class SqlEventStore(EventStore):
                 .with_for_update()
             )
             position = int(conn.execute(query).scalar_one())
-            horizon = conn.execute(sa.select(sa.func.max(events.c.global_position))).scalar()
-            yield Tracking(conn, name, position, horizon or 0)
+            yield Tracking(conn, name, position, _last_settled(conn))
 
     def read_window(
         self, tracking: Tracking, types: Iterable[str], upper: int
     ) -> Iterator[EventData]:
         """Streamed from the raw cursor, `fetchmany` slices at a time.
 
+        `upper` is at most the tracking's horizon: above it an event may still commit.
+
         Each slice is decoded by C iterators (zip, map) chained together: a Python loop
         over the rows would cost a rebuild of a million events about a third of a second.
         """
+        if upper > tracking.horizon:
+            raise ValueError(f"window end {upper} is past the horizon {tracking.horizon}")
         return chain.from_iterable(self._window_slices(tracking, sorted(types), upper))
 
     def _window_slices(
@@ -378,20 +419,52 @@ class SqlEventStore(EventStore):
         )
 
     def first_position_since(self, when: datetime) -> int:
-        """The first global position recorded at or after `when` (last + 1 if none)."""
+        """The first settled position recorded at or after `when` (last settled + 1 if none).
+
+        A reader starting there misses no event that commits late: both are below the
+        writers' horizon.
+        """
         with self.read_transaction() as conn:
-            first = conn.execute(
-                sa.select(sa.func.min(events.c.global_position)).where(events.c.recorded_at >= when)
-            ).scalar()
+            query = sa.select(sa.func.min(events.c.global_position)).where(
+                events.c.recorded_at >= when, sa.text(_settled(conn))
+            )
+            first = conn.execute(query).scalar()
             if first is None:
-                last = conn.execute(sa.select(sa.func.max(events.c.global_position))).scalar()
-                return (last or 0) + 1
+                return _last_settled(conn) + 1
             return int(first)
 
     def last_position(self) -> int:
-        """MAX of the primary key: one index lookup."""
+        """MAX of the primary key below the writers' horizon: one index lookup."""
         with self._one_statement() as conn:
-            return conn.execute(sa.select(sa.func.max(events.c.global_position))).scalar() or 0
+            return _last_settled(conn)
+
+    def count_after(self, position: int) -> int:
+        """An index-only range scan of the primary key, below the writers' horizon."""
+        with self._one_statement() as conn:
+            query = (
+                sa.select(sa.func.count())
+                .select_from(events)
+                .where(events.c.global_position > position, sa.text(_settled(conn)))
+            )
+            return int(conn.execute(query).scalar_one())
+
+    def lookback(self, count: int) -> int:
+        """SQLite's positions are dense: arithmetic. PostgreSQL's are not: an index walk.
+
+        The walk reads `count` entries of the primary key backwards from the horizon, a
+        few milliseconds for 50,000.
+        """
+        with self._one_statement() as conn:
+            if conn.dialect.name != "postgresql":
+                return max(_last_settled(conn) - count, 0)
+            query = (
+                sa.select(events.c.global_position)
+                .where(sa.text(_settled(conn)))
+                .order_by(events.c.global_position.desc())
+                .limit(1)
+                .offset(count)
+            )
+            return int(conn.execute(query).scalar() or 0)
 
     def stream_version(self, stream_id: str) -> int:
         """MAX of the stream's positions: one index lookup."""

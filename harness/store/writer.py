@@ -6,19 +6,23 @@ Core spends about ten times the database's own work per statement here; this wri
 sends hand-written statements with positional parameters, formatted exactly as the
 store's reads expect, on a connection it keeps, under a lock, for the life of the store.
 
-Appends are serialized so that global positions become visible in order, and a reader
-that resumes after the last position it saw never skips an event that commits late:
-SQLite has one writer at a time (`BEGIN IMMEDIATE`); on PostgreSQL each append
-transaction takes `LOCK TABLE events IN EXCLUSIVE MODE` (readers are not blocked).
+A reader that resumes after the last position it saw must never skip an event that
+commits late. SQLite has one writer at a time (`BEGIN IMMEDIATE`) and AUTOINCREMENT
+positions: they become visible in order. PostgreSQL appends take no lock: an event's
+position is `(transaction id << 20) + k`, k its 1-based ordinal in the transaction, so
+position order is transaction order, and readers pass only positions below the oldest
+transaction still writing (`tickwork_events_horizon()`, migration 0005). To tell writers
+from every other transaction, the writer's connection carries its own `application_name`
+(`WRITER_NAME`) and does nothing but append.
 
-A PostgreSQL lock is held until commit, and a commit at `synchronous_commit = on` waits
-for its own fsync: appends would pay one fsync each, in a row. So every append commits
-asynchronously, releasing the lock as soon as its commit record is in the WAL buffer, and
-at durability `power` then waits, outside the lock, for the WAL to be flushed up to that
-record: a second, one-statement transaction that writes a WAL record (a logical message)
-and commits synchronously. Appends of many processes wait for their flushes together and
-share one fsync. The append returns only once it is on disk; a concurrent reader may see
-it up to one flush earlier.
+A single append on PostgreSQL is one autocommit statement: the version check, the
+positions and the insert in an INSERT … SELECT. At durability `power` its commit waits
+for the WAL flush (`synchronous_commit = on`), and since no lock is held meanwhile, the
+commits of concurrent appenders share their fsyncs; at `process` it does not wait
+(`synchronous_commit = off` on the writer's connection). Without the lock, two appends to
+one stream can both read its version before either commits: the second then breaks
+`uq_events_stream_position`, and is sent again, when its check is evaluated afresh (an
+append with ANY lands after the other, an exact expected version is refused).
 """
 
 from __future__ import annotations
@@ -75,6 +79,16 @@ scanned every event of the stream instead, 0.25 ms at 3,000 events and growing w
 """
 _SQLITE_REST = _INSERT + "VALUES (?, ?, ?, ?, ?, ?, ?, ?)"
 
+WRITER_NAME = "tickwork-writer"
+"""The writer connection's `application_name` on PostgreSQL: the horizon function
+(migration 0005) counts only transactions of sessions so named as writers."""
+
+TRANSACTION_EVENTS = (1 << 20) - 1
+"""Events one transaction may append: on PostgreSQL its positions are (xid << 20) + 1 … ."""
+
+COLLISION_RETRIES = 20
+"""Times an append is sent again after colliding with a concurrent one (PostgreSQL)."""
+
 Positions = tuple[tuple[int, ...], int]
 """(global positions, new stream version) of one stream's append."""
 
@@ -128,6 +142,24 @@ def _missing_table(exc: BaseException) -> bool:
     return psycopg is not None and isinstance(exc, psycopg.errors.UndefinedTable)
 
 
+def _collided(exc: BaseException) -> bool:
+    """Whether a PostgreSQL append lost a race it may run again (and then win or be refused).
+
+    Two appends to one stream read its version from snapshots taken before either
+    committed: the second breaks the stream-position constraint. Two wave claims inserting
+    the same streams in different orders can deadlock on those index entries instead.
+    """
+    psycopg = sys.modules.get("psycopg")
+    if psycopg is None:
+        return False
+    if isinstance(exc, psycopg.errors.DeadlockDetected):
+        return True
+    return (
+        isinstance(exc, psycopg.errors.UniqueViolation)
+        and exc.diag.constraint_name == "uq_events_stream_position"
+    )
+
+
 def _expectation(expected: ExpectedVersion) -> int:
     """The expected version as the statements take it: -1 any, 0 no stream."""
     if isinstance(expected, int):
@@ -155,11 +187,11 @@ def _sqlite_row(stream_id: str, position: int, event: NewEvent, stamp: str) -> t
 
 
 class Writer:
-    """Appends in the order positions are handed out (see the module docstring).
+    """Appends so that no reader passes an event that commits late (see the module docstring).
 
     The version check is part of the insert: a mismatch inserts no row, so the happy path
-    costs no extra round trip. On PostgreSQL the lock, the inserts, the unlock and the
-    commit go out in one pipelined round trip.
+    costs no extra round trip. On PostgreSQL a transaction of several statements (a wave
+    of new streams) goes out in one pipelined round trip.
     """
 
     def __init__(self, engine: Engine) -> None:
@@ -196,34 +228,42 @@ class Writer:
         expectation = _expectation(expected)
         recorded_at = datetime.now(UTC)
         with self._lock:
-            try:
-                if self._connection is None:
-                    self._connection = self._open()
-                if self._postgres:
-                    return self._append_postgres(streams, expectation, recorded_at)
-                return self._append_sqlite(streams, expectation, recorded_at)
-            except Exception as exc:
-                if is_integrity_error(exc):
-                    self._connection.rollback()
-                    raise Refused from exc
-                self._discard()
-                translated = driver_error(exc)
-                if translated is None:
-                    raise
-                raise translated from exc
+            attempts = 0
+            while True:
+                try:
+                    if self._connection is None:
+                        self._connection = self._open()
+                    if self._postgres:
+                        return self._append_postgres(streams, expectation, recorded_at)
+                    return self._append_sqlite(streams, expectation, recorded_at)
+                except Exception as exc:
+                    collided = _collided(exc)
+                    if collided or is_integrity_error(exc):
+                        self._connection.rollback()
+                        if collided and attempts < COLLISION_RETRIES:
+                            attempts += 1
+                            continue
+                        raise Refused from exc
+                    self._discard()
+                    translated = driver_error(exc)
+                    if translated is None:
+                        raise
+                    raise translated from exc
 
     def _open(self) -> Any:
         """Open a connection of the writer's own, taken out of the pool for good.
 
-        On PostgreSQL it runs in autocommit with explicit BEGIN/COMMIT, and (durability
-        `process`) with `synchronous_commit = off`: settings pooled connections must never
-        inherit.
+        On PostgreSQL it runs in autocommit (a single append is its own transaction; a wave
+        brackets its statements with BEGIN/COMMIT), under the writer's `application_name`
+        and (durability `process`) with `synchronous_commit = off`: settings pooled
+        connections must never inherit.
         """
         pooled = self._engine.raw_connection()
         pooled.detach()
         connection: Any = pooled.dbapi_connection
         if self._postgres:
             connection.autocommit = True
+            connection.execute(f"SET application_name = '{WRITER_NAME}'")
             if self._async_commit:
                 connection.execute("SET synchronous_commit = off")
         return connection
@@ -278,13 +318,20 @@ class Writer:
         return position
 
     def _postgres_statement(self, size: int) -> str:
-        """INSERT … SELECT for a batch of `size`, cached per size (psycopg prepares it)."""
+        """INSERT … SELECT for a batch of `size`, cached per size (psycopg prepares it).
+
+        Positions follow the transaction id, after the `offset` events the transaction's
+        earlier statements inserted.
+        """
         if size not in self._statements:
             rows = ", ".join(["(%s::int, %s::uuid, %s, %s::smallint, %s::json, %s::json)"] * size)
             self._statements[size] = (
-                _INSERT + "SELECT v.e, %s, current.v + v.o, v.t, v.n, v.d, v.m, %s "
-                f"FROM (VALUES {rows}) AS v(o, e, t, n, d, m) CROSS JOIN ("
-                "SELECT COALESCE(MAX(stream_position), 0) AS v FROM events "
+                "INSERT INTO events (global_position, event_id, stream_id, stream_position, "
+                "type, version, data, metadata, recorded_at) "
+                "SELECT current.x + %s::bigint + v.o, v.e, %s, current.v + v.o, v.t, v.n, v.d, "
+                f"v.m, %s FROM (VALUES {rows}) AS v(o, e, t, n, d, m) CROSS JOIN ("
+                "SELECT COALESCE(MAX(stream_position), 0) AS v, "
+                "pg_current_xact_id()::text::bigint << 20 AS x FROM events "
                 "WHERE stream_id = %s) AS current "
                 "WHERE %s < 0 OR current.v = %s "
                 "RETURNING global_position, stream_position"
@@ -296,8 +343,9 @@ class Writer:
     ) -> list[Positions | None]:
         dumps = orjson.dumps
         statements = []
+        offset = 0
         for stream_id, batch in streams:
-            values: list[Any] = [stream_id, recorded_at]
+            values: list[Any] = [offset, stream_id, recorded_at]
             for i, event in enumerate(batch, 1):
                 values += (
                     i,
@@ -309,20 +357,18 @@ class Writer:
                 )
             values += (stream_id, expectation, expectation)
             statements.append((self._postgres_statement(len(batch)), values))
+            offset += len(batch)
         connection = self._connection
-        # One pipeline, one round trip: the table lock is held for the inserts and the
-        # commit's WAL record only, never while an fsync or a reply is on its way.
-        with connection.pipeline():
-            connection.execute("BEGIN")
-            if not self._async_commit:
-                connection.execute("SET LOCAL synchronous_commit = off")
-            connection.execute("LOCK TABLE events IN EXCLUSIVE MODE")
-            cursors = [connection.execute(sql, values) for sql, values in statements]
-            connection.execute("COMMIT")  # a mismatch inserted nothing: committing is harmless
-            if not self._async_commit:
-                # Its own transaction (autocommit), committed synchronously: the WAL is
-                # flushed past the append's commit, with whatever else awaits a flush.
-                connection.execute("SELECT pg_logical_emit_message(true, 'tickwork', '')")
+        if len(statements) == 1:
+            # One autocommit statement: its commit waits for (or, at `process`, skips) the
+            # flush alongside every other backend's, with no lock held.
+            ((sql, values),) = statements
+            cursors = [connection.execute(sql, values)]
+        else:
+            with connection.pipeline():  # one round trip
+                connection.execute("BEGIN")
+                cursors = [connection.execute(sql, values) for sql, values in statements]
+                connection.execute("COMMIT")  # a mismatch inserted nothing: committing is fine
         landed: list[Positions | None] = []
         for cursor in cursors:
             rows = cursor.fetchall()

@@ -26,6 +26,7 @@ from harness.store.records import (
     SchemaError,
     StoreError,
     StoreUnavailableError,
+    Window,
 )
 from harness.store.schema import HEAD_REVISION
 from harness.store.spool import Spool, append_or_spool
@@ -50,6 +51,7 @@ __all__ = [
     "StoreUnavailableError",
     "StoredEvent",
     "Tracking",
+    "Window",
     "append_or_spool",
     "current_revision",
     "migrate_store",

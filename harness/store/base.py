@@ -4,7 +4,8 @@ One SQLAlchemy implementation serves SQLite and PostgreSQL (`harness.store.sql`)
 conformance suite in `tests/test_store_contract.py` runs against both. Projections keep
 their position through the contract too, as eventsourcing's TrackingRecorder does: a
 checkpoint locked in a write transaction, the window of events to fold, and the new
-checkpoint saved in that same transaction as the read model's writes.
+checkpoint saved in that same transaction as the read model's writes. Windows are
+counted in events: positions need not be dense.
 """
 
 from __future__ import annotations
@@ -18,7 +19,8 @@ from datetime import datetime
 import sqlalchemy as sa
 
 from harness.contracts.records import NewEvent, StoredEvent
-from harness.store.records import ANY, AppendResult, EventData, ExpectedVersion
+from harness.folds.sums import Kernel, Sums
+from harness.store.records import ANY, AppendResult, EventData, ExpectedVersion, Window
 
 
 @dataclass(frozen=True)
@@ -112,14 +114,39 @@ class EventStore(ABC):
         """
 
     @abstractmethod
+    def window(self, after: int, upper: int, size: int | None = None) -> Window:
+        """The first `size` events in (after, upper], or all of them: how many, where it ends.
+
+        It ends at the `size`-th event's position, or at `upper` when fewer lie there, so
+        a fold that moves its checkpoint to the end never stops short of `upper` for lack
+        of events. One scan of the primary key, as long as the window: `upper` must be at
+        or below a tracking horizon, or an append in flight could land inside it later.
+        """
+
+    @abstractmethod
     def read_window(
         self, tracking: Tracking, types: Iterable[str], upper: int
     ) -> Iterator[EventData]:
         """Events of `types` in the window (tracking.position, upper], in global order.
 
         Read in the tracking transaction and streamed in slices, so a fold of a large
-        window never holds all of it at once. A window of positions, not a LIMIT, keeps
-        each query's cost bounded whatever plan the database picks.
+        window never holds all of it at once. The projector sizes `upper` with `window`;
+        a range of positions, not a LIMIT, keeps the query's plan a scan of the key.
+        """
+
+    @abstractmethod
+    def fold_window(
+        self, window: Window, types: Iterable[str], kernel: Kernel, parts: int
+    ) -> tuple[Sums, int]:
+        """Fold the window's events of `types` with a sum kernel, in `parts` processes.
+
+        The window is split into `parts` ranges of equal event count: this process folds
+        the first, a worker process of its own each other one (each reading on its own
+        connection), and their sums are merged, which equals folding it whole since sums
+        commute. Returns the sums and how many events of `types` went into them. Nothing
+        is written: the caller adds the sums to its read model in a tracking transaction,
+        checking that its checkpoint still stands at `window.after`. `window.end` must be
+        at or below a tracking horizon.
         """
 
     @abstractmethod

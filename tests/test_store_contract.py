@@ -11,6 +11,8 @@ import pytest
 import sqlalchemy as sa
 
 from harness.contracts.events import BudgetSpent, RawEvent, TickStarted, decode
+from harness.folds.spend import spend_sums
+from harness.folds.sums import Kernel
 from harness.store import (
     ANY,
     NO_STREAM,
@@ -20,11 +22,23 @@ from harness.store import (
     SchemaError,
     SqlEventStore,
     StoreUnavailableError,
+    Window,
     migrate_store,
     open_store,
 )
 from harness.store.schema import events, projection_checkpoints
 from tests.conftest import fresh_pg_database
+
+
+SPENT = {
+    "occurred_at": "2026-11-30T02:14:50Z",
+    "model": "gemini-2.5-pro",
+    "completion_tokens": 7,
+    "cache_read_tokens": None,
+    "cache_write_tokens": 3,
+    "estimated": False,
+}
+BOUNDS = (100_000, 200_000)
 
 
 def new(type_: str = "Thing", **data: object) -> NewEvent:
@@ -239,6 +253,54 @@ def test_a_window_holds_the_types_asked_for_after_the_checkpoint_up_to_its_end(
     assert first == [(1, "Even", {"i": 0}), (3, "Even", {"i": 2}), (5, "Even", {"i": 4})]
     assert [(position, data["i"]) for position, _, data in rest] == [(6, 5), (7, 6), (8, 7)]
     assert store.checkpoints(["fold", "other"]) == {"fold": 5, "other": 0}
+
+
+def test_a_window_counts_events_whatever_the_positions_between_them(
+    store: SqlEventStore,
+) -> None:
+    """Windows are sized by events: nothing here assumes positions are dense."""
+    positions = [
+        position
+        for i in range(7)
+        for position in store.append(f"s-{i % 3}", [new(i=i)], ANY).positions
+    ]
+    last = positions[-1]
+
+    assert store.window(0, last, 3) == Window(0, positions[2], 3)
+    assert store.window(positions[2], last, 3) == Window(positions[2], positions[5], 3)
+    assert store.window(positions[5], last, 3) == Window(positions[5], last, 1)
+    assert store.window(0, positions[1], 3) == Window(0, positions[1], 2)
+    assert store.window(0, last) == Window(0, last, 7)
+    assert store.window(positions[3], last) == Window(positions[3], last, 3)
+    assert store.window(last, last, 3) == Window(last, last, 0)
+    assert store.window(last, last + 1_000_000) == Window(last, last + 1_000_000, 0)
+
+
+@pytest.mark.parametrize("parts", [1, 2, 3])
+def test_a_window_folded_in_parts_equals_it_folded_whole(store: SqlEventStore, parts: int) -> None:
+    for i in range(40):
+        spent = {**SPENT, "prompt_tokens": i * 9_000, "level": f"l{i % 3}"}
+        store.append(f"t-{i % 4}", [new("BudgetSpent", **spent), new("Other", i=i)], ANY)
+    horizon = store.last_position()
+    kernel = Kernel(spend_sums, (BOUNDS,))
+    spends = [(e.global_position, e.type, e.data) for e in store.read_all(0, 1000, ["BudgetSpent"])]
+
+    backlog = store.window(0, horizon)
+    assert store.fold_window(backlog, ["BudgetSpent"], kernel, parts) == (
+        spend_sums(spends, BOUNDS),
+        40,
+    )
+    second = store.window(store.window(0, horizon, 31).end, horizon)
+    assert second.events == 49
+    tail = [event for event in spends if event[0] > second.after]
+    assert store.fold_window(second, ["BudgetSpent"], kernel, parts) == (
+        spend_sums(tail, BOUNDS),
+        len(tail),
+    )
+    assert store.fold_window(store.window(horizon, horizon), ["BudgetSpent"], kernel, parts) == (
+        {},
+        0,
+    )
 
 
 def test_a_tracking_block_that_raises_keeps_neither_its_writes_nor_its_checkpoint(

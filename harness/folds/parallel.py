@@ -9,6 +9,7 @@ script), which costs the start-up that the parts are meant to save.
 
 from __future__ import annotations
 
+import contextlib
 import pickle
 import subprocess
 import sys
@@ -41,6 +42,11 @@ class Workers:
             for _ in range(count)
         ]
 
+    @property
+    def pids(self) -> list[int]:
+        """The workers' process ids."""
+        return [process.pid for process in self._processes]
+
     def fold(self, kernel: Kernel, queries: Sequence[RangeQuery]) -> tuple[Sums, int]:
         """Fold `queries[0]` here and each other in a worker (one each): merged sums, events.
 
@@ -51,8 +57,10 @@ class Workers:
             raise ValueError(f"{len(queries)} ranges for {len(self._processes)} workers + this")
         for process, query in zip(self._processes, queries[1:], strict=True):
             assert process.stdin is not None
-            process.stdin.write(pickle.dumps((kernel, query), pickle.HIGHEST_PROTOCOL))
-            process.stdin.flush()
+            # A worker that died already cannot read its job: it is told by its missing result.
+            with contextlib.suppress(BrokenPipeError):
+                process.stdin.write(pickle.dumps((kernel, query), pickle.HIGHEST_PROTOCOL))
+                process.stdin.flush()
         events, counter = counted(queries[0].events())
         total, folded = kernel(events), next(counter)
         for process in self._processes:

@@ -397,6 +397,8 @@ class SqlEventStore(EventStore):
         url = self.engine.url
         if url.get_backend_name() == "postgresql":
             _, arguments = self.engine.dialect.create_connect_args(url)
+            # SQLAlchemy's adapters (its JSON serializer) stay here: a fold only reads.
+            arguments.pop("context", None)
             password = arguments.pop("password", None)
             return Database("postgresql", arguments, None if password is None else str(password))
         path = sqlite_path(url)

@@ -29,7 +29,6 @@ from harness.store import (
 from harness.store.schema import events, projection_checkpoints
 from tests.conftest import fresh_pg_database
 
-
 SPENT = {
     "occurred_at": "2026-11-30T02:14:50Z",
     "model": "gemini-2.5-pro",

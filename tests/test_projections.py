@@ -33,7 +33,7 @@ from harness.projections import (
     projector_for,
     spend_report,
 )
-from harness.projections.base import EventData
+from harness.projections.base import EventData, Kernel
 from harness.projections.spend import spend_daily
 from harness.projections.ticks import ticks
 from harness.store import NewEvent, SqlEventStore, open_store
@@ -316,17 +316,27 @@ def test_a_catch_up_below_the_threshold_spawns_no_process(store: SqlEventStore) 
     assert projector.catch_up() == 31 and projector.spawned == 1
 
 
-def test_a_fold_in_parts_whose_checkpoint_moved_meanwhile_writes_nothing(
+class Overtaken(SpendProjection):
+    """Another process catches spend up by windows while this one starts folding in parts."""
+
+    def __init__(self, store: SqlEventStore) -> None:
+        super().__init__(PriceBook())
+        self.store = store
+
+    def kernel(self) -> Kernel:
+        Projector(self.store, [SpendProjection(self.prices)], processes=1).catch_up()
+        return super().kernel()
+
+
+def test_a_fold_in_parts_that_another_process_overtook_writes_nothing(
     store: SqlEventStore,
 ) -> None:
-    """Two processes may both find a large backlog: the first to write wins, once."""
     _varied_spend(store, 40)
-    projector = Projector(store, [SpendProjection(PriceBook())], partition_above=10)
-    backlog = store.window(0, store.last_position())
-    projector.catch_up()
-    kept = _spend_dump(store)
-    assert projector._fold_in_parts(SpendProjection(PriceBook()), backlog) == (0, 0)
-    assert _spend_dump(store) == kept
+    projector = Projector(store, [Overtaken(store)], batch_size=10, partition_above=10)
+    assert projector.catch_up() == 0 and projector.spawned == 1
+    overtaken = _spend_dump(store)
+    Projector(store, [SpendProjection(PriceBook())], processes=1).rebuild("spend")
+    assert _spend_dump(store) == overtaken
 
 
 levels = st.sampled_from(["min", "hour"])

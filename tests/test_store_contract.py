@@ -12,7 +12,7 @@ import sqlalchemy as sa
 
 from harness.contracts.events import BudgetSpent, RawEvent, TickStarted, decode
 from harness.folds.spend import spend_sums
-from harness.folds.sums import Kernel
+from harness.folds.sums import Folded, Kernel
 from harness.store import (
     ANY,
     NO_STREAM,
@@ -276,7 +276,7 @@ def test_a_window_counts_events_whatever_the_positions_between_them(
 
 
 @pytest.mark.parametrize("parts", [1, 2, 3])
-def test_a_window_folded_in_parts_equals_it_folded_whole(store: SqlEventStore, parts: int) -> None:
+def test_a_range_folded_in_parts_equals_it_folded_whole(store: SqlEventStore, parts: int) -> None:
     for i in range(40):
         spent = {**SPENT, "prompt_tokens": i * 9_000, "level": f"l{i % 3}"}
         store.append(f"t-{i % 4}", [new("BudgetSpent", **spent), new("Other", i=i)], ANY)
@@ -284,22 +284,14 @@ def test_a_window_folded_in_parts_equals_it_folded_whole(store: SqlEventStore, p
     kernel = Kernel(spend_sums, (BOUNDS,))
     spends = [(e.global_position, e.type, e.data) for e in store.read_all(0, 1000, ["BudgetSpent"])]
 
-    backlog = store.window(0, horizon)
-    assert store.fold_window(backlog, ["BudgetSpent"], kernel, parts) == (
-        spend_sums(spends, BOUNDS),
-        40,
+    whole = store.fold_range(0, horizon, ["BudgetSpent"], kernel, parts)
+    assert whole == Folded(spend_sums(spends, BOUNDS), 40, 80)
+    after = store.window(0, horizon, 31).end
+    tail = [event for event in spends if event[0] > after]
+    assert store.fold_range(after, horizon, ["BudgetSpent"], kernel, parts) == Folded(
+        spend_sums(tail, BOUNDS), len(tail), 49
     )
-    second = store.window(store.window(0, horizon, 31).end, horizon)
-    assert second.events == 49
-    tail = [event for event in spends if event[0] > second.after]
-    assert store.fold_window(second, ["BudgetSpent"], kernel, parts) == (
-        spend_sums(tail, BOUNDS),
-        len(tail),
-    )
-    assert store.fold_window(store.window(horizon, horizon), ["BudgetSpent"], kernel, parts) == (
-        {},
-        0,
-    )
+    assert store.fold_range(horizon, horizon, ["BudgetSpent"], kernel, parts) == Folded({}, 0, 0)
 
 
 def test_a_tracking_block_that_raises_keeps_neither_its_writes_nor_its_checkpoint(

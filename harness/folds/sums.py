@@ -31,6 +31,15 @@ class Kernel:
         return self.function(batch, *self.arguments)
 
 
+@dataclass(frozen=True)
+class Folded:
+    """A range folded: its sums, the events of the kernel's kinds in them, all its events."""
+
+    sums: Sums
+    folded: int
+    events: int
+
+
 def merge(total: Sums, part: Iterable[tuple[tuple[Any, ...], list[int]]]) -> Sums:
     """Add the (key, sums) pairs of `part` into `total` (changed in place and returned).
 

@@ -9,7 +9,7 @@ checkpoint to the window's end, past events of types the projection ignores, wit
 ever skipping one it needs.
 
 A backlog of more than `partition_above` events for a read model of sums (spend) is
-folded in parts instead, one process per core (`EventStore.fold_window`): a rebuild, or
+folded in parts instead, one process per core (`EventStore.fold_range`): a rebuild, or
 a service back after a long stop. One core folds about 400,000 spend events a second,
 so a rebuild of a million would take 2.5 s; the parts' merged sums are written with the
 checkpoint in one tracking transaction, and only if the checkpoint still stands where
@@ -25,7 +25,7 @@ from contextlib import contextmanager
 
 from harness.folds.ranges import counted
 from harness.projections.base import Projection, SumProjection
-from harness.store import EventStore, Tracking, Window
+from harness.store import EventStore, Tracking
 
 
 @contextmanager
@@ -109,11 +109,12 @@ class Projector:
         last = self.store.last_position()
         folded = 0
         for projection in selected:
-            if checkpoints[projection.name] >= last:
+            checkpoint = checkpoints[projection.name]
+            if checkpoint >= last:
                 if progress is not None:
                     progress(0, 0)
                 continue
-            folded += self._fold(projection, progress)
+            folded += self._fold(projection, checkpoint, last, progress)
         return folded
 
     def rebuild(self, name: str, progress: Progress | None = None) -> int:
@@ -125,34 +126,41 @@ class Projector:
             self.store.save_checkpoint(tracking, 0)
         return self.catch_up([name], progress)
 
-    def _fold(self, projection: Projection, progress: Progress | None) -> int:
-        """Fold up to the horizon: in parts when the backlog asks for it, else by windows.
+    def _fold(
+        self, projection: Projection, checkpoint: int, last: int, progress: Progress | None
+    ) -> int:
+        """Fold up to the horizon, in parts when the backlog asks for it, then by windows.
 
-        The backlog is counted once, in the first tracking transaction; events appended
-        while it is folded are folded by windows after it.
+        The backlog is counted once, and only as far as the decision needs: a fold in
+        parts counts it while its workers start. Events appended meanwhile are folded by
+        windows after it. Returns how many events of the projection's types were folded.
         """
+        ahead = self.store.window(checkpoint, last, self._enough + 1).events
         folded = done = 0
-        backlog: Window | None = None
+        if isinstance(projection, SumProjection) and self._parts(ahead) > 1:
+            done, folded = self._fold_in_parts(projection, self._parts(ahead))
+            ahead = done
+            if progress is not None:
+                progress(done, done)
+        elif ahead > self._enough:
+            ahead = self.store.window(checkpoint, last).events
         while True:
-            in_parts: SumProjection | None = None
             with _collector_paused(), self.store.tracking(projection.name) as tracking:
                 if tracking.horizon <= tracking.position:
                     return folded
-                if backlog is None:
-                    backlog = self.store.window(tracking.position, tracking.horizon)
-                    if isinstance(projection, SumProjection) and self._parts(backlog.events) > 1:
-                        in_parts = projection
-                if in_parts is None:
-                    events, count = self._step(projection, tracking)
-            if in_parts is not None:
-                events, count = self._fold_in_parts(in_parts, backlog)
+                events, count = self._step(projection, tracking)
             folded += count
             done += events
             if progress is not None:
-                progress(done, max(backlog.events, done))
+                progress(done, max(ahead, done))
+
+    @property
+    def _enough(self) -> int:
+        """Events counted to decide how to fold: more means all the processes fold it."""
+        return max(self.partition_above, self.processes * self.batch_size)
 
     def _parts(self, backlog: int) -> int:
-        """How many processes fold a backlog: one per batch, up to `processes`, or just one."""
+        """Processes to fold a backlog in: one per batch of it, up to `processes`, or one."""
         if backlog <= self.partition_above:
             return 1
         return min(self.processes, -(-backlog // self.batch_size))
@@ -165,22 +173,21 @@ class Projector:
         self.store.save_checkpoint(tracking, window.end)
         return window.events, next(counter)
 
-    def _fold_in_parts(self, projection: SumProjection, backlog: Window) -> tuple[int, int]:
-        """Fold the backlog in several processes, then write it: (events in it, events folded).
+    def _fold_in_parts(self, projection: SumProjection, parts: int) -> tuple[int, int]:
+        """Fold up to the horizon in `parts` processes, then write: (events, events folded).
 
         The fold runs outside any tracking transaction, so appends and other read models
-        go on meanwhile; (0, 0) when another process moved the checkpoint in the meantime
-        (its windows then resume from there).
+        go on meanwhile, and is written only if the checkpoint has not moved since: (0, 0)
+        when another process folded first (the windows then go on from where it got to).
         """
-        parts = self._parts(backlog.events)
+        with self.store.tracking(projection.name) as tracking:
+            after, upper = tracking.position, tracking.horizon
         with _collector_paused():
-            sums, count = self.store.fold_window(
-                backlog, projection.types, projection.kernel(), parts
-            )
+            fold = self.store.fold_range(after, upper, projection.types, projection.kernel(), parts)
         self.spawned += parts - 1
         with self.store.tracking(projection.name) as tracking:
-            if tracking.position != backlog.after:
+            if tracking.position != after:
                 return 0, 0
-            projection.write(tracking.conn, sums)
-            self.store.save_checkpoint(tracking, backlog.end)
-        return backlog.events, count
+            projection.write(tracking.conn, fold.sums)
+            self.store.save_checkpoint(tracking, upper)
+        return fold.events, fold.folded

@@ -19,7 +19,7 @@ from datetime import datetime
 import sqlalchemy as sa
 
 from harness.contracts.records import NewEvent, StoredEvent
-from harness.folds.sums import Kernel, Sums
+from harness.folds.sums import Folded, Kernel
 from harness.store.records import ANY, AppendResult, EventData, ExpectedVersion, Window
 
 
@@ -119,8 +119,9 @@ class EventStore(ABC):
 
         It ends at the `size`-th event's position, or at `upper` when fewer lie there, so
         a fold that moves its checkpoint to the end never stops short of `upper` for lack
-        of events. One scan of the primary key, as long as the window: `upper` must be at
-        or below a tracking horizon, or an append in flight could land inside it later.
+        of events. One scan of the primary key, as long as the window. A window to fold
+        ends at or below a tracking horizon: an append in flight could land below any
+        higher position later.
         """
 
     @abstractmethod
@@ -135,18 +136,18 @@ class EventStore(ABC):
         """
 
     @abstractmethod
-    def fold_window(
-        self, window: Window, types: Iterable[str], kernel: Kernel, parts: int
-    ) -> tuple[Sums, int]:
-        """Fold the window's events of `types` with a sum kernel, in `parts` processes.
+    def fold_range(
+        self, after: int, upper: int, types: Iterable[str], kernel: Kernel, parts: int
+    ) -> Folded:
+        """Fold the events of `types` in (after, upper] with a sum kernel, in `parts` processes.
 
-        The window is split into `parts` ranges of equal event count: this process folds
-        the first, a worker process of its own each other one (each reading on its own
-        connection), and their sums are merged, which equals folding it whole since sums
-        commute. Returns the sums and how many events of `types` went into them. Nothing
-        is written: the caller adds the sums to its read model in a tracking transaction,
-        checking that its checkpoint still stands at `window.after`. `window.end` must be
-        at or below a tracking horizon.
+        The range is counted and split into `parts` ranges of equal event count: this
+        process folds the first, a worker process of its own each other one (reading on a
+        connection of its own), and their sums are merged, which equals folding the range
+        whole since sums commute. The workers are started first, so they start up while
+        the range is counted. Nothing is written: the caller adds the sums to its read
+        model in a tracking transaction, checking that its checkpoint still stands at
+        `after`. `upper` must be at or below a tracking horizon.
         """
 
     @abstractmethod

@@ -25,8 +25,8 @@ from sqlalchemy.engine import Engine
 
 from harness.contracts.records import NewEvent, StoredEvent
 from harness.folds.parallel import Workers
-from harness.folds.ranges import Database, RangeQuery, event_slices, open_cursor
-from harness.folds.sums import Kernel, Sums
+from harness.folds.ranges import Database, RangeQuery, event_slices, fetched, open_cursor
+from harness.folds.sums import Folded, Kernel
 from harness.store.base import EventStore, Tracking
 from harness.store.engine import BEGIN_MODE, SQLITE_BUSY_TIMEOUT_MS, sqlite_path
 from harness.store.records import (
@@ -368,29 +368,28 @@ class SqlEventStore(EventStore):
             return
         cursor = _cursor(tracking.conn, _range_sql(kinds), (tracking.position, upper, *kinds))
         try:
-            yield from event_slices(cursor, kinds)
+            yield from event_slices(fetched(cursor), kinds)
         finally:
             cursor.close()
 
-    def fold_window(
-        self, window: Window, types: Iterable[str], kernel: Kernel, parts: int
-    ) -> tuple[Sums, int]:
-        """Workers started first, so they start up while this process splits the window."""
+    def fold_range(
+        self, after: int, upper: int, types: Iterable[str], kernel: Kernel, parts: int
+    ) -> Folded:
+        """Split by `window`: each end found by a LIMIT from the one before."""
         kinds = tuple(sorted(types))
-        if not kinds or window.events == 0:
-            return {}, 0
+        if not kinds:
+            return Folded({}, 0, self.window(after, upper).events)
         with translate_errors(), Workers(parts - 1) as workers:
-            database = self._database()
-            size = -(-window.events // parts)
-            ends = [window.after]
+            whole = self.window(after, upper)
+            size = -(-whole.events // parts)
+            ends = [after]
             for _ in range(parts - 1):
-                ends.append(self.window(ends[-1], window.end, size).end)
-            ends.append(window.end)
-            queries = [
-                RangeQuery(database, _range_sql(list(kinds)), (after, end, *kinds), kinds)
-                for after, end in pairwise(ends)
-            ]
-            return workers.fold(kernel, queries)
+                ends.append(self.window(ends[-1], upper, size).end)
+            ends.append(upper)
+            database, sql = self._database(), _range_sql(kinds)
+            queries = [RangeQuery(database, sql, (a, b, *kinds), kinds) for a, b in pairwise(ends)]
+            sums, folded = workers.fold(kernel, queries)
+        return Folded(sums, folded, whole.events)
 
     def _database(self) -> Database:
         """How another process connects to this store; a PostgreSQL password travels apart."""

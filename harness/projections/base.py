@@ -15,9 +15,9 @@ from typing import ClassVar
 import sqlalchemy as sa
 
 from harness.folds.sums import Kernel, Sums
-from harness.store import EventData, upsert
+from harness.store import EventData, add_sums, upsert
 
-__all__ = ["EventData", "Kernel", "Projection", "SumProjection", "Sums", "upsert"]
+__all__ = ["EventData", "Kernel", "Projection", "SumProjection", "Sums", "add_sums", "upsert"]
 
 
 class Projection(ABC):

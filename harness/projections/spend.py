@@ -17,7 +17,7 @@ import sqlalchemy as sa
 from harness.folds.spend import spend_sums
 from harness.folds.sums import merge
 from harness.prices import PriceBook
-from harness.projections.base import Kernel, SumProjection, Sums, upsert
+from harness.projections.base import Kernel, SumProjection, Sums, add_sums
 from harness.store.schema import metadata
 
 spend_daily = sa.Table(
@@ -36,6 +36,7 @@ spend_daily = sa.Table(
     sa.Index("ix_spend_daily_day", "day"),
 )
 
+_KEYS = ("level", "model", "day", "price_tier")
 _SUMS = (
     "prompt_tokens",
     "completion_tokens",
@@ -63,7 +64,7 @@ class SpendProjection(SumProjection):
         return Kernel(spend_sums, (self.prices.tier_bounds(),))
 
     def write(self, conn: sa.Connection, sums: Sums) -> None:
-        """Buckets mapped onto price tiers, then one upsert adding each row's sums."""
+        """Buckets mapped onto price tiers, then each row's sums added (`add_sums`)."""
         tier_of = cache(self.prices.bucket_tier)
         rows = merge(
             {},
@@ -72,26 +73,7 @@ class SpendProjection(SumProjection):
                 for (level, model, day, bucket), values in sums.items()
             ),
         )
-        if not rows:
-            return
-        insert = upsert(conn, spend_daily)
-        statement = insert.on_conflict_do_update(
-            index_elements=["level", "model", "day", "price_tier"],
-            set_={name: spend_daily.c[name] + insert.excluded[name] for name in _SUMS},
-        )
-        conn.execute(
-            statement,
-            [
-                {
-                    "level": level,
-                    "model": model,
-                    "day": date.fromisoformat(day),
-                    "price_tier": tier_,
-                    **dict(zip(_SUMS, values, strict=True)),
-                }
-                for (level, model, day, tier_), values in rows.items()
-            ],
-        )
+        add_sums(conn, spend_daily, _KEYS, [(*key, *values) for key, values in rows.items()])
 
 
 @dataclass(frozen=True)

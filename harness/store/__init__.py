@@ -30,7 +30,7 @@ from harness.store.records import (
 )
 from harness.store.schema import HEAD_REVISION
 from harness.store.spool import Spool, append_or_spool
-from harness.store.sql import SqlEventStore, upsert
+from harness.store.sql import SqlEventStore, add_sums, upsert
 
 __all__ = [
     "ANY",
@@ -52,6 +52,7 @@ __all__ = [
     "StoredEvent",
     "Tracking",
     "Window",
+    "add_sums",
     "append_or_spool",
     "current_revision",
     "migrate_store",

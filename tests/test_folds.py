@@ -66,7 +66,7 @@ def test_a_worker_gets_the_store_password_over_its_pipe_never_in_argv_or_environ
         last = seed(store, 6)
         database = store._database()
         assert database.password == "fold-s3cret" and "fold-s3cret" not in repr(database)
-        with Workers(1) as workers:
+        with Workers(1, "postgresql") as workers:
             (worker,) = (psutil.Process(pid) for pid in workers.pids)
             seen = " ".join([*worker.cmdline(), *worker.environ().values()])
             assert "fold-s3cret" not in seen
@@ -87,7 +87,7 @@ def test_what_a_worker_raises_is_raised_in_the_parent_with_its_pid(tmp_path: obj
         broken = RangeQuery(database, "SELECT data FROM nowhere", (), ("BudgetSpent",))
         with (
             pytest.raises(sqlite3.OperationalError, match="no such table") as raised,
-            Workers(1) as workers,
+            Workers(1, "sqlite") as workers,
         ):
             workers.fold(KERNEL, [spent_in(database, 0, last), broken])
         assert any("in fold worker" in note for note in raised.value.__notes__)
@@ -100,7 +100,7 @@ def test_a_worker_that_dies_is_reported_not_waited_for(tmp_path: object) -> None
     try:
         last = seed(store, 3)
         database = store._database()
-        with pytest.raises(FoldWorkerError, match="no result"), Workers(1) as workers:
+        with pytest.raises(FoldWorkerError, match="no result"), Workers(1, "sqlite") as workers:
             for pid in workers.pids:
                 psutil.Process(pid).kill()
             workers.fold(KERNEL, [spent_in(database, 0, 1), spent_in(database, 1, last)])

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
+from importlib import import_module
 from itertools import chain, count, islice, repeat
 from operator import itemgetter
 from typing import Any, Literal
@@ -108,6 +109,11 @@ def counted(events: Iterable[EventData]) -> tuple[Iterator[EventData], Iterator[
     """
     counter = count()
     return map(itemgetter(0), zip(events, counter, strict=False)), counter
+
+
+def load_driver(backend: str) -> None:
+    """Import the driver of `backend` ("sqlite" or "postgresql") before it is needed."""
+    import_module("psycopg" if backend == "postgresql" else "sqlite3")
 
 
 @dataclass(frozen=True)

@@ -1,10 +1,11 @@
-"""A fold worker: `python -m harness.folds.worker`, one range folded, its sums on stdout.
+"""A fold worker: `python -m harness.folds.worker BACKEND`, one range folded, sums on stdout.
 
-Its job (a kernel and a range query, pickled) arrives on stdin, the password of a
-PostgreSQL store with it, so no secret is ever in its argv; its result (the sums and the
-number of events folded, or the exception that stopped it) leaves pickled on stdout. It
-imports only `harness.folds` and the driver, so it starts folding about 0.1 s after it
-is spawned (0.3 s with psycopg).
+It imports the backend's driver first, while its job is being prepared. The job (a
+kernel and a range query, pickled) then arrives on stdin, the password of a PostgreSQL
+store with it, so no secret is ever in its argv; its result (the sums and the number of
+events folded, or the exception that stopped it) leaves pickled on stdout. It imports
+only `harness.folds` and the driver: it is ready about 0.1 s after it is spawned (0.3 s
+with psycopg).
 """
 
 from __future__ import annotations
@@ -13,7 +14,7 @@ import gc
 import pickle
 import sys
 
-from harness.folds.ranges import RangeQuery, counted
+from harness.folds.ranges import RangeQuery, counted, load_driver
 from harness.folds.sums import Kernel
 
 
@@ -22,6 +23,8 @@ def main() -> int:
     # The cycle collector would scan the growing sums again and again for garbage that
     # reference counting frees anyway; the process ends with the fold.
     gc.disable()
+    if len(sys.argv) > 1:
+        load_driver(sys.argv[1])
     kernel: Kernel
     query: RangeQuery
     kernel, query = pickle.load(sys.stdin.buffer)

@@ -413,7 +413,7 @@ class SqlEventStore(EventStore):
         kinds = tuple(sorted(types))
         if not kinds:
             return Folded({}, 0, self.window(after, upper).events)
-        with translate_errors(), Workers(parts - 1) as workers:
+        with translate_errors(), Workers(parts - 1, self.engine.dialect.name) as workers:
             whole = self.window(after, upper)
             size = -(-whole.events // parts)
             ends = [after]

@@ -270,6 +270,7 @@ def test_a_window_counts_events_whatever_the_positions_between_them(
     assert store.window(positions[5], last, 3) == Window(positions[5], last, 1)
     assert store.window(0, positions[1], 3) == Window(0, positions[1], 2)
     assert store.window(0, last) == Window(0, last, 7)
+    assert store.window(0, positions[4]) == Window(0, positions[4], 5)
     assert store.window(positions[3], last) == Window(positions[3], last, 3)
     assert store.window(last, last, 3) == Window(last, last, 0)
     assert store.window(last, last + 1_000_000) == Window(last, last + 1_000_000, 0)

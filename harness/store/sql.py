@@ -370,10 +370,22 @@ class SqlEventStore(EventStore):
             yield Tracking(conn, name, position, horizon or 0)
 
     def window(self, after: int, upper: int, size: int | None = None) -> Window:
-        """Counted on the primary key: a LIMIT of `size` keys, or a COUNT of them all."""
+        """Counted on the primary key: a LIMIT of `size` keys, or a COUNT of them all.
+
+        SQLite's key is the table itself, so a COUNT of a range reads every row's page
+        (0.2 s a million events); from position 0 (a rebuild) it counts the whole table
+        from its pages' headers instead (0.02 s) and takes away what lies above `upper`.
+        """
         where = "WHERE global_position > ? AND global_position <= ?"
         with self._one_statement() as conn:
-            if size is None:
+            if size is None and after == 0 and conn.dialect.name == "sqlite":
+                cursor = _cursor(
+                    conn,
+                    "SELECT (SELECT COUNT(*) FROM events) - "
+                    "(SELECT COUNT(*) FROM events WHERE global_position > ?), NULL",
+                    (upper,),
+                )
+            elif size is None:
                 cursor = _cursor(conn, f"SELECT COUNT(*), NULL FROM events {where}", (after, upper))
             else:
                 cursor = _cursor(

@@ -10,13 +10,12 @@ from uuid import uuid4
 
 import psutil
 import pytest
-from sqlalchemy.engine import make_url
 
 from harness.folds.parallel import FoldWorkerError, Workers
 from harness.folds.ranges import Database, RangeQuery
 from harness.folds.spend import spend_sums
 from harness.folds.sums import Kernel
-from harness.store import ANY, NewEvent, SqlEventStore, open_store
+from harness.store import NewEvent, SqlEventStore, open_store
 
 SELECT = (
     "SELECT global_position, data FROM events "
@@ -34,12 +33,15 @@ SPENT = {
 }
 
 
-def seed(store: SqlEventStore, count: int) -> int:
-    """`count` BudgetSpent events; the last position."""
-    for i in range(count):
-        data = {**SPENT, "prompt_tokens": 1000 * i}
-        store.append("tick-t", [NewEvent(uuid4(), "BudgetSpent", 1, data)], ANY)
-    return store.last_position()
+def seed(store: SqlEventStore, count: int) -> list[int]:
+    """`count` BudgetSpent events; their positions."""
+    return [
+        position
+        for i in range(count)
+        for position in store.append(
+            "tick-t", [NewEvent(uuid4(), "BudgetSpent", 1, {**SPENT, "prompt_tokens": 1000 * i})]
+        ).positions
+    ]
 
 
 def spent_in(database: Database, after: int, upper: int) -> RangeQuery:
@@ -58,12 +60,12 @@ def test_a_worker_imports_neither_the_store_nor_pydantic_nor_the_price_tables() 
 
 
 def test_a_worker_gets_the_store_password_over_its_pipe_never_in_argv_or_environment(
-    pg_session_url: str,
+    pg_store: SqlEventStore,
 ) -> None:
-    url = make_url(pg_session_url).set(password="fold-s3cret")
+    url = pg_store.engine.url.set(password="fold-s3cret")  # trust auth: any password will do
     store = open_store(url.render_as_string(hide_password=False))
     try:
-        last = seed(store, 6)
+        positions = seed(store, 6)
         database = store._database()
         assert database.password == "fold-s3cret" and "fold-s3cret" not in repr(database)
         with Workers(1, "postgresql") as workers:
@@ -71,7 +73,11 @@ def test_a_worker_gets_the_store_password_over_its_pipe_never_in_argv_or_environ
             seen = " ".join([*worker.cmdline(), *worker.environ().values()])
             assert "fold-s3cret" not in seen
             sums, folded = workers.fold(
-                KERNEL, [spent_in(database, 0, 3), spent_in(database, 3, last)]
+                KERNEL,
+                [
+                    spent_in(database, 0, positions[2]),
+                    spent_in(database, positions[2], positions[-1]),
+                ],
             )
     finally:
         store.close()
@@ -82,7 +88,7 @@ def test_a_worker_gets_the_store_password_over_its_pipe_never_in_argv_or_environ
 def test_what_a_worker_raises_is_raised_in_the_parent_with_its_pid(tmp_path: object) -> None:
     store = open_store(f"sqlite:///{tmp_path}/events.db")
     try:
-        last = seed(store, 3)
+        last = seed(store, 3)[-1]
         database = store._database()
         broken = RangeQuery(database, "SELECT data FROM nowhere", (), ("BudgetSpent",))
         with (
@@ -98,11 +104,17 @@ def test_what_a_worker_raises_is_raised_in_the_parent_with_its_pid(tmp_path: obj
 def test_a_worker_that_dies_is_reported_not_waited_for(tmp_path: object) -> None:
     store = open_store(f"sqlite:///{tmp_path}/events.db")
     try:
-        last = seed(store, 3)
+        positions = seed(store, 3)
         database = store._database()
         with pytest.raises(FoldWorkerError, match="no result"), Workers(1, "sqlite") as workers:
             for pid in workers.pids:
                 psutil.Process(pid).kill()
-            workers.fold(KERNEL, [spent_in(database, 0, 1), spent_in(database, 1, last)])
+            workers.fold(
+                KERNEL,
+                [
+                    spent_in(database, 0, positions[0]),
+                    spent_in(database, positions[0], positions[-1]),
+                ],
+            )
     finally:
         store.close()

@@ -1,8 +1,9 @@
 """Folding a range in parts: worker processes spawned ahead of their jobs, sums merged.
 
-Workers are started with `subprocess` as `python -m harness.folds.worker`, never forked:
-the service that catches up runs threads, and a forked child of a threaded process can
-inherit a lock some other thread held. Not `multiprocessing`'s spawn either: its child
+Workers are fresh interpreters, `python -m harness.folds.worker`, started by `subprocess`
+(which execs in C right after the fork, as `multiprocessing`'s spawn does), never a fork
+that goes on running Python: the service that catches up runs threads, and such a child
+can inherit a lock another thread held. Not `multiprocessing` itself: its spawned child
 re-imports the parent's `__main__` (the `tickwork` command's Typer app, a benchmark's
 script), which costs the start-up that the parts are meant to save.
 """

@@ -65,7 +65,7 @@ class Workers:
             with contextlib.suppress(BrokenPipeError):
                 process.stdin.write(pickle.dumps((kernel, query), pickle.HIGHEST_PROTOCOL))
                 process.stdin.flush()
-        events, counter = counted(queries[0].events())
+        events, counter = counted(queries[0].data())
         total, folded = kernel(events), next(counter)
         for process in self._processes:
             sums, count = self._result(process)

@@ -14,10 +14,9 @@ from bisect import bisect_left
 from collections.abc import Iterable
 from operator import itemgetter
 
-from harness.folds.ranges import EventData
+from harness.folds.ranges import Data
 from harness.folds.sums import Sums
 
-_DATA = itemgetter(2)
 _FIELDS = itemgetter(
     "occurred_at",
     "model",
@@ -31,7 +30,7 @@ _FIELDS = itemgetter(
 """A BudgetSpent's fields the fold reads, taken from its dict in one C call per event."""
 
 
-def spend_sums(batch: Iterable[EventData], bounds: tuple[int, ...]) -> Sums:
+def spend_sums(batch: Iterable[Data], bounds: tuple[int, ...]) -> Sums:
     """Sums per (level, model, UTC day, bucket) of BudgetSpent: tokens, calls, estimated calls.
 
     The six sums are prompt, completion, cache read and cache write tokens, calls and
@@ -39,9 +38,7 @@ def spend_sums(batch: Iterable[EventData], bounds: tuple[int, ...]) -> Sums:
     (`bisect_left`, one C call), so calls in one bucket passed the same thresholds.
     """
     sums: Sums = {}
-    for at, model, prompt, level, completion, read, write, estimated in map(
-        _FIELDS, map(_DATA, batch)
-    ):
+    for at, model, prompt, level, completion, read, write, estimated in map(_FIELDS, batch):
         key = (level, model, at[:10], bisect_left(bounds, prompt))
         row = sums.get(key)
         if row is None:

@@ -13,7 +13,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any
 
-from harness.folds.ranges import EventData
+from harness.folds.ranges import Data
 
 Sums = dict[tuple[Any, ...], list[int]]
 """Integer sums per read-model key; every list of one fold has the same length."""
@@ -26,8 +26,8 @@ class Kernel:
     function: Callable[..., Sums]
     arguments: tuple[Any, ...] = ()
 
-    def __call__(self, batch: Iterable[EventData]) -> Sums:
-        """The batch's sums per key."""
+    def __call__(self, batch: Iterable[Data]) -> Sums:
+        """The sums per key of a batch of events' data."""
         return self.function(batch, *self.arguments)
 
 

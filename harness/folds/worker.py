@@ -29,7 +29,7 @@ def main() -> int:
     query: RangeQuery
     kernel, query = pickle.load(sys.stdin.buffer)
     try:
-        events, counter = counted(query.events())
+        events, counter = counted(query.data())
         result: object = (kernel(events), next(counter))
         code = 0
     except Exception as exc:

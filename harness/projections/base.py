@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from abc import ABC, abstractmethod
 from collections.abc import Iterable
+from operator import itemgetter
 from typing import ClassVar
 
 import sqlalchemy as sa
@@ -55,5 +56,8 @@ class SumProjection(Projection):
         """Add sums the kernel gave (for any number of batches, merged) to the read model."""
 
     def apply(self, conn: sa.Connection, batch: Iterable[EventData]) -> None:
-        """The kernel's sums of the batch, written."""
-        self.write(conn, self.kernel()(batch))
+        """The kernel's sums of the batch's data, written."""
+        self.write(conn, self.kernel()(map(_DATA, batch)))
+
+
+_DATA = itemgetter(2)

@@ -5,6 +5,7 @@ The packages follow a tick's data path, and each may import only what stands bef
     timespec, files          small utilities, no tickwork imports
     contracts                events, tick payload, result file: plain data
     config, prices, rag      tickwork.toml, prices per call, the retrieval index
+    folds                    a range of the log folded in a worker process (lean imports)
     store                    the event store contract and its SQL (the only SQL on events)
     projections              read models folded out of the log, each with its own queries
     routing                  the catalog and its decisions
@@ -32,6 +33,7 @@ LAYERS: tuple[str, ...] = (
     "harness.config",
     "harness.prices",
     "harness.rag",
+    "harness.folds",
     "harness.store",
     "harness.projections",
     "harness.routing",

@@ -6,11 +6,16 @@ within a tier (genai-prices' threshold tiers, on a request's input tokens, apply
 tokens), so the spend read model keeps exact integer token sums per tier and prices them
 when asked: a changed `[prices]` override applies at once, without a rebuild. A test holds
 this arithmetic equal to genai-prices' own. Unknown models cost None, never 0.
+
+A fold in a worker process cannot look prices up (loading genai-prices costs it a third
+of a second): it sums calls per bucket of prompt size between `tier_bounds`, every
+threshold of every model, and the bucket's tier is looked up when the sums are written.
 """
 
 from __future__ import annotations
 
 import warnings
+from collections.abc import Iterator
 from dataclasses import dataclass
 from datetime import UTC, date, datetime, time
 from decimal import Decimal
@@ -63,6 +68,7 @@ class PriceBook:
     def __init__(self, overrides: dict[str, PriceOverride] | None = None) -> None:
         self._overrides = overrides or {}
         self._cache: dict[tuple[str, str], tuple[Rates, ...] | None] = {}
+        self._bounds: tuple[int, ...] | None = None
 
     def rates(self, model: str, day: str) -> tuple[Rates, ...] | None:
         """The tier ladder for `model` on `day` (YYYY-MM-DD), or None when unpriced."""
@@ -105,6 +111,43 @@ class PriceBook:
         ladder = self.rates(model, day)
         return () if ladder is None else tuple(step.above for step in ladder[1:])
 
+    def tier_bounds(self) -> tuple[int, ...]:
+        """Every threshold at which any model's rates change, on any day, lowest first.
+
+        Each model's `thresholds` are among them, so two prompt sizes with no bound between
+        them are in one tier of every model: a fold may sum calls per bucket between the
+        bounds and learn each bucket's tier later (`bucket_tier`). Overrides have one rate.
+        """
+        if self._bounds is None:
+            from genai_prices.data_snapshot import get_snapshot
+
+            starts = {
+                start
+                for provider in get_snapshot().providers
+                for model in provider.models
+                for start in _tier_starts(model)
+            }
+            self._bounds = tuple(sorted(starts))
+        return self._bounds
+
+    def bucket_tier(self, model: str, day: str, bucket: int) -> int:
+        """The tier of every call of `model` on `day` whose prompt lies in bucket `bucket`.
+
+        Bucket b holds the prompt sizes above bound b - 1 up to bound b (`bisect_left`);
+        their tier is that of the smallest of them. A model threshold that is not a bound
+        would split a bucket between two tiers: that is refused, never summed wrongly.
+        """
+        thresholds = self.thresholds(model, day)
+        if not thresholds or bucket == 0:
+            return -1
+        bounds = self.tier_bounds()
+        if not set(thresholds) <= set(bounds):
+            raise ValueError(
+                f"{model} on {day}: price thresholds {thresholds} are not all among the "
+                f"tier bounds {bounds}; genai-prices' tables have a shape tickwork does not read"
+            )
+        return tier_of(bounds[bucket - 1] + 1, thresholds)
+
     def tier(self, model: str, day: str, prompt_tokens: int) -> int:
         """The price tier of one call: the highest threshold its prompt exceeds, else -1."""
         return tier_of(prompt_tokens, self.thresholds(model, day))
@@ -139,6 +182,18 @@ class PriceBook:
             uncached -= cache_write_tokens
             total += cache_write_tokens * rates.cache_write
         return (total + max(uncached, 0) * rates.input) / 1_000_000
+
+
+def _tier_starts(model: Any) -> Iterator[int]:
+    """The tier thresholds of every price a genai-prices model lists, on any day.
+
+    Dated, conditional and per-request variants alike: a superset of the thresholds that
+    any one day uses does no harm.
+    """
+    listed = model.prices if isinstance(model.prices, list) else [model.prices]
+    for price in [*listed, *(model.price_variants or ())]:
+        for value in vars(getattr(price, "prices", price)).values():
+            yield from (tier.start for tier in getattr(value, "tiers", ()))
 
 
 def tier_of(prompt_tokens: int, thresholds: tuple[int, ...]) -> int:

@@ -19,6 +19,7 @@ FRONTS = [
     "harness.execution",
     "harness.execution.executors",
     "harness.execution.launchers",
+    "harness.folds",
     "harness.governor",
     "harness.projections",
     "harness.routing",

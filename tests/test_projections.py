@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from bisect import bisect_left
+from collections.abc import Iterable, Sequence
 from datetime import UTC, date, datetime
 from typing import Any
+from uuid import uuid4
 
 import pytest
 import sqlalchemy as sa
@@ -31,10 +33,10 @@ from harness.projections import (
     projector_for,
     spend_report,
 )
-from harness.projections.base import EventData
+from harness.projections.base import EventData, Kernel
 from harness.projections.spend import spend_daily
 from harness.projections.ticks import ticks
-from harness.store import SqlEventStore, open_store
+from harness.store import NewEvent, SqlEventStore, open_store
 from tests.procs import catch_up, racing
 
 DAY1 = datetime(2026, 11, 28, 23, 59, 59, tzinfo=UTC)
@@ -89,6 +91,31 @@ def test_price_arithmetic_equals_genai_prices(
         genai_request_timestamp=datetime(2026, 11, 30, 12, tzinfo=UTC),
     ).total_price
     assert mine == pytest.approx(float(theirs), rel=1e-12)
+
+
+def test_every_models_price_thresholds_are_among_the_tier_bounds() -> None:
+    """A fold sums calls per bucket between the bounds: no model's tier may split a bucket."""
+    from genai_prices.data_snapshot import get_snapshot
+
+    book = PriceBook()
+    bounds = set(book.tier_bounds())
+    models = {model.id for provider in get_snapshot().providers for model in provider.models}
+    for day in ("2024-06-01", "2026-11-30"):
+        outside = {m: t for m in models if not set(t := book.thresholds(m, day)) <= bounds}
+        assert outside == {}, day
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    model=st.sampled_from(["gemini-2.5-pro", "claude-sonnet-4-5", "gpt-4o-mini", "unpriced"]),
+    prompt=st.integers(0, 1_000_000) | st.sampled_from(PriceBook().tier_bounds()),
+    nudge=st.integers(-1, 1),
+)
+def test_a_prompts_bucket_has_the_prompts_own_tier(model: str, prompt: int, nudge: int) -> None:
+    book, day = PriceBook(), "2026-11-30"
+    prompt = max(0, prompt + nudge)
+    bucket = bisect_left(book.tier_bounds(), prompt)
+    assert book.bucket_tier(model, day, bucket) == book.tier(model, day, prompt)
 
 
 def test_spend_report_groups_prices_and_never_prices_unknown_models_at_zero(
@@ -195,6 +222,123 @@ def test_two_processes_catching_up_at_once_fold_each_event_once(store_url: str) 
     store.close()
 
 
+class Windows(Projection):
+    """Records the events of each batch it is given."""
+
+    name = "windows"
+    types = frozenset({"BudgetSpent", "TickStarted"})
+    tables = ()
+
+    def __init__(self) -> None:
+        self.batches: list[list[int]] = []
+
+    def apply(self, conn: sa.Connection, batch: Iterable[EventData]) -> None:
+        self.batches.append([position for position, _, _ in batch])
+
+
+def test_windows_are_counted_in_events_not_positions(store: SqlEventStore) -> None:
+    positions = [
+        position
+        for i in range(10)
+        for position in store.append(
+            f"tick-t{i % 3}",
+            [
+                spent(f"t{i}", "min", "m", i, 1).to_record()
+                if i % 4
+                else NewEvent(uuid4(), "Other", 1, {})
+            ],
+        ).positions
+    ]
+    projection, reported = Windows(), []
+    projector = Projector(store, [projection], batch_size=3)
+    assert projector.catch_up(progress=lambda done, total: reported.append((done, total))) == 7
+    kept = [p for i, p in enumerate(positions) if i % 4]
+    assert projection.batches == [
+        [p for p in kept if p <= positions[2]],
+        [p for p in kept if positions[2] < p <= positions[5]],
+        [p for p in kept if positions[5] < p <= positions[8]],
+        [p for p in kept if p > positions[8]],
+    ]
+    assert reported == [(3, 10), (6, 10), (9, 10), (10, 10)]
+    assert projector.checkpoints() == {"windows": positions[-1]}
+
+
+def _spend_dump(store: SqlEventStore) -> list[tuple[Any, ...]]:
+    return _dump(store)["spend_daily"]
+
+
+def _varied_spend(store: SqlEventStore, count: int) -> None:
+    models = ["gemini-2.5-pro", "gpt-4o-mini", "unpriced-model"]
+    append(
+        store,
+        [
+            spent(
+                f"t{i % 7}",
+                ["min", "hour"][i % 2],
+                models[i % 3],
+                (i * 37_003) % 400_000,
+                i % 900,
+                occurred_at=[DAY1, DAY2][i % 2],
+                estimated=i % 5 == 0,
+                cache_read_tokens=None if i % 3 else i,
+            )
+            for i in range(count)
+        ],
+    )
+
+
+def test_a_backlog_over_the_threshold_folds_in_parts_equal_to_one_process(
+    store: SqlEventStore,
+) -> None:
+    _varied_spend(store, 90)
+    prices = PriceBook()
+    one = Projector(store, [SpendProjection(prices)], processes=1, partition_above=10)
+    assert one.rebuild("spend") == 90 and one.spawned == 0
+    alone = _spend_dump(store)
+
+    parts = Projector(
+        store, [SpendProjection(prices)], batch_size=20, partition_above=10, processes=3
+    )
+    reported: list[tuple[int, int]] = []
+    assert parts.rebuild("spend", lambda done, total: reported.append((done, total))) == 90
+    assert parts.spawned == 2 and reported == [(90, 90)]
+    assert _spend_dump(store) == alone
+    assert parts.checkpoints() == {"spend": store.last_position()}
+
+
+def test_a_catch_up_below_the_threshold_spawns_no_process(store: SqlEventStore) -> None:
+    _varied_spend(store, 30)
+    projector = Projector(
+        store, [SpendProjection(PriceBook())], batch_size=7, partition_above=30, processes=2
+    )
+    assert projector.catch_up() == 30 and projector.spawned == 0
+    _varied_spend(store, 31)
+    assert projector.catch_up() == 31 and projector.spawned == 1
+
+
+class Overtaken(SpendProjection):
+    """Another process catches spend up by windows while this one starts folding in parts."""
+
+    def __init__(self, store: SqlEventStore) -> None:
+        super().__init__(PriceBook())
+        self.store = store
+
+    def kernel(self) -> Kernel:
+        Projector(self.store, [SpendProjection(self.prices)], processes=1).catch_up()
+        return super().kernel()
+
+
+def test_a_fold_in_parts_that_another_process_overtook_writes_nothing(
+    store: SqlEventStore,
+) -> None:
+    _varied_spend(store, 40)
+    projector = Projector(store, [Overtaken(store)], batch_size=10, partition_above=10)
+    assert projector.catch_up() == 0 and projector.spawned == 1
+    overtaken = _spend_dump(store)
+    Projector(store, [SpendProjection(PriceBook())], processes=1).rebuild("spend")
+    assert _spend_dump(store) == overtaken
+
+
 levels = st.sampled_from(["min", "hour"])
 models = st.sampled_from(["gpt-4o-mini", "gemini-2.5-pro", "unpriced-model"])
 ticks_ids = st.sampled_from(["t1", "t2", "t3"])
@@ -250,6 +394,9 @@ def test_rebuild_from_zero_equals_the_incremental_read_models(
     rebuilder = projector_for(store, PriceBook())
     rebuilder.rebuild("spend")
     rebuilder.rebuild("ticks")
+    assert _dump(store) == kept
+    in_parts = Projector(store, [SpendProjection(PriceBook())], batch_size, partition_above=0)
+    in_parts.rebuild("spend")
     assert _dump(store) == kept
     spend_total = sum(row[4] for row in kept["spend_daily"])
     assert spend_total == sum(e.prompt_tokens for e in events if isinstance(e, BudgetSpent))

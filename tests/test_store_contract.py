@@ -11,6 +11,8 @@ import pytest
 import sqlalchemy as sa
 
 from harness.contracts.events import BudgetSpent, RawEvent, TickStarted, decode
+from harness.folds.spend import spend_sums
+from harness.folds.sums import Folded, Kernel
 from harness.store import (
     ANY,
     NO_STREAM,
@@ -20,12 +22,23 @@ from harness.store import (
     SchemaError,
     SqlEventStore,
     StoreUnavailableError,
+    Window,
     migrate_store,
     open_store,
 )
 from harness.store.schema import events, projection_checkpoints
 from tests.conftest import fresh_pg_database
 from tests.late_writer import late_append
+
+SPENT = {
+    "occurred_at": "2026-11-30T02:14:50Z",
+    "model": "gemini-2.5-pro",
+    "completion_tokens": 7,
+    "cache_read_tokens": None,
+    "cache_write_tokens": 3,
+    "estimated": False,
+}
+BOUNDS = (100_000, 200_000)
 
 
 def new(type_: str = "Thing", **data: object) -> NewEvent:
@@ -167,11 +180,6 @@ def test_read_stream_and_read_all_page_and_filter(store: SqlEventStore) -> None:
     assert store.wait_settled(positions[-1], timeout=0), "nothing is in flight"
     assert store.read_all(store.lookback(3)) == store.read_all(positions[6])
     assert store.lookback(10) == store.lookback(11) == 0
-    assert (store.count_after(0), store.count_after(positions[2]), store.count_after(10**18)) == (
-        10,
-        7,
-        0,
-    )
 
 
 def test_records_round_trip_exactly(store: SqlEventStore) -> None:
@@ -259,6 +267,47 @@ def test_a_window_holds_the_types_asked_for_after_the_checkpoint_up_to_its_end(
         (p[7], 7),
     ]
     assert store.checkpoints(["fold", "other"]) == {"fold": p[4], "other": 0}
+
+
+def test_a_window_counts_events_whatever_the_positions_between_them(
+    store: SqlEventStore,
+) -> None:
+    """Windows are sized by events: nothing here assumes positions are dense."""
+    positions = [
+        position
+        for i in range(7)
+        for position in store.append(f"s-{i % 3}", [new(i=i)], ANY).positions
+    ]
+    last = positions[-1]
+
+    assert store.window(0, last, 3) == Window(0, positions[2], 3)
+    assert store.window(positions[2], last, 3) == Window(positions[2], positions[5], 3)
+    assert store.window(positions[5], last, 3) == Window(positions[5], last, 1)
+    assert store.window(0, positions[1], 3) == Window(0, positions[1], 2)
+    assert store.window(0, last) == Window(0, last, 7)
+    assert store.window(0, positions[4]) == Window(0, positions[4], 5)
+    assert store.window(positions[3], last) == Window(positions[3], last, 3)
+    assert store.window(last, last, 3) == Window(last, last, 0)
+    assert store.window(last, last + 1_000_000) == Window(last, last + 1_000_000, 0)
+
+
+@pytest.mark.parametrize("parts", [1, 2, 3])
+def test_a_range_folded_in_parts_equals_it_folded_whole(store: SqlEventStore, parts: int) -> None:
+    for i in range(40):
+        spent = {**SPENT, "prompt_tokens": i * 9_000, "level": f"l{i % 3}"}
+        store.append(f"t-{i % 4}", [new("BudgetSpent", **spent), new("Other", i=i)], ANY)
+    horizon = store.last_position()
+    kernel = Kernel(spend_sums, (BOUNDS,))
+    spends = [(e.global_position, e.data) for e in store.read_all(0, 1000, ["BudgetSpent"])]
+
+    whole = store.fold_range(0, horizon, ["BudgetSpent"], kernel, parts)
+    assert whole == Folded(spend_sums((data for _, data in spends), BOUNDS), 40, 80)
+    after = store.window(0, horizon, 31).end
+    tail = [data for position, data in spends if position > after]
+    assert store.fold_range(after, horizon, ["BudgetSpent"], kernel, parts) == Folded(
+        spend_sums(tail, BOUNDS), len(tail), 49
+    )
+    assert store.fold_range(horizon, horizon, ["BudgetSpent"], kernel, parts) == Folded({}, 0, 0)
 
 
 def test_a_tracking_block_that_raises_keeps_neither_its_writes_nor_its_checkpoint(

@@ -380,7 +380,12 @@ def projections_rebuild(
                 def advance(done: int, total: int, task: TaskID = task) -> None:
                     bar.update(task, completed=done, total=total)
 
+                spawned = projector.spawned
                 folded = projector.rebuild(each, advance)
-            out.print(f"{each}: {folded:,} events folded in {time.perf_counter() - started:.2f} s")
+            processes = projector.spawned - spawned + 1
+            out.print(
+                f"{each}: {folded:,} events folded in {time.perf_counter() - started:.2f} s"
+                + (f" by {processes} processes" if processes > 1 else "")
+            )
     finally:
         store.close()

@@ -1,7 +1,8 @@
 """Read models folded from the event log, each with its own queries; rebuilt from zero.
 
-It owns the fold loop (`Projector`, one checkpoint per read model, kept by the store)
-and each read model: spend per day and model, ticks with their status, each model's
+It owns the fold loop (`Projector`, one checkpoint per read model, kept by the store;
+a large backlog of a read model of sums, `SumProjection`, folded on every core) and
+each read model: spend per day and model, ticks with their status, each model's
 learned calibration, each level's failure streak (folded by the alerter), and which
 levels are paused (a query on the level streams). Every
 other stage reads a read model through the queries exported here, never its tables.
@@ -9,7 +10,7 @@ other stage reads a read model through the queries exported here, never its tabl
 
 from __future__ import annotations
 
-from harness.projections.base import EventData, Projection
+from harness.projections.base import EventData, Projection, SumProjection
 from harness.projections.calibration import (
     CalibrationProjection,
     current_calibrations,
@@ -51,6 +52,7 @@ __all__ = [
     "SpendRow",
     "StoryStep",
     "Streak",
+    "SumProjection",
     "TickInFlight",
     "TickStory",
     "TicksProjection",

@@ -6,16 +6,18 @@ token; cost in USD is computed when a report asks (see `harness.prices`).
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from datetime import date
-from operator import itemgetter
+from functools import cache
 from typing import Literal
 
 import sqlalchemy as sa
 
-from harness.prices import PriceBook, tier_of
-from harness.projections.base import EventData, Projection, upsert
+from harness.folds.spend import spend_sums
+from harness.folds.sums import merge
+from harness.prices import PriceBook
+from harness.projections.base import Kernel, SumProjection, Sums, add_sums
 from harness.store.schema import metadata
 
 spend_daily = sa.Table(
@@ -34,6 +36,7 @@ spend_daily = sa.Table(
     sa.Index("ix_spend_daily_day", "day"),
 )
 
+_KEYS = ("level", "model", "day", "price_tier")
 _SUMS = (
     "prompt_tokens",
     "completion_tokens",
@@ -45,21 +48,8 @@ _SUMS = (
 
 GroupBy = Literal["level", "model", "day"]
 
-_DATA = itemgetter(2)
-_FIELDS = itemgetter(
-    "occurred_at",
-    "model",
-    "prompt_tokens",
-    "level",
-    "completion_tokens",
-    "cache_read_tokens",
-    "cache_write_tokens",
-    "estimated",
-)
-"""A BudgetSpent's fields the fold reads, taken from its dict in one C call per event."""
 
-
-class SpendProjection(Projection):
+class SpendProjection(SumProjection):
     """Tokens per day, level, model and price tier (priced when read): what budgets count."""
 
     name = "spend"
@@ -69,50 +59,21 @@ class SpendProjection(Projection):
     def __init__(self, prices: PriceBook) -> None:
         self.prices = prices
 
-    def apply(self, conn: sa.Connection, batch: Iterable[EventData]) -> None:
-        """Sum the batch per row key first, so a rebuild writes each row once per batch."""
-        sums: dict[tuple[str, str, str, int], list[int]] = {}
-        # Thresholds per model, then per day: two lookups on strings cost less than
-        # building and hashing a (model, day) tuple for every event.
-        thresholds: dict[str, dict[str, tuple[int, ...]]] = {}
-        for at, model, prompt, level, completion, read, write, estimated in map(
-            _FIELDS, map(_DATA, batch)
-        ):
-            day = at[:10]
-            by_day = thresholds.get(model)
-            if by_day is None:
-                by_day = thresholds[model] = {}
-            steps = by_day.get(day)
-            if steps is None:
-                steps = by_day[day] = self.prices.thresholds(model, day)
-            key = (level, model, day, tier_of(prompt, steps) if steps else -1)
-            row = sums.get(key)
-            if row is None:
-                row = sums[key] = [0, 0, 0, 0, 0, 0]
-            row[0] += prompt
-            row[1] += completion
-            row[2] += read or 0
-            row[3] += write or 0
-            row[4] += 1
-            row[5] += estimated
-        if not sums:
-            return
-        rows = [
-            {
-                "level": level,
-                "model": model,
-                "day": date.fromisoformat(day),
-                "price_tier": tier_,
-                **dict(zip(_SUMS, values, strict=True)),
-            }
-            for (level, model, day, tier_), values in sums.items()
-        ]
-        insert = upsert(conn, spend_daily)
-        statement = insert.on_conflict_do_update(
-            index_elements=["level", "model", "day", "price_tier"],
-            set_={name: spend_daily.c[name] + insert.excluded[name] for name in _SUMS},
+    def kernel(self) -> Kernel:
+        """Sums per level, model, day and prompt-size bucket (`harness.folds.spend`)."""
+        return Kernel(spend_sums, (self.prices.tier_bounds(),))
+
+    def write(self, conn: sa.Connection, sums: Sums) -> None:
+        """Buckets mapped onto price tiers, then each row's sums added (`add_sums`)."""
+        tier_of = cache(self.prices.bucket_tier)
+        rows = merge(
+            {},
+            (
+                ((level, model, day, tier_of(model, day, bucket)), values)
+                for (level, model, day, bucket), values in sums.items()
+            ),
         )
-        conn.execute(statement, rows)
+        add_sums(conn, spend_daily, _KEYS, [(*key, *values) for key, values in rows.items()])
 
 
 @dataclass(frozen=True)

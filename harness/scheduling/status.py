@@ -81,8 +81,8 @@ class Snapshot:
     checkpoints: dict[str, int]
     """Projection name -> the position it has folded up to."""
     projection_lag: dict[str, int]
-    """Projection name -> events stored but not yet folded (counted: positions are not
-    dense on PostgreSQL)."""
+    """Projection name -> events stored but not yet folded (counted: positions need not be
+    dense, PostgreSQL's jump between transactions)."""
     levels: list[LevelStatus]
     in_flight: list[TickInFlight]
     cancel_scopes: list[CancelRequested]
@@ -107,15 +107,19 @@ class Snapshot:
 def snapshot(settings: Settings, store: EventStore, prices: PriceBook) -> Snapshot:
     """The status of the service, from read models the caller has brought up to date.
 
-    Checkpoints are read before the store's position and the lags, so a fold in between
-    can only overstate a lag.
+    Checkpoints are read before the store's position, so a fold in between can only
+    overstate the lag, never make it negative. A projection behind has its lag counted.
     """
     checkpoints = projector_for(store, prices).checkpoints()
+    position = store.last_position()
     return Snapshot(
         taken_at=datetime.now(UTC),
-        store_position=store.last_position(),
+        store_position=position,
         checkpoints=checkpoints,
-        projection_lag={name: store.count_after(at) for name, at in checkpoints.items()},
+        projection_lag={
+            name: store.window(at, position).events if at < position else 0
+            for name, at in checkpoints.items()
+        },
         levels=level_statuses(settings, store, prices),
         in_flight=ticks_in_flight(store),
         cancel_scopes=cancel_scopes(store),

@@ -26,10 +26,11 @@ from harness.store.records import (
     SchemaError,
     StoreError,
     StoreUnavailableError,
+    Window,
 )
 from harness.store.schema import HEAD_REVISION
 from harness.store.spool import Spool, append_or_spool
-from harness.store.sql import SqlEventStore, upsert
+from harness.store.sql import SqlEventStore, add_sums, upsert
 
 __all__ = [
     "ANY",
@@ -50,6 +51,8 @@ __all__ = [
     "StoreUnavailableError",
     "StoredEvent",
     "Tracking",
+    "Window",
+    "add_sums",
     "append_or_spool",
     "current_revision",
     "migrate_store",

@@ -4,7 +4,8 @@ One SQLAlchemy implementation serves SQLite and PostgreSQL (`harness.store.sql`)
 conformance suite in `tests/test_store_contract.py` runs against both. Projections keep
 their position through the contract too, as eventsourcing's TrackingRecorder does: a
 checkpoint locked in a write transaction, the window of events to fold, and the new
-checkpoint saved in that same transaction as the read model's writes.
+checkpoint saved in that same transaction as the read model's writes. Windows are
+counted in events: positions need not be dense.
 """
 
 from __future__ import annotations
@@ -19,7 +20,8 @@ from datetime import datetime
 import sqlalchemy as sa
 
 from harness.contracts.records import NewEvent, StoredEvent
-from harness.store.records import ANY, AppendResult, EventData, ExpectedVersion
+from harness.folds.sums import Folded, Kernel
+from harness.store.records import ANY, AppendResult, EventData, ExpectedVersion, Window
 
 SETTLE_POLL_SECONDS = 0.002
 """How often `wait_settled` asks again: an append in flight ends within milliseconds."""
@@ -117,14 +119,40 @@ class EventStore(ABC):
         """
 
     @abstractmethod
+    def window(self, after: int, upper: int, size: int | None = None) -> Window:
+        """The first `size` events in (after, upper], or all of them: how many, where it ends.
+
+        It ends at the `size`-th event's position, or at `upper` when fewer lie there, so
+        a fold that moves its checkpoint to the end never stops short of `upper` for lack
+        of events. One scan of the primary key, as long as the window. A window to fold
+        ends at or below a tracking horizon: an append in flight could land below any
+        higher position later.
+        """
+
+    @abstractmethod
     def read_window(
         self, tracking: Tracking, types: Iterable[str], upper: int
     ) -> Iterator[EventData]:
         """Events of `types` in the window (tracking.position, upper], in global order.
 
         Read in the tracking transaction and streamed in slices, so a fold of a large
-        window never holds all of it at once. A window of positions, not a LIMIT, keeps
-        each query's cost bounded whatever plan the database picks.
+        window never holds all of it at once. The projector sizes `upper` with `window`;
+        a range of positions, not a LIMIT, keeps the query's plan a scan of the key.
+        """
+
+    @abstractmethod
+    def fold_range(
+        self, after: int, upper: int, types: Iterable[str], kernel: Kernel, parts: int
+    ) -> Folded:
+        """Fold the events of `types` in (after, upper] with a sum kernel, in `parts` processes.
+
+        The range is counted and split into `parts` ranges of equal event count: this
+        process folds the first, a worker process of its own each other one (reading on a
+        connection of its own), and their sums are merged, which equals folding the range
+        whole since sums commute. The workers are started first, so they start up while
+        the range is counted. Nothing is written: the caller adds the sums to its read
+        model in a tracking transaction, checking that its checkpoint still stands at
+        `after`. `upper` must be at or below a tracking horizon.
         """
 
     @abstractmethod
@@ -153,14 +181,6 @@ class EventStore(ABC):
 
         Positions increase with every append but are not dense on PostgreSQL: a reader
         counts events by reading them, never by subtracting positions.
-        """
-
-    @abstractmethod
-    def count_after(self, position: int) -> int:
-        """How many events a reader that stands at `position` has yet to read.
-
-        Positions are not dense on PostgreSQL: a projection's lag in events is a count,
-        never a difference of positions. Costs a walk over that many index entries.
         """
 
     @abstractmethod

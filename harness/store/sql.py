@@ -20,18 +20,20 @@ import gc
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from datetime import UTC, datetime
-from itertools import chain, repeat
+from itertools import chain, pairwise
 from typing import Any
 from uuid import UUID
 
-import orjson
 import sqlalchemy as sa
 from sqlalchemy.dialects import sqlite
 from sqlalchemy.engine import Engine
 
 from harness.contracts.records import NewEvent, StoredEvent
+from harness.folds.parallel import Workers
+from harness.folds.ranges import Database, RangeQuery, event_slices, fetched, open_cursor
+from harness.folds.sums import Folded, Kernel
 from harness.store.base import EventStore, Tracking
-from harness.store.engine import BEGIN_MODE
+from harness.store.engine import BEGIN_MODE, SQLITE_BUSY_TIMEOUT_MS, sqlite_path
 from harness.store.records import (
     ANY,
     AppendResult,
@@ -39,6 +41,7 @@ from harness.store.records import (
     EventData,
     EventIdConflictError,
     ExpectedVersion,
+    Window,
 )
 from harness.store.schema import events, projection_checkpoints
 from harness.store.writer import (
@@ -90,23 +93,43 @@ def upsert(conn: sa.Connection, table: sa.Table) -> Any:
     return sqlite.insert(table)
 
 
-def _cursor(conn: sa.Connection, sql: str, parameters: Sequence[Any]) -> Any:
-    """A raw cursor that ran `sql` (written with `?` marks); the caller closes it.
+def add_sums(
+    conn: sa.Connection, table: sa.Table, keys: Sequence[str], rows: Sequence[Sequence[Any]]
+) -> None:
+    """Add rows to a read model of sums: a new key is inserted, a known one adds its sums.
 
-    PostgreSQL's is binary: times and UUIDs arrive without a round trip through text, and
-    JSON arrives as text (the driver's C loader), as SQLite's does, for the caller to
-    parse when and if it needs it: psycopg's own JSON loader is a Python call per value.
+    Each row holds the table's columns in their order, the key columns among them and every
+    other column a number to add. One statement on the raw cursor: on PostgreSQL the
+    rows travel as one array per column through `unnest`, on SQLite as an executemany.
+    For the ~3,600 rows of a million-event spend rebuild SQLAlchemy's executemany took
+    0.3 s on PostgreSQL and 0.18 s on SQLite (its multi-row VALUES, compiled, 2.5 s);
+    this takes 0.1 s and 0.02 s.
     """
-    if conn.dialect.name == "postgresql":
-        from psycopg.types.string import TextBinaryLoader  # a SQLite store never imports it
+    if not rows:
+        return
+    columns = [column.name for column in table.columns]
+    sets = ", ".join(f"{c} = {table.name}.{c} + excluded.{c}" for c in columns if c not in keys)
+    conflict = f"ON CONFLICT ({', '.join(keys)}) DO UPDATE SET {sets}"
+    into = f"INSERT INTO {table.name} ({', '.join(columns)})"
+    cursor = conn.connection.cursor()
+    try:
+        if conn.dialect.name == "postgresql":
+            arrays = ", ".join(
+                f"%s::{column.type.compile(dialect=conn.dialect)}[]" for column in table.columns
+            )
+            cursor.execute(
+                f"{into} SELECT * FROM unnest({arrays}) {conflict}",
+                [list(values) for values in zip(*rows, strict=True)],
+            )
+        else:
+            cursor.executemany(f"{into} VALUES ({_marks(columns)}) {conflict}", rows)
+    finally:
+        cursor.close()
 
-        cursor = conn.connection.cursor(binary=True)
-        cursor.adapters.register_loader("json", TextBinaryLoader)
-        cursor.execute(sql.replace("?", "%s"), parameters)
-    else:
-        cursor = conn.connection.cursor()
-        cursor.execute(sql, parameters)
-    return cursor
+
+def _cursor(conn: sa.Connection, sql: str, parameters: Sequence[Any]) -> Any:
+    """A raw cursor of the connection that ran `sql` (written with `?` marks); see `open_cursor`."""
+    return open_cursor(conn.connection, conn.dialect.name, sql, parameters)
 
 
 @contextmanager
@@ -180,6 +203,19 @@ def _last_settled(conn: sa.Connection) -> int:
 def _marks(values: Sequence[Any]) -> str:
     """One `?` per value, for an IN list."""
     return ", ".join("?" * len(values))
+
+
+def _range_sql(kinds: Sequence[str]) -> str:
+    """The events of `kinds` in a range of positions (two `?`, then one per kind), in order.
+
+    One kind (a spend fold's) is not read back row by row: see `event_slices`.
+    """
+    type_column = "" if len(kinds) == 1 else "type, "
+    return (
+        f"SELECT global_position, {type_column}data FROM events "
+        f"WHERE global_position > ? AND global_position <= ? AND type IN ({_marks(kinds)}) "
+        "ORDER BY global_position"
+    )
 
 
 class SqlEventStore(EventStore):
@@ -370,15 +406,43 @@ class SqlEventStore(EventStore):
             position = int(conn.execute(query).scalar_one())
             yield Tracking(conn, name, position, _last_settled(conn))
 
+    def window(self, after: int, upper: int, size: int | None = None) -> Window:
+        """Counted on the primary key: a LIMIT of `size` keys, or a COUNT of them all.
+
+        SQLite's key is the table itself, so a COUNT of a range reads every row's page
+        (0.2 s a million events); from position 0 (a rebuild) it counts the whole table
+        from its pages' headers instead (0.02 s) and takes away what lies above `upper`.
+        """
+        where = "WHERE global_position > ? AND global_position <= ?"
+        with self._one_statement() as conn:
+            if size is None and after == 0 and conn.dialect.name == "sqlite":
+                cursor = _cursor(
+                    conn,
+                    "SELECT (SELECT COUNT(*) FROM events) - "
+                    "(SELECT COUNT(*) FROM events WHERE global_position > ?), NULL",
+                    (upper,),
+                )
+            elif size is None:
+                cursor = _cursor(conn, f"SELECT COUNT(*), NULL FROM events {where}", (after, upper))
+            else:
+                cursor = _cursor(
+                    conn,
+                    "SELECT COUNT(*), MAX(global_position) FROM (SELECT global_position "
+                    f"FROM events {where} ORDER BY global_position LIMIT ?) AS w",
+                    (after, upper, size),
+                )
+            try:
+                events, last = cursor.fetchone()
+            finally:
+                cursor.close()
+        return Window(after, last if size is not None and events == size else upper, events)
+
     def read_window(
         self, tracking: Tracking, types: Iterable[str], upper: int
     ) -> Iterator[EventData]:
-        """Streamed from the raw cursor, `fetchmany` slices at a time.
+        """Streamed from the raw cursor, `fetchmany` slices at a time (see `event_slices`).
 
         `upper` is at most the tracking's horizon: above it an event may still commit.
-
-        Each slice is decoded by C iterators (zip, map) chained together: a Python loop
-        over the rows would cost a rebuild of a million events about a third of a second.
         """
         if upper > tracking.horizon:
             raise ValueError(f"window end {upper} is past the horizon {tracking.horizon}")
@@ -387,28 +451,52 @@ class SqlEventStore(EventStore):
     def _window_slices(
         self, tracking: Tracking, kinds: list[str], upper: int
     ) -> Iterator[Iterable[EventData]]:
-        """The window's `fetchmany` slices, each an iterator that decodes on demand."""
+        """The window's slices, each decoding on demand; the query runs at the first."""
         if not kinds:
             return
-        # One kind (the spend projection's case) is not read back row by row: a type
-        # string built per row costs a million-event rebuild a tenth of a second.
-        single = len(kinds) == 1
-        sql = (
-            f"SELECT global_position, {'' if single else 'type, '}data FROM events "
-            f"WHERE global_position > ? AND global_position <= ? AND type IN ({_marks(kinds)}) "
-            "ORDER BY global_position"
-        )
-        cursor = _cursor(tracking.conn, sql, (tracking.position, upper, *kinds))
+        cursor = _cursor(tracking.conn, _range_sql(kinds), (tracking.position, upper, *kinds))
         try:
-            while rows := cursor.fetchmany(5000):
-                if single:
-                    positions, texts = zip(*rows, strict=True)
-                    yield zip(positions, repeat(kinds[0]), map(orjson.loads, texts), strict=False)
-                else:
-                    positions, types_, texts = zip(*rows, strict=True)
-                    yield zip(positions, types_, map(orjson.loads, texts), strict=True)
+            yield from event_slices(fetched(cursor), kinds)
         finally:
             cursor.close()
+
+    def fold_range(
+        self, after: int, upper: int, types: Iterable[str], kernel: Kernel, parts: int
+    ) -> Folded:
+        """Split by `window`: each end found by a LIMIT from the one before."""
+        kinds = tuple(sorted(types))
+        if not kinds:
+            return Folded({}, 0, self.window(after, upper).events)
+        with translate_errors(), Workers(parts - 1, self.engine.dialect.name) as workers:
+            whole = self.window(after, upper)
+            size = -(-whole.events // parts)
+            ends = [after]
+            for _ in range(parts - 1):
+                ends.append(self.window(ends[-1], upper, size).end)
+            ends.append(upper)
+            # Sums commute: the parts read their events' data alone, in whatever order.
+            database = self._database()
+            sql = (
+                "SELECT data FROM events WHERE global_position > ? AND global_position <= ? "
+                f"AND type IN ({_marks(kinds)})"
+            )
+            queries = [RangeQuery(database, sql, (a, b, *kinds)) for a, b in pairwise(ends)]
+            sums, folded = workers.fold(kernel, queries)
+        return Folded(sums, folded, whole.events)
+
+    def _database(self) -> Database:
+        """How another process connects to this store; a PostgreSQL password travels apart."""
+        url = self.engine.url
+        if url.get_backend_name() == "postgresql":
+            _, arguments = self.engine.dialect.create_connect_args(url)
+            # SQLAlchemy's adapters (its JSON serializer) stay here: a fold only reads.
+            arguments.pop("context", None)
+            password = arguments.pop("password", None)
+            return Database("postgresql", arguments, None if password is None else str(password))
+        path = sqlite_path(url)
+        if path is None:
+            raise ValueError("an in-memory SQLite store cannot be read from another connection")
+        return Database("sqlite", {"database": str(path), "timeout": SQLITE_BUSY_TIMEOUT_MS / 1000})
 
     def save_checkpoint(self, tracking: Tracking, position: int) -> None:
         """An UPDATE in the tracking transaction, so it commits with the read model's writes."""
@@ -437,16 +525,6 @@ class SqlEventStore(EventStore):
         """MAX of the primary key below the writers' horizon: one index lookup."""
         with self._one_statement() as conn:
             return _last_settled(conn)
-
-    def count_after(self, position: int) -> int:
-        """An index-only range scan of the primary key, below the writers' horizon."""
-        with self._one_statement() as conn:
-            query = (
-                sa.select(sa.func.count())
-                .select_from(events)
-                .where(events.c.global_position > position, sa.text(_settled(conn)))
-            )
-            return int(conn.execute(query).scalar_one())
 
     def lookback(self, count: int) -> int:
         """SQLite's positions are dense: arithmetic. PostgreSQL's are not: an index walk.

@@ -1,0 +1,52 @@
+"""The spend read model's fold kernel: calls and tokens per level, model, day and prompt size.
+
+It lives here rather than beside the read model (`harness.projections.spend`, which writes
+the sums) so that a worker process folds spend without importing the projections, the
+store or the price tables. A call's price tier depends on its prompt size and on the
+model's thresholds that day, which only the price book knows; the kernel sums calls per
+bucket between `bounds` (every threshold any model has) instead, and since a tier is the
+same for every prompt size within a bucket, the writer maps buckets onto tiers exactly.
+"""
+
+from __future__ import annotations
+
+from bisect import bisect_left
+from collections.abc import Iterable
+from operator import itemgetter
+
+from harness.folds.ranges import Data
+from harness.folds.sums import Sums
+
+_FIELDS = itemgetter(
+    "occurred_at",
+    "model",
+    "prompt_tokens",
+    "level",
+    "completion_tokens",
+    "cache_read_tokens",
+    "cache_write_tokens",
+    "estimated",
+)
+"""A BudgetSpent's fields the fold reads, taken from its dict in one C call per event."""
+
+
+def spend_sums(batch: Iterable[Data], bounds: tuple[int, ...]) -> Sums:
+    """Sums per (level, model, UTC day, bucket) of BudgetSpent: tokens, calls, estimated calls.
+
+    The six sums are prompt, completion, cache read and cache write tokens, calls and
+    estimated calls. A call's bucket is how many bounds lie below its prompt size
+    (`bisect_left`, one C call), so calls in one bucket passed the same thresholds.
+    """
+    sums: Sums = {}
+    for at, model, prompt, level, completion, read, write, estimated in map(_FIELDS, batch):
+        key = (level, model, at[:10], bisect_left(bounds, prompt))
+        row = sums.get(key)
+        if row is None:
+            row = sums[key] = [0, 0, 0, 0, 0, 0]
+        row[0] += prompt
+        row[1] += completion
+        row[2] += read or 0
+        row[3] += write or 0
+        row[4] += 1
+        row[5] += estimated
+    return sums

@@ -165,6 +165,42 @@ def test_an_unrelated_open_transaction_hides_no_fresh_append(pg_store: SqlEventS
         other.rollback()
 
 
+HORIZON_FROM = sa.text("SELECT tickwork_events_horizon(CAST(:seen AS pg_snapshot))")
+NO_CAP = 2**63 - 1
+
+
+def test_the_horizon_looks_again_at_a_transaction_ended_since_the_readers_snapshot(
+    pg_store: SqlEventStore, pg_session_url: str
+) -> None:
+    """An ended transaction holds readers back only if it wrote events here.
+
+    Its session cannot tell any more what it was. Each snapshot is taken after a later
+    append committed, so the transaction is in its in-progress list (a snapshot lists only
+    ids below the newest one completed).
+    """
+    with pg_store.engine.connect() as other, pg_store.engine.connect() as reader:
+        other.exec_driver_sql("CREATE TEMPORARY TABLE scratch (n int)")
+        other.commit()
+        other.exec_driver_sql("INSERT INTO scratch VALUES (1)")
+        xid = other.exec_driver_sql("SELECT pg_current_xact_id()::text").scalar_one()
+        pg_store.append("after", [NewEvent(uuid4(), "Load", 1, {})])
+        seen = reader.exec_driver_sql("SELECT pg_current_snapshot()::text").scalar_one()
+        reader.commit()
+        assert xid in seen.split(":")[2].split(","), "the snapshot shows it in progress"
+        other.commit()  # ended, and wrote no event
+        assert reader.execute(HORIZON_FROM, {"seen": seen}).scalar_one() == NO_CAP
+
+    late_writer = open_store(pg_session_url)
+    with pg_store.engine.connect() as reader:
+        with late_append(late_writer, {"n": "late"}) as landed:
+            pg_store.append("after", [NewEvent(uuid4(), "Load", 1, {})])
+            seen = reader.exec_driver_sql("SELECT pg_current_snapshot()::text").scalar_one()
+            reader.commit()
+        (late,) = landed[0].positions  # committed after `seen`, which does not show it
+        assert reader.execute(HORIZON_FROM, {"seen": seen}).scalar_one() == late >> 20 << 20
+    late_writer.close()
+
+
 def test_appends_racing_on_one_stream_with_any_all_land_in_order(store_url: str) -> None:
     """Without a lock two appends may read the same version: the loser goes again."""
     stores = [open_store(store_url) for _ in range(WRITERS)]

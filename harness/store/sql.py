@@ -6,7 +6,7 @@ become visible in order. PostgreSQL's are not: positions follow transaction ids,
 but not dense, and may commit out of order, so every read that hands out a position a
 reader could resume from (`read_all`, `read_last`, `last_position`, `first_position_since`,
 a tracking transaction's horizon) passes only positions below the oldest transaction still
-writing, `tickwork_events_horizon()` (migration 0005), computed in the same statement as
+writing, `tickwork_events_horizon(seen)` (migration 0005), computed in the same statement as
 the rows, from the same snapshot.
 
 Reads of whole records go through the raw DBAPI cursor: SQLAlchemy's per-row processing
@@ -190,7 +190,7 @@ def _settled(conn: sa.Connection) -> str:
     SQLite, whose appends are serialized, no condition at all.
     """
     if conn.dialect.name == "postgresql":
-        return "global_position < (SELECT tickwork_events_horizon())"
+        return "global_position < (SELECT tickwork_events_horizon(pg_current_snapshot()))"
     return "TRUE"
 
 

@@ -11,7 +11,7 @@ commits late. SQLite has one writer at a time (`BEGIN IMMEDIATE`) and AUTOINCREM
 positions: they become visible in order. PostgreSQL appends take no lock: an event's
 position is `(transaction id << 20) + k`, k its 1-based ordinal in the transaction, so
 position order is transaction order, and readers pass only positions below the oldest
-transaction still writing (`tickwork_events_horizon()`, migration 0005). To tell writers
+transaction still writing (`tickwork_events_horizon(seen)`, migration 0005). To tell writers
 from every other transaction, the writer's connection carries its own `application_name`
 (`WRITER_NAME`) and does nothing but append.
 

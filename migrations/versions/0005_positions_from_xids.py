@@ -15,19 +15,26 @@ counter: a store moved with `pg_dump` into a new cluster (whose counter starts a
 would hand out positions below the stored ones; `pg_upgrade` and physical replicas keep
 the counter.
 
-`tickwork_events_horizon()` is STABLE, so it reads the snapshot of the statement calling
-it and agrees with the rows that statement sees: positions below it are settled (every
-transaction that could still write one has ended). It is PL/pgSQL, whose plan a session
-keeps (a SQL function is planned again on every call: measured on a loaded 2-core
-machine, 0.3 ms added to a prepared one-row read against under 0.2 ms), and it reads no
-backend state when nothing is in progress. It is the lowest transaction id in
-the snapshot's in-progress list, shifted like a position, that may belong to a writer:
-ids held by sessions of this database whose application_name is not the writer's
-(`tickwork-writer`), or by sessions of other databases, are known not to write events and
-are passed over; an id whose session cannot be told (gone since, hidden, prepared) counts
-as a writer, which only delays readers. With no writer in progress there is no cap. The
-plain snapshot xmin would not do: any transaction holding an id (a projection's fold,
-procrastinate, another database of the cluster) would hide events already committed.
+`tickwork_events_horizon(seen)` takes the snapshot of the statement calling it
+(`pg_current_snapshot()` evaluated there), so it agrees with the rows that statement
+sees: positions below it are settled (every transaction that could still write one has
+ended). It is the lowest transaction id in that snapshot's in-progress list, shifted like
+a position, that may belong to a writer. An id is passed over when it is known not to:
+- its session is still running it and is of another database, or its application_name
+  is not the writer's (`tickwork-writer`);
+- or it has ended by the time the function looks again (a fresh snapshot: the function
+  is VOLATILE, so its statement takes one) and that snapshot shows no event in its range
+  of positions: it wrote none here, or it aborted.
+Any other id (its session hidden from this role, or a prepared transaction) counts as a
+writer, which only delays readers. The second rule matters under load: a session of
+another database that ends between the caller's snapshot and the look at the sessions
+would otherwise hide events already committed, so an append could be missing from the
+read that follows it. With no transaction in progress there is no cap and no backend
+state is read. The plain snapshot xmin would not do: any transaction holding an id (a
+projection's fold, procrastinate, another database of the cluster) would hide events
+already committed. It is PL/pgSQL, whose plan a session keeps (a SQL function is planned
+again on every call: measured on a loaded 2-core machine, 0.3 ms added to a prepared
+one-row read against under 0.2 ms).
 
 SQLite keeps its dense AUTOINCREMENT positions and its single writer: nothing changes.
 
@@ -46,23 +53,29 @@ branch_labels = None
 depends_on = None
 
 HORIZON = """
-CREATE OR REPLACE FUNCTION tickwork_events_horizon() RETURNS bigint
-LANGUAGE plpgsql STABLE AS $$
-DECLARE
-    snapshot pg_snapshot := pg_current_snapshot();
+CREATE OR REPLACE FUNCTION tickwork_events_horizon(seen pg_snapshot) RETURNS bigint
+LANGUAGE plpgsql VOLATILE AS $$
 BEGIN
-    IF pg_snapshot_xmin(snapshot) = pg_snapshot_xmax(snapshot) THEN
+    IF pg_snapshot_xmin(seen) = pg_snapshot_xmax(seen) THEN
         RETURN 9223372036854775807;  -- nothing in progress
     END IF;
     RETURN (
         SELECT COALESCE(min(x::text::bigint) << 20, 9223372036854775807)
-        FROM pg_snapshot_xip(snapshot) AS x
+        FROM pg_snapshot_xip(seen) AS x
         WHERE NOT EXISTS (
             SELECT FROM pg_stat_get_activity(NULL) AS a
             WHERE a.backend_xid = x::xid
                 AND (a.application_name IS DISTINCT FROM 'tickwork-writer'
                     OR a.datid IS DISTINCT FROM (
                         SELECT oid FROM pg_database WHERE datname = current_database()))
+        )
+        AND NOT (
+            pg_visible_in_snapshot(x, pg_current_snapshot())
+            AND NOT EXISTS (
+                SELECT FROM events
+                WHERE global_position >= x::text::bigint << 20
+                    AND global_position < (x::text::bigint + 1) << 20
+            )
         )
     );
 END
@@ -94,7 +107,7 @@ def upgrade() -> None:
 def downgrade() -> None:
     if op.get_bind().dialect.name != "postgresql":
         return
-    op.execute("DROP FUNCTION tickwork_events_horizon()")
+    op.execute("DROP FUNCTION tickwork_events_horizon(pg_snapshot)")
     op.execute("CREATE SEQUENCE events_global_position_seq OWNED BY events.global_position")
     op.execute(
         "SELECT setval('events_global_position_seq', "

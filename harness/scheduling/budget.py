@@ -18,6 +18,7 @@ claims that together pass the budget the later one gives way (its slot is skippe
 
 from __future__ import annotations
 
+import logging
 import threading
 from collections.abc import Iterable
 from dataclasses import dataclass
@@ -30,6 +31,8 @@ from harness.projections import Projector, spend_report
 from harness.projections.ticks import TickInFlight, ticks_in_flight
 from harness.store import EventStore, StoredEvent
 
+log = logging.getLogger(__name__)
+
 
 def settled_claim(store: EventStore, projector: Projector, tick_id: str) -> StoredEvent | None:
     """The tick's claim (its `TickScheduled`) once every claim before it is folded.
@@ -37,12 +40,23 @@ def settled_claim(store: EventStore, projector: Projector, tick_id: str) -> Stor
     Claims are ordered by global position, and on PostgreSQL a claim with a lower position
     can commit after a higher one: this waits until none can still commit below this one,
     then brings the ticks read model up to it. None when the tick holds no claim.
+
+    A transaction the horizon cannot tell from a writer (another role's hidden session, a
+    prepared transaction) can keep it from settling; after `wait_settled`'s timeout the
+    decision is taken on what is readable, and the operator's log says so, rather than
+    holding the tick back for as long as that transaction stays open.
     """
     ours = tick_stream(tick_id)
     found = store.read_streams([ours], types=["TickScheduled"])[ours]
     if not found:
         return None
-    store.wait_settled(found[0].global_position)
+    if not store.wait_settled(found[0].global_position):
+        log.warning(
+            "tick %s: claims before position %d did not settle in time (a transaction "
+            "still open looks like a writer); deciding on the claims readable now",
+            tick_id,
+            found[0].global_position,
+        )
     projector.catch_up(["ticks"])
     return found[0]
 

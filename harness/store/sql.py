@@ -16,7 +16,6 @@ drivers do.
 
 from __future__ import annotations
 
-import gc
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from datetime import UTC, datetime
@@ -132,31 +131,11 @@ def _cursor(conn: sa.Connection, sql: str, parameters: Sequence[Any]) -> Any:
     return open_cursor(conn.connection, conn.dialect.name, sql, parameters)
 
 
-@contextmanager
-def _no_cycle_collection() -> Iterator[None]:
-    """Pause the cycle collector while a page of records is built, if it runs.
-
-    A page of 1,000 events makes 2,000 dicts and their contents, none in a cycle, yet
-    enough allocations to trigger collections that scan the whole heap: a third of a
-    PostgreSQL page's time went there. Left as it was found, so a process that disabled
-    the collector on purpose keeps it disabled.
-    """
-    if not gc.isenabled():
-        yield
-        return
-    gc.disable()
-    try:
-        yield
-    finally:
-        gc.enable()
-
-
 def _records(conn: sa.Connection, where: str, parameters: Sequence[Any]) -> list[StoredEvent]:
     """Whole records of the events `where` selects, in its ORDER BY; JSON parsed on access."""
     cursor = _cursor(conn, f"SELECT {_COLUMNS} FROM events {where}", parameters)
     try:
-        with _no_cycle_collection():
-            return _decoded(conn, cursor.fetchall())
+        return _decoded(conn, cursor.fetchall())
     finally:
         cursor.close()
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import signal
 import subprocess
 from pathlib import Path
 
@@ -37,6 +38,11 @@ def test_show_follow_prints_a_running_ticks_turns_until_it_is_cancelled(
     follow.wait_for('args {"team":"db"}')
     assert follow.process.poll() is None, "the tick still runs: --follow waits for it"
     assert ticking.poll() is None
+    stopped = Output(start(f"show {tick_id} --follow", config, fake, stdout=subprocess.PIPE))
+    stopped.wait_for('args {"team":"db"}')
+    stopped.process.send_signal(signal.SIGINT)
+    assert stopped.process.wait(60) == 0, "Ctrl-C ends --follow with the story so far"
+    assert "status  running" in stopped.text()
 
     cancelled = run_cli(f"cancel {tick_id} --json", config, fake)
     assert cancelled.returncode == 0, cancelled.stderr

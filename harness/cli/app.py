@@ -13,7 +13,9 @@ stack, the agent SDK or a driver it does not use (`tests/test_cli_imports.py` ho
 from __future__ import annotations
 
 import os
+import signal
 import sys
+import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
 from datetime import datetime
@@ -171,6 +173,23 @@ def store_for(config: Settings) -> SqlEventStore:
         )
     except StoreError as exc:
         raise fail(str(exc)) from exc
+
+
+@contextmanager
+def ctrl_c() -> Iterator[threading.Event]:
+    """Ctrl-C (SIGINT) sets the event instead of raising KeyboardInterrupt in the main thread.
+
+    For a command that polls until interrupted: raised wherever the main thread happens to
+    be, the exception can land inside a driver call or between a pool lock's acquire and
+    its release, and closing the store afterwards may then wait on that lock for ever. The
+    loop checks the event between polls and waits on it instead of sleeping.
+    """
+    stop = threading.Event()
+    previous = signal.signal(signal.SIGINT, lambda *_: stop.set())
+    try:
+        yield stop
+    finally:
+        signal.signal(signal.SIGINT, previous)
 
 
 def parse_since(text: str) -> datetime:

@@ -3,12 +3,21 @@
 from __future__ import annotations
 
 import sys
-import time
+import threading
 from typing import TYPE_CHECKING, Annotated
 
 import typer
 
-from harness.cli.app import JsonOption, app, fail, out, print_json, settings, store_for
+from harness.cli.app import (
+    JsonOption,
+    app,
+    ctrl_c,
+    fail,
+    out,
+    print_json,
+    settings,
+    store_for,
+)
 
 if TYPE_CHECKING:
     from harness.config import Settings
@@ -93,7 +102,8 @@ def show(
         if story is None:
             raise fail(f"no tick {tick_id!r} in the store (ids: tickwork events)", code=2)
         if follow:
-            story = follow_tick(store, tick_id, as_json)
+            with ctrl_c() as stop:
+                story = follow_tick(store, tick_id, as_json, stop)
     finally:
         store.close()
     if as_json:
@@ -133,8 +143,10 @@ def unique_tick(store: EventStore, config: Settings, prefix: str) -> str:
     return found[0] if found else prefix
 
 
-def follow_tick(store: EventStore, tick_id: str, as_json: bool = False) -> TickStory:
-    """Print the tick's steps as they are recorded until its terminal event; then its story.
+def follow_tick(store: EventStore, tick_id: str, as_json: bool, stop: threading.Event) -> TickStory:
+    """Print the tick's steps as they are recorded until its terminal event or `stop`.
+
+    Returns the story so far: a whole one, or a running tick's when stopped (Ctrl-C).
 
     A call's spend and its `ModelCalled` are appended in one commit, so a step that the
     model call will fold away is never printed first.
@@ -155,7 +167,6 @@ def follow_tick(store: EventStore, tick_id: str, as_json: bool = False) -> TickS
             else:
                 print_step(step)
             shown = step.position
-        if story.ended:
+        if story.ended or stop.wait(FOLLOW_POLL_SECONDS):
             return story
-        time.sleep(FOLLOW_POLL_SECONDS)
         events += store.read_stream(stream, after=events[-1].stream_position)

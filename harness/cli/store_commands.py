@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import sys
+import threading
 import time
 from dataclasses import asdict
 from datetime import date, datetime
@@ -16,6 +17,7 @@ from rich.table import Table
 from harness.cli.app import (
     JsonOption,
     app,
+    ctrl_c,
     err,
     fail,
     out,
@@ -233,39 +235,51 @@ def events(
         err.print(f"warning: {unknown}: following it in case a newer writer appends one")
     store = store_for(settings())
     try:
-        if stream is not None:
-            cursor = 0
-        elif start is not None:
-            cursor = store.first_position_since(start) - 1
-        else:
-            cursor = store.lookback(limit)
-        printed = 0
-        while True:
-            if stream is not None:
-                batch = store.read_stream(stream, after=cursor, limit=1000)
-                cursor = batch[-1].stream_position if batch else cursor
-            else:
-                batch = store.read_all(cursor, 1000, types)
-                cursor = batch[-1].global_position if batch else cursor
-            shown = [
-                event
-                for event in batch
-                if (types is None or event.type in types)
-                and (start is None or event.recorded_at >= start)
-            ]
-            if not follow:
-                shown = shown[: limit - printed]
-            if shown:
-                _print_events(shown, as_json)
-                printed += len(shown)
-            if not follow and (printed >= limit or not batch):
-                return
-            if not batch:
-                time.sleep(0.5)
-    except KeyboardInterrupt:
-        pass
+        with ctrl_c() as stop:
+            _list_events(store, stream, types, start, limit, as_json, stop if follow else None)
     finally:
         store.close()
+
+
+def _list_events(
+    store: SqlEventStore,
+    stream: str | None,
+    types: set[str] | None,
+    start: datetime | None,
+    limit: int,
+    as_json: bool,
+    follow: threading.Event | None,
+) -> None:
+    """Print the events asked for; while following, poll until `follow` is set (Ctrl-C)."""
+    if stream is not None:
+        cursor = 0
+    elif start is not None:
+        cursor = store.first_position_since(start) - 1
+    else:
+        cursor = store.lookback(limit)
+    printed = 0
+    while follow is None or not follow.is_set():
+        if stream is not None:
+            batch = store.read_stream(stream, after=cursor, limit=1000)
+            cursor = batch[-1].stream_position if batch else cursor
+        else:
+            batch = store.read_all(cursor, 1000, types)
+            cursor = batch[-1].global_position if batch else cursor
+        shown = [
+            event
+            for event in batch
+            if (types is None or event.type in types)
+            and (start is None or event.recorded_at >= start)
+        ]
+        if follow is None:
+            shown = shown[: limit - printed]
+        if shown:
+            _print_events(shown, as_json)
+            printed += len(shown)
+        if follow is None and (printed >= limit or not batch):
+            return
+        if not batch and follow is not None:
+            follow.wait(0.5)
 
 
 @app.command()

@@ -16,7 +16,13 @@ class BackgroundServer:
         self, app: Any, host: str = "127.0.0.1", port: int = 0, name: str = "server"
     ) -> None:
         config = uvicorn.Config(
-            app, host=host, port=port, log_level="warning", access_log=False, lifespan="on"
+            app,
+            host=host,
+            port=port,
+            log_level="warning",
+            access_log=False,
+            lifespan="on",
+            timeout_graceful_shutdown=0,
         )
         self._server = uvicorn.Server(config)
         self._thread = threading.Thread(target=self._server.run, name=name, daemon=True)
@@ -37,6 +43,11 @@ class BackgroundServer:
         return self.origin
 
     def stop(self) -> None:
-        """Ask the server to exit and wait for its thread."""
+        """Ask the server to exit and wait for its thread.
+
+        Requests still in flight are cancelled, not waited for (`timeout_graceful_shutdown`
+        0): a fake upstream's scripted delay may run for minutes, and uvicorn would wait for
+        it, so the join gave up after 5 s instead, with the thread still serving.
+        """
         self._server.should_exit = True
         self._thread.join(5)

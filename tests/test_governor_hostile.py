@@ -72,7 +72,7 @@ def test_a_client_that_goes_away_mid_request_leaves_no_traceback(
 
 
 def test_an_upstream_stalling_mid_answer_ends_it_with_an_error(fake: FakeUpstream) -> None:
-    fake.script("stall", [Step(text="x" * 64, chunk_delay=5.0)])
+    fake.script("stall", [Step(text="x" * 64, chunk_delay=60.0)])
     idle = config(origin_of(fake), upstream_idle_seconds=0.5)
     body = {"model": "m", "messages": messages(10), "stream": True}
     with governor_proxy(idle) as (origin, governor):
@@ -85,7 +85,7 @@ def test_an_upstream_stalling_mid_answer_ends_it_with_an_error(fake: FakeUpstrea
         )
         took = time.monotonic() - started
     assert b"upstream_error" in answer.content and b"silent for 0.5 s" in answer.content
-    assert took < 5.0, "the client is let go long before the upstream's next chunk"
+    assert took < 30.0, "the client is let go long before the upstream's next chunk"
     assert governor.counters["upstream_cut"] == 1
 
 

@@ -223,7 +223,7 @@ def test_status_answers_as_the_earlier_governor_did(fake: FakeUpstream) -> None:
 
 
 def test_a_client_leaving_a_stream_ends_its_relay_at_once(fake: FakeUpstream) -> None:
-    fake.script("leaves", [Step(text="x" * 640, chunk_delay=0.5)])  # 20 s of chunks
+    fake.script("leaves", [Step(text="x" * 640, chunk_delay=2.0)])  # 80 s of chunks
     body = {"model": "m", "messages": messages(10), "stream": True}
     with governor_proxy(config(origin_of(fake))) as (origin, governor):
         started = time.monotonic()
@@ -232,7 +232,7 @@ def test_a_client_leaving_a_stream_ends_its_relay_at_once(fake: FakeUpstream) ->
         with httpx.stream("POST", url, json=body, headers=headers) as answer:
             assert next(answer.iter_raw())
         wait_until(lambda: governor.counters["client_gone"] == 1, "the relay ending")
-        assert time.monotonic() - started < 10, "the relay ran on after the client left"
+        assert time.monotonic() - started < 30, "the relay ran on after the client left"
         again = client(origin).chat.completions.create(model="m", messages=messages(10))
         assert again.choices[0].message.content
 
@@ -333,8 +333,10 @@ def test_events_land_in_the_store_without_secrets(
 
 
 def test_many_concurrent_streams_are_served_at_once(fake: FakeUpstream) -> None:
-    streams, text = 40, "x" * 64  # four chunks, 0.25 s apart: a second per stream
-    fake.script("concurrent", [Step(text=text, chunk_delay=0.25) for _ in range(streams)])
+    """No answer starts before all 40 requests reached the upstream through the proxy."""
+    streams, text = 40, "x" * 64  # four chunks each, interleaved across the streams
+    step = Step(text=text, chunk_delay=0.05, together=streams)
+    fake.script("concurrent", [step] * streams)
     body = {"model": "m", "messages": messages(100), "stream": True}
 
     async def one(http: httpx.AsyncClient, origin: str) -> str:
@@ -352,8 +354,6 @@ def test_many_concurrent_streams_are_served_at_once(fake: FakeUpstream) -> None:
             return await asyncio.gather(*(one(http, origin) for _ in range(streams)))
 
     with governor_proxy(config(origin_of(fake))) as (origin, _):
-        began = time.monotonic()
         answers = asyncio.run(all_at_once(origin))
-        elapsed = time.monotonic() - began
     assert answers == [text] * streams
-    assert elapsed < 5, f"{streams} one-second streams took {elapsed:.1f} s"
+    assert fake.state.arrived["concurrent"] == streams

@@ -73,6 +73,9 @@ class Step(BaseModel):
     usage: dict[str, Any] | None = None
     """Report this usage instead of the counted one (a string, a negative number …)."""
     headers: dict[str, str] = Field(default_factory=dict)
+    together: int = 0
+    """Answer only once this many requests of the same key have arrived: a barrier that
+    shows requests were in flight at once without timing them."""
     """Extra headers of the answer (`x-ratelimit-remaining-requests`, `retry-after` …)."""
 
 
@@ -166,6 +169,8 @@ class FakeState:
         self.previous_prompt: dict[str, str] = {}
         self.received: deque[dict[str, Any]] = deque(maxlen=100)
         """The latest chat request bodies, as they arrived."""
+        self.arrived: dict[str, int] = defaultdict(int)
+        """Requests per key that reached a `together` barrier."""
 
     def prompt_tokens(self, key: str, body: dict[str, Any]) -> tuple[int, int]:
         """(tokens billed, tokens reused from the KV cache) for a request."""
@@ -182,6 +187,13 @@ class FakeState:
         shared = _shared_prefix(previous, prompt)
         cached = count_word_tokens(prompt[:shared]) if shared else 0
         return max(1, total - cached), cached
+
+    async def gather(self, key: str, count: int) -> None:
+        """Wait until `count` requests of `key` have reached this barrier (`Step.together`)."""
+        with self.lock:
+            self.arrived[key] += 1
+        while self.arrived[key] < count:
+            await asyncio.sleep(0.01)
 
     def script(self, key: str, steps: list[Step]) -> None:
         """Queue steps for the requests that carry `key`."""
@@ -239,6 +251,8 @@ def create_app(state: FakeState | None = None) -> FastAPI:
         fake.received.append(body)
         key = request.headers.get(TICK_HEADER, "default")
         step = fake.next_step(key)
+        if step.together:
+            await fake.gather(key, step.together)
         if step.delay:
             await asyncio.sleep(step.delay)
         if step.status:

@@ -22,7 +22,7 @@ class BackgroundServer:
             log_level="warning",
             access_log=False,
             lifespan="on",
-            timeout_graceful_shutdown=0,
+            timeout_graceful_shutdown=1,
         )
         self._server = uvicorn.Server(config)
         self._thread = threading.Thread(target=self._server.run, name=name, daemon=True)
@@ -45,9 +45,9 @@ class BackgroundServer:
     def stop(self) -> None:
         """Ask the server to exit and wait for its thread.
 
-        Requests still in flight are cancelled, not waited for (`timeout_graceful_shutdown`
-        0): a fake upstream's scripted delay may run for minutes, and uvicorn would wait for
-        it, so the join gave up after 5 s instead, with the thread still serving.
+        Requests still in flight after a second are cancelled (`timeout_graceful_shutdown`):
+        a fake upstream's scripted delay may run for minutes, and uvicorn would wait for it,
+        so the join gave up after 5 s instead, with the thread still serving.
         """
         self._server.should_exit = True
         self._thread.join(5)

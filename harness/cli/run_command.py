@@ -18,7 +18,6 @@ if TYPE_CHECKING:
     from harness.config import Settings
     from harness.execution.executors import Executor
     from harness.execution.prepare import Preparer
-    from harness.execution.runner import Runner
     from harness.scheduling.service import Service
     from harness.store import EventStore
 
@@ -32,7 +31,6 @@ def run_service() -> None:
     """
     from harness.digests.publish import DigestScheduler, Publisher
     from harness.execution.prepare import Preparer
-    from harness.execution.runner import Runner
     from harness.prices import PriceBook
     from harness.projections import projector_for
     from harness.scheduling.alerts import Alerter
@@ -44,7 +42,7 @@ def run_service() -> None:
     try:
         with upstream_for_ticks() as env:
             preparer = Preparer(config, store, env=env, router=router)
-            executor = executor_for(config, store, preparer, Runner(config, store, env=env))
+            executor = executor_for(config, store, preparer, env)
             companions: list[Companion] = []
             if config.digests:
                 # A projector of its own: the digest thread folds while the service fires.
@@ -64,16 +62,26 @@ def run_service() -> None:
 
 
 def executor_for(
-    config: Settings, store: EventStore, preparer: Preparer, runner: Runner
+    config: Settings, store: EventStore, preparer: Preparer, env: dict[str, str]
 ) -> Executor:
-    """The executor `[executor] kind` names: threads here, or procrastinate jobs."""
+    """The executor `[executor] kind` names: threads here, or procrastinate jobs.
+
+    With procrastinate, workers launch the ticks and this runner only records ends, so it
+    gets the cold launcher, which starts nothing until asked: the warm one would spawn a
+    fork server at once, seconds of CPU spent on imports for nothing, and a server still
+    warming up keeps the stopped service's output open until it is done.
+    """
+    from harness.execution.runner import Runner
+
     if config.executor.kind == "procrastinate":
         from harness.execution.executors.procrastinate import ProcrastinateExecutor
+        from harness.execution.launchers import ColdLauncher
 
+        runner = Runner(config, store, launcher=ColdLauncher(), env=env)
         return ProcrastinateExecutor(config, store, preparer, runner, report)
     from harness.execution.executors import LocalExecutor
 
-    return LocalExecutor(config, preparer, runner, report)
+    return LocalExecutor(config, preparer, Runner(config, store, env=env), report)
 
 
 def _stop(service: Service, executor: Executor, *_: object) -> None:

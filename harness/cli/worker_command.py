@@ -30,6 +30,9 @@ if TYPE_CHECKING:
 
 CONTROL_SECONDS = 1.0
 """How often a worker looks at the control stream for cancels and pauses."""
+ANNOUNCE_SECONDS = 0.1
+"""How often a starting worker looks whether procrastinate registered it yet: its host and
+concurrency reach `tickwork status` a moment after it starts, not a sweep interval later."""
 
 
 def conninfo(url: str) -> str:
@@ -134,9 +137,12 @@ async def _work(
                 executor.announce(taker.worker_id, concurrency, taking)
             executor.sweep_stalled()
 
+        sweep_seconds = max(stalled / 3, 0.5)
         helpers = [
-            _every(CONTROL_SECONDS, stopping, _follower(store, executor, config)),
-            _every(max(stalled / 3, 0.5), stopping, sweep),
+            _every(lambda: CONTROL_SECONDS, stopping, _follower(store, executor, config)),
+            _every(
+                lambda: sweep_seconds if executor.announced else ANNOUNCE_SECONDS, stopping, sweep
+            ),
         ]
         loop = asyncio.get_running_loop()
         for signum in (signal.SIGTERM, signal.SIGINT):
@@ -165,12 +171,14 @@ def _follower(store: EventStore, executor: WorkerExecutor, config: Settings) -> 
     return follow
 
 
-def _every(seconds: float, stopping: threading.Event, work: Callable[[], None]) -> threading.Thread:
-    """Run `work` every `seconds` in a thread until `stopping`; a store error waits a turn."""
+def _every(
+    seconds: Callable[[], float], stopping: threading.Event, work: Callable[[], None]
+) -> threading.Thread:
+    """Run `work` after each wait of `seconds()` until `stopping`; a store error waits a turn."""
     from harness.store import StoreError
 
     def loop() -> None:
-        while not stopping.wait(seconds):
+        while not stopping.wait(seconds()):
             try:
                 work()
             except StoreError as exc:

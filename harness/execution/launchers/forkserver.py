@@ -129,7 +129,10 @@ class Server:
                     self._reap(key.data)
 
     def _on_request(self) -> None:
-        data, fds, _, _ = socket.recv_fds(self.control, DEADLINE.size, 2)
+        try:
+            data, fds, _, _ = socket.recv_fds(self.control, DEADLINE.size, 2)
+        except ConnectionResetError:  # the launcher was killed: a hang-up like a close
+            data, fds = b"", []
         if not data:
             self.accepting = False
             self.selector.unregister(self.control)

@@ -12,7 +12,7 @@ import pytest
 
 from harness.contracts.events import BudgetSpent, TickStarted
 from harness.store import HEAD_REVISION, NewEvent, Spool, open_store
-from tests.commands import TICKWORK, environment, run
+from tests.commands import TICKWORK, environment, run, run_each
 from tests.waiting import wait_until
 
 
@@ -103,10 +103,11 @@ def test_events_follow_prints_new_events_until_interrupted(tmp_path: Path) -> No
 
 def test_projections_rebuild_and_spool_ingest(tmp_path: Path) -> None:
     seed(tmp_path)
-    rebuilt = run(tmp_path, "projections", "rebuild")
+    rebuilt, unknown = run_each(
+        tmp_path, [["projections", "rebuild"], ["projections", "rebuild", "nope"]]
+    )
     assert rebuilt.returncode == 0, rebuilt.stderr
     assert "spend: 3 events folded" in rebuilt.stdout and "ticks: 6 events folded" in rebuilt.stdout
-    unknown = run(tmp_path, "projections", "rebuild", "nope")
     assert unknown.returncode == 2 and "no projection named 'nope'" in unknown.stderr
 
     spool = Spool(tmp_path / ".tickwork" / "spool")
@@ -127,11 +128,12 @@ def test_migrate_reports_the_schema(tmp_path: Path) -> None:
 
 def test_tick_runs_one_tick_on_the_fake_upstream(tmp_path: Path) -> None:
     assert run(tmp_path, "init").returncode == 0
-    result = run(tmp_path, "tick", "min", "--prompt", "Say hello.")
+    result, unknown = run_each(
+        tmp_path, [["tick", "min", "--prompt", "Say hello."], ["tick", "weekly"]]
+    )
     assert result.returncode == 0, result.stderr
     assert "fake upstream" in result.stderr
     assert "status  completed" in result.stdout and "1 call(s)" in result.stdout
-    unknown = run(tmp_path, "tick", "weekly")
     assert unknown.returncode == 2 and "no level named 'weekly'" in unknown.stderr
 
 

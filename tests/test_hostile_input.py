@@ -33,7 +33,7 @@ from harness.scheduling.triggers import level_trigger, next_slot
 from harness.store import open_store
 from tests.api_support import serving, settings_for
 from tests.catalog_support import valid as valid_catalog
-from tests.commands import run
+from tests.commands import run, run_each
 from tests.tick_support import make_settings
 
 LEVEL = '[levels.min]\nmodel = "m"\n'
@@ -239,8 +239,8 @@ def test_a_catalog_price_must_be_finite(tmp_path: Path) -> None:
 
 def test_a_command_without_a_configuration_says_so_and_creates_nothing(tmp_path: Path) -> None:
     """Each command that works on levels, digests or a catalog, which only a file names."""
-    for command in (["status"], ["run"], ["digest"], ["tick", "min"], ["pause", "min"]):
-        result = run(tmp_path, *command)
+    commands = [["status"], ["run"], ["digest"], ["tick", "min"], ["pause", "min"]]
+    for command, result in zip(commands, run_each(tmp_path, commands), strict=True):
         assert result.returncode == 2, (command, result.stderr)
         assert "no configuration here" in result.stderr and "tickwork init" in result.stderr
     assert list(tmp_path.iterdir()) == []

@@ -68,7 +68,7 @@ timeout_seconds = 120
         watcher.close()
         return len(slots) >= SLOTS
 
-    wait_until(claimed, f"{SLOTS} slots claimed", timeout=SLOTS * 6, interval=1)
+    wait_until(claimed, f"{SLOTS} slots claimed", timeout=SLOTS * 6, interval=0.25)
     for replica in replicas:
         replica.send_signal(signal.SIGTERM)
     logs = [replica.communicate(timeout=60)[0] for replica in replicas]
@@ -211,17 +211,27 @@ def test_a_claim_whose_process_is_gone_is_lost_and_a_live_ones_is_not(tmp_path: 
     store.close()
 
 
+def _running_and_queued(config: Path) -> bool:
+    """A tick has started and another waits for its place; the one cap holds them so."""
+    store = open_store(f"sqlite:///{config.parent}/events.db")
+    streams: dict[str, set[str]] = {}
+    for event in store.read_all(0, 100_000):
+        streams.setdefault(event.stream_id, set()).add(event.type)
+    store.close()
+    open_ticks = [t for s, t in streams.items() if s.startswith("tick-") and not t & TERMINAL_TYPES]
+    return any("TickStarted" in t for t in open_ticks) and any(
+        "TickStarted" not in t for t in open_ticks
+    )
+
+
 def test_cancel_reaches_queued_and_running_ticks_of_a_live_service(tmp_path: Path) -> None:
     config = write_config(tmp_path, busy_level("2s"), runner="max_concurrent = 1")
     with fake_server([Step(text="late", delay=60)] * 20) as fake:
         service = start_service(config, fake)
         try:
-
-            def running_and_queued() -> bool:
-                status = run_cli("status", config, fake).stdout
-                return " running " in status and " scheduled " in status
-
-            wait_until(running_and_queued, "a running and a queued tick", interval=0.5)
+            wait_until(lambda: _running_and_queued(config), "a running and a queued tick")
+            status = run_cli("status", config, fake).stdout
+            assert " running " in status and " scheduled " in status, status
             cancelled = run_cli("cancel busy --wait 60", config, fake)
         finally:
             service.send_signal(signal.SIGTERM)

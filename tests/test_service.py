@@ -37,7 +37,7 @@ from tests.commands import (
 )
 from tests.waiting import wait_until
 
-SLOTS = 20
+SLOTS = 10
 
 
 @pytest.fixture(scope="module")
@@ -60,7 +60,20 @@ model = "fake-model"
 timeout_seconds = 120
 """
     config = write_config(tmp_path, level, store_url=store_url)
-    replicas = [start_service(config, slow_fake) for _ in range(2)]
+    replicas = [Output(start_service(config, slow_fake)) for _ in range(2)]
+    # Started together, the replicas race for the same slots until one loses a claim. The
+    # other then restarts: at its start it fires the slots of its last few seconds, which
+    # the loser has claimed, so each replica is shown losing a race without waiting for
+    # chance to make the first winner lose too.
+    loser = wait_until(
+        lambda: next((r for r in replicas if "claimed by another replica" in r.text()), None),
+        "a replica to lose a claim",
+    )
+    [winner] = [replica for replica in replicas if replica is not loser]
+    winner_log = winner.stop()
+    assert winner.process.returncode == 0, winner_log
+    restarted = Output(start_service(config, slow_fake))
+    restarted.wait_for("claimed by another replica")
 
     def claimed() -> bool:
         watcher = open_store(store_url)
@@ -69,10 +82,8 @@ timeout_seconds = 120
         return len(slots) >= SLOTS
 
     wait_until(claimed, f"{SLOTS} slots claimed", timeout=SLOTS * 6, interval=0.25)
-    for replica in replicas:
-        replica.send_signal(signal.SIGTERM)
-    logs = [replica.communicate(timeout=60)[0] for replica in replicas]
-    assert [replica.returncode for replica in replicas] == [0, 0], logs
+    logs = [winner_log + restarted.stop(), loser.stop()]
+    assert [restarted.process.returncode, loser.process.returncode] == [0, 0], logs
 
     store = open_store(store_url)
     events = store.read_all(0, limit=100_000)

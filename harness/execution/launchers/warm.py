@@ -382,9 +382,17 @@ class WarmLauncher(Launcher):
         server.kill()
 
     def close(self) -> None:
-        """Retire the servers; each exits once the ticks it forked have ended."""
+        """Retire the servers; each exits once the ticks it forked have ended.
+
+        A server still warming up has forked nothing: it is killed, not left to spend
+        seconds on imports no tick will use while it holds the stopped service's output.
+        """
         with self._lock:
             for server in [self._server, *self._retired]:
-                if server is not None:
+                if server is None:
+                    continue
+                if server.ready:
                     server.retire()
+                else:
+                    server.kill()
             self._server = None

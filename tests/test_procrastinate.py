@@ -176,7 +176,6 @@ def test_a_killed_workers_tick_ends_once_and_cancel_and_pause_reach_another_work
             wait_until(
                 lambda: Ticks.read(store).terminals()[kept_tick], "the cancelled tick's end", 60
             )
-            run_cli(f"cancel --clear {kept_tick}", config, fake)
             paused_tick = wait_until(
                 lambda: _started_by_each(store, [survivor]), "the survivor's next tick", 60
             )[survivor]

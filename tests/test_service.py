@@ -125,8 +125,10 @@ def _start_one_tick_then_kill_the_service(config: Path, fake: FakeUpstream) -> t
     )
     tick_id = started[0].data["tick_id"]
     wait_until(
-        lambda: tick_id in fake.state.first_request
-        or {e.type for e in store.read_stream(f"tick-{tick_id}")} & TERMINAL_TYPES,
+        lambda: (
+            tick_id in fake.state.first_request
+            or {e.type for e in store.read_stream(f"tick-{tick_id}")} & TERMINAL_TYPES
+        ),
         "the worker to ask the model (or the tick to end first)",
     )
     runner.send_signal(signal.SIGKILL)

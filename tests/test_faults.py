@@ -69,11 +69,14 @@ def ride_out(tmp_path: Path, outage: float) -> Ridden:
                 proxy.cut()
                 cut = time.monotonic()
                 wait_until(
-                    lambda: any("store unreachable" in line for line in lines) or service.poll(),
+                    lambda: (
+                        any("store unreachable" in line for line in lines)
+                        or service.poll() is not None
+                    ),
                     "the service to notice the outage",
                 )
                 wait_until(
-                    lambda: Spool(folder / "spool").files() or service.poll(),
+                    lambda: Spool(folder / "spool").files() or service.poll() is not None,
                     "a running tick to spool its events",
                 )
                 with contextlib.suppress(subprocess.TimeoutExpired):

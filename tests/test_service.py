@@ -107,7 +107,8 @@ prompt = "Anything new?"
 model = "fake-model"
 timeout_seconds = {timeout}
 """
-    return write_config(tmp_path, level)
+    # A timeout not retried: the tick has one worker, the one its killed runner leaves.
+    return write_config(tmp_path, level, runner="infra_retries = 0")
 
 
 def _start_one_tick_then_kill_the_service(config: Path, fake: FakeUpstream) -> tuple[str, int]:
@@ -180,14 +181,16 @@ def test_a_restarted_service_adopts_a_running_worker_and_kills_it_at_its_deadlin
         return config, tick_id, pid, outlived, output
 
     def adopted_before_its_deadline(restart: Restart) -> bool:
-        _, tick_id, _, _, output = restart
-        return re.search(rf"{tick_id} adopted: .*\(\d+ s left\)", output) is not None
+        _, tick_id, pid, _, output = restart
+        return (
+            re.search(rf"{tick_id} adopted: its worker {pid} .*\(\d+ s left\)", output) is not None
+        )
 
     config, tick_id, pid, outlived, output = long_enough(
-        restarted, adopted_before_its_deadline, first=4, cap=32
+        restarted, adopted_before_its_deadline, first=6, cap=32
     )
-    assert outlived, "the worker should outlive its killed runner"
-    assert f"{tick_id} adopted" in output
+    assert outlived, f"the worker should outlive its killed runner: {_stream(config, tick_id)}"
+    assert f"{tick_id} adopted" in output, output
     types = _stream(config, tick_id)
     assert [t for t in types if t in TERMINAL_TYPES] == ["TickTimedOut"], types
     assert _ended(pid)

@@ -160,19 +160,19 @@ def test_can_shell_gives_the_agent_a_real_shell(tmp_path: Path, fake: FakeUpstre
 def test_timeout_kills_the_whole_group_and_keeps_the_spend_already_made(
     tmp_path: Path, fake: FakeUpstream, knowledge: Path, each_launcher: Launcher
 ) -> None:
-    build_index(knowledge, tmp_path / "rag.db")
-    harness = Harness(tmp_path, fake, each_launcher).without_retries()
-
-    def timed(timeout: float) -> tuple[TickOutcome, float, float]:
+    def timed(timeout: float) -> tuple[Harness, TickOutcome, float, float]:
+        folder = tmp_path / f"{timeout:g}s"  # a store of its own: a timeout pauses the level
+        build_index(knowledge, folder / "rag.db")
+        harness = Harness(folder, fake, each_launcher).without_retries()
         began = time.monotonic()
         outcome = harness.tick([calls("rag_lookup"), Step(text="too late", delay=120)], timeout)
-        return outcome, timeout, time.monotonic() - began
+        return harness, outcome, timeout, time.monotonic() - began
 
-    def second_call_cut_off(attempt: tuple[TickOutcome, float, float]) -> bool:
-        events = harness.events(attempt[0])
-        return sum(e.type == "ModelCallStarted" for e in events) >= 2
+    def second_call_cut_off(attempt: tuple[Harness, TickOutcome, float, float]) -> bool:
+        harness, outcome, _, _ = attempt
+        return sum(e.type == "ModelCallStarted" for e in harness.events(outcome)) >= 2
 
-    outcome, timeout, elapsed = long_enough(timed, second_call_cut_off, first=4, cap=32)
+    harness, outcome, timeout, elapsed = long_enough(timed, second_call_cut_off, first=4, cap=32)
 
     assert outcome.status == "timed_out"
     assert elapsed < timeout + 1.0 + 15, "the tick outlived its timeout plus grace"

@@ -1,16 +1,20 @@
 """The service survives what it claims to survive: here, its store going away for a while.
 
 `tickwork run` on PostgreSQL behind a TCP proxy of the test's own; the proxy refuses and
-drops every connection for 20 s while ticks run, then lets them through again.
+drops every connection while ticks run, until the service has said so, spooled events
+and let a slot fall due, then lets them through again.
 """
 
 from __future__ import annotations
 
 import contextlib
+import re
 import signal
 import subprocess
 import threading
+import time
 from collections import Counter
+from dataclasses import dataclass
 from datetime import datetime, timedelta
 from itertools import pairwise
 from pathlib import Path
@@ -19,21 +23,39 @@ from sqlalchemy.engine import make_url
 
 from harness.contracts.events import TERMINAL_TYPES
 from harness.devtools.fake_llm import Step
-from harness.store import migrate_store, open_store
+from harness.store import StoredEvent, migrate_store, open_store
+from harness.store.spool import Spool
 from tests.commands import busy_level, fake_server, start_service, write_config
 from tests.conftest import fresh_pg_database
 from tests.tcp_proxy import TcpProxy
-from tests.waiting import wait_until
+from tests.waiting import long_enough, wait_until
 
-OUTAGE_SECONDS = 20
+OWED = re.compile(r"(\d+) slot\(s\) due while the store was out")
 
 
-def test_a_store_outage_costs_no_running_service_and_loses_no_event(tmp_path: Path) -> None:
+@dataclass(frozen=True)
+class Ridden:
+    """What a service that rode out an outage printed, left in its spool and stored."""
+
+    output: str
+    returncode: int | None
+    spooled: list[Path]
+    events: list[StoredEvent]
+
+
+def ride_out(tmp_path: Path, outage: float) -> Ridden:
+    """Run a service through a store outage of at least `outage` seconds, then stop it.
+
+    The outage lasts, beyond that, until the service has said the store is unreachable
+    and ticks running through it have spooled events.
+    """
+    folder = tmp_path / f"{outage:g}s"
+    folder.mkdir()
     with fresh_pg_database() as url:
         migrate_store(url)
         proxy = TcpProxy(("127.0.0.1", make_url(url).port or 5432)).start()
         proxied = make_url(url).set(port=proxy.port).render_as_string(hide_password=False)
-        config = write_config(tmp_path, busy_level("2s", timeout=60), store_url=proxied)
+        config = write_config(folder, busy_level("2s", timeout=60), store_url=proxied)
         store = open_store(url)
         with fake_server([Step(text="done", delay=2)] * 200) as fake:
             service = start_service(config, fake)
@@ -45,8 +67,20 @@ def test_a_store_outage_costs_no_running_service_and_loses_no_event(tmp_path: Pa
                 started = lambda: [e for e in store.read_all(0, 10_000) if e.type == "TickStarted"]  # noqa: E731
                 wait_until(lambda: bool(started()), "no tick started", 60)
                 proxy.cut()
+                cut = time.monotonic()
+                wait_until(
+                    lambda: (
+                        any("store unreachable" in line for line in lines)
+                        or service.poll() is not None
+                    ),
+                    "the service to notice the outage",
+                )
+                wait_until(
+                    lambda: Spool(folder / "spool").files() or service.poll() is not None,
+                    "a running tick to spool its events",
+                )
                 with contextlib.suppress(subprocess.TimeoutExpired):
-                    service.wait(OUTAGE_SECONDS)
+                    service.wait(max(0.0, cut + outage - time.monotonic()))
                 assert service.poll() is None, "the service died in the outage: " + "".join(lines)
                 proxy.start()
                 wait_until(
@@ -65,26 +99,36 @@ def test_a_store_outage_costs_no_running_service_and_loses_no_event(tmp_path: Pa
                 service.wait(60)
                 reader.join()
                 proxy.cut()
-        output = "".join(lines)
-        assert service.returncode == 0, output
-        assert output.count("store unreachable") == 1, output
-        assert "store back after" in output, output
-        assert not list((tmp_path / "spool").glob("*.jsonl")), "spooled events left behind"
         events = store.read_all(0, 100_000)
-        assert len({e.event_id for e in events}) == len(events)
-        terminal = Counter(e.stream_id for e in events if e.type in TERMINAL_TYPES)
-        ticks = {e.stream_id for e in events if e.stream_id.startswith("tick-")}
-        unended = {t: terminal[t] for t in ticks if terminal[t] != 1}
-        assert ticks and not unended, f"{unended}\n{output}"
-        slots = sorted({e.data["slot"] for e in events if e.type == "TickScheduled"})
-        steps = {
-            datetime.fromisoformat(later) - datetime.fromisoformat(earlier)
-            for earlier, later in pairwise(slots)
-        }
-        assert steps == {timedelta(seconds=2)}, f"slots due in the outage were lost\n{output}"
-        skipped = {e.data["reason"] for e in events if e.type == "TickSkipped"}
-        assert "missed" in skipped and "not scheduled" not in output, output
         store.close()
+    return Ridden("".join(lines), service.returncode, Spool(folder / "spool").files(), events)
+
+
+def test_a_store_outage_costs_no_running_service_and_loses_no_event(tmp_path: Path) -> None:
+    ridden = long_enough(
+        lambda outage: ride_out(tmp_path, outage),
+        lambda ridden: OWED.search(ridden.output) is not None,  # a slot fell due in the outage
+        first=3,
+        cap=24,
+    )
+    output, events = ridden.output, ridden.events
+    assert ridden.returncode == 0, output
+    assert output.count("store unreachable") == 1, output
+    assert "store back after" in output, output
+    assert not ridden.spooled, "spooled events left behind"
+    assert len({e.event_id for e in events}) == len(events)
+    terminal = Counter(e.stream_id for e in events if e.type in TERMINAL_TYPES)
+    ticks = {e.stream_id for e in events if e.stream_id.startswith("tick-")}
+    unended = {t: terminal[t] for t in ticks if terminal[t] != 1}
+    assert ticks and not unended, f"{unended}\n{output}"
+    slots = sorted({e.data["slot"] for e in events if e.type == "TickScheduled"})
+    steps = {
+        datetime.fromisoformat(later) - datetime.fromisoformat(earlier)
+        for earlier, later in pairwise(slots)
+    }
+    assert steps == {timedelta(seconds=2)}, f"slots due in the outage were lost\n{output}"
+    skipped = {e.data["reason"] for e in events if e.type == "TickSkipped"}
+    assert "missed" in skipped and "not scheduled" not in output, output
 
 
 SLOW = """

@@ -63,7 +63,7 @@ def test_a_worker_gets_the_store_password_over_its_pipe_never_in_argv_or_environ
     store = open_store(url.render_as_string(hide_password=False))
     try:
         positions = seed(store, 6)
-        database = store._database()
+        database = store.worker_database()
         assert database.password == "fold-s3cret" and "fold-s3cret" not in repr(database)
         with Workers(1, "postgresql") as workers:
             (worker,) = (psutil.Process(pid) for pid in workers.pids)
@@ -86,7 +86,7 @@ def test_what_a_worker_raises_is_raised_in_the_parent_with_its_pid(tmp_path: obj
     store = open_store(f"sqlite:///{tmp_path}/events.db")
     try:
         last = seed(store, 3)[-1]
-        database = store._database()
+        database = store.worker_database()
         broken = RangeQuery(database, "SELECT data FROM nowhere", ())
         with (
             pytest.raises(sqlite3.OperationalError, match="no such table") as raised,
@@ -102,7 +102,7 @@ def test_a_worker_that_dies_is_reported_not_waited_for(tmp_path: object) -> None
     store = open_store(f"sqlite:///{tmp_path}/events.db")
     try:
         positions = seed(store, 3)
-        database = store._database()
+        database = store.worker_database()
         with pytest.raises(FoldWorkerError, match="no result"), Workers(1, "sqlite") as workers:
             for pid in workers.pids:
                 psutil.Process(pid).kill()

@@ -280,7 +280,7 @@ def test_a_whole_tick_timeout_is_retried_as_an_infrastructure_failure_then_pause
     policy = RunnerConfig(grace_seconds=1, infra_retries=1, retry_backoff_seconds=0.05)
     harness.settings = harness.settings.model_copy(update={"runner": policy})
     harness.runner.settings = harness.settings
-    outcome = harness.tick([Step(text="too late", delay=60)] * 2, timeout=3)
+    outcome = harness.tick([Step(text="too late", delay=60)] * 2, timeout=1)
     assert outcome.status == "timed_out"
     events = harness.events(outcome)
     assert lifecycle(events) == [
@@ -294,9 +294,9 @@ def test_a_whole_tick_timeout_is_retried_as_an_infrastructure_failure_then_pause
     booked = [e.data for e in events if e.type == "BudgetSpent"]
     assert [(b["estimated"], b["source"]) for b in booked] == [(True, "runner")] * len(begun)
     (failed,) = [e.data for e in events if e.type == "TickAttemptFailed"]
-    assert (failed["failure_class"], failed["reason"]) == ("infrastructure", "timed out after 3 s")
+    assert (failed["failure_class"], failed["reason"]) == ("infrastructure", "timed out after 1 s")
     paused = harness.store.read_stream("level-min")[-1]
-    assert paused.type == "LevelPaused" and "timed out after 3 s" in paused.data["reason"]
+    assert paused.type == "LevelPaused" and "timed out after 1 s" in paused.data["reason"]
 
 
 def test_five_parallel_ticks_overshoot_the_daily_budget_by_at_most_one_call_each(

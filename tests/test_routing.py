@@ -12,7 +12,6 @@ import signal
 import socket
 import sys
 import threading
-import time
 from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -36,7 +35,7 @@ from harness.execution.runner import Runner, TickOutcome
 from harness.routing.catalog import parse_catalog
 from harness.store import SqlEventStore, StoredEvent, open_store
 from tests.commands import Output, fake_server, run_cli, start_service, write_config
-from tests.waiting import wait_until
+from tests.waiting import long_enough, wait_until
 
 SECRET = "sk-tickwork-catalog-SECRET-9876543210"
 KEY_ENV = "TICKWORK_TEST_CLOUD_KEY"
@@ -153,16 +152,38 @@ def test_a_refusing_first_candidate_falls_back_and_the_decision_is_recorded(
 def test_a_failing_candidate_is_passed_over_until_its_availability_expires(
     tmp_path: Path, store_url: str, fake: FakeUpstream, broken: FakeUpstream
 ) -> None:
-    targets = {
-        "flaky": target(broken.url, "flaky-model"),
-        "steady": target(fake.url, "steady-model"),
-    }
-    catalog = write_catalog(tmp_path / "catalog.json", targets, ["flaky", "steady"])
-    ttl = 15.0
-    routed = Routed(tmp_path, store_url, catalog, ttl=ttl)
+    Ticks = tuple[Routed, TickOutcome, list[StoredEvent], TickOutcome, list[StoredEvent]]
 
-    first, first_events = routed.tick(fake, [Step(text="one")])
-    second, second_events = routed.tick(fake, [Step(text="two")])
+    def two_ticks(ttl: float) -> Ticks:
+        # Targets of the attempt's own: no earlier attempt's observation holds them down.
+        flaky, steady = f"flaky-{ttl:g}", f"steady-{ttl:g}"
+        targets = {
+            flaky: target(broken.url, "flaky-model"),
+            steady: target(fake.url, "steady-model"),
+        }
+        catalog = write_catalog(tmp_path / f"catalog-{ttl:g}.json", targets, [flaky, steady])
+        routed = Routed(tmp_path / f"ttl-{ttl:g}", store_url, catalog, ttl=ttl)
+        first, first_events = routed.tick(fake, [Step(text="one")])
+        second, second_events = routed.tick(fake, [Step(text="two")])
+        return routed, first, first_events, second, second_events
+
+    def decided_within_the_ttl(ticks: Ticks) -> bool:
+        """The second tick chose its candidate before the first one's observation expired.
+
+        Its first fallback is recorded after that choice, so a fallback within the TTL
+        means the choice was; one after it may only show a machine too slow for this TTL.
+        """
+        routed, _, first_events, _, second_events = ticks
+        fallbacks = [of_type(events, "RouteFallback") for events in (first_events, second_events)]
+        if not all(fallbacks):
+            return True  # nothing to wait longer for: the assertions judge
+        observed, passed_over = (datetime.fromisoformat(f[0]["occurred_at"]) for f in fallbacks)
+        ttl = timedelta(seconds=routed.settings.routing.availability_ttl_seconds)
+        return passed_over < observed + ttl
+
+    routed, first, first_events, second, second_events = long_enough(
+        two_ticks, decided_within_the_ttl, first=2, cap=32
+    )
     assert [first.status, second.status] == ["completed", "completed"]
     assert first.tick_id in broken.state.first_request
     assert second.tick_id not in broken.state.first_request, "a known-down target was retried"
@@ -171,12 +192,14 @@ def test_a_failing_candidate_is_passed_over_until_its_availability_expires(
     (passed_over,) = of_type(second_events, "RouteFallback")
     assert passed_over["cached"] and passed_over["reason"].startswith("unavailable: ")
 
+    ttl = routed.settings.routing.availability_ttl_seconds
     expired = datetime.fromisoformat(observed.data["occurred_at"]) + timedelta(seconds=ttl)
-    time.sleep(max(0.0, (expired - datetime.now(UTC)).total_seconds()) + 0.5)
+    wait_until(lambda: datetime.now(UTC) > expired, "the observation's TTL to pass")
     third, third_events = routed.tick(fake, [Step(text="three")])
     assert third.status == "completed"
     assert third.tick_id in broken.state.first_request, "the target was not tried after its TTL"
     assert [f["cached"] for f in of_type(third_events, "RouteFallback")] == [False]
+    catalog = tmp_path / f"catalog-{ttl:g}.json"
     revision = parse_catalog(json.loads(catalog.read_text())).revision
     (recorded,) = routed.store.read_stream(f"catalog-{revision}")
     assert recorded.type == "CatalogRecorded", "three ticks store their one catalog once"

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 import signal
 import subprocess
 import sys
@@ -35,7 +36,7 @@ from tests.commands import (
     start_service,
     write_config,
 )
-from tests.waiting import wait_until
+from tests.waiting import long_enough, wait_until
 
 SLOTS = 10
 
@@ -109,7 +110,7 @@ timeout_seconds = 120
     assert all("claimed by another replica" in log for log in logs), "both replicas raced"
 
 
-def _service_config(tmp_path: Path, timeout: int) -> Path:
+def _service_config(tmp_path: Path, timeout: float) -> Path:
     level = f"""
 [levels.slow]
 every = "1h"
@@ -117,14 +118,17 @@ prompt = "Anything new?"
 model = "fake-model"
 timeout_seconds = {timeout}
 """
-    return write_config(tmp_path, level)
+    # A timeout not retried: the tick has one worker, the one its killed runner leaves.
+    return write_config(tmp_path, level, runner="infra_retries = 0")
 
 
 def _start_one_tick_then_kill_the_service(config: Path, fake: FakeUpstream) -> tuple[str, int]:
     """Run one tick with `tickwork tick`, then SIGKILL that runner mid-tick.
 
     What a crash of `tickwork run` leaves behind: a worker in its own process group,
-    still running, and a tick stream without an end.
+    still running, and a tick stream without an end. On a machine too slow for the tick's
+    timeout the runner ends the tick before its worker asks the model; it is killed then
+    all the same, and the tick's stream shows it.
     """
     runner = start("tick slow", config, fake)
     store = open_store(f"sqlite:///{config.parent}/events.db")
@@ -132,7 +136,13 @@ def _start_one_tick_then_kill_the_service(config: Path, fake: FakeUpstream) -> t
         lambda: [e for e in store.read_all(0, 1000) if e.type == "TickStarted"], "the tick to start"
     )
     tick_id = started[0].data["tick_id"]
-    wait_until(lambda: tick_id in fake.state.first_request, "the worker to ask the model")
+    wait_until(
+        lambda: (
+            tick_id in fake.state.first_request
+            or {e.type for e in store.read_stream(f"tick-{tick_id}")} & TERMINAL_TYPES
+        ),
+        "the worker to ask the model (or the tick to end first)",
+    )
     runner.send_signal(signal.SIGKILL)
     runner.wait()
     store.close()
@@ -169,12 +179,29 @@ def _stream(config: Path, tick_id: str) -> list[str]:
 def test_a_restarted_service_adopts_a_running_worker_and_kills_it_at_its_deadline(
     tmp_path: Path,
 ) -> None:
-    with fake_server([Step(text="never in time", delay=60)]) as fake:
-        config = _service_config(tmp_path, timeout=30)  # the worker asks the model before it
-        tick_id, pid = _start_one_tick_then_kill_the_service(config, fake)
-        assert psutil.pid_exists(pid), "the worker should outlive its killed runner"
-        output = _run_service_until_the_tick_ends(config, fake, tick_id)
-    assert f"{tick_id} adopted" in output
+    Restart = tuple[Path, str, int, bool, str]
+
+    def restarted(timeout: float) -> Restart:
+        folder = tmp_path / f"{timeout:g}s"
+        folder.mkdir()
+        with fake_server([Step(text="never in time", delay=60)]) as fake:
+            config = _service_config(folder, timeout)
+            tick_id, pid = _start_one_tick_then_kill_the_service(config, fake)
+            outlived = psutil.pid_exists(pid)
+            output = _run_service_until_the_tick_ends(config, fake, tick_id)
+        return config, tick_id, pid, outlived, output
+
+    def adopted_before_its_deadline(restart: Restart) -> bool:
+        _, tick_id, pid, _, output = restart
+        return (
+            re.search(rf"{tick_id} adopted: its worker {pid} .*\(\d+ s left\)", output) is not None
+        )
+
+    config, tick_id, pid, outlived, output = long_enough(
+        restarted, adopted_before_its_deadline, first=6, cap=32
+    )
+    assert outlived, f"the worker should outlive its killed runner: {_stream(config, tick_id)}"
+    assert f"{tick_id} adopted" in output, output
     types = _stream(config, tick_id)
     assert [t for t in types if t in TERMINAL_TYPES] == ["TickTimedOut"], types
     assert _ended(pid)

@@ -31,3 +31,26 @@ def wait_until(
             return found
         assert time.monotonic() < deadline, f"waited {timeout:.0f} s for {what}"
         time.sleep(interval)
+
+
+def long_enough(
+    attempt: Callable[[float], T], arose: Callable[[T], bool], first: float, cap: float
+) -> T:
+    """Run `attempt` with a deadline of `first` seconds, doubled until the case under test arose.
+
+    A test of what a product does at a deadline (a timeout, a TTL, an outage) waits that
+    deadline out, so one chosen long enough for a loaded machine makes every quiet run
+    slow. Here it starts short, and only when the attempt's own recorded facts show the
+    machine was too slow for it (`arose` is false: the deadline came before the case it
+    tests did) is the attempt made again with twice the time, never from timing the test
+    itself. The attempt at `cap` is returned whatever `arose` says, for the test's
+    assertions to judge, so a product that never brings the case about still fails.
+    """
+    deadline = first
+    while True:
+        outcome = attempt(deadline)
+        if deadline >= cap or arose(outcome):
+            return outcome
+        longer = min(2 * deadline, cap)
+        print(f"the case under test did not arise within {deadline:g} s: again with {longer:g} s")
+        deadline = longer

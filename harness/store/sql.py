@@ -454,7 +454,7 @@ class SqlEventStore(EventStore):
                 ends.append(self.window(ends[-1], upper, size).end)
             ends.append(upper)
             # Sums commute: the parts read their events' data alone, in whatever order.
-            database = self._database()
+            database = self.worker_database()
             sql = (
                 "SELECT data FROM events WHERE global_position > ? AND global_position <= ? "
                 f"AND type IN ({_marks(kinds)})"
@@ -463,7 +463,7 @@ class SqlEventStore(EventStore):
             sums, folded = workers.fold(kernel, queries)
         return Folded(sums, folded, whole.events)
 
-    def _database(self) -> Database:
+    def worker_database(self) -> Database:
         """How another process connects to this store; a PostgreSQL password travels apart."""
         url = self.engine.url
         if url.get_backend_name() == "postgresql":

@@ -46,6 +46,11 @@ class Executor(ABC):
         self.runner = runner
         self.report = report
         self.ended = ended
+        self._set_up()
+
+    @abstractmethod
+    def _set_up(self) -> None:
+        """The implementation's own state, made once the shared state is set."""
 
     def submit(self, claim: SlotClaim) -> None:
         """Queue a claimed tick to run when it gets a place; one that cannot ends cancelled."""

@@ -12,12 +12,10 @@ import threading
 import time
 from collections.abc import Callable
 
-from harness.config import Settings
 from harness.execution.adopt import Adoption
-from harness.execution.executors.base import Ended, Executor, Report
-from harness.execution.prepare import Preparer, TickRef
+from harness.execution.executors.base import Executor
+from harness.execution.prepare import TickRef
 from harness.execution.queue import Gate
-from harness.execution.runner import Runner
 from harness.scheduling.waves import SlotClaim
 
 MANUAL_LANE = "(manual)"
@@ -32,15 +30,8 @@ def lane(claim: SlotClaim) -> str:
 class LocalExecutor(Executor):
     """Runs claimed ticks in threads of this process, within the gate's caps and priorities."""
 
-    def __init__(
-        self,
-        settings: Settings,
-        preparer: Preparer,
-        runner: Runner,
-        report: Report,
-        ended: Ended | None = None,
-    ) -> None:
-        super().__init__(settings, preparer, runner, report, ended)
+    def _set_up(self) -> None:
+        settings, runner = self.settings, self.runner
         caps = {name: level.max_concurrent for name, level in settings.levels.items()}
         self.gate: Gate[SlotClaim] = Gate(
             settings.runner.max_concurrent,

@@ -221,12 +221,8 @@ class _OnStore(Executor):
         report: Report,
         ended: Ended | None = None,
     ) -> None:
-        super().__init__(settings, preparer, runner, report, ended)
         self.store = store
-        self._set_up()
-
-    def _set_up(self) -> None:
-        """The side's own state, made once the shared state is set."""
+        super().__init__(settings, preparer, runner, report, ended)
 
 
 class ProcrastinateExecutor(_OnStore):

@@ -56,7 +56,11 @@ def configure(
 def processes(
     config: Path, fake: FakeUpstream, workers: int, concurrency: int = 2, scheduler: bool = True
 ) -> Iterator[tuple[Output | None, list[Output]]]:
-    """`tickwork run` (if asked) and `workers` workers; all are stopped when the block ends."""
+    """`tickwork run` (if asked) and `workers` workers; all are stopped when the block ends.
+
+    They start together, as their start-ups take seconds on a busy machine: jobs the
+    scheduler defers first wait in the queue for the first worker up.
+    """
     with ExitStack() as stack:
         started: list[Output] = []
 
@@ -68,9 +72,9 @@ def processes(
             return output
 
         pool = [launch(f"worker --concurrency {concurrency}") for _ in range(workers)]
+        service = launch("run") if scheduler else None
         for worker in pool:
             worker.wait_for("tickwork worker on")
-        service = launch("run") if scheduler else None
         yield service, pool
 
 

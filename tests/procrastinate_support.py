@@ -54,12 +54,18 @@ def configure(
 
 @contextmanager
 def processes(
-    config: Path, fake: FakeUpstream, workers: int, concurrency: int = 2, scheduler: bool = True
+    config: Path,
+    fake: FakeUpstream,
+    workers: int,
+    concurrency: int = 2,
+    scheduler: bool = True,
+    workers_first: bool = False,
 ) -> Iterator[tuple[Output | None, list[Output]]]:
     """`tickwork run` (if asked) and `workers` workers; all are stopped when the block ends.
 
     They start together, as their start-ups take seconds on a busy machine: jobs the
-    scheduler defers first wait in the queue for the first worker up.
+    scheduler defers first wait in the queue for the first worker up. `workers_first`:
+    the scheduler starts once every worker is up, so that each finds its first jobs.
     """
     with ExitStack() as stack:
         started: list[Output] = []
@@ -71,10 +77,15 @@ def processes(
             stack.callback(_stop, output)
             return output
 
+        def up() -> None:
+            for worker in pool:
+                worker.wait_for("tickwork worker on")
+
         pool = [launch(f"worker --concurrency {concurrency}") for _ in range(workers)]
+        if workers_first:
+            up()
         service = launch("run") if scheduler else None
-        for worker in pool:
-            worker.wait_for("tickwork worker on")
+        up()
         yield service, pool
 
 

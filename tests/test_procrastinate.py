@@ -43,7 +43,7 @@ from tests.conftest import fresh_pg_database
 from tests.procrastinate_support import Ticks, configure, level, processes
 from tests.waiting import wait_until
 
-SLOTS = 30
+SLOTS = 20
 
 
 def test_the_procrastinate_executor_is_refused_on_sqlite(tmp_path: Path) -> None:
@@ -93,15 +93,16 @@ def test_a_claim_gets_one_job_however_often_it_is_deferred_and_one_take(tmp_path
 def test_three_workers_run_every_claimed_slot_once_within_the_level_cap(tmp_path: Path) -> None:
     """Capped jobs queue together at the start, where they would overlap without the cap.
 
-    A service fires the slots of its last few seconds at once. Later capped slots come no
-    faster than a tick runs on a quiet machine, so their backlog hardly outlasts the stop;
-    two free levels bring the slot count up fast.
+    A service fires the slots of its last few seconds at once: more jobs than two workers
+    hold, so each of the three, up before the service, takes some. Later capped slots come
+    no faster than a tick runs on a quiet machine, so their backlog hardly outlasts the
+    stop; two free levels bring the slot count up fast.
     """
     with fresh_pg_database() as url, fake_server([]) as fake:
         levels = level("capped", "2s", cap=1) + level("free", "1s") + level("more", "1s")
         config = configure(tmp_path, url, levels, fake)
         store = open_store(url)
-        with processes(config, fake, workers=3) as (service, _):
+        with processes(config, fake, workers=3, workers_first=True) as (service, _):
             assert service is not None
             reads = Reads(load_settings(config), store)
             announced = wait_until(

@@ -85,7 +85,8 @@ def processes(
         if workers_first:
             up()
         service = launch("run") if scheduler else None
-        up()
+        if not workers_first:
+            up()
         yield service, pool
 
 

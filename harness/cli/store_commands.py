@@ -236,7 +236,7 @@ def events(
     store = store_for(settings())
     try:
         with ctrl_c() as stop:
-            _list_events(store, stream, types, start, limit, as_json, stop if follow else None)
+            _list_events(store, stream, types, start, limit, as_json, follow, stop)
     finally:
         store.close()
 
@@ -248,9 +248,10 @@ def _list_events(
     start: datetime | None,
     limit: int,
     as_json: bool,
-    follow: threading.Event | None,
+    follow: bool,
+    stop: threading.Event,
 ) -> None:
-    """Print the events asked for; while following, poll until `follow` is set (Ctrl-C)."""
+    """Print the events asked for; following, poll for more until `stop` is set (Ctrl-C)."""
     if stream is not None:
         cursor = 0
     elif start is not None:
@@ -258,7 +259,7 @@ def _list_events(
     else:
         cursor = store.lookback(limit)
     printed = 0
-    while follow is None or not follow.is_set():
+    while not stop.is_set():
         if stream is not None:
             batch = store.read_stream(stream, after=cursor, limit=1000)
             cursor = batch[-1].stream_position if batch else cursor
@@ -271,15 +272,15 @@ def _list_events(
             if (types is None or event.type in types)
             and (start is None or event.recorded_at >= start)
         ]
-        if follow is None:
+        if not follow:
             shown = shown[: limit - printed]
         if shown:
             _print_events(shown, as_json)
             printed += len(shown)
-        if follow is None and (printed >= limit or not batch):
+        if not follow and (printed >= limit or not batch):
             return
-        if not batch and follow is not None:
-            follow.wait(0.5)
+        if not batch:
+            stop.wait(0.5)
 
 
 @app.command()

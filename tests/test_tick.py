@@ -27,7 +27,6 @@ from harness.execution.executors import LocalExecutor
 from harness.execution.launchers import (
     ColdLauncher,
     Launcher,
-    TickProcess,
     WarmLauncher,
     shared_warm_launcher,
 )
@@ -217,25 +216,15 @@ def test_a_tick_killed_mid_call_books_that_call_estimated(
     assert live_in_group(started.data["pid"]) == []
 
 
-class ScriptLauncher(Launcher):
+class ScriptLauncher(ColdLauncher):
     """Starts a stand-in worker (a real process) to test how the runner reads its end."""
 
     def __init__(self, code: str) -> None:
+        super().__init__()
         self.code = code
 
-    def _start(self, payload_json: bytes, log_path: Path, env: dict[str, str]) -> TickProcess:
-        with open(log_path, "ab") as log:
-            popen = subprocess.Popen(
-                [sys.executable, "-c", self.code],
-                stdin=subprocess.PIPE,
-                stdout=log,
-                stderr=subprocess.STDOUT,
-                start_new_session=True,
-            )
-        assert popen.stdin is not None
-        popen.stdin.write(payload_json)
-        popen.stdin.close()
-        return TickProcess(popen.pid, popen)
+    def argv(self) -> list[str]:
+        return [sys.executable, "-c", self.code]
 
 
 STUBBORN_CHILD = """

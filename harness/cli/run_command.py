@@ -30,7 +30,6 @@ def run_service() -> None:
     reported and the one in force stays.
     """
     from harness.digests.publish import DigestScheduler, Publisher
-    from harness.execution.launchers import WarmLauncher
     from harness.execution.prepare import Preparer
     from harness.prices import PriceBook
     from harness.projections import projector_for
@@ -58,8 +57,7 @@ def run_service() -> None:
                 signal.signal(signal.SIGHUP, lambda *_: router.source.request_reload())
                 router.source.watch(service.stopping)
             service.serve()
-            if isinstance(executor.runner.launcher, WarmLauncher):
-                executor.runner.launcher.close()  # a server still warming up is not waited for
+            executor.runner.launcher.close()  # a fork server still warming up is not waited for
     finally:
         store.close()
 

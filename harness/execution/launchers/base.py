@@ -86,3 +86,7 @@ class Launcher(ABC):
     @abstractmethod
     def _start(self, payload_json: bytes, log_path: Path, env: dict[str, str]) -> TickProcess:
         """Do the start; the process must lead a new session (and so a new group)."""
+
+    @abstractmethod
+    def close(self) -> None:
+        """Let go of what the launcher keeps between ticks; ticks it started run on."""

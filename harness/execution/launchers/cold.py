@@ -18,10 +18,14 @@ class ColdLauncher(Launcher):
     def __init__(self, worker: str = WORKER_MODULE) -> None:
         self.worker = worker
 
+    def argv(self) -> list[str]:
+        """The tick process's command line."""
+        return [sys.executable, "-m", self.worker]
+
     def _start(self, payload_json: bytes, log_path: Path, env: dict[str, str]) -> TickProcess:
         with open(log_path, "ab", opener=open_private) as log:
             popen = subprocess.Popen(
-                [sys.executable, "-m", self.worker],
+                self.argv(),
                 stdin=subprocess.PIPE,
                 stdout=log,
                 stderr=subprocess.STDOUT,
@@ -36,3 +40,6 @@ class ColdLauncher(Launcher):
         except BrokenPipeError:
             pass  # the worker died at once; its exit code and log tell why
         return TickProcess(popen.pid, popen)
+
+    def close(self) -> None:
+        """Nothing to let go: a cold launcher keeps nothing between ticks."""

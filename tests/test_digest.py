@@ -37,7 +37,7 @@ from harness.digests.render import render
 from harness.prices import PriceBook
 from harness.projections import projector_for
 from harness.store import SqlEventStore, open_store
-from tests.commands import run, start, write_config
+from tests.commands import run, run_each, start, write_config
 from tests.receiver import apprise_receiver
 from tests.waiting import wait_until
 
@@ -284,24 +284,31 @@ def test_the_digest_command_prints_writes_and_refuses_bad_arguments(tmp_path: Pa
     (tmp_path / "results").mkdir()
     seed_period(store, tmp_path / "results")
     store.close()
-    printed = run(tmp_path, "digest", "--since", "1h", "--format", "json")
-    assert printed.returncode == 0, printed.stderr
-    digest = Digest.model_validate_json(printed.stdout)
-    assert {a.kind for a in digest.anomalies} >= {"corrupt_result", "lost"}
-    written = run(tmp_path, "digest", "--level", "min", "--out", str(tmp_path / "d.md"))
-    assert written.returncode == 0 and (tmp_path / "d.md").read_text().startswith("# tickwork")
-    schema = json.loads(run(tmp_path, "digest", "--schema").stdout)
-    assert schema["properties"]["schema_version"]["const"] == 1
-    assert "anomalies" in schema["required"]
-    for args, message in [
+    refusals = [
         (["--level", "nope"], "unknown level(s) ['nope']"),
         (["--send"], "--send needs --name"),
         (["--name", "nope"], "no digest named 'nope'"),
         (["--since", "1h", "--from", "2026-01-01"], "--since or --from"),
         (["--from", "2026-01-02", "--to", "2026-01-01"], "the period is empty"),
-    ]:
-        refused = run(tmp_path, "digest", *args)
-        assert refused.returncode == 2 and message in refused.stderr, (args, refused.stderr)
+    ]
+    printed, written, schema_shown, *refused = run_each(
+        tmp_path,
+        [
+            ["digest", "--since", "1h", "--format", "json"],
+            ["digest", "--level", "min", "--out", str(tmp_path / "d.md")],
+            ["digest", "--schema"],
+            *(["digest", *args] for args, _ in refusals),
+        ],
+    )
+    assert printed.returncode == 0, printed.stderr
+    digest = Digest.model_validate_json(printed.stdout)
+    assert {a.kind for a in digest.anomalies} >= {"corrupt_result", "lost"}
+    assert written.returncode == 0 and (tmp_path / "d.md").read_text().startswith("# tickwork")
+    schema = json.loads(schema_shown.stdout)
+    assert schema["properties"]["schema_version"]["const"] == 1
+    assert "anomalies" in schema["required"]
+    for (args, message), result in zip(refusals, refused, strict=True):
+        assert result.returncode == 2 and message in result.stderr, (args, result.stderr)
 
 
 def published_periods(tmp_path: Path) -> int:

@@ -127,9 +127,7 @@ class Service:
         """Follow the control stream and, once the store answers again, ingest the spool."""
         try:
             self.follow_control()
-            if self.spool.files():
-                ingested = self.spool.ingest(self.store)
-                self.report(f"ingested {ingested.appended} spooled append(s)")
+            self._ingest_spool()
             self.owed.settle_unsure(self.store, self._hand_on)
             self.owed.settle(self.settings, self.fire)
             if time.monotonic() - self.reconciled_at >= RECONCILE_SECONDS:
@@ -138,6 +136,16 @@ class Service:
             self.outage.failed(exc)
         else:
             self.outage.over()
+
+    def _ingest_spool(self) -> None:
+        """Append what this host's processes spooled while the store was out.
+
+        Raises:
+            StoreError: the store cannot take it yet (the files stay for the next look).
+        """
+        if self.spool.files():
+            ingested = self.spool.ingest(self.store)
+            self.report(f"ingested {ingested.appended} spooled append(s)")
 
     def _reconcile(self) -> None:
         """End what dead processes of this host left open: a duty for as long as it runs."""
@@ -402,7 +410,15 @@ class Service:
         self.executor.wait_idle(max(0.0, deadline - time.monotonic()))
 
     def shutdown(self) -> None:
-        """Stop the executor within the shutdown grace and wait for every held tick's thread."""
+        """Stop the executor within the shutdown grace and wait for every held tick's thread.
+
+        What ticks spooled since the last look is ingested on the way out, so a stop with
+        the store answering leaves nothing in the spool for the next start to find.
+        """
         self.executor.shutdown(self.settings.runner.shutdown_grace_seconds)
         self._join_threads(None)
+        try:
+            self._ingest_spool()
+        except StoreError as exc:
+            self.report(f"spooled events stay for the next start: {exc}")
         self.report("tickwork stopped")

@@ -3,14 +3,20 @@
 from __future__ import annotations
 
 import logging
+import os
 import threading
+import time
 
-from harness.contracts.events import GovernorEvent, TickEvent
+from harness.contracts.events import GovernorEvent, TickEvent, tick_stream
 from harness.contracts.payload import TickPayload
 from harness.store import EventStore, StoreError, append_or_spool, open_store
 from harness.store.spool import Spool
 
 log = logging.getLogger(__name__)
+
+STARTED_WAIT_SECONDS = 5.0
+"""How long a tick's first record waits for the runner's `TickStarted` of this process."""
+STARTED_POLL_SECONDS = 0.005
 
 
 class EventRecorder:
@@ -40,9 +46,29 @@ class EventRecorder:
                         durability=self.payload.durability,
                         spool=self.spool,
                     )
+                    self._await_started(self._store)
                 except StoreError as exc:
                     log.warning("store unavailable, spooling this tick's events: %s", exc)
             return self._store
+
+    def _await_started(self, store: EventStore) -> None:
+        """Wait until the runner's `TickStarted` naming this process is readable.
+
+        The runner records it once the launch returned the pid; a forked tick can reach its
+        first record sooner. Its events wait for it, so the tick's stream reads started,
+        then its steps: a story, and the pairing of call starts with their ends, follow
+        the stream's order. Past the wait (a runner that could not record it) the tick
+        records all the same.
+        """
+        stream, pid = tick_stream(self.payload.tick_id), os.getpid()
+        deadline = time.monotonic() + STARTED_WAIT_SECONDS
+        while not any(
+            e.type == "TickStarted" and e.data.get("pid") == pid for e in store.read_stream(stream)
+        ):
+            if time.monotonic() > deadline:
+                log.warning("no TickStarted for pid %s after %.0f s", pid, STARTED_WAIT_SECONDS)
+                return
+            time.sleep(STARTED_POLL_SECONDS)
 
     def record(self, event: TickEvent | GovernorEvent) -> None:
         """Append the event now, or spool it when the store is out of reach."""

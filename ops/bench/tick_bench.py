@@ -52,6 +52,9 @@ class TimedLauncher(Launcher):
         self.handles[self.current] = handle
         return handle
 
+    def close(self) -> None:
+        self.inner.close()
+
 
 def children_cpu() -> float:
     usage = resource.getrusage(resource.RUSAGE_CHILDREN)

@@ -176,8 +176,8 @@ def store_for(config: Settings) -> SqlEventStore:
 
 
 @contextmanager
-def ctrl_c() -> Iterator[threading.Event]:
-    """Ctrl-C (SIGINT) sets the event instead of raising KeyboardInterrupt in the main thread.
+def ctrl_c(*also: threading.Event) -> Iterator[threading.Event]:
+    """Ctrl-C (SIGINT) sets the event (and `also`) instead of raising KeyboardInterrupt.
 
     For a command that polls until interrupted: raised wherever the main thread happens to
     be, the exception can land inside a driver call or between a pool lock's acquire and
@@ -185,7 +185,12 @@ def ctrl_c() -> Iterator[threading.Event]:
     loop checks the event between polls and waits on it instead of sleeping.
     """
     stop = threading.Event()
-    previous = signal.signal(signal.SIGINT, lambda *_: stop.set())
+
+    def interrupt(*_: object) -> None:
+        for event in (stop, *also):
+            event.set()
+
+    previous = signal.signal(signal.SIGINT, interrupt)
     try:
         yield stop
     finally:

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import contextlib
-import signal
 import threading
 import time
 import typing
@@ -15,6 +14,7 @@ import typer
 from harness.cli.app import (
     JsonOption,
     app,
+    ctrl_c,
     err,
     fail,
     out,
@@ -137,24 +137,19 @@ def _own(
             wake.wait(POLL_SECONDS)
             wake.clear()
 
-    def interrupt(*_: object) -> None:
-        interrupted.set()
-        wake.set()
-
-    previous = signal.signal(signal.SIGINT, interrupt)
     following = threading.Thread(target=follow, name="control", daemon=True)
-    following.start()
-    try:
-        if not _await_place(store, executor, claim, interrupted, wake):
-            return
-        executor.submit(claim)
-        executor.wait_idle(FOREVER)
-    finally:
-        ended.set()
-        wake.set()
-        following.join()
-        executor.shutdown(grace=0)
-        signal.signal(signal.SIGINT, previous)
+    with ctrl_c(interrupted, wake):
+        following.start()
+        try:
+            if not _await_place(store, executor, claim, interrupted, wake):
+                return
+            executor.submit(claim)
+            executor.wait_idle(FOREVER)
+        finally:
+            ended.set()
+            wake.set()
+            following.join()
+            executor.shutdown(grace=0)
 
 
 class Progress:

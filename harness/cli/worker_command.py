@@ -132,17 +132,15 @@ async def _work(
             fetch_job_polling_interval=1.0,
         )
 
-        def sweep() -> None:
-            if not executor.announced and taker.worker_id is not None:
+        def announce() -> bool:
+            if taker.worker_id is not None:
                 executor.announce(taker.worker_id, concurrency, taking)
-            executor.sweep_stalled()
+            return executor.announced
 
-        sweep_seconds = max(stalled / 3, 0.5)
         helpers = [
-            _every(lambda: CONTROL_SECONDS, stopping, _follower(store, executor, config)),
-            _every(
-                lambda: sweep_seconds if executor.announced else ANNOUNCE_SECONDS, stopping, sweep
-            ),
+            _every(ANNOUNCE_SECONDS, stopping, announce),
+            _every(CONTROL_SECONDS, stopping, _follower(store, executor, config)),
+            _every(max(stalled / 3, 0.5), stopping, executor.sweep_stalled),
         ]
         loop = asyncio.get_running_loop()
         for signum in (signal.SIGTERM, signal.SIGINT):
@@ -172,15 +170,19 @@ def _follower(store: EventStore, executor: WorkerExecutor, config: Settings) -> 
 
 
 def _every(
-    seconds: Callable[[], float], stopping: threading.Event, work: Callable[[], None]
+    seconds: float, stopping: threading.Event, work: Callable[[], bool | None]
 ) -> threading.Thread:
-    """Run `work` after each wait of `seconds()` until `stopping`; a store error waits a turn."""
+    """Run `work` every `seconds` until `stopping`, or until it returns True (its job done).
+
+    A store error waits a turn.
+    """
     from harness.store import StoreError
 
     def loop() -> None:
-        while not stopping.wait(seconds()):
+        while not stopping.wait(seconds):
             try:
-                work()
+                if work():
+                    return
             except StoreError as exc:
                 report(f"store unreachable, trying again: {exc}")
 

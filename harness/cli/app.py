@@ -179,10 +179,11 @@ def store_for(config: Settings) -> SqlEventStore:
 def ctrl_c(*also: threading.Event) -> Iterator[threading.Event]:
     """Ctrl-C (SIGINT) sets the event (and `also`) instead of raising KeyboardInterrupt.
 
-    For a command that polls until interrupted: raised wherever the main thread happens to
-    be, the exception can land inside a driver call or between a pool lock's acquire and
-    its release, and closing the store afterwards may then wait on that lock for ever. The
-    loop checks the event between polls and waits on it instead of sleeping.
+    For a command that polls until interrupted. Python raises KeyboardInterrupt only if
+    SIGINT was not ignored when it started, and a background job of a non-interactive
+    shell starts with it ignored: such a follower never stopped. Raised, the exception can
+    also land inside a driver call or a pool lock. The loop checks the event between polls
+    and waits on it instead of sleeping.
     """
     stop = threading.Event()
 

@@ -87,6 +87,8 @@ def test_events_follow_prints_new_events_until_interrupted(tmp_path: Path) -> No
         env=environment(),
         stdout=subprocess.PIPE,
         text=True,
+        # As a shell's background job starts it: Python then raises no KeyboardInterrupt.
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_IGN),
     )
     try:
         assert follower.stdout is not None

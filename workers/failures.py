@@ -22,7 +22,7 @@ from strands.types.exceptions import ModelThrottledException
 from harness.contracts.result import FailureClass
 from harness.routing.quota import QuotaExhaustedError
 from harness.store import StoreUnavailableError
-from workers.model import MalformedAnswerError
+from workers.model import MalformedAnswerError, MissingEndpointError
 
 INFRASTRUCTURE_ERRORS: tuple[type[Exception], ...] = (
     openai.APIConnectionError,
@@ -43,8 +43,10 @@ INFRASTRUCTURE_ERRORS: tuple[type[Exception], ...] = (
 CONFIGURATION_ERRORS: tuple[type[Exception], ...] = (
     openai.AuthenticationError,
     openai.PermissionDeniedError,
+    MissingEndpointError,
 )
-"""The upstream refused the credentials (401, 403): no retry can mend a wrong key."""
+"""The upstream refused the credentials (401, 403), or a target's variable is unset: no
+retry can mend a wrong key or a missing variable."""
 
 INFRASTRUCTURE_MARKERS: tuple[str, ...] = (
     "429",

@@ -99,9 +99,11 @@ def build_model(
     api_key = os.environ.get("OPENAI_API_KEY") or "not-set"
     model_id, effort = payload.model, payload.effort
     if candidate is not None:
-        base_url = candidate.base_url or _required(candidate.base_url_env, candidate.target)
-        if candidate.api_key_env:
-            api_key = _required(candidate.api_key_env, candidate.target)
+        unset = unset_variables(candidate)
+        if unset:
+            raise MissingEndpointError(candidate.target, unset)
+        base_url = candidate.base_url or os.environ[candidate.base_url_env or ""]
+        api_key = os.environ[candidate.api_key_env] if candidate.api_key_env else api_key
         model_id, effort = candidate.model, candidate.effort
     client = openai.AsyncOpenAI(
         base_url=base_url,
@@ -141,12 +143,16 @@ def _context_for(cafile: str | None, capath: str | None) -> ssl.SSLContext:
     return httpx.create_ssl_context()  # reads the same two variables
 
 
-def _required(variable: str | None, target: str) -> str:
-    value = os.environ.get(variable or "")
-    if not value:
-        raise MissingEndpointError(f"target {target!r}: environment variable {variable} is not set")
-    return value
+def unset_variables(candidate: RouteCandidate) -> list[str]:
+    """The variables a candidate names for its endpoint and key that are unset (or empty) here."""
+    named = [None if candidate.base_url else candidate.base_url_env, candidate.api_key_env]
+    return [variable for variable in named if variable and not os.environ.get(variable)]
 
 
 class MissingEndpointError(Exception):
     """A catalog target names a variable this worker's environment does not have."""
+
+    def __init__(self, target: str, variables: list[str]) -> None:
+        names = ", ".join(variables)
+        verb = "are" if len(variables) > 1 else "is"
+        super().__init__(f"target {target!r}: environment variable {names} {verb} not set")

@@ -46,6 +46,30 @@ def test_a_stream_cut_inside_a_tool_call_is_infrastructure_and_runs_nothing(
     assert not marker.exists(), "a half-sent tool call must never run"
 
 
+@pytest.mark.parametrize("with_tool_call", [True, False], ids=["tool call", "text"])
+def test_a_turn_whose_stream_ends_before_its_end_is_infrastructure_and_runs_nothing(
+    tmp_path: Path, fake: FakeUpstream, with_tool_call: bool
+) -> None:
+    """What came of a turn that never said it was over may be a prefix: none of it runs.
+
+    The body ends cleanly, with no finish reason, usage or [DONE].
+    """
+    marker = tmp_path / "ran"
+    harness = without_retries(Harness(tmp_path, fake, rag=False, can_shell=True))
+    call = ToolCallSpec(name="shell", arguments={"command": f"touch {marker}"})
+    cut = Step(tool_calls=[call], unfinished=True)
+    if not with_tool_call:
+        cut = Step(text="The pager is quiet, but the disk on db-2 is", unfinished=True)
+    terminal, events = ended(harness, [cut, cut])
+    assert terminal.type == "TickFailed"
+    assert terminal.data["failure_class"] == "infrastructure", terminal.data["reason"]
+    assert not marker.exists(), "a tool call of an unfinished turn must never run"
+    assert not [e for e in events if e.type == "ToolCalled"]
+    spent = [e.data for e in events if e.type == "BudgetSpent"]
+    assert [s["estimated"] for s in spent] == [True], "the unfinished call is booked, estimated"
+    assert spent[0]["completion_tokens"] > 0
+
+
 @pytest.mark.parametrize(
     ("body", "content_type"),
     [

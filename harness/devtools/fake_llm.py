@@ -2,10 +2,11 @@
 
 Requests are answered from scripts, one queue per tick (the worker sends its tick id in
 `X-Tickwork-Tick`), so parallel ticks can each get their own conversation: text answers,
-tool-call rounds (parallel calls included), HTTP errors, delays and streams cut before the
-usage chunk. Every answer is written to a ledger with the tokens it billed, so a test can
-hold the store's spend against what the upstream charged. Token counts follow a fixed
-rule (a token per 4 characters of the request or answer), so they are reproducible.
+tool-call rounds (parallel calls included), HTTP errors, delays, streams cut before the
+usage chunk and streams that end cleanly before the turn's end. Every answer is written
+to a ledger with the tokens it billed, so a test can hold the store's spend against what
+the upstream charged. Token counts follow a fixed rule (a token per 4 characters of the
+request or answer), so they are reproducible.
 
 Two options make it behave like real servers for the governor's calibration: `tokenizer=
 "words"` counts prompt tokens the way a subword tokenizer roughly does, over the prompt as
@@ -64,6 +65,10 @@ class Step(BaseModel):
     omit_usage: bool = False
     chunk_delay: float = 0.0
     """Streaming only: seconds between two chunks."""
+    unfinished: bool = False
+    """Streaming only: send the content, then end the body cleanly with no finish reason,
+    usage or [DONE], as a gateway that closes the connection at its own timeout: nothing
+    below the model's stream sees an error, only the turn's missing end tells."""
     cut_after_chunks: int | None = None
     """Streaming only: drop the connection after this many chunks (a tool call's arguments
     come in two chunks, so a cut can leave one half-sent)."""
@@ -282,7 +287,7 @@ def create_app(state: FakeState | None = None) -> FastAPI:
             usage = step.usage
         stream = bool(body.get("stream"))
         include_usage = not stream or bool((body.get("stream_options") or {}).get("include_usage"))
-        reported = include_usage and not step.omit_usage and not step.cut_stream
+        reported = include_usage and not (step.omit_usage or step.cut_stream or step.unfinished)
         fake.bill(
             LedgerEntry(
                 key=key,
@@ -362,6 +367,8 @@ async def _stream(
     if step.cut_stream:
         await asyncio.sleep(0.05)
         raise ConnectionAbortedError("scripted cut before the usage chunk")
+    if step.unfinished:
+        return
     yield chunk({}, finish)
     if usage is not None:
         body = {

@@ -40,10 +40,14 @@ def test_a_stream_cut_inside_a_tool_call_is_infrastructure_and_runs_nothing(
     marker = tmp_path / "ran"
     harness = without_retries(Harness(tmp_path, fake, rag=False, can_shell=True))
     call = ToolCallSpec(name="shell", arguments={"command": f"touch {marker}"})
-    terminal, _ = ended(harness, [Step(tool_calls=[call], cut_after_chunks=2)])
+    terminal, events = ended(harness, [Step(tool_calls=[call], cut_after_chunks=2)])
     assert terminal.type == "TickFailed"
     assert terminal.data["failure_class"] == "infrastructure"
     assert not marker.exists(), "a half-sent tool call must never run"
+    billed = [entry for entry in harness.fake.ledger if entry.key == terminal.data["tick_id"]]
+    spent = [e.data for e in events if e.type == "BudgetSpent"]
+    assert len(billed) == 1, "the upstream answered the call, and billed it"
+    assert [s["estimated"] for s in spent] == [True], "an answered call is booked, estimated"
 
 
 @pytest.mark.parametrize("with_tool_call", [True, False], ids=["tool call", "text"])

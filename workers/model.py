@@ -36,6 +36,9 @@ class MeteredOpenAIModel(OpenAIModel):
     """
 
     response_chars = 0
+    answered = False
+    """Whether the current call's answer began (`messageStart`: the upstream accepted the
+    request and started its turn), so a failure after it is no refusal: it may be billed."""
     provider: str | None = None
     """The endpoint's host, as the call ledger names it (`provider_of`)."""
     first_token_at: float | None = None
@@ -45,7 +48,9 @@ class MeteredOpenAIModel(OpenAIModel):
         """Count the streamed text as it passes, for the estimate when no usage comes back."""
         self.response_chars = 0
         self.first_token_at = None
+        self.answered = False
         async for event in finished_turn(super().stream(*args, **kwargs)):
+            self.answered = self.answered or (isinstance(event, dict) and "messageStart" in event)
             if isinstance(event, dict) and "metadata" in event:
                 event = _with_countable_usage(dict(event))
             delta = (

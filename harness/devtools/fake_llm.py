@@ -24,7 +24,7 @@ import threading
 import time
 import uuid
 from collections import defaultdict, deque
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator, Callable, Iterator
 from contextlib import contextmanager
 from typing import Any, Literal
 
@@ -176,6 +176,8 @@ class FakeState:
         """The latest chat request bodies, as they arrived."""
         self.arrived: dict[str, int] = defaultdict(int)
         """Requests per key that reached a `together` barrier."""
+        self.on_answered: dict[str, deque[Callable[[], None]]] = defaultdict(deque)
+        """Actions to run, one per streamed answer of the key, once its last byte is sent."""
 
     def prompt_tokens(self, key: str, body: dict[str, Any]) -> tuple[int, int]:
         """(tokens billed, tokens reused from the KV cache) for a request."""
@@ -211,6 +213,23 @@ class FakeState:
             self.first_request.setdefault(key, time.time())
             queue = self.scripts.get(key) or self.scripts.get("default")
             return queue.popleft() if queue else Step()
+
+    def when_answered(self, key: str, action: Callable[[], None]) -> None:
+        """Run `action` in the server's thread once the next streamed answer of `key` is sent.
+
+        A test can so act (kill the worker) at the exact moment the upstream has answered
+        in full, before the client has done anything with the answer.
+        """
+        with self.lock:
+            self.on_answered[key].append(action)
+
+    def answered(self, key: str) -> None:
+        """The streamed answer of `key` is sent: run the action waiting for it, if any."""
+        with self.lock:
+            waiting = self.on_answered.get(key)
+            action = waiting.popleft() if waiting else None
+        if action is not None:
+            action()
 
     def bill(self, entry: LedgerEntry) -> None:
         """Remember what a request billed."""
@@ -319,7 +338,9 @@ def create_app(state: FakeState | None = None) -> FastAPI:
                 completion.update(usage=usage, **extra)
             return JSONResponse(completion, headers=step.headers)
         return StreamingResponse(
-            _stream(model, text, calls, finish, usage if reported else None, step, extra),
+            _stream(
+                model, text, calls, finish, usage if reported else None, step, extra, key, fake
+            ),
             media_type="text/event-stream",
             headers=step.headers,
         )
@@ -335,6 +356,8 @@ async def _stream(
     usage: dict[str, Any] | None,
     step: Step,
     extra: dict[str, Any],
+    key: str,
+    fake: FakeState,
 ) -> AsyncIterator[bytes]:
     ident = f"chatcmpl-{uuid.uuid4().hex[:12]}"
 
@@ -368,6 +391,7 @@ async def _stream(
         await asyncio.sleep(0.05)
         raise ConnectionAbortedError("scripted cut before the usage chunk")
     if step.unfinished:
+        fake.answered(key)
         return
     yield chunk({}, finish)
     if usage is not None:
@@ -382,6 +406,7 @@ async def _stream(
         }
         yield b"data: " + orjson.dumps(body) + b"\n\n"
     yield b"data: [DONE]\n\n"
+    fake.answered(key)
 
 
 class FakeUpstream:
@@ -410,6 +435,10 @@ class FakeUpstream:
     def script(self, key: str, steps: list[Step]) -> None:
         """Queue steps for the requests that carry `key`, without an HTTP round trip."""
         self.state.script(key, steps)
+
+    def when_answered(self, key: str, action: Callable[[], None]) -> None:
+        """Run `action` once the next streamed answer of `key` is sent in full."""
+        self.state.when_answered(key, action)
 
     @property
     def ledger(self) -> list[LedgerEntry]:

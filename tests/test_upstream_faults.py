@@ -8,13 +8,17 @@ traceback to the user, and a `BudgetSpent` for every call that was answered.
 
 from __future__ import annotations
 
+import asyncio
+from collections.abc import AsyncIterator
 from pathlib import Path
 
 import pytest
+from strands.types.streaming import StreamEvent
 
 from harness.devtools.fake_llm import FakeUpstream, Step, ToolCallSpec
 from harness.store import StoredEvent
 from tests.tick_support import Harness
+from workers.model import UnfinishedTurnError, finished_turn
 
 TERMINAL = {"TickCompleted", "TickFailed", "TickTimedOut", "TickCancelled"}
 
@@ -72,6 +76,42 @@ def test_a_turn_whose_stream_ends_before_its_end_is_infrastructure_and_runs_noth
     spent = [e.data for e in events if e.type == "BudgetSpent"]
     assert [s["estimated"] for s in spent] == [True], "the unfinished call is booked, estimated"
     assert spent[0]["completion_tokens"] > 0
+
+
+START: StreamEvent = {"messageStart": {"role": "assistant"}}
+TOOL: StreamEvent = {"contentBlockStart": {"start": {"toolUse": {"toolUseId": "t", "name": "x"}}}}
+
+
+@pytest.mark.parametrize(
+    ("events", "finished"),
+    [
+        ([START, TOOL, {"messageStop": {"stopReason": "tool_use"}}], True),
+        ([START, TOOL, {"messageStop": {}}], False),
+        ([START, TOOL], False),
+    ],
+    ids=["stop reason", "stop without reason", "no stop"],
+)
+def test_any_providers_turn_is_finished_only_by_a_stop_reason(
+    events: list[StreamEvent], finished: bool
+) -> None:
+    """The check every provider's model shares, whatever its wire protocol.
+
+    An Anthropic or Ollama stream that ends without its stop event is refused as an
+    OpenAI one without its finish reason is.
+    """
+
+    async def drain() -> list[StreamEvent]:
+        async def source() -> AsyncIterator[StreamEvent]:
+            for event in events:
+                yield event
+
+        return [event async for event in finished_turn(source())]
+
+    if finished:
+        assert asyncio.run(drain()) == events
+    else:
+        with pytest.raises(UnfinishedTurnError):
+            asyncio.run(drain())
 
 
 @pytest.mark.parametrize(

@@ -11,8 +11,9 @@ response sizes and `estimated: true`, never as zero. A call the upstream refused
 its answer began (429, 5xx, refused connection) produced no tokens: it has a `ModelCalled`
 with its error and no `BudgetSpent`. One whose answer began and then broke off is booked,
 estimated, even when nothing of it reached the meter (the SDK holds a tool call's pieces
-until the stream ends): the upstream may bill it. Both events come from this one hook because the call's
-record links its spend, and the SDK calls `AfterModelCallEvent` hooks in reverse order.
+until the stream ends): the upstream may bill it. Both events come from this one hook
+because the call's record links its spend, and the SDK calls `AfterModelCallEvent` hooks
+in reverse order.
 """
 
 from __future__ import annotations

@@ -72,11 +72,29 @@ def test_a_json_level_retries_an_answer_that_does_not_validate_and_keeps_the_val
     assert [e.text for e in digest.levels[0].excerpts] == ['{"status":"ok","n":2}']
 
 
+def test_a_json_level_without_a_schema_retries_an_answer_that_is_no_object(
+    tmp_path: Path, fake: FakeUpstream
+) -> None:
+    harness = Harness(tmp_path, fake, rag=False, output="json")
+    outcome = harness.tick([Step(text="null"), Step(text='{"status": "ok"}')])
+    assert outcome.status == "completed"
+    assert read_result(outcome.result_path).value == {"status": "ok"}
+    failed = [e.data for e in harness.events(outcome) if e.type == "TickAttemptFailed"]
+    assert [f["failure_class"] for f in failed] == ["content"]
+    assert failed[0]["reason"].startswith("NotAnObject")
+
+
 @pytest.mark.parametrize(
     ("answer", "schema", "failure"),
     [
         ("All fine, nothing to report.", None, "InvalidJSON"),
         ('{"status": "ok"', None, "InvalidJSON"),
+        ("3", None, "NotAnObject"),
+        ('"just a string"', None, "NotAnObject"),
+        ("true", None, "NotAnObject"),
+        ("null", None, "NotAnObject"),
+        ('["status"]', None, "NotAnObject"),
+        ('```json\n{"status": "ok"}\n```', None, None),
         ('["status"]', STATUS_SCHEMA, "SchemaMismatch"),
         ('Sure: {"status": "ok"} as asked', STATUS_SCHEMA, None),
     ],

@@ -168,6 +168,9 @@ def test_a_killed_workers_tick_ends_once_and_cancel_and_pause_reach_another_work
             service.stop()
             lost_tick, kept_tick = started[victim], started[survivor]
             lost_pid = Ticks.read(store).of("TickStarted")[lost_tick][0].data["pid"]
+            wait_until(
+                lambda: lost_tick in fake.state.first_request, "the tick's call to be sent", 60
+            )
             pool[0].process.send_signal(signal.SIGKILL)
             pool[0].process.wait(30)
             # The cancel and the pause reach the survivor while its sweeper waits out the
@@ -191,6 +194,11 @@ def test_a_killed_workers_tick_ends_once_and_cancel_and_pause_reach_another_work
         ticks = Ticks.read(store)
         terminals = ticks.terminals()
         assert terminals[lost_tick] == ["TickLost"]
+        (begun,) = ticks.of("ModelCallStarted")[lost_tick]
+        booked = [e.data for e in ticks.of("BudgetSpent")[lost_tick]]
+        assert [(b["estimated"], b["source"], b["prompt_tokens"]) for b in booked] == [
+            (True, "runner", begun.data["estimated_input_tokens"])
+        ], "the call the sweeper's kill cut off is booked"
         assert terminals[kept_tick] == ["TickCancelled"]
         assert terminals[paused_tick] == ["TickCancelled"]
         assert ticks.of("TickCancelled")[paused_tick][0].data["reason"] == "paused"

@@ -217,6 +217,40 @@ def test_the_last_candidate_failing_is_recorded_and_the_tick_fails_on_infrastruc
     assert (fallback["from_target"], fallback["to_target"]) == ("only", None)
 
 
+def test_a_candidate_whose_variables_are_unset_is_passed_over_for_the_next(
+    tmp_path: Path, store_url: str, fake: FakeUpstream
+) -> None:
+    unset_url, unset_key = "TICKWORK_TEST_UNSET_URL", "TICKWORK_TEST_UNSET_KEY"
+    assert unset_url not in os.environ and unset_key not in os.environ
+    targets = {
+        "no-url": {"model": "m1", "execution_class": "cloud", "base_url_env": unset_url},
+        "no-key": {**target(fake.url, "m2"), "api_key_env": unset_key},
+        "alive": target(fake.url, "alive-model"),
+    }
+    catalog = write_catalog(tmp_path / "catalog.json", targets, ["no-url", "no-key", "alive"])
+    routed = Routed(tmp_path, store_url, catalog)
+    outcome, events = routed.tick(fake, [Step(text="Answered by the third candidate.")])
+
+    assert outcome.status == "completed", outcome.reason
+    assert outcome.result is not None and outcome.result.target == "alive"
+    fallbacks = of_type(events, "RouteFallback")
+    assert [(f["from_target"], f["to_target"]) for f in fallbacks] == [
+        ("no-url", "no-key"),
+        ("no-key", "alive"),
+    ]
+    assert unset_url in fallbacks[0]["reason"] and unset_key in fallbacks[1]["reason"]
+    assert all(f["cached"] for f in fallbacks), "an unset variable says nothing of the endpoint"
+    assert [e.model for e in fake.ledger if e.key == outcome.tick_id] == ["alive-model"]
+
+    alone = write_catalog(tmp_path / "alone.json", {"no-key": targets["no-key"]}, ["no-key"])
+    outcome, events = Routed(tmp_path / "alone", store_url, alone).tick(fake, [])
+    assert outcome.status == "failed"
+    assert events[-1].data["failure_class"] == "configuration"
+    assert unset_key in events[-1].data["reason"]
+    (last,) = of_type(events, "RouteFallback")
+    assert (last["from_target"], last["to_target"]) == ("no-key", None)
+
+
 class QuotaServer:
     """A provider's quota endpoint on a real socket: answers what `remaining` is set to."""
 

@@ -216,6 +216,40 @@ def test_a_tick_killed_mid_call_books_that_call_estimated(
     assert live_in_group(started.data["pid"]) == []
 
 
+@pytest.mark.parametrize("answers", [1, 2], ids=["first call", "second call"])
+def test_a_call_answered_just_before_a_kill_is_booked_once(
+    tmp_path: Path, fake: FakeUpstream, each_launcher: Launcher, answers: int
+) -> None:
+    """Killed the moment the upstream has sent an answer in full, a call is booked once.
+
+    Whether the worker's own booking or the runner's estimate counts it depends on where
+    the kill lands; that it is counted, exactly once, does not.
+    """
+    harness = Harness(tmp_path, fake, each_launcher, rag=False, can_shell=True)
+    harness.without_retries()
+    prepared = harness.preparer.prepare("min", timeout=60)
+    tick_id = prepared.payload.tick_id
+    shell = Step(tool_calls=[ToolCallSpec(name="shell", arguments={"command": "true"})])
+    fake.script(tick_id, [shell, Step(text="Checked.")])
+
+    def kill() -> None:
+        stream = harness.store.read_stream(f"tick-{tick_id}")
+        started = next(e for e in stream if e.type == "TickStarted")
+        os.kill(started.data["pid"], signal.SIGKILL)
+
+    for _ in range(answers - 1):
+        fake.when_answered(tick_id, lambda: None)
+    fake.when_answered(tick_id, kill)
+    outcome = harness.runner.run(prepared)
+
+    assert outcome.status == "failed"
+    assert len([entry for entry in fake.ledger if entry.key == tick_id]) == answers
+    events = harness.events(outcome)
+    spent = [(e.data["estimated"], e.data["source"]) for e in events if e.type == "BudgetSpent"]
+    assert len(spent) == answers, f"every answered call is booked once: {spent}"
+    assert spent[:-1] == [(False, "worker")] * (answers - 1)
+
+
 class ScriptLauncher(ColdLauncher):
     """Starts a stand-in worker (a real process) to test how the runner reads its end."""
 

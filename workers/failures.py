@@ -1,7 +1,7 @@
 """Which errors of a tick are infrastructure: the runner retries those, then pauses the level.
 
-An upstream that is down, throttles, cuts a stream or answers with something that does
-not parse as a completion, and a store out of reach, are
+An upstream that is down, throttles, cuts a stream, ends a turn without a stop reason or
+answers with something that does not parse as a completion, and a store out of reach, are
 recognised by the exception classes of the libraries that raise them: openai (the
 client Strands' model calls), httpx (a stream cut after the response began reaches the
 agent unwrapped), Strands (which turns a 429 into its own throttling exception) and the
@@ -22,7 +22,7 @@ from strands.types.exceptions import ModelThrottledException
 from harness.contracts.result import FailureClass
 from harness.routing.quota import QuotaExhaustedError
 from harness.store import StoreUnavailableError
-from workers.model import MalformedAnswerError
+from workers.model import MalformedAnswerError, MissingEndpointError, UnfinishedTurnError
 
 INFRASTRUCTURE_ERRORS: tuple[type[Exception], ...] = (
     openai.APIConnectionError,
@@ -35,6 +35,7 @@ INFRASTRUCTURE_ERRORS: tuple[type[Exception], ...] = (
     httpx.ConnectError,
     json.JSONDecodeError,
     MalformedAnswerError,
+    UnfinishedTurnError,
     StoreUnavailableError,
     QuotaExhaustedError,
 )
@@ -43,8 +44,10 @@ INFRASTRUCTURE_ERRORS: tuple[type[Exception], ...] = (
 CONFIGURATION_ERRORS: tuple[type[Exception], ...] = (
     openai.AuthenticationError,
     openai.PermissionDeniedError,
+    MissingEndpointError,
 )
-"""The upstream refused the credentials (401, 403): no retry can mend a wrong key."""
+"""The upstream refused the credentials (401, 403), or a target's variable is unset: no
+retry can mend a wrong key or a missing variable."""
 
 INFRASTRUCTURE_MARKERS: tuple[str, ...] = (
     "429",

@@ -7,9 +7,13 @@ down remains, so a dead endpoint costs one tick a timeout, not every tick. The n
 candidate starts the conversation afresh (a failed call leaves no answer to build on);
 the tool budget and the spend meter are the tick's, shared by all its candidates.
 
-A candidate is chosen only when its quota is not known spent (`harness.routing.quota`):
-one without quota left is passed over with a reason starting `quota`, and when none is
-left the tick fails on infrastructure instead of calling a provider that will refuse it.
+A candidate is chosen only when the variables it names (endpoint, key) are set in this
+process and its quota is not known spent (`harness.routing.quota`): one whose variable is
+unset is passed over with a reason starting `unset`, one without quota left with a reason
+starting `quota`. Both are known without a call, so neither marks the target down for
+later ticks. When no candidate is left the tick fails on the last one's reason
+(configuration for a variable, infrastructure for quota) instead of calling a provider
+that cannot answer or will refuse.
 """
 
 from __future__ import annotations
@@ -24,6 +28,7 @@ from harness.contracts.payload import RouteCandidate, TickPayload
 from harness.contracts.result import FailureClass
 from harness.routing.availability import recently_down
 from harness.routing.quota import QuotaExhaustedError, QuotaGate, answer_quota
+from workers.model import MissingEndpointError, unset_variables
 from workers.recorder import EventRecorder
 
 REASON_CHARS = 500
@@ -51,25 +56,40 @@ class CandidateWalk:
         return self.candidates[self.index] if self.candidates else None
 
     def choose(self) -> RouteCandidate | None:
-        """The candidate to run on: the current one, or the next with quota left.
+        """The candidate to run on: the current one, or the next that is set and has quota.
 
         Raises:
-            QuotaExhaustedError: no candidate from here on has quota left.
+            MissingEndpointError: the last candidate names a variable that is unset here.
+            QuotaExhaustedError: the last candidate has no quota left.
         """
         while self.candidates:
             candidate = self.candidates[self.index]
-            why, probed = self.quota.check(candidate, datetime.now(UTC))
-            if probed:
-                self.recorder.record(self.quota.observations[candidate.target])
-            if why is None:
+            blocked = self._blocked(candidate)
+            if blocked is None:
                 return candidate
+            reason, error = blocked
             following = (
                 self.candidates[self.index + 1] if self.index + 1 < len(self.candidates) else None
             )
-            self._moved(following, f"quota: {why}", cached=True)
+            self._moved(following, reason, cached=True)
             if following is None:
-                raise QuotaExhaustedError(f"no candidate has quota left: {candidate.target}: {why}")
+                raise error
         return None
+
+    def _blocked(self, candidate: RouteCandidate) -> tuple[str, Exception] | None:
+        """Why the candidate cannot be called now (the fallback's reason, the tick's error)."""
+        unset = unset_variables(candidate)
+        if unset:
+            error = MissingEndpointError(candidate.target, unset)
+            return f"unset: {error}", error
+        why, probed = self.quota.check(candidate, datetime.now(UTC))
+        if probed:
+            self.recorder.record(self.quota.observations[candidate.target])
+        if why is None:
+            return None
+        return f"quota: {why}", QuotaExhaustedError(
+            f"no candidate has quota left: {candidate.target}: {why}"
+        )
 
     async def observe_answer(self, response: httpx.Response) -> None:
         """Record an answer's rate-limit headers, so the next ticks know what is left."""

@@ -68,7 +68,7 @@ def run(payload: TickPayload) -> int:
     from workers.failures import failure_class
     from workers.fallback import CandidateWalk
     from workers.governor_hook import ContextGovernor
-    from workers.model import build_model
+    from workers.model import MissingEndpointError, build_model
     from workers.rag_tool import make_rag_lookup
     from workers.recorder import EventRecorder
     from workers.spend import SpendMeter
@@ -153,7 +153,7 @@ def run(payload: TickPayload) -> int:
         tail = "".join(traceback.format_exception(exc))[-4000:]
         failed_as = failure_class(exc)
         message = str(exc)[:2000]
-        if failed_as == "configuration":
+        if failed_as == "configuration" and not isinstance(exc, MissingEndpointError):
             variable = (walk.current.api_key_env if walk.current else None) or API_KEY_ENV
             message = f"the upstream refused the API key: check {variable} ({message})"
         result = TickResult(

@@ -3,7 +3,8 @@
 The client has no retries of its own and a bounded timeout, so an unreachable upstream
 fails the tick fast into the runner's retry policy instead of waiting minutes inside it.
 The provider is wrapped to count the characters it streams back, which is what a spend
-estimate needs when the upstream never reports usage (a stream cut before its last chunk).
+estimate needs when the upstream never reports usage (a stream cut before its last chunk),
+and to refuse a turn whose stream ended without a stop reason (`finished_turn`).
 """
 
 from __future__ import annotations
@@ -13,12 +14,13 @@ import os
 import ssl
 import sys
 import time
-from collections.abc import AsyncGenerator, Awaitable, Callable
+from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable
 from typing import Any
 
 import httpx
 import openai
 from strands.models.openai import OpenAIModel
+from strands.types.streaming import StreamEvent
 
 from harness.contracts.payload import TICK_HEADER, RouteCandidate, TickPayload
 
@@ -34,6 +36,9 @@ class MeteredOpenAIModel(OpenAIModel):
     """
 
     response_chars = 0
+    answered = False
+    """Whether the current call's answer began (`messageStart`: the upstream accepted the
+    request and started its turn), so a failure after it is no refusal: it may be billed."""
     provider: str | None = None
     """The endpoint's host, as the call ledger names it (`provider_of`)."""
     first_token_at: float | None = None
@@ -43,7 +48,9 @@ class MeteredOpenAIModel(OpenAIModel):
         """Count the streamed text as it passes, for the estimate when no usage comes back."""
         self.response_chars = 0
         self.first_token_at = None
-        async for event in super().stream(*args, **kwargs):
+        self.answered = False
+        async for event in finished_turn(super().stream(*args, **kwargs)):
+            self.answered = self.answered or (isinstance(event, dict) and "messageStart" in event)
             if isinstance(event, dict) and "metadata" in event:
                 event = _with_countable_usage(dict(event))
             delta = (
@@ -56,6 +63,48 @@ class MeteredOpenAIModel(OpenAIModel):
                 self.first_token_at = time.monotonic()
             self.response_chars += len(piece)
             yield event
+
+    def format_chunk(self, event: dict[str, Any], **kwargs: Any) -> StreamEvent:
+        """As the SDK's, but a turn the upstream gave no finish reason keeps none.
+
+        The SDK stands in `end_turn` (no OpenAI finish reason) for a missing one, and would
+        then run the tool calls of a stream that merely stopped.
+        """
+        if event.get("chunk_type") == "message_stop" and event.get("data") == MISSING_FINISH:
+            return {"messageStop": {}}
+        return super().format_chunk(event, **kwargs)
+
+
+MISSING_FINISH = "end_turn"
+"""What Strands' OpenAI provider puts where the answer had no `finish_reason`."""
+
+
+class UnfinishedTurnError(Exception):
+    """The model's answer ended without a stop reason: the upstream never said it was done.
+
+    A gateway closing the connection at its timeout can end the body cleanly, so the
+    transport sees nothing wrong; only the missing end tells that what came may be a
+    prefix. The call fails before the agent loop sees its message, so no tool call of it
+    runs, and the tick fails on infrastructure.
+    """
+
+
+async def finished_turn(events: AsyncIterator[StreamEvent]) -> AsyncGenerator[StreamEvent, None]:
+    """A model's events, ending in `UnfinishedTurnError` unless a stop reason ends the turn.
+
+    Whatever the wire protocol, Strands' providers end a turn with a `messageStop`; a
+    provider's model class leaves its `stopReason` out where the wire gave none, and this
+    check, common to them all, refuses the turn then or when no `messageStop` comes at all.
+    """
+    stopped = False
+    async for event in events:
+        if "messageStop" in event:
+            if not event["messageStop"].get("stopReason"):
+                raise UnfinishedTurnError("the model's answer ended without a stop reason")
+            stopped = True
+        yield event
+    if not stopped:
+        raise UnfinishedTurnError("the model's answer ended before its end of turn")
 
 
 def _with_countable_usage(event: dict[str, Any]) -> Any:
@@ -99,9 +148,11 @@ def build_model(
     api_key = os.environ.get("OPENAI_API_KEY") or "not-set"
     model_id, effort = payload.model, payload.effort
     if candidate is not None:
-        base_url = candidate.base_url or _required(candidate.base_url_env, candidate.target)
-        if candidate.api_key_env:
-            api_key = _required(candidate.api_key_env, candidate.target)
+        unset = unset_variables(candidate)
+        if unset:
+            raise MissingEndpointError(candidate.target, unset)
+        base_url = candidate.base_url or os.environ[candidate.base_url_env or ""]
+        api_key = os.environ[candidate.api_key_env] if candidate.api_key_env else api_key
         model_id, effort = candidate.model, candidate.effort
     client = openai.AsyncOpenAI(
         base_url=base_url,
@@ -141,12 +192,16 @@ def _context_for(cafile: str | None, capath: str | None) -> ssl.SSLContext:
     return httpx.create_ssl_context()  # reads the same two variables
 
 
-def _required(variable: str | None, target: str) -> str:
-    value = os.environ.get(variable or "")
-    if not value:
-        raise MissingEndpointError(f"target {target!r}: environment variable {variable} is not set")
-    return value
+def unset_variables(candidate: RouteCandidate) -> list[str]:
+    """The variables a candidate names for its endpoint and key that are unset (or empty) here."""
+    named = [None if candidate.base_url else candidate.base_url_env, candidate.api_key_env]
+    return [variable for variable in named if variable and not os.environ.get(variable)]
 
 
 class MissingEndpointError(Exception):
     """A catalog target names a variable this worker's environment does not have."""
+
+    def __init__(self, target: str, variables: list[str]) -> None:
+        names = ", ".join(variables)
+        verb = "are" if len(variables) > 1 else "is"
+        super().__init__(f"target {target!r}: environment variable {names} {verb} not set")

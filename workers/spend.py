@@ -8,9 +8,12 @@ Hooks run inline in the agent loop, so the appends complete before the loop can 
 model again: a tick killed at any moment loses at most the call in flight.
 A call that returns without usage is recorded with tokens estimated from the request and
 response sizes and `estimated: true`, never as zero. A call the upstream refused before
-answering (429, 5xx, refused connection) produced no tokens: it has a `ModelCalled` with
-its error and no `BudgetSpent`. Both events come from this one hook because the call's
-record links its spend, and the SDK calls `AfterModelCallEvent` hooks in reverse order.
+its answer began (429, 5xx, refused connection) produced no tokens: it has a `ModelCalled`
+with its error and no `BudgetSpent`. One whose answer began and then broke off is booked,
+estimated, even when nothing of it reached the meter (the SDK holds a tool call's pieces
+until the stream ends): the upstream may bill it. Both events come from this one hook
+because the call's record links its spend, and the SDK calls `AfterModelCallEvent` hooks
+in reverse order.
 """
 
 from __future__ import annotations
@@ -98,7 +101,7 @@ class SpendMeter(HookProvider):
         prompt = int(usage.get("inputTokens") or 0)
         completion = int(usage.get("outputTokens") or 0)
         estimated = prompt == 0 and completion == 0
-        refused = estimated and event.exception is not None and model.response_chars == 0
+        refused = estimated and event.exception is not None and not model.answered
         spent: BudgetSpent | None = None
         if not refused:  # a refusal produced nothing and was not billed
             if estimated:

@@ -4,7 +4,9 @@ Models wrap JSON in prose or a Markdown fence more often than not, so the answer
 read as the predecessor call layer read it: the whole text, else the first fenced
 block, else the span from the first opening bracket to the last closing one. What still
 does not parse, or does not validate, fails the tick as `content`: the runner retries it
-per the level's content retries.
+per the level's content retries. Without a schema the answer must be a JSON object, as
+the predecessor expected: a bare number, string, boolean or `null` is JSON, but no
+structured answer a reader of the value can use.
 """
 
 from __future__ import annotations
@@ -51,6 +53,12 @@ def structured(text: str, schema: dict[str, Any] | None) -> tuple[Any, ResultErr
         return None, ResultError(
             type="InvalidJSON",
             message=f"the answer is not JSON: {excerpt!r}",
+            failure_class="content",
+        )
+    if schema is None and not isinstance(value, dict):
+        return None, ResultError(
+            type="NotAnObject",
+            message=f"the answer is JSON but not an object: {text[:200]!r}",
             failure_class="content",
         )
     if schema is not None:

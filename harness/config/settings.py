@@ -348,8 +348,9 @@ class LevelConfig(Scheduled):
     """Retries of a tick failing on content (empty text, JSON that does not parse or
     validate); default `[runner] content_retries`."""
     output: Literal["text", "json"] = "text"
-    """`json`: the answer must be JSON (a fenced block is accepted); the result file carries
-    the parsed value, and an answer that does not parse is a content failure."""
+    """`json`: the answer must be JSON (a fenced block is accepted), an object unless
+    `output_schema` says otherwise; the result file carries the parsed value, and any other
+    answer is a content failure."""
     output_schema: Path | None = None
     """A JSON Schema file (only with `output = "json"`) every answer must validate against;
     checked when the configuration loads, read again for each tick."""

@@ -2,10 +2,11 @@
 
 Requests are answered from scripts, one queue per tick (the worker sends its tick id in
 `X-Tickwork-Tick`), so parallel ticks can each get their own conversation: text answers,
-tool-call rounds (parallel calls included), HTTP errors, delays and streams cut before the
-usage chunk. Every answer is written to a ledger with the tokens it billed, so a test can
-hold the store's spend against what the upstream charged. Token counts follow a fixed
-rule (a token per 4 characters of the request or answer), so they are reproducible.
+tool-call rounds (parallel calls included), HTTP errors, delays, streams cut before the
+usage chunk and streams that end cleanly before the turn's end. Every answer is written
+to a ledger with the tokens it billed, so a test can hold the store's spend against what
+the upstream charged. Token counts follow a fixed rule (a token per 4 characters of the
+request or answer), so they are reproducible.
 
 Two options make it behave like real servers for the governor's calibration: `tokenizer=
 "words"` counts prompt tokens the way a subword tokenizer roughly does, over the prompt as
@@ -23,7 +24,7 @@ import threading
 import time
 import uuid
 from collections import defaultdict, deque
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator, Callable, Iterator
 from contextlib import contextmanager
 from typing import Any, Literal
 
@@ -64,6 +65,10 @@ class Step(BaseModel):
     omit_usage: bool = False
     chunk_delay: float = 0.0
     """Streaming only: seconds between two chunks."""
+    unfinished: bool = False
+    """Streaming only: send the content, then end the body cleanly with no finish reason,
+    usage or [DONE], as a gateway that closes the connection at its own timeout: nothing
+    below the model's stream sees an error, only the turn's missing end tells."""
     cut_after_chunks: int | None = None
     """Streaming only: drop the connection after this many chunks (a tool call's arguments
     come in two chunks, so a cut can leave one half-sent)."""
@@ -171,6 +176,8 @@ class FakeState:
         """The latest chat request bodies, as they arrived."""
         self.arrived: dict[str, int] = defaultdict(int)
         """Requests per key that reached a `together` barrier."""
+        self.on_answered: dict[str, deque[Callable[[], None]]] = defaultdict(deque)
+        """Actions to run, one per streamed answer of the key, once its last byte is sent."""
 
     def prompt_tokens(self, key: str, body: dict[str, Any]) -> tuple[int, int]:
         """(tokens billed, tokens reused from the KV cache) for a request."""
@@ -206,6 +213,23 @@ class FakeState:
             self.first_request.setdefault(key, time.time())
             queue = self.scripts.get(key) or self.scripts.get("default")
             return queue.popleft() if queue else Step()
+
+    def when_answered(self, key: str, action: Callable[[], None]) -> None:
+        """Run `action` in the server's thread once the next streamed answer of `key` is sent.
+
+        A test can so act (kill the worker) at the exact moment the upstream has answered
+        in full, before the client has done anything with the answer.
+        """
+        with self.lock:
+            self.on_answered[key].append(action)
+
+    def answered(self, key: str) -> None:
+        """The streamed answer of `key` is sent: run the action waiting for it, if any."""
+        with self.lock:
+            waiting = self.on_answered.get(key)
+            action = waiting.popleft() if waiting else None
+        if action is not None:
+            action()
 
     def bill(self, entry: LedgerEntry) -> None:
         """Remember what a request billed."""
@@ -282,7 +306,7 @@ def create_app(state: FakeState | None = None) -> FastAPI:
             usage = step.usage
         stream = bool(body.get("stream"))
         include_usage = not stream or bool((body.get("stream_options") or {}).get("include_usage"))
-        reported = include_usage and not step.omit_usage and not step.cut_stream
+        reported = include_usage and not (step.omit_usage or step.cut_stream or step.unfinished)
         fake.bill(
             LedgerEntry(
                 key=key,
@@ -314,7 +338,9 @@ def create_app(state: FakeState | None = None) -> FastAPI:
                 completion.update(usage=usage, **extra)
             return JSONResponse(completion, headers=step.headers)
         return StreamingResponse(
-            _stream(model, text, calls, finish, usage if reported else None, step, extra),
+            _stream(
+                model, text, calls, finish, usage if reported else None, step, extra, key, fake
+            ),
             media_type="text/event-stream",
             headers=step.headers,
         )
@@ -330,6 +356,8 @@ async def _stream(
     usage: dict[str, Any] | None,
     step: Step,
     extra: dict[str, Any],
+    key: str,
+    fake: FakeState,
 ) -> AsyncIterator[bytes]:
     ident = f"chatcmpl-{uuid.uuid4().hex[:12]}"
 
@@ -362,6 +390,9 @@ async def _stream(
     if step.cut_stream:
         await asyncio.sleep(0.05)
         raise ConnectionAbortedError("scripted cut before the usage chunk")
+    if step.unfinished:
+        fake.answered(key)
+        return
     yield chunk({}, finish)
     if usage is not None:
         body = {
@@ -375,6 +406,7 @@ async def _stream(
         }
         yield b"data: " + orjson.dumps(body) + b"\n\n"
     yield b"data: [DONE]\n\n"
+    fake.answered(key)
 
 
 class FakeUpstream:
@@ -403,6 +435,10 @@ class FakeUpstream:
     def script(self, key: str, steps: list[Step]) -> None:
         """Queue steps for the requests that carry `key`, without an HTTP round trip."""
         self.state.script(key, steps)
+
+    def when_answered(self, key: str, action: Callable[[], None]) -> None:
+        """Run `action` once the next streamed answer of `key` is sent in full."""
+        self.state.when_answered(key, action)
 
     @property
     def ledger(self) -> list[LedgerEntry]:

@@ -62,6 +62,20 @@ def _watched(runner_pid: int | None, started_at: datetime) -> bool:
     return created <= started_at
 
 
+def started_ref(started: StoredEvent) -> TickRef | None:
+    """What the runner needs to end the tick of `started` (None: an older tickwork's)."""
+    data = started.data
+    if not data.get("result_path") or data.get("timeout_seconds") is None:
+        return None
+    return TickRef(
+        data["tick_id"],
+        data["level"],
+        Path(data["result_path"]),
+        Path(data["log_path"]),
+        data["timeout_seconds"],
+    )
+
+
 def adopt(
     runner: Runner, started: StoredEvent, now: datetime, report: Callable[[str], None]
 ) -> Adoption | None:
@@ -72,12 +86,10 @@ def adopt(
     tick_id, level = data["tick_id"], data["level"]
     if _watched(data.get("runner_pid"), datetime.fromisoformat(data["occurred_at"])):
         return None  # a live scheduler on this host (a replica) still watches it
-    if not data.get("result_path") or data.get("timeout_seconds") is None:
+    ref = started_ref(started)
+    if ref is None:
         runner.record(TickLost(tick_id=tick_id, level=level, reason="started by an older tickwork"))
         return None
-    ref = TickRef(
-        tick_id, level, Path(data["result_path"]), Path(data["log_path"]), data["timeout_seconds"]
-    )
     started_at = datetime.fromisoformat(data["occurred_at"])
     process = TickProcess(int(data["pid"]))
     if _is_worker(process.pid, started_at):

@@ -21,7 +21,8 @@ hosts through procrastinate locks: its jobs are spread over N lock names
 A worker whose heartbeat stops (SIGKILL, host lost) is found by any other worker
 (`sweep_stalled`): each tick it had taken ends `TickLost` once (appended at the version
 read), a job it had not yet taken is retried, and a surviving tick process on the
-sweeper's host is killed with its group.
+sweeper's host is killed with its group, and the model call it may have had in flight is
+booked, estimated (`harness.execution.cutoff`), as the runner books a killed worker's.
 """
 
 from __future__ import annotations
@@ -51,10 +52,10 @@ from harness.contracts.events import (
     WorkerStarted,
     tick_stream,
 )
-from harness.execution.adopt import Adoption
+from harness.execution.adopt import Adoption, started_ref
 from harness.execution.executors.base import Ended, Executor, Report
 from harness.execution.launchers import TickProcess
-from harness.execution.prepare import Preparer
+from harness.execution.prepare import Preparer, TickRef
 from harness.execution.runner import Runner
 from harness.scheduling.handoff import RunningTick
 from harness.scheduling.waves import SlotClaim
@@ -68,6 +69,10 @@ SCHEMA_LOCK = DEFER_LOCK + 1
 """Advisory lock of `tickwork migrate` applying procrastinate's schema (two at once)."""
 REDELIVER_SECONDS = 2.0
 TAKEN = {"TickTaken", "TickStarted"}
+KILLED_GONE_SECONDS = 5.0
+"""How long a sweeper waits for a stalled tick's SIGKILLed group to be gone before it books
+the call the tick may have had in flight (a SIGKILLed process is gone in milliseconds)."""
+KILLED_POLL_SECONDS = 0.01
 RETRY_JOB = "SELECT procrastinate_retry_job_v2(%(id)s, now(), NULL, NULL, NULL)"
 
 
@@ -432,7 +437,9 @@ class WorkerExecutor(_OnStore):
             self._job_sql(RETRY_JOB, job_id)
             self.report(f"{tick_id}: its worker died before taking it; job {job_id} retried")
             return
-        self._kill_here(events)
+        ref = self._kill_here(events)
+        if ref is not None:
+            self.runner.book_cut_off_call(ref)
         lost = TickLost(tick_id=tick_id, level=level, reason="its worker's heartbeat stopped")
         if end_once(self.store, lost):
             self.report(f"{tick_id} lost (its worker's heartbeat stopped)")
@@ -446,16 +453,26 @@ class WorkerExecutor(_OnStore):
         except StoreError as exc:
             self.report(f"job {job_id} left as another sweeper moved it: {exc}")
 
-    def _kill_here(self, events: list[StoredEvent]) -> None:
-        """Kill the group of the dead worker's tick process if it runs on this host."""
+    def _kill_here(self, events: list[StoredEvent]) -> TickRef | None:
+        """Kill the group of the dead worker's tick process if it runs on this host.
+
+        Returns the tick's ref once its group is gone, so the call its process may have
+        had in flight can be booked: nothing of it can record any more. A tick started on
+        another host is left alone (None): its process may still run and book its calls.
+        """
         started = next((e for e in reversed(events) if e.type == "TickStarted"), None)
         if started is None or started.data.get("host") != self.host:
-            return
-        for pid in TickProcess(int(started.data["pid"])).survivors():
+            return None
+        group = TickProcess(int(started.data["pid"]))
+        for pid in group.survivors():
             try:
                 os.kill(pid, signal.SIGKILL)
             except ProcessLookupError:
                 continue
+        deadline = time.monotonic() + KILLED_GONE_SECONDS
+        while group.survivors() and time.monotonic() < deadline:
+            time.sleep(KILLED_POLL_SECONDS)
+        return started_ref(started)
 
     def running(self) -> list[RunningTick]:
         """The ticks this worker runs now."""

@@ -65,13 +65,14 @@ def worker_env(
 ) -> dict[str, str]:
     """The environment a tick's process gets: `env` without a secret the tick does not need.
 
-    A `can_shell` tick can read all of its environment, so it holds its own targets' keys
-    and the store's password, and no other: not the API token, alert or digest URLs, other
-    targets' keys, nor any `TICKWORK_*` setting (the payload carries what the worker needs
-    of those). `store_url`: the configured store, whose password (taken out of the
-    payload's URL) the worker gets as `PGPASSWORD`.
+    A `can_shell` tick can read all of its environment, so it holds the variables its own
+    targets name (keys and endpoints) and the store's password, and no other secret: not
+    the API token, alert or digest URLs, other targets' keys, nor any other `TICKWORK_*`
+    setting (the payload carries what the worker needs of those). `store_url`: the
+    configured store, whose password (taken out of the payload's URL) the worker gets as
+    `PGPASSWORD`.
     """
-    keep = payload.key_variables() | {STORE_PASSWORD_ENV}
+    keep = payload.named_variables() | {STORE_PASSWORD_ENV}
     drop = secret_names() - keep
     kept = {
         name: value

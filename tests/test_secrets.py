@@ -30,6 +30,7 @@ from harness.contracts.secrets import (
     redact,
     redact_data,
     register_secret_names,
+    withhold_environment,
 )
 from harness.devtools.fake_llm import FakeUpstream, Step, ToolCallSpec
 from harness.store import SqlEventStore, open_store
@@ -288,6 +289,24 @@ def test_each_alert_url_of_a_list_is_a_secret_of_its_own(urls: list[str]) -> Non
     env = {ALERT_URLS_ENV: ", ".join(urls)}
     for url in urls:
         assert url not in redact(f"could not deliver to {url}", env)
+
+
+def test_a_collectors_token_is_a_secret_however_its_header_quotes_it() -> None:
+    env = {"OTEL_EXPORTER_OTLP_HEADERS": "x-team=night,authorization=Bearer%20otel-tok-5e1f0c9a"}
+    for quoted in ("Bearer otel-tok-5e1f0c9a", "token otel-tok-5e1f0c9a refused"):
+        assert "otel-tok-5e1f0c9a" not in redact(f"the collector answered 401: {quoted}", env)
+
+
+def test_a_withheld_secret_leaves_the_environment_and_stays_redacted(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    name, value = "TICKWORK_TEST_WITHHELD_TOKEN", "withheld-SECRET-31c7a9e2"
+    register_secret_names([name])
+    monkeypatch.setenv(name, value)
+    monkeypatch.setenv("TICKWORK_TEST_WITHHELD_SETTING", "plain")
+    withhold_environment("TICKWORK_TEST_WITHHELD_")
+    assert not [key for key in os.environ if key.startswith("TICKWORK_TEST_WITHHELD_")]
+    assert redact(f"the exporter said {value}") == f"the exporter said [redacted:{name}]"
 
 
 def test_the_schema_needs_the_token_and_no_page_loads_from_a_cdn(

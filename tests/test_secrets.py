@@ -36,7 +36,15 @@ from harness.devtools.fake_llm import FakeUpstream, Step, ToolCallSpec
 from harness.store import SqlEventStore, open_store
 from tests.api_support import TOKEN as API_TOKEN
 from tests.api_support import serving, settings_for
-from tests.commands import TICKWORK, Output, environment, fake_server, run, write_config
+from tests.commands import (
+    TICKWORK,
+    Output,
+    environment,
+    fake_server,
+    run,
+    run_each,
+    write_config,
+)
 from tests.tick_support import SECRET, Harness
 
 TOKEN = "tw-api-token-SECRET-5e1f0c9a"
@@ -155,6 +163,25 @@ def test_the_store_password_reaches_the_worker_through_its_environment_only(
     assert password not in str([(e.data, e.metadata) for e in events])
     for path in files_under(tmp_path):
         assert password.encode() not in path.read_bytes(), path
+
+
+def test_the_services_output_redacts_the_password_inside_the_store_url(
+    tmp_path: Path, pg_store: SqlEventStore, pg_session_url: str
+) -> None:
+    """The password stands in the file, not the environment: it is a secret all the same."""
+    password = "pg-pass-SECRET-8f2e61"
+    url = make_url(pg_session_url).set(password=password).render_as_string(hide_password=False)
+    env = {"TICKWORK_CONFIG": str(write_config(tmp_path, LEVEL, store_url=url))}
+    said = f"rotating the store's password {password} tonight"
+    paused = run(tmp_path, "pause", "min", "--reason", said, env=env)
+    assert paused.returncode == 0, paused.stderr
+    events, status = run_each(tmp_path, [["events", "--json"], ["status", "--json"]], env=env)
+    for shown in (paused, events, status):
+        assert shown.returncode == 0, shown.stderr
+        assert password not in shown.stdout + shown.stderr
+    assert "rotating the store's password [redacted:PGPASSWORD] tonight" in events.stdout
+    assert "postgresql+psycopg://postgres:***@" in status.stdout
+    assert password not in str([event.data for event in pg_store.read_all(0, 100)])
 
 
 READ_ENVIRON = """

@@ -41,7 +41,12 @@ from sqlalchemy.exc import ArgumentError
 
 from harness.config.governor import GovernorConfig
 from harness.contracts.output import load_output_schema
-from harness.contracts.secrets import ALERT_URLS_ENV, register_secret_names
+from harness.contracts.secrets import (
+    ALERT_URLS_ENV,
+    STORE_PASSWORD_ENV,
+    register_secret_names,
+    register_secret_value,
+)
 
 CONFIG_ENV = "TICKWORK_CONFIG"
 CONFIG_FILENAME = "tickwork.toml"
@@ -584,6 +589,9 @@ def load_settings(explicit: Path | None = None) -> Settings:
         raise ConfigError(f"environment: {name}: not valid JSON for its section") from None
     except RecursionError:
         raise ConfigError("environment: a TICKWORK_* variable: nested too deeply") from None
+    password = make_url(settings.store.url).password
+    if password:
+        register_secret_value(STORE_PASSWORD_ENV, str(password))
     register_secret_names(name for digest in settings.digests.values() for name in digest.notify)
     alerts = [settings.alerts, *(level.alerts for level in settings.levels.values())]
     register_secret_names(name for config in alerts if config for name in config.notify)

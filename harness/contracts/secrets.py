@@ -6,10 +6,11 @@ the error. Rather than trusting each of those places, text is redacted where it 
 process: the event encoding, the result file writer, digests, API answers and the
 process's own stdout/stderr (logs, tracebacks and the terminal go through them).
 
-Secrets come from the environment only, so they are known by variable name: the fixed
-ones below and the names the configuration and the catalog register (`api_key_env`,
+Secrets come from the environment, so they are known by variable name: the fixed ones
+below and the names the configuration and the catalog register (`api_key_env`,
 `[digests.*] notify`). Values are read at redaction time, so a registered name whose
-value appears later is still covered.
+value appears later is still covered. One secret may stand in the configuration file: a
+password inside `store.url`, redacted as `PGPASSWORD`, the variable ticks get it in.
 
 A value of `MIN_SECRET_CHARS` or more is replaced wherever it stands. A shorter one (a
 local server's placeholder key such as `ollama`, or a weak key) is replaced only where
@@ -68,9 +69,9 @@ FREE_TEXT = frozenset(
 _LIST_SEPARATORS = re.compile(r"[\s,]+")
 _lock = threading.Lock()
 _registered: set[str] = set(SECRET_ENV)
-_withheld: dict[str, str] = {}
-"""Secrets taken out of this process's environment (`withhold_environment`): their values
-are still redacted from what it writes."""
+_held: dict[str, str] = {}
+"""Secret values no variable of this process's environment holds, by name: taken out of it
+(`withhold_environment`) or given another way (a password inside `store.url`)."""
 
 
 def register_secret_names(names: Iterable[str]) -> None:
@@ -85,6 +86,14 @@ def secret_names() -> frozenset[str]:
         return frozenset(_registered)
 
 
+def register_secret_value(name: str, value: str) -> None:
+    """Redact `value` as the secret of variable `name` in this process, though no variable
+    holds it here: the password inside `store.url` is `PGPASSWORD`'s, as ticks get it."""
+    with _lock:
+        _registered.add(name)
+        _held[name] = value
+
+
 def withhold_environment(prefix: str) -> None:
     """Take every variable named `prefix…` out of this process's environment.
 
@@ -95,7 +104,7 @@ def withhold_environment(prefix: str) -> None:
         for name in [name for name in os.environ if name.startswith(prefix)]:
             value = os.environ.pop(name)
             if name in _registered:
-                _withheld[name] = value
+                _held[name] = value
 
 
 def _parts(name: str, value: str) -> Iterator[str]:
@@ -117,18 +126,18 @@ def secret_values(
     A variable may hold a list (alert URLs separated by commas or spaces, collector
     headers): each part is a secret of its own, so a message quoting one URL or token is
     caught too. `short`: also values under `MIN_SECRET_CHARS`, down to one character.
-    Without `env`: this process's environment and what it withheld.
+    Without `env`: this process's environment and the values it holds apart from it.
     """
-    withheld = _withheld if env is None else {}
+    held = _held if env is None else {}
     env = os.environ if env is None else env
     least = 1 if short else MIN_SECRET_CHARS
     found: dict[str, str] = {}
     for name in secret_names():
-        value = env.get(name) or withheld.get(name) or ""
-        for part in _parts(name, value):
-            part = part.strip()
-            if len(part) >= least:
-                found.setdefault(part, name)
+        for value in (env.get(name) or "", held.get(name) or ""):
+            for part in _parts(name, value):
+                part = part.strip()
+                if len(part) >= least:
+                    found.setdefault(part, name)
     return sorted(((name, value) for value, name in found.items()), key=lambda p: -len(p[1]))
 
 

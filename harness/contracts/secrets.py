@@ -87,8 +87,10 @@ def secret_names() -> frozenset[str]:
 
 
 def register_secret_value(name: str, value: str) -> None:
-    """Redact `value` as the secret of variable `name` in this process, though no variable
-    holds it here: the password inside `store.url` is `PGPASSWORD`'s, as ticks get it."""
+    """Redact `value` as the secret of variable `name`, though no variable holds it here.
+
+    The password inside `store.url` is `PGPASSWORD`'s, the variable ticks get it in.
+    """
     with _lock:
         _registered.add(name)
         _held[name] = value

@@ -525,6 +525,29 @@ def config_path(explicit: Path | None = None) -> Path | None:
     return default if default.exists() else None
 
 
+MAX_NESTING = 64
+"""Tables and arrays a configuration file may nest: no setting comes near it, and the walks
+over a document (the NUL check, validation) go one call deeper per level."""
+
+
+def too_deep(data: Any, limit: int = MAX_NESTING) -> str | None:
+    """The dotted path (its first parts) where `data` nests more than `limit` deep, if it does.
+
+    Walked without recursion: a TOML table header may name thousands of levels, which the
+    parser reads without recursing, and every walk that recurses would crash on.
+    """
+    stack: list[tuple[Any, tuple[str | int, ...]]] = [(data, ())]
+    while stack:
+        value, loc = stack.pop()
+        if len(loc) > limit:
+            return ".".join(str(part) for part in loc[:4]) + ".…"
+        if isinstance(value, dict):
+            stack.extend((item, (*loc, key)) for key, item in value.items())
+        elif isinstance(value, list):
+            stack.extend((item, (*loc, index)) for index, item in enumerate(value))
+    return None
+
+
 def nul_paths(data: Any, loc: tuple[str | int, ...] = ()) -> Iterator[str]:
     """Dotted paths of the keys and strings in `data` that hold a NUL byte.
 
@@ -569,6 +592,12 @@ def load_settings(explicit: Path | None = None) -> Settings:
             raise ConfigError(f"{path}: invalid TOML: nested too deeply") from None
         except tomllib.TOMLDecodeError as exc:
             raise ConfigError(f"{path}: invalid TOML: {exc}") from exc
+        deep = too_deep(data)
+        if deep is not None:
+            raise ConfigError(
+                f"{path}: invalid configuration\n  {deep}: nested more than {MAX_NESTING} "
+                "tables or arrays deep"
+            )
         nul = [f"  {where}: holds a NUL byte" for where in nul_paths(data)]
         if nul:
             raise ConfigError(f"{path}: invalid configuration\n" + "\n".join(nul))

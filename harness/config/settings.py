@@ -15,6 +15,7 @@ from collections.abc import Iterator
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Annotated, Any, Literal
+from urllib.parse import quote
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 from apscheduler.triggers.base import BaseTrigger
@@ -195,6 +196,16 @@ class RoutingConfig(_Strict):
     """The routing catalog (`.toml` or `.json`); without one, each level's `model` runs."""
     availability_ttl_seconds: Annotated[float, Field(ge=0)] = 300.0
     """A target that failed on infrastructure is passed over this long by later ticks."""
+
+
+def tick_page(public_url: str | None, tick_id: str) -> str | None:
+    """The tick's dashboard page under `[api] public_url`, where alerts and digests link it.
+
+    The page, not `/ticks/<id>`: that is the API's JSON, behind the bearer token.
+    """
+    if not public_url:
+        return None
+    return f"{public_url.rstrip('/')}/ui/ticks/{quote(tick_id, safe='')}"
 
 
 class ApiConfig(_Strict):

@@ -35,7 +35,8 @@ def test_an_automatic_pause_sends_exactly_one_alert_with_its_reason_and_tick_lin
     assert (alert.kind, alert.level, alert.tick_id) == ("paused", "min", outcome.tick_id)
     assert alerter.poll() == [] and len(received) == 1
     assert received[0]["title"] == "tickwork min: paused"
-    assert f"https://tickwork.example/ticks/{outcome.tick_id}" in received[0]["message"]
+    page = f"https://tickwork.example/ui/ticks/{outcome.tick_id}"
+    assert alert.link == page and page in received[0]["message"], "the tick's page, not its JSON"
     assert "API key" in received[0]["message"], received[0]
     delivered = harness.store.read_stream(alert.stream_id)
     assert [e.type for e in delivered] == ["AlertRaised", "AlertDelivered"]

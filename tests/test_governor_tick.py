@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 
-from harness.config import GovernorConfig
+from harness.config import ApiConfig, GovernorConfig
 from harness.contracts.calibration import Sample
 from harness.contracts.events import GOVERNOR_STREAM, TickStarted
 from harness.devtools.fake_llm import FakeUpstream, Step, ToolCallSpec
@@ -154,11 +154,15 @@ def test_a_tick_over_its_ceiling_alerts_the_operator_once(
 ) -> None:
     url, received = receiver
     harness = governed(tmp_path, fake)
+    harness.runner.settings = harness.runner.settings.model_copy(
+        update={"api": ApiConfig(public_url="https://tickwork.example")}
+    )
     harness.runner.env[ALERT_URLS_ENV] = url
     outcome = run(harness, "Check the pager.", [big_call(4000), big_call(4000), Step(text="x")])
     assert [e["decision"] for e in fired(harness, outcome)] == ["defer", "hard"]
     assert len(received) == 1
     assert "defer" in received[0]["title"] and outcome.tick_id in received[0]["message"]
+    assert f"https://tickwork.example/ui/ticks/{outcome.tick_id}" in received[0]["message"]
     assert url not in str([e.data for e in harness.events(outcome)])
     fake.state.scripts.pop(outcome.tick_id, None)
 

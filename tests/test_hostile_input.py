@@ -130,6 +130,21 @@ def test_an_unreadable_file_is_named_with_the_reason(
     assert why in str(caught.value) or "invalid JSON" in str(caught.value)
 
 
+@pytest.mark.parametrize("table", ["a", "levels.min.a"], ids=["top level", "in a level"])
+def test_a_table_header_thousands_of_levels_deep_exits_2_naming_the_file(
+    tmp_path: Path, table: str
+) -> None:
+    """TOML reads such a header without recursing; every walk over the document did not."""
+    header = f"[{table}." + ".".join(["b"] * 3000) + "]\nx = 1\n"
+    path = write(tmp_path, LEVEL + 'every = "1m"\n' + header)
+    result = run(tmp_path, "status")
+    assert result.returncode == 2, result.stderr
+    assert "Traceback" not in result.stderr
+    assert f"{path.name}: invalid configuration" in result.stderr
+    assert f"{table}.b" in result.stderr and "nested more than 64" in result.stderr
+    assert not (tmp_path / ".tickwork").exists(), "a refused configuration creates nothing"
+
+
 @pytest.mark.parametrize(
     ("config", "env", "named"),
     [

@@ -29,7 +29,7 @@ from harness.config import (
     Settings,
     StoreConfig,
 )
-from harness.devtools.fake_llm import FakeUpstream, Step
+from harness.devtools.fake_llm import FakeUpstream, Step, ToolCallSpec
 from harness.execution.prepare import Preparer
 from harness.execution.runner import Runner, TickOutcome
 from harness.routing.catalog import parse_catalog
@@ -39,6 +39,7 @@ from tests.waiting import long_enough, wait_until
 
 SECRET = "sk-tickwork-catalog-SECRET-9876543210"
 KEY_ENV = "TICKWORK_TEST_CLOUD_KEY"
+LOCAL_URL_ENV = "TICKWORK_LOCAL_LLM_URL"
 
 
 @pytest.fixture
@@ -82,6 +83,8 @@ class Routed:
         catalog: Path,
         ttl: float = 300,
         content_retries: int = 1,
+        env: dict[str, str] | None = None,
+        **level: Any,
     ) -> None:
         self.settings = Settings(
             store=StoreConfig(url=store_url),
@@ -93,13 +96,17 @@ class Routed:
                 retry_backoff_seconds=0.05,
             ),
             routing=RoutingConfig(catalog=catalog, availability_ttl_seconds=ttl),
-            levels={"min": LevelConfig(every="1m", prompt="Check the pager.", timeout_seconds=60)},
+            levels={
+                "min": LevelConfig(
+                    every="1m", prompt="Check the pager.", timeout_seconds=60, **level
+                )
+            },
         )
         self.store: SqlEventStore = open_store(store_url)
-        env = {**os.environ, KEY_ENV: SECRET}
-        env.pop("OPENAI_BASE_URL", None)
-        self.preparer = Preparer(self.settings, self.store, env=env)
-        self.runner = Runner(self.settings, self.store, env=env)
+        service_env = {**os.environ, KEY_ENV: SECRET, **(env or {})}
+        service_env.pop("OPENAI_BASE_URL", None)
+        self.preparer = Preparer(self.settings, self.store, env=service_env)
+        self.runner = Runner(self.settings, self.store, env=service_env)
 
     def tick(self, fake: FakeUpstream, steps: list[Step]) -> tuple[TickOutcome, list[StoredEvent]]:
         prepared = self.preparer.prepare("min")
@@ -203,6 +210,28 @@ def test_a_failing_candidate_is_passed_over_until_its_availability_expires(
     revision = parse_catalog(json.loads(catalog.read_text())).revision
     (recorded,) = routed.store.read_stream(f"catalog-{revision}")
     assert recorded.type == "CatalogRecorded", "three ticks store their one catalog once"
+
+
+def test_a_target_reads_its_endpoint_from_a_tickwork_variable_and_no_other_one(
+    tmp_path: Path, sqlite_url: str, fake: FakeUpstream
+) -> None:
+    """As the example catalog's local target does (`base_url_env = "TICKWORK_LOCAL_LLM_URL"`).
+
+    The worker gets the variables its candidates name, whatever their prefix, and none of
+    the service's other `TICKWORK_*` settings.
+    """
+    local = {"model": "local-model", "execution_class": "local", "base_url_env": LOCAL_URL_ENV}
+    catalog = write_catalog(tmp_path / "catalog.json", {"local": local}, ["local"])
+    env = {LOCAL_URL_ENV: fake.url, "TICKWORK_UNNAMED_URL": "http://elsewhere.invalid/v1"}
+    routed = Routed(tmp_path, sqlite_url, catalog, env=env, can_shell=True)
+    read_env = Step(tool_calls=[ToolCallSpec(name="shell", arguments={"command": "env"})])
+    outcome, events = routed.tick(fake, [read_env, Step(text="done")])
+    assert outcome.status == "completed", outcome.reason
+    assert [s["model"] for s in of_type(events, "BudgetSpent")] == ["local-model"] * 2
+    told = str(fake.state.received[-1]["messages"])
+    assert f"{LOCAL_URL_ENV}={fake.url}" in told, "the shell's output reached the model"
+    for unnamed in ("TICKWORK_UNNAMED_URL", KEY_ENV, SECRET):
+        assert unnamed not in told
 
 
 def test_the_last_candidate_failing_is_recorded_and_the_tick_fails_on_infrastructure(

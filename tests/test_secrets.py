@@ -30,12 +30,21 @@ from harness.contracts.secrets import (
     redact,
     redact_data,
     register_secret_names,
+    withhold_environment,
 )
 from harness.devtools.fake_llm import FakeUpstream, Step, ToolCallSpec
 from harness.store import SqlEventStore, open_store
 from tests.api_support import TOKEN as API_TOKEN
 from tests.api_support import serving, settings_for
-from tests.commands import TICKWORK, Output, environment, fake_server, run, write_config
+from tests.commands import (
+    TICKWORK,
+    Output,
+    environment,
+    fake_server,
+    run,
+    run_each,
+    write_config,
+)
 from tests.tick_support import SECRET, Harness
 
 TOKEN = "tw-api-token-SECRET-5e1f0c9a"
@@ -154,6 +163,25 @@ def test_the_store_password_reaches_the_worker_through_its_environment_only(
     assert password not in str([(e.data, e.metadata) for e in events])
     for path in files_under(tmp_path):
         assert password.encode() not in path.read_bytes(), path
+
+
+def test_the_services_output_redacts_the_password_inside_the_store_url(
+    tmp_path: Path, pg_store: SqlEventStore, pg_session_url: str
+) -> None:
+    """The password stands in the file, not the environment: it is a secret all the same."""
+    password = "pg-pass-SECRET-8f2e61"
+    url = make_url(pg_session_url).set(password=password).render_as_string(hide_password=False)
+    env = {"TICKWORK_CONFIG": str(write_config(tmp_path, LEVEL, store_url=url))}
+    said = f"rotating the store's password {password} tonight"
+    paused = run(tmp_path, "pause", "min", "--reason", said, env=env)
+    assert paused.returncode == 0, paused.stderr
+    events, status = run_each(tmp_path, [["events", "--json"], ["status", "--json"]], env=env)
+    for shown in (paused, events, status):
+        assert shown.returncode == 0, shown.stderr
+        assert password not in shown.stdout + shown.stderr
+    assert "rotating the store's password [redacted:PGPASSWORD] tonight" in events.stdout
+    assert "postgresql+psycopg://postgres:***@" in status.stdout
+    assert password not in str([event.data for event in pg_store.read_all(0, 100)])
 
 
 READ_ENVIRON = """
@@ -288,6 +316,24 @@ def test_each_alert_url_of_a_list_is_a_secret_of_its_own(urls: list[str]) -> Non
     env = {ALERT_URLS_ENV: ", ".join(urls)}
     for url in urls:
         assert url not in redact(f"could not deliver to {url}", env)
+
+
+def test_a_collectors_token_is_a_secret_however_its_header_quotes_it() -> None:
+    env = {"OTEL_EXPORTER_OTLP_HEADERS": "x-team=night,authorization=Bearer%20otel-tok-5e1f0c9a"}
+    for quoted in ("Bearer otel-tok-5e1f0c9a", "token otel-tok-5e1f0c9a refused"):
+        assert "otel-tok-5e1f0c9a" not in redact(f"the collector answered 401: {quoted}", env)
+
+
+def test_a_withheld_secret_leaves_the_environment_and_stays_redacted(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    name, value = "TICKWORK_TEST_WITHHELD_TOKEN", "withheld-SECRET-31c7a9e2"
+    register_secret_names([name])
+    monkeypatch.setenv(name, value)
+    monkeypatch.setenv("TICKWORK_TEST_WITHHELD_SETTING", "plain")
+    withhold_environment("TICKWORK_TEST_WITHHELD_")
+    assert not [key for key in os.environ if key.startswith("TICKWORK_TEST_WITHHELD_")]
+    assert redact(f"the exporter said {value}") == f"the exporter said [redacted:{name}]"
 
 
 def test_the_schema_needs_the_token_and_no_page_loads_from_a_cdn(

@@ -30,6 +30,7 @@ from harness.contracts.result import (
 )
 from harness.contracts.secrets import (
     API_KEY_ENV,
+    keep_environment_private,
     redact_standard_streams,
     register_secret_names,
 )
@@ -98,6 +99,9 @@ def run(payload: TickPayload) -> int:
     if payload.can_shell:
         from strands.vended_tools import file_editor, shell
 
+        # Its commands run as this process's user: /proc/<this pid>/environ still shows
+        # the variables this process withheld from them (the collector's headers).
+        keep_environment_private()
         tools += [shell, file_editor]
     result: TickResult
     try:

@@ -31,6 +31,7 @@ from harness.api.models import (
     Cancelled,
     Cleared,
     Digest,
+    Problem,
     Started,
     Status,
     Tick,
@@ -139,6 +140,12 @@ Levels = Annotated[list[str] | None, Query(description="Only these levels.")]
 StatusFilter = Annotated[TickStatus | None, Query(description="Only ticks in this status.")]
 SinceFilter = Annotated[Since | None, Query(description="30m, 12h, 7d or an ISO time.")]
 Limit = Annotated[int, Query(ge=1, le=1000)]
+MAX_POSITION = 2**63 - 1
+"""The largest signed 64-bit integer: no stream position or file offset is larger."""
+Position = Annotated[int, Query(ge=0, le=MAX_POSITION, description="Events up to here are known.")]
+LogOffset = Annotated[int, Query(ge=0, le=MAX_POSITION, description="Log bytes already read.")]
+UNKNOWN: dict[int | str, dict[str, Any]] = {404: {"model": Problem, "description": "Not found"}}
+"""The answer of a route about one tick, level or digest that is not there."""
 PAGES = ("dashboard", "tick", "ticks")
 """The pages: static/shell.html around each one's static/<page>.html and with its script,
 which fetches the page's fragments with the token."""
@@ -160,7 +167,10 @@ def create_app(settings: Settings, store: EventStore, config_file: Path | None =
     app.middleware("http")(refuse_nul)
     app.state.reads = Reads(settings, store)
     token = settings.api.token.get_secret_value() if settings.api.token else None
-    guarded = APIRouter(dependencies=[Depends(TokenCheck(token))])
+    guarded = APIRouter(
+        dependencies=[Depends(TokenCheck(token))],
+        responses={401: {"model": Problem, "description": "Missing or wrong bearer token"}},
+    )
     _routes(guarded, settings, config_file)
 
     @guarded.get("/openapi.json", include_in_schema=False)
@@ -226,7 +236,7 @@ def _routes(router: APIRouter, settings: Settings, config_file: Path | None) -> 
         """Ticks, newest first."""
         return reads.ticks(levels=level, status=status, since=since, limit=limit)
 
-    @router.get("/ticks/{tick_id}", tags=["ticks"])
+    @router.get("/ticks/{tick_id}", tags=["ticks"], responses=UNKNOWN)
     def one_tick(tick_id: str, reads: FreshReads) -> TickDetail:
         """A tick's events in order, its read model row and its result file."""
         detail = reads.tick(tick_id)
@@ -234,12 +244,17 @@ def _routes(router: APIRouter, settings: Settings, config_file: Path | None) -> 
             raise HTTPException(404, f"no tick {tick_id!r} in the store")
         return detail
 
-    @router.get("/ticks/{tick_id}/stream", tags=["ticks"], response_class=StreamingResponse)
+    @router.get(
+        "/ticks/{tick_id}/stream",
+        tags=["ticks"],
+        response_class=StreamingResponse,
+        responses=UNKNOWN,
+    )
     def follow_tick(
         tick_id: str,
         reads: FreshReads,
-        after: Annotated[int, Query(ge=0, description="Events up to here are known.")] = 0,
-        log_from: Annotated[int, Query(ge=0, description="Log bytes already read.")] = 0,
+        after: Position = 0,
+        log_from: LogOffset = 0,
     ) -> StreamingResponse:
         """Server-sent events: `story` (a line per new event), `log` (new log text), `end`.
 
@@ -262,7 +277,7 @@ def _routes(router: APIRouter, settings: Settings, config_file: Path | None) -> 
         """Tokens and cost grouped by level, model and/or UTC day (cost None: unpriced)."""
         return reads.spend(by or ["level"], since.date() if since else None)
 
-    @router.get("/digests/latest", tags=["digests"])
+    @router.get("/digests/latest", tags=["digests"], responses=UNKNOWN)
     def latest_digest(reads: FreshReads) -> Digest:
         """The last published digest and its rendered file."""
         digest = reads.latest_digest()
@@ -270,7 +285,7 @@ def _routes(router: APIRouter, settings: Settings, config_file: Path | None) -> 
             raise HTTPException(404, "no digest published yet by any of [digests.<name>]")
         return digest
 
-    @router.post("/levels/{level}/tick", tags=["control"], status_code=202)
+    @router.post("/levels/{level}/tick", tags=["control"], status_code=202, responses=UNKNOWN)
     def run_now(
         level: Level,
         force: Annotated[
@@ -289,7 +304,7 @@ def _routes(router: APIRouter, settings: Settings, config_file: Path | None) -> 
         start_detached(level, tick_id, config=config_file, force=force)
         return Started(level=level, tick_id=tick_id, page=f"/ui/ticks/{tick_id}")
 
-    @router.post("/levels/{level}/{action}", tags=["control"])
+    @router.post("/levels/{level}/{action}", tags=["control"], responses=UNKNOWN)
     def switch(
         level: Level, action: Literal["pause", "resume"], request: Request, reads: FreshReads
     ) -> Switched:

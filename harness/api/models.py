@@ -185,3 +185,9 @@ class Worker(BaseModel):
     running: int
     """Tick jobs it runs now."""
     last_heartbeat: datetime
+
+
+class Problem(BaseModel):
+    """An error answer (401, 404): what was wrong, in words."""
+
+    detail: str

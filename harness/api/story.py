@@ -133,11 +133,14 @@ def log_path(events: list[Event]) -> Path | None:
 
 
 def read_log(path: Path, start: int = 0) -> tuple[str, int]:
-    """The log's text from `start` (at most its last LOG_TAIL_BYTES), redacted; and its end."""
+    """The log's text from `start` (at most its last LOG_TAIL_BYTES), redacted; and its end.
+
+    A `start` past the end (a client's offset from a longer log) reads nothing.
+    """
     try:
         with path.open("rb") as log:
             end = log.seek(0, 2)
-            log.seek(max(start, end - LOG_TAIL_BYTES))
+            log.seek(min(max(start, end - LOG_TAIL_BYTES), end))
             data = log.read()
     except OSError:
         return "", start
@@ -229,10 +232,12 @@ def follow(store: EventStore, tick_id: str, after: int, log_from: int) -> Iterat
     """Server-sent events of a tick as they are recorded, until it ends.
 
     `story` events carry a line for each new event, `log` events what its log gained,
-    and `end` says the tick has ended (the stream closes then).
+    and `end` says the tick has ended (the stream closes then): at once when it ended
+    among the events up to `after`, which the client says it knows.
     """
     stream, quiet_since = tick_stream(tick_id), time.monotonic()
-    log = log_path([Event.of(event) for event in store.read_stream(stream, limit=after)])
+    known = [Event.of(event) for event in store.read_stream(stream, limit=after)]
+    log, done = log_path(known), ended(known) is not None
     while True:
         stored = store.read_stream(stream, after=after)
         events = [Event.of(event) for event in stored]
@@ -245,7 +250,7 @@ def follow(store: EventStore, tick_id: str, after: int, log_from: int) -> Iterat
             text, log_from = read_log(log, log_from)
             if text:
                 yield sse("log", text)
-        if any(event.type in TERMINAL_TYPES for event in events):
+        if done or ended(events) is not None:
             yield sse("end", str(after))
             return
         if events:

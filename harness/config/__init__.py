@@ -36,6 +36,7 @@ from harness.config.settings import (
     load_settings,
     nul_paths,
     parse_interval,
+    tick_page,
 )
 
 __all__ = [
@@ -68,5 +69,6 @@ __all__ = [
     "load_settings",
     "nul_paths",
     "parse_interval",
+    "tick_page",
     "with_legacy_env",
 ]

@@ -15,6 +15,7 @@ from collections.abc import Iterator
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Annotated, Any, Literal
+from urllib.parse import quote
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 from apscheduler.triggers.base import BaseTrigger
@@ -41,7 +42,12 @@ from sqlalchemy.exc import ArgumentError
 
 from harness.config.governor import GovernorConfig
 from harness.contracts.output import load_output_schema
-from harness.contracts.secrets import ALERT_URLS_ENV, register_secret_names
+from harness.contracts.secrets import (
+    ALERT_URLS_ENV,
+    STORE_PASSWORD_ENV,
+    register_secret_names,
+    register_secret_value,
+)
 
 CONFIG_ENV = "TICKWORK_CONFIG"
 CONFIG_FILENAME = "tickwork.toml"
@@ -190,6 +196,16 @@ class RoutingConfig(_Strict):
     """The routing catalog (`.toml` or `.json`); without one, each level's `model` runs."""
     availability_ttl_seconds: Annotated[float, Field(ge=0)] = 300.0
     """A target that failed on infrastructure is passed over this long by later ticks."""
+
+
+def tick_page(public_url: str | None, tick_id: str) -> str | None:
+    """The tick's dashboard page under `[api] public_url`, where alerts and digests link it.
+
+    The page, not `/ticks/<id>`: that is the API's JSON, behind the bearer token.
+    """
+    if not public_url:
+        return None
+    return f"{public_url.rstrip('/')}/ui/ticks/{quote(tick_id, safe='')}"
 
 
 class ApiConfig(_Strict):
@@ -521,6 +537,29 @@ def config_path(explicit: Path | None = None) -> Path | None:
     return default if default.exists() else None
 
 
+MAX_NESTING = 64
+"""Tables and arrays a configuration file may nest: no setting comes near it, and the walks
+over a document (the NUL check, validation) go one call deeper per level."""
+
+
+def too_deep(data: Any, limit: int = MAX_NESTING) -> str | None:
+    """The dotted path (its first parts) where `data` nests more than `limit` deep, if it does.
+
+    Walked without recursion: a TOML table header may name thousands of levels, which the
+    parser reads without recursing, and every walk that recurses would crash on.
+    """
+    stack: list[tuple[Any, tuple[str | int, ...]]] = [(data, ())]
+    while stack:
+        value, loc = stack.pop()
+        if len(loc) > limit:
+            return ".".join(str(part) for part in loc[:4]) + ".…"
+        if isinstance(value, dict):
+            stack.extend((item, (*loc, key)) for key, item in value.items())
+        elif isinstance(value, list):
+            stack.extend((item, (*loc, index)) for index, item in enumerate(value))
+    return None
+
+
 def nul_paths(data: Any, loc: tuple[str | int, ...] = ()) -> Iterator[str]:
     """Dotted paths of the keys and strings in `data` that hold a NUL byte.
 
@@ -565,6 +604,12 @@ def load_settings(explicit: Path | None = None) -> Settings:
             raise ConfigError(f"{path}: invalid TOML: nested too deeply") from None
         except tomllib.TOMLDecodeError as exc:
             raise ConfigError(f"{path}: invalid TOML: {exc}") from exc
+        deep = too_deep(data)
+        if deep is not None:
+            raise ConfigError(
+                f"{path}: invalid configuration\n  {deep}: nested more than {MAX_NESTING} "
+                "tables or arrays deep"
+            )
         nul = [f"  {where}: holds a NUL byte" for where in nul_paths(data)]
         if nul:
             raise ConfigError(f"{path}: invalid configuration\n" + "\n".join(nul))
@@ -585,6 +630,9 @@ def load_settings(explicit: Path | None = None) -> Settings:
         raise ConfigError(f"environment: {name}: not valid JSON for its section") from None
     except RecursionError:
         raise ConfigError("environment: a TICKWORK_* variable: nested too deeply") from None
+    password = make_url(settings.store.url).password
+    if password:
+        register_secret_value(STORE_PASSWORD_ENV, str(password))
     register_secret_names(name for digest in settings.digests.values() for name in digest.notify)
     alerts = [settings.alerts, *(level.alerts for level in settings.levels.values())]
     register_secret_names(name for config in alerts if config for name in config.notify)

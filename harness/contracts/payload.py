@@ -165,3 +165,13 @@ class TickPayload(BaseModel):
         keys = {c.api_key_env or API_KEY_ENV for c in self.route.candidates}
         probes = (c.quota_probe for c in self.route.candidates if c.quota_probe)
         return frozenset(keys | {p.header_env for p in probes if p.header_env})
+
+    def named_variables(self) -> frozenset[str]:
+        """Every variable this tick's targets name: their keys' and their endpoints'.
+
+        The worker reads them from its own environment, so each one reaches it whatever its
+        prefix: a local target's `base_url_env = "TICKWORK_LOCAL_LLM_URL"` included.
+        """
+        candidates = self.route.candidates if self.route else []
+        endpoints = {c.base_url_env for c in candidates if c.base_url_env}
+        return self.key_variables() | endpoints

@@ -6,10 +6,11 @@ the error. Rather than trusting each of those places, text is redacted where it 
 process: the event encoding, the result file writer, digests, API answers and the
 process's own stdout/stderr (logs, tracebacks and the terminal go through them).
 
-Secrets come from the environment only, so they are known by variable name: the fixed
-ones below and the names the configuration and the catalog register (`api_key_env`,
+Secrets come from the environment, so they are known by variable name: the fixed ones
+below and the names the configuration and the catalog register (`api_key_env`,
 `[digests.*] notify`). Values are read at redaction time, so a registered name whose
-value appears later is still covered.
+value appears later is still covered. One secret may stand in the configuration file: a
+password inside `store.url`, redacted as `PGPASSWORD`, the variable ticks get it in.
 
 A value of `MIN_SECRET_CHARS` or more is replaced wherever it stands. A shorter one (a
 local server's placeholder key such as `ollama`, or a weak key) is replaced only where
@@ -31,8 +32,9 @@ import os
 import re
 import sys
 import threading
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from typing import Any, TextIO
+from urllib.parse import unquote
 
 API_KEY_ENV = "OPENAI_API_KEY"
 API_TOKEN_ENV = "TICKWORK_API_TOKEN"
@@ -40,7 +42,20 @@ ALERT_URLS_ENV = "TICKWORK_ALERT_URLS"
 STORE_PASSWORD_ENV = "PGPASSWORD"
 """libpq's password variable: a tick's worker gets the store's password only there."""
 
-SECRET_ENV: tuple[str, ...] = (API_KEY_ENV, API_TOKEN_ENV, ALERT_URLS_ENV, STORE_PASSWORD_ENV)
+TELEMETRY_PREFIX = "OTEL_"
+"""OpenTelemetry's settings: a tick's worker exports with them, its tools never see them."""
+TELEMETRY_HEADERS_ENV: tuple[str, ...] = tuple(
+    f"OTEL_EXPORTER_OTLP_{signal}HEADERS" for signal in ("", "TRACES_", "METRICS_", "LOGS_")
+)
+"""The collector's headers (`key=value,…`, values percent-encoded): they carry its tokens."""
+
+SECRET_ENV: tuple[str, ...] = (
+    API_KEY_ENV,
+    API_TOKEN_ENV,
+    ALERT_URLS_ENV,
+    STORE_PASSWORD_ENV,
+    *TELEMETRY_HEADERS_ENV,
+)
 """Variables that always hold secrets; more are registered by the config and catalog."""
 
 MIN_SECRET_CHARS = 8
@@ -54,6 +69,9 @@ FREE_TEXT = frozenset(
 _LIST_SEPARATORS = re.compile(r"[\s,]+")
 _lock = threading.Lock()
 _registered: set[str] = set(SECRET_ENV)
+_held: dict[str, str] = {}
+"""Secret values no variable of this process's environment holds, by name: taken out of it
+(`withhold_environment`) or given another way (a password inside `store.url`)."""
 
 
 def register_secret_names(names: Iterable[str]) -> None:
@@ -68,24 +86,60 @@ def secret_names() -> frozenset[str]:
         return frozenset(_registered)
 
 
+def register_secret_value(name: str, value: str) -> None:
+    """Redact `value` as the secret of variable `name`, though no variable holds it here.
+
+    The password inside `store.url` is `PGPASSWORD`'s, the variable ticks get it in.
+    """
+    with _lock:
+        _registered.add(name)
+        _held[name] = value
+
+
+def withhold_environment(prefix: str) -> None:
+    """Take every variable named `prefix…` out of this process's environment.
+
+    The processes it starts from then on do not inherit them; the values of the secret
+    ones among them stay known, and redacted from what this process writes.
+    """
+    with _lock:
+        for name in [name for name in os.environ if name.startswith(prefix)]:
+            value = os.environ.pop(name)
+            if name in _registered:
+                _held[name] = value
+
+
+def _parts(name: str, value: str) -> Iterator[str]:
+    """The value and each secret it is made of: a list's items, a header list's values."""
+    yield value
+    yield from _LIST_SEPARATORS.split(value)
+    if name in TELEMETRY_HEADERS_ENV:
+        for pair in value.split(","):
+            header = unquote(pair.partition("=")[2]).strip()
+            yield header
+            yield from header.split()[1:]  # the credentials of `Bearer <token>`
+
+
 def secret_values(
     env: Mapping[str, str] | None = None, short: bool = False
 ) -> list[tuple[str, str]]:
     """(variable, value) of every secret set in `env`, longest value first.
 
-    A variable may hold a list (alert URLs separated by commas or spaces): each part is a
-    secret of its own, so a message quoting one URL is caught too. `short`: also values
-    under `MIN_SECRET_CHARS`, down to one character.
+    A variable may hold a list (alert URLs separated by commas or spaces, collector
+    headers): each part is a secret of its own, so a message quoting one URL or token is
+    caught too. `short`: also values under `MIN_SECRET_CHARS`, down to one character.
+    Without `env`: this process's environment and the values it holds apart from it.
     """
+    held = _held if env is None else {}
     env = os.environ if env is None else env
     least = 1 if short else MIN_SECRET_CHARS
     found: dict[str, str] = {}
     for name in secret_names():
-        value = env.get(name) or ""
-        for part in (value, *_LIST_SEPARATORS.split(value)):
-            part = part.strip()
-            if len(part) >= least:
-                found.setdefault(part, name)
+        for value in (env.get(name) or "", held.get(name) or ""):
+            for part in _parts(name, value):
+                part = part.strip()
+                if len(part) >= least:
+                    found.setdefault(part, name)
     return sorted(((name, value) for value, name in found.items()), key=lambda p: -len(p[1]))
 
 

@@ -10,7 +10,6 @@ import html
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Literal
-from urllib.parse import quote
 
 if TYPE_CHECKING:
     from harness.digests.build import Digest, LevelSection
@@ -178,10 +177,12 @@ TABLES: dict[str, tuple[str, tuple[str, ...]]] = {
 
 
 def _html(digest: Digest, blocks: list[Block], public_url: str | None) -> str:
+    from harness.config import tick_page  # the settings' models: not for --help
+
     def tick(tick_id: str) -> str:
-        if not public_url:
+        href = tick_page(public_url, tick_id)
+        if href is None:
             return html.escape(tick_id)
-        href = f"{public_url.rstrip('/')}/ui/ticks/{quote(tick_id, safe='')}"
         return f'<a href="{html.escape(href)}" target="_blank">{html.escape(tick_id)}</a>'
 
     lines: list[str] = []

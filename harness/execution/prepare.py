@@ -25,7 +25,7 @@ from harness.contracts.events import tick_stream
 from harness.contracts.output import OutputSchemaError, load_output_schema
 from harness.contracts.payload import DailyBudget, RagSettings, TickPayload, TokenRates
 from harness.contracts.result import ResultFileError, read_result
-from harness.contracts.secrets import STORE_PASSWORD_ENV, secret_names
+from harness.contracts.secrets import STORE_PASSWORD_ENV, TELEMETRY_HEADERS_ENV, secret_names
 from harness.prices import PriceBook
 from harness.projections import Projector, projector_for
 from harness.projections.calibration import current_calibrations
@@ -65,13 +65,16 @@ def worker_env(
 ) -> dict[str, str]:
     """The environment a tick's process gets: `env` without a secret the tick does not need.
 
-    A `can_shell` tick can read all of its environment, so it holds its own targets' keys
-    and the store's password, and no other: not the API token, alert or digest URLs, other
-    targets' keys, nor any `TICKWORK_*` setting (the payload carries what the worker needs
-    of those). `store_url`: the configured store, whose password (taken out of the
-    payload's URL) the worker gets as `PGPASSWORD`.
+    A `can_shell` tick can read all of its environment, so it holds the variables its own
+    targets name (keys and endpoints) and the store's password, and no other secret: not
+    the API token, alert or digest URLs, other targets' keys, nor any other `TICKWORK_*`
+    setting (the payload carries what the worker needs of those). The telemetry settings
+    (`OTEL_*`, the collector's headers with them) pass too: the worker takes them out of
+    its environment once it has set up its exporter, before any tool runs. `store_url`:
+    the configured store, whose password (taken out of the payload's URL) the worker gets
+    as `PGPASSWORD`.
     """
-    keep = payload.key_variables() | {STORE_PASSWORD_ENV}
+    keep = payload.named_variables() | {STORE_PASSWORD_ENV, *TELEMETRY_HEADERS_ENV}
     drop = secret_names() - keep
     kept = {
         name: value

@@ -22,7 +22,7 @@ from pathlib import Path
 
 from tenacity import RetryCallState, Retrying, stop_never, wait_exponential
 
-from harness.config import Settings
+from harness.config import Settings, tick_page
 from harness.contracts.events import (
     GovernorFired,
     LevelPaused,
@@ -239,7 +239,11 @@ class Runner:
             return
         for event in map(decode, stored):
             if isinstance(event, GovernorFired):
-                Alerts(urls).send(Verdict.of_event(event), f"tick {ref.tick_id} ({ref.level})")
+                Alerts(urls).send(
+                    Verdict.of_event(event),
+                    f"tick {ref.tick_id} ({ref.level})",
+                    tick_page(self.settings.api.public_url, ref.tick_id),
+                )
                 return
 
     def attempt(self, tick: PreparedTick, number: int, life: Life) -> Ended:

@@ -63,8 +63,11 @@ class Alerts:
                 self._forget_before(now - self.episode_seconds)
             return last is None or now - last >= self.episode_seconds
 
-    def send(self, verdict: Verdict, where: str) -> bool:
-        """Notify every configured target; blocking (the proxy calls it in a thread)."""
+    def send(self, verdict: Verdict, where: str, link: str | None = None) -> bool:
+        """Notify every configured target; blocking (the proxy calls it in a thread).
+
+        `link`: the page of the tick the request was of, ending the message.
+        """
         if not self.urls:
             return False
         import apprise  # imported on first use: a tick without alerts never pays for it
@@ -76,7 +79,7 @@ class Alerts:
         body = (
             f"{where}: a request of about {verdict.est_tokens} tokens reached the "
             f"{verdict.decision} threshold of {verdict.threshold} (model {verdict.model})."
-        )
+        ) + (f"\n{link}" if link else "")
         ok = bool(notifier.notify(title=title, body=body))
         if ok:
             with self._lock:

@@ -23,7 +23,7 @@ import threading
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, replace
 
-from harness.config import AlertKind, AlertsConfig, Settings
+from harness.config import AlertKind, AlertsConfig, Settings, tick_page
 from harness.contracts.events import AlertDelivered, AlertRaised, alert_stream
 from harness.contracts.secrets import redact
 from harness.projections import Streak, fold_streak, load_streaks, save_streaks
@@ -126,8 +126,7 @@ class Alerter:
     ) -> list[AlertRaised]:
         if kind not in config.on or not config.notify:
             return []
-        public = self.settings.api.public_url
-        link = f"{public.rstrip('/')}/ticks/{tick_id}" if public and tick_id else None
+        link = tick_page(self.settings.api.public_url, tick_id) if tick_id else None
         alert = AlertRaised(
             key=re.sub(r"[^A-Za-z0-9_.:+-]", "_", key),
             kind=kind,

@@ -348,6 +348,59 @@ def test_quota_probes_pass_over_a_target_whose_quota_ran_out(
             assert b"quota-token-SECRET-1234" not in file.read_bytes(), file
 
 
+@pytest.mark.parametrize(
+    ("capacities", "ran_on", "reason"),
+    [
+        ({"overall": 40, "model:metered-model": 3}, "metered", None),
+        (
+            {"overall": 40, "model:metered-model": 0},
+            "spare",
+            "quota: capacity model:metered-model: 0 left, minimum 1 (probe at ",
+        ),
+        (
+            {"overall": 0.5, "model:metered-model": 3},
+            "spare",
+            "quota: capacity overall: 0.5 left, minimum 1 (probe at ",
+        ),
+        (
+            {"overall": 40},
+            "spare",
+            "quota: probe failed: the answer lists no capacity 'model:metered-model'",
+        ),
+    ],
+    ids=["both-left", "model-spent", "account-spent", "model-unlisted"],
+)
+def test_a_quota_probe_requires_each_capacity_it_names(
+    tmp_path: Path,
+    sqlite_url: str,
+    fake: FakeUpstream,
+    capacities: dict[str, float],
+    ran_on: str,
+    reason: str | None,
+) -> None:
+    """A model's own limit can run out while the account still has quota, and vice versa."""
+    answer = json.dumps({"quotas": capacities, "plan": "team"})
+    probe = {
+        "command": [sys.executable, "-c", f"print({answer!r})"],
+        "remaining_path": "quotas",
+        "required_capacities": ["overall", "model:metered-model"],
+    }
+    targets = {
+        "metered": {**target(fake.url, "metered-model"), "quota_probe": probe},
+        "spare": target(fake.url, "spare-model"),
+    }
+    path = write_catalog(tmp_path / "catalog.json", targets, ["metered", "spare"])
+    outcome, events = Routed(tmp_path, sqlite_url, path).tick(fake, [Step(text="done")])
+    assert outcome.status == "completed"
+    assert outcome.result is not None and outcome.result.target == ran_on
+    fallbacks = [f["reason"] for f in of_type(events, "RouteFallback")]
+    assert fallbacks == ([] if reason is None else [fallbacks[0]]), fallbacks
+    if reason is not None:
+        assert fallbacks[0].startswith(reason), fallbacks
+    (probed,) = of_type(events, "QuotaObserved")
+    assert probed["exhausted"] is (reason is not None)
+
+
 def test_content_failures_promote_to_the_stronger_target(
     tmp_path: Path, store_url: str, fake: FakeUpstream
 ) -> None:

@@ -157,6 +157,10 @@ RULES = [
         _set("targets.mini.quota_probe", _probe([])),
         f"{CAPACITIES}: List should have at least 1 item",
     ),
+    (
+        _set("targets.mini.selfcheck_required", "yes"),
+        "targets.mini.selfcheck_required: Input should be a valid boolean",
+    ),
     (_set("lanes.min.policy_priority", -1), "lanes.min.policy_priority: Input should be greater"),
     (_set("lanes.min.policy_priority", True), "lanes.min.policy_priority: Input should be a valid"),
 ]

@@ -401,6 +401,39 @@ def test_a_quota_probe_requires_each_capacity_it_names(
     assert probed["exhausted"] is (reason is not None)
 
 
+def test_a_target_answers_a_self_check_before_it_first_runs_and_after_it_was_down(
+    tmp_path: Path, sqlite_url: str, fake: FakeUpstream
+) -> None:
+    targets = {
+        "checked": {**target(fake.url, "checked-model"), "selfcheck_required": True},
+        "spare": target(fake.url, "spare-model"),
+    }
+    path = write_catalog(tmp_path / "catalog.json", targets, ["checked", "spare"])
+    routed = Routed(tmp_path, sqlite_url, path, ttl=0)  # a target down is tried again at once
+
+    def tick(*steps: Step) -> tuple[str | None, list[str], list[tuple[bool, str | None]]]:
+        """Where the tick ran, the models it called, and the self-checks it recorded."""
+        outcome, events = routed.tick(fake, list(steps))
+        assert outcome.status == "completed" and outcome.result is not None
+        called = [e.model for e in fake.ledger if e.key == outcome.tick_id]
+        assert len(of_type(events, "BudgetSpent")) == len(called), "a self-check went unbooked"
+        checks = [(c["passed"], c["detail"]) for c in of_type(events, "TargetSelfChecked")]
+        assert all(c["target"] == "checked" for c in of_type(events, "TargetSelfChecked"))
+        return outcome.result.target, called, checks
+
+    ran, called, checks = tick(Step(text=" "), Step(text="on spare"))
+    assert (ran, called) == ("spare", ["checked-model", "spare-model"])
+    assert checks == [(False, "SelfCheckFailedError: checked answered with no text")]
+    ran, called, checks = tick(Step(text="OK"), Step(text="first"))
+    assert (ran, called, checks) == ("checked", ["checked-model"] * 2, [(True, None)])
+    ran, called, checks = tick(Step(text="second"))
+    assert (ran, called, checks) == ("checked", ["checked-model"], []), "checked twice"
+    ran, called, checks = tick(Step(status=503), Step(text="on spare"))  # a 503 bills nothing
+    assert (ran, called, checks) == ("spare", ["spare-model"], [])
+    ran, called, checks = tick(Step(text="OK"), Step(text="back"))
+    assert (ran, called, checks) == ("checked", ["checked-model"] * 2, [(True, None)])
+
+
 def test_content_failures_promote_to_the_stronger_target(
     tmp_path: Path, store_url: str, fake: FakeUpstream
 ) -> None:

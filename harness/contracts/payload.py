@@ -79,6 +79,7 @@ class RouteCandidate(BaseModel):
     base_url_env: str | None = None
     api_key_env: str | None = None
     quota_probe: QuotaProbe | None = None
+    selfcheck_required: bool = False
 
 
 class RoutePlan(BaseModel):

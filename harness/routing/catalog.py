@@ -63,6 +63,10 @@ class Target(_Strict):
     effort: Literal["low", "medium", "high"] | None = None
     prices: PriceOverride | None = None
     quota_probe: QuotaProbe | None = None
+    selfcheck_required: bool = False
+    """Whether a tick asks the target a short self-check before it first runs there, and
+    again after the target was marked unavailable: a target that answers nothing useful
+    is found out by a one-line question, not by a tick's whole work."""
 
     @field_validator("base_url")
     @classmethod

@@ -402,14 +402,14 @@ def test_a_quota_probe_requires_each_capacity_it_names(
 
 
 def test_a_target_answers_a_self_check_before_it_first_runs_and_after_it_was_down(
-    tmp_path: Path, sqlite_url: str, fake: FakeUpstream
+    tmp_path: Path, store_url: str, fake: FakeUpstream
 ) -> None:
     targets = {
         "checked": {**target(fake.url, "checked-model"), "selfcheck_required": True},
         "spare": target(fake.url, "spare-model"),
     }
     path = write_catalog(tmp_path / "catalog.json", targets, ["checked", "spare"])
-    routed = Routed(tmp_path, sqlite_url, path, ttl=0)  # a target down is tried again at once
+    routed = Routed(tmp_path, store_url, path, ttl=0)  # a target down is tried again at once
 
     def tick(*steps: Step) -> tuple[str | None, list[str], list[tuple[bool, str | None]]]:
         """Where the tick ran, the models it called, and the self-checks it recorded."""

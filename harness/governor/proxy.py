@@ -227,6 +227,8 @@ class ProxyGovernor:
         estimate, and the upstream's status (None when the upstream was not asked or did
         not answer): estimate against truth can be checked from the log alone.
         """
+        if entry["ended"] is not None:
+            return  # the client left just as the relay had finished the answer: one line
         entry["status"] = status
         entry["ended"] = ended
         if self.decision_log is not None:

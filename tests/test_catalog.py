@@ -50,6 +50,13 @@ def _set(path: str, value: Any) -> Callable[[Document], None]:
     return mutate
 
 
+CAPACITIES = "targets.mini.quota_probe.required_capacities"
+
+
+def _probe(capacities: list[str]) -> dict[str, Any]:
+    return {"url": "http://q/v1", "remaining_path": "quotas", "required_capacities": capacities}
+
+
 NIGHT = "lanes.hour.time_windows.night"
 DAY = "lanes.hour.time_windows.day"
 
@@ -132,6 +139,27 @@ RULES = [
     (
         _set("targets.mini.quota_probe", {"command": [], "remaining_path": "a..b"}),
         "targets.mini.quota_probe.command: List should have at least 1 item",
+    ),
+    (
+        _set("targets.mini.quota_probe", _probe(["overall", "model:gpt-4o"])),
+        f"{CAPACITIES}[1]: 'model:gpt-4o' is not a capacity of this target: 'overall' or "
+        "'model:gpt-4o-mini' (its model)",
+    ),
+    (
+        _set("targets.mini.quota_probe", _probe(["overall", "model:gpt-4o-mini", "overall"])),
+        f"{CAPACITIES}[2]: 'overall' is listed twice",
+    ),
+    (
+        _set("targets.mini.quota_probe", _probe(["overall", "requests"])),
+        f"{CAPACITIES}[1]: String should match pattern",
+    ),
+    (
+        _set("targets.mini.quota_probe", _probe([])),
+        f"{CAPACITIES}: List should have at least 1 item",
+    ),
+    (
+        _set("targets.mini.selfcheck_required", "yes"),
+        "targets.mini.selfcheck_required: Input should be a valid boolean",
     ),
     (_set("lanes.min.policy_priority", -1), "lanes.min.policy_priority: Input should be greater"),
     (_set("lanes.min.policy_priority", True), "lanes.min.policy_priority: Input should be a valid"),

@@ -8,7 +8,9 @@ from __future__ import annotations
 
 import asyncio
 import itertools
+import threading
 import time
+from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
@@ -18,7 +20,7 @@ import orjson
 import pytest
 from starlette.applications import Starlette
 from starlette.requests import Request
-from starlette.responses import JSONResponse, Response
+from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import Route
 
 from harness.contracts.events import GOVERNOR_STREAM
@@ -357,3 +359,126 @@ def test_many_concurrent_streams_are_served_at_once(fake: FakeUpstream) -> None:
         answers = asyncio.run(all_at_once(origin))
     assert answers == [text] * streams
     assert fake.state.arrived["concurrent"] == streams
+
+
+def test_status_serves_the_earlier_governors_keys_beside_its_own(fake: FakeUpstream) -> None:
+    """The earlier governor's dashboards read these keys; chat = soft + hard + passthrough."""
+    with governor_proxy(config(origin_of(fake))) as (origin, _):
+        before = httpx.get(f"{origin}/governor/status").json()
+        api = client(origin)
+        api.chat.completions.create(model="m", messages=messages(100))
+        with httpx.Client() as http:
+            http.post(
+                f"{origin}/v1/chat/completions",
+                json={"model": "m", "messages": messages(4000, "tool")},
+            )
+        api.chat.completions.create(model="m", messages=messages(4000))
+        api.chat.completions.create(model="m", messages=messages(7000))
+        status = httpx.get(f"{origin}/governor/status").json()
+    with governor_proxy(config(origin_of(fake), hard_tokens=0)) as (origin, _):
+        unbounded = httpx.get(f"{origin}/governor").json()
+    earlier = ("chat", "soft", "hard", "passthrough", "tokens_prompt", "tokens_completion")
+    assert {name: before["counters"][name] for name in earlier} == dict.fromkeys(earlier, 0)
+    assert (status["soft"], status["hard"], status["calibration_default"]) == (SOFT, HARD, 3.2)
+    assert unbounded["hard"] is None
+    counters = status["counters"]
+    assert (counters["chat"], counters["passthrough"]) == (4, 2)
+    assert counters["chat"] == counters["soft"] + counters["hard"] + counters["passthrough"]
+    billed = [entry.prompt_tokens for entry in fake.ledger[-3:]]
+    recent = status["recent"]
+    assert [r["action"] for r in recent] == ["hard", "soft", "defer", "passthrough"]
+    assert [r["exact"] for r in recent] == [None, *reversed(billed)]
+    assert [r["est"] for r in recent] == [d["est_tokens"] for d in reversed(status["decisions"])]
+    assert all(r["model"] == "m" and isinstance(r["t"], int) for r in recent)
+    assert abs(recent[0]["t"] - time.time()) < 3600
+
+
+def test_status_may_be_read_from_any_origin(fake: FakeUpstream) -> None:
+    with governor_proxy(config(origin_of(fake))) as (origin, _):
+        answers = [httpx.get(f"{origin}{path}") for path in ("/governor/status", "/governor/")]
+        forwarded = client(origin).chat.completions.with_raw_response.create(
+            model="m", messages=messages(100)
+        )
+    assert [answer.headers.get("access-control-allow-origin") for answer in answers] == ["*"] * 2
+    assert "access-control-allow-origin" not in forwarded.headers, "only the status is opened"
+
+
+class GatedUpstream:
+    """An upstream that streams its first chunk, then holds the answer until released."""
+
+    PROMPT_TOKENS = 1234
+
+    def __init__(self) -> None:
+        self.release = threading.Event()
+
+    def app(self) -> Starlette:
+        async def chat(request: Request) -> Response:
+            body = await request.json()
+            if not body.get("stream"):
+                error = {"error": {"message": "slow down", "type": "rate_limit"}}
+                return JSONResponse(error, status_code=429)
+
+            async def chunks() -> AsyncIterator[bytes]:
+                delta = {"choices": [{"index": 0, "delta": {"content": "held"}}]}
+                yield b"data: " + orjson.dumps(delta) + b"\n\n"
+                await asyncio.to_thread(self.release.wait, 30)
+                usage = {"prompt_tokens": self.PROMPT_TOKENS, "completion_tokens": 1}
+                done = {"choices": [{"index": 0, "delta": {}, "finish_reason": "stop"}]}
+                yield b"data: " + orjson.dumps({**done, "usage": usage}) + b"\n\n"
+                yield b"data: [DONE]\n\n"
+
+            return StreamingResponse(chunks(), media_type="text/event-stream")
+
+        return Starlette(routes=[Route("/v1/chat/completions", chat, methods=["POST"])])
+
+
+def test_the_log_line_is_written_when_the_answer_ends_with_the_truth_beside_the_estimate(
+    tmp_path: Path,
+) -> None:
+    """Exact prompt tokens, streamed or not and the upstream's status, in the log alone."""
+    gated = GatedUpstream()
+    log_file = tmp_path / "governor.jsonl"
+    with (
+        serving(gated.app(), "gated") as upstream,
+        governor_proxy(config(upstream, log=log_file)) as (origin, _),
+        httpx.Client(timeout=30) as http,
+    ):
+        url = f"{origin}/v1/chat/completions"
+        body = {"model": "m", "messages": messages(1000), "stream": True}
+        with http.stream("POST", url, json=body) as answer:
+            raw = answer.iter_raw()  # kept: a dropped iterator closes the connection
+            assert b"held" in next(raw)
+            assert log_file.read_text() == "", "the line was written before the answer ended"
+            gated.release.set()
+            assert b"[DONE]" in b"".join(raw)
+        http.post(url, json={"model": "m", "messages": messages(1000)})
+        http.post(url, json={"model": "m", "messages": messages(7000), "stream": True})
+    lines = [orjson.loads(line) for line in log_file.read_text().splitlines()]
+    assert [
+        (line["decision"], line["exact_prompt_tokens"], line["streamed"], line["status"])
+        for line in lines
+    ] == [
+        ("pass", GatedUpstream.PROMPT_TOKENS, True, 200),
+        ("pass", None, False, 429),
+        ("hard", None, True, None),
+    ]
+    assert [line["ended"] for line in lines] == ["answered"] * 3
+    assert lines[0]["est_tokens"] == lines[1]["est_tokens"] > 0
+
+
+def test_the_log_tells_a_cut_answer_and_an_unreachable_upstream(
+    fake: FakeUpstream, tmp_path: Path
+) -> None:
+    log_file = tmp_path / "governor.jsonl"
+    fake.script("cut", [Step(cut_stream=True)])
+    body = {"model": "m", "messages": messages(100), "stream": True}
+    headers = {"X-Tickwork-Tick": "cut"}
+    with governor_proxy(config(origin_of(fake), log=log_file)) as (origin, _):
+        httpx.post(f"{origin}/v1/chat/completions", json=body, headers=headers)
+    with governor_proxy(config("http://127.0.0.1:9", log=log_file)) as (origin, _):
+        httpx.post(f"{origin}/v1/chat/completions", json=body)
+    lines = [orjson.loads(line) for line in log_file.read_text().splitlines()]
+    assert [(line["ended"], line["status"], line["streamed"]) for line in lines] == [
+        ("cut", 200, True),
+        ("unreachable", None, True),
+    ]

@@ -377,6 +377,92 @@ def test_quota_probes_pass_over_a_target_whose_quota_ran_out(
             assert b"quota-token-SECRET-1234" not in file.read_bytes(), file
 
 
+@pytest.mark.parametrize(
+    ("capacities", "ran_on", "reason"),
+    [
+        ({"overall": 40, "model:metered-model": 3}, "metered", None),
+        (
+            {"overall": 40, "model:metered-model": 0},
+            "spare",
+            "quota: capacity model:metered-model: 0 left, minimum 1 (probe at ",
+        ),
+        (
+            {"overall": 0.5, "model:metered-model": 3},
+            "spare",
+            "quota: capacity overall: 0.5 left, minimum 1 (probe at ",
+        ),
+        (
+            {"overall": 40},
+            "spare",
+            "quota: probe failed: the answer lists no capacity 'model:metered-model'",
+        ),
+    ],
+    ids=["both-left", "model-spent", "account-spent", "model-unlisted"],
+)
+def test_a_quota_probe_requires_each_capacity_it_names(
+    tmp_path: Path,
+    sqlite_url: str,
+    fake: FakeUpstream,
+    capacities: dict[str, float],
+    ran_on: str,
+    reason: str | None,
+) -> None:
+    """A model's own limit can run out while the account still has quota, and vice versa."""
+    answer = json.dumps({"quotas": capacities, "plan": "team"})
+    probe = {
+        "command": [sys.executable, "-c", f"print({answer!r})"],
+        "remaining_path": "quotas",
+        "required_capacities": ["overall", "model:metered-model"],
+    }
+    targets = {
+        "metered": {**target(fake.url, "metered-model"), "quota_probe": probe},
+        "spare": target(fake.url, "spare-model"),
+    }
+    path = write_catalog(tmp_path / "catalog.json", targets, ["metered", "spare"])
+    outcome, events = Routed(tmp_path, sqlite_url, path).tick(fake, [Step(text="done")])
+    assert outcome.status == "completed"
+    assert outcome.result is not None and outcome.result.target == ran_on
+    fallbacks = [f["reason"] for f in of_type(events, "RouteFallback")]
+    assert fallbacks == ([] if reason is None else [fallbacks[0]]), fallbacks
+    if reason is not None:
+        assert fallbacks[0].startswith(reason), fallbacks
+    (probed,) = of_type(events, "QuotaObserved")
+    assert probed["exhausted"] is (reason is not None)
+
+
+def test_a_target_answers_a_self_check_before_it_first_runs_and_after_it_was_down(
+    tmp_path: Path, store_url: str, fake: FakeUpstream
+) -> None:
+    targets = {
+        "checked": {**target(fake.url, "checked-model"), "selfcheck_required": True},
+        "spare": target(fake.url, "spare-model"),
+    }
+    path = write_catalog(tmp_path / "catalog.json", targets, ["checked", "spare"])
+    routed = Routed(tmp_path, store_url, path, ttl=0)  # a target down is tried again at once
+
+    def tick(*steps: Step) -> tuple[str | None, list[str], list[tuple[bool, str | None]]]:
+        """Where the tick ran, the models it called, and the self-checks it recorded."""
+        outcome, events = routed.tick(fake, list(steps))
+        assert outcome.status == "completed" and outcome.result is not None
+        called = [e.model for e in fake.ledger if e.key == outcome.tick_id]
+        assert len(of_type(events, "BudgetSpent")) == len(called), "a self-check went unbooked"
+        checks = [(c["passed"], c["detail"]) for c in of_type(events, "TargetSelfChecked")]
+        assert all(c["target"] == "checked" for c in of_type(events, "TargetSelfChecked"))
+        return outcome.result.target, called, checks
+
+    ran, called, checks = tick(Step(text=" "), Step(text="on spare"))
+    assert (ran, called) == ("spare", ["checked-model", "spare-model"])
+    assert checks == [(False, "SelfCheckFailedError: checked answered with no text")]
+    ran, called, checks = tick(Step(text="OK"), Step(text="first"))
+    assert (ran, called, checks) == ("checked", ["checked-model"] * 2, [(True, None)])
+    ran, called, checks = tick(Step(text="second"))
+    assert (ran, called, checks) == ("checked", ["checked-model"], []), "checked twice"
+    ran, called, checks = tick(Step(status=503), Step(text="on spare"))  # a 503 bills nothing
+    assert (ran, called, checks) == ("spare", ["spare-model"], [])
+    ran, called, checks = tick(Step(text="OK"), Step(text="back"))
+    assert (ran, called, checks) == ("checked", ["checked-model"] * 2, [(True, None)])
+
+
 def test_content_failures_promote_to_the_stronger_target(
     tmp_path: Path, store_url: str, fake: FakeUpstream
 ) -> None:

@@ -22,6 +22,7 @@ from strands.types.exceptions import ModelThrottledException
 from harness.contracts.result import FailureClass
 from harness.routing.quota import QuotaExhaustedError
 from harness.store import StoreUnavailableError
+from workers.fallback import SelfCheckFailedError
 from workers.model import MalformedAnswerError, MissingEndpointError, UnfinishedTurnError
 
 INFRASTRUCTURE_ERRORS: tuple[type[Exception], ...] = (
@@ -38,6 +39,7 @@ INFRASTRUCTURE_ERRORS: tuple[type[Exception], ...] = (
     UnfinishedTurnError,
     StoreUnavailableError,
     QuotaExhaustedError,
+    SelfCheckFailedError,
 )
 
 

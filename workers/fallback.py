@@ -14,24 +14,35 @@ starting `quota`. Both are known without a call, so neither marks the target dow
 later ticks. When no candidate is left the tick fails on the last one's reason
 (configuration for a variable, infrastructure for quota) instead of calling a provider
 that cannot answer or will refuse.
+
+A candidate with `selfcheck_required` is asked a one-line question before the tick runs
+there, unless a passed check recorded in the store still vouches for it (none since the
+target was last marked unavailable). A check that fails is the candidate failing on
+infrastructure: it falls back, and marks the target down, as any such failure does.
 """
 
 from __future__ import annotations
 
 import os
+from collections.abc import Callable
 from datetime import UTC, datetime
 
 import httpx
 
-from harness.contracts.events import QuotaObserved, RouteFallback
+from harness.contracts.events import QuotaObserved, RouteFallback, TargetSelfChecked, capped
 from harness.contracts.payload import RouteCandidate, TickPayload
 from harness.contracts.result import FailureClass
-from harness.routing.availability import recently_down
+from harness.routing.availability import recently_down, vouched_for
 from harness.routing.quota import QuotaExhaustedError, QuotaGate, answer_quota
 from workers.model import MissingEndpointError, unset_variables
 from workers.recorder import EventRecorder
 
 REASON_CHARS = 500
+SELFCHECK_PROMPT = "This is a health check of this endpoint. Reply with the single word OK."
+
+
+class SelfCheckFailedError(Exception):
+    """A target answered its self-check with no text: it cannot run a tick."""
 
 
 class CandidateWalk:
@@ -44,6 +55,7 @@ class CandidateWalk:
         self.candidates: list[RouteCandidate] = list(plan.candidates) if plan else []
         self.index = 0
         self.quota = QuotaGate(payload.tick_id, payload.level, recorder.store, os.environ)
+        self._vouched: set[str] | None = None
         if plan is not None:
             down = recently_down(recorder.store, plan.availability_ttl_seconds, datetime.now(UTC))
             while self.index < len(self.candidates) - 1 and self._known_down(down):
@@ -89,6 +101,44 @@ class CandidateWalk:
             return None
         return f"quota: {why}", QuotaExhaustedError(
             f"no candidate has quota left: {candidate.target}: {why}"
+        )
+
+    def self_check(self, candidate: RouteCandidate, ask: Callable[[str], str | None]) -> None:
+        """Ask the candidate the self-check, unless a recorded one still vouches for it.
+
+        `ask` sends the question on the candidate's own model (so the call is metered and
+        budgeted as the tick's) and returns the answer's text, or None when the call was
+        not made (the daily budget stopped it: the tick ends on that, nothing is learned).
+        The outcome is recorded for every later tick; a failure is raised on, for the walk
+        to fall back.
+        """
+        if not candidate.selfcheck_required:
+            return
+        if self._vouched is None:
+            self._vouched = vouched_for(self.recorder.store)
+        if candidate.target in self._vouched:
+            return
+        try:
+            answer = ask(SELFCHECK_PROMPT)
+            if answer is None:
+                return
+            if not answer.strip():
+                raise SelfCheckFailedError(f"{candidate.target} answered with no text")
+        except Exception as exc:
+            self._checked(candidate, capped(f"{type(exc).__name__}: {exc}", REASON_CHARS)[0])
+            raise
+        self._checked(candidate, None)
+        self._vouched.add(candidate.target)
+
+    def _checked(self, candidate: RouteCandidate, failure: str | None) -> None:
+        self.recorder.record(
+            TargetSelfChecked(
+                tick_id=self.payload.tick_id,
+                level=self.payload.level,
+                target=candidate.target,
+                passed=failure is None,
+                detail=failure,
+            )
         )
 
     async def observe_answer(self, response: httpx.Response) -> None:

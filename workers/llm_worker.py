@@ -104,28 +104,41 @@ def run(payload: TickPayload) -> int:
         keep_environment_private()
         tools += [shell, file_editor]
     result: TickResult
+
+    def agent_on(hooks: list[Any], name: str, own: bool = True) -> Any:
+        """An agent on the current candidate; not `own`: no tools, no instructions."""
+        return Agent(
+            model=spend.model,
+            tools=tools if own else [],
+            system_prompt=(payload.instructions or None) if own else None,
+            callback_handler=None,
+            conversation_manager=NullConversationManager(),
+            context_manager=False,
+            hooks=hooks,
+            retry_strategy=ModelRetryStrategy(max_attempts=2, initial_delay=1, max_delay=2),
+            name=name,
+            trace_attributes={
+                "tickwork.tick_id": payload.tick_id,
+                "tickwork.level": payload.level,
+            },
+        )
+
+    def self_check(question: str) -> str | None:
+        """The answer, metered and budgeted as the tick's; None when the budget stopped it."""
+        answer = str(agent_on([daily, spend], "tickwork-selfcheck", own=False)(question))
+        return None if daily.stopped else answer
+
     try:
         transcript.open()
         while True:
             chosen = walk.choose()
             target = chosen.target if chosen else None
             governor.model = spend.use(build_model(payload, chosen, walk.observe_answer), target)
-            agent = Agent(
-                model=spend.model,
-                tools=tools,
-                system_prompt=payload.instructions or None,
-                callback_handler=None,
-                conversation_manager=NullConversationManager(),
-                context_manager=False,
-                hooks=[budget, ToolTrace(payload, recorder), governor, daily, transcript, spend],
-                retry_strategy=ModelRetryStrategy(max_attempts=2, initial_delay=1, max_delay=2),
-                name=f"tickwork-{payload.level}",
-                trace_attributes={
-                    "tickwork.tick_id": payload.tick_id,
-                    "tickwork.level": payload.level,
-                },
-            )
             try:
+                if chosen is not None:
+                    walk.self_check(chosen, self_check)
+                hooks = [budget, ToolTrace(payload, recorder), governor, daily, transcript, spend]
+                agent = agent_on(hooks, f"tickwork-{payload.level}")
                 answer = agent(payload.prompt)
                 break
             except Exception as exc:

@@ -58,6 +58,10 @@ HEADLINES: dict[str, Callable[[Data], str]] = {
         f"fell back from {d.get('from_target')} to {d.get('to_target') or 'nothing'}: "
         f"{d.get('reason')}"
     ),
+    "TargetSelfChecked": lambda d: (
+        f"self-check of {d.get('target')}: "
+        f"{'passed' if d.get('passed') else 'failed: ' + str(d.get('detail'))}"
+    ),
     "RoutePromoted": lambda d: (
         f"promoted from {d.get('from_target')} to {d.get('to_target')}: {d.get('reason')}"
     ),

@@ -46,7 +46,9 @@ class GovernorConfig(GovernorLimits):
     upstream: str | None = None
     """Base URL the proxy forwards to; the request path is appended (`http://gw:4000`)."""
     log: Path | None = None
-    """A JSON-lines file with one line per chat decision (the status page keeps only 50)."""
+    """A JSON-lines file with one line per chat request, written when its answer ended: the
+    decision and estimate beside the exact prompt tokens, whether it streamed and the
+    upstream's status (the status page keeps only 50)."""
     ledger_level: Annotated[str, Field(min_length=1, max_length=100)] = "proxy"
     """The level the proxy's `BudgetSpent` events are booked under in spend reports."""
     alert_episode_seconds: Annotated[float, Field(gt=0)] = 3600.0

@@ -122,6 +122,19 @@ class RouteFallback(TickEvent):
     cached: bool = False
 
 
+class TargetSelfChecked(TickEvent):
+    """A target of the catalog answered its self-check (or did not) before a tick ran there.
+
+    A target with `selfcheck_required` runs ticks only after a passed check that no later
+    uncached `RouteFallback` from it undid; `detail` says why a check failed.
+    """
+
+    type = "TargetSelfChecked"
+    target: str
+    passed: bool
+    detail: str | None = None
+
+
 class RoutePromoted(TickEvent):
     """A target's content retries are spent: the next attempt runs on its promotion."""
 
@@ -657,6 +670,7 @@ EVENT_TYPES: dict[tuple[str, int], type[Event]] = {
         RouteFallback,
         RoutePromoted,
         QuotaObserved,
+        TargetSelfChecked,
         TickStarted,
         TickTaken,
         WorkerStarted,

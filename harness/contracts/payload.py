@@ -38,6 +38,11 @@ class QuotaProbe(BaseModel):
     `remaining_path` (dotted, list indexes as numbers: `data.limits.0.remaining`) finds
     the quota left. Less than `minimum` left passes the target over. The answer is shared
     through the store for `ttl_seconds`, so ticks do not probe on every start.
+
+    With `required_capacities` (`overall`, `model:<the target's model>`), as the earlier
+    catalog's probes had them, `remaining_path` finds an object of capacities by name
+    instead (`{"overall": 120, "model:gpt-4o": 0}`), and each one required must have
+    `minimum` left: a model's own limit can run out while the account still has quota.
     """
 
     model_config = ConfigDict(extra="forbid", frozen=True, strict=True, allow_inf_nan=False)
@@ -48,6 +53,12 @@ class QuotaProbe(BaseModel):
     header_env: Annotated[str, Field(pattern=r"^[A-Z_][A-Z0-9_]*$")] | None = None
     remaining_path: Annotated[str, Field(pattern=r"^[A-Za-z0-9_-]+(\.[A-Za-z0-9_-]+)*$")]
     minimum: Annotated[float, Field(ge=0)] = 1.0
+    required_capacities: (
+        Annotated[
+            list[Annotated[str, Field(pattern=r"^(overall|model:\S+)$")]], Field(min_length=1)
+        ]
+        | None
+    ) = None
     ttl_seconds: Annotated[float, Field(gt=0, le=86_400)] = 60.0
     timeout_seconds: Annotated[float, Field(gt=0, le=60)] = 5.0
 
@@ -68,6 +79,7 @@ class RouteCandidate(BaseModel):
     base_url_env: str | None = None
     api_key_env: str | None = None
     quota_probe: QuotaProbe | None = None
+    selfcheck_required: bool = False
 
 
 class RoutePlan(BaseModel):

@@ -22,7 +22,7 @@ import time
 from collections import Counter, deque
 from collections.abc import AsyncIterator, Callable, Iterator
 from datetime import UTC, datetime
-from typing import IO, Any
+from typing import IO, Any, Literal
 from urllib.parse import unquote, urlsplit
 
 import aiohttp
@@ -75,6 +75,13 @@ CLIENT_CLOSED = 499
 """nginx's status for a client that closed the connection before its answer: logged as
 such, not as a traceback."""
 RECENT_DECISIONS = 50
+EARLIER_COUNTERS = ("chat", "soft", "hard", "passthrough", "tokens_prompt", "tokens_completion")
+"""The earlier governor's counters, shown from the start (at 0) for the dashboards reading
+them; `passthrough` counts the chat requests forwarded as sent (pass and defer)."""
+FORWARDED_AS_SENT = ("pass", "defer")
+Ending = Literal["answered", "cut", "client_gone", "unreachable"]
+"""How a chat request ended: answered in full (by the upstream, or by the governor's hard
+stop), its answer cut or stalled upstream, its client gone first, or no upstream answer."""
 KEEPALIVE_SECONDS = 2.0
 """Shorter than servers' idle timeouts (uvicorn: 5 s), so a pooled connection is not reused
 in the instant the upstream closes it."""
@@ -141,6 +148,8 @@ class ProxyGovernor:
         )
         self.counters[verdict.decision] += 1
         self.counters["chat"] += 1
+        if verdict.decision in FORWARDED_AS_SENT:
+            self.counters["passthrough"] += 1
         entry: dict[str, Any] = {
             "at": datetime.now(UTC).isoformat(),
             "decision": verdict.decision,
@@ -150,10 +159,11 @@ class ProxyGovernor:
             "threshold": verdict.threshold,
             "chars_per_token": round(verdict.ratio, 4),
             "exact_prompt_tokens": None,
+            "streamed": bool(body.get("stream")),
+            "status": None,
+            "ended": None,
         }
         self.recent.append(entry)
-        if self.decision_log is not None:
-            self.decision_log.write(orjson.dumps(entry).decode() + "\n")
         if verdict.decision != "pass":
             self._record(tick_id, lambda: verdict.event("proxy", None))
         if self.alerts.urls and self.alerts.opens_episode(episode_of(body), verdict):
@@ -210,6 +220,20 @@ class ProxyGovernor:
 
         self._record(tick_id, spent)
 
+    def finish(self, entry: dict[str, Any], status: int | None, ended: Ending) -> None:
+        """Complete a decision with how its answer ended, and write its line to the log.
+
+        The line is written only now, so it holds the exact prompt tokens next to the
+        estimate, and the upstream's status (None when the upstream was not asked or did
+        not answer): estimate against truth can be checked from the log alone.
+        """
+        if entry["ended"] is not None:
+            return  # the client left just as the relay had finished the answer: one line
+        entry["status"] = status
+        entry["ended"] = ended
+        if self.decision_log is not None:
+            self.decision_log.write(orjson.dumps(entry).decode() + "\n")
+
     def client_gone(self) -> None:
         """Count a client that left before its answer ended."""
         self.counters["client_gone"] += 1
@@ -227,10 +251,13 @@ class ProxyGovernor:
             "upstream": self.config.public_upstream,
             "soft_tokens": self.limits.soft_tokens,
             "hard_tokens": self.limits.hard,
+            "soft": self.limits.soft_tokens,
+            "hard": self.limits.hard or None,
             "calibrate": self.limits.calibrate,
             "initial_chars_per_token": self.limits.chars_per_token,
+            "calibration_default": self.limits.chars_per_token,
             "exempt_models": list(self.limits.exempt_models),
-            "counters": dict(self.counters),
+            "counters": dict.fromkeys(EARLIER_COUNTERS, 0) | self.counters,
             "alerts": {"targets": len(self.alerts.urls), "sent": self.alerts.sent},
             "announce": {
                 "on": self.announcer.url is not None,
@@ -246,7 +273,20 @@ class ProxyGovernor:
                 for model, state in sorted(learned.items())
             },
             "decisions": list(self.recent),
+            "recent": [earlier_entry(entry) for entry in reversed(self.recent)],
         }
+
+
+def earlier_entry(entry: dict[str, Any]) -> dict[str, Any]:
+    """A decision as the earlier governor's `recent` listed it, for the dashboards reading it."""
+    decision = entry["decision"]
+    return {
+        "t": int(datetime.fromisoformat(entry["at"]).timestamp()),
+        "model": entry["model"],
+        "est": entry["est_tokens"],
+        "exact": entry["exact_prompt_tokens"],
+        "action": "passthrough" if decision == "pass" else decision,
+    }
 
 
 @contextlib.contextmanager
@@ -399,6 +439,7 @@ def create_app(governor: ProxyGovernor) -> ASGIApp:
             verdict, entry = governor.judge(chat, tick_id)
             if verdict.decision == "hard":
                 await _stop_answer(chat, verdict.text(governor.limits))(scope, receive, send)
+                governor.finish(entry, None, "answered")
                 return
             if verdict.decision == "soft":
                 body = orjson.dumps(with_directive(chat, verdict.text(governor.limits)))
@@ -426,8 +467,11 @@ def create_app(governor: ProxyGovernor) -> ASGIApp:
             log.warning("%s", message)
             error = {"message": message, "type": "upstream_error", "code": 502}
             await _answer(send, 502, {"error": error})
+            if verdict is not None:
+                governor.finish(entry, None, "unreachable")
             return
         streamed = answer.headers.get("content-type", "").startswith("text/event-stream")
+        entry["streamed"] = streamed
         scanner = UsageScanner(streamed) if verdict is not None and answer.ok else None
         head = [(name, value) for name, value in answer.raw_headers if name.lower() not in DROPPED]
         size = answer.content_length
@@ -438,19 +482,29 @@ def create_app(governor: ProxyGovernor) -> ASGIApp:
             except (aiohttp.ClientError, TimeoutError) as exc:
                 error = {"message": _cut(governor, exc), "type": "upstream_error", "code": 502}
                 await _answer(send, 502, {"error": error})
+                if verdict is not None:
+                    governor.finish(entry, answer.status, "cut")
                 return
             finally:
                 answer.release()
             head.append((b"content-length", b"%d" % len(content)))
             await send({"type": "http.response.start", "status": answer.status, "headers": head})
             await send({"type": "http.response.body", "body": content})
-            if scanner is not None and verdict is not None:
-                scanner.feed(content)
-                governor.settle(verdict, entry, scanner.finish(), scanner.answer_chars, tick_id)
+            if verdict is not None:
+                if scanner is not None:
+                    scanner.feed(content)
+                    governor.settle(verdict, entry, scanner.finish(), scanner.answer_chars, tick_id)
+                governor.finish(entry, answer.status, "answered")
             return
         await send({"type": "http.response.start", "status": answer.status, "headers": head})
         relay = _relay(answer, scanner, governor, verdict, entry, tick_id, streamed)
-        await _relay_to(send, receive, relay, streamed, governor.client_gone)
+
+        def gone() -> None:
+            governor.client_gone()
+            if verdict is not None:
+                governor.finish(entry, answer.status, "client_gone")
+
+        await _relay_to(send, receive, relay, streamed, gone)
 
     async def lifespan(receive: Receive, send: Send) -> None:
         await receive()  # lifespan.startup
@@ -477,7 +531,8 @@ def create_app(governor: ProxyGovernor) -> ASGIApp:
             return
         method = scope["method"]
         if method == "GET" and scope["path"] in STATUS_PATHS:
-            await _answer(send, 200, governor.status())
+            # Any origin may read it, as the earlier governor's UI did from its own page.
+            await _answer(send, 200, governor.status(), **{"Access-Control-Allow-Origin": "*"})
         elif method in METHODS:
             await forward(scope, receive, send)
         else:
@@ -498,22 +553,27 @@ async def _relay(
     """The upstream's bytes as they arrive; a cut upstream ends the body where it broke.
 
     A stream cut or stalled past the idle timeout ends with an SSE error event, so the
-    client reads why its answer stopped; a client that goes away just ends the relay.
+    client reads why its answer stopped; a client that goes away just ends the relay (the
+    caller finishes its decision then).
     """
+    ended: Ending = "answered"
     try:
         async for chunk in answer.content.iter_any():
             if scanner is not None:
                 scanner.feed(chunk)
             yield chunk
     except (aiohttp.ClientError, TimeoutError) as exc:
+        ended = "cut"
         message = _cut(governor, exc)
         if streamed:
             error = {"message": message, "type": "upstream_error", "code": 504}
             yield b"data: " + orjson.dumps({"error": error}) + b"\n\n"
     finally:
         answer.release()
-    if scanner is not None and verdict is not None:
-        governor.settle(verdict, entry, scanner.finish(), scanner.answer_chars, tick_id)
+    if verdict is not None:
+        if scanner is not None:
+            governor.settle(verdict, entry, scanner.finish(), scanner.answer_chars, tick_id)
+        governor.finish(entry, answer.status, ended)
 
 
 def _stop_answer(chat: dict[str, Any], text: str) -> Response:

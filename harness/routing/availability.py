@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from datetime import datetime, timedelta
 
-from harness.contracts.events import RouteFallback, decode
+from harness.contracts.events import RouteFallback, TargetSelfChecked, decode
 from harness.store import EventStore, StoreError
 
 LOOKBACK_EVENTS = 50_000
@@ -40,3 +40,26 @@ def recently_down(store: EventStore | None, ttl: float, now: datetime) -> dict[s
         if isinstance(event, RouteFallback) and not event.cached and event.occurred_at >= since:
             down[event.from_target] = f"{event.reason} (at {event.occurred_at:%H:%M:%S} UTC)"
     return down
+
+
+def vouched_for(store: EventStore | None) -> set[str]:
+    """Targets whose last self-check passed and that no uncached fallback marked down since.
+
+    In the store's order, so whichever came last counts, whichever tick or host recorded
+    it. Without a store nothing is vouched for: a tick checks its target itself.
+    """
+    if store is None:
+        return set()
+    kinds = [TargetSelfChecked.type, RouteFallback.type]
+    try:
+        stored = store.read_all(store.lookback(LOOKBACK_EVENTS), LOOKBACK_EVENTS, kinds)
+    except StoreError:
+        return set()
+    vouched: set[str] = set()
+    for record in stored:
+        event = decode(record)
+        if isinstance(event, TargetSelfChecked):
+            (vouched.add if event.passed else vouched.discard)(event.target)
+        elif isinstance(event, RouteFallback) and not event.cached:
+            vouched.discard(event.from_target)
+    return vouched

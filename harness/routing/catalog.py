@@ -63,6 +63,10 @@ class Target(_Strict):
     effort: Literal["low", "medium", "high"] | None = None
     prices: PriceOverride | None = None
     quota_probe: QuotaProbe | None = None
+    selfcheck_required: bool = False
+    """Whether a tick asks the target a short self-check before it first runs there, and
+    again after the target was marked unavailable: a target that answers nothing useful
+    is found out by a one-line question, not by a tick's whole work."""
 
     @field_validator("base_url")
     @classmethod
@@ -275,6 +279,7 @@ def _rule_problems(catalog: Catalog) -> Iterator[str]:
             yield f"{where}: only a cloud target has a quota to probe"
         if (probe.url is None) == (probe.command is None):
             yield f"{where}: set exactly one of 'url' or 'command'"
+        yield from _capacity_problems(f"{where}.required_capacities", target)
     yield from _identity_problems(catalog)
     if not catalog.targets:
         yield "targets: must name at least one target"
@@ -298,6 +303,22 @@ def _rule_problems(catalog: Catalog) -> Iterator[str]:
                 yield f"{owner}.rule_id: {rule_id!r} is used by {rule_ids[rule_id]} already"
             rule_ids.setdefault(rule_id, owner)
     yield from _promotion_problems(catalog)
+
+
+def _capacity_problems(where: str, target: Target) -> Iterator[str]:
+    """A probe requires the account's capacity and its own model's, no other model's."""
+    assert target.quota_probe is not None
+    own = f"model:{target.model}"
+    seen: set[str] = set()
+    for index, name in enumerate(target.quota_probe.required_capacities or ()):
+        if name in seen:
+            yield f"{where}[{index}]: {name!r} is listed twice"
+        elif name not in ("overall", own):
+            yield (
+                f"{where}[{index}]: {name!r} is not a capacity of this target: "
+                f"'overall' or {own!r} (its model)"
+            )
+        seen.add(name)
 
 
 def _identity_problems(catalog: Catalog) -> Iterator[str]:

@@ -95,6 +95,7 @@ def candidate(catalog: Catalog, target_id: str) -> RouteCandidate:
         base_url_env=target.base_url_env,
         api_key_env=target.api_key_env,
         quota_probe=target.quota_probe,
+        selfcheck_required=target.selfcheck_required,
     )
 
 

@@ -38,8 +38,8 @@ class ProbeError(Exception):
     """The probe gave no reading: unreachable, failed, not JSON, or no number at the path."""
 
 
-def remaining_at(document: Any, path: str) -> float:
-    """The number at a dotted path (`data.limits.0.remaining`) of a JSON document."""
+def _at(document: Any, path: str) -> Any:
+    """The value at a dotted path (`data.limits.0.remaining`) of a JSON document."""
     value = document
     for part in path.split("."):
         if isinstance(value, dict) and part in value:
@@ -48,12 +48,50 @@ def remaining_at(document: Any, path: str) -> float:
             value = value[int(part)]
         else:
             raise ProbeError(f"the answer has no {path!r} (missing at {part!r})")
+    return value
+
+
+def _number(value: Any, what: str) -> float:
     if isinstance(value, bool) or not isinstance(value, int | float):
-        raise ProbeError(f"{path!r} is {type(value).__name__}, not a number")
+        raise ProbeError(f"{what} is {type(value).__name__}, not a number")
     return float(value)
 
 
-def run_probe(probe: QuotaProbe, env: Mapping[str, str]) -> float:
+def remaining_at(document: Any, path: str) -> float:
+    """The number at a dotted path (`data.limits.0.remaining`) of a JSON document."""
+    return _number(_at(document, path), repr(path))
+
+
+@dataclass(frozen=True)
+class Reading:
+    """What a probe showed: the quota left, and which required capacity has the least."""
+
+    remaining: float
+    capacity: str | None = None
+
+
+def reading_of(document: Any, probe: QuotaProbe) -> Reading:
+    """The quota an answer shows; with required capacities, the one of them with least left.
+
+    A required capacity the answer does not list is no reading: the target is passed over
+    rather than run on a limit nobody could see.
+    """
+    if probe.required_capacities is None:
+        return Reading(remaining_at(document, probe.remaining_path))
+    capacities = _at(document, probe.remaining_path)
+    if not isinstance(capacities, dict):
+        kind = type(capacities).__name__
+        raise ProbeError(f"{probe.remaining_path!r} is {kind}, not an object of capacities")
+    left: dict[str, float] = {}
+    for name in probe.required_capacities:
+        if name not in capacities:
+            raise ProbeError(f"the answer lists no capacity {name!r}")
+        left[name] = _number(capacities[name], f"capacity {name!r}")
+    least = min(left, key=left.__getitem__)
+    return Reading(left[least], least)
+
+
+def run_probe(probe: QuotaProbe, env: Mapping[str, str]) -> Reading:
     """The quota left by the probe's answer; raises ProbeError when there is no reading."""
     try:
         if probe.url is not None:
@@ -80,7 +118,7 @@ def run_probe(probe: QuotaProbe, env: Mapping[str, str]) -> float:
             if done.returncode != 0:
                 raise ProbeError(f"{probe.command[0]} exited {done.returncode}")
             text = done.stdout
-        return remaining_at(json.loads(text), probe.remaining_path)
+        return reading_of(json.loads(text), probe)
     except (httpx.HTTPError, OSError, subprocess.SubprocessError) as exc:
         raise ProbeError(f"{type(exc).__name__}: {exc}") from exc
     except json.JSONDecodeError as exc:
@@ -155,6 +193,8 @@ def why_exhausted(observation: QuotaObserved) -> str:
         said = observation.detail
     elif observation.source == "probe":
         said = f"{observation.remaining:g} left, minimum {observation.minimum:g}"
+        if observation.detail:
+            said = f"{observation.detail}: {said}"
     else:
         said = f"requests left {observation.requests_left}, tokens left {observation.tokens_left}"
     return f"{said} ({observation.source} at {observation.occurred_at:%H:%M:%S} UTC)"
@@ -192,7 +232,7 @@ class QuotaGate:
     def probe(self, target: str, probe: QuotaProbe) -> QuotaObserved:
         """Run the target's probe and say what it showed (unrecorded)."""
         try:
-            remaining = run_probe(probe, self.env)
+            reading = run_probe(probe, self.env)
         except ProbeError as exc:
             return QuotaObserved(
                 tick_id=self.tick_id,
@@ -208,7 +248,8 @@ class QuotaGate:
             level=self.level,
             target=target,
             source="probe",
-            exhausted=remaining < probe.minimum,
-            remaining=remaining,
+            exhausted=reading.remaining < probe.minimum,
+            remaining=reading.remaining,
             minimum=probe.minimum,
+            detail=None if reading.capacity is None else f"capacity {reading.capacity}",
         )

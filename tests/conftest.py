@@ -30,6 +30,9 @@ TABLES = (
     "ticks",
     "governor_calibration",
     "failure_streaks",
+    "tick_status_counts",
+    "tick_level_totals",
+    "tick_duration_buckets",
 )
 
 

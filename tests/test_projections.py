@@ -4,7 +4,8 @@ from __future__ import annotations
 
 from bisect import bisect_left
 from collections.abc import Iterable, Sequence
-from datetime import UTC, date, datetime
+from datetime import UTC, date, datetime, timedelta
+from itertools import pairwise
 from typing import Any
 from uuid import uuid4
 
@@ -35,6 +36,8 @@ from harness.projections import (
 )
 from harness.projections.base import EventData, Kernel
 from harness.projections.spend import spend_daily
+from harness.projections.tick_counts import TABLES as COUNTERS
+from harness.projections.tick_counts import durations, status_counts, tool_cap_counts
 from harness.projections.ticks import ticks
 from harness.store import NewEvent, SqlEventStore, open_store
 from tests.procs import catch_up, racing
@@ -207,7 +210,7 @@ def _dump(store: SqlEventStore) -> dict[str, list[tuple[Any, ...]]]:
     with store.read_transaction() as conn:
         return {
             table.name: sorted(tuple(row) for row in conn.execute(sa.select(table)))
-            for table in (spend_daily, ticks)
+            for table in (spend_daily, ticks, *COUNTERS)
         }
 
 
@@ -381,7 +384,7 @@ def test_rebuild_from_zero_equals_the_incremental_read_models(
     store: SqlEventStore, events: list[Event], cuts: list[int], batch_size: int
 ) -> None:
     with store.write_transaction() as conn:
-        for table in ("events", "projection_checkpoints", "spend_daily", "ticks"):
+        for table in ("events", "projection_checkpoints", "spend_daily", "ticks", *COUNTERS):
             conn.execute(sa.text(f"DELETE FROM {table}"))
     incremental = Projector(store, [SpendProjection(PriceBook()), TicksProjection()], batch_size)
     done = 0
@@ -395,8 +398,66 @@ def test_rebuild_from_zero_equals_the_incremental_read_models(
     rebuilder.rebuild("spend")
     rebuilder.rebuild("ticks")
     assert _dump(store) == kept
+    with store.read_transaction() as conn:
+        by_status = conn.execute(
+            sa.select(ticks.c.level, ticks.c.status, sa.func.count()).group_by(
+                ticks.c.level, ticks.c.status
+            )
+        )
+        assert sorted(status_counts(conn)) == sorted(tuple(row) for row in by_status)
     in_parts = Projector(store, [SpendProjection(PriceBook())], batch_size, partition_above=0)
     in_parts.rebuild("spend")
     assert _dump(store) == kept
     spend_total = sum(row[4] for row in kept["spend_daily"])
     assert spend_total == sum(e.prompt_tokens for e in events if isinstance(e, BudgetSpent))
+
+
+def test_tick_counters_move_each_tick_once_whatever_the_order_of_its_events(
+    store: SqlEventStore,
+) -> None:
+    """Spend before the lifecycle, an end before its start: counted once, buckets only grow."""
+    at = datetime(2026, 11, 30, 12, tzinfo=UTC)
+    events = [
+        spent("t1", "min", "m", 10, 1),
+        TickScheduled(tick_id="t1", level="min", slot=at, occurred_at=at),
+        TickStarted(tick_id="t1", level="min", pid=1, host="h", occurred_at=at),
+        ToolCalled(tick_id="t1", level="min", name="shell", status="cancelled"),
+        ToolCalled(tick_id="t1", level="min", name="shell", status="cancelled"),
+        TickCompleted(tick_id="t1", level="min", occurred_at=at + timedelta(seconds=3)),
+        TickScheduled(tick_id="t3", level="hour", slot=at, occurred_at=at),
+        TickTimedOut(
+            tick_id="t2", level="min", timeout_seconds=5, occurred_at=at + timedelta(seconds=100)
+        ),
+        TickStarted(
+            tick_id="t2", level="min", pid=2, host="h", occurred_at=at + timedelta(seconds=10)
+        ),
+    ]
+    projector = Projector(store, [TicksProjection()], batch_size=2)
+    seen: list[dict[str, list[int]]] = []
+    for event in events:
+        append(store, [event])
+        projector.catch_up()
+        with store.read_transaction() as conn:
+            figures = {d.level: [d.count, *d.at_most] for d in durations(conn)}
+            for level, hits, refused in tool_cap_counts(conn):
+                figures[f"{level} caps"] = [hits, refused]
+            seen.append(figures)
+    for before, after in pairwise(seen):
+        assert all(
+            all(a <= b for a, b in zip(figures, after.get(level, ()), strict=True))
+            for level, figures in before.items()
+        )
+    with store.read_transaction() as conn:
+        # A status follows the tick's row: its last lifecycle event in the log's order.
+        assert status_counts(conn) == [
+            ("hour", "scheduled", 1),
+            ("min", "completed", 1),
+            ("min", "running", 1),
+        ]
+        (minute,) = durations(conn)
+        assert tool_cap_counts(conn) == [("hour", 0, 0), ("min", 1, 2)]
+    assert (minute.level, minute.count, minute.total_seconds) == ("min", 2, 93.0)
+    assert minute.at_most == [0, 1, 1, 1, 1, 2, 2, 2, 2, 2]
+    kept = _dump(store)
+    Projector(store, [TicksProjection()]).rebuild("ticks")
+    assert _dump(store) == kept

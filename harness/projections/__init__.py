@@ -22,27 +22,33 @@ from harness.projections.registry import projector_for
 from harness.projections.spend import GroupBy, SpendProjection, SpendRow, spend_report
 from harness.projections.story import StoryStep, TickStory, story_of, story_steps, tick_story
 from harness.projections.streaks import Streak, fold_streak, load_streaks, save_streaks
+from harness.projections.tick_counts import (
+    DURATION_BUCKETS,
+    Durations,
+    durations,
+    status_counts,
+    tool_cap_counts,
+)
 from harness.projections.ticks import (
     STATUSES,
     UNKNOWN,
     TickInFlight,
     TicksProjection,
-    durations,
     last_slots,
     open_ticks,
     period_ticks,
     previous_result_path,
-    status_counts,
     tick_ids_starting,
     tick_rows,
     ticks_in_flight,
-    tool_cap_counts,
 )
 
 __all__ = [
+    "DURATION_BUCKETS",
     "STATUSES",
     "UNKNOWN",
     "CalibrationProjection",
+    "Durations",
     "EventData",
     "GroupBy",
     "Progress",

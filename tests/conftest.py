@@ -33,6 +33,8 @@ TABLES = (
     "tick_status_counts",
     "tick_level_totals",
     "tick_duration_buckets",
+    "cancel_scopes",
+    "digests_published",
 )
 
 

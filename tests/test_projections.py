@@ -17,7 +17,11 @@ from hypothesis import strategies as st
 
 from harness.config import PriceOverride
 from harness.contracts.events import (
+    CONTROL_STREAM,
     BudgetSpent,
+    CancelCleared,
+    CancelRequested,
+    DigestPublished,
     Event,
     TickCompleted,
     TickScheduled,
@@ -35,6 +39,8 @@ from harness.projections import (
     spend_report,
 )
 from harness.projections.base import EventData, Kernel
+from harness.projections.digests import digests_published, latest_published
+from harness.projections.levels import cancel_scopes, cancel_scopes_folded
 from harness.projections.spend import spend_daily
 from harness.projections.tick_counts import TABLES as COUNTERS
 from harness.projections.tick_counts import durations, status_counts, tool_cap_counts
@@ -461,3 +467,64 @@ def test_tick_counters_move_each_tick_once_whatever_the_order_of_its_events(
     kept = _dump(store)
     Projector(store, [TicksProjection()]).rebuild("ticks")
     assert _dump(store) == kept
+
+
+def test_cancel_scopes_are_the_same_folded_or_not_and_after_a_rebuild(
+    store: SqlEventStore,
+) -> None:
+    """The read model names the requests in force; the stream's tail past it is read too."""
+    legacy = NewEvent(uuid4(), "CancelRequested", 1, {"scope": "old", "by": "v1"})
+    store.append(CONTROL_STREAM, [legacy])
+    steps = [
+        (CancelRequested(scope="min", by="a"), [("min", "a")]),
+        (CancelRequested(scope="t-1", by="b"), [("min", "a"), ("t-1", "b")]),
+        (CancelRequested(scope="min", by="c"), [("t-1", "b"), ("min", "c")]),
+        (CancelCleared(scope="t-1"), [("min", "c")]),
+        (CancelCleared(scope="min"), []),
+        (CancelRequested(scope="t-1", by="d"), [("t-1", "d")]),
+    ]
+    projector = projector_for(store, PriceBook())
+    for event, expected in steps:
+        store.append(CONTROL_STREAM, [event.to_record()])
+        assert [(s.scope, s.by) for s in cancel_scopes(store)] == expected
+        projector.catch_up(["cancel_scopes"])
+        in_force = cancel_scopes(store)
+        assert [(s.scope, s.by) for s in in_force] == expected
+    assert in_force[0].event_id == event.event_id
+    kept = _tables(store, cancel_scopes_folded)
+    projector.rebuild("cancel_scopes")
+    assert _tables(store, cancel_scopes_folded) == kept
+
+
+def test_the_latest_digest_is_the_newest_publication_of_the_digests_asked_for(
+    store: SqlEventStore,
+) -> None:
+    projector = projector_for(store, PriceBook())
+    assert latest_published(store, ["daily", "weekly"]) is None
+    published = []
+    for name in ("daily", "weekly", "daily", "other"):
+        event = DigestPublished(
+            name=name,
+            period_start=DAY1,
+            period_end=DAY2,
+            format="md",
+            content_hash="h",
+            path=f"/d/{len(published)}.md",
+            targets=[],
+            delivery={},
+        )
+        store.append(event.stream_id, [event.to_record()])
+        published.append(event)
+        projector.catch_up()
+    latest = latest_published(store, ["daily", "weekly"])
+    assert latest is not None and latest.event_id == published[2].event_id
+    weekly = latest_published(store, ["weekly"])
+    assert weekly is not None and weekly.data["path"] == "/d/1.md"
+    kept = _tables(store, digests_published)
+    projector.rebuild("digests")
+    assert _tables(store, digests_published) == kept
+
+
+def _tables(store: SqlEventStore, *tables: sa.Table) -> list[list[tuple[Any, ...]]]:
+    with store.read_transaction() as conn:
+        return [sorted(tuple(row) for row in conn.execute(sa.select(t))) for t in tables]

@@ -60,6 +60,17 @@ def upgrade() -> None:
         sa.Column("ticks", sa.BigInteger(), nullable=False),
     )
     _fill_tick_counters()
+    op.create_table(
+        "cancel_scopes",
+        sa.Column("scope", sa.String(200), primary_key=True),
+        sa.Column("stream_position", sa.Integer(), nullable=False),
+        sa.Column("in_force", sa.Boolean(), nullable=False),
+    )
+    op.create_table(
+        "digests_published",
+        sa.Column("name", sa.String(100), primary_key=True),
+        sa.Column("global_position", sa.BigInteger(), nullable=False),
+    )
 
 
 def _fill_tick_counters() -> None:
@@ -101,6 +112,8 @@ _ENDED = "started_at IS NOT NULL AND finished_at IS NOT NULL"
 
 
 def downgrade() -> None:
+    op.drop_table("digests_published")
+    op.drop_table("cancel_scopes")
     op.drop_table("tick_duration_buckets")
     op.drop_table("tick_level_totals")
     op.drop_table("tick_status_counts")

@@ -528,3 +528,36 @@ def test_the_latest_digest_is_the_newest_publication_of_the_digests_asked_for(
 def _tables(store: SqlEventStore, *tables: sa.Table) -> list[list[tuple[Any, ...]]]:
     with store.read_transaction() as conn:
         return [sorted(tuple(row) for row in conn.execute(sa.select(t))) for t in tables]
+
+
+def test_a_postgres_rebuild_truncates_leaving_no_dead_rows_behind(pg_store: SqlEventStore) -> None:
+    """TRUNCATE gives each table a new file: the old rows are gone, not dead tuples."""
+    at = datetime(2026, 11, 30, 12, tzinfo=UTC)
+    append(
+        pg_store,
+        [
+            event
+            for n in range(20)
+            for event in (
+                TickStarted(tick_id=f"t{n}", level="min", pid=1, host="h", occurred_at=at),
+                spent(f"t{n}", "min", "gpt-4o-mini", 100, 10),
+                TickCompleted(tick_id=f"t{n}", level="min", occurred_at=at + timedelta(seconds=n)),
+            )
+        ],
+    )
+    projector = projector_for(pg_store, PriceBook())
+    projector.catch_up()
+    kept = _dump(pg_store)
+    names = [table.name for table in (ticks, *COUNTERS)]
+
+    def files() -> dict[str, int]:
+        query = sa.text("SELECT relname, relfilenode FROM pg_class WHERE relname = ANY(:names)")
+        with pg_store.read_transaction() as conn:
+            return dict(conn.execute(query, {"names": names}).all())
+
+    before = files()
+    projector.rebuild("ticks")
+    after = files()
+    assert sorted(after) == sorted(names)
+    assert all(after[name] != before[name] for name in names)
+    assert _dump(pg_store) == kept

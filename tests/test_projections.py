@@ -561,3 +561,41 @@ def test_a_postgres_rebuild_truncates_leaving_no_dead_rows_behind(pg_store: SqlE
     assert sorted(after) == sorted(names)
     assert all(after[name] != before[name] for name in names)
     assert _dump(pg_store) == kept
+
+
+class CountingPrices(PriceBook):
+    """The real price book, counting the rows it is asked to price."""
+
+    priced = 0
+
+    def cost(self, *args: Any, **kwargs: Any) -> float | None:
+        self.priced += 1
+        return super().cost(*args, **kwargs)
+
+
+def test_a_spend_report_prices_each_aggregate_once_and_agrees_to_the_cent(
+    store: SqlEventStore,
+) -> None:
+    append(
+        store,
+        [
+            spent(f"t{n}", f"level{n}", model, 1_000_000 + n * 997, 100_000 + n, occurred_at=day)
+            for n in range(30)
+            for model in ("gpt-4o-mini", "unpriced-model")
+            for day in (DAY1, DAY2)
+        ],
+    )
+    prices = CountingPrices()
+    projector_for(store, prices).catch_up()
+    with store.read_transaction() as conn:
+        by_level = spend_report(conn, prices, by=["level", "model"])
+        assert prices.priced == 30 * 2 * 2
+        prices.priced = 0
+        by_model = spend_report(conn, prices, by=["model"])
+    assert prices.priced == 2 * 2  # one row per model and day, not one per level
+    per_level = sum(r.cost_usd or 0 for r in by_level if r.group["model"] == "gpt-4o-mini")
+    known, unpriced = by_model
+    assert known.group == {"model": "gpt-4o-mini"} and known.cost_usd is not None
+    assert round(known.cost_usd, 2) == round(per_level, 2) and known.cost_usd > 0
+    assert unpriced.cost_usd is None and unpriced.unpriced_calls == 60
+    assert known.prompt_tokens == sum(r.prompt_tokens for r in by_level) // 2

@@ -141,16 +141,16 @@ class TicksProjection(Projection):
 def _stored(conn: sa.Connection, tick_ids: Sequence[str]) -> dict[str, dict[str, Any]]:
     """The stored rows of these ticks, the columns the counters move from, by tick id."""
     found: dict[str, dict[str, Any]] = {}
-    for start in range(0, len(tick_ids), _IDS_PER_QUERY):
+    for start in range(0, len(tick_ids), IDS_PER_QUERY):
         query = sa.select(ticks.c.tick_id, *(ticks.c[name] for name in STORED)).where(
-            ticks.c.tick_id.in_(tick_ids[start : start + _IDS_PER_QUERY])
+            ticks.c.tick_id.in_(tick_ids[start : start + IDS_PER_QUERY])
         )
         for row in conn.execute(query):
             found[row.tick_id] = row._asdict()
     return found
 
 
-_IDS_PER_QUERY = 1000
+IDS_PER_QUERY = 1000
 """Tick ids per lookup, well under either driver's cap on bound parameters."""
 
 
@@ -262,19 +262,3 @@ def previous_result_path(conn: sa.Connection, level: str) -> str | None:
     )
     path: str | None = conn.execute(query).scalar()
     return path
-
-
-def period_ticks(
-    conn: sa.Connection, start: datetime, end: datetime, levels: Iterable[str]
-) -> list[sa.Row[Any]]:
-    """The ticks of `levels` scheduled in [start, end), in the order they were scheduled."""
-    query = (
-        sa.select(ticks)
-        .where(
-            ticks.c.scheduled_at >= start,
-            ticks.c.scheduled_at < end,
-            ticks.c.level.in_(list(levels)),
-        )
-        .order_by(ticks.c.scheduled_at)
-    )
-    return list(conn.execute(query))

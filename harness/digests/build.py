@@ -3,9 +3,10 @@
 A digest is built from the ticks read model (how many ticks ended how, counted in the
 database, and the latest few of each level to quote), the events (spend per model as it
 was recorded, governor interventions, pause reasons) and the result files of the quoted
-ticks (an excerpt of each one's text): memory grows with levels, not with ticks. Anything wrong stands at the top
-as an anomaly: an empty text, a result file that is missing or corrupt, a tick lost or
-timed out, spend that had to be estimated. A bad result file never breaks a digest.
+ticks (an excerpt of each one's text): memory grows with levels, not with ticks.
+Anything wrong stands at the top as an anomaly: an empty text, a result file that is
+missing or corrupt, a tick lost or timed out, spend that had to be estimated. A bad
+result file never breaks a digest.
 
 The JSON form of `Digest` is a versioned schema other tools may consume: fields are only
 ever added within a `schema_version`.

@@ -1,6 +1,8 @@
 """The ticks read model: one row per tick with its status, times, tokens and tool calls.
 
-Every query on the `ticks` table lives here, named for what its callers ask.
+Every query on the `ticks` table lives here, named for what its callers ask (a digest's,
+over one period, in `harness.projections.periods`); the counters that move with its rows
+in `harness.projections.tick_counts`.
 """
 
 from __future__ import annotations

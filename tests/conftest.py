@@ -33,6 +33,7 @@ TABLES = (
     "tick_status_counts",
     "tick_level_totals",
     "tick_duration_buckets",
+    "tick_hour_counts",
     "cancel_scopes",
     "digests_published",
 )

@@ -24,7 +24,9 @@ from harness.contracts.events import (
     DigestPublished,
     Event,
     TickCompleted,
+    TickFailed,
     TickScheduled,
+    TickSkipped,
     TickStarted,
     TickTimedOut,
     ToolCalled,
@@ -41,6 +43,7 @@ from harness.projections import (
 from harness.projections.base import EventData, Kernel
 from harness.projections.digests import digests_published, latest_published
 from harness.projections.levels import cancel_scopes, cancel_scopes_folded
+from harness.projections.periods import period_counts
 from harness.projections.spend import spend_daily
 from harness.projections.tick_counts import TABLES as COUNTERS
 from harness.projections.tick_counts import durations, status_counts, tool_cap_counts
@@ -599,3 +602,39 @@ def test_a_spend_report_prices_each_aggregate_once_and_agrees_to_the_cent(
     assert round(known.cost_usd, 2) == round(per_level, 2) and known.cost_usd > 0
     assert unpriced.cost_usd is None and unpriced.unpriced_calls == 60
     assert known.prompt_tokens == sum(r.prompt_tokens for r in by_level) // 2
+
+
+def test_period_counts_from_hourly_counters_equal_counting_the_ticks(
+    store: SqlEventStore,
+) -> None:
+    """Whole hours come from the counters, ragged ends from the ticks: the same counts."""
+    at = datetime(2026, 11, 30, 10, tzinfo=UTC)
+    for n, minutes in enumerate((15, 59.99, 60, 90, 120, 165, 190, 200)):
+        ids = {"tick_id": f"t{n}", "level": "min" if n % 3 else "hour"}
+        when = at + timedelta(minutes=minutes)
+        ends: list[Event] = [
+            TickCompleted(**ids),
+            TickSkipped(**ids, reason="budget"),
+            TickSkipped(**ids, reason="overlap"),
+            TickFailed(**ids, reason="x", failure_class="content"),
+        ][n % 4 : n % 4 + 1]
+        append(store, [TickScheduled(**ids, slot=when, occurred_at=when), *ends])
+    # a tick rescheduled later moves from one hour to the next
+    append(store, [TickScheduled(tick_id="t0", level="hour", occurred_at=at + timedelta(hours=2))])
+    projector_for(store, PriceBook()).catch_up()
+
+    def counted(start: datetime, end: datetime) -> list[tuple[Any, ...]]:
+        why = sa.case((ticks.c.status == "skipped", ticks.c.reason), else_=None)
+        query = (
+            sa.select(ticks.c.level, ticks.c.status, why, sa.func.count())
+            .where(ticks.c.scheduled_at >= start, ticks.c.scheduled_at < end)
+            .group_by(ticks.c.level, ticks.c.status, why)
+        )
+        return sorted(tuple(row) for row in conn.execute(query))
+
+    with store.read_transaction() as conn:
+        for start, end in [(0, 4), (0.5, 2.84), (0.99, 1.02), (1, 3), (1.5, 1.7), (-1, 9)]:
+            window = (at + timedelta(hours=start), at + timedelta(hours=end))
+            found = sorted(period_counts(conn, *window, ["min", "hour"]))
+            assert found == counted(*window), (start, end)
+        assert sum(n for *_, n in period_counts(conn, at, at + timedelta(hours=4), ["min"])) == 5

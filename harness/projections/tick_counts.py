@@ -23,7 +23,7 @@ from bisect import bisect_left
 from collections import Counter, defaultdict
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from datetime import datetime, timedelta
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import sqlalchemy as sa
@@ -66,9 +66,31 @@ tick_duration_buckets = sa.Table(
 """Ticks whose run time falls in the bucket ending at `le_ms` (not cumulative); those
 above the last bound count only in `tick_level_totals.ended`."""
 
-TABLES = (tick_status_counts, tick_level_totals, tick_duration_buckets)
+tick_hour_counts = sa.Table(
+    "tick_hour_counts",
+    metadata,
+    sa.Column("level", sa.String(100), primary_key=True),
+    sa.Column("hour", sa.String(13), primary_key=True),
+    sa.Column("status", sa.String(20), primary_key=True),
+    sa.Column("reason", sa.Text(), primary_key=True),
+    sa.Column("ticks", sa.BigInteger(), nullable=False),
+)
+"""Ticks by level, UTC hour they were scheduled in (`YYYY-MM-DDTHH`, text: it sorts as
+time, and reads the same from both databases), status, and (skipped ones) reason: what a
+digest counts for the whole hours of its period. Like the counts per status, a
+gauge that follows each tick's row; a tick not (yet) known to be scheduled is absent."""
 
-STORED = ("level", "status", "started_at", "finished_at", "tool_calls_cancelled")
+TABLES = (tick_status_counts, tick_level_totals, tick_duration_buckets, tick_hour_counts)
+
+STORED = (
+    "level",
+    "status",
+    "scheduled_at",
+    "started_at",
+    "finished_at",
+    "reason",
+    "tool_calls_cancelled",
+)
 """Columns of a tick's stored row that the counters move from."""
 
 
@@ -112,6 +134,7 @@ class Tally:
         the stored rows it replaces (`STORED` columns).
         """
         statuses: Counter[tuple[str, str]] = Counter()
+        hours: Counter[tuple[str, str, str, str]] = Counter()
         ended: Counter[str] = Counter()
         micros: Counter[str] = Counter()
         hits: Counter[str] = Counter()
@@ -120,7 +143,11 @@ class Tally:
             before = old.get(tick_id)
             if before is not None:
                 statuses[(before["level"], before["status"])] -= 1
+                if (was := _hour_key(before)) is not None:
+                    hours[was] -= 1
             statuses[(row["level"], row["status"])] += 1
+            if (now := _hour_key(_resolved(row, before))) is not None:
+                hours[now] += 1
             if tick_id in self.first_refusal and not (before and before["tool_calls_cancelled"]):
                 hits[self.first_refusal[tick_id]] += 1
             run = _first_run(before, self.times.get(tick_id, ()))
@@ -137,7 +164,14 @@ class Tally:
             ("level", "status"),
             [(*key, n) for key, n in statuses.items() if n],
         )
-        conn.execute(tick_status_counts.delete().where(tick_status_counts.c.ticks == 0))
+        add_sums(
+            conn,
+            tick_hour_counts,
+            ("level", "hour", "status", "reason"),
+            [(*key, n) for key, n in hours.items() if n],
+        )
+        for table in (tick_status_counts, tick_hour_counts):
+            conn.execute(table.delete().where(table.c.ticks == 0))
         add_sums(
             conn,
             tick_level_totals,
@@ -153,6 +187,27 @@ class Tally:
             ("level", "le_ms"),
             [(*key, n) for key, n in sorted(buckets.items())],
         )
+
+
+def _resolved(row: Mapping[str, Any], before: Mapping[str, Any] | None) -> dict[str, Any]:
+    """The row as stored after the batch: its values, else the stored ones (the upsert's)."""
+    if before is None:
+        return dict(row)
+    return {**row, **{name: row[name] or before[name] for name in ("scheduled_at", "reason")}}
+
+
+def hour_of(when: datetime) -> str:
+    """The UTC hour `when` falls in, as `tick_hour_counts` keys it."""
+    return f"{as_utc(when).astimezone(UTC):%Y-%m-%dT%H}"
+
+
+def _hour_key(row: Mapping[str, Any]) -> tuple[str, str, str, str] | None:
+    """(level, hour, status, reason) a row counts under in `tick_hour_counts`, if scheduled."""
+    if row["scheduled_at"] is None:
+        return None
+    hour = hour_of(row["scheduled_at"])
+    reason = (row["reason"] or "") if row["status"] == "skipped" else ""
+    return row["level"], hour, row["status"], reason
 
 
 def _first_run(

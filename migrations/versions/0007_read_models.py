@@ -59,6 +59,14 @@ def upgrade() -> None:
         sa.Column("le_ms", sa.BigInteger(), primary_key=True),
         sa.Column("ticks", sa.BigInteger(), nullable=False),
     )
+    op.create_table(
+        "tick_hour_counts",
+        sa.Column("level", sa.String(100), primary_key=True),
+        sa.Column("hour", sa.String(13), primary_key=True),
+        sa.Column("status", sa.String(20), primary_key=True),
+        sa.Column("reason", sa.Text(), primary_key=True),
+        sa.Column("ticks", sa.BigInteger(), nullable=False),
+    )
     _fill_tick_counters()
     op.create_table(
         "cancel_scopes",
@@ -77,6 +85,7 @@ def _fill_tick_counters() -> None:
     """The counters of the ticks already folded, from their rows."""
     if op.get_bind().dialect.name == "postgresql":
         micros = "(extract(epoch from finished_at - started_at) * 1000000)::bigint"
+        hour = "to_char(scheduled_at AT TIME ZONE 'UTC', 'YYYY-MM-DD\"T\"HH24')"
     else:
         # SQLAlchemy keeps `YYYY-MM-DD HH:MM:SS.ffffff`: whole seconds, then microseconds,
         # exact where julianday's floating point is not.
@@ -85,6 +94,13 @@ def _fill_tick_counters() -> None:
             "(CAST(substr(finished_at, 21) AS INTEGER) - CAST(substr(started_at, 21) AS INTEGER))"
         )
         micros = f"({seconds} * 1000000 + {fraction})"
+        hour = "substr(scheduled_at, 1, 10) || 'T' || substr(scheduled_at, 12, 2)"
+    reason = "CASE WHEN status = 'skipped' THEN coalesce(reason, '') ELSE '' END"
+    op.execute(
+        "INSERT INTO tick_hour_counts (level, hour, status, reason, ticks) "
+        f"SELECT level, {hour}, status, {reason}, count(*) FROM ticks "
+        f"WHERE scheduled_at IS NOT NULL GROUP BY level, {hour}, status, {reason}"
+    )
     op.execute(
         "INSERT INTO tick_status_counts (level, status, ticks) "
         "SELECT level, status, count(*) FROM ticks GROUP BY level, status"
@@ -112,6 +128,7 @@ _ENDED = "started_at IS NOT NULL AND finished_at IS NOT NULL"
 
 
 def downgrade() -> None:
+    op.drop_table("tick_hour_counts")
     op.drop_table("digests_published")
     op.drop_table("cancel_scopes")
     op.drop_table("tick_duration_buckets")

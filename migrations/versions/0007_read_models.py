@@ -1,12 +1,13 @@
 """Small read models for the operator's read paths: tick counters, cancel scopes, digests.
 
 The tick counters belong to the `ticks` projection, whose checkpoint already stands past
-every stored event: they are filled here from its rows (ticks per level and status, run
-times, refused tool calls), so an upgraded store's `/metrics` goes on counting from
-where it stood. Run times come from the rows' final times (the fold counts a tick's
-first known run time; the two differ only for a tick whose start or end was corrected
-after it ended); `tickwork projections rebuild ticks` makes them the fold's exactly.
-The other tables belong to new projections, which start at position 0 and catch up.
+every stored event: they are filled here from its rows (ticks per level and status, and
+per UTC hour of scheduling, run times, refused tool calls), so an upgraded store's
+`/metrics` and digests go on counting from where they stood. Run times come from the
+rows' final times (the fold counts a tick's first known run time; the two differ only
+for a tick whose start or end was corrected after it ended); `tickwork projections
+rebuild ticks` makes them the fold's exactly. The other tables belong to new
+projections, which start at position 0 and catch up.
 
 Revision ID: 0007
 Revises: 0005

@@ -30,6 +30,12 @@ TABLES = (
     "ticks",
     "governor_calibration",
     "failure_streaks",
+    "tick_status_counts",
+    "tick_level_totals",
+    "tick_duration_buckets",
+    "tick_hour_counts",
+    "cancel_scopes",
+    "digests_published",
 )
 
 

@@ -165,6 +165,42 @@ def test_a_digest_puts_anomalies_first_and_counts_every_kind_of_end(
     assert hour.failures[0].tick_id == "guessed" and "stream cut" in hour.failures[0].reason
 
 
+def test_a_digest_counts_every_tick_but_holds_only_the_latest_of_each_kind(
+    tmp_path: Path, store_url: str
+) -> None:
+    """Counts cover the period; failures, excerpts and result files read are the sample's."""
+    store = open_store(store_url)
+    results = tmp_path / "results"
+    results.mkdir()
+    at = datetime.now(UTC) - timedelta(minutes=30)
+    for n in range(12):
+        ids = {"tick_id": f"t{n:02}", "level": "min"}
+        slot = at + timedelta(seconds=n)
+        record(store, TickScheduled(**ids, occurred_at=slot), TickStarted(**ids, pid=1, host="h"))
+        if n % 2:
+            record(store, TickFailed(**ids, reason=f"boom {n}", failure_class="content"))
+            continue
+        path = results / f"t{n:02}.json"
+        if n >= 6:  # the unsampled ticks' files are never read: missing, they go unnoticed
+            write_result(path, TickResult(tick_id=ids["tick_id"], ok=True, text=f"said {n}"))
+        record(store, TickCompleted(**ids, result_path=str(path)))
+    prices = PriceBook()
+    now = datetime.now(UTC)
+    digest = build_digest(
+        store, projector_for(store, prices), prices, "ops", now - HOUR, now, ["min"], sample=3
+    )
+    store.close()
+    (minute,) = digest.levels
+    assert minute.ticks == {"completed": 6, "failed": 6}
+    assert [f.tick_id for f in minute.failures] == ["t07", "t09", "t11"]
+    assert [(e.tick_id, e.text) for e in minute.excerpts] == [
+        ("t06", "said 6"),
+        ("t08", "said 8"),
+        ("t10", "said 10"),
+    ]
+    assert digest.anomalies == []
+
+
 def test_the_renderings_say_the_same_and_html_is_escaped(tmp_path: Path) -> None:
     url = f"sqlite:///{tmp_path}/events.db"
     settings = settings_for(tmp_path, url)

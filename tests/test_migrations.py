@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from uuid import uuid4
 
@@ -14,6 +15,10 @@ from alembic.script import ScriptDirectory
 
 import harness.projections  # noqa: F401  (registers the read-model tables on `metadata`)
 import migrations
+from harness.contracts.events import TickCompleted, TickScheduled, TickStarted, ToolCalled
+from harness.prices import PriceBook
+from harness.projections import projector_for
+from harness.projections.tick_counts import TABLES as COUNTERS
 from harness.store import HEAD_REVISION, NewEvent, SchemaError, migrate_store, open_store
 from harness.store.engine import create_store_engine
 from harness.store.migrate import current_revision, downgrade, upgrade
@@ -89,3 +94,47 @@ def test_postgres_events_from_before_0005_stay_below_every_new_position() -> Non
         assert [e.global_position for e in store.read_all()] == [1, 2, 3, new]
         assert store.last_position() == new
         store.close()
+
+
+def _counters_survive_an_upgrade(url: str) -> None:
+    """0007 fills the ticks projection's new counters from its rows, as its fold would."""
+    engine = create_store_engine(url)
+    upgrade(engine)
+    store = open_store(url)
+    at = datetime(2026, 11, 30, 12, tzinfo=UTC)
+    for tick_id, level, seconds in (("t1", "min", 3), ("t2", "min", 90), ("t3", "hour", 4000)):
+        store.append(
+            f"tick-{tick_id}",
+            [
+                TickStarted(
+                    tick_id=tick_id, level=level, pid=1, host="h", occurred_at=at
+                ).to_record(),
+                ToolCalled(tick_id=tick_id, level=level, name="x", status="cancelled").to_record(),
+                TickCompleted(
+                    tick_id=tick_id, level=level, occurred_at=at + timedelta(seconds=seconds)
+                ).to_record(),
+            ],
+        )
+    store.append("tick-t4", [TickScheduled(tick_id="t4", level="min", slot=at).to_record()])
+    projector_for(store, PriceBook()).catch_up()
+
+    def counters() -> dict[str, list[tuple[object, ...]]]:
+        with store.read_transaction() as conn:
+            return {t.name: sorted(tuple(r) for r in conn.execute(sa.select(t))) for t in COUNTERS}
+
+    folded = counters()
+    assert folded["tick_duration_buckets"] == [("min", 5000, 1), ("min", 120_000, 1)]
+    downgrade(engine, "0005")
+    upgrade(engine)
+    assert counters() == folded
+    store.close()
+    engine.dispose()
+
+
+def test_sqlite_upgrade_fills_the_tick_counters(sqlite_url: str) -> None:
+    _counters_survive_an_upgrade(sqlite_url)
+
+
+def test_postgres_upgrade_fills_the_tick_counters() -> None:
+    with fresh_pg_database() as url:
+        _counters_survive_an_upgrade(url)

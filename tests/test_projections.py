@@ -4,7 +4,8 @@ from __future__ import annotations
 
 from bisect import bisect_left
 from collections.abc import Iterable, Sequence
-from datetime import UTC, date, datetime
+from datetime import UTC, date, datetime, timedelta
+from itertools import pairwise
 from typing import Any
 from uuid import uuid4
 
@@ -16,10 +17,16 @@ from hypothesis import strategies as st
 
 from harness.config import PriceOverride
 from harness.contracts.events import (
+    CONTROL_STREAM,
     BudgetSpent,
+    CancelCleared,
+    CancelRequested,
+    DigestPublished,
     Event,
     TickCompleted,
+    TickFailed,
     TickScheduled,
+    TickSkipped,
     TickStarted,
     TickTimedOut,
     ToolCalled,
@@ -34,7 +41,12 @@ from harness.projections import (
     spend_report,
 )
 from harness.projections.base import EventData, Kernel
+from harness.projections.digests import digests_published, latest_published
+from harness.projections.levels import cancel_scopes, cancel_scopes_folded
+from harness.projections.periods import period_counts
 from harness.projections.spend import spend_daily
+from harness.projections.tick_counts import TABLES as COUNTERS
+from harness.projections.tick_counts import durations, status_counts, tool_cap_counts
 from harness.projections.ticks import ticks
 from harness.store import NewEvent, SqlEventStore, open_store
 from tests.procs import catch_up, racing
@@ -207,7 +219,7 @@ def _dump(store: SqlEventStore) -> dict[str, list[tuple[Any, ...]]]:
     with store.read_transaction() as conn:
         return {
             table.name: sorted(tuple(row) for row in conn.execute(sa.select(table)))
-            for table in (spend_daily, ticks)
+            for table in (spend_daily, ticks, *COUNTERS)
         }
 
 
@@ -381,7 +393,7 @@ def test_rebuild_from_zero_equals_the_incremental_read_models(
     store: SqlEventStore, events: list[Event], cuts: list[int], batch_size: int
 ) -> None:
     with store.write_transaction() as conn:
-        for table in ("events", "projection_checkpoints", "spend_daily", "ticks"):
+        for table in ("events", "projection_checkpoints", "spend_daily", "ticks", *COUNTERS):
             conn.execute(sa.text(f"DELETE FROM {table}"))
     incremental = Projector(store, [SpendProjection(PriceBook()), TicksProjection()], batch_size)
     done = 0
@@ -395,8 +407,234 @@ def test_rebuild_from_zero_equals_the_incremental_read_models(
     rebuilder.rebuild("spend")
     rebuilder.rebuild("ticks")
     assert _dump(store) == kept
+    with store.read_transaction() as conn:
+        by_status = conn.execute(
+            sa.select(ticks.c.level, ticks.c.status, sa.func.count()).group_by(
+                ticks.c.level, ticks.c.status
+            )
+        )
+        assert sorted(status_counts(conn)) == sorted(tuple(row) for row in by_status)
     in_parts = Projector(store, [SpendProjection(PriceBook())], batch_size, partition_above=0)
     in_parts.rebuild("spend")
     assert _dump(store) == kept
     spend_total = sum(row[4] for row in kept["spend_daily"])
     assert spend_total == sum(e.prompt_tokens for e in events if isinstance(e, BudgetSpent))
+
+
+def test_tick_counters_move_each_tick_once_whatever_the_order_of_its_events(
+    store: SqlEventStore,
+) -> None:
+    """Spend before the lifecycle, an end before its start: counted once, buckets only grow."""
+    at = datetime(2026, 11, 30, 12, tzinfo=UTC)
+    events = [
+        spent("t1", "min", "m", 10, 1),
+        TickScheduled(tick_id="t1", level="min", slot=at, occurred_at=at),
+        TickStarted(tick_id="t1", level="min", pid=1, host="h", occurred_at=at),
+        ToolCalled(tick_id="t1", level="min", name="shell", status="cancelled"),
+        ToolCalled(tick_id="t1", level="min", name="shell", status="cancelled"),
+        TickCompleted(tick_id="t1", level="min", occurred_at=at + timedelta(seconds=3)),
+        TickScheduled(tick_id="t3", level="hour", slot=at, occurred_at=at),
+        TickTimedOut(
+            tick_id="t2", level="min", timeout_seconds=5, occurred_at=at + timedelta(seconds=100)
+        ),
+        TickStarted(
+            tick_id="t2", level="min", pid=2, host="h", occurred_at=at + timedelta(seconds=10)
+        ),
+    ]
+    projector = Projector(store, [TicksProjection()], batch_size=2)
+    seen: list[dict[str, list[int]]] = []
+    for event in events:
+        append(store, [event])
+        projector.catch_up()
+        with store.read_transaction() as conn:
+            figures = {d.level: [d.count, *d.at_most] for d in durations(conn)}
+            for level, hits, refused in tool_cap_counts(conn):
+                figures[f"{level} caps"] = [hits, refused]
+            seen.append(figures)
+    for before, after in pairwise(seen):
+        assert all(
+            all(a <= b for a, b in zip(figures, after.get(level, ()), strict=True))
+            for level, figures in before.items()
+        )
+    with store.read_transaction() as conn:
+        # A status follows the tick's row: its last lifecycle event in the log's order.
+        assert status_counts(conn) == [
+            ("hour", "scheduled", 1),
+            ("min", "completed", 1),
+            ("min", "running", 1),
+        ]
+        (minute,) = durations(conn)
+        assert tool_cap_counts(conn) == [("hour", 0, 0), ("min", 1, 2)]
+    assert (minute.level, minute.count, minute.total_seconds) == ("min", 2, 93.0)
+    assert minute.at_most == [0, 1, 1, 1, 1, 2, 2, 2, 2, 2]
+    kept = _dump(store)
+    Projector(store, [TicksProjection()]).rebuild("ticks")
+    assert _dump(store) == kept
+
+
+def test_cancel_scopes_are_the_same_folded_or_not_and_after_a_rebuild(
+    store: SqlEventStore,
+) -> None:
+    """The read model names the requests in force; the stream's tail past it is read too."""
+    legacy = NewEvent(uuid4(), "CancelRequested", 1, {"scope": "old", "by": "v1"})
+    store.append(CONTROL_STREAM, [legacy])
+    steps = [
+        (CancelRequested(scope="min", by="a"), [("min", "a")]),
+        (CancelRequested(scope="t-1", by="b"), [("min", "a"), ("t-1", "b")]),
+        (CancelRequested(scope="min", by="c"), [("t-1", "b"), ("min", "c")]),
+        (CancelCleared(scope="t-1"), [("min", "c")]),
+        (CancelCleared(scope="min"), []),
+        (CancelRequested(scope="t-1", by="d"), [("t-1", "d")]),
+    ]
+    projector = projector_for(store, PriceBook())
+    for event, expected in steps:
+        store.append(CONTROL_STREAM, [event.to_record()])
+        assert [(s.scope, s.by) for s in cancel_scopes(store)] == expected
+        projector.catch_up(["cancel_scopes"])
+        in_force = cancel_scopes(store)
+        assert [(s.scope, s.by) for s in in_force] == expected
+    assert in_force[0].event_id == event.event_id
+    kept = _tables(store, cancel_scopes_folded)
+    projector.rebuild("cancel_scopes")
+    assert _tables(store, cancel_scopes_folded) == kept
+
+
+def test_the_latest_digest_is_the_newest_publication_of_the_digests_asked_for(
+    store: SqlEventStore,
+) -> None:
+    projector = projector_for(store, PriceBook())
+    assert latest_published(store, ["daily", "weekly"]) is None
+    published = []
+    for name in ("daily", "weekly", "daily", "other"):
+        event = DigestPublished(
+            name=name,
+            period_start=DAY1,
+            period_end=DAY2,
+            format="md",
+            content_hash="h",
+            path=f"/d/{len(published)}.md",
+            targets=[],
+            delivery={},
+        )
+        store.append(event.stream_id, [event.to_record()])
+        published.append(event)
+        projector.catch_up()
+    latest = latest_published(store, ["daily", "weekly"])
+    assert latest is not None and latest.event_id == published[2].event_id
+    weekly = latest_published(store, ["weekly"])
+    assert weekly is not None and weekly.data["path"] == "/d/1.md"
+    kept = _tables(store, digests_published)
+    projector.rebuild("digests")
+    assert _tables(store, digests_published) == kept
+
+
+def _tables(store: SqlEventStore, *tables: sa.Table) -> list[list[tuple[Any, ...]]]:
+    with store.read_transaction() as conn:
+        return [sorted(tuple(row) for row in conn.execute(sa.select(t))) for t in tables]
+
+
+def test_a_postgres_rebuild_truncates_leaving_no_dead_rows_behind(pg_store: SqlEventStore) -> None:
+    """TRUNCATE gives each table a new file: the old rows are gone, not dead tuples."""
+    at = datetime(2026, 11, 30, 12, tzinfo=UTC)
+    append(
+        pg_store,
+        [
+            event
+            for n in range(20)
+            for event in (
+                TickStarted(tick_id=f"t{n}", level="min", pid=1, host="h", occurred_at=at),
+                spent(f"t{n}", "min", "gpt-4o-mini", 100, 10),
+                TickCompleted(tick_id=f"t{n}", level="min", occurred_at=at + timedelta(seconds=n)),
+            )
+        ],
+    )
+    projector = projector_for(pg_store, PriceBook())
+    projector.catch_up()
+    kept = _dump(pg_store)
+    names = [table.name for table in (ticks, *COUNTERS)]
+
+    def files() -> dict[str, int]:
+        query = sa.text("SELECT relname, relfilenode FROM pg_class WHERE relname = ANY(:names)")
+        with pg_store.read_transaction() as conn:
+            return dict(conn.execute(query, {"names": names}).all())
+
+    before = files()
+    projector.rebuild("ticks")
+    after = files()
+    assert sorted(after) == sorted(names)
+    assert all(after[name] != before[name] for name in names)
+    assert _dump(pg_store) == kept
+
+
+class CountingPrices(PriceBook):
+    """The real price book, counting the rows it is asked to price."""
+
+    priced = 0
+
+    def cost(self, *args: Any, **kwargs: Any) -> float | None:
+        self.priced += 1
+        return super().cost(*args, **kwargs)
+
+
+def test_a_spend_report_prices_each_aggregate_once_and_agrees_to_the_cent(
+    store: SqlEventStore,
+) -> None:
+    append(
+        store,
+        [
+            spent(f"t{n}", f"level{n}", model, 1_000_000 + n * 997, 100_000 + n, occurred_at=day)
+            for n in range(30)
+            for model in ("gpt-4o-mini", "unpriced-model")
+            for day in (DAY1, DAY2)
+        ],
+    )
+    prices = CountingPrices()
+    projector_for(store, prices).catch_up()
+    with store.read_transaction() as conn:
+        by_level = spend_report(conn, prices, by=["level", "model"])
+        assert prices.priced == 30 * 2 * 2
+        prices.priced = 0
+        by_model = spend_report(conn, prices, by=["model"])
+    assert prices.priced == 2 * 2  # one row per model and day, not one per level
+    per_level = sum(r.cost_usd or 0 for r in by_level if r.group["model"] == "gpt-4o-mini")
+    known, unpriced = by_model
+    assert known.group == {"model": "gpt-4o-mini"} and known.cost_usd is not None
+    assert round(known.cost_usd, 2) == round(per_level, 2) and known.cost_usd > 0
+    assert unpriced.cost_usd is None and unpriced.unpriced_calls == 60
+    assert known.prompt_tokens == sum(r.prompt_tokens for r in by_level) // 2
+
+
+def test_period_counts_from_hourly_counters_equal_counting_the_ticks(
+    store: SqlEventStore,
+) -> None:
+    """Whole hours come from the counters, ragged ends from the ticks: the same counts."""
+    at = datetime(2026, 11, 30, 10, tzinfo=UTC)
+    for n, minutes in enumerate((15, 59.99, 60, 90, 120, 165, 190, 200)):
+        ids = {"tick_id": f"t{n}", "level": "min" if n % 3 else "hour"}
+        when = at + timedelta(minutes=minutes)
+        ends: list[Event] = [
+            TickCompleted(**ids),
+            TickSkipped(**ids, reason="budget"),
+            TickSkipped(**ids, reason="overlap"),
+            TickFailed(**ids, reason="x", failure_class="content"),
+        ][n % 4 : n % 4 + 1]
+        append(store, [TickScheduled(**ids, slot=when, occurred_at=when), *ends])
+    # a tick rescheduled later moves from one hour to the next
+    append(store, [TickScheduled(tick_id="t0", level="hour", occurred_at=at + timedelta(hours=2))])
+    projector_for(store, PriceBook()).catch_up()
+
+    def counted(start: datetime, end: datetime) -> list[tuple[Any, ...]]:
+        why = sa.case((ticks.c.status == "skipped", ticks.c.reason), else_=None)
+        query = (
+            sa.select(ticks.c.level, ticks.c.status, why, sa.func.count())
+            .where(ticks.c.scheduled_at >= start, ticks.c.scheduled_at < end)
+            .group_by(ticks.c.level, ticks.c.status, why)
+        )
+        return sorted(tuple(row) for row in conn.execute(query))
+
+    with store.read_transaction() as conn:
+        for start, end in [(0, 4), (0.5, 2.84), (0.99, 1.02), (1, 3), (1.5, 1.7), (-1, 9)]:
+            window = (at + timedelta(hours=start), at + timedelta(hours=end))
+            found = sorted(period_counts(conn, *window, ["min", "hour"]))
+            assert found == counted(*window), (start, end)
+        assert sum(n for *_, n in period_counts(conn, at, at + timedelta(hours=4), ["min"])) == 5

@@ -2,7 +2,8 @@
 
 A custom collector rather than counters kept in memory: `tickwork serve` may run apart
 from `tickwork run` (or beside several replicas), and the store is the one place that
-knows every tick. Each scrape is a handful of aggregate queries.
+knows every tick. Each scrape reads the counters the ticks projection keeps per level
+(`harness.projections.tick_counts`): a few rows per level, however many ticks ran.
 """
 
 from __future__ import annotations
@@ -21,11 +22,9 @@ from prometheus_client.core import (
 from prometheus_client.registry import Collector
 
 from harness.api.reads import Reads
-from harness.projections.ticks import durations, status_counts, tool_cap_counts
+from harness.projections import DURATION_BUCKETS, durations, status_counts, tool_cap_counts
 from harness.scheduling.status import Snapshot
 
-DURATION_BUCKETS = (1.0, 5.0, 15.0, 30.0, 60.0, 120.0, 300.0, 600.0, 1800.0, 3600.0)
-"""Seconds; ticks run from seconds (a quick answer) to an hour (`hour` levels)."""
 FIRE_LAG_WINDOW = 100
 """Scheduled slots per scrape whose fire lag is reported (the latest, of all levels)."""
 
@@ -98,10 +97,10 @@ class StoreCollector(Collector):
     def _durations(self, conn: sa.Connection) -> Iterator[Metric]:
         family = HistogramMetricFamily(
             "tickwork_tick_duration_seconds",
-            "Run time of ended ticks, from start to end.",
+            "Run time of ended ticks, from start to end (as first known; buckets only grow).",
             labels=["level"],
         )
-        for level in durations(conn, DURATION_BUCKETS):
+        for level in durations(conn):
             family.add_metric(
                 [level.level],
                 [

@@ -14,10 +14,10 @@ from typing import Any
 
 from harness.api.models import Digest, Event, Tick, TickDetail, Worker
 from harness.config import Settings
-from harness.contracts.events import LevelPaused, digest_stream
+from harness.contracts.events import LevelPaused
 from harness.contracts.result import ResultFileError, read_result
 from harness.prices import PriceBook
-from harness.projections import SpendRow, projector_for, spend_report
+from harness.projections import SpendRow, latest_published, projector_for, spend_report
 from harness.projections.levels import pauses
 from harness.projections.spend import GroupBy
 from harness.projections.ticks import tick_rows
@@ -113,12 +113,9 @@ class Reads:
 
     def latest_digest(self) -> Digest | None:
         """The last digest published by any configured digest, and its rendered file."""
-        streams = [digest_stream(name) for name in self.settings.digests]
-        found = self.store.read_streams(streams, types=["DigestPublished"])
-        published = [events[-1] for events in found.values() if events]
-        if not published:
+        last = latest_published(self.store, self.settings.digests)
+        if last is None:
             return None
-        last = max(published, key=lambda event: event.global_position)
         content, error = None, None
         path = last.data.get("path")
         if not path:

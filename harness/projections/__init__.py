@@ -3,7 +3,8 @@
 It owns the fold loop (`Projector`, one checkpoint per read model, kept by the store;
 a large backlog of a read model of sums, `SumProjection`, folded on every core) and
 each read model: spend per day and model, ticks with their status, each model's
-learned calibration, each level's failure streak (folded by the alerter), and which
+learned calibration, counters of ticks per level, each level's failure streak (folded
+by the alerter), the cancel scopes in force, each digest's last publication, and which
 levels are paused (a query on the level streams). Every
 other stage reads a read model through the queries exported here, never its tables.
 """
@@ -16,33 +17,41 @@ from harness.projections.calibration import (
     current_calibrations,
     load_calibrations,
 )
-from harness.projections.levels import level_paused, paused_levels
+from harness.projections.digests import DigestsProjection, latest_published
+from harness.projections.levels import CancelScopesProjection, level_paused, paused_levels
 from harness.projections.projector import Progress, Projector
 from harness.projections.registry import projector_for
 from harness.projections.spend import GroupBy, SpendProjection, SpendRow, spend_report
 from harness.projections.story import StoryStep, TickStory, story_of, story_steps, tick_story
 from harness.projections.streaks import Streak, fold_streak, load_streaks, save_streaks
+from harness.projections.tick_counts import (
+    DURATION_BUCKETS,
+    Durations,
+    durations,
+    status_counts,
+    tool_cap_counts,
+)
 from harness.projections.ticks import (
     STATUSES,
     UNKNOWN,
     TickInFlight,
     TicksProjection,
-    durations,
     last_slots,
     open_ticks,
-    period_ticks,
     previous_result_path,
-    status_counts,
     tick_ids_starting,
     tick_rows,
     ticks_in_flight,
-    tool_cap_counts,
 )
 
 __all__ = [
+    "DURATION_BUCKETS",
     "STATUSES",
     "UNKNOWN",
     "CalibrationProjection",
+    "CancelScopesProjection",
+    "DigestsProjection",
+    "Durations",
     "EventData",
     "GroupBy",
     "Progress",
@@ -60,12 +69,12 @@ __all__ = [
     "durations",
     "fold_streak",
     "last_slots",
+    "latest_published",
     "level_paused",
     "load_calibrations",
     "load_streaks",
     "open_ticks",
     "paused_levels",
-    "period_ticks",
     "previous_result_path",
     "projector_for",
     "save_streaks",

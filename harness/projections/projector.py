@@ -25,7 +25,7 @@ from contextlib import contextmanager
 
 from harness.folds.ranges import counted
 from harness.projections.base import Projection, SumProjection
-from harness.store import EventStore, Tracking
+from harness.store import EventStore, Tracking, clear_tables
 
 
 @contextmanager
@@ -118,11 +118,10 @@ class Projector:
         return folded
 
     def rebuild(self, name: str, progress: Progress | None = None) -> int:
-        """Clear the read model and fold it again from position 0."""
+        """Clear the read model (`clear_tables`) and fold it again from position 0."""
         projection = self.get(name)
         with self.store.tracking(name) as tracking:
-            for table in projection.tables:
-                tracking.conn.execute(table.delete())
+            clear_tables(tracking.conn, projection.tables)
             self.store.save_checkpoint(tracking, 0)
         return self.catch_up([name], progress)
 

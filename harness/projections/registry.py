@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from harness.prices import PriceBook
 from harness.projections.calibration import CalibrationProjection
+from harness.projections.digests import DigestsProjection
+from harness.projections.levels import CancelScopesProjection
 from harness.projections.projector import Projector
 from harness.projections.spend import SpendProjection
 from harness.projections.ticks import TicksProjection
@@ -12,4 +14,13 @@ from harness.store import EventStore
 
 def projector_for(store: EventStore, prices: PriceBook) -> Projector:
     """The projector with every read model tickwork keeps."""
-    return Projector(store, [SpendProjection(prices), TicksProjection(), CalibrationProjection()])
+    return Projector(
+        store,
+        [
+            SpendProjection(prices),
+            TicksProjection(),
+            CalibrationProjection(),
+            CancelScopesProjection(),
+            DigestsProjection(),
+        ],
+    )

@@ -99,16 +99,17 @@ def spend_report(
     until: date | None = None,
     levels: Sequence[str] | None = None,
 ) -> list[SpendRow]:
-    """Spend grouped by any of level, model and day, priced now."""
+    """Spend grouped by any of level, model and day, priced now.
+
+    The database sums the rows first, by the groups asked for and what a price depends
+    on (model, day and price tier), so each aggregate is priced once: prices are linear
+    within a tier. A report by model prices one row per model, day and tier, however
+    many levels spent.
+    """
+    keys = [spend_daily.c[name] for name in dict.fromkeys((*by, "model", "day", "price_tier"))]
     query = sa.select(
-        spend_daily.c.level,
-        spend_daily.c.model,
-        spend_daily.c.day,
-        spend_daily.c.price_tier,
-        *(sa.func.sum(spend_daily.c[name]).label(name) for name in _SUMS),
-    ).group_by(
-        spend_daily.c.level, spend_daily.c.model, spend_daily.c.day, spend_daily.c.price_tier
-    )
+        *keys, *(sa.func.sum(spend_daily.c[name]).label(name) for name in _SUMS)
+    ).group_by(*keys)
     if since is not None:
         query = query.where(spend_daily.c.day >= since)
     if until is not None:
@@ -118,11 +119,11 @@ def spend_report(
 
     groups: dict[tuple[str, ...], _Totals] = {}
     for row in conn.execute(query):
-        values = {"level": row.level, "model": row.model, "day": row.day.isoformat()}
-        totals = groups.setdefault(tuple(values[name] for name in by), _Totals())
+        fields = {**row._mapping, "day": row.day.isoformat()}
+        totals = groups.setdefault(tuple(fields[name] for name in by), _Totals())
         sums = [int(getattr(row, name)) for name in _SUMS]
         totals.sums = [a + b for a, b in zip(totals.sums, sums, strict=True)]
-        cost = prices.cost(row.model, values["day"], row.price_tier, *sums[:4])
+        cost = prices.cost(row.model, fields["day"], row.price_tier, *sums[:4])
         if cost is None:
             totals.unpriced_calls += sums[4]
         else:

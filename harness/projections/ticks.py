@@ -1,6 +1,8 @@
 """The ticks read model: one row per tick with its status, times, tokens and tool calls.
 
-Every query on the `ticks` table lives here, named for what its callers ask.
+Every query on the `ticks` table lives here, named for what its callers ask (a digest's,
+over one period, in `harness.projections.periods`); the counters that move with its rows
+in `harness.projections.tick_counts`.
 """
 
 from __future__ import annotations
@@ -13,6 +15,8 @@ from typing import Any
 import sqlalchemy as sa
 
 from harness.projections.base import EventData, Projection, upsert
+from harness.projections.tick_counts import STORED, Tally
+from harness.projections.tick_counts import TABLES as COUNTERS
 from harness.store import EventStore
 from harness.store.schema import metadata
 from harness.timespec import as_utc
@@ -72,21 +76,28 @@ class TicksProjection(Projection):
 
     name = "ticks"
     types = frozenset({*STATUS_OF, "BudgetSpent", "ToolCalled"})
-    tables = (ticks,)
+    tables = (ticks, *COUNTERS)
 
     def apply(self, conn: sa.Connection, batch: Iterable[EventData]) -> None:
-        """Merge the batch's events per tick first, so each tick's row is written once per batch."""
+        """Merge the batch's events per tick first, so each tick's row is written once per batch.
+
+        The counters (`harness.projections.tick_counts`) move with the rows: the rows the
+        batch changes are read as they stood before it, in the same transaction.
+        """
         rows: dict[str, dict[str, Any]] = {}
+        tally = Tally()
         for _, type_, data in batch:
-            row = rows.get(data["tick_id"])
+            tick_id, level = data["tick_id"], data["level"]
+            row = rows.get(tick_id)
             if row is None:
-                row = rows[data["tick_id"]] = {
-                    "tick_id": data["tick_id"],
+                row = rows[tick_id] = {
+                    "tick_id": tick_id,
                     "status": UNKNOWN,
                     **dict.fromkeys(_SET),
                     **dict.fromkeys(_ADD, 0),
                 }
-            row["level"] = data["level"]
+            row["level"] = level
+            tally.levels.add(level)
             if type_ == "BudgetSpent":
                 row["prompt_tokens"] += data["prompt_tokens"]
                 row["completion_tokens"] += data["completion_tokens"]
@@ -96,9 +107,14 @@ class TicksProjection(Projection):
             if type_ == "ToolCalled":
                 cancelled = data["status"] == "cancelled"
                 row["tool_calls_cancelled" if cancelled else "tool_calls"] += 1
+                if cancelled:
+                    tally.refusal(tick_id, level)
                 continue
             row["status"] = STATUS_OF[type_]
-            row[_TIME_COLUMN.get(type_, "finished_at")] = _time(data["occurred_at"])
+            column = _TIME_COLUMN.get(type_, "finished_at")
+            row[column] = when = _time(data["occurred_at"])
+            if column != "scheduled_at" and when is not None:
+                tally.timed(tick_id, level, when, start=column == "started_at")
             if data.get("slot"):
                 row["slot"] = _time(data["slot"])
             for name in ("result_path", "reason"):
@@ -106,17 +122,38 @@ class TicksProjection(Projection):
                     row[name] = data[name]
         if not rows:
             return
+        old = _stored(conn, list(rows))
+        for tick_id, row in rows.items():
+            if row["status"] == UNKNOWN and tick_id in old:
+                row["status"] = old[tick_id]["status"]
+        tally.write(conn, rows, old)
         insert = upsert(conn, ticks)
-        new, old = insert.excluded, ticks.c
+        new, old_row = insert.excluded, ticks.c
         changes: dict[str, Any] = {
-            "status": sa.case((new.status == UNKNOWN, old.status), else_=new.status),
-            **{name: sa.func.coalesce(new[name], old[name]) for name in _SET},
-            **{name: old[name] + new[name] for name in _ADD},
+            "status": new.status,
+            **{name: sa.func.coalesce(new[name], old_row[name]) for name in _SET},
+            **{name: old_row[name] + new[name] for name in _ADD},
         }
         conn.execute(
             insert.on_conflict_do_update(index_elements=["tick_id"], set_=changes),
             list(rows.values()),
         )
+
+
+def _stored(conn: sa.Connection, tick_ids: Sequence[str]) -> dict[str, dict[str, Any]]:
+    """The stored rows of these ticks, the columns the counters move from, by tick id."""
+    found: dict[str, dict[str, Any]] = {}
+    for start in range(0, len(tick_ids), IDS_PER_QUERY):
+        query = sa.select(ticks.c.tick_id, *(ticks.c[name] for name in STORED)).where(
+            ticks.c.tick_id.in_(tick_ids[start : start + IDS_PER_QUERY])
+        )
+        for row in conn.execute(query):
+            found[row.tick_id] = row._asdict()
+    return found
+
+
+IDS_PER_QUERY = 1000
+"""Tick ids per lookup, well under either driver's cap on bound parameters."""
 
 
 STATUSES = (UNKNOWN, *dict.fromkeys(STATUS_OF.values()))
@@ -227,72 +264,3 @@ def previous_result_path(conn: sa.Connection, level: str) -> str | None:
     )
     path: str | None = conn.execute(query).scalar()
     return path
-
-
-def period_ticks(
-    conn: sa.Connection, start: datetime, end: datetime, levels: Iterable[str]
-) -> list[sa.Row[Any]]:
-    """The ticks of `levels` scheduled in [start, end), in the order they were scheduled."""
-    query = (
-        sa.select(ticks)
-        .where(
-            ticks.c.scheduled_at >= start,
-            ticks.c.scheduled_at < end,
-            ticks.c.level.in_(list(levels)),
-        )
-        .order_by(ticks.c.scheduled_at)
-    )
-    return list(conn.execute(query))
-
-
-def status_counts(conn: sa.Connection) -> list[tuple[str, str, int]]:
-    """(level, status, ticks) for every pair the read model holds."""
-    query = sa.select(ticks.c.level, ticks.c.status, sa.func.count()).group_by(
-        ticks.c.level, ticks.c.status
-    )
-    return [(level, status, int(count)) for level, status, count in conn.execute(query)]
-
-
-@dataclass(frozen=True)
-class Durations:
-    """Run times of a level's ended ticks, as a cumulative histogram."""
-
-    level: str
-    count: int
-    total_seconds: float
-    at_most: list[int]
-    """Ticks that ran at most each bound, in the order of the bounds asked for."""
-
-
-def durations(conn: sa.Connection, bounds: Sequence[float]) -> list[Durations]:
-    """Per level, the run time (start to end) of ended ticks, counted in one query."""
-    seconds = _seconds(conn, ticks.c.started_at, ticks.c.finished_at)
-    buckets = [sa.func.sum(sa.case((seconds <= bound, 1), else_=0)) for bound in bounds]
-    query = (
-        sa.select(ticks.c.level, sa.func.count(), sa.func.sum(seconds), *buckets)
-        .where(ticks.c.started_at.is_not(None), ticks.c.finished_at.is_not(None))
-        .group_by(ticks.c.level)
-    )
-    return [
-        Durations(level, int(count), float(total or 0.0), [int(n) for n in cumulative])
-        for level, count, total, *cumulative in conn.execute(query)
-    ]
-
-
-def tool_cap_counts(conn: sa.Connection) -> list[tuple[str, int, int]]:
-    """(level, ticks whose tool-call cap refused a call, calls it refused) per level."""
-    query = sa.select(
-        ticks.c.level,
-        sa.func.sum(sa.case((ticks.c.tool_calls_cancelled > 0, 1), else_=0)),
-        sa.func.sum(ticks.c.tool_calls_cancelled),
-    ).group_by(ticks.c.level)
-    return [(level, int(hit or 0), int(calls or 0)) for level, hit, calls in conn.execute(query)]
-
-
-def _seconds(
-    conn: sa.Connection, start: sa.ColumnElement[datetime], end: sa.ColumnElement[datetime]
-) -> sa.ColumnElement[float]:
-    """`end - start` in seconds, in the SQL of the connection's dialect."""
-    if conn.dialect.name == "postgresql":
-        return sa.cast(sa.extract("epoch", end - start), sa.Float)
-    return (sa.func.julianday(end) - sa.func.julianday(start)) * 86400.0

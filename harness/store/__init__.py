@@ -30,7 +30,7 @@ from harness.store.records import (
 )
 from harness.store.schema import HEAD_REVISION
 from harness.store.spool import Spool, append_or_spool
-from harness.store.sql import SqlEventStore, add_sums, upsert
+from harness.store.sql import SqlEventStore, add_sums, clear_tables, upsert
 
 __all__ = [
     "ANY",
@@ -54,6 +54,7 @@ __all__ = [
     "Window",
     "add_sums",
     "append_or_spool",
+    "clear_tables",
     "current_revision",
     "migrate_store",
     "open_store",

@@ -92,6 +92,24 @@ def upsert(conn: sa.Connection, table: sa.Table) -> Any:
     return sqlite.insert(table)
 
 
+def clear_tables(conn: sa.Connection, tables: Sequence[sa.Table]) -> None:
+    """Empty read-model tables in the caller's transaction, to fold them again from zero.
+
+    PostgreSQL: one TRUNCATE, which gives each table a new, empty file when the
+    transaction commits; a DELETE would leave every old row behind as a dead tuple until
+    VACUUM (three rebuilds of a 369k-row `ticks` left 737k). It locks the tables against
+    readers until the commit, as long as the rebuild's first transaction. SQLite: DELETE,
+    whose freed pages the file reuses.
+    """
+    if not tables:
+        return
+    if conn.dialect.name == "postgresql":
+        conn.execute(sa.text(f"TRUNCATE {', '.join(table.name for table in tables)}"))
+        return
+    for table in tables:
+        conn.execute(table.delete())
+
+
 def add_sums(
     conn: sa.Connection, table: sa.Table, keys: Sequence[str], rows: Sequence[Sequence[Any]]
 ) -> None:

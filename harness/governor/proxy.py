@@ -19,6 +19,7 @@ import contextlib
 import hashlib
 import logging
 import time
+from base64 import b64encode
 from collections import Counter, deque
 from collections.abc import AsyncIterator, Callable, Iterator
 from datetime import UTC, datetime
@@ -409,7 +410,8 @@ def create_app(governor: ProxyGovernor) -> ASGIApp:
     upstream = config.public_upstream.rstrip("/")
     given = urlsplit(config.upstream)
     basic = (
-        aiohttp.BasicAuth(unquote(given.username), unquote(given.password or "")).encode()
+        "Basic "
+        + b64encode(f"{unquote(given.username)}:{unquote(given.password or '')}".encode()).decode()
         if given.username
         else None
     )

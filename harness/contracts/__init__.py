@@ -12,12 +12,14 @@ from __future__ import annotations
 
 from harness.contracts.calibration import Calibration, Sample
 from harness.contracts.events import (
+    ARCHIVE_STREAM,
     CONTROL_STREAM,
     EVENT_TYPES,
     GOVERNOR_STREAM,
     TERMINAL_TYPES,
     AlertDelivered,
     AlertRaised,
+    ArchiveWritten,
     BudgetSpent,
     CalibrationSampled,
     CancelRequested,
@@ -99,6 +101,7 @@ from harness.contracts.result import (
 )
 
 __all__ = [
+    "ARCHIVE_STREAM",
     "CONTROL_STREAM",
     "DEFAULT_DIRECTIVE",
     "DEFAULT_STOP",
@@ -111,6 +114,7 @@ __all__ = [
     "TICK_HEADER",
     "AlertDelivered",
     "AlertRaised",
+    "ArchiveWritten",
     "BudgetSpent",
     "Calibration",
     "CalibrationSampled",

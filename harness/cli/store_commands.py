@@ -365,11 +365,12 @@ def projections_rebuild(
         str | None, typer.Argument(help="spend, ticks or calibration (default: all).")
     ] = None,
 ) -> None:
-    """Clear a read model and fold it again from the first event."""
+    """Clear a read model and fold it again from the first event, archives included."""
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TaskID, TimeElapsedColumn
 
     from harness.prices import PriceBook
     from harness.projections import projector_for
+    from harness.store.archives import ArchiveError, recorded_archives
 
     config = settings()
     store = store_for(config)
@@ -381,6 +382,11 @@ def projections_rebuild(
                 projector.get(each)
             except KeyError as exc:
                 raise fail(str(exc.args[0]), code=2) from exc
+        try:
+            # Every archive is checked whole before any read model is cleared.
+            archives = recorded_archives(store, config.retention.archive)
+        except ArchiveError as exc:
+            raise fail(f"{exc}; no read model was changed", code=2) from exc
         for each in names:
             started = time.perf_counter()
             with Progress(
@@ -396,7 +402,7 @@ def projections_rebuild(
                     bar.update(task, completed=done, total=total)
 
                 spawned = projector.spawned
-                folded = projector.rebuild(each, advance)
+                folded = projector.rebuild(each, advance, archives)
             processes = projector.spawned - spawned + 1
             out.print(
                 f"{each}: {folded:,} events folded in {time.perf_counter() - started:.2f} s"

@@ -107,6 +107,10 @@ def create_store_engine(url: str, *, durability: Durability = "process") -> Engi
         dbapi_connection.isolation_level = None
         cursor = dbapi_connection.cursor()
         cursor.execute(f"PRAGMA busy_timeout = {SQLITE_BUSY_TIMEOUT_MS}")
+        # Archiving deletes old events: with incremental vacuum their pages can go back to
+        # the file system. It takes effect only before the first table is made (a store
+        # made earlier is converted once by `harness.store.retention.reclaim_space`).
+        cursor.execute("PRAGMA auto_vacuum = INCREMENTAL")
         cursor.execute("PRAGMA journal_mode = WAL")
         cursor.execute(f"PRAGMA synchronous = {SQLITE_SYNCHRONOUS[durability]}")
         # tickwork mints time-ordered event ids (harness.contracts.ids), which go to the

@@ -143,6 +143,10 @@ def test_archive_then_rebuild_equals_no_archive(store_url: str, tmp_path: Path) 
         assert store.read_stream("tick-open"), "a tick still open stays hot"
         assert len(store.read_stream(level_stream("min"))) == 10, "level events stay hot"
         assert read_models(store) == before, "archiving changes no read model"
+        if store.engine.dialect.name == "sqlite":
+            with store.read_transaction() as conn:
+                vacuum = conn.exec_driver_sql("PRAGMA auto_vacuum").scalar()
+            assert vacuum == 2, "a new SQLite store is made with incremental vacuum"
         with store.read_transaction() as conn:
             marked = dict(conn.execute(sa.select(ticks.c.tick_id, ticks.c.archived_on)).all())
         assert marked == {**{f"old{n}": OLD for n in range(10)}, "open": None, "new": None}
@@ -204,6 +208,12 @@ def test_a_damaged_archive_is_named_and_changes_nothing(store_url: str, tmp_path
         assert run(tmp_path, "-c", str(config), "archive").returncode == 0
         before = read_models(store)
         data = day_folder(settings.retention.archive, OLD) / EVENTS_FILE
+        where, story = (
+            run(tmp_path, "-c", str(config), "show", "old3", *more) for more in ((), ("--archive",))
+        )
+        assert where.returncode == 0 and f"archived with {OLD}: {data}" in where.stdout
+        assert story.returncode == 0, story.stderr
+        assert "completed" in story.stdout and "103 + 7 tokens" in story.stdout
         whole = data.read_bytes()
         for damage, expected in (
             (whole[: len(whole) // 2], "does not match the manifest"),

@@ -167,6 +167,12 @@ def read_events(folder: Path) -> Iterator[StoredEvent]:
         raise ArchiveError(f"archive {path}: a line is not an event record: {exc}") from exc
 
 
+def read_stream(folder: Path, stream_id: str) -> list[StoredEvent]:
+    """One stream's events as the archive holds them, after checking it against its manifest."""
+    verify(folder)
+    return [event for event in read_events(folder) if event.stream_id == stream_id]
+
+
 def verify(folder: Path) -> Manifest:
     """Read the whole archive against its manifest: sha256, then counts and positions.
 

@@ -52,6 +52,7 @@ from harness.store.archives import (
     day_folder,
     read_events,
     verify,
+    verify_as_recorded,
     write_archive,
 )
 from harness.store.retention import (
@@ -231,12 +232,7 @@ class Archiver:
         if not holds(self.store, record.last_position):
             return None
         folder = day_folder(self.root, record.day)
-        manifest = verify(folder)
-        if manifest.sha256 != record.sha256:
-            raise ArchiveError(
-                f"archive {folder / EVENTS_FILE}: sha256 {manifest.sha256} is not the "
-                f"{record.sha256} recorded when it was written"
-            )
+        manifest = verify_as_recorded(folder, record.sha256)
         for path in self._packed(folder):
             path.unlink(missing_ok=True)
         _phase("removed")

@@ -247,11 +247,16 @@ def recorded_archives(store: EventStore, root: Path) -> list[Archive]:
             continue
         record = ArchiveWritten.model_validate({**stored.data, "event_id": stored.event_id})
         folder = day_folder(root, record.day)
-        manifest = verify(folder)
-        if manifest.sha256 != record.sha256:
-            raise ArchiveError(
-                f"archive {folder / EVENTS_FILE}: sha256 {manifest.sha256} is not the "
-                f"{record.sha256} recorded when it was written"
-            )
-        found.append(Archive(record.day, folder, manifest))
+        found.append(Archive(record.day, folder, verify_as_recorded(folder, record.sha256)))
     return found
+
+
+def verify_as_recorded(folder: Path, sha256: str) -> Manifest:
+    """`verify`, and the archive is the one recorded (its `ArchiveWritten` sha256)."""
+    manifest = verify(folder)
+    if manifest.sha256 != sha256:
+        raise ArchiveError(
+            f"archive {folder / EVENTS_FILE}: sha256 {manifest.sha256} is not the "
+            f"{sha256} recorded when it was written"
+        )
+    return manifest

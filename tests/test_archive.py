@@ -18,6 +18,7 @@ from typing import Any
 import pytest
 import sqlalchemy as sa
 
+from harness.api.reads import Reads
 from harness.config import Settings, load_settings
 from harness.contracts.events import (
     ARCHIVE_STREAM,
@@ -214,6 +215,11 @@ def test_a_damaged_archive_is_named_and_changes_nothing(store_url: str, tmp_path
         assert where.returncode == 0 and f"archived with {OLD}: {data}" in where.stdout
         assert story.returncode == 0, story.stderr
         assert "completed" in story.stdout and "103 + 7 tokens" in story.stdout
+        listed = run(tmp_path, "-c", str(config), "events", "--stream", "tick-old3")
+        assert listed.returncode == 0 and f"tick-old3 was archived with {OLD}" in listed.stderr
+        detail = Reads(settings, store).tick("old3")
+        assert detail is not None and detail.tick is not None
+        assert (detail.archive, detail.tick.archived_on, detail.events) == (str(data), OLD, [])
         whole = data.read_bytes()
         for damage, expected in (
             (whole[: len(whole) // 2], "does not match the manifest"),

@@ -144,6 +144,8 @@ def test_archive_then_rebuild_equals_no_archive(store_url: str, tmp_path: Path) 
         assert store.read_stream("tick-open"), "a tick still open stays hot"
         assert len(store.read_stream(level_stream("min"))) == 10, "level events stay hot"
         assert read_models(store) == before, "archiving changes no read model"
+        newest = store.read_all(store.lookback(8), 8)
+        assert len(newest) == 8, "the newest events are counted past the archived gap"
         if store.engine.dialect.name == "sqlite":
             with store.read_transaction() as conn:
                 vacuum = conn.exec_driver_sql("PRAGMA auto_vacuum").scalar()

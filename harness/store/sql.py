@@ -3,11 +3,11 @@
 A reader that resumes after the last position it saw never skips an event that commits
 late. SQLite's appends are serialized (`harness.store.writer`), so its positions (dense
 until archiving deletes some) become visible in order. PostgreSQL's are not: positions
-follow transaction ids, increasing but not dense, and may commit out of order, so every read that hands out a position a
-reader could resume from (`read_all`, `read_last`, `last_position`, `first_position_since`,
-a tracking transaction's horizon) passes only positions below the oldest transaction still
-writing, `tickwork_events_horizon(seen)` (migration 0005), computed in the same statement as
-the rows, from the same snapshot.
+follow transaction ids, increasing but not dense, and may commit out of order, so every
+read that hands out a position a reader could resume from (`read_all`, `read_last`,
+`last_position`, `first_position_since`, a tracking transaction's horizon) passes only
+positions below the oldest transaction still writing, `tickwork_events_horizon(seen)`
+(migration 0005), computed in the same statement as the rows, from the same snapshot.
 
 Reads of whole records go through the raw DBAPI cursor: SQLAlchemy's per-row processing
 costs more than the database's own work, and orjson parses JSON text faster than the

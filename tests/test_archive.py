@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import contextlib
 import gzip
+import sqlite3
 from datetime import UTC, date, datetime, timedelta
 from pathlib import Path
 from typing import Any
@@ -149,7 +150,8 @@ def test_archive_then_rebuild_equals_no_archive(store_url: str, tmp_path: Path) 
         if store.engine.dialect.name == "sqlite":
             with store.read_transaction() as conn:
                 vacuum = conn.exec_driver_sql("PRAGMA auto_vacuum").scalar()
-            assert vacuum == 2, "a new SQLite store is made with incremental vacuum"
+                free = conn.exec_driver_sql("PRAGMA freelist_count").scalar()
+            assert (vacuum, free) == (2, 0), "incremental vacuum gave the freed pages back"
         with store.read_transaction() as conn:
             marked = dict(conn.execute(sa.select(ticks.c.tick_id, ticks.c.archived_on)).all())
         assert marked == {**{f"old{n}": OLD for n in range(10)}, "open": None, "new": None}
@@ -251,3 +253,26 @@ def test_archive_refuses_a_day_not_over(tmp_path: Path) -> None:
     refused = run(tmp_path, "-c", str(config), "archive", "--before", later)
     assert refused.returncode == 2
     assert "not over yet" in refused.stderr
+
+
+def test_a_sqlite_store_made_without_incremental_vacuum_is_converted_once(tmp_path: Path) -> None:
+    path = tmp_path / "events.db"
+    with sqlite3.connect(path) as made_before:  # as a store made by an older tickwork was
+        made_before.execute("CREATE TABLE elder (x)")
+    config = config_file(tmp_path, f"sqlite:///{path}")
+    store = open_store(f"sqlite:///{path}")
+    history(store, load_settings(config).paths.results)
+    held = run(tmp_path, "-c", str(config), "archive")
+    assert held.returncode == 0, held.stderr
+    assert "not converted to incremental vacuum: another process has the store open" in held.stdout
+    store.close()
+
+    converted = run(tmp_path, "-c", str(config), "archive")
+    assert converted.returncode == 0, converted.stderr
+    assert "converted the SQLite store to incremental vacuum" in converted.stdout
+    with sqlite3.connect(path) as conn:
+        modes = [conn.execute(f"PRAGMA {name}").fetchone()[0] for name in _VACUUM_STATE]
+    assert modes == [2, 0, "wal"]
+
+
+_VACUUM_STATE = ("auto_vacuum", "freelist_count", "journal_mode")

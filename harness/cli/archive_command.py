@@ -29,6 +29,7 @@ def archive(
     from harness.scheduling.archiving import Archiver
     from harness.store import StoreError
     from harness.store.archives import ArchiveError
+    from harness.store.retention import convert_to_incremental_vacuum
 
     cutoff = None
     if before is not None:
@@ -47,6 +48,13 @@ def archive(
         raise fail(str(exc)) from exc
     finally:
         store.close()
+    if not dry_run:
+        try:
+            said = convert_to_incremental_vacuum(config.store.url)
+        except StoreError as exc:
+            raise fail(f"archived, but not converted to incremental vacuum: {exc}") from exc
+        if said:
+            out.print(said)
     if not days:
         out.print(f"nothing to archive before {cutoff or archiver.cutoff()}")
         return

@@ -17,14 +17,19 @@ On SQLite, freed pages go back to the file system by incremental vacuum (`reclai
 
 from __future__ import annotations
 
+import sqlite3
 from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import UTC, date, datetime, time, timedelta
+from typing import Any
 
 import sqlalchemy as sa
+from sqlalchemy.engine import Engine
 
 from harness.contracts.events import TERMINAL_TYPES
 from harness.contracts.records import StoredEvent
+from harness.store.engine import create_store_engine
 from harness.store.schema import events, projection_checkpoints
 from harness.store.sql import MAX_BATCH, SqlEventStore, translate_errors
 
@@ -153,24 +158,60 @@ def lagging_checkpoints(store: SqlEventStore, position: int) -> dict[str, int]:
 def reclaim_space(store: SqlEventStore) -> str | None:
     """Give the pages deleted events freed back to the file system (SQLite), or do nothing.
 
-    A SQLite file made before incremental vacuum was set at creation is converted once,
-    by a full VACUUM (it rewrites the whole file and waits for other writers): the line
-    returned says so. PostgreSQL's autovacuum reclaims dead tuples on its own.
+    Returns a line for the operator when the SQLite file was made before incremental
+    vacuum was set at creation: its pages stay free inside it until it is converted once
+    (`convert_to_incremental_vacuum`). PostgreSQL's autovacuum reclaims dead tuples itself.
     """
     if store.engine.dialect.name != "sqlite":
         return None
-    with translate_errors():
-        raw = store.engine.raw_connection()
-        try:
-            connection = raw.driver_connection
-            assert connection is not None
-            said = None
-            mode = connection.execute("PRAGMA auto_vacuum").fetchone()[0]
-            if mode != AUTO_VACUUM_INCREMENTAL:
+    with translate_errors(), _raw(store.engine) as connection:
+        if connection.execute("PRAGMA auto_vacuum").fetchone()[0] != AUTO_VACUUM_INCREMENTAL:
+            return (
+                "the SQLite store was made without incremental vacuum, so its file does not "
+                "shrink: `tickwork archive` converts it once when no other process has it open"
+            )
+        # `execute` steps the pragma once, which frees one page: a script runs it whole.
+        connection.executescript("PRAGMA incremental_vacuum;")
+    return None
+
+
+def convert_to_incremental_vacuum(url: str) -> str | None:
+    """Convert a SQLite store made without incremental vacuum, by one full VACUUM.
+
+    The setting changes only outside WAL mode, which only the store's last open
+    connection may leave: the caller closes its own first, and when another process has
+    the store open the line returned says so and nothing changes. Returns None when
+    there is nothing to do (PostgreSQL, or converted already).
+    """
+    engine = create_store_engine(url)
+    try:
+        if engine.dialect.name != "sqlite":
+            return None
+        with translate_errors(), _raw(engine) as connection:
+            if connection.execute("PRAGMA auto_vacuum").fetchone()[0] == AUTO_VACUUM_INCREMENTAL:
+                return None
+            connection.execute("PRAGMA busy_timeout = 0")
+            try:
+                left = connection.execute("PRAGMA journal_mode = DELETE").fetchone()[0]
+            except sqlite3.OperationalError:
+                left = "wal"
+            if left != "delete":
+                return "not converted to incremental vacuum: another process has the store open"
+            try:
                 connection.execute("PRAGMA auto_vacuum = INCREMENTAL")
                 connection.execute("VACUUM")
-                said = "converted the SQLite store to incremental vacuum (one full VACUUM)"
-            connection.execute("PRAGMA incremental_vacuum").fetchall()
-            return said
-        finally:
-            raw.close()
+            finally:
+                connection.execute("PRAGMA journal_mode = WAL")
+        return "converted the SQLite store to incremental vacuum (one full VACUUM)"
+    finally:
+        engine.dispose()
+
+
+@contextmanager
+def _raw(engine: Engine) -> Iterator[Any]:
+    """The driver's own connection, in autocommit: pragmas and VACUUM run outside a transaction."""
+    raw = engine.raw_connection()
+    try:
+        yield raw.driver_connection
+    finally:
+        raw.close()

@@ -653,7 +653,23 @@ class AlertDelivered(Event):
 ARCHIVE_STREAM = "archive"
 
 
-class ArchiveWritten(Event):
+class ArchiveSummary(BaseModel):
+    """What a day's archive holds: its manifest and its `ArchiveWritten` both say it."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    day: date
+    first_position: int
+    last_position: int
+    events: NonNegativeInt
+    ticks: NonNegativeInt
+    counts: dict[str, int]
+    """Events per type."""
+    sha256: str
+    """Of the compressed data file, `events.jsonl.gz`."""
+
+
+class ArchiveWritten(Event, ArchiveSummary):
     """A UTC day's closed ticks left for an archive, written and verified; deletion follows.
 
     Recorded after the archive's data file was re-read against its manifest and before any
@@ -664,16 +680,7 @@ class ArchiveWritten(Event):
     """
 
     type = "ArchiveWritten"
-    day: date
     folder: str
-    first_position: int
-    last_position: int
-    events: NonNegativeInt
-    ticks: NonNegativeInt
-    counts: dict[str, int]
-    """Events per type."""
-    sha256: str
-    """Of the compressed data file, `events.jsonl.gz`."""
     files: NonNegativeInt
     """Result and log files packed into the day's `files.tar.gz`."""
 

@@ -36,7 +36,7 @@ from itertools import islice
 from pathlib import Path
 
 from harness.config import Settings
-from harness.contracts.events import ARCHIVE_STREAM, ArchiveWritten
+from harness.contracts.events import ARCHIVE_STREAM, ArchiveSummary, ArchiveWritten
 from harness.contracts.records import StoredEvent
 from harness.files import atomic_file, make_private_folder
 from harness.prices import PriceBook
@@ -197,15 +197,9 @@ class Archiver:
         _phase("packed")
         record = ArchiveWritten(
             event_id=uuid.uuid5(ARCHIVE_NAMESPACE, f"{day}/{manifest.sha256}"),
-            day=day,
             folder=str(folder.absolute()),
-            first_position=manifest.first_position,
-            last_position=manifest.last_position,
-            events=manifest.events,
-            ticks=manifest.ticks,
-            counts=manifest.counts,
-            sha256=manifest.sha256,
             files=files,
+            **manifest.model_dump(include=set(ArchiveSummary.model_fields)),
         )
         self.store.append(ARCHIVE_STREAM, [record.to_record()])
         _phase("recorded")

@@ -29,9 +29,9 @@ from typing import Any
 from uuid import UUID
 
 import orjson
-from pydantic import BaseModel, ConfigDict, NonNegativeInt, ValidationError
+from pydantic import ValidationError
 
-from harness.contracts.events import ARCHIVE_STREAM, ArchiveWritten
+from harness.contracts.events import ARCHIVE_STREAM, ArchiveSummary, ArchiveWritten
 from harness.contracts.records import StoredEvent
 from harness.files import atomic_file, write_atomically
 from harness.store.base import EventStore
@@ -48,19 +48,10 @@ class ArchiveError(StoreError):
     """An archive is missing, incomplete or does not match its manifest; names path and why."""
 
 
-class Manifest(BaseModel):
+class Manifest(ArchiveSummary):
     """What an archive's data file holds, written after the file and checked on every read."""
 
-    model_config = ConfigDict(frozen=True, extra="forbid")
-
     version: int = MANIFEST_VERSION
-    day: date
-    first_position: int
-    last_position: int
-    events: NonNegativeInt
-    ticks: NonNegativeInt
-    counts: dict[str, int]
-    sha256: str
     written_at: datetime
 
 

@@ -224,6 +224,9 @@ def test_a_damaged_archive_is_named_and_changes_nothing(store_url: str, tmp_path
         detail = Reads(settings, store).tick("old3")
         assert detail is not None and detail.tick is not None
         assert (detail.archive, detail.tick.archived_on, detail.events) == (str(data), OLD, [])
+        rebuilt = run(tmp_path, "-c", str(config), "projections", "rebuild")
+        assert rebuilt.returncode == 0, rebuilt.stderr
+        assert read_models(store) == before, "the command's rebuild reads the archive too"
         whole = data.read_bytes()
         for damage, expected in (
             (whole[: len(whole) // 2], "does not match the manifest"),

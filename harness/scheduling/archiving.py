@@ -193,7 +193,8 @@ class Archiver:
             _phase("verified")
         elif dry_run:
             return DayArchived(day, folder, manifest.ticks, manifest.events, 0, 0, True)
-        files = self._pack(folder)
+        named = self._named_files(folder)
+        files = self._pack(folder, named)
         _phase("packed")
         record = ArchiveWritten(
             event_id=uuid.uuid5(ARCHIVE_NAMESPACE, f"{day}/{manifest.sha256}"),
@@ -203,7 +204,7 @@ class Archiver:
         )
         self.store.append(ARCHIVE_STREAM, [record.to_record()])
         _phase("recorded")
-        finished = self._finish(record)
+        finished = self._finish(record, manifest, named)
         return None if finished is None else replace(finished, reused=reused)
 
     def _whole(self, folder: Path) -> Manifest | None:
@@ -221,13 +222,23 @@ class Archiver:
                 (folder / name).unlink(missing_ok=True)
             return None
 
-    def _finish(self, record: ArchiveWritten) -> DayArchived | None:
-        """Remove the packed files and delete the archived events still hot (None: done)."""
+    def _finish(
+        self,
+        record: ArchiveWritten,
+        verified: Manifest | None = None,
+        named: list[Path] | None = None,
+    ) -> DayArchived | None:
+        """Remove the packed files and delete the archived events still hot (None: done).
+
+        An archive recorded by an earlier run is verified again first, and its files'
+        names read from it (`verified`, `named`: this run just did both).
+        """
         if not holds(self.store, record.last_position):
             return None
         folder = day_folder(self.root, record.day)
-        manifest = verify_as_recorded(folder, record.sha256)
-        for path in self._packed(folder):
+        manifest = verified or verify_as_recorded(folder, record.sha256)
+        named = self._named_files(folder) if named is None else named
+        for path in self._packed(folder, named):
             path.unlink(missing_ok=True)
         _phase("removed")
         deleted = 0
@@ -247,7 +258,7 @@ class Archiver:
             record.day, folder, manifest.ticks, manifest.events, record.files, deleted, True
         )
 
-    def _pack(self, folder: Path) -> int:
+    def _pack(self, folder: Path, named: list[Path]) -> int:
         """Pack the archived ticks' result and log files into the day's tar; returns how many.
 
         A tar a cut-short run renamed into place is whole and is kept.
@@ -255,17 +266,17 @@ class Archiver:
         target = folder / FILES_FILE
         if not target.exists():
             with atomic_file(target) as raw, tarfile.open(fileobj=raw, mode="w:gz") as tar:
-                for path in self._named_files(folder):
+                for path in named:
                     if path.exists():
                         tar.add(path, arcname=self._member(path))
         with tarfile.open(target, "r:gz") as tar:
             return len(tar.getmembers())
 
-    def _packed(self, folder: Path) -> list[Path]:
+    def _packed(self, folder: Path, named: list[Path]) -> list[Path]:
         """The files the day's tar holds, where they lay in the results folder."""
-        named = {self._member(path): path for path in self._named_files(folder)}
+        members = {self._member(path): path for path in named}
         with tarfile.open(folder / FILES_FILE, "r:gz") as tar:
-            return [named[name] for name in tar.getnames() if name in named]
+            return [members[name] for name in tar.getnames() if name in members]
 
     def _named_files(self, folder: Path) -> list[Path]:
         """Result and log files the archive's events name."""

@@ -32,6 +32,7 @@ from harness.contracts.events import (
     ToolCalled,
     level_stream,
 )
+from harness.devtools.fake_llm import FakeUpstream
 from harness.prices import PriceBook
 from harness.projections import projector_for
 from harness.projections.spend import spend_daily
@@ -48,7 +49,7 @@ from harness.store.archives import (
     verify,
 )
 from harness.store.archives import read_events as archived_events
-from tests.commands import run
+from tests.commands import Output, run, start_service, write_config
 
 TODAY = datetime.now(UTC).date()
 OLD = TODAY - timedelta(days=40)
@@ -279,3 +280,20 @@ def test_a_sqlite_store_made_without_incremental_vacuum_is_converted_once(tmp_pa
 
 
 _VACUUM_STATE = ("auto_vacuum", "freelist_count", "journal_mode")
+
+
+def test_the_service_archives_by_itself(tmp_path: Path, fake: FakeUpstream) -> None:
+    retention = f'[retention]\nhot_days = 30\narchive = "{tmp_path / "archive"}"\n'
+    config = write_config(tmp_path, retention)
+    settings = load_settings(config)
+    store = open_store(settings.store.url)
+    try:
+        archived = history(store, settings.paths.results)
+        service = Output(start_service(config, fake))
+        # Its start ends the old open tick as lost (its claimer is gone): 11 ticks leave.
+        service.wait_for(f"archive {OLD}: 11 ticks, 52 events, 20 files")
+        assert service.stop() and service.process.returncode == 0
+        assert not archived & hot_positions(store)
+        assert [e.type for e in store.read_stream(ARCHIVE_STREAM)] == ["ArchiveWritten"]
+    finally:
+        store.close()

@@ -211,6 +211,11 @@ def test_a_damaged_archive_is_named_and_changes_nothing(store_url: str, tmp_path
     store = open_store(store_url)
     try:
         history(store, settings.paths.results)
+        everything = hot_positions(store)
+        dry = run(tmp_path, "-c", str(config), "archive", "--dry-run")
+        assert dry.returncode == 0 and "these days would be archived" in dry.stdout
+        assert OLD.isoformat() in dry.stdout and hot_positions(store) == everything
+        assert not day_folder(settings.retention.archive, OLD).exists()
         assert run(tmp_path, "-c", str(config), "archive").returncode == 0
         before = read_models(store)
         data = day_folder(settings.retention.archive, OLD) / EVENTS_FILE

@@ -159,7 +159,9 @@ class Projector:
         def noted(archive: Archive) -> Iterator[EventData]:
             held = ticks[archive.day]
             for event in archive.event_data(projection.types):
-                held.add(event[2]["tick_id"])
+                tick_id = event[2].get("tick_id")
+                if tick_id is not None:
+                    held.add(tick_id)
                 yield event
 
         hot = self.store.read_window(tracking, projection.types, min(upper, tracking.horizon))

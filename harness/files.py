@@ -8,7 +8,10 @@ from __future__ import annotations
 
 import os
 import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
+from typing import BinaryIO
 
 
 def make_private_folder(path: Path) -> None:
@@ -31,15 +34,30 @@ def write_atomically(path: Path, data: bytes, mode: int = 0o600) -> None:
 
     A reader sees either no file or a whole one, also after a crash or power loss.
     """
+    with atomic_file(path, mode) as file:
+        file.write(data)
+
+
+@contextmanager
+def atomic_file(path: Path, mode: int = 0o600) -> Iterator[BinaryIO]:
+    """A file written in a temp file beside `path`, renamed over it when the block ends.
+
+    For files too large to hold in memory first (an archive): fsync before the rename and
+    of the folder after it, as `write_atomically`. When the block raises, the temp file
+    is removed and `path` is left as it was; a killed process leaves only the temp file,
+    named `.<name>.<pid>.<thread>.tmp`.
+    """
     make_private_folder(path.parent)
     temporary = path.with_name(f".{path.name}.{os.getpid()}.{threading.get_ident()}.tmp")
-    fd = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, mode)
     try:
-        os.write(fd, data)
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-    os.replace(temporary, path)
+        with open(temporary, "wb", opener=lambda p, f: os.open(p, f, mode)) as file:
+            yield file
+            file.flush()
+            os.fsync(file.fileno())
+        os.replace(temporary, path)
+    except BaseException:
+        temporary.unlink(missing_ok=True)
+        raise
     folder = os.open(path.parent, os.O_RDONLY)
     try:
         os.fsync(folder)

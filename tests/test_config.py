@@ -23,6 +23,8 @@ def test_defaults_without_a_file(monkeypatch: pytest.MonkeyPatch, tmp_path: Path
     assert settings.store.url == "sqlite:///./.tickwork/events.db"
     assert settings.paths.results == Path(".tickwork/results")
     assert settings.levels == {}
+    assert settings.retention.hot_days == 30
+    assert settings.retention.archive == Path(".tickwork/archive")
 
 
 def test_the_example_file_is_valid(tmp_path: Path) -> None:
@@ -56,6 +58,9 @@ def test_environment_wins_over_the_file(monkeypatch: pytest.MonkeyPatch, tmp_pat
         ("[prices.m]\ninput_per_mtok = -1\noutput_per_mtok = 1\n", "prices.m.input_per_mtok"),
         ("[nonsense]\n", "nonsense: Extra inputs are not permitted"),
         ("[store\nurl=", "invalid TOML"),
+        ("[retention]\nhot_days = 0\n", "retention.hot_days: Input should be greater than"),
+        ("[retention]\nhot_days = 7\ntranscript_days = 8\n", "transcript_days (8) exceeds"),
+        ('[retention]\nhot_days = "month"\n', "retention.hot_days: Input should be a valid"),
     ],
 )
 def test_a_bad_file_names_the_key_and_why(tmp_path: Path, text: str, expected: str) -> None:

@@ -92,6 +92,8 @@ def test_cap_with_parallel_batches_cancels_the_rest_and_ends_with_text(
     assert sorted(statuses) == ["cancelled", "cancelled", "ok", "ok", "ok", "ok"]
     assert sum(e.type == "BudgetSpent" for e in events) == 2
     assert terminal_types(events) == ["TickCompleted"]
+    assert outcome.result_path.exists()
+    assert not outcome.log_path.exists(), "a healthy tick leaves no empty log behind"
 
 
 def test_store_spend_equals_what_the_upstream_billed_across_ticks(

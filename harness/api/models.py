@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from datetime import datetime
+from datetime import date, datetime
 from typing import Annotated, Any
 
 from pydantic import AfterValidator, BaseModel
@@ -96,6 +96,8 @@ class Tick(BaseModel):
     tool_calls_cancelled: int
     result_path: str | None
     reason: str | None
+    archived_on: date | None = None
+    """The UTC day whose archive holds the tick's events, once they left the store."""
 
 
 class Event(BaseModel):
@@ -137,6 +139,9 @@ class TickDetail(BaseModel):
     """The catalog targets its routing decision named (its candidates, then the promotions
     it moved to), as the catalog of the decision's revision defined them; None when the
     tick was not routed or that catalog was never stored."""
+    archive: str | None = None
+    """Where the tick's events are when they left the store: its day's archive data file
+    (`tickwork show TICK --archive` reads it back); `events` is then empty."""
 
 
 class Digest(BaseModel):

@@ -24,6 +24,7 @@ from harness.projections.ticks import tick_rows
 from harness.routing.history import RevisionError, recorded_catalog
 from harness.scheduling.status import Snapshot, snapshot
 from harness.store import EventStore, StoredEvent
+from harness.store.archives import EVENTS_FILE, day_folder
 
 
 class Reads:
@@ -68,11 +69,16 @@ class Reads:
     def tick(self, tick_id: str) -> TickDetail | None:
         """A tick's events, read model row and result file; None when no such tick exists."""
         events = self.store.read_stream(f"tick-{tick_id}")
-        if not events:
-            return None
         with self.store.read_transaction() as conn:
             rows = tick_rows(conn, tick_id=tick_id, limit=1)
         tick = Tick.model_validate(rows[0]._asdict()) if rows else None
+        if not events:
+            if tick is None or tick.archived_on is None:
+                return None
+            archive = day_folder(self.settings.retention.archive, tick.archived_on) / EVENTS_FILE
+            return TickDetail(
+                tick=tick, events=[], result=None, result_error=None, archive=str(archive)
+            )
         result, error = None, None
         if tick is not None and tick.result_path:
             try:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from harness.cli import (
     api_commands,
+    archive_command,
     catalog_commands,
     digest_commands,
     governor_commands,
@@ -18,6 +19,7 @@ from harness.cli.app import app
 __all__ = [
     "api_commands",
     "app",
+    "archive_command",
     "catalog_commands",
     "digest_commands",
     "governor_commands",

@@ -34,6 +34,7 @@ def run_service() -> None:
     from harness.prices import PriceBook
     from harness.projections import projector_for
     from harness.scheduling.alerts import Alerter
+    from harness.scheduling.archiving import Archiver
     from harness.scheduling.service import Companion, Service
 
     config = settings(needed=True)
@@ -50,6 +51,7 @@ def run_service() -> None:
                 publisher = Publisher(config, store, projector_for(store, prices), prices, report)
                 companions.append(DigestScheduler(config, publisher, report).run)
             companions.append(Alerter(config, store).run)
+            companions.append(Archiver(config, store, report).run)
             service = Service(config, store, executor, report, router, companions)
             for signum in (signal.SIGTERM, signal.SIGINT):
                 signal.signal(signum, partial(_stop, service, executor))

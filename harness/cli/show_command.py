@@ -63,6 +63,39 @@ def print_story_head(story: TickStory) -> None:
         out.print(f"{name:<8}{value}", highlight=False)
 
 
+def archived_story(
+    store: EventStore, config: Settings, tick_id: str, read_back: bool
+) -> TickStory | None:
+    """The story of a tick that left for an archive, read back there when asked (else exit 0).
+
+    None when the read model knows no archived tick of that id.
+    """
+    from harness.contracts.events import tick_stream
+    from harness.projections.story import story_of
+    from harness.projections.ticks import archived_on
+    from harness.store.archives import EVENTS_FILE, ArchiveError, day_folder, read_stream
+
+    with store.read_transaction() as conn:
+        day = archived_on(conn, tick_id)
+    if day is None:
+        return None
+    folder = day_folder(config.retention.archive, day)
+    if not read_back:
+        out.print(
+            f"tick {tick_id} was archived with {day}: {folder / EVENTS_FILE} "
+            f"(tickwork show {tick_id} --archive reads it back)",
+            highlight=False,
+        )
+        raise typer.Exit(0)
+    try:
+        events = read_stream(folder, tick_stream(tick_id))
+    except ArchiveError as exc:
+        raise fail(str(exc), code=2) from exc
+    if not events:
+        raise fail(f"tick {tick_id!r} is not in the archive {folder}", code=2)
+    return story_of(tick_id, events)
+
+
 def print_story_end(story: TickStory) -> None:
     """What the tick left: its result text (or why there is none) and its log's tail."""
     if story.result_error:
@@ -84,8 +117,14 @@ def show(
         bool, typer.Option(help="Print a running tick's turns as they happen, until it ends.")
     ] = False,
     as_json: JsonOption = False,
+    archive: Annotated[
+        bool, typer.Option("--archive", help="Read an archived tick back from its archive.")
+    ] = False,
 ) -> None:
     """A tick's story: model and tool calls with their text, how it ended, result and log.
+
+    A tick older than `[retention] hot_days` has left the store for its day's archive: it
+    says which, and `--archive` reads its story from there.
 
     `--json` prints the story (`harness.projections.story.TickStory`); with `--follow`,
     each step as one line while the tick runs, then the story without its steps.
@@ -99,6 +138,8 @@ def show(
         if story is None:
             tick_id = unique_tick(store, config, tick_id)
             story = tick_story(store, tick_id)
+        if story is None:
+            story = archived_story(store, config, tick_id, archive)
         if story is None:
             raise fail(f"no tick {tick_id!r} in the store (ids: tickwork events)", code=2)
         if follow:

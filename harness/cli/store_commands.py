@@ -31,6 +31,7 @@ from harness.cli.app import (
 )
 
 if TYPE_CHECKING:
+    from harness.config import Settings
     from harness.projections import Projector
     from harness.projections.spend import GroupBy
     from harness.store import SqlEventStore, StoredEvent
@@ -233,12 +234,32 @@ def events(
         if not follow:
             raise fail(f"{unknown} (known: {', '.join(sorted(known))})", code=2)
         err.print(f"warning: {unknown}: following it in case a newer writer appends one")
-    store = store_for(settings())
+    config = settings()
+    store = store_for(config)
     try:
         with ctrl_c() as stop:
-            _list_events(store, stream, types, start, limit, as_json, follow, stop)
+            printed = _list_events(store, stream, types, start, limit, as_json, follow, stop)
+        if stream is not None and not printed:
+            _say_where_archived(store, config, stream)
     finally:
         store.close()
+
+
+def _say_where_archived(store: SqlEventStore, config: Settings, stream: str) -> None:
+    """A tick stream with no event left in the store: which day's archive holds it, if any."""
+    from harness.contracts.events import tick_stream
+    from harness.projections.ticks import archived_on
+    from harness.store.archives import EVENTS_FILE, day_folder
+
+    tick_id = stream.removeprefix(tick_stream(""))
+    with store.read_transaction() as conn:
+        day = archived_on(conn, tick_id)
+    if stream == tick_stream(tick_id) and day is not None:
+        folder = day_folder(config.retention.archive, day)
+        err.print(
+            f"{stream} was archived with {day}: {folder / EVENTS_FILE} "
+            f"(tickwork show {tick_id} --archive reads it back)"
+        )
 
 
 def _list_events(
@@ -250,8 +271,11 @@ def _list_events(
     as_json: bool,
     follow: bool,
     stop: threading.Event,
-) -> None:
-    """Print the events asked for; following, poll for more until `stop` is set (Ctrl-C)."""
+) -> int:
+    """Print the events asked for; following, poll for more until `stop` is set (Ctrl-C).
+
+    Returns how many were printed.
+    """
     if stream is not None:
         cursor = 0
     elif start is not None:
@@ -278,9 +302,10 @@ def _list_events(
             _print_events(shown, as_json)
             printed += len(shown)
         if not follow and (printed >= limit or not batch):
-            return
+            return printed
         if not batch:
             stop.wait(0.5)
+    return printed
 
 
 @app.command()
@@ -365,11 +390,12 @@ def projections_rebuild(
         str | None, typer.Argument(help="spend, ticks or calibration (default: all).")
     ] = None,
 ) -> None:
-    """Clear a read model and fold it again from the first event."""
+    """Clear a read model and fold it again from the first event, archives included."""
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TaskID, TimeElapsedColumn
 
     from harness.prices import PriceBook
     from harness.projections import projector_for
+    from harness.store.archives import ArchiveError, recorded_archives
 
     config = settings()
     store = store_for(config)
@@ -381,6 +407,11 @@ def projections_rebuild(
                 projector.get(each)
             except KeyError as exc:
                 raise fail(str(exc.args[0]), code=2) from exc
+        try:
+            # Every archive is checked whole before any read model is cleared.
+            archives = recorded_archives(store, config.retention.archive)
+        except ArchiveError as exc:
+            raise fail(f"{exc}; no read model was changed", code=2) from exc
         for each in names:
             started = time.perf_counter()
             with Progress(
@@ -396,7 +427,7 @@ def projections_rebuild(
                     bar.update(task, completed=done, total=total)
 
                 spawned = projector.spawned
-                folded = projector.rebuild(each, advance)
+                folded = projector.rebuild(each, advance, archives)
             processes = projector.spawned - spawned + 1
             out.print(
                 f"{each}: {folded:,} events folded in {time.perf_counter() - started:.2f} s"

@@ -137,6 +137,34 @@ class PathsConfig(_Strict):
     """Every published digest is kept here (the events point at it)."""
 
 
+class RetentionConfig(_Strict):
+    """`[retention]`: how long closed ticks stay in the hot store before they are archived.
+
+    A tick's events, result and log file leave the store and the results folder for one
+    compressed archive per UTC day in `archive` (`tickwork archive`, and daily by
+    `tickwork run`); its row in the ticks read model stays, so spend, counts and streaks
+    stay exact.
+    """
+
+    hot_days: Annotated[int, Field(ge=1)] = 30
+    """Closed ticks of a UTC day stay this many days in the hot store, then are archived."""
+    transcript_days: Annotated[int, Field(ge=1)] | None = None
+    """How long transcripts stay (at most `hot_days`; unset: `hot_days`). Validated only for
+    now: transcripts leave the hot store with their tick."""
+    archive: Path = HOME / "archive"
+    """One folder per archived UTC day: `<archive>/<YYYY-MM-DD>/events.jsonl.gz`, its
+    `manifest.json` and `files.tar` (the day's result and log files)."""
+
+    @model_validator(mode="after")
+    def _transcripts_within_hot(self) -> RetentionConfig:
+        if self.transcript_days is not None and self.transcript_days > self.hot_days:
+            raise ValueError(
+                f"transcript_days ({self.transcript_days}) exceeds hot_days ({self.hot_days}): "
+                "a transcript cannot outlive the tick it belongs to in the hot store"
+            )
+        return self
+
+
 class RagConfig(_Strict):
     """`[rag]`: the folder to index and how a tick's `rag_lookup` tool queries it."""
 
@@ -469,6 +497,7 @@ class Settings(BaseSettings):
     levels: dict[str, LevelConfig] = {}
     digests: dict[str, DigestConfig] = {}
     alerts: AlertsConfig = AlertsConfig()
+    retention: RetentionConfig = RetentionConfig()
 
     def alerts_for(self, level: str) -> AlertsConfig:
         """The level's own `[levels.<name>.alerts]`, else the global `[alerts]`."""

@@ -12,12 +12,15 @@ from __future__ import annotations
 
 from harness.contracts.calibration import Calibration, Sample
 from harness.contracts.events import (
+    ARCHIVE_STREAM,
     CONTROL_STREAM,
     EVENT_TYPES,
     GOVERNOR_STREAM,
     TERMINAL_TYPES,
     AlertDelivered,
     AlertRaised,
+    ArchiveSummary,
+    ArchiveWritten,
     BudgetSpent,
     CalibrationSampled,
     CancelRequested,
@@ -100,6 +103,7 @@ from harness.contracts.result import (
 )
 
 __all__ = [
+    "ARCHIVE_STREAM",
     "CONTROL_STREAM",
     "DEFAULT_DIRECTIVE",
     "DEFAULT_STOP",
@@ -112,6 +116,8 @@ __all__ = [
     "TICK_HEADER",
     "AlertDelivered",
     "AlertRaised",
+    "ArchiveSummary",
+    "ArchiveWritten",
     "BudgetSpent",
     "Calibration",
     "CalibrationSampled",

@@ -9,7 +9,7 @@ whole: a newer writer's events are never dropped by an older reader.
 
 from __future__ import annotations
 
-from datetime import UTC, datetime
+from datetime import UTC, date, datetime
 from typing import Any, ClassVar, Literal
 from uuid import UUID
 
@@ -663,6 +663,46 @@ class AlertDelivered(Event):
     delivery: dict[str, str]
 
 
+ARCHIVE_STREAM = "archive"
+
+
+class ArchiveSummary(BaseModel):
+    """What a day's archive holds: its manifest and its `ArchiveWritten` both say it."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    day: date
+    first_position: int
+    last_position: int
+    events: NonNegativeInt
+    ticks: NonNegativeInt
+    counts: dict[str, int]
+    """Events per type."""
+    sha256: str
+    """Of the compressed data file, `events.jsonl.gz`."""
+
+
+class ArchiveWritten(Event, ArchiveSummary):
+    """A UTC day's closed ticks left for an archive, written and verified; deletion follows.
+
+    Recorded after the archive's data file was re-read against its manifest and before any
+    of its events leave the hot store: a rebuild reads every archive these events name,
+    and an archive named here whose file is missing or does not verify is an error, not
+    history quietly lost. `folder` is where it was written; a reader looks for the day's
+    folder in the configured archive folder, so archives may be moved.
+    """
+
+    type = "ArchiveWritten"
+    folder: str
+    files: NonNegativeInt
+    """Result and log files packed into the day's `files.tar.gz`."""
+
+    @property
+    def stream_id(self) -> str:
+        """Every archive in one stream, read whole: one event per archived day."""
+        return ARCHIVE_STREAM
+
+
 EVENT_TYPES: dict[tuple[str, int], type[Event]] = {
     (cls.type, cls.version): cls
     for cls in (
@@ -703,6 +743,7 @@ EVENT_TYPES: dict[tuple[str, int], type[Event]] = {
         GovernorFired,
         CalibrationSampled,
         CatalogRecorded,
+        ArchiveWritten,
     )
 }
 

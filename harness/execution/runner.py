@@ -10,6 +10,7 @@ group is left. The payload is prepared before (`harness.execution.prepare`).
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import socket
@@ -214,6 +215,7 @@ class Runner:
         )
         terminal = ended.event
         self.record(terminal)
+        _drop_if_empty(tick.ref.log_path)
         failure = _failure(terminal)
         if failure is not None and failure[0] in PAUSING and not life.hedge_won:
             reason = f"{tick.payload.tick_id} {PAUSING[failure[0]]}: "
@@ -304,6 +306,7 @@ class Runner:
             with self._lock:
                 self._lives.pop(ref.tick_id, None)
         self.record(ended.event)
+        _drop_if_empty(ref.log_path)
         self.alert_governor(ref)
         return _outcome(ref, ended)
 
@@ -439,6 +442,17 @@ def _tail(path: Path) -> str:
             return log.read(STDERR_TAIL_BYTES).decode(errors="replace")
     except OSError:
         return ""
+
+
+def _drop_if_empty(path: Path) -> None:
+    """Remove a log the worker wrote nothing to: a healthy tick leaves no empty file.
+
+    At a thousand ticks a minute empty logs are a million inodes a day. A retry opens
+    the log again (appending), so one that said something keeps every attempt's words.
+    """
+    with contextlib.suppress(OSError):
+        if os.stat(path, follow_symlinks=False).st_size == 0:
+            path.unlink()
 
 
 def _failure(end: TickEvent) -> tuple[FailureClass, str] | None:

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from abc import ABC, abstractmethod
 from collections.abc import Iterable
+from datetime import date
 from operator import itemgetter
 from typing import ClassVar
 
@@ -34,6 +35,14 @@ class Projection(ABC):
 
         The projector commits the checkpoint in the same transaction, so a batch is folded
         exactly once, even if the process dies half way.
+        """
+
+    def archived(  # noqa: B027  # a hook with nothing to do for most read models
+        self, conn: sa.Connection, day: date, tick_ids: Iterable[str]
+    ) -> None:
+        """Note that these ticks' events left for `day`'s archive (a rebuild read them there).
+
+        Most read models keep nothing of where events are: aggregates stay as they were.
         """
 
 

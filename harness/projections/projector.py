@@ -22,10 +22,13 @@ import gc
 import os
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import contextmanager
+from datetime import date
+from itertools import islice
 
 from harness.folds.ranges import counted
 from harness.projections.base import Projection, SumProjection
-from harness.store import EventStore, Tracking, clear_tables
+from harness.store import EventData, EventStore, Tracking, clear_tables
+from harness.store.archives import Archive, merged
 
 
 @contextmanager
@@ -117,13 +120,61 @@ class Projector:
             folded += self._fold(projection, checkpoint, last, progress)
         return folded
 
-    def rebuild(self, name: str, progress: Progress | None = None) -> int:
-        """Clear the read model (`clear_tables`) and fold it again from position 0."""
+    def rebuild(
+        self, name: str, progress: Progress | None = None, archives: Sequence[Archive] = ()
+    ) -> int:
+        """Clear the read model (`clear_tables`) and fold it again from position 0, archives first.
+
+        Archived events interleave with hot ones (a tick's events with its level's pauses,
+        one day's last ticks with the next day's first), so up to the last archived
+        position the archives and the hot store are folded merged in global order, in
+        the transaction that cleared the read model: cut short, it leaves the read model
+        as it was, never one a catch-up from the hot store alone would finish wrong.
+        """
         projection = self.get(name)
+        folded = 0
         with self.store.tracking(name) as tracking:
             clear_tables(tracking.conn, projection.tables)
-            self.store.save_checkpoint(tracking, 0)
-        return self.catch_up([name], progress)
+            upper = max((archive.manifest.last_position for archive in archives), default=0)
+            if archives:
+                folded = self._fold_archived(projection, tracking, archives, upper, progress)
+            self.store.save_checkpoint(tracking, upper)
+        return folded + self.catch_up([name], progress)
+
+    def _fold_archived(
+        self,
+        projection: Projection,
+        tracking: Tracking,
+        archives: Sequence[Archive],
+        upper: int,
+        progress: Progress | None,
+    ) -> int:
+        """Fold archives and the hot store merged up to `upper`; returns the events folded.
+
+        Then the read model hears which ticks each archive holds.
+        """
+        ticks: dict[date, set[str]] = {archive.day: set() for archive in archives}
+
+        def noted(archive: Archive) -> Iterator[EventData]:
+            held = ticks[archive.day]
+            for event in archive.event_data(projection.types):
+                tick_id = event[2].get("tick_id")
+                if tick_id is not None:
+                    held.add(tick_id)
+                yield event
+
+        hot = self.store.read_window(tracking, projection.types, min(upper, tracking.horizon))
+        events = merged([*map(noted, archives), hot])
+        folded = 0
+        with _collector_paused():
+            while batch := list(islice(events, self.batch_size)):
+                projection.apply(tracking.conn, batch)
+                folded += len(batch)
+                if progress is not None:
+                    progress(folded, folded)
+        for day, tick_ids in ticks.items():
+            projection.archived(tracking.conn, day, tick_ids)
+        return folded
 
     def _fold(
         self, projection: Projection, checkpoint: int, last: int, progress: Progress | None

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import date, datetime
 from typing import Any
 
 import sqlalchemy as sa
@@ -39,8 +39,12 @@ ticks = sa.Table(
     sa.Column("tool_calls_cancelled", sa.Integer(), nullable=False),
     sa.Column("result_path", sa.Text()),
     sa.Column("reason", sa.Text()),
+    sa.Column("archived_on", sa.Date()),
     sa.Index("ix_ticks_level_status", "level", "status"),
 )
+
+MARK_SLICE = 1000
+"""Tick ids in one UPDATE's IN list, under the drivers' parameter caps."""
 
 UNKNOWN = "unknown"
 """Status of a tick whose spend arrived (say, from a spool) before its lifecycle events."""
@@ -138,6 +142,28 @@ class TicksProjection(Projection):
             insert.on_conflict_do_update(index_elements=["tick_id"], set_=changes),
             list(rows.values()),
         )
+
+    def archived(self, conn: sa.Connection, day: date, tick_ids: Iterable[str]) -> None:
+        """The rows stay (counts, spend and durations are unchanged), marked with the day."""
+        mark_archived(conn, day, tick_ids)
+
+
+def mark_archived(conn: sa.Connection, day: date, tick_ids: Iterable[str]) -> None:
+    """Mark the ticks whose events left the hot store for `day`'s archive, in slices."""
+    wanted = list(tick_ids)
+    for start in range(0, len(wanted), MARK_SLICE):
+        conn.execute(
+            ticks.update()
+            .where(ticks.c.tick_id.in_(wanted[start : start + MARK_SLICE]))
+            .values(archived_on=day)
+        )
+
+
+def archived_on(conn: sa.Connection, tick_id: str) -> date | None:
+    """The day whose archive holds the tick's events (None while they are in the store)."""
+    query = sa.select(ticks.c.archived_on).where(ticks.c.tick_id == tick_id)
+    day: date | None = conn.execute(query).scalar()
+    return day
 
 
 def _stored(conn: sa.Connection, tick_ids: Sequence[str]) -> dict[str, dict[str, Any]]:

@@ -82,6 +82,7 @@ def create_store_engine(url: str, *, durability: Durability = "process") -> Engi
         return engine.execution_options(**{DURABILITY: durability})
 
     path = sqlite_path(parsed)
+    created = False
     if path is not None:
         try:
             make_private_folder(path.parent)
@@ -91,6 +92,7 @@ def create_store_engine(url: str, *, durability: Durability = "process") -> Engi
             # connections already open in this process included, and another process then
             # checkpoints and resets the WAL under them (stale reads, a malformed file).
             os.close(os.open(path, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o600))
+            created = True
         except FileExistsError:
             pass
         except OSError as exc:
@@ -107,6 +109,13 @@ def create_store_engine(url: str, *, durability: Durability = "process") -> Engi
         dbapi_connection.isolation_level = None
         cursor = dbapi_connection.cursor()
         cursor.execute(f"PRAGMA busy_timeout = {SQLITE_BUSY_TIMEOUT_MS}")
+        nonlocal created
+        if created:
+            created = False  # later connections find tables: setting it again would lock
+            # Archiving deletes old events: with incremental vacuum their pages can go back
+            # to the file system. It takes effect only before the first table is made (a
+            # store made earlier is converted once by `retention.reclaim_space`).
+            cursor.execute("PRAGMA auto_vacuum = INCREMENTAL")
         cursor.execute("PRAGMA journal_mode = WAL")
         cursor.execute(f"PRAGMA synchronous = {SQLITE_SYNCHRONOUS[durability]}")
         # tickwork mints time-ordered event ids (harness.contracts.ids), which go to the

@@ -1,13 +1,13 @@
 """The event store on SQLAlchemy Core: one implementation for SQLite and PostgreSQL.
 
 A reader that resumes after the last position it saw never skips an event that commits
-late. SQLite's appends are serialized (`harness.store.writer`), so its positions, dense,
-become visible in order. PostgreSQL's are not: positions follow transaction ids, increasing
-but not dense, and may commit out of order, so every read that hands out a position a
-reader could resume from (`read_all`, `read_last`, `last_position`, `first_position_since`,
-a tracking transaction's horizon) passes only positions below the oldest transaction still
-writing, `tickwork_events_horizon(seen)` (migration 0005), computed in the same statement as
-the rows, from the same snapshot.
+late. SQLite's appends are serialized (`harness.store.writer`), so its positions (dense
+until archiving deletes some) become visible in order. PostgreSQL's are not: positions
+follow transaction ids, increasing but not dense, and may commit out of order, so every
+read that hands out a position a reader could resume from (`read_all`, `read_last`,
+`last_position`, `first_position_since`, a tracking transaction's horizon) passes only
+positions below the oldest transaction still writing, `tickwork_events_horizon(seen)`
+(migration 0005), computed in the same statement as the rows, from the same snapshot.
 
 Reads of whole records go through the raw DBAPI cursor: SQLAlchemy's per-row processing
 costs more than the database's own work, and orjson parses JSON text faster than the
@@ -524,14 +524,18 @@ class SqlEventStore(EventStore):
             return _last_settled(conn)
 
     def lookback(self, count: int) -> int:
-        """SQLite's positions are dense: arithmetic. PostgreSQL's are not: an index walk.
+        """SQLite: arithmetic, checked by a count. PostgreSQL: an index walk.
 
-        The walk reads `count` entries of the primary key backwards from the horizon, a
-        few milliseconds for 50,000.
+        SQLite's positions are dense until archiving deletes some; PostgreSQL's never are.
+        The walk reads `count` entries of the primary key backwards from the horizon, a few
+        milliseconds for 50,000; so does the count on SQLite.
         """
         with self._one_statement() as conn:
             if conn.dialect.name != "postgresql":
-                return max(_last_settled(conn) - count, 0)
+                guess = max(_last_settled(conn) - count, 0)
+                query = sa.select(sa.func.count()).where(events.c.global_position > guess)
+                if guess == 0 or conn.execute(query).scalar() == count:
+                    return guess
             query = (
                 sa.select(events.c.global_position)
                 .where(sa.text(_settled(conn)))

@@ -1,0 +1,309 @@
+"""Retention: closed ticks older than `hot_days` leave the hot store for one archive per day.
+
+A day's run goes through phases, each safe to be killed after (`tickwork archive`, and
+`tickwork run` once a day, `Archiver.run`):
+
+1. its closed ticks' events are written to the day's archive, data file then manifest,
+   each through a temp file, fsync and rename (`harness.store.archives`);
+2. the archive is read back whole against its manifest (sha256, counts, positions);
+3. the result and log files its events name are packed into `files.tar.gz` (atomically);
+4. `ArchiveWritten` is recorded: from now on the archive is part of the history, and a
+   rebuild reads it;
+5. the packed files leave the results folder;
+6. the events leave the hot store in batches, in global order, each batch marking its
+   ticks' rows in the read model in the same transaction (`archived_on`).
+
+Nothing leaves before its archive is verified and recorded, so a kill at any point leaves
+every event in the store or in a verified archive. A rerun reuses an archive it finds
+whole (a manifest that verifies), writes again one without a manifest, and deletes what
+is still there: a recorded day is done once its last archived position is gone, which,
+deleting in order, means every one is. Ticks still open when their day is archived stay
+hot. The read models keep their rows and sums: archiving changes no aggregate.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import os
+import signal
+import tarfile
+import threading
+import uuid
+from collections.abc import Callable, Iterable, Iterator
+from dataclasses import dataclass, replace
+from datetime import UTC, date, datetime, timedelta
+from itertools import islice
+from pathlib import Path
+
+from harness.config import Settings
+from harness.contracts.events import ARCHIVE_STREAM, ArchiveSummary, ArchiveWritten
+from harness.contracts.records import StoredEvent
+from harness.files import atomic_file, make_private_folder
+from harness.prices import PriceBook
+from harness.projections import projector_for
+from harness.projections.ticks import mark_archived
+from harness.store import SqlEventStore, StoreError
+from harness.store.archives import (
+    EVENTS_FILE,
+    FILES_FILE,
+    MANIFEST_FILE,
+    ArchiveError,
+    Manifest,
+    day_folder,
+    read_events,
+    verify,
+    verify_as_recorded,
+    write_archive,
+)
+from harness.store.retention import (
+    closed_ticks,
+    day_range,
+    delete_events,
+    events_of,
+    first_day_after,
+    holds,
+    lagging_checkpoints,
+    reclaim_space,
+)
+
+KILL_AT_ENV = "TICKWORK_ARCHIVE_KILL_AT"
+"""Tests only: the archiving process kills itself (SIGKILL) on reaching the phase named."""
+PHASES = ("writing", "written", "verified", "packed", "recorded", "removed", "deleting", "deleted")
+DELETE_BATCH = 5000
+"""Events deleted in one transaction: short enough not to hold the writers back long."""
+DAILY_SECONDS = 86400.0
+ARCHIVE_NAMESPACE = uuid.UUID("5f0f4d4e-7c1a-4d4b-9a3e-1f2b3c4d5e6f")
+"""`ArchiveWritten` ids are derived from the day and the sha256: recorded once."""
+
+Report = Callable[[str], None]
+
+
+@dataclass(frozen=True)
+class DayArchived:
+    """What one day's run did (or, dry, would do)."""
+
+    day: date
+    folder: Path
+    ticks: int
+    events: int
+    files: int
+    deleted: int
+    reused: bool
+    """The archive was found written already (a run cut short before)."""
+
+
+def _phase(name: str) -> None:
+    if os.environ.get(KILL_AT_ENV) == name:
+        os.kill(os.getpid(), signal.SIGKILL)
+
+
+def _killed_midway(events: Iterable[StoredEvent]) -> Iterator[StoredEvent]:
+    """The events, with the `writing` kill after the first (a data file half written)."""
+    for count, event in enumerate(events):
+        if count == 1:
+            _phase("writing")
+        yield event
+
+
+class Archiver:
+    """Archives every closed tick of the days before a cutoff, day by day, crash-safely."""
+
+    def __init__(self, settings: Settings, store: SqlEventStore, report: Report) -> None:
+        self.settings = settings
+        self.store = store
+        self.report = report
+        self.root = settings.retention.archive
+
+    def cutoff(self, now: datetime | None = None) -> date:
+        """Days before this one are archived: `hot_days` before today (UTC)."""
+        today = (now or datetime.now(UTC)).date()
+        return today - timedelta(days=self.settings.retention.hot_days)
+
+    def archive(self, before: date | None = None, dry_run: bool = False) -> list[DayArchived]:
+        """Archive the days before `before` (default: `cutoff()`), oldest first.
+
+        Raises ValueError for a `before` later than today (a day still going on), and
+        ArchiveError for a recorded archive that no longer verifies.
+        """
+        today = datetime.now(UTC).date()
+        before = self.cutoff() if before is None else before
+        if before > today:
+            raise ValueError(f"--before {before}: a day not over yet cannot be archived")
+        make_private_folder(self.root)
+        with (self.root / ".lock").open("a") as lock:
+            try:
+                fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                self.report(f"archive: another run holds {self.root / '.lock'}; not now")
+                return []
+            if not dry_run:
+                projector_for(self.store, PriceBook(self.settings.prices)).catch_up()
+            return self._days(before, dry_run)
+
+    def _days(self, before: date, dry_run: bool) -> list[DayArchived]:
+        recorded = self._recorded()
+        done = []
+        day = first_day_after(self.store, 0)
+        while day is not None and day < before:
+            record = recorded.get(day)
+            if record is None:
+                result = self._archive_day(day, dry_run)
+            else:
+                result = None if dry_run else self._finish(record)
+            if result is not None:
+                done.append(result)
+            _, upto = day_range(self.store, day)
+            following = first_day_after(self.store, upto)
+            day = None if following is None else max(following, day + timedelta(days=1))
+        if done and not dry_run:
+            said = reclaim_space(self.store)
+            if said:
+                self.report(f"archive: {said}")
+        return done
+
+    def _recorded(self) -> dict[date, ArchiveWritten]:
+        found = {}
+        for stored in self.store.read_stream(ARCHIVE_STREAM):
+            if stored.type == ArchiveWritten.type:
+                record = ArchiveWritten.model_validate({**stored.data, "event_id": stored.event_id})
+                found[record.day] = record
+        return found
+
+    def _archive_day(self, day: date, dry_run: bool) -> DayArchived | None:
+        """Write (or reuse), verify, pack and record the day's archive, then finish it."""
+        folder = day_folder(self.root, day)
+        manifest = self._whole(folder)
+        reused = manifest is not None
+        if manifest is None:
+            ticks = closed_ticks(self.store, day)
+            if not ticks.streams:
+                return None
+            if dry_run:
+                return DayArchived(day, folder, len(ticks.streams), 0, 0, 0, False)
+            lagging = lagging_checkpoints(self.store, ticks.last)
+            if lagging:
+                behind = ", ".join(f"{name} at {at}" for name, at in sorted(lagging.items()))
+                self.report(
+                    f"archive {day}: kept hot, checkpoints behind position {ticks.last}: {behind}"
+                )
+                return None
+            write_archive(folder, day, _killed_midway(events_of(self.store, ticks)))
+            _phase("written")
+            manifest = verify(folder)
+            _phase("verified")
+        elif dry_run:
+            return DayArchived(day, folder, manifest.ticks, manifest.events, 0, 0, True)
+        named = self._named_files(folder)
+        files = self._pack(folder, named)
+        _phase("packed")
+        record = ArchiveWritten(
+            event_id=uuid.uuid5(ARCHIVE_NAMESPACE, f"{day}/{manifest.sha256}"),
+            folder=str(folder.absolute()),
+            files=files,
+            **manifest.model_dump(include=set(ArchiveSummary.model_fields)),
+        )
+        self.store.append(ARCHIVE_STREAM, [record.to_record()])
+        _phase("recorded")
+        finished = self._finish(record, manifest, named)
+        return None if finished is None else replace(finished, reused=reused)
+
+    def _whole(self, folder: Path) -> Manifest | None:
+        """The folder's archive if a run wrote it whole; a half-written one is cleared."""
+        if not (folder / MANIFEST_FILE).exists():
+            for name in (EVENTS_FILE, FILES_FILE):
+                (folder / name).unlink(missing_ok=True)
+            return None
+        try:
+            return verify(folder)
+        except ArchiveError as exc:
+            # Not recorded yet, so nothing of it left the store: write it again.
+            self.report(f"archive: rewriting an unrecorded archive that does not verify: {exc}")
+            for name in (MANIFEST_FILE, EVENTS_FILE, FILES_FILE):
+                (folder / name).unlink(missing_ok=True)
+            return None
+
+    def _finish(
+        self,
+        record: ArchiveWritten,
+        verified: Manifest | None = None,
+        named: list[Path] | None = None,
+    ) -> DayArchived | None:
+        """Remove the packed files and delete the archived events still hot (None: done).
+
+        An archive recorded by an earlier run is verified again first, and its files'
+        names read from it (`verified`, `named`: this run just did both).
+        """
+        if not holds(self.store, record.last_position):
+            return None
+        folder = day_folder(self.root, record.day)
+        manifest = verified or verify_as_recorded(folder, record.sha256)
+        named = self._named_files(folder) if named is None else named
+        for path in self._packed(folder, named):
+            path.unlink(missing_ok=True)
+        _phase("removed")
+        deleted = 0
+        archived = read_events(folder)
+        while batch := list(islice(archived, DELETE_BATCH)):
+            tick_ids = {event.stream_id.removeprefix("tick-") for event in batch}
+            with self.store.write_transaction() as conn:
+                deleted += delete_events(conn, [event.global_position for event in batch])
+                mark_archived(conn, record.day, tick_ids)
+            _phase("deleting")
+        _phase("deleted")
+        self.report(
+            f"archive {record.day}: {manifest.ticks} ticks, {manifest.events} events, "
+            f"{record.files} files in {folder}; {deleted} events left the store"
+        )
+        return DayArchived(
+            record.day, folder, manifest.ticks, manifest.events, record.files, deleted, True
+        )
+
+    def _pack(self, folder: Path, named: list[Path]) -> int:
+        """Pack the archived ticks' result and log files into the day's tar; returns how many.
+
+        A tar a cut-short run renamed into place is whole and is kept.
+        """
+        target = folder / FILES_FILE
+        if not target.exists():
+            with atomic_file(target) as raw, tarfile.open(fileobj=raw, mode="w:gz") as tar:
+                for path in named:
+                    if path.exists():
+                        tar.add(path, arcname=self._member(path))
+        with tarfile.open(target, "r:gz") as tar:
+            return len(tar.getmembers())
+
+    def _packed(self, folder: Path, named: list[Path]) -> list[Path]:
+        """The files the day's tar holds, where they lay in the results folder."""
+        members = {self._member(path): path for path in named}
+        with tarfile.open(folder / FILES_FILE, "r:gz") as tar:
+            return [members[name] for name in tar.getnames() if name in members]
+
+    def _named_files(self, folder: Path) -> list[Path]:
+        """Result and log files the archive's events name."""
+        found: dict[Path, None] = {}
+        for event in read_events(folder):
+            for key in ("result_path", "log_path"):
+                value = event.data.get(key)
+                if value:
+                    found[Path(value)] = None
+        return list(found)
+
+    def _member(self, path: Path) -> str:
+        """The file's name in the tar: relative to the results folder where it lies in it."""
+        results = self.settings.paths.results.absolute()
+        try:
+            return str(path.absolute().relative_to(results))
+        except ValueError:
+            return str(path.absolute()).lstrip("/")
+
+    def run(self, stopping: threading.Event) -> None:
+        """Archive now and then once a day until `stopping` is set (a `tickwork run` companion).
+
+        A run that fails is reported and tried again the next day; the service goes on.
+        """
+        while not stopping.is_set():
+            try:
+                self.archive()
+            except (StoreError, OSError, ValueError) as exc:
+                self.report(f"archive failed, trying again in a day: {exc}")
+            stopping.wait(DAILY_SECONDS)

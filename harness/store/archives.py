@@ -1,0 +1,253 @@
+"""Archive files: a UTC day's events that left the hot store, written, verified and read back.
+
+One folder per day, `<archive>/<YYYY-MM-DD>/`: `events.jsonl.gz`, the stored records in
+global order, one JSON object a line, gzip-compressed; `manifest.json`, written last, with
+the position range, counts per type, the number of ticks and the sha256 of the data file;
+and `files.tar.gz`, the day's result and log files. A folder without a manifest is an
+archive a killed run left half written: nothing of it left the store, and the next run
+writes it again. Readers never trust a file without its manifest: `verify` re-reads the
+data file whole, against the sha256 and the counts.
+
+A day is a unit an operator can move (to object storage) and a rebuild can read back
+(`merged` interleaves archives and the hot store by global position: a day's positions
+interleave with events that stay hot, a level's pauses say, and with the next day's).
+"""
+
+from __future__ import annotations
+
+import gzip
+import hashlib
+import heapq
+import zlib
+from collections import Counter
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass
+from datetime import UTC, date, datetime
+from operator import itemgetter
+from pathlib import Path
+from typing import Any
+from uuid import UUID
+
+import orjson
+from pydantic import ValidationError
+
+from harness.contracts.events import ARCHIVE_STREAM, ArchiveSummary, ArchiveWritten
+from harness.contracts.records import StoredEvent
+from harness.files import atomic_file, write_atomically
+from harness.store.base import EventStore
+from harness.store.records import EventData, StoreError
+
+EVENTS_FILE = "events.jsonl.gz"
+MANIFEST_FILE = "manifest.json"
+FILES_FILE = "files.tar.gz"
+MANIFEST_VERSION = 1
+HASH_CHUNK = 1 << 20
+
+
+class ArchiveError(StoreError):
+    """An archive is missing, incomplete or does not match its manifest; names path and why."""
+
+
+class Manifest(ArchiveSummary):
+    """What an archive's data file holds, written after the file and checked on every read."""
+
+    version: int = MANIFEST_VERSION
+    written_at: datetime
+
+
+def day_folder(root: Path, day: date) -> Path:
+    """The folder of `day`'s archive under the archive folder `root`."""
+    return root / day.isoformat()
+
+
+def _line(event: StoredEvent) -> bytes:
+    record = event.as_dict()
+    record["event_id"] = str(event.event_id)
+    return orjson.dumps(record) + b"\n"
+
+
+def _event(line: bytes) -> StoredEvent:
+    record: dict[str, Any] = orjson.loads(line)
+    return StoredEvent(
+        record["global_position"],
+        UUID(record["event_id"]),
+        record["stream_id"],
+        record["stream_position"],
+        record["type"],
+        record["version"],
+        record["data"],
+        record["metadata"],
+        datetime.fromisoformat(record["recorded_at"]).astimezone(UTC),
+    )
+
+
+def sha256_of(path: Path) -> str:
+    """The file's sha256, read in chunks."""
+    digest = hashlib.sha256()
+    with path.open("rb") as file:
+        while chunk := file.read(HASH_CHUNK):
+            digest.update(chunk)
+    return digest.hexdigest()
+
+
+def write_archive(folder: Path, day: date, events: Iterable[StoredEvent]) -> Manifest:
+    """Write `events` (in global order) and then the manifest, each atomically.
+
+    The data file is complete and fsynced before the manifest names it, so a manifest on
+    disk always describes a whole file.
+    """
+    counts: Counter[str] = Counter()
+    streams: set[str] = set()
+    first = last = 0
+    # No time in the gzip header: the same events make the same file, the same sha256.
+    with (
+        atomic_file(folder / EVENTS_FILE) as raw,
+        gzip.GzipFile(fileobj=raw, mode="wb", mtime=0) as out,
+    ):
+        for event in events:
+            if event.global_position <= last:
+                raise ValueError(f"archive {folder}: events out of global order")
+            first = first or event.global_position
+            last = event.global_position
+            counts[event.type] += 1
+            streams.add(event.stream_id)
+            out.write(_line(event))
+    manifest = Manifest(
+        day=day,
+        first_position=first,
+        last_position=last,
+        events=sum(counts.values()),
+        ticks=len(streams),
+        counts=dict(sorted(counts.items())),
+        sha256=sha256_of(folder / EVENTS_FILE),
+        written_at=datetime.now(UTC),
+    )
+    write_atomically(folder / MANIFEST_FILE, manifest.model_dump_json(indent=2).encode())
+    return manifest
+
+
+def read_manifest(folder: Path) -> Manifest:
+    """The folder's manifest; ArchiveError naming the file when it is missing or unreadable."""
+    path = folder / MANIFEST_FILE
+    try:
+        manifest = Manifest.model_validate_json(path.read_bytes())
+    except FileNotFoundError:
+        raise ArchiveError(f"archive {folder}: {MANIFEST_FILE} is missing") from None
+    except OSError as exc:
+        raise ArchiveError(f"archive {path}: cannot read: {exc.strerror}") from exc
+    except ValidationError as exc:
+        why = exc.errors()[0]["msg"]
+        raise ArchiveError(f"archive {path}: not a valid manifest: {why}") from exc
+    if manifest.version != MANIFEST_VERSION:
+        raise ArchiveError(f"archive {path}: manifest version {manifest.version} is not known")
+    return manifest
+
+
+def read_events(folder: Path) -> Iterator[StoredEvent]:
+    """The archive's events in global order; ArchiveError on a damaged file (not verified)."""
+    path = folder / EVENTS_FILE
+    try:
+        with gzip.open(path, "rb") as lines:
+            for line in lines:
+                yield _event(line)
+    except FileNotFoundError:
+        raise ArchiveError(f"archive {path}: the data file is missing") from None
+    except (OSError, EOFError, zlib.error) as exc:
+        raise ArchiveError(f"archive {path}: damaged compressed data: {exc}") from exc
+    except (orjson.JSONDecodeError, KeyError, TypeError, ValueError) as exc:
+        raise ArchiveError(f"archive {path}: a line is not an event record: {exc}") from exc
+
+
+def read_stream(folder: Path, stream_id: str) -> list[StoredEvent]:
+    """One stream's events as the archive holds them, after checking it against its manifest."""
+    verify(folder)
+    return [event for event in read_events(folder) if event.stream_id == stream_id]
+
+
+def verify(folder: Path) -> Manifest:
+    """Read the whole archive against its manifest: sha256, then counts and positions.
+
+    Raises ArchiveError naming the file and what does not match.
+    """
+    manifest = read_manifest(folder)
+    path = folder / EVENTS_FILE
+    try:
+        sha = sha256_of(path)
+    except FileNotFoundError:
+        raise ArchiveError(f"archive {path}: the data file is missing") from None
+    if sha != manifest.sha256:
+        raise ArchiveError(
+            f"archive {path}: sha256 {sha} does not match the manifest's {manifest.sha256}"
+        )
+    counts: Counter[str] = Counter()
+    positions = [0, 0]
+    for event in read_events(folder):
+        if event.global_position <= positions[1]:
+            raise ArchiveError(f"archive {path}: events out of global order")
+        positions = [positions[0] or event.global_position, event.global_position]
+        counts[event.type] += 1
+    found = (dict(counts), *positions)
+    expected = (manifest.counts, manifest.first_position, manifest.last_position)
+    if found != expected:
+        raise ArchiveError(
+            f"archive {path}: holds {sum(counts.values())} events in positions "
+            f"{positions[0]}..{positions[1]}, the manifest says {manifest.events} in "
+            f"{manifest.first_position}..{manifest.last_position}"
+        )
+    return manifest
+
+
+def merged(sources: Iterable[Iterable[EventData]]) -> Iterator[EventData]:
+    """Events of several sources, each in global order, in one global order.
+
+    An event in two sources (an archive whose events were not all deleted yet, when a run
+    was killed, and the hot store) is given once.
+    """
+    last = 0
+    for event in heapq.merge(*sources, key=itemgetter(0)):
+        if event[0] != last:
+            last = event[0]
+            yield event
+
+
+@dataclass(frozen=True)
+class Archive:
+    """A recorded archive, found in the archive folder and verified against its record."""
+
+    day: date
+    folder: Path
+    manifest: Manifest
+
+    def event_data(self, types: Iterable[str]) -> Iterator[EventData]:
+        """Its events of `types` as a fold takes them: (position, type, data)."""
+        kinds = frozenset(types)
+        for event in read_events(self.folder):
+            if event.type in kinds:
+                yield event.global_position, event.type, event.data
+
+
+def recorded_archives(store: EventStore, root: Path) -> list[Archive]:
+    """Every archive an `ArchiveWritten` names, each found under `root` and verified.
+
+    Raises ArchiveError naming the first that is missing, damaged or not the one recorded
+    (its sha256 differs): a rebuild without it would quietly lose its events.
+    """
+    found = []
+    for stored in store.read_stream(ARCHIVE_STREAM):
+        if stored.type != ArchiveWritten.type:
+            continue
+        record = ArchiveWritten.model_validate({**stored.data, "event_id": stored.event_id})
+        folder = day_folder(root, record.day)
+        found.append(Archive(record.day, folder, verify_as_recorded(folder, record.sha256)))
+    return found
+
+
+def verify_as_recorded(folder: Path, sha256: str) -> Manifest:
+    """`verify`, and the archive is the one recorded (its `ArchiveWritten` sha256)."""
+    manifest = verify(folder)
+    if manifest.sha256 != sha256:
+        raise ArchiveError(
+            f"archive {folder / EVENTS_FILE}: sha256 {manifest.sha256} is not the "
+            f"{sha256} recorded when it was written"
+        )
+    return manifest

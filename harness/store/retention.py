@@ -1,0 +1,217 @@
+"""The hot store's side of archiving: which ticks a day holds, deleting them, giving space back.
+
+A tick belongs to the UTC day its stream's first event was recorded on: its stream starts
+in the day's range of positions, from the first recorded that day to the first recorded
+the next (`day_range`). Only closed streams (their terminal event stored and settled)
+leave: a tick still open stays hot, whatever its age. A day's range is fixed once the day
+is over, so the same day always selects the same ticks, less any that left already.
+
+Leaving is a batched DELETE on both backends for now. On PostgreSQL it leaves dead tuples
+for autovacuum; native partitioning of `events` by time would make leaving a day a
+`DETACH PARTITION` and `DROP TABLE` instead (a unique `event_id` then needs a guarantee of
+its own, the partition key being part of every unique constraint). The archive's unit is
+already the day, and a day's partition would hold the level and control events that stay
+hot too, so that step also moves them (or keeps days whose partition is not yet empty).
+On SQLite, freed pages go back to the file system by incremental vacuum (`reclaim_space`).
+"""
+
+from __future__ import annotations
+
+import sqlite3
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass
+from datetime import UTC, date, datetime, time, timedelta
+from typing import Any
+
+import sqlalchemy as sa
+from sqlalchemy.engine import Engine
+
+from harness.contracts.events import TERMINAL_TYPES
+from harness.contracts.records import StoredEvent
+from harness.store.engine import create_store_engine
+from harness.store.schema import events, projection_checkpoints
+from harness.store.sql import MAX_BATCH, SqlEventStore, translate_errors
+
+TICK_STREAM_PREFIX = "tick-"
+SCAN_PAGE = 1000
+"""Events read per query while a day's ticks are copied out."""
+
+AUTO_VACUUM_INCREMENTAL = 2
+"""`PRAGMA auto_vacuum`'s value for INCREMENTAL (0 is NONE, 1 FULL)."""
+
+
+@dataclass(frozen=True)
+class DayTicks:
+    """A day's closed tick streams and where their events lie."""
+
+    day: date
+    after: int
+    """The day's range of first events starts after this position ..."""
+    upto: int
+    """... and ends here."""
+    streams: frozenset[str]
+    last: int
+    """The highest position of any of their events (0 when there are none)."""
+
+
+def day_range(store: SqlEventStore, day: date) -> tuple[int, int]:
+    """(after, upto): the positions recorded on `day` lie in (after, upto]."""
+    start = datetime.combine(day, time(), UTC)
+    return (
+        store.first_position_since(start) - 1,
+        store.first_position_since(start + timedelta(days=1)) - 1,
+    )
+
+
+def first_day_after(store: SqlEventStore, position: int) -> date | None:
+    """The UTC day of the first event after `position` (None at the end of the log)."""
+    first = store.read_all(position, 1)
+    return first[0].recorded_at.date() if first else None
+
+
+def closed_ticks(store: SqlEventStore, day: date) -> DayTicks:
+    """The tick streams that started on `day` and are closed, all their events settled.
+
+    Two queries on the primary key's range for the day and, per thousand streams, one on
+    the stream index: no scan outside the day.
+    """
+    after, upto = day_range(store, day)
+    horizon = store.last_position()
+    with store.read_transaction() as conn:
+        started = list(
+            conn.execute(
+                sa.select(events.c.stream_id).where(
+                    events.c.global_position > after,
+                    events.c.global_position <= upto,
+                    events.c.stream_position == 1,
+                    events.c.stream_id.startswith(TICK_STREAM_PREFIX),
+                )
+            ).scalars()
+        )
+        closed: set[str] = set()
+        last = 0
+        terminal = sa.func.max(sa.case((events.c.type.in_(sorted(TERMINAL_TYPES)), 1), else_=0))
+        for start in range(0, len(started), MAX_BATCH):
+            query = (
+                sa.select(events.c.stream_id, sa.func.max(events.c.global_position), terminal)
+                .where(events.c.stream_id.in_(started[start : start + MAX_BATCH]))
+                .group_by(events.c.stream_id)
+            )
+            for stream_id, end, ended in conn.execute(query):
+                if ended and end <= horizon:
+                    closed.add(stream_id)
+                    last = max(last, end)
+    return DayTicks(day, after, upto, frozenset(closed), last)
+
+
+def events_of(store: SqlEventStore, ticks: DayTicks) -> Iterator[StoredEvent]:
+    """The events of the day's closed streams, in global order, a page of the log at a time.
+
+    Their streams start in the day's range and end by `ticks.last`: one pass over that
+    range, never the whole log.
+    """
+    cursor = ticks.after
+    while cursor < ticks.last:
+        page = store.read_all(cursor, SCAN_PAGE)
+        if not page:
+            return
+        for event in page:
+            if event.global_position > ticks.last:
+                return
+            if event.stream_id in ticks.streams:
+                yield event
+        cursor = page[-1].global_position
+
+
+def delete_events(conn: sa.Connection, positions: Sequence[int]) -> int:
+    """Delete the events at `positions` in the caller's transaction; returns how many went.
+
+    Positions already gone are no-ops, so a deletion cut short is simply run again.
+    """
+    deleted = 0
+    for start in range(0, len(positions), MAX_BATCH):
+        chunk = positions[start : start + MAX_BATCH]
+        deleted += conn.execute(events.delete().where(events.c.global_position.in_(chunk))).rowcount
+    return deleted
+
+
+def holds(store: SqlEventStore, position: int) -> bool:
+    """Whether the event at `position` is still in the hot store."""
+    with store.read_transaction() as conn:
+        query = sa.select(events.c.global_position).where(events.c.global_position == position)
+        return conn.execute(query).first() is not None
+
+
+def lagging_checkpoints(store: SqlEventStore, position: int) -> dict[str, int]:
+    """Checkpoints (projections, the alerter) that have not folded up to `position` yet.
+
+    Events they have not folded must not leave: a follower would never see them.
+    """
+    with store.read_transaction() as conn:
+        query = sa.select(projection_checkpoints.c.name, projection_checkpoints.c.position).where(
+            projection_checkpoints.c.position < position
+        )
+        return {name: int(at) for name, at in conn.execute(query)}
+
+
+def reclaim_space(store: SqlEventStore) -> str | None:
+    """Give the pages deleted events freed back to the file system (SQLite), or do nothing.
+
+    Returns a line for the operator when the SQLite file was made before incremental
+    vacuum was set at creation: its pages stay free inside it until it is converted once
+    (`convert_to_incremental_vacuum`). PostgreSQL's autovacuum reclaims dead tuples itself.
+    """
+    if store.engine.dialect.name != "sqlite":
+        return None
+    with translate_errors(), _raw(store.engine) as connection:
+        if connection.execute("PRAGMA auto_vacuum").fetchone()[0] != AUTO_VACUUM_INCREMENTAL:
+            return (
+                "the SQLite store was made without incremental vacuum, so its file does not "
+                "shrink: `tickwork archive` converts it once when no other process has it open"
+            )
+        # `execute` steps the pragma once, which frees one page: a script runs it whole.
+        connection.executescript("PRAGMA incremental_vacuum;")
+    return None
+
+
+def convert_to_incremental_vacuum(url: str) -> str | None:
+    """Convert a SQLite store made without incremental vacuum, by one full VACUUM.
+
+    The setting changes only outside WAL mode, which only the store's last open
+    connection may leave: the caller closes its own first, and when another process has
+    the store open the line returned says so and nothing changes. Returns None when
+    there is nothing to do (PostgreSQL, or converted already).
+    """
+    engine = create_store_engine(url)
+    try:
+        if engine.dialect.name != "sqlite":
+            return None
+        with translate_errors(), _raw(engine) as connection:
+            if connection.execute("PRAGMA auto_vacuum").fetchone()[0] == AUTO_VACUUM_INCREMENTAL:
+                return None
+            connection.execute("PRAGMA busy_timeout = 0")
+            try:
+                left = connection.execute("PRAGMA journal_mode = DELETE").fetchone()[0]
+            except sqlite3.OperationalError:
+                left = "wal"
+            if left != "delete":
+                return "not converted to incremental vacuum: another process has the store open"
+            try:
+                connection.execute("PRAGMA auto_vacuum = INCREMENTAL")
+                connection.execute("VACUUM")
+            finally:
+                connection.execute("PRAGMA journal_mode = WAL")
+        return "converted the SQLite store to incremental vacuum (one full VACUUM)"
+    finally:
+        engine.dispose()
+
+
+@contextmanager
+def _raw(engine: Engine) -> Iterator[Any]:
+    """The driver's own connection, in autocommit: pragmas and VACUUM run outside a transaction."""
+    raw = engine.raw_connection()
+    try:
+        yield raw.driver_connection
+    finally:
+        raw.close()

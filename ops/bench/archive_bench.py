@@ -1,0 +1,127 @@
+"""Archive benchmark: one old UTC day of ticks leaving the hot store, and a rebuild after.
+
+Fills a store with `--ticks` completed ticks (scheduled, started, two model calls' spend,
+a tool call, completed: 6 events each) on one day `hot_days` + 10 ago, and as many today,
+then runs `tickwork archive` as a process of its own and prints its time and peak RSS,
+the archive's bytes per tick, the hot store's size before and after (SQLite: after
+incremental vacuum), and the time of `tickwork projections rebuild` reading the archive.
+
+    .venv/bin/python ops/bench/archive_bench.py [--ticks 20000] [--store URL]
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import resource
+import subprocess
+import sys
+import tempfile
+import time
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+
+import sqlalchemy as sa
+from machine import describe
+
+from harness.contracts.events import (
+    BudgetSpent,
+    Event,
+    TickCompleted,
+    TickScheduled,
+    TickStarted,
+    ToolCalled,
+)
+from harness.store import SqlEventStore, migrate_store, open_store
+
+TICKWORK = str(Path(sys.executable).with_name("tickwork"))
+HOT_DAYS = 30
+
+
+def tick(tick_id: str) -> list[Event]:
+    ids = {"tick_id": tick_id, "level": "min"}
+    return [
+        TickScheduled(**ids, model="m"),
+        TickStarted(**ids, pid=1, host="h"),
+        BudgetSpent(**ids, model="m", prompt_tokens=1200, completion_tokens=80),
+        ToolCalled(**ids, name="shell", status="ok"),
+        BudgetSpent(**ids, model="m", prompt_tokens=1500, completion_tokens=120),
+        TickCompleted(**ids, prompt_tokens=2700, completion_tokens=200, model_calls=2),
+    ]
+
+
+def fill(store: SqlEventStore, ticks: int, prefix: str) -> int:
+    """Append the ticks; returns the last position."""
+    for n in range(ticks):
+        store.append(f"tick-{prefix}{n}", [event.to_record() for event in tick(f"{prefix}{n}")])
+    return store.last_position()
+
+
+def size(store: SqlEventStore) -> int:
+    """Bytes the store takes on disk (SQLite: the file; PostgreSQL: the events table)."""
+    with store.read_transaction() as conn:
+        if conn.dialect.name == "postgresql":
+            return int(conn.exec_driver_sql("SELECT pg_total_relation_size('events')").scalar())
+        pages = conn.exec_driver_sql("PRAGMA page_count").scalar()
+        return int(pages * conn.exec_driver_sql("PRAGMA page_size").scalar())
+
+
+def timed(folder: Path, *args: str) -> tuple[float, float]:
+    """(seconds, peak RSS MiB of the children so far) of one `tickwork` process.
+
+    The archive runs first, so its peak is its own (it folds the read models itself).
+    """
+    started = time.perf_counter()
+    done = subprocess.run([TICKWORK, *args], cwd=folder, capture_output=True, text=True)
+    if done.returncode != 0:
+        raise SystemExit(f"tickwork {' '.join(args)} failed: {done.stderr}")
+    peak = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 1024
+    return time.perf_counter() - started, peak
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--ticks", type=int, default=20_000)
+    parser.add_argument(
+        "--store", help="an empty store's URL (default: SQLite in a temporary folder)"
+    )
+    options = parser.parse_args()
+    print(describe())
+    with tempfile.TemporaryDirectory() as temporary:
+        folder = Path(temporary)
+        url = options.store or f"sqlite:///{folder}/events.db"
+        (folder / "tickwork.toml").write_text(
+            f'[store]\nurl = "{url}"\n[retention]\nhot_days = {HOT_DAYS}\n', encoding="utf-8"
+        )
+        migrate_store(url)
+        store = open_store(url)
+        old = fill(store, options.ticks, "old")
+        fill(store, options.ticks, "new")
+        day = datetime.now(UTC) - timedelta(days=HOT_DAYS + 10)
+        with store.write_transaction() as conn:
+            conn.execute(
+                sa.text("UPDATE events SET recorded_at = :at WHERE global_position <= :last"),
+                {"at": day, "last": old},
+            )
+        before = size(store)
+        store.close()
+        seconds, peak = timed(folder, "archive")
+        store = open_store(url)
+        after = size(store)
+        store.close()
+        archive = sum(
+            os.path.getsize(path) for path in (folder / ".tickwork" / "archive").rglob("*.gz")
+        )
+        rebuild, _ = timed(folder, "projections", "rebuild")
+        events = options.ticks * len(tick("x"))
+        print(
+            f"archive of {options.ticks:,} ticks ({events:,} events): {seconds:.2f} s, "
+            f"peak RSS {peak:.0f} MiB"
+        )
+        print(f"archive bytes per tick: {archive / options.ticks:.0f}")
+        print(f"hot store: {before / 2**20:.1f} MiB before, {after / 2**20:.1f} MiB after")
+        print(f"projections rebuild (archive + hot store): {rebuild:.2f} s")
+
+
+if __name__ == "__main__":
+    main()

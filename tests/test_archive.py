@@ -1,0 +1,304 @@
+"""Archiving (invariant 13): closed ticks of past days leave for verified day archives.
+
+Nothing is lost and nothing changes: a rebuild from the archives and the hot store
+equals the read models kept before archiving, and a SIGKILL at any phase of an archive
+run leaves every event in the hot store or in a verified archive, never in neither and
+never in two. Ticks are written with real events, then moved back in time by their
+`recorded_at` (what the archive's day follows), as a month of history would be.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import gzip
+import sqlite3
+from datetime import UTC, date, datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+import pytest
+import sqlalchemy as sa
+
+from harness.api.reads import Reads
+from harness.config import Settings, load_settings
+from harness.contracts.events import (
+    ARCHIVE_STREAM,
+    BudgetSpent,
+    Event,
+    LevelPaused,
+    TickCompleted,
+    TickScheduled,
+    TickStarted,
+    ToolCalled,
+    level_stream,
+)
+from harness.devtools.fake_llm import FakeUpstream
+from harness.prices import PriceBook
+from harness.projections import projector_for
+from harness.projections.spend import spend_daily
+from harness.projections.ticks import ticks
+from harness.scheduling.archiving import PHASES, Archiver
+from harness.store import SqlEventStore, open_store
+from harness.store.archives import (
+    EVENTS_FILE,
+    FILES_FILE,
+    Archive,
+    ArchiveError,
+    day_folder,
+    recorded_archives,
+    verify,
+)
+from harness.store.archives import read_events as archived_events
+from tests.commands import Output, run, start_service, write_config
+
+TODAY = datetime.now(UTC).date()
+OLD = TODAY - timedelta(days=40)
+
+
+def config_file(tmp_path: Path, store_url: str) -> Path:
+    path = tmp_path / "tickwork.toml"
+    path.write_text(
+        f'[store]\nurl = "{store_url}"\n[paths]\nresults = "{tmp_path / "results"}"\n'
+        f'[retention]\nhot_days = 30\narchive = "{tmp_path / "archive"}"\n',
+        encoding="utf-8",
+    )
+    return path
+
+
+def tick_events(tick_id: str, results: Path, tokens: int, day: date = OLD) -> list[Event]:
+    """A completed tick with spend, a tool call, and its result and log files on disk."""
+    folder = results / "min" / day.isoformat()
+    folder.mkdir(parents=True, exist_ok=True)
+    result, log = folder / f"{tick_id}.json", folder / f"{tick_id}.log"
+    result.write_text('{"ok": true}', encoding="utf-8")
+    log.write_text("worker said hello\n", encoding="utf-8")
+    common: dict[str, Any] = {"tick_id": tick_id, "level": "min"}
+    return [
+        TickScheduled(**common, model="m"),
+        TickStarted(**common, pid=1, host="h", result_path=str(result), log_path=str(log)),
+        BudgetSpent(**common, model="m", prompt_tokens=tokens, completion_tokens=7),
+        ToolCalled(**common, name="shell", status="ok"),
+        TickCompleted(**common, result_path=str(result), prompt_tokens=tokens),
+    ]
+
+
+def history(store: SqlEventStore, results: Path) -> set[int]:
+    """Ten old ticks, one old tick still open, one recent tick: the old ones' positions.
+
+    Each old tick's events interleave with a level event, which stays hot.
+    """
+    archived: set[int] = set()
+    for n in range(10):
+        for event in tick_events(f"old{n}", results, 100 + n):
+            archived.add(store.append(f"tick-old{n}", [event.to_record()]).positions[0])
+            if event.type == "TickStarted":
+                pause = LevelPaused(level="min", reason=f"r{n}")
+                store.append(level_stream("min"), [pause.to_record()])
+    store.append("tick-open", [TickScheduled(tick_id="open", level="min").to_record()])
+    last_old = store.last_position()
+    for event in tick_events("new", results, 5, TODAY):
+        store.append("tick-new", [event.to_record()])
+    with store.write_transaction() as conn:
+        conn.execute(
+            sa.text("UPDATE events SET recorded_at = :at WHERE global_position <= :last"),
+            {
+                "at": datetime.combine(OLD, datetime.min.time(), UTC) + timedelta(hours=12),
+                "last": last_old,
+            },
+        )
+    return archived
+
+
+def read_models(store: SqlEventStore) -> dict[str, list[tuple[Any, ...]]]:
+    with store.read_transaction() as conn:
+        return {
+            table.name: sorted(
+                tuple(value for key, value in row._mapping.items() if key != "archived_on")
+                for row in conn.execute(sa.select(table))
+            )
+            for table in (spend_daily, ticks)
+        }
+
+
+def hot_positions(store: SqlEventStore) -> set[int]:
+    with store.read_transaction() as conn:
+        return set(conn.execute(sa.text("SELECT global_position FROM events")).scalars())
+
+
+def test_archive_then_rebuild_equals_no_archive(store_url: str, tmp_path: Path) -> None:
+    settings = load_settings(config_file(tmp_path, store_url))
+    store = open_store(store_url)
+    try:
+        archived = history(store, settings.paths.results)
+        projector = projector_for(store, PriceBook())
+        projector.catch_up()
+        before = read_models(store)
+        lines: list[str] = []
+
+        days = Archiver(settings, store, lines.append).archive()
+
+        assert [(d.day, d.ticks, d.events, d.files) for d in days] == [(OLD, 10, 50, 20)]
+        assert not archived & hot_positions(store), "every archived event left the hot store"
+        folder = day_folder(settings.retention.archive, OLD)
+        assert {e.global_position for e in archived_events(folder)} == archived
+        assert verify(folder).ticks == 10
+        assert not list((settings.paths.results / "min" / OLD.isoformat()).iterdir())
+        assert store.read_stream("tick-open"), "a tick still open stays hot"
+        assert len(store.read_stream(level_stream("min"))) == 10, "level events stay hot"
+        assert read_models(store) == before, "archiving changes no read model"
+        newest = store.read_all(store.lookback(8), 8)
+        assert len(newest) == 8, "the newest events are counted past the archived gap"
+        if store.engine.dialect.name == "sqlite":
+            with store.read_transaction() as conn:
+                vacuum = conn.exec_driver_sql("PRAGMA auto_vacuum").scalar()
+                free = conn.exec_driver_sql("PRAGMA freelist_count").scalar()
+            assert (vacuum, free) == (2, 0), "incremental vacuum gave the freed pages back"
+        with store.read_transaction() as conn:
+            marked = dict(conn.execute(sa.select(ticks.c.tick_id, ticks.c.archived_on)).all())
+        assert marked == {**{f"old{n}": OLD for n in range(10)}, "open": None, "new": None}
+
+        for name in projector.projections:
+            projector.rebuild(name, archives=_archives(store, settings))
+        assert read_models(store) == before, "a rebuild from archives equals no archive"
+        with store.read_transaction() as conn:
+            again = dict(conn.execute(sa.select(ticks.c.tick_id, ticks.c.archived_on)).all())
+        assert again == marked, "the rebuild marks archived ticks as the archive run did"
+        assert Archiver(settings, store, lines.append).archive() == [], "a rerun does nothing"
+    finally:
+        store.close()
+
+
+def _archives(store: SqlEventStore, settings: Settings) -> list[Archive]:
+    return recorded_archives(store, settings.retention.archive)
+
+
+@pytest.mark.parametrize("phase", PHASES)
+def test_a_kill_at_any_phase_loses_and_duplicates_nothing(
+    store_url: str, tmp_path: Path, phase: str
+) -> None:
+    config = config_file(tmp_path, store_url)
+    settings = load_settings(config)
+    store = open_store(store_url)
+    try:
+        archived = history(store, settings.paths.results)
+        everything = hot_positions(store)
+        killed = run(
+            tmp_path, "-c", str(config), "archive", env={"TICKWORK_ARCHIVE_KILL_AT": phase}
+        )
+        assert killed.returncode == -9, killed.stderr
+        folder = day_folder(settings.retention.archive, OLD)
+        in_archive: set[int] = set()
+        with contextlib.suppress(ArchiveError):  # not written whole: nothing left the store
+            verify(folder)
+            in_archive = {e.global_position for e in archived_events(folder)}
+        hot = hot_positions(store)
+        assert everything <= hot | in_archive, f"killed at {phase}: an event is in neither"
+
+        finished = run(tmp_path, "-c", str(config), "archive")
+        assert finished.returncode == 0, finished.stderr
+        records = store.read_stream(ARCHIVE_STREAM)
+        assert len(records) == 1, "one ArchiveWritten per day, whatever the kills"
+        assert hot_positions(store) == everything - archived | {records[0].global_position}
+        assert [e.global_position for e in archived_events(folder)] == sorted(archived)
+        assert (folder / FILES_FILE).exists()
+    finally:
+        store.close()
+
+
+def test_a_damaged_archive_is_named_and_changes_nothing(store_url: str, tmp_path: Path) -> None:
+    config = config_file(tmp_path, store_url)
+    settings = load_settings(config)
+    store = open_store(store_url)
+    try:
+        history(store, settings.paths.results)
+        everything = hot_positions(store)
+        dry = run(tmp_path, "-c", str(config), "archive", "--dry-run")
+        assert dry.returncode == 0 and "these days would be archived" in dry.stdout
+        assert OLD.isoformat() in dry.stdout and hot_positions(store) == everything
+        assert not day_folder(settings.retention.archive, OLD).exists()
+        assert run(tmp_path, "-c", str(config), "archive").returncode == 0
+        before = read_models(store)
+        data = day_folder(settings.retention.archive, OLD) / EVENTS_FILE
+        where, story = (
+            run(tmp_path, "-c", str(config), "show", "old3", *more) for more in ((), ("--archive",))
+        )
+        assert where.returncode == 0 and f"archived with {OLD}: {data}" in where.stdout
+        assert story.returncode == 0, story.stderr
+        assert "completed" in story.stdout and "103 + 7 tokens" in story.stdout
+        listed = run(tmp_path, "-c", str(config), "events", "--stream", "tick-old3")
+        assert listed.returncode == 0 and f"tick-old3 was archived with {OLD}" in listed.stderr
+        detail = Reads(settings, store).tick("old3")
+        assert detail is not None and detail.tick is not None
+        assert (detail.archive, detail.tick.archived_on, detail.events) == (str(data), OLD, [])
+        rebuilt = run(tmp_path, "-c", str(config), "projections", "rebuild")
+        assert rebuilt.returncode == 0, rebuilt.stderr
+        assert read_models(store) == before, "the command's rebuild reads the archive too"
+        whole = data.read_bytes()
+        for damage, expected in (
+            (whole[: len(whole) // 2], "does not match the manifest"),
+            (gzip.compress(b"{}\n"), "does not match the manifest"),
+            (None, "the data file is missing"),
+        ):
+            if damage is None:
+                data.unlink()
+            else:
+                data.write_bytes(damage)
+            rebuilt = run(tmp_path, "-c", str(config), "projections", "rebuild")
+            assert rebuilt.returncode == 2, rebuilt.stderr
+            assert str(data) in rebuilt.stderr and expected in rebuilt.stderr
+            assert read_models(store) == before
+        data.write_bytes(whole)
+        (data.parent / "manifest.json").unlink()
+        rebuilt = run(tmp_path, "-c", str(config), "projections", "rebuild")
+        assert rebuilt.returncode == 2 and "manifest.json is missing" in rebuilt.stderr
+        assert read_models(store) == before
+    finally:
+        store.close()
+
+
+def test_archive_refuses_a_day_not_over(tmp_path: Path) -> None:
+    config = config_file(tmp_path, f"sqlite:///{tmp_path}/events.db")
+    later = (TODAY + timedelta(days=1)).isoformat()
+    refused = run(tmp_path, "-c", str(config), "archive", "--before", later)
+    assert refused.returncode == 2
+    assert "not over yet" in refused.stderr
+
+
+def test_a_sqlite_store_made_without_incremental_vacuum_is_converted_once(tmp_path: Path) -> None:
+    path = tmp_path / "events.db"
+    with sqlite3.connect(path) as made_before:  # as a store made by an older tickwork was
+        made_before.execute("CREATE TABLE elder (x)")
+    config = config_file(tmp_path, f"sqlite:///{path}")
+    store = open_store(f"sqlite:///{path}")
+    history(store, load_settings(config).paths.results)
+    held = run(tmp_path, "-c", str(config), "archive")
+    assert held.returncode == 0, held.stderr
+    assert "not converted to incremental vacuum: another process has the store open" in held.stdout
+    store.close()
+
+    converted = run(tmp_path, "-c", str(config), "archive")
+    assert converted.returncode == 0, converted.stderr
+    assert "converted the SQLite store to incremental vacuum" in converted.stdout
+    with sqlite3.connect(path) as conn:
+        modes = [conn.execute(f"PRAGMA {name}").fetchone()[0] for name in _VACUUM_STATE]
+    assert modes == [2, 0, "wal"]
+
+
+_VACUUM_STATE = ("auto_vacuum", "freelist_count", "journal_mode")
+
+
+def test_the_service_archives_by_itself(tmp_path: Path, fake: FakeUpstream) -> None:
+    retention = f'[retention]\nhot_days = 30\narchive = "{tmp_path / "archive"}"\n'
+    config = write_config(tmp_path, retention)
+    settings = load_settings(config)
+    store = open_store(settings.store.url)
+    try:
+        archived = history(store, settings.paths.results)
+        service = Output(start_service(config, fake))
+        # Its start ends the old open tick as lost (its claimer is gone): 11 ticks leave.
+        service.wait_for(f"archive {OLD}: 11 ticks, 52 events, 20 files")
+        assert service.stop() and service.process.returncode == 0
+        assert not archived & hot_positions(store)
+        assert [e.type for e in store.read_stream(ARCHIVE_STREAM)] == ["ArchiveWritten"]
+    finally:
+        store.close()

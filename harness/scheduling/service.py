@@ -47,6 +47,7 @@ from harness.scheduling.waves import (
     SlotClaim,
     claim_wave,
     decide,
+    missed_slots,
     skip_reason,
 )
 from harness.store import EventStore, Spool, StoreError, append_or_spool
@@ -117,7 +118,23 @@ class Service:
         self.shutdown()
 
     def _fire_due(self, due: list[Slot]) -> None:
-        self.fire(due)
+        """Fire what the timetable hands on; a slot it hands late follows catch-up policy.
+
+        A slot is late when a newer one of its level is due too, or when it fell due more
+        than JUST_DUE ago: the loop was held up (a wave that took long, a store call that
+        hung in an outage) and the slot is accounted for as a restart would account for it.
+        """
+        now = utcnow()
+        newest = {level: slot for slot, level in due}
+        late = {
+            (slot, level) for slot, level in due if slot != newest[level] or now - slot > JUST_DUE
+        }
+        missed = missed_slots(self.settings, due, now) & late
+        if late:
+            self.report(
+                f"{len(late)} slot(s) fell due while firing was held up: {len(missed)} missed"
+            )
+        self.fire(due, missed)
         try:  # fold the wave just claimed now, while idle, not when the next wave is due
             self.projector.catch_up(["ticks"])
         except StoreError as exc:
@@ -176,7 +193,7 @@ class Service:
         with self.store.read_transaction() as conn:
             slots_claimed = last_slots(conn)
         due: list[Slot] = []
-        missed: set[Slot] = set()
+        behind: list[tuple[str, list[datetime]]] = []
         for level, trigger in self.triggers.items():
             if level not in slots_claimed:
                 continue
@@ -192,19 +209,18 @@ class Service:
                 slot = next_slot(trigger, slot, slot)
             if not slots:
                 continue
-            window = timedelta(seconds=self.settings.levels[level].catch_up_seconds)
-            run_latest = now - slots[-1] <= window
             if len(slots) > MAX_MISSED:
                 self.report(f"{level}: {len(slots) - MAX_MISSED} older missed slot(s) not recorded")
             due.extend((slot, level) for slot in slots[-MAX_MISSED:])
-            missed.update((slot, level) for slot in slots[-MAX_MISSED:])
-            if run_latest:
-                missed.discard((slots[-1], level))
+            behind.append((level, slots))
+        recorded = missed_slots(self.settings, due, now)
+        for level, slots in behind:
+            runs = (slots[-1], level) not in recorded
             self.report(
                 f"{level}: {len(slots)} slot(s) missed while down"
-                + (f", the latest ({slots[-1]:%H:%M:%S}) runs now" if run_latest else "")
+                + (f", the latest ({slots[-1]:%H:%M:%S}) runs now" if runs else "")
             )
-        self.fire(due, missed)
+        self.fire(due, recorded)
 
     def fire(self, due: Sequence[Slot], missed: Collection[Slot] = ()) -> None:
         """Decide and claim due slots, a wave at a time, and hand on the ticks that may run.
@@ -277,7 +293,7 @@ class Service:
                 self.report(f"{tick_id} skipped: {SKIPPED['budget'].format(level=level)}")
             elif decision in ("run", "buffer"):
                 self._hand_on(claim, decision)
-            elif decision != "missed":
+            else:
                 self.report(f"{tick_id} skipped: {SKIPPED[decision].format(level=level)}")
         for level, check in over_budget.items():
             self._budget_exceeded(level, check)

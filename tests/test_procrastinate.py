@@ -16,6 +16,7 @@ from pathlib import Path
 
 import psutil
 import pytest
+from procrastinate.schema import SchemaManager
 
 from harness.api import dashboard
 from harness.api.reads import Reads
@@ -29,6 +30,7 @@ from harness.config import (
 )
 from harness.devtools.fake_llm import Step
 from harness.execution.executors.procrastinate import (
+    MIGRATIONS,
     Locks,
     ProcrastinateExecutor,
     WorkerExecutor,
@@ -40,7 +42,7 @@ from harness.scheduling.waves import SlotClaim, claim_wave
 from harness.store import SqlEventStore, migrate_store, open_store
 from tests.commands import fake_server, run_cli, write_config
 from tests.conftest import fresh_pg_database
-from tests.procrastinate_support import Ticks, configure, level, processes
+from tests.procrastinate_support import EXECUTOR, Ticks, configure, level, processes
 from tests.waiting import wait_until
 
 SLOTS = 20
@@ -52,13 +54,81 @@ def test_the_procrastinate_executor_is_refused_on_sqlite(tmp_path: Path) -> None
         load_settings(config)
 
 
+def _procrastinate_catalog(url: str) -> dict[str, list[tuple[str, ...]]]:
+    """The functions, columns, types and indexes of procrastinate's schema, as stored."""
+    queries = {
+        "functions": "SELECT p.oid::regprocedure::text, pg_get_functiondef(p.oid) FROM pg_proc p "
+        "WHERE proname LIKE 'procrastinate%%'",
+        "columns": "SELECT table_name::text, column_name::text, data_type::text, "
+        "coalesce(column_default, '') FROM information_schema.columns "
+        "WHERE table_name LIKE 'procrastinate%%'",
+        "types": "SELECT t.typname::text, e.enumlabel::text FROM pg_enum e "
+        "JOIN pg_type t ON t.oid = e.enumtypid WHERE t.typname LIKE 'procrastinate%%'",
+        "indexes": "SELECT indexdef FROM pg_indexes WHERE tablename LIKE 'procrastinate%%'",
+    }
+    store = open_store(url)
+    with store.read_transaction() as conn:
+        catalog = {
+            name: sorted(tuple(row) for row in conn.exec_driver_sql(sql))
+            for name, sql in queries.items()
+        }
+    store.close()
+    return catalog
+
+
+def test_tickwork_migrate_upgrades_an_older_procrastinate_schema(tmp_path: Path) -> None:
+    """An older procrastinate schema is brought to the installed version by its migrations.
+
+    One of procrastinate 3.2 (its migrations up to 03.02), and one tickwork set up before
+    it marked versions; both then equal a fresh one.
+    """
+    older = [m for m in MIGRATIONS if m.stem < "03.03"]
+    catalogs = []
+    with fake_server([]) as fake:
+        for name, steps in (("older", older), ("unmarked", None)):
+            with fresh_pg_database() as url:
+                migrate_store(url)
+                store = open_store(url)
+                # As procrastinate upgrades: each migration committed before the next uses
+                # what it added (an enum value cannot be used in the transaction adding it).
+                scripts = (
+                    [SchemaManager.get_schema()]
+                    if steps is None
+                    else [step.read_text() for step in steps]
+                )
+                for script in scripts:
+                    with store.read_transaction() as conn:
+                        conn.exec_driver_sql(script.replace("%", "%%"))
+                if steps:
+                    with store.read_transaction() as conn:
+                        conn.exec_driver_sql(
+                            "COMMENT ON TABLE procrastinate_jobs "
+                            f"IS 'procrastinate schema {steps[-1].stem}'"
+                        )
+                store.close()
+                (tmp_path / name).mkdir()
+                config = write_config(tmp_path / name, EXECUTOR.format(stalled=30), store_url=url)
+                migrated = run_cli("migrate", config, fake)
+                assert migrated.returncode == 0, migrated.stderr
+                was = older[-1].stem if steps else f"already at {MIGRATIONS[-1].stem}"
+                expected = f"{was} -> {MIGRATIONS[-1].stem}" if steps else was
+                assert f"procrastinate's schema {expected}" in migrated.stdout, migrated.stdout
+                again = run_cli("migrate", config, fake)
+                assert f"schema already at {MIGRATIONS[-1].stem}" in again.stdout, again.stdout
+                catalogs.append(_procrastinate_catalog(url))
+        with fresh_pg_database() as url:
+            migrate_store(url)
+            apply_schema(open_store(url))
+            fresh = _procrastinate_catalog(url)
+    assert catalogs == [fresh, fresh]
+
+
 def test_a_claim_gets_one_job_however_often_it_is_deferred_and_one_take(tmp_path: Path) -> None:
     """The claim is the outbox: deferring is keyed by tick id, taking by stream version."""
     with fresh_pg_database() as url:
         migrate_store(url)
         store = open_store(url)
-        with store.read_transaction() as conn:
-            assert apply_schema(conn)
+        assert apply_schema(store) == (None, MIGRATIONS[-1].stem)
         settings = Settings(
             store=StoreConfig(url=url),
             executor=ExecutorConfig(kind="procrastinate"),

@@ -36,6 +36,7 @@ from collections import defaultdict
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from datetime import datetime
+from pathlib import Path
 
 import orjson
 import sqlalchemy as sa
@@ -85,22 +86,58 @@ def schema_present(conn: sa.Connection) -> bool:
     return conn.exec_driver_sql("SELECT to_regclass('procrastinate_jobs')").scalar() is not None
 
 
-def apply_schema(conn: sa.Connection) -> bool:
-    """Apply procrastinate's schema (and the index finding a tick's job) if it is missing.
+MIGRATIONS = sorted(Path(SchemaManager.get_migrations_path()).glob("*.sql"))
+"""procrastinate's migrations, oldest first (their names sort by version)."""
+MARK = "procrastinate schema "
+"""How the comment on `procrastinate_jobs` starts: the rest names the last migration in."""
+UNMARKED = "03.04.00_50_post_add_retry_failed_job_procedure"
+"""The schema of a database tickwork set up before it marked versions: procrastinate
+3.10's `schema.sql`, which holds every migration up to this one."""
 
-    Returns whether it was applied. procrastinate's schema applier creates, it does not
-    upgrade: a later procrastinate's migrations are applied with its own tooling.
-    """
-    applied = False
-    conn.exec_driver_sql("SELECT pg_advisory_xact_lock(%(key)s)", {"key": SCHEMA_LOCK})
+
+def schema_version(conn: sa.Connection) -> str | None:
+    """The last procrastinate migration the store's schema holds; None without its tables."""
     if not schema_present(conn):
-        conn.exec_driver_sql(SchemaManager.get_schema().replace("%", "%%"))
-        applied = True
-    conn.exec_driver_sql(
-        "CREATE INDEX IF NOT EXISTS tickwork_procrastinate_tick "
-        "ON procrastinate_jobs ((args->>'tick_id'))"
-    )
-    return applied
+        return None
+    comment = conn.exec_driver_sql(
+        "SELECT obj_description('procrastinate_jobs'::regclass, 'pg_class')"
+    ).scalar()
+    return comment.removeprefix(MARK) if comment and comment.startswith(MARK) else UNMARKED
+
+
+def apply_schema(store: EventStore) -> tuple[str | None, str]:
+    """Install procrastinate's schema, or upgrade it with the migrations it lacks.
+
+    procrastinate's `schema.sql` only creates (it fails on a schema that exists), and its
+    migrations upgrade; the version a database holds is kept in a comment on its job
+    table, which lives and dies with the schema. Each migration is applied in a
+    transaction of its own, holding SCHEMA_LOCK (two `tickwork migrate` at once apply
+    each once), and the comment moves on with it. Returns the version before and after.
+    """
+    with store.read_transaction() as conn:
+        before = schema_version(conn)
+    while True:
+        with store.read_transaction() as conn:
+            conn.exec_driver_sql("SELECT pg_advisory_xact_lock(%(key)s)", {"key": SCHEMA_LOCK})
+            version = schema_version(conn)
+            if version is None:
+                conn.exec_driver_sql(SchemaManager.get_schema().replace("%", "%%"))
+                _mark(conn, MIGRATIONS[-1].stem)
+                continue
+            pending = [m for m in MIGRATIONS if m.stem > version]
+            if not pending:
+                conn.exec_driver_sql(
+                    "CREATE INDEX IF NOT EXISTS tickwork_procrastinate_tick "
+                    "ON procrastinate_jobs ((args->>'tick_id'))"
+                )
+                _mark(conn, version)
+                return before, version
+            conn.exec_driver_sql(pending[0].read_text().replace("%", "%%"))
+            _mark(conn, pending[0].stem)
+
+
+def _mark(conn: sa.Connection, version: str) -> None:
+    conn.exec_driver_sql(f"COMMENT ON TABLE procrastinate_jobs IS '{MARK}{version}'")
 
 
 def job_priority(settings: Settings, level: str) -> int:

@@ -15,11 +15,13 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import psutil
+import psycopg
 import pytest
 from procrastinate.schema import SchemaManager
 
 from harness.api import dashboard
 from harness.api.reads import Reads
+from harness.cli.worker_command import conninfo
 from harness.config import (
     ConfigError,
     ExecutorConfig,
@@ -38,8 +40,11 @@ from harness.execution.executors.procrastinate import (
     defer,
     jobs_in,
 )
+from harness.prices import PriceBook
+from harness.projections import projector_for
+from harness.scheduling.reconcile import reconcile
 from harness.scheduling.waves import SlotClaim, claim_wave
-from harness.store import SqlEventStore, migrate_store, open_store
+from harness.store import SqlEventStore, migrate_store, open_store, process_name
 from tests.commands import fake_server, run_cli, write_config
 from tests.conftest import fresh_pg_database
 from tests.procrastinate_support import EXECUTOR, Ticks, configure, level, processes
@@ -157,6 +162,34 @@ def test_a_claim_gets_one_job_however_often_it_is_deferred_and_one_take(tmp_path
         assert job is not None
         assert worker.take(job, None, "capped-0", "capped")
         assert not worker.take(job, None, "capped-0", "capped"), "a redelivery took it again"
+        store.close()
+
+
+def test_a_claim_a_dead_scheduler_of_another_host_left_unqueued_is_deferred_here() -> None:
+    """Any live scheduler defers it; a claim of another host's live scheduler stays its own."""
+    with fresh_pg_database() as url:
+        migrate_store(url)
+        store = open_store(url)
+        apply_schema(store)
+        settings = Settings(
+            store=StoreConfig(url=url),
+            executor=ExecutorConfig(kind="procrastinate"),
+            levels={"slow": LevelConfig(every="1h", model="m")},
+        )
+        claims = {
+            f"slow-{pid}": SlotClaim(f"slow-{pid}", "slow", None)
+            .scheduled("m")
+            .model_copy(update={"host": "elsewhere", "scheduler_pid": pid})
+            for pid in (4242, 4243)
+        }
+        store.create_streams({f"tick-{t}": [claim.to_record()] for t, claim in claims.items()})
+        reports: list[str] = []
+        scheduler = ProcrastinateExecutor(settings, store, None, None, reports.append)  # type: ignore[arg-type]
+        # 4242 lives (a connection of its own, just used); 4243 died before deferring.
+        with psycopg.connect(conninfo(url), application_name=process_name("elsewhere", 4242)):
+            reconcile(store, scheduler, projector_for(store, PriceBook()), reports.append)
+        assert [job.tick_id for job in jobs_in(store, ["todo"])] == ["slow-4243"], reports
+        assert reports == ["slow-4243 deferred (its scheduler died before it could)"]
         store.close()
 
 

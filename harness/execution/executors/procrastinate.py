@@ -59,7 +59,14 @@ from harness.execution.prepare import Preparer
 from harness.execution.runner import Runner
 from harness.scheduling.handoff import RunningTick
 from harness.scheduling.waves import SlotClaim
-from harness.store import ANY, ConcurrencyError, EventStore, StoredEvent, StoreError
+from harness.store import (
+    ANY,
+    ConcurrencyError,
+    EventStore,
+    StoredEvent,
+    StoreError,
+    process_name,
+)
 
 TASK = "tickwork.run_tick"
 """The one procrastinate task: run the tick named by its `tick_id` argument."""
@@ -304,6 +311,27 @@ class ProcrastinateExecutor(_OnStore):
         claim = SlotClaim(tick_id, level, datetime.fromisoformat(slot) if slot else None)
         deferred = defer(self.store, self.settings, self.locks, [claim])
         return "deferred (its scheduler died before it could)" if deferred else None
+
+    def claimer_gone(self, host: str, pid: int) -> bool:
+        """Whether a scheduler of another host is gone: no connection of it lately active.
+
+        None of its connections (`harness.store.process_name`) is open and was active in
+        the last `stalled_seconds`. A live scheduler asks the store every half second; a
+        lost host's connections linger on the server, idle, until its TCP keepalive gives
+        up. Deferring is keyed by tick id, so a claim taken on too early runs once all the
+        same; only a `buffer_one` tick its scheduler still holds back could start early.
+        """
+        with self.store.read_transaction() as conn:
+            alive = conn.exec_driver_sql(
+                "SELECT EXISTS (SELECT 1 FROM pg_stat_activity WHERE application_name = "
+                "%(name)s AND coalesce(state_change, backend_start) > "
+                "now() - make_interval(secs => %(seconds)s))",
+                {
+                    "name": process_name(host, pid),
+                    "seconds": self.settings.executor.stalled_seconds,
+                },
+            ).scalar()
+        return not alive
 
     def running(self) -> list[RunningTick]:
         """The ticks some worker runs now."""

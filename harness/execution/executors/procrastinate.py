@@ -9,9 +9,9 @@ PostgreSQL.
 The claim is the outbox. Deferring is idempotent, keyed by tick id: under one advisory
 lock a tick that has a job already (in any state) gets no second one. A scheduler that
 cannot defer retries until it can; one killed between its claim and the defer leaves a
-claimed tick that its host's next `tickwork run` finds by liveness
-(`harness.scheduling.reconcile`) and defers, so a crash neither loses nor duplicates a
-tick. A job delivered twice starts its tick once: the worker appends `TickTaken` at the
+claimed tick that any live `tickwork run` finds by liveness (`harness.scheduling.reconcile`;
+on another host through `claimer_gone`) and defers, so a crash neither loses nor
+duplicates a tick. A job delivered twice starts its tick once: the worker appends `TickTaken` at the
 stream version it read, and only one append can land.
 
 Priorities are procrastinate priorities (a lower tickwork number runs first); the global

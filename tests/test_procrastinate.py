@@ -30,6 +30,7 @@ from harness.config import (
     StoreConfig,
     load_settings,
 )
+from harness.contracts.events import THROTTLE_STREAM, StartsSpaced
 from harness.devtools.fake_llm import Step
 from harness.execution.executors.procrastinate import (
     MIGRATIONS,
@@ -44,7 +45,7 @@ from harness.prices import PriceBook
 from harness.projections import projector_for
 from harness.scheduling.reconcile import reconcile
 from harness.scheduling.waves import SlotClaim, claim_wave
-from harness.store import SqlEventStore, migrate_store, open_store, process_name
+from harness.store import SqlEventStore, StoredEvent, migrate_store, open_store, process_name
 from tests.commands import fake_server, run_cli, write_config
 from tests.conftest import fresh_pg_database
 from tests.procrastinate_support import EXECUTOR, Ticks, configure, level, processes
@@ -317,3 +318,45 @@ def _started_by_each(store: SqlEventStore, workers: list[int]) -> dict[int, str]
         if started and not ticks.terminals()[tick]:
             by_worker.setdefault(started[0].data["runner_pid"], tick)
     return by_worker if all(pid in by_worker for pid in workers) else None
+
+
+def test_the_infrastructure_throttle_spaces_the_starts_of_every_worker(tmp_path: Path) -> None:
+    """A failure on one worker spaces the starts on all of them by its backoff, for a while."""
+    runner = "retry_backoff_seconds = 3\nretry_backoff_max_seconds = 3\ninfra_throttle_seconds = 30"
+    steps = [Step(status=500)] + [Step(text="done")] * 100
+    with fresh_pg_database() as url, fake_server(steps) as fake:
+        config = configure(tmp_path, url, level("busy", "1s"), fake, runner=runner)
+        store = open_store(url)
+
+        def throttled() -> tuple[list[StoredEvent], dict[str, int]]:
+            spaced = store.read_stream(THROTTLE_STREAM)
+            takers = {
+                tick: taken[0].data["worker_pid"]
+                for tick, taken in Ticks.read(store).of("TickTaken").items()
+                if taken
+            }
+            return spaced, takers
+
+        def both_workers_throttled() -> bool:
+            spaced, takers = throttled()
+            starts = [e.data["tick_id"] for e in spaced if e.data["tick_id"]]
+            return len(starts) >= 4 and len({takers[tick] for tick in starts}) == 2
+
+        with processes(config, fake, workers=2, concurrency=1) as (service, _):
+            assert service is not None
+            wait_until(both_workers_throttled, "throttled starts on both workers", 120)
+            service.stop()
+        spaced, _ = throttled()
+        failures = [
+            e
+            for e in store.read_all(0, 100_000, ["TickAttemptFailed"])
+            if e.data["failure_class"] == "infrastructure"
+        ]
+        store.close()
+    assert failures and failures[0].data["retry_in_seconds"] == 3, failures
+    assert spaced[0].data["tick_id"] is None, "the failure opened the throttle"
+    states = [StartsSpaced.model_validate(e.data) for e in spaced]
+    assert {s.spacing_seconds for s in states} == {3}
+    for before, after in itertools.pairwise(states):
+        if after.last_start < before.until:
+            assert after.last_start - before.last_start >= timedelta(seconds=3), (before, after)

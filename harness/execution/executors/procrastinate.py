@@ -35,7 +35,7 @@ import time
 from collections import defaultdict
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import datetime, timedelta
 from pathlib import Path
 
 import orjson
@@ -46,11 +46,14 @@ from procrastinate.sql import queries as procrastinate_queries
 from harness.config import Settings
 from harness.contracts.events import (
     TERMINAL_TYPES,
+    THROTTLE_STREAM,
+    StartsSpaced,
     TickEvent,
     TickLost,
     TickTaken,
     WorkerStarted,
     tick_stream,
+    utcnow,
 )
 from harness.execution.adopt import Adoption
 from harness.execution.executors.base import Ended, Executor, Report
@@ -61,6 +64,7 @@ from harness.scheduling.handoff import RunningTick
 from harness.scheduling.waves import SlotClaim
 from harness.store import (
     ANY,
+    NO_STREAM,
     ConcurrencyError,
     EventStore,
     StoredEvent,
@@ -427,6 +431,74 @@ class WorkerRunner(Runner):
             super().record(event)  # spooled: the store is out, nobody can end it meanwhile
 
 
+class SharedSpacing:
+    """The infrastructure throttle (`[runner] infra_throttle_seconds`) across workers.
+
+    Under the local executor one gate spaces every start after an infrastructure failure;
+    a worker's queue is procrastinate's, and a throttle of its own would space one process
+    of many. Here a failure on any worker spaces the starts of every worker by its
+    backoff, for `infra_throttle_seconds`, through the `throttle` stream's last
+    `StartsSpaced` (spacing, end, last start), appended at the version read.
+    """
+
+    def __init__(self, store: EventStore, duration: float) -> None:
+        self.store = store
+        self.duration = timedelta(seconds=duration)
+
+    def failed(self, spacing: float) -> None:
+        """An attempt failed on infrastructure: every start waits `spacing` from now on.
+
+        A wider spacing or a later end in force is kept, as the local gate keeps it.
+        """
+        while True:
+            version, state = self._read()
+            now = utcnow()
+            held = state if state is not None and state.until > now else None
+            widened = StartsSpaced(
+                spacing_seconds=max(spacing, held.spacing_seconds if held else 0.0),
+                until=max(now + self.duration, held.until if held else now),
+                last_start=max(now, held.last_start if held else now),
+            )
+            if self._append(widened, version):
+                return
+
+    def wait_turn(self, tick_id: str, closing: threading.Event) -> bool:
+        """Wait until the tick may start here; False when `closing` is set first."""
+        while True:
+            version, state = self._read()
+            now = utcnow()
+            if state is None or state.until <= now:
+                return True
+            pause = (state.last_start - now).total_seconds() + state.spacing_seconds
+            if pause > 0:
+                if closing.wait(min(pause, (state.until - now).total_seconds())):
+                    return False
+                continue
+            started = StartsSpaced(
+                spacing_seconds=state.spacing_seconds,
+                until=state.until,
+                last_start=now,
+                tick_id=tick_id,
+            )
+            if self._append(started, version):
+                return True
+
+    def _read(self) -> tuple[int, StartsSpaced | None]:
+        version = self.store.stream_version(THROTTLE_STREAM)
+        if not version:
+            return 0, None
+        last = self.store.read_stream(THROTTLE_STREAM, after=version - 1)[-1]
+        return last.stream_position, StartsSpaced.model_validate(last.data)
+
+    def _append(self, state: StartsSpaced, version: int) -> bool:
+        """Append at `version`; False when another worker appended first."""
+        try:
+            self.store.append(THROTTLE_STREAM, [state.to_record()], version or NO_STREAM)
+        except ConcurrencyError:
+            return False
+        return True
+
+
 class WorkerExecutor(_OnStore):
     """`tickwork worker`'s side: runs the ticks of the jobs it takes, here, to their end."""
 
@@ -434,6 +506,16 @@ class WorkerExecutor(_OnStore):
         self.host = socket.gethostname()
         self.announced = False
         """Whether its WorkerStarted is recorded (once procrastinate registered it)."""
+        self.closing = threading.Event()
+        self.spacing = SharedSpacing(self.store, self.settings.runner.infra_throttle_seconds)
+        if self.settings.runner.infra_throttle_seconds > 0:
+            self.runner.on_infrastructure_failure(self._failed_on_infrastructure)
+
+    def _failed_on_infrastructure(self, spacing: float) -> None:
+        try:
+            self.spacing.failed(spacing)
+        except StoreError as exc:
+            self.report(f"the throttle of every worker is not widened (store out): {exc}")
 
     def announce(self, worker_id: int, concurrency: int, queues: list[str]) -> None:
         """Record the worker's host, pid and concurrency once procrastinate registered it."""
@@ -452,8 +534,12 @@ class WorkerExecutor(_OnStore):
     ) -> None:
         """Take the job's tick and run it to its end; a tick taken or ended already is left."""
         when = datetime.fromisoformat(slot) if slot else None
-        if self.take(job_id, worker_id, tick_id, level):
+        if not self.take(job_id, worker_id, tick_id, level):
+            return
+        if self.spacing.wait_turn(tick_id, self.closing):
             self._execute(SlotClaim(tick_id, level, when))
+        else:
+            self.runner.cancel_queued(tick_id, level, "worker stopped")
 
     def take(self, job_id: int, worker_id: int | None, tick_id: str, level: str) -> bool:
         """Append TickTaken at the version read: False if the tick was taken or ended."""
@@ -542,6 +628,7 @@ class WorkerExecutor(_OnStore):
         """A dead worker's ticks end by `sweep_stalled`, not by adoption."""
 
     def _close(self) -> list[SlotClaim]:
+        self.closing.set()  # a tick waiting out the throttle ends cancelled, never started
         return []
 
     def _drain(self, grace: float) -> None:

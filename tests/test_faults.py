@@ -14,6 +14,8 @@ import subprocess
 import threading
 import time
 from collections import Counter
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from itertools import pairwise
@@ -44,6 +46,20 @@ class Ridden:
     events: list[StoredEvent]
 
 
+@contextmanager
+def behind_a_proxy(folder: Path, every: str) -> Iterator[tuple[str, TcpProxy, Path]]:
+    """A migrated PostgreSQL store behind a proxy the test can cut or stall.
+
+    Yields the store's own URL, the proxy, and the config of a service that reaches the
+    store through the proxy, whose level `busy` fires `every`.
+    """
+    with fresh_pg_database() as url:
+        migrate_store(url)
+        proxy = TcpProxy(("127.0.0.1", make_url(url).port or 5432)).start()
+        proxied = make_url(url).set(port=proxy.port).render_as_string(hide_password=False)
+        yield url, proxy, write_config(folder, busy_level(every, timeout=60), store_url=proxied)
+
+
 def ride_out(tmp_path: Path, outage: float) -> Ridden:
     """Run a service through a store outage of at least `outage` seconds, then stop it.
 
@@ -52,11 +68,7 @@ def ride_out(tmp_path: Path, outage: float) -> Ridden:
     """
     folder = tmp_path / f"{outage:g}s"
     folder.mkdir()
-    with fresh_pg_database() as url:
-        migrate_store(url)
-        proxy = TcpProxy(("127.0.0.1", make_url(url).port or 5432)).start()
-        proxied = make_url(url).set(port=proxy.port).render_as_string(hide_password=False)
-        config = write_config(folder, busy_level("2s", timeout=60), store_url=proxied)
+    with behind_a_proxy(folder, "2s") as (url, proxy, config):
         store = open_store(url)
         with fake_server([Step(text="done", delay=2)] * 200) as fake:
             service = start_service(config, fake)
@@ -253,11 +265,7 @@ def test_slots_due_while_a_store_call_hangs_follow_the_catch_up_policy(tmp_path:
     The slots that fall due meanwhile are claimed once the call fails, as a restart
     would claim them: skipped `missed`, none lost, none run late.
     """
-    with fresh_pg_database() as url:
-        migrate_store(url)
-        proxy = TcpProxy(("127.0.0.1", make_url(url).port or 5432)).start()
-        proxied = make_url(url).set(port=proxy.port).render_as_string(hide_password=False)
-        config = write_config(tmp_path, busy_level("1s", timeout=60), store_url=proxied)
+    with behind_a_proxy(tmp_path, "1s") as (url, proxy, config):
         store = open_store(url)
 
         def slots() -> list[datetime]:
@@ -273,7 +281,7 @@ def test_slots_due_while_a_store_call_hangs_follow_the_catch_up_policy(tmp_path:
                 proxy.stall()
                 stalled = utcnow()
                 wait_until(
-                    lambda: utcnow() - stalled > JUST_DUE + timedelta(seconds=2),
+                    lambda: utcnow() - stalled > JUST_DUE + timedelta(seconds=4),
                     "slots to fall due while the store hangs",
                 )
                 proxy.cut()
@@ -296,6 +304,6 @@ def test_slots_due_while_a_store_call_hangs_follow_the_catch_up_policy(tmp_path:
         for e in events
         if e.type == "TickSkipped" and e.data["reason"] == "missed"
     ]
-    assert len([m for m in missed if stalled <= m < back]) >= JUST_DUE.seconds, output
+    assert len([m for m in missed if stalled <= m < back]) >= 3, output
     ran = {e.stream_id for e in events if e.type == "TickStarted"}
     assert not {f"tick-busy-{m:%Y%m%dT%H%M%SZ}" for m in missed} & ran, "a missed slot ran"

@@ -37,10 +37,12 @@ from harness.execution.executors.procrastinate import (
     Locks,
     ProcrastinateExecutor,
     WorkerExecutor,
+    WorkerRunner,
     apply_schema,
     defer,
     jobs_in,
 )
+from harness.execution.launchers.cold import ColdLauncher
 from harness.prices import PriceBook
 from harness.projections import projector_for
 from harness.scheduling.reconcile import reconcile
@@ -158,7 +160,8 @@ def test_a_claim_gets_one_job_however_often_it_is_deferred_and_one_take(tmp_path
                 ("tickwork:capped:1", -1),
                 ("tickwork:capped:0", -1),
             ]
-        worker = WorkerExecutor(settings, store, None, None, lambda line: None)  # type: ignore[arg-type]
+        runner = WorkerRunner(settings, store, ColdLauncher())
+        worker = WorkerExecutor(settings, store, None, runner, lambda line: None)  # type: ignore[arg-type]
         job = queued[0].job_id
         assert job is not None
         assert worker.take(job, None, "capped-0", "capped")

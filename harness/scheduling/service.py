@@ -120,15 +120,13 @@ class Service:
     def _fire_due(self, due: list[Slot]) -> None:
         """Fire what the timetable hands on; a slot it hands late follows catch-up policy.
 
-        A slot is late when a newer one of its level is due too, or when it fell due more
-        than JUST_DUE ago: the loop was held up (a wave that took long, a store call that
-        hung in an outage) and the slot is accounted for as a restart would account for it.
+        A slot is late when it fell due more than JUST_DUE ago: the loop was held up (a
+        store call that hung in an outage, a wave that took long) and the slot is accounted
+        for as a restart would account for it. Slots of the last JUST_DUE seconds run, as at
+        start-up, so a busy second or two loses no slot.
         """
         now = utcnow()
-        newest = {level: slot for slot, level in due}
-        late = {
-            (slot, level) for slot, level in due if slot != newest[level] or now - slot > JUST_DUE
-        }
+        late = {(slot, level) for slot, level in due if now - slot > JUST_DUE}
         missed = missed_slots(self.settings, due, now) & late
         if late:
             self.report(

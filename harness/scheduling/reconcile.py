@@ -15,6 +15,7 @@ scheduler is gone (procrastinate: its queue outlives every scheduler).
 
 from __future__ import annotations
 
+import functools
 import os
 import socket
 from collections.abc import Callable
@@ -48,6 +49,7 @@ def reconcile(
         unfinished = open_ticks(conn)
     watched = {tick.tick_id for tick in executor.running()}
     now = datetime.now(UTC)
+    gone_elsewhere = functools.cache(executor.claimer_gone)  # a query per claimer, not per tick
     for tick_id, level in unfinished:
         if tick_id in watched:
             continue
@@ -56,7 +58,7 @@ def reconcile(
             continue
         started = next((e for e in reversed(events) if e.type == "TickStarted"), None)
         if started is None:
-            if abandoned(events[0], now, never_started_after, executor.claimer_gone):
+            if abandoned(events[0], now, never_started_after, gone_elsewhere):
                 became = executor.abandoned(tick_id, level)
                 if became is not None:
                     report(f"{tick_id} {became}")

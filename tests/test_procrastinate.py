@@ -11,6 +11,8 @@ import itertools
 import signal
 import socket
 from collections import Counter
+from collections.abc import Iterator
+from contextlib import contextmanager
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
@@ -30,7 +32,7 @@ from harness.config import (
     StoreConfig,
     load_settings,
 )
-from harness.contracts.events import THROTTLE_STREAM, StartsSpaced
+from harness.contracts.events import TERMINAL_TYPES, THROTTLE_STREAM, StartsSpaced
 from harness.devtools.fake_llm import Step
 from harness.execution.executors.procrastinate import (
     MIGRATIONS,
@@ -54,6 +56,18 @@ from tests.procrastinate_support import EXECUTOR, Ticks, configure, level, proce
 from tests.waiting import wait_until
 
 SLOTS = 20
+
+
+@contextmanager
+def on_procrastinate(**levels: LevelConfig) -> Iterator[tuple[SqlEventStore, Settings]]:
+    """A migrated store with procrastinate's schema, and the executor's settings on it."""
+    with fresh_pg_database() as url:
+        migrate_store(url)
+        store = open_store(url)
+        apply_schema(store)
+        executor = ExecutorConfig(kind="procrastinate")
+        yield store, Settings(store=StoreConfig(url=url), executor=executor, levels=levels)
+        store.close()
 
 
 def test_the_procrastinate_executor_is_refused_on_sqlite(tmp_path: Path) -> None:
@@ -171,15 +185,7 @@ def test_a_claim_gets_one_job_however_often_it_is_deferred_and_one_take(tmp_path
 
 def test_a_claim_a_dead_scheduler_of_another_host_left_unqueued_is_deferred_here() -> None:
     """Any live scheduler defers it; a claim of another host's live scheduler stays its own."""
-    with fresh_pg_database() as url:
-        migrate_store(url)
-        store = open_store(url)
-        apply_schema(store)
-        settings = Settings(
-            store=StoreConfig(url=url),
-            executor=ExecutorConfig(kind="procrastinate"),
-            levels={"slow": LevelConfig(every="1h", model="m")},
-        )
+    with on_procrastinate(slow=LevelConfig(every="1h", model="m")) as (store, settings):
         claims = {
             f"slow-{pid}": SlotClaim(f"slow-{pid}", "slow", None)
             .scheduled("m")
@@ -190,11 +196,12 @@ def test_a_claim_a_dead_scheduler_of_another_host_left_unqueued_is_deferred_here
         reports: list[str] = []
         scheduler = ProcrastinateExecutor(settings, store, None, None, reports.append)  # type: ignore[arg-type]
         # 4242 lives (a connection of its own, just used); 4243 died before deferring.
-        with psycopg.connect(conninfo(url), application_name=process_name("elsewhere", 4242)):
+        with psycopg.connect(
+            conninfo(settings.store.url), application_name=process_name("elsewhere", 4242)
+        ):
             reconcile(store, scheduler, projector_for(store, PriceBook()), reports.append)
         assert [job.tick_id for job in jobs_in(store, ["todo"])] == ["slow-4243"], reports
         assert reports == ["slow-4243 deferred (its scheduler died before it could)"]
-        store.close()
 
 
 def test_three_workers_run_every_claimed_slot_once_within_the_level_cap(tmp_path: Path) -> None:
@@ -363,3 +370,83 @@ def test_the_infrastructure_throttle_spaces_the_starts_of_every_worker(tmp_path:
     for before, after in itertools.pairwise(states):
         if after.last_start < before.until:
             assert after.last_start - before.last_start >= timedelta(seconds=3), (before, after)
+
+
+def test_panel_members_and_hedge_twins_take_places_under_a_workers_concurrency(
+    tmp_path: Path,
+) -> None:
+    """A worker of concurrency 2 runs a panel of two and a hedged tick, one job at a time.
+
+    Each job takes every place its tick may need before it starts (two members; an
+    original and its twin), so no more than two tick processes ever run at once here.
+    """
+    levels = level("duo", "3s", timeout=30, extra="panel = 2") + level(
+        "hedged", "3s", timeout=10, extra="hedge_after_seconds = 1"
+    )
+    with fresh_pg_database() as url, fake_server([Step(text="done", delay=6)] * 200) as fake:
+        config = configure(tmp_path, url, levels, fake)
+        store = open_store(url)
+
+        def decided() -> bool:
+            found = store.read_all(0, 100_000, ["PanelDecided", "HedgeDecided"])
+            return {e.type for e in found} == {"PanelDecided", "HedgeDecided"}
+
+        with processes(config, fake, workers=1, concurrency=2) as (service, _):
+            assert service is not None
+            wait_until(decided, "a panel and a hedge decided on the worker", 240, interval=0.5)
+            service.stop()
+        ticks = Ticks.read(store)
+        store.close()
+    [panel] = [e for events in ticks.of("PanelDecided").values() for e in events][:1]
+    assert [m["status"] for m in panel.data["members"]] == ["completed", "completed"]
+    assert any(ticks.of("HedgeStarted").values()), "a twin started beside its original"
+    changes = []
+    for tick, events in ticks.streams.items():
+        started = [e.recorded_at for e in events if e.type == "TickStarted"]
+        ended = [e.recorded_at for e in events if e.type in TERMINAL_TYPES]
+        if started:
+            assert ended, f"{tick} never ended"
+            changes += [(started[0], 1), (ended[0], -1)]
+    running = list(itertools.accumulate(delta for _, delta in sorted(changes)))
+    assert max(running) == 2, "never more tick processes at once than the worker's places"
+
+
+def test_a_dead_workers_panel_members_end_with_its_job_and_are_no_jobs_of_their_own() -> None:
+    with on_procrastinate(duo=LevelConfig(every="1m", model="m", panel=2)) as (store, settings):
+        claim = SlotClaim("duo-1", "duo", datetime(2026, 1, 1, tzinfo=UTC))
+        assert claim_wave(store, settings, [claim]) == {"duo-1"}
+        assert defer(store, settings, Locks(settings), [claim]) == ["duo-1"]
+        [job] = jobs_in(store, ["todo"])
+        assert job.job_id is not None
+        reports: list[str] = []
+        worker = WorkerExecutor(
+            settings, store, None, WorkerRunner(settings, store, ColdLauncher()), reports.append
+        )  # type: ignore[arg-type]
+        assert worker.take(job.job_id, None, "duo-1", "duo")
+        # Its members as the dead worker left them: one started, one waiting for its place.
+        members = {
+            f"duo-1-p{i}": SlotClaim(f"duo-1-p{i}", "duo", claim.slot)
+            .scheduled("m")
+            .model_copy(update={"host": "elsewhere", "scheduler_pid": 4242})
+            for i in (1, 2)
+        }
+        store.create_streams({f"tick-{t}": [c.to_record()] for t, c in members.items()})
+        scheduler = ProcrastinateExecutor(settings, store, None, None, reports.append)  # type: ignore[arg-type]
+        assert scheduler.abandoned("duo-1-p2", "duo") is None, "a member is no job of its own"
+        assert [j.tick_id for j in jobs_in(store, ["todo"])] == ["duo-1"]
+        with store.read_transaction() as conn:
+            dead = conn.exec_driver_sql(
+                "INSERT INTO procrastinate_workers (last_heartbeat) "
+                "VALUES (now() - interval '1 hour') RETURNING id"
+            ).scalar()
+            conn.exec_driver_sql(
+                "UPDATE procrastinate_jobs SET status = 'doing', worker_id = %(worker)s "
+                "WHERE id = %(job)s",
+                {"worker": dead, "job": job.job_id},
+            )
+        worker.sweep_stalled()
+        ends = {
+            tick: [e.type for e in store.read_stream(f"tick-{tick}") if e.type in TERMINAL_TYPES]
+            for tick in ("duo-1", *members)
+        }
+        assert ends == {tick: ["TickLost"] for tick in ends}, (ends, reports)

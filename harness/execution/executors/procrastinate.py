@@ -21,13 +21,17 @@ hosts through procrastinate locks: its jobs are spread over N lock names
 A worker whose heartbeat stops (SIGKILL, host lost) is found by any other worker
 (`sweep_stalled`): each tick it had taken ends `TickLost` once (appended at the version
 read), a job it had not yet taken is retried, and a surviving tick process on the
-sweeper's host is killed with its group.
+sweeper's host is killed with its group. Panels and hedges run on the worker that took
+the slot's job, their members and twins in places of its concurrency that the job took
+before it started (`WorkerExecutor.seat`); a dead worker's members and twins end with
+its job's tick.
 """
 
 from __future__ import annotations
 
 import itertools
 import os
+import re
 import signal
 import socket
 import threading
@@ -43,7 +47,7 @@ import sqlalchemy as sa
 from procrastinate.schema import SchemaManager
 from procrastinate.sql import queries as procrastinate_queries
 
-from harness.config import Settings
+from harness.config import LevelConfig, Settings
 from harness.contracts.events import (
     TERMINAL_TYPES,
     THROTTLE_STREAM,
@@ -57,8 +61,11 @@ from harness.contracts.events import (
 )
 from harness.execution.adopt import Adoption
 from harness.execution.executors.base import Ended, Executor, Report
+from harness.execution.hedge import TWIN_SUFFIX
 from harness.execution.launchers import TickProcess
+from harness.execution.panels import REPLACEMENT
 from harness.execution.prepare import Preparer
+from harness.execution.queue import Gate
 from harness.execution.runner import Runner
 from harness.scheduling.handoff import RunningTick
 from harness.scheduling.waves import SlotClaim
@@ -81,6 +88,10 @@ SCHEMA_LOCK = DEFER_LOCK + 1
 REDELIVER_SECONDS = 2.0
 TAKEN = {"TickTaken", "TickStarted"}
 RETRY_JOB = "SELECT procrastinate_retry_job_v2(%(id)s, now(), NULL, NULL, NULL)"
+DEFAULT_CONCURRENCY = 4
+"""`tickwork worker --concurrency`'s default: the places a worker has until it is seated."""
+PART = re.compile(rf"(.+)(?:-p\d+|-p{REPLACEMENT}|{TWIN_SUFFIX})")
+"""The tick id of a panel member or hedge twin; its group is the tick it belongs to."""
 
 
 @dataclass(frozen=True)
@@ -309,7 +320,16 @@ class ProcrastinateExecutor(_OnStore):
                 del self.undelivered[: len(waiting)]
 
     def abandoned(self, tick_id: str, level: str) -> str | None:
-        """A claim whose scheduler died is the outbox: its job is deferred if it has none."""
+        """A claim whose scheduler died is the outbox: its job is deferred if it has none.
+
+        A panel member or hedge twin a worker claimed is part of that worker's job, not a
+        job of its own: the sweeper ends it with the job's tick when the worker dies.
+        """
+        part = PART.fullmatch(tick_id)
+        if part is not None:
+            parent = self.store.read_stream(tick_stream(part.group(1)))
+            if any(e.type == "TickTaken" for e in parent):
+                return None
         scheduled = self.store.read_stream(tick_stream(tick_id), limit=1)
         slot = scheduled[0].data.get("slot") if scheduled else None
         claim = SlotClaim(tick_id, level, datetime.fromisoformat(slot) if slot else None)
@@ -499,6 +519,28 @@ class SharedSpacing:
         return True
 
 
+def places_needed(level: LevelConfig | None) -> int:
+    """The tick processes one tick of `level` may run at once.
+
+    Its panel's members (a replacement runs after them), and a hedge twin beside each
+    when the level hedges.
+    """
+    if level is None:
+        return 1
+    return level.panel * (2 if level.hedge_after_seconds > 0 else 1)
+
+
+class Reserved:
+    """Where a worker's panel members and hedge twins start: in places their job took."""
+
+    def enter(self, level: str, stopped: threading.Event) -> bool:
+        """At once, unless the tick was stopped meanwhile."""
+        return not stopped.is_set()
+
+    def release(self, level: str) -> None:
+        """Nothing: the places go back with the job's."""
+
+
 class WorkerExecutor(_OnStore):
     """`tickwork worker`'s side: runs the ticks of the jobs it takes, here, to their end."""
 
@@ -507,9 +549,23 @@ class WorkerExecutor(_OnStore):
         self.announced = False
         """Whether its WorkerStarted is recorded (once procrastinate registered it)."""
         self.closing = threading.Event()
+        self.seat(DEFAULT_CONCURRENCY)
         self.spacing = SharedSpacing(self.store, self.settings.runner.infra_throttle_seconds)
         if self.settings.runner.infra_throttle_seconds > 0:
             self.runner.on_infrastructure_failure(self._failed_on_infrastructure)
+
+    def seat(self, concurrency: int) -> None:
+        """Places for `concurrency` ticks at once: jobs' ticks, panel members, hedge twins.
+
+        procrastinate runs at most `--concurrency` jobs here, and a job's tick may run
+        more tick processes than one: its panel's members, a twin for each. A job takes
+        every place its tick may need before it starts (`places_needed`), at once, so no
+        more tick processes run here than the worker's concurrency, and two jobs never
+        hold part of what each needs while waiting for the rest. Its members and twins
+        then start in those places (`Reserved`).
+        """
+        self.places: Gate[None] = Gate(concurrency, {})
+        self.runner.places = Reserved()
 
     def _failed_on_infrastructure(self, spacing: float) -> None:
         try:
@@ -536,10 +592,17 @@ class WorkerExecutor(_OnStore):
         when = datetime.fromisoformat(slot) if slot else None
         if not self.take(job_id, worker_id, tick_id, level):
             return
-        if self.spacing.wait_turn(tick_id, self.closing):
-            self._execute(SlotClaim(tick_id, level, when))
-        else:
+        needed = places_needed(self.settings.levels.get(level))
+        if not self.places.enter(level, self.closing, needed):
             self.runner.cancel_queued(tick_id, level, "worker stopped")
+            return
+        try:
+            if self.spacing.wait_turn(tick_id, self.closing):
+                self._execute(SlotClaim(tick_id, level, when))
+            else:
+                self.runner.cancel_queued(tick_id, level, "worker stopped")
+        finally:
+            self.places.release(level, needed)
 
     def take(self, job_id: int, worker_id: int | None, tick_id: str, level: str) -> bool:
         """Append TickTaken at the version read: False if the tick was taken or ended."""
@@ -583,11 +646,24 @@ class WorkerExecutor(_OnStore):
             self._job_sql(RETRY_JOB, job_id)
             self.report(f"{tick_id}: its worker died before taking it; job {job_id} retried")
             return
-        self._kill_here(events)
-        lost = TickLost(tick_id=tick_id, level=level, reason="its worker's heartbeat stopped")
-        if end_once(self.store, lost):
-            self.report(f"{tick_id} lost (its worker's heartbeat stopped)")
+        for part, part_events in self._family(tick_id, level, events).items():
+            self._kill_here(part_events)
+            lost = TickLost(tick_id=part, level=level, reason="its worker's heartbeat stopped")
+            if end_once(self.store, lost):
+                self.report(f"{part} lost (its worker's heartbeat stopped)")
         self._job_sql("SELECT procrastinate_finish_job_v1(%(id)s, 'failed', false)", job_id)
+
+    def _family(
+        self, tick_id: str, level: str, events: list[StoredEvent]
+    ) -> dict[str, list[StoredEvent]]:
+        """The job's tick and the panel members and hedge twin it ran, by tick id."""
+        config = self.settings.levels.get(level)
+        size = config.panel if config is not None else 1
+        marks = [f"-p{i}" for i in range(1, size + 1)] + ["-p" + REPLACEMENT] if size > 1 else []
+        parts = [tick_id + mark for mark in [*marks, TWIN_SUFFIX]]
+        streams = self.store.read_streams([tick_stream(part) for part in parts])
+        found = {part: streams[tick_stream(part)] for part in parts if streams[tick_stream(part)]}
+        return {tick_id: events, **found}
 
     def _job_sql(self, statement: str, job_id: int) -> None:
         """Move a stalled job on; another sweeper that moved it first makes this a no-op."""

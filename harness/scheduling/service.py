@@ -99,6 +99,8 @@ class Service:
         self.reconciled_at = float("-inf")
         self.owed = OwedSlots(report)
         self.spool = Spool(settings.paths.spool)
+        self.start_boundary: datetime | None = None
+        """Where `serve` left the slots of the last few seconds to the loop's first batch."""
 
     def serve(self) -> None:
         """Fire slots until `stopping` is set, then shut down; returns when all is ended."""
@@ -107,7 +109,7 @@ class Service:
             self._track(threading.Thread(target=companion, args=(self.stopping,), daemon=True))
         # Slots of the last few seconds are left to the loop (a replica already running
         # fires them now); only older ones count as missed.
-        boundary = utcnow() - JUST_DUE
+        boundary = self.start_boundary = utcnow() - JUST_DUE
         self.catch_up(boundary)
         timetable = Timetable(self.triggers, boundary)
         levels = ", ".join(
@@ -122,11 +124,14 @@ class Service:
 
         A slot is late when it fell due more than JUST_DUE ago: the loop was held up (a
         store call that hung in an outage, a wave that took long) and the slot is accounted
-        for as a restart would account for it. Slots of the last JUST_DUE seconds run, as at
-        start-up, so a busy second or two loses no slot.
+        for as a restart would account for it. Slots of the last JUST_DUE seconds run, so a
+        busy second or two loses no slot; so do those of the first batch after start-up from
+        its boundary on (`serve`), however long starting took.
         """
         now = utcnow()
-        late = {(slot, level) for slot, level in due if now - slot > JUST_DUE}
+        on_time_from = min(now - JUST_DUE, self.start_boundary or now)
+        self.start_boundary = None
+        late = {(slot, level) for slot, level in due if slot < on_time_from}
         missed = missed_slots(self.settings, due, now) & late
         if late:
             self.report(

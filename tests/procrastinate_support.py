@@ -42,10 +42,17 @@ timeout_seconds = {timeout}
 
 
 def configure(
-    tmp_path: Path, url: str, levels: str, fake: FakeUpstream, stalled: float = 30.0
+    tmp_path: Path,
+    url: str,
+    levels: str,
+    fake: FakeUpstream,
+    stalled: float = 30.0,
+    runner: str = "",
 ) -> Path:
     """A procrastinate tickwork.toml on `url`, migrated with `tickwork migrate`."""
-    config = write_config(tmp_path, levels + EXECUTOR.format(stalled=stalled), store_url=url)
+    config = write_config(
+        tmp_path, levels + EXECUTOR.format(stalled=stalled), runner=runner, store_url=url
+    )
     migrated = run_cli("migrate", config, fake)
     assert migrated.returncode == 0, migrated.stderr
     assert "procrastinate's schema" in migrated.stdout, migrated.stdout

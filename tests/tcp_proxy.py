@@ -1,4 +1,4 @@
-"""A TCP proxy a test can cut and restore: a store outage without touching the server."""
+"""A TCP proxy a test can cut, stall and restore: a store outage without touching the server."""
 
 from __future__ import annotations
 
@@ -8,7 +8,10 @@ import threading
 
 
 class TcpProxy:
-    """Forwards 127.0.0.1:`port` to `target`; `cut` refuses and drops every connection."""
+    """Forwards 127.0.0.1:`port` to `target` until the test cuts or stalls it.
+
+    `cut` refuses and drops every connection; `stall` answers nothing more until a `cut`.
+    """
 
     def __init__(self, target: tuple[str, int]) -> None:
         self.target = target
@@ -16,6 +19,8 @@ class TcpProxy:
         self._listener: socket.socket | None = None
         self._open: set[socket.socket] = set()
         self._lock = threading.Lock()
+        self._flowing = threading.Event()
+        self._flowing.set()
 
     def start(self) -> TcpProxy:
         """Listen (on the same port as before, after a `cut`)."""
@@ -28,9 +33,19 @@ class TcpProxy:
         threading.Thread(target=self._accept, args=(listener,), daemon=True).start()
         return self
 
+    def stall(self) -> None:
+        """Answer nothing: open connections forward no more bytes and new ones are held.
+
+        A database host that stopped responding: calls hang instead of failing, until a
+        `cut` resets them.
+        """
+        self._flowing.clear()
+
     def cut(self) -> None:
         """Refuse new connections and reset the open ones, as a database that went away."""
         if self._listener is not None:
+            with contextlib.suppress(OSError):  # wakes its accept, which holds the port
+                self._listener.shutdown(socket.SHUT_RDWR)
             self._listener.close()
             self._listener = None
         with self._lock:
@@ -39,6 +54,7 @@ class TcpProxy:
                     sock.shutdown(socket.SHUT_RDWR)
                 sock.close()
             self._open.clear()
+        self._flowing.set()
 
     def _accept(self, listener: socket.socket) -> None:
         while True:
@@ -46,6 +62,10 @@ class TcpProxy:
                 client, _ = listener.accept()
             except OSError:
                 return
+            if not self._flowing.is_set():
+                with self._lock:
+                    self._open.add(client)
+                continue
             try:
                 upstream = socket.create_connection(self.target)
             except OSError:
@@ -59,6 +79,7 @@ class TcpProxy:
     def _pipe(self, source: socket.socket, sink: socket.socket) -> None:
         try:
             while data := source.recv(65536):
+                self._flowing.wait()
                 sink.sendall(data)
         except OSError:
             pass

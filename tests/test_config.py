@@ -74,17 +74,3 @@ def test_a_bad_file_names_the_key_and_why(tmp_path: Path, text: str, expected: s
 def test_a_named_file_that_is_missing_is_an_error(tmp_path: Path) -> None:
     with pytest.raises(ConfigError, match="config file not found"):
         load_settings(tmp_path / "absent.toml")
-
-
-def test_panels_and_hedges_are_refused_under_procrastinate_naming_the_level(
-    tmp_path: Path,
-) -> None:
-    head = '[store]\nurl = "postgresql://db/tickwork"\n[executor]\nkind = "procrastinate"\n'
-    level = '[levels.min]\nevery = "1m"\nmodel = "m"\n'
-    for extra, named in (("panel = 3\n", "panel = 3"), ("hedge_after_seconds = 5\n", "hedge")):
-        config = write(tmp_path, head + level + extra)
-        with pytest.raises(ConfigError, match=rf"levels\.min: {named}.*executor\.kind = 'local'"):
-            load_settings(config)
-    assert load_settings(write(tmp_path, head + level)).levels["min"].panel == 1
-    local = level + "panel = 3\nhedge_after_seconds = 5\n"
-    assert load_settings(write(tmp_path, local)).levels["min"].panel == 3

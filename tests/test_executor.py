@@ -7,15 +7,16 @@ fake upstream; a cancel whose scope covers a queued tick ends it without startin
 from __future__ import annotations
 
 import threading
-from datetime import datetime
+from datetime import datetime, timedelta
 from pathlib import Path
+from zoneinfo import ZoneInfo
 
 from harness.config import LevelConfig, RunnerConfig
 from harness.contracts.events import TERMINAL_TYPES, utcnow
 from harness.devtools.fake_llm import FakeUpstream, Step
 from harness.execution.executors import LocalExecutor
 from harness.scheduling.timetable import Slot, Timetable
-from harness.scheduling.triggers import level_trigger
+from harness.scheduling.triggers import level_trigger, next_slot
 from harness.scheduling.waves import SlotClaim, claim_wave
 from tests.tick_support import Harness
 from tests.waiting import wait_until
@@ -101,3 +102,38 @@ def test_the_timetable_hands_due_slots_in_order_until_stopped() -> None:
     assert all(due == sorted(due) and max(due)[0] <= at for at, due in batches)
     fast = [slot for slot, name in slots if name == "fast"]
     assert fast == sorted(set(fast)) and {name for _, name in slots} == {"fast", "slow"}
+
+
+def slots_of(schedule: str, day: str, zone: str = "Europe/Berlin") -> list[str]:
+    """A schedule's slots from noon UTC before `day` to noon on it, UTC and wall-clock.
+
+    Walked as the timetable walks them: every slot from the one before.
+    """
+    trigger = level_trigger(LevelConfig(schedule=schedule, timezone=zone))
+    start = datetime.fromisoformat(f"{day}T12:00:00+00:00") - timedelta(days=1)
+    slot, slots = next_slot(trigger, None, start), []
+    while slot < start + timedelta(days=1):
+        slots.append(f"{slot:%H:%MZ} {slot.astimezone(ZoneInfo(zone)):%H:%M%z}")
+        slot = next_slot(trigger, slot, slot)
+    return slots
+
+
+def test_a_wall_clock_time_the_autumn_night_repeats_fires_once() -> None:
+    assert slots_of("30 2 * * *", "2026-10-25") == ["00:30Z 02:30+0200"]
+    assert slots_of("*/20 2 * * *", "2026-10-25") == [
+        "00:00Z 02:00+0200",
+        "00:20Z 02:20+0200",
+        "00:40Z 02:40+0200",
+    ]
+    hourly = slots_of("0 * * * *", "2026-10-25")
+    assert len(hourly) == 24, "a schedule of every hour fires every hour of elapsed time"
+    assert hourly[12:14] == ["00:00Z 02:00+0200", "01:00Z 02:00+0100"]
+
+
+def test_a_wall_clock_time_the_spring_night_skips_fires_once_when_the_clocks_jump() -> None:
+    assert slots_of("30 2 * * *", "2026-03-29") == ["01:00Z 03:00+0200"]
+    assert slots_of("*/20 2 * * *", "2026-03-29") == ["01:00Z 03:00+0200"]
+    assert slots_of("30 2,3 * * *", "2026-03-29") == ["01:00Z 03:00+0200", "01:30Z 03:30+0200"]
+    assert slots_of("30 2 * * *", "2026-03-30") == ["00:30Z 02:30+0200"]
+    hourly = slots_of("0 * * * *", "2026-03-29")
+    assert len(hourly) == 24 and hourly[12:14] == ["00:00Z 01:00+0100", "01:00Z 03:00+0200"]

@@ -14,6 +14,8 @@ import subprocess
 import threading
 import time
 from collections import Counter
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from itertools import pairwise
@@ -21,11 +23,12 @@ from pathlib import Path
 
 from sqlalchemy.engine import make_url
 
-from harness.contracts.events import TERMINAL_TYPES
+from harness.contracts.events import TERMINAL_TYPES, utcnow
 from harness.devtools.fake_llm import Step
+from harness.scheduling.service import JUST_DUE
 from harness.store import StoredEvent, migrate_store, open_store
 from harness.store.spool import Spool
-from tests.commands import busy_level, fake_server, start_service, write_config
+from tests.commands import Output, busy_level, fake_server, start_service, write_config
 from tests.conftest import fresh_pg_database
 from tests.tcp_proxy import TcpProxy
 from tests.waiting import long_enough, wait_until
@@ -43,6 +46,20 @@ class Ridden:
     events: list[StoredEvent]
 
 
+@contextmanager
+def behind_a_proxy(folder: Path, every: str) -> Iterator[tuple[str, TcpProxy, Path]]:
+    """A migrated PostgreSQL store behind a proxy the test can cut or stall.
+
+    Yields the store's own URL, the proxy, and the config of a service that reaches the
+    store through the proxy, whose level `busy` fires `every`.
+    """
+    with fresh_pg_database() as url:
+        migrate_store(url)
+        proxy = TcpProxy(("127.0.0.1", make_url(url).port or 5432)).start()
+        proxied = make_url(url).set(port=proxy.port).render_as_string(hide_password=False)
+        yield url, proxy, write_config(folder, busy_level(every, timeout=60), store_url=proxied)
+
+
 def ride_out(tmp_path: Path, outage: float) -> Ridden:
     """Run a service through a store outage of at least `outage` seconds, then stop it.
 
@@ -51,11 +68,7 @@ def ride_out(tmp_path: Path, outage: float) -> Ridden:
     """
     folder = tmp_path / f"{outage:g}s"
     folder.mkdir()
-    with fresh_pg_database() as url:
-        migrate_store(url)
-        proxy = TcpProxy(("127.0.0.1", make_url(url).port or 5432)).start()
-        proxied = make_url(url).set(port=proxy.port).render_as_string(hide_password=False)
-        config = write_config(folder, busy_level("2s", timeout=60), store_url=proxied)
+    with behind_a_proxy(folder, "2s") as (url, proxy, config):
         store = open_store(url)
         with fake_server([Step(text="done", delay=2)] * 200) as fake:
             service = start_service(config, fake)
@@ -244,3 +257,53 @@ def test_ticks_a_killed_service_claimed_and_never_started_end_while_its_successo
         kinds = [e.type for e in store.read_stream(stream)]
         assert sum(k in TERMINAL_TYPES for k in kinds) == 1, (stream, kinds, output)
     store.close()
+
+
+def test_slots_due_while_a_store_call_hangs_follow_the_catch_up_policy(tmp_path: Path) -> None:
+    """A store host that stops answering holds the firing loop in a call that hangs.
+
+    The slots that fall due meanwhile are claimed once the call fails, as a restart
+    would claim them: skipped `missed`, none lost, none run late.
+    """
+    with behind_a_proxy(tmp_path, "1s") as (url, proxy, config):
+        store = open_store(url)
+
+        def slots() -> list[datetime]:
+            return sorted(
+                datetime.fromisoformat(e.data["slot"])
+                for e in store.read_all(0, 100_000, ["TickScheduled"])
+            )
+
+        with fake_server([Step(text="done")] * 500) as fake:
+            service = Output(start_service(config, fake))
+            try:
+                wait_until(slots, "a slot claimed")
+                proxy.stall()
+                stalled = utcnow()
+                wait_until(
+                    lambda: utcnow() - stalled > JUST_DUE + timedelta(seconds=4),
+                    "slots to fall due while the store hangs",
+                )
+                proxy.cut()
+                proxy.start()
+                service.wait_for("store back after")
+                back = utcnow()
+                wait_until(lambda: slots()[-1] > back, "a slot claimed after the store is back")
+            finally:
+                output = service.stop()
+                proxy.cut()
+        events = store.read_all(0, 100_000)
+        store.close()
+    claimed = sorted(
+        datetime.fromisoformat(e.data["slot"]) for e in events if e.type == "TickScheduled"
+    )
+    steps = {later - earlier for earlier, later in pairwise(claimed)}
+    assert steps == {timedelta(seconds=1)}, f"slots due while the store hung were lost\n{output}"
+    missed = [
+        datetime.fromisoformat(e.data["slot"])
+        for e in events
+        if e.type == "TickSkipped" and e.data["reason"] == "missed"
+    ]
+    assert len([m for m in missed if stalled <= m < back]) >= 3, output
+    ran = {e.stream_id for e in events if e.type == "TickStarted"}
+    assert not {f"tick-busy-{m:%Y%m%dT%H%M%SZ}" for m in missed} & ran, "a missed slot ran"

@@ -87,3 +87,20 @@ def test_starts_are_spaced() -> None:
         times.append(time.monotonic())
     gaps = [b - a for a, b in itertools.pairwise(times)]
     assert min(gaps) >= 0.19
+
+
+def test_places_taken_at_once_wait_until_all_are_free() -> None:
+    """A procrastinate job takes every place its tick may need in one go, never a part."""
+    gate: Gate[str] = Gate(total=3, per_level={})
+    stopped = threading.Event()
+    assert gate.enter("duo", stopped, 2)
+    entered: list[bool] = []
+    thread = threading.Thread(target=lambda: entered.append(gate.enter("duo", stopped, 2)))
+    thread.start()
+    wait_until(lambda: gate.running() == 2 and thread.is_alive(), "the second job to wait")
+    assert gate.enter("solo", stopped), "one free place is still there for a job needing one"
+    gate.release("solo")
+    assert gate.running() == 2 and entered == [], "two places taken while one was free"
+    gate.release("duo", 2)
+    thread.join(60)
+    assert entered == [True] and gate.running() == 2

@@ -11,14 +11,19 @@ import itertools
 import signal
 import socket
 from collections import Counter
+from collections.abc import Iterator
+from contextlib import contextmanager
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import psutil
+import psycopg
 import pytest
+from procrastinate.schema import SchemaManager
 
 from harness.api import dashboard
 from harness.api.reads import Reads
+from harness.cli.worker_command import conninfo
 from harness.config import (
     ConfigError,
     ExecutorConfig,
@@ -27,23 +32,42 @@ from harness.config import (
     StoreConfig,
     load_settings,
 )
+from harness.contracts.events import TERMINAL_TYPES, THROTTLE_STREAM, StartsSpaced
 from harness.devtools.fake_llm import Step
 from harness.execution.executors.procrastinate import (
+    MIGRATIONS,
     Locks,
     ProcrastinateExecutor,
     WorkerExecutor,
+    WorkerRunner,
     apply_schema,
     defer,
     jobs_in,
 )
+from harness.execution.launchers.cold import ColdLauncher
+from harness.prices import PriceBook
+from harness.projections import projector_for
+from harness.scheduling.reconcile import reconcile
 from harness.scheduling.waves import SlotClaim, claim_wave
-from harness.store import SqlEventStore, migrate_store, open_store
+from harness.store import SqlEventStore, StoredEvent, migrate_store, open_store, process_name
 from tests.commands import fake_server, run_cli, write_config
 from tests.conftest import fresh_pg_database
-from tests.procrastinate_support import Ticks, configure, level, processes
+from tests.procrastinate_support import EXECUTOR, Ticks, configure, level, processes
 from tests.waiting import wait_until
 
 SLOTS = 20
+
+
+@contextmanager
+def on_procrastinate(**levels: LevelConfig) -> Iterator[tuple[SqlEventStore, Settings]]:
+    """A migrated store with procrastinate's schema, and the executor's settings on it."""
+    with fresh_pg_database() as url:
+        migrate_store(url)
+        store = open_store(url)
+        apply_schema(store)
+        executor = ExecutorConfig(kind="procrastinate")
+        yield store, Settings(store=StoreConfig(url=url), executor=executor, levels=levels)
+        store.close()
 
 
 def test_the_procrastinate_executor_is_refused_on_sqlite(tmp_path: Path) -> None:
@@ -52,13 +76,81 @@ def test_the_procrastinate_executor_is_refused_on_sqlite(tmp_path: Path) -> None
         load_settings(config)
 
 
+def _procrastinate_catalog(url: str) -> dict[str, list[tuple[str, ...]]]:
+    """The functions, columns, types and indexes of procrastinate's schema, as stored."""
+    queries = {
+        "functions": "SELECT p.oid::regprocedure::text, pg_get_functiondef(p.oid) FROM pg_proc p "
+        "WHERE proname LIKE 'procrastinate%%'",
+        "columns": "SELECT table_name::text, column_name::text, data_type::text, "
+        "coalesce(column_default, '') FROM information_schema.columns "
+        "WHERE table_name LIKE 'procrastinate%%'",
+        "types": "SELECT t.typname::text, e.enumlabel::text FROM pg_enum e "
+        "JOIN pg_type t ON t.oid = e.enumtypid WHERE t.typname LIKE 'procrastinate%%'",
+        "indexes": "SELECT indexdef FROM pg_indexes WHERE tablename LIKE 'procrastinate%%'",
+    }
+    store = open_store(url)
+    with store.read_transaction() as conn:
+        catalog = {
+            name: sorted(tuple(row) for row in conn.exec_driver_sql(sql))
+            for name, sql in queries.items()
+        }
+    store.close()
+    return catalog
+
+
+def test_tickwork_migrate_upgrades_an_older_procrastinate_schema(tmp_path: Path) -> None:
+    """An older procrastinate schema is brought to the installed version by its migrations.
+
+    One of procrastinate 3.2 (its migrations up to 03.02), and one tickwork set up before
+    it marked versions; both then equal a fresh one.
+    """
+    older = [m for m in MIGRATIONS if m.stem < "03.03"]
+    catalogs = []
+    with fake_server([]) as fake:
+        for name, steps in (("older", older), ("unmarked", None)):
+            with fresh_pg_database() as url:
+                migrate_store(url)
+                store = open_store(url)
+                # As procrastinate upgrades: each migration committed before the next uses
+                # what it added (an enum value cannot be used in the transaction adding it).
+                scripts = (
+                    [SchemaManager.get_schema()]
+                    if steps is None
+                    else [step.read_text() for step in steps]
+                )
+                for script in scripts:
+                    with store.read_transaction() as conn:
+                        conn.exec_driver_sql(script.replace("%", "%%"))
+                if steps:
+                    with store.read_transaction() as conn:
+                        conn.exec_driver_sql(
+                            "COMMENT ON TABLE procrastinate_jobs "
+                            f"IS 'procrastinate schema {steps[-1].stem}'"
+                        )
+                store.close()
+                (tmp_path / name).mkdir()
+                config = write_config(tmp_path / name, EXECUTOR.format(stalled=30), store_url=url)
+                migrated = run_cli("migrate", config, fake)
+                assert migrated.returncode == 0, migrated.stderr
+                was = older[-1].stem if steps else f"already at {MIGRATIONS[-1].stem}"
+                expected = f"{was} -> {MIGRATIONS[-1].stem}" if steps else was
+                assert f"procrastinate's schema {expected}" in migrated.stdout, migrated.stdout
+                again = run_cli("migrate", config, fake)
+                assert f"schema already at {MIGRATIONS[-1].stem}" in again.stdout, again.stdout
+                catalogs.append(_procrastinate_catalog(url))
+        with fresh_pg_database() as url:
+            migrate_store(url)
+            apply_schema(open_store(url))
+            fresh = _procrastinate_catalog(url)
+    assert catalogs == [fresh, fresh]
+
+
 def test_a_claim_gets_one_job_however_often_it_is_deferred_and_one_take(tmp_path: Path) -> None:
     """The claim is the outbox: deferring is keyed by tick id, taking by stream version."""
     with fresh_pg_database() as url:
         migrate_store(url)
         store = open_store(url)
-        with store.read_transaction() as conn:
-            assert apply_schema(conn)
+        assert apply_schema(store) == (None, MIGRATIONS[-1].stem)
         settings = Settings(
             store=StoreConfig(url=url),
             executor=ExecutorConfig(kind="procrastinate"),
@@ -82,12 +174,34 @@ def test_a_claim_gets_one_job_however_often_it_is_deferred_and_one_take(tmp_path
                 ("tickwork:capped:1", -1),
                 ("tickwork:capped:0", -1),
             ]
-        worker = WorkerExecutor(settings, store, None, None, lambda line: None)  # type: ignore[arg-type]
+        runner = WorkerRunner(settings, store, ColdLauncher())
+        worker = WorkerExecutor(settings, store, None, runner, lambda line: None)  # type: ignore[arg-type]
         job = queued[0].job_id
         assert job is not None
         assert worker.take(job, None, "capped-0", "capped")
         assert not worker.take(job, None, "capped-0", "capped"), "a redelivery took it again"
         store.close()
+
+
+def test_a_claim_a_dead_scheduler_of_another_host_left_unqueued_is_deferred_here() -> None:
+    """Any live scheduler defers it; a claim of another host's live scheduler stays its own."""
+    with on_procrastinate(slow=LevelConfig(every="1h", model="m")) as (store, settings):
+        claims = {
+            f"slow-{pid}": SlotClaim(f"slow-{pid}", "slow", None)
+            .scheduled("m")
+            .model_copy(update={"host": "elsewhere", "scheduler_pid": pid})
+            for pid in (4242, 4243)
+        }
+        store.create_streams({f"tick-{t}": [claim.to_record()] for t, claim in claims.items()})
+        reports: list[str] = []
+        scheduler = ProcrastinateExecutor(settings, store, None, None, reports.append)  # type: ignore[arg-type]
+        # 4242 lives (a connection of its own, just used); 4243 died before deferring.
+        with psycopg.connect(
+            conninfo(settings.store.url), application_name=process_name("elsewhere", 4242)
+        ):
+            reconcile(store, scheduler, projector_for(store, PriceBook()), reports.append)
+        assert [job.tick_id for job in jobs_in(store, ["todo"])] == ["slow-4243"], reports
+        assert reports == ["slow-4243 deferred (its scheduler died before it could)"]
 
 
 def test_three_workers_run_every_claimed_slot_once_within_the_level_cap(tmp_path: Path) -> None:
@@ -222,3 +336,125 @@ def _started_by_each(store: SqlEventStore, workers: list[int]) -> dict[int, str]
         if started and not ticks.terminals()[tick]:
             by_worker.setdefault(started[0].data["runner_pid"], tick)
     return by_worker if all(pid in by_worker for pid in workers) else None
+
+
+def test_the_infrastructure_throttle_spaces_the_starts_of_every_worker(tmp_path: Path) -> None:
+    """A failure on one worker spaces the starts on all of them by its backoff, for a while."""
+    runner = "retry_backoff_seconds = 3\nretry_backoff_max_seconds = 3\ninfra_throttle_seconds = 30"
+    steps = [Step(status=500)] + [Step(text="done")] * 100
+    with fresh_pg_database() as url, fake_server(steps) as fake:
+        config = configure(tmp_path, url, level("busy", "1s"), fake, runner=runner)
+        store = open_store(url)
+
+        def throttled() -> tuple[list[StoredEvent], dict[str, int]]:
+            spaced = store.read_stream(THROTTLE_STREAM)
+            takers = {
+                tick: taken[0].data["worker_pid"]
+                for tick, taken in Ticks.read(store).of("TickTaken").items()
+                if taken
+            }
+            return spaced, takers
+
+        def both_workers_throttled() -> bool:
+            spaced, takers = throttled()
+            starts = [e.data["tick_id"] for e in spaced if e.data["tick_id"]]
+            return len(starts) >= 4 and len({takers[tick] for tick in starts}) == 2
+
+        with processes(config, fake, workers=2, concurrency=1) as (service, _):
+            assert service is not None
+            wait_until(both_workers_throttled, "throttled starts on both workers", 120)
+            service.stop()
+        spaced, _ = throttled()
+        failures = [
+            e
+            for e in store.read_all(0, 100_000, ["TickAttemptFailed"])
+            if e.data["failure_class"] == "infrastructure"
+        ]
+        store.close()
+    assert failures and failures[0].data["retry_in_seconds"] == 3, failures
+    assert spaced[0].data["tick_id"] is None, "the failure opened the throttle"
+    states = [StartsSpaced.model_validate(e.data) for e in spaced]
+    assert {s.spacing_seconds for s in states} == {3}
+    for before, after in itertools.pairwise(states):
+        if after.last_start < before.until:
+            assert after.last_start - before.last_start >= timedelta(seconds=3), (before, after)
+
+
+def test_panel_members_and_hedge_twins_take_places_under_a_workers_concurrency(
+    tmp_path: Path,
+) -> None:
+    """A worker of concurrency 2 runs a panel of two and a hedged tick, one job at a time.
+
+    Each job takes every place its tick may need before it starts (two members; an
+    original and its twin), so no more than two tick processes ever run at once here.
+    """
+    levels = level("duo", "3s", timeout=30, extra="panel = 2") + level(
+        "hedged", "3s", timeout=10, extra="hedge_after_seconds = 1"
+    )
+    with fresh_pg_database() as url, fake_server([Step(text="done", delay=6)] * 200) as fake:
+        config = configure(tmp_path, url, levels, fake)
+        store = open_store(url)
+
+        def decided() -> bool:
+            found = store.read_all(0, 100_000, ["PanelDecided", "HedgeDecided"])
+            return {e.type for e in found} == {"PanelDecided", "HedgeDecided"}
+
+        with processes(config, fake, workers=1, concurrency=2) as (service, _):
+            assert service is not None
+            wait_until(decided, "a panel and a hedge decided on the worker", 240, interval=0.5)
+            service.stop()
+        ticks = Ticks.read(store)
+        store.close()
+    [panel] = [e for events in ticks.of("PanelDecided").values() for e in events][:1]
+    assert [m["status"] for m in panel.data["members"]] == ["completed", "completed"]
+    assert any(ticks.of("HedgeStarted").values()), "a twin started beside its original"
+    changes = []
+    for tick, events in ticks.streams.items():
+        started = [e.recorded_at for e in events if e.type == "TickStarted"]
+        ended = [e.recorded_at for e in events if e.type in TERMINAL_TYPES]
+        if started:
+            assert ended, f"{tick} never ended"
+            changes += [(started[0], 1), (ended[0], -1)]
+    running = list(itertools.accumulate(delta for _, delta in sorted(changes)))
+    assert max(running) == 2, "never more tick processes at once than the worker's places"
+
+
+def test_a_dead_workers_panel_members_end_with_its_job_and_are_no_jobs_of_their_own() -> None:
+    with on_procrastinate(duo=LevelConfig(every="1m", model="m", panel=2)) as (store, settings):
+        claim = SlotClaim("duo-1", "duo", datetime(2026, 1, 1, tzinfo=UTC))
+        assert claim_wave(store, settings, [claim]) == {"duo-1"}
+        assert defer(store, settings, Locks(settings), [claim]) == ["duo-1"]
+        [job] = jobs_in(store, ["todo"])
+        assert job.job_id is not None
+        reports: list[str] = []
+        worker = WorkerExecutor(
+            settings, store, None, WorkerRunner(settings, store, ColdLauncher()), reports.append
+        )  # type: ignore[arg-type]
+        assert worker.take(job.job_id, None, "duo-1", "duo")
+        # Its members as the dead worker left them: one started, one waiting for its place.
+        members = {
+            f"duo-1-p{i}": SlotClaim(f"duo-1-p{i}", "duo", claim.slot)
+            .scheduled("m")
+            .model_copy(update={"host": "elsewhere", "scheduler_pid": 4242})
+            for i in (1, 2)
+        }
+        store.create_streams({f"tick-{t}": [c.to_record()] for t, c in members.items()})
+        scheduler = ProcrastinateExecutor(settings, store, None, None, reports.append)  # type: ignore[arg-type]
+        assert scheduler.abandoned("duo-1-p2", "duo") is None, "a member is no job of its own"
+        assert [j.tick_id for j in jobs_in(store, ["todo"])] == ["duo-1"]
+        with store.read_transaction() as conn:
+            dead = conn.exec_driver_sql(
+                "INSERT INTO procrastinate_workers (last_heartbeat) "
+                "VALUES (now() - interval '1 hour') RETURNING id"
+            ).scalar()
+            conn.exec_driver_sql(
+                "UPDATE procrastinate_jobs SET status = 'doing', worker_id = %(worker)s "
+                "WHERE id = %(job)s",
+                {"worker": dead, "job": job.job_id},
+            )
+        worker.sweep_stalled()
+        ends = {
+            tick: [e.type for e in store.read_stream(f"tick-{tick}") if e.type in TERMINAL_TYPES]
+            for tick in ("duo-1", *members)
+        }
+        assert ends == {tick: ["TickLost"] for tick in ends}, (ends, reports)

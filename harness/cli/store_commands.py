@@ -74,13 +74,12 @@ def migrate() -> None:
 
         store = store_for(config)
         try:
-            with store.read_transaction() as conn:
-                applied = apply_schema(conn)
+            was, now = apply_schema(store)
         except StoreError as exc:
             raise fail(f"procrastinate's schema: {exc}") from exc
         finally:
             store.close()
-        done = "applied" if applied else "present already"
+        done = f"already at {now}" if was == now else f"{was or 'none'} -> {now}"
         out.print(f"{safe_url(config.store.url)}: procrastinate's schema {done}")
 
 

@@ -54,12 +54,26 @@ def worker(
     """Run tick jobs of the procrastinate executor until SIGTERM (any number, any host)."""
     import asyncio  # its event loop and TLS: 0.05 s that `status` and `--help` need not pay
 
-    from harness.execution.executors.procrastinate import WorkerExecutor, WorkerRunner
+    from harness.execution.executors.procrastinate import (
+        WorkerExecutor,
+        WorkerRunner,
+        places_needed,
+    )
     from harness.execution.prepare import Preparer
 
     config = settings(needed=True)
     if config.executor.kind != "procrastinate":
         raise fail('tickwork worker needs [executor] kind = "procrastinate" (a PostgreSQL store)')
+    wide = [
+        f"levels.{name} needs {places_needed(level)}"
+        for name, level in config.levels.items()
+        if places_needed(level) > concurrency
+    ]
+    if wide:
+        raise fail(
+            f"--concurrency {concurrency} is too few places for a tick of {', '.join(wide)} "
+            "(each panel member and each hedge twin takes one)"
+        )
     router = router_or_exit(config, report)
     store = store_for(config)
     try:
@@ -67,6 +81,7 @@ def worker(
             preparer = Preparer(config, store, env=env, router=router)
             runner = WorkerRunner(config, store, env=env)
             executor = WorkerExecutor(config, store, preparer, runner, report)
+            executor.seat(concurrency)
             jobs = _app(config, executor)
             asyncio.run(_work(config, store, jobs, executor, concurrency, queues))
     finally:

@@ -526,17 +526,6 @@ class Settings(BaseSettings):
                 f"executor.kind = 'procrastinate' needs a PostgreSQL store, and store.url is "
                 f"{backend}: procrastinate's jobs live in the store's PostgreSQL"
             )
-        if self.executor.kind == "procrastinate":
-            for name, level in self.levels.items():
-                extras = [f"panel = {level.panel}"] if level.panel > 1 else []
-                if level.hedge_after_seconds:
-                    extras.append(f"hedge_after_seconds = {level.hedge_after_seconds:g}")
-                if extras:
-                    raise ValueError(
-                        f"levels.{name}: {' and '.join(extras)} needs executor.kind = 'local': "
-                        "under procrastinate, panel members and hedge twins would run without "
-                        "taking a place under the worker's concurrency"
-                    )
         for name, digest in self.digests.items():
             unknown = sorted(set(digest.levels) - set(self.levels))
             if unknown:

@@ -218,6 +218,31 @@ class WorkerStarted(Event):
         return WORKERS_STREAM
 
 
+THROTTLE_STREAM = "throttle"
+
+
+class StartsSpaced(Event):
+    """The infrastructure throttle every `tickwork worker` keeps: starts spaced apart.
+
+    Until `until`, ticks start at least `spacing_seconds` apart across all workers;
+    `last_start` is the latest start it let through. Appended after an attempt failed on
+    infrastructure (widening it) and by each start while it holds, always at the stream
+    version read, so of two workers starting at once one waits its turn.
+    """
+
+    type = "StartsSpaced"
+    spacing_seconds: float
+    until: datetime
+    last_start: datetime
+    tick_id: str | None = None
+    """The tick whose start it let through; None after a failure widened it."""
+
+    @property
+    def stream_id(self) -> str:
+        """One stream: its last event is the throttle in force."""
+        return THROTTLE_STREAM
+
+
 class ModelCallStarted(TickEvent):
     """A model call about to be sent, recorded before it is, with its estimated input size.
 
@@ -714,6 +739,7 @@ EVENT_TYPES: dict[tuple[str, int], type[Event]] = {
         TickStarted,
         TickTaken,
         WorkerStarted,
+        StartsSpaced,
         ModelCallStarted,
         BudgetSpent,
         ToolCalled,

@@ -101,29 +101,31 @@ class Gate(Generic[T]):
             return None
         return next((t for t in self._waiting if self._has_room(t.level)), None)
 
-    def _has_room(self, level: str) -> bool:
+    def _has_room(self, level: str, places: int = 1) -> bool:
         cap = self.per_level.get(level)
-        return cap is None or self._running[level] < cap
+        return cap is None or self._running[level] + places <= cap
 
-    def enter(self, level: str, stopped: threading.Event) -> bool:
-        """Take a place for `level` as soon as the caps allow, ahead of the queue.
+    def enter(self, level: str, stopped: threading.Event, places: int = 1) -> bool:
+        """Take `places` places for `level` at once as soon as the caps allow, ahead of the queue.
 
         For a hedge's twin: its tick already waited its turn and stalled, so the twin does
-        not queue behind later slots. False (no place taken) once the gate closes or
-        `stopped` is set.
+        not queue behind later slots; for a procrastinate job, every place its tick may
+        need. False (no place taken) once the gate closes or `stopped` is set.
         """
         with self._condition:
             while not self._closed and not stopped.is_set():
-                if sum(self._running.values()) < self.total and self._has_room(level):
-                    self._running[level] += 1
+                if sum(self._running.values()) + places <= self.total and self._has_room(
+                    level, places
+                ):
+                    self._running[level] += places
                     return True
                 self._condition.wait(0.1)
             return False
 
-    def release(self, level: str) -> None:
-        """Give back the place of a finished item of `level`; waiting items are woken."""
+    def release(self, level: str, places: int = 1) -> None:
+        """Give back places of a finished item of `level`; waiting items are woken."""
         with self._condition:
-            self._running[level] -= 1
+            self._running[level] -= places
             self._condition.notify_all()
 
     def withdraw(self, matches: Callable[[T], bool]) -> list[T]:

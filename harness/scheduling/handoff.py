@@ -54,6 +54,12 @@ class Handoff(Protocol):
     def record_lost(self, tick_id: str, level: str, reason: str) -> None:
         """End a tick nobody can finish any more with `TickLost`."""
 
+    def claimer_gone(self, host: str, pid: int) -> bool:
+        """Whether the process on another host that claimed a tick is gone, if it can tell.
+
+        False when it cannot: such a tick is left to its own host's services.
+        """
+
     def abandoned(self, tick_id: str, level: str) -> str | None:
         """A tick claimed by a process that died before starting it; says what became of it.
 

@@ -11,13 +11,12 @@ from __future__ import annotations
 import threading
 import time
 from collections.abc import Callable, Collection, Sequence
-from datetime import timedelta
 
 from harness.config import Settings
 from harness.contracts.events import tick_stream, utcnow
 from harness.scheduling.timetable import Slot
 from harness.scheduling.triggers import slot_tick_id
-from harness.scheduling.waves import Decision, SlotClaim
+from harness.scheduling.waves import Decision, SlotClaim, missed_slots
 from harness.store import EventStore, StoreError
 
 Report = Callable[[str], None]
@@ -105,13 +104,7 @@ class OwedSlots:
             owed, self.slots = sorted(self.slots), []
         if not owed:
             return
-        now, latest = utcnow(), {level: slot for slot, level in owed}
-        missed = {
-            (slot, level)
-            for slot, level in owed
-            if slot != latest[level]
-            or now - slot > timedelta(seconds=settings.levels[level].catch_up_seconds)
-        }
+        missed = missed_slots(settings, owed, utcnow())
         self.report(f"{len(owed)} slot(s) due while the store was out: {len(missed)} missed")
         fire(owed, missed)
         with self._lock:

@@ -8,11 +8,14 @@ claimed but never started is `TickLost` once the process that claimed it (its
 which adopts a worker that still runs (watched and killed at its original deadline),
 completes a tick from the result file it wrote while nobody watched, and records
 `TickLost` for the rest (`harness.execution.adopt`). Ticks of live processes, and those
-claimed or started on other hosts, are theirs to end.
+claimed or started on other hosts, are theirs to end; except that a claim another host's
+dead scheduler left unqueued is handed on by any live one when the executor can tell the
+scheduler is gone (procrastinate: its queue outlives every scheduler).
 """
 
 from __future__ import annotations
 
+import functools
 import os
 import socket
 from collections.abc import Callable
@@ -46,6 +49,7 @@ def reconcile(
         unfinished = open_ticks(conn)
     watched = {tick.tick_id for tick in executor.running()}
     now = datetime.now(UTC)
+    gone_elsewhere = functools.cache(executor.claimer_gone)  # a query per claimer, not per tick
     for tick_id, level in unfinished:
         if tick_id in watched:
             continue
@@ -54,7 +58,7 @@ def reconcile(
             continue
         started = next((e for e in reversed(events) if e.type == "TickStarted"), None)
         if started is None:
-            if abandoned(events[0], now, never_started_after):
+            if abandoned(events[0], now, never_started_after, gone_elsewhere):
                 became = executor.abandoned(tick_id, level)
                 if became is not None:
                     report(f"{tick_id} {became}")
@@ -63,12 +67,24 @@ def reconcile(
             executor.adopt(started, now)
 
 
-def abandoned(scheduled: StoredEvent, now: datetime, never_started_after: timedelta) -> bool:
-    """Whether the process that claimed the tick is gone (its TickScheduled says which)."""
+def abandoned(
+    scheduled: StoredEvent,
+    now: datetime,
+    never_started_after: timedelta,
+    gone_elsewhere: Callable[[str, int], bool] = lambda host, pid: False,
+) -> bool:
+    """Whether the process that claimed the tick is gone (its TickScheduled says which).
+
+    A process of another host is asked after through `gone_elsewhere` (the executor's
+    `claimer_gone`: procrastinate's schedulers share a database that can tell); without
+    it, it counts as alive.
+    """
     host, pid = scheduled.data.get("host"), scheduled.data.get("scheduler_pid")
     if host is None or pid is None:
         return now - scheduled.recorded_at > never_started_after
-    if host != socket.gethostname() or pid == os.getpid():
+    if host != socket.gethostname():
+        return gone_elsewhere(host, pid)
+    if pid == os.getpid():
         return False
     claimed_at = datetime.fromisoformat(scheduled.data["occurred_at"])
     try:

@@ -47,6 +47,7 @@ from harness.scheduling.waves import (
     SlotClaim,
     claim_wave,
     decide,
+    missed_slots,
     skip_reason,
 )
 from harness.store import EventStore, Spool, StoreError, append_or_spool
@@ -98,6 +99,8 @@ class Service:
         self.reconciled_at = float("-inf")
         self.owed = OwedSlots(report)
         self.spool = Spool(settings.paths.spool)
+        self.start_boundary: datetime | None = None
+        """Where `serve` left the slots of the last few seconds to the loop's first batch."""
 
     def serve(self) -> None:
         """Fire slots until `stopping` is set, then shut down; returns when all is ended."""
@@ -106,7 +109,7 @@ class Service:
             self._track(threading.Thread(target=companion, args=(self.stopping,), daemon=True))
         # Slots of the last few seconds are left to the loop (a replica already running
         # fires them now); only older ones count as missed.
-        boundary = utcnow() - JUST_DUE
+        boundary = self.start_boundary = utcnow() - JUST_DUE
         self.catch_up(boundary)
         timetable = Timetable(self.triggers, boundary)
         levels = ", ".join(
@@ -117,7 +120,24 @@ class Service:
         self.shutdown()
 
     def _fire_due(self, due: list[Slot]) -> None:
-        self.fire(due)
+        """Fire what the timetable hands on; a slot it hands late follows catch-up policy.
+
+        A slot is late when it fell due more than JUST_DUE ago: the loop was held up (a
+        store call that hung in an outage, a wave that took long) and the slot is accounted
+        for as a restart would account for it. Slots of the last JUST_DUE seconds run, so a
+        busy second or two loses no slot; so do those of the first batch after start-up from
+        its boundary on (`serve`), however long starting took.
+        """
+        now = utcnow()
+        on_time_from = min(now - JUST_DUE, self.start_boundary or now)
+        self.start_boundary = None
+        late = {(slot, level) for slot, level in due if slot < on_time_from}
+        missed = missed_slots(self.settings, due, now) & late
+        if late:
+            self.report(
+                f"{len(late)} slot(s) fell due while firing was held up: {len(missed)} missed"
+            )
+        self.fire(due, missed)
         try:  # fold the wave just claimed now, while idle, not when the next wave is due
             self.projector.catch_up(["ticks"])
         except StoreError as exc:
@@ -176,7 +196,7 @@ class Service:
         with self.store.read_transaction() as conn:
             slots_claimed = last_slots(conn)
         due: list[Slot] = []
-        missed: set[Slot] = set()
+        behind: list[tuple[str, list[datetime]]] = []
         for level, trigger in self.triggers.items():
             if level not in slots_claimed:
                 continue
@@ -192,19 +212,18 @@ class Service:
                 slot = next_slot(trigger, slot, slot)
             if not slots:
                 continue
-            window = timedelta(seconds=self.settings.levels[level].catch_up_seconds)
-            run_latest = now - slots[-1] <= window
             if len(slots) > MAX_MISSED:
                 self.report(f"{level}: {len(slots) - MAX_MISSED} older missed slot(s) not recorded")
             due.extend((slot, level) for slot in slots[-MAX_MISSED:])
-            missed.update((slot, level) for slot in slots[-MAX_MISSED:])
-            if run_latest:
-                missed.discard((slots[-1], level))
+            behind.append((level, slots))
+        recorded = missed_slots(self.settings, due, now)
+        for level, slots in behind:
+            runs = (slots[-1], level) not in recorded
             self.report(
                 f"{level}: {len(slots)} slot(s) missed while down"
-                + (f", the latest ({slots[-1]:%H:%M:%S}) runs now" if run_latest else "")
+                + (f", the latest ({slots[-1]:%H:%M:%S}) runs now" if runs else "")
             )
-        self.fire(due, missed)
+        self.fire(due, recorded)
 
     def fire(self, due: Sequence[Slot], missed: Collection[Slot] = ()) -> None:
         """Decide and claim due slots, a wave at a time, and hand on the ticks that may run.
@@ -277,7 +296,7 @@ class Service:
                 self.report(f"{tick_id} skipped: {SKIPPED['budget'].format(level=level)}")
             elif decision in ("run", "buffer"):
                 self._hand_on(claim, decision)
-            elif decision != "missed":
+            else:
                 self.report(f"{tick_id} skipped: {SKIPPED[decision].format(level=level)}")
         for level, check in over_budget.items():
             self._budget_exceeded(level, check)

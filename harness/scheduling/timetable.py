@@ -1,16 +1,19 @@
 """The one timetable loop: jobs with a trigger, woken at the earliest next slot.
 
 Levels and digests fire on the same loop (each in a thread of its own): it sleeps until
-the earliest upcoming slot of any job, hands every slot due by then to a callback as one
-batch, in slot order, and moves each job on to its next slot. A slot missed while the
-callback ran coalesces into the next one (`next_slot`), so a slow batch never queues up
-a backlog. The sleep is cut into `poll_seconds` pieces so that `wake` (the service
-follows the control stream there) runs often and a stop is seen at once.
+the earliest upcoming slot of any job and hands every slot due by then to a callback as
+one batch, in slot order. No slot is dropped: those that fell due while the callback (or
+`wake`) was held up, by a slow wave or a store call that hangs, come in the next batch,
+the latest `MAX_DUE` of each job, and the callback decides what a late slot becomes (the
+service follows the level's catch-up policy, digests publish the latest period). The
+sleep is cut into `poll_seconds` pieces so that `wake` (the service follows the control
+stream there) runs often and a stop is seen at once.
 """
 
 from __future__ import annotations
 
 import threading
+from collections import deque
 from collections.abc import Callable, Mapping
 from datetime import datetime
 
@@ -22,6 +25,8 @@ from harness.scheduling.triggers import next_slot
 Slot = tuple[datetime, str]
 """A slot time and the name of its job (a level, a digest)."""
 POLL_SECONDS = 0.5
+MAX_DUE = 1000
+"""Slots of one job handed in one batch at most: the latest (a host asleep for a day)."""
 
 
 class Timetable:
@@ -43,12 +48,21 @@ class Timetable:
         while not stopping.is_set():
             wake()
             now = utcnow()
-            due = sorted((slot, name) for name, slot in self.upcoming.items() if slot <= now)
+            names = [name for name, slot in self.upcoming.items() if slot <= now]
+            due = sorted(slot for name in names for slot in self._due(name, now))
             if not due:
                 soonest = min(self.upcoming.values(), default=None)
                 delay = poll_seconds if soonest is None else (soonest - now).total_seconds()
                 stopping.wait(min(delay, poll_seconds))
                 continue
             fire(due)
-            for slot, name in due:
-                self.upcoming[name] = next_slot(self.triggers[name], slot, utcnow())
+
+    def _due(self, name: str, now: datetime) -> deque[Slot]:
+        """The job's slots due by `now` (the latest MAX_DUE), moving it on past them."""
+        due: deque[Slot] = deque(maxlen=MAX_DUE)
+        slot, trigger = self.upcoming[name], self.triggers[name]
+        while slot <= now:
+            due.append((slot, name))
+            slot = next_slot(trigger, slot, slot)
+        self.upcoming[name] = slot
+        return due

@@ -11,9 +11,9 @@ from __future__ import annotations
 
 import os
 import socket
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Collection, Sequence
 from dataclasses import dataclass, field
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import Literal
 from uuid import UUID
 
@@ -23,12 +23,13 @@ from harness.contracts.ids import new_event_id
 from harness.routing.decisions import Routed, decision_fields
 from harness.routing.history import catalog_record
 from harness.scheduling.budget import BudgetCheck
+from harness.scheduling.timetable import Slot
 from harness.store import EventStore
 
 SkipReason = Literal["overlap", "budget", "missed", "paused"]
 Decision = SkipReason | Literal["run", "buffer"]
 SKIPPED = {
-    "missed": "missed while no scheduler ran",
+    "missed": "missed: nothing could claim it when it fell due",
     "paused": "{level} is paused (tickwork resume {level})",
     "overlap": "a tick of {level} is still in flight",
     "budget": "{level} is at its daily budget",
@@ -117,6 +118,24 @@ def decide(
         return "budget"
     busy.add(level)
     return decision
+
+
+def missed_slots(settings: Settings, slots: Collection[Slot], now: datetime) -> set[Slot]:
+    """The catch-up policy: which of `slots`, due unclaimed, are recorded skipped `missed`.
+
+    All of them but each level's latest, and that one too unless it lies within the
+    level's `catch_up_seconds` of `now`: a scheduler that was down, a store that was out
+    and a wave that was held up all leave slots to account for, and all account alike.
+    """
+    latest: dict[str, datetime] = {}
+    for slot, level in slots:
+        latest[level] = max(slot, latest.get(level, slot))
+    return {
+        (slot, level)
+        for slot, level in slots
+        if slot != latest[level]
+        or now - slot > timedelta(seconds=settings.levels[level].catch_up_seconds)
+    }
 
 
 def skip_reason(decision: Decision) -> SkipReason | None:

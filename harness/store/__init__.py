@@ -12,7 +12,7 @@ from __future__ import annotations
 from harness.config import Durability
 from harness.contracts.records import NewEvent, StoredEvent
 from harness.store.base import EventStore, Tracking
-from harness.store.engine import safe_url, split_password
+from harness.store.engine import process_name, safe_url, split_password
 from harness.store.migrate import current_revision
 from harness.store.opening import migrate_store, open_store
 from harness.store.records import (
@@ -58,6 +58,7 @@ __all__ = [
     "current_revision",
     "migrate_store",
     "open_store",
+    "process_name",
     "safe_url",
     "split_password",
     "upsert",

@@ -8,6 +8,7 @@ transactions so a read-then-write never deadlocks on a lock upgrade. PostgreSQL:
 from __future__ import annotations
 
 import os
+import socket
 from pathlib import Path
 from typing import Any
 
@@ -28,6 +29,16 @@ SQLITE_WAL_AUTOCHECKPOINT_PAGES = {"process": 10_000, "power": 1_000}
 SQLITE_SYNCHRONOUS = {"process": "NORMAL", "power": "FULL"}
 DURABILITY = "tickwork_durability"
 """Engine-wide execution option read by the writer (PostgreSQL's synchronous_commit)."""
+
+
+def process_name(host: str, pid: int) -> str:
+    """The `application_name` of a tickwork process's PostgreSQL connections.
+
+    `pg_stat_activity` then tells which process a connection serves, and whether a process
+    of another host (a scheduler whose claims another may take on) still has one.
+    PostgreSQL keeps 63 bytes of it.
+    """
+    return f"tickwork {pid}@{host}".encode()[:63].decode(errors="ignore")
 
 
 def _json_dumps(value: Any) -> str:
@@ -78,7 +89,14 @@ def create_store_engine(url: str, *, durability: Durability = "process") -> Engi
     parsed = normalize_url(url)
     common: dict[str, Any] = {"json_serializer": _json_dumps, "json_deserializer": orjson.loads}
     if parsed.get_backend_name() == "postgresql":
-        engine = sa.create_engine(parsed, pool_size=2, max_overflow=4, **common)
+        name = process_name(socket.gethostname(), os.getpid())
+        engine = sa.create_engine(
+            parsed,
+            pool_size=2,
+            max_overflow=4,
+            connect_args={"application_name": name},
+            **common,
+        )
         return engine.execution_options(**{DURABILITY: durability})
 
     path = sqlite_path(parsed)

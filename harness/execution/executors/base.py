@@ -86,6 +86,13 @@ class Executor(ABC):
         """End a tick nobody can finish any more with `TickLost`."""
         self.runner.record(TickLost(tick_id=tick_id, level=level, reason=reason))
 
+    def claimer_gone(self, host: str, pid: int) -> bool:
+        """Never here: a claim of another host's process is that host's to reconcile.
+
+        Here it would end `TickLost`, and only that host can see whether the process lives.
+        """
+        return False
+
     def abandoned(self, tick_id: str, level: str) -> str | None:
         """A tick claimed by a process that died before starting it; says what became of it.
 

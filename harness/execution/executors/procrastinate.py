@@ -9,9 +9,9 @@ PostgreSQL.
 The claim is the outbox. Deferring is idempotent, keyed by tick id: under one advisory
 lock a tick that has a job already (in any state) gets no second one. A scheduler that
 cannot defer retries until it can; one killed between its claim and the defer leaves a
-claimed tick that its host's next `tickwork run` finds by liveness
-(`harness.scheduling.reconcile`) and defers, so a crash neither loses nor duplicates a
-tick. A job delivered twice starts its tick once: the worker appends `TickTaken` at the
+claimed tick that any live `tickwork run` finds by liveness (`harness.scheduling.reconcile`;
+on another host through `claimer_gone`) and defers, so a crash neither loses nor
+duplicates a tick. A job delivered twice starts its tick once: the worker appends `TickTaken` at the
 stream version it read, and only one append can land.
 
 Priorities are procrastinate priorities (a lower tickwork number runs first); the global
@@ -23,12 +23,16 @@ A worker whose heartbeat stops (SIGKILL, host lost) is found by any other worker
 read), a job it had not yet taken is retried, and a surviving tick process on the
 sweeper's host is killed with its group, and the model call it may have had in flight is
 booked, estimated (`harness.execution.cutoff`), as the runner books a killed worker's.
+Panels and hedges run on the worker that took the slot's job, their members and twins in
+places of its concurrency that the job took before it started (`WorkerExecutor.seat`); a
+dead worker's members and twins end with its job's tick.
 """
 
 from __future__ import annotations
 
 import itertools
 import os
+import re
 import signal
 import socket
 import threading
@@ -36,30 +40,45 @@ import time
 from collections import defaultdict
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import datetime, timedelta
+from pathlib import Path
 
 import orjson
 import sqlalchemy as sa
 from procrastinate.schema import SchemaManager
 from procrastinate.sql import queries as procrastinate_queries
 
-from harness.config import Settings
+from harness.config import LevelConfig, Settings
 from harness.contracts.events import (
     TERMINAL_TYPES,
+    THROTTLE_STREAM,
+    StartsSpaced,
     TickEvent,
     TickLost,
     TickTaken,
     WorkerStarted,
     tick_stream,
+    utcnow,
 )
 from harness.execution.adopt import Adoption, started_ref
 from harness.execution.executors.base import Ended, Executor, Report
+from harness.execution.hedge import TWIN_SUFFIX
 from harness.execution.launchers import TickProcess
+from harness.execution.panels import REPLACEMENT
 from harness.execution.prepare import Preparer, TickRef
+from harness.execution.queue import Gate
 from harness.execution.runner import Runner
 from harness.scheduling.handoff import RunningTick
 from harness.scheduling.waves import SlotClaim
-from harness.store import ANY, ConcurrencyError, EventStore, StoredEvent, StoreError
+from harness.store import (
+    ANY,
+    NO_STREAM,
+    ConcurrencyError,
+    EventStore,
+    StoredEvent,
+    StoreError,
+    process_name,
+)
 
 TASK = "tickwork.run_tick"
 """The one procrastinate task: run the tick named by its `tick_id` argument."""
@@ -74,6 +93,10 @@ KILLED_GONE_SECONDS = 5.0
 the call the tick may have had in flight (a SIGKILLed process is gone in milliseconds)."""
 KILLED_POLL_SECONDS = 0.01
 RETRY_JOB = "SELECT procrastinate_retry_job_v2(%(id)s, now(), NULL, NULL, NULL)"
+DEFAULT_CONCURRENCY = 4
+"""`tickwork worker --concurrency`'s default: the places a worker has until it is seated."""
+PART = re.compile(rf"(.+)(?:-p\d+|-p{REPLACEMENT}|{TWIN_SUFFIX})")
+"""The tick id of a panel member or hedge twin; its group is the tick it belongs to."""
 
 
 @dataclass(frozen=True)
@@ -90,22 +113,58 @@ def schema_present(conn: sa.Connection) -> bool:
     return conn.exec_driver_sql("SELECT to_regclass('procrastinate_jobs')").scalar() is not None
 
 
-def apply_schema(conn: sa.Connection) -> bool:
-    """Apply procrastinate's schema (and the index finding a tick's job) if it is missing.
+MIGRATIONS = sorted(Path(SchemaManager.get_migrations_path()).glob("*.sql"))
+"""procrastinate's migrations, oldest first (their names sort by version)."""
+MARK = "procrastinate schema "
+"""How the comment on `procrastinate_jobs` starts: the rest names the last migration in."""
+UNMARKED = "03.04.00_50_post_add_retry_failed_job_procedure"
+"""The schema of a database tickwork set up before it marked versions: procrastinate
+3.10's `schema.sql`, which holds every migration up to this one."""
 
-    Returns whether it was applied. procrastinate's schema applier creates, it does not
-    upgrade: a later procrastinate's migrations are applied with its own tooling.
-    """
-    applied = False
-    conn.exec_driver_sql("SELECT pg_advisory_xact_lock(%(key)s)", {"key": SCHEMA_LOCK})
+
+def schema_version(conn: sa.Connection) -> str | None:
+    """The last procrastinate migration the store's schema holds; None without its tables."""
     if not schema_present(conn):
-        conn.exec_driver_sql(SchemaManager.get_schema().replace("%", "%%"))
-        applied = True
-    conn.exec_driver_sql(
-        "CREATE INDEX IF NOT EXISTS tickwork_procrastinate_tick "
-        "ON procrastinate_jobs ((args->>'tick_id'))"
-    )
-    return applied
+        return None
+    comment = conn.exec_driver_sql(
+        "SELECT obj_description('procrastinate_jobs'::regclass, 'pg_class')"
+    ).scalar()
+    return comment.removeprefix(MARK) if comment and comment.startswith(MARK) else UNMARKED
+
+
+def apply_schema(store: EventStore) -> tuple[str | None, str]:
+    """Install procrastinate's schema, or upgrade it with the migrations it lacks.
+
+    procrastinate's `schema.sql` only creates (it fails on a schema that exists), and its
+    migrations upgrade; the version a database holds is kept in a comment on its job
+    table, which lives and dies with the schema. Each migration is applied in a
+    transaction of its own, holding SCHEMA_LOCK (two `tickwork migrate` at once apply
+    each once), and the comment moves on with it. Returns the version before and after.
+    """
+    with store.read_transaction() as conn:
+        before = schema_version(conn)
+    while True:
+        with store.read_transaction() as conn:
+            conn.exec_driver_sql("SELECT pg_advisory_xact_lock(%(key)s)", {"key": SCHEMA_LOCK})
+            version = schema_version(conn)
+            if version is None:
+                conn.exec_driver_sql(SchemaManager.get_schema().replace("%", "%%"))
+                _mark(conn, MIGRATIONS[-1].stem)
+                continue
+            pending = [m for m in MIGRATIONS if m.stem > version]
+            if not pending:
+                conn.exec_driver_sql(
+                    "CREATE INDEX IF NOT EXISTS tickwork_procrastinate_tick "
+                    "ON procrastinate_jobs ((args->>'tick_id'))"
+                )
+                _mark(conn, version)
+                return before, version
+            conn.exec_driver_sql(pending[0].read_text().replace("%", "%%"))
+            _mark(conn, pending[0].stem)
+
+
+def _mark(conn: sa.Connection, version: str) -> None:
+    conn.exec_driver_sql(f"COMMENT ON TABLE procrastinate_jobs IS '{MARK}{version}'")
 
 
 def job_priority(settings: Settings, level: str) -> int:
@@ -266,12 +325,42 @@ class ProcrastinateExecutor(_OnStore):
                 del self.undelivered[: len(waiting)]
 
     def abandoned(self, tick_id: str, level: str) -> str | None:
-        """A claim whose scheduler died is the outbox: its job is deferred if it has none."""
+        """A claim whose scheduler died is the outbox: its job is deferred if it has none.
+
+        A panel member or hedge twin a worker claimed is part of that worker's job, not a
+        job of its own: the sweeper ends it with the job's tick when the worker dies.
+        """
+        part = PART.fullmatch(tick_id)
+        if part is not None:
+            parent = self.store.read_stream(tick_stream(part.group(1)))
+            if any(e.type == "TickTaken" for e in parent):
+                return None
         scheduled = self.store.read_stream(tick_stream(tick_id), limit=1)
         slot = scheduled[0].data.get("slot") if scheduled else None
         claim = SlotClaim(tick_id, level, datetime.fromisoformat(slot) if slot else None)
         deferred = defer(self.store, self.settings, self.locks, [claim])
         return "deferred (its scheduler died before it could)" if deferred else None
+
+    def claimer_gone(self, host: str, pid: int) -> bool:
+        """Whether a scheduler of another host is gone: no connection of it lately active.
+
+        None of its connections (`harness.store.process_name`) is open and was active in
+        the last `stalled_seconds`. A live scheduler asks the store every half second; a
+        lost host's connections linger on the server, idle, until its TCP keepalive gives
+        up. Deferring is keyed by tick id, so a claim taken on too early runs once all the
+        same; only a `buffer_one` tick its scheduler still holds back could start early.
+        """
+        with self.store.read_transaction() as conn:
+            alive = conn.exec_driver_sql(
+                "SELECT EXISTS (SELECT 1 FROM pg_stat_activity WHERE application_name = "
+                "%(name)s AND coalesce(state_change, backend_start) > "
+                "now() - make_interval(secs => %(seconds)s))",
+                {
+                    "name": process_name(host, pid),
+                    "seconds": self.settings.executor.stalled_seconds,
+                },
+            ).scalar()
+        return not alive
 
     def running(self) -> list[RunningTick]:
         """The ticks some worker runs now."""
@@ -367,6 +456,96 @@ class WorkerRunner(Runner):
             super().record(event)  # spooled: the store is out, nobody can end it meanwhile
 
 
+class SharedSpacing:
+    """The infrastructure throttle (`[runner] infra_throttle_seconds`) across workers.
+
+    Under the local executor one gate spaces every start after an infrastructure failure;
+    a worker's queue is procrastinate's, and a throttle of its own would space one process
+    of many. Here a failure on any worker spaces the starts of every worker by its
+    backoff, for `infra_throttle_seconds`, through the `throttle` stream's last
+    `StartsSpaced` (spacing, end, last start), appended at the version read.
+    """
+
+    def __init__(self, store: EventStore, duration: float) -> None:
+        self.store = store
+        self.duration = timedelta(seconds=duration)
+
+    def failed(self, spacing: float) -> None:
+        """An attempt failed on infrastructure: every start waits `spacing` from now on.
+
+        A wider spacing or a later end in force is kept, as the local gate keeps it.
+        """
+        while True:
+            version, state = self._read()
+            now = utcnow()
+            held = state if state is not None and state.until > now else None
+            widened = StartsSpaced(
+                spacing_seconds=max(spacing, held.spacing_seconds if held else 0.0),
+                until=max(now + self.duration, held.until if held else now),
+                last_start=max(now, held.last_start if held else now),
+            )
+            if self._append(widened, version):
+                return
+
+    def wait_turn(self, tick_id: str, closing: threading.Event) -> bool:
+        """Wait until the tick may start here; False when `closing` is set first."""
+        while True:
+            version, state = self._read()
+            now = utcnow()
+            if state is None or state.until <= now:
+                return True
+            pause = (state.last_start - now).total_seconds() + state.spacing_seconds
+            if pause > 0:
+                if closing.wait(min(pause, (state.until - now).total_seconds())):
+                    return False
+                continue
+            started = StartsSpaced(
+                spacing_seconds=state.spacing_seconds,
+                until=state.until,
+                last_start=now,
+                tick_id=tick_id,
+            )
+            if self._append(started, version):
+                return True
+
+    def _read(self) -> tuple[int, StartsSpaced | None]:
+        version = self.store.stream_version(THROTTLE_STREAM)
+        if not version:
+            return 0, None
+        last = self.store.read_stream(THROTTLE_STREAM, after=version - 1)[-1]
+        return last.stream_position, StartsSpaced.model_validate(last.data)
+
+    def _append(self, state: StartsSpaced, version: int) -> bool:
+        """Append at `version`; False when another worker appended first."""
+        try:
+            self.store.append(THROTTLE_STREAM, [state.to_record()], version or NO_STREAM)
+        except ConcurrencyError:
+            return False
+        return True
+
+
+def places_needed(level: LevelConfig | None) -> int:
+    """The tick processes one tick of `level` may run at once.
+
+    Its panel's members (a replacement runs after them), and a hedge twin beside each
+    when the level hedges.
+    """
+    if level is None:
+        return 1
+    return level.panel * (2 if level.hedge_after_seconds > 0 else 1)
+
+
+class Reserved:
+    """Where a worker's panel members and hedge twins start: in places their job took."""
+
+    def enter(self, level: str, stopped: threading.Event) -> bool:
+        """At once, unless the tick was stopped meanwhile."""
+        return not stopped.is_set()
+
+    def release(self, level: str) -> None:
+        """Nothing: the places go back with the job's."""
+
+
 class WorkerExecutor(_OnStore):
     """`tickwork worker`'s side: runs the ticks of the jobs it takes, here, to their end."""
 
@@ -374,6 +553,30 @@ class WorkerExecutor(_OnStore):
         self.host = socket.gethostname()
         self.announced = False
         """Whether its WorkerStarted is recorded (once procrastinate registered it)."""
+        self.closing = threading.Event()
+        self.seat(DEFAULT_CONCURRENCY)
+        self.spacing = SharedSpacing(self.store, self.settings.runner.infra_throttle_seconds)
+        if self.settings.runner.infra_throttle_seconds > 0:
+            self.runner.on_infrastructure_failure(self._failed_on_infrastructure)
+
+    def seat(self, concurrency: int) -> None:
+        """Places for `concurrency` ticks at once: jobs' ticks, panel members, hedge twins.
+
+        procrastinate runs at most `--concurrency` jobs here, and a job's tick may run
+        more tick processes than one: its panel's members, a twin for each. A job takes
+        every place its tick may need before it starts (`places_needed`), at once, so no
+        more tick processes run here than the worker's concurrency, and two jobs never
+        hold part of what each needs while waiting for the rest. Its members and twins
+        then start in those places (`Reserved`).
+        """
+        self.places: Gate[None] = Gate(concurrency, {})
+        self.runner.places = Reserved()
+
+    def _failed_on_infrastructure(self, spacing: float) -> None:
+        try:
+            self.spacing.failed(spacing)
+        except StoreError as exc:
+            self.report(f"the throttle of every worker is not widened (store out): {exc}")
 
     def announce(self, worker_id: int, concurrency: int, queues: list[str]) -> None:
         """Record the worker's host, pid and concurrency once procrastinate registered it."""
@@ -392,8 +595,19 @@ class WorkerExecutor(_OnStore):
     ) -> None:
         """Take the job's tick and run it to its end; a tick taken or ended already is left."""
         when = datetime.fromisoformat(slot) if slot else None
-        if self.take(job_id, worker_id, tick_id, level):
-            self._execute(SlotClaim(tick_id, level, when))
+        if not self.take(job_id, worker_id, tick_id, level):
+            return
+        needed = places_needed(self.settings.levels.get(level))
+        if not self.places.enter(level, self.closing, needed):
+            self.runner.cancel_queued(tick_id, level, "worker stopped")
+            return
+        try:
+            if self.spacing.wait_turn(tick_id, self.closing):
+                self._execute(SlotClaim(tick_id, level, when))
+            else:
+                self.runner.cancel_queued(tick_id, level, "worker stopped")
+        finally:
+            self.places.release(level, needed)
 
     def take(self, job_id: int, worker_id: int | None, tick_id: str, level: str) -> bool:
         """Append TickTaken at the version read: False if the tick was taken or ended."""
@@ -437,13 +651,26 @@ class WorkerExecutor(_OnStore):
             self._job_sql(RETRY_JOB, job_id)
             self.report(f"{tick_id}: its worker died before taking it; job {job_id} retried")
             return
-        ref = self._kill_here(events)
-        if ref is not None:
-            self.runner.book_cut_off_call(ref)
-        lost = TickLost(tick_id=tick_id, level=level, reason="its worker's heartbeat stopped")
-        if end_once(self.store, lost):
-            self.report(f"{tick_id} lost (its worker's heartbeat stopped)")
+        for part, part_events in self._family(tick_id, level, events).items():
+            ref = self._kill_here(part_events)
+            if ref is not None:
+                self.runner.book_cut_off_call(ref)
+            lost = TickLost(tick_id=part, level=level, reason="its worker's heartbeat stopped")
+            if end_once(self.store, lost):
+                self.report(f"{part} lost (its worker's heartbeat stopped)")
         self._job_sql("SELECT procrastinate_finish_job_v1(%(id)s, 'failed', false)", job_id)
+
+    def _family(
+        self, tick_id: str, level: str, events: list[StoredEvent]
+    ) -> dict[str, list[StoredEvent]]:
+        """The job's tick and the panel members and hedge twin it ran, by tick id."""
+        config = self.settings.levels.get(level)
+        size = config.panel if config is not None else 1
+        marks = [f"-p{i}" for i in range(1, size + 1)] + ["-p" + REPLACEMENT] if size > 1 else []
+        parts = [tick_id + mark for mark in [*marks, TWIN_SUFFIX]]
+        streams = self.store.read_streams([tick_stream(part) for part in parts])
+        found = {part: streams[tick_stream(part)] for part in parts if streams[tick_stream(part)]}
+        return {tick_id: events, **found}
 
     def _job_sql(self, statement: str, job_id: int) -> None:
         """Move a stalled job on; another sweeper that moved it first makes this a no-op."""
@@ -494,6 +721,7 @@ class WorkerExecutor(_OnStore):
         """A dead worker's ticks end by `sweep_stalled`, not by adoption."""
 
     def _close(self) -> list[SlotClaim]:
+        self.closing.set()  # a tick waiting out the throttle ends cancelled, never started
         return []
 
     def _drain(self, grace: float) -> None:

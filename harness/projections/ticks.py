@@ -5,9 +5,12 @@ Every query on the `ticks` table lives here, named for what its callers ask.
 
 from __future__ import annotations
 
+import heapq
+import sys
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from datetime import datetime
+from itertools import islice
 from typing import Any
 
 import sqlalchemy as sa
@@ -16,6 +19,17 @@ from harness.projections.base import EventData, Projection, upsert
 from harness.store import EventStore
 from harness.store.schema import metadata
 from harness.timespec import as_utc
+
+UNKNOWN = "unknown"
+"""Status of a tick whose spend arrived (say, from a spool) before its lifecycle events."""
+
+IN_FLIGHT = ("scheduled", "running")
+OPEN = (*IN_FLIGHT, UNKNOWN)
+"""Statuses of a tick the read model has not seen end."""
+OPEN_SQL = "status IN ('scheduled', 'running', 'unknown')"
+"""The predicate of the open ticks' partial index, which every query of open ticks states
+as it is written here: SQLite uses a partial index only for a query that repeats its
+WHERE term (`status IN ('scheduled', 'running')` alone would not do)."""
 
 ticks = sa.Table(
     "ticks",
@@ -35,11 +49,20 @@ ticks = sa.Table(
     sa.Column("tool_calls_cancelled", sa.Integer(), nullable=False),
     sa.Column("result_path", sa.Text()),
     sa.Column("reason", sa.Text()),
-    sa.Index("ix_ticks_level_status", "level", "status"),
+    sa.Column("sort_at", sa.DateTime(timezone=True), nullable=False),
+    sa.Index("ix_ticks_level_status", "level", "status", "finished_at"),
+    sa.Index("ix_ticks_sort_at", "sort_at", "tick_id"),
+    sa.Index("ix_ticks_level_sort_at", "level", "sort_at", "tick_id"),
+    sa.Index("ix_ticks_level_slot", "level", "slot"),
+    sa.Index(
+        "ix_ticks_open",
+        "level",
+        sqlite_where=sa.text(OPEN_SQL),
+        postgresql_where=sa.text(OPEN_SQL),
+    ),
 )
-
-UNKNOWN = "unknown"
-"""Status of a tick whose spend arrived (say, from a spool) before its lifecycle events."""
+"""Indexes (migration 0006): each list of ticks walks one in its order, and the in-flight
+reads one that holds only open ticks, so no read of the model grows with its history."""
 
 STATUS_OF = {
     "TickScheduled": "scheduled",
@@ -63,8 +86,25 @@ _ADD = (
 )
 
 
+_SORTED_BY = ("scheduled_at", "started_at", "finished_at")
+"""A tick's time in lists: when it was scheduled, else started, else ended."""
+
+
 def _time(value: str | None) -> datetime | None:
     return None if value is None else datetime.fromisoformat(value)
+
+
+def _sort_time(row: dict[str, Any]) -> datetime:
+    """The first of `_SORTED_BY` the row has, else when its first event happened.
+
+    The fallback dates a tick known only from its spend (spooled before its lifecycle
+    events); a later batch keeps the earlier row's, so however the log is cut into
+    batches the column ends the same, as a rebuild must.
+    """
+    when: datetime = next(
+        (row[name] for name in _SORTED_BY if row[name] is not None), row["sort_at"]
+    )
+    return when
 
 
 class TicksProjection(Projection):
@@ -85,6 +125,7 @@ class TicksProjection(Projection):
                     "status": UNKNOWN,
                     **dict.fromkeys(_SET),
                     **dict.fromkeys(_ADD, 0),
+                    "sort_at": _time(data["occurred_at"]),
                 }
             row["level"] = data["level"]
             if type_ == "BudgetSpent":
@@ -106,12 +147,18 @@ class TicksProjection(Projection):
                     row[name] = data[name]
         if not rows:
             return
+        for row in rows.values():
+            row["sort_at"] = _sort_time(row)
         insert = upsert(conn, ticks)
         new, old = insert.excluded, ticks.c
         changes: dict[str, Any] = {
             "status": sa.case((new.status == UNKNOWN, old.status), else_=new.status),
             **{name: sa.func.coalesce(new[name], old[name]) for name in _SET},
             **{name: old[name] + new[name] for name in _ADD},
+            "sort_at": sa.func.coalesce(
+                *(column for name in _SORTED_BY for column in (new[name], old[name])),
+                old.sort_at,
+            ),
         }
         conn.execute(
             insert.on_conflict_do_update(index_elements=["tick_id"], set_=changes),
@@ -123,42 +170,104 @@ STATUSES = (UNKNOWN, *dict.fromkeys(STATUS_OF.values()))
 """Every status a row of the read model can have."""
 
 
+@dataclass(frozen=True)
+class TickCursor:
+    """Where a page of ticks ended: the last row's list time and id, the keyset's key.
+
+    Written `<UTC time>,<tick id>` (`2026-12-01T13:05:00.123456Z,min-…`): the next page
+    starts strictly after it, however many ticks came in meanwhile.
+    """
+
+    at: datetime
+    tick_id: str
+
+    @classmethod
+    def after(cls, row: sa.Row[Any]) -> TickCursor:
+        """The cursor just past a row of `tick_rows`."""
+        return cls(as_utc(row.sort_at), row.tick_id)
+
+    @classmethod
+    def parse(cls, text: str) -> TickCursor:
+        """Read a cursor as `str` writes it; a ValueError says what is wrong."""
+        stamp, comma, tick_id = text.partition(",")
+        if not comma or not tick_id:
+            raise ValueError(
+                "a tick cursor is `<UTC time>,<tick id>`, as a page's next link has it"
+            )
+        try:
+            at = datetime.fromisoformat(stamp)
+        except ValueError:
+            raise ValueError(f"{stamp!r} is not an ISO time") from None
+        if at.tzinfo is None:
+            raise ValueError(f"{stamp!r} has no time zone (a cursor's time ends in Z)")
+        return cls(as_utc(at), tick_id)
+
+    def __str__(self) -> str:
+        """The cursor as `parse` reads it, its time in UTC with microseconds and a Z."""
+        return f"{self.at.isoformat(timespec='microseconds').replace('+00:00', 'Z')},{self.tick_id}"
+
+
 def tick_rows(
     conn: sa.Connection,
     *,
     levels: Iterable[str] | None = None,
     status: str | None = None,
     since: datetime | None = None,
+    before: TickCursor | None = None,
     tick_id: str | None = None,
     limit: int = 100,
 ) -> list[sa.Row[Any]]:
     """Ticks of the read model, newest first (by when they were scheduled, else started).
 
-    `since` keeps ticks scheduled (or, for a tick whose scheduling is unknown, started or
-    ended) at or after that time.
+    `since` keeps ticks scheduled (or, for a tick whose scheduling is unknown, started,
+    ended or first spending) at or after that time; `before` the ticks after a cursor
+    (`TickCursor.after` the last row of the page before). Each query walks an index in its
+    order and stops after `limit` rows; several levels are one such walk each, merged.
     """
-    when = sa.func.coalesce(ticks.c.scheduled_at, ticks.c.started_at, ticks.c.finished_at)
-    query = sa.select(ticks).order_by(when.desc(), ticks.c.tick_id.desc()).limit(limit)
-    if levels is not None:
-        query = query.where(ticks.c.level.in_(list(levels)))
+    query = sa.select(ticks).order_by(ticks.c.sort_at.desc(), ticks.c.tick_id.desc()).limit(limit)
     if status is not None:
         query = query.where(ticks.c.status == status)
     if since is not None:
-        query = query.where(when >= since)
+        query = query.where(ticks.c.sort_at >= since)
+    if before is not None:
+        # The first term bounds the index range; the second drops the cursor's equals.
+        query = query.where(
+            ticks.c.sort_at <= before.at,
+            sa.or_(ticks.c.sort_at < before.at, ticks.c.tick_id < before.tick_id),
+        )
     if tick_id is not None:
         query = query.where(ticks.c.tick_id == tick_id)
-    return list(conn.execute(query))
+    if levels is None:
+        return list(conn.execute(query))
+    pages = [list(conn.execute(query.where(ticks.c.level == level))) for level in set(levels)]
+    newest = heapq.merge(*pages, key=lambda row: (row.sort_at, row.tick_id), reverse=True)
+    return list(islice(newest, limit))
 
 
 def tick_ids_starting(conn: sa.Connection, prefix: str, limit: int) -> list[str]:
-    """Ids of the read model's ticks that begin with `prefix` (taken literally), in order."""
-    query = (
-        sa.select(ticks.c.tick_id)
-        .where(ticks.c.tick_id.startswith(prefix, autoescape=True))
-        .order_by(ticks.c.tick_id)
-        .limit(limit)
-    )
+    """Ids of the read model's ticks that begin with `prefix` (taken literally), in order.
+
+    A range of the primary key, ordered by code point on both databases (on PostgreSQL
+    the column's collation is "C", migration 0006): `LIKE` would scan every id, SQLite's
+    being case-insensitive and PostgreSQL's needing the "C" collation to use an index.
+    """
+    query = sa.select(ticks.c.tick_id).order_by(ticks.c.tick_id).limit(limit)
+    if prefix:
+        query = query.where(ticks.c.tick_id >= prefix)
+        end = _prefix_end(prefix)
+        if end is not None:
+            query = query.where(ticks.c.tick_id < end)
     return list(conn.execute(query).scalars())
+
+
+def _prefix_end(prefix: str) -> str | None:
+    """The first string past every string that starts with `prefix` (None: no such end)."""
+    while prefix:
+        last = ord(prefix[-1])
+        if last < sys.maxunicode:
+            return prefix[:-1] + chr(last + 1)
+        prefix = prefix[:-1]
+    return None
 
 
 @dataclass(frozen=True)
@@ -189,7 +298,7 @@ def ticks_in_flight(store: EventStore, levels: Iterable[str] | None = None) -> l
         sa.select(
             ticks.c.tick_id, ticks.c.level, ticks.c.status, ticks.c.scheduled_at, ticks.c.started_at
         )
-        .where(ticks.c.status.in_(("scheduled", "running")))
+        .where(sa.text(OPEN_SQL), ticks.c.status.in_(IN_FLIGHT))
         .order_by(ticks.c.scheduled_at)
     )
     if levels is not None:
@@ -205,16 +314,19 @@ def ticks_in_flight(store: EventStore, levels: Iterable[str] | None = None) -> l
 
 def open_ticks(conn: sa.Connection) -> list[tuple[str, str]]:
     """(tick id, level) of every tick the read model has not seen end, unknown ones included."""
-    query = sa.select(ticks.c.tick_id, ticks.c.level).where(
-        ticks.c.status.in_(("scheduled", "running", UNKNOWN))
-    )
+    query = sa.select(ticks.c.tick_id, ticks.c.level).where(sa.text(OPEN_SQL))
     return [(tick_id, level) for tick_id, level in conn.execute(query)]
 
 
-def last_slots(conn: sa.Connection) -> dict[str, datetime]:
-    """Each level's latest claimed slot; a level that never had a scheduled tick is absent."""
-    query = sa.select(ticks.c.level, sa.func.max(ticks.c.slot)).group_by(ticks.c.level)
-    return {level: as_utc(last) for level, last in conn.execute(query) if last is not None}
+def last_slots(conn: sa.Connection, levels: Iterable[str]) -> dict[str, datetime]:
+    """Each of `levels`' latest claimed slot; a level that never had a scheduled tick is absent.
+
+    One lookup at the end of the (level, slot) index per level: a GROUP BY over every
+    level would read every tick.
+    """
+    query = sa.select(sa.func.max(ticks.c.slot)).where(ticks.c.level == sa.bindparam("level"))
+    found = {level: conn.execute(query, {"level": level}).scalar() for level in levels}
+    return {level: as_utc(last) for level, last in found.items() if last is not None}
 
 
 def previous_result_path(conn: sa.Connection, level: str) -> str | None:

@@ -174,7 +174,7 @@ class Service:
         """
         self.projector.catch_up(["ticks"])
         with self.store.read_transaction() as conn:
-            slots_claimed = last_slots(conn)
+            slots_claimed = last_slots(conn, self.triggers)
         due: list[Slot] = []
         missed: set[Slot] = set()
         for level, trigger in self.triggers.items():

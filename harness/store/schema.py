@@ -10,7 +10,7 @@ from typing import Any
 
 import sqlalchemy as sa
 
-HEAD_REVISION = "0005"
+HEAD_REVISION = "0006"
 
 metadata = sa.MetaData()
 
@@ -55,6 +55,7 @@ events = sa.Table(
     sa.Column("recorded_at", sa.DateTime(timezone=True), nullable=False),
     sa.UniqueConstraint("event_id", name="uq_events_event_id"),
     sa.UniqueConstraint("stream_id", "stream_position", name="uq_events_stream_position"),
+    sa.Index("ix_events_recorded_at", "recorded_at", "global_position"),
     sqlite_autoincrement=True,
 )
 

@@ -26,7 +26,7 @@ UNKNOWN = "unknown"
 IN_FLIGHT = ("scheduled", "running")
 OPEN = (*IN_FLIGHT, UNKNOWN)
 """Statuses of a tick the read model has not seen end."""
-OPEN_SQL = "status IN ('scheduled', 'running', 'unknown')"
+OPEN_SQL = "status IN ({})".format(", ".join(f"'{status}'" for status in OPEN))
 """The predicate of the open ticks' partial index, which every query of open ticks states
 as it is written here: SQLite uses a partial index only for a query that repeats its
 WHERE term (`status IN ('scheduled', 'running')` alone would not do)."""

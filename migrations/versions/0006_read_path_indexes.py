@@ -1,7 +1,8 @@
 """Read paths that do not grow with history: an index for `--since`, keyed lists of ticks.
 
-- `events (recorded_at, global_position)`: the first position of a period (`--since`,
-  digests) is a range of this index instead of a walk of the log from position 1.
+- `events (recorded_at)`, with the position in each entry (SQLite's rowid; PostgreSQL's
+  INCLUDE): the first position of a period (`--since`, digests) is a range of this index
+  read without the table, instead of a walk of the log from position 1.
 - `ticks.sort_at`, the time a list of ticks orders by (scheduled, else started, else
   ended, else the tick's first event), stored so that indexes can hold it:
   `(sort_at, tick_id)` and `(level, sort_at, tick_id)` give each page of ticks, newest
@@ -59,7 +60,12 @@ def _date_timeless_rows(conn: sa.Connection) -> None:
 
 
 def upgrade() -> None:
-    op.create_index("ix_events_recorded_at", "events", ["recorded_at", "global_position"])
+    op.create_index(
+        "ix_events_recorded_at",
+        "events",
+        ["recorded_at"],
+        postgresql_include=["global_position"],
+    )
     op.add_column("ticks", sa.Column("sort_at", sa.DateTime(timezone=True), nullable=True))
     op.execute("UPDATE ticks SET sort_at = COALESCE(scheduled_at, started_at, finished_at)")
     _date_timeless_rows(op.get_bind())

@@ -6,6 +6,7 @@ Every query on the `ticks` table lives here, named for what its callers ask.
 from __future__ import annotations
 
 import heapq
+import json
 import sys
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
@@ -321,12 +322,20 @@ def open_ticks(conn: sa.Connection) -> list[tuple[str, str]]:
 def last_slots(conn: sa.Connection, levels: Iterable[str]) -> dict[str, datetime]:
     """Each of `levels`' latest claimed slot; a level that never had a scheduled tick is absent.
 
-    One lookup at the end of the (level, slot) index per level: a GROUP BY over every
-    level would read every tick.
+    One statement of one lookup at the end of the (level, slot) index per level: a GROUP
+    BY over every level would read every tick, and a query per level would cost a round
+    trip each (0.15 s for 1,000 levels on PostgreSQL). The levels travel as one array.
     """
-    query = sa.select(sa.func.max(ticks.c.slot)).where(ticks.c.level == sa.bindparam("level"))
-    found = {level: conn.execute(query, {"level": level}).scalar() for level in levels}
-    return {level: as_utc(last) for level, last in found.items() if last is not None}
+    wanted = list(levels)
+    if conn.dialect.name == "postgresql":
+        listed, parameter = "unnest(CAST(:levels AS varchar[])) AS l (value)", wanted
+    else:
+        listed, parameter = "json_each(:levels) AS l", json.dumps(wanted)
+    query = sa.text(
+        f"SELECT l.value, (SELECT MAX(slot) FROM ticks WHERE level = l.value) FROM {listed}"
+    ).columns(sa.column("level", sa.String()), ticks.c.slot)
+    found = conn.execute(query, {"levels": parameter})
+    return {level: as_utc(last) for level, last in found if last is not None}
 
 
 def previous_result_path(conn: sa.Connection, level: str) -> str | None:

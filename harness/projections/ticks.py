@@ -327,9 +327,9 @@ def last_slots(conn: sa.Connection, levels: Iterable[str]) -> dict[str, datetime
     trip each (0.15 s for 1,000 levels on PostgreSQL). The levels travel as one array.
     """
     wanted = list(levels)
-    if conn.dialect.name == "postgresql":
-        listed, parameter = "unnest(CAST(:levels AS varchar[])) AS l (value)", wanted
-    else:
+    parameter: list[str] | str = wanted
+    listed = "unnest(CAST(:levels AS varchar[])) AS l (value)"
+    if conn.dialect.name != "postgresql":
         listed, parameter = "json_each(:levels) AS l", json.dumps(wanted)
     query = sa.text(
         f"SELECT l.value, (SELECT MAX(slot) FROM ticks WHERE level = l.value) FROM {listed}"

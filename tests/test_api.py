@@ -51,6 +51,9 @@ def api(store_url: str, tmp_path: Path) -> Iterator[Api]:
     store.close()
 
 
+HOUR = timedelta(hours=1)
+
+
 def record(store: SqlEventStore, *events: TickEvent) -> None:
     store.append(events[0].stream_id, [event.to_record() for event in events])
 
@@ -129,12 +132,36 @@ def test_ticks_filter_by_level_status_and_since_and_show_one_with_its_result(
     assert missing.status_code == 404 and "no-such-tick" in missing.json()["detail"]
 
 
+def test_ticks_page_by_cursor_without_gaps_or_repeats_while_new_ones_arrive(api: Api) -> None:
+    at = datetime(2026, 11, 1, 12, tzinfo=UTC)
+    for n in range(7):  # two ticks share each time but the last: the id breaks the tie
+        tick = f"min-{n}"
+        record(api.store, TickScheduled(tick_id=tick, level="min", occurred_at=at + n // 2 * HOUR))
+    seen: list[str] = []
+    url: str | None = "/ticks?level=min&limit=3"
+    while url is not None:
+        answer = api.http.get(url)
+        seen += [t["tick_id"] for t in answer.json()]
+        record(api.store, TickScheduled(tick_id=f"new-{len(seen)}", level="min"))
+        url = answer.links.get("next", {}).get("url")
+    assert seen[:7] == ["min-6", "min-5", "min-4", "min-3", "min-2", "min-1", "min-0"]
+    assert len(seen) == 7, "a page is full until the last; new ticks land before the first"
+    page = api.http.get("/ticks", params={"level": "min", "limit": 5})
+    assert page.json()[-1]["tick_id"] == "min-5", "three new ticks, then min-6 and min-5"
+    following = httpx.URL(page.links["next"]["url"]).params["before"]
+    assert following == "2026-11-01T14:00:00.000000Z,min-5"
+
+
 @pytest.mark.parametrize(
     ("path", "params", "names"),
     [
         ("/ticks", {"status": "bogus"}, ["'bogus' is not a tick status", "completed"]),
         ("/ticks", {"since": "yesterday-ish"}, ["'yesterday-ish'", "30m, 12h, 7d"]),
         ("/ticks", {"limit": "0"}, ["greater than or equal to 1"]),
+        ("/ticks", {"before": "2026-12-01T13:05:00.000Z"}, ["`<UTC time>,<tick id>`"]),
+        ("/ticks", {"before": "yesterday-at-noon,min-1"}, ["'yesterday-at-noon' is not an ISO"]),
+        ("/ticks", {"before": "2026-12-01T13:05:00,min-1"}, ["has no time zone"]),
+        ("/ticks", {"before": "2026-12-01T13:05:00.000000Z," + "x" * 201}, ["at most 228"]),
         ("/spend", {"by": "colour"}, ["'level', 'model' or 'day'"]),
         ("/spend", {"since": "soon"}, ["'soon'"]),
         ("/dashboard/ticks", {"status": "bogus"}, ["'bogus' is not a tick status"]),
@@ -293,8 +320,13 @@ def test_the_openapi_schema_lists_every_endpoint(api: Api) -> None:
         "level",
         "status",
         "since",
+        "before",
         "limit",
     }
+    before = next(p for p in paths["/ticks"]["get"]["parameters"] if p["name"] == "before")
+    bounds = next(s for s in before["schema"]["anyOf"] if s["type"] == "string")
+    assert (bounds["minLength"], bounds["maxLength"]) == (22, 228)
+    assert "Link" in paths["/ticks"]["get"]["responses"]["200"]["headers"]
 
 
 def test_with_a_token_every_endpoint_needs_the_bearer(sqlite_url: str, tmp_path: Path) -> None:

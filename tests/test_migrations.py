@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from contextlib import closing, nullcontext
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from uuid import uuid4
@@ -15,14 +16,29 @@ from alembic.script import ScriptDirectory
 
 import harness.projections  # noqa: F401  (registers the read-model tables on `metadata`)
 import migrations
-from harness.contracts.events import TickCompleted, TickScheduled, TickStarted, ToolCalled
+from harness.contracts.events import (
+    BudgetSpent,
+    TickCompleted,
+    TickScheduled,
+    TickStarted,
+    ToolCalled,
+)
 from harness.prices import PriceBook
 from harness.projections import projector_for
 from harness.projections.tick_counts import TABLES as COUNTERS
-from harness.store import HEAD_REVISION, NewEvent, SchemaError, migrate_store, open_store
+from harness.projections.ticks import ticks
+from harness.store import (
+    HEAD_REVISION,
+    NewEvent,
+    SchemaError,
+    SqlEventStore,
+    migrate_store,
+    open_store,
+)
 from harness.store.engine import create_store_engine
 from harness.store.migrate import current_revision, downgrade, upgrade
 from harness.store.schema import metadata
+from harness.timespec import as_utc
 from tests.conftest import fresh_pg_database
 from tests.procs import open_fresh, racing
 
@@ -138,3 +154,41 @@ def test_sqlite_upgrade_fills_the_tick_counters(sqlite_url: str) -> None:
 def test_postgres_upgrade_fills_the_tick_counters() -> None:
     with fresh_pg_database() as url:
         _counters_survive_an_upgrade(url)
+
+
+@pytest.mark.parametrize("backend", ["sqlite", "postgresql"])
+def test_0006_dates_existing_ticks_as_a_rebuild_would(backend: str, sqlite_url: str) -> None:
+    """A tick's list time from its times; one known only from its spend, from that spend."""
+    with nullcontext(sqlite_url) if backend == "sqlite" else fresh_pg_database() as url:
+        engine = create_store_engine(url)
+        upgrade(engine, "0005")
+        engine.dispose()
+        spend = BudgetSpent(
+            tick_id="spent", level="min", model="m", prompt_tokens=1, completion_tokens=1
+        )
+        scheduled = TickScheduled(tick_id="sched", level="min")
+        with closing(SqlEventStore(engine := create_store_engine(url))) as store:
+            for event in (scheduled, spend):
+                store.append(event.stream_id, [event.to_record()])
+            with store.write_transaction() as conn:  # the rows 0005's projection folded
+                for tick_id, at in (("sched", scheduled.occurred_at), ("spent", None)):
+                    conn.execute(
+                        sa.text(
+                            "INSERT INTO ticks VALUES (:id, 'min', 'scheduled', NULL, :at, "
+                            "NULL, NULL, 1, 1, 1, 0, 0, 0, NULL, NULL)"
+                        ).bindparams(sa.bindparam("at", type_=sa.DateTime(timezone=True))),
+                        {"id": tick_id, "at": at},
+                    )
+            upgrade(engine)
+        with closing(open_store(url)) as store:
+            migrated = _list_times(store)
+            assert migrated["spent"] == spend.occurred_at
+            projector_for(store, PriceBook()).rebuild("ticks")
+            assert _list_times(store) == migrated
+
+
+def _list_times(store: SqlEventStore) -> dict[str, datetime]:
+    with store.read_transaction() as conn:
+        return {
+            t: as_utc(at) for t, at in conn.execute(sa.select(ticks.c.tick_id, ticks.c.sort_at))
+        }

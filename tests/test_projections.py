@@ -49,10 +49,12 @@ from harness.projections.tick_counts import TABLES as COUNTERS
 from harness.projections.tick_counts import durations, status_counts, tool_cap_counts
 from harness.projections.ticks import ticks
 from harness.store import NewEvent, SqlEventStore, open_store
+from harness.timespec import as_utc
 from tests.procs import catch_up, racing
 
 DAY1 = datetime(2026, 11, 28, 23, 59, 59, tzinfo=UTC)
 DAY2 = datetime(2026, 11, 29, 0, 0, 1, tzinfo=UTC)
+HOUR = timedelta(hours=1)
 
 
 def spent(
@@ -196,6 +198,22 @@ def test_ticks_read_model_follows_each_tick(store: SqlEventStore) -> None:
     assert (t1.tool_calls, t1.tool_calls_cancelled, t1.result_path) == (1, 1, "/r/t1.json")
     assert t1.started_at is not None and t1.finished_at is not None
     assert (t2.status, t2.level) == ("timed_out", "hour")
+
+
+def test_a_ticks_list_time_is_its_scheduling_else_its_first_event(store: SqlEventStore) -> None:
+    projector = projector_for(store, PriceBook())
+    append(store, [spent("t3", "min", "m", 1, 1, occurred_at=DAY1)])
+    projector.catch_up()
+    append(store, [spent("t3", "min", "m", 1, 1, occurred_at=DAY2)])
+    projector.catch_up()
+    with store.read_transaction() as conn:
+        assert as_utc(conn.execute(sa.select(ticks.c.sort_at)).scalar_one()) == DAY1
+    append(store, [TickStarted(tick_id="t3", level="min", pid=1, host="h", occurred_at=DAY2)])
+    append(store, [TickScheduled(tick_id="t3", level="min", occurred_at=DAY1 - HOUR)])
+    projector.catch_up()
+    with store.read_transaction() as conn:
+        row = conn.execute(sa.select(ticks)).one()
+    assert (row.status, as_utc(row.sort_at)) == ("scheduled", DAY1 - HOUR)
 
 
 class Exploding(Projection):

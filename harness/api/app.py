@@ -23,7 +23,7 @@ from fastapi.responses import HTMLResponse, JSONResponse, Response, StreamingRes
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 from fastapi.staticfiles import StaticFiles
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
-from pydantic import AfterValidator, BeforeValidator
+from pydantic import AfterValidator, BeforeValidator, StringConstraints
 
 from harness.api import dashboard, story
 from harness.api.metrics import StoreCollector
@@ -46,7 +46,7 @@ from harness.execution.manual import start_detached
 from harness.execution.prepare import new_tick_id
 from harness.projections import SpendRow
 from harness.projections.spend import GroupBy
-from harness.projections.ticks import STATUSES
+from harness.projections.ticks import STATUSES, TickCursor
 from harness.scheduling.control import (
     Switched,
     UnknownLevelError,
@@ -70,6 +70,21 @@ def _known_status(value: str) -> str:
 
 
 TickStatus = Annotated[str, AfterValidator(_known_status)]
+
+
+def _tick_cursor(value: str) -> str:
+    TickCursor.parse(value)  # its ValueError, saying what is wrong, becomes a 422
+    return value
+
+
+TickCursorText = Annotated[
+    str,
+    StringConstraints(
+        min_length=len("2026-01-01T00:00:00Z,x"),
+        max_length=len("2026-01-01T00:00:00.000000Z,") + 200,  # tick ids have at most 200
+    ),
+    AfterValidator(_tick_cursor),
+]
 
 
 BEARER = HTTPBearer(auto_error=False, description="TICKWORK_API_TOKEN, when it is set")
@@ -146,6 +161,21 @@ Position = Annotated[int, Query(ge=0, le=MAX_POSITION, description="Events up to
 LogOffset = Annotated[int, Query(ge=0, le=MAX_POSITION, description="Log bytes already read.")]
 UNKNOWN: dict[int | str, dict[str, Any]] = {404: {"model": Problem, "description": "Not found"}}
 """The answer of a route about one tick, level or digest that is not there."""
+
+BeforeCursor = Annotated[
+    TickCursorText | None,
+    Query(
+        description="Ticks after this cursor: the `before` of the previous page's next link "
+        "(`<UTC time>,<tick id>`).",
+        examples=["2026-12-01T13:05:00.123456Z,min-20261201T1305-1a2b3c"],
+    ),
+]
+NEXT_PAGE_HEADER = {
+    "Link": {
+        "description": 'The next page, `<path?query&before=…>; rel="next"`; absent on the last.',
+        "schema": {"type": "string"},
+    }
+}
 PAGES = ("dashboard", "tick", "ticks")
 """The pages: static/shell.html around each one's static/<page>.html and with its script,
 which fetches the page's fragments with the token."""
@@ -225,16 +255,29 @@ def _routes(router: APIRouter, settings: Settings, config_file: Path | None) -> 
         """
         return reads.workers()
 
-    @router.get("/ticks", tags=["ticks"])
+    @router.get("/ticks", tags=["ticks"], responses={200: {"headers": NEXT_PAGE_HEADER}})
     def list_ticks(
+        request: Request,
+        response: Response,
         reads: FreshReads,
         level: Levels = None,
         status: StatusFilter = None,
         since: SinceFilter = None,
+        before: BeforeCursor = None,
         limit: Limit = 100,
     ) -> list[Tick]:
-        """Ticks, newest first."""
-        return reads.ticks(levels=level, status=status, since=since, limit=limit)
+        """Ticks, newest first, a page at a time: the `Link` header names the next page.
+
+        Each page costs what it holds, however long the history behind it.
+        """
+        cursor = None if before is None else TickCursor.parse(before)
+        ticks, following = reads.tick_page(
+            levels=level, status=status, since=since, before=cursor, limit=limit
+        )
+        if following is not None:
+            url = request.url.include_query_params(before=str(following))
+            response.headers["Link"] = f'<{url.path}?{url.query}>; rel="next"'
+        return ticks
 
     @router.get("/ticks/{tick_id}", tags=["ticks"], responses=UNKNOWN)
     def one_tick(tick_id: str, reads: FreshReads) -> TickDetail:

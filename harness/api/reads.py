@@ -20,7 +20,7 @@ from harness.prices import PriceBook
 from harness.projections import SpendRow, latest_published, projector_for, spend_report
 from harness.projections.levels import pauses
 from harness.projections.spend import GroupBy
-from harness.projections.ticks import tick_rows
+from harness.projections.ticks import TickCursor, tick_rows
 from harness.routing.history import RevisionError, recorded_catalog
 from harness.scheduling.status import Snapshot, snapshot
 from harness.store import EventStore, StoredEvent
@@ -62,9 +62,24 @@ class Reads:
         limit: int = 100,
     ) -> list[Tick]:
         """Ticks from the read model, newest first, filtered as the API's query asks."""
+        return self.tick_page(levels=levels, status=status, since=since, limit=limit)[0]
+
+    def tick_page(
+        self,
+        *,
+        levels: Sequence[str] | None = None,
+        status: str | None = None,
+        since: datetime | None = None,
+        before: TickCursor | None = None,
+        limit: int = 100,
+    ) -> tuple[list[Tick], TickCursor | None]:
+        """A page of `ticks` after a cursor, and the next page's cursor (None: no more)."""
         with self.store.read_transaction() as conn:
-            rows = tick_rows(conn, levels=levels, status=status, since=since, limit=limit)
-        return [Tick.model_validate(row._asdict()) for row in rows]
+            rows = tick_rows(
+                conn, levels=levels, status=status, since=since, before=before, limit=limit
+            )
+        following = TickCursor.after(rows[-1]) if len(rows) == limit else None
+        return [Tick.model_validate(row._asdict()) for row in rows], following
 
     def tick(self, tick_id: str) -> TickDetail | None:
         """A tick's events, read model row and result file; None when no such tick exists."""

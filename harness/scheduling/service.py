@@ -194,7 +194,7 @@ class Service:
         """
         self.projector.catch_up(["ticks"])
         with self.store.read_transaction() as conn:
-            slots_claimed = last_slots(conn)
+            slots_claimed = last_slots(conn, self.triggers)
         due: list[Slot] = []
         behind: list[tuple[str, list[datetime]]] = []
         for level, trigger in self.triggers.items():

@@ -55,6 +55,8 @@ events = sa.Table(
     sa.Column("recorded_at", sa.DateTime(timezone=True), nullable=False),
     sa.UniqueConstraint("event_id", name="uq_events_event_id"),
     sa.UniqueConstraint("stream_id", "stream_position", name="uq_events_stream_position"),
+    # SQLite keeps the rowid (the position) in every index entry already.
+    sa.Index("ix_events_recorded_at", "recorded_at", postgresql_include=["global_position"]),
     sqlite_autoincrement=True,
 )
 

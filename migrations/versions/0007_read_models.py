@@ -10,7 +10,7 @@ rebuild ticks` makes them the fold's exactly. The other tables belong to new
 projections, which start at position 0 and catch up.
 
 Revision ID: 0007
-Revises: 0005
+Revises: 0006
 Create Date: 2026-12-01
 """
 
@@ -20,7 +20,7 @@ import sqlalchemy as sa
 from alembic import op
 
 revision = "0007"
-down_revision = "0005"
+down_revision = "0006"
 branch_labels = None
 depends_on = None
 

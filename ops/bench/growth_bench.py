@@ -1,0 +1,387 @@
+"""Growth benchmark: every operator read path at two history sizes, and the ratio.
+
+Invariant 14 says a read path costs what its window costs. This builds synthetic history
+shaped like real ticks (issue 24's measurement of a real run: 13.6 events and 5.6 KB of
+payload a tick, half of it transcript; 1,000 levels configured, each ticking every
+minute, so the last hour holds 60,000 ticks whatever the size) at each size, on SQLite
+and PostgreSQL, and prints each read path's p50 and the ratio of the larger size to the
+smaller: a flat path stays near 1.
+
+The history goes in with raw `executemany` (SQLite) or COPY (PostgreSQL), not one append
+at a time; then `tickwork projections rebuild` folds the read models (its time is a
+figure too). API paths run in-process through FastAPI's TestClient, CLI paths as
+subprocesses (their time includes the interpreter's start), reconcile's and start-up's
+queries as the service calls them. Disk per tick is the hot store's size over its ticks.
+
+    .venv/bin/python ops/bench/growth_bench.py [--sizes 1000000,10000000]
+        [--backends sqlite,postgresql] [--pg-url postgresql://postgres@127.0.0.1:5432/test]
+        [--runs 7] [--cli-runs 3]
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import random
+import sqlite3
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Callable, Iterator
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+import orjson
+import psycopg
+from fastapi.testclient import TestClient
+from machine import describe
+from sqlalchemy.engine import make_url
+from store_bench import fresh_pg
+
+from harness.api.app import create_app
+from harness.config import load_settings
+from harness.contracts import new_event_id
+from harness.contracts.events import (
+    BudgetSpent,
+    Event,
+    ModelCalled,
+    ModelCallStarted,
+    TickCompleted,
+    TickFailed,
+    TickScheduled,
+    TickStarted,
+    ToolCalled,
+    TranscriptEntry,
+)
+from harness.prices import PriceBook
+from harness.projections import projector_for
+from harness.projections.ticks import last_slots, open_ticks
+from harness.store import migrate_store, open_store
+
+LEVELS = [f"l{n:04d}" for n in range(1000)]
+PER_MINUTE = len(LEVELS)
+"""Ticks a minute: every level ticks every minute."""
+IN_FLIGHT = 50
+"""The newest ticks have not ended yet."""
+TRANSCRIPT = "The pager is quiet; two tickets moved to done. " * 58
+"""~2.8 KB: half of a tick's payload is its transcript."""
+TOOL_TICKS = 0.65
+"""Share of ticks with three model calls and two tool calls (15 events), the rest have
+two calls and one tool call (11 events): 13.6 events a tick on average."""
+
+
+# --- synthetic history ----------------------------------------------------------------
+
+
+def tick_events(tick_id: str, level: str, start: datetime, calls: int, ended: bool) -> list[Event]:
+    """One tick's events as a worker and its runner record them."""
+    at = iter(start + timedelta(seconds=s) for s in range(100))
+    found: list[Event] = [
+        TickScheduled(tick_id=tick_id, level=level, slot=start, occurred_at=next(at)),
+        TickStarted(tick_id=tick_id, level=level, pid=4242, host="bench", occurred_at=next(at)),
+    ]
+    for call in range(1, calls + 1):
+        spend = BudgetSpent(
+            tick_id=tick_id,
+            level=level,
+            model="gpt-4o-mini",
+            prompt_tokens=1200 * call,
+            completion_tokens=80,
+            occurred_at=next(at),
+        )
+        found += [
+            ModelCallStarted(
+                tick_id=tick_id,
+                level=level,
+                call=call,
+                model="gpt-4o-mini",
+                estimated_input_tokens=1200 * call,
+                occurred_at=spend.occurred_at,
+            ),
+            spend,
+            ModelCalled(
+                tick_id=tick_id,
+                level=level,
+                model="gpt-4o-mini",
+                provider="127.0.0.1:8000",
+                call=call,
+                duration_ms=850.0,
+                stop_reason="tool_use" if call < calls else "end_turn",
+                prompt_tokens=spend.prompt_tokens,
+                completion_tokens=spend.completion_tokens,
+                budget_event_id=spend.event_id,
+                occurred_at=spend.occurred_at,
+            ),
+        ]
+        if call < calls:
+            found.append(
+                ToolCalled(
+                    tick_id=tick_id,
+                    level=level,
+                    name="rag_lookup",
+                    status="ok",
+                    duration_ms=40.0,
+                    occurred_at=next(at),
+                )
+            )
+    found.append(
+        TranscriptEntry(
+            tick_id=tick_id, level=level, kind="assistant", text=TRANSCRIPT, occurred_at=next(at)
+        )
+    )
+    if not ended:
+        return found
+    if tick_id.endswith("7"):
+        found.append(
+            TickFailed(tick_id=tick_id, level=level, reason="empty output", occurred_at=next(at))
+        )
+    else:
+        found.append(
+            TickCompleted(
+                tick_id=tick_id,
+                level=level,
+                result_path=f"/var/lib/tickwork/results/{level}/{tick_id}.json",
+                stop_reason="end_turn",
+                prompt_tokens=1200 * calls * (calls + 1) // 2,
+                completion_tokens=80 * calls,
+                model_calls=calls,
+                tool_calls=calls - 1,
+                occurred_at=next(at),
+            )
+        )
+    return found
+
+
+Row = tuple[int, Any, str, int, str, int, str, str, datetime]
+
+
+def history(events: int, now: datetime) -> Iterator[list[Row]]:
+    """Rows of about `events` events, a minute of 1,000 ticks at a time, ending at `now`."""
+    rng = random.Random(24)
+    ticks = round(events / (11 + 4 * TOOL_TICKS))
+    minutes = -(-ticks // PER_MINUTE)
+    position = 0
+    for minute in range(minutes):
+        start = now - timedelta(minutes=minutes - minute, seconds=30)
+        rows: list[Row] = []
+        for n in range(minute * PER_MINUTE, min(ticks, (minute + 1) * PER_MINUTE)):
+            level = LEVELS[n % PER_MINUTE]
+            tick_id = f"{level}-{start:%Y%m%dT%H%M%S}-{n:08x}"
+            calls = 3 if rng.random() < TOOL_TICKS else 2
+            ended = ticks - n > IN_FLIGHT
+            for version, event in enumerate(tick_events(tick_id, level, start, calls, ended), 1):
+                record = event.to_record()
+                position += 1
+                rows.append(
+                    (
+                        position,
+                        new_event_id(),
+                        f"tick-{tick_id}",
+                        version,
+                        record.type,
+                        record.version,
+                        orjson.dumps(record.data).decode(),
+                        orjson.dumps(record.metadata).decode(),
+                        event.occurred_at,
+                    )
+                )
+        yield rows
+
+
+def load_sqlite(url: str, events: int, now: datetime) -> int:
+    path = make_url(url).database
+    assert path is not None
+    with sqlite3.connect(path) as conn:
+        conn.execute("PRAGMA synchronous = OFF")
+        for rows in history(events, now):
+            conn.executemany(
+                "INSERT INTO events (global_position, event_id, stream_id, stream_position, "
+                "type, version, data, metadata, recorded_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                [
+                    (p, i.hex, s, v, t, n, d, m, at.isoformat(" ", "microseconds")[:26])
+                    for p, i, s, v, t, n, d, m, at in rows
+                ],
+            )
+            conn.commit()
+        return int(conn.execute("SELECT COUNT(*) FROM events").fetchone()[0])
+
+
+def load_postgres(url: str, events: int, now: datetime) -> int:
+    with psycopg.connect(_dsn(url), autocommit=True) as conn:
+        columns = (
+            "global_position, event_id, stream_id, stream_position, type, version, data, "
+            "metadata, recorded_at"
+        )
+        with conn.cursor() as cursor:
+            for rows in history(events, now):
+                with cursor.copy(f"COPY events ({columns}) FROM STDIN") as copy:
+                    for row in rows:
+                        copy.write_row(row)
+        conn.execute("VACUUM ANALYZE events")
+        counted = conn.execute("SELECT COUNT(*) FROM events").fetchone()
+        assert counted is not None
+        return int(counted[0])
+
+
+def _dsn(url: str) -> str:
+    return make_url(url).set(drivername="postgresql").render_as_string(hide_password=False)
+
+
+def write_config(root: Path, url: str) -> Path:
+    """1,000 levels every minute, on `url`."""
+    levels = "".join(
+        f'[levels.{level}]\nevery = "1m"\nmodel = "gpt-4o-mini"\nprompt = "Check."\n'
+        for level in LEVELS
+    )
+    config = root / "tickwork.toml"
+    config.write_text(
+        f'[store]\nurl = "{url}"\n[paths]\nresults = "{root}/results"\nspool = "{root}/spool"\n'
+        f'digests = "{root}/digests"\n\n{levels}'
+    )
+    return config
+
+
+def disk_bytes(url: str) -> int:
+    """The hot store's size: the database file and its WAL, or the PostgreSQL database."""
+    if url.startswith("sqlite"):
+        path = Path(make_url(url).database or "")
+        return sum(p.stat().st_size for p in path.parent.glob(path.name + "*"))
+    with psycopg.connect(_dsn(url)) as conn:
+        size = conn.execute("SELECT pg_database_size(current_database())").fetchone()
+        assert size is not None
+        return int(size[0])
+
+
+# --- timing ---------------------------------------------------------------------------
+
+
+def p50(runs: int, call: Callable[[], object]) -> float:
+    """Median seconds of `runs` calls after one unmeasured warm-up."""
+    call()
+    times = []
+    for _ in range(runs):
+        began = time.perf_counter()
+        call()
+        times.append(time.perf_counter() - began)
+    return statistics.median(times)
+
+
+def cli(config: Path, *arguments: str) -> Callable[[], object]:
+    command = [str(Path(sys.executable).with_name("tickwork")), "-c", str(config), *arguments]
+
+    def run() -> object:
+        done = subprocess.run(command, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+        if done.returncode != 0:
+            raise RuntimeError(f"{' '.join(arguments)} failed: {done.stderr.strip()[-2000:]}")
+        return done
+
+    return run
+
+
+def measure(url: str, size: int, args: argparse.Namespace, root: Path) -> dict[str, float]:
+    """Load `size` events into a fresh store at `url` and time every path on it."""
+    figures: dict[str, float] = {}
+    now = datetime.now(UTC)
+    began = time.perf_counter()
+    load = load_sqlite if url.startswith("sqlite") else load_postgres
+    events = load(url, size, now)
+    ticks = round(size / (11 + 4 * TOOL_TICKS))
+    print(
+        f"  {size:,} events: {events:,} stored, {ticks:,} ticks, loaded in "
+        f"{time.perf_counter() - began:.0f} s",
+        flush=True,
+    )
+    config = write_config(root, url)
+    began = time.perf_counter()
+    cli(config, "projections", "rebuild")()
+    figures["projections rebuild (s)"] = time.perf_counter() - began
+    if not url.startswith("sqlite"):
+        with psycopg.connect(_dsn(url), autocommit=True) as conn:
+            conn.execute("VACUUM ANALYZE")
+    figures["disk per tick (KB)"] = disk_bytes(url) / ticks / 1000
+
+    settings = load_settings(config)
+    store = open_store(url)
+    recent = f"{LEVELS[7]}-{now - timedelta(minutes=2, seconds=30):%Y%m%dT%H%M%S}"
+    with TestClient(create_app(settings, store)) as client:
+        for label, path in (
+            ("GET /dashboard/panels", "/dashboard/panels"),
+            ("GET /metrics", "/metrics"),
+            ("GET /ticks", "/ticks"),
+            ("GET /ticks?level=", f"/ticks?level={LEVELS[500]}"),
+            ("GET /status", "/status"),
+        ):
+            figures[label] = p50(args.runs, lambda path=path: client.get(path).raise_for_status())
+        shown = client.get("/ticks", params={"level": LEVELS[7], "limit": 3}).json()
+    projector = projector_for(store, PriceBook(settings.prices))
+
+    def reconcile() -> object:
+        projector.catch_up(["ticks"])
+        with store.read_transaction() as conn:
+            return open_ticks(conn)
+
+    def start_up() -> object:
+        projector.catch_up(["ticks"])
+        with store.read_transaction() as conn:
+            return last_slots(conn, LEVELS)
+
+    figures["reconcile: open ticks"] = p50(args.runs, reconcile)
+    figures["start-up: last slots of 1,000 levels"] = p50(args.runs, start_up)
+    store.close()
+    tick_id = shown[-1]["tick_id"] if shown else recent
+    for label, arguments in (
+        ("tickwork status", ("status",)),
+        ("tickwork show", ("show", tick_id)),
+        ("tickwork digest --since 1h", ("digest", "--since", "1h")),
+        ("tickwork events --since 1h", ("events", "--since", "1h")),
+    ):
+        figures[label] = p50(args.cli_runs, cli(config, *arguments))
+    return figures
+
+
+def report(backend: str, sizes: list[int], results: list[dict[str, float]]) -> None:
+    small, large = results[0], results[-1]
+    head = "".join(f"{size:>14,}" for size in sizes)
+    print(f"\n{backend}: p50 at each size (events), and the ratio of the last to the first")
+    print(f"  {'path':<40}{head}{'ratio':>9}")
+    for label in small:
+        unit = "" if "(" in label else " ms"
+        scale = 1 if "(" in label else 1000
+        values = "".join(f"{result[label] * scale:>11,.1f}{unit or '   '}" for result in results)
+        print(f"  {label:<40}{values}{large[label] / small[label]:>8.2f}x")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--sizes", default="1000000,10000000", help="events, comma-separated")
+    parser.add_argument("--backends", default="sqlite,postgresql")
+    parser.add_argument("--pg-url", default="postgresql://postgres@127.0.0.1:5432/test")
+    parser.add_argument("--runs", type=int, default=7, help="runs of each in-process path")
+    parser.add_argument("--cli-runs", type=int, default=3, help="runs of each CLI path")
+    args = parser.parse_args()
+    sizes = [int(size) for size in args.sizes.split(",")]
+
+    print(describe())
+    print(f"load average at start: {os.getloadavg()}")
+    print(f"sizes: {', '.join(f'{size:,}' for size in sizes)} events; {len(LEVELS):,} levels")
+    for backend in args.backends.split(","):
+        print(f"\n{backend}:", flush=True)
+        results = []
+        for size in sizes:
+            with tempfile.TemporaryDirectory() as folder:
+                root = Path(folder)
+                if backend == "sqlite":
+                    url = f"sqlite:///{root}/events.db"
+                else:
+                    url = fresh_pg(args.pg_url, "bench_growth")
+                migrate_store(url)
+                results.append(measure(url, size, args, root))
+        report(backend, sizes, results)
+    print(f"\nload average at end: {os.getloadavg()}")
+
+
+if __name__ == "__main__":
+    main()

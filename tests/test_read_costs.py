@@ -1,0 +1,314 @@
+"""Invariant 14: an operator read path costs what its window costs, not what history holds.
+
+Each path runs against a store holding a fixed window of recent events and ticks behind
+HISTORY ticks of history, then behind ten times as much. Its statements, caught as the
+path sends them, are measured by the database's own account of the work, not by a
+clock: on SQLite the virtual machine's instructions (a progress handler counts them)
+and the plan (no SCAN of a table, no temporary B-tree to sort); on PostgreSQL
+`EXPLAIN (ANALYZE, BUFFERS)`: rows the plan's scans touched and buffers read. The work
+at ten times the history may exceed the work at one only by a B-tree level per lookup.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+from collections.abc import Callable, Iterator
+from contextlib import closing, contextmanager
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
+from typing import Any
+from uuid import uuid4
+
+import orjson
+import psycopg
+import sqlalchemy as sa
+
+from harness.projections.ticks import (
+    TickCursor,
+    last_slots,
+    open_ticks,
+    previous_result_path,
+    tick_ids_starting,
+    tick_rows,
+    ticks,
+    ticks_in_flight,
+)
+from harness.store import SqlEventStore
+from harness.store.engine import sqlite_path
+from harness.store.schema import events
+
+HISTORY = 2_000
+"""Ticks (and events) of history outside the window at the smaller size."""
+LEVELS = [f"l{n}" for n in range(20)]
+NOW = datetime.now(UTC).replace(microsecond=0)
+WINDOW = timedelta(hours=1)
+WINDOW_TICKS = 60
+"""Ticks in the last hour, one a minute, of levels in turn; the last few still open."""
+OPEN_STATUSES = ("scheduled", "running", "unknown")
+
+Path_ = Callable[[SqlEventStore], object]
+
+
+def _with_conn(read: Callable[[sa.Connection], object]) -> Path_:
+    def path(store: SqlEventStore) -> object:
+        with store.read_transaction() as conn:
+            return read(conn)
+
+    return path
+
+
+def _next_page(conn: sa.Connection) -> object:
+    first = tick_rows(conn, limit=20)
+    return tick_rows(conn, before=TickCursor.after(first[-1]), limit=20)
+
+
+PATHS: dict[str, Path_] = {
+    "first_position_since": lambda store: store.first_position_since(NOW - WINDOW),
+    "tick_rows": _with_conn(lambda conn: tick_rows(conn, limit=20)),
+    "tick_rows_next_page": _with_conn(_next_page),
+    "tick_rows_level": _with_conn(lambda conn: tick_rows(conn, levels=["l3"], limit=2)),
+    "tick_rows_levels": _with_conn(lambda conn: tick_rows(conn, levels=["l3", "l4"], limit=2)),
+    "tick_rows_since": _with_conn(lambda conn: tick_rows(conn, since=NOW - WINDOW)),
+    "open_ticks": _with_conn(open_ticks),
+    "ticks_in_flight": lambda store: (ticks_in_flight(store), ticks_in_flight(store, ["l3"])),
+    "last_slots": _with_conn(lambda conn: last_slots(conn, LEVELS)),
+    "previous_result_path": _with_conn(lambda conn: previous_result_path(conn, "l3")),
+    "tick_ids_starting": _with_conn(lambda conn: tick_ids_starting(conn, "l3-9", 10)),
+}
+
+
+def _tick(n: int, at: datetime, status: str) -> dict[str, Any]:
+    """A row of the ticks read model; `n` orders ids as time does."""
+    level = LEVELS[n % len(LEVELS)]
+    ended = status not in OPEN_STATUSES
+    return {
+        "tick_id": f"{level}-{n:08d}",
+        "level": level,
+        "status": status,
+        "slot": at,
+        "scheduled_at": at,
+        "started_at": None if status == "scheduled" else at + timedelta(seconds=1),
+        "finished_at": at + timedelta(seconds=30) if ended else None,
+        "prompt_tokens": 100,
+        "completion_tokens": 10,
+        "model_calls": 1,
+        "estimated_calls": 0,
+        "tool_calls": 0,
+        "tool_calls_cancelled": 0,
+        "result_path": f"/r/{level}-{n}.json" if status == "completed" else None,
+        "reason": None,
+        "sort_at": at,
+    }
+
+
+def _event(position: int, at: datetime) -> dict[str, Any]:
+    return {
+        "global_position": position,
+        "event_id": uuid4(),
+        "stream_id": f"tick-{position}",
+        "stream_position": 1,
+        "type": "BudgetSpent",
+        "version": 1,
+        "data": {"tick_id": str(position), "prompt_tokens": 1},
+        "metadata": {},
+        "recorded_at": at,
+    }
+
+
+def _add_history(store: SqlEventStore, start: int, count: int) -> None:
+    """Ended ticks and events older than the window; their ids and positions below its own."""
+    old = NOW - timedelta(days=2)
+    with store.write_transaction() as conn:
+        conn.execute(
+            ticks.insert(),
+            [
+                _tick(n, old - timedelta(minutes=n), "failed" if n % 7 == 0 else "completed")
+                for n in range(start, start + count)
+            ],
+        )
+        conn.execute(
+            events.insert(),
+            [_event(n + 1, old - timedelta(minutes=n)) for n in range(start, start + count)],
+        )
+    _settle(store)
+
+
+def _add_window(store: SqlEventStore) -> None:
+    with store.write_transaction() as conn:
+        rows = []
+        for k in range(WINDOW_TICKS):
+            left = WINDOW_TICKS - k
+            status = OPEN_STATUSES[left % 3] if left <= 6 else "completed"
+            rows.append(_tick(90_000_000 + k, NOW - timedelta(minutes=left), status))
+        conn.execute(ticks.insert(), rows)
+        first = 50_000_000
+        conn.execute(
+            events.insert(),
+            [_event(first + k, NOW - WINDOW + timedelta(minutes=k)) for k in range(WINDOW_TICKS)],
+        )
+
+
+def _settle(store: SqlEventStore) -> None:
+    """PostgreSQL: statistics and visibility maps as a running service's autovacuum keeps them."""
+    if store.engine.dialect.name != "postgresql":
+        return
+    with store.engine.connect() as conn:
+        conn.execution_options(isolation_level="AUTOCOMMIT").exec_driver_sql(
+            "VACUUM ANALYZE events, ticks"
+        )
+
+
+@contextmanager
+def _caught(store: SqlEventStore) -> Iterator[list[tuple[str, Any]]]:
+    """The statements (and their parameters) the store's engine sends meanwhile."""
+    seen: list[tuple[str, Any]] = []
+
+    def record(*args: Any) -> None:
+        _conn, _cursor, statement, parameters, _context, _many = args
+        seen.append((statement, parameters))
+
+    sa.event.listen(store.engine, "before_cursor_execute", record)
+    try:
+        yield seen
+    finally:
+        sa.event.remove(store.engine, "before_cursor_execute", record)
+
+
+@dataclass
+class Work:
+    """What a path's statements cost the database, and their plans for the message."""
+
+    units: int
+    """SQLite: VM instructions; PostgreSQL: rows its scans touched."""
+    buffers: int
+    plans: list[str]
+
+
+def _sqlite_work(path: str, statements: list[tuple[str, Any]]) -> Work:
+    steps = 0
+
+    def step() -> int:
+        nonlocal steps
+        steps += 1
+        return 0
+
+    plans = []
+    with closing(sqlite3.connect(path)) as raw:
+        for statement, parameters in statements:
+            plan = raw.execute(f"EXPLAIN QUERY PLAN {statement}", parameters).fetchall()
+            plans.append("; ".join(row[-1] for row in plan))
+            raw.set_progress_handler(step, 1)
+            raw.execute(statement, parameters).fetchall()
+            raw.set_progress_handler(None, 1)
+    return Work(steps, 0, plans)
+
+
+def _touched(node: dict[str, Any]) -> int:
+    """Rows every scan of a plan node (and below) returned or filtered away."""
+    own = 0
+    if "Scan" in node["Node Type"]:
+        rows = node["Actual Rows"] + node.get("Rows Removed by Filter", 0)
+        own = rows * node["Actual Loops"]
+    return own + sum(_touched(child) for child in node.get("Plans", []))
+
+
+def _pg_work(dsn: str, statements: list[tuple[str, Any]]) -> Work:
+    units = buffers = 0
+    plans = []
+    with psycopg.connect(dsn, autocommit=True) as raw:
+        for statement, parameters in statements:
+            explained = raw.execute(
+                f"EXPLAIN (ANALYZE, BUFFERS, FORMAT JSON) {statement}", parameters
+            ).fetchone()
+            assert explained is not None
+            (top,) = explained[0] if isinstance(explained[0], list) else orjson.loads(explained[0])
+            plan = top["Plan"]
+            units += _touched(plan)
+            buffers += plan["Shared Hit Blocks"] + plan["Shared Read Blocks"]
+            plans.append(_outline(plan))
+    return Work(units, buffers, plans)
+
+
+def _outline(node: dict[str, Any]) -> str:
+    name = f"{node['Node Type']} {node.get('Index Name', node.get('Relation Name', ''))}".strip()
+    below = ", ".join(_outline(child) for child in node.get("Plans", []))
+    return f"{name} ({below})" if below else name
+
+
+def _work(store: SqlEventStore, path: Path_) -> Work:
+    with _caught(store) as statements:
+        path(store)
+    statements = [(s, p) for s, p in statements if s.lstrip().upper().startswith("SELECT")]
+    assert statements, "the path sent no query"
+    url = store.engine.url
+    if url.get_backend_name() == "sqlite":
+        database = sqlite_path(url)
+        assert database is not None
+        return _sqlite_work(str(database), statements)
+    dsn = url.set(drivername="postgresql").render_as_string(hide_password=False)
+    return _pg_work(dsn, statements)
+
+
+def test_each_read_path_costs_the_same_behind_ten_times_the_history(
+    store: SqlEventStore,
+) -> None:
+    _add_window(store)
+    _add_history(store, 0, HISTORY)
+    small = {name: _work(store, path) for name, path in PATHS.items()}
+    _add_history(store, HISTORY, 9 * HISTORY)
+    large = {name: _work(store, path) for name, path in PATHS.items()}
+
+    grown = {
+        name: (small[name], large[name])
+        for name in PATHS
+        # A B-tree one level deeper costs each lookup a buffer (PostgreSQL) or nothing.
+        if large[name].units > small[name].units * 1.1 + 10
+        or large[name].buffers > small[name].buffers + 2 * len(large[name].plans) + 5
+    }
+    assert not grown, "\n".join(
+        f"{name}: {a.units} -> {b.units} units, {a.buffers} -> {b.buffers} buffers; {b.plans}"
+        for name, (a, b) in grown.items()
+    )
+    if store.engine.dialect.name == "sqlite":
+        whole = {
+            name: work.plans
+            for name, work in large.items()
+            if any(_reads_everything(name, plan) for plan in work.plans)
+        }
+        assert not whole, whole
+
+
+SORTS_OPEN_TICKS = {"ticks_in_flight"}
+"""Paths that sort what the open ticks' partial index gives: a few rows, however old the
+store (the cost check above holds them to it)."""
+
+
+def _reads_everything(path: str, plan: str) -> bool:
+    """A SCAN of a table itself, or a sort, where the path should walk an index in order.
+
+    A SCAN of an index is an ordered walk that the query's LIMIT stops, or a partial
+    index of open ticks; the cost check above tells whether it stopped.
+    """
+    steps = plan.split("; ")
+    scans_table = any(step.startswith("SCAN") and "INDEX" not in step for step in steps)
+    sorts = any("TEMP B-TREE" in step for step in steps) and path not in SORTS_OPEN_TICKS
+    return scans_table or sorts
+
+
+def test_the_paths_answer_from_the_window(store: SqlEventStore) -> None:
+    _add_window(store)
+    _add_history(store, 0, HISTORY)
+    assert store.first_position_since(NOW - WINDOW) == 50_000_000
+    with store.read_transaction() as conn:
+        first, second = (tick_rows(conn, limit=3), None)
+        second = tick_rows(conn, before=TickCursor.after(first[-1]), limit=3)
+        newest = [row.tick_id for row in (*first, *second)]
+        assert newest == [f"{LEVELS[n % 20]}-{n:08d}" for n in range(90_000_059, 90_000_053, -1)]
+        assert len(open_ticks(conn)) == 6
+        assert previous_result_path(conn, "l3") == "/r/l3-90000043.json"
+        slots = last_slots(conn, [*LEVELS, "never"])
+        assert set(slots) == set(LEVELS) and max(slots.values()) == NOW - timedelta(minutes=1)
+        assert tick_ids_starting(conn, "l3-9", 10) == [
+            f"l3-{n:08d}" for n in range(90_000_003, 90_000_060, 20)
+        ]
+    assert {t.status for t in ticks_in_flight(store)} == {"scheduled", "running"}

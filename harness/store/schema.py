@@ -55,8 +55,10 @@ events = sa.Table(
     sa.Column("recorded_at", sa.DateTime(timezone=True), nullable=False),
     sa.UniqueConstraint("event_id", name="uq_events_event_id"),
     sa.UniqueConstraint("stream_id", "stream_position", name="uq_events_stream_position"),
-    # SQLite keeps the rowid (the position) in every index entry already.
-    sa.Index("ix_events_recorded_at", "recorded_at", postgresql_include=["global_position"]),
+    # Migration 0006 makes PostgreSQL's entries carry the position too (INCLUDE), as SQLite's
+    # hold the rowid: not said here, where a PostgreSQL option would import its dialect for
+    # every SQLite command.
+    sa.Index("ix_events_recorded_at", "recorded_at"),
     sqlite_autoincrement=True,
 )
 

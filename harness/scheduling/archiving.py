@@ -23,6 +23,7 @@ hot. The read models keep their rows and sums: archiving changes no aggregate.
 
 from __future__ import annotations
 
+import contextlib
 import fcntl
 import os
 import signal
@@ -240,6 +241,7 @@ class Archiver:
         named = self._named_files(folder) if named is None else named
         for path in self._packed(folder, named):
             path.unlink(missing_ok=True)
+            self._drop_if_empty(path.parent)
         _phase("removed")
         deleted = 0
         archived = read_events(folder)
@@ -277,6 +279,13 @@ class Archiver:
         members = {self._member(path): path for path in named}
         with tarfile.open(folder / FILES_FILE, "r:gz") as tar:
             return [members[name] for name in tar.getnames() if name in members]
+
+    def _drop_if_empty(self, folder: Path) -> None:
+        """Remove a day's folder of results once its last file left: a year leaves no husks."""
+        results = self.settings.paths.results.absolute()
+        if folder.absolute().is_relative_to(results) and folder.absolute() != results:
+            with contextlib.suppress(OSError):  # not empty: the day's ticks still hot
+                folder.rmdir()
 
     def _named_files(self, folder: Path) -> list[Path]:
         """Result and log files the archive's events name."""

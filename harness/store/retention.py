@@ -215,3 +215,49 @@ def _raw(engine: Engine) -> Iterator[Any]:
         yield raw.driver_connection
     finally:
         raw.close()
+
+
+@dataclass(frozen=True)
+class Footprint:
+    """What the hot store holds: what a steady state with `hot_days` keeps flat."""
+
+    events: int
+    tick_days: dict[date, int]
+    """Tick streams still hot, by the UTC day each started on."""
+    events_size: int
+    """Bytes of the `events` table and its indexes (PostgreSQL: dead tuples included
+    until a vacuum)."""
+    size: int
+    """Bytes of the whole store, read models included: SQLite's pages, free ones too (its
+    file's size once the WAL is checkpointed); PostgreSQL's database."""
+
+
+def footprint(store: SqlEventStore) -> Footprint:
+    """Count the hot store's events and tick streams, and its sizes (a scan: soak runs only)."""
+    with store.read_transaction() as conn:
+        count = conn.execute(sa.select(sa.func.count()).select_from(events)).scalar_one()
+        started = conn.execute(
+            sa.select(events.c.recorded_at).where(
+                events.c.stream_position == 1, events.c.stream_id.startswith(TICK_STREAM_PREFIX)
+            )
+        ).scalars()
+        days: dict[date, int] = {}
+        for at in started:
+            day = _utc(at).date()
+            days[day] = days.get(day, 0) + 1
+        if store.engine.dialect.name == "sqlite":
+            table = conn.exec_driver_sql(
+                "SELECT sum(pgsize) FROM dbstat WHERE name IN "
+                "(SELECT name FROM sqlite_schema WHERE tbl_name = 'events')"
+            ).scalar_one()
+            pages = conn.exec_driver_sql("PRAGMA page_count").scalar_one()
+            size = pages * conn.exec_driver_sql("PRAGMA page_size").scalar_one()
+        else:
+            table = conn.execute(sa.text("SELECT pg_total_relation_size('events')")).scalar_one()
+            size = conn.execute(sa.text("SELECT pg_database_size(current_database())")).scalar_one()
+    return Footprint(count, dict(sorted(days.items())), int(table), int(size))
+
+
+def _utc(at: datetime) -> datetime:
+    """SQLite hands times back without their zone; they were stored in UTC."""
+    return at.replace(tzinfo=UTC) if at.tzinfo is None else at.astimezone(UTC)

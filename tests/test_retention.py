@@ -10,16 +10,21 @@ store equals the read models kept incrementally all month.
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from contextlib import contextmanager
 from datetime import UTC, datetime, time, timedelta
 from itertools import pairwise
 from pathlib import Path
 
+from harness.api.reads import Reads
 from harness.config import load_settings
-from harness.devtools.soak import SimulatedClock, Soak
+from harness.devtools.soak import SimulatedClock, Soak, tick_events
 from harness.prices import PriceBook
 from harness.projections import projector_for
+from harness.scheduling.archiving import Archiver
 from harness.store import open_store
-from harness.store.archives import recorded_archives, verify
+from harness.store.archives import EVENTS_FILE, Archive, day_folder, recorded_archives, verify
+from harness.store.archives import read_stream as archived_stream
 from tests.test_archive import config_file, read_models
 
 HOT_DAYS = 3
@@ -29,17 +34,35 @@ EVENTS_PER_TICK = 5
 FIRST = datetime.now(UTC).date() - timedelta(days=DAYS + 5)
 
 
-def test_hot_days_honoured_across_a_simulated_month(store_url: str, tmp_path: Path) -> None:
-    config = config_file(tmp_path, store_url).read_text(encoding="utf-8")
-    (tmp_path / "tickwork.toml").write_text(
-        config.replace("hot_days = 30", f"hot_days = {HOT_DAYS}"), encoding="utf-8"
-    )
-    settings = load_settings(tmp_path / "tickwork.toml")
+@contextmanager
+def simulated(store_url: str, tmp_path: Path) -> Iterator[Soak]:
+    """A soak run of `HOT_DAYS` from `FIRST` on, its store on a simulated clock."""
+    config = config_file(tmp_path, store_url)
+    text = config.read_text(encoding="utf-8")
+    config.write_text(text.replace("hot_days = 30", f"hot_days = {HOT_DAYS}"), encoding="utf-8")
     clock = SimulatedClock(datetime.combine(FIRST, time(), UTC))
     store = open_store(store_url, clock=clock)
     try:
-        lines: list[str] = []
-        soak = Soak(settings, store, clock, TICKS_PER_DAY, lines.append)
+        yield Soak(load_settings(config), store, clock, TICKS_PER_DAY, lambda line: None)
+    finally:
+        store.close()
+
+
+def _rebuilt_equals_kept(soak: Soak) -> list[Archive]:
+    """Rebuild every read model from the archives and the hot store: equal to the kept ones."""
+    archives = recorded_archives(soak.store, soak.settings.retention.archive)
+    projector = projector_for(soak.store, PriceBook())
+    projector.catch_up()
+    kept_incrementally = read_models(soak.store)
+    for name in projector.projections:
+        projector.rebuild(name, archives=archives)
+    assert read_models(soak.store) == kept_incrementally
+    return archives
+
+
+def test_hot_days_honoured_across_a_simulated_month(store_url: str, tmp_path: Path) -> None:
+    with simulated(store_url, tmp_path) as soak:
+        settings, store = soak.settings, soak.store
         month = [soak.day(FIRST + timedelta(days=n)) for n in range(DAYS)]
 
         for n, left in enumerate(month):
@@ -65,14 +88,46 @@ def test_hot_days_honoured_across_a_simulated_month(store_url: str, tmp_path: Pa
             assert max(sizes) - min(sizes) <= bound, f"the events table grows: {sizes}"
         assert all(b.archive_bytes > a.archive_bytes for a, b in pairwise(steady))
 
-        archives = recorded_archives(store, settings.retention.archive)
+        archives = _rebuilt_equals_kept(soak)
         assert [archive.day for archive in archives] == [left.day for left in month[:-HOT_DAYS]]
         assert {verify(archive.folder).ticks for archive in archives} == {TICKS_PER_DAY}
-        projector = projector_for(store, PriceBook())
-        projector.catch_up()
-        kept_incrementally = read_models(store)
-        for name in projector.projections:
-            projector.rebuild(name, archives=archives)
-        assert read_models(store) == kept_incrementally
-    finally:
-        store.close()
+
+
+def test_a_tick_open_when_its_day_was_archived_leaves_once_it_closed(
+    store_url: str, tmp_path: Path
+) -> None:
+    with simulated(store_url, tmp_path) as soak:
+        settings, store = soak.settings, soak.store
+        opened, *closing = tick_events("late", settings.paths.results, 9, FIRST)
+        store.append("tick-late", [opened.to_record(), closing.pop(0).to_record()])
+        days = [FIRST + timedelta(days=n) for n in range(2 * HOT_DAYS + 2)]
+        for day in days[: HOT_DAYS + 2]:
+            left = soak.day(day)
+        assert FIRST in left.store.tick_days and FIRST in left.result_days, "open: kept hot"
+        assert FIRST not in {archive.day for archive in _archives(soak)[1:]}
+        assert [archive.day for archive in _archives(soak)][:1] == [FIRST]
+        first = verify(day_folder(settings.retention.archive, FIRST))
+        assert first.ticks == TICKS_PER_DAY, "the day's archive went without the open tick"
+
+        soak.clock.now += timedelta(minutes=1)
+        store.append("tick-late", [event.to_record() for event in closing])
+        for day in days[HOT_DAYS + 2 :]:
+            left = soak.day(day)
+        took = days[2]  # the day the first run after the tick closed archived
+        assert FIRST not in left.store.tick_days and FIRST not in left.result_days
+        assert not store.read_stream("tick-late"), "the straggler left the hot store"
+        folder = day_folder(settings.retention.archive, took)
+        assert verify(folder).ticks == TICKS_PER_DAY + 1
+        late = [event.type for event in archived_stream(folder, "tick-late")]
+        assert late == ["TickScheduled", "TickStarted", *(e.type for e in closing)]
+        detail = Reads(settings, store).tick("late")
+        assert detail is not None and detail.tick is not None
+        assert detail.tick.archived_on == took and detail.archive == str(folder / EVENTS_FILE)
+        archives = _rebuilt_equals_kept(soak)
+        assert len(archives) == len({archive.day for archive in archives}), "one per day"
+        again = Archiver(settings, store, lambda line: None).archive(before=days[-HOT_DAYS])
+        assert again == [], "a rerun finds nothing more to do"
+
+
+def _archives(soak: Soak) -> list[Archive]:
+    return recorded_archives(soak.store, soak.settings.retention.archive)

@@ -54,8 +54,7 @@ def main() -> None:
             f"{args.ticks} ticks a day, {args.days} days"
         )
         print(
-            "day  hot events  events KiB  store KiB  result files  results KiB  "
-            "archive KiB  day s"
+            "day  hot events  events KiB  store KiB  result files  results KiB  archive KiB  day s"
         )
         for n in range(args.days):
             started = time.perf_counter()

@@ -12,7 +12,7 @@ from __future__ import annotations
 import contextlib
 import gzip
 import sqlite3
-from datetime import UTC, date, datetime, timedelta
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -23,16 +23,12 @@ from harness.api.reads import Reads
 from harness.config import Settings, load_settings
 from harness.contracts.events import (
     ARCHIVE_STREAM,
-    BudgetSpent,
-    Event,
     LevelPaused,
-    TickCompleted,
     TickScheduled,
-    TickStarted,
-    ToolCalled,
     level_stream,
 )
 from harness.devtools.fake_llm import FakeUpstream
+from harness.devtools.soak import tick_events
 from harness.prices import PriceBook
 from harness.projections import projector_for
 from harness.projections.spend import spend_daily
@@ -65,23 +61,6 @@ def config_file(tmp_path: Path, store_url: str) -> Path:
     return path
 
 
-def tick_events(tick_id: str, results: Path, tokens: int, day: date = OLD) -> list[Event]:
-    """A completed tick with spend, a tool call, and its result and log files on disk."""
-    folder = results / "min" / day.isoformat()
-    folder.mkdir(parents=True, exist_ok=True)
-    result, log = folder / f"{tick_id}.json", folder / f"{tick_id}.log"
-    result.write_text('{"ok": true}', encoding="utf-8")
-    log.write_text("worker said hello\n", encoding="utf-8")
-    common: dict[str, Any] = {"tick_id": tick_id, "level": "min"}
-    return [
-        TickScheduled(**common, model="m"),
-        TickStarted(**common, pid=1, host="h", result_path=str(result), log_path=str(log)),
-        BudgetSpent(**common, model="m", prompt_tokens=tokens, completion_tokens=7),
-        ToolCalled(**common, name="shell", status="ok"),
-        TickCompleted(**common, result_path=str(result), prompt_tokens=tokens),
-    ]
-
-
 def history(store: SqlEventStore, results: Path) -> set[int]:
     """Ten old ticks, one old tick still open, one recent tick: the old ones' positions.
 
@@ -89,7 +68,7 @@ def history(store: SqlEventStore, results: Path) -> set[int]:
     """
     archived: set[int] = set()
     for n in range(10):
-        for event in tick_events(f"old{n}", results, 100 + n):
+        for event in tick_events(f"old{n}", results, 100 + n, OLD):
             archived.add(store.append(f"tick-old{n}", [event.to_record()]).positions[0])
             if event.type == "TickStarted":
                 pause = LevelPaused(level="min", reason=f"r{n}")
@@ -142,7 +121,7 @@ def test_archive_then_rebuild_equals_no_archive(store_url: str, tmp_path: Path) 
         folder = day_folder(settings.retention.archive, OLD)
         assert {e.global_position for e in archived_events(folder)} == archived
         assert verify(folder).ticks == 10
-        assert not list((settings.paths.results / "min" / OLD.isoformat()).iterdir())
+        assert not (settings.paths.results / "min" / OLD.isoformat()).exists()
         assert store.read_stream("tick-open"), "a tick still open stays hot"
         assert len(store.read_stream(level_stream("min"))) == 10, "level events stay hot"
         assert read_models(store) == before, "archiving changes no read model"

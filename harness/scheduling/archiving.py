@@ -17,12 +17,15 @@ Nothing leaves before its archive is verified and recorded, so a kill at any poi
 every event in the store or in a verified archive. A rerun reuses an archive it finds
 whole (a manifest that verifies), writes again one without a manifest, and deletes what
 is still there: a recorded day is done once its last archived position is gone, which,
-deleting in order, means every one is. Ticks still open when their day is archived stay
-hot. The read models keep their rows and sums: archiving changes no aggregate.
+deleting in order, means every one is. A tick still open when its day is archived stays
+hot until it closes, and then leaves with the first day archived after that (a straggler:
+that day's archive holds it, its `archived_on` names that day). The read models keep
+their rows and sums: archiving changes no aggregate.
 """
 
 from __future__ import annotations
 
+import contextlib
 import fcntl
 import os
 import signal
@@ -143,16 +146,18 @@ class Archiver:
     def _days(self, before: date, dry_run: bool) -> list[DayArchived]:
         recorded = self._recorded()
         done = []
+        stragglers_upto = 0  # ticks still hot that start up to here: archived days' stragglers
         day = first_day_after(self.store, 0)
         while day is not None and day < before:
+            _, upto = day_range(self.store, day)
             record = recorded.get(day)
             if record is None:
-                result = self._archive_day(day, dry_run)
+                result = self._archive_day(day, dry_run, stragglers_upto)
             else:
                 result = None if dry_run else self._finish(record)
+                stragglers_upto = upto
             if result is not None:
                 done.append(result)
-            _, upto = day_range(self.store, day)
             following = first_day_after(self.store, upto)
             day = None if following is None else max(following, day + timedelta(days=1))
         if done and not dry_run:
@@ -169,13 +174,17 @@ class Archiver:
                 found[record.day] = record
         return found
 
-    def _archive_day(self, day: date, dry_run: bool) -> DayArchived | None:
-        """Write (or reuse), verify, pack and record the day's archive, then finish it."""
+    def _archive_day(self, day: date, dry_run: bool, stragglers_upto: int) -> DayArchived | None:
+        """Write (or reuse), verify, pack and record the day's archive, then finish it.
+
+        It takes the day's closed ticks and the stragglers of days archived before
+        (started up to `stragglers_upto`, closed since).
+        """
         folder = day_folder(self.root, day)
         manifest = self._whole(folder)
         reused = manifest is not None
         if manifest is None:
-            ticks = closed_ticks(self.store, day)
+            ticks = closed_ticks(self.store, day, stragglers_upto)
             if not ticks.streams:
                 return None
             if dry_run:
@@ -240,6 +249,7 @@ class Archiver:
         named = self._named_files(folder) if named is None else named
         for path in self._packed(folder, named):
             path.unlink(missing_ok=True)
+            self._drop_if_empty(path.parent)
         _phase("removed")
         deleted = 0
         archived = read_events(folder)
@@ -277,6 +287,13 @@ class Archiver:
         members = {self._member(path): path for path in named}
         with tarfile.open(folder / FILES_FILE, "r:gz") as tar:
             return [members[name] for name in tar.getnames() if name in members]
+
+    def _drop_if_empty(self, folder: Path) -> None:
+        """Remove a day's folder of results once its last file left: a year leaves no husks."""
+        results = self.settings.paths.results.absolute()
+        if folder.absolute().is_relative_to(results) and folder.absolute() != results:
+            with contextlib.suppress(OSError):  # not empty: the day's ticks still hot
+                folder.rmdir()
 
     def _named_files(self, folder: Path) -> list[Path]:
         """Result and log files the archive's events name."""

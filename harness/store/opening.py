@@ -13,12 +13,19 @@ from harness.store.records import SchemaError
 from harness.store.schema import HEAD_REVISION
 from harness.store.spool import Spool
 from harness.store.sql import SqlEventStore, translate_errors
+from harness.store.writer import Clock, utc_now
 
 
 def open_store(
-    url: str, *, durability: Durability = "process", spool: Spool | None = None
+    url: str,
+    *,
+    durability: Durability = "process",
+    spool: Spool | None = None,
+    clock: Clock = utc_now,
 ) -> SqlEventStore:
     """Open the store, migrating an embedded SQLite store, then ingest any spooled events.
+
+    `clock` stamps what it appends (a soak run's simulated month).
 
     A PostgreSQL store is shared by several hosts and is migrated only on purpose
     (`tickwork migrate`): opening one whose schema lags raises SchemaError.
@@ -34,7 +41,7 @@ def open_store(
                     f"this tickwork needs {HEAD_REVISION}: run `tickwork migrate`"
                 )
             upgrade(engine)
-    store = SqlEventStore(engine)
+    store = SqlEventStore(engine, clock)
     if spool is not None and spool.files():
         spool.ingest(store)
     return store

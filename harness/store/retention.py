@@ -3,8 +3,10 @@
 A tick belongs to the UTC day its stream's first event was recorded on: its stream starts
 in the day's range of positions, from the first recorded that day to the first recorded
 the next (`day_range`). Only closed streams (their terminal event stored and settled)
-leave: a tick still open stays hot, whatever its age. A day's range is fixed once the day
-is over, so the same day always selects the same ticks, less any that left already.
+leave: a tick still open stays hot, whatever its age, and once it closes leaves with the
+next day archived (a straggler, `closed_ticks`). A day's range is fixed once the day is
+over, so the same day always selects the same ticks, less any that left already, plus
+the stragglers that closed since.
 
 Leaving is a batched DELETE on both backends for now. On PostgreSQL it leaves dead tuples
 for autovacuum; native partitioning of `events` by time would make leaving a day a
@@ -47,9 +49,10 @@ class DayTicks:
 
     day: date
     after: int
-    """The day's range of first events starts after this position ..."""
+    """Their events start after this position (the day's range of first events does,
+    unless a straggler of an earlier day starts before it) ..."""
     upto: int
-    """... and ends here."""
+    """... and the day's range ends here."""
     streams: frozenset[str]
     last: int
     """The highest position of any of their events (0 when there are none)."""
@@ -70,39 +73,48 @@ def first_day_after(store: SqlEventStore, position: int) -> date | None:
     return first[0].recorded_at.date() if first else None
 
 
-def closed_ticks(store: SqlEventStore, day: date) -> DayTicks:
+def closed_ticks(store: SqlEventStore, day: date, stragglers_upto: int = 0) -> DayTicks:
     """The tick streams that started on `day` and are closed, all their events settled.
 
-    Two queries on the primary key's range for the day and, per thousand streams, one on
-    the stream index: no scan outside the day.
+    With them, the stragglers: closed streams still hot that started at or below
+    `stragglers_upto`, on a day archived while they were open. A straggler leaves with
+    the first day archived after it closed. Two queries on the primary key's range for
+    the day and the days before it (all archived but their stragglers and open ticks,
+    so what is left there is small) and, per thousand streams, one on the stream index:
+    no scan outside them.
     """
     after, upto = day_range(store, day)
     horizon = store.last_position()
     with store.read_transaction() as conn:
-        started = list(
+        position = events.c.global_position
+        started = dict(
             conn.execute(
-                sa.select(events.c.stream_id).where(
-                    events.c.global_position > after,
-                    events.c.global_position <= upto,
+                sa.select(events.c.stream_id, position).where(
+                    sa.or_(
+                        sa.and_(position > after, position <= upto),
+                        position <= min(stragglers_upto, after),
+                    ),
                     events.c.stream_position == 1,
                     events.c.stream_id.startswith(TICK_STREAM_PREFIX),
                 )
-            ).scalars()
+            ).all()
         )
         closed: set[str] = set()
-        last = 0
+        first, last = after, 0
         terminal = sa.func.max(sa.case((events.c.type.in_(sorted(TERMINAL_TYPES)), 1), else_=0))
-        for start in range(0, len(started), MAX_BATCH):
+        streams = list(started)
+        for start in range(0, len(streams), MAX_BATCH):
             query = (
-                sa.select(events.c.stream_id, sa.func.max(events.c.global_position), terminal)
-                .where(events.c.stream_id.in_(started[start : start + MAX_BATCH]))
+                sa.select(events.c.stream_id, sa.func.max(position), terminal)
+                .where(events.c.stream_id.in_(streams[start : start + MAX_BATCH]))
                 .group_by(events.c.stream_id)
             )
             for stream_id, end, ended in conn.execute(query):
                 if ended and end <= horizon:
                     closed.add(stream_id)
+                    first = min(first, started[stream_id] - 1)
                     last = max(last, end)
-    return DayTicks(day, after, upto, frozenset(closed), last)
+    return DayTicks(day, first, upto, frozenset(closed), last)
 
 
 def events_of(store: SqlEventStore, ticks: DayTicks) -> Iterator[StoredEvent]:
@@ -160,9 +172,14 @@ def reclaim_space(store: SqlEventStore) -> str | None:
 
     Returns a line for the operator when the SQLite file was made before incremental
     vacuum was set at creation: its pages stay free inside it until it is converted once
-    (`convert_to_incremental_vacuum`). PostgreSQL's autovacuum reclaims dead tuples itself.
+    (`convert_to_incremental_vacuum`). On PostgreSQL a plain VACUUM of `events` makes the
+    deleted rows' space reusable at once, so the next day's appends fill it and the table
+    stops growing: waiting for autovacuum, a day's appends outrun it (the soak run showed
+    the table growing by a day of events each day). It takes no lock that stops appends.
     """
     if store.engine.dialect.name != "sqlite":
+        with translate_errors(), store.engine.connect() as conn:
+            conn.execution_options(isolation_level="AUTOCOMMIT").exec_driver_sql("VACUUM events")
         return None
     with translate_errors(), _raw(store.engine) as connection:
         if connection.execute("PRAGMA auto_vacuum").fetchone()[0] != AUTO_VACUUM_INCREMENTAL:
@@ -215,3 +232,49 @@ def _raw(engine: Engine) -> Iterator[Any]:
         yield raw.driver_connection
     finally:
         raw.close()
+
+
+@dataclass(frozen=True)
+class Footprint:
+    """What the hot store holds: what a steady state with `hot_days` keeps flat."""
+
+    events: int
+    tick_days: dict[date, int]
+    """Tick streams still hot, by the UTC day each started on."""
+    events_size: int
+    """Bytes of the `events` table and its indexes (PostgreSQL: dead tuples included
+    until a vacuum)."""
+    size: int
+    """Bytes of the whole store, read models included: SQLite's pages, free ones too (its
+    file's size once the WAL is checkpointed); PostgreSQL's database."""
+
+
+def footprint(store: SqlEventStore) -> Footprint:
+    """Count the hot store's events and tick streams, and its sizes (a scan: soak runs only)."""
+    with store.read_transaction() as conn:
+        count = conn.execute(sa.select(sa.func.count()).select_from(events)).scalar_one()
+        started = conn.execute(
+            sa.select(events.c.recorded_at).where(
+                events.c.stream_position == 1, events.c.stream_id.startswith(TICK_STREAM_PREFIX)
+            )
+        ).scalars()
+        days: dict[date, int] = {}
+        for at in started:
+            day = _utc(at).date()
+            days[day] = days.get(day, 0) + 1
+        if store.engine.dialect.name == "sqlite":
+            table = conn.exec_driver_sql(
+                "SELECT sum(pgsize) FROM dbstat WHERE name IN "
+                "(SELECT name FROM sqlite_schema WHERE tbl_name = 'events')"
+            ).scalar_one()
+            pages = conn.exec_driver_sql("PRAGMA page_count").scalar_one()
+            size = pages * conn.exec_driver_sql("PRAGMA page_size").scalar_one()
+        else:
+            table = conn.execute(sa.text("SELECT pg_total_relation_size('events')")).scalar_one()
+            size = conn.execute(sa.text("SELECT pg_database_size(current_database())")).scalar_one()
+    return Footprint(count, dict(sorted(days.items())), int(table), int(size))
+
+
+def _utc(at: datetime) -> datetime:
+    """SQLite hands times back without their zone; they were stored in UTC."""
+    return at.replace(tzinfo=UTC) if at.tzinfo is None else at.astimezone(UTC)

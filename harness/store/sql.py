@@ -45,10 +45,12 @@ from harness.store.records import (
 from harness.store.schema import events, projection_checkpoints
 from harness.store.writer import (
     TRANSACTION_EVENTS,
+    Clock,
     Refused,
     Writer,
     driver_error,
     is_integrity_error,
+    utc_now,
 )
 
 MAX_BATCH = 1000
@@ -218,9 +220,9 @@ def _range_sql(kinds: Sequence[str]) -> str:
 class SqlEventStore(EventStore):
     """The event store over an engine whose schema is already at head."""
 
-    def __init__(self, engine: Engine) -> None:
+    def __init__(self, engine: Engine, clock: Clock = utc_now) -> None:
         self.engine = engine
-        self._writer = Writer(engine)
+        self._writer = Writer(engine, clock)
 
     @contextmanager
     def write_transaction(self) -> Iterator[sa.Connection]:

@@ -31,7 +31,7 @@ import contextlib
 import sqlite3
 import sys
 import threading
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from datetime import UTC, datetime
 from typing import Any
 
@@ -186,6 +186,15 @@ def _sqlite_row(stream_id: str, position: int, event: NewEvent, stamp: str) -> t
     )
 
 
+Clock = Callable[[], datetime]
+"""What stamps an append's `recorded_at`: the wall clock, or a simulated one in tests."""
+
+
+def utc_now() -> datetime:
+    """The wall clock, in UTC."""
+    return datetime.now(UTC)
+
+
 class Writer:
     """Appends so that no reader passes an event that commits late (see the module docstring).
 
@@ -194,8 +203,9 @@ class Writer:
     of new streams) goes out in one pipelined round trip.
     """
 
-    def __init__(self, engine: Engine) -> None:
+    def __init__(self, engine: Engine, clock: Clock = utc_now) -> None:
         self._engine = engine
+        self._clock = clock
         self._lock = threading.Lock()
         self._connection: Any = None
         self._cursor: Any = None
@@ -226,7 +236,7 @@ class Writer:
     def _transaction(self, streams: Streams, expected: ExpectedVersion) -> list[Positions | None]:
         """One transaction of one checked insert per stream; where each landed (None: not)."""
         expectation = _expectation(expected)
-        recorded_at = datetime.now(UTC)
+        recorded_at = self._clock()
         with self._lock:
             attempts = 0
             while True:

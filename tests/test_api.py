@@ -113,6 +113,9 @@ def test_ticks_filter_by_level_status_and_since_and_show_one_with_its_result(
     done = api.http.get("/ticks", params={"level": "min", "status": "completed"}).json()
     assert [t["tick_id"] for t in done] == ["min-done"]
     assert done[0]["prompt_tokens"] == 1200 and done[0]["finished_at"].endswith("Z")
+    assert done[0]["model"] == "gpt-4o-mini" and done[0]["queue_wait_seconds"] >= 0
+    (queued,) = [t for t in everything if t["tick_id"] == "min-queued"]
+    assert queued["queue_wait_seconds"] is None, "it has not started: its wait is not known"
     both = api.http.get("/ticks", params=[("level", "min"), ("level", "hour")]).json()
     assert len(both) == 3
     future = (datetime.now(UTC) + timedelta(hours=1)).isoformat()

@@ -136,6 +136,9 @@ def test_tick_runs_one_tick_on_the_fake_upstream(tmp_path: Path) -> None:
     assert result.returncode == 0, result.stderr
     assert "fake upstream" in result.stderr
     assert "status  completed" in result.stdout and "1 call(s)" in result.stdout
+    tick_id = result.stdout.split()[1]
+    shown = run(tmp_path, "show", tick_id).stdout
+    assert "model   gpt-4o-mini" in shown and " s from claim to start" in shown, shown
     assert unknown.returncode == 2 and "no level named 'weekly'" in unknown.stderr
 
 

@@ -200,6 +200,41 @@ def test_ticks_read_model_follows_each_tick(store: SqlEventStore) -> None:
     assert (t2.status, t2.level) == ("timed_out", "hour")
 
 
+def test_a_ticks_row_has_the_model_it_spent_on_and_its_wait_from_claim_to_first_start(
+    store: SqlEventStore,
+) -> None:
+    """The model of its last spend, else the one it was scheduled for.
+
+    A retry's start (after its backoff) does not move the wait, nor does a rebuild.
+    """
+    at = datetime(2026, 11, 30, 12, tzinfo=UTC)
+    seconds = [at + timedelta(seconds=n) for n in range(100)]
+    events = [
+        TickScheduled(tick_id="t1", level="min", model="planned", occurred_at=seconds[0]),
+        TickScheduled(tick_id="t2", level="min", model="planned", occurred_at=seconds[1]),
+        TickStarted(tick_id="t1", level="min", pid=1, host="h", occurred_at=seconds[3]),
+        spent("t1", "min", "fallback-model", 10, 1),
+        TickStarted(tick_id="t1", level="min", pid=2, host="h", attempt=2, occurred_at=seconds[60]),
+        TickCompleted(tick_id="t1", level="min", occurred_at=seconds[61]),
+        TickStarted(tick_id="t3", level="hour", pid=3, host="h", occurred_at=seconds[5]),
+        TickScheduled(tick_id="t3", level="hour", model="m3", occurred_at=seconds[4]),
+    ]
+    projector = Projector(store, [TicksProjection()], batch_size=2)
+    for event in events:
+        append(store, [event])
+        projector.catch_up()
+    with store.read_transaction() as conn:
+        rows = {
+            row.tick_id: (row.model, row.queue_wait_seconds)
+            for row in conn.execute(sa.select(ticks))
+        }
+    # t3's start came before its claim in the log: no start follows a claim, no wait known.
+    assert rows == {"t1": ("fallback-model", 3.0), "t2": ("planned", None), "t3": ("m3", None)}
+    kept = _dump(store)
+    Projector(store, [TicksProjection()]).rebuild("ticks")
+    assert _dump(store) == kept
+
+
 def test_a_ticks_list_time_is_its_scheduling_else_its_first_event(store: SqlEventStore) -> None:
     projector = projector_for(store, PriceBook())
     append(store, [spent("t3", "min", "m", 1, 1, occurred_at=DAY1)])
@@ -389,8 +424,22 @@ spends = st.builds(
     cache_read_tokens=st.none() | st.integers(0, 1000),
 )
 lifecycle = st.one_of(
-    st.builds(TickScheduled, tick_id=ticks_ids, level=levels, slot=moments),
-    st.builds(TickStarted, tick_id=ticks_ids, level=levels, pid=st.just(1), host=st.just("h")),
+    st.builds(
+        TickScheduled,
+        tick_id=ticks_ids,
+        level=levels,
+        slot=moments,
+        model=st.none() | models,
+        occurred_at=moments,
+    ),
+    st.builds(
+        TickStarted,
+        tick_id=ticks_ids,
+        level=levels,
+        pid=st.just(1),
+        host=st.just("h"),
+        occurred_at=moments | st.just(DAY2 + HOUR),
+    ),
     st.builds(TickCompleted, tick_id=ticks_ids, level=levels, result_path=st.just("/r.json")),
     st.builds(TickTimedOut, tick_id=ticks_ids, level=levels, timeout_seconds=st.just(1.0)),
     st.builds(

@@ -32,7 +32,11 @@ from harness.execution.launchers import (
 )
 from harness.execution.prepare import Preparer, TickSetupError, tool_budget
 from harness.execution.runner import Runner, TickOutcome
+from harness.prices import PriceBook
+from harness.projections import projector_for
 from harness.projections.levels import level_paused
+from harness.projections.story import tick_story
+from harness.projections.ticks import tick_rows
 from harness.rag import build_index
 from harness.scheduling.service import Service
 from harness.scheduling.triggers import slot_tick_id
@@ -183,6 +187,27 @@ def test_timeout_kills_the_whole_group_and_keeps_the_spend_already_made(
     assert terminal_types(events) == ["TickTimedOut"]
     started = next(e for e in events if e.type == "TickStarted")
     assert live_in_group(started.data["pid"]) == []
+
+
+def test_a_timed_out_ticks_end_keeps_what_it_said_last_and_its_row_its_model_and_wait(
+    tmp_path: Path, fake: FakeUpstream, standin_launcher: WarmLauncher
+) -> None:
+    harness = Harness(tmp_path, fake, standin_launcher).without_retries()
+    prepared = harness.preparer.prepare("min", prompt="mutter", timeout=1)
+    outcome = harness.runner.run(prepared)
+    assert outcome.status == "timed_out"
+    prepared.log_path.unlink()  # the end does not depend on the log staying
+    end = harness.events(outcome)[-1]
+    assert end.type == "TickTimedOut"
+    assert "the stand-in is still thinking" in end.data["stderr_tail"]
+    story = tick_story(harness.store, outcome.tick_id)
+    assert story is not None and "still thinking" in (story.log_tail or "")
+    projector_for(harness.store, PriceBook()).catch_up(["ticks"])
+    with harness.store.read_transaction() as conn:
+        (row,) = tick_rows(conn, tick_id=outcome.tick_id)
+    assert row.model == prepared.payload.model
+    assert row.queue_wait_seconds is not None and row.queue_wait_seconds >= 0
+    assert row.queue_wait_seconds == story.queue_wait_seconds
 
 
 def test_a_tick_killed_mid_call_books_that_call_estimated(

@@ -436,11 +436,17 @@ class TickFailed(TerminalTickEvent):
 
 
 class TickTimedOut(TerminalTickEvent):
-    """The tick ran past its timeout and its process group was stopped."""
+    """The tick ran past its timeout and its process group was stopped.
+
+    `stderr_tail` is the end of its log when it was stopped: what it said last is kept
+    with the event, wherever the log goes (another host, a retry appending to it, an
+    archive), as a failed tick's is.
+    """
 
     type = "TickTimedOut"
     timeout_seconds: float
     result_path: str | None = None
+    stderr_tail: str = ""
 
 
 class TickCancelled(TerminalTickEvent):

@@ -1,0 +1,32 @@
+"""Each tick's model and queue wait in the ticks read model.
+
+`ticks.model` (the model of the tick's last spend, else the one it was scheduled for) and
+`ticks.queue_wait_seconds` (from its claim to its first start) are folded from events the
+rows do not keep: a row holds only its latest attempt's start, and no model. Existing rows
+keep both NULL, as unknown; `tickwork projections rebuild ticks` fills them from the log.
+Ticks folded after the upgrade have them.
+
+Revision ID: 0009
+Revises: 0008
+Create Date: 2026-12-01
+"""
+
+from __future__ import annotations
+
+import sqlalchemy as sa
+from alembic import op
+
+revision = "0009"
+down_revision = "0008"
+branch_labels = None
+depends_on = None
+
+
+def upgrade() -> None:
+    op.add_column("ticks", sa.Column("model", sa.String(200)))
+    op.add_column("ticks", sa.Column("queue_wait_seconds", sa.Float()))
+
+
+def downgrade() -> None:
+    op.drop_column("ticks", "queue_wait_seconds")
+    op.drop_column("ticks", "model")

@@ -145,7 +145,7 @@ def test_spend_report_groups_prices_and_never_prices_unknown_models_at_zero(
             spent("a", "min", "gpt-4o-mini", 1_000_000, 100_000, occurred_at=DAY1),
             spent("a", "min", "gpt-4o-mini", 1_000_000, 0, occurred_at=DAY2, estimated=True),
             spent("b", "hour", "my-local-model", 500, 50, occurred_at=DAY2),
-            spent("c", "hour", "home-gpu-model", 10, 10, occurred_at=DAY2),
+            spent("c", "hour", "home-gpu-model", 10, 10, occurred_at=DAY2, template_hash="v2"),
         ],
     )
     prices = PriceBook({"home-gpu-model": PriceOverride(input_per_mtok=1, output_per_mtok=2)})
@@ -154,6 +154,7 @@ def test_spend_report_groups_prices_and_never_prices_unknown_models_at_zero(
         by_level = spend_report(conn, prices, by=["level"])
         by_day = spend_report(conn, prices, by=["level", "day"], levels=["min"])
         by_model = spend_report(conn, prices, by=["model"], since=date(2026, 11, 29))
+        by_template = spend_report(conn, prices, by=["level", "template"])
 
     hour, minute = by_level
     assert minute.group == {"level": "min"}
@@ -162,6 +163,11 @@ def test_spend_report_groups_prices_and_never_prices_unknown_models_at_zero(
     assert minute.cost_usd == pytest.approx(2 * 0.15 + 0.1 * 0.6)
     assert hour.cost_usd is None and hour.unpriced_calls == 1
     assert [row.group["day"] for row in by_day] == ["2026-11-28", "2026-11-29"]
+    assert [(row.group, row.model_calls) for row in by_template] == [
+        ({"level": "hour", "template": ""}, 1),
+        ({"level": "hour", "template": "v2"}, 1),
+        ({"level": "min", "template": ""}, 2),
+    ]
     costs = {row.group["model"]: row.cost_usd for row in by_model}
     assert costs == {
         "gpt-4o-mini": pytest.approx(0.15),
@@ -350,6 +356,7 @@ def _varied_spend(store: SqlEventStore, count: int) -> None:
                 occurred_at=[DAY1, DAY2][i % 2],
                 estimated=i % 5 == 0,
                 cache_read_tokens=None if i % 3 else i,
+                template_hash=[None, "0123456789abcdef", "fedcba9876543210"][i % 4 % 3],
             )
             for i in range(count)
         ],
@@ -422,6 +429,7 @@ spends = st.builds(
     occurred_at=moments,
     estimated=st.booleans(),
     cache_read_tokens=st.none() | st.integers(0, 1000),
+    template_hash=st.none() | st.sampled_from(["0123456789abcdef", "fedcba9876543210"]),
 )
 lifecycle = st.one_of(
     st.builds(
@@ -492,7 +500,8 @@ def test_rebuild_from_zero_equals_the_incremental_read_models(
     in_parts = Projector(store, [SpendProjection(PriceBook())], batch_size, partition_above=0)
     in_parts.rebuild("spend")
     assert _dump(store) == kept
-    spend_total = sum(row[4] for row in kept["spend_daily"])
+    prompt_tokens = [column.name for column in spend_daily.columns].index("prompt_tokens")
+    spend_total = sum(row[prompt_tokens] for row in kept["spend_daily"])
     assert spend_total == sum(e.prompt_tokens for e in events if isinstance(e, BudgetSpent))
 
 

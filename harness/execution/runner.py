@@ -279,6 +279,7 @@ class Runner:
                 result_path=str(payload.result_path),
                 log_path=str(tick.log_path),
                 timeout_seconds=tick.timeout,
+                template_hash=payload.template_hash,
             )
         )
         threshold = hedge_after(self.settings.levels.get(payload.level), tick.timeout)

@@ -5,7 +5,8 @@ the launchers run it exactly as they run `workers.llm_worker`, without the model
 Commands: `report` (write what the tick sees to the result path as JSON), `hold` (report,
 keep a file open, and wait for `<result>.go` to appear), `raise`, `abort`, `leak` (hold
 300 MB, then end normally), `exit` (leave with code 3 in the middle of writing), and
-`stubborn` (ignore SIGTERM, with a child that does the same).
+`stubborn` (ignore SIGTERM, with a child that does the same), `mutter` (say a line on
+stderr, then hang).
 """
 
 from __future__ import annotations
@@ -69,6 +70,9 @@ def serve(raw: bytes) -> int:
             half.write('{"ok": ')
             half.flush()
             os._exit(3)
+    elif command == "mutter":
+        print("the stand-in is still thinking", file=sys.stderr, flush=True)
+        time.sleep(120)
     elif command == "stubborn":
         signal.signal(signal.SIGTERM, signal.SIG_IGN)
         code = "import signal, time; signal.signal(signal.SIGTERM, signal.SIG_IGN); time.sleep(120)"

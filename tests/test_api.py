@@ -113,6 +113,9 @@ def test_ticks_filter_by_level_status_and_since_and_show_one_with_its_result(
     done = api.http.get("/ticks", params={"level": "min", "status": "completed"}).json()
     assert [t["tick_id"] for t in done] == ["min-done"]
     assert done[0]["prompt_tokens"] == 1200 and done[0]["finished_at"].endswith("Z")
+    assert done[0]["model"] == "gpt-4o-mini" and done[0]["queue_wait_seconds"] >= 0
+    (queued,) = [t for t in everything if t["tick_id"] == "min-queued"]
+    assert queued["queue_wait_seconds"] is None, "it has not started: its wait is not known"
     both = api.http.get("/ticks", params=[("level", "min"), ("level", "hour")]).json()
     assert len(both) == 3
     future = (datetime.now(UTC) + timedelta(hours=1)).isoformat()
@@ -162,7 +165,7 @@ def test_ticks_page_by_cursor_without_gaps_or_repeats_while_new_ones_arrive(api:
         ("/ticks", {"before": "yesterday-at-noon,min-1"}, ["'yesterday-at-noon' is not an ISO"]),
         ("/ticks", {"before": "2026-12-01T13:05:00,min-1"}, ["has no time zone"]),
         ("/ticks", {"before": "2026-12-01T13:05:00.000000Z," + "x" * 201}, ["at most 228"]),
-        ("/spend", {"by": "colour"}, ["'level', 'model' or 'day'"]),
+        ("/spend", {"by": "colour"}, ["'level', 'model', 'day' or 'template'"]),
         ("/spend", {"since": "soon"}, ["'soon'"]),
         ("/dashboard/ticks", {"status": "bogus"}, ["'bogus' is not a tick status"]),
         ("/dashboard/ticks", {"since": "soonish"}, ["'soonish'", "30m, 12h, 7d"]),

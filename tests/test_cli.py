@@ -11,6 +11,7 @@ from uuid import uuid4
 import pytest
 
 from harness.contracts.events import BudgetSpent, TickStarted
+from harness.execution.prepare import template_hash
 from harness.store import HEAD_REVISION, NewEvent, Spool, open_store
 from tests.commands import TICKWORK, environment, run, run_each
 from tests.waiting import wait_until
@@ -62,7 +63,7 @@ def test_spend_reports_tokens_and_cost_as_json_and_table(tmp_path: Path) -> None
     table = run(tmp_path, "spend", "--by", "model")
     assert "unpriced" in table.stdout and "gpt-4o-mini" in table.stdout
     bad = run(tmp_path, "spend", "--by", "colour")
-    assert bad.returncode == 2 and "colour" in bad.stderr
+    assert bad.returncode == 2 and "colour" in bad.stderr and "template" in bad.stderr
 
 
 def test_events_filters_by_stream_and_type(tmp_path: Path) -> None:
@@ -136,6 +137,13 @@ def test_tick_runs_one_tick_on_the_fake_upstream(tmp_path: Path) -> None:
     assert result.returncode == 0, result.stderr
     assert "fake upstream" in result.stderr
     assert "status  completed" in result.stdout and "1 call(s)" in result.stdout
+    tick_id = result.stdout.split()[1]
+    shown = run(tmp_path, "show", tick_id).stdout
+    assert "model   gpt-4o-mini" in shown and " s from claim to start" in shown, shown
+    by_template = run(tmp_path, "spend", "--by", "template", "--json")
+    assert [row["group"] for row in json.loads(by_template.stdout)] == [
+        {"template": template_hash("Say hello.")}
+    ], "a prompt given by hand is its own template"
     assert unknown.returncode == 2 and "no level named 'weekly'" in unknown.stderr
 
 

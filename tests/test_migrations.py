@@ -192,3 +192,25 @@ def _list_times(store: SqlEventStore) -> dict[str, datetime]:
         return {
             t: as_utc(at) for t, at in conn.execute(sa.select(ticks.c.tick_id, ticks.c.sort_at))
         }
+
+
+@pytest.mark.parametrize("backend", ["sqlite", "postgresql"])
+def test_0009_keys_spend_by_template_and_a_downgrade_adds_the_templates_up(
+    backend: str, sqlite_url: str
+) -> None:
+    """Spend folded before has no template (""), as a rebuild gives it; nothing is lost back."""
+    row = "'min', 'm', '2026-11-30', 0, 100, 10, 0, 0, 1, 0"
+    with nullcontext(sqlite_url) if backend == "sqlite" else fresh_pg_database() as url:
+        engine = create_store_engine(url)
+        upgrade(engine, "0008")
+        with engine.begin() as conn:
+            conn.execute(sa.text(f"INSERT INTO spend_daily VALUES ({row})"))
+        upgrade(engine)
+        with engine.begin() as conn:
+            assert conn.execute(sa.text("SELECT template_hash FROM spend_daily")).all() == [("",)]
+            conn.execute(sa.text(f"INSERT INTO spend_daily VALUES ({row}, 'abc')"))
+        downgrade(engine, "0008")
+        with engine.connect() as conn:
+            sums = "SELECT level, prompt_tokens, model_calls FROM spend_daily"
+            assert conn.execute(sa.text(sums)).all() == [("min", 200, 2)]
+        engine.dispose()

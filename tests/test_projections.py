@@ -145,7 +145,7 @@ def test_spend_report_groups_prices_and_never_prices_unknown_models_at_zero(
             spent("a", "min", "gpt-4o-mini", 1_000_000, 100_000, occurred_at=DAY1),
             spent("a", "min", "gpt-4o-mini", 1_000_000, 0, occurred_at=DAY2, estimated=True),
             spent("b", "hour", "my-local-model", 500, 50, occurred_at=DAY2),
-            spent("c", "hour", "home-gpu-model", 10, 10, occurred_at=DAY2),
+            spent("c", "hour", "home-gpu-model", 10, 10, occurred_at=DAY2, template_hash="v2"),
         ],
     )
     prices = PriceBook({"home-gpu-model": PriceOverride(input_per_mtok=1, output_per_mtok=2)})
@@ -154,6 +154,7 @@ def test_spend_report_groups_prices_and_never_prices_unknown_models_at_zero(
         by_level = spend_report(conn, prices, by=["level"])
         by_day = spend_report(conn, prices, by=["level", "day"], levels=["min"])
         by_model = spend_report(conn, prices, by=["model"], since=date(2026, 11, 29))
+        by_template = spend_report(conn, prices, by=["level", "template"])
 
     hour, minute = by_level
     assert minute.group == {"level": "min"}
@@ -162,6 +163,11 @@ def test_spend_report_groups_prices_and_never_prices_unknown_models_at_zero(
     assert minute.cost_usd == pytest.approx(2 * 0.15 + 0.1 * 0.6)
     assert hour.cost_usd is None and hour.unpriced_calls == 1
     assert [row.group["day"] for row in by_day] == ["2026-11-28", "2026-11-29"]
+    assert [(row.group, row.model_calls) for row in by_template] == [
+        ({"level": "hour", "template": ""}, 1),
+        ({"level": "hour", "template": "v2"}, 1),
+        ({"level": "min", "template": ""}, 2),
+    ]
     costs = {row.group["model"]: row.cost_usd for row in by_model}
     assert costs == {
         "gpt-4o-mini": pytest.approx(0.15),
@@ -198,6 +204,41 @@ def test_ticks_read_model_follows_each_tick(store: SqlEventStore) -> None:
     assert (t1.tool_calls, t1.tool_calls_cancelled, t1.result_path) == (1, 1, "/r/t1.json")
     assert t1.started_at is not None and t1.finished_at is not None
     assert (t2.status, t2.level) == ("timed_out", "hour")
+
+
+def test_a_ticks_row_has_the_model_it_spent_on_and_its_wait_from_claim_to_first_start(
+    store: SqlEventStore,
+) -> None:
+    """The model of its last spend, else the one it was scheduled for.
+
+    A retry's start (after its backoff) does not move the wait, nor does a rebuild.
+    """
+    at = datetime(2026, 11, 30, 12, tzinfo=UTC)
+    seconds = [at + timedelta(seconds=n) for n in range(100)]
+    events = [
+        TickScheduled(tick_id="t1", level="min", model="planned", occurred_at=seconds[0]),
+        TickScheduled(tick_id="t2", level="min", model="planned", occurred_at=seconds[1]),
+        TickStarted(tick_id="t1", level="min", pid=1, host="h", occurred_at=seconds[3]),
+        spent("t1", "min", "fallback-model", 10, 1),
+        TickStarted(tick_id="t1", level="min", pid=2, host="h", attempt=2, occurred_at=seconds[60]),
+        TickCompleted(tick_id="t1", level="min", occurred_at=seconds[61]),
+        TickStarted(tick_id="t3", level="hour", pid=3, host="h", occurred_at=seconds[5]),
+        TickScheduled(tick_id="t3", level="hour", model="m3", occurred_at=seconds[4]),
+    ]
+    projector = Projector(store, [TicksProjection()], batch_size=2)
+    for event in events:
+        append(store, [event])
+        projector.catch_up()
+    with store.read_transaction() as conn:
+        rows = {
+            row.tick_id: (row.model, row.queue_wait_seconds)
+            for row in conn.execute(sa.select(ticks))
+        }
+    # t3's start came before its claim in the log: no start follows a claim, no wait known.
+    assert rows == {"t1": ("fallback-model", 3.0), "t2": ("planned", None), "t3": ("m3", None)}
+    kept = _dump(store)
+    Projector(store, [TicksProjection()]).rebuild("ticks")
+    assert _dump(store) == kept
 
 
 def test_a_ticks_list_time_is_its_scheduling_else_its_first_event(store: SqlEventStore) -> None:
@@ -315,6 +356,7 @@ def _varied_spend(store: SqlEventStore, count: int) -> None:
                 occurred_at=[DAY1, DAY2][i % 2],
                 estimated=i % 5 == 0,
                 cache_read_tokens=None if i % 3 else i,
+                template_hash=[None, "0123456789abcdef", "fedcba9876543210"][i % 4 % 3],
             )
             for i in range(count)
         ],
@@ -387,10 +429,25 @@ spends = st.builds(
     occurred_at=moments,
     estimated=st.booleans(),
     cache_read_tokens=st.none() | st.integers(0, 1000),
+    template_hash=st.none() | st.sampled_from(["0123456789abcdef", "fedcba9876543210"]),
 )
 lifecycle = st.one_of(
-    st.builds(TickScheduled, tick_id=ticks_ids, level=levels, slot=moments),
-    st.builds(TickStarted, tick_id=ticks_ids, level=levels, pid=st.just(1), host=st.just("h")),
+    st.builds(
+        TickScheduled,
+        tick_id=ticks_ids,
+        level=levels,
+        slot=moments,
+        model=st.none() | models,
+        occurred_at=moments,
+    ),
+    st.builds(
+        TickStarted,
+        tick_id=ticks_ids,
+        level=levels,
+        pid=st.just(1),
+        host=st.just("h"),
+        occurred_at=moments | st.just(DAY2 + HOUR),
+    ),
     st.builds(TickCompleted, tick_id=ticks_ids, level=levels, result_path=st.just("/r.json")),
     st.builds(TickTimedOut, tick_id=ticks_ids, level=levels, timeout_seconds=st.just(1.0)),
     st.builds(
@@ -443,7 +500,8 @@ def test_rebuild_from_zero_equals_the_incremental_read_models(
     in_parts = Projector(store, [SpendProjection(PriceBook())], batch_size, partition_above=0)
     in_parts.rebuild("spend")
     assert _dump(store) == kept
-    spend_total = sum(row[4] for row in kept["spend_daily"])
+    prompt_tokens = [column.name for column in spend_daily.columns].index("prompt_tokens")
+    spend_total = sum(row[prompt_tokens] for row in kept["spend_daily"])
     assert spend_total == sum(e.prompt_tokens for e in events if isinstance(e, BudgetSpent))
 
 

@@ -30,9 +30,13 @@ from harness.execution.launchers import (
     WarmLauncher,
     shared_warm_launcher,
 )
-from harness.execution.prepare import Preparer, TickSetupError, tool_budget
+from harness.execution.prepare import Preparer, TickSetupError, template_hash, tool_budget
 from harness.execution.runner import Runner, TickOutcome
+from harness.prices import PriceBook
+from harness.projections import projector_for, spend_report
 from harness.projections.levels import level_paused
+from harness.projections.story import tick_story
+from harness.projections.ticks import tick_rows
 from harness.rag import build_index
 from harness.scheduling.service import Service
 from harness.scheduling.triggers import slot_tick_id
@@ -180,9 +184,67 @@ def test_timeout_kills_the_whole_group_and_keeps_the_spend_already_made(
     events = harness.events(outcome)
     spent = [(e.data["estimated"], e.data["source"]) for e in events if e.type == "BudgetSpent"]
     assert spent == [(False, "worker"), (True, "runner")], "the call cut off is booked"
+    versions = {e.data["template_hash"] for e in events if e.type == "BudgetSpent"}
+    assert versions == {template_hash("Check the pager.")}, "both of the prompt's version"
     assert terminal_types(events) == ["TickTimedOut"]
     started = next(e for e in events if e.type == "TickStarted")
     assert live_in_group(started.data["pid"]) == []
+
+
+def test_a_timed_out_ticks_end_keeps_what_it_said_last_and_its_row_its_model_and_wait(
+    tmp_path: Path, fake: FakeUpstream, standin_launcher: WarmLauncher
+) -> None:
+    harness = Harness(tmp_path, fake, standin_launcher).without_retries()
+    prepared = harness.preparer.prepare("min", prompt="mutter", timeout=1)
+    outcome = harness.runner.run(prepared)
+    assert outcome.status == "timed_out"
+    prepared.log_path.unlink()  # the end does not depend on the log staying
+    end = harness.events(outcome)[-1]
+    assert end.type == "TickTimedOut"
+    assert "the stand-in is still thinking" in end.data["stderr_tail"]
+    story = tick_story(harness.store, outcome.tick_id)
+    assert story is not None and "still thinking" in (story.log_tail or "")
+    projector_for(harness.store, PriceBook()).catch_up(["ticks"])
+    with harness.store.read_transaction() as conn:
+        (row,) = tick_rows(conn, tick_id=outcome.tick_id)
+    assert row.model == prepared.payload.model
+    assert row.queue_wait_seconds is not None and row.queue_wait_seconds >= 0
+    assert row.queue_wait_seconds == story.queue_wait_seconds
+
+
+def test_a_ticks_start_calls_and_spend_name_its_prompt_template_before_substitution(
+    tmp_path: Path, fake: FakeUpstream
+) -> None:
+    template = "Level $level, slot $slot: check the pager."
+    prompt_file = tmp_path / "prompt.txt"
+    prompt_file.write_text(template)
+    harness = Harness(tmp_path, fake, rag=False, prompt="", prompt_file=prompt_file)
+    first = harness.tick([calls("pager_status"), Step(text="Quiet.")])
+    prompt_file.write_text(template + " Be brief.")
+    second = harness.tick([Step(text="Quiet.")])
+    assert (first.status, second.status) == ("completed", "completed"), first.reason
+    versions = []
+    for outcome in (first, second):
+        named = {
+            (e.type, e.data.get("template_hash"))
+            for e in harness.events(outcome)
+            if e.type in ("TickStarted", "ModelCallStarted", "ModelCalled", "BudgetSpent")
+        }
+        ((_, version),) = {(None, version) for _, version in named}
+        assert {kind for kind, _ in named} == {
+            "TickStarted",
+            "ModelCallStarted",
+            "ModelCalled",
+            "BudgetSpent",
+        }
+        versions.append(version)
+    assert versions == [template_hash(template), template_hash(template + " Be brief.")]
+    projector_for(harness.store, PriceBook()).catch_up(["spend"])
+    with harness.store.read_transaction() as conn:
+        report = spend_report(conn, PriceBook(), by=["template"])
+    assert [(row.group["template"], row.model_calls) for row in report] == sorted(
+        zip(versions, [2, 1], strict=True)
+    )
 
 
 def test_a_tick_killed_mid_call_books_that_call_estimated(

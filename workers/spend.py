@@ -88,6 +88,7 @@ class SpendMeter(HookProvider):
                 call=self.calls_started,
                 model=self.model.get_config()["model_id"],
                 estimated_input_tokens=tokens_from_chars(self._request_chars),
+                template_hash=self.payload.template_hash,
             )
         )
 
@@ -133,6 +134,7 @@ class SpendMeter(HookProvider):
             cache_write_tokens=usage.get("cacheWriteInputTokens"),
             estimated=estimated,
             source="worker",
+            template_hash=self.payload.template_hash,
         )
 
     def _called(
@@ -161,4 +163,5 @@ class SpendMeter(HookProvider):
             completion_tokens=spent.completion_tokens if spent else 0,
             estimated=spent.estimated if spent else False,
             budget_event_id=spent.event_id if spent else None,
+            template_hash=self.payload.template_hash,
         )

@@ -71,6 +71,11 @@ def _known_status(value: str) -> str:
 
 TickStatus = Annotated[str, AfterValidator(_known_status)]
 
+SpendGroups = Annotated[
+    list[GroupBy] | None,
+    Query(description="level, model, day and/or template (the prompt's version)."),
+]
+
 
 def _tick_cursor(value: str) -> str:
     TickCursor.parse(value)  # its ValueError, saying what is wrong, becomes a 422
@@ -314,10 +319,14 @@ def _routes(router: APIRouter, settings: Settings, config_file: Path | None) -> 
     @router.get("/spend", tags=["spend"])
     def spend(
         reads: FreshReads,
-        by: Annotated[list[GroupBy] | None, Query(description="level, model and/or day.")] = None,
+        by: SpendGroups = None,
         since: Annotated[Since | None, Query(description="7d or an ISO date (UTC days).")] = None,
     ) -> list[SpendRow]:
-        """Tokens and cost grouped by level, model and/or UTC day (cost None: unpriced)."""
+        """Tokens and cost grouped by level, model, UTC day and/or prompt template.
+
+        Cost None: unpriced. A template is the hash of a level's prompt before
+        substitution ("" for spend recorded without one).
+        """
         return reads.spend(by or ["level"], since.date() if since else None)
 
     @router.get("/digests/latest", tags=["digests"], responses=UNKNOWN)

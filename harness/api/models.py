@@ -98,6 +98,11 @@ class Tick(BaseModel):
     reason: str | None
     archived_on: date | None = None
     """The UTC day whose archive holds the tick's events, once they left the store."""
+    model: str | None = None
+    """The model of its last spend, else the one it was scheduled for."""
+    queue_wait_seconds: float | None = None
+    """From its claim to its first start: how long it waited for a place (None until it
+    started, and for a tick folded before this was kept, until a rebuild)."""
 
 
 class Event(BaseModel):

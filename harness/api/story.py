@@ -164,6 +164,9 @@ def page(detail: TickDetail, tick_id: str) -> str:
         ("finished", utc(tick.finished_at) if tick else ""),
     ]
     if tick:
+        rows.append(("model", tick.model or ""))
+        if tick.queue_wait_seconds is not None:
+            rows.append(("queue wait", f"{tick.queue_wait_seconds:,.1f} s"))
         rows.append(
             (
                 "spend",
@@ -216,6 +219,8 @@ def _log(events: list[Event]) -> str:
     if path is None:
         return '<section id="log"><h2>Log</h2><p class="empty">no log (not started)</p></section>'
     text, end = read_log(path)
+    if not text and (last := ended(events)) is not None:
+        text = str(last.data.get("stderr_tail") or "")  # the log is gone: what its end kept
     return (
         f'<section id="log" data-end="{end}"><h2>Log</h2><p class="meta">{escape(str(path))}</p>'
         + (

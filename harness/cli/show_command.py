@@ -50,6 +50,7 @@ def print_story_head(story: TickStory) -> None:
         ("level", story.level or "?"),
         ("status", story.status + (f" ({story.reason})" if story.reason else "")),
         ("model", where),
+        ("waited", _waited(story.queue_wait_seconds)),
         (
             "spent",
             f"{story.prompt_tokens:,} + {story.completion_tokens:,} tokens in "
@@ -61,6 +62,13 @@ def print_story_head(story: TickStory) -> None:
     ]
     for name, value in rows:
         out.print(f"{name:<8}{value}", highlight=False)
+
+
+def _waited(seconds: float | None) -> str:
+    """The queue wait as the story head shows it."""
+    if seconds is None:
+        return "-"
+    return f"{seconds:,.1f} s from claim to start"
 
 
 def archived_story(

@@ -310,7 +310,11 @@ def _list_events(
 @app.command()
 def spend(
     by: Annotated[
-        list[str] | None, typer.Option(help="Group by level, model and/or day (repeatable).")
+        list[str] | None,
+        typer.Option(
+            help="Group by level, model, day and/or template (the prompt's version, a hash "
+            "of its template; empty for spend that has none). Repeatable."
+        ),
     ] = None,
     since: Annotated[str | None, typer.Option(help="7d, 12h or an ISO date (UTC days).")] = None,
     level: Annotated[list[str] | None, typer.Option(help="Only these levels.")] = None,
@@ -319,13 +323,14 @@ def spend(
     """Token spend and cost from the spend projection (cost is None for unpriced models)."""
     from harness.prices import PriceBook
     from harness.projections import projector_for, spend_report
+    from harness.projections.spend import GROUPS
     from harness.store import StoreError
 
     groups: list[GroupBy] = []
     for name in by or ["level"]:
-        if name not in ("level", "model", "day"):
-            raise typer.BadParameter(f"--by {name!r}: choose level, model or day")
-        groups.append(name)  # type: ignore[arg-type]
+        if name not in GROUPS:
+            raise typer.BadParameter(f"--by {name!r}: choose level, model, day or template")
+        groups.append(name)
     first_day: date | None = parse_since(since).date() if since else None
     config = settings()
     store = store_for(config)

@@ -177,6 +177,9 @@ class TickStarted(TickEvent):
     timeout_seconds: float | None = None
     runner_pid: int | None = None
     """The process watching the worker; while it lives, no other scheduler may adopt it."""
+    template_hash: str | None = None
+    """The hash of the tick's prompt template before substitution: its prompt version
+    (None: recorded before tickwork kept it, or spend of no tick's prompt)."""
 
 
 class TickTaken(TickEvent):
@@ -256,6 +259,9 @@ class ModelCallStarted(TickEvent):
     """The call's number in its worker process, from 1."""
     model: str
     estimated_input_tokens: NonNegativeInt
+    template_hash: str | None = None
+    """The hash of the tick's prompt template before substitution: its prompt version
+    (None: recorded before tickwork kept it, or spend of no tick's prompt)."""
 
 
 class BudgetSpent(TickEvent):
@@ -270,6 +276,9 @@ class BudgetSpent(TickEvent):
     estimated: bool = False
     """True when the upstream reported no usage and the tokens were estimated from sizes."""
     source: Literal["worker", "proxy", "runner"] = "worker"
+    template_hash: str | None = None
+    """The hash of the tick's prompt template before substitution: its prompt version
+    (None: recorded before tickwork kept it, or spend of no tick's prompt)."""
 
 
 class ToolCalled(TickEvent):
@@ -291,7 +300,8 @@ class ModelCalled(TickEvent):
 
     The predecessor's ledger also had a stage and a role per call; tickwork has neither:
     a tick runs one agent on one prompt, so every call's stage is its tick and `level`,
-    and what a role chose there (model, capabilities) is here the route's `target`.
+    and what a role chose there (model, capabilities) is here the route's `target`. Its
+    template and hash are the prompt's, `template_hash`.
     """
 
     type = "ModelCalled"
@@ -315,6 +325,9 @@ class ModelCalled(TickEvent):
     completion_tokens: NonNegativeInt = 0
     estimated: bool = False
     budget_event_id: UUID | None = None
+    template_hash: str | None = None
+    """The hash of the tick's prompt template before substitution: its prompt version
+    (None: recorded before tickwork kept it, or spend of no tick's prompt)."""
 
 
 TRANSCRIPT_ITEM_CHARS = 4000
@@ -436,11 +449,17 @@ class TickFailed(TerminalTickEvent):
 
 
 class TickTimedOut(TerminalTickEvent):
-    """The tick ran past its timeout and its process group was stopped."""
+    """The tick ran past its timeout and its process group was stopped.
+
+    `stderr_tail` is the end of its log when it was stopped: what it said last is kept
+    with the event, wherever the log goes (another host, a retry appending to it, an
+    archive), as a failed tick's is.
+    """
 
     type = "TickTimedOut"
     timeout_seconds: float
     result_path: str | None = None
+    stderr_tail: str = ""
 
 
 class TickCancelled(TerminalTickEvent):

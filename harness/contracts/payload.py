@@ -143,6 +143,9 @@ class TickPayload(BaseModel):
     tick_id: Annotated[str, Field(min_length=1, max_length=200)]
     level: Annotated[str, Field(min_length=1, max_length=100)]
     prompt: str
+    template_hash: str | None = None
+    """The prompt's version: the hash of its template before substitution (`$level`,
+    `$slot`, `$previous_result`), recorded with the tick's start, calls and spend."""
     instructions: str = ""
     model: Annotated[str, Field(min_length=1)]
     effort: Literal["low", "medium", "high"] | None = None

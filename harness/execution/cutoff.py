@@ -50,4 +50,5 @@ def cut_off_call(events: Sequence[StoredEvent]) -> BudgetSpent | None:
         completion_tokens=0,
         estimated=True,
         source="runner",
+        template_hash=data.get("template_hash"),
     )

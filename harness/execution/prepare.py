@@ -4,11 +4,14 @@ Prompt templates use `$level`, `$slot` (ISO time of the slot, or "now" for a tic
 hand) and `$previous_result` (the text of the level's last completed tick).
 `string.Template` leaves any other `$` and all braces alone, so prompts may hold JSON or
 code. The prompt is rendered here, not when the slot fires, so a queued tick never
-starts with a previous result that went stale while it waited.
+starts with a previous result that went stale while it waited. The template's hash
+before substitution (`template_hash`) names the prompt's version in the tick's start,
+calls and spend, so spend can be grouped by it (`tickwork spend --by template`).
 """
 
 from __future__ import annotations
 
+import hashlib
 import logging
 import os
 import uuid
@@ -148,6 +151,15 @@ def previous_result_text(store: EventStore, projector: Projector, level: str) ->
         return ""
 
 
+TEMPLATE_HASH_CHARS = 16
+"""Hex digits of sha256 kept: a level's prompt versions are few, and a report reads them."""
+
+
+def template_hash(template: str) -> str:
+    """The version of a prompt template: its text's sha256, before any substitution."""
+    return hashlib.sha256(template.encode()).hexdigest()[:TEMPLATE_HASH_CHARS]
+
+
 def render(template: str, level: str, slot: datetime | None, previous: str) -> str:
     """Fill the prompt's placeholders; an unknown `$name` stays as written."""
     context = {
@@ -199,11 +211,13 @@ class Preparer:
         models = [c.model for c in routed.plan.candidates] if routed else [str(config.model)]
         folder = self.settings.paths.results / level / datetime.now(UTC).strftime("%Y-%m-%d")
         rag_on = config.rag and self.env.get("TICKWORK_RAG_DISABLED", "") not in ("1", "true")
-        text = prompt if prompt is not None else self._prompt(level, config, slot)
+        template = prompt if prompt is not None else self._template(level, config)
+        text = template if prompt is not None else self._prompt(level, template, slot)
         payload = TickPayload(
             tick_id=tick_id,
             level=level,
             prompt=text,
+            template_hash=template_hash(template),
             instructions=config.instructions,
             model=first.model if first else config.model,
             effort=first.effort if first else config.effort,
@@ -234,7 +248,8 @@ class Preparer:
             routed,
         )
 
-    def _prompt(self, level: str, config: LevelConfig, slot: datetime | None) -> str:
+    def _template(self, level: str, config: LevelConfig) -> str:
+        """The level's prompt, or its `prompt_file`'s text, as written."""
         template = config.prompt
         if config.prompt_file is not None:
             try:
@@ -248,6 +263,10 @@ class Preparer:
                     f"levels.{level}.prompt_file {config.prompt_file}: not UTF-8 text: "
                     f"{exc.reason} at byte {exc.start}"
                 ) from exc
+        return template
+
+    def _prompt(self, level: str, template: str, slot: datetime | None) -> str:
+        """The template with its placeholders filled."""
         previous = ""
         if "$previous_result" in template and self.store is not None:
             previous = previous_result_text(self.store, self._projections(self.store), level)

@@ -279,6 +279,7 @@ class Runner:
                 result_path=str(payload.result_path),
                 log_path=str(tick.log_path),
                 timeout_seconds=tick.timeout,
+                template_hash=payload.template_hash,
             )
         )
         threshold = hedge_after(self.settings.levels.get(payload.level), tick.timeout)
@@ -381,7 +382,13 @@ class Runner:
         ids = {"tick_id": ref.tick_id, "level": ref.level}
         path = str(ref.result_path)
         if timed_out:
-            return Ended(TickTimedOut(**ids, timeout_seconds=ref.timeout, result_path=path))
+            timed = TickTimedOut(
+                **ids,
+                timeout_seconds=ref.timeout,
+                result_path=path,
+                stderr_tail=_tail(ref.log_path),
+            )
+            return Ended(timed)
         try:
             result = read_result(ref.result_path)
         except ResultFileError as exc:

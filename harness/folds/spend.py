@@ -1,4 +1,4 @@
-"""The spend read model's fold kernel: calls and tokens per level, model, day and prompt size.
+"""The spend read model's fold kernel: calls and tokens per level, model, day, size, template.
 
 It lives here rather than beside the read model (`harness.projections.spend`, which writes
 the sums) so that a worker process folds spend without importing the projections, the
@@ -31,15 +31,19 @@ _FIELDS = itemgetter(
 
 
 def spend_sums(batch: Iterable[Data], bounds: tuple[int, ...]) -> Sums:
-    """Sums per (level, model, UTC day, bucket) of BudgetSpent: tokens, calls, estimated calls.
+    """Sums per (level, model, UTC day, bucket, template) of BudgetSpent: tokens and calls.
 
     The six sums are prompt, completion, cache read and cache write tokens, calls and
     estimated calls. A call's bucket is how many bounds lie below its prompt size
-    (`bisect_left`, one C call), so calls in one bucket passed the same thresholds.
+    (`bisect_left`, one C call), so calls in one bucket passed the same thresholds. Its
+    template is its prompt template's hash, "" when it has none (spend recorded before
+    tickwork kept it, or of no tick's prompt).
     """
     sums: Sums = {}
-    for at, model, prompt, level, completion, read, write, estimated in map(_FIELDS, batch):
-        key = (level, model, at[:10], bisect_left(bounds, prompt))
+    for data in batch:
+        at, model, prompt, level, completion, read, write, estimated = _FIELDS(data)
+        template = data.get("template_hash") or ""
+        key = (level, model, at[:10], bisect_left(bounds, prompt), template)
         row = sums.get(key)
         if row is None:
             row = sums[key] = [0, 0, 0, 0, 0, 0]

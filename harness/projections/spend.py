@@ -1,4 +1,4 @@
-"""The spend read model: tokens and calls per level, model, UTC day and price tier.
+"""The spend read model: tokens and calls per level, model, UTC day, price tier and template.
 
 Rows hold exact integer sums, so a rebuild equals the incrementally kept model to the
 token; cost in USD is computed when a report asks (see `harness.prices`).
@@ -10,7 +10,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from datetime import date
 from functools import cache
-from typing import Literal
+from typing import Literal, get_args
 
 import sqlalchemy as sa
 
@@ -27,6 +27,7 @@ spend_daily = sa.Table(
     sa.Column("model", sa.String(200), primary_key=True),
     sa.Column("day", sa.Date(), primary_key=True),
     sa.Column("price_tier", sa.BigInteger(), primary_key=True),
+    sa.Column("template_hash", sa.String(64), primary_key=True),
     sa.Column("prompt_tokens", sa.BigInteger(), nullable=False),
     sa.Column("completion_tokens", sa.BigInteger(), nullable=False),
     sa.Column("cache_read_tokens", sa.BigInteger(), nullable=False),
@@ -35,8 +36,10 @@ spend_daily = sa.Table(
     sa.Column("estimated_calls", sa.BigInteger(), nullable=False),
     sa.Index("ix_spend_daily_day", "day"),
 )
+"""`template_hash` (migration 0009): the hash of the prompt template the spend's tick ran,
+"" for spend with none (recorded before tickwork kept it, or the proxy's)."""
 
-_KEYS = ("level", "model", "day", "price_tier")
+_KEYS = ("level", "model", "day", "price_tier", "template_hash")
 _SUMS = (
     "prompt_tokens",
     "completion_tokens",
@@ -46,11 +49,17 @@ _SUMS = (
     "estimated_calls",
 )
 
-GroupBy = Literal["level", "model", "day"]
+GroupBy = Literal["level", "model", "day", "template"]
+"""What a spend report groups by; `template` is the prompt template's hash."""
+GROUPS: tuple[GroupBy, ...] = get_args(GroupBy)
+_COLUMN_OF = {"template": "template_hash"}
 
 
 class SpendProjection(SumProjection):
-    """Tokens per day, level, model and price tier (priced when read): what budgets count."""
+    """Tokens per day, level, model, price tier and template (priced when read).
+
+    What budgets count, and what `tickwork spend` reports.
+    """
 
     name = "spend"
     types = frozenset({"BudgetSpent"})
@@ -60,7 +69,7 @@ class SpendProjection(SumProjection):
         self.prices = prices
 
     def kernel(self) -> Kernel:
-        """Sums per level, model, day and prompt-size bucket (`harness.folds.spend`)."""
+        """Sums per level, model, day, prompt-size bucket and template (`harness.folds.spend`)."""
         return Kernel(spend_sums, (self.prices.tier_bounds(),))
 
     def write(self, conn: sa.Connection, sums: Sums) -> None:
@@ -69,8 +78,8 @@ class SpendProjection(SumProjection):
         rows = merge(
             {},
             (
-                ((level, model, day, tier_of(model, day, bucket)), values)
-                for (level, model, day, bucket), values in sums.items()
+                ((level, model, day, tier_of(model, day, bucket), template), values)
+                for (level, model, day, bucket, template), values in sums.items()
             ),
         )
         add_sums(conn, spend_daily, _KEYS, [(*key, *values) for key, values in rows.items()])
@@ -99,14 +108,15 @@ def spend_report(
     until: date | None = None,
     levels: Sequence[str] | None = None,
 ) -> list[SpendRow]:
-    """Spend grouped by any of level, model and day, priced now.
+    """Spend grouped by any of level, model, day and template, priced now.
 
     The database sums the rows first, by the groups asked for and what a price depends
     on (model, day and price tier), so each aggregate is priced once: prices are linear
     within a tier. A report by model prices one row per model, day and tier, however
     many levels spent.
     """
-    keys = [spend_daily.c[name] for name in dict.fromkeys((*by, "model", "day", "price_tier"))]
+    columns = (*(_COLUMN_OF.get(name, name) for name in by), "model", "day", "price_tier")
+    keys = [spend_daily.c[name] for name in dict.fromkeys(columns)]
     query = sa.select(
         *keys, *(sa.func.sum(spend_daily.c[name]).label(name) for name in _SUMS)
     ).group_by(*keys)
@@ -120,6 +130,8 @@ def spend_report(
     groups: dict[tuple[str, ...], _Totals] = {}
     for row in conn.execute(query):
         fields = {**row._mapping, "day": row.day.isoformat()}
+        if "template" in by:
+            fields["template"] = row.template_hash
         totals = groups.setdefault(tuple(fields[name] for name in by), _Totals())
         sums = [int(getattr(row, name)) for name in _SUMS]
         totals.sums = [a + b for a, b in zip(totals.sums, sums, strict=True)]

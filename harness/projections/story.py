@@ -20,7 +20,7 @@ from harness.contracts.events import TERMINAL_TYPES, tick_stream
 from harness.contracts.records import StoredEvent
 from harness.contracts.result import ResultFileError, read_result
 from harness.contracts.secrets import redact
-from harness.projections.ticks import STATUS_OF
+from harness.projections.ticks import STATUS_OF, queue_wait
 from harness.store import EventStore
 
 LOG_TAIL_CHARS = 4000
@@ -72,6 +72,8 @@ class TickStory(BaseModel):
     model: str | None = None
     target: str | None = None
     attempts: int = 0
+    queue_wait_seconds: float | None = None
+    """From its claim to its first start (`harness.projections.ticks.queue_wait`)."""
     model_calls: int = 0
     tool_calls: int = 0
     prompt_tokens: int = 0
@@ -100,6 +102,7 @@ def tick_story(store: EventStore, tick_id: str) -> TickStory | None:
 def story_of(tick_id: str, events: list[StoredEvent]) -> TickStory:
     """The story told by a tick's events (the whole stream, in order)."""
     story = TickStory(tick_id=tick_id, steps=story_steps(events))
+    kept_tail: str | None = None
     for event in events:
         data = event.data
         story.level = data.get("level", story.level)
@@ -120,16 +123,29 @@ def story_of(tick_id: str, events: list[StoredEvent]) -> TickStory:
             story.tool_calls += 1
         if event.type in TERMINAL_TYPES:
             story.ended_by = event.type
+            kept_tail = data.get("stderr_tail") or None
             story.reason = data.get("reason") or data.get("stop_reason")
             story.result_path = data.get("result_path") or story.result_path
     if not any(e.type == "ModelCalled" for e in events):
         story.model_calls = sum(e.type == "BudgetSpent" for e in events)
-    _read_files(story)
+    story.queue_wait_seconds = queue_wait(
+        None,
+        (
+            (event.type == "TickStarted", datetime.fromisoformat(event.data["occurred_at"]))
+            for event in events
+            if event.type in ("TickScheduled", "TickStarted")
+        ),
+    )
+    _read_files(story, kept_tail)
     return story
 
 
-def _read_files(story: TickStory) -> None:
-    """The result's text (or why there is none) and the log's tail, where they can be read."""
+def _read_files(story: TickStory, kept_tail: str | None) -> None:
+    """The result's text (or why there is none) and the log's tail, where they can be read.
+
+    A log that cannot be read (on another host, removed) leaves the tail its terminal
+    event kept, if any (a failed or timed-out tick's).
+    """
     if story.result_path and story.ended:
         try:
             result = read_result(Path(story.result_path))
@@ -146,6 +162,7 @@ def _read_files(story: TickStory) -> None:
                 story.log_tail = redact(log.read().decode(errors="replace"))
         except OSError:
             story.log_tail = None
+    story.log_tail = story.log_tail or kept_tail
 
 
 def story_steps(events: Iterable[StoredEvent]) -> list[StoryStep]:

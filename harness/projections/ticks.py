@@ -10,7 +10,8 @@ from __future__ import annotations
 import heapq
 import json
 import sys
-from collections.abc import Iterable, Sequence
+from collections import defaultdict
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import date, datetime
 from itertools import islice
@@ -56,6 +57,8 @@ ticks = sa.Table(
     sa.Column("reason", sa.Text()),
     sa.Column("sort_at", sa.DateTime(timezone=True), nullable=False),
     sa.Column("archived_on", sa.Date()),
+    sa.Column("model", sa.String(200)),
+    sa.Column("queue_wait_seconds", sa.Float()),
     sa.Index("ix_ticks_level_status", "level", "status", "finished_at"),
     sa.Index("ix_ticks_sort_at", "sort_at", "tick_id"),
     sa.Index("ix_ticks_level_sort_at", "level", "sort_at", "tick_id"),
@@ -66,7 +69,12 @@ ticks = sa.Table(
 reads one that holds only open ticks, so no read of the model grows with its history.
 PostgreSQL's open-ticks index has the same predicate (and its recorded_at index carries
 the position), set by the migration alone: a `postgresql_` option here would import that
-dialect for every SQLite command."""
+dialect for every SQLite command.
+
+`model` (migration 0009): the model of the tick's last spend, else the one it was
+scheduled for. `queue_wait_seconds`: from its claim to its first start, the wait for a
+place (a retry's backoff is not in it).
+"""
 
 STATUS_OF = {
     "TickScheduled": "scheduled",
@@ -79,7 +87,16 @@ STATUS_OF = {
     "TickLost": "lost",
 }
 _TIME_COLUMN = {"TickScheduled": "scheduled_at", "TickStarted": "started_at"}
-_SET = ("level", "slot", "scheduled_at", "started_at", "finished_at", "result_path", "reason")
+_SET = (
+    "level",
+    "slot",
+    "scheduled_at",
+    "started_at",
+    "finished_at",
+    "result_path",
+    "reason",
+    "model",
+)
 _ADD = (
     "prompt_tokens",
     "completion_tokens",
@@ -126,6 +143,7 @@ class TicksProjection(Projection):
         """
         rows: dict[str, dict[str, Any]] = {}
         tally = Tally()
+        claims_and_starts: dict[str, list[tuple[bool, datetime]]] = defaultdict(list)
         for _, type_, data in batch:
             tick_id, level = data["tick_id"], data["level"]
             row = rows.get(tick_id)
@@ -135,11 +153,13 @@ class TicksProjection(Projection):
                     "status": UNKNOWN,
                     **dict.fromkeys(_SET),
                     **dict.fromkeys(_ADD, 0),
+                    "queue_wait_seconds": None,
                     "sort_at": _time(data["occurred_at"]),
                 }
             row["level"] = level
             tally.levels.add(level)
             if type_ == "BudgetSpent":
+                row["model"] = data["model"]
                 row["prompt_tokens"] += data["prompt_tokens"]
                 row["completion_tokens"] += data["completion_tokens"]
                 row["model_calls"] += 1
@@ -156,6 +176,10 @@ class TicksProjection(Projection):
             row[column] = when = _time(data["occurred_at"])
             if column != "scheduled_at" and when is not None:
                 tally.timed(tick_id, level, when, start=column == "started_at")
+            if column != "finished_at" and when is not None:
+                claims_and_starts[tick_id].append((column == "started_at", when))
+            if type_ == "TickScheduled" and data.get("model"):
+                row["model"] = data["model"]
             if data.get("slot"):
                 row["slot"] = _time(data["slot"])
             for name in ("result_path", "reason"):
@@ -168,6 +192,7 @@ class TicksProjection(Projection):
             if row["status"] == UNKNOWN and tick_id in old:
                 row["status"] = old[tick_id]["status"]
             row["sort_at"] = _sort_time(row)
+            row["queue_wait_seconds"] = _queue_wait(old.get(tick_id), claims_and_starts[tick_id])
         tally.write(conn, rows, old)
         insert = upsert(conn, ticks)
         new, old_row = insert.excluded, ticks.c
@@ -175,6 +200,9 @@ class TicksProjection(Projection):
             "status": new.status,
             **{name: sa.func.coalesce(new[name], old_row[name]) for name in _SET},
             **{name: old_row[name] + new[name] for name in _ADD},
+            "queue_wait_seconds": sa.func.coalesce(
+                old_row.queue_wait_seconds, new.queue_wait_seconds
+            ),
             "sort_at": sa.func.coalesce(
                 *(column for name in _SORTED_BY for column in (new[name], old_row[name])),
                 old_row.sort_at,
@@ -208,11 +236,43 @@ def archived_on(conn: sa.Connection, tick_id: str) -> date | None:
     return day
 
 
+def _queue_wait(
+    before: Mapping[str, Any] | None, claims_and_starts: Iterable[tuple[bool, datetime]]
+) -> float | None:
+    """The tick's queue wait once its row has one: kept, or set by the batch's events.
+
+    `claims_and_starts`: (is a start, when) of the batch's claims and starts, in order.
+    """
+    if before is not None and before["queue_wait_seconds"] is not None:
+        waited: float = before["queue_wait_seconds"]
+        return waited
+    return queue_wait(None if before is None else before["scheduled_at"], claims_and_starts)
+
+
+def queue_wait(
+    claimed: datetime | None, claims_and_starts: Iterable[tuple[bool, datetime]]
+) -> float | None:
+    """Seconds from a tick's claim to its first start: how long it waited for a place.
+
+    Defined per event in the log's order, so a rebuild gives what the incremental fold
+    gave however the log is cut into batches: the first start that follows a claim
+    (`claimed`, known before the events, or one of them) sets it; a start before any
+    claim does not. A start before its claim's time (clocks of two hosts) waited 0 s.
+    """
+    for start, when in claims_and_starts:
+        if not start:
+            claimed = when
+        elif claimed is not None:
+            return max(0.0, (as_utc(when) - as_utc(claimed)).total_seconds())
+    return None
+
+
 def _stored(conn: sa.Connection, tick_ids: Sequence[str]) -> dict[str, dict[str, Any]]:
-    """The stored rows of these ticks, the columns the counters move from, by tick id."""
+    """The stored rows of these ticks: the columns the counters move from, and the queue wait."""
     found: dict[str, dict[str, Any]] = {}
+    columns = (*STORED, "queue_wait_seconds")
     for start in range(0, len(tick_ids), IDS_PER_QUERY):
-        query = sa.select(ticks.c.tick_id, *(ticks.c[name] for name in STORED)).where(
+        query = sa.select(ticks.c.tick_id, *(ticks.c[name] for name in columns)).where(
             ticks.c.tick_id.in_(tick_ids[start : start + IDS_PER_QUERY])
         )
         for row in conn.execute(query):

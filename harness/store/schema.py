@@ -10,7 +10,7 @@ from typing import Any
 
 import sqlalchemy as sa
 
-HEAD_REVISION = "0008"
+HEAD_REVISION = "0009"
 
 metadata = sa.MetaData()
 

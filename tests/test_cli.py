@@ -68,15 +68,20 @@ def test_spend_reports_tokens_and_cost_as_json_and_table(tmp_path: Path) -> None
 
 def test_events_filters_by_stream_and_type(tmp_path: Path) -> None:
     seed(tmp_path)
-    everything = run(tmp_path, "events", "--json")
+    everything, spent, one, recent, bad = run_each(
+        tmp_path,
+        [
+            ["events", "--json"],
+            ["events", "--json", "--type", "BudgetSpent"],
+            ["events", "--json", "--stream", "tick-t1"],
+            ["events", "--since", "1h", "--limit", "2"],
+            ["events", "--since", "yesterday-ish"],
+        ],
+    )
     assert len(everything.stdout.splitlines()) == 6
-    spent = run(tmp_path, "events", "--json", "--type", "BudgetSpent")
     assert {json.loads(line)["type"] for line in spent.stdout.splitlines()} == {"BudgetSpent"}
-    one = run(tmp_path, "events", "--json", "--stream", "tick-t1")
     assert [json.loads(line)["stream_position"] for line in one.stdout.splitlines()] == [1, 2]
-    recent = run(tmp_path, "events", "--since", "1h", "--limit", "2")
     assert recent.returncode == 0 and "TickStarted" in recent.stdout
-    bad = run(tmp_path, "events", "--since", "yesterday-ish")
     assert bad.returncode == 2 and "yesterday-ish" in bad.stderr
 
 

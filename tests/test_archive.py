@@ -45,7 +45,7 @@ from harness.store.archives import (
     verify,
 )
 from harness.store.archives import read_events as archived_events
-from tests.commands import Output, run, start_service, write_config
+from tests.commands import Output, run, run_each, start_service, write_config
 
 TODAY = datetime.now(UTC).date()
 OLD = TODAY - timedelta(days=40)
@@ -198,13 +198,17 @@ def test_a_damaged_archive_is_named_and_changes_nothing(store_url: str, tmp_path
         assert run(tmp_path, "-c", str(config), "archive").returncode == 0
         before = read_models(store)
         data = day_folder(settings.retention.archive, OLD) / EVENTS_FILE
-        where, story = (
-            run(tmp_path, "-c", str(config), "show", "old3", *more) for more in ((), ("--archive",))
+        where, story, listed = run_each(
+            tmp_path,
+            [
+                ["-c", str(config), "show", "old3"],
+                ["-c", str(config), "show", "old3", "--archive"],
+                ["-c", str(config), "events", "--stream", "tick-old3"],
+            ],
         )
         assert where.returncode == 0 and f"archived with {OLD}: {data}" in where.stdout
         assert story.returncode == 0, story.stderr
         assert "completed" in story.stdout and "103 + 7 tokens" in story.stdout
-        listed = run(tmp_path, "-c", str(config), "events", "--stream", "tick-old3")
         assert listed.returncode == 0 and f"tick-old3 was archived with {OLD}" in listed.stderr
         detail = Reads(settings, store).tick("old3")
         assert detail is not None and detail.tick is not None

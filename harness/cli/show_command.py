@@ -20,6 +20,8 @@ from harness.cli.app import (
 )
 
 if TYPE_CHECKING:
+    from datetime import date
+
     from harness.config import Settings
     from harness.projections.story import StoryStep, TickStory
     from harness.store import EventStore
@@ -71,6 +73,16 @@ def _waited(seconds: float | None) -> str:
     return f"{seconds:,.1f} s from claim to start"
 
 
+def where_archived(config: Settings, tick_id: str, day: date) -> str:
+    """Where an archived tick went and how to read it back, for `show` and `events` to name."""
+    from harness.store.archives import EVENTS_FILE, day_folder
+
+    events_file = day_folder(config.retention.archive, day) / EVENTS_FILE
+    return (
+        f"was archived with {day}: {events_file} (tickwork show {tick_id} --archive reads it back)"
+    )
+
+
 def archived_story(
     store: EventStore, config: Settings, tick_id: str, read_back: bool
 ) -> TickStory | None:
@@ -81,19 +93,14 @@ def archived_story(
     from harness.contracts.events import tick_stream
     from harness.projections.story import story_of
     from harness.projections.ticks import archived_on
-    from harness.store.archives import EVENTS_FILE, ArchiveError, day_folder, read_stream
+    from harness.store.archives import ArchiveError, day_folder, read_stream
 
-    with store.read_transaction() as conn:
-        day = archived_on(conn, tick_id)
+    day = archived_on(store, tick_id)
     if day is None:
         return None
     folder = day_folder(config.retention.archive, day)
     if not read_back:
-        out.print(
-            f"tick {tick_id} was archived with {day}: {folder / EVENTS_FILE} "
-            f"(tickwork show {tick_id} --archive reads it back)",
-            highlight=False,
-        )
+        out.print(f"tick {tick_id} {where_archived(config, tick_id, day)}", highlight=False)
         raise typer.Exit(0)
     try:
         events = read_stream(folder, tick_stream(tick_id))

@@ -246,19 +246,14 @@ def events(
 
 def _say_where_archived(store: SqlEventStore, config: Settings, stream: str) -> None:
     """A tick stream with no event left in the store: which day's archive holds it, if any."""
+    from harness.cli.show_command import where_archived
     from harness.contracts.events import tick_stream
     from harness.projections.ticks import archived_on
-    from harness.store.archives import EVENTS_FILE, day_folder
 
     tick_id = stream.removeprefix(tick_stream(""))
-    with store.read_transaction() as conn:
-        day = archived_on(conn, tick_id)
+    day = archived_on(store, tick_id)
     if stream == tick_stream(tick_id) and day is not None:
-        folder = day_folder(config.retention.archive, day)
-        err.print(
-            f"{stream} was archived with {day}: {folder / EVENTS_FILE} "
-            f"(tickwork show {tick_id} --archive reads it back)"
-        )
+        err.print(f"{stream} {where_archived(config, tick_id, day)}")
 
 
 def _list_events(

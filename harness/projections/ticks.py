@@ -229,10 +229,11 @@ def mark_archived(conn: sa.Connection, day: date, tick_ids: Iterable[str]) -> No
         )
 
 
-def archived_on(conn: sa.Connection, tick_id: str) -> date | None:
+def archived_on(store: EventStore, tick_id: str) -> date | None:
     """The day whose archive holds the tick's events (None while they are in the store)."""
     query = sa.select(ticks.c.archived_on).where(ticks.c.tick_id == tick_id)
-    day: date | None = conn.execute(query).scalar()
+    with store.read_transaction() as conn:
+        day: date | None = conn.execute(query).scalar()
     return day
 
 

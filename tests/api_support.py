@@ -12,6 +12,8 @@ from pydantic import SecretStr
 from harness.api.app import create_app
 from harness.config import ApiConfig, DigestConfig, LevelConfig, PathsConfig, Settings, StoreConfig
 from harness.devtools.serving import BackgroundServer
+from harness.devtools.upstream import upstream_for_ticks
+from harness.execution.manual import ManualTicks
 from harness.store import SqlEventStore
 
 TOKEN = "tw-test-token-4f1d0c"
@@ -20,12 +22,21 @@ TOKEN = "tw-test-token-4f1d0c"
 @contextmanager
 def serving(settings: Settings, store: SqlEventStore) -> Iterator[httpx.Client]:
     """The app over `store` on a real port, and a client for it."""
-    server = BackgroundServer(create_app(settings, store), name="api")
+    server = BackgroundServer(
+        create_app(settings, store, manual_ticks(settings, store)), name="api"
+    )
     try:
         with httpx.Client(base_url=server.start(), timeout=30) as client:
             yield client
     finally:
         server.stop()
+
+
+def manual_ticks(settings: Settings, store: SqlEventStore) -> ManualTicks:
+    """The run-now button's owner, its ticks talking to a fake upstream of their own."""
+    return ManualTicks(
+        settings, store, upstream=lambda: upstream_for_ticks(lambda line: None), router=None
+    )
 
 
 def settings_for(url: str, tmp_path: Path, token: str | None = None) -> Settings:

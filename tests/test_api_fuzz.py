@@ -29,7 +29,7 @@ from harness.api.app import create_app
 from harness.contracts.events import BudgetSpent, TickCompleted, TickFailed, TickStarted
 from harness.contracts.result import TickResult, write_result
 from harness.store import SqlEventStore, open_store
-from tests.api_support import settings_for
+from tests.api_support import manual_ticks, settings_for
 
 EXAMPLES = settings(
     max_examples=20, deadline=None, database=None, suppress_health_check=list(HealthCheck)
@@ -50,9 +50,11 @@ def schema(tmp_path_factory: pytest.TempPathFactory) -> Iterator[schemathesis.Ba
     store = open_store(f"sqlite:///{folder}/events.db")
     try:
         ended_ticks(store, folder)
-        # A level the fuzzer names starts its tick with a file that is not there: it exits 2.
-        absent = folder / "absent.toml"
-        app = create_app(settings_for(str(store.engine.url), folder), store, absent)
+        settings = settings_for(str(store.engine.url), folder)
+        # A level the fuzzer names starts no tick: the run-now owner is closed (409).
+        manual = manual_ticks(settings, store)
+        manual.close()
+        app = create_app(settings, store, manual)
         yield schemathesis.openapi.from_asgi("/openapi.json", app)
     finally:
         store.close()

@@ -23,7 +23,6 @@ from procrastinate.schema import SchemaManager
 
 from harness.api import dashboard
 from harness.api.reads import Reads
-from harness.cli.worker_command import conninfo
 from harness.config import (
     ConfigError,
     ExecutorConfig,
@@ -41,6 +40,7 @@ from harness.execution.executors.procrastinate import (
     WorkerExecutor,
     WorkerRunner,
     apply_schema,
+    conninfo,
     defer,
     jobs_in,
 )

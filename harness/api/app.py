@@ -11,7 +11,8 @@ assets from a CDN, which a machine without internet access cannot reach).
 from __future__ import annotations
 
 import hmac
-from collections.abc import Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
+from contextlib import asynccontextmanager
 from datetime import datetime
 from pathlib import Path
 from typing import Annotated, Any, Literal
@@ -24,6 +25,7 @@ from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 from fastapi.staticfiles import StaticFiles
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
 from pydantic import AfterValidator, BeforeValidator, StringConstraints
+from starlette.concurrency import run_in_threadpool
 
 from harness.api import dashboard, story
 from harness.api.metrics import StoreCollector
@@ -42,8 +44,7 @@ from harness.api.reads import Reads
 from harness.config import Settings
 from harness.contracts.events import tick_stream
 from harness.contracts.secrets import redact
-from harness.execution.manual import start_detached
-from harness.execution.prepare import new_tick_id
+from harness.execution.manual import ManualTicks
 from harness.projections import SpendRow
 from harness.projections.spend import GroupBy
 from harness.projections.ticks import STATUSES, TickCursor
@@ -166,6 +167,9 @@ Position = Annotated[int, Query(ge=0, le=MAX_POSITION, description="Events up to
 LogOffset = Annotated[int, Query(ge=0, le=MAX_POSITION, description="Log bytes already read.")]
 UNKNOWN: dict[int | str, dict[str, Any]] = {404: {"model": Problem, "description": "Not found"}}
 """The answer of a route about one tick, level or digest that is not there."""
+STOPPING: dict[int | str, dict[str, Any]] = {
+    409: {"model": Problem, "description": "The server is stopping"}
+}
 
 BeforeCursor = Annotated[
     TickCursorText | None,
@@ -186,12 +190,20 @@ PAGES = ("dashboard", "tick", "ticks")
 which fetches the page's fragments with the token."""
 
 
-def create_app(settings: Settings, store: EventStore, config_file: Path | None = None) -> FastAPI:
+def create_app(settings: Settings, store: EventStore, manual: ManualTicks) -> FastAPI:
     """The application over an open store (the caller closes it after the server stops).
 
-    `config_file` is what the ticks the run-now button starts read their settings from.
+    `manual` owns the ticks the run-now button starts, in this process; when the server
+    stops, it ends those still running cancelled.
     """
+
+    @asynccontextmanager
+    async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+        yield
+        await run_in_threadpool(manual.close)
+
     app = FastAPI(
+        lifespan=lifespan,
         title="tickwork",
         summary="Ticks, spend, digests and control of a tickwork service.",
         default_response_class=RedactedJSONResponse,
@@ -206,7 +218,7 @@ def create_app(settings: Settings, store: EventStore, config_file: Path | None =
         dependencies=[Depends(TokenCheck(token))],
         responses={401: {"model": Problem, "description": "Missing or wrong bearer token"}},
     )
-    _routes(guarded, settings, config_file)
+    _routes(guarded, settings, manual)
 
     @guarded.get("/openapi.json", include_in_schema=False)
     def openapi() -> JSONResponse:
@@ -242,7 +254,7 @@ def create_app(settings: Settings, store: EventStore, config_file: Path | None =
     return app
 
 
-def _routes(router: APIRouter, settings: Settings, config_file: Path | None) -> None:
+def _routes(router: APIRouter, settings: Settings, manual: ManualTicks) -> None:
     @router.get("/status", tags=["status"])
     def status(reads: FreshReads) -> Status:
         """Levels and budgets, ticks running and queued, paused levels, store and lag.
@@ -337,23 +349,26 @@ def _routes(router: APIRouter, settings: Settings, config_file: Path | None) -> 
             raise HTTPException(404, "no digest published yet by any of [digests.<name>]")
         return digest
 
-    @router.post("/levels/{level}/tick", tags=["control"], status_code=202, responses=UNKNOWN)
+    @router.post(
+        "/levels/{level}/tick", tags=["control"], status_code=202, responses=UNKNOWN | STOPPING
+    )
     def run_now(
         level: Level,
         force: Annotated[
             bool, Query(description="Run even if the level is paused or over its budget.")
         ] = False,
     ) -> Started:
-        """Start one tick now in the manual lane, as `tickwork tick LEVEL --no-wait` does.
+        """Start one tick now in the manual lane, as `tickwork tick LEVEL` does, owned here.
 
         The tick obeys pause, budget and caps unless `force`; the answer does not wait for
-        it to be recorded (its page waits).
+        it to be recorded (its page waits). A server that is stopping starts none (409).
         """
         if level not in settings.levels:
             known = ", ".join(settings.levels) or "none"
             raise HTTPException(404, f"no level named {level!r} (known: {known})")
-        tick_id = new_tick_id(level)
-        start_detached(level, tick_id, config=config_file, force=force)
+        tick_id = manual.start(level, force=force)
+        if tick_id is None:
+            raise HTTPException(409, "the server is stopping: it starts no tick")
         return Started(level=level, tick_id=tick_id, page=f"/ui/ticks/{tick_id}")
 
     @router.post("/levels/{level}/{action}", tags=["control"], responses=UNKNOWN)

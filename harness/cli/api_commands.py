@@ -7,7 +7,7 @@ from typing import Annotated
 
 import typer
 
-from harness.cli.app import app, fail, out, settings, state, store_for
+from harness.cli.app import app, err, fail, out, router_or_exit, settings, store_for
 
 
 def is_loopback(host: str) -> bool:
@@ -31,7 +31,8 @@ def serve(
     import uvicorn
 
     from harness.api.app import create_app
-    from harness.config import config_path
+    from harness.devtools.upstream import upstream_for_ticks
+    from harness.execution.manual import ManualTicks
 
     config = settings()
     bind = host or config.api.host
@@ -47,7 +48,18 @@ def serve(
         guarded = "bearer token required" if config.api.token else "no token: loopback only"
         schema = f"{where}/openapi.json"
         out.print(f"tickwork API and dashboard on {where}/ (OpenAPI schema: {schema}; {guarded})")
-        application = create_app(config, store, config_path(state.config))
+
+        def say(line: str) -> None:
+            err.print(line, highlight=False)
+
+        manual = ManualTicks(
+            config,
+            store,
+            upstream=lambda: upstream_for_ticks(say),
+            router=router_or_exit(config),
+            say=say,
+        )
+        application = create_app(config, store, manual)
         uvicorn.run(application, host=bind, port=port or config.api.port, log_level="warning")
     finally:
         store.close()

@@ -12,7 +12,6 @@ stack, the agent SDK or a driver it does not use (`tests/test_cli_imports.py` ho
 
 from __future__ import annotations
 
-import os
 import signal
 import sys
 import threading
@@ -208,20 +207,8 @@ def parse_since(text: str) -> datetime:
 
 @contextmanager
 def upstream_for_ticks() -> Iterator[dict[str, str]]:
-    """The worker environment: the real upstream if OPENAI_BASE_URL is set, else the fake."""
-    from harness.contracts.secrets import API_KEY_ENV
+    """The worker environment (`harness.devtools.upstream`), its warnings on stderr."""
+    from harness.devtools.upstream import upstream_for_ticks
 
-    if os.environ.get("OPENAI_BASE_URL"):
-        if not os.environ.get(API_KEY_ENV):
-            err.print(
-                f"[yellow]warning:[/] OPENAI_BASE_URL is set but {API_KEY_ENV} is not: "
-                "an upstream that needs a key will refuse every call",
-                markup=True,
-            )
-        yield dict(os.environ)
-        return
-    from harness.devtools.fake_llm import fake_upstream
-
-    with fake_upstream() as fake:
-        err.print(f"no OPENAI_BASE_URL set: ticks talk to tickwork's fake upstream at {fake.url}")
-        yield {**os.environ, "OPENAI_BASE_URL": fake.url}
+    with upstream_for_ticks(lambda line: err.print(line, highlight=False)) as env:
+        yield env

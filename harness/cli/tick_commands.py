@@ -2,8 +2,7 @@
 
 from __future__ import annotations
 
-import contextlib
-import threading
+import sys
 import time
 import typing
 from pathlib import Path
@@ -28,13 +27,10 @@ from harness.cli.app import (
 )
 
 if typing.TYPE_CHECKING:
-    from harness.execution.executors import LocalExecutor
     from harness.execution.runner import TickOutcome
-    from harness.scheduling.waves import SlotClaim
-    from harness.store import EventStore, StoredEvent
+    from harness.store import StoredEvent
 
-FOREVER = 7 * 24 * 3600.0
-"""How long `tickwork tick` waits for its tick: its own deadline and retries end it first."""
+INTERRUPTED = "interrupted (Ctrl-C on tickwork tick)"
 
 
 @app.command()
@@ -58,20 +54,14 @@ def tick(
     a line on stderr tells each model and tool call as it ends, with the tokens so far.
     """
     from harness.contracts.events import tick_stream
-    from harness.execution.executors import LocalExecutor
-    from harness.execution.launchers import ColdLauncher
-    from harness.execution.manual import start_detached
-    from harness.execution.prepare import Preparer, TickSetupError, new_tick_id
-    from harness.execution.runner import Runner
+    from harness.execution.manual import ManualTick
+    from harness.execution.prepare import TickSetupError, new_tick_id
     from harness.projections.story import tick_story
-    from harness.scheduling.waves import Manual, SlotClaim, claim_wave
 
     config = settings(needed=True)
     if not wait:
         tick_id = new_tick_id(level)
-        start_detached(
-            level, tick_id, config=state.config, prompt=prompt, timeout=timeout, force=force
-        )
+        _start_detached(level, tick_id, prompt=prompt, timeout=timeout, force=force)
         if as_json:
             print_json({"tick_id": tick_id, "status": "started"})
         else:
@@ -79,25 +69,19 @@ def tick(
         return
     router = router_or_exit(config)
     store = store_for(config)
-    interrupted = threading.Event()
     try:
         with upstream_for_ticks() as env:
-            preparer = Preparer(config, store, env=env, router=router)
+            owner = ManualTick(
+                config, store, env=env, router=router, reason=INTERRUPTED, say=err.print
+            )
             try:  # a request that cannot run is refused before anything is recorded
-                prepared = preparer.prepare(level, prompt=prompt, timeout=timeout, tick_id=tick_id)
+                claim = owner.claim(
+                    level, prompt=prompt, timeout=timeout, force=force, tick_id=tick_id
+                )
             except TickSetupError as exc:
                 raise fail(str(exc), code=2) from exc
-            manual = Manual(prompt, timeout, force)
-            claim = SlotClaim(
-                prepared.payload.tick_id, level, None, routed=prepared.routed, manual=manual
-            )
-            outcomes: list[TickOutcome] = []
-            # One tick, then the process ends: a fork server's warm-up would cost more than
-            # the cold start it saves.
-            runner = Runner(config, store, ColdLauncher(), env=env)
-            executor = LocalExecutor(config, preparer, runner, lambda line: None, outcomes.append)
-            claim_wave(store, config, [claim])
-            _own(store, executor, claim, interrupted)
+            with ctrl_c(owner.interrupted, owner.wake):
+                outcome = owner.run(claim)
         stream = store.read_stream(tick_stream(claim.tick_id))
         story = tick_story(store, claim.tick_id) if as_json else None
     finally:
@@ -105,120 +89,39 @@ def tick(
     if story is not None:
         print_json(story.model_dump(mode="json"))
     else:
-        _print_tick(claim.tick_id, outcomes[0] if outcomes else None, stream)
-    if interrupted.is_set():
+        _print_tick(claim.tick_id, outcome, stream)
+    if owner.interrupted.is_set():
         raise typer.Exit(130)
-    if not outcomes or outcomes[0].status != "completed":
+    if outcome is None or outcome.status != "completed":
         raise typer.Exit(1)
 
 
-def _own(
-    store: EventStore, executor: LocalExecutor, claim: SlotClaim, interrupted: threading.Event
+def _start_detached(
+    level: str, tick_id: str, *, prompt: str | None, timeout: float | None, force: bool
 ) -> None:
-    """Run the tick to its end, following the control stream; Ctrl-C cancels it."""
-    from harness.scheduling.control import ControlFollower
-    from harness.scheduling.timetable import POLL_SECONDS
-    from harness.store import StoreError
+    """`tickwork tick --wait` for one tick, in a session of its own that owns the tick.
 
-    ended, wake = threading.Event(), threading.Event()
-    follower = ControlFollower(store, executor, executor.settings.levels)
-    progress = Progress(store, claim.tick_id)
-
-    def follow() -> None:
-        while not ended.is_set():
-            with contextlib.suppress(StoreError):
-                progress.poll()
-            if interrupted.is_set():
-                executor.cancel(
-                    lambda level, tick_id: True, "interrupted (Ctrl-C on tickwork tick)"
-                )
-            with contextlib.suppress(StoreError):  # the runner spools; the next poll asks again
-                follower.poll()
-            wake.wait(POLL_SECONDS)
-            wake.clear()
-
-    following = threading.Thread(target=follow, name="control", daemon=True)
-    with ctrl_c(interrupted, wake):
-        following.start()
-        try:
-            if not _await_place(store, executor, claim, interrupted, wake):
-                return
-            executor.submit(claim)
-            executor.wait_idle(FOREVER)
-        finally:
-            ended.set()
-            wake.set()
-            following.join()
-            executor.shutdown(grace=0)
-
-
-class Progress:
-    """Counts a running tick's model and tool calls from its stream, and says when they change."""
-
-    def __init__(self, store: EventStore, tick_id: str) -> None:
-        from harness.contracts.events import tick_stream
-
-        self.store = store
-        self.stream = tick_stream(tick_id)
-        self.after = 0
-        self.model_calls = self.tool_calls = self.tokens = 0
-        self.started = time.monotonic()
-
-    def poll(self) -> None:
-        """Read what the tick recorded since the last poll; one stderr line if calls ended."""
-        batch = self.store.read_stream(self.stream, after=self.after)
-        if not batch:
-            return
-        self.after = batch[-1].stream_position
-        calls = (self.model_calls, self.tool_calls)
-        for event in batch:
-            if event.type == "ModelCalled":
-                self.model_calls += 1
-            elif event.type == "ToolCalled":
-                self.tool_calls += 1
-            elif event.type == "BudgetSpent":
-                self.tokens += event.data["prompt_tokens"] + event.data["completion_tokens"]
-        if (self.model_calls, self.tool_calls) != calls:
-            err.print(
-                f"... {time.monotonic() - self.started:.1f} s: {self.model_calls} model call(s), "
-                f"{self.tokens:,} tokens, {self.tool_calls} tool call(s) so far"
-            )
-
-
-def _await_place(
-    store: EventStore,
-    executor: LocalExecutor,
-    claim: SlotClaim,
-    interrupted: threading.Event,
-    wake: threading.Event,
-) -> bool:
-    """Wait until the manual lane has a place for the tick across every process.
-
-    False when Ctrl-C came first: the tick is then ended cancelled without starting.
+    This command ends at once; the tick's owner outlives it and the terminal it ran in.
     """
-    from harness.projections import Projector
-    from harness.projections.ticks import TicksProjection
-    from harness.scheduling.manual import manual_ticks_ahead
-    from harness.scheduling.timetable import POLL_SECONDS
-    from harness.store import StoreError
+    import subprocess
 
-    projector = Projector(store, [TicksProjection()])
-    cap = executor.settings.runner.manual_max_concurrent
-    told = False
-    while not interrupted.is_set():
-        try:
-            ahead = manual_ticks_ahead(store, projector, claim.tick_id)
-        except StoreError:
-            ahead = cap  # unknown: ask again after the poll
-        if ahead < cap:
-            return True
-        if not told:
-            err.print(f"waiting: {ahead} manual tick(s) ahead of this one hold the lane's {cap}")
-            told = True
-        wake.wait(POLL_SECONDS)
-        wake.clear()
-    executor.never_started(claim, "interrupted (Ctrl-C on tickwork tick)")
-    return False
+    command = [sys.executable, "-m", "harness.cli"]
+    if state.config is not None:
+        command += ["--config", str(state.config)]
+    command += ["tick", level, "--wait", "--tick-id", tick_id]
+    if prompt is not None:
+        command += ["--prompt", prompt]
+    if timeout is not None:
+        command += ["--timeout", str(timeout)]
+    if force:
+        command.append("--force")
+    subprocess.Popen(
+        command,
+        start_new_session=True,
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
 
 
 def _print_tick(tick_id: str, outcome: TickOutcome | None, stream: list[StoredEvent]) -> None:

@@ -1,48 +1,260 @@
-"""Starting a manual tick in a process of its own, for a caller that does not wait for it.
+"""Ticks started by hand, owned in the process that started them: `tickwork tick` and the API.
 
-`tickwork tick --no-wait` and the dashboard's run-now button both start `tickwork tick
-LEVEL --tick-id ID` detached: the tick runs in the executor's manual lane with the
-lifecycle of every tick (pause, budget, caps, cancel), owned by that process, and the
-caller only learns its id.
+A manual tick runs in the manual lane with the lifecycle of every tick (pause, budget,
+caps, cancel): it is claimed, waits until the lane has a place across every process,
+and runs in an executor of its own, following the control stream so that `tickwork
+cancel` from anywhere reaches it. The tick itself is a process of its own, as every
+tick is (the launcher's job); its owner is a thread of the caller, never a CLI process.
 """
 
 from __future__ import annotations
 
-import subprocess
-import sys
+import contextlib
 import threading
-from pathlib import Path
+import time
+from collections.abc import Callable, Mapping
+from contextlib import AbstractContextManager
+
+from harness.config import Settings
+from harness.contracts.events import tick_stream
+from harness.execution.executors import LocalExecutor
+from harness.execution.launchers import ColdLauncher
+from harness.execution.prepare import Preparer, TickSetupError, new_tick_id
+from harness.execution.runner import Runner, TickOutcome
+from harness.projections import Projector
+from harness.projections.ticks import TicksProjection
+from harness.routing import Router
+from harness.scheduling.control import ControlFollower
+from harness.scheduling.manual import manual_ticks_ahead
+from harness.scheduling.timetable import POLL_SECONDS
+from harness.scheduling.waves import Manual, SlotClaim, claim_wave
+from harness.store import EventStore, StoreError
+
+FOREVER = 7 * 24 * 3600.0
+"""How long an owner waits for its tick: the tick's own deadline and retries end it first."""
+
+Say = Callable[[str], None]
 
 
-def start_detached(
-    level: str,
-    tick_id: str,
-    *,
-    config: Path | None,
-    prompt: str | None = None,
-    timeout: float | None = None,
-    force: bool = False,
-) -> subprocess.Popen[bytes]:
-    """Start `tickwork tick` for one tick in a new session; a thread reaps it when it ends.
+class ManualTick:
+    """One tick started by hand, claimed and then run to its end by this process.
 
-    A long-lived caller (`tickwork serve`) would otherwise keep every ended tick as a zombie.
+    Setting `interrupted` and `wake` (Ctrl-C on `tickwork tick`, a stopping server) ends
+    it cancelled with `reason`, whether it still waits for its place or runs.
     """
-    command = [sys.executable, "-m", "harness.cli"]
-    if config is not None:
-        command += ["--config", str(config)]
-    command += ["tick", level, "--wait", "--tick-id", tick_id]
-    if prompt is not None:
-        command += ["--prompt", prompt]
-    if timeout is not None:
-        command += ["--timeout", str(timeout)]
-    if force:
-        command.append("--force")
-    process = subprocess.Popen(
-        command,
-        start_new_session=True,
-        stdin=subprocess.DEVNULL,
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-    )
-    threading.Thread(target=process.wait, name=f"reap-{tick_id}", daemon=True).start()
-    return process
+
+    def __init__(
+        self,
+        settings: Settings,
+        store: EventStore,
+        *,
+        env: Mapping[str, str],
+        router: Router | None,
+        reason: str,
+        say: Say = lambda line: None,
+    ) -> None:
+        self.settings = settings
+        self.store = store
+        self.reason = reason
+        """Why the tick ended cancelled when it is interrupted."""
+        self.say = say
+        """Told what a watcher of the tick wants to know: its place in line, its calls."""
+        self.preparer = Preparer(settings, store, env=env, router=router)
+        self.outcomes: list[TickOutcome] = []
+        # One tick, then the owner ends: a fork server's warm-up would cost more than the
+        # cold start it saves.
+        runner = Runner(settings, store, ColdLauncher(), env=env)
+        self.executor = LocalExecutor(
+            settings, self.preparer, runner, lambda line: None, self.outcomes.append
+        )
+        self.interrupted = threading.Event()
+        self.wake = threading.Event()
+        """Set with `interrupted`: the owner acts at once instead of at its next poll."""
+
+    def claim(
+        self,
+        level: str,
+        *,
+        prompt: str | None = None,
+        timeout: float | None = None,
+        force: bool = False,
+        tick_id: str | None = None,
+    ) -> SlotClaim:
+        """Claim the tick; a request that cannot run is refused before anything is recorded.
+
+        Raises:
+            TickSetupError: the level, prompt or model cannot make a tick.
+        """
+        prepared = self.preparer.prepare(level, prompt=prompt, timeout=timeout, tick_id=tick_id)
+        manual = Manual(prompt, timeout, force)
+        claim = SlotClaim(
+            prepared.payload.tick_id, level, None, routed=prepared.routed, manual=manual
+        )
+        claim_wave(self.store, self.settings, [claim])
+        return claim
+
+    def run(self, claim: SlotClaim) -> TickOutcome | None:
+        """Run the claimed tick to its end, following the control stream.
+
+        None when it ended without running (interrupted while it waited for its place).
+        """
+        ended = threading.Event()
+        follower = ControlFollower(self.store, self.executor, self.settings.levels)
+        progress = Progress(self.store, claim.tick_id, self.say)
+
+        def follow() -> None:
+            while not ended.is_set():
+                with contextlib.suppress(StoreError):
+                    progress.poll()
+                if self.interrupted.is_set():
+                    self.executor.cancel(lambda level, tick_id: True, self.reason)
+                with contextlib.suppress(StoreError):  # the runner spools; the next poll asks
+                    follower.poll()
+                self.wake.wait(POLL_SECONDS)
+                self.wake.clear()
+
+        following = threading.Thread(target=follow, name="control", daemon=True)
+        following.start()
+        try:
+            if not self._await_place(claim):
+                return None
+            self.executor.submit(claim)
+            self.executor.wait_idle(FOREVER)
+        finally:
+            ended.set()
+            self.wake.set()
+            following.join()
+            self.executor.shutdown(grace=0)
+        return self.outcomes[0] if self.outcomes else None
+
+    def _await_place(self, claim: SlotClaim) -> bool:
+        """Wait until the manual lane has a place for the tick across every process.
+
+        False when interrupted first: the tick is then ended cancelled without starting.
+        """
+        projector = Projector(self.store, [TicksProjection()])
+        cap = self.settings.runner.manual_max_concurrent
+        told = False
+        while not self.interrupted.is_set():
+            try:
+                ahead = manual_ticks_ahead(self.store, projector, claim.tick_id)
+            except StoreError:
+                ahead = cap  # unknown: ask again after the poll
+            if ahead < cap:
+                return True
+            if not told:
+                self.say(f"waiting: {ahead} manual tick(s) ahead of this one hold the lane's {cap}")
+                told = True
+            self.wake.wait(POLL_SECONDS)
+            self.wake.clear()
+        self.executor.never_started(claim, self.reason)
+        return False
+
+
+class Progress:
+    """Counts a running tick's model and tool calls from its stream, and says when they change."""
+
+    def __init__(self, store: EventStore, tick_id: str, say: Say) -> None:
+        self.store = store
+        self.stream = tick_stream(tick_id)
+        self.say = say
+        self.after = 0
+        self.model_calls = self.tool_calls = self.tokens = 0
+        self.started = time.monotonic()
+
+    def poll(self) -> None:
+        """Read what the tick recorded since the last poll; one line if calls ended."""
+        batch = self.store.read_stream(self.stream, after=self.after)
+        if not batch:
+            return
+        self.after = batch[-1].stream_position
+        calls = (self.model_calls, self.tool_calls)
+        for event in batch:
+            if event.type == "ModelCalled":
+                self.model_calls += 1
+            elif event.type == "ToolCalled":
+                self.tool_calls += 1
+            elif event.type == "BudgetSpent":
+                self.tokens += event.data["prompt_tokens"] + event.data["completion_tokens"]
+        if (self.model_calls, self.tool_calls) != calls:
+            self.say(
+                f"... {time.monotonic() - self.started:.1f} s: {self.model_calls} model call(s), "
+                f"{self.tokens:,} tokens, {self.tool_calls} tool call(s) so far"
+            )
+
+
+Upstream = Callable[[], AbstractContextManager[Mapping[str, str]]]
+"""Enters the environment a tick's process gets (its upstream) for the length of one tick."""
+
+
+class ManualTicks:
+    """The run-now button's owner: each tick started here is owned by a thread of this process.
+
+    A tick gets its upstream for its own length (`upstream`), as a `tickwork tick` does.
+    `close` (the server stops) refuses new ticks and ends the running ones cancelled: a
+    stopped server's thread cannot see its tick to the end.
+    """
+
+    STOPPED = "the server that started it stopped"
+
+    def __init__(
+        self,
+        settings: Settings,
+        store: EventStore,
+        *,
+        upstream: Upstream,
+        router: Router | None,
+        say: Say = lambda line: None,
+    ) -> None:
+        self.settings = settings
+        self.store = store
+        self.upstream = upstream
+        self.router = router
+        self.say = say
+        self._owners: dict[threading.Thread, ManualTick] = {}
+        self._lock = threading.Lock()
+        self._closed = False
+
+    def start(self, level: str, *, force: bool = False) -> str | None:
+        """Start one tick of `level` now; its id, or None once closed.
+
+        The tick is claimed in its thread, so the caller does not wait for the store; a
+        request that cannot run ends there, recorded nowhere, and is told to `say`.
+        """
+        tick_id = new_tick_id(level)
+        thread = threading.Thread(
+            target=self._own, args=(level, tick_id, force), name=tick_id, daemon=True
+        )
+        with self._lock:
+            if self._closed:
+                return None
+            thread.start()
+        return tick_id
+
+    def _own(self, level: str, tick_id: str, force: bool) -> None:
+        with self.upstream() as env:
+            owner = ManualTick(
+                self.settings, self.store, env=env, router=self.router, reason=self.STOPPED
+            )
+            with self._lock:
+                if self._closed:
+                    return
+                self._owners[threading.current_thread()] = owner
+            try:
+                owner.run(owner.claim(level, force=force, tick_id=tick_id))
+            except (TickSetupError, StoreError) as exc:  # nobody to raise to: it is told
+                self.say(f"{tick_id} did not run: {exc}")
+            finally:
+                with self._lock:
+                    del self._owners[threading.current_thread()]
+
+    def close(self) -> None:
+        """Start no more ticks; end the running ones cancelled and wait for their ends."""
+        with self._lock:
+            self._closed = True
+            owners = dict(self._owners)
+        for owner in owners.values():
+            owner.interrupted.set()
+            owner.wake.set()
+        for thread in owners:
+            thread.join()

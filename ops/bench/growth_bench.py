@@ -56,6 +56,8 @@ from harness.contracts.events import (
     ToolCalled,
     TranscriptEntry,
 )
+from harness.devtools.upstream import upstream_for_ticks
+from harness.execution.manual import ManualTicks
 from harness.prices import PriceBook
 from harness.projections import projector_for
 from harness.projections.ticks import last_slots, open_ticks
@@ -306,7 +308,9 @@ def measure(url: str, size: int, args: argparse.Namespace, root: Path) -> dict[s
     settings = load_settings(config)
     store = open_store(url)
     recent = f"{LEVELS[7]}-{now - timedelta(minutes=2, seconds=30):%Y%m%dT%H%M%S}"
-    with TestClient(create_app(settings, store)) as client:
+    # The read paths only: the run-now button's owner starts no tick here.
+    manual = ManualTicks(settings, store, upstream=lambda: upstream_for_ticks(print), router=None)
+    with TestClient(create_app(settings, store, manual)) as client:
         for label, path in (
             ("GET /dashboard/panels", "/dashboard/panels"),
             ("GET /metrics", "/metrics"),

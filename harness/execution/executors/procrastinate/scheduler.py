@@ -1,0 +1,180 @@
+"""The scheduler's side: `tickwork run` defers a job per claimed tick."""
+
+from __future__ import annotations
+
+import re
+import threading
+import time
+from collections.abc import Callable
+from datetime import datetime
+
+from harness.config import Settings
+from harness.contracts.events import (
+    tick_stream,
+)
+from harness.execution.adopt import Adoption
+from harness.execution.executors.base import Ended, Executor, Report
+from harness.execution.executors.procrastinate.jobs import Locks, defer, jobs_in
+from harness.execution.hedge import TWIN_SUFFIX
+from harness.execution.panels import REPLACEMENT
+from harness.execution.prepare import Preparer
+from harness.execution.runner import Runner
+from harness.scheduling.handoff import RunningTick
+from harness.scheduling.waves import SlotClaim
+from harness.store import (
+    EventStore,
+    StoredEvent,
+    StoreError,
+    process_name,
+)
+
+REDELIVER_SECONDS = 2.0
+PART = re.compile(rf"(.+)(?:-p\d+|-p{REPLACEMENT}|{TWIN_SUFFIX})")
+"""The tick id of a panel member or hedge twin; its group is the tick it belongs to."""
+
+
+class _OnStore(Executor):
+    """Both sides of the procrastinate executor: the jobs live in the store's database."""
+
+    def __init__(
+        self,
+        settings: Settings,
+        store: EventStore,
+        preparer: Preparer,
+        runner: Runner,
+        report: Report,
+        ended: Ended | None = None,
+    ) -> None:
+        self.store = store
+        super().__init__(settings, preparer, runner, report, ended)
+
+
+class ProcrastinateExecutor(_OnStore):
+    """`tickwork run`'s side: defers a job per claimed tick; workers on any host run them."""
+
+    def _set_up(self) -> None:
+        self.locks = Locks(self.settings)
+        self.undelivered: list[SlotClaim] = []
+        """Claims whose defer failed (store out): deferred again until it lands."""
+        self._lock = threading.Lock()
+        self._closed = threading.Event()
+        self._redeliverer = threading.Thread(target=self._redeliver, daemon=True)
+
+    def _submit(self, claim: SlotClaim) -> bool:
+        if self._closed.is_set():
+            return False
+        try:
+            defer(self.store, self.settings, self.locks, [claim])
+        except StoreError as exc:
+            self.report(f"{claim.tick_id} not deferred yet ({exc}): trying again")
+            with self._lock:
+                self.undelivered.append(claim)
+                if self._redeliverer.ident is None:
+                    self._redeliverer.start()
+        return True
+
+    def _redeliver(self) -> None:
+        while not self._closed.wait(REDELIVER_SECONDS):
+            with self._lock:
+                waiting = list(self.undelivered)
+            try:
+                defer(self.store, self.settings, self.locks, waiting)
+            except StoreError:
+                continue
+            with self._lock:
+                del self.undelivered[: len(waiting)]
+
+    def abandoned(self, tick_id: str, level: str) -> str | None:
+        """A claim whose scheduler died is the outbox: its job is deferred if it has none.
+
+        A panel member or hedge twin a worker claimed is part of that worker's job, not a
+        job of its own: the sweeper ends it with the job's tick when the worker dies.
+        """
+        part = PART.fullmatch(tick_id)
+        if part is not None:
+            parent = self.store.read_stream(tick_stream(part.group(1)))
+            if any(e.type == "TickTaken" for e in parent):
+                return None
+        scheduled = self.store.read_stream(tick_stream(tick_id), limit=1)
+        slot = scheduled[0].data.get("slot") if scheduled else None
+        claim = SlotClaim(tick_id, level, datetime.fromisoformat(slot) if slot else None)
+        deferred = defer(self.store, self.settings, self.locks, [claim])
+        return "deferred (its scheduler died before it could)" if deferred else None
+
+    def claimer_gone(self, host: str, pid: int) -> bool:
+        """Whether a scheduler of another host is gone: no connection of it lately active.
+
+        None of its connections (`harness.store.process_name`) is open and was active in
+        the last `stalled_seconds`. A live scheduler asks the store every half second; a
+        lost host's connections linger on the server, idle, until its TCP keepalive gives
+        up. Deferring is keyed by tick id, so a claim taken on too early runs once all the
+        same; only a `buffer_one` tick its scheduler still holds back could start early.
+        """
+        with self.store.read_transaction() as conn:
+            alive = conn.exec_driver_sql(
+                "SELECT EXISTS (SELECT 1 FROM pg_stat_activity WHERE application_name = "
+                "%(name)s AND coalesce(state_change, backend_start) > "
+                "now() - make_interval(secs => %(seconds)s))",
+                {
+                    "name": process_name(host, pid),
+                    "seconds": self.settings.executor.stalled_seconds,
+                },
+            ).scalar()
+        return not alive
+
+    def running(self) -> list[RunningTick]:
+        """The ticks some worker runs now."""
+        return list(jobs_in(self.store, ["doing"]))
+
+    def _withdraw(self, matches: Callable[[SlotClaim], bool]) -> list[SlotClaim]:
+        """Cancel the matching queued jobs; only a job still `todo` is cancelled (atomically)."""
+        withdrawn = []
+        for job in jobs_in(self.store, ["todo"]):
+            claim = SlotClaim(job.tick_id, job.level, None)
+            if not matches(claim):
+                continue
+            with self.store.read_transaction() as conn:
+                cancelled = conn.exec_driver_sql(
+                    "SELECT procrastinate_cancel_job_v1(%(id)s, false, false)", {"id": job.job_id}
+                ).scalar()
+            if cancelled is not None:
+                withdrawn.append(claim)
+        return withdrawn
+
+    def _cancel_running(self, tick_id: str, reason: str) -> bool:
+        """Ask procrastinate to abort the tick's job; the worker running it kills its group.
+
+        That worker also follows the control stream and stops the tick with the reason
+        recorded there, which is usually first.
+        """
+        job = next((job for job in jobs_in(self.store, ["doing"]) if job.tick_id == tick_id), None)
+        if job is None:
+            return False
+        with self.store.read_transaction() as conn:
+            aborting = conn.exec_driver_sql(
+                "SELECT procrastinate_cancel_job_v1(%(id)s, true, false)", {"id": job.job_id}
+            ).scalar()
+        return aborting is not None
+
+    def adopt(self, started: StoredEvent, now: datetime) -> None:
+        """Workers own the ticks they started; a dead one's ticks end by `sweep_stalled`."""
+
+    def _watch(self, adoption: Adoption) -> None:
+        raise NotImplementedError("the procrastinate executor adopts no worker")
+
+    def _close(self) -> list[SlotClaim]:
+        """Queued jobs stay queued: workers run them whether a scheduler runs or not."""
+        self._closed.set()
+        return []
+
+    def _drain(self, grace: float) -> None:
+        if self._redeliverer.ident is not None:
+            self._redeliverer.join()
+
+    def wait_idle(self, timeout: float) -> None:
+        """Wait until no tick job is queued or running (for tests and callers of `fire`)."""
+        deadline = time.monotonic() + timeout
+        while jobs_in(self.store, ["todo", "doing"]) or self.undelivered:
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"tick jobs still queued or running after {timeout} s")
+            time.sleep(0.2)

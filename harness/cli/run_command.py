@@ -16,7 +16,7 @@ from harness.cli.app import app, router_or_exit, settings, store_for, upstream_f
 
 if TYPE_CHECKING:
     from harness.config import Settings
-    from harness.execution.executors import Executor
+    from harness.execution.executors import HandoffExecutor
     from harness.execution.prepare import Preparer
     from harness.scheduling.service import Service
     from harness.store import EventStore
@@ -66,7 +66,7 @@ def run_service() -> None:
 
 def executor_for(
     config: Settings, store: EventStore, preparer: Preparer, env: dict[str, str]
-) -> Executor:
+) -> HandoffExecutor:
     """The executor `[executor] kind` names: threads here, or procrastinate jobs.
 
     With procrastinate, workers launch the ticks and this runner only records ends, so it
@@ -87,7 +87,7 @@ def executor_for(
     return LocalExecutor(config, preparer, Runner(config, store, env=env), report)
 
 
-def _stop(service: Service, executor: Executor, *_: object) -> None:
+def _stop(service: Service, executor: HandoffExecutor, *_: object) -> None:
     """The first SIGINT or SIGTERM stops gracefully; a second one cancels running ticks now."""
     if not service.stopping.is_set():
         service.stopping.set()

@@ -26,7 +26,7 @@ from harness.contracts.events import (
 )
 from harness.projections.levels import cancel_scopes, level_paused, pauses
 from harness.projections.ticks import TickInFlight, ticks_in_flight
-from harness.scheduling.handoff import Handoff
+from harness.scheduling.handoff import TickOwner
 from harness.store import EventStore
 
 PAUSED = "paused"
@@ -113,7 +113,7 @@ class ControlFollower:
     """
 
     def __init__(
-        self, store: EventStore, owner: Handoff, levels: Mapping[str, LevelConfig]
+        self, store: EventStore, owner: TickOwner, levels: Mapping[str, LevelConfig]
     ) -> None:
         self.store = store
         self.owner = owner

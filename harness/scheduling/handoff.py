@@ -30,7 +30,17 @@ class RunningTick(Protocol):
         """The tick's level, matched against a cancel request's scope."""
 
 
-class Handoff(Protocol):
+class TickOwner(Protocol):
+    """Whoever runs ticks, as the control stream's follower sees it: it stops them."""
+
+    def cancel(self, matches: ScopeMatch, reason: str, running: bool = True) -> None:
+        """Queued ticks in scope never start; running ones are stopped and end cancelled.
+
+        `running` False: only the queued ones (a pause whose level lets running ticks end).
+        """
+
+
+class Handoff(TickOwner, Protocol):
     """The executor as the service sees it: submit, never-start and cancel claimed ticks."""
 
     def submit(self, claim: SlotClaim) -> None:
@@ -38,12 +48,6 @@ class Handoff(Protocol):
 
     def never_started(self, claim: SlotClaim, reason: str | None) -> None:
         """End a claimed tick that must not start (`TickCancelled`; None: the service stops)."""
-
-    def cancel(self, matches: ScopeMatch, reason: str, running: bool = True) -> None:
-        """Queued ticks in scope never start; running ones are stopped and end cancelled.
-
-        `running` False: only the queued ones (a pause whose level lets running ticks end).
-        """
 
     def running(self) -> Sequence[RunningTick]:
         """Ticks running here right now."""

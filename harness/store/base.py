@@ -169,6 +169,15 @@ class EventStore(ABC):
         """
 
     @abstractmethod
+    def write_transaction(self) -> AbstractContextManager[sa.Connection]:
+        """A read-then-write transaction on the store's database, for tables beside the log.
+
+        procrastinate's jobs and the archive's bookkeeping live in the store's database;
+        their writes take this handle (on SQLite, the write lock at BEGIN), never the
+        read models' `read_transaction`.
+        """
+
+    @abstractmethod
     def first_position_since(self, when: datetime) -> int:
         """The first global position recorded at or after `when` (last + 1 if none).
 

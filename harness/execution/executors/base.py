@@ -1,12 +1,14 @@
-"""The executor contract: where claimed ticks wait for a place and run.
+"""The executor contract, as a ladder: where claimed ticks run, and where they wait.
 
-The public methods do the bookkeeping every executor shares (a tick that cannot be
-queued, or is withdrawn, ends `TickCancelled` without starting; a tick in scope of a
-cancel is stopped; what a killed predecessor left is adopted or ended) and call the
-abstract `_submit`, `_withdraw`, `_cancel_running`, `_watch`, `_close` and `_drain` of
-the implementation: local threads (`local.py`), or procrastinate jobs that workers on
-any host run (`procrastinate.py`). It satisfies `harness.scheduling.handoff.Handoff`,
-what the service needs.
+`Executor` is what runs ticks here, a procrastinate worker's included: a tick that got
+its place is prepared and run, a tick in scope of a cancel is stopped, and shutting down
+starts nothing more and gives running ticks their grace (the abstract `_cancel_running`,
+`_close` and `_drain`). `HandoffExecutor` is what a scheduler hands its claims to
+(`harness.scheduling.handoff.Handoff`): it queues them (`_submit`), withdraws queued ones
+in scope of a cancel (`_withdraw`; a tick that cannot be queued, or is withdrawn, ends
+`TickCancelled` without starting) and adopts or ends what a killed predecessor left
+(`adopt`). Local threads (`local.py`) and the procrastinate scheduler are both; a
+procrastinate worker, whose ticks come from jobs, is only the first.
 """
 
 from __future__ import annotations
@@ -17,7 +19,6 @@ from datetime import datetime
 
 from harness.config import Settings
 from harness.contracts.events import TickFailed, TickLost
-from harness.execution.adopt import Adoption, adopt
 from harness.execution.panels import Panel
 from harness.execution.prepare import Preparer, TickSetupError
 from harness.execution.runner import Runner, TickOutcome
@@ -31,7 +32,7 @@ Ended = Callable[[TickOutcome], None]
 
 
 class Executor(ABC):
-    """The bookkeeping every executor shares; an implementation supplies the `_` methods."""
+    """Runs ticks here: the bookkeeping every executor shares; its `_` methods do the rest."""
 
     def __init__(
         self,
@@ -52,11 +53,6 @@ class Executor(ABC):
     def _set_up(self) -> None:
         """The implementation's own state, made once the shared state is set."""
 
-    def submit(self, claim: SlotClaim) -> None:
-        """Queue a claimed tick to run when it gets a place; one that cannot ends cancelled."""
-        if not self._submit(claim):
-            self.never_started(claim, None)
-
     def never_started(self, claim: SlotClaim, reason: str | None) -> None:
         """End a claimed tick that must not start (cancelled, or the service stops)."""
         reason = reason or "service stopped before the tick could start"
@@ -64,49 +60,19 @@ class Executor(ABC):
         self.report(f"{claim.tick_id} cancelled before it started: {reason}")
 
     def cancel(self, matches: ScopeMatch, reason: str, running: bool = True) -> None:
-        """Queued ticks in scope never start; running ones are stopped and end cancelled.
+        """Running ticks in scope are stopped and end cancelled.
 
-        `running` False: only the queued ones (a pause whose level lets running ticks end).
+        `running` False: none (a pause whose level lets running ticks end).
         """
-        for claim in self._withdraw(lambda claim: matches(claim.level, claim.tick_id)):
-            self.never_started(claim, reason)
         if not running:
             return
         for ref in self.running():
             if matches(ref.level, ref.tick_id) and self._cancel_running(ref.tick_id, reason):
                 self.report(f"{ref.tick_id} cancelling: {reason}")
 
-    def adopt(self, started: StoredEvent, now: datetime) -> None:
-        """End, or watch to its deadline, a tick a killed predecessor started on this host."""
-        adoption = adopt(self.runner, started, now, self.report)
-        if adoption is not None:
-            self._watch(adoption)
-
-    def record_lost(self, tick_id: str, level: str, reason: str) -> None:
-        """End a tick nobody can finish any more with `TickLost`."""
-        self.runner.record(TickLost(tick_id=tick_id, level=level, reason=reason))
-
-    def claimer_gone(self, host: str, pid: int) -> bool:
-        """Never here: a claim of another host's process is that host's to reconcile.
-
-        Here it would end `TickLost`, and only that host can see whether the process lives.
-        """
-        return False
-
-    def abandoned(self, tick_id: str, level: str) -> str | None:
-        """A tick claimed by a process that died before starting it; says what became of it.
-
-        Here it can never start: it ends `TickLost`. An executor whose queue outlives the
-        scheduler (procrastinate) hands it on instead.
-        """
-        lost = "claimed but never started: the process that claimed it is gone"
-        self.record_lost(tick_id, level, lost)
-        return f"lost ({lost})"
-
     def shutdown(self, grace: float) -> None:
         """Start nothing more; give running ticks `grace` seconds, then cancel them."""
-        for claim in self._close():
-            self.never_started(claim, None)
+        self._close()
         self._drain(grace)
 
     def _execute(self, claim: SlotClaim) -> None:
@@ -149,25 +115,64 @@ class Executor(ABC):
         """Wait until nothing is queued or running here (TimeoutError after `timeout`)."""
 
     @abstractmethod
+    def _cancel_running(self, tick_id: str, reason: str) -> bool:
+        """Stop a running tick so that it ends cancelled; False if it is not running here."""
+
+    @abstractmethod
+    def _close(self) -> None:
+        """Start nothing more; a tick still waiting here ends cancelled without starting."""
+
+    @abstractmethod
+    def _drain(self, grace: float) -> None:
+        """Wait up to `grace` seconds for running ticks, cancel the rest, wait for their end."""
+
+
+class HandoffExecutor(Executor):
+    """Where a scheduler hands its claims: queued here until they get a place, then run."""
+
+    def submit(self, claim: SlotClaim) -> None:
+        """Queue a claimed tick to run when it gets a place; one that cannot ends cancelled."""
+        if not self._submit(claim):
+            self.never_started(claim, None)
+
+    def cancel(self, matches: ScopeMatch, reason: str, running: bool = True) -> None:
+        """Queued ticks in scope never start; running ones are stopped and end cancelled.
+
+        `running` False: only the queued ones (a pause whose level lets running ticks end).
+        """
+        for claim in self._withdraw(lambda claim: matches(claim.level, claim.tick_id)):
+            self.never_started(claim, reason)
+        super().cancel(matches, reason, running)
+
+    def record_lost(self, tick_id: str, level: str, reason: str) -> None:
+        """End a tick nobody can finish any more with `TickLost`."""
+        self.runner.record(TickLost(tick_id=tick_id, level=level, reason=reason))
+
+    def claimer_gone(self, host: str, pid: int) -> bool:
+        """Never here: a claim of another host's process is that host's to reconcile.
+
+        Here it would end `TickLost`, and only that host can see whether the process lives.
+        """
+        return False
+
+    def abandoned(self, tick_id: str, level: str) -> str | None:
+        """A tick claimed by a process that died before starting it; says what became of it.
+
+        Here it can never start: it ends `TickLost`. An executor whose queue outlives the
+        scheduler (procrastinate) hands it on instead.
+        """
+        lost = "claimed but never started: the process that claimed it is gone"
+        self.record_lost(tick_id, level, lost)
+        return f"lost ({lost})"
+
+    @abstractmethod
+    def adopt(self, started: StoredEvent, now: datetime) -> None:
+        """End, or watch to its deadline, a tick a killed predecessor started on this host."""
+
+    @abstractmethod
     def _submit(self, claim: SlotClaim) -> bool:
         """Queue the tick; False when it can no longer be queued (the executor is closed)."""
 
     @abstractmethod
     def _withdraw(self, matches: Callable[[SlotClaim], bool]) -> list[SlotClaim]:
         """Take matching ticks out of the queue before they start; returns them."""
-
-    @abstractmethod
-    def _cancel_running(self, tick_id: str, reason: str) -> bool:
-        """Stop a running tick so that it ends cancelled; False if it is not running here."""
-
-    @abstractmethod
-    def _watch(self, adoption: Adoption) -> None:
-        """Watch an adopted worker to its deadline and record its end."""
-
-    @abstractmethod
-    def _close(self) -> list[SlotClaim]:
-        """Queue nothing more; returns the ticks still queued, which will never start."""
-
-    @abstractmethod
-    def _drain(self, grace: float) -> None:
-        """Wait up to `grace` seconds for running ticks, cancel the rest, wait for their end."""

@@ -11,12 +11,14 @@ from __future__ import annotations
 import threading
 import time
 from collections.abc import Callable
+from datetime import datetime
 
-from harness.execution.adopt import Adoption
-from harness.execution.executors.base import Executor
+from harness.execution.adopt import adopt
+from harness.execution.executors.base import HandoffExecutor
 from harness.execution.prepare import TickRef
 from harness.execution.queue import Gate
 from harness.scheduling.waves import SlotClaim
+from harness.store import StoredEvent
 
 MANUAL_LANE = "(manual)"
 """The gate's lane of ticks started by hand: a name no level can have."""
@@ -27,7 +29,7 @@ def lane(claim: SlotClaim) -> str:
     return MANUAL_LANE if claim.manual else claim.level
 
 
-class LocalExecutor(Executor):
+class LocalExecutor(HandoffExecutor):
     """Runs claimed ticks in threads of this process, within the gate's caps and priorities."""
 
     def _set_up(self) -> None:
@@ -66,7 +68,11 @@ class LocalExecutor(Executor):
     def _cancel_running(self, tick_id: str, reason: str) -> bool:
         return self.runner.cancel(tick_id, reason)
 
-    def _watch(self, adoption: Adoption) -> None:
+    def adopt(self, started: StoredEvent, now: datetime) -> None:
+        """End, or watch to its deadline in a thread, a tick a killed predecessor started here."""
+        adoption = adopt(self.runner, started, now, self.report)
+        if adoption is None:
+            return
         watcher = threading.Thread(
             target=self.runner.watch,
             args=(adoption.ref, adoption.process, adoption.remaining),
@@ -108,8 +114,9 @@ class LocalExecutor(Executor):
             time.sleep(0.05)
         raise TimeoutError(f"ticks still queued or running after {timeout} s")
 
-    def _close(self) -> list[SlotClaim]:
-        return self.gate.close()
+    def _close(self) -> None:
+        for claim in self.gate.close():
+            self.never_started(claim, None)
 
     def _drain(self, grace: float) -> None:
         if self._dispatcher.ident is not None:

@@ -1,4 +1,8 @@
-"""The scheduler's side: `tickwork run` defers a job per claimed tick."""
+"""The scheduler's side: `tickwork run` defers a job per claimed tick, workers run them.
+
+Its queue is procrastinate's: a claim is queued by deferring its job, withdrawn by
+cancelling the job while it is `todo`, stopped by aborting it while it is `doing`.
+"""
 
 from __future__ import annotations
 
@@ -12,9 +16,14 @@ from harness.config import Settings
 from harness.contracts.events import (
     tick_stream,
 )
-from harness.execution.adopt import Adoption
-from harness.execution.executors.base import Ended, Executor, Report
-from harness.execution.executors.procrastinate.jobs import Locks, defer, jobs_in
+from harness.execution.executors.base import Ended, HandoffExecutor, Report
+from harness.execution.executors.procrastinate.jobs import (
+    Locks,
+    cancel_job,
+    connected,
+    defer,
+    jobs_in,
+)
 from harness.execution.hedge import TWIN_SUFFIX
 from harness.execution.panels import REPLACEMENT
 from harness.execution.prepare import Preparer
@@ -29,12 +38,13 @@ from harness.store import (
 )
 
 REDELIVER_SECONDS = 2.0
+"""How often a scheduler defers again the jobs it could not defer (the store was out)."""
 PART = re.compile(rf"(.+)(?:-p\d+|-p{REPLACEMENT}|{TWIN_SUFFIX})")
 """The tick id of a panel member or hedge twin; its group is the tick it belongs to."""
 
 
-class _OnStore(Executor):
-    """Both sides of the procrastinate executor: the jobs live in the store's database."""
+class ProcrastinateExecutor(HandoffExecutor):
+    """`tickwork run`'s side: defers a job per claimed tick; workers on any host run them."""
 
     def __init__(
         self,
@@ -46,11 +56,8 @@ class _OnStore(Executor):
         ended: Ended | None = None,
     ) -> None:
         self.store = store
+        """Where the jobs live, beside the events."""
         super().__init__(settings, preparer, runner, report, ended)
-
-
-class ProcrastinateExecutor(_OnStore):
-    """`tickwork run`'s side: defers a job per claimed tick; workers on any host run them."""
 
     def _set_up(self) -> None:
         self.locks = Locks(self.settings)
@@ -110,17 +117,8 @@ class ProcrastinateExecutor(_OnStore):
         up. Deferring is keyed by tick id, so a claim taken on too early runs once all the
         same; only a `buffer_one` tick its scheduler still holds back could start early.
         """
-        with self.store.read_transaction() as conn:
-            alive = conn.exec_driver_sql(
-                "SELECT EXISTS (SELECT 1 FROM pg_stat_activity WHERE application_name = "
-                "%(name)s AND coalesce(state_change, backend_start) > "
-                "now() - make_interval(secs => %(seconds)s))",
-                {
-                    "name": process_name(host, pid),
-                    "seconds": self.settings.executor.stalled_seconds,
-                },
-            ).scalar()
-        return not alive
+        name, seconds = process_name(host, pid), self.settings.executor.stalled_seconds
+        return not connected(self.store, name, seconds)
 
     def running(self) -> list[RunningTick]:
         """The ticks some worker runs now."""
@@ -133,11 +131,7 @@ class ProcrastinateExecutor(_OnStore):
             claim = SlotClaim(job.tick_id, job.level, None)
             if not matches(claim):
                 continue
-            with self.store.read_transaction() as conn:
-                cancelled = conn.exec_driver_sql(
-                    "SELECT procrastinate_cancel_job_v1(%(id)s, false, false)", {"id": job.job_id}
-                ).scalar()
-            if cancelled is not None:
+            if job.job_id is not None and cancel_job(self.store, job.job_id, abort=False):
                 withdrawn.append(claim)
         return withdrawn
 
@@ -148,24 +142,16 @@ class ProcrastinateExecutor(_OnStore):
         recorded there, which is usually first.
         """
         job = next((job for job in jobs_in(self.store, ["doing"]) if job.tick_id == tick_id), None)
-        if job is None:
+        if job is None or job.job_id is None:
             return False
-        with self.store.read_transaction() as conn:
-            aborting = conn.exec_driver_sql(
-                "SELECT procrastinate_cancel_job_v1(%(id)s, true, false)", {"id": job.job_id}
-            ).scalar()
-        return aborting is not None
+        return cancel_job(self.store, job.job_id, abort=True)
 
     def adopt(self, started: StoredEvent, now: datetime) -> None:
         """Workers own the ticks they started; a dead one's ticks end by `sweep_stalled`."""
 
-    def _watch(self, adoption: Adoption) -> None:
-        raise NotImplementedError("the procrastinate executor adopts no worker")
-
-    def _close(self) -> list[SlotClaim]:
+    def _close(self) -> None:
         """Queued jobs stay queued: workers run them whether a scheduler runs or not."""
         self._closed.set()
-        return []
 
     def _drain(self, grace: float) -> None:
         if self._redeliverer.ident is not None:

@@ -49,10 +49,10 @@ def apply_schema(store: EventStore) -> tuple[str | None, str]:
     transaction of its own, holding SCHEMA_LOCK (two `tickwork migrate` at once apply
     each once), and the comment moves on with it. Returns the version before and after.
     """
-    with store.read_transaction() as conn:
+    with store.write_transaction() as conn:
         before = schema_version(conn)
     while True:
-        with store.read_transaction() as conn:
+        with store.write_transaction() as conn:
             conn.exec_driver_sql("SELECT pg_advisory_xact_lock(%(key)s)", {"key": SCHEMA_LOCK})
             version = schema_version(conn)
             if version is None:

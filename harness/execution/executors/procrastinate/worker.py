@@ -10,9 +10,7 @@ import time
 from collections.abc import Callable
 from datetime import datetime
 
-from procrastinate.sql import queries as procrastinate_queries
-
-from harness.config import LevelConfig
+from harness.config import LevelConfig, Settings
 from harness.contracts.events import (
     TERMINAL_TYPES,
     TickEvent,
@@ -21,14 +19,14 @@ from harness.contracts.events import (
     WorkerStarted,
     tick_stream,
 )
-from harness.execution.adopt import Adoption, started_ref
-from harness.execution.executors.procrastinate.jobs import TASK
-from harness.execution.executors.procrastinate.scheduler import _OnStore
+from harness.execution.adopt import started_ref
+from harness.execution.executors.base import Ended, Executor, Report
+from harness.execution.executors.procrastinate.jobs import fail_job, retry_job, stalled_jobs
 from harness.execution.executors.procrastinate.spacing import SharedSpacing
 from harness.execution.hedge import TWIN_SUFFIX
 from harness.execution.launchers import TickProcess
 from harness.execution.panels import REPLACEMENT
-from harness.execution.prepare import TickRef
+from harness.execution.prepare import Preparer, TickRef
 from harness.execution.queue import Gate
 from harness.execution.runner import Runner
 from harness.scheduling.handoff import RunningTick
@@ -46,7 +44,6 @@ KILLED_GONE_SECONDS = 5.0
 """How long a sweeper waits for a stalled tick's SIGKILLed group to be gone before it books
 the call the tick may have had in flight (a SIGKILLed process is gone in milliseconds)."""
 KILLED_POLL_SECONDS = 0.01
-RETRY_JOB = "SELECT procrastinate_retry_job_v2(%(id)s, now(), NULL, NULL, NULL)"
 DEFAULT_CONCURRENCY = 4
 """`tickwork worker --concurrency`'s default: the places a worker has until it is seated."""
 
@@ -109,8 +106,25 @@ class Reserved:
         """Nothing: the places go back with the job's."""
 
 
-class WorkerExecutor(_OnStore):
-    """`tickwork worker`'s side: runs the ticks of the jobs it takes, here, to their end."""
+class WorkerExecutor(Executor):
+    """`tickwork worker`'s side: runs the ticks of the jobs it takes, here, to their end.
+
+    Its ticks come from jobs (`run_job`), never from a scheduler: nothing is queued here
+    to withdraw, and a dead worker's ticks end by `sweep_stalled`, not by adoption.
+    """
+
+    def __init__(
+        self,
+        settings: Settings,
+        store: EventStore,
+        preparer: Preparer,
+        runner: Runner,
+        report: Report,
+        ended: Ended | None = None,
+    ) -> None:
+        self.store = store
+        """Where the jobs live, beside the events."""
+        super().__init__(settings, preparer, runner, report, ended)
 
     def _set_up(self) -> None:
         self.host = socket.gethostname()
@@ -195,23 +209,14 @@ class WorkerExecutor(_OnStore):
 
     def sweep_stalled(self) -> None:
         """End the ticks of workers whose heartbeat stopped, once, and finish their jobs."""
-        with self.store.read_transaction() as conn:
-            rows = conn.exec_driver_sql(
-                procrastinate_queries["select_stalled_jobs_by_heartbeat"],
-                {
-                    "seconds_since_heartbeat": self.settings.executor.stalled_seconds,
-                    "queue": None,
-                    "task_name": TASK,
-                },
-            ).mappings()
-            stalled = [(row["id"], row["args"]) for row in rows]
-        for job_id, args in stalled:
-            self._end_stalled(job_id, args["tick_id"], args["level"])
+        for job in stalled_jobs(self.store, self.settings.executor.stalled_seconds):
+            if job.job_id is not None:
+                self._end_stalled(job.job_id, job.tick_id, job.level)
 
     def _end_stalled(self, job_id: int, tick_id: str, level: str) -> None:
         events = self.store.read_stream(tick_stream(tick_id))
         if not any(e.type in TAKEN for e in events):
-            self._job_sql(RETRY_JOB, job_id)
+            self._move_on(retry_job, job_id)
             self.report(f"{tick_id}: its worker died before taking it; job {job_id} retried")
             return
         for part, part_events in self._family(tick_id, level, events).items():
@@ -221,7 +226,7 @@ class WorkerExecutor(_OnStore):
             lost = TickLost(tick_id=part, level=level, reason="its worker's heartbeat stopped")
             if end_once(self.store, lost):
                 self.report(f"{part} lost (its worker's heartbeat stopped)")
-        self._job_sql("SELECT procrastinate_finish_job_v1(%(id)s, 'failed', false)", job_id)
+        self._move_on(fail_job, job_id)
 
     def _family(
         self, tick_id: str, level: str, events: list[StoredEvent]
@@ -235,11 +240,10 @@ class WorkerExecutor(_OnStore):
         found = {part: streams[tick_stream(part)] for part in parts if streams[tick_stream(part)]}
         return {tick_id: events, **found}
 
-    def _job_sql(self, statement: str, job_id: int) -> None:
+    def _move_on(self, move: Callable[[EventStore, int], None], job_id: int) -> None:
         """Move a stalled job on; another sweeper that moved it first makes this a no-op."""
         try:
-            with self.store.read_transaction() as conn:
-                conn.exec_driver_sql(statement, {"id": job_id})
+            move(self.store, job_id)
         except StoreError as exc:
             self.report(f"job {job_id} left as another sweeper moved it: {exc}")
 
@@ -268,24 +272,11 @@ class WorkerExecutor(_OnStore):
         """The ticks this worker runs now."""
         return list(self.runner.running())
 
-    def _submit(self, claim: SlotClaim) -> bool:
-        return False  # a worker's ticks come from jobs (`run_job`), never from a scheduler
-
-    def _withdraw(self, matches: Callable[[SlotClaim], bool]) -> list[SlotClaim]:
-        return []  # queued jobs are withdrawn by the scheduler; a job taken runs or is stopped
-
     def _cancel_running(self, tick_id: str, reason: str) -> bool:
         return self.runner.cancel(tick_id, reason)
 
-    def _watch(self, adoption: Adoption) -> None:
-        raise NotImplementedError("a worker adopts no tick: a dead worker's ticks are lost")
-
-    def adopt(self, started: StoredEvent, now: datetime) -> None:
-        """A dead worker's ticks end by `sweep_stalled`, not by adoption."""
-
-    def _close(self) -> list[SlotClaim]:
+    def _close(self) -> None:
         self.closing.set()  # a tick waiting out the throttle ends cancelled, never started
-        return []
 
     def _drain(self, grace: float) -> None:
         deadline = time.monotonic() + grace

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import hashlib
+import os
 from collections.abc import Iterator
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
@@ -17,6 +18,7 @@ from harness.config import (
 )
 from harness.contracts.events import (
     CONTROL_STREAM,
+    TERMINAL_TYPES,
     BudgetSpent,
     DigestPublished,
     TickAttemptFailed,
@@ -33,6 +35,7 @@ from harness.rag import build_index
 from harness.store import SqlEventStore, open_store
 from tests.api_support import TOKEN, serving, settings_for
 from tests.tick_support import Harness, calls
+from tests.waiting import wait_until
 
 
 @dataclass
@@ -305,6 +308,28 @@ def test_a_tick_page_tells_its_story_and_its_stream_ends_with_it(api: Api, tmp_p
         assert answer.status_code == 404 and "'nope'" in answer.json()["detail"], missing
     unknown = api.http.post("/levels/nope/tick")
     assert unknown.status_code == 404 and "'nope'" in unknown.json()["detail"]
+
+
+def test_run_now_owns_its_tick_in_the_server_process_without_a_cli(tmp_path: Path) -> None:
+    """The button's tick is claimed and followed by the server; only the tick is a process."""
+    settings = settings_for(f"sqlite:///{tmp_path}/events.db", tmp_path)
+    store = open_store(settings.store.url)
+    try:
+        with serving(settings, store) as http:
+            started = http.post("/levels/min/tick")
+            assert started.status_code == 202, started.text
+            stream = f"tick-{started.json()['tick_id']}"
+
+            def ended() -> list[str]:
+                types = [event.type for event in store.read_stream(stream)]
+                return types if set(types) & TERMINAL_TYPES else []
+
+            types = wait_until(ended, "the run-now tick to end")
+        scheduled = store.read_stream(stream, limit=1)[0]
+        assert scheduled.data["manual"] and scheduled.data["scheduler_pid"] == os.getpid()
+        assert "TickStarted" in types and types[-1] == "TickCompleted", types
+    finally:
+        store.close()
 
 
 def test_the_openapi_schema_lists_every_endpoint(api: Api) -> None:

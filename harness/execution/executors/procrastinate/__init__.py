@@ -28,8 +28,9 @@ places of its concurrency that the job took before it started (`WorkerExecutor.s
 dead worker's members and twins end with its job's tick.
 
 The package follows procrastinate's own layout: `jobs` holds every query on procrastinate's
-tables, `schema` its schema in the store's database, `scheduler` the side of `tickwork
-run`, `worker` and `spacing` the side of `tickwork worker`, and `loop` the worker process.
+tables (through its `JobManager`, on the store's write handle), `schema` its schema in
+the store's database, `scheduler` the side of `tickwork run`, `worker` and `spacing` the
+side of `tickwork worker`, `loop` the worker process, and `base` what both sides share.
 """
 
 from harness.execution.executors.procrastinate.jobs import (

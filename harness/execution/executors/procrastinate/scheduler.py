@@ -12,11 +12,11 @@ import time
 from collections.abc import Callable
 from datetime import datetime
 
-from harness.config import Settings
 from harness.contracts.events import (
     tick_stream,
 )
-from harness.execution.executors.base import Ended, HandoffExecutor, Report
+from harness.execution.executors.base import HandoffExecutor
+from harness.execution.executors.procrastinate.base import OnStore
 from harness.execution.executors.procrastinate.jobs import (
     Locks,
     cancel_job,
@@ -26,12 +26,9 @@ from harness.execution.executors.procrastinate.jobs import (
 )
 from harness.execution.hedge import TWIN_SUFFIX
 from harness.execution.panels import REPLACEMENT
-from harness.execution.prepare import Preparer
-from harness.execution.runner import Runner
 from harness.scheduling.handoff import RunningTick
 from harness.scheduling.waves import SlotClaim
 from harness.store import (
-    EventStore,
     StoredEvent,
     StoreError,
     process_name,
@@ -43,21 +40,8 @@ PART = re.compile(rf"(.+)(?:-p\d+|-p{REPLACEMENT}|{TWIN_SUFFIX})")
 """The tick id of a panel member or hedge twin; its group is the tick it belongs to."""
 
 
-class ProcrastinateExecutor(HandoffExecutor):
+class ProcrastinateExecutor(OnStore, HandoffExecutor):
     """`tickwork run`'s side: defers a job per claimed tick; workers on any host run them."""
-
-    def __init__(
-        self,
-        settings: Settings,
-        store: EventStore,
-        preparer: Preparer,
-        runner: Runner,
-        report: Report,
-        ended: Ended | None = None,
-    ) -> None:
-        self.store = store
-        """Where the jobs live, beside the events."""
-        super().__init__(settings, preparer, runner, report, ended)
 
     def _set_up(self) -> None:
         self.locks = Locks(self.settings)

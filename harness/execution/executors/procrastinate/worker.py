@@ -10,7 +10,7 @@ import time
 from collections.abc import Callable
 from datetime import datetime
 
-from harness.config import LevelConfig, Settings
+from harness.config import LevelConfig
 from harness.contracts.events import (
     TERMINAL_TYPES,
     TickEvent,
@@ -20,13 +20,13 @@ from harness.contracts.events import (
     tick_stream,
 )
 from harness.execution.adopt import started_ref
-from harness.execution.executors.base import Ended, Executor, Report
+from harness.execution.executors.procrastinate.base import OnStore
 from harness.execution.executors.procrastinate.jobs import fail_job, retry_job, stalled_jobs
 from harness.execution.executors.procrastinate.spacing import SharedSpacing
 from harness.execution.hedge import TWIN_SUFFIX
 from harness.execution.launchers import TickProcess
 from harness.execution.panels import REPLACEMENT
-from harness.execution.prepare import Preparer, TickRef
+from harness.execution.prepare import TickRef
 from harness.execution.queue import Gate
 from harness.execution.runner import Runner
 from harness.scheduling.handoff import RunningTick
@@ -106,25 +106,12 @@ class Reserved:
         """Nothing: the places go back with the job's."""
 
 
-class WorkerExecutor(Executor):
+class WorkerExecutor(OnStore):
     """`tickwork worker`'s side: runs the ticks of the jobs it takes, here, to their end.
 
     Its ticks come from jobs (`run_job`), never from a scheduler: nothing is queued here
     to withdraw, and a dead worker's ticks end by `sweep_stalled`, not by adoption.
     """
-
-    def __init__(
-        self,
-        settings: Settings,
-        store: EventStore,
-        preparer: Preparer,
-        runner: Runner,
-        report: Report,
-        ended: Ended | None = None,
-    ) -> None:
-        self.store = store
-        """Where the jobs live, beside the events."""
-        super().__init__(settings, preparer, runner, report, ended)
 
     def _set_up(self) -> None:
         self.host = socket.gethostname()

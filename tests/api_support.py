@@ -20,11 +20,15 @@ TOKEN = "tw-test-token-4f1d0c"
 
 
 @contextmanager
-def serving(settings: Settings, store: SqlEventStore) -> Iterator[httpx.Client]:
-    """The app over `store` on a real port, and a client for it."""
-    server = BackgroundServer(
-        create_app(settings, store, manual_ticks(settings, store)), name="api"
-    )
+def serving(
+    settings: Settings, store: SqlEventStore, manual: ManualTicks | None = None
+) -> Iterator[httpx.Client]:
+    """The app over `store` on a real port, and a client for it.
+
+    `manual`: the run-now button's owner (default: its ticks get a fake upstream each).
+    """
+    manual = manual or manual_ticks(settings, store)
+    server = BackgroundServer(create_app(settings, store, manual), name="api")
     try:
         with httpx.Client(base_url=server.start(), timeout=30) as client:
             yield client

@@ -5,6 +5,7 @@ from __future__ import annotations
 import hashlib
 import os
 from collections.abc import Iterator
+from contextlib import nullcontext
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -29,7 +30,8 @@ from harness.contracts.events import (
     level_stream,
 )
 from harness.contracts.result import TickResult, write_result
-from harness.devtools.fake_llm import FakeUpstream, Step
+from harness.devtools.fake_llm import FakeUpstream, Step, fake_upstream
+from harness.execution.manual import ManualTicks
 from harness.projections.levels import level_paused
 from harness.rag import build_index
 from harness.store import SqlEventStore, open_store
@@ -328,6 +330,33 @@ def test_run_now_owns_its_tick_in_the_server_process_without_a_cli(tmp_path: Pat
         scheduled = store.read_stream(stream, limit=1)[0]
         assert scheduled.data["manual"] and scheduled.data["scheduler_pid"] == os.getpid()
         assert "TickStarted" in types and types[-1] == "TickCompleted", types
+    finally:
+        store.close()
+
+
+def test_a_stopping_server_ends_the_run_now_tick_it_owns_cancelled(tmp_path: Path) -> None:
+    settings = settings_for(f"sqlite:///{tmp_path}/events.db", tmp_path)
+    store = open_store(settings.store.url)
+    try:
+        with fake_upstream() as fake:
+            fake.script("default", [Step(text="too late", delay=120)])
+            env = {**os.environ, "OPENAI_BASE_URL": fake.url}
+            manual = ManualTicks(settings, store, upstream=lambda: nullcontext(env), router=None)
+            with serving(settings, store, manual) as http:
+                stream = f"tick-{http.post('/levels/min/tick').json()['tick_id']}"
+
+                def started() -> bool:
+                    return any(e.type == "TickStarted" for e in store.read_stream(stream))
+
+                wait_until(started, "the run-now tick to start")
+        ended = wait_until(
+            lambda: [e for e in store.read_stream(stream) if e.type in TERMINAL_TYPES],
+            "the tick to end",
+        )
+        assert [(e.type, e.data["reason"]) for e in ended] == [
+            ("TickCancelled", ManualTicks.STOPPED)
+        ]
+        assert manual.start("min") is None, "a stopped server starts no tick"
     finally:
         store.close()
 

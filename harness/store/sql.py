@@ -42,7 +42,8 @@ from harness.store.records import (
     ExpectedVersion,
     Window,
 )
-from harness.store.schema import events, projection_checkpoints
+from harness.store.partitions import is_tick_stream, partitioned
+from harness.store.schema import event_ids, events, projection_checkpoints
 from harness.store.writer import (
     TRANSACTION_EVENTS,
     Clock,
@@ -302,10 +303,12 @@ class SqlEventStore(EventStore):
         """Tell a retried append (a no-op) from a real conflict, after the rollback."""
         wanted = [event.event_id for event in events_]
         with self.read_transaction() as conn:
+            # PostgreSQL's partitions hold no index on the id: `event_ids` does (0010).
+            ids = event_ids if partitioned(self.engine) else events
             stored: dict[UUID, int] = dict(
                 conn.execute(
-                    sa.select(events.c.event_id, events.c.global_position).where(
-                        events.c.event_id.in_(wanted)
+                    sa.select(ids.c.event_id, ids.c.global_position).where(
+                        ids.c.event_id.in_(wanted)
                     )
                 ).all()
             )
@@ -323,7 +326,10 @@ class SqlEventStore(EventStore):
         self, stream_id: str, after: int = 0, limit: int | None = None
     ) -> list[StoredEvent]:
         """One indexed range query on (stream_id, stream_position), read on the raw cursor."""
-        where = "WHERE stream_id = ? AND stream_position > ? ORDER BY stream_position"
+        where = (
+            f"WHERE stream_id = ?{_hot_scope(self.engine, stream_id)} AND stream_position > ? "
+            "ORDER BY stream_position"
+        )
         parameters: list[Any] = [stream_id, after]
         if limit is not None:
             where += " LIMIT ?"
@@ -568,4 +574,14 @@ class SqlEventStore(EventStore):
 
 def _version(conn: sa.Connection, stream_id: str) -> int:
     query = sa.select(sa.func.max(events.c.stream_position)).where(events.c.stream_id == stream_id)
+    if _hot_scope(conn.engine, stream_id):
+        query = query.where(sa.text("tick_day IS NULL"))
     return conn.execute(query).scalar() or 0
+
+
+def _hot_scope(engine: Engine, stream_id: str) -> str:
+    """PostgreSQL: a stream that is no tick's lives in `events_hot`: a read of it reads that
+    partition alone. A tick stream's reads look in every day's partition's stream index."""
+    if partitioned(engine) and not is_tick_stream(stream_id):
+        return " AND tick_day IS NULL"
+    return ""

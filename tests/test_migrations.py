@@ -54,8 +54,11 @@ PARTITION = re.compile(r"^events_(hot|default|\d{8})$")
 
 
 def _postgres_layout() -> sa.MetaData:
-    """The code's tables as PostgreSQL keeps them (0010): `events` partitioned by `tick_day`,
-    its unique keys holding it, the id's own table beside it. Its partitions copy it."""
+    """The code's tables as PostgreSQL keeps them (0010).
+
+    `events` is partitioned by `tick_day`, its unique keys hold it, the id's and tick
+    streams' tables stand beside it. Its partitions copy it.
+    """
     layout = sa.MetaData()
     for table in metadata.tables.values():
         if table.name != "events":
@@ -273,8 +276,10 @@ def test_0009_keys_spend_by_template_and_a_downgrade_adds_the_templates_up(
 
 
 def test_0010_moves_a_populated_postgres_store_into_day_partitions() -> None:
-    """Every event kept, in order; each tick stream in the day it began, others in the hot
-    partition; ids still refuse a retry; a stream begun before the upgrade goes on in its day."""
+    """Every event kept, in order, each tick stream in the day it began, others hot.
+
+    Ids still refuse a retry; a stream begun before the upgrade goes on in its day.
+    """
     day = datetime(2026, 11, 29, 23, 59, tzinfo=UTC)
     rows = [  # stream, position, recorded_at: a tick crossing midnight, one the next day
         ("tick-late", 1, day),
@@ -328,7 +333,9 @@ def test_0010_moves_a_populated_postgres_store_into_day_partitions() -> None:
             assert [e.global_position for e in store.read_all()] == [1, 2, 3, 4, 5, went_on]
             with store.read_transaction() as conn:
                 home = conn.execute(
-                    sa.text("SELECT tableoid::regclass::text FROM events WHERE global_position = :p"),
+                    sa.text(
+                        "SELECT tableoid::regclass::text FROM events WHERE global_position = :p"
+                    ),
                     {"p": went_on},
                 ).scalar_one()
             assert home == "events_20261129"

@@ -29,6 +29,7 @@ from harness.folds.ranges import counted
 from harness.projections.base import Projection, SumProjection
 from harness.store import EventData, EventStore, Tracking, clear_tables
 from harness.store.archives import Archive, merged
+from harness.store.schema import projection_checkpoints
 
 
 @contextmanager
@@ -139,7 +140,12 @@ class Projector:
             if archives:
                 folded = self._fold_archived(projection, tracking, archives, upper, progress)
             self.store.save_checkpoint(tracking, upper)
-        return folded + self.catch_up([name], progress)
+        folded += self.catch_up([name], progress)
+        # Batches that add to a row already folded rewrite it: no dead tuple stays behind.
+        self.store.vacuum(
+            [*(table.name for table in projection.tables), projection_checkpoints.name]
+        )
+        return folded
 
     def _fold_archived(
         self,

@@ -55,39 +55,57 @@ def _exists(conn: sa.Connection, name: str) -> bool:
     return conn.exec_driver_sql("SELECT to_regclass(%s)", (name,)).scalar() is not None
 
 
-def ensure_days(engine: Engine, days: Iterable[date]) -> None:
+def partition_exists(conn: sa.Connection, day: date) -> bool:
+    """Whether `day` has a partition."""
+    return _exists(conn, partition_name(day))
+
+
+def is_empty(conn: sa.Connection, day: date) -> bool:
+    """Whether `day`'s partition holds no event (read without taking a lock on `events`)."""
+    query = f"SELECT NOT EXISTS (SELECT FROM {partition_name(day)})"
+    return bool(conn.exec_driver_sql(query).scalar_one())
+
+
+def ensure_days(engine: Engine, days: Iterable[date]) -> int:
     """Make the partitions of `days` that are missing, each taking its rows from the default.
 
     One process at a time (an advisory lock): another that made a day meanwhile is seen.
+    Returns how many events left the default partition.
     """
     wanted = sorted(set(days))
+    moved = 0
     with engine.connect() as conn, conn.begin():
         missing = [day for day in wanted if not _exists(conn, partition_name(day))]
         if not missing:
-            return
+            return 0
         conn.execute(sa.select(sa.func.pg_advisory_xact_lock(_LOCK)))
         for day in missing:
             name = partition_name(day)
             if _exists(conn, name):
                 continue
             conn.exec_driver_sql(f"CREATE TABLE {name} (LIKE events INCLUDING DEFAULTS)")
-            conn.exec_driver_sql(
-                f"WITH moved AS (DELETE FROM {DEFAULT} WHERE tick_day = %s RETURNING *) "
-                f"INSERT INTO {name} SELECT * FROM moved",
+            moved += conn.exec_driver_sql(
+                f"WITH moved AS (DELETE FROM {DEFAULT} WHERE tick_day = %s RETURNING *), "
+                f"kept AS (INSERT INTO {name} SELECT * FROM moved) SELECT count(*) FROM moved",
                 (day,),
-            )
+            ).scalar_one()
             conn.exec_driver_sql(
                 f"ALTER TABLE events ATTACH PARTITION {name} FOR VALUES IN ('{day}')"
             )
+    return moved
 
 
-def prepare(engine: Engine, today: date) -> None:
-    """Today's and the next days' partitions, and a home for any tick day the default holds."""
+def prepare(engine: Engine, today: date) -> int:
+    """Today's and the next days' partitions, and a home for any tick day the default holds.
+
+    Returns how many events left the default partition (0 in steady state).
+    """
     if not partitioned(engine):
-        return
+        return 0
     with engine.connect() as conn:
         stray = conn.exec_driver_sql(f"SELECT DISTINCT tick_day FROM {DEFAULT}").scalars().all()
-    ensure_days(engine, [*stray, *(today + timedelta(days=n) for n in range(AHEAD_DAYS + 1))])
+    ahead = [today + timedelta(days=n) for n in range(AHEAD_DAYS + 1)]
+    return ensure_days(engine, [*stray, *ahead])
 
 
 def default_rows(conn: sa.Connection) -> int:
@@ -121,9 +139,7 @@ def drop_day(conn: sa.Connection, day: date, expected: int) -> None:
     held = conn.exec_driver_sql(f"SELECT count(*) FROM {name}").scalar_one()
     if held != expected:
         raise PartitionHeld(f"{name} holds {held} events, {expected} of them archived")
-    conn.exec_driver_sql(
-        f"DELETE FROM event_ids i USING {name} e WHERE i.event_id = e.event_id"
-    )
+    conn.exec_driver_sql(f"DELETE FROM event_ids i USING {name} e WHERE i.event_id = e.event_id")
     conn.exec_driver_sql(
         f"DELETE FROM tick_streams s USING {name} e "
         "WHERE s.stream_id = e.stream_id AND e.stream_position = 1"

@@ -33,6 +33,7 @@ from harness.folds.ranges import Database, RangeQuery, event_slices, fetched, op
 from harness.folds.sums import Folded, Kernel
 from harness.store.base import EventStore, Tracking
 from harness.store.engine import BEGIN_MODE, SQLITE_BUSY_TIMEOUT_MS, sqlite_path
+from harness.store.partitions import is_tick_stream, partitioned
 from harness.store.records import (
     ANY,
     AppendResult,
@@ -42,7 +43,6 @@ from harness.store.records import (
     ExpectedVersion,
     Window,
 )
-from harness.store.partitions import is_tick_stream, partitioned
 from harness.store.schema import event_ids, events, projection_checkpoints
 from harness.store.writer import (
     TRANSACTION_EVENTS,
@@ -561,6 +561,15 @@ class SqlEventStore(EventStore):
             )
             return int(conn.execute(query).scalar() or 0)
 
+    def vacuum(self, tables: Sequence[str] = ()) -> None:
+        """PostgreSQL: VACUUM (ANALYZE), outside a transaction; it stops no append or read."""
+        if self.engine.dialect.name != "postgresql":
+            return
+        with translate_errors(), self.engine.connect() as conn:
+            conn.execution_options(isolation_level="AUTOCOMMIT").exec_driver_sql(
+                f"VACUUM (ANALYZE) {', '.join(tables)}"
+            )
+
     def stream_version(self, stream_id: str) -> int:
         """MAX of the stream's positions: one index lookup."""
         with self._one_statement() as conn:
@@ -580,8 +589,10 @@ def _version(conn: sa.Connection, stream_id: str) -> int:
 
 
 def _hot_scope(engine: Engine, stream_id: str) -> str:
-    """PostgreSQL: a stream that is no tick's lives in `events_hot`: a read of it reads that
-    partition alone. A tick stream's reads look in every day's partition's stream index."""
+    """PostgreSQL: the condition that keeps a read of a stream other than a tick's in `events_hot`.
+
+    A tick stream's reads look in every day's partition's stream index.
+    """
     if partitioned(engine) and not is_tick_stream(stream_id):
         return " AND tick_day IS NULL"
     return ""

@@ -167,8 +167,11 @@ def _collided(exc: BaseException) -> bool:
 
 
 def _names_a_stream_position(constraint: str) -> bool:
-    """A stream position taken twice: in a partition of events (named after the parent's
-    `uq_events_stream_position` columns), or a tick stream begun twice (`tick_streams`)."""
+    """Whether a unique key refused a stream position taken twice.
+
+    A partition of events names its key after the parent's `uq_events_stream_position`
+    columns; a tick stream begun twice breaks `tick_streams`' key.
+    """
     return "stream_position" in constraint or constraint == "tick_streams_pkey"
 
 

@@ -18,7 +18,9 @@ no DELETE, no dead tuple. The partitions:
 Every event of a stream shares its `tick_day`, so a unique key that holds it is as strict
 as one without it: (stream_id, stream_position, tick_day) is still one row per stream
 position, and (global_position, tick_day) one per position, NULLS NOT DISTINCT making the
-hot partition's NULLs collide as equal values (PostgreSQL 15). Two small tables, written by the same statement as the events, hold what the partitions
+hot partition's NULLs collide as equal values (PostgreSQL 15).
+
+Two small tables, written by the same statement as the events, hold what the partitions
 cannot:
 
 - `event_ids` (id → position): the event id is not a function of the stream, so its

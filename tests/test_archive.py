@@ -3,8 +3,8 @@
 Nothing is lost and nothing changes: a rebuild from the archives and the hot store
 equals the read models kept before archiving, and a SIGKILL at any phase of an archive
 run leaves every event in the hot store or in a verified archive, never in neither and
-never in two. Ticks are written with real events, then moved back in time by their
-`recorded_at` (what the archive's day follows), as a month of history would be.
+never in two. Ticks are written with real events by a store whose clock stands on an
+old day (the archive's day follows `recorded_at`), as a month of history would be.
 """
 
 from __future__ import annotations
@@ -12,7 +12,8 @@ from __future__ import annotations
 import contextlib
 import gzip
 import sqlite3
-from datetime import UTC, datetime, timedelta
+from collections.abc import Iterator
+from datetime import UTC, date, datetime, time, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -62,30 +63,34 @@ def config_file(tmp_path: Path, store_url: str) -> Path:
 
 
 def history(store: SqlEventStore, results: Path) -> set[int]:
-    """Ten old ticks, one old tick still open, one recent tick: the old ones' positions.
+    """A tick still open the day before, ten old ticks, one recent tick: the old ones' positions.
 
-    Each old tick's events interleave with a level event, which stays hot.
+    Each old tick's events interleave with a level event, which stays hot. The open
+    tick keeps its day (on PostgreSQL, its partition) in the store; the old day leaves
+    whole.
     """
     archived: set[int] = set()
-    for n in range(10):
-        for event in tick_events(f"old{n}", results, 100 + n, OLD):
-            archived.add(store.append(f"tick-old{n}", [event.to_record()]).positions[0])
-            if event.type == "TickStarted":
-                pause = LevelPaused(level="min", reason=f"r{n}")
-                store.append(level_stream("min"), [pause.to_record()])
-    store.append("tick-open", [TickScheduled(tick_id="open", level="min").to_record()])
-    last_old = store.last_position()
+    with _store_on(store, OLD - timedelta(days=1)) as then:
+        then.append("tick-open", [TickScheduled(tick_id="open", level="min").to_record()])
+    with _store_on(store, OLD) as then:
+        for n in range(10):
+            for event in tick_events(f"old{n}", results, 100 + n, OLD):
+                archived.add(then.append(f"tick-old{n}", [event.to_record()]).positions[0])
+                if event.type == "TickStarted":
+                    pause = LevelPaused(level="min", reason=f"r{n}")
+                    then.append(level_stream("min"), [pause.to_record()])
     for event in tick_events("new", results, 5, TODAY):
         store.append("tick-new", [event.to_record()])
-    with store.write_transaction() as conn:
-        conn.execute(
-            sa.text("UPDATE events SET recorded_at = :at WHERE global_position <= :last"),
-            {
-                "at": datetime.combine(OLD, datetime.min.time(), UTC) + timedelta(hours=12),
-                "last": last_old,
-            },
-        )
     return archived
+
+
+@contextlib.contextmanager
+def _store_on(store: SqlEventStore, day: date) -> Iterator[SqlEventStore]:
+    """The store, with a clock that stands at noon of `day`."""
+    url = store.engine.url.render_as_string(hide_password=False)
+    noon = datetime.combine(day, time(12), UTC)
+    with contextlib.closing(open_store(url, clock=lambda: noon)) as then:
+        yield then
 
 
 def read_models(store: SqlEventStore) -> dict[str, list[tuple[Any, ...]]]:

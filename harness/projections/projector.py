@@ -22,6 +22,7 @@ import gc
 import os
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import contextmanager
+from dataclasses import replace
 from datetime import date
 from itertools import islice
 
@@ -134,8 +135,11 @@ class Projector:
         """
         projection = self.get(name)
         folded = 0
-        with self.store.tracking(name) as tracking:
-            clear_tables(tracking.conn, projection.tables)
+        with self.store.tracking(name) as locked:
+            clear_tables(locked.conn, projection.tables)
+            # Folded again from zero: the hot events below the archives' end too (a tick
+            # still open from a day before them), not only those after the old checkpoint.
+            tracking = replace(locked, position=0)
             upper = max((archive.manifest.last_position for archive in archives), default=0)
             if archives:
                 folded = self._fold_archived(projection, tracking, archives, upper, progress)

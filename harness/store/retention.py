@@ -40,7 +40,6 @@ from harness.store.partitions import (
     delete_positions,
     drop_day,
     is_empty,
-    partition_exists,
     partitioned,
 )
 from harness.store.partitions import days as partition_days
@@ -200,8 +199,7 @@ def leave_day(conn: sa.Connection, day: date, archived: ArchivedDay) -> int:
     partition holds events the archive does not (an open tick): the caller deletes
     instead.
     """
-    if archived.in_partition or partition_exists(conn, day):
-        drop_day(conn, day, archived.in_partition)
+    drop_day(conn, day, archived.in_partition)
     return archived.in_partition + delete_events(conn, archived.elsewhere)
 
 

@@ -25,6 +25,7 @@ from harness.config import Settings, load_settings
 from harness.contracts.events import (
     ARCHIVE_STREAM,
     LevelPaused,
+    TickCompleted,
     TickScheduled,
     level_stream,
 )
@@ -35,7 +36,7 @@ from harness.projections import projector_for
 from harness.projections.spend import spend_daily
 from harness.projections.ticks import ticks
 from harness.scheduling.archiving import PHASES, Archiver
-from harness.store import SqlEventStore, open_store
+from harness.store import SqlEventStore, migrate_store, open_store
 from harness.store.archives import (
     EVENTS_FILE,
     FILES_FILE,
@@ -46,7 +47,9 @@ from harness.store.archives import (
     verify,
 )
 from harness.store.archives import read_events as archived_events
+from harness.store.partitions import days as partition_days
 from tests.commands import Output, run, run_each, start_service, write_config
+from tests.conftest import fresh_pg_database
 
 TODAY = datetime.now(UTC).date()
 OLD = TODAY - timedelta(days=40)
@@ -290,3 +293,78 @@ def test_the_service_archives_by_itself(tmp_path: Path, fake: FakeUpstream) -> N
         assert [e.type for e in store.read_stream(ARCHIVE_STREAM)] == ["ArchiveWritten"]
     finally:
         store.close()
+
+
+def test_postgres_days_leave_as_partitions_and_no_dead_tuple_stays(tmp_path: Path) -> None:
+    """A day whose ticks are all archived leaves as its partition, with no DELETE.
+
+    One an open tick holds stays until that straggler leaves with a later day, then goes
+    too. No dead tuple is left in any table after each run, nor after a rebuild, which
+    equals no archive.
+    """
+    following = OLD + timedelta(days=1)
+    with fresh_pg_database() as url:
+        migrate_store(url)
+        settings = load_settings(config_file(tmp_path, url))
+        store = open_store(url)
+        try:
+            with store.write_transaction() as conn:
+                conn.exec_driver_sql("CREATE EXTENSION IF NOT EXISTS pgstattuple")
+            with _store_on(store, OLD) as then:
+                for n in range(2):
+                    for event in tick_events(f"old{n}", settings.paths.results, 10 + n, OLD):
+                        then.append(f"tick-old{n}", [event.to_record()])
+                then.append(level_stream("min"), [LevelPaused(level="min", reason="r").to_record()])
+                late = TickScheduled(tick_id="late", level="min")
+                then.append("tick-late", [late.to_record()])
+            with _store_on(store, following) as then:
+                for event in tick_events("next", settings.paths.results, 5, following):
+                    then.append("tick-next", [event.to_record()])
+            lines: list[str] = []
+            archiver = Archiver(settings, store, lines.append)
+
+            assert [d.ticks for d in archiver.archive(before=following)] == [2]
+            assert _partitions(store) >= {OLD}, "the open tick holds its day's partition"
+            assert any("leave by DELETE" in line for line in lines)
+            assert _dead_tuples(store) == {}
+
+            store.append("tick-late", [TickCompleted(tick_id="late", level="min").to_record()])
+            projector = projector_for(store, PriceBook())
+            projector.catch_up()
+            before = read_models(store)
+
+            assert [(d.day, d.ticks) for d in archiver.archive()] == [(following, 2)]
+            assert not _partitions(store) & {OLD, following}, "both days left as partitions"
+            assert f"archive: the partition of {OLD} held no event any more: dropped" in lines
+            hot = {e.stream_id for e in store.read_all()}
+            assert hot == {level_stream("min"), ARCHIVE_STREAM}
+            with store.read_transaction() as conn:
+                counts = conn.exec_driver_sql(
+                    "SELECT (SELECT count(*) FROM events), (SELECT count(*) FROM event_ids), "
+                    "(SELECT count(*) FROM tick_streams), (SELECT count(*) FROM events_default)"
+                ).one()
+            assert tuple(counts) == (3, 3, 0, 0), "ids and tick days left with their events"
+            assert _dead_tuples(store) == {}
+
+            for name in projector.projections:
+                projector.rebuild(name, archives=_archives(store, settings))
+            assert read_models(store) == before
+            assert _dead_tuples(store) == {}
+        finally:
+            store.close()
+
+
+def _partitions(store: SqlEventStore) -> set[date]:
+    with store.read_transaction() as conn:
+        return set(partition_days(conn))
+
+
+def _dead_tuples(store: SqlEventStore) -> dict[str, int]:
+    """Tables holding dead tuples, as pgstattuple reads their pages (no statistics' delay)."""
+    with store.read_transaction() as conn:
+        found = conn.exec_driver_sql(
+            "SELECT c.relname, (pgstattuple(c.oid)).dead_tuple_count FROM pg_class c "
+            "JOIN pg_namespace n ON n.oid = c.relnamespace "
+            "WHERE n.nspname = 'public' AND c.relkind = 'r'"
+        ).all()
+    return {name: dead for name, dead in found if dead}

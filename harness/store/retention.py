@@ -321,8 +321,8 @@ class Footprint:
     tick_days: dict[date, int]
     """Tick streams still hot, by the UTC day each started on."""
     events_size: int
-    """Bytes of the `events` table and its indexes (PostgreSQL: dead tuples included
-    until a vacuum)."""
+    """Bytes of the `events` table and its indexes (PostgreSQL: of its partitions and of
+    `event_ids` and `tick_streams`, dead tuples included until a vacuum)."""
     size: int
     """Bytes of the whole store, read models included: SQLite's pages, free ones too (its
     file's size once the WAL is checkpointed); PostgreSQL's database."""
@@ -349,7 +349,11 @@ def footprint(store: SqlEventStore) -> Footprint:
             pages = conn.exec_driver_sql("PRAGMA page_count").scalar_one()
             size = pages * conn.exec_driver_sql("PRAGMA page_size").scalar_one()
         else:
-            table = conn.execute(sa.text("SELECT pg_total_relation_size('events')")).scalar_one()
+            table = conn.exec_driver_sql(
+                "SELECT (SELECT sum(pg_total_relation_size(relid)) "
+                "FROM pg_partition_tree('events')) + pg_total_relation_size('event_ids') + "
+                "pg_total_relation_size('tick_streams')"
+            ).scalar_one()
             size = conn.execute(sa.text("SELECT pg_database_size(current_database())")).scalar_one()
     return Footprint(count, dict(sorted(days.items())), int(table), int(size))
 

@@ -31,6 +31,7 @@ import os
 import signal
 import tarfile
 import threading
+import time
 import uuid
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, replace
@@ -264,13 +265,15 @@ class Archiver:
             path.unlink(missing_ok=True)
             self._drop_if_empty(path.parent)
         _phase("removed")
-        deleted = self._drop_partition(record.day, folder)
+        started = time.perf_counter()
+        deleted, how = self._drop_partition(record.day, folder), "as the day's partition"
         if deleted is None:
-            deleted = self._delete(record.day, folder)
+            deleted, how = self._delete(record.day, folder), "by DELETE"
         _phase("deleted")
         self.report(
             f"archive {record.day}: {manifest.ticks} ticks, {manifest.events} events, "
-            f"{record.files} files in {folder}; {deleted} events left the store"
+            f"{record.files} files in {folder}; {deleted} events left the store {how} "
+            f"in {time.perf_counter() - started:.2f} s"
         )
         return DayArchived(
             record.day, folder, manifest.ticks, manifest.events, record.files, deleted, True

@@ -85,11 +85,16 @@ def timed(folder: Path, *args: str) -> tuple[float, float]:
     """(seconds, peak RSS MiB of the children so far) of one `tickwork` process.
 
     The archive runs first, so its peak is its own (it folds the read models itself).
+    The lines saying how and how fast a day left the store are printed.
     """
     started = time.perf_counter()
-    done = subprocess.run([TICKWORK, *args], cwd=folder, capture_output=True, text=True)
+    wide = {**os.environ, "COLUMNS": "400"}  # its report lines unwrapped
+    done = subprocess.run([TICKWORK, *args], cwd=folder, capture_output=True, text=True, env=wide)
     if done.returncode != 0:
         raise SystemExit(f"tickwork {' '.join(args)} failed: {done.stderr}")
+    for line in done.stdout.splitlines():
+        if "left the store" in line:
+            print(line.strip())
     peak = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 1024
     return time.perf_counter() - started, peak
 

@@ -15,8 +15,8 @@ counted and dropped in one transaction, with the archive's stragglers of earlier
 deleted beside it. A day whose partition still holds an open tick falls back to the
 batched DELETE, and its partition is dropped once its last straggler has left
 (`drop_emptied_days`). Streams that stay hot (levels, control, throttle, digests) never
-were in a day's partition. SQLite deletes in batches.
-On SQLite, freed pages go back to the file system by incremental vacuum (`reclaim_space`).
+were in a day's partition. SQLite deletes in batches, and its freed pages go back to the
+file system by incremental vacuum (`reclaim_space`).
 """
 
 from __future__ import annotations

@@ -3,8 +3,8 @@
 Nothing is lost and nothing changes: a rebuild from the archives and the hot store
 equals the read models kept before archiving, and a SIGKILL at any phase of an archive
 run leaves every event in the hot store or in a verified archive, never in neither and
-never in two. Ticks are written with real events, then moved back in time by their
-`recorded_at` (what the archive's day follows), as a month of history would be.
+never in two. Ticks are written with real events by a store whose clock stands on an
+old day (the archive's day follows `recorded_at`), as a month of history would be.
 """
 
 from __future__ import annotations
@@ -12,7 +12,8 @@ from __future__ import annotations
 import contextlib
 import gzip
 import sqlite3
-from datetime import UTC, datetime, timedelta
+from collections.abc import Iterator
+from datetime import UTC, date, datetime, time, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -24,6 +25,7 @@ from harness.config import Settings, load_settings
 from harness.contracts.events import (
     ARCHIVE_STREAM,
     LevelPaused,
+    TickCompleted,
     TickScheduled,
     level_stream,
 )
@@ -34,7 +36,7 @@ from harness.projections import projector_for
 from harness.projections.spend import spend_daily
 from harness.projections.ticks import ticks
 from harness.scheduling.archiving import PHASES, Archiver
-from harness.store import SqlEventStore, open_store
+from harness.store import SqlEventStore, migrate_store, open_store
 from harness.store.archives import (
     EVENTS_FILE,
     FILES_FILE,
@@ -45,7 +47,9 @@ from harness.store.archives import (
     verify,
 )
 from harness.store.archives import read_events as archived_events
+from harness.store.partitions import days as partition_days
 from tests.commands import Output, run, run_each, start_service, write_config
+from tests.conftest import fresh_pg_database
 
 TODAY = datetime.now(UTC).date()
 OLD = TODAY - timedelta(days=40)
@@ -62,30 +66,34 @@ def config_file(tmp_path: Path, store_url: str) -> Path:
 
 
 def history(store: SqlEventStore, results: Path) -> set[int]:
-    """Ten old ticks, one old tick still open, one recent tick: the old ones' positions.
+    """A tick still open the day before, ten old ticks, one recent tick: the old ones' positions.
 
-    Each old tick's events interleave with a level event, which stays hot.
+    Each old tick's events interleave with a level event, which stays hot. The open
+    tick keeps its day (on PostgreSQL, its partition) in the store; the old day leaves
+    whole.
     """
     archived: set[int] = set()
-    for n in range(10):
-        for event in tick_events(f"old{n}", results, 100 + n, OLD):
-            archived.add(store.append(f"tick-old{n}", [event.to_record()]).positions[0])
-            if event.type == "TickStarted":
-                pause = LevelPaused(level="min", reason=f"r{n}")
-                store.append(level_stream("min"), [pause.to_record()])
-    store.append("tick-open", [TickScheduled(tick_id="open", level="min").to_record()])
-    last_old = store.last_position()
+    with _store_on(store, OLD - timedelta(days=1)) as then:
+        then.append("tick-open", [TickScheduled(tick_id="open", level="min").to_record()])
+    with _store_on(store, OLD) as then:
+        for n in range(10):
+            for event in tick_events(f"old{n}", results, 100 + n, OLD):
+                archived.add(then.append(f"tick-old{n}", [event.to_record()]).positions[0])
+                if event.type == "TickStarted":
+                    pause = LevelPaused(level="min", reason=f"r{n}")
+                    then.append(level_stream("min"), [pause.to_record()])
     for event in tick_events("new", results, 5, TODAY):
         store.append("tick-new", [event.to_record()])
-    with store.write_transaction() as conn:
-        conn.execute(
-            sa.text("UPDATE events SET recorded_at = :at WHERE global_position <= :last"),
-            {
-                "at": datetime.combine(OLD, datetime.min.time(), UTC) + timedelta(hours=12),
-                "last": last_old,
-            },
-        )
     return archived
+
+
+@contextlib.contextmanager
+def _store_on(store: SqlEventStore, day: date) -> Iterator[SqlEventStore]:
+    """The store, with a clock that stands at noon of `day`."""
+    url = store.engine.url.render_as_string(hide_password=False)
+    noon = datetime.combine(day, time(12), UTC)
+    with contextlib.closing(open_store(url, clock=lambda: noon)) as then:
+        yield then
 
 
 def read_models(store: SqlEventStore) -> dict[str, list[tuple[Any, ...]]]:
@@ -278,10 +286,87 @@ def test_the_service_archives_by_itself(tmp_path: Path, fake: FakeUpstream) -> N
     try:
         archived = history(store, settings.paths.results)
         service = Output(start_service(config, fake))
-        # Its start ends the old open tick as lost (its claimer is gone): 11 ticks leave.
-        service.wait_for(f"archive {OLD}: 11 ticks, 52 events, 20 files")
+        # Its start ends the old open tick as lost (its claimer is gone): it leaves with
+        # its own day, then the ten of the next.
+        service.wait_for(f"archive {OLD - timedelta(days=1)}: 1 ticks, 2 events, 0 files")
+        service.wait_for(f"archive {OLD}: 10 ticks, 50 events, 20 files")
         assert service.stop() and service.process.returncode == 0
         assert not archived & hot_positions(store)
-        assert [e.type for e in store.read_stream(ARCHIVE_STREAM)] == ["ArchiveWritten"]
+        assert [e.type for e in store.read_stream(ARCHIVE_STREAM)] == ["ArchiveWritten"] * 2
     finally:
         store.close()
+
+
+def test_postgres_days_leave_as_partitions_and_no_dead_tuple_stays(tmp_path: Path) -> None:
+    """A day whose ticks are all archived leaves as its partition, with no DELETE.
+
+    One an open tick holds stays until that straggler leaves with a later day, then goes
+    too. No dead tuple is left in any table after each run, nor after a rebuild, which
+    equals no archive.
+    """
+    following = OLD + timedelta(days=1)
+    with fresh_pg_database() as url:
+        migrate_store(url)
+        settings = load_settings(config_file(tmp_path, url))
+        store = open_store(url)
+        try:
+            with store.write_transaction() as conn:
+                conn.exec_driver_sql("CREATE EXTENSION IF NOT EXISTS pgstattuple")
+            with _store_on(store, OLD) as then:
+                for n in range(2):
+                    for event in tick_events(f"old{n}", settings.paths.results, 10 + n, OLD):
+                        then.append(f"tick-old{n}", [event.to_record()])
+                then.append(level_stream("min"), [LevelPaused(level="min", reason="r").to_record()])
+                late = TickScheduled(tick_id="late", level="min")
+                then.append("tick-late", [late.to_record()])
+            with _store_on(store, following) as then:
+                for event in tick_events("next", settings.paths.results, 5, following):
+                    then.append("tick-next", [event.to_record()])
+            lines: list[str] = []
+            archiver = Archiver(settings, store, lines.append)
+
+            assert [d.ticks for d in archiver.archive(before=following)] == [2]
+            assert _partitions(store) >= {OLD}, "the open tick holds its day's partition"
+            assert any("leave by DELETE" in line for line in lines)
+            assert _dead_tuples(store) == {}
+
+            store.append("tick-late", [TickCompleted(tick_id="late", level="min").to_record()])
+            projector = projector_for(store, PriceBook())
+            projector.catch_up()
+            before = read_models(store)
+
+            assert [(d.day, d.ticks) for d in archiver.archive()] == [(following, 2)]
+            assert not _partitions(store) & {OLD, following}, "both days left as partitions"
+            assert f"archive: the partition of {OLD} held no event any more: dropped" in lines
+            hot = {e.stream_id for e in store.read_all()}
+            assert hot == {level_stream("min"), ARCHIVE_STREAM}
+            with store.read_transaction() as conn:
+                counts = conn.exec_driver_sql(
+                    "SELECT (SELECT count(*) FROM events), (SELECT count(*) FROM event_ids), "
+                    "(SELECT count(*) FROM tick_streams), (SELECT count(*) FROM events_default)"
+                ).one()
+            assert tuple(counts) == (3, 3, 0, 0), "ids and tick days left with their events"
+            assert _dead_tuples(store) == {}
+
+            for name in projector.projections:
+                projector.rebuild(name, archives=_archives(store, settings))
+            assert read_models(store) == before
+            assert _dead_tuples(store) == {}
+        finally:
+            store.close()
+
+
+def _partitions(store: SqlEventStore) -> set[date]:
+    with store.read_transaction() as conn:
+        return set(partition_days(conn))
+
+
+def _dead_tuples(store: SqlEventStore) -> dict[str, int]:
+    """Tables holding dead tuples, as pgstattuple reads their pages (no statistics' delay)."""
+    with store.read_transaction() as conn:
+        found = conn.exec_driver_sql(
+            "SELECT c.relname, (pgstattuple(c.oid)).dead_tuple_count FROM pg_class c "
+            "JOIN pg_namespace n ON n.oid = c.relnamespace "
+            "WHERE n.nspname = 'public' AND c.relkind = 'r'"
+        ).all()
+    return {name: dead for name, dead in found if dead}

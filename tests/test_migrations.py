@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from contextlib import closing, nullcontext
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -37,7 +38,7 @@ from harness.store import (
 )
 from harness.store.engine import create_store_engine
 from harness.store.migrate import current_revision, downgrade, upgrade
-from harness.store.schema import metadata
+from harness.store.schema import events, metadata, postgres_only
 from harness.timespec import as_utc
 from tests.conftest import fresh_pg_database
 from tests.procs import open_fresh, racing
@@ -49,12 +50,56 @@ def test_head_revision_constant_matches_alembic() -> None:
     assert ScriptDirectory.from_config(config).get_current_head() == HEAD_REVISION
 
 
+PARTITION = re.compile(r"^events_(hot|default|\d{8})$")
+
+
+def _postgres_layout() -> sa.MetaData:
+    """The code's tables as PostgreSQL keeps them (0010).
+
+    `events` is partitioned by `tick_day`, its unique keys hold it, the id's and tick
+    streams' tables stand beside it. Its partitions copy it.
+    """
+    layout = sa.MetaData()
+    for table in metadata.tables.values():
+        if table.name != "events":
+            table.to_metadata(layout)
+    for table in postgres_only.tables.values():
+        table.to_metadata(layout)
+    sa.Table(
+        "events",
+        layout,
+        *(sa.Column(c.name, c.type, nullable=False) for c in events.columns),
+        sa.Column("tick_day", sa.Date()),
+        sa.UniqueConstraint(
+            "global_position", "tick_day", name="events_pkey", postgresql_nulls_not_distinct=True
+        ),
+        sa.UniqueConstraint(
+            "stream_id",
+            "stream_position",
+            "tick_day",
+            name="uq_events_stream_position",
+            postgresql_nulls_not_distinct=True,
+        ),
+        sa.Index("ix_events_recorded_at", "recorded_at"),
+    )
+    return layout
+
+
 def _check_schema(url: str) -> None:
     engine = create_store_engine(url)
     upgrade(engine)
     assert current_revision(engine) == HEAD_REVISION
+    postgres = engine.dialect.name == "postgresql"
     with engine.connect() as conn:
-        differences = compare_metadata(MigrationContext.configure(conn), metadata)
+        context = MigrationContext.configure(
+            conn,
+            opts={
+                "include_name": lambda name, kind, _: (
+                    kind != "table" or not PARTITION.match(name or "")
+                )
+            },
+        )
+        differences = compare_metadata(context, _postgres_layout() if postgres else metadata)
     assert differences == []
     downgrade(engine, "base")
     assert current_revision(engine) is None
@@ -168,8 +213,22 @@ def test_0006_dates_existing_ticks_as_a_rebuild_would(backend: str, sqlite_url: 
         )
         scheduled = TickScheduled(tick_id="sched", level="min")
         with closing(SqlEventStore(engine := create_store_engine(url))) as store:
-            for event in (scheduled, spend):
-                store.append(event.stream_id, [event.to_record()])
+            with store.write_transaction() as conn:  # as 0005's writer stored them
+                for position, event in enumerate((scheduled, spend), 1):
+                    record = event.to_record()
+                    conn.execute(
+                        events.insert().values(
+                            global_position=position,
+                            event_id=record.event_id,
+                            stream_id=event.stream_id,
+                            stream_position=1,
+                            type=record.type,
+                            version=record.version,
+                            data=record.data,
+                            metadata=record.metadata,
+                            recorded_at=datetime.now(UTC),
+                        )
+                    )
             with store.write_transaction() as conn:  # the rows 0005's projection folded
                 for tick_id, at in (("sched", scheduled.occurred_at), ("spent", None)):
                     conn.execute(
@@ -214,3 +273,87 @@ def test_0009_keys_spend_by_template_and_a_downgrade_adds_the_templates_up(
             sums = "SELECT level, prompt_tokens, model_calls FROM spend_daily"
             assert conn.execute(sa.text(sums)).all() == [("min", 200, 2)]
         engine.dispose()
+
+
+def test_0010_moves_a_populated_postgres_store_into_day_partitions() -> None:
+    """Every event kept, in order, each tick stream in the day it began, others hot.
+
+    Ids still refuse a retry; a stream begun before the upgrade goes on in its day.
+    """
+    day = datetime(2026, 11, 29, 23, 59, tzinfo=UTC)
+    rows = [  # stream, position, recorded_at: a tick crossing midnight, one the next day
+        ("tick-late", 1, day),
+        ("level-min", 1, day),
+        ("tick-next", 1, day + timedelta(hours=5)),
+        ("tick-late", 2, day + timedelta(minutes=2)),
+        ("control", 1, day + timedelta(hours=6)),
+    ]
+    with fresh_pg_database() as url:
+        engine = create_store_engine(url)
+        upgrade(engine, "0009")
+        with engine.begin() as conn:
+            for position, (stream, at_position, at) in enumerate(rows, 1):
+                conn.execute(
+                    events.insert().values(
+                        global_position=position,
+                        event_id=uuid4(),
+                        stream_id=stream,
+                        stream_position=at_position,
+                        type="Thing",
+                        version=1,
+                        data={"n": position},
+                        metadata={},
+                        recorded_at=at,
+                    )
+                )
+        before = _stored_rows(engine)
+        upgrade(engine)
+        assert _stored_rows(engine) == before
+        with engine.connect() as conn:
+            homes = dict(
+                conn.execute(
+                    sa.text("SELECT global_position, tableoid::regclass::text FROM events")
+                ).all()
+            )
+            ids = conn.execute(sa.text("SELECT count(*) FROM event_ids")).scalar_one()
+        assert homes == {
+            1: "events_20261129",
+            2: "events_hot",
+            3: "events_20261130",
+            4: "events_20261129",
+            5: "events_hot",
+        }
+        assert ids == len(rows)
+        engine.dispose()
+        with closing(open_store(url)) as store:
+            retried = NewEvent(before[0][1], "Thing", 1, {"n": 1})
+            assert store.append("tick-late", [retried]).duplicate
+            (went_on,) = store.append("tick-late", [NewEvent(uuid4(), "Thing", 1, {})]).positions
+            assert [e.stream_position for e in store.read_stream("tick-late")] == [1, 2, 3]
+            assert [e.global_position for e in store.read_all()] == [1, 2, 3, 4, 5, went_on]
+            with store.read_transaction() as conn:
+                home = conn.execute(
+                    sa.text(
+                        "SELECT tableoid::regclass::text FROM events WHERE global_position = :p"
+                    ),
+                    {"p": went_on},
+                ).scalar_one()
+            assert home == "events_20261129"
+        engine = create_store_engine(url)
+        downgrade(engine, "0009")
+        assert _stored_rows(engine)[: len(rows)] == before
+        engine.dispose()
+
+
+def _stored_rows(engine: sa.Engine) -> list[tuple[object, ...]]:
+    with engine.connect() as conn:
+        return [
+            tuple(row)
+            for row in conn.execute(
+                sa.text(
+                    "SELECT global_position, event_id, stream_id, stream_position, type, "
+                    "version, data::text, metadata::text, recorded_at FROM events "
+                    "ORDER BY global_position"
+                )
+            )
+        ]

@@ -471,8 +471,17 @@ lifecycle = st.one_of(
 def test_rebuild_from_zero_equals_the_incremental_read_models(
     store: SqlEventStore, events: list[Event], cuts: list[int], batch_size: int
 ) -> None:
+    # PostgreSQL's events keep their ids and tick streams' days beside them (0010).
+    beside = ("event_ids", "tick_streams") if store.engine.dialect.name == "postgresql" else ()
     with store.write_transaction() as conn:
-        for table in ("events", "projection_checkpoints", "spend_daily", "ticks", *COUNTERS):
+        for table in (
+            "events",
+            *beside,
+            "projection_checkpoints",
+            "spend_daily",
+            "ticks",
+            *COUNTERS,
+        ):
             conn.execute(sa.text(f"DELETE FROM {table}"))
     incremental = Projector(store, [SpendProjection(PriceBook()), TicksProjection()], batch_size)
     done = last = 0

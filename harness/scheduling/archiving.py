@@ -31,6 +31,7 @@ import os
 import signal
 import tarfile
 import threading
+import time
 import uuid
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, replace
@@ -58,14 +59,19 @@ from harness.store.archives import (
     verify_as_recorded,
     write_archive,
 )
+from harness.store.partitions import PartitionHeld, partitioned
+from harness.store.partitions import prepare as prepare_partitions
 from harness.store.retention import (
+    archived_day,
     closed_ticks,
     day_range,
     delete_events,
+    drop_emptied_days,
     events_of,
     first_day_after,
     holds,
     lagging_checkpoints,
+    leave_day,
     reclaim_space,
 )
 
@@ -140,6 +146,11 @@ class Archiver:
                 self.report(f"archive: another run holds {self.root / '.lock'}; not now")
                 return []
             if not dry_run:
+                moved = prepare_partitions(self.store.engine, today)
+                if moved:
+                    self.report(
+                        f"archive: {moved} events left the default partition for their day's"
+                    )
                 projector_for(self.store, PriceBook(self.settings.prices)).catch_up()
             return self._days(before, dry_run)
 
@@ -160,6 +171,9 @@ class Archiver:
                 done.append(result)
             following = first_day_after(self.store, upto)
             day = None if following is None else max(following, day + timedelta(days=1))
+        if not dry_run:
+            for emptied in drop_emptied_days(self.store, before):
+                self.report(f"archive: the partition of {emptied} held no event any more: dropped")
         if done and not dry_run:
             said = reclaim_space(self.store)
             if said:
@@ -251,22 +265,50 @@ class Archiver:
             path.unlink(missing_ok=True)
             self._drop_if_empty(path.parent)
         _phase("removed")
+        started = time.perf_counter()
+        deleted, how = self._drop_partition(record.day, folder), "as the day's partition"
+        if deleted is None:
+            deleted, how = self._delete(record.day, folder), "by DELETE"
+        _phase("deleted")
+        self.report(
+            f"archive {record.day}: {manifest.ticks} ticks, {manifest.events} events, "
+            f"{record.files} files in {folder}; {deleted} events left the store {how} "
+            f"in {time.perf_counter() - started:.2f} s"
+        )
+        return DayArchived(
+            record.day, folder, manifest.ticks, manifest.events, record.files, deleted, True
+        )
+
+    def _drop_partition(self, day: date, folder: Path) -> int | None:
+        """PostgreSQL: the day leaves as its partition, in one transaction (None: it cannot).
+
+        Its stragglers of earlier days are deleted and its ticks marked in the same
+        transaction, so a kill leaves the day either whole in the store or gone.
+        """
+        if not partitioned(self.store.engine):
+            return None
+        archived = archived_day(day, read_events(folder))
+        try:
+            with self.store.write_transaction() as conn:
+                left = leave_day(conn, day, archived)
+                mark_archived(conn, day, archived.tick_ids)
+        except PartitionHeld as held:
+            self.report(f"archive {day}: {held}; its archived events leave by DELETE")
+            return None
+        _phase("deleting")
+        return left
+
+    def _delete(self, day: date, folder: Path) -> int:
+        """Delete the archived events in batches, in global order, marking their ticks."""
         deleted = 0
         archived = read_events(folder)
         while batch := list(islice(archived, DELETE_BATCH)):
             tick_ids = {event.stream_id.removeprefix("tick-") for event in batch}
             with self.store.write_transaction() as conn:
                 deleted += delete_events(conn, [event.global_position for event in batch])
-                mark_archived(conn, record.day, tick_ids)
+                mark_archived(conn, day, tick_ids)
             _phase("deleting")
-        _phase("deleted")
-        self.report(
-            f"archive {record.day}: {manifest.ticks} ticks, {manifest.events} events, "
-            f"{record.files} files in {folder}; {deleted} events left the store"
-        )
-        return DayArchived(
-            record.day, folder, manifest.ticks, manifest.events, record.files, deleted, True
-        )
+        return deleted
 
     def _pack(self, folder: Path, named: list[Path]) -> int:
         """Pack the archived ticks' result and log files into the day's tar; returns how many.

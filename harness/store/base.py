@@ -215,6 +215,15 @@ class EventStore(ABC):
         return True
 
     @abstractmethod
+    def vacuum(self, tables: Sequence[str] = ()) -> None:
+        """Make the space of rows deleted or rewritten in `tables` (all when empty) reusable.
+
+        PostgreSQL keeps them as dead tuples until a VACUUM: a rebuild or an archive run
+        asks for one when it ends, instead of leaving them for autovacuum. SQLite reuses
+        freed pages by itself (its file shrinks by incremental vacuum, see retention).
+        """
+
+    @abstractmethod
     def stream_version(self, stream_id: str) -> int:
         """The stream's last position (0 when the stream does not exist)."""
 

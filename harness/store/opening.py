@@ -6,7 +6,10 @@ is ingested here because a store that opens is the first chance to hand it its e
 
 from __future__ import annotations
 
+from datetime import UTC, datetime
+
 from harness.config import Durability
+from harness.store import partitions
 from harness.store.engine import create_store_engine, safe_url
 from harness.store.migrate import current_revision, needs_upgrade, upgrade
 from harness.store.records import SchemaError
@@ -55,6 +58,7 @@ def migrate_store(url: str) -> str | None:
             before = current_revision(engine)
             if needs_upgrade(engine):
                 upgrade(engine)
+            partitions.prepare(engine, datetime.now(UTC).date())
             return before
     finally:
         engine.dispose()

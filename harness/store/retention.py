@@ -8,19 +8,21 @@ next day archived (a straggler, `closed_ticks`). A day's range is fixed once the
 over, so the same day always selects the same ticks, less any that left already, plus
 the stragglers that closed since.
 
-Leaving is a batched DELETE on both backends for now. On PostgreSQL it leaves dead tuples
-for autovacuum; native partitioning of `events` by time would make leaving a day a
-`DETACH PARTITION` and `DROP TABLE` instead (a unique `event_id` then needs a guarantee of
-its own, the partition key being part of every unique constraint). The archive's unit is
-already the day, and a day's partition would hold the level and control events that stay
-hot too, so that step also moves them (or keeps days whose partition is not yet empty).
-On SQLite, freed pages go back to the file system by incremental vacuum (`reclaim_space`).
+Leaving, on PostgreSQL, is dropping the day's partition (`leave_day`): `events` is
+partitioned by the day each tick stream began (migration 0010), the archive's own unit,
+so once a day's ticks are archived its partition holds nothing else; it is detached,
+counted and dropped in one transaction, with the archive's stragglers of earlier days
+deleted beside it. A day whose partition still holds an open tick falls back to the
+batched DELETE, and its partition is dropped once its last straggler has left
+(`drop_emptied_days`). Streams that stay hot (levels, control, throttle, digests) never
+were in a day's partition. SQLite deletes in batches, and its freed pages go back to the
+file system by incremental vacuum (`reclaim_space`).
 """
 
 from __future__ import annotations
 
 import sqlite3
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import UTC, date, datetime, time, timedelta
@@ -32,10 +34,18 @@ from sqlalchemy.engine import Engine
 from harness.contracts.events import TERMINAL_TYPES
 from harness.contracts.records import StoredEvent
 from harness.store.engine import create_store_engine
+from harness.store.partitions import (
+    TICK_STREAM_PREFIX,
+    PartitionHeld,
+    delete_positions,
+    drop_day,
+    is_empty,
+    partitioned,
+)
+from harness.store.partitions import days as partition_days
 from harness.store.schema import events, projection_checkpoints
 from harness.store.sql import MAX_BATCH, SqlEventStore, translate_errors
 
-TICK_STREAM_PREFIX = "tick-"
 SCAN_PAGE = 1000
 """Events read per query while a day's ticks are copied out."""
 
@@ -139,13 +149,80 @@ def events_of(store: SqlEventStore, ticks: DayTicks) -> Iterator[StoredEvent]:
 def delete_events(conn: sa.Connection, positions: Sequence[int]) -> int:
     """Delete the events at `positions` in the caller's transaction; returns how many went.
 
-    Positions already gone are no-ops, so a deletion cut short is simply run again.
+    Positions already gone are no-ops, so a deletion cut short is simply run again. On
+    PostgreSQL their ids and their streams' day rows go with them.
     """
     deleted = 0
     for start in range(0, len(positions), MAX_BATCH):
-        chunk = positions[start : start + MAX_BATCH]
-        deleted += conn.execute(events.delete().where(events.c.global_position.in_(chunk))).rowcount
+        chunk = list(positions[start : start + MAX_BATCH])
+        if conn.dialect.name == "postgresql":
+            deleted += delete_positions(conn, chunk)
+        else:
+            query = events.delete().where(events.c.global_position.in_(chunk))
+            deleted += conn.execute(query).rowcount
     return deleted
+
+
+@dataclass(frozen=True)
+class ArchivedDay:
+    """Where a day archive's events lie: in the day's partition, or in earlier days' ones."""
+
+    in_partition: int
+    """Events of tick streams that began on the day (its partition's)."""
+    elsewhere: list[int]
+    """Positions of the stragglers of earlier days, in their own days' partitions."""
+    tick_ids: set[str]
+
+
+def archived_day(day: date, archived: Iterable[StoredEvent]) -> ArchivedDay:
+    """Sort a day archive's events (global order, whole streams) by the partition they are in.
+
+    A stream's partition is the UTC day of its first event, which comes first.
+    """
+    begun: dict[str, date] = {}
+    in_partition = 0
+    elsewhere = []
+    for event in archived:
+        stream_day = begun.setdefault(event.stream_id, event.recorded_at.astimezone(UTC).date())
+        if stream_day == day:
+            in_partition += 1
+        else:
+            elsewhere.append(event.global_position)
+    ticks = {stream.removeprefix(TICK_STREAM_PREFIX) for stream in begun}
+    return ArchivedDay(in_partition, elsewhere, ticks)
+
+
+def leave_day(conn: sa.Connection, day: date, archived: ArchivedDay) -> int:
+    """PostgreSQL: drop the day's partition and delete the archive's stragglers; how many left.
+
+    In the caller's transaction: all of it or nothing. Raises PartitionHeld when the
+    partition holds events the archive does not (an open tick): the caller deletes
+    instead.
+    """
+    drop_day(conn, day, archived.in_partition)
+    return archived.in_partition + delete_events(conn, archived.elsewhere)
+
+
+def drop_emptied_days(store: SqlEventStore, before: date) -> list[date]:
+    """Drop the partitions of days before `before` that hold no event any more.
+
+    A day archived while one of its ticks was open kept its partition; the straggler left
+    with a later day's archive, by DELETE. Days from `before` on are left alone: writers
+    may still begin streams in them.
+    """
+    if not partitioned(store.engine):
+        return []
+    dropped = []
+    with store.read_transaction() as conn:
+        candidates = [day for day in partition_days(conn) if day < before and is_empty(conn, day)]
+    for day in candidates:
+        try:
+            with store.write_transaction() as conn:
+                drop_day(conn, day, 0)
+        except PartitionHeld:
+            continue
+        dropped.append(day)
+    return dropped
 
 
 def holds(store: SqlEventStore, position: int) -> bool:
@@ -175,11 +252,13 @@ def reclaim_space(store: SqlEventStore) -> str | None:
     (`convert_to_incremental_vacuum`). On PostgreSQL a plain VACUUM of `events` makes the
     deleted rows' space reusable at once, so the next day's appends fill it and the table
     stops growing: waiting for autovacuum, a day's appends outrun it (the soak run showed
-    the table growing by a day of events each day). It takes no lock that stops appends.
+    the table growing by a day of events each day). With days leaving as partitions,
+    what is left to vacuum is the narrow rows of `event_ids`, `tick_streams`, the read
+    models' rewritten rows and a fallback day's deletes: the whole database is vacuumed,
+    which takes no lock that stops appends and skips pages with no dead tuple.
     """
     if store.engine.dialect.name != "sqlite":
-        with translate_errors(), store.engine.connect() as conn:
-            conn.execution_options(isolation_level="AUTOCOMMIT").exec_driver_sql("VACUUM events")
+        store.vacuum()
         return None
     with translate_errors(), _raw(store.engine) as connection:
         if connection.execute("PRAGMA auto_vacuum").fetchone()[0] != AUTO_VACUUM_INCREMENTAL:
@@ -242,8 +321,8 @@ class Footprint:
     tick_days: dict[date, int]
     """Tick streams still hot, by the UTC day each started on."""
     events_size: int
-    """Bytes of the `events` table and its indexes (PostgreSQL: dead tuples included
-    until a vacuum)."""
+    """Bytes of the `events` table and its indexes (PostgreSQL: of its partitions and of
+    `event_ids` and `tick_streams`, dead tuples included until a vacuum)."""
     size: int
     """Bytes of the whole store, read models included: SQLite's pages, free ones too (its
     file's size once the WAL is checkpointed); PostgreSQL's database."""
@@ -270,7 +349,11 @@ def footprint(store: SqlEventStore) -> Footprint:
             pages = conn.exec_driver_sql("PRAGMA page_count").scalar_one()
             size = pages * conn.exec_driver_sql("PRAGMA page_size").scalar_one()
         else:
-            table = conn.execute(sa.text("SELECT pg_total_relation_size('events')")).scalar_one()
+            table = conn.exec_driver_sql(
+                "SELECT (SELECT sum(pg_total_relation_size(relid)) "
+                "FROM pg_partition_tree('events')) + pg_total_relation_size('event_ids') + "
+                "pg_total_relation_size('tick_streams')"
+            ).scalar_one()
             size = conn.execute(sa.text("SELECT pg_database_size(current_database())")).scalar_one()
     return Footprint(count, dict(sorted(days.items())), int(table), int(size))
 

@@ -10,7 +10,7 @@ from typing import Any
 
 import sqlalchemy as sa
 
-HEAD_REVISION = "0009"
+HEAD_REVISION = "0010"
 
 metadata = sa.MetaData()
 
@@ -61,6 +61,26 @@ events = sa.Table(
     sa.Index("ix_events_recorded_at", "recorded_at"),
     sqlite_autoincrement=True,
 )
+
+postgres_only = sa.MetaData()
+"""Tables PostgreSQL's partitioned events need beside them (migration 0010); SQLite's
+`events` keeps its own unique keys."""
+
+event_ids = sa.Table(
+    "event_ids",
+    postgres_only,
+    sa.Column("event_id", sa.Uuid(), primary_key=True),
+    sa.Column("global_position", sa.BigInteger(), nullable=False),
+)
+"""Every stored event id, unique: no partition of `events` can say so for all of them."""
+
+tick_streams = sa.Table(
+    "tick_streams",
+    postgres_only,
+    sa.Column("stream_id", sa.String(255), primary_key=True),
+    sa.Column("tick_day", sa.Date(), nullable=False),
+)
+"""Each tick stream's day, which names its partition; its key starts a stream once."""
 
 projection_checkpoints = sa.Table(
     "projection_checkpoints",

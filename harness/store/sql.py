@@ -33,6 +33,7 @@ from harness.folds.ranges import Database, RangeQuery, event_slices, fetched, op
 from harness.folds.sums import Folded, Kernel
 from harness.store.base import EventStore, Tracking
 from harness.store.engine import BEGIN_MODE, SQLITE_BUSY_TIMEOUT_MS, sqlite_path
+from harness.store.partitions import is_tick_stream, partitioned
 from harness.store.records import (
     ANY,
     AppendResult,
@@ -42,7 +43,7 @@ from harness.store.records import (
     ExpectedVersion,
     Window,
 )
-from harness.store.schema import events, projection_checkpoints
+from harness.store.schema import event_ids, events, projection_checkpoints
 from harness.store.writer import (
     TRANSACTION_EVENTS,
     Clock,
@@ -302,10 +303,12 @@ class SqlEventStore(EventStore):
         """Tell a retried append (a no-op) from a real conflict, after the rollback."""
         wanted = [event.event_id for event in events_]
         with self.read_transaction() as conn:
+            # PostgreSQL's partitions hold no index on the id: `event_ids` does (0010).
+            ids = event_ids if partitioned(self.engine) else events
             stored: dict[UUID, int] = dict(
                 conn.execute(
-                    sa.select(events.c.event_id, events.c.global_position).where(
-                        events.c.event_id.in_(wanted)
+                    sa.select(ids.c.event_id, ids.c.global_position).where(
+                        ids.c.event_id.in_(wanted)
                     )
                 ).all()
             )
@@ -323,7 +326,10 @@ class SqlEventStore(EventStore):
         self, stream_id: str, after: int = 0, limit: int | None = None
     ) -> list[StoredEvent]:
         """One indexed range query on (stream_id, stream_position), read on the raw cursor."""
-        where = "WHERE stream_id = ? AND stream_position > ? ORDER BY stream_position"
+        where = (
+            f"WHERE stream_id = ?{_hot_scope(self.engine, stream_id)} AND stream_position > ? "
+            "ORDER BY stream_position"
+        )
         parameters: list[Any] = [stream_id, after]
         if limit is not None:
             where += " LIMIT ?"
@@ -555,6 +561,15 @@ class SqlEventStore(EventStore):
             )
             return int(conn.execute(query).scalar() or 0)
 
+    def vacuum(self, tables: Sequence[str] = ()) -> None:
+        """PostgreSQL: VACUUM (ANALYZE), outside a transaction; it stops no append or read."""
+        if self.engine.dialect.name != "postgresql":
+            return
+        with translate_errors(), self.engine.connect() as conn:
+            conn.execution_options(isolation_level="AUTOCOMMIT").exec_driver_sql(
+                f"VACUUM (ANALYZE) {', '.join(tables)}"
+            )
+
     def stream_version(self, stream_id: str) -> int:
         """MAX of the stream's positions: one index lookup."""
         with self._one_statement() as conn:
@@ -568,4 +583,16 @@ class SqlEventStore(EventStore):
 
 def _version(conn: sa.Connection, stream_id: str) -> int:
     query = sa.select(sa.func.max(events.c.stream_position)).where(events.c.stream_id == stream_id)
+    if _hot_scope(conn.engine, stream_id):
+        query = query.where(sa.text("tick_day IS NULL"))
     return conn.execute(query).scalar() or 0
+
+
+def _hot_scope(engine: Engine, stream_id: str) -> str:
+    """PostgreSQL: the condition that keeps a read of a stream other than a tick's in `events_hot`.
+
+    A tick stream's reads look in every day's partition's stream index.
+    """
+    if partitioned(engine) and not is_tick_stream(stream_id):
+        return " AND tick_day IS NULL"
+    return ""

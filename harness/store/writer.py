@@ -21,8 +21,14 @@ for the WAL flush (`synchronous_commit = on`), and since no lock is held meanwhi
 commits of concurrent appenders share their fsyncs; at `process` it does not wait
 (`synchronous_commit = off` on the writer's connection). Without the lock, two appends to
 one stream can both read its version before either commits: the second then breaks
-`uq_events_stream_position`, and is sent again, when its check is evaluated afresh (an
-append with ANY lands after the other, an exact expected version is refused).
+`uq_events_stream_position` (or, starting a tick stream, `tick_streams`' key), and is sent
+again, when its check is evaluated afresh (an append with ANY lands after the other, an
+exact expected version is refused).
+
+On PostgreSQL `events` is partitioned by the day tick streams began (migration 0010,
+`harness.store.partitions`): the statement also records the event ids in `event_ids`
+and a new tick stream's day in `tick_streams`, and the writer makes its day's partition
+before its first append of the day.
 """
 
 from __future__ import annotations
@@ -32,7 +38,7 @@ import sqlite3
 import sys
 import threading
 from collections.abc import Callable, Sequence
-from datetime import UTC, datetime
+from datetime import UTC, date, datetime
 from typing import Any
 
 import orjson
@@ -41,6 +47,7 @@ from sqlalchemy.engine import Engine
 
 from harness.contracts.records import NewEvent
 from harness.store.engine import DURABILITY
+from harness.store.partitions import ensure_days, is_tick_stream
 from harness.store.records import (
     ANY,
     NO_STREAM,
@@ -154,10 +161,18 @@ def _collided(exc: BaseException) -> bool:
         return False
     if isinstance(exc, psycopg.errors.DeadlockDetected):
         return True
-    return (
-        isinstance(exc, psycopg.errors.UniqueViolation)
-        and exc.diag.constraint_name == "uq_events_stream_position"
+    return isinstance(exc, psycopg.errors.UniqueViolation) and _names_a_stream_position(
+        exc.diag.constraint_name or ""
     )
+
+
+def _names_a_stream_position(constraint: str) -> bool:
+    """Whether a unique key refused a stream position taken twice.
+
+    A partition of events names its key after the parent's `uq_events_stream_position`
+    columns; a tick stream begun twice breaks `tick_streams`' key.
+    """
+    return "stream_position" in constraint or constraint == "tick_streams_pkey"
 
 
 def _expectation(expected: ExpectedVersion) -> int:
@@ -214,7 +229,9 @@ class Writer:
         """SQLite: the stream position the last checked insert gave its row."""
         self._postgres = engine.dialect.name == "postgresql"
         self._async_commit = engine.get_execution_options().get(DURABILITY) == "process"
-        self._statements: dict[int, str] = {}
+        self._statements: dict[tuple[int, bool], str] = {}
+        self._days: set[date] = set()
+        """PostgreSQL: days whose partition this writer has seen made (`ensure_days`)."""
 
     def append(
         self, stream_id: str, batch: Sequence[NewEvent], expected: ExpectedVersion
@@ -327,35 +344,59 @@ class Writer:
         self._landed = position
         return position
 
-    def _postgres_statement(self, size: int) -> str:
-        """INSERT … SELECT for a batch of `size`, cached per size (psycopg prepares it).
+    def _postgres_statement(self, size: int, tick: bool) -> str:
+        """INSERT … SELECT for a batch of `size`, cached per size and kind (psycopg prepares it).
 
         Positions follow the transaction id, after the `offset` events the transaction's
-        earlier statements inserted.
+        earlier statements inserted. A tick stream's partition is its day in
+        `tick_streams` (a stream new to it: the day of its first event, recorded there by
+        this statement), so the version check reads that one partition; any other
+        stream's is `events_hot`. The event ids go to `event_ids`, whose primary key
+        refuses one stored already (migration 0010).
         """
-        if size not in self._statements:
+        key = (size, tick)
+        if key not in self._statements:
             rows = ", ".join(["(%s::int, %s::uuid, %s, %s::smallint, %s::json, %s::json)"] * size)
-            self._statements[size] = (
+            if tick:
+                known = "(SELECT tick_day FROM tick_streams WHERE stream_id = %s)"
+                where, day = f"tick_day = {known}", f"COALESCE({known}, %s::date)"
+                started = (
+                    ", started AS (INSERT INTO tick_streams (stream_id, tick_day) "
+                    "SELECT %s, day FROM new WHERE n = 1)"
+                )
+            else:
+                where, day, started = "tick_day IS NULL", "NULL::date", ""
+            self._statements[key] = (
+                "WITH current AS (SELECT COALESCE(MAX(stream_position), 0) AS v, "
+                f"{day} AS day, pg_current_xact_id()::text::bigint << 20 AS x "
+                f"FROM events WHERE stream_id = %s AND {where}), "
+                "new AS (SELECT current.x + %s::bigint + v.o AS p, v.e, current.v + v.o AS n, "
+                f"v.t, v.n AS version, v.d, v.m, current.day FROM (VALUES {rows}) "
+                "AS v(o, e, t, n, d, m) CROSS JOIN current WHERE %s < 0 OR current.v = %s), "
+                "ids AS (INSERT INTO event_ids (event_id, global_position) SELECT e, p FROM new)"
+                f"{started} "
                 "INSERT INTO events (global_position, event_id, stream_id, stream_position, "
-                "type, version, data, metadata, recorded_at) "
-                "SELECT current.x + %s::bigint + v.o, v.e, %s, current.v + v.o, v.t, v.n, v.d, "
-                f"v.m, %s FROM (VALUES {rows}) AS v(o, e, t, n, d, m) CROSS JOIN ("
-                "SELECT COALESCE(MAX(stream_position), 0) AS v, "
-                "pg_current_xact_id()::text::bigint << 20 AS x FROM events "
-                "WHERE stream_id = %s) AS current "
-                "WHERE %s < 0 OR current.v = %s "
+                "type, version, data, metadata, recorded_at, tick_day) "
+                "SELECT p, e, %s, n, t, version, d, m, %s, day FROM new "
                 "RETURNING global_position, stream_position"
             )
-        return self._statements[size]
+        return self._statements[key]
 
     def _append_postgres(
         self, streams: Streams, expectation: int, recorded_at: datetime
     ) -> list[Positions | None]:
         dumps = orjson.dumps
+        today = recorded_at.astimezone(UTC).date()
+        ticks = [is_tick_stream(stream_id) for stream_id, _ in streams]
+        if any(ticks) and today not in self._days:
+            ensure_days(self._engine, [today])
+            self._days.add(today)
         statements = []
         offset = 0
-        for stream_id, batch in streams:
-            values: list[Any] = [offset, stream_id, recorded_at]
+        for (stream_id, batch), tick in zip(streams, ticks, strict=True):
+            # In the order of the statement's marks (`_postgres_statement`).
+            values: list[Any] = [stream_id, today, stream_id] if tick else []
+            values += [stream_id, offset]
             for i, event in enumerate(batch, 1):
                 values += (
                     i,
@@ -365,8 +406,11 @@ class Writer:
                     dumps(event.data).decode(),
                     dumps(event.metadata).decode(),
                 )
-            values += (stream_id, expectation, expectation)
-            statements.append((self._postgres_statement(len(batch)), values))
+            values += (expectation, expectation)
+            if tick:
+                values.append(stream_id)
+            values += (stream_id, recorded_at)
+            statements.append((self._postgres_statement(len(batch), tick), values))
             offset += len(batch)
         connection = self._connection
         if len(statements) == 1:

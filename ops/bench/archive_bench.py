@@ -1,17 +1,24 @@
 """Archive benchmark: one old UTC day of ticks leaving the hot store, and a rebuild after.
 
 Fills a store with `--ticks` completed ticks (scheduled, started, two model calls' spend,
-a tool call, completed: 6 events each) on one day `hot_days` + 10 ago, and as many today,
-then runs `tickwork archive` as a process of its own and prints its time and peak RSS,
-the archive's bytes per tick, the hot store's size before and after (SQLite: after
-incremental vacuum), and the time of `tickwork projections rebuild` reading the archive.
+a tool call, completed: 6 events each) on one day `hot_days` + 10 ago, written by a store
+whose clock stands on that day, and as many today, then runs `tickwork archive` as a
+process of its own and prints its time and peak RSS, the archive's bytes per tick, the
+hot store's size before and after (SQLite: after incremental vacuum; PostgreSQL: the
+events' partitions and the tables of their ids), and the time of `tickwork projections
+rebuild` reading the archive.
 
-    .venv/bin/python ops/bench/archive_bench.py [--ticks 20000] [--store URL]
+`--hold-open` adds one tick still open on the old day: on PostgreSQL its partition cannot
+be dropped, and the day's events leave by DELETE instead, the path every day took
+before partitioning (migration 0010).
+
+    .venv/bin/python ops/bench/archive_bench.py [--ticks 20000] [--store URL] [--hold-open]
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
 import resource
 import subprocess
@@ -21,7 +28,6 @@ import time
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
-import sqlalchemy as sa
 from machine import describe
 
 from harness.contracts.events import (
@@ -50,18 +56,27 @@ def tick(tick_id: str) -> list[Event]:
     ]
 
 
-def fill(store: SqlEventStore, ticks: int, prefix: str) -> int:
-    """Append the ticks; returns the last position."""
+def fill(store: SqlEventStore, ticks: int, prefix: str) -> None:
+    """Append the ticks."""
     for n in range(ticks):
         store.append(f"tick-{prefix}{n}", [event.to_record() for event in tick(f"{prefix}{n}")])
-    return store.last_position()
 
 
 def size(store: SqlEventStore) -> int:
-    """Bytes the store takes on disk (SQLite: the file; PostgreSQL: the events table)."""
+    """Bytes the store takes on disk (SQLite: the file; PostgreSQL: the events' tables).
+
+    PostgreSQL: every partition of `events` (a table that is not partitioned is its own
+    tree), with `event_ids` and `tick_streams` where they exist.
+    """
     with store.read_transaction() as conn:
         if conn.dialect.name == "postgresql":
-            return int(conn.exec_driver_sql("SELECT pg_total_relation_size('events')").scalar())
+            query = (
+                "SELECT (SELECT sum(pg_total_relation_size(relid)) "
+                "FROM pg_partition_tree('events')) + "
+                "COALESCE(pg_total_relation_size(to_regclass('event_ids')), 0) + "
+                "COALESCE(pg_total_relation_size(to_regclass('tick_streams')), 0)"
+            )
+            return int(conn.exec_driver_sql(query).scalar())
         pages = conn.exec_driver_sql("PRAGMA page_count").scalar()
         return int(pages * conn.exec_driver_sql("PRAGMA page_size").scalar())
 
@@ -70,11 +85,16 @@ def timed(folder: Path, *args: str) -> tuple[float, float]:
     """(seconds, peak RSS MiB of the children so far) of one `tickwork` process.
 
     The archive runs first, so its peak is its own (it folds the read models itself).
+    The lines saying how and how fast a day left the store are printed.
     """
     started = time.perf_counter()
-    done = subprocess.run([TICKWORK, *args], cwd=folder, capture_output=True, text=True)
+    wide = {**os.environ, "COLUMNS": "400"}  # its report lines unwrapped
+    done = subprocess.run([TICKWORK, *args], cwd=folder, capture_output=True, text=True, env=wide)
     if done.returncode != 0:
         raise SystemExit(f"tickwork {' '.join(args)} failed: {done.stderr}")
+    for line in done.stdout.splitlines():
+        if "left the store" in line:
+            print(line.strip())
     peak = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 1024
     return time.perf_counter() - started, peak
 
@@ -85,6 +105,7 @@ def main() -> None:
     parser.add_argument(
         "--store", help="an empty store's URL (default: SQLite in a temporary folder)"
     )
+    parser.add_argument("--hold-open", action="store_true", help="one old tick stays open")
     options = parser.parse_args()
     print(describe())
     with tempfile.TemporaryDirectory() as temporary:
@@ -94,15 +115,13 @@ def main() -> None:
             f'[store]\nurl = "{url}"\n[retention]\nhot_days = {HOT_DAYS}\n', encoding="utf-8"
         )
         migrate_store(url)
-        store = open_store(url)
-        old = fill(store, options.ticks, "old")
-        fill(store, options.ticks, "new")
         day = datetime.now(UTC) - timedelta(days=HOT_DAYS + 10)
-        with store.write_transaction() as conn:
-            conn.execute(
-                sa.text("UPDATE events SET recorded_at = :at WHERE global_position <= :last"),
-                {"at": day, "last": old},
-            )
+        with contextlib.closing(open_store(url, clock=lambda: day)) as then:
+            fill(then, options.ticks, "old")
+            if options.hold_open:
+                then.append("tick-held", [TickScheduled(tick_id="held", level="min").to_record()])
+        store = open_store(url)
+        fill(store, options.ticks, "new")
         before = size(store)
         store.close()
         seconds, peak = timed(folder, "archive")
@@ -114,8 +133,9 @@ def main() -> None:
         )
         rebuild, _ = timed(folder, "projections", "rebuild")
         events = options.ticks * len(tick("x"))
+        held = ", one held open" if options.hold_open else ""
         print(
-            f"archive of {options.ticks:,} ticks ({events:,} events): {seconds:.2f} s, "
+            f"archive of {options.ticks:,} ticks{held} ({events:,} events): {seconds:.2f} s, "
             f"peak RSS {peak:.0f} MiB"
         )
         print(f"archive bytes per tick: {archive / options.ticks:.0f}")

@@ -18,7 +18,7 @@ sends a single event as one INSERT in autocommit, so the floor is also measured 
 make too.
 
     .venv/bin/python ops/bench/store_bench.py [--appends 5000] [--rebuild 1000000]
-        [--pg-url postgresql://postgres@127.0.0.1:5432/test]
+        [--pg-url postgresql://postgres@127.0.0.1:5432/test] [--db-prefix bench]
         [--no-postgres] [--no-sqlite] [--no-rebuild | --rebuild-only] [--repeat 1]
 """
 
@@ -558,6 +558,9 @@ def main() -> None:
     parser.add_argument("--appends", type=int, default=5000, help="single appends per run")
     parser.add_argument("--rebuild", type=int, default=1_000_000, help="events for the rebuild")
     parser.add_argument("--pg-url", default="postgresql://postgres@127.0.0.1:5432/test")
+    parser.add_argument(
+        "--db-prefix", default="bench", help="PostgreSQL databases are named <prefix>_<system>"
+    )
     parser.add_argument("--no-postgres", action="store_true")
     parser.add_argument("--no-sqlite", action="store_true")
     parser.add_argument("--no-rebuild", action="store_true", help="skip the 1M-event part")
@@ -578,7 +581,7 @@ def main() -> None:
 
         def pg_target(name: str) -> str:
             if name not in created:
-                created[name] = fresh_pg(args.pg_url, f"bench_{name}".replace("-", "_"))
+                created[name] = fresh_pg(args.pg_url, f"{args.db_prefix}_{name}".replace("-", "_"))
                 if not name.startswith("es"):
                     migrate_store(created[name])
             return created[name]
@@ -596,7 +599,7 @@ def main() -> None:
         if not args.no_sqlite:
             rebuild_suite("SQLite", f"sqlite:///{folder}/rebuild.db", args.rebuild)
         if not args.no_postgres:
-            rebuild_url = fresh_pg(args.pg_url, "bench_rebuild")
+            rebuild_url = fresh_pg(args.pg_url, f"{args.db_prefix}_rebuild")
             migrate_store(rebuild_url)
             rebuild_suite("PostgreSQL", rebuild_url, args.rebuild)
 

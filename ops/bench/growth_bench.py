@@ -15,7 +15,10 @@ queries as the service calls them. Disk per tick is the hot store's size over it
 
     .venv/bin/python ops/bench/growth_bench.py [--sizes 1000000,10000000]
         [--backends sqlite,postgresql] [--pg-url postgresql://postgres@127.0.0.1:5432/test]
-        [--runs 7] [--cli-runs 3]
+        [--runs 7] [--cli-runs 3] [--only-disk]
+
+`--only-disk` stops after the disk figure and prints where the bytes are: per table and
+index, and per event type (rows, and bytes of their JSON).
 """
 
 from __future__ import annotations
@@ -255,6 +258,40 @@ def disk_bytes(url: str) -> int:
         return int(size[0])
 
 
+def print_breakdown(url: str, ticks: int) -> None:
+    """Bytes per tick of each table and index, then rows and JSON bytes per event type."""
+    if url.startswith("sqlite"):
+        path = make_url(url).database
+        assert path is not None
+        with sqlite3.connect(path) as conn:
+            sizes = conn.execute(
+                "SELECT name, sum(pgsize) FROM dbstat GROUP BY name ORDER BY 2 DESC"
+            ).fetchall()
+            kinds = conn.execute(
+                "SELECT type, count(*), sum(length(data) + length(metadata)) FROM events "
+                "GROUP BY type ORDER BY 3 DESC"
+            ).fetchall()
+    else:
+        with psycopg.connect(_dsn(url)) as conn:
+            sizes = conn.execute(
+                "SELECT relname, pg_relation_size(oid) + "
+                "coalesce(pg_relation_size(nullif(reltoastrelid, 0)), 0) FROM pg_class "
+                "WHERE relnamespace = 'public'::regnamespace AND relkind IN ('r', 'i') "
+                "ORDER BY 2 DESC"
+            ).fetchall()
+            kinds = conn.execute(
+                "SELECT type, count(*), sum(pg_column_size(data) + pg_column_size(metadata)) "
+                "FROM events GROUP BY type ORDER BY 3 DESC"
+            ).fetchall()
+    print(f"    {'table or index':<40}{'B/tick':>9}")
+    for name, size in sizes:
+        if size and size / ticks >= 1:
+            print(f"    {name:<40}{size / ticks:>9,.0f}")
+    print(f"    {'event type':<40}{'rows/tick':>9}{'JSON B/tick':>12}")
+    for kind, rows, size in kinds:
+        print(f"    {kind:<40}{rows / ticks:>9.2f}{size / ticks:>12,.0f}")
+
+
 # --- timing ---------------------------------------------------------------------------
 
 
@@ -302,6 +339,9 @@ def measure(url: str, size: int, args: argparse.Namespace, root: Path) -> dict[s
         with psycopg.connect(_dsn(url), autocommit=True) as conn:
             conn.execute("VACUUM ANALYZE")
     figures["disk per tick (KB)"] = disk_bytes(url) / ticks / 1000
+    if args.only_disk:
+        print_breakdown(url, ticks)
+        return figures
 
     settings = load_settings(config)
     store = open_store(url)
@@ -361,6 +401,9 @@ def main() -> None:
     parser.add_argument("--pg-url", default="postgresql://postgres@127.0.0.1:5432/test")
     parser.add_argument("--runs", type=int, default=7, help="runs of each in-process path")
     parser.add_argument("--cli-runs", type=int, default=3, help="runs of each CLI path")
+    parser.add_argument(
+        "--only-disk", action="store_true", help="stop at disk per tick, with its breakdown"
+    )
     args = parser.parse_args()
     sizes = [int(size) for size in args.sizes.split(",")]
 

@@ -26,7 +26,7 @@ day whose archive holds it (`archived_on`), until the tick itself is archived.
 from __future__ import annotations
 
 import zlib
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from datetime import UTC, date, datetime
 from typing import TYPE_CHECKING, Any
 from uuid import UUID
@@ -46,6 +46,8 @@ CHECKPOINT = "transcripts"
 WINDOW_EVENTS = 20_000
 """Events one compaction transaction covers: ~1,500 ticks, a short hold of the write lock."""
 TICK_PREFIX = "tick-"
+PAGE = 1000
+"""Rows read, written or deleted per statement."""
 ZLIB_LEVEL = 6
 
 Record = tuple[int, str, int, int, dict[str, Any], dict[str, Any], str]
@@ -145,8 +147,8 @@ def move(conn: sa.Connection, tick_ids: Sequence[str], upper: int) -> int:
     A tick compacted before (entries replayed since) gets its row rewritten with both.
     """
     written = 0
-    for start in range(0, len(tick_ids), 500):
-        chunk = tick_ids[start : start + 500]
+    for start in range(0, len(tick_ids), PAGE):
+        chunk = tick_ids[start : start + PAGE]
         streams = [f"{TICK_PREFIX}{tick}" for tick in chunk]
         found = _entries(conn, streams, upper)
         if not found:
@@ -165,11 +167,13 @@ def move(conn: sa.Connection, tick_ids: Sequence[str], upper: int) -> int:
                     "data": encode(merged),
                 }
             )
-        conn.execute(transcripts.delete().where(transcripts.c.tick_id.in_(r["tick_id"] for r in rows)))
+        written_ids = [row["tick_id"] for row in rows]
+        conn.execute(transcripts.delete().where(transcripts.c.tick_id.in_(written_ids)))
         conn.execute(transcripts.insert(), rows)
         positions = [e.global_position for entries in found.values() for e in entries]
-        for at in range(0, len(positions), 1000):
-            conn.execute(events.delete().where(events.c.global_position.in_(positions[at : at + 1000])))
+        for at in range(0, len(positions), PAGE):
+            batch = positions[at : at + PAGE]
+            conn.execute(events.delete().where(events.c.global_position.in_(batch)))
         written += len(rows)
     return written
 
@@ -199,7 +203,7 @@ def _entries(conn: sa.Connection, streams: list[str], upper: int) -> dict[str, l
 
 
 def _start_days(conn: sa.Connection, streams: list[str]) -> dict[str, date]:
-    """The UTC day each stream started: the day its tick belongs to, in the hot store and archive."""
+    """The UTC day each stream started: the day its tick belongs to, hot and archived."""
     query = sa.select(events.c.stream_id, events.c.recorded_at).where(
         events.c.stream_id.in_(streams), events.c.stream_position == 1
     )
@@ -209,3 +213,90 @@ def _start_days(conn: sa.Connection, streams: list[str]) -> dict[str, date]:
 def _utc(at: datetime) -> datetime:
     """SQLite hands times back without their zone; they were stored in UTC."""
     return at.replace(tzinfo=UTC) if at.tzinfo is None else at.astimezone(UTC)
+
+
+def hot_days(store: SqlEventStore, before: date) -> list[date]:
+    """The days before `before` that have transcripts still in the hot store, oldest first."""
+    with store.read_transaction() as conn:
+        query = (
+            sa.select(transcripts.c.day)
+            .where(transcripts.c.day < before, transcripts.c.data.is_not(None))
+            .distinct()
+            .order_by(transcripts.c.day)
+        )
+        return list(conn.execute(query).scalars())
+
+
+def hot_transcripts(store: SqlEventStore, upto: date) -> Iterator[list[StoredEvent]]:
+    """The hot transcripts of ticks started on or before `upto`, one tick's entries at a time.
+
+    Keyed pages of the primary key: a day of 1.44M ticks is never held at once.
+    """
+    last = ""
+    while True:
+        with store.read_transaction() as conn:
+            query = (
+                sa.select(transcripts.c.tick_id, transcripts.c.data)
+                .where(
+                    transcripts.c.day <= upto,
+                    transcripts.c.data.is_not(None),
+                    transcripts.c.tick_id > last,
+                )
+                .order_by(transcripts.c.tick_id)
+                .limit(PAGE)
+            )
+            page = conn.execute(query).all()
+        for tick_id, blob in page:
+            yield decode(tick_id, blob)
+        if len(page) < PAGE:
+            return
+        last = page[-1][0]
+
+
+def drop_archived(conn: sa.Connection, day: date, held: Sequence[tuple[str, int]]) -> int:
+    """Drop the data of transcripts an archive of `day` holds, as (tick id, last position).
+
+    A row whose last position moved (entries replayed into it since the archive was
+    written) keeps its data: the archive does not hold all of it. Already dropped rows are
+    no-ops, so a drop cut short is simply run again. Returns the rows dropped.
+    """
+    if not held:
+        return 0
+    statement = (
+        transcripts.update()
+        .where(
+            transcripts.c.tick_id == sa.bindparam("tick"),
+            transcripts.c.last_position == sa.bindparam("last"),
+            transcripts.c.data.is_not(None),
+        )
+        .values(data=None, archived_on=day)
+    )
+    return conn.execute(statement, [{"tick": t, "last": last} for t, last in held]).rowcount
+
+
+def relied_on(store: SqlEventStore, day: date) -> bool:
+    """Whether a transcript's data was dropped on the word of the archive of `day`."""
+    with store.read_transaction() as conn:
+        query = sa.select(transcripts.c.tick_id).where(transcripts.c.archived_on == day).limit(1)
+        return conn.execute(query).first() is not None
+
+
+def archived_on(store: SqlEventStore, tick_id: str) -> date | None:
+    """The day whose archive holds the transcript of a tick still hot (None: it is hot)."""
+    with store.read_transaction() as conn:
+        query = sa.select(transcripts.c.archived_on).where(
+            transcripts.c.tick_id == tick_id, transcripts.c.data.is_(None)
+        )
+        found: date | None = conn.execute(query).scalar()
+        return found
+
+
+def forget(conn: sa.Connection, tick_ids: Iterable[str]) -> None:
+    """Delete the rows of archived transcripts whose ticks leave the hot store too."""
+    ids = list(tick_ids)
+    for start in range(0, len(ids), PAGE):
+        conn.execute(
+            transcripts.delete().where(
+                transcripts.c.tick_id.in_(ids[start : start + PAGE]), transcripts.c.data.is_(None)
+            )
+        )

@@ -56,7 +56,9 @@ def downgrade() -> None:
         sa.column("recorded_at", sa.DateTime(timezone=True)),
     )
     bind = op.get_bind()
-    compacted = bind.execute(sa.text("SELECT tick_id, data FROM transcripts WHERE data IS NOT NULL"))
+    compacted = bind.execute(
+        sa.text("SELECT tick_id, data FROM transcripts WHERE data IS NOT NULL")
+    )
     for tick_id, data in compacted:
         rows = [
             {

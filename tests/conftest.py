@@ -25,6 +25,7 @@ from tests.receiver import Received, apprise_receiver
 PG_ADMIN_URL = os.environ.get("TICKWORK_TEST_PG_URL", "postgresql://postgres@127.0.0.1:5432/test")
 TABLES = (
     "events",
+    "transcripts",
     "projection_checkpoints",
     "spend_daily",
     "ticks",

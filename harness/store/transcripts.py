@@ -107,14 +107,18 @@ def with_compacted(
     """A stream's events read from `events`, with its compacted entries in their places.
 
     `found` is the first `limit` events after `after`; merged, the first `limit` of both
-    are the stream's first `limit`. An entry in both (never, but for a row being written
-    while read) is given once.
+    are the stream's first `limit`. An entry in both (read while its row was written, or
+    its id appended again by a late spool replay: `events` no longer holds the id to
+    refuse it) is given once, in its first place.
     """
     if not entries:
         return found
-    seen = {e.event_id for e in found}
+    compacted_ids = {e.event_id for e in entries}
     merged = sorted(
-        [*found, *(e for e in entries if e.stream_position > after and e.event_id not in seen)],
+        [
+            *(e for e in found if e.event_id not in compacted_ids),
+            *(e for e in entries if e.stream_position > after),
+        ],
         key=lambda e: e.stream_position,
     )
     return merged if limit is None else merged[:limit]

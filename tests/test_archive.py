@@ -12,7 +12,7 @@ from __future__ import annotations
 import contextlib
 import gzip
 import sqlite3
-from datetime import UTC, datetime, timedelta
+from datetime import UTC, date, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -23,8 +23,10 @@ from harness.api.reads import Reads
 from harness.config import Settings, load_settings
 from harness.contracts.events import (
     ARCHIVE_STREAM,
+    Event,
     LevelPaused,
     TickScheduled,
+    TranscriptEntry,
     level_stream,
 )
 from harness.devtools.fake_llm import FakeUpstream
@@ -38,13 +40,17 @@ from harness.store import SqlEventStore, open_store
 from harness.store.archives import (
     EVENTS_FILE,
     FILES_FILE,
+    TRANSCRIPTS_FILE,
     Archive,
     ArchiveError,
     day_folder,
     recorded_archives,
     verify,
+    verify_transcripts,
 )
 from harness.store.archives import read_events as archived_events
+from harness.store.schema import events, transcripts
+from harness.store.transcripts import decode
 from tests.commands import Output, run, run_each, start_service, write_config
 
 TODAY = datetime.now(UTC).date()
@@ -61,31 +67,48 @@ def config_file(tmp_path: Path, store_url: str) -> Path:
     return path
 
 
-def history(store: SqlEventStore, results: Path) -> set[int]:
-    """Ten old ticks, one old tick still open, one recent tick: the old ones' positions.
+def history(store: SqlEventStore, results: Path, day: date = OLD) -> set[int]:
+    """Ten ticks of `day`, one of its ticks still open, one recent tick: the ten's positions.
 
-    Each old tick's events interleave with a level event, which stays hot.
+    Each of the ten's events interleave with a level event, which stays hot; each tick has
+    a transcript entry before its end.
     """
     archived: set[int] = set()
     for n in range(10):
-        for event in tick_events(f"old{n}", results, 100 + n, OLD):
+        for event in with_transcript(f"old{n}", tick_events(f"old{n}", results, 100 + n, day)):
             archived.add(store.append(f"tick-old{n}", [event.to_record()]).positions[0])
             if event.type == "TickStarted":
                 pause = LevelPaused(level="min", reason=f"r{n}")
                 store.append(level_stream("min"), [pause.to_record()])
     store.append("tick-open", [TickScheduled(tick_id="open", level="min").to_record()])
     last_old = store.last_position()
-    for event in tick_events("new", results, 5, TODAY):
+    for event in with_transcript("new", tick_events("new", results, 5, TODAY)):
         store.append("tick-new", [event.to_record()])
     with store.write_transaction() as conn:
         conn.execute(
             sa.text("UPDATE events SET recorded_at = :at WHERE global_position <= :last"),
             {
-                "at": datetime.combine(OLD, datetime.min.time(), UTC) + timedelta(hours=12),
+                "at": datetime.combine(day, datetime.min.time(), UTC) + timedelta(hours=12),
                 "last": last_old,
             },
         )
     return archived
+
+
+def with_transcript(tick_id: str, events: list[Event]) -> list[Event]:
+    """A tick's events with what its model said before its end."""
+    *running, ended = events
+    said = TranscriptEntry(tick_id=tick_id, level="min", kind="assistant", text=f"{tick_id} said")
+    return [*running, said, ended]
+
+
+def entry_positions(store: SqlEventStore, archived: set[int]) -> set[int]:
+    """The positions of the archived ticks' transcript entries (before compaction)."""
+    with store.read_transaction() as conn:
+        stored = conn.execute(
+            sa.select(events.c.global_position).where(events.c.type == TranscriptEntry.type)
+        ).scalars()
+        return set(stored) & archived
 
 
 def read_models(store: SqlEventStore) -> dict[str, list[tuple[Any, ...]]]:
@@ -100,8 +123,29 @@ def read_models(store: SqlEventStore) -> dict[str, list[tuple[Any, ...]]]:
 
 
 def hot_positions(store: SqlEventStore) -> set[int]:
+    """Positions of the hot store: events, and transcript entries in their compact rows."""
     with store.read_transaction() as conn:
-        return set(conn.execute(sa.text("SELECT global_position FROM events")).scalars())
+        found = set(conn.execute(sa.text("SELECT global_position FROM events")).scalars())
+        rows = conn.execute(
+            sa.select(transcripts.c.tick_id, transcripts.c.data).where(
+                transcripts.c.data.is_not(None)
+            )
+        )
+        for tick_id, blob in rows:
+            found |= {entry.global_position for entry in decode(tick_id, blob)}
+    return found
+
+
+def archive_positions(folder: Path) -> set[int]:
+    """Positions of a day's verified archive, events and transcripts ({} until verified)."""
+    found: set[int] = set()
+    with contextlib.suppress(ArchiveError):  # not written whole: nothing left the store
+        verify(folder)
+        found |= {e.global_position for e in archived_events(folder)}
+    with contextlib.suppress(ArchiveError):
+        verify_transcripts(folder)
+        found |= {e.global_position for e in archived_events(folder, TRANSCRIPTS_FILE)}
+    return found
 
 
 def test_archive_then_rebuild_equals_no_archive(store_url: str, tmp_path: Path) -> None:
@@ -109,6 +153,7 @@ def test_archive_then_rebuild_equals_no_archive(store_url: str, tmp_path: Path) 
     store = open_store(store_url)
     try:
         archived = history(store, settings.paths.results)
+        entries = entry_positions(store, archived)
         projector = projector_for(store, PriceBook())
         projector.catch_up()
         before = read_models(store)
@@ -119,7 +164,13 @@ def test_archive_then_rebuild_equals_no_archive(store_url: str, tmp_path: Path) 
         assert [(d.day, d.ticks, d.events, d.files) for d in days] == [(OLD, 10, 50, 20)]
         assert not archived & hot_positions(store), "every archived event left the hot store"
         folder = day_folder(settings.retention.archive, OLD)
-        assert {e.global_position for e in archived_events(folder)} == archived
+        assert {e.global_position for e in archived_events(folder)} == archived - entries
+        said = {e.global_position for e in archived_events(folder, TRANSCRIPTS_FILE)}
+        assert said == entries, "compacted transcripts left for the day's transcripts file"
+        assert verify_transcripts(folder).ticks == 10
+        with store.read_transaction() as conn:
+            kept = conn.execute(sa.select(transcripts.c.tick_id)).scalars().all()
+        assert kept == ["new"], "archived ticks' transcript rows left with them"
         assert verify(folder).ticks == 10
         assert not (settings.paths.results / "min" / OLD.isoformat()).exists()
         assert store.read_stream("tick-open"), "a tick still open stays hot"
@@ -160,16 +211,14 @@ def test_a_kill_at_any_phase_loses_and_duplicates_nothing(
     store = open_store(store_url)
     try:
         archived = history(store, settings.paths.results)
+        entries = entry_positions(store, archived)
         everything = hot_positions(store)
         killed = run(
             tmp_path, "-c", str(config), "archive", env={"TICKWORK_ARCHIVE_KILL_AT": phase}
         )
         assert killed.returncode == -9, killed.stderr
         folder = day_folder(settings.retention.archive, OLD)
-        in_archive: set[int] = set()
-        with contextlib.suppress(ArchiveError):  # not written whole: nothing left the store
-            verify(folder)
-            in_archive = {e.global_position for e in archived_events(folder)}
+        in_archive = archive_positions(folder)
         hot = hot_positions(store)
         assert everything <= hot | in_archive, f"killed at {phase}: an event is in neither"
 
@@ -178,7 +227,9 @@ def test_a_kill_at_any_phase_loses_and_duplicates_nothing(
         records = store.read_stream(ARCHIVE_STREAM)
         assert len(records) == 1, "one ArchiveWritten per day, whatever the kills"
         assert hot_positions(store) == everything - archived | {records[0].global_position}
-        assert [e.global_position for e in archived_events(folder)] == sorted(archived)
+        assert [e.global_position for e in archived_events(folder)] == sorted(archived - entries)
+        said = [e.global_position for e in archived_events(folder, TRANSCRIPTS_FILE)]
+        assert sorted(said) == sorted(entries), "each entry archived once"
         assert (folder / FILES_FILE).exists()
     finally:
         store.close()

@@ -55,13 +55,16 @@ from tests.commands import Output, run, run_each, start_service, write_config
 
 TODAY = datetime.now(UTC).date()
 OLD = TODAY - timedelta(days=40)
+MID = TODAY - timedelta(days=10)
+"""Older than `transcript_days`, younger than `hot_days`."""
 
 
-def config_file(tmp_path: Path, store_url: str) -> Path:
+def config_file(tmp_path: Path, store_url: str, transcript_days: int = 30) -> Path:
     path = tmp_path / "tickwork.toml"
     path.write_text(
         f'[store]\nurl = "{store_url}"\n[paths]\nresults = "{tmp_path / "results"}"\n'
-        f'[retention]\nhot_days = 30\narchive = "{tmp_path / "archive"}"\n',
+        f"[retention]\nhot_days = 30\ntranscript_days = {transcript_days}\n"
+        f'archive = "{tmp_path / "archive"}"\n',
         encoding="utf-8",
     )
     return path
@@ -286,6 +289,47 @@ def test_a_damaged_archive_is_named_and_changes_nothing(store_url: str, tmp_path
         rebuilt = run(tmp_path, "-c", str(config), "projections", "rebuild")
         assert rebuilt.returncode == 2 and "manifest.json is missing" in rebuilt.stderr
         assert read_models(store) == before
+    finally:
+        store.close()
+
+
+def test_transcripts_leave_after_transcript_days_and_are_read_back(
+    store_url: str, tmp_path: Path
+) -> None:
+    config = config_file(tmp_path, store_url, transcript_days=7)
+    settings = load_settings(config)
+    store = open_store(store_url)
+    try:
+        archived = history(store, settings.paths.results, MID)
+        entries = entry_positions(store, archived)
+        everything = hot_positions(store)
+        projector_for(store, PriceBook()).catch_up()
+        before = read_models(store)
+        assert run(tmp_path, "-c", str(config), "archive").returncode == 0
+
+        folder = day_folder(settings.retention.archive, MID)
+        said = {e.global_position for e in archived_events(folder, TRANSCRIPTS_FILE)}
+        assert said == entries and verify_transcripts(folder).ticks == 10
+        assert not (folder / EVENTS_FILE).exists(), "the ticks themselves stay hot"
+        assert hot_positions(store) == everything - entries
+        assert read_models(store) == before
+        where, story = run_each(
+            tmp_path,
+            [["-c", str(config), "show", "old3"], ["-c", str(config), "show", "old3", "--archive"]],
+        )
+        assert where.returncode == 0 and "old3 said" not in where.stdout
+        assert f"transcript archived with {MID}: {folder / TRANSCRIPTS_FILE}" in where.stdout
+        assert story.returncode == 0 and "old3 said" in story.stdout, story.stderr
+
+        later = (MID + timedelta(days=1)).isoformat()
+        assert run(tmp_path, "-c", str(config), "archive", "--before", later).returncode == 0
+        assert verify(folder).ticks == 10, "the ticks follow to the same day's folder"
+        with store.read_transaction() as conn:
+            kept = conn.execute(sa.select(transcripts.c.tick_id)).scalars().all()
+        assert kept == ["new"]
+        story = run(tmp_path, "-c", str(config), "show", "old3", "--archive")
+        assert story.returncode == 0 and "old3 said" in story.stdout, story.stderr
+        assert "completed" in story.stdout
     finally:
         store.close()
 

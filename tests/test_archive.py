@@ -320,6 +320,9 @@ def test_transcripts_leave_after_transcript_days_and_are_read_back(
         assert where.returncode == 0 and "old3 said" not in where.stdout
         assert f"transcript archived with {MID}: {folder / TRANSCRIPTS_FILE}" in where.stdout
         assert story.returncode == 0 and "old3 said" in story.stdout, story.stderr
+        detail = Reads(settings, store).tick("old3")
+        assert detail is not None and detail.tick is not None and detail.events
+        assert detail.transcript_archive == str(folder / TRANSCRIPTS_FILE)
 
         later = (MID + timedelta(days=1)).isoformat()
         assert run(tmp_path, "-c", str(config), "archive", "--before", later).returncode == 0

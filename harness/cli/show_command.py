@@ -24,7 +24,7 @@ if TYPE_CHECKING:
 
     from harness.config import Settings
     from harness.projections.story import StoryStep, TickStory
-    from harness.store import EventStore, SqlEventStore
+    from harness.store import EventStore
 
 FOLLOW_POLL_SECONDS = 0.3
 """How often `--follow` reads the tick's stream: a turn shows up within this."""
@@ -112,7 +112,7 @@ def archived_story(
 
 
 def with_archived_transcript(
-    store: SqlEventStore, config: Settings, story: TickStory, read_back: bool
+    store: EventStore, config: Settings, story: TickStory, read_back: bool
 ) -> tuple[TickStory, str | None]:
     """A hot tick's story with its transcript read back from its archive (`read_back`).
 

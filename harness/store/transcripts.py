@@ -27,7 +27,7 @@ from __future__ import annotations
 
 import zlib
 from collections.abc import Iterable, Iterator, Sequence
-from datetime import UTC, date, datetime
+from datetime import date, datetime
 from typing import TYPE_CHECKING, Any
 from uuid import UUID
 
@@ -36,6 +36,8 @@ import sqlalchemy as sa
 
 from harness.contracts.events import TERMINAL_TYPES, TranscriptEntry
 from harness.contracts.records import StoredEvent
+from harness.store.base import EventStore
+from harness.store.engine import stored_utc
 from harness.store.schema import events, transcripts
 
 if TYPE_CHECKING:
@@ -165,7 +167,7 @@ def move(conn: sa.Connection, tick_ids: Sequence[str], upper: int) -> int:
             rows.append(
                 {
                     "tick_id": stream.removeprefix(TICK_PREFIX),
-                    "day": days.get(stream) or _utc(merged[0].recorded_at).date(),
+                    "day": days.get(stream) or stored_utc(merged[0].recorded_at).date(),
                     "entries": len(merged),
                     "last_position": max(e.global_position for e in merged),
                     "data": encode(merged),
@@ -201,7 +203,7 @@ def _entries(conn: sa.Connection, streams: list[str], upper: int) -> dict[str, l
     )
     found: dict[str, list[StoredEvent]] = {}
     for row in conn.execute(query):
-        stored = StoredEvent(*row[:8], _utc(row[8]))
+        stored = StoredEvent(*row[:8], stored_utc(row[8]))
         found.setdefault(stored.stream_id, []).append(stored)
     return found
 
@@ -211,12 +213,7 @@ def _start_days(conn: sa.Connection, streams: list[str]) -> dict[str, date]:
     query = sa.select(events.c.stream_id, events.c.recorded_at).where(
         events.c.stream_id.in_(streams), events.c.stream_position == 1
     )
-    return {stream: _utc(at).date() for stream, at in conn.execute(query)}
-
-
-def _utc(at: datetime) -> datetime:
-    """SQLite hands times back without their zone; they were stored in UTC."""
-    return at.replace(tzinfo=UTC) if at.tzinfo is None else at.astimezone(UTC)
+    return {stream: stored_utc(at).date() for stream, at in conn.execute(query)}
 
 
 def hot_days(store: SqlEventStore, before: date) -> list[date]:
@@ -285,7 +282,7 @@ def relied_on(store: SqlEventStore, day: date) -> bool:
         return conn.execute(query).first() is not None
 
 
-def archived_on(store: SqlEventStore, tick_id: str) -> date | None:
+def archived_on(store: EventStore, tick_id: str) -> date | None:
     """The day whose archive holds the transcript of a tick still hot (None: it is hot)."""
     with store.read_transaction() as conn:
         query = sa.select(transcripts.c.archived_on).where(

@@ -45,8 +45,8 @@ if TYPE_CHECKING:
 
 CHECKPOINT = "transcripts"
 """The compaction's checkpoint, among the projections' (archiving waits for every one)."""
-WINDOW_EVENTS = 20_000
-"""Events one compaction transaction covers: ~1,500 ticks, a short hold of the write lock."""
+WINDOW_EVENTS = 5_000
+"""Events one compaction transaction covers: ~370 ticks, a short hold of the write lock."""
 TICK_PREFIX = "tick-"
 PAGE = 1000
 """Rows read, written or deleted per statement."""

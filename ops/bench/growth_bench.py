@@ -17,6 +17,7 @@ while it runs (`harness.store.transcripts`; `--no-compaction` leaves them in `ev
 
     .venv/bin/python ops/bench/growth_bench.py [--sizes 1000000,10000000]
         [--backends sqlite,postgresql] [--pg-url postgresql://postgres@127.0.0.1:5432/test]
+        [--pg-database bench_growth]
         [--runs 7] [--cli-runs 3] [--only-disk] [--no-compaction]
 
 `--only-disk` stops after the disk figure and prints where the bytes are: per table and
@@ -443,6 +444,11 @@ def main() -> None:
     parser.add_argument("--sizes", default="1000000,10000000", help="events, comma-separated")
     parser.add_argument("--backends", default="sqlite,postgresql")
     parser.add_argument("--pg-url", default="postgresql://postgres@127.0.0.1:5432/test")
+    parser.add_argument(
+        "--pg-database",
+        default="bench_growth",
+        help="the database made afresh (dropped first): one per run sharing the server",
+    )
     parser.add_argument("--runs", type=int, default=7, help="runs of each in-process path")
     parser.add_argument("--cli-runs", type=int, default=3, help="runs of each CLI path")
     parser.add_argument(
@@ -468,7 +474,7 @@ def main() -> None:
                 if backend == "sqlite":
                     url = f"sqlite:///{root}/events.db"
                 else:
-                    url = fresh_pg(args.pg_url, "bench_growth")
+                    url = fresh_pg(args.pg_url, args.pg_database)
                 migrate_store(url)
                 results.append(measure(url, size, args, root))
         report(backend, sizes, results)

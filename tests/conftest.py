@@ -27,6 +27,7 @@ TABLES = (
     "events",
     "event_ids",
     "tick_streams",
+    "transcripts",
     "projection_checkpoints",
     "spend_daily",
     "ticks",

@@ -24,9 +24,11 @@ from harness.api.reads import Reads
 from harness.config import Settings, load_settings
 from harness.contracts.events import (
     ARCHIVE_STREAM,
+    Event,
     LevelPaused,
     TickCompleted,
     TickScheduled,
+    TranscriptEntry,
     level_stream,
 )
 from harness.devtools.fake_llm import FakeUpstream
@@ -40,49 +42,56 @@ from harness.store import SqlEventStore, migrate_store, open_store
 from harness.store.archives import (
     EVENTS_FILE,
     FILES_FILE,
+    TRANSCRIPTS_FILE,
     Archive,
     ArchiveError,
     day_folder,
     recorded_archives,
     verify,
+    verify_transcripts,
 )
 from harness.store.archives import read_events as archived_events
 from harness.store.partitions import days as partition_days
+from harness.store.schema import events, transcripts
+from harness.store.transcripts import decode
 from tests.commands import Output, run, run_each, start_service, write_config
 from tests.conftest import fresh_pg_database
 
 TODAY = datetime.now(UTC).date()
 OLD = TODAY - timedelta(days=40)
+MID = TODAY - timedelta(days=10)
+"""Older than `transcript_days`, younger than `hot_days`."""
 
 
-def config_file(tmp_path: Path, store_url: str) -> Path:
+def config_file(tmp_path: Path, store_url: str, transcript_days: int = 30) -> Path:
     path = tmp_path / "tickwork.toml"
     path.write_text(
         f'[store]\nurl = "{store_url}"\n[paths]\nresults = "{tmp_path / "results"}"\n'
-        f'[retention]\nhot_days = 30\narchive = "{tmp_path / "archive"}"\n',
+        f"[retention]\nhot_days = 30\ntranscript_days = {transcript_days}\n"
+        f'archive = "{tmp_path / "archive"}"\n',
         encoding="utf-8",
     )
     return path
 
 
-def history(store: SqlEventStore, results: Path) -> set[int]:
-    """A tick still open the day before, ten old ticks, one recent tick: the old ones' positions.
+def history(store: SqlEventStore, results: Path, day: date = OLD) -> set[int]:
+    """A tick still open the day before, ten ticks of `day`, one recent tick: the ten's positions.
 
-    Each old tick's events interleave with a level event, which stays hot. The open
-    tick keeps its day (on PostgreSQL, its partition) in the store; the old day leaves
-    whole.
+    Each of the ten's events interleave with a level event, which stays hot, and each has
+    a transcript entry before its end. The open tick keeps its day (on PostgreSQL, its
+    partition) in the store; `day` leaves whole.
     """
     archived: set[int] = set()
-    with _store_on(store, OLD - timedelta(days=1)) as then:
+    with _store_on(store, day - timedelta(days=1)) as then:
         then.append("tick-open", [TickScheduled(tick_id="open", level="min").to_record()])
-    with _store_on(store, OLD) as then:
+    with _store_on(store, day) as then:
         for n in range(10):
-            for event in tick_events(f"old{n}", results, 100 + n, OLD):
+            for event in with_transcript(f"old{n}", tick_events(f"old{n}", results, 100 + n, day)):
                 archived.add(then.append(f"tick-old{n}", [event.to_record()]).positions[0])
                 if event.type == "TickStarted":
                     pause = LevelPaused(level="min", reason=f"r{n}")
                     then.append(level_stream("min"), [pause.to_record()])
-    for event in tick_events("new", results, 5, TODAY):
+    for event in with_transcript("new", tick_events("new", results, 5, TODAY)):
         store.append("tick-new", [event.to_record()])
     return archived
 
@@ -94,6 +103,22 @@ def _store_on(store: SqlEventStore, day: date) -> Iterator[SqlEventStore]:
     noon = datetime.combine(day, time(12), UTC)
     with contextlib.closing(open_store(url, clock=lambda: noon)) as then:
         yield then
+
+
+def with_transcript(tick_id: str, events: list[Event]) -> list[Event]:
+    """A tick's events with what its model said before its end."""
+    *running, ended = events
+    said = TranscriptEntry(tick_id=tick_id, level="min", kind="assistant", text=f"{tick_id} said")
+    return [*running, said, ended]
+
+
+def entry_positions(store: SqlEventStore, archived: set[int]) -> set[int]:
+    """The positions of the archived ticks' transcript entries (before compaction)."""
+    with store.read_transaction() as conn:
+        stored = conn.execute(
+            sa.select(events.c.global_position).where(events.c.type == TranscriptEntry.type)
+        ).scalars()
+        return set(stored) & archived
 
 
 def read_models(store: SqlEventStore) -> dict[str, list[tuple[Any, ...]]]:
@@ -108,8 +133,29 @@ def read_models(store: SqlEventStore) -> dict[str, list[tuple[Any, ...]]]:
 
 
 def hot_positions(store: SqlEventStore) -> set[int]:
+    """Positions of the hot store: events, and transcript entries in their compact rows."""
     with store.read_transaction() as conn:
-        return set(conn.execute(sa.text("SELECT global_position FROM events")).scalars())
+        found = set(conn.execute(sa.text("SELECT global_position FROM events")).scalars())
+        rows = conn.execute(
+            sa.select(transcripts.c.tick_id, transcripts.c.data).where(
+                transcripts.c.data.is_not(None)
+            )
+        )
+        for tick_id, blob in rows:
+            found |= {entry.global_position for entry in decode(tick_id, blob)}
+    return found
+
+
+def archive_positions(folder: Path) -> set[int]:
+    """Positions of a day's verified archive, events and transcripts ({} until verified)."""
+    found: set[int] = set()
+    with contextlib.suppress(ArchiveError):  # not written whole: nothing left the store
+        verify(folder)
+        found |= {e.global_position for e in archived_events(folder)}
+    with contextlib.suppress(ArchiveError):
+        verify_transcripts(folder)
+        found |= {e.global_position for e in archived_events(folder, TRANSCRIPTS_FILE)}
+    return found
 
 
 def test_archive_then_rebuild_equals_no_archive(store_url: str, tmp_path: Path) -> None:
@@ -117,6 +163,7 @@ def test_archive_then_rebuild_equals_no_archive(store_url: str, tmp_path: Path) 
     store = open_store(store_url)
     try:
         archived = history(store, settings.paths.results)
+        entries = entry_positions(store, archived)
         projector = projector_for(store, PriceBook())
         projector.catch_up()
         before = read_models(store)
@@ -127,7 +174,13 @@ def test_archive_then_rebuild_equals_no_archive(store_url: str, tmp_path: Path) 
         assert [(d.day, d.ticks, d.events, d.files) for d in days] == [(OLD, 10, 50, 20)]
         assert not archived & hot_positions(store), "every archived event left the hot store"
         folder = day_folder(settings.retention.archive, OLD)
-        assert {e.global_position for e in archived_events(folder)} == archived
+        assert {e.global_position for e in archived_events(folder)} == archived - entries
+        said = {e.global_position for e in archived_events(folder, TRANSCRIPTS_FILE)}
+        assert said == entries, "compacted transcripts left for the day's transcripts file"
+        assert verify_transcripts(folder).ticks == 10
+        with store.read_transaction() as conn:
+            kept = conn.execute(sa.select(transcripts.c.tick_id)).scalars().all()
+        assert kept == ["new"], "archived ticks' transcript rows left with them"
         assert verify(folder).ticks == 10
         assert not (settings.paths.results / "min" / OLD.isoformat()).exists()
         assert store.read_stream("tick-open"), "a tick still open stays hot"
@@ -168,16 +221,14 @@ def test_a_kill_at_any_phase_loses_and_duplicates_nothing(
     store = open_store(store_url)
     try:
         archived = history(store, settings.paths.results)
+        entries = entry_positions(store, archived)
         everything = hot_positions(store)
         killed = run(
             tmp_path, "-c", str(config), "archive", env={"TICKWORK_ARCHIVE_KILL_AT": phase}
         )
         assert killed.returncode == -9, killed.stderr
         folder = day_folder(settings.retention.archive, OLD)
-        in_archive: set[int] = set()
-        with contextlib.suppress(ArchiveError):  # not written whole: nothing left the store
-            verify(folder)
-            in_archive = {e.global_position for e in archived_events(folder)}
+        in_archive = archive_positions(folder)
         hot = hot_positions(store)
         assert everything <= hot | in_archive, f"killed at {phase}: an event is in neither"
 
@@ -186,7 +237,9 @@ def test_a_kill_at_any_phase_loses_and_duplicates_nothing(
         records = store.read_stream(ARCHIVE_STREAM)
         assert len(records) == 1, "one ArchiveWritten per day, whatever the kills"
         assert hot_positions(store) == everything - archived | {records[0].global_position}
-        assert [e.global_position for e in archived_events(folder)] == sorted(archived)
+        assert [e.global_position for e in archived_events(folder)] == sorted(archived - entries)
+        said = [e.global_position for e in archived_events(folder, TRANSCRIPTS_FILE)]
+        assert sorted(said) == sorted(entries), "each entry archived once"
         assert (folder / FILES_FILE).exists()
     finally:
         store.close()
@@ -243,6 +296,50 @@ def test_a_damaged_archive_is_named_and_changes_nothing(store_url: str, tmp_path
         rebuilt = run(tmp_path, "-c", str(config), "projections", "rebuild")
         assert rebuilt.returncode == 2 and "manifest.json is missing" in rebuilt.stderr
         assert read_models(store) == before
+    finally:
+        store.close()
+
+
+def test_transcripts_leave_after_transcript_days_and_are_read_back(
+    store_url: str, tmp_path: Path
+) -> None:
+    config = config_file(tmp_path, store_url, transcript_days=7)
+    settings = load_settings(config)
+    store = open_store(store_url)
+    try:
+        archived = history(store, settings.paths.results, MID)
+        entries = entry_positions(store, archived)
+        everything = hot_positions(store)
+        projector_for(store, PriceBook()).catch_up()
+        before = read_models(store)
+        assert run(tmp_path, "-c", str(config), "archive").returncode == 0
+
+        folder = day_folder(settings.retention.archive, MID)
+        said = {e.global_position for e in archived_events(folder, TRANSCRIPTS_FILE)}
+        assert said == entries and verify_transcripts(folder).ticks == 10
+        assert not (folder / EVENTS_FILE).exists(), "the ticks themselves stay hot"
+        assert hot_positions(store) == everything - entries
+        assert read_models(store) == before
+        where, story = run_each(
+            tmp_path,
+            [["-c", str(config), "show", "old3"], ["-c", str(config), "show", "old3", "--archive"]],
+        )
+        assert where.returncode == 0 and "old3 said" not in where.stdout
+        assert f"transcript archived with {MID}: {folder / TRANSCRIPTS_FILE}" in where.stdout
+        assert story.returncode == 0 and "old3 said" in story.stdout, story.stderr
+        detail = Reads(settings, store).tick("old3")
+        assert detail is not None and detail.tick is not None and detail.events
+        assert detail.transcript_archive == str(folder / TRANSCRIPTS_FILE)
+
+        later = (MID + timedelta(days=1)).isoformat()
+        assert run(tmp_path, "-c", str(config), "archive", "--before", later).returncode == 0
+        assert verify(folder).ticks == 10, "the ticks follow to the same day's folder"
+        with store.read_transaction() as conn:
+            kept = conn.execute(sa.select(transcripts.c.tick_id)).scalars().all()
+        assert kept == ["new"]
+        story = run(tmp_path, "-c", str(config), "show", "old3", "--archive")
+        assert story.returncode == 0 and "old3 said" in story.stdout, story.stderr
+        assert "completed" in story.stdout
     finally:
         store.close()
 

@@ -23,6 +23,7 @@ from harness.contracts.events import (
     TickScheduled,
     TickStarted,
     ToolCalled,
+    TranscriptEntry,
 )
 from harness.prices import PriceBook
 from harness.projections import projector_for
@@ -39,6 +40,7 @@ from harness.store import (
 from harness.store.engine import create_store_engine
 from harness.store.migrate import current_revision, downgrade, upgrade
 from harness.store.schema import events, metadata, postgres_only
+from harness.store.transcripts import compact
 from harness.timespec import as_utc
 from tests.conftest import fresh_pg_database
 from tests.procs import open_fresh, racing
@@ -357,3 +359,34 @@ def _stored_rows(engine: sa.Engine) -> list[tuple[object, ...]]:
                 )
             )
         ]
+
+
+@pytest.mark.parametrize("backend", ["sqlite", "postgresql"])
+def test_0012_downgrade_puts_compacted_transcripts_back_into_events(
+    backend: str, sqlite_url: str
+) -> None:
+    """Nothing compacted is lost back: the entries return with their ids and positions."""
+    with nullcontext(sqlite_url) if backend == "sqlite" else fresh_pg_database() as url:
+        migrate_store(url)
+        store = open_store(url)
+        said = TranscriptEntry(tick_id="t", level="min", kind="assistant", text="done")
+        store.append("tick-t", [TickScheduled(tick_id="t", level="min").to_record()])
+        position = store.append("tick-t", [said.to_record()]).positions[0]
+        store.append("tick-t", [TickCompleted(tick_id="t", level="min").to_record()])
+        before = store.read_stream("tick-t")
+        assert compact(store) == 1
+        store.close()
+        engine = create_store_engine(url)
+        downgrade(engine, "0009")
+        with engine.connect() as conn:
+            query = "SELECT global_position, event_id, stream_position FROM events WHERE type = :t"
+            back = conn.execute(sa.text(query), {"t": "TranscriptEntry"}).one()
+        engine.dispose()
+        assert back[0] == position and str(back[1]).replace("-", "") == said.event_id.hex
+        assert back[2] == 2
+        engine = create_store_engine(url)
+        upgrade(engine)
+        engine.dispose()
+        store = open_store(url)
+        assert store.read_stream("tick-t") == before
+        store.close()

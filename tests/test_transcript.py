@@ -6,11 +6,14 @@ import json
 from pathlib import Path
 
 import httpx
+import sqlalchemy as sa
 
 from harness.contracts.events import TRANSCRIPT_ITEM_CHARS
 from harness.devtools.fake_llm import FakeUpstream, Step
 from harness.projections import tick_story
 from harness.rag import build_index
+from harness.store.schema import events as events_table
+from harness.store.transcripts import compact
 from tests.tick_support import SECRET, Harness, calls
 from workers.model import provider_of
 
@@ -91,6 +94,15 @@ def test_a_ticks_model_calls_and_transcript_are_complete_redacted_and_capped(
     retried = story.steps[5].summary
     assert retried.startswith("model call 2 attempt 2 fake-model: tool_use, ") and host in retried
     assert f"sent after a {tooling['wait_ms']:,.0f} ms wait" in retried
+
+    assert compact(harness.store) == 1, "the ended tick's transcript is compacted"
+    with harness.store.read_transaction() as conn:
+        stored = conn.execute(
+            sa.select(sa.func.count()).where(events_table.c.type == "TranscriptEntry")
+        ).scalar()
+    assert stored == 0, "its entries left the events table for their compact row"
+    assert harness.events(outcome) == events, "the stream reads as it did, entries in place"
+    assert tick_story(harness.store, outcome.tick_id) == story
 
 
 def test_a_calls_provider_is_its_endpoints_host_never_its_credentials() -> None:

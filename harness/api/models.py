@@ -147,6 +147,10 @@ class TickDetail(BaseModel):
     archive: str | None = None
     """Where the tick's events are when they left the store: its day's archive data file
     (`tickwork show TICK --archive` reads it back); `events` is then empty."""
+    transcript_archive: str | None = None
+    """Where the transcript of a tick still hot went, when it left before the tick
+    (`[retention] transcript_days`): its day's transcripts file; `events` hold no
+    `TranscriptEntry` then."""
 
 
 class Digest(BaseModel):

@@ -24,7 +24,8 @@ from harness.projections.ticks import TickCursor, tick_rows
 from harness.routing.history import RevisionError, recorded_catalog
 from harness.scheduling.status import Snapshot, snapshot
 from harness.store import EventStore, StoredEvent
-from harness.store.archives import EVENTS_FILE, day_folder
+from harness.store.archives import EVENTS_FILE, TRANSCRIPTS_FILE, day_folder
+from harness.store.transcripts import archived_on as transcript_archived_on
 
 
 class Reads:
@@ -100,12 +101,16 @@ class Reads:
                 result = read_result(Path(tick.result_path)).model_dump(mode="json")
             except ResultFileError as exc:
                 error = str(exc)
+        said = transcript_archived_on(self.store, tick_id)
         return TickDetail(
             tick=tick,
             events=[Event.of(e) for e in events],
             result=result,
             result_error=error,
             targets=self._decided_targets(events),
+            transcript_archive=None
+            if said is None
+            else str(day_folder(self.settings.retention.archive, said) / TRANSCRIPTS_FILE),
         )
 
     def pauses(self) -> dict[str, LevelPaused]:

@@ -3,12 +3,15 @@
 from __future__ import annotations
 
 from datetime import date
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 from rich.table import Table
 
 from harness.cli.app import app, fail, out, settings, store_for
+
+if TYPE_CHECKING:
+    from harness.scheduling.transcript_archiving import TranscriptsArchived
 
 
 @app.command("archive")
@@ -24,7 +27,8 @@ def archive(
     """Move closed ticks of past UTC days into one archive per day (`tickwork run` does it daily).
 
     Each day's events, result and log files go to `<archive>/<YYYY-MM-DD>/`, verified,
-    before they leave the store; a run cut short is finished by the next one.
+    before they leave the store; a run cut short is finished by the next one. Transcripts
+    older than `[retention] transcript_days` leave first, for the same folder.
     """
     from harness.scheduling.archiving import Archiver
     from harness.store import StoreError
@@ -55,6 +59,8 @@ def archive(
             raise fail(f"archived, but not converted to incremental vacuum: {exc}") from exc
         if said:
             out.print(said)
+    if archiver.transcripts:
+        _print_transcripts(archiver.transcripts, dry_run)
     if not days:
         out.print(f"nothing to archive before {cutoff or archiver.cutoff()}")
         return
@@ -70,4 +76,22 @@ def archive(
         )
     if dry_run:
         out.print("dry run: nothing changed; these days would be archived")
+    out.print(table)
+
+
+def _print_transcripts(days: list[TranscriptsArchived], dry_run: bool) -> None:
+    """The days whose transcripts left (or, dry, would leave) before their ticks."""
+    from harness.store.archives import TRANSCRIPTS_FILE
+
+    if dry_run:
+        out.print("dry run: these days' transcripts would be archived")
+    table = Table("day", "transcripts", "entries", "left the store", "archive", box=None)
+    for day in days:
+        table.add_row(
+            day.day.isoformat(),
+            f"{day.ticks:,}",
+            f"{day.entries:,}",
+            f"{day.dropped:,}",
+            str(day.folder / TRANSCRIPTS_FILE),
+        )
     out.print(table)

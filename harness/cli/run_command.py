@@ -35,6 +35,7 @@ def run_service() -> None:
     from harness.projections import projector_for
     from harness.scheduling.alerts import Alerter
     from harness.scheduling.archiving import Archiver
+    from harness.scheduling.compaction import Compactor
     from harness.scheduling.service import Companion, Service
 
     config = settings(needed=True)
@@ -52,6 +53,7 @@ def run_service() -> None:
                 companions.append(DigestScheduler(config, publisher, report).run)
             companions.append(Alerter(config, store).run)
             companions.append(Archiver(config, store, report).run)
+            companions.append(Compactor(store, report).run)
             service = Service(config, store, executor, report, router, companions)
             for signum in (signal.SIGTERM, signal.SIGINT):
                 signal.signal(signum, partial(_stop, service, executor))

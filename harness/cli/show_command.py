@@ -111,6 +111,37 @@ def archived_story(
     return story_of(tick_id, events)
 
 
+def with_archived_transcript(
+    store: EventStore, config: Settings, story: TickStory, read_back: bool
+) -> tuple[TickStory, str | None]:
+    """A hot tick's story with its transcript read back from its archive (`read_back`).
+
+    Without `read_back`, the story as the store holds it, and a line that says where the
+    transcript went when it left before the tick (`[retention] transcript_days`).
+    """
+    from harness.contracts.events import tick_stream
+    from harness.projections.story import story_of
+    from harness.store.archives import TRANSCRIPTS_FILE, ArchiveError, day_folder, read_transcript
+    from harness.store.transcripts import archived_on
+
+    day = archived_on(store, story.tick_id)
+    if day is None:
+        return story, None
+    folder = day_folder(config.retention.archive, day)
+    if not read_back:
+        return story, (
+            f"transcript archived with {day}: {folder / TRANSCRIPTS_FILE} "
+            f"(tickwork show {story.tick_id} --archive reads it back)"
+        )
+    stream = tick_stream(story.tick_id)
+    try:
+        entries = read_transcript(folder, stream)
+    except ArchiveError as exc:
+        raise fail(str(exc), code=2) from exc
+    events = sorted([*store.read_stream(stream), *entries], key=lambda e: e.stream_position)
+    return story_of(story.tick_id, events), None
+
+
 def print_story_end(story: TickStory) -> None:
     """What the tick left: its result text (or why there is none) and its log's tail."""
     if story.result_error:
@@ -148,6 +179,7 @@ def show(
 
     config = settings()
     store = store_for(config)
+    note = None
     try:
         story = tick_story(store, tick_id)
         if story is None:
@@ -155,6 +187,8 @@ def show(
             story = tick_story(store, tick_id)
         if story is None:
             story = archived_story(store, config, tick_id, archive)
+        else:
+            story, note = with_archived_transcript(store, config, story, archive)
         if story is None:
             raise fail(f"no tick {tick_id!r} in the store (ids: tickwork events)", code=2)
         if follow:
@@ -178,6 +212,8 @@ def show(
         out.print()
         print_story_head(story)
     print_story_end(story)
+    if note:
+        out.print(f"\n{note}", highlight=False)
 
 
 def unique_tick(store: EventStore, config: Settings, prefix: str) -> str:

@@ -149,8 +149,9 @@ class RetentionConfig(_Strict):
     hot_days: Annotated[int, Field(ge=1)] = 30
     """Closed ticks of a UTC day stay this many days in the hot store, then are archived."""
     transcript_days: Annotated[int, Field(ge=1)] | None = None
-    """How long transcripts stay (at most `hot_days`; unset: `hot_days`). Validated only for
-    now: transcripts leave the hot store with their tick."""
+    """How long transcripts stay (at most `hot_days`; unset: `hot_days`). Older ones leave
+    the hot store for their day's archive (`transcripts.jsonl.gz`) even while their ticks
+    stay; `tickwork show TICK --archive` reads them back."""
     archive: Path = HOME / "archive"
     """One folder per archived UTC day: `<archive>/<YYYY-MM-DD>/events.jsonl.gz`, its
     `manifest.json` and `files.tar` (the day's result and log files)."""

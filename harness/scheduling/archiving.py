@@ -1,7 +1,9 @@
 """Retention: closed ticks older than `hot_days` leave the hot store for one archive per day.
 
-A day's run goes through phases, each safe to be killed after (`tickwork archive`, and
-`tickwork run` once a day, `Archiver.run`):
+First, transcripts compacted and older than `transcript_days` leave for their day's
+archive (`harness.scheduling.transcript_archiving`): a day's transcripts always leave
+before or with its ticks. Then a day's run goes through phases, each safe to be killed
+after (`tickwork archive`, and `tickwork run` once a day, `Archiver.run`):
 
 1. its closed ticks' events are written to the day's archive, data file then manifest,
    each through a temp file, fsync and rename (`harness.store.archives`);
@@ -11,7 +13,8 @@ A day's run goes through phases, each safe to be killed after (`tickwork archive
    rebuild reads it;
 5. the packed files leave the results folder;
 6. the events leave the hot store in batches, in global order, each batch marking its
-   ticks' rows in the read model in the same transaction (`archived_on`).
+   ticks' rows in the read model in the same transaction (`archived_on`) and deleting
+   their transcripts' rows, whose data left before.
 
 Nothing leaves before its archive is verified and recorded, so a kill at any point leaves
 every event in the store or in a verified archive. A rerun reuses an archive it finds
@@ -46,6 +49,11 @@ from harness.files import atomic_file, make_private_folder
 from harness.prices import PriceBook
 from harness.projections import projector_for
 from harness.projections.ticks import mark_archived
+from harness.scheduling.transcript_archiving import (
+    TRANSCRIPT_PHASES,
+    TranscriptsArchived,
+    archive_transcripts,
+)
 from harness.store import SqlEventStore, StoreError
 from harness.store.archives import (
     EVENTS_FILE,
@@ -74,10 +82,21 @@ from harness.store.retention import (
     leave_day,
     reclaim_space,
 )
+from harness.store.transcripts import compact, forget
 
 KILL_AT_ENV = "TICKWORK_ARCHIVE_KILL_AT"
 """Tests only: the archiving process kills itself (SIGKILL) on reaching the phase named."""
-PHASES = ("writing", "written", "verified", "packed", "recorded", "removed", "deleting", "deleted")
+PHASES = (
+    *TRANSCRIPT_PHASES,
+    "writing",
+    "written",
+    "verified",
+    "packed",
+    "recorded",
+    "removed",
+    "deleting",
+    "deleted",
+)
 DELETE_BATCH = 5000
 """Events deleted in one transaction: short enough not to hold the writers back long."""
 DAILY_SECONDS = 86400.0
@@ -122,6 +141,8 @@ class Archiver:
         self.store = store
         self.report = report
         self.root = settings.retention.archive
+        self.transcripts: list[TranscriptsArchived] = []
+        """What the last run did with transcripts (`archive` returns what it did with ticks)."""
 
     def cutoff(self, now: datetime | None = None) -> date:
         """Days before this one are archived: `hot_days` before today (UTC)."""
@@ -152,7 +173,22 @@ class Archiver:
                         f"archive: {moved} events left the default partition for their day's"
                     )
                 projector_for(self.store, PriceBook(self.settings.prices)).catch_up()
+                compact(self.store)
+            self.transcripts = archive_transcripts(
+                self.store,
+                self.root,
+                max(before, self.transcript_cutoff()),
+                dry_run,
+                _phase,
+                self.report,
+            )
             return self._days(before, dry_run)
+
+    def transcript_cutoff(self, now: datetime | None = None) -> date:
+        """Transcripts of days before this one are archived: `transcript_days` before today."""
+        retention = self.settings.retention
+        today = (now or datetime.now(UTC)).date()
+        return today - timedelta(days=retention.transcript_days or retention.hot_days)
 
     def _days(self, before: date, dry_run: bool) -> list[DayArchived]:
         recorded = self._recorded()
@@ -292,6 +328,7 @@ class Archiver:
             with self.store.write_transaction() as conn:
                 left = leave_day(conn, day, archived)
                 mark_archived(conn, day, archived.tick_ids)
+                forget(conn, archived.tick_ids)
         except PartitionHeld as held:
             self.report(f"archive {day}: {held}; its archived events leave by DELETE")
             return None
@@ -307,6 +344,7 @@ class Archiver:
             with self.store.write_transaction() as conn:
                 deleted += delete_events(conn, [event.global_position for event in batch])
                 mark_archived(conn, day, tick_ids)
+                forget(conn, tick_ids)
             _phase("deleting")
         return deleted
 

@@ -8,6 +8,12 @@ archive a killed run left half written: nothing of it left the store, and the ne
 writes it again. Readers never trust a file without its manifest: `verify` re-reads the
 data file whole, against the sha256 and the counts.
 
+Transcripts leave sooner (`[retention] transcript_days`, at most `hot_days`): the day's
+hot transcripts go to `transcripts.jsonl.gz`, their stored `TranscriptEntry` records one a
+line, tick by tick, with their own manifest, `transcripts.json` (counts and sha256), written
+last as for events. The events archive of the day, written then or later, holds the rest
+of its ticks' events; `read_stream` reads a tick back from both.
+
 A day is a unit an operator can move (to object storage) and a rebuild can read back
 (`merged` interleaves archives and the hot store by global position: a day's positions
 interleave with events that stay hot, a level's pauses say, and with the next day's).
@@ -25,11 +31,11 @@ from dataclasses import dataclass
 from datetime import UTC, date, datetime
 from operator import itemgetter
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 from uuid import UUID
 
 import orjson
-from pydantic import ValidationError
+from pydantic import BaseModel, ValidationError
 
 from harness.contracts.events import ARCHIVE_STREAM, ArchiveSummary, ArchiveWritten
 from harness.contracts.records import StoredEvent
@@ -40,6 +46,8 @@ from harness.store.records import EventData, StoreError
 EVENTS_FILE = "events.jsonl.gz"
 MANIFEST_FILE = "manifest.json"
 FILES_FILE = "files.tar.gz"
+TRANSCRIPTS_FILE = "transcripts.jsonl.gz"
+TRANSCRIPTS_MANIFEST = "transcripts.json"
 MANIFEST_VERSION = 1
 HASH_CHUNK = 1 << 20
 
@@ -53,6 +61,20 @@ class Manifest(ArchiveSummary):
 
     version: int = MANIFEST_VERSION
     written_at: datetime
+
+
+class TranscriptsManifest(BaseModel):
+    """What a day's transcripts file holds, written after the file and checked on every read."""
+
+    version: int = MANIFEST_VERSION
+    day: date
+    ticks: int
+    entries: int
+    sha256: str
+    written_at: datetime
+
+
+M = TypeVar("M", Manifest, TranscriptsManifest)
 
 
 def day_folder(root: Path, day: date) -> Path:
@@ -126,13 +148,56 @@ def write_archive(folder: Path, day: date, events: Iterable[StoredEvent]) -> Man
     return manifest
 
 
+def write_transcripts(folder: Path, day: date, ticks: Iterable[list[StoredEvent]]) -> None:
+    """Write the ticks' transcript entries and then their manifest, each atomically."""
+    count = entries = 0
+    with (
+        atomic_file(folder / TRANSCRIPTS_FILE) as raw,
+        gzip.GzipFile(fileobj=raw, mode="wb", mtime=0) as out,
+    ):
+        for tick in ticks:
+            count += 1
+            for event in tick:
+                entries += 1
+                out.write(_line(event))
+    manifest = TranscriptsManifest(
+        day=day,
+        ticks=count,
+        entries=entries,
+        sha256=sha256_of(folder / TRANSCRIPTS_FILE),
+        written_at=datetime.now(UTC),
+    )
+    write_atomically(folder / TRANSCRIPTS_MANIFEST, manifest.model_dump_json(indent=2).encode())
+
+
+def verify_transcripts(folder: Path) -> TranscriptsManifest:
+    """Read the whole transcripts file against its manifest: sha256, entries and ticks."""
+    manifest = _manifest(folder / TRANSCRIPTS_MANIFEST, TranscriptsManifest)
+    path = folder / TRANSCRIPTS_FILE
+    _same_sha(path, manifest.sha256)
+    entries = 0
+    ticks: set[str] = set()
+    for event in read_events(folder, TRANSCRIPTS_FILE):
+        entries += 1
+        ticks.add(event.stream_id)
+    if (entries, len(ticks)) != (manifest.entries, manifest.ticks):
+        raise ArchiveError(
+            f"archive {path}: holds {entries} entries of {len(ticks)} ticks, the manifest "
+            f"says {manifest.entries} of {manifest.ticks}"
+        )
+    return manifest
+
+
 def read_manifest(folder: Path) -> Manifest:
     """The folder's manifest; ArchiveError naming the file when it is missing or unreadable."""
-    path = folder / MANIFEST_FILE
+    return _manifest(folder / MANIFEST_FILE, Manifest)
+
+
+def _manifest(path: Path, kind: type[M]) -> M:
     try:
-        manifest = Manifest.model_validate_json(path.read_bytes())
+        manifest = kind.model_validate_json(path.read_bytes())
     except FileNotFoundError:
-        raise ArchiveError(f"archive {folder}: {MANIFEST_FILE} is missing") from None
+        raise ArchiveError(f"archive {path.parent}: {path.name} is missing") from None
     except OSError as exc:
         raise ArchiveError(f"archive {path}: cannot read: {exc.strerror}") from exc
     except ValidationError as exc:
@@ -143,9 +208,19 @@ def read_manifest(folder: Path) -> Manifest:
     return manifest
 
 
-def read_events(folder: Path) -> Iterator[StoredEvent]:
-    """The archive's events in global order; ArchiveError on a damaged file (not verified)."""
-    path = folder / EVENTS_FILE
+def _same_sha(path: Path, expected: str) -> None:
+    """ArchiveError naming the file when it is missing or its sha256 is not `expected`."""
+    try:
+        sha = sha256_of(path)
+    except FileNotFoundError:
+        raise ArchiveError(f"archive {path}: the data file is missing") from None
+    if sha != expected:
+        raise ArchiveError(f"archive {path}: sha256 {sha} does not match the manifest's {expected}")
+
+
+def read_events(folder: Path, name: str = EVENTS_FILE) -> Iterator[StoredEvent]:
+    """The records of an archive's data file in order; ArchiveError on a damaged file."""
+    path = folder / name
     try:
         with gzip.open(path, "rb") as lines:
             for line in lines:
@@ -159,9 +234,21 @@ def read_events(folder: Path) -> Iterator[StoredEvent]:
 
 
 def read_stream(folder: Path, stream_id: str) -> list[StoredEvent]:
-    """One stream's events as the archive holds them, after checking it against its manifest."""
+    """One stream's events as the archive holds them, after checking it against its manifest.
+
+    With its transcript entries from the day's transcripts file, when there is one.
+    """
     verify(folder)
-    return [event for event in read_events(folder) if event.stream_id == stream_id]
+    found = [event for event in read_events(folder) if event.stream_id == stream_id]
+    if found and (folder / TRANSCRIPTS_MANIFEST).exists():
+        found += read_transcript(folder, stream_id)
+    return sorted(found, key=lambda event: event.stream_position)
+
+
+def read_transcript(folder: Path, stream_id: str) -> list[StoredEvent]:
+    """One tick's archived transcript entries, after checking the file against its manifest."""
+    verify_transcripts(folder)
+    return [e for e in read_events(folder, TRANSCRIPTS_FILE) if e.stream_id == stream_id]
 
 
 def verify(folder: Path) -> Manifest:
@@ -171,14 +258,7 @@ def verify(folder: Path) -> Manifest:
     """
     manifest = read_manifest(folder)
     path = folder / EVENTS_FILE
-    try:
-        sha = sha256_of(path)
-    except FileNotFoundError:
-        raise ArchiveError(f"archive {path}: the data file is missing") from None
-    if sha != manifest.sha256:
-        raise ArchiveError(
-            f"archive {path}: sha256 {sha} does not match the manifest's {manifest.sha256}"
-        )
+    _same_sha(path, manifest.sha256)
     counts: Counter[str] = Counter()
     positions = [0, 0]
     for event in read_events(folder):

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import os
 import socket
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -160,3 +161,8 @@ def create_store_engine(url: str, *, durability: Durability = "process") -> Engi
         connection.exec_driver_sql(f"BEGIN {mode}")
 
     return engine
+
+
+def stored_utc(at: datetime) -> datetime:
+    """A time read back through SQLAlchemy, made aware: SQLite drops the zone (stored UTC)."""
+    return at.replace(tzinfo=UTC) if at.tzinfo is None else at.astimezone(UTC)

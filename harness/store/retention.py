@@ -33,7 +33,7 @@ from sqlalchemy.engine import Engine
 
 from harness.contracts.events import TERMINAL_TYPES
 from harness.contracts.records import StoredEvent
-from harness.store.engine import create_store_engine
+from harness.store.engine import create_store_engine, stored_utc
 from harness.store.partitions import (
     TICK_STREAM_PREFIX,
     PartitionHeld,
@@ -339,7 +339,7 @@ def footprint(store: SqlEventStore) -> Footprint:
         ).scalars()
         days: dict[date, int] = {}
         for at in started:
-            day = _utc(at).date()
+            day = stored_utc(at).date()
             days[day] = days.get(day, 0) + 1
         if store.engine.dialect.name == "sqlite":
             table = conn.exec_driver_sql(
@@ -356,8 +356,3 @@ def footprint(store: SqlEventStore) -> Footprint:
             ).scalar_one()
             size = conn.execute(sa.text("SELECT pg_database_size(current_database())")).scalar_one()
     return Footprint(count, dict(sorted(days.items())), int(table), int(size))
-
-
-def _utc(at: datetime) -> datetime:
-    """SQLite hands times back without their zone; they were stored in UTC."""
-    return at.replace(tzinfo=UTC) if at.tzinfo is None else at.astimezone(UTC)

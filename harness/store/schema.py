@@ -10,7 +10,7 @@ from typing import Any
 
 import sqlalchemy as sa
 
-HEAD_REVISION = "0010"
+HEAD_REVISION = "0012"
 
 metadata = sa.MetaData()
 
@@ -89,3 +89,16 @@ projection_checkpoints = sa.Table(
     sa.Column("position", sa.BigInteger(), nullable=False),
     sa.Column("updated_at", sa.DateTime(timezone=True), nullable=False),
 )
+
+transcripts = sa.Table(
+    "transcripts",
+    metadata,
+    sa.Column("tick_id", sa.String(255), primary_key=True),
+    sa.Column("day", sa.Date(), nullable=False),
+    sa.Column("entries", sa.Integer(), nullable=False),
+    sa.Column("last_position", sa.BigInteger(), nullable=False),
+    sa.Column("data", sa.LargeBinary()),
+    sa.Column("archived_on", sa.Date()),
+    sa.Index("ix_transcripts_day", "day"),
+)
+"""Closed ticks' transcripts, compacted (migration 0012, `harness.store.transcripts`)."""

@@ -27,6 +27,7 @@ import sqlalchemy as sa
 from sqlalchemy.dialects import sqlite
 from sqlalchemy.engine import Engine
 
+from harness.contracts.events import TranscriptEntry
 from harness.contracts.records import NewEvent, StoredEvent
 from harness.folds.parallel import Workers
 from harness.folds.ranges import Database, RangeQuery, event_slices, fetched, open_cursor
@@ -44,6 +45,7 @@ from harness.store.records import (
     Window,
 )
 from harness.store.schema import event_ids, events, projection_checkpoints
+from harness.store.transcripts import compacted, with_compacted
 from harness.store.writer import (
     TRANSACTION_EVENTS,
     Clock,
@@ -325,7 +327,12 @@ class SqlEventStore(EventStore):
     def read_stream(
         self, stream_id: str, after: int = 0, limit: int | None = None
     ) -> list[StoredEvent]:
-        """One indexed range query on (stream_id, stream_position), read on the raw cursor."""
+        """One indexed range query on (stream_id, stream_position), read on the raw cursor.
+
+        A tick's stream also reads its compacted transcript: one more primary-key lookup
+        (`harness.store.transcripts`). A compaction committing between the two statements
+        (PostgreSQL runs each in its own snapshot) leaves an entry in both, given once.
+        """
         where = (
             f"WHERE stream_id = ?{_hot_scope(self.engine, stream_id)} AND stream_position > ? "
             "ORDER BY stream_position"
@@ -335,7 +342,9 @@ class SqlEventStore(EventStore):
             where += " LIMIT ?"
             parameters.append(limit)
         with self._one_statement() as conn:
-            return _records(conn, where, parameters)
+            found = _records(conn, where, parameters)
+            entries = compacted(conn, [stream_id]).get(stream_id, [])
+        return with_compacted(found, entries, after, limit)
 
     def read_streams(
         self, stream_ids: Iterable[str], types: Iterable[str] | None = None
@@ -354,6 +363,9 @@ class SqlEventStore(EventStore):
                 )
                 for event in _records(conn, where, [*chunk, *kinds]):
                     found[event.stream_id].append(event)
+                if types is None or TranscriptEntry.type in kinds:
+                    for stream_id, entries in compacted(conn, chunk).items():
+                        found[stream_id] = with_compacted(found[stream_id], entries)
         return found
 
     def read_all(

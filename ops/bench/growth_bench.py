@@ -12,10 +12,16 @@ at a time; then `tickwork projections rebuild` folds the read models (its time i
 figure too). API paths run in-process through FastAPI's TestClient, CLI paths as
 subprocesses (their time includes the interpreter's start), reconcile's and start-up's
 queries as the service calls them. Disk per tick is the hot store's size over its ticks.
+Transcripts are compacted after each minute of history is loaded, as the service does
+while it runs (`harness.store.transcripts`; `--no-compaction` leaves them in `events`).
 
     .venv/bin/python ops/bench/growth_bench.py [--sizes 1000000,10000000]
         [--backends sqlite,postgresql] [--pg-url postgresql://postgres@127.0.0.1:5432/test]
-        [--runs 7] [--cli-runs 3]
+        [--pg-database bench_growth]
+        [--runs 7] [--cli-runs 3] [--only-disk] [--no-compaction]
+
+`--only-disk` stops after the disk figure and prints where the bytes are: per table and
+index, and per event type (rows, and bytes of their JSON).
 """
 
 from __future__ import annotations
@@ -62,14 +68,44 @@ from harness.prices import PriceBook
 from harness.projections import projector_for
 from harness.projections.ticks import last_slots, open_ticks
 from harness.store import migrate_store, open_store
+from harness.store.transcripts import compact
 
 LEVELS = [f"l{n:04d}" for n in range(1000)]
 PER_MINUTE = len(LEVELS)
 """Ticks a minute: every level ticks every minute."""
 IN_FLIGHT = 50
 """The newest ticks have not ended yet."""
-TRANSCRIPT = "The pager is quiet; two tickets moved to done. " * 58
+WORDS = (
+    "the a of to and in is for on that with as it was at by from this be are or an not "
+    "pager alert ticket queue deploy build test error retry latency disk memory cpu host "
+    "service level tick model tool call result summary checked found moved closed opened "
+    "owner team incident review merge branch release version config budget spend token "
+    "quiet busy two three four none some every most new old last next first late early "
+    "done pending failed passed green red yellow dashboard metric p95 p50 minute hour day "
+    "week user customer report note agent says asked answered looked read wrote ran "
+    "because after before while until since when then so but also only still again"
+)
+
+
+def _transcript(chars: int = 2800) -> str:
+    """Words and numbers drawn at random: compressed, 2.35 to 1, as prose is (2 to 1).
+
+    A sentence repeated 58 times, what this was, compresses 40 to 1 and flattered every
+    store that compresses (PostgreSQL's TOAST kept it in 285 bytes).
+    """
+    rng = random.Random(58)
+    vocabulary = WORDS.split()
+    words: list[str] = []
+    while sum(len(word) + 1 for word in words) < chars:
+        words.append(rng.choice(vocabulary) if rng.random() > 0.1 else str(rng.randrange(99999)))
+    return " ".join(words)[:chars]
+
+
+TRANSCRIPT = _transcript()
 """~2.8 KB: half of a tick's payload is its transcript."""
+COMPACT_VACUUM_MINUTES = 10
+"""PostgreSQL: a plain VACUUM of `events` every this many minutes of history loaded, as
+autovacuum does for the TOAST table whose rows compaction deletes (nearly all its rows)."""
 TOOL_TICKS = 0.65
 """Share of ticks with three model calls and two tool calls (15 events), the rest have
 two calls and one tool call (11 events): 13.6 events a tick on average."""
@@ -193,9 +229,11 @@ def history(events: int, now: datetime) -> Iterator[list[Row]]:
         yield rows
 
 
-def load_sqlite(url: str, events: int, now: datetime) -> int:
+def load_sqlite(url: str, events: int, now: datetime, compacting: bool) -> int:
+    """Load the history a minute at a time, compacting transcripts after each (`compacting`)."""
     path = make_url(url).database
     assert path is not None
+    store = open_store(url)
     with sqlite3.connect(path) as conn:
         conn.execute("PRAGMA synchronous = OFF")
         for rows in history(events, now):
@@ -208,20 +246,30 @@ def load_sqlite(url: str, events: int, now: datetime) -> int:
                 ],
             )
             conn.commit()
+            if compacting:
+                compact(store)
+        store.close()
         return int(conn.execute("SELECT COUNT(*) FROM events").fetchone()[0])
 
 
-def load_postgres(url: str, events: int, now: datetime) -> int:
+def load_postgres(url: str, events: int, now: datetime, compacting: bool) -> int:
+    """As `load_sqlite`, with COPY, and the VACUUM that autovacuum would run meanwhile."""
+    store = open_store(url)
     with psycopg.connect(_dsn(url), autocommit=True) as conn:
         columns = (
             "global_position, event_id, stream_id, stream_position, type, version, data, "
             "metadata, recorded_at"
         )
         with conn.cursor() as cursor:
-            for rows in history(events, now):
+            for minute, rows in enumerate(history(events, now), 1):
                 with cursor.copy(f"COPY events ({columns}) FROM STDIN") as copy:
                     for row in rows:
                         copy.write_row(row)
+                if compacting:
+                    compact(store)
+                    if minute % COMPACT_VACUUM_MINUTES == 0:
+                        conn.execute("VACUUM events")
+        store.close()
         conn.execute("VACUUM ANALYZE events")
         counted = conn.execute("SELECT COUNT(*) FROM events").fetchone()
         assert counted is not None
@@ -257,6 +305,40 @@ def disk_bytes(url: str) -> int:
         return int(size[0])
 
 
+def print_breakdown(url: str, ticks: int) -> None:
+    """Bytes per tick of each table and index, then rows and JSON bytes per event type."""
+    if url.startswith("sqlite"):
+        path = make_url(url).database
+        assert path is not None
+        with sqlite3.connect(path) as conn:
+            sizes = conn.execute(
+                "SELECT name, sum(pgsize) FROM dbstat GROUP BY name ORDER BY 2 DESC"
+            ).fetchall()
+            kinds = conn.execute(
+                "SELECT type, count(*), sum(length(data) + length(metadata)) FROM events "
+                "GROUP BY type ORDER BY 3 DESC"
+            ).fetchall()
+    else:
+        with psycopg.connect(_dsn(url)) as conn:
+            sizes = conn.execute(
+                "SELECT relname, pg_relation_size(oid) + "
+                "coalesce(pg_relation_size(nullif(reltoastrelid, 0)), 0) FROM pg_class "
+                "WHERE relnamespace = 'public'::regnamespace AND relkind IN ('r', 'i') "
+                "ORDER BY 2 DESC"
+            ).fetchall()
+            kinds = conn.execute(
+                "SELECT type, count(*), sum(pg_column_size(data) + pg_column_size(metadata)) "
+                "FROM events GROUP BY type ORDER BY 3 DESC"
+            ).fetchall()
+    print(f"    {'table or index':<40}{'B/tick':>9}")
+    for name, size in sizes:
+        if size and size / ticks >= 1:
+            print(f"    {name:<40}{size / ticks:>9,.0f}")
+    print(f"    {'event type':<40}{'rows/tick':>9}{'JSON B/tick':>12}")
+    for kind, rows, size in kinds:
+        print(f"    {kind:<40}{rows / ticks:>9.2f}{size / ticks:>12,.0f}")
+
+
 # --- timing ---------------------------------------------------------------------------
 
 
@@ -289,7 +371,7 @@ def measure(url: str, size: int, args: argparse.Namespace, root: Path) -> dict[s
     now = datetime.now(UTC)
     began = time.perf_counter()
     load = load_sqlite if url.startswith("sqlite") else load_postgres
-    events = load(url, size, now)
+    events = load(url, size, now, not args.no_compaction)
     ticks = round(size / (11 + 4 * TOOL_TICKS))
     print(
         f"  {size:,} events: {events:,} stored, {ticks:,} ticks, loaded in "
@@ -304,6 +386,9 @@ def measure(url: str, size: int, args: argparse.Namespace, root: Path) -> dict[s
         with psycopg.connect(_dsn(url), autocommit=True) as conn:
             conn.execute("VACUUM ANALYZE")
     figures["disk per tick (KB)"] = disk_bytes(url) / ticks / 1000
+    if args.only_disk:
+        print_breakdown(url, ticks)
+        return figures
 
     settings = load_settings(config)
     store = open_store(url)
@@ -363,8 +448,21 @@ def main() -> None:
     parser.add_argument("--sizes", default="1000000,10000000", help="events, comma-separated")
     parser.add_argument("--backends", default="sqlite,postgresql")
     parser.add_argument("--pg-url", default="postgresql://postgres@127.0.0.1:5432/test")
+    parser.add_argument(
+        "--pg-database",
+        default="bench_growth",
+        help="the database made afresh (dropped first): one per run sharing the server",
+    )
     parser.add_argument("--runs", type=int, default=7, help="runs of each in-process path")
     parser.add_argument("--cli-runs", type=int, default=3, help="runs of each CLI path")
+    parser.add_argument(
+        "--no-compaction",
+        action="store_true",
+        help="leave transcripts in `events`, as before they had a form of their own",
+    )
+    parser.add_argument(
+        "--only-disk", action="store_true", help="stop at disk per tick, with its breakdown"
+    )
     args = parser.parse_args()
     sizes = [int(size) for size in args.sizes.split(",")]
 
@@ -380,7 +478,7 @@ def main() -> None:
                 if backend == "sqlite":
                     url = f"sqlite:///{root}/events.db"
                 else:
-                    url = fresh_pg(args.pg_url, "bench_growth")
+                    url = fresh_pg(args.pg_url, args.pg_database)
                 migrate_store(url)
                 results.append(measure(url, size, args, root))
         report(backend, sizes, results)

@@ -1,0 +1,124 @@
+"""Transcripts older than `[retention] transcript_days` leave the hot store for the day's archive.
+
+They are most of a tick's bytes and the least read once the tick is old, so they may leave
+before the tick does (`transcript_days` ≤ `hot_days`). A day's run goes through phases,
+each safe to be killed after (`TRANSCRIPT_PHASES`, for `TICKWORK_ARCHIVE_KILL_AT`):
+
+1. the compacted transcripts of the ticks started that day (`harness.store.transcripts`),
+   and those of earlier days compacted after their day's file was written (stragglers),
+   are written to `transcripts.jsonl.gz`, then its manifest, each atomically;
+2. the file is read back whole against its manifest;
+3. the rows' data is dropped in batches, each row keeping the day whose archive holds
+   it (`archived_on`), until the tick itself is archived.
+
+Nothing is dropped before its file is verified, so a kill leaves every entry in the hot
+store or in a verified archive. A rerun reuses a file whose manifest verifies and drops
+what of it is still hot; a file without a manifest is written again. A file that no
+longer verifies is written again only while no row relies on it; otherwise the run stops
+with an ArchiveError naming it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Iterator
+from dataclasses import dataclass
+from datetime import date
+from itertools import groupby, islice
+from pathlib import Path
+
+from harness.contracts.records import StoredEvent
+from harness.store import SqlEventStore
+from harness.store.archives import (
+    TRANSCRIPTS_FILE,
+    TRANSCRIPTS_MANIFEST,
+    ArchiveError,
+    day_folder,
+    read_events,
+    verify_transcripts,
+    write_transcripts,
+)
+from harness.store.transcripts import PAGE, drop_archived, hot_days, hot_transcripts, relied_on
+
+TRANSCRIPT_PHASES = (
+    "transcripts-writing",
+    "transcripts-written",
+    "transcripts-verified",
+    "transcripts-dropping",
+    "transcripts-dropped",
+)
+
+Phase = Callable[[str], None]
+Report = Callable[[str], None]
+
+
+@dataclass(frozen=True)
+class TranscriptsArchived:
+    """What one day's transcript run did (dry: the day it would do)."""
+
+    day: date
+    folder: Path
+    ticks: int
+    entries: int
+    dropped: int
+
+
+def archive_transcripts(
+    store: SqlEventStore, root: Path, before: date, dry_run: bool, phase: Phase, report: Report
+) -> list[TranscriptsArchived]:
+    """Archive the hot transcripts of the days before `before`, oldest first."""
+    done = []
+    for day in hot_days(store, before):
+        folder = day_folder(root, day)
+        if dry_run:
+            done.append(TranscriptsArchived(day, folder, 0, 0, 0))
+            continue
+        if not _whole(store, folder, day, report):
+            write_transcripts(folder, day, _killed_midway(hot_transcripts(store, day), phase))
+            phase("transcripts-written")
+        manifest = verify_transcripts(folder)
+        phase("transcripts-verified")
+        dropped = 0
+        held = _held(read_events(folder, TRANSCRIPTS_FILE))
+        while batch := list(islice(held, PAGE)):
+            with store.write_transaction() as conn:
+                dropped += drop_archived(conn, day, batch)
+            phase("transcripts-dropping")
+        phase("transcripts-dropped")
+        if dropped:
+            report(
+                f"archive {day}: transcripts of {dropped} ticks left the store for "
+                f"{folder / TRANSCRIPTS_FILE}"
+            )
+        done.append(TranscriptsArchived(day, folder, manifest.ticks, manifest.entries, dropped))
+    return done
+
+
+def _whole(store: SqlEventStore, folder: Path, day: date, report: Report) -> bool:
+    """Whether the day's transcripts file is written whole; a half-written one is cleared."""
+    if not (folder / TRANSCRIPTS_MANIFEST).exists():
+        (folder / TRANSCRIPTS_FILE).unlink(missing_ok=True)
+        return False
+    try:
+        verify_transcripts(folder)
+    except ArchiveError as exc:
+        if relied_on(store, day):
+            raise
+        report(f"archive: rewriting a transcripts file nothing relies on yet: {exc}")
+        for name in (TRANSCRIPTS_MANIFEST, TRANSCRIPTS_FILE):
+            (folder / name).unlink(missing_ok=True)
+        return False
+    return True
+
+
+def _killed_midway(ticks: Iterable[list[StoredEvent]], phase: Phase) -> Iterator[list[StoredEvent]]:
+    """The ticks, with the `transcripts-writing` kill after the first (a file half written)."""
+    for count, tick in enumerate(ticks):
+        if count == 1:
+            phase("transcripts-writing")
+        yield tick
+
+
+def _held(entries: Iterable[StoredEvent]) -> Iterator[tuple[str, int]]:
+    """(tick id, last position) of each tick of a transcripts file, which lists tick by tick."""
+    for stream_id, tick in groupby(entries, key=lambda event: event.stream_id):
+        yield stream_id.removeprefix("tick-"), max(event.global_position for event in tick)

@@ -13,8 +13,8 @@ from harness.contracts.governor import GovernorLimits
 from harness.devtools.fake_llm import count_word_tokens, render_prompt
 from harness.governor.calibration import Calibrations
 from harness.governor.estimate import openai_request_chars
+from harness.governor.openai_wire import tail_of, usage_of
 from harness.governor.policy import decide, fill
-from harness.governor.wire import tail_of, usage_of
 from tests.corpus import session, text_only_chars
 
 

@@ -3,7 +3,8 @@
 The size counts everything the model is sent (system prompt, messages with their tool
 calls and results, tool schemas): counting message text alone misjudges tool-heavy agents
 by a factor of about 3. Ticks and the governor proxy measure the same thing, a request in
-OpenAI chat-completions form, so a ratio learned by one is right for the other.
+the form its wire protocol sends (OpenAI chat completions, Anthropic Messages), so a ratio
+learned by one is right for the other.
 """
 
 from __future__ import annotations
@@ -33,6 +34,13 @@ def openai_request_chars(body: Mapping[str, Any]) -> int:
     """
     return _json_chars(
         [body.get("messages") or [], body.get("tools") or body.get("functions") or []]
+    )
+
+
+def anthropic_request_chars(body: Mapping[str, Any]) -> int:
+    """Size of an Anthropic Messages request: its system prompt, messages and tool schemas."""
+    return _json_chars(
+        [body.get("system") or "", body.get("messages") or [], body.get("tools") or []]
     )
 
 

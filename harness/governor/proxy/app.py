@@ -9,14 +9,22 @@ from __future__ import annotations
 
 import logging
 
+import aiohttp
 import orjson
 from starlette.types import ASGIApp, Receive, Scope, Send
 
-from harness.governor.proxy.incoming import Incoming, incoming, read_body
-from harness.governor.proxy.replies import send_answer, send_back, stop_answer
+from harness.governor.invalid import InvalidRequest
+from harness.governor.proxy.dialects import ANTHROPIC_MESSAGES, counts_tokens, dialect_of
+from harness.governor.proxy.incoming import Incoming, incoming, path_of, read_body
+from harness.governor.proxy.replies import (
+    send_answer,
+    send_back,
+    send_error,
+    send_refusal,
+    send_stop,
+)
 from harness.governor.proxy.state import Judged, ProxyGovernor
 from harness.governor.proxy.upstream import UNANSWERED, Upstream
-from harness.governor.wire import with_directive
 
 log = logging.getLogger(__name__)
 
@@ -26,6 +34,9 @@ such, not as a traceback."""
 STATUS_PATHS = ("/governor/status", "/governor/status/", "/governor", "/governor/")
 """Where the status answers; the earlier governor answered with and without the slash."""
 METHODS = ("GET", "POST", "PUT", "PATCH", "DELETE", "HEAD", "OPTIONS")
+NO_COUNT_TOKENS = frozenset({404, 405, 501})
+"""An upstream's answers to `count_tokens` that mean it has none (an OpenAI-compatible
+gateway, a local server): the governor answers from its estimate instead."""
 
 
 class Proxy:
@@ -73,38 +84,67 @@ class Proxy:
             await send_answer(send, CLIENT_CLOSED)
             return
         governor.counters["requests"] += 1
-        request = incoming(scope, body)
+        try:
+            request = incoming(scope, body)
+        except InvalidRequest as exc:
+            governor.counters["invalid"] += 1
+            await send_refusal(send, dialect_of(path_of(scope)), exc)
+            return
         judged = self.decide(request)
         if judged is not None and judged.verdict.decision == "hard":
-            assert request.chat is not None, "only chats are judged"
-            stop = stop_answer(request.chat, judged.verdict.text(governor.limits))
-            await stop(scope, receive, send)
+            assert request.chat is not None, "only model calls are judged"
+            stop = judged.verdict.text(governor.limits)
+            await send_stop(send, judged.dialect, request.chat, stop)
             governor.finish(judged, None, "answered")
             return
         if judged is not None and judged.verdict.decision == "soft":
-            assert request.chat is not None, "only chats are judged"
+            assert request.chat is not None, "only model calls are judged"
             directive = judged.verdict.text(governor.limits)
-            request = request.with_body(orjson.dumps(with_directive(request.chat, directive)))
-        try:
-            answer = await self.upstream.forward(request)
-        except UNANSWERED as exc:
-            governor.counters["upstream_errors"] += 1
-            message = self.upstream.unreachable(exc)
-            log.warning("%s", message)
-            error = {"message": message, "type": "upstream_error", "code": 502}
-            await send_answer(send, 502, {"error": error})
-            if judged is not None:
-                governor.finish(judged, None, "unreachable")
+            with_directive = judged.dialect.with_directive(request.chat, directive)
+            request = request.with_body(orjson.dumps(with_directive))
+        answer = await self.ask_upstream(send, request, judged)
+        if answer is None:
             return
-        await send_back(send, receive, governor, request.method, answer, judged)
+        if counts_tokens(request.method, request.path) and answer.status in NO_COUNT_TOKENS:
+            answer.release()
+            await self.count_tokens(send, request)
+            return
+        await send_back(send, receive, governor, request, answer, judged)
 
     def decide(self, request: Incoming) -> Judged | None:
-        """The governor's verdict on a chat; None for a request that is only passed on."""
+        """The governor's verdict on a model call; None for a request only passed on."""
         if request.chat is None:
             if request.malformed_chat:
                 self.governor.counters["not_json_passed_through"] += 1
             return None
-        return self.governor.judge(request.chat, request.tick_id)
+        return self.governor.judge(request.dialect, request.chat, request.tick_id)
+
+    async def ask_upstream(
+        self, send: Send, request: Incoming, judged: Judged | None
+    ) -> aiohttp.ClientResponse | None:
+        """The upstream's answer; None when it gave none (the client has heard why)."""
+        try:
+            return await self.upstream.forward(request)
+        except UNANSWERED as exc:
+            self.governor.counters["upstream_errors"] += 1
+            message = self.upstream.unreachable(exc)
+            log.warning("%s", message)
+            await send_error(send, request.dialect, 502, message)
+            if judged is not None:
+                self.governor.finish(judged, None, "unreachable")
+            return None
+
+    async def count_tokens(self, send: Send, request: Incoming) -> None:
+        """Anthropic's `count_tokens` from the governor's own estimate of the request."""
+        try:
+            body = ANTHROPIC_MESSAGES.parse(request.body)
+        except InvalidRequest as exc:
+            self.governor.counters["invalid"] += 1
+            await send_refusal(send, ANTHROPIC_MESSAGES, exc)
+            return
+        assert body is not None, "Anthropic's parse refuses what it cannot read"
+        tokens = self.governor.estimate(ANTHROPIC_MESSAGES, body)
+        await send_answer(send, 200, {"input_tokens": tokens})
 
 
 def create_app(governor: ProxyGovernor) -> ASGIApp:

@@ -1,20 +1,20 @@
 """The first step of a request's path: read it off the ASGI messages and tell what it is.
 
-A chat request (a JSON body with a `messages` list, POSTed to a chat path) is measured
-and decided on; anything else is only passed on. Its headers are taken as they came,
-less those that describe one connection and not the request.
+A model call (POSTed to OpenAI's chat completions or Anthropic's messages, with a body
+its API's wire format can read) is measured and decided on; anything else is only passed
+on. Its headers are taken as they came (an API key included, which the proxy passes on
+and never keeps), less those that describe one connection and not the request.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
-from typing import Any
 
-import orjson
 from multidict import CIMultiDict
 from starlette.types import Receive, Scope
 
 from harness.contracts.payload import TICK_HEADER
+from harness.governor.proxy.dialects import Body, Dialect, dialect_of, governed
 
 HOP_BY_HOP = frozenset(
     {
@@ -41,14 +41,18 @@ TICK_NAME = TICK_HEADER.lower().encode()
 
 @dataclass(frozen=True)
 class Incoming:
-    """A request as the proxy forwards it; `chat` is its parsed body when it is governed."""
+    """A request as the proxy forwards it; `chat` is its parsed body when it is governed.
+
+    `dialect` is the API its path belongs to, whose format the proxy's own answers take.
+    """
 
     method: str
     path: str
     query: bytes
     headers: CIMultiDict[str]
     body: bytes
-    chat: dict[str, Any] | None
+    dialect: Dialect
+    chat: Body | None
     tick_id: str | None
 
     def with_body(self, body: bytes) -> Incoming:
@@ -58,22 +62,7 @@ class Incoming:
     @property
     def malformed_chat(self) -> bool:
         """A POST to the chat path whose body is no chat request: passed on and counted."""
-        return (
-            self.chat is None and self.method == "POST" and self.path.endswith("/chat/completions")
-        )
-
-
-def chat_request(method: str, path: str, body: bytes) -> dict[str, Any] | None:
-    """The parsed chat request, or None for anything the proxy must only pass on."""
-    if method != "POST" or not path.rstrip("/").endswith("/chat/completions"):
-        return None
-    try:
-        document = orjson.loads(body)
-    except orjson.JSONDecodeError:
-        return None
-    if not isinstance(document, dict) or not isinstance(document.get("messages"), list):
-        return None
-    return document
+        return self.chat is None and governed(self.method, self.path) is not None
 
 
 async def read_body(receive: Receive) -> bytes | None:
@@ -88,11 +77,20 @@ async def read_body(receive: Receive) -> bytes | None:
             return parts[0] if len(parts) == 1 else b"".join(parts)
 
 
+def path_of(scope: Scope) -> str:
+    """The request's path as the upstream gets it."""
+    return str(scope.get("root_path", "") + scope["path"])
+
+
 def incoming(scope: Scope, body: bytes) -> Incoming:
-    """The request of `scope` with its body, its chat (if any) and the tick it comes from."""
+    """The request of `scope` with its body, its chat (if any) and the tick it comes from.
+
+    Raises InvalidRequest for a model call the governor cannot measure and must refuse.
+    """
     method = scope["method"]
-    path = scope.get("root_path", "") + scope["path"]
-    chat = chat_request(method, path, body)
+    path = path_of(scope)
+    dialect = governed(method, path)
+    chat = dialect.parse(body) if dialect is not None else None
     drop = DROPPED if chat is None else DROPPED_FOR_CHAT
     tick_id: str | None = None
     headers: CIMultiDict[str] = CIMultiDict()
@@ -101,4 +99,5 @@ def incoming(scope: Scope, body: bytes) -> Incoming:
             tick_id = value.decode("latin-1")
         if name not in drop:
             headers.add(name.decode("latin-1"), value.decode("latin-1"))
-    return Incoming(method, path, scope.get("query_string", b""), headers, body, chat, tick_id)
+    query = scope.get("query_string", b"")
+    return Incoming(method, path, query, headers, body, dialect or dialect_of(path), chat, tick_id)

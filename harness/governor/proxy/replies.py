@@ -10,18 +10,19 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import AsyncIterator, Callable, Iterator
+from collections.abc import AsyncIterator, Callable
 from typing import Any
 
 import aiohttp
 import orjson
-from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.types import Receive, Send
 
-from harness.governor.proxy.incoming import DROPPED
+from harness.governor.invalid import InvalidRequest
+from harness.governor.proxy.dialects import Body, Dialect
+from harness.governor.proxy.incoming import DROPPED, Incoming
 from harness.governor.proxy.state import Ending, Judged, ProxyGovernor
 from harness.governor.proxy.upstream import UNANSWERED
-from harness.governor.wire import MAX_BUFFERED_BYTES, UsageScanner, stop_completion, stop_stream
+from harness.governor.usage import MAX_BUFFERED_BYTES, UsageScanner
 
 log = logging.getLogger(__name__)
 
@@ -37,22 +38,36 @@ async def send_answer(send: Send, status: int, document: Any = None, **headers: 
     await send({"type": "http.response.body", "body": body})
 
 
-def stop_answer(chat: dict[str, Any], text: str) -> Response:
-    """The hard ceiling's answer in place of the model's, streamed when the request streams."""
-    model = str(chat.get("model") or "")
+async def send_refusal(send: Send, dialect: Dialect, exc: InvalidRequest) -> None:
+    """A 400 in the request's own format for a request the governor cannot measure."""
+    await send_answer(send, 400, dialect.error_document(f"governor: {exc}", 400, exc.param))
+
+
+async def send_error(send: Send, dialect: Dialect, status: int, message: str) -> None:
+    """An error of the proxy's own (the upstream unreachable or its answer cut)."""
+    await send_answer(send, status, dialect.error_document(message, status, None))
+
+
+async def send_stop(send: Send, dialect: Dialect, chat: Body, text: str) -> None:
+    """The hard ceiling's answer in place of the model's, streamed when the request streams.
+
+    A streamed one whose options make no sense is refused (400), as the model's would be.
+    """
     if not chat.get("stream"):
-        return JSONResponse(stop_completion(model, text))
-    options = chat.get("stream_options")
-    if options is not None and not isinstance(options, dict):
-        message = 'stream_options must be an object, such as {"include_usage": true}'
-        error = {"message": message, "type": "invalid_request_error", "param": "stream_options"}
-        return JSONResponse({"error": error}, status_code=400)
-    include_usage = bool(options and options.get("include_usage"))
-
-    def chunks() -> Iterator[bytes]:
-        yield from stop_stream(model, text, include_usage)
-
-    return StreamingResponse(chunks(), media_type="text/event-stream")
+        await send_answer(send, 200, dialect.stop_document(chat, text))
+        return
+    try:
+        events = dialect.stop_events(chat, text)
+    except InvalidRequest as exc:
+        await send_refusal(send, dialect, exc)
+        return
+    body = b"".join(events)
+    head = [
+        (b"content-type", b"text/event-stream; charset=utf-8"),
+        (b"content-length", b"%d" % len(body)),
+    ]
+    await send({"type": "http.response.start", "status": 200, "headers": head})
+    await send({"type": "http.response.body", "body": body})
 
 
 def cut_reason(governor: ProxyGovernor, exc: BaseException) -> str:
@@ -71,7 +86,7 @@ async def send_back(
     send: Send,
     receive: Receive,
     governor: ProxyGovernor,
-    method: str,
+    request: Incoming,
     answer: aiohttp.ClientResponse,
     judged: Judged | None,
 ) -> None:
@@ -80,14 +95,15 @@ async def send_back(
     scanner = None
     if judged is not None:
         judged.entry["streamed"] = streamed
-        scanner = UsageScanner(streamed) if answer.ok else None
+        scanner = judged.dialect.scanner(streamed) if answer.ok else None
     head = [(name, value) for name, value in answer.raw_headers if name.lower() not in DROPPED]
     size = answer.content_length
-    if not streamed and method != "HEAD" and size is not None and size <= MAX_BUFFERED_BYTES:
-        await _send_whole(send, governor, answer, head, scanner, judged)
+    whole = not streamed and request.method != "HEAD"
+    if whole and size is not None and size <= MAX_BUFFERED_BYTES:
+        await _send_whole(send, governor, request.dialect, answer, head, scanner, judged)
         return
     await send({"type": "http.response.start", "status": answer.status, "headers": head})
-    relay = _relay(answer, scanner, governor, judged, streamed)
+    relay = _relay(answer, scanner, governor, request.dialect, judged, streamed)
 
     def gone() -> None:
         governor.client_gone()
@@ -100,6 +116,7 @@ async def send_back(
 async def _send_whole(
     send: Send,
     governor: ProxyGovernor,
+    dialect: Dialect,
     answer: aiohttp.ClientResponse,
     head: list[tuple[bytes, bytes]],
     scanner: UsageScanner | None,
@@ -109,8 +126,7 @@ async def _send_whole(
     try:
         content = await answer.read()
     except UNANSWERED as exc:
-        error = {"message": cut_reason(governor, exc), "type": "upstream_error", "code": 502}
-        await send_answer(send, 502, {"error": error})
+        await send_error(send, dialect, 502, cut_reason(governor, exc))
         if judged is not None:
             governor.finish(judged, answer.status, "cut")
         return
@@ -130,6 +146,7 @@ async def _relay(
     answer: aiohttp.ClientResponse,
     scanner: UsageScanner | None,
     governor: ProxyGovernor,
+    dialect: Dialect,
     judged: Judged | None,
     streamed: bool,
 ) -> AsyncIterator[bytes]:
@@ -149,8 +166,7 @@ async def _relay(
         ended = "cut"
         message = cut_reason(governor, exc)
         if streamed:
-            error = {"message": message, "type": "upstream_error", "code": 504}
-            yield b"data: " + orjson.dumps({"error": error}) + b"\n\n"
+            yield dialect.stream_error(message, 504)
     finally:
         answer.release()
     if judged is not None:

@@ -25,10 +25,11 @@ from harness.contracts.calibration import Sample
 from harness.contracts.events import BudgetSpent
 from harness.governor.alerts import Alerts, Announcer
 from harness.governor.calibration import Calibrations
-from harness.governor.estimate import openai_request_chars, tokens_from_chars
+from harness.governor.estimate import tokens_from_chars
 from harness.governor.ledger import Entry, Ledger
 from harness.governor.policy import Verdict, decide
-from harness.governor.wire import Usage, tail_of
+from harness.governor.proxy.dialects import Body, Dialect
+from harness.governor.usage import Usage
 from harness.projections.calibration import current_calibrations
 from harness.store import EventStore, Spool
 
@@ -42,9 +43,9 @@ Ending = Literal["answered", "cut", "client_gone", "unreachable"]
 stop), its answer cut or stalled upstream, its client gone first, or no upstream answer."""
 
 
-def episode_of(body: dict[str, Any]) -> str:
+def episode_of(dialect: Dialect, body: Body) -> str:
     """A conversation is known by its model and opening messages, which every turn resends."""
-    opening = orjson.dumps([body.get("model"), body["messages"][:2]], default=str)
+    opening = orjson.dumps(dialect.opening(body), default=str)
     return hashlib.sha256(opening).hexdigest()[:16]
 
 
@@ -56,6 +57,7 @@ class Judged:
     with the exact prompt tokens and `finish` with how the answer ended.
     """
 
+    dialect: Dialect
     verdict: Verdict
     entry: dict[str, Any]
     tick_id: str | None
@@ -85,19 +87,25 @@ class ProxyGovernor:
         self.counters: Counter[str] = Counter()
         self.recent: deque[dict[str, Any]] = deque(maxlen=RECENT_DECISIONS)
 
-    def judge(self, body: dict[str, Any], tick_id: str | None) -> Judged:
-        """Decide on one request, count it and keep it in the recent decisions the status shows."""
+    def judge(self, dialect: Dialect, body: Body, tick_id: str | None) -> Judged:
+        """Decide on one request, count it and keep it in the recent decisions the status shows.
+
+        Both APIs' requests count as `chat` (the earlier governor's name for a governed
+        request), and each under its API's name.
+        """
         model = str(body.get("model") or "")
-        chars = openai_request_chars(body)
+        chars = dialect.chars(body)
         verdict = decide(
-            self.limits, model, chars, self.calibrations.ratio(model), tail_of(body["messages"])
+            self.limits, model, chars, self.calibrations.ratio(model), dialect.tail(body)
         )
         self.counters[verdict.decision] += 1
         self.counters["chat"] += 1
+        self.counters[dialect.api] += 1
         if verdict.decision in FORWARDED_AS_SENT:
             self.counters["passthrough"] += 1
         entry: dict[str, Any] = {
             "at": datetime.now(UTC).isoformat(),
+            "api": dialect.api,
             "decision": verdict.decision,
             "model": model,
             "chars": chars,
@@ -112,7 +120,7 @@ class ProxyGovernor:
         self.recent.append(entry)
         if verdict.decision != "pass":
             self._record(tick_id, lambda: verdict.event("proxy", None))
-        if self.alerts.urls and self.alerts.opens_episode(episode_of(body), verdict):
+        if self.alerts.urls and self.alerts.opens_episode(episode_of(dialect, body), verdict):
             task = asyncio.get_running_loop().run_in_executor(
                 None, self.alerts.send, verdict, "governor proxy"
             )
@@ -122,7 +130,7 @@ class ProxyGovernor:
                 None, self.announcer.post, verdict
             )
             announced.add_done_callback(lambda done: done.exception())
-        return Judged(verdict, entry, tick_id)
+        return Judged(dialect, verdict, entry, tick_id)
 
     def settle(self, judged: Judged, usage: Usage | None, answer_chars: int) -> None:
         """Calibrate from the answer's usage, count its exact tokens and book its spend."""
@@ -145,6 +153,7 @@ class ProxyGovernor:
         day = f"proxy-{datetime.now(UTC):%Y%m%d}"
         level = self.config.ledger_level
         cached = usage.cached_tokens if usage else None
+        written = usage.cache_write_tokens if usage else None
 
         def spent() -> BudgetSpent:
             return BudgetSpent(
@@ -154,6 +163,7 @@ class ProxyGovernor:
                 prompt_tokens=prompt,
                 completion_tokens=completion,
                 cache_read_tokens=cached,
+                cache_write_tokens=written,
                 estimated=usage is None,
                 source="proxy",
             )
@@ -174,6 +184,12 @@ class ProxyGovernor:
         entry["ended"] = ended
         if self.decision_log is not None:
             self.decision_log.write(orjson.dumps(entry).decode() + "\n")
+
+    def estimate(self, dialect: Dialect, body: Body) -> int:
+        """The prompt tokens of a request as the governor estimates them (`count_tokens`)."""
+        self.counters["count_tokens_estimated"] += 1
+        model = str(body.get("model") or "")
+        return tokens_from_chars(dialect.chars(body), self.calibrations.ratio(model))
 
     def client_gone(self) -> None:
         """Count a client that left before its answer ended."""

@@ -196,13 +196,19 @@ class MessagesUsageScanner(UsageScanner):
                 self.answer_chars += len(value) if isinstance(value, str) else 0
 
     def usage(self) -> Usage | None:
-        """The usage once the message has ended; a stream cut before its end reported none."""
+        """The usage once the message has ended; none from a stream cut before its end.
+
+        A prompt of no tokens is no usage: zero counters are how a server that counts
+        nothing says so, and no real prompt is empty.
+        """
         if not self._ended or "input_tokens" not in self._counts:
             return None
         counts = self._counts
         written = counts.get("cache_creation_input_tokens")
         read = counts.get("cache_read_input_tokens")
         prompt = counts["input_tokens"] + (written or 0) + (read or 0)
+        if prompt == 0:
+            return None
         return Usage(prompt, counts.get("output_tokens", 0), read, False, written)
 
     def _take(self, holder: Any) -> None:

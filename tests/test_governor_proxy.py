@@ -7,12 +7,14 @@ estimate is exactly its size / 3.2 and each decision is known in advance.
 from __future__ import annotations
 
 import asyncio
+import base64
 import itertools
 import threading
 import time
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit
 
 import anthropic
 import httpx
@@ -631,3 +633,31 @@ def test_clients_of_both_apis_share_one_governor_and_one_ledger(
     lines = [orjson.loads(line) for line in log_file.read_text().splitlines()]
     assert [line["api"] for line in lines] == ["openai", "anthropic", "anthropic"]
     assert SECRET not in everything and SECRET not in log_file.read_text()
+
+
+def test_anthropic_requests_go_to_their_own_upstream_with_their_auth_headers(
+    fake: FakeUpstream,
+) -> None:
+    """`anthropic_upstream` takes Messages requests; OpenAI ones stay with `upstream`."""
+    with serving(echo_app(), "echo") as echo:
+        parts = urlsplit(echo)
+        with governor_proxy(
+            config(origin_of(fake), anthropic_upstream=f"http://gw:pw@{parts.netloc}")
+        ) as (origin, governor):
+            answer = httpx.post(
+                f"{origin}/v1/messages?beta=true",
+                json={"model": "claude-m", "max_tokens": 8, "messages": claude_turns(100)},
+                headers={"x-api-key": SECRET, "anthropic-version": "2023-06-01"},
+            )
+            chat = client(origin).chat.completions.create(model="m", messages=messages(100))
+            status = governor.status()
+    echoed = answer.json()
+    headers = {name.lower(): value for name, value in echoed["headers"]}
+    assert (echoed["path"], echoed["query"]) == ("/v1/messages", "beta=true")
+    assert (headers["x-api-key"], headers["anthropic-version"]) == (SECRET, "2023-06-01")
+    assert headers["authorization"] == "Basic " + base64.b64encode(b"gw:pw").decode()
+    assert "accept-encoding" not in headers, "a governed answer is asked for uncompressed"
+    assert chat.choices[0].message.content == "All done: nothing needed attention."
+    assert [d["api"] for d in status["decisions"]] == ["anthropic", "openai"]
+    assert status["anthropic_upstream"] == echo and status["upstream"] == origin_of(fake)
+    assert SECRET not in str(status)

@@ -31,7 +31,7 @@ def _content(value: Any, what: str) -> Any:
 
 
 class _Message(BaseModel):
-    model_config = ConfigDict(extra="allow", strict=True)
+    model_config = ConfigDict(extra="ignore", strict=True)
     role: Literal["user", "assistant"]
     content: Any
 
@@ -42,19 +42,30 @@ class _Message(BaseModel):
 
 
 class _Request(BaseModel):
-    """The fields of a Messages request the governor reads; the rest go on as they came."""
+    """The fields of a Messages request the governor reads; the rest go on as they came.
 
-    model_config = ConfigDict(extra="allow", strict=True)
+    Only checked, never copied or rebuilt (extra fields ignored, blocks left as they are):
+    the check is on every request's path.
+    """
+
+    model_config = ConfigDict(extra="ignore", strict=True)
     model: str
     messages: list[_Message]
     system: Any = None
-    tools: list[dict[str, Any]] | None = None
+    tools: Any = None
     stream: bool | None = None
 
     @field_validator("system", mode="before")
     @classmethod
     def _system(cls, value: Any) -> Any:
         return value if value is None else _content(value, "text")
+
+    @field_validator("tools", mode="before")
+    @classmethod
+    def _tools(cls, value: Any) -> Any:
+        if value is None or (isinstance(value, list) and all(isinstance(t, dict) for t in value)):
+            return value
+        raise ValueError("must be a list of tool objects")
 
 
 def messages_request(body: bytes) -> dict[str, Any]:

@@ -7,6 +7,7 @@ and did nothing the proxy needs.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 
 import aiohttp
@@ -24,7 +25,7 @@ from harness.governor.proxy.replies import (
     send_stop,
 )
 from harness.governor.proxy.state import Judged, ProxyGovernor
-from harness.governor.proxy.upstream import UNANSWERED, Upstream
+from harness.governor.proxy.upstream import UNANSWERED, upstreams
 
 log = logging.getLogger(__name__)
 
@@ -40,11 +41,11 @@ gateway, a local server): the governor answers from its estimate instead."""
 
 
 class Proxy:
-    """The governor in front of one upstream; an instance is the ASGI app."""
+    """The governor in front of its upstreams (one per API); an instance is the ASGI app."""
 
     def __init__(self, governor: ProxyGovernor) -> None:
         self.governor = governor
-        self.upstream = Upstream(governor.config)
+        self.upstreams = upstreams(governor.config)
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         """Status or forward, told apart by two comparisons instead of Starlette's router.
@@ -68,9 +69,11 @@ class Proxy:
             await send_answer(send, 405, Allow=", ".join(METHODS))
 
     async def lifespan(self, receive: Receive, send: Send) -> None:
-        """The upstream session lives from startup to shutdown."""
+        """The upstreams' sessions live from startup to shutdown."""
         await receive()  # lifespan.startup
-        async with self.upstream.connected():
+        async with contextlib.AsyncExitStack() as stack:
+            for upstream in dict.fromkeys(self.upstreams.values()):
+                await stack.enter_async_context(upstream.connected())
             await send({"type": "lifespan.startup.complete"})
             await receive()  # lifespan.shutdown
         await send({"type": "lifespan.shutdown.complete"})
@@ -123,11 +126,12 @@ class Proxy:
         self, send: Send, request: Incoming, judged: Judged | None
     ) -> aiohttp.ClientResponse | None:
         """The upstream's answer; None when it gave none (the client has heard why)."""
+        upstream = self.upstreams[request.dialect.api]
         try:
-            return await self.upstream.forward(request)
+            return await upstream.forward(request)
         except UNANSWERED as exc:
             self.governor.counters["upstream_errors"] += 1
-            message = self.upstream.unreachable(exc)
+            message = upstream.unreachable(exc)
             log.warning("%s", message)
             await send_error(send, request.dialect, 502, message)
             if judged is not None:

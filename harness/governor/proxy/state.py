@@ -206,6 +206,7 @@ class ProxyGovernor:
             "ok": True,
             "uptime_s": int(time.monotonic() - self.started),
             "upstream": self.config.public_upstream,
+            "anthropic_upstream": self.config.public_anthropic_upstream,
             "soft_tokens": self.limits.soft_tokens,
             "hard_tokens": self.limits.hard,
             "soft": self.limits.soft_tokens,

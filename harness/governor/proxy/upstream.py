@@ -13,7 +13,7 @@ from urllib.parse import unquote, urlsplit
 
 import aiohttp
 
-from harness.config import GovernorConfig
+from harness.config.governor import GovernorConfig, without_credentials
 from harness.governor.proxy.incoming import Incoming
 
 KEEPALIVE_SECONDS = 2.0
@@ -28,16 +28,13 @@ UNANSWERED = (aiohttp.ClientError, TimeoutError)
 class Upstream:
     """Where requests go: the upstream's base URL, its credentials, the session while serving."""
 
-    def __init__(self, config: GovernorConfig) -> None:
-        if not config.upstream:
-            raise ValueError(
-                "the governor needs an upstream: set [governor] upstream or GOV_UPSTREAM"
-            )
-        self.config = config
-        self.base = config.public_upstream.rstrip("/")
+    def __init__(self, url: str, idle_seconds: float) -> None:
+        self.public = without_credentials(url)
+        self.base = self.public.rstrip("/")
+        self.idle_seconds = idle_seconds
         # Credentials in the URL become the Authorization of requests that bring none of
         # their own: aiohttp refuses a request with both.
-        given = urlsplit(config.upstream)
+        given = urlsplit(url)
         self.basic = (
             "Basic "
             + b64encode(
@@ -52,9 +49,7 @@ class Upstream:
     async def connected(self) -> AsyncIterator[None]:
         """The pooled session for the app's lifetime (its ASGI lifespan)."""
         connector = aiohttp.TCPConnector(limit=0, keepalive_timeout=KEEPALIVE_SECONDS)
-        timeout = aiohttp.ClientTimeout(
-            total=None, connect=10.0, sock_read=self.config.upstream_idle_seconds
-        )
+        timeout = aiohttp.ClientTimeout(total=None, connect=10.0, sock_read=self.idle_seconds)
         async with aiohttp.ClientSession(connector=connector, timeout=timeout) as session:
             self._session = session
             try:
@@ -83,4 +78,16 @@ class Upstream:
     def unreachable(self, exc: BaseException) -> str:
         """Why the upstream gave no answer, naming it without its credentials."""
         reason = f"{type(exc).__name__}: {exc}".rstrip(": ")
-        return f"governor: the upstream {self.config.public_upstream} did not answer ({reason})"
+        return f"governor: the upstream {self.public} did not answer ({reason})"
+
+
+def upstreams(config: GovernorConfig) -> dict[str, Upstream]:
+    """Each API's upstream: Anthropic's own when configured, else the one upstream."""
+    if not config.upstream:
+        raise ValueError("the governor needs an upstream: set [governor] upstream or GOV_UPSTREAM")
+    main = Upstream(config.upstream, config.upstream_idle_seconds)
+    anthropic = config.anthropic_upstream
+    return {
+        "openai": main,
+        "anthropic": Upstream(anthropic, config.upstream_idle_seconds) if anthropic else main,
+    }

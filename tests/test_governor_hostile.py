@@ -142,6 +142,7 @@ chat_fields = st.fixed_dictionaries(
         "stream": json_scalars,
         "stream_options": json_scalars | st.dictionaries(st.text(max_size=5), json_scalars),
         "tools": json_scalars | st.lists(json_scalars, max_size=2),
+        "system": json_scalars | st.lists(json_scalars, max_size=2),
     },
 )
 
@@ -156,13 +157,15 @@ def unreachable() -> Iterator[str]:
 @settings(
     max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
 )
-@given(fields=chat_fields, size=st.sampled_from([10, OVER_HARD]))
-def test_no_chat_request_gets_a_500_from_the_governor(
-    unreachable: str, fields: dict[str, Any], size: int
+@given(
+    fields=chat_fields,
+    size=st.sampled_from([10, OVER_HARD]),
+    path=st.sampled_from(["/v1/chat/completions", "/v1/messages"]),
+)
+def test_no_model_call_gets_a_500_from_the_governor(
+    unreachable: str, fields: dict[str, Any], size: int, path: str
 ) -> None:
-    answer = httpx.post(
-        f"{unreachable}/v1/chat/completions", json={**fields, "messages": messages(size)}
-    )
+    answer = httpx.post(f"{unreachable}{path}", json={**fields, "messages": messages(size)})
     assert answer.status_code < 500 or answer.status_code == 502, answer.text
 
 

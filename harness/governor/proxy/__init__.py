@@ -1,10 +1,12 @@
-"""`tickwork governor`: the context-size guard as an OpenAI-compatible HTTP proxy.
+"""`tickwork governor`: the context-size guard as an HTTP proxy for OpenAI and Anthropic APIs.
 
 Every request goes to the upstream unchanged (method, path, query, end-to-end headers,
-body) and its answer comes back chunk by chunk as it arrives, except chat completions:
-those are measured first, and get the wrap-up directive (soft) or are answered by the
-governor itself without reaching the upstream (hard). A body that is not a JSON chat
-request is passed on untouched; the upstream answers it as it would without the proxy.
+body) and its answer comes back chunk by chunk as it arrives, except model calls (OpenAI
+chat completions, Anthropic Messages): those are measured first, and get the wrap-up
+directive (soft) or are answered by the governor itself without reaching the upstream
+(hard), each in its API's own format (`dialects`). A body that is not a JSON chat request
+is passed on untouched; the upstream answers it as it would without the proxy. An
+Anthropic body the governor cannot measure is refused, naming the field.
 
 The usage of each answer calibrates the model's chars-per-token ratio and, for clients
 that are not ticks, is booked as `BudgetSpent` (source `proxy`) in the same ledger as the

@@ -152,5 +152,5 @@ class Proxy:
 
 
 def create_app(governor: ProxyGovernor) -> ASGIApp:
-    """The proxy app, with one pooled aiohttp session to the upstream for its lifetime."""
+    """The proxy app, with a pooled aiohttp session to each upstream for its lifetime."""
     return Proxy(governor)

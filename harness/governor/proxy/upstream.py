@@ -13,7 +13,7 @@ from urllib.parse import unquote, urlsplit
 
 import aiohttp
 
-from harness.config.governor import GovernorConfig, without_credentials
+from harness.config import GovernorConfig
 from harness.governor.proxy.incoming import Incoming
 
 KEEPALIVE_SECONDS = 2.0
@@ -28,9 +28,10 @@ UNANSWERED = (aiohttp.ClientError, TimeoutError)
 class Upstream:
     """Where requests go: the upstream's base URL, its credentials, the session while serving."""
 
-    def __init__(self, url: str, idle_seconds: float) -> None:
-        self.public = without_credentials(url)
-        self.base = self.public.rstrip("/")
+    def __init__(self, url: str, public: str, idle_seconds: float) -> None:
+        self.public = public
+        """The URL without credentials, for errors and logs."""
+        self.base = public.rstrip("/")
         self.idle_seconds = idle_seconds
         # Credentials in the URL become the Authorization of requests that bring none of
         # their own: aiohttp refuses a request with both.
@@ -85,9 +86,12 @@ def upstreams(config: GovernorConfig) -> dict[str, Upstream]:
     """Each API's upstream: Anthropic's own when configured, else the one upstream."""
     if not config.upstream:
         raise ValueError("the governor needs an upstream: set [governor] upstream or GOV_UPSTREAM")
-    main = Upstream(config.upstream, config.upstream_idle_seconds)
+    idle = config.upstream_idle_seconds
+    main = Upstream(config.upstream, config.public_upstream, idle)
     anthropic = config.anthropic_upstream
     return {
         "openai": main,
-        "anthropic": Upstream(anthropic, config.upstream_idle_seconds) if anthropic else main,
+        "anthropic": (
+            Upstream(anthropic, config.public_anthropic_upstream, idle) if anthropic else main
+        ),
     }

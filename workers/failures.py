@@ -1,21 +1,25 @@
 """Which errors of a tick are infrastructure: the runner retries those, then pauses the level.
 
-An upstream that is down, throttles, cuts a stream, ends a turn without a stop reason or
-answers with something that does not parse as a completion, and a store out of reach, are
-recognised by the exception classes of the libraries that raise them: openai (the
-client Strands' model calls), httpx (a stream cut after the response began reaches the
-agent unwrapped), Strands (which turns a 429 into its own throttling exception) and the
-store. Errors no class or status says anything about (a tool's, a gateway's plain
-exception) are read for the markers the predecessor call layer matched on, so an
-"overloaded" or "database is locked" is retried rather than counted a bug. Anything else
-is internal; content failures are judged from the answer, not here.
+An upstream that is down, throttles, is overloaded (Anthropic's 529), cuts a stream, ends
+a turn without a stop reason, answers with something that does not parse as a completion
+or is an endpoint of another protocol, and a store out of reach, are recognised by the
+exception classes of the libraries that raise them: the openai, anthropic and ollama
+clients Strands' models call (an error's HTTP status where its class says nothing: 429
+and 5xx are infrastructure, 401 and 403 configuration), httpx (a stream cut after the
+response began reaches the agent unwrapped), Strands (which turns a 429 into its own
+throttling exception) and the store. Errors no class or status says anything about (a
+tool's, a gateway's plain exception) are read for the markers the predecessor call layer
+matched on, so an "overloaded" or "database is locked" is retried rather than counted a
+bug. Anything else is internal; content failures are judged from the answer, not here.
 """
 
 from __future__ import annotations
 
 import json
 
+import anthropic
 import httpx
+import ollama
 import openai
 from strands.types.exceptions import ModelThrottledException
 
@@ -23,19 +27,26 @@ from harness.contracts.result import FailureClass
 from harness.routing.quota import QuotaExhaustedError
 from harness.store import StoreUnavailableError
 from workers.fallback import SelfCheckFailedError
-from workers.model import MalformedAnswerError, MissingEndpointError, UnfinishedTurnError
+from workers.model import MissingEndpointError, UnfinishedTurnError
+from workers.wire import MalformedAnswerError, WrongEndpointError
 
 INFRASTRUCTURE_ERRORS: tuple[type[Exception], ...] = (
     openai.APIConnectionError,
     openai.APITimeoutError,
     openai.RateLimitError,
     openai.InternalServerError,
+    anthropic.APIConnectionError,
+    anthropic.RateLimitError,
+    anthropic.InternalServerError,
+    anthropic.OverloadedError,
+    ConnectionError,
     ModelThrottledException,
     httpx.RemoteProtocolError,
     httpx.ReadTimeout,
     httpx.ConnectError,
     json.JSONDecodeError,
     MalformedAnswerError,
+    WrongEndpointError,
     UnfinishedTurnError,
     StoreUnavailableError,
     QuotaExhaustedError,
@@ -46,6 +57,8 @@ INFRASTRUCTURE_ERRORS: tuple[type[Exception], ...] = (
 CONFIGURATION_ERRORS: tuple[type[Exception], ...] = (
     openai.AuthenticationError,
     openai.PermissionDeniedError,
+    anthropic.AuthenticationError,
+    anthropic.PermissionDeniedError,
     MissingEndpointError,
 )
 """The upstream refused the credentials (401, 403), or a target's variable is unset: no
@@ -84,14 +97,25 @@ def failure_class(exc: BaseException) -> FailureClass:
     while seen is not None and seen not in chain:
         chain.append(seen)
         seen = seen.__cause__ or seen.__context__
-    statuses = [error for error in chain if isinstance(error, openai.APIStatusError)]
+    statuses = [status for status in map(_status, chain) if status is not None]
     for error in chain:
         if isinstance(error, CONFIGURATION_ERRORS):
             return "configuration"
         if isinstance(error, INFRASTRUCTURE_ERRORS):
             return "infrastructure"
-    if any(error.status_code == 429 or error.status_code >= 500 for error in statuses):
+    if any(status in (401, 403) for status in statuses):
+        return "configuration"
+    if any(status == 429 or status >= 500 for status in statuses):
         return "infrastructure"
     if not statuses and any(says_infrastructure(str(error)) for error in chain):
         return "infrastructure"
     return "internal"
+
+
+def _status(error: BaseException) -> int | None:
+    """The HTTP status an SDK's error carries (Ollama's is -1 when it had none)."""
+    if isinstance(error, openai.APIStatusError | anthropic.APIStatusError):
+        return error.status_code
+    if isinstance(error, ollama.ResponseError) and error.status_code > 0:
+        return error.status_code
+    return None

@@ -6,15 +6,22 @@ worker process talking the protocol's real SDK, through Strands, to the fake ups
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from genai_prices import Usage, calc_price
 
-from harness.contracts.wire import APIS, Api
+from harness.contracts.payload import TickPayload
+from harness.contracts.wire import APIS, BASE_URL_ENV, Api
 from harness.devtools.fake_llm import FakeUpstream, LedgerEntry, Step, ToolCallSpec
+from harness.prices import PriceBook
 from harness.store import StoredEvent
 from tests.tick_support import SECRET, Harness
+from workers.failures import failure_class
+from workers.model import build_model
+from workers.wire import WrongEndpointError
 
 
 @pytest.fixture(scope="module")
@@ -114,16 +121,64 @@ def test_each_protocols_faults_are_infrastructure_and_cut_calls_are_estimated(
         assert "OverloadedError" in {c["error_class"] for c in failed}
 
 
+def payload_for(tmp_path: Path, api: Api, effort: str | None = None) -> TickPayload:
+    return TickPayload(
+        tick_id="t-1",
+        level="min",
+        prompt="p",
+        model="m",
+        api=api,
+        effort=effort,  # type: ignore[arg-type]
+        max_tool_calls=1,
+        result_path=tmp_path / "r.json",
+        store_url=f"sqlite:///{tmp_path}/e.db",
+        spool_dir=tmp_path / "spool",
+    )
+
+
 @pytest.mark.parametrize(
-    ("api", "effort", "problem"),
+    ("api", "effort", "sent"),
     [
-        ("anthropic", "minimal", "effort 'minimal' is not one anthropic takes"),
-        ("openai-chat", "max", "effort 'max' is not one openai-chat takes"),
-        ("ollama", "xhigh", "effort 'xhigh' is not one ollama takes"),
+        ("openai-chat", "xhigh", {"reasoning_effort": "xhigh"}),
+        ("openai-responses", "minimal", {"reasoning": {"effort": "minimal", "summary": "auto"}}),
+        ("anthropic", "high", {"thinking": {"type": "enabled", "budget_tokens": 16_384}}),
+        ("anthropic", "max", {"max_tokens": 8192 + 63_999}),
+        ("ollama", "low", {"think": "low"}),
+        ("ollama", "none", {"think": False}),
     ],
 )
-def test_an_effort_the_protocol_cannot_take_is_refused_at_load(
-    tmp_path: Path, api: Api, effort: str, problem: str
+def test_effort_becomes_each_protocols_own_parameter(
+    tmp_path: Path, api: Api, effort: str, sent: dict[str, object]
 ) -> None:
-    with pytest.raises(ValueError, match=problem):
-        Harness(tmp_path, FakeUpstream(), api=api, effort=effort)
+    model = build_model(payload_for(tmp_path, api, effort))
+    request = model.request_form([{"role": "user", "content": [{"text": "hi"}]}], [], None)
+    assert {key: request.get(key) for key in sent} == sent
+
+
+@pytest.mark.parametrize("api", ["anthropic", "openai-responses", "ollama"])
+def test_an_endpoint_of_another_kind_is_named_and_infrastructure(
+    tmp_path: Path, fake: FakeUpstream, api: Api, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv(BASE_URL_ENV[api], fake.origin + "/api/tags")
+    model = build_model(payload_for(tmp_path, api))
+
+    async def call() -> None:
+        async for _ in model.stream([{"role": "user", "content": [{"text": "hi"}]}]):
+            pass
+
+    with pytest.raises(Exception) as raised:
+        asyncio.run(call())
+    assert failure_class(raised.value) == "infrastructure"
+    named = [e for e in (raised.value, raised.value.__cause__) if isinstance(e, WrongEndpointError)]
+    assert named and f"is the target's base_url an {api} endpoint" in str(named[0])
+
+
+@pytest.mark.parametrize("model", ["claude-sonnet-4-5", "gpt-5"])
+def test_cache_tokens_are_priced_as_the_provider_bills_them(model: str) -> None:
+    """Prompt tokens include the cache in tickwork's books, whatever the protocol said."""
+    usage = Usage(input_tokens=10_000, cache_read_tokens=4000, cache_write_tokens=1000)
+    usage.output_tokens = 500
+    expected = float(calc_price(usage, model).total_price)
+    assert PriceBook().cost(model, "2026-11-01", -1, 10_000, 500, 4000, 1000) == pytest.approx(
+        expected
+    )

@@ -342,10 +342,10 @@ def _capacity_problems(where: str, target: Target) -> Iterator[str]:
 
 
 def _identity_problems(catalog: Catalog) -> Iterator[str]:
-    """One runtime (model, endpoint, effort) under two ids would split its availability."""
-    seen: dict[tuple[str, str | None, str | None, str | None], str] = {}
+    """One runtime (model, endpoint, protocol, effort) under two ids splits its availability."""
+    seen: dict[tuple[str, str | None, str | None, str, str | None], str] = {}
     for target_id, target in catalog.targets.items():
-        identity = (target.model, target.base_url, target.base_url_env, target.effort)
+        identity = (target.model, target.base_url, target.base_url_env, target.api, target.effort)
         if identity in seen:
             yield (
                 f"targets.{target_id}: same model, endpoint and effort as "

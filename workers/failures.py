@@ -17,29 +17,18 @@ from __future__ import annotations
 
 import json
 
-import anthropic
 import httpx
-import ollama
-import openai
 from strands.types.exceptions import ModelThrottledException
 
 from harness.contracts.result import FailureClass
 from harness.routing.quota import QuotaExhaustedError
 from harness.store import StoreUnavailableError
 from workers.fallback import SelfCheckFailedError
-from workers.model import MissingEndpointError, UnfinishedTurnError
+from workers.model import MissingEndpointError
+from workers.providers import LOADED_SDK_ERRORS, UnfinishedTurnError
 from workers.wire import MalformedAnswerError, WrongEndpointError
 
 INFRASTRUCTURE_ERRORS: tuple[type[Exception], ...] = (
-    openai.APIConnectionError,
-    openai.APITimeoutError,
-    openai.RateLimitError,
-    openai.InternalServerError,
-    anthropic.APIConnectionError,
-    anthropic.RateLimitError,
-    anthropic.InternalServerError,
-    anthropic.OverloadedError,
-    ConnectionError,
     ModelThrottledException,
     httpx.RemoteProtocolError,
     httpx.ReadTimeout,
@@ -54,15 +43,9 @@ INFRASTRUCTURE_ERRORS: tuple[type[Exception], ...] = (
 )
 
 
-CONFIGURATION_ERRORS: tuple[type[Exception], ...] = (
-    openai.AuthenticationError,
-    openai.PermissionDeniedError,
-    anthropic.AuthenticationError,
-    anthropic.PermissionDeniedError,
-    MissingEndpointError,
-)
-"""The upstream refused the credentials (401, 403), or a target's variable is unset: no
-retry can mend a wrong key or a missing variable."""
+CONFIGURATION_ERRORS: tuple[type[Exception], ...] = (MissingEndpointError,)
+"""A target's variable is unset: no retry can mend it (nor a key the upstream refuses:
+each SDK's 401 and 403 classes, `workers.providers.SdkErrors`)."""
 
 INFRASTRUCTURE_MARKERS: tuple[str, ...] = (
     "429",
@@ -97,11 +80,16 @@ def failure_class(exc: BaseException) -> FailureClass:
     while seen is not None and seen not in chain:
         chain.append(seen)
         seen = seen.__cause__ or seen.__context__
-    statuses = [status for status in map(_status, chain) if status is not None]
+    configuration, infrastructure, with_status = _known_errors()
+    statuses = [
+        status
+        for error in chain
+        if isinstance(error, with_status) and (status := getattr(error, "status_code", 0)) > 0
+    ]
     for error in chain:
-        if isinstance(error, CONFIGURATION_ERRORS):
+        if isinstance(error, configuration):
             return "configuration"
-        if isinstance(error, INFRASTRUCTURE_ERRORS):
+        if isinstance(error, infrastructure):
             return "infrastructure"
     if any(status in (401, 403) for status in statuses):
         return "configuration"
@@ -112,10 +100,13 @@ def failure_class(exc: BaseException) -> FailureClass:
     return "internal"
 
 
-def _status(error: BaseException) -> int | None:
-    """The HTTP status an SDK's error carries (Ollama's is -1 when it had none)."""
-    if isinstance(error, openai.APIStatusError | anthropic.APIStatusError):
-        return error.status_code
-    if isinstance(error, ollama.ResponseError) and error.status_code > 0:
-        return error.status_code
-    return None
+def _known_errors() -> tuple[
+    tuple[type[Exception], ...], tuple[type[Exception], ...], tuple[type[Exception], ...]
+]:
+    """Configuration, infrastructure and status-carrying classes, the loaded SDKs' included."""
+    sdks = list(LOADED_SDK_ERRORS)
+    return (
+        CONFIGURATION_ERRORS + tuple(c for sdk in sdks for c in sdk.configuration),
+        INFRASTRUCTURE_ERRORS + tuple(c for sdk in sdks for c in sdk.infrastructure),
+        tuple(c for sdk in sdks for c in sdk.with_status),
+    )

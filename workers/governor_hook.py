@@ -23,7 +23,7 @@ from harness.contracts.payload import TickPayload
 from harness.governor.calibration import Calibrations
 from harness.governor.estimate import request_chars, wire_request_chars
 from harness.governor.policy import Tail, decide
-from workers.model import Metered
+from workers.providers import Metered
 from workers.recorder import EventRecorder
 
 log = logging.getLogger(__name__)

@@ -27,7 +27,7 @@ from harness.contracts.events import BudgetSpent, ModelCalled, ModelCallStarted,
 from harness.contracts.payload import TickPayload
 from harness.governor.estimate import request_chars, tokens_from_chars
 from workers.failures import failure_class
-from workers.model import Metered
+from workers.providers import Metered
 from workers.recorder import EventRecorder
 
 ERROR_CHARS = 300

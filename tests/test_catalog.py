@@ -161,6 +161,11 @@ RULES = [
         _set("targets.mini.selfcheck_required", "yes"),
         "targets.mini.selfcheck_required: Input should be a valid boolean",
     ),
+    (_set("targets.mini.api", "bedrock"), "targets.mini.api: Input should be 'openai-chat', "),
+    (
+        _set("targets.mini.effort", "max"),
+        "targets.mini: Value error, effort 'max' is not one openai-chat takes",
+    ),
     (_set("lanes.min.policy_priority", -1), "lanes.min.policy_priority: Input should be greater"),
     (_set("lanes.min.policy_priority", True), "lanes.min.policy_priority: Input should be a valid"),
 ]

@@ -29,7 +29,7 @@ from starlette.routing import Route
 from harness.contracts.events import GOVERNOR_STREAM
 from harness.devtools.fake_llm import FakeUpstream, Step
 from harness.devtools.fake_llm.anthropic import prompt_view
-from harness.governor import anthropic_request_chars, tokens_from_chars
+from harness.governor import tokens_from_chars, wire_request_chars
 from harness.store import open_store
 from tests.governor_support import (
     HARD,
@@ -593,7 +593,7 @@ def test_count_tokens_is_the_upstreams_or_else_the_governors_estimate(fake: Fake
     ):
         estimated = claude(origin).messages.count_tokens(**request)
         bad = httpx.post(f"{origin}/v1/messages/count_tokens", json={"model": "claude-m"})
-    assert estimated.input_tokens == tokens_from_chars(anthropic_request_chars(request))
+    assert estimated.input_tokens == tokens_from_chars(wire_request_chars("anthropic", request))
     assert governor.counters["count_tokens_estimated"] == 1 and not governor.recent
     assert bad.status_code == 400 and "messages" in bad.json()["error"]["message"]
 

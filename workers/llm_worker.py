@@ -222,7 +222,10 @@ def warm_up() -> None:
 
     from harness.contracts.events import BudgetSpent
     from harness.contracts.payload import DailyBudget, RagSettings
+    from workers.providers import load_all
     from workers.recorder import EventRecorder
+
+    load_all()  # every protocol's SDK, shared by the ticks forked from here
 
     with tempfile.TemporaryDirectory(prefix="tickwork-warm-up-") as name:
         folder = Path(name)

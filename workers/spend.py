@@ -27,7 +27,7 @@ from harness.contracts.events import BudgetSpent, ModelCalled, ModelCallStarted,
 from harness.contracts.payload import TickPayload
 from harness.governor.estimate import request_chars, tokens_from_chars
 from workers.failures import failure_class
-from workers.model import MeteredOpenAIModel
+from workers.providers import Metered
 from workers.recorder import EventRecorder
 
 ERROR_CHARS = 300
@@ -40,7 +40,7 @@ class SpendMeter(HookProvider):
     def __init__(self, payload: TickPayload, recorder: EventRecorder) -> None:
         self.payload = payload
         self.recorder = recorder
-        self.model: MeteredOpenAIModel | None = None
+        self.model: Metered | None = None
         """The model of the candidate being tried; a fallback sets the next one."""
         self.target: str | None = None
         """The catalog target of that candidate (None without a route)."""
@@ -58,7 +58,7 @@ class SpendMeter(HookProvider):
         self._wait_ms = 0.0
         self._cancelled = False
 
-    def use(self, model: MeteredOpenAIModel, target: str | None) -> MeteredOpenAIModel:
+    def use(self, model: Metered, target: str | None) -> Metered:
         """Meter the calls of the next candidate; its first call is a first attempt again."""
         self.model, self.target, self._attempt = model, target, 1
         return model
@@ -114,7 +114,7 @@ class SpendMeter(HookProvider):
 
     def _spent(
         self,
-        model: MeteredOpenAIModel,
+        model: Metered,
         prompt: int,
         completion: int,
         estimated: bool,
@@ -138,7 +138,7 @@ class SpendMeter(HookProvider):
         )
 
     def _called(
-        self, model: MeteredOpenAIModel, event: AfterModelCallEvent, spent: BudgetSpent | None
+        self, model: Metered, event: AfterModelCallEvent, spent: BudgetSpent | None
     ) -> ModelCalled:
         now = self._ended_at = time.monotonic()
         exc = event.exception

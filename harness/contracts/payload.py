@@ -13,7 +13,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from harness.contracts.calibration import Calibration
 from harness.contracts.governor import GovernorLimits
-from harness.contracts.secrets import API_KEY_ENV
+from harness.contracts.wire import API_KEY_ENV_OF, BASE_URL_ENV, Api, Effort
 
 TICK_HEADER = "x-tickwork-tick"
 """Sent with every model request, so an upstream (or the fake one) can tell ticks apart."""
@@ -74,7 +74,8 @@ class RouteCandidate(BaseModel):
 
     target: Annotated[str, Field(min_length=1)]
     model: Annotated[str, Field(min_length=1)]
-    effort: Literal["low", "medium", "high"] | None = None
+    api: Api = "openai-chat"
+    effort: Effort | None = None
     base_url: str | None = None
     base_url_env: str | None = None
     api_key_env: str | None = None
@@ -148,7 +149,8 @@ class TickPayload(BaseModel):
     `$slot`, `$previous_result`), recorded with the tick's start, calls and spend."""
     instructions: str = ""
     model: Annotated[str, Field(min_length=1)]
-    effort: Literal["low", "medium", "high"] | None = None
+    api: Api = "openai-chat"
+    effort: Effort | None = None
     max_tool_calls: Annotated[int, Field(ge=0)]
     can_shell: bool = False
     rag: RagSettings = RagSettings()
@@ -158,7 +160,7 @@ class TickPayload(BaseModel):
     spool_dir: Path
     model_timeout_seconds: Annotated[float, Field(gt=0)] = 120.0
     route: RoutePlan | None = None
-    """Set when a routing catalog chose the model; `model` and `effort` are its first."""
+    """Set when a routing catalog chose the model; `model`, `api` and `effort` are its first."""
     governor: GovernorLimits = GovernorLimits()
     calibrations: dict[str, Calibration] = {}
     """What the calibration read model had learned of the tick's models when it was
@@ -176,10 +178,11 @@ class TickPayload(BaseModel):
         They are the only secrets its environment may hold: a `can_shell` tick can read it.
         """
         if self.route is None:
-            return frozenset({API_KEY_ENV})
-        keys = {c.api_key_env or API_KEY_ENV for c in self.route.candidates}
-        probes = (c.quota_probe for c in self.route.candidates if c.quota_probe)
-        return frozenset(keys | {p.header_env for p in probes if p.header_env})
+            names = [API_KEY_ENV_OF[self.api]]
+        else:
+            names = [c.api_key_env or API_KEY_ENV_OF[c.api] for c in self.route.candidates]
+            names += [c.quota_probe.header_env for c in self.route.candidates if c.quota_probe]
+        return frozenset(name for name in names if name)
 
     def named_variables(self) -> frozenset[str]:
         """Every variable this tick's targets name: their keys' and their endpoints'.
@@ -187,6 +190,7 @@ class TickPayload(BaseModel):
         The worker reads them from its own environment, so each one reaches it whatever its
         prefix: a local target's `base_url_env = "TICKWORK_LOCAL_LLM_URL"` included.
         """
-        candidates = self.route.candidates if self.route else []
-        endpoints = {c.base_url_env for c in candidates if c.base_url_env}
+        if self.route is None:
+            return self.key_variables() | {BASE_URL_ENV[self.api]}
+        endpoints = {c.base_url_env for c in self.route.candidates if c.base_url_env}
         return self.key_variables() | endpoints

@@ -15,10 +15,10 @@ from harness.contracts.secrets import ALERT_URLS_ENV
 from harness.governor.alerts import Alerts, urls_from_env
 from harness.governor.calibration import Calibrations
 from harness.governor.estimate import (
-    anthropic_request_chars,
     openai_request_chars,
     request_chars,
     tokens_from_chars,
+    wire_request_chars,
 )
 from harness.governor.policy import Tail, Verdict, decide
 
@@ -28,10 +28,10 @@ __all__ = [
     "Calibrations",
     "Tail",
     "Verdict",
-    "anthropic_request_chars",
     "decide",
     "openai_request_chars",
     "request_chars",
     "tokens_from_chars",
     "urls_from_env",
+    "wire_request_chars",
 ]

@@ -53,7 +53,10 @@ def _usage(turn: Turn) -> dict[str, Any] | None:
         return None
     return {
         "input_tokens": turn.prompt_tokens,
-        "input_tokens_details": {"cached_tokens": turn.cache_read},
+        "input_tokens_details": {
+            "cached_tokens": turn.cache_read,
+            "cache_write_tokens": turn.cache_write,
+        },
         "output_tokens": turn.completion_tokens,
         "output_tokens_details": {"reasoning_tokens": turn.reasoning_tokens},
         "total_tokens": turn.prompt_tokens + turn.completion_tokens,

@@ -11,10 +11,11 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
+from functools import partial
 from typing import Any, Literal
 
 from harness.governor import anthropic_wire, openai_wire
-from harness.governor.estimate import anthropic_request_chars, openai_request_chars
+from harness.governor.estimate import openai_request_chars, wire_request_chars
 from harness.governor.policy import Tail
 from harness.governor.usage import UsageScanner
 
@@ -56,7 +57,7 @@ OPENAI_CHAT = Dialect(
 ANTHROPIC_MESSAGES = Dialect(
     api="anthropic",
     parse=anthropic_wire.messages_request,
-    chars=anthropic_request_chars,
+    chars=partial(wire_request_chars, "anthropic"),
     tail=anthropic_wire.messages_tail,
     opening=anthropic_wire.messages_opening,
     with_directive=anthropic_wire.with_system_directive,

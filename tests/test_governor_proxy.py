@@ -601,15 +601,22 @@ def test_count_tokens_is_the_upstreams_or_else_the_governors_estimate(fake: Fake
 def test_clients_of_both_apis_share_one_governor_and_one_ledger(
     fake: FakeUpstream, tmp_path: Path
 ) -> None:
-    """Each call's spend, cache reads and writes included, equals what the fake billed."""
+    """Each call's spend, cache reads and writes included, equals what the fake billed.
+
+    A stream cut before its usage is booked at the estimate, and flagged.
+    """
     store_url = f"sqlite:///{tmp_path}/events.db"
-    fake.script("default", [Step(), Step(cache_read_tokens=300, cache_write_tokens=200), Step()])
+    cached = Step(cache_read_tokens=300, cache_write_tokens=200)
+    fake.script("default", [Step(), cached, Step(), Step(cut_stream=True)])
     log_file = tmp_path / "decisions.jsonl"
     cfg = config(origin_of(fake), calibrate=True, log=log_file)
-    with governor_proxy(cfg, store_url, tmp_path / "spool") as (origin, _):
+    with governor_proxy(cfg, store_url, tmp_path / "spool") as (origin, governor):
         client(origin).chat.completions.create(model="m", messages=messages(1500))
         ask_claude(origin, 1500, False)
         ask_claude(origin, 1600, True)
+        with pytest.raises(anthropic.APIStatusError):
+            ask_claude(origin, 1700, True)
+        cut_estimate = governor.recent[-1]["est_tokens"]
         status = httpx.get(f"{origin}/governor/status").json()
     store = open_store(store_url)
     try:
@@ -620,18 +627,24 @@ def test_clients_of_both_apis_share_one_governor_and_one_ledger(
         everything = orjson.dumps([e.data for e in store.read_all(limit=1000)]).decode()
     finally:
         store.close()
-    billed = fake.ledger[-3:]
+    billed = fake.ledger[-4:-1]
     assert [
-        (s["model"], s["prompt_tokens"], s["completion_tokens"], s["estimated"]) for s in spent
+        (s["model"], s["prompt_tokens"], s["completion_tokens"], s["estimated"]) for s in spent[:3]
     ] == [(b.model, b.prompt_tokens, b.completion_tokens, False) for b in billed]
-    assert [(s["cache_read_tokens"], s["cache_write_tokens"]) for s in spent[1:]] == [
+    assert [(s["cache_read_tokens"], s["cache_write_tokens"]) for s in spent[1:3]] == [
         (b.cache_read_tokens, b.cache_write_tokens) for b in billed[1:]
     ]
+    assert (spent[3]["prompt_tokens"], spent[3]["estimated"]) == (cut_estimate, True)
     assert [s["model"] for s in samples] == ["m", "claude-m", "claude-m"]
-    assert status["counters"]["openai"] == 1 and status["counters"]["anthropic"] == 2
+    assert status["counters"]["openai"] == 1 and status["counters"]["anthropic"] == 3
     assert status["calibration"]["claude-m"]["samples"] == 2
     lines = [orjson.loads(line) for line in log_file.read_text().splitlines()]
-    assert [line["api"] for line in lines] == ["openai", "anthropic", "anthropic"]
+    assert [(line["api"], line["ended"]) for line in lines] == [
+        ("openai", "answered"),
+        ("anthropic", "answered"),
+        ("anthropic", "answered"),
+        ("anthropic", "cut"),
+    ]
     assert SECRET not in everything and SECRET not in log_file.read_text()
 
 

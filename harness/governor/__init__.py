@@ -13,7 +13,12 @@ from __future__ import annotations
 from harness.contracts.secrets import ALERT_URLS_ENV
 from harness.governor.alerts import Alerts, urls_from_env
 from harness.governor.calibration import Calibrations
-from harness.governor.estimate import openai_request_chars, request_chars, tokens_from_chars
+from harness.governor.estimate import (
+    openai_request_chars,
+    request_chars,
+    tokens_from_chars,
+    wire_request_chars,
+)
 from harness.governor.policy import Tail, Verdict, decide
 
 __all__ = [
@@ -27,4 +32,5 @@ __all__ = [
     "request_chars",
     "tokens_from_chars",
     "urls_from_env",
+    "wire_request_chars",
 ]

@@ -19,7 +19,8 @@ from fastapi import Request
 from fastapi.responses import JSONResponse, Response
 
 from harness.contracts.payload import TICK_HEADER
-from harness.devtools.fake_llm.script import DEFAULT_TEXT, LedgerEntry, Step, Wire
+from harness.contracts.wire import Api
+from harness.devtools.fake_llm.script import DEFAULT_TEXT, LedgerEntry, Step
 from harness.devtools.fake_llm.state import FakeState
 from harness.devtools.fake_llm.tokens import count_tokens
 
@@ -93,7 +94,7 @@ def _as_is(body: dict[str, Any]) -> dict[str, Any]:
 
 async def begin(
     request: Request,
-    wire: Wire,
+    wire: Api,
     error_body: ErrorBody,
     view: View = _as_is,
     usage_asked: Callable[[dict[str, Any]], bool] | None = None,

@@ -10,7 +10,8 @@ import ollama
 import openai
 import pytest
 
-from harness.devtools.fake_llm import DEFAULT_TEXT, FakeUpstream, Step, ToolCallSpec, Wire
+from harness.contracts.wire import Api
+from harness.devtools.fake_llm import DEFAULT_TEXT, FakeUpstream, Step, ToolCallSpec
 
 
 @pytest.fixture(scope="module")
@@ -181,7 +182,7 @@ def test_ollama_streams_ndjson_with_eval_counts_and_whole_tool_calls(fake: FakeU
 
 
 @pytest.mark.parametrize("api", ["anthropic", "openai-responses", "ollama"])
-def test_cut_streams_drop_the_connection_before_the_usage(fake: FakeUpstream, api: Wire) -> None:
+def test_cut_streams_drop_the_connection_before_the_usage(fake: FakeUpstream, api: Api) -> None:
     key = f"cut-{api}"
     fake.script(key, [Step(text="x" * 100, cut_stream=True)])
     messages = [{"role": "user", "content": "hi"}]

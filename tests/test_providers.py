@@ -12,16 +12,18 @@ from pathlib import Path
 
 import pytest
 from genai_prices import Usage, calc_price
+from strands.types.content import Messages
+from strands.types.tools import ToolSpec
 
 from harness.contracts.payload import TickPayload
 from harness.contracts.wire import APIS, BASE_URL_ENV, Api
 from harness.devtools.fake_llm import FakeUpstream, LedgerEntry, Step, ToolCallSpec
+from harness.governor.estimate import wire_request_chars
 from harness.prices import PriceBook
 from harness.store import StoredEvent
 from tests.tick_support import SECRET, Harness
-from workers.failures import failure_class
+from workers.failures import failure_class, failure_message
 from workers.model import build_model
-from workers.wire import WrongEndpointError
 
 
 @pytest.fixture(scope="module")
@@ -169,8 +171,8 @@ def test_an_endpoint_of_another_kind_is_named_and_infrastructure(
     with pytest.raises(Exception) as raised:
         asyncio.run(call())
     assert failure_class(raised.value) == "infrastructure"
-    named = [e for e in (raised.value, raised.value.__cause__) if isinstance(e, WrongEndpointError)]
-    assert named and f"is the target's base_url an {api} endpoint" in str(named[0])
+    assert "404 to POST /api/tags/" in failure_message(raised.value)
+    assert f"is the target's base_url an {api} endpoint" in failure_message(raised.value)
 
 
 @pytest.mark.parametrize("model", ["claude-sonnet-4-5", "gpt-5"])
@@ -182,3 +184,19 @@ def test_cache_tokens_are_priced_as_the_provider_bills_them(model: str) -> None:
     assert PriceBook().cost(model, "2026-11-01", -1, 10_000, 500, 4000, 1000) == pytest.approx(
         expected
     )
+
+
+@pytest.mark.parametrize("api", APIS)
+def test_the_governor_measures_the_request_in_the_protocols_own_form(
+    tmp_path: Path, api: Api
+) -> None:
+    """System prompt, messages and tool schemas all count, wherever the protocol puts them."""
+    model = build_model(payload_for(tmp_path, api))
+    messages: Messages = [{"role": "user", "content": [{"text": "hi"}]}]
+    spec: ToolSpec = {"name": "t", "description": "d" * 500, "inputSchema": {"json": {}}}
+    bare = wire_request_chars(api, model.request_form(messages, [], None))
+    system = wire_request_chars(api, model.request_form(messages, [], "s" * 1000))
+    tools = wire_request_chars(api, model.request_form(messages, [spec], None))
+    longer: Messages = [{"role": "user", "content": [{"text": "h" * 1000}]}]
+    assert system - bare >= 1000 and tools - bare >= 500
+    assert wire_request_chars(api, model.request_form(longer, [], None)) - bare >= 990

@@ -637,7 +637,8 @@ def test_a_rate_limited_anthropic_target_falls_back_to_an_openai_compatible_one(
     targets = {"claude": claude, "gateway": target(fake.url, "gpt-x")}
     catalog = write_catalog(tmp_path / "catalog.json", targets, ["claude", "gateway"])
     routed = Routed(tmp_path, store_url, catalog)
-    limited = Step(status=429, headers={"retry-after": "0"})
+    left = {"anthropic-ratelimit-requests-remaining": "0", "retry-after": "0"}
+    limited = Step(status=429, headers=left)
     outcome, events = routed.tick(fake, [limited, limited, Step(text="Answered by the gateway.")])
 
     assert outcome.status == "completed", outcome.reason
@@ -649,3 +650,5 @@ def test_a_rate_limited_anthropic_target_falls_back_to_an_openai_compatible_one(
     assert [s["model"] for s in of_type(events, "BudgetSpent")] == ["gpt-x"]
     ledger = [(e.api, e.model) for e in fake.ledger if e.key == outcome.tick_id]
     assert ledger == [("openai-chat", "gpt-x")]
+    observed = {(q["target"], q["requests_left"]) for q in of_type(events, "QuotaObserved")}
+    assert observed == {("claude", 0)}  # Anthropic's own rate-limit headers, read

@@ -100,6 +100,21 @@ def failure_class(exc: BaseException) -> FailureClass:
     return "internal"
 
 
+NAMED_ERRORS: tuple[type[Exception], ...] = (WrongEndpointError, MalformedAnswerError)
+"""tickwork's own words for what the transport saw; an SDK wraps them in its generic
+connection error, whose message ("Connection error.") names nothing."""
+
+
+def failure_message(exc: BaseException) -> str:
+    """What to tell the operator: the exception's text, or the named cause it wraps."""
+    seen: BaseException | None = exc
+    while seen is not None:
+        if isinstance(seen, NAMED_ERRORS):
+            return str(seen)
+        seen = seen.__cause__ or seen.__context__
+    return str(exc)
+
+
 def _known_errors() -> tuple[
     tuple[type[Exception], ...], tuple[type[Exception], ...], tuple[type[Exception], ...]
 ]:

@@ -26,7 +26,7 @@ from strands.hooks import AfterModelCallEvent, BeforeModelCallEvent, HookProvide
 from harness.contracts.events import BudgetSpent, ModelCalled, ModelCallStarted, capped
 from harness.contracts.payload import TickPayload
 from harness.governor.estimate import request_chars, tokens_from_chars
-from workers.failures import failure_class
+from workers.failures import failure_class, failure_message
 from workers.providers import Metered
 from workers.recorder import EventRecorder
 
@@ -158,7 +158,7 @@ class SpendMeter(HookProvider):
             stop_reason=str(event.stop_response.stop_reason) if event.stop_response else None,
             error_class=type(exc).__name__ if exc is not None else None,
             failure_class=failure_class(exc) if exc is not None else None,
-            error=capped(str(exc), ERROR_CHARS)[0] if exc is not None else None,
+            error=capped(failure_message(exc), ERROR_CHARS)[0] if exc is not None else None,
             prompt_tokens=spent.prompt_tokens if spent else 0,
             completion_tokens=spent.completion_tokens if spent else 0,
             estimated=spent.estimated if spent else False,

@@ -48,7 +48,7 @@ from harness.contracts.secrets import (
     register_secret_names,
     register_secret_value,
 )
-from harness.contracts.wire import Api, Effort, effort_problem
+from harness.contracts.wire import Api, Effort, require_effort
 
 CONFIG_ENV = "TICKWORK_CONFIG"
 CONFIG_FILENAME = "tickwork.toml"
@@ -429,9 +429,7 @@ class LevelConfig(Scheduled):
 
     @model_validator(mode="after")
     def _effort_for_api(self) -> LevelConfig:
-        problem = effort_problem(self.api, self.effort)
-        if problem is not None:
-            raise ValueError(problem)
+        require_effort(self.api, self.effort)
         return self
 
     @model_validator(mode="after")

@@ -9,11 +9,11 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from harness.contracts.calibration import Calibration
 from harness.contracts.governor import GovernorLimits
-from harness.contracts.wire import API_KEY_ENV_OF, BASE_URL_ENV, Api, Effort
+from harness.contracts.wire import API_KEY_ENV_OF, BASE_URL_ENV, Api, Effort, require_effort
 
 TICK_HEADER = "x-tickwork-tick"
 """Sent with every model request, so an upstream (or the fake one) can tell ticks apart."""
@@ -81,6 +81,11 @@ class RouteCandidate(BaseModel):
     api_key_env: str | None = None
     quota_probe: QuotaProbe | None = None
     selfcheck_required: bool = False
+
+    @model_validator(mode="after")
+    def _effort_for_api(self) -> RouteCandidate:
+        require_effort(self.api, self.effort)
+        return self
 
 
 class RoutePlan(BaseModel):
@@ -171,6 +176,11 @@ class TickPayload(BaseModel):
     output: Literal["text", "json"] = "text"
     """`json`: the answer is parsed (and checked against `output_schema` when set)."""
     output_schema: dict[str, Any] | None = None
+
+    @model_validator(mode="after")
+    def _effort_for_api(self) -> TickPayload:
+        require_effort(self.api, self.effort)
+        return self
 
     def key_variables(self) -> frozenset[str]:
         """The variables holding the API keys (and quota probe headers) of this tick's targets.

@@ -46,9 +46,8 @@ API_KEY_ENV_OF: dict[Api, str | None] = {
 """The key a level without a catalog, or a target naming none, sends (Ollama takes none)."""
 
 
-def effort_problem(api: Api, effort: Effort | None) -> str | None:
-    """Why `api` cannot take `effort`, or None when it can."""
-    if effort is None or effort in EFFORTS[api]:
-        return None
-    accepted = ", ".join(EFFORTS[api])
-    return f"effort {effort!r} is not one {api} takes (it takes: {accepted})"
+def require_effort(api: Api, effort: Effort | None) -> None:
+    """Refuse an effort `api` cannot take (a validator's `ValueError`, with what it takes)."""
+    if effort is not None and effort not in EFFORTS[api]:
+        accepted = ", ".join(EFFORTS[api])
+        raise ValueError(f"effort {effort!r} is not one {api} takes (it takes: {accepted})")

@@ -35,7 +35,7 @@ from pydantic import (
 from harness.config import LEVEL_NAME, IanaZone, PriceOverride, nul_paths
 from harness.contracts.payload import QuotaProbe
 from harness.contracts.secrets import register_secret_names
-from harness.contracts.wire import Api, Effort, effort_problem
+from harness.contracts.wire import Api, Effort, require_effort
 
 MINUTES_A_DAY = 24 * 60
 
@@ -83,9 +83,7 @@ class Target(_Strict):
 
     @model_validator(mode="after")
     def _effort_for_api(self) -> Target:
-        problem = effort_problem(self.api, self.effort)
-        if problem is not None:
-            raise ValueError(problem)
+        require_effort(self.api, self.effort)
         return self
 
     @field_validator("base_url")

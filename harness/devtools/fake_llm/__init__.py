@@ -19,7 +19,6 @@ from harness.devtools.fake_llm.script import (
     Script,
     Step,
     ToolCallSpec,
-    Wire,
 )
 from harness.devtools.fake_llm.server import FakeUpstream, create_app, fake_upstream
 from harness.devtools.fake_llm.state import FakeState, KvCache, Tokenizer
@@ -35,7 +34,6 @@ __all__ = [
     "Step",
     "Tokenizer",
     "ToolCallSpec",
-    "Wire",
     "count_tokens",
     "count_word_tokens",
     "create_app",

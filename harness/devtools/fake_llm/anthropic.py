@@ -56,11 +56,10 @@ async def count(request: Request) -> dict[str, int]:
 @router.post("/v1/messages")
 async def messages(request: Request) -> Response:
     """Answer a Messages request, streamed when the body says `stream: true`."""
-    body = await request.json()
-    turn = await begin(request, "anthropic", body, prompt_view(body), error_body)
+    turn = await begin(request, "anthropic", error_body, prompt_view)
     if isinstance(turn, Response):
         return turn
-    usage = turn.step.usage if turn.step.usage is not None else _usage(turn)
+    usage = turn.usage_or(_usage(turn))
     stop = "tool_use" if turn.calls else "end_turn"
     if not turn.stream:
         message = {**_message(turn, usage), "content": _blocks(turn), "stop_reason": stop}

@@ -33,12 +33,11 @@ async def tags() -> dict[str, Any]:
 @router.post("/api/chat")
 async def chat(request: Request) -> Response:
     """Answer a chat request in Ollama's NDJSON (or one JSON object unstreamed)."""
-    body = await request.json()
-    turn = await begin(request, "ollama", body, body, error_body)
+    turn = await begin(request, "ollama", error_body)
     if isinstance(turn, Response):
         return turn
     final = _line(turn, {"role": "assistant", "content": ""}, done=True)
-    final.update(turn.step.usage if turn.step.usage is not None else _usage(turn))
+    final.update(turn.usage_or(_usage(turn)))
     if not turn.stream:
         message: dict[str, Any] = {"role": "assistant", "content": turn.text}
         if turn.thinking:

@@ -29,10 +29,7 @@ async def models() -> dict[str, Any]:
 @router.post("/v1/chat/completions")
 async def chat(request: Request) -> Response:
     """Answer a chat completion; usage is streamed only when `stream_options` asks for it."""
-    body = await request.json()
-    stream = bool(body.get("stream"))
-    asked = not stream or bool((body.get("stream_options") or {}).get("include_usage"))
-    turn = await begin(request, "openai-chat", body, body, error_body, usage_asked=asked)
+    turn = await begin(request, "openai-chat", error_body, usage_asked=_usage_asked)
     if isinstance(turn, Response):
         return turn
     calls = [
@@ -43,7 +40,7 @@ async def chat(request: Request) -> Response:
         }
         for call in turn.calls
     ]
-    usage = turn.step.usage if turn.step.usage is not None else _usage(turn)
+    usage = turn.usage_or(_usage(turn))
     extra: dict[str, Any] = {}
     if turn.fake.kv_cache == "llama":
         extra = {"timings": {"prompt_n": turn.prompt_tokens, "cache_n": turn.kv_cached}}
@@ -67,6 +64,11 @@ async def chat(request: Request) -> Response:
         media_type="text/event-stream",
         headers=turn.step.headers,
     )
+
+
+def _usage_asked(body: dict[str, Any]) -> bool:
+    options = body.get("stream_options") or {}
+    return not body.get("stream") or bool(options.get("include_usage"))
 
 
 def _usage(turn: Turn) -> dict[str, Any]:

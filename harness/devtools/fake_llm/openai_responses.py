@@ -35,11 +35,10 @@ def prompt_view(body: dict[str, Any]) -> dict[str, Any]:
 @router.post("/v1/responses")
 async def responses(request: Request) -> Response:
     """Answer a Responses request, streamed when the body says `stream: true`."""
-    body = await request.json()
-    turn = await begin(request, "openai-responses", body, prompt_view(body), error_body)
+    turn = await begin(request, "openai-responses", error_body, prompt_view)
     if isinstance(turn, Response):
         return turn
-    usage = turn.step.usage if turn.step.usage is not None else _usage(turn)
+    usage = turn.usage_or(_usage(turn))
     if not turn.stream:
         response = _response(turn, "completed", _items(turn), usage)
         return JSONResponse(response, headers=turn.step.headers)

@@ -2,12 +2,11 @@
 
 from __future__ import annotations
 
-from typing import Any, Literal
+from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
-Wire = Literal["openai-chat", "openai-responses", "anthropic", "ollama"]
-"""The four wire protocols the fake speaks, named as a level's or a target's `api`."""
+from harness.contracts.wire import Api
 
 DEFAULT_TEXT = "All done: nothing needed attention."
 
@@ -93,7 +92,7 @@ class LedgerEntry(BaseModel):
     usage_reported: bool
     stream: bool
     received_at: float
-    api: Wire = "openai-chat"
+    api: Api = "openai-chat"
     cache_read_tokens: int = 0
     cache_write_tokens: int = 0
     reasoning_tokens: int = 0

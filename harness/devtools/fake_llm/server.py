@@ -7,8 +7,9 @@ from contextlib import contextmanager
 
 from fastapi import FastAPI
 
+from harness.contracts.wire import Api
 from harness.devtools.fake_llm import anthropic, ollama, openai_chat, openai_responses
-from harness.devtools.fake_llm.script import LedgerEntry, Script, Step, Wire
+from harness.devtools.fake_llm.script import LedgerEntry, Script, Step
 from harness.devtools.fake_llm.state import FakeState, KvCache, Tokenizer
 from harness.devtools.serving import BackgroundServer
 
@@ -55,7 +56,7 @@ class FakeUpstream:
         self.url = self.origin + "/v1"
         return self
 
-    def base_url(self, api: Wire) -> str:
+    def base_url(self, api: Api) -> str:
         """What each protocol's own SDK takes as its base: `/v1` for OpenAI, the origin else."""
         return self.url if api.startswith("openai") else self.origin
 

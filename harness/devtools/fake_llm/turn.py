@@ -19,12 +19,15 @@ from fastapi import Request
 from fastapi.responses import JSONResponse, Response
 
 from harness.contracts.payload import TICK_HEADER
-from harness.devtools.fake_llm.script import DEFAULT_TEXT, LedgerEntry, Step, Wire
+from harness.contracts.wire import Api
+from harness.devtools.fake_llm.script import DEFAULT_TEXT, LedgerEntry, Step
 from harness.devtools.fake_llm.state import FakeState
 from harness.devtools.fake_llm.tokens import count_tokens
 
 ErrorBody = Callable[[int, str], dict[str, Any]]
 """A format's error JSON for a status and a message."""
+View = Callable[[dict[str, Any]], dict[str, Any]]
+"""A format's request as chat messages and tools: how the fake counts a prompt."""
 
 
 @dataclass(frozen=True)
@@ -64,6 +67,10 @@ class Turn:
     reported: bool
     """Whether the answer carries its usage."""
 
+    def usage_or(self, counted: Any) -> Any:
+        """The usage to report: the step's scripted one, else the counted one."""
+        return self.step.usage if self.step.usage is not None else counted
+
     @property
     def uncached_prompt(self) -> int:
         """The prompt's tokens neither read from nor written to the prompt cache."""
@@ -81,19 +88,23 @@ def fake_of(request: Request) -> FakeState:
     return state
 
 
+def _as_is(body: dict[str, Any]) -> dict[str, Any]:
+    return body
+
+
 async def begin(
     request: Request,
-    wire: Wire,
-    body: dict[str, Any],
-    view: dict[str, Any],
+    wire: Api,
     error_body: ErrorBody,
-    usage_asked: bool = True,
+    view: View = _as_is,
+    usage_asked: Callable[[dict[str, Any]], bool] | None = None,
 ) -> Turn | Response:
     """The turn a request gets and bills, or the scripted refusal or raw body instead.
 
-    `view` is the request as chat messages and tools (how the fake counts a prompt),
-    `usage_asked` whether the client asked for usage (OpenAI chat streams only on request).
+    `usage_asked`: whether the client asked for usage (OpenAI chat streams it only on
+    request); without it, always.
     """
+    body = await request.json()
     fake = fake_of(request)
     fake.received.append(body)
     key = key_of(request)
@@ -118,7 +129,7 @@ async def begin(
     ]
     text = step.text if step.text is not None else ("" if calls else DEFAULT_TEXT)
     thinking = step.thinking or ""
-    prompt, kv_cached = fake.prompt_tokens(key, view)
+    prompt, kv_cached = fake.prompt_tokens(key, view(body))
     caches = wire != "ollama"  # Ollama has no prompt cache to report
     cache_read = min(step.cache_read_tokens, prompt) if caches else 0
     cache_write = min(step.cache_write_tokens, prompt - cache_read) if caches else 0
@@ -133,7 +144,8 @@ async def begin(
     ]
     completion = count_tokens(text + orjson.dumps(calls_json).decode()) + reasoning
     stream = bool(body.get("stream", wire == "ollama"))
-    reported = usage_asked and not (step.omit_usage or step.cut_stream or step.unfinished)
+    asked = usage_asked is None or usage_asked(body)
+    reported = asked and not (step.omit_usage or step.cut_stream or step.unfinished)
     turn = Turn(
         fake=fake,
         key=key,

@@ -184,6 +184,8 @@ BAD_MESSAGES = [
     ({"model": "c", "messages": CLAUDE_TURN, "system": 3}, "system"),
     ({"model": "c", "messages": CLAUDE_TURN, "tools": "all"}, "tools"),
     ({"model": "c", "messages": CLAUDE_TURN, "stream": "yes"}, "stream"),
+    ({"model": "c", "messages": CLAUDE_TURN, "stream": 1}, "stream"),
+    ({"model": "c", "messages": ["hello"]}, "messages.0"),
 ]
 """Messages bodies the governor cannot measure, and the field each answer must name."""
 

@@ -14,7 +14,9 @@ tickwork's (the predecessor speaks only OpenAI):
   proxy's CPU per request;
 - added p50/p99 latency: sequential requests, direct and through each proxy in turn;
 - the Anthropic path's cost per request (CPU, added p50) over the OpenAI path's (goal:
-  at most 1.2x).
+  at most 1.2x), and in this process the governor's own steps for each API (parse and
+  check, measure, read the usage of the whole answer), the best of 30 interleaved rounds:
+  a figure the machine's load disturbs far less than the ones over sockets.
 
     .venv/bin/python ops/bench/governor_bench.py [--seconds 8] [--clients 50] [--requests 300]
 """
@@ -23,6 +25,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import functools
 import os
 import signal
 import socket
@@ -31,6 +34,7 @@ import subprocess
 import sys
 import tempfile
 import time
+import timeit
 import urllib.request
 from pathlib import Path
 from typing import Any
@@ -43,6 +47,7 @@ from governor import free_port, percentile
 from machine import describe
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
+from harness.governor.proxy.dialects import ANTHROPIC_MESSAGES, OPENAI_CHAT, Dialect
 from tests.corpus import session
 
 TICKWORK = str(Path(sys.executable).with_name("tickwork"))
@@ -326,6 +331,29 @@ def measure_latency(
     return added
 
 
+def governed_steps(bodies: dict[str, tuple[bytes, bytes]]) -> dict[str, float]:
+    """Microseconds of the governor's own work on one request of each API, in-process."""
+
+    def steps(dialect: Dialect, body: bytes, answer: bytes) -> None:
+        chat = dialect.parse(body)
+        assert chat is not None, "the bench's request is a model call"
+        dialect.chars(chat)
+        dialect.tail(chat)
+        scanner = dialect.scanner(False)
+        scanner.feed(answer)
+        scanner.finish()
+
+    cases = {
+        api: functools.partial(steps, dialect, bodies[api][0], ANSWERS[api][0])
+        for api, dialect in (("openai", OPENAI_CHAT), ("anthropic", ANTHROPIC_MESSAGES))
+    }
+    best = dict.fromkeys(cases, float("inf"))
+    for _ in range(30):
+        for api, case in cases.items():
+            best[api] = min(best[api], timeit.timeit(case, number=200) / 200 * 1e6)
+    return best
+
+
 def _cpu_seconds(process: psutil.Process | None) -> float:
     """User and system CPU of a proxy's process, all its threads."""
     if process is None:
@@ -366,6 +394,11 @@ def main() -> None:
     }
     for api, (plain, _) in bodies.items():
         print(f"{api} request: {len(plain):,} bytes, {len(request['messages'])} messages, tools")
+    own = governed_steps(bodies)
+    print(
+        "governor's own steps in-process: openai {openai:.1f} us, anthropic {anthropic:.1f} us, "
+        "{ratio:.2f}x".format(**own, ratio=own["anthropic"] / own["openai"])
+    )
     env = {k: v for k, v in os.environ.items() if not k.startswith(("TICKWORK_", "GOV_"))}
     with tempfile.TemporaryDirectory() as name:
         folder = Path(name)

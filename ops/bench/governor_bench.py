@@ -437,12 +437,11 @@ def main() -> None:
             "predecessor": f"http://127.0.0.1:{ports['predecessor']}",
         }
         served = {"tickwork": processes[1].pid, "predecessor": processes[2].pid}
-        routes = [
-            (api, name)
-            for api in bodies
-            for name in origins
-            if api == "openai" or name != "predecessor"  # the predecessor speaks only OpenAI
-        ]
+        # The predecessor (OpenAI only) goes last in each round: what its process still
+        # does after answering then falls on the next round's first request, not always
+        # on the same API's.
+        routes = [(api, name) for api in bodies for name in ("direct", "tickwork")]
+        routes.append(("openai", "predecessor"))
         try:
             added = measure_latency(origins, routes, bodies, args.requests)
             cpu: dict[tuple[str, str], float] = {}

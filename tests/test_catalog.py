@@ -161,6 +161,11 @@ RULES = [
         _set("targets.mini.selfcheck_required", "yes"),
         "targets.mini.selfcheck_required: Input should be a valid boolean",
     ),
+    (_set("targets.mini.api", "bedrock"), "targets.mini.api: Input should be 'openai-chat', "),
+    (
+        _set("targets.mini.effort", "max"),
+        "targets.mini: Value error, effort 'max' is not one openai-chat takes",
+    ),
     (_set("lanes.min.policy_priority", -1), "lanes.min.policy_priority: Input should be greater"),
     (_set("lanes.min.policy_priority", True), "lanes.min.policy_priority: Input should be a valid"),
 ]
@@ -179,7 +184,8 @@ def test_every_rule_names_the_path_and_why(
 def test_the_example_catalog_passes_and_has_what_the_issue_asks() -> None:
     catalog = load_catalog(EXAMPLE)
     classes = sorted(target.execution_class for target in catalog.targets.values())
-    assert classes == ["cloud", "cloud", "local"]
+    assert classes == ["cloud", "cloud", "cloud", "local"]
+    assert {target.api for target in catalog.targets.values()} == {"openai-chat", "anthropic"}
     assert set(catalog.lanes) == {"min", "hour"}
     assert set(catalog.lanes["hour"].time_windows or {}) == {"day", "night"}
     assert catalog.promotions

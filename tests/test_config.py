@@ -53,6 +53,11 @@ def test_environment_wins_over_the_file(monkeypatch: pytest.MonkeyPatch, tmp_pat
         ('[levels.min]\nevery = "1m"\nprompt = "a"\nprompt_file = "p.md"\n', "not both"),
         ('[levels.min]\nevery = "1m"\ntimezone = "Mars/Olympus"\n', "not an IANA time zone"),
         ('[levels.min]\nevery = "1m"\noverlap = "queue"\n', "levels.min.overlap"),
+        ('[levels.min]\nevery = "1m"\napi = "bedrock"\n', "levels.min.api: Input should be"),
+        (
+            '[levels.min]\nevery = "1m"\napi = "ollama"\neffort = "max"\n',
+            "levels.min: Value error, effort 'max' is not one ollama takes",
+        ),
         ('[levels.Bad-Name]\nevery = "5m"\n', "level name 'Bad-Name'"),
         ("[store]\nurl = 5\n", "store.url: Input should be a valid string"),
         ("[prices.m]\ninput_per_mtok = -1\noutput_per_mtok = 1\n", "prices.m.input_per_mtok"),

@@ -7,13 +7,18 @@ level at once, with instances of the real classes.
 
 from __future__ import annotations
 
+import anthropic
 import httpx
+import ollama
 import openai
 import pytest
 from strands.types.exceptions import ContextWindowOverflowException, ModelThrottledException
 
 from harness.store import StoreUnavailableError
 from workers.failures import failure_class
+from workers.providers import load_all
+
+load_all()  # a worker loads only its protocols' SDKs; every one's errors are classed here
 
 REQUEST = httpx.Request("POST", "http://127.0.0.1:9/v1/chat/completions")
 
@@ -43,8 +48,15 @@ def caused_by(cause: BaseException) -> Exception:
         httpx.ConnectError("connection refused", request=REQUEST),
         StoreUnavailableError("event store unavailable"),
         caused_by(httpx.ConnectError("connection refused", request=REQUEST)),
+        anthropic.RateLimitError("slow down", response=status(429), body=None),
+        anthropic.OverloadedError("overloaded", response=status(529), body=None),
+        anthropic.InternalServerError("down", response=status(500), body=None),
+        anthropic.APIConnectionError(request=REQUEST),
+        ollama.ResponseError("too many requests", 429),
+        ollama.ResponseError("internal error", 500),
+        ConnectionError("Failed to connect to Ollama."),
     ],
-    ids=lambda error: type(error).__name__,
+    ids=lambda error: f"{type(error).__module__.split('.')[0]}.{type(error).__name__}",
 )
 def test_upstream_and_store_outages_are_infrastructure(error: Exception) -> None:
     assert failure_class(error) == "infrastructure"
@@ -56,8 +68,10 @@ def test_upstream_and_store_outages_are_infrastructure(error: Exception) -> None
         openai.AuthenticationError("no key", response=status(401), body=None),
         openai.PermissionDeniedError("not yours", response=status(403), body=None),
         caused_by(openai.AuthenticationError("no key", response=status(401), body=None)),
+        anthropic.AuthenticationError("no key", response=status(401), body=None),
+        ollama.ResponseError("unauthorized", 401),
     ],
-    ids=lambda error: type(error).__name__,
+    ids=lambda error: f"{type(error).__module__.split('.')[0]}.{type(error).__name__}",
 )
 def test_refused_credentials_are_configuration(error: Exception) -> None:
     assert failure_class(error) == "configuration"
@@ -67,6 +81,8 @@ def test_refused_credentials_are_configuration(error: Exception) -> None:
     "error",
     [
         openai.BadRequestError("bad request", response=status(400), body=None),
+        anthropic.BadRequestError("bad request", response=status(400), body=None),
+        ollama.ResponseError("invalid options", 400),
         ContextWindowOverflowException("too long"),
         ValueError("a bug"),
         caused_by(KeyError("missing")),

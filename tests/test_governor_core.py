@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import statistics
 
+import orjson
 import pytest
 from pydantic import ValidationError
 
@@ -11,10 +12,12 @@ from harness.config import GovernorConfig, GovernorEnvError, with_legacy_env
 from harness.contracts.calibration import WINDOW, Calibration, Sample
 from harness.contracts.governor import GovernorLimits
 from harness.devtools.fake_llm import count_word_tokens, render_prompt
+from harness.governor.anthropic_wire import MessagesUsageScanner
 from harness.governor.calibration import Calibrations
 from harness.governor.estimate import openai_request_chars
+from harness.governor.openai_wire import tail_of, usage_of
 from harness.governor.policy import decide, fill
-from harness.governor.wire import tail_of, usage_of
+from harness.governor.usage import Usage
 from tests.corpus import session, text_only_chars
 
 
@@ -188,3 +191,53 @@ def test_legacy_environment_names_override_the_file_and_name_bad_values() -> Non
         with_legacy_env(GovernorConfig(), {"GOV_ANNOUNCE_THROTTLE": "-1"})
     with pytest.raises(GovernorEnvError, match="GOV_CHARS_PER_TOKEN"):
         with_legacy_env(GovernorConfig(), {"GOV_CHARS_PER_TOKEN": "20"})
+
+
+def _sse(*events: dict[str, object]) -> bytes:
+    return b"".join(
+        b"event: " + str(e["type"]).encode() + b"\ndata: " + orjson.dumps(e) + b"\n\n"
+        for e in events
+    )
+
+
+def _delta(index: int, kind: str, field: str, value: str) -> dict[str, object]:
+    return {"type": "content_block_delta", "index": index, "delta": {"type": kind, field: value}}
+
+
+ANTHROPIC_STREAM = _sse(
+    {
+        "type": "message_start",
+        "message": {
+            "usage": {
+                "input_tokens": 70,
+                "cache_creation_input_tokens": 20,
+                "cache_read_input_tokens": 900,
+                "output_tokens": 1,
+            }
+        },
+    },
+    _delta(0, "thinking_delta", "thinking", "hm"),
+    _delta(1, "text_delta", "text", "Done."),
+    _delta(2, "input_json_delta", "partial_json", '{"a":'),
+    {"type": "message_delta", "delta": {"stop_reason": "tool_use"}, "usage": {"output_tokens": 33}},
+    {"type": "message_stop"},
+)
+
+
+@pytest.mark.parametrize("size", [1, 7, 64, len(ANTHROPIC_STREAM)])
+def test_anthropic_usage_is_read_from_a_stream_split_anywhere(size: int) -> None:
+    """The prompt counts the cache reads and writes in, as the ledger keeps it."""
+    scanner = MessagesUsageScanner(streamed=True)
+    for start in range(0, len(ANTHROPIC_STREAM), size):
+        scanner.feed(ANTHROPIC_STREAM[start : start + size])
+    assert scanner.finish() == Usage(990, 33, 900, False, 20)
+    assert scanner.answer_chars == len("hm") + len("Done.") + len('{"a":')
+
+
+def test_an_anthropic_stream_cut_before_its_end_or_counting_nothing_reports_no_usage() -> None:
+    cut = MessagesUsageScanner(streamed=True)
+    cut.feed(ANTHROPIC_STREAM[: ANTHROPIC_STREAM.index(b"event: message_delta")])
+    assert cut.finish() is None
+    zero = MessagesUsageScanner(streamed=False)
+    zero.feed(orjson.dumps({"type": "message", "content": [], "usage": {"input_tokens": 0}}))
+    assert zero.finish() is None

@@ -12,15 +12,19 @@ import socket
 import threading
 import time
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
+import anthropic
 import httpx
+import orjson
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from harness.devtools.fake_llm import FakeUpstream, Step
+from harness.store import open_store
 from tests.governor_support import echo_app, governor_proxy, serving
 from tests.test_governor_proxy import config, messages, origin_of
 from tests.waiting import wait_until
@@ -138,6 +142,7 @@ chat_fields = st.fixed_dictionaries(
         "stream": json_scalars,
         "stream_options": json_scalars | st.dictionaries(st.text(max_size=5), json_scalars),
         "tools": json_scalars | st.lists(json_scalars, max_size=2),
+        "system": json_scalars | st.lists(json_scalars, max_size=2),
     },
 )
 
@@ -152,11 +157,101 @@ def unreachable() -> Iterator[str]:
 @settings(
     max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
 )
-@given(fields=chat_fields, size=st.sampled_from([10, OVER_HARD]))
-def test_no_chat_request_gets_a_500_from_the_governor(
-    unreachable: str, fields: dict[str, Any], size: int
+@given(
+    fields=chat_fields,
+    size=st.sampled_from([10, OVER_HARD]),
+    path=st.sampled_from(["/v1/chat/completions", "/v1/messages"]),
+)
+def test_no_model_call_gets_a_500_from_the_governor(
+    unreachable: str, fields: dict[str, Any], size: int, path: str
 ) -> None:
-    answer = httpx.post(
-        f"{unreachable}/v1/chat/completions", json={**fields, "messages": messages(size)}
-    )
+    answer = httpx.post(f"{unreachable}{path}", json={**fields, "messages": messages(size)})
     assert answer.status_code < 500 or answer.status_code == 502, answer.text
+
+
+CLAUDE_TURN = [{"role": "user", "content": "hello"}]
+
+
+BAD_MESSAGES = [
+    (b"{not json", "body"),
+    (b"[1]", "body"),
+    ({"messages": CLAUDE_TURN}, "model"),
+    ({"model": "c"}, "messages"),
+    ({"model": "c", "messages": "hello"}, "messages"),
+    ({"model": "c", "messages": [{"role": "system", "content": "x"}]}, "messages.0.role"),
+    ({"model": "c", "messages": [*CLAUDE_TURN, {"role": "user"}]}, "messages.1.content"),
+    ({"model": "c", "messages": [{"role": "user", "content": 5}]}, "messages.0.content"),
+    ({"model": "c", "messages": CLAUDE_TURN, "system": 3}, "system"),
+    ({"model": "c", "messages": CLAUDE_TURN, "tools": "all"}, "tools"),
+    ({"model": "c", "messages": CLAUDE_TURN, "stream": "yes"}, "stream"),
+    ({"model": "c", "messages": CLAUDE_TURN, "stream": 1}, "stream"),
+    ({"model": "c", "messages": ["hello"]}, "messages.0"),
+]
+"""Messages bodies the governor cannot measure, and the field each answer must name."""
+
+
+def test_a_messages_body_the_governor_cannot_measure_is_a_400_naming_the_field(
+    fake: FakeUpstream, tmp_path: Path
+) -> None:
+    received = len(fake.state.received)
+    store_url = f"sqlite:///{tmp_path}/events.db"
+    log_file = tmp_path / "decisions.jsonl"
+    cfg = config(origin_of(fake), log=log_file)
+    with governor_proxy(cfg, store_url, tmp_path / "spool") as (origin, governor):
+        answers = [
+            httpx.post(
+                f"{origin}/v1/messages",
+                content=body if isinstance(body, bytes) else orjson.dumps(body),
+            )
+            for body, _ in BAD_MESSAGES
+        ]
+    store = open_store(store_url)
+    try:
+        recorded = list(store.read_all(limit=10))
+    finally:
+        store.close()
+    assert [answer.status_code for answer in answers] == [400] * len(BAD_MESSAGES)
+    for answer, (_, field) in zip(answers, BAD_MESSAGES, strict=True):
+        error = answer.json()
+        assert error["type"] == "error" and error["error"]["type"] == "invalid_request_error"
+        assert error["error"]["message"].startswith(f"governor: {field}: "), error
+    assert len(fake.state.received) == received, "the upstream was asked"
+    assert recorded == [] and governor.counters["chat"] == 0
+    assert governor.counters["invalid"] == len(BAD_MESSAGES)
+    assert not log_file.exists() or log_file.read_text() == ""
+
+
+def test_secrets_an_upstream_echoes_reach_their_client_and_nothing_else(
+    fake: FakeUpstream, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A careless upstream quotes the key back; the client gets its own key, no log does."""
+    store_url = f"sqlite:///{tmp_path}/events.db"
+    caplog.set_level(logging.DEBUG)
+    secret = "sk-ant-hostile-SECRET-7"
+    fake.script("echoes", [Step(status=401, error_message="invalid x-api-key {key}")])
+    fake.script("cut", [Step(text="x" * 200, cut_stream=True)])
+    log_file = tmp_path / "decisions.jsonl"
+    cfg = config(origin_of(fake), log=log_file)
+    with governor_proxy(cfg, store_url, tmp_path / "spool") as (origin, governor):
+        api = anthropic.Anthropic(base_url=origin, api_key=secret, max_retries=0)
+        turn = {"model": "claude-m", "max_tokens": 64, "messages": CLAUDE_TURN}
+        with pytest.raises(anthropic.AuthenticationError) as refused:
+            api.messages.create(**turn, extra_headers={"X-Tickwork-Tick": "echoes"})
+        with (
+            pytest.raises(anthropic.APIStatusError) as cut,
+            api.messages.stream(**turn, extra_headers={"X-Tickwork-Tick": "cut"}) as events,
+        ):
+            events.until_done()
+        status = httpx.get(f"{origin}/governor/status").text
+    store = open_store(store_url)
+    try:
+        recorded = orjson.dumps([e.data for e in store.read_all(limit=100)]).decode()
+    finally:
+        store.close()
+    assert secret in str(refused.value), "the client reads its upstream's answer unchanged"
+    assert "the upstream cut the answer" in str(cut.value)
+    lines = [orjson.loads(line) for line in log_file.read_text().splitlines()]
+    assert [(line["status"], line["ended"]) for line in lines] == [(401, "answered"), (200, "cut")]
+    for kept in (status, recorded, log_file.read_text(), caplog.text):
+        assert secret not in kept
+    assert governor.counters["upstream_cut"] == 1

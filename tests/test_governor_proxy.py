@@ -7,13 +7,16 @@ estimate is exactly its size / 3.2 and each decision is known in advance.
 from __future__ import annotations
 
 import asyncio
+import base64
 import itertools
 import threading
 import time
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit
 
+import anthropic
 import httpx
 import openai
 import orjson
@@ -25,6 +28,8 @@ from starlette.routing import Route
 
 from harness.contracts.events import GOVERNOR_STREAM
 from harness.devtools.fake_llm import FakeUpstream, Step
+from harness.devtools.fake_llm.anthropic import prompt_view
+from harness.governor import tokens_from_chars, wire_request_chars
 from harness.store import open_store
 from tests.governor_support import (
     HARD,
@@ -482,3 +487,190 @@ def test_the_log_tells_a_cut_answer_and_an_unreachable_upstream(
         ("cut", 200, True),
         ("unreachable", None, True),
     ]
+
+
+# Anthropic Messages through the same governor: the real `anthropic` SDK, the fake's
+# Anthropic side, real sockets.
+
+
+def claude(origin: str) -> anthropic.Anthropic:
+    return anthropic.Anthropic(base_url=origin, api_key=SECRET, max_retries=0)
+
+
+def claude_turns(chars: int) -> list[dict[str, Any]]:
+    return [{"role": "user", "content": "x" * chars}]
+
+
+def ask_claude(origin: str, chars: int, stream: bool, **extra: Any) -> anthropic.types.Message:
+    """One Messages call, streamed or not; the message as the SDK assembled it."""
+    api = claude(origin)
+    if not stream:
+        return api.messages.create(
+            model="claude-m", max_tokens=64, messages=claude_turns(chars), **extra
+        )
+    with api.messages.stream(
+        model="claude-m", max_tokens=64, messages=claude_turns(chars), **extra
+    ) as events:
+        return events.get_final_message()
+
+
+def text_of(message: anthropic.types.Message) -> str:
+    return "".join(block.text for block in message.content if block.type == "text")
+
+
+@pytest.mark.parametrize("stream", [False, True])
+def test_anthropic_pass_forwards_the_request_and_reads_its_usage(
+    fake: FakeUpstream, stream: bool
+) -> None:
+    fake.script("default", [Step(cache_read_tokens=40, cache_write_tokens=25)])
+    with governor_proxy(config(origin_of(fake))) as (origin, governor):
+        message = ask_claude(origin, 1200, stream, system="be brief")
+        billed = fake.ledger[-1]
+        assert text_of(message) == "All done: nothing needed attention."
+        assert last_received(fake)["messages"] == claude_turns(1200)
+        assert last_received(fake)["system"] == "be brief"
+        decision = governor.recent[-1]
+        assert (decision["api"], decision["decision"], decision["streamed"]) == (
+            "anthropic",
+            "pass",
+            stream,
+        )
+        assert billed.api == "anthropic" and billed.cache_read_tokens == 40
+        assert decision["exact_prompt_tokens"] == billed.prompt_tokens
+        assert governor.counters["anthropic"] == 1
+
+
+@pytest.mark.parametrize(
+    ("system", "expected"),
+    [
+        (None, "{d}"),
+        ("be brief", "be brief\n\n{d}"),
+        (
+            [{"type": "text", "text": "be brief", "cache_control": {"type": "ephemeral"}}],
+            [
+                {"type": "text", "text": "be brief", "cache_control": {"type": "ephemeral"}},
+                {"type": "text", "text": "{d}"},
+            ],
+        ),
+    ],
+)
+def test_anthropic_soft_puts_the_directive_in_the_system_prompt(
+    fake: FakeUpstream, system: Any, expected: Any
+) -> None:
+    with governor_proxy(config(origin_of(fake))) as (origin, governor):
+        ask_claude(origin, 4000, False, **({"system": system} if system else {}))
+        est = governor.recent[-1]["est_tokens"]
+    directive = f"WRAP UP at {est} of {SOFT}"
+    forwarded = last_received(fake)
+    assert forwarded["messages"] == claude_turns(4000), "no turn is added to the chain"
+    assert orjson.dumps(forwarded["system"]) == orjson.dumps(expected).replace(
+        b"{d}", directive.encode()
+    )
+    assert governor.recent[-1]["decision"] == "soft"
+
+
+@pytest.mark.parametrize("stream", [False, True])
+def test_anthropic_hard_answers_in_anthropics_format_without_calling_the_model(
+    fake: FakeUpstream, stream: bool
+) -> None:
+    with governor_proxy(config(origin_of(fake))) as (origin, governor):
+        billed = len(fake.ledger)
+        message = ask_claude(origin, 7000, stream)
+        est = governor.recent[-1]["est_tokens"]
+    assert text_of(message) == f"STOPPED at {est} over {HARD} {{keep}}"
+    assert message.stop_reason == "end_turn" and message.usage.input_tokens == 0
+    assert len(fake.ledger) == billed
+
+
+def test_count_tokens_is_the_upstreams_or_else_the_governors_estimate(fake: FakeUpstream) -> None:
+    request = {"model": "claude-m", "messages": claude_turns(3200), "system": "s"}
+    with governor_proxy(config(origin_of(fake))) as (origin, _):
+        upstreams = claude(origin).messages.count_tokens(**request)
+    assert upstreams.input_tokens == fake.state.prompt_tokens("count", prompt_view(request))[0]
+    with (
+        serving(Starlette(), "no count_tokens") as bare,
+        governor_proxy(config(bare)) as (origin, governor),
+    ):
+        estimated = claude(origin).messages.count_tokens(**request)
+        bad = httpx.post(f"{origin}/v1/messages/count_tokens", json={"model": "claude-m"})
+    assert estimated.input_tokens == tokens_from_chars(wire_request_chars("anthropic", request))
+    assert governor.counters["count_tokens_estimated"] == 1 and not governor.recent
+    assert bad.status_code == 400 and "messages" in bad.json()["error"]["message"]
+
+
+def test_clients_of_both_apis_share_one_governor_and_one_ledger(
+    fake: FakeUpstream, tmp_path: Path
+) -> None:
+    """Each call's spend, cache reads and writes included, equals what the fake billed.
+
+    A stream cut before its usage is booked at the estimate, and flagged.
+    """
+    store_url = f"sqlite:///{tmp_path}/events.db"
+    cached = Step(cache_read_tokens=300, cache_write_tokens=200)
+    fake.script("default", [Step(), cached, Step(), Step(cut_stream=True)])
+    log_file = tmp_path / "decisions.jsonl"
+    cfg = config(origin_of(fake), calibrate=True, log=log_file)
+    with governor_proxy(cfg, store_url, tmp_path / "spool") as (origin, governor):
+        client(origin).chat.completions.create(model="m", messages=messages(1500))
+        ask_claude(origin, 1500, False)
+        ask_claude(origin, 1600, True)
+        with pytest.raises(anthropic.APIStatusError):
+            ask_claude(origin, 1700, True)
+        cut_estimate = governor.recent[-1]["est_tokens"]
+        status = httpx.get(f"{origin}/governor/status").json()
+    store = open_store(store_url)
+    try:
+        spent = [e.data for e in store.read_all(types=["BudgetSpent"])]
+        samples = [
+            e.data for e in store.read_stream(GOVERNOR_STREAM) if e.type == "CalibrationSampled"
+        ]
+        everything = orjson.dumps([e.data for e in store.read_all(limit=1000)]).decode()
+    finally:
+        store.close()
+    billed = fake.ledger[-4:-1]
+    assert [
+        (s["model"], s["prompt_tokens"], s["completion_tokens"], s["estimated"]) for s in spent[:3]
+    ] == [(b.model, b.prompt_tokens, b.completion_tokens, False) for b in billed]
+    assert [(s["cache_read_tokens"], s["cache_write_tokens"]) for s in spent[1:3]] == [
+        (b.cache_read_tokens, b.cache_write_tokens) for b in billed[1:]
+    ]
+    assert (spent[3]["prompt_tokens"], spent[3]["estimated"]) == (cut_estimate, True)
+    assert [s["model"] for s in samples] == ["m", "claude-m", "claude-m"]
+    assert status["counters"]["openai"] == 1 and status["counters"]["anthropic"] == 3
+    assert status["calibration"]["claude-m"]["samples"] == 2
+    lines = [orjson.loads(line) for line in log_file.read_text().splitlines()]
+    assert [(line["api"], line["ended"]) for line in lines] == [
+        ("openai", "answered"),
+        ("anthropic", "answered"),
+        ("anthropic", "answered"),
+        ("anthropic", "cut"),
+    ]
+    assert SECRET not in everything and SECRET not in log_file.read_text()
+
+
+def test_anthropic_requests_go_to_their_own_upstream_with_their_auth_headers(
+    fake: FakeUpstream,
+) -> None:
+    """`anthropic_upstream` takes Messages requests; OpenAI ones stay with `upstream`."""
+    with serving(echo_app(), "echo") as echo:
+        parts = urlsplit(echo)
+        with governor_proxy(
+            config(origin_of(fake), anthropic_upstream=f"http://gw:pw@{parts.netloc}")
+        ) as (origin, governor):
+            answer = httpx.post(
+                f"{origin}/v1/messages?beta=true",
+                json={"model": "claude-m", "max_tokens": 8, "messages": claude_turns(100)},
+                headers={"x-api-key": SECRET, "anthropic-version": "2023-06-01"},
+            )
+            chat = client(origin).chat.completions.create(model="m", messages=messages(100))
+            status = governor.status()
+    echoed = answer.json()
+    headers = {name.lower(): value for name, value in echoed["headers"]}
+    assert (echoed["path"], echoed["query"]) == ("/v1/messages", "beta=true")
+    assert (headers["x-api-key"], headers["anthropic-version"]) == (SECRET, "2023-06-01")
+    assert headers["authorization"] == "Basic " + base64.b64encode(b"gw:pw").decode()
+    assert "accept-encoding" not in headers, "a governed answer is asked for uncompressed"
+    assert chat.choices[0].message.content == "All done: nothing needed attention."
+    assert [d["api"] for d in status["decisions"]] == ["anthropic", "openai"]
+    assert status["anthropic_upstream"] == echo and status["upstream"] == origin_of(fake)
+    assert SECRET not in str(status)

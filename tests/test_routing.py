@@ -628,3 +628,27 @@ def test_a_level_without_a_lane_runs_its_configured_model(tmp_path: Path, sqlite
     laned = routed.preparer.prepare("min")
     assert laned.payload.model == "lane" and laned.payload.route is not None
     routed.store.close()
+
+
+def test_a_rate_limited_anthropic_target_falls_back_to_an_openai_compatible_one(
+    tmp_path: Path, store_url: str, fake: FakeUpstream
+) -> None:
+    claude = {**target(fake.base_url("anthropic"), "claude-x"), "api": "anthropic"}
+    targets = {"claude": claude, "gateway": target(fake.url, "gpt-x")}
+    catalog = write_catalog(tmp_path / "catalog.json", targets, ["claude", "gateway"])
+    routed = Routed(tmp_path, store_url, catalog)
+    left = {"anthropic-ratelimit-requests-remaining": "0", "retry-after": "0"}
+    limited = Step(status=429, headers=left)
+    outcome, events = routed.tick(fake, [limited, limited, Step(text="Answered by the gateway.")])
+
+    assert outcome.status == "completed", outcome.reason
+    assert outcome.result is not None and outcome.result.target == "gateway"
+    (fallback,) = of_type(events, "RouteFallback")
+    assert (fallback["from_target"], fallback["to_target"]) == ("claude", "gateway")
+    refused = [c for c in of_type(events, "ModelCalled") if c["error_class"]]
+    assert {(c["target"], c["failure_class"]) for c in refused} == {("claude", "infrastructure")}
+    assert [s["model"] for s in of_type(events, "BudgetSpent")] == ["gpt-x"]
+    ledger = [(e.api, e.model) for e in fake.ledger if e.key == outcome.tick_id]
+    assert ledger == [("openai-chat", "gpt-x")]
+    observed = {(q["target"], q["requests_left"]) for q in of_type(events, "QuotaObserved")}
+    assert observed == {("claude", 0)}  # Anthropic's own rate-limit headers, read

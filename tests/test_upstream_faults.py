@@ -18,7 +18,7 @@ from strands.types.streaming import StreamEvent
 from harness.devtools.fake_llm import FakeUpstream, Step, ToolCallSpec
 from harness.store import StoredEvent
 from tests.tick_support import Harness
-from workers.model import UnfinishedTurnError, finished_turn
+from workers.providers import UnfinishedTurnError, finished_turn
 
 TERMINAL = {"TickCompleted", "TickFailed", "TickTimedOut", "TickCancelled"}
 

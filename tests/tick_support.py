@@ -52,6 +52,9 @@ class Harness:
             **os.environ,
             "OPENAI_BASE_URL": fake.url,
             "OPENAI_API_KEY": SECRET,
+            "ANTHROPIC_BASE_URL": fake.base_url("anthropic"),
+            "ANTHROPIC_API_KEY": SECRET,
+            "OLLAMA_HOST": fake.base_url("ollama"),
         }
         env.pop("TICKWORK_MAX_TOOL_CALLS", None)
         self.preparer = Preparer(self.settings, self.store, env=env)

@@ -1,14 +1,16 @@
 """Which errors of a tick are infrastructure: the runner retries those, then pauses the level.
 
-An upstream that is down, throttles, cuts a stream, ends a turn without a stop reason or
-answers with something that does not parse as a completion, and a store out of reach, are
-recognised by the exception classes of the libraries that raise them: openai (the
-client Strands' model calls), httpx (a stream cut after the response began reaches the
-agent unwrapped), Strands (which turns a 429 into its own throttling exception) and the
-store. Errors no class or status says anything about (a tool's, a gateway's plain
-exception) are read for the markers the predecessor call layer matched on, so an
-"overloaded" or "database is locked" is retried rather than counted a bug. Anything else
-is internal; content failures are judged from the answer, not here.
+An upstream that is down, throttles, is overloaded (Anthropic's 529), cuts a stream, ends
+a turn without a stop reason, answers with something that does not parse as a completion
+or is an endpoint of another protocol, and a store out of reach, are recognised by the
+exception classes of the libraries that raise them: the openai, anthropic and ollama
+clients Strands' models call (an error's HTTP status where its class says nothing: 429
+and 5xx are infrastructure, 401 and 403 configuration), httpx (a stream cut after the
+response began reaches the agent unwrapped), Strands (which turns a 429 into its own
+throttling exception) and the store. Errors no class or status says anything about (a
+tool's, a gateway's plain exception) are read for the markers the predecessor call layer
+matched on, so an "overloaded" or "database is locked" is retried rather than counted a
+bug. Anything else is internal; content failures are judged from the answer, not here.
 """
 
 from __future__ import annotations
@@ -16,26 +18,24 @@ from __future__ import annotations
 import json
 
 import httpx
-import openai
 from strands.types.exceptions import ModelThrottledException
 
 from harness.contracts.result import FailureClass
 from harness.routing.quota import QuotaExhaustedError
 from harness.store import StoreUnavailableError
 from workers.fallback import SelfCheckFailedError
-from workers.model import MalformedAnswerError, MissingEndpointError, UnfinishedTurnError
+from workers.model import MissingEndpointError
+from workers.providers import LOADED_SDK_ERRORS, UnfinishedTurnError
+from workers.wire import MalformedAnswerError, WrongEndpointError
 
 INFRASTRUCTURE_ERRORS: tuple[type[Exception], ...] = (
-    openai.APIConnectionError,
-    openai.APITimeoutError,
-    openai.RateLimitError,
-    openai.InternalServerError,
     ModelThrottledException,
     httpx.RemoteProtocolError,
     httpx.ReadTimeout,
     httpx.ConnectError,
     json.JSONDecodeError,
     MalformedAnswerError,
+    WrongEndpointError,
     UnfinishedTurnError,
     StoreUnavailableError,
     QuotaExhaustedError,
@@ -43,13 +43,9 @@ INFRASTRUCTURE_ERRORS: tuple[type[Exception], ...] = (
 )
 
 
-CONFIGURATION_ERRORS: tuple[type[Exception], ...] = (
-    openai.AuthenticationError,
-    openai.PermissionDeniedError,
-    MissingEndpointError,
-)
-"""The upstream refused the credentials (401, 403), or a target's variable is unset: no
-retry can mend a wrong key or a missing variable."""
+CONFIGURATION_ERRORS: tuple[type[Exception], ...] = (MissingEndpointError,)
+"""A target's variable is unset: no retry can mend it (nor a key the upstream refuses:
+each SDK's 401 and 403 classes, `workers.providers.SdkErrors`)."""
 
 INFRASTRUCTURE_MARKERS: tuple[str, ...] = (
     "429",
@@ -84,14 +80,48 @@ def failure_class(exc: BaseException) -> FailureClass:
     while seen is not None and seen not in chain:
         chain.append(seen)
         seen = seen.__cause__ or seen.__context__
-    statuses = [error for error in chain if isinstance(error, openai.APIStatusError)]
+    configuration, infrastructure, with_status = _known_errors()
+    statuses = [
+        status
+        for error in chain
+        if isinstance(error, with_status) and (status := getattr(error, "status_code", 0)) > 0
+    ]
     for error in chain:
-        if isinstance(error, CONFIGURATION_ERRORS):
+        if isinstance(error, configuration):
             return "configuration"
-        if isinstance(error, INFRASTRUCTURE_ERRORS):
+        if isinstance(error, infrastructure):
             return "infrastructure"
-    if any(error.status_code == 429 or error.status_code >= 500 for error in statuses):
+    if any(status in (401, 403) for status in statuses):
+        return "configuration"
+    if any(status == 429 or status >= 500 for status in statuses):
         return "infrastructure"
     if not statuses and any(says_infrastructure(str(error)) for error in chain):
         return "infrastructure"
     return "internal"
+
+
+NAMED_ERRORS: tuple[type[Exception], ...] = (WrongEndpointError, MalformedAnswerError)
+"""tickwork's own words for what the transport saw; an SDK wraps them in its generic
+connection error, whose message ("Connection error.") names nothing."""
+
+
+def failure_message(exc: BaseException) -> str:
+    """What to tell the operator: the exception's text, or the named cause it wraps."""
+    seen: BaseException | None = exc
+    while seen is not None:
+        if isinstance(seen, NAMED_ERRORS):
+            return str(seen)
+        seen = seen.__cause__ or seen.__context__
+    return str(exc)
+
+
+def _known_errors() -> tuple[
+    tuple[type[Exception], ...], tuple[type[Exception], ...], tuple[type[Exception], ...]
+]:
+    """Configuration, infrastructure and status-carrying classes, the loaded SDKs' included."""
+    sdks = list(LOADED_SDK_ERRORS)
+    return (
+        CONFIGURATION_ERRORS + tuple(c for sdk in sdks for c in sdk.configuration),
+        INFRASTRUCTURE_ERRORS + tuple(c for sdk in sdks for c in sdk.infrastructure),
+        tuple(c for sdk in sdks for c in sdk.with_status),
+    )

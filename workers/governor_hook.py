@@ -16,14 +16,14 @@ import logging
 from typing import Any
 
 from strands.hooks import BeforeModelCallEvent, HookProvider, HookRegistry, MessageAddedEvent
-from strands.models.openai import OpenAIModel
 from strands.types.content import Message, Messages
 
 from harness.contracts.calibration import Sample
 from harness.contracts.payload import TickPayload
 from harness.governor.calibration import Calibrations
-from harness.governor.estimate import openai_request_chars, request_chars
+from harness.governor.estimate import request_chars, wire_request_chars
 from harness.governor.policy import Tail, decide
+from workers.providers import Metered
 from workers.recorder import EventRecorder
 
 log = logging.getLogger(__name__)
@@ -52,7 +52,7 @@ class ContextGovernor(HookProvider):
         self.payload = payload
         self.limits = payload.governor
         self.recorder = recorder
-        self.model: OpenAIModel | None = None
+        self.model: Metered | None = None
         """The model of the candidate being tried; a fallback sets the next one."""
         self.calibrations = calibrations
         self.directed = False
@@ -71,17 +71,17 @@ class ContextGovernor(HookProvider):
         registry.add_callback(MessageAddedEvent, self._message_added)
 
     def _measure(self, event: BeforeModelCallEvent) -> int:
-        """The size in OpenAI form; in the SDK's own form if the provider cannot format it."""
+        """The size in the protocol's form; the SDK's own if the provider cannot format it."""
         agent = event.agent
         specs = agent.tool_registry.get_all_tool_specs()
         if self.model is None:
             return request_chars(agent.system_prompt, agent.messages, specs)
         try:
-            request = self.model.format_request(agent.messages, specs, agent.system_prompt)
+            request = self.model.request_form(agent.messages, specs, agent.system_prompt)
         except (TypeError, ValueError) as exc:
             log.warning("measuring the request unformatted: %s", exc)
             return request_chars(agent.system_prompt, agent.messages, specs)
-        return openai_request_chars(request)
+        return wire_request_chars(self.model.api, request)
 
     def _before_call(self, event: BeforeModelCallEvent) -> None:
         if event.cancel:

@@ -29,11 +29,11 @@ from harness.contracts.result import (
     write_result,
 )
 from harness.contracts.secrets import (
-    API_KEY_ENV,
     keep_environment_private,
     redact_standard_streams,
     register_secret_names,
 )
+from harness.contracts.wire import API_KEY_ENV_OF
 
 EXIT_OK, EXIT_FAILED, EXIT_BAD_PAYLOAD = 0, 1, 2
 
@@ -66,7 +66,7 @@ def run(payload: TickPayload) -> int:
 
     from harness.governor.calibration import Calibrations
     from workers.budget_guard import DailyBudgetGuard
-    from workers.failures import failure_class
+    from workers.failures import failure_class, failure_message
     from workers.fallback import CandidateWalk
     from workers.governor_hook import ContextGovernor
     from workers.model import MissingEndpointError, build_model
@@ -169,9 +169,12 @@ def run(payload: TickPayload) -> int:
     except Exception as exc:
         tail = "".join(traceback.format_exception(exc))[-4000:]
         failed_as = failure_class(exc)
-        message = str(exc)[:2000]
+        message = failure_message(exc)[:2000]
         if failed_as == "configuration" and not isinstance(exc, MissingEndpointError):
-            variable = (walk.current.api_key_env if walk.current else None) or API_KEY_ENV
+            current = walk.current
+            api = current.api if current else payload.api
+            named = current.api_key_env if current else None
+            variable = named or API_KEY_ENV_OF[api] or "the target's api_key_env"
             message = f"the upstream refused the API key: check {variable} ({message})"
         result = TickResult(
             tick_id=payload.tick_id,
@@ -222,7 +225,10 @@ def warm_up() -> None:
 
     from harness.contracts.events import BudgetSpent
     from harness.contracts.payload import DailyBudget, RagSettings
+    from workers.providers import load_all
     from workers.recorder import EventRecorder
+
+    load_all()  # every protocol's SDK, shared by the ticks forked from here
 
     with tempfile.TemporaryDirectory(prefix="tickwork-warm-up-") as name:
         folder = Path(name)

@@ -26,8 +26,8 @@ from strands.hooks import AfterModelCallEvent, BeforeModelCallEvent, HookProvide
 from harness.contracts.events import BudgetSpent, ModelCalled, ModelCallStarted, capped
 from harness.contracts.payload import TickPayload
 from harness.governor.estimate import request_chars, tokens_from_chars
-from workers.failures import failure_class
-from workers.model import MeteredOpenAIModel
+from workers.failures import failure_class, failure_message
+from workers.providers import Metered
 from workers.recorder import EventRecorder
 
 ERROR_CHARS = 300
@@ -40,7 +40,7 @@ class SpendMeter(HookProvider):
     def __init__(self, payload: TickPayload, recorder: EventRecorder) -> None:
         self.payload = payload
         self.recorder = recorder
-        self.model: MeteredOpenAIModel | None = None
+        self.model: Metered | None = None
         """The model of the candidate being tried; a fallback sets the next one."""
         self.target: str | None = None
         """The catalog target of that candidate (None without a route)."""
@@ -58,7 +58,7 @@ class SpendMeter(HookProvider):
         self._wait_ms = 0.0
         self._cancelled = False
 
-    def use(self, model: MeteredOpenAIModel, target: str | None) -> MeteredOpenAIModel:
+    def use(self, model: Metered, target: str | None) -> Metered:
         """Meter the calls of the next candidate; its first call is a first attempt again."""
         self.model, self.target, self._attempt = model, target, 1
         return model
@@ -114,7 +114,7 @@ class SpendMeter(HookProvider):
 
     def _spent(
         self,
-        model: MeteredOpenAIModel,
+        model: Metered,
         prompt: int,
         completion: int,
         estimated: bool,
@@ -138,7 +138,7 @@ class SpendMeter(HookProvider):
         )
 
     def _called(
-        self, model: MeteredOpenAIModel, event: AfterModelCallEvent, spent: BudgetSpent | None
+        self, model: Metered, event: AfterModelCallEvent, spent: BudgetSpent | None
     ) -> ModelCalled:
         now = self._ended_at = time.monotonic()
         exc = event.exception
@@ -158,7 +158,7 @@ class SpendMeter(HookProvider):
             stop_reason=str(event.stop_response.stop_reason) if event.stop_response else None,
             error_class=type(exc).__name__ if exc is not None else None,
             failure_class=failure_class(exc) if exc is not None else None,
-            error=capped(str(exc), ERROR_CHARS)[0] if exc is not None else None,
+            error=capped(failure_message(exc), ERROR_CHARS)[0] if exc is not None else None,
             prompt_tokens=spent.prompt_tokens if spent else 0,
             completion_tokens=spent.completion_tokens if spent else 0,
             estimated=spent.estimated if spent else False,

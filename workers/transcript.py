@@ -1,9 +1,10 @@
 """A tick's transcript as `TranscriptEntry` events: what it was asked, said and did.
 
-The system text and the prompt once per tick, each answer of the model when the call
-ends, each tool call with its arguments and output when the tool returns: all redacted
-and capped per item (`harness.contracts.events.capped`), recorded as they happen so a
-running tick can be followed.
+The system text and the prompt once per tick, each answer of the model (its thinking
+first, whichever protocol streamed it) when the call ends, each tool call with its
+arguments and output when the tool returns: all redacted and capped per item
+(`harness.contracts.events.capped`), recorded as they happen so a running tick can be
+followed.
 """
 
 from __future__ import annotations
@@ -52,11 +53,15 @@ class Transcript(HookProvider):
     def _after_model(self, event: AfterModelCallEvent) -> None:
         if event.stop_response is None:
             return  # a failed call said nothing; its `ModelCalled` holds the error
-        texts = [
-            block["text"]
-            for block in event.stop_response.message.get("content", [])
-            if block.get("text")
+        content = event.stop_response.message.get("content", [])
+        thoughts = [
+            str(block["reasoningContent"].get("reasoningText", {}).get("text") or "")
+            for block in content
+            if "reasoningContent" in block
         ]
+        if any(thoughts):
+            self._record("thinking", "\n".join(filter(None, thoughts)))
+        texts = [block["text"] for block in content if block.get("text")]
         if texts:
             self._record("stopped" if self._cancelled else "assistant", "\n".join(texts))
 

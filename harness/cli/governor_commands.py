@@ -1,4 +1,4 @@
-"""`tickwork governor`: the context-size guard as a proxy in front of any OpenAI-compatible API."""
+"""`tickwork governor`: the context-size guard as a proxy in front of OpenAI and Anthropic APIs."""
 
 from __future__ import annotations
 
@@ -15,10 +15,17 @@ def governor(
     upstream: Annotated[
         str | None, typer.Option(help="Base URL to forward to (default: [governor] upstream).")
     ] = None,
+    anthropic_upstream: Annotated[
+        str | None,
+        typer.Option(
+            help="Base URL for Anthropic Messages requests "
+            "(default: [governor] anthropic_upstream, else the upstream)."
+        ),
+    ] = None,
     port: Annotated[int | None, typer.Option(help="Port (default: [governor] port).")] = None,
     host: Annotated[str | None, typer.Option(help="Address (default: [governor] host).")] = None,
 ) -> None:
-    """Serve the governor proxy: point agents' OPENAI_BASE_URL at it instead of the gateway."""
+    """Serve the governor proxy: point agents' OPENAI_BASE_URL or ANTHROPIC_BASE_URL at it."""
     import uvicorn
 
     from harness.config import GovernorEnvError, with_legacy_env
@@ -31,7 +38,12 @@ def governor(
         limits = with_legacy_env(config.governor, os.environ)
     except GovernorEnvError as exc:
         raise fail(str(exc), code=2) from exc
-    overrides = {"upstream": upstream, "port": port, "host": host}
+    overrides = {
+        "upstream": upstream,
+        "anthropic_upstream": anthropic_upstream,
+        "port": port,
+        "host": host,
+    }
     limits = limits.model_copy(update={k: v for k, v in overrides.items() if v is not None})
     if not limits.upstream:
         raise fail("no upstream: set [governor] upstream, GOV_UPSTREAM or --upstream", code=2)
@@ -41,6 +53,7 @@ def governor(
         with proxy_governor(limits, store, Spool(config.paths.spool), alerts) as governor:
             out.print(
                 f"governor on http://{limits.host}:{limits.port} -> {limits.public_upstream} "
+                f"(Anthropic: {limits.public_anthropic_upstream}) "
                 f"(soft {limits.soft_tokens:,}, hard {limits.limits().hard or 'off'}; "
                 f"status: GET /governor/status)"
             )

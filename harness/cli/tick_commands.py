@@ -250,12 +250,15 @@ def fake_llm(
     port: Annotated[int, typer.Option(help="Port on 127.0.0.1.")] = 8099,
     host: Annotated[str, typer.Option(help="Address to bind.")] = "127.0.0.1",
 ) -> None:
-    """Serve tickwork's fake OpenAI-compatible upstream (scripts: POST /_script)."""
+    """Serve tickwork's fake upstream: OpenAI chat and Responses, Anthropic, Ollama."""
     import uvicorn
 
     from harness.devtools.fake_llm import create_app
 
-    out.print(f"fake upstream on http://{host}:{port}/v1 (ledger: GET /_ledger)")
+    out.print(
+        f"fake upstream on http://{host}:{port} (OpenAI: /v1, Anthropic: /v1/messages, "
+        "Ollama: /api/chat; scripts: POST /_script, ledger: GET /_ledger)"
+    )
     uvicorn.run(create_app(), host=host, port=port, log_level="warning")
 
 

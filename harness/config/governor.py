@@ -45,6 +45,9 @@ class GovernorConfig(GovernorLimits):
     port: Annotated[int, Field(ge=1, le=65535)] = 8090
     upstream: str | None = None
     """Base URL the proxy forwards to; the request path is appended (`http://gw:4000`)."""
+    anthropic_upstream: str | None = None
+    """Where Anthropic Messages requests (`/v1/messages…`) go instead, when the `upstream`
+    does not speak them (`https://api.anthropic.com`); unset: to the `upstream` too."""
     log: Path | None = None
     """A JSON-lines file with one line per chat request, written when its answer ended: the
     decision and estimate beside the exact prompt tokens, whether it streamed and the
@@ -67,16 +70,26 @@ class GovernorConfig(GovernorLimits):
     @property
     def public_upstream(self) -> str:
         """The upstream without any credentials in it, for logs, errors and the status page."""
-        if not self.upstream:
-            return ""
-        parts = urlsplit(self.upstream)
-        host = parts.hostname or ""
-        netloc = f"{host}:{parts.port}" if parts.port else host
-        return urlunsplit(parts._replace(netloc=netloc))
+        return without_credentials(self.upstream)
+
+    @property
+    def public_anthropic_upstream(self) -> str:
+        """Where Anthropic requests go, without credentials."""
+        return without_credentials(self.anthropic_upstream or self.upstream)
 
     def limits(self) -> GovernorLimits:
         """The limits alone, as the payload and the policy take them: no upstream, no address."""
         return GovernorLimits(**self.model_dump(include=set(GovernorLimits.model_fields)))
+
+
+def without_credentials(url: str | None) -> str:
+    """The URL without the user and password it may carry (empty for none)."""
+    if not url:
+        return ""
+    parts = urlsplit(url)
+    host = parts.hostname or ""
+    netloc = f"{host}:{parts.port}" if parts.port else host
+    return urlunsplit(parts._replace(netloc=netloc))
 
 
 class GovernorEnvError(ValueError):

@@ -48,6 +48,7 @@ from harness.contracts.secrets import (
     register_secret_names,
     register_secret_value,
 )
+from harness.contracts.wire import Api, Effort, require_effort
 
 CONFIG_ENV = "TICKWORK_CONFIG"
 CONFIG_FILENAME = "tickwork.toml"
@@ -367,7 +368,12 @@ class LevelConfig(Scheduled):
     """Read at every tick instead of `prompt` (edits apply without a restart)."""
     instructions: str = ""
     model: str | None = None
-    effort: Literal["low", "medium", "high"] | None = None
+    api: Api = "openai-chat"
+    """The wire protocol of the level's model (without a catalog): its endpoint and key come
+    from that protocol's variables (`OPENAI_BASE_URL`/`OPENAI_API_KEY`,
+    `ANTHROPIC_BASE_URL`/`ANTHROPIC_API_KEY`, `OLLAMA_HOST`)."""
+    effort: Effort | None = None
+    """Reasoning effort, as the level's `api` takes it (`harness.contracts.wire.EFFORTS`)."""
     overlap: Literal["skip", "buffer_one", "allow"] = "skip"
     """A slot firing while a tick of the level is in flight: `skip` records TickSkipped;
     `buffer_one` keeps one such slot to run when the level is free (and skips the rest);
@@ -421,6 +427,11 @@ class LevelConfig(Scheduled):
     def has_budget(self) -> bool:
         """True when a daily cap is set, so the scheduler must check spend before a claim."""
         return self.daily_token_budget is not None or self.daily_usd_budget is not None
+
+    @model_validator(mode="after")
+    def _effort_for_api(self) -> LevelConfig:
+        require_effort(self.api, self.effort)
+        return self
 
     @model_validator(mode="after")
     def _one_prompt(self) -> LevelConfig:

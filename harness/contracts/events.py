@@ -333,7 +333,9 @@ class ModelCalled(TickEvent):
 TRANSCRIPT_ITEM_CHARS = 4000
 """The most characters one transcript item keeps; the rest is cut, and the cut is marked."""
 
-TranscriptKind = Literal["system", "prompt", "assistant", "stopped", "tool"]
+TranscriptKind = Literal["system", "prompt", "thinking", "assistant", "stopped", "tool"]
+"""`thinking`: the reasoning a model streamed before its answer (Anthropic thinking blocks,
+Responses reasoning summaries)."""
 
 
 def capped(text: str, limit: int = TRANSCRIPT_ITEM_CHARS) -> tuple[str, int]:

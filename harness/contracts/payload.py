@@ -9,11 +9,11 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from harness.contracts.calibration import Calibration
 from harness.contracts.governor import GovernorLimits
-from harness.contracts.secrets import API_KEY_ENV
+from harness.contracts.wire import API_KEY_ENV_OF, BASE_URL_ENV, Api, Effort, require_effort
 
 TICK_HEADER = "x-tickwork-tick"
 """Sent with every model request, so an upstream (or the fake one) can tell ticks apart."""
@@ -74,12 +74,18 @@ class RouteCandidate(BaseModel):
 
     target: Annotated[str, Field(min_length=1)]
     model: Annotated[str, Field(min_length=1)]
-    effort: Literal["low", "medium", "high"] | None = None
+    api: Api = "openai-chat"
+    effort: Effort | None = None
     base_url: str | None = None
     base_url_env: str | None = None
     api_key_env: str | None = None
     quota_probe: QuotaProbe | None = None
     selfcheck_required: bool = False
+
+    @model_validator(mode="after")
+    def _effort_for_api(self) -> RouteCandidate:
+        require_effort(self.api, self.effort)
+        return self
 
 
 class RoutePlan(BaseModel):
@@ -148,7 +154,8 @@ class TickPayload(BaseModel):
     `$slot`, `$previous_result`), recorded with the tick's start, calls and spend."""
     instructions: str = ""
     model: Annotated[str, Field(min_length=1)]
-    effort: Literal["low", "medium", "high"] | None = None
+    api: Api = "openai-chat"
+    effort: Effort | None = None
     max_tool_calls: Annotated[int, Field(ge=0)]
     can_shell: bool = False
     rag: RagSettings = RagSettings()
@@ -158,7 +165,7 @@ class TickPayload(BaseModel):
     spool_dir: Path
     model_timeout_seconds: Annotated[float, Field(gt=0)] = 120.0
     route: RoutePlan | None = None
-    """Set when a routing catalog chose the model; `model` and `effort` are its first."""
+    """Set when a routing catalog chose the model; `model`, `api` and `effort` are its first."""
     governor: GovernorLimits = GovernorLimits()
     calibrations: dict[str, Calibration] = {}
     """What the calibration read model had learned of the tick's models when it was
@@ -170,16 +177,22 @@ class TickPayload(BaseModel):
     """`json`: the answer is parsed (and checked against `output_schema` when set)."""
     output_schema: dict[str, Any] | None = None
 
+    @model_validator(mode="after")
+    def _effort_for_api(self) -> TickPayload:
+        require_effort(self.api, self.effort)
+        return self
+
     def key_variables(self) -> frozenset[str]:
         """The variables holding the API keys (and quota probe headers) of this tick's targets.
 
         They are the only secrets its environment may hold: a `can_shell` tick can read it.
         """
         if self.route is None:
-            return frozenset({API_KEY_ENV})
-        keys = {c.api_key_env or API_KEY_ENV for c in self.route.candidates}
-        probes = (c.quota_probe for c in self.route.candidates if c.quota_probe)
-        return frozenset(keys | {p.header_env for p in probes if p.header_env})
+            names = [API_KEY_ENV_OF[self.api]]
+        else:
+            names = [c.api_key_env or API_KEY_ENV_OF[c.api] for c in self.route.candidates]
+            names += [c.quota_probe.header_env for c in self.route.candidates if c.quota_probe]
+        return frozenset(name for name in names if name)
 
     def named_variables(self) -> frozenset[str]:
         """Every variable this tick's targets name: their keys' and their endpoints'.
@@ -187,6 +200,7 @@ class TickPayload(BaseModel):
         The worker reads them from its own environment, so each one reaches it whatever its
         prefix: a local target's `base_url_env = "TICKWORK_LOCAL_LLM_URL"` included.
         """
-        candidates = self.route.candidates if self.route else []
-        endpoints = {c.base_url_env for c in candidates if c.base_url_env}
+        if self.route is None:
+            return self.key_variables() | {BASE_URL_ENV[self.api]}
+        endpoints = {c.base_url_env for c in self.route.candidates if c.base_url_env}
         return self.key_variables() | endpoints

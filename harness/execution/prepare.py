@@ -220,6 +220,7 @@ class Preparer:
             template_hash=template_hash(template),
             instructions=config.instructions,
             model=first.model if first else config.model,
+            api=first.api if first else config.api,
             effort=first.effort if first else config.effort,
             max_tool_calls=tool_budget(level, config, self.env),
             can_shell=config.can_shell,

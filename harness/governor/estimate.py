@@ -3,7 +3,9 @@
 The size counts everything the model is sent (system prompt, messages with their tool
 calls and results, tool schemas): counting message text alone misjudges tool-heavy agents
 by a factor of about 3. Ticks and the governor proxy measure the same thing, a request in
-OpenAI chat-completions form, so a ratio learned by one is right for the other.
+the form its wire protocol sends it (OpenAI chat's `messages` and `tools`, Anthropic's
+`system`, `messages` and `tools`, Responses' `instructions`, `input` and `tools`,
+Ollama's `messages` and `tools`), so a ratio learned by one is right for the other.
 """
 
 from __future__ import annotations
@@ -13,6 +15,8 @@ from collections.abc import Mapping
 from typing import Any
 
 import orjson
+
+from harness.contracts.wire import Api
 
 DEFAULT_CHARS_PER_TOKEN = 3.2
 
@@ -34,6 +38,22 @@ def openai_request_chars(body: Mapping[str, Any]) -> int:
     return _json_chars(
         [body.get("messages") or [], body.get("tools") or body.get("functions") or []]
     )
+
+
+PROMPT_PARTS: dict[Api, tuple[str, ...]] = {
+    "openai-chat": ("messages", "tools"),
+    "openai-responses": ("instructions", "input", "tools"),
+    "anthropic": ("system", "messages", "tools"),
+    "ollama": ("messages", "tools"),
+}
+"""The fields of each protocol's request the model is shown."""
+
+
+def wire_request_chars(api: Api, body: Mapping[str, Any]) -> int:
+    """Size of a request in its protocol's form: the parts the model is shown."""
+    if api == "openai-chat":
+        return openai_request_chars(body)
+    return _json_chars([body.get(part) or [] for part in PROMPT_PARTS[api]])
 
 
 def tokens_from_chars(chars: int, chars_per_token: float = DEFAULT_CHARS_PER_TOKEN) -> int:

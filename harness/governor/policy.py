@@ -3,10 +3,11 @@
 One policy for the tick hook and the proxy; each of them only says what the end of its
 message chain looks like (`Tail`) and carries the decision out in its own way.
 
-The wrap-up directive goes in as the last user message, which is safe only after a user
-message or a finished assistant answer. After an assistant turn with open tool calls, or
-after a tool result, an extra user message breaks the call/result pairing that providers
-check (or the chat template of a local model), so the directive waits for a later turn.
+The wrap-up directive goes in as the last user message (OpenAI), which is safe only after
+a user message or a finished assistant answer, or into the system prompt (Anthropic),
+which is always safe. After an assistant turn with open tool calls, or after a tool
+result, an extra user message breaks the call/result pairing that providers check (or the
+chat template of a local model), so the directive waits for a later turn.
 """
 
 from __future__ import annotations
@@ -19,7 +20,9 @@ from harness.contracts.governor import GovernorLimits
 from harness.governor.estimate import tokens_from_chars
 
 Decision = Literal["pass", "soft", "defer", "hard"]
-Tail = Literal["user", "assistant", "open_tool_calls", "tool_result", "empty"]
+Tail = Literal["user", "assistant", "open_tool_calls", "tool_result", "empty", "system"]
+"""How a request's chain ends where the directive would go; `system`: the directive goes
+into the system prompt (Anthropic), which any chain can take."""
 
 
 def fill(template: str, est: int, threshold: int) -> str:
@@ -29,7 +32,7 @@ def fill(template: str, est: int, threshold: int) -> str:
 
 def chain_allows_directive(tail: Tail) -> bool:
     """Whether a directive can be appended after this tail: not after open tool calls or results."""
-    return tail in ("user", "assistant", "empty")
+    return tail in ("user", "assistant", "empty", "system")
 
 
 @dataclass(frozen=True)

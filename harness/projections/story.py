@@ -31,6 +31,7 @@ StepKind = Literal[
     "started",
     "system",
     "prompt",
+    "thinking",
     "assistant",
     "stopped",
     "tool",

@@ -23,11 +23,19 @@ from typing import Annotated, Any, Literal
 from urllib.parse import urlsplit
 from zoneinfo import ZoneInfo
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    ValidationError,
+    field_validator,
+    model_validator,
+)
 
 from harness.config import LEVEL_NAME, IanaZone, PriceOverride, nul_paths
 from harness.contracts.payload import QuotaProbe
 from harness.contracts.secrets import register_secret_names
+from harness.contracts.wire import Api, Effort, require_effort
 
 MINUTES_A_DAY = 24 * 60
 
@@ -60,13 +68,23 @@ class Target(_Strict):
     base_url: Annotated[str, Field(pattern=r"^https?://\S+$")] | None = None
     base_url_env: EnvName | None = None
     api_key_env: EnvName | None = None
-    effort: Literal["low", "medium", "high"] | None = None
+    """Default: the protocol's own (`OPENAI_API_KEY`, `ANTHROPIC_API_KEY`; Ollama: none)."""
+    api: Api = "openai-chat"
+    """The wire protocol; `base_url` is what its SDK takes as base: `…/v1` for both OpenAI
+    protocols, `https://api.anthropic.com` (no `/v1`) for Anthropic, `http://host:11434`
+    for Ollama."""
+    effort: Effort | None = None
     prices: PriceOverride | None = None
     quota_probe: QuotaProbe | None = None
     selfcheck_required: bool = False
     """Whether a tick asks the target a short self-check before it first runs there, and
     again after the target was marked unavailable: a target that answers nothing useful
     is found out by a one-line question, not by a tick's whole work."""
+
+    @model_validator(mode="after")
+    def _effort_for_api(self) -> Target:
+        require_effort(self.api, self.effort)
+        return self
 
     @field_validator("base_url")
     @classmethod
@@ -322,10 +340,10 @@ def _capacity_problems(where: str, target: Target) -> Iterator[str]:
 
 
 def _identity_problems(catalog: Catalog) -> Iterator[str]:
-    """One runtime (model, endpoint, effort) under two ids would split its availability."""
-    seen: dict[tuple[str, str | None, str | None, str | None], str] = {}
+    """One runtime (model, endpoint, protocol, effort) under two ids splits its availability."""
+    seen: dict[tuple[str, str | None, str | None, str, str | None], str] = {}
     for target_id, target in catalog.targets.items():
-        identity = (target.model, target.base_url, target.base_url_env, target.effort)
+        identity = (target.model, target.base_url, target.base_url_env, target.api, target.effort)
         if identity in seen:
             yield (
                 f"targets.{target_id}: same model, endpoint and effort as "

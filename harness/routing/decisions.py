@@ -90,6 +90,7 @@ def candidate(catalog: Catalog, target_id: str) -> RouteCandidate:
     return RouteCandidate(
         target=target_id,
         model=target.model,
+        api=target.api,
         effort=target.effort,
         base_url=target.base_url,
         base_url_env=target.base_url_env,
@@ -263,7 +264,12 @@ class Escalation:
             return False
         plan = self.routed.plan.model_copy(update={"candidates": [stronger]})
         self.payload = self.payload.model_copy(
-            update={"model": stronger.model, "effort": stronger.effort, "route": plan}
+            update={
+                "model": stronger.model,
+                "api": stronger.api,
+                "effort": stronger.effort,
+                "route": plan,
+            }
         )
         self.first_attempt = attempt + 1
         self.record(

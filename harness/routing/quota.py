@@ -152,10 +152,16 @@ def _seconds(text: str | None) -> float | None:
 
 
 def answer_quota(headers: Mapping[str, str]) -> AnswerQuota | None:
-    """The rate-limit headers of an answer, or None when it has none of them."""
+    """The rate-limit headers of an answer, or None when it has none of them.
+
+    OpenAI's (and most gateways') `x-ratelimit-remaining-*`, or Anthropic's
+    `anthropic-ratelimit-*-remaining`.
+    """
+    requests = headers.get("x-ratelimit-remaining-requests")
+    tokens = headers.get("x-ratelimit-remaining-tokens")
     found = AnswerQuota(
-        requests_left=_count(headers.get("x-ratelimit-remaining-requests")),
-        tokens_left=_count(headers.get("x-ratelimit-remaining-tokens")),
+        requests_left=_count(requests or headers.get("anthropic-ratelimit-requests-remaining")),
+        tokens_left=_count(tokens or headers.get("anthropic-ratelimit-tokens-remaining")),
         retry_after_seconds=_seconds(headers.get("retry-after")),
     )
     if found == AnswerQuota(None, None, None):

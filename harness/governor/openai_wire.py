@@ -1,23 +1,43 @@
 """The OpenAI chat-completions wire format, as far as the governor reads and writes it.
 
-Reading: where a request's message chain ends, and the usage a response reports (whole
-JSON or a stream of SSE chunks, which may split anywhere). Writing: the directive as the
-last user message, and the stop answer the hard ceiling gives instead of the model's.
+Reading: a request's body (a body that is no chat request is passed on untouched, as the
+upstream would answer it without the proxy), where its message chain ends, and the usage
+a response reports. Writing: the directive as the last user message, the stop answer the
+hard ceiling gives instead of the model's, and the proxy's own errors.
 """
 
 from __future__ import annotations
 
 import time
 import uuid
-from dataclasses import dataclass
 from typing import Any
 
 import orjson
 
+from harness.governor.invalid import InvalidRequest
 from harness.governor.policy import Tail
+from harness.governor.usage import Usage, UsageScanner
 
-MAX_BUFFERED_BYTES = 16 * 1024 * 1024
-"""A non-streamed answer larger than this is passed on without reading its usage."""
+
+def chat_request(body: bytes) -> dict[str, Any] | None:
+    """The parsed chat request, or None for a body the proxy must only pass on."""
+    try:
+        document = orjson.loads(body)
+    except orjson.JSONDecodeError:
+        return None
+    if not isinstance(document, dict) or not isinstance(document.get("messages"), list):
+        return None
+    return document
+
+
+def chat_tail(body: dict[str, Any]) -> Tail:
+    """How a chat request's message chain ends."""
+    return tail_of(body["messages"])
+
+
+def chat_opening(body: dict[str, Any]) -> Any:
+    """What every turn of a conversation resends: its model and first two messages."""
+    return [body.get("model"), body["messages"][:2]]
 
 
 def tail_of(messages: list[Any]) -> Tail:
@@ -45,8 +65,9 @@ def _completion_id() -> str:
 ZERO_USAGE = {"prompt_tokens": 0, "completion_tokens": 0, "total_tokens": 0}
 
 
-def stop_completion(model: str, text: str) -> dict[str, Any]:
+def stop_completion(chat: dict[str, Any], text: str) -> dict[str, Any]:
     """A complete chat completion carrying the stop text; nothing was billed for it."""
+    model = str(chat.get("model") or "")
     return {
         "id": _completion_id(),
         "object": "chat.completion",
@@ -63,8 +84,17 @@ def stop_completion(model: str, text: str) -> dict[str, Any]:
     }
 
 
-def stop_stream(model: str, text: str, include_usage: bool) -> list[bytes]:
-    """The same answer as SSE chunks, ending in `[DONE]` like any streamed completion."""
+def stop_stream(chat: dict[str, Any], text: str) -> list[bytes]:
+    """The same answer as SSE chunks, ending in `[DONE]` like any streamed completion.
+
+    Its usage chunk comes when the request asked for one (`stream_options`).
+    """
+    options = chat.get("stream_options")
+    if options is not None and not isinstance(options, dict):
+        message = 'stream_options must be an object, such as {"include_usage": true}'
+        raise InvalidRequest("stream_options", message)
+    include_usage = bool(options and options.get("include_usage"))
+    model = str(chat.get("model") or "")
     ident, created = _completion_id(), int(time.time())
 
     def event(choices: list[dict[str, Any]], **extra: Any) -> bytes:
@@ -87,16 +117,6 @@ def stop_stream(model: str, text: str, include_usage: bool) -> list[bytes]:
     if include_usage:
         chunks.append(event([], usage=ZERO_USAGE))
     return [*chunks, b"data: [DONE]\n\n"]
-
-
-@dataclass(frozen=True)
-class Usage:
-    """Tokens a response reported; `cached` when `prompt_tokens` leaves the cache out."""
-
-    prompt_tokens: int
-    completion_tokens: int
-    cached_tokens: int | None
-    cached: bool
 
 
 def usage_of(document: Any) -> Usage | None:
@@ -123,49 +143,34 @@ def usage_of(document: Any) -> Usage | None:
     )
 
 
-class UsageScanner:
-    """Watches a response go by, chunk by chunk, for its usage and the text it carried."""
+class ChatUsageScanner(UsageScanner):
+    """A chat completion's usage (the last chunk that has one) and its answer's text."""
 
     def __init__(self, streamed: bool) -> None:
-        self.streamed = streamed
-        self.usage: Usage | None = None
-        self.answer_chars = 0
-        self._buffer = bytearray()
-        self._overflow = False
+        super().__init__(streamed)
+        self._usage: Usage | None = None
 
-    def feed(self, chunk: bytes) -> None:
-        """Take the next piece of the response; a buffer past its cap stops being scanned."""
-        if self._overflow:
-            return
-        self._buffer += chunk
-        if not self.streamed:
-            self._overflow = len(self._buffer) > MAX_BUFFERED_BYTES
-            return
-        end = self._buffer.rfind(b"\n")
-        if end < 0:
-            return
-        lines = bytes(self._buffer[:end]).split(b"\n")
-        del self._buffer[: end + 1]
-        for line in lines:
-            if line.startswith(b"data:") and line[5:].strip() != b"[DONE]":
-                self._read(line[5:])
-
-    def finish(self) -> Usage | None:
-        """The usage the response reported, once it is complete (None: it reported none)."""
-        if not self.streamed and not self._overflow and self._buffer:
-            self._read(bytes(self._buffer))
-        return self.usage
-
-    def _read(self, text: bytes) -> None:
-        try:
-            document = orjson.loads(text)
-        except orjson.JSONDecodeError:
-            return
-        if not isinstance(document, dict):
-            return
-        self.usage = usage_of(document) or self.usage
+    def read(self, document: dict[str, Any]) -> None:
+        """Usage where a completion or chunk has it; text and tool arguments counted."""
+        self._usage = usage_of(document) or self._usage
         for choice in document.get("choices") or []:
             part = choice.get("delta") or choice.get("message") or {}
             self.answer_chars += len(part.get("content") or "")
             for call in part.get("tool_calls") or []:
                 self.answer_chars += len((call.get("function") or {}).get("arguments") or "")
+
+    def usage(self) -> Usage | None:
+        """The usage of the last document that reported one."""
+        return self._usage
+
+
+def error_document(message: str, status: int, param: str | None = None) -> dict[str, Any]:
+    """An error of the proxy's own as OpenAI clients read it: a 400 names its `param`."""
+    if param is not None:
+        return {"error": {"message": message, "type": "invalid_request_error", "param": param}}
+    return {"error": {"message": message, "type": "upstream_error", "code": status}}
+
+
+def stream_error(message: str, status: int) -> bytes:
+    """The SSE chunk that ends a stream the upstream cut, telling the client why."""
+    return b"data: " + orjson.dumps(error_document(message, status)) + b"\n\n"

@@ -1,0 +1,53 @@
+"""The wire protocols a tick can talk, the reasoning efforts each takes, and their variables.
+
+A level or a catalog target names its protocol (`api`); everything else an operator
+set up (model, effort, budgets, routing) means the same whichever it is. The efforts
+are the union of what the providers take; each protocol accepts only its own, and a
+level or target asking one it cannot take is refused when its file loads, not at the
+first call. Without a catalog, a level's endpoint and key come from the variables its
+protocol's own SDK reads, so switching a level from one provider to another changes
+its `api` and the environment it is given, nothing else.
+"""
+
+from __future__ import annotations
+
+from typing import Literal, get_args
+
+from harness.contracts.secrets import ANTHROPIC_API_KEY_ENV, API_KEY_ENV
+
+Api = Literal["openai-chat", "openai-responses", "anthropic", "ollama"]
+APIS: tuple[Api, ...] = get_args(Api)
+
+Effort = Literal["none", "minimal", "low", "medium", "high", "xhigh", "max"]
+"""How hard the model reasons: OpenAI's `reasoning_effort` / `reasoning.effort` values,
+Anthropic's thinking budget (`max` the largest), Ollama's `think` levels."""
+
+EFFORTS: dict[Api, tuple[Effort, ...]] = {
+    "openai-chat": ("none", "minimal", "low", "medium", "high", "xhigh"),
+    "openai-responses": ("none", "minimal", "low", "medium", "high", "xhigh"),
+    "anthropic": ("none", "low", "medium", "high", "xhigh", "max"),
+    "ollama": ("none", "low", "medium", "high"),
+}
+
+BASE_URL_ENV: dict[Api, str] = {
+    "openai-chat": "OPENAI_BASE_URL",
+    "openai-responses": "OPENAI_BASE_URL",
+    "anthropic": "ANTHROPIC_BASE_URL",
+    "ollama": "OLLAMA_HOST",
+}
+"""Where a level without a catalog finds its endpoint: the protocol's own SDK variable."""
+
+API_KEY_ENV_OF: dict[Api, str | None] = {
+    "openai-chat": API_KEY_ENV,
+    "openai-responses": API_KEY_ENV,
+    "anthropic": ANTHROPIC_API_KEY_ENV,
+    "ollama": None,
+}
+"""The key a level without a catalog, or a target naming none, sends (Ollama takes none)."""
+
+
+def require_effort(api: Api, effort: Effort | None) -> None:
+    """Refuse an effort `api` cannot take (a validator's `ValueError`, with what it takes)."""
+    if effort is not None and effort not in EFFORTS[api]:
+        accepted = ", ".join(EFFORTS[api])
+        raise ValueError(f"effort {effort!r} is not one {api} takes (it takes: {accepted})")

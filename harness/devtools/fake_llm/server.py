@@ -1,0 +1,89 @@
+"""The fake's app (every wire format plus `/_script` and `/_ledger`) and its socket."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+
+from fastapi import FastAPI
+
+from harness.contracts.wire import Api
+from harness.devtools.fake_llm import anthropic, ollama, openai_chat, openai_responses
+from harness.devtools.fake_llm.script import LedgerEntry, Script, Step
+from harness.devtools.fake_llm.state import FakeState, KvCache, Tokenizer
+from harness.devtools.serving import BackgroundServer
+
+
+def create_app(state: FakeState | None = None) -> FastAPI:
+    """The fake upstream, with `/_script` and `/_ledger` for tests to drive it."""
+    app = FastAPI(title="tickwork fake upstream")
+    app.state.fake = state or FakeState()
+    for module in (openai_chat, openai_responses, anthropic, ollama):
+        app.include_router(module.router)
+
+    @app.post("/_script")
+    async def add_script(script: Script) -> dict[str, int]:
+        app.state.fake.script(script.key, script.steps)
+        return {"queued": len(script.steps)}
+
+    @app.get("/_ledger")
+    async def ledger() -> list[LedgerEntry]:
+        return list(app.state.fake.ledger)
+
+    return app
+
+
+class FakeUpstream:
+    """The fake server on a real socket, in a background thread of this process."""
+
+    def __init__(
+        self,
+        host: str = "127.0.0.1",
+        port: int = 0,
+        tokenizer: Tokenizer = "chars",
+        kv_cache: KvCache = "none",
+    ) -> None:
+        self.state = FakeState(tokenizer, kv_cache)
+        self._server = BackgroundServer(create_app(self.state), host, port, "fake upstream")
+        self.origin = ""
+        """`http://host:port` once started."""
+        self.url = ""
+        """The OpenAI base URL (`…/v1`) once started."""
+
+    def start(self) -> FakeUpstream:
+        """Serve on a real socket; returns self so a test can start it in one expression."""
+        self.origin = self._server.start()
+        self.url = self.origin + "/v1"
+        return self
+
+    def base_url(self, api: Api) -> str:
+        """What each protocol's own SDK takes as its base: `/v1` for OpenAI, the origin else."""
+        return self.url if api.startswith("openai") else self.origin
+
+    def stop(self) -> None:
+        """Stop serving and join the server's thread."""
+        self._server.stop()
+
+    def script(self, key: str, steps: list[Step]) -> None:
+        """Queue steps for the requests that carry `key`, without an HTTP round trip."""
+        self.state.script(key, steps)
+
+    def when_answered(self, key: str, action: Callable[[], None]) -> None:
+        """Run `action` once the next streamed answer of `key` is sent in full."""
+        self.state.when_answered(key, action)
+
+    @property
+    def ledger(self) -> list[LedgerEntry]:
+        """A copy of what was billed so far, safe to read while requests arrive."""
+        with self.state.lock:
+            return list(self.state.ledger)
+
+
+@contextmanager
+def fake_upstream(port: int = 0) -> Iterator[FakeUpstream]:
+    """A fake upstream for the length of a `with` block."""
+    server = FakeUpstream(port=port).start()
+    try:
+        yield server
+    finally:
+        server.stop()

@@ -1,0 +1,106 @@
+"""The fake's memory: scripts, the ledger, barriers and the KV-cache emulation."""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+import time
+from collections import defaultdict, deque
+from collections.abc import Callable
+from typing import Any, Literal
+
+import orjson
+
+from harness.devtools.fake_llm.script import LedgerEntry, Step
+from harness.devtools.fake_llm.tokens import (
+    count_tokens,
+    count_word_tokens,
+    render_prompt,
+    shared_prefix,
+)
+
+Tokenizer = Literal["chars", "words"]
+KvCache = Literal["none", "hidden", "llama"]
+
+
+class FakeState:
+    """Scripts, the ledger and request times; shared by the app and in-process tests.
+
+    Two options make it behave like real servers for the governor's calibration:
+    `tokenizer="words"` counts prompt tokens the way a subword tokenizer roughly does, over
+    the prompt as a chat template renders it (not the JSON), and `kv_cache` reports, like
+    llama.cpp or Ollama reusing their KV cache, only the prompt tokens past the prefix the
+    previous request shared (`"llama"` says so in `timings`, `"hidden"` does not).
+    """
+
+    def __init__(self, tokenizer: Tokenizer = "chars", kv_cache: KvCache = "none") -> None:
+        self.lock = threading.Lock()
+        self.scripts: dict[str, deque[Step]] = defaultdict(deque)
+        self.ledger: list[LedgerEntry] = []
+        self.first_request: dict[str, float] = {}
+        self.tokenizer = tokenizer
+        self.kv_cache = kv_cache
+        self.previous_prompt: dict[str, str] = {}
+        self.received: deque[dict[str, Any]] = deque(maxlen=100)
+        """The latest request bodies of every wire format, as they arrived."""
+        self.arrived: dict[str, int] = defaultdict(int)
+        """Requests per key that reached a `together` barrier."""
+        self.on_answered: dict[str, deque[Callable[[], None]]] = defaultdict(deque)
+        """Actions to run, one per streamed answer of the key, once its last byte is sent."""
+
+    def prompt_tokens(self, key: str, view: dict[str, Any]) -> tuple[int, int]:
+        """(tokens billed, tokens reused from the KV cache) for a request's chat-shaped view."""
+        if self.tokenizer == "chars":
+            total = count_tokens(orjson.dumps([view.get("messages"), view.get("tools")]).decode())
+            return total, 0
+        prompt = render_prompt(view)
+        total = count_word_tokens(prompt)
+        if self.kv_cache == "none":
+            return total, 0
+        with self.lock:
+            previous = self.previous_prompt.get(key, "")
+            self.previous_prompt[key] = prompt
+        shared = shared_prefix(previous, prompt)
+        cached = count_word_tokens(prompt[:shared]) if shared else 0
+        return max(1, total - cached), cached
+
+    async def gather(self, key: str, count: int) -> None:
+        """Wait until `count` requests of `key` have reached this barrier (`Step.together`)."""
+        with self.lock:
+            self.arrived[key] += 1
+        while self.arrived[key] < count:
+            await asyncio.sleep(0.01)
+
+    def script(self, key: str, steps: list[Step]) -> None:
+        """Queue steps for the requests that carry `key`."""
+        with self.lock:
+            self.scripts[key].extend(steps)
+
+    def next_step(self, key: str) -> Step:
+        """The next scripted answer for `key`, the default script's, or a plain text answer."""
+        with self.lock:
+            self.first_request.setdefault(key, time.time())
+            queue = self.scripts.get(key) or self.scripts.get("default")
+            return queue.popleft() if queue else Step()
+
+    def when_answered(self, key: str, action: Callable[[], None]) -> None:
+        """Run `action` in the server's thread once the next streamed answer of `key` is sent.
+
+        A test can so act (kill the worker) at the exact moment the upstream has answered
+        in full, before the client has done anything with the answer.
+        """
+        with self.lock:
+            self.on_answered[key].append(action)
+
+    def answered(self, key: str) -> None:
+        """The streamed answer of `key` is sent: run the action waiting for it, if any."""
+        with self.lock:
+            waiting = self.on_answered.get(key)
+            action = waiting.popleft() if waiting else None
+        if action is not None:
+            action()
+
+    def bill(self, entry: LedgerEntry) -> None:
+        """Remember what a request billed."""
+        with self.lock:
+            self.ledger.append(entry)

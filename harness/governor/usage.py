@@ -1,0 +1,86 @@
+"""The usage an answer reports, read as the answer goes by on its way to the client.
+
+An answer is either one JSON document or a stream of SSE events whose `data:` lines may
+be split anywhere between chunks; each wire format says what its documents hold
+(`read`), this module finds them.
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from dataclasses import dataclass
+from typing import Any
+
+import orjson
+
+MAX_BUFFERED_BYTES = 16 * 1024 * 1024
+"""A non-streamed answer larger than this is passed on without reading its usage."""
+
+
+@dataclass(frozen=True)
+class Usage:
+    """Tokens an answer reported; `cached` when `prompt_tokens` leaves the cache out.
+
+    `prompt_tokens` counts the cache reads and writes in, as OpenAI reports it and as the
+    prices take it; `cached_tokens` are the reads among them, `cache_write_tokens` the
+    writes (Anthropic's cache creation).
+    """
+
+    prompt_tokens: int
+    completion_tokens: int
+    cached_tokens: int | None
+    cached: bool
+    cache_write_tokens: int | None = None
+
+
+class UsageScanner(ABC):
+    """Watches an answer go by, chunk by chunk, for its usage and the text it carried.
+
+    A wire format's scanner says what one JSON document (the whole answer, or one SSE
+    event's data) tells, in `read`.
+    """
+
+    def __init__(self, streamed: bool) -> None:
+        self.streamed = streamed
+        self.answer_chars = 0
+        self._buffer = bytearray()
+        self._overflow = False
+
+    def feed(self, chunk: bytes) -> None:
+        """Take the next piece of the answer; a buffer past its cap stops being scanned."""
+        if self._overflow:
+            return
+        self._buffer += chunk
+        if not self.streamed:
+            self._overflow = len(self._buffer) > MAX_BUFFERED_BYTES
+            return
+        end = self._buffer.rfind(b"\n")
+        if end < 0:
+            return
+        lines = bytes(self._buffer[:end]).split(b"\n")
+        del self._buffer[: end + 1]
+        for line in lines:
+            if line.startswith(b"data:") and line[5:].strip() != b"[DONE]":
+                self._parse(line[5:])
+
+    def finish(self) -> Usage | None:
+        """The usage the answer reported, once it is complete (None: it reported none)."""
+        if not self.streamed and not self._overflow and self._buffer:
+            self._parse(bytes(self._buffer))
+        return self.usage()
+
+    @abstractmethod
+    def read(self, document: dict[str, Any]) -> None:
+        """Take what one document of the answer says (usage, text)."""
+
+    @abstractmethod
+    def usage(self) -> Usage | None:
+        """The usage read so far, if the answer has reported all of it."""
+
+    def _parse(self, text: bytes) -> None:
+        try:
+            document = orjson.loads(text)
+        except orjson.JSONDecodeError:
+            return
+        if isinstance(document, dict):
+            self.read(document)

@@ -1,0 +1,124 @@
+"""The answer as it crosses the wire: whether it began, whether its turn ended, and what it was.
+
+Each protocol's SDK parses its stream its own way and forgives different things (Strands'
+Responses and Ollama providers stand in a stop reason when the stream just stopped; the
+Ollama client sends a request only once its stream is read, after the provider said the
+message started). So the worker watches the bytes itself, the same way for all four: a
+2xx answer of the protocol's content type began the turn (a failure after it may be
+billed), and the protocol's end-of-turn marker in the body ended it (without it, what
+came may be a prefix). A 200 of another content type is no answer, and a 404 or 405 is
+an endpoint of another kind (an Ollama URL given to an Anthropic target): both fail the
+call on infrastructure, named.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import AsyncIterator, Awaitable, Callable
+from dataclasses import dataclass
+
+import httpx
+
+from harness.contracts.wire import Api
+
+ResponseHook = Callable[[httpx.Response], Awaitable[None]]
+
+ERROR_BODY_CHARS = 200
+
+
+class MalformedAnswerError(Exception):
+    """The upstream answered 200 with something that is no completion stream.
+
+    A gateway's HTML error page, a JSON body cut short: the upstream's fault, so the tick
+    fails on infrastructure.
+    """
+
+
+class WrongEndpointError(Exception):
+    """The endpoint has no such route: its URL is of another protocol, or lacks a path part."""
+
+
+@dataclass(frozen=True)
+class WireFormat:
+    """How a protocol's streamed answer looks: its content type and its end of turn."""
+
+    content_type: str
+    turn_end: re.Pattern[bytes]
+
+
+FORMATS: dict[Api, WireFormat] = {
+    "openai-chat": WireFormat("text/event-stream", re.compile(rb'"finish_reason"\s*:\s*"')),
+    "openai-responses": WireFormat(
+        "text/event-stream", re.compile(rb'"type"\s*:\s*"response\.(?:completed|incomplete)"')
+    ),
+    "anthropic": WireFormat("text/event-stream", re.compile(rb"event:\s*message_stop")),
+    "ollama": WireFormat("application/x-ndjson", re.compile(rb'"done"\s*:\s*true')),
+}
+
+_CARRY = 64
+"""Bytes kept from one chunk to the next, so a marker split between two is still seen."""
+
+
+class WireWatch:
+    """The current call's answer, as the transport saw it; `reset` before each call."""
+
+    def __init__(self, api: Api, observe: ResponseHook | None = None) -> None:
+        self.api = api
+        self.format = FORMATS[api]
+        self.observe = observe
+        self.answered = False
+        """A 2xx answer of the protocol's kind began: the upstream took the request."""
+        self.ended = False
+        """The body carried the protocol's end of turn."""
+
+    @property
+    def hooks(self) -> list[ResponseHook]:
+        """The httpx response hooks to install on the protocol's client."""
+        return [self.on_response, *([self.observe] if self.observe else [])]
+
+    def reset(self) -> None:
+        """A new call starts: nothing of it seen yet."""
+        self.answered = self.ended = False
+
+    async def on_response(self, response: httpx.Response) -> None:
+        """Judge the answer's status and kind, and watch its body for the end of turn."""
+        if response.status_code in (404, 405):
+            await response.aread()
+            request = response.request
+            raise WrongEndpointError(
+                f"{request.url.host} answered {response.status_code} to {request.method} "
+                f"{request.url.path}: is the target's base_url an {self.api} endpoint "
+                f"serving this model? ({response.text[:ERROR_BODY_CHARS]})"
+            )
+        if not response.is_success:
+            return
+        kind = response.headers.get("content-type", "")
+        if not kind.startswith(self.format.content_type):
+            raise MalformedAnswerError(
+                f"the upstream answered {response.status_code} with "
+                f"{kind or 'no content type'}, not {self.format.content_type}"
+            )
+        self.answered = True
+        response.stream = _Watched(response.stream, self)
+
+    def saw(self, data: bytes) -> None:
+        """A piece of the body passed."""
+        if self.format.turn_end.search(data):
+            self.ended = True
+
+
+class _Watched(httpx.AsyncByteStream):
+    def __init__(self, inner: httpx.AsyncByteStream | httpx.SyncByteStream, watch: WireWatch):
+        assert isinstance(inner, httpx.AsyncByteStream), "the tick's clients are async"
+        self.inner = inner
+        self.watch = watch
+
+    async def __aiter__(self) -> AsyncIterator[bytes]:
+        carried = b""
+        async for chunk in self.inner:
+            self.watch.saw(carried + chunk)
+            carried = chunk[-_CARRY:]
+            yield chunk
+
+    async def aclose(self) -> None:
+        await self.inner.aclose()

@@ -99,7 +99,7 @@ FAULTS = [
 
 
 @pytest.mark.parametrize("api", APIS)
-def test_each_protocols_faults_are_infrastructure_and_cut_calls_are_estimated(
+def test_each_protocols_faults_are_infrastructure_and_calls_without_usage_are_estimated(
     tmp_path: Path, fake: FakeUpstream, api: Api
 ) -> None:
     harness = Harness(tmp_path, fake, api=api)
@@ -108,7 +108,7 @@ def test_each_protocols_faults_are_infrastructure_and_cut_calls_are_estimated(
     )
     harness.runner.settings = harness.settings
     faults = [*FAULTS, Step(status=529)] if api == "anthropic" else FAULTS
-    outcome = harness.tick([*faults, Step(text="Recovered.")])
+    outcome = harness.tick([*faults, Step(text="Recovered.", omit_usage=True)])
     events = harness.events(outcome)
     assert outcome.result is not None and outcome.result.ok, outcome
     called = of_type(events, "ModelCalled")
@@ -117,7 +117,7 @@ def test_each_protocols_faults_are_infrastructure_and_cut_calls_are_estimated(
     assert len(called) == len(failed) + 1
     assert of_type(events, "ToolCalled") == []  # the unfinished turn's call never ran
     ledger = billed(fake, outcome.tick_id)
-    assert [e.usage_reported for e in ledger] == [False, False, True]
+    assert [e.usage_reported for e in ledger] == [False, False, False]  # cut, unfinished, none
     spend_matches_ledger(events, ledger)
     if api == "anthropic":
         assert "OverloadedError" in {c["error_class"] for c in failed}

@@ -63,12 +63,12 @@ MID = TODAY - timedelta(days=10)
 """Older than `transcript_days`, younger than `hot_days`."""
 
 
-def config_file(tmp_path: Path, store_url: str, transcript_days: int = 30) -> Path:
+def config_file(tmp_path: Path, store_url: str, transcript_days: int | None = None) -> Path:
     path = tmp_path / "tickwork.toml"
+    transcripts = "" if transcript_days is None else f"transcript_days = {transcript_days}\n"
     path.write_text(
         f'[store]\nurl = "{store_url}"\n[paths]\nresults = "{tmp_path / "results"}"\n'
-        f"[retention]\nhot_days = 30\ntranscript_days = {transcript_days}\n"
-        f'archive = "{tmp_path / "archive"}"\n',
+        f'[retention]\nhot_days = 30\n{transcripts}archive = "{tmp_path / "archive"}"\n',
         encoding="utf-8",
     )
     return path

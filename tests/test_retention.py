@@ -37,7 +37,7 @@ FIRST = datetime.now(UTC).date() - timedelta(days=DAYS + 5)
 @contextmanager
 def simulated(store_url: str, tmp_path: Path) -> Iterator[Soak]:
     """A soak run of `HOT_DAYS` from `FIRST` on, its store on a simulated clock."""
-    config = config_file(tmp_path, store_url, transcript_days=HOT_DAYS)
+    config = config_file(tmp_path, store_url)
     text = config.read_text(encoding="utf-8")
     config.write_text(text.replace("hot_days = 30", f"hot_days = {HOT_DAYS}"), encoding="utf-8")
     clock = SimulatedClock(datetime.combine(FIRST, time(), UTC))

@@ -339,8 +339,12 @@ def _started_by_each(store: SqlEventStore, workers: list[int]) -> dict[int, str]
 
 
 def test_the_infrastructure_throttle_spaces_the_starts_of_every_worker(tmp_path: Path) -> None:
-    """A failure on one worker spaces the starts on all of them by its backoff, for a while."""
-    runner = "retry_backoff_seconds = 3\nretry_backoff_max_seconds = 3\ninfra_throttle_seconds = 30"
+    """A failure on one worker spaces the starts on all of them by its backoff, for a while.
+
+    The backoff (2 s) is twice the level's period: the slots alone would start ticks a
+    second apart, so a spacing of 2 s is the throttle's doing.
+    """
+    runner = "retry_backoff_seconds = 2\nretry_backoff_max_seconds = 2\ninfra_throttle_seconds = 30"
     steps = [Step(status=500)] + [Step(text="done")] * 100
     with fresh_pg_database() as url, fake_server(steps) as fake:
         config = configure(tmp_path, url, level("busy", "1s"), fake, runner=runner)
@@ -371,13 +375,13 @@ def test_the_infrastructure_throttle_spaces_the_starts_of_every_worker(tmp_path:
             if e.data["failure_class"] == "infrastructure"
         ]
         store.close()
-    assert failures and failures[0].data["retry_in_seconds"] == 3, failures
+    assert failures and failures[0].data["retry_in_seconds"] == 2, failures
     assert spaced[0].data["tick_id"] is None, "the failure opened the throttle"
     states = [StartsSpaced.model_validate(e.data) for e in spaced]
-    assert {s.spacing_seconds for s in states} == {3}
+    assert {s.spacing_seconds for s in states} == {2}
     for before, after in itertools.pairwise(states):
         if after.last_start < before.until:
-            assert after.last_start - before.last_start >= timedelta(seconds=3), (before, after)
+            assert after.last_start - before.last_start >= timedelta(seconds=2), (before, after)
 
 
 def test_panel_members_and_hedge_twins_take_places_under_a_workers_concurrency(

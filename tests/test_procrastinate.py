@@ -240,8 +240,19 @@ def test_three_workers_run_every_claimed_slot_once_within_the_level_cap(tmp_path
             )
         ticks = Ticks.read(store)
         assert len(ticks.streams) >= SLOTS
+        # A scheduler starved of CPU for longer than a period rightly records the slots it
+        # fell behind on as missed: those are no jobs, and every other tick ran to its end.
+        missed = {
+            tick
+            for tick, skipped in ticks.of("TickSkipped").items()
+            if [e.data["reason"] for e in skipped] == ["missed"]
+        }
         for tick, kinds in ticks.terminals().items():
-            assert kinds == ["TickCompleted"], (tick, kinds)
+            assert kinds == (["TickSkipped"] if tick in missed else ["TickCompleted"]), (
+                tick,
+                kinds,
+            )
+            assert not (tick in missed and ticks.of("TickTaken")[tick]), tick
         for tick, taken in ticks.of("TickTaken").items():
             assert len(taken) == 1, (tick, taken)
         for tick, scheduled in ticks.of("TickScheduled").items():
@@ -251,7 +262,7 @@ def test_three_workers_run_every_claimed_slot_once_within_the_level_cap(tmp_path
         spans = sorted(
             (ticks.of("TickTaken")[tick][0].recorded_at, events[-1].recorded_at)
             for tick, events in ticks.streams.items()
-            if tick.startswith("capped-")
+            if tick.startswith("capped-") and tick not in missed
         )
         assert len(spans) >= 2, spans
         for (_, end), (start, _) in itertools.pairwise(spans):

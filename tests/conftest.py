@@ -14,6 +14,7 @@ from pathlib import Path
 import psycopg
 import pytest
 import sqlalchemy as sa
+from hypothesis import HealthCheck, settings
 from sqlalchemy.engine import make_url
 
 from harness.devtools.fake_llm import FakeUpstream
@@ -21,6 +22,13 @@ from harness.execution.launchers import WarmLauncher
 from harness.store import SqlEventStore, migrate_store, open_store
 from harness.store.engine import create_store_engine
 from tests.receiver import Received, apprise_receiver
+
+# Hypothesis times each example (a 200 ms deadline) and its input generation by the wall
+# clock: on a machine whose cores other suites share, both failed tests that were right.
+settings.register_profile(
+    "shared-machine", deadline=None, suppress_health_check=[HealthCheck.too_slow]
+)
+settings.load_profile("shared-machine")
 
 PG_ADMIN_URL = os.environ.get("TICKWORK_TEST_PG_URL", "postgresql://postgres@127.0.0.1:5432/test")
 TABLES = (

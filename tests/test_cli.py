@@ -34,10 +34,9 @@ def test_init_then_spend_in_an_empty_directory(tmp_path: Path) -> None:
     assert init.returncode == 0, init.stderr
     assert (tmp_path / "tickwork.toml").exists()
     assert (tmp_path / ".tickwork" / "events.db").exists()
-    spend = run(tmp_path, "spend")
+    spend, status = run_each(tmp_path, [["spend"], ["status"]])
     assert spend.returncode == 0, spend.stderr
     assert "no spend recorded yet" in spend.stdout
-    status = run(tmp_path, "status")
     assert status.returncode == 0, status.stderr
     rows = [line.split()[1] for line in status.stdout.splitlines() if line.startswith("│")]
     assert {"min", "hour"} <= set(rows) and "no tick in flight" in status.stdout
@@ -54,15 +53,20 @@ def test_a_bad_config_exits_2_naming_the_key_and_touches_no_store(tmp_path: Path
 
 def test_spend_reports_tokens_and_cost_as_json_and_table(tmp_path: Path) -> None:
     seed(tmp_path)
-    result = run(tmp_path, "spend", "--by", "level", "--by", "model", "--json")
+    result, table, bad = run_each(
+        tmp_path,
+        [
+            ["spend", "--by", "level", "--by", "model", "--json"],
+            ["spend", "--by", "model"],
+            ["spend", "--by", "colour"],
+        ],
+    )
     assert result.returncode == 0, result.stderr
     rows = {(r["group"]["level"], r["group"]["model"]): r for r in json.loads(result.stdout)}
     assert rows[("min", "gpt-4o-mini")]["prompt_tokens"] == 5000
     assert rows[("min", "gpt-4o-mini")]["cost_usd"] == pytest.approx((5000 * 0.15 + 20 * 0.6) / 1e6)
     assert rows[("hour", "home-model")]["cost_usd"] is None
-    table = run(tmp_path, "spend", "--by", "model")
     assert "unpriced" in table.stdout and "gpt-4o-mini" in table.stdout
-    bad = run(tmp_path, "spend", "--by", "colour")
     assert bad.returncode == 2 and "colour" in bad.stderr and "template" in bad.stderr
 
 
@@ -143,9 +147,11 @@ def test_tick_runs_one_tick_on_the_fake_upstream(tmp_path: Path) -> None:
     assert "fake upstream" in result.stderr
     assert "status  completed" in result.stdout and "1 call(s)" in result.stdout
     tick_id = result.stdout.split()[1]
-    shown = run(tmp_path, "show", tick_id).stdout
+    show, by_template = run_each(
+        tmp_path, [["show", tick_id], ["spend", "--by", "template", "--json"]]
+    )
+    shown = show.stdout
     assert "model   gpt-4o-mini" in shown and " s from claim to start" in shown, shown
-    by_template = run(tmp_path, "spend", "--by", "template", "--json")
     assert [row["group"] for row in json.loads(by_template.stdout)] == [
         {"template": template_hash("Say hello.")}
     ], "a prompt given by hand is its own template"
@@ -158,12 +164,14 @@ def test_tick_no_wait_returns_at_once_and_the_tick_completes(tmp_path: Path) -> 
     assert started.returncode == 0, started.stderr
     tick_id = started.stdout.split()[2]
 
+    store = open_store(f"sqlite:///{tmp_path}/.tickwork/events.db")
+
     def completed() -> list[str]:
-        listing = run(tmp_path, "events", "--json", "--stream", f"tick-{tick_id}")
-        types = [json.loads(line)["type"] for line in listing.stdout.splitlines()]
+        types = [event.type for event in store.read_stream(f"tick-{tick_id}")]
         return types if "TickCompleted" in types else []
 
     types = wait_until(completed, "the tick to complete", interval=0.5)
+    store.close()
     assert types[0] == "TickScheduled" and types[-1] == "TickCompleted"
 
 

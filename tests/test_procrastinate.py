@@ -240,8 +240,19 @@ def test_three_workers_run_every_claimed_slot_once_within_the_level_cap(tmp_path
             )
         ticks = Ticks.read(store)
         assert len(ticks.streams) >= SLOTS
+        # A scheduler starved of CPU for longer than a period rightly records the slots it
+        # fell behind on as missed: those are no jobs, and every other tick ran to its end.
+        missed = {
+            tick
+            for tick, skipped in ticks.of("TickSkipped").items()
+            if [e.data["reason"] for e in skipped] == ["missed"]
+        }
         for tick, kinds in ticks.terminals().items():
-            assert kinds == ["TickCompleted"], (tick, kinds)
+            assert kinds == (["TickSkipped"] if tick in missed else ["TickCompleted"]), (
+                tick,
+                kinds,
+            )
+            assert not (tick in missed and ticks.of("TickTaken")[tick]), tick
         for tick, taken in ticks.of("TickTaken").items():
             assert len(taken) == 1, (tick, taken)
         for tick, scheduled in ticks.of("TickScheduled").items():
@@ -251,7 +262,7 @@ def test_three_workers_run_every_claimed_slot_once_within_the_level_cap(tmp_path
         spans = sorted(
             (ticks.of("TickTaken")[tick][0].recorded_at, events[-1].recorded_at)
             for tick, events in ticks.streams.items()
-            if tick.startswith("capped-")
+            if tick.startswith("capped-") and tick not in missed
         )
         assert len(spans) >= 2, spans
         for (_, end), (start, _) in itertools.pairwise(spans):
@@ -339,8 +350,12 @@ def _started_by_each(store: SqlEventStore, workers: list[int]) -> dict[int, str]
 
 
 def test_the_infrastructure_throttle_spaces_the_starts_of_every_worker(tmp_path: Path) -> None:
-    """A failure on one worker spaces the starts on all of them by its backoff, for a while."""
-    runner = "retry_backoff_seconds = 3\nretry_backoff_max_seconds = 3\ninfra_throttle_seconds = 30"
+    """A failure on one worker spaces the starts on all of them by its backoff, for a while.
+
+    The backoff (2 s) is twice the level's period: the slots alone would start ticks a
+    second apart, so a spacing of 2 s is the throttle's doing.
+    """
+    runner = "retry_backoff_seconds = 2\nretry_backoff_max_seconds = 2\ninfra_throttle_seconds = 30"
     steps = [Step(status=500)] + [Step(text="done")] * 100
     with fresh_pg_database() as url, fake_server(steps) as fake:
         config = configure(tmp_path, url, level("busy", "1s"), fake, runner=runner)
@@ -371,13 +386,13 @@ def test_the_infrastructure_throttle_spaces_the_starts_of_every_worker(tmp_path:
             if e.data["failure_class"] == "infrastructure"
         ]
         store.close()
-    assert failures and failures[0].data["retry_in_seconds"] == 3, failures
+    assert failures and failures[0].data["retry_in_seconds"] == 2, failures
     assert spaced[0].data["tick_id"] is None, "the failure opened the throttle"
     states = [StartsSpaced.model_validate(e.data) for e in spaced]
-    assert {s.spacing_seconds for s in states} == {3}
+    assert {s.spacing_seconds for s in states} == {2}
     for before, after in itertools.pairwise(states):
         if after.last_start < before.until:
-            assert after.last_start - before.last_start >= timedelta(seconds=3), (before, after)
+            assert after.last_start - before.last_start >= timedelta(seconds=2), (before, after)
 
 
 def test_panel_members_and_hedge_twins_take_places_under_a_workers_concurrency(

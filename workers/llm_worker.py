@@ -219,12 +219,16 @@ def warm_up() -> None:
     away; the thread and event loop its agent ran on are gone when it returns. A tick
     opens its store only when it first records, which the failed call never does: the
     budget check (a read) and one event appended after the tick warm the store's code.
+    The throwaway stream starts with the `TickStarted` a runner records for a real tick:
+    a tick's first record waits for it (up to seconds), and without it the server would
+    warm up that long, while every tick it was asked for in the meantime started cold.
     """
     import tempfile
     from pathlib import Path
 
-    from harness.contracts.events import BudgetSpent
+    from harness.contracts.events import BudgetSpent, TickStarted, tick_stream
     from harness.contracts.payload import DailyBudget, RagSettings
+    from harness.store import open_store
     from workers.providers import load_all
     from workers.recorder import EventRecorder
 
@@ -245,6 +249,10 @@ def warm_up() -> None:
             store_url=f"sqlite:///{folder}/events.db",
             spool_dir=folder / "spool",
         )
+        started = TickStarted(tick_id="warm-up", level="warm-up", pid=os.getpid(), host="")
+        store = open_store(payload.store_url)
+        store.append(tick_stream("warm-up"), [started.to_record()])
+        store.close()
         os.environ["OPENAI_BASE_URL"] = WARM_UP_UPSTREAM
         try:
             logging.disable(logging.CRITICAL)

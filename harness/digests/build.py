@@ -157,15 +157,16 @@ def build_digest(
     projector.catch_up(["ticks"])
     with store.read_transaction() as conn:
         counts = period_counts(conn, start, end, levels)
-        samples = {
-            kind: period_sample(conn, start, end, levels, kind, sample)
-            for kind in ("completed", "failed", "anomalous")
-        }
+        anomalous = period_sample(conn, start, end, levels, "anomalous", sample)
+        completed, failed = (
+            _by_level(period_sample(conn, start, end, levels, kind, sample))
+            for kind in ("completed", "failed")
+        )
     spend, governed, hedged = _period_events(store, prices, start, end, levels)
     paused = paused_levels(store, levels)
     reasons = _pause_reasons(store, paused)
     noted: list[tuple[Any, str, int, Anomaly]] = []
-    for row in samples["anomalous"]:
+    for row in anomalous:
         for anomaly in _row_anomalies(row):
             noted.append((row.scheduled_at, row.tick_id, len(noted), anomaly))
     ends: dict[str, Counter[str]] = defaultdict(Counter)
@@ -177,7 +178,7 @@ def build_digest(
     sections = []
     for level in levels:
         excerpts, exhausted = [], 0
-        for row in (r for r in samples["completed"] if r.level == level):
+        for row in completed[level]:
             try:
                 result = read_result(Path(row.result_path or ""))
             except ResultFileError as exc:
@@ -218,8 +219,7 @@ def build_digest(
                 hedge_cost_usd=hedged[level].cost_usd,
                 failures=[
                     Failure(tick_id=row.tick_id, reason=row.reason or "no reason")
-                    for row in samples["failed"]
-                    if row.level == level
+                    for row in failed[level]
                 ],
                 paused=level in paused,
                 pause_reason=reasons.get(level),
@@ -236,6 +236,17 @@ def build_digest(
         anomalies=[note[3] for note in noted],
         levels=sections,
     )
+
+
+def _by_level(rows: list[sa.Row[Any]]) -> defaultdict[str, list[sa.Row[Any]]]:
+    """A sample's rows per level, in their order, for each level's section to take at once.
+
+    Filtering the whole sample for each level cost levels times the sample: 27 s at 1,000.
+    """
+    found: defaultdict[str, list[sa.Row[Any]]] = defaultdict(list)
+    for row in rows:
+        found[row.level].append(row)
+    return found
 
 
 def _row_anomalies(row: sa.Row[tuple[object, ...]]) -> list[Anomaly]:

@@ -127,15 +127,19 @@ def spend_report(
     if levels:
         query = query.where(spend_daily.c.level.in_(list(levels)))
 
+    names = [key.name for key in keys]
+    at = {name: names.index(_COLUMN_OF.get(name, name)) for name in (*by, "model", "price_tier")}
+    day_at, group_at = names.index("day"), [at[name] for name in by]
     groups: dict[tuple[str, ...], _Totals] = {}
     for row in conn.execute(query):
-        fields = {**row._mapping, "day": row.day.isoformat()}
-        if "template" in by:
-            fields["template"] = row.template_hash
-        totals = groups.setdefault(tuple(fields[name] for name in by), _Totals())
-        sums = [int(getattr(row, name)) for name in _SUMS]
+        # By position, not by name: a report of 1,000 levels reads a row per level, model
+        # and day at every dashboard refresh and scrape.
+        values = list(row)
+        values[day_at] = day = values[day_at].isoformat()
+        totals = groups.setdefault(tuple(values[i] for i in group_at), _Totals())
+        sums = [int(value) for value in values[len(keys) :]]
         totals.sums = [a + b for a, b in zip(totals.sums, sums, strict=True)]
-        cost = prices.cost(row.model, fields["day"], row.price_tier, *sums[:4])
+        cost = prices.cost(values[at["model"]], day, values[at["price_tier"]], *sums[:4])
         if cost is None:
             totals.unpriced_calls += sums[4]
         else:

@@ -456,6 +456,59 @@ def last_slots(conn: sa.Connection, levels: Iterable[str]) -> dict[str, datetime
     return {level: as_utc(last) for level, last in found if last is not None}
 
 
+def last_statuses(conn: sa.Connection, levels: Iterable[str]) -> dict[str, str]:
+    """Each of `levels`' newest tick's status; a level without a tick is absent.
+
+    As `last_slots`: one statement, one lookup at the end of the (level, list time) index
+    per level, the levels travelling as one array.
+    """
+    wanted = list(levels)
+    parameter: list[str] | str = wanted
+    listed = "unnest(CAST(:levels AS varchar[])) AS l (value)"
+    if conn.dialect.name != "postgresql":
+        listed, parameter = "json_each(:levels) AS l", json.dumps(wanted)
+    query = sa.text(
+        "SELECT l.value, (SELECT status FROM ticks WHERE level = l.value "
+        f"ORDER BY sort_at DESC, tick_id DESC LIMIT 1) FROM {listed}"
+    )
+    found = conn.execute(query, {"levels": parameter})
+    return {level: status for level, status in found if status is not None}
+
+
+@dataclass(frozen=True, slots=True)
+class TickMark:
+    """A tick as a timeline draws it: its id, status and (for a failure) reason."""
+
+    tick_id: str
+    status: str
+    reason: str | None
+
+
+def recent_ticks(conn: sa.Connection, levels: Sequence[str], n: int) -> dict[str, list[TickMark]]:
+    """The newest `n` ticks of each of `levels`, newest first, in one statement.
+
+    One walk of the (level, list time) index per level, each stopped after `n` entries
+    (a UNION ALL of them), so the answer costs levels times `n` whatever the history. A
+    UNION ALL promises no order: each level's rows are put in theirs here.
+    """
+    wanted = list(dict.fromkeys(levels))
+    if not wanted:
+        return {}
+    columns = (ticks.c.level, ticks.c.sort_at, ticks.c.tick_id, ticks.c.status, ticks.c.reason)
+    newest = (ticks.c.sort_at.desc(), ticks.c.tick_id.desc())
+    each = [
+        sa.select(*columns).where(ticks.c.level == level).order_by(*newest).limit(n).subquery()
+        for level in wanted
+    ]
+    rows: dict[str, list[tuple[Any, ...]]] = {level: [] for level in wanted}
+    for level, *row in conn.execute(sa.union_all(*(sa.select(*page.c) for page in each))):
+        rows[level].append(tuple(row))
+    return {
+        level: [TickMark(*row[1:]) for row in sorted(found, reverse=True)]
+        for level, found in rows.items()
+    }
+
+
 def previous_result_path(conn: sa.Connection, level: str) -> str | None:
     """The result file of the level's last completed tick (None before the first)."""
     query = (

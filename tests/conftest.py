@@ -36,6 +36,7 @@ TABLES = (
     "tick_hour_counts",
     "cancel_scopes",
     "digests_published",
+    "tick_spend",
 )
 
 

@@ -15,7 +15,7 @@ queries as the service calls them. Disk per tick is the hot store's size over it
 
     .venv/bin/python ops/bench/growth_bench.py [--sizes 1000000,10000000]
         [--backends sqlite,postgresql] [--pg-url postgresql://postgres@127.0.0.1:5432/test]
-        [--runs 7] [--cli-runs 3]
+        [--runs 7] [--cli-runs 3] [--run-seconds 90]
 """
 
 from __future__ import annotations
@@ -23,6 +23,7 @@ from __future__ import annotations
 import argparse
 import os
 import random
+import signal
 import sqlite3
 import statistics
 import subprocess
@@ -35,6 +36,7 @@ from pathlib import Path
 from typing import Any
 
 import orjson
+import psutil
 import psycopg
 from fastapi.testclient import TestClient
 from machine import describe
@@ -44,6 +46,7 @@ from store_bench import fresh_pg
 from harness.api.app import create_app
 from harness.config import load_settings
 from harness.contracts import new_event_id
+from harness.devtools.fake_llm import fake_upstream
 from harness.contracts.events import (
     BudgetSpent,
     Event,
@@ -281,6 +284,36 @@ def cli(config: Path, *arguments: str) -> Callable[[], object]:
     return run
 
 
+def peak_rss_mib(config: Path, *arguments: str) -> float:
+    """Peak RSS of one CLI run, as the kernel accounted it when the process ended."""
+    command = [str(Path(sys.executable).with_name("tickwork")), "-c", str(config), *arguments]
+    child = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    _, status, usage = os.wait4(child.pid, 0)
+    child.returncode = os.waitstatus_to_exitcode(status)
+    if child.returncode != 0:
+        raise RuntimeError(f"{' '.join(arguments)} exited {child.returncode}")
+    return usage.ru_maxrss / 1024
+
+
+def run_rss_mib(config: Path, seconds: int) -> float:
+    """Peak RSS of `tickwork run` on the history (ticks not included), sampled twice a second."""
+    command = [str(Path(sys.executable).with_name("tickwork")), "-c", str(config), "run"]
+    with fake_upstream() as fake:
+        env = {k: v for k, v in os.environ.items() if not k.startswith("TICKWORK_")}
+        env["OPENAI_BASE_URL"] = fake.url
+        service = subprocess.Popen(
+            command, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
+        )
+        process, peak = psutil.Process(service.pid), 0
+        deadline = time.monotonic() + seconds
+        while time.monotonic() < deadline and service.poll() is None:
+            peak = max(peak, process.memory_info().rss)
+            time.sleep(0.5)
+        service.send_signal(signal.SIGTERM)
+        service.wait(120)
+    return peak / 2**20
+
+
 def measure(url: str, size: int, args: argparse.Namespace, root: Path) -> dict[str, float]:
     """Load `size` events into a fresh store at `url` and time every path on it."""
     figures: dict[str, float] = {}
@@ -339,6 +372,9 @@ def measure(url: str, size: int, args: argparse.Namespace, root: Path) -> dict[s
         ("tickwork events --since 1h", ("events", "--since", "1h")),
     ):
         figures[label] = p50(args.cli_runs, cli(config, *arguments))
+    figures["digest --since 1h peak RSS (MiB)"] = peak_rss_mib(config, "digest", "--since", "1h")
+    if args.run_seconds:
+        figures["tickwork run peak RSS (MiB)"] = run_rss_mib(config, args.run_seconds)
     return figures
 
 
@@ -361,6 +397,9 @@ def main() -> None:
     parser.add_argument("--pg-url", default="postgresql://postgres@127.0.0.1:5432/test")
     parser.add_argument("--runs", type=int, default=7, help="runs of each in-process path")
     parser.add_argument("--cli-runs", type=int, default=3, help="runs of each CLI path")
+    parser.add_argument(
+        "--run-seconds", type=int, default=90, help="how long `tickwork run` runs (0: not)"
+    )
     args = parser.parse_args()
     sizes = [int(size) for size in args.sizes.split(",")]
 

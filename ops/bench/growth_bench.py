@@ -46,7 +46,6 @@ from store_bench import fresh_pg
 from harness.api.app import create_app
 from harness.config import load_settings
 from harness.contracts import new_event_id
-from harness.devtools.fake_llm import fake_upstream
 from harness.contracts.events import (
     BudgetSpent,
     Event,
@@ -59,6 +58,7 @@ from harness.contracts.events import (
     ToolCalled,
     TranscriptEntry,
 )
+from harness.devtools.fake_llm import fake_upstream
 from harness.prices import PriceBook
 from harness.projections import projector_for
 from harness.projections.ticks import last_slots, open_ticks

@@ -418,6 +418,10 @@ def main() -> None:
                     url = fresh_pg(args.pg_url, "bench_growth")
                 migrate_store(url)
                 results.append(measure(url, size, args, root))
+            for label, value in results[-1].items():
+                print(
+                    f"    {label:<40}{value if '(' in label else value * 1000:>11,.1f}", flush=True
+                )
         report(backend, sizes, results)
     print(f"\nload average at end: {os.getloadavg()}")
 

@@ -12,6 +12,7 @@ from collections.abc import Iterable
 from operator import itemgetter
 
 from harness.folds.ranges import Data
+from harness.folds.spend import add_call
 from harness.folds.sums import Sums
 
 COUNTERS = ""
@@ -58,10 +59,5 @@ def tick_spend_sums(batch: Iterable[Data], bounds: tuple[int, ...]) -> Sums:
         else:
             tick_id, model, at, prompt, completion, read, write, estimated = _SPENT(data)
             spent = row((tick_id, model, at[:10], bisect_left(bounds, prompt)))
-            spent[0] += prompt
-            spent[1] += completion
-            spent[2] += read or 0
-            spent[3] += write or 0
-            spent[4] += 1
-            spent[5] += estimated
+            add_call(spent, prompt, completion, read, write, estimated)
     return sums

@@ -40,7 +40,7 @@ spend_daily = sa.Table(
 "" for spend with none (recorded before tickwork kept it, or the proxy's)."""
 
 _KEYS = ("level", "model", "day", "price_tier", "template_hash")
-_SUMS = (
+SUMS = (
     "prompt_tokens",
     "completion_tokens",
     "cache_read_tokens",
@@ -118,7 +118,7 @@ def spend_report(
     columns = (*(_COLUMN_OF.get(name, name) for name in by), "model", "day", "price_tier")
     keys = [spend_daily.c[name] for name in dict.fromkeys(columns)]
     query = sa.select(
-        *keys, *(sa.func.sum(spend_daily.c[name]).label(name) for name in _SUMS)
+        *keys, *(sa.func.sum(spend_daily.c[name]).label(name) for name in SUMS)
     ).group_by(*keys)
     if since is not None:
         query = query.where(spend_daily.c.day >= since)
@@ -147,7 +147,7 @@ def spend_report(
     return [
         SpendRow(
             group=dict(zip(by, key, strict=True)),
-            **dict(zip(_SUMS, totals.sums, strict=True)),
+            **dict(zip(SUMS, totals.sums, strict=True)),
             cost_usd=None if totals.unpriced_calls else totals.cost_usd,
             unpriced_calls=totals.unpriced_calls,
         )
@@ -157,6 +157,6 @@ def spend_report(
 
 @dataclass
 class _Totals:
-    sums: list[int] = field(default_factory=lambda: [0] * len(_SUMS))
+    sums: list[int] = field(default_factory=lambda: [0] * len(SUMS))
     cost_usd: float = 0.0
     unpriced_calls: int = 0

@@ -16,6 +16,7 @@ from harness.folds.sums import merge
 from harness.folds.tick_spend import COUNTERS, tick_spend_sums
 from harness.prices import PriceBook
 from harness.projections.base import Kernel, SumProjection, Sums, add_sums
+from harness.projections.spend import SUMS
 from harness.store.schema import metadata
 
 tick_spend = sa.Table(
@@ -25,15 +26,10 @@ tick_spend = sa.Table(
     sa.Column("model", sa.String(200), primary_key=True),
     sa.Column("day", sa.Date(), primary_key=True),
     sa.Column("price_tier", sa.BigInteger(), primary_key=True),
-    sa.Column("prompt_tokens", sa.BigInteger(), nullable=False),
-    sa.Column("completion_tokens", sa.BigInteger(), nullable=False),
-    sa.Column("cache_read_tokens", sa.BigInteger(), nullable=False),
-    sa.Column("cache_write_tokens", sa.BigInteger(), nullable=False),
-    sa.Column("model_calls", sa.BigInteger(), nullable=False),
-    sa.Column("estimated_calls", sa.BigInteger(), nullable=False),
-    sa.Column("governor_fired", sa.BigInteger(), nullable=False),
-    sa.Column("hedges", sa.BigInteger(), nullable=False),
-    sa.Column("twin", sa.BigInteger(), nullable=False),
+    *(
+        sa.Column(name, sa.BigInteger(), nullable=False)
+        for name in (*SUMS, "governor_fired", "hedges", "twin")
+    ),
 )
 """Migration 0011. A tick's spend rows have its model; its row of counters (governor
 interventions, twins it started, whether it is a twin) has model "" and tier -1."""

@@ -36,10 +36,9 @@ from pathlib import Path
 from typing import Any
 
 import orjson
-import psutil
 import psycopg
 from fastapi.testclient import TestClient
-from machine import describe
+from machine import describe, peak_rss
 from sqlalchemy.engine import make_url
 from store_bench import fresh_pg
 
@@ -304,11 +303,7 @@ def run_rss_mib(config: Path, seconds: int) -> float:
         service = subprocess.Popen(
             command, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
         )
-        process, peak = psutil.Process(service.pid), 0
-        deadline = time.monotonic() + seconds
-        while time.monotonic() < deadline and service.poll() is None:
-            peak = max(peak, process.memory_info().rss)
-            time.sleep(0.5)
+        peak = peak_rss(service, seconds)
         service.send_signal(signal.SIGTERM)
         service.wait(120)
     return peak / 2**20

@@ -11,6 +11,7 @@ at ten times the history may exceed the work at one only by a B-tree level per l
 
 from __future__ import annotations
 
+import re
 import sqlite3
 from collections.abc import Callable, Iterator
 from contextlib import closing, contextmanager
@@ -90,10 +91,10 @@ PATHS: dict[str, Path_] = {
 }
 
 
-def _settings(store: SqlEventStore) -> Settings:
+def _settings(store: SqlEventStore, levels: list[str] = LEVELS) -> Settings:
     return Settings(
         store=StoreConfig(url=store.engine.url.render_as_string(hide_password=False)),
-        levels={level: LevelConfig(every="1m", model="gpt-4o-mini") for level in LEVELS},
+        levels={level: LevelConfig(every="1m", model="gpt-4o-mini") for level in levels},
     )
 
 
@@ -437,4 +438,32 @@ def test_the_paths_answer_from_the_window(store: SqlEventStore) -> None:
         assert tick_ids_starting(conn, "l3-9", 10) == [
             f"l3-{n:08d}" for n in range(90_000_003, 90_000_060, 20)
         ]
+        statuses = last_statuses(conn, [*LEVELS, "never"])
+        assert set(statuses) == set(LEVELS) and statuses["l19"] == OPEN_STATUSES[1 % 3]
+        recent = recent_ticks(conn, ["l3", "l14"], 2)
+        assert [mark.tick_id for mark in recent["l3"]] == ["l3-90000043", "l3-90000023"]
+        assert [mark.status for mark in recent["l14"]] == ["scheduled", "completed"]
     assert {t.status for t in ticks_in_flight(store)} == {"scheduled", "running"}
+
+
+def test_the_timeline_draws_troubled_levels_first_and_no_more_than_its_lanes(
+    store: SqlEventStore,
+) -> None:
+    many = [f"m{n:02d}" for n in range(dashboard.TIMELINE_LANES + 5)]
+    rows = [
+        {
+            **_tick(n, NOW - timedelta(minutes=1), "completed"),
+            "tick_id": f"{level}-1",
+            "level": level,
+        }
+        for n, level in enumerate(many)
+    ]
+    rows[-1]["status"] = "failed"
+    with store.write_transaction() as conn:
+        conn.execute(ticks.insert(), rows)
+    _caught_up(store)
+    page = dashboard.panels(Reads(_settings(store, many), store))
+    timeline = page[page.index('id="timeline"') :]
+    lanes = re.findall(r'<span class="level">([^<]+)</span>', timeline)
+    assert lanes == [many[-1], *many[: dashboard.TIMELINE_LANES - 1]]
+    assert f"{dashboard.TIMELINE_LANES} of {len(many)} levels" in timeline

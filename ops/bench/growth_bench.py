@@ -23,6 +23,7 @@ from __future__ import annotations
 import argparse
 import os
 import random
+import resource
 import signal
 import sqlite3
 import statistics
@@ -260,15 +261,28 @@ def disk_bytes(url: str) -> int:
 # --- timing ---------------------------------------------------------------------------
 
 
-def p50(runs: int, call: Callable[[], object]) -> float:
-    """Median seconds of `runs` calls after one unmeasured warm-up."""
+def p50(runs: int, call: Callable[[], object]) -> tuple[float, float]:
+    """Median seconds of `runs` calls after one unmeasured warm-up: wall clock, and CPU.
+
+    CPU is this process's (every thread: the API's server thread too) and its waited-for
+    children's (a CLI run), user and system: on a machine other work shares, what the path
+    itself cost, where the wall clock also counts the time it waited for a core.
+    """
     call()
-    times = []
+    walls, cpus = [], []
     for _ in range(runs):
-        began = time.perf_counter()
+        began, spent = time.perf_counter(), _cpu()
         call()
-        times.append(time.perf_counter() - began)
-    return statistics.median(times)
+        walls.append(time.perf_counter() - began)
+        cpus.append(_cpu() - spent)
+    return statistics.median(walls), statistics.median(cpus)
+
+
+def _cpu() -> float:
+    own, children = (
+        resource.getrusage(who) for who in (resource.RUSAGE_SELF, resource.RUSAGE_CHILDREN)
+    )
+    return own.ru_utime + own.ru_stime + children.ru_utime + children.ru_stime
 
 
 def cli(config: Path, *arguments: str) -> Callable[[], object]:
@@ -331,6 +345,9 @@ def measure(url: str, size: int, args: argparse.Namespace, root: Path) -> dict[s
             conn.execute("VACUUM ANALYZE")
     figures["disk per tick (KB)"] = disk_bytes(url) / ticks / 1000
 
+    def timed(label: str, seconds: tuple[float, float]) -> None:
+        figures[label], figures[f"{label} [CPU]"] = seconds
+
     settings = load_settings(config)
     store = open_store(url)
     recent = f"{LEVELS[7]}-{now - timedelta(minutes=2, seconds=30):%Y%m%dT%H%M%S}"
@@ -342,7 +359,7 @@ def measure(url: str, size: int, args: argparse.Namespace, root: Path) -> dict[s
             ("GET /ticks?level=", f"/ticks?level={LEVELS[500]}"),
             ("GET /status", "/status"),
         ):
-            figures[label] = p50(args.runs, lambda path=path: client.get(path).raise_for_status())
+            timed(label, p50(args.runs, lambda path=path: client.get(path).raise_for_status()))
         shown = client.get("/ticks", params={"level": LEVELS[7], "limit": 3}).json()
     projector = projector_for(store, PriceBook(settings.prices))
 
@@ -356,8 +373,8 @@ def measure(url: str, size: int, args: argparse.Namespace, root: Path) -> dict[s
         with store.read_transaction() as conn:
             return last_slots(conn, LEVELS)
 
-    figures["reconcile: open ticks"] = p50(args.runs, reconcile)
-    figures["start-up: last slots of 1,000 levels"] = p50(args.runs, start_up)
+    timed("reconcile: open ticks", p50(args.runs, reconcile))
+    timed("start-up: last slots of 1,000 levels", p50(args.runs, start_up))
     store.close()
     tick_id = shown[-1]["tick_id"] if shown else recent
     for label, arguments in (
@@ -366,7 +383,7 @@ def measure(url: str, size: int, args: argparse.Namespace, root: Path) -> dict[s
         ("tickwork digest --since 1h", ("digest", "--since", "1h")),
         ("tickwork events --since 1h", ("events", "--since", "1h")),
     ):
-        figures[label] = p50(args.cli_runs, cli(config, *arguments))
+        timed(label, p50(args.cli_runs, cli(config, *arguments)))
     figures["digest --since 1h peak RSS (MiB)"] = peak_rss_mib(config, "digest", "--since", "1h")
     if args.run_seconds:
         figures["tickwork run peak RSS (MiB)"] = run_rss_mib(config, args.run_seconds)

@@ -47,6 +47,7 @@ TABLES = (
     "tick_hour_counts",
     "cancel_scopes",
     "digests_published",
+    "tick_spend",
 )
 
 

@@ -12,8 +12,12 @@ from pathlib import Path
 
 import httpx
 import pytest
+from prometheus_client import generate_latest
+from prometheus_client.core import GaugeMetricFamily, Metric
 from prometheus_client.parser import text_string_to_metric_families
 
+from harness.api.metrics import StoreCollector, text_format
+from harness.api.reads import Reads
 from harness.config import (
     Settings,
 )
@@ -458,4 +462,21 @@ def test_metrics_after_real_ticks(tmp_path: Path, fake: FakeUpstream) -> None:
     assert seen[("tickwork_store_position", ())] == harness.store.last_position()
     lag = seen[("tickwork_scheduler_fire_lag_seconds", (*level, ("stat", "last")))]
     assert 3 <= lag < 60
+    odd = GaugeMetricFamily("tickwork_probe", 'a "help"\\ line\n', labels=["value"])
+    for n, value in enumerate((12_345_678, 999_999, -3, 0.5, 1e21, float("inf"))):
+        odd.add_metric([f'quote " slash \\ newline \n {n}'], value)
+    families = [*StoreCollector(Reads(harness.settings, harness.store)).collect(), odd]
+    assert text_format(families) == generate_latest(_Families(families)), (
+        "the text /metrics writes is prometheus_client's, byte for byte"
+    )
     harness.store.close()
+
+
+@dataclass
+class _Families:
+    """Metric families as prometheus_client's writer takes them (a collector)."""
+
+    families: list[Metric]
+
+    def collect(self) -> Iterator[Metric]:
+        return iter(self.families)

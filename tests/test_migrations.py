@@ -377,7 +377,7 @@ def test_0012_downgrade_puts_compacted_transcripts_back_into_events(
         assert compact(store) == 1
         store.close()
         engine = create_store_engine(url)
-        downgrade(engine, "0009")
+        downgrade(engine, "0011")
         with engine.connect() as conn:
             query = "SELECT global_position, event_id, stream_position FROM events WHERE type = :t"
             back = conn.execute(sa.text(query), {"t": "TranscriptEntry"}).one()

@@ -23,12 +23,12 @@ from fastapi import Path as PathParam
 from fastapi.responses import HTMLResponse, JSONResponse, Response, StreamingResponse
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 from fastapi.staticfiles import StaticFiles
-from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
+from prometheus_client import CONTENT_TYPE_LATEST
 from pydantic import AfterValidator, BeforeValidator, StringConstraints
 from starlette.concurrency import run_in_threadpool
 
 from harness.api import dashboard, story
-from harness.api.metrics import StoreCollector
+from harness.api.metrics import StoreCollector, text_format
 from harness.api.models import (
     Cancelled,
     Cleared,
@@ -397,9 +397,8 @@ def _routes(router: APIRouter, settings: Settings, manual: ManualTicks) -> None:
     @router.get("/metrics", tags=["metrics"], response_class=Response)
     def metrics(request: Request) -> Response:
         """Prometheus text format."""
-        registry = CollectorRegistry(auto_describe=False)
-        registry.register(StoreCollector(request.app.state.reads))
-        return Response(generate_latest(registry), media_type=CONTENT_TYPE_LATEST)
+        families = StoreCollector(request.app.state.reads).collect()
+        return Response(text_format(families), media_type=CONTENT_TYPE_LATEST)
 
     @router.get("/dashboard/panels", response_class=HTMLResponse, include_in_schema=False)
     def panels(

@@ -8,8 +8,9 @@ knows every tick. Each scrape reads the counters the ticks projection keeps per 
 
 from __future__ import annotations
 
+import math
 from collections import defaultdict
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from datetime import datetime
 
 import sqlalchemy as sa
@@ -22,8 +23,64 @@ from prometheus_client.core import (
 from prometheus_client.registry import Collector
 
 from harness.api.reads import Reads
-from harness.projections import DURATION_BUCKETS, durations, status_counts, tool_cap_counts
-from harness.scheduling.status import Snapshot
+from harness.projections import (
+    DURATION_BUCKETS,
+    TickInFlight,
+    durations,
+    paused_levels,
+    status_counts,
+    ticks_in_flight,
+    tool_cap_counts,
+)
+from harness.scheduling.status import projection_lag
+
+
+def text_format(families: Iterable[Metric]) -> bytes:
+    """The families in Prometheus' text format, byte for byte as `generate_latest` writes it.
+
+    `generate_latest` validates and escapes every label name of every sample, which took
+    0.6 s for the 23,000 samples of 1,000 levels; the names here are tickwork's own,
+    valid by construction, so only label values are escaped (backslash, newline, quote).
+    """
+    out: list[str] = []
+    for family in families:
+        name = f"{family.name}_total" if family.type == "counter" else family.name
+        help_text = family.documentation.replace("\\", r"\\").replace("\n", r"\n")
+        out.append(f"# HELP {name} {help_text}\n# TYPE {name} {family.type}\n")
+        for sample_name, labels, value, *_ in family.samples:
+            pairs = ",".join(f'{key}="{_escaped(labels[key])}"' for key in sorted(labels))
+            out.append(
+                f"{sample_name}{{{pairs}}} {_go_float(value)}\n"
+                if pairs
+                else f"{sample_name} {_go_float(value)}\n"
+            )
+    return "".join(out).encode()
+
+
+def _escaped(value: str) -> str:
+    if "\\" in value or "\n" in value or '"' in value:
+        return value.replace("\\", r"\\").replace("\n", r"\n").replace('"', r"\"")
+    return value
+
+
+def _go_float(value: float) -> str:
+    """A sample's value as Go prints a float64, as Prometheus' own clients write it."""
+    if type(value) is int and -(10**15) < value < 10**6:
+        return f"{value}.0"  # what repr gives for these; most samples are such counts
+    number = float(value)
+    if number == math.inf:
+        return "+Inf"
+    if number == -math.inf:
+        return "-Inf"
+    if math.isnan(number):
+        return "NaN"
+    text = repr(number)
+    dot = text.find(".")
+    if number > 0 and dot > 6:
+        mantissa = f"{text[0]}.{text[1:dot]}{text[dot + 1 :]}".rstrip("0.")
+        return f"{mantissa}e+{dot - 1:02d}"
+    return text
+
 
 FIRE_LAG_WINDOW = 100
 """Scheduled slots per scrape whose fire lag is reported (the latest, of all levels)."""
@@ -47,18 +104,24 @@ class StoreCollector(Collector):
         yield from families
         yield self._fire_lag()
         yield from self._spend()
-        yield from self._status(reads.snapshot())
+        yield from self._status(ticks_in_flight(reads.store))
 
-    def _status(self, status: Snapshot) -> Iterator[Metric]:
+    def _status(self, flying: list[TickInFlight]) -> Iterator[Metric]:
+        """Ticks in flight, pauses and projection lag: a status snapshot's metrics.
+
+        Not the snapshot itself: its spend and next slot of every level took 60 ms at
+        1,000 levels, and no metric shows them.
+        """
+        reads = self.reads
         in_flight = GaugeMetricFamily(
             "tickwork_ticks_in_flight",
             "Ticks running or queued for a place now.",
             labels=["level", "state"],
         )
         counts: dict[tuple[str, str], int] = defaultdict(int)
-        for tick in status.in_flight:
+        for tick in flying:
             counts[(tick.level, "running" if tick.status == "running" else "queued")] += 1
-        for level in self.reads.settings.levels:
+        for level in reads.settings.levels:
             for state in ("running", "queued"):
                 in_flight.add_metric([level, state], counts.pop((level, state), 0))
         for (level, state), count in counts.items():
@@ -67,20 +130,20 @@ class StoreCollector(Collector):
         paused = GaugeMetricFamily(
             "tickwork_level_paused", "1 while a level is paused.", labels=["level"]
         )
-        for switch in status.levels:
-            paused.add_metric([switch.name], int(switch.paused))
+        stopped = paused_levels(reads.store, reads.settings.levels)
+        for level in reads.settings.levels:
+            paused.add_metric([level], int(level in stopped))
         yield paused
+        position, _, behind_by = projection_lag(reads.store, reads.prices)
         yield GaugeMetricFamily(
-            "tickwork_store_position",
-            "The last global position stored.",
-            value=status.store_position,
+            "tickwork_store_position", "The last global position stored.", value=position
         )
         lag = GaugeMetricFamily(
             "tickwork_projection_lag_events",
             "Events stored but not yet folded into a read model.",
             labels=["projection"],
         )
-        for name, behind in status.projection_lag.items():
+        for name, behind in behind_by.items():
             lag.add_metric([name], behind)
         yield lag
 

@@ -17,7 +17,15 @@ from harness.config import Settings
 from harness.contracts.events import LevelPaused
 from harness.contracts.result import ResultFileError, read_result
 from harness.prices import PriceBook
-from harness.projections import SpendRow, latest_published, projector_for, spend_report
+from harness.projections import (
+    SpendRow,
+    TickMark,
+    last_statuses,
+    latest_published,
+    projector_for,
+    recent_ticks,
+    spend_report,
+)
 from harness.projections.levels import pauses
 from harness.projections.spend import GroupBy
 from harness.projections.ticks import TickCursor, tick_rows
@@ -81,6 +89,16 @@ class Reads:
             )
         following = TickCursor.after(rows[-1]) if len(rows) == limit else None
         return [Tick.model_validate(row._asdict()) for row in rows], following
+
+    def last_statuses(self) -> dict[str, str]:
+        """Each configured level's newest tick's status (absent: the level has no tick yet)."""
+        with self.store.read_transaction() as conn:
+            return last_statuses(conn, self.settings.levels)
+
+    def recent_ticks(self, levels: Sequence[str], n: int) -> dict[str, list[TickMark]]:
+        """The newest `n` ticks of each of `levels`, newest first, as a timeline draws them."""
+        with self.store.read_transaction() as conn:
+            return recent_ticks(conn, levels, n)
 
     def tick(self, tick_id: str) -> TickDetail | None:
         """A tick's events, read model row and result file; None when no such tick exists."""

@@ -15,7 +15,7 @@ from __future__ import annotations
 import signal
 import sys
 import threading
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from datetime import datetime
 from pathlib import Path
@@ -103,6 +103,27 @@ def _root(config: ConfigOption = None, version: VersionOption = False) -> None:
 
 
 JsonOption = Annotated[bool, typer.Option("--json", help="Print the data as JSON.")]
+
+
+def print_rows(headers: Sequence[str], rows: Sequence[Sequence[str]]) -> None:
+    """A table drawn as Rich draws its default one, for a table that grows with levels.
+
+    Rich measures and wraps every cell: 1,000 levels took `status` about a second. Plain
+    cells need only their widths.
+    """
+    widths = [max([len(name), *(len(row[i]) for row in rows)]) for i, name in enumerate(headers)]
+
+    def line(left: str, fill: str, cross: str, right: str) -> str:
+        return left + cross.join(fill * (width + 2) for width in widths) + right
+
+    def cells(values: Sequence[str], bar: str) -> str:
+        padded = (f" {value:<{width}} " for value, width in zip(values, widths, strict=True))
+        return bar + bar.join(padded) + bar
+
+    drawn = [line("┏", "━", "┳", "┓"), cells(headers, "┃"), line("┡", "━", "╇", "┩")]
+    drawn += [cells(row, "│") for row in rows]
+    drawn.append(line("└", "─", "┴", "┘"))
+    out.file.write("\n".join(drawn) + "\n")
 
 
 def print_json(data: Any) -> None:

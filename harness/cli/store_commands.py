@@ -23,6 +23,7 @@ from harness.cli.app import (
     out,
     parse_since,
     print_json,
+    print_rows,
     projections_app,
     settings,
     spool_app,
@@ -121,23 +122,29 @@ def status(as_json: JsonOption = False) -> None:
         table.add_row("spool", f"{Spool(config.paths.spool).pending()} pending")
         out.print(table)
         now = status_now.taken_at
-        levels = Table(
-            "level",
-            "schedule",
-            "next slot",
-            "paused",
-            "tokens today / budget",
-            "USD today / budget",
-        )
-        for level in status_now.levels:
-            levels.add_row(
-                level.name,
-                level.schedule,
-                f"{level.next_slot:%Y-%m-%d %H:%M:%S}",
-                "PAUSED" if level.paused else "",
-                *level.against_budget(),
+        if config.levels:
+            print_rows(
+                (
+                    "level",
+                    "schedule",
+                    "next slot",
+                    "paused",
+                    "tokens today / budget",
+                    "USD today / budget",
+                ),
+                [
+                    (
+                        level.name,
+                        level.schedule,
+                        f"{level.next_slot:%Y-%m-%d %H:%M:%S}",
+                        "PAUSED" if level.paused else "",
+                        *level.against_budget(),
+                    )
+                    for level in status_now.levels
+                ],
             )
-        out.print(levels if config.levels else "levels: none configured")
+        else:
+            out.print("levels: none configured")
         flying = status_now.in_flight
         if flying:
             table = Table("tick", "level", "status", "waited (s)", "running (s)")

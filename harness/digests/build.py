@@ -1,9 +1,11 @@
 """What happened in a period, for an operator who reads one page instead of event tables.
 
 A digest is built from the ticks read model (how many ticks ended how, counted in the
-database, and the latest few of each level to quote), the events (spend per model as it
-was recorded, governor interventions, pause reasons) and the result files of the quoted
-ticks (an excerpt of each one's text): memory grows with levels, not with ticks.
+database, and the latest few of each level to quote), the tick spend read model (what
+the period's ticks spent per model, their governor interventions and hedges, summed in
+the database), the level streams (pause reasons) and the result files of the quoted
+ticks (an excerpt of each one's text): memory and time grow with levels and the
+period's ticks, never with the events they recorded.
 Anything wrong stands at the top as an anomaly: an empty text, a result file that is
 missing or corrupt, a tick lost or timed out, spend that had to be estimated. A bad
 result file never breaks a digest.
@@ -30,14 +32,13 @@ from harness.contracts.result import ResultFileError, ResultMissingError, read_r
 from harness.prices import PriceBook
 from harness.projections import Projector
 from harness.projections.levels import paused_levels
-from harness.projections.periods import period_counts, period_levels, period_sample
+from harness.projections.periods import PeriodSpend, period_counts, period_sample, period_spend
 from harness.store import EventStore
 from harness.timespec import as_utc
 
 AnomalyKind = Literal[
     "empty_text", "missing_result", "corrupt_result", "lost", "timed_out", "estimated_spend"
 ]
-READ_PAGE = 5000
 
 
 PANEL_MEMBER = re.compile(r"-p(\d+|E)$")
@@ -128,6 +129,10 @@ class Digest(_Model):
 SAMPLE = 20
 """Ticks per level and kind a digest quotes: the latest completed (their excerpts and the
 anomalies their result files show), failed, and lost, timed out or estimated."""
+QUOTED = 1000
+"""Ticks of each kind a digest quotes at most, over all its levels: with many levels each
+quotes fewer (at least one), so a digest stays one read. At 1,000 levels, 20 each was
+20,000 result files read and a 3 MB page."""
 
 
 def build_digest(
@@ -141,31 +146,36 @@ def build_digest(
     excerpt_chars: int = 280,
     sample: int = SAMPLE,
 ) -> Digest:
-    """The digest of ticks scheduled, and spend recorded, in [start, end) for `levels`.
+    """The digest of the ticks of `levels` scheduled in [start, end), and what they spent.
 
-    Ticks by status and skips by reason count every tick of the period (in the
-    database); failures, excerpts and anomalies are those of the latest `sample` ticks
-    of each level and kind, and `tool_budget_exhausted` counts among the excerpted
-    ticks, whose result files are the ones read. Memory goes with levels times the
-    sample, not with the period's ticks: a daily digest at 1,000 levels a minute reads
-    20,000 result files, not 1.44 million.
+    Ticks by status and skips by reason count every tick of the period, spend is all
+    that the period's ticks spent (a tick scheduled just before the end counts its calls
+    after it too), both summed in the database; failures, excerpts and anomalies are
+    those of the latest `sample` ticks of each level and kind (fewer with many levels,
+    `QUOTED`), and `tool_budget_exhausted` counts among the excerpted ticks, whose
+    result files are the ones read. Memory goes with levels times the sample, not with
+    the period's ticks: a daily digest at 1,000 levels a minute reads 1,000 result
+    files, not 1.44 million.
     """
     if start >= end:
         raise ValueError(
             f"the period is empty: {start.isoformat()} is not before {end.isoformat()}"
         )
-    projector.catch_up(["ticks"])
+    sample = max(1, min(sample, QUOTED // max(1, len(levels))))
+    projector.catch_up(["ticks", "tick_spend"])
     with store.read_transaction() as conn:
         counts = period_counts(conn, start, end, levels)
-        samples = {
-            kind: period_sample(conn, start, end, levels, kind, sample)
-            for kind in ("completed", "failed", "anomalous")
-        }
-    spend, governed, hedged = _period_events(store, prices, start, end, levels)
+        spent = period_spend(conn, start, end, levels)
+        anomalous = period_sample(conn, start, end, levels, "anomalous", sample)
+        completed, failed = (
+            _by_level(period_sample(conn, start, end, levels, kind, sample))
+            for kind in ("completed", "failed")
+        )
+    spend, governed, hedged = _period_sums(spent, prices)
     paused = paused_levels(store, levels)
     reasons = _pause_reasons(store, paused)
     noted: list[tuple[Any, str, int, Anomaly]] = []
-    for row in samples["anomalous"]:
+    for row in anomalous:
         for anomaly in _row_anomalies(row):
             noted.append((row.scheduled_at, row.tick_id, len(noted), anomaly))
     ends: dict[str, Counter[str]] = defaultdict(Counter)
@@ -177,7 +187,7 @@ def build_digest(
     sections = []
     for level in levels:
         excerpts, exhausted = [], 0
-        for row in (r for r in samples["completed"] if r.level == level):
+        for row in completed[level]:
             try:
                 result = read_result(Path(row.result_path or ""))
             except ResultFileError as exc:
@@ -218,8 +228,7 @@ def build_digest(
                 hedge_cost_usd=hedged[level].cost_usd,
                 failures=[
                     Failure(tick_id=row.tick_id, reason=row.reason or "no reason")
-                    for row in samples["failed"]
-                    if row.level == level
+                    for row in failed[level]
                 ],
                 paused=level in paused,
                 pause_reason=reasons.get(level),
@@ -238,6 +247,17 @@ def build_digest(
     )
 
 
+def _by_level(rows: list[sa.Row[Any]]) -> defaultdict[str, list[sa.Row[Any]]]:
+    """A sample's rows per level, in their order, for each level's section to take at once.
+
+    Filtering the whole sample for each level cost levels times the sample: 27 s at 1,000.
+    """
+    found: defaultdict[str, list[sa.Row[Any]]] = defaultdict(list)
+    for row in rows:
+        found[row.level].append(row)
+    return found
+
+
 def _row_anomalies(row: sa.Row[tuple[object, ...]]) -> list[Anomaly]:
     found = []
     if row.status in ("lost", "timed_out"):
@@ -251,64 +271,36 @@ def _row_anomalies(row: sa.Row[tuple[object, ...]]) -> list[Anomaly]:
     return found
 
 
-def _period_events(
-    store: EventStore,
-    prices: PriceBook,
-    start: datetime,
-    end: datetime,
-    levels: list[str],
+def _period_sums(
+    spent: PeriodSpend, prices: PriceBook
 ) -> tuple[dict[str, list[ModelSpend]], Counter[str], defaultdict[str, _Sum]]:
     """Spend per level and model, governor interventions and hedges per level, in the period.
 
-    Only events of the period's ticks count: each page's tick ids are looked up in the
-    ticks read model (`period_levels`), so no map of every tick of the period is held;
-    a governor event names its tick, not its level. A hedge's `calls` count the twins
+    From the tick spend read model's sums over the period's ticks (`period_spend`), each
+    row priced once (prices are linear within a tier). A hedge's `calls` count the twins
     started, its tokens and cost what they spent (a twin's spend is in the level's spend
     too).
     """
     sums: dict[tuple[str, str], _Sum] = {}
     governed: Counter[str] = Counter()
     hedged: defaultdict[str, _Sum] = defaultdict(_Sum)
-    twins: set[str] = set()
-    types = ["BudgetSpent", "GovernorFired", "HedgeStarted"]
-    position = store.first_position_since(start) - 1
-    while True:
-        batch = store.read_all(position, READ_PAGE, types=types)
-        named = list({event.data.get("tick_id") or "" for event in batch})
-        with store.read_transaction() as conn:
-            tick_levels = period_levels(conn, named, start, end, levels)
-        for event in batch:
-            if event.recorded_at >= end:
-                return _spend_rows(sums), governed, hedged
-            tick_id = event.data.get("tick_id") or ""
-            level = tick_levels.get(tick_id)
-            if level is None:
-                continue
-            if event.type == "GovernorFired":
-                governed[level] += 1
-                continue
-            if event.type == "HedgeStarted":
-                hedged[level].calls += 1
-                twins.add(event.data["twin_id"])
-                continue
-            data = event.data
-            model, day = data["model"], data["occurred_at"][:10]
-            tier = prices.tier(model, day, data["prompt_tokens"])
-            cost = prices.cost(
-                model,
-                day,
-                tier,
-                data["prompt_tokens"],
-                data["completion_tokens"],
-                data.get("cache_read_tokens") or 0,
-                data.get("cache_write_tokens") or 0,
-            )
-            sums.setdefault((level, model), _Sum()).add(data, cost, calls=1)
-            if tick_id in twins:
-                hedged[level].add(data, cost, calls=0)
-        if len(batch) < READ_PAGE:
-            return _spend_rows(sums), governed, hedged
-        position = batch[-1].global_position
+    for row in spent.counters:
+        governed[row.level] += int(row.governor_fired)
+        hedged[row.level].calls += int(row.hedges)
+    for rows, into in ((spent.spend, None), (spent.twins, hedged)):
+        for row in rows:
+            day = row.day.isoformat()
+            tokens = [int(getattr(row, name)) for name in _TOKENS]
+            cost = prices.cost(row.model, day, row.price_tier, *tokens)
+            if into is None:
+                total = sums.setdefault((row.level, row.model), _Sum())
+                total.add(tokens[0], tokens[1], cost, calls=int(row.model_calls))
+            else:
+                into[row.level].add(tokens[0], tokens[1], cost, calls=0)
+    return _spend_rows(sums), governed, hedged
+
+
+_TOKENS = ("prompt_tokens", "completion_tokens", "cache_read_tokens", "cache_write_tokens")
 
 
 @dataclass
@@ -318,10 +310,10 @@ class _Sum:
     completion_tokens: int = 0
     cost_usd: float | None = 0.0
 
-    def add(self, spent: dict[str, Any], cost: float | None, calls: int) -> None:
+    def add(self, prompt: int, completion: int, cost: float | None, calls: int) -> None:
         self.calls += calls
-        self.prompt_tokens += spent["prompt_tokens"]
-        self.completion_tokens += spent["completion_tokens"]
+        self.prompt_tokens += prompt
+        self.completion_tokens += completion
         self.cost_usd = None if cost is None or self.cost_usd is None else self.cost_usd + cost
 
 

@@ -47,10 +47,25 @@ def spend_sums(batch: Iterable[Data], bounds: tuple[int, ...]) -> Sums:
         row = sums.get(key)
         if row is None:
             row = sums[key] = [0, 0, 0, 0, 0, 0]
-        row[0] += prompt
-        row[1] += completion
-        row[2] += read or 0
-        row[3] += write or 0
-        row[4] += 1
-        row[5] += estimated
+        add_call(row, prompt, completion, read, write, estimated)
     return sums
+
+
+def add_call(
+    row: list[int],
+    prompt: int,
+    completion: int,
+    read: int | None,
+    write: int | None,
+    estimated: int,
+) -> None:
+    """One call's tokens into the first six sums of a row of either spend read model.
+
+    Prompt, completion, cache read and cache write tokens, calls, estimated calls.
+    """
+    row[0] += prompt
+    row[1] += completion
+    row[2] += read or 0
+    row[3] += write or 0
+    row[4] += 1
+    row[5] += estimated

@@ -10,13 +10,16 @@ grows with levels times the sample, not with the period's ticks.
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable
+from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Any, Literal
 
 import sqlalchemy as sa
 
+from harness.folds.tick_spend import COUNTERS
 from harness.projections.tick_counts import hour_of, tick_hour_counts
+from harness.projections.tick_spend import tick_spend
 from harness.projections.ticks import IDS_PER_QUERY, ticks
 from harness.timespec import as_utc
 
@@ -32,10 +35,18 @@ _KINDS: dict[SampleKind, sa.ColumnElement[bool]] = {
 
 
 def _in_period(start: datetime, end: datetime, levels: Iterable[str]) -> list[Any]:
+    """Ticks of `levels` scheduled in [start, end).
+
+    The same bounds on `sort_at` (a scheduled tick's is its `scheduled_at`) let each
+    level's walk of the (level, sort_at) index stop at the period's ends: on
+    `scheduled_at` alone it read every tick the level ever had.
+    """
     return [
+        ticks.c.level.in_(list(levels)),
+        ticks.c.sort_at >= start,
+        ticks.c.sort_at < end,
         ticks.c.scheduled_at >= start,
         ticks.c.scheduled_at < end,
-        ticks.c.level.in_(list(levels)),
     ]
 
 
@@ -119,20 +130,65 @@ def period_sample(
     return list(conn.execute(query))
 
 
-def period_levels(
-    conn: sa.Connection,
-    tick_ids: Sequence[str],
-    start: datetime,
-    end: datetime,
-    levels: Iterable[str],
-) -> dict[str, str]:
-    """The level of each of these ticks scheduled in [start, end); others are absent."""
+@dataclass(frozen=True)
+class PeriodSpend:
+    """Spend of a period's ticks per level, model, day and price tier; counters per tick."""
+
+    spend: list[sa.Row[Any]]
+    """(level, model, day, price_tier, prompt, completion, cache read, cache write tokens,
+    calls) of every tick of the period."""
+    twins: list[sa.Row[Any]]
+    """The same, of the twin ticks among them (hedges) alone."""
+    counters: list[sa.Row[Any]]
+    """(level, tick_id, governor_fired, hedges) of the period's ticks that have any."""
+
+
+def period_spend(
+    conn: sa.Connection, start: datetime, end: datetime, levels: Iterable[str]
+) -> PeriodSpend:
+    """What the ticks scheduled in [start, end) spent, and their governor and hedge counts.
+
+    One join of the period's ticks (each level's range of its index) with the tick spend
+    read model; spend rows summed per level, model, day and tier in the database, the
+    few rows of counters per tick (twins among them), then the twins' spend by their ids.
+    """
     wanted = list(levels)
-    found: dict[str, str] = {}
-    for first in range(0, len(tick_ids), IDS_PER_QUERY):
-        query = sa.select(ticks.c.tick_id, ticks.c.level).where(
-            ticks.c.tick_id.in_(tick_ids[first : first + IDS_PER_QUERY]),
-            *_in_period(start, end, wanted),
+    spent = tick_spend.c
+    counters = spent.model == sa.literal_column(f"'{COUNTERS}'")
+    per_tick = sa.case((counters, spent.tick_id), else_=None)
+    sums = [
+        sa.func.sum(spent[name]).label(name)
+        for name in (
+            "prompt_tokens",
+            "completion_tokens",
+            "cache_read_tokens",
+            "cache_write_tokens",
+            "model_calls",
+            "governor_fired",
+            "hedges",
+            "twin",
         )
-        found.update((tick_id, level) for tick_id, level in conn.execute(query))
-    return found
+    ]
+    keys = (ticks.c.level, spent.model, spent.day, spent.price_tier, per_tick.label("tick_id"))
+    query = (
+        sa.select(*keys, *sums)
+        .select_from(ticks.join(tick_spend, spent.tick_id == ticks.c.tick_id))
+        .where(*_in_period(start, end, wanted))
+        .group_by(*keys[:4], per_tick)
+    )
+    rows = list(conn.execute(query))
+    twins = [row.tick_id for row in rows if row.tick_id is not None and row.twin]
+    twin_spend: list[sa.Row[Any]] = []
+    for first in range(0, len(twins), IDS_PER_QUERY):
+        query = (
+            sa.select(*keys[:4], *sums[:5])
+            .select_from(ticks.join(tick_spend, spent.tick_id == ticks.c.tick_id))
+            .where(ticks.c.tick_id.in_(twins[first : first + IDS_PER_QUERY]), ~counters)
+            .group_by(*keys[:4])
+        )
+        twin_spend += conn.execute(query)
+    return PeriodSpend(
+        spend=[row for row in rows if row.tick_id is None],
+        twins=twin_spend,
+        counters=[row for row in rows if row.tick_id is not None],
+    )

@@ -8,6 +8,7 @@ from harness.projections.digests import DigestsProjection
 from harness.projections.levels import CancelScopesProjection
 from harness.projections.projector import Projector
 from harness.projections.spend import SpendProjection
+from harness.projections.tick_spend import TickSpendProjection
 from harness.projections.ticks import TicksProjection
 from harness.store import EventStore
 
@@ -22,5 +23,6 @@ def projector_for(store: EventStore, prices: PriceBook) -> Projector:
             CalibrationProjection(),
             CancelScopesProjection(),
             DigestsProjection(),
+            TickSpendProjection(prices),
         ],
     )

@@ -40,7 +40,7 @@ spend_daily = sa.Table(
 "" for spend with none (recorded before tickwork kept it, or the proxy's)."""
 
 _KEYS = ("level", "model", "day", "price_tier", "template_hash")
-_SUMS = (
+SUMS = (
     "prompt_tokens",
     "completion_tokens",
     "cache_read_tokens",
@@ -118,7 +118,7 @@ def spend_report(
     columns = (*(_COLUMN_OF.get(name, name) for name in by), "model", "day", "price_tier")
     keys = [spend_daily.c[name] for name in dict.fromkeys(columns)]
     query = sa.select(
-        *keys, *(sa.func.sum(spend_daily.c[name]).label(name) for name in _SUMS)
+        *keys, *(sa.func.sum(spend_daily.c[name]).label(name) for name in SUMS)
     ).group_by(*keys)
     if since is not None:
         query = query.where(spend_daily.c.day >= since)
@@ -127,15 +127,19 @@ def spend_report(
     if levels:
         query = query.where(spend_daily.c.level.in_(list(levels)))
 
+    names = [key.name for key in keys]
+    at = {name: names.index(_COLUMN_OF.get(name, name)) for name in (*by, "model", "price_tier")}
+    day_at, group_at = names.index("day"), [at[name] for name in by]
     groups: dict[tuple[str, ...], _Totals] = {}
     for row in conn.execute(query):
-        fields = {**row._mapping, "day": row.day.isoformat()}
-        if "template" in by:
-            fields["template"] = row.template_hash
-        totals = groups.setdefault(tuple(fields[name] for name in by), _Totals())
-        sums = [int(getattr(row, name)) for name in _SUMS]
+        # By position, not by name: a report of 1,000 levels reads a row per level, model
+        # and day at every dashboard refresh and scrape.
+        values = list(row)
+        values[day_at] = day = values[day_at].isoformat()
+        totals = groups.setdefault(tuple(values[i] for i in group_at), _Totals())
+        sums = [int(value) for value in values[len(keys) :]]
         totals.sums = [a + b for a, b in zip(totals.sums, sums, strict=True)]
-        cost = prices.cost(row.model, fields["day"], row.price_tier, *sums[:4])
+        cost = prices.cost(values[at["model"]], day, values[at["price_tier"]], *sums[:4])
         if cost is None:
             totals.unpriced_calls += sums[4]
         else:
@@ -143,7 +147,7 @@ def spend_report(
     return [
         SpendRow(
             group=dict(zip(by, key, strict=True)),
-            **dict(zip(_SUMS, totals.sums, strict=True)),
+            **dict(zip(SUMS, totals.sums, strict=True)),
             cost_usd=None if totals.unpriced_calls else totals.cost_usd,
             unpriced_calls=totals.unpriced_calls,
         )
@@ -153,6 +157,6 @@ def spend_report(
 
 @dataclass
 class _Totals:
-    sums: list[int] = field(default_factory=lambda: [0] * len(_SUMS))
+    sums: list[int] = field(default_factory=lambda: [0] * len(SUMS))
     cost_usd: float = 0.0
     unpriced_calls: int = 0

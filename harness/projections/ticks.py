@@ -437,23 +437,75 @@ def open_ticks(conn: sa.Connection) -> list[tuple[str, str]]:
     return [(tick_id, level) for tick_id, level in conn.execute(query)]
 
 
-def last_slots(conn: sa.Connection, levels: Iterable[str]) -> dict[str, datetime]:
-    """Each of `levels`' latest claimed slot; a level that never had a scheduled tick is absent.
+def _per_level(conn: sa.Connection, levels: Iterable[str], value: str) -> sa.TextClause:
+    """`SELECT level, (value) FROM` the levels, `value` a subquery of one level (`l.value`).
 
-    One statement of one lookup at the end of the (level, slot) index per level: a GROUP
-    BY over every level would read every tick, and a query per level would cost a round
-    trip each (0.15 s for 1,000 levels on PostgreSQL). The levels travel as one array.
+    One statement for any number of levels, each looked up on its own: a GROUP BY over
+    every level would read every tick, and a query per level would cost a round trip
+    each (0.15 s for 1,000 levels on PostgreSQL). The levels travel as one array.
     """
     wanted = list(levels)
     parameter: list[str] | str = wanted
     listed = "unnest(CAST(:levels AS varchar[])) AS l (value)"
     if conn.dialect.name != "postgresql":
         listed, parameter = "json_each(:levels) AS l", json.dumps(wanted)
-    query = sa.text(
-        f"SELECT l.value, (SELECT MAX(slot) FROM ticks WHERE level = l.value) FROM {listed}"
-    ).columns(sa.column("level", sa.String()), ticks.c.slot)
-    found = conn.execute(query, {"levels": parameter})
+    return sa.text(f"SELECT l.value, ({value}) FROM {listed}").bindparams(levels=parameter)
+
+
+def last_slots(conn: sa.Connection, levels: Iterable[str]) -> dict[str, datetime]:
+    """Each of `levels`' latest claimed slot; a level that never had a scheduled tick is absent.
+
+    One lookup at the end of the (level, slot) index per level (`_per_level`).
+    """
+    query = _per_level(conn, levels, "SELECT MAX(slot) FROM ticks WHERE level = l.value")
+    found = conn.execute(query.columns(sa.column("level", sa.String()), ticks.c.slot))
     return {level: as_utc(last) for level, last in found if last is not None}
+
+
+def last_statuses(conn: sa.Connection, levels: Iterable[str]) -> dict[str, str]:
+    """Each of `levels`' newest tick's status; a level without a tick is absent.
+
+    One lookup at the end of the (level, list time) index per level (`_per_level`).
+    """
+    newest = (
+        "SELECT status FROM ticks WHERE level = l.value ORDER BY sort_at DESC, tick_id DESC LIMIT 1"
+    )
+    found = conn.execute(_per_level(conn, levels, newest))
+    return {level: status for level, status in found if status is not None}
+
+
+@dataclass(frozen=True, slots=True)
+class TickMark:
+    """A tick as a timeline draws it: its id, status and (for a failure) reason."""
+
+    tick_id: str
+    status: str
+    reason: str | None
+
+
+def recent_ticks(conn: sa.Connection, levels: Sequence[str], n: int) -> dict[str, list[TickMark]]:
+    """The newest `n` ticks of each of `levels`, newest first, in one statement.
+
+    One walk of the (level, list time) index per level, each stopped after `n` entries
+    (a UNION ALL of them), so the answer costs levels times `n` whatever the history. A
+    UNION ALL promises no order: each level's rows are put in theirs here.
+    """
+    wanted = list(dict.fromkeys(levels))
+    if not wanted:
+        return {}
+    columns = (ticks.c.level, ticks.c.sort_at, ticks.c.tick_id, ticks.c.status, ticks.c.reason)
+    newest = (ticks.c.sort_at.desc(), ticks.c.tick_id.desc())
+    each = [
+        sa.select(*columns).where(ticks.c.level == level).order_by(*newest).limit(n).subquery()
+        for level in wanted
+    ]
+    rows: dict[str, list[tuple[Any, ...]]] = {level: [] for level in wanted}
+    for level, *row in conn.execute(sa.union_all(*(sa.select(*page.c) for page in each))):
+        rows[level].append(tuple(row))
+    return {
+        level: [TickMark(*row[1:]) for row in sorted(found, reverse=True)]
+        for level, found in rows.items()
+    }
 
 
 def previous_result_path(conn: sa.Connection, level: str) -> str | None:

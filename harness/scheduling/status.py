@@ -104,22 +104,31 @@ class Snapshot:
         return [level.name for level in self.levels if level.paused]
 
 
-def snapshot(settings: Settings, store: EventStore, prices: PriceBook) -> Snapshot:
-    """The status of the service, from read models the caller has brought up to date.
+def projection_lag(
+    store: EventStore, prices: PriceBook
+) -> tuple[int, dict[str, int], dict[str, int]]:
+    """The store's last position, each projection's checkpoint, and its lag in events.
 
     Checkpoints are read before the store's position, so a fold in between can only
     overstate the lag, never make it negative. A projection behind has its lag counted.
     """
     checkpoints = projector_for(store, prices).checkpoints()
     position = store.last_position()
+    lag = {
+        name: store.window(at, position).events if at < position else 0
+        for name, at in checkpoints.items()
+    }
+    return position, checkpoints, lag
+
+
+def snapshot(settings: Settings, store: EventStore, prices: PriceBook) -> Snapshot:
+    """The status of the service, from read models the caller has brought up to date."""
+    position, checkpoints, lag = projection_lag(store, prices)
     return Snapshot(
         taken_at=datetime.now(UTC),
         store_position=position,
         checkpoints=checkpoints,
-        projection_lag={
-            name: store.window(at, position).events if at < position else 0
-            for name, at in checkpoints.items()
-        },
+        projection_lag=lag,
         levels=level_statuses(settings, store, prices),
         in_flight=ticks_in_flight(store),
         cancel_scopes=cancel_scopes(store),

@@ -18,7 +18,7 @@ while it runs (`harness.store.transcripts`; `--no-compaction` leaves them in `ev
     .venv/bin/python ops/bench/growth_bench.py [--sizes 1000000,10000000]
         [--backends sqlite,postgresql] [--pg-url postgresql://postgres@127.0.0.1:5432/test]
         [--pg-database bench_growth]
-        [--runs 7] [--cli-runs 3] [--only-disk] [--no-compaction]
+        [--runs 7] [--cli-runs 3] [--run-seconds 90] [--only-disk] [--no-compaction]
 
 `--only-disk` stops after the disk figure and prints where the bytes are: per table and
 index, and per event type (rows, and bytes of their JSON).
@@ -29,6 +29,8 @@ from __future__ import annotations
 import argparse
 import os
 import random
+import resource
+import signal
 import sqlite3
 import statistics
 import subprocess
@@ -43,7 +45,7 @@ from typing import Any
 import orjson
 import psycopg
 from fastapi.testclient import TestClient
-from machine import describe
+from machine import describe, peak_rss
 from sqlalchemy.engine import make_url
 from store_bench import fresh_pg
 
@@ -62,6 +64,7 @@ from harness.contracts.events import (
     ToolCalled,
     TranscriptEntry,
 )
+from harness.devtools.fake_llm import fake_upstream
 from harness.devtools.upstream import upstream_for_ticks
 from harness.execution.manual import ManualTicks
 from harness.prices import PriceBook
@@ -342,15 +345,28 @@ def print_breakdown(url: str, ticks: int) -> None:
 # --- timing ---------------------------------------------------------------------------
 
 
-def p50(runs: int, call: Callable[[], object]) -> float:
-    """Median seconds of `runs` calls after one unmeasured warm-up."""
+def p50(runs: int, call: Callable[[], object]) -> tuple[float, float]:
+    """Median seconds of `runs` calls after one unmeasured warm-up: wall clock, and CPU.
+
+    CPU is this process's (every thread: the API's server thread too) and its waited-for
+    children's (a CLI run), user and system: on a machine other work shares, what the path
+    itself cost, where the wall clock also counts the time it waited for a core.
+    """
     call()
-    times = []
+    walls, cpus = [], []
     for _ in range(runs):
-        began = time.perf_counter()
+        began, spent = time.perf_counter(), _cpu()
         call()
-        times.append(time.perf_counter() - began)
-    return statistics.median(times)
+        walls.append(time.perf_counter() - began)
+        cpus.append(_cpu() - spent)
+    return statistics.median(walls), statistics.median(cpus)
+
+
+def _cpu() -> float:
+    own, children = (
+        resource.getrusage(who) for who in (resource.RUSAGE_SELF, resource.RUSAGE_CHILDREN)
+    )
+    return own.ru_utime + own.ru_stime + children.ru_utime + children.ru_stime
 
 
 def cli(config: Path, *arguments: str) -> Callable[[], object]:
@@ -363,6 +379,32 @@ def cli(config: Path, *arguments: str) -> Callable[[], object]:
         return done
 
     return run
+
+
+def peak_rss_mib(config: Path, *arguments: str) -> float:
+    """Peak RSS of one CLI run, as the kernel accounted it when the process ended."""
+    command = [str(Path(sys.executable).with_name("tickwork")), "-c", str(config), *arguments]
+    child = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    _, status, usage = os.wait4(child.pid, 0)
+    child.returncode = os.waitstatus_to_exitcode(status)
+    if child.returncode != 0:
+        raise RuntimeError(f"{' '.join(arguments)} exited {child.returncode}")
+    return usage.ru_maxrss / 1024
+
+
+def run_rss_mib(config: Path, seconds: int) -> float:
+    """Peak RSS of `tickwork run` on the history (ticks not included), sampled twice a second."""
+    command = [str(Path(sys.executable).with_name("tickwork")), "-c", str(config), "run"]
+    with fake_upstream() as fake:
+        env = {k: v for k, v in os.environ.items() if not k.startswith("TICKWORK_")}
+        env["OPENAI_BASE_URL"] = fake.url
+        service = subprocess.Popen(
+            command, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
+        )
+        peak = peak_rss(service, seconds)
+        service.send_signal(signal.SIGTERM)
+        service.wait(120)
+    return peak / 2**20
 
 
 def measure(url: str, size: int, args: argparse.Namespace, root: Path) -> dict[str, float]:
@@ -390,6 +432,9 @@ def measure(url: str, size: int, args: argparse.Namespace, root: Path) -> dict[s
         print_breakdown(url, ticks)
         return figures
 
+    def timed(label: str, seconds: tuple[float, float]) -> None:
+        figures[label], figures[f"{label} [CPU]"] = seconds
+
     settings = load_settings(config)
     store = open_store(url)
     recent = f"{LEVELS[7]}-{now - timedelta(minutes=2, seconds=30):%Y%m%dT%H%M%S}"
@@ -403,7 +448,7 @@ def measure(url: str, size: int, args: argparse.Namespace, root: Path) -> dict[s
             ("GET /ticks?level=", f"/ticks?level={LEVELS[500]}"),
             ("GET /status", "/status"),
         ):
-            figures[label] = p50(args.runs, lambda path=path: client.get(path).raise_for_status())
+            timed(label, p50(args.runs, lambda path=path: client.get(path).raise_for_status()))
         shown = client.get("/ticks", params={"level": LEVELS[7], "limit": 3}).json()
     projector = projector_for(store, PriceBook(settings.prices))
 
@@ -417,8 +462,8 @@ def measure(url: str, size: int, args: argparse.Namespace, root: Path) -> dict[s
         with store.read_transaction() as conn:
             return last_slots(conn, LEVELS)
 
-    figures["reconcile: open ticks"] = p50(args.runs, reconcile)
-    figures["start-up: last slots of 1,000 levels"] = p50(args.runs, start_up)
+    timed("reconcile: open ticks", p50(args.runs, reconcile))
+    timed("start-up: last slots of 1,000 levels", p50(args.runs, start_up))
     store.close()
     tick_id = shown[-1]["tick_id"] if shown else recent
     for label, arguments in (
@@ -427,7 +472,10 @@ def measure(url: str, size: int, args: argparse.Namespace, root: Path) -> dict[s
         ("tickwork digest --since 1h", ("digest", "--since", "1h")),
         ("tickwork events --since 1h", ("events", "--since", "1h")),
     ):
-        figures[label] = p50(args.cli_runs, cli(config, *arguments))
+        timed(label, p50(args.cli_runs, cli(config, *arguments)))
+    figures["digest --since 1h peak RSS (MiB)"] = peak_rss_mib(config, "digest", "--since", "1h")
+    if args.run_seconds:
+        figures["tickwork run peak RSS (MiB)"] = run_rss_mib(config, args.run_seconds)
     return figures
 
 
@@ -463,6 +511,9 @@ def main() -> None:
     parser.add_argument(
         "--only-disk", action="store_true", help="stop at disk per tick, with its breakdown"
     )
+    parser.add_argument(
+        "--run-seconds", type=int, default=90, help="how long `tickwork run` runs (0: not)"
+    )
     args = parser.parse_args()
     sizes = [int(size) for size in args.sizes.split(",")]
 
@@ -481,6 +532,10 @@ def main() -> None:
                     url = fresh_pg(args.pg_url, args.pg_database)
                 migrate_store(url)
                 results.append(measure(url, size, args, root))
+            for label, value in results[-1].items():
+                print(
+                    f"    {label:<40}{value if '(' in label else value * 1000:>11,.1f}", flush=True
+                )
         report(backend, sizes, results)
     print(f"\nload average at end: {os.getloadavg()}")
 

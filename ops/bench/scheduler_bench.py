@@ -20,12 +20,10 @@ import signal
 import subprocess
 import sys
 import tempfile
-import time
 from datetime import datetime
 from pathlib import Path
 
-import psutil
-from machine import describe
+from machine import describe, peak_rss
 from service_config import write_config
 
 from harness.devtools.fake_llm import fake_upstream
@@ -80,12 +78,7 @@ def run(levels: int, seconds: int, launcher: str, runner: str = "") -> float:
             stdout=subprocess.DEVNULL,
             stderr=subprocess.DEVNULL,
         )
-        process = psutil.Process(service.pid)
-        peak = 0
-        deadline = time.monotonic() + seconds
-        while time.monotonic() < deadline and service.poll() is None:
-            peak = max(peak, process.memory_info().rss)
-            time.sleep(0.5)
+        peak = peak_rss(service, seconds)
         service.send_signal(signal.SIGTERM)
         service.wait(120)
         store = open_store(f"sqlite:///{root}/events.db")

@@ -203,3 +203,18 @@ def tier_of(prompt_tokens: int, thresholds: tuple[int, ...]) -> int:
         if prompt_tokens > above:
             tier = above
     return tier
+
+
+def format_usd(cost: float | None) -> str:
+    """A cost for people: cents from a dollar up, three significant digits below one.
+
+    Ticks on small models cost fractions of a cent: with a fixed four decimals a tick of
+    $0.0000402 read `0.0000`, as if it were free, while the JSON said `4.02e-05`.
+    Never in scientific notation; None (an unpriced model) reads `unpriced`.
+    """
+    if cost is None:
+        return "unpriced"
+    if cost == 0 or abs(cost) >= 1:
+        return f"{cost:,.2f}"
+    exponent = Decimal(repr(abs(cost))).adjusted()
+    return f"{cost:.{max(2, 2 - exponent)}f}"

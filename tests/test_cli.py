@@ -62,6 +62,7 @@ def test_spend_reports_tokens_and_cost_as_json_and_table(tmp_path: Path) -> None
     assert rows[("hour", "home-model")]["cost_usd"] is None
     table = run(tmp_path, "spend", "--by", "model")
     assert "unpriced" in table.stdout and "gpt-4o-mini" in table.stdout
+    assert " 0.000762" in table.stdout, "a sub-cent cost keeps its significant digits"
     bad = run(tmp_path, "spend", "--by", "colour")
     assert bad.returncode == 2 and "colour" in bad.stderr and "template" in bad.stderr
 

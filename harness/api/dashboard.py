@@ -16,6 +16,7 @@ from urllib.parse import quote
 from harness.api.models import Digest, Tick
 from harness.api.reads import Reads
 from harness.contracts.events import LevelPaused
+from harness.prices import format_usd
 from harness.projections import SpendRow
 from harness.projections.ticks import STATUSES, UNKNOWN
 from harness.scheduling.status import Snapshot
@@ -239,7 +240,7 @@ def spend_chart(
         unpriced += row.unpriced_calls
 
     def amount(value: float) -> str:
-        return f"{value:,.0f} tokens" if unit == "tokens" else f"${value:,.4f}"
+        return f"{value:,.0f} tokens" if unit == "tokens" else f"${format_usd(value)}"
 
     names = levels + sorted({level for day in tokens.values() for level in day} - set(levels))
     colour = {name: PALETTE[i % len(PALETTE)] for i, name in enumerate(names)}

@@ -316,7 +316,7 @@ def spend(
     as_json: Annotated[bool, typer.Option("--json", help="JSON output.")] = False,
 ) -> None:
     """Token spend and cost from the spend projection (cost is None for unpriced models)."""
-    from harness.prices import PriceBook
+    from harness.prices import PriceBook, format_usd
     from harness.projections import projector_for, spend_report
     from harness.projections.spend import GROUPS
     from harness.store import StoreError
@@ -345,7 +345,7 @@ def spend(
         return
     table = Table(*groups, "prompt", "completion", "calls", "estimated", "cost (USD)", box=None)
     for row in rows:
-        cost = "unpriced" if row.cost_usd is None else f"{row.cost_usd:,.4f}"
+        cost = format_usd(row.cost_usd)
         table.add_row(
             *row.group.values(),
             f"{row.prompt_tokens:,}",

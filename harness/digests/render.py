@@ -11,6 +11,8 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Literal
 
+from harness.prices import format_usd
+
 if TYPE_CHECKING:
     from harness.digests.build import Digest, LevelSection
 
@@ -145,7 +147,7 @@ def _level(section: LevelSection) -> list[Block]:
 
 
 def _usd(cost: float | None) -> str:
-    return "unpriced" if cost is None else f"${cost:,.4f}"
+    return "unpriced" if cost is None else f"${format_usd(cost)}"
 
 
 def _who(ticks: tuple[str, ...]) -> str:

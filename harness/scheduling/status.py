@@ -12,7 +12,7 @@ from datetime import UTC, datetime
 
 from harness.config import Settings
 from harness.contracts.events import CancelRequested
-from harness.prices import PriceBook
+from harness.prices import PriceBook, format_usd
 from harness.projections import projector_for, spend_report
 from harness.projections.levels import cancel_scopes, paused_levels
 from harness.projections.ticks import TickInFlight, ticks_in_flight
@@ -38,7 +38,7 @@ class LevelStatus:
         tokens = f"{self.tokens_today:,}"
         if self.token_budget is not None:
             tokens += f" / {self.token_budget:,}"
-        cost = "unpriced" if self.cost_today_usd is None else f"{self.cost_today_usd:,.4f}"
+        cost = format_usd(self.cost_today_usd)
         if self.usd_budget is not None:
             cost += f" / {self.usd_budget:,.2f}"
         return tokens, cost

@@ -43,6 +43,7 @@ def panels(reads: Reads, chart: ChartUnit = "tokens") -> str:
     )
     return "\n".join(
         (
+            _liveness(status),
             _overview(status),
             _in_flight(status),
             _workers(reads, status.taken_at),
@@ -112,19 +113,48 @@ def _iso_time(value: object) -> str:
         return escape(str(value))
 
 
+def _liveness(status: Snapshot) -> str:
+    """Each live scheduler and worker, or plainly that none runs: the page's first question."""
+    live = status.live
+    rows = [
+        f'<tr class="live r-{escape(beat.role)}"><td>{escape(beat.role)}</td>'
+        f"<td>{escape(beat.host)}</td><td>{beat.pid}</td><td>{_time(beat.started_at)}</td>"
+        f"<td>{(status.taken_at - beat.beat_at).total_seconds():.0f} s ago</td></tr>"
+        for beat in live
+    ]
+    table = _table(("process", "host", "pid", "since (UTC)", "last beat"), rows) if rows else ""
+    if any(beat.role == "scheduler" for beat in live):
+        return _section("Running", table, "liveness")
+    warning = status.liveness()[0]
+    return _section("Running", f'<p class="none error">{escape(warning)}</p>{table}', "liveness")
+
+
 def _overview(status: Snapshot) -> str:
     lag = ", ".join(f"{name} {behind}" for name, behind in status.projection_lag.items())
+    firing = any(beat.role == "scheduler" for beat in status.live)
     rows = []
     for level in status.levels:
+        state = "paused" if level.paused else "active" if firing else "not firing: no scheduler"
         cells = (
             level.name,
             level.schedule,
             _time(level.next_slot),
-            "paused" if level.paused else "active",
+            state,
             *level.against_budget(),
         )
-        run = f'<td><button type="button" data-run="{escape(level.name)}">Run now</button></td>'
-        rows.append("<tr>" + "".join(f"<td>{escape(cell)}</td>" for cell in cells) + run + "</tr>")
+        name = escape(level.name)
+        switch = (
+            f'<button type="button" data-resume="{name}">Resume</button>'
+            if level.paused
+            else f'<button type="button" data-pause="{name}">Pause</button>'
+        )
+        buttons = (
+            f'<td class="actions"><button type="button" data-run="{name}">Run now</button> '
+            f"{switch}</td>"
+        )
+        rows.append(
+            "<tr>" + "".join(f"<td>{escape(cell)}</td>" for cell in cells) + buttons + "</tr>"
+        )
     return _section(
         "Levels",
         f'<p class="meta">store at {status.store_position}, projection lag: {escape(lag)}; '

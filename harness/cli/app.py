@@ -18,9 +18,11 @@ import sys
 import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
-from datetime import datetime
+from dataclasses import dataclass
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any
+from urllib.parse import urlsplit
 
 import typer
 from rich.console import Console
@@ -31,7 +33,7 @@ from harness import timespec
 if TYPE_CHECKING:
     from harness.config import Settings
     from harness.routing.decisions import Report, Router
-    from harness.store import SqlEventStore
+    from harness.store import EventStore, SqlEventStore
 
 # Help text is printed as written: docstrings name `[rag]` sections and regexes, and
 # Rich markup would eat their brackets.
@@ -206,9 +208,30 @@ def parse_since(text: str) -> datetime:
         raise typer.BadParameter(str(exc)) from None
 
 
+@dataclass(frozen=True)
+class Upstream:
+    """Where ticks send their model calls: the worker environment, and which upstream it is."""
+
+    env: dict[str, str]
+    fake: str | None
+    """The fake upstream's URL when ticks talk to tickwork's own (None: OPENAI_BASE_URL)."""
+
+    def describe(self) -> str:
+        """The upstream for a banner: the fake's address, or the configured one's host."""
+        if self.fake is not None:
+            script = f"{self.fake.removesuffix('/v1')}/_script"
+            return f"tickwork's fake at {self.fake} (script its answers: POST {script})"
+        return f"{urlsplit(self.env['OPENAI_BASE_URL']).hostname} (OPENAI_BASE_URL)"
+
+
 @contextmanager
-def upstream_for_ticks() -> Iterator[dict[str, str]]:
-    """The worker environment: the real upstream if OPENAI_BASE_URL is set, else the fake."""
+def upstream_for_ticks(store: EventStore | None = None) -> Iterator[Upstream]:
+    """The real upstream if OPENAI_BASE_URL is set, else a fake one.
+
+    With `store`, the fake of a `tickwork run` alive on this host (its heartbeat names
+    it) is used when it answers, so a scripted answer reaches the ticks started by hand
+    too; otherwise this process serves a fake of its own for as long as it runs.
+    """
     from harness.contracts.secrets import API_KEY_ENV
 
     if os.environ.get("OPENAI_BASE_URL"):
@@ -218,10 +241,37 @@ def upstream_for_ticks() -> Iterator[dict[str, str]]:
                 "an upstream that needs a key will refuse every call",
                 markup=True,
             )
-        yield dict(os.environ)
+        yield Upstream(dict(os.environ), None)
+        return
+    shared = None if store is None else _service_fake(store)
+    if shared is not None:
+        err.print(f"no OPENAI_BASE_URL set: ticks talk to the running service's fake at {shared}")
+        yield Upstream({**os.environ, "OPENAI_BASE_URL": shared}, shared)
         return
     from harness.devtools.fake_llm import fake_upstream
 
     with fake_upstream() as fake:
         err.print(f"no OPENAI_BASE_URL set: ticks talk to tickwork's fake upstream at {fake.url}")
-        yield {**os.environ, "OPENAI_BASE_URL": fake.url}
+        yield Upstream({**os.environ, "OPENAI_BASE_URL": fake.url}, fake.url)
+
+
+def _service_fake(store: EventStore) -> str | None:
+    """The fake upstream a live scheduler on this host serves, if one answers."""
+    import socket
+
+    from harness.store import StoreError, beats
+
+    try:
+        found = beats(store)
+    except StoreError:
+        return None
+    now, host = datetime.now(UTC), socket.gethostname()
+    for beat in found:
+        if beat.role == "scheduler" and beat.host == host and beat.upstream and beat.live(now):
+            where = urlsplit(beat.upstream)
+            try:
+                socket.create_connection((where.hostname, where.port or 80), timeout=1).close()
+            except OSError:
+                continue
+            return beat.upstream
+    return None

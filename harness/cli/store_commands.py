@@ -120,6 +120,8 @@ def status(as_json: JsonOption = False) -> None:
             table.add_row(f"projection {name}", f"at {status_now.checkpoints[name]}, lag {lag}")
         table.add_row("spool", f"{Spool(config.paths.spool).pending()} pending")
         out.print(table)
+        for line in status_now.liveness():
+            out.print(line)
         now = status_now.taken_at
         levels = Table(
             "level",

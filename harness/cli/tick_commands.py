@@ -81,7 +81,8 @@ def tick(
     store = store_for(config)
     interrupted = threading.Event()
     try:
-        with upstream_for_ticks() as env:
+        with upstream_for_ticks(store) as upstream:
+            env = upstream.env
             preparer = Preparer(config, store, env=env, router=router)
             try:  # a request that cannot run is refused before anything is recorded
                 prepared = preparer.prepare(level, prompt=prompt, timeout=timeout, tick_id=tick_id)

@@ -77,7 +77,8 @@ def worker(
     router = router_or_exit(config, report)
     store = store_for(config)
     try:
-        with upstream_for_ticks() as env:
+        with upstream_for_ticks() as upstream:
+            env = upstream.env
             preparer = Preparer(config, store, env=env, router=router)
             runner = WorkerRunner(config, store, env=env)
             executor = WorkerExecutor(config, store, preparer, runner, report)

@@ -11,8 +11,6 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Literal
 
-from harness.prices import format_usd
-
 if TYPE_CHECKING:
     from harness.digests.build import Digest, LevelSection
 
@@ -147,6 +145,8 @@ def _level(section: LevelSection) -> list[Block]:
 
 
 def _usd(cost: float | None) -> str:
+    from harness.prices import format_usd  # its configuration models: not for `--help`
+
     return "unpriced" if cost is None else f"${format_usd(cost)}"
 
 

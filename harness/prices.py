@@ -184,6 +184,27 @@ class PriceBook:
         return (total + max(uncached, 0) * rates.input) / 1_000_000
 
 
+def tick_cost(
+    prices: PriceBook,
+    model: str | None,
+    day: str,
+    prompt_tokens: int,
+    completion_tokens: int,
+    model_calls: int,
+) -> float | None:
+    """USD of a tick from its totals, as lists show it beside each tick.
+
+    A tick row keeps sums, not calls, so every call is priced at the tier of the average
+    call: exact for the many models with one rate, close for tiered ones (the spend read
+    model prices each call at its own tier). None: no model, or an unpriced one.
+    """
+    if model is None:
+        return None
+    average = prompt_tokens // max(model_calls, 1)
+    tier = prices.tier(model, day, average)
+    return prices.cost(model, day, tier, prompt_tokens, completion_tokens)
+
+
 def _tier_starts(model: Any) -> Iterator[int]:
     """The tier thresholds of every price a genai-prices model lists, on any day.
 

@@ -144,8 +144,18 @@ def test_tick_runs_one_tick_on_the_fake_upstream(tmp_path: Path) -> None:
     assert "fake upstream" in result.stderr
     assert "status  completed" in result.stdout and "1 call(s)" in result.stdout
     tick_id = result.stdout.split()[1]
-    shown = run(tmp_path, "show", tick_id).stdout
-    assert "model   gpt-4o-mini" in shown and " s from claim to start" in shown, shown
+    shown, listed, page = run_each(
+        tmp_path,
+        [["show", tick_id], ["ticks", "--json"], ["ticks", "--level", "min", "--limit", "1"]],
+    )
+    assert "model   gpt-4o-mini" in shown.stdout and " s from claim to start" in shown.stdout
+    [row] = json.loads(listed.stdout)["ticks"]
+    assert (row["tick_id"], row["status"], row["model"]) == (tick_id, "completed", "gpt-4o-mini")
+    assert row["duration_seconds"] > 0 and 0 < row["cost_usd"] < 0.01
+    assert tick_id in page.stdout and "completed" in page.stdout, page.stdout
+    following = page.stdout.split("next page: tickwork ")[1].strip()
+    rest = run(tmp_path, *following.replace("'", "").split())
+    assert rest.returncode == 0 and "no tick since" in rest.stdout, rest.stdout + rest.stderr
     by_template = run(tmp_path, "spend", "--by", "template", "--json")
     assert [row["group"] for row in json.loads(by_template.stdout)] == [
         {"template": template_hash("Say hello.")}

@@ -69,6 +69,11 @@ PATHS: dict[str, Path_] = {
     "tick_rows_level": _with_conn(lambda conn: tick_rows(conn, levels=["l3"], limit=2)),
     "tick_rows_levels": _with_conn(lambda conn: tick_rows(conn, levels=["l3", "l4"], limit=2)),
     "tick_rows_since": _with_conn(lambda conn: tick_rows(conn, since=NOW - WINDOW)),
+    # `tickwork ticks --status failed`: its window (default 24h) bounds the walk, however
+    # rare the status is.
+    "tick_list_status": _with_conn(
+        lambda conn: tick_rows(conn, status="failed", since=NOW - WINDOW, limit=50)
+    ),
     "open_ticks": _with_conn(open_ticks),
     "ticks_in_flight": lambda store: (ticks_in_flight(store), ticks_in_flight(store, ["l3"])),
     "last_slots": _with_conn(lambda conn: last_slots(conn, LEVELS)),

@@ -83,6 +83,8 @@ def test_events_filters_by_stream_and_type(tmp_path: Path) -> None:
     assert {json.loads(line)["type"] for line in spent.stdout.splitlines()} == {"BudgetSpent"}
     assert [json.loads(line)["stream_position"] for line in one.stdout.splitlines()] == [1, 2]
     assert recent.returncode == 0 and "TickStarted" in recent.stdout
+    assert "tick-t0  TickStarted: attempt 1 started: pid 1 on h" in recent.stdout, recent.stdout
+    assert "BudgetSpent: model gpt-4o-mini: 2,000 prompt + 10 completion" in recent.stdout
     assert bad.returncode == 2 and "yesterday-ish" in bad.stderr
 
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import json
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from datetime import UTC, datetime
 from html import escape
 from pathlib import Path
@@ -18,6 +18,8 @@ from typing import Any
 
 from harness.api.models import Event, TickDetail
 from harness.contracts.events import TERMINAL_TYPES, tick_stream
+from harness.contracts.headlines import HIDDEN_FIELDS
+from harness.contracts.headlines import headline as event_headline
 from harness.contracts.secrets import redact
 from harness.store import EventStore
 
@@ -28,58 +30,6 @@ FIELD_CHARS = 2000
 POLL_SECONDS = 0.5
 HEARTBEAT_SECONDS = 15.0
 """A comment line this often keeps proxies from closing a quiet stream."""
-HIDDEN_FIELDS = frozenset({"tick_id", "level", "event_id", "occurred_at"})
-
-Data = dict[str, Any]
-
-
-def _ms(value: Any) -> str:
-    return f"{float(value or 0):,.0f} ms"
-
-
-HEADLINES: dict[str, Callable[[Data], str]] = {
-    "TickScheduled": lambda d: (
-        f"scheduled{' by hand' if d.get('manual') else ''}{' (forced)' if d.get('forced') else ''}"
-        f", model {d.get('model') or 'of the level'}"
-    ),
-    "TickStarted": lambda d: (
-        f"attempt {d.get('attempt', 1)} started: pid {d.get('pid')} on {d.get('host')}, "
-        f"timeout {d.get('timeout_seconds') or '?'} s"
-    ),
-    "BudgetSpent": lambda d: (
-        f"model {d.get('model')}: {d.get('prompt_tokens', 0):,} prompt + "
-        f"{d.get('completion_tokens', 0):,} completion tokens"
-        f"{' (estimated)' if d.get('estimated') else ''}"
-    ),
-    "ToolCalled": lambda d: (
-        f"tool {d.get('name')}: {d.get('status')} in {_ms(d.get('duration_ms'))}"
-    ),
-    "RouteFallback": lambda d: (
-        f"fell back from {d.get('from_target')} to {d.get('to_target') or 'nothing'}: "
-        f"{d.get('reason')}"
-    ),
-    "TargetSelfChecked": lambda d: (
-        f"self-check of {d.get('target')}: "
-        f"{'passed' if d.get('passed') else 'failed: ' + str(d.get('detail'))}"
-    ),
-    "RoutePromoted": lambda d: (
-        f"promoted from {d.get('from_target')} to {d.get('to_target')}: {d.get('reason')}"
-    ),
-    "TickAttemptFailed": lambda d: (
-        f"attempt {d.get('attempt')} failed ({d.get('failure_class')}): {d.get('reason')}; "
-        f"retry in {float(d.get('retry_in_seconds') or 0):g} s"
-    ),
-    "TickCompleted": lambda d: (
-        f"completed (stop reason {d.get('stop_reason') or 'none'}): "
-        f"{d.get('model_calls', 0)} model call(s), {d.get('tool_calls', 0)} tool call(s), "
-        f"{d.get('prompt_tokens', 0):,} + {d.get('completion_tokens', 0):,} tokens"
-    ),
-    "TickFailed": lambda d: f"failed ({d.get('failure_class')}): {d.get('reason')}",
-    "TickTimedOut": lambda d: f"timed out after {d.get('timeout_seconds')} s",
-    "TickCancelled": lambda d: f"cancelled: {d.get('reason') or 'no reason recorded'}",
-    "TickSkipped": lambda d: f"skipped: {d.get('reason')}",
-    "TickLost": lambda d: f"lost: {d.get('reason')}",
-}
 
 
 def utc(value: datetime | None) -> str:
@@ -88,18 +38,8 @@ def utc(value: datetime | None) -> str:
 
 
 def headline(event: Event) -> str:
-    """What the event says in one sentence; for a type not known here, its first short fields."""
-    known = HEADLINES.get(event.type)
-    if known:
-        return known(event.data)
-    short = [
-        f"{key} {value}"
-        for key, value in event.data.items()
-        if key not in HIDDEN_FIELDS
-        and isinstance(value, str | int | float)
-        and len(str(value)) < 60
-    ]
-    return ", ".join(short[:4])
+    """What the event says in one sentence (`harness.contracts.headlines`)."""
+    return event_headline(event.type, event.data)
 
 
 def _field(value: Any) -> str:

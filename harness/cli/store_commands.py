@@ -200,17 +200,16 @@ def _print_events(batch: list[StoredEvent], as_json: bool) -> None:
             sys.stdout.write(orjson.dumps(_event_json(event)).decode() + "\n")
         sys.stdout.flush()
         return
-    table = Table("pos", "recorded (UTC)", "stream", "type", "data", box=None)
+    from harness.contracts.headlines import headline
+
+    # One line each, never cut: the stream (a tick id to copy) and what the event says,
+    # its fields that matter for its type; `--json` has every field.
     for event in batch:
-        summary = orjson.dumps(event.data).decode()
-        table.add_row(
-            str(event.global_position),
-            event.recorded_at.strftime("%Y-%m-%d %H:%M:%S"),
-            event.stream_id,
-            event.type,
-            summary if len(summary) <= 120 else summary[:117] + "...",
+        out.print(
+            f"{event.global_position:>6} {event.recorded_at:%m-%d %H:%M:%S} "
+            f"{event.stream_id}  {event.type}: {headline(event.type, event.data)}",
+            highlight=False,
         )
-    out.print(table)
 
 
 @app.command()

@@ -165,6 +165,21 @@ def test_tick_runs_one_tick_on_the_fake_upstream(tmp_path: Path) -> None:
     assert unknown.returncode == 2 and "no level named 'weekly'" in unknown.stderr
 
 
+def test_a_paused_tick_and_a_cancel_of_nothing_say_what_to_do(tmp_path: Path) -> None:
+    assert run(tmp_path, "init").returncode == 0
+    paused, nothing, short = run_each(
+        tmp_path, [["pause", "min"], ["cancel", "nosuch"], ["cancel", "m"]]
+    )
+    assert paused.returncode == 0, paused.stderr
+    assert nothing.returncode == 2 and "'nosuch' is no level" in nothing.stderr
+    assert short.returncode == 2 and "--force" in short.stderr, "a prefix of no tick is refused"
+    refused, forced = run_each(tmp_path, [["tick", "min"], ["cancel", "nosuch", "--force"]])
+    assert refused.returncode == 1 and "level 'min' is paused" in refused.stderr
+    assert "tickwork resume min" in refused.stderr and "--force" in refused.stderr
+    assert "result" not in refused.stdout, "no path to a result that was never written"
+    assert forced.returncode == 0 and "in force until" in forced.stdout, forced.stderr
+
+
 def test_tick_no_wait_returns_at_once_and_the_tick_completes(tmp_path: Path) -> None:
     assert run(tmp_path, "init").returncode == 0
     started = run(tmp_path, "tick", "min", "--no-wait")

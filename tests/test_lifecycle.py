@@ -188,7 +188,8 @@ def test_tickwork_cancel_reaches_a_tick_started_with_tickwork_tick(
     assert "min-by-hand-cancelled TickCancelled" in cancelled.stdout
     assert process.returncode == 1, stdout + stderr
     assert "status  cancelled" in stdout
-    assert_ended_cancelled(store, "min-by-hand-cancelled", "scope 'min-by-hand'")
+    # The prefix stands for the tick in flight it matched: its scope is the tick's own.
+    assert_ended_cancelled(store, "min-by-hand-cancelled", "scope 'min-by-hand-cancelled'")
     store.close()
 
 

@@ -48,12 +48,13 @@ from harness.projections import SpendRow
 from harness.projections.spend import GroupBy
 from harness.projections.ticks import STATUSES, TickCursor
 from harness.scheduling.control import (
+    ScopeError,
     Switched,
     UnknownLevelError,
     clear_cancel,
-    request_cancel,
     switch_level,
 )
+from harness.scheduling.control import cancel as cancel_scope
 from harness.store import EventStore
 from harness.timespec import parse_since
 
@@ -368,11 +369,27 @@ def _routes(router: APIRouter, settings: Settings, config_file: Path | None) -> 
         except UnknownLevelError as exc:
             raise HTTPException(404, str(exc)) from exc
 
-    @router.post("/cancel/{scope}", tags=["control"])
-    def cancel(scope: str, request: Request, reads: FreshReads) -> Cancelled:
-        """Cancel the ticks of a level or tick id prefix until cleared, as `tickwork cancel`."""
-        matching = request_cancel(reads.store, scope, by=_client(request))
-        return Cancelled(scope=scope, matching=[t.tick_id for t in matching])
+    @router.post("/cancel/{scope}", tags=["control"], responses=UNKNOWN)
+    def cancel(
+        scope: str,
+        request: Request,
+        reads: FreshReads,
+        force: Annotated[
+            bool, Query(description="Record a scope that matches no level and no tick.")
+        ] = False,
+    ) -> Cancelled:
+        """Cancel a level's ticks until cleared, or the ticks in flight a tick id prefix names.
+
+        As `tickwork cancel`: a scope matching no level and no tick in flight is a 404
+        unless `force`; a tick's scope ends with its tick.
+        """
+        try:
+            scopes, matching = cancel_scope(
+                reads.store, scope, _client(request), settings.levels, force
+            )
+        except ScopeError as exc:
+            raise HTTPException(404, str(exc)) from exc
+        return Cancelled(scope=scope, scopes=scopes, matching=[t.tick_id for t in matching])
 
     @router.delete("/cancel/{scope}", tags=["control"])
     def clear(scope: str, request: Request, reads: FreshReads) -> Cleared:

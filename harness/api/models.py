@@ -203,6 +203,8 @@ class Cancelled(BaseModel):
     """The answer to a cancel request: what it will reach, so the operator can check the scope."""
 
     scope: str
+    scopes: list[str]
+    """The scopes recorded: the level's, or one per tick in flight the prefix matched."""
     matching: list[str]
     """Tick ids in flight the request reaches, as the read model has them now."""
 

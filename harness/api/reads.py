@@ -20,7 +20,7 @@ from harness.prices import PriceBook
 from harness.projections import SpendRow, latest_published, projector_for, spend_report
 from harness.projections.levels import pauses
 from harness.projections.spend import GroupBy
-from harness.projections.ticks import TickCursor, tick_rows
+from harness.projections.ticks import OPEN, TickCursor, tick_rows
 from harness.routing.history import RevisionError, recorded_catalog
 from harness.scheduling.status import Snapshot, snapshot
 from harness.store import EventStore, StoredEvent
@@ -95,7 +95,8 @@ class Reads:
                 tick=tick, events=[], result=None, result_error=None, archive=str(archive)
             )
         result, error = None, None
-        if tick is not None and tick.result_path:
+        # A tick in flight has written no result yet: its file is not missing.
+        if tick is not None and tick.result_path and tick.status not in OPEN:
             try:
                 result = read_result(Path(tick.result_path)).model_dump(mode="json")
             except ResultFileError as exc:

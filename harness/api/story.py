@@ -21,6 +21,7 @@ from harness.contracts.events import TERMINAL_TYPES, tick_stream
 from harness.contracts.headlines import HIDDEN_FIELDS
 from harness.contracts.headlines import headline as event_headline
 from harness.contracts.secrets import redact
+from harness.projections.ticks import OPEN
 from harness.store import EventStore
 
 LOG_TAIL_BYTES = 64 * 1024
@@ -143,8 +144,10 @@ def page(detail: TickDetail, tick_id: str) -> str:
 def _result(detail: TickDetail) -> str:
     if detail.result_error:
         body = f'<p class="error">{escape(detail.result_error)}</p>'
+    elif detail.result is None and detail.tick is not None and detail.tick.status in OPEN:
+        body = '<p class="empty">none yet: the tick writes its result when it ends</p>'
     elif detail.result is None:
-        body = '<p class="empty">no result file (yet)</p>'
+        body = '<p class="empty">no result file</p>'
     else:
         text = str(detail.result.get("text") or "")
         stop = detail.result.get("stop_reason")

@@ -81,6 +81,7 @@ def tick(
     store = store_for(config)
     interrupted = threading.Event()
     try:
+        _refuse_paused(store, level, force)
         with upstream_for_ticks(store) as upstream:
             env = upstream.env
             preparer = Preparer(config, store, env=env, router=router)
@@ -111,6 +112,18 @@ def tick(
         raise typer.Exit(130)
     if not outcomes or outcomes[0].status != "completed":
         raise typer.Exit(1)
+
+
+def _refuse_paused(store: EventStore, level: str, force: bool) -> None:
+    """A paused level's tick would end cancelled at once: say so, and the two ways on."""
+    from harness.projections.levels import pauses
+
+    pause = None if force else pauses(store, [level]).get(level)
+    if pause is not None:
+        raise fail(
+            f"level {level!r} is paused (by {pause.by}: {pause.reason}): `tickwork resume "
+            f"{level}` lets it run; `tickwork tick {level} --force` runs one anyway"
+        )
 
 
 def _own(
@@ -240,7 +253,8 @@ def _print_tick(tick_id: str, outcome: TickOutcome | None, stream: list[StoredEv
     )
     if outcome is None:
         return
-    out.print(f"result  {outcome.result_path}")
+    if outcome.result_path.exists():
+        out.print(f"result  {outcome.result_path}")
     if outcome.result is not None and outcome.result.text:
         out.print(outcome.result.text, highlight=False)
 
@@ -252,15 +266,23 @@ def cancel(
     clear: Annotated[
         bool, typer.Option("--clear", help="End the scope: its ticks may start again.")
     ] = False,
+    force: Annotated[
+        bool,
+        typer.Option(help="Record a scope that matches no level and no tick in flight (yet)."),
+    ] = False,
     as_json: JsonOption = False,
 ) -> None:
-    """Cancel ticks in flight and to come: the scope stays in force until `--clear`.
+    """Cancel a level's ticks in flight and to come, or the ticks in flight a prefix names.
 
-    Queued ticks never start, running ones are killed, and ticks of the scope claimed
-    later (by any service, or by hand) end cancelled before they start.
+    A level's scope stays in force until `--clear`: queued ticks never start, running
+    ones are killed, and ticks claimed later (by any service, or by hand) end cancelled
+    before they start. A tick id, or a prefix, cancels the ticks in flight it matches;
+    each one's scope ends with its tick. A scope matching neither is refused (exit 2)
+    unless `--force`.
     """
     from harness.contracts.events import TERMINAL_TYPES
-    from harness.scheduling.control import clear_cancel, operator, request_cancel
+    from harness.scheduling.control import ScopeError, clear_cancel, operator
+    from harness.scheduling.control import cancel as cancel_scope
     from harness.scheduling.status import refresh
 
     config = settings(needed=True)
@@ -278,8 +300,12 @@ def cancel(
                 print_json({"scope": scope, "cleared": cleared})
             return
         refresh(config, store)
-        matching = request_cancel(store, scope, by=operator())
-        say(f"scope {scope!r} in force until `tickwork cancel --clear {scope}`")
+        try:
+            scopes, matching = cancel_scope(store, scope, operator(), config.levels, force)
+        except ScopeError as exc:
+            raise fail(str(exc), code=2) from exc
+        if scopes == [scope] and (force or scope in config.levels):
+            say(f"scope {scope!r} in force until `tickwork cancel --clear {scope}`")
         ended: dict[str, str] = {}
         pending = {t.tick_id for t in matching}
         if not matching:
@@ -300,7 +326,7 @@ def cancel(
             print_json(
                 {
                     "scope": scope,
-                    "in_force": True,
+                    "scopes": scopes,
                     "matching": [t.tick_id for t in matching],
                     "ended": ended,
                     "still_in_flight": sorted(pending),

@@ -357,6 +357,19 @@ def _routes(router: APIRouter, settings: Settings, config_file: Path | None) -> 
         start_detached(level, tick_id, config=config_file, force=force)
         return Started(level=level, tick_id=tick_id, page=f"/ui/ticks/{tick_id}")
 
+    @router.post("/ticks/{tick_id}/rerun", tags=["control"], status_code=202, responses=UNKNOWN)
+    def rerun(tick_id: str, reads: FreshReads) -> Started:
+        """Run a tick's level once more now, in the manual lane (its page's re-run button).
+
+        The new tick is a tick of the level as it is configured now (its prompt, model
+        and route), obeying pause and budget like any tick started by hand.
+        """
+        detail = reads.tick(tick_id)
+        level = detail.tick.level if detail is not None and detail.tick is not None else None
+        if level is None or level not in settings.levels:
+            raise HTTPException(404, f"no tick {tick_id!r} of a configured level in the store")
+        return run_now(level)
+
     @router.post("/levels/{level}/{action}", tags=["control"], responses=UNKNOWN)
     def switch(
         level: Level, action: Literal["pause", "resume"], request: Request, reads: FreshReads
@@ -416,9 +429,12 @@ def _routes(router: APIRouter, settings: Settings, config_file: Path | None) -> 
         status: StatusFilter = None,
         since: SinceFilter = None,
         limit: Limit = 100,
+        text: Annotated[str | None, Query(max_length=200)] = None,
     ) -> HTMLResponse:
         ticks = reads.ticks(levels=level, status=status, since=since, limit=limit)
-        return HTMLResponse(redact(dashboard.tick_table(ticks)))
+        if text:
+            ticks = reads.saying(ticks, text)
+        return HTMLResponse(redact(dashboard.tick_table(ticks, reads.prices)))
 
     @router.get("/dashboard/ticks/{tick_id}", response_class=HTMLResponse, include_in_schema=False)
     def tick_panel(tick_id: str, reads: FreshReads) -> HTMLResponse:

@@ -16,8 +16,10 @@ from urllib.parse import quote
 from harness.api.models import Digest, Tick
 from harness.api.reads import Reads
 from harness.contracts.events import LevelPaused
-from harness.prices import format_usd
+from harness.prices import PriceBook, format_usd, tick_cost
 from harness.projections import SpendRow
+from harness.projections.level_stats import LevelStats
+from harness.projections.tick_counts import DURATION_BUCKETS
 from harness.projections.ticks import STATUSES, UNKNOWN
 from harness.scheduling.status import Snapshot
 
@@ -45,12 +47,14 @@ def panels(reads: Reads, chart: ChartUnit = "tokens") -> str:
         (
             _liveness(status),
             _overview(status),
+            _health(reads.level_stats(status.taken_at), status),
             _in_flight(status),
             _workers(reads, status.taken_at),
             _paused(reads.pauses()),
             _timeline(
                 levels,
                 {level: reads.ticks(levels=[level], limit=TIMELINE_TICKS) for level in levels},
+                status.taken_at,
             ),
             _section(
                 f"Spend per day ({'USD' if chart == 'usd' else 'tokens'})",
@@ -72,7 +76,7 @@ def _tick_link(tick_id: str) -> str:
     return f'<a href="{escape(tick_href(tick_id))}">{escape(tick_id)}</a>'
 
 
-def tick_table(ticks: list[Tick]) -> str:
+def tick_table(ticks: list[Tick], prices: PriceBook) -> str:
     """Ticks as a table whose ids link to their pages (the tick list's fragment)."""
     if not ticks:
         return '<p class="empty">no tick matches</p>'
@@ -80,15 +84,33 @@ def tick_table(ticks: list[Tick]) -> str:
         f'<tr class="s-row-{escape(tick.status)}"><td>{_tick_link(tick.tick_id)}</td>'
         f"<td>{escape(tick.level)}</td>"
         f'<td><span class="mark s-{escape(tick.status)}"></span> {escape(tick.status)}</td>'
-        f"<td>{_time(tick.scheduled_at)}</td><td>{_time(tick.finished_at)}</td>"
+        f"<td>{_time(tick.scheduled_at)}</td><td>{_took(tick)}</td>"
+        f"<td>{escape(tick.model or '')}</td>"
         f"<td>{tick.prompt_tokens + tick.completion_tokens:,}</td>"
+        f"<td>{_tick_usd(tick, prices)}</td>"
         f"<td>{escape(tick.reason or '')}</td></tr>"
         for tick in ticks
     ]
     return _table(
-        ("tick", "level", "status", "scheduled (UTC)", "finished (UTC)", "tokens", "reason"),
+        ("tick", "level", "status", "scheduled (UTC)", "took", "model", "tokens", "USD", "reason"),
         rows,
     )
+
+
+def _took(tick: Tick) -> str:
+    if tick.started_at is None or tick.finished_at is None:
+        return ""
+    return f"{(tick.finished_at - tick.started_at).total_seconds():.1f} s"
+
+
+def _tick_usd(tick: Tick, prices: PriceBook) -> str:
+    if not tick.model_calls:
+        return ""
+    day = f"{_when(tick) or tick.finished_at or datetime.now(UTC):%Y-%m-%d}"
+    cost = tick_cost(
+        prices, tick.model, day, tick.prompt_tokens, tick.completion_tokens, tick.model_calls
+    )
+    return format_usd(cost)
 
 
 def _section(title: str, body: str, name: str = "") -> str:
@@ -175,6 +197,56 @@ def _overview(status: Snapshot) -> str:
     )
 
 
+def _seconds(value: float | None, any_ended: bool) -> str:
+    if value is None:
+        return f"> {DURATION_BUCKETS[-1]:g} s" if any_ended else ""
+    return f"≤ {value:g} s"
+
+
+def _health(stats: list[LevelStats], status: Snapshot) -> str:
+    """Per level: last outcome, success rate, failure streak, run times, cost per tick."""
+    cost_today = {level.name: level.cost_today_usd for level in status.levels}
+    rows = []
+    for each in stats:
+        last = (
+            f'<span class="mark s-{escape(each.last_status)}"></span> '
+            f"{_tick_link(each.last_tick_id)} {escape(each.last_status)}"
+            if each.last_tick_id and each.last_status
+            else '<span class="empty">none yet</span>'
+        )
+        rate = each.success_rate
+        ran = each.completed_day + each.failed_day
+        success = "" if rate is None else f"{rate:.0%} of {ran}"
+        streak = (
+            f'<span class="error">{each.failure_streak} failed in a row</span>'
+            if each.failure_streak
+            else "0"
+        )
+        cost = cost_today.get(each.level)
+        per_tick = (
+            f"${format_usd(cost / each.ended_today)}"
+            if each.ended_today and cost is not None
+            else ("unpriced" if each.ended_today else "")
+        )
+        any_ended = each.p50_seconds is not None or each.last_status is not None
+        rows.append(
+            f'<tr data-level="{escape(each.level)}"><td>{escape(each.level)}</td>'
+            f'<td class="last">{last}</td><td>{success}</td><td class="streak">{streak}</td>'
+            f"<td>{_seconds(each.p50_seconds, any_ended)}</td>"
+            f"<td>{_seconds(each.p95_seconds, any_ended)}</td><td>{per_tick}</td></tr>"
+        )
+    headers = (
+        "level",
+        "last outcome",
+        "success (24 h)",
+        "failure streak",
+        "p50 run time",
+        "p95 run time",
+        "USD per tick today",
+    )
+    return _section("Level health", _table(headers, rows), "health")
+
+
 def _in_flight(status: Snapshot) -> str:
     if not status.in_flight:
         return _section("Ticks in flight", '<p class="empty">no tick in flight</p>', "running")
@@ -231,23 +303,49 @@ def _paused(paused: dict[str, LevelPaused]) -> str:
     return _section("Paused levels", f"<ul>{items}</ul>", "paused")
 
 
-def _timeline(levels: list[str], recent: dict[str, list[Tick]]) -> str:
+def _when(tick: Tick) -> datetime | None:
+    return tick.scheduled_at or tick.started_at or tick.finished_at
+
+
+def _timeline(levels: list[str], recent: dict[str, list[Tick]], now: datetime) -> str:
+    """Each level's recent ticks placed on one time axis, from the oldest shown to now."""
+    times = [when for ticks in recent.values() for tick in ticks if (when := _when(tick))]
+    start = min(times, default=now - timedelta(hours=1))
+    span = max((now - start).total_seconds(), 1.0)
+
+    def left(when: datetime | None) -> str:
+        share = 0.0 if when is None else (when - start).total_seconds() / span
+        return f"{min(max(share, 0.0), 1.0) * 100:.2f}%"
+
     rows = []
     for level in levels:
         marks = "".join(
-            f'<a class="mark s-{escape(tick.status)}" href="{escape(tick_href(tick.tick_id))}" '
-            f'title="{escape(tick.tick_id)}: '
-            f'{escape(tick.status)}{escape(": " + tick.reason) if tick.reason else ""}"></a>'
+            f'<a class="mark s-{escape(tick.status)}" style="left:{left(_when(tick))}" '
+            f'href="{escape(tick_href(tick.tick_id))}" title="{escape(tick.tick_id)} '
+            f"{_time(_when(tick))} UTC: {escape(tick.status)}"
+            f'{escape(": " + tick.reason) if tick.reason else ""}"></a>'
             for tick in reversed(recent[level])
         )
-        rows.append(f'<div class="lane"><span class="level">{escape(level)}</span>{marks}</div>')
+        rows.append(
+            f'<div class="lane"><span class="level">{escape(level)}</span>'
+            f'<span class="track">{marks}</span></div>'
+        )
+    steps = [start + (now - start) * k / 4 for k in range(5)]
+    labels = "".join(
+        f'<span class="tick-label" style="left:{k * 25}%">{when:%H:%M:%S}</span>'
+        for k, when in enumerate(steps)
+    )
+    rows.append(
+        '<div class="lane axis"><span class="level">UTC</span>'
+        f'<span class="track">{labels}</span></div>'
+    )
     legend = "".join(
         f'<span class="key"><span class="mark s-{s}"></span>{s.replace("_", " ")}</span>'
         for s in STATUSES
         if s != UNKNOWN
     )
     return _section(
-        f"Recent ticks (last {TIMELINE_TICKS} per level, oldest left)",
+        f"Recent ticks (last {TIMELINE_TICKS} per level, on one time axis to now)",
         f'{"".join(rows)}<p class="legend">{legend}</p>',
         "timeline",
     )

@@ -18,6 +18,7 @@ from harness.contracts.events import LevelPaused
 from harness.contracts.result import ResultFileError, read_result
 from harness.prices import PriceBook
 from harness.projections import SpendRow, latest_published, projector_for, spend_report
+from harness.projections.level_stats import LevelStats, level_stats
 from harness.projections.levels import pauses
 from harness.projections.spend import GroupBy
 from harness.projections.ticks import OPEN, TickCursor, tick_rows
@@ -81,6 +82,27 @@ class Reads:
         following = TickCursor.after(rows[-1]) if len(rows) == limit else None
         return [Tick.model_validate(row._asdict()) for row in rows], following
 
+    def saying(self, ticks: list[Tick], text: str) -> list[Tick]:
+        """The ticks whose id, model, reason or result text holds `text` (case ignored).
+
+        A search of the page the filters chose (at most 1,000 ticks, one result file each),
+        never of the whole history: a full-text index of every result is not kept.
+        """
+        wanted = text.casefold()
+
+        def says(tick: Tick) -> bool:
+            known = " ".join(filter(None, (tick.tick_id, tick.model, tick.reason)))
+            if wanted in known.casefold():
+                return True
+            if tick.result_path is None or tick.status != "completed":
+                return False
+            try:
+                return wanted in (read_result(Path(tick.result_path)).text or "").casefold()
+            except ResultFileError:
+                return False
+
+        return [tick for tick in ticks if says(tick)]
+
     def tick(self, tick_id: str) -> TickDetail | None:
         """A tick's events, read model row and result file; None when no such tick exists."""
         events = self.store.read_stream(f"tick-{tick_id}")
@@ -108,6 +130,11 @@ class Reads:
             result_error=error,
             targets=self._decided_targets(events),
         )
+
+    def level_stats(self, now: datetime) -> list[LevelStats]:
+        """Each configured level's last outcome, success rate, streak and run times."""
+        with self.store.read_transaction() as conn:
+            return level_stats(conn, self.settings.levels, now)
 
     def pauses(self) -> dict[str, LevelPaused]:
         """The pause in force of each paused level: who decided it, why and when."""

@@ -116,8 +116,13 @@ def page(detail: TickDetail, tick_id: str) -> str:
             )
         )
     table = "".join(f"<tr><th>{escape(k)}</th><td>{escape(v)}</td></tr>" for k, v in rows if v)
+    rerun = (
+        f' <button type="button" id="rerun" data-rerun="{escape(tick_id)}">Run again</button>'
+        if last and last.type != "TickCompleted" and tick is not None
+        else ""
+    )
     why = (
-        f'<p class="why s-{escape(status)}">{escape(headline(last))}</p>'
+        f'<p class="why s-{escape(status)}">{escape(headline(last))}{rerun}</p>'
         if last
         else '<p class="why running">in flight <button type="button" id="cancel" '
         f'data-cancel="{escape(tick_id)}">Cancel this tick</button></p>'

@@ -23,6 +23,7 @@ import orjson
 import psycopg
 import sqlalchemy as sa
 
+from harness.projections.level_stats import level_stats
 from harness.projections.ticks import (
     TickCursor,
     last_slots,
@@ -71,6 +72,7 @@ PATHS: dict[str, Path_] = {
     "tick_rows_since": _with_conn(lambda conn: tick_rows(conn, since=NOW - WINDOW)),
     # `tickwork ticks --status failed`: its window (default 24h) bounds the walk, however
     # rare the status is.
+    "level_stats": _with_conn(lambda conn: level_stats(conn, LEVELS, NOW)),
     "tick_list_status": _with_conn(
         lambda conn: tick_rows(conn, status="failed", since=NOW - WINDOW, limit=50)
     ),
@@ -314,7 +316,10 @@ def _reads_everything(path: str, plan: str) -> bool:
     index of open ticks; the cost check above tells whether it stopped.
     """
     steps = plan.split("; ")
-    scans_table = any(step.startswith("SCAN") and "INDEX" not in step for step in steps)
+    scans_table = any(
+        step.startswith("SCAN") and "INDEX" not in step and step != "SCAN CONSTANT ROW"
+        for step in steps
+    )
     sorts = any("TEMP B-TREE" in step for step in steps) and path not in SORTS_OPEN_TICKS
     return scans_table or sorts
 

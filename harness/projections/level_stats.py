@@ -76,7 +76,7 @@ def level_stats(conn: sa.Connection, levels: Iterable[str], now: datetime) -> li
             )
         ).all()
     )
-    histograms = {found.level: found for found in durations(conn) if found.level in names}
+    histograms = {found.level: found for found in durations(conn, names)}
     stats = []
     for level in names:
         mine = [(hour, status, int(n)) for name, hour, status, n in counted if name == level]
@@ -100,20 +100,32 @@ def level_stats(conn: sa.Connection, levels: Iterable[str], now: datetime) -> li
 
 
 def _last_ended(conn: sa.Connection, level: str) -> tuple[str, str, datetime] | None:
-    """The level's latest ended tick: the newest of one index lookup per ended status."""
-    newest = [
-        sa.select(ticks.c.tick_id, ticks.c.status, ticks.c.finished_at)
-        .where(ticks.c.level == level, ticks.c.status == status, ticks.c.finished_at.is_not(None))
-        .order_by(ticks.c.finished_at.desc())
-        .limit(1)
-        .subquery()
-        for status in ENDED
+    """The level's latest ended tick: the newest of one index lookup per ended status.
+
+    One statement of scalar subqueries, each the end of the (level, status, finished_at)
+    index: a MAX over the level's ticks would read every one of them.
+    """
+    columns = []
+    for status in ENDED:
+        newest = (
+            sa.select(ticks.c.tick_id)
+            .where(
+                ticks.c.level == level, ticks.c.status == status, ticks.c.finished_at.is_not(None)
+            )
+            .order_by(ticks.c.finished_at.desc())
+            .limit(1)
+        )
+        columns += [
+            newest.scalar_subquery(),
+            newest.with_only_columns(ticks.c.finished_at).scalar_subquery(),
+        ]
+    found = conn.execute(sa.select(*columns)).one()
+    ended = [
+        (found[2 * k], status, as_utc(found[2 * k + 1]))
+        for k, status in enumerate(ENDED)
+        if found[2 * k] is not None
     ]
-    rows = conn.execute(sa.union_all(*(sa.select(each) for each in newest))).all()
-    if not rows:
-        return None
-    tick_id, status, finished = max(rows, key=lambda row: as_utc(row[2]))
-    return tick_id, status, as_utc(finished)
+    return max(ended, key=lambda each: each[2]) if ended else None
 
 
 def _quantile(histogram: Durations | None, share: float) -> float | None:

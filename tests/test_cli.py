@@ -41,6 +41,7 @@ def test_init_then_spend_in_an_empty_directory(tmp_path: Path) -> None:
     assert status.returncode == 0, status.stderr
     rows = [line.split()[1] for line in status.stdout.splitlines() if line.startswith("│")]
     assert {"min", "hour"} <= set(rows) and "no tick in flight" in status.stdout
+    assert "no scheduler running: no slot fires until `tickwork run`" in status.stdout
     assert "0 / 2,000,000" in status.stdout, "the min level's spend against its budget"
 
 

@@ -60,6 +60,7 @@ def worker(
         places_needed,
     )
     from harness.execution.prepare import Preparer
+    from harness.store import Heartbeat
 
     config = settings(needed=True)
     if config.executor.kind != "procrastinate":
@@ -84,7 +85,19 @@ def worker(
             executor = WorkerExecutor(config, store, preparer, runner, report)
             executor.seat(concurrency)
             jobs = _app(config, executor)
-            asyncio.run(_work(config, store, jobs, executor, concurrency, queues))
+            stopped = threading.Event()
+            beating = threading.Thread(
+                target=Heartbeat(store, "worker").run,
+                args=(stopped, lambda exc: report(f"heartbeat not recorded: {exc}")),
+                name="heartbeat",
+                daemon=True,
+            )
+            beating.start()
+            try:
+                asyncio.run(_work(config, store, jobs, executor, concurrency, queues))
+            finally:
+                stopped.set()
+                beating.join()
     finally:
         store.close()
 

@@ -13,7 +13,7 @@ import pytest
 from harness.contracts.events import BudgetSpent, TickStarted
 from harness.execution.prepare import template_hash
 from harness.store import HEAD_REVISION, NewEvent, Spool, open_store
-from tests.commands import TICKWORK, environment, run, run_each
+from tests.commands import TICKWORK, Output, environment, run, run_each
 from tests.waiting import wait_until
 
 
@@ -179,6 +179,35 @@ def test_a_paused_tick_and_a_cancel_of_nothing_say_what_to_do(tmp_path: Path) ->
     assert "tickwork resume min" in refused.stderr and "--force" in refused.stderr
     assert "result" not in refused.stdout, "no path to a result that was never written"
     assert forced.returncode == 0 and "in force until" in forced.stdout, forced.stderr
+
+
+def test_run_says_what_runs_where_and_shares_its_fake_with_a_tick_by_hand(tmp_path: Path) -> None:
+    assert run(tmp_path, "init").returncode == 0
+    own = {k: v for k, v in environment().items() if k != "OPENAI_BASE_URL"}
+    service = Output(
+        subprocess.Popen(
+            [TICKWORK, "run"],
+            cwd=tmp_path,
+            env=own,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+        )
+    )
+    try:
+        fake = service.wait_for("  upstream  tickwork's fake at ").split(" at ")[1].split()[0]
+        assert "POST " in service.wait_for("  upstream") and service.wait_for("  store     sqlite")
+        by_hand = subprocess.run(
+            [TICKWORK, "tick", "hour"], cwd=tmp_path, env=own, capture_output=True, text=True
+        )
+        assert by_hand.returncode == 0, by_hand.stderr
+        assert f"the running service's fake at {fake}" in by_hand.stderr, "one fake for both"
+        tick_id = by_hand.stdout.split()[1]
+        told = service.wait_for(f"{tick_id} completed: ")
+        assert " tokens, $" in told and "by hand" in told and '"All done' in told, told
+    finally:
+        output = service.stop()
+    assert "tickwork stopped" in output
 
 
 def test_tick_no_wait_returns_at_once_and_the_tick_completes(tmp_path: Path) -> None:

@@ -48,14 +48,7 @@
     } else if (resume) {
       switchLevel(resume, resume.dataset.resume, "resume");
     } else if (run) {
-      run.disabled = true;
-      tickwork.call("/levels/" + encodeURIComponent(run.dataset.run) + "/tick", "POST")
-        .then(function (answer) { return answer.json(); })
-        .then(function (started) { location.assign(started.page); })
-        .catch(function (problem) {
-          tickwork.say("run now failed: " + problem.message, true);
-          run.disabled = false;
-        });
+      tickwork.start(run, "/levels/" + encodeURIComponent(run.dataset.run) + "/tick", "run now");
     }
   });
 

@@ -126,14 +126,8 @@
   main.addEventListener("click", function (event) {
     const again = event.target.closest("button[data-rerun]");
     if (again) {
-      again.disabled = true;
-      tickwork.call("/ticks/" + encodeURIComponent(again.dataset.rerun) + "/rerun", "POST")
-        .then(function (answer) { return answer.json(); })
-        .then(function (started) { location.assign(started.page); })
-        .catch(function (problem) {
-          tickwork.say("run again failed: " + problem.message, true);
-          again.disabled = false;
-        });
+      tickwork.start(again, "/ticks/" + encodeURIComponent(again.dataset.rerun) + "/rerun",
+        "run again");
       return;
     }
     const button = event.target.closest("button[data-cancel]");

@@ -175,7 +175,8 @@ def test_a_paused_tick_and_a_cancel_of_nothing_say_what_to_do(tmp_path: Path) ->
     assert nothing.returncode == 2 and "'nosuch' is no level" in nothing.stderr
     assert short.returncode == 2 and "--force" in short.stderr, "a prefix of no tick is refused"
     refused, forced = run_each(tmp_path, [["tick", "min"], ["cancel", "nosuch", "--force"]])
-    assert refused.returncode == 1 and "level 'min' is paused" in refused.stderr
+    assert refused.returncode == 1 and "status  cancelled (paused)" in refused.stdout
+    assert "level 'min' is paused" in refused.stderr
     assert "tickwork resume min" in refused.stderr and "--force" in refused.stderr
     assert "result" not in refused.stdout, "no path to a result that was never written"
     assert forced.returncode == 0 and "in force until" in forced.stdout, forced.stderr

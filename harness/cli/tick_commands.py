@@ -81,7 +81,6 @@ def tick(
     store = store_for(config)
     interrupted = threading.Event()
     try:
-        _refuse_paused(store, level, force)
         with upstream_for_ticks(store) as upstream:
             env = upstream.env
             preparer = Preparer(config, store, env=env, router=router)
@@ -108,21 +107,21 @@ def tick(
         print_json(story.model_dump(mode="json"))
     else:
         _print_tick(claim.tick_id, outcomes[0] if outcomes else None, stream)
+    _say_how_past_a_pause(level, outcomes)
     if interrupted.is_set():
         raise typer.Exit(130)
     if not outcomes or outcomes[0].status != "completed":
         raise typer.Exit(1)
 
 
-def _refuse_paused(store: EventStore, level: str, force: bool) -> None:
-    """A paused level's tick would end cancelled at once: say so, and the two ways on."""
-    from harness.projections.levels import pauses
+def _say_how_past_a_pause(level: str, outcomes: list[TickOutcome]) -> None:
+    """A tick the level's pause cancelled: the two ways on, where a bare status said none."""
+    from harness.scheduling.control import PAUSED
 
-    pause = None if force else pauses(store, [level]).get(level)
-    if pause is not None:
-        raise fail(
-            f"level {level!r} is paused (by {pause.by}: {pause.reason}): `tickwork resume "
-            f"{level}` lets it run; `tickwork tick {level} --force` runs one anyway"
+    if outcomes and outcomes[0].status == "cancelled" and outcomes[0].reason == PAUSED:
+        err.print(
+            f"level {level!r} is paused: `tickwork resume {level}` lets it run; "
+            f"`tickwork tick {level} --force` runs one anyway"
         )
 
 

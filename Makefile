@@ -4,7 +4,7 @@ VENV ?= .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed-stamp
 
-.PHONY: run test browser lint bench clean
+.PHONY: run status ticks tick serve test browser lint bench clean
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -18,6 +18,22 @@ run: $(STAMP)
 	test -f tickwork.toml || $(BIN)/tickwork init
 	$(BIN)/tickwork status
 	$(BIN)/tickwork run
+
+## The commands of a first hour, without activating the venv (`. .venv/bin/activate`
+## puts `tickwork` itself on PATH): `make tick LEVEL=hour` runs one tick of that level.
+LEVEL ?= min
+
+status: $(STAMP)
+	$(BIN)/tickwork status
+
+ticks: $(STAMP)
+	$(BIN)/tickwork ticks
+
+tick: $(STAMP)
+	$(BIN)/tickwork tick $(LEVEL)
+
+serve: $(STAMP)
+	$(BIN)/tickwork serve
 
 ## The whole test suite (PostgreSQL tests need a server at $$TICKWORK_TEST_PG_URL or 127.0.0.1:5432;
 ## the dashboard test drives Debian's headless Chromium, installed here when it is missing).

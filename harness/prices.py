@@ -184,6 +184,27 @@ class PriceBook:
         return (total + max(uncached, 0) * rates.input) / 1_000_000
 
 
+def tick_cost(
+    prices: PriceBook,
+    model: str | None,
+    day: str,
+    prompt_tokens: int,
+    completion_tokens: int,
+    model_calls: int,
+) -> float | None:
+    """USD of a tick from its totals, as lists show it beside each tick.
+
+    A tick row keeps sums, not calls, so every call is priced at the tier of the average
+    call: exact for the many models with one rate, close for tiered ones (the spend read
+    model prices each call at its own tier). None: no model, or an unpriced one.
+    """
+    if model is None:
+        return None
+    average = prompt_tokens // max(model_calls, 1)
+    tier = prices.tier(model, day, average)
+    return prices.cost(model, day, tier, prompt_tokens, completion_tokens)
+
+
 def _tier_starts(model: Any) -> Iterator[int]:
     """The tier thresholds of every price a genai-prices model lists, on any day.
 
@@ -203,3 +224,18 @@ def tier_of(prompt_tokens: int, thresholds: tuple[int, ...]) -> int:
         if prompt_tokens > above:
             tier = above
     return tier
+
+
+def format_usd(cost: float | None) -> str:
+    """A cost for people: cents from a dollar up, three significant digits below one.
+
+    Ticks on small models cost fractions of a cent: with a fixed four decimals a tick of
+    $0.0000402 read `0.0000`, as if it were free, while the JSON said `4.02e-05`.
+    Never in scientific notation; None (an unpriced model) reads `unpriced`.
+    """
+    if cost is None:
+        return "unpriced"
+    if cost == 0 or abs(cost) >= 1:
+        return f"{cost:,.2f}"
+    exponent = Decimal(repr(abs(cost))).adjusted()
+    return f"{cost:.{max(2, 2 - exponent)}f}"

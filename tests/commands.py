@@ -167,12 +167,14 @@ def free_port() -> int:
 
 
 @contextmanager
-def serve(cwd: Path, *args: str, env: dict[str, str]) -> Iterator[tuple[str, list[str]]]:
-    """`tickwork serve` on a free port until the block ends.
+def serve(
+    cwd: Path, *args: str, env: dict[str, str], port: int | None = None
+) -> Iterator[tuple[str, list[str]]]:
+    """`tickwork serve` on `port` (default: a free one) until the block ends.
 
     Yields its URL and a list that holds the server's output once the block has ended.
     """
-    port = free_port()
+    port = port or free_port()
     process = subprocess.Popen(
         [TICKWORK, "serve", "--port", str(port), *args],
         cwd=cwd,

@@ -27,16 +27,18 @@ from harness.contracts.events import (
     BudgetSpent,
     DigestPublished,
     TickAttemptFailed,
+    TickCancelled,
     TickCompleted,
     TickEvent,
     TickScheduled,
     TickStarted,
     level_stream,
+    tick_stream,
 )
 from harness.contracts.result import TickResult, write_result
 from harness.devtools.fake_llm import FakeUpstream, Step, fake_upstream
 from harness.execution.manual import ManualTicks
-from harness.projections.levels import level_paused
+from harness.projections.levels import cancel_scopes, level_paused
 from harness.rag import build_index
 from harness.store import SqlEventStore, open_store
 from tests.api_support import TOKEN, serving, settings_for
@@ -264,12 +266,21 @@ def test_pause_resume_and_cancel_append_what_the_cli_appends(api: Api, tmp_path:
     assert not level_paused(api.store, "min")
 
     cancelled = api.http.post("/cancel/min").json()
-    assert cancelled == {"scope": "min", "matching": ["min-queued"]}
+    assert cancelled == {"scope": "min", "scopes": ["min"], "matching": ["min-queued"]}
     request = api.store.read_stream(CONTROL_STREAM)[-1]
     assert request.type == "CancelRequested" and request.data["scope"] == "min"
+    nothing = api.http.post("/cancel/mx")
+    assert nothing.status_code == 404 and "no level" in nothing.json()["detail"]
+    prefix = api.http.post("/cancel/min-q").json()
+    assert prefix["scopes"] == ["min-queued"], "a prefix stands for the ticks in flight it names"
     assert api.http.delete("/cancel/min").json() == {"scope": "min", "cleared": True}
     assert api.store.read_stream(CONTROL_STREAM)[-1].type == "CancelCleared"
     assert api.http.delete("/cancel/min").json() == {"scope": "min", "cleared": False}
+    assert [scope.scope for scope in cancel_scopes(api.store)] == ["min-queued"]
+    ended = TickCancelled(tick_id="min-queued", level="min", reason="cancelled")
+    api.store.append(tick_stream("min-queued"), [ended.to_record()])
+    api.http.get("/status")  # folds the end into the ticks read model
+    assert cancel_scopes(api.store) == [], "a tick's scope ends with its tick"
 
     before = api.store.last_position()
     unknown = api.http.post("/levels/weekly/pause")

@@ -13,7 +13,7 @@ import pytest
 from harness.contracts.events import BudgetSpent, TickStarted
 from harness.execution.prepare import template_hash
 from harness.store import HEAD_REVISION, NewEvent, Spool, open_store
-from tests.commands import TICKWORK, environment, run, run_each
+from tests.commands import TICKWORK, Output, environment, run, run_each
 from tests.waiting import wait_until
 
 
@@ -40,6 +40,7 @@ def test_init_then_spend_in_an_empty_directory(tmp_path: Path) -> None:
     assert status.returncode == 0, status.stderr
     rows = [line.split()[1] for line in status.stdout.splitlines() if line.startswith("│")]
     assert {"min", "hour"} <= set(rows) and "no tick in flight" in status.stdout
+    assert "no scheduler running: no slot fires until `tickwork run`" in status.stdout
     assert "0 / 2,000,000" in status.stdout, "the min level's spend against its budget"
 
 
@@ -67,6 +68,7 @@ def test_spend_reports_tokens_and_cost_as_json_and_table(tmp_path: Path) -> None
     assert rows[("min", "gpt-4o-mini")]["cost_usd"] == pytest.approx((5000 * 0.15 + 20 * 0.6) / 1e6)
     assert rows[("hour", "home-model")]["cost_usd"] is None
     assert "unpriced" in table.stdout and "gpt-4o-mini" in table.stdout
+    assert " 0.000762" in table.stdout, "a sub-cent cost keeps its significant digits"
     assert bad.returncode == 2 and "colour" in bad.stderr and "template" in bad.stderr
 
 
@@ -86,6 +88,8 @@ def test_events_filters_by_stream_and_type(tmp_path: Path) -> None:
     assert {json.loads(line)["type"] for line in spent.stdout.splitlines()} == {"BudgetSpent"}
     assert [json.loads(line)["stream_position"] for line in one.stdout.splitlines()] == [1, 2]
     assert recent.returncode == 0 and "TickStarted" in recent.stdout
+    assert "tick-t0  TickStarted: attempt 1 started: pid 1 on h" in recent.stdout, recent.stdout
+    assert "BudgetSpent: model gpt-4o-mini: 2,000 prompt + 10 completion" in recent.stdout
     assert bad.returncode == 2 and "yesterday-ish" in bad.stderr
 
 
@@ -147,15 +151,72 @@ def test_tick_runs_one_tick_on_the_fake_upstream(tmp_path: Path) -> None:
     assert "fake upstream" in result.stderr
     assert "status  completed" in result.stdout and "1 call(s)" in result.stdout
     tick_id = result.stdout.split()[1]
-    show, by_template = run_each(
-        tmp_path, [["show", tick_id], ["spend", "--by", "template", "--json"]]
+    shown, listed, page, by_template = run_each(
+        tmp_path,
+        [
+            ["show", tick_id],
+            ["ticks", "--json"],
+            ["ticks", "--level", "min", "--limit", "1"],
+            ["spend", "--by", "template", "--json"],
+        ],
     )
-    shown = show.stdout
-    assert "model   gpt-4o-mini" in shown and " s from claim to start" in shown, shown
+    assert "model   gpt-4o-mini" in shown.stdout and " s from claim to start" in shown.stdout
+    [row] = json.loads(listed.stdout)["ticks"]
+    assert (row["tick_id"], row["status"], row["model"]) == (tick_id, "completed", "gpt-4o-mini")
+    assert row["duration_seconds"] > 0 and 0 < row["cost_usd"] < 0.01
+    assert tick_id in page.stdout and "completed" in page.stdout, page.stdout
+    following = page.stdout.split("next page: tickwork ")[1].strip()
+    rest = run(tmp_path, *following.replace("'", "").split())
+    assert rest.returncode == 0 and "no tick since" in rest.stdout, rest.stdout + rest.stderr
     assert [row["group"] for row in json.loads(by_template.stdout)] == [
         {"template": template_hash("Say hello.")}
     ], "a prompt given by hand is its own template"
     assert unknown.returncode == 2 and "no level named 'weekly'" in unknown.stderr
+
+
+def test_a_paused_tick_and_a_cancel_of_nothing_say_what_to_do(tmp_path: Path) -> None:
+    assert run(tmp_path, "init").returncode == 0
+    paused, nothing, short = run_each(
+        tmp_path, [["pause", "min"], ["cancel", "nosuch"], ["cancel", "m"]]
+    )
+    assert paused.returncode == 0, paused.stderr
+    assert nothing.returncode == 2 and "'nosuch' is no level" in nothing.stderr
+    assert short.returncode == 2 and "--force" in short.stderr, "a prefix of no tick is refused"
+    refused, forced = run_each(tmp_path, [["tick", "min"], ["cancel", "nosuch", "--force"]])
+    assert refused.returncode == 1 and "status  cancelled (paused)" in refused.stdout
+    assert "level 'min' is paused" in refused.stderr
+    assert "tickwork resume min" in refused.stderr and "--force" in refused.stderr
+    assert "result" not in refused.stdout, "no path to a result that was never written"
+    assert forced.returncode == 0 and "in force until" in forced.stdout, forced.stderr
+
+
+def test_run_says_what_runs_where_and_shares_its_fake_with_a_tick_by_hand(tmp_path: Path) -> None:
+    assert run(tmp_path, "init").returncode == 0
+    own = {k: v for k, v in environment().items() if k != "OPENAI_BASE_URL"}
+    service = Output(
+        subprocess.Popen(
+            [TICKWORK, "run"],
+            cwd=tmp_path,
+            env=own,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+        )
+    )
+    try:
+        fake = service.wait_for("  upstream  tickwork's fake at ").split(" at ")[1].split()[0]
+        assert "POST " in service.wait_for("  upstream") and service.wait_for("  store     sqlite")
+        by_hand = subprocess.run(
+            [TICKWORK, "tick", "hour"], cwd=tmp_path, env=own, capture_output=True, text=True
+        )
+        assert by_hand.returncode == 0, by_hand.stderr
+        assert f"the running service's fake at {fake}" in by_hand.stderr, "one fake for both"
+        tick_id = by_hand.stdout.split()[1]
+        told = service.wait_for(f"{tick_id} completed: ")
+        assert " tokens, $" in told and "by hand" in told and '"All done' in told, told
+    finally:
+        output = service.stop()
+    assert "tickwork stopped" in output
 
 
 def test_tick_no_wait_returns_at_once_and_the_tick_completes(tmp_path: Path) -> None:

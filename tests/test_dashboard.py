@@ -2,11 +2,12 @@
 
 `tickwork run` runs a level whose first tick completes (spend for the chart) and whose
 next one calls a tool and then hangs on a slow upstream (a running tick); another level
-is paused. The page must load without console errors, show the running tick with a live
-runtime, the spend chart and the latest digest, and its resume button must resume the
-level. The running tick's page shows its story as it happens and its cancel button ends
-it; the run-now button starts a tick of the resumed level in the manual lane. Screenshots
-of the dashboard, the tick page and the latest (styled HTML) digest are taken every run;
+had a tick fail and is paused. The page must load without console errors, show the live
+scheduler, the running tick with a live runtime, each level's health, the spend chart and
+the latest digest; its buttons pause and resume levels, run a failed tick again and start
+one now. The running tick's page shows its story as it happens and its cancel button ends
+it. Screenshots of the dashboard, a running tick's page, an ended one's, the tick list and
+the latest (styled HTML) digest are taken every run;
 with TICKWORK_KEEP_SCREENSHOTS=1 they replace the ones kept in tests/artifacts/ (a run
 would otherwise leave the committed pictures changed in every checkout).
 """
@@ -14,7 +15,6 @@ would otherwise leave the committed pictures changed in every checkout).
 from __future__ import annotations
 
 import os
-import signal
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -33,7 +33,15 @@ from harness.devtools.fake_llm import FakeUpstream, Step, ToolCallSpec
 from harness.projections.levels import level_paused
 from harness.store import open_store
 from tests.api_support import TOKEN, serving, settings_for
-from tests.commands import environment, run_cli, serve, start_service, write_config
+from tests.commands import (
+    Output,
+    environment,
+    free_port,
+    run_cli,
+    serve,
+    start_service,
+    write_config,
+)
 from tests.waiting import DEADLINE_SECONDS, wait_until
 
 CHROMIUM = Path("/usr/bin/chromium")
@@ -68,6 +76,7 @@ format = "html"
 [api]
 public_url = "https://tickwork.example"
 """
+# The test adds `port = …` to [api]: the banner of `tickwork run` names that address.
 
 
 @pytest.fixture
@@ -105,19 +114,31 @@ def seen(driver: WebDriver, css: str, attribute: str = "", click: bool = False) 
         return ""
 
 
-def test_dashboard_shows_running_tick_spend_digest_and_resumes_a_level(
-    tmp_path: Path, browser: WebDriver
-) -> None:
-    config = write_config(tmp_path, LEVELS)
+def test_a_new_operators_path_through_the_dashboard(tmp_path: Path, browser: WebDriver) -> None:
+    """One browser session, the path a first hour takes (one session: Chromium starts once).
+
+    The banner's URL opens the page; the liveness panel shows the scheduler; the running
+    tick shows its live runtime, its page its story (no missing result while it runs) and
+    its cancel ends it; a level is paused and resumed from the page; a failed tick is run
+    again from its page; the tick list shows run times and costs and finds ticks by text;
+    once the service stops, the page says no scheduler runs.
+    """
+    port = free_port()
+    config = write_config(tmp_path, LEVELS + f"port = {port}\n")
     shots = screenshot_folder(tmp_path)
     store = open_store(f"sqlite:///{tmp_path}/events.db")
     fake = FakeUpstream().start()
     echo = Step(tool_calls=[ToolCallSpec(name="shell", arguments={"command": "echo checked"})])
     fake.script("default", [Step(text="All quiet."), echo] + [Step(text="late", delay=60)] * 10)
+    fake.script("idle-broken", [Step(status=401, error_message="Incorrect API key provided")])
+    broken = run_cli("tick idle --tick-id idle-broken", config, fake)
+    assert broken.returncode == 1 and "status  failed" in broken.stdout, broken.stdout
     assert run_cli("pause idle", config, fake).returncode == 0
-    service = start_service(config, fake)
+    service = Output(start_service(config, fake))
+    banner = service.wait_for("dashboard `tickwork serve`").split("then ")[1].strip()
     try:
-        with serve(tmp_path, env=environment(TICKWORK_CONFIG=str(config))) as (url, _):
+        with serve(tmp_path, env=environment(TICKWORK_CONFIG=str(config)), port=port) as (url, _):
+            assert banner == f"{url}/", "the banner names the dashboard's address"
 
             def running_after_completed() -> bool:
                 done = httpx.get(f"{url}/ticks", params={"status": "completed"}, timeout=10)
@@ -125,8 +146,10 @@ def test_dashboard_shows_running_tick_spend_digest_and_resumes_a_level(
                 return bool(done.json()) and bool(running.json())
 
             wait_until(running_after_completed, "a running tick after a completed one", 120, 0.5)
-            browser.get(f"{url}/")
+            browser.get(banner)
             wait = WebDriverWait(browser, DEADLINE_SECONDS)
+            scheduler = wait.until(lambda d: seen(d, "#liveness tr.live.r-scheduler"))
+            assert str(service.process.pid) in scheduler, scheduler
             tick_id = wait.until(lambda d: seen(d, "#running tr.running", "data-tick"))
             assert tick_id.startswith("busy-")
             first = int(wait.until(lambda d: seen(d, "#running .runtime")).split()[0])
@@ -135,6 +158,10 @@ def test_dashboard_shows_running_tick_spend_digest_and_resumes_a_level(
             assert bars, "the spend chart has a bar for busy"
             wait.until(lambda d: seen(d, "#digest iframe.digest", "srcdoc"))
             assert browser.find_elements(By.CSS_SELECTOR, "#timeline .mark.s-completed")
+            axis = browser.find_elements(By.CSS_SELECTOR, "#timeline .axis .tick-label")
+            assert len(axis) == 5, "the timeline has a time axis"
+            assert "completed" in seen(browser, "#health tr[data-level=busy] .last")
+            assert "failed" in seen(browser, "#health tr[data-level=idle] .last")
             assert browser.find_elements(By.CSS_SELECTOR, "#paused button[data-resume=idle]")
             wait.until(lambda d: seen(d, "#paused .why"))
             shot = shots / "dashboard.png"
@@ -147,6 +174,12 @@ def test_dashboard_shows_running_tick_spend_digest_and_resumes_a_level(
             wait.until(lambda d: "none" in seen(d, "#paused"))
             assert not level_paused(store, "idle")
             assert store.read_stream("level-idle")[-1].data["by"] == "http:127.0.0.1"
+            wait.until(lambda d: seen(d, "#levels button[data-pause=idle]", click=True))
+            wait.until(lambda d: seen(d, "#paused button[data-resume=idle]"))
+            assert level_paused(store, "idle"), "paused from the levels table"
+            wait.until(lambda d: seen(d, "#levels button[data-resume=idle]", click=True))
+            wait.until(lambda d: seen(d, "#levels button[data-pause=idle]"))
+            assert not level_paused(store, "idle")
             errors = [e for e in browser.get_log("browser") if e["level"] == "SEVERE"]
             assert errors == [], errors
 
@@ -154,6 +187,10 @@ def test_dashboard_shows_running_tick_spend_digest_and_resumes_a_level(
             wait.until(lambda d: seen(d, "#events li.t-ToolCalled"))
             assert "tool shell: ok" in seen(browser, "#events li.t-ToolCalled")
             assert "live" in seen(browser, "#state"), "the page follows the running tick"
+            assert "none yet" in seen(browser, "#result") and not seen(browser, "#result .error")
+            shot = shots / "tick-running.png"
+            assert browser.save_screenshot(str(shot))
+            print(f"running tick page screenshot: {shot}")
             wait.until(lambda d: seen(d, "#cancel", click=True))
             ended = wait.until(lambda d: seen(d, "#events li.live.t-TickCancelled"))
             assert "cancelled: cancelled by http:127.0.0.1" in ended, "came over the stream"
@@ -164,9 +201,21 @@ def test_dashboard_shows_running_tick_spend_digest_and_resumes_a_level(
             assert browser.save_screenshot(str(shot))
             print(f"tick page screenshot: {shot}")
 
+            browser.get(f"{url}/ui/ticks/idle-broken")
+            wait.until(lambda d: "configuration" in seen(d, "#summary .why"))
+            wait.until(lambda d: seen(d, "#rerun", click=True))
+            wait.until(
+                lambda d: "/ui/ticks/idle-" in d.current_url and "broken" not in d.current_url
+            )
+            wait.until(lambda d: seen(d, "#events li.t-TickStarted"))
+            again = browser.current_url.rsplit("/", 1)[1]
+            assert store.read_stream(tick_stream(again))[0].data["manual"] is True
+            wait.until(lambda d: seen(d, "#cancel", click=True))
+            wait.until(lambda d: "cancelled" in seen(d, "#summary .why"))
+
             browser.get(f"{url}/")
             wait.until(lambda d: seen(d, "#levels button[data-run=idle]", click=True))
-            wait.until(lambda d: "/ui/ticks/idle-" in d.current_url)
+            wait.until(lambda d: "/ui/ticks/idle-" in d.current_url and again not in d.current_url)
             wait.until(lambda d: seen(d, "#events li.t-TickStarted"))
             manual = browser.current_url.rsplit("/", 1)[1]
             assert store.read_stream(tick_stream(manual))[0].data["manual"] is True
@@ -176,8 +225,16 @@ def test_dashboard_shows_running_tick_spend_digest_and_resumes_a_level(
             browser.get(f"{url}/ui/ticks?status=cancelled")
             wait.until(lambda d: seen(d, f"#list a[href='/ui/ticks/{manual}']"))
             assert seen(browser, f"#list a[href='/ui/ticks/{tick_id}']")
+            headers = [h.text for h in browser.find_elements(By.CSS_SELECTOR, "#list th")]
+            assert {"took", "model", "USD"} <= set(headers), headers
+            shot = shots / "ticks.png"
+            assert browser.save_screenshot(str(shot))
+            print(f"tick list screenshot: {shot}")
+            browser.get(f"{url}/ui/ticks?text=quiet")
+            wait.until(lambda d: seen(d, "#list a[href^='/ui/ticks/busy-']"))
+            assert not seen(browser, f"#list a[href='/ui/ticks/{manual}']"), "only what says it"
             errors = [e for e in browser.get_log("browser") if e["level"] == "SEVERE"]
-            assert all(f"/dashboard/ticks/{manual}" in e["message"] for e in errors), errors
+            assert all("/dashboard/ticks/idle-" in e["message"] for e in errors), errors
 
             latest = httpx.get(f"{url}/digests/latest", timeout=10).json()["data"]["path"]
             browser.get(f"file://{latest}")
@@ -187,12 +244,19 @@ def test_dashboard_shows_running_tick_spend_digest_and_resumes_a_level(
             shot = shots / "digest.png"
             assert browser.save_screenshot(str(shot))
             print(f"digest screenshot: {shot}")
+
+            output = service.stop()
+            browser.get(f"{url}/")
+            wait.until(lambda d: "no scheduler running" in seen(d, "#liveness"))
+            assert "not firing: no scheduler" in seen(browser, "#levels")
     finally:
-        service.send_signal(signal.SIGTERM)
-        output = service.communicate(timeout=60)[0]
+        if service.process.poll() is None:
+            service.stop()
         fake.stop()
         store.close()
     assert f"{tick_id} cancelled" in output, output
+    by_hand = next(line for line in output.splitlines() if f"{manual} cancelled" in line)
+    assert "by hand" in by_hand, "a tick started from the page is told in the service's log"
 
 
 def test_with_a_token_the_page_sends_it_from_the_url_fragment(

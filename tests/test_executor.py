@@ -46,7 +46,8 @@ def test_a_submitted_tick_runs_once_and_ends_with_one_terminal_event(
     events = kinds(harness, claim.tick_id)
     assert events.count("TickScheduled") == events.count("TickStarted") == 1, events
     assert [t for t in events if t in TERMINAL_TYPES] == ["TickCompleted"], events
-    assert f"{claim.tick_id} completed" in reports
+    [line] = reports
+    assert line.startswith(f"{claim.tick_id} completed: ") and ' tokens, unpriced — "done"' in line
 
 
 def test_cancel_by_scope_ends_a_queued_tick_cancelled_without_starting_it(

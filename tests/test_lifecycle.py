@@ -188,7 +188,8 @@ def test_tickwork_cancel_reaches_a_tick_started_with_tickwork_tick(
     assert "min-by-hand-cancelled TickCancelled" in cancelled.stdout
     assert process.returncode == 1, stdout + stderr
     assert "status  cancelled" in stdout
-    assert_ended_cancelled(store, "min-by-hand-cancelled", "scope 'min-by-hand'")
+    # The prefix stands for the tick in flight it matched: its scope is the tick's own.
+    assert_ended_cancelled(store, "min-by-hand-cancelled", "scope 'min-by-hand-cancelled'")
     store.close()
 
 
@@ -353,7 +354,7 @@ def test_the_in_worker_budget_counts_usd_and_what_the_levels_other_ticks_reserve
     held_back = harness.tick([Step(text="never asked")])
     assert held_back.status == "completed" and held_back.result is not None
     assert held_back.result.stop_reason == "budget", held_back.result
-    assert "USD 150.0000 with its reservations, of its USD 100" in held_back.result.text
+    assert "USD 150.00 with its reservations, of its USD 100" in held_back.result.text
     assert held_back.tick_id not in fake.state.first_request
     assert kinds(harness.store, held_back.tick_id)[-1] == "TickCompleted"
 

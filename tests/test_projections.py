@@ -42,6 +42,7 @@ from harness.projections import (
 )
 from harness.projections.base import EventData, Kernel
 from harness.projections.digests import digests_published, latest_published
+from harness.projections.level_stats import level_stats
 from harness.projections.levels import cancel_scopes, cancel_scopes_folded
 from harness.projections.periods import period_counts
 from harness.projections.spend import spend_daily
@@ -731,3 +732,29 @@ def test_period_counts_from_hourly_counters_equal_counting_the_ticks(
             found = sorted(period_counts(conn, *window, ["min", "hour"]))
             assert found == counted(*window), (start, end)
         assert sum(n for *_, n in period_counts(conn, at, at + timedelta(hours=4), ["min"])) == 5
+
+
+def test_level_stats_say_the_last_outcome_the_success_rate_and_run_times(
+    store: SqlEventStore,
+) -> None:
+    now = datetime.now(UTC).replace(microsecond=0)
+    for n, ended in enumerate(("completed", "completed", "completed", "failed")):
+        tick_id, at = f"min-{n}", now - timedelta(minutes=10 - n)
+        started = TickStarted(
+            tick_id=tick_id, level="min", pid=1, host="h", occurred_at=at + timedelta(seconds=1)
+        )
+        end_at = at + timedelta(seconds=3 if n < 3 else 40)
+        end: Event = (
+            TickCompleted(tick_id=tick_id, level="min", occurred_at=end_at)
+            if ended == "completed"
+            else TickFailed(tick_id=tick_id, level="min", reason="boom", occurred_at=end_at)
+        )
+        scheduled = TickScheduled(tick_id=tick_id, level="min", occurred_at=at)
+        store.append(f"tick-{tick_id}", [e.to_record() for e in (scheduled, started, end)])
+    projector_for(store, PriceBook()).catch_up()
+    with store.read_transaction() as conn:
+        stats, idle = level_stats(conn, ["min", "hour"], now)
+    assert (stats.last_tick_id, stats.last_status) == ("min-3", "failed")
+    assert (stats.completed_day, stats.failed_day, stats.success_rate) == (3, 1, 0.75)
+    assert (stats.p50_seconds, stats.p95_seconds) == (5.0, 60.0), "from the histogram's bounds"
+    assert idle.last_tick_id is None and idle.success_rate is None and idle.p50_seconds is None

@@ -31,6 +31,7 @@ from harness.config import LevelConfig, Settings, StoreConfig
 from harness.digests.build import build_digest
 from harness.prices import PriceBook
 from harness.projections import projector_for
+from harness.projections.level_stats import level_stats
 from harness.projections.tick_spend import tick_spend
 from harness.projections.ticks import (
     TickCursor,
@@ -81,6 +82,12 @@ PATHS: dict[str, Path_] = {
     "tick_rows_level": _with_conn(lambda conn: tick_rows(conn, levels=["l3"], limit=2)),
     "tick_rows_levels": _with_conn(lambda conn: tick_rows(conn, levels=["l3", "l4"], limit=2)),
     "tick_rows_since": _with_conn(lambda conn: tick_rows(conn, since=NOW - WINDOW)),
+    # `tickwork ticks --status failed`: its window (default 24h) bounds the walk, however
+    # rare the status is.
+    "level_stats": _with_conn(lambda conn: level_stats(conn, LEVELS, NOW)),
+    "tick_list_status": _with_conn(
+        lambda conn: tick_rows(conn, status="failed", since=NOW - WINDOW, limit=50)
+    ),
     "open_ticks": _with_conn(open_ticks),
     "ticks_in_flight": lambda store: (ticks_in_flight(store), ticks_in_flight(store, ["l3"])),
     "last_slots": _with_conn(lambda conn: last_slots(conn, LEVELS)),
@@ -415,7 +422,10 @@ def _reads_everything(path: str, plan: str) -> bool:
         )
     subqueries = {step.split()[1] for step in steps if step.startswith("CO-ROUTINE")}
     scans_table = any(
-        step.startswith("SCAN") and "INDEX" not in step and step.split()[1] not in subqueries
+        step.startswith("SCAN")
+        and "INDEX" not in step
+        and step != "SCAN CONSTANT ROW"
+        and step.split()[1] not in subqueries
         for step in steps
     )
     sorts = any("TEMP B-TREE" in step for step in steps) and path not in SORTS_OPEN_TICKS

@@ -26,7 +26,7 @@ from harness.scheduling.outage import OwedSlots
 from harness.scheduling.reconcile import reconcile
 from harness.scheduling.timetable import Slot
 from harness.scheduling.waves import SlotClaim
-from harness.store import StoreError, open_store
+from harness.store import StoreError, beats, open_store
 from tests.commands import (
     Output,
     busy_level,
@@ -74,6 +74,8 @@ timeout_seconds = 120
     winner_log = winner.stop()
     assert winner.process.returncode == 0, winner_log
     restarted = Output(start_service(config, slow_fake))
+    joined = restarted.wait_for("joining as a replica")
+    assert f"scheduler pid {loser.process.pid} " in joined, joined
     restarted.wait_for("claimed by another replica")
 
     def claimed() -> bool:
@@ -88,6 +90,7 @@ timeout_seconds = 120
 
     store = open_store(store_url)
     events = store.read_all(0, limit=100_000)
+    assert beats(store) == [], "a scheduler that stops takes its heartbeat with it"
     store.close()
     streams: dict[str, list[str]] = {}
     for event in events:

@@ -80,6 +80,7 @@ def test_commands_that_print_data_print_json_and_the_version(
     body = json.loads(status.stdout)
     assert [level["name"] for level in body["levels"]] == ["min"]
     assert body["running"] == [] and body["paused_levels"] == [] and body["spool_pending"] == 0
+    assert body["processes"] == [] and body["scheduler_running"] is False, "no tickwork run"
     catalog = Path(__file__).parents[1] / "ops" / "catalog.example.toml"
     checked = run_cli(f"catalog check {catalog} --json", config, fake)
     assert checked.returncode == 0, checked.stderr

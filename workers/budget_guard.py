@@ -19,6 +19,7 @@ from strands.hooks import BeforeModelCallEvent, HookProvider, HookRegistry
 from harness.contracts.events import TERMINAL_TYPES
 from harness.contracts.payload import DailyBudget, TickPayload
 from harness.contracts.records import StoredEvent
+from harness.prices import format_usd
 from harness.store import EventStore, StoreError
 from workers.recorder import EventRecorder
 
@@ -78,7 +79,7 @@ class DailyBudgetGuard(HookProvider):
             return f"on a model without a price: its USD {budget.usd:g} budget counts as passed"
         total = self.spent_usd + (rates.cost(reserved, 0) if rates else 0.0)
         if total > budget.usd:
-            return f"USD {total:.4f} with its reservations, of its USD {budget.usd:g}"
+            return f"USD {format_usd(total)} with its reservations, of its USD {budget.usd:g}"
         return None
 
     def _follow(self, store: EventStore, day: str) -> None:

@@ -49,12 +49,13 @@ from harness.projections import SpendRow
 from harness.projections.spend import GroupBy
 from harness.projections.ticks import STATUSES, TickCursor
 from harness.scheduling.control import (
+    ScopeError,
     Switched,
     UnknownLevelError,
     clear_cancel,
-    request_cancel,
     switch_level,
 )
+from harness.scheduling.control import cancel as cancel_scope
 from harness.store import EventStore
 from harness.timespec import parse_since
 
@@ -371,6 +372,21 @@ def _routes(router: APIRouter, settings: Settings, manual: ManualTicks) -> None:
             raise HTTPException(409, "the server is stopping: it starts no tick")
         return Started(level=level, tick_id=tick_id, page=f"/ui/ticks/{tick_id}")
 
+    @router.post(
+        "/ticks/{tick_id}/rerun", tags=["control"], status_code=202, responses=UNKNOWN | STOPPING
+    )
+    def rerun(tick_id: str, reads: FreshReads) -> Started:
+        """Run a tick's level once more now, in the manual lane (its page's re-run button).
+
+        The new tick is a tick of the level as it is configured now (its prompt, model
+        and route), obeying pause and budget like any tick started by hand.
+        """
+        detail = reads.tick(tick_id)
+        level = detail.tick.level if detail is not None and detail.tick is not None else None
+        if level is None or level not in settings.levels:
+            raise HTTPException(404, f"no tick {tick_id!r} of a configured level in the store")
+        return run_now(level)
+
     @router.post("/levels/{level}/{action}", tags=["control"], responses=UNKNOWN)
     def switch(
         level: Level, action: Literal["pause", "resume"], request: Request, reads: FreshReads
@@ -383,11 +399,27 @@ def _routes(router: APIRouter, settings: Settings, manual: ManualTicks) -> None:
         except UnknownLevelError as exc:
             raise HTTPException(404, str(exc)) from exc
 
-    @router.post("/cancel/{scope}", tags=["control"])
-    def cancel(scope: str, request: Request, reads: FreshReads) -> Cancelled:
-        """Cancel the ticks of a level or tick id prefix until cleared, as `tickwork cancel`."""
-        matching = request_cancel(reads.store, scope, by=_client(request))
-        return Cancelled(scope=scope, matching=[t.tick_id for t in matching])
+    @router.post("/cancel/{scope}", tags=["control"], responses=UNKNOWN)
+    def cancel(
+        scope: str,
+        request: Request,
+        reads: FreshReads,
+        force: Annotated[
+            bool, Query(description="Record a scope that matches no level and no tick.")
+        ] = False,
+    ) -> Cancelled:
+        """Cancel a level's ticks until cleared, or the ticks in flight a tick id prefix names.
+
+        As `tickwork cancel`: a scope matching no level and no tick in flight is a 404
+        unless `force`; a tick's scope ends with its tick.
+        """
+        try:
+            scopes, matching = cancel_scope(
+                reads.store, scope, _client(request), settings.levels, force
+            )
+        except ScopeError as exc:
+            raise HTTPException(404, str(exc)) from exc
+        return Cancelled(scope=scope, scopes=scopes, matching=[t.tick_id for t in matching])
 
     @router.delete("/cancel/{scope}", tags=["control"])
     def clear(scope: str, request: Request, reads: FreshReads) -> Cleared:
@@ -413,9 +445,12 @@ def _routes(router: APIRouter, settings: Settings, manual: ManualTicks) -> None:
         status: StatusFilter = None,
         since: SinceFilter = None,
         limit: Limit = 100,
+        text: Annotated[str | None, Query(max_length=200)] = None,
     ) -> HTMLResponse:
         ticks = reads.ticks(levels=level, status=status, since=since, limit=limit)
-        return HTMLResponse(redact(dashboard.tick_table(ticks)))
+        if text:
+            ticks = reads.saying(ticks, text)
+        return HTMLResponse(redact(dashboard.tick_table(ticks, reads.prices)))
 
     @router.get("/dashboard/ticks/{tick_id}", response_class=HTMLResponse, include_in_schema=False)
     def tick_panel(tick_id: str, reads: FreshReads) -> HTMLResponse:

@@ -16,7 +16,10 @@ from urllib.parse import quote
 from harness.api.models import Digest, Tick
 from harness.api.reads import Reads
 from harness.contracts.events import LevelPaused
+from harness.prices import PriceBook, format_usd, tick_cost
 from harness.projections import STATUSES, UNKNOWN, SpendRow, TickMark
+from harness.projections.level_stats import LevelStats
+from harness.projections.tick_counts import DURATION_BUCKETS
 from harness.scheduling.status import Snapshot
 
 TIMELINE_TICKS = 40
@@ -48,11 +51,13 @@ def panels(reads: Reads, chart: ChartUnit = "tokens") -> str:
     )
     return "\n".join(
         (
+            _liveness(status),
             _overview(status),
+            _health(reads.level_stats(status.taken_at), status),
             _in_flight(status),
             _workers(reads, status.taken_at),
             _paused(reads.pauses()),
-            _timeline(len(levels), reads.recent_ticks(lanes, TIMELINE_TICKS)),
+            _timeline(len(levels), reads.recent_ticks(lanes, TIMELINE_TICKS), status.taken_at),
             _section(
                 f"Spend per day ({'USD' if chart == 'usd' else 'tokens'})",
                 switch
@@ -73,7 +78,7 @@ def _tick_link(tick_id: str) -> str:
     return f'<a href="{escape(tick_href(tick_id))}">{escape(tick_id)}</a>'
 
 
-def tick_table(ticks: list[Tick]) -> str:
+def tick_table(ticks: list[Tick], prices: PriceBook) -> str:
     """Ticks as a table whose ids link to their pages (the tick list's fragment)."""
     if not ticks:
         return '<p class="empty">no tick matches</p>'
@@ -81,15 +86,33 @@ def tick_table(ticks: list[Tick]) -> str:
         f'<tr class="s-row-{escape(tick.status)}"><td>{_tick_link(tick.tick_id)}</td>'
         f"<td>{escape(tick.level)}</td>"
         f'<td><span class="mark s-{escape(tick.status)}"></span> {escape(tick.status)}</td>'
-        f"<td>{_time(tick.scheduled_at)}</td><td>{_time(tick.finished_at)}</td>"
+        f"<td>{_time(tick.scheduled_at)}</td><td>{_took(tick)}</td>"
+        f"<td>{escape(tick.model or '')}</td>"
         f"<td>{tick.prompt_tokens + tick.completion_tokens:,}</td>"
+        f"<td>{_tick_usd(tick, prices)}</td>"
         f"<td>{escape(tick.reason or '')}</td></tr>"
         for tick in ticks
     ]
     return _table(
-        ("tick", "level", "status", "scheduled (UTC)", "finished (UTC)", "tokens", "reason"),
+        ("tick", "level", "status", "scheduled (UTC)", "took", "model", "tokens", "USD", "reason"),
         rows,
     )
+
+
+def _took(tick: Tick) -> str:
+    if tick.started_at is None or tick.finished_at is None:
+        return ""
+    return f"{(tick.finished_at - tick.started_at).total_seconds():.1f} s"
+
+
+def _tick_usd(tick: Tick, prices: PriceBook) -> str:
+    if not tick.model_calls:
+        return ""
+    day = f"{_when(tick) or tick.finished_at or datetime.now(UTC):%Y-%m-%d}"
+    cost = tick_cost(
+        prices, tick.model, day, tick.prompt_tokens, tick.completion_tokens, tick.model_calls
+    )
+    return format_usd(cost)
 
 
 def _section(title: str, body: str, name: str = "") -> str:
@@ -114,19 +137,48 @@ def _iso_time(value: object) -> str:
         return escape(str(value))
 
 
+def _liveness(status: Snapshot) -> str:
+    """Each live scheduler and worker, or plainly that none runs: the page's first question."""
+    live = status.live
+    rows = [
+        f'<tr class="live r-{escape(beat.role)}"><td>{escape(beat.role)}</td>'
+        f"<td>{escape(beat.host)}</td><td>{beat.pid}</td><td>{_time(beat.started_at)}</td>"
+        f"<td>{(status.taken_at - beat.beat_at).total_seconds():.0f} s ago</td></tr>"
+        for beat in live
+    ]
+    table = _table(("process", "host", "pid", "since (UTC)", "last beat"), rows) if rows else ""
+    if any(beat.role == "scheduler" for beat in live):
+        return _section("Running", table, "liveness")
+    warning = status.liveness()[0]
+    return _section("Running", f'<p class="none error">{escape(warning)}</p>{table}', "liveness")
+
+
 def _overview(status: Snapshot) -> str:
     lag = ", ".join(f"{name} {behind}" for name, behind in status.projection_lag.items())
+    firing = any(beat.role == "scheduler" for beat in status.live)
     rows = []
     for level in status.levels:
+        state = "paused" if level.paused else "active" if firing else "not firing: no scheduler"
         cells = (
             level.name,
             level.schedule,
             _time(level.next_slot),
-            "paused" if level.paused else "active",
+            state,
             *level.against_budget(),
         )
-        run = f'<td><button type="button" data-run="{escape(level.name)}">Run now</button></td>'
-        rows.append("<tr>" + "".join(f"<td>{escape(cell)}</td>" for cell in cells) + run + "</tr>")
+        name = escape(level.name)
+        switch = (
+            f'<button type="button" data-resume="{name}">Resume</button>'
+            if level.paused
+            else f'<button type="button" data-pause="{name}">Pause</button>'
+        )
+        buttons = (
+            f'<td class="actions"><button type="button" data-run="{name}">Run now</button> '
+            f"{switch}</td>"
+        )
+        rows.append(
+            "<tr>" + "".join(f"<td>{escape(cell)}</td>" for cell in cells) + buttons + "</tr>"
+        )
     return _section(
         "Levels",
         f'<p class="meta">store at {status.store_position}, projection lag: {escape(lag)}; '
@@ -145,6 +197,56 @@ def _overview(status: Snapshot) -> str:
         ),
         "levels",
     )
+
+
+def _seconds(value: float | None, any_ended: bool) -> str:
+    if value is None:
+        return f"> {DURATION_BUCKETS[-1]:g} s" if any_ended else ""
+    return f"≤ {value:g} s"
+
+
+def _health(stats: list[LevelStats], status: Snapshot) -> str:
+    """Per level: last outcome, success rate, failure streak, run times, cost per tick."""
+    cost_today = {level.name: level.cost_today_usd for level in status.levels}
+    rows = []
+    for each in stats:
+        last = (
+            f'<span class="mark s-{escape(each.last_status)}"></span> '
+            f"{_tick_link(each.last_tick_id)} {escape(each.last_status)}"
+            if each.last_tick_id and each.last_status
+            else '<span class="empty">none yet</span>'
+        )
+        rate = each.success_rate
+        ran = each.completed_day + each.failed_day
+        success = "" if rate is None else f"{rate:.0%} of {ran}"
+        streak = (
+            f'<span class="error">{each.failure_streak} failed in a row</span>'
+            if each.failure_streak
+            else "0"
+        )
+        cost = cost_today.get(each.level)
+        per_tick = (
+            f"${format_usd(cost / each.ended_today)}"
+            if each.ended_today and cost is not None
+            else ("unpriced" if each.ended_today else "")
+        )
+        any_ended = each.p50_seconds is not None or each.last_status is not None
+        rows.append(
+            f'<tr data-level="{escape(each.level)}"><td>{escape(each.level)}</td>'
+            f'<td class="last">{last}</td><td>{success}</td><td class="streak">{streak}</td>'
+            f"<td>{_seconds(each.p50_seconds, any_ended)}</td>"
+            f"<td>{_seconds(each.p95_seconds, any_ended)}</td><td>{per_tick}</td></tr>"
+        )
+    headers = (
+        "level",
+        "last outcome",
+        "success (24 h)",
+        "failure streak",
+        "p50 run time",
+        "p95 run time",
+        "USD per tick today",
+    )
+    return _section("Level health", _table(headers, rows), "health")
 
 
 def _in_flight(status: Snapshot) -> str:
@@ -203,6 +305,10 @@ def _paused(paused: dict[str, LevelPaused]) -> str:
     return _section("Paused levels", f"<ul>{items}</ul>", "paused")
 
 
+def _when(tick: Tick) -> datetime | None:
+    return tick.scheduled_at or tick.started_at or tick.finished_at
+
+
 def _lanes(levels: list[str], last: dict[str, str], paused: set[str]) -> list[str]:
     """The levels the timeline shows (`TIMELINE_LANES`), those that need a look first."""
     troubled = [level for level in levels if last.get(level, "completed") not in HEALTHY]
@@ -210,16 +316,38 @@ def _lanes(levels: list[str], last: dict[str, str], paused: set[str]) -> list[st
     return list(dict.fromkeys([*troubled, *held, *levels]))[:TIMELINE_LANES]
 
 
-def _timeline(configured: int, recent: dict[str, list[TickMark]]) -> str:
+def _timeline(configured: int, recent: dict[str, list[TickMark]], now: datetime) -> str:
+    """Each shown level's recent ticks placed on one time axis, from the oldest shown to now."""
+    times = [tick.at for marks in recent.values() for tick in marks]
+    start = min(times, default=now - timedelta(hours=1))
+    span = max((now - start).total_seconds(), 1.0)
+
+    def left(when: datetime) -> str:
+        share = (when - start).total_seconds() / span
+        return f"{min(max(share, 0.0), 1.0) * 100:.2f}%"
+
     rows = []
     for level, marks in recent.items():
         drawn = "".join(
-            f'<a class="mark s-{escape(tick.status)}" href="{escape(tick_href(tick.tick_id))}" '
-            f'title="{escape(tick.tick_id)}: '
-            f'{escape(tick.status)}{escape(": " + tick.reason) if tick.reason else ""}"></a>'
+            f'<a class="mark s-{escape(tick.status)}" style="left:{left(tick.at)}" '
+            f'href="{escape(tick_href(tick.tick_id))}" title="{escape(tick.tick_id)} '
+            f"{_time(tick.at)} UTC: {escape(tick.status)}"
+            f'{escape(": " + tick.reason) if tick.reason else ""}"></a>'
             for tick in reversed(marks)
         )
-        rows.append(f'<div class="lane"><span class="level">{escape(level)}</span>{drawn}</div>')
+        rows.append(
+            f'<div class="lane"><span class="level">{escape(level)}</span>'
+            f'<span class="track">{drawn}</span></div>'
+        )
+    steps = [start + (now - start) * k / 4 for k in range(5)]
+    labels = "".join(
+        f'<span class="tick-label" style="left:{k * 25}%">{when:%H:%M:%S}</span>'
+        for k, when in enumerate(steps)
+    )
+    rows.append(
+        '<div class="lane axis"><span class="level">UTC</span>'
+        f'<span class="track">{labels}</span></div>'
+    )
     legend = "".join(
         f'<span class="key"><span class="mark s-{s}"></span>{s.replace("_", " ")}</span>'
         for s in STATUSES
@@ -233,7 +361,7 @@ def _timeline(configured: int, recent: dict[str, list[TickMark]]) -> str:
             '<a href="/ui/ticks">tick list</a></p>'
         )
     return _section(
-        f"Recent ticks (last {TIMELINE_TICKS} per level, oldest left)",
+        f"Recent ticks (last {TIMELINE_TICKS} per level, on one time axis to now)",
         f'{more}{"".join(rows)}<p class="legend">{legend}</p>',
         "timeline",
     )
@@ -256,7 +384,7 @@ def spend_chart(
         unpriced += row.unpriced_calls
 
     def amount(value: float) -> str:
-        return f"{value:,.0f} tokens" if unit == "tokens" else f"${value:,.4f}"
+        return f"{value:,.0f} tokens" if unit == "tokens" else f"${format_usd(value)}"
 
     names = levels + sorted({level for day in tokens.values() for level in day} - set(levels))
     colour = {name: PALETTE[i % len(PALETTE)] for i, name in enumerate(names)}

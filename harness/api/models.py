@@ -9,7 +9,7 @@ from pydantic import AfterValidator, BaseModel
 
 from harness.projections.ticks import TickInFlight
 from harness.scheduling.status import LevelStatus, Snapshot
-from harness.store import StoredEvent
+from harness.store import Beat, StoredEvent
 from harness.timespec import as_utc
 
 Utc = Annotated[datetime | None, AfterValidator(as_utc)]
@@ -41,6 +41,30 @@ class InFlight(BaseModel):
         )
 
 
+class Process(BaseModel):
+    """A scheduler or worker by its heartbeat, for `/status`."""
+
+    role: str
+    host: str
+    pid: int
+    started_at: datetime
+    last_beat_at: datetime
+    live: bool
+    """Whether it beat recently enough to count as running."""
+
+    @classmethod
+    def of(cls, beat: Beat, now: datetime) -> Process:
+        """The API's form of a heartbeat row, its liveness judged at `now`."""
+        return cls(
+            role=beat.role,
+            host=beat.host,
+            pid=beat.pid,
+            started_at=beat.started_at,
+            last_beat_at=beat.beat_at,
+            live=beat.live(now),
+        )
+
+
 class Projection(BaseModel):
     """How far one read model has folded, for `/status`."""
 
@@ -59,6 +83,10 @@ class Status(BaseModel):
     running: list[InFlight]
     queued: list[InFlight]
     paused_levels: list[str]
+    processes: list[Process]
+    """Schedulers and workers, live ones and the last seen dead, newest beat first."""
+    scheduler_running: bool
+    """Whether a live scheduler fires the levels' slots (False: none will fire)."""
 
     @classmethod
     def of(cls, snapshot: Snapshot) -> Status:
@@ -75,6 +103,8 @@ class Status(BaseModel):
             running=[InFlight.of(tick, now) for tick in snapshot.running],
             queued=[InFlight.of(tick, now) for tick in snapshot.queued],
             paused_levels=snapshot.paused_levels,
+            processes=[Process.of(beat, now) for beat in snapshot.processes],
+            scheduler_running=any(beat.role == "scheduler" for beat in snapshot.live),
         )
 
 
@@ -177,6 +207,8 @@ class Cancelled(BaseModel):
     """The answer to a cancel request: what it will reach, so the operator can check the scope."""
 
     scope: str
+    scopes: list[str]
+    """The scopes recorded: the level's, or one per tick in flight the prefix matched."""
     matching: list[str]
     """Tick ids in flight the request reaches, as the read model has them now."""
 

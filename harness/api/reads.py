@@ -26,9 +26,10 @@ from harness.projections import (
     recent_ticks,
     spend_report,
 )
+from harness.projections.level_stats import LevelStats, level_stats
 from harness.projections.levels import pauses
 from harness.projections.spend import GroupBy
-from harness.projections.ticks import TickCursor, tick_rows
+from harness.projections.ticks import OPEN, TickCursor, tick_rows
 from harness.routing.history import RevisionError, recorded_catalog
 from harness.scheduling.status import Snapshot, snapshot
 from harness.store import EventStore, StoredEvent
@@ -100,6 +101,27 @@ class Reads:
         with self.store.read_transaction() as conn:
             return recent_ticks(conn, levels, n)
 
+    def saying(self, ticks: list[Tick], text: str) -> list[Tick]:
+        """The ticks whose id, model, reason or result text holds `text` (case ignored).
+
+        A search of the page the filters chose (at most 1,000 ticks, one result file each),
+        never of the whole history: a full-text index of every result is not kept.
+        """
+        wanted = text.casefold()
+
+        def says(tick: Tick) -> bool:
+            known = " ".join(filter(None, (tick.tick_id, tick.model, tick.reason)))
+            if wanted in known.casefold():
+                return True
+            if tick.result_path is None or tick.status != "completed":
+                return False
+            try:
+                return wanted in (read_result(Path(tick.result_path)).text or "").casefold()
+            except ResultFileError:
+                return False
+
+        return [tick for tick in ticks if says(tick)]
+
     def tick(self, tick_id: str) -> TickDetail | None:
         """A tick's events, read model row and result file; None when no such tick exists."""
         events = self.store.read_stream(f"tick-{tick_id}")
@@ -114,7 +136,8 @@ class Reads:
                 tick=tick, events=[], result=None, result_error=None, archive=str(archive)
             )
         result, error = None, None
-        if tick is not None and tick.result_path:
+        # A tick in flight has written no result yet: its file is not missing.
+        if tick is not None and tick.result_path and tick.status not in OPEN:
             try:
                 result = read_result(Path(tick.result_path)).model_dump(mode="json")
             except ResultFileError as exc:
@@ -130,6 +153,11 @@ class Reads:
             if said is None
             else str(day_folder(self.settings.retention.archive, said) / TRANSCRIPTS_FILE),
         )
+
+    def level_stats(self, now: datetime) -> list[LevelStats]:
+        """Each configured level's last outcome, success rate, streak and run times."""
+        with self.store.read_transaction() as conn:
+            return level_stats(conn, self.settings.levels, now)
 
     def pauses(self) -> dict[str, LevelPaused]:
         """The pause in force of each paused level: who decided it, why and when."""

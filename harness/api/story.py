@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import json
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from datetime import UTC, datetime
 from html import escape
 from pathlib import Path
@@ -18,7 +18,10 @@ from typing import Any
 
 from harness.api.models import Event, TickDetail
 from harness.contracts.events import TERMINAL_TYPES, tick_stream
+from harness.contracts.headlines import HIDDEN_FIELDS
+from harness.contracts.headlines import headline as event_headline
 from harness.contracts.secrets import redact
+from harness.projections.ticks import OPEN
 from harness.store import EventStore
 
 LOG_TAIL_BYTES = 64 * 1024
@@ -28,58 +31,6 @@ FIELD_CHARS = 2000
 POLL_SECONDS = 0.5
 HEARTBEAT_SECONDS = 15.0
 """A comment line this often keeps proxies from closing a quiet stream."""
-HIDDEN_FIELDS = frozenset({"tick_id", "level", "event_id", "occurred_at"})
-
-Data = dict[str, Any]
-
-
-def _ms(value: Any) -> str:
-    return f"{float(value or 0):,.0f} ms"
-
-
-HEADLINES: dict[str, Callable[[Data], str]] = {
-    "TickScheduled": lambda d: (
-        f"scheduled{' by hand' if d.get('manual') else ''}{' (forced)' if d.get('forced') else ''}"
-        f", model {d.get('model') or 'of the level'}"
-    ),
-    "TickStarted": lambda d: (
-        f"attempt {d.get('attempt', 1)} started: pid {d.get('pid')} on {d.get('host')}, "
-        f"timeout {d.get('timeout_seconds') or '?'} s"
-    ),
-    "BudgetSpent": lambda d: (
-        f"model {d.get('model')}: {d.get('prompt_tokens', 0):,} prompt + "
-        f"{d.get('completion_tokens', 0):,} completion tokens"
-        f"{' (estimated)' if d.get('estimated') else ''}"
-    ),
-    "ToolCalled": lambda d: (
-        f"tool {d.get('name')}: {d.get('status')} in {_ms(d.get('duration_ms'))}"
-    ),
-    "RouteFallback": lambda d: (
-        f"fell back from {d.get('from_target')} to {d.get('to_target') or 'nothing'}: "
-        f"{d.get('reason')}"
-    ),
-    "TargetSelfChecked": lambda d: (
-        f"self-check of {d.get('target')}: "
-        f"{'passed' if d.get('passed') else 'failed: ' + str(d.get('detail'))}"
-    ),
-    "RoutePromoted": lambda d: (
-        f"promoted from {d.get('from_target')} to {d.get('to_target')}: {d.get('reason')}"
-    ),
-    "TickAttemptFailed": lambda d: (
-        f"attempt {d.get('attempt')} failed ({d.get('failure_class')}): {d.get('reason')}; "
-        f"retry in {float(d.get('retry_in_seconds') or 0):g} s"
-    ),
-    "TickCompleted": lambda d: (
-        f"completed (stop reason {d.get('stop_reason') or 'none'}): "
-        f"{d.get('model_calls', 0)} model call(s), {d.get('tool_calls', 0)} tool call(s), "
-        f"{d.get('prompt_tokens', 0):,} + {d.get('completion_tokens', 0):,} tokens"
-    ),
-    "TickFailed": lambda d: f"failed ({d.get('failure_class')}): {d.get('reason')}",
-    "TickTimedOut": lambda d: f"timed out after {d.get('timeout_seconds')} s",
-    "TickCancelled": lambda d: f"cancelled: {d.get('reason') or 'no reason recorded'}",
-    "TickSkipped": lambda d: f"skipped: {d.get('reason')}",
-    "TickLost": lambda d: f"lost: {d.get('reason')}",
-}
 
 
 def utc(value: datetime | None) -> str:
@@ -88,18 +39,8 @@ def utc(value: datetime | None) -> str:
 
 
 def headline(event: Event) -> str:
-    """What the event says in one sentence; for a type not known here, its first short fields."""
-    known = HEADLINES.get(event.type)
-    if known:
-        return known(event.data)
-    short = [
-        f"{key} {value}"
-        for key, value in event.data.items()
-        if key not in HIDDEN_FIELDS
-        and isinstance(value, str | int | float)
-        and len(str(value)) < 60
-    ]
-    return ", ".join(short[:4])
+    """What the event says in one sentence (`harness.contracts.headlines`)."""
+    return event_headline(event.type, event.data)
 
 
 def _field(value: Any) -> str:
@@ -175,8 +116,13 @@ def page(detail: TickDetail, tick_id: str) -> str:
             )
         )
     table = "".join(f"<tr><th>{escape(k)}</th><td>{escape(v)}</td></tr>" for k, v in rows if v)
+    rerun = (
+        f' <button type="button" id="rerun" data-rerun="{escape(tick_id)}">Run again</button>'
+        if last and last.type != "TickCompleted" and tick is not None
+        else ""
+    )
     why = (
-        f'<p class="why s-{escape(status)}">{escape(headline(last))}</p>'
+        f'<p class="why s-{escape(status)}">{escape(headline(last))}{rerun}</p>'
         if last
         else '<p class="why running">in flight <button type="button" id="cancel" '
         f'data-cancel="{escape(tick_id)}">Cancel this tick</button></p>'
@@ -203,8 +149,10 @@ def page(detail: TickDetail, tick_id: str) -> str:
 def _result(detail: TickDetail) -> str:
     if detail.result_error:
         body = f'<p class="error">{escape(detail.result_error)}</p>'
+    elif detail.result is None and detail.tick is not None and detail.tick.status in OPEN:
+        body = '<p class="empty">none yet: the tick writes its result when it ends</p>'
     elif detail.result is None:
-        body = '<p class="empty">no result file (yet)</p>'
+        body = '<p class="empty">no result file</p>'
     else:
         text = str(detail.result.get("text") or "")
         stop = detail.result.get("stop_reason")

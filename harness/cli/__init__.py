@@ -12,6 +12,7 @@ from harness.cli import (
     show_command,
     store_commands,
     tick_commands,
+    ticks_command,
     worker_command,
 )
 from harness.cli.app import app
@@ -28,6 +29,7 @@ __all__ = [
     "show_command",
     "store_commands",
     "tick_commands",
+    "ticks_command",
     "worker_command",
 ]
 

@@ -31,7 +31,7 @@ def serve(
     import uvicorn
 
     from harness.api.app import create_app
-    from harness.devtools.upstream import upstream_for_ticks
+    from harness.devtools.upstream import env_for_ticks
     from harness.execution.manual import ManualTicks
 
     config = settings()
@@ -55,7 +55,7 @@ def serve(
         manual = ManualTicks(
             config,
             store,
-            upstream=lambda: upstream_for_ticks(say),
+            upstream=lambda: env_for_ticks(say, store),
             router=router_or_exit(config),
             say=say,
         )

@@ -29,8 +29,9 @@ from harness import timespec
 
 if TYPE_CHECKING:
     from harness.config import Settings
+    from harness.devtools.upstream import TickUpstream
     from harness.routing.decisions import Report, Router
-    from harness.store import SqlEventStore
+    from harness.store import EventStore, SqlEventStore
 
 # Help text is printed as written: docstrings name `[rag]` sections and regexes, and
 # Rich markup would eat their brackets.
@@ -227,9 +228,9 @@ def parse_since(text: str) -> datetime:
 
 
 @contextmanager
-def upstream_for_ticks() -> Iterator[dict[str, str]]:
-    """The worker environment (`harness.devtools.upstream`), its warnings on stderr."""
+def upstream_for_ticks(store: EventStore | None = None) -> Iterator[TickUpstream]:
+    """The ticks' upstream (`harness.devtools.upstream`), its warnings on stderr."""
     from harness.devtools.upstream import upstream_for_ticks
 
-    with upstream_for_ticks(lambda line: err.print(line, highlight=False)) as env:
-        yield env
+    with upstream_for_ticks(lambda line: err.print(line, highlight=False), store) as upstream:
+        yield upstream

@@ -12,14 +12,16 @@ from typing import TYPE_CHECKING
 
 from rich.console import Console
 
+from harness import __version__
 from harness.cli.app import app, router_or_exit, settings, store_for, upstream_for_ticks
 
 if TYPE_CHECKING:
     from harness.config import Settings
+    from harness.devtools.upstream import TickUpstream
     from harness.execution.executors import HandoffExecutor
     from harness.execution.prepare import Preparer
     from harness.scheduling.service import Service
-    from harness.store import EventStore
+    from harness.store import EventStore, Heartbeat, StoreError
 
 
 @app.command("run")
@@ -37,12 +39,16 @@ def run_service() -> None:
     from harness.scheduling.archiving import Archiver
     from harness.scheduling.compaction import Compactor
     from harness.scheduling.service import Companion, Service
+    from harness.store import Heartbeat
 
     config = settings(needed=True)
     router = router_or_exit(config, report)
     store = store_for(config)
     try:
-        with upstream_for_ticks() as env:
+        with upstream_for_ticks() as upstream:
+            env = upstream.env
+            heartbeat = Heartbeat(store, "scheduler", upstream.fake)
+            _banner(config, store, upstream, heartbeat)
             preparer = Preparer(config, store, env=env, router=router)
             executor = executor_for(config, store, preparer, env)
             companions: list[Companion] = []
@@ -54,6 +60,7 @@ def run_service() -> None:
             companions.append(Alerter(config, store).run)
             companions.append(Archiver(config, store, report).run)
             companions.append(Compactor(store, report).run)
+            companions.append(partial(heartbeat.run, failed=_beat_failed))
             service = Service(config, store, executor, report, router, companions)
             for signum in (signal.SIGTERM, signal.SIGINT):
                 signal.signal(signum, partial(_stop, service, executor))
@@ -64,6 +71,43 @@ def run_service() -> None:
             executor.runner.launcher.close()  # a fork server still warming up is not waited for
     finally:
         store.close()
+
+
+def _banner(
+    config: Settings, store: EventStore, upstream: TickUpstream, heartbeat: Heartbeat
+) -> None:
+    """What runs where, said once at start: a new operator's first question.
+
+    The first beat is recorded before the banner, so a `tickwork tick` started from it
+    already finds this service's fake upstream; the other live schedulers, read before
+    it, are the replicas this one joins.
+    """
+    from harness.store import StoreError, beats, safe_url
+
+    now = datetime.now(UTC)
+    try:
+        others = [b for b in beats(store) if b.role == "scheduler" and b.live(now)]
+        heartbeat.beat()
+    except StoreError as exc:
+        others = []
+        report(f"heartbeat not recorded yet: {exc}")
+    api = config.api
+    report(f"tickwork {__version__}, pid {heartbeat.pid} on {heartbeat.host}")
+    report(f"  store     {safe_url(config.store.url)}")
+    report(f"  results   {config.paths.results.resolve()}")
+    report(f"  upstream  {upstream.describe()}")
+    report(f"  dashboard `tickwork serve` in another shell, then http://{api.host}:{api.port}/")
+    report("  follow    `tickwork ticks` lists ticks, `tickwork show TICK --follow` follows one")
+    report("  log       this output, one line per tick (redirect it to keep it)")
+    for other in others:
+        report(
+            f"joining as a replica: scheduler pid {other.pid} on {other.host} runs on this "
+            f"store since {other.started_at:%Y-%m-%d %H:%M:%S} UTC; each slot still runs once"
+        )
+
+
+def _beat_failed(exc: StoreError) -> None:
+    report(f"heartbeat not recorded: {exc}")
 
 
 def executor_for(

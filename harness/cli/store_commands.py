@@ -121,6 +121,8 @@ def status(as_json: JsonOption = False) -> None:
             table.add_row(f"projection {name}", f"at {status_now.checkpoints[name]}, lag {lag}")
         table.add_row("spool", f"{Spool(config.paths.spool).pending()} pending")
         out.print(table)
+        for line in status_now.liveness():
+            out.print(line)
         now = status_now.taken_at
         if config.levels:
             print_rows(
@@ -205,17 +207,16 @@ def _print_events(batch: list[StoredEvent], as_json: bool) -> None:
             sys.stdout.write(orjson.dumps(_event_json(event)).decode() + "\n")
         sys.stdout.flush()
         return
-    table = Table("pos", "recorded (UTC)", "stream", "type", "data", box=None)
+    from harness.contracts.headlines import headline
+
+    # One line each, never cut: the stream (a tick id to copy) and what the event says,
+    # its fields that matter for its type; `--json` has every field.
     for event in batch:
-        summary = orjson.dumps(event.data).decode()
-        table.add_row(
-            str(event.global_position),
-            event.recorded_at.strftime("%Y-%m-%d %H:%M:%S"),
-            event.stream_id,
-            event.type,
-            summary if len(summary) <= 120 else summary[:117] + "...",
+        out.print(
+            f"{event.global_position:>6} {event.recorded_at:%m-%d %H:%M:%S} "
+            f"{event.stream_id}  {event.type}: {headline(event.type, event.data)}",
+            highlight=False,
         )
-    out.print(table)
 
 
 @app.command()
@@ -323,7 +324,7 @@ def spend(
     as_json: Annotated[bool, typer.Option("--json", help="JSON output.")] = False,
 ) -> None:
     """Token spend and cost from the spend projection (cost is None for unpriced models)."""
-    from harness.prices import PriceBook
+    from harness.prices import PriceBook, format_usd
     from harness.projections import projector_for, spend_report
     from harness.projections.spend import GROUPS
     from harness.store import StoreError
@@ -352,7 +353,7 @@ def spend(
         return
     table = Table(*groups, "prompt", "completion", "calls", "estimated", "cost (USD)", box=None)
     for row in rows:
-        cost = "unpriced" if row.cost_usd is None else f"{row.cost_usd:,.4f}"
+        cost = format_usd(row.cost_usd)
         table.add_row(
             *row.group.values(),
             f"{row.prompt_tokens:,}",

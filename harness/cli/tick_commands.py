@@ -70,9 +70,9 @@ def tick(
     router = router_or_exit(config)
     store = store_for(config)
     try:
-        with upstream_for_ticks() as env:
+        with upstream_for_ticks(store) as upstream:
             owner = ManualTick(
-                config, store, env=env, router=router, reason=INTERRUPTED, say=err.print
+                config, store, env=upstream.env, router=router, reason=INTERRUPTED, say=err.print
             )
             try:  # a request that cannot run is refused before anything is recorded
                 claim = owner.claim(
@@ -90,10 +90,22 @@ def tick(
         print_json(story.model_dump(mode="json"))
     else:
         _print_tick(claim.tick_id, outcome, stream)
+    _say_how_past_a_pause(level, outcome)
     if owner.interrupted.is_set():
         raise typer.Exit(130)
     if outcome is None or outcome.status != "completed":
         raise typer.Exit(1)
+
+
+def _say_how_past_a_pause(level: str, outcome: TickOutcome | None) -> None:
+    """A tick the level's pause cancelled: the two ways on, where a bare status said none."""
+    from harness.scheduling.control import PAUSED
+
+    if outcome is not None and outcome.status == "cancelled" and outcome.reason == PAUSED:
+        err.print(
+            f"level {level!r} is paused: `tickwork resume {level}` lets it run; "
+            f"`tickwork tick {level} --force` runs one anyway"
+        )
 
 
 def _start_detached(
@@ -142,7 +154,8 @@ def _print_tick(tick_id: str, outcome: TickOutcome | None, stream: list[StoredEv
     )
     if outcome is None:
         return
-    out.print(f"result  {outcome.result_path}")
+    if outcome.result_path.exists():
+        out.print(f"result  {outcome.result_path}")
     if outcome.result is not None and outcome.result.text:
         out.print(outcome.result.text, highlight=False)
 
@@ -154,15 +167,23 @@ def cancel(
     clear: Annotated[
         bool, typer.Option("--clear", help="End the scope: its ticks may start again.")
     ] = False,
+    force: Annotated[
+        bool,
+        typer.Option(help="Record a scope that matches no level and no tick in flight (yet)."),
+    ] = False,
     as_json: JsonOption = False,
 ) -> None:
-    """Cancel ticks in flight and to come: the scope stays in force until `--clear`.
+    """Cancel a level's ticks in flight and to come, or the ticks in flight a prefix names.
 
-    Queued ticks never start, running ones are killed, and ticks of the scope claimed
-    later (by any service, or by hand) end cancelled before they start.
+    A level's scope stays in force until `--clear`: queued ticks never start, running
+    ones are killed, and ticks claimed later (by any service, or by hand) end cancelled
+    before they start. A tick id, or a prefix, cancels the ticks in flight it matches;
+    each one's scope ends with its tick. A scope matching neither is refused (exit 2)
+    unless `--force`.
     """
     from harness.contracts.events import TERMINAL_TYPES
-    from harness.scheduling.control import clear_cancel, operator, request_cancel
+    from harness.scheduling.control import ScopeError, clear_cancel, operator
+    from harness.scheduling.control import cancel as cancel_scope
     from harness.scheduling.status import refresh
 
     config = settings(needed=True)
@@ -180,8 +201,12 @@ def cancel(
                 print_json({"scope": scope, "cleared": cleared})
             return
         refresh(config, store)
-        matching = request_cancel(store, scope, by=operator())
-        say(f"scope {scope!r} in force until `tickwork cancel --clear {scope}`")
+        try:
+            scopes, matching = cancel_scope(store, scope, operator(), config.levels, force)
+        except ScopeError as exc:
+            raise fail(str(exc), code=2) from exc
+        if scopes == [scope] and (force or scope in config.levels):
+            say(f"scope {scope!r} in force until `tickwork cancel --clear {scope}`")
         ended: dict[str, str] = {}
         pending = {t.tick_id for t in matching}
         if not matching:
@@ -202,7 +227,7 @@ def cancel(
             print_json(
                 {
                     "scope": scope,
-                    "in_force": True,
+                    "scopes": scopes,
                     "matching": [t.tick_id for t in matching],
                     "ended": ended,
                     "still_in_flight": sorted(pending),

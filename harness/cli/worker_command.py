@@ -25,6 +25,7 @@ def worker(
 ) -> None:
     """Run tick jobs of the procrastinate executor until SIGTERM (any number, any host)."""
     from harness.execution.executors.procrastinate import WorkerLoop, places_needed
+    from harness.store import Heartbeat
 
     config = settings(needed=True)
     if config.executor.kind != "procrastinate":
@@ -42,7 +43,12 @@ def worker(
     router = router_or_exit(config, report)
     store = store_for(config)
     try:
-        with upstream_for_ticks() as env:
-            WorkerLoop(config, store, env, router, report, concurrency, queues).run()
+        with (
+            upstream_for_ticks() as upstream,
+            Heartbeat(store, "worker").beating(
+                lambda exc: report(f"heartbeat not recorded: {exc}")
+            ),
+        ):
+            WorkerLoop(config, store, upstream.env, router, report, concurrency, queues).run()
     finally:
         store.close()

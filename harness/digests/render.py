@@ -145,7 +145,9 @@ def _level(section: LevelSection) -> list[Block]:
 
 
 def _usd(cost: float | None) -> str:
-    return "unpriced" if cost is None else f"${cost:,.4f}"
+    from harness.prices import format_usd  # its configuration models: not for `--help`
+
+    return "unpriced" if cost is None else f"${format_usd(cost)}"
 
 
 def _who(ticks: tuple[str, ...]) -> str:

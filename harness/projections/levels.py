@@ -22,6 +22,7 @@ from harness.contracts.events import (
     level_stream,
 )
 from harness.projections.base import EventData, Projection, upsert
+from harness.projections.ticks import OPEN, ticks
 from harness.store import EventStore
 from harness.store.schema import metadata
 
@@ -131,4 +132,20 @@ def cancel_scopes(store: EventStore) -> list[CancelRequested]:
             in_force[request.scope] = request
         elif isinstance(request, CancelCleared):
             in_force.pop(request.scope, None)
+    for tick_id in _ended_ticks(store, list(in_force)):
+        del in_force[tick_id]
     return list(in_force.values())
+
+
+def _ended_ticks(store: EventStore, scopes: list[str]) -> list[str]:
+    """The scopes that are the ids of ended ticks: a tick's scope ends with its tick.
+
+    A lookup of the few scopes in force by the ticks' primary key.
+    """
+    if not scopes:
+        return []
+    query = sa.select(ticks.c.tick_id).where(
+        ticks.c.tick_id.in_(scopes), ticks.c.status.not_in(OPEN)
+    )
+    with store.read_transaction() as conn:
+        return list(conn.execute(query).scalars())

@@ -247,16 +247,20 @@ class Durations:
     """Ticks that ran at most each bound, in the order of `DURATION_BUCKETS`."""
 
 
-def durations(conn: sa.Connection) -> list[Durations]:
-    """Per level with an ended tick, its run times (start to end), from the counters."""
+def durations(conn: sa.Connection, levels: Sequence[str] | None = None) -> list[Durations]:
+    """Per level with an ended tick (of `levels`, if given), its run times, from the counters."""
     totals = tick_level_totals.c
     query = (
         sa.select(totals.level, totals.ended, totals.duration_us)
         .where(totals.ended > 0)
         .order_by(totals.level)
     )
+    bucket_rows = sa.select(tick_duration_buckets)
+    if levels is not None:
+        query = query.where(totals.level.in_(levels))
+        bucket_rows = bucket_rows.where(tick_duration_buckets.c.level.in_(levels))
     buckets: dict[str, dict[int, int]] = defaultdict(dict)
-    for level, le_ms, count in conn.execute(sa.select(tick_duration_buckets)):
+    for level, le_ms, count in conn.execute(bucket_rows):
         buckets[level][int(le_ms)] = int(count)
     found = []
     for level, ended, micros in conn.execute(query):

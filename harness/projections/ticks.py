@@ -476,11 +476,13 @@ def last_statuses(conn: sa.Connection, levels: Iterable[str]) -> dict[str, str]:
 
 @dataclass(frozen=True, slots=True)
 class TickMark:
-    """A tick as a timeline draws it: its id, status and (for a failure) reason."""
+    """A tick as a timeline draws it: its id, status, (for a failure) reason, and list time."""
 
     tick_id: str
     status: str
     reason: str | None
+    at: datetime
+    """When it was scheduled (or, failing that, started or ended): its place on the axis."""
 
 
 def recent_ticks(conn: sa.Connection, levels: Sequence[str], n: int) -> dict[str, list[TickMark]]:
@@ -503,7 +505,10 @@ def recent_ticks(conn: sa.Connection, levels: Sequence[str], n: int) -> dict[str
     for level, *row in conn.execute(sa.union_all(*(sa.select(*page.c) for page in each))):
         rows[level].append(tuple(row))
     return {
-        level: [TickMark(*row[1:]) for row in sorted(found, reverse=True)]
+        level: [
+            TickMark(tick_id, status, reason, as_utc(at))
+            for at, tick_id, status, reason in sorted(found, reverse=True)
+        ]
         for level, found in rows.items()
     }
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import getpass
 import socket
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping
 from dataclasses import dataclass
 from uuid import UUID
 
@@ -25,7 +25,7 @@ from harness.contracts.events import (
     level_stream,
 )
 from harness.projections.levels import cancel_scopes, level_paused, pauses
-from harness.projections.ticks import TickInFlight, ticks_in_flight
+from harness.projections.ticks import TickInFlight, tick_ids_starting, ticks_in_flight
 from harness.scheduling.handoff import TickOwner
 from harness.store import EventStore
 
@@ -76,6 +76,50 @@ def switch_level(
     )
     store.append(level_stream(level), [event.to_record()])
     return Switched(level, was_paused, pause)
+
+
+class ScopeError(ValueError):
+    """A cancel scope that names no level and no tick in flight: nothing was recorded."""
+
+
+def cancel(
+    store: EventStore, scope: str, by: str, levels: Collection[str], force: bool = False
+) -> tuple[list[str], list[TickInFlight]]:
+    """Cancel a level, or the ticks in flight whose id starts with `scope`.
+
+    A level's scope lasts until cleared. Any other scope stands for the ticks in flight it
+    matches now, each recorded as a scope of its full id that ends with its tick: a short
+    prefix (`m`) would otherwise cancel every `min` tick to come. A scope matching
+    neither is refused, unless `force` records it as given, lasting, for ticks to come.
+    Returns the scopes recorded and the ticks in flight they match (read model brought
+    up to date by the caller).
+
+    Raises:
+        ScopeError: the scope matches no level and no tick in flight (nothing recorded).
+    """
+    scopes = [scope] if force or scope in levels else _ticks_named(store, scope, levels)
+    matching: dict[str, TickInFlight] = {}
+    for each in scopes:
+        matching.update((tick.tick_id, tick) for tick in request_cancel(store, each, by))
+    return scopes, list(matching.values())
+
+
+def _ticks_named(store: EventStore, prefix: str, levels: Collection[str]) -> list[str]:
+    """Ids of the ticks in flight that start with `prefix`; refused when there are none."""
+    flying = sorted(t.tick_id for t in ticks_in_flight(store) if t.tick_id.startswith(prefix))
+    if flying:
+        return flying
+    with store.read_transaction() as conn:
+        ended = tick_ids_starting(conn, prefix, 1)
+    if ended:
+        raise ScopeError(
+            f"no tick in flight starts with {prefix!r} ({ended[0]} has ended): nothing to cancel"
+        )
+    known = ", ".join(levels) or "none"
+    raise ScopeError(
+        f"{prefix!r} is no level (known: {known}) and no tick id starts with it: nothing "
+        "recorded (--force records it anyway, to cancel ticks that start later)"
+    )
 
 
 def request_cancel(store: EventStore, scope: str, by: str) -> list[TickInFlight]:

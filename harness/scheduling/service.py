@@ -39,6 +39,7 @@ from harness.scheduling.control import ControlFollower
 from harness.scheduling.handoff import Handoff
 from harness.scheduling.outage import Outage, OwedSlots, Report
 from harness.scheduling.reconcile import RECONCILE_SECONDS, reconcile
+from harness.scheduling.tick_feed import TickFeed
 from harness.scheduling.timetable import POLL_SECONDS, Slot, Timetable
 from harness.scheduling.triggers import level_trigger, next_slot, slot_tick_id
 from harness.scheduling.waves import (
@@ -99,6 +100,7 @@ class Service:
         self.reconciled_at = float("-inf")
         self.owed = OwedSlots(report)
         self.spool = Spool(settings.paths.spool)
+        self.feed = TickFeed(store, self.prices, report)
         self.start_boundary: datetime | None = None
         """Where `serve` left the slots of the last few seconds to the loop's first batch."""
 
@@ -147,6 +149,7 @@ class Service:
         """Follow the control stream and, once the store answers again, ingest the spool."""
         try:
             self.follow_control()
+            self.feed.poll()
             self._ingest_spool()
             self.owed.settle_unsure(self.store, self._hand_on)
             self.owed.settle(self.settings, self.fire)
@@ -438,6 +441,7 @@ class Service:
         self._join_threads(None)
         try:
             self._ingest_spool()
+            self.feed.poll()
         except StoreError as exc:
             self.report(f"spooled events stay for the next start: {exc}")
         self.report("tickwork stopped")

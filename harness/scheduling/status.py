@@ -12,12 +12,12 @@ from datetime import UTC, datetime
 
 from harness.config import Settings
 from harness.contracts.events import CancelRequested
-from harness.prices import PriceBook
+from harness.prices import PriceBook, format_usd
 from harness.projections import projector_for, spend_report
 from harness.projections.levels import cancel_scopes, paused_levels
 from harness.projections.ticks import TickInFlight, ticks_in_flight
 from harness.scheduling.triggers import level_trigger, next_slot
-from harness.store import EventStore
+from harness.store import Beat, EventStore, beats
 
 
 @dataclass(frozen=True)
@@ -38,7 +38,7 @@ class LevelStatus:
         tokens = f"{self.tokens_today:,}"
         if self.token_budget is not None:
             tokens += f" / {self.token_budget:,}"
-        cost = "unpriced" if self.cost_today_usd is None else f"{self.cost_today_usd:,.4f}"
+        cost = format_usd(self.cost_today_usd)
         if self.usd_budget is not None:
             cost += f" / {self.usd_budget:,.2f}"
         return tokens, cost
@@ -87,6 +87,31 @@ class Snapshot:
     in_flight: list[TickInFlight]
     cancel_scopes: list[CancelRequested]
     """In force until cleared: ticks they cover end cancelled before they start."""
+    processes: list[Beat]
+    """Schedulers and workers by their heartbeats, newest beat first: live and last seen."""
+
+    @property
+    def live(self) -> list[Beat]:
+        """The processes that beat recently: a scheduler among them fires the slots."""
+        return [beat for beat in self.processes if beat.live(self.taken_at)]
+
+    def liveness(self) -> list[str]:
+        """Each live process as a line, or plainly that no scheduler runs, for people."""
+        lines = [
+            f"{beat.role} pid {beat.pid} on {beat.host}, since {beat.started_at:%Y-%m-%d %H:%M:%S}"
+            f" UTC, last beat {(self.taken_at - beat.beat_at).total_seconds():.0f} s ago"
+            for beat in self.live
+        ]
+        if not any(beat.role == "scheduler" for beat in self.live):
+            dead = next((b for b in self.processes if b.role == "scheduler"), None)
+            seen = (
+                f" (last: pid {dead.pid} on {dead.host}, "
+                f"last beat {dead.beat_at:%Y-%m-%d %H:%M:%S} UTC)"
+                if dead
+                else ""
+            )
+            lines.insert(0, f"no scheduler running: no slot fires until `tickwork run`{seen}")
+        return lines
 
     @property
     def running(self) -> list[TickInFlight]:
@@ -132,6 +157,7 @@ def snapshot(settings: Settings, store: EventStore, prices: PriceBook) -> Snapsh
         levels=level_statuses(settings, store, prices),
         in_flight=ticks_in_flight(store),
         cancel_scopes=cancel_scopes(store),
+        processes=beats(store),
     )
 
 

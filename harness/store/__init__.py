@@ -13,6 +13,7 @@ from harness.config import Durability
 from harness.contracts.records import NewEvent, StoredEvent
 from harness.store.base import EventStore, Tracking
 from harness.store.engine import process_name, safe_url, split_password
+from harness.store.heartbeats import Beat, Heartbeat, beats
 from harness.store.migrate import current_revision
 from harness.store.opening import migrate_store, open_store
 from harness.store.records import (
@@ -37,12 +38,14 @@ __all__ = [
     "HEAD_REVISION",
     "NO_STREAM",
     "AppendResult",
+    "Beat",
     "ConcurrencyError",
     "Durability",
     "EventData",
     "EventIdConflictError",
     "EventStore",
     "ExpectedVersion",
+    "Heartbeat",
     "NewEvent",
     "SchemaError",
     "Spool",
@@ -54,6 +57,7 @@ __all__ = [
     "Window",
     "add_sums",
     "append_or_spool",
+    "beats",
     "clear_tables",
     "current_revision",
     "migrate_store",

@@ -10,7 +10,7 @@ from typing import Any
 
 import sqlalchemy as sa
 
-HEAD_REVISION = "0012"
+HEAD_REVISION = "0013"
 
 metadata = sa.MetaData()
 

@@ -65,7 +65,7 @@ from harness.contracts.events import (
     TranscriptEntry,
 )
 from harness.devtools.fake_llm import fake_upstream
-from harness.devtools.upstream import upstream_for_ticks
+from harness.devtools.upstream import env_for_ticks
 from harness.execution.manual import ManualTicks
 from harness.prices import PriceBook
 from harness.projections import projector_for
@@ -439,7 +439,7 @@ def measure(url: str, size: int, args: argparse.Namespace, root: Path) -> dict[s
     store = open_store(url)
     recent = f"{LEVELS[7]}-{now - timedelta(minutes=2, seconds=30):%Y%m%dT%H%M%S}"
     # The read paths only: the run-now button's owner starts no tick here.
-    manual = ManualTicks(settings, store, upstream=lambda: upstream_for_ticks(print), router=None)
+    manual = ManualTicks(settings, store, upstream=lambda: env_for_ticks(print), router=None)
     with TestClient(create_app(settings, store, manual)) as client:
         for label, path in (
             ("GET /dashboard/panels", "/dashboard/panels"),

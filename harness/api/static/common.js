@@ -1,6 +1,6 @@
 // What every page shares: the token (from /#token=… once, then this tab's sessionStorage;
-// a URL fragment never reaches a server or its logs), requests that carry it, and the
-// line in the header that says whether the page is live.
+// a URL fragment never reaches a server or its logs), requests that carry it, the buttons
+// that start a tick, and the line in the header that says whether the page is live.
 "use strict";
 
 const tickwork = (function () {
@@ -35,5 +35,17 @@ const tickwork = (function () {
     state.className = isError ? "meta error" : "meta";
   }
 
-  return { call: call, say: say, utcNow: utcNow };
+  // A button that starts a tick (run now, run again): the page of the tick it started opens.
+  function start(button, path, what) {
+    button.disabled = true;
+    return call(path, "POST")
+      .then(function (answer) { return answer.json(); })
+      .then(function (started) { location.assign(started.page); })
+      .catch(function (problem) {
+        say(what + " failed: " + problem.message, true);
+        button.disabled = false;
+      });
+  }
+
+  return { call: call, say: say, start: start, utcNow: utcNow };
 })();

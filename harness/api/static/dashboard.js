@@ -1,5 +1,5 @@
 // The dashboard: reloads its server-rendered panels, counts running ticks' runtime up each
-// second, and sends the resume, run-now and chart-unit buttons' requests.
+// second, and sends the pause, resume, run-now and chart-unit buttons' requests.
 "use strict";
 
 (function () {
@@ -25,30 +25,30 @@
       .catch(function (problem) { tickwork.say("not updated: " + problem.message, true); });
   }
 
+  function switchLevel(button, level, action) {
+    button.disabled = true;
+    tickwork.call("/levels/" + encodeURIComponent(level) + "/" + action, "POST")
+      .then(load)
+      .catch(function (problem) {
+        tickwork.say(action + " failed: " + problem.message, true);
+        button.disabled = false;
+      });
+  }
+
   panels.addEventListener("click", function (event) {
+    const pause = event.target.closest("button[data-pause]");
     const resume = event.target.closest("button[data-resume]");
     const run = event.target.closest("button[data-run]");
     const unit = event.target.closest("button[data-chart]");
     if (unit) {
       chart = unit.dataset.chart;
       load();
+    } else if (pause) {
+      switchLevel(pause, pause.dataset.pause, "pause");
     } else if (resume) {
-      resume.disabled = true;
-      tickwork.call("/levels/" + encodeURIComponent(resume.dataset.resume) + "/resume", "POST")
-        .then(load)
-        .catch(function (problem) {
-          tickwork.say("resume failed: " + problem.message, true);
-          resume.disabled = false;
-        });
+      switchLevel(resume, resume.dataset.resume, "resume");
     } else if (run) {
-      run.disabled = true;
-      tickwork.call("/levels/" + encodeURIComponent(run.dataset.run) + "/tick", "POST")
-        .then(function (answer) { return answer.json(); })
-        .then(function (started) { location.assign(started.page); })
-        .catch(function (problem) {
-          tickwork.say("run now failed: " + problem.message, true);
-          run.disabled = false;
-        });
+      tickwork.start(run, "/levels/" + encodeURIComponent(run.dataset.run) + "/tick", "run now");
     }
   });
 

@@ -124,6 +124,12 @@
   }
 
   main.addEventListener("click", function (event) {
+    const again = event.target.closest("button[data-rerun]");
+    if (again) {
+      tickwork.start(again, "/ticks/" + encodeURIComponent(again.dataset.rerun) + "/rerun",
+        "run again");
+      return;
+    }
     const button = event.target.closest("button[data-cancel]");
     if (!button) {
       return;

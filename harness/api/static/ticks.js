@@ -14,7 +14,7 @@
         params.append("level", level.trim());
       }
     });
-    ["status", "since", "limit"].forEach(function (name) {
+    ["status", "since", "limit", "text"].forEach(function (name) {
       const value = String(data.get(name) || "").trim();
       if (value) {
         params.set(name, value);
@@ -37,7 +37,7 @@
 
   const initial = new URLSearchParams(location.search);
   form.elements.level.value = initial.getAll("level").join(",");
-  ["status", "since", "limit"].forEach(function (name) {
+  ["status", "since", "limit", "text"].forEach(function (name) {
     if (initial.get(name)) {
       form.elements[name].value = initial.get(name);
     }

@@ -18,10 +18,12 @@ from collections.abc import Callable, Sequence
 from datetime import datetime
 
 from harness.config import Settings
-from harness.contracts.events import TickFailed, TickLost
+from harness.contracts.events import TERMINAL_TYPES, TickFailed, TickLost, tick_stream
 from harness.execution.panels import Panel
 from harness.execution.prepare import Preparer, TickSetupError
 from harness.execution.runner import Runner, TickOutcome
+from harness.prices import PriceBook
+from harness.projections.tick_lines import tick_line
 from harness.scheduling.handoff import RunningTick, ScopeMatch
 from harness.scheduling.waves import SlotClaim
 from harness.store import StoredEvent, StoreError
@@ -47,6 +49,7 @@ class Executor(ABC):
         self.runner = runner
         self.report = report
         self.ended = ended
+        self.prices = PriceBook(settings.prices)
         self._set_up()
 
     @abstractmethod
@@ -101,10 +104,21 @@ class Executor(ABC):
             outcome = Panel(self.runner, tick, size, forced).run()
         else:
             outcome = self.runner.run(tick, claimed=True, forced=forced)
-        detail = f" ({outcome.reason})" if outcome.reason else ""
-        self.report(f"{outcome.tick_id} {outcome.status}{detail}")
+        self.report(self._ended_line(outcome))
         if self.ended is not None:
             self.ended(outcome)
+
+    def _ended_line(self, outcome: TickOutcome) -> str:
+        """The tick's line for the log, from its stream; from the outcome while the store is out."""
+        store = self.runner.store
+        try:
+            events = [] if store is None else store.read_stream(tick_stream(outcome.tick_id))
+        except StoreError:
+            events = []
+        if events and events[-1].type in TERMINAL_TYPES:
+            return tick_line(events, self.prices)
+        detail = f" ({outcome.reason})" if outcome.reason else ""
+        return f"{outcome.tick_id} {outcome.status}{detail}"
 
     @abstractmethod
     def running(self) -> Sequence[RunningTick]:

@@ -1,0 +1,122 @@
+"""`tickwork ticks`: the ticks of a window, newest first, a page at a time."""
+
+from __future__ import annotations
+
+from typing import Annotated, Any
+
+import typer
+
+from harness.cli.app import JsonOption, app, out, parse_since, print_json, settings, store_for
+
+DEFAULT_SINCE = "24h"
+
+
+@app.command()
+def ticks(
+    level: Annotated[
+        list[str] | None, typer.Option("--level", "-l", help="Only this level (repeatable).")
+    ] = None,
+    status: Annotated[
+        str | None, typer.Option(help="Only ticks that ended so (completed, failed, …).")
+    ] = None,
+    since: Annotated[
+        str, typer.Option(help="30m, 12h, 7d or an ISO time: the window listed.")
+    ] = DEFAULT_SINCE,
+    limit: Annotated[int, typer.Option(min=1, max=1000, help="Ticks per page.")] = 50,
+    before: Annotated[
+        str | None, typer.Option(help="The next page: the cursor the last page printed.")
+    ] = None,
+    as_json: JsonOption = False,
+) -> None:
+    """Ticks newest first: how each ended, how long it ran, its model, tokens and cost.
+
+    A page walks the ticks read model's time index from the newest tick of the window
+    (`--since`, default 24h) and stops after `--limit` rows, so it costs what the page
+    holds, however long the history; the last line names the next page's command.
+    """
+    from harness.prices import PriceBook, format_usd, tick_cost
+    from harness.projections import STATUSES, projector_for
+    from harness.projections.ticks import TickCursor, tick_rows
+    from harness.timespec import as_utc
+
+    if status is not None and status not in STATUSES:
+        raise typer.BadParameter(
+            f"{status!r}: choose one of {', '.join(STATUSES)}", param_hint="--status"
+        )
+    try:
+        cursor = None if before is None else TickCursor.parse(before)
+    except ValueError as exc:
+        raise typer.BadParameter(str(exc), param_hint="--before") from None
+    start = parse_since(since)
+    config = settings()
+    store = store_for(config)
+    prices = PriceBook(config.prices)
+    try:
+        projector_for(store, prices).catch_up(["ticks"])
+        with store.read_transaction() as conn:
+            rows = tick_rows(
+                conn, levels=level, status=status, since=start, before=cursor, limit=limit
+            )
+    finally:
+        store.close()
+    listed: list[dict[str, Any]] = []
+    for row in rows:
+        took = (
+            (row.finished_at - row.started_at).total_seconds()
+            if row.started_at and row.finished_at
+            else None
+        )
+        day = f"{row.sort_at:%Y-%m-%d}"
+        cost = tick_cost(
+            prices, row.model, day, row.prompt_tokens, row.completion_tokens, row.model_calls
+        )
+        listed.append(
+            {
+                "tick_id": row.tick_id,
+                "level": row.level,
+                "status": row.status,
+                "at": as_utc(row.sort_at),
+                "duration_seconds": took,
+                "model": row.model,
+                "prompt_tokens": row.prompt_tokens,
+                "completion_tokens": row.completion_tokens,
+                "tool_calls": row.tool_calls,
+                "cost_usd": cost,
+                "reason": row.reason,
+            }
+        )
+    following = str(TickCursor.after(rows[-1])) if len(rows) == limit else None
+    if as_json:
+        print_json({"ticks": listed, "next_before": following})
+        return
+    if not listed:
+        out.print(f"no tick since {start:%Y-%m-%d %H:%M:%S} UTC matches")
+        return
+    header = ("tick", "status", "at (UTC)", "took", "model", "tokens", "USD", "how it ended")
+    lines = [header]
+    for tick in listed:
+        took = tick["duration_seconds"]
+        lines.append(
+            (
+                tick["tick_id"],
+                tick["status"],
+                f"{tick['at']:%m-%d %H:%M:%S}",
+                "" if took is None else f"{took:.1f} s",
+                tick["model"] or "",
+                f"{tick['prompt_tokens'] + tick['completion_tokens']:,}",
+                format_usd(tick["cost_usd"]) if tick["model"] else "",
+                tick["reason"] or "",
+            )
+        )
+    # Plain columns, never cut: a tick id is what the operator copies into `show`.
+    widths = [max(len(line[column]) for line in lines) for column in range(len(header))]
+    for line in lines:
+        out.print(
+            "  ".join(cell.ljust(width) for cell, width in zip(line, widths, strict=True)).rstrip(),
+            highlight=False,
+        )
+    if following is not None:
+        filters = [f"--level {name}" for name in level or ()]
+        filters += [f"--status {status}"] if status else []
+        filters += [f"--since {since}", f"--limit {limit}", f"--before '{following}'"]
+        out.print(f"next page: tickwork ticks {' '.join(filters)}")

@@ -1,0 +1,90 @@
+"""One sentence per event: the fields that matter for its type, for people to read.
+
+The tick page (`harness.api.story`) and `tickwork events` say an event the same way; a
+type without a sentence here shows its first short fields, so events added later read
+as something without more work.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+HIDDEN_FIELDS = frozenset({"tick_id", "level", "event_id", "occurred_at"})
+"""Fields every tick event has, which a line names elsewhere (its stream, its time)."""
+
+Data = dict[str, Any]
+
+
+def _ms(value: Any) -> str:
+    return f"{float(value or 0):,.0f} ms"
+
+
+HEADLINES: dict[str, Callable[[Data], str]] = {
+    "TickScheduled": lambda d: (
+        f"scheduled{' by hand' if d.get('manual') else ''}{' (forced)' if d.get('forced') else ''}"
+        f", model {d.get('model') or 'of the level'}"
+    ),
+    "TickStarted": lambda d: (
+        f"attempt {d.get('attempt', 1)} started: pid {d.get('pid')} on {d.get('host')}, "
+        f"timeout {d.get('timeout_seconds') or '?'} s"
+    ),
+    "BudgetSpent": lambda d: (
+        f"model {d.get('model')}: {d.get('prompt_tokens', 0):,} prompt + "
+        f"{d.get('completion_tokens', 0):,} completion tokens"
+        f"{' (estimated)' if d.get('estimated') else ''}"
+    ),
+    "ToolCalled": lambda d: (
+        f"tool {d.get('name')}: {d.get('status')} in {_ms(d.get('duration_ms'))}"
+    ),
+    "RouteFallback": lambda d: (
+        f"fell back from {d.get('from_target')} to {d.get('to_target') or 'nothing'}: "
+        f"{d.get('reason')}"
+    ),
+    "TargetSelfChecked": lambda d: (
+        f"self-check of {d.get('target')}: "
+        f"{'passed' if d.get('passed') else 'failed: ' + str(d.get('detail'))}"
+    ),
+    "RoutePromoted": lambda d: (
+        f"promoted from {d.get('from_target')} to {d.get('to_target')}: {d.get('reason')}"
+    ),
+    "TickAttemptFailed": lambda d: (
+        f"attempt {d.get('attempt')} failed ({d.get('failure_class')}): {d.get('reason')}; "
+        f"retry in {float(d.get('retry_in_seconds') or 0):g} s"
+    ),
+    "TickCompleted": lambda d: (
+        f"completed (stop reason {d.get('stop_reason') or 'none'}): "
+        f"{d.get('model_calls', 0)} model call(s), {d.get('tool_calls', 0)} tool call(s), "
+        f"{d.get('prompt_tokens', 0):,} + {d.get('completion_tokens', 0):,} tokens"
+    ),
+    "TickFailed": lambda d: f"failed ({d.get('failure_class')}): {d.get('reason')}",
+    "TickTimedOut": lambda d: f"timed out after {d.get('timeout_seconds')} s",
+    "TickCancelled": lambda d: f"cancelled: {d.get('reason') or 'no reason recorded'}",
+    "TickSkipped": lambda d: f"skipped: {d.get('reason')}",
+    "TickLost": lambda d: f"lost: {d.get('reason')}",
+    "TranscriptEntry": lambda d: f"{d.get('kind')}: {_short(d.get('text'))}",
+    "LevelPaused": lambda d: f"paused by {d.get('by')}: {d.get('reason')}",
+    "LevelResumed": lambda d: f"resumed by {d.get('by')}",
+    "CancelRequested": lambda d: f"cancel scope {d.get('scope')!r} by {d.get('by')}",
+    "CancelCleared": lambda d: f"cancel scope {d.get('scope')!r} cleared by {d.get('by')}",
+}
+
+
+def _short(text: object, chars: int = 100) -> str:
+    flat = " ".join(str(text or "").split())
+    return flat if len(flat) <= chars else flat[: chars - 1] + "…"
+
+
+def headline(type_: str, data: Data) -> str:
+    """What the event says in one sentence; for a type not known here, its first short fields."""
+    known = HEADLINES.get(type_)
+    if known:
+        return known(data)
+    short = [
+        f"{key} {value}"
+        for key, value in data.items()
+        if key not in HIDDEN_FIELDS
+        and isinstance(value, str | int | float)
+        and len(str(value)) < 60
+    ]
+    return ", ".join(short[:4])

@@ -1,0 +1,86 @@
+"""One line per ended tick for a service's log: how it ended, how long, what it cost, said.
+
+`tickwork run` prints it for every tick it ran and for every tick started by hand or
+from the dashboard on its store (`harness.scheduling.tick_feed`), so the foreground log
+answers "what did it do" without a second command.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+
+from harness.contracts.events import TERMINAL_TYPES
+from harness.contracts.records import StoredEvent
+from harness.contracts.result import ResultFileError, read_result
+from harness.prices import PriceBook, format_usd
+
+EXCERPT_CHARS = 80
+
+
+def tick_line(events: Sequence[StoredEvent], prices: PriceBook) -> str:
+    """`<tick> <status> (<reason>): <duration>, <tokens> tokens, $<cost> — "<excerpt>"`.
+
+    From the tick's whole stream (a few dozen events); the result file is read for a
+    completed tick's text only. A tick that never started has no duration.
+    """
+    first, terminal = events[0], events[-1]
+    tick_id = str(first.data.get("tick_id", "?"))
+    status = terminal.type.removeprefix("Tick").lower() if terminal.type in TERMINAL_TYPES else "?"
+    status = {"timedout": "timed_out"}.get(status, status)
+    reason = terminal.data.get("reason")
+    parts = [f"{tick_id} {status}" + (f" ({reason})" if reason else "")]
+    started = next((e for e in events if e.type == "TickStarted"), None)
+    facts = []
+    if started is not None:
+        took = _at(terminal) - _at(started)
+        facts.append(f"{took.total_seconds():.1f} s")
+    spent = [e.data for e in events if e.type == "BudgetSpent"]
+    tokens = sum(d["prompt_tokens"] + d["completion_tokens"] for d in spent)
+    facts.append(f"{tokens:,} tokens")
+    if spent:
+        facts.append(_cost(spent, prices))
+    if first.type == "TickScheduled" and first.data.get("manual"):
+        facts.append("by hand")
+    line = parts[0] + ": " + ", ".join(facts)
+    excerpt = _excerpt(terminal) if terminal.type == "TickCompleted" else None
+    return line + (f' — "{excerpt}"' if excerpt else "")
+
+
+def _at(event: StoredEvent) -> datetime:
+    return datetime.fromisoformat(event.data["occurred_at"])
+
+
+def _cost(spent: list[dict[str, Any]], prices: PriceBook) -> str:
+    """The calls' USD, `unpriced` when any call's model has no price."""
+    total = 0.0
+    for data in spent:
+        model, prompt, day = data["model"], data["prompt_tokens"], data["occurred_at"][:10]
+        cost = prices.cost(
+            model,
+            day,
+            prices.tier(model, day, prompt),
+            prompt,
+            data["completion_tokens"],
+            data.get("cache_read_tokens") or 0,
+            data.get("cache_write_tokens") or 0,
+        )
+        if cost is None:
+            return "unpriced"
+        total += cost
+    return f"${format_usd(total)}"
+
+
+def _excerpt(terminal: StoredEvent) -> str | None:
+    """The start of a completed tick's text, on one line."""
+    path = terminal.data.get("result_path")
+    if not path:
+        return None
+    try:
+        text = read_result(Path(path)).text or ""
+    except ResultFileError:
+        return None
+    flat = " ".join(text.split())
+    return flat if len(flat) <= EXCERPT_CHARS else flat[: EXCERPT_CHARS - 1] + "…"

@@ -12,7 +12,7 @@ from pydantic import SecretStr
 from harness.api.app import create_app
 from harness.config import ApiConfig, DigestConfig, LevelConfig, PathsConfig, Settings, StoreConfig
 from harness.devtools.serving import BackgroundServer
-from harness.devtools.upstream import upstream_for_ticks
+from harness.devtools.upstream import env_for_ticks
 from harness.execution.manual import ManualTicks
 from harness.store import SqlEventStore
 
@@ -39,7 +39,7 @@ def serving(
 def manual_ticks(settings: Settings, store: SqlEventStore) -> ManualTicks:
     """The run-now button's owner, its ticks talking to a fake upstream of their own."""
     return ManualTicks(
-        settings, store, upstream=lambda: upstream_for_ticks(lambda line: None), router=None
+        settings, store, upstream=lambda: env_for_ticks(lambda line: None), router=None
     )
 
 

@@ -475,5 +475,5 @@ def test_the_timeline_draws_troubled_levels_first_and_no_more_than_its_lanes(
     page = dashboard.panels(Reads(_settings(store, many), store))
     timeline = page[page.index('id="timeline"') :]
     lanes = re.findall(r'<span class="level">([^<]+)</span>', timeline)
-    assert lanes == [many[-1], *many[: dashboard.TIMELINE_LANES - 1]]
+    assert lanes == [many[-1], *many[: dashboard.TIMELINE_LANES - 1], "UTC"], "then its axis"
     assert f"{dashboard.TIMELINE_LANES} of {len(many)} levels" in timeline

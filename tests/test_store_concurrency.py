@@ -7,7 +7,7 @@ import subprocess
 import sys
 import threading
 from collections import defaultdict
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from uuid import uuid4
 
@@ -19,11 +19,14 @@ from harness.scheduling import waves
 from harness.scheduling.budget import Budgets
 from harness.scheduling.waves import SlotClaim
 from harness.store import ANY, NO_STREAM, NewEvent, SqlEventStore, migrate_store, open_store
+from harness.store.partitions import ensure_days
 from harness.store.schema import events
+from harness.store.writer import WRITER_NAME
 from tests.conftest import fresh_pg_database
 from tests.late_writer import late_append
 from tests.procs import append_many, claim, claim_wave, gather, racing
 from tests.tick_support import make_settings
+from tests.waiting import wait_until
 
 WRITERS = 4
 CONNECT_AND_CLOSE = (
@@ -274,3 +277,60 @@ def test_opening_a_sqlite_store_again_keeps_the_locks_of_its_open_connections(
     assert database.with_name(database.name + "-wal").exists(), "another process reset the WAL"
     assert first.last_position() == 1
     first.close()
+
+
+FIRST_POSITION = "(pg_current_xact_id()::text::bigint << 20) + 1"
+"""The position a writer gives its transaction's first event (migration 0005)."""
+
+
+def test_a_tick_stream_begun_on_either_side_of_midnight_is_begun_once(
+    pg_session_url: str,
+) -> None:
+    """A tick stream is begun in one day's partition, whichever writer's clock says what.
+
+    A writer whose clock says the next day, starting a stream another began a moment
+    before midnight (not committed yet), waits for it on `tick_streams`' key, then finds
+    it begun, in the earlier day.
+    """
+    midnight = datetime(2026, 6, 1, tzinfo=UTC)
+    day = (midnight - timedelta(seconds=1)).date()
+    after = open_store(pg_session_url, clock=lambda: midnight)
+    ensure_days(after.engine, [day, midnight.date()])
+    stream = f"tick-{uuid4().hex}"
+    with after.engine.connect() as first:  # the first writer, its append not committed yet
+        first.exec_driver_sql(
+            "WITH started AS (INSERT INTO tick_streams VALUES (%s, %s)), "
+            f"ids AS (INSERT INTO event_ids VALUES (%s, {FIRST_POSITION})) "
+            f"INSERT INTO events VALUES ({FIRST_POSITION}, %s, %s, 1, "
+            "'TickScheduled', 1, '{}', '{}', %s, %s)",
+            (stream, day, (first_id := uuid4()), first_id, stream, midnight, day),
+        )
+        created: list[set[str]] = []
+        second = threading.Thread(
+            target=lambda: created.append(
+                after.create_streams({stream: [NewEvent(uuid4(), "TickScheduled", 1, {})]})
+            )
+        )
+        second.start()
+        wait_until(lambda: _writers_waiting(after), "the second writer to wait for the first")
+        first.commit()
+        second.join(60)
+    assert created == [set()], "the stream was begun already"
+    with after.read_transaction() as conn:
+        homes = conn.exec_driver_sql(
+            "SELECT tableoid::regclass::text FROM events WHERE stream_id = %s", (stream,)
+        ).scalars()
+        assert list(homes) == [f"events_{day:%Y%m%d}"]
+    after.close()
+
+
+def _writers_waiting(store: SqlEventStore) -> int:
+    """Writers waiting for a lock, read afresh (a transaction keeps its first look)."""
+    with store.engine.connect() as conn:
+        return int(
+            conn.exec_driver_sql(
+                "SELECT count(*) FROM pg_stat_activity WHERE application_name = %s "
+                "AND wait_event_type = 'Lock'",
+                (WRITER_NAME,),
+            ).scalar_one()
+        )

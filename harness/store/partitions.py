@@ -8,8 +8,9 @@ day, so the default partition stays empty; a day made while it holds some of tha
 rows takes them out of it.
 
 A day is made as a table of its own and then attached, which takes only a SHARE UPDATE
-EXCLUSIVE lock on `events`: appends and reads go on (`CREATE TABLE … PARTITION OF` would
-wait for every running read and hold every append meanwhile). Leaving is DETACH and DROP
+EXCLUSIVE lock on `events` (and an exclusive one on the default partition while it is
+checked, empty): appends and reads go on (`CREATE TABLE … PARTITION OF` would wait for
+every running read and hold every append meanwhile). Leaving is DETACH and DROP
 in the caller's transaction: its lock on `events` is exclusive, but held only for the
 catalog change, and the transaction commits or leaves nothing changed.
 """
@@ -24,7 +25,6 @@ import sqlalchemy as sa
 from sqlalchemy.engine import Engine
 
 TICK_STREAM_PREFIX = "tick-"
-HOT = "events_hot"
 DEFAULT = "events_default"
 AHEAD_DAYS = 2
 """Days after today whose partitions are made in advance."""

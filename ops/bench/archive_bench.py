@@ -65,14 +65,14 @@ def fill(store: SqlEventStore, ticks: int, prefix: str) -> None:
 def size(store: SqlEventStore) -> int:
     """Bytes the store takes on disk (SQLite: the file; PostgreSQL: the events' tables).
 
-    PostgreSQL: every partition of `events` (a table that is not partitioned is its own
-    tree), with `event_ids` and `tick_streams` where they exist.
+    PostgreSQL: every partition of `events` (or the table, not partitioned before
+    migration 0010), with `event_ids` and `tick_streams` where they exist.
     """
     with store.read_transaction() as conn:
         if conn.dialect.name == "postgresql":
             query = (
-                "SELECT (SELECT sum(pg_total_relation_size(relid)) "
-                "FROM pg_partition_tree('events')) + "
+                "SELECT COALESCE((SELECT sum(pg_total_relation_size(relid)) "
+                "FROM pg_partition_tree('events')), pg_total_relation_size('events')) + "
                 "COALESCE(pg_total_relation_size(to_regclass('event_ids')), 0) + "
                 "COALESCE(pg_total_relation_size(to_regclass('tick_streams')), 0)"
             )

@@ -306,7 +306,10 @@ def test_a_call_answered_just_before_a_kill_is_booked_once(
     fake.when_answered(tick_id, kill)
     outcome = harness.runner.run(prepared)
 
-    assert outcome.status == "failed"
+    # The last answer ends the tick: a worker quick enough to finish it before the kill
+    # lands completes, with every call booked by itself; any other tick the kill ends.
+    ended = {"failed", "completed"} if answers == 2 else {"failed"}
+    assert outcome.status in ended, outcome
     assert len([entry for entry in fake.ledger if entry.key == tick_id]) == answers
     events = harness.events(outcome)
     spent = [(e.data["estimated"], e.data["source"]) for e in events if e.type == "BudgetSpent"]

@@ -7,7 +7,8 @@ worker process talking the protocol's real SDK, through Strands, to the fake ups
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Iterator
+import threading
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
@@ -15,13 +16,16 @@ from genai_prices import Usage, calc_price
 from strands.types.content import Messages
 from strands.types.tools import ToolSpec
 
+from harness.contracts.events import TERMINAL_TYPES
 from harness.contracts.payload import TickPayload
 from harness.contracts.wire import APIS, BASE_URL_ENV, Api
 from harness.devtools.fake_llm import FakeUpstream, LedgerEntry, Step, ToolCallSpec
+from harness.execution.runner import TickOutcome
 from harness.governor.estimate import wire_request_chars
 from harness.prices import PriceBook
 from harness.store import StoredEvent
-from tests.tick_support import SECRET, Harness
+from tests.tick_support import SECRET, Harness, live_in_group
+from tests.waiting import long_enough, wait_until
 from workers.failures import failure_class, failure_message
 from workers.model import build_model
 
@@ -121,6 +125,64 @@ def test_each_protocols_faults_are_infrastructure_and_calls_without_usage_are_es
     spend_matches_ledger(events, ledger)
     if api == "anthropic":
         assert "OverloadedError" in {c["error_class"] for c in failed}
+
+
+SLOW = Step(text="too late", delay=120)
+"""An answer that comes long after any cancel or timeout of these tests."""
+
+
+def cancelled_in_flight(tmp_path: Path, fake: FakeUpstream, api: Api) -> tuple[Harness, TickOutcome]:
+    """Cancelled by the runner once its call has reached the upstream, as an operator's is."""
+    harness = Harness(tmp_path, fake, api=api)
+    prepared = harness.preparer.prepare("min", timeout=60)
+    tick_id = prepared.payload.tick_id
+    fake.script(tick_id, [SLOW])
+    outcomes: list[TickOutcome] = []
+    thread = threading.Thread(target=lambda: outcomes.append(harness.runner.run(prepared)))
+    thread.start()
+    wait_until(lambda: tick_id in fake.state.first_request, "the call to reach the upstream")
+    assert harness.runner.cancel(tick_id, "operator said stop")
+    thread.join(60)
+    return harness, outcomes[0]
+
+
+def timed_out_in_flight(tmp_path: Path, fake: FakeUpstream, api: Api) -> tuple[Harness, TickOutcome]:
+    """Timed out while its call waits for the upstream; a slow start gets a longer timeout."""
+
+    def timed(timeout: float) -> tuple[Harness, TickOutcome]:
+        folder = tmp_path / f"{timeout:g}s"  # a store of its own: a timeout pauses the level
+        folder.mkdir()
+        harness = Harness(folder, fake, api=api).without_retries()
+        return harness, harness.tick([SLOW], timeout)
+
+    def call_started(attempt: tuple[Harness, TickOutcome]) -> bool:
+        harness, outcome = attempt
+        return any(e.type == "ModelCallStarted" for e in harness.events(outcome))
+
+    return long_enough(timed, call_started, first=2, cap=32)
+
+
+STOPS: dict[str, tuple[Callable[[Path, FakeUpstream, Api], tuple[Harness, TickOutcome]], str]] = {
+    "cancelled": (cancelled_in_flight, "TickCancelled"),
+    "timed_out": (timed_out_in_flight, "TickTimedOut"),
+}
+
+
+@pytest.mark.parametrize("stop", STOPS)
+@pytest.mark.parametrize("api", APIS)
+def test_a_call_in_flight_cut_off_by_cancel_or_timeout_is_booked_estimated(
+    tmp_path: Path, fake: FakeUpstream, api: Api, stop: str
+) -> None:
+    stopped, terminal = STOPS[stop]
+    harness, outcome = stopped(tmp_path, fake, api)
+    assert outcome.status == stop, outcome
+    events = harness.events(outcome)
+    assert [e.type for e in events if e.type in TERMINAL_TYPES] == [terminal]
+    assert len(of_type(events, "ModelCallStarted")) == 1 and of_type(events, "ModelCalled") == []
+    spent = [(s["estimated"], s["source"]) for s in of_type(events, "BudgetSpent")]
+    assert spent == [(True, "runner")], "the call cut off is booked, flagged estimated"
+    started = next(e for e in events if e.type == "TickStarted")
+    assert live_in_group(started.data["pid"]) == []
 
 
 def payload_for(tmp_path: Path, api: Api, effort: str | None = None) -> TickPayload:

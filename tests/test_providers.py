@@ -130,8 +130,10 @@ def test_each_protocols_faults_are_infrastructure_and_calls_without_usage_are_es
 SLOW = Step(text="too late", delay=120)
 """An answer that comes long after any cancel or timeout of these tests."""
 
+Stopped = tuple[Harness, TickOutcome]
 
-def cancelled_in_flight(tmp_path: Path, fake: FakeUpstream, api: Api) -> tuple[Harness, TickOutcome]:
+
+def cancelled_in_flight(tmp_path: Path, fake: FakeUpstream, api: Api) -> Stopped:
     """Cancelled by the runner once its call has reached the upstream, as an operator's is."""
     harness = Harness(tmp_path, fake, api=api)
     prepared = harness.preparer.prepare("min", timeout=60)
@@ -146,23 +148,23 @@ def cancelled_in_flight(tmp_path: Path, fake: FakeUpstream, api: Api) -> tuple[H
     return harness, outcomes[0]
 
 
-def timed_out_in_flight(tmp_path: Path, fake: FakeUpstream, api: Api) -> tuple[Harness, TickOutcome]:
+def timed_out_in_flight(tmp_path: Path, fake: FakeUpstream, api: Api) -> Stopped:
     """Timed out while its call waits for the upstream; a slow start gets a longer timeout."""
 
-    def timed(timeout: float) -> tuple[Harness, TickOutcome]:
+    def timed(timeout: float) -> Stopped:
         folder = tmp_path / f"{timeout:g}s"  # a store of its own: a timeout pauses the level
         folder.mkdir()
         harness = Harness(folder, fake, api=api).without_retries()
         return harness, harness.tick([SLOW], timeout)
 
-    def call_started(attempt: tuple[Harness, TickOutcome]) -> bool:
+    def call_started(attempt: Stopped) -> bool:
         harness, outcome = attempt
         return any(e.type == "ModelCallStarted" for e in harness.events(outcome))
 
     return long_enough(timed, call_started, first=2, cap=32)
 
 
-STOPS: dict[str, tuple[Callable[[Path, FakeUpstream, Api], tuple[Harness, TickOutcome]], str]] = {
+STOPS: dict[str, tuple[Callable[[Path, FakeUpstream, Api], Stopped], str]] = {
     "cancelled": (cancelled_in_flight, "TickCancelled"),
     "timed_out": (timed_out_in_flight, "TickTimedOut"),
 }

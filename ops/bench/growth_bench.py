@@ -8,12 +8,15 @@ and PostgreSQL, and prints each read path's p50 and the ratio of the larger size
 smaller: a flat path stays near 1.
 
 The history goes in with raw `executemany` (SQLite) or COPY (PostgreSQL), not one append
-at a time; then `tickwork projections rebuild` folds the read models (its time is a
-figure too). API paths run in-process through FastAPI's TestClient, CLI paths as
-subprocesses (their time includes the interpreter's start), reconcile's and start-up's
-queries as the service calls them. Disk per tick is the hot store's size over its ticks.
-Transcripts are compacted after each minute of history is loaded, as the service does
-while it runs (`harness.store.transcripts`; `--no-compaction` leaves them in `events`).
+at a time, laid out as the store's writer lays out its appends (PostgreSQL: each tick in
+its day's partition, with its `event_ids` and `tick_streams` rows), which a tick appended
+through the store checks at the end of the load (`check_layout`); then `tickwork
+projections rebuild` folds the read models (its time is a figure too). API paths run
+in-process through FastAPI's TestClient, CLI paths as subprocesses (their time includes
+the interpreter's start), reconcile's and start-up's queries as the service calls them.
+Disk per tick is the hot store's size over its ticks. Transcripts are compacted after
+each minute of history is loaded, as the service does while it runs
+(`harness.store.transcripts`; `--no-compaction` leaves them in `events`).
 
     .venv/bin/python ops/bench/growth_bench.py [--sizes 1000000,10000000]
         [--backends sqlite,postgresql] [--pg-url postgresql://postgres@127.0.0.1:5432/test]

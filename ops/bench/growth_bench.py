@@ -8,12 +8,15 @@ and PostgreSQL, and prints each read path's p50 and the ratio of the larger size
 smaller: a flat path stays near 1.
 
 The history goes in with raw `executemany` (SQLite) or COPY (PostgreSQL), not one append
-at a time; then `tickwork projections rebuild` folds the read models (its time is a
-figure too). API paths run in-process through FastAPI's TestClient, CLI paths as
-subprocesses (their time includes the interpreter's start), reconcile's and start-up's
-queries as the service calls them. Disk per tick is the hot store's size over its ticks.
-Transcripts are compacted after each minute of history is loaded, as the service does
-while it runs (`harness.store.transcripts`; `--no-compaction` leaves them in `events`).
+at a time, laid out as the store's writer lays out its appends (PostgreSQL: each tick in
+its day's partition, with its `event_ids` and `tick_streams` rows), which a tick appended
+through the store checks at the end of the load (`check_layout`); then `tickwork
+projections rebuild` folds the read models (its time is a figure too). API paths run
+in-process through FastAPI's TestClient, CLI paths as subprocesses (their time includes
+the interpreter's start), reconcile's and start-up's queries as the service calls them.
+Disk per tick is the hot store's size over its ticks. Transcripts are compacted after
+each minute of history is loaded, as the service does while it runs
+(`harness.store.transcripts`; `--no-compaction` leaves them in `events`).
 
     .venv/bin/python ops/bench/growth_bench.py [--sizes 1000000,10000000]
         [--backends sqlite,postgresql] [--pg-url postgresql://postgres@127.0.0.1:5432/test]
@@ -38,12 +41,13 @@ import sys
 import tempfile
 import time
 from collections.abc import Callable, Iterator
-from datetime import UTC, datetime, timedelta
+from datetime import UTC, date, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
 import orjson
 import psycopg
+import sqlalchemy as sa
 from fastapi.testclient import TestClient
 from machine import describe, peak_rss
 from sqlalchemy.engine import make_url
@@ -51,7 +55,6 @@ from store_bench import fresh_pg
 
 from harness.api.app import create_app
 from harness.config import load_settings
-from harness.contracts import new_event_id
 from harness.contracts.events import (
     BudgetSpent,
     Event,
@@ -70,7 +73,9 @@ from harness.execution.manual import ManualTicks
 from harness.prices import PriceBook
 from harness.projections import projector_for
 from harness.projections.ticks import last_slots, open_ticks
-from harness.store import migrate_store, open_store
+from harness.store import migrate_store, open_store, schema
+from harness.store.partitions import ensure_days, partitioned, prepare
+from harness.store.sql import SqlEventStore
 from harness.store.transcripts import compact
 
 LEVELS = [f"l{n:04d}" for n in range(1000)]
@@ -196,7 +201,9 @@ def tick_events(tick_id: str, level: str, start: datetime, calls: int, ended: bo
     return found
 
 
-Row = tuple[int, Any, str, int, str, int, str, str, datetime]
+Row = tuple[Any, str, int, str, int, str, str, datetime, date]
+"""An event as `events` holds it, without its position: event id, stream, stream
+position, type, version, data, metadata, recorded_at, and its tick stream's day."""
 
 
 def history(events: int, now: datetime) -> Iterator[list[Row]]:
@@ -204,7 +211,6 @@ def history(events: int, now: datetime) -> Iterator[list[Row]]:
     rng = random.Random(24)
     ticks = round(events / (11 + 4 * TOOL_TICKS))
     minutes = -(-ticks // PER_MINUTE)
-    position = 0
     for minute in range(minutes):
         start = now - timedelta(minutes=minutes - minute, seconds=30)
         rows: list[Row] = []
@@ -213,13 +219,14 @@ def history(events: int, now: datetime) -> Iterator[list[Row]]:
             tick_id = f"{level}-{start:%Y%m%dT%H%M%S}-{n:08x}"
             calls = 3 if rng.random() < TOOL_TICKS else 2
             ended = ticks - n > IN_FLIGHT
-            for version, event in enumerate(tick_events(tick_id, level, start, calls, ended), 1):
+            found = tick_events(tick_id, level, start, calls, ended)
+            # The writer's partition key: the UTC day the stream's first event was recorded.
+            day = found[0].occurred_at.astimezone(UTC).date()
+            for version, event in enumerate(found, 1):
                 record = event.to_record()
-                position += 1
                 rows.append(
                     (
-                        position,
-                        new_event_id(),
+                        event.event_id,
                         f"tick-{tick_id}",
                         version,
                         record.type,
@@ -227,13 +234,17 @@ def history(events: int, now: datetime) -> Iterator[list[Row]]:
                         orjson.dumps(record.data).decode(),
                         orjson.dumps(record.metadata).decode(),
                         event.occurred_at,
+                        day,
                     )
                 )
         yield rows
 
 
 def load_sqlite(url: str, events: int, now: datetime, compacting: bool) -> int:
-    """Load the history a minute at a time, compacting transcripts after each (`compacting`)."""
+    """Load the history a minute at a time, compacting transcripts after each (`compacting`).
+
+    Positions come from AUTOINCREMENT, as the writer's do; SQLite has no tick day.
+    """
     path = make_url(url).database
     assert path is not None
     store = open_store(url)
@@ -241,42 +252,150 @@ def load_sqlite(url: str, events: int, now: datetime, compacting: bool) -> int:
         conn.execute("PRAGMA synchronous = OFF")
         for rows in history(events, now):
             conn.executemany(
-                "INSERT INTO events (global_position, event_id, stream_id, stream_position, "
-                "type, version, data, metadata, recorded_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                "INSERT INTO events (event_id, stream_id, stream_position, "
+                "type, version, data, metadata, recorded_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
                 [
-                    (p, i.hex, s, v, t, n, d, m, at.isoformat(" ", "microseconds")[:26])
-                    for p, i, s, v, t, n, d, m, at in rows
+                    (i.hex, s, v, t, n, d, m, at.isoformat(" ", "microseconds")[:26])
+                    for i, s, v, t, n, d, m, at, _ in rows
                 ],
             )
             conn.commit()
             if compacting:
                 compact(store)
+        check_layout(store, compacting)
         store.close()
         return int(conn.execute("SELECT COUNT(*) FROM events").fetchone()[0])
 
 
 def load_postgres(url: str, events: int, now: datetime, compacting: bool) -> int:
-    """As `load_sqlite`, with COPY, and the VACUUM that autovacuum would run meanwhile."""
+    """As `load_sqlite`, with COPY, and the VACUUM that autovacuum would run meanwhile.
+
+    Each minute is one transaction laid out as the writer lays out its appends
+    (`harness.store.writer`, migration 0010): positions `(xid << 20) + k`, every tick stream
+    in its day's partition (made first, as the writer makes it), its ids in `event_ids`,
+    its day in `tick_streams`.
+    """
     store = open_store(url)
+    prepare(store.engine, now.date())
+    made: set[date] = set()
     with psycopg.connect(_dsn(url), autocommit=True) as conn:
         columns = (
             "global_position, event_id, stream_id, stream_position, type, version, data, "
-            "metadata, recorded_at"
+            "metadata, recorded_at, tick_day"
         )
-        with conn.cursor() as cursor:
-            for minute, rows in enumerate(history(events, now), 1):
+        for minute, rows in enumerate(history(events, now), 1):
+            days = {row[-1] for row in rows} - made
+            if days:
+                ensure_days(store.engine, days)
+                made |= days
+            with conn.transaction(), conn.cursor() as cursor:
+                xid = cursor.execute("SELECT pg_current_xact_id()::text::bigint << 20").fetchone()
+                assert xid is not None
                 with cursor.copy(f"COPY events ({columns}) FROM STDIN") as copy:
+                    for k, row in enumerate(rows, 1):
+                        copy.write_row((xid[0] + k, *row))
+                with cursor.copy("COPY event_ids (event_id, global_position) FROM STDIN") as copy:
+                    for k, row in enumerate(rows, 1):
+                        copy.write_row((row[0], xid[0] + k))
+                with cursor.copy("COPY tick_streams (stream_id, tick_day) FROM STDIN") as copy:
                     for row in rows:
-                        copy.write_row(row)
-                if compacting:
-                    compact(store)
-                    if minute % COMPACT_VACUUM_MINUTES == 0:
-                        conn.execute("VACUUM events")
+                        if row[2] == 1:
+                            copy.write_row((row[1], row[-1]))
+            if compacting:
+                compact(store)
+                if minute % COMPACT_VACUUM_MINUTES == 0:
+                    conn.execute("VACUUM events")
+        check_layout(store, compacting)
         store.close()
         conn.execute("VACUUM ANALYZE events")
         counted = conn.execute("SELECT COUNT(*) FROM events").fetchone()
         assert counted is not None
         return int(counted[0])
+
+
+SQLITE_SHAPE = (
+    "SELECT e.stream_position, e.type, e.version, typeof(e.global_position), "
+    "typeof(e.event_id), length(e.event_id), typeof(e.data), e.metadata, "
+    "length(e.recorded_at), (SELECT group_concat(key) FROM "
+    "(SELECT key FROM json_each(e.data) ORDER BY key)) FROM events e "
+    "WHERE e.stream_id = ? ORDER BY e.stream_position"
+)
+POSTGRES_SHAPE = (
+    "SELECT e.stream_position, e.type, e.version, "
+    "e.global_position >> 20 > 0 AND e.global_position & 1048575 > 0, "
+    "e.tableoid::regclass::text = 'events_' || to_char(e.tick_day, 'YYYYMMDD'), "
+    "e.tick_day = (SELECT (f.recorded_at AT TIME ZONE 'UTC')::date FROM events f "
+    "WHERE f.stream_id = e.stream_id AND f.stream_position = 1), "
+    "i.global_position = e.global_position, s.tick_day = e.tick_day, e.metadata::text, "
+    "(SELECT string_agg(k, ',' ORDER BY k) FROM json_object_keys(e.data) k) "
+    "FROM events e LEFT JOIN event_ids i USING (event_id) "
+    "LEFT JOIN tick_streams s USING (stream_id) "
+    "WHERE e.stream_id = %s ORDER BY e.stream_position"
+)
+SQLITE_TRANSCRIPT = (
+    "SELECT t.entries, t.data IS NOT NULL, t.day = (SELECT substr(recorded_at, 1, 10) "
+    "FROM events WHERE stream_id = 'tick-' || t.tick_id AND stream_position = 1) "
+    "FROM transcripts t WHERE t.tick_id = ?"
+)
+POSTGRES_TRANSCRIPT = (
+    "SELECT t.entries, t.data IS NOT NULL, t.day = (SELECT tick_day FROM tick_streams "
+    "WHERE stream_id = 'tick-' || t.tick_id) FROM transcripts t WHERE t.tick_id = %s"
+)
+POSTGRES_TOTALS = (
+    "SELECT (SELECT count(*) FROM events_default), "
+    "(SELECT count(*) FROM events_hot WHERE left(stream_id, 5) = 'tick-'), "
+    "(SELECT count(*) FROM events) - (SELECT count(*) FROM event_ids), "
+    "(SELECT count(DISTINCT stream_id) FROM events WHERE left(stream_id, 5) = 'tick-') "
+    "- (SELECT count(*) FROM tick_streams)"
+)
+
+
+def check_layout(store: SqlEventStore, compacting: bool) -> None:
+    """Append one tick through the store and check the bulk load laid out one as it does.
+
+    The first completed tick loaded and the appended one (as many calls, compacted alike)
+    must give the same shape, row by row: column types, formats and keys on SQLite, and on
+    PostgreSQL the position scheme, the partition, the tick day, `event_ids` and
+    `tick_streams`; PostgreSQL's whole load must leave the default partition empty, no
+    tick in `events_hot`, and one `event_ids` row per event, one `tick_streams` row per
+    tick stream. A mismatch stops the bench: its figures would describe another layout.
+    """
+    postgres = partitioned(store.engine)
+    shape, transcript = (
+        (POSTGRES_SHAPE, POSTGRES_TRANSCRIPT) if postgres else (SQLITE_SHAPE, SQLITE_TRANSCRIPT)
+    )
+    with store.read_transaction() as conn:
+        sample = conn.execute(
+            sa.select(schema.events.c.stream_id)
+            .where(schema.events.c.type == TickCompleted.type)
+            .order_by(schema.events.c.global_position)
+            .limit(1)
+        ).scalar_one()
+        calls = conn.execute(
+            sa.select(sa.func.count()).where(
+                schema.events.c.stream_id == sample, schema.events.c.type == ModelCalled.type
+            )
+        ).scalar_one()
+    tick_id = f"{LEVELS[0]}-layoutcheck-00000000"
+    for event in tick_events(tick_id, LEVELS[0], datetime.now(UTC), calls, ended=True):
+        store.append(f"tick-{tick_id}", [event.to_record()])
+    if compacting:
+        compact(store)
+    with store.read_transaction() as conn:
+        loaded, appended = (
+            (
+                conn.exec_driver_sql(shape, (stream,)).all(),
+                conn.exec_driver_sql(transcript, (stream.removeprefix("tick-"),)).all(),
+            )
+            for stream in (sample, f"tick-{tick_id}")
+        )
+        totals = tuple(conn.exec_driver_sql(POSTGRES_TOTALS).one()) if postgres else (0,) * 4
+    if loaded != appended or any(totals):
+        raise SystemExit(
+            f"layout check failed: {sample} loaded as {loaded}, appended as {appended}; "
+            f"default rows, hot ticks, events without an id, streams without a day: {totals}"
+        )
+    print(f"  layout check: {sample} has the shape of a tick the store appends", flush=True)
 
 
 def _dsn(url: str) -> str:

@@ -9,6 +9,7 @@ behind a year of history as behind an hour.
 
 from __future__ import annotations
 
+from collections import defaultdict
 from collections.abc import Iterable
 from dataclasses import dataclass
 from datetime import datetime, timedelta
@@ -23,7 +24,7 @@ from harness.projections.tick_counts import (
     hour_of,
     tick_hour_counts,
 )
-from harness.projections.ticks import ticks
+from harness.projections.ticks import IDS_PER_QUERY, per_level, ticks
 from harness.timespec import as_utc
 
 ENDED = ("completed", "failed", "timed_out", "cancelled", "lost")
@@ -77,10 +78,14 @@ def level_stats(conn: sa.Connection, levels: Iterable[str], now: datetime) -> li
         ).all()
     )
     histograms = {found.level: found for found in durations(conn, names)}
+    by_level: dict[str, list[tuple[str, str, int]]] = defaultdict(list)
+    for name, hour, status, n in counted:
+        by_level[name].append((hour, status, int(n)))
+    ended = _last_ended(conn, names)
     stats = []
     for level in names:
-        mine = [(hour, status, int(n)) for name, hour, status, n in counted if name == level]
-        last = _last_ended(conn, level)
+        mine = by_level[level]
+        last = ended.get(level)
         histogram = histograms.get(level)
         stats.append(
             LevelStats(
@@ -99,33 +104,28 @@ def level_stats(conn: sa.Connection, levels: Iterable[str], now: datetime) -> li
     return stats
 
 
-def _last_ended(conn: sa.Connection, level: str) -> tuple[str, str, datetime] | None:
-    """The level's latest ended tick: the newest of one index lookup per ended status.
+def _last_ended(conn: sa.Connection, levels: list[str]) -> dict[str, tuple[str, str, datetime]]:
+    """Each level's latest ended tick (by list time): id, status and end, in two statements.
 
-    One statement of scalar subqueries, each the end of the (level, status, finished_at)
-    index: a MAX over the level's ticks would read every one of them.
+    One walk back from the end of each level's (level, list time) index, stopped at its
+    first ended tick (`per_level`): only the ticks still open stand before it, so the
+    cost is levels times the ticks in flight, never the history.
     """
-    columns = []
-    for status in ENDED:
-        newest = (
-            sa.select(ticks.c.tick_id)
-            .where(
-                ticks.c.level == level, ticks.c.status == status, ticks.c.finished_at.is_not(None)
-            )
-            .order_by(ticks.c.finished_at.desc())
-            .limit(1)
-        )
-        columns += [
-            newest.scalar_subquery(),
-            newest.with_only_columns(ticks.c.finished_at).scalar_subquery(),
-        ]
-    found = conn.execute(sa.select(*columns)).one()
-    ended = [
-        (found[2 * k], status, as_utc(found[2 * k + 1]))
-        for k, status in enumerate(ENDED)
-        if found[2 * k] is not None
-    ]
-    return max(ended, key=lambda each: each[2]) if ended else None
+    ended = ", ".join(f"'{status}'" for status in ENDED)
+    newest = (
+        f"SELECT tick_id FROM ticks WHERE level = l.value AND status IN ({ended}) "
+        "ORDER BY sort_at DESC, tick_id DESC LIMIT 1"
+    )
+    ids = [tick for _, tick in conn.execute(per_level(conn, levels, newest)) if tick is not None]
+    found: dict[str, tuple[str, str, datetime]] = {}
+    for start in range(0, len(ids), IDS_PER_QUERY):
+        query = sa.select(ticks.c.level, ticks.c.tick_id, ticks.c.status, ticks.c.finished_at)
+        chunk = ids[start : start + IDS_PER_QUERY]
+        for level, tick_id, status, finished_at in conn.execute(
+            query.where(ticks.c.tick_id.in_(chunk))
+        ):
+            found[level] = (tick_id, status, as_utc(finished_at))
+    return found
 
 
 def _quantile(histogram: Durations | None, share: float) -> float | None:

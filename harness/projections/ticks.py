@@ -437,7 +437,7 @@ def open_ticks(conn: sa.Connection) -> list[tuple[str, str]]:
     return [(tick_id, level) for tick_id, level in conn.execute(query)]
 
 
-def _per_level(conn: sa.Connection, levels: Iterable[str], value: str) -> sa.TextClause:
+def per_level(conn: sa.Connection, levels: Iterable[str], value: str) -> sa.TextClause:
     """`SELECT level, (value) FROM` the levels, `value` a subquery of one level (`l.value`).
 
     One statement for any number of levels, each looked up on its own: a GROUP BY over
@@ -455,9 +455,9 @@ def _per_level(conn: sa.Connection, levels: Iterable[str], value: str) -> sa.Tex
 def last_slots(conn: sa.Connection, levels: Iterable[str]) -> dict[str, datetime]:
     """Each of `levels`' latest claimed slot; a level that never had a scheduled tick is absent.
 
-    One lookup at the end of the (level, slot) index per level (`_per_level`).
+    One lookup at the end of the (level, slot) index per level (`per_level`).
     """
-    query = _per_level(conn, levels, "SELECT MAX(slot) FROM ticks WHERE level = l.value")
+    query = per_level(conn, levels, "SELECT MAX(slot) FROM ticks WHERE level = l.value")
     found = conn.execute(query.columns(sa.column("level", sa.String()), ticks.c.slot))
     return {level: as_utc(last) for level, last in found if last is not None}
 
@@ -465,12 +465,12 @@ def last_slots(conn: sa.Connection, levels: Iterable[str]) -> dict[str, datetime
 def last_statuses(conn: sa.Connection, levels: Iterable[str]) -> dict[str, str]:
     """Each of `levels`' newest tick's status; a level without a tick is absent.
 
-    One lookup at the end of the (level, list time) index per level (`_per_level`).
+    One lookup at the end of the (level, list time) index per level (`per_level`).
     """
     newest = (
         "SELECT status FROM ticks WHERE level = l.value ORDER BY sort_at DESC, tick_id DESC LIMIT 1"
     )
-    found = conn.execute(_per_level(conn, levels, newest))
+    found = conn.execute(per_level(conn, levels, newest))
     return {level: status for level, status in found if status is not None}
 
 

@@ -1,4 +1,8 @@
-"""The packages follow the data path: no part imports a later one (`harness.LAYERS`)."""
+"""The packages follow the data path: no part imports a later one (`harness.LAYERS`).
+
+Event types are named through their classes outside `harness.contracts`, so a renamed or
+retyped event cannot leave a filter behind that silently matches nothing.
+"""
 
 from __future__ import annotations
 
@@ -9,6 +13,7 @@ from pathlib import Path
 import pytest
 
 from harness import LAYERS
+from harness.contracts import EVENT_TYPES
 
 ROOT = Path(__file__).parents[1]
 
@@ -98,3 +103,56 @@ def test_an_import_of_a_later_part_is_caught(module: str, source: str) -> None:
 def test_imports_of_earlier_parts_and_of_other_libraries_pass() -> None:
     source = "import sqlalchemy\nfrom harness.store import EventStore\nfrom . import base\n"
     assert violations(source, "harness.projections.ticks") == []
+
+
+EVENT_TYPE_NAMES = frozenset(name for name, _version in EVENT_TYPES)
+
+
+def docstrings(tree: ast.Module) -> set[int]:
+    """The ids of the docstring nodes: prose may name an event type."""
+    found = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Module | ast.ClassDef | ast.FunctionDef | ast.AsyncFunctionDef):
+            first = node.body[0] if node.body else None
+            if isinstance(first, ast.Expr) and isinstance(first.value, ast.Constant):
+                found.add(id(first.value))
+    return found
+
+
+def bare_event_types(source: str, module: str) -> list[str]:
+    """Event type names written as string literals in `module`'s source, docstrings aside."""
+    tree = ast.parse(source)
+    prose = docstrings(tree)
+    named = sorted(
+        (node.lineno, node.value)
+        for node in ast.walk(tree)
+        if isinstance(node, ast.Constant)
+        and isinstance(node.value, str)
+        and node.value in EVENT_TYPE_NAMES
+        and id(node) not in prose
+    )
+    return [f"{module}:{line} names {name!r}: use {name}.type" for line, name in named]
+
+
+def test_event_types_are_named_through_their_classes_outside_contracts() -> None:
+    found = [
+        problem
+        for path in sources()
+        if not module_name(path).startswith("harness.contracts")
+        for problem in bare_event_types(path.read_text(encoding="utf-8"), module_name(path))
+    ]
+    assert found == []
+
+
+def test_a_bare_event_type_is_caught_and_a_docstring_naming_one_is_not() -> None:
+    source = (
+        '"""Counts ModelCalled."""\n'
+        "def f(e):\n"
+        '    """ModelCalled"""\n'
+        '    return e.type == "ModelCalled" or e.type in (TickLost.type,)\n'
+        'TYPES = frozenset({"BudgetSpent", "not an event"})\n'
+    )
+    assert bare_event_types(source, "harness.x") == [
+        "harness.x:4 names 'ModelCalled': use ModelCalled.type",
+        "harness.x:5 names 'BudgetSpent': use BudgetSpent.type",
+    ]

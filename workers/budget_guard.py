@@ -16,6 +16,7 @@ from typing import Any
 
 from strands.hooks import BeforeModelCallEvent, HookProvider, HookRegistry
 
+from harness.contracts import BudgetSpent, TickScheduled
 from harness.contracts.events import TERMINAL_TYPES
 from harness.contracts.payload import DailyBudget, TickPayload
 from harness.contracts.records import StoredEvent
@@ -24,7 +25,7 @@ from harness.store import EventStore, StoreError
 from workers.recorder import EventRecorder
 
 BATCH = 1000
-FOLLOWED = ("BudgetSpent", "TickScheduled", *sorted(TERMINAL_TYPES))
+FOLLOWED = (BudgetSpent.type, TickScheduled.type, *sorted(TERMINAL_TYPES))
 
 
 class DailyBudgetGuard(HookProvider):
@@ -94,7 +95,7 @@ class DailyBudgetGuard(HookProvider):
     def _apply(self, stored: StoredEvent, day: str) -> None:
         data = stored.data
         tick_id = data.get("tick_id")
-        if stored.type == "BudgetSpent" and str(data.get("occurred_at", "")).startswith(day):
+        if stored.type == BudgetSpent.type and str(data.get("occurred_at", "")).startswith(day):
             prompt, completion = int(data["prompt_tokens"]), int(data["completion_tokens"])
             self.spent += prompt + completion
             rates = self.budget.rates.get(data["model"]) if self.budget else None
@@ -102,7 +103,7 @@ class DailyBudgetGuard(HookProvider):
                 self.spent_usd = (
                     None if rates is None else self.spent_usd + rates.cost(prompt, completion)
                 )
-        elif stored.type == "TickScheduled" and tick_id != self.payload.tick_id:
+        elif stored.type == TickScheduled.type and tick_id != self.payload.tick_id:
             self.reservations[str(tick_id)] = int(data.get("reserved_tokens", 0))
         elif stored.type in TERMINAL_TYPES:
             self.reservations.pop(str(tick_id), None)

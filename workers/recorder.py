@@ -7,6 +7,7 @@ import os
 import threading
 import time
 
+from harness.contracts import TickStarted
 from harness.contracts.events import GovernorEvent, TickEvent, tick_stream
 from harness.contracts.payload import TickPayload
 from harness.store import EventStore, StoreError, append_or_spool, open_store
@@ -63,7 +64,8 @@ class EventRecorder:
         stream, pid = tick_stream(self.payload.tick_id), os.getpid()
         deadline = time.monotonic() + STARTED_WAIT_SECONDS
         while not any(
-            e.type == "TickStarted" and e.data.get("pid") == pid for e in store.read_stream(stream)
+            e.type == TickStarted.type and e.data.get("pid") == pid
+            for e in store.read_stream(stream)
         ):
             if time.monotonic() > deadline:
                 log.warning("no TickStarted for pid %s after %.0f s", pid, STARTED_WAIT_SECONDS)

@@ -23,6 +23,7 @@ from prometheus_client.core import (
 from prometheus_client.registry import Collector
 
 from harness.api.reads import Reads
+from harness.contracts import TickScheduled
 from harness.projections import (
     DURATION_BUCKETS,
     TickInFlight,
@@ -203,7 +204,7 @@ class StoreCollector(Collector):
             labels=["level", "stat"],
         )
         lags: dict[str, list[float]] = defaultdict(list)
-        for event in self.reads.store.read_last(FIRE_LAG_WINDOW, types=["TickScheduled"]):
+        for event in self.reads.store.read_last(FIRE_LAG_WINDOW, types=[TickScheduled.type]):
             data = event.data
             if not data.get("slot") or data.get("attempt", 1) != 1:
                 continue

@@ -14,6 +14,7 @@ from typing import Any
 
 from harness.api.models import Digest, Event, Tick, TickDetail, Worker
 from harness.config import Settings
+from harness.contracts import RoutePromoted, TickScheduled
 from harness.contracts.events import LevelPaused
 from harness.contracts.result import ResultFileError, read_result
 from harness.prices import PriceBook
@@ -165,7 +166,7 @@ class Reads:
 
     def _decided_targets(self, events: Sequence[StoredEvent]) -> dict[str, dict[str, Any]] | None:
         """The targets a tick's decision named, from the stored catalog of its revision."""
-        scheduled = next((e.data for e in events if e.type == "TickScheduled"), {})
+        scheduled = next((e.data for e in events if e.type == TickScheduled.type), {})
         revision = scheduled.get("catalog_revision")
         if not revision:
             return None
@@ -174,7 +175,7 @@ class Reads:
         except RevisionError:
             return None
         named = list(scheduled.get("candidates") or [])
-        named += [e.data["to_target"] for e in events if e.type == "RoutePromoted"]
+        named += [e.data["to_target"] for e in events if e.type == RoutePromoted.type]
         targets = catalog.get("targets", {})
         return {name: targets[name] for name in dict.fromkeys(named) if name in targets}
 

@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from harness.api.models import Event, TickDetail
+from harness.contracts import TickCompleted, TickStarted
 from harness.contracts.events import TERMINAL_TYPES, tick_stream
 from harness.contracts.headlines import HIDDEN_FIELDS
 from harness.contracts.headlines import headline as event_headline
@@ -73,7 +74,7 @@ def ended(events: list[Event]) -> Event | None:
 
 def log_path(events: list[Event]) -> Path | None:
     """The log of the tick's latest attempt, as its TickStarted names it."""
-    started = [e for e in events if e.type == "TickStarted" and e.data.get("log_path")]
+    started = [e for e in events if e.type == TickStarted.type and e.data.get("log_path")]
     return Path(started[-1].data["log_path"]) if started else None
 
 
@@ -118,7 +119,7 @@ def page(detail: TickDetail, tick_id: str) -> str:
     table = "".join(f"<tr><th>{escape(k)}</th><td>{escape(v)}</td></tr>" for k, v in rows if v)
     rerun = (
         f' <button type="button" id="rerun" data-rerun="{escape(tick_id)}">Run again</button>'
-        if last and last.type != "TickCompleted" and tick is not None
+        if last and last.type != TickCompleted.type and tick is not None
         else ""
     )
     why = (
@@ -201,7 +202,7 @@ def follow(store: EventStore, tick_id: str, after: int, log_from: int) -> Iterat
         for event in events:
             after = event.stream_position
             yield sse("story", line(event))
-            if event.type == "TickStarted" and event.data.get("log_path"):
+            if event.type == TickStarted.type and event.data.get("log_path"):
                 log = Path(event.data["log_path"])
         if log is not None:
             text, log_from = read_log(log, log_from)

@@ -138,9 +138,10 @@ def _start_detached(
 
 def _print_tick(tick_id: str, outcome: TickOutcome | None, stream: list[StoredEvent]) -> None:
     """The tick's outcome and spend, as `tickwork tick` reports it when the tick has ended."""
+    from harness.contracts import BudgetSpent
     from harness.contracts.events import TERMINAL_TYPES
 
-    spent = [e.data for e in stream if e.type == "BudgetSpent"]
+    spent = [e.data for e in stream if e.type == BudgetSpent.type]
     prompt_tokens = sum(data["prompt_tokens"] for data in spent)
     completion_tokens = sum(data["completion_tokens"] for data in spent)
     terminal = next((e for e in reversed(stream) if e.type in TERMINAL_TYPES), None)

@@ -27,6 +27,7 @@ import orjson
 import sqlalchemy as sa
 from pydantic import BaseModel, ConfigDict
 
+from harness.contracts import LevelPaused
 from harness.contracts.events import level_stream
 from harness.contracts.result import ResultFileError, ResultMissingError, read_result
 from harness.prices import PriceBook
@@ -326,7 +327,7 @@ def _spend_rows(sums: dict[tuple[str, str], _Sum]) -> dict[str, list[ModelSpend]
 
 def _pause_reasons(store: EventStore, paused: set[str]) -> dict[str, str]:
     streams = {level_stream(level): level for level in paused}
-    found = store.read_streams(streams, types=["LevelPaused"])
+    found = store.read_streams(streams, types=[LevelPaused.type])
     return {
         streams[stream]: events[-1].data.get("reason", "")
         for stream, events in found.items()

@@ -16,13 +16,14 @@ from collections.abc import Sequence
 from datetime import datetime
 from uuid import UUID, uuid5
 
+from harness.contracts import ModelCallStarted, TickAttemptFailed
 from harness.contracts.events import BudgetSpent
 from harness.contracts.records import StoredEvent
 
 BOOKING_NAMESPACE = UUID("5a4f3c0e-9d1b-4c55-8a57-0c7d2b1e6f12")
 """Namespace of the ids of estimated bookings, derived from the id of the call's start."""
 
-ATTEMPT_BOUNDARIES = frozenset({"BudgetSpent", "TickAttemptFailed"})
+ATTEMPT_BOUNDARIES = frozenset({BudgetSpent.type, TickAttemptFailed.type})
 """After these, the calls started before are settled: spent, or ended with their attempt."""
 
 
@@ -33,7 +34,7 @@ def cut_off_call(events: Sequence[StoredEvent]) -> BudgetSpent | None:
     """
     start: StoredEvent | None = None
     for stored in events:
-        if stored.type == "ModelCallStarted":
+        if stored.type == ModelCallStarted.type:
             start = stored
         elif stored.type in ATTEMPT_BOUNDARIES:
             start = None

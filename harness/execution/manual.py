@@ -16,6 +16,7 @@ from collections.abc import Callable, Mapping
 from contextlib import AbstractContextManager
 
 from harness.config import Settings
+from harness.contracts import BudgetSpent, ModelCalled, ToolCalled
 from harness.contracts.events import tick_stream
 from harness.execution.executors import LocalExecutor
 from harness.execution.launchers import ColdLauncher
@@ -170,11 +171,11 @@ class Progress:
         self.after = batch[-1].stream_position
         calls = (self.model_calls, self.tool_calls)
         for event in batch:
-            if event.type == "ModelCalled":
+            if event.type == ModelCalled.type:
                 self.model_calls += 1
-            elif event.type == "ToolCalled":
+            elif event.type == ToolCalled.type:
                 self.tool_calls += 1
-            elif event.type == "BudgetSpent":
+            elif event.type == BudgetSpent.type:
                 self.tokens += event.data["prompt_tokens"] + event.data["completion_tokens"]
         if (self.model_calls, self.tool_calls) != calls:
             self.say(

@@ -23,6 +23,7 @@ from string import Template
 from typing import Any
 
 from harness.config import LevelConfig, Settings
+from harness.contracts import TickScheduled
 from harness.contracts.calibration import Calibration
 from harness.contracts.events import tick_stream
 from harness.contracts.output import OutputSchemaError, load_output_schema
@@ -335,7 +336,7 @@ class Preparer:
         """Tokens reserved by the level's other ticks in flight, from their TickScheduled."""
         projector.catch_up(["ticks"])
         streams = [tick_stream(t.tick_id) for t in ticks_in_flight(store, [level])]
-        found = store.read_streams(streams, types=["TickScheduled"])
+        found = store.read_streams(streams, types=[TickScheduled.type])
         return {
             claim.data["tick_id"]: int(claim.data.get("reserved_tokens", 0))
             for events in found.values()

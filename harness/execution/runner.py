@@ -478,9 +478,9 @@ def _failure(end: TickEvent) -> tuple[FailureClass, str] | None:
 def _outcome(ref: TickRef, ended: Ended) -> TickOutcome:
     terminal = ended.event
     status = {
-        "TickCompleted": "completed",
-        "TickTimedOut": "timed_out",
-        "TickCancelled": "cancelled",
+        TickCompleted.type: "completed",
+        TickTimedOut.type: "timed_out",
+        TickCancelled.type: "cancelled",
     }.get(terminal.type, "failed")
     reason = terminal.reason if isinstance(terminal, TickFailed | TickCancelled) else None
     return TickOutcome(

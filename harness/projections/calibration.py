@@ -13,6 +13,7 @@ from collections.abc import Iterable
 
 import sqlalchemy as sa
 
+from harness.contracts import CalibrationSampled
 from harness.contracts.calibration import Calibration, Sample
 from harness.projections.base import EventData, Projection, upsert
 from harness.projections.projector import Projector
@@ -46,7 +47,7 @@ class CalibrationProjection(Projection):
     """Each model's learned chars-per-token, so a tick and the proxy start from what was learned."""
 
     name = "calibration"
-    types = frozenset({"CalibrationSampled"})
+    types = frozenset({CalibrationSampled.type})
     tables = (governor_calibration,)
 
     def apply(self, conn: sa.Connection, batch: Iterable[EventData]) -> None:

@@ -10,6 +10,7 @@ from collections.abc import Iterable
 
 import sqlalchemy as sa
 
+from harness.contracts import DigestPublished
 from harness.projections.base import EventData, Projection, upsert
 from harness.store import EventStore, StoredEvent
 from harness.store.schema import metadata
@@ -26,7 +27,7 @@ class DigestsProjection(Projection):
     """Each digest's last `DigestPublished`, by its global position."""
 
     name = "digests"
-    types = frozenset({"DigestPublished"})
+    types = frozenset({DigestPublished.type})
     tables = (digests_published,)
 
     def apply(self, conn: sa.Connection, batch: Iterable[EventData]) -> None:
@@ -56,5 +57,5 @@ def latest_published(store: EventStore, names: Iterable[str]) -> StoredEvent | N
         position = conn.execute(query).scalar()
     if position is None:
         return None
-    found = store.read_all(position - 1, 1, types=["DigestPublished"])
+    found = store.read_all(position - 1, 1, types=[DigestPublished.type])
     return found[0] if found else None

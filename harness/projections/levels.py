@@ -12,6 +12,7 @@ from collections.abc import Iterable
 
 import sqlalchemy as sa
 
+from harness.contracts import LevelResumed
 from harness.contracts.events import (
     CONTROL_STREAM,
     CancelCleared,
@@ -42,7 +43,7 @@ def pauses(store: EventStore, levels: Iterable[str]) -> dict[str, LevelPaused]:
     One read for any number of levels: a scheduler asks this for every slot of a wave.
     """
     names = {level_stream(level): level for level in levels}
-    switches = store.read_streams(names, types=("LevelPaused", "LevelResumed"))
+    switches = store.read_streams(names, types=(LevelPaused.type, LevelResumed.type))
     in_force = {}
     for stream, history in switches.items():
         switch = decode(history[-1]) if history else None
@@ -70,7 +71,7 @@ class CancelScopesProjection(Projection):
     """
 
     name = "cancel_scopes"
-    types = frozenset({"CancelRequested", "CancelCleared"})
+    types = frozenset({CancelRequested.type, CancelCleared.type})
     tables = (cancel_scopes_folded,)
 
     def apply(self, conn: sa.Connection, batch: Iterable[EventData]) -> None:
@@ -84,7 +85,7 @@ class CancelScopesProjection(Projection):
             last[data["scope"]] = {
                 "scope": data["scope"],
                 "stream_position": position,
-                "in_force": type_ == "CancelRequested",
+                "in_force": type_ == CancelRequested.type,
             }
         if not last:
             return

@@ -14,6 +14,7 @@ from typing import Literal, get_args
 
 import sqlalchemy as sa
 
+from harness.contracts import BudgetSpent
 from harness.folds.spend import spend_sums
 from harness.folds.sums import merge
 from harness.prices import PriceBook
@@ -62,7 +63,7 @@ class SpendProjection(SumProjection):
     """
 
     name = "spend"
-    types = frozenset({"BudgetSpent"})
+    types = frozenset({BudgetSpent.type})
     tables = (spend_daily,)
 
     def __init__(self, prices: PriceBook) -> None:

@@ -16,6 +16,19 @@ from uuid import UUID
 
 from pydantic import BaseModel
 
+from harness.contracts import (
+    BudgetSpent,
+    GovernorFired,
+    ModelCalled,
+    ModelCallStarted,
+    RouteFallback,
+    RoutePromoted,
+    TickAttemptFailed,
+    TickScheduled,
+    TickStarted,
+    ToolCalled,
+    TranscriptEntry,
+)
 from harness.contracts.events import TERMINAL_TYPES, tick_stream
 from harness.contracts.records import StoredEvent
 from harness.contracts.result import ResultFileError, read_result
@@ -108,33 +121,33 @@ def story_of(tick_id: str, events: list[StoredEvent]) -> TickStory:
         data = event.data
         story.level = data.get("level", story.level)
         story.status = STATUS_OF.get(event.type, story.status)
-        if event.type == "TickScheduled":
+        if event.type == TickScheduled.type:
             story.model = data.get("model") or story.model
-        elif event.type == "TickStarted":
+        elif event.type == TickStarted.type:
             story.attempts += 1
             story.result_path = data.get("result_path") or story.result_path
             story.log_path = data.get("log_path") or story.log_path
-        elif event.type == "ModelCalled":
+        elif event.type == ModelCalled.type:
             story.model_calls += 1
             story.model, story.target = data["model"], data.get("target") or story.target
-        elif event.type == "BudgetSpent":
+        elif event.type == BudgetSpent.type:
             story.prompt_tokens += data["prompt_tokens"]
             story.completion_tokens += data["completion_tokens"]
-        elif event.type == "ToolCalled":
+        elif event.type == ToolCalled.type:
             story.tool_calls += 1
         if event.type in TERMINAL_TYPES:
             story.ended_by = event.type
             kept_tail = data.get("stderr_tail") or None
             story.reason = data.get("reason") or data.get("stop_reason")
             story.result_path = data.get("result_path") or story.result_path
-    if not any(e.type == "ModelCalled" for e in events):
-        story.model_calls = sum(e.type == "BudgetSpent" for e in events)
+    if not any(e.type == ModelCalled.type for e in events):
+        story.model_calls = sum(e.type == BudgetSpent.type for e in events)
     story.queue_wait_seconds = queue_wait(
         None,
         (
-            (event.type == "TickStarted", datetime.fromisoformat(event.data["occurred_at"]))
+            (event.type == TickStarted.type, datetime.fromisoformat(event.data["occurred_at"]))
             for event in events
-            if event.type in ("TickScheduled", "TickStarted")
+            if event.type in (TickScheduled.type, TickStarted.type)
         ),
     )
     _read_files(story, kept_tail)
@@ -176,15 +189,15 @@ def story_steps(events: Iterable[StoredEvent]) -> list[StoryStep]:
     """
     events = list(events)
     answered = _answered_starts(events)
-    linked = {e.data.get("budget_event_id") for e in events if e.type == "ModelCalled"}
+    linked = {e.data.get("budget_event_id") for e in events if e.type == ModelCalled.type}
     transcribed_tools = any(
-        e.type == "TranscriptEntry" and e.data.get("kind") == "tool" for e in events
+        e.type == TranscriptEntry.type and e.data.get("kind") == "tool" for e in events
     )
     steps = []
     for event in events:
-        if event.type == "BudgetSpent" and str(event.event_id) in linked:
+        if event.type == BudgetSpent.type and str(event.event_id) in linked:
             continue
-        if event.type == "ToolCalled" and transcribed_tools:
+        if event.type == ToolCalled.type and transcribed_tools:
             continue
         if event.event_id in answered:
             continue
@@ -200,11 +213,11 @@ def _answered_starts(events: list[StoredEvent]) -> set[UUID]:
     answered: set[UUID] = set()
     pending: dict[int, UUID] = {}
     for event in events:
-        if event.type == "TickStarted":
+        if event.type == TickStarted.type:
             pending = {}
-        elif event.type == "ModelCallStarted":
+        elif event.type == ModelCallStarted.type:
             pending[event.data["call"]] = event.event_id
-        elif event.type == "ModelCalled" and event.data.get("call") in pending:
+        elif event.type == ModelCalled.type and event.data.get("call") in pending:
             answered.add(pending.pop(event.data["call"]))
     return answered
 
@@ -228,48 +241,48 @@ def _step(event: StoredEvent) -> StoryStep:
 
 def _describe(type_: str, data: dict[str, Any]) -> tuple[StepKind, str, str | None, str | None]:
     """(kind, one-line summary, long text, tool arguments) of one event."""
-    if type_ == "TranscriptEntry":
+    if type_ == TranscriptEntry.type:
         kind: StepKind = data["kind"]
         if kind == "tool":
             status = data.get("status") or "ok"
             return kind, f"tool {data.get('tool')} ({status})", data["text"], data.get("arguments")
         return kind, kind, data["text"], None
-    if type_ == "ModelCalled":
+    if type_ == ModelCalled.type:
         return "model_call", _model_call_line(data), None, None
-    if type_ == "ModelCallStarted":
+    if type_ == ModelCallStarted.type:
         line = (
             f"call {data['call']} to {data['model']} sent "
             f"(~{data['estimated_input_tokens']:,} input tokens), no answer recorded yet"
         )
         return "model_call", line, None, None
-    if type_ == "TickScheduled":
+    if type_ == TickScheduled.type:
         how = "by hand" if data.get("manual") else "for its slot"
         return "scheduled", f"scheduled {how} (attempt {data.get('attempt', 1)})", None, None
-    if type_ == "TickStarted":
+    if type_ == TickStarted.type:
         return "started", f"started pid {data['pid']} on {data['host']}", None, None
-    if type_ == "BudgetSpent":
+    if type_ == BudgetSpent.type:
         tokens = f"{data['prompt_tokens']:,} + {data['completion_tokens']:,} tokens"
         return "spend", f"{data['model']}: {tokens}", None, None
-    if type_ == "ToolCalled":
+    if type_ == ToolCalled.type:
         return (
             "tool",
             f"tool {data['name']} ({data['status']}, {data['duration_ms']:.0f} ms)",
             None,
             None,
         )
-    if type_ == "RouteFallback":
+    if type_ == RouteFallback.type:
         to = data.get("to_target") or "no candidate left"
         return "fallback", f"fallback {data['from_target']} -> {to}: {data['reason']}", None, None
-    if type_ == "RoutePromoted":
+    if type_ == RoutePromoted.type:
         return "promoted", f"promoted {data['from_target']} -> {data['to_target']}", None, None
-    if type_ == "GovernorFired":
+    if type_ == GovernorFired.type:
         return (
             "governor",
             f"governor {data['decision']} at ~{data['est_tokens']:,} tokens",
             None,
             None,
         )
-    if type_ == "TickAttemptFailed":
+    if type_ == TickAttemptFailed.type:
         line = f"attempt {data['attempt']} failed ({data['failure_class']}): {data['reason']}"
         return "attempt_failed", line, None, None
     if type_ in TERMINAL_TYPES:

@@ -14,6 +14,7 @@ from typing import Any
 
 import sqlalchemy as sa
 
+from harness.contracts import TickCompleted, TickFailed, TickLost, TickTimedOut
 from harness.projections.base import upsert
 from harness.store.schema import metadata
 
@@ -25,7 +26,7 @@ failure_streaks = sa.Table(
     sa.Column("last_tick_id", sa.String(200)),
 )
 
-FAILED = frozenset({"TickFailed", "TickTimedOut", "TickLost"})
+FAILED = frozenset({TickFailed.type, TickTimedOut.type, TickLost.type})
 
 
 @dataclass
@@ -38,7 +39,7 @@ class Streak:
 
 def fold_streak(streak: Streak, type_: str, data: dict[str, Any]) -> None:
     """A completed tick ends the streak; a failed, timed-out or lost one lengthens it."""
-    if type_ == "TickCompleted":
+    if type_ == TickCompleted.type:
         streak.failures, streak.last_tick_id = 0, None
     elif type_ in FAILED:
         streak.failures += 1

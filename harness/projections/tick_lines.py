@@ -12,6 +12,7 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
+from harness.contracts import BudgetSpent, TickCompleted, TickScheduled, TickStarted
 from harness.contracts.events import TERMINAL_TYPES
 from harness.contracts.records import StoredEvent
 from harness.contracts.result import ResultFileError, read_result
@@ -32,20 +33,20 @@ def tick_line(events: Sequence[StoredEvent], prices: PriceBook) -> str:
     status = {"timedout": "timed_out"}.get(status, status)
     reason = terminal.data.get("reason")
     parts = [f"{tick_id} {status}" + (f" ({reason})" if reason else "")]
-    started = next((e for e in events if e.type == "TickStarted"), None)
+    started = next((e for e in events if e.type == TickStarted.type), None)
     facts = []
     if started is not None:
         took = _at(terminal) - _at(started)
         facts.append(f"{took.total_seconds():.1f} s")
-    spent = [e.data for e in events if e.type == "BudgetSpent"]
+    spent = [e.data for e in events if e.type == BudgetSpent.type]
     tokens = sum(d["prompt_tokens"] + d["completion_tokens"] for d in spent)
     facts.append(f"{tokens:,} tokens")
     if spent:
         facts.append(_cost(spent, prices))
-    if first.type == "TickScheduled" and first.data.get("manual"):
+    if first.type == TickScheduled.type and first.data.get("manual"):
         facts.append("by hand")
     line = parts[0] + ": " + ", ".join(facts)
-    excerpt = _excerpt(terminal) if terminal.type == "TickCompleted" else None
+    excerpt = _excerpt(terminal) if terminal.type == TickCompleted.type else None
     return line + (f' — "{excerpt}"' if excerpt else "")
 
 

@@ -12,6 +12,7 @@ from functools import cache
 
 import sqlalchemy as sa
 
+from harness.contracts import BudgetSpent, GovernorFired, HedgeStarted
 from harness.folds.sums import merge
 from harness.folds.tick_spend import COUNTERS, tick_spend_sums
 from harness.prices import PriceBook
@@ -41,7 +42,7 @@ class TickSpendProjection(SumProjection):
     """Tokens per tick, model, day and price tier; governor and hedge counters per tick."""
 
     name = "tick_spend"
-    types = frozenset({"BudgetSpent", "GovernorFired", "HedgeStarted"})
+    types = frozenset({BudgetSpent.type, GovernorFired.type, HedgeStarted.type})
     tables = (tick_spend,)
 
     def __init__(self, prices: PriceBook) -> None:

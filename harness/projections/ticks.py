@@ -19,6 +19,18 @@ from typing import Any
 
 import sqlalchemy as sa
 
+from harness.contracts import (
+    BudgetSpent,
+    TickCancelled,
+    TickCompleted,
+    TickFailed,
+    TickLost,
+    TickScheduled,
+    TickSkipped,
+    TickStarted,
+    TickTimedOut,
+    ToolCalled,
+)
 from harness.projections.base import EventData, Projection, upsert
 from harness.projections.tick_counts import STORED, Tally
 from harness.projections.tick_counts import TABLES as COUNTERS
@@ -77,16 +89,16 @@ place (a retry's backoff is not in it).
 """
 
 STATUS_OF = {
-    "TickScheduled": "scheduled",
-    "TickStarted": "running",
-    "TickCompleted": "completed",
-    "TickFailed": "failed",
-    "TickTimedOut": "timed_out",
-    "TickCancelled": "cancelled",
-    "TickSkipped": "skipped",
-    "TickLost": "lost",
+    TickScheduled.type: "scheduled",
+    TickStarted.type: "running",
+    TickCompleted.type: "completed",
+    TickFailed.type: "failed",
+    TickTimedOut.type: "timed_out",
+    TickCancelled.type: "cancelled",
+    TickSkipped.type: "skipped",
+    TickLost.type: "lost",
 }
-_TIME_COLUMN = {"TickScheduled": "scheduled_at", "TickStarted": "started_at"}
+_TIME_COLUMN = {TickScheduled.type: "scheduled_at", TickStarted.type: "started_at"}
 _SET = (
     "level",
     "slot",
@@ -132,7 +144,7 @@ class TicksProjection(Projection):
     """One row per tick with its latest status and totals, for status views and scheduling."""
 
     name = "ticks"
-    types = frozenset({*STATUS_OF, "BudgetSpent", "ToolCalled"})
+    types = frozenset({*STATUS_OF, BudgetSpent.type, ToolCalled.type})
     tables = (ticks, *COUNTERS)
 
     def apply(self, conn: sa.Connection, batch: Iterable[EventData]) -> None:
@@ -158,14 +170,14 @@ class TicksProjection(Projection):
                 }
             row["level"] = level
             tally.levels.add(level)
-            if type_ == "BudgetSpent":
+            if type_ == BudgetSpent.type:
                 row["model"] = data["model"]
                 row["prompt_tokens"] += data["prompt_tokens"]
                 row["completion_tokens"] += data["completion_tokens"]
                 row["model_calls"] += 1
                 row["estimated_calls"] += data["estimated"]
                 continue
-            if type_ == "ToolCalled":
+            if type_ == ToolCalled.type:
                 cancelled = data["status"] == "cancelled"
                 row["tool_calls_cancelled" if cancelled else "tool_calls"] += 1
                 if cancelled:
@@ -178,7 +190,7 @@ class TicksProjection(Projection):
                 tally.timed(tick_id, level, when, start=column == "started_at")
             if column != "finished_at" and when is not None:
                 claims_and_starts[tick_id].append((column == "started_at", when))
-            if type_ == "TickScheduled" and data.get("model"):
+            if type_ == TickScheduled.type and data.get("model"):
                 row["model"] = data["model"]
             if data.get("slot"):
                 row["slot"] = _time(data["slot"])

@@ -31,7 +31,7 @@ def recently_down(store: EventStore | None, ttl: float, now: datetime) -> dict[s
     since = now - timedelta(seconds=ttl)
     try:
         after = store.lookback(LOOKBACK_EVENTS)
-        stored = store.read_all(after, LOOKBACK_EVENTS, ["RouteFallback"])
+        stored = store.read_all(after, LOOKBACK_EVENTS, [RouteFallback.type])
     except StoreError:
         return {}
     down: dict[str, str] = {}

@@ -24,6 +24,14 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, replace
 
 from harness.config import AlertKind, AlertsConfig, Settings, tick_page
+from harness.contracts import (
+    LevelBudgetExceeded,
+    LevelPaused,
+    TickCompleted,
+    TickFailed,
+    TickLost,
+    TickTimedOut,
+)
 from harness.contracts.events import AlertDelivered, AlertRaised, alert_stream
 from harness.contracts.secrets import redact
 from harness.projections import Streak, fold_streak, load_streaks, save_streaks
@@ -34,8 +42,8 @@ log = logging.getLogger(__name__)
 
 CHECKPOINT = "alerts"
 POLL_SECONDS = 1.0
-FAILED = frozenset({"TickFailed", "TickTimedOut", "TickLost"})
-WATCHED = (*FAILED, "TickCompleted", "LevelPaused", "LevelBudgetExceeded")
+FAILED = frozenset({TickFailed.type, TickTimedOut.type, TickLost.type})
+WATCHED = (*FAILED, TickCompleted.type, LevelPaused.type, LevelBudgetExceeded.type)
 
 Sender = Callable[[str, str, str], str]
 """(apprise URL, title, body) -> `ok` or `failed: <why>`."""
@@ -91,20 +99,20 @@ class Alerter:
         config = self.settings.alerts_for(level)
         streak = streaks.setdefault(level, Streak())
         fold_streak(streak, kind, data)
-        if kind == "TickCompleted":
+        if kind == TickCompleted.type:
             return []
-        if kind == "LevelPaused":
+        if kind == LevelPaused.type:
             if data.get("by") != "tickwork":
                 return []
             tick = streak.last_tick_id
             key = f"paused-{level}-{data['occurred_at']}"
             return self._raise(config, "paused", key, level, data["reason"], tick)
-        if kind == "LevelBudgetExceeded":
+        if kind == LevelBudgetExceeded.type:
             reason = f"daily budget spent on {data['day']}: {data['spent_tokens']:,} tokens"
             key = f"budget-{level}-{data['day']}"
             return self._raise(config, "budget", key, level, reason, None)
         alerts = []
-        if kind == "TickLost":
+        if kind == TickLost.type:
             reason = f"tick {data['tick_id']} lost: {data['reason']}"
             key = f"lost-{data['tick_id']}"
             alerts += self._raise(config, "lost", key, level, reason, data["tick_id"])

@@ -25,6 +25,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 
 from harness.config import LevelConfig
+from harness.contracts import TickScheduled
 from harness.contracts.events import tick_stream
 from harness.prices import PriceBook
 from harness.projections import Projector, spend_report
@@ -47,7 +48,7 @@ def settled_claim(store: EventStore, projector: Projector, tick_id: str) -> Stor
     holding the tick back for as long as that transaction stays open.
     """
     ours = tick_stream(tick_id)
-    found = store.read_streams([ours], types=["TickScheduled"])[ours]
+    found = store.read_streams([ours], types=[TickScheduled.type])[ours]
     if not found:
         return None
     if not store.wait_settled(found[0].global_position):
@@ -125,7 +126,7 @@ class Budgets:
         wanted = set(levels)
         streams = {tick_stream(t.tick_id): t.level for t in flying if t.level in wanted}
         held: dict[str, int] = {}
-        found = self.store.read_streams(streams, types=["TickScheduled"])
+        found = self.store.read_streams(streams, types=[TickScheduled.type])
         for stream, scheduled in found.items():
             for event in scheduled:
                 level = streams[stream]
@@ -168,7 +169,7 @@ class Budgets:
         if claim is None:
             return BudgetCheck(True, 0, None, 0)  # ended already: it holds no place
         streams = [tick_stream(t.tick_id) for t in ticks_in_flight(self.store, [level])]
-        claims = self.store.read_streams(streams, types=["TickScheduled"])
+        claims = self.store.read_streams(streams, types=[TickScheduled.type])
         before = sum(
             int(first.data.get("reserved_tokens", 0))
             for events in claims.values()

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 from datetime import UTC, datetime
 
+from harness.contracts import TickScheduled
 from harness.contracts.events import tick_stream
 from harness.projections import Projector
 from harness.projections.ticks import open_ticks
@@ -28,7 +29,7 @@ def manual_ticks_ahead(store: EventStore, projector: Projector, tick_id: str) ->
         unfinished = [tick_stream(open_id) for open_id, _ in open_ticks(conn)]
     if ours is None or tick_stream(tick_id) not in unfinished:
         return 0  # ended already, or not claimed: it holds no place and waits for none
-    claims = store.read_streams(unfinished, types=["TickScheduled"])
+    claims = store.read_streams(unfinished, types=[TickScheduled.type])
     now = datetime.now(UTC)
     return sum(
         1

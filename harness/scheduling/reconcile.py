@@ -23,6 +23,7 @@ from datetime import UTC, datetime, timedelta
 
 import psutil
 
+from harness.contracts import TickStarted
 from harness.contracts.events import TERMINAL_TYPES, tick_stream
 from harness.projections import Projector
 from harness.projections.ticks import open_ticks
@@ -56,7 +57,7 @@ def reconcile(
         events = store.read_stream(tick_stream(tick_id))
         if not events or any(e.type in TERMINAL_TYPES for e in events):
             continue
-        started = next((e for e in reversed(events) if e.type == "TickStarted"), None)
+        started = next((e for e in reversed(events) if e.type == TickStarted.type), None)
         if started is None:
             if abandoned(events[0], now, never_started_after, gone_elsewhere):
                 became = executor.abandoned(tick_id, level)

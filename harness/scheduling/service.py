@@ -350,7 +350,7 @@ class Service:
         if (level, day) in self.budget_flagged:
             return
         stream = level_stream(level)
-        history = self.store.read_streams([stream], types=["LevelBudgetExceeded"])[stream]
+        history = self.store.read_streams([stream], types=[LevelBudgetExceeded.type])[stream]
         if not any(e.data["day"] == day for e in history):
             event = LevelBudgetExceeded(
                 level=level,

@@ -26,6 +26,7 @@ from procrastinate.manager import JobManager
 from psycopg.types.json import Jsonb
 
 from harness.config import Settings
+from harness.contracts import WorkerStarted
 from harness.scheduling.waves import SlotClaim
 from harness.store import (
     EventStore,
@@ -242,7 +243,7 @@ class WorkerState:
 def workers(store: EventStore, announced: int = 1000) -> list[WorkerState]:
     """The workers procrastinate knows (alive, or not yet pruned), with what they announced."""
     rows = StoreConnector(store).execute_query_all(WORKERS)
-    starts = {e.data["worker_id"]: e.data for e in store.read_last(announced, ["WorkerStarted"])}
+    starts = {e.data["worker_id"]: e.data for e in store.read_last(announced, [WorkerStarted.type])}
     return [
         WorkerState(
             row["id"],

@@ -12,6 +12,7 @@ import time
 from collections.abc import Callable
 from datetime import datetime
 
+from harness.contracts import TickTaken
 from harness.contracts.events import (
     tick_stream,
 )
@@ -84,7 +85,7 @@ class ProcrastinateExecutor(OnStore, HandoffExecutor):
         part = PART.fullmatch(tick_id)
         if part is not None:
             parent = self.store.read_stream(tick_stream(part.group(1)))
-            if any(e.type == "TickTaken" for e in parent):
+            if any(e.type == TickTaken.type for e in parent):
                 return None
         scheduled = self.store.read_stream(tick_stream(tick_id), limit=1)
         slot = scheduled[0].data.get("slot") if scheduled else None

@@ -11,6 +11,7 @@ from collections.abc import Callable
 from datetime import datetime
 
 from harness.config import LevelConfig
+from harness.contracts import TickStarted
 from harness.contracts.events import (
     TERMINAL_TYPES,
     TickEvent,
@@ -39,7 +40,7 @@ from harness.store import (
     StoreError,
 )
 
-TAKEN = {"TickTaken", "TickStarted"}
+TAKEN = {TickTaken.type, TickStarted.type}
 KILLED_GONE_SECONDS = 5.0
 """How long a sweeper waits for a stalled tick's SIGKILLed group to be gone before it books
 the call the tick may have had in flight (a SIGKILLed process is gone in milliseconds)."""
@@ -241,7 +242,7 @@ class WorkerExecutor(OnStore):
         had in flight can be booked: nothing of it can record any more. A tick started on
         another host is left alone (None): its process may still run and book its calls.
         """
-        started = next((e for e in reversed(events) if e.type == "TickStarted"), None)
+        started = next((e for e in reversed(events) if e.type == TickStarted.type), None)
         if started is None or started.data.get("host") != self.host:
             return None
         group = TickProcess(int(started.data["pid"]))

@@ -210,9 +210,7 @@ def _add_window(store: SqlEventStore) -> None:
                 for k in range(WINDOW_TICKS)
             ],
         )
-        conn.execute(
-            spend_daily.insert(), [_spent_on(level, NOW.date(), "") for level in LEVELS]
-        )
+        conn.execute(spend_daily.insert(), [_spent_on(level, NOW.date(), "") for level in LEVELS])
         first = 50_000_000
         conn.execute(
             events.insert(),

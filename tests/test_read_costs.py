@@ -218,19 +218,25 @@ def _add_window(store: SqlEventStore) -> None:
         )
 
 
+ONE_CALL = {
+    "model": "gpt-4o-mini",
+    "price_tier": -1,
+    "prompt_tokens": 100,
+    "completion_tokens": 10,
+    "cache_read_tokens": 0,
+    "cache_write_tokens": 0,
+    "model_calls": 1,
+    "estimated_calls": 0,
+}
+"""One model call's spend, as the spend read models sum it."""
+
+
 def _spent(n: int, at: datetime) -> dict[str, Any]:
     """The tick spend row of `_tick(n, at, …)`: one model call."""
     return {
+        **ONE_CALL,
         "tick_id": f"{LEVELS[n % len(LEVELS)]}-{n:08d}",
-        "model": "gpt-4o-mini",
         "day": at.date(),
-        "price_tier": -1,
-        "prompt_tokens": 100,
-        "completion_tokens": 10,
-        "cache_read_tokens": 0,
-        "cache_write_tokens": 0,
-        "model_calls": 1,
-        "estimated_calls": 0,
         "governor_fired": 0,
         "hedges": 0,
         "twin": 0,
@@ -239,19 +245,7 @@ def _spent(n: int, at: datetime) -> dict[str, Any]:
 
 def _spent_on(level: str, day: date, template_hash: str) -> dict[str, Any]:
     """A spend read model row: a level's calls on a day (`template_hash` keeps rows apart)."""
-    return {
-        "level": level,
-        "model": "gpt-4o-mini",
-        "day": day,
-        "price_tier": -1,
-        "template_hash": template_hash,
-        "prompt_tokens": 100,
-        "completion_tokens": 10,
-        "cache_read_tokens": 0,
-        "cache_write_tokens": 0,
-        "model_calls": 1,
-        "estimated_calls": 0,
-    }
+    return {**ONE_CALL, "level": level, "day": day, "template_hash": template_hash}
 
 
 def _caught_up(store: SqlEventStore) -> None:

@@ -16,7 +16,7 @@ import sqlite3
 from collections.abc import Callable, Iterator
 from contextlib import closing, contextmanager
 from dataclasses import dataclass
-from datetime import UTC, datetime, timedelta
+from datetime import UTC, date, datetime, timedelta
 from typing import Any
 from uuid import uuid4
 
@@ -32,6 +32,7 @@ from harness.digests.build import build_digest
 from harness.prices import PriceBook
 from harness.projections import projector_for
 from harness.projections.level_stats import level_stats
+from harness.projections.spend import spend_daily
 from harness.projections.tick_spend import tick_spend
 from harness.projections.ticks import (
     TickCursor,
@@ -182,6 +183,15 @@ def _add_history(store: SqlEventStore, start: int, count: int) -> None:
             events.insert(),
             [_event(n + 1, old - timedelta(minutes=n)) for n in range(start, start + count)],
         )
+        # Spend by day: days before the dashboard's chart, which reads its own window.
+        charted = NOW - timedelta(days=dashboard.CHART_DAYS)
+        days = {
+            (LEVELS[n % len(LEVELS)], (charted - timedelta(minutes=n)).date())
+            for n in range(start, start + count)
+        }
+        conn.execute(
+            spend_daily.insert(), [_spent_on(level, day, f"h{start}") for level, day in days]
+        )
     _settle(store)
 
 
@@ -200,6 +210,7 @@ def _add_window(store: SqlEventStore) -> None:
                 for k in range(WINDOW_TICKS)
             ],
         )
+        conn.execute(spend_daily.insert(), [_spent_on(level, NOW.date(), "") for level in LEVELS])
         first = 50_000_000
         conn.execute(
             events.insert(),
@@ -207,23 +218,34 @@ def _add_window(store: SqlEventStore) -> None:
         )
 
 
+ONE_CALL = {
+    "model": "gpt-4o-mini",
+    "price_tier": -1,
+    "prompt_tokens": 100,
+    "completion_tokens": 10,
+    "cache_read_tokens": 0,
+    "cache_write_tokens": 0,
+    "model_calls": 1,
+    "estimated_calls": 0,
+}
+"""One model call's spend, as the spend read models sum it."""
+
+
 def _spent(n: int, at: datetime) -> dict[str, Any]:
     """The tick spend row of `_tick(n, at, …)`: one model call."""
     return {
+        **ONE_CALL,
         "tick_id": f"{LEVELS[n % len(LEVELS)]}-{n:08d}",
-        "model": "gpt-4o-mini",
         "day": at.date(),
-        "price_tier": -1,
-        "prompt_tokens": 100,
-        "completion_tokens": 10,
-        "cache_read_tokens": 0,
-        "cache_write_tokens": 0,
-        "model_calls": 1,
-        "estimated_calls": 0,
         "governor_fired": 0,
         "hedges": 0,
         "twin": 0,
     }
+
+
+def _spent_on(level: str, day: date, template_hash: str) -> dict[str, Any]:
+    """A spend read model row: a level's calls on a day (`template_hash` keeps rows apart)."""
+    return {**ONE_CALL, "level": level, "day": day, "template_hash": template_hash}
 
 
 def _caught_up(store: SqlEventStore) -> None:

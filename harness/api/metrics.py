@@ -11,7 +11,7 @@ from __future__ import annotations
 import math
 from collections import defaultdict
 from collections.abc import Iterable, Iterator
-from datetime import datetime
+from datetime import UTC, datetime
 
 import sqlalchemy as sa
 from prometheus_client.core import (
@@ -217,22 +217,28 @@ class StoreCollector(Collector):
         return family
 
     def _spend(self) -> Iterator[Metric]:
+        """Today's spend (UTC): counters that restart at midnight, as `increase()` reads them.
+
+        Not the spend of every day: pricing a row per level, model and day grew with the
+        days kept (311 ms CPU a scrape at 1,000 levels after 30 days, 81 ms after one).
+        """
         tokens = CounterMetricFamily(
             "tickwork_tokens",
-            "Tokens spent, by level, model and kind.",
+            "Tokens spent today (UTC), by level, model and kind; restarts at 00:00 UTC.",
             labels=["level", "model", "kind"],
         )
         calls = CounterMetricFamily(
             "tickwork_model_calls",
-            "Model calls that reported (or estimated) usage.",
+            "Model calls today (UTC) that reported (or estimated) usage; restarts at 00:00 UTC.",
             labels=["level", "model"],
         )
         cost = CounterMetricFamily(
             "tickwork_cost_usd",
-            "USD spent, priced now; models without a price are left out.",
+            "USD spent today (UTC), priced now; models without a price are left out; "
+            "restarts at 00:00 UTC.",
             labels=["level", "model"],
         )
-        for row in self.reads.spend(by=("level", "model")):
+        for row in self.reads.spend(by=("level", "model"), since=datetime.now(UTC).date()):
             labels = [row.group["level"], row.group["model"]]
             tokens.add_metric([*labels, "prompt"], row.prompt_tokens)
             tokens.add_metric([*labels, "completion"], row.completion_tokens)

@@ -122,8 +122,11 @@ def spend_report(
         *keys, *(sa.func.sum(spend_daily.c[name]).label(name) for name in SUMS)
     ).group_by(*keys)
     if since is not None:
-        query = query.where(spend_daily.c.day >= since)
-    if until is not None:
+        # Closed on both sides: given `day >= ?` alone, SQLite walks the whole primary key
+        # (the GROUP BY's order) rather than sort the days asked for, so a status, a scrape
+        # or a dashboard refresh read every day ever kept.
+        query = query.where(spend_daily.c.day.between(since, until or date.max))
+    elif until is not None:
         query = query.where(spend_daily.c.day <= until)
     if levels:
         query = query.where(spend_daily.c.level.in_(list(levels)))

@@ -137,7 +137,10 @@ def test_a_new_operators_path_through_the_dashboard(tmp_path: Path, browser: Web
     service = Output(start_service(config, fake))
     banner = service.wait_for("dashboard `tickwork serve`").split("then ")[1].strip()
     try:
-        with serve(tmp_path, env=environment(TICKWORK_CONFIG=str(config)), port=port) as (url, _):
+        # The server's own ticks (run again, run now) talk to the scripted fake too: a slow
+        # answer keeps each running until the page cancels it.
+        server_env = environment(TICKWORK_CONFIG=str(config), OPENAI_BASE_URL=fake.url)
+        with serve(tmp_path, env=server_env, port=port) as (url, _):
             assert banner == f"{url}/", "the banner names the dashboard's address"
 
             def running_after_completed() -> bool:

@@ -72,7 +72,7 @@ def serve(raw: bytes) -> int:
             os._exit(3)
     elif command == "mutter":
         print("the stand-in is still thinking", file=sys.stderr, flush=True)
-        time.sleep(120)
+        signal.pause()  # hangs until the runner's signal ends it
     elif command == "stubborn":
         signal.signal(signal.SIGTERM, signal.SIG_IGN)
         code = "import signal, time; signal.signal(signal.SIGTERM, signal.SIG_IGN); time.sleep(120)"

@@ -254,7 +254,7 @@ def test_three_workers_run_every_claimed_slot_once_within_the_level_cap(tmp_path
             )
             assert not (tick in missed and ticks.of("TickTaken")[tick]), tick
         for tick, taken in ticks.of("TickTaken").items():
-            assert len(taken) == 1, (tick, taken)
+            assert len(taken) == (0 if tick in missed else 1), (tick, taken)
         for tick, scheduled in ticks.of("TickScheduled").items():
             assert len(scheduled) == 1, (tick, scheduled)
         takers = Counter(e.data["worker_pid"] for t in ticks.of("TickTaken").values() for e in t)

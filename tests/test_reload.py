@@ -1,0 +1,291 @@
+"""Live edits: `tickwork run` takes tickwork.toml's levels anew on SIGHUP or a file change."""
+
+from __future__ import annotations
+
+import signal
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from harness.config import LevelConfig, load_settings
+from harness.contracts import ConfigReloaded, LevelsRecorded, TickScheduled, TickStarted
+from harness.contracts.events import CONFIG_STREAM, config_stream
+from harness.devtools.fake_llm import FakeUpstream
+from harness.execution.executors import LocalExecutor
+from harness.execution.launchers import WarmLauncher
+from harness.execution.prepare import Preparer
+from harness.execution.runner import Runner
+from harness.scheduling.reload import (
+    LevelsReload,
+    level_changes,
+    levels_revision,
+    recorded_levels,
+    restart_sections,
+)
+from harness.scheduling.service import Service
+from harness.scheduling.timetable import Timetable
+from harness.scheduling.triggers import level_trigger, slot_tick_id
+from harness.store import EventStore, StoredEvent, open_store
+from tests.commands import Output, start_service
+from tests.waiting import wait_until
+
+EDIT_OLD = """
+[levels.edit]
+every = "1h"
+prompt = "hold"
+model = "fake-model"
+timeout_seconds = 30
+max_concurrent = 1
+overlap = "allow"
+
+[levels.gone]
+every = "1h"
+prompt = "report"
+model = "fake-model"
+"""
+EDIT_NEW = """
+[levels.edit]
+every = "1h"
+prompt = "report"
+model = "fake-model"
+timeout_seconds = 40
+max_concurrent = 1
+overlap = "allow"
+
+[levels.added]
+every = "1h"
+prompt = "report"
+model = "fake-model"
+"""
+
+
+def write(tmp_path: Path, levels: str, extra: str = "") -> Path:
+    """The service's tickwork.toml: no retries, so a stand-in's end is one attempt."""
+    config = tmp_path / "tickwork.toml"
+    config.write_text(
+        f"""
+[store]
+url = "sqlite:///{tmp_path}/events.db"
+{extra}
+[paths]
+results = "{tmp_path}/results"
+spool = "{tmp_path}/spool"
+[runner]
+grace_seconds = 1
+shutdown_grace_seconds = 1
+infra_retries = 0
+content_retries = 0
+{levels}
+"""
+    )
+    return config
+
+
+def service_on(
+    config: Path, launcher: WarmLauncher | None = None
+) -> tuple[Service, LevelsReload, list[str]]:
+    """A service wired as `tickwork run` wires it, driven by the test rather than a clock."""
+    settings = load_settings(config)
+    store = open_store(settings.store.url)
+    lines: list[str] = []
+    executor = LocalExecutor(
+        settings, Preparer(settings, store), Runner(settings, store, launcher), lines.append
+    )
+    service = Service(settings, store, executor, lines.append)
+    reload = service.reload = LevelsReload(service, config, lines.append, [executor.levels_changed])
+    return service, reload, lines
+
+
+def scheduled(store: EventStore, tick_id: str) -> dict[str, Any]:
+    return store.read_stream(f"tick-{tick_id}")[0].data
+
+
+def started(store: EventStore, tick_id: str) -> StoredEvent | None:
+    events = store.read_stream(f"tick-{tick_id}")
+    return next((e for e in events if e.type == TickStarted.type), None)
+
+
+def release(store: EventStore, tick_id: str) -> None:
+    """Let a stand-in tick that holds (prompt `hold`) end, once it has started."""
+    start = wait_until(lambda: started(store, tick_id), f"{tick_id} to start")
+    Path(start.data["result_path"]).with_suffix(".go").touch()
+
+
+def test_level_changes_name_each_level_added_removed_and_changed() -> None:
+    def level(**fields: Any) -> LevelConfig:
+        return LevelConfig(every="1m", model="m", **fields)
+
+    old = {"a": level(), "b": level(), "c": level(prompt="x")}
+    new = {"a": level(), "c": level(prompt="y"), "d": level()}
+    changes = level_changes(old, new)
+    assert (changes.added, changes.removed, changes.changed) == (("d",), ("b",), ("c",))
+    assert changes.describe() == "added d; removed b; changed c"
+    assert not level_changes(old, dict(old))
+    assert levels_revision(old) == levels_revision(dict(reversed(old.items())))
+    assert levels_revision(old) != levels_revision({**old, "c": level(prompt="z")})
+
+
+def test_a_retimed_timetable_keeps_a_slot_already_due_and_drops_removed_jobs() -> None:
+    def trigger(every: str) -> Any:
+        return level_trigger(LevelConfig(every=every, model="m"))
+
+    start = datetime(2026, 12, 1, 12, 0, tzinfo=UTC)
+    timetable = Timetable(
+        {"kept": trigger("1m"), "edited": trigger("1m"), "gone": trigger("1m")}, start
+    )
+    now = start + timedelta(seconds=0.5)  # 12:00 is due and not yet fired
+    timetable.retime(
+        {"kept": trigger("1m"), "edited": trigger("1h"), "new": trigger("1m")}, {"edited"}, now
+    )
+    assert timetable.upcoming == {
+        "kept": start,
+        "edited": start,  # on the hour: the new schedule's slot still due
+        "new": start + timedelta(minutes=1),  # an added level fires from its next slot
+    }
+    timetable.retime(timetable.triggers, {"kept"}, now)
+    assert timetable.upcoming["kept"] == start, "an unchanged schedule keeps the slot it had"
+
+
+def test_a_reload_adds_removes_and_changes_levels_while_a_tick_of_a_changed_one_runs(
+    tmp_path: Path, standin_launcher: WarmLauncher
+) -> None:
+    config = write(tmp_path, EDIT_OLD)
+    service, reload, lines = service_on(config, standin_launcher)
+    store, old = service.store, service.config_revision
+    first = datetime(2026, 12, 1, 9, 0, tzinfo=UTC)
+    running, queued, after = (slot_tick_id("edit", first + timedelta(hours=h)) for h in range(3))
+    try:
+        service.fire([(first, "edit")])
+        wait_until(lambda: started(store, running), "the first tick to run")
+        service.fire([(first + timedelta(hours=1), "edit")])  # queued behind it (cap 1)
+        config.write_text(write(tmp_path, EDIT_NEW).read_text())
+        assert reload.reload(), lines
+        new = service.config_revision
+        assert new == levels_revision(load_settings(config).levels) != old
+        service.fire([(first + timedelta(hours=2), "edit"), (first, "added")])
+        release(store, running)
+        release(store, queued)  # claimed before the reload: it holds, as its prompt said
+        service.wait_idle(60)
+    finally:
+        service.shutdown()
+    revisions = {t: scheduled(store, t)["config_revision"] for t in (running, queued, after)}
+    assert revisions == {running: old, queued: old, after: new}
+    timeouts = {t: started(store, t).data["timeout_seconds"] for t in (running, queued, after)}  # type: ignore[union-attr]
+    assert timeouts == {running: 30, queued: 30, after: 40}
+    added = slot_tick_id("added", first)
+    assert scheduled(store, added)["config_revision"] == new and started(store, added)
+    [reloaded] = store.read_stream(CONFIG_STREAM)
+    assert reloaded.type == ConfigReloaded.type
+    assert reloaded.data["previous_revision"] == old and reloaded.data["revision"] == new
+    assert (reloaded.data["added"], reloaded.data["removed"], reloaded.data["changed"]) == (
+        ["added"],
+        ["gone"],
+        ["edit"],
+    )
+    assert set(service.settings.levels) == {"edit", "added"}
+    assert (
+        f"levels revision {old[:12]} -> {new[:12]} (added added; removed gone; changed edit)"
+        in "\n".join(lines)
+    )
+    reload.poll()  # stores the levels of the revision in force
+    stored = recorded_levels(store, new)
+    assert stored is not None and stored["edit"].timeout_seconds == 40
+    assert store.read_stream(config_stream(new))[0].type == LevelsRecorded.type
+
+
+@pytest.mark.parametrize(
+    ("levels", "error"),
+    [
+        (
+            EDIT_OLD.replace('every = "1h"', 'every = "soon"', 1),
+            "levels.edit.every: Value error, 'soon' is not an interval",
+        ),
+        (EDIT_OLD + '\n[levels.nomodel]\nevery = "1m"\n', "levels.nomodel.model is not set"),
+        (
+            EDIT_OLD.replace("[levels.gone]", "[levels.gone]\nbogus = 1"),
+            "levels.gone.bogus: Extra inputs are not permitted",
+        ),
+        (EDIT_OLD + "\n[levels.x\n", "invalid TOML"),
+    ],
+    ids=["bad-value", "no-model", "unknown-key", "not-toml"],
+)
+def test_an_invalid_reload_keeps_the_old_levels_and_changes_no_stored_data(
+    tmp_path: Path, levels: str, error: str
+) -> None:
+    config = write(tmp_path, EDIT_OLD)
+    service, reload, lines = service_on(config)
+    reload.poll()  # the levels in force are stored
+    before = service.store.read_all(0, 1000)
+    in_force, revision = dict(service.settings.levels), service.config_revision
+    config.write_text(write(tmp_path, levels).read_text())
+    reload.request()
+    reload.poll()
+    assert service.store.read_all(0, 1000) == before
+    assert service.settings.levels == in_force and service.config_revision == revision
+    assert set(service.triggers) == set(in_force)
+    [line] = [line for line in lines if "rejected" in line]
+    assert f"configuration rejected, levels revision {revision[:12]} stay in force" in line
+    assert str(config) in line and error in line, line
+    service.store.close()
+
+
+def test_a_changed_section_besides_levels_waits_for_a_restart(tmp_path: Path) -> None:
+    config = write(tmp_path, EDIT_OLD)
+    service, reload, lines = service_on(config)
+    durable = write(tmp_path, EDIT_NEW, extra='durability = "power"')
+    assert restart_sections(service.settings, load_settings(durable)) == ["store"]
+    assert reload.reload()
+    assert service.settings.store.durability == "process", "the running store stays"
+    assert set(service.settings.levels) == {"edit", "added"}, "the levels reload all the same"
+    assert any("[store] changed: they take effect at the next restart" in line for line in lines)
+    [reloaded] = service.store.read_stream(CONFIG_STREAM)
+    assert reloaded.data["restart"] == ["store"]
+    service.store.close()
+
+
+BUDGETED = """
+[levels.{name}]
+every = "1s"
+prompt = "Anything new?"
+model = "fake-model"
+daily_token_budget = 1
+"""
+"""A level whose every slot is claimed and skipped (its reservation is over the budget):
+it fires every second without starting a tick process."""
+
+
+def test_sighup_reloads_a_running_service_and_an_invalid_file_is_refused(
+    tmp_path: Path, fake: FakeUpstream
+) -> None:
+    config = write(tmp_path, BUDGETED.format(name="old"))
+    store = open_store(f"sqlite:///{tmp_path}/events.db")
+    service = Output(start_service(config, fake))
+
+    def claims(level: str) -> list[StoredEvent]:
+        return [
+            e for e in store.read_all(0, 100_000, [TickScheduled.type]) if e.data["level"] == level
+        ]
+
+    try:
+        wait_until(lambda: claims("old"), "a slot of the old level")
+        config.write_text(config.read_text().replace("[levels.old]", "[levels.new]"))
+        service.process.send_signal(signal.SIGHUP)
+        [reloaded] = wait_until(lambda: store.read_stream(CONFIG_STREAM), "the reload")
+        wait_until(lambda: len(claims("new")) >= 2, "two slots of the added level")
+        config.write_text(config.read_text().replace('every = "1s"', 'every = "never"'))
+        service.process.send_signal(signal.SIGHUP)
+        service.wait_for("configuration rejected")
+        seen = len(claims("new"))
+        wait_until(lambda: len(claims("new")) > seen, "the levels in force to go on firing")
+    finally:
+        output = service.stop()
+    assert service.process.returncode == 0, output
+    assert (reloaded.data["added"], reloaded.data["removed"]) == (["new"], ["old"])
+    reload_at = datetime.fromisoformat(reloaded.data["occurred_at"])
+    assert all(datetime.fromisoformat(e.data["slot"]) <= reload_at for e in claims("old"))
+    assert {e.data["config_revision"] for e in claims("new")} == {reloaded.data["revision"]}
+    assert "levels.new.every: Value error, 'never' is not an interval" in output
+    assert len(store.read_stream(CONFIG_STREAM)) == 1, "a refused file is no reload"
+    store.close()

@@ -9,6 +9,7 @@ from typing import Any
 
 import pytest
 
+from harness.cli.show_command import print_story_head
 from harness.config import LevelConfig, load_settings
 from harness.contracts import ConfigReloaded, LevelsRecorded, TickScheduled, TickStarted
 from harness.contracts.events import CONFIG_STREAM, config_stream
@@ -17,18 +18,20 @@ from harness.execution.executors import LocalExecutor
 from harness.execution.launchers import WarmLauncher
 from harness.execution.prepare import Preparer
 from harness.execution.runner import Runner
+from harness.projections.story import tick_story
 from harness.scheduling.reload import (
     LevelsReload,
     level_changes,
     levels_revision,
     recorded_levels,
+    reload_lines,
     restart_sections,
 )
 from harness.scheduling.service import Service
 from harness.scheduling.timetable import Timetable
 from harness.scheduling.triggers import level_trigger, slot_tick_id
 from harness.store import EventStore, StoredEvent, open_store
-from tests.commands import Output, start_service
+from tests.commands import Output, run_cli, start_service
 from tests.waiting import wait_until
 
 EDIT_OLD = """
@@ -149,7 +152,7 @@ def test_a_retimed_timetable_keeps_a_slot_already_due_and_drops_removed_jobs() -
 
 
 def test_a_reload_adds_removes_and_changes_levels_while_a_tick_of_a_changed_one_runs(
-    tmp_path: Path, standin_launcher: WarmLauncher
+    tmp_path: Path, standin_launcher: WarmLauncher, capsys: pytest.CaptureFixture[str]
 ) -> None:
     config = write(tmp_path, EDIT_OLD)
     service, reload, lines = service_on(config, standin_launcher)
@@ -189,6 +192,10 @@ def test_a_reload_adds_removes_and_changes_levels_while_a_tick_of_a_changed_one_
         f"levels revision {old[:12]} -> {new[:12]} (added added; removed gone; changed edit)"
         in "\n".join(lines)
     )
+    story = tick_story(store, queued)
+    assert story is not None and story.config_revision == old
+    print_story_head(story)
+    assert f"config  levels revision {old[:12]}" in capsys.readouterr().out
     reload.poll()  # stores the levels of the revision in force
     stored = recorded_levels(store, new)
     assert stored is not None and stored["edit"].timeout_seconds == 40
@@ -242,6 +249,15 @@ def test_a_changed_section_besides_levels_waits_for_a_restart(tmp_path: Path) ->
     assert any("[store] changed: they take effect at the next restart" in line for line in lines)
     [reloaded] = service.store.read_stream(CONFIG_STREAM)
     assert reloaded.data["restart"] == ["store"]
+    old, new = reloaded.data["previous_revision"], reloaded.data["revision"]
+    rows = reload_lines(load_settings(config), service.store)
+    assert rows[0] == ("levels", f"revision {new[:12]} (this file)")
+    assert rows[2:] == [
+        ("", f"{old[:12]} -> {new[:12]}"),
+        ("", "added added; removed gone; changed edit"),
+    ]
+    edited = reload_lines(load_settings(write(tmp_path, EDIT_OLD)), service.store)
+    assert edited[-1] == ("", "this file's levels differ: SIGHUP reloads them")
     service.store.close()
 
 
@@ -274,7 +290,9 @@ def test_sighup_reloads_a_running_service_and_an_invalid_file_is_refused(
         service.process.send_signal(signal.SIGHUP)
         [reloaded] = wait_until(lambda: store.read_stream(CONFIG_STREAM), "the reload")
         wait_until(lambda: len(claims("new")) >= 2, "two slots of the added level")
-        config.write_text(config.read_text().replace('every = "1s"', 'every = "never"'))
+        valid = config.read_text()
+        config.with_name("valid.toml").write_text(valid)
+        config.write_text(valid.replace('every = "1s"', 'every = "never"'))
         service.process.send_signal(signal.SIGHUP)
         service.wait_for("configuration rejected")
         seen = len(claims("new"))
@@ -288,4 +306,10 @@ def test_sighup_reloads_a_running_service_and_an_invalid_file_is_refused(
     assert {e.data["config_revision"] for e in claims("new")} == {reloaded.data["revision"]}
     assert "levels.new.every: Value error, 'never' is not an interval" in output
     assert len(store.read_stream(CONFIG_STREAM)) == 1, "a refused file is no reload"
+    status = run_cli("status", config.with_name("valid.toml"), fake)
+    assert status.returncode == 0, status.stderr
+    shown = " ".join(status.stdout.split())
+    revision = reloaded.data["revision"][:12]
+    assert f"levels revision {revision} (this file)" in shown, shown
+    assert f"-> {revision} added new; removed old" in shown, shown
     store.close()

@@ -39,6 +39,7 @@ from uuid import UUID, uuid5
 
 from harness.config import ConfigError, LevelConfig, Settings, load_settings
 from harness.contracts.events import (
+    CONFIG_STREAM,
     ConfigReloaded,
     LevelsRecorded,
     config_stream,
@@ -90,6 +91,41 @@ def recorded_levels(store: EventStore, revision: str) -> dict[str, LevelConfig] 
         if isinstance(event, LevelsRecorded):
             return {name: LevelConfig.model_validate(data) for name, data in event.levels.items()}
     return None
+
+
+def last_reload(store: EventStore) -> ConfigReloaded | None:
+    """The latest reload any scheduler on the store accepted (None: none since they started).
+
+    Raises:
+        StoreError: the store cannot be read.
+    """
+    version = store.stream_version(CONFIG_STREAM)
+    for stored in store.read_stream(CONFIG_STREAM, after=max(0, version - 1)):
+        event = decode(stored)
+        if isinstance(event, ConfigReloaded):
+            return event
+    return None
+
+
+def reload_lines(settings: Settings, store: EventStore) -> list[tuple[str, str]]:
+    """`tickwork status`'s rows on the levels: this file's revision and the last reload.
+
+    Raises:
+        StoreError: the store cannot be read.
+    """
+    revision = levels_revision(settings.levels)
+    rows = [("levels", f"revision {revision[:12]} (this file)")]
+    reloaded = last_reload(store)
+    if reloaded is None:
+        return [*rows, ("reloaded", "never since the schedulers started (SIGHUP reloads)")]
+    changes = LevelChanges(tuple(reloaded.added), tuple(reloaded.removed), tuple(reloaded.changed))
+    when = f"{reloaded.occurred_at:%Y-%m-%d %H:%M:%S} UTC by pid {reloaded.pid} on {reloaded.host}"
+    rows.append(("reloaded", when))
+    rows.append(("", f"{reloaded.previous_revision[:12]} -> {reloaded.revision[:12]}"))
+    rows.append(("", changes.describe()))
+    if reloaded.revision != revision:
+        rows.append(("", "this file's levels differ: SIGHUP reloads them"))
+    return rows
 
 
 @dataclass(frozen=True)

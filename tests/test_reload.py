@@ -10,18 +10,21 @@ from typing import Any
 import pytest
 
 from harness.cli.show_command import print_story_head
-from harness.config import LevelConfig, load_settings
+from harness.config import ExecutorConfig, LevelConfig, Settings, StoreConfig, load_settings
 from harness.contracts import ConfigReloaded, LevelsRecorded, TickScheduled, TickStarted
 from harness.contracts.events import CONFIG_STREAM, config_stream
 from harness.devtools.fake_llm import FakeUpstream
 from harness.execution.executors import LocalExecutor
+from harness.execution.executors.procrastinate import WorkerExecutor, WorkerRunner
 from harness.execution.launchers import WarmLauncher
+from harness.execution.launchers.cold import ColdLauncher
 from harness.execution.prepare import Preparer
 from harness.execution.runner import Runner
 from harness.projections.story import tick_story
 from harness.scheduling.reload import (
     LevelsReload,
     level_changes,
+    levels_record,
     levels_revision,
     recorded_levels,
     reload_lines,
@@ -30,7 +33,8 @@ from harness.scheduling.reload import (
 from harness.scheduling.service import Service
 from harness.scheduling.timetable import Timetable
 from harness.scheduling.triggers import level_trigger, slot_tick_id
-from harness.store import EventStore, StoredEvent, open_store
+from harness.scheduling.waves import SlotClaim, claim_wave
+from harness.store import EventStore, SqlEventStore, StoredEvent, open_store
 from tests.commands import Output, run_cli, start_service
 from tests.waiting import wait_until
 
@@ -313,3 +317,42 @@ def test_sighup_reloads_a_running_service_and_an_invalid_file_is_refused(
     assert f"levels revision {revision} (this file)" in shown, shown
     assert f"-> {revision} added new; removed old" in shown, shown
     store.close()
+
+
+@pytest.mark.postgres
+def test_a_procrastinate_worker_runs_a_tick_with_the_levels_its_slot_was_claimed_under(
+    pg_store: SqlEventStore, pg_session_url: str
+) -> None:
+    """The worker's own file may lag the scheduler's reload: the claim's revision wins."""
+    store = pg_store
+    own = {"edit": LevelConfig(every="1h", model="m", timeout_seconds=30)}
+    worker_settings = Settings(
+        store=StoreConfig(url=pg_session_url),
+        executor=ExecutorConfig(kind="procrastinate"),
+        levels=own,
+    )
+    reloaded = {**own, "edit": own["edit"].model_copy(update={"timeout_seconds": 45})}
+    reloaded["added"] = LevelConfig(every="1m", model="m2", prompt="new")
+    revision = levels_revision(reloaded)
+    record = levels_record(reloaded, revision)
+    store.create_streams({record.stream_id: [record.to_record()]})
+    at = datetime(2026, 1, 1, tzinfo=UTC)
+    claims = [
+        SlotClaim("edit-1", "edit", at, config_revision=revision),
+        SlotClaim("added-1", "added", at, config_revision=revision),
+        SlotClaim("edit-2", "edit", at),  # by hand, or by an older scheduler
+        SlotClaim("edit-3", "edit", at, config_revision="0" * 64),  # not stored
+    ]
+    claim_wave(store, worker_settings, claims)
+    reports: list[str] = []
+    runner = WorkerRunner(worker_settings, store, ColdLauncher())
+    worker = WorkerExecutor(worker_settings, store, None, runner, reports.append)  # type: ignore[arg-type]
+    assert worker.claimed_config("edit-1", "edit") == (revision, reloaded["edit"])
+    assert worker.claimed_config("added-1", "added") == (revision, reloaded["added"])
+    assert worker.claimed_config("edit-2", "edit") == (None, None)
+    assert worker.claimed_config("edit-3", "edit") == ("0" * 64, None)
+    assert any("not stored: own settings" in line for line in reports)
+    tick = Preparer(worker_settings, store).prepare(
+        "added", tick_id="added-1", slot=at, config=reloaded["added"]
+    )
+    assert (tick.payload.model, tick.payload.prompt, tick.timeout) == ("m2", "new", 300)

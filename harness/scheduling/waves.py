@@ -68,7 +68,7 @@ class SlotClaim:
     """The catalog's decision for the slot, recorded in TickScheduled and run as decided."""
     manual: Manual | None = None
     """Started by hand: runs in the executor's manual lane, recorded as such."""
-    config: LevelConfig | None = None
+    config: LevelConfig | None = field(default=None, compare=False)
     """The level's settings when its slot was claimed: the tick runs with them even when
     a reload changes the level before it starts (None: those in force when it starts)."""
     config_revision: str | None = None

@@ -79,6 +79,7 @@ def run_service() -> None:
             for signum in (signal.SIGTERM, signal.SIGINT):
                 signal.signal(signum, partial(_stop, service, executor))
             signal.signal(signal.SIGHUP, partial(_reload, levels, router))
+            levels.watch(service.stopping)
             if router is not None:
                 router.source.watch(service.stopping)
             service.serve()

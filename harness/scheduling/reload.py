@@ -32,7 +32,6 @@ import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from datetime import datetime
 from pathlib import Path
 from typing import TYPE_CHECKING
 from uuid import UUID, uuid5
@@ -172,9 +171,11 @@ def restart_sections(old: Settings, new: Settings) -> list[str]:
 class LevelsReload:
     """The service's levels, reloaded on request (SIGHUP) or when the file changes.
 
-    `poll` runs on the timetable's own thread (the service's `wake`), so the triggers
-    and next slots change between two looks of the loop, never during a wave; a signal
-    handler only sets a flag (`request`).
+    Reading and validating the file (`look`) happens on a watcher thread (`watch`): at
+    1,000 levels it costs about 0.1 s of CPU, which must not hold the timetable. A valid
+    file is put in force by `poll`, on the timetable's own thread (the service's `wake`),
+    so triggers and next slots change between two looks of the loop, never during a
+    wave. A signal handler only sets a flag (`request`).
     """
 
     def __init__(
@@ -191,39 +192,85 @@ class LevelsReload:
         self._requested = threading.Event()
         self._seen = self._digest()
         self._looked_at = time.monotonic()
+        self._watching = False
+        self._lock = threading.Lock()
+        self._loaded: Settings | None = None
+        """A valid file read by `look`, waiting for `poll` to put it in force."""
         self.unrecorded: LevelsRecorded | None = levels_record(
             service.settings.levels, service.config_revision
         )
         """The levels in force, until they are stored (the store may be out)."""
-        self.reloaded_at: datetime | None = None
-        """When levels were last put in force from the file (None: not since start)."""
 
     def request(self) -> None:
-        """Safe in a signal handler: the next poll reloads, even an unchanged file."""
+        """Safe in a signal handler: the file is read at once, even unchanged."""
         self._requested.set()
 
-    def poll(self) -> None:
-        """Reload when asked or when the file changed; store what the store did not take yet."""
-        due = time.monotonic() - self._looked_at >= WATCH_SECONDS
-        if self._requested.is_set() or due:
-            self._looked_at = time.monotonic()
-            digest = self._digest()
-            if self._requested.is_set() or digest != self._seen:
-                self._requested.clear()
-                self._seen = digest
-                self.reload()
-        self._record_levels()
+    def watch(self, stopping: threading.Event) -> threading.Thread:
+        """Look at the file every WATCH_SECONDS, and at once on `request`, on a daemon thread."""
+        self._watching = True
 
-    def reload(self) -> bool:
-        """Read, validate and put in force the file's levels; False when it is refused."""
-        service = self.service
-        old = service.config_revision
+        def loop() -> None:
+            while not stopping.is_set():
+                self._requested.wait(WATCH_SECONDS)
+                if not stopping.is_set():
+                    self.look()
+
+        thread = threading.Thread(target=loop, name="levels-watch", daemon=True)
+        thread.start()
+        return thread
+
+    def look(self, forced: bool = False) -> None:
+        """Read and validate the file when asked or changed; a valid one waits for `poll`.
+
+        An invalid one is reported with its errors and nothing else happens.
+        """
+        digest = self._digest()
+        if not (forced or self._requested.is_set() or digest != self._seen):
+            return
+        self._requested.clear()
+        self._seen = digest
         try:
             new = load_settings(self.path)
             self._check(new)
         except ConfigError as exc:
-            self.report(f"configuration rejected, levels revision {old[:12]} stay in force: {exc}")
+            in_force = self.service.config_revision
+            self.report(
+                f"configuration rejected, levels revision {in_force[:12]} stay in force: {exc}"
+            )
+            return
+        with self._lock:
+            self._loaded = new
+
+    def poll(self) -> None:
+        """Put a file `look` accepted in force; store the levels the store did not take yet.
+
+        Without a watcher thread (`watch`), it looks at the file itself when due.
+        """
+        if not self._watching and (
+            self._requested.is_set() or time.monotonic() - self._looked_at >= WATCH_SECONDS
+        ):
+            self._looked_at = time.monotonic()
+            self.look()
+        with self._lock:
+            new, self._loaded = self._loaded, None
+        if new is not None:
+            self.put_in_force(new)
+        self._record_levels()
+
+    def reload(self) -> bool:
+        """Read, validate and put in force the file's levels now; False when it is refused."""
+        self.look(forced=True)
+        with self._lock:
+            new, self._loaded = self._loaded, None
+        if new is None:
             return False
+        self.put_in_force(new)
+        return True
+
+    def put_in_force(self, new: Settings) -> None:
+        """The levels of a validated file in force, reported and recorded (`ConfigReloaded`)."""
+        service = self.service
+        old = service.config_revision
         restart = restart_sections(service.settings, new)
         if restart:
             self.report(
@@ -233,8 +280,8 @@ class LevelsReload:
         changes = level_changes(service.settings.levels, new.levels)
         if not changes:
             self.report(f"{self.path} reloaded: no level changed (revision {old[:12]})")
-            return True
-        self._put_in_force(new.levels, changes)
+            return
+        self._swap(new.levels, changes)
         revision = service.config_revision
         self.report(
             f"{self.path} reloaded: levels revision {old[:12]} -> {revision[:12]} "
@@ -252,8 +299,6 @@ class LevelsReload:
             pid=os.getpid(),
         )
         append_or_spool(service.store, service.spool, reloaded.stream_id, [reloaded.to_record()])
-        self.reloaded_at = reloaded.occurred_at
-        return True
 
     def _check(self, new: Settings) -> None:
         """What the load cannot check alone: a level without a model needs a catalog lane.
@@ -274,18 +319,22 @@ class LevelsReload:
             lines = "\n".join(f"  levels.{name}: has no model, and {why}" for name in missing)
             raise ConfigError(f"{self.path}: invalid configuration\n{lines}")
 
-    def _put_in_force(self, levels: dict[str, LevelConfig], changes: LevelChanges) -> None:
+    def _swap(self, levels: dict[str, LevelConfig], changes: LevelChanges) -> None:
         """Every part of the process takes the new levels; the timetable retimes the changed."""
         service = self.service
         service.settings.replace_levels(levels)
         service.config_revision = levels_revision(levels)
-        service.triggers = {name: level_trigger(config) for name, config in levels.items()}
+        retimed = set(changes.added) | set(changes.changed)
+        kept = service.triggers
+        service.triggers = {
+            name: level_trigger(config) if name in retimed else kept[name]
+            for name, config in levels.items()
+        }
         service.control.levels = service.settings.levels
         if service.router is not None:
             source = service.router.source
             source.needs_lane = frozenset(name for name, level in levels.items() if not level.model)
         if service.timetable is not None:
-            retimed = set(changes.added) | set(changes.changed)
             service.timetable.retime(service.triggers, retimed, utcnow())
         for hook in self.hooks:
             hook(service.settings.levels)

@@ -276,7 +276,7 @@ daily_token_budget = 1
 it fires every second without starting a tick process."""
 
 
-def test_sighup_reloads_a_running_service_and_an_invalid_file_is_refused(
+def test_sighup_or_an_edit_reloads_a_running_service_and_an_invalid_file_is_refused(
     tmp_path: Path, fake: FakeUpstream
 ) -> None:
     config = write(tmp_path, BUDGETED.format(name="old"))
@@ -301,21 +301,27 @@ def test_sighup_reloads_a_running_service_and_an_invalid_file_is_refused(
         service.wait_for("configuration rejected")
         seen = len(claims("new"))
         wait_until(lambda: len(claims("new")) > seen, "the levels in force to go on firing")
+        assert len(store.read_stream(CONFIG_STREAM)) == 1, "a refused file is no reload"
+        config.write_text(valid + BUDGETED.format(name="more"))  # an edit alone, no signal
+        edited = wait_until(lambda: store.read_stream(CONFIG_STREAM)[1:], "the edit's reload")
+        wait_until(lambda: claims("more"), "a slot of the level the edit added")
     finally:
         output = service.stop()
     assert service.process.returncode == 0, output
     assert (reloaded.data["added"], reloaded.data["removed"]) == (["new"], ["old"])
     reload_at = datetime.fromisoformat(reloaded.data["occurred_at"])
     assert all(datetime.fromisoformat(e.data["slot"]) <= reload_at for e in claims("old"))
-    assert {e.data["config_revision"] for e in claims("new")} == {reloaded.data["revision"]}
+    first, second = reloaded.data["revision"], edited[0].data["revision"]
+    assert {e.data["config_revision"] for e in claims("new")} <= {first, second}
+    assert {e.data["config_revision"] for e in claims("more")} == {second}
+    assert edited[0].data["added"] == ["more"] and edited[0].data["previous_revision"] == first
     assert "levels.new.every: Value error, 'never' is not an interval" in output
-    assert len(store.read_stream(CONFIG_STREAM)) == 1, "a refused file is no reload"
     status = run_cli("status", config.with_name("valid.toml"), fake)
     assert status.returncode == 0, status.stderr
     shown = " ".join(status.stdout.split())
-    revision = reloaded.data["revision"][:12]
-    assert f"levels revision {revision} (this file)" in shown, shown
-    assert f"-> {revision} added new; removed old" in shown, shown
+    assert f"levels revision {first[:12]} (this file)" in shown, shown
+    assert f"{first[:12]} -> {second[:12]} added more" in shown, shown
+    assert "this file's levels differ: SIGHUP reloads them" in shown, shown
     store.close()
 
 

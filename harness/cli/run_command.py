@@ -21,7 +21,6 @@ from harness.cli.app import (
     store_for,
     upstream_for_ticks,
 )
-from harness.config import config_path
 
 if TYPE_CHECKING:
     from harness.config import Settings
@@ -41,6 +40,7 @@ def run_service() -> None:
     SIGHUP (or an edit of the file) reloads tickwork.toml's levels and the routing
     catalog; an invalid file is reported and what is in force stays.
     """
+    from harness.config import config_path
     from harness.digests.publish import DigestScheduler, Publisher
     from harness.execution.prepare import Preparer
     from harness.prices import PriceBook

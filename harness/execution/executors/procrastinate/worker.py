@@ -32,8 +32,8 @@ from harness.execution.panels import REPLACEMENT
 from harness.execution.prepare import TickRef
 from harness.execution.queue import Gate
 from harness.execution.runner import Runner
+from harness.scheduling import recorded_levels
 from harness.scheduling.handoff import RunningTick
-from harness.scheduling.reload import recorded_levels
 from harness.scheduling.waves import SlotClaim
 from harness.store import (
     ANY,

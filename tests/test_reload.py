@@ -13,6 +13,7 @@ from harness.cli.show_command import print_story_head
 from harness.config import ExecutorConfig, LevelConfig, Settings, StoreConfig, load_settings
 from harness.contracts import ConfigReloaded, LevelsRecorded, TickScheduled, TickStarted
 from harness.contracts.events import CONFIG_STREAM, config_stream
+from harness.contracts.headlines import headline
 from harness.devtools.fake_llm import FakeUpstream
 from harness.execution.executors import LocalExecutor
 from harness.execution.executors.procrastinate import WorkerExecutor, WorkerRunner
@@ -255,6 +256,9 @@ def test_a_changed_section_besides_levels_waits_for_a_restart(tmp_path: Path) ->
     assert any("[store] changed: they take effect at the next restart" in line for line in lines)
     [reloaded] = service.store.read_stream(CONFIG_STREAM)
     assert reloaded.data["restart"] == ["store"]
+    assert headline(reloaded.type, reloaded.data).endswith(
+        "; added added; removed gone; changed edit; restart store"
+    )
     old, new = reloaded.data["previous_revision"], reloaded.data["revision"]
     rows = reload_lines(load_settings(config), service.store)
     assert rows[0] == ("levels", f"revision {new[:12]} (this file)")

@@ -19,6 +19,7 @@ from harness.execution.executors import LocalExecutor
 from harness.execution.executors.procrastinate import WorkerExecutor, WorkerRunner
 from harness.execution.launchers import WarmLauncher
 from harness.execution.launchers.cold import ColdLauncher
+from harness.execution.manual import ManualTick
 from harness.execution.prepare import Preparer
 from harness.execution.runner import Runner
 from harness.projections.story import tick_story
@@ -256,6 +257,11 @@ def test_a_changed_section_besides_levels_waits_for_a_restart(tmp_path: Path) ->
     assert any("[store] changed: they take effect at the next restart" in line for line in lines)
     [reloaded] = service.store.read_stream(CONFIG_STREAM)
     assert reloaded.data["restart"] == ["store"]
+    by_hand = ManualTick(service.settings, service.store, env={}, router=None, reason="-")
+    claim = by_hand.claim("added")
+    new_revision = scheduled(service.store, claim.tick_id)["config_revision"]
+    assert new_revision == reloaded.data["revision"], "a tick by hand names its revision too"
+    assert recorded_levels(service.store, new_revision) == service.settings.levels
     assert headline(reloaded.type, reloaded.data).endswith(
         "; added added; removed gone; changed edit; restart store"
     )

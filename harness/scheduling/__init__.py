@@ -30,7 +30,12 @@ if typing.TYPE_CHECKING:
         switch_level,
     )
     from harness.scheduling.handoff import Handoff, RunningTick, ScopeMatch
-    from harness.scheduling.reload import LevelsReload, levels_revision, recorded_levels
+    from harness.scheduling.reload import (
+        LevelsReload,
+        levels_revision,
+        record_levels,
+        recorded_levels,
+    )
     from harness.scheduling.service import Companion, Service
     from harness.scheduling.status import LevelStatus, Snapshot, refresh, snapshot
     from harness.scheduling.timetable import Slot, Timetable
@@ -56,6 +61,7 @@ __all__ = [
     "levels_revision",
     "next_slot",
     "operator",
+    "record_levels",
     "recorded_levels",
     "refresh",
     "request_cancel",
@@ -67,7 +73,7 @@ __all__ = [
 _HOMES = {
     "control": ("Switched", "UnknownLevelError", "operator", "request_cancel", "switch_level"),
     "handoff": ("Handoff", "RunningTick", "ScopeMatch"),
-    "reload": ("LevelsReload", "levels_revision", "recorded_levels"),
+    "reload": ("LevelsReload", "levels_revision", "record_levels", "recorded_levels"),
     "service": ("Companion", "Service"),
     "status": ("LevelStatus", "Snapshot", "refresh", "snapshot"),
     "timetable": ("Slot", "Timetable"),

@@ -77,6 +77,18 @@ def levels_record(levels: Mapping[str, LevelConfig], revision: str) -> LevelsRec
     )
 
 
+def record_levels(store: EventStore, levels: Mapping[str, LevelConfig]) -> str:
+    """Store the levels under their revision unless stored already; returns the revision.
+
+    Raises:
+        StoreError: the store cannot take it.
+    """
+    revision = levels_revision(levels)
+    record = levels_record(levels, revision)
+    store.create_streams({record.stream_id: [record.to_record()]})
+    return revision
+
+
 def recorded_levels(store: EventStore, revision: str) -> dict[str, LevelConfig] | None:
     """The levels a revision names, as stored; None when it is not stored (an older scheduler).
 
@@ -196,9 +208,7 @@ class LevelsReload:
         self._lock = threading.Lock()
         self._loaded: Settings | None = None
         """A valid file read by `look`, waiting for `poll` to put it in force."""
-        self.unrecorded: LevelsRecorded | None = levels_record(
-            service.settings.levels, service.config_revision
-        )
+        self.unrecorded: Mapping[str, LevelConfig] | None = service.settings.levels
         """The levels in force, until they are stored (the store may be out)."""
 
     def request(self) -> None:
@@ -338,15 +348,14 @@ class LevelsReload:
             service.timetable.retime(service.triggers, retimed, utcnow())
         for hook in self.hooks:
             hook(service.settings.levels)
-        self.unrecorded = levels_record(levels, service.config_revision)
+        self.unrecorded = levels
 
     def _record_levels(self) -> None:
         """Store the levels in force once, before a worker needs them; retried while out."""
-        record = self.unrecorded
-        if record is None:
+        if self.unrecorded is None:
             return
         try:
-            self.service.store.create_streams({record.stream_id: [record.to_record()]})
+            record_levels(self.service.store, self.unrecorded)
         except StoreError:
             return  # the next wake tries again
         self.unrecorded = None

@@ -305,7 +305,7 @@ def test_sighup_or_an_edit_reloads_a_running_service_and_an_invalid_file_is_refu
         config.write_text(config.read_text().replace("[levels.old]", "[levels.new]"))
         service.process.send_signal(signal.SIGHUP)
         [reloaded] = wait_until(lambda: store.read_stream(CONFIG_STREAM), "the reload")
-        wait_until(lambda: len(claims("new")) >= 2, "two slots of the added level")
+        wait_until(lambda: claims("new"), "a slot of the added level")
         valid = config.read_text()
         config.with_name("valid.toml").write_text(valid)
         config.write_text(valid.replace('every = "1s"', 'every = "never"'))

@@ -9,6 +9,8 @@ from typing import Any
 
 import pytest
 
+from harness.api.models import Event, TickDetail
+from harness.api.story import page
 from harness.cli.show_command import print_story_head
 from harness.config import ExecutorConfig, LevelConfig, Settings, StoreConfig, load_settings
 from harness.contracts import ConfigReloaded, LevelsRecorded, TickScheduled, TickStarted
@@ -204,6 +206,9 @@ def test_a_reload_adds_removes_and_changes_levels_while_a_tick_of_a_changed_one_
     assert story is not None and story.config_revision == old
     print_story_head(story)
     assert f"config  levels revision {old[:12]}" in capsys.readouterr().out
+    events = [Event.of(e) for e in store.read_stream(f"tick-{queued}")]
+    shown = page(TickDetail(tick=None, events=events, result=None, result_error=None), queued)
+    assert f"<th>levels revision</th><td>{old[:12]}</td>" in shown
     reload.poll()  # stores the levels of the revision in force
     stored = recorded_levels(store, new)
     assert stored is not None and stored["edit"].timeout_seconds == 40

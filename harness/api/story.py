@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from harness.api.models import Event, TickDetail
-from harness.contracts import TickCompleted, TickStarted
+from harness.contracts import TickCompleted, TickScheduled, TickStarted
 from harness.contracts.events import TERMINAL_TYPES, tick_stream
 from harness.contracts.headlines import HIDDEN_FIELDS
 from harness.contracts.headlines import headline as event_headline
@@ -93,6 +93,13 @@ def read_log(path: Path, start: int = 0) -> tuple[str, int]:
     return redact(data.decode("utf-8", errors="replace")), end
 
 
+def _revision(events: list[Event]) -> str:
+    """The levels' revision the tick was claimed under, shortened as the CLI shows it."""
+    claim = next((e for e in events if e.type == TickScheduled.type), None)
+    revision = claim.data.get("config_revision") if claim else None
+    return str(revision)[:12] if revision else ""
+
+
 def page(detail: TickDetail, tick_id: str) -> str:
     """The tick page's sections: summary and why it ended, the story, the result, the log."""
     last = ended(detail.events)
@@ -104,6 +111,7 @@ def page(detail: TickDetail, tick_id: str) -> str:
         ("scheduled", utc(tick.scheduled_at) if tick else ""),
         ("started", utc(tick.started_at) if tick else ""),
         ("finished", utc(tick.finished_at) if tick else ""),
+        ("levels revision", _revision(detail.events)),
     ]
     if tick:
         rows.append(("model", tick.model or ""))

@@ -13,13 +13,22 @@ from typing import TYPE_CHECKING
 from rich.console import Console
 
 from harness import __version__
-from harness.cli.app import app, router_or_exit, settings, store_for, upstream_for_ticks
+from harness.cli.app import (
+    app,
+    router_or_exit,
+    settings,
+    state,
+    store_for,
+    upstream_for_ticks,
+)
 
 if TYPE_CHECKING:
     from harness.config import Settings
     from harness.devtools.upstream import TickUpstream
     from harness.execution.executors import HandoffExecutor
     from harness.execution.prepare import Preparer
+    from harness.routing.decisions import Router
+    from harness.scheduling.reload import LevelsReload
     from harness.scheduling.service import Service
     from harness.store import EventStore, Heartbeat, StoreError
 
@@ -28,9 +37,10 @@ if TYPE_CHECKING:
 def run_service() -> None:
     """Run the scheduler in the foreground: every level on its schedule (SIGTERM stops it).
 
-    SIGHUP (or an edit of the file) reloads the routing catalog; an invalid one is
-    reported and the one in force stays.
+    SIGHUP (or an edit of the file) reloads tickwork.toml's levels and the routing
+    catalog; an invalid file is reported and what is in force stays.
     """
+    from harness.config import config_path
     from harness.digests.publish import DigestScheduler, Publisher
     from harness.execution.prepare import Preparer
     from harness.prices import PriceBook
@@ -38,10 +48,13 @@ def run_service() -> None:
     from harness.scheduling.alerts import Alerter
     from harness.scheduling.archiving import Archiver
     from harness.scheduling.compaction import Compactor
+    from harness.scheduling.reload import LevelsReload
     from harness.scheduling.service import Companion, Service
     from harness.store import Heartbeat
 
     config = settings(needed=True)
+    path = config_path(state.config)
+    assert path is not None  # `needed`: there is a file
     router = router_or_exit(config, report)
     store = store_for(config)
     try:
@@ -62,10 +75,12 @@ def run_service() -> None:
             companions.append(Compactor(store, report).run)
             companions.append(partial(heartbeat.run, failed=_beat_failed))
             service = Service(config, store, executor, report, router, companions)
+            levels = service.reload = LevelsReload(service, path, report, [executor.levels_changed])
             for signum in (signal.SIGTERM, signal.SIGINT):
                 signal.signal(signum, partial(_stop, service, executor))
+            signal.signal(signal.SIGHUP, partial(_reload, levels, router))
+            levels.watch(service.stopping)
             if router is not None:
-                signal.signal(signal.SIGHUP, lambda *_: router.source.request_reload())
                 router.source.watch(service.stopping)
             service.serve()
             executor.runner.launcher.close()  # a fork server still warming up is not waited for
@@ -131,6 +146,13 @@ def executor_for(
     from harness.execution.executors import LocalExecutor
 
     return LocalExecutor(config, preparer, Runner(config, store, env=env), report)
+
+
+def _reload(levels: LevelsReload, router: Router | None, *_: object) -> None:
+    """SIGHUP: the levels and the catalog are read again at their next look (flags only)."""
+    levels.request()
+    if router is not None:
+        router.source.request_reload()
 
 
 def _stop(service: Service, executor: HandoffExecutor, *_: object) -> None:

@@ -53,6 +53,7 @@ def print_story_head(story: TickStory) -> None:
         ("status", story.status + (f" ({story.reason})" if story.reason else "")),
         ("model", where),
         ("waited", _waited(story.queue_wait_seconds)),
+        ("config", _revision(story.config_revision)),
         (
             "spent",
             f"{story.prompt_tokens:,} + {story.completion_tokens:,} tokens in "
@@ -64,6 +65,11 @@ def print_story_head(story: TickStory) -> None:
     ]
     for name, value in rows:
         out.print(f"{name:<8}{value}", highlight=False)
+
+
+def _revision(revision: str | None) -> str:
+    """The levels' revision the tick was claimed under, as `tickwork status` shows it."""
+    return "-" if revision is None else f"levels revision {revision[:12]}"
 
 
 def _waited(seconds: float | None) -> str:

@@ -90,6 +90,7 @@ def status(as_json: JsonOption = False) -> None:
 
     `--json` is the body of the API's `GET /status`, with the store's own lines added.
     """
+    from harness.scheduling.reload import last_reload, levels_revision, reload_lines
     from harness.scheduling.status import refresh, snapshot
     from harness.store import Spool, current_revision, safe_url
 
@@ -100,11 +101,17 @@ def status(as_json: JsonOption = False) -> None:
         if as_json:
             from harness.api.models import Status
 
+            reloaded = last_reload(store)
+
             print_json(
                 {
                     "store": safe_url(config.store.url),
                     "schema": current_revision(store.engine),
                     "spool_pending": Spool(config.paths.spool).pending(),
+                    "levels_revision": levels_revision(config.levels),
+                    "last_reload": (
+                        reloaded.model_dump(mode="json", exclude={"event_id"}) if reloaded else None
+                    ),
                     **Status.of(status_now).model_dump(mode="json"),
                     "cancel_scopes": [
                         scope.model_dump(mode="json", exclude={"event_id"})
@@ -120,6 +127,8 @@ def status(as_json: JsonOption = False) -> None:
         for name, lag in status_now.projection_lag.items():
             table.add_row(f"projection {name}", f"at {status_now.checkpoints[name]}, lag {lag}")
         table.add_row("spool", f"{Spool(config.paths.spool).pending()} pending")
+        for name, value in reload_lines(config, store):
+            table.add_row(name, value)
         out.print(table)
         for line in status_now.liveness():
             out.print(line)

@@ -516,6 +516,15 @@ class Settings(BaseSettings):
         own = self.levels[level].alerts if level in self.levels else None
         return own or self.alerts
 
+    def replace_levels(self, levels: dict[str, LevelConfig]) -> None:
+        """Put reloaded levels in force in every part of the process that shares this object.
+
+        `levels` is the one part a running service takes anew from its file
+        (`harness.scheduling.reload`); the rest stays frozen. The dict is swapped whole, not
+        edited, so a reader holds either the old levels or the new ones, never a mixture.
+        """
+        object.__setattr__(self, "levels", dict(levels))
+
     @model_validator(mode="after")
     def _names(self) -> Settings:
         for kind, names in (("level", self.levels), ("digest", self.digests)):

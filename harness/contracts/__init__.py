@@ -13,6 +13,7 @@ from __future__ import annotations
 from harness.contracts.calibration import Calibration, Sample
 from harness.contracts.events import (
     ARCHIVE_STREAM,
+    CONFIG_STREAM,
     CONTROL_STREAM,
     EVENT_TYPES,
     GOVERNOR_STREAM,
@@ -25,6 +26,7 @@ from harness.contracts.events import (
     CalibrationSampled,
     CancelRequested,
     CatalogRecorded,
+    ConfigReloaded,
     DigestClaimed,
     DigestDeliveryFailed,
     DigestEvent,
@@ -37,6 +39,7 @@ from harness.contracts.events import (
     LevelBudgetExceeded,
     LevelPaused,
     LevelResumed,
+    LevelsRecorded,
     ModelCalled,
     ModelCallStarted,
     PanelDecided,
@@ -64,6 +67,7 @@ from harness.contracts.events import (
     alert_stream,
     capped,
     catalog_stream,
+    config_stream,
     decode,
     digest_stream,
     level_stream,
@@ -106,6 +110,7 @@ from harness.contracts.result import (
 
 __all__ = [
     "ARCHIVE_STREAM",
+    "CONFIG_STREAM",
     "CONTROL_STREAM",
     "DEFAULT_DIRECTIVE",
     "DEFAULT_STOP",
@@ -125,6 +130,7 @@ __all__ = [
     "CalibrationSampled",
     "CancelRequested",
     "CatalogRecorded",
+    "ConfigReloaded",
     "DigestClaimed",
     "DigestDeliveryFailed",
     "DigestEvent",
@@ -139,6 +145,7 @@ __all__ = [
     "LevelBudgetExceeded",
     "LevelPaused",
     "LevelResumed",
+    "LevelsRecorded",
     "ModelCallStarted",
     "ModelCalled",
     "NewEvent",
@@ -180,6 +187,7 @@ __all__ = [
     "alert_stream",
     "capped",
     "catalog_stream",
+    "config_stream",
     "decode",
     "digest_stream",
     "level_stream",

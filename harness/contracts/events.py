@@ -97,6 +97,9 @@ class TickScheduled(TickEvent):
     window: str | None = None
     candidates: list[str] | None = None
     catalog_revision: str | None = None
+    config_revision: str | None = None
+    """The revision of the levels' settings the tick was claimed under (`ConfigReloaded`);
+    the settings themselves are stored once in `LevelsRecorded`."""
     manual: bool = False
     """Started by a person (`tickwork tick`), in the manual lane, not by a slot."""
     forced: bool = False
@@ -620,6 +623,58 @@ class CatalogRecorded(Event):
         return catalog_stream(self.revision)
 
 
+def config_stream(revision: str) -> str:
+    """One levels revision's stream: created once, holding the levels' settings it names."""
+    return f"config-{revision}"
+
+
+CONFIG_STREAM = "config"
+"""Reloads of `tickwork.toml`'s levels by any `tickwork run` replica, in order."""
+
+
+class LevelsRecorded(Event):
+    """The levels' effective settings a scheduler claimed ticks under, by their revision.
+
+    Recorded once per revision, so a tick's `config_revision` stays resolvable after the
+    file is edited, and a procrastinate worker runs a tick with the settings its slot was
+    claimed under rather than with those of its own file.
+    """
+
+    type = "LevelsRecorded"
+    revision: str
+    levels: dict[str, dict[str, Any]]
+
+    @property
+    def stream_id(self) -> str:
+        """The revision's own stream."""
+        return config_stream(self.revision)
+
+
+class ConfigReloaded(Event):
+    """A running scheduler took new levels from its file (SIGHUP or an edit).
+
+    Added levels fire from their next slot, removed ones stop firing (their ticks in flight
+    finish), changed ones use the new settings from their next claimed slot. `restart`
+    names the sections outside `levels` that changed and wait for a restart.
+    """
+
+    type = "ConfigReloaded"
+    path: str
+    revision: str
+    previous_revision: str
+    added: list[str] = []
+    removed: list[str] = []
+    changed: list[str] = []
+    restart: list[str] = []
+    host: str | None = None
+    pid: int | None = None
+
+    @property
+    def stream_id(self) -> str:
+        """Every replica's reloads in one stream."""
+        return CONFIG_STREAM
+
+
 def digest_stream(name: str) -> str:
     """One stream per digest: its periods are claimed in order, by expected version."""
     return f"digest-{name}"
@@ -790,6 +845,8 @@ EVENT_TYPES: dict[tuple[str, int], type[Event]] = {
         GovernorFired,
         CalibrationSampled,
         CatalogRecorded,
+        LevelsRecorded,
+        ConfigReloaded,
         ArchiveWritten,
     )
 }

@@ -24,6 +24,7 @@ HEADLINES: dict[str, Callable[[Data], str]] = {
     "TickScheduled": lambda d: (
         f"scheduled{' by hand' if d.get('manual') else ''}{' (forced)' if d.get('forced') else ''}"
         f", model {d.get('model') or 'of the level'}"
+        + (f", levels revision {d['config_revision'][:12]}" if d.get("config_revision") else "")
     ),
     "TickStarted": lambda d: (
         f"attempt {d.get('attempt', 1)} started: pid {d.get('pid')} on {d.get('host')}, "
@@ -67,6 +68,18 @@ HEADLINES: dict[str, Callable[[Data], str]] = {
     "LevelResumed": lambda d: f"resumed by {d.get('by')}",
     "CancelRequested": lambda d: f"cancel scope {d.get('scope')!r} by {d.get('by')}",
     "CancelCleared": lambda d: f"cancel scope {d.get('scope')!r} cleared by {d.get('by')}",
+    "ConfigReloaded": lambda d: (
+        f"levels reloaded by pid {d.get('pid')} on {d.get('host')}: "
+        f"revision {str(d.get('previous_revision'))[:12]} -> {str(d.get('revision'))[:12]}"
+        + "".join(
+            f"; {what} {', '.join(d[what])}"
+            for what in ("added", "removed", "changed", "restart")
+            if d.get(what)
+        )
+    ),
+    "LevelsRecorded": lambda d: (
+        f"levels revision {str(d.get('revision'))[:12]}: {len(d.get('levels') or {})} level(s)"
+    ),
 }
 
 

@@ -116,7 +116,7 @@ class Race:
     def _run_twin(self) -> None:
         runner, twin, life = self.runner, self.twin, self.twin_life
         payload = twin.payload
-        level = runner.settings.levels.get(payload.level)
+        level = twin.config or runner.settings.levels.get(payload.level)
         claim = SlotClaim(
             payload.tick_id,
             payload.level,

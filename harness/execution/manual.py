@@ -25,6 +25,7 @@ from harness.execution.runner import Runner, TickOutcome
 from harness.projections import Projector
 from harness.projections.ticks import TicksProjection
 from harness.routing import Router
+from harness.scheduling import record_levels
 from harness.scheduling.control import ControlFollower
 from harness.scheduling.manual import manual_ticks_ahead
 from harness.scheduling.timetable import POLL_SECONDS
@@ -88,8 +89,16 @@ class ManualTick:
         """
         prepared = self.preparer.prepare(level, prompt=prompt, timeout=timeout, tick_id=tick_id)
         manual = Manual(prompt, timeout, force)
+        # The levels of this process's file, which may not be the scheduler's revision.
+        revision = record_levels(self.store, self.settings.levels)
         claim = SlotClaim(
-            prepared.payload.tick_id, level, None, routed=prepared.routed, manual=manual
+            prepared.payload.tick_id,
+            level,
+            None,
+            routed=prepared.routed,
+            manual=manual,
+            config=prepared.config,
+            config_revision=revision,
         )
         claim_wave(self.store, self.settings, [claim])
         return claim

@@ -116,6 +116,8 @@ class PreparedTick:
     log_path: Path
     slot: datetime | None = None
     routed: Routed | None = None
+    config: LevelConfig | None = None
+    """The level's settings the tick runs with (its claim's, across a reload)."""
 
     def sibling(self, tick_id: str) -> PreparedTick:
         """The same payload run as another tick: a hedge's twin, a panel member.
@@ -196,9 +198,13 @@ class Preparer:
         tick_id: str | None = None,
         slot: datetime | None = None,
         routed: Routed | None = None,
+        config: LevelConfig | None = None,
     ) -> PreparedTick:
-        """The tick's payload; `routed`: the decision its slot was claimed with, if any."""
-        config = self.settings.levels.get(level)
+        """The tick's payload; `routed`: the decision its slot was claimed with, if any.
+
+        `config`: the level's settings its slot was claimed under; default: those in force.
+        """
+        config = config or self.settings.levels.get(level)
         if config is None:
             known = ", ".join(self.settings.levels) or "none"
             raise TickSetupError(f"no level named {level!r} in the configuration (known: {known})")
@@ -248,6 +254,7 @@ class Preparer:
             (folder / f"{tick_id}.log").absolute(),
             slot,
             routed,
+            config,
         )
 
     def _template(self, level: str, config: LevelConfig) -> str:

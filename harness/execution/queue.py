@@ -49,6 +49,12 @@ class Gate(Generic[T]):
         self._sequence = itertools.count()
         self._closed = False
 
+    def set_caps(self, per_level: dict[str, int | None]) -> None:
+        """New per-level caps (a reload); items waiting are looked at again under them."""
+        with self._condition:
+            self.per_level = per_level
+            self._condition.notify_all()
+
     def put(self, level: str, priority: int, item: T) -> bool:
         """Queue an item; False (not queued) once the gate is closed."""
         with self._condition:

@@ -160,7 +160,7 @@ class Runner:
         )
 
         escalation = Escalation(tick.payload, tick.routed, self.record)
-        level = self.settings.levels.get(tick.payload.level)
+        level = tick.config or self.settings.levels.get(tick.payload.level)
         content_retries = policy.content_retries
         if level is not None and level.content_retries is not None:
             content_retries = level.content_retries
@@ -282,7 +282,8 @@ class Runner:
                 template_hash=payload.template_hash,
             )
         )
-        threshold = hedge_after(self.settings.levels.get(payload.level), tick.timeout)
+        config = tick.config or self.settings.levels.get(payload.level)
+        threshold = hedge_after(config, tick.timeout)
         if threshold is None or not life.may_hedge:
             return self.await_end(life, process, tick.timeout)
         race = Race(self, tick, life)

@@ -88,6 +88,8 @@ class TickStory(BaseModel):
     attempts: int = 0
     queue_wait_seconds: float | None = None
     """From its claim to its first start (`harness.projections.ticks.queue_wait`)."""
+    config_revision: str | None = None
+    """The levels' revision its slot was claimed under (`harness.scheduling.reload`)."""
     model_calls: int = 0
     tool_calls: int = 0
     prompt_tokens: int = 0
@@ -123,6 +125,7 @@ def story_of(tick_id: str, events: list[StoredEvent]) -> TickStory:
         story.status = STATUS_OF.get(event.type, story.status)
         if event.type == TickScheduled.type:
             story.model = data.get("model") or story.model
+            story.config_revision = data.get("config_revision") or story.config_revision
         elif event.type == TickStarted.type:
             story.attempts += 1
             story.result_path = data.get("result_path") or story.result_path

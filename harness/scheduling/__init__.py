@@ -4,9 +4,9 @@ It owns the triggers and the one timetable loop (levels and digests), the decisi
 each slot of a wave (run, buffer or skip: overlap, budget, paused, missed) and its claim
 in the store, the daily budgets, the operator's controls (pause, resume, cancel), the
 reconciliation of ticks whose owner vanished, the status snapshot, riding out a store
-outage (and claiming the slots it left owed), the alerts, and the service that wires
-them. Claimed ticks go to an executor through `Handoff`; scheduling never imports
-`harness.execution`, which comes after it.
+outage (and claiming the slots it left owed), the alerts, live edits of the levels
+(`reload`), and the service that wires them. Claimed ticks go to an executor through
+`Handoff`; scheduling never imports `harness.execution`, which comes after it.
 
 All but the triggers are loaded on first use (PEP 562): importing any submodule runs this
 front first, and `tickwork status` needs the status snapshot without the service, the
@@ -30,6 +30,12 @@ if typing.TYPE_CHECKING:
         switch_level,
     )
     from harness.scheduling.handoff import Handoff, RunningTick, ScopeMatch
+    from harness.scheduling.reload import (
+        LevelsReload,
+        levels_revision,
+        record_levels,
+        recorded_levels,
+    )
     from harness.scheduling.service import Companion, Service
     from harness.scheduling.status import LevelStatus, Snapshot, refresh, snapshot
     from harness.scheduling.timetable import Slot, Timetable
@@ -39,6 +45,7 @@ __all__ = [
     "Companion",
     "Handoff",
     "LevelStatus",
+    "LevelsReload",
     "RunningTick",
     "ScopeMatch",
     "Service",
@@ -51,8 +58,11 @@ __all__ = [
     "UnknownLevelError",
     "claim_wave",
     "level_trigger",
+    "levels_revision",
     "next_slot",
     "operator",
+    "record_levels",
+    "recorded_levels",
     "refresh",
     "request_cancel",
     "slot_tick_id",
@@ -63,6 +73,7 @@ __all__ = [
 _HOMES = {
     "control": ("Switched", "UnknownLevelError", "operator", "request_cancel", "switch_level"),
     "handoff": ("Handoff", "RunningTick", "ScopeMatch"),
+    "reload": ("LevelsReload", "levels_revision", "record_levels", "recorded_levels"),
     "service": ("Companion", "Service"),
     "status": ("LevelStatus", "Snapshot", "refresh", "snapshot"),
     "timetable": ("Slot", "Timetable"),

@@ -102,6 +102,7 @@ class OwedSlots:
         """
         with self._lock:
             owed, self.slots = sorted(self.slots), []
+        owed = [slot for slot in owed if slot[1] in settings.levels]  # a level reloaded away
         if not owed:
             return
         missed = missed_slots(settings, owed, utcnow())

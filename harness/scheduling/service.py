@@ -22,7 +22,7 @@ from collections.abc import Callable, Collection, Sequence
 from datetime import datetime, timedelta
 from functools import partial
 
-from harness.config import Settings
+from harness.config import LevelConfig, Settings
 from harness.contracts.events import (
     LevelBudgetExceeded,
     TickSkipped,
@@ -39,6 +39,7 @@ from harness.scheduling.control import ControlFollower
 from harness.scheduling.handoff import Handoff
 from harness.scheduling.outage import Outage, OwedSlots, Report
 from harness.scheduling.reconcile import RECONCILE_SECONDS, reconcile
+from harness.scheduling.reload import LevelsReload, levels_revision
 from harness.scheduling.tick_feed import TickFeed
 from harness.scheduling.timetable import POLL_SECONDS, Slot, Timetable
 from harness.scheduling.triggers import level_trigger, next_slot, slot_tick_id
@@ -103,6 +104,11 @@ class Service:
         self.feed = TickFeed(store, self.prices, report)
         self.start_boundary: datetime | None = None
         """Where `serve` left the slots of the last few seconds to the loop's first batch."""
+        self.config_revision = levels_revision(settings.levels)
+        """The levels' revision each claim records; a reload moves it on."""
+        self.timetable: Timetable | None = None
+        self.reload: LevelsReload | None = None
+        """Set by `tickwork run`'s wiring: takes the file's levels anew (SIGHUP, edits)."""
 
     def serve(self) -> None:
         """Fire slots until `stopping` is set, then shut down; returns when all is ended."""
@@ -113,7 +119,7 @@ class Service:
         # fires them now); only older ones count as missed.
         boundary = self.start_boundary = utcnow() - JUST_DUE
         self.catch_up(boundary)
-        timetable = Timetable(self.triggers, boundary)
+        timetable = self.timetable = Timetable(self.triggers, boundary)
         levels = ", ".join(
             f"{name} (next {slot:%H:%M:%S})" for name, slot in timetable.upcoming.items()
         )
@@ -147,6 +153,8 @@ class Service:
 
     def _wake(self) -> None:
         """Follow the control stream and, once the store answers again, ingest the spool."""
+        if self.reload is not None:
+            self.reload.poll()
         try:
             self.follow_control()
             self.feed.poll()
@@ -274,6 +282,8 @@ class Service:
                 skip_reason(decision),
                 self.budgets.reserved(level, tick_id),
                 self.router.route(level, slot) if self.router else None,
+                config=config,
+                config_revision=self.config_revision,
             )
             plans.append((claim, decision))
             if decision == "buffer":
@@ -370,13 +380,17 @@ class Service:
         """
         self.projector.catch_up(["ticks"])
         now, grace = utcnow(), self.settings.runner.grace_seconds + 60
+        configs = self.settings.levels
+        default = LevelConfig.model_fields["timeout_seconds"].default  # a level reloaded away
         return [
             tick
             for tick in ticks_in_flight(self.store, levels)
             if tick.tick_id != but
             and tick.scheduled_at is not None
             and now - tick.scheduled_at
-            < timedelta(seconds=self.settings.levels[tick.level].timeout_seconds + grace)
+            < timedelta(
+                seconds=(c.timeout_seconds if (c := configs.get(tick.level)) else default) + grace
+            )
         ]
 
     def _hold(self, tick: SlotClaim) -> None:

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import threading
 from collections import deque
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Collection, Mapping
 from datetime import datetime
 
 from apscheduler.triggers.base import BaseTrigger
@@ -36,6 +36,24 @@ class Timetable:
         """Jobs by name; their first slots are the first not before `after`."""
         self.triggers = dict(triggers)
         self.upcoming = {name: next_slot(t, None, after) for name, t in self.triggers.items()}
+
+    def retime(
+        self, triggers: Mapping[str, BaseTrigger], changed: Collection[str], now: datetime
+    ) -> None:
+        """Take a reloaded set of jobs: gone ones stop, new and `changed` ones are timed anew.
+
+        A new or changed job's next slot is its first not before the earlier of its old next
+        slot and `now`, so a slot that fell due since the loop last looked still fires, and
+        a job whose schedule did not change keeps the slot it had. Call it from the loop's
+        own thread (its `wake`), never from another.
+        """
+        self.triggers = dict(triggers)
+        for name in [name for name in self.upcoming if name not in self.triggers]:
+            del self.upcoming[name]
+        for name, trigger in self.triggers.items():
+            if name in changed or name not in self.upcoming:
+                after = min(self.upcoming.get(name, now), now)
+                self.upcoming[name] = next_slot(trigger, None, after)
 
     def run(
         self,

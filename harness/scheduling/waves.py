@@ -68,6 +68,11 @@ class SlotClaim:
     """The catalog's decision for the slot, recorded in TickScheduled and run as decided."""
     manual: Manual | None = None
     """Started by hand: runs in the executor's manual lane, recorded as such."""
+    config: LevelConfig | None = field(default=None, compare=False)
+    """The level's settings when its slot was claimed: the tick runs with them even when
+    a reload changes the level before it starts (None: those in force when it starts)."""
+    config_revision: str | None = None
+    """The levels' revision `config` belongs to, recorded in TickScheduled."""
     claim_id: UUID = field(default_factory=new_event_id, compare=False)
     """The event id of its TickScheduled: a claim whose commit was cut off by a store
     outage is known for this replica's own when the store answers again."""
@@ -86,6 +91,7 @@ class SlotClaim:
             scheduler_pid=os.getpid(),
             manual=self.manual is not None,
             forced=self.manual is not None and self.manual.forced,
+            config_revision=self.config_revision,
             **(decision_fields(self.routed) if self.routed else {}),
         )
 
@@ -156,7 +162,7 @@ def claim_wave(store: EventStore, settings: Settings, wave: Sequence[SlotClaim])
         if claim.routed is not None:
             recorded = catalog_record(claim.routed.catalog)
             streams[recorded.stream_id] = [recorded.to_record()]
-        config = settings.levels.get(claim.level)
+        config = claim.config or settings.levels.get(claim.level)
         events: list[TickEvent] = [claim.scheduled(config.model if config else None)]
         if claim.skip is not None:
             events.append(

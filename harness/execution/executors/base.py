@@ -14,10 +14,10 @@ procrastinate worker, whose ticks come from jobs, is only the first.
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from datetime import datetime
 
-from harness.config import Settings
+from harness.config import LevelConfig, Settings
 from harness.contracts.events import TERMINAL_TYPES, TickFailed, TickLost, tick_stream
 from harness.execution.panels import Panel
 from harness.execution.prepare import Preparer, TickSetupError
@@ -89,6 +89,7 @@ class Executor(ABC):
                 tick_id=tick_id,
                 slot=claim.slot,
                 routed=claim.routed,
+                config=claim.config,
             )
         except (TickSetupError, StoreError) as exc:
             reason = f"the tick could not be prepared: {exc}"
@@ -99,7 +100,7 @@ class Executor(ABC):
             self.report(f"{tick_id} failed ({reason})")
             return
         forced = manual is not None and manual.forced
-        size = self.preparer.settings.levels[level].panel
+        size = tick.config.panel if tick.config else 1
         if size > 1 and manual is None:
             outcome = Panel(self.runner, tick, size, forced).run()
         else:
@@ -157,6 +158,13 @@ class HandoffExecutor(Executor):
         for claim in self._withdraw(lambda claim: matches(claim.level, claim.tick_id)):
             self.never_started(claim, reason)
         super().cancel(matches, reason, running)
+
+    def levels_changed(self, levels: Mapping[str, LevelConfig]) -> None:
+        """A reload put new levels in force; by default nothing to do.
+
+        Only an executor that keeps its own copy of a level setting (the local executor's
+        caps) acts: every other setting is read where it is used.
+        """
 
     def record_lost(self, tick_id: str, level: str, reason: str) -> None:
         """End a tick nobody can finish any more with `TickLost`."""

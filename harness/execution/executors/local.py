@@ -10,9 +10,10 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from datetime import datetime
 
+from harness.config import LevelConfig
 from harness.execution.adopt import adopt
 from harness.execution.executors.base import HandoffExecutor
 from harness.execution.prepare import TickRef
@@ -59,8 +60,14 @@ class LocalExecutor(HandoffExecutor):
         with self._threads_lock:
             if self._dispatcher.ident is None:
                 self._dispatcher.start()
-        priority = 0 if claim.manual else self.settings.levels[claim.level].priority
+        config = claim.config or self.settings.levels[claim.level]
+        priority = 0 if claim.manual else config.priority
         return self.gate.put(lane(claim), priority, claim)
+
+    def levels_changed(self, levels: Mapping[str, LevelConfig]) -> None:
+        """A reload's per-level caps hold from the next start; running ticks keep their place."""
+        caps = {name: level.max_concurrent for name, level in levels.items()}
+        self.gate.set_caps({**caps, MANUAL_LANE: self.settings.runner.manual_max_concurrent})
 
     def _withdraw(self, matches: Callable[[SlotClaim], bool]) -> list[SlotClaim]:
         return self.gate.withdraw(matches)

@@ -10,6 +10,8 @@ import time
 from collections.abc import Callable
 from datetime import datetime
 
+from pydantic import ValidationError
+
 from harness.config import LevelConfig
 from harness.contracts import TickStarted
 from harness.contracts.events import (
@@ -30,6 +32,7 @@ from harness.execution.panels import REPLACEMENT
 from harness.execution.prepare import TickRef
 from harness.execution.queue import Gate
 from harness.execution.runner import Runner
+from harness.scheduling import recorded_levels
 from harness.scheduling.handoff import RunningTick
 from harness.scheduling.waves import SlotClaim
 from harness.store import (
@@ -119,6 +122,8 @@ class WorkerExecutor(OnStore):
         self.announced = False
         """Whether its WorkerStarted is recorded (once procrastinate registered it)."""
         self.closing = threading.Event()
+        self._revisions: dict[str, dict[str, LevelConfig] | None] = {}
+        """Levels of the revisions ticks were claimed under, read once each."""
         self.seat(DEFAULT_CONCURRENCY)
         self.spacing = SharedSpacing(self.store, self.settings.runner.infra_throttle_seconds)
         if self.settings.runner.infra_throttle_seconds > 0:
@@ -162,17 +167,41 @@ class WorkerExecutor(OnStore):
         when = datetime.fromisoformat(slot) if slot else None
         if not self.take(job_id, worker_id, tick_id, level):
             return
-        needed = places_needed(self.settings.levels.get(level))
+        revision, config = self.claimed_config(tick_id, level)
+        needed = places_needed(config or self.settings.levels.get(level))
         if not self.places.enter(level, self.closing, needed):
             self.runner.cancel_queued(tick_id, level, "worker stopped")
             return
         try:
             if self.spacing.wait_turn(tick_id, self.closing):
-                self._execute(SlotClaim(tick_id, level, when))
+                claim = SlotClaim(tick_id, level, when, config=config, config_revision=revision)
+                self._execute(claim)
             else:
                 self.runner.cancel_queued(tick_id, level, "worker stopped")
         finally:
             self.places.release(level, needed)
+
+    def claimed_config(self, tick_id: str, level: str) -> tuple[str | None, LevelConfig | None]:
+        """The levels' revision the tick was claimed under and the level's settings in it.
+
+        The scheduler's settings, not this worker's file: a reload on the scheduler's side
+        reaches the next slot on every worker. (None, None) for a tick claimed without a
+        revision (by hand, or by an older scheduler): this worker's own settings run it.
+        """
+        first = self.store.read_stream(tick_stream(tick_id), limit=1)
+        revision = first[0].data.get("config_revision") if first else None
+        if not revision:
+            return None, None
+        if revision not in self._revisions:
+            try:
+                self._revisions[revision] = recorded_levels(self.store, revision)
+            except ValidationError as exc:
+                self.report(f"levels revision {revision[:12]} does not load here: {exc}")
+                self._revisions[revision] = None
+        levels = self._revisions[revision]
+        if levels is None:
+            self.report(f"{tick_id}: levels revision {revision[:12]} not stored: own settings")
+        return revision, None if levels is None else levels.get(level)
 
     def take(self, job_id: int, worker_id: int | None, tick_id: str, level: str) -> bool:
         """Append TickTaken at the version read: False if the tick was taken or ended."""

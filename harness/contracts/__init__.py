@@ -13,6 +13,7 @@ from __future__ import annotations
 from harness.contracts.calibration import Calibration, Sample
 from harness.contracts.events import (
     ARCHIVE_STREAM,
+    BACKFILL_STREAM,
     CONTROL_STREAM,
     EVENT_TYPES,
     GOVERNOR_STREAM,
@@ -21,6 +22,10 @@ from harness.contracts.events import (
     AlertRaised,
     ArchiveSummary,
     ArchiveWritten,
+    BackfillCancelled,
+    BackfillEvent,
+    BackfillFinished,
+    BackfillRequested,
     BudgetSpent,
     CalibrationSampled,
     CancelRequested,
@@ -48,6 +53,7 @@ from harness.contracts.events import (
     TargetSelfChecked,
     TerminalTickEvent,
     TickAttemptFailed,
+    TickBuffered,
     TickCancelled,
     TickCompleted,
     TickEvent,
@@ -106,6 +112,7 @@ from harness.contracts.result import (
 
 __all__ = [
     "ARCHIVE_STREAM",
+    "BACKFILL_STREAM",
     "CONTROL_STREAM",
     "DEFAULT_DIRECTIVE",
     "DEFAULT_STOP",
@@ -120,6 +127,10 @@ __all__ = [
     "AlertRaised",
     "ArchiveSummary",
     "ArchiveWritten",
+    "BackfillCancelled",
+    "BackfillEvent",
+    "BackfillFinished",
+    "BackfillRequested",
     "BudgetSpent",
     "Calibration",
     "CalibrationSampled",
@@ -162,6 +173,7 @@ __all__ = [
     "TargetSelfChecked",
     "TerminalTickEvent",
     "TickAttemptFailed",
+    "TickBuffered",
     "TickCancelled",
     "TickCompleted",
     "TickEvent",

@@ -7,14 +7,30 @@ or a worker; `tests/test_tick.py` runs the policies end to end with real ticks.
 
 from __future__ import annotations
 
+import itertools
 import threading
 from collections.abc import Sequence
 from datetime import UTC, datetime, timedelta
+from pathlib import Path
 
+import pytest
+
+from harness.contracts import (
+    CONTROL_STREAM,
+    Event,
+    TickBuffered,
+    TickCancelled,
+    TickCompleted,
+    TickStarted,
+    tick_stream,
+)
+from harness.devtools.fake_llm import FakeUpstream, Step
+from harness.execution.executors import LocalExecutor
 from harness.projections.ticks import TickInFlight
+from harness.scheduling import Service, SlotClaim, slot_tick_id
 from harness.scheduling.overlap import OverlapBuffer, ahead_of
-from harness.scheduling.waves import SlotClaim
-from harness.store import StoreError
+from harness.store import StoredEvent, StoreError
+from tests.tick_support import Harness
 from tests.waiting import wait_until
 
 T0 = datetime(2026, 12, 1, 9, 0, tzinfo=UTC)
@@ -85,3 +101,63 @@ def test_held_ticks_start_in_claim_order_and_a_cancel_ends_one_unstarted() -> No
     for thread in threads:
         thread.join()
     assert not buffer.holding("min") and not failures
+
+
+def local_service(harness: Harness) -> Service:
+    executor = LocalExecutor(harness.settings, harness.preparer, harness.runner, lambda line: None)
+    return Service(harness.settings, harness.store, executor, lambda line: None)
+
+
+def _stream(harness: Harness, slot: datetime) -> list[StoredEvent]:
+    return harness.store.read_stream(tick_stream(slot_tick_id("min", slot)))
+
+
+def _at(stream: list[StoredEvent], kind: type[Event]) -> datetime:
+    return next(e for e in stream if e.type == kind.type).recorded_at
+
+
+def test_buffer_all_runs_every_slot_one_after_another_in_slot_order(
+    tmp_path: Path, fake: FakeUpstream
+) -> None:
+    harness = Harness(tmp_path, fake, rag=False, overlap="buffer_all")
+    service = local_service(harness)
+    slots = [T0 + timedelta(minutes=i) for i in range(3)]
+    for slot in slots[:2]:
+        fake.script(slot_tick_id("min", slot), [Step(text="slow", delay=0.5)])
+    service.fire([(slot, "min") for slot in slots])  # one wave: the first runs, two wait
+    service.wait_idle(120)
+    streams = [_stream(harness, slot) for slot in slots]
+    assert [s[-1].type for s in streams] == [TickCompleted.type] * 3
+    buffered = [[e.data for e in s if e.type == TickBuffered.type] for s in streams]
+    assert buffered[0] == []
+    assert buffered[1][0]["policy"] == "buffer_all"
+    assert buffered[2][0]["behind"] == [slot_tick_id("min", s) for s in slots[:2]]
+    for before, after in itertools.pairwise(streams):
+        assert _at(after, TickStarted) >= before[-1].recorded_at
+
+
+@pytest.mark.parametrize("policy", ["cancel_other", "terminate_other"])
+def test_a_displacing_policy_cancels_the_tick_in_flight_for_the_new_slot(
+    tmp_path: Path, fake: FakeUpstream, policy: str
+) -> None:
+    harness = Harness(tmp_path, fake, rag=False, overlap=policy)
+    service = local_service(harness)
+    old, new = T0 + timedelta(hours=1), T0 + timedelta(hours=1, minutes=1)
+    old_id, new_id = slot_tick_id("min", old), slot_tick_id("min", new)
+    fake.script(old_id, [Step(text="never sent", delay=60)])
+    service.fire([(old, "min")])
+    wait_until(lambda: old_id in fake.state.first_request, "the first tick to ask the model")
+    service.fire([(new, "min")])
+    service.wait_idle(120)
+    first, second = _stream(harness, old), _stream(harness, new)
+    assert first[-1].type == TickCancelled.type
+    assert first[-1].data["reason"] == f"overlap: {policy} by {new_id}"
+    assert second[-1].type == TickCompleted.type
+    held = [e.data for e in second if e.type == TickBuffered.type]
+    if policy == "cancel_other":
+        assert held and held[0]["behind"] == [old_id]
+        assert _at(second, TickStarted) >= first[-1].recorded_at
+    else:
+        assert held == [], "terminate_other starts the new tick at once"
+    requests = harness.store.read_stream(CONTROL_STREAM)
+    assert [e.data["scope"] for e in requests] == [old_id], "one cancel, scoped to the old tick"

@@ -166,6 +166,26 @@ def backfills(store: EventStore) -> list[Backfill]:
     ]
 
 
+SHOWN = 10
+"""Backfills a status view shows with their progress: the newest, open or not."""
+
+
+@dataclass(frozen=True)
+class BackfillProgress:
+    """A backfill and how far its range is, as `tickwork status` and `GET /status` show it."""
+
+    backfill: Backfill
+    progress: Progress
+
+
+def recent_progress(settings: Settings, store: EventStore) -> list[BackfillProgress]:
+    """The SHOWN newest backfills with their progress: reads bounded by their ranges."""
+    return [
+        BackfillProgress(each, progress(settings, store, each.request))
+        for each in backfills(store)[:SHOWN]
+    ]
+
+
 def backfill_ticks(settings: Settings, request: BackfillRequested) -> list[str]:
     """The tick ids of the range's slots, in slot order (the level must still exist)."""
     slots = range_slots(settings, request.level, request.start, request.end)

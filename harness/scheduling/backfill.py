@@ -186,6 +186,19 @@ def recent_progress(settings: Settings, store: EventStore) -> list[BackfillProgr
     ]
 
 
+def open_ranges(store: EventStore) -> dict[str, list[tuple[datetime, datetime]]]:
+    """Level -> the ranges of its open backfills: slots there are theirs to claim.
+
+    Catch-up after a restart leaves them alone: a backfill's claims move the level's last
+    claimed slot, and the slots after it in the range are not missed but still to come.
+    """
+    ranges: dict[str, list[tuple[datetime, datetime]]] = {}
+    for each in backfills(store):
+        if each.state == "open":
+            ranges.setdefault(each.request.level, []).append((each.request.start, each.request.end))
+    return ranges
+
+
 def backfill_ticks(settings: Settings, request: BackfillRequested) -> list[str]:
     """The tick ids of the range's slots, in slot order (the level must still exist)."""
     slots = range_slots(settings, request.level, request.start, request.end)

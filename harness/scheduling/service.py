@@ -34,7 +34,7 @@ from harness.projections import projector_for
 from harness.projections.levels import paused_levels
 from harness.projections.ticks import TickInFlight, last_slots, ticks_in_flight
 from harness.routing.decisions import Router, configured_router
-from harness.scheduling.backfill import Backfilling, BackfillRunner
+from harness.scheduling.backfill import Backfilling, BackfillRunner, open_ranges
 from harness.scheduling.budget import BudgetCheck, Budgets
 from harness.scheduling.control import ControlFollower
 from harness.scheduling.handoff import Handoff
@@ -212,13 +212,15 @@ class Service:
         Each missed slot since a level's last claimed one is claimed and recorded as
         skipped (`missed`), except the latest, which runs when it lies within the level's
         catch-up window. At most MAX_MISSED slots of the last MISSED_HORIZON are written
-        per level; older ones are only counted.
+        per level; older ones are only counted. Slots in an open backfill's range are the
+        backfill's to claim.
         """
         self.projector.catch_up(["ticks"])
         with self.store.read_transaction() as conn:
             slots_claimed = last_slots(conn, self.triggers)
         due: list[Slot] = []
         behind: list[tuple[str, list[datetime]]] = []
+        backfilling = open_ranges(self.store)
         for level, trigger in self.triggers.items():
             if level not in slots_claimed:
                 continue
@@ -229,8 +231,10 @@ class Service:
                 last = horizon
             slots = []
             slot = next_slot(trigger, last, last)
+            ranges = backfilling.get(level, ())
             while slot < now:
-                slots.append(slot)
+                if not any(start <= slot < end for start, end in ranges):
+                    slots.append(slot)
                 slot = next_slot(trigger, slot, slot)
             if not slots:
                 continue

@@ -23,7 +23,11 @@ def _ms(value: Any) -> str:
 HEADLINES: dict[str, Callable[[Data], str]] = {
     "TickScheduled": lambda d: (
         f"scheduled{' by hand' if d.get('manual') else ''}{' (forced)' if d.get('forced') else ''}"
+        f"{' by backfill ' + str(d['backfill']) if d.get('backfill') else ''}"
         f", model {d.get('model') or 'of the level'}"
+    ),
+    "TickBuffered": lambda d: (
+        f"buffered ({d.get('policy')}) behind {', '.join(d.get('behind') or []) or 'nothing'}"
     ),
     "TickStarted": lambda d: (
         f"attempt {d.get('attempt', 1)} started: pid {d.get('pid')} on {d.get('host')}, "
@@ -67,6 +71,13 @@ HEADLINES: dict[str, Callable[[Data], str]] = {
     "LevelResumed": lambda d: f"resumed by {d.get('by')}",
     "CancelRequested": lambda d: f"cancel scope {d.get('scope')!r} by {d.get('by')}",
     "CancelCleared": lambda d: f"cancel scope {d.get('scope')!r} cleared by {d.get('by')}",
+    "BackfillRequested": lambda d: (
+        f"backfill {d.get('backfill_id')} of {d.get('level')} by {d.get('by')}: "
+        f"{d.get('slots')} slot(s) from {d.get('start')} to {d.get('end')}, "
+        f"{d.get('overlap')}, at most {d.get('max_at_once')} at once"
+    ),
+    "BackfillCancelled": lambda d: f"backfill {d.get('backfill_id')} cancelled by {d.get('by')}",
+    "BackfillFinished": lambda d: f"backfill {d.get('backfill_id')} finished",
 }
 
 

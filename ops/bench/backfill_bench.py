@@ -17,7 +17,6 @@ import os
 import resource
 import signal
 import subprocess
-import sys
 import tempfile
 import threading
 import time
@@ -25,7 +24,7 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 from machine import describe
-from service_config import write_config
+from service_config import start_service, write_config
 
 from harness.config import load_settings
 from harness.contracts import BACKFILL_STREAM, BackfillFinished, TickCompleted, TickScheduled
@@ -64,13 +63,10 @@ def main() -> None:
         config = write_config(
             root, "shutdown_grace_seconds = 5\n" + args.runner.replace(";", "\n"), level
         )
-        env = {k: v for k, v in os.environ.items() if not k.startswith("TICKWORK_")}
-        env.update(TICKWORK_CONFIG=str(config), OPENAI_BASE_URL=fake.url)
-        tickwork = str(Path(sys.executable).with_name("tickwork"))
-        service = subprocess.Popen(
-            [tickwork, "run"],
-            env=env,
-            cwd=root,
+        service = start_service(
+            root,
+            config,
+            fake.url,
             stdout=subprocess.PIPE,
             stderr=subprocess.STDOUT,
             text=True,

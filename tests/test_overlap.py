@@ -21,13 +21,15 @@ from harness.contracts import (
     TickBuffered,
     TickCancelled,
     TickCompleted,
+    TickScheduled,
+    TickSkipped,
     TickStarted,
     tick_stream,
 )
 from harness.devtools.fake_llm import FakeUpstream, Step
 from harness.execution.executors import LocalExecutor
 from harness.projections.ticks import TickInFlight
-from harness.scheduling import Service, SlotClaim, slot_tick_id
+from harness.scheduling import Service, SlotClaim, claim_wave, slot_tick_id
 from harness.scheduling.overlap import OverlapBuffer, ahead_of
 from harness.store import StoredEvent, StoreError
 from tests.tick_support import Harness
@@ -161,3 +163,22 @@ def test_a_displacing_policy_cancels_the_tick_in_flight_for_the_new_slot(
         assert held == [], "terminate_other starts the new tick at once"
     requests = harness.store.read_stream(CONTROL_STREAM)
     assert [e.data["scope"] for e in requests] == [old_id], "one cancel, scoped to the old tick"
+
+
+def test_buffer_one_holds_across_replicas_through_the_store(
+    tmp_path: Path, fake: FakeUpstream
+) -> None:
+    """A slot buffered by one replica makes the other skip the next: TickBuffered is the key."""
+    harness = Harness(tmp_path, fake, rag=False, overlap="buffer_one")
+    first, second = local_service(harness), local_service(harness)
+    slots = [T0 + timedelta(hours=2, minutes=i) for i in range(3)]
+    ids = [slot_tick_id("min", slot) for slot in slots]
+    assert claim_wave(harness.store, harness.settings, [SlotClaim(ids[0], "min", slots[0])])
+    first.fire([(slots[1], "min")])
+    second.fire([(slots[2], "min")])
+    assert [e.type for e in _stream(harness, slots[1])] == [TickScheduled.type, TickBuffered.type]
+    skipped = _stream(harness, slots[2])[-1]
+    assert skipped.type == TickSkipped.type and skipped.data["reason"] == "overlap"
+    first.stopping.set()  # the held tick ends without starting
+    first.wait_idle(60)
+    assert _stream(harness, slots[1])[-1].type == TickCancelled.type

@@ -98,9 +98,10 @@ class OverlapBuffer:
             return bool(self.buffered.get(level))
 
     def holder(self, flying: Sequence[TickInFlight]) -> Callable[[str], bool]:
-        """`holding` for one wave: held here, or a tick in flight of the level is buffered.
+        """`holding` for one wave: held here, or a tick of the level waits buffered.
 
-        The store is asked once per level, only for a level the wave asks about (a
+        A tick buffered once but started since holds nothing: only ticks not started yet
+        are looked at. The store is asked once per level, only for a level the wave asks about (a
         `buffer_one` level that is busy): a tick another replica buffered holds the level
         as one of ours does.
         """
@@ -110,7 +111,11 @@ class OverlapBuffer:
             if self.holding(level):
                 return True
             if level not in asked:
-                streams = [tick_stream(t.tick_id) for t in flying if t.level == level]
+                streams = [
+                    tick_stream(t.tick_id)
+                    for t in flying
+                    if t.level == level and t.status == "scheduled"
+                ]
                 found = self.store.read_streams(streams, types=[TickBuffered.type])
                 asked[level] = any(found.values())
             return asked[level]

@@ -272,7 +272,8 @@ class Service:
                     self._fire_wave(wave, missed, backfill)
             except StoreError as exc:
                 self.outage.failed(exc)
-                self.owed.owe(wave)
+                if backfill is None:  # a backfill claims what is left itself, later
+                    self.owed.owe(wave)
 
     def _fire_wave(
         self, wave: Sequence[Slot], missed: Collection[Slot], backfill: Backfilling | None = None

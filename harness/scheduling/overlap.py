@@ -141,11 +141,6 @@ class OverlapBuffer:
         requests = [CancelRequested(scope=target, by="tickwork", why=why) for target in targets]
         self.store.append(CONTROL_STREAM, [request.to_record() for request in requests])
 
-    def held(self) -> list[SlotClaim]:
-        """Every tick held here, for views and tests."""
-        with self._lock:
-            return [claim for claims in self.buffered.values() for claim in claims]
-
     def hold(self, claim: SlotClaim) -> None:
         """Hold a claimed (reserved) tick in a thread of its own until its turn comes."""
         self.report(f"{claim.tick_id} buffered until the tick(s) of {claim.level} ahead end")

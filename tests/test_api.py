@@ -289,6 +289,37 @@ def test_pause_resume_and_cancel_append_what_the_cli_appends(api: Api, tmp_path:
     assert api.store.last_position() == before
 
 
+def test_a_backfill_is_requested_shown_and_cancelled_and_a_bad_one_records_nothing(
+    api: Api,
+) -> None:
+    end = datetime.now(UTC).replace(second=0, microsecond=0) - HOUR
+    body = {"from": (end - HOUR).isoformat(), "to": end.isoformat(), "max": 2}
+    before = api.store.last_position()
+    bad = [
+        ("/levels/weekly/backfill", body, 404, "no level named 'weekly'"),
+        ("/levels/min/backfill", {**body, "to": body["from"]}, 422, "is not after from"),
+        ("/levels/min/backfill", {**body, "from": "2026-12-01T00:00"}, 422, "from"),
+        ("/levels/min/backfill", {**body, "max": 0}, 422, "max"),
+        ("/levels/min/backfill", {**body, "overlap": "cancel_other"}, 422, "overlap"),
+    ]
+    for path, payload, code, says in bad:
+        answer = api.http.post(path, json=payload)
+        assert answer.status_code == code and says in str(answer.json()["detail"]), answer.text
+    assert api.store.last_position() == before
+    asked = api.http.post("/levels/min/backfill", json=body)
+    assert asked.status_code == 202, asked.text
+    shown = asked.json()
+    assert (shown["state"], shown["overlap"], shown["max_at_once"]) == ("open", "buffer_all", 2)
+    assert shown["slots"] == 60 and shown["claimed"] == 0
+    (listed,) = api.http.get("/status").json()["backfills"]
+    assert listed["backfill_id"] == shown["backfill_id"] and listed["by"] == "http:127.0.0.1"
+    cancelled = api.http.post(f"/backfills/{shown['backfill_id']}/cancel")
+    assert cancelled.json() == {"scope": shown["backfill_id"], "scopes": [], "matching": []}
+    assert api.http.get("/status").json()["backfills"][0]["state"] == "cancelled"
+    again = api.http.post(f"/backfills/{shown['backfill_id']}/cancel")
+    assert again.status_code == 404 and "cancelled already" in again.json()["detail"]
+
+
 def test_a_tick_page_tells_its_story_and_its_stream_ends_with_it(api: Api, tmp_path: Path) -> None:
     seed(api.store, tmp_path / "results")
     record(

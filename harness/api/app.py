@@ -30,6 +30,8 @@ from starlette.concurrency import run_in_threadpool
 from harness.api import dashboard, story
 from harness.api.metrics import StoreCollector, text_format
 from harness.api.models import (
+    BackfillBody,
+    BackfillView,
     Cancelled,
     Cleared,
     Digest,
@@ -48,6 +50,14 @@ from harness.execution.manual import ManualTicks
 from harness.projections import SpendRow
 from harness.projections.spend import GroupBy
 from harness.projections.ticks import STATUSES, TickCursor
+from harness.scheduling.backfill import (
+    Backfill,
+    BackfillError,
+    BackfillProgress,
+    cancel_backfill,
+    progress,
+    request_backfill,
+)
 from harness.scheduling.control import (
     ScopeError,
     Switched,
@@ -386,6 +396,51 @@ def _routes(router: APIRouter, settings: Settings, manual: ManualTicks) -> None:
         if level is None or level not in settings.levels:
             raise HTTPException(404, f"no tick {tick_id!r} of a configured level in the store")
         return run_now(level)
+
+    @router.post("/levels/{level}/backfill", tags=["control"], status_code=202, responses=UNKNOWN)
+    def backfill(
+        level: Level, body: BackfillBody, request: Request, reads: FreshReads
+    ) -> BackfillView:
+        """Run the level's slots in [from, to) that have no tick yet, as `tickwork backfill`.
+
+        Recorded for the running services, which claim the slots (each once, across
+        replicas) at most `max` in flight at once; its progress is in `GET /status`. An
+        unknown level is a 404, a bad range a 422 naming the field (nothing recorded).
+        """
+        if level not in settings.levels:
+            known = ", ".join(settings.levels) or "none"
+            raise HTTPException(404, f"no level named {level!r} (known: {known})")
+        try:
+            requested = request_backfill(
+                settings,
+                reads.store,
+                level,
+                body.start,
+                body.end,
+                overlap=body.overlap,
+                max_at_once=body.max,
+                by=_client(request),
+            )
+        except BackfillError as exc:
+            raise HTTPException(422, str(exc)) from exc
+        return BackfillView.of(
+            BackfillProgress(
+                Backfill(requested, "open"), progress(settings, reads.store, requested)
+            )
+        )
+
+    @router.post("/backfills/{backfill_id}/cancel", tags=["control"], responses=UNKNOWN)
+    def cancel_backfill_route(backfill_id: str, request: Request, reads: FreshReads) -> Cancelled:
+        """Cancel a backfill, as `tickwork cancel --backfill` does.
+
+        No more of its slots are claimed and its ticks in flight are cancelled (404 for no
+        open backfill of that id).
+        """
+        try:
+            flying = cancel_backfill(reads.store, backfill_id, _client(request))
+        except BackfillError as exc:
+            raise HTTPException(404, str(exc)) from exc
+        return Cancelled(scope=backfill_id, scopes=flying, matching=flying)
 
     @router.post("/levels/{level}/{action}", tags=["control"], responses=UNKNOWN)
     def switch(

@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 from datetime import date, datetime
-from typing import Annotated, Any
+from typing import Annotated, Any, Literal
 
-from pydantic import AfterValidator, BaseModel
+from pydantic import AfterValidator, AwareDatetime, BaseModel, ConfigDict, Field
 
 from harness.projections.ticks import TickInFlight
+from harness.scheduling.backfill import BackfillProgress
 from harness.scheduling.status import LevelStatus, Snapshot
 from harness.store import Beat, StoredEvent
 from harness.timespec import as_utc
@@ -73,6 +74,56 @@ class Projection(BaseModel):
     """Events stored but not yet folded into this read model."""
 
 
+class BackfillView(BaseModel):
+    """A backfill and its progress: slots of the range claimed, in flight and ended."""
+
+    backfill_id: str
+    level: str
+    start: datetime
+    end: datetime
+    overlap: str
+    max_at_once: int
+    by: str
+    state: str
+    """`open` (services claim its slots), `cancelled` or `finished`."""
+    slots: int
+    claimed: int
+    in_flight: int
+    ended: int
+    statuses: dict[str, int]
+    """Ended ticks of the range by status."""
+
+    @classmethod
+    def of(cls, shown: BackfillProgress) -> BackfillView:
+        """A backfill's request, state and progress in the API's form."""
+        request, progress = shown.backfill.request, shown.progress
+        return cls(
+            backfill_id=request.backfill_id,
+            level=request.level,
+            start=request.start,
+            end=request.end,
+            overlap=request.overlap,
+            max_at_once=request.max_at_once,
+            by=request.by,
+            state=shown.backfill.state,
+            slots=progress.slots,
+            claimed=progress.claimed,
+            in_flight=progress.in_flight,
+            ended=progress.ended,
+            statuses=progress.statuses,
+        )
+
+
+class BackfillBody(BaseModel):
+    """What `POST /levels/{level}/backfill` takes: the range, as `tickwork backfill`."""
+
+    model_config = ConfigDict(extra="forbid", populate_by_name=True)
+    start: AwareDatetime = Field(alias="from")
+    end: AwareDatetime = Field(alias="to")
+    overlap: Literal["buffer_all", "allow", "skip"] = "buffer_all"
+    max: int = Field(default=1, ge=1, le=1000)
+
+
 class Status(BaseModel):
     """The body of `/status`: the same snapshot `tickwork status` prints."""
 
@@ -87,6 +138,8 @@ class Status(BaseModel):
     """Schedulers and workers, live ones and the last seen dead, newest beat first."""
     scheduler_running: bool
     """Whether a live scheduler fires the levels' slots (False: none will fire)."""
+    backfills: list[BackfillView] = []
+    """The newest backfills, open or ended, with their progress."""
 
     @classmethod
     def of(cls, snapshot: Snapshot) -> Status:
@@ -105,6 +158,7 @@ class Status(BaseModel):
             paused_levels=snapshot.paused_levels,
             processes=[Process.of(beat, now) for beat in snapshot.processes],
             scheduler_running=any(beat.role == "scheduler" for beat in snapshot.live),
+            backfills=[BackfillView.of(each) for each in snapshot.backfills],
         )
 
 

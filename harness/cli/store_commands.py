@@ -176,6 +176,15 @@ def status(as_json: JsonOption = False) -> None:
                 f"cancel scope {scope.scope!r} in force since {scope.occurred_at:%Y-%m-%d %H:%M:%S}"
                 f" (by {scope.by}; tickwork cancel --clear {scope.scope})"
             )
+        for shown in status_now.backfills:
+            from harness.cli.backfill_command import describe
+
+            request = shown.backfill.request
+            out.print(
+                f"backfill {request.backfill_id} of {request.level} ({shown.backfill.state}, "
+                f"{request.start:%Y-%m-%d %H:%M} to {request.end:%Y-%m-%d %H:%M} UTC): "
+                + describe(shown.progress)
+            )
         if config.executor.kind == "procrastinate":
             _print_workers(store, now)
     finally:

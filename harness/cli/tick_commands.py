@@ -27,8 +27,10 @@ from harness.cli.app import (
 )
 
 if typing.TYPE_CHECKING:
+    from collections.abc import Callable
+
     from harness.execution.runner import TickOutcome
-    from harness.store import StoredEvent
+    from harness.store import SqlEventStore, StoredEvent
 
 INTERRUPTED = "interrupted (Ctrl-C on tickwork tick)"
 
@@ -163,7 +165,9 @@ def _print_tick(tick_id: str, outcome: TickOutcome | None, stream: list[StoredEv
 
 @app.command()
 def cancel(
-    scope: Annotated[str, typer.Argument(help="A level name, or the start of a tick id.")],
+    scope: Annotated[
+        str | None, typer.Argument(help="A level name, or the start of a tick id.")
+    ] = None,
     wait: Annotated[float, typer.Option(min=0, help="Seconds to wait for the ticks to end.")] = 15,
     clear: Annotated[
         bool, typer.Option("--clear", help="End the scope: its ticks may start again.")
@@ -172,6 +176,10 @@ def cancel(
         bool,
         typer.Option(help="Record a scope that matches no level and no tick in flight (yet)."),
     ] = False,
+    backfill: Annotated[
+        str | None,
+        typer.Option(help="A backfill's id: claim no more of its slots, cancel its ticks."),
+    ] = None,
     as_json: JsonOption = False,
 ) -> None:
     """Cancel a level's ticks in flight and to come, or the ticks in flight a prefix names.
@@ -180,19 +188,26 @@ def cancel(
     ones are killed, and ticks claimed later (by any service, or by hand) end cancelled
     before they start. A tick id, or a prefix, cancels the ticks in flight it matches;
     each one's scope ends with its tick. A scope matching neither is refused (exit 2)
-    unless `--force`.
+    unless `--force`. `--backfill ID` stops a backfill (`tickwork backfill`) instead.
     """
     from harness.contracts.events import TERMINAL_TYPES
     from harness.scheduling.control import ScopeError, clear_cancel, operator
     from harness.scheduling.control import cancel as cancel_scope
     from harness.scheduling.status import refresh
 
+    if (scope is None) == (backfill is None):
+        raise fail("name a scope or --backfill ID (one of them)", code=2)
     config = settings(needed=True)
     store = store_for(config)
 
     def say(line: str) -> None:
         if not as_json:
             out.print(line)
+
+    if backfill is not None:
+        _cancel_backfill(store, backfill, say, as_json)
+        return
+    assert scope is not None
 
     try:
         if clear:
@@ -239,6 +254,23 @@ def cancel(
             raise fail(f"still in flight after {wait:.0f} s: {still} (is `tickwork run` up?)")
     finally:
         store.close()
+
+
+def _cancel_backfill(
+    store: SqlEventStore, backfill_id: str, say: Callable[[str], None], as_json: bool
+) -> None:
+    from harness.scheduling.backfill import BackfillError, cancel_backfill
+    from harness.scheduling.control import operator
+
+    try:
+        flying = cancel_backfill(store, backfill_id, operator())
+    except BackfillError as exc:
+        raise fail(str(exc), code=2) from exc
+    finally:
+        store.close()
+    say(f"backfill {backfill_id} cancelled; its ticks in flight: {', '.join(flying) or 'none'}")
+    if as_json:
+        print_json({"backfill_id": backfill_id, "cancelled": flying})
 
 
 @app.command()

@@ -359,6 +359,10 @@ class AlertsConfig(_Strict):
         return notify
 
 
+Overlap = Literal["skip", "buffer_one", "buffer_all", "cancel_other", "terminate_other", "allow"]
+"""What a slot firing while a tick of its level is in flight becomes (`LevelConfig.overlap`)."""
+
+
 class LevelConfig(Scheduled):
     """`[levels.<name>]`: one recurring agent, what it is asked and the limits it runs within."""
 
@@ -374,10 +378,12 @@ class LevelConfig(Scheduled):
     `ANTHROPIC_BASE_URL`/`ANTHROPIC_API_KEY`, `OLLAMA_HOST`)."""
     effort: Effort | None = None
     """Reasoning effort, as the level's `api` takes it (`harness.contracts.wire.EFFORTS`)."""
-    overlap: Literal["skip", "buffer_one", "allow"] = "skip"
+    overlap: Overlap = "skip"
     """A slot firing while a tick of the level is in flight: `skip` records TickSkipped;
     `buffer_one` keeps one such slot to run when the level is free (and skips the rest);
-    `allow` runs it alongside."""
+    `buffer_all` keeps every one, to run one after another in slot order; `cancel_other`
+    cancels the ticks in flight and starts the new one once they ended; `terminate_other`
+    cancels them and starts it at once; `allow` runs it alongside."""
     catch_up_seconds: Annotated[float, Field(ge=0)] = 0
     """After downtime, the latest missed slot this recent runs once; other missed slots
     are recorded as skipped (missed)."""

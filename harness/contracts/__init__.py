@@ -13,6 +13,7 @@ from __future__ import annotations
 from harness.contracts.calibration import Calibration, Sample
 from harness.contracts.events import (
     ARCHIVE_STREAM,
+    BACKFILL_STREAM,
     CONFIG_STREAM,
     CONTROL_STREAM,
     EVENT_TYPES,
@@ -22,6 +23,10 @@ from harness.contracts.events import (
     AlertRaised,
     ArchiveSummary,
     ArchiveWritten,
+    BackfillCancelled,
+    BackfillEvent,
+    BackfillFinished,
+    BackfillRequested,
     BudgetSpent,
     CalibrationSampled,
     CancelRequested,
@@ -51,6 +56,7 @@ from harness.contracts.events import (
     TargetSelfChecked,
     TerminalTickEvent,
     TickAttemptFailed,
+    TickBuffered,
     TickCancelled,
     TickCompleted,
     TickEvent,
@@ -110,6 +116,7 @@ from harness.contracts.result import (
 
 __all__ = [
     "ARCHIVE_STREAM",
+    "BACKFILL_STREAM",
     "CONFIG_STREAM",
     "CONTROL_STREAM",
     "DEFAULT_DIRECTIVE",
@@ -125,6 +132,10 @@ __all__ = [
     "AlertRaised",
     "ArchiveSummary",
     "ArchiveWritten",
+    "BackfillCancelled",
+    "BackfillEvent",
+    "BackfillFinished",
+    "BackfillRequested",
     "BudgetSpent",
     "Calibration",
     "CalibrationSampled",
@@ -169,6 +180,7 @@ __all__ = [
     "TargetSelfChecked",
     "TerminalTickEvent",
     "TickAttemptFailed",
+    "TickBuffered",
     "TickCancelled",
     "TickCompleted",
     "TickEvent",

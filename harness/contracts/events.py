@@ -13,7 +13,7 @@ from datetime import UTC, date, datetime
 from typing import Any, ClassVar, Literal
 from uuid import UUID
 
-from pydantic import BaseModel, ConfigDict, Field, NonNegativeInt
+from pydantic import BaseModel, ConfigDict, Field, NonNegativeInt, PositiveInt
 
 from harness.contracts.ids import new_event_id
 from harness.contracts.records import NewEvent, StoredEvent
@@ -108,6 +108,21 @@ class TickScheduled(TickEvent):
     scheduler_pid: int | None = None
     """The process that claimed the tick (on `host`): while it lives, the tick is its to
     start or end; once it is gone, any service on the host reconciles it."""
+    backfill: str | None = None
+    """The backfill (`tickwork backfill`) that claimed the slot, if one did."""
+
+
+class TickBuffered(TickEvent):
+    """A claimed slot held back by its level's overlap policy until the ticks ahead end.
+
+    `policy` is the overlap policy that held it (`buffer_one`, `buffer_all`,
+    `cancel_other`); `behind` the ticks in flight when it was claimed.
+    """
+
+    type = "TickBuffered"
+    slot: datetime | None = None
+    policy: str
+    behind: list[str] = Field(default_factory=list)
 
 
 class RouteFallback(TickEvent):
@@ -573,6 +588,8 @@ class CancelRequested(Event):
     version = 2
     scope: str
     by: str = "operator"
+    why: str | None = None
+    """Why, when tickwork itself asks (an overlap policy): the reason its ticks record."""
 
     def matches(self, level: str, tick_id: str) -> bool:
         """Whether a tick in flight falls under this request, by its level or a tick id prefix."""
@@ -581,7 +598,7 @@ class CancelRequested(Event):
     @property
     def reason(self) -> str:
         """What a tick it ends is recorded as cancelled for."""
-        return f"cancelled by {self.by} (scope {self.scope!r})"
+        return self.why or f"cancelled by {self.by} (scope {self.scope!r})"
 
 
 class OneShotCancelRequested(CancelRequested):
@@ -591,6 +608,51 @@ class OneShotCancelRequested(CancelRequested):
     """
 
     version = 1
+
+
+BACKFILL_STREAM = "backfills"
+"""Backfill requests and their cancels; every replica follows it and runs what is open."""
+
+
+class BackfillEvent(Event):
+    """Events of one backfill, all in BACKFILL_STREAM: services read the recent ones."""
+
+    backfill_id: str
+
+    @property
+    def stream_id(self) -> str:
+        """Every backfill in one stream, read from its end (a bounded window)."""
+        return BACKFILL_STREAM
+
+
+class BackfillRequested(BackfillEvent):
+    """Run the slots of `level` in [`start`, `end`) that have no tick yet.
+
+    Every replica runs it: each slot's claim is its tick id, so each slot runs once.
+    """
+
+    type = "BackfillRequested"
+    level: str
+    start: datetime
+    end: datetime
+    overlap: Literal["buffer_all", "allow", "skip"] = "buffer_all"
+    max_at_once: PositiveInt = 1
+    slots: NonNegativeInt
+    """How many slots the range holds (claimed before or not)."""
+    by: str = "operator"
+
+
+class BackfillCancelled(BackfillEvent):
+    """Stop a backfill: no more of its slots are claimed and its ticks in flight end."""
+
+    type = "BackfillCancelled"
+    by: str = "operator"
+
+
+class BackfillFinished(BackfillEvent):
+    """Every slot of the backfill's range is claimed and ended (any replica records it)."""
+
+    type = "BackfillFinished"
 
 
 class CancelCleared(Event):
@@ -808,6 +870,7 @@ EVENT_TYPES: dict[tuple[str, int], type[Event]] = {
     (cls.type, cls.version): cls
     for cls in (
         TickScheduled,
+        TickBuffered,
         RouteFallback,
         RoutePromoted,
         QuotaObserved,
@@ -840,6 +903,9 @@ EVENT_TYPES: dict[tuple[str, int], type[Event]] = {
         CancelRequested,
         OneShotCancelRequested,
         CancelCleared,
+        BackfillRequested,
+        BackfillCancelled,
+        BackfillFinished,
         AlertRaised,
         AlertDelivered,
         GovernorFired,

@@ -23,8 +23,12 @@ def _ms(value: Any) -> str:
 HEADLINES: dict[str, Callable[[Data], str]] = {
     "TickScheduled": lambda d: (
         f"scheduled{' by hand' if d.get('manual') else ''}{' (forced)' if d.get('forced') else ''}"
+        f"{' by backfill ' + str(d['backfill']) if d.get('backfill') else ''}"
         f", model {d.get('model') or 'of the level'}"
         + (f", levels revision {d['config_revision'][:12]}" if d.get("config_revision") else "")
+    ),
+    "TickBuffered": lambda d: (
+        f"buffered ({d.get('policy')}) behind {', '.join(d.get('behind') or []) or 'nothing'}"
     ),
     "TickStarted": lambda d: (
         f"attempt {d.get('attempt', 1)} started: pid {d.get('pid')} on {d.get('host')}, "
@@ -80,6 +84,13 @@ HEADLINES: dict[str, Callable[[Data], str]] = {
     "LevelsRecorded": lambda d: (
         f"levels revision {str(d.get('revision'))[:12]}: {len(d.get('levels') or {})} level(s)"
     ),
+    "BackfillRequested": lambda d: (
+        f"backfill {d.get('backfill_id')} of {d.get('level')} by {d.get('by')}: "
+        f"{d.get('slots')} slot(s) from {d.get('start')} to {d.get('end')}, "
+        f"{d.get('overlap')}, at most {d.get('max_at_once')} at once"
+    ),
+    "BackfillCancelled": lambda d: f"backfill {d.get('backfill_id')} cancelled by {d.get('by')}",
+    "BackfillFinished": lambda d: f"backfill {d.get('backfill_id')} finished",
 }
 
 

@@ -44,6 +44,7 @@ from harness.projections.ticks import (
     recent_ticks,
     tick_ids_starting,
     tick_rows,
+    tick_statuses,
     ticks_in_flight,
 )
 
@@ -90,6 +91,7 @@ __all__ = [
     "story_steps",
     "tick_ids_starting",
     "tick_rows",
+    "tick_statuses",
     "tick_story",
     "ticks_in_flight",
     "tool_cap_counts",

@@ -535,3 +535,22 @@ def previous_result_path(conn: sa.Connection, level: str) -> str | None:
     )
     path: str | None = conn.execute(query).scalar()
     return path
+
+
+STATUS_CHUNK = 500
+"""Tick ids looked up in one query (a backfill's range is read in a few)."""
+
+
+def tick_statuses(store: EventStore, tick_ids: Sequence[str]) -> dict[str, str]:
+    """The status of each of `tick_ids` the read model has: absent, no tick was claimed.
+
+    Lookups by primary key, so the cost is that of the ids asked, not of the history
+    (a backfill's progress asks for its range's slots).
+    """
+    found: dict[str, str] = {}
+    with store.read_transaction() as conn:
+        for start in range(0, len(tick_ids), STATUS_CHUNK):
+            chunk = list(tick_ids[start : start + STATUS_CHUNK])
+            query = sa.select(ticks.c.tick_id, ticks.c.status).where(ticks.c.tick_id.in_(chunk))
+            found.update((tick_id, status) for tick_id, status in conn.execute(query))
+    return found

@@ -34,16 +34,19 @@ from harness.projections import projector_for
 from harness.projections.levels import paused_levels
 from harness.projections.ticks import TickInFlight, last_slots, ticks_in_flight
 from harness.routing.decisions import Router, configured_router
+from harness.scheduling.backfill import Backfilling, BackfillRunner, open_ranges
 from harness.scheduling.budget import BudgetCheck, Budgets
 from harness.scheduling.control import ControlFollower
 from harness.scheduling.handoff import Handoff
 from harness.scheduling.outage import Outage, OwedSlots, Report
+from harness.scheduling.overlap import OverlapBuffer
 from harness.scheduling.reconcile import RECONCILE_SECONDS, reconcile
 from harness.scheduling.reload import LevelsReload, levels_revision
 from harness.scheduling.tick_feed import TickFeed
-from harness.scheduling.timetable import POLL_SECONDS, Slot, Timetable
+from harness.scheduling.timetable import Slot, Timetable
 from harness.scheduling.triggers import level_trigger, next_slot, slot_tick_id
 from harness.scheduling.waves import (
+    DISPLACING,
     SKIPPED,
     Decision,
     SlotClaim,
@@ -91,13 +94,31 @@ class Service:
         self.prices = PriceBook(settings.prices)
         self.projector = projector_for(store, self.prices)
         self.budgets = Budgets(store, self.projector, self.prices)
-        self.buffered: dict[str, SlotClaim] = {}
-        """Level -> the one tick held back until the level's tick in flight ends."""
-        self.cancelled_buffered: dict[str, str] = {}
         self.budget_flagged: set[tuple[str, str]] = set()
         """(level, day) whose LevelBudgetExceeded is known to be recorded."""
         self.control = ControlFollower(store, executor, settings.levels)
         self.outage = Outage(report)
+        self.overlap = OverlapBuffer(
+            store,
+            executor,
+            lambda level: self._in_flight([level]),
+            self.stopping,
+            self._track,
+            self.outage.failed,
+            report,
+        )
+        """Ticks buffered by their level's overlap policy until the ticks ahead of them end."""
+        self._firing = threading.Lock()
+        """One wave at a time: the timetable's and the backfills' decide on one snapshot."""
+        self.backfills = BackfillRunner(
+            settings,
+            store,
+            self.fire,
+            lambda: self.projector.catch_up(["ticks"]),
+            self.stopping,
+            self._track,
+            report,
+        )
         self.reconciled_at = float("-inf")
         self.owed = OwedSlots(report)
         self.spool = Spool(settings.paths.spool)
@@ -157,6 +178,7 @@ class Service:
             self.reload.poll()
         try:
             self.follow_control()
+            self.backfills.poll()
             self.feed.poll()
             self._ingest_spool()
             self.owed.settle_unsure(self.store, self._hand_on)
@@ -190,10 +212,7 @@ class Service:
             StoreError: the store cannot be read (the next call asks again).
         """
         for request in self.control.poll():
-            with self._threads_lock:
-                for tick in self.buffered.values():
-                    if request.matches(tick.level, tick.tick_id):
-                        self.cancelled_buffered[tick.tick_id] = request.reason
+            self.overlap.cancel(request.matches, request.reason)
 
     def catch_up(self, now: datetime) -> None:
         """Account for the slots levels missed while no scheduler ran.
@@ -201,13 +220,15 @@ class Service:
         Each missed slot since a level's last claimed one is claimed and recorded as
         skipped (`missed`), except the latest, which runs when it lies within the level's
         catch-up window. At most MAX_MISSED slots of the last MISSED_HORIZON are written
-        per level; older ones are only counted.
+        per level; older ones are only counted. Slots in an open backfill's range are the
+        backfill's to claim.
         """
         self.projector.catch_up(["ticks"])
         with self.store.read_transaction() as conn:
             slots_claimed = last_slots(conn, self.triggers)
         due: list[Slot] = []
         behind: list[tuple[str, list[datetime]]] = []
+        backfilling = open_ranges(self.store)
         for level, trigger in self.triggers.items():
             if level not in slots_claimed:
                 continue
@@ -218,8 +239,10 @@ class Service:
                 last = horizon
             slots = []
             slot = next_slot(trigger, last, last)
+            ranges = backfilling.get(level, ())
             while slot < now:
-                slots.append(slot)
+                if not any(start <= slot < end for start, end in ranges):
+                    slots.append(slot)
                 slot = next_slot(trigger, slot, slot)
             if not slots:
                 continue
@@ -236,33 +259,52 @@ class Service:
             )
         self.fire(due, recorded)
 
-    def fire(self, due: Sequence[Slot], missed: Collection[Slot] = ()) -> None:
+    def fire(
+        self,
+        due: Sequence[Slot],
+        missed: Collection[Slot] = (),
+        backfill: Backfilling | None = None,
+    ) -> None:
         """Decide and claim due slots, a wave at a time, and hand on the ticks that may run.
 
         `missed`: slots of `due` to record as skipped (`missed`) without a decision.
+        `backfill`: the backfill claiming them, whose overlap policy decides instead of
+        the level's; its ticks are tagged with its id.
         """
         for start in range(0, len(due), WAVE):
             if self.stopping.is_set():
                 return
             wave = due[start : start + WAVE]
             try:
-                self._fire_wave(wave, missed)
+                with self._firing:
+                    self._fire_wave(wave, missed, backfill)
             except StoreError as exc:
                 self.outage.failed(exc)
-                self.owed.owe(wave)
+                if backfill is None:  # a backfill claims what is left itself, later
+                    self.owed.owe(wave)
 
-    def _fire_wave(self, wave: Sequence[Slot], missed: Collection[Slot]) -> None:
+    def _fire_wave(
+        self, wave: Sequence[Slot], missed: Collection[Slot], backfill: Backfilling | None = None
+    ) -> None:
         levels = {level for _, level in wave}
         paused = paused_levels(self.store, levels)
         flying = self._in_flight(levels)
         busy = {t.level for t in flying}
+        ahead: dict[str, list[str]] = {}
+        """Level -> its ticks in flight, and this wave's that will run: what a new one is behind."""
+        for tick in flying:
+            ahead.setdefault(tick.level, []).append(tick.tick_id)
         budgeted = [level for level in levels if self.settings.levels[level].has_budget]
         held = self.budgets.held(flying, budgeted)
+        holding = self.overlap.holder(flying)
         over_budget: dict[str, BudgetCheck] = {}
         plans: list[tuple[SlotClaim, Decision]] = []
+        displacing: dict[str, list[str]] = {}
         for slot, level in wave:
             tick_id = slot_tick_id(level, slot)
             config = self.settings.levels[level]
+            if backfill is not None:
+                config = config.model_copy(update={"overlap": backfill.overlap})
             if (slot, level) in missed:
                 decision: Decision = "missed"
             else:
@@ -271,10 +313,11 @@ class Service:
                     config,
                     paused,
                     busy,
-                    self._holding,
+                    holding,
                     partial(self.budgets.try_reserve, level, config, tick_id, held.get(level, 0)),
                     over_budget,
                 )
+            behind = tuple(ahead.get(level, ()))
             claim = SlotClaim(
                 tick_id,
                 level,
@@ -284,17 +327,23 @@ class Service:
                 self.router.route(level, slot) if self.router else None,
                 config=config,
                 config_revision=self.config_revision,
+                buffered=behind if decision == "buffer" else None,
+                policy=config.overlap,
+                backfill=backfill.backfill_id if backfill else None,
             )
             plans.append((claim, decision))
+            if decision in ("run", "buffer"):
+                if config.overlap in DISPLACING and behind:
+                    displacing[tick_id] = list(behind)
+                ahead.setdefault(level, []).append(tick_id)
             if decision == "buffer":
-                with self._threads_lock:
-                    self.buffered[level] = claim
+                self.overlap.reserve(claim)
         try:
             claimed = claim_wave(self.store, self.settings, [claim for claim, _ in plans])
         except StoreError:
             self.owed.unsure_of(plans)
             for claim, _ in plans:
-                self._unbuffer(claim)
+                self.overlap.release(claim)
             raise
         finally:
             for claim, _ in plans:
@@ -302,12 +351,17 @@ class Service:
         for claim, decision in plans:
             tick_id, level = claim.tick_id, claim.level
             if tick_id not in claimed:
-                self._unbuffer(claim)
+                self.overlap.release(claim)
                 self.report(f"{tick_id} claimed by another replica")
             elif decision in ("run", "buffer") and not self._confirmed(claim, over_budget):
-                self._unbuffer(claim)
+                self.overlap.release(claim)
                 self.report(f"{tick_id} skipped: {SKIPPED['budget'].format(level=level)}")
             elif decision in ("run", "buffer"):
+                if tick_id in displacing:
+                    try:
+                        self.overlap.displace(claim, displacing[tick_id])
+                    except StoreError as exc:
+                        self.outage.failed(exc)
                 self._hand_on(claim, decision)
             else:
                 self.report(f"{tick_id} skipped: {SKIPPED[decision].format(level=level)}")
@@ -339,20 +393,10 @@ class Service:
     def _hand_on(self, claim: SlotClaim, decision: Decision) -> None:
         """A claimed tick that may run goes to the executor, or waits for its level."""
         if decision == "buffer":
-            self.report(f"{claim.tick_id} buffered until the tick of {claim.level} in flight ends")
-            self._track(threading.Thread(target=self._hold, args=(claim,), daemon=True))
+            self.overlap.hold(claim)
         else:
             self.report(f"{claim.tick_id} scheduled")
             self.executor.submit(claim)
-
-    def _unbuffer(self, claim: SlotClaim) -> None:
-        with self._threads_lock:
-            if self.buffered.get(claim.level) is claim:
-                del self.buffered[claim.level]
-
-    def _holding(self, level: str) -> bool:
-        with self._threads_lock:
-            return level in self.buffered
 
     def _budget_exceeded(self, level: str, budget: BudgetCheck) -> None:
         """One LevelBudgetExceeded per level and UTC day, however many slots are skipped."""
@@ -372,8 +416,8 @@ class Service:
             self.store.append(stream, [event.to_record()])
         self.budget_flagged.add((level, day))
 
-    def _in_flight(self, levels: Collection[str], but: str | None = None) -> list[TickInFlight]:
-        """Ticks of `levels`, in any replica, that have not ended (other than `but`).
+    def _in_flight(self, levels: Collection[str]) -> list[TickInFlight]:
+        """Ticks of `levels`, in any replica, that have not ended.
 
         Ticks scheduled longer ago than a timeout plus grace are ignored: their scheduler
         died before recording an end, and they must not block the level for ever.
@@ -385,42 +429,17 @@ class Service:
         return [
             tick
             for tick in ticks_in_flight(self.store, levels)
-            if tick.tick_id != but
-            and tick.scheduled_at is not None
+            if tick.scheduled_at is not None
             and now - tick.scheduled_at
             < timedelta(
                 seconds=(c.timeout_seconds if (c := configs.get(tick.level)) else default) + grace
             )
         ]
 
-    def _hold(self, tick: SlotClaim) -> None:
-        """A buffered tick waits until no other tick of its level is in flight, then goes on."""
-        tick_id, level = tick.tick_id, tick.level
-        try:
-            while self._still_held(level, tick_id):
-                with self._threads_lock:
-                    reason = self.cancelled_buffered.pop(tick_id, None)
-                if reason is not None or self.stopping.is_set():
-                    self.executor.never_started(tick, reason)
-                    return
-                time.sleep(POLL_SECONDS)
-            self.executor.submit(tick)
-        finally:
-            with self._threads_lock:
-                self.buffered.pop(level, None)
-                self.threads.discard(threading.current_thread())
-
-    def _still_held(self, level: str, tick_id: str) -> bool:
-        """Whether another tick of the level is in flight; while the store is out, yes."""
-        try:
-            return bool(self._in_flight([level], but=tick_id))
-        except StoreError as exc:
-            self.outage.failed(exc)
-            return True
-
     def _track(self, thread: threading.Thread) -> None:
         """Start (if need be) and track a thread; it is never seen tracked but unstarted."""
         with self._threads_lock:
+            self.threads = {t for t in self.threads if t.is_alive()}
             self.threads.add(thread)
             if thread.ident is None:
                 thread.start()

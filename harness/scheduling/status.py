@@ -7,7 +7,7 @@ exports it.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import UTC, datetime
 
 from harness.config import Settings
@@ -16,6 +16,7 @@ from harness.prices import PriceBook, format_usd
 from harness.projections import projector_for, spend_report
 from harness.projections.levels import cancel_scopes, paused_levels
 from harness.projections.ticks import TickInFlight, ticks_in_flight
+from harness.scheduling.backfill import BackfillProgress, recent_progress
 from harness.scheduling.triggers import level_trigger, next_slot
 from harness.store import Beat, EventStore, beats
 
@@ -89,6 +90,8 @@ class Snapshot:
     """In force until cleared: ticks they cover end cancelled before they start."""
     processes: list[Beat]
     """Schedulers and workers by their heartbeats, newest beat first: live and last seen."""
+    backfills: list[BackfillProgress] = field(default_factory=list)
+    """The newest backfills (`tickwork backfill`), open or ended, with their progress."""
 
     @property
     def live(self) -> list[Beat]:
@@ -158,6 +161,7 @@ def snapshot(settings: Settings, store: EventStore, prices: PriceBook) -> Snapsh
         in_flight=ticks_in_flight(store),
         cancel_scopes=cancel_scopes(store),
         processes=beats(store),
+        backfills=recent_progress(settings, store),
     )
 
 

@@ -1,10 +1,12 @@
 """What each slot of a wave becomes, and the one transaction that claims the wave.
 
-A due slot runs, is buffered (`overlap = "buffer_one"`: held until the level's tick in
-flight ends), or is skipped: `missed` (no scheduler ran), `paused`, `overlap` or
-`budget`. A slot's tick id is the same in every replica, so creating its tick stream is
-the claim: of two replicas on one store exactly one claims each slot, and a slot decided
-skipped is claimed and ended in the same write.
+A due slot runs, is buffered (held until the level's ticks in flight end: `overlap =
+"buffer_one"`, `"buffer_all"`, `"cancel_other"`), or is skipped: `missed` (no scheduler
+ran), `paused`, `overlap` or `budget`. Under `cancel_other` and `terminate_other` the
+claim also asks for the level's ticks in flight to be cancelled. A slot's tick id is the
+same in every replica, so creating its tick stream is the claim: of two replicas on one
+store exactly one claims each slot, and a slot decided skipped is claimed and ended in
+the same write.
 """
 
 from __future__ import annotations
@@ -18,7 +20,13 @@ from typing import Literal
 from uuid import UUID
 
 from harness.config import LevelConfig, Settings
-from harness.contracts.events import TickEvent, TickScheduled, TickSkipped, tick_stream
+from harness.contracts.events import (
+    TickBuffered,
+    TickEvent,
+    TickScheduled,
+    TickSkipped,
+    tick_stream,
+)
 from harness.contracts.ids import new_event_id
 from harness.routing.decisions import Routed, decision_fields
 from harness.routing.history import catalog_record
@@ -73,6 +81,12 @@ class SlotClaim:
     a reload changes the level before it starts (None: those in force when it starts)."""
     config_revision: str | None = None
     """The levels' revision `config` belongs to, recorded in TickScheduled."""
+    buffered: tuple[str, ...] | None = None
+    """Held by an overlap policy behind these ticks in flight (TickBuffered)."""
+    policy: str | None = None
+    """The overlap policy that decided the slot (recorded in TickBuffered)."""
+    backfill: str | None = None
+    """The backfill that claims the slot, recorded in TickScheduled."""
     claim_id: UUID = field(default_factory=new_event_id, compare=False)
     """The event id of its TickScheduled: a claim whose commit was cut off by a store
     outage is known for this replica's own when the store answers again."""
@@ -92,6 +106,7 @@ class SlotClaim:
             manual=self.manual is not None,
             forced=self.manual is not None and self.manual.forced,
             config_revision=self.config_revision,
+            backfill=self.backfill,
             **(decision_fields(self.routed) if self.routed else {}),
         )
 
@@ -114,8 +129,8 @@ def decide(
     if level in paused:
         return "paused"
     decision: Decision = "run"
-    if config.overlap != "allow" and level in busy:
-        if config.overlap != "buffer_one" or holding(level):
+    if level in busy and config.overlap not in ("allow", "terminate_other"):
+        if config.overlap == "skip" or (config.overlap == "buffer_one" and holding(level)):
             return "overlap"
         decision = "buffer"
     budget = reserve()
@@ -144,6 +159,10 @@ def missed_slots(settings: Settings, slots: Collection[Slot], now: datetime) -> 
     }
 
 
+DISPLACING = frozenset({"cancel_other", "terminate_other"})
+"""Overlap policies under which a new slot's tick cancels the level's ticks in flight."""
+
+
 def skip_reason(decision: Decision) -> SkipReason | None:
     """The reason a skipped slot records, or None for a slot that runs (now or buffered)."""
     if decision == "run" or decision == "buffer":
@@ -164,6 +183,16 @@ def claim_wave(store: EventStore, settings: Settings, wave: Sequence[SlotClaim])
             streams[recorded.stream_id] = [recorded.to_record()]
         config = claim.config or settings.levels.get(claim.level)
         events: list[TickEvent] = [claim.scheduled(config.model if config else None)]
+        if claim.buffered is not None:
+            events.append(
+                TickBuffered(
+                    tick_id=claim.tick_id,
+                    level=claim.level,
+                    slot=claim.slot,
+                    policy=claim.policy or (config.overlap if config else "buffer_one"),
+                    behind=list(claim.buffered),
+                )
+            )
         if claim.skip is not None:
             events.append(
                 TickSkipped(

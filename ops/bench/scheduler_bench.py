@@ -18,13 +18,12 @@ import argparse
 import os
 import signal
 import subprocess
-import sys
 import tempfile
 from datetime import datetime
 from pathlib import Path
 
 from machine import describe, peak_rss
-from service_config import write_config
+from service_config import start_service, write_config
 
 from harness.devtools.fake_llm import fake_upstream
 from harness.store import open_store
@@ -68,15 +67,8 @@ def run(levels: int, seconds: int, launcher: str, runner: str = "") -> float:
         config = write_config(
             root, f'shutdown_grace_seconds = 5\nlauncher = "{launcher}"\n{runner}', tables
         )
-        env = {k: v for k, v in os.environ.items() if not k.startswith("TICKWORK_")}
-        env.update(TICKWORK_CONFIG=str(config), OPENAI_BASE_URL=fake.url)
-        tickwork = str(Path(sys.executable).with_name("tickwork"))
-        service = subprocess.Popen(
-            [tickwork, "run"],
-            env=env,
-            cwd=root,
-            stdout=subprocess.DEVNULL,
-            stderr=subprocess.DEVNULL,
+        service = start_service(
+            root, config, fake.url, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
         )
         peak = peak_rss(service, seconds)
         service.send_signal(signal.SIGTERM)

@@ -100,7 +100,8 @@ class ProcrastinateExecutor(OnStore, HandoffExecutor):
         the last `stalled_seconds`. A live scheduler asks the store every half second; a
         lost host's connections linger on the server, idle, until its TCP keepalive gives
         up. Deferring is keyed by tick id, so a claim taken on too early runs once all the
-        same; only a `buffer_one` tick its scheduler still holds back could start early.
+        same; only a buffered tick (`buffer_one`, `buffer_all`, `cancel_other`) its scheduler
+        still holds back could start early.
         """
         name, seconds = process_name(host, pid), self.settings.executor.stalled_seconds
         return not connected(self.store, name, seconds)

@@ -1,5 +1,6 @@
-"""Ticks run by an agent CLI (Claude Code from the pinned ops/agents manifest) under
-tickwork's caps, ledger and lifecycle: the real CLI, its model traffic through the tick's
+"""Ticks run by an agent CLI (Claude Code) under tickwork's caps, ledger and lifecycle.
+
+The real CLI from the pinned ops/agents manifest, its model traffic through the tick's
 own governor to the fake Anthropic upstream on a real socket.
 
 The CLI tests skip only when the pinned CLI is not installed and `CI` is unset; under CI a

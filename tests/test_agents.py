@@ -13,6 +13,7 @@ import json
 import os
 import subprocess
 import sys
+import threading
 from pathlib import Path
 
 import psutil
@@ -41,9 +42,10 @@ from harness.contracts.agents import AGENT_CLIS, DEFAULT_AGENTS_DIR, missing_age
 from harness.devtools.fake_llm import FakeUpstream, Step, ToolCallSpec
 from harness.execution.agent_clis import agent_clis
 from harness.execution.prepare import Preparer
-from harness.execution.runner import Runner
+from harness.execution.runner import Runner, TickOutcome
 from harness.store import open_store
 from tests.tick_support import SECRET, Harness
+from tests.waiting import wait_until
 from workers.agents import MalformedLineError
 from workers.agents.claude_code import ClaudeCodeRun
 from workers.agents.frame import HOOK_SCRIPT
@@ -109,20 +111,36 @@ def test_claude_code_holds_the_tool_cap_with_parallel_calls_and_books_each_call_
     assert SECRET not in stored and "[redacted:ANTHROPIC_API_KEY]" in stored
 
 
-def test_a_claude_code_tick_past_its_timeout_leaves_no_process(
-    tmp_path: Path, fake: FakeUpstream
+def running(marker: str) -> list[str]:
+    """Command lines of the processes whose command line holds `marker`."""
+    found = []
+    for process in psutil.process_iter(["cmdline"]):
+        cmdline = " ".join(process.info["cmdline"] or [])
+        if marker in cmdline and process.pid != os.getpid():
+            found.append(cmdline)
+    return found
+
+
+@pytest.mark.parametrize("end", ["timeout", "cancel"])
+def test_a_claude_code_tick_ended_by_timeout_or_cancel_leaves_no_process(
+    tmp_path: Path, fake: FakeUpstream, end: str
 ) -> None:
     harness = claude_harness(tmp_path, fake).without_retries()
     # Claude Code refuses a bare `sleep`; a tool that keeps running is what the test needs.
-    hang = bash("python3 -c 'import time; time.sleep(417)'")
-    outcome = harness.tick([Step(tool_calls=[hang]), Step(text="done")], timeout=20)
-    assert outcome.status == "timed_out", outcome.reason
-    left = []
-    for process in psutil.process_iter(["cmdline"]):
-        cmdline = " ".join(process.info["cmdline"] or [])
-        if outcome.tick_id in cmdline or "time.sleep(417)" in cmdline:
-            left.append(cmdline)
-    assert left == []
+    marker = f"time.sleep({417 if end == 'timeout' else 419})"
+    prepared = harness.preparer.prepare("min", timeout=30 if end == "timeout" else 120)
+    tick_id = prepared.payload.tick_id
+    fake.script(tick_id, [Step(tool_calls=[bash(f"python3 -c 'import time; {marker}'")])])
+    outcomes: list[TickOutcome] = []
+    runs = threading.Thread(target=lambda: outcomes.append(harness.runner.run(prepared)))
+    runs.start()
+    wait_until(lambda: running(marker), "the tick's tool to run", timeout=120)
+    if end == "cancel":
+        assert harness.runner.cancel(tick_id)
+    runs.join(180)
+    (outcome,) = outcomes
+    assert outcome.status == ("timed_out" if end == "timeout" else "cancelled"), outcome.reason
+    assert running(tick_id) == [] and running(marker) == []
 
 
 def test_the_governor_hard_ceiling_stops_a_claude_code_tick_in_anthropic_format(

@@ -13,6 +13,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal, get_args
 
+from harness.contracts.wire import Api
+
 AgentKind = Literal["strands", "claude-code", "opencode"]
 AGENT_KINDS: tuple[AgentKind, ...] = get_args(AgentKind)
 
@@ -27,6 +29,8 @@ class AgentCli:
     kind: AgentKind
     binary: str
     package: str
+    apis: tuple[Api, ...]
+    """The wire protocols its model traffic can speak (its level's or target's `api`)."""
 
     def path(self, agents_dir: Path) -> Path:
         """Where `npm ci --prefix <agents_dir>` links the binary."""
@@ -44,8 +48,8 @@ class AgentCli:
 
 
 AGENT_CLIS: dict[AgentKind, AgentCli] = {
-    "claude-code": AgentCli("claude-code", "claude", "@anthropic-ai/claude-code"),
-    "opencode": AgentCli("opencode", "opencode", "opencode-ai"),
+    "claude-code": AgentCli("claude-code", "claude", "@anthropic-ai/claude-code", ("anthropic",)),
+    "opencode": AgentCli("opencode", "opencode", "opencode-ai", ("openai-chat",)),
 }
 """The kinds that run a CLI; `strands` runs in the tick process itself."""
 
@@ -54,3 +58,11 @@ def missing_agent(kind: AgentKind, agents_dir: Path | None) -> str | None:
     """Why `kind` cannot run here (None: it can; `strands` always can)."""
     cli = AGENT_CLIS.get(kind)
     return None if cli is None else cli.missing(agents_dir or DEFAULT_AGENTS_DIR)
+
+
+def require_agent_api(kind: AgentKind, api: Api) -> None:
+    """Refuse an `api` the agent's CLI cannot speak (a validator's `ValueError`)."""
+    cli = AGENT_CLIS.get(kind)
+    if cli is not None and api not in cli.apis:
+        spoken = ", ".join(cli.apis)
+        raise ValueError(f"agent {kind!r} speaks api {spoken}, not {api!r}")

@@ -255,3 +255,31 @@ def test_doctor_names_each_cli_its_version_and_what_is_missing(tmp_path: Path) -
     missing = agent_clis(tmp_path)
     assert [s.kind for s in missing] == list(AGENT_CLIS)
     assert all(not s.ok and f"npm ci --prefix {tmp_path}" in str(s.problem) for s in missing)
+
+
+@pytest.mark.parametrize(
+    ("script", "error", "failure_class"),
+    [
+        (
+            'echo \'{"type": "system", "subtype": "init"}\'; echo "<html>oops"',
+            "MalformedLine",
+            "content",
+        ),
+        ("echo 'Segmentation fault' >&2; exit 139", "AgentCrashed", "infrastructure"),
+    ],
+)
+def test_a_cli_that_prints_garbage_or_crashes_fails_the_tick_in_its_class(
+    tmp_path: Path, fake: FakeUpstream, script: str, error: str, failure_class: str
+) -> None:
+    binary = tmp_path / "agents" / "node_modules" / ".bin" / "claude"
+    binary.parent.mkdir(parents=True)
+    binary.write_text(f"#!/bin/sh\n{script}\n")
+    binary.chmod(0o755)
+    harness = Harness(tmp_path, fake, agent=CLAUDE, api="anthropic", rag=False, content_retries=0)
+    harness.without_retries()
+    settings = harness.settings.model_copy(update={"agents": AgentsConfig(dir=binary.parents[2])})
+    harness.preparer.settings = settings
+    outcome = harness.tick([])
+    assert outcome.status == "failed"
+    assert outcome.result is not None and outcome.result.error is not None
+    assert (outcome.result.error.type, outcome.result.error.failure_class) == (error, failure_class)

@@ -159,6 +159,18 @@ def test_the_governor_hard_ceiling_stops_a_claude_code_tick_in_anthropic_format(
     assert not [e for e in fake.ledger if e.key == outcome.tick_id]
 
 
+def test_a_spent_daily_budget_stops_a_claude_code_tick_before_its_next_call(
+    tmp_path: Path, fake: FakeUpstream
+) -> None:
+    harness = claude_harness(tmp_path, fake, daily_token_budget=5000, reserve_tokens=0)
+    outcome = harness.tick([Step(tool_calls=[bash("echo one")]), Step(text="never asked")])
+    assert outcome.status == "completed", outcome.reason
+    assert outcome.result is not None and outcome.result.stop_reason == "budget"
+    assert outcome.result.text.startswith("Stopped before the next model call")
+    spent = [e for e in harness.events(outcome) if e.type == BudgetSpent.type]
+    assert len(spent) == 1 == len([e for e in fake.ledger if e.key == outcome.tick_id])
+
+
 @pytest.mark.parametrize(
     ("status", "failure_class"), [(529, "infrastructure"), (401, "configuration")]
 )

@@ -14,6 +14,7 @@ import os
 import subprocess
 import sys
 import threading
+from datetime import UTC, datetime
 from pathlib import Path
 
 import psutil
@@ -43,7 +44,8 @@ from harness.devtools.fake_llm import FakeUpstream, Step, ToolCallSpec
 from harness.execution.agent_clis import agent_clis
 from harness.execution.prepare import Preparer
 from harness.execution.runner import Runner, TickOutcome
-from harness.store import open_store
+from harness.projections import story_steps
+from harness.store import StoredEvent, open_store
 from tests.tick_support import SECRET, Harness
 from tests.waiting import wait_until
 from workers.agents import MalformedLineError
@@ -51,11 +53,12 @@ from workers.agents.claude_code import ClaudeCodeRun
 from workers.agents.frame import HOOK_SCRIPT
 
 CLAUDE = "claude-code"
+NOW = datetime.now(UTC)
 
 
 def require_cli(kind: str = CLAUDE) -> None:
     """Skip when the CLI is missing here, unless under CI, where that fails the test."""
-    missing = missing_agent(CLAUDE, None)
+    missing = missing_agent(kind, None)  # type: ignore[arg-type]
     if missing is None:
         return
     if os.environ.get("CI"):
@@ -104,6 +107,8 @@ def test_claude_code_holds_the_tool_cap_with_parallel_calls_and_books_each_call_
     assert [e.data["call"] for e in events if e.type == ModelCalled.type] == [1, 2]
     (checked,) = [e.data for e in events if e.type == AgentUsageChecked.type]
     assert checked["reported_prompt_tokens"] == checked["booked_prompt_tokens"]
+    story = story_steps(events)
+    assert any(step.summary.endswith("tokens, as booked") for step in story)
     assert (result.usage.prompt_tokens, result.usage.completion_tokens) == tuple(
         map(sum, zip(*billed, strict=True))
     )
@@ -295,3 +300,19 @@ def test_a_cli_that_prints_garbage_or_crashes_fails_the_tick_in_its_class(
     assert outcome.status == "failed"
     assert outcome.result is not None and outcome.result.error is not None
     assert (outcome.result.error.type, outcome.result.error.failure_class) == (error, failure_class)
+
+
+def test_the_story_flags_a_cli_whose_own_usage_differs_from_the_ledger() -> None:
+    checked = AgentUsageChecked(
+        tick_id="t",
+        level="min",
+        agent=CLAUDE,
+        reported_prompt_tokens=120,
+        reported_completion_tokens=7,
+        booked_prompt_tokens=100,
+        booked_completion_tokens=7,
+    )
+    record = checked.to_record()
+    stored = StoredEvent(1, checked.event_id, "tick-t", 1, record.type, 1, record.data, {}, NOW)
+    (step,) = story_steps([stored])
+    assert step.summary.startswith("usage MISMATCH") and "booked 100 + 7" in step.summary

@@ -45,8 +45,9 @@ class CliTick:
     """The tick's governor (`http://127.0.0.1:<port>`): the CLI's model endpoint."""
     hook_command: str
     """A shell command line that answers a `PreToolUse` hook from the tick's tool budget."""
-    placeholder_key: str
-    """The API key the CLI is given; the governor puts the real one on each call."""
+    client_key: str
+    """The API key the CLI is given, good for the tick's governor only; the governor puts
+    the real one on each call it forwards."""
     refused_tools: set[str]
     """Tool use ids the tool budget refused (filled by the governor as the hook asks)."""
 

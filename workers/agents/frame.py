@@ -33,7 +33,6 @@ from harness.contracts.result import (
 from workers.agents.base import AgentCliRun, CliTick, CliTranscript, MalformedLineError
 from workers.agents.child import CliChild, minimal_env
 from workers.agents.tick_governor import (
-    PLACEHOLDER_KEY,
     TickGovernor,
     TickGovernorServer,
 )
@@ -130,7 +129,7 @@ class AgentTick:
             workdir=workdir,
             governor_url=origin,
             hook_command=" ".join(shlex.quote(part) for part in (*hook, self.server.token)),
-            placeholder_key=PLACEHOLDER_KEY,
+            client_key=self.server.client_key,
             refused_tools=self.governor.ledger_of_tick.cancelled_tools,
         )
         # The transcript is opened by the tick (its prompt, once, whichever agent runs it).

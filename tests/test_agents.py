@@ -17,6 +17,7 @@ import threading
 from datetime import UTC, datetime
 from pathlib import Path
 
+import httpx
 import psutil
 import pytest
 from pydantic import ValidationError
@@ -40,6 +41,7 @@ from harness.contracts import (
     ToolCalled,
 )
 from harness.contracts.agents import AGENT_CLIS, DEFAULT_AGENTS_DIR, missing_agent
+from harness.contracts.payload import TickPayload
 from harness.devtools.fake_llm import FakeUpstream, Step, ToolCallSpec
 from harness.execution.agent_clis import agent_clis
 from harness.execution.prepare import Preparer
@@ -51,6 +53,11 @@ from tests.waiting import wait_until
 from workers.agents import MalformedLineError
 from workers.agents.claude_code import ClaudeCodeRun
 from workers.agents.frame import HOOK_SCRIPT
+from workers.agents.tick_governor import TickGovernor, TickGovernorServer
+from workers.budget_guard import DailyBudgetGuard
+from workers.model import Target
+from workers.recorder import EventRecorder
+from workers.tool_budget import ToolBudget
 
 CLAUDE = "claude-code"
 NOW = datetime.now(UTC)
@@ -316,3 +323,43 @@ def test_the_story_flags_a_cli_whose_own_usage_differs_from_the_ledger() -> None
     stored = StoredEvent(1, checked.event_id, "tick-t", 1, record.type, 1, record.data, {}, NOW)
     (step,) = story_steps([stored])
     assert step.summary.startswith("usage MISMATCH") and "booked 100 + 7" in step.summary
+
+
+def test_the_ticks_governor_answers_only_its_cli_and_its_hook_counts_against_the_cap(
+    tmp_path: Path, fake: FakeUpstream
+) -> None:
+    payload = TickPayload(
+        tick_id="t-governor",
+        level="min",
+        prompt="p",
+        model="fake-model",
+        api="anthropic",
+        agent=CLAUDE,
+        max_tool_calls=1,
+        result_path=tmp_path / "t.json",
+        store_url=f"sqlite:///{tmp_path}/events.db",
+        spool_dir=tmp_path / "spool",
+    )
+    recorder = EventRecorder(payload)
+    target = Target("anthropic", "fake-model", None, fake.base_url("anthropic"), None)
+    budget = ToolBudget(payload.max_tool_calls)
+    daily = DailyBudgetGuard(payload, recorder)
+    governor = TickGovernor(payload, recorder, target, None, budget, daily, lambda: None)
+    server = TickGovernorServer(governor)
+    origin = server.start()
+    try:
+        chat = {
+            "model": "fake-model",
+            "max_tokens": 10,
+            "messages": [{"role": "user", "content": "hi"}],
+        }
+        assert httpx.post(f"{origin}/v1/messages", json=chat).status_code == 401
+        wrong = {"x-tickwork-hook-token": "guess"}
+        assert httpx.post(server.hook_url, json={}, headers=wrong).status_code == 403
+        hook = {"x-tickwork-hook-token": server.token}
+        asked = [httpx.post(server.hook_url, json={"tool_use_id": n}, headers=hook) for n in "ab"]
+        assert [a.json()["decision"] for a in asked] == ["allow", "deny"]
+        assert (budget.executed, budget.cancelled, budget.met) == (1, 1, True)
+    finally:
+        server.stop()
+        recorder.close()

@@ -198,9 +198,13 @@ def test_an_upstream_refusal_ends_a_claude_code_tick_in_its_failure_class(
     assert called["failure_class"] == failure_class and str(status) in called["error"]
 
 
-def test_a_claude_code_candidate_without_its_cli_falls_back_to_a_strands_one(
-    tmp_path: Path, fake: FakeUpstream
+@pytest.mark.parametrize("why", ["missing", "overloaded"])
+def test_a_claude_code_candidate_without_its_cli_or_upstream_falls_back_to_a_strands_one(
+    tmp_path: Path, fake: FakeUpstream, why: str
 ) -> None:
+    if why == "overloaded":
+        require_cli()
+    agents = tmp_path / "no-agents" if why == "missing" else DEFAULT_AGENTS_DIR
     catalog = tmp_path / "catalog.json"
     targets = {
         "claude": {
@@ -221,20 +225,21 @@ def test_a_claude_code_candidate_without_its_cli_falls_back_to_a_strands_one(
         paths=PathsConfig(results=tmp_path / "results", spool=tmp_path / "spool"),
         runner=RunnerConfig(grace_seconds=1, infra_retries=0, retry_backoff_seconds=0.05),
         routing=RoutingConfig(catalog=catalog),
-        agents=AgentsConfig(dir=tmp_path / "no-agents"),
+        agents=AgentsConfig(dir=agents),
         levels={"min": LevelConfig(every="1m", prompt="Check the pager.", timeout_seconds=60)},
     )
     store = open_store(settings.store.url)
     env = {**os.environ, "ANTHROPIC_API_KEY": SECRET, "OPENAI_API_KEY": SECRET}
     prepared = Preparer(settings, store, env=env).prepare("min")
-    fake.script(prepared.payload.tick_id, [Step(text="Answered by Strands.")])
+    steps = [Step(text="Answered by Strands.")]
+    fake.script(prepared.payload.tick_id, steps if why == "missing" else [Step(status=529), *steps])
     outcome = Runner(settings, store, env=env).run(prepared)
     assert outcome.status == "completed", outcome.reason
     assert outcome.result is not None and outcome.result.target == "strands"
     events = store.read_stream(f"tick-{outcome.tick_id}")
     (fallback,) = [e.data for e in events if e.type == RouteFallback.type]
     assert (fallback["from_target"], fallback["to_target"]) == ("claude", "strands")
-    assert "npm ci --prefix" in fallback["reason"]
+    assert ("npm ci --prefix" if why == "missing" else "overloaded (529)") in fallback["reason"]
 
 
 def test_a_level_on_a_cli_that_is_not_installed_is_refused_at_load(tmp_path: Path) -> None:

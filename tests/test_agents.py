@@ -39,6 +39,7 @@ from harness.contracts import (
     ModelCalled,
     RouteFallback,
     ToolCalled,
+    TranscriptEntry,
 )
 from harness.contracts.agents import AGENT_CLIS, DEFAULT_AGENTS_DIR, missing_agent
 from harness.contracts.payload import TickPayload
@@ -114,6 +115,8 @@ def test_claude_code_holds_the_tool_cap_with_parallel_calls_and_books_each_call_
     assert [e.data["call"] for e in events if e.type == ModelCalled.type] == [1, 2]
     (checked,) = [e.data for e in events if e.type == AgentUsageChecked.type]
     assert checked["reported_prompt_tokens"] == checked["booked_prompt_tokens"]
+    said = [(e.data["kind"], e.data["text"]) for e in events if e.type == TranscriptEntry.type]
+    assert said[-1] == ("stopped", result.text)
     story = story_steps(events)
     assert any(step.summary.endswith("tokens, as booked") for step in story)
     assert (result.usage.prompt_tokens, result.usage.completion_tokens) == tuple(

@@ -11,6 +11,7 @@ is the frame's (`workers.agents.frame`), the same for every CLI.
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, ClassVar, Literal
@@ -22,6 +23,7 @@ from harness.contracts.events import ToolCalled, capped
 from harness.contracts.payload import TickPayload
 from harness.contracts.wire import Api
 from workers.model import Target
+from workers.recorder import EventRecorder
 from workers.transcript import Transcript
 
 ToolStatus = Literal["ok", "error", "cancelled"]
@@ -68,12 +70,23 @@ class CliReport:
 
 
 class CliTranscript(Transcript):
-    """The tick's transcript and `ToolCalled` events, fed from a CLI's event lines."""
+    """The tick's transcript and `ToolCalled` events, fed from a CLI's event lines.
 
-    def said(self, text: str, kind: Literal["assistant", "thinking", "stopped"]) -> None:
-        """An answer (or its thinking) of the model."""
+    `stopped` tells whether the tick's governor has answered in the model's place (cap,
+    budget, hard ceiling): the answer the CLI then prints is that stop text, recorded as
+    `stopped` as a Strands tick's is.
+    """
+
+    def __init__(
+        self, payload: TickPayload, recorder: EventRecorder, stopped: Callable[[], bool]
+    ) -> None:
+        super().__init__(payload, recorder)
+        self.stopped = stopped
+
+    def said(self, text: str, kind: Literal["assistant", "thinking"]) -> None:
+        """An answer (or its thinking) of the model, or the governor's stop in its place."""
         if text:
-            self._record(kind, text)
+            self._record("stopped" if kind == "assistant" and self.stopped() else kind, text)
 
     def tool(
         self,

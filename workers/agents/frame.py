@@ -133,7 +133,8 @@ class AgentTick:
             refused_tools=self.governor.ledger_of_tick.cancelled_tools,
         )
         # The transcript is opened by the tick (its prompt, once, whichever agent runs it).
-        self.cli = run_type(tick, CliTranscript(payload, recorder))
+        stopped = self.governor.stopped_by_governor
+        self.cli = run_type(tick, CliTranscript(payload, recorder, stopped))
 
     def stop_child(self) -> None:
         """End the CLI's whole tree now (an upstream refusal, a malformed line, SIGTERM)."""

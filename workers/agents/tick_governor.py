@@ -141,6 +141,10 @@ class TickGovernor(ProxyGovernor):
         self._calls: dict[int, _Call] = {}
         self._lock = threading.Lock()
 
+    def stopped_by_governor(self) -> bool:
+        """The governor has answered a call in the model's place: the tick's turn ends."""
+        return self.stopped is not None
+
     def judge(self, dialect: Dialect, body: Body, tick_id: str | None) -> Judged:
         """Measure the call; stop it at the tool cap or budget; else record that it is sent."""
         judged = super().judge(dialect, body, self.payload.tick_id)

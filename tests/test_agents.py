@@ -54,7 +54,7 @@ from tests.waiting import wait_until
 from workers.agents import MalformedLineError
 from workers.agents.claude_code import ClaudeCodeRun
 from workers.agents.frame import HOOK_SCRIPT
-from workers.agents.tick_governor import TickGovernor, TickGovernorServer
+from workers.agents.tick_governor import TickGovernor, TickGovernorServer, upstream_base
 from workers.budget_guard import DailyBudgetGuard
 from workers.model import Target
 from workers.recorder import EventRecorder
@@ -371,3 +371,10 @@ def test_the_ticks_governor_answers_only_its_cli_and_its_hook_counts_against_the
     finally:
         server.stop()
         recorder.close()
+
+
+def test_the_ticks_governor_forwards_openai_paths_to_the_base_less_its_v1() -> None:
+    openai = Target("openai-chat", "m", None, "http://gw:4000/openai/v1/", None)
+    anthropic = Target("anthropic", "m", None, "https://api.anthropic.com", None)
+    assert upstream_base(openai) == "http://gw:4000/openai"
+    assert upstream_base(anthropic) == "https://api.anthropic.com"

@@ -92,6 +92,18 @@ class Ledger:
     """Tool use ids the hook refused."""
 
 
+def upstream_base(target: Target) -> str:
+    """What the proxy appends request paths to: an OpenAI base URL less its `/v1`.
+
+    The SDKs take OpenAI's base with `/v1` (`https://api.openai.com/v1`) and Anthropic's
+    without; the proxy gets the whole path (`/v1/chat/completions`, `/v1/messages`).
+    """
+    url = target.url.rstrip("/")
+    if target.api.startswith("openai") and url.endswith("/v1"):
+        return url[: -len("/v1")]
+    return url
+
+
 def failure_of(status: int | None, ended: Ending) -> Failure:
     """An upstream refusal in the tick's failure classes."""
     if status in (401, 403):
@@ -123,7 +135,7 @@ class TickGovernor(ProxyGovernor):
         limits = payload.governor
         config = GovernorConfig(
             **limits.model_dump(),
-            upstream=target.url,
+            upstream=upstream_base(target),
             upstream_idle_seconds=min(payload.model_timeout_seconds, 3600),
         )
         calibrations = Calibrations(limits.chars_per_token, payload.calibrations, limits.calibrate)
@@ -255,7 +267,8 @@ class KeyedUpstream(Upstream):
     """The tick's target: each call gets the real key and the tick's header on its way."""
 
     def __init__(self, target: Target, tick_id: str, idle_seconds: float) -> None:
-        super().__init__(target.url, without_credentials(target.url), idle_seconds)
+        base = upstream_base(target)
+        super().__init__(base, without_credentials(base), idle_seconds)
         self.api = target.api
         self.key = target.api_key
         self.tick_id = tick_id

@@ -40,15 +40,19 @@ from harness.contracts.events import BudgetSpent, ModelCalled, ModelCallStarted
 from harness.contracts.payload import TICK_HEADER, RouteCandidate, TickPayload
 from harness.contracts.result import FailureClass
 from harness.contracts.secrets import register_secret_value
-from harness.governor.alerts import Alerts
-from harness.governor.calibration import Calibrations
-from harness.governor.proxy import ProxyGovernor
-from harness.governor.proxy.app import Proxy
-from harness.governor.proxy.dialects import Body, Dialect
-from harness.governor.proxy.incoming import Incoming, read_body
-from harness.governor.proxy.replies import send_answer
-from harness.governor.proxy.state import Ending, Judged
-from harness.governor.proxy.upstream import Upstream
+from harness.governor import Alerts, Calibrations
+from harness.governor.proxy import (
+    Body,
+    Dialect,
+    Ending,
+    Incoming,
+    Judged,
+    Proxy,
+    ProxyGovernor,
+    Upstream,
+    read_body,
+    send_answer,
+)
 from harness.governor.serving import BackgroundServer
 from harness.governor.usage import Usage
 from workers.budget_guard import DailyBudgetGuard

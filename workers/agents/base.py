@@ -10,6 +10,7 @@ is the frame's (`workers.agents.frame`), the same for every CLI.
 
 from __future__ import annotations
 
+import time
 from abc import ABC, abstractmethod
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -52,6 +53,13 @@ class CliTick:
     the real one on each call it forwards."""
     refused_tools: set[str]
     """Tool use ids the tool budget refused (filled by the governor as the hook asks)."""
+    tools_asked_at: dict[str, float]
+    """Tool use id -> when its hook asked (`time.monotonic`): a tool call's start."""
+
+    def tool_ms(self, tool_use_id: str) -> float:
+        """Milliseconds since the call's hook asked (0 when it never did)."""
+        asked = self.tools_asked_at.get(tool_use_id)
+        return 0.0 if asked is None else round((time.monotonic() - asked) * 1000, 3)
 
 
 @dataclass

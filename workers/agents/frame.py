@@ -131,6 +131,7 @@ class AgentTick:
             hook_command=" ".join(shlex.quote(part) for part in (*hook, self.server.token)),
             client_key=self.server.client_key,
             refused_tools=self.governor.ledger_of_tick.cancelled_tools,
+            tools_asked_at=self.governor.ledger_of_tick.tools_asked_at,
         )
         # The transcript is opened by the tick (its prompt, once, whichever agent runs it).
         stopped = self.governor.stopped_by_governor

@@ -94,6 +94,8 @@ class Ledger:
     calls_started: int = 0
     cancelled_tools: set[str] = field(default_factory=set)
     """Tool use ids the hook refused."""
+    tools_asked_at: dict[str, float] = field(default_factory=dict)
+    """Tool use id -> when the hook asked."""
 
 
 def upstream_base(target: Target) -> str:
@@ -262,8 +264,10 @@ class TickGovernor(ProxyGovernor):
     def admit_tool(self, call: dict[str, Any]) -> str | None:
         """The `PreToolUse` hook's question: None when the call may run, else why not."""
         refused = self.budget.admit()
+        tool_use_id = str(call.get("tool_use_id") or "")
+        self.ledger_of_tick.tools_asked_at[tool_use_id] = time.monotonic()
         if refused is not None:
-            self.ledger_of_tick.cancelled_tools.add(str(call.get("tool_use_id") or ""))
+            self.ledger_of_tick.cancelled_tools.add(tool_use_id)
         return refused
 
 

@@ -7,9 +7,12 @@ user + system time of the tick process (cold: the whole interpreter; warm: the f
 child, plus its share of the fork server's CPU over the warm ticks). Then memory: N warm
 ticks (default 100) held at once in their model call, each one's unique memory (USS),
 and all of them together with the server they share pages with; a few cold ticks held
-the same way for comparison.
+the same way for comparison. Last, agent-CLI ticks (`agent = "claude-code"`, …), each
+installed one in turn beside warm Strands ticks, alternating: one model call each, through
+the tick's own governor; their CPU is the tick process's with the CLI and its hooks (the
+fork server reaps the tick, whose usage holds the children it reaped).
 
-    .venv/bin/python ops/bench/tick_bench.py [--ticks 20] [--concurrent 100]
+    .venv/bin/python ops/bench/tick_bench.py [--ticks 20] [--concurrent 100] [--agent-ticks 5]
 """
 
 from __future__ import annotations
@@ -26,6 +29,7 @@ import psutil
 from machine import describe
 
 from harness.config import LevelConfig, PathsConfig, Settings, StoreConfig
+from harness.contracts.agents import AgentKind, missing_agent
 from harness.devtools.fake_llm import FakeUpstream, Step, fake_upstream
 from harness.execution.launchers import ColdLauncher, Launcher, TickProcess, WarmLauncher
 from harness.execution.launchers.warm import ForkedTick
@@ -93,11 +97,69 @@ def held_uss(
     return uss
 
 
+AGENT_LEVELS: dict[AgentKind, dict[str, str]] = {
+    "claude-code": {"api": "anthropic"},
+}
+"""Each agent CLI's level settings beside `agent` (the protocol its traffic speaks)."""
+
+
+def agent_rows(root: Path, fake: FakeUpstream, warm: WarmLauncher, ticks: int) -> None:
+    """Start latency and CPU of one-call agent-CLI ticks beside warm Strands ticks."""
+    installed = [kind for kind in AGENT_LEVELS if missing_agent(kind, None) is None]
+    levels = {"min": LevelConfig(every="1m", prompt="Say hi.", model="fake-model")}
+    for kind in installed:
+        levels[kind.replace("-", "_")] = LevelConfig(
+            every="1m", prompt="Say hi.", model="fake-model", agent=kind, **AGENT_LEVELS[kind]
+        )
+    settings = Settings(
+        store=StoreConfig(url=f"sqlite:///{root}/agents.db"),
+        paths=PathsConfig(results=root / "agent-results", spool=root / "agent-spool"),
+        levels=levels,
+    )
+    store = open_store(settings.store.url)
+    env = {
+        **os.environ,
+        "OPENAI_BASE_URL": fake.url,
+        "ANTHROPIC_BASE_URL": fake.base_url("anthropic"),
+    }
+    launcher = TimedLauncher(warm)
+    preparer, runner = (
+        Preparer(settings, store, env=env),
+        Runner(settings, store, launcher, env=env),
+    )
+    assert warm.server_pid is not None
+    latency: dict[str, list[float]] = {name: [] for name in levels}
+    cpu: dict[str, list[float]] = {name: [] for name in levels}
+    for _ in range(ticks):
+        for name in levels:
+            prepared = preparer.prepare(name)
+            tick = launcher.current = prepared.payload.tick_id
+            before_server = process_cpu(warm.server_pid)
+            outcome = runner.run(prepared)
+            assert outcome.status == "completed", outcome.reason
+            latency[name].append(fake.state.first_request[tick] - launcher.started_at[tick])
+            handle = launcher.handles[tick]
+            assert isinstance(handle, ForkedTick) and handle.cpu_seconds is not None
+            cpu[name].append(handle.cpu_seconds + process_cpu(warm.server_pid) - before_server)
+    store.close()
+    print(f"agent-CLI ticks: {ticks} each, alternating with warm Strands ticks, one call each")
+    print("  kind          start latency p50 (spread)     CPU per tick p50")
+    for name in levels:
+        kind = "strands (warm)" if name == "min" else name.replace("_", "-")
+        spread = f"{min(latency[name]) * 1000:.0f}-{max(latency[name]) * 1000:.0f} ms"
+        print(f"  {kind:<14}{median_ms(latency[name])} ({spread:>13})   {median_ms(cpu[name])}")
+    for kind in AGENT_LEVELS:
+        if kind not in installed:
+            print(f"  {kind}: not measured: {missing_agent(kind, None)}")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--ticks", type=int, default=20, help="ticks of each launcher")
     parser.add_argument("--concurrent", type=int, default=100, help="warm ticks held at once")
     parser.add_argument("--cold-concurrent", type=int, default=5, help="cold ticks held at once")
+    parser.add_argument("--agent-ticks", type=int, default=5, help="ticks of each agent CLI")
+    parser.add_argument("--agents-only", action="store_true", help="only the agent-CLI rows")
     args = parser.parse_args()
     print(describe())
     print(f"load average before: {' '.join(f'{x:.2f}' for x in os.getloadavg())}")
@@ -112,6 +174,11 @@ def main() -> None:
         warm = WarmLauncher()
         assert warm.wait_ready(300), "the fork server did not warm up"
         assert warm.server_pid is not None
+        if args.agent_ticks:
+            agent_rows(root, fake, warm, args.agent_ticks)
+        if args.agents_only:
+            warm.close()
+            return
         server_pid = warm.server_pid
         timed = {"cold": TimedLauncher(ColdLauncher()), "warm": TimedLauncher(warm)}
         env = {**os.environ, "OPENAI_BASE_URL": fake.url}

@@ -1,0 +1,396 @@
+"""Ticks run by an agent CLI (Claude Code) under tickwork's caps, ledger and lifecycle.
+
+The real CLI from the pinned ops/agents manifest, its model traffic through the tick's
+own governor to the fake Anthropic upstream on a real socket.
+
+The CLI tests skip only when the pinned CLI is not installed and `CI` is unset; under CI a
+missing CLI fails them (`make` installs it with `npm ci --prefix ops/agents`).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import threading
+from datetime import UTC, datetime
+from pathlib import Path
+
+import httpx
+import psutil
+import pytest
+from pydantic import ValidationError
+
+from harness.config import (
+    AgentsConfig,
+    GovernorConfig,
+    LevelConfig,
+    PathsConfig,
+    RoutingConfig,
+    RunnerConfig,
+    Settings,
+    StoreConfig,
+)
+from harness.contracts import (
+    AgentUsageChecked,
+    BudgetSpent,
+    GovernorFired,
+    ModelCalled,
+    RouteFallback,
+    ToolCalled,
+    TranscriptEntry,
+)
+from harness.contracts.agents import AGENT_CLIS, DEFAULT_AGENTS_DIR, missing_agent
+from harness.contracts.payload import TickPayload
+from harness.devtools.fake_llm import FakeUpstream, Step, ToolCallSpec
+from harness.execution.agent_clis import agent_clis
+from harness.execution.prepare import Preparer
+from harness.execution.runner import Runner, TickOutcome
+from harness.projections import story_steps
+from harness.store import StoredEvent, open_store
+from tests.tick_support import SECRET, Harness
+from tests.waiting import wait_until
+from workers.agents import MalformedLineError
+from workers.agents.claude_code import ClaudeCodeRun
+from workers.agents.frame import HOOK_SCRIPT
+from workers.agents.tick_governor import TickGovernor, TickGovernorServer, upstream_base
+from workers.budget_guard import DailyBudgetGuard
+from workers.model import Target
+from workers.recorder import EventRecorder
+from workers.tool_budget import ToolBudget
+
+CLAUDE = "claude-code"
+NOW = datetime.now(UTC)
+
+
+def require_cli(kind: str = CLAUDE) -> None:
+    """Skip when the CLI is missing here, unless under CI, where that fails the test."""
+    missing = missing_agent(kind, None)  # type: ignore[arg-type]
+    if missing is None:
+        return
+    if os.environ.get("CI"):
+        pytest.fail(missing)
+    pytest.skip(missing)
+
+
+def bash(command: str) -> ToolCallSpec:
+    return ToolCallSpec(name="Bash", arguments={"command": command, "description": command})
+
+
+def claude_harness(tmp_path: Path, fake: FakeUpstream, **level: object) -> Harness:
+    require_cli()
+    return Harness(tmp_path, fake, agent=CLAUDE, api="anthropic", rag=False, **level)
+
+
+def test_claude_code_holds_the_tool_cap_with_parallel_calls_and_books_each_call_as_billed(
+    tmp_path: Path, fake: FakeUpstream
+) -> None:
+    harness = claude_harness(tmp_path, fake, max_tool_calls=2)
+    outcome = harness.tick(
+        [
+            Step(text=f"Looking; the key is {SECRET}.", tool_calls=[bash("echo first")]),
+            # Two parallel calls on the cap's edge: one runs, the hook refuses the other.
+            Step(tool_calls=[bash("echo $ANTHROPIC_API_KEY"), bash("echo third")]),
+            Step(text="never asked: the tick's governor answers past the cap"),
+        ]
+    )
+    assert outcome.status == "completed", outcome.reason
+    result = outcome.result
+    assert result is not None and result.stop_reason == "tool_budget"
+    assert result.text.startswith("Stopped: the tool budget of 2 calls")
+    assert (result.tool_calls.executed, result.tool_calls.cancelled) == (2, 1)
+    events = harness.events(outcome)
+    tools = sorted(
+        (e.data["status"], e.data["duration_ms"] > 0) for e in events if e.type == ToolCalled.type
+    )
+    assert tools == [("cancelled", True), ("ok", True), ("ok", True)]
+    billed = [
+        (e.prompt_tokens, e.completion_tokens) for e in fake.ledger if e.key == outcome.tick_id
+    ]
+    spent = [
+        (e.data["prompt_tokens"], e.data["completion_tokens"])
+        for e in events
+        if e.type == BudgetSpent.type
+    ]
+    assert len(billed) == 2 and spent == billed
+    assert [e.data["call"] for e in events if e.type == ModelCalled.type] == [1, 2]
+    (checked,) = [e.data for e in events if e.type == AgentUsageChecked.type]
+    assert checked["reported_prompt_tokens"] == checked["booked_prompt_tokens"]
+    said = [(e.data["kind"], e.data["text"]) for e in events if e.type == TranscriptEntry.type]
+    assert said[-1] == ("stopped", result.text)
+    story = story_steps(events)
+    assert any(step.summary.endswith("tokens, as booked") for step in story)
+    assert (result.usage.prompt_tokens, result.usage.completion_tokens) == tuple(
+        map(sum, zip(*billed, strict=True))
+    )
+    stored = json.dumps([e.data for e in events]) + Path(outcome.result_path).read_text()
+    assert SECRET not in stored and "[redacted:ANTHROPIC_API_KEY]" in stored
+
+
+def running(marker: str) -> list[str]:
+    """Command lines of the processes whose command line holds `marker`."""
+    found = []
+    for process in psutil.process_iter(["cmdline"]):
+        cmdline = " ".join(process.info["cmdline"] or [])
+        if marker in cmdline and process.pid != os.getpid():
+            found.append(cmdline)
+    return found
+
+
+@pytest.mark.parametrize("end", ["timeout", "cancel"])
+def test_a_claude_code_tick_ended_by_timeout_or_cancel_leaves_no_process(
+    tmp_path: Path, fake: FakeUpstream, end: str
+) -> None:
+    harness = claude_harness(tmp_path, fake).without_retries()
+    # Claude Code refuses a bare `sleep`; a tool that keeps running is what the test needs.
+    marker = f"time.sleep({417 if end == 'timeout' else 419})"
+    prepared = harness.preparer.prepare("min", timeout=30 if end == "timeout" else 120)
+    tick_id = prepared.payload.tick_id
+    fake.script(tick_id, [Step(tool_calls=[bash(f"python3 -c 'import time; {marker}'")])])
+    outcomes: list[TickOutcome] = []
+    runs = threading.Thread(target=lambda: outcomes.append(harness.runner.run(prepared)))
+    runs.start()
+    wait_until(lambda: running(marker), "the tick's tool to run", timeout=120)
+    if end == "cancel":
+        assert harness.runner.cancel(tick_id)
+    runs.join(180)
+    (outcome,) = outcomes
+    assert outcome.status == ("timed_out" if end == "timeout" else "cancelled"), outcome.reason
+    assert running(tick_id) == [] and running(marker) == []
+
+
+def test_a_tool_left_running_in_the_background_ends_with_its_claude_code_tick(
+    tmp_path: Path, fake: FakeUpstream
+) -> None:
+    harness = claude_harness(tmp_path, fake)
+    marker = "time.sleep(423)"
+    background = bash(f"nohup python3 -c 'import time; {marker}' > /dev/null 2>&1 &")
+    outcome = harness.tick([Step(tool_calls=[background]), Step(text="Started it.")])
+    assert outcome.status == "completed", outcome.reason
+    assert [e.data["status"] for e in harness.events(outcome) if e.type == ToolCalled.type] == [
+        "ok"
+    ]
+    assert running(marker) == []
+
+
+def test_the_governor_hard_ceiling_stops_a_claude_code_tick_in_anthropic_format(
+    tmp_path: Path, fake: FakeUpstream
+) -> None:
+    harness = claude_harness(tmp_path, fake)
+    governor = GovernorConfig(soft_tokens=500, hard_tokens=1000)
+    harness.preparer.settings = harness.settings.model_copy(update={"governor": governor})
+    outcome = harness.tick([Step(text="never asked")])
+    assert outcome.status == "completed", outcome.reason
+    assert outcome.result is not None and outcome.result.stop_reason == "context_limit"
+    assert outcome.result.text  # the stop message, read by the CLI as the model's answer
+    events = harness.events(outcome)
+    assert [e.data["decision"] for e in events if e.type == GovernorFired.type] == ["hard"]
+    assert not [e for e in events if e.type == BudgetSpent.type]
+    assert not [e for e in fake.ledger if e.key == outcome.tick_id]
+
+
+def test_a_spent_daily_budget_stops_a_claude_code_tick_before_its_next_call(
+    tmp_path: Path, fake: FakeUpstream
+) -> None:
+    harness = claude_harness(tmp_path, fake, daily_token_budget=5000, reserve_tokens=0)
+    outcome = harness.tick([Step(tool_calls=[bash("echo one")]), Step(text="never asked")])
+    assert outcome.status == "completed", outcome.reason
+    assert outcome.result is not None and outcome.result.stop_reason == "budget"
+    assert outcome.result.text.startswith("Stopped before the next model call")
+    spent = [e for e in harness.events(outcome) if e.type == BudgetSpent.type]
+    assert len(spent) == 1 == len([e for e in fake.ledger if e.key == outcome.tick_id])
+
+
+@pytest.mark.parametrize(
+    ("status", "failure_class"), [(529, "infrastructure"), (401, "configuration")]
+)
+def test_an_upstream_refusal_ends_a_claude_code_tick_in_its_failure_class(
+    tmp_path: Path, fake: FakeUpstream, status: int, failure_class: str
+) -> None:
+    harness = claude_harness(tmp_path, fake, content_retries=0).without_retries()
+    outcome = harness.tick([Step(status=status)] * 3)
+    assert outcome.status == "failed"
+    assert outcome.result is not None and outcome.result.error is not None
+    assert outcome.result.error.failure_class == failure_class
+    (called,) = [e.data for e in harness.events(outcome) if e.type == ModelCalled.type]
+    assert called["failure_class"] == failure_class and str(status) in called["error"]
+
+
+@pytest.mark.parametrize("why", ["missing", "overloaded"])
+def test_a_claude_code_candidate_without_its_cli_or_upstream_falls_back_to_a_strands_one(
+    tmp_path: Path, fake: FakeUpstream, why: str
+) -> None:
+    if why == "overloaded":
+        require_cli()
+    agents = tmp_path / "no-agents" if why == "missing" else DEFAULT_AGENTS_DIR
+    catalog = tmp_path / "catalog.json"
+    targets = {
+        "claude": {
+            "model": "claude-fake",
+            "execution_class": "cloud",
+            "api": "anthropic",
+            "agent": CLAUDE,
+            "base_url": fake.base_url("anthropic"),
+        },
+        "strands": {"model": "strands-fake", "execution_class": "cloud", "base_url": fake.url},
+    }
+    lane = {"rule_id": "r", "reason_codes": ["t"], "candidates": ["claude", "strands"]}
+    catalog.write_text(
+        json.dumps({"schema_version": 1, "targets": targets, "lanes": {"min": lane}})
+    )
+    settings = Settings(
+        store=StoreConfig(url=f"sqlite:///{tmp_path}/events.db"),
+        paths=PathsConfig(results=tmp_path / "results", spool=tmp_path / "spool"),
+        runner=RunnerConfig(grace_seconds=1, infra_retries=0, retry_backoff_seconds=0.05),
+        routing=RoutingConfig(catalog=catalog),
+        agents=AgentsConfig(dir=agents),
+        levels={"min": LevelConfig(every="1m", prompt="Check the pager.", timeout_seconds=60)},
+    )
+    store = open_store(settings.store.url)
+    env = {**os.environ, "ANTHROPIC_API_KEY": SECRET, "OPENAI_API_KEY": SECRET}
+    prepared = Preparer(settings, store, env=env).prepare("min")
+    steps = [Step(text="Answered by Strands.")]
+    fake.script(prepared.payload.tick_id, steps if why == "missing" else [Step(status=529), *steps])
+    outcome = Runner(settings, store, env=env).run(prepared)
+    assert outcome.status == "completed", outcome.reason
+    assert outcome.result is not None and outcome.result.target == "strands"
+    events = store.read_stream(f"tick-{outcome.tick_id}")
+    (fallback,) = [e.data for e in events if e.type == RouteFallback.type]
+    assert (fallback["from_target"], fallback["to_target"]) == ("claude", "strands")
+    assert ("npm ci --prefix" if why == "missing" else "overloaded (529)") in fallback["reason"]
+
+
+def test_a_level_on_a_cli_that_is_not_installed_is_refused_at_load(tmp_path: Path) -> None:
+    with pytest.raises(ValidationError) as refused:
+        Settings(
+            agents=AgentsConfig(dir=tmp_path),
+            levels={
+                "min": LevelConfig(every="1m", model="m", api="anthropic", agent=CLAUDE, prompt="p")
+            },
+        )
+    message = str(refused.value)
+    assert "levels.min.agent" in message and f"npm ci --prefix {tmp_path}" in message
+
+
+@pytest.mark.parametrize(
+    "line",
+    [{"no": "type"}, {"type": "assistant", "message": "text"}, {"type": "user", "message": {}}],
+)
+def test_a_line_that_is_no_claude_code_event_is_malformed(line: dict[str, object]) -> None:
+    run = ClaudeCodeRun.__new__(ClaudeCodeRun)
+    run._pending = {}
+    with pytest.raises(MalformedLineError):
+        run.read(line)
+
+
+def test_the_tool_hook_denies_when_the_tick_cannot_be_asked() -> None:
+    answer = subprocess.run(
+        [sys.executable, "-I", "-S", str(HOOK_SCRIPT), "http://127.0.0.1:9/x", "token"],
+        input=b'{"tool_name": "Bash", "tool_input": {}}',
+        capture_output=True,
+        check=True,
+        timeout=30,
+    )
+    decision = json.loads(answer.stdout)["hookSpecificOutput"]
+    assert decision["permissionDecision"] == "deny"
+
+
+def test_doctor_names_each_cli_its_version_and_what_is_missing(tmp_path: Path) -> None:
+    require_cli()
+    (claude, *_) = [s for s in agent_clis(DEFAULT_AGENTS_DIR) if s.kind == CLAUDE]
+    assert claude.ok and claude.version == claude.pinned
+    missing = agent_clis(tmp_path)
+    assert [s.kind for s in missing] == list(AGENT_CLIS)
+    assert all(not s.ok and f"npm ci --prefix {tmp_path}" in str(s.problem) for s in missing)
+
+
+@pytest.mark.parametrize(
+    ("script", "error", "failure_class"),
+    [
+        (
+            'echo \'{"type": "system", "subtype": "init"}\'; echo "<html>oops"',
+            "MalformedLine",
+            "content",
+        ),
+        ("echo 'Segmentation fault' >&2; exit 139", "AgentCrashed", "infrastructure"),
+    ],
+)
+def test_a_cli_that_prints_garbage_or_crashes_fails_the_tick_in_its_class(
+    tmp_path: Path, fake: FakeUpstream, script: str, error: str, failure_class: str
+) -> None:
+    binary = tmp_path / "agents" / "node_modules" / ".bin" / "claude"
+    binary.parent.mkdir(parents=True)
+    binary.write_text(f"#!/bin/sh\n{script}\n")
+    binary.chmod(0o755)
+    harness = Harness(tmp_path, fake, agent=CLAUDE, api="anthropic", rag=False, content_retries=0)
+    harness.without_retries()
+    settings = harness.settings.model_copy(update={"agents": AgentsConfig(dir=binary.parents[2])})
+    harness.preparer.settings = settings
+    outcome = harness.tick([])
+    assert outcome.status == "failed"
+    assert outcome.result is not None and outcome.result.error is not None
+    assert (outcome.result.error.type, outcome.result.error.failure_class) == (error, failure_class)
+
+
+def test_the_story_flags_a_cli_whose_own_usage_differs_from_the_ledger() -> None:
+    checked = AgentUsageChecked(
+        tick_id="t",
+        level="min",
+        agent=CLAUDE,
+        reported_prompt_tokens=120,
+        reported_completion_tokens=7,
+        booked_prompt_tokens=100,
+        booked_completion_tokens=7,
+    )
+    record = checked.to_record()
+    stored = StoredEvent(1, checked.event_id, "tick-t", 1, record.type, 1, record.data, {}, NOW)
+    (step,) = story_steps([stored])
+    assert step.summary.startswith("usage MISMATCH") and "booked 100 + 7" in step.summary
+
+
+def test_the_ticks_governor_answers_only_its_cli_and_its_hook_counts_against_the_cap(
+    tmp_path: Path, fake: FakeUpstream
+) -> None:
+    payload = TickPayload(
+        tick_id="t-governor",
+        level="min",
+        prompt="p",
+        model="fake-model",
+        api="anthropic",
+        agent=CLAUDE,
+        max_tool_calls=1,
+        result_path=tmp_path / "t.json",
+        store_url=f"sqlite:///{tmp_path}/events.db",
+        spool_dir=tmp_path / "spool",
+    )
+    recorder = EventRecorder(payload)
+    target = Target("anthropic", "fake-model", None, fake.base_url("anthropic"), None)
+    budget = ToolBudget(payload.max_tool_calls)
+    daily = DailyBudgetGuard(payload, recorder)
+    governor = TickGovernor(payload, recorder, target, None, budget, daily, lambda: None)
+    server = TickGovernorServer(governor)
+    origin = server.start()
+    try:
+        chat = {
+            "model": "fake-model",
+            "max_tokens": 10,
+            "messages": [{"role": "user", "content": "hi"}],
+        }
+        assert httpx.post(f"{origin}/v1/messages", json=chat).status_code == 401
+        wrong = {"x-tickwork-hook-token": "guess"}
+        assert httpx.post(server.hook_url, json={}, headers=wrong).status_code == 403
+        hook = {"x-tickwork-hook-token": server.token}
+        asked = [httpx.post(server.hook_url, json={"tool_use_id": n}, headers=hook) for n in "ab"]
+        assert [a.json()["decision"] for a in asked] == ["allow", "deny"]
+        assert (budget.executed, budget.cancelled, budget.met) == (1, 1, True)
+    finally:
+        server.stop()
+        recorder.close()
+
+
+def test_the_ticks_governor_forwards_openai_paths_to_the_base_less_its_v1() -> None:
+    openai = Target("openai-chat", "m", None, "http://gw:4000/openai/v1/", None)
+    anthropic = Target("anthropic", "m", None, "https://api.anthropic.com", None)
+    assert upstream_base(openai) == "http://gw:4000/openai"
+    assert upstream_base(anthropic) == "https://api.anthropic.com"

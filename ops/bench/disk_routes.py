@@ -9,13 +9,16 @@ models folded by `projections rebuild`), and prints every table and index per ti
 - **(a) lean JSON**: every event's data without nulls, fields at their defaults, its
   event id and, in a tick stream, the `tick_id` and `level` the stream already names
   (what a parse would fill back), transcripts' rows re-encoded alike;
-- **(a) − recorded_at**: and without the `recorded_at` index (`--since`'s);
+- **(a) without recorded_at**: and without the `recorded_at` index (`--since`'s);
 - **(b) tick rows**: each closed tick's whole stream (its hot events and its compacted
   transcript) as one zlib-compressed row keyed by tick, with its first and last position
   (what a read of a window of positions would look up by), the events and `transcripts`
   rows gone; PostgreSQL keeps the ids in `event_ids` (the uniqueness a late spool replay
   needs), SQLite would check a compacted stream's blob;
-- **(a)+(b)**: tick rows of lean JSON.
+- **(a)+(b)**: tick rows of lean JSON;
+- **(b) lossless**: tick rows in an encoding of the store's own that gives every record
+  back as stored (no reader changes): `tick_id`/`level` once a row, zlib with a preset
+  dictionary of the event types' field names.
 
 Every variant is measured packed (SQLite VACUUM; PostgreSQL VACUUM FULL), "as loaded" also
 unpacked, so the routes compare bytes, not free space. The read models (`ticks`,
@@ -23,13 +26,13 @@ unpacked, so the routes compare bytes, not free space. The read models (`ticks`,
 
     .venv/bin/python ops/bench/disk_routes.py [--events 300000] [--backends sqlite,postgresql]
         [--pg-url postgresql://postgres@127.0.0.1:5432/test] [--pg-database bench_disk_routes]
+        [--only TEXT]
 """
 
 from __future__ import annotations
 
 import argparse
 import os
-import shutil
 import sqlite3
 import tempfile
 import time
@@ -48,7 +51,7 @@ from machine import describe
 from sqlalchemy.engine import make_url
 from store_bench import fresh_pg
 
-from harness.contracts.events import TERMINAL_TYPES, Event, decode
+from harness.contracts.events import EVENT_TYPES, TERMINAL_TYPES, Event, decode
 from harness.contracts.records import StoredEvent
 from harness.store import migrate_store
 
@@ -118,9 +121,13 @@ class Store:
 def copy_of(url: str, root: Path, name: str, admin: str) -> Iterator[Store]:
     """A copy of the loaded store to change: a file copy, or a database made from a template."""
     if url.startswith("sqlite"):
-        source = Path(make_url(url).database or "")
         target = root / f"{name}.db"
-        shutil.copyfile(source, target)
+        # The backup API copies what the WAL holds too (the read models a rebuild wrote).
+        with (
+            sqlite3.connect(make_url(url).database or "") as source,
+            sqlite3.connect(target) as copy,
+        ):
+            source.backup(copy)
         copied = f"sqlite:///{target}"
     else:
         template = make_url(url).database
@@ -174,12 +181,38 @@ def route_lean(store: Store) -> None:
     store.many("UPDATE transcripts SET data = ? WHERE tick_id = ?", blobs)
 
 
-def drop_recorded_at(store: Store) -> None:
+def lean_without_recorded_at(store: Store) -> None:
+    """(a), and no `recorded_at` index: one index entry less per event."""
+    route_lean(store)
     store.q("DROP INDEX ix_events_recorded_at")
 
 
-def route_tick_rows(store: Store, lean_json: bool = False) -> None:
-    """(b): each closed tick's stream as one compressed row; its events and transcript row go."""
+def preset() -> bytes:
+    """A zlib preset dictionary: every event type's name and its fields as JSON keys.
+
+    Built from the event classes, not from the data measured. A tick's row is a few KB:
+    without a dictionary, zlib spends most of it on the first spelling of each key.
+    """
+    shapes = [
+        orjson.dumps({"type": cls.type, **{name: None for name in cls.model_fields}})
+        for cls in EVENT_TYPES.values()
+    ]
+    return b"".join(shapes)[-32_768:]
+
+
+def compress(records: list[list[Any]], dictionary: bytes | None) -> bytes:
+    if dictionary is None:
+        return zlib.compress(orjson.dumps(records), 6)
+    packer = zlib.compressobj(6, zlib.DEFLATED, 15, 9, zlib.Z_DEFAULT_STRATEGY, dictionary)
+    return packer.compress(orjson.dumps(records)) + packer.flush()
+
+
+def route_tick_rows(store: Store, lean_json: bool = False, lossless: bool = False) -> None:
+    """(b): each closed tick's stream as one compressed row; its events and transcript row go.
+
+    `lossless`: the store's own encoding, every record given back as stored: `tick_id` and
+    `level` said once for the row (a decoder puts them back), a preset dictionary.
+    """
     streams: dict[str, list[list[Any]]] = {}
     closed: set[str] = set()
     for p, i, s, n, t, v, d, m, at in _records(store):
@@ -188,22 +221,29 @@ def route_tick_rows(store: Store, lean_json: bool = False) -> None:
         if t in TERMINAL_TYPES:
             closed.add(s)
         data = lean(t, v, d, True) if lean_json else d
+        if lossless:
+            data = {k: v for k, v in d.items() if k not in ("tick_id", "level")}
         streams.setdefault(s, []).append([p, str(i), n, t, v, data, m, at])
     for tick, records in _transcripts(store).items():
         for p, i, n, v, d, m, at in records:
             data = lean("TranscriptEntry", v, d, True) if lean_json else d
-            streams.setdefault(f"tick-{tick}", []).append([p, i, n, "TranscriptEntry", v, data, m, at])
+            if lossless:
+                data = {k: v for k, v in d.items() if k not in ("tick_id", "level")}
+            streams.setdefault(f"tick-{tick}", []).append(
+                [p, i, n, "TranscriptEntry", v, data, m, at]
+            )
     blob = "BLOB" if store.sqlite else "bytea"
     store.q(
         f"CREATE TABLE tick_rows (tick_id varchar(255) PRIMARY KEY, first_position bigint "
         f"NOT NULL, last_position bigint NOT NULL, data {blob} NOT NULL)"
     )
     store.q("CREATE INDEX ix_tick_rows_first ON tick_rows (first_position)")
+    dictionary = preset() if lossless else None
     rows = []
     for stream in sorted(closed, key=lambda s: min(r[0] for r in streams[s])):
         records = sorted(streams[stream], key=lambda r: r[2])
         positions = [r[0] for r in records]
-        data = zlib.compress(orjson.dumps(records), 6)
+        data = compress(records, dictionary)
         rows.append((stream.removeprefix("tick-"), min(positions), max(positions), data))
     store.many("INSERT INTO tick_rows VALUES (?, ?, ?, ?)", rows)
     gone = [(s,) for s in closed]
@@ -216,9 +256,10 @@ def route_tick_rows(store: Store, lean_json: bool = False) -> None:
 ROUTES: list[tuple[str, Callable[[Store], None] | None]] = [
     ("as loaded, packed", None),
     ("(a) lean JSON", route_lean),
-    ("(a) − recorded_at index", lambda s: (route_lean(s), drop_recorded_at(s))[-1]),
+    ("(a) without the recorded_at index", lean_without_recorded_at),
     ("(b) tick rows", route_tick_rows),
     ("(a)+(b) tick rows of lean JSON", lambda s: route_tick_rows(s, lean_json=True)),
+    ("(b) tick rows, lossless encoding", lambda s: route_tick_rows(s, lossless=True)),
 ]
 
 
@@ -239,7 +280,7 @@ def _bare(name: str) -> str:
     return name
 
 
-def measure(url: str, events: int, root: Path, admin: str) -> None:
+def measure(url: str, events: int, root: Path, admin: str, only: str) -> None:
     now = datetime.now(UTC)
     began, cpu = time.perf_counter(), time.process_time()
     load = load_sqlite if url.startswith("sqlite") else load_postgres
@@ -248,7 +289,8 @@ def measure(url: str, events: int, root: Path, admin: str) -> None:
     ticks = round(events / (11 + 4 * TOOL_TICKS))
     print(
         f"  {stored:,} events stored, {ticks:,} ticks, loaded and folded in "
-        f"{time.perf_counter() - began:.0f} s (CPU of this process {time.process_time() - cpu:.0f} s)",
+        f"{time.perf_counter() - began:.0f} s (this process's CPU: "
+        f"{time.process_time() - cpu:.0f} s)",
         flush=True,
     )
     loaded = Store(url)
@@ -256,6 +298,8 @@ def measure(url: str, events: int, root: Path, admin: str) -> None:
     loaded.close()
     print(f"  {'as loaded (unpacked)':<36}{LOG}: {log:5.2f} KB/tick   read models: {models:4.2f}")
     for name, route in ROUTES:
+        if only not in name:
+            continue
         with copy_of(url, root, f"r{ROUTES.index((name, route))}", admin) as store:
             began, cpu = time.perf_counter(), time.process_time()
             if route is not None:
@@ -277,6 +321,7 @@ def main() -> None:
     parser.add_argument("--backends", default="sqlite,postgresql")
     parser.add_argument("--pg-url", default="postgresql://postgres@127.0.0.1:5432/test")
     parser.add_argument("--pg-database", default="bench_disk_routes")
+    parser.add_argument("--only", default="", help="the routes whose name holds this text")
     args = parser.parse_args()
     print(describe())
     print(f"load average at start: {os.getloadavg()}")
@@ -289,7 +334,7 @@ def main() -> None:
             else:
                 url = fresh_pg(args.pg_url, args.pg_database)
             migrate_store(url)
-            measure(url, args.events, root, args.pg_url)
+            measure(url, args.events, root, args.pg_url, args.only)
     print(f"\nload average at end: {os.getloadavg()}")
 
 

@@ -46,14 +46,20 @@ from uuid import UUID
 
 import orjson
 import psycopg
-from growth_bench import TOOL_TICKS, _dsn, cli, load_postgres, load_sqlite, write_config
+from growth_bench import (
+    TOOL_TICKS,
+    _dsn,
+    cli,
+    fresh_store,
+    load_postgres,
+    load_sqlite,
+    write_config,
+)
 from machine import describe
 from sqlalchemy.engine import make_url
-from store_bench import fresh_pg
 
 from harness.contracts.events import EVENT_TYPES, TERMINAL_TYPES, Event, decode
 from harness.contracts.records import StoredEvent
-from harness.store import migrate_store
 
 LOG_TABLES = ("events", "event_ids", "tick_streams", "transcripts", "tick_rows")
 """What a route changes (name prefixes of the tables and their indexes); the rest (read
@@ -345,11 +351,7 @@ def main() -> None:
         print(f"\n{backend}, {args.events:,} events:", flush=True)
         with tempfile.TemporaryDirectory() as folder:
             root = Path(folder)
-            if backend == "sqlite":
-                url = f"sqlite:///{root}/events.db"
-            else:
-                url = fresh_pg(args.pg_url, args.pg_database)
-            migrate_store(url)
+            url = fresh_store(backend, root, args.pg_url, args.pg_database)
             measure(url, args.events, root, args.pg_url, args.only)
     print(f"\nload average at end: {os.getloadavg()}")
 

@@ -28,11 +28,10 @@ SQLITE_BUSY_TIMEOUT_MS = 30_000
 SQLITE_CACHE_KIB = 65_536
 """The writer's page cache (see `_configure`); set on its own connection only."""
 SQLITE_READ_CACHE_KIB = 8_192
-"""Every other connection's page cache. A pooled connection's cache fills as it reads or
-moves pages and stays filled for the life of the process, though the operating system's
-file cache holds the same pages: `tickwork run`'s start, whose incremental vacuum moved
-38,000 free pages of a 1M-event store, peaked at 199 MiB with 64 MiB a connection and at
-152 MiB with this (ops/bench/RESULTS.md)."""
+"""Every other connection's page cache. A pooled connection's cache fills as it reads and
+writes and stays filled for the life of the process, though the operating system's file
+cache holds the same pages: `tickwork run` started on a 1M-event store with 38,000 free
+pages peaked at 199 MiB with 64 MiB a connection, 152 MiB with this (ops/bench/RESULTS.md)."""
 SQLITE_WAL_AUTOCHECKPOINT_PAGES = {"process": 10_000, "power": 1_000}
 SQLITE_SYNCHRONOUS = {"process": "NORMAL", "power": "FULL"}
 DURABILITY = "tickwork_durability"

@@ -26,12 +26,6 @@ BEGIN_MODE = "tickwork_sqlite_begin"
 
 SQLITE_BUSY_TIMEOUT_MS = 30_000
 SQLITE_CACHE_KIB = 65_536
-"""The writer's page cache (see `_configure`); set on its own connection only."""
-SQLITE_READ_CACHE_KIB = 8_192
-"""Every other connection's page cache. A pooled connection's cache fills as it reads and
-writes and stays filled for the life of the process, though the operating system's file
-cache holds the same pages: `tickwork run` started on a 1M-event store with 38,000 free
-pages peaked at 199 MiB with 64 MiB a connection, 152 MiB with this (ops/bench/RESULTS.md)."""
 SQLITE_WAL_AUTOCHECKPOINT_PAGES = {"process": 10_000, "power": 1_000}
 SQLITE_SYNCHRONOUS = {"process": "NORMAL", "power": "FULL"}
 DURABILITY = "tickwork_durability"
@@ -143,9 +137,12 @@ def create_store_engine(url: str, *, durability: Durability = "process") -> Engi
             cursor.execute("PRAGMA auto_vacuum = INCREMENTAL")
         cursor.execute("PRAGMA journal_mode = WAL")
         cursor.execute(f"PRAGMA synchronous = {SQLITE_SYNCHRONOUS[durability]}")
-        # Reads go through the operating system's file cache; the writer's connection
-        # takes a larger cache of its own (`SQLITE_CACHE_KIB`, `writer.Writer._open`).
-        cursor.execute(f"PRAGMA cache_size = -{SQLITE_READ_CACHE_KIB}")
+        # tickwork mints time-ordered event ids (harness.contracts.ids), which go to the
+        # right edge of the event-id index, but ids a caller brings may be random, and
+        # were in stores written before: random keys with SQLite's 2 MiB default page
+        # cache thrash a store of millions of events on every append. Pages are allocated
+        # on use.
+        cursor.execute(f"PRAGMA cache_size = -{SQLITE_CACHE_KIB}")
         # A batch of 100 writes about 23 pages to the WAL (127 with random ids, a leaf of
         # the id index per event), and at the default checkpoint every 1,000 pages the
         # appending connection copies them into the database every few dozen batches. At

@@ -598,6 +598,13 @@ def measure(url: str, size: int, args: argparse.Namespace, root: Path) -> dict[s
     return figures
 
 
+def fresh_store(backend: str, root: Path, pg_url: str, pg_database: str) -> str:
+    """An empty store at head: a SQLite file in `root`, or a PostgreSQL database made afresh."""
+    url = f"sqlite:///{root}/events.db" if backend == "sqlite" else fresh_pg(pg_url, pg_database)
+    migrate_store(url)
+    return url
+
+
 def report(backend: str, sizes: list[int], results: list[dict[str, float]]) -> None:
     small, large = results[0], results[-1]
     head = "".join(f"{size:>14,}" for size in sizes)
@@ -645,11 +652,7 @@ def main() -> None:
         for size in sizes:
             with tempfile.TemporaryDirectory() as folder:
                 root = Path(folder)
-                if backend == "sqlite":
-                    url = f"sqlite:///{root}/events.db"
-                else:
-                    url = fresh_pg(args.pg_url, args.pg_database)
-                migrate_store(url)
+                url = fresh_store(backend, root, args.pg_url, args.pg_database)
                 results.append(measure(url, size, args, root))
             for label, value in results[-1].items():
                 print(

@@ -65,14 +65,15 @@ STRANDS_WEB = ("web_fetch",)
 
 
 def strands_tools(caps: Capabilities) -> tuple[str, ...]:
-    """The names of the tools a Strands tick gets (the worker builds them)."""
+    """The names of the tools a Strands tick gets (the worker builds them).
+
+    `full` is what `can_shell` always gave: the shell and the editor (whose `view` reads).
+    """
     names: tuple[str, ...] = ()
-    if caps.reads:
-        names += STRANDS_READ
-    if caps.writes:
-        names += STRANDS_WRITE
     if caps.shell:
-        names += STRANDS_SHELL
+        names = STRANDS_WRITE + STRANDS_SHELL
+    elif caps.reads:
+        names = STRANDS_READ + (STRANDS_WRITE if caps.writes else ())
     if caps.web:
         names += STRANDS_WEB
     return names

@@ -3,14 +3,21 @@ PYTHON ?= python3
 VENV ?= .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed-stamp
+AGENTS_STAMP := ops/agents/node_modules/.installed-stamp
 
 .PHONY: run status ticks tick serve test browser lint bench clean
 
-$(STAMP): pyproject.toml
+$(STAMP): pyproject.toml $(AGENTS_STAMP)
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
 	$(BIN)/python -m pip install --quiet -e '.[dev]'
 	touch $(STAMP)
+
+## The agent CLIs (`agent = "claude-code" | "opencode"`), pinned in ops/agents/package-lock.json,
+## installed into ops/agents/node_modules (never globally); `tickwork doctor` lists them.
+$(AGENTS_STAMP): ops/agents/package.json ops/agents/package-lock.json
+	npm ci --prefix ops/agents --no-audit --no-fund --loglevel=error
+	touch $(AGENTS_STAMP)
 
 ## Run tickwork on its embedded defaults, in the foreground: SQLite store under ./.tickwork/,
 ## the `min` and `hour` levels, tickwork's own fake upstream unless OPENAI_BASE_URL is set.

@@ -178,7 +178,7 @@ BAD_MESSAGES = [
     ({"messages": CLAUDE_TURN}, "model"),
     ({"model": "c"}, "messages"),
     ({"model": "c", "messages": "hello"}, "messages"),
-    ({"model": "c", "messages": [{"role": "system", "content": "x"}]}, "messages.0.role"),
+    ({"model": "c", "messages": [{"role": "tool", "content": "x"}]}, "messages.0.role"),
     ({"model": "c", "messages": [*CLAUDE_TURN, {"role": "user"}]}, "messages.1.content"),
     ({"model": "c", "messages": [{"role": "user", "content": 5}]}, "messages.0.content"),
     ({"model": "c", "messages": CLAUDE_TURN, "system": 3}, "system"),

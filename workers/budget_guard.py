@@ -47,23 +47,32 @@ class DailyBudgetGuard(HookProvider):
         registry.add_callback(BeforeModelCallEvent, self._before_call)
 
     def _before_call(self, event: BeforeModelCallEvent) -> None:
-        budget = self.budget
-        if budget is None or event.cancel:
+        if event.cancel:
             return
+        stop = self.check()
+        if stop is not None:
+            event.cancel = stop
+
+    def check(self) -> str | None:
+        """Before a model call: None while within budget, else why no call is made (stopped)."""
+        budget = self.budget
+        if budget is None:
+            return None
         store = self.recorder.store
         if store is None:
-            return
+            return None
         try:
             self._follow(store, budget.day)
         except StoreError:
-            return  # unreadable: the runner's check before every attempt still holds
+            return None  # unreadable: the runner's check before every attempt still holds
         passed = self._passed(budget)
-        if passed is not None:
-            self.stopped = True
-            event.cancel = (
-                f"Stopped before the next model call: level {self.payload.level} has spent "
-                f"{passed} for {budget.day}."
-            )
+        if passed is None:
+            return None
+        self.stopped = True
+        return (
+            f"Stopped before the next model call: level {self.payload.level} has spent "
+            f"{passed} for {budget.day}."
+        )
 
     def _passed(self, budget: DailyBudget) -> str | None:
         """What the level's spend and reservations passed, or None while within budget."""

@@ -24,7 +24,7 @@ from harness.contracts.result import FailureClass
 from harness.routing.quota import QuotaExhaustedError
 from harness.store import StoreUnavailableError
 from workers.fallback import SelfCheckFailedError
-from workers.model import MissingEndpointError
+from workers.model import AgentMissingError, MissingEndpointError
 from workers.providers import LOADED_SDK_ERRORS, UnfinishedTurnError
 from workers.wire import MalformedAnswerError, WrongEndpointError
 
@@ -43,7 +43,7 @@ INFRASTRUCTURE_ERRORS: tuple[type[Exception], ...] = (
 )
 
 
-CONFIGURATION_ERRORS: tuple[type[Exception], ...] = (MissingEndpointError,)
+CONFIGURATION_ERRORS: tuple[type[Exception], ...] = (MissingEndpointError, AgentMissingError)
 """A target's variable is unset: no retry can mend it (nor a key the upstream refuses:
 each SDK's 401 and 403 classes, `workers.providers.SdkErrors`)."""
 

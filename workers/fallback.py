@@ -29,12 +29,13 @@ from datetime import UTC, datetime
 
 import httpx
 
+from harness.contracts.agents import missing_agent
 from harness.contracts.events import QuotaObserved, RouteFallback, TargetSelfChecked, capped
 from harness.contracts.payload import RouteCandidate, TickPayload
 from harness.contracts.result import FailureClass
 from harness.routing.availability import recently_down, vouched_for
 from harness.routing.quota import QuotaExhaustedError, QuotaGate, answer_quota
-from workers.model import MissingEndpointError, unset_variables
+from workers.model import AgentMissingError, MissingEndpointError, unset_variables
 from workers.recorder import EventRecorder
 
 REASON_CHARS = 500
@@ -90,6 +91,9 @@ class CandidateWalk:
 
     def _blocked(self, candidate: RouteCandidate) -> tuple[str, Exception] | None:
         """Why the candidate cannot be called now (the fallback's reason, the tick's error)."""
+        missing = missing_agent(candidate.agent, self.payload.agents_dir)
+        if missing is not None:
+            return f"unavailable: {missing}", AgentMissingError(missing)
         unset = unset_variables(candidate)
         if unset:
             error = MissingEndpointError(candidate.target, unset)

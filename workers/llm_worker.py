@@ -38,6 +38,10 @@ from harness.contracts.wire import API_KEY_ENV_OF
 EXIT_OK, EXIT_FAILED, EXIT_BAD_PAYLOAD = 0, 1, 2
 
 
+class AgentTickError(Exception):
+    """An agent CLI's tick failed: its message, for the fallback's record."""
+
+
 def _payload_error(raw: bytes, exc: ValidationError) -> int:
     problems = "; ".join(
         f"{'.'.join(str(p) for p in err['loc']) or '(payload)'}: {err['msg']}"
@@ -69,7 +73,7 @@ def run(payload: TickPayload) -> int:
     from workers.failures import failure_class, failure_message
     from workers.fallback import CandidateWalk
     from workers.governor_hook import ContextGovernor
-    from workers.model import MissingEndpointError, build_model
+    from workers.model import AgentMissingError, MissingEndpointError, build_model
     from workers.rag_tool import make_rag_lookup
     from workers.recorder import EventRecorder
     from workers.spend import SpendMeter
@@ -128,10 +132,22 @@ def run(payload: TickPayload) -> int:
         answer = str(agent_on([daily, spend], "tickwork-selfcheck", own=False)(question))
         return None if daily.stopped else answer
 
+    agent_result: TickResult | None = None
     try:
         transcript.open()
         while True:
             chosen = walk.choose()
+            kind = chosen.agent if chosen else payload.agent
+            if kind != "strands":
+                from workers.agents import run_agent_tick
+
+                agent_result = run_agent_tick(kind, payload, chosen, recorder)
+                failed = agent_result.error
+                if failed is not None and walk.move_on(
+                    AgentTickError(failed.message), failed.failure_class
+                ):
+                    continue
+                break
             target = chosen.target if chosen else None
             governor.model = spend.use(build_model(payload, chosen, walk.observe_answer), target)
             try:
@@ -144,6 +160,9 @@ def run(payload: TickPayload) -> int:
             except Exception as exc:
                 if not walk.move_on(exc, failure_class(exc)):
                     raise
+        if agent_result is not None:
+            write_result(payload.result_path, agent_result)
+            return EXIT_OK if agent_result.ok else EXIT_FAILED
         text = str(answer).strip()
         stop_reason = "tool_budget" if budget.exhausted else str(answer.stop_reason)
         if governor.stopped:
@@ -170,7 +189,9 @@ def run(payload: TickPayload) -> int:
         tail = "".join(traceback.format_exception(exc))[-4000:]
         failed_as = failure_class(exc)
         message = failure_message(exc)[:2000]
-        if failed_as == "configuration" and not isinstance(exc, MissingEndpointError):
+        if failed_as == "configuration" and not isinstance(
+            exc, (MissingEndpointError, AgentMissingError)
+        ):
             current = walk.current
             api = current.api if current else payload.api
             named = current.api_key_env if current else None

@@ -11,11 +11,12 @@ fast into the runner's retry policy instead of waiting minutes inside it.
 from __future__ import annotations
 
 import os
+from dataclasses import dataclass
 
 import httpx
 
 from harness.contracts.payload import TICK_HEADER, RouteCandidate, TickPayload
-from harness.contracts.wire import API_KEY_ENV_OF, BASE_URL_ENV, Api
+from harness.contracts.wire import API_KEY_ENV_OF, BASE_URL_ENV, Api, Effort
 from workers.providers import Endpoint, Metered, builder
 from workers.wire import ResponseHook, WireWatch
 
@@ -28,6 +29,55 @@ DEFAULT_BASE_URLS: dict[Api, str] = {
 """Where each SDK goes when neither the target nor the environment names an endpoint."""
 
 
+@dataclass(frozen=True)
+class Target:
+    """The endpoint a tick calls, resolved from its candidate (or level) and the environment."""
+
+    api: Api
+    model_id: str
+    effort: Effort | None
+    base_url: str | None
+    """None: the protocol's SDK default (`DEFAULT_BASE_URLS`)."""
+    key_env: str | None
+
+    @property
+    def api_key(self) -> str | None:
+        """The key from this process's environment (`not-set` when the variable is empty)."""
+        return (os.environ.get(self.key_env) or "not-set") if self.key_env else None
+
+    @property
+    def url(self) -> str:
+        """The base URL, the protocol's default when none was given."""
+        return self.base_url or DEFAULT_BASE_URLS[self.api]
+
+
+def resolve_target(payload: TickPayload, candidate: RouteCandidate | None = None) -> Target:
+    """The candidate's endpoint, or the level's on its protocol's variables.
+
+    Raises:
+        MissingEndpointError: the candidate names a variable that is unset here.
+    """
+    if candidate is None:
+        api = payload.api
+        return Target(
+            api,
+            payload.model,
+            payload.effort,
+            os.environ.get(BASE_URL_ENV[api]) or None,
+            API_KEY_ENV_OF[api],
+        )
+    unset = unset_variables(candidate)
+    if unset:
+        raise MissingEndpointError(candidate.target, unset)
+    return Target(
+        candidate.api,
+        candidate.model,
+        candidate.effort,
+        candidate.base_url or os.environ[candidate.base_url_env or ""],
+        candidate.api_key_env or API_KEY_ENV_OF[candidate.api],
+    )
+
+
 def build_model(
     payload: TickPayload,
     candidate: RouteCandidate | None = None,
@@ -37,29 +87,20 @@ def build_model(
 
     `observe` sees every answer's response (its rate-limit headers) before its body is read.
     """
-    api, model_id, effort = payload.api, payload.model, payload.effort
-    key_env = API_KEY_ENV_OF[api]
-    base_url = os.environ.get(BASE_URL_ENV[api]) or None
-    if candidate is not None:
-        unset = unset_variables(candidate)
-        if unset:
-            raise MissingEndpointError(candidate.target, unset)
-        api, model_id, effort = candidate.api, candidate.model, candidate.effort
-        key_env = candidate.api_key_env or API_KEY_ENV_OF[api]
-        base_url = candidate.base_url or os.environ[candidate.base_url_env or ""]
-    watch = WireWatch(api, observe)
+    target = resolve_target(payload, candidate)
+    watch = WireWatch(target.api, observe)
     endpoint = Endpoint(
-        model_id=model_id,
-        effort=effort,
-        base_url=base_url,
-        api_key=(os.environ.get(key_env) or "not-set") if key_env else None,
+        model_id=target.model_id,
+        effort=target.effort,
+        base_url=target.base_url,
+        api_key=target.api_key,
         timeout=payload.model_timeout_seconds,
         headers={TICK_HEADER: payload.tick_id},
         watch=watch,
     )
-    model = builder(api)(endpoint)
+    model = builder(target.api)(endpoint)
     model.watch = watch
-    model.provider = provider_of(httpx.URL(base_url or DEFAULT_BASE_URLS[api]))
+    model.provider = provider_of(httpx.URL(target.url))
     return model
 
 
@@ -81,3 +122,7 @@ class MissingEndpointError(Exception):
         names = ", ".join(variables)
         verb = "are" if len(variables) > 1 else "is"
         super().__init__(f"target {target!r}: environment variable {names} {verb} not set")
+
+
+class AgentMissingError(Exception):
+    """A candidate's agent CLI is not installed on this host (the message says how to)."""

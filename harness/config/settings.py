@@ -41,6 +41,7 @@ from sqlalchemy.engine import make_url
 from sqlalchemy.exc import ArgumentError
 
 from harness.config.governor import GovernorConfig
+from harness.contracts.agents import DEFAULT_AGENTS_DIR, AgentKind, missing_agent
 from harness.contracts.output import load_output_schema
 from harness.contracts.secrets import (
     ALERT_URLS_ENV,
@@ -375,6 +376,12 @@ class LevelConfig(Scheduled):
     `ANTHROPIC_BASE_URL`/`ANTHROPIC_API_KEY`, `OLLAMA_HOST`)."""
     effort: Effort | None = None
     """Reasoning effort, as the level's `api` takes it (`harness.contracts.wire.EFFORTS`)."""
+    agent: AgentKind = "strands"
+    """Who runs the level's ticks: the Strands agent in the tick process, or an agent CLI
+    (`claude-code`, `opencode`) as its child, under the same caps, ledger and lifecycle.
+    A CLI that is not installed is refused when the configuration loads."""
+    workdir: Path | None = None
+    """The folder an agent CLI works in (a repository); default a fresh folder per tick."""
     overlap: Literal["skip", "buffer_one", "allow"] = "skip"
     """A slot firing while a tick of the level is in flight: `skip` records TickSkipped;
     `buffer_one` keeps one such slot to run when the level is free (and skips the rest);
@@ -473,6 +480,12 @@ class LevelConfig(Scheduled):
         return self.timeout_seconds + self.timeout_per_kchar * chars / 1000
 
 
+class AgentsConfig(_Strict):
+    """`[agents]`: where the pinned agent CLIs are installed (`npm ci --prefix <dir>`)."""
+
+    dir: Path = DEFAULT_AGENTS_DIR
+
+
 class DigestConfig(Scheduled):
     """A digest `tickwork run` publishes on its schedule, once per period."""
 
@@ -526,6 +539,7 @@ class Settings(BaseSettings):
     executor: ExecutorConfig = ExecutorConfig()
     governor: GovernorConfig = GovernorConfig()
     api: ApiConfig = ApiConfig()
+    agents: AgentsConfig = AgentsConfig()
     prices: dict[str, PriceOverride] = {}
     levels: dict[str, LevelConfig] = {}
     digests: dict[str, DigestConfig] = {}
@@ -553,6 +567,10 @@ class Settings(BaseSettings):
                         f"levels.{name}.model is not set, and there is no [routing] catalog "
                         "to choose one: a tick needs a model"
                     )
+        for name, level in self.levels.items():
+            missing = missing_agent(level.agent, self.agents.dir)
+            if missing is not None:
+                raise ValueError(f"levels.{name}.agent = {level.agent!r}: {missing}")
         backend = make_url(self.store.url).get_backend_name()
         if self.executor.kind == "procrastinate" and backend != "postgresql":
             raise ValueError(

@@ -290,6 +290,29 @@ class ToolCalled(TickEvent):
     duration_ms: float = 0.0
 
 
+class AgentUsageChecked(TickEvent):
+    """An agent CLI's own count of its tick's tokens beside what the tick's governor booked.
+
+    The ledger holds what each call's answer reported as it passed; the CLI's final usage
+    is only checked against it (never summed), so a mismatch shows in the tick's story.
+    """
+
+    type = "AgentUsageChecked"
+    agent: str
+    reported_prompt_tokens: NonNegativeInt
+    reported_completion_tokens: NonNegativeInt
+    booked_prompt_tokens: NonNegativeInt
+    booked_completion_tokens: NonNegativeInt
+
+    @property
+    def matches(self) -> bool:
+        """The CLI and the ledger agree to the token."""
+        return (self.reported_prompt_tokens, self.reported_completion_tokens) == (
+            self.booked_prompt_tokens,
+            self.booked_completion_tokens,
+        )
+
+
 class ModelCalled(TickEvent):
     """One model call of a tick, answered or refused before any answer.
 
@@ -765,6 +788,7 @@ EVENT_TYPES: dict[tuple[str, int], type[Event]] = {
         BudgetSpent,
         ToolCalled,
         ModelCalled,
+        AgentUsageChecked,
         TranscriptEntry,
         TickAttemptFailed,
         HedgeStarted,

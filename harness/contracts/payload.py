@@ -11,6 +11,7 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
+from harness.contracts.agents import AgentKind
 from harness.contracts.calibration import Calibration
 from harness.contracts.governor import GovernorLimits
 from harness.contracts.tiers import Capabilities, ToolTier, capabilities
@@ -76,6 +77,8 @@ class RouteCandidate(BaseModel):
     target: Annotated[str, Field(min_length=1)]
     model: Annotated[str, Field(min_length=1)]
     api: Api = "openai-chat"
+    agent: AgentKind = "strands"
+    """Who runs the tick on this target: Strands in the tick process, or an agent CLI."""
     effort: Effort | None = None
     base_url: str | None = None
     base_url_env: str | None = None
@@ -156,6 +159,12 @@ class TickPayload(BaseModel):
     instructions: str = ""
     model: Annotated[str, Field(min_length=1)]
     api: Api = "openai-chat"
+    agent: AgentKind = "strands"
+    """Who runs the tick (the route's first candidate's when routed): `harness.contracts.agents`."""
+    agents_dir: Path | None = None
+    """Where the agent CLIs are installed (None: the project's `ops/agents`)."""
+    workdir: Path | None = None
+    """The folder an agent CLI works in (None: a fresh folder of the tick's own)."""
     effort: Effort | None = None
     max_tool_calls: Annotated[int, Field(ge=0)]
     can_shell: bool = False

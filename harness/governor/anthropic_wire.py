@@ -21,6 +21,10 @@ from harness.governor.policy import Tail
 from harness.governor.usage import Usage, UsageScanner
 
 
+ROLES = ("user", "assistant", "system")
+"""Claude Code 2.1 sends `system` messages inside the chain (its environment notes)."""
+
+
 def _blocks(value: Any) -> bool:
     return isinstance(value, str) or (
         isinstance(value, list) and all(isinstance(block, dict) for block in value)
@@ -45,8 +49,10 @@ def _problem(document: dict[str, Any]) -> InvalidRequest | None:
     for index, message in enumerate(messages):
         if not isinstance(message, dict):
             return InvalidRequest(f"messages.{index}", "must be an object")
-        if message.get("role") not in ("user", "assistant"):
-            return InvalidRequest(f"messages.{index}.role", "must be 'user' or 'assistant'")
+        if message.get("role") not in ROLES:
+            return InvalidRequest(
+                f"messages.{index}.role", "must be 'user', 'assistant' or 'system'"
+            )
         if not _blocks(message.get("content")):
             return InvalidRequest(
                 f"messages.{index}.content", "must be a string or a list of content blocks"

@@ -17,6 +17,7 @@ from uuid import UUID
 from pydantic import BaseModel
 
 from harness.contracts import (
+    AgentUsageChecked,
     BudgetSpent,
     GovernorFired,
     ModelCalled,
@@ -282,6 +283,14 @@ def _describe(type_: str, data: dict[str, Any]) -> tuple[StepKind, str, str | No
             None,
             None,
         )
+    if type_ == AgentUsageChecked.type:
+        reported = (data["reported_prompt_tokens"], data["reported_completion_tokens"])
+        booked = (data["booked_prompt_tokens"], data["booked_completion_tokens"])
+        told = f"{data['agent']} reported {reported[0]:,} + {reported[1]:,} tokens"
+        if reported == booked:
+            return "other", f"{told}, as booked", None, None
+        line = f"usage MISMATCH: {told}, the ledger booked {booked[0]:,} + {booked[1]:,}"
+        return "other", line, None, None
     if type_ == TickAttemptFailed.type:
         line = f"attempt {data['attempt']} failed ({data['failure_class']}): {data['reason']}"
         return "attempt_failed", line, None, None

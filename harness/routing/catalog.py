@@ -33,6 +33,7 @@ from pydantic import (
 )
 
 from harness.config import LEVEL_NAME, IanaZone, PriceOverride, nul_paths
+from harness.contracts.agents import AgentKind
 from harness.contracts.payload import QuotaProbe
 from harness.contracts.secrets import register_secret_names
 from harness.contracts.wire import Api, Effort, require_effort
@@ -74,6 +75,9 @@ class Target(_Strict):
     protocols, `https://api.anthropic.com` (no `/v1`) for Anthropic, `http://host:11434`
     for Ollama."""
     effort: Effort | None = None
+    agent: AgentKind = "strands"
+    """Who runs a tick on this target (`claude-code`, `opencode`: their CLI, through the
+    tick's governor); a CLI missing on the host passes the target over to the next."""
     prices: PriceOverride | None = None
     quota_probe: QuotaProbe | None = None
     selfcheck_required: bool = False

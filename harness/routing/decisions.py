@@ -91,6 +91,7 @@ def candidate(catalog: Catalog, target_id: str) -> RouteCandidate:
         target=target_id,
         model=target.model,
         api=target.api,
+        agent=target.agent,
         effort=target.effort,
         base_url=target.base_url,
         base_url_env=target.base_url_env,

@@ -94,9 +94,9 @@ class Proxy:
             await send_refusal(send, dialect_of(path_of(scope)), exc)
             return
         judged = self.decide(request)
-        if judged is not None and judged.verdict.decision == "hard":
+        if judged is not None and (judged.reply is not None or judged.verdict.decision == "hard"):
             assert request.chat is not None, "only model calls are judged"
-            stop = judged.verdict.text(governor.limits)
+            stop = judged.reply or judged.verdict.text(governor.limits)
             await send_stop(send, judged.dialect, request.chat, stop)
             governor.finish(judged, None, "answered")
             return

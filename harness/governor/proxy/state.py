@@ -61,6 +61,9 @@ class Judged:
     verdict: Verdict
     entry: dict[str, Any]
     tick_id: str | None
+    reply: str | None = None
+    """Set when the call is answered with this text in place of the model's, as a hard stop
+    is: a tick's own governor stops an agent CLI at its tool cap or daily budget so."""
 
 
 class ProxyGovernor:
@@ -150,6 +153,14 @@ class ProxyGovernor:
             if not sample.tiny:
                 self._record(tick_id, lambda: sample.event(model, "proxy", None))
             prompt, completion = sample.tokens, usage.completion_tokens
+        self.book(judged, prompt, completion, usage)
+
+    def book(self, judged: Judged, prompt: int, completion: int, usage: Usage | None) -> None:
+        """Book a settled call's spend: a client that is no tick's, in the proxy's ledger.
+
+        A tick's own governor (an agent CLI's traffic) books it as the tick's instead.
+        """
+        model, tick_id = judged.verdict.model, judged.tick_id
         day = f"proxy-{datetime.now(UTC):%Y%m%d}"
         level = self.config.ledger_level
         cached = usage.cached_tokens if usage else None

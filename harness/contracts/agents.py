@@ -1,0 +1,56 @@
+"""Which agent runs a tick, and where tickwork finds the agent CLIs it can run.
+
+`strands` (the default) is the in-process Strands agent; `claude-code` and `opencode` run
+their npm CLI as a child of the tick process, under the same caps, ledger and lifecycle.
+The CLIs are pinned in `ops/agents/package.json` and its lockfile and installed into
+`ops/agents/node_modules` by `npm ci` (never globally), so every host runs the versions
+the tests ran; the folder can be moved with `[agents] dir`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Literal, get_args
+
+AgentKind = Literal["strands", "claude-code", "opencode"]
+AGENT_KINDS: tuple[AgentKind, ...] = get_args(AgentKind)
+
+DEFAULT_AGENTS_DIR = Path(__file__).resolve().parents[2] / "ops" / "agents"
+"""The project's own `ops/agents`, where `npm ci` puts the pinned CLIs."""
+
+
+@dataclass(frozen=True)
+class AgentCli:
+    """One agent CLI: its binary's name and the npm package that ships it."""
+
+    kind: AgentKind
+    binary: str
+    package: str
+
+    def path(self, agents_dir: Path) -> Path:
+        """Where `npm ci --prefix <agents_dir>` links the binary."""
+        return agents_dir / "node_modules" / ".bin" / self.binary
+
+    def missing(self, agents_dir: Path) -> str | None:
+        """Why the CLI cannot run from `agents_dir`, with the command that installs it."""
+        binary = self.path(agents_dir)
+        if binary.is_file() and binary.stat().st_mode & 0o111:
+            return None
+        return (
+            f"the {self.kind} CLI ({self.package}) is not installed: no executable {binary}; "
+            f"install the pinned CLIs with `npm ci --prefix {agents_dir}` (or `make`)"
+        )
+
+
+AGENT_CLIS: dict[AgentKind, AgentCli] = {
+    "claude-code": AgentCli("claude-code", "claude", "@anthropic-ai/claude-code"),
+    "opencode": AgentCli("opencode", "opencode", "opencode-ai"),
+}
+"""The kinds that run a CLI; `strands` runs in the tick process itself."""
+
+
+def missing_agent(kind: AgentKind, agents_dir: Path | None) -> str | None:
+    """Why `kind` cannot run here (None: it can; `strands` always can)."""
+    cli = AGENT_CLIS.get(kind)
+    return None if cli is None else cli.missing(agents_dir or DEFAULT_AGENTS_DIR)

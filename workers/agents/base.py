@@ -1,0 +1,133 @@
+"""What an agent CLI module implements, and what the frame hands it for one tick.
+
+One module per CLI (`claude_code`, `opencode`) subclasses `AgentCliRun`: it writes its
+configuration into the tick's folders (`prepare`), says how the CLI is started (`argv`,
+`env`), and turns each JSON line the CLI prints into the tick's transcript and tool
+events (`read`), keeping what the CLI reported at its end in `report`. Everything else
+(the folders, the tick's governor, the hook, the child process, failures, the result)
+is the frame's (`workers.agents.frame`), the same for every CLI.
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, ClassVar, Literal
+
+import orjson
+
+from harness.contracts.agents import AgentKind
+from harness.contracts.events import ToolCalled, capped
+from harness.contracts.payload import TickPayload
+from harness.contracts.wire import Api
+from workers.model import Target
+from workers.transcript import Transcript
+
+ToolStatus = Literal["ok", "error", "cancelled"]
+
+
+class MalformedLineError(Exception):
+    """The CLI printed a line that is no event of its format."""
+
+
+@dataclass(frozen=True)
+class CliTick:
+    """One tick as a CLI module sees it: where it runs, what it calls, how it asks."""
+
+    payload: TickPayload
+    target: Target
+    binary: Path
+    home: Path
+    """The CLI's own `HOME` (sessions, caches, settings), fresh for this tick."""
+    workdir: Path
+    governor_url: str
+    """The tick's governor (`http://127.0.0.1:<port>`): the CLI's model endpoint."""
+    hook_command: str
+    """A shell command line that answers a `PreToolUse` hook from the tick's tool budget."""
+    placeholder_key: str
+    """The API key the CLI is given; the governor puts the real one on each call."""
+    refused_tools: set[str]
+    """Tool use ids the tool budget refused (filled by the governor as the hook asks)."""
+
+
+@dataclass
+class CliReport:
+    """What the CLI said of its own run, from its final line(s)."""
+
+    text: str = ""
+    ended: bool = False
+    """Its final line (result, last step) was seen."""
+    stop_reason: str | None = None
+    prompt_tokens: int | None = None
+    """The CLI's own count, cache included, to cross-check against the ledger."""
+    completion_tokens: int | None = None
+    error: str | None = None
+    """The CLI's own report of a failed run."""
+
+
+class CliTranscript(Transcript):
+    """The tick's transcript and `ToolCalled` events, fed from a CLI's event lines."""
+
+    def said(self, text: str, kind: Literal["assistant", "thinking", "stopped"]) -> None:
+        """An answer (or its thinking) of the model."""
+        if text:
+            self._record(kind, text)
+
+    def tool(
+        self,
+        name: str,
+        tool_use_id: str | None,
+        arguments: Any,
+        output: str,
+        status: ToolStatus,
+        duration_ms: float = 0.0,
+    ) -> None:
+        """A finished (or refused) tool call: its transcript entry and its `ToolCalled`."""
+        shown, cut = capped(orjson.dumps(arguments, default=str).decode())
+        entry = self._entry(
+            "tool",
+            output,
+            tool=name,
+            tool_use_id=tool_use_id,
+            arguments=shown,
+            arguments_cut_chars=cut,
+            status=status,
+        )
+        called = ToolCalled(
+            tick_id=self.payload.tick_id,
+            level=self.payload.level,
+            name=name,
+            status=status,
+            duration_ms=duration_ms,
+        )
+        self.recorder.record_all([entry, called])
+
+
+class AgentCliRun(ABC):
+    """One CLI's way of running a tick; the frame calls prepare, argv, env, then read per line."""
+
+    kind: ClassVar[AgentKind]
+    api: ClassVar[Api]
+    """The wire protocol its model traffic speaks (the tick's target must be of it)."""
+
+    def __init__(self, tick: CliTick, transcript: CliTranscript) -> None:
+        self.tick = tick
+        self.transcript = transcript
+        self.report = CliReport()
+
+    @abstractmethod
+    def prepare(self) -> None:
+        """Write the CLI's settings (model endpoint, hook, permissions) into home/workdir."""
+
+    @abstractmethod
+    def argv(self) -> list[str]:
+        """The command line, the binary first."""
+
+    @abstractmethod
+    def env(self) -> dict[str, str]:
+        """Variables of its own on top of the minimal environment (`HOME` is set)."""
+
+    @abstractmethod
+    def read(self, line: dict[str, Any]) -> None:
+        """One event line, parsed; raises MalformedLineError when it is none of the CLI's."""

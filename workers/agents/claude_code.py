@@ -1,0 +1,161 @@
+"""Claude Code (`@anthropic-ai/claude-code`) as a tick's agent: headless, stream-json.
+
+`claude -p PROMPT --output-format stream-json --verbose --model M` prints one JSON object
+per line: `system` (init), `assistant` messages (one line per content block: text,
+thinking, tool_use), `user` messages (tool results), and a final `result` with its text,
+total usage and stop reason. Its settings come from a file of the tick's own
+(`--settings`), so nothing is written into an operator's repository: the `PreToolUse`
+hook that asks the tick's tool budget for every call (and whose `allow` is the only
+permission a headless run needs), and no other source (`--setting-sources ""`): neither
+the user's nor the project's settings can add hooks, permissions or an API helper.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any, ClassVar
+
+from harness.contracts.agents import AgentKind
+from harness.contracts.wire import Api
+from workers.agents.base import AgentCliRun, MalformedLineError, ToolStatus
+
+SETTINGS_FILE = "tickwork-claude-settings.json"
+
+
+class ClaudeCodeRun(AgentCliRun):
+    """One tick of Claude Code."""
+
+    kind: ClassVar[AgentKind] = "claude-code"
+    api: ClassVar[Api] = "anthropic"
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self._pending: dict[str, tuple[str, Any]] = {}
+
+    @property
+    def settings_path(self) -> Any:
+        """The tick's own settings file, in its `HOME`."""
+        return self.tick.home / SETTINGS_FILE
+
+    def prepare(self) -> None:
+        """The hook on every tool, in a settings file of the tick's own."""
+        hook = {"type": "command", "command": self.tick.hook_command}
+        settings = {"hooks": {"PreToolUse": [{"matcher": "*", "hooks": [hook]}]}}
+        self.settings_path.write_text(json.dumps(settings), encoding="utf-8")
+
+    def argv(self) -> list[str]:
+        """Headless, streaming its events, on the tick's model, with the tick's settings only."""
+        payload = self.tick.payload
+        argv = [
+            str(self.tick.binary),
+            "-p",
+            payload.prompt,
+            "--output-format",
+            "stream-json",
+            "--verbose",
+            "--model",
+            self.tick.target.model_id,
+            "--settings",
+            str(self.settings_path),
+            "--setting-sources",
+            "",
+        ]
+        if payload.instructions:
+            argv += ["--append-system-prompt", payload.instructions]
+        return argv
+
+    def env(self) -> dict[str, str]:
+        """The tick's governor as its endpoint, a placeholder key, no traffic of its own."""
+        return {
+            "ANTHROPIC_BASE_URL": self.tick.governor_url,
+            "ANTHROPIC_API_KEY": self.tick.placeholder_key,
+            "CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC": "1",
+            "DISABLE_AUTOUPDATER": "1",
+            "DISABLE_TELEMETRY": "1",
+            "DISABLE_ERROR_REPORTING": "1",
+        }
+
+    def read(self, line: dict[str, Any]) -> None:
+        """Transcript and tool events from one line; the result line fills the report."""
+        kind = line.get("type")
+        if not isinstance(kind, str):
+            raise MalformedLineError("a line without a `type`")
+        if kind == "assistant":
+            self._assistant(_content(line))
+        elif kind == "user":
+            self._tool_results(line, _content(line))
+        elif kind == "result":
+            self._result(line)
+
+    def _assistant(self, content: list[Any]) -> None:
+        for block in content:
+            if not isinstance(block, dict):
+                raise MalformedLineError("a content block that is no object")
+            if block.get("type") == "text":
+                self.transcript.said(str(block.get("text") or ""), "assistant")
+            elif block.get("type") == "thinking":
+                self.transcript.said(str(block.get("thinking") or ""), "thinking")
+            elif block.get("type") == "tool_use":
+                self._pending[str(block.get("id"))] = (str(block.get("name")), block.get("input"))
+
+    def _tool_results(self, line: dict[str, Any], content: list[Any]) -> None:
+        refused_by_hook = {
+            str(meta.get("id"))
+            for meta in line.get("tool_result_meta") or []
+            if isinstance(meta, dict)
+            and (meta.get("permission_decision") or {}).get("decision") == "reject"
+        }
+        for block in content:
+            if not isinstance(block, dict) or block.get("type") != "tool_result":
+                continue
+            use_id = str(block.get("tool_use_id"))
+            name, arguments = self._pending.pop(use_id, ("unknown", None))
+            status: ToolStatus = "error" if block.get("is_error") else "ok"
+            if use_id in self.tick.refused_tools or use_id in refused_by_hook:
+                status = "cancelled"
+            self.transcript.tool(name, use_id, arguments, _text(block.get("content")), status)
+
+    def _result(self, line: dict[str, Any]) -> None:
+        report = self.report
+        report.ended = True
+        report.text = str(line.get("result") or "")
+        report.stop_reason = line.get("stop_reason") or None
+        if line.get("is_error"):
+            report.error = report.text or str(line.get("subtype") or "error")
+        usage = line.get("usage")
+        if isinstance(usage, dict):
+            report.prompt_tokens = sum(
+                int(usage.get(name) or 0)
+                for name in (
+                    "input_tokens",
+                    "cache_creation_input_tokens",
+                    "cache_read_input_tokens",
+                )
+            )
+            report.completion_tokens = int(usage.get("output_tokens") or 0)
+
+
+def _content(line: dict[str, Any]) -> list[Any]:
+    message = line.get("message")
+    if not isinstance(message, dict):
+        raise MalformedLineError(f"a `{line.get('type')}` line without its message")
+    content = message.get("content")
+    if isinstance(content, str):
+        return [{"type": "text", "text": content}]
+    if not isinstance(content, list):
+        raise MalformedLineError(f"a `{line.get('type')}` message without content blocks")
+    return content
+
+
+def _text(content: Any) -> str:
+    """A tool result's content as text: text blocks as they are, anything else as JSON."""
+    if isinstance(content, str):
+        return content
+    if isinstance(content, list):
+        return "\n".join(
+            str(block.get("text"))
+            if isinstance(block, dict) and "text" in block
+            else json.dumps(block)
+            for block in content
+        )
+    return "" if content is None else json.dumps(content)

@@ -1,0 +1,327 @@
+"""A tick's own governor: the proxy an agent CLI's model traffic goes through, on loopback.
+
+The CLI is pointed at it (`ANTHROPIC_BASE_URL`, or its provider's `baseURL`) and never
+holds the upstream's key: the proxy forwards each call to the tick's target with the real
+key and the tick's header, so the upstream (and the fake one) tells ticks apart. It is
+the governor proxy itself (`harness.governor.proxy`): the context-size guard applies as
+it does to any client, with the tick's limits and calibrations. What makes it the tick's:
+
+- every call is recorded as the tick's, at once: `ModelCallStarted` when it is sent,
+  `BudgetSpent` and `ModelCalled` in one commit when its answer ended (before the CLI
+  can send the next), a refusal as a `ModelCalled` with its error and no spend;
+- past the tool cap (after the batch that met it) or the level's daily budget, a call is
+  answered by the governor with the stop text, as the hard ceiling is, and the CLI ends
+  its turn with it: no upstream call, no spend;
+- an upstream refusal (401, 429, 529, 5xx, unreachable) is the tick's failure: the CLI's
+  own retries would wait minutes inside the tick, so it is stopped and the runner's
+  retry policy decides, as for a Strands tick on a client without retries;
+- `PreToolUse` hooks ask the tick's tool budget at `HOOK_PATH`.
+"""
+
+from __future__ import annotations
+
+import secrets
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field, replace
+from typing import Any, Literal
+
+import httpx
+import orjson
+from starlette.types import Receive, Scope, Send
+
+from harness.config import GovernorConfig
+from harness.config.governor import without_credentials
+from harness.contracts.events import BudgetSpent, ModelCalled, ModelCallStarted
+from harness.contracts.payload import TICK_HEADER, RouteCandidate, TickPayload
+from harness.contracts.result import FailureClass
+from harness.governor.alerts import Alerts
+from harness.governor.calibration import Calibrations
+from harness.governor.proxy import ProxyGovernor
+from harness.governor.proxy.app import Proxy
+from harness.governor.proxy.dialects import Body, Dialect
+from harness.governor.proxy.incoming import Incoming, read_body
+from harness.governor.proxy.replies import send_answer
+from harness.governor.proxy.state import Ending, Judged
+from harness.governor.proxy.upstream import Upstream
+from harness.governor.serving import BackgroundServer
+from harness.governor.usage import Usage
+from workers.budget_guard import DailyBudgetGuard
+from workers.model import Target, provider_of
+from workers.recorder import EventRecorder
+from workers.tool_budget import ToolBudget
+
+HOOK_PATH = "/_tickwork/pretool"
+TOKEN_HEADER = "x-tickwork-hook-token"
+PLACEHOLDER_KEY = "tickwork-tick-governor"
+"""What the CLI is given as its API key: the real one never reaches its environment."""
+StopReason = Literal["tool_budget", "budget", "context_limit"]
+
+
+@dataclass
+class Failure:
+    """Why the tick's upstream refused it: the first refusal decides the tick's failure."""
+
+    failure_class: FailureClass
+    message: str
+    status: int | None
+
+
+@dataclass
+class _Call:
+    number: int
+    started: float
+    booked: bool = False
+
+
+@dataclass
+class Ledger:
+    """What the tick's calls cost, as the governor booked them."""
+
+    prompt_tokens: int = 0
+    completion_tokens: int = 0
+    model_calls: int = 0
+    estimated_calls: int = 0
+    calls_started: int = 0
+    cancelled_tools: set[str] = field(default_factory=set)
+    """Tool use ids the hook refused."""
+
+
+def failure_of(status: int | None, ended: Ending) -> Failure:
+    """An upstream refusal in the tick's failure classes."""
+    if status in (401, 403):
+        return Failure("configuration", f"the upstream refused the API key ({status})", status)
+    if status == 529:
+        return Failure("infrastructure", "the upstream is overloaded (529)", status)
+    if status == 429:
+        return Failure("infrastructure", "the upstream rate-limited the tick (429)", status)
+    if status is None:
+        return Failure("infrastructure", f"the upstream did not answer ({ended})", None)
+    if status >= 500:
+        return Failure("infrastructure", f"the upstream failed ({status})", status)
+    return Failure("content", f"the upstream refused the request ({status})", status)
+
+
+class TickGovernor(ProxyGovernor):
+    """The proxy's state for one tick: its limits, its counters, its events."""
+
+    def __init__(
+        self,
+        payload: TickPayload,
+        recorder: EventRecorder,
+        target: Target,
+        candidate: RouteCandidate | None,
+        budget: ToolBudget,
+        daily: DailyBudgetGuard,
+        on_failure: Callable[[], None],
+    ) -> None:
+        limits = payload.governor
+        config = GovernorConfig(
+            **limits.model_dump(),
+            upstream=target.url,
+            upstream_idle_seconds=min(payload.model_timeout_seconds, 3600),
+        )
+        calibrations = Calibrations(limits.chars_per_token, payload.calibrations, limits.calibrate)
+        super().__init__(config, calibrations, None, Alerts(()))
+        self.payload = payload
+        self.recorder = recorder
+        self.target = target
+        self.candidate = candidate
+        self.budget = budget
+        self.daily = daily
+        self.on_failure = on_failure
+        self.ledger_of_tick = Ledger()
+        self.stopped: StopReason | None = None
+        self.failure: Failure | None = None
+        self._calls: dict[int, _Call] = {}
+        self._lock = threading.Lock()
+
+    def judge(self, dialect: Dialect, body: Body, tick_id: str | None) -> Judged:
+        """Measure the call; stop it at the tool cap or budget; else record that it is sent."""
+        judged = super().judge(dialect, body, self.payload.tick_id)
+        if self.budget.met:
+            self.budget.exhausted = True
+            self.stopped = "tool_budget"
+            return replace(judged, reply=self.budget.stop_text())
+        passed = self.daily.check()
+        if passed is not None:
+            self.stopped = "budget"
+            return replace(judged, reply=passed)
+        if judged.verdict.decision == "hard":
+            self.stopped = "context_limit"
+            return judged
+        book = self.ledger_of_tick
+        book.calls_started += 1
+        self._calls[id(judged.entry)] = _Call(book.calls_started, time.monotonic())
+        self.recorder.record(
+            ModelCallStarted(
+                tick_id=self.payload.tick_id,
+                level=self.payload.level,
+                call=book.calls_started,
+                model=judged.verdict.model,
+                estimated_input_tokens=judged.verdict.est_tokens,
+                template_hash=self.payload.template_hash,
+            )
+        )
+        return judged
+
+    def book(self, judged: Judged, prompt: int, completion: int, usage: Usage | None) -> None:
+        """The call's `BudgetSpent` and `ModelCalled`, in one commit, as the tick's."""
+        call = self._calls.get(id(judged.entry))
+        if call is None:
+            return
+        call.booked = True
+        book = self.ledger_of_tick
+        book.model_calls += 1
+        book.estimated_calls += usage is None
+        book.prompt_tokens += prompt
+        book.completion_tokens += completion
+        spent = BudgetSpent(
+            tick_id=self.payload.tick_id,
+            level=self.payload.level,
+            model=judged.verdict.model,
+            prompt_tokens=prompt,
+            completion_tokens=completion,
+            cache_read_tokens=usage.cached_tokens if usage else None,
+            cache_write_tokens=usage.cache_write_tokens if usage else None,
+            estimated=usage is None,
+            source="worker",
+            template_hash=self.payload.template_hash,
+        )
+        self.recorder.record_all([spent, self._called(judged, call, spent=spent)])
+
+    def finish(self, judged: Judged, status: int | None, ended: Ending) -> None:
+        """A call that ended without its spend booked was refused: the tick's failure."""
+        super().finish(judged, status, ended)
+        call = self._calls.pop(id(judged.entry), None)
+        if call is None or call.booked:
+            return
+        failure = failure_of(status, ended)
+        self.recorder.record(self._called(judged, call, failure=failure))
+        if self.failure is None:
+            self.failure = failure
+            self.on_failure()
+
+    def _called(
+        self,
+        judged: Judged,
+        call: _Call,
+        spent: BudgetSpent | None = None,
+        failure: Failure | None = None,
+    ) -> ModelCalled:
+        return ModelCalled(
+            tick_id=self.payload.tick_id,
+            level=self.payload.level,
+            model=judged.verdict.model,
+            target=self.candidate.target if self.candidate else None,
+            provider=provider_of(httpx.URL(self.target.url)),
+            call=call.number,
+            duration_ms=round((time.monotonic() - call.started) * 1000, 3),
+            error_class=f"Http{failure.status or 'Unanswered'}" if failure else None,
+            failure_class=failure.failure_class if failure else None,
+            error=failure.message if failure else None,
+            prompt_tokens=spent.prompt_tokens if spent else 0,
+            completion_tokens=spent.completion_tokens if spent else 0,
+            estimated=spent.estimated if spent else False,
+            budget_event_id=spent.event_id if spent else None,
+            template_hash=self.payload.template_hash,
+        )
+
+    def _record(self, tick_id: str | None, entry: Any) -> None:
+        """The governor's decisions and calibration samples, as this tick's events."""
+        event = entry() if callable(entry) else entry
+        if getattr(event, "tick_id", "") is None:
+            event = event.model_copy(update={"tick_id": self.payload.tick_id, "source": "worker"})
+        self.recorder.record(event)
+
+    def admit_tool(self, call: dict[str, Any]) -> str | None:
+        """The `PreToolUse` hook's question: None when the call may run, else why not."""
+        refused = self.budget.admit()
+        if refused is not None:
+            self.ledger_of_tick.cancelled_tools.add(str(call.get("tool_use_id") or ""))
+        return refused
+
+
+class KeyedUpstream(Upstream):
+    """The tick's target: each call gets the real key and the tick's header on its way."""
+
+    def __init__(self, target: Target, tick_id: str, idle_seconds: float) -> None:
+        super().__init__(target.url, without_credentials(target.url), idle_seconds)
+        self.api = target.api
+        self.key = target.api_key
+        self.tick_id = tick_id
+
+    async def forward(self, request: Incoming) -> Any:
+        """Forward with the tick's credentials in place of the CLI's placeholder."""
+        headers = request.headers
+        for name in ("x-api-key", "authorization", TICK_HEADER):
+            headers.popall(name, None)
+        if self.key is not None:
+            if self.api == "anthropic":
+                headers["x-api-key"] = self.key
+            else:
+                headers["Authorization"] = f"Bearer {self.key}"
+        headers[TICK_HEADER] = self.tick_id
+        return await super().forward(request)
+
+
+class TickProxy(Proxy):
+    """The governor proxy of one tick, plus the tool-budget question of its hooks."""
+
+    def __init__(self, governor: TickGovernor, token: str) -> None:
+        super().__init__(governor)
+        self.tick = governor
+        self.token = token
+        upstream = KeyedUpstream(
+            governor.target, governor.payload.tick_id, governor.config.upstream_idle_seconds
+        )
+        self.upstreams = {"openai": upstream, "anthropic": upstream}
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        """The hook's question at `HOOK_PATH`; everything else as the proxy does."""
+        if scope["type"] == "http" and scope["path"] == HOOK_PATH:
+            await self.pretool(scope, receive, send)
+            return
+        await super().__call__(scope, receive, send)
+
+    async def pretool(self, scope: Scope, receive: Receive, send: Send) -> None:
+        """Allow or deny one tool call; a caller without the tick's token is refused."""
+        token = dict(scope["headers"]).get(TOKEN_HEADER.encode(), b"").decode("latin-1")
+        body = await read_body(receive)
+        if not secrets.compare_digest(token, self.token) or body is None:
+            await send_answer(send, 403)
+            return
+        try:
+            call = orjson.loads(body)
+        except orjson.JSONDecodeError:
+            call = {}
+        refused = self.tick.admit_tool(call if isinstance(call, dict) else {})
+        decision = {"decision": "allow", "reason": "within the tick's tool budget"}
+        if refused is not None:
+            decision = {"decision": "deny", "reason": refused}
+        await send_answer(send, 200, decision)
+
+
+class TickGovernorServer:
+    """The tick's proxy on a loopback port, served from a thread of the tick process."""
+
+    def __init__(self, governor: TickGovernor) -> None:
+        self.governor = governor
+        self.token = secrets.token_urlsafe(24)
+        self._server = BackgroundServer(TickProxy(governor, self.token), name="tick governor")
+        self.origin = ""
+
+    def start(self) -> str:
+        """Serve; returns `http://127.0.0.1:<port>`."""
+        self.origin = self._server.start()
+        return self.origin
+
+    @property
+    def hook_url(self) -> str:
+        """Where a `PreToolUse` hook asks."""
+        return self.origin + HOOK_PATH
+
+    def stop(self) -> None:
+        """Stop serving (calls still in flight are cut after a second)."""
+        self._server.stop()

@@ -45,6 +45,7 @@ from workers.tool_budget import ToolBudget
 
 MODULES: dict[AgentKind, str] = {
     "claude-code": "workers.agents.claude_code:ClaudeCodeRun",
+    "opencode": "workers.agents.opencode:OpenCodeRun",
 }
 """Each CLI's module and class, imported when a tick runs it."""
 HOOK_SCRIPT = Path(__file__).with_name("pretool_hook.py")
@@ -116,6 +117,8 @@ def run_agent_tick(
         workdir=workdir,
         governor_url=origin,
         hook_command=hook,
+        hook_url=server.hook_url,
+        hook_token=server.token,
         placeholder_key=PLACEHOLDER_KEY,
         refused_tools=governor.ledger_of_tick.cancelled_tools,
     )

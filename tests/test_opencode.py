@@ -182,3 +182,57 @@ def test_a_later_versions_unknown_event_is_passed_over(tmp_path: Path) -> None:
 def test_step_tokens_count_the_cached_prompt_and_the_reasoning() -> None:
     tokens = {"input": 10, "output": 3, "reasoning": 2, "cache": {"read": 5, "write": 1}}
     assert step_tokens(tokens) == (16, 5)
+
+
+# The real CLI ---------------------------------------------------------------------------
+
+
+def opencode_harness(tmp_path: Path, fake: FakeUpstream, **level: object) -> Harness:
+    require_cli()
+    return Harness(tmp_path, fake, agent=OPENCODE, rag=False, **level)
+
+
+def read(path: Path) -> ToolCallSpec:
+    return ToolCallSpec(name="read", arguments={"filePath": str(path)})
+
+
+def test_opencode_holds_the_tool_cap_with_parallel_calls_and_books_each_call_as_billed(
+    tmp_path: Path, fake: FakeUpstream
+) -> None:
+    work = tmp_path / "work"
+    work.mkdir()
+    for name in "abc":
+        (work / f"{name}.txt").write_text(f"content {name}\n")
+    harness = opencode_harness(tmp_path, fake, max_tool_calls=2, tools="read", workdir=work)
+    shell = ToolCallSpec(name="bash", arguments={"command": f"touch {tmp_path}/ran"})
+    outcome = harness.tick(
+        [
+            # Three parallel reads on a cap of 2, and a shell the `read` tier does not offer.
+            Step(
+                text=f"Reading; the key is {SECRET}.",
+                tool_calls=[read(work / "a.txt"), read(work / "b.txt"), read(work / "c.txt"), shell],
+            ),
+            Step(text="never asked: the tick's governor answers past the cap"),
+        ]
+    )
+    assert outcome.status == "completed", outcome.reason
+    result = outcome.result
+    assert result is not None and result.stop_reason == "tool_budget"
+    assert result.text.startswith("Stopped: the tool budget of 2 calls")
+    assert (result.tool_calls.executed, result.tool_calls.cancelled) == (2, 1)
+    assert not (tmp_path / "ran").exists()
+    events = harness.events(outcome)
+    tools = sorted((e.data["name"], e.data["status"]) for e in events if e.type == ToolCalled.type)
+    assert tools == [("bash", "error"), ("read", "cancelled"), ("read", "ok"), ("read", "ok")]
+    billed = [(e.prompt_tokens, e.completion_tokens) for e in fake.ledger if e.key == outcome.tick_id]
+    spent = [
+        (e.data["prompt_tokens"], e.data["completion_tokens"])
+        for e in events
+        if e.type == BudgetSpent.type
+    ]
+    assert len(billed) == 1 and spent == billed
+    assert [e.data["call"] for e in events if e.type == ModelCalled.type] == [1]
+    (checked,) = [e.data for e in events if e.type == AgentUsageChecked.type]
+    assert checked["reported_prompt_tokens"] == checked["booked_prompt_tokens"]
+    stored = json.dumps([e.data for e in events]) + Path(outcome.result_path).read_text()
+    assert SECRET not in stored and "[redacted:OPENAI_API_KEY]" in stored

@@ -18,10 +18,11 @@ Lines: `step_start`; `text` (`part.text`); `reasoning`; `tool_use` (`part.tool`,
 from __future__ import annotations
 
 import json
+import shutil
 from pathlib import Path
 from typing import Any, ClassVar
 
-from harness.contracts.agents import AgentKind
+from harness.contracts.agents import AGENT_CLIS, DEFAULT_AGENTS_DIR, AgentKind
 from harness.contracts.payload import TICK_HEADER
 from harness.contracts.tiers import opencode_permissions
 from harness.contracts.wire import Api
@@ -93,8 +94,11 @@ class OpenCodeRun(AgentCliRun):
         self._config = ""
 
     def prepare(self) -> None:
-        """The configuration, and the level's instructions in a file of the tick's own."""
+        """The configuration, the level's instructions in a file, the config folder's packages."""
         tick = self.tick
+        provide_config_packages(
+            tick.payload.agents_dir or DEFAULT_AGENTS_DIR, tick.home / ".config" / "opencode"
+        )
         instructions = None
         if tick.payload.instructions:
             instructions = tick.home / INSTRUCTIONS_FILE
@@ -204,6 +208,24 @@ class OpenCodeRun(AgentCliRun):
         report: CliReport = self.report
         report.ended = True
         report.error = f"{error.get('name') or 'Error'}: {message}"
+
+
+def provide_config_packages(agents_dir: Path, config_dir: Path) -> None:
+    """Give OpenCode's config folder the packages it would otherwise install from npm.
+
+    On every start OpenCode runs an npm install of `@opencode-ai/plugin` into its config
+    folder unless package.json, lockfile and node_modules already agree: 64 MB from the
+    registry per tick, and a tick that hangs where there is no network. The tick's folder
+    gets the pinned manifest and lockfile of `ops/agents/opencode-config` and a link to its
+    installed node_modules, which OpenCode then finds complete and leaves alone.
+    """
+    source = agents_dir / AGENT_CLIS["opencode"].companion_or_fail()
+    config_dir.mkdir(parents=True, exist_ok=True)
+    for name in ("package.json", "package-lock.json"):
+        shutil.copyfile(source / name, config_dir / name)
+    link = config_dir / "node_modules"
+    if not link.is_symlink():
+        link.symlink_to(source / "node_modules", target_is_directory=True)
 
 
 def step_tokens(tokens: dict[str, Any]) -> tuple[int, int]:

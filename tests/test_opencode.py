@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import os
+import threading
 from pathlib import Path
 from typing import Any
 
@@ -236,3 +237,57 @@ def test_opencode_holds_the_tool_cap_with_parallel_calls_and_books_each_call_as_
     assert checked["reported_prompt_tokens"] == checked["booked_prompt_tokens"]
     stored = json.dumps([e.data for e in events]) + Path(outcome.result_path).read_text()
     assert SECRET not in stored and "[redacted:OPENAI_API_KEY]" in stored
+
+
+def test_a_cancelled_opencode_tick_leaves_no_process_of_its_own(
+    tmp_path: Path, fake: FakeUpstream
+) -> None:
+    harness = opencode_harness(tmp_path, fake, tools="full", timeout_seconds=240)
+    harness.without_retries()
+    prepared = harness.preparer.prepare("min")
+    tick_id = prepared.payload.tick_id
+    sleep = ToolCallSpec(name="bash", arguments={"command": "sleep 417", "description": "wait"})
+    fake.script(tick_id, [Step(tool_calls=[sleep]), Step(text="done")])
+
+    def ours() -> list[str]:
+        found = []
+        for process in psutil.process_iter(["cmdline"]):
+            cmdline = " ".join(process.info["cmdline"] or [])
+            if tick_id in cmdline or "sleep 417" in cmdline:
+                found.append(cmdline)
+        return found
+
+    seen = threading.Event()
+
+    def cancel_once_the_tool_runs() -> None:
+        # The shell's command is running once `sleep 417` shows up among the processes.
+        for _ in range(600):
+            if any("sleep 417" in cmdline for cmdline in ours()):
+                seen.set()
+                break
+            seen.wait(0.1)
+        harness.runner.cancel(tick_id)
+
+    fake.when_answered(
+        tick_id, lambda: threading.Thread(target=cancel_once_the_tool_runs, daemon=True).start()
+    )
+    outcome = harness.runner.run(prepared)
+    assert outcome.status == "cancelled", outcome.reason
+    assert seen.is_set(), "the tick was cancelled while its shell command ran"
+    assert ours() == []
+
+
+def test_a_rate_limited_opencode_tick_fails_as_infrastructure_instead_of_retrying_inside(
+    tmp_path: Path, fake: FakeUpstream
+) -> None:
+    harness = opencode_harness(tmp_path, fake, content_retries=0, timeout_seconds=240)
+    harness.without_retries()
+    # OpenCode alone would retry a 429 silently until the tick's timeout.
+    outcome = harness.tick([Step(status=429, error_message="slow down, {key}")] * 5)
+    assert outcome.status == "failed", outcome.reason
+    assert outcome.result is not None and outcome.result.error is not None
+    assert outcome.result.error.failure_class == "infrastructure"
+    events = harness.events(outcome)
+    (called,) = [e.data for e in events if e.type == ModelCalled.type]
+    assert called["failure_class"] == "infrastructure" and "429" in called["error"]
+    assert SECRET not in json.dumps([e.data for e in events])

@@ -9,7 +9,12 @@ ticks (default 100) held at once in their model call, each one's unique memory (
 and all of them together with the server they share pages with; a few cold ticks held
 the same way for comparison.
 
-    .venv/bin/python ops/bench/tick_bench.py [--ticks 20] [--concurrent 100]
+Then one-call ticks of each installed agent CLI (`--agents opencode claude-code`), cold
+started, against the same fake through the tick's own governor: start latency from the
+launcher's start to the CLI's first request at the upstream, and CPU per tick of the
+worker and the CLI together (and everything they started), beside the Strands ticks above.
+
+    .venv/bin/python ops/bench/tick_bench.py [--ticks 20] [--concurrent 100] [--agent-ticks 5]
 """
 
 from __future__ import annotations
@@ -26,6 +31,7 @@ import psutil
 from machine import describe
 
 from harness.config import LevelConfig, PathsConfig, Settings, StoreConfig
+from harness.contracts.agents import AgentKind, missing_agent
 from harness.devtools.fake_llm import FakeUpstream, Step, fake_upstream
 from harness.execution.launchers import ColdLauncher, Launcher, TickProcess, WarmLauncher
 from harness.execution.launchers.warm import ForkedTick
@@ -98,7 +104,26 @@ def main() -> None:
     parser.add_argument("--ticks", type=int, default=20, help="ticks of each launcher")
     parser.add_argument("--concurrent", type=int, default=100, help="warm ticks held at once")
     parser.add_argument("--cold-concurrent", type=int, default=5, help="cold ticks held at once")
+    parser.add_argument("--agent-ticks", type=int, default=5, help="ticks of each agent CLI")
+    parser.add_argument(
+        "--agents",
+        nargs="*",
+        default=["opencode", "claude-code"],
+        help="agent CLIs to measure (those not installed are skipped)",
+    )
     args = parser.parse_args()
+    agents = [a for a in args.agents if missing_agent(a, None) is None]
+    agent_levels = {
+        a: LevelConfig(
+            every="1m",
+            prompt="Say hi.",
+            model="fake-model",
+            agent=a,
+            api=AGENT_APIS[a],
+            timeout_seconds=600,
+        )
+        for a in agents
+    }
     print(describe())
     print(f"load average before: {' '.join(f'{x:.2f}' for x in os.getloadavg())}")
     with tempfile.TemporaryDirectory() as folder, fake_upstream() as fake:
@@ -106,7 +131,10 @@ def main() -> None:
         settings = Settings(
             store=StoreConfig(url=f"sqlite:///{root}/events.db"),
             paths=PathsConfig(results=root / "results", spool=root / "spool"),
-            levels={"min": LevelConfig(every="1m", prompt="Say hi.", model="fake-model")},
+            levels={
+                "min": LevelConfig(every="1m", prompt="Say hi.", model="fake-model"),
+                **{level_of(a): config for a, config in agent_levels.items()},
+            },
         )
         store = open_store(settings.store.url)
         warm = WarmLauncher()
@@ -114,7 +142,13 @@ def main() -> None:
         assert warm.server_pid is not None
         server_pid = warm.server_pid
         timed = {"cold": TimedLauncher(ColdLauncher()), "warm": TimedLauncher(warm)}
-        env = {**os.environ, "OPENAI_BASE_URL": fake.url}
+        env = {
+            **os.environ,
+            "OPENAI_BASE_URL": fake.url,
+            "OPENAI_API_KEY": "bench",
+            "ANTHROPIC_BASE_URL": fake.base_url("anthropic"),
+            "ANTHROPIC_API_KEY": "bench",
+        }
         preparer = Preparer(settings, store, env=env)
         runners = {
             kind: Runner(settings, store, launcher, env=env) for kind, launcher in timed.items()
@@ -140,6 +174,9 @@ def main() -> None:
                     assert kind == "cold", "a warm tick started cold: the server is not ready"
                     cpu[kind].append(children_cpu() - before_children)
         share = server_cpu / args.ticks
+        agent_latency, agent_cpu = agent_ticks(
+            agents, args.agent_ticks, preparer, runners["cold"], timed["cold"], fake
+        )
         server = psutil.Process(server_pid).memory_full_info()
         warm_uss = held_uss(preparer, runners["warm"], warm, fake, args.concurrent)
         cold_uss = held_uss(preparer, runners["cold"], ColdLauncher(), fake, args.cold_concurrent)
@@ -175,6 +212,43 @@ def main() -> None:
         f"    USS per held cold tick: median {statistics.median(cold_uss) / 2**20:.1f} MiB "
         f"({args.cold_concurrent} held)"
     )
+    for agent in agents:
+        print(
+            f"  {agent} (cold, {args.agent_ticks} one-call ticks): start latency "
+            f"{median_ms(agent_latency[agent]).strip()}, CPU per tick "
+            f"{median_ms(agent_cpu[agent]).strip()} (worker + CLI, medians)"
+        )
+
+
+AGENT_APIS = {"opencode": "openai-chat", "claude-code": "anthropic"}
+
+
+def level_of(agent: str) -> str:
+    """The bench's level for an agent CLI (level names take no dash)."""
+    return agent.replace("-", "_")
+
+
+def agent_ticks(
+    agents: list[AgentKind],
+    count: int,
+    preparer: Preparer,
+    runner: Runner,
+    launcher: TimedLauncher,
+    fake: FakeUpstream,
+) -> tuple[dict[str, list[float]], dict[str, list[float]]]:
+    """Start latency and CPU (worker and CLI, all waited for) of one-call agent-CLI ticks."""
+    latency: dict[str, list[float]] = {a: [] for a in agents}
+    cpu: dict[str, list[float]] = {a: [] for a in agents}
+    for _ in range(count):
+        for agent in agents:
+            prepared = preparer.prepare(level_of(agent))
+            tick = launcher.current = prepared.payload.tick_id
+            before = children_cpu()
+            outcome = runner.run(prepared)
+            assert outcome.status == "completed", outcome.reason
+            latency[agent].append(fake.state.first_request[tick] - launcher.started_at[tick])
+            cpu[agent].append(children_cpu() - before)
+    return latency, cpu
 
 
 if __name__ == "__main__":

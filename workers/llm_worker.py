@@ -250,10 +250,12 @@ def warm_up() -> None:
     from harness.contracts.events import BudgetSpent, TickStarted, tick_stream
     from harness.contracts.payload import DailyBudget, RagSettings
     from harness.store import open_store
+    from workers.agents import load_all as load_agents
     from workers.providers import load_all
     from workers.recorder import EventRecorder
 
     load_all()  # every protocol's SDK, shared by the ticks forked from here
+    load_agents()  # and the agent-CLI frame (its loopback governor) with its CLI modules
 
     with tempfile.TemporaryDirectory(prefix="tickwork-warm-up-") as name:
         folder = Path(name)

@@ -41,7 +41,12 @@ from sqlalchemy.engine import make_url
 from sqlalchemy.exc import ArgumentError
 
 from harness.config.governor import GovernorConfig
-from harness.contracts.agents import DEFAULT_AGENTS_DIR, AgentKind, missing_agent
+from harness.contracts.agents import (
+    DEFAULT_AGENTS_DIR,
+    AgentKind,
+    missing_agent,
+    require_agent_api,
+)
 from harness.contracts.output import load_output_schema
 from harness.contracts.secrets import (
     ALERT_URLS_ENV,
@@ -446,6 +451,7 @@ class LevelConfig(Scheduled):
     @model_validator(mode="after")
     def _effort_for_api(self) -> LevelConfig:
         require_effort(self.api, self.effort)
+        require_agent_api(self.agent, self.api)
         return self
 
     @model_validator(mode="after")

@@ -13,6 +13,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal, get_args
 
+from harness.contracts.wire import Api
+
 AgentKind = Literal["strands", "claude-code", "opencode"]
 AGENT_KINDS: tuple[AgentKind, ...] = get_args(AgentKind)
 
@@ -27,6 +29,8 @@ class AgentCli:
     kind: AgentKind
     binary: str
     package: str
+    apis: tuple[Api, ...]
+    """The wire protocols its model traffic can speak (its level's or target's `api`)."""
     companion: str | None = None
     """A folder of `agents_dir` with its own pinned packages the CLI needs installed too
     (`npm ci --prefix <agents_dir>/<companion>`), or None."""
@@ -61,8 +65,10 @@ class AgentCli:
 
 
 AGENT_CLIS: dict[AgentKind, AgentCli] = {
-    "claude-code": AgentCli("claude-code", "claude", "@anthropic-ai/claude-code"),
-    "opencode": AgentCli("opencode", "opencode", "opencode-ai", companion="opencode-config"),
+    "claude-code": AgentCli("claude-code", "claude", "@anthropic-ai/claude-code", ("anthropic",)),
+    "opencode": AgentCli(
+        "opencode", "opencode", "opencode-ai", ("openai-chat",), companion="opencode-config"
+    ),
 }
 """The kinds that run a CLI; `strands` runs in the tick process itself."""
 
@@ -71,3 +77,11 @@ def missing_agent(kind: AgentKind, agents_dir: Path | None) -> str | None:
     """Why `kind` cannot run here (None: it can; `strands` always can)."""
     cli = AGENT_CLIS.get(kind)
     return None if cli is None else cli.missing(agents_dir or DEFAULT_AGENTS_DIR)
+
+
+def require_agent_api(kind: AgentKind, api: Api) -> None:
+    """Refuse an `api` the agent's CLI cannot speak (a validator's `ValueError`)."""
+    cli = AGENT_CLIS.get(kind)
+    if cli is not None and api not in cli.apis:
+        spoken = ", ".join(cli.apis)
+        raise ValueError(f"agent {kind!r} speaks api {spoken}, not {api!r}")

@@ -20,7 +20,6 @@ from harness.governor.invalid import InvalidRequest
 from harness.governor.policy import Tail
 from harness.governor.usage import Usage, UsageScanner
 
-
 ROLES = ("user", "assistant", "system")
 """Claude Code 2.1 sends `system` messages inside the chain (its environment notes)."""
 

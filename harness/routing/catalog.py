@@ -33,7 +33,7 @@ from pydantic import (
 )
 
 from harness.config import LEVEL_NAME, IanaZone, PriceOverride, nul_paths
-from harness.contracts.agents import AgentKind
+from harness.contracts.agents import AgentKind, require_agent_api
 from harness.contracts.payload import QuotaProbe
 from harness.contracts.secrets import register_secret_names
 from harness.contracts.wire import Api, Effort, require_effort
@@ -88,6 +88,7 @@ class Target(_Strict):
     @model_validator(mode="after")
     def _effort_for_api(self) -> Target:
         require_effort(self.api, self.effort)
+        require_agent_api(self.agent, self.api)
         return self
 
     @field_validator("base_url")

@@ -7,12 +7,10 @@ user + system time of the tick process (cold: the whole interpreter; warm: the f
 child, plus its share of the fork server's CPU over the warm ticks). Then memory: N warm
 ticks (default 100) held at once in their model call, each one's unique memory (USS),
 and all of them together with the server they share pages with; a few cold ticks held
-the same way for comparison.
-
-Then one-call ticks of each installed agent CLI (`--agents opencode claude-code`), cold
-started, against the same fake through the tick's own governor: start latency from the
-launcher's start to the CLI's first request at the upstream, and CPU per tick of the
-worker and the CLI together (and everything they started), beside the Strands ticks above.
+the same way for comparison. Last, agent-CLI ticks (`agent = "claude-code"`, …), each
+installed one in turn beside warm Strands ticks, alternating: one model call each, through
+the tick's own governor; their CPU is the tick process's with the CLI and its hooks (the
+fork server reaps the tick, whose usage holds the children it reaped).
 
     .venv/bin/python ops/bench/tick_bench.py [--ticks 20] [--concurrent 100] [--agent-ticks 5]
 """
@@ -99,31 +97,70 @@ def held_uss(
     return uss
 
 
+AGENT_LEVELS: dict[AgentKind, dict[str, str]] = {
+    "claude-code": {"api": "anthropic"},
+}
+"""Each agent CLI's level settings beside `agent` (the protocol its traffic speaks)."""
+
+
+def agent_rows(root: Path, fake: FakeUpstream, warm: WarmLauncher, ticks: int) -> None:
+    """Start latency and CPU of one-call agent-CLI ticks beside warm Strands ticks."""
+    installed = [kind for kind in AGENT_LEVELS if missing_agent(kind, None) is None]
+    levels = {"min": LevelConfig(every="1m", prompt="Say hi.", model="fake-model")}
+    for kind in installed:
+        levels[kind.replace("-", "_")] = LevelConfig(
+            every="1m", prompt="Say hi.", model="fake-model", agent=kind, **AGENT_LEVELS[kind]
+        )
+    settings = Settings(
+        store=StoreConfig(url=f"sqlite:///{root}/agents.db"),
+        paths=PathsConfig(results=root / "agent-results", spool=root / "agent-spool"),
+        levels=levels,
+    )
+    store = open_store(settings.store.url)
+    env = {
+        **os.environ,
+        "OPENAI_BASE_URL": fake.url,
+        "ANTHROPIC_BASE_URL": fake.base_url("anthropic"),
+    }
+    launcher = TimedLauncher(warm)
+    preparer, runner = (
+        Preparer(settings, store, env=env),
+        Runner(settings, store, launcher, env=env),
+    )
+    assert warm.server_pid is not None
+    latency: dict[str, list[float]] = {name: [] for name in levels}
+    cpu: dict[str, list[float]] = {name: [] for name in levels}
+    for _ in range(ticks):
+        for name in levels:
+            prepared = preparer.prepare(name)
+            tick = launcher.current = prepared.payload.tick_id
+            before_server = process_cpu(warm.server_pid)
+            outcome = runner.run(prepared)
+            assert outcome.status == "completed", outcome.reason
+            latency[name].append(fake.state.first_request[tick] - launcher.started_at[tick])
+            handle = launcher.handles[tick]
+            assert isinstance(handle, ForkedTick) and handle.cpu_seconds is not None
+            cpu[name].append(handle.cpu_seconds + process_cpu(warm.server_pid) - before_server)
+    store.close()
+    print(f"agent-CLI ticks: {ticks} each, alternating with warm Strands ticks, one call each")
+    print("  kind          start latency p50 (spread)     CPU per tick p50")
+    for name in levels:
+        kind = "strands (warm)" if name == "min" else name.replace("_", "-")
+        spread = f"{min(latency[name]) * 1000:.0f}-{max(latency[name]) * 1000:.0f} ms"
+        print(f"  {kind:<14}{median_ms(latency[name])} ({spread:>13})   {median_ms(cpu[name])}")
+    for kind in AGENT_LEVELS:
+        if kind not in installed:
+            print(f"  {kind}: not measured: {missing_agent(kind, None)}")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--ticks", type=int, default=20, help="ticks of each launcher")
     parser.add_argument("--concurrent", type=int, default=100, help="warm ticks held at once")
     parser.add_argument("--cold-concurrent", type=int, default=5, help="cold ticks held at once")
     parser.add_argument("--agent-ticks", type=int, default=5, help="ticks of each agent CLI")
-    parser.add_argument(
-        "--agents",
-        nargs="*",
-        default=["opencode", "claude-code"],
-        help="agent CLIs to measure (those not installed are skipped)",
-    )
+    parser.add_argument("--agents-only", action="store_true", help="only the agent-CLI rows")
     args = parser.parse_args()
-    agents = [a for a in args.agents if missing_agent(a, None) is None]
-    agent_levels = {
-        a: LevelConfig(
-            every="1m",
-            prompt="Say hi.",
-            model="fake-model",
-            agent=a,
-            api=AGENT_APIS[a],
-            timeout_seconds=600,
-        )
-        for a in agents
-    }
     print(describe())
     print(f"load average before: {' '.join(f'{x:.2f}' for x in os.getloadavg())}")
     with tempfile.TemporaryDirectory() as folder, fake_upstream() as fake:
@@ -131,24 +168,20 @@ def main() -> None:
         settings = Settings(
             store=StoreConfig(url=f"sqlite:///{root}/events.db"),
             paths=PathsConfig(results=root / "results", spool=root / "spool"),
-            levels={
-                "min": LevelConfig(every="1m", prompt="Say hi.", model="fake-model"),
-                **{level_of(a): config for a, config in agent_levels.items()},
-            },
+            levels={"min": LevelConfig(every="1m", prompt="Say hi.", model="fake-model")},
         )
         store = open_store(settings.store.url)
         warm = WarmLauncher()
         assert warm.wait_ready(300), "the fork server did not warm up"
         assert warm.server_pid is not None
+        if args.agent_ticks:
+            agent_rows(root, fake, warm, args.agent_ticks)
+        if args.agents_only:
+            warm.close()
+            return
         server_pid = warm.server_pid
         timed = {"cold": TimedLauncher(ColdLauncher()), "warm": TimedLauncher(warm)}
-        env = {
-            **os.environ,
-            "OPENAI_BASE_URL": fake.url,
-            "OPENAI_API_KEY": "bench",
-            "ANTHROPIC_BASE_URL": fake.base_url("anthropic"),
-            "ANTHROPIC_API_KEY": "bench",
-        }
+        env = {**os.environ, "OPENAI_BASE_URL": fake.url}
         preparer = Preparer(settings, store, env=env)
         runners = {
             kind: Runner(settings, store, launcher, env=env) for kind, launcher in timed.items()
@@ -174,9 +207,6 @@ def main() -> None:
                     assert kind == "cold", "a warm tick started cold: the server is not ready"
                     cpu[kind].append(children_cpu() - before_children)
         share = server_cpu / args.ticks
-        agent_latency, agent_cpu = agent_ticks(
-            agents, args.agent_ticks, preparer, runners["cold"], timed["cold"], fake
-        )
         server = psutil.Process(server_pid).memory_full_info()
         warm_uss = held_uss(preparer, runners["warm"], warm, fake, args.concurrent)
         cold_uss = held_uss(preparer, runners["cold"], ColdLauncher(), fake, args.cold_concurrent)
@@ -212,43 +242,6 @@ def main() -> None:
         f"    USS per held cold tick: median {statistics.median(cold_uss) / 2**20:.1f} MiB "
         f"({args.cold_concurrent} held)"
     )
-    for agent in agents:
-        print(
-            f"  {agent} (cold, {args.agent_ticks} one-call ticks): start latency "
-            f"{median_ms(agent_latency[agent]).strip()}, CPU per tick "
-            f"{median_ms(agent_cpu[agent]).strip()} (worker + CLI, medians)"
-        )
-
-
-AGENT_APIS = {"opencode": "openai-chat", "claude-code": "anthropic"}
-
-
-def level_of(agent: str) -> str:
-    """The bench's level for an agent CLI (level names take no dash)."""
-    return agent.replace("-", "_")
-
-
-def agent_ticks(
-    agents: list[AgentKind],
-    count: int,
-    preparer: Preparer,
-    runner: Runner,
-    launcher: TimedLauncher,
-    fake: FakeUpstream,
-) -> tuple[dict[str, list[float]], dict[str, list[float]]]:
-    """Start latency and CPU (worker and CLI, all waited for) of one-call agent-CLI ticks."""
-    latency: dict[str, list[float]] = {a: [] for a in agents}
-    cpu: dict[str, list[float]] = {a: [] for a in agents}
-    for _ in range(count):
-        for agent in agents:
-            prepared = preparer.prepare(level_of(agent))
-            tick = launcher.current = prepared.payload.tick_id
-            before = children_cpu()
-            outcome = runner.run(prepared)
-            assert outcome.status == "completed", outcome.reason
-            latency[agent].append(fake.state.first_request[tick] - launcher.started_at[tick])
-            cpu[agent].append(children_cpu() - before)
-    return latency, cpu
 
 
 if __name__ == "__main__":

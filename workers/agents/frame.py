@@ -59,6 +59,12 @@ def run_class(kind: AgentKind) -> type[AgentCliRun]:
     return run
 
 
+def load_all() -> None:
+    """Import every CLI's module (the fork server, so forked ticks share them)."""
+    for kind in MODULES:
+        run_class(kind)
+
+
 def _failed(
     payload: TickPayload, kind: str, message: str, failure_class: FailureClass
 ) -> TickResult:

@@ -1,0 +1,257 @@
+"""Ticks run by an agent CLI (Claude Code) under tickwork's caps, ledger and lifecycle.
+
+The real CLI from the pinned ops/agents manifest, its model traffic through the tick's
+own governor to the fake Anthropic upstream on a real socket.
+
+The CLI tests skip only when the pinned CLI is not installed and `CI` is unset; under CI a
+missing CLI fails them (`make` installs it with `npm ci --prefix ops/agents`).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import threading
+from pathlib import Path
+
+import psutil
+import pytest
+from pydantic import ValidationError
+
+from harness.config import (
+    AgentsConfig,
+    GovernorConfig,
+    LevelConfig,
+    PathsConfig,
+    RoutingConfig,
+    RunnerConfig,
+    Settings,
+    StoreConfig,
+)
+from harness.contracts import (
+    AgentUsageChecked,
+    BudgetSpent,
+    GovernorFired,
+    ModelCalled,
+    RouteFallback,
+    ToolCalled,
+)
+from harness.contracts.agents import AGENT_CLIS, DEFAULT_AGENTS_DIR, missing_agent
+from harness.devtools.fake_llm import FakeUpstream, Step, ToolCallSpec
+from harness.execution.agent_clis import agent_clis
+from harness.execution.prepare import Preparer
+from harness.execution.runner import Runner, TickOutcome
+from harness.store import open_store
+from tests.tick_support import SECRET, Harness
+from tests.waiting import wait_until
+from workers.agents import MalformedLineError
+from workers.agents.claude_code import ClaudeCodeRun
+from workers.agents.frame import HOOK_SCRIPT
+
+CLAUDE = "claude-code"
+
+
+def require_cli(kind: str = CLAUDE) -> None:
+    """Skip when the CLI is missing here, unless under CI, where that fails the test."""
+    missing = missing_agent(CLAUDE, None)
+    if missing is None:
+        return
+    if os.environ.get("CI"):
+        pytest.fail(missing)
+    pytest.skip(missing)
+
+
+def bash(command: str) -> ToolCallSpec:
+    return ToolCallSpec(name="Bash", arguments={"command": command, "description": command})
+
+
+def claude_harness(tmp_path: Path, fake: FakeUpstream, **level: object) -> Harness:
+    require_cli()
+    return Harness(tmp_path, fake, agent=CLAUDE, api="anthropic", rag=False, **level)
+
+
+def test_claude_code_holds_the_tool_cap_with_parallel_calls_and_books_each_call_as_billed(
+    tmp_path: Path, fake: FakeUpstream
+) -> None:
+    harness = claude_harness(tmp_path, fake, max_tool_calls=2)
+    outcome = harness.tick(
+        [
+            Step(text=f"Looking; the key is {SECRET}.", tool_calls=[bash("echo first")]),
+            # Two parallel calls on the cap's edge: one runs, the hook refuses the other.
+            Step(tool_calls=[bash("echo $ANTHROPIC_API_KEY"), bash("echo third")]),
+            Step(text="never asked: the tick's governor answers past the cap"),
+        ]
+    )
+    assert outcome.status == "completed", outcome.reason
+    result = outcome.result
+    assert result is not None and result.stop_reason == "tool_budget"
+    assert result.text.startswith("Stopped: the tool budget of 2 calls")
+    assert (result.tool_calls.executed, result.tool_calls.cancelled) == (2, 1)
+    events = harness.events(outcome)
+    tools = sorted(e.data["status"] for e in events if e.type == ToolCalled.type)
+    assert tools == ["cancelled", "ok", "ok"]
+    billed = [
+        (e.prompt_tokens, e.completion_tokens) for e in fake.ledger if e.key == outcome.tick_id
+    ]
+    spent = [
+        (e.data["prompt_tokens"], e.data["completion_tokens"])
+        for e in events
+        if e.type == BudgetSpent.type
+    ]
+    assert len(billed) == 2 and spent == billed
+    assert [e.data["call"] for e in events if e.type == ModelCalled.type] == [1, 2]
+    (checked,) = [e.data for e in events if e.type == AgentUsageChecked.type]
+    assert checked["reported_prompt_tokens"] == checked["booked_prompt_tokens"]
+    assert (result.usage.prompt_tokens, result.usage.completion_tokens) == tuple(
+        map(sum, zip(*billed, strict=True))
+    )
+    stored = json.dumps([e.data for e in events]) + Path(outcome.result_path).read_text()
+    assert SECRET not in stored and "[redacted:ANTHROPIC_API_KEY]" in stored
+
+
+def running(marker: str) -> list[str]:
+    """Command lines of the processes whose command line holds `marker`."""
+    found = []
+    for process in psutil.process_iter(["cmdline"]):
+        cmdline = " ".join(process.info["cmdline"] or [])
+        if marker in cmdline and process.pid != os.getpid():
+            found.append(cmdline)
+    return found
+
+
+@pytest.mark.parametrize("end", ["timeout", "cancel"])
+def test_a_claude_code_tick_ended_by_timeout_or_cancel_leaves_no_process(
+    tmp_path: Path, fake: FakeUpstream, end: str
+) -> None:
+    harness = claude_harness(tmp_path, fake).without_retries()
+    # Claude Code refuses a bare `sleep`; a tool that keeps running is what the test needs.
+    marker = f"time.sleep({417 if end == 'timeout' else 419})"
+    prepared = harness.preparer.prepare("min", timeout=30 if end == "timeout" else 120)
+    tick_id = prepared.payload.tick_id
+    fake.script(tick_id, [Step(tool_calls=[bash(f"python3 -c 'import time; {marker}'")])])
+    outcomes: list[TickOutcome] = []
+    runs = threading.Thread(target=lambda: outcomes.append(harness.runner.run(prepared)))
+    runs.start()
+    wait_until(lambda: running(marker), "the tick's tool to run", timeout=120)
+    if end == "cancel":
+        assert harness.runner.cancel(tick_id)
+    runs.join(180)
+    (outcome,) = outcomes
+    assert outcome.status == ("timed_out" if end == "timeout" else "cancelled"), outcome.reason
+    assert running(tick_id) == [] and running(marker) == []
+
+
+def test_the_governor_hard_ceiling_stops_a_claude_code_tick_in_anthropic_format(
+    tmp_path: Path, fake: FakeUpstream
+) -> None:
+    harness = claude_harness(tmp_path, fake)
+    governor = GovernorConfig(soft_tokens=500, hard_tokens=1000)
+    harness.preparer.settings = harness.settings.model_copy(update={"governor": governor})
+    outcome = harness.tick([Step(text="never asked")])
+    assert outcome.status == "completed", outcome.reason
+    assert outcome.result is not None and outcome.result.stop_reason == "context_limit"
+    assert outcome.result.text  # the stop message, read by the CLI as the model's answer
+    events = harness.events(outcome)
+    assert [e.data["decision"] for e in events if e.type == GovernorFired.type] == ["hard"]
+    assert not [e for e in events if e.type == BudgetSpent.type]
+    assert not [e for e in fake.ledger if e.key == outcome.tick_id]
+
+
+@pytest.mark.parametrize(
+    ("status", "failure_class"), [(529, "infrastructure"), (401, "configuration")]
+)
+def test_an_upstream_refusal_ends_a_claude_code_tick_in_its_failure_class(
+    tmp_path: Path, fake: FakeUpstream, status: int, failure_class: str
+) -> None:
+    harness = claude_harness(tmp_path, fake, content_retries=0).without_retries()
+    outcome = harness.tick([Step(status=status)] * 3)
+    assert outcome.status == "failed"
+    assert outcome.result is not None and outcome.result.error is not None
+    assert outcome.result.error.failure_class == failure_class
+    (called,) = [e.data for e in harness.events(outcome) if e.type == ModelCalled.type]
+    assert called["failure_class"] == failure_class and str(status) in called["error"]
+
+
+def test_a_claude_code_candidate_without_its_cli_falls_back_to_a_strands_one(
+    tmp_path: Path, fake: FakeUpstream
+) -> None:
+    catalog = tmp_path / "catalog.json"
+    targets = {
+        "claude": {
+            "model": "claude-fake",
+            "execution_class": "cloud",
+            "api": "anthropic",
+            "agent": CLAUDE,
+            "base_url": fake.base_url("anthropic"),
+        },
+        "strands": {"model": "strands-fake", "execution_class": "cloud", "base_url": fake.url},
+    }
+    lane = {"rule_id": "r", "reason_codes": ["t"], "candidates": ["claude", "strands"]}
+    catalog.write_text(
+        json.dumps({"schema_version": 1, "targets": targets, "lanes": {"min": lane}})
+    )
+    settings = Settings(
+        store=StoreConfig(url=f"sqlite:///{tmp_path}/events.db"),
+        paths=PathsConfig(results=tmp_path / "results", spool=tmp_path / "spool"),
+        runner=RunnerConfig(grace_seconds=1, infra_retries=0, retry_backoff_seconds=0.05),
+        routing=RoutingConfig(catalog=catalog),
+        agents=AgentsConfig(dir=tmp_path / "no-agents"),
+        levels={"min": LevelConfig(every="1m", prompt="Check the pager.", timeout_seconds=60)},
+    )
+    store = open_store(settings.store.url)
+    env = {**os.environ, "ANTHROPIC_API_KEY": SECRET, "OPENAI_API_KEY": SECRET}
+    prepared = Preparer(settings, store, env=env).prepare("min")
+    fake.script(prepared.payload.tick_id, [Step(text="Answered by Strands.")])
+    outcome = Runner(settings, store, env=env).run(prepared)
+    assert outcome.status == "completed", outcome.reason
+    assert outcome.result is not None and outcome.result.target == "strands"
+    events = store.read_stream(f"tick-{outcome.tick_id}")
+    (fallback,) = [e.data for e in events if e.type == RouteFallback.type]
+    assert (fallback["from_target"], fallback["to_target"]) == ("claude", "strands")
+    assert "npm ci --prefix" in fallback["reason"]
+
+
+def test_a_level_on_a_cli_that_is_not_installed_is_refused_at_load(tmp_path: Path) -> None:
+    with pytest.raises(ValidationError) as refused:
+        Settings(
+            agents=AgentsConfig(dir=tmp_path),
+            levels={
+                "min": LevelConfig(every="1m", model="m", api="anthropic", agent=CLAUDE, prompt="p")
+            },
+        )
+    message = str(refused.value)
+    assert "levels.min.agent" in message and f"npm ci --prefix {tmp_path}" in message
+
+
+@pytest.mark.parametrize(
+    "line",
+    [{"no": "type"}, {"type": "assistant", "message": "text"}, {"type": "user", "message": {}}],
+)
+def test_a_line_that_is_no_claude_code_event_is_malformed(line: dict[str, object]) -> None:
+    run = ClaudeCodeRun.__new__(ClaudeCodeRun)
+    run._pending = {}
+    with pytest.raises(MalformedLineError):
+        run.read(line)
+
+
+def test_the_tool_hook_denies_when_the_tick_cannot_be_asked() -> None:
+    answer = subprocess.run(
+        [sys.executable, "-I", "-S", str(HOOK_SCRIPT), "http://127.0.0.1:9/x", "token"],
+        input=b'{"tool_name": "Bash", "tool_input": {}}',
+        capture_output=True,
+        check=True,
+        timeout=30,
+    )
+    decision = json.loads(answer.stdout)["hookSpecificOutput"]
+    assert decision["permissionDecision"] == "deny"
+
+
+def test_doctor_names_each_cli_its_version_and_what_is_missing(tmp_path: Path) -> None:
+    require_cli()
+    (claude, *_) = [s for s in agent_clis(DEFAULT_AGENTS_DIR) if s.kind == CLAUDE]
+    assert claude.ok and claude.version == claude.pinned
+    missing = agent_clis(tmp_path)
+    assert [s.kind for s in missing] == list(AGENT_CLIS)
+    assert all(not s.ok and f"npm ci --prefix {tmp_path}" in str(s.problem) for s in missing)

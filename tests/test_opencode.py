@@ -57,7 +57,11 @@ def test_the_config_points_the_provider_at_the_governor_with_the_tick_and_the_ti
     }
     assert config["model"] == config["small_model"] == "tickwork/m-1"
     assert config["plugin"] == [PLUGIN.as_uri()] and PLUGIN.is_file()
-    assert config["permission"] == permissions and permissions["bash"] if "bash" in permissions else True
+    assert (
+        config["permission"] == permissions and permissions["bash"]
+        if "bash" in permissions
+        else True
+    )
     assert config["permission"]["*"] == "deny"
 
 
@@ -141,9 +145,17 @@ def test_lines_become_the_transcript_tool_events_and_the_last_steps_text(tmp_pat
     assert report.ended and report.text == "All read." and report.stop_reason == "end_turn"
     assert (report.prompt_tokens, report.completion_tokens) == (7637 + 7861 + 100, 100)
     events = lines.events()
-    said = [e.data["text"] for e in events if e.type == TranscriptEntry.type and e.data["kind"] == "assistant"]
+    said = [
+        e.data["text"]
+        for e in events
+        if e.type == TranscriptEntry.type and e.data["kind"] == "assistant"
+    ]
     assert said == ["Reading.", "All read."]
-    called = [(e.data["name"], e.data["status"], e.data["duration_ms"]) for e in events if e.type == ToolCalled.type]
+    called = [
+        (e.data["name"], e.data["status"], e.data["duration_ms"])
+        for e in events
+        if e.type == ToolCalled.type
+    ]
     assert called == [("read", "ok", 52.0), ("read", "cancelled", 52.0), ("read", "error", 52.0)]
 
 
@@ -152,7 +164,10 @@ def test_an_error_line_ends_the_run_with_the_clis_own_words(tmp_path: Path) -> N
     lines.feed(
         {
             "type": "error",
-            "error": {"name": "APIError", "data": {"message": "Incorrect API key", "statusCode": 401}},
+            "error": {
+                "name": "APIError",
+                "data": {"message": "Incorrect API key", "statusCode": 401},
+            },
         }
     )
     assert lines.run.report.ended and lines.run.report.error == "APIError: Incorrect API key"
@@ -169,7 +184,9 @@ def test_an_error_line_ends_the_run_with_the_clis_own_words(tmp_path: Path) -> N
         {"type": "error", "error": "boom"},
     ],
 )
-def test_a_line_that_is_no_opencode_event_is_malformed(tmp_path: Path, line: dict[str, Any]) -> None:
+def test_a_line_that_is_no_opencode_event_is_malformed(
+    tmp_path: Path, line: dict[str, Any]
+) -> None:
     with pytest.raises(MalformedLineError):
         Lines(tmp_path).feed(line)
 
@@ -211,7 +228,12 @@ def test_opencode_holds_the_tool_cap_with_parallel_calls_and_books_each_call_as_
             # Three parallel reads on a cap of 2, and a shell the `read` tier does not offer.
             Step(
                 text=f"Reading; the key is {SECRET}.",
-                tool_calls=[read(work / "a.txt"), read(work / "b.txt"), read(work / "c.txt"), shell],
+                tool_calls=[
+                    read(work / "a.txt"),
+                    read(work / "b.txt"),
+                    read(work / "c.txt"),
+                    shell,
+                ],
             ),
             Step(text="never asked: the tick's governor answers past the cap"),
         ]
@@ -225,7 +247,9 @@ def test_opencode_holds_the_tool_cap_with_parallel_calls_and_books_each_call_as_
     events = harness.events(outcome)
     tools = sorted((e.data["name"], e.data["status"]) for e in events if e.type == ToolCalled.type)
     assert tools == [("bash", "error"), ("read", "cancelled"), ("read", "ok"), ("read", "ok")]
-    billed = [(e.prompt_tokens, e.completion_tokens) for e in fake.ledger if e.key == outcome.tick_id]
+    billed = [
+        (e.prompt_tokens, e.completion_tokens) for e in fake.ledger if e.key == outcome.tick_id
+    ]
     spent = [
         (e.data["prompt_tokens"], e.data["completion_tokens"])
         for e in events

@@ -106,7 +106,7 @@ def run(payload: TickPayload) -> int:
         # Its commands run as this process's user: /proc/<this pid>/environ still shows
         # the variables this process withheld from them (the collector's headers).
         keep_environment_private()
-    tools += tier_tools(caps, Path.cwd())
+    tools += tier_tools(caps, payload.work_folder())
     result: TickResult
 
     def agent_on(hooks: list[Any], name: str, own: bool = True) -> Any:

@@ -93,6 +93,8 @@ def tier_tools(caps: Capabilities, workdir: Path) -> list[Any]:
     """The tools of a Strands tick of `caps`, working in `workdir`."""
     names = strands_tools(caps)
     tools: list[Any] = []
+    if "file_read" in names:
+        workdir.mkdir(parents=True, exist_ok=True)
     sandbox = FolderSandbox(workdir, writable=caps.writes)
     if "file_read" in names:
         tools.append(make_file_read(sandbox))

@@ -54,8 +54,8 @@ from harness.contracts.secrets import (
     register_secret_names,
     register_secret_value,
 )
-from harness.contracts.wire import Api, Effort, require_effort
 from harness.contracts.tiers import Capabilities, ToolTier, capabilities
+from harness.contracts.wire import Api, Effort, require_effort
 
 CONFIG_ENV = "TICKWORK_CONFIG"
 CONFIG_FILENAME = "tickwork.toml"

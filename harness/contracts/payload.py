@@ -199,6 +199,18 @@ class TickPayload(BaseModel):
         """What the tick's agent may do: its tier and whether web tools are on."""
         return capabilities(self.tools, self.can_shell, self.web)
 
+    def own_folder(self) -> Path:
+        """A folder of the tick's own beside its result file (an agent CLI's HOME lives there)."""
+        return self.result_path.with_name(f"{self.tick_id}.agent")
+
+    def work_folder(self) -> Path:
+        """Where the tick's agent works: the level's `workdir`, else a fresh folder of its own.
+
+        Never the service's working directory: a `read` tier would show it the service's
+        configuration and store.
+        """
+        return self.workdir or self.own_folder() / "work"
+
     def key_variables(self) -> frozenset[str]:
         """The variables holding the API keys (and quota probe headers) of this tick's targets.
 

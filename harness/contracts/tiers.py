@@ -48,7 +48,9 @@ class Capabilities:
         return self.tier == "full"
 
 
-def capabilities(tools: ToolTier | None, can_shell: bool = False, web: bool = False) -> Capabilities:
+def capabilities(
+    tools: ToolTier | None, can_shell: bool = False, web: bool = False
+) -> Capabilities:
     """A level's capabilities: `tools` when set, else `full` for `can_shell`, else `none`."""
     tier: ToolTier = tools if tools is not None else ("full" if can_shell else "none")
     return Capabilities(tier, web)

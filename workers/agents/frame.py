@@ -87,9 +87,9 @@ def run_agent_tick(
     if target.api != run_type.api:
         message = f"{kind} speaks {run_type.api}, and the tick's target is {target.api}"
         return _failed(payload, "AgentApiMismatch", message, "configuration")
-    folder = payload.result_path.with_name(f"{payload.tick_id}.agent")
+    folder = payload.own_folder()
     home = folder / "home"
-    workdir = payload.workdir or folder / "work"
+    workdir = payload.work_folder()
     for path in (home, workdir):
         path.mkdir(parents=True, exist_ok=True)
     budget = ToolBudget(payload.max_tool_calls)

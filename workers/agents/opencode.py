@@ -173,9 +173,11 @@ class OpenCodeRun(AgentCliRun):
         output = state.get("output") if status == "ok" else state.get("error")
         if call_id in self.tick.refused_tools:
             status = "cancelled"
-        times = state.get("time") if isinstance(state.get("time"), dict) else {}
+        times = _object(state.get("time"))
         started, ended = times.get("start"), times.get("end")
-        duration = float(ended - started) if _numbers(started, ended) else 0.0
+        duration = 0.0
+        if isinstance(started, int | float) and isinstance(ended, int | float):
+            duration = float(ended - started)
         self.transcript.tool(
             str(part.get("tool") or "unknown"),
             call_id or None,
@@ -203,7 +205,7 @@ class OpenCodeRun(AgentCliRun):
         error = line.get("error")
         if not isinstance(error, dict):
             raise MalformedLineError("an `error` line without its error")
-        data = error.get("data") if isinstance(error.get("data"), dict) else {}
+        data = _object(error.get("data"))
         message = str(data.get("message") or error.get("name") or "error")
         report: CliReport = self.report
         report.ended = True
@@ -229,9 +231,12 @@ def provide_config_packages(agents_dir: Path, config_dir: Path) -> None:
 
 
 def step_tokens(tokens: dict[str, Any]) -> tuple[int, int]:
-    """A step's (prompt, completion) tokens in tickwork's terms: the prompt with its cached
-    part (OpenCode's `input` leaves it out), the completion with its reasoning."""
-    cache = tokens.get("cache") if isinstance(tokens.get("cache"), dict) else {}
+    """A step's (prompt, completion) tokens in tickwork's terms.
+
+    The prompt with its cached part (OpenCode's `input` leaves it out), the completion with
+    its reasoning.
+    """
+    cache = _object(tokens.get("cache"))
     try:
         prompt = int(tokens.get("input") or 0) + int(cache.get("read") or 0)
         prompt += int(cache.get("write") or 0)
@@ -241,5 +246,5 @@ def step_tokens(tokens: dict[str, Any]) -> tuple[int, int]:
     return prompt, completion
 
 
-def _numbers(*values: Any) -> bool:
-    return all(isinstance(v, int | float) and not isinstance(v, bool) for v in values)
+def _object(value: Any) -> dict[str, Any]:
+    return value if isinstance(value, dict) else {}

@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 
 from harness.config import ConfigError, load_settings
+from harness.contracts import ToolCalled, TranscriptEntry
 from harness.contracts.tiers import (
     CLAUDE_KNOWN,
     Capabilities,
@@ -17,6 +18,8 @@ from harness.contracts.tiers import (
     opencode_permissions,
     strands_tools,
 )
+from harness.devtools.fake_llm import FakeUpstream, Step, ToolCallSpec
+from tests.tick_support import Harness
 from workers.tier_tools import FolderSandbox, OutsideFolderError, make_file_read, tier_tools
 
 
@@ -118,3 +121,35 @@ def test_a_strands_tick_gets_the_tools_its_tier_names(tmp_path: Path) -> None:
         caps = capabilities(tier, web=tier == "full")  # type: ignore[arg-type]
         names = [tool.tool_name for tool in tier_tools(caps, tmp_path)]
         assert sorted(names) == sorted(strands_tools(caps))
+
+
+def test_a_read_tier_strands_tick_reads_its_workdir_and_has_no_shell(
+    tmp_path: Path, fake: FakeUpstream
+) -> None:
+    work = tmp_path / "repo"
+    work.mkdir()
+    (work / "notes.txt").write_text("the pager is quiet\n")
+    harness = Harness(tmp_path, fake, rag=False, tools="read", workdir=work)
+    marker = tmp_path / "touched"
+    outcome = harness.tick(
+        [
+            Step(
+                tool_calls=[
+                    ToolCallSpec(name="file_read", arguments={"path": "notes.txt"}),
+                    ToolCallSpec(name="shell", arguments={"command": f"touch {marker}"}),
+                ]
+            ),
+            Step(text="The pager is quiet."),
+        ]
+    )
+    assert outcome.status == "completed", outcome.reason
+    assert not marker.exists()
+    events = harness.events(outcome)
+    traced = sorted((e.data["name"], e.data["status"]) for e in events if e.type == ToolCalled.type)
+    assert traced == [("file_read", "ok"), ("shell", "error")]
+    (read,) = [
+        e.data
+        for e in events
+        if e.type == TranscriptEntry.type and e.data.get("tool") == "file_read"
+    ]
+    assert "1: the pager is quiet" in read["text"]

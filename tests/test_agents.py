@@ -38,13 +38,19 @@ from harness.contracts import (
     RouteFallback,
     ToolCalled,
 )
-from harness.contracts.agents import AGENT_CLIS, DEFAULT_AGENTS_DIR, missing_agent
+from harness.contracts.agents import AGENT_CLIS, DEFAULT_AGENTS_DIR
 from harness.devtools.fake_llm import FakeUpstream, Step, ToolCallSpec
 from harness.execution.agent_clis import agent_clis
 from harness.execution.prepare import Preparer
 from harness.execution.runner import Runner, TickOutcome
 from harness.store import open_store
-from tests.tick_support import SECRET, Harness
+from tests.tick_support import (
+    SECRET,
+    Harness,
+    assert_capped,
+    billed_and_spent,
+    require_cli,
+)
 from tests.waiting import wait_until
 from workers.agents import MalformedLineError
 from workers.agents.claude_code import ClaudeCodeRun
@@ -53,22 +59,12 @@ from workers.agents.frame import HOOK_SCRIPT
 CLAUDE = "claude-code"
 
 
-def require_cli(kind: str = CLAUDE) -> None:
-    """Skip when the CLI is missing here, unless under CI, where that fails the test."""
-    missing = missing_agent(CLAUDE, None)
-    if missing is None:
-        return
-    if os.environ.get("CI"):
-        pytest.fail(missing)
-    pytest.skip(missing)
-
-
 def bash(command: str) -> ToolCallSpec:
     return ToolCallSpec(name="Bash", arguments={"command": command, "description": command})
 
 
 def claude_harness(tmp_path: Path, fake: FakeUpstream, **level: object) -> Harness:
-    require_cli()
+    require_cli(CLAUDE)
     return Harness(tmp_path, fake, agent=CLAUDE, api="anthropic", rag=False, **level)
 
 
@@ -84,22 +80,13 @@ def test_claude_code_holds_the_tool_cap_with_parallel_calls_and_books_each_call_
             Step(text="never asked: the tick's governor answers past the cap"),
         ]
     )
-    assert outcome.status == "completed", outcome.reason
+    assert_capped(outcome, 2, executed=2, cancelled=1)
     result = outcome.result
-    assert result is not None and result.stop_reason == "tool_budget"
-    assert result.text.startswith("Stopped: the tool budget of 2 calls")
-    assert (result.tool_calls.executed, result.tool_calls.cancelled) == (2, 1)
+    assert result is not None
     events = harness.events(outcome)
     tools = sorted(e.data["status"] for e in events if e.type == ToolCalled.type)
     assert tools == ["cancelled", "ok", "ok"]
-    billed = [
-        (e.prompt_tokens, e.completion_tokens) for e in fake.ledger if e.key == outcome.tick_id
-    ]
-    spent = [
-        (e.data["prompt_tokens"], e.data["completion_tokens"])
-        for e in events
-        if e.type == BudgetSpent.type
-    ]
+    billed, spent = billed_and_spent(fake, events, outcome.tick_id)
     assert len(billed) == 2 and spent == billed
     assert [e.data["call"] for e in events if e.type == ModelCalled.type] == [1, 2]
     (checked,) = [e.data for e in events if e.type == AgentUsageChecked.type]
@@ -249,7 +236,7 @@ def test_the_tool_hook_denies_when_the_tick_cannot_be_asked() -> None:
 
 
 def test_doctor_names_each_cli_its_version_and_what_is_missing(tmp_path: Path) -> None:
-    require_cli()
+    require_cli(CLAUDE)
     (claude, *_) = [s for s in agent_clis(DEFAULT_AGENTS_DIR) if s.kind == CLAUDE]
     assert claude.ok and claude.version == claude.pinned
     missing = agent_clis(tmp_path)

@@ -16,30 +16,25 @@ from typing import Any
 import psutil
 import pytest
 
-from harness.contracts import BudgetSpent, ModelCalled, ToolCalled, TranscriptEntry
-from harness.contracts.agents import missing_agent
+from harness.contracts import ModelCalled, ToolCalled, TranscriptEntry
 from harness.contracts.events import AgentUsageChecked, TickStarted, tick_stream
 from harness.contracts.payload import TICK_HEADER, TickPayload
 from harness.contracts.tiers import capabilities, opencode_permissions
 from harness.devtools.fake_llm import FakeUpstream, Step, ToolCallSpec
 from harness.store import open_store
-from tests.tick_support import SECRET, Harness
+from tests.tick_support import (
+    SECRET,
+    Harness,
+    assert_capped,
+    billed_and_spent,
+    require_cli,
+)
 from workers.agents import CliTick, CliTranscript, MalformedLineError
 from workers.agents.opencode import PLUGIN, OpenCodeRun, opencode_config, step_tokens
 from workers.model import Target
 from workers.recorder import EventRecorder
 
 OPENCODE = "opencode"
-
-
-def require_cli() -> None:
-    """Skip when the CLI is missing here, unless under CI, where that fails the test."""
-    missing = missing_agent(OPENCODE, None)
-    if missing is None:
-        return
-    if os.environ.get("CI"):
-        pytest.fail(missing)
-    pytest.skip(missing)
 
 
 # The config and the lines, without the CLI ---------------------------------------------
@@ -206,7 +201,7 @@ def test_step_tokens_count_the_cached_prompt_and_the_reasoning() -> None:
 
 
 def opencode_harness(tmp_path: Path, fake: FakeUpstream, **level: object) -> Harness:
-    require_cli()
+    require_cli(OPENCODE)
     return Harness(tmp_path, fake, agent=OPENCODE, rag=False, **level)
 
 
@@ -238,23 +233,14 @@ def test_opencode_holds_the_tool_cap_with_parallel_calls_and_books_each_call_as_
             Step(text="never asked: the tick's governor answers past the cap"),
         ]
     )
-    assert outcome.status == "completed", outcome.reason
+    assert_capped(outcome, 2, executed=2, cancelled=1)
     result = outcome.result
-    assert result is not None and result.stop_reason == "tool_budget"
-    assert result.text.startswith("Stopped: the tool budget of 2 calls")
-    assert (result.tool_calls.executed, result.tool_calls.cancelled) == (2, 1)
+    assert result is not None
     assert not (tmp_path / "ran").exists()
     events = harness.events(outcome)
     tools = sorted((e.data["name"], e.data["status"]) for e in events if e.type == ToolCalled.type)
     assert tools == [("bash", "error"), ("read", "cancelled"), ("read", "ok"), ("read", "ok")]
-    billed = [
-        (e.prompt_tokens, e.completion_tokens) for e in fake.ledger if e.key == outcome.tick_id
-    ]
-    spent = [
-        (e.data["prompt_tokens"], e.data["completion_tokens"])
-        for e in events
-        if e.type == BudgetSpent.type
-    ]
+    billed, spent = billed_and_spent(fake, events, outcome.tick_id)
     assert len(billed) == 1 and spent == billed
     assert [e.data["call"] for e in events if e.type == ModelCalled.type] == [1]
     (checked,) = [e.data for e in events if e.type == AgentUsageChecked.type]

@@ -66,6 +66,18 @@ STRANDS_SHELL = ("shell",)
 STRANDS_WEB = ("web_fetch",)
 
 
+def _by_tier(
+    caps: Capabilities,
+    read: tuple[str, ...],
+    write: tuple[str, ...],
+    shell: tuple[str, ...],
+    web: tuple[str, ...],
+) -> tuple[str, ...]:
+    """The names of each ability `caps` has, in the order read, write, shell, web."""
+    abilities = ((caps.reads, read), (caps.writes, write), (caps.shell, shell), (caps.web, web))
+    return tuple(name for has, names in abilities if has for name in names)
+
+
 def strands_tools(caps: Capabilities) -> tuple[str, ...]:
     """The names of the tools a Strands tick gets (the worker builds them).
 
@@ -97,15 +109,8 @@ a refusal that ends the run: the tick's own tool cap bounds repetition instead."
 
 def opencode_permissions(caps: Capabilities) -> dict[str, str]:
     """OpenCode's `permission` config: everything denied except what the tier allows."""
-    allowed: tuple[str, ...] = OPENCODE_ALWAYS if caps.reads else ("doom_loop",)
-    if caps.reads:
-        allowed += OPENCODE_READ
-    if caps.writes:
-        allowed += OPENCODE_WRITE
-    if caps.shell:
-        allowed += OPENCODE_SHELL
-    if caps.web:
-        allowed += OPENCODE_WEB
+    always = OPENCODE_ALWAYS if caps.reads else ("doom_loop",)
+    allowed = always + _by_tier(caps, OPENCODE_READ, OPENCODE_WRITE, OPENCODE_SHELL, OPENCODE_WEB)
     return {"*": "deny", **dict.fromkeys(allowed, "allow")}
 
 
@@ -162,14 +167,6 @@ class ClaudeToolArgs:
 
 def claude_tool_args(caps: Capabilities) -> ClaudeToolArgs:
     """Claude Code's `--tools`, `--allowedTools` and `--disallowedTools` for a tier."""
-    tools: tuple[str, ...] = ()
-    if caps.reads:
-        tools += CLAUDE_READ
-    if caps.writes:
-        tools += CLAUDE_WRITE
-    if caps.shell:
-        tools += CLAUDE_SHELL
-    if caps.web:
-        tools += CLAUDE_WEB
+    tools = _by_tier(caps, CLAUDE_READ, CLAUDE_WRITE, CLAUDE_SHELL, CLAUDE_WEB)
     disallowed = tuple(name for name in CLAUDE_KNOWN if name not in tools)
     return ClaudeToolArgs(tools=tools, allowed=tools, disallowed=disallowed)

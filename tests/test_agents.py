@@ -14,8 +14,10 @@ import os
 import subprocess
 import sys
 import threading
+from datetime import UTC, datetime
 from pathlib import Path
 
+import httpx
 import psutil
 import pytest
 from pydantic import ValidationError
@@ -38,25 +40,37 @@ from harness.contracts import (
     RouteFallback,
     ToolCalled,
 )
-from harness.contracts.agents import AGENT_CLIS, DEFAULT_AGENTS_DIR
+from harness.contracts.agents import AGENT_CLIS, DEFAULT_AGENTS_DIR, missing_agent
+from harness.contracts.payload import TickPayload
 from harness.devtools.fake_llm import FakeUpstream, Step, ToolCallSpec
 from harness.execution.agent_clis import agent_clis
 from harness.execution.prepare import Preparer
 from harness.execution.runner import Runner, TickOutcome
-from harness.store import open_store
-from tests.tick_support import (
-    SECRET,
-    Harness,
-    assert_capped,
-    billed_and_spent,
-    require_cli,
-)
+from harness.projections import story_steps
+from harness.store import StoredEvent, open_store
+from tests.tick_support import SECRET, Harness
 from tests.waiting import wait_until
 from workers.agents import MalformedLineError
 from workers.agents.claude_code import ClaudeCodeRun
 from workers.agents.frame import HOOK_SCRIPT
+from workers.agents.tick_governor import TickGovernor, TickGovernorServer
+from workers.budget_guard import DailyBudgetGuard
+from workers.model import Target
+from workers.recorder import EventRecorder
+from workers.tool_budget import ToolBudget
 
 CLAUDE = "claude-code"
+NOW = datetime.now(UTC)
+
+
+def require_cli(kind: str = CLAUDE) -> None:
+    """Skip when the CLI is missing here, unless under CI, where that fails the test."""
+    missing = missing_agent(kind, None)  # type: ignore[arg-type]
+    if missing is None:
+        return
+    if os.environ.get("CI"):
+        pytest.fail(missing)
+    pytest.skip(missing)
 
 
 def bash(command: str) -> ToolCallSpec:
@@ -64,7 +78,7 @@ def bash(command: str) -> ToolCallSpec:
 
 
 def claude_harness(tmp_path: Path, fake: FakeUpstream, **level: object) -> Harness:
-    require_cli(CLAUDE)
+    require_cli()
     return Harness(tmp_path, fake, agent=CLAUDE, api="anthropic", rag=False, **level)
 
 
@@ -80,17 +94,28 @@ def test_claude_code_holds_the_tool_cap_with_parallel_calls_and_books_each_call_
             Step(text="never asked: the tick's governor answers past the cap"),
         ]
     )
-    assert_capped(outcome, 2, executed=2, cancelled=1)
+    assert outcome.status == "completed", outcome.reason
     result = outcome.result
-    assert result is not None
+    assert result is not None and result.stop_reason == "tool_budget"
+    assert result.text.startswith("Stopped: the tool budget of 2 calls")
+    assert (result.tool_calls.executed, result.tool_calls.cancelled) == (2, 1)
     events = harness.events(outcome)
     tools = sorted(e.data["status"] for e in events if e.type == ToolCalled.type)
     assert tools == ["cancelled", "ok", "ok"]
-    billed, spent = billed_and_spent(fake, events, outcome.tick_id)
+    billed = [
+        (e.prompt_tokens, e.completion_tokens) for e in fake.ledger if e.key == outcome.tick_id
+    ]
+    spent = [
+        (e.data["prompt_tokens"], e.data["completion_tokens"])
+        for e in events
+        if e.type == BudgetSpent.type
+    ]
     assert len(billed) == 2 and spent == billed
     assert [e.data["call"] for e in events if e.type == ModelCalled.type] == [1, 2]
     (checked,) = [e.data for e in events if e.type == AgentUsageChecked.type]
     assert checked["reported_prompt_tokens"] == checked["booked_prompt_tokens"]
+    story = story_steps(events)
+    assert any(step.summary.endswith("tokens, as booked") for step in story)
     assert (result.usage.prompt_tokens, result.usage.completion_tokens) == tuple(
         map(sum, zip(*billed, strict=True))
     )
@@ -144,6 +169,18 @@ def test_the_governor_hard_ceiling_stops_a_claude_code_tick_in_anthropic_format(
     assert [e.data["decision"] for e in events if e.type == GovernorFired.type] == ["hard"]
     assert not [e for e in events if e.type == BudgetSpent.type]
     assert not [e for e in fake.ledger if e.key == outcome.tick_id]
+
+
+def test_a_spent_daily_budget_stops_a_claude_code_tick_before_its_next_call(
+    tmp_path: Path, fake: FakeUpstream
+) -> None:
+    harness = claude_harness(tmp_path, fake, daily_token_budget=5000, reserve_tokens=0)
+    outcome = harness.tick([Step(tool_calls=[bash("echo one")]), Step(text="never asked")])
+    assert outcome.status == "completed", outcome.reason
+    assert outcome.result is not None and outcome.result.stop_reason == "budget"
+    assert outcome.result.text.startswith("Stopped before the next model call")
+    spent = [e for e in harness.events(outcome) if e.type == BudgetSpent.type]
+    assert len(spent) == 1 == len([e for e in fake.ledger if e.key == outcome.tick_id])
 
 
 @pytest.mark.parametrize(
@@ -236,9 +273,93 @@ def test_the_tool_hook_denies_when_the_tick_cannot_be_asked() -> None:
 
 
 def test_doctor_names_each_cli_its_version_and_what_is_missing(tmp_path: Path) -> None:
-    require_cli(CLAUDE)
+    require_cli()
     (claude, *_) = [s for s in agent_clis(DEFAULT_AGENTS_DIR) if s.kind == CLAUDE]
     assert claude.ok and claude.version == claude.pinned
     missing = agent_clis(tmp_path)
     assert [s.kind for s in missing] == list(AGENT_CLIS)
     assert all(not s.ok and f"npm ci --prefix {tmp_path}" in str(s.problem) for s in missing)
+
+
+@pytest.mark.parametrize(
+    ("script", "error", "failure_class"),
+    [
+        (
+            'echo \'{"type": "system", "subtype": "init"}\'; echo "<html>oops"',
+            "MalformedLine",
+            "content",
+        ),
+        ("echo 'Segmentation fault' >&2; exit 139", "AgentCrashed", "infrastructure"),
+    ],
+)
+def test_a_cli_that_prints_garbage_or_crashes_fails_the_tick_in_its_class(
+    tmp_path: Path, fake: FakeUpstream, script: str, error: str, failure_class: str
+) -> None:
+    binary = tmp_path / "agents" / "node_modules" / ".bin" / "claude"
+    binary.parent.mkdir(parents=True)
+    binary.write_text(f"#!/bin/sh\n{script}\n")
+    binary.chmod(0o755)
+    harness = Harness(tmp_path, fake, agent=CLAUDE, api="anthropic", rag=False, content_retries=0)
+    harness.without_retries()
+    settings = harness.settings.model_copy(update={"agents": AgentsConfig(dir=binary.parents[2])})
+    harness.preparer.settings = settings
+    outcome = harness.tick([])
+    assert outcome.status == "failed"
+    assert outcome.result is not None and outcome.result.error is not None
+    assert (outcome.result.error.type, outcome.result.error.failure_class) == (error, failure_class)
+
+
+def test_the_story_flags_a_cli_whose_own_usage_differs_from_the_ledger() -> None:
+    checked = AgentUsageChecked(
+        tick_id="t",
+        level="min",
+        agent=CLAUDE,
+        reported_prompt_tokens=120,
+        reported_completion_tokens=7,
+        booked_prompt_tokens=100,
+        booked_completion_tokens=7,
+    )
+    record = checked.to_record()
+    stored = StoredEvent(1, checked.event_id, "tick-t", 1, record.type, 1, record.data, {}, NOW)
+    (step,) = story_steps([stored])
+    assert step.summary.startswith("usage MISMATCH") and "booked 100 + 7" in step.summary
+
+
+def test_the_ticks_governor_answers_only_its_cli_and_its_hook_counts_against_the_cap(
+    tmp_path: Path, fake: FakeUpstream
+) -> None:
+    payload = TickPayload(
+        tick_id="t-governor",
+        level="min",
+        prompt="p",
+        model="fake-model",
+        api="anthropic",
+        agent=CLAUDE,
+        max_tool_calls=1,
+        result_path=tmp_path / "t.json",
+        store_url=f"sqlite:///{tmp_path}/events.db",
+        spool_dir=tmp_path / "spool",
+    )
+    recorder = EventRecorder(payload)
+    target = Target("anthropic", "fake-model", None, fake.base_url("anthropic"), None)
+    budget = ToolBudget(payload.max_tool_calls)
+    daily = DailyBudgetGuard(payload, recorder)
+    governor = TickGovernor(payload, recorder, target, None, budget, daily, lambda: None)
+    server = TickGovernorServer(governor)
+    origin = server.start()
+    try:
+        chat = {
+            "model": "fake-model",
+            "max_tokens": 10,
+            "messages": [{"role": "user", "content": "hi"}],
+        }
+        assert httpx.post(f"{origin}/v1/messages", json=chat).status_code == 401
+        wrong = {"x-tickwork-hook-token": "guess"}
+        assert httpx.post(server.hook_url, json={}, headers=wrong).status_code == 403
+        hook = {"x-tickwork-hook-token": server.token}
+        asked = [httpx.post(server.hook_url, json={"tool_use_id": n}, headers=hook) for n in "ab"]
+        assert [a.json()["decision"] for a in asked] == ["allow", "deny"]
+        assert (budget.executed, budget.cancelled, budget.met) == (1, 1, True)
+    finally:
+        server.stop()
+        recorder.close()

@@ -141,12 +141,13 @@ def run(payload: TickPayload) -> int:
             if kind != "strands":
                 from workers.agents import run_agent_tick
 
-                agent_result = run_agent_tick(kind, payload, chosen, recorder)
-                failed = agent_result.error
+                on_cli = run_agent_tick(kind, payload, chosen, recorder)
+                failed = on_cli.error
                 if failed is not None and walk.move_on(
                     AgentTickError(failed.message), failed.failure_class
                 ):
-                    continue
+                    continue  # its calls are in the ledger; the next candidate answers
+                agent_result = on_cli
                 break
             target = chosen.target if chosen else None
             governor.model = spend.use(build_model(payload, chosen, walk.observe_answer), target)

@@ -49,8 +49,9 @@ class CliTick:
     """Where the tool budget is asked directly (POST the call, with `hook_token`)."""
     hook_token: str
     """The `x-tickwork-hook-token` that asker must show: nobody else may spend the budget."""
-    placeholder_key: str
-    """The API key the CLI is given; the governor puts the real one on each call."""
+    client_key: str
+    """The API key the CLI is given, good for the tick's governor only; the governor puts
+    the real one on each call it forwards."""
     refused_tools: set[str]
     """Tool use ids the tool budget refused (filled by the governor as the hook asks)."""
 

@@ -65,10 +65,10 @@ class ClaudeCodeRun(AgentCliRun):
         return argv
 
     def env(self) -> dict[str, str]:
-        """The tick's governor as its endpoint, a placeholder key, no traffic of its own."""
+        """The tick's governor as its endpoint, the tick's client key, no traffic of its own."""
         return {
             "ANTHROPIC_BASE_URL": self.tick.governor_url,
-            "ANTHROPIC_API_KEY": self.tick.placeholder_key,
+            "ANTHROPIC_API_KEY": self.tick.client_key,
             "CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC": "1",
             "DISABLE_AUTOUPDATER": "1",
             "DISABLE_TELEMETRY": "1",

@@ -33,12 +33,11 @@ from harness.contracts.result import (
 from workers.agents.base import AgentCliRun, CliTick, CliTranscript, MalformedLineError
 from workers.agents.child import CliChild, minimal_env
 from workers.agents.tick_governor import (
-    PLACEHOLDER_KEY,
     TickGovernor,
     TickGovernorServer,
 )
 from workers.budget_guard import DailyBudgetGuard
-from workers.model import resolve_target
+from workers.model import Target, resolve_target
 from workers.recorder import EventRecorder
 from workers.structured_output import structured
 from workers.tool_budget import ToolBudget
@@ -87,63 +86,94 @@ def run_agent_tick(
     if target.api != run_type.api:
         message = f"{kind} speaks {run_type.api}, and the tick's target is {target.api}"
         return _failed(payload, "AgentApiMismatch", message, "configuration")
-    folder = payload.own_folder()
-    home = folder / "home"
-    workdir = payload.work_folder()
-    for path in (home, workdir):
-        path.mkdir(parents=True, exist_ok=True)
-    budget = ToolBudget(payload.max_tool_calls)
-    transcript = CliTranscript(payload, recorder)  # opened by the tick (the prompt, once)
-    child: CliChild | None = None
+    return AgentTick(kind, run_type, payload, candidate, target, recorder).run()
 
-    def stop_child() -> None:
-        if child is not None:
-            child.kill()
 
-    governor = TickGovernor(
-        payload,
-        recorder,
-        target,
-        candidate,
-        budget,
-        DailyBudgetGuard(payload, recorder),
-        stop_child,
-    )
-    server = TickGovernorServer(governor)
-    origin = server.start()
-    hook = " ".join(
-        shlex.quote(part)
-        for part in (sys.executable, "-I", "-S", str(HOOK_SCRIPT), server.hook_url, server.token)
-    )
-    tick = CliTick(
-        payload=payload,
-        target=target,
-        binary=AGENT_CLIS[kind].path(payload.agents_dir or DEFAULT_AGENTS_DIR),
-        home=home,
-        workdir=workdir,
-        governor_url=origin,
-        hook_command=hook,
-        hook_url=server.hook_url,
-        hook_token=server.token,
-        placeholder_key=PLACEHOLDER_KEY,
-        refused_tools=governor.ledger_of_tick.cancelled_tools,
-    )
-    run = run_type(tick, transcript)
-    malformed: str | None = None
-    crashed: str | None = None
-    previous = signal.getsignal(signal.SIGTERM)
+class AgentTick:
+    """One tick on a CLI: set up, the CLI run and read to its end, the result built."""
 
-    def on_term(signum: int, frame: FrameType | None) -> None:
+    def __init__(
+        self,
+        kind: AgentKind,
+        run_type: type[AgentCliRun],
+        payload: TickPayload,
+        candidate: RouteCandidate | None,
+        target: Target,
+        recorder: EventRecorder,
+    ) -> None:
+        self.kind, self.payload, self.candidate, self.recorder = kind, payload, candidate, recorder
+        self.folder = payload.own_folder()
+        home, workdir = self.folder / "home", payload.work_folder()
+        for path in (home, workdir):
+            path.mkdir(parents=True, exist_ok=True)
+        self.budget = ToolBudget(payload.max_tool_calls)
+        self.child: CliChild | None = None
+        self.governor = TickGovernor(
+            payload,
+            recorder,
+            target,
+            candidate,
+            self.budget,
+            DailyBudgetGuard(payload, recorder),
+            self.stop_child,
+        )
+        self.server = TickGovernorServer(self.governor)
+        self.malformed: str | None = None
+        self.crashed: str | None = None
+        origin = self.server.start()
+        hook = (sys.executable, "-I", "-S", str(HOOK_SCRIPT), self.server.hook_url)
+        tick = CliTick(
+            payload=payload,
+            target=target,
+            binary=AGENT_CLIS[kind].path(payload.agents_dir or DEFAULT_AGENTS_DIR),
+            home=home,
+            workdir=workdir,
+            governor_url=origin,
+            hook_command=" ".join(shlex.quote(part) for part in (*hook, self.server.token)),
+            hook_url=self.server.hook_url,
+            hook_token=self.server.token,
+            client_key=self.server.client_key,
+            refused_tools=self.governor.ledger_of_tick.cancelled_tools,
+        )
+        # The transcript is opened by the tick (its prompt, once, whichever agent runs it).
+        self.cli = run_type(tick, CliTranscript(payload, recorder))
+
+    def stop_child(self) -> None:
+        """End the CLI's whole tree now (an upstream refusal, a malformed line, SIGTERM)."""
+        if self.child is not None:
+            self.child.kill()
+
+    def _on_term(self, signum: int, frame: FrameType | None) -> None:
         # The runner's deadline or a cancel: the CLI's whole tree goes with the tick,
         # the tools it started in process groups of their own too.
-        stop_child()
+        self.stop_child()
         signal.signal(signal.SIGTERM, signal.SIG_DFL)
         signal.raise_signal(signal.SIGTERM)
 
-    try:
-        run.prepare()
-        child = CliChild(run.argv(), minimal_env(home, run.env()), workdir, folder / "cli.log")
-        signal.signal(signal.SIGTERM, on_term)
+    def run(self) -> TickResult:
+        """Start the CLI, read its lines to its end, stop the governor; the tick's result."""
+        tick, previous = self.cli.tick, signal.getsignal(signal.SIGTERM)
+        try:
+            self.cli.prepare()
+            env = minimal_env(tick.home, self.cli.env())
+            self.child = CliChild(self.cli.argv(), env, tick.workdir, self.folder / "cli.log")
+            signal.signal(signal.SIGTERM, self._on_term)
+            self._read(self.child)
+            code = self.child.wait()
+            if code != 0 and not self.cli.report.ended and not self.child.killed:
+                tail = self.child.stderr_tail(500)
+                self.crashed = f"{self.kind} exited with {code} before its result: {tail}"
+        except OSError as exc:
+            self.crashed = f"{self.kind} could not be started: {exc}"
+        finally:
+            if self.child is not None and self.child.process.poll() is None:
+                self.child.kill()
+            signal.signal(signal.SIGTERM, previous)
+            self.server.stop()
+        return self._result()
+
+    def _read(self, child: CliChild) -> None:
+        """Each line to the CLI's module; the first malformed one stops the CLI."""
         for raw in child.lines():
             if not raw.strip():
                 continue
@@ -151,86 +181,84 @@ def run_agent_tick(
                 line = orjson.loads(raw)
                 if not isinstance(line, dict):
                     raise MalformedLineError("a line that is no JSON object")
-                run.read(line)
+                self.cli.read(line)
             except (orjson.JSONDecodeError, MalformedLineError) as exc:
                 shown = raw[:MALFORMED_CHARS].decode("utf-8", errors="replace").strip()
-                malformed = f"{kind} printed a malformed event line ({exc}): {shown}"
+                self.malformed = f"{self.kind} printed a malformed event line ({exc}): {shown}"
                 child.kill()
-                break
-        code = child.wait()
-        if code != 0 and not run.report.ended and not child.killed:
-            crashed = f"{kind} exited with {code} before its result: {child.stderr_tail(500)}"
-    except OSError as exc:
-        crashed = f"{kind} could not be started: {exc}"
-    finally:
-        if child is not None and child.process.poll() is None:
-            child.kill()
-        signal.signal(signal.SIGTERM, previous)
-        server.stop()
-    return _result(payload, kind, run, governor, budget, candidate, malformed, crashed, recorder)
+                return
 
-
-def _result(
-    payload: TickPayload,
-    kind: AgentKind,
-    run: AgentCliRun,
-    governor: TickGovernor,
-    budget: ToolBudget,
-    candidate: RouteCandidate | None,
-    malformed: str | None,
-    crashed: str | None,
-    recorder: EventRecorder,
-) -> TickResult:
-    """The tick's result from what the CLI said, what the governor booked and what failed."""
-    report, booked = run.report, governor.ledger_of_tick
-    if report.ended and report.prompt_tokens is not None:
-        recorder.record(
+    def _check_usage(self) -> None:
+        """The CLI's own final count beside the ledger's, in the tick's story."""
+        report, booked = self.cli.report, self.governor.ledger_of_tick
+        if not report.ended or report.prompt_tokens is None:
+            return
+        self.recorder.record(
             AgentUsageChecked(
-                tick_id=payload.tick_id,
-                level=payload.level,
-                agent=kind,
+                tick_id=self.payload.tick_id,
+                level=self.payload.level,
+                agent=self.kind,
                 reported_prompt_tokens=report.prompt_tokens,
                 reported_completion_tokens=report.completion_tokens or 0,
                 booked_prompt_tokens=booked.prompt_tokens,
                 booked_completion_tokens=booked.completion_tokens,
             )
         )
-    text = report.text.strip()
-    value = None
-    error: ResultError | None = None
-    if governor.failure is not None:
-        failure = governor.failure
-        error = ResultError(
-            type="UpstreamRefused", message=failure.message, failure_class=failure.failure_class
+
+    def _error(self, text: str) -> ResultError | None:
+        """What failed, first cause first: the upstream, the CLI's output, the CLI itself."""
+        failure, report = self.governor.failure, self.cli.report
+        if failure is not None:
+            return ResultError(
+                type="UpstreamRefused", message=failure.message, failure_class=failure.failure_class
+            )
+        if self.malformed is not None:
+            return ResultError(
+                type="MalformedLine", message=self.malformed, failure_class="content"
+            )
+        if self.crashed is not None:
+            return ResultError(
+                type="AgentCrashed", message=self.crashed, failure_class="infrastructure"
+            )
+        if report.error is not None and self.governor.stopped is None:
+            return ResultError(
+                type="AgentFailed", message=report.error[:2000], failure_class="content"
+            )
+        if not text:
+            return ResultError(
+                type="EmptyText", message="the agent ended without text", failure_class="content"
+            )
+        return None
+
+    def _result(self) -> TickResult:
+        """The tick's result from what the CLI said, what the governor booked and what failed."""
+        self._check_usage()
+        payload, booked = self.payload, self.governor.ledger_of_tick
+        text = self.cli.report.text.strip()
+        value = None
+        stop_reason = self.governor.stopped or self.cli.report.stop_reason or "end_turn"
+        error = self._error(text)
+        if error is not None and error.type != "EmptyText":
+            stop_reason = "error"  # the run broke; an empty or unparsed answer ended as it says
+            if error.failure_class != "content":
+                text = ""
+        if error is None and payload.output == "json":
+            value, error = structured(text, payload.output_schema)
+        return TickResult(
+            tick_id=payload.tick_id,
+            ok=error is None,
+            text=text,
+            value=value,
+            stop_reason=stop_reason,
+            usage=ResultUsage(
+                prompt_tokens=booked.prompt_tokens,
+                completion_tokens=booked.completion_tokens,
+                model_calls=booked.model_calls,
+                estimated_calls=booked.estimated_calls,
+            ),
+            tool_calls=ResultToolCalls(
+                executed=self.budget.executed, cancelled=self.budget.cancelled
+            ),
+            error=error,
+            target=self.candidate.target if self.candidate else None,
         )
-    elif malformed is not None:
-        error = ResultError(type="MalformedLine", message=malformed, failure_class="content")
-    elif crashed is not None:
-        error = ResultError(type="AgentCrashed", message=crashed, failure_class="infrastructure")
-    elif report.error is not None and governor.stopped is None:
-        error = ResultError(
-            type="AgentFailed", message=report.error[:2000], failure_class="content"
-        )
-    elif not text:
-        error = ResultError(
-            type="EmptyText", message="the agent ended without text", failure_class="content"
-        )
-    elif payload.output == "json":
-        value, error = structured(text, payload.output_schema)
-    stop_reason = governor.stopped or report.stop_reason or "end_turn"
-    return TickResult(
-        tick_id=payload.tick_id,
-        ok=error is None,
-        text=text if error is None or error.failure_class == "content" else "",
-        value=value,
-        stop_reason="error" if error is not None and error.type != "EmptyText" else stop_reason,
-        usage=ResultUsage(
-            prompt_tokens=booked.prompt_tokens,
-            completion_tokens=booked.completion_tokens,
-            model_calls=booked.model_calls,
-            estimated_calls=booked.estimated_calls,
-        ),
-        tool_calls=ResultToolCalls(executed=budget.executed, cancelled=budget.cancelled),
-        error=error,
-        target=candidate.target if candidate else None,
-    )

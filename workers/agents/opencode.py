@@ -106,7 +106,7 @@ class OpenCodeRun(AgentCliRun):
         config = opencode_config(
             tick.target.model_id,
             tick.governor_url,
-            tick.placeholder_key,
+            tick.client_key,
             tick.payload.tick_id,
             opencode_permissions(tick.payload.capabilities()),
             instructions,

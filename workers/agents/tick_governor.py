@@ -15,7 +15,10 @@ it does to any client, with the tick's limits and calibrations. What makes it th
 - an upstream refusal (401, 429, 529, 5xx, unreachable) is the tick's failure: the CLI's
   own retries would wait minutes inside the tick, so it is stopped and the runner's
   retry policy decides, as for a Strands tick on a client without retries;
-- `PreToolUse` hooks ask the tick's tool budget at `HOOK_PATH`.
+- `PreToolUse` hooks ask the tick's tool budget at `HOOK_PATH`;
+- only the tick's CLI may use it: it is given a key of this tick's own (`client_key`, in
+  place of the upstream's, which never reaches its environment), and a request without
+  it is refused (401), so no other process on the host can spend through the real key.
 """
 
 from __future__ import annotations
@@ -36,6 +39,7 @@ from harness.config.governor import without_credentials
 from harness.contracts.events import BudgetSpent, ModelCalled, ModelCallStarted
 from harness.contracts.payload import TICK_HEADER, RouteCandidate, TickPayload
 from harness.contracts.result import FailureClass
+from harness.contracts.secrets import register_secret_value
 from harness.governor.alerts import Alerts
 from harness.governor.calibration import Calibrations
 from harness.governor.proxy import ProxyGovernor
@@ -53,9 +57,9 @@ from workers.recorder import EventRecorder
 from workers.tool_budget import ToolBudget
 
 HOOK_PATH = "/_tickwork/pretool"
+CLIENT_KEY_NAME = "TICKWORK_TICK_CLIENT_KEY"
+"""The name the client key is redacted as (no variable holds it in the tick process)."""
 TOKEN_HEADER = "x-tickwork-hook-token"
-PLACEHOLDER_KEY = "tickwork-tick-governor"
-"""What the CLI is given as its API key: the real one never reaches its environment."""
 StopReason = Literal["tool_budget", "budget", "context_limit"]
 
 
@@ -253,7 +257,7 @@ class KeyedUpstream(Upstream):
         self.tick_id = tick_id
 
     async def forward(self, request: Incoming) -> Any:
-        """Forward with the tick's credentials in place of the CLI's placeholder."""
+        """Forward with the tick's credentials in place of the CLI's client key."""
         headers = request.headers
         for name in ("x-api-key", "authorization", TICK_HEADER):
             headers.popall(name, None)
@@ -269,21 +273,34 @@ class KeyedUpstream(Upstream):
 class TickProxy(Proxy):
     """The governor proxy of one tick, plus the tool-budget question of its hooks."""
 
-    def __init__(self, governor: TickGovernor, token: str) -> None:
+    def __init__(self, governor: TickGovernor, token: str, client_key: str) -> None:
         super().__init__(governor)
         self.tick = governor
         self.token = token
+        self.client_key = client_key
         upstream = KeyedUpstream(
             governor.target, governor.payload.tick_id, governor.config.upstream_idle_seconds
         )
         self.upstreams = {"openai": upstream, "anthropic": upstream}
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        """The hook's question at `HOOK_PATH`; everything else as the proxy does."""
+        """The hook's question at `HOOK_PATH`; the CLI's calls as the proxy takes them."""
         if scope["type"] == "http" and scope["path"] == HOOK_PATH:
             await self.pretool(scope, receive, send)
             return
+        if scope["type"] == "http" and not self._from_the_cli(scope):
+            await send_answer(send, 401)
+            return
         await super().__call__(scope, receive, send)
+
+    def _from_the_cli(self, scope: Scope) -> bool:
+        """The request carries the tick's client key (`x-api-key` or a bearer token)."""
+        headers = dict(scope["headers"])
+        given = headers.get(b"x-api-key", b"").decode("latin-1")
+        bearer = headers.get(b"authorization", b"").decode("latin-1")
+        if bearer.lower().startswith("bearer "):
+            given = given or bearer[7:]
+        return secrets.compare_digest(given, self.client_key)
 
     async def pretool(self, scope: Scope, receive: Receive, send: Send) -> None:
         """Allow or deny one tool call; a caller without the tick's token is refused."""
@@ -309,7 +326,11 @@ class TickGovernorServer:
     def __init__(self, governor: TickGovernor) -> None:
         self.governor = governor
         self.token = secrets.token_urlsafe(24)
-        self._server = BackgroundServer(TickProxy(governor, self.token), name="tick governor")
+        self.client_key = f"tickwork-{secrets.token_urlsafe(24)}"
+        """The API key the CLI is given: good for this tick's governor only (and redacted)."""
+        register_secret_value(CLIENT_KEY_NAME, self.client_key)
+        proxy = TickProxy(governor, self.token, self.client_key)
+        self._server = BackgroundServer(proxy, name="tick governor")
         self.origin = ""
 
     def start(self) -> str:

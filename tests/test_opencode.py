@@ -89,7 +89,7 @@ class Lines:
             hook_command="",
             hook_url="http://127.0.0.1:9/_tickwork/pretool",
             hook_token="t",
-            placeholder_key="k",
+            client_key="k",
             refused_tools=refused or set(),
         )
         self.run = OpenCodeRun(tick, CliTranscript(self.payload, self.recorder))
@@ -202,6 +202,8 @@ def test_step_tokens_count_the_cached_prompt_and_the_reasoning() -> None:
 
 def opencode_harness(tmp_path: Path, fake: FakeUpstream, **level: object) -> Harness:
     require_cli(OPENCODE)
+    # OpenCode starts in seconds of CPU; on a loaded machine in tens of seconds of wall.
+    level.setdefault("timeout_seconds", 240)
     return Harness(tmp_path, fake, agent=OPENCODE, rag=False, **level)
 
 
@@ -252,7 +254,7 @@ def test_opencode_holds_the_tool_cap_with_parallel_calls_and_books_each_call_as_
 def test_a_cancelled_opencode_tick_leaves_no_process_of_its_own(
     tmp_path: Path, fake: FakeUpstream
 ) -> None:
-    harness = opencode_harness(tmp_path, fake, tools="full", timeout_seconds=240)
+    harness = opencode_harness(tmp_path, fake, tools="full")
     harness.without_retries()
     prepared = harness.preparer.prepare("min")
     tick_id = prepared.payload.tick_id
@@ -290,7 +292,7 @@ def test_a_cancelled_opencode_tick_leaves_no_process_of_its_own(
 def test_a_rate_limited_opencode_tick_fails_as_infrastructure_instead_of_retrying_inside(
     tmp_path: Path, fake: FakeUpstream
 ) -> None:
-    harness = opencode_harness(tmp_path, fake, content_retries=0, timeout_seconds=240)
+    harness = opencode_harness(tmp_path, fake, content_retries=0)
     harness.without_retries()
     # OpenCode alone would retry a 429 silently until the tick's timeout.
     outcome = harness.tick([Step(status=429, error_message="slow down, {key}")] * 5)

@@ -19,7 +19,7 @@ from harness.contracts.tiers import (
     strands_tools,
 )
 from harness.devtools.fake_llm import FakeUpstream, Step, ToolCallSpec
-from tests.tick_support import Harness
+from tests.tick_support import Harness, require_cli
 from workers.tier_tools import FolderSandbox, OutsideFolderError, make_file_read, tier_tools
 
 
@@ -153,3 +153,22 @@ def test_a_read_tier_strands_tick_reads_its_workdir_and_has_no_shell(
         if e.type == TranscriptEntry.type and e.data.get("tool") == "file_read"
     ]
     assert "1: the pager is quiet" in read["text"]
+
+
+def test_a_read_tier_claude_code_tick_has_no_bash(tmp_path: Path, fake: FakeUpstream) -> None:
+    require_cli("claude-code")
+    work = tmp_path / "repo"
+    work.mkdir()
+    (work / "notes.txt").write_text("the pager is quiet\n")
+    harness = Harness(
+        tmp_path, fake, agent="claude-code", api="anthropic", rag=False, tools="read", workdir=work
+    )
+    marker = tmp_path / "touched"
+    bash = ToolCallSpec(name="Bash", arguments={"command": f"touch {marker}", "description": "x"})
+    read = ToolCallSpec(name="Read", arguments={"file_path": str(work / "notes.txt")})
+    outcome = harness.tick([Step(tool_calls=[bash, read]), Step(text="The pager is quiet.")])
+    assert outcome.status == "completed", outcome.reason
+    assert not marker.exists()
+    events = harness.events(outcome)
+    traced = sorted((e.data["name"], e.data["status"]) for e in events if e.type == ToolCalled.type)
+    assert traced == [("Bash", "error"), ("Read", "ok")]

@@ -52,12 +52,13 @@ def test_the_config_points_the_provider_at_the_governor_with_the_tick_and_the_ti
     }
     assert config["model"] == config["small_model"] == "tickwork/m-1"
     assert config["plugin"] == [PLUGIN.as_uri()] and PLUGIN.is_file()
-    assert (
-        config["permission"] == permissions and permissions["bash"]
-        if "bash" in permissions
-        else True
+    assert config["permission"] == permissions
+    assert permissions["*"] == "deny" and "bash" not in permissions
+    assert "instructions" not in config
+    with_instructions = opencode_config(
+        "m-1", "http://127.0.0.1:5", "k", "min-1", permissions, Path("/t/instructions.md")
     )
-    assert config["permission"]["*"] == "deny"
+    assert with_instructions["instructions"] == ["/t/instructions.md"]
 
 
 class Lines:

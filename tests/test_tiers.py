@@ -20,7 +20,13 @@ from harness.contracts.tiers import (
 )
 from harness.devtools.fake_llm import FakeUpstream, Step, ToolCallSpec
 from tests.tick_support import Harness, require_cli
-from workers.tier_tools import FolderSandbox, OutsideFolderError, make_file_read, tier_tools
+from workers.tier_tools import (
+    FolderSandbox,
+    OutsideFolderError,
+    make_file_read,
+    tier_tools,
+    web_fetch,
+)
 
 
 def test_can_shell_alone_means_full_and_nothing_set_means_none() -> None:
@@ -172,3 +178,10 @@ def test_a_read_tier_claude_code_tick_has_no_bash(tmp_path: Path, fake: FakeUpst
     events = harness.events(outcome)
     traced = sorted((e.data["name"], e.data["status"]) for e in events if e.type == ToolCalled.type)
     assert traced == [("Bash", "error"), ("Read", "ok")]
+
+
+def test_the_web_tool_fetches_a_pages_text_and_refuses_other_schemes(fake: FakeUpstream) -> None:
+    page = web_fetch(url=f"{fake.url}/models")
+    assert page.startswith("HTTP 200\n") and "fake-model" in page
+    with pytest.raises(ValueError, match="only http and https"):
+        web_fetch(url="file:///etc/passwd")

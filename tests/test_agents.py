@@ -39,6 +39,7 @@ from harness.contracts import (
     ModelCalled,
     RouteFallback,
     ToolCalled,
+    TranscriptEntry,
 )
 from harness.contracts.agents import AGENT_CLIS, DEFAULT_AGENTS_DIR, missing_agent
 from harness.contracts.payload import TickPayload
@@ -53,7 +54,7 @@ from tests.waiting import wait_until
 from workers.agents import MalformedLineError
 from workers.agents.claude_code import ClaudeCodeRun
 from workers.agents.frame import HOOK_SCRIPT
-from workers.agents.tick_governor import TickGovernor, TickGovernorServer
+from workers.agents.tick_governor import TickGovernor, TickGovernorServer, upstream_base
 from workers.budget_guard import DailyBudgetGuard
 from workers.model import Target
 from workers.recorder import EventRecorder
@@ -101,8 +102,10 @@ def test_claude_code_holds_the_tool_cap_with_parallel_calls_and_books_each_call_
     assert result.text.startswith("Stopped: the tool budget of 2 calls")
     assert (result.tool_calls.executed, result.tool_calls.cancelled) == (2, 1)
     events = harness.events(outcome)
-    tools = sorted(e.data["status"] for e in events if e.type == ToolCalled.type)
-    assert tools == ["cancelled", "ok", "ok"]
+    tools = sorted(
+        (e.data["status"], e.data["duration_ms"] > 0) for e in events if e.type == ToolCalled.type
+    )
+    assert tools == [("cancelled", True), ("ok", True), ("ok", True)]
     billed = [
         (e.prompt_tokens, e.completion_tokens) for e in fake.ledger if e.key == outcome.tick_id
     ]
@@ -115,6 +118,8 @@ def test_claude_code_holds_the_tool_cap_with_parallel_calls_and_books_each_call_
     assert [e.data["call"] for e in events if e.type == ModelCalled.type] == [1, 2]
     (checked,) = [e.data for e in events if e.type == AgentUsageChecked.type]
     assert checked["reported_prompt_tokens"] == checked["booked_prompt_tokens"]
+    said = [(e.data["kind"], e.data["text"]) for e in events if e.type == TranscriptEntry.type]
+    assert said[-1] == ("stopped", result.text)
     story = story_steps(events)
     assert any(step.summary.endswith("tokens, as booked") for step in story)
     assert (result.usage.prompt_tokens, result.usage.completion_tokens) == tuple(
@@ -199,9 +204,13 @@ def test_an_upstream_refusal_ends_a_claude_code_tick_in_its_failure_class(
     assert called["failure_class"] == failure_class and str(status) in called["error"]
 
 
-def test_a_claude_code_candidate_without_its_cli_falls_back_to_a_strands_one(
-    tmp_path: Path, fake: FakeUpstream
+@pytest.mark.parametrize("why", ["missing", "overloaded"])
+def test_a_claude_code_candidate_without_its_cli_or_upstream_falls_back_to_a_strands_one(
+    tmp_path: Path, fake: FakeUpstream, why: str
 ) -> None:
+    if why == "overloaded":
+        require_cli()
+    agents = tmp_path / "no-agents" if why == "missing" else DEFAULT_AGENTS_DIR
     catalog = tmp_path / "catalog.json"
     targets = {
         "claude": {
@@ -222,20 +231,21 @@ def test_a_claude_code_candidate_without_its_cli_falls_back_to_a_strands_one(
         paths=PathsConfig(results=tmp_path / "results", spool=tmp_path / "spool"),
         runner=RunnerConfig(grace_seconds=1, infra_retries=0, retry_backoff_seconds=0.05),
         routing=RoutingConfig(catalog=catalog),
-        agents=AgentsConfig(dir=tmp_path / "no-agents"),
+        agents=AgentsConfig(dir=agents),
         levels={"min": LevelConfig(every="1m", prompt="Check the pager.", timeout_seconds=60)},
     )
     store = open_store(settings.store.url)
     env = {**os.environ, "ANTHROPIC_API_KEY": SECRET, "OPENAI_API_KEY": SECRET}
     prepared = Preparer(settings, store, env=env).prepare("min")
-    fake.script(prepared.payload.tick_id, [Step(text="Answered by Strands.")])
+    steps = [Step(text="Answered by Strands.")]
+    fake.script(prepared.payload.tick_id, steps if why == "missing" else [Step(status=529), *steps])
     outcome = Runner(settings, store, env=env).run(prepared)
     assert outcome.status == "completed", outcome.reason
     assert outcome.result is not None and outcome.result.target == "strands"
     events = store.read_stream(f"tick-{outcome.tick_id}")
     (fallback,) = [e.data for e in events if e.type == RouteFallback.type]
     assert (fallback["from_target"], fallback["to_target"]) == ("claude", "strands")
-    assert "npm ci --prefix" in fallback["reason"]
+    assert ("npm ci --prefix" if why == "missing" else "overloaded (529)") in fallback["reason"]
 
 
 def test_a_level_on_a_cli_that_is_not_installed_is_refused_at_load(tmp_path: Path) -> None:
@@ -364,3 +374,10 @@ def test_the_ticks_governor_answers_only_its_cli_and_its_hook_counts_against_the
     finally:
         server.stop()
         recorder.close()
+
+
+def test_the_ticks_governor_forwards_openai_paths_to_the_base_less_its_v1() -> None:
+    openai = Target("openai-chat", "m", None, "http://gw:4000/openai/v1/", None)
+    anthropic = Target("anthropic", "m", None, "https://api.anthropic.com", None)
+    assert upstream_base(openai) == "http://gw:4000/openai"
+    assert upstream_base(anthropic) == "https://api.anthropic.com"

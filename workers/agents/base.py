@@ -10,7 +10,9 @@ is the frame's (`workers.agents.frame`), the same for every CLI.
 
 from __future__ import annotations
 
+import time
 from abc import ABC, abstractmethod
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, ClassVar, Literal
@@ -22,6 +24,7 @@ from harness.contracts.events import ToolCalled, capped
 from harness.contracts.payload import TickPayload
 from harness.contracts.wire import Api
 from workers.model import Target
+from workers.recorder import EventRecorder
 from workers.transcript import Transcript
 
 ToolStatus = Literal["ok", "error", "cancelled"]
@@ -54,6 +57,13 @@ class CliTick:
     the real one on each call it forwards."""
     refused_tools: set[str]
     """Tool use ids the tool budget refused (filled by the governor as the hook asks)."""
+    tools_asked_at: dict[str, float]
+    """Tool use id -> when its hook asked (`time.monotonic`): a tool call's start."""
+
+    def tool_ms(self, tool_use_id: str) -> float:
+        """Milliseconds since the call's hook asked (0 when it never did)."""
+        asked = self.tools_asked_at.get(tool_use_id)
+        return 0.0 if asked is None else round((time.monotonic() - asked) * 1000, 3)
 
 
 @dataclass
@@ -72,12 +82,23 @@ class CliReport:
 
 
 class CliTranscript(Transcript):
-    """The tick's transcript and `ToolCalled` events, fed from a CLI's event lines."""
+    """The tick's transcript and `ToolCalled` events, fed from a CLI's event lines.
 
-    def said(self, text: str, kind: Literal["assistant", "thinking", "stopped"]) -> None:
-        """An answer (or its thinking) of the model."""
+    `stopped` tells whether the tick's governor has answered in the model's place (cap,
+    budget, hard ceiling): the answer the CLI then prints is that stop text, recorded as
+    `stopped` as a Strands tick's is.
+    """
+
+    def __init__(
+        self, payload: TickPayload, recorder: EventRecorder, stopped: Callable[[], bool]
+    ) -> None:
+        super().__init__(payload, recorder)
+        self.stopped = stopped
+
+    def said(self, text: str, kind: Literal["assistant", "thinking"]) -> None:
+        """An answer (or its thinking) of the model, or the governor's stop in its place."""
         if text:
-            self._record(kind, text)
+            self._record("stopped" if kind == "assistant" and self.stopped() else kind, text)
 
     def tool(
         self,

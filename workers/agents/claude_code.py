@@ -115,7 +115,8 @@ class ClaudeCodeRun(AgentCliRun):
             status: ToolStatus = "error" if block.get("is_error") else "ok"
             if use_id in self.tick.refused_tools or use_id in refused_by_hook:
                 status = "cancelled"
-            self.transcript.tool(name, use_id, arguments, _text(block.get("content")), status)
+            output = _text(block.get("content"))
+            self.transcript.tool(name, use_id, arguments, output, status, self.tick.tool_ms(use_id))
 
     def _result(self, line: dict[str, Any]) -> None:
         report = self.report

@@ -134,9 +134,11 @@ class AgentTick:
             hook_token=self.server.token,
             client_key=self.server.client_key,
             refused_tools=self.governor.ledger_of_tick.cancelled_tools,
+            tools_asked_at=self.governor.ledger_of_tick.tools_asked_at,
         )
         # The transcript is opened by the tick (its prompt, once, whichever agent runs it).
-        self.cli = run_type(tick, CliTranscript(payload, recorder))
+        stopped = self.governor.stopped_by_governor
+        self.cli = run_type(tick, CliTranscript(payload, recorder, stopped))
 
     def stop_child(self) -> None:
         """End the CLI's whole tree now (an upstream refusal, a malformed line, SIGTERM)."""

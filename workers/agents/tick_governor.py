@@ -40,15 +40,19 @@ from harness.contracts.events import BudgetSpent, ModelCalled, ModelCallStarted
 from harness.contracts.payload import TICK_HEADER, RouteCandidate, TickPayload
 from harness.contracts.result import FailureClass
 from harness.contracts.secrets import register_secret_value
-from harness.governor.alerts import Alerts
-from harness.governor.calibration import Calibrations
-from harness.governor.proxy import ProxyGovernor
-from harness.governor.proxy.app import Proxy
-from harness.governor.proxy.dialects import Body, Dialect
-from harness.governor.proxy.incoming import Incoming, read_body
-from harness.governor.proxy.replies import send_answer
-from harness.governor.proxy.state import Ending, Judged
-from harness.governor.proxy.upstream import Upstream
+from harness.governor import Alerts, Calibrations
+from harness.governor.proxy import (
+    Body,
+    Dialect,
+    Ending,
+    Incoming,
+    Judged,
+    Proxy,
+    ProxyGovernor,
+    Upstream,
+    read_body,
+    send_answer,
+)
 from harness.governor.serving import BackgroundServer
 from harness.governor.usage import Usage
 from workers.budget_guard import DailyBudgetGuard
@@ -90,6 +94,20 @@ class Ledger:
     calls_started: int = 0
     cancelled_tools: set[str] = field(default_factory=set)
     """Tool use ids the hook refused."""
+    tools_asked_at: dict[str, float] = field(default_factory=dict)
+    """Tool use id -> when the hook asked."""
+
+
+def upstream_base(target: Target) -> str:
+    """What the proxy appends request paths to: an OpenAI base URL less its `/v1`.
+
+    The SDKs take OpenAI's base with `/v1` (`https://api.openai.com/v1`) and Anthropic's
+    without; the proxy gets the whole path (`/v1/chat/completions`, `/v1/messages`).
+    """
+    url = target.url.rstrip("/")
+    if target.api.startswith("openai") and url.endswith("/v1"):
+        return url[: -len("/v1")]
+    return url
 
 
 def failure_of(status: int | None, ended: Ending) -> Failure:
@@ -123,7 +141,7 @@ class TickGovernor(ProxyGovernor):
         limits = payload.governor
         config = GovernorConfig(
             **limits.model_dump(),
-            upstream=target.url,
+            upstream=upstream_base(target),
             upstream_idle_seconds=min(payload.model_timeout_seconds, 3600),
         )
         calibrations = Calibrations(limits.chars_per_token, payload.calibrations, limits.calibrate)
@@ -140,6 +158,10 @@ class TickGovernor(ProxyGovernor):
         self.failure: Failure | None = None
         self._calls: dict[int, _Call] = {}
         self._lock = threading.Lock()
+
+    def stopped_by_governor(self) -> bool:
+        """The governor has answered a call in the model's place: the tick's turn ends."""
+        return self.stopped is not None
 
     def judge(self, dialect: Dialect, body: Body, tick_id: str | None) -> Judged:
         """Measure the call; stop it at the tool cap or budget; else record that it is sent."""
@@ -242,8 +264,10 @@ class TickGovernor(ProxyGovernor):
     def admit_tool(self, call: dict[str, Any]) -> str | None:
         """The `PreToolUse` hook's question: None when the call may run, else why not."""
         refused = self.budget.admit()
+        tool_use_id = str(call.get("tool_use_id") or "")
+        self.ledger_of_tick.tools_asked_at[tool_use_id] = time.monotonic()
         if refused is not None:
-            self.ledger_of_tick.cancelled_tools.add(str(call.get("tool_use_id") or ""))
+            self.ledger_of_tick.cancelled_tools.add(tool_use_id)
         return refused
 
 
@@ -251,7 +275,8 @@ class KeyedUpstream(Upstream):
     """The tick's target: each call gets the real key and the tick's header on its way."""
 
     def __init__(self, target: Target, tick_id: str, idle_seconds: float) -> None:
-        super().__init__(target.url, without_credentials(target.url), idle_seconds)
+        base = upstream_base(target)
+        super().__init__(base, without_credentials(base), idle_seconds)
         self.api = target.api
         self.key = target.api_key
         self.tick_id = tick_id

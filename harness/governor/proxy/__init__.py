@@ -20,9 +20,29 @@ A request's path, one module per step, in the order `app.Proxy.forward` takes th
                ended, settle it (calibration, ledger) and write its log line
     upstream   forward it to the upstream on one pooled connection
     replies    send the answer back: whole, relayed as it streams, or the governor's own
+
+A tick's own governor (`workers.agents.tick_governor`) subclasses `Proxy`, `ProxyGovernor`
+and `Upstream` from here, for an agent CLI's traffic.
 """
 
-from harness.governor.proxy.app import create_app
-from harness.governor.proxy.state import ProxyGovernor, proxy_governor
+from harness.governor.proxy.app import Proxy, create_app
+from harness.governor.proxy.dialects import Body, Dialect
+from harness.governor.proxy.incoming import Incoming, read_body
+from harness.governor.proxy.replies import send_answer
+from harness.governor.proxy.state import Ending, Judged, ProxyGovernor, proxy_governor
+from harness.governor.proxy.upstream import Upstream
 
-__all__ = ["ProxyGovernor", "create_app", "proxy_governor"]
+__all__ = [
+    "Body",
+    "Dialect",
+    "Ending",
+    "Incoming",
+    "Judged",
+    "Proxy",
+    "ProxyGovernor",
+    "Upstream",
+    "create_app",
+    "proxy_governor",
+    "read_body",
+    "send_answer",
+]

@@ -46,7 +46,7 @@ def test_the_config_points_the_provider_at_the_governor_with_the_tick_and_the_ti
     provider = config["provider"]["tickwork"]
     assert provider["npm"] == "@ai-sdk/openai-compatible"
     assert provider["options"] == {
-        "baseURL": "http://127.0.0.1:5",
+        "baseURL": "http://127.0.0.1:5/v1",
         "apiKey": "placeholder",
         "headers": {TICK_HEADER: "min-1"},
     }
@@ -92,8 +92,9 @@ class Lines:
             hook_token="t",
             client_key="k",
             refused_tools=refused or set(),
+            tools_asked_at={},
         )
-        self.run = OpenCodeRun(tick, CliTranscript(self.payload, self.recorder))
+        self.run = OpenCodeRun(tick, CliTranscript(self.payload, self.recorder, lambda: False))
 
     def feed(self, *lines: dict[str, Any]) -> None:
         for line in lines:

@@ -63,7 +63,7 @@ def opencode_config(
                 "npm": "@ai-sdk/openai-compatible",
                 "name": "tickwork",
                 "options": {
-                    "baseURL": governor_url,
+                    "baseURL": f"{governor_url}/v1",
                     "apiKey": key,
                     "headers": {TICK_HEADER: tick_id},
                 },
@@ -175,9 +175,9 @@ class OpenCodeRun(AgentCliRun):
             status = "cancelled"
         times = _object(state.get("time"))
         started, ended = times.get("start"), times.get("end")
-        duration = 0.0
+        duration = self.tick.tool_ms(call_id)  # from the plugin's question, if it asked
         if isinstance(started, int | float) and isinstance(ended, int | float):
-            duration = float(ended - started)
+            duration = float(ended - started)  # OpenCode's own clock of the run
         self.transcript.tool(
             str(part.get("tool") or "unknown"),
             call_id or None,

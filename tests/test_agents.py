@@ -161,6 +161,20 @@ def test_a_claude_code_tick_ended_by_timeout_or_cancel_leaves_no_process(
     assert running(tick_id) == [] and running(marker) == []
 
 
+def test_a_tool_left_running_in_the_background_ends_with_its_claude_code_tick(
+    tmp_path: Path, fake: FakeUpstream
+) -> None:
+    harness = claude_harness(tmp_path, fake)
+    marker = "time.sleep(423)"
+    background = bash(f"nohup python3 -c 'import time; {marker}' > /dev/null 2>&1 &")
+    outcome = harness.tick([Step(tool_calls=[background]), Step(text="Started it.")])
+    assert outcome.status == "completed", outcome.reason
+    assert [e.data["status"] for e in harness.events(outcome) if e.type == ToolCalled.type] == [
+        "ok"
+    ]
+    assert running(marker) == []
+
+
 def test_the_governor_hard_ceiling_stops_a_claude_code_tick_in_anthropic_format(
     tmp_path: Path, fake: FakeUpstream
 ) -> None:

@@ -11,6 +11,7 @@ psutil, so nothing of it outlives the tick.
 from __future__ import annotations
 
 import contextlib
+import ctypes
 import os
 import signal
 import subprocess
@@ -86,11 +87,33 @@ class CliChild:
             self.process.wait(KILL_WAIT_SECONDS)
 
 
-def kill_tree(pid: int) -> None:
+PR_SET_CHILD_SUBREAPER = 36
+
+
+def adopt_orphans() -> None:
+    """Make this process the reaper of its orphaned descendants (Linux; else nothing).
+
+    A CLI's tools start processes in sessions of their own, and a background one outlives
+    the CLI: reparented here instead of to init, it stays in this process's tree, where
+    `kill_descendants` finds it when the tick ends.
+    """
+    with contextlib.suppress(OSError, AttributeError):
+        libc = ctypes.CDLL(None, use_errno=True)
+        libc.prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0)
+
+
+def kill_descendants() -> None:
+    """SIGKILL every process this one started, and theirs (the tick ends: nothing stays)."""
+    kill_tree(os.getpid(), include_root=False)
+
+
+def kill_tree(pid: int, include_root: bool = True) -> None:
     """SIGKILL `pid` and all its descendants (found before the first dies, so none escape)."""
     try:
         root = psutil.Process(pid)
-        tree = [root, *root.children(recursive=True)]
+        tree = root.children(recursive=True)
+        if include_root:
+            tree = [root, *tree]
     except psutil.Error:
         return
     for process in tree:

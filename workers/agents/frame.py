@@ -31,7 +31,7 @@ from harness.contracts.result import (
     TickResult,
 )
 from workers.agents.base import AgentCliRun, CliTick, CliTranscript, MalformedLineError
-from workers.agents.child import CliChild, minimal_env
+from workers.agents.child import CliChild, adopt_orphans, kill_descendants, minimal_env
 from workers.agents.tick_governor import (
     TickGovernor,
     TickGovernorServer,
@@ -148,13 +148,14 @@ class AgentTick:
     def _on_term(self, signum: int, frame: FrameType | None) -> None:
         # The runner's deadline or a cancel: the CLI's whole tree goes with the tick,
         # the tools it started in process groups of their own too.
-        self.stop_child()
+        kill_descendants()
         signal.signal(signal.SIGTERM, signal.SIG_DFL)
         signal.raise_signal(signal.SIGTERM)
 
     def run(self) -> TickResult:
         """Start the CLI, read its lines to its end, stop the governor; the tick's result."""
         tick, previous = self.cli.tick, signal.getsignal(signal.SIGTERM)
+        adopt_orphans()
         try:
             self.cli.prepare()
             env = minimal_env(tick.home, self.cli.env())
@@ -168,8 +169,8 @@ class AgentTick:
         except OSError as exc:
             self.crashed = f"{self.kind} could not be started: {exc}"
         finally:
-            if self.child is not None and self.child.process.poll() is None:
-                self.child.kill()
+            # The CLI, if it still runs, and whatever its tools left running in the background.
+            kill_descendants()
             signal.signal(signal.SIGTERM, previous)
             self.server.stop()
         return self._result()

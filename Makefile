@@ -15,8 +15,9 @@ $(STAMP): pyproject.toml $(AGENTS_STAMP)
 
 ## The agent CLIs (`agent = "claude-code" | "opencode"`), pinned in ops/agents/package-lock.json,
 ## installed into ops/agents/node_modules (never globally); `tickwork doctor` lists them.
-$(AGENTS_STAMP): ops/agents/package.json ops/agents/package-lock.json
+$(AGENTS_STAMP): ops/agents/package.json ops/agents/package-lock.json ops/agents/opencode-config/package-lock.json
 	npm ci --prefix ops/agents --no-audit --no-fund --loglevel=error
+	npm ci --prefix ops/agents/opencode-config --no-audit --no-fund --loglevel=error
 	touch $(AGENTS_STAMP)
 
 ## Run tickwork on its embedded defaults, in the foreground: SQLite store under ./.tickwork/,

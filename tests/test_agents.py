@@ -80,6 +80,7 @@ def bash(command: str) -> ToolCallSpec:
 
 def claude_harness(tmp_path: Path, fake: FakeUpstream, **level: object) -> Harness:
     require_cli()
+    level.setdefault("tools", "full")  # Bash, as the tests call it
     return Harness(tmp_path, fake, agent=CLAUDE, api="anthropic", rag=False, **level)
 
 

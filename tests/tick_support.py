@@ -6,8 +6,11 @@ import os
 from pathlib import Path
 
 import psutil
+import pytest
 
 from harness.config import LevelConfig, PathsConfig, RagConfig, RunnerConfig, Settings, StoreConfig
+from harness.contracts import BudgetSpent
+from harness.contracts.agents import AgentKind, missing_agent
 from harness.devtools.fake_llm import FakeUpstream, Step, ToolCallSpec
 from harness.execution.launchers import Launcher
 from harness.execution.prepare import Preparer
@@ -101,3 +104,35 @@ def live_in_group(pgid: int) -> list[int]:
         except (ProcessLookupError, psutil.NoSuchProcess):
             continue
     return alive
+
+
+def require_cli(kind: AgentKind) -> None:
+    """Skip when the agent CLI is missing here, unless under CI, where that fails the test."""
+    missing = missing_agent(kind, None)
+    if missing is None:
+        return
+    if os.environ.get("CI"):
+        pytest.fail(missing)
+    pytest.skip(missing)
+
+
+def billed_and_spent(
+    fake: FakeUpstream, events: list[StoredEvent], tick_id: str
+) -> tuple[list[tuple[int, int]], list[tuple[int, int]]]:
+    """(prompt, completion) of each call the fake billed the tick, and of each `BudgetSpent`."""
+    billed = [(e.prompt_tokens, e.completion_tokens) for e in fake.ledger if e.key == tick_id]
+    spent = [
+        (e.data["prompt_tokens"], e.data["completion_tokens"])
+        for e in events
+        if e.type == BudgetSpent.type
+    ]
+    return billed, spent
+
+
+def assert_capped(outcome: TickOutcome, cap: int, executed: int, cancelled: int) -> None:
+    """The tick completed as a capped one: the cap's stop reason and text, its tool counts."""
+    assert outcome.status == "completed", outcome.reason
+    result = outcome.result
+    assert result is not None and result.stop_reason == "tool_budget"
+    assert result.text.startswith(f"Stopped: the tool budget of {cap} calls")
+    assert (result.tool_calls.executed, result.tool_calls.cancelled) == (executed, cancelled)

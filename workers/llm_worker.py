@@ -79,6 +79,7 @@ def run(payload: TickPayload) -> int:
     from workers.spend import SpendMeter
     from workers.structured_output import structured
     from workers.telemetry import start_tracing
+    from workers.tier_tools import tier_tools
     from workers.tool_budget import ToolBudget
     from workers.trace import ToolTrace
     from workers.transcript import Transcript
@@ -100,13 +101,12 @@ def run(payload: TickPayload) -> int:
     tools: list[Any] = []
     if payload.rag.enabled:
         tools.append(make_rag_lookup(payload.rag))
-    if payload.can_shell:
-        from strands.vended_tools import file_editor, shell
-
+    caps = payload.capabilities()
+    if caps.shell:
         # Its commands run as this process's user: /proc/<this pid>/environ still shows
         # the variables this process withheld from them (the collector's headers).
         keep_environment_private()
-        tools += [shell, file_editor]
+    tools += tier_tools(caps, payload.work_folder())
     result: TickResult
 
     def agent_on(hooks: list[Any], name: str, own: bool = True) -> Any:

@@ -54,6 +54,7 @@ from harness.contracts.secrets import (
     register_secret_names,
     register_secret_value,
 )
+from harness.contracts.tiers import Capabilities, ToolTier, capabilities
 from harness.contracts.wire import Api, Effort, require_effort
 
 CONFIG_ENV = "TICKWORK_CONFIG"
@@ -436,6 +437,13 @@ class LevelConfig(Scheduled):
     max_tool_calls: Annotated[int, Field(ge=0)] | None = None
     """Default 30 (`hour`: 300); TICKWORK_MAX_TOOL_CALLS[_<LEVEL>] in the environment wins."""
     can_shell: bool = False
+    """Same as `tools = "full"` (kept for configurations written before the tiers)."""
+    tools: ToolTier | None = None
+    """What the tick's agent may do besides answering: `none`; `read` (files of its working
+    folder); `files` (read, create, edit); `full` (files and a shell). Default: `full`
+    with `can_shell`, else `none`. The same tier for every agent kind."""
+    web: bool = False
+    """Web tools (fetch, search) on top of the tier; off unless set."""
     rag: bool = False
     """Give this level the `rag_lookup` tool over the `[rag]` index."""
     alerts: AlertsConfig | None = None
@@ -451,6 +459,19 @@ class LevelConfig(Scheduled):
         require_effort(self.api, self.effort)
         require_agent_api(self.agent, self.api)
         return self
+
+    @model_validator(mode="after")
+    def _tier_or_shell(self) -> LevelConfig:
+        if self.can_shell and self.tools not in (None, "full"):
+            raise ValueError(
+                f'can_shell = true means tools = "full"; it contradicts tools = "{self.tools}"'
+            )
+        return self
+
+    @property
+    def capabilities(self) -> Capabilities:
+        """The tier and web switch every agent kind of this level runs under."""
+        return capabilities(self.tools, self.can_shell, self.web)
 
     @model_validator(mode="after")
     def _one_prompt(self) -> LevelConfig:

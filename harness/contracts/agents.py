@@ -31,6 +31,15 @@ class AgentCli:
     package: str
     apis: tuple[Api, ...]
     """The wire protocols its model traffic can speak (its level's or target's `api`)."""
+    companion: str | None = None
+    """A folder of `agents_dir` with its own pinned packages the CLI needs installed too
+    (`npm ci --prefix <agents_dir>/<companion>`), or None."""
+
+    def companion_or_fail(self) -> str:
+        """The companion folder's name; only asked of a CLI that has one."""
+        if self.companion is None:
+            raise ValueError(f"the {self.kind} CLI has no companion packages")
+        return self.companion
 
     def path(self, agents_dir: Path) -> Path:
         """Where `npm ci --prefix <agents_dir>` links the binary."""
@@ -39,17 +48,27 @@ class AgentCli:
     def missing(self, agents_dir: Path) -> str | None:
         """Why the CLI cannot run from `agents_dir`, with the command that installs it."""
         binary = self.path(agents_dir)
-        if binary.is_file() and binary.stat().st_mode & 0o111:
-            return None
-        return (
-            f"the {self.kind} CLI ({self.package}) is not installed: no executable {binary}; "
-            f"install the pinned CLIs with `npm ci --prefix {agents_dir}` (or `make`)"
-        )
+        if not (binary.is_file() and binary.stat().st_mode & 0o111):
+            return (
+                f"the {self.kind} CLI ({self.package}) is not installed: no executable {binary}; "
+                f"install the pinned CLIs with `npm ci --prefix {agents_dir}` (or `make`)"
+            )
+        if self.companion is not None:
+            folder = agents_dir / self.companion
+            if not (folder / "node_modules").is_dir():
+                return (
+                    f"the {self.kind} CLI's companion packages are not installed: no "
+                    f"{folder / 'node_modules'}; install them with `npm ci --prefix {folder}` "
+                    "(or `make`)"
+                )
+        return None
 
 
 AGENT_CLIS: dict[AgentKind, AgentCli] = {
     "claude-code": AgentCli("claude-code", "claude", "@anthropic-ai/claude-code", ("anthropic",)),
-    "opencode": AgentCli("opencode", "opencode", "opencode-ai", ("openai-chat",)),
+    "opencode": AgentCli(
+        "opencode", "opencode", "opencode-ai", ("openai-chat",), companion="opencode-config"
+    ),
 }
 """The kinds that run a CLI; `strands` runs in the tick process itself."""
 

@@ -14,6 +14,7 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 from harness.contracts.agents import AgentKind
 from harness.contracts.calibration import Calibration
 from harness.contracts.governor import GovernorLimits
+from harness.contracts.tiers import Capabilities, ToolTier, capabilities
 from harness.contracts.wire import API_KEY_ENV_OF, BASE_URL_ENV, Api, Effort, require_effort
 
 TICK_HEADER = "x-tickwork-tick"
@@ -167,6 +168,9 @@ class TickPayload(BaseModel):
     effort: Effort | None = None
     max_tool_calls: Annotated[int, Field(ge=0)]
     can_shell: bool = False
+    tools: ToolTier | None = None
+    """The capability tier (`harness.contracts.tiers`); unset: `full` with `can_shell`."""
+    web: bool = False
     rag: RagSettings = RagSettings()
     result_path: Path
     store_url: str
@@ -190,6 +194,22 @@ class TickPayload(BaseModel):
     def _effort_for_api(self) -> TickPayload:
         require_effort(self.api, self.effort)
         return self
+
+    def capabilities(self) -> Capabilities:
+        """What the tick's agent may do: its tier and whether web tools are on."""
+        return capabilities(self.tools, self.can_shell, self.web)
+
+    def own_folder(self) -> Path:
+        """A folder of the tick's own beside its result file (an agent CLI's HOME lives there)."""
+        return self.result_path.with_name(f"{self.tick_id}.agent")
+
+    def work_folder(self) -> Path:
+        """Where the tick's agent works: the level's `workdir`, else a fresh folder of its own.
+
+        Never the service's working directory: a `read` tier would show it the service's
+        configuration and store.
+        """
+        return self.workdir or self.own_folder() / "work"
 
     def key_variables(self) -> frozenset[str]:
         """The variables holding the API keys (and quota probe headers) of this tick's targets.

@@ -234,6 +234,8 @@ class Preparer:
             effort=first.effort if first else config.effort,
             max_tool_calls=tool_budget(level, config, self.env),
             can_shell=config.can_shell,
+            tools=config.capabilities.tier,
+            web=config.web,
             rag=RagSettings(
                 enabled=rag_on,
                 index_path=self.settings.rag.index.absolute(),

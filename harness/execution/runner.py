@@ -358,10 +358,15 @@ class Runner:
         threading.Thread(target=self._stop, args=(process,), daemon=True).start()
 
     def _stop(self, process: TickProcess) -> None:
+        # The tree is taken before the signal: a worker that dies of it leaves its CLI's
+        # tools (in groups of their own) orphaned, found by neither its group nor its tree.
+        tree = process.descendants()
         process.signal_group(signal.SIGTERM)
         if process.wait(self.settings.runner.grace_seconds) is None:
-            process.kill_group()
+            process.kill_group(tree + process.descendants())
             process.wait(None)
+        else:
+            process.kill_group(tree)
 
     def book_cut_off_call(self, ref: TickRef) -> None:
         """Book, estimated, the call a worker that left no result may have had in flight.

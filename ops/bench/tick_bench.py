@@ -99,6 +99,7 @@ def held_uss(
 
 AGENT_LEVELS: dict[AgentKind, dict[str, str]] = {
     "claude-code": {"api": "anthropic"},
+    "opencode": {"api": "openai-chat"},
 }
 """Each agent CLI's level settings beside `agent` (the protocol its traffic speaks)."""
 

@@ -48,6 +48,10 @@ class CliTick:
     """The tick's governor (`http://127.0.0.1:<port>`): the CLI's model endpoint."""
     hook_command: str
     """A shell command line that answers a `PreToolUse` hook from the tick's tool budget."""
+    hook_url: str
+    """Where the tool budget is asked directly (POST the call, with `hook_token`)."""
+    hook_token: str
+    """The `x-tickwork-hook-token` that asker must show: nobody else may spend the budget."""
     client_key: str
     """The API key the CLI is given, good for the tick's governor only; the governor puts
     the real one on each call it forwards."""

@@ -16,6 +16,7 @@ import json
 from typing import Any, ClassVar
 
 from harness.contracts.agents import AgentKind
+from harness.contracts.tiers import claude_tool_args
 from harness.contracts.wire import Api
 from workers.agents.base import AgentCliRun, MalformedLineError, ToolStatus
 
@@ -62,7 +63,8 @@ class ClaudeCodeRun(AgentCliRun):
         ]
         if payload.instructions:
             argv += ["--append-system-prompt", payload.instructions]
-        return argv
+        # The level's tier: only its tools exist in the session, are allowed without asking.
+        return argv + claude_tool_args(payload.capabilities()).argv()
 
     def env(self) -> dict[str, str]:
         """The tick's governor as its endpoint, the tick's client key, no traffic of its own."""

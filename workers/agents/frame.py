@@ -44,6 +44,7 @@ from workers.tool_budget import ToolBudget
 
 MODULES: dict[AgentKind, str] = {
     "claude-code": "workers.agents.claude_code:ClaudeCodeRun",
+    "opencode": "workers.agents.opencode:OpenCodeRun",
 }
 """Each CLI's module and class, imported when a tick runs it."""
 HOOK_SCRIPT = Path(__file__).with_name("pretool_hook.py")
@@ -101,8 +102,8 @@ class AgentTick:
         recorder: EventRecorder,
     ) -> None:
         self.kind, self.payload, self.candidate, self.recorder = kind, payload, candidate, recorder
-        self.folder = payload.result_path.with_name(f"{payload.tick_id}.agent")
-        home, workdir = self.folder / "home", payload.workdir or self.folder / "work"
+        self.folder = payload.own_folder()
+        home, workdir = self.folder / "home", payload.work_folder()
         for path in (home, workdir):
             path.mkdir(parents=True, exist_ok=True)
         self.budget = ToolBudget(payload.max_tool_calls)
@@ -129,6 +130,8 @@ class AgentTick:
             workdir=workdir,
             governor_url=origin,
             hook_command=" ".join(shlex.quote(part) for part in (*hook, self.server.token)),
+            hook_url=self.server.hook_url,
+            hook_token=self.server.token,
             client_key=self.server.client_key,
             refused_tools=self.governor.ledger_of_tick.cancelled_tools,
             tools_asked_at=self.governor.ledger_of_tick.tools_asked_at,

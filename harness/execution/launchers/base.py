@@ -70,9 +70,24 @@ class TickProcess:
                 continue
         return alive
 
-    def kill_group(self) -> None:
-        """Kill whatever is left of the tick's process group."""
+    def descendants(self) -> list[psutil.Process]:
+        """The tick process's whole tree now, whatever process group each member moved to.
+
+        An agent CLI starts its tools in groups (sessions) of their own; once the tick
+        process is gone they hang off init, out of reach of both its group and its tree.
+        """
+        try:
+            tree: list[psutil.Process] = psutil.Process(self.pid).children(recursive=True)
+        except psutil.Error:
+            return []
+        return tree
+
+    def kill_group(self, also: list[psutil.Process] | None = None) -> None:
+        """Kill whatever is left of the tick's process group, and the processes `also` names."""
         self.signal_group(signal.SIGKILL)
+        for process in also or []:
+            with contextlib.suppress(psutil.Error):
+                process.kill()  # psutil refuses a pid that a new process has taken since
 
 
 class Launcher(ABC):

@@ -1,0 +1,307 @@
+"""OpenCode ticks: its config, its event lines, and the real CLI under tickwork's caps.
+
+The unit tests read lines as OpenCode 1.18.33 printed them here against the fake upstream.
+The CLI tests run the pinned `opencode` from ops/agents against the fake upstream through
+the tick's own governor; they skip only when the CLI is not installed and `CI` is unset.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import threading
+from pathlib import Path
+from typing import Any
+
+import psutil
+import pytest
+
+from harness.contracts import ModelCalled, ToolCalled, TranscriptEntry
+from harness.contracts.events import AgentUsageChecked, TickStarted, tick_stream
+from harness.contracts.payload import TICK_HEADER, TickPayload
+from harness.contracts.tiers import capabilities, opencode_permissions
+from harness.devtools.fake_llm import FakeUpstream, Step, ToolCallSpec
+from harness.store import open_store
+from tests.tick_support import (
+    SECRET,
+    Harness,
+    assert_capped,
+    billed_and_spent,
+    require_cli,
+)
+from workers.agents import CliTick, CliTranscript, MalformedLineError
+from workers.agents.opencode import PLUGIN, OpenCodeRun, opencode_config, step_tokens
+from workers.model import Target
+from workers.recorder import EventRecorder
+
+OPENCODE = "opencode"
+
+
+# The config and the lines, without the CLI ---------------------------------------------
+
+
+def test_the_config_points_the_provider_at_the_governor_with_the_tick_and_the_tier() -> None:
+    permissions = opencode_permissions(capabilities("read"))
+    config = opencode_config("m-1", "http://127.0.0.1:5", "placeholder", "min-1", permissions)
+    provider = config["provider"]["tickwork"]
+    assert provider["npm"] == "@ai-sdk/openai-compatible"
+    assert provider["options"] == {
+        "baseURL": "http://127.0.0.1:5/v1",
+        "apiKey": "placeholder",
+        "headers": {TICK_HEADER: "min-1"},
+    }
+    assert config["model"] == config["small_model"] == "tickwork/m-1"
+    assert config["plugin"] == [PLUGIN.as_uri()] and PLUGIN.is_file()
+    assert config["permission"] == permissions
+    assert permissions["*"] == "deny" and "bash" not in permissions
+    assert "instructions" not in config
+    with_instructions = opencode_config(
+        "m-1", "http://127.0.0.1:5", "k", "min-1", permissions, Path("/t/instructions.md")
+    )
+    assert with_instructions["instructions"] == ["/t/instructions.md"]
+
+
+class Lines:
+    """An OpenCodeRun fed by hand, recording into a real store."""
+
+    def __init__(self, tmp_path: Path, refused: set[str] | None = None) -> None:
+        self.payload = TickPayload(
+            tick_id="min-1",
+            level="min",
+            prompt="go",
+            model="fake-model",
+            max_tool_calls=2,
+            result_path=tmp_path / "r.json",
+            store_url=f"sqlite:///{tmp_path}/events.db",
+            spool_dir=tmp_path / "spool",
+        )
+        store = open_store(self.payload.store_url)
+        started = TickStarted(tick_id="min-1", level="min", pid=os.getpid(), host="")
+        store.append(tick_stream("min-1"), [started.to_record()])
+        self.store = store
+        self.recorder = EventRecorder(self.payload)
+        tick = CliTick(
+            payload=self.payload,
+            target=Target("openai-chat", "fake-model", None, None, None),
+            binary=tmp_path / "opencode",
+            home=tmp_path,
+            workdir=tmp_path,
+            governor_url="http://127.0.0.1:9",
+            hook_command="",
+            hook_url="http://127.0.0.1:9/_tickwork/pretool",
+            hook_token="t",
+            client_key="k",
+            refused_tools=refused or set(),
+            tools_asked_at={},
+        )
+        self.run = OpenCodeRun(tick, CliTranscript(self.payload, self.recorder, lambda: False))
+
+    def feed(self, *lines: dict[str, Any]) -> None:
+        for line in lines:
+            self.run.read(line)
+
+    def events(self) -> list[Any]:
+        self.recorder.close()
+        return self.store.read_stream(tick_stream("min-1"))
+
+
+def step_start() -> dict[str, Any]:
+    return {"type": "step_start", "part": {"type": "step-start"}}
+
+
+def text(words: str) -> dict[str, Any]:
+    return {"type": "text", "part": {"type": "text", "text": words}}
+
+
+def tool(call_id: str, status: str, **state: Any) -> dict[str, Any]:
+    times = {"start": 1796155422501, "end": 1796155422553}
+    body = {"status": status, "input": {"filePath": "a.txt"}, "time": times, **state}
+    return {"type": "tool_use", "part": {"tool": "read", "callID": call_id, "state": body}}
+
+
+def finish(reason: str, tokens_in: int, tokens_out: int, read: int = 0) -> dict[str, Any]:
+    tokens = {"input": tokens_in, "output": tokens_out, "reasoning": 0}
+    tokens["cache"] = {"read": read, "write": 0}  # type: ignore[assignment]
+    return {"type": "step_finish", "part": {"reason": reason, "tokens": tokens}}
+
+
+def test_lines_become_the_transcript_tool_events_and_the_last_steps_text(tmp_path: Path) -> None:
+    lines = Lines(tmp_path, refused={"call_3"})
+    lines.feed(
+        step_start(),
+        text("Reading."),
+        tool("call_1", "completed", output="1: content a"),
+        tool("call_3", "error", error="Not run: the tool budget of 2 calls is used up."),
+        tool("call_4", "error", error="Model tried to call unavailable tool 'bash'."),
+        finish("tool-calls", 7637, 95),
+        step_start(),
+        text("All read."),
+        finish("stop", 7861, 5, read=100),
+    )
+    report = lines.run.report
+    assert report.ended and report.text == "All read." and report.stop_reason == "end_turn"
+    assert (report.prompt_tokens, report.completion_tokens) == (7637 + 7861 + 100, 100)
+    events = lines.events()
+    said = [
+        e.data["text"]
+        for e in events
+        if e.type == TranscriptEntry.type and e.data["kind"] == "assistant"
+    ]
+    assert said == ["Reading.", "All read."]
+    called = [
+        (e.data["name"], e.data["status"], e.data["duration_ms"])
+        for e in events
+        if e.type == ToolCalled.type
+    ]
+    assert called == [("read", "ok", 52.0), ("read", "cancelled", 52.0), ("read", "error", 52.0)]
+
+
+def test_an_error_line_ends_the_run_with_the_clis_own_words(tmp_path: Path) -> None:
+    lines = Lines(tmp_path)
+    lines.feed(
+        {
+            "type": "error",
+            "error": {
+                "name": "APIError",
+                "data": {"message": "Incorrect API key", "statusCode": 401},
+            },
+        }
+    )
+    assert lines.run.report.ended and lines.run.report.error == "APIError: Incorrect API key"
+
+
+@pytest.mark.parametrize(
+    "line",
+    [
+        {"part": {}},
+        {"type": "tool_use"},
+        {"type": "tool_use", "part": {"tool": "read"}},
+        {"type": "step_finish", "part": {"reason": "stop"}},
+        {"type": "step_finish", "part": {"tokens": {"input": "many"}}},
+        {"type": "error", "error": "boom"},
+    ],
+)
+def test_a_line_that_is_no_opencode_event_is_malformed(
+    tmp_path: Path, line: dict[str, Any]
+) -> None:
+    with pytest.raises(MalformedLineError):
+        Lines(tmp_path).feed(line)
+
+
+def test_a_later_versions_unknown_event_is_passed_over(tmp_path: Path) -> None:
+    lines = Lines(tmp_path)
+    lines.feed({"type": "session_status", "part": None})
+    assert not lines.run.report.ended
+
+
+def test_step_tokens_count_the_cached_prompt_and_the_reasoning() -> None:
+    tokens = {"input": 10, "output": 3, "reasoning": 2, "cache": {"read": 5, "write": 1}}
+    assert step_tokens(tokens) == (16, 5)
+
+
+# The real CLI ---------------------------------------------------------------------------
+
+
+def opencode_harness(tmp_path: Path, fake: FakeUpstream, **level: object) -> Harness:
+    require_cli(OPENCODE)
+    # OpenCode starts in seconds of CPU; on a loaded machine in tens of seconds of wall.
+    level.setdefault("timeout_seconds", 240)
+    return Harness(tmp_path, fake, agent=OPENCODE, rag=False, **level)
+
+
+def read(path: Path) -> ToolCallSpec:
+    return ToolCallSpec(name="read", arguments={"filePath": str(path)})
+
+
+def test_opencode_holds_the_tool_cap_with_parallel_calls_and_books_each_call_as_billed(
+    tmp_path: Path, fake: FakeUpstream
+) -> None:
+    work = tmp_path / "work"
+    work.mkdir()
+    for name in "abc":
+        (work / f"{name}.txt").write_text(f"content {name}\n")
+    harness = opencode_harness(tmp_path, fake, max_tool_calls=2, tools="read", workdir=work)
+    shell = ToolCallSpec(name="bash", arguments={"command": f"touch {tmp_path}/ran"})
+    outcome = harness.tick(
+        [
+            # Three parallel reads on a cap of 2, and a shell the `read` tier does not offer.
+            Step(
+                text=f"Reading; the key is {SECRET}.",
+                tool_calls=[
+                    read(work / "a.txt"),
+                    read(work / "b.txt"),
+                    read(work / "c.txt"),
+                    shell,
+                ],
+            ),
+            Step(text="never asked: the tick's governor answers past the cap"),
+        ]
+    )
+    assert_capped(outcome, 2, executed=2, cancelled=1)
+    result = outcome.result
+    assert result is not None
+    assert not (tmp_path / "ran").exists()
+    events = harness.events(outcome)
+    tools = sorted((e.data["name"], e.data["status"]) for e in events if e.type == ToolCalled.type)
+    assert tools == [("bash", "error"), ("read", "cancelled"), ("read", "ok"), ("read", "ok")]
+    billed, spent = billed_and_spent(fake, events, outcome.tick_id)
+    assert len(billed) == 1 and spent == billed
+    assert [e.data["call"] for e in events if e.type == ModelCalled.type] == [1]
+    (checked,) = [e.data for e in events if e.type == AgentUsageChecked.type]
+    assert checked["reported_prompt_tokens"] == checked["booked_prompt_tokens"]
+    stored = json.dumps([e.data for e in events]) + Path(outcome.result_path).read_text()
+    assert SECRET not in stored and "[redacted:OPENAI_API_KEY]" in stored
+
+
+def test_a_cancelled_opencode_tick_leaves_no_process_of_its_own(
+    tmp_path: Path, fake: FakeUpstream
+) -> None:
+    harness = opencode_harness(tmp_path, fake, tools="full")
+    harness.without_retries()
+    prepared = harness.preparer.prepare("min")
+    tick_id = prepared.payload.tick_id
+    sleep = ToolCallSpec(name="bash", arguments={"command": "sleep 417", "description": "wait"})
+    fake.script(tick_id, [Step(tool_calls=[sleep]), Step(text="done")])
+
+    def ours() -> list[str]:
+        found = []
+        for process in psutil.process_iter(["cmdline"]):
+            cmdline = " ".join(process.info["cmdline"] or [])
+            if tick_id in cmdline or "sleep 417" in cmdline:
+                found.append(cmdline)
+        return found
+
+    seen = threading.Event()
+
+    def cancel_once_the_tool_runs() -> None:
+        # The shell's command is running once `sleep 417` shows up among the processes.
+        for _ in range(600):
+            if any("sleep 417" in cmdline for cmdline in ours()):
+                seen.set()
+                break
+            seen.wait(0.1)
+        harness.runner.cancel(tick_id)
+
+    fake.when_answered(
+        tick_id, lambda: threading.Thread(target=cancel_once_the_tool_runs, daemon=True).start()
+    )
+    outcome = harness.runner.run(prepared)
+    assert outcome.status == "cancelled", outcome.reason
+    assert seen.is_set(), "the tick was cancelled while its shell command ran"
+    assert ours() == []
+
+
+def test_a_rate_limited_opencode_tick_fails_as_infrastructure_instead_of_retrying_inside(
+    tmp_path: Path, fake: FakeUpstream
+) -> None:
+    harness = opencode_harness(tmp_path, fake, content_retries=0)
+    harness.without_retries()
+    # OpenCode alone would retry a 429 silently until the tick's timeout.
+    outcome = harness.tick([Step(status=429, error_message="slow down, {key}")] * 5)
+    assert outcome.status == "failed", outcome.reason
+    assert outcome.result is not None and outcome.result.error is not None
+    assert outcome.result.error.failure_class == "infrastructure"
+    events = harness.events(outcome)
+    (called,) = [e.data for e in events if e.type == ModelCalled.type]
+    assert called["failure_class"] == "infrastructure" and "429" in called["error"]
+    assert SECRET not in json.dumps([e.data for e in events])

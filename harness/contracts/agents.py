@@ -24,10 +24,11 @@ DEFAULT_AGENTS_DIR = Path(__file__).resolve().parents[2] / "ops" / "agents"
 
 @dataclass(frozen=True)
 class AgentCli:
-    """One agent CLI: its binary's name and the npm package that ships it."""
+    """One agent CLI: its binary (under `node_modules`) and the npm package that ships it."""
 
     kind: AgentKind
     binary: str
+    """The executable's path inside `<agents_dir>/node_modules`."""
     package: str
     apis: tuple[Api, ...]
     """The wire protocols its model traffic can speak (its level's or target's `api`)."""
@@ -42,8 +43,8 @@ class AgentCli:
         return self.companion
 
     def path(self, agents_dir: Path) -> Path:
-        """Where `npm ci --prefix <agents_dir>` links the binary."""
-        return agents_dir / "node_modules" / ".bin" / self.binary
+        """Where `npm ci --prefix <agents_dir>` puts the binary."""
+        return agents_dir / "node_modules" / self.binary
 
     def missing(self, agents_dir: Path) -> str | None:
         """Why the CLI cannot run from `agents_dir`, with the command that installs it."""
@@ -65,12 +66,23 @@ class AgentCli:
 
 
 AGENT_CLIS: dict[AgentKind, AgentCli] = {
-    "claude-code": AgentCli("claude-code", "claude", "@anthropic-ai/claude-code", ("anthropic",)),
+    "claude-code": AgentCli(
+        "claude-code", ".bin/claude", "@anthropic-ai/claude-code", ("anthropic",)
+    ),
     "opencode": AgentCli(
-        "opencode", "opencode", "opencode-ai", ("openai-chat",), companion="opencode-config"
+        "opencode",
+        "opencode-linux-x64/bin/opencode",
+        "opencode-linux-x64",
+        ("openai-chat",),
+        companion="opencode-config",
     ),
 }
-"""The kinds that run a CLI; `strands` runs in the tick process itself."""
+"""The kinds that run a CLI; `strands` runs in the tick process itself.
+
+OpenCode is pinned as its Linux x86-64 binary package, not the `opencode-ai` wrapper: the
+wrapper's lockfile names a binary package per platform, and `npm ci` refuses a lockfile
+that lacks any of them, which it does wherever the registry serves only some platforms
+(as the one this project is built against does)."""
 
 
 def missing_agent(kind: AgentKind, agents_dir: Path | None) -> str | None:

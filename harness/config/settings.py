@@ -11,7 +11,7 @@ from __future__ import annotations
 import os
 import re
 import tomllib
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Annotated, Any, Literal
@@ -40,7 +40,9 @@ from pydantic_settings import (
 from sqlalchemy.engine import make_url
 from sqlalchemy.exc import ArgumentError
 
+from harness.config.budgets import budget_problems, legacy_budgets, resolve_budget
 from harness.config.governor import GovernorConfig
+from harness.contracts.budgets import BudgetEntry, BudgetRule
 from harness.contracts.output import load_output_schema
 from harness.contracts.secrets import (
     ALERT_URLS_ENV,
@@ -386,8 +388,11 @@ class LevelConfig(Scheduled):
     max_concurrent: Annotated[int, Field(ge=1)] | None = None
     """Ticks of this level running at once (the global `[runner] max_concurrent` still holds)."""
     daily_token_budget: Annotated[int, Field(gt=0)] | None = None
-    """Prompt + completion tokens a UTC day; a slot that would start over it is skipped."""
+    """Prompt + completion tokens a UTC day; a slot that would start over it is skipped.
+    Kept for older files: it becomes the `[[budgets]]` entry `level-<name>-daily`."""
     daily_usd_budget: Annotated[float, Field(gt=0)] | None = None
+    tags: list[Annotated[str, Field(pattern=r"^[^\s:]+$")]] = []
+    """Names `[[budgets]]` entries scope by (`scope = "tag:team-a"`), as spend reports group."""
     reserve_tokens: Annotated[int, Field(ge=0)] = 10_000
     """Held against the budget for each tick from its claim until it ends."""
     timeout_seconds: Annotated[float, Field(gt=0)] = 300
@@ -510,6 +515,23 @@ class Settings(BaseSettings):
     digests: dict[str, DigestConfig] = {}
     alerts: AlertsConfig = AlertsConfig()
     retention: RetentionConfig = RetentionConfig()
+    budgets: list[BudgetEntry] = []
+    """`[[budgets]]`: spend limits per scope and window (`harness.contracts.budgets`)."""
+
+    def budget_entries(self) -> list[BudgetEntry]:
+        """Every budget in force: the `[[budgets]]` entries, then the levels' daily keys."""
+        return [*self.budgets, *legacy_budgets(self.levels)]
+
+    def budget_rules(self, target_hosts: Mapping[str, str] | None = None) -> list[BudgetRule]:
+        """The budgets resolved to the levels and targets they hold.
+
+        `target_hosts`: catalog target -> its endpoint's host, to resolve `provider:`
+        scopes (none without a catalog: such a budget then holds nothing).
+        """
+        return [
+            resolve_budget(entry, self.levels, target_hosts or {})
+            for entry in self.budget_entries()
+        ]
 
     def alerts_for(self, level: str) -> AlertsConfig:
         """The level's own `[levels.<name>.alerts]`, else the global `[alerts]`."""
@@ -542,6 +564,9 @@ class Settings(BaseSettings):
             unknown = sorted(set(digest.levels) - set(self.levels))
             if unknown:
                 raise ValueError(f"digests.{name}.levels names unknown level(s): {unknown}")
+        problems = list(budget_problems(self.budgets, self.levels))
+        if problems:
+            raise ValueError("; ".join(problems))
         return self
 
     @classmethod

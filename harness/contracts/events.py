@@ -279,6 +279,9 @@ class BudgetSpent(TickEvent):
     template_hash: str | None = None
     """The hash of the tick's prompt template before substitution: its prompt version
     (None: recorded before tickwork kept it, or spend of no tick's prompt)."""
+    target: str | None = None
+    """The catalog target the call went to, for `target:`/`provider:` budgets (None: no
+    route, or booked by the runner for a call cut off, whose target it does not know)."""
 
 
 class ToolCalled(TickEvent):

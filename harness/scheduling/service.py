@@ -89,7 +89,7 @@ class Service:
         self._threads_lock = threading.Lock()
         self.prices = PriceBook(settings.prices)
         self.projector = projector_for(store, self.prices)
-        self.budgets = Budgets(store, self.projector, self.prices)
+        self.budgets = Budgets(store, self.projector, self.prices, settings)
         self.buffered: dict[str, SlotClaim] = {}
         """Level -> the one tick held back until the level's tick in flight ends."""
         self.cancelled_buffered: dict[str, str] = {}
@@ -248,8 +248,7 @@ class Service:
         paused = paused_levels(self.store, levels)
         flying = self._in_flight(levels)
         busy = {t.level for t in flying}
-        budgeted = [level for level in levels if self.settings.levels[level].has_budget]
-        held = self.budgets.held(flying, budgeted)
+        held = self.budgets.held() if any(map(self.budgets.has_budget, levels)) else {}
         over_budget: dict[str, BudgetCheck] = {}
         plans: list[tuple[SlotClaim, Decision]] = []
         for slot, level in wave:
@@ -264,7 +263,7 @@ class Service:
                     paused,
                     busy,
                     self._holding,
-                    partial(self.budgets.try_reserve, level, config, tick_id, held.get(level, 0)),
+                    partial(self.budgets.try_reserve, level, tick_id, held),
                     over_budget,
                 )
             claim = SlotClaim(
@@ -310,9 +309,8 @@ class Service:
         A tick that gives way (or whose check cannot be read: fail-closed) is skipped
         `budget`, its end spooled if the store is out.
         """
-        config = self.settings.levels[claim.level]
         try:
-            check = self.budgets.confirm(claim.level, config, claim.tick_id)
+            check = self.budgets.confirm(claim.level, claim.tick_id)
         except StoreError as exc:
             self.outage.failed(exc)
             check = BudgetCheck(False, 0, None, 0)

@@ -15,7 +15,7 @@ import hashlib
 import itertools
 import json
 from dataclasses import dataclass
-from datetime import UTC, datetime, timedelta
+from datetime import UTC, date, datetime, timedelta
 from typing import Annotated, Literal
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
@@ -120,8 +120,8 @@ def window_of(window: BudgetWindow, zone: str, at: datetime) -> Window:
     return Window(_midnight(first, tz), _midnight(after, tz))
 
 
-def _midnight(day: object, tz: ZoneInfo) -> datetime:
-    start = datetime.combine(day, datetime.min.time(), tzinfo=tz)  # type: ignore[call-overload]
+def _midnight(day: date, tz: ZoneInfo) -> datetime:
+    start = datetime.combine(day, datetime.min.time(), tzinfo=tz)
     return start.astimezone(UTC)
 
 

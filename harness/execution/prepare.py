@@ -334,7 +334,7 @@ class Preparer:
         day = now.date().isoformat()
         prices = budgets.prices
         rates = {}
-        for model in {*models, *([config.model] if config.model else [])}:
+        for model in {*models, *([config.model] if config.model else []), *self._known_models()}:
             ladder = prices.rates(model, day)
             if ladder is not None:
                 rates[model] = TokenRates(
@@ -352,6 +352,13 @@ class Preparer:
             rates=rates,
             reserve_model=config.model or models[0],
         )
+
+    def _known_models(self) -> set[str]:
+        """Every model a tick may call: a wide budget counts other levels' spend too."""
+        known = {level.model for level in self.settings.levels.values() if level.model}
+        if self.router is not None:
+            known |= {target.model for target in self.router.source.catalog.targets.values()}
+        return known
 
     def _calibrations(self, models: list[str]) -> dict[str, Calibration]:
         """What the calibration read model learned of the tick's models, for its payload.

@@ -152,7 +152,6 @@ def window_spend(
         clauses.append(
             sa.and_(t.c.budget == rule.name, t.c.fingerprint == rule.fingerprint, bucket)
         )
-    spent = {rule.name: [0, 0.0, 0] for rule in rules}
     if not clauses:
         return {}
     query = (
@@ -168,18 +167,16 @@ def window_spend(
         .where(sa.or_(*clauses))
         .group_by(t.c.budget, t.c.bucket, t.c.model, t.c.price_tier)
     )
+    tokens = dict.fromkeys((rule.name for rule in rules), 0)
+    calls_of = dict.fromkeys((rule.name for rule in rules), 0)
+    usd: dict[str, float | None] = dict.fromkeys((rule.name for rule in rules), 0.0)
     for name, bucket, model, tier, prompt, completion, calls in conn.execute(query):
-        row = spent[name]
-        row[0] = int(row[0]) + int(prompt) + int(completion)
-        row[2] = int(row[2]) + int(calls)
+        tokens[name] += int(prompt) + int(completion)
+        calls_of[name] += int(calls)
         cost = prices.cost(model, bucket[:10], int(tier), int(prompt), int(completion))
-        row[1] = None if cost is None or row[1] is None else float(row[1]) + cost
-    return {
-        name: WindowSpend(
-            int(row[0] or 0), None if row[1] is None else float(row[1]), int(row[2] or 0)
-        )
-        for name, row in spent.items()
-    }
+        before = usd[name]
+        usd[name] = None if cost is None or before is None else before + cost
+    return {name: WindowSpend(tokens[name], usd[name], calls_of[name]) for name in tokens}
 
 
 def budget_projector(

@@ -185,6 +185,9 @@ class Budgets:
         self.windows = budget_projector(store, prices, self.rules)
         """Folds the budgets read model (`spent_in_windows`)."""
         self._folded_for_rules = False
+        self._lock = threading.Lock()
+        self._pending: dict[str, tuple[str, int]] = {}
+        """Tick id -> (level, tokens) reserved by decisions not yet claimed in the store."""
 
     def spent(self, rules: Sequence[BudgetRule], at: datetime) -> dict[str, WindowSpend]:
         """Each of `rules`' spend in its window holding `at`, the read model current first.
@@ -196,9 +199,6 @@ class Budgets:
             ensure_folded(self.store, self.windows, self.rules)
             self._folded_for_rules = True
         return spent_in_windows(self.store, self.windows, self.prices, rules, at)
-        self._lock = threading.Lock()
-        self._pending: dict[str, tuple[str, int]] = {}
-        """Tick id -> (level, tokens) reserved by decisions not yet claimed in the store."""
 
     def rules_for(self, level: str) -> list[BudgetRule]:
         """The budgets a tick of `level` is held to before it starts (not target-scoped ones)."""

@@ -30,6 +30,7 @@ from starlette.concurrency import run_in_threadpool
 from harness.api import dashboard, story
 from harness.api.metrics import StoreCollector, text_format
 from harness.api.models import (
+    Budget,
     Cancelled,
     Cleared,
     Digest,
@@ -341,6 +342,11 @@ def _routes(router: APIRouter, settings: Settings, manual: ManualTicks) -> None:
         substitution ("" for spend recorded without one).
         """
         return reads.spend(by or ["level"], since.date() if since else None)
+
+    @router.get("/budgets", tags=["spend"])
+    def budgets(reads: FreshReads) -> list[Budget]:
+        """Each budget's window: used, reserved, remaining, window end, burn rate, run-out."""
+        return reads.budgets()
 
     @router.get("/digests/latest", tags=["digests"], responses=UNKNOWN)
     def latest_digest(reads: FreshReads) -> Digest:

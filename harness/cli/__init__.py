@@ -5,6 +5,7 @@ from __future__ import annotations
 from harness.cli import (
     api_commands,
     archive_command,
+    budget_commands,
     catalog_commands,
     digest_commands,
     governor_commands,
@@ -21,6 +22,7 @@ __all__ = [
     "api_commands",
     "app",
     "archive_command",
+    "budget_commands",
     "catalog_commands",
     "digest_commands",
     "governor_commands",

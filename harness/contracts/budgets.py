@@ -73,6 +73,11 @@ class BudgetEntry(BaseModel):
                 f"action 'reroute' needs a 'target:' or 'provider:' scope (a lane can only "
                 f"skip a candidate), and scope is {self.scope!r}"
             )
+        if self.action == "pause" and self.scope_kind in ("target", "provider"):
+            raise ValueError(
+                f"action 'pause' pauses levels: it needs a 'global', 'level:' or 'tag:' "
+                f"scope, and scope is {self.scope!r} (use 'stop' or 'reroute')"
+            )
         if self.window == "24h" and self.timezone != "UTC":
             raise ValueError("a rolling '24h' window has no time zone: leave 'timezone' unset")
         return self

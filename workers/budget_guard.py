@@ -12,7 +12,9 @@ with stop reason `budget`: a budget is overshot by at most the calls already in 
 one per running tick, whichever process or host runs them.
 
 A budget scoped to a catalog target or provider stops only calls to its targets; one
-whose window ended while the tick ran starts the next window from zero.
+whose window ended while the tick ran starts the next window from zero. A `reroute`
+budget does not stop a call while the route has another candidate: the lane passes its
+targets over when it chooses (`spent_for`), and only its last candidate is stopped.
 """
 
 from __future__ import annotations
@@ -66,10 +68,13 @@ class BudgetGuard(HookProvider):
         payload: TickPayload,
         recorder: EventRecorder,
         target: Callable[[], str | None] = lambda: None,
+        last_candidate: Callable[[], bool] = lambda: True,
     ) -> None:
         self.payload = payload
         self.recorder = recorder
         self.target = target
+        self.last_candidate = last_candidate
+        """Whether the walk has no candidate left to reroute to (`reroute` budgets stop it)."""
         self.budget: TickBudgets | None = payload.budget
         self.position = self.budget.after_position if self.budget else 0
         self.tallies = [
@@ -103,6 +108,8 @@ class BudgetGuard(HookProvider):
         for tally in self.tallies:
             if not tally.rule.covers(self.payload.level, target):
                 continue
+            if tally.rule.action == "reroute" and not self.last_candidate():
+                continue  # the walk passes the target over at its next choice
             passed = self._passed(budget, tally)
             if passed is not None:
                 self.stopped = True
@@ -111,6 +118,26 @@ class BudgetGuard(HookProvider):
                     f"({tally.rule.scope}, {tally.rule.window}) has {passed}."
                 )
                 return
+
+    def spent_for(self, target: str) -> str | None:
+        """Why a `reroute` budget holding `target` rules it out now, or None.
+
+        The lane passes such a candidate over (`RouteFallback` reason `budget: …`); an
+        unreadable store rules nothing out (the call's own check still holds).
+        """
+        budget, store = self.budget, self.recorder.store
+        if budget is None or store is None:
+            return None
+        try:
+            self._follow(store)
+        except StoreError:
+            return None
+        for tally in self.tallies:
+            if tally.rule.action == "reroute" and tally.rule.covers(self.payload.level, target):
+                passed = self._passed(budget, tally)
+                if passed is not None:
+                    return f"budget {tally.rule.name} ({tally.rule.scope}) has {passed}"
+        return None
 
     def _passed(self, budget: TickBudgets, tally: _Tally) -> str | None:
         """What the budget's spend and reservations passed, or None while within it."""

@@ -86,7 +86,10 @@ def run(payload: TickPayload) -> int:
     walk = CandidateWalk(payload, recorder)
     budget = ToolBudget(payload.max_tool_calls)
     spend = SpendMeter(payload, recorder)
-    daily = BudgetGuard(payload, recorder, lambda: spend.target)
+    daily = BudgetGuard(
+        payload, recorder, lambda: spend.target, lambda: walk.index >= len(walk.candidates) - 1
+    )
+    walk.budget_check = daily.spent_for
     transcript = Transcript(payload, recorder)
     limits = payload.governor
     governor = ContextGovernor(

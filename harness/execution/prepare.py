@@ -307,11 +307,7 @@ class Preparer:
         if self.store is None:
             return None
         budgets = self._budgets_of(self.store)
-        rules = [
-            rule
-            for rule in budgets.rules
-            if rule.action != "reroute" and (rule.levels is None or level in rule.levels)
-        ]
+        rules = [rule for rule in budgets.rules if rule.levels is None or level in rule.levels]
         if not rules:
             return None
         now = datetime.now(UTC)

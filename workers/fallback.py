@@ -12,9 +12,10 @@ process and its quota is not known spent (`harness.routing.quota`): one whose va
 unset is passed over with a reason starting `unset`, one without quota left with a reason
 starting `quota`, one a `reroute` budget rules out with a reason starting `budget` (the
 last candidate is kept: the budget's check before each call stops it there). All are
-known without a call, so none marks the target down for later ticks. When no candidate is left the tick fails on the last one's reason
-(configuration for a variable, infrastructure for quota) instead of calling a provider
-that cannot answer or will refuse.
+known without a call, so none marks the target down for later ticks. When no candidate
+is left the tick fails on the last one's reason (configuration for a variable,
+infrastructure for quota) instead of calling a provider that cannot answer or will
+refuse.
 
 A candidate with `selfcheck_required` is asked a one-line question before the tick runs
 there, unless a passed check recorded in the store still vouches for it (none since the

@@ -1,0 +1,262 @@
+"""Budgets as data: `[[budgets]]` on any scope and window, their actions, and what they show."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from harness.config import ConfigError, LevelConfig, Settings, load_settings
+from harness.contracts import BudgetCrossed, BudgetSpent, LevelPaused
+from harness.contracts.budgets import BudgetEntry, window_of
+from harness.contracts.events import budget_stream, level_stream
+from harness.devtools.fake_llm import FakeUpstream, Step
+from harness.execution.prepare import Preparer
+from harness.execution.runner import Runner
+from harness.prices import PriceBook
+from harness.projections import projector_for
+from harness.scheduling.alerts import Alerter
+from harness.scheduling.budget import Budgets
+from harness.scheduling.budget_watch import BudgetWatch, budget_statuses
+from harness.scheduling.control import switch_level
+from harness.scheduling.waves import SlotClaim, claim_wave
+from harness.store import EventStore, SqlEventStore
+from tests.tick_support import Harness
+
+BERLIN = "Europe/Berlin"
+
+
+def _level(**fields: Any) -> LevelConfig:
+    return LevelConfig(every="1m", model="fake-model", **fields)
+
+
+def _settings(tmp_path: Path, budgets: list[dict[str, Any]], **levels: LevelConfig) -> Settings:
+    return Settings(
+        store={"url": f"sqlite:///{tmp_path}/events.db"},  # type: ignore[arg-type]
+        levels=levels or {"min": _level(tags=["team-a"]), "hour": _level()},
+        budgets=[BudgetEntry(**entry) for entry in budgets],
+    )
+
+
+def _spend(store: EventStore, level: str, at: datetime, tokens: int, n: int = 0) -> None:
+    spent = BudgetSpent(
+        tick_id=f"{level}-{at:%Y%m%d%H%M}-{n}",
+        level=level,
+        model="fake-model",
+        prompt_tokens=tokens,
+        completion_tokens=0,
+        occurred_at=at,
+    )
+    store.append(spent.stream_id, [spent.to_record()])
+
+
+def _budgets(settings: Settings, store: EventStore) -> Budgets:
+    prices = PriceBook(settings.prices)
+    return Budgets(store, projector_for(store, prices), prices, settings)
+
+
+BAD = [
+    ('scope = "tag:nobody"\ntokens = 5', "budgets.0.scope: no level carries tag 'nobody'"),
+    ('scope = "level:ghost"\ntokens = 5', "budgets.0.scope: no level named 'ghost'"),
+    ('scope = "team:a"\ntokens = 5', "budgets.0.scope: String should match pattern"),
+    ('scope = "global"\ntokens = 0', "budgets.0.tokens: Input should be greater than 0"),
+    ('scope = "global"\nusd = -1.5', "budgets.0.usd: Input should be greater than 0"),
+    ('scope = "global"', "budgets.0: Value error, a budget needs a limit"),
+    ('scope = "global"\ntokens = 5\naction = "reroute"', "action 'reroute' needs a 'target:'"),
+    ('scope = "target:gpu"\ntokens = 5\naction = "pause"', "action 'pause' pauses levels"),
+    ('scope = "global"\ntokens = 5\nalert_at = [0.8, 0.5]', "budgets.0.alert_at: Value error"),
+    ('scope = "global"\ntokens = 5\nwindow = "fortnight"', "budgets.0.window: Input should be"),
+    # Overlapping: the same scope and window twice.
+    (
+        'scope = "global"\ntokens = 5\n[[budgets]]\nname = "b2"\nscope = "global"\nusd = 1',
+        "budgets.1: overlaps budgets.0 (same scope 'global' and window 'day')",
+    ),
+    # Contradictory: a tag's limit at or above the global one of the same window never binds.
+    (
+        'scope = "global"\ntokens = 5\n[[budgets]]\nname = "b2"\nscope = "tag:team-a"\ntokens = 9',
+        "budgets.1.tokens: 9 can never bind: budgets.0 (global, same window) stops at 5",
+    ),
+    # The old daily key is an entry too: a level: day budget beside it overlaps.
+    (
+        'scope = "level:min"\ntokens = 5',
+        "levels.min.daily_*_budget: overlaps budgets.0 (same scope 'level:min'",
+    ),
+]
+
+
+@pytest.mark.parametrize(("entry", "message"), BAD, ids=range(len(BAD)))
+def test_bad_budgets_are_refused_at_load_with_the_entrys_path(
+    tmp_path: Path, entry: str, message: str
+) -> None:
+    daily = "daily_token_budget = 50\n" if "level:min" in entry else ""
+    path = tmp_path / "tickwork.toml"
+    path.write_text(
+        '[levels.min]\nevery = "1m"\nmodel = "m"\ntags = ["team-a"]\n'
+        f'{daily}\n[[budgets]]\nname = "b1"\n{entry}\n'
+    )
+    with pytest.raises(ConfigError) as caught:
+        load_settings(path)
+    assert message in str(caught.value), str(caught.value)
+
+
+def test_calendar_windows_follow_the_zones_dst_and_the_months_end() -> None:
+    autumn = window_of("day", BERLIN, datetime(2026, 10, 25, 12, tzinfo=UTC))
+    assert autumn.end - autumn.start == timedelta(hours=25)
+    spring = window_of("day", BERLIN, datetime(2026, 3, 29, 12, tzinfo=UTC))
+    assert spring.end - spring.start == timedelta(hours=23)
+    february = window_of("month", BERLIN, datetime(2028, 2, 29, 22, 59, tzinfo=UTC))
+    assert (february.start, february.end) == (
+        datetime(2028, 1, 31, 23, tzinfo=UTC),
+        datetime(2028, 2, 29, 23, tzinfo=UTC),
+    )
+    week = window_of("week", "America/New_York", datetime(2026, 3, 9, 3, tzinfo=UTC))
+    assert (week.start, week.end) == (
+        datetime(2026, 3, 2, 5, tzinfo=UTC),  # Monday midnight EST
+        datetime(2026, 3, 9, 4, tzinfo=UTC),  # the next Monday's, in EDT
+    )
+    rolling = window_of("24h", "UTC", datetime(2026, 3, 9, 3, 5, tzinfo=UTC))
+    assert rolling.end - rolling.start == timedelta(hours=24)
+
+
+def test_spend_counts_in_the_window_it_occurred_in_across_a_month_end_and_a_dst_day(
+    store: SqlEventStore, tmp_path: Path
+) -> None:
+    settings = _settings(
+        tmp_path,
+        [
+            {
+                "name": "team-a",
+                "scope": "tag:team-a",
+                "window": "month",
+                "timezone": BERLIN,
+                "tokens": 10_000,
+            },
+            {
+                "name": "all-day",
+                "scope": "global",
+                "window": "day",
+                "timezone": BERLIN,
+                "tokens": 10_000,
+            },
+        ],
+    )
+    # 23:30 on Oct 31 in Berlin, then 00:30 on Nov 1 (both UTC Oct 31); `hour` has no tag.
+    _spend(store, "min", datetime(2026, 10, 31, 22, 30, tzinfo=UTC), 100)
+    _spend(store, "min", datetime(2026, 10, 31, 23, 30, tzinfo=UTC), 20)
+    _spend(store, "hour", datetime(2026, 10, 31, 23, 40, tzinfo=UTC), 3)
+    # 23:30 on Oct 25 in Berlin (CET again, UTC+1): still that 25-hour day.
+    _spend(store, "hour", datetime(2026, 10, 25, 22, 30, tzinfo=UTC), 7)
+    budgets = _budgets(settings, store)
+    october = datetime(2026, 10, 31, 22, 45, tzinfo=UTC)
+    november = datetime(2026, 11, 1, 9, tzinfo=UTC)
+    assert budgets.spent(budgets.rules, october)["team-a"].tokens == 100
+    assert budgets.spent(budgets.rules, november)["team-a"].tokens == 20
+    assert budgets.spent(budgets.rules, november)["all-day"].tokens == 23
+    assert (
+        budgets.spent(budgets.rules, datetime(2026, 10, 25, 12, tzinfo=UTC))["all-day"].tokens == 7
+    )
+
+    # A budget added later counts its window's earlier spend: the read model is refolded.
+    wider = settings.model_copy(
+        update={
+            "budgets": [
+                *settings.budgets,
+                BudgetEntry(name="hours", scope="global", window="month", tokens=50_000),
+            ]
+        }
+    )
+    later = _budgets(wider, store)
+    assert later.spent(later.rules, october)["hours"].tokens == 100 + 20 + 3 + 7
+    (status,) = [s for s in budget_statuses(later, october) if s.name == "hours"]
+    assert (status.used_tokens, status.remaining_tokens) == (130, 50_000 - 130)
+    assert status.window_end == datetime(2026, 11, 1, tzinfo=UTC)
+    assert status.runs_out_at is None, "at 130 tokens in 31 days it lasts the month"
+
+
+def test_soft_thresholds_and_the_limit_alert_once_per_window(
+    store: SqlEventStore, tmp_path: Path
+) -> None:
+    settings = _settings(
+        tmp_path,
+        [{"name": "team-a", "scope": "tag:team-a", "tokens": 1_000, "alert_at": [0.5, 0.8]}],
+    )
+    sent: list[tuple[str, str]] = []
+
+    def sender(url: str, title: str, body: str) -> str:
+        sent.append((title, body))
+        return "ok"
+
+    alerter = Alerter(settings, store, env={"TICKWORK_ALERT_URLS": "json://x"}, sender=sender)
+    assert alerter.poll() == []
+    day = datetime(2026, 12, 1, 9, tzinfo=UTC)
+    _spend(store, "min", day, 600)
+    replicas = [BudgetWatch(settings, store, _budgets(settings, store)) for _ in range(2)]
+    assert [e.threshold for e in replicas[0].poll(day)] == [0.5]
+    assert replicas[1].poll(day) == [], "the other replica finds the crossing recorded"
+    assert replicas[0].poll(day) == []
+    _spend(store, "min", day, 500, n=1)
+    assert [e.threshold for e in replicas[1].poll(day)] == [0.8, 1.0]
+    raised = alerter.poll()
+    assert [a.kind for a in raised] == ["budget"] * 3
+    assert len(sent) == 3 and "limit reached (1,100 tokens)" in sent[2][1], sent
+    assert alerter.poll() == [] and replicas[0].poll(day) == []
+
+    tomorrow = day + timedelta(days=1)
+    _spend(store, "min", tomorrow, 700)
+    assert [e.threshold for e in replicas[0].poll(tomorrow)] == [0.5]
+    assert len(alerter.poll()) == 1 and len(sent) == 4
+
+
+def test_a_pause_budget_pauses_its_levels_once_per_window_as_budget(
+    store: SqlEventStore, tmp_path: Path
+) -> None:
+    settings = _settings(
+        tmp_path, [{"name": "team-a", "scope": "tag:team-a", "tokens": 100, "action": "pause"}]
+    )
+    watch = BudgetWatch(settings, store, _budgets(settings, store))
+    day = datetime(2026, 12, 1, 9, tzinfo=UTC)
+    _spend(store, "min", day, 150)
+    (crossed,) = watch.poll(day)
+    assert crossed.levels == ["min"], "only the tagged level"
+    (paused,) = [e for e in store.read_stream(level_stream("min")) if e.type == LevelPaused.type]
+    assert paused.data["by"] == "budget" and "budget team-a" in paused.data["reason"]
+    assert not store.read_stream(level_stream("hour"))
+
+    switch_level(settings, store, "min", pause=False, by="operator")
+    assert BudgetWatch(settings, store, _budgets(settings, store)).poll(day) == []
+    assert store.read_stream(level_stream("min"))[-1].data["by"] == "operator", "resume holds"
+    assert len(store.read_stream(budget_stream("team-a"))) == 1
+    assert store.read_stream(budget_stream("team-a"))[0].type == BudgetCrossed.type
+
+
+def test_a_stop_budget_skips_slots_and_stops_a_tick_before_its_next_call(
+    tmp_path: Path, fake: FakeUpstream
+) -> None:
+    harness = Harness(tmp_path, fake, rag=False, reserve_tokens=0)
+    global_budget = BudgetEntry(name="everything", scope="global", tokens=1_000)
+    harness.settings = harness.settings.model_copy(update={"budgets": [global_budget]})
+    harness.preparer = Preparer(harness.settings, harness.store, env=harness.runner.env)
+    harness.runner = Runner(harness.settings, harness.store, env=harness.runner.env)
+    budgets = _budgets(harness.settings, harness.store)
+    assert budgets.try_reserve("min", "min-before").allowed
+    budgets.settle("min", "min-before")
+
+    # Another level, in another process or replica, spends most of the global budget, and
+    # a tick of a third level in flight holds the rest: this tick's first call would pass it.
+    _spend(harness.store, "elsewhere", datetime.now(UTC), 600)
+    holder = SlotClaim("hour-holding", "hour", None, reserved_tokens=500)
+    assert claim_wave(harness.store, harness.settings, [holder]) == {holder.tick_id}
+    check = budgets.try_reserve("min", "min-after", budgets.held())
+    assert (check.allowed, check.budget, check.spent_tokens, check.reserved_tokens) == (
+        False,
+        "everything",
+        600,
+        500,
+    )
+
+    outcome = harness.tick([Step(text="never asked")])
+    assert outcome.result is not None and outcome.result.stop_reason == "budget", outcome
+    assert "budget everything (global, day)" in outcome.result.text
+    assert outcome.tick_id not in fake.state.first_request

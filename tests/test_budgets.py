@@ -8,11 +8,12 @@ from typing import Any
 
 import pytest
 
-from harness.config import ConfigError, LevelConfig, Settings, load_settings
-from harness.contracts import BudgetCrossed, BudgetSpent, LevelPaused
+from harness.config import ConfigError, LevelConfig, RunnerConfig, Settings, load_settings
+from harness.contracts import BudgetCrossed, BudgetSpent, LevelPaused, RouteFallback
 from harness.contracts.budgets import BudgetEntry, window_of
-from harness.contracts.events import budget_stream, level_stream
+from harness.contracts.events import TERMINAL_TYPES, budget_stream, level_stream
 from harness.devtools.fake_llm import FakeUpstream, Step
+from harness.execution.executors import LocalExecutor
 from harness.execution.prepare import Preparer
 from harness.execution.runner import Runner
 from harness.prices import PriceBook
@@ -23,7 +24,8 @@ from harness.scheduling.budget_watch import BudgetWatch, budget_statuses
 from harness.scheduling.control import switch_level
 from harness.scheduling.waves import SlotClaim, claim_wave
 from harness.store import EventStore, SqlEventStore
-from tests.tick_support import Harness
+from tests.test_routing import Routed, of_type, target, write_catalog
+from tests.tick_support import Harness, calls
 
 BERLIN = "Europe/Berlin"
 
@@ -260,3 +262,75 @@ def test_a_stop_budget_skips_slots_and_stops_a_tick_before_its_next_call(
     assert outcome.result is not None and outcome.result.stop_reason == "budget", outcome
     assert "budget everything (global, day)" in outcome.result.text
     assert outcome.tick_id not in fake.state.first_request
+
+
+def test_a_reroute_budget_makes_the_lane_pass_over_its_spent_target(
+    tmp_path: Path, sqlite_url: str, fake: FakeUpstream
+) -> None:
+    targets = {"metered": target(fake.url, "metered-model"), "spare": target(fake.url, "spare")}
+    catalog = write_catalog(tmp_path / "catalog.json", targets, ["metered", "spare"])
+    routed = Routed(tmp_path, sqlite_url, catalog)
+    cap = BudgetEntry(name="metered-cap", scope="target:metered", tokens=100, action="reroute")
+    routed.settings = routed.settings.model_copy(update={"budgets": [cap]})
+    routed.preparer = Preparer(routed.settings, routed.store, env=routed.runner.env)
+    routed.runner = Runner(routed.settings, routed.store, env=routed.runner.env)
+    spent = BudgetSpent(
+        tick_id="min-earlier",
+        level="min",
+        model="metered-model",
+        prompt_tokens=150,
+        completion_tokens=0,
+        target="metered",
+    )
+    routed.store.append(spent.stream_id, [spent.to_record()])
+
+    outcome, events = routed.tick(fake, [Step(text="answered by the spare")])
+    assert outcome.status == "completed" and outcome.result is not None, outcome.reason
+    assert outcome.result.target == "spare"
+    (passed_over,) = of_type(events, RouteFallback.type)
+    assert passed_over["from_target"] == "metered" and passed_over["to_target"] == "spare"
+    assert passed_over["reason"].startswith("budget: budget metered-cap (target:metered)")
+
+
+def test_a_budget_shared_by_two_worker_processes_is_overshot_by_at_most_a_call_each(
+    tmp_path: Path, fake: FakeUpstream
+) -> None:
+    steps = [calls("nothing"), calls("nothing"), Step(text="done")]
+    probe = Harness(tmp_path / "probe", fake, rag=False)
+    sizes = [
+        e.data["prompt_tokens"] + e.data["completion_tokens"]
+        for e in probe.events(probe.tick(list(steps)))
+        if e.type == BudgetSpent.type
+    ]
+    limit = 2 * sizes[0] + sizes[1] // 2  # both first calls fit; any second passes it
+    harness = Harness(tmp_path, fake, rag=False, reserve_tokens=0)
+    level = harness.settings.levels["min"]
+    harness.settings = harness.settings.model_copy(
+        update={
+            "levels": {
+                "min": level.model_copy(update={"tags": ["team-a"]}),
+                "hour": level.model_copy(update={"tags": ["team-a"]}),
+            },
+            "budgets": [BudgetEntry(name="team-a", scope="tag:team-a", tokens=limit)],
+            "runner": RunnerConfig(max_concurrent=2, start_spacing_seconds=0, grace_seconds=1),
+        }
+    )
+    preparer = Preparer(harness.settings, harness.store, env=harness.runner.env)
+    runner = Runner(harness.settings, harness.store, env=harness.runner.env)
+    executor = LocalExecutor(harness.settings, preparer, runner, print)
+    claims = [SlotClaim(f"{name}-shared", name, None) for name in ("min", "hour")]
+    for claim in claims:
+        fake.script(claim.tick_id, list(steps))
+    assert claim_wave(harness.store, harness.settings, claims) == {c.tick_id for c in claims}
+    for claim in claims:
+        executor.submit(claim)
+    executor.wait_idle(120)
+    executor.shutdown(grace=0)
+
+    events = [e for c in claims for e in harness.store.read_stream(f"tick-{c.tick_id}")]
+    booked = [e for e in events if e.type == BudgetSpent.type]
+    total = sum(e.data["prompt_tokens"] + e.data["completion_tokens"] for e in booked)
+    assert total - limit <= 2 * max(sizes), (total, limit, sizes)
+    assert len({e.data["pid"] for e in events if e.type == "TickStarted"}) == 2
+    ends = [e.data for e in events if e.type in TERMINAL_TYPES]
+    assert len(ends) == 2 and any(end.get("stop_reason") == "budget" for end in ends), ends

@@ -167,6 +167,8 @@ class BudgetGuard(HookProvider):
             for stored in batch:
                 self._apply(stored)
             self.position = batch[-1].global_position
+            if len(batch) < BATCH:
+                return  # a short batch is the end: no second query to learn it
 
     def _apply(self, stored: StoredEvent) -> None:
         data = stored.data

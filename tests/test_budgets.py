@@ -18,12 +18,13 @@ from harness.execution.prepare import Preparer
 from harness.execution.runner import Runner
 from harness.prices import PriceBook
 from harness.projections import projector_for
+from harness.projections.spend import spend_by
 from harness.scheduling.alerts import Alerter
 from harness.scheduling.budget import Budgets
 from harness.scheduling.budget_watch import BudgetWatch, budget_statuses
 from harness.scheduling.control import switch_level
 from harness.scheduling.waves import SlotClaim, claim_wave
-from harness.store import EventStore, SqlEventStore
+from harness.store import EventStore, SqlEventStore, open_store
 from tests.test_routing import Routed, of_type, target, write_catalog
 from tests.tick_support import Harness, calls
 
@@ -334,3 +335,30 @@ def test_a_budget_shared_by_two_worker_processes_is_overshot_by_at_most_a_call_e
     assert len({e.data["pid"] for e in events if e.type == "TickStarted"}) == 2
     ends = [e.data for e in events if e.type in TERMINAL_TYPES]
     assert len(ends) == 2 and any(end.get("stop_reason") == "budget" for end in ends), ends
+
+
+def test_spend_by_tag_counts_each_level_under_each_of_its_tags(
+    sqlite_url: str, tmp_path: Path
+) -> None:
+    store = open_store(sqlite_url)
+    settings = _settings(
+        tmp_path,
+        [],
+        min=_level(tags=["team-a", "pager"]),
+        hour=_level(tags=["team-a"]),
+        day=_level(),
+    )
+    now = datetime.now(UTC)
+    for level, tokens in (("min", 100), ("hour", 20), ("day", 3)):
+        _spend(store, level, now, tokens)
+    prices = PriceBook(settings.prices)
+    projector_for(store, prices).catch_up(["spend"])
+    tags = {name: list(level.tags) for name, level in settings.levels.items()}
+    with store.read_transaction() as conn:
+        rows = spend_by(conn, prices, ["tag"], tags)
+    assert {row.group["tag"]: row.prompt_tokens for row in rows} == {
+        "": 3,
+        "pager": 100,
+        "team-a": 120,
+    }
+    store.close()

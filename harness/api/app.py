@@ -47,7 +47,7 @@ from harness.contracts.events import tick_stream
 from harness.contracts.secrets import redact
 from harness.execution.manual import ManualTicks
 from harness.projections import SpendRow
-from harness.projections.spend import GroupBy
+from harness.projections.spend import ReportGroup
 from harness.projections.ticks import STATUSES, TickCursor
 from harness.scheduling.control import (
     ScopeError,
@@ -75,8 +75,11 @@ def _known_status(value: str) -> str:
 TickStatus = Annotated[str, AfterValidator(_known_status)]
 
 SpendGroups = Annotated[
-    list[GroupBy] | None,
-    Query(description="level, model, day and/or template (the prompt's version)."),
+    list[ReportGroup] | None,
+    Query(
+        description="level, model, day, template (the prompt's version) and/or tag (the "
+        "levels' `tags`; a level with two counts in both)."
+    ),
 ]
 
 

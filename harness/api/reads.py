@@ -25,11 +25,10 @@ from harness.projections import (
     latest_published,
     projector_for,
     recent_ticks,
-    spend_report,
 )
 from harness.projections.level_stats import LevelStats, level_stats
 from harness.projections.levels import pauses
-from harness.projections.spend import GroupBy
+from harness.projections.spend import ReportGroup, spend_by
 from harness.projections.ticks import OPEN, TickCursor, tick_rows
 from harness.routing.history import RevisionError, recorded_catalog
 from harness.scheduling.budget import Budgets
@@ -182,10 +181,11 @@ class Reads:
         targets = catalog.get("targets", {})
         return {name: targets[name] for name in dict.fromkeys(named) if name in targets}
 
-    def spend(self, by: Sequence[GroupBy], since: date | None = None) -> list[SpendRow]:
-        """Spend grouped as asked, from the spend read model."""
+    def spend(self, by: Sequence[ReportGroup], since: date | None = None) -> list[SpendRow]:
+        """Spend grouped as asked (`tag` too), from the spend read model."""
+        tags = {name: list(level.tags) for name, level in self.settings.levels.items()}
         with self.store.read_transaction() as conn:
-            return spend_report(conn, self.prices, by=by, since=since)
+            return spend_by(conn, self.prices, by, tags, since=since)
 
     def budgets(self) -> list[Budget]:
         """Every budget's current window (`harness.scheduling.budget_watch`)."""

@@ -109,6 +109,23 @@ class LevelSection(_Model):
     excerpts: list[Excerpt]
 
 
+class BudgetLine(_Model):
+    """One budget's window when the digest was built (`tickwork budgets` has the same)."""
+
+    name: str
+    scope: str
+    window: str
+    action: str
+    window_end: datetime
+    limit_tokens: int | None
+    limit_usd: float | None
+    used_tokens: int
+    used_usd: float | None
+    reserved_tokens: int
+    used_fraction: float
+    runs_out_at: datetime | None
+
+
 class Digest(_Model):
     """What a period looked like, in the versioned form every format is rendered from."""
 
@@ -119,6 +136,8 @@ class Digest(_Model):
     generated_at: datetime
     anomalies: list[Anomaly]
     levels: list[LevelSection]
+    budgets: list[BudgetLine] = []
+    """Every configured budget as it stood when the digest was built."""
 
     @property
     def cost_usd(self) -> float | None:

@@ -12,7 +12,7 @@ from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Literal
 
 if TYPE_CHECKING:
-    from harness.digests.build import Digest, LevelSection
+    from harness.digests.build import BudgetLine, Digest, LevelSection
 
 DigestFormat = Literal["md", "html", "json"]
 MEDIA_TYPES: dict[DigestFormat, str] = {
@@ -95,9 +95,37 @@ def outline(digest: Digest) -> list[Block]:
         blocks.append(
             Block("anomaly", anomaly.detail, (anomaly.tick_id,), (anomaly.kind, anomaly.detail))
         )
+    if digest.budgets:
+        blocks.append(Block("h2", f"Budgets ({len(digest.budgets)})"))
+    for budget in digest.budgets:
+        blocks.append(_budget(budget))
     for section in digest.levels:
         blocks.extend(_level(section))
     return blocks
+
+
+def _budget(budget: BudgetLine) -> Block:
+    """A budget's line: used against its limit, what is reserved, when it ends or runs out."""
+    limits = " + ".join(
+        part
+        for part in (
+            f"{budget.limit_tokens:,} tokens" if budget.limit_tokens else "",
+            f"USD {budget.limit_usd:g}" if budget.limit_usd else "",
+        )
+        if part
+    )
+    runs_out = (
+        f"runs out {budget.runs_out_at:%Y-%m-%d %H:%M} UTC at this rate"
+        if budget.runs_out_at
+        else "lasts the window at this rate"
+    )
+    text = (
+        f"{budget.name} ({budget.scope}, {budget.window}, {budget.action}): "
+        f"{budget.used_fraction:.0%} of {limits} used ({budget.used_tokens:,} tokens, "
+        f"{_usd(budget.used_usd)}), {budget.reserved_tokens:,} reserved; window ends "
+        f"{budget.window_end:%Y-%m-%d %H:%M} UTC, {runs_out}."
+    )
+    return Block("p", text)
 
 
 def _level(section: LevelSection) -> list[Block]:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
@@ -25,6 +26,7 @@ from harness.scheduling.budget_watch import BudgetWatch, budget_statuses
 from harness.scheduling.control import switch_level
 from harness.scheduling.waves import SlotClaim, claim_wave
 from harness.store import EventStore, SqlEventStore, open_store
+from tests.commands import run_each, write_config
 from tests.test_routing import Routed, of_type, target, write_catalog
 from tests.tick_support import Harness, calls
 
@@ -362,3 +364,30 @@ def test_spend_by_tag_counts_each_level_under_each_of_its_tags(
         "team-a": 120,
     }
     store.close()
+
+
+def test_tickwork_budgets_prints_each_window_and_spend_by_tag(tmp_path: Path) -> None:
+    config = write_config(
+        tmp_path,
+        '[levels.min]\nevery = "1m"\nmodel = "m"\ntags = ["team-a"]\n\n'
+        '[[budgets]]\nname = "team-a"\nscope = "tag:team-a"\nwindow = "month"\n'
+        'timezone = "Europe/Berlin"\ntokens = 1000\nalert_at = [0.5]\n',
+    )
+    store = open_store(f"sqlite:///{tmp_path}/events.db")  # migrates the new store
+    _spend(store, "min", datetime.now(UTC), 250)
+    store.close()
+    env = {"TICKWORK_CONFIG": str(config)}
+    listed, table, by_tag = run_each(
+        tmp_path, [["budgets", "--json"], ["budgets"], ["spend", "--by", "tag", "--json"]], env
+    )
+    assert listed.returncode == 0, listed.stderr
+    (budget,) = json.loads(listed.stdout)
+    assert (budget["name"], budget["used_tokens"], budget["remaining_tokens"]) == (
+        "team-a",
+        250,
+        750,
+    )
+    assert table.returncode == 0 and "team-a" in table.stdout and "25%" in table.stdout
+    assert [(r["group"], r["prompt_tokens"]) for r in json.loads(by_tag.stdout)] == [
+        ({"tag": "team-a"}, 250)
+    ]

@@ -10,8 +10,9 @@
    (`workers.budget_guard.BudgetGuard`: read the log since its last position, fold what
    is new, weigh 10 budgets), while another writer books one `BudgetSpent` between calls
    as other ticks would. p50 and p99 over `--samples` calls, on SQLite and (if reachable)
-   PostgreSQL; and the scheduler's check of a slot against the same 10 budgets
-   (`Budgets.try_reserve`: the read model folded, one query).
+   PostgreSQL, beside one plain store round trip (the machine's load in the figure); the
+   scheduler's check of a slot of a wave against the same 10 budgets
+   (`Budgets.try_reserve`: one query), and the budgets read model's fold of one new call.
 
     .venv/bin/python ops/bench/budget_bench.py [--calls 6] [--samples 500] [--pg URL]
 """
@@ -200,16 +201,28 @@ def check_cost(url: str, samples: int, label: str) -> None:
             worker_ms.append((time.perf_counter() - began) * 1000)
             assert event.cancel is False
         scheduler_ms: list[float] = []
-        for n in range(min(samples, 200)):
-            spend()
+        for n in range(min(samples, 200)):  # the slots of a wave: no spend in between
             began = time.perf_counter()
             check = scheduler.try_reserve("l00", f"l00-slot-{n}", {}, now)
             scheduler_ms.append((time.perf_counter() - began) * 1000)
             scheduler.settle("l00", f"l00-slot-{n}")
             assert check.allowed
+        fold_ms: list[float] = []
+        for _ in range(min(samples, 100)):  # a new call booked, then folded for the next wave
+            spend()
+            began = time.perf_counter()
+            scheduler.windows.catch_up()
+            fold_ms.append((time.perf_counter() - began) * 1000)
+        trip_ms: list[float] = []
+        for _ in range(samples):
+            began = time.perf_counter()
+            store.last_position()
+            trip_ms.append((time.perf_counter() - began) * 1000)
         for name, values in (
+            ("one store round trip", trip_ms),
             ("worker, per model call", worker_ms),
             ("scheduler, per slot", scheduler_ms),
+            ("read model fold, a call", fold_ms),
         ):
             values.sort()
             p99 = values[min(len(values) - 1, int(len(values) * 0.99))]

@@ -30,7 +30,6 @@ from starlette.concurrency import run_in_threadpool
 from harness.api import dashboard, story
 from harness.api.metrics import StoreCollector, text_format
 from harness.api.models import (
-    Budget,
     Cancelled,
     Cleared,
     Digest,
@@ -49,6 +48,7 @@ from harness.execution.manual import ManualTicks
 from harness.projections import SpendRow
 from harness.projections.spend import ReportGroup
 from harness.projections.ticks import STATUSES, TickCursor
+from harness.scheduling.budget_watch import BudgetStatus
 from harness.scheduling.control import (
     ScopeError,
     Switched,
@@ -347,7 +347,7 @@ def _routes(router: APIRouter, settings: Settings, manual: ManualTicks) -> None:
         return reads.spend(by or ["level"], since.date() if since else None)
 
     @router.get("/budgets", tags=["spend"])
-    def budgets(reads: FreshReads) -> list[Budget]:
+    def budgets(reads: FreshReads) -> list[BudgetStatus]:
         """Each budget's window: used, reserved, remaining, window end, burn rate, run-out."""
         return reads.budgets()
 

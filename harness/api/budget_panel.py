@@ -6,8 +6,8 @@ from datetime import UTC, datetime
 from html import escape
 
 from harness.api.html_parts import section, table
-from harness.api.models import Budget
 from harness.prices import format_usd
+from harness.scheduling.budget_watch import BudgetStatus
 
 
 def clock(value: datetime | None) -> str:
@@ -15,35 +15,19 @@ def clock(value: datetime | None) -> str:
     return "" if value is None else f"{value.astimezone(UTC):%Y-%m-%d %H:%M}"
 
 
-def budget_panel(budgets: list[Budget]) -> str:
+def budget_panel(budgets: list[BudgetStatus]) -> str:
     """Each budget's window: used, reserved, remaining, window end, burn and run-out."""
     if not budgets:
         return section("Budgets", '<p class="empty">none configured</p>', "budgets")
     rows = []
     for budget in budgets:
-        limit = " + ".join(
-            part
-            for part in (
-                f"{budget.limit_tokens:,} tok" if budget.limit_tokens else "",
-                f"USD {budget.limit_usd:g}" if budget.limit_usd else "",
-            )
-            if part
-        )
-        remaining = " / ".join(
-            part
-            for part in (
-                f"{budget.remaining_tokens:,}" if budget.remaining_tokens is not None else "",
-                format_usd(budget.remaining_usd) if budget.limit_usd else "",
-            )
-            if part
-        )
         cells = (
             budget.name,
             f"{budget.scope} · {budget.window} · {budget.action}",
-            limit,
+            budget.limit_text(),
             f"{budget.used_tokens:,} / {format_usd(budget.used_usd)}",
             f"{budget.reserved_tokens:,}",
-            remaining,
+            budget.remaining_text(),
             f"{budget.used_fraction:.0%}",
             clock(budget.window_end),
             f"{budget.burn_tokens_per_hour:,.0f} tok/h",

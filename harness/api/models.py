@@ -237,28 +237,3 @@ class Problem(BaseModel):
     """An error answer (401, 404): what was wrong, in words."""
 
     detail: str
-
-
-class Budget(BaseModel):
-    """One budget's current window: what `tickwork budgets --json` prints."""
-
-    name: str
-    scope: str
-    window: str
-    action: str
-    window_start: datetime
-    window_end: datetime
-    limit_tokens: int | None
-    limit_usd: float | None
-    used_tokens: int
-    used_usd: float | None
-    """None: some of the window's spend is on a model without a price."""
-    reserved_tokens: int
-    remaining_tokens: int | None
-    remaining_usd: float | None
-    used_fraction: float
-    calls: int
-    burn_tokens_per_hour: float
-    burn_usd_per_hour: float | None
-    runs_out_at: datetime | None
-    """At the burn rate so far; None when the window ends first."""

@@ -12,7 +12,7 @@ from datetime import date, datetime
 from pathlib import Path
 from typing import Any
 
-from harness.api.models import Budget, Digest, Event, Tick, TickDetail, Worker
+from harness.api.models import Digest, Event, Tick, TickDetail, Worker
 from harness.config import Settings
 from harness.contracts import RoutePromoted, TickScheduled
 from harness.contracts.events import LevelPaused
@@ -32,7 +32,7 @@ from harness.projections.spend import ReportGroup, spend_by
 from harness.projections.ticks import OPEN, TickCursor, tick_rows
 from harness.routing.history import RevisionError, recorded_catalog
 from harness.scheduling.budget import Budgets
-from harness.scheduling.budget_watch import budget_statuses
+from harness.scheduling.budget_watch import BudgetStatus, budget_statuses
 from harness.scheduling.status import Snapshot, snapshot
 from harness.store import EventStore, StoredEvent
 from harness.store.archives import EVENTS_FILE, TRANSCRIPTS_FILE, day_folder
@@ -187,13 +187,11 @@ class Reads:
         with self.store.read_transaction() as conn:
             return spend_by(conn, self.prices, by, tags, since=since)
 
-    def budgets(self) -> list[Budget]:
+    def budgets(self) -> list[BudgetStatus]:
         """Every budget's current window (`harness.scheduling.budget_watch`)."""
         if self._budgets is None:
             self._budgets = Budgets(self.store, self.projector, self.prices, self.settings)
-        return [
-            Budget.model_validate(status.as_dict()) for status in budget_statuses(self._budgets)
-        ]
+        return budget_statuses(self._budgets)
 
     def latest_digest(self) -> Digest | None:
         """The last digest published by any configured digest, and its rendered file."""

@@ -30,39 +30,23 @@ def budgets(as_json: JsonOption = False) -> None:
     finally:
         store.close()
     if as_json:
-        print_json([status.as_dict() for status in statuses])
+        print_json([status.model_dump(mode="json") for status in statuses])
         return
     if not statuses:
         out.print("no budgets configured ([[budgets]], or a level's daily_*_budget)")
         return
     rows = []
     for s in statuses:
-        limit = " + ".join(
-            part
-            for part in (
-                f"{s.limit_tokens:,} tok" if s.limit_tokens else "",
-                f"USD {s.limit_usd:g}" if s.limit_usd else "",
-            )
-            if part
-        )
-        remaining = " / ".join(
-            part
-            for part in (
-                f"{s.remaining_tokens:,}" if s.remaining_tokens is not None else "",
-                format_usd(s.remaining_usd) if s.limit_usd else "",
-            )
-            if part
-        )
         rows.append(
             [
                 s.name,
                 s.scope,
                 s.window,
                 s.action,
-                limit,
+                s.limit_text(),
                 f"{s.used_tokens:,} / {format_usd(s.used_usd)}",
                 f"{s.reserved_tokens:,}",
-                remaining,
+                s.remaining_text(),
                 f"{s.used_fraction:.0%}",
                 _when(s.window_end),
                 f"{s.burn_tokens_per_hour:,.0f} tok/h",

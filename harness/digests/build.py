@@ -34,6 +34,7 @@ from harness.prices import PriceBook
 from harness.projections import Projector
 from harness.projections.levels import paused_levels
 from harness.projections.periods import PeriodSpend, period_counts, period_sample, period_spend
+from harness.scheduling.budget_watch import BudgetStatus
 from harness.store import EventStore
 from harness.timespec import as_utc
 
@@ -109,23 +110,6 @@ class LevelSection(_Model):
     excerpts: list[Excerpt]
 
 
-class BudgetLine(_Model):
-    """One budget's window when the digest was built (`tickwork budgets` has the same)."""
-
-    name: str
-    scope: str
-    window: str
-    action: str
-    window_end: datetime
-    limit_tokens: int | None
-    limit_usd: float | None
-    used_tokens: int
-    used_usd: float | None
-    reserved_tokens: int
-    used_fraction: float
-    runs_out_at: datetime | None
-
-
 class Digest(_Model):
     """What a period looked like, in the versioned form every format is rendered from."""
 
@@ -136,7 +120,7 @@ class Digest(_Model):
     generated_at: datetime
     anomalies: list[Anomaly]
     levels: list[LevelSection]
-    budgets: list[BudgetLine] = []
+    budgets: list[BudgetStatus] = []
     """Every configured budget as it stood when the digest was built."""
 
     @property

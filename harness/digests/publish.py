@@ -43,13 +43,13 @@ from harness.contracts.events import (
     decode,
     digest_stream,
 )
-from harness.digests.build import BudgetLine, build_digest
+from harness.digests.build import build_digest
 from harness.digests.render import DigestFormat, period_title, render
 from harness.files import write_atomically
 from harness.prices import PriceBook
 from harness.projections import Projector
 from harness.scheduling.budget import Budgets
-from harness.scheduling.budget_watch import budget_statuses
+from harness.scheduling.budget_watch import BudgetStatus, budget_statuses
 from harness.scheduling.timetable import Slot, Timetable
 from harness.scheduling.triggers import level_trigger, next_slot
 from harness.store import NO_STREAM, ConcurrencyError, EventStore, StoreError
@@ -135,12 +135,11 @@ class Publisher:
         self.env = dict(os.environ if env is None else env)
         self._budget_model: Budgets | None = None
 
-    def _budgets(self) -> list[BudgetLine]:
+    def _budgets(self) -> list[BudgetStatus]:
         """Every budget's window now, for the digest's table (none configured: empty)."""
         if self._budget_model is None:
             self._budget_model = Budgets(self.store, self.projector, self.prices, self.settings)
-        statuses = budget_statuses(self._budget_model)
-        return [BudgetLine.model_validate(status.as_dict()) for status in statuses]
+        return budget_statuses(self._budget_model)
 
     def publish(self, name: str, config: DigestConfig, period: Period) -> DigestPublished | None:
         """Claim, build, deliver and record one period; None when it was claimed already."""

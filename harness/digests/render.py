@@ -12,7 +12,8 @@ from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Literal
 
 if TYPE_CHECKING:
-    from harness.digests.build import BudgetLine, Digest, LevelSection
+    from harness.digests.build import Digest, LevelSection
+    from harness.scheduling.budget_watch import BudgetStatus
 
 DigestFormat = Literal["md", "html", "json"]
 MEDIA_TYPES: dict[DigestFormat, str] = {
@@ -104,16 +105,8 @@ def outline(digest: Digest) -> list[Block]:
     return blocks
 
 
-def _budget(budget: BudgetLine) -> Block:
+def _budget(budget: BudgetStatus) -> Block:
     """A budget's line: used against its limit, what is reserved, when it ends or runs out."""
-    limits = " + ".join(
-        part
-        for part in (
-            f"{budget.limit_tokens:,} tokens" if budget.limit_tokens else "",
-            f"USD {budget.limit_usd:g}" if budget.limit_usd else "",
-        )
-        if part
-    )
     runs_out = (
         f"runs out {budget.runs_out_at:%Y-%m-%d %H:%M} UTC at this rate"
         if budget.runs_out_at
@@ -121,7 +114,7 @@ def _budget(budget: BudgetLine) -> Block:
     )
     text = (
         f"{budget.name} ({budget.scope}, {budget.window}, {budget.action}): "
-        f"{budget.used_fraction:.0%} of {limits} used ({budget.used_tokens:,} tokens, "
+        f"{budget.used_fraction:.0%} of {budget.limit_text()} used ({budget.used_tokens:,} tokens, "
         f"{_usd(budget.used_usd)}), {budget.reserved_tokens:,} reserved; window ends "
         f"{budget.window_end:%Y-%m-%d %H:%M} UTC, {runs_out}."
     )

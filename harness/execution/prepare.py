@@ -299,10 +299,10 @@ class Preparer:
     ) -> TickBudgets | None:
         """The budgets holding the tick, their windows' spend and the other ticks' reservations.
 
-        The worker checks them before every call. The position is read before the spend:
-        what is folded in between is counted twice by the worker (it stops early), never
-        missed. A store that cannot be read leaves the check to the runner's, before every
-        attempt.
+        The worker checks them before every call, adding what the log holds after the
+        read model's checkpoint. The checkpoint is read before the spend: what is folded
+        in between is counted twice by the worker (it stops early), never missed. A store
+        that cannot be read leaves the check to the runner's, before every attempt.
         """
         if self.store is None:
             return None
@@ -312,9 +312,10 @@ class Preparer:
             return None
         now = datetime.now(UTC)
         try:
-            budgets.windows.catch_up()
+            # No fold here: twenty ticks prepared at :00 would queue on its write lock.
+            # The checkpoint is read first, so what is folded in between counts twice.
             position = budgets.windows.checkpoints()[BUDGETS_MODEL]
-            spent = budgets.spent(rules, now)
+            spent = budgets.spent(rules, now, fold=False)
             scoped: set[str] | None = set()
             for rule in rules:
                 if rule.levels is None or scoped is None:

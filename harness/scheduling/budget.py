@@ -139,11 +139,17 @@ def spent_in_windows(
     prices: PriceBook,
     rules: Sequence[BudgetRule],
     at: datetime,
+    fold: bool = True,
 ) -> dict[str, WindowSpend]:
-    """Each budget's spend in its window holding `at`, after folding what is stored."""
+    """Each budget's spend in its window holding `at`, after folding what is stored.
+
+    `fold` False: as the read model has it, without taking the write lock a fold needs
+    (a tick's preparation: its worker reads the log after the read model's checkpoint).
+    """
     if not rules:
         return {}
-    projector.catch_up([BUDGETS_MODEL])
+    if fold:
+        projector.catch_up([BUDGETS_MODEL])
     windows: dict[str, Window] = {rule.name: rule.window_at(at) for rule in rules}
     with store.read_transaction() as conn:
         return window_spend(conn, prices, rules, windows)
@@ -189,16 +195,18 @@ class Budgets:
         self._pending: dict[str, tuple[str, int]] = {}
         """Tick id -> (level, tokens) reserved by decisions not yet claimed in the store."""
 
-    def spent(self, rules: Sequence[BudgetRule], at: datetime) -> dict[str, WindowSpend]:
+    def spent(
+        self, rules: Sequence[BudgetRule], at: datetime, fold: bool = True
+    ) -> dict[str, WindowSpend]:
         """Each of `rules`' spend in its window holding `at`, the read model current first.
 
         The first read refolds the read model if the configured budgets changed since it
-        was folded (`ensure_folded`).
+        was folded (`ensure_folded`). `fold` False: as folded so far (`spent_in_windows`).
         """
         if not self._folded_for_rules:
             ensure_folded(self.store, self.windows, self.rules)
             self._folded_for_rules = True
-        return spent_in_windows(self.store, self.windows, self.prices, rules, at)
+        return spent_in_windows(self.store, self.windows, self.prices, rules, at, fold)
 
     def rules_for(self, level: str) -> list[BudgetRule]:
         """The budgets a tick of `level` is held to before it starts (not target-scoped ones)."""

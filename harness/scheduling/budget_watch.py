@@ -22,9 +22,12 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 
+from pydantic import BaseModel, ConfigDict, computed_field
+
 from harness.config import Settings
 from harness.contracts import BudgetCrossed
 from harness.contracts.budgets import BudgetRule
+from harness.prices import format_usd
 from harness.projections import level_paused
 from harness.scheduling.budget import Budgets, held_by
 from harness.scheduling.control import switch_level
@@ -37,9 +40,14 @@ BUDGET_ACTOR = "budget"
 """Who a `pause` budget's pause is recorded as by."""
 
 
-@dataclass(frozen=True)
-class BudgetStatus:
-    """One budget's window as it stands: the figures an operator reads."""
+class BudgetStatus(BaseModel):
+    """One budget's window as it stands, for people.
+
+    The CLI, the API, the dashboard and the digest all show this one model, so all four
+    say the same.
+    """
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
 
     name: str
     scope: str
@@ -51,14 +59,16 @@ class BudgetStatus:
     limit_usd: float | None
     used_tokens: int
     used_usd: float | None
+    """None: some of the window's spend is on a model without a price."""
     reserved_tokens: int
     calls: int
     burn_tokens_per_hour: float
     burn_usd_per_hour: float | None
     runs_out_at: datetime | None
     """At the burn rate so far, when the limit is reached (None: not within this window)."""
-    alert_at: tuple[float, ...]
+    alert_at: tuple[float, ...] = ()
 
+    @computed_field  # type: ignore[prop-decorator]
     @property
     def remaining_tokens(self) -> int | None:
         """Tokens left after spend and reservations (None: no token limit)."""
@@ -66,6 +76,7 @@ class BudgetStatus:
             return None
         return self.limit_tokens - self.used_tokens - self.reserved_tokens
 
+    @computed_field  # type: ignore[prop-decorator]
     @property
     def remaining_usd(self) -> float | None:
         """USD left after spend (None: no USD limit, or spend without a price)."""
@@ -73,6 +84,7 @@ class BudgetStatus:
             return None
         return self.limit_usd - self.used_usd
 
+    @computed_field  # type: ignore[prop-decorator]
     @property
     def used_fraction(self) -> float:
         """The larger of tokens and USD used, as a fraction of its limit (1.0: unpriced USD)."""
@@ -83,30 +95,21 @@ class BudgetStatus:
             fractions.append(1.0 if self.used_usd is None else self.used_usd / self.limit_usd)
         return max(fractions)
 
-    def as_dict(self) -> dict[str, object]:
-        """JSON-ready, for `--json` and the API."""
-        return {
-            "name": self.name,
-            "scope": self.scope,
-            "window": self.window,
-            "action": self.action,
-            "window_start": self.window_start.isoformat(),
-            "window_end": self.window_end.isoformat(),
-            "limit_tokens": self.limit_tokens,
-            "limit_usd": self.limit_usd,
-            "used_tokens": self.used_tokens,
-            "used_usd": self.used_usd,
-            "reserved_tokens": self.reserved_tokens,
-            "remaining_tokens": self.remaining_tokens,
-            "remaining_usd": self.remaining_usd,
-            "used_fraction": round(self.used_fraction, 6),
-            "calls": self.calls,
-            "burn_tokens_per_hour": round(self.burn_tokens_per_hour, 3),
-            "burn_usd_per_hour": (
-                None if self.burn_usd_per_hour is None else round(self.burn_usd_per_hour, 6)
-            ),
-            "runs_out_at": self.runs_out_at.isoformat() if self.runs_out_at else None,
-        }
+    def limit_text(self) -> str:
+        """`500,000 tokens + USD 12.5`, for people."""
+        parts = (
+            f"{self.limit_tokens:,} tokens" if self.limit_tokens else "",
+            f"USD {self.limit_usd:g}" if self.limit_usd else "",
+        )
+        return " + ".join(part for part in parts if part)
+
+    def remaining_text(self) -> str:
+        """Tokens and USD left, as far as the budget has each limit."""
+        parts = (
+            f"{self.remaining_tokens:,}" if self.remaining_tokens is not None else "",
+            format_usd(self.remaining_usd) if self.limit_usd else "",
+        )
+        return " / ".join(part for part in parts if part)
 
 
 def budget_statuses(budgets: Budgets, at: datetime | None = None) -> list[BudgetStatus]:

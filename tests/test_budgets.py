@@ -9,7 +9,14 @@ from typing import Any
 
 import pytest
 
-from harness.config import ConfigError, LevelConfig, RunnerConfig, Settings, load_settings
+from harness.config import (
+    ConfigError,
+    LevelConfig,
+    RoutingConfig,
+    RunnerConfig,
+    Settings,
+    load_settings,
+)
 from harness.contracts import BudgetCrossed, BudgetSpent, LevelPaused, RouteFallback
 from harness.contracts.budgets import BudgetEntry, window_of
 from harness.contracts.events import TERMINAL_TYPES, budget_stream, level_stream
@@ -20,12 +27,15 @@ from harness.execution.runner import Runner
 from harness.prices import PriceBook
 from harness.projections import projector_for
 from harness.projections.spend import spend_by
+from harness.routing.catalog import CatalogError
+from harness.routing.decisions import configured_router
 from harness.scheduling.alerts import Alerter
 from harness.scheduling.budget import Budgets
 from harness.scheduling.budget_watch import BudgetWatch, budget_statuses
 from harness.scheduling.control import switch_level
 from harness.scheduling.waves import SlotClaim, claim_wave
 from harness.store import EventStore, SqlEventStore, open_store
+from tests.catalog_support import valid
 from tests.commands import run_each, write_config
 from tests.test_routing import Routed, of_type, target, write_catalog
 from tests.tick_support import Harness, calls
@@ -73,6 +83,7 @@ BAD = [
     ('scope = "target:gpu"\ntokens = 5\naction = "pause"', "action 'pause' pauses levels"),
     ('scope = "global"\ntokens = 5\nalert_at = [0.8, 0.5]', "budgets.0.alert_at: Value error"),
     ('scope = "global"\ntokens = 5\nwindow = "fortnight"', "budgets.0.window: Input should be"),
+    ('scope = "target:gpu"\ntokens = 5', "budgets.0.scope: a target: scope needs a [routing]"),
     # Overlapping: the same scope and window twice.
     (
         'scope = "global"\ntokens = 5\n[[budgets]]\nname = "b2"\nscope = "global"\nusd = 1',
@@ -104,6 +115,18 @@ def test_bad_budgets_are_refused_at_load_with_the_entrys_path(
     with pytest.raises(ConfigError) as caught:
         load_settings(path)
     assert message in str(caught.value), str(caught.value)
+
+
+def test_a_target_budget_must_name_a_target_of_the_catalog(tmp_path: Path) -> None:
+    catalog = tmp_path / "catalog.json"
+    catalog.write_text(json.dumps(valid()))
+    gpu = BudgetEntry(name="gpu", scope="target:gpu", tokens=5, action="reroute")
+    settings = _settings(tmp_path, []).model_copy(
+        update={"budgets": [gpu], "routing": RoutingConfig(catalog=catalog)}
+    )
+    with pytest.raises(CatalogError) as caught:
+        configured_router(settings)
+    assert "budgets.0.scope: the catalog has no target named 'gpu'" in str(caught.value)
 
 
 def test_calendar_windows_follow_the_zones_dst_and_the_months_end() -> None:

@@ -4,7 +4,8 @@ An entry alone is validated by `harness.contracts.budgets.BudgetEntry`; what nee
 whole file lives here. The rules, each reported with the entry's path (`budgets.2.scope`):
 
 - names are unique (alerts, the read model and `tickwork budgets` key on them);
-- a `level:` scope names a configured level, a `tag:` scope a tag some level carries;
+- a `level:` scope names a configured level, a `tag:` scope a tag some level carries, a
+  `target:` or `provider:` scope needs a routing catalog (whose load checks the target);
 - two budgets *overlap* when they have the same scope, window and time zone: one of the
   two limits could never be the one that binds, so the file says two things at once;
 - a budget is *contradictory* when a broader one (global ⊇ tag ⊇ level, same window,
@@ -88,7 +89,7 @@ def _where(index: int, entry: BudgetEntry, own: int) -> str:
 
 
 def budget_problems(
-    entries: Sequence[BudgetEntry], levels: Mapping[str, LevelConfig]
+    entries: Sequence[BudgetEntry], levels: Mapping[str, LevelConfig], has_catalog: bool
 ) -> Iterator[str]:
     """Every problem of the file's budgets, each with its path; none when they are sound."""
     own = len(entries)
@@ -103,6 +104,11 @@ def budget_problems(
         if entry.scope_kind == "level" and entry.scope_name not in levels:
             known = ", ".join(levels) or "none"
             yield f"{where}.scope: no level named {entry.scope_name!r} (known: {known})"
+        if entry.scope_kind in ("target", "provider") and not has_catalog:
+            yield (
+                f"{where}.scope: a {entry.scope_kind}: scope needs a [routing] catalog "
+                "(its targets are what such a budget limits)"
+            )
         if entry.scope_kind == "tag" and entry.scope_name not in tags:
             yield (
                 f"{where}.scope: no level carries tag {entry.scope_name!r} "

@@ -564,7 +564,9 @@ class Settings(BaseSettings):
             unknown = sorted(set(digest.levels) - set(self.levels))
             if unknown:
                 raise ValueError(f"digests.{name}.levels names unknown level(s): {unknown}")
-        problems = list(budget_problems(self.budgets, self.levels))
+        problems = list(
+            budget_problems(self.budgets, self.levels, self.routing.catalog is not None)
+        )
         if problems:
             raise ValueError("; ".join(problems))
         return self

@@ -233,9 +233,7 @@ def test_two_replicas_deciding_one_levels_budget_at_once_cannot_both_miss_each_o
     settings = make_settings(tmp_path, daily_token_budget=15_000, reserve_tokens=10_000)
     prices = PriceBook()
     replicas = [open_store(store_url) for _ in range(2)]
-    budgets = [
-        Budgets(store, projector_for(store, prices), prices, settings) for store in replicas
-    ]
+    budgets = [Budgets(store, projector_for(store, prices), prices, settings) for store in replicas]
     slot = datetime(2026, 1, 1, tzinfo=UTC)
     claims = [SlotClaim(f"min-replica-{n}", "min", slot, reserved_tokens=10_000) for n in range(2)]
     both_decided = threading.Barrier(2)

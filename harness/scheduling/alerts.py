@@ -24,7 +24,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from harness.config import AlertKind, AlertsConfig, Settings, tick_page
+from harness.config import AlertKind, AlertsConfig, Settings, legacy_name, tick_page
 from harness.contracts import (
     BudgetCrossed,
     LevelBudgetExceeded,
@@ -134,9 +134,15 @@ class Alerter:
         return alerts
 
     def _crossed(self, data: Mapping[str, Any]) -> list[AlertRaised]:
-        """A budget's soft threshold or limit, once per budget, window and threshold."""
+        """A budget's soft threshold or limit, once per budget, window and threshold.
+
+        A level's old daily keys keep their one alert a day (`LevelBudgetExceeded`, when
+        a slot is skipped): their limit's crossing does not alert twice.
+        """
         scope = str(data["scope"])
         level = scope.split(":", 1)[1] if scope.startswith("level:") else ""
+        if level and data["budget"] == legacy_name(level) and data["threshold"] >= 1:
+            return []
         config = self.settings.alerts_for(level) if level else self.settings.alerts
         used = f"{data['used_tokens']:,} tokens"
         if data.get("used_usd") is not None:

@@ -32,8 +32,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 
-from harness.config import Settings
-from harness.config.budgets import host_of
+from harness.config import Settings, host_of
 from harness.contracts import TickScheduled
 from harness.contracts.budgets import BudgetRule, Window
 from harness.contracts.events import tick_stream

@@ -26,6 +26,7 @@ from harness.execution.prepare import Preparer
 from harness.execution.runner import Runner
 from harness.prices import PriceBook
 from harness.projections import projector_for
+from harness.projections.budget_windows import budget_window_spend
 from harness.projections.spend import spend_by
 from harness.routing.catalog import CatalogError
 from harness.routing.decisions import configured_router
@@ -201,6 +202,36 @@ def test_spend_counts_in_the_window_it_occurred_in_across_a_month_end_and_a_dst_
     assert (status.used_tokens, status.remaining_tokens) == (130, 50_000 - 130)
     assert status.window_end == datetime(2026, 11, 1, tzinfo=UTC)
     assert status.runs_out_at is None, "at 130 tokens in 31 days it lasts the month"
+
+
+def test_the_budgets_read_model_rebuilt_from_zero_equals_the_incremental_one(
+    sqlite_url: str, tmp_path: Path
+) -> None:
+    store = open_store(sqlite_url)
+    settings = _settings(
+        tmp_path,
+        [
+            {"name": "rolling", "scope": "global", "window": "24h", "tokens": 10**9},
+            {"name": "team-a", "scope": "tag:team-a", "window": "week", "tokens": 10**9},
+        ],
+    )
+    budgets = _budgets(settings, store)
+    start = datetime(2026, 12, 1, tzinfo=UTC)
+    for n in range(30):  # folded in between, a few events at a time
+        _spend(store, ("min", "hour")[n % 2], start + timedelta(minutes=53 * n), 10 + n, n)
+        if n % 7 == 0:
+            budgets.windows.catch_up()
+    budgets.windows.catch_up()
+
+    def rows() -> list[tuple[Any, ...]]:
+        with store.read_transaction() as conn:
+            return sorted(tuple(r) for r in conn.execute(budget_window_spend.select()))
+
+    incremental = rows()
+    assert len(incremental) > 2
+    budgets.windows.rebuild("budget_windows")
+    assert rows() == incremental
+    store.close()
 
 
 def test_soft_thresholds_and_the_limit_alert_once_per_window(

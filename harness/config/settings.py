@@ -430,7 +430,11 @@ class LevelConfig(Scheduled):
 
     @property
     def has_budget(self) -> bool:
-        """True when a daily cap is set, so the scheduler must check spend before a claim."""
+        """True when the level's own daily keys are set.
+
+        A `[[budgets]]` entry may hold the level too: `Budgets.has_budget` (in
+        `harness.scheduling.budget`) asks all of them.
+        """
         return self.daily_token_budget is not None or self.daily_usd_budget is not None
 
     @model_validator(mode="after")

@@ -129,6 +129,15 @@ def test_a_target_budget_must_name_a_target_of_the_catalog(tmp_path: Path) -> No
         configured_router(settings)
     assert "budgets.0.scope: the catalog has no target named 'gpu'" in str(caught.value)
 
+    # A provider scope holds the catalog's targets on that host.
+    cloud = BudgetEntry(name="cloud", scope="provider:api.example.com", usd=5, action="reroute")
+    routed = settings.model_copy(update={"budgets": [cloud]})
+    store = open_store(f"sqlite:///{tmp_path}/events.db")
+    (rule,) = _budgets(routed, store).rules
+    assert rule.targets == {"mini", "large"} and rule.covers("min", "mini")
+    assert not rule.covers("min", "local") and not rule.covers_level("min")
+    store.close()
+
 
 def test_calendar_windows_follow_the_zones_dst_and_the_months_end() -> None:
     autumn = window_of("day", BERLIN, datetime(2026, 10, 25, 12, tzinfo=UTC))

@@ -48,6 +48,8 @@ TABLES = (
     "cancel_scopes",
     "digests_published",
     "tick_spend",
+    "budget_window_spend",
+    "budget_folds",
 )
 
 

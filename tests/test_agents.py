@@ -55,7 +55,7 @@ from workers.agents import MalformedLineError
 from workers.agents.claude_code import ClaudeCodeRun
 from workers.agents.frame import HOOK_SCRIPT
 from workers.agents.tick_governor import TickGovernor, TickGovernorServer, upstream_base
-from workers.budget_guard import DailyBudgetGuard
+from workers.budget_guard import BudgetGuard
 from workers.model import Target
 from workers.recorder import EventRecorder
 from workers.tool_budget import ToolBudget
@@ -368,7 +368,7 @@ def test_the_ticks_governor_answers_only_its_cli_and_its_hook_counts_against_the
     recorder = EventRecorder(payload)
     target = Target("anthropic", "fake-model", None, fake.base_url("anthropic"), None)
     budget = ToolBudget(payload.max_tool_calls)
-    daily = DailyBudgetGuard(payload, recorder)
+    daily = BudgetGuard(payload, recorder)
     governor = TickGovernor(payload, recorder, target, None, budget, daily, lambda: None)
     server = TickGovernorServer(governor)
     origin = server.start()

@@ -176,7 +176,7 @@ def test_ticks_page_by_cursor_without_gaps_or_repeats_while_new_ones_arrive(api:
         ("/ticks", {"before": "yesterday-at-noon,min-1"}, ["'yesterday-at-noon' is not an ISO"]),
         ("/ticks", {"before": "2026-12-01T13:05:00,min-1"}, ["has no time zone"]),
         ("/ticks", {"before": "2026-12-01T13:05:00.000000Z," + "x" * 201}, ["at most 228"]),
-        ("/spend", {"by": "colour"}, ["'level', 'model', 'day' or 'template'"]),
+        ("/spend", {"by": "colour"}, ["'level', 'model', 'day', 'template' or 'tag'"]),
         ("/spend", {"since": "soon"}, ["'soon'"]),
         ("/dashboard/ticks", {"status": "bogus"}, ["'bogus' is not a tick status"]),
         ("/dashboard/ticks", {"since": "soonish"}, ["'soonish'", "30m, 12h, 7d"]),
@@ -195,6 +195,23 @@ def test_bad_query_parameters_get_422_naming_the_problem_and_change_nothing(
     for name in names:
         assert name in problem["msg"]
     assert api.store.last_position() == before
+
+
+def test_budgets_show_each_window_in_the_api_and_the_dashboard(api: Api, tmp_path: Path) -> None:
+    seed(api.store, tmp_path / "results")
+    (daily,) = api.http.get("/budgets").json()
+    assert (daily["name"], daily["scope"], daily["window"]) == (
+        "level-min-daily",
+        "level:min",
+        "day",
+    )
+    assert (daily["used_tokens"], daily["limit_tokens"]) == (1230, 100_000)
+    assert daily["remaining_tokens"] == 100_000 - 1230 - daily["reserved_tokens"]
+    assert daily["window_end"].startswith(
+        (datetime.now(UTC).date() + timedelta(days=1)).isoformat()
+    )
+    panels = api.http.get("/dashboard/panels").text
+    assert '<section id="budgets"><h2>Budgets</h2>' in panels and "level-min-daily" in panels
 
 
 def test_spend_groups_by_level_model_and_day(api: Api, tmp_path: Path) -> None:

@@ -231,20 +231,19 @@ def test_two_replicas_deciding_one_levels_budget_at_once_cannot_both_miss_each_o
     store_url: str, tmp_path: Path
 ) -> None:
     settings = make_settings(tmp_path, daily_token_budget=15_000, reserve_tokens=10_000)
-    config = settings.levels["min"]
     prices = PriceBook()
     replicas = [open_store(store_url) for _ in range(2)]
-    budgets = [Budgets(store, projector_for(store, prices), prices) for store in replicas]
+    budgets = [Budgets(store, projector_for(store, prices), prices, settings) for store in replicas]
     slot = datetime(2026, 1, 1, tzinfo=UTC)
     claims = [SlotClaim(f"min-replica-{n}", "min", slot, reserved_tokens=10_000) for n in range(2)]
     both_decided = threading.Barrier(2)
     verdicts: dict[str, bool] = {}
 
     def replica(n: int) -> None:
-        assert budgets[n].try_reserve("min", config, claims[n].tick_id).allowed
+        assert budgets[n].try_reserve("min", claims[n].tick_id).allowed
         both_decided.wait(30)  # each decided before the other claimed: neither saw the other
         assert waves.claim_wave(replicas[n], settings, [claims[n]]) == {claims[n].tick_id}
-        verdicts[claims[n].tick_id] = budgets[n].confirm("min", config, claims[n].tick_id).allowed
+        verdicts[claims[n].tick_id] = budgets[n].confirm("min", claims[n].tick_id).allowed
 
     threads = [threading.Thread(target=replica, args=(n,)) for n in range(2)]
     for thread in threads:

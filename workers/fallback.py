@@ -10,10 +10,12 @@ the tool budget and the spend meter are the tick's, shared by all its candidates
 A candidate is chosen only when the variables it names (endpoint, key) are set in this
 process and its quota is not known spent (`harness.routing.quota`): one whose variable is
 unset is passed over with a reason starting `unset`, one without quota left with a reason
-starting `quota`. Both are known without a call, so neither marks the target down for
-later ticks. When no candidate is left the tick fails on the last one's reason
-(configuration for a variable, infrastructure for quota) instead of calling a provider
-that cannot answer or will refuse.
+starting `quota`, one a `reroute` budget rules out with a reason starting `budget` (the
+last candidate is kept: the budget's check before each call stops it there). All are
+known without a call, so none marks the target down for later ticks. When no candidate
+is left the tick fails on the last one's reason (configuration for a variable,
+infrastructure for quota) instead of calling a provider that cannot answer or will
+refuse.
 
 A candidate with `selfcheck_required` is asked a one-line question before the tick runs
 there, unless a passed check recorded in the store still vouches for it (none since the
@@ -42,6 +44,10 @@ REASON_CHARS = 500
 SELFCHECK_PROMPT = "This is a health check of this endpoint. Reply with the single word OK."
 
 
+class BudgetReroutedError(Exception):
+    """A candidate's `reroute` budget is spent (never raised: the last candidate is kept)."""
+
+
 class SelfCheckFailedError(Exception):
     """A target answered its self-check with no text: it cannot run a tick."""
 
@@ -57,6 +63,8 @@ class CandidateWalk:
         self.index = 0
         self.quota = QuotaGate(payload.tick_id, payload.level, recorder.store, os.environ)
         self._vouched: set[str] | None = None
+        self.budget_check: Callable[[str], str | None] = lambda target: None
+        """Why a `reroute` budget rules a target out now (`BudgetGuard.spent_for`)."""
         if plan is not None:
             down = recently_down(recorder.store, plan.availability_ttl_seconds, datetime.now(UTC))
             while self.index < len(self.candidates) - 1 and self._known_down(down):
@@ -98,6 +106,10 @@ class CandidateWalk:
         if unset:
             error = MissingEndpointError(candidate.target, unset)
             return f"unset: {error}", error
+        if candidate is not self.candidates[-1]:
+            spent = self.budget_check(candidate.target)
+            if spent is not None:
+                return f"budget: {spent}", BudgetReroutedError(spent)
         why, probed = self.quota.check(candidate, datetime.now(UTC))
         if probed:
             self.recorder.record(self.quota.observations[candidate.target])

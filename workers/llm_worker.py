@@ -14,6 +14,7 @@ import logging
 import os
 import sys
 import traceback
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -69,7 +70,7 @@ def run(payload: TickPayload) -> int:
     from strands.agent.conversation_manager import NullConversationManager
 
     from harness.governor.calibration import Calibrations
-    from workers.budget_guard import DailyBudgetGuard
+    from workers.budget_guard import BudgetGuard
     from workers.failures import failure_class, failure_message
     from workers.fallback import CandidateWalk
     from workers.governor_hook import ContextGovernor
@@ -90,7 +91,10 @@ def run(payload: TickPayload) -> int:
     walk = CandidateWalk(payload, recorder)
     budget = ToolBudget(payload.max_tool_calls)
     spend = SpendMeter(payload, recorder)
-    daily = DailyBudgetGuard(payload, recorder)
+    daily = BudgetGuard(
+        payload, recorder, lambda: spend.target, lambda: walk.index >= len(walk.candidates) - 1
+    )
+    walk.budget_check = daily.spent_for
     transcript = Transcript(payload, recorder)
     limits = payload.governor
     governor = ContextGovernor(
@@ -248,8 +252,9 @@ def warm_up() -> None:
     import tempfile
     from pathlib import Path
 
+    from harness.contracts.budgets import BudgetRuleData
     from harness.contracts.events import BudgetSpent, TickStarted, tick_stream
-    from harness.contracts.payload import DailyBudget, RagSettings
+    from harness.contracts.payload import RagSettings, TickBudgets
     from harness.store import open_store
     from workers.agents import load_all as load_agents
     from workers.providers import load_all
@@ -268,7 +273,20 @@ def warm_up() -> None:
             max_tool_calls=1,
             can_shell=True,
             rag=RagSettings(enabled=True, index_path=folder / "rag.db"),
-            budget=DailyBudget(tokens=1, day="warm-up", spent_tokens=0, after_position=0),
+            budget=TickBudgets(
+                budgets=[
+                    BudgetRuleData(
+                        name="warm-up",
+                        scope="global",
+                        window="day",
+                        zone="UTC",
+                        tokens=1,
+                        window_start=datetime(2000, 1, 1, tzinfo=UTC),
+                        window_end=datetime(9999, 1, 1, tzinfo=UTC),
+                    )
+                ],
+                after_position=0,
+            ),
             result_path=folder / "result.json",
             store_url=f"sqlite:///{folder}/events.db",
             spool_dir=folder / "spool",

@@ -135,6 +135,7 @@ class SpendMeter(HookProvider):
             estimated=estimated,
             source="worker",
             template_hash=self.payload.template_hash,
+            target=self.target,
         )
 
     def _called(

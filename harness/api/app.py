@@ -48,7 +48,7 @@ from harness.contracts.events import tick_stream
 from harness.contracts.secrets import redact
 from harness.execution.manual import ManualTicks
 from harness.projections import SpendRow
-from harness.projections.spend import GroupBy
+from harness.projections.spend import ReportGroup
 from harness.projections.ticks import STATUSES, TickCursor
 from harness.scheduling.backfill import (
     Backfill,
@@ -58,6 +58,7 @@ from harness.scheduling.backfill import (
     progress,
     request_backfill,
 )
+from harness.scheduling.budget_watch import BudgetStatus
 from harness.scheduling.control import (
     ScopeError,
     Switched,
@@ -84,8 +85,11 @@ def _known_status(value: str) -> str:
 TickStatus = Annotated[str, AfterValidator(_known_status)]
 
 SpendGroups = Annotated[
-    list[GroupBy] | None,
-    Query(description="level, model, day and/or template (the prompt's version)."),
+    list[ReportGroup] | None,
+    Query(
+        description="level, model, day, template (the prompt's version) and/or tag (the "
+        "levels' `tags`; a level with two counts in both)."
+    ),
 ]
 
 
@@ -351,6 +355,11 @@ def _routes(router: APIRouter, settings: Settings, manual: ManualTicks) -> None:
         substitution ("" for spend recorded without one).
         """
         return reads.spend(by or ["level"], since.date() if since else None)
+
+    @router.get("/budgets", tags=["spend"])
+    def budgets(reads: FreshReads) -> list[BudgetStatus]:
+        """Each budget's window: used, reserved, remaining, window end, burn rate, run-out."""
+        return reads.budgets()
 
     @router.get("/digests/latest", tags=["digests"], responses=UNKNOWN)
     def latest_digest(reads: FreshReads) -> Digest:

@@ -13,6 +13,9 @@ from html import escape
 from typing import Literal
 from urllib.parse import quote
 
+from harness.api.budget_panel import budget_panel
+from harness.api.html_parts import section as _section
+from harness.api.html_parts import table as _table
 from harness.api.models import Digest, Tick
 from harness.api.reads import Reads
 from harness.contracts.events import LevelPaused
@@ -57,6 +60,7 @@ def panels(reads: Reads, chart: ChartUnit = "tokens") -> str:
             _in_flight(status),
             _workers(reads, status.taken_at),
             _paused(reads.pauses()),
+            budget_panel(reads.budgets()),
             _timeline(len(levels), reads.recent_ticks(lanes, TIMELINE_TICKS), status.taken_at),
             _section(
                 f"Spend per day ({'USD' if chart == 'usd' else 'tokens'})",
@@ -113,16 +117,6 @@ def _tick_usd(tick: Tick, prices: PriceBook) -> str:
         prices, tick.model, day, tick.prompt_tokens, tick.completion_tokens, tick.model_calls
     )
     return format_usd(cost)
-
-
-def _section(title: str, body: str, name: str = "") -> str:
-    ident = f' id="{name}"' if name else ""
-    return f"<section{ident}><h2>{escape(title)}</h2>{body}</section>"
-
-
-def _table(headers: tuple[str, ...], rows: list[str]) -> str:
-    head = "".join(f"<th>{escape(name)}</th>" for name in headers)
-    return f"<table><tr>{head}</tr>{''.join(rows)}</table>"
 
 
 def _time(value: datetime | None) -> str:

@@ -25,13 +25,14 @@ from harness.projections import (
     latest_published,
     projector_for,
     recent_ticks,
-    spend_report,
 )
 from harness.projections.level_stats import LevelStats, level_stats
 from harness.projections.levels import pauses
-from harness.projections.spend import GroupBy
+from harness.projections.spend import ReportGroup, spend_by
 from harness.projections.ticks import OPEN, TickCursor, tick_rows
 from harness.routing.history import RevisionError, recorded_catalog
+from harness.scheduling.budget import Budgets
+from harness.scheduling.budget_watch import BudgetStatus, budget_statuses
 from harness.scheduling.status import Snapshot, snapshot
 from harness.store import EventStore, StoredEvent
 from harness.store.archives import EVENTS_FILE, TRANSCRIPTS_FILE, day_folder
@@ -46,6 +47,7 @@ class Reads:
         self.store = store
         self.prices = PriceBook(settings.prices)
         self.projector = projector_for(store, self.prices)
+        self._budgets: Budgets | None = None
 
     def fresh(self) -> Reads:
         """Fold what is new into the read models, so the answer is not older than the request."""
@@ -179,10 +181,17 @@ class Reads:
         targets = catalog.get("targets", {})
         return {name: targets[name] for name in dict.fromkeys(named) if name in targets}
 
-    def spend(self, by: Sequence[GroupBy], since: date | None = None) -> list[SpendRow]:
-        """Spend grouped as asked, from the spend read model."""
+    def spend(self, by: Sequence[ReportGroup], since: date | None = None) -> list[SpendRow]:
+        """Spend grouped as asked (`tag` too), from the spend read model."""
+        tags = {name: list(level.tags) for name, level in self.settings.levels.items()}
         with self.store.read_transaction() as conn:
-            return spend_report(conn, self.prices, by=by, since=since)
+            return spend_by(conn, self.prices, by, tags, since=since)
+
+    def budgets(self) -> list[BudgetStatus]:
+        """Every budget's current window (`harness.scheduling.budget_watch`)."""
+        if self._budgets is None:
+            self._budgets = Budgets(self.store, self.projector, self.prices, self.settings)
+        return budget_statuses(self._budgets)
 
     def latest_digest(self) -> Digest | None:
         """The last digest published by any configured digest, and its rendered file."""

@@ -47,6 +47,8 @@ def run_service() -> None:
     from harness.projections import projector_for
     from harness.scheduling.alerts import Alerter
     from harness.scheduling.archiving import Archiver
+    from harness.scheduling.budget import Budgets
+    from harness.scheduling.budget_watch import BudgetWatch
     from harness.scheduling.compaction import Compactor
     from harness.scheduling.reload import LevelsReload
     from harness.scheduling.service import Companion, Service
@@ -71,6 +73,14 @@ def run_service() -> None:
                 publisher = Publisher(config, store, projector_for(store, prices), prices, report)
                 companions.append(DigestScheduler(config, publisher, report).run)
             companions.append(Alerter(config, store).run)
+            budgets = Budgets(
+                store,
+                projector_for(store, PriceBook(config.prices)),
+                PriceBook(config.prices),
+                config,
+            )
+            if budgets.rules:
+                companions.append(BudgetWatch(config, store, budgets, report).run)
             companions.append(Archiver(config, store, report).run)
             companions.append(Compactor(store, report).run)
             companions.append(partial(heartbeat.run, failed=_beat_failed))

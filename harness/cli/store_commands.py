@@ -34,7 +34,7 @@ from harness.cli.app import (
 if TYPE_CHECKING:
     from harness.config import Settings
     from harness.projections import Projector
-    from harness.projections.spend import GroupBy
+    from harness.projections.spend import ReportGroup
     from harness.store import SqlEventStore, StoredEvent
 
 
@@ -333,8 +333,9 @@ def spend(
     by: Annotated[
         list[str] | None,
         typer.Option(
-            help="Group by level, model, day and/or template (the prompt's version, a hash "
-            "of its template; empty for spend that has none). Repeatable."
+            help="Group by level, model, day, template (the prompt's version, a hash "
+            "of its template; empty for spend that has none) and/or tag (the levels' "
+            "`tags`; a level with two counts in both). Repeatable."
         ),
     ] = None,
     since: Annotated[str | None, typer.Option(help="7d, 12h or an ISO date (UTC days).")] = None,
@@ -343,14 +344,14 @@ def spend(
 ) -> None:
     """Token spend and cost from the spend projection (cost is None for unpriced models)."""
     from harness.prices import PriceBook, format_usd
-    from harness.projections import projector_for, spend_report
-    from harness.projections.spend import GROUPS
+    from harness.projections import projector_for
+    from harness.projections.spend import REPORT_GROUPS, spend_by
     from harness.store import StoreError
 
-    groups: list[GroupBy] = []
+    groups: list[ReportGroup] = []
     for name in by or ["level"]:
-        if name not in GROUPS:
-            raise typer.BadParameter(f"--by {name!r}: choose level, model, day or template")
+        if name not in REPORT_GROUPS:
+            raise typer.BadParameter(f"--by {name!r}: choose level, model, day, template or tag")
         groups.append(name)
     first_day: date | None = parse_since(since).date() if since else None
     config = settings()
@@ -359,7 +360,8 @@ def spend(
     try:
         projector_for(store, prices).catch_up(["spend"])
         with store.read_transaction() as conn:
-            rows = spend_report(conn, prices, by=groups, since=first_day, levels=level)
+            tags = {name: list(config.tags) for name, config in config.levels.items()}
+            rows = spend_by(conn, prices, groups, tags, since=first_day, levels=level)
     except StoreError as exc:
         raise fail(str(exc)) from exc
     finally:

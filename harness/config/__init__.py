@@ -8,6 +8,7 @@ sections and their validation live in `settings`, the `[governor]` section with 
 
 from __future__ import annotations
 
+from harness.config.budgets import host_of, legacy_name
 from harness.config.governor import LEGACY_ENV, GovernorConfig, GovernorEnvError, with_legacy_env
 from harness.config.settings import (
     CONFIG_ENV,
@@ -72,6 +73,8 @@ __all__ = [
     "Settings",
     "StoreConfig",
     "config_path",
+    "host_of",
+    "legacy_name",
     "load_settings",
     "nul_paths",
     "parse_interval",

@@ -11,7 +11,7 @@ from __future__ import annotations
 import os
 import re
 import tomllib
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Annotated, Any, Literal
@@ -40,6 +40,7 @@ from pydantic_settings import (
 from sqlalchemy.engine import make_url
 from sqlalchemy.exc import ArgumentError
 
+from harness.config.budgets import budget_problems, legacy_budgets, resolve_budget
 from harness.config.governor import GovernorConfig
 from harness.contracts.agents import (
     DEFAULT_AGENTS_DIR,
@@ -47,6 +48,7 @@ from harness.contracts.agents import (
     missing_agent,
     require_agent_api,
 )
+from harness.contracts.budgets import BudgetEntry, BudgetRule
 from harness.contracts.output import load_output_schema
 from harness.contracts.secrets import (
     ALERT_URLS_ENV,
@@ -405,8 +407,11 @@ class LevelConfig(Scheduled):
     max_concurrent: Annotated[int, Field(ge=1)] | None = None
     """Ticks of this level running at once (the global `[runner] max_concurrent` still holds)."""
     daily_token_budget: Annotated[int, Field(gt=0)] | None = None
-    """Prompt + completion tokens a UTC day; a slot that would start over it is skipped."""
+    """Prompt + completion tokens a UTC day; a slot that would start over it is skipped.
+    Kept for older files: it becomes the `[[budgets]]` entry `level-<name>-daily`."""
     daily_usd_budget: Annotated[float, Field(gt=0)] | None = None
+    tags: list[Annotated[str, Field(pattern=r"^[^\s:]+$")]] = []
+    """Names `[[budgets]]` entries scope by (`scope = "tag:team-a"`), as spend reports group."""
     reserve_tokens: Annotated[int, Field(ge=0)] = 10_000
     """Held against the budget for each tick from its claim until it ends."""
     timeout_seconds: Annotated[float, Field(gt=0)] = 300
@@ -451,7 +456,11 @@ class LevelConfig(Scheduled):
 
     @property
     def has_budget(self) -> bool:
-        """True when a daily cap is set, so the scheduler must check spend before a claim."""
+        """True when the level's own daily keys are set.
+
+        A `[[budgets]]` entry may hold the level too: `Budgets.has_budget` (in
+        `harness.scheduling.budget`) asks all of them.
+        """
         return self.daily_token_budget is not None or self.daily_usd_budget is not None
 
     @model_validator(mode="after")
@@ -557,6 +566,23 @@ class Settings(BaseSettings):
     digests: dict[str, DigestConfig] = {}
     alerts: AlertsConfig = AlertsConfig()
     retention: RetentionConfig = RetentionConfig()
+    budgets: list[BudgetEntry] = []
+    """`[[budgets]]`: spend limits per scope and window (`harness.contracts.budgets`)."""
+
+    def budget_entries(self) -> list[BudgetEntry]:
+        """Every budget in force: the `[[budgets]]` entries, then the levels' daily keys."""
+        return [*self.budgets, *legacy_budgets(self.levels)]
+
+    def budget_rules(self, target_hosts: Mapping[str, str] | None = None) -> list[BudgetRule]:
+        """The budgets resolved to the levels and targets they hold.
+
+        `target_hosts`: catalog target -> its endpoint's host, to resolve `provider:`
+        scopes (none without a catalog: such a budget then holds nothing).
+        """
+        return [
+            resolve_budget(entry, self.levels, target_hosts or {})
+            for entry in self.budget_entries()
+        ]
 
     def alerts_for(self, level: str) -> AlertsConfig:
         """The level's own `[levels.<name>.alerts]`, else the global `[alerts]`."""
@@ -602,6 +628,11 @@ class Settings(BaseSettings):
             unknown = sorted(set(digest.levels) - set(self.levels))
             if unknown:
                 raise ValueError(f"digests.{name}.levels names unknown level(s): {unknown}")
+        problems = list(
+            budget_problems(self.budgets, self.levels, self.routing.catalog is not None)
+        )
+        if problems:
+            raise ValueError("; ".join(problems))
         return self
 
     @classmethod

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from datetime import UTC, date, datetime
 from typing import Any, ClassVar, Literal
-from uuid import UUID
+from uuid import UUID, uuid5
 
 from pydantic import BaseModel, ConfigDict, Field, NonNegativeInt, PositiveInt
 
@@ -297,6 +297,9 @@ class BudgetSpent(TickEvent):
     template_hash: str | None = None
     """The hash of the tick's prompt template before substitution: its prompt version
     (None: recorded before tickwork kept it, or spend of no tick's prompt)."""
+    target: str | None = None
+    """The catalog target the call went to, for `target:`/`provider:` budgets (None: no
+    route, or booked by the runner for a call cut off, whose target it does not know)."""
 
 
 class ToolCalled(TickEvent):
@@ -553,6 +556,48 @@ class LevelBudgetExceeded(Event):
     spent_tokens: int
     spent_usd: float | None
     reserved_tokens: int
+
+
+BUDGET_CROSSINGS = UUID("5f1b7c4e-3a0d-4c55-9a63-0b2f8d6e1c42")
+"""Namespace of `BudgetCrossed` ids: one per budget, window and threshold, in any replica."""
+
+
+def budget_stream(name: str) -> str:
+    """The stream of a `[[budgets]]` entry's crossings."""
+    return f"budget-{name}"
+
+
+class BudgetCrossed(Event):
+    """A budget's window passed one of its thresholds (`alert_at`, or 1.0: its limit).
+
+    Its id follows from (budget, window start, threshold), so of every replica and every
+    poll that sees the crossing one event is stored: it alerts once per window, and a
+    `pause` budget's levels are paused once per window (an operator's resume holds).
+    """
+
+    type = "BudgetCrossed"
+    budget: str
+    scope: str
+    window_start: str
+    window_end: str
+    threshold: float
+    action: Literal["stop", "pause", "reroute"]
+    used_tokens: int
+    used_usd: float | None
+    limit_tokens: int | None
+    limit_usd: float | None
+    levels: list[str] = []
+    """The levels a `pause` budget paused."""
+
+    @staticmethod
+    def id_for(budget: str, window_start: str, threshold: float) -> UUID:
+        """The crossing's event id, the same in every replica."""
+        return uuid5(BUDGET_CROSSINGS, f"{budget}|{window_start}|{threshold:g}")
+
+    @property
+    def stream_id(self) -> str:
+        """The budget's stream."""
+        return budget_stream(self.budget)
 
 
 GOVERNOR_STREAM = "governor"
@@ -921,6 +966,7 @@ EVENT_TYPES: dict[tuple[str, int], type[Event]] = {
         LevelPaused,
         LevelResumed,
         LevelBudgetExceeded,
+        BudgetCrossed,
         DigestClaimed,
         DigestDeliveryFailed,
         DigestPublished,

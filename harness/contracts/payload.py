@@ -12,6 +12,7 @@ from typing import Annotated, Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from harness.contracts.agents import AgentKind
+from harness.contracts.budgets import BudgetRuleData
 from harness.contracts.calibration import Calibration
 from harness.contracts.governor import GovernorLimits
 from harness.contracts.tiers import Capabilities, ToolTier, capabilities
@@ -116,30 +117,27 @@ class TokenRates(BaseModel):
         ) / 1_000_000
 
 
-class DailyBudget(BaseModel):
-    """The level's daily budgets and what was spent and reserved when the tick was prepared.
+class TickBudgets(BaseModel):
+    """The budgets holding the tick, with what was spent and reserved when it was prepared.
 
-    The worker adds the level's `BudgetSpent` recorded after `after_position` (by any
-    tick), follows the reservations of the level's other ticks (held from their
-    `TickScheduled` until their terminal event), and calls no model once spend plus those
-    reservations pass `tokens` or, priced with `rates`, `usd`. Spend of a model without
-    rates cannot be priced: a USD budget then counts as passed (fail-closed).
+    The worker adds the `BudgetSpent` recorded after `after_position` (by any tick) to
+    each budget whose scope holds the call's level and target and whose window holds
+    it, follows the reservations of the other ticks in flight (held from their
+    `TickScheduled` until their terminal event, counted by the budgets holding their
+    level), and calls no model once a `stop` or `pause` budget's spend plus those
+    reservations pass its `tokens` or, priced with `rates`, its `usd`. Spend of a model
+    without rates cannot be priced: a USD budget then counts as passed (fail-closed).
     """
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
-    tokens: Annotated[int, Field(gt=0)] | None = None
-    usd: Annotated[float, Field(gt=0)] | None = None
-    day: str
-    """The UTC day (ISO) the budget and spend are of."""
-    spent_tokens: Annotated[int, Field(ge=0)]
-    spent_usd: Annotated[float, Field(ge=0)] = 0.0
+    budgets: list[BudgetRuleData]
     after_position: Annotated[int, Field(ge=0)]
-    """The global position the spend read model had folded up to, at most."""
-    reservations: dict[str, Annotated[int, Field(ge=0)]] = {}
-    """Tick id -> tokens reserved by the level's other ticks in flight when prepared."""
+    """The global position the budgets read model had folded up to, at most."""
+    reservations: dict[str, tuple[str, Annotated[int, Field(ge=0)]]] = {}
+    """Tick id -> (its level, tokens it reserved), of the other ticks in flight when prepared."""
     rates: dict[str, TokenRates] = {}
-    """Model -> its rates, for the models the level's spend is expected in."""
+    """Model -> its rates, for the models the spend is expected in."""
     reserve_model: str | None = None
     """Whose input rate prices reservations (the level's model, as the scheduler does)."""
 
@@ -184,8 +182,9 @@ class TickPayload(BaseModel):
     """What the calibration read model had learned of the tick's models when it was
     prepared: the tick starts from it and folds no read model itself (a fold takes the
     store's write lock, which a wave of ticks at :00 would queue on)."""
-    budget: DailyBudget | None = None
-    """Set when the level has a daily budget (tokens or USD): checked before every model call."""
+    budget: TickBudgets | None = None
+    """Set when a budget holds the tick (`[[budgets]]`, or the level's daily keys): checked
+    before every model call."""
     output: Literal["text", "json"] = "text"
     """`json`: the answer is parsed (and checked against `output_schema` when set)."""
     output_schema: dict[str, Any] | None = None

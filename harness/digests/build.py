@@ -34,6 +34,7 @@ from harness.prices import PriceBook
 from harness.projections import Projector
 from harness.projections.levels import paused_levels
 from harness.projections.periods import PeriodSpend, period_counts, period_sample, period_spend
+from harness.scheduling.budget_watch import BudgetStatus
 from harness.store import EventStore
 from harness.timespec import as_utc
 
@@ -119,6 +120,8 @@ class Digest(_Model):
     generated_at: datetime
     anomalies: list[Anomaly]
     levels: list[LevelSection]
+    budgets: list[BudgetStatus] = []
+    """Every configured budget as it stood when the digest was built."""
 
     @property
     def cost_usd(self) -> float | None:

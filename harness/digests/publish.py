@@ -48,6 +48,8 @@ from harness.digests.render import DigestFormat, period_title, render
 from harness.files import write_atomically
 from harness.prices import PriceBook
 from harness.projections import Projector
+from harness.scheduling.budget import Budgets
+from harness.scheduling.budget_watch import BudgetStatus, budget_statuses
 from harness.scheduling.timetable import Slot, Timetable
 from harness.scheduling.triggers import level_trigger, next_slot
 from harness.store import NO_STREAM, ConcurrencyError, EventStore, StoreError
@@ -131,6 +133,13 @@ class Publisher:
         self.prices = prices
         self.report = report
         self.env = dict(os.environ if env is None else env)
+        self._budget_model: Budgets | None = None
+
+    def _budgets(self) -> list[BudgetStatus]:
+        """Every budget's window now, for the digest's table (none configured: empty)."""
+        if self._budget_model is None:
+            self._budget_model = Budgets(self.store, self.projector, self.prices, self.settings)
+        return budget_statuses(self._budget_model)
 
     def publish(self, name: str, config: DigestConfig, period: Period) -> DigestPublished | None:
         """Claim, build, deliver and record one period; None when it was claimed already."""
@@ -186,6 +195,7 @@ class Publisher:
             levels,
             config.excerpt_chars,
         )
+        digest = digest.model_copy(update={"budgets": self._budgets()})
         content = render(digest, config.format, self.settings.api.public_url).encode()
         content_hash = hashlib.sha256(content).hexdigest()
         # Named by its content: a replica that loses the claim never overwrites the winner's.

@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Literal
 
 if TYPE_CHECKING:
     from harness.digests.build import Digest, LevelSection
+    from harness.scheduling.budget_watch import BudgetStatus
 
 DigestFormat = Literal["md", "html", "json"]
 MEDIA_TYPES: dict[DigestFormat, str] = {
@@ -95,9 +96,29 @@ def outline(digest: Digest) -> list[Block]:
         blocks.append(
             Block("anomaly", anomaly.detail, (anomaly.tick_id,), (anomaly.kind, anomaly.detail))
         )
+    if digest.budgets:
+        blocks.append(Block("h2", f"Budgets ({len(digest.budgets)})"))
+    for budget in digest.budgets:
+        blocks.append(_budget(budget))
     for section in digest.levels:
         blocks.extend(_level(section))
     return blocks
+
+
+def _budget(budget: BudgetStatus) -> Block:
+    """A budget's line: used against its limit, what is reserved, when it ends or runs out."""
+    runs_out = (
+        f"runs out {budget.runs_out_at:%Y-%m-%d %H:%M} UTC at this rate"
+        if budget.runs_out_at
+        else "lasts the window at this rate"
+    )
+    text = (
+        f"{budget.name} ({budget.scope}, {budget.window}, {budget.action}): "
+        f"{budget.used_fraction:.0%} of {budget.limit_text()} used ({budget.used_tokens:,} tokens, "
+        f"{_usd(budget.used_usd)}), {budget.reserved_tokens:,} reserved; window ends "
+        f"{budget.window_end:%Y-%m-%d %H:%M} UTC, {runs_out}."
+    )
+    return Block("p", text)
 
 
 def _level(section: LevelSection) -> list[Block]:

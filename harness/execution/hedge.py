@@ -121,7 +121,7 @@ class Race:
             payload.tick_id,
             payload.level,
             twin.slot,
-            reserved_tokens=level.reserve_tokens if level and level.has_budget else 0,
+            reserved_tokens=level.reserve_tokens if level and payload.budget is not None else 0,
             routed=twin.routed,
         )
         try:

@@ -19,7 +19,7 @@ from harness.execution.prepare import TickRef
 from harness.prices import PriceBook
 from harness.projections import projector_for
 from harness.projections.levels import cancel_scopes, level_paused
-from harness.scheduling.budget import spent_today, within_budget
+from harness.scheduling.budget import Budgets
 from harness.scheduling.control import PAUSED
 from harness.store import EventStore, StoreError
 
@@ -61,6 +61,7 @@ class Decisions:
         self.store = store
         self.prices = PriceBook(settings.prices)
         self._projector = projector_for(store, self.prices)
+        self.budgets = Budgets(store, self._projector, self.prices, settings)
         self._lock = threading.Lock()
         """One fold of the spend read model at a time (ticks run in many threads)."""
 
@@ -78,11 +79,10 @@ class Decisions:
                 return None
             if level_paused(self.store, level):
                 return PAUSED
-            config = self.settings.levels.get(level)
-            if config is not None and config.has_budget:
+            if self.budgets.has_budget(level):
                 with self._lock:
-                    spent = spent_today(self.store, self._projector, self.prices, level)
-                if not within_budget(config, self.prices, spent, 0):
+                    over = self.budgets.over(level)
+                if over is not None:
                     return BUDGET
         except StoreError:
             return None

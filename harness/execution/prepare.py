@@ -23,19 +23,19 @@ from string import Template
 from typing import Any
 
 from harness.config import LevelConfig, Settings
-from harness.contracts import TickScheduled
+from harness.contracts.budgets import BudgetRuleData
 from harness.contracts.calibration import Calibration
-from harness.contracts.events import tick_stream
 from harness.contracts.output import OutputSchemaError, load_output_schema
-from harness.contracts.payload import DailyBudget, RagSettings, TickPayload, TokenRates
+from harness.contracts.payload import RagSettings, TickBudgets, TickPayload, TokenRates
 from harness.contracts.result import ResultFileError, read_result
 from harness.contracts.secrets import STORE_PASSWORD_ENV, TELEMETRY_HEADERS_ENV, secret_names
 from harness.prices import PriceBook
 from harness.projections import Projector, projector_for
+from harness.projections.budget_windows import NAME as BUDGETS_MODEL
 from harness.projections.calibration import current_calibrations
-from harness.projections.ticks import previous_result_path, ticks_in_flight
+from harness.projections.ticks import previous_result_path
 from harness.routing.decisions import Routed, Router, configured_router
-from harness.scheduling.budget import spent_today
+from harness.scheduling.budget import Budgets, reservations_in_flight
 from harness.store import EventStore, StoreError, split_password
 
 log = logging.getLogger(__name__)
@@ -188,6 +188,7 @@ class Preparer:
         self.store = store
         self.env = dict(os.environ if env is None else env)
         self._projector: Projector | None = None
+        self._budgets: Budgets | None = None
         self.router = router or configured_router(settings)
 
     def prepare(
@@ -299,62 +300,74 @@ class Preparer:
             self._projector = projector_for(store, PriceBook(self.settings.prices))
         return self._projector
 
+    def _budgets_of(self, store: EventStore) -> Budgets:
+        if self._budgets is None:
+            prices = PriceBook(self.settings.prices)
+            self._budgets = Budgets(store, self._projections(store), prices, self.settings)
+        return self._budgets
+
     def _daily_budget(
         self, level: str, config: LevelConfig, tick_id: str, models: list[str]
-    ) -> DailyBudget | None:
-        """The level's budgets, today's spend and the reservations of its other ticks.
+    ) -> TickBudgets | None:
+        """The budgets holding the tick, their windows' spend and the other ticks' reservations.
 
-        The worker checks them before every call. The position is read before the spend:
-        what is folded in between is counted twice by the worker (it stops early), never
-        missed. A store that cannot be read leaves the check to the runner's, before every
-        attempt.
+        The worker checks them before every call, adding what the log holds after the
+        read model's checkpoint. The checkpoint is read before the spend: what is folded
+        in between is counted twice by the worker (it stops early), never missed. A store
+        that cannot be read leaves the check to the runner's, before every attempt.
         """
-        if not config.has_budget or self.store is None:
+        if self.store is None:
             return None
-        projector = self._projections(self.store)
-        prices = PriceBook(self.settings.prices)
+        budgets = self._budgets_of(self.store)
+        rules = [rule for rule in budgets.rules if rule.levels is None or level in rule.levels]
+        if not rules:
+            return None
+        now = datetime.now(UTC)
         try:
-            projector.catch_up(["spend"])
-            position = projector.checkpoints()["spend"]
-            spent = spent_today(self.store, projector, prices, level)
-            reservations = self._reservations(self.store, projector, level, tick_id)
+            # No fold here: twenty ticks prepared at :00 would queue on its write lock.
+            # The checkpoint is read first, so what is folded in between counts twice.
+            position = budgets.windows.checkpoints()[BUDGETS_MODEL]
+            spent = budgets.spent(rules, now, fold=False)
+            scoped: set[str] | None = set()
+            for rule in rules:
+                if rule.levels is None or scoped is None:
+                    scoped = None
+                else:
+                    scoped |= rule.levels
+            reservations = reservations_in_flight(
+                self.store, self._projections(self.store), scoped, but=tick_id
+            )
         except StoreError as exc:
             log.warning("spend unavailable, the tick's budget is checked between attempts: %s", exc)
             return None
-        day = datetime.now(UTC).date().isoformat()
+        day = now.date().isoformat()
+        prices = budgets.prices
         rates = {}
-        for model in {*models, *([config.model] if config.model else [])}:
+        for model in {*models, *([config.model] if config.model else []), *self._known_models()}:
             ladder = prices.rates(model, day)
             if ladder is not None:
                 rates[model] = TokenRates(
                     input_per_mtok=ladder[0].input, output_per_mtok=ladder[0].output
                 )
-        return DailyBudget(
-            tokens=config.daily_token_budget,
-            usd=config.daily_usd_budget,
-            day=day,
-            spent_tokens=spent.tokens,
-            spent_usd=spent.usd,
+        return TickBudgets(
+            budgets=[
+                BudgetRuleData.of(
+                    rule, rule.window_at(now), spent[rule.name].tokens, spent[rule.name].usd
+                )
+                for rule in rules
+            ],
             after_position=position,
             reservations=reservations,
             rates=rates,
             reserve_model=config.model or models[0],
         )
 
-    @staticmethod
-    def _reservations(
-        store: EventStore, projector: Projector, level: str, tick_id: str
-    ) -> dict[str, int]:
-        """Tokens reserved by the level's other ticks in flight, from their TickScheduled."""
-        projector.catch_up(["ticks"])
-        streams = [tick_stream(t.tick_id) for t in ticks_in_flight(store, [level])]
-        found = store.read_streams(streams, types=[TickScheduled.type])
-        return {
-            claim.data["tick_id"]: int(claim.data.get("reserved_tokens", 0))
-            for events in found.values()
-            for claim in events[:1]
-            if claim.data["tick_id"] != tick_id
-        }
+    def _known_models(self) -> set[str]:
+        """Every model a tick may call: a wide budget counts other levels' spend too."""
+        known = {level.model for level in self.settings.levels.values() if level.model}
+        if self.router is not None:
+            known |= {target.model for target in self.router.source.catalog.targets.values()}
+        return known
 
     def _calibrations(self, models: list[str]) -> dict[str, Calibration]:
         """What the calibration read model learned of the tick's models, for its payload.

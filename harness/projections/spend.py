@@ -6,8 +6,8 @@ token; cost in USD is computed when a report asks (see `harness.prices`).
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from dataclasses import dataclass, field
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field, replace
 from datetime import date
 from functools import cache
 from typing import Literal, get_args
@@ -157,6 +157,51 @@ def spend_report(
         )
         for key, totals in sorted(groups.items())
     ]
+
+
+ReportGroup = Literal["level", "model", "day", "template", "tag"]
+"""What `tickwork spend --by` and `GET /spend?by=` take: the read model's groups, and `tag`."""
+REPORT_GROUPS: tuple[ReportGroup, ...] = get_args(ReportGroup)
+
+
+def spend_by(
+    conn: sa.Connection,
+    prices: PriceBook,
+    by: Sequence[ReportGroup],
+    tags_of: Mapping[str, Sequence[str]],
+    since: date | None = None,
+    levels: Sequence[str] | None = None,
+) -> list[SpendRow]:
+    """A spend report whose groups may include `tag`: the levels' `tags`, priced per row.
+
+    Grouped by level in the database (with the other groups asked), then each level's
+    row is counted under each of its tags ("" for a level with none, or one no longer
+    configured): a level with two tags counts in both, as LiteLLM's tag reports do.
+    """
+    inner: list[GroupBy] = [g for g in by if g != "tag"]
+    if "tag" not in by:
+        return spend_report(conn, prices, inner, since, levels=levels)
+    rows = spend_report(
+        conn, prices, inner if "level" in inner else [*inner, "level"], since, levels=levels
+    )
+    merged: dict[tuple[str, ...], SpendRow] = {}
+    for row in rows:
+        for tag in tags_of.get(row.group["level"], ()) or ("",):
+            group: dict[str, str] = {name: tag if name == "tag" else row.group[name] for name in by}
+            key = tuple(group.values())
+            total = merged.get(key)
+            merged[key] = replace(row, group=group) if total is None else _added(total, row)
+    return [merged[key] for key in sorted(merged)]
+
+
+def _added(a: SpendRow, b: SpendRow) -> SpendRow:
+    cost = None if a.cost_usd is None or b.cost_usd is None else a.cost_usd + b.cost_usd
+    return SpendRow(
+        group=a.group,
+        **{name: getattr(a, name) + getattr(b, name) for name in SUMS},
+        cost_usd=cost,
+        unpriced_calls=a.unpriced_calls + b.unpriced_calls,
+    )
 
 
 @dataclass

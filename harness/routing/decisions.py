@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import hashlib
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
@@ -143,11 +143,17 @@ class CatalogSource:
         path: Path,
         report: Report = lambda line: None,
         needs_lane: frozenset[str] = frozenset(),
+        budget_targets: Mapping[str, str] | None = None,
     ) -> None:
-        """`needs_lane`: levels with no `model` of their own, which only a lane can route."""
+        """`needs_lane`: levels with no `model` of their own, which only a lane can route.
+
+        `budget_targets`: the path of each `[[budgets]]` entry scoped to a target -> the
+        target it names, which the catalog must have (a budget on nothing limits nothing).
+        """
         self.path = path
         self.report = report
         self.needs_lane = needs_lane
+        self.budget_targets = dict(budget_targets or {})
         self.catalog = self._load()
         self._seen = self._digest()
         self._requested = False
@@ -155,15 +161,19 @@ class CatalogSource:
     def _load(self) -> Catalog:
         catalog = load_catalog(self.path)
         missing = sorted(self.needs_lane - set(catalog.lanes))
-        if missing:
-            raise CatalogError(
-                str(self.path),
-                [
-                    f"levels.{level}: has no model and the catalog has no lane for it: "
-                    "give the level a model or the catalog a lane named after it"
-                    for level in missing
-                ],
-            )
+        problems = [
+            f"levels.{level}: has no model and the catalog has no lane for it: "
+            "give the level a model or the catalog a lane named after it"
+            for level in missing
+        ]
+        problems += [
+            f"{where}.scope: the catalog has no target named {target!r} "
+            f"(known: {', '.join(sorted(catalog.targets))})"
+            for where, target in self.budget_targets.items()
+            if target not in catalog.targets
+        ]
+        if problems:
+            raise CatalogError(str(self.path), problems)
         return catalog
 
     def _digest(self) -> str | None:
@@ -232,7 +242,12 @@ def configured_router(settings: Settings, report: Report = lambda line: None) ->
     if settings.routing.catalog is None:
         return None
     modelless = frozenset(name for name, level in settings.levels.items() if not level.model)
-    source = CatalogSource(settings.routing.catalog, report, modelless)
+    targets = {
+        f"budgets.{index}": entry.scope_name
+        for index, entry in enumerate(settings.budgets)
+        if entry.scope_kind == "target"
+    }
+    source = CatalogSource(settings.routing.catalog, report, modelless, targets)
     return Router(source, settings.routing.availability_ttl_seconds)
 
 

@@ -22,9 +22,11 @@ import re
 import threading
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, replace
+from typing import Any
 
-from harness.config import AlertKind, AlertsConfig, Settings, tick_page
+from harness.config import AlertKind, AlertsConfig, Settings, legacy_name, tick_page
 from harness.contracts import (
+    BudgetCrossed,
     LevelBudgetExceeded,
     LevelPaused,
     TickCompleted,
@@ -43,7 +45,13 @@ log = logging.getLogger(__name__)
 CHECKPOINT = "alerts"
 POLL_SECONDS = 1.0
 FAILED = frozenset({TickFailed.type, TickTimedOut.type, TickLost.type})
-WATCHED = (*FAILED, TickCompleted.type, LevelPaused.type, LevelBudgetExceeded.type)
+WATCHED = (
+    *FAILED,
+    TickCompleted.type,
+    LevelPaused.type,
+    LevelBudgetExceeded.type,
+    BudgetCrossed.type,
+)
 
 Sender = Callable[[str, str, str], str]
 """(apprise URL, title, body) -> `ok` or `failed: <why>`."""
@@ -93,6 +101,8 @@ class Alerter:
 
     def _alerts_of(self, event: EventData, streaks: dict[str, Streak]) -> list[AlertRaised]:
         _, kind, data = event
+        if kind == BudgetCrossed.type:
+            return self._crossed(data)
         level = data.get("level", "")
         if level not in self.settings.levels:
             return []
@@ -122,6 +132,30 @@ class Alerter:
             key = f"failures-{level}-{data['tick_id']}"
             alerts += self._raise(config, "failures", key, level, reason, data["tick_id"])
         return alerts
+
+    def _crossed(self, data: Mapping[str, Any]) -> list[AlertRaised]:
+        """A budget's soft threshold or limit, once per budget, window and threshold.
+
+        A level's old daily keys keep their one alert a day (`LevelBudgetExceeded`, when
+        a slot is skipped): their limit's crossing does not alert twice.
+        """
+        scope = str(data["scope"])
+        level = scope.split(":", 1)[1] if scope.startswith("level:") else ""
+        if level and data["budget"] == legacy_name(level) and data["threshold"] >= 1:
+            return []
+        config = self.settings.alerts_for(level) if level else self.settings.alerts
+        used = f"{data['used_tokens']:,} tokens"
+        if data.get("used_usd") is not None:
+            used += f", USD {data['used_usd']:.4f}"
+        what = "limit reached" if data["threshold"] >= 1 else f"{data['threshold']:.0%} used"
+        reason = (
+            f"budget {data['budget']} ({scope}): {what} ({used}); window ends "
+            f"{data['window_end']}; action {data['action']}"
+        )
+        if data.get("levels"):
+            reason += f"; paused {', '.join(data['levels'])}"
+        key = f"budget-{data['budget']}-{data['window_start']}-{data['threshold']:g}"
+        return self._raise(config, "budget", key, level or scope, reason, None)
 
     def _raise(
         self,

@@ -1,35 +1,52 @@
-"""Daily budgets per level, read from the spend projection, with reservations.
+"""Budgets (`[[budgets]]` and the levels' daily keys), from their read model, with reservations.
 
-A tick about to start reserves `reserve_tokens` (priced at the level model's rates for a
-USD budget) until it ends. The reservation is written into the tick's `TickScheduled`
-event, so every replica on the store sees it while the tick is in flight and it ends by
-itself with the tick's terminal event (a crashed scheduler leaks nothing). Within one
-wave of slots, decisions taken before the claim is written are held in memory: five ticks
-fired together cannot overshoot the budget by five ticks' worth.
+A tick about to start reserves its level's `reserve_tokens` (priced at the level model's
+rates for a USD budget) until it ends, against every budget holding its level. The
+reservation is written into the tick's `TickScheduled` event, so every replica on the
+store sees it while the tick is in flight and it ends by itself with the tick's terminal
+event (a crashed scheduler leaks nothing). Within one wave of slots, decisions taken
+before the claim is written are held in memory: five ticks fired together cannot
+overshoot a budget by five ticks' worth.
 
-Two replicas deciding for different slots of one level in the same few milliseconds may
-each miss the other's reservation when deciding; the claim settles it. Claims are
-ordered by global position: `Budgets.confirm` waits until every claim before its own is
-readable (on PostgreSQL a claim with a lower position may commit after a higher one:
-`EventStore.wait_settled`), counts the reservations claimed before this one, and of two
-claims that together pass the budget the later one gives way (its slot is skipped
-`budget`). Both replicas read the same order, so they cannot both miss each other.
+Two replicas deciding for different slots in the same few milliseconds may each miss the
+other's reservation when deciding; the claim settles it. Claims are ordered by global
+position: `Budgets.confirm` waits until every claim before its own is readable (on
+PostgreSQL a claim with a lower position may commit after a higher one:
+`EventStore.wait_settled`), counts, for each budget holding the level, the reservations
+of the ticks in its scope claimed before this one, and of two claims that together pass
+a budget the later one gives way (its slot is skipped `budget`). Both replicas read the
+same order, so they cannot both miss each other. A global or tag budget is one more set
+of levels to count claims over: the mechanism is the per-level one, widened.
+
+Budgets scoped to a catalog target or provider are not checked here (the target is
+chosen later): the worker checks them before every call, and `reroute` ones steer the
+route (`harness.routing`).
 """
 
 from __future__ import annotations
 
 import logging
+import os
 import threading
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 
-from harness.config import LevelConfig
+from harness.config import Settings, host_of
 from harness.contracts import TickScheduled
+from harness.contracts.budgets import BudgetRule, Window
 from harness.contracts.events import tick_stream
 from harness.prices import PriceBook
-from harness.projections import Projector, spend_report
-from harness.projections.ticks import TickInFlight, ticks_in_flight
+from harness.projections import Projector
+from harness.projections.budget_windows import NAME as BUDGETS_MODEL
+from harness.projections.budget_windows import (
+    WindowSpend,
+    budget_projector,
+    ensure_folded,
+    window_spend,
+)
+from harness.projections.ticks import ticks_in_flight
+from harness.routing import configured_router
 from harness.store import EventStore, StoredEvent
 
 log = logging.getLogger(__name__)
@@ -64,119 +81,266 @@ def settled_claim(store: EventStore, projector: Projector, tick_id: str) -> Stor
 
 @dataclass(frozen=True)
 class BudgetCheck:
-    """A budget verdict with the figures behind it, for the skip event and the operator."""
+    """A budget verdict with the figures behind it, for the skip event and the operator.
+
+    The figures are those of the budget that refused (or of the first one checked).
+    """
 
     allowed: bool
     spent_tokens: int
     spent_usd: float | None
     reserved_tokens: int
+    budget: str | None = None
 
 
-@dataclass(frozen=True)
-class Spent:
-    """A level's spend today, as the spend projection has it."""
-
-    tokens: int
-    usd: float
+ALLOWED = BudgetCheck(True, 0, None, 0)
+Reservations = Mapping[str, tuple[str, int]]
+"""Tick id -> (its level, tokens it holds)."""
 
 
-def spent_today(store: EventStore, projector: Projector, prices: PriceBook, level: str) -> Spent:
-    """Tokens and USD the level spent today (UTC), after folding what is stored."""
-    projector.catch_up(["spend"])
-    with store.read_transaction() as conn:
-        rows = spend_report(
-            conn, prices, by=["level"], since=datetime.now(UTC).date(), levels=[level]
-        )
-    return Spent(
-        sum(r.prompt_tokens + r.completion_tokens for r in rows),
-        sum(r.cost_usd or 0.0 for r in rows),
-    )
+def held_by(rule: BudgetRule, reservations: Reservations) -> int:
+    """Tokens the reservations of the ticks in the budget's scope hold."""
+    return sum(tokens for level, tokens in reservations.values() if rule.covers_level(level))
 
 
-def within_budget(config: LevelConfig, prices: PriceBook, spent: Spent, more_tokens: int) -> bool:
-    """Whether `more_tokens` on top of `spent` stay within the level's daily budgets.
+def within(
+    rule: BudgetRule,
+    prices: PriceBook,
+    spent: WindowSpend,
+    more_tokens: int,
+    model: str | None,
+    at: datetime,
+) -> bool:
+    """Whether `more_tokens` on top of `spent` stay within the budget's limits.
 
-    With `more_tokens` 0 this asks whether the spend has already passed them: a USD budget
-    whose model has no price cannot be checked and counts as passed (fail-closed).
+    With `more_tokens` 0 this asks whether the spend has already passed them. Spend that
+    cannot be priced, or reservations priced at a model without rates, pass a USD budget
+    (fail-closed).
     """
-    if config.daily_token_budget is not None and spent.tokens + more_tokens > (
-        config.daily_token_budget
-    ):
+    if rule.tokens is not None and spent.tokens + more_tokens > rule.tokens:
         return False
-    if config.daily_usd_budget is not None and config.model:
-        today = datetime.now(UTC).date().isoformat()
-        rate = prices.cost(config.model, today, -1, more_tokens, 0)
-        return rate is not None and spent.usd + rate <= config.daily_usd_budget
-    return True
+    if rule.usd is None:
+        return True
+    if spent.usd is None:
+        return False
+    rate = 0.0
+    if more_tokens and model:
+        priced = prices.cost(model, at.date().isoformat(), -1, more_tokens, 0)
+        if priced is None:
+            return False
+        rate = priced
+    return spent.usd + rate <= rule.usd
+
+
+def spent_in_windows(
+    store: EventStore,
+    projector: Projector,
+    prices: PriceBook,
+    rules: Sequence[BudgetRule],
+    at: datetime,
+    fold: bool = True,
+) -> dict[str, WindowSpend]:
+    """Each budget's spend in its window holding `at`, after folding what is stored.
+
+    `fold` False: as the read model has it, without taking the write lock a fold needs
+    (a tick's preparation: its worker reads the log after the read model's checkpoint).
+    """
+    if not rules:
+        return {}
+    if fold:
+        projector.catch_up([BUDGETS_MODEL])
+    windows: dict[str, Window] = {rule.name: rule.window_at(at) for rule in rules}
+    with store.read_transaction() as conn:
+        return window_spend(conn, prices, rules, windows)
+
+
+def budget_rules(settings: Settings) -> list[BudgetRule]:
+    """The configured budgets, `provider:` scopes resolved against the routing catalog."""
+    hosts: dict[str, str] = {}
+    router = (
+        configured_router(settings)
+        if any(entry.scope_kind == "provider" for entry in settings.budget_entries())
+        else None
+    )
+    if router is not None:
+        for name, target in router.source.catalog.targets.items():
+            url = target.base_url or (os.environ.get(target.base_url_env or "") or None)
+            host = host_of(url)
+            if host:
+                hosts[name] = host
+    return settings.budget_rules(hosts)
 
 
 class Budgets:
-    """Daily token and USD caps per level, counting spend and reservations of ticks in flight."""
+    """Every budget holding a level, counting spend and the reservations of ticks in flight."""
 
-    def __init__(self, store: EventStore, projector: Projector, prices: PriceBook) -> None:
+    def __init__(
+        self,
+        store: EventStore,
+        projector: Projector,
+        prices: PriceBook,
+        settings: Settings,
+        rules: Sequence[BudgetRule] | None = None,
+    ) -> None:
         self.store = store
         self.projector = projector
         self.prices = prices
+        self.settings = settings
+        self.rules = list(budget_rules(settings) if rules is None else rules)
+        self.windows = budget_projector(store, prices, self.rules)
+        """Folds the budgets read model (`spent_in_windows`)."""
+        self._folded_for_rules = False
         self._lock = threading.Lock()
-        self._pending: dict[str, dict[str, int]] = {}
-        """Level -> tick id -> tokens reserved by decisions not yet claimed in the store."""
+        self._pending: dict[str, tuple[str, int]] = {}
+        """Tick id -> (level, tokens) reserved by decisions not yet claimed in the store."""
 
-    def held(self, flying: Iterable[TickInFlight], levels: Iterable[str]) -> dict[str, int]:
-        """Tokens reserved by the ticks in flight of `levels`, from their TickScheduled."""
-        wanted = set(levels)
-        streams = {tick_stream(t.tick_id): t.level for t in flying if t.level in wanted}
-        held: dict[str, int] = {}
-        found = self.store.read_streams(streams, types=[TickScheduled.type])
-        for stream, scheduled in found.items():
-            for event in scheduled:
-                level = streams[stream]
-                held[level] = held.get(level, 0) + int(event.data.get("reserved_tokens", 0))
+    def spent(
+        self, rules: Sequence[BudgetRule], at: datetime, fold: bool = True
+    ) -> dict[str, WindowSpend]:
+        """Each of `rules`' spend in its window holding `at`, the read model current first.
+
+        The first read refolds the read model if the configured budgets changed since it
+        was folded (`ensure_folded`). `fold` False: as folded so far (`spent_in_windows`).
+        """
+        if not self._folded_for_rules:
+            ensure_folded(self.store, self.windows, self.rules)
+            self._folded_for_rules = True
+        return spent_in_windows(self.store, self.windows, self.prices, rules, at, fold)
+
+    def rules_for(self, level: str) -> list[BudgetRule]:
+        """The budgets a tick of `level` is held to before it starts (not target-scoped ones)."""
+        return [rule for rule in self.rules if rule.covers_level(level)]
+
+    def has_budget(self, level: str) -> bool:
+        """Whether a budget holds the level, so spend must be checked before a claim."""
+        return any(rule.covers_level(level) for rule in self.rules)
+
+    def held(self) -> dict[str, tuple[str, int]]:
+        """Tokens reserved by the ticks in flight, from their TickScheduled, by tick."""
+        levels = self._levels_held()
+        if levels is not None and not levels:
+            return {}
+        return reservations_in_flight(self.store, self.projector, levels)
+
+    def _levels_held(self) -> set[str] | None:
+        held: set[str] = set()
+        for rule in self.rules:
+            if rule.targets is None:
+                if rule.levels is None:
+                    return None
+                held |= rule.levels
         return held
 
     def try_reserve(
-        self, level: str, config: LevelConfig, tick_id: str, held: int = 0
+        self,
+        level: str,
+        tick_id: str,
+        held: Reservations | None = None,
+        at: datetime | None = None,
     ) -> BudgetCheck:
-        """Reserve for a tick if today's spend plus reservations leave room for it.
+        """Reserve for a tick if every budget holding it has room for it.
 
-        `held`: tokens already reserved in the store by the level's ticks in flight.
+        `held`: tokens already reserved in the store by ticks in flight (`held()`).
         """
-        if not config.has_budget:
-            return BudgetCheck(True, 0, None, 0)
-        spent = spent_today(self.store, self.projector, self.prices, level)
+        rules = self.rules_for(level)
+        if not rules:
+            return ALLOWED
+        at = at or datetime.now(UTC)
+        config = self.settings.levels[level]
+        spent = self.spent(rules, at)
         with self._lock:
-            pending = self._pending.setdefault(level, {})
-            reserved = held + sum(pending.values())
-            allowed = within_budget(config, self.prices, spent, reserved + config.reserve_tokens)
-            if allowed:
-                pending[tick_id] = config.reserve_tokens
-        return BudgetCheck(allowed, spent.tokens, spent.usd, reserved)
+            reservations = {**(held or {}), **self._pending}
+            verdict = self._verdict(rules, spent, reservations, config.reserve_tokens, level, at)
+            if verdict.allowed:
+                self._pending[tick_id] = (level, config.reserve_tokens)
+        return verdict
+
+    def _verdict(
+        self,
+        rules: Sequence[BudgetRule],
+        spent: Mapping[str, WindowSpend],
+        reservations: Reservations,
+        own: int,
+        level: str,
+        at: datetime,
+    ) -> BudgetCheck:
+        model = self.settings.levels[level].model if level in self.settings.levels else None
+        first: BudgetCheck | None = None
+        for rule in rules:
+            reserved = held_by(rule, reservations)
+            used = spent[rule.name]
+            ok = within(rule, self.prices, used, reserved + own, model, at)
+            check = BudgetCheck(ok, used.tokens, used.usd, reserved, rule.name)
+            if not ok:
+                return check
+            first = first or check
+        return first or ALLOWED
 
     def reserved(self, level: str, tick_id: str) -> int:
         """Tokens still held for a tick decided to run but not yet claimed in the store."""
         with self._lock:
-            return self._pending.get(level, {}).get(tick_id, 0)
+            return self._pending.get(tick_id, (level, 0))[1]
 
     def settle(self, level: str, tick_id: str) -> None:
         """The decision is written (the store holds the reservation now) or void."""
         with self._lock:
-            self._pending.get(level, {}).pop(tick_id, None)
+            self._pending.pop(tick_id, None)
 
-    def confirm(self, level: str, config: LevelConfig, tick_id: str) -> BudgetCheck:
+    def confirm(self, level: str, tick_id: str, at: datetime | None = None) -> BudgetCheck:
         """Whether a claimed tick still fits, counting the reservations claimed before it."""
-        if not config.has_budget:
-            return BudgetCheck(True, 0, None, 0)
+        rules = self.rules_for(level)
+        if not rules:
+            return ALLOWED
         claim = settled_claim(self.store, self.projector, tick_id)
         if claim is None:
-            return BudgetCheck(True, 0, None, 0)  # ended already: it holds no place
-        streams = [tick_stream(t.tick_id) for t in ticks_in_flight(self.store, [level])]
-        claims = self.store.read_streams(streams, types=[TickScheduled.type])
-        before = sum(
-            int(first.data.get("reserved_tokens", 0))
-            for events in claims.values()
-            for first in events[:1]
-            if first.global_position < claim.global_position
-        )
-        spent = spent_today(self.store, self.projector, self.prices, level)
+            return ALLOWED  # ended already: it holds no place
+        before = {
+            other: held
+            for other, (position, held) in claims_in_flight(self.store, self._levels_held()).items()
+            if position < claim.global_position
+        }
+        at = at or datetime.now(UTC)
+        spent = self.spent(rules, at)
         own = int(claim.data.get("reserved_tokens", 0))
-        allowed = within_budget(config, self.prices, spent, before + own)
-        return BudgetCheck(allowed, spent.tokens, spent.usd, before)
+        return self._verdict(rules, spent, before, own, level, at)
+
+    def over(self, level: str, at: datetime | None = None) -> BudgetCheck | None:
+        """The first budget holding `level` whose window's spend has passed it, else None."""
+        rules = self.rules_for(level)
+        if not rules:
+            return None
+        at = at or datetime.now(UTC)
+        spent = self.spent(rules, at)
+        for rule in rules:
+            used = spent[rule.name]
+            if not within(rule, self.prices, used, 0, None, at):
+                return BudgetCheck(False, used.tokens, used.usd, 0, rule.name)
+        return None
+
+
+def claims_in_flight(
+    store: EventStore, levels: Iterable[str] | None
+) -> dict[str, tuple[int, tuple[str, int]]]:
+    """Tick id -> (claim position, (level, reserved tokens)) of the ticks in flight."""
+    flying = {tick_stream(t.tick_id): t for t in ticks_in_flight(store, levels)}
+    claims = store.read_streams(flying, types=[TickScheduled.type])
+    return {
+        flying[stream].tick_id: (
+            events[0].global_position,
+            (flying[stream].level, int(events[0].data.get("reserved_tokens", 0))),
+        )
+        for stream, events in claims.items()
+        if events
+    }
+
+
+def reservations_in_flight(
+    store: EventStore, projector: Projector, levels: Iterable[str] | None, but: str | None = None
+) -> dict[str, tuple[str, int]]:
+    """Tick id -> (level, tokens reserved) of the ticks in flight (of `levels`), but `but`."""
+    projector.catch_up(["ticks"])
+    return {
+        tick_id: held
+        for tick_id, (_, held) in claims_in_flight(store, levels).items()
+        if tick_id != but
+    }

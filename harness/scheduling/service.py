@@ -93,7 +93,7 @@ class Service:
         self._threads_lock = threading.Lock()
         self.prices = PriceBook(settings.prices)
         self.projector = projector_for(store, self.prices)
-        self.budgets = Budgets(store, self.projector, self.prices)
+        self.budgets = Budgets(store, self.projector, self.prices, settings)
         self.budget_flagged: set[tuple[str, str]] = set()
         """(level, day) whose LevelBudgetExceeded is known to be recorded."""
         self.control = ControlFollower(store, executor, settings.levels)
@@ -294,8 +294,7 @@ class Service:
         """Level -> its ticks in flight, and this wave's that will run: what a new one is behind."""
         for tick in flying:
             ahead.setdefault(tick.level, []).append(tick.tick_id)
-        budgeted = [level for level in levels if self.settings.levels[level].has_budget]
-        held = self.budgets.held(flying, budgeted)
+        held = self.budgets.held() if any(map(self.budgets.has_budget, levels)) else {}
         holding = self.overlap.holder(flying)
         over_budget: dict[str, BudgetCheck] = {}
         plans: list[tuple[SlotClaim, Decision]] = []
@@ -314,7 +313,7 @@ class Service:
                     paused,
                     busy,
                     holding,
-                    partial(self.budgets.try_reserve, level, config, tick_id, held.get(level, 0)),
+                    partial(self.budgets.try_reserve, level, tick_id, held),
                     over_budget,
                 )
             behind = tuple(ahead.get(level, ()))
@@ -374,9 +373,8 @@ class Service:
         A tick that gives way (or whose check cannot be read: fail-closed) is skipped
         `budget`, its end spooled if the store is out.
         """
-        config = self.settings.levels[claim.level]
         try:
-            check = self.budgets.confirm(claim.level, config, claim.tick_id)
+            check = self.budgets.confirm(claim.level, claim.tick_id)
         except StoreError as exc:
             self.outage.failed(exc)
             check = BudgetCheck(False, 0, None, 0)

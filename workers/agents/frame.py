@@ -36,7 +36,7 @@ from workers.agents.tick_governor import (
     TickGovernor,
     TickGovernorServer,
 )
-from workers.budget_guard import DailyBudgetGuard
+from workers.budget_guard import BudgetGuard
 from workers.model import Target, resolve_target
 from workers.recorder import EventRecorder
 from workers.structured_output import structured
@@ -114,7 +114,7 @@ class AgentTick:
             target,
             candidate,
             self.budget,
-            DailyBudgetGuard(payload, recorder),
+            BudgetGuard(payload, recorder, lambda: candidate.target if candidate else None),
             self.stop_child,
         )
         self.server = TickGovernorServer(self.governor)

@@ -55,7 +55,7 @@ from harness.governor.proxy import (
 )
 from harness.governor.serving import BackgroundServer
 from harness.governor.usage import Usage
-from workers.budget_guard import DailyBudgetGuard
+from workers.budget_guard import BudgetGuard
 from workers.model import Target, provider_of
 from workers.recorder import EventRecorder
 from workers.tool_budget import ToolBudget
@@ -135,7 +135,7 @@ class TickGovernor(ProxyGovernor):
         target: Target,
         candidate: RouteCandidate | None,
         budget: ToolBudget,
-        daily: DailyBudgetGuard,
+        daily: BudgetGuard,
         on_failure: Callable[[], None],
     ) -> None:
         limits = payload.governor

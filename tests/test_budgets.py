@@ -1,0 +1,456 @@
+"""Budgets as data: `[[budgets]]` on any scope and window, their actions, and what they show."""
+
+from __future__ import annotations
+
+import json
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from harness.config import (
+    ConfigError,
+    LevelConfig,
+    RoutingConfig,
+    RunnerConfig,
+    Settings,
+    load_settings,
+)
+from harness.contracts import BudgetCrossed, BudgetSpent, LevelPaused, RouteFallback
+from harness.contracts.budgets import BudgetEntry, window_of
+from harness.contracts.events import TERMINAL_TYPES, budget_stream, level_stream
+from harness.devtools.fake_llm import FakeUpstream, Step
+from harness.execution.executors import LocalExecutor
+from harness.execution.prepare import Preparer
+from harness.execution.runner import Runner
+from harness.prices import PriceBook
+from harness.projections import projector_for
+from harness.projections.budget_windows import budget_window_spend
+from harness.projections.spend import spend_by
+from harness.routing.catalog import CatalogError
+from harness.routing.decisions import configured_router
+from harness.scheduling.alerts import Alerter
+from harness.scheduling.budget import Budgets
+from harness.scheduling.budget_watch import BudgetWatch, budget_statuses
+from harness.scheduling.control import switch_level
+from harness.scheduling.waves import SlotClaim, claim_wave
+from harness.store import EventStore, SqlEventStore, open_store
+from tests.catalog_support import valid
+from tests.commands import run_each, write_config
+from tests.test_routing import Routed, of_type, target, write_catalog
+from tests.tick_support import Harness, calls
+
+BERLIN = "Europe/Berlin"
+
+
+def _level(**fields: Any) -> LevelConfig:
+    return LevelConfig(every="1m", model="fake-model", **fields)
+
+
+def _settings(tmp_path: Path, budgets: list[dict[str, Any]], **levels: LevelConfig) -> Settings:
+    return Settings(
+        store={"url": f"sqlite:///{tmp_path}/events.db"},  # type: ignore[arg-type]
+        levels=levels or {"min": _level(tags=["team-a"]), "hour": _level()},
+        budgets=[BudgetEntry(**entry) for entry in budgets],
+    )
+
+
+def _spend(store: EventStore, level: str, at: datetime, tokens: int, n: int = 0) -> None:
+    spent = BudgetSpent(
+        tick_id=f"{level}-{at:%Y%m%d%H%M}-{n}",
+        level=level,
+        model="fake-model",
+        prompt_tokens=tokens,
+        completion_tokens=0,
+        occurred_at=at,
+    )
+    store.append(spent.stream_id, [spent.to_record()])
+
+
+def _budgets(settings: Settings, store: EventStore) -> Budgets:
+    prices = PriceBook(settings.prices)
+    return Budgets(store, projector_for(store, prices), prices, settings)
+
+
+BAD = [
+    ('scope = "tag:nobody"\ntokens = 5', "budgets.0.scope: no level carries tag 'nobody'"),
+    ('scope = "level:ghost"\ntokens = 5', "budgets.0.scope: no level named 'ghost'"),
+    ('scope = "team:a"\ntokens = 5', "budgets.0.scope: String should match pattern"),
+    ('scope = "global"\ntokens = 0', "budgets.0.tokens: Input should be greater than 0"),
+    ('scope = "global"\nusd = -1.5', "budgets.0.usd: Input should be greater than 0"),
+    ('scope = "global"', "budgets.0: Value error, a budget needs a limit"),
+    ('scope = "global"\ntokens = 5\naction = "reroute"', "action 'reroute' needs a 'target:'"),
+    ('scope = "target:gpu"\ntokens = 5\naction = "pause"', "action 'pause' pauses levels"),
+    ('scope = "global"\ntokens = 5\nalert_at = [0.8, 0.5]', "budgets.0.alert_at: Value error"),
+    ('scope = "global"\ntokens = 5\nwindow = "fortnight"', "budgets.0.window: Input should be"),
+    ('scope = "target:gpu"\ntokens = 5', "budgets.0.scope: a target: scope needs a [routing]"),
+    # Overlapping: the same scope and window twice.
+    (
+        'scope = "global"\ntokens = 5\n[[budgets]]\nname = "b2"\nscope = "global"\nusd = 1',
+        "budgets.1: overlaps budgets.0 (same scope 'global' and window 'day')",
+    ),
+    # Contradictory: a tag's limit at or above the global one of the same window never binds.
+    (
+        'scope = "global"\ntokens = 5\n[[budgets]]\nname = "b2"\nscope = "tag:team-a"\ntokens = 9',
+        "budgets.1.tokens: 9 can never bind: budgets.0 (global, same window) stops at 5",
+    ),
+    # The old daily key is an entry too: a level: day budget beside it overlaps.
+    (
+        'scope = "level:min"\ntokens = 5',
+        "levels.min.daily_*_budget: overlaps budgets.0 (same scope 'level:min'",
+    ),
+]
+
+
+@pytest.mark.parametrize(("entry", "message"), BAD, ids=range(len(BAD)))
+def test_bad_budgets_are_refused_at_load_with_the_entrys_path(
+    tmp_path: Path, entry: str, message: str
+) -> None:
+    daily = "daily_token_budget = 50\n" if "level:min" in entry else ""
+    path = tmp_path / "tickwork.toml"
+    path.write_text(
+        '[levels.min]\nevery = "1m"\nmodel = "m"\ntags = ["team-a"]\n'
+        f'{daily}\n[[budgets]]\nname = "b1"\n{entry}\n'
+    )
+    with pytest.raises(ConfigError) as caught:
+        load_settings(path)
+    assert message in str(caught.value), str(caught.value)
+
+
+def test_a_target_budget_must_name_a_target_of_the_catalog(tmp_path: Path) -> None:
+    catalog = tmp_path / "catalog.json"
+    catalog.write_text(json.dumps(valid()))
+    gpu = BudgetEntry(name="gpu", scope="target:gpu", tokens=5, action="reroute")
+    settings = _settings(tmp_path, []).model_copy(
+        update={"budgets": [gpu], "routing": RoutingConfig(catalog=catalog)}
+    )
+    with pytest.raises(CatalogError) as caught:
+        configured_router(settings)
+    assert "budgets.0.scope: the catalog has no target named 'gpu'" in str(caught.value)
+
+    # A provider scope holds the catalog's targets on that host.
+    cloud = BudgetEntry(name="cloud", scope="provider:api.example.com", usd=5, action="reroute")
+    routed = settings.model_copy(update={"budgets": [cloud]})
+    store = open_store(f"sqlite:///{tmp_path}/events.db")
+    (rule,) = _budgets(routed, store).rules
+    assert rule.targets == {"mini", "large"} and rule.covers("min", "mini")
+    assert not rule.covers("min", "local") and not rule.covers_level("min")
+    store.close()
+
+
+def test_calendar_windows_follow_the_zones_dst_and_the_months_end() -> None:
+    autumn = window_of("day", BERLIN, datetime(2026, 10, 25, 12, tzinfo=UTC))
+    assert autumn.end - autumn.start == timedelta(hours=25)
+    spring = window_of("day", BERLIN, datetime(2026, 3, 29, 12, tzinfo=UTC))
+    assert spring.end - spring.start == timedelta(hours=23)
+    february = window_of("month", BERLIN, datetime(2028, 2, 29, 22, 59, tzinfo=UTC))
+    assert (february.start, february.end) == (
+        datetime(2028, 1, 31, 23, tzinfo=UTC),
+        datetime(2028, 2, 29, 23, tzinfo=UTC),
+    )
+    week = window_of("week", "America/New_York", datetime(2026, 3, 9, 3, tzinfo=UTC))
+    assert (week.start, week.end) == (
+        datetime(2026, 3, 2, 5, tzinfo=UTC),  # Monday midnight EST
+        datetime(2026, 3, 9, 4, tzinfo=UTC),  # the next Monday's, in EDT
+    )
+    rolling = window_of("24h", "UTC", datetime(2026, 3, 9, 3, 5, tzinfo=UTC))
+    assert rolling.end - rolling.start == timedelta(hours=24)
+
+
+def test_spend_counts_in_the_window_it_occurred_in_across_a_month_end_and_a_dst_day(
+    store: SqlEventStore, tmp_path: Path
+) -> None:
+    settings = _settings(
+        tmp_path,
+        [
+            {
+                "name": "team-a",
+                "scope": "tag:team-a",
+                "window": "month",
+                "timezone": BERLIN,
+                "tokens": 10_000,
+            },
+            {
+                "name": "all-day",
+                "scope": "global",
+                "window": "day",
+                "timezone": BERLIN,
+                "tokens": 10_000,
+            },
+        ],
+    )
+    # 23:30 on Oct 31 in Berlin, then 00:30 on Nov 1 (both UTC Oct 31); `hour` has no tag.
+    _spend(store, "min", datetime(2026, 10, 31, 22, 30, tzinfo=UTC), 100)
+    _spend(store, "min", datetime(2026, 10, 31, 23, 30, tzinfo=UTC), 20)
+    _spend(store, "hour", datetime(2026, 10, 31, 23, 40, tzinfo=UTC), 3)
+    # 23:30 on Oct 25 in Berlin (CET again, UTC+1): still that 25-hour day.
+    _spend(store, "hour", datetime(2026, 10, 25, 22, 30, tzinfo=UTC), 7)
+    budgets = _budgets(settings, store)
+    october = datetime(2026, 10, 31, 22, 45, tzinfo=UTC)
+    november = datetime(2026, 11, 1, 9, tzinfo=UTC)
+    assert budgets.spent(budgets.rules, october)["team-a"].tokens == 100
+    assert budgets.spent(budgets.rules, november)["team-a"].tokens == 20
+    assert budgets.spent(budgets.rules, november)["all-day"].tokens == 23
+    assert (
+        budgets.spent(budgets.rules, datetime(2026, 10, 25, 12, tzinfo=UTC))["all-day"].tokens == 7
+    )
+
+    # A budget added later counts its window's earlier spend: the read model is refolded.
+    wider = settings.model_copy(
+        update={
+            "budgets": [
+                *settings.budgets,
+                BudgetEntry(name="hours", scope="global", window="month", tokens=50_000),
+            ]
+        }
+    )
+    later = _budgets(wider, store)
+    assert later.spent(later.rules, october)["hours"].tokens == 100 + 20 + 3 + 7
+    (status,) = [s for s in budget_statuses(later, october) if s.name == "hours"]
+    assert (status.used_tokens, status.remaining_tokens) == (130, 50_000 - 130)
+    assert status.window_end == datetime(2026, 11, 1, tzinfo=UTC)
+    assert status.runs_out_at is None, "at 130 tokens in 31 days it lasts the month"
+
+
+def test_the_budgets_read_model_rebuilt_from_zero_equals_the_incremental_one(
+    sqlite_url: str, tmp_path: Path
+) -> None:
+    store = open_store(sqlite_url)
+    settings = _settings(
+        tmp_path,
+        [
+            {"name": "rolling", "scope": "global", "window": "24h", "tokens": 10**9},
+            {"name": "team-a", "scope": "tag:team-a", "window": "week", "tokens": 10**9},
+        ],
+    )
+    budgets = _budgets(settings, store)
+    start = datetime(2026, 12, 1, tzinfo=UTC)
+    for n in range(30):  # folded in between, a few events at a time
+        _spend(store, ("min", "hour")[n % 2], start + timedelta(minutes=53 * n), 10 + n, n)
+        if n % 7 == 0:
+            budgets.windows.catch_up()
+    budgets.windows.catch_up()
+
+    def rows() -> list[tuple[Any, ...]]:
+        with store.read_transaction() as conn:
+            return sorted(tuple(r) for r in conn.execute(budget_window_spend.select()))
+
+    incremental = rows()
+    assert len(incremental) > 2
+    budgets.windows.rebuild("budget_windows")
+    assert rows() == incremental
+    store.close()
+
+
+def test_soft_thresholds_and_the_limit_alert_once_per_window(
+    store: SqlEventStore, tmp_path: Path
+) -> None:
+    settings = _settings(
+        tmp_path,
+        [{"name": "team-a", "scope": "tag:team-a", "tokens": 1_000, "alert_at": [0.5, 0.8]}],
+    )
+    sent: list[tuple[str, str]] = []
+
+    def sender(url: str, title: str, body: str) -> str:
+        sent.append((title, body))
+        return "ok"
+
+    alerter = Alerter(settings, store, env={"TICKWORK_ALERT_URLS": "json://x"}, sender=sender)
+    assert alerter.poll() == []
+    day = datetime(2026, 12, 1, 9, tzinfo=UTC)
+    _spend(store, "min", day, 600)
+    replicas = [BudgetWatch(settings, store, _budgets(settings, store)) for _ in range(2)]
+    assert [e.threshold for e in replicas[0].poll(day)] == [0.5]
+    assert replicas[1].poll(day) == [], "the other replica finds the crossing recorded"
+    assert replicas[0].poll(day) == []
+    _spend(store, "min", day, 500, n=1)
+    assert [e.threshold for e in replicas[1].poll(day)] == [0.8, 1.0]
+    raised = alerter.poll()
+    assert [a.kind for a in raised] == ["budget"] * 3
+    assert len(sent) == 3 and "limit reached (1,100 tokens)" in sent[2][1], sent
+    assert alerter.poll() == [] and replicas[0].poll(day) == []
+
+    tomorrow = day + timedelta(days=1)
+    _spend(store, "min", tomorrow, 700)
+    assert [e.threshold for e in replicas[0].poll(tomorrow)] == [0.5]
+    assert len(alerter.poll()) == 1 and len(sent) == 4
+
+
+def test_a_pause_budget_pauses_its_levels_once_per_window_as_budget(
+    store: SqlEventStore, tmp_path: Path
+) -> None:
+    settings = _settings(
+        tmp_path, [{"name": "team-a", "scope": "tag:team-a", "tokens": 100, "action": "pause"}]
+    )
+    watch = BudgetWatch(settings, store, _budgets(settings, store))
+    day = datetime(2026, 12, 1, 9, tzinfo=UTC)
+    _spend(store, "min", day, 150)
+    (crossed,) = watch.poll(day)
+    assert crossed.levels == ["min"], "only the tagged level"
+    (paused,) = [e for e in store.read_stream(level_stream("min")) if e.type == LevelPaused.type]
+    assert paused.data["by"] == "budget" and "budget team-a" in paused.data["reason"]
+    assert not store.read_stream(level_stream("hour"))
+
+    switch_level(settings, store, "min", pause=False, by="operator")
+    assert BudgetWatch(settings, store, _budgets(settings, store)).poll(day) == []
+    assert store.read_stream(level_stream("min"))[-1].data["by"] == "operator", "resume holds"
+    assert len(store.read_stream(budget_stream("team-a"))) == 1
+    assert store.read_stream(budget_stream("team-a"))[0].type == BudgetCrossed.type
+
+
+def test_a_stop_budget_skips_slots_and_stops_a_tick_before_its_next_call(
+    tmp_path: Path, fake: FakeUpstream
+) -> None:
+    harness = Harness(tmp_path, fake, rag=False, reserve_tokens=0)
+    global_budget = BudgetEntry(name="everything", scope="global", tokens=1_000)
+    harness.settings = harness.settings.model_copy(update={"budgets": [global_budget]})
+    harness.preparer = Preparer(harness.settings, harness.store, env=harness.runner.env)
+    harness.runner = Runner(harness.settings, harness.store, env=harness.runner.env)
+    budgets = _budgets(harness.settings, harness.store)
+    assert budgets.try_reserve("min", "min-before").allowed
+    budgets.settle("min", "min-before")
+
+    # Another level, in another process or replica, spends most of the global budget, and
+    # a tick of a third level in flight holds the rest: this tick's first call would pass it.
+    _spend(harness.store, "elsewhere", datetime.now(UTC), 600)
+    holder = SlotClaim("hour-holding", "hour", None, reserved_tokens=500)
+    assert claim_wave(harness.store, harness.settings, [holder]) == {holder.tick_id}
+    check = budgets.try_reserve("min", "min-after", budgets.held())
+    assert (check.allowed, check.budget, check.spent_tokens, check.reserved_tokens) == (
+        False,
+        "everything",
+        600,
+        500,
+    )
+
+    outcome = harness.tick([Step(text="never asked")])
+    assert outcome.result is not None and outcome.result.stop_reason == "budget", outcome
+    assert "budget everything (global, day)" in outcome.result.text
+    assert outcome.tick_id not in fake.state.first_request
+
+
+def test_a_reroute_budget_makes_the_lane_pass_over_its_spent_target(
+    tmp_path: Path, sqlite_url: str, fake: FakeUpstream
+) -> None:
+    targets = {"metered": target(fake.url, "metered-model"), "spare": target(fake.url, "spare")}
+    catalog = write_catalog(tmp_path / "catalog.json", targets, ["metered", "spare"])
+    routed = Routed(tmp_path, sqlite_url, catalog)
+    cap = BudgetEntry(name="metered-cap", scope="target:metered", tokens=100, action="reroute")
+    routed.settings = routed.settings.model_copy(update={"budgets": [cap]})
+    routed.preparer = Preparer(routed.settings, routed.store, env=routed.runner.env)
+    routed.runner = Runner(routed.settings, routed.store, env=routed.runner.env)
+    spent = BudgetSpent(
+        tick_id="min-earlier",
+        level="min",
+        model="metered-model",
+        prompt_tokens=150,
+        completion_tokens=0,
+        target="metered",
+    )
+    routed.store.append(spent.stream_id, [spent.to_record()])
+
+    outcome, events = routed.tick(fake, [Step(text="answered by the spare")])
+    assert outcome.status == "completed" and outcome.result is not None, outcome.reason
+    assert outcome.result.target == "spare"
+    (passed_over,) = of_type(events, RouteFallback.type)
+    assert passed_over["from_target"] == "metered" and passed_over["to_target"] == "spare"
+    assert passed_over["reason"].startswith("budget: budget metered-cap (target:metered)")
+
+
+def test_a_budget_shared_by_two_worker_processes_is_overshot_by_at_most_a_call_each(
+    tmp_path: Path, fake: FakeUpstream
+) -> None:
+    steps = [calls("nothing"), calls("nothing"), Step(text="done")]
+    probe = Harness(tmp_path / "probe", fake, rag=False)
+    sizes = [
+        e.data["prompt_tokens"] + e.data["completion_tokens"]
+        for e in probe.events(probe.tick(list(steps)))
+        if e.type == BudgetSpent.type
+    ]
+    limit = 2 * sizes[0] + sizes[1] // 2  # both first calls fit; any second passes it
+    harness = Harness(tmp_path, fake, rag=False, reserve_tokens=0)
+    level = harness.settings.levels["min"]
+    harness.settings = harness.settings.model_copy(
+        update={
+            "levels": {
+                "min": level.model_copy(update={"tags": ["team-a"]}),
+                "hour": level.model_copy(update={"tags": ["team-a"]}),
+            },
+            "budgets": [BudgetEntry(name="team-a", scope="tag:team-a", tokens=limit)],
+            "runner": RunnerConfig(max_concurrent=2, start_spacing_seconds=0, grace_seconds=1),
+        }
+    )
+    preparer = Preparer(harness.settings, harness.store, env=harness.runner.env)
+    runner = Runner(harness.settings, harness.store, env=harness.runner.env)
+    executor = LocalExecutor(harness.settings, preparer, runner, print)
+    claims = [SlotClaim(f"{name}-shared", name, None) for name in ("min", "hour")]
+    for claim in claims:
+        fake.script(claim.tick_id, list(steps))
+    assert claim_wave(harness.store, harness.settings, claims) == {c.tick_id for c in claims}
+    for claim in claims:
+        executor.submit(claim)
+    executor.wait_idle(120)
+    executor.shutdown(grace=0)
+
+    events = [e for c in claims for e in harness.store.read_stream(f"tick-{c.tick_id}")]
+    booked = [e for e in events if e.type == BudgetSpent.type]
+    total = sum(e.data["prompt_tokens"] + e.data["completion_tokens"] for e in booked)
+    assert total - limit <= 2 * max(sizes), (total, limit, sizes)
+    assert len({e.data["pid"] for e in events if e.type == "TickStarted"}) == 2
+    ends = [e.data for e in events if e.type in TERMINAL_TYPES]
+    assert len(ends) == 2 and any(end.get("stop_reason") == "budget" for end in ends), ends
+
+
+def test_spend_by_tag_counts_each_level_under_each_of_its_tags(
+    sqlite_url: str, tmp_path: Path
+) -> None:
+    store = open_store(sqlite_url)
+    settings = _settings(
+        tmp_path,
+        [],
+        min=_level(tags=["team-a", "pager"]),
+        hour=_level(tags=["team-a"]),
+        day=_level(),
+    )
+    now = datetime.now(UTC)
+    for level, tokens in (("min", 100), ("hour", 20), ("day", 3)):
+        _spend(store, level, now, tokens)
+    prices = PriceBook(settings.prices)
+    projector_for(store, prices).catch_up(["spend"])
+    tags = {name: list(level.tags) for name, level in settings.levels.items()}
+    with store.read_transaction() as conn:
+        rows = spend_by(conn, prices, ["tag"], tags)
+    assert {row.group["tag"]: row.prompt_tokens for row in rows} == {
+        "": 3,
+        "pager": 100,
+        "team-a": 120,
+    }
+    store.close()
+
+
+def test_tickwork_budgets_prints_each_window_and_spend_by_tag(tmp_path: Path) -> None:
+    config = write_config(
+        tmp_path,
+        '[levels.min]\nevery = "1m"\nmodel = "m"\ntags = ["team-a"]\n\n'
+        '[[budgets]]\nname = "team-a"\nscope = "tag:team-a"\nwindow = "month"\n'
+        'timezone = "Europe/Berlin"\ntokens = 1000\nalert_at = [0.5]\n',
+    )
+    store = open_store(f"sqlite:///{tmp_path}/events.db")  # migrates the new store
+    _spend(store, "min", datetime.now(UTC), 250)
+    store.close()
+    env = {"TICKWORK_CONFIG": str(config)}
+    listed, table, by_tag = run_each(
+        tmp_path, [["budgets", "--json"], ["budgets"], ["spend", "--by", "tag", "--json"]], env
+    )
+    assert listed.returncode == 0, listed.stderr
+    (budget,) = json.loads(listed.stdout)
+    assert (budget["name"], budget["used_tokens"], budget["remaining_tokens"]) == (
+        "team-a",
+        250,
+        750,
+    )
+    assert table.returncode == 0 and "team-a" in table.stdout and "25%" in table.stdout
+    assert [(r["group"], r["prompt_tokens"]) for r in json.loads(by_tag.stdout)] == [
+        ({"tag": "team-a"}, 250)
+    ]

@@ -32,7 +32,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 
-from harness.config import Settings, host_of
+from harness.config import LevelConfig, Settings, host_of
 from harness.contracts import TickScheduled
 from harness.contracts.budgets import BudgetRule, Window
 from harness.contracts.events import tick_stream
@@ -186,13 +186,23 @@ class Budgets:
         self.projector = projector
         self.prices = prices
         self.settings = settings
-        self.rules = list(budget_rules(settings) if rules is None else rules)
-        self.windows = budget_projector(store, prices, self.rules)
-        """Folds the budgets read model (`spent_in_windows`)."""
-        self._folded_for_rules = False
+        self._take(list(budget_rules(settings) if rules is None else rules))
         self._lock = threading.Lock()
         self._pending: dict[str, tuple[str, int]] = {}
         """Tick id -> (level, tokens) reserved by decisions not yet claimed in the store."""
+
+    def _take(self, rules: list[BudgetRule]) -> None:
+        self.rules = rules
+        self.windows = budget_projector(self.store, self.prices, self.rules)
+        """Folds the budgets read model (`spent_in_windows`)."""
+        self._folded_for_rules = False
+
+    def levels_changed(self, levels: Mapping[str, LevelConfig]) -> None:
+        """Resolve the rules anew after a reload (refolded if they differ).
+
+        A level's own daily budget and its tags may have changed with the levels.
+        """
+        self._take(budget_rules(self.settings))
 
     def spent(
         self, rules: Sequence[BudgetRule], at: datetime, fold: bool = True

@@ -309,15 +309,17 @@ class BackfillRunner:
         backfilling = Backfilling(request.backfill_id, request.overlap)
         level = request.level
         slots = range_slots(self.settings, level, request.start, request.end)
-        ids = [slot_tick_id(level, slot) for slot in slots]
+        pending = {slot_tick_id(level, slot): slot for slot in slots}
+        """The range's slots not seen ended: an end is final, so each look is shorter."""
         while not (stop.is_set() or self.stopping.is_set()):
             try:
                 self.fold()
-                found = tick_statuses(self.store, ids)
+                found = tick_statuses(self.store, list(pending))
                 in_flight = sum(status in OPEN for status in found.values())
-                left = [
-                    slot for slot, tick_id in zip(slots, ids, strict=True) if tick_id not in found
-                ]
+                for tick_id, status in found.items():
+                    if status not in OPEN:
+                        del pending[tick_id]
+                left = [slot for tick_id, slot in pending.items() if tick_id not in found]
                 if not left and not in_flight:
                     self._finished(request)
                     return

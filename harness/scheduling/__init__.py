@@ -2,7 +2,8 @@
 
 It owns the triggers and the one timetable loop (levels and digests), the decision on
 each slot of a wave (run, buffer or skip: overlap, budget, paused, missed) and its claim
-in the store, the daily budgets, the operator's controls (pause, resume, cancel), the
+in the store, the overlap buffer, backfills of past ranges, the daily budgets, the
+operator's controls (pause, resume, cancel), the
 reconciliation of ticks whose owner vanished, the status snapshot, riding out a store
 outage (and claiming the slots it left owed), the alerts, and the service that wires
 them. Claimed ticks go to an executor through `Handoff`; scheduling never imports
@@ -22,6 +23,16 @@ import typing
 from harness.scheduling.triggers import level_trigger, next_slot, slot_tick_id
 
 if typing.TYPE_CHECKING:
+    from harness.scheduling.backfill import (
+        Backfill,
+        BackfillError,
+        BackfillProgress,
+        Progress,
+        backfill_progress,
+        backfills,
+        cancel_backfill,
+        request_backfill,
+    )
     from harness.scheduling.control import (
         Switched,
         UnknownLevelError,
@@ -36,9 +47,13 @@ if typing.TYPE_CHECKING:
     from harness.scheduling.waves import SkipReason, SlotClaim, claim_wave
 
 __all__ = [
+    "Backfill",
+    "BackfillError",
+    "BackfillProgress",
     "Companion",
     "Handoff",
     "LevelStatus",
+    "Progress",
     "RunningTick",
     "ScopeMatch",
     "Service",
@@ -49,11 +64,15 @@ __all__ = [
     "Switched",
     "Timetable",
     "UnknownLevelError",
+    "backfill_progress",
+    "backfills",
+    "cancel_backfill",
     "claim_wave",
     "level_trigger",
     "next_slot",
     "operator",
     "refresh",
+    "request_backfill",
     "request_cancel",
     "slot_tick_id",
     "snapshot",
@@ -61,6 +80,16 @@ __all__ = [
 ]
 
 _HOMES = {
+    "backfill": (
+        "Backfill",
+        "BackfillError",
+        "BackfillProgress",
+        "Progress",
+        "backfill_progress",
+        "backfills",
+        "cancel_backfill",
+        "request_backfill",
+    ),
     "control": ("Switched", "UnknownLevelError", "operator", "request_cancel", "switch_level"),
     "handoff": ("Handoff", "RunningTick", "ScopeMatch"),
     "service": ("Companion", "Service"),

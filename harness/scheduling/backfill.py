@@ -181,7 +181,7 @@ class BackfillProgress:
 def recent_progress(settings: Settings, store: EventStore) -> list[BackfillProgress]:
     """The SHOWN newest backfills with their progress: reads bounded by their ranges."""
     return [
-        BackfillProgress(each, progress(settings, store, each.request))
+        BackfillProgress(each, backfill_progress(settings, store, each.request))
         for each in backfills(store)[:SHOWN]
     ]
 
@@ -205,7 +205,9 @@ def backfill_ticks(settings: Settings, request: BackfillRequested) -> list[str]:
     return [slot_tick_id(request.level, slot) for slot in slots]
 
 
-def progress(settings: Settings, store: EventStore, request: BackfillRequested) -> Progress:
+def backfill_progress(
+    settings: Settings, store: EventStore, request: BackfillRequested
+) -> Progress:
     """The range's slots as the ticks read model has them: one lookup per slot, by key."""
     if request.level not in settings.levels:
         return Progress(request.slots, 0, 0, {})

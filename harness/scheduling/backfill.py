@@ -326,9 +326,8 @@ class BackfillRunner:
                     self._finished(request)
                     return
                 room = request.max_at_once - in_flight
-                if left and room > 0:
+                if left and room > 0:  # then a pause: a claim that keeps failing must not spin
                     self.fire([(slot, level) for slot in left[:room]], (), backfilling)
-                    continue
             except StoreError as exc:
                 self.report(f"backfill {request.backfill_id}: store unavailable ({exc})")
             stop.wait(POLL_SECONDS)

@@ -330,6 +330,7 @@ def test_a_backfill_is_requested_shown_and_cancelled_and_a_bad_one_records_nothi
     assert shown["slots"] == 60 and shown["claimed"] == 0
     (listed,) = api.http.get("/status").json()["backfills"]
     assert listed["backfill_id"] == shown["backfill_id"] and listed["by"] == "http:127.0.0.1"
+    assert shown["backfill_id"] in api.http.get("/dashboard/panels").text
     cancelled = api.http.post(f"/backfills/{shown['backfill_id']}/cancel")
     assert cancelled.json() == {"scope": shown["backfill_id"], "scopes": [], "matching": []}
     assert api.http.get("/status").json()["backfills"][0]["state"] == "cancelled"

@@ -50,12 +50,12 @@ from harness.execution.manual import ManualTicks
 from harness.projections import SpendRow
 from harness.projections.spend import ReportGroup
 from harness.projections.ticks import STATUSES, TickCursor
-from harness.scheduling.backfill import (
+from harness.scheduling import (
     Backfill,
     BackfillError,
     BackfillProgress,
+    backfill_progress,
     cancel_backfill,
-    progress,
     request_backfill,
 )
 from harness.scheduling.budget_watch import BudgetStatus
@@ -434,7 +434,7 @@ def _routes(router: APIRouter, settings: Settings, manual: ManualTicks) -> None:
             raise HTTPException(422, str(exc)) from exc
         return BackfillView.of(
             BackfillProgress(
-                Backfill(requested, "open"), progress(settings, reads.store, requested)
+                Backfill(requested, "open"), backfill_progress(settings, reads.store, requested)
             )
         )
 

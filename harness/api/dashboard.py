@@ -61,6 +61,7 @@ def panels(reads: Reads, chart: ChartUnit = "tokens") -> str:
             _workers(reads, status.taken_at),
             _paused(reads.pauses()),
             budget_panel(reads.budgets()),
+            _backfills(status),
             _timeline(len(levels), reads.recent_ticks(lanes, TIMELINE_TICKS), status.taken_at),
             _section(
                 f"Spend per day ({'USD' if chart == 'usd' else 'tokens'})",
@@ -297,6 +298,25 @@ def _paused(paused: dict[str, LevelPaused]) -> str:
         for name, pause in sorted(paused.items())
     )
     return _section("Paused levels", f"<ul>{items}</ul>", "paused")
+
+
+def _backfills(status: Snapshot) -> str:
+    """The newest backfills with their progress; nothing at all when there are none."""
+    if not status.backfills:
+        return ""
+    rows = []
+    for shown in status.backfills:
+        request, progress = shown.backfill.request, shown.progress
+        ended = ", ".join(f"{n} {what}" for what, n in sorted(progress.statuses.items()))
+        rows.append(
+            f"<tr><td>{escape(request.backfill_id)}</td><td>{escape(request.level)}</td>"
+            f"<td>{_time(request.start)} to {_time(request.end)}</td>"
+            f"<td>{escape(shown.backfill.state)}</td>"
+            f"<td>{progress.claimed}/{progress.slots}</td><td>{progress.in_flight}</td>"
+            f"<td>{escape(ended)}</td></tr>"
+        )
+    headers = ("backfill", "level", "range (UTC)", "state", "claimed", "in flight", "ended")
+    return _section("Backfills", _table(headers, rows), "backfills")
 
 
 def _when(tick: Tick) -> datetime | None:

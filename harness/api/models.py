@@ -8,7 +8,7 @@ from typing import Annotated, Any, Literal
 from pydantic import AfterValidator, AwareDatetime, BaseModel, ConfigDict, Field
 
 from harness.projections.ticks import TickInFlight
-from harness.scheduling.backfill import BackfillProgress
+from harness.scheduling import BackfillProgress
 from harness.scheduling.status import LevelStatus, Snapshot
 from harness.store import Beat, StoredEvent
 from harness.timespec import as_utc

@@ -11,7 +11,7 @@ import typer
 from harness.cli.app import JsonOption, app, fail, out, print_json, settings, store_for
 
 if TYPE_CHECKING:
-    from harness.scheduling.backfill import Progress
+    from harness.scheduling import Progress
 
 Overlap = Literal["buffer_all", "allow", "skip"]
 
@@ -51,7 +51,7 @@ def backfill(
     tag its ticks with the backfill's id. `tickwork status` shows its progress;
     `tickwork cancel --backfill ID` stops it.
     """
-    from harness.scheduling.backfill import BackfillError, backfills, progress, request_backfill
+    from harness.scheduling import BackfillError, backfill_progress, backfills, request_backfill
     from harness.scheduling.control import operator
 
     config = settings(needed=True)
@@ -88,7 +88,7 @@ def backfill(
         projector = projector_for(store, PriceBook(config.prices))
         while True:
             projector.catch_up(["ticks"])
-            now = progress(config, store, request)
+            now = backfill_progress(config, store, request)
             line = describe(now)
             if line != shown:
                 out.print(line)

@@ -259,7 +259,7 @@ def cancel(
 def _cancel_backfill(
     store: SqlEventStore, backfill_id: str, say: Callable[[str], None], as_json: bool
 ) -> None:
-    from harness.scheduling.backfill import BackfillError, cancel_backfill
+    from harness.scheduling import BackfillError, cancel_backfill
     from harness.scheduling.control import operator
 
     try:

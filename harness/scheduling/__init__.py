@@ -2,7 +2,8 @@
 
 It owns the triggers and the one timetable loop (levels and digests), the decision on
 each slot of a wave (run, buffer or skip: overlap, budget, paused, missed) and its claim
-in the store, the daily budgets, the operator's controls (pause, resume, cancel), the
+in the store, the overlap buffer, backfills of past ranges, the daily budgets, the
+operator's controls (pause, resume, cancel), the
 reconciliation of ticks whose owner vanished, the status snapshot, riding out a store
 outage (and claiming the slots it left owed), the alerts, live edits of the levels
 (`reload`), and the service that wires them. Claimed ticks go to an executor through
@@ -22,6 +23,16 @@ import typing
 from harness.scheduling.triggers import level_trigger, next_slot, slot_tick_id
 
 if typing.TYPE_CHECKING:
+    from harness.scheduling.backfill import (
+        Backfill,
+        BackfillError,
+        BackfillProgress,
+        Progress,
+        backfill_progress,
+        backfills,
+        cancel_backfill,
+        request_backfill,
+    )
     from harness.scheduling.control import (
         Switched,
         UnknownLevelError,
@@ -42,10 +53,14 @@ if typing.TYPE_CHECKING:
     from harness.scheduling.waves import SkipReason, SlotClaim, claim_wave
 
 __all__ = [
+    "Backfill",
+    "BackfillError",
+    "BackfillProgress",
     "Companion",
     "Handoff",
     "LevelStatus",
     "LevelsReload",
+    "Progress",
     "RunningTick",
     "ScopeMatch",
     "Service",
@@ -56,6 +71,9 @@ __all__ = [
     "Switched",
     "Timetable",
     "UnknownLevelError",
+    "backfill_progress",
+    "backfills",
+    "cancel_backfill",
     "claim_wave",
     "level_trigger",
     "levels_revision",
@@ -64,6 +82,7 @@ __all__ = [
     "record_levels",
     "recorded_levels",
     "refresh",
+    "request_backfill",
     "request_cancel",
     "slot_tick_id",
     "snapshot",
@@ -71,6 +90,16 @@ __all__ = [
 ]
 
 _HOMES = {
+    "backfill": (
+        "Backfill",
+        "BackfillError",
+        "BackfillProgress",
+        "Progress",
+        "backfill_progress",
+        "backfills",
+        "cancel_backfill",
+        "request_backfill",
+    ),
     "control": ("Switched", "UnknownLevelError", "operator", "request_cancel", "switch_level"),
     "handoff": ("Handoff", "RunningTick", "ScopeMatch"),
     "reload": ("LevelsReload", "levels_revision", "record_levels", "recorded_levels"),

@@ -181,7 +181,7 @@ class BackfillProgress:
 def recent_progress(settings: Settings, store: EventStore) -> list[BackfillProgress]:
     """The SHOWN newest backfills with their progress: reads bounded by their ranges."""
     return [
-        BackfillProgress(each, progress(settings, store, each.request))
+        BackfillProgress(each, backfill_progress(settings, store, each.request))
         for each in backfills(store)[:SHOWN]
     ]
 
@@ -205,7 +205,9 @@ def backfill_ticks(settings: Settings, request: BackfillRequested) -> list[str]:
     return [slot_tick_id(request.level, slot) for slot in slots]
 
 
-def progress(settings: Settings, store: EventStore, request: BackfillRequested) -> Progress:
+def backfill_progress(
+    settings: Settings, store: EventStore, request: BackfillRequested
+) -> Progress:
     """The range's slots as the ticks read model has them: one lookup per slot, by key."""
     if request.level not in settings.levels:
         return Progress(request.slots, 0, 0, {})
@@ -309,22 +311,23 @@ class BackfillRunner:
         backfilling = Backfilling(request.backfill_id, request.overlap)
         level = request.level
         slots = range_slots(self.settings, level, request.start, request.end)
-        ids = [slot_tick_id(level, slot) for slot in slots]
+        pending = {slot_tick_id(level, slot): slot for slot in slots}
+        """The range's slots not seen ended: an end is final, so each look is shorter."""
         while not (stop.is_set() or self.stopping.is_set()):
             try:
                 self.fold()
-                found = tick_statuses(self.store, ids)
+                found = tick_statuses(self.store, list(pending))
                 in_flight = sum(status in OPEN for status in found.values())
-                left = [
-                    slot for slot, tick_id in zip(slots, ids, strict=True) if tick_id not in found
-                ]
+                for tick_id, status in found.items():
+                    if status not in OPEN:
+                        del pending[tick_id]
+                left = [slot for tick_id, slot in pending.items() if tick_id not in found]
                 if not left and not in_flight:
                     self._finished(request)
                     return
                 room = request.max_at_once - in_flight
-                if left and room > 0:
+                if left and room > 0:  # then a pause: a claim that keeps failing must not spin
                     self.fire([(slot, level) for slot in left[:room]], (), backfilling)
-                    continue
             except StoreError as exc:
                 self.report(f"backfill {request.backfill_id}: store unavailable ({exc})")
             stop.wait(POLL_SECONDS)

@@ -535,3 +535,20 @@ def previous_result_path(conn: sa.Connection, level: str) -> str | None:
     )
     path: str | None = conn.execute(query).scalar()
     return path
+
+
+def slots_run(conn: sa.Connection, level: str, limit: int) -> int:
+    """How many of the level's slots ran (not skipped), counted up to `limit`: `max_runs`.
+
+    A slot counts once however many ticks it had (a panel's, a hedge's twin); ticks
+    started by hand have no slot and do not count. The count stops at `limit`, along the
+    (level, slot) index.
+    """
+    ran = (
+        sa.select(ticks.c.slot)
+        .where(ticks.c.level == level, ticks.c.slot.is_not(None), ticks.c.status != "skipped")
+        .distinct()
+        .limit(limit)
+        .subquery()
+    )
+    return int(conn.execute(sa.select(sa.func.count()).select_from(ran)).scalar_one())

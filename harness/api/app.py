@@ -164,6 +164,8 @@ SinceFilter = Annotated[Since | None, Query(description="30m, 12h, 7d or an ISO 
 Limit = Annotated[int, Query(ge=1, le=1000)]
 MAX_POSITION = 2**63 - 1
 """The largest signed 64-bit integer: no stream position or file offset is larger."""
+MAX_NOTE = 2000
+"""Characters of a pause reason or note given over HTTP."""
 Position = Annotated[int, Query(ge=0, le=MAX_POSITION, description="Events up to here are known.")]
 LogOffset = Annotated[int, Query(ge=0, le=MAX_POSITION, description="Log bytes already read.")]
 UNKNOWN: dict[int | str, dict[str, Any]] = {404: {"model": Problem, "description": "Not found"}}
@@ -389,12 +391,31 @@ def _routes(router: APIRouter, settings: Settings, manual: ManualTicks) -> None:
 
     @router.post("/levels/{level}/{action}", tags=["control"], responses=UNKNOWN)
     def switch(
-        level: Level, action: Literal["pause", "resume"], request: Request, reads: FreshReads
+        level: Level,
+        action: Literal["pause", "resume"],
+        request: Request,
+        reads: FreshReads,
+        reason: Annotated[
+            str, Query(min_length=1, max_length=MAX_NOTE, description="Why, for the ledger.")
+        ] = "paused by operator",
+        note: Annotated[
+            str | None,
+            Query(max_length=MAX_NOTE, description="A note for whoever resumes the level."),
+        ] = None,
     ) -> Switched:
-        """Pause a level (its slots are skipped until resumed) or resume it, as the CLI does."""
+        """Pause a level (its slots are skipped until resumed) or resume it, as the CLI does.
+
+        A pause takes a reason and a note, as `tickwork pause --reason --note` does.
+        """
         try:
             return switch_level(
-                settings, reads.store, level, pause=action == "pause", by=_client(request)
+                settings,
+                reads.store,
+                level,
+                pause=action == "pause",
+                by=_client(request),
+                reason=reason,
+                note=note,
             )
         except UnknownLevelError as exc:
             raise HTTPException(404, str(exc)) from exc

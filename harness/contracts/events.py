@@ -496,6 +496,8 @@ class LevelPaused(Event):
     level: str
     reason: str
     by: str = "tickwork"
+    note: str | None = None
+    """The operator's note (`tickwork pause LEVEL --note …`): what to check before resuming."""
 
 
 class LevelResumed(Event):

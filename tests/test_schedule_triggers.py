@@ -19,7 +19,7 @@ from zoneinfo import ZoneInfo
 import pytest
 
 from harness.config import ConfigError, LevelConfig, Settings, load_settings
-from harness.contracts.events import utcnow
+from harness.contracts.events import TickCompleted, TickScheduled, utcnow
 from harness.devtools.fake_llm import FakeUpstream, Step
 from harness.digests.build import build_digest
 from harness.execution.executors import LocalExecutor
@@ -28,7 +28,8 @@ from harness.projections import projector_for
 from harness.scheduling import Service
 from harness.scheduling.jitter import FireTimes, jitter_delay
 from harness.scheduling.timetable import Slot, Timetable
-from harness.scheduling.triggers import level_trigger, next_slot, slot_tick_id, upcoming_slot
+from harness.scheduling.triggers import level_trigger, slot_tick_id, upcoming_slot
+from harness.store import open_store
 from tests.commands import run_cli, write_config
 from tests.tick_support import Harness
 
@@ -58,7 +59,8 @@ import json, sys
 from datetime import datetime
 from harness.scheduling.jitter import jitter_delay
 pairs = json.load(sys.stdin)
-print(json.dumps([jitter_delay(l, datetime.fromisoformat(s), 60).total_seconds() for l, s in pairs]))
+delays = [jitter_delay(lv, datetime.fromisoformat(s), 60) for lv, s in pairs]
+print(json.dumps([delay.total_seconds() for delay in delays]))
 """
 
 
@@ -233,29 +235,31 @@ def test_missed_slots_follow_catch_up_max_runs_survives_a_restart_and_the_digest
         tmp_path, fake, rag=False, every="1m", jitter="20s", catch_up_seconds=3600, max_runs=2
     )
     settings, store = harness.settings, harness.store
-    fake.script("default", [Step(text="done")] * 4)
+    fake.script("default", [Step(text="done")])
 
     def service() -> Service:
         executor = LocalExecutor(settings, harness.preparer, harness.runner, lambda line: None)
         return Service(settings, store, executor, lambda line: None)
 
     now = utcnow().replace(second=0, microsecond=0)
-    first, catching_up = service(), service()
-    first.fire([(now - timedelta(minutes=5), "min")])
-    first.wait_idle(60)
+    first = now - timedelta(minutes=5)  # ran before the service went down
+    ran = TickScheduled(tick_id=slot_tick_id("min", first), level="min", slot=first)
+    ended = TickCompleted(tick_id=ran.tick_id, level="min")
+    store.append(ran.stream_id, [ran.to_record(), ended.to_record()])
+    catching_up = service()
     catching_up.catch_up(now)  # down since then: 3 missed, the latest within catch-up runs
     catching_up.wait_idle(60)
     restarted = service()
     restarted.fire([(now, "min")])  # max_runs (2) spent: not a slot any more
     restarted.wait_idle(60)
-    for each in (first, catching_up, restarted):
+    for each in (catching_up, restarted):
         each.executor.shutdown(grace=1)
     ends = {}
     for minutes in range(5, -1, -1):
         slot = now - timedelta(minutes=minutes)
         events = store.read_stream(f"tick-{slot_tick_id('min', slot)}")
         ends[minutes] = [e.data.get("reason") or e.type for e in events[-1:]]
-        if events:
+        if events and minutes < 5:
             scheduled = events[0].data
             fire_at = datetime.fromisoformat(scheduled["fire_at"])
             assert fire_at - slot == jitter_delay("min", slot, 20), "fire time from (level, slot)"
@@ -293,7 +297,11 @@ def test_levels_describes_schedule_next_fires_last_runs_and_the_pause_note(
         'timezone = "Europe/Berlin"\nprompt = "Hi"\nmodel = "fake-model"\nmax_runs = 10\n'
         '[levels.hour]\nevery = "1h"\njitter = "0s"\nprompt = "Hi"\nmodel = "fake-model"\n',
     )
-    assert run_cli("tick hour", config, fake).returncode == 0
+    store = open_store(f"sqlite:///{tmp_path}/events.db")
+    ran = TickScheduled(tick_id="hour-ran", level="hour", slot=utcnow().replace(microsecond=0))
+    done = TickCompleted(tick_id="hour-ran", level="hour")
+    store.append(ran.stream_id, [ran.to_record(), done.to_record()])
+    store.close()
     paused = run_cli("pause min --reason maintenance --note ask-bob", config, fake)
     assert paused.returncode == 0, paused.stderr
     shown = run_cli("levels --json", config, fake)

@@ -256,11 +256,14 @@ def test_latest_digest_is_the_last_published_with_its_file(api: Api, tmp_path: P
 def test_pause_resume_and_cancel_append_what_the_cli_appends(api: Api, tmp_path: Path) -> None:
     seed(api.store, tmp_path / "results")
 
-    paused = api.http.post("/levels/min/pause")
+    too_long = api.http.post("/levels/min/pause", params={"note": "x" * 2001})
+    assert too_long.status_code == 422 and not level_paused(api.store, "min")
+    paused = api.http.post("/levels/min/pause", params={"reason": "upgrade", "note": "ask bob"})
     assert paused.json() == {"level": "min", "was_paused": False, "paused": True}
     assert level_paused(api.store, "min")
     switch = api.store.read_stream(level_stream("min"))[-1]
     assert switch.type == "LevelPaused" and switch.data["by"] == "http:127.0.0.1"
+    assert (switch.data["reason"], switch.data["note"]) == ("upgrade", "ask bob")
     resumed = api.http.post("/levels/min/resume")
     assert resumed.json() == {"level": "min", "was_paused": True, "paused": False}
     assert not level_paused(api.store, "min")

@@ -8,18 +8,25 @@ TickStarted), ticks completed per minute, and the peak RSS of the service proces
 cold,warm`) the same run is made with each in turn, in the same conditions, and the
 ratio of ticks completed per minute is printed.
 
+With `--jitter 60s` every level gets that jitter: the claims (fires) per second are
+printed as a histogram over the second of the minute, with the busiest second against
+the mean (the goal: at most 3x), and the fire lag is measured from each slot's jittered
+time (`TickScheduled.fire_at`), as `/metrics` measures it.
+
     .venv/bin/python ops/bench/scheduler_bench.py [--levels 1000] [--seconds 300]
-        [--launchers warm]
+        [--launchers warm] [--jitter 60s]
 """
 
 from __future__ import annotations
 
 import argparse
 import os
+import resource
 import signal
 import subprocess
 import sys
 import tempfile
+from collections import Counter
 from datetime import datetime
 from pathlib import Path
 
@@ -46,23 +53,26 @@ def main() -> None:
         help="extra [runner] lines for both launchers, e.g. 'max_concurrent = 16' "
         "(the default cap of 4 with 0.25 s spacing holds warm ticks to 240 a minute)",
     )
+    parser.add_argument("--jitter", default="", help="every level's jitter, e.g. 60s")
     args = parser.parse_args()
     print(describe())
     rates = {}
     for launcher in args.launchers.split(","):
         print(f"load average before: {' '.join(f'{x:.2f}' for x in os.getloadavg())}")
-        rates[launcher] = run(args.levels, args.seconds, launcher, args.runner.replace(";", "\n"))
+        runner = args.runner.replace(";", "\n")
+        rates[launcher] = run(args.levels, args.seconds, launcher, runner, args.jitter)
     if "cold" in rates and "warm" in rates and rates["cold"]:
         print(f"ticks completed per minute, warm/cold: {rates['warm'] / rates['cold']:.1f}x")
 
 
-def run(levels: int, seconds: int, launcher: str, runner: str = "") -> float:
+def run(levels: int, seconds: int, launcher: str, runner: str = "", jitter: str = "") -> float:
     """One service run with `launcher`; prints its figures, returns ticks completed a minute."""
+    jittered = f'jitter = "{jitter}"\n' if jitter else ""
     with tempfile.TemporaryDirectory() as folder, fake_upstream() as fake:
         root = Path(folder)
         tables = "".join(
             f'[levels.l{i:04d}]\nschedule = "* * * * *"\nprompt = "Hi."\nmodel = "fake-model"\n'
-            "timeout_seconds = 60\n\n"
+            f"timeout_seconds = 60\n{jittered}\n"
             for i in range(levels)
         )
         config = write_config(
@@ -81,16 +91,14 @@ def run(levels: int, seconds: int, launcher: str, runner: str = "") -> float:
         peak = peak_rss(service, seconds)
         service.send_signal(signal.SIGTERM)
         service.wait(120)
+        cpu = resource.getrusage(resource.RUSAGE_CHILDREN)
+        print(f"  CPU of the service and its ticks: {cpu.ru_utime + cpu.ru_stime:.1f} s")
         store = open_store(f"sqlite:///{root}/events.db")
         events = store.read_all(0, 10_000_000)
         store.close()
     scheduled = {e.stream_id: e for e in events if e.type == "TickScheduled"}
     started = {e.stream_id: e for e in events if e.type == "TickStarted"}
-    lags = [
-        (e.recorded_at - datetime.fromisoformat(e.data["slot"])).total_seconds()
-        for e in scheduled.values()
-        if e.data.get("slot")
-    ]
+    lags = [fire_lag(e.recorded_at, e.data) for e in scheduled.values() if e.data.get("slot")]
     waits = [
         (started[s].recorded_at - e.recorded_at).total_seconds()
         for s, e in scheduled.items()
@@ -111,16 +119,46 @@ def run(levels: int, seconds: int, launcher: str, runner: str = "") -> float:
     waves: dict[str, float] = {}
     for e in scheduled.values():
         if e.data.get("slot"):
-            lag = (e.recorded_at - datetime.fromisoformat(e.data["slot"])).total_seconds()
+            lag = fire_lag(e.recorded_at, e.data)
             waves[e.data["slot"]] = max(waves.get(e.data["slot"], 0.0), lag)
     print(
         "  fire lag, worst of each wave: " + ", ".join(f"{w:.2f}" for _, w in sorted(waves.items()))
     )
+    if jitter:
+        spread([e.recorded_at for e in scheduled.values() if e.data.get("slot")])
     rate = completed / (seconds / 60)
     print(f"  ticks completed per minute:  {rate:.1f}")
     print(f"  peak RSS of the service:     {peak / 2**20:.0f} MiB")
     print(f"  skipped (overlap etc.):      {sum(e.type == 'TickSkipped' for e in events)}")
     return rate
+
+
+def fire_lag(recorded_at: datetime, data: dict[str, object]) -> float:
+    """Seconds from the slot's fire time (jittered, if it was) to its claim."""
+    fired = data.get("fire_at") or data["slot"]
+    return (recorded_at - datetime.fromisoformat(str(fired))).total_seconds()
+
+
+def spread(claims: list[datetime]) -> None:
+    """Claims per second: over whole minutes of the run, and summed by second of minute."""
+    per_second = Counter(int(at.timestamp()) for at in claims)
+    first, last = min(per_second), max(per_second)
+    minutes = range(first - first % 60 + 60, last - last % 60, 60)  # whole minutes only
+    inside = [per_second.get(second, 0) for m in minutes for second in range(m, m + 60)]
+    if not inside:
+        print("  no whole minute of claims: run longer")
+        return
+    mean = sum(inside) / len(inside)
+    print(
+        f"  claims per second over {len(minutes)} whole minute(s): mean {mean:.1f}, "
+        f"max {max(inside)} ({max(inside) / mean:.2f}x the mean), min {min(inside)}"
+    )
+    by_second = Counter(at.second for at in claims)
+    top = max(by_second.values())
+    print("  claims by second of the minute (all minutes):")
+    for second in range(60):
+        count = by_second.get(second, 0)
+        print(f"    :{second:02d} {count:5d} {'#' * round(40 * count / top)}")
 
 
 if __name__ == "__main__":

@@ -196,8 +196,9 @@ class StoreCollector(Collector):
         """How late the scheduler claimed slots: TickScheduled's recorded_at minus its slot.
 
         A jittered slot is late from its fire time (`fire_at`, the slot plus the level's
-        jitter), not from the slot. Only first attempts of scheduled slots count (a manual tick has no slot, a retry is
-        late on purpose). The latest and the largest lag of the recent window per level.
+        jitter), not from the slot. Only first attempts of scheduled slots count (a manual
+        tick has no slot, a retry is late on purpose). The latest and the largest lag of
+        the recent window per level.
         """
         family = GaugeMetricFamily(
             "tickwork_scheduler_fire_lag_seconds",

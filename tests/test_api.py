@@ -450,8 +450,10 @@ def test_metrics_after_real_ticks(tmp_path: Path, fake: FakeUpstream) -> None:
     capped = harness.tick([calls("rag_lookup", "rag_lookup"), Step(text="never asked")])
     plain = harness.tick([Step(text="Quiet.")])
     assert capped.status == plain.status == "completed"
-    slot = datetime.now(UTC) - timedelta(seconds=3)
-    record(harness.store, TickScheduled(tick_id="min-late", level="min", slot=slot))
+    fired = datetime.now(UTC) - timedelta(seconds=3)  # a jittered slot: late from its fire time
+    slot = fired - timedelta(seconds=50)
+    late = TickScheduled(tick_id="min-late", level="min", slot=slot, fire_at=fired)
+    record(harness.store, late)
 
     with serving(harness.settings, harness.store) as http:
         seen = metrics(http)
@@ -475,7 +477,7 @@ def test_metrics_after_real_ticks(tmp_path: Path, fake: FakeUpstream) -> None:
     assert seen[("tickwork_projection_lag_events", (("projection", "ticks"),))] == 0
     assert seen[("tickwork_store_position", ())] == harness.store.last_position()
     lag = seen[("tickwork_scheduler_fire_lag_seconds", (*level, ("stat", "last")))]
-    assert 3 <= lag < 60
+    assert 3 <= lag < 50
     odd = GaugeMetricFamily("tickwork_probe", 'a "help"\\ line\n', labels=["value"])
     for n, value in enumerate((12_345_678, 999_999, -3, 0.5, 1e21, float("inf"))):
         odd.add_metric([f'quote " slash \\ newline \n {n}'], value)

@@ -13,6 +13,7 @@ stream there) runs often and a stop is seen at once.
 from __future__ import annotations
 
 import threading
+import time
 from collections import deque
 from collections.abc import Callable, Mapping
 from datetime import datetime, timedelta
@@ -70,9 +71,16 @@ class Timetable:
         wake: Callable[[], None] = lambda: None,
         poll_seconds: float = POLL_SECONDS,
     ) -> None:
-        """Hand due slots to `fire` until `stopping` is set; `wake` runs on every wake-up."""
+        """Hand due slots to `fire` until `stopping` is set; `wake` runs every `poll_seconds`.
+
+        Not on every wake-up: with jittered levels the loop wakes for each fire time, many
+        a second, and `wake` (the control stream, the pauses of every level) costs reads.
+        """
+        woken = float("-inf")
         while not stopping.is_set():
-            wake()
+            if time.monotonic() - woken >= poll_seconds:
+                wake()
+                woken = time.monotonic()
             now = utcnow()
             names = [name for name, at in self.fires.items() if at <= now]
             due = sorted(slot for name in names for slot in self._due(name, now))

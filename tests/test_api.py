@@ -264,6 +264,10 @@ def test_pause_resume_and_cancel_append_what_the_cli_appends(api: Api, tmp_path:
     switch = api.store.read_stream(level_stream("min"))[-1]
     assert switch.type == "LevelPaused" and switch.data["by"] == "http:127.0.0.1"
     assert (switch.data["reason"], switch.data["note"]) == ("upgrade", "ask bob")
+    [described] = api.http.get("/levels", params={"level": "min"}).json()
+    assert (described["paused"]["by"], described["paused"]["note"]) == ("http:127.0.0.1", "ask bob")
+    assert len(described["next"]) == 5 and described["recent"], described
+    assert api.http.get("/levels", params={"level": "weekly"}).status_code == 404
     resumed = api.http.post("/levels/min/resume")
     assert resumed.json() == {"level": "min", "was_paused": True, "paused": False}
     assert not level_paused(api.store, "min")

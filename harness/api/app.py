@@ -42,7 +42,7 @@ from harness.api.models import (
 )
 from harness.api.reads import Reads
 from harness.config import Settings
-from harness.contracts.events import tick_stream
+from harness.contracts.events import tick_stream, utcnow
 from harness.contracts.secrets import redact
 from harness.execution.manual import ManualTicks
 from harness.projections import SpendRow
@@ -56,6 +56,7 @@ from harness.scheduling.control import (
     switch_level,
 )
 from harness.scheduling.control import cancel as cancel_scope
+from harness.scheduling.describe import LevelDescription, describe_levels
 from harness.store import EventStore
 from harness.timespec import parse_since
 
@@ -266,6 +267,19 @@ def _routes(router: APIRouter, settings: Settings, manual: ManualTicks) -> None:
         last position and how far each projection lags behind it.
         """
         return Status.of(reads.snapshot())
+
+    @router.get("/levels", tags=["status"], responses=UNKNOWN)
+    def describe(reads: FreshReads, level: Levels = None) -> list[LevelDescription]:
+        """Each level's schedule in words, next 5 fire times, last runs, runs and pause.
+
+        What `tickwork levels` prints: fire times with jitter in the level's zone and UTC,
+        the pause with who, why, since when and its note.
+        """
+        names = list(dict.fromkeys(level)) if level else list(settings.levels)
+        unknown = [name for name in names if name not in settings.levels]
+        if unknown:
+            raise HTTPException(404, f"no level named {unknown[0]!r}")
+        return describe_levels(settings, reads.store, names, utcnow())
 
     @router.get("/workers", tags=["status"])
     def list_workers(reads: FreshReads) -> list[Worker]:

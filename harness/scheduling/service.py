@@ -62,6 +62,9 @@ Companion = Callable[[threading.Event], None]
 MAX_MISSED = 1000
 WAVE = 1000
 """Slots claimed in one transaction at most (a long catch-up is claimed in several)."""
+WAVE_GAP = 0.1
+"""Seconds between the starts of two waves at least: jittered slots due within it are
+claimed together (a claim per wave, not per slot), each at most this much later."""
 JUST_DUE = timedelta(seconds=5)
 MISSED_HORIZON = timedelta(days=1)
 
@@ -125,7 +128,7 @@ class Service:
             f"{name} (next {slot:%H:%M:%S})" for name, slot in timetable.upcoming.items()
         )
         self.report(f"tickwork running: {levels or 'no levels configured'}")
-        timetable.run(self.stopping, self._fire_due, wake=self._wake)
+        timetable.run(self.stopping, self._fire_due, wake=self._wake, gap_seconds=WAVE_GAP)
         self.shutdown()
 
     def _fire_due(self, due: list[Slot]) -> None:
@@ -149,14 +152,16 @@ class Service:
                 f"{len(late)} slot(s) fell due while firing was held up: {len(missed)} missed"
             )
         self.fire(due, missed)
-        try:  # fold the wave just claimed now, while idle, not when the next wave is due
-            self.projector.catch_up(["ticks"])
-        except StoreError as exc:
-            self.outage.failed(exc)
 
     def _wake(self) -> None:
-        """Follow the control stream and, once the store answers again, ingest the spool."""
+        """Follow the control stream and, once the store answers again, ingest the spool.
+
+        It also folds the waves claimed since the last wake into the ticks read model, at
+        most once a poll: after the :00 wave, while idle rather than when the next wave is
+        due; with jittered levels, once for the many small waves of half a second.
+        """
         try:
+            self.projector.catch_up(["ticks"])
             self.follow_control()
             self.feed.poll()
             self._ingest_spool()

@@ -70,14 +70,21 @@ class Timetable:
         fire: Callable[[list[Slot]], None],
         wake: Callable[[], None] = lambda: None,
         poll_seconds: float = POLL_SECONDS,
+        gap_seconds: float = 0.0,
     ) -> None:
         """Hand due slots to `fire` until `stopping` is set; `wake` runs every `poll_seconds`.
 
         Not on every wake-up: with jittered levels the loop wakes for each fire time, many
         a second, and `wake` (the control stream, the pauses of every level) costs reads.
+        Batches are handed `gap_seconds` apart at least: slots whose fire times fall
+        within one gap go in one batch (1,000 jittered levels a minute are a few claims
+        a second, not one claim per slot), each at most that much later.
         """
-        woken = float("-inf")
+        woken = fired = float("-inf")
         while not stopping.is_set():
+            wait = fired + gap_seconds - time.monotonic()
+            if wait > 0 and stopping.wait(wait):
+                return
             if time.monotonic() - woken >= poll_seconds:
                 wake()
                 woken = time.monotonic()
@@ -89,6 +96,7 @@ class Timetable:
                 delay = poll_seconds if soonest is None else (soonest - now).total_seconds()
                 stopping.wait(min(delay, poll_seconds))
                 continue
+            fired = time.monotonic()
             fire(due)
 
     def _due(self, name: str, now: datetime) -> deque[Slot]:

@@ -13,8 +13,12 @@ printed as a histogram over the second of the minute, with the busiest second ag
 the mean (the goal: at most 3x), and the fire lag is measured from each slot's jittered
 time (`TickScheduled.fire_at`), as `/metrics` measures it.
 
+`--claims-only` runs the scheduler (`Service`) in this process with an executor that
+ends each tick completed at once, no worker process: the figures of the firing alone,
+without the ticks competing for the cores.
+
     .venv/bin/python ops/bench/scheduler_bench.py [--levels 1000] [--seconds 300]
-        [--launchers warm] [--jitter 60s]
+        [--launchers warm] [--jitter 60s] [--claims-only]
 """
 
 from __future__ import annotations
@@ -26,6 +30,8 @@ import signal
 import subprocess
 import sys
 import tempfile
+import threading
+import time
 from collections import Counter
 from datetime import datetime
 from pathlib import Path
@@ -33,8 +39,11 @@ from pathlib import Path
 from machine import describe, peak_rss
 from service_config import write_config
 
+from harness.config import LevelConfig, PathsConfig, Settings, StoreConfig
+from harness.contracts.events import TickCompleted
 from harness.devtools.fake_llm import fake_upstream
-from harness.store import open_store
+from harness.scheduling import RunningTick, ScopeMatch, Service, SlotClaim
+from harness.store import EventStore, StoredEvent, open_store
 
 
 def percentile(values: list[float], share: float) -> float:
@@ -54,8 +63,12 @@ def main() -> None:
         "(the default cap of 4 with 0.25 s spacing holds warm ticks to 240 a minute)",
     )
     parser.add_argument("--jitter", default="", help="every level's jitter, e.g. 60s")
+    parser.add_argument("--claims-only", action="store_true", help="no ticks: firing alone")
     args = parser.parse_args()
     print(describe())
+    if args.claims_only:
+        claims_only(args.levels, args.seconds, args.jitter)
+        return
     rates = {}
     for launcher in args.launchers.split(","):
         print(f"load average before: {' '.join(f'{x:.2f}' for x in os.getloadavg())}")
@@ -131,6 +144,82 @@ def run(levels: int, seconds: int, launcher: str, runner: str = "", jitter: str 
     print(f"  peak RSS of the service:     {peak / 2**20:.0f} MiB")
     print(f"  skipped (overlap etc.):      {sum(e.type == 'TickSkipped' for e in events)}")
     return rate
+
+
+class InstantTicks:
+    """An executor whose ticks complete the moment they are handed on (no process)."""
+
+    def __init__(self, store: EventStore) -> None:
+        self.store = store
+
+    def submit(self, claim: SlotClaim) -> None:
+        done = TickCompleted(tick_id=claim.tick_id, level=claim.level)
+        self.store.append(done.stream_id, [done.to_record()])
+
+    def never_started(self, claim: SlotClaim, reason: str | None) -> None:
+        self.submit(claim)
+
+    def cancel(self, matches: ScopeMatch, reason: str, running: bool = True) -> None:
+        pass
+
+    def running(self) -> list[RunningTick]:
+        return []
+
+    def adopt(self, started: StoredEvent, now: datetime) -> None:
+        pass
+
+    def record_lost(self, tick_id: str, level: str, reason: str) -> None:
+        pass
+
+    def claimer_gone(self, host: str, pid: int) -> bool:
+        return False
+
+    def abandoned(self, tick_id: str, level: str) -> str | None:
+        return None
+
+    def wait_idle(self, timeout: float) -> None:
+        pass
+
+    def shutdown(self, grace: float) -> None:
+        pass
+
+
+def claims_only(levels: int, seconds: int, jitter: str) -> None:
+    """The scheduler in this process, ticks completed at once: the firing's own figures."""
+    jittered = {"jitter": jitter} if jitter else {}
+    with tempfile.TemporaryDirectory() as folder:
+        root = Path(folder)
+        settings = Settings(
+            store=StoreConfig(url=f"sqlite:///{root}/events.db"),
+            paths=PathsConfig(results=root / "results", spool=root / "spool"),
+            levels={
+                f"l{i:04d}": LevelConfig(schedule="* * * * *", model="fake-model", **jittered)
+                for i in range(levels)
+            },
+        )
+        store = open_store(settings.store.url)
+        service = Service(settings, store, InstantTicks(store), lambda line: None)
+        started = time.process_time()
+        timer = threading.Timer(seconds, service.stopping.set)
+        timer.start()
+        service.serve()
+        cpu = time.process_time() - started
+        events = store.read_all(0, 10_000_000)
+        store.close()
+    scheduled = [e for e in events if e.type == "TickScheduled" and e.data.get("slot")]
+    lags = [fire_lag(e.recorded_at, e.data) for e in scheduled]
+    print(
+        f"claims only: levels {levels}, one slot a minute each, jitter {jitter or 'none'}, "
+        f"{seconds} s, CPU of the scheduler {cpu:.1f} s ({100 * cpu / seconds:.0f}% of a core)"
+    )
+    print(f"  slots claimed:               {len(scheduled)}")
+    print(
+        f"  fire lag p50 / p99 / max:    {percentile(lags, 0.5):.3f} / "
+        f"{percentile(lags, 0.99):.3f} / {max(lags, default=float('nan')):.3f} s"
+    )
+    print(f"  load average after: {' '.join(f'{x:.2f}' for x in os.getloadavg())}")
+    if jitter:
+        spread([e.recorded_at for e in scheduled])
 
 
 def fire_lag(recorded_at: datetime, data: dict[str, object]) -> float:

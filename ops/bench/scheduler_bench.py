@@ -122,15 +122,7 @@ def run(levels: int, seconds: int, launcher: str, runner: str = "", jitter: str 
     completed = sum(e.type == "TickCompleted" for e in events)
     cap = runner.replace("\n", ", ") or "default cap"
     print(f"launcher {launcher}: levels {levels}, one slot a minute each, {seconds} s, {cap}")
-    print(f"  slots claimed:               {len(scheduled)}")
-    print(
-        f"  fire lag p50 / p99 / max:    {percentile(lags, 0.5):.3f} / "
-        f"{percentile(lags, 0.99):.3f} / {max(lags, default=float('nan')):.3f} s"
-    )
-    print(
-        f"  the same, fired after start-up: {percentile(steady, 0.5):.3f} / "
-        f"{percentile(steady, 0.99):.3f} / {max(steady, default=float('nan')):.3f} s"
-    )
+    print_lags(len(scheduled), lags, steady)
     print(
         f"  queue wait p50 / p99:        {percentile(waits, 0.5):.1f} / "
         f"{percentile(waits, 0.99):.1f} s ({len(waits)} started)"
@@ -220,18 +212,23 @@ def claims_only(levels: int, seconds: int, jitter: str) -> None:
         f"claims only: levels {levels}, one slot a minute each, jitter {jitter or 'none'}, "
         f"{seconds} s, CPU of the scheduler {cpu:.1f} s ({100 * cpu / seconds:.0f}% of a core)"
     )
-    print(f"  slots claimed:               {len(scheduled)}")
-    print(
-        f"  fire lag p50 / p99 / max:    {percentile(lags, 0.5):.3f} / "
-        f"{percentile(lags, 0.99):.3f} / {max(lags, default=float('nan')):.3f} s"
-    )
-    print(
-        f"  the same, fired after start-up: {percentile(steady, 0.5):.3f} / "
-        f"{percentile(steady, 0.99):.3f} / {max(steady, default=float('nan')):.3f} s"
-    )
+    print_lags(len(scheduled), lags, steady)
     print(f"  load average after: {' '.join(f'{x:.2f}' for x in os.getloadavg())}")
     if jitter:
         spread([e.recorded_at for e in scheduled])
+
+
+def print_lags(claimed: int, lags: list[float], steady: list[float]) -> None:
+    """Slots claimed, and the fire lag of all of them and of those fired after start-up."""
+    print(f"  slots claimed:               {claimed}")
+    for label, values in (
+        ("fire lag p50 / p99 / max:   ", lags),
+        ("the same, after start-up:", steady),
+    ):
+        print(
+            f"  {label} {percentile(values, 0.5):.3f} / {percentile(values, 0.99):.3f} / "
+            f"{max(values, default=float('nan')):.3f} s"
+        )
 
 
 STARTING = timedelta(seconds=10)

@@ -268,6 +268,7 @@ def test_pause_resume_and_cancel_append_what_the_cli_appends(api: Api, tmp_path:
     assert (described["paused"]["by"], described["paused"]["note"]) == ("http:127.0.0.1", "ask bob")
     assert len(described["next"]) == 5 and described["recent"], described
     assert api.http.get("/levels", params={"level": "weekly"}).status_code == 404
+    assert "upgrade (note: ask bob)" in api.http.get("/dashboard/panels").text
     resumed = api.http.post("/levels/min/resume")
     assert resumed.json() == {"level": "min", "was_paused": True, "paused": False}
     assert not level_paused(api.store, "min")

@@ -145,6 +145,11 @@ def test_a_window_bounds_the_slots_and_an_ended_schedule_leaves_the_timetable() 
     ]
     trigger = level_trigger(config)
     assert upcoming_slot(trigger, datetime(2026, 12, 1, 4, 1, tzinfo=UTC)) is None
+    whole_day = level(every="12h", timezone="Europe/Berlin", end_at="2026-12-01")
+    assert slots_between(whole_day, "2026-12-01T00:00:00+00:00", "2026-12-03T00:00:00+00:00") == [
+        "00:00Z 12-01 01:00+0100",
+        "12:00Z 12-01 13:00+0100",
+    ], "a date's end is the end of that day in the level's zone (23:00Z)"
     ended = Timetable({"over": trigger}, datetime(2026, 12, 2, tzinfo=UTC))
     assert ended.upcoming == {}
 

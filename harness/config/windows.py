@@ -15,7 +15,15 @@ from typing import Annotated
 from zoneinfo import ZoneInfo
 
 from apscheduler.triggers.cron import CronTrigger
-from pydantic import AfterValidator, BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import (
+    AfterValidator,
+    BaseModel,
+    BeforeValidator,
+    ConfigDict,
+    Field,
+    field_validator,
+    model_validator,
+)
 
 _NO_JITTER = re.compile(r"^\s*0\s*[smhd]?\s*$")
 
@@ -36,6 +44,20 @@ def _jitter(text: str | None) -> str | None:
 
 Jitter = Annotated[str | None, AfterValidator(_jitter)]
 """A duration like `30s`, `5m` (`0s`: none)."""
+
+
+def _date_text(value: object) -> object:
+    """`2026-12-25` written as text (an environment variable) is a date, as in TOML."""
+    if isinstance(value, str) and len(value.strip()) == len("2026-12-25"):
+        try:
+            return date.fromisoformat(value.strip())
+        except ValueError:
+            return value
+    return value
+
+
+Bound = Annotated[datetime | date | None, BeforeValidator(_date_text)]
+"""A TOML time or date; a date stands for its whole day."""
 
 
 class SchedulingConfig(BaseModel):
@@ -97,9 +119,9 @@ class ScheduleLimits(BaseModel):
     jitter: Jitter = None
     """Delay each slot by a deterministic amount in [0, jitter) (`0s`: none); default
     `[scheduling] jitter`. The slot (its tick id, its claim) stays the un-jittered time."""
-    start_at: datetime | date | None = None
+    start_at: Bound = None
     """No slot before this time (a date: its midnight), in the level's zone unless it has one."""
-    end_at: datetime | date | None = None
+    end_at: Bound = None
     """No slot after this time (a date: through the end of that day)."""
     exclude: list[str] = []
     """Dates (`2026-12-25`) or cron expressions (`* * * * 6,0`) whose slots do not fire,

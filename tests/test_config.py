@@ -48,7 +48,7 @@ def test_environment_wins_over_the_file(monkeypatch: pytest.MonkeyPatch, tmp_pat
     [
         ('[levels.min]\nschedul = "* * * * *"\n', "levels.min.schedul: Extra inputs"),
         ('[levels.min]\nschedule = "* * *"\n', "levels.min.schedule: Value error, '* * *'"),
-        ('[levels.min]\nschedule = "* * * * *"\nevery = "5m"\n', "exactly one of"),
+        ('[digests.d]\nschedule = "* * * * *"\nevery = "5m"\n', "exactly one of"),
         ('[levels.min]\nevery = "soon"\n', "not an interval"),
         ('[levels.min]\nevery = "1m"\nprompt = "a"\nprompt_file = "p.md"\n', "not both"),
         ('[levels.min]\nevery = "1m"\ntimezone = "Mars/Olympus"\n', "not an IANA time zone"),

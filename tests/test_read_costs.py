@@ -41,11 +41,13 @@ from harness.projections.ticks import (
     open_ticks,
     previous_result_path,
     recent_ticks,
+    slots_run,
     tick_ids_starting,
     tick_rows,
     ticks,
     ticks_in_flight,
 )
+from harness.scheduling.describe import describe_levels
 from harness.scheduling.status import snapshot
 from harness.store import SqlEventStore
 from harness.store.engine import sqlite_path
@@ -96,6 +98,7 @@ PATHS: dict[str, Path_] = {
     "tick_ids_starting": _with_conn(lambda conn: tick_ids_starting(conn, "l3-9", 10)),
     "last_statuses": _with_conn(lambda conn: last_statuses(conn, LEVELS)),
     "recent_ticks": _with_conn(lambda conn: recent_ticks(conn, LEVELS, 40)),
+    "slots_run": _with_conn(lambda conn: slots_run(conn, "l3", 10)),
 }
 
 
@@ -121,6 +124,7 @@ SERVED: dict[str, Path_] = {
     "metrics": lambda store: text_format(StoreCollector(_reads(store)).collect()),
     "status": lambda store: snapshot(_settings(store), store, PriceBook()),
     "digest of the last hour": _digest,
+    "levels described": lambda store: describe_levels(_settings(store), store, LEVELS, NOW),
 }
 """What an operator asks of the service, each a path of many statements: every one of them
 is held to the window's cost (their plans to scan no history table, below)."""

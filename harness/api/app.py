@@ -44,7 +44,7 @@ from harness.api.models import (
 )
 from harness.api.reads import Reads
 from harness.config import Settings
-from harness.contracts.events import tick_stream
+from harness.contracts.events import tick_stream, utcnow
 from harness.contracts.secrets import redact
 from harness.execution.manual import ManualTicks
 from harness.projections import SpendRow
@@ -67,6 +67,7 @@ from harness.scheduling.control import (
     switch_level,
 )
 from harness.scheduling.control import cancel as cancel_scope
+from harness.scheduling.describe import LevelDescription, describe_levels
 from harness.store import EventStore
 from harness.timespec import parse_since
 
@@ -178,6 +179,8 @@ SinceFilter = Annotated[Since | None, Query(description="30m, 12h, 7d or an ISO 
 Limit = Annotated[int, Query(ge=1, le=1000)]
 MAX_POSITION = 2**63 - 1
 """The largest signed 64-bit integer: no stream position or file offset is larger."""
+MAX_NOTE = 2000
+"""Characters of a pause reason or note given over HTTP."""
 Position = Annotated[int, Query(ge=0, le=MAX_POSITION, description="Events up to here are known.")]
 LogOffset = Annotated[int, Query(ge=0, le=MAX_POSITION, description="Log bytes already read.")]
 UNKNOWN: dict[int | str, dict[str, Any]] = {404: {"model": Problem, "description": "Not found"}}
@@ -278,6 +281,19 @@ def _routes(router: APIRouter, settings: Settings, manual: ManualTicks) -> None:
         last position and how far each projection lags behind it.
         """
         return Status.of(reads.snapshot())
+
+    @router.get("/levels", tags=["status"], responses=UNKNOWN)
+    def describe(reads: FreshReads, level: Levels = None) -> list[LevelDescription]:
+        """Each level's schedule in words, next 5 fire times, last runs, runs and pause.
+
+        What `tickwork levels` prints: fire times with jitter in the level's zone and UTC,
+        the pause with who, why, since when and its note.
+        """
+        names = list(dict.fromkeys(level)) if level else list(settings.levels)
+        unknown = [name for name in names if name not in settings.levels]
+        if unknown:
+            raise HTTPException(404, f"no level named {unknown[0]!r}")
+        return describe_levels(settings, reads.store, names, utcnow())
 
     @router.get("/workers", tags=["status"])
     def list_workers(reads: FreshReads) -> list[Worker]:
@@ -453,12 +469,31 @@ def _routes(router: APIRouter, settings: Settings, manual: ManualTicks) -> None:
 
     @router.post("/levels/{level}/{action}", tags=["control"], responses=UNKNOWN)
     def switch(
-        level: Level, action: Literal["pause", "resume"], request: Request, reads: FreshReads
+        level: Level,
+        action: Literal["pause", "resume"],
+        request: Request,
+        reads: FreshReads,
+        reason: Annotated[
+            str, Query(min_length=1, max_length=MAX_NOTE, description="Why, for the ledger.")
+        ] = "paused by operator",
+        note: Annotated[
+            str | None,
+            Query(max_length=MAX_NOTE, description="A note for whoever resumes the level."),
+        ] = None,
     ) -> Switched:
-        """Pause a level (its slots are skipped until resumed) or resume it, as the CLI does."""
+        """Pause a level (its slots are skipped until resumed) or resume it, as the CLI does.
+
+        A pause takes a reason and a note, as `tickwork pause --reason --note` does.
+        """
         try:
             return switch_level(
-                settings, reads.store, level, pause=action == "pause", by=_client(request)
+                settings,
+                reads.store,
+                level,
+                pause=action == "pause",
+                by=_client(request),
+                reason=reason,
+                note=note,
             )
         except UnknownLevelError as exc:
             raise HTTPException(404, str(exc)) from exc

@@ -293,7 +293,8 @@ def _paused(paused: dict[str, LevelPaused]) -> str:
         f'<li class="{"auto" if pause.by == "tickwork" else "operator"}">'
         f'<span class="level">{escape(name)}</span> '
         f'<span class="why">since {_time(pause.occurred_at)} UTC, by {escape(pause.by)}: '
-        f"{escape(pause.reason)}</span> "
+        f"{escape(pause.reason)}"
+        f"{escape(f' (note: {pause.note})') if pause.note else ''}</span> "
         f'<button type="button" data-resume="{escape(name)}">Resume</button></li>'
         for name, pause in sorted(paused.items())
     )

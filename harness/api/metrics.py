@@ -195,8 +195,10 @@ class StoreCollector(Collector):
     def _fire_lag(self) -> Metric:
         """How late the scheduler claimed slots: TickScheduled's recorded_at minus its slot.
 
-        Only first attempts of scheduled slots count (a manual tick has no slot, a retry is
-        late on purpose). The latest and the largest lag of the recent window per level.
+        A jittered slot is late from its fire time (`fire_at`, the slot plus the level's
+        jitter), not from the slot. Only first attempts of scheduled slots count (a manual
+        tick has no slot, a retry is late on purpose). The latest and the largest lag of
+        the recent window per level.
         """
         family = GaugeMetricFamily(
             "tickwork_scheduler_fire_lag_seconds",
@@ -208,9 +210,8 @@ class StoreCollector(Collector):
             data = event.data
             if not data.get("slot") or data.get("attempt", 1) != 1:
                 continue
-            lags[data["level"]].append(
-                (event.recorded_at - datetime.fromisoformat(data["slot"])).total_seconds()
-            )
+            fired = datetime.fromisoformat(data.get("fire_at") or data["slot"])
+            lags[data["level"]].append((event.recorded_at - fired).total_seconds())
         for level, values in lags.items():
             family.add_metric([level, "last"], values[0])
             family.add_metric([level, "max"], max(values))

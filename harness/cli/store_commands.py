@@ -147,7 +147,7 @@ def status(as_json: JsonOption = False) -> None:
                     (
                         level.name,
                         level.schedule,
-                        f"{level.next_slot:%Y-%m-%d %H:%M:%S}",
+                        f"{level.next_slot:%Y-%m-%d %H:%M:%S}" if level.next_slot else "ended",
                         "PAUSED" if level.paused else "",
                         *level.against_budget(),
                     )

@@ -277,9 +277,12 @@ def _cancel_backfill(
 def pause(
     level: Annotated[str, typer.Argument(help="The level to stop firing.")],
     reason: Annotated[str, typer.Option(help="Why, for the ledger.")] = "paused by operator",
+    note: Annotated[
+        str | None, typer.Option(help="A note for whoever resumes it (`tickwork levels` shows it).")
+    ] = None,
 ) -> None:
     """Stop a level's ticks: its slots are recorded as skipped (paused) until resumed."""
-    _switch(level, pause=True, reason=reason)
+    _switch(level, pause=True, reason=reason, note=note)
 
 
 @app.command()
@@ -288,13 +291,17 @@ def resume(level: Annotated[str, typer.Argument(help="The paused level.")]) -> N
     _switch(level, pause=False)
 
 
-def _switch(level: str, *, pause: bool, reason: str = "paused by operator") -> None:
+def _switch(
+    level: str, *, pause: bool, reason: str = "paused by operator", note: str | None = None
+) -> None:
     from harness.scheduling.control import UnknownLevelError, operator, switch_level
 
     config = settings(needed=True)
     store = store_for(config)
     try:
-        switched = switch_level(config, store, level, pause=pause, by=operator(), reason=reason)
+        switched = switch_level(
+            config, store, level, pause=pause, by=operator(), reason=reason, note=note
+        )
     except UnknownLevelError as exc:
         raise fail(str(exc), code=2) from exc
     finally:

@@ -42,6 +42,7 @@ from sqlalchemy.exc import ArgumentError
 
 from harness.config.budgets import budget_problems, legacy_budgets, resolve_budget
 from harness.config.governor import GovernorConfig
+from harness.config.windows import ScheduleLimits, SchedulingConfig, jitter_seconds
 from harness.contracts.agents import (
     DEFAULT_AGENTS_DIR,
     AgentKind,
@@ -292,27 +293,28 @@ def parse_interval(text: str) -> int:
 class Scheduled(_Strict):
     """Something that fires on a schedule: a level, a digest."""
 
-    schedule: str | None = None
-    """Cron expression with five fields, e.g. `* * * * *`."""
+    schedule: str | list[str] | None = None
+    """Cron expression with five fields, e.g. `* * * * *`, or a list of them: the level
+    fires at every time any of them names (once, where two name the same time)."""
     every: str | None = None
-    """Interval instead of cron, e.g. `30s`."""
+    """Interval, e.g. `30s`: alone, or beside `schedule` (it fires at both's times)."""
     timezone: IanaZone = "UTC"
     """IANA zone the cron schedule is read in (intervals are aligned to UTC)."""
 
     @field_validator("schedule")
     @classmethod
-    def _cron(cls, schedule: str | None) -> str | None:
+    def _cron(cls, schedule: str | list[str] | None) -> str | list[str] | None:
         """Built once here, so a schedule that cannot fire stops the load, not a wave."""
-        if schedule is None:
-            return None
-        if len(schedule.split()) != 5:
-            raise ValueError(f"{schedule!r} is not a cron expression with 5 fields")
-        try:
-            trigger = CronTrigger.from_crontab(schedule, timezone="UTC")
-        except ValueError as exc:
-            raise ValueError(f"{schedule!r} is not a valid cron expression: {exc}") from None
-        if trigger.get_next_fire_time(None, datetime.now(UTC)) is None:
-            raise ValueError(f"{schedule!r} never fires")
+        if isinstance(schedule, list):
+            if not schedule:
+                raise ValueError("an empty list of cron expressions never fires")
+            for index, each in enumerate(schedule):
+                try:
+                    _cron_expression(each)
+                except ValueError as exc:
+                    raise ValueError(f"schedule[{index}]: {exc}") from None
+        elif schedule is not None:
+            _cron_expression(schedule)
         return schedule
 
     @field_validator("every")
@@ -324,18 +326,49 @@ class Scheduled(_Strict):
 
     @model_validator(mode="after")
     def _one_schedule(self) -> Scheduled:
-        if (self.schedule is None) == (self.every is None):
-            raise ValueError("set exactly one of 'schedule' (cron) or 'every' (interval)")
+        if self.schedule is None and self.every is None:
+            raise ValueError("set 'schedule' (cron), 'every' (interval), or both")
         return self
 
-    def trigger(self) -> BaseTrigger:
-        """APScheduler's trigger of this schedule (raises ValueError when it is invalid)."""
+    @property
+    def crons(self) -> list[str]:
+        """The cron expressions of `schedule`, one or several."""
+        if self.schedule is None:
+            return []
+        return [self.schedule] if isinstance(self.schedule, str) else list(self.schedule)
+
+    @property
+    def schedule_text(self) -> str:
+        """The schedule as configured, on one line: `0 9 * * 1-5; every 30m`."""
+        return "; ".join([*self.crons, *([f"every {self.every}"] if self.every else [])])
+
+    def triggers(self) -> list[BaseTrigger]:
+        """APScheduler's trigger of each cron expression and of the interval."""
+        found: list[BaseTrigger] = [
+            CronTrigger.from_crontab(cron, timezone=self.timezone) for cron in self.crons
+        ]
         if self.every is not None:
-            return IntervalTrigger(
-                seconds=parse_interval(self.every), start_date=EPOCH, timezone="UTC"
+            found.append(
+                IntervalTrigger(
+                    seconds=parse_interval(self.every), start_date=EPOCH, timezone="UTC"
+                )
             )
-        assert self.schedule is not None
-        return CronTrigger.from_crontab(self.schedule, timezone=self.timezone)
+        return found
+
+    def trigger(self) -> BaseTrigger:
+        """The trigger of a schedule with a single spec (a digest's)."""
+        return self.triggers()[0]
+
+
+def _cron_expression(schedule: str) -> None:
+    if len(schedule.split()) != 5:
+        raise ValueError(f"{schedule!r} is not a cron expression with 5 fields")
+    try:
+        trigger = CronTrigger.from_crontab(schedule, timezone="UTC")
+    except ValueError as exc:
+        raise ValueError(f"{schedule!r} is not a valid cron expression: {exc}") from None
+    if trigger.get_next_fire_time(None, datetime.now(UTC)) is None:
+        raise ValueError(f"{schedule!r} never fires")
 
 
 AlertKind = Literal["paused", "budget", "failures", "lost"]
@@ -372,7 +405,7 @@ Overlap = Literal["skip", "buffer_one", "buffer_all", "cancel_other", "terminate
 """What a slot firing while a tick of its level is in flight becomes (`LevelConfig.overlap`)."""
 
 
-class LevelConfig(Scheduled):
+class LevelConfig(Scheduled, ScheduleLimits):
     """`[levels.<name>]`: one recurring agent, what it is asked and the limits it runs within."""
 
     prompt: str = ""
@@ -530,6 +563,8 @@ class DigestConfig(Scheduled):
 
     @model_validator(mode="after")
     def _period(self) -> DigestConfig:
+        if len(self.triggers()) > 1:
+            raise ValueError("a digest takes exactly one of 'schedule' (cron) or 'every'")
         if self.period is not None:
             parse_interval(self.period)
         for name in self.notify:
@@ -583,6 +618,13 @@ class Settings(BaseSettings):
             resolve_budget(entry, self.levels, target_hosts or {})
             for entry in self.budget_entries()
         ]
+
+    scheduling: SchedulingConfig = SchedulingConfig()
+
+    def jitter_for(self, level: str) -> float:
+        """Seconds of the level's jitter: its own `jitter`, else `[scheduling] jitter`."""
+        own = self.levels[level].jitter
+        return jitter_seconds(own if own is not None else self.scheduling.jitter)
 
     def alerts_for(self, level: str) -> AlertsConfig:
         """The level's own `[levels.<name>.alerts]`, else the global `[alerts]`."""

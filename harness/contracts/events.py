@@ -86,6 +86,9 @@ class TickScheduled(TickEvent):
 
     type = "TickScheduled"
     slot: datetime | None = None
+    fire_at: datetime | None = None
+    """When the slot fired, if later than `slot`: the level's jitter delays it. Fire lag
+    is measured from it."""
     model: str | None = None
     attempt: NonNegativeInt = 1
     reserved_tokens: NonNegativeInt = 0
@@ -537,6 +540,8 @@ class LevelPaused(Event):
     level: str
     reason: str
     by: str = "tickwork"
+    note: str | None = None
+    """The operator's note (`tickwork pause LEVEL --note …`): what to check before resuming."""
 
 
 class LevelResumed(Event):

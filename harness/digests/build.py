@@ -332,10 +332,15 @@ def _pause_reasons(store: EventStore, paused: set[str]) -> dict[str, str]:
     streams = {level_stream(level): level for level in paused}
     found = store.read_streams(streams, types=[LevelPaused.type])
     return {
-        streams[stream]: events[-1].data.get("reason", "")
+        streams[stream]: _with_note(events[-1].data.get("reason", ""), events[-1].data.get("note"))
         for stream, events in found.items()
         if events
     }
+
+
+def _with_note(reason: str, note: str | None) -> str:
+    """A pause's reason, with the note an operator left (`tickwork pause --note`)."""
+    return f"{reason} (note: {note})" if note else reason
 
 
 def _cut(text: str, limit: int) -> str:

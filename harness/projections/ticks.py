@@ -554,3 +554,20 @@ def tick_statuses(store: EventStore, tick_ids: Sequence[str]) -> dict[str, str]:
             query = sa.select(ticks.c.tick_id, ticks.c.status).where(ticks.c.tick_id.in_(chunk))
             found.update((tick_id, status) for tick_id, status in conn.execute(query))
     return found
+
+
+def slots_run(conn: sa.Connection, level: str, limit: int) -> int:
+    """How many of the level's slots ran (not skipped), counted up to `limit`: `max_runs`.
+
+    A slot counts once however many ticks it had (a panel's, a hedge's twin); ticks
+    started by hand have no slot and do not count. The count stops at `limit`, along the
+    (level, slot) index.
+    """
+    ran = (
+        sa.select(ticks.c.slot)
+        .where(ticks.c.level == level, ticks.c.slot.is_not(None), ticks.c.status != "skipped")
+        .distinct()
+        .limit(limit)
+        .subquery()
+    )
+    return int(conn.execute(sa.select(sa.func.count()).select_from(ran)).scalar_one())

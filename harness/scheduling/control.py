@@ -59,6 +59,7 @@ def switch_level(
     pause: bool,
     by: str,
     reason: str = "paused by operator",
+    note: str | None = None,
 ) -> Switched:
     """Pause or resume a level: paused, its slots are recorded as skipped until resumed.
 
@@ -70,7 +71,7 @@ def switch_level(
         raise UnknownLevelError(f"no level named {level!r} (known: {known})")
     was_paused = level_paused(store, level)
     event = (
-        LevelPaused(level=level, reason=reason, by=by)
+        LevelPaused(level=level, reason=reason, by=by, note=note)
         if pause
         else LevelResumed(level=level, by=by)
     )

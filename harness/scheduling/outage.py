@@ -11,6 +11,7 @@ from __future__ import annotations
 import threading
 import time
 from collections.abc import Callable, Collection, Sequence
+from datetime import datetime
 
 from harness.config import Settings
 from harness.contracts.events import tick_stream, utcnow
@@ -93,7 +94,12 @@ class OwedSlots:
                 with self._lock:
                     self.slots.append((claim.slot, claim.level))
 
-    def settle(self, settings: Settings, fire: Fire) -> None:
+    def settle(
+        self,
+        settings: Settings,
+        fire: Fire,
+        fire_at: Callable[[str, datetime], datetime] = lambda level, slot: slot,
+    ) -> None:
         """Claim the slots that fell due while the store was out, as a restart would.
 
         Each is recorded skipped (`missed`), except a level's latest when it lies within
@@ -105,7 +111,7 @@ class OwedSlots:
         owed = [slot for slot in owed if slot[1] in settings.levels]  # a level reloaded away
         if not owed:
             return
-        missed = missed_slots(settings, owed, utcnow())
+        missed = missed_slots(settings, owed, utcnow(), fire_at)
         self.report(f"{len(owed)} slot(s) due while the store was out: {len(missed)} missed")
         fire(owed, missed)
         with self._lock:

@@ -334,6 +334,8 @@ class LevelsReload:
         service = self.service
         service.settings.replace_levels(levels)
         service.config_revision = levels_revision(levels)
+        service.fire_times.take(service.settings)
+        service.run_limits.take(service.settings)
         retimed = set(changes.added) | set(changes.changed)
         kept = service.triggers
         service.triggers = {

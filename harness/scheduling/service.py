@@ -19,6 +19,7 @@ from __future__ import annotations
 import threading
 import time
 from collections.abc import Callable, Collection, Sequence
+from contextlib import suppress
 from datetime import datetime, timedelta
 from functools import partial
 
@@ -38,13 +39,15 @@ from harness.scheduling.backfill import Backfilling, BackfillRunner, open_ranges
 from harness.scheduling.budget import BudgetCheck, Budgets
 from harness.scheduling.control import ControlFollower
 from harness.scheduling.handoff import Handoff
+from harness.scheduling.jitter import FireTimes
+from harness.scheduling.limits import RunLimits
 from harness.scheduling.outage import Outage, OwedSlots, Report
 from harness.scheduling.overlap import OverlapBuffer
 from harness.scheduling.reconcile import RECONCILE_SECONDS, reconcile
 from harness.scheduling.reload import LevelsReload, levels_revision
 from harness.scheduling.tick_feed import TickFeed
 from harness.scheduling.timetable import Slot, Timetable
-from harness.scheduling.triggers import level_trigger, next_slot, slot_tick_id
+from harness.scheduling.triggers import ScheduleEnded, level_trigger, next_slot, slot_tick_id
 from harness.scheduling.waves import (
     DISPLACING,
     SKIPPED,
@@ -63,6 +66,9 @@ Companion = Callable[[threading.Event], None]
 MAX_MISSED = 1000
 WAVE = 1000
 """Slots claimed in one transaction at most (a long catch-up is claimed in several)."""
+WAVE_GAP = 0.1
+"""Seconds between the starts of two waves at least: jittered slots due within it are
+claimed together (a claim per wave, not per slot), each at most this much later."""
 JUST_DUE = timedelta(seconds=5)
 MISSED_HORIZON = timedelta(days=1)
 
@@ -87,6 +93,8 @@ class Service:
         self.router = router or configured_router(settings)
         self.companions = companions
         self.triggers = {name: level_trigger(level) for name, level in settings.levels.items()}
+        self.fire_times = FireTimes(settings)
+        self.run_limits = RunLimits(settings, report)
         self.stopping = threading.Event()
         self.threads: set[threading.Thread] = set()
         """Buffered ticks waiting for their level, and the companions."""
@@ -140,49 +148,55 @@ class Service:
         # fires them now); only older ones count as missed.
         boundary = self.start_boundary = utcnow() - JUST_DUE
         self.catch_up(boundary)
-        timetable = self.timetable = Timetable(self.triggers, boundary)
+        timetable = self.timetable = Timetable(
+            self.triggers, boundary, self.fire_times.fire_at, self.fire_times.delays()
+        )
         levels = ", ".join(
             f"{name} (next {slot:%H:%M:%S})" for name, slot in timetable.upcoming.items()
         )
         self.report(f"tickwork running: {levels or 'no levels configured'}")
-        timetable.run(self.stopping, self._fire_due, wake=self._wake)
+        timetable.run(self.stopping, self._fire_due, wake=self._wake, gap_seconds=WAVE_GAP)
         self.shutdown()
 
     def _fire_due(self, due: list[Slot]) -> None:
         """Fire what the timetable hands on; a slot it hands late follows catch-up policy.
 
-        A slot is late when it fell due more than JUST_DUE ago: the loop was held up (a
-        store call that hung in an outage, a wave that took long) and the slot is accounted
-        for as a restart would account for it. Slots of the last JUST_DUE seconds run, so a
-        busy second or two loses no slot; so do those of the first batch after start-up from
-        its boundary on (`serve`), however long starting took.
+        A slot is late when it fell due (at its jittered fire time) more than JUST_DUE
+        ago: the loop was held up (a store call that hung in an outage, a wave that took
+        long) and the slot is accounted for as a restart would account for it. Slots of
+        the last JUST_DUE seconds run, so a busy second or two loses no slot; so do those
+        of the first batch after start-up from its boundary on (`serve`), however long
+        starting took.
         """
         now = utcnow()
         on_time_from = min(now - JUST_DUE, self.start_boundary or now)
         self.start_boundary = None
-        late = {(slot, level) for slot, level in due if slot < on_time_from}
-        missed = missed_slots(self.settings, due, now) & late
+        fire_at = self.fire_times.fire_at
+        late = {(slot, level) for slot, level in due if fire_at(level, slot) < on_time_from}
+        missed = missed_slots(self.settings, due, now, fire_at) & late
         if late:
             self.report(
                 f"{len(late)} slot(s) fell due while firing was held up: {len(missed)} missed"
             )
         self.fire(due, missed)
-        try:  # fold the wave just claimed now, while idle, not when the next wave is due
-            self.projector.catch_up(["ticks"])
-        except StoreError as exc:
-            self.outage.failed(exc)
 
     def _wake(self) -> None:
-        """Follow the control stream and, once the store answers again, ingest the spool."""
+        """Follow the control stream and, once the store answers again, ingest the spool.
+
+        It also folds the waves claimed since the last wake into the ticks read model, at
+        most once a poll: after the :00 wave, while idle rather than when the next wave is
+        due; with jittered levels, once for the many small waves of half a second.
+        """
         if self.reload is not None:
             self.reload.poll()
         try:
+            self.projector.catch_up(["ticks"])
             self.follow_control()
             self.backfills.poll()
             self.feed.poll()
             self._ingest_spool()
             self.owed.settle_unsure(self.store, self._hand_on)
-            self.owed.settle(self.settings, self.fire)
+            self.owed.settle(self.settings, self.fire, self.fire_times.fire_at)
             if time.monotonic() - self.reconciled_at >= RECONCILE_SECONDS:
                 self._reconcile()
         except StoreError as exc:
@@ -238,19 +252,20 @@ class Service:
                 self.report(f"{level}: slots missed before {horizon:%Y-%m-%d %H:%M} not recorded")
                 last = horizon
             slots = []
-            slot = next_slot(trigger, last, last)
             ranges = backfilling.get(level, ())
-            while slot < now:
-                if not any(start <= slot < end for start, end in ranges):
-                    slots.append(slot)
-                slot = next_slot(trigger, slot, slot)
+            with suppress(ScheduleEnded):
+                slot = next_slot(trigger, last, last)
+                while self.fire_times.fire_at(level, slot) < now:
+                    if not any(start <= slot < end for start, end in ranges):
+                        slots.append(slot)
+                    slot = next_slot(trigger, slot, slot)
             if not slots:
                 continue
             if len(slots) > MAX_MISSED:
                 self.report(f"{level}: {len(slots) - MAX_MISSED} older missed slot(s) not recorded")
             due.extend((slot, level) for slot in slots[-MAX_MISSED:])
             behind.append((level, slots))
-        recorded = missed_slots(self.settings, due, now)
+        recorded = missed_slots(self.settings, due, now, self.fire_times.fire_at)
         for level, slots in behind:
             runs = (slots[-1], level) not in recorded
             self.report(
@@ -286,6 +301,9 @@ class Service:
     def _fire_wave(
         self, wave: Sequence[Slot], missed: Collection[Slot], backfill: Backfilling | None = None
     ) -> None:
+        wave = self.run_limits.within(
+            self.store, wave, missed, partial(self.projector.catch_up, ["ticks"])
+        )
         levels = {level for _, level in wave}
         paused = paused_levels(self.store, levels)
         flying = self._in_flight(levels)
@@ -329,6 +347,7 @@ class Service:
                 buffered=behind if decision == "buffer" else None,
                 policy=config.overlap,
                 backfill=backfill.backfill_id if backfill else None,
+                fire_at=self.fire_times.fire_at(level, slot),
             )
             plans.append((claim, decision))
             if decision in ("run", "buffer"):

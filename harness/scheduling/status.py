@@ -17,7 +17,7 @@ from harness.projections import projector_for, spend_report
 from harness.projections.levels import cancel_scopes, paused_levels
 from harness.projections.ticks import TickInFlight, ticks_in_flight
 from harness.scheduling.backfill import BackfillProgress, recent_progress
-from harness.scheduling.triggers import level_trigger, next_slot
+from harness.scheduling.triggers import level_trigger, upcoming_slot
 from harness.store import Beat, EventStore, beats
 
 
@@ -27,7 +27,8 @@ class LevelStatus:
 
     name: str
     schedule: str
-    next_slot: datetime
+    next_slot: datetime | None
+    """None once the schedule has ended (past its `end_at`)."""
     paused: bool
     tokens_today: int
     cost_today_usd: float | None
@@ -60,8 +61,8 @@ def level_statuses(settings: Settings, store: EventStore, prices: PriceBook) -> 
         statuses.append(
             LevelStatus(
                 name=name,
-                schedule=config.schedule or f"every {config.every}",
-                next_slot=next_slot(level_trigger(config), None, now),
+                schedule=config.schedule_text,
+                next_slot=upcoming_slot(level_trigger(config), now),
                 paused=name in paused,
                 tokens_today=(today.prompt_tokens + today.completion_tokens) if today else 0,
                 cost_today_usd=today.cost_usd if today else 0.0,

@@ -17,28 +17,62 @@ repeated hour is fired as any other hour (as cron does for such jobs).
 from __future__ import annotations
 
 from datetime import UTC, datetime, timedelta
+from zoneinfo import ZoneInfo
 
 from apscheduler.triggers.base import BaseTrigger
 from apscheduler.triggers.cron import CronTrigger
 
-from harness.config import Scheduled
+from harness.config import LevelConfig, Scheduled
 
 _ONE_MICROSECOND = timedelta(microseconds=1)
 _DAY_SECONDS = 86_400
 
 
+class ScheduleEnded(ValueError):
+    """The schedule has no further slot: its `end_at` has passed (or all is excluded)."""
+
+
 def level_trigger(config: Scheduled) -> BaseTrigger:
-    """The trigger of a level or digest; the configuration built it once when it loaded."""
-    return config.trigger()
+    """The trigger of a level or digest; the configuration built it once when it loaded.
+
+    A level with several specs, a window or exclusions fires through one `LevelSchedule`
+    (`harness.scheduling.windows`); a plain one through its spec's own trigger.
+    """
+    triggers = config.triggers()
+    if not isinstance(config, LevelConfig) or (
+        len(triggers) == 1
+        and config.start_at is None
+        and config.end_at is None
+        and not config.exclude
+    ):
+        return triggers[0]
+    from harness.scheduling.windows import LevelSchedule
+
+    zone = ZoneInfo(config.timezone)
+    return LevelSchedule(
+        triggers, zone, config.window_start(zone), config.window_end(zone), config.exclusions()
+    )
 
 
 def next_slot(trigger: BaseTrigger, previous: datetime | None, now: datetime) -> datetime:
-    """The first slot after `previous` that is not before `now` (missed ones coalesce)."""
+    """The first slot after `previous` that is not before `now` (missed ones coalesce).
+
+    Raises:
+        ScheduleEnded: there is none (a level past its `end_at`).
+    """
     after = now if previous is None else max(now, previous + _ONE_MICROSECOND)
     fire = _fire_time(trigger, previous, after)
     if isinstance(trigger, CronTrigger):
         fire = _on_the_wall_clock(trigger, fire, after)
     return fire.astimezone(UTC)
+
+
+def upcoming_slot(trigger: BaseTrigger, now: datetime) -> datetime | None:
+    """The next slot not before `now`, or None once the schedule has ended."""
+    try:
+        return next_slot(trigger, None, now)
+    except ScheduleEnded:
+        return None
 
 
 def slot_tick_id(level: str, slot: datetime) -> str:
@@ -49,7 +83,7 @@ def slot_tick_id(level: str, slot: datetime) -> str:
 def _fire_time(trigger: BaseTrigger, previous: datetime | None, after: datetime) -> datetime:
     fire: datetime | None = trigger.get_next_fire_time(previous, after)
     if fire is None:
-        raise ValueError("the schedule has no further fire time")
+        raise ScheduleEnded("the schedule has no further fire time")
     return fire
 
 

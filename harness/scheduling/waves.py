@@ -90,6 +90,8 @@ class SlotClaim:
     claim_id: UUID = field(default_factory=new_event_id, compare=False)
     """The event id of its TickScheduled: a claim whose commit was cut off by a store
     outage is known for this replica's own when the store answers again."""
+    fire_at: datetime | None = None
+    """When the slot fired: its time plus the level's jitter (None: no jitter, or no slot)."""
 
     def scheduled(self, level_model: str | None) -> TickScheduled:
         """The claim's TickScheduled; the model is the first candidate's, if routed."""
@@ -100,6 +102,7 @@ class SlotClaim:
             level=self.level,
             model=first.model if first else level_model,
             slot=self.slot,
+            fire_at=self.fire_at if self.fire_at != self.slot else None,
             reserved_tokens=self.reserved_tokens,
             host=socket.gethostname(),
             scheduler_pid=os.getpid(),
@@ -141,12 +144,18 @@ def decide(
     return decision
 
 
-def missed_slots(settings: Settings, slots: Collection[Slot], now: datetime) -> set[Slot]:
+def missed_slots(
+    settings: Settings,
+    slots: Collection[Slot],
+    now: datetime,
+    fire_at: Callable[[str, datetime], datetime] = lambda level, slot: slot,
+) -> set[Slot]:
     """The catch-up policy: which of `slots`, due unclaimed, are recorded skipped `missed`.
 
-    All of them but each level's latest, and that one too unless it lies within the
-    level's `catch_up_seconds` of `now`: a scheduler that was down, a store that was out
-    and a wave that was held up all leave slots to account for, and all account alike.
+    All of them but each level's latest, and that one too unless it fell due (at its
+    jittered fire time, `fire_at`) within the level's `catch_up_seconds` of `now`: a
+    scheduler that was down, a store that was out and a wave that was held up all leave
+    slots to account for, and all account alike.
     """
     latest: dict[str, datetime] = {}
     for slot, level in slots:
@@ -155,7 +164,7 @@ def missed_slots(settings: Settings, slots: Collection[Slot], now: datetime) -> 
         (slot, level)
         for slot, level in slots
         if slot != latest[level]
-        or now - slot > timedelta(seconds=settings.levels[level].catch_up_seconds)
+        or now - fire_at(level, slot) > timedelta(seconds=settings.levels[level].catch_up_seconds)
     }
 
 

@@ -1,0 +1,333 @@
+"""When levels fire: jitter, windows, exclusions, several specs, max_runs and catch-up.
+
+Mostly timetable-level: the triggers and the timetable walked as the service walks them,
+with no clock and no process. One service-level test runs real ticks for what needs the
+store: missed slots after downtime, `max_runs` across a restart, and the digest's count.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import threading
+from collections import Counter
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from zoneinfo import ZoneInfo
+
+import pytest
+
+from harness.config import ConfigError, LevelConfig, Settings, load_settings
+from harness.contracts.events import TickCompleted, TickScheduled, utcnow
+from harness.devtools.fake_llm import FakeUpstream, Step
+from harness.digests.build import build_digest
+from harness.execution.executors import LocalExecutor
+from harness.prices import PriceBook
+from harness.projections import projector_for
+from harness.scheduling import Service
+from harness.scheduling.jitter import FireTimes, jitter_delay
+from harness.scheduling.timetable import Slot, Timetable
+from harness.scheduling.triggers import level_trigger, slot_tick_id, upcoming_slot
+from harness.store import open_store
+from tests.commands import run_cli, write_config
+from tests.tick_support import Harness
+
+BERLIN = ZoneInfo("Europe/Berlin")
+SLOT = datetime(2026, 12, 1, 9, 0, tzinfo=UTC)
+
+
+def level(**fields: object) -> LevelConfig:
+    return LevelConfig(model="m", **fields)  # type: ignore[arg-type]
+
+
+def slots_between(config: LevelConfig, start: str, end: str) -> list[str]:
+    """The level's slots in [start, end) (UTC ISO), as wall-clock times in its zone."""
+    trigger, zone = level_trigger(config), ZoneInfo(config.timezone)
+    until = datetime.fromisoformat(end)
+    slots, slot = [], upcoming_slot(trigger, datetime.fromisoformat(start))
+    while slot is not None and slot < until:
+        slots.append(f"{slot:%H:%MZ} {slot.astimezone(zone):%m-%d %H:%M%z}")
+        slot = upcoming_slot(trigger, slot + timedelta(microseconds=1))
+    return slots
+
+
+# --- jitter ----------------------------------------------------------------------------
+
+REPLICA = """
+import json, sys
+from datetime import datetime
+from harness.scheduling.jitter import jitter_delay
+pairs = json.load(sys.stdin)
+delays = [jitter_delay(lv, datetime.fromisoformat(s), 60) for lv, s in pairs]
+print(json.dumps([delay.total_seconds() for delay in delays]))
+"""
+
+
+def test_jitter_is_the_same_on_another_replica_and_lies_within_it() -> None:
+    pairs = [(f"l{i}", (SLOT + timedelta(minutes=i)).isoformat()) for i in range(200)]
+    here = [jitter_delay(lv, datetime.fromisoformat(s), 60).total_seconds() for lv, s in pairs]
+    replica = subprocess.run(
+        [sys.executable, "-c", REPLICA],
+        input=json.dumps(pairs),
+        capture_output=True,
+        text=True,
+        check=True,
+        env={"PYTHONHASHSEED": "12345", "PATH": ""},
+    )
+    assert json.loads(replica.stdout) == here, "another process (hash seed) computed others"
+    assert all(0 <= delay < 60 for delay in here)
+    assert len(set(here)) > 190, "delays barely vary"
+    assert jitter_delay("l1", SLOT, 0) == timedelta(0)
+
+
+def test_jitter_spreads_1000_levels_on_one_minute_over_the_minute() -> None:
+    seconds = Counter(int(jitter_delay(f"l{i:04d}", SLOT, 60).total_seconds()) for i in range(1000))
+    mean = 1000 / 60
+    assert len(seconds) == 60 and max(seconds.values()) <= 3 * mean, seconds
+
+
+def test_a_level_jitter_wins_over_the_global_one_and_0s_turns_it_off() -> None:
+    settings = Settings(
+        scheduling={"jitter": "30s"},  # type: ignore[arg-type]
+        levels={
+            "a": level(every="1m"),
+            "b": level(every="1m", jitter="5m"),
+            "c": level(every="1m", jitter="0s"),
+        },
+    )
+    assert [settings.jitter_for(name) for name in "abc"] == [30, 300, 0]
+    fires = FireTimes(settings)
+    assert fires.fire_at("c", SLOT) == SLOT
+    assert SLOT <= fires.fire_at("a", SLOT) < SLOT + timedelta(seconds=30)
+
+
+def test_the_timetable_hands_the_unjittered_slot_once_its_jittered_time_has_come() -> None:
+    settings = Settings(levels={"j": level(every="1s", jitter="1s")})
+    fires = FireTimes(settings)
+    timetable = Timetable(
+        {"j": level_trigger(settings.levels["j"])}, utcnow(), fires.fire_at, fires.delays()
+    )
+    stopping, batches = threading.Event(), []
+
+    def fire(due: list[Slot]) -> None:
+        batches.append((utcnow(), due))
+        if len(batches) == 3:
+            stopping.set()
+
+    timetable.run(stopping, fire, poll_seconds=0.05)
+    for at, due in batches:
+        for slot, name in due:
+            assert slot.microsecond == 0, "the slot stays the un-jittered time"
+            assert fires.fire_at(name, slot) <= at
+
+
+# --- windows, exclusions, several specs ----------------------------------------------
+
+
+def test_several_specs_fire_at_each_time_any_names_once() -> None:
+    config = level(schedule=["0 * * * *", "*/30 * * * *"], every="45m")
+    assert slots_between(config, "2026-12-01T00:00:00+00:00", "2026-12-01T02:00:00+00:00") == [
+        "00:00Z 12-01 00:00+0000",
+        "00:30Z 12-01 00:30+0000",
+        "00:45Z 12-01 00:45+0000",
+        "01:00Z 12-01 01:00+0000",
+        "01:30Z 12-01 01:30+0000",
+    ]
+
+
+def test_a_window_bounds_the_slots_and_an_ended_schedule_leaves_the_timetable() -> None:
+    config = level(every="1h", start_at="2026-12-01T02:00:00", end_at="2026-12-01T04:00:00")
+    assert slots_between(config, "2026-11-30T00:00:00+00:00", "2026-12-02T00:00:00+00:00") == [
+        "02:00Z 12-01 02:00+0000",
+        "03:00Z 12-01 03:00+0000",
+        "04:00Z 12-01 04:00+0000",
+    ]
+    trigger = level_trigger(config)
+    assert upcoming_slot(trigger, datetime(2026, 12, 1, 4, 1, tzinfo=UTC)) is None
+    whole_day = level(every="12h", timezone="Europe/Berlin", end_at="2026-12-01")
+    assert slots_between(whole_day, "2026-12-01T00:00:00+00:00", "2026-12-03T00:00:00+00:00") == [
+        "00:00Z 12-01 01:00+0100",
+        "12:00Z 12-01 13:00+0100",
+    ], "a date's end is the end of that day in the level's zone (23:00Z)"
+    ended = Timetable({"over": trigger}, datetime(2026, 12, 2, tzinfo=UTC))
+    assert ended.upcoming == {}
+
+
+def test_exclusions_drop_dates_and_cron_times_in_the_levels_zone() -> None:
+    holiday = level(schedule="30 0 * * *", timezone="Europe/Berlin", exclude=["2026-12-25"])
+    assert slots_between(holiday, "2026-12-23T12:00:00+00:00", "2026-12-26T12:00:00+00:00") == [
+        "23:30Z 12-24 00:30+0100",
+        "23:30Z 12-26 00:30+0100",
+    ], "the local 25th (from 23:00 UTC on the 24th) is excluded"
+    weekends = level(every="12h", exclude=["* * * * sat,sun"])
+    assert slots_between(weekends, "2026-12-04T00:00:00+00:00", "2026-12-08T00:00:00+00:00") == [
+        "00:00Z 12-04 00:00+0000",
+        "12:00Z 12-04 12:00+0000",
+        "00:00Z 12-07 00:00+0000",
+        "12:00Z 12-07 12:00+0000",
+    ]
+
+
+def test_exclude_and_windows_at_the_repeated_autumn_hour() -> None:
+    night = ("2026-10-24T22:00:00+00:00", "2026-10-25T03:00:00+00:00")
+    every_half_hour = {"schedule": "*/30 * * * *", "timezone": "Europe/Berlin"}
+    assert slots_between(level(**every_half_hour, exclude=["* 2 * * *"]), *night)[3:] == [
+        "23:30Z 10-25 01:30+0200",
+        "02:00Z 10-25 03:00+0100",
+        "02:30Z 10-25 03:30+0100",
+    ], "both instants of 02:00 and 02:30 are excluded"
+    # A window's end in the repeated hour means its first instant.
+    ends = level(**every_half_hour, end_at="2026-10-25T02:30:00")
+    assert slots_between(ends, *night)[-2:] == [
+        "00:00Z 10-25 02:00+0200",
+        "00:30Z 10-25 02:30+0200",
+    ]
+
+
+def test_exclude_and_windows_at_the_skipped_spring_hour() -> None:
+    night = ("2026-03-28T22:00:00+00:00", "2026-03-29T03:00:00+00:00")
+    daily = {"schedule": "30 2 * * *", "timezone": "Europe/Berlin"}
+    assert slots_between(level(**daily), *night) == ["01:00Z 03-29 03:00+0200"]
+    # The skipped 02:30 fires at the jump: matched at the time it fires, 03:00.
+    assert slots_between(level(**daily, exclude=["0 3 * * *"]), *night) == []
+    assert slots_between(level(**daily, exclude=["* 2 * * *"]), *night) == [
+        "01:00Z 03-29 03:00+0200"
+    ]
+    # A window starting at a skipped time starts as far after the jump (PEP 495).
+    starts = level(schedule="*/30 * * * *", timezone="Europe/Berlin", start_at="2026-03-29T02:30")
+    assert slots_between(starts, *night)[:2] == [
+        "01:30Z 03-29 03:30+0200",
+        "02:00Z 03-29 04:00+0200",
+    ]
+
+
+@pytest.mark.parametrize(
+    ("extra", "expected"),
+    [
+        ('every = "1m"\nexclude = ["2026-13-01"]', "levels.min.exclude: Value error, exclude[0]:"),
+        ('every = "1m"\nexclude = ["* * * *"]', "neither a date (2026-12-25) nor a cron"),
+        ('every = "1m"\njitter = "soon"', "levels.min.jitter: Value error, 'soon' is not an"),
+        ('schedule = ["* * * * *", "61 * * * *"]', "levels.min.schedule: Value error, schedule[1]"),
+        ('every = "1m"\nstart_at = 2026-12-02\nend_at = 2026-12-01', "'end_at' is before"),
+        ('every = "1m"\nmax_runs = 0', "levels.min.max_runs"),
+        ("schedule = []", "an empty list of cron expressions never fires"),
+    ],
+)
+def test_a_bad_schedule_is_refused_with_its_key_path(
+    tmp_path: Path, extra: str, expected: str
+) -> None:
+    config = tmp_path / "tickwork.toml"
+    config.write_text(f'[levels.min]\nmodel = "m"\n{extra}\n')
+    with pytest.raises(
+        ConfigError,
+        match=expected.replace("(", r"\(")
+        .replace(")", r"\)")
+        .replace("[", r"\[")
+        .replace("]", r"\]")
+        .replace("*", r"\*"),
+    ):
+        load_settings(config)
+
+
+# --- the service: missed slots, max_runs, the digest ---------------------------------
+
+
+def test_missed_slots_follow_catch_up_max_runs_survives_a_restart_and_the_digest_counts(
+    tmp_path: Path, fake: FakeUpstream
+) -> None:
+    harness = Harness(
+        tmp_path, fake, rag=False, every="1m", jitter="20s", catch_up_seconds=3600, max_runs=2
+    )
+    settings, store = harness.settings, harness.store
+    fake.script("default", [Step(text="done")])
+
+    def service() -> Service:
+        executor = LocalExecutor(settings, harness.preparer, harness.runner, lambda line: None)
+        return Service(settings, store, executor, lambda line: None)
+
+    now = utcnow().replace(second=0, microsecond=0)
+    first = now - timedelta(minutes=5)  # ran before the service went down
+    ran = TickScheduled(tick_id=slot_tick_id("min", first), level="min", slot=first)
+    ended = TickCompleted(tick_id=ran.tick_id, level="min")
+    store.append(ran.stream_id, [ran.to_record(), ended.to_record()])
+    catching_up = service()
+    catching_up.catch_up(now)  # down since then: 3 missed, the latest within catch-up runs
+    catching_up.wait_idle(60)
+    restarted = service()
+    restarted.fire([(now, "min")])  # max_runs (2) spent: not a slot any more
+    restarted.wait_idle(60)
+    for each in (catching_up, restarted):
+        each.executor.shutdown(grace=1)
+    ends = {}
+    for minutes in range(5, -1, -1):
+        slot = now - timedelta(minutes=minutes)
+        events = store.read_stream(f"tick-{slot_tick_id('min', slot)}")
+        ends[minutes] = [e.data.get("reason") or e.type for e in events[-1:]]
+        if events and minutes < 5:
+            scheduled = events[0].data
+            fire_at = datetime.fromisoformat(scheduled["fire_at"])
+            assert fire_at - slot == jitter_delay("min", slot, 20), "fire time from (level, slot)"
+    assert ends == {
+        5: ["TickCompleted"],
+        4: ["missed"],
+        3: ["missed"],
+        2: ["missed"],
+        1: ["TickCompleted"],
+        0: [],
+    }, ends
+    prices = PriceBook(settings.prices)
+    digest = build_digest(
+        store,
+        projector_for(store, prices),
+        prices,
+        "ops",
+        now - timedelta(hours=1),
+        now + timedelta(hours=1),
+        ["min"],
+        40,
+    )
+    [section] = digest.levels
+    assert section.skipped == {"missed": 3}
+    store.close()
+
+
+def test_levels_describes_schedule_next_fires_last_runs_and_the_pause_note(
+    tmp_path: Path, fake: FakeUpstream
+) -> None:
+    config = write_config(
+        tmp_path,
+        '[scheduling]\njitter = "30s"\n'
+        '[levels.min]\nschedule = ["0 9 * * mon-fri", "30 12 * * sat"]\n'
+        'timezone = "Europe/Berlin"\nprompt = "Hi"\nmodel = "fake-model"\nmax_runs = 10\n'
+        '[levels.hour]\nevery = "1h"\njitter = "0s"\nprompt = "Hi"\nmodel = "fake-model"\n',
+    )
+    store = open_store(f"sqlite:///{tmp_path}/events.db")
+    ran = TickScheduled(tick_id="hour-ran", level="hour", slot=utcnow().replace(microsecond=0))
+    done = TickCompleted(tick_id="hour-ran", level="hour")
+    store.append(ran.stream_id, [ran.to_record(), done.to_record()])
+    store.close()
+    paused = run_cli("pause min --reason maintenance --note ask-bob", config, fake)
+    assert paused.returncode == 0, paused.stderr
+    shown = run_cli("levels --json", config, fake)
+    assert shown.returncode == 0, shown.stderr
+    minute, hour = json.loads(shown.stdout)
+    assert minute["words"].startswith("at 09:00 on mon-fri and at 12:30 on sat (Europe/Berlin)")
+    assert minute["paused"]["reason"] == "maintenance" and minute["paused"]["note"] == "ask-bob"
+    assert minute["runs"] == 0 and minute["max_runs"] == 10 and minute["recent"] == []
+    fires = [
+        (datetime.fromisoformat(f["slot"]), datetime.fromisoformat(f["fires_at"]))
+        for f in minute["next"]
+    ]
+    assert len(fires) == 5 and all(
+        timedelta(0) <= at - slot < timedelta(seconds=30) for slot, at in fires
+    )
+    assert all(slot.astimezone(BERLIN).strftime("%H:%M") in ("09:00", "12:30") for slot, _ in fires)
+    assert [f["fires_at_local"][-6:] for f in minute["next"]] == ["+01:00"] * 5
+    assert [run["status"] for run in hour["recent"]] == ["completed"] and hour["paused"] is None
+    assert [datetime.fromisoformat(f["fires_at"]).minute for f in hour["next"]] == [0] * 5
+    text = run_cli("levels min", config, fake)
+    assert "paused since" in text.stdout and "maintenance (note: ask-bob)" in text.stdout
+    assert "runs: 0 of at most 10" in text.stdout and "hour:" not in text.stdout
+    unknown = run_cli("levels nope", config, fake)
+    assert unknown.returncode == 2 and "no level named 'nope'" in unknown.stderr

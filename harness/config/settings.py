@@ -42,6 +42,7 @@ from sqlalchemy.exc import ArgumentError
 
 from harness.config.governor import GovernorConfig
 from harness.contracts.output import load_output_schema
+from harness.contracts.rate_limits import Positive, ProviderRateLimit, RateLimit
 from harness.contracts.secrets import (
     ALERT_URLS_ENV,
     STORE_PASSWORD_ENV,
@@ -93,6 +94,20 @@ def _iana_zone(name: str) -> str:
 
 IanaZone = Annotated[str, AfterValidator(_iana_zone)]
 """A time zone name `zoneinfo` knows, such as `Europe/Berlin`."""
+
+
+def _provider_host(host: str) -> str:
+    if not PROVIDER_HOST.match(host):
+        raise ValueError(
+            f"{host!r} is not a provider host: a lowercase host name with an optional port "
+            "(api.openai.com, 127.0.0.1:8080), no scheme, path or credentials"
+        )
+    return host
+
+
+PROVIDER_HOST = re.compile(r"^[a-z0-9]([a-z0-9.-]{0,252})(:[0-9]{1,5})?$")
+ProviderHost = Annotated[str, AfterValidator(_provider_host)]
+"""How a provider's endpoint is named in `[rate_limits]`, as a tick names it (its URL's host)."""
 
 
 class ConfigError(Exception):
@@ -390,6 +405,13 @@ class LevelConfig(Scheduled):
     daily_usd_budget: Annotated[float, Field(gt=0)] | None = None
     reserve_tokens: Annotated[int, Field(ge=0)] = 10_000
     """Held against the budget for each tick from its claim until it ends."""
+    rpm: Positive | None = None
+    """Model requests the level's ticks send in any minute, together (shared through the
+    store by every process and host); a call over it waits its turn."""
+    tpm: Positive | None = None
+    """Tokens (prompt + completion) of the level's calls in any minute."""
+    max_parallel: Positive | None = None
+    """The level's model calls in flight at once."""
     timeout_seconds: Annotated[float, Field(gt=0)] = 300
     timeout_per_kchar: Annotated[float, Field(ge=0)] = 0
     """Seconds added to `timeout_seconds` per 1,000 characters of the tick's prompt and
@@ -422,6 +444,12 @@ class LevelConfig(Scheduled):
     """Give this level the `rag_lookup` tool over the `[rag]` index."""
     alerts: AlertsConfig | None = None
     """Instead of the global `[alerts]` for this level's episodes."""
+
+    @property
+    def rate_limit(self) -> RateLimit | None:
+        """The level's own rate limit, if it has one."""
+        limit = RateLimit(rpm=self.rpm, tpm=self.tpm, max_parallel=self.max_parallel)
+        return None if limit.empty else limit
 
     @property
     def has_budget(self) -> bool:
@@ -506,6 +534,9 @@ class Settings(BaseSettings):
     governor: GovernorConfig = GovernorConfig()
     api: ApiConfig = ApiConfig()
     prices: dict[str, PriceOverride] = {}
+    rate_limits: dict[ProviderHost, ProviderRateLimit] = {}
+    """`[rate_limits."HOST"]`: `rpm`, `tpm`, `max_parallel` of every call to a provider host
+    (`api.openai.com`, `127.0.0.1:8080`), whichever target or level sends it."""
     levels: dict[str, LevelConfig] = {}
     digests: dict[str, DigestConfig] = {}
     alerts: AlertsConfig = AlertsConfig()

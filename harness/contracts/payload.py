@@ -13,6 +13,7 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from harness.contracts.calibration import Calibration
 from harness.contracts.governor import GovernorLimits
+from harness.contracts.rate_limits import RateLimitPlan
 from harness.contracts.wire import API_KEY_ENV_OF, BASE_URL_ENV, Api, Effort, require_effort
 
 TICK_HEADER = "x-tickwork-tick"
@@ -173,6 +174,8 @@ class TickPayload(BaseModel):
     store's write lock, which a wave of ticks at :00 would queue on)."""
     budget: DailyBudget | None = None
     """Set when the level has a daily budget (tokens or USD): checked before every model call."""
+    rate_limits: RateLimitPlan | None = None
+    """Set when a rate limit may hold for the tick's calls: checked before every model call."""
     output: Literal["text", "json"] = "text"
     """`json`: the answer is parsed (and checked against `output_schema` when set)."""
     output_schema: dict[str, Any] | None = None

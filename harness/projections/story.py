@@ -21,6 +21,7 @@ from harness.contracts import (
     GovernorFired,
     ModelCalled,
     ModelCallStarted,
+    RateLimited,
     RouteFallback,
     RoutePromoted,
     TickAttemptFailed,
@@ -53,6 +54,7 @@ StepKind = Literal[
     "fallback",
     "promoted",
     "governor",
+    "rate_limited",
     "attempt_failed",
     "ended",
     "other",
@@ -282,6 +284,11 @@ def _describe(type_: str, data: dict[str, Any]) -> tuple[StepKind, str, str | No
             None,
             None,
         )
+    if type_ == RateLimited.type:
+        waited = f"waited {data['waited_ms']:,.0f} ms for {data['bucket']} ({data['reason']})"
+        if not data.get("taken", True):
+            waited += ", its turn lay past the tick's deadline: not sent"
+        return "rate_limited", f"call {data['call']} {waited}", None, None
     if type_ == TickAttemptFailed.type:
         line = f"attempt {data['attempt']} failed ({data['failure_class']}): {data['reason']}"
         return "attempt_failed", line, None, None

@@ -48,6 +48,9 @@ TABLES = (
     "cancel_scopes",
     "digests_published",
     "tick_spend",
+    "rate_buckets",
+    "rate_grants",
+    "rate_leases",
 )
 
 

@@ -195,12 +195,12 @@ def _locked(conn: sa.Connection, keys: list[str]) -> dict[str, float]:
     )
     if conn.dialect.name == "postgresql":
         query = query.order_by(rate_buckets.c.key).with_for_update()
-    found = dict(conn.execute(query).tuples().all())
+    found = dict(conn.execute(query).all())
     missing = [key for key in keys if key not in found]
     if missing:
         insert = upsert(conn, rate_buckets).on_conflict_do_nothing(index_elements=["key"])
         conn.execute(insert, [{"key": key, "blocked_until": 0.0} for key in missing])
-        found.update(conn.execute(query.where(rate_buckets.c.key.in_(missing))).tuples().all())
+        found.update(conn.execute(query.where(rate_buckets.c.key.in_(missing))).all())
     return found
 
 
@@ -210,7 +210,7 @@ def _window_turn(conn: sa.Connection, scopes: list[Scope], call: Call, now: floa
     used = used.where(rate_grants.c.bucket.in_([key for key, _ in scopes])).group_by(
         rate_grants.c.bucket, rate_grants.c.kind
     )
-    sums = {(bucket, kind): int(total) for bucket, kind, total in conn.execute(used).tuples()}
+    sums = {(bucket, kind): int(total) for bucket, kind, total in conn.execute(used)}
     turn = TAKEN
     for key, limit in scopes:
         for kind, cap, need in (("rpm", limit.rpm, 1), ("tpm", limit.tpm, call.tokens)):
@@ -233,7 +233,7 @@ def _aged_out(conn: sa.Connection, key: str, kind: str, excess: int) -> float:
         .order_by(rate_grants.c.at)
     )
     released = 0
-    for at, amount in conn.execute(oldest).tuples():
+    for at, amount in conn.execute(oldest):
         released += int(amount)
         if released >= excess:
             return float(at) + WINDOW_SECONDS

@@ -28,8 +28,7 @@ def take_turns(url: str, results: Any, start: Event) -> None:
         take(store, [("target:shared", SHARED_RPM)], call()).wait == 0 for _ in range(ATTEMPTS)
     )
     in_flight = sum(
-        take(store, [("level:shared", SHARED_PARALLEL)], call()).wait == 0
-        for _ in range(ATTEMPTS)
+        take(store, [("level:shared", SHARED_PARALLEL)], call()).wait == 0 for _ in range(ATTEMPTS)
     )
     store.close()
     results.put((by_rate, in_flight))
@@ -38,6 +37,9 @@ def take_turns(url: str, results: Any, start: Event) -> None:
 def hold_a_slot(url: str, holding: Event) -> None:
     """Take the one parallel slot of `target:solo` and hold it until killed."""
     store = open_store(url)
-    assert take(store, [("target:solo", RateLimit(max_parallel=1))], call(lease_seconds=3600)).wait == 0
+    assert (
+        take(store, [("target:solo", RateLimit(max_parallel=1))], call(lease_seconds=3600)).wait
+        == 0
+    )
     holding.set()
     signal.pause()

@@ -5,15 +5,19 @@ from __future__ import annotations
 import multiprocessing
 import os
 import signal
-import threading
+import time
 from pathlib import Path
 
+import httpx
 import pytest
 
 from harness.config import ConfigError, load_settings
-from harness.contracts.rate_limits import RateLimit
+from harness.contracts import RateLimited
+from harness.contracts.events import tick_stream
+from harness.contracts.rate_limits import ProviderRateLimit, RateLimit
 from harness.devtools.fake_llm import FakeUpstream, Step
-from harness.routing.catalog import CatalogError, parse_catalog
+from harness.governor.rate_limit import await_turn, hold_back
+from harness.routing import CatalogError, parse_catalog
 from harness.store import SqlEventStore, open_store, release_tick, settle, take
 from harness.store.rate_buckets import PARALLEL_POLL_SECONDS, rate_leases
 from tests.procs import gather, racing
@@ -25,6 +29,12 @@ from tests.rate_limit_support import (
     hold_a_slot,
     take_turns,
 )
+from tests.tick_support import Harness
+from workers.model import provider_of
+
+RETRY_AFTER = 120
+TICK_TIMEOUT = 60
+HELD_SECONDS = 0.2
 
 
 class Clock:
@@ -112,11 +122,105 @@ def test_a_slot_of_another_host_is_held_until_it_expires_or_its_tick_ends(
 ) -> None:
     clock = Clock()
     scope = [("target:solo", RateLimit(max_parallel=1))]
-    row = {"call_id": "x:1", "bucket": "target:solo", "tick_id": "x", "host": "elsewhere",
-           "pid": 1, "expires_at": clock.now + 60}
+    row = {
+        "call_id": "x:1",
+        "bucket": "target:solo",
+        "tick_id": "x",
+        "host": "elsewhere",
+        "pid": 1,
+        "expires_at": clock.now + 60,
+    }
     with store.write_transaction() as conn:
         conn.execute(rate_leases.insert(), [row])
     assert take(store, scope, call(), clock).wait > 0, "a live host's lease holds"
     clock.now += 60
     assert take(store, scope, call(lease_seconds=60), clock).wait == 0, "expired: reclaimed"
     assert release_tick(store, "x") == 0
+
+
+def test_a_429_with_retry_after_holds_back_every_tick_of_the_provider(
+    tmp_path: Path, fake: FakeUpstream
+) -> None:
+    """The provider asks for a wait longer than either tick has left: neither calls again."""
+    harness = Harness(tmp_path, fake)
+    host = provider_of(httpx.URL(fake.url))
+    settings = harness.settings.model_copy(
+        update={"rate_limits": {host: ProviderRateLimit(rpm=1000)}}
+    )
+    harness.preparer.settings = harness.runner.settings = settings
+    first = harness.preparer.prepare("min", timeout=TICK_TIMEOUT)
+    second = harness.preparer.prepare("min", timeout=TICK_TIMEOUT)
+    refused = Step(status=429, headers={"retry-after": str(RETRY_AFTER)})
+    fake.script(first.payload.tick_id, [refused, Step(text="Not sent: the provider said wait.")])
+    fake.script(second.payload.tick_id, [Step(text="Not sent either.")])
+    outcomes = {"first": harness.runner.run(first), "second": harness.runner.run(second)}
+
+    for name, prepared in (("first", first), ("second", second)):
+        outcome = outcomes[name]
+        assert outcome.result is not None and outcome.result.stop_reason == "rate_limit", name
+        stream = harness.store.read_stream(tick_stream(prepared.payload.tick_id))
+        (limited,) = [e.data for e in stream if e.type == RateLimited.type]
+        assert (limited["bucket"], limited["reason"]) == (f"provider:{host}", "retry_after")
+        assert not limited["taken"]
+    sent = [entry.key for entry in fake.ledger]
+    assert first.payload.tick_id not in sent and second.payload.tick_id not in sent
+    harness.store.close()
+
+
+def test_a_call_held_back_waits_its_turn_and_then_goes(store: SqlEventStore) -> None:
+    scope = [("target:t", RateLimit(rpm=10))]
+    hold_back(store, ["target:t"], HELD_SECONDS)
+    began = time.time()
+    outcome = await_turn(store, scope, call(), deadline=began + 60)
+    assert outcome.taken and (outcome.bucket, outcome.reason) == ("target:t", "retry_after")
+    assert time.time() - began >= HELD_SECONDS and outcome.waited >= HELD_SECONDS * 0.99
+    late = await_turn(store, scope, call(), deadline=time.time())
+    assert late.taken and late.waited == 0
+    hold_back(store, ["target:t"], 60)
+    refused = await_turn(store, scope, call(), deadline=time.time() + 1)
+    assert not refused.taken and refused.turn > 1
+
+
+def test_bad_rate_limits_are_refused_at_load_with_the_path_of_each(tmp_path: Path) -> None:
+    config = tmp_path / "tickwork.toml"
+    config.write_text(
+        """
+[levels.min]
+every = "1m"
+model = "m"
+rpm = 0
+tpm = true
+[rate_limits."https://api.openai.com/v1"]
+rpm = 10
+[rate_limits."api.anthropic.com"]
+[rate_limits."127.0.0.1:8080"]
+max_parallel = 1.5
+"""
+    )
+    with pytest.raises(ConfigError) as caught:
+        load_settings(config)
+    problems = sorted(line.strip() for line in str(caught.value).splitlines()[1:])
+    assert problems == [
+        "levels.min.rpm: Input should be greater than 0",
+        "levels.min.tpm: Input should be a valid integer",
+        "rate_limits.127.0.0.1:8080.max_parallel: Input should be a valid integer",
+        "rate_limits.api.anthropic.com: Value error, set at least one of rpm, tpm or max_parallel",
+        "rate_limits.https://api.openai.com/v1.[key]: Value error, 'https://api.openai.com/v1' "
+        "is not a provider host: a lowercase host name with an optional port (api.openai.com, "
+        "127.0.0.1:8080), no scheme, path or credentials",
+    ]
+
+    target = {"model": "m", "execution_class": "cloud", "base_url": "http://h/v1"}
+    lane = {"rule_id": "r", "reason_codes": ["c"], "candidates": ["t"]}
+    document = {
+        "schema_version": 1,
+        "targets": {"t": {**target, "rpm": -1, "max_parallel": "2", "rps": 3}},
+        "lanes": {"min": lane},
+    }
+    with pytest.raises(CatalogError) as refused:
+        parse_catalog(document)
+    assert sorted(refused.value.problems) == [
+        "targets.t.max_parallel: Input should be a valid integer",
+        "targets.t.rpm: Input should be greater than 0",
+        "targets.t.rps: unknown field",
+    ]

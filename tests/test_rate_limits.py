@@ -117,7 +117,7 @@ def test_a_dead_ticks_parallel_slot_is_freed(sqlite_url: str) -> None:
     store.close()
 
 
-def test_a_slot_of_another_host_is_held_until_it_expires_or_its_tick_ends(
+def test_a_slot_of_another_host_is_held_until_its_tick_ends_or_it_expires(
     store: SqlEventStore,
 ) -> None:
     clock = Clock()
@@ -133,9 +133,11 @@ def test_a_slot_of_another_host_is_held_until_it_expires_or_its_tick_ends(
     with store.write_transaction() as conn:
         conn.execute(rate_leases.insert(), [row])
     assert take(store, scope, call(), clock).wait > 0, "a live host's lease holds"
+    assert release_tick(store, "x") == 1, "its runner saw the tick die"
+    assert take(store, scope, call(lease_seconds=60), clock).wait == 0
+    assert take(store, scope, call(), clock).wait > 0, "held by the call just taken"
     clock.now += 60
-    assert take(store, scope, call(lease_seconds=60), clock).wait == 0, "expired: reclaimed"
-    assert release_tick(store, "x") == 0
+    assert take(store, scope, call(), clock).wait == 0, "expired: reclaimed"
 
 
 def test_a_429_with_retry_after_holds_back_every_tick_of_the_provider(
@@ -169,11 +171,11 @@ def test_a_429_with_retry_after_holds_back_every_tick_of_the_provider(
 
 def test_a_call_held_back_waits_its_turn_and_then_goes(store: SqlEventStore) -> None:
     scope = [("target:t", RateLimit(rpm=10))]
-    hold_back(store, ["target:t"], HELD_SECONDS)
     began = time.time()
+    hold_back(store, ["target:t"], HELD_SECONDS)
     outcome = await_turn(store, scope, call(), deadline=began + 60)
     assert outcome.taken and (outcome.bucket, outcome.reason) == ("target:t", "retry_after")
-    assert time.time() - began >= HELD_SECONDS and outcome.waited >= HELD_SECONDS * 0.99
+    assert time.time() - began >= HELD_SECONDS and outcome.waited > 0
     late = await_turn(store, scope, call(), deadline=time.time())
     assert late.taken and late.waited == 0
     hold_back(store, ["target:t"], 60)

@@ -25,15 +25,16 @@ from __future__ import annotations
 import os
 import socket
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass
+from typing import Any
 
 import sqlalchemy as sa
 
 from harness.contracts.rate_limits import Scope
 from harness.store.base import EventStore
 from harness.store.schema import metadata
-from harness.store.sql import upsert
 
 WINDOW_SECONDS = 60.0
 """What `rpm` and `tpm` count over: any minute."""
@@ -108,6 +109,40 @@ class Turn:
 TAKEN = Turn(0.0)
 
 
+class _Cursor:
+    """One raw DBAPI cursor of a store transaction, for statements written with `?` marks.
+
+    A check runs before every model call: SQLAlchemy's statement building and compiled
+    cache cost more than SQLite's own work, so the statements go to the driver as text.
+    """
+
+    def __init__(self, conn: sa.Connection) -> None:
+        self.postgres = conn.dialect.name == "postgresql"
+        self.cursor = conn.connection.cursor()
+
+    def run(self, sql: str, parameters: Sequence[Any] = ()) -> list[Any]:
+        """Run one statement; its rows (none for a write)."""
+        self.cursor.execute(sql.replace("?", "%s") if self.postgres else sql, parameters)
+        return list(self.cursor.fetchall()) if self.cursor.description else []
+
+    def close(self) -> None:
+        self.cursor.close()
+
+
+@contextmanager
+def _transaction(store: EventStore) -> Iterator[_Cursor]:
+    with store.write_transaction() as conn:
+        cursor = _Cursor(conn)
+        try:
+            yield cursor
+        finally:
+            cursor.close()
+
+
+def _marks(values: Sequence[Any]) -> str:
+    return ", ".join("?" * len(values))
+
+
 def take(store: EventStore, scopes: Sequence[Scope], call: Call, clock: Clock = time.time) -> Turn:
     """Take the call's share from every bucket in scope, all or none, in one transaction.
 
@@ -116,30 +151,25 @@ def take(store: EventStore, scopes: Sequence[Scope], call: Call, clock: Clock = 
     """
     if not scopes:
         return TAKEN
-    keys = [key for key, _ in scopes]
-    with store.write_transaction() as conn:
+    with _transaction(store) as cursor:
         now = clock()
-        blocked = _locked(conn, keys)
         turn = max(
-            (Turn(until - now, key, "retry_after") for key, until in blocked.items()),
+            (
+                Turn(until - now, key, "retry_after")
+                for key, until in _locked(cursor, [key for key, _ in scopes]).items()
+            ),
             key=lambda turn: turn.wait,
             default=TAKEN,
         )
         windowed = [(key, limit) for key, limit in scopes if limit.rpm or limit.tpm]
         if windowed:
-            conn.execute(
-                rate_grants.delete().where(
-                    rate_grants.c.bucket.in_([key for key, _ in windowed]),
-                    rate_grants.c.at <= now - WINDOW_SECONDS,
-                )
-            )
-            turn = max(turn, _window_turn(conn, windowed, call, now), key=lambda t: t.wait)
+            turn = max(turn, _window_turn(cursor, windowed, call, now), key=lambda t: t.wait)
         parallel = [(key, limit) for key, limit in scopes if limit.max_parallel]
         if parallel:
-            turn = max(turn, _parallel_turn(conn, parallel, now), key=lambda t: t.wait)
+            turn = max(turn, _parallel_turn(cursor, parallel, now), key=lambda t: t.wait)
         if turn.wait > 0:
             return turn
-        _grant(conn, scopes, call, now)
+        _grant(cursor, scopes, call, now)
     return TAKEN
 
 
@@ -149,14 +179,13 @@ def settle(store: EventStore, call_id: str, tokens: int | None) -> None:
     Raises:
         StoreError: the store cannot be reached or written.
     """
-    with store.write_transaction() as conn:
+    with _transaction(store) as cursor:
         if tokens is not None:
-            conn.execute(
-                rate_grants.update()
-                .where(rate_grants.c.call_id == call_id, rate_grants.c.kind == "tpm")
-                .values(amount=tokens)
+            cursor.run(
+                "UPDATE rate_grants SET amount = ? WHERE call_id = ? AND kind = 'tpm'",
+                (tokens, call_id),
             )
-        conn.execute(rate_leases.delete().where(rate_leases.c.call_id == call_id))
+        cursor.run("DELETE FROM rate_leases WHERE call_id = ?", (call_id,))
 
 
 def release_tick(store: EventStore, tick_id: str) -> int:
@@ -169,48 +198,50 @@ def block(store: EventStore, keys: Sequence[str], until: float) -> None:
     """Hold every call of these buckets back until `until` (a provider's `retry-after`)."""
     if not keys:
         return
-    with store.write_transaction() as conn:
-        insert = upsert(conn, rate_buckets)
-        conn.execute(
-            insert.on_conflict_do_update(
-                index_elements=["key"],
-                set_={
-                    "blocked_until": sa.func.max(
-                        rate_buckets.c.blocked_until, insert.excluded.blocked_until
-                    )
-                    if conn.dialect.name == "sqlite"
-                    else sa.func.greatest(
-                        rate_buckets.c.blocked_until, insert.excluded.blocked_until
-                    )
-                },
-            ),
-            [{"key": key, "blocked_until": until} for key in keys],
-        )
+    with _transaction(store) as cursor:
+        larger = "GREATEST" if cursor.postgres else "MAX"
+        for key in keys:
+            cursor.run(
+                "INSERT INTO rate_buckets (key, blocked_until) VALUES (?, ?) ON CONFLICT (key) "
+                f"DO UPDATE SET blocked_until = {larger}(rate_buckets.blocked_until, "
+                "excluded.blocked_until)",
+                (key, until),
+            )
 
 
-def _locked(conn: sa.Connection, keys: list[str]) -> dict[str, float]:
+def _locked(cursor: _Cursor, keys: list[str]) -> dict[str, float]:
     """Lock the buckets' rows (created on first use); their `blocked_until`, by key."""
-    query = sa.select(rate_buckets.c.key, rate_buckets.c.blocked_until).where(
-        rate_buckets.c.key.in_(keys)
-    )
-    if conn.dialect.name == "postgresql":
-        query = query.order_by(rate_buckets.c.key).with_for_update()
-    found = dict(conn.execute(query).all())
+    query = f"SELECT key, blocked_until FROM rate_buckets WHERE key IN ({_marks(keys)})"
+    if cursor.postgres:
+        query += " ORDER BY key FOR UPDATE"
+    found = {key: float(until) for key, until in cursor.run(query, keys)}
     missing = [key for key in keys if key not in found]
     if missing:
-        insert = upsert(conn, rate_buckets).on_conflict_do_nothing(index_elements=["key"])
-        conn.execute(insert, [{"key": key, "blocked_until": 0.0} for key in missing])
-        found.update(conn.execute(query.where(rate_buckets.c.key.in_(missing))).all())
+        for key in missing:
+            cursor.run(
+                "INSERT INTO rate_buckets (key, blocked_until) VALUES (?, 0) "
+                "ON CONFLICT (key) DO NOTHING",
+                (key,),
+            )
+        found = {key: float(until) for key, until in cursor.run(query, keys)}
     return found
 
 
-def _window_turn(conn: sa.Connection, scopes: list[Scope], call: Call, now: float) -> Turn:
+def _window_turn(cursor: _Cursor, scopes: list[Scope], call: Call, now: float) -> Turn:
     """The longest wait any bucket's last minute of grants imposes on the call (0: fits)."""
-    used = sa.select(rate_grants.c.bucket, rate_grants.c.kind, sa.func.sum(rate_grants.c.amount))
-    used = used.where(rate_grants.c.bucket.in_([key for key, _ in scopes])).group_by(
-        rate_grants.c.bucket, rate_grants.c.kind
+    keys = [key for key, _ in scopes]
+    cursor.run(
+        f"DELETE FROM rate_grants WHERE bucket IN ({_marks(keys)}) AND at <= ?",
+        (*keys, now - WINDOW_SECONDS),
     )
-    sums = {(bucket, kind): int(total) for bucket, kind, total in conn.execute(used)}
+    sums = {
+        (bucket, kind): int(total)
+        for bucket, kind, total in cursor.run(
+            f"SELECT bucket, kind, SUM(amount) FROM rate_grants WHERE bucket IN ({_marks(keys)}) "
+            "GROUP BY bucket, kind",
+            keys,
+        )
+    }
     turn = TAKEN
     for key, limit in scopes:
         for kind, cap, need in (("rpm", limit.rpm, 1), ("tpm", limit.tpm, call.tokens)):
@@ -219,47 +250,44 @@ def _window_turn(conn: sa.Connection, scopes: list[Scope], call: Call, now: floa
             need = min(need, cap)  # a call larger than a minute's tokens takes a whole minute
             excess = sums.get((key, kind), 0) + need - cap
             if excess > 0:
-                wait = _aged_out(conn, key, kind, excess) - now
+                wait = _aged_out(cursor, key, kind, excess) - now
                 if wait > turn.wait:
                     turn = Turn(wait, key, kind)
     return turn
 
 
-def _aged_out(conn: sa.Connection, key: str, kind: str, excess: int) -> float:
+def _aged_out(cursor: _Cursor, key: str, kind: str, excess: int) -> float:
     """When the oldest grants worth `excess` will have left the window."""
-    oldest = (
-        sa.select(rate_grants.c.at, rate_grants.c.amount)
-        .where(rate_grants.c.bucket == key, rate_grants.c.kind == kind)
-        .order_by(rate_grants.c.at)
-    )
     released = 0
-    for at, amount in conn.execute(oldest):
+    oldest = "SELECT at, amount FROM rate_grants WHERE bucket = ? AND kind = ? ORDER BY at"
+    for at, amount in cursor.run(oldest, (key, kind)):
         released += int(amount)
         if released >= excess:
             return float(at) + WINDOW_SECONDS
     return 0.0  # grants settled lower since the sums were read: ask again now
 
 
-def _parallel_turn(conn: sa.Connection, scopes: list[Scope], now: float) -> Turn:
+def _parallel_turn(cursor: _Cursor, scopes: list[Scope], now: float) -> Turn:
     """Whether every bucket has a slot free, after reclaiming the slots of dead holders."""
     keys = [key for key, _ in scopes]
-    conn.execute(
-        rate_leases.delete().where(rate_leases.c.bucket.in_(keys), rate_leases.c.expires_at <= now)
+    live = dict(
+        cursor.run(
+            f"SELECT bucket, COUNT(*) FROM rate_leases WHERE bucket IN ({_marks(keys)}) "
+            "AND expires_at > ? GROUP BY bucket",
+            (*keys, now),
+        )
     )
-    held = sa.select(
-        rate_leases.c.bucket, rate_leases.c.call_id, rate_leases.c.host, rate_leases.c.pid
-    )
-    holders: dict[str, list[tuple[str, str, int]]] = {key: [] for key in keys}
-    for bucket, call_id, host, pid in conn.execute(held.where(rate_leases.c.bucket.in_(keys))):
-        holders[bucket].append((call_id, host, pid))
     for key, limit in scopes:
         assert limit.max_parallel is not None
-        if len(holders[key]) < limit.max_parallel:
+        if live.get(key, 0) < limit.max_parallel:
             continue
-        dead = [call_id for call_id, host, pid in holders[key] if _gone(host, pid)]
-        if dead:
-            conn.execute(rate_leases.delete().where(rate_leases.c.call_id.in_(dead)))
-        if len(holders[key]) - len(dead) >= limit.max_parallel:
+        # Full: the slots of holders that expired or died go back before anyone waits.
+        cursor.run("DELETE FROM rate_leases WHERE bucket = ? AND expires_at <= ?", (key, now))
+        holders = cursor.run("SELECT call_id, host, pid FROM rate_leases WHERE bucket = ?", (key,))
+        dead = [call_id for call_id, host, pid in holders if _gone(host, pid)]
+        for call_id in dead:
+            cursor.run("DELETE FROM rate_leases WHERE call_id = ?", (call_id,))
+        if len(holders) - len(dead) >= limit.max_parallel:
             return Turn(PARALLEL_POLL_SECONDS, key, "max_parallel")
     return TAKEN
 
@@ -280,26 +308,27 @@ def _gone(host: str, pid: int) -> bool:
     return False
 
 
-def _grant(conn: sa.Connection, scopes: Sequence[Scope], call: Call, now: float) -> None:
+def _grant(cursor: _Cursor, scopes: Sequence[Scope], call: Call, now: float) -> None:
     grants = [
-        {"bucket": key, "kind": kind, "call_id": call.call_id, "at": now, "amount": amount}
+        (key, kind, call.call_id, now, amount)
         for key, limit in scopes
         for kind, cap, amount in (("rpm", limit.rpm, 1), ("tpm", limit.tpm, call.tokens))
         if cap is not None
     ]
     if grants:
-        conn.execute(rate_grants.insert(), grants)
+        cursor.run(
+            "INSERT INTO rate_grants (bucket, kind, call_id, at, amount) VALUES "
+            + ", ".join(["(?, ?, ?, ?, ?)"] * len(grants)),
+            [value for grant in grants for value in grant],
+        )
     leases = [
-        {
-            "call_id": call.call_id,
-            "bucket": key,
-            "tick_id": call.tick_id,
-            "host": HOST,
-            "pid": os.getpid(),
-            "expires_at": now + call.lease_seconds,
-        }
+        (call.call_id, key, call.tick_id, HOST, os.getpid(), now + call.lease_seconds)
         for key, limit in scopes
         if limit.max_parallel
     ]
     if leases:
-        conn.execute(rate_leases.insert(), leases)
+        cursor.run(
+            "INSERT INTO rate_leases (call_id, bucket, tick_id, host, pid, expires_at) VALUES "
+            + ", ".join(["(?, ?, ?, ?, ?, ?)"] * len(leases)),
+            [value for lease in leases for value in lease],
+        )

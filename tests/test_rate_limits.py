@@ -9,6 +9,7 @@ import time
 from pathlib import Path
 
 import httpx
+import openai
 import pytest
 
 from harness.config import ConfigError, load_settings
@@ -16,10 +17,13 @@ from harness.contracts import RateLimited
 from harness.contracts.events import tick_stream
 from harness.contracts.rate_limits import ProviderRateLimit, RateLimit
 from harness.devtools.fake_llm import FakeUpstream, Step
+from harness.governor.alerts import Alerts
+from harness.governor.proxy import create_app, proxy_governor
 from harness.governor.rate_limit import await_turn, hold_back
 from harness.routing import CatalogError, parse_catalog
-from harness.store import SqlEventStore, open_store, release_tick, settle, take
+from harness.store import Spool, SqlEventStore, open_store, release_tick, settle, take
 from harness.store.rate_buckets import PARALLEL_POLL_SECONDS, rate_leases
+from tests.governor_support import config, origin_of, serving
 from tests.procs import gather, racing
 from tests.rate_limit_support import (
     ATTEMPTS,
@@ -226,3 +230,26 @@ max_parallel = 1.5
         "targets.t.rpm: Input should be greater than 0",
         "targets.t.rps: unknown field",
     ]
+
+
+def test_calls_through_the_governor_proxy_take_their_turn_in_the_same_buckets(
+    fake: FakeUpstream, sqlite_url: str, tmp_path: Path
+) -> None:
+    store = open_store(sqlite_url)
+    host = provider_of(httpx.URL(fake.url))
+    limits = {host: RateLimit(rpm=2)}
+    settings = config(origin_of(fake), rate_limit_wait_seconds=1.0)
+    with (
+        proxy_governor(settings, store, Spool(tmp_path / "spool"), Alerts(()), limits) as gov,
+        serving(create_app(gov), "governor proxy") as origin,
+    ):
+        ask = openai.OpenAI(base_url=f"{origin}/v1", api_key="k", max_retries=0)
+        ask.chat.completions.create(model="m", messages=[{"role": "user", "content": "hi"}])
+        # A tick's call outside the proxy takes the second turn of the same bucket.
+        assert take(store, [(f"provider:{host}", limits[host])], call()).wait == 0
+        with pytest.raises(openai.RateLimitError) as refused:
+            ask.chat.completions.create(model="m", messages=[{"role": "user", "content": "hi"}])
+    assert 55 < int(refused.value.response.headers["retry-after"]) <= 60
+    assert f"provider:{host} (rpm)" in str(refused.value)
+    assert gov.counters["rate_limited"] == 1
+    store.close()

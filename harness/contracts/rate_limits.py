@@ -11,6 +11,7 @@ against the same ones.
 from __future__ import annotations
 
 from typing import Annotated
+from urllib.parse import urlsplit
 
 from pydantic import BaseModel, ConfigDict, Field, StrictInt, model_validator
 
@@ -55,6 +56,17 @@ def target_key(target: str) -> str:
 def provider_key(host: str) -> str:
     """The bucket of a provider host (`api.openai.com`, `127.0.0.1:8080`)."""
     return f"provider:{host}"
+
+
+def provider_host(url: str) -> str:
+    """The host and non-default port of an endpoint URL, as `[rate_limits]` names it.
+
+    Never its user, password or query, which may hold a key.
+    """
+    parts = urlsplit(url)
+    default = {"http": 80, "https": 443}.get(parts.scheme)
+    port = parts.port
+    return (parts.hostname or "") + (f":{port}" if port is not None and port != default else "")
 
 
 def level_key(level: str) -> str:

@@ -22,6 +22,7 @@ from harness.governor.proxy import create_app, proxy_governor
 from harness.governor.rate_limit import await_turn, hold_back
 from harness.routing import CatalogError, parse_catalog
 from harness.store import Spool, SqlEventStore, open_store, release_tick, settle, take
+from harness.store.rate_buckets import ARRIVAL_SLACK_SECONDS as SLACK
 from harness.store.rate_buckets import PARALLEL_POLL_SECONDS, rate_leases
 from tests.governor_support import config, origin_of, serving
 from tests.procs import gather, racing
@@ -61,10 +62,10 @@ def test_a_bucket_lets_its_rpm_through_in_any_minute_and_says_when_the_next_fits
         assert take(store, scope, call(), clock).wait == 0
     clock.now = 1_000_030.0
     turn = take(store, scope, call(), clock)
-    assert (turn.wait, turn.bucket, turn.reason) == (30.0, "target:t", "rpm")
-    clock.now = 1_000_059.9
+    assert (turn.wait, turn.bucket, turn.reason) == (30.0 + SLACK, "target:t", "rpm")
+    clock.now = 1_000_059.9 + SLACK
     assert take(store, scope, call(), clock).wait == pytest.approx(0.1)
-    clock.now = 1_000_060.0
+    clock.now = 1_000_060.0 + SLACK
     assert take(store, scope, call(), clock).wait == 0, "the first grant left the window"
 
 
@@ -77,7 +78,7 @@ def test_tokens_are_held_as_estimated_until_the_answer_says_what_was_used(
     assert take(store, scope, first, clock).wait == 0
     clock.now += 5
     turn = take(store, scope, call(tokens=60), clock)
-    assert (turn.wait, turn.reason) == (55.0, "tpm")
+    assert (turn.wait, turn.reason) == (55.0 + SLACK, "tpm")
     settle(store, first.call_id, 30)
     assert take(store, scope, call(tokens=60), clock).wait == 0
 

@@ -6,10 +6,11 @@ two callers never deadlock), on SQLite by the write lock `BEGIN IMMEDIATE` takes
 host). What was taken is kept beside it:
 
 - `rpm` and `tpm` as a sliding window of grants, one row per call and kind, each counting
-  for 60 seconds after it was taken: a bucket never lets more than its limit through in
-  any minute, and a call that does not fit is told exactly when it will (the moment
-  enough of the oldest grants age out). A `tpm` grant holds the call's estimate until
-  `settle` replaces it with the usage the answer reported.
+  for 60 seconds after it was taken (and a little slack, `ARRIVAL_SLACK_SECONDS`): a
+  bucket never lets more than its limit through in any minute, and a call that does not
+  fit is told exactly when it will (the moment enough of the oldest grants age out). A
+  `tpm` grant holds the call's estimate until `settle` replaces it with the usage the
+  answer reported.
 - `max_parallel` as leases, one per call in flight, released by `settle`. A lease whose
   holder died is reclaimed: at once when its process is gone from the host the taker runs
   on, else when it expires (the call's timeout and then some).
@@ -38,6 +39,13 @@ from harness.store.schema import metadata
 
 WINDOW_SECONDS = 60.0
 """What `rpm` and `tpm` count over: any minute."""
+ARRIVAL_SLACK_SECONDS = 2.0
+"""How much longer than the window a grant counts. A request reaches the provider a
+little after its turn was taken, and that delay varies (the tick's own bookkeeping, a
+loaded host): counting each grant this much longer keeps the provider's minute within
+the limit while the delay varies by up to this much, at the cost of a thirtieth of
+the rate."""
+HELD_SECONDS = WINDOW_SECONDS + ARRIVAL_SLACK_SECONDS
 PARALLEL_POLL_SECONDS = 0.05
 """How soon a caller waiting for a parallel slot asks again: a release cannot be foreseen."""
 
@@ -232,7 +240,7 @@ def _window_turn(cursor: _Cursor, scopes: list[Scope], call: Call, now: float) -
     keys = [key for key, _ in scopes]
     cursor.run(
         f"DELETE FROM rate_grants WHERE bucket IN ({_marks(keys)}) AND at <= ?",
-        (*keys, now - WINDOW_SECONDS),
+        (*keys, now - HELD_SECONDS),
     )
     sums = {
         (bucket, kind): int(total)
@@ -263,7 +271,7 @@ def _aged_out(cursor: _Cursor, key: str, kind: str, excess: int) -> float:
     for at, amount in cursor.run(oldest, (key, kind)):
         released += int(amount)
         if released >= excess:
-            return float(at) + WINDOW_SECONDS
+            return float(at) + HELD_SECONDS
     return 0.0  # grants settled lower since the sums were read: ask again now
 
 

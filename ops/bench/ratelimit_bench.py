@@ -34,7 +34,13 @@ from machine import describe
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 from procrastinate_bench import database
 
-from harness.contracts import ModelCalled, RateLimited, TickScheduled, TickStarted
+from harness.contracts import (
+    ModelCalled,
+    ModelCallStarted,
+    RateLimited,
+    TickScheduled,
+    TickStarted,
+)
 from harness.contracts.rate_limits import RateLimit
 from harness.devtools.fake_llm import FakeUpstream
 from harness.store import Call, migrate_store, open_store, settle, take
@@ -104,6 +110,15 @@ def held(levels: int, rpm: int, minutes: float, concurrency: int, timeout: int) 
         for limited in ticks.of(RateLimited.type).values()
         for e in limited
     ]
+    # From a call's turn (its start is recorded right after it) to the upstream receiving it.
+    arrived: dict[str, float] = {}
+    for entry in ledger:
+        arrived.setdefault(entry.key, entry.received_at)
+    delays = [
+        arrived[tick] - _epoch(starts[0].data["occurred_at"])
+        for tick, starts in ticks.of(ModelCallStarted.type).items()
+        if starts and tick in arrived
+    ]
     lags = []
     for tick, started in ticks.of(TickStarted.type).items():
         scheduled = ticks.of(TickScheduled.type)[tick]
@@ -123,6 +138,12 @@ def held(levels: int, rpm: int, minutes: float, concurrency: int, timeout: int) 
         print(
             f"  queue wait slot -> TickStarted: median {statistics.median(lags):.1f} s, "
             f"p95 {percentile(lags, 0.95):.1f} s, max {max(lags):.1f} s"
+        )
+    if delays:
+        print(
+            f"  turn taken -> upstream received: median {statistics.median(delays):.2f} s, "
+            f"p99 {percentile(delays, 0.99):.2f} s, max {max(delays):.2f} s "
+            f"(spread {max(delays) - min(delays):.2f} s)"
         )
     if waits:
         print(

@@ -38,6 +38,7 @@ from harness.contracts import (
     ModelCalled,
     ModelCallStarted,
     RateLimited,
+    TickCompleted,
     TickScheduled,
     TickStarted,
 )
@@ -103,7 +104,7 @@ def held(levels: int, rpm: int, minutes: float, concurrency: int, timeout: int) 
     )
     ended = Counter(kinds[0] for kinds in ticks.terminals().values() if kinds)
     stops = Counter(
-        e.data.get("stop_reason") for ends in ticks.of("TickCompleted").values() for e in ends
+        e.data.get("stop_reason") for ends in ticks.of(TickCompleted.type).values() for e in ends
     )
     waits = [
         e.data["waited_ms"] / 1000

@@ -178,13 +178,21 @@ def cost(url: str, calls: int) -> None:
         after.append((time.perf_counter() - taken) * 1000)
         assert turn.wait == 0
     cpu_ms = (time.process_time() - cpu) * 1000 / calls
+    # The floor under it on this machine now: one empty write transaction of one statement.
+    empty = []
+    for _ in range(calls):
+        began = time.perf_counter()
+        with store.write_transaction() as conn:
+            conn.exec_driver_sql("SELECT 1")
+        empty.append((time.perf_counter() - began) * 1000)
     store.close()
     kind = url.split(":")[0].split("+")[0]
     print(
         f"  {kind:>10}: check before the call p50 {statistics.median(before):.2f} ms, "
         f"p99 {percentile(before, 0.99):.2f} ms; settle after it p50 "
         f"{statistics.median(after):.2f} ms, p99 {percentile(after, 0.99):.2f} ms; "
-        f"this process's CPU {cpu_ms:.2f} ms a call (both)"
+        f"this process's CPU {cpu_ms:.2f} ms a call (both); an empty transaction of one "
+        f"statement p50 {statistics.median(empty):.2f} ms, p99 {percentile(empty, 0.99):.2f} ms"
     )
 
 

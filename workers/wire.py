@@ -26,6 +26,16 @@ ResponseHook = Callable[[httpx.Response], Awaitable[None]]
 ERROR_BODY_CHARS = 200
 
 
+def observing(*hooks: ResponseHook) -> ResponseHook:
+    """One response hook that runs each of `hooks` in turn (quota, rate limits)."""
+
+    async def observe(response: httpx.Response) -> None:
+        for hook in hooks:
+            await hook(response)
+
+    return observe
+
+
 class MalformedAnswerError(Exception):
     """The upstream answered 200 with something that is no completion stream.
 

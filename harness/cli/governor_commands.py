@@ -50,7 +50,8 @@ def governor(
     store = store_for(config)
     alerts = Alerts(urls_from_env(os.environ), limits.alert_episode_seconds)
     try:
-        with proxy_governor(limits, store, Spool(config.paths.spool), alerts) as governor:
+        spool = Spool(config.paths.spool)
+        with proxy_governor(limits, store, spool, alerts, config.rate_limits) as governor:
             out.print(
                 f"governor on http://{limits.host}:{limits.port} -> {limits.public_upstream} "
                 f"(Anthropic: {limits.public_anthropic_upstream}) "

@@ -59,6 +59,9 @@ class GovernorConfig(GovernorLimits):
     upstream_idle_seconds: Annotated[float, Field(gt=0, le=3600)] = 120.0
     """The longest the upstream may stay silent within an answer before the proxy ends it
     with an error, so a stalled upstream does not hold the client."""
+    rate_limit_wait_seconds: Annotated[float, Field(gt=0, le=3600)] = 60.0
+    """How long a request waits for its turn under its upstream host's `[rate_limits]` at
+    most; one whose turn is further off is answered 429 with a `retry-after`."""
     announce_url: Annotated[str, Field(pattern=r"^https?://\S+$")] | None = None
     """Where the proxy POSTs `{text, subject, source, priority}` when it cuts a session, as
     the earlier governor did for a voice pipeline (off unless set)."""

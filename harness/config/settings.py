@@ -51,6 +51,7 @@ from harness.contracts.agents import (
 )
 from harness.contracts.budgets import BudgetEntry, BudgetRule
 from harness.contracts.output import load_output_schema
+from harness.contracts.rate_limits import Positive, ProviderRateLimit, RateLimit
 from harness.contracts.secrets import (
     ALERT_URLS_ENV,
     STORE_PASSWORD_ENV,
@@ -103,6 +104,20 @@ def _iana_zone(name: str) -> str:
 
 IanaZone = Annotated[str, AfterValidator(_iana_zone)]
 """A time zone name `zoneinfo` knows, such as `Europe/Berlin`."""
+
+
+def _provider_host(host: str) -> str:
+    if not PROVIDER_HOST.match(host):
+        raise ValueError(
+            f"{host!r} is not a provider host: a lowercase host name with an optional port "
+            "(api.openai.com, 127.0.0.1:8080), no scheme, path or credentials"
+        )
+    return host
+
+
+PROVIDER_HOST = re.compile(r"^[a-z0-9]([a-z0-9.-]{0,252})(:[0-9]{1,5})?$")
+ProviderHost = Annotated[str, AfterValidator(_provider_host)]
+"""How a provider's endpoint is named in `[rate_limits]`, as a tick names it (its URL's host)."""
 
 
 class ConfigError(Exception):
@@ -447,6 +462,13 @@ class LevelConfig(Scheduled, ScheduleLimits):
     """Names `[[budgets]]` entries scope by (`scope = "tag:team-a"`), as spend reports group."""
     reserve_tokens: Annotated[int, Field(ge=0)] = 10_000
     """Held against the budget for each tick from its claim until it ends."""
+    rpm: Positive | None = None
+    """Model requests the level's ticks send in any minute, together (shared through the
+    store by every process and host); a call over it waits its turn."""
+    tpm: Positive | None = None
+    """Tokens (prompt + completion) of the level's calls in any minute."""
+    max_parallel: Positive | None = None
+    """The level's model calls in flight at once."""
     timeout_seconds: Annotated[float, Field(gt=0)] = 300
     timeout_per_kchar: Annotated[float, Field(ge=0)] = 0
     """Seconds added to `timeout_seconds` per 1,000 characters of the tick's prompt and
@@ -486,6 +508,12 @@ class LevelConfig(Scheduled, ScheduleLimits):
     """Give this level the `rag_lookup` tool over the `[rag]` index."""
     alerts: AlertsConfig | None = None
     """Instead of the global `[alerts]` for this level's episodes."""
+
+    @property
+    def rate_limit(self) -> RateLimit | None:
+        """The level's own rate limit, if it has one."""
+        limit = RateLimit(rpm=self.rpm, tpm=self.tpm, max_parallel=self.max_parallel)
+        return None if limit.empty else limit
 
     @property
     def has_budget(self) -> bool:
@@ -597,6 +625,9 @@ class Settings(BaseSettings):
     api: ApiConfig = ApiConfig()
     agents: AgentsConfig = AgentsConfig()
     prices: dict[str, PriceOverride] = {}
+    rate_limits: dict[ProviderHost, ProviderRateLimit] = {}
+    """`[rate_limits."HOST"]`: `rpm`, `tpm`, `max_parallel` of every call to a provider host
+    (`api.openai.com`, `127.0.0.1:8080`), whichever target or level sends it."""
     levels: dict[str, LevelConfig] = {}
     digests: dict[str, DigestConfig] = {}
     alerts: AlertsConfig = AlertsConfig()

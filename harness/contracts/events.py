@@ -186,6 +186,22 @@ class QuotaObserved(TickEvent):
     detail: str | None = None
 
 
+class RateLimited(TickEvent):
+    """A model call of the tick waited for its turn under a shared rate limit.
+
+    `bucket` (`target:NAME`, `provider:HOST`, `level:NAME`) held it back last, for
+    `reason` (`rpm`, `tpm`, `max_parallel`, or `retry_after` after a provider's 429).
+    Not `taken`: its turn lay past the tick's remaining time, and the call was not made.
+    """
+
+    type = "RateLimited"
+    call: NonNegativeInt
+    bucket: str
+    reason: Literal["rpm", "tpm", "max_parallel", "retry_after"]
+    waited_ms: float
+    taken: bool = True
+
+
 class TickStarted(TickEvent):
     """The worker runs; a restarted service finds it (and its files) from this event."""
 
@@ -947,6 +963,7 @@ EVENT_TYPES: dict[tuple[str, int], type[Event]] = {
         RouteFallback,
         RoutePromoted,
         QuotaObserved,
+        RateLimited,
         TargetSelfChecked,
         TickStarted,
         TickTaken,

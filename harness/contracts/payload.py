@@ -15,6 +15,7 @@ from harness.contracts.agents import AgentKind
 from harness.contracts.budgets import BudgetRuleData
 from harness.contracts.calibration import Calibration
 from harness.contracts.governor import GovernorLimits
+from harness.contracts.rate_limits import RateLimitPlan
 from harness.contracts.tiers import Capabilities, ToolTier, capabilities
 from harness.contracts.wire import API_KEY_ENV_OF, BASE_URL_ENV, Api, Effort, require_effort
 
@@ -185,6 +186,8 @@ class TickPayload(BaseModel):
     budget: TickBudgets | None = None
     """Set when a budget holds the tick (`[[budgets]]`, or the level's daily keys): checked
     before every model call."""
+    rate_limits: RateLimitPlan | None = None
+    """Set when a rate limit may hold for the tick's calls: checked before every model call."""
     output: Literal["text", "json"] = "text"
     """`json`: the answer is parsed (and checked against `output_schema` when set)."""
     output_schema: dict[str, Any] | None = None

@@ -27,6 +27,7 @@ from harness.contracts.budgets import BudgetRuleData
 from harness.contracts.calibration import Calibration
 from harness.contracts.output import OutputSchemaError, load_output_schema
 from harness.contracts.payload import RagSettings, TickBudgets, TickPayload, TokenRates
+from harness.contracts.rate_limits import RateLimitPlan
 from harness.contracts.result import ResultFileError, read_result
 from harness.contracts.secrets import STORE_PASSWORD_ENV, TELEMETRY_HEADERS_ENV, secret_names
 from harness.prices import PriceBook
@@ -221,6 +222,7 @@ class Preparer:
         rag_on = config.rag and self.env.get("TICKWORK_RAG_DISABLED", "") not in ("1", "true")
         template = prompt if prompt is not None else self._template(level, config)
         text = template if prompt is not None else self._prompt(level, template, slot)
+        timeout = timeout or config.timeout_for(len(text) + len(config.instructions))
         payload = TickPayload(
             tick_id=tick_id,
             level=level,
@@ -251,12 +253,13 @@ class Preparer:
             governor=self.settings.governor.limits(),
             calibrations=self._calibrations(models),
             budget=self._daily_budget(level, config, tick_id, models),
+            rate_limits=self._rate_limits(config, routed, timeout),
             output=config.output,
             output_schema=self._output_schema(level, config),
         )
         return PreparedTick(
             payload,
-            timeout or config.timeout_for(len(text) + len(config.instructions)),
+            timeout,
             (folder / f"{tick_id}.log").absolute(),
             slot,
             routed,
@@ -305,6 +308,30 @@ class Preparer:
             prices = PriceBook(self.settings.prices)
             self._budgets = Budgets(store, self._projections(store), prices, self.settings)
         return self._budgets
+
+    def _rate_limits(
+        self, config: LevelConfig, routed: Routed | None, timeout: float
+    ) -> RateLimitPlan | None:
+        """The rate limits that may hold for the tick's calls.
+
+        Its level's, its route's targets', and every provider host's: which host a call
+        goes to is known in the worker, where an endpoint named by a variable is read.
+        """
+        targets = {}
+        if routed is not None:
+            for candidate in routed.plan.candidates:
+                limit = routed.catalog.targets[candidate.target].rate_limit
+                if limit is not None:
+                    targets[candidate.target] = limit
+        providers = dict(self.settings.rate_limits)
+        if config.rate_limit is None and not targets and not providers:
+            return None
+        return RateLimitPlan(
+            level=config.rate_limit,
+            targets=targets,
+            providers=providers,
+            max_wait_seconds=timeout,
+        )
 
     def _daily_budget(
         self, level: str, config: LevelConfig, tick_id: str, models: list[str]

@@ -50,7 +50,7 @@ from harness.governor.policy import Verdict
 from harness.routing.decisions import Escalation
 from harness.routing.history import catalog_record
 from harness.scheduling.waves import SlotClaim
-from harness.store import EventStore, Spool, StoreError, append_or_spool
+from harness.store import EventStore, Spool, StoreError, append_or_spool, release_tick
 
 STDERR_TAIL_BYTES = 2000
 
@@ -371,11 +371,13 @@ class Runner:
     def book_cut_off_call(self, ref: TickRef) -> None:
         """Book, estimated, the call a worker that left no result may have had in flight.
 
-        Called once the worker's process group is gone (`harness.execution.cutoff`).
+        Called once the worker's process group is gone (`harness.execution.cutoff`). The
+        rate-limit slots it may have held go back too, on whichever host it ran.
         """
         if self.store is None or ref.result_path.exists():
             return
         try:
+            release_tick(self.store, ref.tick_id)
             events = self.store.read_stream(tick_stream(ref.tick_id))
         except StoreError:
             return  # the worker's own events may be spooled too: nothing to decide from

@@ -22,6 +22,7 @@ from harness.contracts import (
     GovernorFired,
     ModelCalled,
     ModelCallStarted,
+    RateLimited,
     RouteFallback,
     RoutePromoted,
     TickAttemptFailed,
@@ -54,6 +55,7 @@ StepKind = Literal[
     "fallback",
     "promoted",
     "governor",
+    "rate_limited",
     "attempt_failed",
     "ended",
     "other",
@@ -294,6 +296,11 @@ def _describe(type_: str, data: dict[str, Any]) -> tuple[StepKind, str, str | No
             return "other", f"{told}, as booked", None, None
         line = f"usage MISMATCH: {told}, the ledger booked {booked[0]:,} + {booked[1]:,}"
         return "other", line, None, None
+    if type_ == RateLimited.type:
+        waited = f"waited {data['waited_ms']:,.0f} ms for {data['bucket']} ({data['reason']})"
+        if not data.get("taken", True):
+            waited += ", its turn lay past the tick's deadline: not sent"
+        return "rate_limited", f"call {data['call']} {waited}", None, None
     if type_ == TickAttemptFailed.type:
         line = f"attempt {data['attempt']} failed ({data['failure_class']}): {data['reason']}"
         return "attempt_failed", line, None, None

@@ -35,6 +35,7 @@ from pydantic import (
 from harness.config import LEVEL_NAME, IanaZone, PriceOverride, nul_paths
 from harness.contracts.agents import AgentKind, require_agent_api
 from harness.contracts.payload import QuotaProbe
+from harness.contracts.rate_limits import Positive, RateLimit
 from harness.contracts.secrets import register_secret_names
 from harness.contracts.wire import Api, Effort, require_effort
 
@@ -80,10 +81,22 @@ class Target(_Strict):
     tick's governor); a CLI missing on the host passes the target over to the next."""
     prices: PriceOverride | None = None
     quota_probe: QuotaProbe | None = None
+    rpm: Positive | None = None
+    """Requests to the target in any minute, by every tick of every process sharing the store."""
+    tpm: Positive | None = None
+    """Tokens (prompt + completion) of the target's calls in any minute."""
+    max_parallel: Positive | None = None
+    """The target's calls in flight at once."""
     selfcheck_required: bool = False
     """Whether a tick asks the target a short self-check before it first runs there, and
     again after the target was marked unavailable: a target that answers nothing useful
     is found out by a one-line question, not by a tick's whole work."""
+
+    @property
+    def rate_limit(self) -> RateLimit | None:
+        """The target's rate limit, if it has one."""
+        limit = RateLimit(rpm=self.rpm, tpm=self.tpm, max_parallel=self.max_parallel)
+        return None if limit.empty else limit
 
     @model_validator(mode="after")
     def _effort_for_api(self) -> Target:

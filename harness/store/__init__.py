@@ -16,6 +16,7 @@ from harness.store.engine import process_name, safe_url, split_password
 from harness.store.heartbeats import Beat, Heartbeat, beats
 from harness.store.migrate import current_revision
 from harness.store.opening import migrate_store, open_store
+from harness.store.rate_buckets import Call, Turn, block, release_tick, settle, take
 from harness.store.records import (
     ANY,
     NO_STREAM,
@@ -39,6 +40,7 @@ __all__ = [
     "NO_STREAM",
     "AppendResult",
     "Beat",
+    "Call",
     "ConcurrencyError",
     "Durability",
     "EventData",
@@ -54,16 +56,21 @@ __all__ = [
     "StoreUnavailableError",
     "StoredEvent",
     "Tracking",
+    "Turn",
     "Window",
     "add_sums",
     "append_or_spool",
     "beats",
+    "block",
     "clear_tables",
     "current_revision",
     "migrate_store",
     "open_store",
     "process_name",
+    "release_tick",
     "safe_url",
+    "settle",
     "split_password",
+    "take",
     "upsert",
 ]

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import math
 
 import aiohttp
 import orjson
@@ -17,6 +18,7 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 from harness.governor.invalid import InvalidRequest
 from harness.governor.proxy.dialects import ANTHROPIC_MESSAGES, counts_tokens, dialect_of
 from harness.governor.proxy.incoming import Incoming, incoming, path_of, read_body
+from harness.governor.proxy.limits import ProxyLimits
 from harness.governor.proxy.replies import (
     send_answer,
     send_back,
@@ -26,6 +28,7 @@ from harness.governor.proxy.replies import (
 )
 from harness.governor.proxy.state import Judged, ProxyGovernor
 from harness.governor.proxy.upstream import UNANSWERED, upstreams
+from harness.governor.rate_limit import TOO_MANY_REQUESTS, Outcome
 
 log = logging.getLogger(__name__)
 
@@ -46,6 +49,12 @@ class Proxy:
     def __init__(self, governor: ProxyGovernor) -> None:
         self.governor = governor
         self.upstreams = upstreams(governor.config)
+        self.limits = ProxyLimits(
+            governor.ledger.store if governor.ledger is not None else None,
+            governor.rate_limits,
+            {api: upstream.public for api, upstream in self.upstreams.items()},
+            governor.config.rate_limit_wait_seconds,
+        )
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         """Status or forward, told apart by two comparisons instead of Starlette's router.
@@ -105,14 +114,37 @@ class Proxy:
             directive = judged.verdict.text(governor.limits)
             with_directive = judged.dialect.with_directive(request.chat, directive)
             request = request.with_body(orjson.dumps(with_directive))
-        answer = await self.ask_upstream(send, request, judged)
-        if answer is None:
-            return
-        if counts_tokens(request.method, request.path) and answer.status in NO_COUNT_TOKENS:
-            answer.release()
-            await self.count_tokens(send, request)
-            return
-        await send_back(send, receive, governor, request, answer, judged)
+        call = None
+        if judged is not None:
+            api = request.dialect.api
+            call, outcome = await self.limits.turn(api, judged.verdict.est_tokens)
+            if outcome is not None and not outcome.taken:
+                await self.refuse_for_now(send, judged, outcome)
+                return
+        try:
+            answer = await self.ask_upstream(send, request, judged)
+            if answer is None:
+                return
+            await self.limits.answered(request.dialect.api, answer.status, answer.headers)
+            if counts_tokens(request.method, request.path) and answer.status in NO_COUNT_TOKENS:
+                answer.release()
+                await self.count_tokens(send, request)
+                return
+            await send_back(send, receive, governor, request, answer, judged)
+        finally:
+            await self.limits.ended(call)
+
+    async def refuse_for_now(self, send: Send, judged: Judged, outcome: Outcome) -> None:
+        """A 429 of the proxy's own: the call's turn under a shared rate limit is too far off."""
+        self.governor.counters["rate_limited"] += 1
+        wait = math.ceil(outcome.turn)
+        message = (
+            f"governor: the shared rate limit of {outcome.bucket} ({outcome.reason}) gives "
+            f"this request a turn in {wait} s"
+        )
+        document = judged.dialect.error_document(message, TOO_MANY_REQUESTS, None)
+        await send_answer(send, TOO_MANY_REQUESTS, document, **{"retry-after": str(wait)})
+        self.governor.finish(judged, TOO_MANY_REQUESTS, "answered")
 
     def decide(self, request: Incoming) -> Judged | None:
         """The governor's verdict on a model call; None for a request only passed on."""

@@ -13,7 +13,7 @@ import contextlib
 import hashlib
 import time
 from collections import Counter, deque
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import IO, Any, Literal
@@ -23,6 +23,7 @@ import orjson
 from harness.config import GovernorConfig
 from harness.contracts.calibration import Sample
 from harness.contracts.events import BudgetSpent
+from harness.contracts.rate_limits import RateLimit
 from harness.governor.alerts import Alerts, Announcer
 from harness.governor.calibration import Calibrations
 from harness.governor.estimate import tokens_from_chars
@@ -76,8 +77,11 @@ class ProxyGovernor:
         ledger: Ledger | None,
         alerts: Alerts,
         decision_log: IO[str] | None = None,
+        rate_limits: Mapping[str, RateLimit] | None = None,
     ) -> None:
         self.config = config
+        self.rate_limits = dict(rate_limits or {})
+        """Provider host -> its shared rate limit (`[rate_limits]`), taken per chat request."""
         self.limits = config.limits()
         self.calibrations = calibrations
         self.ledger = ledger
@@ -260,7 +264,11 @@ def earlier_entry(entry: dict[str, Any]) -> dict[str, Any]:
 
 @contextlib.contextmanager
 def proxy_governor(
-    config: GovernorConfig, store: EventStore | None, spool: Spool, alerts: Alerts
+    config: GovernorConfig,
+    store: EventStore | None,
+    spool: Spool,
+    alerts: Alerts,
+    rate_limits: Mapping[str, RateLimit] | None = None,
 ) -> Iterator[ProxyGovernor]:
     """The governor's state, started from the calibration projection; flushed on exit."""
     with contextlib.ExitStack() as stack:
@@ -271,4 +279,4 @@ def proxy_governor(
             decision_log = stack.enter_context(config.log.open("a", encoding="utf-8", buffering=1))
         learned = current_calibrations(store) if store is not None else {}
         calibrations = Calibrations(config.chars_per_token, learned, config.calibrate)
-        yield ProxyGovernor(config, calibrations, ledger, alerts, decision_log)
+        yield ProxyGovernor(config, calibrations, ledger, alerts, decision_log, rate_limits)

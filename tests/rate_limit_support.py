@@ -1,0 +1,45 @@
+"""Processes that take turns from the store's rate buckets (spawned, so importable here)."""
+
+from __future__ import annotations
+
+import signal
+import uuid
+from multiprocessing.synchronize import Event
+from typing import Any
+
+from harness.contracts.rate_limits import RateLimit
+from harness.store import Call, open_store, take
+
+SHARED_RPM = RateLimit(rpm=15)
+SHARED_PARALLEL = RateLimit(max_parallel=4)
+ATTEMPTS = 20
+
+
+def call(tokens: int = 10, lease_seconds: float = 60.0) -> Call:
+    """A call asking for its turn, unique."""
+    return Call(call_id=uuid.uuid4().hex, tokens=tokens, lease_seconds=lease_seconds)
+
+
+def take_turns(url: str, results: Any, start: Event) -> None:
+    """Ask ATTEMPTS times of each shared bucket without waiting; answer how many were taken."""
+    store = open_store(url)
+    start.wait()
+    by_rate = sum(
+        take(store, [("target:shared", SHARED_RPM)], call()).wait == 0 for _ in range(ATTEMPTS)
+    )
+    in_flight = sum(
+        take(store, [("level:shared", SHARED_PARALLEL)], call()).wait == 0 for _ in range(ATTEMPTS)
+    )
+    store.close()
+    results.put((by_rate, in_flight))
+
+
+def hold_a_slot(url: str, holding: Event) -> None:
+    """Take the one parallel slot of `target:solo` and hold it until killed."""
+    store = open_store(url)
+    assert (
+        take(store, [("target:solo", RateLimit(max_parallel=1))], call(lease_seconds=3600)).wait
+        == 0
+    )
+    holding.set()
+    signal.pause()

@@ -136,6 +136,28 @@ def test_several_specs_fire_at_each_time_any_names_once() -> None:
     ]
 
 
+@pytest.mark.parametrize(
+    ("weekdays", "days"),
+    [
+        ("1-5", ["Mon", "Tue", "Wed", "Thu", "Fri"]),
+        ("0", ["Sun"]),
+        ("7", ["Sun"]),
+        ("0-3", ["Sun", "Mon", "Tue", "Wed"]),
+        ("*/2", ["Sun", "Tue", "Thu", "Sat"]),
+        ("5-7", ["Sun", "Fri", "Sat"]),
+        ("mon-fri", ["Mon", "Tue", "Wed", "Thu", "Fri"]),
+    ],
+)
+def test_cron_weekday_numbers_mean_what_crontab_means(weekdays: str, days: list[str]) -> None:
+    """APScheduler alone reads `1-5` from Monday as 0: Tuesday to Saturday."""
+    config = level(schedule=f"0 9 * * {weekdays}", timezone="UTC")
+    week = slots_between(config, "2026-12-06T00:00:00+00:00", "2026-12-13T00:00:00+00:00")
+    fired = [
+        datetime.strptime(f"2026-{slot.split()[1]}", "%Y-%m-%d").strftime("%a") for slot in week
+    ]
+    assert sorted(fired, key=["Sun", "Mon", "Tue", "Wed", "Thu", "Fri", "Sat"].index) == days
+
+
 def test_a_window_bounds_the_slots_and_an_ended_schedule_leaves_the_timetable() -> None:
     config = level(every="1h", start_at="2026-12-01T02:00:00", end_at="2026-12-01T04:00:00")
     assert slots_between(config, "2026-11-30T00:00:00+00:00", "2026-12-02T00:00:00+00:00") == [

@@ -9,6 +9,7 @@ sections and their validation live in `settings`, the `[governor]` section with 
 from __future__ import annotations
 
 from harness.config.budgets import host_of, legacy_name
+from harness.config.crontab import crontab_trigger, crontab_weekdays
 from harness.config.governor import LEGACY_ENV, GovernorConfig, GovernorEnvError, with_legacy_env
 from harness.config.settings import (
     CONFIG_ENV,
@@ -73,6 +74,8 @@ __all__ = [
     "Settings",
     "StoreConfig",
     "config_path",
+    "crontab_trigger",
+    "crontab_weekdays",
     "host_of",
     "legacy_name",
     "load_settings",

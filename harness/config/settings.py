@@ -19,7 +19,6 @@ from urllib.parse import quote
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 from apscheduler.triggers.base import BaseTrigger
-from apscheduler.triggers.cron import CronTrigger
 from apscheduler.triggers.interval import IntervalTrigger
 from pydantic import (
     AfterValidator,
@@ -41,6 +40,7 @@ from sqlalchemy.engine import make_url
 from sqlalchemy.exc import ArgumentError
 
 from harness.config.budgets import budget_problems, legacy_budgets, resolve_budget
+from harness.config.crontab import crontab_trigger
 from harness.config.governor import GovernorConfig
 from harness.config.windows import ScheduleLimits, SchedulingConfig, jitter_seconds
 from harness.contracts.agents import (
@@ -360,7 +360,7 @@ class Scheduled(_Strict):
     def triggers(self) -> list[BaseTrigger]:
         """APScheduler's trigger of each cron expression and of the interval."""
         found: list[BaseTrigger] = [
-            CronTrigger.from_crontab(cron, timezone=self.timezone) for cron in self.crons
+            crontab_trigger(cron, timezone=self.timezone) for cron in self.crons
         ]
         if self.every is not None:
             found.append(
@@ -379,7 +379,7 @@ def _cron_expression(schedule: str) -> None:
     if len(schedule.split()) != 5:
         raise ValueError(f"{schedule!r} is not a cron expression with 5 fields")
     try:
-        trigger = CronTrigger.from_crontab(schedule, timezone="UTC")
+        trigger = crontab_trigger(schedule, timezone="UTC")
     except ValueError as exc:
         raise ValueError(f"{schedule!r} is not a valid cron expression: {exc}") from None
     if trigger.get_next_fire_time(None, datetime.now(UTC)) is None:

@@ -25,6 +25,8 @@ from pydantic import (
     model_validator,
 )
 
+from harness.config.crontab import crontab_trigger
+
 _NO_JITTER = re.compile(r"^\s*0\s*[smhd]?\s*$")
 
 
@@ -87,7 +89,7 @@ class Exclusion:
         self.cron: CronTrigger | None = None
         if len(text.split()) == 5:
             try:
-                self.cron = CronTrigger.from_crontab(text, timezone="UTC")
+                self.cron = crontab_trigger(text, timezone="UTC")
             except ValueError as exc:
                 raise ValueError(f"{text!r} is not a valid cron expression: {exc}") from None
             return

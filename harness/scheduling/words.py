@@ -1,17 +1,13 @@
 """A level's schedule in words, for `tickwork levels`: what an operator reads at a glance.
 
-Cron expressions are read as tickwork's triggers read them (APScheduler 3's
-`CronTrigger.from_crontab`), weekday numbers included: there 0 is Monday, not Sunday as in
-crontab, so `1-5` is said as `tue-sat`, which is when the level fires. Forms too irregular
-to phrase fall back to naming the field, never to a guess.
+Cron expressions are read as tickwork's triggers read them (`harness.config.crontab`):
+weekday numbers as crontab's, so `1-5` is said as `mon,tue,wed,thu,fri`. Forms too
+irregular to phrase fall back to naming the field, never to a guess.
 """
 
 from __future__ import annotations
 
-from harness.config import LevelConfig
-
-WEEKDAYS = ("mon", "tue", "wed", "thu", "fri", "sat", "sun")
-"""APScheduler 3's weekday numbers, 0 to 6."""
+from harness.config import LevelConfig, crontab_weekdays
 
 
 def schedule_words(config: LevelConfig, jitter_seconds: float = 0.0) -> str:
@@ -44,7 +40,7 @@ def cron_words(cron: str) -> str:
     if month != "*":
         said += f" in month {month}"
     if weekday != "*":
-        said += f" on {_weekdays(weekday)}"
+        said += f" on {crontab_weekdays(weekday)}"
     elif day == "*" and month == "*" and ":" in said:
         said += " every day"
     return said
@@ -60,12 +56,3 @@ def _time_words(minute: str, hour: str) -> str:
     if minute.isdigit() and all(h.isdigit() for h in hour.split(",")):
         return "at " + ", ".join(f"{int(h):02d}:{int(minute):02d}" for h in hour.split(","))
     return f"at minute {minute} of hour {hour}"
-
-
-def _weekdays(field: str) -> str:
-    """Weekday numbers as names (APScheduler's numbering); names stay as they are."""
-
-    def name(value: str) -> str:
-        return WEEKDAYS[int(value)] if value.isdigit() and int(value) < 7 else value
-
-    return ",".join("-".join(name(end) for end in part.split("-")) for part in field.split(","))

@@ -76,11 +76,14 @@ class Timetable:
         """
         self.triggers = dict(triggers)
         for name in [name for name in self.upcoming if name not in self.triggers]:
-            del self.upcoming[name]
+            self._drop(name)
         for name, trigger in self.triggers.items():
             if name in changed or name not in self.upcoming:
                 after = min(self.upcoming.get(name, now), now)
-                self.upcoming[name] = next_slot(trigger, None, after)
+                try:
+                    self._set(name, next_slot(trigger, None, after))
+                except ScheduleEnded:
+                    self._drop(name)
 
     def run(
         self,
@@ -126,7 +129,7 @@ class Timetable:
                 due.append((slot, name))
                 slot = next_slot(trigger, slot, slot)
         except ScheduleEnded:
-            del self.upcoming[name], self.fires[name]
+            self._drop(name)
         else:
             self._set(name, slot)
         return due
@@ -134,3 +137,7 @@ class Timetable:
     def _set(self, name: str, slot: datetime) -> None:
         self.upcoming[name] = slot
         self.fires[name] = self.fire_at(name, slot)
+
+    def _drop(self, name: str) -> None:
+        self.upcoming.pop(name, None)
+        self.fires.pop(name, None)

@@ -2,12 +2,17 @@
 
 from __future__ import annotations
 
+import contextlib
+import logging
 import os
+import select
 import signal
 import socket
 import subprocess
 import sys
+import tempfile
 import threading
+import traceback
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -58,6 +63,108 @@ def run_each(
         stdout, stderr = process.communicate(timeout=120)
         ended.append(subprocess.CompletedProcess(process.args, process.returncode, stdout, stderr))
     return ended
+
+
+def forked(
+    cwd: Path, *args: str, env: dict[str, str] | None = None
+) -> subprocess.CompletedProcess[str]:
+    return forked_each(cwd, [list(args)], env)[0]
+
+
+def forked_each(
+    cwd: Path, commands: list[list[str]], env: dict[str, str] | None = None
+) -> list[subprocess.CompletedProcess[str]]:
+    """Each command as `run_each` runs it, in a child forked from this process.
+
+    Each is still a process of its own (its own pid, exit status, signals, working
+    directory, environment and files: a SIGKILL at a phase ends it with -9 and leaves
+    this test standing), started from the `tickwork` entry point with its arguments, but
+    without the half second of CPU each fresh interpreter spends importing Typer, Rich,
+    SQLAlchemy and the stages this test process has already imported. Tests whose point
+    is the fresh process itself (what it imports, the console script) keep `run`.
+    """
+    from harness.cli import main  # imported here, once, so every child starts warm
+
+    environments = [environment(**(env or {})) for _ in commands]
+    children = []
+    for args, child_env in zip(commands, environments, strict=True):
+        stdout, stderr = tempfile.TemporaryFile(), tempfile.TemporaryFile()
+        pid = os.fork()
+        if pid == 0:  # pragma: no cover - the child ends in os._exit, never returns
+            _run_child(main, cwd, args, child_env, stdout.fileno(), stderr.fileno())
+        children.append((pid, args, stdout, stderr))
+    ended = []
+    for pid, args, stdout, stderr in children:
+        with stdout, stderr:
+            code = _wait(pid, timeout=120)
+            stdout.seek(0)
+            stderr.seek(0)
+            ended.append(
+                subprocess.CompletedProcess(
+                    [TICKWORK, *args],
+                    code,
+                    stdout.read().decode("utf-8", "replace"),
+                    stderr.read().decode("utf-8", "replace"),
+                )
+            )
+    return ended
+
+
+def _run_child(
+    main: Any, cwd: Path, args: list[str], env: dict[str, str], stdout: int, stderr: int
+) -> None:
+    """In the forked child: become `tickwork <args>` in `cwd` with `env`, then exit as it does."""
+    code = 1
+    try:
+        with open(os.devnull, "rb") as nothing:
+            os.dup2(nothing.fileno(), 0)
+        os.dup2(stdout, 1)
+        os.dup2(stderr, 2)
+        sys.stdin = open(0, encoding="utf-8", closefd=False)  # noqa: SIM115 - until os._exit
+        sys.stdout = open(1, "w", encoding="utf-8", closefd=False)  # noqa: SIM115
+        sys.stderr = open(2, "w", encoding="utf-8", closefd=False)  # noqa: SIM115
+        os.chdir(cwd)
+        os.environ.clear()
+        os.environ.update(env)
+        # What the test process set up is not the command's: pytest's log capture on the
+        # root logger, and the warm launcher this process may share (its fork server's
+        # pipes belong to the parent).
+        logging.root.handlers.clear()
+        logging.root.setLevel(logging.WARNING)
+        from harness.execution.launchers import shared_warm_launcher
+
+        shared_warm_launcher.cache_clear()
+        signal.signal(signal.SIGINT, signal.default_int_handler)
+        sys.argv = [TICKWORK, *args]
+        try:
+            main()
+            code = 0
+        except SystemExit as exit:
+            if exit.code is None or isinstance(exit.code, int):
+                code = exit.code or 0
+            else:
+                print(exit.code, file=sys.stderr)
+        except BaseException:
+            traceback.print_exc()
+    finally:
+        with contextlib.suppress(BaseException):
+            sys.stdout.flush()
+            sys.stderr.flush()
+        os._exit(code)
+
+
+def _wait(pid: int, timeout: float) -> int:
+    """The child's exit code as `subprocess` reports it (-N for signal N); kills it after `timeout`."""
+    pidfd = os.pidfd_open(pid)
+    try:
+        ready, _, _ = select.select([pidfd], [], [], timeout)
+    finally:
+        os.close(pidfd)
+    if not ready:
+        os.kill(pid, signal.SIGKILL)
+        os.waitpid(pid, 0)
+        raise subprocess.TimeoutExpired([TICKWORK], timeout)
+    return os.waitstatus_to_exitcode(os.waitpid(pid, 0)[1])
 
 
 def write_config(tmp_path: Path, levels: str, runner: str = "", store_url: str = "") -> Path:

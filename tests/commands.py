@@ -66,13 +66,16 @@ def run_each(
 
 
 def forked(
-    cwd: Path, *args: str, env: dict[str, str] | None = None
+    cwd: Path, *args: str, env: dict[str, str] | None = None, unset: tuple[str, ...] = ()
 ) -> subprocess.CompletedProcess[str]:
-    return forked_each(cwd, [list(args)], env)[0]
+    return forked_each(cwd, [list(args)], env, unset)[0]
 
 
 def forked_each(
-    cwd: Path, commands: list[list[str]], env: dict[str, str] | None = None
+    cwd: Path,
+    commands: list[list[str]],
+    env: dict[str, str] | None = None,
+    unset: tuple[str, ...] = (),
 ) -> list[subprocess.CompletedProcess[str]]:
     """Each command as `run_each` runs it, in a child forked from this process.
 
@@ -80,33 +83,31 @@ def forked_each(
     directory, environment and files: a SIGKILL at a phase ends it with -9 and leaves
     this test standing), started from the `tickwork` entry point with its arguments, but
     without the half second of CPU each fresh interpreter spends importing Typer, Rich,
-    SQLAlchemy and the stages this test process has already imported. Tests whose point
+    SQLAlchemy and the stages this test process has already imported. `env` adds to the
+    environment as `run`'s does; `unset` names variables the command must not see. Tests whose point
     is the fresh process itself (what it imports, the console script) keep `run`.
     """
     from harness.cli import main  # imported here, once, so every child starts warm
 
-    environments = [environment(**(env or {})) for _ in commands]
-    children = []
-    for args, child_env in zip(commands, environments, strict=True):
-        stdout, stderr = tempfile.TemporaryFile(), tempfile.TemporaryFile()
-        pid = os.fork()
-        if pid == 0:  # pragma: no cover - the child ends in os._exit, never returns
-            _run_child(main, cwd, args, child_env, stdout.fileno(), stderr.fileno())
-        children.append((pid, args, stdout, stderr))
+    environments = [
+        {k: v for k, v in environment(**(env or {})).items() if k not in unset} for _ in commands
+    ]
     ended = []
-    for pid, args, stdout, stderr in children:
-        with stdout, stderr:
+    with contextlib.ExitStack() as files:
+        children = []
+        for args, child_env in zip(commands, environments, strict=True):
+            stdout = files.enter_context(tempfile.TemporaryFile())
+            stderr = files.enter_context(tempfile.TemporaryFile())
+            pid = os.fork()
+            if pid == 0:  # pragma: no cover - the child ends in os._exit, never returns
+                _run_child(main, cwd, args, child_env, stdout.fileno(), stderr.fileno())
+            children.append((pid, args, stdout, stderr))
+        for pid, args, stdout, stderr in children:
             code = _wait(pid, timeout=120)
             stdout.seek(0)
             stderr.seek(0)
-            ended.append(
-                subprocess.CompletedProcess(
-                    [TICKWORK, *args],
-                    code,
-                    stdout.read().decode("utf-8", "replace"),
-                    stderr.read().decode("utf-8", "replace"),
-                )
-            )
+            output, errors = (f.read().decode("utf-8", "replace") for f in (stdout, stderr))
+            ended.append(subprocess.CompletedProcess([TICKWORK, *args], code, output, errors))
     return ended
 
 
@@ -154,7 +155,7 @@ def _run_child(
 
 
 def _wait(pid: int, timeout: float) -> int:
-    """The child's exit code as `subprocess` reports it (-N for signal N); kills it after `timeout`."""
+    """The child's exit code as `subprocess` gives it (-N for signal N); killed after `timeout`."""
     pidfd = os.pidfd_open(pid)
     try:
         ready, _, _ = select.select([pidfd], [], [], timeout)

@@ -215,6 +215,12 @@ def run_cli(command: str, config: Path, fake: FakeUpstream) -> subprocess.Comple
     return subprocess.CompletedProcess(process.args, process.returncode, stdout, stderr)
 
 
+def forked_cli(command: str, config: Path, fake: FakeUpstream) -> subprocess.CompletedProcess[str]:
+    """`run_cli`'s command in a forked child (`forked_each`): the same environment, warm."""
+    env = {"TICKWORK_CONFIG": str(config), "OPENAI_BASE_URL": fake.url}
+    return forked(config.parent, *command.split(), env=env)
+
+
 def start_service(config: Path, fake: FakeUpstream) -> subprocess.Popen[str]:
     return start("run", config, fake, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
 

@@ -135,6 +135,7 @@ def _run_child(
         from harness.execution.launchers import shared_warm_launcher
 
         shared_warm_launcher.cache_clear()
+        _forget_secrets()
         signal.signal(signal.SIGINT, signal.default_int_handler)
         sys.argv = [TICKWORK, *args]
         try:
@@ -152,6 +153,20 @@ def _run_child(
             sys.stdout.flush()
             sys.stderr.flush()
         os._exit(code)
+
+
+def _forget_secrets() -> None:
+    """Start the child with the secret registry a fresh process has (`SECRET_ENV` only).
+
+    This test process may have registered other tests' secrets: a child that redacted
+    them too could hide a leak a fresh `tickwork` would show.
+    """
+    from harness.contracts import secrets
+
+    secrets._lock = threading.Lock()  # another thread may have held it at the fork
+    secrets._registered.clear()
+    secrets._registered.update(secrets.SECRET_ENV)
+    secrets._held.clear()
 
 
 def _wait(pid: int, timeout: float) -> int:

@@ -12,15 +12,15 @@ import subprocess
 import sys
 import tempfile
 import threading
-import traceback
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any
+from typing import Any, NoReturn
 
 import httpx
 
 from harness.devtools.fake_llm import FakeUpstream, Step
+from harness.execution.launchers import end_as_python_would, shared_warm_launcher
 from tests.waiting import wait_until
 
 TICKWORK = str(Path(sys.executable).with_name("tickwork"))
@@ -113,10 +113,10 @@ def forked_each(
 
 def _run_child(
     main: Any, cwd: Path, args: list[str], env: dict[str, str], stdout: int, stderr: int
-) -> None:
+) -> NoReturn:
     """In the forked child: become `tickwork <args>` in `cwd` with `env`, then exit as it does."""
-    code = 1
-    try:
+
+    def command() -> int:
         with open(os.devnull, "rb") as nothing:
             os.dup2(nothing.fileno(), 0)
         os.dup2(stdout, 1)
@@ -132,27 +132,14 @@ def _run_child(
         # pipes belong to the parent).
         logging.root.handlers.clear()
         logging.root.setLevel(logging.WARNING)
-        from harness.execution.launchers import shared_warm_launcher
-
         shared_warm_launcher.cache_clear()
         _forget_secrets()
         signal.signal(signal.SIGINT, signal.default_int_handler)
         sys.argv = [TICKWORK, *args]
-        try:
-            main()
-            code = 0
-        except SystemExit as exit:
-            if exit.code is None or isinstance(exit.code, int):
-                code = exit.code or 0
-            else:
-                print(exit.code, file=sys.stderr)
-        except BaseException:
-            traceback.print_exc()
-    finally:
-        with contextlib.suppress(BaseException):
-            sys.stdout.flush()
-            sys.stderr.flush()
-        os._exit(code)
+        main()
+        return 0
+
+    end_as_python_would(command)
 
 
 def _forget_secrets() -> None:

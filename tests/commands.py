@@ -1,4 +1,10 @@
-"""The `tickwork` command run as an operator runs it: real processes, real ports, real files."""
+"""The `tickwork` command run as an operator runs it: real processes, real ports, real files.
+
+`run`/`run_each` start a fresh interpreter per command, as a shell does; `forked`,
+`forked_each` and `forked_cli` run the same command in a child forked from the warm test
+process: a process of its own all the same, at a fraction of the CPU. Use `run` where the
+fresh process is the point (what it imports, the console script), `forked` elsewhere.
+"""
 
 from __future__ import annotations
 

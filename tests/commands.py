@@ -1,21 +1,32 @@
-"""The `tickwork` command run as an operator runs it: real processes, real ports, real files."""
+"""The `tickwork` command run as an operator runs it: real processes, real ports, real files.
+
+`run`/`run_each` start a fresh interpreter per command, as a shell does; `forked`,
+`forked_each` and `forked_cli` run the same command in a child forked from the warm test
+process: a process of its own all the same, at a fraction of the CPU. Use `run` where the
+fresh process is the point (what it imports, the console script), `forked` elsewhere.
+"""
 
 from __future__ import annotations
 
+import contextlib
+import logging
 import os
+import select
 import signal
 import socket
 import subprocess
 import sys
+import tempfile
 import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any
+from typing import Any, NoReturn
 
 import httpx
 
 from harness.devtools.fake_llm import FakeUpstream, Step
+from harness.execution.launchers import end_as_python_would, shared_warm_launcher
 from tests.waiting import wait_until
 
 TICKWORK = str(Path(sys.executable).with_name("tickwork"))
@@ -58,6 +69,111 @@ def run_each(
         stdout, stderr = process.communicate(timeout=120)
         ended.append(subprocess.CompletedProcess(process.args, process.returncode, stdout, stderr))
     return ended
+
+
+def forked(
+    cwd: Path, *args: str, env: dict[str, str] | None = None, unset: tuple[str, ...] = ()
+) -> subprocess.CompletedProcess[str]:
+    return forked_each(cwd, [list(args)], env, unset)[0]
+
+
+def forked_each(
+    cwd: Path,
+    commands: list[list[str]],
+    env: dict[str, str] | None = None,
+    unset: tuple[str, ...] = (),
+) -> list[subprocess.CompletedProcess[str]]:
+    """Each command as `run_each` runs it, in a child forked from this process.
+
+    Each is still a process of its own (its own pid, exit status, signals, working
+    directory, environment and files: a SIGKILL at a phase ends it with -9 and leaves
+    this test standing), started from the `tickwork` entry point with its arguments, but
+    without the half second of CPU each fresh interpreter spends importing Typer, Rich,
+    SQLAlchemy and the stages this test process has already imported. `env` adds to the
+    environment as `run`'s does; `unset` names variables the command must not see. Tests whose point
+    is the fresh process itself (what it imports, the console script) keep `run`.
+    """
+    from harness.cli import main  # imported here, once, so every child starts warm
+
+    environments = [
+        {k: v for k, v in environment(**(env or {})).items() if k not in unset} for _ in commands
+    ]
+    ended = []
+    with contextlib.ExitStack() as files:
+        children = []
+        for args, child_env in zip(commands, environments, strict=True):
+            stdout = files.enter_context(tempfile.TemporaryFile())
+            stderr = files.enter_context(tempfile.TemporaryFile())
+            pid = os.fork()
+            if pid == 0:  # pragma: no cover - the child ends in os._exit, never returns
+                _run_child(main, cwd, args, child_env, stdout.fileno(), stderr.fileno())
+            children.append((pid, args, stdout, stderr))
+        for pid, args, stdout, stderr in children:
+            code = _wait(pid, timeout=120)
+            stdout.seek(0)
+            stderr.seek(0)
+            output, errors = (f.read().decode("utf-8", "replace") for f in (stdout, stderr))
+            ended.append(subprocess.CompletedProcess([TICKWORK, *args], code, output, errors))
+    return ended
+
+
+def _run_child(
+    main: Any, cwd: Path, args: list[str], env: dict[str, str], stdout: int, stderr: int
+) -> NoReturn:
+    """In the forked child: become `tickwork <args>` in `cwd` with `env`, then exit as it does."""
+
+    def command() -> int:
+        with open(os.devnull, "rb") as nothing:
+            os.dup2(nothing.fileno(), 0)
+        os.dup2(stdout, 1)
+        os.dup2(stderr, 2)
+        sys.stdin = open(0, encoding="utf-8", closefd=False)  # noqa: SIM115 - until os._exit
+        sys.stdout = open(1, "w", encoding="utf-8", closefd=False)  # noqa: SIM115
+        sys.stderr = open(2, "w", encoding="utf-8", closefd=False)  # noqa: SIM115
+        os.chdir(cwd)
+        os.environ.clear()
+        os.environ.update(env)
+        # What the test process set up is not the command's: pytest's log capture on the
+        # root logger, and the warm launcher this process may share (its fork server's
+        # pipes belong to the parent).
+        logging.root.handlers.clear()
+        logging.root.setLevel(logging.WARNING)
+        shared_warm_launcher.cache_clear()
+        _forget_secrets()
+        signal.signal(signal.SIGINT, signal.default_int_handler)
+        sys.argv = [TICKWORK, *args]
+        main()
+        return 0
+
+    end_as_python_would(command)
+
+
+def _forget_secrets() -> None:
+    """Start the child with the secret registry a fresh process has (`SECRET_ENV` only).
+
+    This test process may have registered other tests' secrets: a child that redacted
+    them too could hide a leak a fresh `tickwork` would show.
+    """
+    from harness.contracts import secrets
+
+    secrets._lock = threading.Lock()  # another thread may have held it at the fork
+    secrets._registered.clear()
+    secrets._registered.update(secrets.SECRET_ENV)
+    secrets._held.clear()
+
+
+def _wait(pid: int, timeout: float) -> int:
+    """The child's exit code as `subprocess` gives it (-N for signal N); killed after `timeout`."""
+    pidfd = os.pidfd_open(pid)
+    try:
+        ready, _, _ = select.select([pidfd], [], [], timeout)
+    finally:
+        os.close(pidfd)
+    if not ready:
+        os.kill(pid, signal.SIGKILL)
+        os.waitpid(pid, 0)
+        raise subprocess.TimeoutExpired([TICKWORK], timeout)
+    return os.waitstatus_to_exitcode(os.waitpid(pid, 0)[1])
 
 
 def write_config(tmp_path: Path, levels: str, runner: str = "", store_url: str = "") -> Path:
@@ -105,6 +221,12 @@ def run_cli(command: str, config: Path, fake: FakeUpstream) -> subprocess.Comple
     process = start(command, config, fake, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
     stdout, stderr = process.communicate(timeout=120)
     return subprocess.CompletedProcess(process.args, process.returncode, stdout, stderr)
+
+
+def forked_cli(command: str, config: Path, fake: FakeUpstream) -> subprocess.CompletedProcess[str]:
+    """`run_cli`'s command in a forked child (`forked_each`): the same environment, warm."""
+    env = {"TICKWORK_CONFIG": str(config), "OPENAI_BASE_URL": fake.url}
+    return forked(config.parent, *command.split(), env=env)
 
 
 def start_service(config: Path, fake: FakeUpstream) -> subprocess.Popen[str]:

@@ -54,7 +54,7 @@ from harness.store.archives import read_events as archived_events
 from harness.store.partitions import days as partition_days
 from harness.store.schema import events, transcripts
 from harness.store.transcripts import decode
-from tests.commands import Output, run, run_each, start_service, write_config
+from tests.commands import Output, forked, forked_each, run, start_service, write_config
 from tests.conftest import fresh_pg_database
 
 TODAY = datetime.now(UTC).date()
@@ -223,7 +223,7 @@ def test_a_kill_at_any_phase_loses_and_duplicates_nothing(
         archived = history(store, settings.paths.results)
         entries = entry_positions(store, archived)
         everything = hot_positions(store)
-        killed = run(
+        killed = forked(
             tmp_path, "-c", str(config), "archive", env={"TICKWORK_ARCHIVE_KILL_AT": phase}
         )
         assert killed.returncode == -9, killed.stderr
@@ -232,7 +232,7 @@ def test_a_kill_at_any_phase_loses_and_duplicates_nothing(
         hot = hot_positions(store)
         assert everything <= hot | in_archive, f"killed at {phase}: an event is in neither"
 
-        finished = run(tmp_path, "-c", str(config), "archive")
+        finished = forked(tmp_path, "-c", str(config), "archive")
         assert finished.returncode == 0, finished.stderr
         records = store.read_stream(ARCHIVE_STREAM)
         assert len(records) == 1, "one ArchiveWritten per day, whatever the kills"
@@ -252,14 +252,14 @@ def test_a_damaged_archive_is_named_and_changes_nothing(store_url: str, tmp_path
     try:
         history(store, settings.paths.results)
         everything = hot_positions(store)
-        dry = run(tmp_path, "-c", str(config), "archive", "--dry-run")
+        dry = forked(tmp_path, "-c", str(config), "archive", "--dry-run")
         assert dry.returncode == 0 and "these days would be archived" in dry.stdout
         assert OLD.isoformat() in dry.stdout and hot_positions(store) == everything
         assert not day_folder(settings.retention.archive, OLD).exists()
-        assert run(tmp_path, "-c", str(config), "archive").returncode == 0
+        assert forked(tmp_path, "-c", str(config), "archive").returncode == 0
         before = read_models(store)
         data = day_folder(settings.retention.archive, OLD) / EVENTS_FILE
-        where, story, listed = run_each(
+        where, story, listed = forked_each(
             tmp_path,
             [
                 ["-c", str(config), "show", "old3"],
@@ -274,7 +274,7 @@ def test_a_damaged_archive_is_named_and_changes_nothing(store_url: str, tmp_path
         detail = Reads(settings, store).tick("old3")
         assert detail is not None and detail.tick is not None
         assert (detail.archive, detail.tick.archived_on, detail.events) == (str(data), OLD, [])
-        rebuilt = run(tmp_path, "-c", str(config), "projections", "rebuild")
+        rebuilt = forked(tmp_path, "-c", str(config), "projections", "rebuild")
         assert rebuilt.returncode == 0, rebuilt.stderr
         assert read_models(store) == before, "the command's rebuild reads the archive too"
         whole = data.read_bytes()
@@ -287,13 +287,13 @@ def test_a_damaged_archive_is_named_and_changes_nothing(store_url: str, tmp_path
                 data.unlink()
             else:
                 data.write_bytes(damage)
-            rebuilt = run(tmp_path, "-c", str(config), "projections", "rebuild")
+            rebuilt = forked(tmp_path, "-c", str(config), "projections", "rebuild")
             assert rebuilt.returncode == 2, rebuilt.stderr
             assert str(data) in rebuilt.stderr and expected in rebuilt.stderr
             assert read_models(store) == before
         data.write_bytes(whole)
         (data.parent / "manifest.json").unlink()
-        rebuilt = run(tmp_path, "-c", str(config), "projections", "rebuild")
+        rebuilt = forked(tmp_path, "-c", str(config), "projections", "rebuild")
         assert rebuilt.returncode == 2 and "manifest.json is missing" in rebuilt.stderr
         assert read_models(store) == before
     finally:
@@ -312,7 +312,7 @@ def test_transcripts_leave_after_transcript_days_and_are_read_back(
         everything = hot_positions(store)
         projector_for(store, PriceBook()).catch_up()
         before = read_models(store)
-        assert run(tmp_path, "-c", str(config), "archive").returncode == 0
+        assert forked(tmp_path, "-c", str(config), "archive").returncode == 0
 
         folder = day_folder(settings.retention.archive, MID)
         said = {e.global_position for e in archived_events(folder, TRANSCRIPTS_FILE)}
@@ -320,7 +320,7 @@ def test_transcripts_leave_after_transcript_days_and_are_read_back(
         assert not (folder / EVENTS_FILE).exists(), "the ticks themselves stay hot"
         assert hot_positions(store) == everything - entries
         assert read_models(store) == before
-        where, story = run_each(
+        where, story = forked_each(
             tmp_path,
             [["-c", str(config), "show", "old3"], ["-c", str(config), "show", "old3", "--archive"]],
         )
@@ -332,12 +332,12 @@ def test_transcripts_leave_after_transcript_days_and_are_read_back(
         assert detail.transcript_archive == str(folder / TRANSCRIPTS_FILE)
 
         later = (MID + timedelta(days=1)).isoformat()
-        assert run(tmp_path, "-c", str(config), "archive", "--before", later).returncode == 0
+        assert forked(tmp_path, "-c", str(config), "archive", "--before", later).returncode == 0
         assert verify(folder).ticks == 10, "the ticks follow to the same day's folder"
         with store.read_transaction() as conn:
             kept = conn.execute(sa.select(transcripts.c.tick_id)).scalars().all()
         assert kept == ["new"]
-        story = run(tmp_path, "-c", str(config), "show", "old3", "--archive")
+        story = forked(tmp_path, "-c", str(config), "show", "old3", "--archive")
         assert story.returncode == 0 and "old3 said" in story.stdout, story.stderr
         assert "completed" in story.stdout
     finally:

@@ -13,7 +13,7 @@ import pytest
 from harness.contracts.events import BudgetSpent, TickStarted
 from harness.execution.prepare import template_hash
 from harness.store import HEAD_REVISION, NewEvent, Spool, open_store
-from tests.commands import TICKWORK, Output, environment, run, run_each
+from tests.commands import TICKWORK, Output, environment, forked, forked_each, run, run_each
 from tests.waiting import wait_until
 
 
@@ -54,7 +54,7 @@ def test_a_bad_config_exits_2_naming_the_key_and_touches_no_store(tmp_path: Path
 
 def test_spend_reports_tokens_and_cost_as_json_and_table(tmp_path: Path) -> None:
     seed(tmp_path)
-    result, table, bad = run_each(
+    result, table, bad = forked_each(
         tmp_path,
         [
             ["spend", "--by", "level", "--by", "model", "--json"],
@@ -74,7 +74,7 @@ def test_spend_reports_tokens_and_cost_as_json_and_table(tmp_path: Path) -> None
 
 def test_events_filters_by_stream_and_type(tmp_path: Path) -> None:
     seed(tmp_path)
-    everything, spent, one, recent, bad = run_each(
+    everything, spent, one, recent, bad = forked_each(
         tmp_path,
         [
             ["events", "--json"],
@@ -119,7 +119,7 @@ def test_events_follow_prints_new_events_until_interrupted(tmp_path: Path) -> No
 
 def test_projections_rebuild_and_spool_ingest(tmp_path: Path) -> None:
     seed(tmp_path)
-    rebuilt, unknown = run_each(
+    rebuilt, unknown = forked_each(
         tmp_path, [["projections", "rebuild"], ["projections", "rebuild", "nope"]]
     )
     assert rebuilt.returncode == 0, rebuilt.stderr
@@ -129,29 +129,29 @@ def test_projections_rebuild_and_spool_ingest(tmp_path: Path) -> None:
     spool = Spool(tmp_path / ".tickwork" / "spool")
     late = BudgetSpent(tick_id="t9", level="min", model="m", prompt_tokens=1, completion_tokens=1)
     spool.write("tick-t9", [late.to_record()])
-    ingested = run(tmp_path, "spool", "ingest")
+    ingested = forked(tmp_path, "spool", "ingest")
     assert ingested.returncode == 0 and "1 appended" in ingested.stdout
-    again = run(tmp_path, "spool", "ingest")
+    again = forked(tmp_path, "spool", "ingest")
     assert "0 file(s)" in again.stdout
 
 
 def test_migrate_reports_the_schema(tmp_path: Path) -> None:
-    first = run(tmp_path, "migrate")
+    first = forked(tmp_path, "migrate")
     assert first.returncode == 0 and f"none -> {HEAD_REVISION}" in first.stdout
-    second = run(tmp_path, "migrate")
+    second = forked(tmp_path, "migrate")
     assert f"already at {HEAD_REVISION}" in second.stdout
 
 
 def test_tick_runs_one_tick_on_the_fake_upstream(tmp_path: Path) -> None:
-    assert run(tmp_path, "init").returncode == 0
-    result, unknown = run_each(
+    assert forked(tmp_path, "init").returncode == 0
+    result, unknown = forked_each(
         tmp_path, [["tick", "min", "--prompt", "Say hello."], ["tick", "weekly"]]
     )
     assert result.returncode == 0, result.stderr
     assert "fake upstream" in result.stderr
     assert "status  completed" in result.stdout and "1 call(s)" in result.stdout
     tick_id = result.stdout.split()[1]
-    shown, listed, page, by_template = run_each(
+    shown, listed, page, by_template = forked_each(
         tmp_path,
         [
             ["show", tick_id],
@@ -166,7 +166,7 @@ def test_tick_runs_one_tick_on_the_fake_upstream(tmp_path: Path) -> None:
     assert row["duration_seconds"] > 0 and 0 < row["cost_usd"] < 0.01
     assert tick_id in page.stdout and "completed" in page.stdout, page.stdout
     following = page.stdout.split("next page: tickwork ")[1].strip()
-    rest = run(tmp_path, *following.replace("'", "").split())
+    rest = forked(tmp_path, *following.replace("'", "").split())
     assert rest.returncode == 0 and "no tick since" in rest.stdout, rest.stdout + rest.stderr
     assert [row["group"] for row in json.loads(by_template.stdout)] == [
         {"template": template_hash("Say hello.")}
@@ -175,14 +175,14 @@ def test_tick_runs_one_tick_on_the_fake_upstream(tmp_path: Path) -> None:
 
 
 def test_a_paused_tick_and_a_cancel_of_nothing_say_what_to_do(tmp_path: Path) -> None:
-    assert run(tmp_path, "init").returncode == 0
-    paused, nothing, short = run_each(
+    assert forked(tmp_path, "init").returncode == 0
+    paused, nothing, short = forked_each(
         tmp_path, [["pause", "min"], ["cancel", "nosuch"], ["cancel", "m"]]
     )
     assert paused.returncode == 0, paused.stderr
     assert nothing.returncode == 2 and "'nosuch' is no level" in nothing.stderr
     assert short.returncode == 2 and "--force" in short.stderr, "a prefix of no tick is refused"
-    refused, forced = run_each(tmp_path, [["tick", "min"], ["cancel", "nosuch", "--force"]])
+    refused, forced = forked_each(tmp_path, [["tick", "min"], ["cancel", "nosuch", "--force"]])
     assert refused.returncode == 1 and "status  cancelled (paused)" in refused.stdout
     assert "level 'min' is paused" in refused.stderr
     assert "tickwork resume min" in refused.stderr and "--force" in refused.stderr
@@ -191,7 +191,7 @@ def test_a_paused_tick_and_a_cancel_of_nothing_say_what_to_do(tmp_path: Path) ->
 
 
 def test_run_says_what_runs_where_and_shares_its_fake_with_a_tick_by_hand(tmp_path: Path) -> None:
-    assert run(tmp_path, "init").returncode == 0
+    assert forked(tmp_path, "init").returncode == 0
     own = {k: v for k, v in environment().items() if k != "OPENAI_BASE_URL"}
     service = Output(
         subprocess.Popen(
@@ -206,9 +206,7 @@ def test_run_says_what_runs_where_and_shares_its_fake_with_a_tick_by_hand(tmp_pa
     try:
         fake = service.wait_for("  upstream  tickwork's fake at ").split(" at ")[1].split()[0]
         assert "POST " in service.wait_for("  upstream") and service.wait_for("  store     sqlite")
-        by_hand = subprocess.run(
-            [TICKWORK, "tick", "hour"], cwd=tmp_path, env=own, capture_output=True, text=True
-        )
+        by_hand = forked(tmp_path, "tick", "hour", unset=("OPENAI_BASE_URL",))
         assert by_hand.returncode == 0, by_hand.stderr
         assert f"the running service's fake at {fake}" in by_hand.stderr, "one fake for both"
         tick_id = by_hand.stdout.split()[1]
@@ -220,8 +218,8 @@ def test_run_says_what_runs_where_and_shares_its_fake_with_a_tick_by_hand(tmp_pa
 
 
 def test_tick_no_wait_returns_at_once_and_the_tick_completes(tmp_path: Path) -> None:
-    assert run(tmp_path, "init").returncode == 0
-    started = run(tmp_path, "tick", "min", "--no-wait")
+    assert forked(tmp_path, "init").returncode == 0
+    started = forked(tmp_path, "tick", "min", "--no-wait")
     assert started.returncode == 0, started.stderr
     tick_id = started.stdout.split()[2]
 
@@ -240,7 +238,7 @@ def test_rag_index_builds_an_index_and_names_a_missing_folder(tmp_path: Path) ->
     notes = tmp_path / "notes"
     notes.mkdir()
     (notes / "a.md").write_text("Backups run at 02:00.\n\nRestores need two people.")
-    indexed = run(tmp_path, "rag", "index", str(notes))
+    indexed = forked(tmp_path, "rag", "index", str(notes))
     assert indexed.returncode == 0 and "1 file(s), 1 passage(s)" in indexed.stdout
-    missing = run(tmp_path, "rag", "index", str(tmp_path / "nope"))
+    missing = forked(tmp_path, "rag", "index", str(tmp_path / "nope"))
     assert missing.returncode == 2 and "does not exist" in missing.stderr

@@ -37,7 +37,7 @@ from harness.digests.render import render
 from harness.prices import PriceBook
 from harness.projections import projector_for
 from harness.store import SqlEventStore, open_store
-from tests.commands import run, run_each, start, write_config
+from tests.commands import forked, forked_each, start, write_config
 from tests.receiver import apprise_receiver
 from tests.waiting import wait_until
 
@@ -315,7 +315,7 @@ def test_a_claim_left_by_a_dead_publisher_is_finished_at_start(tmp_path: Path) -
 
 
 def test_the_digest_command_prints_writes_and_refuses_bad_arguments(tmp_path: Path) -> None:
-    assert run(tmp_path, "init").returncode == 0
+    assert forked(tmp_path, "init").returncode == 0
     store = open_store(f"sqlite:///{tmp_path}/.tickwork/events.db")
     (tmp_path / "results").mkdir()
     seed_period(store, tmp_path / "results")
@@ -327,7 +327,7 @@ def test_the_digest_command_prints_writes_and_refuses_bad_arguments(tmp_path: Pa
         (["--since", "1h", "--from", "2026-01-01"], "--since or --from"),
         (["--from", "2026-01-02", "--to", "2026-01-01"], "the period is empty"),
     ]
-    printed, written, schema_shown, *refused = run_each(
+    printed, written, schema_shown, *refused = forked_each(
         tmp_path,
         [
             ["digest", "--since", "1h", "--format", "json"],

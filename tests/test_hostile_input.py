@@ -33,7 +33,7 @@ from harness.scheduling.triggers import level_trigger, next_slot
 from harness.store import open_store
 from tests.api_support import serving, settings_for
 from tests.catalog_support import valid as valid_catalog
-from tests.commands import run, run_each
+from tests.commands import forked, forked_each, run
 from tests.tick_support import make_settings
 
 LEVEL = '[levels.min]\nmodel = "m"\n'
@@ -93,7 +93,7 @@ def test_a_level_without_a_model_or_lane_is_refused_at_load(tmp_path: Path) -> N
         '[levels.min]\nevery = "1m"\n[levels.day]\nevery = "1d"\n',
     )
     for command in (["status"], ["events"], ["tick", "min"]):
-        result = run(tmp_path, *command)
+        result = forked(tmp_path, *command)
         assert result.returncode == 2, (command, result.stderr)
         assert "levels.day: has no model and the catalog has no lane" in result.stderr
         assert "levels.min" not in result.stderr and "Traceback" not in result.stderr
@@ -137,7 +137,7 @@ def test_a_table_header_thousands_of_levels_deep_exits_2_naming_the_file(
     """TOML reads such a header without recursing; every walk over the document did not."""
     header = f"[{table}." + ".".join(["b"] * 3000) + "]\nx = 1\n"
     path = write(tmp_path, LEVEL + 'every = "1m"\n' + header)
-    result = run(tmp_path, "status")
+    result = forked(tmp_path, "status")
     assert result.returncode == 2, result.stderr
     assert "Traceback" not in result.stderr
     assert f"{path.name}: invalid configuration" in result.stderr
@@ -161,7 +161,7 @@ def test_every_command_exits_2_naming_the_key_without_a_traceback(
 ) -> None:
     write(tmp_path, config)
     for command in (["status"], ["events"], ["spend"]):
-        result = run(tmp_path, *command, env=env)
+        result = forked(tmp_path, *command, env=env)
         assert result.returncode == 2, (command, result.stderr)
         assert named in result.stderr and "Traceback" not in result.stderr
     assert not (tmp_path / ".tickwork").exists(), "a refused configuration creates nothing"
@@ -235,7 +235,7 @@ def test_a_catalog_base_url_with_credentials_is_refused() -> None:
 
 def test_an_error_naming_a_section_prints_its_brackets(tmp_path: Path) -> None:
     write(tmp_path, f'[store]\nurl = "sqlite:///{tmp_path}/events.db"\n')
-    result = run(tmp_path, "rag", "index")
+    result = forked(tmp_path, "rag", "index")
     assert result.returncode == 2 and "[rag] folder is not set" in result.stderr
 
 
@@ -255,7 +255,7 @@ def test_a_catalog_price_must_be_finite(tmp_path: Path) -> None:
 def test_a_command_without_a_configuration_says_so_and_creates_nothing(tmp_path: Path) -> None:
     """Each command that works on levels, digests or a catalog, which only a file names."""
     commands = [["status"], ["run"], ["digest"], ["tick", "min"], ["pause", "min"]]
-    for command, result in zip(commands, run_each(tmp_path, commands), strict=True):
+    for command, result in zip(commands, forked_each(tmp_path, commands), strict=True):
         assert result.returncode == 2, (command, result.stderr)
         assert "no configuration here" in result.stderr and "tickwork init" in result.stderr
     assert list(tmp_path.iterdir()) == []
@@ -287,7 +287,7 @@ def test_a_since_beyond_the_calendar_is_a_clear_error(
     finally:
         store.close()
     write(tmp_path, f'[store]\nurl = "{sqlite_url}"\n')
-    result = run(tmp_path, "spend", "--since", since)
+    result = forked(tmp_path, "spend", "--since", since)
     assert result.returncode == 2 and "before the year 1" in result.stderr
     assert "Traceback" not in result.stderr
 

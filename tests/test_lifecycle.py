@@ -26,7 +26,7 @@ from harness.scheduling.control import ControlFollower, clear_cancel, request_ca
 from harness.scheduling.status import snapshot
 from harness.scheduling.waves import Manual, SlotClaim, claim_wave
 from harness.store import NewEvent, SqlEventStore, open_store
-from tests.commands import run_cli, start_tick, write_config
+from tests.commands import forked_cli, start_tick, write_config
 from tests.tick_support import Harness, calls, lifecycle, live_in_group
 from tests.waiting import wait_until
 
@@ -182,7 +182,7 @@ def test_tickwork_cancel_reaches_a_tick_started_with_tickwork_tick(
     tmp_path: Path, fake: FakeUpstream
 ) -> None:
     process, store = started_by_hand(tmp_path, fake, "min-by-hand-cancelled")
-    cancelled = run_cli("cancel min-by-hand --wait 30", write_config(tmp_path, LEVEL), fake)
+    cancelled = forked_cli("cancel min-by-hand --wait 30", write_config(tmp_path, LEVEL), fake)
     stdout, stderr = process.communicate(timeout=60)
     assert cancelled.returncode == 0, cancelled.stdout + cancelled.stderr
     assert "min-by-hand-cancelled TickCancelled" in cancelled.stdout
@@ -229,13 +229,13 @@ def test_the_manual_lane_cap_holds_across_tickwork_tick_processes(
 
 def test_a_tick_by_hand_obeys_the_pause_unless_forced(tmp_path: Path, fake: FakeUpstream) -> None:
     config = write_config(tmp_path, LEVEL)
-    assert run_cli("pause min", config, fake).returncode == 0
-    refused = run_cli("tick min --tick-id min-refused", config, fake)
+    assert forked_cli("pause min", config, fake).returncode == 0
+    refused = forked_cli("tick min --tick-id min-refused", config, fake)
     assert refused.returncode == 1 and "status  cancelled (paused)" in refused.stdout, (
         refused.stdout + refused.stderr
     )
     fake.script("min-forced", [Step(text="done anyway")])
-    forced = run_cli("tick min --force --tick-id min-forced", config, fake)
+    forced = forked_cli("tick min --force --tick-id min-forced", config, fake)
     assert forced.returncode == 0, forced.stdout + forced.stderr
     store = open_store(f"sqlite:///{tmp_path}/events.db")
     assert kinds(store, "min-refused") == ["TickScheduled", "TickCancelled"]

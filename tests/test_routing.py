@@ -34,7 +34,7 @@ from harness.execution.prepare import Preparer
 from harness.execution.runner import Runner, TickOutcome
 from harness.routing.catalog import parse_catalog
 from harness.store import SqlEventStore, StoredEvent, open_store
-from tests.commands import Output, fake_server, run_cli, start_service, write_config
+from tests.commands import Output, fake_server, forked_cli, start_service, write_config
 from tests.waiting import long_enough, wait_until
 
 SECRET = "sk-tickwork-catalog-SECRET-9876543210"
@@ -533,7 +533,7 @@ def test_a_bad_catalog_exits_2_with_its_paths_and_stores_nothing(
     level = '[levels.min]\nevery = "1m"\nprompt = "hi"\n'
     config = write_config(tmp_path, f'[routing]\ncatalog = "{catalog}"\n{level}')
     for command in ("tick min", "run", f"catalog check {catalog}"):
-        result = run_cli(command, config, fake)
+        result = forked_cli(command, config, fake)
         assert result.returncode == 2, (command, result.stdout, result.stderr)
         assert "lanes.min.candidates[1]: unknown target 'ghost'" in result.stderr
     assert not (tmp_path / "events.db").exists()
@@ -544,20 +544,20 @@ def test_catalog_route_prints_the_decision_and_refuses_naive_times(
 ) -> None:
     example = Path(__file__).resolve().parent.parent / "ops" / "catalog.example.toml"
     config = write_config(tmp_path, f'[routing]\ncatalog = "{example}"\n')
-    check = run_cli(f"catalog check {example}", config, fake)
+    check = forked_cli(f"catalog check {example}", config, fake)
     assert check.returncode == 0, check.stderr
     revision = check.stdout.split("revision")[1].split()[0]
-    night = run_cli("catalog route hour --at 2026-07-15T23:00:00+02:00", config, fake)
+    night = forked_cli("catalog route hour --at 2026-07-15T23:00:00+02:00", config, fake)
     assert night.returncode == 0, night.stderr
     lines = dict(line.split(None, 1) for line in night.stdout.splitlines())
     assert lines["window"] == "night" and lines["rule"] == "hour-night-local"
     assert lines["candidates"] == "local-qwen" and lines["revision"] == revision
     assert lines["route"] == f"hour/night@{revision[:12]}"
-    day = run_cli("catalog route hour --at 2026-07-15T20:59:59Z", config, fake)
+    day = forked_cli("catalog route hour --at 2026-07-15T20:59:59Z", config, fake)
     assert "window      day" in day.stdout and "cloud-mini > cloud-large" in day.stdout
-    naive = run_cli("catalog route hour --at 2026-07-15T23:00:00", config, fake)
+    naive = forked_cli("catalog route hour --at 2026-07-15T23:00:00", config, fake)
     assert naive.returncode == 2 and "has no time zone" in naive.stderr
-    unknown = run_cli("catalog route daily", config, fake)
+    unknown = forked_cli("catalog route daily", config, fake)
     assert unknown.returncode == 2 and "no lane for level 'daily'" in unknown.stderr
 
 
@@ -591,12 +591,12 @@ def test_a_running_service_reloads_on_sighup_and_keeps_the_old_catalog_when_inva
     assert "lanes.min.candidates[0]: unknown target 'ghost'" in output
     assert f"reloaded: revision {first[:12]} -> {second[:12]}" in output
     for revision, candidates in ((first, ["a"]), (second, ["b", "a"])):
-        shown = run_cli(f"catalog show --revision {revision[:12]}", config, fake)
+        shown = forked_cli(f"catalog show --revision {revision[:12]}", config, fake)
         assert shown.returncode == 0, shown.stderr
         document = json.loads(shown.stdout)
         assert document["revision"] == revision
         assert document["catalog"]["lanes"]["min"]["candidates"] == candidates
-    missing = run_cli("catalog show --revision 0123456789ab", config, fake)
+    missing = forked_cli("catalog show --revision 0123456789ab", config, fake)
     assert missing.returncode == 2 and "no catalog with revision 0123456789ab" in missing.stderr
 
 

@@ -41,8 +41,9 @@ from tests.commands import (
     Output,
     environment,
     fake_server,
+    forked,
+    forked_each,
     run,
-    run_each,
     write_config,
 )
 from tests.tick_support import SECRET, Harness
@@ -84,13 +85,13 @@ def test_an_upstream_quoting_the_key_leaks_it_nowhere(tmp_path: Path, answer: St
         "TICKWORK_TEST_DIGEST_URL": DIGEST_URL,
     }
     with fake_server([answer]) as fake:
-        ticked = run(tmp_path, "tick", "min", env={**env, "OPENAI_BASE_URL": fake.url})
+        ticked = forked(tmp_path, "tick", "min", env={**env, "OPENAI_BASE_URL": fake.url})
     assert ticked.returncode == 1, ticked.stderr
     terminal = ticked.stdout + ticked.stderr
     assert SECRET not in terminal and "Traceback" not in terminal
     assert "[redacted:OPENAI_API_KEY]" in terminal, "the error is shown, the key is not"
 
-    digest = run(tmp_path, "digest", "--since", "1h", "--format", "json", env=env)
+    digest = forked(tmp_path, "digest", "--since", "1h", "--format", "json", env=env)
     assert digest.returncode == 0, digest.stderr
     assert SECRET not in digest.stdout and "[redacted:OPENAI_API_KEY]" in digest.stdout
 
@@ -173,9 +174,9 @@ def test_the_services_output_redacts_the_password_inside_the_store_url(
     url = make_url(pg_session_url).set(password=password).render_as_string(hide_password=False)
     env = {"TICKWORK_CONFIG": str(write_config(tmp_path, LEVEL, store_url=url))}
     said = f"rotating the store's password {password} tonight"
-    paused = run(tmp_path, "pause", "min", "--reason", said, env=env)
+    paused = forked(tmp_path, "pause", "min", "--reason", said, env=env)
     assert paused.returncode == 0, paused.stderr
-    events, status = run_each(tmp_path, [["events", "--json"], ["status", "--json"]], env=env)
+    events, status = forked_each(tmp_path, [["events", "--json"], ["status", "--json"]], env=env)
     for shown in (paused, events, status):
         assert shown.returncode == 0, shown.stderr
         assert password not in shown.stdout + shown.stderr

@@ -10,7 +10,7 @@ from pathlib import Path
 from harness.contracts.events import TickCompleted
 from harness.devtools.fake_llm import FakeUpstream, Step, ToolCallSpec
 from harness.store import open_store
-from tests.commands import Output, run_cli, start, start_tick, write_config
+from tests.commands import Output, forked_cli, start, start_tick, write_config
 from tests.waiting import wait_until
 
 LEVEL = """
@@ -44,7 +44,7 @@ def test_show_follow_prints_a_running_ticks_turns_until_it_is_cancelled(
     assert stopped.process.wait(60) == 0, "Ctrl-C ends --follow with the story so far"
     assert "status  running" in stopped.text()
 
-    cancelled = run_cli(f"cancel {tick_id} --json", config, fake)
+    cancelled = forked_cli(f"cancel {tick_id} --json", config, fake)
     assert cancelled.returncode == 0, cancelled.stderr
     answer = json.loads(cancelled.stdout)
     assert answer["matching"] == [tick_id] and answer["ended"] == {tick_id: "TickCancelled"}
@@ -55,7 +55,7 @@ def test_show_follow_prints_a_running_ticks_turns_until_it_is_cancelled(
     assert "1 model call(s)" in ticked and "so far" in ticked, "tick printed its progress"
     assert json.loads(ended)["status"] == "cancelled", "tick --json prints the story"
 
-    shown = run_cli(f"show {tick_id} --json", config, fake)
+    shown = forked_cli(f"show {tick_id} --json", config, fake)
     assert shown.returncode == 0, shown.stderr
     story = json.loads(shown.stdout)
     assert (story["status"], story["ended_by"], story["model_calls"]) == (
@@ -66,7 +66,7 @@ def test_show_follow_prints_a_running_ticks_turns_until_it_is_cancelled(
     kinds = [step["kind"] for step in story["steps"]]
     assert kinds[:4] == ["scheduled", "started", "prompt", "model_call"] and kinds[-1] == "ended"
     assert any(s["kind"] == "tool" and s["data"]["tool"] == "pager_status" for s in story["steps"])
-    missing = run_cli("show min-nothing", config, fake)
+    missing = forked_cli("show min-nothing", config, fake)
     assert missing.returncode == 2 and "no tick 'min-nothing'" in missing.stderr
     store.close()
 
@@ -75,19 +75,19 @@ def test_commands_that_print_data_print_json_and_the_version(
     tmp_path: Path, fake: FakeUpstream
 ) -> None:
     config = write_config(tmp_path, LEVEL)
-    status = run_cli("status --json", config, fake)
+    status = forked_cli("status --json", config, fake)
     assert status.returncode == 0, status.stderr
     body = json.loads(status.stdout)
     assert [level["name"] for level in body["levels"]] == ["min"]
     assert body["running"] == [] and body["paused_levels"] == [] and body["spool_pending"] == 0
     assert body["processes"] == [] and body["scheduler_running"] is False, "no tickwork run"
     catalog = Path(__file__).parents[1] / "ops" / "catalog.example.toml"
-    checked = run_cli(f"catalog check {catalog} --json", config, fake)
+    checked = forked_cli(f"catalog check {catalog} --json", config, fake)
     assert checked.returncode == 0, checked.stderr
     assert json.loads(checked.stdout)["valid"] is True
-    cleared = run_cli("cancel min --clear --json", config, fake)
+    cleared = forked_cli("cancel min --clear --json", config, fake)
     assert json.loads(cleared.stdout) == {"scope": "min", "cleared": False}
-    version = run_cli("--version", config, fake)
+    version = forked_cli("--version", config, fake)
     assert version.returncode == 0 and version.stdout.startswith("tickwork 0.")
 
 
@@ -97,11 +97,11 @@ def test_show_takes_a_unique_prefix_of_a_tick_id(tmp_path: Path, fake: FakeUpstr
     for tick_id in ("min-a_1", "min-a_2", "min-b%9"):
         store.append(f"tick-{tick_id}", [TickCompleted(tick_id=tick_id, level="min").to_record()])
     store.close()
-    shown = run_cli("show min-b --json", config, fake)
+    shown = forked_cli("show min-b --json", config, fake)
     assert shown.returncode == 0, shown.stderr
     assert json.loads(shown.stdout)["tick_id"] == "min-b%9"
-    ambiguous = run_cli("show min-a", config, fake)
+    ambiguous = forked_cli("show min-a", config, fake)
     assert ambiguous.returncode == 2, ambiguous.stderr
     assert "ambiguous: min-a_1, min-a_2" in ambiguous.stderr
-    wildcard = run_cli("show min-_", config, fake)
+    wildcard = forked_cli("show min-_", config, fake)
     assert wildcard.returncode == 2 and "no tick 'min-_'" in wildcard.stderr

@@ -15,6 +15,7 @@ if typing.TYPE_CHECKING:
     from harness.config import Settings
 from harness.execution.launchers.base import Launcher, TickProcess
 from harness.execution.launchers.cold import ColdLauncher
+from harness.execution.launchers.forkserver import end_as_python_would
 from harness.execution.launchers.warm import ForkServerError, WarmLauncher
 
 __all__ = [
@@ -23,6 +24,7 @@ __all__ = [
     "Launcher",
     "TickProcess",
     "WarmLauncher",
+    "end_as_python_would",
     "launcher_for",
     "shared_warm_launcher",
 ]

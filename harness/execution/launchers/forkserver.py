@@ -36,6 +36,7 @@ import sys
 import threading
 import time
 import traceback
+from collections.abc import Callable
 from dataclasses import dataclass
 from types import ModuleType
 from typing import NoReturn
@@ -76,8 +77,8 @@ def _read_request(conn: socket.socket) -> tuple[dict[str, str], bytes]:
 
 def become_tick(conn: socket.socket, log_fd: int, worker: ModuleType) -> NoReturn:
     """The child's whole life: shed the server, read the request, run the tick, exit."""
-    code = EXIT_CRASHED
-    try:
+
+    def tick() -> int:
         os.setsid()
         conn.sendall(f"pid {os.getpid()}\n".encode())
         for signum in (signal.SIGTERM, signal.SIGHUP, signal.SIGCHLD):
@@ -93,7 +94,22 @@ def become_tick(conn: socket.socket, log_fd: int, worker: ModuleType) -> NoRetur
         os.environ.clear()
         os.environ.update(env)
         random.seed()
-        code = int(worker.serve(payload))
+        return int(worker.serve(payload))
+
+    end_as_python_would(tick)
+
+
+def end_as_python_would(body: Callable[[], int]) -> NoReturn:
+    """Run a forked child's `body`, then end the child with the status Python would give.
+
+    A `SystemExit` ends it with its code (None is 0, a message is printed and is 1), any
+    other exception with its traceback on stderr and `EXIT_CRASHED`. The end is
+    `os._exit`, so nothing the child inherited (atexit hooks, the parent's buffered
+    files) runs or flushes twice; the child's own standard streams are flushed first.
+    """
+    code = EXIT_CRASHED
+    try:
+        code = body()
     except SystemExit as exc:  # as Python ends on one: None is 0, a message is printed
         if isinstance(exc.code, int) or exc.code is None:
             code = exc.code or 0

@@ -188,6 +188,10 @@ UNKNOWN: dict[int | str, dict[str, Any]] = {404: {"model": Problem, "description
 STOPPING: dict[int | str, dict[str, Any]] = {
     409: {"model": Problem, "description": "The server is stopping"}
 }
+UNPARSED: dict[int | str, dict[str, Any]] = {
+    400: {"model": Problem, "description": "The body is not JSON"}
+}
+"""FastAPI's answer to a route's body that does not parse, before any field is checked."""
 
 BeforeCursor = Annotated[
     TickCursorText | None,
@@ -422,7 +426,12 @@ def _routes(router: APIRouter, settings: Settings, manual: ManualTicks) -> None:
             raise HTTPException(404, f"no tick {tick_id!r} of a configured level in the store")
         return run_now(level)
 
-    @router.post("/levels/{level}/backfill", tags=["control"], status_code=202, responses=UNKNOWN)
+    @router.post(
+        "/levels/{level}/backfill",
+        tags=["control"],
+        status_code=202,
+        responses=UNKNOWN | UNPARSED,
+    )
     def backfill(
         level: Level, body: BackfillBody, request: Request, reads: FreshReads
     ) -> BackfillView:

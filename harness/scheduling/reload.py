@@ -203,6 +203,8 @@ class LevelsReload:
         self.hooks = hooks
         self._requested = threading.Event()
         self._seen = self._digest()
+        self._settling: str | None = None
+        """A changed content seen once: taken when the next look finds it unchanged."""
         self._looked_at = time.monotonic()
         self._watching = False
         self._lock = threading.Lock()
@@ -232,11 +234,18 @@ class LevelsReload:
     def look(self, forced: bool = False) -> None:
         """Read and validate the file when asked or changed; a valid one waits for `poll`.
 
-        An invalid one is reported with its errors and nothing else happens.
+        A change is taken once two looks in a row find the same content, so a file read
+        while an editor writes it in place is not put in force half-written; a SIGHUP
+        (`forced`, `request`) takes the file as it is. An invalid one is reported with its
+        errors and nothing else happens.
         """
         digest = self._digest()
-        if not (forced or self._requested.is_set() or digest != self._seen):
-            return
+        if not (forced or self._requested.is_set()):
+            if digest == self._seen:
+                return
+            if digest != self._settling:  # an editor may be half-way through writing it
+                self._settling = digest
+                return
         self._requested.clear()
         self._seen = digest
         try:

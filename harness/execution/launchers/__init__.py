@@ -14,8 +14,8 @@ import typing
 if typing.TYPE_CHECKING:
     from harness.config import Settings
 from harness.execution.launchers.base import Launcher, TickProcess
+from harness.execution.launchers.child_exit import end_as_python_would
 from harness.execution.launchers.cold import ColdLauncher
-from harness.execution.launchers.forkserver import end_as_python_would
 from harness.execution.launchers.warm import ForkServerError, WarmLauncher
 
 __all__ = [

@@ -35,16 +35,13 @@ import socket
 import sys
 import threading
 import time
-import traceback
-from collections.abc import Callable
 from dataclasses import dataclass
 from types import ModuleType
 from typing import NoReturn
 
+from harness.execution.launchers.child_exit import end_as_python_would
 from harness.execution.launchers.fork_protocol import DEADLINE, FRAME, READY
 
-EXIT_CRASHED = 1
-"""Exit code of a child whose worker raised, as Python's for an uncaught exception."""
 PAYLOAD_READ_TIMEOUT = 30.0
 
 
@@ -97,31 +94,6 @@ def become_tick(conn: socket.socket, log_fd: int, worker: ModuleType) -> NoRetur
         return int(worker.serve(payload))
 
     end_as_python_would(tick)
-
-
-def end_as_python_would(body: Callable[[], int]) -> NoReturn:
-    """Run a forked child's `body`, then end the child with the status Python would give.
-
-    A `SystemExit` ends it with its code (None is 0, a message is printed and is 1), any
-    other exception with its traceback on stderr and `EXIT_CRASHED`. The end is
-    `os._exit`, so nothing the child inherited (atexit hooks, the parent's buffered
-    files) runs or flushes twice; the child's own standard streams are flushed first.
-    """
-    code = EXIT_CRASHED
-    try:
-        code = body()
-    except SystemExit as exc:  # as Python ends on one: None is 0, a message is printed
-        if isinstance(exc.code, int) or exc.code is None:
-            code = exc.code or 0
-        else:
-            print(exc.code, file=sys.stderr)
-    except BaseException:
-        traceback.print_exc()
-    finally:
-        for stream in (sys.stdout, sys.stderr):
-            with contextlib.suppress(OSError, ValueError):
-                stream.flush()
-        os._exit(code)
 
 
 class Server:

@@ -39,7 +39,7 @@ from harness.store import EventStore, SqlEventStore, open_store
 from tests.catalog_support import valid
 from tests.commands import run_each, write_config
 from tests.test_routing import Routed, of_type, target, write_catalog
-from tests.tick_support import Harness, calls
+from tests.tick_support import Harness, calls, run_claims
 
 BERLIN = "Europe/Berlin"
 
@@ -385,15 +385,7 @@ def test_a_budget_shared_by_two_worker_processes_is_overshot_by_at_most_a_call_e
     runner = Runner(harness.settings, harness.store, env=harness.runner.env)
     executor = LocalExecutor(harness.settings, preparer, runner, print)
     claims = [SlotClaim(f"{name}-shared", name, None) for name in ("min", "hour")]
-    for claim in claims:
-        fake.script(claim.tick_id, list(steps))
-    assert claim_wave(harness.store, harness.settings, claims) == {c.tick_id for c in claims}
-    for claim in claims:
-        executor.submit(claim)
-    executor.wait_idle(120)
-    executor.shutdown(grace=0)
-
-    events = [e for c in claims for e in harness.store.read_stream(f"tick-{c.tick_id}")]
+    events = run_claims(harness, fake, executor, claims, steps)
     booked = [e for e in events if e.type == BudgetSpent.type]
     total = sum(e.data["prompt_tokens"] + e.data["completion_tokens"] for e in booked)
     assert total - limit <= 2 * max(sizes), (total, limit, sizes)

@@ -27,7 +27,7 @@ from harness.scheduling.status import snapshot
 from harness.scheduling.waves import Manual, SlotClaim, claim_wave
 from harness.store import NewEvent, SqlEventStore, open_store
 from tests.commands import forked_cli, start_tick, write_config
-from tests.tick_support import Harness, calls, lifecycle, live_in_group
+from tests.tick_support import Harness, calls, lifecycle, live_in_group, run_claims
 from tests.waiting import wait_until
 
 
@@ -317,14 +317,7 @@ def test_five_parallel_ticks_overshoot_the_daily_budget_by_at_most_one_call_each
     harness.settings = harness.settings.model_copy(update={"runner": wide})
     executor = LocalExecutor(harness.settings, harness.preparer, harness.runner, print)
     claims = [SlotClaim(f"min-budget-{n}", "min", None) for n in range(5)]
-    for claim in claims:
-        fake.script(claim.tick_id, list(steps))
-    assert claim_wave(harness.store, harness.settings, claims) == {c.tick_id for c in claims}
-    for claim in claims:
-        executor.submit(claim)
-    executor.wait_idle(120)
-    executor.shutdown(grace=0)
-    spent = [e for c in claims for e in harness.store.read_stream(f"tick-{c.tick_id}")]
+    spent = run_claims(harness, fake, executor, claims, steps)
     calls_made = [e for e in spent if e.type == "BudgetSpent"]
     total = sum(e.data["prompt_tokens"] + e.data["completion_tokens"] for e in calls_made)
     assert total - budget <= 5 * max(sizes), (total, budget, sizes)

@@ -12,9 +12,11 @@ from harness.config import LevelConfig, PathsConfig, RagConfig, RunnerConfig, Se
 from harness.contracts import BudgetSpent
 from harness.contracts.agents import AgentKind, missing_agent
 from harness.devtools.fake_llm import FakeUpstream, Step, ToolCallSpec
+from harness.execution.executors import LocalExecutor
 from harness.execution.launchers import Launcher
 from harness.execution.prepare import Preparer
 from harness.execution.runner import Runner, TickOutcome
+from harness.scheduling.waves import SlotClaim, claim_wave
 from harness.store import StoredEvent, open_store
 
 SECRET = "sk-tickwork-test-SECRET-0123456789"
@@ -136,3 +138,21 @@ def assert_capped(outcome: TickOutcome, cap: int, executed: int, cancelled: int)
     assert result is not None and result.stop_reason == "tool_budget"
     assert result.text.startswith(f"Stopped: the tool budget of {cap} calls")
     assert (result.tool_calls.executed, result.tool_calls.cancelled) == (executed, cancelled)
+
+
+def run_claims(
+    harness: Harness,
+    fake: FakeUpstream,
+    executor: LocalExecutor,
+    claims: list[SlotClaim],
+    steps: list[Step],
+) -> list[StoredEvent]:
+    """Claim `claims` in one wave, each scripted `steps`, run them all; their events."""
+    for claim in claims:
+        fake.script(claim.tick_id, list(steps))
+    assert claim_wave(harness.store, harness.settings, claims) == {c.tick_id for c in claims}
+    for claim in claims:
+        executor.submit(claim)
+    executor.wait_idle(120)
+    executor.shutdown(grace=0)
+    return [e for c in claims for e in harness.store.read_stream(f"tick-{c.tick_id}")]

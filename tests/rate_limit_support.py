@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import signal
 import uuid
-from multiprocessing.synchronize import Event
+from multiprocessing.synchronize import Barrier, Event
 from typing import Any
 
 from harness.contracts.rate_limits import RateLimit
@@ -20,8 +20,12 @@ def call(tokens: int = 10, lease_seconds: float = 60.0) -> Call:
     return Call(call_id=uuid.uuid4().hex, tokens=tokens, lease_seconds=lease_seconds)
 
 
-def take_turns(url: str, results: Any, start: Event) -> None:
-    """Ask ATTEMPTS times of each shared bucket without waiting; answer how many were taken."""
+def take_turns(url: str, results: Any, taken: Barrier, start: Event) -> None:
+    """Ask ATTEMPTS times of each shared bucket without waiting; answer how many were taken.
+
+    Each racer lives until both have asked (`taken`): a racer that ended first would be a
+    dead holder, whose parallel slots the other rightly takes back.
+    """
     store = open_store(url)
     start.wait()
     by_rate = sum(
@@ -30,6 +34,7 @@ def take_turns(url: str, results: Any, start: Event) -> None:
     in_flight = sum(
         take(store, [("level:shared", SHARED_PARALLEL)], call()).wait == 0 for _ in range(ATTEMPTS)
     )
+    taken.wait(120)
     store.close()
     results.put((by_rate, in_flight))
 

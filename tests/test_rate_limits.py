@@ -96,8 +96,9 @@ def test_every_bucket_in_scope_takes_the_call_or_none_does(store: SqlEventStore)
 
 
 def test_limits_hold_across_two_processes(store_url: str) -> None:
-    results = multiprocessing.get_context("spawn").Queue()
-    with racing(take_turns, (store_url, results), (store_url, results)) as processes:
+    context = multiprocessing.get_context("spawn")
+    results, taken = context.Queue(), context.Barrier(2)
+    with racing(take_turns, (store_url, results, taken), (store_url, results, taken)) as processes:
         answers = gather(results, processes, 2)
     assert sum(rate for rate, _ in answers) == SHARED_RPM.rpm
     assert sum(parallel for _, parallel in answers) == SHARED_PARALLEL.max_parallel

@@ -293,7 +293,10 @@ def test_a_call_answered_just_before_a_kill_is_booked_once(
     harness.without_retries()
     prepared = harness.preparer.prepare("min", timeout=60)
     tick_id = prepared.payload.tick_id
-    shell = Step(tool_calls=[ToolCallSpec(name="shell", arguments={"command": "true"})])
+    # Killed after the first answer, the worker is held in its tool: however slowly the
+    # kill lands on a busy machine, no second call can go out before it.
+    command = "sleep 60" if answers == 1 else "true"
+    shell = Step(tool_calls=[ToolCallSpec(name="shell", arguments={"command": command})])
     fake.script(tick_id, [shell, Step(text="Checked.")])
 
     def kill() -> None:

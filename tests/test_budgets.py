@@ -432,9 +432,9 @@ def test_tickwork_budgets_prints_each_window_and_spend_by_tag(tmp_path: Path) ->
     _spend(store, "min", datetime.now(UTC), 250)
     store.close()
     env = {"TICKWORK_CONFIG": str(config)}
-    listed, table, by_tag = run_each(
-        tmp_path, [["budgets", "--json"], ["budgets"], ["spend", "--by", "tag", "--json"]], env
-    )
+    # The first command folds the new budget's window; the others then read it.
+    (listed,) = run_each(tmp_path, [["budgets", "--json"]], env)
+    table, by_tag = run_each(tmp_path, [["budgets"], ["spend", "--by", "tag", "--json"]], env)
     assert listed.returncode == 0, listed.stderr
     (budget,) = json.loads(listed.stdout)
     assert (budget["name"], budget["used_tokens"], budget["remaining_tokens"]) == (

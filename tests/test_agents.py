@@ -145,10 +145,10 @@ def test_a_claude_code_tick_ended_by_timeout_or_cancel_leaves_no_process(
 ) -> None:
     harness = claude_harness(tmp_path, fake).without_retries()
     # Claude Code refuses a bare `sleep`; a tool that keeps running is what the test needs.
-    marker = f"time.sleep({417 if end == 'timeout' else 419})"
+    marker = f"signal.pause()  # {417 if end == 'timeout' else 419}"
     prepared = harness.preparer.prepare("min", timeout=30 if end == "timeout" else 120)
     tick_id = prepared.payload.tick_id
-    fake.script(tick_id, [Step(tool_calls=[bash(f"python3 -c 'import time; {marker}'")])])
+    fake.script(tick_id, [Step(tool_calls=[bash(f"python3 -c 'import signal; {marker}'")])])
     outcomes: list[TickOutcome] = []
     runs = threading.Thread(target=lambda: outcomes.append(harness.runner.run(prepared)))
     runs.start()
@@ -165,8 +165,8 @@ def test_a_tool_left_running_in_the_background_ends_with_its_claude_code_tick(
     tmp_path: Path, fake: FakeUpstream
 ) -> None:
     harness = claude_harness(tmp_path, fake)
-    marker = "time.sleep(423)"
-    background = bash(f"nohup python3 -c 'import time; {marker}' > /dev/null 2>&1 &")
+    marker = "signal.pause()  # 423"
+    background = bash(f"nohup python3 -c 'import signal; {marker}' > /dev/null 2>&1 &")
     outcome = harness.tick([Step(tool_calls=[background]), Step(text="Started it.")])
     assert outcome.status == "completed", outcome.reason
     assert [e.data["status"] for e in harness.events(outcome) if e.type == ToolCalled.type] == [

@@ -24,12 +24,11 @@ from harness.projections import (
     last_statuses,
     latest_published,
     projector_for,
-    recent_ticks,
 )
 from harness.projections.level_stats import LevelStats, level_stats
 from harness.projections.levels import pauses
 from harness.projections.spend import ReportGroup, spend_by
-from harness.projections.ticks import OPEN, TickCursor, tick_rows
+from harness.projections.ticks import OPEN, TickCursor, latest_ticks, tick_rows
 from harness.routing.history import RevisionError, recorded_catalog
 from harness.scheduling.budget import Budgets
 from harness.scheduling.budget_watch import BudgetStatus, budget_statuses
@@ -101,8 +100,7 @@ class Reads:
 
     def recent_ticks(self, levels: Sequence[str], n: int) -> dict[str, list[TickMark]]:
         """The newest `n` ticks of each of `levels`, newest first, as a timeline draws them."""
-        with self.store.read_transaction() as conn:
-            return recent_ticks(conn, levels, n)
+        return latest_ticks(self.store, levels, n)
 
     def saying(self, ticks: list[Tick], text: str) -> list[Tick]:
         """The ticks whose id, model, reason or result text holds `text` (case ignored).

@@ -188,3 +188,25 @@ def budget_projector(
     checkpoint past spend it did not fold.
     """
     return Projector(store, [BudgetWindowsProjection(rules, prices)])
+
+
+def spent_in_windows(
+    store: EventStore,
+    projector: Projector,
+    prices: PriceBook,
+    rules: Sequence[BudgetRule],
+    at: datetime,
+    fold: bool = True,
+) -> dict[str, WindowSpend]:
+    """Each budget's spend in its window holding `at`, after folding what is stored.
+
+    `fold` False: as the read model has it, without taking the write lock a fold needs
+    (a tick's preparation: its worker reads the log after the read model's checkpoint).
+    """
+    if not rules:
+        return {}
+    if fold:
+        projector.catch_up([NAME])
+    windows: dict[str, Window] = {rule.name: rule.window_at(at) for rule in rules}
+    with store.read_transaction() as conn:
+        return window_spend(conn, prices, rules, windows)

@@ -571,3 +571,15 @@ def slots_run(conn: sa.Connection, level: str, limit: int) -> int:
         .subquery()
     )
     return int(conn.execute(sa.select(sa.func.count()).select_from(ran)).scalar_one())
+
+
+def runs_of(store: EventStore, limits: Mapping[str, int]) -> dict[str, int]:
+    """Each level's slots that ran, counted up to its limit (`slots_run`), in one read."""
+    with store.read_transaction() as conn:
+        return {level: slots_run(conn, level, limit) for level, limit in limits.items()}
+
+
+def latest_ticks(store: EventStore, levels: Sequence[str], n: int) -> dict[str, list[TickMark]]:
+    """`recent_ticks` in a read of its own."""
+    with store.read_transaction() as conn:
+        return recent_ticks(conn, levels, n)

@@ -34,16 +34,15 @@ from datetime import UTC, datetime
 
 from harness.config import LevelConfig, Settings, host_of
 from harness.contracts import TickScheduled
-from harness.contracts.budgets import BudgetRule, Window
+from harness.contracts.budgets import BudgetRule
 from harness.contracts.events import tick_stream
 from harness.prices import PriceBook
 from harness.projections import Projector
-from harness.projections.budget_windows import NAME as BUDGETS_MODEL
 from harness.projections.budget_windows import (
     WindowSpend,
     budget_projector,
     ensure_folded,
-    window_spend,
+    spent_in_windows,
 )
 from harness.projections.ticks import ticks_in_flight
 from harness.routing import configured_router
@@ -130,28 +129,6 @@ def within(
             return False
         rate = priced
     return spent.usd + rate <= rule.usd
-
-
-def spent_in_windows(
-    store: EventStore,
-    projector: Projector,
-    prices: PriceBook,
-    rules: Sequence[BudgetRule],
-    at: datetime,
-    fold: bool = True,
-) -> dict[str, WindowSpend]:
-    """Each budget's spend in its window holding `at`, after folding what is stored.
-
-    `fold` False: as the read model has it, without taking the write lock a fold needs
-    (a tick's preparation: its worker reads the log after the read model's checkpoint).
-    """
-    if not rules:
-        return {}
-    if fold:
-        projector.catch_up([BUDGETS_MODEL])
-    windows: dict[str, Window] = {rule.name: rule.window_at(at) for rule in rules}
-    with store.read_transaction() as conn:
-        return window_spend(conn, prices, rules, windows)
 
 
 def budget_rules(settings: Settings) -> list[BudgetRule]:

@@ -16,7 +16,7 @@ from zoneinfo import ZoneInfo
 
 from harness.config import Settings
 from harness.projections.levels import pauses
-from harness.projections.ticks import recent_ticks, slots_run
+from harness.projections.ticks import latest_ticks, runs_of
 from harness.scheduling.jitter import FireTimes
 from harness.scheduling.triggers import ScheduleEnded, level_trigger, next_slot
 from harness.scheduling.words import schedule_words
@@ -87,13 +87,11 @@ def describe_levels(
     """
     fire_times = FireTimes(settings)
     in_force = pauses(store, levels)
-    with store.read_transaction() as conn:
-        recent = recent_ticks(conn, levels, RECENT)
-        runs = {
-            name: slots_run(conn, name, limit)
-            for name in levels
-            if (limit := settings.levels[name].max_runs) is not None
-        }
+    recent = latest_ticks(store, levels, RECENT)
+    runs = runs_of(
+        store,
+        {name: limit for name in levels if (limit := settings.levels[name].max_runs) is not None},
+    )
     described = []
     for name in levels:
         config = settings.levels[name]

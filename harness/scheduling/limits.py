@@ -1,6 +1,6 @@
 """`max_runs`: a level whose slots have run that many times fires no further slot.
 
-The count is read from the ticks read model (`slots_run`) before each wave, so it
+The count is read from the ticks read model (`runs_of`) before each wave, so it
 survives restarts and holds across replicas on one store. Slots past the limit are not
 slots any more, as past `end_at`: nothing is claimed or recorded for them (a Temporal
 Schedule's spent `remaining_actions`), and the service says so once.
@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Callable, Collection, Sequence
 
 from harness.config import Settings
-from harness.projections.ticks import slots_run
+from harness.projections.ticks import runs_of
 from harness.scheduling.timetable import Slot
 from harness.store import EventStore
 
@@ -54,11 +54,8 @@ class RunLimits:
         if not limited:
             return wave
         catch_up()
-        with store.read_transaction() as conn:
-            left = {
-                level: self.limits[level] - slots_run(conn, level, self.limits[level])
-                for level in limited
-            }
+        ran = runs_of(store, {level: self.limits[level] for level in limited})
+        left = {level: self.limits[level] - count for level, count in ran.items()}
         kept: list[Slot] = []
         for slot, level in wave:
             if level in left and left[level] <= 0:

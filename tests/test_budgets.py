@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import threading
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
@@ -26,7 +27,11 @@ from harness.execution.prepare import Preparer
 from harness.execution.runner import Runner
 from harness.prices import PriceBook
 from harness.projections import projector_for
-from harness.projections.budget_windows import budget_window_spend
+from harness.projections.budget_windows import (
+    BudgetWindowsProjection,
+    budget_window_spend,
+    ensure_folded,
+)
 from harness.projections.spend import spend_by
 from harness.routing.catalog import CatalogError
 from harness.routing.decisions import configured_router
@@ -211,6 +216,61 @@ def test_spend_counts_in_the_window_it_occurred_in_across_a_month_end_and_a_dst_
     assert (status.used_tokens, status.remaining_tokens) == (130, 50_000 - 130)
     assert status.window_end == datetime(2026, 11, 1, tzinfo=UTC)
     assert status.runs_out_at is None, "at 130 tokens in 31 days it lasts the month"
+
+
+def test_a_refold_for_a_new_budget_never_shows_a_half_folded_window(
+    store: SqlEventStore, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A budget check elsewhere reads the old rows while a new budget's refold runs."""
+    at = datetime.now(UTC)
+    settings = _settings(tmp_path, [{"name": "all", "scope": "global", "tokens": 10**6}])
+    _spend(store, "min", at - timedelta(minutes=5), 100)
+    before = _budgets(settings, store)
+    assert before.spent(before.rules, at)["all"].tokens == 100
+    inside, go = threading.Event(), threading.Event()
+    apply = BudgetWindowsProjection.apply
+
+    def held_apply(self: BudgetWindowsProjection, conn: Any, batch: Any) -> None:
+        apply(self, conn, batch)
+        inside.set()
+        assert go.wait(60), "the test never let the refold finish"
+
+    monkeypatch.setattr(BudgetWindowsProjection, "apply", held_apply)
+    wider = settings.model_copy(
+        update={
+            "budgets": [
+                *settings.budgets,
+                BudgetEntry(name="week", scope="global", window="week", tokens=10**6),
+            ]
+        }
+    )
+    refolding = _budgets(wider, store)
+    results: dict[str, int] = {}
+    worker = threading.Thread(
+        target=lambda: results.update(
+            {k: v.tokens for k, v in refolding.spent(refolding.rules, at).items()}
+        )
+    )
+    seen: list[int] = []
+    reader = threading.Thread(
+        target=lambda: seen.append(before.spent(before.rules, at, fold=False)["all"].tokens)
+    )
+    worker.start()
+    try:
+        assert inside.wait(60), "the refold never folded a batch"
+        # Mid-refold, another reader sees the rows as they were before it began (SQLite)
+        # or waits for the refold's commit (PostgreSQL's TRUNCATE): never an empty window.
+        reader.start()
+    finally:
+        go.set()
+        worker.join(60)
+        reader.join(60)
+    assert seen == [100]
+    assert results == {"all": 100, "week": 100}
+    monkeypatch.undo()
+    # A second process with the same budgets finds them folded: no refold again.
+    again = _budgets(wider, store)
+    assert not ensure_folded(store, again.windows, again.rules, at)
 
 
 def test_the_budgets_read_model_rebuilt_from_zero_equals_the_incremental_one(
@@ -432,9 +492,11 @@ def test_tickwork_budgets_prints_each_window_and_spend_by_tag(tmp_path: Path) ->
     _spend(store, "min", datetime.now(UTC), 250)
     store.close()
     env = {"TICKWORK_CONFIG": str(config)}
-    # The first command folds the new budget's window; the others then read it.
-    (listed,) = run_each(tmp_path, [["budgets", "--json"]], env)
-    table, by_tag = run_each(tmp_path, [["budgets"], ["spend", "--by", "tag", "--json"]], env)
+    # Three processes meet a budget the read model was not folded for, at once: one folds
+    # it, the others wait for its fold and read it (none reads a half-folded window).
+    listed, table, by_tag = run_each(
+        tmp_path, [["budgets", "--json"], ["budgets"], ["spend", "--by", "tag", "--json"]], env
+    )
     assert listed.returncode == 0, listed.stderr
     (budget,) = json.loads(listed.stdout)
     assert (budget["name"], budget["used_tokens"], budget["remaining_tokens"]) == (

@@ -14,9 +14,11 @@ from the log when a process starts with a budget it has not been folded for.
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import UTC, datetime, timedelta
 from functools import cache
+from itertools import islice
+from pathlib import Path
 
 import sqlalchemy as sa
 
@@ -25,7 +27,8 @@ from harness.contracts.budgets import BudgetRule, Window, bucket_of
 from harness.prices import PriceBook
 from harness.projections.base import EventData, Projection, add_sums, upsert
 from harness.projections.projector import Projector
-from harness.store import EventStore
+from harness.store import EventStore, clear_tables
+from harness.store.archives import merged, recorded_archives
 from harness.store.schema import metadata
 
 budget_window_spend = sa.Table(
@@ -51,6 +54,8 @@ budget_folds = sa.Table(
 
 _KEYS = ("budget", "fingerprint", "bucket", "model", "price_tier")
 NAME = "budget_windows"
+BATCH = 10_000
+"""Events applied at a time by a refold."""
 
 
 def bucket_key(at: datetime) -> str:
@@ -103,24 +108,52 @@ def _instant(value: object) -> datetime:
     return datetime.fromisoformat(str(value).replace("Z", "+00:00")).astimezone(UTC)
 
 
-def ensure_folded(store: EventStore, projector: Projector, rules: Sequence[BudgetRule]) -> bool:
+def ensure_folded(
+    store: EventStore,
+    projector: Projector,
+    rules: Sequence[BudgetRule],
+    at: datetime,
+    archive_root: Path | None = None,
+) -> bool:
     """Refold the read model if a configured budget is new or changed; True when it did.
 
     A budget added to the file must count the spend of its current window that happened
-    before it was added, so the read model is folded again from the log, once per change.
+    before it was added, so the read model is folded again, once per change. Only the
+    current windows are ever read, so the fold starts a day before the earliest of them
+    holding `at` (a call is bucketed by when it occurred, recorded a moment later), with
+    the archives of those days: it costs the longest window, not the history.
+
+    Clearing, folding and marking the rules folded are one transaction under the read
+    model's checkpoint lock: a budget check elsewhere reads the old rows or the new,
+    never a half-folded window, and a second process starting with the same new budget
+    waits, then finds it folded.
     """
     wanted = {rule.fingerprint for rule in rules}
     with store.read_transaction() as conn:
-        held = {row[0] for row in conn.execute(sa.select(budget_folds.c.fingerprint))}
-    if wanted <= held:
-        return False
-    projector.rebuild(NAME)
-    with store.write_transaction() as conn:
-        conn.execute(
-            upsert(conn, budget_folds).on_conflict_do_nothing(),
+        if wanted <= _folded_for(conn):
+            return False
+    since = min((rule.window_at(at).start for rule in rules), default=at) - timedelta(days=1)
+    archives = recorded_archives(store, archive_root, since.date()) if archive_root else []
+    projection = projector.get(NAME)
+    with store.tracking(NAME) as locked:
+        if wanted <= _folded_for(locked.conn):
+            return False
+        clear_tables(locked.conn, projection.tables)
+        start = replace(locked, position=store.first_position_since(since) - 1)
+        hot = store.read_window(start, projection.types, locked.horizon)
+        events = merged([*(archive.event_data(projection.types) for archive in archives), hot])
+        while batch := list(islice(events, BATCH)):
+            projection.apply(locked.conn, batch)
+        locked.conn.execute(
+            upsert(locked.conn, budget_folds).on_conflict_do_nothing(),
             [{"fingerprint": fingerprint} for fingerprint in wanted],
         )
+        store.save_checkpoint(locked, locked.horizon)
     return True
+
+
+def _folded_for(conn: sa.Connection) -> set[str]:
+    return {row[0] for row in conn.execute(sa.select(budget_folds.c.fingerprint))}
 
 
 @dataclass(frozen=True)

@@ -190,7 +190,7 @@ class Budgets:
         was folded (`ensure_folded`). `fold` False: as folded so far (`spent_in_windows`).
         """
         if not self._folded_for_rules:
-            ensure_folded(self.store, self.windows, self.rules)
+            ensure_folded(self.store, self.windows, self.rules, at, self.settings.retention.archive)
             self._folded_for_rules = True
         return spent_in_windows(self.store, self.windows, self.prices, rules, at, fold)
 

@@ -306,17 +306,20 @@ class Archive:
                 yield event.global_position, event.type, event.data
 
 
-def recorded_archives(store: EventStore, root: Path) -> list[Archive]:
-    """Every archive an `ArchiveWritten` names, each found under `root` and verified.
+def recorded_archives(store: EventStore, root: Path, since: date | None = None) -> list[Archive]:
+    """Every archive an `ArchiveWritten` names (of days from `since`), found under `root`, verified.
 
     Raises ArchiveError naming the first that is missing, damaged or not the one recorded
-    (its sha256 differs): a rebuild without it would quietly lose its events.
+    (its sha256 differs): a rebuild without it would quietly lose its events. A fold of
+    recent windows asks only for their days, and verifies only those.
     """
     found = []
     for stored in store.read_stream(ARCHIVE_STREAM):
         if stored.type != ArchiveWritten.type:
             continue
         record = ArchiveWritten.model_validate({**stored.data, "event_id": stored.event_id})
+        if since is not None and record.day < since:
+            continue
         folder = day_folder(root, record.day)
         found.append(Archive(record.day, folder, verify_as_recorded(folder, record.sha256)))
     return found

@@ -13,7 +13,13 @@ from harness.api.models import Event, TickDetail
 from harness.api.story import page
 from harness.cli.show_command import print_story_head
 from harness.config import ExecutorConfig, LevelConfig, Settings, StoreConfig, load_settings
-from harness.contracts import ConfigReloaded, LevelsRecorded, TickScheduled, TickStarted
+from harness.contracts import (
+    ConfigReloaded,
+    LevelsRecorded,
+    TickScheduled,
+    TickSkipped,
+    TickStarted,
+)
 from harness.contracts.events import CONFIG_STREAM, config_stream
 from harness.contracts.headlines import headline
 from harness.devtools.fake_llm import FakeUpstream
@@ -305,6 +311,13 @@ def test_sighup_or_an_edit_reloads_a_running_service_and_an_invalid_file_is_refu
             e for e in store.read_all(0, 100_000, [TickScheduled.type]) if e.data["level"] == level
         ]
 
+    def skips(level: str) -> list[StoredEvent]:
+        return [
+            e
+            for e in store.read_all(0, 100_000, [TickSkipped.type, TickStarted.type])
+            if e.data["level"] == level
+        ]
+
     try:
         wait_until(lambda: claims("old"), "a slot of the old level")
         config.write_text(config.read_text().replace("[levels.old]", "[levels.new]"))
@@ -322,6 +335,8 @@ def test_sighup_or_an_edit_reloads_a_running_service_and_an_invalid_file_is_refu
         config.write_text(valid + BUDGETED.format(name="more"))  # an edit alone, no signal
         edited = wait_until(lambda: store.read_stream(CONFIG_STREAM)[1:], "the edit's reload")
         wait_until(lambda: claims("more"), "a slot of the level the edit added")
+        # The added level's own daily budget holds at once: its slots are skipped `budget`.
+        skipped = wait_until(lambda: skips("more"), "a slot of the added level skipped")
     finally:
         output = service.stop()
     assert service.process.returncode == 0, output
@@ -333,6 +348,7 @@ def test_sighup_or_an_edit_reloads_a_running_service_and_an_invalid_file_is_refu
     assert {e.data["config_revision"] for e in claims("more")} == {second}
     assert edited[0].data["added"] == ["more"] and edited[0].data["previous_revision"] == first
     assert "levels.new.every: Value error, 'never' is not an interval" in output
+    assert (skipped[0].type, skipped[0].data.get("reason")) == (TickSkipped.type, "budget")
     status = run_cli("status", config.with_name("valid.toml"), fake)
     assert status.returncode == 0, status.stderr
     shown = " ".join(status.stdout.split())

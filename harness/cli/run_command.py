@@ -79,15 +79,12 @@ def run_service() -> None:
                 PriceBook(config.prices),
                 config,
             )
-            if budgets.rules:
-                companions.append(BudgetWatch(config, store, budgets, report).run)
+            companions.append(BudgetWatch(config, store, budgets, report).run)
             companions.append(Archiver(config, store, report).run)
             companions.append(Compactor(store, report).run)
             companions.append(partial(heartbeat.run, failed=_beat_failed))
-            service = Service(config, store, executor, report, router, companions)
-            levels = service.reload = LevelsReload(
-                service, path, report, [executor.levels_changed, service.budgets.levels_changed]
-            )
+            service = Service(config, store, executor, report, router, companions, budgets)
+            levels = service.reload = LevelsReload(service, path, report, [executor.levels_changed])
             for signum in (signal.SIGTERM, signal.SIGINT):
                 signal.signal(signum, partial(_stop, service, executor))
             signal.signal(signal.SIGHUP, partial(_reload, levels, router))

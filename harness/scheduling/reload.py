@@ -43,9 +43,7 @@ from harness.contracts.events import (
     LevelsRecorded,
     config_stream,
     decode,
-    utcnow,
 )
-from harness.scheduling.triggers import level_trigger
 from harness.store import EventStore, StoreError, append_or_spool
 
 if TYPE_CHECKING:
@@ -339,26 +337,10 @@ class LevelsReload:
             raise ConfigError(f"{self.path}: invalid configuration\n{lines}")
 
     def _swap(self, levels: dict[str, LevelConfig], changes: LevelChanges) -> None:
-        """Every part of the process takes the new levels; the timetable retimes the changed."""
-        service = self.service
-        service.settings.replace_levels(levels)
-        service.config_revision = levels_revision(levels)
-        service.fire_times.take(service.settings)
-        service.run_limits.take(service.settings)
-        retimed = set(changes.added) | set(changes.changed)
-        kept = service.triggers
-        service.triggers = {
-            name: level_trigger(config) if name in retimed else kept[name]
-            for name, config in levels.items()
-        }
-        service.control.levels = service.settings.levels
-        if service.router is not None:
-            source = service.router.source
-            source.needs_lane = frozenset(name for name, level in levels.items() if not level.model)
-        if service.timetable is not None:
-            service.timetable.retime(service.triggers, retimed, utcnow())
+        """The service takes the new levels, then the other parts that hold them (hooks)."""
+        self.service.take_levels(levels, {*changes.added, *changes.changed})
         for hook in self.hooks:
-            hook(service.settings.levels)
+            hook(self.service.settings.levels)
         self.unrecorded = levels
 
     def _record_levels(self) -> None:

@@ -84,8 +84,13 @@ class Service:
         report: Report,
         router: Router | None = None,
         companions: Sequence[Companion] = (),
+        budgets: Budgets | None = None,
     ) -> None:
-        """Raises CatalogError when no router is given and `[routing] catalog` is invalid."""
+        """Raises CatalogError when no router is given and `[routing] catalog` is invalid.
+
+        `budgets`: shared with the companions that watch them (`BudgetWatch`), so a reload
+        that changes the rules changes them for both.
+        """
         self.settings = settings
         self.store = store
         self.executor = executor
@@ -101,7 +106,7 @@ class Service:
         self._threads_lock = threading.Lock()
         self.prices = PriceBook(settings.prices)
         self.projector = projector_for(store, self.prices)
-        self.budgets = Budgets(store, self.projector, self.prices, settings)
+        self.budgets = budgets or Budgets(store, self.projector, self.prices, settings)
         self.budget_flagged: set[tuple[str, str]] = set()
         """(level, day) whose LevelBudgetExceeded is known to be recorded."""
         self.control = ControlFollower(store, executor, settings.levels)
@@ -138,6 +143,28 @@ class Service:
         self.timetable: Timetable | None = None
         self.reload: LevelsReload | None = None
         """Set by `tickwork run`'s wiring: takes the file's levels anew (SIGHUP, edits)."""
+
+    def take_levels(self, levels: dict[str, LevelConfig], retimed: Collection[str]) -> None:
+        """Every part of the service takes reloaded levels; the timetable retimes `retimed`.
+
+        Called on the timetable's own thread (`LevelsReload.poll`), between two waves.
+        """
+        self.settings.replace_levels(levels)
+        self.config_revision = levels_revision(levels)
+        self.fire_times.take(self.settings)
+        self.run_limits.take(self.settings)
+        self.budgets.levels_changed(self.settings.levels)
+        kept = self.triggers
+        self.triggers = {
+            name: level_trigger(config) if name in retimed else kept[name]
+            for name, config in levels.items()
+        }
+        self.control.levels = self.settings.levels
+        if self.router is not None:
+            source = self.router.source
+            source.needs_lane = frozenset(name for name, level in levels.items() if not level.model)
+        if self.timetable is not None:
+            self.timetable.retime(self.triggers, set(retimed), utcnow())
 
     def serve(self) -> None:
         """Fire slots until `stopping` is set, then shut down; returns when all is ended."""

@@ -39,6 +39,7 @@ TABLES = (
     "projection_checkpoints",
     "spend_daily",
     "ticks",
+    "tick_level_history",
     "governor_calibration",
     "failure_streaks",
     "tick_status_counts",

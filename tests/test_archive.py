@@ -28,6 +28,7 @@ from harness.contracts.events import (
     LevelPaused,
     TickCompleted,
     TickScheduled,
+    TickSkipped,
     TranscriptEntry,
     level_stream,
 )
@@ -36,8 +37,10 @@ from harness.devtools.soak import tick_events
 from harness.prices import PriceBook
 from harness.projections import projector_for
 from harness.projections.spend import spend_daily
-from harness.projections.ticks import ticks
+from harness.projections.tick_counts import TABLES as COUNTERS
+from harness.projections.ticks import last_slots, slots_run, ticks
 from harness.scheduling.archiving import PHASES, Archiver
+from harness.scheduling.triggers import slot_tick_id
 from harness.store import SqlEventStore, migrate_store, open_store
 from harness.store.archives import (
     EVENTS_FILE,
@@ -63,6 +66,11 @@ MID = TODAY - timedelta(days=10)
 """Older than `transcript_days`, younger than `hot_days`."""
 
 
+def old(n: int, day: date = OLD) -> str:
+    """The id of the `n`th tick of `day`: a slot's id, which names its day."""
+    return f"min-{day:%Y%m%d}T12{n:02d}00Z"
+
+
 def config_file(tmp_path: Path, store_url: str, transcript_days: int | None = None) -> Path:
     path = tmp_path / "tickwork.toml"
     transcripts = "" if transcript_days is None else f"transcript_days = {transcript_days}\n"
@@ -86,8 +94,10 @@ def history(store: SqlEventStore, results: Path, day: date = OLD) -> set[int]:
         then.append("tick-open", [TickScheduled(tick_id="open", level="min").to_record()])
     with _store_on(store, day) as then:
         for n in range(10):
-            for event in with_transcript(f"old{n}", tick_events(f"old{n}", results, 100 + n, day)):
-                archived.add(then.append(f"tick-old{n}", [event.to_record()]).positions[0])
+            for event in with_transcript(
+                old(n, day), tick_events(old(n, day), results, 100 + n, day)
+            ):
+                archived.add(then.append(f"tick-{old(n, day)}", [event.to_record()]).positions[0])
                 if event.type == "TickStarted":
                     pause = LevelPaused(level="min", reason=f"r{n}")
                     then.append(level_stream("min"), [pause.to_record()])
@@ -122,14 +132,20 @@ def entry_positions(store: SqlEventStore, archived: set[int]) -> set[int]:
 
 
 def read_models(store: SqlEventStore) -> dict[str, list[tuple[Any, ...]]]:
+    """The aggregates archiving must keep to the token, and the rows of the ticks kept hot."""
     with store.read_transaction() as conn:
-        return {
-            table.name: sorted(
-                tuple(value for key, value in row._mapping.items() if key != "archived_on")
-                for row in conn.execute(sa.select(table))
-            )
-            for table in (spend_daily, ticks)
+        models = {
+            table.name: sorted(tuple(row) for row in conn.execute(sa.select(table)))
+            for table in (spend_daily, *COUNTERS)
         }
+        hot = ticks.c.tick_id.in_(["open", "new"])
+        models["ticks"] = sorted(tuple(row) for row in conn.execute(sa.select(ticks).where(hot)))
+        return models
+
+
+def tick_ids(store: SqlEventStore) -> set[str]:
+    with store.read_transaction() as conn:
+        return set(conn.execute(sa.select(ticks.c.tick_id)).scalars())
 
 
 def hot_positions(store: SqlEventStore) -> set[int]:
@@ -193,17 +209,60 @@ def test_archive_then_rebuild_equals_no_archive(store_url: str, tmp_path: Path) 
                 vacuum = conn.exec_driver_sql("PRAGMA auto_vacuum").scalar()
                 free = conn.exec_driver_sql("PRAGMA freelist_count").scalar()
             assert (vacuum, free) == (2, 0), "incremental vacuum gave the freed pages back"
-        with store.read_transaction() as conn:
-            marked = dict(conn.execute(sa.select(ticks.c.tick_id, ticks.c.archived_on)).all())
-        assert marked == {**{f"old{n}": OLD for n in range(10)}, "open": None, "new": None}
+        assert tick_ids(store) == {"open", "new"}, "archived ticks' rows left with them"
 
         for name in projector.projections:
             projector.rebuild(name, archives=_archives(store, settings))
         assert read_models(store) == before, "a rebuild from archives equals no archive"
-        with store.read_transaction() as conn:
-            again = dict(conn.execute(sa.select(ticks.c.tick_id, ticks.c.archived_on)).all())
-        assert again == marked, "the rebuild marks archived ticks as the archive run did"
+        assert tick_ids(store) == {"open", "new"}, "the rebuild drops them as the run did"
         assert Archiver(settings, store, lines.append).archive() == [], "a rerun does nothing"
+    finally:
+        store.close()
+
+
+def test_a_levels_last_slot_and_runs_outlive_its_archived_ticks(
+    store_url: str, tmp_path: Path
+) -> None:
+    """Start-up resumes after the last slot and `max_runs` counts on, once the rows left."""
+    settings = load_settings(config_file(tmp_path, store_url))
+    store = open_store(store_url)
+    slots = [datetime.combine(OLD, time(9 + n), UTC) for n in range(3)]
+    twin = f"{slot_tick_id('min', slots[0])}-twin"
+    ticks_of_day: list[tuple[str, datetime, type[TickCompleted] | type[TickSkipped]]] = [
+        (slot_tick_id("min", slots[0]), slots[0], TickCompleted),
+        (twin, slots[0], TickCompleted),  # the same slot, run twice: it counts once
+        (slot_tick_id("min", slots[1]), slots[1], TickCompleted),
+        (slot_tick_id("min", slots[2]), slots[2], TickSkipped),  # skipped: not a run
+    ]
+    try:
+        with _store_on(store, OLD) as then:
+            for tick_id, slot, end in ticks_of_day:
+                ended = (
+                    TickSkipped(tick_id=tick_id, level="min", reason="budget", slot=slot)
+                    if end is TickSkipped
+                    else TickCompleted(tick_id=tick_id, level="min")
+                )
+                scheduled = TickScheduled(tick_id=tick_id, level="min", slot=slot)
+                then.append(f"tick-{tick_id}", [scheduled.to_record(), ended.to_record()])
+        projector = projector_for(store, PriceBook())
+        projector.catch_up()
+
+        def kept() -> tuple[dict[str, datetime], int, int]:
+            with store.read_transaction() as conn:
+                return (
+                    last_slots(conn, ["min"]),
+                    slots_run(conn, "min", 100),
+                    slots_run(conn, "min", 1),
+                )
+
+        assert kept() == ({"min": slots[2]}, 2, 1)
+        days = Archiver(settings, store, lambda line: None).archive()
+        assert [d.ticks for d in days] == [4]
+        assert tick_ids(store) == set(), "no row of an archived tick stays"
+        assert kept() == ({"min": slots[2]}, 2, 1)
+        projector.rebuild("ticks", archives=_archives(store, settings))
+        assert kept() == ({"min": slots[2]}, 2, 1), "a rebuild from the archive agrees"
+        assert tick_ids(store) == set()
     finally:
         store.close()
 
@@ -262,18 +321,18 @@ def test_a_damaged_archive_is_named_and_changes_nothing(store_url: str, tmp_path
         where, story, listed = forked_each(
             tmp_path,
             [
-                ["-c", str(config), "show", "old3"],
-                ["-c", str(config), "show", "old3", "--archive"],
-                ["-c", str(config), "events", "--stream", "tick-old3"],
+                ["-c", str(config), "show", old(3)],
+                ["-c", str(config), "show", old(3), "--archive"],
+                ["-c", str(config), "events", "--stream", f"tick-{old(3)}"],
             ],
         )
         assert where.returncode == 0 and f"archived with {OLD}: {data}" in where.stdout
         assert story.returncode == 0, story.stderr
         assert "completed" in story.stdout and "103 + 7 tokens" in story.stdout
-        assert listed.returncode == 0 and f"tick-old3 was archived with {OLD}" in listed.stderr
-        detail = Reads(settings, store).tick("old3")
-        assert detail is not None and detail.tick is not None
-        assert (detail.archive, detail.tick.archived_on, detail.events) == (str(data), OLD, [])
+        assert listed.returncode == 0 and f"tick-{old(3)} was archived with {OLD}" in listed.stderr
+        detail = Reads(settings, store).tick(old(3))
+        assert detail is not None
+        assert (detail.archive, detail.tick, detail.events) == (str(data), None, [])
         rebuilt = forked(tmp_path, "-c", str(config), "projections", "rebuild")
         assert rebuilt.returncode == 0, rebuilt.stderr
         assert read_models(store) == before, "the command's rebuild reads the archive too"
@@ -322,12 +381,15 @@ def test_transcripts_leave_after_transcript_days_and_are_read_back(
         assert read_models(store) == before
         where, story = forked_each(
             tmp_path,
-            [["-c", str(config), "show", "old3"], ["-c", str(config), "show", "old3", "--archive"]],
+            [
+                ["-c", str(config), "show", old(3, MID)],
+                ["-c", str(config), "show", old(3, MID), "--archive"],
+            ],
         )
-        assert where.returncode == 0 and "old3 said" not in where.stdout
+        assert where.returncode == 0 and f"{old(3, MID)} said" not in where.stdout
         assert f"transcript archived with {MID}: {folder / TRANSCRIPTS_FILE}" in where.stdout
-        assert story.returncode == 0 and "old3 said" in story.stdout, story.stderr
-        detail = Reads(settings, store).tick("old3")
+        assert story.returncode == 0 and f"{old(3, MID)} said" in story.stdout, story.stderr
+        detail = Reads(settings, store).tick(old(3, MID))
         assert detail is not None and detail.tick is not None and detail.events
         assert detail.transcript_archive == str(folder / TRANSCRIPTS_FILE)
 
@@ -337,8 +399,8 @@ def test_transcripts_leave_after_transcript_days_and_are_read_back(
         with store.read_transaction() as conn:
             kept = conn.execute(sa.select(transcripts.c.tick_id)).scalars().all()
         assert kept == ["new"]
-        story = forked(tmp_path, "-c", str(config), "show", "old3", "--archive")
-        assert story.returncode == 0 and "old3 said" in story.stdout, story.stderr
+        story = forked(tmp_path, "-c", str(config), "show", old(3, MID), "--archive")
+        assert story.returncode == 0 and f"{old(3, MID)} said" in story.stdout, story.stderr
         assert "completed" in story.stdout
     finally:
         store.close()
@@ -411,8 +473,8 @@ def test_postgres_days_leave_as_partitions_and_no_dead_tuple_stays(tmp_path: Pat
                 conn.exec_driver_sql("CREATE EXTENSION IF NOT EXISTS pgstattuple")
             with _store_on(store, OLD) as then:
                 for n in range(2):
-                    for event in tick_events(f"old{n}", settings.paths.results, 10 + n, OLD):
-                        then.append(f"tick-old{n}", [event.to_record()])
+                    for event in tick_events(old(n), settings.paths.results, 10 + n, OLD):
+                        then.append(f"tick-{old(n)}", [event.to_record()])
                 then.append(level_stream("min"), [LevelPaused(level="min", reason="r").to_record()])
                 late = TickScheduled(tick_id="late", level="min")
                 then.append("tick-late", [late.to_record()])

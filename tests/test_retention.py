@@ -25,13 +25,15 @@ from harness.scheduling.archiving import Archiver
 from harness.store import open_store
 from harness.store.archives import EVENTS_FILE, Archive, day_folder, recorded_archives, verify
 from harness.store.archives import read_stream as archived_stream
-from tests.test_archive import config_file, read_models
+from tests.test_archive import config_file, read_models, tick_ids
 
 HOT_DAYS = 3
 DAYS = 30
 TICKS_PER_DAY = 4
 EVENTS_PER_TICK = 5
 FIRST = datetime.now(UTC).date() - timedelta(days=DAYS + 5)
+LATE = f"min-{FIRST:%Y%m%d}T235900Z"
+"""A tick of the first day still open when that day is archived (a straggler)."""
 
 
 @contextmanager
@@ -88,6 +90,7 @@ def test_hot_days_honoured_across_a_simulated_month(store_url: str, tmp_path: Pa
         bound = len(steady) * 600 + 2 * page
         assert max(sizes) - min(sizes) <= bound, f"the events table grows: {sizes}"
         assert all(b.archive_bytes > a.archive_bytes for a, b in pairwise(steady))
+        assert len(tick_ids(store)) == HOT_DAYS * TICKS_PER_DAY, "rows of archived ticks left"
 
         archives = _rebuilt_equals_kept(soak)
         assert [archive.day for archive in archives] == [left.day for left in month[:-HOT_DAYS]]
@@ -99,8 +102,8 @@ def test_a_tick_open_when_its_day_was_archived_leaves_once_it_closed(
 ) -> None:
     with simulated(store_url, tmp_path) as soak:
         settings, store = soak.settings, soak.store
-        opened, *closing = tick_events("late", settings.paths.results, 9, FIRST)
-        store.append("tick-late", [opened.to_record(), closing.pop(0).to_record()])
+        opened, *closing = tick_events(LATE, settings.paths.results, 9, FIRST)
+        store.append(f"tick-{LATE}", [opened.to_record(), closing.pop(0).to_record()])
         days = [FIRST + timedelta(days=n) for n in range(2 * HOT_DAYS + 2)]
         for day in days[: HOT_DAYS + 2]:
             left = soak.day(day)
@@ -111,19 +114,20 @@ def test_a_tick_open_when_its_day_was_archived_leaves_once_it_closed(
         assert first.ticks == TICKS_PER_DAY, "the day's archive went without the open tick"
 
         soak.clock.now += timedelta(minutes=1)
-        store.append("tick-late", [event.to_record() for event in closing])
+        store.append(f"tick-{LATE}", [event.to_record() for event in closing])
         for day in days[HOT_DAYS + 2 :]:
             left = soak.day(day)
         took = days[2]  # the day the first run after the tick closed archived
         assert FIRST not in left.store.tick_days and FIRST not in left.result_days
-        assert not store.read_stream("tick-late"), "the straggler left the hot store"
+        assert not store.read_stream(f"tick-{LATE}"), "the straggler left the hot store"
         folder = day_folder(settings.retention.archive, took)
         assert verify(folder).ticks == TICKS_PER_DAY + 1
-        late = [event.type for event in archived_stream(folder, "tick-late")]
+        late = [event.type for event in archived_stream(folder, f"tick-{LATE}")]
         assert late == ["TickScheduled", "TickStarted", *(e.type for e in closing)]
-        detail = Reads(settings, store).tick("late")
-        assert detail is not None and detail.tick is not None
-        assert detail.tick.archived_on == took and detail.archive == str(folder / EVENTS_FILE)
+        # Its row left with it; it is found by the day its id names, days before `took`.
+        detail = Reads(settings, store).tick(LATE)
+        assert detail is not None and detail.tick is None and not detail.events
+        assert detail.archive == str(folder / EVENTS_FILE)
         archives = _rebuilt_equals_kept(soak)
         assert len(archives) == len({archive.day for archive in archives}), "one per day"
         again = Archiver(settings, store, lambda line: None).archive(before=days[-HOT_DAYS])

@@ -69,6 +69,7 @@ from harness.scheduling.control import (
 from harness.scheduling.control import cancel as cancel_scope
 from harness.scheduling.describe import LevelDescription, describe_levels
 from harness.store import EventStore
+from harness.store.archives import ArchiveError
 from harness.timespec import parse_since
 
 STATIC = Path(__file__).with_name("static")
@@ -334,7 +335,10 @@ def _routes(router: APIRouter, settings: Settings, manual: ManualTicks) -> None:
     @router.get("/ticks/{tick_id}", tags=["ticks"], responses=UNKNOWN)
     def one_tick(tick_id: str, reads: FreshReads) -> TickDetail:
         """A tick's events in order, its read model row and its result file."""
-        detail = reads.tick(tick_id)
+        try:
+            detail = reads.tick(tick_id)
+        except ArchiveError as exc:  # the archive that should hold it is damaged or gone
+            raise HTTPException(500, str(exc)) from exc
         if detail is None:
             raise HTTPException(404, f"no tick {tick_id!r} in the store")
         return detail

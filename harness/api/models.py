@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from datetime import date, datetime
+from datetime import datetime
 from typing import Annotated, Any, Literal
 
 from pydantic import AfterValidator, AwareDatetime, BaseModel, ConfigDict, Field
@@ -180,8 +180,6 @@ class Tick(BaseModel):
     tool_calls_cancelled: int
     result_path: str | None
     reason: str | None
-    archived_on: date | None = None
-    """The UTC day whose archive holds the tick's events, once they left the store."""
     model: str | None = None
     """The model of its last spend, else the one it was scheduled for."""
     queue_wait_seconds: float | None = None

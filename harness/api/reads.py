@@ -34,7 +34,7 @@ from harness.scheduling.budget import Budgets
 from harness.scheduling.budget_watch import BudgetStatus, budget_statuses
 from harness.scheduling.status import Snapshot, snapshot
 from harness.store import EventStore, StoredEvent
-from harness.store.archives import EVENTS_FILE, TRANSCRIPTS_FILE, day_folder
+from harness.store.archives import EVENTS_FILE, TRANSCRIPTS_FILE, day_folder, find_archived
 from harness.store.transcripts import archived_on as transcript_archived_on
 
 
@@ -130,9 +130,10 @@ class Reads:
             rows = tick_rows(conn, tick_id=tick_id, limit=1)
         tick = Tick.model_validate(rows[0]._asdict()) if rows else None
         if not events:
-            if tick is None or tick.archived_on is None:
+            found = find_archived(self.store, self.settings.retention.archive, tick_id)
+            if found is None:
                 return None
-            archive = day_folder(self.settings.retention.archive, tick.archived_on) / EVENTS_FILE
+            archive = day_folder(self.settings.retention.archive, found[0]) / EVENTS_FILE
             return TickDetail(
                 tick=tick, events=[], result=None, result_error=None, archive=str(archive)
             )

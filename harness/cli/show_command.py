@@ -94,26 +94,21 @@ def archived_story(
 ) -> TickStory | None:
     """The story of a tick that left for an archive, read back there when asked (else exit 0).
 
-    None when the read model knows no archived tick of that id.
+    None when no archive holds a tick of that id (`find_archived`).
     """
-    from harness.contracts.events import tick_stream
     from harness.projections.story import story_of
-    from harness.projections.ticks import archived_on
-    from harness.store.archives import ArchiveError, day_folder, read_stream
+    from harness.store.archives import ArchiveError, find_archived
 
-    day = archived_on(store, tick_id)
-    if day is None:
+    try:
+        found = find_archived(store, config.retention.archive, tick_id)
+    except ArchiveError as exc:
+        raise fail(str(exc), code=2) from exc
+    if found is None:
         return None
-    folder = day_folder(config.retention.archive, day)
+    day, events = found
     if not read_back:
         out.print(f"tick {tick_id} {where_archived(config, tick_id, day)}", highlight=False)
         raise typer.Exit(0)
-    try:
-        events = read_stream(folder, tick_stream(tick_id))
-    except ArchiveError as exc:
-        raise fail(str(exc), code=2) from exc
-    if not events:
-        raise fail(f"tick {tick_id!r} is not in the archive {folder}", code=2)
     return story_of(tick_id, events)
 
 

@@ -274,12 +274,18 @@ def _say_where_archived(store: SqlEventStore, config: Settings, stream: str) -> 
     """A tick stream with no event left in the store: which day's archive holds it, if any."""
     from harness.cli.show_command import where_archived
     from harness.contracts.events import tick_stream
-    from harness.projections.ticks import archived_on
+    from harness.store.archives import ArchiveError, find_archived
 
     tick_id = stream.removeprefix(tick_stream(""))
-    day = archived_on(store, tick_id)
-    if stream == tick_stream(tick_id) and day is not None:
-        err.print(f"{stream} {where_archived(config, tick_id, day)}")
+    if stream != tick_stream(tick_id):
+        return
+    try:
+        found = find_archived(store, config.retention.archive, tick_id)
+    except ArchiveError as exc:
+        err.print(f"{stream}: {exc}")
+        return
+    if found is not None:
+        err.print(f"{stream} {where_archived(config, tick_id, found[0])}")
 
 
 def _list_events(

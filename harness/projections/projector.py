@@ -26,6 +26,8 @@ from dataclasses import replace
 from datetime import date
 from itertools import islice
 
+import sqlalchemy as sa
+
 from harness.folds.ranges import counted
 from harness.projections.base import Projection, SumProjection
 from harness.store import EventData, EventStore, Tracking, clear_tables
@@ -150,6 +152,16 @@ class Projector:
             [*(table.name for table in projection.tables), projection_checkpoints.name]
         )
         return folded
+
+    def archived(self, conn: sa.Connection, day: date, tick_ids: Iterable[str]) -> None:
+        """Every read model hears that these ticks left for `day`'s archive.
+
+        Called in the transaction that deletes their events (the archive run), as a
+        rebuild from the archive calls each projection's hook after folding it.
+        """
+        left = list(tick_ids)
+        for projection in self.projections.values():
+            projection.archived(conn, day, left)
 
     def _fold_archived(
         self,

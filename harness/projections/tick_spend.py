@@ -8,6 +8,8 @@ row or two per tick, joined to the period's ticks in the database.
 
 from __future__ import annotations
 
+from collections.abc import Iterable
+from datetime import date
 from functools import cache
 
 import sqlalchemy as sa
@@ -18,6 +20,7 @@ from harness.folds.tick_spend import COUNTERS, tick_spend_sums
 from harness.prices import PriceBook
 from harness.projections.base import Kernel, SumProjection, Sums, add_sums
 from harness.projections.spend import SUMS
+from harness.projections.ticks import IDS_PER_QUERY
 from harness.store.schema import metadata
 
 tick_spend = sa.Table(
@@ -63,3 +66,14 @@ class TickSpendProjection(SumProjection):
             ),
         )
         add_sums(conn, tick_spend, _KEYS, [(*key, *values) for key, values in rows.items()])
+
+    def archived(self, conn: sa.Connection, day: date, tick_ids: Iterable[str]) -> None:
+        """Archived ticks' rows leave with them.
+
+        Spend per level, model and day stays in `spend_daily`, so this table holds the hot
+        store's ticks only.
+        """
+        wanted = list(tick_ids)
+        for start in range(0, len(wanted), IDS_PER_QUERY):
+            chunk = wanted[start : start + IDS_PER_QUERY]
+            conn.execute(tick_spend.delete().where(tick_spend.c.tick_id.in_(chunk)))

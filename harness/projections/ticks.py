@@ -68,7 +68,6 @@ ticks = sa.Table(
     sa.Column("result_path", sa.Text()),
     sa.Column("reason", sa.Text()),
     sa.Column("sort_at", sa.DateTime(timezone=True), nullable=False),
-    sa.Column("archived_on", sa.Date()),
     sa.Column("model", sa.String(200)),
     sa.Column("queue_wait_seconds", sa.Float()),
     sa.Index("ix_ticks_level_status", "level", "status", "finished_at"),
@@ -87,6 +86,19 @@ dialect for every SQLite command.
 scheduled for. `queue_wait_seconds`: from its claim to its first start, the wait for a
 place (a retry's backoff is not in it).
 """
+
+tick_level_history = sa.Table(
+    "tick_level_history",
+    metadata,
+    sa.Column("level", sa.String(100), primary_key=True),
+    sa.Column("last_slot", sa.DateTime(timezone=True)),
+    sa.Column("slots_run", sa.BigInteger(), nullable=False),
+)
+"""What the rows of a level's archived ticks said that outlives them (migration 0022):
+its latest claimed slot (where start-up resumes) and how many of its slots ran (`max_runs`).
+A tick's row leaves with its events (`forget_archived`), so the table of ticks holds the
+hot store's ticks only and stops growing after `hot_days`; counts, spend and durations
+live in their own per-level tables and never held a row per tick."""
 
 STATUS_OF = {
     TickScheduled.type: "scheduled",
@@ -145,7 +157,7 @@ class TicksProjection(Projection):
 
     name = "ticks"
     types = frozenset({*STATUS_OF, BudgetSpent.type, ToolCalled.type})
-    tables = (ticks, *COUNTERS)
+    tables = (ticks, tick_level_history, *COUNTERS)
 
     def apply(self, conn: sa.Connection, batch: Iterable[EventData]) -> None:
         """Merge the batch's events per tick first, so each tick's row is written once per batch.
@@ -226,27 +238,72 @@ class TicksProjection(Projection):
         )
 
     def archived(self, conn: sa.Connection, day: date, tick_ids: Iterable[str]) -> None:
-        """The rows stay (counts, spend and durations are unchanged), marked with the day."""
-        mark_archived(conn, day, tick_ids)
+        """The ticks' rows leave with their events (`forget_archived`)."""
+        forget_archived(conn, tick_ids)
 
 
-def mark_archived(conn: sa.Connection, day: date, tick_ids: Iterable[str]) -> None:
-    """Mark the ticks whose events left the hot store for `day`'s archive, in slices."""
+def forget_archived(conn: sa.Connection, tick_ids: Iterable[str]) -> None:
+    """Delete archived ticks' rows, keeping what outlives them in `tick_level_history`.
+
+    A slot counts as run once: a slot whose other tick (a twin, a panel's) is still hot
+    and ran is counted when that one leaves. Counts per status, spend and run times are in
+    their own tables and stay as they were.
+    """
     wanted = list(tick_ids)
+    last: dict[str, datetime] = {}
+    ran: dict[str, set[datetime]] = defaultdict(set)
     for start in range(0, len(wanted), IDS_PER_QUERY):
-        conn.execute(
-            ticks.update()
-            .where(ticks.c.tick_id.in_(wanted[start : start + IDS_PER_QUERY]))
-            .values(archived_on=day)
+        chosen = ticks.c.tick_id.in_(wanted[start : start + IDS_PER_QUERY])
+        found = conn.execute(sa.select(ticks.c.level, ticks.c.slot, ticks.c.status).where(chosen))
+        for level, slot, status in found:
+            if slot is None:
+                continue
+            slot = as_utc(slot)
+            last[level] = max(last.get(level, slot), slot)
+            if status != "skipped":
+                ran[level].add(slot)
+        conn.execute(ticks.delete().where(chosen))
+    if not last:
+        return
+    stored = {
+        level: (as_utc(slot) if slot is not None else None, runs)
+        for level, slot, runs in conn.execute(
+            sa.select(tick_level_history).where(tick_level_history.c.level.in_(list(last)))
         )
+    }
+    rows = []
+    for level, slot in last.items():
+        still_hot = _slots_run_hot(conn, level, ran[level])
+        before_slot, before_runs = stored.get(level, (None, 0))
+        rows.append(
+            {
+                "level": level,
+                "last_slot": slot if before_slot is None else max(slot, before_slot),
+                "slots_run": before_runs + len(ran[level] - still_hot),
+            }
+        )
+    insert = upsert(conn, tick_level_history)
+    conn.execute(
+        insert.on_conflict_do_update(
+            index_elements=["level"],
+            set_={"last_slot": insert.excluded.last_slot, "slots_run": insert.excluded.slots_run},
+        ),
+        rows,
+    )
 
 
-def archived_on(store: EventStore, tick_id: str) -> date | None:
-    """The day whose archive holds the tick's events (None while they are in the store)."""
-    query = sa.select(ticks.c.archived_on).where(ticks.c.tick_id == tick_id)
-    with store.read_transaction() as conn:
-        day: date | None = conn.execute(query).scalar()
-    return day
+def _slots_run_hot(conn: sa.Connection, level: str, slots: set[datetime]) -> set[datetime]:
+    """Which of the level's `slots` a tick still in the table ran, along the (level, slot) index."""
+    held: set[datetime] = set()
+    ordered = sorted(slots)
+    for start in range(0, len(ordered), IDS_PER_QUERY):
+        query = sa.select(ticks.c.slot).where(
+            ticks.c.level == level,
+            ticks.c.slot.in_(ordered[start : start + IDS_PER_QUERY]),
+            ticks.c.status != "skipped",
+        )
+        held |= {as_utc(slot) for slot in conn.execute(query).scalars()}
+    return held
 
 
 def _queue_wait(
@@ -469,9 +526,16 @@ def last_slots(conn: sa.Connection, levels: Iterable[str]) -> dict[str, datetime
 
     One lookup at the end of the (level, slot) index per level (`per_level`).
     """
-    query = per_level(conn, levels, "SELECT MAX(slot) FROM ticks WHERE level = l.value")
+    wanted = list(levels)
+    query = per_level(conn, wanted, "SELECT MAX(slot) FROM ticks WHERE level = l.value")
     found = conn.execute(query.columns(sa.column("level", sa.String()), ticks.c.slot))
-    return {level: as_utc(last) for level, last in found if last is not None}
+    last = {level: as_utc(slot) for level, slot in found if slot is not None}
+    archived = sa.select(tick_level_history.c.level, tick_level_history.c.last_slot).where(
+        tick_level_history.c.level.in_(wanted), tick_level_history.c.last_slot.is_not(None)
+    )
+    for level, slot in conn.execute(archived):
+        last[level] = max(last.get(level, as_utc(slot)), as_utc(slot))
+    return last
 
 
 def last_statuses(conn: sa.Connection, levels: Iterable[str]) -> dict[str, str]:
@@ -561,16 +625,22 @@ def slots_run(conn: sa.Connection, level: str, limit: int) -> int:
 
     A slot counts once however many ticks it had (a panel's, a hedge's twin); ticks
     started by hand have no slot and do not count. The count stops at `limit`, along the
-    (level, slot) index.
+    (level, slot) index, after the slots of its archived ticks (`tick_level_history`).
     """
+    archived = conn.execute(
+        sa.select(tick_level_history.c.slots_run).where(tick_level_history.c.level == level)
+    ).scalar()
+    before = int(archived or 0)
+    if before >= limit:
+        return limit
     ran = (
         sa.select(ticks.c.slot)
         .where(ticks.c.level == level, ticks.c.slot.is_not(None), ticks.c.status != "skipped")
         .distinct()
-        .limit(limit)
+        .limit(limit - before)
         .subquery()
     )
-    return int(conn.execute(sa.select(sa.func.count()).select_from(ran)).scalar_one())
+    return before + int(conn.execute(sa.select(sa.func.count()).select_from(ran)).scalar_one())
 
 
 def runs_of(store: EventStore, limits: Mapping[str, int]) -> dict[str, int]:

@@ -12,9 +12,9 @@ after (`tickwork archive`, and `tickwork run` once a day, `Archiver.run`):
 4. `ArchiveWritten` is recorded: from now on the archive is part of the history, and a
    rebuild reads it;
 5. the packed files leave the results folder;
-6. the events leave the hot store in batches, in global order, each batch marking its
-   ticks' rows in the read model in the same transaction (`archived_on`) and deleting
-   their transcripts' rows, whose data left before.
+6. the events leave the hot store in batches, in global order, each batch deleting its
+   ticks' read-model rows (`Projection.archived`) and their transcripts' rows, whose data
+   left before, in the same transaction.
 
 Nothing leaves before its archive is verified and recorded, so a kill at any point leaves
 every event in the store or in a verified archive. A rerun reuses an archive it finds
@@ -22,8 +22,9 @@ whole (a manifest that verifies), writes again one without a manifest, and delet
 is still there: a recorded day is done once its last archived position is gone, which,
 deleting in order, means every one is. A tick still open when its day is archived stays
 hot until it closes, and then leaves with the first day archived after that (a straggler:
-that day's archive holds it, its `archived_on` names that day). The read models keep
-their rows and sums: archiving changes no aggregate.
+that day's archive holds it). Aggregates (counts, spend, run times, streaks) stay as they
+were; rows per tick leave with their ticks, so the store stops growing after `hot_days`
+(`find_archived` finds an archived tick by the day its id names).
 """
 
 from __future__ import annotations
@@ -48,7 +49,6 @@ from harness.contracts.records import StoredEvent
 from harness.files import atomic_file, make_private_folder
 from harness.prices import PriceBook
 from harness.projections import projector_for
-from harness.projections.ticks import mark_archived
 from harness.scheduling.transcript_archiving import (
     TRANSCRIPT_PHASES,
     TranscriptsArchived,
@@ -141,6 +141,7 @@ class Archiver:
         self.store = store
         self.report = report
         self.root = settings.retention.archive
+        self.projector = projector_for(store, PriceBook(settings.prices))
         self.transcripts: list[TranscriptsArchived] = []
         """What the last run did with transcripts (`archive` returns what it did with ticks)."""
 
@@ -172,7 +173,7 @@ class Archiver:
                     self.report(
                         f"archive: {moved} events left the default partition for their day's"
                     )
-                projector_for(self.store, PriceBook(self.settings.prices)).catch_up()
+                self.projector.catch_up()
                 compact(self.store)
             self.transcripts = archive_transcripts(
                 self.store,
@@ -327,7 +328,7 @@ class Archiver:
         try:
             with self.store.write_transaction() as conn:
                 left = leave_day(conn, day, archived)
-                mark_archived(conn, day, archived.tick_ids)
+                self.projector.archived(conn, day, archived.tick_ids)
                 forget(conn, archived.tick_ids)
         except PartitionHeld as held:
             self.report(f"archive {day}: {held}; its archived events leave by DELETE")
@@ -343,7 +344,7 @@ class Archiver:
             tick_ids = {event.stream_id.removeprefix("tick-") for event in batch}
             with self.store.write_transaction() as conn:
                 deleted += delete_events(conn, [event.global_position for event in batch])
-                mark_archived(conn, day, tick_ids)
+                self.projector.archived(conn, day, tick_ids)
                 forget(conn, tick_ids)
             _phase("deleting")
         return deleted

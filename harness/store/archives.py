@@ -24,11 +24,12 @@ from __future__ import annotations
 import gzip
 import hashlib
 import heapq
+import re
 import zlib
 from collections import Counter
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
-from datetime import UTC, date, datetime
+from datetime import UTC, date, datetime, timedelta
 from operator import itemgetter
 from pathlib import Path
 from typing import Any, TypeVar
@@ -37,7 +38,7 @@ from uuid import UUID
 import orjson
 from pydantic import BaseModel, ValidationError
 
-from harness.contracts.events import ARCHIVE_STREAM, ArchiveSummary, ArchiveWritten
+from harness.contracts.events import ARCHIVE_STREAM, ArchiveSummary, ArchiveWritten, tick_stream
 from harness.contracts.records import StoredEvent
 from harness.files import atomic_file, write_atomically
 from harness.store.base import EventStore
@@ -243,6 +244,45 @@ def read_stream(folder: Path, stream_id: str) -> list[StoredEvent]:
     if found and (folder / TRANSCRIPTS_MANIFEST).exists():
         found += read_transcript(folder, stream_id)
     return sorted(found, key=lambda event: event.stream_position)
+
+
+TICK_ID_DAY = re.compile(r"-(\d{8})T\d{6}")
+"""The UTC day a tick id names: its slot's (`min-20261201T120000Z`) or its start's."""
+STRAGGLER_DAYS = 7
+"""How many days after the one its id names an archived tick is looked for: a tick still
+open when its day was archived leaves with a later day's archive."""
+
+
+def find_archived(
+    store: EventStore, root: Path, tick_id: str
+) -> tuple[date, list[StoredEvent]] | None:
+    """The day whose archive holds a tick that left the store, and its events there.
+
+    An archived tick keeps no row in the store (its rows leave with it, so the store stops
+    growing), so it is looked for where its id says: the recorded archive of the day the
+    id names, then of the next `STRAGGLER_DAYS`. Each looked in is verified and read
+    through, as `tickwork show --archive` reads it. None when none holds the tick (an id
+    without a day, a tick archived later than that, or no such tick); ArchiveError for an
+    archive that is missing or damaged.
+    """
+    named = TICK_ID_DAY.search(tick_id)
+    if named is None:
+        return None
+    first = datetime.strptime(named[1], "%Y%m%d").date()
+    recorded = sorted(
+        {
+            date.fromisoformat(str(stored.data["day"]))
+            for stored in store.read_stream(ARCHIVE_STREAM)
+            if stored.type == ArchiveWritten.type
+        }
+    )
+    stream = tick_stream(tick_id)
+    for day in recorded:
+        if first <= day <= first + timedelta(days=STRAGGLER_DAYS):
+            found = read_stream(day_folder(root, day), stream)
+            if found:
+                return day, found
+    return None
 
 
 def read_transcript(folder: Path, stream_id: str) -> list[StoredEvent]:

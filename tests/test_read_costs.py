@@ -87,16 +87,16 @@ PATHS: dict[str, Path_] = {
     "tick_rows_since": _with_conn(lambda conn: tick_rows(conn, since=NOW - WINDOW)),
     # `tickwork ticks --status failed`: its window (default 24h) bounds the walk, however
     # rare the status is.
-    "level_stats": _with_conn(lambda conn: level_stats(conn, LEVELS, NOW)),
+    "level_stats": lambda store: level_stats(store, LEVELS, NOW),
     "tick_list_status": _with_conn(
         lambda conn: tick_rows(conn, status="failed", since=NOW - WINDOW, limit=50)
     ),
-    "open_ticks": _with_conn(open_ticks),
+    "open_ticks": open_ticks,
     "ticks_in_flight": lambda store: (ticks_in_flight(store), ticks_in_flight(store, ["l3"])),
-    "last_slots": _with_conn(lambda conn: last_slots(conn, LEVELS)),
-    "previous_result_path": _with_conn(lambda conn: previous_result_path(conn, "l3")),
-    "tick_ids_starting": _with_conn(lambda conn: tick_ids_starting(conn, "l3-9", 10)),
-    "last_statuses": _with_conn(lambda conn: last_statuses(conn, LEVELS)),
+    "last_slots": lambda store: last_slots(store, LEVELS),
+    "previous_result_path": lambda store: previous_result_path(store, "l3"),
+    "tick_ids_starting": lambda store: tick_ids_starting(store, "l3-9", 10),
+    "last_statuses": lambda store: last_statuses(store, LEVELS),
     "recent_ticks": _with_conn(lambda conn: recent_ticks(conn, LEVELS, 40)),
     "slots_run": _with_conn(lambda conn: slots_run(conn, "l3", 10)),
 }
@@ -467,18 +467,18 @@ def test_the_paths_answer_from_the_window(store: SqlEventStore) -> None:
         second = tick_rows(conn, before=TickCursor.after(first[-1]), limit=3)
         newest = [row.tick_id for row in (*first, *second)]
         assert newest == [f"{LEVELS[n % 20]}-{n:08d}" for n in range(90_000_059, 90_000_053, -1)]
-        assert len(open_ticks(conn)) == 6
-        assert previous_result_path(conn, "l3") == "/r/l3-90000043.json"
-        slots = last_slots(conn, [*LEVELS, "never"])
-        assert set(slots) == set(LEVELS) and max(slots.values()) == NOW - timedelta(minutes=1)
-        assert tick_ids_starting(conn, "l3-9", 10) == [
-            f"l3-{n:08d}" for n in range(90_000_003, 90_000_060, 20)
-        ]
-        statuses = last_statuses(conn, [*LEVELS, "never"])
-        assert set(statuses) == set(LEVELS) and statuses["l19"] == OPEN_STATUSES[1 % 3]
         recent = recent_ticks(conn, ["l3", "l14"], 2)
         assert [mark.tick_id for mark in recent["l3"]] == ["l3-90000043", "l3-90000023"]
         assert [mark.status for mark in recent["l14"]] == ["scheduled", "completed"]
+    assert len(open_ticks(store)) == 6
+    assert previous_result_path(store, "l3") == "/r/l3-90000043.json"
+    slots = last_slots(store, [*LEVELS, "never"])
+    assert set(slots) == set(LEVELS) and max(slots.values()) == NOW - timedelta(minutes=1)
+    assert tick_ids_starting(store, "l3-9", 10) == [
+        f"l3-{n:08d}" for n in range(90_000_003, 90_000_060, 20)
+    ]
+    statuses = last_statuses(store, [*LEVELS, "never"])
+    assert set(statuses) == set(LEVELS) and statuses["l19"] == OPEN_STATUSES[1 % 3]
     assert {t.status for t in ticks_in_flight(store)} == {"scheduled", "running"}
 
 

@@ -40,7 +40,6 @@ from harness.execution.executors.procrastinate import (
     WorkerExecutor,
     WorkerRunner,
     apply_schema,
-    conninfo,
     defer,
     jobs_in,
 )
@@ -49,7 +48,14 @@ from harness.prices import PriceBook
 from harness.projections import projector_for
 from harness.scheduling.reconcile import reconcile
 from harness.scheduling.waves import SlotClaim, claim_wave
-from harness.store import SqlEventStore, StoredEvent, migrate_store, open_store, process_name
+from harness.store import (
+    SqlEventStore,
+    StoredEvent,
+    conninfo,
+    migrate_store,
+    open_store,
+    process_name,
+)
 from tests.commands import fake_server, run_cli, write_config
 from tests.conftest import fresh_pg_database
 from tests.procrastinate_support import EXECUTOR, Ticks, configure, level, processes

@@ -48,7 +48,6 @@ from harness.projections.ticks import (
     recent_ticks,
     tick_ids_starting,
     tick_page,
-    tick_rows,
     tick_statuses,
     ticks_in_flight,
 )
@@ -100,7 +99,6 @@ __all__ = [
     "tick_counters",
     "tick_ids_starting",
     "tick_page",
-    "tick_rows",
     "tick_statuses",
     "tick_story",
     "ticks_in_flight",

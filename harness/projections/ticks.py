@@ -314,7 +314,7 @@ class TickCursor:
 
     @classmethod
     def after(cls, row: TickRow) -> TickCursor:
-        """The cursor just past a row of `tick_rows`."""
+        """The cursor just past a row of a `tick_page`."""
         return cls(as_utc(row.sort_at), row.tick_id)
 
     @classmethod
@@ -368,46 +368,9 @@ class TickRow:
         return cls(**row._mapping)
 
 
-def tick_rows(
-    conn: sa.Connection,
-    *,
-    levels: Iterable[str] | None = None,
-    status: str | None = None,
-    since: datetime | None = None,
-    before: TickCursor | None = None,
-    tick_id: str | None = None,
-    limit: int = 100,
-) -> list[TickRow]:
-    """Ticks of the read model, newest first (by when they were scheduled, else started).
-
-    `since` keeps ticks scheduled (or, for a tick whose scheduling is unknown, started,
-    ended or first spending) at or after that time; `before` the ticks after a cursor
-    (`TickCursor.after` the last row of the page before). Each query walks an index in its
-    order and stops after `limit` rows; several levels are one such walk each, merged.
-    """
-    query = sa.select(ticks).order_by(ticks.c.sort_at.desc(), ticks.c.tick_id.desc()).limit(limit)
-    if status is not None:
-        query = query.where(ticks.c.status == status)
-    if since is not None:
-        query = query.where(ticks.c.sort_at >= since)
-    if before is not None:
-        # The first term bounds the index range; the second drops the cursor's equals.
-        query = query.where(
-            ticks.c.sort_at <= before.at,
-            sa.or_(ticks.c.sort_at < before.at, ticks.c.tick_id < before.tick_id),
-        )
-    if tick_id is not None:
-        query = query.where(ticks.c.tick_id == tick_id)
-    if levels is None:
-        return [TickRow.of(row) for row in conn.execute(query)]
-    pages = [conn.execute(query.where(ticks.c.level == level)) for level in set(levels)]
-    newest = heapq.merge(*pages, key=lambda row: (row.sort_at, row.tick_id), reverse=True)
-    return [TickRow.of(row) for row in islice(newest, limit)]
-
-
 @dataclass(frozen=True)
 class TickPage:
-    """A page of `tick_rows` and the cursor of the page after it (None: the last page)."""
+    """A page of ticks and the cursor of the page after it (None: the last page)."""
 
     rows: list[TickRow]
     following: TickCursor | None
@@ -423,21 +386,35 @@ def tick_page(
     tick_id: str | None = None,
     limit: int = 100,
 ) -> TickPage:
-    """A page of ticks, newest first, as `tickwork ticks` and `GET /ticks` list them.
+    """Ticks of the read model, newest first (by when they were scheduled, else started).
 
-    The page is keyset-paginated: its cursor is the last row's (`TickCursor.after`), and
-    a page shorter than `limit` is the last.
+    What `tickwork ticks` and `GET /ticks` list, a keyset page at a time: `since` keeps
+    ticks scheduled (or, for a tick whose scheduling is unknown, started, ended or first
+    spending) at or after that time; `before` the ticks after a cursor (the page
+    before's `following`, `TickCursor.after` its last row). Each query walks an index in
+    its order and stops after `limit` rows; several levels are one such walk each,
+    merged. A page shorter than `limit` is the last.
     """
-    with store.read_transaction() as conn:
-        rows = tick_rows(
-            conn,
-            levels=levels,
-            status=status,
-            since=since,
-            before=before,
-            tick_id=tick_id,
-            limit=limit,
+    query = sa.select(ticks).order_by(ticks.c.sort_at.desc(), ticks.c.tick_id.desc()).limit(limit)
+    if status is not None:
+        query = query.where(ticks.c.status == status)
+    if since is not None:
+        query = query.where(ticks.c.sort_at >= since)
+    if before is not None:
+        # The first term bounds the index range; the second drops the cursor's equals.
+        query = query.where(
+            ticks.c.sort_at <= before.at,
+            sa.or_(ticks.c.sort_at < before.at, ticks.c.tick_id < before.tick_id),
         )
+    if tick_id is not None:
+        query = query.where(ticks.c.tick_id == tick_id)
+    with store.read_transaction() as conn:
+        if levels is None:
+            rows = [TickRow.of(row) for row in conn.execute(query)]
+        else:
+            pages = [conn.execute(query.where(ticks.c.level == level)) for level in set(levels)]
+            newest = heapq.merge(*pages, key=lambda row: (row.sort_at, row.tick_id), reverse=True)
+            rows = [TickRow.of(row) for row in islice(newest, limit)]
     return TickPage(rows, TickCursor.after(rows[-1]) if len(rows) == limit else None)
 
 

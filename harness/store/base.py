@@ -165,8 +165,9 @@ class EventStore(ABC):
         """A transaction on the store's database for the read models' queries.
 
         Read models live in the store's own database, beside the events they are folded
-        from, so reading them is part of what a store offers: a consumer queries them
-        through the store it was given, whatever the backend.
+        from, so reading them is part of what a store offers. Only the store and
+        `harness.projections` open it (tests/test_layering.py): every other part asks a
+        read model's query, which takes the store it was given, whatever the backend.
         """
 
     @abstractmethod

@@ -471,8 +471,7 @@ def test_spend_by_tag_counts_each_level_under_each_of_its_tags(
     prices = PriceBook(settings.prices)
     projector_for(store, prices).catch_up(["spend"])
     tags = {name: list(level.tags) for name, level in settings.levels.items()}
-    with store.read_transaction() as conn:
-        rows = spend_by(conn, prices, ["tag"], tags)
+    rows = spend_by(store, prices, ["tag"], tags)
     assert {row.group["tag"]: row.prompt_tokens for row in rows} == {
         "": 3,
         "pager": 100,

@@ -156,3 +156,63 @@ def test_a_bare_event_type_is_caught_and_a_docstring_naming_one_is_not() -> None
         "harness.x:4 names 'ModelCalled': use ModelCalled.type",
         "harness.x:5 names 'BudgetSpent': use BudgetSpent.type",
     ]
+
+
+SQL_OWNERS = ("harness.store", "harness.projections")
+"""The parts that hold SQL: the log and tracking (store), the read models (projections)."""
+SQL_EXCEPTIONS = {
+    "harness.config.settings": "the store URL is checked with SQLAlchemy's `make_url`; "
+    "branch `startup` replaces it with a light parse for the CLI's start-up",
+}
+"""Modules outside the owners allowed to import SQLAlchemy, each with why."""
+
+
+SQL_CALLS = ("read_transaction", "exec_driver_sql")
+"""Calls that reach a SQLAlchemy connection: the read models' handle, and raw SQL on one."""
+
+
+def sql_access(source: str, module: str, is_package: bool = False) -> list[str]:
+    """Where `module`'s source imports SQLAlchemy or makes one of the `SQL_CALLS`."""
+    found = [
+        f"{module}:{line} imports {target}"
+        for line, target in imported(source, module, is_package)
+        if target == "sqlalchemy" or target.startswith("sqlalchemy.")
+    ]
+    found += [
+        f"{module}:{node.lineno} calls {node.func.attr}: ask a read model in harness.projections"
+        for node in ast.walk(ast.parse(source))
+        if isinstance(node, ast.Call)
+        and isinstance(node.func, ast.Attribute)
+        and node.func.attr in SQL_CALLS
+    ]
+    return found
+
+
+def test_nothing_outside_store_and_projections_touches_sql() -> None:
+    found = [
+        problem
+        for path in sources()
+        if layer_of(module_name(path)) not in {LAYERS.index(owner) for owner in SQL_OWNERS}
+        and module_name(path) not in SQL_EXCEPTIONS
+        for problem in sql_access(
+            path.read_text(encoding="utf-8"), module_name(path), path.name == "__init__.py"
+        )
+    ]
+    assert found == []
+
+
+def test_an_sql_import_read_transaction_or_raw_sql_is_caught() -> None:
+    source = (
+        "import sqlalchemy as sa\n"
+        "def f(store):\n"
+        "    from sqlalchemy.engine import make_url\n"
+        "    with store.read_transaction() as conn:\n"
+        "        return conn.exec_driver_sql('SELECT 1')\n"
+        "store.read_stream('tick-1')\n"
+    )
+    assert sql_access(source, "harness.api.reads") == [
+        "harness.api.reads:1 imports sqlalchemy",
+        "harness.api.reads:3 imports sqlalchemy.engine.make_url",
+        "harness.api.reads:4 calls read_transaction: ask a read model in harness.projections",
+        "harness.api.reads:5 calls exec_driver_sql: ask a read model in harness.projections",
+    ]

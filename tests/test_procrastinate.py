@@ -40,7 +40,6 @@ from harness.execution.executors.procrastinate import (
     WorkerExecutor,
     WorkerRunner,
     apply_schema,
-    conninfo,
     defer,
     jobs_in,
 )
@@ -49,7 +48,15 @@ from harness.prices import PriceBook
 from harness.projections import projector_for
 from harness.scheduling.reconcile import reconcile
 from harness.scheduling.waves import SlotClaim, claim_wave
-from harness.store import SqlEventStore, StoredEvent, migrate_store, open_store, process_name
+from harness.store import (
+    SqlEventStore,
+    StoredEvent,
+    StoreUnavailableError,
+    conninfo,
+    migrate_store,
+    open_store,
+    process_name,
+)
 from tests.commands import fake_server, run_cli, write_config
 from tests.conftest import fresh_pg_database
 from tests.procrastinate_support import EXECUTOR, Ticks, configure, level, processes
@@ -202,6 +209,26 @@ def test_a_claim_a_dead_scheduler_of_another_host_left_unqueued_is_deferred_here
             reconcile(store, scheduler, projector_for(store, PriceBook()), reports.append)
         assert [job.tick_id for job in jobs_in(store, ["todo"])] == ["slow-4243"], reports
         assert reports == ["slow-4243 deferred (its scheduler died before it could)"]
+
+
+def test_a_connection_lost_under_a_jobs_query_is_the_stores_error() -> None:
+    """An outage under procrastinate's SQL is the store's error, and defers nothing.
+
+    Its queries run on psycopg's connection in a store transaction (`driver_transaction`):
+    a lost connection is StoreUnavailableError there as everywhere, and the next query
+    gets a connection that works.
+    """
+    with on_procrastinate(min=LevelConfig(every="1m", model="m")) as (store, settings):
+        with store.driver_transaction() as conn:
+            row = conn.execute("SELECT pg_backend_pid()").fetchone()
+        assert row is not None
+        with psycopg.connect(conninfo(settings.store.url), autocommit=True) as admin:
+            admin.execute("SELECT pg_terminate_backend(%s)", (row[0],))
+        claim = SlotClaim("min-1", "min", None)
+        with pytest.raises(StoreUnavailableError):
+            defer(store, settings, Locks(settings), [claim])
+        assert jobs_in(store, ["todo"]) == []
+        assert defer(store, settings, Locks(settings), [claim]) == ["min-1"]
 
 
 def test_three_workers_run_every_claimed_slot_once_within_the_level_cap(tmp_path: Path) -> None:

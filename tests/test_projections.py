@@ -752,8 +752,7 @@ def test_level_stats_say_the_last_outcome_the_success_rate_and_run_times(
         scheduled = TickScheduled(tick_id=tick_id, level="min", occurred_at=at)
         store.append(f"tick-{tick_id}", [e.to_record() for e in (scheduled, started, end)])
     projector_for(store, PriceBook()).catch_up()
-    with store.read_transaction() as conn:
-        stats, idle = level_stats(conn, ["min", "hour"], now)
+    stats, idle = level_stats(store, ["min", "hour"], now)
     assert (stats.last_tick_id, stats.last_status) == ("min-3", "failed")
     assert (stats.completed_day, stats.failed_day, stats.success_rate) == (3, 1, 0.75)
     assert (stats.p50_seconds, stats.p95_seconds) == (5.0, 60.0), "from the histogram's bounds"

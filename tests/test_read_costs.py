@@ -35,7 +35,6 @@ from harness.projections.level_stats import level_stats
 from harness.projections.spend import spend_daily
 from harness.projections.tick_spend import tick_spend
 from harness.projections.ticks import (
-    TickCursor,
     last_slots,
     last_statuses,
     open_ticks,
@@ -43,7 +42,7 @@ from harness.projections.ticks import (
     recent_ticks,
     slots_run,
     tick_ids_starting,
-    tick_rows,
+    tick_page,
     ticks,
     ticks_in_flight,
 )
@@ -73,30 +72,29 @@ def _with_conn(read: Callable[[sa.Connection], object]) -> Path_:
     return path
 
 
-def _next_page(conn: sa.Connection) -> object:
-    first = tick_rows(conn, limit=20)
-    return tick_rows(conn, before=TickCursor.after(first[-1]), limit=20)
+def _next_page(store: SqlEventStore) -> object:
+    return tick_page(store, before=tick_page(store, limit=20).following, limit=20)
 
 
 PATHS: dict[str, Path_] = {
     "first_position_since": lambda store: store.first_position_since(NOW - WINDOW),
-    "tick_rows": _with_conn(lambda conn: tick_rows(conn, limit=20)),
-    "tick_rows_next_page": _with_conn(_next_page),
-    "tick_rows_level": _with_conn(lambda conn: tick_rows(conn, levels=["l3"], limit=2)),
-    "tick_rows_levels": _with_conn(lambda conn: tick_rows(conn, levels=["l3", "l4"], limit=2)),
-    "tick_rows_since": _with_conn(lambda conn: tick_rows(conn, since=NOW - WINDOW)),
+    "tick_rows": lambda store: tick_page(store, limit=20),
+    "tick_rows_next_page": _next_page,
+    "tick_rows_level": lambda store: tick_page(store, levels=["l3"], limit=2),
+    "tick_rows_levels": lambda store: tick_page(store, levels=["l3", "l4"], limit=2),
+    "tick_rows_since": lambda store: tick_page(store, since=NOW - WINDOW),
     # `tickwork ticks --status failed`: its window (default 24h) bounds the walk, however
     # rare the status is.
-    "level_stats": _with_conn(lambda conn: level_stats(conn, LEVELS, NOW)),
-    "tick_list_status": _with_conn(
-        lambda conn: tick_rows(conn, status="failed", since=NOW - WINDOW, limit=50)
+    "level_stats": lambda store: level_stats(store, LEVELS, NOW),
+    "tick_list_status": lambda store: tick_page(
+        store, status="failed", since=NOW - WINDOW, limit=50
     ),
-    "open_ticks": _with_conn(open_ticks),
+    "open_ticks": open_ticks,
     "ticks_in_flight": lambda store: (ticks_in_flight(store), ticks_in_flight(store, ["l3"])),
-    "last_slots": _with_conn(lambda conn: last_slots(conn, LEVELS)),
-    "previous_result_path": _with_conn(lambda conn: previous_result_path(conn, "l3")),
-    "tick_ids_starting": _with_conn(lambda conn: tick_ids_starting(conn, "l3-9", 10)),
-    "last_statuses": _with_conn(lambda conn: last_statuses(conn, LEVELS)),
+    "last_slots": lambda store: last_slots(store, LEVELS),
+    "previous_result_path": lambda store: previous_result_path(store, "l3"),
+    "tick_ids_starting": lambda store: tick_ids_starting(store, "l3-9", 10),
+    "last_statuses": lambda store: last_statuses(store, LEVELS),
     "recent_ticks": _with_conn(lambda conn: recent_ticks(conn, LEVELS, 40)),
     "slots_run": _with_conn(lambda conn: slots_run(conn, "l3", 10)),
 }
@@ -462,23 +460,23 @@ def test_the_paths_answer_from_the_window(store: SqlEventStore) -> None:
     _add_window(store)
     _add_history(store, 0, HISTORY)
     assert store.first_position_since(NOW - WINDOW) == 50_000_000
+    first = tick_page(store, limit=3)
+    second = tick_page(store, before=first.following, limit=3)
+    newest = [row.tick_id for row in (*first.rows, *second.rows)]
+    assert newest == [f"{LEVELS[n % 20]}-{n:08d}" for n in range(90_000_059, 90_000_053, -1)]
     with store.read_transaction() as conn:
-        first, second = (tick_rows(conn, limit=3), None)
-        second = tick_rows(conn, before=TickCursor.after(first[-1]), limit=3)
-        newest = [row.tick_id for row in (*first, *second)]
-        assert newest == [f"{LEVELS[n % 20]}-{n:08d}" for n in range(90_000_059, 90_000_053, -1)]
-        assert len(open_ticks(conn)) == 6
-        assert previous_result_path(conn, "l3") == "/r/l3-90000043.json"
-        slots = last_slots(conn, [*LEVELS, "never"])
-        assert set(slots) == set(LEVELS) and max(slots.values()) == NOW - timedelta(minutes=1)
-        assert tick_ids_starting(conn, "l3-9", 10) == [
-            f"l3-{n:08d}" for n in range(90_000_003, 90_000_060, 20)
-        ]
-        statuses = last_statuses(conn, [*LEVELS, "never"])
-        assert set(statuses) == set(LEVELS) and statuses["l19"] == OPEN_STATUSES[1 % 3]
         recent = recent_ticks(conn, ["l3", "l14"], 2)
         assert [mark.tick_id for mark in recent["l3"]] == ["l3-90000043", "l3-90000023"]
         assert [mark.status for mark in recent["l14"]] == ["scheduled", "completed"]
+    assert len(open_ticks(store)) == 6
+    assert previous_result_path(store, "l3") == "/r/l3-90000043.json"
+    slots = last_slots(store, [*LEVELS, "never"])
+    assert set(slots) == set(LEVELS) and max(slots.values()) == NOW - timedelta(minutes=1)
+    assert tick_ids_starting(store, "l3-9", 10) == [
+        f"l3-{n:08d}" for n in range(90_000_003, 90_000_060, 20)
+    ]
+    statuses = last_statuses(store, [*LEVELS, "never"])
+    assert set(statuses) == set(LEVELS) and statuses["l19"] == OPEN_STATUSES[1 % 3]
     assert {t.status for t in ticks_in_flight(store)} == {"scheduled", "running"}
 
 

@@ -36,7 +36,7 @@ from harness.prices import PriceBook
 from harness.projections import projector_for, spend_report
 from harness.projections.levels import level_paused
 from harness.projections.story import tick_story
-from harness.projections.ticks import tick_rows
+from harness.projections.ticks import tick_page
 from harness.rag import build_index
 from harness.scheduling.service import Service
 from harness.scheduling.triggers import slot_tick_id
@@ -205,8 +205,7 @@ def test_a_timed_out_ticks_end_keeps_what_it_said_last_and_its_row_its_model_and
     story = tick_story(harness.store, outcome.tick_id)
     assert story is not None and "still thinking" in (story.log_tail or "")
     projector_for(harness.store, PriceBook()).catch_up(["ticks"])
-    with harness.store.read_transaction() as conn:
-        (row,) = tick_rows(conn, tick_id=outcome.tick_id)
+    (row,) = tick_page(harness.store, tick_id=outcome.tick_id).rows
     assert row.model == prepared.payload.model
     assert row.queue_wait_seconds is not None and row.queue_wait_seconds >= 0
     assert row.queue_wait_seconds == story.queue_wait_seconds

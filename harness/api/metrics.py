@@ -13,7 +13,6 @@ from collections import defaultdict
 from collections.abc import Iterable, Iterator
 from datetime import UTC, datetime
 
-import sqlalchemy as sa
 from prometheus_client.core import (
     CounterMetricFamily,
     GaugeMetricFamily,
@@ -26,12 +25,11 @@ from harness.api.reads import Reads
 from harness.contracts import TickScheduled
 from harness.projections import (
     DURATION_BUCKETS,
+    Durations,
     TickInFlight,
-    durations,
     paused_levels,
-    status_counts,
+    tick_counters,
     ticks_in_flight,
-    tool_cap_counts,
 )
 from harness.scheduling.status import projection_lag
 
@@ -96,13 +94,10 @@ class StoreCollector(Collector):
     def collect(self) -> Iterator[Metric]:
         """Bring the read models up to date, then yield every metric family."""
         reads = self.reads.fresh()
-        with reads.store.read_transaction() as conn:
-            families = [
-                *self._ticks(conn),
-                *self._durations(conn),
-                *self._tool_caps(conn),
-            ]
-        yield from families
+        counters = tick_counters(reads.store)
+        yield from self._ticks(counters.statuses)
+        yield from self._durations(counters.durations)
+        yield from self._tool_caps(counters.tool_caps)
         yield self._fire_lag()
         yield from self._spend()
         yield from self._status(ticks_in_flight(reads.store))
@@ -148,23 +143,23 @@ class StoreCollector(Collector):
             lag.add_metric([name], behind)
         yield lag
 
-    def _ticks(self, conn: sa.Connection) -> Iterator[Metric]:
+    def _ticks(self, statuses: list[tuple[str, str, int]]) -> Iterator[Metric]:
         family = GaugeMetricFamily(
             "tickwork_ticks",
             "Ticks of the read model by level and status.",
             labels=["level", "status"],
         )
-        for level, status, count in status_counts(conn):
+        for level, status, count in statuses:
             family.add_metric([level, status], count)
         yield family
 
-    def _durations(self, conn: sa.Connection) -> Iterator[Metric]:
+    def _durations(self, levels: list[Durations]) -> Iterator[Metric]:
         family = HistogramMetricFamily(
             "tickwork_tick_duration_seconds",
             "Run time of ended ticks, from start to end (as first known; buckets only grow).",
             labels=["level"],
         )
-        for level in durations(conn):
+        for level in levels:
             family.add_metric(
                 [level.level],
                 [
@@ -175,7 +170,7 @@ class StoreCollector(Collector):
             )
         yield family
 
-    def _tool_caps(self, conn: sa.Connection) -> Iterator[Metric]:
+    def _tool_caps(self, tool_caps: list[tuple[str, int, int]]) -> Iterator[Metric]:
         hits = CounterMetricFamily(
             "tickwork_tool_cap_hits",
             "Ticks whose tool-call cap refused at least one call.",
@@ -186,7 +181,7 @@ class StoreCollector(Collector):
             "Tool calls refused by a tick's cap (they cost nothing).",
             labels=["level"],
         )
-        for level, ticks_hit, calls in tool_cap_counts(conn):
+        for level, ticks_hit, calls in tool_caps:
             hits.add_metric([level], ticks_hit)
             refused.add_metric([level], calls)
         yield hits

@@ -28,7 +28,7 @@ from harness.projections import (
 from harness.projections.level_stats import LevelStats, level_stats
 from harness.projections.levels import pauses
 from harness.projections.spend import ReportGroup, spend_by
-from harness.projections.ticks import OPEN, TickCursor, latest_ticks, tick_rows
+from harness.projections.ticks import OPEN, TickCursor, latest_ticks, tick_page
 from harness.routing.history import RevisionError, recorded_catalog
 from harness.scheduling.budget import Budgets
 from harness.scheduling.budget_watch import BudgetStatus, budget_statuses
@@ -86,17 +86,14 @@ class Reads:
         limit: int = 100,
     ) -> tuple[list[Tick], TickCursor | None]:
         """A page of `ticks` after a cursor, and the next page's cursor (None: no more)."""
-        with self.store.read_transaction() as conn:
-            rows = tick_rows(
-                conn, levels=levels, status=status, since=since, before=before, limit=limit
-            )
-        following = TickCursor.after(rows[-1]) if len(rows) == limit else None
-        return [Tick.model_validate(row._asdict()) for row in rows], following
+        page = tick_page(
+            self.store, levels=levels, status=status, since=since, before=before, limit=limit
+        )
+        return [Tick.model_validate(row, from_attributes=True) for row in page.rows], page.following
 
     def last_statuses(self) -> dict[str, str]:
         """Each configured level's newest tick's status (absent: the level has no tick yet)."""
-        with self.store.read_transaction() as conn:
-            return last_statuses(conn, self.settings.levels)
+        return last_statuses(self.store, self.settings.levels)
 
     def recent_ticks(self, levels: Sequence[str], n: int) -> dict[str, list[TickMark]]:
         """The newest `n` ticks of each of `levels`, newest first, as a timeline draws them."""
@@ -126,9 +123,8 @@ class Reads:
     def tick(self, tick_id: str) -> TickDetail | None:
         """A tick's events, read model row and result file; None when no such tick exists."""
         events = self.store.read_stream(f"tick-{tick_id}")
-        with self.store.read_transaction() as conn:
-            rows = tick_rows(conn, tick_id=tick_id, limit=1)
-        tick = Tick.model_validate(rows[0]._asdict()) if rows else None
+        rows = tick_page(self.store, tick_id=tick_id, limit=1).rows
+        tick = Tick.model_validate(rows[0], from_attributes=True) if rows else None
         if not events:
             found = find_archived(self.store, self.settings.retention.archive, tick_id)
             if found is None:
@@ -158,8 +154,7 @@ class Reads:
 
     def level_stats(self, now: datetime) -> list[LevelStats]:
         """Each configured level's last outcome, success rate, streak and run times."""
-        with self.store.read_transaction() as conn:
-            return level_stats(conn, self.settings.levels, now)
+        return level_stats(self.store, self.settings.levels, now)
 
     def pauses(self) -> dict[str, LevelPaused]:
         """The pause in force of each paused level: who decided it, why and when."""
@@ -183,8 +178,7 @@ class Reads:
     def spend(self, by: Sequence[ReportGroup], since: date | None = None) -> list[SpendRow]:
         """Spend grouped as asked (`tag` too), from the spend read model."""
         tags = {name: list(level.tags) for name, level in self.settings.levels.items()}
-        with self.store.read_transaction() as conn:
-            return spend_by(conn, self.prices, by, tags, since=since)
+        return spend_by(self.store, self.prices, by, tags, since=since)
 
     def budgets(self) -> list[BudgetStatus]:
         """Every budget's current window (`harness.scheduling.budget_watch`)."""

@@ -227,8 +227,7 @@ def unique_tick(store: EventStore, config: Settings, prefix: str) -> str:
     from harness.projections import projector_for, tick_ids_starting
 
     projector_for(store, PriceBook(config.prices)).catch_up(["ticks"])
-    with store.read_transaction() as conn:
-        found = tick_ids_starting(conn, prefix, CANDIDATES + 1)
+    found = tick_ids_starting(store, prefix, CANDIDATES + 1)
     if len(found) > 1:
         more = " …" if len(found) > CANDIDATES else ""
         named = ", ".join(found[:CANDIDATES]) + more

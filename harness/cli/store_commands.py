@@ -365,9 +365,8 @@ def spend(
     prices = PriceBook(config.prices)
     try:
         projector_for(store, prices).catch_up(["spend"])
-        with store.read_transaction() as conn:
-            tags = {name: list(config.tags) for name, config in config.levels.items()}
-            rows = spend_by(conn, prices, groups, tags, since=first_day, levels=level)
+        tags = {name: list(config.tags) for name, config in config.levels.items()}
+        rows = spend_by(store, prices, groups, tags, since=first_day, levels=level)
     except StoreError as exc:
         raise fail(str(exc)) from exc
     finally:

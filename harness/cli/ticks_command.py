@@ -36,7 +36,7 @@ def ticks(
     """
     from harness.prices import PriceBook, format_usd, tick_cost
     from harness.projections import STATUSES, projector_for
-    from harness.projections.ticks import TickCursor, tick_rows
+    from harness.projections.ticks import TickCursor, tick_page
     from harness.timespec import as_utc
 
     if status is not None and status not in STATUSES:
@@ -53,14 +53,13 @@ def ticks(
     prices = PriceBook(config.prices)
     try:
         projector_for(store, prices).catch_up(["ticks"])
-        with store.read_transaction() as conn:
-            rows = tick_rows(
-                conn, levels=level, status=status, since=start, before=cursor, limit=limit
-            )
+        page = tick_page(
+            store, levels=level, status=status, since=start, before=cursor, limit=limit
+        )
     finally:
         store.close()
     listed: list[dict[str, Any]] = []
-    for row in rows:
+    for row in page.rows:
         took = (
             (row.finished_at - row.started_at).total_seconds()
             if row.started_at and row.finished_at
@@ -85,7 +84,7 @@ def ticks(
                 "reason": row.reason,
             }
         )
-    following = str(TickCursor.after(rows[-1])) if len(rows) == limit else None
+    following = None if page.following is None else str(page.following)
     if as_json:
         print_json({"ticks": listed, "next_before": following})
         return

@@ -24,7 +24,6 @@ from pathlib import Path
 from typing import Any, Literal
 
 import orjson
-import sqlalchemy as sa
 from pydantic import BaseModel, ConfigDict
 
 from harness.contracts import LevelPaused
@@ -33,7 +32,8 @@ from harness.contracts.result import ResultFileError, ResultMissingError, read_r
 from harness.prices import PriceBook
 from harness.projections import Projector
 from harness.projections.levels import paused_levels
-from harness.projections.periods import PeriodSpend, period_counts, period_sample, period_spend
+from harness.projections.periods import PeriodSpend, period_of
+from harness.projections.ticks import TickRow
 from harness.scheduling.budget_watch import BudgetStatus
 from harness.store import EventStore
 from harness.timespec import as_utc
@@ -167,24 +167,18 @@ def build_digest(
         )
     sample = max(1, min(sample, QUOTED // max(1, len(levels))))
     projector.catch_up(["ticks", "tick_spend"])
-    with store.read_transaction() as conn:
-        counts = period_counts(conn, start, end, levels)
-        spent = period_spend(conn, start, end, levels)
-        anomalous = period_sample(conn, start, end, levels, "anomalous", sample)
-        completed, failed = (
-            _by_level(period_sample(conn, start, end, levels, kind, sample))
-            for kind in ("completed", "failed")
-        )
-    spend, governed, hedged = _period_sums(spent, prices)
+    read = period_of(store, start, end, levels, sample)
+    completed, failed = _by_level(read.completed), _by_level(read.failed)
+    spend, governed, hedged = _period_sums(read.spend, prices)
     paused = paused_levels(store, levels)
     reasons = _pause_reasons(store, paused)
     noted: list[tuple[Any, str, int, Anomaly]] = []
-    for row in anomalous:
+    for row in read.anomalous:
         for anomaly in _row_anomalies(row):
             noted.append((row.scheduled_at, row.tick_id, len(noted), anomaly))
     ends: dict[str, Counter[str]] = defaultdict(Counter)
     skips: dict[str, Counter[str]] = defaultdict(Counter)
-    for level, status, why, n in counts:
+    for level, status, why, n in read.counts:
         ends[level][status] += n
         if status == "skipped":
             skips[level][why or "no reason"] += n
@@ -251,18 +245,18 @@ def build_digest(
     )
 
 
-def _by_level(rows: list[sa.Row[Any]]) -> defaultdict[str, list[sa.Row[Any]]]:
+def _by_level(rows: list[TickRow]) -> defaultdict[str, list[TickRow]]:
     """A sample's rows per level, in their order, for each level's section to take at once.
 
     Filtering the whole sample for each level cost levels times the sample: 27 s at 1,000.
     """
-    found: defaultdict[str, list[sa.Row[Any]]] = defaultdict(list)
+    found: defaultdict[str, list[TickRow]] = defaultdict(list)
     for row in rows:
         found[row.level].append(row)
     return found
 
 
-def _row_anomalies(row: sa.Row[tuple[object, ...]]) -> list[Anomaly]:
+def _row_anomalies(row: TickRow) -> list[Anomaly]:
     found = []
     if row.status in ("lost", "timed_out"):
         detail = row.reason or ("no end was recorded" if row.status == "lost" else "timed out")

@@ -145,8 +145,7 @@ class PreparedTick:
 def previous_result_text(store: EventStore, projector: Projector, level: str) -> str:
     """The text of the level's last completed tick, for `$previous_result` ("" if none)."""
     projector.catch_up(["ticks"])
-    with store.read_transaction() as conn:
-        path = previous_result_path(conn, level)
+    path = previous_result_path(store, level)
     if not path:
         return ""
     try:

@@ -25,6 +25,7 @@ from harness.projections.tick_counts import (
     tick_hour_counts,
 )
 from harness.projections.ticks import IDS_PER_QUERY, per_level, ticks
+from harness.store import EventStore
 from harness.timespec import as_utc
 
 ENDED = ("completed", "failed", "timed_out", "cancelled", "lost")
@@ -59,29 +60,30 @@ class LevelStats:
         return None if ran == 0 else self.completed_day / ran
 
 
-def level_stats(conn: sa.Connection, levels: Iterable[str], now: datetime) -> list[LevelStats]:
+def level_stats(store: EventStore, levels: Iterable[str], now: datetime) -> list[LevelStats]:
     """Each level's stats, in the order given."""
     names = list(levels)
     since = hour_of(now - timedelta(hours=RATE_HOURS - 1))
     today = hour_of(now.replace(hour=0))
     hours = tick_hour_counts.c
-    counted = conn.execute(
-        sa.select(hours.level, hours.hour, hours.status, hours.ticks).where(
-            hours.level.in_(names), hours.hour >= min(since, today)
-        )
-    ).all()
-    streaks = dict(
-        conn.execute(
-            sa.select(failure_streaks.c.level, failure_streaks.c.failures).where(
-                failure_streaks.c.level.in_(names)
+    with store.read_transaction() as conn:
+        counted = conn.execute(
+            sa.select(hours.level, hours.hour, hours.status, hours.ticks).where(
+                hours.level.in_(names), hours.hour >= min(since, today)
             )
         ).all()
-    )
-    histograms = {found.level: found for found in durations(conn, names)}
+        streaks = dict(
+            conn.execute(
+                sa.select(failure_streaks.c.level, failure_streaks.c.failures).where(
+                    failure_streaks.c.level.in_(names)
+                )
+            ).all()
+        )
+        histograms = {found.level: found for found in durations(conn, names)}
+        ended = _last_ended(conn, names)
     by_level: dict[str, list[tuple[str, str, int]]] = defaultdict(list)
     for name, hour, status, n in counted:
         by_level[name].append((hour, status, int(n)))
-    ended = _last_ended(conn, names)
     stats = []
     for level in names:
         mine = by_level[level]

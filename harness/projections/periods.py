@@ -20,7 +20,8 @@ import sqlalchemy as sa
 from harness.folds.tick_spend import COUNTERS
 from harness.projections.tick_counts import hour_of, tick_hour_counts
 from harness.projections.tick_spend import tick_spend
-from harness.projections.ticks import IDS_PER_QUERY, ticks
+from harness.projections.ticks import IDS_PER_QUERY, TickRow, ticks
+from harness.store import EventStore
 from harness.timespec import as_utc
 
 SampleKind = Literal["completed", "failed", "anomalous"]
@@ -111,7 +112,7 @@ def period_sample(
     levels: Iterable[str],
     kind: SampleKind,
     n: int,
-) -> list[sa.Row[Any]]:
+) -> list[TickRow]:
     """The last `n` ticks of each level of a kind scheduled in [start, end), oldest first."""
     rank = (
         sa.func.row_number()
@@ -127,7 +128,7 @@ def period_sample(
         .where(ranked.c.rank <= n)
         .order_by(ranked.c.scheduled_at, ranked.c.tick_id)
     )
-    return list(conn.execute(query))
+    return [TickRow.of(row) for row in conn.execute(query)]
 
 
 @dataclass(frozen=True)
@@ -192,3 +193,30 @@ def period_spend(
         twins=twin_spend,
         counters=[row for row in rows if row.tick_id is not None],
     )
+
+
+@dataclass(frozen=True)
+class Period:
+    """What a digest reads of the ticks scheduled in a period, in one read transaction."""
+
+    counts: list[tuple[str, str, str | None, int]]
+    """`period_counts`: (level, status, skip reason, ticks)."""
+    spend: PeriodSpend
+    anomalous: list[TickRow]
+    completed: list[TickRow]
+    failed: list[TickRow]
+    """The samples (`period_sample`) of each kind, at most `n` ticks per level."""
+
+
+def period_of(
+    store: EventStore, start: datetime, end: datetime, levels: list[str], n: int
+) -> Period:
+    """The counts, spend and samples of the ticks of `levels` scheduled in [start, end)."""
+    with store.read_transaction() as conn:
+        return Period(
+            counts=period_counts(conn, start, end, levels),
+            spend=period_spend(conn, start, end, levels),
+            anomalous=period_sample(conn, start, end, levels, "anomalous", n),
+            completed=period_sample(conn, start, end, levels, "completed", n),
+            failed=period_sample(conn, start, end, levels, "failed", n),
+        )

@@ -19,6 +19,7 @@ from harness.folds.spend import spend_sums
 from harness.folds.sums import merge
 from harness.prices import PriceBook
 from harness.projections.base import Kernel, SumProjection, Sums, add_sums
+from harness.store import EventStore
 from harness.store.schema import metadata
 
 spend_daily = sa.Table(
@@ -165,7 +166,7 @@ REPORT_GROUPS: tuple[ReportGroup, ...] = get_args(ReportGroup)
 
 
 def spend_by(
-    conn: sa.Connection,
+    store: EventStore,
     prices: PriceBook,
     by: Sequence[ReportGroup],
     tags_of: Mapping[str, Sequence[str]],
@@ -179,11 +180,12 @@ def spend_by(
     configured): a level with two tags counts in both, as LiteLLM's tag reports do.
     """
     inner: list[GroupBy] = [g for g in by if g != "tag"]
+    if "tag" in by and "level" not in inner:
+        inner.append("level")
+    with store.read_transaction() as conn:
+        rows = spend_report(conn, prices, inner, since, levels=levels)
     if "tag" not in by:
-        return spend_report(conn, prices, inner, since, levels=levels)
-    rows = spend_report(
-        conn, prices, inner if "level" in inner else [*inner, "level"], since, levels=levels
-    )
+        return rows
     merged: dict[tuple[str, ...], SpendRow] = {}
     for row in rows:
         for tag in tags_of.get(row.group["level"], ()) or ("",):

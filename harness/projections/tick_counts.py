@@ -29,6 +29,7 @@ from typing import Any
 import sqlalchemy as sa
 
 from harness.projections.base import add_sums
+from harness.store import EventStore
 from harness.store.schema import metadata
 from harness.timespec import as_utc
 
@@ -278,3 +279,20 @@ def tool_cap_counts(conn: sa.Connection) -> list[tuple[str, int, int]]:
     totals = tick_level_totals.c
     query = sa.select(totals.level, totals.cap_hits, totals.calls_refused).order_by(totals.level)
     return [(level, int(hits), int(calls)) for level, hits, calls in conn.execute(query)]
+
+
+@dataclass(frozen=True)
+class TickCounters:
+    """Every level's counters at one moment: what a `/metrics` scrape shows of the ticks."""
+
+    statuses: list[tuple[str, str, int]]
+    """`status_counts`."""
+    durations: list[Durations]
+    tool_caps: list[tuple[str, int, int]]
+    """`tool_cap_counts`."""
+
+
+def tick_counters(store: EventStore) -> TickCounters:
+    """Counts by status, run-time histograms and refused calls of every level, in one read."""
+    with store.read_transaction() as conn:
+        return TickCounters(status_counts(conn), durations(conn), tool_cap_counts(conn))

@@ -370,8 +370,8 @@ class TickCursor:
     tick_id: str
 
     @classmethod
-    def after(cls, row: sa.Row[Any]) -> TickCursor:
-        """The cursor just past a row of `tick_rows`."""
+    def after(cls, row: TickRow) -> TickCursor:
+        """The cursor just past a row of a `tick_page`."""
         return cls(as_utc(row.sort_at), row.tick_id)
 
     @classmethod
@@ -395,8 +395,45 @@ class TickCursor:
         return f"{self.at.isoformat(timespec='microseconds').replace('+00:00', 'Z')},{self.tick_id}"
 
 
-def tick_rows(
-    conn: sa.Connection,
+@dataclass(frozen=True, slots=True)
+class TickRow:
+    """A row of the ticks read model."""
+
+    tick_id: str
+    level: str
+    status: str
+    slot: datetime | None
+    scheduled_at: datetime | None
+    started_at: datetime | None
+    finished_at: datetime | None
+    prompt_tokens: int
+    completion_tokens: int
+    model_calls: int
+    estimated_calls: int
+    tool_calls: int
+    tool_calls_cancelled: int
+    result_path: str | None
+    reason: str | None
+    sort_at: datetime
+    model: str | None
+    queue_wait_seconds: float | None
+
+    @classmethod
+    def of(cls, row: sa.Row[Any]) -> TickRow:
+        """The row as the `ticks` table's columns name it."""
+        return cls(**row._mapping)
+
+
+@dataclass(frozen=True)
+class TickPage:
+    """A page of ticks and the cursor of the page after it (None: the last page)."""
+
+    rows: list[TickRow]
+    following: TickCursor | None
+
+
+def tick_page(
+    store: EventStore,
     *,
     levels: Iterable[str] | None = None,
     status: str | None = None,
@@ -404,13 +441,15 @@ def tick_rows(
     before: TickCursor | None = None,
     tick_id: str | None = None,
     limit: int = 100,
-) -> list[sa.Row[Any]]:
+) -> TickPage:
     """Ticks of the read model, newest first (by when they were scheduled, else started).
 
-    `since` keeps ticks scheduled (or, for a tick whose scheduling is unknown, started,
-    ended or first spending) at or after that time; `before` the ticks after a cursor
-    (`TickCursor.after` the last row of the page before). Each query walks an index in its
-    order and stops after `limit` rows; several levels are one such walk each, merged.
+    What `tickwork ticks` and `GET /ticks` list, a keyset page at a time: `since` keeps
+    ticks scheduled (or, for a tick whose scheduling is unknown, started, ended or first
+    spending) at or after that time; `before` the ticks after a cursor (the page
+    before's `following`, `TickCursor.after` its last row). Each query walks an index in
+    its order and stops after `limit` rows; several levels are one such walk each,
+    merged. A page shorter than `limit` is the last.
     """
     query = sa.select(ticks).order_by(ticks.c.sort_at.desc(), ticks.c.tick_id.desc()).limit(limit)
     if status is not None:
@@ -425,14 +464,17 @@ def tick_rows(
         )
     if tick_id is not None:
         query = query.where(ticks.c.tick_id == tick_id)
-    if levels is None:
-        return list(conn.execute(query))
-    pages = [list(conn.execute(query.where(ticks.c.level == level))) for level in set(levels)]
-    newest = heapq.merge(*pages, key=lambda row: (row.sort_at, row.tick_id), reverse=True)
-    return list(islice(newest, limit))
+    with store.read_transaction() as conn:
+        if levels is None:
+            rows = [TickRow.of(row) for row in conn.execute(query)]
+        else:
+            pages = [conn.execute(query.where(ticks.c.level == level)) for level in set(levels)]
+            newest = heapq.merge(*pages, key=lambda row: (row.sort_at, row.tick_id), reverse=True)
+            rows = [TickRow.of(row) for row in islice(newest, limit)]
+    return TickPage(rows, TickCursor.after(rows[-1]) if len(rows) == limit else None)
 
 
-def tick_ids_starting(conn: sa.Connection, prefix: str, limit: int) -> list[str]:
+def tick_ids_starting(store: EventStore, prefix: str, limit: int) -> list[str]:
     """Ids of the read model's ticks that begin with `prefix` (taken literally), in order.
 
     A range of the primary key, ordered by code point on both databases (on PostgreSQL
@@ -445,7 +487,8 @@ def tick_ids_starting(conn: sa.Connection, prefix: str, limit: int) -> list[str]
         end = _prefix_end(prefix)
         if end is not None:
             query = query.where(ticks.c.tick_id < end)
-    return list(conn.execute(query).scalars())
+    with store.read_transaction() as conn:
+        return list(conn.execute(query).scalars())
 
 
 def _prefix_end(prefix: str) -> str | None:
@@ -500,10 +543,11 @@ def ticks_in_flight(store: EventStore, levels: Iterable[str] | None = None) -> l
         ]
 
 
-def open_ticks(conn: sa.Connection) -> list[tuple[str, str]]:
+def open_ticks(store: EventStore) -> list[tuple[str, str]]:
     """(tick id, level) of every tick the read model has not seen end, unknown ones included."""
     query = sa.select(ticks.c.tick_id, ticks.c.level).where(sa.text(OPEN_SQL))
-    return [(tick_id, level) for tick_id, level in conn.execute(query)]
+    with store.read_transaction() as conn:
+        return [(tick_id, level) for tick_id, level in conn.execute(query)]
 
 
 def per_level(conn: sa.Connection, levels: Iterable[str], value: str) -> sa.TextClause:
@@ -521,24 +565,25 @@ def per_level(conn: sa.Connection, levels: Iterable[str], value: str) -> sa.Text
     return sa.text(f"SELECT l.value, ({value}) FROM {listed}").bindparams(levels=parameter)
 
 
-def last_slots(conn: sa.Connection, levels: Iterable[str]) -> dict[str, datetime]:
+def last_slots(store: EventStore, levels: Iterable[str]) -> dict[str, datetime]:
     """Each of `levels`' latest claimed slot; a level that never had a scheduled tick is absent.
 
     One lookup at the end of the (level, slot) index per level (`per_level`).
     """
     wanted = list(levels)
-    query = per_level(conn, wanted, "SELECT MAX(slot) FROM ticks WHERE level = l.value")
-    found = conn.execute(query.columns(sa.column("level", sa.String()), ticks.c.slot))
-    last = {level: as_utc(slot) for level, slot in found if slot is not None}
-    archived = sa.select(tick_level_history.c.level, tick_level_history.c.last_slot).where(
-        tick_level_history.c.level.in_(wanted), tick_level_history.c.last_slot.is_not(None)
-    )
-    for level, slot in conn.execute(archived):
-        last[level] = max(last.get(level, as_utc(slot)), as_utc(slot))
+    with store.read_transaction() as conn:
+        query = per_level(conn, wanted, "SELECT MAX(slot) FROM ticks WHERE level = l.value")
+        found = conn.execute(query.columns(sa.column("level", sa.String()), ticks.c.slot))
+        last = {level: as_utc(slot) for level, slot in found if slot is not None}
+        archived = sa.select(tick_level_history.c.level, tick_level_history.c.last_slot).where(
+            tick_level_history.c.level.in_(wanted), tick_level_history.c.last_slot.is_not(None)
+        )
+        for level, slot in conn.execute(archived):
+            last[level] = max(last.get(level, as_utc(slot)), as_utc(slot))
     return last
 
 
-def last_statuses(conn: sa.Connection, levels: Iterable[str]) -> dict[str, str]:
+def last_statuses(store: EventStore, levels: Iterable[str]) -> dict[str, str]:
     """Each of `levels`' newest tick's status; a level without a tick is absent.
 
     One lookup at the end of the (level, list time) index per level (`per_level`).
@@ -546,8 +591,9 @@ def last_statuses(conn: sa.Connection, levels: Iterable[str]) -> dict[str, str]:
     newest = (
         "SELECT status FROM ticks WHERE level = l.value ORDER BY sort_at DESC, tick_id DESC LIMIT 1"
     )
-    found = conn.execute(per_level(conn, levels, newest))
-    return {level: status for level, status in found if status is not None}
+    with store.read_transaction() as conn:
+        found = conn.execute(per_level(conn, levels, newest))
+        return {level: status for level, status in found if status is not None}
 
 
 @dataclass(frozen=True, slots=True)
@@ -589,7 +635,7 @@ def recent_ticks(conn: sa.Connection, levels: Sequence[str], n: int) -> dict[str
     }
 
 
-def previous_result_path(conn: sa.Connection, level: str) -> str | None:
+def previous_result_path(store: EventStore, level: str) -> str | None:
     """The result file of the level's last completed tick (None before the first)."""
     query = (
         sa.select(ticks.c.result_path)
@@ -597,7 +643,8 @@ def previous_result_path(conn: sa.Connection, level: str) -> str | None:
         .order_by(ticks.c.finished_at.desc())
         .limit(1)
     )
-    path: str | None = conn.execute(query).scalar()
+    with store.read_transaction() as conn:
+        path: str | None = conn.execute(query).scalar()
     return path
 
 

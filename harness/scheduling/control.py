@@ -110,8 +110,7 @@ def _ticks_named(store: EventStore, prefix: str, levels: Collection[str]) -> lis
     flying = sorted(t.tick_id for t in ticks_in_flight(store) if t.tick_id.startswith(prefix))
     if flying:
         return flying
-    with store.read_transaction() as conn:
-        ended = tick_ids_starting(conn, prefix, 1)
+    ended = tick_ids_starting(store, prefix, 1)
     if ended:
         raise ScopeError(
             f"no tick in flight starts with {prefix!r} ({ended[0]} has ended): nothing to cancel"

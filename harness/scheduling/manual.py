@@ -25,8 +25,7 @@ from harness.store import EventStore
 def manual_ticks_ahead(store: EventStore, projector: Projector, tick_id: str) -> int:
     """Manual ticks claimed before `tick_id` (a manual claim) and still in flight."""
     ours = settled_claim(store, projector, tick_id)
-    with store.read_transaction() as conn:
-        unfinished = [tick_stream(open_id) for open_id, _ in open_ticks(conn)]
+    unfinished = [tick_stream(open_id) for open_id, _ in open_ticks(store)]
     if ours is None or tick_stream(tick_id) not in unfinished:
         return 0  # ended already, or not claimed: it holds no place and waits for none
     claims = store.read_streams(unfinished, types=[TickScheduled.type])

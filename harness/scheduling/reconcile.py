@@ -53,8 +53,7 @@ def reconcile(
     firing loop waited seconds on this every `RECONCILE_SECONDS`.
     """
     projector.catch_up(["ticks"])
-    with store.read_transaction() as conn:
-        unfinished = open_ticks(conn)
+    unfinished = open_ticks(store)
     watched = {tick.tick_id for tick in executor.running()}
     now = datetime.now(UTC)
     gone_elsewhere = functools.cache(executor.claimer_gone)  # a query per claimer, not per tick

@@ -265,8 +265,7 @@ class Service:
         backfill's to claim.
         """
         self.projector.catch_up(["ticks"])
-        with self.store.read_transaction() as conn:
-            slots_claimed = last_slots(conn, self.triggers)
+        slots_claimed = last_slots(self.store, self.triggers)
         due: list[Slot] = []
         behind: list[tuple[str, list[datetime]]] = []
         backfilling = open_ranges(self.store)

@@ -13,8 +13,9 @@ from datetime import UTC, datetime
 from harness.config import Settings
 from harness.contracts.events import CancelRequested
 from harness.prices import PriceBook, format_usd
-from harness.projections import projector_for, spend_report
+from harness.projections import projector_for
 from harness.projections.levels import cancel_scopes, paused_levels
+from harness.projections.spend import spend_by
 from harness.projections.ticks import TickInFlight, ticks_in_flight
 from harness.scheduling.backfill import BackfillProgress, recent_progress
 from harness.scheduling.triggers import level_trigger, upcoming_slot
@@ -49,11 +50,7 @@ class LevelStatus:
 def level_statuses(settings: Settings, store: EventStore, prices: PriceBook) -> list[LevelStatus]:
     """Every configured level's status, from one read of the spend read model."""
     now = datetime.now(UTC)
-    with store.read_transaction() as conn:
-        spend = {
-            row.group["level"]: row
-            for row in spend_report(conn, prices, by=["level"], since=now.date())
-        }
+    spend = {row.group["level"]: row for row in spend_by(store, prices, ["level"], {}, now.date())}
     paused = paused_levels(store, settings.levels)
     statuses = []
     for name, config in settings.levels.items():

@@ -12,7 +12,7 @@ from __future__ import annotations
 from harness.config import Durability
 from harness.contracts.records import NewEvent, StoredEvent
 from harness.store.base import EventStore, Tracking
-from harness.store.engine import process_name, safe_url, split_password
+from harness.store.engine import conninfo, process_name, safe_url, split_password
 from harness.store.heartbeats import Beat, Heartbeat, beats
 from harness.store.migrate import current_revision
 from harness.store.opening import migrate_store, open_store
@@ -63,6 +63,7 @@ __all__ = [
     "beats",
     "block",
     "clear_tables",
+    "conninfo",
     "current_revision",
     "migrate_store",
     "open_store",

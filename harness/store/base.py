@@ -16,6 +16,7 @@ from collections.abc import Iterable, Iterator, Mapping, Sequence
 from contextlib import AbstractContextManager
 from dataclasses import dataclass
 from datetime import datetime
+from typing import Any
 
 import sqlalchemy as sa
 
@@ -164,8 +165,9 @@ class EventStore(ABC):
         """A transaction on the store's database for the read models' queries.
 
         Read models live in the store's own database, beside the events they are folded
-        from, so reading them is part of what a store offers: a consumer queries them
-        through the store it was given, whatever the backend.
+        from, so reading them is part of what a store offers. Only the store and
+        `harness.projections` open it (tests/test_layering.py): every other part asks a
+        read model's query, which takes the store it was given, whatever the backend.
         """
 
     @abstractmethod
@@ -175,6 +177,15 @@ class EventStore(ABC):
         procrastinate's jobs and the archive's bookkeeping live in the store's database;
         their writes take this handle (on SQLite, the write lock at BEGIN), never the
         read models' `read_transaction`.
+        """
+
+    @abstractmethod
+    def driver_transaction(self) -> AbstractContextManager[Any]:
+        """`write_transaction` as the driver's own connection (psycopg's, on PostgreSQL).
+
+        For a library that brings its SQL written for its driver, procrastinate: its
+        queries run on the connection its own connectors would use, in the store's
+        transaction, and the driver's errors become the store's (`StoreError`).
         """
 
     @abstractmethod

@@ -56,6 +56,11 @@ def normalize_url(url: str) -> URL:
     return parsed
 
 
+def conninfo(url: str) -> str:
+    """The store's URL as a libpq connection string, for procrastinate's own connections."""
+    return make_url(url).set(drivername="postgresql").render_as_string(hide_password=False)
+
+
 def safe_url(url: str | URL) -> str:
     """The URL with any password masked, for logs and status output."""
     try:

@@ -236,6 +236,12 @@ class SqlEventStore(EventStore):
                 yield conn
 
     @contextmanager
+    def driver_transaction(self) -> Iterator[Any]:
+        """The DB-API connection under `write_transaction`'s, for SQL in its driver's dialect."""
+        with self.write_transaction() as conn:
+            yield conn.connection.driver_connection
+
+    @contextmanager
     def read_transaction(self) -> Iterator[sa.Connection]:
         """A transaction for reads: unlike `write_transaction`, it takes no write lock at BEGIN."""
         with translate_errors(), self.engine.connect() as conn, conn.begin():

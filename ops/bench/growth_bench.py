@@ -573,13 +573,11 @@ def measure(url: str, size: int, args: argparse.Namespace, root: Path) -> dict[s
 
     def reconcile() -> object:
         projector.catch_up(["ticks"])
-        with store.read_transaction() as conn:
-            return open_ticks(conn)
+        return open_ticks(store)
 
     def start_up() -> object:
         projector.catch_up(["ticks"])
-        with store.read_transaction() as conn:
-            return last_slots(conn, LEVELS)
+        return last_slots(store, LEVELS)
 
     timed("reconcile: open ticks", p50(args.runs, reconcile))
     timed("start-up: last slots of 1,000 levels", p50(args.runs, start_up))

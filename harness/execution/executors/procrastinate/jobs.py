@@ -2,8 +2,10 @@
 
 The jobs live in the store's database beside the events, and are written through the
 store's write handle: `StoreConnector` is a procrastinate connector whose queries run
-in the store's transactions, so an outage is the store's `StoreError` here as
-everywhere, and a job is deferred in the transaction that found its tick without one.
+on psycopg's connection in the store's transactions (`driver_transaction`), as
+procrastinate's own psycopg connector runs them, so an outage is the store's
+`StoreError` here as everywhere, and a job is deferred in the transaction that found
+its tick without one.
 What procrastinate has no call for (the jobs of given ticks, the workers with their
 running jobs, a scheduler's connections) is SQL of this module alone.
 """
@@ -18,19 +20,18 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any, LiteralString
 
-import sqlalchemy as sa
 from procrastinate import BaseConnector
 from procrastinate.exceptions import NoResult
 from procrastinate.jobs import Job, Status
 from procrastinate.manager import JobManager
+from psycopg import Connection
+from psycopg.rows import dict_row
 from psycopg.types.json import Jsonb
 
 from harness.config import Settings
 from harness.contracts import WorkerStarted
 from harness.scheduling.waves import SlotClaim
-from harness.store import (
-    EventStore,
-)
+from harness.store import EventStore
 
 TASK = "tickwork.run_tick"
 """The one procrastinate task: run the tick named by its `tick_id` argument."""
@@ -114,15 +115,16 @@ class StoreConnector(BaseConnector):
 
     def execute_query_all(self, query: LiteralString, **arguments: Any) -> list[dict[str, Any]]:
         """The rows of a query in a transaction of its own."""
-        with self.store.write_transaction() as conn:
+        with self.store.driver_transaction() as conn:
             return self.execute_query_all_with_connection(conn, query, **arguments)
 
     def execute_query_all_with_connection(
-        self, connection: sa.Connection, query: LiteralString, **arguments: Any
+        self, connection: Connection[Any], query: LiteralString, **arguments: Any
     ) -> list[dict[str, Any]]:
         """The rows of a query in the caller's transaction."""
-        result = connection.exec_driver_sql(query, {k: _jsonb(v) for k, v in arguments.items()})
-        return [dict(row) for row in result.mappings()] if result.returns_rows else []
+        with connection.cursor(row_factory=dict_row) as cursor:
+            cursor.execute(query, {k: _jsonb(v) for k, v in arguments.items()})
+            return cursor.fetchall() if cursor.description is not None else []
 
     async def execute_query_async(self, query: LiteralString, **arguments: Any) -> None:
         """`execute_query`, blocking the loop it is awaited in."""
@@ -161,7 +163,7 @@ def defer(
     if not claims:
         return []
     connector = StoreConnector(store)
-    with store.write_transaction() as conn:
+    with store.driver_transaction() as conn:
         connector.execute_query_all_with_connection(conn, LOCK_DEFERRING, key=DEFER_LOCK)
         rows = connector.execute_query_all_with_connection(
             conn, TICKS_WITH_JOBS, ids=[claim.tick_id for claim in claims], task=TASK
@@ -255,10 +257,3 @@ def workers(store: EventStore, announced: int = 1000) -> list[WorkerState]:
         )
         for row in rows
     ]
-
-
-def conninfo(url: str) -> str:
-    """The store's SQLAlchemy URL as a libpq connection string for procrastinate."""
-    from sqlalchemy.engine import make_url
-
-    return make_url(url).set(drivername="postgresql").render_as_string(hide_password=False)

@@ -21,12 +21,12 @@ from procrastinate.worker import Worker
 
 from harness.config import Settings
 from harness.execution.executors.base import Report
-from harness.execution.executors.procrastinate.jobs import TASK, conninfo
+from harness.execution.executors.procrastinate.jobs import TASK
 from harness.execution.executors.procrastinate.worker import WorkerExecutor, WorkerRunner
 from harness.execution.prepare import Preparer
 from harness.routing import Router
 from harness.scheduling.control import ControlFollower
-from harness.store import SqlEventStore, StoreError
+from harness.store import SqlEventStore, StoreError, conninfo
 
 CONTROL_SECONDS = 1.0
 """How often a worker looks at the control stream for cancels and pauses."""

@@ -1,24 +1,28 @@
-"""procrastinate's schema in the store's database: installed, upgraded, versioned."""
+"""procrastinate's schema in the store's database: installed, upgraded, versioned.
+
+Its SQL is procrastinate's own, for psycopg: it runs on psycopg's connection in the
+store's transactions (`driver_transaction`), as procrastinate's connectors would run it.
+"""
 
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
-import sqlalchemy as sa
 from procrastinate.schema import SchemaManager
+from psycopg import Connection, sql
 
 from harness.execution.executors.procrastinate.jobs import DEFER_LOCK
-from harness.store import (
-    EventStore,
-)
+from harness.store import EventStore
 
 SCHEMA_LOCK = DEFER_LOCK + 1
 """Advisory lock of `tickwork migrate` applying procrastinate's schema (two at once)."""
 
 
-def schema_present(conn: sa.Connection) -> bool:
+def schema_present(conn: Connection[Any]) -> bool:
     """Whether procrastinate's tables exist in the store's database."""
-    return conn.exec_driver_sql("SELECT to_regclass('procrastinate_jobs')").scalar() is not None
+    row = conn.execute("SELECT to_regclass('procrastinate_jobs')").fetchone()
+    return row is not None and row[0] is not None
 
 
 MIGRATIONS = sorted(Path(SchemaManager.get_migrations_path()).glob("*.sql"))
@@ -30,13 +34,14 @@ UNMARKED = "03.04.00_50_post_add_retry_failed_job_procedure"
 3.10's `schema.sql`, which holds every migration up to this one."""
 
 
-def schema_version(conn: sa.Connection) -> str | None:
+def schema_version(conn: Connection[Any]) -> str | None:
     """The last procrastinate migration the store's schema holds; None without its tables."""
     if not schema_present(conn):
         return None
-    comment = conn.exec_driver_sql(
+    row = conn.execute(
         "SELECT obj_description('procrastinate_jobs'::regclass, 'pg_class')"
-    ).scalar()
+    ).fetchone()
+    comment = None if row is None else row[0]
     return comment.removeprefix(MARK) if comment and comment.startswith(MARK) else UNMARKED
 
 
@@ -48,28 +53,31 @@ def apply_schema(store: EventStore) -> tuple[str | None, str]:
     table, which lives and dies with the schema. Each migration is applied in a
     transaction of its own, holding SCHEMA_LOCK (two `tickwork migrate` at once apply
     each once), and the comment moves on with it. Returns the version before and after.
+    A script is sent without parameters, so psycopg passes its `%` through untouched.
     """
-    with store.write_transaction() as conn:
+    with store.driver_transaction() as conn:
         before = schema_version(conn)
     while True:
-        with store.write_transaction() as conn:
-            conn.exec_driver_sql("SELECT pg_advisory_xact_lock(%(key)s)", {"key": SCHEMA_LOCK})
+        with store.driver_transaction() as conn:
+            conn.execute("SELECT pg_advisory_xact_lock(%(key)s)", {"key": SCHEMA_LOCK})
             version = schema_version(conn)
             if version is None:
-                conn.exec_driver_sql(SchemaManager.get_schema().replace("%", "%%"))
+                conn.execute(SchemaManager.get_schema().encode())
                 _mark(conn, MIGRATIONS[-1].stem)
                 continue
             pending = [m for m in MIGRATIONS if m.stem > version]
             if not pending:
-                conn.exec_driver_sql(
+                conn.execute(
                     "CREATE INDEX IF NOT EXISTS tickwork_procrastinate_tick "
                     "ON procrastinate_jobs ((args->>'tick_id'))"
                 )
                 _mark(conn, version)
                 return before, version
-            conn.exec_driver_sql(pending[0].read_text().replace("%", "%%"))
+            conn.execute(pending[0].read_bytes())
             _mark(conn, pending[0].stem)
 
 
-def _mark(conn: sa.Connection, version: str) -> None:
-    conn.exec_driver_sql(f"COMMENT ON TABLE procrastinate_jobs IS '{MARK}{version}'")
+def _mark(conn: Connection[Any], version: str) -> None:
+    conn.execute(
+        sql.SQL("COMMENT ON TABLE procrastinate_jobs IS {}").format(sql.Literal(MARK + version))
+    )

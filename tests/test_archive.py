@@ -38,7 +38,7 @@ from harness.prices import PriceBook
 from harness.projections import projector_for
 from harness.projections.spend import spend_daily
 from harness.projections.tick_counts import TABLES as COUNTERS
-from harness.projections.ticks import last_slots, slots_run, ticks
+from harness.projections.ticks import last_slots, runs_of, ticks
 from harness.scheduling.archiving import PHASES, Archiver
 from harness.scheduling.triggers import slot_tick_id
 from harness.store import SqlEventStore, migrate_store, open_store
@@ -248,12 +248,8 @@ def test_a_levels_last_slot_and_runs_outlive_its_archived_ticks(
         projector.catch_up()
 
         def kept() -> tuple[dict[str, datetime], int, int]:
-            with store.read_transaction() as conn:
-                return (
-                    last_slots(conn, ["min"]),
-                    slots_run(conn, "min", 100),
-                    slots_run(conn, "min", 1),
-                )
+            runs = runs_of(store, {"min": 100})["min"], runs_of(store, {"min": 1})["min"]
+            return last_slots(store, ["min"]), *runs
 
         assert kept() == ({"min": slots[2]}, 2, 1)
         days = Archiver(settings, store, lambda line: None).archive()

@@ -28,7 +28,7 @@ from pydantic import AfterValidator, BeforeValidator, StringConstraints
 from starlette.concurrency import run_in_threadpool
 
 from harness.api import dashboard, story
-from harness.api.metrics import StoreCollector, text_format
+from harness.api.metrics import Exposition
 from harness.api.models import (
     BackfillBody,
     BackfillView,
@@ -235,6 +235,7 @@ def create_app(settings: Settings, store: EventStore, manual: ManualTicks) -> Fa
     )
     app.middleware("http")(refuse_nul)
     app.state.reads = Reads(settings, store)
+    app.state.exposition = Exposition(app.state.reads)
     token = settings.api.token.get_secret_value() if settings.api.token else None
     guarded = APIRouter(
         dependencies=[Depends(TokenCheck(token))],
@@ -537,8 +538,8 @@ def _routes(router: APIRouter, settings: Settings, manual: ManualTicks) -> None:
     @router.get("/metrics", tags=["metrics"], response_class=Response)
     def metrics(request: Request) -> Response:
         """Prometheus text format."""
-        families = StoreCollector(request.app.state.reads).collect()
-        return Response(text_format(families), media_type=CONTENT_TYPE_LATEST)
+        exposition: Exposition = request.app.state.exposition
+        return Response(exposition.text(), media_type=CONTENT_TYPE_LATEST)
 
     @router.get("/dashboard/panels", response_class=HTMLResponse, include_in_schema=False)
     def panels(

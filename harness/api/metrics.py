@@ -19,10 +19,9 @@ from __future__ import annotations
 
 import math
 from collections import defaultdict
-from collections.abc import Callable, Hashable, Iterable, Mapping
+from collections.abc import Callable, Hashable, Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from datetime import UTC, date, datetime
-from typing import Any, Generic, TypeVar
 
 from harness.api.reads import Reads
 from harness.contracts import TickScheduled
@@ -46,17 +45,20 @@ def header(name: str, kind: str, documentation: str) -> str:
     return f"# HELP {name} {help_text}\n# TYPE {name} {kind}\n"
 
 
-def sample(name: str, labels: Mapping[str, str], value: float) -> str:
-    """One sample line, labels in name order, as `generate_latest` writes it.
+def head(name: str, labels: Mapping[str, str]) -> str:
+    """A sample line up to its value: name and labels in name order, as `generate_latest`.
 
     `generate_latest` validates and escapes every label name of every sample, which took
     0.6 s for the 23,000 samples of 1,000 levels; the names here are tickwork's own,
     valid by construction, so only label values are escaped (backslash, newline, quote).
     """
     pairs = ",".join(f'{key}="{_escaped(labels[key])}"' for key in sorted(labels))
-    if pairs:
-        return f"{name}{{{pairs}}} {_go_float(value)}\n"
-    return f"{name} {_go_float(value)}\n"
+    return f"{name}{{{pairs}}} " if pairs else f"{name} "
+
+
+def sample(name: str, labels: Mapping[str, str], value: float) -> str:
+    """One sample line, as `generate_latest` writes it."""
+    return f"{head(name, labels)}{_go_float(value)}\n"
 
 
 def _escaped(value: str) -> str:
@@ -84,33 +86,42 @@ def _go_float(value: float) -> str:
     return text
 
 
-Row = TypeVar("Row", bound=Hashable)
+Labels = tuple[str, ...]
+Values = tuple[float, ...]
 
 
-class Lines(Generic[Row]):
-    """A family's text: its header, then each row's samples, rendered once per row's values.
+class Lines:
+    """A family's text: its header, then each row's samples, kept from the last scrape.
 
-    A row holds everything its lines are made of (labels and values), so a row seen at
-    the last scrape has the same lines now. Only the last scrape's rows are kept:
-    memory stays one entry per row, and a row that changed is rendered afresh.
+    A row is its label values and its samples' values. Its heads (the lines up to the
+    values: name and escaped labels) are made once while the row is seen at every
+    scrape, and its lines are written again only when its values changed. Only the last
+    scrape's rows are kept, so memory stays one entry per row.
     """
 
     def __init__(
-        self, name: str, kind: str, documentation: str, render: Callable[[Row], str]
+        self, name: str, kind: str, documentation: str, heads: Callable[[Labels], list[str]]
     ) -> None:
         self.header = header(name, kind, documentation)
-        self.render = render
-        self._kept: dict[Row, str] = {}
+        self.heads = heads
+        self._kept: dict[Labels, tuple[list[str], Values, str]] = {}
 
-    def __call__(self, rows: Iterable[Row]) -> str:
-        """The family's text for `rows`, in their order (each row's lines once)."""
+    def __call__(self, rows: Iterable[tuple[Labels, Values]]) -> str:
+        """The family's text for `rows`, in their order (label values unique)."""
         kept, now = self._kept, {}
-        for row in rows:
-            text = kept.get(row)
-            now[row] = self.render(row) if text is None else text
+        for labels, values in rows:
+            was = kept.get(labels)
+            if was is not None and was[1] == values:
+                now[labels] = was
+                continue
+            heads = self.heads(labels) if was is None else was[0]
+            text = "".join(
+                [f"{line}{_go_float(v)}\n" for line, v in zip(heads, values, strict=True)]
+            )
+            now[labels] = (heads, values, text)
         # Swapped whole: two scrapes at once each build their own text from either dict.
         self._kept = now
-        return self.header + "".join(now.values())
+        return self.header + "".join([text for _, _, text in now.values()])
 
 
 @dataclass(frozen=True)
@@ -121,35 +132,32 @@ class _Kept:
     text: str
 
 
-_TICKS = "tickwork_ticks"
 _DURATION = "tickwork_tick_duration_seconds"
-_BOUNDS = [str(bound) for bound in DURATION_BUCKETS]
+_BOUNDS = [*(str(bound) for bound in DURATION_BUCKETS), "+Inf"]
 
 
-def _status_lines(row: tuple[str, str, int]) -> str:
-    level, status, count = row
-    return sample(_TICKS, {"level": level, "status": status}, count)
+def _duration_heads(labels: Labels) -> list[str]:
+    """A level's buckets, count and sum (as `HistogramMetricFamily` orders them)."""
+    (level,) = labels
+    return [
+        *(head(f"{_DURATION}_bucket", {"le": le, "level": level}) for le in _BOUNDS),
+        head(f"{_DURATION}_count", {"level": level}),
+        head(f"{_DURATION}_sum", {"level": level}),
+    ]
 
 
-def _duration_lines(row: tuple[str, int, float, tuple[int, ...]]) -> str:
-    level, count, total, at_most = row
-    buckets = zip([*_BOUNDS, "+Inf"], [*at_most, count], strict=True)
-    return "".join(
-        [
-            *(sample(f"{_DURATION}_bucket", {"le": le, "level": level}, n) for le, n in buckets),
-            sample(f"{_DURATION}_count", {"level": level}, count),
-            sample(f"{_DURATION}_sum", {"level": level}, total),
-        ]
-    )
+def _one(name: str, *names: str) -> Callable[[Labels], list[str]]:
+    """A row of one sample of `name`, labelled with `names`."""
+
+    def heads(labels: Labels) -> list[str]:
+        return [head(name, dict(zip(names, labels, strict=True)))]
+
+    return heads
 
 
-def _labelled(name: str, *labels: str) -> Callable[[tuple[Any, ...]], str]:
-    """Render a row of label values, then its value, as one sample of `name`."""
-
-    def render(row: tuple[Any, ...]) -> str:
-        return sample(name, dict(zip(labels, row[:-1], strict=True)), row[-1])
-
-    return render
+def _family(name: str, kind: str, documentation: str, *names: str) -> Lines:
+    """A family whose rows are one sample each (the counter's `_total` in `name`)."""
+    return Lines(name, kind, documentation, _one(name, *names))
 
 
 class Exposition:
@@ -162,75 +170,79 @@ class Exposition:
         self.reads = reads
         self._ticks: _Kept | None = None
         self._spend: _Kept | None = None
-        self.status = Lines(
-            _TICKS, "gauge", "Ticks of the read model by level and status.", _status_lines
+        self.status = _family(
+            "tickwork_ticks",
+            "gauge",
+            "Ticks of the read model by level and status.",
+            "level",
+            "status",
         )
         self.durations = Lines(
             _DURATION,
             "histogram",
             "Run time of ended ticks, from start to end (as first known; buckets only grow).",
-            _duration_lines,
+            _duration_heads,
         )
-        self.cap_hits = Lines(
+        self.cap_hits = _family(
             "tickwork_tool_cap_hits_total",
             "counter",
             "Ticks whose tool-call cap refused at least one call.",
-            _labelled("tickwork_tool_cap_hits_total", "level"),
+            "level",
         )
-        self.calls_refused = Lines(
+        self.calls_refused = _family(
             "tickwork_tool_calls_cancelled_total",
             "counter",
             "Tool calls refused by a tick's cap (they cost nothing).",
-            _labelled("tickwork_tool_calls_cancelled_total", "level"),
+            "level",
         )
-        self.tokens = Lines(
+        self.in_flight = _family(
+            "tickwork_ticks_in_flight",
+            "gauge",
+            "Ticks running or queued for a place now.",
+            "level",
+            "state",
+        )
+        self.fire_lag = _family(
+            "tickwork_scheduler_fire_lag_seconds",
+            "gauge",
+            f"Seconds between a slot and its claim, over the last {FIRE_LAG_WINDOW} slots.",
+            "level",
+            "stat",
+        )
+        self.tokens = _family(
             "tickwork_tokens_total",
             "counter",
             "Tokens spent today (UTC), by level, model and kind; restarts at 00:00 UTC.",
-            _labelled("tickwork_tokens_total", "level", "model", "kind"),
+            "level",
+            "model",
+            "kind",
         )
-        self.model_calls = Lines(
+        self.model_calls = _family(
             "tickwork_model_calls_total",
             "counter",
             "Model calls today (UTC) that reported (or estimated) usage; restarts at 00:00 UTC.",
-            _labelled("tickwork_model_calls_total", "level", "model"),
+            "level",
+            "model",
         )
-        self.cost = Lines(
+        self.cost = _family(
             "tickwork_cost_usd_total",
             "counter",
             "USD spent today (UTC), priced now; models without a price are left out; "
             "restarts at 00:00 UTC.",
-            _labelled("tickwork_cost_usd_total", "level", "model"),
+            "level",
+            "model",
         )
-        self.in_flight = Lines(
-            "tickwork_ticks_in_flight",
-            "gauge",
-            "Ticks running or queued for a place now.",
-            _labelled("tickwork_ticks_in_flight", "level", "state"),
+        self.paused = _family(
+            "tickwork_level_paused", "gauge", "1 while a level is paused.", "level"
         )
-        self.paused = Lines(
-            "tickwork_level_paused",
-            "gauge",
-            "1 while a level is paused.",
-            _labelled("tickwork_level_paused", "level"),
+        self.position = _family(
+            "tickwork_store_position", "gauge", "The last global position stored."
         )
-        self.fire_lag = Lines(
-            "tickwork_scheduler_fire_lag_seconds",
-            "gauge",
-            f"Seconds between a slot and its claim, over the last {FIRE_LAG_WINDOW} slots.",
-            _labelled("tickwork_scheduler_fire_lag_seconds", "level", "stat"),
-        )
-        self.position = Lines(
-            "tickwork_store_position",
-            "gauge",
-            "The last global position stored.",
-            _labelled("tickwork_store_position"),
-        )
-        self.lag = Lines(
+        self.lag = _family(
             "tickwork_projection_lag_events",
             "gauge",
             "Events stored but not yet folded into a read model.",
-            _labelled("tickwork_projection_lag_events", "projection"),
+            "projection",
         )
 
     def text(self) -> bytes:
@@ -256,9 +268,9 @@ class Exposition:
                 self._ticks.text,
                 self.fire_lag(self._fire_lags()),
                 self._spend.text,
-                self.paused((level, int(level in stopped)) for level in levels),
-                self.position([(position,)]),
-                self.lag(behind_by.items()),
+                self.paused(((level,), (int(level in stopped),)) for level in levels),
+                self.position([((), (position,))]),
+                self.lag(((name,), (behind,)) for name, behind in behind_by.items()),
             ]
         ).encode()
 
@@ -267,31 +279,31 @@ class Exposition:
         store = self.reads.store
         with store.read_transaction() as conn:
             counts = status_counts(conn)
-            runs = [
-                (level.level, level.count, level.total_seconds, tuple(level.at_most))
-                for level in durations(conn)
-            ]
+            runs = durations(conn)
             caps = tool_cap_counts(conn)
         flying: dict[tuple[str, str], int] = defaultdict(int)
         for tick in ticks_in_flight(store):
             flying[(tick.level, "running" if tick.status == "running" else "queued")] += 1
         in_flight = [
-            (level, state, flying.pop((level, state), 0))
+            ((level, state), (flying.pop((level, state), 0),))
             for level in levels
             for state in ("running", "queued")
         ]
-        in_flight += [(level, state, count) for (level, state), count in flying.items()]
+        in_flight += [(key, (count,)) for key, count in flying.items()]
         return "".join(
             [
-                self.status(counts),
-                self.durations(runs),
-                self.cap_hits((level, hits) for level, hits, _ in caps),
-                self.calls_refused((level, calls) for level, _, calls in caps),
+                self.status(((level, status), (n,)) for level, status, n in counts),
+                self.durations(
+                    ((run.level,), (*run.at_most, run.count, run.count, run.total_seconds))
+                    for run in runs
+                ),
+                self.cap_hits(((level,), (hits,)) for level, hits, _ in caps),
+                self.calls_refused(((level,), (calls,)) for level, _, calls in caps),
                 self.in_flight(in_flight),
             ]
         )
 
-    def _fire_lags(self) -> list[tuple[str, str, float]]:
+    def _fire_lags(self) -> Iterator[tuple[Labels, Values]]:
         """How late the scheduler claimed slots: TickScheduled's recorded_at minus its slot.
 
         A jittered slot is late from its fire time (`fire_at`, the slot plus the level's
@@ -306,11 +318,9 @@ class Exposition:
                 continue
             fired = datetime.fromisoformat(data.get("fire_at") or data["slot"])
             lags[data["level"]].append((event.recorded_at - fired).total_seconds())
-        return [
-            row
-            for level, values in lags.items()
-            for row in ((level, "last", values[0]), (level, "max", max(values)))
-        ]
+        for level, values in lags.items():
+            yield (level, "last"), (values[0],)
+            yield (level, "max"), (max(values),)
 
     def _spend_families(self, today: date) -> str:
         """Today's spend (UTC): counters that restart at midnight, as `increase()` reads them.
@@ -319,24 +329,22 @@ class Exposition:
         days kept (311 ms CPU a scrape at 1,000 levels after 30 days, 81 ms after one).
         """
         rows = [
-            (row.group["level"], row.group["model"], row)
+            ((row.group["level"], row.group["model"]), row)
             for row in self.reads.spend(by=("level", "model"), since=today)
         ]
         return "".join(
             [
                 self.tokens(
-                    (level, model, kind, count)
-                    for level, model, row in rows
+                    ((*pair, kind), (count,))
+                    for pair, row in rows
                     for kind, count in (
                         ("prompt", row.prompt_tokens),
                         ("completion", row.completion_tokens),
                     )
                 ),
-                self.model_calls((level, model, row.model_calls) for level, model, row in rows),
+                self.model_calls((pair, (row.model_calls,)) for pair, row in rows),
                 self.cost(
-                    (level, model, row.cost_usd)
-                    for level, model, row in rows
-                    if row.cost_usd is not None
+                    (pair, (row.cost_usd,)) for pair, row in rows if row.cost_usd is not None
                 ),
             ]
         )

@@ -23,13 +23,26 @@ import contextlib
 import cProfile
 import os
 import pstats
+import sqlite3
 import statistics
 import tempfile
+import time
+from collections.abc import Callable
 from datetime import UTC, date, datetime, timedelta
 from pathlib import Path
 
 import sqlalchemy as sa
-from growth_bench import LEVELS, cli, load_sqlite, p50, write_config
+from growth_bench import (
+    LEVELS,
+    PER_MINUTE,
+    TOOL_TICKS,
+    cli,
+    cpu_seconds,
+    history,
+    insert_sqlite,
+    load_sqlite,
+    write_config,
+)
 from machine import describe
 
 from harness.api.metrics import Exposition
@@ -93,6 +106,15 @@ def prepared(root: Path, events: int, now: datetime) -> tuple[str, Path]:
     return url, config
 
 
+def once(scrape: Callable[[], bytes], before: Callable[[], None] | None) -> tuple[float, float]:
+    """Wall and CPU seconds of one scrape, after `before` (not timed)."""
+    if before is not None:
+        before()
+    began, spent = time.perf_counter(), cpu_seconds()
+    scrape()
+    return time.perf_counter() - began, cpu_seconds() - spent
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--events", type=int, default=100_000)
@@ -111,29 +133,46 @@ def main() -> None:
         store = open_store(url)
         reads = Reads(load_settings(config), store)
 
-        def scrape() -> bytes:
+        kept = Exposition(reads)
+
+        def fresh() -> bytes:
             return Exposition(reads).text()
 
-        for days in (0, args.days):
+        def ticked() -> None:
+            """A minute of 1,000 ticks stored and folded, as a running service leaves it."""
+            with sqlite3.connect(root / "metrics.db") as conn:
+                for rows in history(round(PER_MINUTE * (11 + 4 * TOOL_TICKS)), datetime.now(UTC)):
+                    insert_sqlite(conn, rows)
+            reads.fresh()
+
+        for days in dict.fromkeys((0, args.days)):
             if days:
                 add_days_of_spend(url, days, now)
-            walls, cpus = zip(*(p50(1, scrape) for _ in range(args.runs)), strict=True)
-            text = scrape()
-            lines = text.count(b"\n")
-            print(
-                f"{args.events:,} events, {len(LEVELS):,} levels, {days} earlier days of spend: "
-                f"p50 {statistics.median(walls) * 1000:.0f} ms wall, "
-                f"{statistics.median(cpus) * 1000:.0f} ms CPU (least {min(cpus) * 1000:.0f}); "
-                f"{lines:,} lines, {len(text) / 1000:.0f} KB",
-                flush=True,
-            )
+            kept.text()
+            for label, before, scrape in (
+                ("whole render", None, fresh),
+                ("kept, nothing new", None, kept.text),
+                ("kept, a minute of 1,000 ticks since", ticked, kept.text),
+            ):
+                walls, cpus = zip(*(once(scrape, before) for _ in range(args.runs)), strict=True)
+                print(
+                    f"{days} earlier days of spend, {label}: "
+                    f"p50 {statistics.median(walls) * 1000:.1f} ms wall, "
+                    f"{statistics.median(cpus) * 1000:.1f} ms CPU (least {min(cpus) * 1000:.1f})",
+                    flush=True,
+                )
+        text = fresh()
+        assert text == kept.text(), "the kept text is a fresh render's"
+        lines = text.count(b"\n")
+        print(f"{len(LEVELS):,} levels: {lines:,} lines, {len(text) / 1000:.0f} KB")
         families = collections.Counter(
             line.split(b"{")[0].split(b" ")[0] for line in text.splitlines() if line[:1] != b"#"
         )
         print(", ".join(f"{name.decode()} {count:,}" for name, count in families.most_common()))
         if args.profile:
+            ticked()
             with cProfile.Profile() as profile:
-                scrape()
+                kept.text()
             pstats.Stats(profile).sort_stats("cumulative").print_stats(25)
         store.close()
     print(f"load average at end: {os.getloadavg()}")

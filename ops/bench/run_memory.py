@@ -36,6 +36,8 @@ from machine import describe
 from harness.devtools.fake_llm import fake_upstream
 
 SAMPLE_SECONDS = 0.5
+STOP_SECONDS = 900
+"""The service cancels what it queued and records it before it ends: minutes at load 30."""
 
 
 class _Mallinfo2(ctypes.Structure):
@@ -119,7 +121,9 @@ def run(store: Path, seconds: int, scratch: Path, caches: list[str]) -> None:
         )
         time.sleep(seconds)
         service.send_signal(signal.SIGTERM)
-        service.wait(180)
+        stopping = time.monotonic()
+        service.wait(STOP_SECONDS)
+        stopped = time.monotonic() - stopping
     rows = [json.loads(line) for line in samples.read_text().splitlines()]
     mib = 2**20
     peak = max(rows, key=lambda row: row["rss"])
@@ -127,7 +131,8 @@ def run(store: Path, seconds: int, scratch: Path, caches: list[str]) -> None:
         f"peak RSS {peak['rss'] / mib:.1f} MiB at {peak['t']} s: SQLite heap "
         f"{peak['sqlite'] / mib:.1f} MiB (its high-water {peak['sqlite_peak'] / mib:.1f}), "
         f"malloc in use {peak['malloc_used'] / mib:.1f} MiB, malloc free "
-        f"{peak['malloc_free'] / mib:.1f} MiB, {peak['threads']} threads"
+        f"{peak['malloc_free'] / mib:.1f} MiB, {peak['threads']} threads; "
+        f"stopped {stopped:.0f} s after SIGTERM"
     )
     print(f"  {'t (s)':>6}{'RSS':>8}{'SQLite':>8}{'malloc':>8}{'free':>8}{'threads':>8}")
     shown = [row for row in rows if row["t"] < 30][:: round(1 / SAMPLE_SECONDS)]

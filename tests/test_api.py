@@ -16,7 +16,7 @@ from prometheus_client import generate_latest
 from prometheus_client.core import GaugeMetricFamily, Metric
 from prometheus_client.parser import text_string_to_metric_families
 
-from harness.api.metrics import StoreCollector, text_format
+from harness.api.metrics import Exposition, header, sample
 from harness.api.reads import Reads
 from harness.config import (
     Settings,
@@ -532,14 +532,61 @@ def test_metrics_after_real_ticks(tmp_path: Path, fake: FakeUpstream) -> None:
     assert seen[("tickwork_store_position", ())] == harness.store.last_position()
     lag = seen[("tickwork_scheduler_fire_lag_seconds", (*level, ("stat", "last")))]
     assert 3 <= lag < 50
-    odd = GaugeMetricFamily("tickwork_probe", 'a "help"\\ line\n', labels=["value"])
-    for n, value in enumerate((12_345_678, 999_999, -3, 0.5, 1e21, float("inf"))):
-        odd.add_metric([f'quote " slash \\ newline \n {n}'], value)
-    families = [*StoreCollector(Reads(harness.settings, harness.store)).collect(), odd]
-    assert text_format(families) == generate_latest(_Families(families)), (
+    text = Exposition(Reads(harness.settings, harness.store)).text()
+    parsed = list(text_string_to_metric_families(text.decode()))
+    assert generate_latest(_Families(parsed)) == text, (
         "the text /metrics writes is prometheus_client's, byte for byte"
     )
+    odd = GaugeMetricFamily("tickwork_probe", 'a "help"\\ line\n', labels=["value"])
+    ours = header("tickwork_probe", "gauge", 'a "help"\\ line\n')
+    for n, value in enumerate((12_345_678, 999_999, -3, 0.5, 1e21, float("inf"))):
+        label = f'quote " slash \\ newline \n {n}'
+        odd.add_metric([label], value)
+        ours += sample("tickwork_probe", {"value": label}, value)
+    assert ours.encode() == generate_latest(_Families([odd])), "odd values and labels too"
     harness.store.close()
+
+
+def test_metrics_kept_between_scrapes_show_each_change_as_a_fresh_render_does(api: Api) -> None:
+    """The text kept from the last scrape is reused only while what it shows stands."""
+    kept = Exposition(Reads(api.settings, api.store))
+
+    def scrape() -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
+        text = kept.text()
+        fresh = Exposition(Reads(api.settings, api.store)).text()
+        assert text == fresh, "the kept text is what a fresh render writes"
+        return {
+            (sample.name, tuple(sorted(sample.labels.items()))): sample.value
+            for family in text_string_to_metric_families(text.decode())
+            for sample in family.samples
+        }
+
+    level = (("level", "min"),)
+    running = (*level, ("state", "running"))
+    empty = scrape()
+    assert empty[("tickwork_ticks_in_flight", running)] == 0
+    assert scrape() == empty, "nothing stored since: the same text"
+
+    record(api.store, *started_with_spend("min-a", "min", "gpt-4o-mini", (100, 10)))
+    started = scrape()
+    assert started[("tickwork_ticks", (*level, ("status", "running")))] == 1
+    assert started[("tickwork_ticks_in_flight", running)] == 1
+    tokens = ("tickwork_tokens_total", (("kind", "prompt"), *level, ("model", "gpt-4o-mini")))
+    assert started[tokens] == 100
+    assert ("tickwork_tick_duration_seconds_count", level) not in started
+
+    record(api.store, TickCompleted(tick_id="min-a", level="min"))
+    ended = scrape()
+    assert ended[("tickwork_ticks", (*level, ("status", "completed")))] == 1
+    assert ("tickwork_ticks", (*level, ("status", "running"))) not in ended
+    assert ended[("tickwork_ticks_in_flight", running)] == 0
+    assert ended[("tickwork_tick_duration_seconds_count", level)] == 1
+    assert ended[("tickwork_store_position", ())] == api.store.last_position()
+
+    record(api.store, *started_with_spend("min-b", "min", "gpt-4o-mini", (5, 1)))
+    assert scrape()[tokens] == 105, "the same row of spend, moved"
+    assert api.http.post("/levels/hour/pause").status_code == 200
+    assert scrape()[("tickwork_level_paused", (("level", "hour"),))] == 1
 
 
 @dataclass

@@ -25,7 +25,7 @@ import psycopg
 import sqlalchemy as sa
 
 from harness.api import dashboard
-from harness.api.metrics import StoreCollector, text_format
+from harness.api.metrics import Exposition
 from harness.api.reads import Reads
 from harness.config import LevelConfig, Settings, StoreConfig
 from harness.digests.build import build_digest
@@ -119,7 +119,7 @@ def _digest(store: SqlEventStore) -> object:
 
 SERVED: dict[str, Path_] = {
     "dashboard panels": lambda store: dashboard.panels(_reads(store)),
-    "metrics": lambda store: text_format(StoreCollector(_reads(store)).collect()),
+    "metrics": lambda store: Exposition(_reads(store)).text(),
     "status": lambda store: snapshot(_settings(store), store, PriceBook()),
     "digest of the last hour": _digest,
     "levels described": lambda store: describe_levels(_settings(store), store, LEVELS, NOW),

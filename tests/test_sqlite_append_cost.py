@@ -10,6 +10,7 @@ import sqlite3
 from uuid import uuid4
 
 from harness.store import ANY, NewEvent, open_store
+from harness.store.engine import SQLITE_CACHE_KIB, SQLITE_READ_CACHE_KIB
 from harness.store.writer import _SQLITE_FIRST, SQLITE_LANDED
 
 
@@ -69,3 +70,20 @@ def test_a_writer_connection_opened_again_reports_where_appends_land(sqlite_url:
         assert (batch.positions, batch.stream_version) == ((3, 4, 5), 5)
     finally:
         store.close()
+
+
+def test_only_the_writer_connection_keeps_a_large_page_cache(sqlite_url: str) -> None:
+    """Pooled connections fill their cache and keep it while pooled: small there.
+
+    At 64 MiB a connection, `tickwork run`'s pool held 75 MiB of a big store's pages.
+    """
+    store = open_store(sqlite_url)
+    try:
+        store.append("s", [NewEvent(uuid4(), "T", 1, {})], ANY)
+        with store.read_transaction() as conn:
+            read = conn.exec_driver_sql("PRAGMA cache_size").scalar_one()
+        written = store._writer._connection.execute("PRAGMA cache_size").fetchone()[0]
+    finally:
+        store.close()
+    assert (read, written) == (-SQLITE_READ_CACHE_KIB, -SQLITE_CACHE_KIB)
+    assert SQLITE_READ_CACHE_KIB < SQLITE_CACHE_KIB

@@ -23,6 +23,7 @@ from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 from fastapi.staticfiles import StaticFiles
 from starlette.concurrency import run_in_threadpool
 
+from harness.api.metrics import Exposition
 from harness.api.models import Problem
 from harness.api.reads import Reads
 from harness.api.routes import ROUTERS
@@ -114,6 +115,7 @@ def create_app(settings: Settings, store: EventStore, manual: ManualTicks) -> Fa
     )
     app.middleware("http")(refuse_nul)
     app.state.reads = Reads(settings, store)
+    app.state.exposition = Exposition(app.state.reads)
     app.state.manual = manual
     token = settings.api.token.get_secret_value() if settings.api.token else None
     guarded = APIRouter(

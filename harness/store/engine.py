@@ -26,6 +26,14 @@ BEGIN_MODE = "tickwork_sqlite_begin"
 
 SQLITE_BUSY_TIMEOUT_MS = 30_000
 SQLITE_CACHE_KIB = 65_536
+"""The writer's page cache (see `writer.Writer._open`); set on its own connection only."""
+SQLITE_READ_CACHE_KIB = 2_048
+"""Every other connection's page cache: about SQLite's default. A pooled connection's
+cache fills as it reads and stays filled while the pool keeps it, and the pool keeps
+several: at 64 MiB each, `tickwork run` on a 1M-event store held 75 MiB of SQLite pages
+at its peak, and glibc 93 MiB more that closed connections' caches had freed (274 MiB
+RSS); at 8 MiB each, 48 MiB (193 MiB RSS); at 2 MiB, 16 MiB (139 MiB RSS), measured with
+`ops/bench/run_memory.py`. Reads miss into the operating system's file cache instead."""
 SQLITE_WAL_AUTOCHECKPOINT_PAGES = {"process": 10_000, "power": 1_000}
 SQLITE_SYNCHRONOUS = {"process": "NORMAL", "power": "FULL"}
 DURABILITY = "tickwork_durability"
@@ -142,12 +150,9 @@ def create_store_engine(url: str, *, durability: Durability = "process") -> Engi
             cursor.execute("PRAGMA auto_vacuum = INCREMENTAL")
         cursor.execute("PRAGMA journal_mode = WAL")
         cursor.execute(f"PRAGMA synchronous = {SQLITE_SYNCHRONOUS[durability]}")
-        # tickwork mints time-ordered event ids (harness.contracts.ids), which go to the
-        # right edge of the event-id index, but ids a caller brings may be random, and
-        # were in stores written before: random keys with SQLite's 2 MiB default page
-        # cache thrash a store of millions of events on every append. Pages are allocated
-        # on use.
-        cursor.execute(f"PRAGMA cache_size = -{SQLITE_CACHE_KIB}")
+        # Reads go through the operating system's file cache; the writer's connection
+        # takes a larger cache of its own (`SQLITE_CACHE_KIB`, `writer.Writer._open`).
+        cursor.execute(f"PRAGMA cache_size = -{SQLITE_READ_CACHE_KIB}")
         # A batch of 100 writes about 23 pages to the WAL (127 with random ids, a leaf of
         # the id index per event), and at the default checkpoint every 1,000 pages the
         # appending connection copies them into the database every few dozen batches. At

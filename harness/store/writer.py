@@ -46,7 +46,7 @@ import sqlalchemy as sa
 from sqlalchemy.engine import Engine
 
 from harness.contracts.records import NewEvent
-from harness.store.engine import DURABILITY
+from harness.store.engine import DURABILITY, SQLITE_CACHE_KIB
 from harness.store.partitions import ensure_days, is_tick_stream
 from harness.store.records import (
     ANY,
@@ -283,11 +283,17 @@ class Writer:
         On PostgreSQL it runs in autocommit (a single append is its own transaction; a wave
         brackets its statements with BEGIN/COMMIT), under the writer's `application_name`
         and (durability `process`) with `synchronous_commit = off`: settings pooled
-        connections must never inherit.
+        connections must never inherit. On SQLite it takes a larger page cache than pooled
+        connections: tickwork mints time-ordered event ids (harness.contracts.ids), which go
+        to the right edge of the event-id index, but ids a caller brings may be random, and
+        were in stores written before: random keys with SQLite's 2 MiB default page cache
+        thrash a store of millions of events on every append. Pages are allocated on use.
         """
         pooled = self._engine.raw_connection()
         pooled.detach()
         connection: Any = pooled.dbapi_connection
+        if not self._postgres:
+            connection.execute(f"PRAGMA cache_size = -{SQLITE_CACHE_KIB}")
         if self._postgres:
             connection.autocommit = True
             connection.execute(f"SET application_name = '{WRITER_NAME}'")

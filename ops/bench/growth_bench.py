@@ -251,20 +251,25 @@ def load_sqlite(url: str, events: int, now: datetime, compacting: bool) -> int:
     with sqlite3.connect(path) as conn:
         conn.execute("PRAGMA synchronous = OFF")
         for rows in history(events, now):
-            conn.executemany(
-                "INSERT INTO events (event_id, stream_id, stream_position, "
-                "type, version, data, metadata, recorded_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
-                [
-                    (i.hex, s, v, t, n, d, m, at.isoformat(" ", "microseconds")[:26])
-                    for i, s, v, t, n, d, m, at, _ in rows
-                ],
-            )
-            conn.commit()
+            insert_sqlite(conn, rows)
             if compacting:
                 compact(store)
         check_layout(store, compacting)
         store.close()
         return int(conn.execute("SELECT COUNT(*) FROM events").fetchone()[0])
+
+
+def insert_sqlite(conn: sqlite3.Connection, rows: list[Row]) -> None:
+    """Rows of `history` into SQLite's `events`, committed, as the writer stores them."""
+    conn.executemany(
+        "INSERT INTO events (event_id, stream_id, stream_position, "
+        "type, version, data, metadata, recorded_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
+        [
+            (i.hex, s, v, t, n, d, m, at.isoformat(" ", "microseconds")[:26])
+            for i, s, v, t, n, d, m, at, _ in rows
+        ],
+    )
+    conn.commit()
 
 
 def load_postgres(url: str, events: int, now: datetime, compacting: bool) -> int:
@@ -474,14 +479,14 @@ def p50(runs: int, call: Callable[[], object]) -> tuple[float, float]:
     call()
     walls, cpus = [], []
     for _ in range(runs):
-        began, spent = time.perf_counter(), _cpu()
+        began, spent = time.perf_counter(), cpu_seconds()
         call()
         walls.append(time.perf_counter() - began)
-        cpus.append(_cpu() - spent)
+        cpus.append(cpu_seconds() - spent)
     return statistics.median(walls), statistics.median(cpus)
 
 
-def _cpu() -> float:
+def cpu_seconds() -> float:
     own, children = (
         resource.getrusage(who) for who in (resource.RUSAGE_SELF, resource.RUSAGE_CHILDREN)
     )

@@ -8,24 +8,44 @@ in the spend read model. The collector runs in-process, as the API calls it. On 
 machine the least CPU of the runs is the truest figure of the scrape's own work.
 
     .venv/bin/python ops/bench/metrics_bench.py [--events 100000] [--days 30] [--runs 7]
-        [--profile]
+        [--profile] [--store FOLDER]
+
+`--store` keeps the loaded and folded store in FOLDER and reuses it on the next run (a 1M
+store takes minutes to load on a busy machine). A kept store ages: its spend is moved so
+its last day is today, or a scrape after midnight would show no spend of today.
 """
 
 from __future__ import annotations
 
 import argparse
 import collections
+import contextlib
 import cProfile
+import os
 import pstats
+import sqlite3
 import statistics
 import tempfile
-from datetime import UTC, datetime, timedelta
+import time
+from collections.abc import Callable
+from datetime import UTC, date, datetime, timedelta
 from pathlib import Path
 
-from growth_bench import LEVELS, cli, load_sqlite, p50, write_config
+import sqlalchemy as sa
+from growth_bench import (
+    LEVELS,
+    PER_MINUTE,
+    TOOL_TICKS,
+    cli,
+    cpu_seconds,
+    history,
+    insert_sqlite,
+    load_sqlite,
+    write_config,
+)
 from machine import describe
 
-from harness.api.metrics import StoreCollector, text_format
+from harness.api.metrics import Exposition
 from harness.api.reads import Reads
 from harness.config import load_settings
 from harness.projections.spend import spend_daily
@@ -33,10 +53,11 @@ from harness.store import migrate_store, open_store
 
 
 def add_days_of_spend(url: str, days: int, now: datetime) -> None:
-    """A row per level on each of `days` days before the loaded history."""
+    """A row per level on each of `days` days before the loaded history (replacing any)."""
     store = open_store(url)
     zero = {"cache_read_tokens": 0, "cache_write_tokens": 0, "estimated_calls": 0}
     with store.write_transaction() as conn:
+        conn.execute(spend_daily.delete().where(spend_daily.c.day < now.date()))
         for back in range(1, days + 1):
             day = (now - timedelta(days=back)).date()
             conn.execute(
@@ -59,50 +80,102 @@ def add_days_of_spend(url: str, days: int, now: datetime) -> None:
     store.close()
 
 
+def spend_to_today(url: str, today: date) -> None:
+    """Move every spend row by the days between its last day and `today` (a kept store)."""
+    store = open_store(url)
+    with store.write_transaction() as conn:
+        rows = [dict(row) for row in conn.execute(sa.select(spend_daily)).mappings()]
+        if rows:
+            shift = today - max(row["day"] for row in rows)
+            conn.execute(spend_daily.delete())
+            conn.execute(spend_daily.insert(), [{**row, "day": row["day"] + shift} for row in rows])
+    store.close()
+
+
+def prepared(root: Path, events: int, now: datetime) -> tuple[str, Path]:
+    """The store's URL and config in `root`: loaded and folded there, unless it already was."""
+    url = f"sqlite:///{root}/metrics.db"
+    config = write_config(root, url)
+    if (root / "metrics.db").exists():
+        print(f"reusing the store kept in {root}", flush=True)
+        spend_to_today(url, now.date())
+        return url, config
+    migrate_store(url)
+    load_sqlite(url, events, now, compacting=True)
+    cli(config, "projections", "rebuild")()
+    return url, config
+
+
+def once(scrape: Callable[[], bytes], before: Callable[[], None] | None) -> tuple[float, float]:
+    """Wall and CPU seconds of one scrape, after `before` (not timed)."""
+    if before is not None:
+        before()
+    began, spent = time.perf_counter(), cpu_seconds()
+    scrape()
+    return time.perf_counter() - began, cpu_seconds() - spent
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--events", type=int, default=100_000)
     parser.add_argument("--days", type=int, default=30)
     parser.add_argument("--runs", type=int, default=7)
     parser.add_argument("--profile", action="store_true")
+    parser.add_argument("--store", type=Path, help="a folder to keep the store in and reuse")
     args = parser.parse_args()
     print(describe())
+    print(f"load average at start: {os.getloadavg()}")
     now = datetime.now(UTC)
-    with tempfile.TemporaryDirectory() as tmp:
-        root = Path(tmp)
-        url = f"sqlite:///{root}/metrics.db"
-        config = write_config(root, url)
-        migrate_store(url)
-        load_sqlite(url, args.events, now, compacting=True)
-        cli(config, "projections", "rebuild")()
+    with contextlib.ExitStack() as stack:
+        root = args.store or Path(stack.enter_context(tempfile.TemporaryDirectory()))
+        root.mkdir(parents=True, exist_ok=True)
+        url, config = prepared(root, args.events, now)
         store = open_store(url)
         reads = Reads(load_settings(config), store)
 
-        def scrape() -> bytes:
-            return text_format(StoreCollector(reads).collect())
+        kept = Exposition(reads)
 
-        for days in (0, args.days):
+        def fresh() -> bytes:
+            return Exposition(reads).text()
+
+        def ticked() -> None:
+            """A minute of 1,000 ticks stored and folded, as a running service leaves it."""
+            with sqlite3.connect(root / "metrics.db") as conn:
+                for rows in history(round(PER_MINUTE * (11 + 4 * TOOL_TICKS)), datetime.now(UTC)):
+                    insert_sqlite(conn, rows)
+            reads.fresh()
+
+        for days in dict.fromkeys((0, args.days)):
             if days:
                 add_days_of_spend(url, days, now)
-            walls, cpus = zip(*(p50(1, scrape) for _ in range(args.runs)), strict=True)
-            text = scrape()
-            lines = text.count(b"\n")
-            print(
-                f"{args.events:,} events, {len(LEVELS):,} levels, {days} earlier days of spend: "
-                f"p50 {statistics.median(walls) * 1000:.0f} ms wall, "
-                f"{statistics.median(cpus) * 1000:.0f} ms CPU (least {min(cpus) * 1000:.0f}); "
-                f"{lines:,} lines, {len(text) / 1000:.0f} KB",
-                flush=True,
-            )
+            kept.text()
+            for label, before, scrape in (
+                ("whole render", None, fresh),
+                ("kept, nothing new", None, kept.text),
+                ("kept, a minute of 1,000 ticks since", ticked, kept.text),
+            ):
+                walls, cpus = zip(*(once(scrape, before) for _ in range(args.runs)), strict=True)
+                print(
+                    f"{days} earlier days of spend, {label}: "
+                    f"p50 {statistics.median(walls) * 1000:.1f} ms wall, "
+                    f"{statistics.median(cpus) * 1000:.1f} ms CPU (least {min(cpus) * 1000:.1f})",
+                    flush=True,
+                )
+        text = fresh()
+        assert text == kept.text(), "the kept text is a fresh render's"
+        lines = text.count(b"\n")
+        print(f"{len(LEVELS):,} levels: {lines:,} lines, {len(text) / 1000:.0f} KB")
         families = collections.Counter(
             line.split(b"{")[0].split(b" ")[0] for line in text.splitlines() if line[:1] != b"#"
         )
         print(", ".join(f"{name.decode()} {count:,}" for name, count in families.most_common()))
         if args.profile:
+            ticked()
             with cProfile.Profile() as profile:
-                scrape()
+                kept.text()
             pstats.Stats(profile).sort_stats("cumulative").print_stats(25)
         store.close()
+    print(f"load average at end: {os.getloadavg()}")
 
 
 if __name__ == "__main__":

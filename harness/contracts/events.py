@@ -15,9 +15,9 @@ from uuid import UUID, uuid5
 
 from pydantic import BaseModel, ConfigDict, Field, NonNegativeInt, PositiveInt
 
+from harness.contracts.failures import FailureClass
 from harness.contracts.ids import new_event_id
 from harness.contracts.records import NewEvent, StoredEvent
-from harness.contracts.result import FailureClass
 from harness.contracts.secrets import redact, redact_data
 
 

@@ -15,12 +15,9 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, JsonValue, NonNegativeInt, ValidationError
 
+from harness.contracts.failures import FailureClass
 from harness.contracts.secrets import redact_data
 from harness.files import write_atomically
-
-FailureClass = Literal["infrastructure", "content", "internal", "configuration"]
-"""`configuration`: the upstream refused the tick's credentials (401/403); retrying cannot
-help, so the level pauses at once."""
 
 
 class _Model(BaseModel):

@@ -921,7 +921,7 @@ ARCHIVE_STREAM = "archive"
 class ArchiveSummary(BaseModel):
     """What a day's archive holds: its manifest and its `ArchiveWritten` both say it."""
 
-    model_config = ConfigDict(frozen=True, extra="forbid")
+    model_config = ConfigDict(frozen=True, extra="forbid", defer_build=True)
 
     day: date
     first_position: int

@@ -21,7 +21,7 @@ from harness.files import write_atomically
 
 
 class _Model(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", defer_build=True)
 
 
 class ResultUsage(_Model):

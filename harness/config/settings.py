@@ -125,6 +125,8 @@ class ConfigError(Exception):
 
 
 class _Strict(BaseModel):
+    # Validators are built on first use (`defer_build`): a command that reads its
+    # configuration builds the sections it validates, not every model of the file.
     model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False, defer_build=True)
 
 

@@ -21,6 +21,8 @@ from harness.files import write_atomically
 
 
 class _Model(BaseModel):
+    # Built on first use: the read models import this module for `read_result`, and
+    # most commands that load them never read a result file.
     model_config = ConfigDict(extra="forbid", defer_build=True)
 
 

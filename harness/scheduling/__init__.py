@@ -11,8 +11,8 @@ outage (and claiming the slots it left owed), the alerts, live edits of the leve
 
 All but the triggers are loaded on first use (`harness.fronts`): importing any submodule
 runs this front first, and `tickwork status` needs the status snapshot without the
-service, the reconciler (psutil) or the wave claims (routing). `reconcile` is not a name of the front:
-it is its submodule's name too, and a loaded submodule would shadow the function.
+service, the reconciler (psutil) or the wave claims (routing). `reconcile` is not a name of
+the front: it is its submodule's name too, and a loaded submodule would shadow the function.
 """
 
 from __future__ import annotations

@@ -51,7 +51,7 @@ class Event(BaseModel):
 class RawEvent(BaseModel):
     """An event of a type (or version) this code does not know, kept as stored."""
 
-    model_config = ConfigDict(frozen=True)
+    model_config = ConfigDict(frozen=True, defer_build=True)
 
     type: str
     version: int
@@ -470,7 +470,7 @@ class HedgeDecided(TickEvent):
 class PanelMember(BaseModel):
     """How one member tick of a panel slot ended."""
 
-    model_config = ConfigDict(frozen=True, extra="forbid")
+    model_config = ConfigDict(frozen=True, extra="forbid", defer_build=True)
 
     tick_id: str
     status: str

@@ -10,9 +10,14 @@ so the runs measure start-up and reading, not catching up). Then the top imports
 Every build runs with its bytecode cached, as an installed wheel's is: the commands get
 a `PYTHONPYCACHEPREFIX` of their own, written by one unmeasured run of each build. Under
 `PYTHONDONTWRITEBYTECODE` (set in some shells) a source tree whose `__pycache__` is stale
-compiles every changed module on every run, which once made a branch look 0.3 s slower.
+compiles every changed module on every run (a fresh worktree: 86 modules per `status`).
 
     .venv/bin/python ops/bench/cli_startup.py [--runs 15] [--ticks 300] [--top 25]
+        [--against OTHER_VENV] [--instructions]
+
+`--instructions` also counts the instructions `tickwork status` runs on the empty store
+(valgrind's callgrind, some 50 times slower): on a shared machine CPU times move by 10 %
+from run to run with the load, the count by well under 1 %.
 """
 
 from __future__ import annotations
@@ -75,6 +80,25 @@ def unmeasured_status(
     """`status` once per build: the read models fold what is new, the bytecode is cached."""
     for tickwork in builds.values():
         run([*tickwork, "status"], folder, environment)
+
+
+def instructions(builds: dict[str, list[str]], folder: Path, environment: dict[str, str]) -> None:
+    """Each build's `tickwork status`, run once under callgrind: its instruction count."""
+    for name, tickwork in builds.items():
+        done = subprocess.run(
+            ["valgrind", "--tool=callgrind", "--callgrind-out-file=/dev/null", *tickwork, "status"],
+            cwd=folder,
+            env=environment,
+            check=True,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        count = next(line for line in done.stderr.splitlines() if "Collected :" in line)
+        print(
+            f"{name + ' tickwork status (empty)':<34} "
+            f"{int(count.split()[-1]):,} instructions (callgrind)"
+        )
 
 
 def percentile_90(values: list[float]) -> float:
@@ -165,6 +189,9 @@ def main() -> None:
     parser.add_argument(
         "--against", type=Path, help="Another build's virtualenv to time side by side."
     )
+    parser.add_argument(
+        "--instructions", action="store_true", help="Count status's instructions (valgrind)."
+    )
     args = parser.parse_args()
     print(describe())
     print(f"load average: {' '.join(f'{load:.2f}' for load in os.getloadavg())}")
@@ -183,6 +210,8 @@ def main() -> None:
         unmeasured_status(builds, folder, environment)
         figures("tickwork --help", builds, ["--help"], folder, environment, args.runs)
         figures("tickwork status (empty)", builds, ["status"], folder, environment, args.runs)
+        if args.instructions:
+            instructions(builds, folder, environment)
         fill(folder, args.ticks)
         unmeasured_status(builds, folder, environment)
         figures(

@@ -74,6 +74,19 @@ def run(command: list[str], folder: Path, environment: dict[str, str]) -> tuple[
     return wall, (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
 
 
+def stderr_of(command: list[str], folder: Path, environment: dict[str, str]) -> str:
+    """What a successful run of `command` wrote to stderr (a tool's report on it)."""
+    return subprocess.run(
+        command,
+        cwd=folder,
+        env=environment,
+        check=True,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+    ).stderr
+
+
 def unmeasured_status(
     builds: dict[str, list[str]], folder: Path, environment: dict[str, str]
 ) -> None:
@@ -85,16 +98,9 @@ def unmeasured_status(
 def instructions(builds: dict[str, list[str]], folder: Path, environment: dict[str, str]) -> None:
     """Each build's `tickwork status`, run once under callgrind: its instruction count."""
     for name, tickwork in builds.items():
-        done = subprocess.run(
-            ["valgrind", "--tool=callgrind", "--callgrind-out-file=/dev/null", *tickwork, "status"],
-            cwd=folder,
-            env=environment,
-            check=True,
-            stdout=subprocess.DEVNULL,
-            stderr=subprocess.PIPE,
-            text=True,
-        )
-        count = next(line for line in done.stderr.splitlines() if "Collected :" in line)
+        callgrind = ["valgrind", "--tool=callgrind", "--callgrind-out-file=/dev/null"]
+        report = stderr_of([*callgrind, *tickwork, "status"], folder, environment)
+        count = next(line for line in report.splitlines() if "Collected :" in line)
         print(
             f"{name + ' tickwork status (empty)':<34} "
             f"{int(count.split()[-1]):,} instructions (callgrind)"
@@ -159,17 +165,11 @@ def fill(folder: Path, ticks: int) -> None:
 
 def top_imports(folder: Path, environment: dict[str, str], top: int) -> None:
     """The imports of `tickwork status` with the largest cumulative time, in microseconds."""
-    done = subprocess.run(
-        [sys.executable, "-X", "importtime", "-c", STATUS_IMPORTS],
-        cwd=folder,
-        env=environment,
-        check=True,
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.PIPE,
-        text=True,
+    report = stderr_of(
+        [sys.executable, "-X", "importtime", "-c", STATUS_IMPORTS], folder, environment
     )
     rows = []
-    for line in done.stderr.splitlines():
+    for line in report.splitlines():
         if not line.startswith("import time:") or "cumulative" in line:
             continue
         own, cumulative, name = line.removeprefix("import time:").split("|")

@@ -17,7 +17,7 @@ compiles every changed module on every run (a fresh worktree: 86 modules per `st
 
 `--instructions` also counts the instructions `tickwork status` runs on the empty store
 (valgrind's callgrind, some 50 times slower): on a shared machine CPU times move by 10 %
-from run to run with the load, the count by well under 1 %.
+from run to run with the load, which a count of instructions should not see.
 """
 
 from __future__ import annotations

@@ -2,7 +2,7 @@
 
 The packages follow a tick's data path, and each may import only what stands before it::
 
-    timespec, files          small utilities, no tickwork imports
+    timespec, files, fronts  small utilities, no tickwork imports
     contracts                events, tick payload, result file: plain data
     config, prices, rag      tickwork.toml, prices per call, the retrieval index
     folds                    a range of the log folded in a worker process (lean imports)
@@ -29,6 +29,7 @@ __version__ = "0.1.0"
 LAYERS: tuple[str, ...] = (
     "harness.timespec",
     "harness.files",
+    "harness.fronts",
     "harness.contracts",
     "harness.config",
     "harness.prices",

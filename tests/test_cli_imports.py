@@ -61,6 +61,7 @@ def test_status_of_a_sqlite_store_imports_no_service_driver_or_migration_tool(
     subprocess.run([TICKWORK, "init"], cwd=tmp_path, check=True, capture_output=True)
     heavy = (*SERVICES, "psycopg", "alembic", "genai_prices", "harness.execution", "workers")
     unused = (
+        "harness.contracts.payload",  # the runner's and the worker's: a front loads it on use
         "jsonschema",  # no level has an output schema
         "sqlalchemy.dialects.postgresql",
         "psutil",  # the reconciler's

@@ -20,7 +20,7 @@ import json
 import httpx
 from strands.types.exceptions import ModelThrottledException
 
-from harness.contracts.result import FailureClass
+from harness.contracts.failures import FailureClass
 from harness.routing.quota import QuotaExhaustedError
 from harness.store import StoreUnavailableError
 from workers.fallback import SelfCheckFailedError

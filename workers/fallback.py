@@ -33,8 +33,8 @@ import httpx
 
 from harness.contracts.agents import missing_agent
 from harness.contracts.events import QuotaObserved, RouteFallback, TargetSelfChecked, capped
+from harness.contracts.failures import FailureClass
 from harness.contracts.payload import RouteCandidate, TickPayload
-from harness.contracts.result import FailureClass
 from harness.routing.availability import recently_down, vouched_for
 from harness.routing.quota import QuotaExhaustedError, QuotaGate, answer_quota
 from workers.model import AgentMissingError, MissingEndpointError, unset_variables

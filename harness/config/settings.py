@@ -125,7 +125,9 @@ class ConfigError(Exception):
 
 
 class _Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
+    # Validators are built on first use (`defer_build`): a command that reads its
+    # configuration builds the sections it validates, not every model of the file.
+    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False, defer_build=True)
 
 
 class StoreConfig(_Strict):

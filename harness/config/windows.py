@@ -65,7 +65,7 @@ Bound = Annotated[datetime | date | None, BeforeValidator(_date_text)]
 class SchedulingConfig(BaseModel):
     """`[scheduling]`: defaults every level's schedule takes unless it sets its own."""
 
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    model_config = ConfigDict(extra="forbid", frozen=True, defer_build=True)
 
     jitter: Jitter = None
     """Each slot fires a deterministic delay in [0, jitter) after its time, derived from
@@ -116,7 +116,7 @@ class Exclusion:
 class ScheduleLimits(BaseModel):
     """The window, exclusions, run limit and jitter of a level's schedule (a mix-in)."""
 
-    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
+    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False, defer_build=True)
 
     jitter: Jitter = None
     """Delay each slot by a deterministic amount in [0, jitter) (`0s`: none); default

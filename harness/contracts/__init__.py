@@ -6,11 +6,17 @@ result file it writes (`result`), the time-ordered ids events are minted with (`
 and the chars-per-token learner that the calibration projection, the governor and the
 payload share (`calibration`). It imports no stage, only pydantic, `uuid_utils` and the
 foundation modules, so every stage can depend on it.
+
+The payload, the result file and the calibration learner are loaded on first use
+(`harness.fronts`): every stage's import of a contract runs this front, and the
+configuration, the store and `tickwork status` use the events and never a payload.
 """
 
 from __future__ import annotations
 
-from harness.contracts.calibration import Calibration, Sample
+import typing
+
+from harness import fronts
 from harness.contracts.events import (
     ARCHIVE_STREAM,
     BACKFILL_STREAM,
@@ -83,6 +89,7 @@ from harness.contracts.events import (
     tick_stream,
     utcnow,
 )
+from harness.contracts.failures import FailureClass
 from harness.contracts.governor import (
     DEFAULT_DIRECTIVE,
     DEFAULT_STOP,
@@ -93,29 +100,31 @@ from harness.contracts.governor import (
     model_key,
 )
 from harness.contracts.ids import new_event_id
-from harness.contracts.payload import (
-    TICK_HEADER,
-    QuotaProbe,
-    RagSettings,
-    RouteCandidate,
-    RoutePlan,
-    TickPayload,
-)
 from harness.contracts.records import (
     NewEvent,
     StoredEvent,
 )
-from harness.contracts.result import (
-    FailureClass,
-    ResultError,
-    ResultFileError,
-    ResultMissingError,
-    ResultToolCalls,
-    ResultUsage,
-    TickResult,
-    read_result,
-    write_result,
-)
+
+if typing.TYPE_CHECKING:
+    from harness.contracts.calibration import Calibration, Sample
+    from harness.contracts.payload import (
+        TICK_HEADER,
+        QuotaProbe,
+        RagSettings,
+        RouteCandidate,
+        RoutePlan,
+        TickPayload,
+    )
+    from harness.contracts.result import (
+        ResultError,
+        ResultFileError,
+        ResultMissingError,
+        ResultToolCalls,
+        ResultUsage,
+        TickResult,
+        read_result,
+        write_result,
+    )
 
 __all__ = [
     "ARCHIVE_STREAM",
@@ -216,3 +225,26 @@ __all__ = [
     "utcnow",
     "write_result",
 ]
+
+_HOMES = {
+    "calibration": ("Calibration", "Sample"),
+    "payload": (
+        "TICK_HEADER",
+        "QuotaProbe",
+        "RagSettings",
+        "RouteCandidate",
+        "RoutePlan",
+        "TickPayload",
+    ),
+    "result": (
+        "ResultError",
+        "ResultFileError",
+        "ResultMissingError",
+        "ResultToolCalls",
+        "ResultUsage",
+        "TickResult",
+        "read_result",
+        "write_result",
+    ),
+}
+__getattr__ = fronts.names_on_first_use(__name__, _HOMES)

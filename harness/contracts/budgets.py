@@ -46,7 +46,7 @@ class BudgetEntry(BaseModel):
     another candidate: a `target:` or `provider:` scope.
     """
 
-    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
+    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False, defer_build=True)
 
     name: Annotated[str, Field(pattern=BUDGET_NAME_PATTERN)]
     scope: Annotated[str, Field(pattern=SCOPE_PATTERN)]
@@ -190,7 +190,7 @@ class BudgetRule:
 class BudgetRuleData(BaseModel):
     """A `BudgetRule` as the tick payload carries it to the worker."""
 
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    model_config = ConfigDict(extra="forbid", frozen=True, defer_build=True)
 
     name: str
     scope: str

@@ -15,9 +15,9 @@ from uuid import UUID, uuid5
 
 from pydantic import BaseModel, ConfigDict, Field, NonNegativeInt, PositiveInt
 
+from harness.contracts.failures import FailureClass
 from harness.contracts.ids import new_event_id
 from harness.contracts.records import NewEvent, StoredEvent
-from harness.contracts.result import FailureClass
 from harness.contracts.secrets import redact, redact_data
 
 
@@ -51,7 +51,7 @@ class Event(BaseModel):
 class RawEvent(BaseModel):
     """An event of a type (or version) this code does not know, kept as stored."""
 
-    model_config = ConfigDict(frozen=True)
+    model_config = ConfigDict(frozen=True, defer_build=True)
 
     type: str
     version: int
@@ -470,7 +470,7 @@ class HedgeDecided(TickEvent):
 class PanelMember(BaseModel):
     """How one member tick of a panel slot ended."""
 
-    model_config = ConfigDict(frozen=True, extra="forbid")
+    model_config = ConfigDict(frozen=True, extra="forbid", defer_build=True)
 
     tick_id: str
     status: str
@@ -921,7 +921,7 @@ ARCHIVE_STREAM = "archive"
 class ArchiveSummary(BaseModel):
     """What a day's archive holds: its manifest and its `ArchiveWritten` both say it."""
 
-    model_config = ConfigDict(frozen=True, extra="forbid")
+    model_config = ConfigDict(frozen=True, extra="forbid", defer_build=True)
 
     day: date
     first_position: int

@@ -22,7 +22,7 @@ Positive = Annotated[StrictInt, Field(gt=0)]
 class RateLimit(BaseModel):
     """What one scope allows: requests and tokens in any minute, calls in flight at once."""
 
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    model_config = ConfigDict(extra="forbid", frozen=True, defer_build=True)
 
     rpm: Positive | None = None
     tpm: Positive | None = None
@@ -77,7 +77,7 @@ def level_key(level: str) -> str:
 class RateLimitPlan(BaseModel):
     """The limits that may hold for a tick, and how long it may wait for its turn."""
 
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    model_config = ConfigDict(extra="forbid", frozen=True, defer_build=True)
 
     level: RateLimit | None = None
     targets: dict[str, RateLimit] = {}

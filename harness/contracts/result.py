@@ -15,16 +15,15 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, JsonValue, NonNegativeInt, ValidationError
 
+from harness.contracts.failures import FailureClass
 from harness.contracts.secrets import redact_data
 from harness.files import write_atomically
 
-FailureClass = Literal["infrastructure", "content", "internal", "configuration"]
-"""`configuration`: the upstream refused the tick's credentials (401/403); retrying cannot
-help, so the level pauses at once."""
-
 
 class _Model(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+    # Built on first use: the read models import this module for `read_result`, and
+    # most commands that load them never read a result file.
+    model_config = ConfigDict(extra="forbid", defer_build=True)
 
 
 class ResultUsage(_Model):

@@ -39,7 +39,8 @@ from harness.contracts.events import (
     level_stream,
     tick_stream,
 )
-from harness.contracts.result import FailureClass, ResultFileError, TickResult, read_result
+from harness.contracts.failures import FailureClass
+from harness.contracts.result import ResultFileError, TickResult, read_result
 from harness.execution.cutoff import cut_off_call
 from harness.execution.hedge import Places, Race, hedge_after
 from harness.execution.launchers import Launcher, TickProcess, launcher_for

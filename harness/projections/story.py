@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any, Literal
 from uuid import UUID
 
-from pydantic import BaseModel
+from pydantic import BaseModel, ConfigDict
 
 from harness.contracts import (
     AgentUsageChecked,
@@ -65,6 +65,8 @@ StepKind = Literal[
 class StoryStep(BaseModel):
     """One thing that happened in the tick, in stream order."""
 
+    model_config = ConfigDict(defer_build=True)  # `tickwork show` builds it, not `status`
+
     position: int
     """The event's place in the tick's stream: a follower asks for steps after it."""
     at: datetime
@@ -80,6 +82,8 @@ class StoryStep(BaseModel):
 
 class TickStory(BaseModel):
     """What a tick did and how it ended, with its steps, result text and log tail."""
+
+    model_config = ConfigDict(defer_build=True)
 
     tick_id: str
     level: str | None = None

@@ -9,17 +9,17 @@ outage (and claiming the slots it left owed), the alerts, live edits of the leve
 (`reload`), and the service that wires them. Claimed ticks go to an executor through
 `Handoff`; scheduling never imports `harness.execution`, which comes after it.
 
-All but the triggers are loaded on first use (PEP 562): importing any submodule runs this
-front first, and `tickwork status` needs the status snapshot without the service, the
-reconciler (psutil) or the wave claims (routing). `reconcile` is not a name of the front:
-it is its submodule's name too, and a loaded submodule would shadow the function.
+All but the triggers are loaded on first use (`harness.fronts`): importing any submodule
+runs this front first, and `tickwork status` needs the status snapshot without the
+service, the reconciler (psutil) or the wave claims (routing). `reconcile` is not a name of
+the front: it is its submodule's name too, and a loaded submodule would shadow the function.
 """
 
 from __future__ import annotations
 
-import importlib
 import typing
 
+from harness import fronts
 from harness.scheduling.triggers import level_trigger, next_slot, slot_tick_id
 
 if typing.TYPE_CHECKING:
@@ -108,11 +108,4 @@ _HOMES = {
     "timetable": ("Slot", "Timetable"),
     "waves": ("SkipReason", "SlotClaim", "claim_wave"),
 }
-_HOME_OF = {name: module for module, names in _HOMES.items() for name in names}
-
-
-def __getattr__(name: str) -> object:
-    """A name of a submodule, imported when first asked for."""
-    if name in _HOME_OF:
-        return getattr(importlib.import_module(f"{__name__}.{_HOME_OF[name]}"), name)
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+__getattr__ = fronts.names_on_first_use(__name__, _HOMES)

@@ -7,7 +7,17 @@ empty store, then on one holding a day of ticks (after one unmeasured run has fo
 so the runs measure start-up and reading, not catching up). Then the top imports of
 `tickwork status` by cumulative time (`python -X importtime`), to show where time goes.
 
+Every build runs with its bytecode cached, as an installed wheel's is: the commands get
+a `PYTHONPYCACHEPREFIX` of their own, written by one unmeasured run of each build. Under
+`PYTHONDONTWRITEBYTECODE` (set in some shells) a source tree whose `__pycache__` is stale
+compiles every changed module on every run (a fresh worktree: 86 modules per `status`).
+
     .venv/bin/python ops/bench/cli_startup.py [--runs 15] [--ticks 300] [--top 25]
+        [--against OTHER_VENV] [--instructions]
+
+`--instructions` also counts the instructions `tickwork status` runs on the empty store
+(valgrind's callgrind, some 50 times slower): on a shared machine CPU times move by 10 %
+from run to run with the load, which a count of instructions should not see.
 """
 
 from __future__ import annotations
@@ -43,7 +53,14 @@ def tickwork_command(venv: Path | None = None) -> list[str]:
     return [str(script)] if script.exists() else [shutil.which("tickwork") or "tickwork"]
 
 
-def run(command: list[str], folder: Path) -> tuple[float, float]:
+def cached_bytecode(cache: Path) -> dict[str, str]:
+    """The environment of the measured commands: bytecode written to and read from `cache`."""
+    environment = {**os.environ, "PYTHONPYCACHEPREFIX": str(cache)}
+    environment.pop("PYTHONDONTWRITEBYTECODE", None)
+    return environment
+
+
+def run(command: list[str], folder: Path, environment: dict[str, str]) -> tuple[float, float]:
     """Wall and CPU (user + system) seconds of one run; a failing command stops the benchmark.
 
     CPU time is the figure to compare across runs on a shared machine: other processes
@@ -51,10 +68,43 @@ def run(command: list[str], folder: Path) -> tuple[float, float]:
     """
     before = resource.getrusage(resource.RUSAGE_CHILDREN)
     started = time.perf_counter()
-    subprocess.run(command, cwd=folder, check=True, stdout=subprocess.DEVNULL)
+    subprocess.run(command, cwd=folder, env=environment, check=True, stdout=subprocess.DEVNULL)
     wall = time.perf_counter() - started
     after = resource.getrusage(resource.RUSAGE_CHILDREN)
     return wall, (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
+
+
+def stderr_of(command: list[str], folder: Path, environment: dict[str, str]) -> str:
+    """What a successful run of `command` wrote to stderr (a tool's report on it)."""
+    return subprocess.run(
+        command,
+        cwd=folder,
+        env=environment,
+        check=True,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+    ).stderr
+
+
+def unmeasured_status(
+    builds: dict[str, list[str]], folder: Path, environment: dict[str, str]
+) -> None:
+    """`status` once per build: the read models fold what is new, the bytecode is cached."""
+    for tickwork in builds.values():
+        run([*tickwork, "status"], folder, environment)
+
+
+def instructions(builds: dict[str, list[str]], folder: Path, environment: dict[str, str]) -> None:
+    """Each build's `tickwork status`, run once under callgrind: its instruction count."""
+    for name, tickwork in builds.items():
+        callgrind = ["valgrind", "--tool=callgrind", "--callgrind-out-file=/dev/null"]
+        report = stderr_of([*callgrind, *tickwork, "status"], folder, environment)
+        count = next(line for line in report.splitlines() if "Collected :" in line)
+        print(
+            f"{name + ' tickwork status (empty)':<34} "
+            f"{int(count.split()[-1]):,} instructions (callgrind)"
+        )
 
 
 def percentile_90(values: list[float]) -> float:
@@ -63,13 +113,18 @@ def percentile_90(values: list[float]) -> float:
 
 
 def figures(
-    label: str, builds: dict[str, list[str]], arguments: list[str], folder: Path, runs: int
+    label: str,
+    builds: dict[str, list[str]],
+    arguments: list[str],
+    folder: Path,
+    environment: dict[str, str],
+    runs: int,
 ) -> None:
     """One line per build; the builds' runs alternate, so a change of load hits them alike."""
     timings: dict[str, list[tuple[float, float]]] = {name: [] for name in builds}
     for _ in range(runs):
         for name, tickwork in builds.items():
-            timings[name].append(run([*tickwork, *arguments], folder))
+            timings[name].append(run([*tickwork, *arguments], folder, environment))
     for name, done in timings.items():
         walls, cpus = zip(*done, strict=True)
         print(
@@ -108,18 +163,13 @@ def fill(folder: Path, ticks: int) -> None:
         store.close()
 
 
-def top_imports(folder: Path, top: int) -> None:
+def top_imports(folder: Path, environment: dict[str, str], top: int) -> None:
     """The imports of `tickwork status` with the largest cumulative time, in microseconds."""
-    done = subprocess.run(
-        [sys.executable, "-X", "importtime", "-c", STATUS_IMPORTS],
-        cwd=folder,
-        check=True,
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.PIPE,
-        text=True,
+    report = stderr_of(
+        [sys.executable, "-X", "importtime", "-c", STATUS_IMPORTS], folder, environment
     )
     rows = []
-    for line in done.stderr.splitlines():
+    for line in report.splitlines():
         if not line.startswith("import time:") or "cumulative" in line:
             continue
         own, cumulative, name = line.removeprefix("import time:").split("|")
@@ -139,6 +189,9 @@ def main() -> None:
     parser.add_argument(
         "--against", type=Path, help="Another build's virtualenv to time side by side."
     )
+    parser.add_argument(
+        "--instructions", action="store_true", help="Count status's instructions (valgrind)."
+    )
     args = parser.parse_args()
     print(describe())
     print(f"load average: {' '.join(f'{load:.2f}' for load in os.getloadavg())}")
@@ -148,14 +201,28 @@ def main() -> None:
         builds["other"] = tickwork_command(args.against)
         print(f"other: {args.against}")
     with tempfile.TemporaryDirectory(prefix="tickwork-cli-bench-") as name:
-        folder = Path(name)
-        subprocess.run([*tickwork, "init"], cwd=folder, check=True, stdout=subprocess.DEVNULL)
-        figures("tickwork --help", builds, ["--help"], folder, args.runs)
-        figures("tickwork status (empty)", builds, ["status"], folder, args.runs)
+        folder = Path(name) / "run"
+        folder.mkdir()
+        environment = cached_bytecode(Path(name) / "pycache")
+        subprocess.run(
+            [*tickwork, "init"], cwd=folder, env=environment, check=True, stdout=subprocess.DEVNULL
+        )
+        unmeasured_status(builds, folder, environment)
+        figures("tickwork --help", builds, ["--help"], folder, environment, args.runs)
+        figures("tickwork status (empty)", builds, ["status"], folder, environment, args.runs)
+        if args.instructions:
+            instructions(builds, folder, environment)
         fill(folder, args.ticks)
-        run([*tickwork, "status"], folder)
-        figures(f"tickwork status ({args.ticks} ticks)", builds, ["status"], folder, args.runs)
-        top_imports(folder, args.top)
+        unmeasured_status(builds, folder, environment)
+        figures(
+            f"tickwork status ({args.ticks} ticks)",
+            builds,
+            ["status"],
+            folder,
+            environment,
+            args.runs,
+        )
+        top_imports(folder, environment, args.top)
     print(f"load average after: {' '.join(f'{load:.2f}' for load in os.getloadavg())}")
 
 

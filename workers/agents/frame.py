@@ -22,9 +22,9 @@ import orjson
 
 from harness.contracts.agents import AGENT_CLIS, DEFAULT_AGENTS_DIR, AgentKind, missing_agent
 from harness.contracts.events import AgentUsageChecked
+from harness.contracts.failures import FailureClass
 from harness.contracts.payload import RouteCandidate, TickPayload
 from harness.contracts.result import (
-    FailureClass,
     ResultError,
     ResultToolCalls,
     ResultUsage,

@@ -37,8 +37,8 @@ from starlette.types import Receive, Scope, Send
 from harness.config import GovernorConfig
 from harness.config.governor import without_credentials
 from harness.contracts.events import BudgetSpent, ModelCalled, ModelCallStarted
+from harness.contracts.failures import FailureClass
 from harness.contracts.payload import TICK_HEADER, RouteCandidate, TickPayload
-from harness.contracts.result import FailureClass
 from harness.contracts.secrets import register_secret_value
 from harness.governor import Alerts, Calibrations
 from harness.governor.proxy import (

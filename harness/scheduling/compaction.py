@@ -11,7 +11,7 @@ import threading
 from collections.abc import Callable
 
 from harness.store import SqlEventStore, StoreError
-from harness.store.transcripts import compact
+from harness.store.tick_rows import compact
 
 COMPACT_SECONDS = 60.0
 

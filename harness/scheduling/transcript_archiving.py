@@ -37,7 +37,7 @@ from harness.store.archives import (
     verify_transcripts,
     write_transcripts,
 )
-from harness.store.transcripts import PAGE, drop_archived, hot_days, hot_transcripts, relied_on
+from harness.store.tick_rows import PAGE, drop_archived, hot_days, hot_transcripts, relied_on
 
 TRANSCRIPT_PHASES = (
     "transcripts-writing",

@@ -76,7 +76,7 @@ from harness.projections.ticks import last_slots, open_ticks
 from harness.store import migrate_store, open_store, schema
 from harness.store.partitions import ensure_days, partitioned, prepare
 from harness.store.sql import SqlEventStore
-from harness.store.transcripts import compact
+from harness.store.tick_rows import compact
 
 LEVELS = [f"l{n:04d}" for n in range(1000)]
 PER_MINUTE = len(LEVELS)

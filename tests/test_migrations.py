@@ -40,7 +40,7 @@ from harness.store import (
 from harness.store.engine import create_store_engine
 from harness.store.migrate import current_revision, downgrade, upgrade
 from harness.store.schema import events, metadata, postgres_only
-from harness.store.transcripts import compact
+from harness.store.tick_rows import compact
 from harness.timespec import as_utc
 from tests.conftest import fresh_pg_database
 from tests.procs import open_fresh, racing

@@ -13,7 +13,7 @@ from harness.devtools.fake_llm import FakeUpstream, Step
 from harness.projections import tick_story
 from harness.rag import build_index
 from harness.store.schema import events as events_table
-from harness.store.transcripts import compact
+from harness.store.tick_rows import compact
 from tests.tick_support import SECRET, Harness, calls
 from workers.model import provider_of
 

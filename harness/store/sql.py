@@ -66,6 +66,7 @@ from harness.store.tick_rows import (
     reach_after,
     reach_before,
     records_between,
+    widest_span,
     with_compacted,
 )
 from harness.store.writer import (
@@ -658,21 +659,22 @@ class SqlEventStore(EventStore):
 
         SQLite's positions are dense until archiving deletes some; PostgreSQL's never are.
         The walk reads `count` entries of the primary key backwards from the horizon, a few
-        milliseconds for 50,000; so does the count on SQLite. Packed records count too:
-        the newest `count` of both lie after the later of the two bounds, where both are
-        merged.
+        milliseconds for 50,000; so does the count on SQLite. With packed ticks, the answer
+        is the `count + 1`-th newest position of both: it lies after the later of the two
+        bounds that hold `count + 1` of each, where both are merged.
         """
         with self._one_statement() as conn:
-            hot = _hot_lookback(conn, count)
-            after = max(hot, reach_before(conn, count))
-            packed = positions_between(conn, after, UNBOUNDED)
-            if not packed:
-                return hot
-            query = sa.select(events.c.global_position).where(
-                events.c.global_position > after, sa.text(_settled(conn))
+            if widest_span(conn) is None:
+                return _hot_lookback(conn, count)
+            after = max(_hot_lookback(conn, count + 1), reach_before(conn, count + 1))
+            query = (
+                sa.select(events.c.global_position)
+                .where(events.c.global_position > after, sa.text(_settled(conn)))
+                .order_by(events.c.global_position)
             )
-            found = list(heapq.merge(conn.execute(query).scalars(), packed))
-        return found[-count - 1] if len(found) > count else after
+            hot = conn.execute(query).scalars()
+            found = list(heapq.merge(hot, positions_between(conn, after, UNBOUNDED)))
+        return found[-count - 1] if len(found) > count else 0
 
     def vacuum(self, tables: Sequence[str] = ()) -> None:
         """PostgreSQL: VACUUM (ANALYZE), outside a transaction; it stops no append or read."""

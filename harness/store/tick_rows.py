@@ -365,11 +365,16 @@ def compact(store: SqlEventStore) -> int:
 
 
 def _others_passed(conn: sa.Connection) -> int:
-    """Where every other checkpoint has passed (0 before any projection has folded)."""
+    """Where every other checkpoint has passed (anywhere, while there is none).
+
+    A projection folded later reads the packed records from its first fold: the
+    checkpoints spare the folds that follow the log the rows' decoding.
+    """
     query = sa.select(sa.func.min(projection_checkpoints.c.position)).where(
         projection_checkpoints.c.name != CHECKPOINT
     )
-    return int(conn.execute(query).scalar() or 0)
+    found = conn.execute(query).scalar()
+    return UNBOUNDED if found is None else int(found)
 
 
 def move(conn: sa.Connection, tick_ids: Sequence[str], upper: int) -> int:

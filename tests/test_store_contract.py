@@ -484,7 +484,7 @@ def _everything_read(store: SqlEventStore, ticks: list[str]) -> dict[str, object
             store.window(after, last, size) for after in positions for size in (1, 4, None)
         ],
         "lookback": [store.lookback(count) for count in range(len(positions) + 1)],
-        "since": store.first_position_since(everything[0].recorded_at),
+        "since": [store.first_position_since(e.recorded_at) for e in everything],
         "folded": store.fold_range(0, last, ["BudgetSpent"], Kernel(spend_sums, (BOUNDS,)), 2),
         "version": [store.stream_version(f"tick-{tick}") for tick in ticks],
     }

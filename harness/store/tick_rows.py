@@ -264,32 +264,29 @@ def reach_before(conn: sa.Connection, count: int) -> int:
 def first_since(conn: sa.Connection, when: datetime) -> int | None:
     """The first packed position recorded at or after `when` (None if there is none).
 
-    Rows whose last record is that late, in order of their first position, on the index
-    of their last time: the first row wholly after `when` ends the search, after the few
-    that straddle it are looked into.
+    The rows whose last record is that late, on the index of their last times (`+ 0`
+    keeps SQLite from walking the primary key from its start instead): the one that
+    starts first holds a record of the answer's, and only rows starting before that
+    record can hold an earlier one.
     """
+    late = tick_rows.c.last_recorded >= when
+    first = conn.execute(sa.select(sa.func.min(tick_rows.c.first_position + 0)).where(late))
+    start = first.scalar()
+    if start is None:
+        return None
     best: int | None = None
-    last = -UNBOUNDED
-    while True:
-        query = (
-            sa.select(tick_rows.c.first_position, tick_rows.c.tick_id)
-            .where(tick_rows.c.last_recorded >= when, tick_rows.c.first_position > last)
-            .order_by(tick_rows.c.first_position)
-            .limit(PAGE)
-        )
-        page = conn.execute(query).all()
-        for first, tick in page:
-            if best is not None and first >= best:
-                return best
-            blob = conn.execute(
-                sa.select(tick_rows.c.data).where(tick_rows.c.tick_id == tick)
-            ).scalar_one()
-            since = [r.global_position for r in unpack(tick, bytes(blob)) if r.recorded_at >= when]
-            if since:
-                best = min(since) if best is None else min(best, *since)
-        if len(page) < PAGE:
-            return best
-        last = page[-1][0]
+    query = sa.select(tick_rows.c.tick_id, tick_rows.c.data).where(
+        late, tick_rows.c.first_position >= start
+    )
+    for tick, blob in conn.execute(query.where(tick_rows.c.first_position == start)).all():
+        records = unpack(tick, bytes(blob))
+        best = min((r.global_position for r in records if r.recorded_at >= when), default=None)
+    if best is None:
+        return None
+    for tick, blob in conn.execute(query.where(tick_rows.c.first_position < best)).all():
+        since = [r.global_position for r in unpack(tick, bytes(blob)) if r.recorded_at >= when]
+        best = min(best, *since) if since else best
+    return best
 
 
 def merged(*sources: Iterable[StoredEvent]) -> Iterator[StoredEvent]:

@@ -219,25 +219,8 @@ def reach_after(conn: sa.Connection, after: int, count: int) -> int:
     them lies at most the widest span past the last row's first position.
     """
     span = widest_span(conn)
-    if span is None:
-        return UNBOUNDED
-    counted = 0
-    last = after
-    while True:
-        query = (
-            sa.select(tick_rows.c.first_position, tick_rows.c.events)
-            .where(tick_rows.c.first_position > last)
-            .order_by(tick_rows.c.first_position)
-            .limit(PAGE)
-        )
-        page = conn.execute(query).all()
-        for first, held in page:
-            counted += held
-            if counted >= count:
-                return int(first) + span
-        if len(page) < PAGE:
-            return UNBOUNDED
-        last = page[-1][0]
+    found = None if span is None else _counted_to(conn, count, after)
+    return UNBOUNDED if found is None or span is None else found + span
 
 
 def reach_before(conn: sa.Connection, count: int) -> int:
@@ -245,19 +228,33 @@ def reach_before(conn: sa.Connection, count: int) -> int:
 
     Rows backwards by first position: every record of a row lies at or after its first.
     """
+    found = _counted_to(conn, count)
+    return 0 if found is None else found - 1
+
+
+def _counted_to(conn: sa.Connection, count: int, after: int | None = None) -> int | None:
+    """The first position of the row by which `count` records are counted (None: fewer).
+
+    Rows in order of their first positions, a page at a time: forwards from `after`, or
+    backwards from the last row.
+    """
+    key = tick_rows.c.first_position
     counted = 0
-    last: int | None = None
+    last = after
     while True:
-        query = sa.select(tick_rows.c.first_position, tick_rows.c.events)
-        if last is not None:
-            query = query.where(tick_rows.c.first_position < last)
-        page = conn.execute(query.order_by(tick_rows.c.first_position.desc()).limit(PAGE)).all()
+        query = sa.select(key, tick_rows.c.events)
+        if after is None:
+            page_of = query.where(key < last) if last is not None else query
+            page_of = page_of.order_by(key.desc())
+        else:
+            page_of = query.where(key > last).order_by(key)
+        page = conn.execute(page_of.limit(PAGE)).all()
         for first, held in page:
             counted += held
             if counted >= count:
-                return int(first) - 1
+                return int(first)
         if len(page) < PAGE:
-            return 0
+            return None
         last = page[-1][0]
 
 

@@ -55,6 +55,7 @@ from harness.store.schema import event_ids, events, projection_checkpoints
 from harness.store.tick_rows import (
     UNBOUNDED,
     compacted,
+    count_between,
     data_between,
     first_since,
     holds_types,
@@ -498,7 +499,7 @@ class SqlEventStore(EventStore):
         with self._one_statement() as conn:
             hot = self._hot_window(conn, after, upper, size)
             if size is None:
-                return Window(after, upper, hot.events + len(positions_between(conn, after, upper)))
+                return Window(after, upper, hot.events + count_between(conn, after, upper))
             if size < 1:
                 return hot
             end = min(hot.end, reach_after(conn, after, size))

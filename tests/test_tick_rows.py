@@ -43,9 +43,7 @@ def hot_streams(store: SqlEventStore) -> set[str]:
         return set(conn.execute(query).scalars())
 
 
-def test_packed_ticks_read_in_place_and_rebuilds_equal(
-    store_url: str, tmp_path: Path
-) -> None:
+def test_packed_ticks_read_in_place_and_rebuilds_equal(store_url: str, tmp_path: Path) -> None:
     store = open_store(store_url)
     try:
         streams = [f"tick-t{n}" for n in range(4)]

@@ -82,10 +82,11 @@ def test_hot_days_honoured_across_a_simulated_month(store_url: str, tmp_path: Pa
         # The deleted events' space goes back (SQLite: incremental vacuum; PostgreSQL: a
         # VACUUM, their space reused by the next appends): the events table grows only by
         # each day's ArchiveWritten (under 600 bytes with its index entries), within a
-        # couple of pages; a hot day of ticks adds far more.
+        # couple of pages; a hot day of ticks adds far more. Tick rows count too: their
+        # table and its five indexes may each hold a page more or less as rows come and go.
         sizes = [left.store.events_size for left in steady]
         page = 4096 if store.engine.dialect.name == "sqlite" else 8192
-        bound = len(steady) * 600 + 2 * page
+        bound = len(steady) * 600 + 4 * page
         assert max(sizes) - min(sizes) <= bound, f"the events table grows: {sizes}"
         assert all(b.archive_bytes > a.archive_bytes for a, b in pairwise(steady))
 

@@ -45,6 +45,7 @@ from harness.store.partitions import (
 from harness.store.partitions import days as partition_days
 from harness.store.schema import events, projection_checkpoints
 from harness.store.sql import MAX_BATCH, SqlEventStore, translate_errors
+from harness.store.tick_rows import CHECKPOINT as PACKING_CHECKPOINT
 from harness.store.tick_rows import (
     footprint_rows,
     holds_position,
@@ -268,11 +269,14 @@ def holds(store: SqlEventStore, position: int) -> bool:
 def lagging_checkpoints(store: SqlEventStore, position: int) -> dict[str, int]:
     """Checkpoints (projections, the alerter) that have not folded up to `position` yet.
 
-    Events they have not folded must not leave: a follower would never see them.
+    Events they have not folded must not leave: a follower would never see them. The
+    packing's checkpoint is not one: a tick archived before it was packed leaves from
+    `events` (and the log's newest event, which it never passes, may well be archived).
     """
     with store.read_transaction() as conn:
         query = sa.select(projection_checkpoints.c.name, projection_checkpoints.c.position).where(
-            projection_checkpoints.c.position < position
+            projection_checkpoints.c.position < position,
+            projection_checkpoints.c.name != PACKING_CHECKPOINT,
         )
         return {name: int(at) for name, at in conn.execute(query)}
 

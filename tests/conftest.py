@@ -35,7 +35,7 @@ TABLES = (
     "events",
     "event_ids",
     "tick_streams",
-    "transcripts",
+    "tick_rows",
     "projection_checkpoints",
     "spend_daily",
     "ticks",

@@ -55,8 +55,8 @@ from harness.store.archives import (
 )
 from harness.store.archives import read_events as archived_events
 from harness.store.partitions import days as partition_days
-from harness.store.schema import events, transcripts
-from harness.store.transcripts import decode
+from harness.store.schema import events, tick_rows
+from harness.store.tick_rows import unpack
 from tests.commands import Output, forked, forked_each, run, start_service, write_config
 from tests.conftest import fresh_pg_database
 
@@ -149,16 +149,12 @@ def tick_ids(store: SqlEventStore) -> set[str]:
 
 
 def hot_positions(store: SqlEventStore) -> set[int]:
-    """Positions of the hot store: events, and transcript entries in their compact rows."""
+    """Positions of the hot store: events, and the records packed in tick rows."""
     with store.read_transaction() as conn:
         found = set(conn.execute(sa.text("SELECT global_position FROM events")).scalars())
-        rows = conn.execute(
-            sa.select(transcripts.c.tick_id, transcripts.c.data).where(
-                transcripts.c.data.is_not(None)
-            )
-        )
+        rows = conn.execute(sa.select(tick_rows.c.tick_id, tick_rows.c.data))
         for tick_id, blob in rows:
-            found |= {entry.global_position for entry in decode(tick_id, blob)}
+            found |= {record.global_position for record in unpack(tick_id, blob)}
     return found
 
 
@@ -195,8 +191,8 @@ def test_archive_then_rebuild_equals_no_archive(store_url: str, tmp_path: Path) 
         assert said == entries, "compacted transcripts left for the day's transcripts file"
         assert verify_transcripts(folder).ticks == 10
         with store.read_transaction() as conn:
-            kept = conn.execute(sa.select(transcripts.c.tick_id)).scalars().all()
-        assert kept == ["new"], "archived ticks' transcript rows left with them"
+            kept = conn.execute(sa.select(tick_rows.c.tick_id)).scalars().all()
+        assert kept == [], "archived ticks' rows left with them (`new` ends the log: hot)"
         assert verify(folder).ticks == 10
         assert not (settings.paths.results / "min" / OLD.isoformat()).exists()
         assert store.read_stream("tick-open"), "a tick still open stays hot"
@@ -393,8 +389,8 @@ def test_transcripts_leave_after_transcript_days_and_are_read_back(
         assert forked(tmp_path, "-c", str(config), "archive", "--before", later).returncode == 0
         assert verify(folder).ticks == 10, "the ticks follow to the same day's folder"
         with store.read_transaction() as conn:
-            kept = conn.execute(sa.select(transcripts.c.tick_id)).scalars().all()
-        assert kept == ["new"]
+            kept = conn.execute(sa.select(tick_rows.c.tick_id)).scalars().all()
+        assert kept == []
         story = forked(tmp_path, "-c", str(config), "show", old(3, MID), "--archive")
         assert story.returncode == 0 and f"{old(3, MID)} said" in story.stdout, story.stderr
         assert "completed" in story.stdout

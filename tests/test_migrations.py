@@ -19,6 +19,7 @@ import harness.projections  # noqa: F401  (registers the read-model tables on `m
 import migrations
 from harness.contracts.events import (
     BudgetSpent,
+    LevelPaused,
     TickCompleted,
     TickScheduled,
     TickStarted,
@@ -40,7 +41,7 @@ from harness.store import (
 from harness.store.engine import create_store_engine
 from harness.store.migrate import current_revision, downgrade, upgrade
 from harness.store.schema import events, metadata, postgres_only
-from harness.store.transcripts import compact
+from harness.store.tick_rows import compact
 from harness.timespec import as_utc
 from tests.conftest import fresh_pg_database
 from tests.procs import open_fresh, racing
@@ -373,6 +374,7 @@ def test_0012_downgrade_puts_compacted_transcripts_back_into_events(
         store.append("tick-t", [TickScheduled(tick_id="t", level="min").to_record()])
         position = store.append("tick-t", [said.to_record()]).positions[0]
         store.append("tick-t", [TickCompleted(tick_id="t", level="min").to_record()])
+        store.append("level-min", [LevelPaused(level="min", reason="the log's last").to_record()])
         before = store.read_stream("tick-t")
         assert compact(store) == 1
         store.close()

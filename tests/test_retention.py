@@ -84,8 +84,9 @@ def test_hot_days_honoured_across_a_simulated_month(store_url: str, tmp_path: Pa
         # The deleted events' space goes back (SQLite: incremental vacuum; PostgreSQL: a
         # VACUUM, their space reused by the next appends): the events table grows only by
         # each day's ArchiveWritten (under 600 bytes with its index entries), within a
-        # few pages (PostgreSQL's partitions and indexes settle by a page or four, as its
-        # VACUUM meets the machine's load); 27 days of ticks kept would add ~270 KiB.
+        # few pages (PostgreSQL's partitions, tick rows and their indexes settle by a page
+        # or four, as its VACUUM meets the machine's load); 27 days of ticks kept would add
+        # ~270 KiB.
         sizes = [left.store.events_size for left in steady]
         page = 4096 if store.engine.dialect.name == "sqlite" else 8192
         bound = len(steady) * 600 + 8 * page

@@ -36,7 +36,8 @@ def _steps(connection: sqlite3.Connection, stream_id: str, expected: int) -> int
     connection.set_progress_handler(count, 1)
     connection.execute("BEGIN IMMEDIATE")
     stamp = "2026-11-30 00:00:00.000000"
-    connection.execute(_SQLITE_FIRST, (uuid4().hex, stream_id, expected, "T", 1, "{}", "{}", stamp))
+    row = (uuid4().hex, stream_id, expected, "T", 1, "{}", "{}", stamp)
+    connection.execute(_SQLITE_FIRST, (*row, False, None))  # not a packed tick's stream
     connection.set_progress_handler(None, 0)
     connection.execute("ROLLBACK")
     assert landed == [expected + 1]

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import threading
+from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 from uuid import uuid4
 
@@ -27,6 +28,7 @@ from harness.store import (
     open_store,
 )
 from harness.store.schema import events, projection_checkpoints
+from harness.store.tick_rows import compact
 from tests.conftest import fresh_pg_database
 from tests.late_writer import late_append
 
@@ -434,3 +436,94 @@ def test_a_read_of_one_statement_hands_its_connection_back_to_transactions(
         conn.execute(sa.insert(projection_checkpoints).values(row))
         raise RuntimeError("roll the transaction back")
     assert store.checkpoints(["rolled-back"]) == {"rolled-back": 0}
+
+
+def _interleaved_ticks(store: SqlEventStore, closed: int, open_: int) -> list[str]:
+    """Tick streams appended in turns with a level's events; the first `closed` end."""
+    ticks = [f"t{n}" for n in range(closed + open_)]
+    for tick in ticks:
+        store.append(f"tick-{tick}", [new("TickScheduled", tick_id=tick, level="min")])
+    for turn in range(3):
+        for n, tick in enumerate(ticks):
+            spent = {**SPENT, "prompt_tokens": 9_000 * (n + turn), "tick_id": tick, "level": "min"}
+            store.append(f"tick-{tick}", [new("BudgetSpent", **spent)])
+            store.append("level-min", [new("LevelNoted", turn=turn, tick=tick)])
+    for tick in ticks[:closed]:
+        store.append(f"tick-{tick}", [new("TickCompleted", tick_id=tick, level="min")])
+    store.append("level-min", [new("LevelNoted", last=True)])
+    return ticks
+
+
+def _everything_read(store: SqlEventStore, ticks: list[str]) -> dict[str, object]:
+    """What every reader of the log gives, to compare before and after packing."""
+    everything = store.read_all(0, 10_000)
+    positions = [0, *(e.global_position for e in everything)]
+    last = positions[-1]
+    kinds = [None, ["BudgetSpent"], ["TickCompleted", "LevelNoted"], ["LevelNoted"]]
+    with store.tracking("compare") as locked:
+        tracking = replace(locked, position=0)
+        windows = [list(store.read_window(tracking, kind, last)) for kind in kinds[1:] if kind]
+        store.save_checkpoint(tracking, last)  # packing waits for every checkpoint
+    return {
+        "streams": {tick: store.read_stream(f"tick-{tick}") for tick in ticks},
+        "paged": [store.read_stream(f"tick-{ticks[0]}", after=1, limit=2)],
+        "many": store.read_streams([f"tick-{tick}" for tick in ticks], types=["BudgetSpent"]),
+        "all": [
+            [e.global_position for e in store.read_all(after, limit, kind)]
+            for after in positions
+            for limit in (1, 4, 1000)
+            for kind in kinds
+        ],
+        "last": [
+            [e.global_position for e in store.read_last(limit, kind)]
+            for limit in (1, 5, 100)
+            for kind in kinds
+        ],
+        "windows": windows,
+        "counted": [
+            store.window(after, last, size) for after in positions for size in (1, 4, None)
+        ],
+        "lookback": [store.lookback(count) for count in range(len(positions) + 1)],
+        "since": [store.first_position_since(e.recorded_at) for e in everything],
+        "folded": store.fold_range(0, last, ["BudgetSpent"], Kernel(spend_sums, (BOUNDS,)), 2),
+        "version": [store.stream_version(f"tick-{tick}") for tick in ticks],
+    }
+
+
+def test_packed_ticks_read_as_they_did_by_every_reader(store: SqlEventStore) -> None:
+    """Closed ticks packed into rows: streams, ranges, windows, counts and folds unchanged."""
+    ticks = _interleaved_ticks(store, closed=3, open_=2)
+    before = _everything_read(store, ticks)
+
+    assert compact(store) == 3
+    with store.read_transaction() as conn:
+        hot = set(conn.execute(sa.select(events.c.stream_id).distinct()).scalars())
+    assert hot == {"tick-t3", "tick-t4", "level-min"}, "closed ticks left `events`"
+    assert compact(store) == 0, "a second pass finds nothing new"
+    assert _everything_read(store, ticks) == before
+
+
+def test_a_packed_streams_replays_are_noops_and_its_new_events_land_once(
+    store: SqlEventStore,
+) -> None:
+    """A late spool replay of a packed event stays a no-op; a new event lands after it."""
+    ticks = _interleaved_ticks(store, closed=1, open_=0)
+    stream = f"tick-{ticks[0]}"
+    stored = store.read_stream(stream)
+    compact(store)
+    replay = NewEvent(stored[1].event_id, stored[1].type, 1, stored[1].data)
+
+    again = store.append(stream, [replay])
+    assert again.duplicate and again.positions == (stored[1].global_position,)
+    assert again.stream_version == len(stored)
+    with pytest.raises(EventIdConflictError):
+        store.append(stream, [replay, new("TickNoted", tick_id=ticks[0], level="min")])
+    with pytest.raises(ConcurrencyError):
+        store.append(stream, [new("TickNoted")], NO_STREAM)
+    with pytest.raises(ConcurrencyError):
+        store.append(stream, [new("TickNoted")], len(stored) - 1)
+    late = store.append(stream, [new("TickNoted", tick_id=ticks[0], level="min")], len(stored))
+    assert late.stream_version == len(stored) + 1 and not late.duplicate
+    assert store.read_stream(stream) == [*stored, *store.read_all(late.positions[0] - 1, 1)]
+    assert store.stream_version(stream) == len(stored) + 1
+    assert store.create_streams({stream: [new("TickScheduled")]}) == set()

@@ -8,12 +8,12 @@ from pathlib import Path
 import httpx
 import sqlalchemy as sa
 
-from harness.contracts.events import TRANSCRIPT_ITEM_CHARS
+from harness.contracts.events import TRANSCRIPT_ITEM_CHARS, LevelPaused, level_stream
 from harness.devtools.fake_llm import FakeUpstream, Step
 from harness.projections import tick_story
 from harness.rag import build_index
 from harness.store.schema import events as events_table
-from harness.store.transcripts import compact
+from harness.store.tick_rows import compact
 from tests.tick_support import SECRET, Harness, calls
 from workers.model import provider_of
 
@@ -95,12 +95,14 @@ def test_a_ticks_model_calls_and_transcript_are_complete_redacted_and_capped(
     assert retried.startswith("model call 2 attempt 2 fake-model: tool_use, ") and host in retried
     assert f"sent after a {tooling['wait_ms']:,.0f} ms wait" in retried
 
-    assert compact(harness.store) == 1, "the ended tick's transcript is compacted"
+    pause = LevelPaused(level="min", reason="ends the log: the tick's end is not last")
+    harness.store.append(level_stream("min"), [pause.to_record()])
+    assert compact(harness.store) == 1, "the ended tick is packed"
     with harness.store.read_transaction() as conn:
         stored = conn.execute(
             sa.select(sa.func.count()).where(events_table.c.type == "TranscriptEntry")
         ).scalar()
-    assert stored == 0, "its entries left the events table for their compact row"
+    assert stored == 0, "its entries left the events table for its packed row"
     assert harness.events(outcome) == events, "the stream reads as it did, entries in place"
     assert tick_story(harness.store, outcome.tick_id) == story
 

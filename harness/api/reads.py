@@ -35,7 +35,7 @@ from harness.scheduling.budget_watch import BudgetStatus, budget_statuses
 from harness.scheduling.status import Snapshot, snapshot
 from harness.store import EventStore, StoredEvent
 from harness.store.archives import EVENTS_FILE, TRANSCRIPTS_FILE, day_folder, find_archived
-from harness.store.transcripts import archived_on as transcript_archived_on
+from harness.store.tick_rows import archived_on as transcript_archived_on
 
 
 class Reads:

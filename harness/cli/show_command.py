@@ -123,7 +123,7 @@ def with_archived_transcript(
     from harness.contracts.events import tick_stream
     from harness.projections.story import story_of
     from harness.store.archives import TRANSCRIPTS_FILE, ArchiveError, day_folder, read_transcript
-    from harness.store.transcripts import archived_on
+    from harness.store.tick_rows import archived_on
 
     day = archived_on(store, story.tick_id)
     if day is None:

@@ -16,6 +16,8 @@ from typing import Any, Literal, TypeVar
 
 import orjson
 
+from harness.folds.packed import unpack_data
+
 EventData = tuple[int, str, dict[str, Any]]
 """(global_position, type, data) of an event read for a fold: a plain tuple, as a NamedTuple
 costs ~0.8 s per million and a fold needs nothing else of the record."""
@@ -145,16 +147,37 @@ class Database:
 
 
 @dataclass(frozen=True)
+class PackedQuery:
+    """The rows of packed ticks that reach into a range, and which of their records to fold."""
+
+    sql: str
+    parameters: tuple[Any, ...]
+    after: int
+    upper: int
+    kinds: tuple[str, ...]
+
+    def data(self, connection: Any, backend: str) -> Iterator[Data]:
+        """The data of the rows' records of `kinds` in (after, upper]."""
+        for rows in _slices(connection, backend, self.sql, self.parameters):
+            for tick_id, blob in rows:
+                found = unpack_data(tick_id, bytes(blob), self.after, self.upper, self.kinds)
+                yield from map(_LAST, found)
+
+
+@dataclass(frozen=True)
 class RangeQuery:
     """The data of the events in one range of positions, as the store selects them.
 
     The query selects `data` alone: a sum fold needs neither position nor type (it asks
     for its types), and not building them saves a PostgreSQL fold ~8 % of its time.
+    Closed ticks packed whole (`packed`) are read after, in the same snapshot: a
+    compaction moving records between the two reads is seen whole or not at all.
     """
 
     database: Database
     sql: str
     parameters: tuple[Any, ...]
+    packed: PackedQuery | None = None
 
     def data(self) -> Iterator[Data]:
         """The range's events' data, on a connection of its own, closed at the end.
@@ -162,22 +185,41 @@ class RangeQuery:
         The range lies below a tracking horizon, so every event in it is committed already.
         """
         connection = self.database.connect()
+        backend = self.database.backend
         try:
-            for rows in self._slices(connection):
+            if self.packed is not None:
+                _one_snapshot(connection, backend)
+            for rows in _slices(connection, backend, self.sql, self.parameters):
                 yield from map(orjson.loads, map(_FIRST, rows))
+            if self.packed is not None:
+                yield from self.packed.data(connection, backend)
         finally:
             connection.close()
 
-    def _slices(self, connection: Any) -> Iterator[Sequence[Any]]:
-        """The range's rows, a slice at a time (SQLite's cursor steps through them anyway)."""
-        if self.database.backend == "postgresql":
-            yield from _streamed(connection, self.sql, self.parameters)
-            return
-        cursor = open_cursor(connection, "sqlite", self.sql, self.parameters)
-        try:
-            yield from fetched(cursor)
-        finally:
-            cursor.close()
+
+def _one_snapshot(connection: Any, backend: str) -> None:
+    """Have the connection's next statements read one snapshot of the database."""
+    if backend == "postgresql":
+        import psycopg
+
+        connection.isolation_level = psycopg.IsolationLevel.REPEATABLE_READ
+    else:
+        connection.execute("BEGIN")
+
+
+def _slices(
+    connection: Any, backend: str, sql: str, parameters: Sequence[Any]
+) -> Iterator[Sequence[Any]]:
+    """A query's rows, a slice at a time (SQLite's cursor steps through them anyway)."""
+    if backend == "postgresql":
+        yield from _streamed(connection, sql, parameters)
+        return
+    cursor = open_cursor(connection, "sqlite", sql, parameters)
+    try:
+        yield from fetched(cursor)
+    finally:
+        cursor.close()
 
 
 _FIRST = itemgetter(0)
+_LAST = itemgetter(2)

@@ -1,6 +1,6 @@
 """Retention: closed ticks older than `hot_days` leave the hot store for one archive per day.
 
-First, transcripts compacted and older than `transcript_days` leave for their day's
+First, transcripts packed and older than `transcript_days` leave for their day's
 archive (`harness.scheduling.transcript_archiving`): a day's transcripts always leave
 before or with its ticks. Then a day's run goes through phases, each safe to be killed
 after (`tickwork archive`, and `tickwork run` once a day, `Archiver.run`):
@@ -13,8 +13,9 @@ after (`tickwork archive`, and `tickwork run` once a day, `Archiver.run`):
    rebuild reads it;
 5. the packed files leave the results folder;
 6. the events leave the hot store in batches, in global order, each batch deleting its
-   ticks' read-model rows (`Projection.archived`) and their transcripts' rows, whose data
-   left before, in the same transaction.
+   ticks' read-model rows (`Projection.archived`) and the packed rows
+   (`harness.store.tick_rows`) of the ticks whose last record it holds, in the same
+   transaction.
 
 Nothing leaves before its archive is verified and recorded, so a kill at any point leaves
 every event in the store or in a verified archive. A rerun reuses an archive it finds
@@ -82,7 +83,7 @@ from harness.store.retention import (
     leave_day,
     reclaim_space,
 )
-from harness.store.transcripts import compact, forget
+from harness.store.tick_rows import compact, forget
 
 KILL_AT_ENV = "TICKWORK_ARCHIVE_KILL_AT"
 """Tests only: the archiving process kills itself (SIGKILL) on reaching the phase named."""
@@ -329,7 +330,7 @@ class Archiver:
             with self.store.write_transaction() as conn:
                 left = leave_day(conn, day, archived)
                 self.projector.archived(conn, day, archived.tick_ids)
-                forget(conn, archived.tick_ids)
+                left += forget(conn, archived.tick_ids)
         except PartitionHeld as held:
             self.report(f"archive {day}: {held}; its archived events leave by DELETE")
             return None
@@ -345,7 +346,7 @@ class Archiver:
             with self.store.write_transaction() as conn:
                 deleted += delete_events(conn, [event.global_position for event in batch])
                 self.projector.archived(conn, day, tick_ids)
-                forget(conn, tick_ids)
+                deleted += forget(conn, tick_ids, batch[-1].global_position)
             _phase("deleting")
         return deleted
 

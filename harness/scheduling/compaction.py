@@ -1,8 +1,9 @@
-"""The service's transcript compaction: ended ticks' transcripts move to their compact form.
+"""The service's compaction: ended ticks move into their packed rows.
 
-Every minute, so the hot store holds a tick's transcript as events only while the tick
-runs (and `show --follow` reads it item by item) and for at most a minute after
-(`harness.store.transcripts`). A pass that fails is reported and tried again.
+Every minute, so the hot store holds a tick as events only while the tick runs (and
+`show --follow` reads it item by item) and until every projection has folded its end,
+about a minute after (`harness.store.tick_rows`). A pass that fails is reported and
+tried again.
 """
 
 from __future__ import annotations
@@ -11,7 +12,7 @@ import threading
 from collections.abc import Callable
 
 from harness.store import SqlEventStore, StoreError
-from harness.store.transcripts import compact
+from harness.store.tick_rows import compact
 
 COMPACT_SECONDS = 60.0
 
@@ -29,5 +30,5 @@ class Compactor:
             try:
                 compact(self.store)
             except StoreError as exc:
-                self.report(f"transcript compaction failed, trying again: {exc}")
+                self.report(f"compaction failed, trying again: {exc}")
             stopping.wait(COMPACT_SECONDS)

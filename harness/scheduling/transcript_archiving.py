@@ -4,12 +4,12 @@ They are most of a tick's bytes and the least read once the tick is old, so they
 before the tick does (`transcript_days` ≤ `hot_days`). A day's run goes through phases,
 each safe to be killed after (`TRANSCRIPT_PHASES`, for `TICKWORK_ARCHIVE_KILL_AT`):
 
-1. the compacted transcripts of the ticks started that day (`harness.store.transcripts`),
-   and those of earlier days compacted after their day's file was written (stragglers),
+1. the packed transcripts of the ticks started that day (`harness.store.tick_rows`),
+   and those of earlier days packed after their day's file was written (stragglers),
    are written to `transcripts.jsonl.gz`, then its manifest, each atomically;
 2. the file is read back whole against its manifest;
-3. the rows' data is dropped in batches, each row keeping the day whose archive holds
-   it (`archived_on`), until the tick itself is archived.
+3. the entries are taken out of their tick rows in batches, each row keeping the day
+   whose archive holds them (`archived_on`), until the tick itself is archived.
 
 Nothing is dropped before its file is verified, so a kill leaves every entry in the hot
 store or in a verified archive. A rerun reuses a file whose manifest verifies and drops
@@ -37,7 +37,7 @@ from harness.store.archives import (
     verify_transcripts,
     write_transcripts,
 )
-from harness.store.transcripts import PAGE, drop_archived, hot_days, hot_transcripts, relied_on
+from harness.store.tick_rows import PAGE, drop_archived, hot_days, hot_transcripts, relied_on
 
 TRANSCRIPT_PHASES = (
     "transcripts-writing",

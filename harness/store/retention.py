@@ -45,6 +45,14 @@ from harness.store.partitions import (
 from harness.store.partitions import days as partition_days
 from harness.store.schema import events, projection_checkpoints
 from harness.store.sql import MAX_BATCH, SqlEventStore, translate_errors
+from harness.store.tick_rows import CHECKPOINT as PACKING_CHECKPOINT
+from harness.store.tick_rows import (
+    footprint_rows,
+    holds_position,
+    last_positions,
+    packed_count,
+    packed_starts,
+)
 
 SCAN_PAGE = 1000
 """Events read per query while a day's ticks are copied out."""
@@ -91,7 +99,8 @@ def closed_ticks(store: SqlEventStore, day: date, stragglers_upto: int = 0) -> D
     the first day archived after it closed. Two queries on the primary key's range for
     the day and the days before it (all archived but their stragglers and open ticks,
     so what is left there is small) and, per thousand streams, one on the stream index:
-    no scan outside them.
+    no scan outside them. Ticks packed whole (`harness.store.tick_rows`) are closed;
+    their rows name the day they started.
     """
     after, upto = day_range(store, day)
     horizon = store.last_position()
@@ -109,22 +118,45 @@ def closed_ticks(store: SqlEventStore, day: date, stragglers_upto: int = 0) -> D
                 )
             ).all()
         )
+        packed = packed_starts(conn, day, min(stragglers_upto, after))
+        started.update(_packed_whole(conn, packed))
         closed: set[str] = set()
         first, last = after, 0
         terminal = sa.func.max(sa.case((events.c.type.in_(sorted(TERMINAL_TYPES)), 1), else_=0))
         streams = list(started)
         for start in range(0, len(streams), MAX_BATCH):
+            chunk = streams[start : start + MAX_BATCH]
+            ends = {stream: (end, True) for stream, end in last_positions(conn, chunk).items()}
             query = (
                 sa.select(events.c.stream_id, sa.func.max(position), terminal)
-                .where(events.c.stream_id.in_(streams[start : start + MAX_BATCH]))
+                .where(events.c.stream_id.in_(chunk))
                 .group_by(events.c.stream_id)
             )
             for stream_id, end, ended in conn.execute(query):
+                packed_end, _ = ends.get(stream_id, (0, False))
+                ends[stream_id] = (max(end, packed_end), bool(ended) or stream_id in ends)
+            for stream_id, (end, ended) in ends.items():
                 if ended and end <= horizon:
                     closed.add(stream_id)
                     first = min(first, started[stream_id] - 1)
                     last = max(last, end)
     return DayTicks(day, first, upto, frozenset(closed), last)
+
+
+def _packed_whole(conn: sa.Connection, packed: dict[str, int]) -> dict[str, int]:
+    """Of packed streams (with their rows' first positions), those whose start is packed too.
+
+    A row packed before 0020 may hold a transcript alone, its tick's start still hot.
+    """
+    streams = list(packed)
+    hot: set[str] = set()
+    for start in range(0, len(streams), MAX_BATCH):
+        query = sa.select(events.c.stream_id).where(
+            events.c.stream_id.in_(streams[start : start + MAX_BATCH]),
+            events.c.stream_position == 1,
+        )
+        hot.update(conn.execute(query).scalars())
+    return {stream: first for stream, first in packed.items() if stream not in hot}
 
 
 def events_of(store: SqlEventStore, ticks: DayTicks) -> Iterator[StoredEvent]:
@@ -197,10 +229,12 @@ def leave_day(conn: sa.Connection, day: date, archived: ArchivedDay) -> int:
 
     In the caller's transaction: all of it or nothing. Raises PartitionHeld when the
     partition holds events the archive does not (an open tick): the caller deletes
-    instead.
+    instead. The records of the day's packed ticks are in their rows, not the partition;
+    the rows go with `forget`.
     """
-    drop_day(conn, day, archived.in_partition)
-    return archived.in_partition + delete_events(conn, archived.elsewhere)
+    packed = packed_count(conn, archived.tick_ids, day)
+    drop_day(conn, day, archived.in_partition - packed)
+    return archived.in_partition - packed + delete_events(conn, archived.elsewhere)
 
 
 def drop_emptied_days(store: SqlEventStore, before: date) -> list[date]:
@@ -226,20 +260,23 @@ def drop_emptied_days(store: SqlEventStore, before: date) -> list[date]:
 
 
 def holds(store: SqlEventStore, position: int) -> bool:
-    """Whether the event at `position` is still in the hot store."""
+    """Whether the event at `position` is still in the hot store (in `events` or packed)."""
     with store.read_transaction() as conn:
         query = sa.select(events.c.global_position).where(events.c.global_position == position)
-        return conn.execute(query).first() is not None
+        return conn.execute(query).first() is not None or holds_position(conn, position)
 
 
 def lagging_checkpoints(store: SqlEventStore, position: int) -> dict[str, int]:
     """Checkpoints (projections, the alerter) that have not folded up to `position` yet.
 
-    Events they have not folded must not leave: a follower would never see them.
+    Events they have not folded must not leave: a follower would never see them. The
+    packing's checkpoint is not one: a tick archived before it was packed leaves from
+    `events` (and the log's newest event, which it never passes, may well be archived).
     """
     with store.read_transaction() as conn:
         query = sa.select(projection_checkpoints.c.name, projection_checkpoints.c.position).where(
-            projection_checkpoints.c.position < position
+            projection_checkpoints.c.position < position,
+            projection_checkpoints.c.name != PACKING_CHECKPOINT,
         )
         return {name: int(at) for name, at in conn.execute(query)}
 
@@ -321,8 +358,9 @@ class Footprint:
     tick_days: dict[date, int]
     """Tick streams still hot, by the UTC day each started on."""
     events_size: int
-    """Bytes of the `events` table and its indexes (PostgreSQL: of its partitions and of
-    `event_ids` and `tick_streams`, dead tuples included until a vacuum)."""
+    """Bytes of the `events` and `tick_rows` tables and their indexes (PostgreSQL: of its
+    partitions and of `event_ids` and `tick_streams` too, dead tuples included until a
+    vacuum)."""
     size: int
     """Bytes of the whole store, read models included: SQLite's pages, free ones too (its
     file's size once the WAL is checkpointed); PostgreSQL's database."""
@@ -333,18 +371,23 @@ def footprint(store: SqlEventStore) -> Footprint:
     with store.read_transaction() as conn:
         count = conn.execute(sa.select(sa.func.count()).select_from(events)).scalar_one()
         started = conn.execute(
-            sa.select(events.c.recorded_at).where(
+            sa.select(events.c.stream_id, events.c.recorded_at).where(
                 events.c.stream_position == 1, events.c.stream_id.startswith(TICK_STREAM_PREFIX)
             )
-        ).scalars()
+        ).all()
         days: dict[date, int] = {}
-        for at in started:
+        hot_started = set()
+        for stream, at in started:
+            hot_started.add(stream)
             day = stored_utc(at).date()
             days[day] = days.get(day, 0) + 1
+        packed, packed_days = footprint_rows(conn, hot_started)
+        for day, ticks in packed_days.items():
+            days[day] = days.get(day, 0) + ticks
         if store.engine.dialect.name == "sqlite":
             table = conn.exec_driver_sql(
                 "SELECT sum(pgsize) FROM dbstat WHERE name IN "
-                "(SELECT name FROM sqlite_schema WHERE tbl_name = 'events')"
+                "(SELECT name FROM sqlite_schema WHERE tbl_name IN ('events', 'tick_rows'))"
             ).scalar_one()
             pages = conn.exec_driver_sql("PRAGMA page_count").scalar_one()
             size = pages * conn.exec_driver_sql("PRAGMA page_size").scalar_one()
@@ -352,7 +395,7 @@ def footprint(store: SqlEventStore) -> Footprint:
             table = conn.exec_driver_sql(
                 "SELECT (SELECT sum(pg_total_relation_size(relid)) "
                 "FROM pg_partition_tree('events')) + pg_total_relation_size('event_ids') + "
-                "pg_total_relation_size('tick_streams')"
+                "pg_total_relation_size('tick_streams') + pg_total_relation_size('tick_rows')"
             ).scalar_one()
             size = conn.execute(sa.text("SELECT pg_database_size(current_database())")).scalar_one()
-    return Footprint(count, dict(sorted(days.items())), int(table), int(size))
+    return Footprint(count + packed, dict(sorted(days.items())), int(table), int(size))

@@ -90,15 +90,23 @@ projection_checkpoints = sa.Table(
     sa.Column("updated_at", sa.DateTime(timezone=True), nullable=False),
 )
 
-transcripts = sa.Table(
-    "transcripts",
+tick_rows = sa.Table(
+    "tick_rows",
     metadata,
-    sa.Column("tick_id", sa.String(255), primary_key=True),
-    sa.Column("day", sa.Date(), nullable=False),
-    sa.Column("entries", sa.Integer(), nullable=False),
+    sa.Column("first_position", Position, primary_key=True, autoincrement=False),
+    sa.Column("tick_id", sa.String(255), nullable=False),
     sa.Column("last_position", sa.BigInteger(), nullable=False),
-    sa.Column("data", sa.LargeBinary()),
+    sa.Column("version", sa.Integer(), nullable=False),
+    sa.Column("events", sa.Integer(), nullable=False),
+    sa.Column("day", sa.Date(), nullable=False),
+    sa.Column("last_recorded", sa.DateTime(timezone=True), nullable=False),
+    sa.Column("transcript", sa.Integer(), nullable=False),
     sa.Column("archived_on", sa.Date()),
-    sa.Index("ix_transcripts_day", "day"),
+    sa.Column("data", sa.LargeBinary(), nullable=False),
+    sa.Index("ix_tick_rows_tick_id", "tick_id", unique=True),
+    sa.Index("ix_tick_rows_span", sa.text("(last_position - first_position)")),
+    sa.Index("ix_tick_rows_last_recorded", "last_recorded"),
+    sa.Index("ix_tick_rows_day", "day"),
 )
-"""Closed ticks' transcripts, compacted (migration 0012, `harness.store.transcripts`)."""
+"""Closed ticks' records, each tick's packed in one row (migration 0020,
+`harness.store.tick_rows`)."""

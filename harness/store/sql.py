@@ -16,6 +16,7 @@ drivers do.
 
 from __future__ import annotations
 
+import heapq
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from datetime import UTC, datetime
@@ -27,10 +28,16 @@ import sqlalchemy as sa
 from sqlalchemy.dialects import sqlite
 from sqlalchemy.engine import Engine
 
-from harness.contracts.events import TranscriptEntry
 from harness.contracts.records import NewEvent, StoredEvent
 from harness.folds.parallel import Workers
-from harness.folds.ranges import Database, RangeQuery, event_slices, fetched, open_cursor
+from harness.folds.ranges import (
+    Database,
+    PackedQuery,
+    RangeQuery,
+    event_slices,
+    fetched,
+    open_cursor,
+)
 from harness.folds.sums import Folded, Kernel
 from harness.store.base import EventStore, Tracking
 from harness.store.engine import BEGIN_MODE, SQLITE_BUSY_TIMEOUT_MS, sqlite_path
@@ -45,7 +52,24 @@ from harness.store.records import (
     Window,
 )
 from harness.store.schema import event_ids, events, projection_checkpoints
-from harness.store.transcripts import compacted, with_compacted
+from harness.store.tick_rows import (
+    UNBOUNDED,
+    compacted,
+    count_between,
+    data_between,
+    first_since,
+    holds_types,
+    merged,
+    merged_data,
+    packed_ids,
+    packed_version,
+    positions_between,
+    reach_after,
+    reach_before,
+    records_between,
+    widest_span,
+    with_compacted,
+)
 from harness.store.writer import (
     TRANSACTION_EVENTS,
     Clock,
@@ -308,7 +332,12 @@ class SqlEventStore(EventStore):
     def _diagnose_refusal(
         self, stream_id: str, events_: Sequence[NewEvent], expected: ExpectedVersion
     ) -> AppendResult:
-        """Tell a retried append (a no-op) from a real conflict, after the rollback."""
+        """Tell a retried append (a no-op) from a real conflict, after the rollback.
+
+        A packed stream's ids are looked for in its row too; on SQLite, where no unique
+        index holds them, an append to a packed stream is refused until this check has
+        found none of its ids there, and is then sent again.
+        """
         wanted = [event.event_id for event in events_]
         with self.read_transaction() as conn:
             # PostgreSQL's partitions hold no index on the id: `event_ids` does (0010).
@@ -320,7 +349,10 @@ class SqlEventStore(EventStore):
                     )
                 ).all()
             )
+            packed = packed_ids(conn, stream_id)
             version = _version(conn, stream_id)
+        if packed is not None:
+            stored.update((i, p) for i, p in packed.items() if i in set(wanted))
         if len(stored) == len(wanted):
             return AppendResult(tuple(stored[i] for i in wanted), version, duplicate=True)
         if stored:
@@ -328,6 +360,14 @@ class SqlEventStore(EventStore):
                 f"stream {stream_id!r}: {len(stored)} of {len(wanted)} event ids are stored "
                 "already; a batch is retried whole or not at all"
             )
+        if packed is not None and expected in (ANY, version):
+            try:
+                positions, landed = self._writer.append(
+                    stream_id, events_, expected, packed_checked=True
+                )
+            except Refused:
+                return self._diagnose_refusal(stream_id, events_, expected)
+            return AppendResult(positions, landed)
         raise ConcurrencyError(stream_id, expected, version)
 
     def read_stream(
@@ -335,9 +375,9 @@ class SqlEventStore(EventStore):
     ) -> list[StoredEvent]:
         """One indexed range query on (stream_id, stream_position), read on the raw cursor.
 
-        A tick's stream also reads its compacted transcript: one more primary-key lookup
-        (`harness.store.transcripts`). A compaction committing between the two statements
-        (PostgreSQL runs each in its own snapshot) leaves an entry in both, given once.
+        A tick's stream also reads its packed row: one more index lookup
+        (`harness.store.tick_rows`). A compaction committing between the two statements
+        (PostgreSQL runs each in its own snapshot) leaves a record in both, given once.
         """
         where = (
             f"WHERE stream_id = ?{_hot_scope(self.engine, stream_id)} AND stream_position > ? "
@@ -369,9 +409,10 @@ class SqlEventStore(EventStore):
                 )
                 for event in _records(conn, where, [*chunk, *kinds]):
                     found[event.stream_id].append(event)
-                if types is None or TranscriptEntry.type in kinds:
+                if holds_types(None if types is None else kinds):
                     for stream_id, entries in compacted(conn, chunk).items():
-                        found[stream_id] = with_compacted(found[stream_id], entries)
+                        typed = [e for e in entries if types is None or e.type in kinds]
+                        found[stream_id] = with_compacted(found[stream_id], typed)
         return found
 
     def read_all(
@@ -380,24 +421,48 @@ class SqlEventStore(EventStore):
         limit: int = 1000,
         types: Iterable[str] | None = None,
     ) -> list[StoredEvent]:
-        """A range of the primary key, below the writers' horizon (the module docstring)."""
+        """A range of the primary key, below the writers' horizon (the module docstring).
+
+        With the packed records of the rows that reach into it: up to the last of the
+        `limit` hot events read, and (of every type) no further than the rows that hold
+        `limit` records themselves reach.
+        """
         only = ""
         parameters: list[Any] = [after_position]
-        if types is not None:
-            kinds = list(types)
+        kinds = None if types is None else list(types)
+        if kinds is not None:
             only = f" AND type IN ({_marks(kinds)})"
             parameters += kinds
         with self._one_statement() as conn:
             where = f"WHERE global_position > ? AND {_settled(conn)}{only}"
-            return _records(conn, where + " ORDER BY global_position LIMIT ?", [*parameters, limit])
+            hot = _records(conn, where + " ORDER BY global_position LIMIT ?", [*parameters, limit])
+            if not holds_types(kinds):
+                return hot
+            upper = hot[-1].global_position if len(hot) == limit else UNBOUNDED
+            if kinds is None:
+                upper = min(upper, reach_after(conn, after_position, limit))
+            packed = records_between(conn, after_position, upper, kinds)
+        return list(merged(hot, packed))[:limit] if packed else hot
 
     def read_last(self, limit: int, types: Iterable[str] | None = None) -> list[StoredEvent]:
-        """Backwards on the primary key from the writers' horizon: cheap however long the log."""
-        kinds = [] if types is None else list(types)
-        only = "" if types is None else f" AND type IN ({_marks(kinds)})"
+        """Backwards on the primary key from the writers' horizon: cheap however long the log.
+
+        With the packed records of the rows that reach past the `limit`-th hot event back.
+        """
+        kinds = None if types is None else list(types)
+        only = "" if kinds is None else f" AND type IN ({_marks(kinds)})"
         with self._one_statement() as conn:
             where = f"WHERE {_settled(conn)}{only} ORDER BY global_position DESC LIMIT ?"
-            return _records(conn, where, [*kinds, limit])
+            hot = _records(conn, where, [*(kinds or []), limit])
+            if not holds_types(kinds):
+                return hot
+            after = hot[-1].global_position - 1 if len(hot) == limit else 0
+            if kinds is None:
+                after = max(after, reach_before(conn, limit))
+            packed = records_between(conn, after, UNBOUNDED, kinds)
+        if not packed:
+            return hot
+        return list(merged(reversed(hot), packed))[::-1][:limit]
 
     def checkpoints(self, names: Iterable[str]) -> dict[str, int]:
         """One query for every name; a projection never folded has no row yet and reads as 0."""
@@ -435,30 +500,58 @@ class SqlEventStore(EventStore):
         SQLite's key is the table itself, so a COUNT of a range reads every row's page
         (0.2 s a million events); from position 0 (a rebuild) it counts the whole table
         from its pages' headers instead (0.02 s) and takes away what lies above `upper`.
+        Packed records count too: those of the rows that reach into the range.
         """
-        where = "WHERE global_position > ? AND global_position <= ?"
         with self._one_statement() as conn:
-            if size is None and after == 0 and conn.dialect.name == "sqlite":
-                cursor = _cursor(
-                    conn,
-                    "SELECT (SELECT COUNT(*) FROM events) - "
-                    "(SELECT COUNT(*) FROM events WHERE global_position > ?), NULL",
-                    (upper,),
-                )
-            elif size is None:
-                cursor = _cursor(conn, f"SELECT COUNT(*), NULL FROM events {where}", (after, upper))
-            else:
-                cursor = _cursor(
-                    conn,
-                    "SELECT COUNT(*), MAX(global_position) FROM (SELECT global_position "
-                    f"FROM events {where} ORDER BY global_position LIMIT ?) AS w",
-                    (after, upper, size),
-                )
-            try:
-                events, last = cursor.fetchone()
-            finally:
-                cursor.close()
+            hot = self._hot_window(conn, after, upper, size)
+            if size is None:
+                return Window(after, upper, hot.events + count_between(conn, after, upper))
+            if size < 1:
+                return hot
+            end = min(hot.end, reach_after(conn, after, size))
+            packed = positions_between(conn, after, end)
+        if not packed:
+            return hot
+        found = list(heapq.merge(self._hot_positions(after, end, size), packed))
+        if len(found) >= size:
+            return Window(after, found[size - 1], size)
+        return Window(after, upper, len(found))
+
+    def _hot_window(self, conn: sa.Connection, after: int, upper: int, size: int | None) -> Window:
+        """The window of `events` alone."""
+        where = "WHERE global_position > ? AND global_position <= ?"
+        if size is None and after == 0 and conn.dialect.name == "sqlite":
+            cursor = _cursor(
+                conn,
+                "SELECT (SELECT COUNT(*) FROM events) - "
+                "(SELECT COUNT(*) FROM events WHERE global_position > ?), NULL",
+                (upper,),
+            )
+        elif size is None:
+            cursor = _cursor(conn, f"SELECT COUNT(*), NULL FROM events {where}", (after, upper))
+        else:
+            cursor = _cursor(
+                conn,
+                "SELECT COUNT(*), MAX(global_position) FROM (SELECT global_position "
+                f"FROM events {where} ORDER BY global_position LIMIT ?) AS w",
+                (after, upper, size),
+            )
+        try:
+            events, last = cursor.fetchone()
+        finally:
+            cursor.close()
         return Window(after, last if size is not None and events == size else upper, events)
+
+    def _hot_positions(self, after: int, upper: int, limit: int) -> list[int]:
+        """The first `limit` positions of `events` in (after, upper]."""
+        with self._one_statement() as conn:
+            query = (
+                sa.select(events.c.global_position)
+                .where(events.c.global_position > after, events.c.global_position <= upper)
+                .order_by(events.c.global_position)
+                .limit(limit)
+            )
+            return list(conn.execute(query).scalars())
 
     def read_window(
         self, tracking: Tracking, types: Iterable[str], upper: int
@@ -466,10 +559,17 @@ class SqlEventStore(EventStore):
         """Streamed from the raw cursor, `fetchmany` slices at a time (see `event_slices`).
 
         `upper` is at most the tracking's horizon: above it an event may still commit.
+        The packed records of the window (of its types) are read after the hot query has
+        run, and merged in: a compaction committing between gives a record twice, once.
         """
         if upper > tracking.horizon:
             raise ValueError(f"window end {upper} is past the horizon {tracking.horizon}")
-        return chain.from_iterable(self._window_slices(tracking, sorted(types), upper))
+        kinds = sorted(types)
+        hot = self._window_slices(tracking, kinds, upper)
+        first = next(hot, None)
+        packed = data_between(tracking.conn, tracking.position, upper, kinds)
+        slices = chain([] if first is None else [first], hot)
+        return merged_data(chain.from_iterable(slices), packed)
 
     def _window_slices(
         self, tracking: Tracking, kinds: list[str], upper: int
@@ -503,7 +603,10 @@ class SqlEventStore(EventStore):
                 "SELECT data FROM events WHERE global_position > ? AND global_position <= ? "
                 f"AND type IN ({_marks(kinds)})"
             )
-            queries = [RangeQuery(database, sql, (a, b, *kinds)) for a, b in pairwise(ends)]
+            queries = [
+                RangeQuery(database, sql, (a, b, *kinds), _packed_query(a, b, kinds))
+                for a, b in pairwise(ends)
+            ]
             sums, folded = workers.fold(kernel, queries)
         return Folded(sums, folded, whole.events)
 
@@ -542,15 +645,16 @@ class SqlEventStore(EventStore):
         the MIN-by-primary-key plan, which walks the log from its start looking for the
         first recent event: what this cost before the index, and what PostgreSQL's
         estimate picks still when its statistics place the window evenly in the log.
+        Packed ticks answer from their rows' index of last times (`first_since`).
         """
         with self.read_transaction() as conn:
             query = sa.select(sa.func.min(events.c.global_position + 0)).where(
                 events.c.recorded_at >= when, sa.text(_settled(conn))
             )
-            first = conn.execute(query).scalar()
-            if first is None:
+            found = [p for p in (conn.execute(query).scalar(), first_since(conn, when)) if p]
+            if not found:
                 return _last_settled(conn) + 1
-            return int(first)
+            return int(min(found))
 
     def last_position(self) -> int:
         """MAX of the primary key below the writers' horizon: one index lookup."""
@@ -562,22 +666,22 @@ class SqlEventStore(EventStore):
 
         SQLite's positions are dense until archiving deletes some; PostgreSQL's never are.
         The walk reads `count` entries of the primary key backwards from the horizon, a few
-        milliseconds for 50,000; so does the count on SQLite.
+        milliseconds for 50,000; so does the count on SQLite. With packed ticks, the answer
+        is the `count + 1`-th newest position of both: it lies after the later of the two
+        bounds that hold `count + 1` of each, where both are merged.
         """
         with self._one_statement() as conn:
-            if conn.dialect.name != "postgresql":
-                guess = max(_last_settled(conn) - count, 0)
-                query = sa.select(sa.func.count()).where(events.c.global_position > guess)
-                if guess == 0 or conn.execute(query).scalar() == count:
-                    return guess
+            if widest_span(conn) is None:
+                return _hot_lookback(conn, count)
+            after = max(_hot_lookback(conn, count + 1), reach_before(conn, count + 1))
             query = (
                 sa.select(events.c.global_position)
-                .where(sa.text(_settled(conn)))
-                .order_by(events.c.global_position.desc())
-                .limit(1)
-                .offset(count)
+                .where(events.c.global_position > after, sa.text(_settled(conn)))
+                .order_by(events.c.global_position)
             )
-            return int(conn.execute(query).scalar() or 0)
+            hot = conn.execute(query).scalars()
+            found = list(heapq.merge(hot, positions_between(conn, after, UNBOUNDED)))
+        return found[-count - 1] if len(found) > count else 0
 
     def vacuum(self, tables: Sequence[str] = ()) -> None:
         """PostgreSQL: VACUUM (ANALYZE), outside a transaction; it stops no append or read."""
@@ -599,11 +703,47 @@ class SqlEventStore(EventStore):
         self.engine.dispose()
 
 
+def _packed_query(after: int, upper: int, kinds: tuple[str, ...]) -> PackedQuery | None:
+    """The rows a fold worker reads for (after, upper] beside `events` (`tick_rows.between`).
+
+    The widest span is read in the worker's snapshot, with the rows.
+    """
+    if not holds_types(kinds):
+        return None
+    sql = (
+        "SELECT tick_id, data FROM tick_rows WHERE first_position > ? - "
+        "(SELECT COALESCE(MAX(last_position - first_position), 0) FROM tick_rows) "
+        "AND first_position <= ? AND last_position > ?"
+    )
+    return PackedQuery(sql, (after, upper, after), after, upper, kinds)
+
+
+def _hot_lookback(conn: sa.Connection, count: int) -> int:
+    """`lookback` of `events` alone."""
+    if conn.dialect.name != "postgresql":
+        guess = max(_last_settled(conn) - count, 0)
+        query = sa.select(sa.func.count()).where(events.c.global_position > guess)
+        if guess == 0 or conn.execute(query).scalar() == count:
+            return guess
+    query = (
+        sa.select(events.c.global_position)
+        .where(sa.text(_settled(conn)))
+        .order_by(events.c.global_position.desc())
+        .limit(1)
+        .offset(count)
+    )
+    return int(conn.execute(query).scalar() or 0)
+
+
 def _version(conn: sa.Connection, stream_id: str) -> int:
+    """The stream's last position: in `events`, or else in its packed row."""
     query = sa.select(sa.func.max(events.c.stream_position)).where(events.c.stream_id == stream_id)
     if _hot_scope(conn.engine, stream_id):
         query = query.where(sa.text("tick_day IS NULL"))
-    return conn.execute(query).scalar() or 0
+    found = conn.execute(query).scalar()
+    if found is None:
+        found = packed_version(conn, stream_id)
+    return int(found or 0)
 
 
 def _hot_scope(engine: Engine, stream_id: str) -> str:

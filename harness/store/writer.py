@@ -47,7 +47,7 @@ from sqlalchemy.engine import Engine
 
 from harness.contracts.records import NewEvent
 from harness.store.engine import DURABILITY, SQLITE_CACHE_KIB
-from harness.store.partitions import ensure_days, is_tick_stream
+from harness.store.partitions import TICK_STREAM_PREFIX, ensure_days, is_tick_stream
 from harness.store.records import (
     ANY,
     NO_STREAM,
@@ -65,13 +65,18 @@ SQLITE_LANDED = "tickwork_landed"
 """The function the writer registers on its SQLite connection: SQLite hands it the stream
 position the checked insert computed, and it returns it unchanged."""
 _SQLITE_FIRST = (
-    _INSERT + f"VALUES (?1, ?2, (SELECT CASE WHEN ?3 < 0 OR v = ?3 THEN {SQLITE_LANDED}(v + 1) "
-    "END FROM (SELECT COALESCE((SELECT MAX(stream_position) FROM events WHERE stream_id = ?2), "
-    "0) AS v)), ?4, ?5, ?6, ?7, ?8)"
+    _INSERT + "VALUES (?1, ?2, (SELECT CASE WHEN (?3 < 0 OR v = ?3) AND (?9 OR p IS NULL) "
+    f"THEN {SQLITE_LANDED}(v + 1) END FROM (SELECT COALESCE((SELECT MAX(stream_position) "
+    "FROM events WHERE stream_id = ?2), p, 0) AS v, p FROM (SELECT (SELECT version "
+    "FROM tick_rows WHERE tick_id = ?10) AS p))), ?4, ?5, ?6, ?7, ?8)"
 )
 """The first event of a batch: checks the stream's version and inserts in one statement.
 
-Its third parameter is the expected version (-1: any). A stream at another version gets
+Its third parameter is the expected version (-1: any). A tick stream packed in a row of
+`tick_rows` (its tenth parameter, the tick id) is at least at the row's version, and is
+refused unless its ninth parameter says the store checked the batch's ids against the
+row first (`harness.store.tick_rows`: the row's ids are in no unique index here). A
+stream at another version gets
 the position NULL, which the NOT NULL column refuses: the statement inserts nothing and
 the transaction goes on. `INSERT … SELECT … WHERE` said the same with no error, but
 SQLite runs a SELECT from the table being written through a temporary table, and the
@@ -182,6 +187,11 @@ def _expectation(expected: ExpectedVersion) -> int:
     return -1 if expected is ANY else 0
 
 
+def _tick_id(stream_id: str) -> str | None:
+    """The tick a stream is of, which names its row in `tick_rows` (None: not a tick's)."""
+    return stream_id.removeprefix(TICK_STREAM_PREFIX) if is_tick_stream(stream_id) else None
+
+
 def _sqlite_row(stream_id: str, position: int, event: NewEvent, stamp: str) -> tuple[Any, ...]:
     """An event as both SQLite inserts take it (the first takes the expectation as position).
 
@@ -234,10 +244,17 @@ class Writer:
         """PostgreSQL: days whose partition this writer has seen made (`ensure_days`)."""
 
     def append(
-        self, stream_id: str, batch: Sequence[NewEvent], expected: ExpectedVersion
+        self,
+        stream_id: str,
+        batch: Sequence[NewEvent],
+        expected: ExpectedVersion,
+        packed_checked: bool = False,
     ) -> Positions:
-        """Insert the batch; returns (global positions, new stream version) or raises Refused."""
-        (landed,) = self._transaction([(stream_id, batch)], expected)
+        """Insert the batch; returns (global positions, new stream version) or raises Refused.
+
+        `packed_checked`: the batch's ids were found in no row of a packed stream (SQLite).
+        """
+        (landed,) = self._transaction([(stream_id, batch)], expected, packed_checked)
         if landed is None:
             raise Refused
         return landed
@@ -250,7 +267,9 @@ class Writer:
         """
         return [landed is not None for landed in self._transaction(streams, NO_STREAM)]
 
-    def _transaction(self, streams: Streams, expected: ExpectedVersion) -> list[Positions | None]:
+    def _transaction(
+        self, streams: Streams, expected: ExpectedVersion, packed_checked: bool = False
+    ) -> list[Positions | None]:
         """One transaction of one checked insert per stream; where each landed (None: not)."""
         expectation = _expectation(expected)
         recorded_at = self._clock()
@@ -262,7 +281,7 @@ class Writer:
                         self._connection = self._open()
                     if self._postgres:
                         return self._append_postgres(streams, expectation, recorded_at)
-                    return self._append_sqlite(streams, expectation, recorded_at)
+                    return self._append_sqlite(streams, expectation, recorded_at, packed_checked)
                 except Exception as exc:
                     collided = _collided(exc)
                     if collided or is_integrity_error(exc):
@@ -302,7 +321,7 @@ class Writer:
         return connection
 
     def _append_sqlite(
-        self, streams: Streams, expectation: int, recorded_at: datetime
+        self, streams: Streams, expectation: int, recorded_at: datetime, packed_checked: bool
     ) -> list[Positions | None]:
         # SQLAlchemy's SQLite DateTime format, which the store's reads parse: the time
         # without its "+00:00" (a strftime format costs twice as much).
@@ -317,7 +336,14 @@ class Writer:
         landed: list[Positions | None] = []
         for stream_id, batch in streams:
             try:
-                cursor.execute(_SQLITE_FIRST, _sqlite_row(stream_id, expectation, batch[0], stamp))
+                cursor.execute(
+                    _SQLITE_FIRST,
+                    (
+                        *_sqlite_row(stream_id, expectation, batch[0], stamp),
+                        packed_checked,
+                        _tick_id(stream_id),
+                    ),
+                )
             except sqlite3.IntegrityError as exc:
                 if exc.sqlite_errorcode != sqlite3.SQLITE_CONSTRAINT_NOTNULL:
                     raise
@@ -358,12 +384,15 @@ class Writer:
         `tick_streams` (a stream new to it: the day of its first event, recorded there by
         this statement), so the version check reads that one partition; any other
         stream's is `events_hot`. The event ids go to `event_ids`, whose primary key
-        refuses one stored already (migration 0010).
+        refuses one stored already (migration 0010), packed ones too. A tick stream packed
+        in `tick_rows` is at least at its row's version.
         """
         key = (size, tick)
         if key not in self._statements:
             rows = ", ".join(["(%s::int, %s::uuid, %s, %s::smallint, %s::json, %s::json)"] * size)
+            packed = "0"
             if tick:
+                packed = "(SELECT version FROM tick_rows WHERE tick_id = %s)"
                 known = "(SELECT tick_day FROM tick_streams WHERE stream_id = %s)"
                 where, day = f"tick_day = {known}", f"COALESCE({known}, %s::date)"
                 started = (
@@ -373,7 +402,7 @@ class Writer:
             else:
                 where, day, started = "tick_day IS NULL", "NULL::date", ""
             self._statements[key] = (
-                "WITH current AS (SELECT COALESCE(MAX(stream_position), 0) AS v, "
+                f"WITH current AS (SELECT COALESCE(MAX(stream_position), {packed}, 0) AS v, "
                 f"{day} AS day, pg_current_xact_id()::text::bigint << 20 AS x "
                 f"FROM events WHERE stream_id = %s AND {where}), "
                 "new AS (SELECT current.x + %s::bigint + v.o AS p, v.e, current.v + v.o AS n, "
@@ -401,7 +430,7 @@ class Writer:
         offset = 0
         for (stream_id, batch), tick in zip(streams, ticks, strict=True):
             # In the order of the statement's marks (`_postgres_statement`).
-            values: list[Any] = [stream_id, today, stream_id] if tick else []
+            values: list[Any] = [_tick_id(stream_id), stream_id, today, stream_id] if tick else []
             values += [stream_id, offset]
             for i, event in enumerate(batch, 1):
                 values += (

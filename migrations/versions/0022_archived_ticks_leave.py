@@ -10,7 +10,7 @@ marked archived are folded into the new table and deleted, with their `tick_spen
 `harness.store.archives.find_archived`).
 
 Revision ID: 0022
-Revises: 0019
+Revises: 0020
 Create Date: 2026-12-01
 """
 
@@ -20,7 +20,7 @@ import sqlalchemy as sa
 from alembic import op
 
 revision = "0022"
-down_revision = "0019"
+down_revision = "0020"
 branch_labels = None
 depends_on = None
 

@@ -14,9 +14,9 @@ through the store checks at the end of the load (`check_layout`); then `tickwork
 projections rebuild` folds the read models (its time is a figure too). API paths run
 in-process through FastAPI's TestClient, CLI paths as subprocesses (their time includes
 the interpreter's start), reconcile's and start-up's queries as the service calls them.
-Disk per tick is the hot store's size over its ticks. Transcripts are compacted after
-each minute of history is loaded, as the service does while it runs
-(`harness.store.transcripts`; `--no-compaction` leaves them in `events`).
+Disk per tick is the hot store's size over its ticks. Closed ticks are packed into tick
+rows after each minute of history is loaded, as the service does while it runs
+(`harness.store.tick_rows`; `--no-compaction` leaves them in `events`).
 
     .venv/bin/python ops/bench/growth_bench.py [--sizes 1000000,10000000]
         [--backends sqlite,postgresql] [--pg-url postgresql://postgres@127.0.0.1:5432/test]
@@ -76,7 +76,7 @@ from harness.projections.ticks import last_slots, open_ticks
 from harness.store import migrate_store, open_store, schema
 from harness.store.partitions import ensure_days, partitioned, prepare
 from harness.store.sql import SqlEventStore
-from harness.store.transcripts import compact
+from harness.store.tick_rows import compact
 
 LEVELS = [f"l{n:04d}" for n in range(1000)]
 PER_MINUTE = len(LEVELS)
@@ -241,7 +241,7 @@ def history(events: int, now: datetime) -> Iterator[list[Row]]:
 
 
 def load_sqlite(url: str, events: int, now: datetime, compacting: bool) -> int:
-    """Load the history a minute at a time, compacting transcripts after each (`compacting`).
+    """Load the history a minute at a time, packing closed ticks after each (`compacting`).
 
     Positions come from AUTOINCREMENT, as the writer's do; SQLite has no tick day.
     """
@@ -250,11 +250,12 @@ def load_sqlite(url: str, events: int, now: datetime, compacting: bool) -> int:
     store = open_store(url)
     with sqlite3.connect(path) as conn:
         conn.execute("PRAGMA synchronous = OFF")
-        for rows in history(events, now):
+        for minute, rows in enumerate(history(events, now)):
             insert_sqlite(conn, rows)
+            if minute == 0:
+                check_layout(store)
             if compacting:
                 compact(store)
-        check_layout(store, compacting)
         store.close()
         return int(conn.execute("SELECT COUNT(*) FROM events").fetchone()[0])
 
@@ -306,11 +307,12 @@ def load_postgres(url: str, events: int, now: datetime, compacting: bool) -> int
                     for row in rows:
                         if row[2] == 1:
                             copy.write_row((row[1], row[-1]))
+            if minute == 1:
+                check_layout(store)
             if compacting:
                 compact(store)
                 if minute % COMPACT_VACUUM_MINUTES == 0:
                     conn.execute("VACUUM events")
-        check_layout(store, compacting)
         store.close()
         conn.execute("VACUUM ANALYZE events")
         counted = conn.execute("SELECT COUNT(*) FROM events").fetchone()
@@ -337,15 +339,6 @@ POSTGRES_SHAPE = (
     "LEFT JOIN tick_streams s USING (stream_id) "
     "WHERE e.stream_id = %s ORDER BY e.stream_position"
 )
-SQLITE_TRANSCRIPT = (
-    "SELECT t.entries, t.data IS NOT NULL, t.day = (SELECT substr(recorded_at, 1, 10) "
-    "FROM events WHERE stream_id = 'tick-' || t.tick_id AND stream_position = 1) "
-    "FROM transcripts t WHERE t.tick_id = ?"
-)
-POSTGRES_TRANSCRIPT = (
-    "SELECT t.entries, t.data IS NOT NULL, t.day = (SELECT tick_day FROM tick_streams "
-    "WHERE stream_id = 'tick-' || t.tick_id) FROM transcripts t WHERE t.tick_id = %s"
-)
 POSTGRES_TOTALS = (
     "SELECT (SELECT count(*) FROM events_default), "
     "(SELECT count(*) FROM events_hot WHERE left(stream_id, 5) = 'tick-'), "
@@ -355,20 +348,19 @@ POSTGRES_TOTALS = (
 )
 
 
-def check_layout(store: SqlEventStore, compacting: bool) -> None:
+def check_layout(store: SqlEventStore) -> None:
     """Append one tick through the store and check the bulk load laid out one as it does.
 
-    The first completed tick loaded and the appended one (as many calls, compacted alike)
-    must give the same shape, row by row: column types, formats and keys on SQLite, and on
-    PostgreSQL the position scheme, the partition, the tick day, `event_ids` and
+    Run on the first minute loaded, before any tick of it is packed (packing is the
+    store's own, alike for both). The first completed tick loaded and the appended one
+    (as many calls) must give the same shape, row by row: column types, formats and keys
+    on SQLite, and on PostgreSQL the position scheme, the partition, the tick day, `event_ids` and
     `tick_streams`; PostgreSQL's whole load must leave the default partition empty, no
     tick in `events_hot`, and one `event_ids` row per event, one `tick_streams` row per
     tick stream. A mismatch stops the bench: its figures would describe another layout.
     """
     postgres = partitioned(store.engine)
-    shape, transcript = (
-        (POSTGRES_SHAPE, POSTGRES_TRANSCRIPT) if postgres else (SQLITE_SHAPE, SQLITE_TRANSCRIPT)
-    )
+    shape = POSTGRES_SHAPE if postgres else SQLITE_SHAPE
     with store.read_transaction() as conn:
         sample = conn.execute(
             sa.select(schema.events.c.stream_id)
@@ -384,15 +376,9 @@ def check_layout(store: SqlEventStore, compacting: bool) -> None:
     tick_id = f"{LEVELS[0]}-layoutcheck-00000000"
     for event in tick_events(tick_id, LEVELS[0], datetime.now(UTC), calls, ended=True):
         store.append(f"tick-{tick_id}", [event.to_record()])
-    if compacting:
-        compact(store)
     with store.read_transaction() as conn:
         loaded, appended = (
-            (
-                conn.exec_driver_sql(shape, (stream,)).all(),
-                conn.exec_driver_sql(transcript, (stream.removeprefix("tick-"),)).all(),
-            )
-            for stream in (sample, f"tick-{tick_id}")
+            conn.exec_driver_sql(shape, (stream,)).all() for stream in (sample, f"tick-{tick_id}")
         )
         totals = tuple(conn.exec_driver_sql(POSTGRES_TOTALS).one()) if postgres else (0,) * 4
     if loaded != appended or any(totals):
@@ -635,7 +621,7 @@ def main() -> None:
     parser.add_argument(
         "--no-compaction",
         action="store_true",
-        help="leave transcripts in `events`, as before they had a form of their own",
+        help="leave closed ticks in `events`, as before they had a form of their own",
     )
     parser.add_argument(
         "--only-disk", action="store_true", help="stop at disk per tick, with its breakdown"

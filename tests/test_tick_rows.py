@@ -1,9 +1,9 @@
-"""Transcripts in their compact form: the log reads the same and every read model rebuilds equal.
+"""Closed ticks packed in tick rows: the log reads the same and every read model rebuilds equal.
 
-A closed tick's `TranscriptEntry` events leave `events` for one compressed row; every
-reader of a stream gets them back in place, a rebuild of every read model from zero
-equals the incremental one, and an entry replayed after its tick was compacted (a late
-spool) is read once.
+A closed tick's events leave `events` for one packed row once every projection has folded
+them; every reader of a stream gets them back in place, a rebuild of every read model
+from zero (in parts, over the rows) equals the incremental one, and an event replayed
+after its tick was packed (a late spool) is a no-op.
 """
 
 from __future__ import annotations
@@ -19,8 +19,8 @@ from harness.devtools.soak import tick_events
 from harness.prices import PriceBook
 from harness.projections import projector_for
 from harness.store import NewEvent, SqlEventStore, open_store
-from harness.store.schema import events, metadata, transcripts
-from harness.store.transcripts import compact
+from harness.store.schema import events, metadata, tick_rows
+from harness.store.tick_rows import compact
 
 
 def entry(tick_id: str, text: str) -> TranscriptEntry:
@@ -32,39 +32,40 @@ def read_models(store: SqlEventStore) -> dict[str, list[tuple[Any, ...]]]:
         return {
             table.name: sorted(tuple(row) for row in conn.execute(sa.select(table)))
             for table in metadata.sorted_tables
-            if table.name not in ("events", "transcripts", "projection_checkpoints")
+            if table.name not in ("events", "tick_rows", "projection_checkpoints")
         }
 
 
-def streams_with_entries(store: SqlEventStore) -> list[str]:
-    """The streams whose transcript entries are still stored as events."""
-    query = sa.select(events.c.stream_id).where(events.c.type == TranscriptEntry.type)
+def hot_streams(store: SqlEventStore) -> set[str]:
+    """The streams with events still in `events`."""
+    query = sa.select(events.c.stream_id).distinct()
     with store.read_transaction() as conn:
-        return list(conn.execute(query).scalars())
+        return set(conn.execute(query).scalars())
 
 
-def test_compacted_transcripts_read_in_place_and_rebuilds_equal(
-    store_url: str, tmp_path: Path
-) -> None:
+def test_packed_ticks_read_in_place_and_rebuilds_equal(store_url: str, tmp_path: Path) -> None:
     store = open_store(store_url)
     try:
         streams = [f"tick-t{n}" for n in range(4)]
+        endings = []
         for n, stream in enumerate(streams):
             *running, ended = tick_events(f"t{n}", tmp_path, 100 + n, datetime.now(UTC).date())
             store.append(stream, [e.to_record() for e in running])
             store.append(stream, [entry(f"t{n}", f"answer {n} " * 200).to_record()])
+            endings.append((stream, ended))
+        projector = projector_for(store, PriceBook())
+        projector.catch_up()
+        for stream, ended in endings:
             store.append(stream, [ended.to_record()])
         store.append("tick-open", [TickScheduled(tick_id="open", level="min").to_record()])
         store.append("tick-open", [entry("open", "still going").to_record()])
-        projector = projector_for(store, PriceBook())
+        assert compact(store) == 0, "nothing is packed before every projection has folded it"
         projector.catch_up()
         before = {stream: store.read_stream(stream) for stream in [*streams, "tick-open"]}
         models = read_models(store)
 
         assert compact(store) == 4
-        assert streams_with_entries(store) == ["tick-open"], (
-            "a running tick keeps its entries as events"
-        )
+        assert hot_streams(store) == {"tick-open"}, "a running tick keeps its events"
         assert compact(store) == 0, "a second pass finds nothing new"
         for stream, found in before.items():
             assert store.read_stream(stream) == found
@@ -76,14 +77,16 @@ def test_compacted_transcripts_read_in_place_and_rebuilds_equal(
             projector.rebuild(name)
         assert read_models(store) == models, "a rebuild from zero equals the incremental one"
 
-        compacted = next(e for e in before[streams[0]] if e.type == "TranscriptEntry")
-        late = entry("t0", "replayed late")
-        again = NewEvent(compacted.event_id, compacted.type, 1, compacted.data)
-        store.append(streams[0], [late.to_record(), again])
+        spent = next(e for e in before[streams[0]] if e.type == "BudgetSpent")
+        again = NewEvent(spent.event_id, spent.type, spent.version, spent.data)
+        assert store.append(streams[0], [again]).duplicate, "a late replay is a no-op"
+        store.append(streams[0], [entry("t0", "replayed late").to_record()])
+        projector.catch_up()
+        assert read_models(store) == models, "the replay counted no spend twice"
         entries = [e for e in store.read_stream(streams[0]) if e.type == "TranscriptEntry"]
         assert [e.data["text"] for e in entries] == ["answer 0 " * 200, "replayed late"]
         with store.read_transaction() as conn:
-            rows = conn.execute(sa.select(sa.func.count()).select_from(transcripts)).scalar()
+            rows = conn.execute(sa.select(sa.func.count()).select_from(tick_rows)).scalar()
         assert rows == 4
     finally:
         store.close()

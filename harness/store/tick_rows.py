@@ -1,0 +1,680 @@
+"""Closed ticks in their compact form: a tick's whole stream as one packed row of `tick_rows`.
+
+As events, each of a tick's dozen records costs a row, three or four index entries and its
+JSON keys spelled out again. Once a tick has ended and every projection has folded it,
+its stream does not change, so `compact` moves its records out of `events` into one row:
+packed losslessly (`harness.folds.packed`), in the same transaction as their deletion, so
+a kill leaves each record in one place, never both or neither.
+
+The log reads the same. A stream's reads put a tick's packed records back in their places
+(`with_compacted`); every read of a range of positions merges the records of the rows
+that overlap it (`between`): a row is keyed by the first position it holds, and reaches
+at most the widest span of any row past it, so the rows of a range are one range of the
+key. Records packed and still in `events` at once (read while a compaction committed,
+each statement its own snapshot on PostgreSQL) are given once.
+
+A record appended to a packed stream later (a spool replayed late) is checked against the
+row's ids, so a replay of a packed record stays a no-op (the writer refuses a packed
+stream's appends until the store has checked them, `harness.store.sql`), and a new one
+stays in `events`, read beside the row. PostgreSQL keeps packed ids in `event_ids`.
+
+Compaction follows the log with its own checkpoint (`CHECKPOINT`, beside the
+projections'): a pass reads the terminal events committed since, up to where every other
+checkpoint has passed, and packs those ticks. The newest event stays in `events`, so the
+log's last position is always a row of it.
+
+Transcripts may leave sooner than their ticks (`[retention] transcript_days`,
+`harness.scheduling.transcript_archiving`): a row's `TranscriptEntry` records go to the
+day's transcripts file, and the row is packed again without them, keeping the day whose
+archive holds them (`archived_on`), until the tick itself is archived (`forget`).
+"""
+
+from __future__ import annotations
+
+import heapq
+from collections.abc import Collection, Iterable, Iterator, Sequence
+from datetime import date, datetime, timedelta
+from typing import TYPE_CHECKING, Any
+from uuid import UUID
+
+import sqlalchemy as sa
+
+from harness.contracts.events import EVENT_TYPES, TERMINAL_TYPES, TickEvent, TranscriptEntry
+from harness.contracts.records import StoredEvent
+from harness.folds.packed import (
+    EPOCH,
+    TICK_PREFIX,
+    pack,
+    positions,
+    records_of,
+    restore,
+    unpack_data,
+)
+from harness.folds.ranges import EventData
+from harness.store.base import EventStore
+from harness.store.engine import stored_utc
+from harness.store.schema import event_ids, events, projection_checkpoints, tick_rows
+
+if TYPE_CHECKING:
+    from harness.store.sql import SqlEventStore
+
+CHECKPOINT = "tick_rows"
+"""The compaction's checkpoint, among the projections' (archiving waits for every one)."""
+WINDOW_EVENTS = 5_000
+"""Events one compaction transaction covers: ~370 ticks, a short hold of the write lock."""
+PAGE = 1000
+"""Rows read, written or deleted per statement."""
+TICK_TYPES = frozenset(cls.type for cls in EVENT_TYPES.values() if issubclass(cls, TickEvent))
+"""The only types a tick stream, and so a row, holds: a read of other types skips the rows."""
+UNBOUNDED = 1 << 62
+
+Packed = tuple[str, bytes]
+"""A row as its readers take it: (tick id, packed records)."""
+
+
+def holds_types(types: Collection[str] | None) -> bool:
+    """Whether rows can hold any of `types` (None: every type)."""
+    return types is None or not TICK_TYPES.isdisjoint(types)
+
+
+def stream_tick(stream_id: str) -> str | None:
+    """The tick id of a tick stream, None for any other stream."""
+    return stream_id.removeprefix(TICK_PREFIX) if stream_id.startswith(TICK_PREFIX) else None
+
+
+# --- reads -------------------------------------------------------------------------------
+
+
+def unpack(tick_id: str, blob: bytes) -> list[StoredEvent]:
+    """The stored records of a packed tick, in stream order, as `read_stream` gives them."""
+    level, records = records_of(blob)
+    stream_id = f"{TICK_PREFIX}{tick_id}"
+    return [
+        StoredEvent(
+            position,
+            UUID(hex=hex_id),
+            stream_id,
+            stream_position,
+            type_,
+            version,
+            restore(tick_id, level, data, flags),
+            metadata,
+            EPOCH + timedelta(microseconds=micros),
+        )
+        for position, hex_id, stream_position, type_, version, data, metadata, micros, flags in (
+            records
+        )
+    ]
+
+
+def compacted(conn: sa.Connection, stream_ids: Iterable[str]) -> dict[str, list[StoredEvent]]:
+    """The packed records of these streams, by stream (streams without a row are left out)."""
+    ticks = [tick for tick in map(stream_tick, stream_ids) if tick is not None]
+    found: dict[str, list[StoredEvent]] = {}
+    for start in range(0, len(ticks), PAGE):
+        query = sa.select(tick_rows.c.tick_id, tick_rows.c.data).where(
+            tick_rows.c.tick_id.in_(ticks[start : start + PAGE])
+        )
+        for tick, blob in conn.execute(query):
+            found[f"{TICK_PREFIX}{tick}"] = unpack(tick, bytes(blob))
+    return found
+
+
+def with_compacted(
+    found: list[StoredEvent], entries: list[StoredEvent], after: int = 0, limit: int | None = None
+) -> list[StoredEvent]:
+    """A stream's events read from `events`, with its packed records in their places.
+
+    `found` is the first `limit` events after `after`; merged, the first `limit` of both
+    are the stream's first `limit`. A record in both (read while its row was written) is
+    given once.
+    """
+    if not entries:
+        return found
+    packed_ids = {e.event_id for e in entries}
+    merged = sorted(
+        [
+            *(e for e in found if e.event_id not in packed_ids),
+            *(e for e in entries if e.stream_position > after),
+        ],
+        key=lambda e: e.stream_position,
+    )
+    return merged if limit is None else merged[:limit]
+
+
+def widest_span(conn: sa.Connection) -> int | None:
+    """The widest (last - first position) of any row, off its index; None without rows."""
+    span = tick_rows.c.last_position - tick_rows.c.first_position
+    found = conn.execute(sa.select(sa.func.max(span))).scalar()
+    return None if found is None else int(found)
+
+
+def between(conn: sa.Connection, after: int, upper: int) -> list[Packed]:
+    """The rows that may hold positions in (after, upper], by first position.
+
+    A row holding one starts after `after - widest span` and at or before `upper`: one
+    range of the primary key.
+    """
+    span = widest_span(conn)
+    if span is None or upper <= after:
+        return []
+    query = (
+        sa.select(tick_rows.c.tick_id, tick_rows.c.data)
+        .where(
+            tick_rows.c.first_position > after - span,
+            tick_rows.c.first_position <= upper,
+            tick_rows.c.last_position > after,
+        )
+        .order_by(tick_rows.c.first_position)
+    )
+    return [(tick, bytes(blob)) for tick, blob in conn.execute(query)]
+
+
+def records_between(
+    conn: sa.Connection, after: int, upper: int, types: Collection[str] | None = None
+) -> list[StoredEvent]:
+    """The packed records in (after, upper] (of `types`), in global order."""
+    if not holds_types(types):
+        return []
+    found = [
+        record
+        for tick, blob in between(conn, after, upper)
+        for record in unpack(tick, blob)
+        if after < record.global_position <= upper and (types is None or record.type in types)
+    ]
+    return sorted(found, key=lambda record: record.global_position)
+
+
+def data_between(
+    conn: sa.Connection, after: int, upper: int, kinds: Collection[str]
+) -> list[EventData]:
+    """(position, type, data) of the packed records of `kinds` in (after, upper], in order."""
+    if not holds_types(kinds):
+        return []
+    found = [
+        item
+        for tick, blob in between(conn, after, upper)
+        for item in unpack_data(tick, blob, after, upper, kinds)
+    ]
+    found.sort(key=lambda item: item[0])
+    return found
+
+
+def positions_between(conn: sa.Connection, after: int, upper: int) -> list[int]:
+    """The packed positions in (after, upper], in order.
+
+    A row's positions are decoded once per process (`_positions_of`): every projection's
+    fold sizes its windows by them, a rebuild of ten read models ten times over.
+    """
+    span = widest_span(conn)
+    if span is None or upper <= after:
+        return []
+    query = sa.select(
+        tick_rows.c.tick_id,
+        tick_rows.c.first_position,
+        tick_rows.c.last_position,
+        tick_rows.c.events,
+        tick_rows.c.data,
+    ).where(
+        tick_rows.c.first_position > after - span,
+        tick_rows.c.first_position <= upper,
+        tick_rows.c.last_position > after,
+    )
+    store = str(conn.engine.url)
+    found = [
+        position
+        for tick, first, last, held, blob in conn.execute(query)
+        for position in _positions_of((store, tick, first, last, held), blob)
+        if after < position <= upper
+    ]
+    found.sort()
+    return found
+
+
+def count_between(conn: sa.Connection, after: int, upper: int) -> int:
+    """How many packed records lie in (after, upper].
+
+    Rows wholly inside are counted by their `events`; only the few that straddle an end
+    are decoded.
+    """
+    span = widest_span(conn)
+    if span is None or upper <= after:
+        return 0
+    first, last = tick_rows.c.first_position, tick_rows.c.last_position
+    inside = sa.select(sa.func.coalesce(sa.func.sum(tick_rows.c.events), 0)).where(
+        first > after, first <= upper, last <= upper
+    )
+    straddling = sa.select(tick_rows.c.data).where(
+        first > after - span, first <= upper, last > after, sa.or_(first <= after, last > upper)
+    )
+    ends = sum(
+        after < position <= upper
+        for blob in conn.execute(straddling).scalars()
+        for position in positions(bytes(blob))
+    )
+    return int(conn.execute(inside).scalar_one()) + ends
+
+
+_POSITIONS: dict[tuple[str, str, int, int, int], list[int]] = {}
+POSITIONS_KEPT = 200_000
+"""Rows whose positions a process keeps decoded (~60 MB); then it starts afresh."""
+
+
+def _positions_of(key: tuple[str, str, int, int, int], blob: bytes) -> list[int]:
+    """A row's positions, kept by (store, tick, first, last, records).
+
+    A row written again (records added or taken out) changes its key.
+    """
+    found = _POSITIONS.get(key)
+    if found is None:
+        if len(_POSITIONS) >= POSITIONS_KEPT:
+            _POSITIONS.clear()
+        found = _POSITIONS[key] = positions(bytes(blob))
+    return found
+
+
+def reach_after(conn: sa.Connection, after: int, count: int) -> int:
+    """A position by which at least `count` packed records lie after `after` (or UNBOUNDED).
+
+    Rows by first position, counting their records: once `count` are counted, each of
+    them lies at most the widest span past the last row's first position.
+    """
+    span = widest_span(conn)
+    found = None if span is None else _counted_to(conn, count, after)
+    return UNBOUNDED if found is None or span is None else found + span
+
+
+def reach_before(conn: sa.Connection, count: int) -> int:
+    """A position after which at least `count` packed records lie (0 when fewer are packed).
+
+    Rows backwards by first position: every record of a row lies at or after its first.
+    """
+    found = _counted_to(conn, count)
+    return 0 if found is None else found - 1
+
+
+def _counted_to(conn: sa.Connection, count: int, after: int | None = None) -> int | None:
+    """The first position of the row by which `count` records are counted (None: fewer).
+
+    Rows in order of their first positions, a page at a time: forwards from `after`, or
+    backwards from the last row.
+    """
+    key = tick_rows.c.first_position
+    counted = 0
+    last = after
+    while True:
+        query = sa.select(key, tick_rows.c.events)
+        if after is None:
+            page_of = query.where(key < last) if last is not None else query
+            page_of = page_of.order_by(key.desc())
+        else:
+            page_of = query.where(key > last).order_by(key)
+        page = conn.execute(page_of.limit(PAGE)).all()
+        for first, held in page:
+            counted += held
+            if counted >= count:
+                return int(first)
+        if len(page) < PAGE:
+            return None
+        last = page[-1][0]
+
+
+def first_since(conn: sa.Connection, when: datetime) -> int | None:
+    """The first packed position recorded at or after `when` (None if there is none).
+
+    The rows whose last record is that late, on the index of their last times (`+ 0`
+    keeps SQLite from walking the primary key from its start instead): the one that
+    starts first holds a record of the answer's, and only rows starting before that
+    record can hold an earlier one.
+    """
+    late = tick_rows.c.last_recorded >= when
+    first = conn.execute(sa.select(sa.func.min(tick_rows.c.first_position + 0)).where(late))
+    start = first.scalar()
+    if start is None:
+        return None
+    best: int | None = None
+    query = sa.select(tick_rows.c.tick_id, tick_rows.c.data).where(
+        late, tick_rows.c.first_position >= start
+    )
+    for tick, blob in conn.execute(query.where(tick_rows.c.first_position == start)).all():
+        records = unpack(tick, bytes(blob))
+        best = min((r.global_position for r in records if r.recorded_at >= when), default=None)
+    if best is None:
+        return None
+    for tick, blob in conn.execute(query.where(tick_rows.c.first_position < best)).all():
+        since = [r.global_position for r in unpack(tick, bytes(blob)) if r.recorded_at >= when]
+        best = min(best, *since) if since else best
+    return best
+
+
+def merged(*sources: Iterable[StoredEvent]) -> Iterator[StoredEvent]:
+    """Records of several sources, each in global order, in one order; a position once."""
+    last = None
+    for record in heapq.merge(*sources, key=lambda record: record.global_position):
+        if record.global_position != last:
+            last = record.global_position
+            yield record
+
+
+def merged_data(hot: Iterable[EventData], packed: Sequence[EventData]) -> Iterator[EventData]:
+    """`merged` for fold data."""
+    if not packed:
+        yield from hot
+        return
+    last = None
+    for item in heapq.merge(hot, packed, key=lambda item: item[0]):
+        if item[0] != last:
+            last = item[0]
+            yield item
+
+
+def packed_ids(conn: sa.Connection, stream_id: str) -> dict[UUID, int] | None:
+    """The ids a packed stream's row holds, with their positions (None: no row)."""
+    tick = stream_tick(stream_id)
+    if tick is None:
+        return None
+    blob = conn.execute(sa.select(tick_rows.c.data).where(tick_rows.c.tick_id == tick)).scalar()
+    if blob is None:
+        return None
+    return {record.event_id: record.global_position for record in unpack(tick, bytes(blob))}
+
+
+def packed_version(conn: sa.Connection, stream_id: str) -> int | None:
+    """The stream version a packed stream's row reached (None: no row)."""
+    tick = stream_tick(stream_id)
+    if tick is None:
+        return None
+    query = sa.select(tick_rows.c.version).where(tick_rows.c.tick_id == tick)
+    found = conn.execute(query).scalar()
+    return None if found is None else int(found)
+
+
+def holds_position(conn: sa.Connection, position: int) -> bool:
+    """Whether a row holds the record at `position`."""
+    return position in positions_between(conn, position - 1, position)
+
+
+# --- compaction --------------------------------------------------------------------------
+
+
+def compact(store: SqlEventStore) -> int:
+    """Pack every tick ended since the last pass that every checkpoint has passed; how many.
+
+    One transaction per window of the log, each with its checkpoint: a kill loses no
+    pass's work and repeats none. The log's newest event is never packed.
+    """
+    ticks = 0
+    while True:
+        with store.tracking(CHECKPOINT) as tracking:
+            limit = min(_others_passed(tracking.conn), tracking.horizon - 1)
+            if tracking.position >= limit:
+                return ticks
+            upper = store.window(tracking.position, limit, WINDOW_EVENTS).end
+            ended = {
+                str(data["tick_id"])
+                for _, _, data in store.read_window(tracking, TERMINAL_TYPES, upper)
+                if "tick_id" in data
+            }
+            ticks += move(tracking.conn, sorted(ended), upper)
+            store.save_checkpoint(tracking, upper)
+
+
+def _others_passed(conn: sa.Connection) -> int:
+    """Where every other checkpoint has passed (anywhere, while there is none).
+
+    A projection folded later reads the packed records from its first fold: the
+    checkpoints spare the folds that follow the log the rows' decoding.
+    """
+    query = sa.select(sa.func.min(projection_checkpoints.c.position)).where(
+        projection_checkpoints.c.name != CHECKPOINT
+    )
+    found = conn.execute(query).scalar()
+    return UNBOUNDED if found is None else int(found)
+
+
+def move(conn: sa.Connection, tick_ids: Sequence[str], upper: int) -> int:
+    """Pack the ticks' records up to `upper` into their rows; returns rows written.
+
+    A tick packed before (records appended since, or a transcript alone, packed before
+    0020) gets its row written again with both.
+    """
+    written = 0
+    for start in range(0, len(tick_ids), PAGE):
+        chunk = tick_ids[start : start + PAGE]
+        found = _hot_records(conn, [f"{TICK_PREFIX}{tick}" for tick in chunk], upper)
+        if not found:
+            continue
+        before = _rows(conn, list(found))
+        rows = []
+        for stream, records in found.items():
+            tick = stream.removeprefix(TICK_PREFIX)
+            old = before.get(tick)
+            merged_ = with_compacted(records, [] if old is None else unpack(tick, old["data"]))
+            rows.append(_row(tick, merged_, old))
+        ticks = [row["tick_id"] for row in rows]
+        conn.execute(tick_rows.delete().where(tick_rows.c.tick_id.in_(ticks)))
+        conn.execute(tick_rows.insert(), rows)
+        # PostgreSQL keeps their ids in `event_ids`, which refuses a late replay of one.
+        positions_ = [e.global_position for records in found.values() for e in records]
+        for at in range(0, len(positions_), PAGE):
+            conn.execute(
+                events.delete().where(events.c.global_position.in_(positions_[at : at + PAGE]))
+            )
+        written += len(rows)
+    return written
+
+
+def _row(tick: str, records: list[StoredEvent], old: dict[str, Any] | None) -> dict[str, Any]:
+    """A tick row of `records` (not empty, stream order).
+
+    `old`, the row they replace, keeps its day, its stream version and where its
+    transcript went.
+    """
+    blob, count = pack(tick, records)
+    return {
+        "first_position": records[0].global_position,
+        "tick_id": tick,
+        "last_position": records[-1].global_position,
+        "version": max(records[-1].stream_position, 0 if old is None else old["version"]),
+        "events": count,
+        "day": stored_utc(records[0].recorded_at).date() if old is None else old["day"],
+        "last_recorded": max(r.recorded_at for r in records),
+        "transcript": sum(r.type == TranscriptEntry.type for r in records),
+        "archived_on": None if old is None else old["archived_on"],
+        "data": blob,
+    }
+
+
+def _rows(conn: sa.Connection, streams: list[str]) -> dict[str, dict[str, Any]]:
+    """The rows of these streams' ticks, by tick id."""
+    ticks = [stream.removeprefix(TICK_PREFIX) for stream in streams]
+    query = sa.select(tick_rows).where(tick_rows.c.tick_id.in_(ticks))
+    return {row.tick_id: {**row._asdict(), "data": bytes(row.data)} for row in conn.execute(query)}
+
+
+def _hot_records(
+    conn: sa.Connection, streams: list[str], upper: int
+) -> dict[str, list[StoredEvent]]:
+    """The streams' records still in `events`, up to `upper`, by stream."""
+    query = sa.select(
+        events.c.global_position,
+        events.c.event_id,
+        events.c.stream_id,
+        events.c.stream_position,
+        events.c.type,
+        events.c.version,
+        events.c.data,
+        events.c.metadata,
+        events.c.recorded_at,
+    ).where(events.c.stream_id.in_(streams), events.c.global_position <= upper)
+    found: dict[str, list[StoredEvent]] = {}
+    for row in conn.execute(query):
+        stored = StoredEvent(*row[:8], stored_utc(row[8]))
+        found.setdefault(stored.stream_id, []).append(stored)
+    return found
+
+
+# --- archiving ---------------------------------------------------------------------------
+
+
+def packed_starts(conn: sa.Connection, day: date, stragglers_upto: int) -> dict[str, int]:
+    """Packed streams begun on `day`, with their rows' first positions.
+
+    With them, stragglers: those of earlier days packed at or below `stragglers_upto`.
+    """
+    query = sa.select(tick_rows.c.tick_id, tick_rows.c.first_position).where(
+        sa.or_(
+            tick_rows.c.day == day,
+            sa.and_(tick_rows.c.day < day, tick_rows.c.first_position <= stragglers_upto),
+        )
+    )
+    return {f"{TICK_PREFIX}{tick}": int(first) for tick, first in conn.execute(query)}
+
+
+def last_positions(conn: sa.Connection, streams: Sequence[str]) -> dict[str, int]:
+    """The last packed position of each of these streams that has a row."""
+    ticks = [stream.removeprefix(TICK_PREFIX) for stream in streams]
+    query = sa.select(tick_rows.c.tick_id, tick_rows.c.last_position).where(
+        tick_rows.c.tick_id.in_(ticks)
+    )
+    return {f"{TICK_PREFIX}{tick}": int(last) for tick, last in conn.execute(query)}
+
+
+def packed_count(conn: sa.Connection, tick_ids: Iterable[str], day: date) -> int:
+    """Records the rows of these ticks begun on `day` hold (outside the day's partition)."""
+    ids = list(tick_ids)
+    total = 0
+    for start in range(0, len(ids), PAGE):
+        query = sa.select(sa.func.coalesce(sa.func.sum(tick_rows.c.events), 0)).where(
+            tick_rows.c.tick_id.in_(ids[start : start + PAGE]), tick_rows.c.day == day
+        )
+        total += int(conn.execute(query).scalar_one())
+    return total
+
+
+def forget(conn: sa.Connection, tick_ids: Iterable[str], upto: int | None = None) -> int:
+    """Delete the rows of archived ticks (those ending by `upto`, if given); records they held.
+
+    On PostgreSQL their ids leave `event_ids`, and their streams' day rows go.
+    """
+    ids = list(tick_ids)
+    postgres = conn.dialect.name == "postgresql"
+    held = 0
+    for start in range(0, len(ids), PAGE):
+        where: list[sa.ColumnElement[bool]] = [tick_rows.c.tick_id.in_(ids[start : start + PAGE])]
+        if upto is not None:
+            where.append(tick_rows.c.last_position <= upto)
+        gone = conn.execute(
+            sa.select(tick_rows.c.tick_id, tick_rows.c.events, tick_rows.c.data).where(*where)
+        ).all()
+        held += sum(row.events for row in gone)
+        if postgres and gone:
+            known = [r.event_id for tick, _, blob in gone for r in unpack(tick, bytes(blob))]
+            for at in range(0, len(known), PAGE):
+                batch = known[at : at + PAGE]
+                conn.execute(event_ids.delete().where(event_ids.c.event_id.in_(batch)))
+            conn.exec_driver_sql(
+                "DELETE FROM tick_streams WHERE stream_id = ANY(%s)",
+                ([f"{TICK_PREFIX}{tick}" for tick, _, _ in gone],),
+            )
+        conn.execute(tick_rows.delete().where(*where))
+    return held
+
+
+def footprint_rows(conn: sa.Connection, hot_started: set[str]) -> tuple[int, dict[date, int]]:
+    """Records the rows hold, and the ticks packed whole (not started in `events`) by day."""
+    count = 0
+    days: dict[date, int] = {}
+    for tick, day, held in conn.execute(
+        sa.select(tick_rows.c.tick_id, tick_rows.c.day, tick_rows.c.events)
+    ):
+        count += held
+        if f"{TICK_PREFIX}{tick}" not in hot_started:
+            days[day] = days.get(day, 0) + 1
+    return count, days
+
+
+# --- transcripts leaving before their ticks ------------------------------------------------
+
+
+def hot_days(store: SqlEventStore, before: date) -> list[date]:
+    """The days before `before` that have transcripts still in the hot store, oldest first."""
+    with store.read_transaction() as conn:
+        query = (
+            sa.select(tick_rows.c.day)
+            .where(tick_rows.c.day < before, tick_rows.c.transcript > 0)
+            .distinct()
+            .order_by(tick_rows.c.day)
+        )
+        return list(conn.execute(query).scalars())
+
+
+def hot_transcripts(store: SqlEventStore, upto: date) -> Iterator[list[StoredEvent]]:
+    """The hot transcripts of ticks started on or before `upto`, one tick's entries at a time.
+
+    Keyed pages of the tick id: a day of 1.44M ticks is never held at once.
+    """
+    last = ""
+    while True:
+        with store.read_transaction() as conn:
+            query = (
+                sa.select(tick_rows.c.tick_id, tick_rows.c.data)
+                .where(
+                    tick_rows.c.day <= upto,
+                    tick_rows.c.transcript > 0,
+                    tick_rows.c.tick_id > last,
+                )
+                .order_by(tick_rows.c.tick_id)
+                .limit(PAGE)
+            )
+            page = conn.execute(query).all()
+        for tick_id, blob in page:
+            yield [r for r in unpack(tick_id, bytes(blob)) if r.type == TranscriptEntry.type]
+        if len(page) < PAGE:
+            return
+        last = page[-1][0]
+
+
+def drop_archived(conn: sa.Connection, day: date, held: Sequence[tuple[str, int]]) -> int:
+    """Take out of their rows the transcripts an archive of `day` holds, as (tick, last position).
+
+    A row whose transcript's last position moved (entries packed into it since the archive
+    was written) keeps it: the archive does not hold all of it. Rows dropped already are
+    no-ops, so a drop cut short is simply run again. Returns the rows changed.
+    """
+    if not held:
+        return 0
+    wanted = dict(held)
+    query = sa.select(tick_rows).where(
+        tick_rows.c.tick_id.in_(list(wanted)), tick_rows.c.transcript > 0
+    )
+    dropped = 0
+    for row in conn.execute(query).all():
+        records = unpack(row.tick_id, bytes(row.data))
+        entries = [r.global_position for r in records if r.type == TranscriptEntry.type]
+        if max(entries) != wanted[row.tick_id]:
+            continue
+        kept = [r for r in records if r.type != TranscriptEntry.type]
+        if kept:  # a row packed before 0020 held its transcript alone: it stays, empty
+            values = {**_row(row.tick_id, kept, row._asdict()), "archived_on": day}
+        else:
+            values = {"events": 0, "transcript": 0, "archived_on": day}
+            values["data"] = pack(row.tick_id, [])[0]
+        conn.execute(tick_rows.update().where(tick_rows.c.tick_id == row.tick_id).values(values))
+        dropped += 1
+    return dropped
+
+
+def relied_on(store: SqlEventStore, day: date) -> bool:
+    """Whether a transcript left its row on the word of the archive of `day`."""
+    with store.read_transaction() as conn:
+        query = sa.select(tick_rows.c.tick_id).where(tick_rows.c.archived_on == day).limit(1)
+        return conn.execute(query).first() is not None
+
+
+def archived_on(store: EventStore, tick_id: str) -> date | None:
+    """The day whose archive holds the transcript of a tick still hot (None: it is hot)."""
+    with store.read_transaction() as conn:
+        query = sa.select(tick_rows.c.archived_on).where(tick_rows.c.tick_id == tick_id)
+        found: date | None = conn.execute(query).scalar()
+        return found

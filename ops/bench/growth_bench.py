@@ -7,22 +7,26 @@ minute, so the last hour holds 60,000 ticks whatever the size) at each size, on 
 and PostgreSQL, and prints each read path's p50 and the ratio of the larger size to the
 smaller: a flat path stays near 1.
 
-The history goes in with raw `executemany` (SQLite) or COPY (PostgreSQL), not one append
-at a time, laid out as the store's writer lays out its appends (PostgreSQL: each tick in
-its day's partition, with its `event_ids` and `tick_streams` rows), which a tick appended
-through the store checks at the end of the load (`check_layout`); then `tickwork
-projections rebuild` folds the read models (its time is a figure too). API paths run
-in-process through FastAPI's TestClient, CLI paths as subprocesses (their time includes
-the interpreter's start), reconcile's and start-up's queries as the service calls them.
-Disk per tick is the hot store's size over its ticks. Transcripts are compacted after
-each minute of history is loaded, as the service does while it runs
-(`harness.store.transcripts`; `--no-compaction` leaves them in `events`).
+Each tick is rendered from its shape's JSON templates (`Shape`: encoded once through the
+event models and checked against them byte for byte), not built from pydantic models, and
+goes in with raw `executemany` in big transactions (SQLite, with no journal and no syncs
+for the load only, WAL again after) or COPY (PostgreSQL), laid out as the store's writer
+lays out its appends (PostgreSQL: each tick in its day's partition, with its `event_ids`
+and `tick_streams` rows) and as compaction leaves a closed tick (its transcript in its
+`transcripts` row, `harness.store.transcripts`; `--no-compaction` leaves them in
+`events`). A tick appended through the store checks the layout at the end of the load
+(`check_layout`); then `tickwork projections rebuild` folds the read models (its time is
+a figure too). API paths run in-process through FastAPI's TestClient, CLI paths as
+subprocesses (their time includes the interpreter's start), reconcile's and start-up's
+queries as the service calls them. Disk per tick is the hot store's size over its ticks.
 
     .venv/bin/python ops/bench/growth_bench.py [--sizes 1000000,10000000]
         [--backends sqlite,postgresql] [--pg-url postgresql://postgres@127.0.0.1:5432/test]
-        [--pg-database bench_growth]
+        [--pg-database bench_growth] [--keep FOLDER [--reuse]]
         [--runs 7] [--cli-runs 3] [--run-seconds 90] [--only-disk] [--no-compaction]
 
+`--keep` keeps each size's store for a later run, which `--reuse` tops up to the present
+minute (ten million events take ~15 minutes to load on a quiet machine, and 10+ GB).
 `--only-disk` stops after the disk figure and prints where the bytes are: per table and
 index, and per event type (rows, and bytes of their JSON).
 """
@@ -39,17 +43,22 @@ import statistics
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
 from datetime import UTC, date, datetime, timedelta
 from pathlib import Path
-from typing import Any
+from queue import Queue
+from uuid import UUID
 
 import orjson
 import psycopg
 import sqlalchemy as sa
 from fastapi.testclient import TestClient
 from machine import describe, peak_rss
+from pydantic import TypeAdapter
 from sqlalchemy.engine import make_url
 from store_bench import fresh_pg
 
@@ -67,6 +76,7 @@ from harness.contracts.events import (
     ToolCalled,
     TranscriptEntry,
 )
+from harness.contracts.records import StoredEvent
 from harness.devtools.fake_llm import fake_upstream
 from harness.devtools.upstream import env_for_ticks
 from harness.execution.manual import ManualTicks
@@ -76,7 +86,7 @@ from harness.projections.ticks import last_slots, open_ticks
 from harness.store import migrate_store, open_store, schema
 from harness.store.partitions import ensure_days, partitioned, prepare
 from harness.store.sql import SqlEventStore
-from harness.store.transcripts import compact
+from harness.store.transcripts import CHECKPOINT, compact, encode
 
 LEVELS = [f"l{n:04d}" for n in range(1000)]
 PER_MINUTE = len(LEVELS)
@@ -111,9 +121,6 @@ def _transcript(chars: int = 2800) -> str:
 
 TRANSCRIPT = _transcript()
 """~2.8 KB: half of a tick's payload is its transcript."""
-COMPACT_VACUUM_MINUTES = 10
-"""PostgreSQL: a plain VACUUM of `events` every this many minutes of history loaded, as
-autovacuum does for the TOAST table whose rows compaction deletes (nearly all its rows)."""
 TOOL_TICKS = 0.65
 """Share of ticks with three model calls and two tool calls (15 events), the rest have
 two calls and one tool call (11 events): 13.6 events a tick on average."""
@@ -122,9 +129,9 @@ two calls and one tool call (11 events): 13.6 events a tick on average."""
 # --- synthetic history ----------------------------------------------------------------
 
 
-def tick_events(tick_id: str, level: str, start: datetime, calls: int, ended: bool) -> list[Event]:
-    """One tick's events as a worker and its runner record them."""
-    at = iter(start + timedelta(seconds=s) for s in range(100))
+def tick_events(tick_id: str, level: str, start: datetime, calls: int, ending: str) -> list[Event]:
+    """One tick's events as a worker and its runner record them; `ending` is one of ENDINGS."""
+    at = iter(start + timedelta(seconds=s) for s in range(TICK_SECONDS))
     found: list[Event] = [
         TickScheduled(tick_id=tick_id, level=level, slot=start, occurred_at=next(at)),
         TickStarted(tick_id=tick_id, level=level, pid=4242, host="bench", occurred_at=next(at)),
@@ -178,13 +185,11 @@ def tick_events(tick_id: str, level: str, start: datetime, calls: int, ended: bo
             tick_id=tick_id, level=level, kind="assistant", text=TRANSCRIPT, occurred_at=next(at)
         )
     )
-    if not ended:
-        return found
-    if tick_id.endswith("7"):
+    if ending == "failed":
         found.append(
             TickFailed(tick_id=tick_id, level=level, reason="empty output", occurred_at=next(at))
         )
-    else:
+    elif ending == "completed":
         found.append(
             TickCompleted(
                 tick_id=tick_id,
@@ -201,116 +206,346 @@ def tick_events(tick_id: str, level: str, start: datetime, calls: int, ended: bo
     return found
 
 
-Row = tuple[Any, str, int, str, int, str, str, datetime, date]
-"""An event as `events` holds it, without its position: event id, stream, stream
-position, type, version, data, metadata, recorded_at, and its tick stream's day."""
+TICK_SECONDS = 100
+"""A tick's events are a second apart, from its start."""
+ENDINGS = ("completed", "failed", "open")
+TEMPLATE_TICK, TEMPLATE_LEVEL = "TICKTEMPLATE", "LEVELTEMPLATE"
+TEMPLATE_START = datetime(2000, 1, 1, tzinfo=UTC)
+_TIME = TypeAdapter(datetime)
 
 
-def history(events: int, now: datetime) -> Iterator[list[Row]]:
-    """Rows of about `events` events, a minute of 1,000 ticks at a time, ending at `now`."""
-    rng = random.Random(24)
-    ticks = round(events / (11 + 4 * TOOL_TICKS))
-    minutes = -(-ticks // PER_MINUTE)
-    for minute in range(minutes):
-        start = now - timedelta(minutes=minutes - minute, seconds=30)
-        rows: list[Row] = []
-        for n in range(minute * PER_MINUTE, min(ticks, (minute + 1) * PER_MINUTE)):
+def json_times(start: datetime) -> list[str]:
+    """A tick's event times as its events' JSON spells them, second by second from `start`."""
+    return [
+        str(_TIME.dump_python(start + timedelta(seconds=s), mode="json"))
+        for s in range(TICK_SECONDS)
+    ]
+
+
+@dataclass(frozen=True)
+class Shape:
+    """A kind of tick (its calls and its ending) encoded once, as `str.format` templates.
+
+    Ticks of a shape differ only in id, level, times and event ids, so a tick is a few
+    string substitutions instead of a dozen pydantic models, which made 1M events take 14
+    minutes to load. `data[k].format(tick=, level=, t=json_times(start), ids=event ids)`
+    is event k's JSON; `checked` proves it against the models at another tick and time.
+    """
+
+    types: tuple[str, ...]
+    versions: tuple[int, ...]
+    data: tuple[str, ...]
+    seconds: tuple[int, ...]
+    transcript: int
+    """The index of the tick's `TranscriptEntry`."""
+    ended: bool
+    named: tuple[int, ...]
+    """The events whose ids other events' data name (a call's `budget_event_id`)."""
+
+    @classmethod
+    def of(cls, calls: int, ending: str) -> Shape:
+        found = tick_events(TEMPLATE_TICK, TEMPLATE_LEVEL, TEMPLATE_START, calls, ending)
+        ids = [(str(event.event_id), f"{{ids[{k}]}}") for k, event in enumerate(found)]
+        times = [(f'"{t}"', f'"{{t[{s}]}}"') for s, t in enumerate(json_times(TEMPLATE_START))]
+        templates = []
+        for event in found:
+            record = event.to_record()
+            assert record.metadata == {}, "a tick's events carry no metadata here"
+            text = orjson.dumps(record.data).decode().replace("{", "{{").replace("}", "}}")
+            text = text.replace(TEMPLATE_TICK, "{tick}").replace(TEMPLATE_LEVEL, "{level}")
+            for old, new in [*ids, *times]:
+                text = text.replace(old, new)
+            templates.append(text)
+        return cls(
+            types=tuple(event.type for event in found),
+            versions=tuple(event.to_record().version for event in found),
+            data=tuple(templates),
+            seconds=tuple(int((e.occurred_at - TEMPLATE_START).total_seconds()) for e in found),
+            transcript=[event.type for event in found].index(TranscriptEntry.type),
+            ended=ending != "open",
+            named=tuple(k for k, (_, new) in enumerate(ids) if any(new in t for t in templates)),
+        )
+
+    def render(self, tick_id: str, level: str, times: list[str], ids: list[str]) -> list[str]:
+        """The JSON of each event of one tick: `times` from `json_times`, `ids` its event ids."""
+        named = {k: str(UUID(ids[k])) for k in self.named}
+        return [text.format(tick=tick_id, level=level, t=times, ids=named) for text in self.data]
+
+    def checked(self, calls: int, ending: str) -> Shape:
+        """This shape, once its templates render byte for byte what the models encode."""
+        tick_id, level = "l0042-20261201T101010-0000abcd", "l0042"
+        start = datetime(2026, 12, 1, 10, 10, 10, 123456, tzinfo=UTC)
+        found = tick_events(tick_id, level, start, calls, ending)
+        rendered = self.render(tick_id, level, json_times(start), [e.event_id.hex for e in found])
+        for event, text in zip(found, rendered, strict=True):
+            expected = orjson.dumps(event.to_record().data).decode()
+            if text != expected:
+                raise SystemExit(f"template of {event.type} renders {text}, not {expected}")
+        return self
+
+
+SHAPES = {
+    (calls, ending): Shape.of(calls, ending).checked(calls, ending)
+    for calls in (2, 3)
+    for ending in ENDINGS
+}
+
+
+@dataclass(frozen=True)
+class Span:
+    """Whole minutes of history, 1,000 ticks each (the last may hold fewer), ending at `end`.
+
+    Tick `n` (counted from `first`) is of level `n % 1000`; the last IN_FLIGHT ticks of
+    the span have not ended. A span appended to a kept store starts where it ended.
+    """
+
+    end: datetime
+    ticks: int
+    first: int = 0
+
+    @property
+    def minutes(self) -> int:
+        return -(-self.ticks // PER_MINUTE)
+
+    def start(self, minute: int) -> datetime:
+        return self.end - timedelta(minutes=self.minutes - minute, seconds=30)
+
+
+@dataclass(frozen=True)
+class TickRows:
+    """One tick's rows: its events' ids, JSON and second offsets, by stream position - 1."""
+
+    tick_id: str
+    shape: Shape
+    ids: list[str]
+    """32 hex digits, as SQLite keeps them (PostgreSQL reads them as well)."""
+    data: list[str]
+
+    @property
+    def stream(self) -> str:
+        return f"tick-{self.tick_id}"
+
+    def compacted(self, compacting: bool) -> bool:
+        """Whether the tick's transcript has left `events` for its row in `transcripts`."""
+        return compacting and self.shape.ended
+
+
+VARIANT = {digit: "89ab"[int(digit, 16) & 3] for digit in "0123456789abcdef"}
+
+
+def event_ids(count: int) -> list[str]:
+    """Random version 4 UUIDs, as `uuid4` makes them, in a third of its time."""
+    block = os.urandom(16 * count).hex()
+    return [
+        f"{block[i : i + 12]}4{block[i + 13 : i + 16]}{VARIANT[block[i + 16]]}"
+        f"{block[i + 17 : i + 32]}"
+        for i in range(0, 32 * count, 32)
+    ]
+
+
+Minute = tuple[datetime, list[TickRows]]
+"""A minute of history: its start, and its ticks."""
+
+
+def history(span: Span) -> Iterator[Minute]:
+    """Each minute's start and its ticks, rendered from the shapes."""
+    rng = random.Random(24 + span.first)
+    for minute in range(span.minutes):
+        start = span.start(minute)
+        times = json_times(start)
+        ticks = []
+        for k in range(minute * PER_MINUTE, min(span.ticks, (minute + 1) * PER_MINUTE)):
+            n = span.first + k
             level = LEVELS[n % PER_MINUTE]
             tick_id = f"{level}-{start:%Y%m%dT%H%M%S}-{n:08x}"
             calls = 3 if rng.random() < TOOL_TICKS else 2
-            ended = ticks - n > IN_FLIGHT
-            found = tick_events(tick_id, level, start, calls, ended)
-            # The writer's partition key: the UTC day the stream's first event was recorded.
-            day = found[0].occurred_at.astimezone(UTC).date()
-            for version, event in enumerate(found, 1):
-                record = event.to_record()
-                rows.append(
-                    (
-                        event.event_id,
-                        f"tick-{tick_id}",
-                        version,
-                        record.type,
-                        record.version,
-                        orjson.dumps(record.data).decode(),
-                        orjson.dumps(record.metadata).decode(),
-                        event.occurred_at,
-                        day,
-                    )
-                )
-        yield rows
+            ending = (
+                "open"
+                if span.ticks - k <= IN_FLIGHT
+                else "failed"
+                if tick_id.endswith("7")
+                else "completed"
+            )
+            shape = SHAPES[calls, ending]
+            ids = event_ids(len(shape.types))
+            data = shape.render(tick_id, level, times, ids)
+            ticks.append(TickRows(tick_id, shape, ids, data))
+        yield start, ticks
 
 
-def load_sqlite(url: str, events: int, now: datetime, compacting: bool) -> int:
-    """Load the history a minute at a time, compacting transcripts after each (`compacting`).
+def ahead(minutes: Iterator[Minute], depth: int = 3) -> Iterator[Minute]:
+    """The minutes, rendered by a thread up to `depth` ahead of the loader.
 
-    Positions come from AUTOINCREMENT, as the writer's do; SQLite has no tick day.
+    Rendering is Python and holds the GIL; the loader's inserts and compression do not,
+    so the two use both cores.
+    """
+    made: Queue[Minute | BaseException | None] = Queue(depth)
+
+    def render() -> None:
+        try:
+            for minute in minutes:
+                made.put(minute)
+            made.put(None)
+        except BaseException as error:
+            made.put(error)
+
+    threading.Thread(target=render, daemon=True).start()
+    while (item := made.get()) is not None:
+        if isinstance(item, BaseException):
+            raise item
+        yield item
+
+
+def transcript_row(
+    tick: TickRows, start: datetime, position: int
+) -> tuple[str, date, int, int, bytes]:
+    """The `transcripts` row compaction makes of the tick's entry stored at `position`."""
+    k = tick.shape.transcript
+    entry = StoredEvent.from_row(
+        (
+            position,
+            UUID(tick.ids[k]),
+            tick.stream,
+            k + 1,
+            TranscriptEntry.type,
+            tick.shape.versions[k],
+            tick.data[k],
+            "{}",
+            start + timedelta(seconds=tick.shape.seconds[k]),
+        )
+    )
+    return (tick.tick_id, start.date(), 1, position, encode([entry]))
+
+
+def load_sqlite(url: str, span: Span, compacting: bool) -> None:
+    """Load the span with explicit positions (AUTOINCREMENT's next), LOAD_MINUTES a transaction.
+
+    For the load only: no journal, no syncs, a 1 GiB page cache (the unique index on
+    random event ids is what a small cache makes slow); WAL again before the store opens.
+    A compacted transcript keeps the position its entry had, as compaction leaves it.
     """
     path = make_url(url).database
     assert path is not None
-    store = open_store(url)
-    with sqlite3.connect(path) as conn:
+    conn = sqlite3.connect(path, isolation_level=None)
+    try:
+        conn.execute("PRAGMA journal_mode = OFF")
         conn.execute("PRAGMA synchronous = OFF")
-        for rows in history(events, now):
+        conn.execute("PRAGMA cache_size = -1048576")
+        (last,) = conn.execute("SELECT coalesce(max(global_position), 0) FROM events").fetchone()
+        conn.execute("BEGIN")
+        for minute, (start, ticks) in enumerate(ahead(history(span)), 1):
+            stamps = [
+                (start + timedelta(seconds=s)).isoformat(" ", "microseconds")[:26]
+                for s in range(TICK_SECONDS)
+            ]
+            rows, kept = [], []
+            for tick in ticks:
+                shape = tick.shape
+                for k, data in enumerate(tick.data):
+                    last += 1
+                    if k == shape.transcript and tick.compacted(compacting):
+                        kept.append(transcript_row(tick, start, last))
+                        continue
+                    row = (last, tick.ids[k], tick.stream, k + 1, shape.types[k])
+                    rows.append((*row, shape.versions[k], data, "{}", stamps[shape.seconds[k]]))
             conn.executemany(
-                "INSERT INTO events (event_id, stream_id, stream_position, "
-                "type, version, data, metadata, recorded_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
-                [
-                    (i.hex, s, v, t, n, d, m, at.isoformat(" ", "microseconds")[:26])
-                    for i, s, v, t, n, d, m, at, _ in rows
-                ],
+                "INSERT INTO events (global_position, event_id, stream_id, stream_position, "
+                "type, version, data, metadata, recorded_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                rows,
             )
-            conn.commit()
-            if compacting:
-                compact(store)
-        check_layout(store, compacting)
-        store.close()
-        return int(conn.execute("SELECT COUNT(*) FROM events").fetchone()[0])
+            conn.executemany(
+                "INSERT INTO transcripts (tick_id, day, entries, last_position, data) "
+                "VALUES (?, ?, ?, ?, ?)",
+                [(t, d.isoformat(), n, p, b) for t, d, n, p, b in kept],
+            )
+            if minute % LOAD_MINUTES == 0:
+                conn.execute("COMMIT")
+                conn.execute("BEGIN")
+        conn.execute("COMMIT")
+        conn.execute("PRAGMA journal_mode = WAL")
+    finally:
+        conn.close()
 
 
-def load_postgres(url: str, events: int, now: datetime, compacting: bool) -> int:
-    """As `load_sqlite`, with COPY, and the VACUUM that autovacuum would run meanwhile.
+LOAD_MINUTES = 10
+"""SQLite: minutes of history (~136,000 events) a load transaction holds."""
 
-    Each minute is one transaction laid out as the writer lays out its appends
-    (`harness.store.writer`, migration 0010): positions `(xid << 20) + k`, every tick stream
-    in its day's partition (made first, as the writer makes it), its ids in `event_ids`,
-    its day in `tick_streams`.
+
+def load_postgres(url: str, span: Span, compacting: bool) -> None:
+    """As `load_sqlite`, with COPY, laid out as the writer lays out its appends.
+
+    Each minute is one transaction (`harness.store.writer`, migration 0010): positions
+    `(xid << 20) + k`, every tick stream in its day's partition (made first, as the
+    writer makes it), its ids in `event_ids`, its day in `tick_streams`. Rows go as COPY
+    text, the JSON's backslashes doubled, the only character of it COPY treats.
     """
     store = open_store(url)
-    prepare(store.engine, now.date())
+    prepare(store.engine, span.end.date())
     made: set[date] = set()
+    columns = (
+        "global_position, event_id, stream_id, stream_position, type, version, data, "
+        "metadata, recorded_at, tick_day"
+    )
     with psycopg.connect(_dsn(url), autocommit=True) as conn:
-        columns = (
-            "global_position, event_id, stream_id, stream_position, type, version, data, "
-            "metadata, recorded_at, tick_day"
-        )
-        for minute, rows in enumerate(history(events, now), 1):
-            days = {row[-1] for row in rows} - made
-            if days:
-                ensure_days(store.engine, days)
-                made |= days
+        for start, ticks in ahead(history(span)):
+            day = start.date()
+            if day not in made:
+                ensure_days(store.engine, [day])
+                made.add(day)
+            stamps = [(start + timedelta(seconds=s)).isoformat() for s in range(TICK_SECONDS)]
             with conn.transaction(), conn.cursor() as cursor:
-                xid = cursor.execute("SELECT pg_current_xact_id()::text::bigint << 20").fetchone()
-                assert xid is not None
+                found = cursor.execute("SELECT pg_current_xact_id()::text::bigint << 20").fetchone()
+                assert found is not None
+                position = found[0]
+                rows, ids, kept = [], [], []
+                for tick in ticks:
+                    shape = tick.shape
+                    for k, data in enumerate(tick.data):
+                        position += 1
+                        if k == shape.transcript and tick.compacted(compacting):
+                            kept.append(transcript_row(tick, start, position))
+                            continue
+                        rows.append(
+                            f"{position}\t{tick.ids[k]}\t{tick.stream}\t{k + 1}\t"
+                            f"{shape.types[k]}\t{shape.versions[k]}\t"
+                            f"{data.replace(chr(92), chr(92) * 2)}\t{{}}\t"
+                            f"{stamps[shape.seconds[k]]}\t{day}\n"
+                        )
+                        ids.append(f"{tick.ids[k]}\t{position}\n")
                 with cursor.copy(f"COPY events ({columns}) FROM STDIN") as copy:
-                    for k, row in enumerate(rows, 1):
-                        copy.write_row((xid[0] + k, *row))
+                    copy.write("".join(rows))
                 with cursor.copy("COPY event_ids (event_id, global_position) FROM STDIN") as copy:
-                    for k, row in enumerate(rows, 1):
-                        copy.write_row((row[0], xid[0] + k))
+                    copy.write("".join(ids))
                 with cursor.copy("COPY tick_streams (stream_id, tick_day) FROM STDIN") as copy:
-                    for row in rows:
-                        if row[2] == 1:
-                            copy.write_row((row[1], row[-1]))
-            if compacting:
-                compact(store)
-                if minute % COMPACT_VACUUM_MINUTES == 0:
-                    conn.execute("VACUUM events")
+                    copy.write("".join(f"{tick.stream}\t{day}\n" for tick in ticks))
+                with cursor.copy(
+                    "COPY transcripts (tick_id, day, entries, last_position, data) FROM STDIN"
+                ) as copy:
+                    for row in kept:
+                        copy.write_row(row)
+        conn.execute("VACUUM ANALYZE")
+    store.close()
+
+
+def load(url: str, span: Span, compacting: bool) -> int:
+    """Load the span, move compaction's checkpoint past it, check the layout; events stored.
+
+    Compaction's checkpoint goes where a compaction pass after the load would have left
+    it: every ended tick's transcript is in its row, every open one's still in `events`.
+    """
+    (load_sqlite if url.startswith("sqlite") else load_postgres)(url, span, compacting)
+    store = open_store(url)
+    try:
+        if compacting:
+            with store.tracking(CHECKPOINT) as tracking:
+                store.save_checkpoint(tracking, tracking.horizon)
         check_layout(store, compacting)
+        with store.read_transaction() as conn:
+            return int(
+                conn.execute(sa.select(sa.func.count()).select_from(schema.events)).scalar_one()
+            )
+    finally:
         store.close()
-        conn.execute("VACUUM ANALYZE events")
-        counted = conn.execute("SELECT COUNT(*) FROM events").fetchone()
-        assert counted is not None
-        return int(counted[0])
 
 
 SQLITE_SHAPE = (
@@ -358,7 +593,8 @@ def check_layout(store: SqlEventStore, compacting: bool) -> None:
     PostgreSQL the position scheme, the partition, the tick day, `event_ids` and
     `tick_streams`; PostgreSQL's whole load must leave the default partition empty, no
     tick in `events_hot`, and one `event_ids` row per event, one `tick_streams` row per
-    tick stream. A mismatch stops the bench: its figures would describe another layout.
+    tick stream; SQLite's load must leave the file in WAL mode, as the store opens it. A
+    mismatch stops the bench: its figures would describe another layout.
     """
     postgres = partitioned(store.engine)
     shape, transcript = (
@@ -377,7 +613,7 @@ def check_layout(store: SqlEventStore, compacting: bool) -> None:
             )
         ).scalar_one()
     tick_id = f"{LEVELS[0]}-layoutcheck-00000000"
-    for event in tick_events(tick_id, LEVELS[0], datetime.now(UTC), calls, ended=True):
+    for event in tick_events(tick_id, LEVELS[0], datetime.now(UTC), calls, "completed"):
         store.append(f"tick-{tick_id}", [event.to_record()])
     if compacting:
         compact(store)
@@ -390,10 +626,12 @@ def check_layout(store: SqlEventStore, compacting: bool) -> None:
             for stream in (sample, f"tick-{tick_id}")
         )
         totals = tuple(conn.exec_driver_sql(POSTGRES_TOTALS).one()) if postgres else (0,) * 4
-    if loaded != appended or any(totals):
+        journal = "wal" if postgres else conn.exec_driver_sql("PRAGMA journal_mode").scalar()
+    if loaded != appended or any(totals) or journal != "wal":
         raise SystemExit(
             f"layout check failed: {sample} loaded as {loaded}, appended as {appended}; "
-            f"default rows, hot ticks, events without an id, streams without a day: {totals}"
+            f"default rows, hot ticks, events without an id, streams without a day: {totals}; "
+            f"journal mode {journal}"
         )
     print(f"  layout check: {sample} has the shape of a tick the store appends", flush=True)
 
@@ -425,6 +663,21 @@ def disk_bytes(url: str) -> int:
         size = conn.execute("SELECT pg_database_size(current_database())").fetchone()
         assert size is not None
         return int(size[0])
+
+
+def dead_tuples(url: str) -> int:
+    """Dead rows PostgreSQL counts in the store's tables (the load left none: it vacuumed).
+
+    Each table with any is printed: a rebuild should swap or truncate, not delete.
+    """
+    with psycopg.connect(_dsn(url)) as conn:
+        found = conn.execute(
+            "SELECT relname, n_dead_tup FROM pg_stat_user_tables WHERE n_dead_tup > 0 "
+            "ORDER BY n_dead_tup DESC"
+        ).fetchall()
+    for table, rows in found:
+        print(f"    dead tuples in {table}: {rows:,}")
+    return sum(rows for _, rows in found)
 
 
 def print_breakdown(url: str, ticks: int) -> None:
@@ -527,23 +780,50 @@ def run_rss_mib(config: Path, seconds: int) -> float:
 
 
 def measure(url: str, size: int, args: argparse.Namespace, root: Path) -> dict[str, float]:
-    """Load `size` events into a fresh store at `url` and time every path on it."""
+    """Load `size` events into the store at `url` (or top a kept one up) and time every path.
+
+    A kept store (`--keep`) has its history in `root/history.json`; reused (`--reuse`),
+    it gets the whole minutes since its end, so the last hour is as full as a fresh
+    load's, and its read models catch up instead of being rebuilt (no rebuild figure).
+    """
     figures: dict[str, float] = {}
-    now = datetime.now(UTC)
-    began = time.perf_counter()
-    load = load_sqlite if url.startswith("sqlite") else load_postgres
-    events = load(url, size, now, not args.no_compaction)
-    ticks = round(size / (11 + 4 * TOOL_TICKS))
+    compacting = not args.no_compaction
+    marker = root / "history.json"
+    kept = orjson.loads(marker.read_bytes()) if args.reuse and marker.exists() else None
+    config = write_config(root, url)
+    if kept is None:
+        span = Span(datetime.now(UTC), round(size / (11 + 4 * TOOL_TICKS)))
+    else:
+        if kept["compacting"] != compacting:
+            raise SystemExit(f"{marker}: kept with compacting={kept['compacting']}, not this run")
+        end = datetime.fromisoformat(kept["end"])
+        gap = (datetime.now(UTC) - end) // timedelta(minutes=1)
+        span = Span(end + timedelta(minutes=gap), gap * PER_MINUTE, kept["ticks"])
+    began, spent = time.perf_counter(), _cpu()
+    events = load(url, span, compacting)
     print(
-        f"  {size:,} events: {events:,} stored, {ticks:,} ticks, loaded in "
-        f"{time.perf_counter() - began:.0f} s",
+        f"  {size:,} events{' (kept, topped up)' if kept else ''}: {span.ticks:,} ticks "
+        f"loaded in {time.perf_counter() - began:.0f} s (CPU {_cpu() - spent:.0f} s), "
+        f"{events:,} events stored, load average {os.getloadavg()[0]:.1f}",
         flush=True,
     )
-    config = write_config(root, url)
+    ticks = span.ticks + (kept["ticks"] if kept else 0)
+    if args.keep:
+        marker.write_bytes(
+            orjson.dumps({"end": span.end.isoformat(), "ticks": ticks, "compacting": compacting})
+        )
     began = time.perf_counter()
-    cli(config, "projections", "rebuild")()
-    figures["projections rebuild (s)"] = time.perf_counter() - began
+    if kept is None:
+        cli(config, "projections", "rebuild")()
+        figures["projections rebuild (s)"] = time.perf_counter() - began
+    else:
+        store = open_store(url)
+        projector_for(store, PriceBook(load_settings(config).prices)).catch_up()
+        store.close()
+        print(f"  read models caught up in {time.perf_counter() - began:.0f} s", flush=True)
     if not url.startswith("sqlite"):
+        if kept is None:
+            figures["dead tuples after rebuild (rows)"] = dead_tuples(url)
         with psycopg.connect(_dsn(url), autocommit=True) as conn:
             conn.execute("VACUUM ANALYZE")
     figures["disk per tick (KB)"] = disk_bytes(url) / ticks / 1000
@@ -556,7 +836,7 @@ def measure(url: str, size: int, args: argparse.Namespace, root: Path) -> dict[s
 
     settings = load_settings(config)
     store = open_store(url)
-    recent = f"{LEVELS[7]}-{now - timedelta(minutes=2, seconds=30):%Y%m%dT%H%M%S}"
+    recent = f"{LEVELS[7]}-{span.end - timedelta(minutes=2, seconds=30):%Y%m%dT%H%M%S}"
     # The read paths only: the run-now button's owner starts no tick here.
     manual = ManualTicks(settings, store, upstream=lambda: env_for_ticks(print), router=None)
     with TestClient(create_app(settings, store, manual)) as client:
@@ -598,11 +878,51 @@ def measure(url: str, size: int, args: argparse.Namespace, root: Path) -> dict[s
     return figures
 
 
-def fresh_store(backend: str, root: Path, pg_url: str, pg_database: str) -> str:
-    """An empty store at head: a SQLite file in `root`, or a PostgreSQL database made afresh."""
-    url = f"sqlite:///{root}/events.db" if backend == "sqlite" else fresh_pg(pg_url, pg_database)
+def store_for(backend: str, size: int, root: Path, args: argparse.Namespace) -> str:
+    """The store of one size: a SQLite file in `root`, or a PostgreSQL database.
+
+    At head, and empty unless a kept one is reused: `--keep` names the PostgreSQL
+    database after the size, so each size's store outlives the run.
+    """
+    database = f"{args.pg_database}_{size}" if args.keep else args.pg_database
+    reused = args.reuse and (root / "history.json").exists()
+    if not reused:
+        for stale in [root / "history.json", *root.glob("events.db*")]:
+            stale.unlink()
+    if backend == "sqlite":
+        url = f"sqlite:///{root}/events.db"
+    elif reused:
+        url = _pg_url(args.pg_url, database)
+    else:
+        url = fresh_pg(args.pg_url, database)
     migrate_store(url)
     return url
+
+
+def _pg_url(admin: str, database: str) -> str:
+    return (
+        make_url(admin)
+        .set(drivername="postgresql+psycopg", database=database)
+        .render_as_string(hide_password=False)
+    )
+
+
+def drop_pg(admin: str, database: str) -> None:
+    """Drop a database the run made and does not keep: 10M events take ~10 GB."""
+    with psycopg.connect(_dsn(admin), autocommit=True) as conn:
+        conn.execute(f'DROP DATABASE IF EXISTS "{database}" WITH (FORCE)')
+
+
+@contextmanager
+def folder_for(backend: str, size: int, keep: str | None) -> Iterator[Path]:
+    """Where a size's store and its config live: kept under `keep`, or a temporary folder."""
+    if keep:
+        root = Path(keep) / f"{backend}-{size}"
+        root.mkdir(parents=True, exist_ok=True)
+        yield root
+        return
+    with tempfile.TemporaryDirectory() as folder:
+        yield Path(folder)
 
 
 def report(backend: str, sizes: list[int], results: list[dict[str, float]]) -> None:
@@ -610,11 +930,15 @@ def report(backend: str, sizes: list[int], results: list[dict[str, float]]) -> N
     head = "".join(f"{size:>14,}" for size in sizes)
     print(f"\n{backend}: p50 at each size (events), and the ratio of the last to the first")
     print(f"  {'path':<40}{head}{'ratio':>9}")
-    for label in small:
+    for label in dict.fromkeys(label for result in results for label in result):
         unit = "" if "(" in label else " ms"
         scale = 1 if "(" in label else 1000
-        values = "".join(f"{result[label] * scale:>11,.1f}{unit or '   '}" for result in results)
-        print(f"  {label:<40}{values}{large[label] / small[label]:>8.2f}x")
+        values = "".join(
+            f"{result[label] * scale:>11,.1f}{unit or '   '}" if label in result else f"{'-':>14}"
+            for result in results
+        )
+        ratio = f"{large[label] / small[label]:>8.2f}x" if label in small and label in large else ""
+        print(f"  {label:<40}{values}{ratio}")
 
 
 def main() -> None:
@@ -640,7 +964,20 @@ def main() -> None:
     parser.add_argument(
         "--run-seconds", type=int, default=90, help="how long `tickwork run` runs (0: not)"
     )
+    parser.add_argument(
+        "--keep",
+        metavar="FOLDER",
+        help="keep each size's store: SQLite in FOLDER/<backend>-<size>/, PostgreSQL in "
+        "database <pg-database>_<size>; without it both are deleted at the end",
+    )
+    parser.add_argument(
+        "--reuse",
+        action="store_true",
+        help="with --keep: top a kept store up to now instead of loading it afresh",
+    )
     args = parser.parse_args()
+    if args.reuse and not args.keep:
+        parser.error("--reuse needs --keep")
     sizes = [int(size) for size in args.sizes.split(",")]
 
     print(describe())
@@ -650,10 +987,13 @@ def main() -> None:
         print(f"\n{backend}:", flush=True)
         results = []
         for size in sizes:
-            with tempfile.TemporaryDirectory() as folder:
-                root = Path(folder)
-                url = fresh_store(backend, root, args.pg_url, args.pg_database)
-                results.append(measure(url, size, args, root))
+            with folder_for(backend, size, args.keep) as root:
+                url = store_for(backend, size, root, args)
+                try:
+                    results.append(measure(url, size, args, root))
+                finally:
+                    if backend == "postgresql" and not args.keep:
+                        drop_pg(args.pg_url, args.pg_database)
             for label, value in results[-1].items():
                 print(
                     f"    {label:<40}{value if '(' in label else value * 1000:>11,.1f}", flush=True

@@ -295,13 +295,14 @@ SHAPES = {
 class Span:
     """Whole minutes of history, 1,000 ticks each (the last may hold fewer), ending at `end`.
 
-    Tick `n` (counted from `first`) is of level `n % 1000`; the last IN_FLIGHT ticks of
+    Tick `n` (counted from `first`) is of level `n % 1000`; the last `in_flight` ticks of
     the span have not ended. A span appended to a kept store starts where it ended.
     """
 
     end: datetime
     ticks: int
     first: int = 0
+    in_flight: int = IN_FLIGHT
 
     @property
     def minutes(self) -> int:
@@ -361,7 +362,7 @@ def history(span: Span) -> Iterator[Minute]:
             calls = 3 if rng.random() < TOOL_TICKS else 2
             ending = (
                 "open"
-                if span.ticks - k <= IN_FLIGHT
+                if span.ticks - k <= span.in_flight
                 else "failed"
                 if tick_id.endswith("7")
                 else "completed"
@@ -612,8 +613,9 @@ def check_layout(store: SqlEventStore, compacting: bool) -> None:
                 schema.events.c.stream_id == sample, schema.events.c.type == ModelCalled.type
             )
         ).scalar_one()
-    tick_id = f"{LEVELS[0]}-layoutcheck-00000000"
-    for event in tick_events(tick_id, LEVELS[0], datetime.now(UTC), calls, "completed"):
+    now = datetime.now(UTC)
+    tick_id = f"{LEVELS[0]}-layoutcheck-{now:%Y%m%dT%H%M%S%f}"  # one per load of a kept store
+    for event in tick_events(tick_id, LEVELS[0], now, calls, "completed"):
         store.append(f"tick-{tick_id}", [event.to_record()])
     if compacting:
         compact(store)
@@ -888,7 +890,7 @@ def store_for(backend: str, size: int, root: Path, args: argparse.Namespace) -> 
     reused = args.reuse and (root / "history.json").exists()
     if not reused:
         for stale in [root / "history.json", *root.glob("events.db*")]:
-            stale.unlink()
+            stale.unlink(missing_ok=True)
     if backend == "sqlite":
         url = f"sqlite:///{root}/events.db"
     elif reused:

@@ -781,12 +781,18 @@ def run_rss_mib(config: Path, seconds: int) -> float:
     return peak / 2**20
 
 
+TOP_UP_MINUTES = 65
+"""A reused store gets at most this much new history: the windows read (the last hour)
+full, and a gap before them, rather than the whole time since it was kept."""
+
+
 def measure(url: str, size: int, args: argparse.Namespace, root: Path) -> dict[str, float]:
     """Load `size` events into the store at `url` (or top a kept one up) and time every path.
 
     A kept store (`--keep`) has its history in `root/history.json`; reused (`--reuse`),
-    it gets the whole minutes since its end, so the last hour is as full as a fresh
-    load's, and its read models catch up instead of being rebuilt (no rebuild figure).
+    it gets the whole minutes since its end (the last TOP_UP_MINUTES of them, after a
+    gap), so the last hour is as full as a fresh load's, and its read models catch up
+    instead of being rebuilt (no rebuild figure).
     """
     figures: dict[str, float] = {}
     compacting = not args.no_compaction
@@ -800,7 +806,8 @@ def measure(url: str, size: int, args: argparse.Namespace, root: Path) -> dict[s
             raise SystemExit(f"{marker}: kept with compacting={kept['compacting']}, not this run")
         end = datetime.fromisoformat(kept["end"])
         gap = (datetime.now(UTC) - end) // timedelta(minutes=1)
-        span = Span(end + timedelta(minutes=gap), gap * PER_MINUTE, kept["ticks"])
+        added = min(gap, TOP_UP_MINUTES) * PER_MINUTE
+        span = Span(end + timedelta(minutes=gap), added, kept["ticks"])
     began, spent = time.perf_counter(), _cpu()
     events = load(url, span, compacting)
     print(

@@ -51,6 +51,7 @@ from dataclasses import dataclass
 from datetime import UTC, date, datetime, timedelta
 from pathlib import Path
 from queue import Queue
+from typing import Any
 from uuid import UUID
 
 import orjson
@@ -743,6 +744,48 @@ def _cpu() -> float:
     return own.ru_utime + own.ru_stime + children.ru_utime + children.ru_stime
 
 
+STATEMENTS_SHOWN = 3
+
+
+def print_statements(store: SqlEventStore, label: str, call: Callable[[], object]) -> None:
+    """The statements one call of an in-process path sends, slowest first, and a plan.
+
+    The slowest query's plan (EXPLAIN QUERY PLAN on SQLite, EXPLAIN on PostgreSQL, with
+    the parameters it was sent with) says where a path that grows spends.
+    """
+    spent: dict[str, list[float]] = {}
+    sent: dict[str, Any] = {}
+
+    def before(conn: sa.Connection, cursor: Any, statement: str, *_: Any) -> None:
+        conn.info.setdefault("began", []).append(time.perf_counter())
+
+    def after(conn: sa.Connection, cursor: Any, statement: str, parameters: Any, *_: Any) -> None:
+        spent.setdefault(statement, []).append(time.perf_counter() - conn.info["began"].pop())
+        sent[statement] = parameters
+
+    sa.event.listen(store.engine, "before_cursor_execute", before)
+    sa.event.listen(store.engine, "after_cursor_execute", after)
+    try:
+        call()
+    finally:
+        sa.event.remove(store.engine, "before_cursor_execute", before)
+        sa.event.remove(store.engine, "after_cursor_execute", after)
+    slowest = sorted(spent.items(), key=lambda item: -sum(item[1]))[:STATEMENTS_SHOWN]
+    print(f"    {label}: {sum(map(len, spent.values()))} statements", flush=True)
+    for statement, seconds in slowest:
+        flat = " ".join(statement.split())
+        print(f"      {sum(seconds) * 1000:9.1f} ms in {len(seconds):>4} x  {flat[:600]}")
+    queries = [q for q, _ in slowest if q.lstrip().upper().startswith(("SELECT", "WITH"))]
+    if not queries:
+        return
+    statement = queries[0]
+    explain = "EXPLAIN QUERY PLAN " if store.engine.dialect.name == "sqlite" else "EXPLAIN "
+    with store.read_transaction() as conn:
+        plan = conn.exec_driver_sql(explain + statement, sent[statement]).all()
+    for row in plan:
+        print(f"        {row[-1]}")
+
+
 def cli(config: Path, *arguments: str) -> Callable[[], object]:
     command = [str(Path(sys.executable).with_name("tickwork")), "-c", str(config), *arguments]
 
@@ -843,6 +886,11 @@ def measure(url: str, size: int, args: argparse.Namespace, root: Path) -> dict[s
     def timed(label: str, seconds: tuple[float, float]) -> None:
         figures[label], figures[f"{label} [CPU]"] = seconds
 
+    def in_process(label: str, call: Callable[[], object]) -> None:
+        timed(label, p50(args.runs, call))
+        if args.statements:
+            print_statements(store, label, call)
+
     settings = load_settings(config)
     store = open_store(url)
     recent = f"{LEVELS[7]}-{span.end - timedelta(minutes=2, seconds=30):%Y%m%dT%H%M%S}"
@@ -856,7 +904,7 @@ def measure(url: str, size: int, args: argparse.Namespace, root: Path) -> dict[s
             ("GET /ticks?level=", f"/ticks?level={LEVELS[500]}"),
             ("GET /status", "/status"),
         ):
-            timed(label, p50(args.runs, lambda path=path: client.get(path).raise_for_status()))
+            in_process(label, lambda path=path: client.get(path).raise_for_status())
         shown = client.get("/ticks", params={"level": LEVELS[7], "limit": 3}).json()
     projector = projector_for(store, PriceBook(settings.prices))
 
@@ -870,8 +918,8 @@ def measure(url: str, size: int, args: argparse.Namespace, root: Path) -> dict[s
         with store.read_transaction() as conn:
             return last_slots(conn, LEVELS)
 
-    timed("reconcile: open ticks", p50(args.runs, reconcile))
-    timed("start-up: last slots of 1,000 levels", p50(args.runs, start_up))
+    in_process("reconcile: open ticks", reconcile)
+    in_process("start-up: last slots of 1,000 levels", start_up)
     store.close()
     tick_id = shown[-1]["tick_id"] if shown else recent
     for label, arguments in (
@@ -972,6 +1020,11 @@ def main() -> None:
     )
     parser.add_argument(
         "--run-seconds", type=int, default=90, help="how long `tickwork run` runs (0: not)"
+    )
+    parser.add_argument(
+        "--statements",
+        action="store_true",
+        help="print each in-process path's slowest statements and the slowest one's plan",
     )
     parser.add_argument(
         "--keep",

@@ -26,7 +26,8 @@ queries as the service calls them. Disk per tick is the hot store's size over it
         [--runs 7] [--cli-runs 3] [--run-seconds 90] [--only-disk] [--no-compaction]
 
 `--keep` keeps each size's store for a later run, which `--reuse` tops up to the present
-minute (ten million events take ~15 minutes to load on a quiet machine, and 10+ GB).
+minute (loading a million events into SQLite costs ~35 s of CPU; ten million take 10+ GB
+on disk). `--statements` prints each in-process path's slowest statements and a plan.
 `--only-disk` stops after the disk figure and prints where the bytes are: per table and
 index, and per event type (rows, and bytes of their JSON).
 """

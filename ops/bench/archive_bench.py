@@ -31,7 +31,7 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import sqlalchemy as sa
-from growth_bench import PER_MINUTE, Span, load
+from growth_bench import PER_MINUTE, Span, load, own_peak_mib
 from machine import describe
 
 from harness.contracts.events import TickScheduled
@@ -61,7 +61,7 @@ def size(store: SqlEventStore) -> int:
 
 
 def timed(folder: Path, *args: str) -> tuple[float, float]:
-    """(seconds, peak RSS MiB) of one `tickwork` process, as the kernel accounted it.
+    """(seconds, peak RSS MiB) of one `tickwork` process (`growth_bench.own_peak_mib`).
 
     The lines saying how and how fast a day left the store are printed.
     """
@@ -69,9 +69,8 @@ def timed(folder: Path, *args: str) -> tuple[float, float]:
     with tempfile.TemporaryFile("w+") as out, tempfile.TemporaryFile("w+") as err:
         started = time.perf_counter()
         child = subprocess.Popen([TICKWORK, *args], cwd=folder, env=wide, stdout=out, stderr=err)
-        _, status, usage = os.wait4(child.pid, 0)
+        peak = own_peak_mib(child)
         seconds = time.perf_counter() - started
-        child.returncode = os.waitstatus_to_exitcode(status)
         out.seek(0)
         err.seek(0)
         if child.returncode != 0:
@@ -79,7 +78,7 @@ def timed(folder: Path, *args: str) -> tuple[float, float]:
         for line in out.read().splitlines():
             if "left the store" in line:
                 print(line.strip())
-    return seconds, usage.ru_maxrss / 1024
+    return seconds, peak
 
 
 def main() -> None:

@@ -945,14 +945,17 @@ def measure(url: str, size: int, args: argparse.Namespace, root: Path) -> dict[s
     in_process("start-up: last slots of 1,000 levels", start_up)
     store.close()
     tick_id = shown[-1]["tick_id"] if shown else recent
-    for label, arguments in (
-        ("tickwork status", ("status",)),
-        ("tickwork show", ("show", tick_id)),
-        ("tickwork digest --since 1h", ("digest", "--since", "1h")),
-        ("tickwork events --since 1h", ("events", "--since", "1h")),
-    ):
-        timed(label, p50(args.cli_runs, cli(config, *arguments)))
-    figures["digest --since 1h peak RSS (MiB)"] = peak_rss_mib(config, "digest", "--since", "1h")
+    if args.cli_runs:
+        for label, arguments in (
+            ("tickwork status", ("status",)),
+            ("tickwork show", ("show", tick_id)),
+            ("tickwork digest --since 1h", ("digest", "--since", "1h")),
+            ("tickwork events --since 1h", ("events", "--since", "1h")),
+        ):
+            timed(label, p50(args.cli_runs, cli(config, *arguments)))
+        figures["digest --since 1h peak RSS (MiB)"] = peak_rss_mib(
+            config, "digest", "--since", "1h"
+        )
     if args.run_seconds:
         figures["tickwork run peak RSS (MiB)"] = run_rss_mib(config, args.run_seconds)
     return figures
@@ -1032,7 +1035,9 @@ def main() -> None:
         help="the database made afresh (dropped first): one per run sharing the server",
     )
     parser.add_argument("--runs", type=int, default=7, help="runs of each in-process path")
-    parser.add_argument("--cli-runs", type=int, default=3, help="runs of each CLI path")
+    parser.add_argument(
+        "--cli-runs", type=int, default=3, help="runs of each CLI path (0: none, no digest RSS)"
+    )
     parser.add_argument(
         "--no-compaction",
         action="store_true",

@@ -887,10 +887,11 @@ def measure(url: str, size: int, args: argparse.Namespace, root: Path) -> dict[s
         marker.write_bytes(
             orjson.dumps({"end": span.end.isoformat(), "ticks": ticks, "compacting": compacting})
         )
-    began = time.perf_counter()
+    began, spent = time.perf_counter(), _cpu()
     if kept is None:
         cli(config, "projections", "rebuild")()
         figures["projections rebuild (s)"] = time.perf_counter() - began
+        figures["projections rebuild CPU (s)"] = _cpu() - spent
     else:
         store = open_store(url)
         projector_for(store, PriceBook(load_settings(config).prices)).catch_up()

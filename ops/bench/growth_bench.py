@@ -400,9 +400,7 @@ def ahead(minutes: Iterator[Minute], depth: int = 3) -> Iterator[Minute]:
         yield item
 
 
-def transcript_row(
-    tick: TickRows, start: datetime, position: int
-) -> tuple[str, date, int, int, bytes]:
+def transcript_row(tick: TickRows, start: datetime, position: int) -> TranscriptRow:
     """The `transcripts` row compaction makes of the tick's entry stored at `position`."""
     k = tick.shape.transcript
     entry = StoredEvent.from_row(
@@ -419,6 +417,29 @@ def transcript_row(
         )
     )
     return (tick.tick_id, start.date(), 1, position, encode([entry]))
+
+
+TranscriptRow = tuple[str, date, int, int, bytes]
+"""A `transcripts` row: tick id, day, entries, last position, compressed data."""
+
+
+def placed(
+    ticks: list[TickRows], start: datetime, last: int, compacting: bool
+) -> tuple[list[tuple[int, TickRows, int]], list[TranscriptRow], int]:
+    """A minute's events at positions after `last`: where each is kept, and the last one.
+
+    The events `events` keeps, as (position, tick, index in its tick), and the
+    `transcripts` rows of the entries compaction moved there (keeping their positions).
+    """
+    stored, kept = [], []
+    for tick in ticks:
+        for k in range(len(tick.data)):
+            last += 1
+            if k == tick.shape.transcript and tick.compacted(compacting):
+                kept.append(transcript_row(tick, start, last))
+            else:
+                stored.append((last, tick, k))
+    return stored, kept, last
 
 
 def load_sqlite(url: str, span: Span, compacting: bool) -> None:
@@ -442,16 +463,21 @@ def load_sqlite(url: str, span: Span, compacting: bool) -> None:
                 (start + timedelta(seconds=s)).isoformat(" ", "microseconds")[:26]
                 for s in range(TICK_SECONDS)
             ]
-            rows, kept = [], []
-            for tick in ticks:
-                shape = tick.shape
-                for k, data in enumerate(tick.data):
-                    last += 1
-                    if k == shape.transcript and tick.compacted(compacting):
-                        kept.append(transcript_row(tick, start, last))
-                        continue
-                    row = (last, tick.ids[k], tick.stream, k + 1, shape.types[k])
-                    rows.append((*row, shape.versions[k], data, "{}", stamps[shape.seconds[k]]))
+            stored, kept, last = placed(ticks, start, last, compacting)
+            rows = [
+                (
+                    at,
+                    t.ids[k],
+                    t.stream,
+                    k + 1,
+                    t.shape.types[k],
+                    t.shape.versions[k],
+                    t.data[k],
+                    "{}",
+                    stamps[t.shape.seconds[k]],
+                )
+                for at, t, k in stored
+            ]
             conn.executemany(
                 "INSERT INTO events (global_position, event_id, stream_id, stream_position, "
                 "type, version, data, metadata, recorded_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
@@ -500,22 +526,14 @@ def load_postgres(url: str, span: Span, compacting: bool) -> None:
             with conn.transaction(), conn.cursor() as cursor:
                 found = cursor.execute("SELECT pg_current_xact_id()::text::bigint << 20").fetchone()
                 assert found is not None
-                position = found[0]
-                rows, ids, kept = [], [], []
-                for tick in ticks:
-                    shape = tick.shape
-                    for k, data in enumerate(tick.data):
-                        position += 1
-                        if k == shape.transcript and tick.compacted(compacting):
-                            kept.append(transcript_row(tick, start, position))
-                            continue
-                        rows.append(
-                            f"{position}\t{tick.ids[k]}\t{tick.stream}\t{k + 1}\t"
-                            f"{shape.types[k]}\t{shape.versions[k]}\t"
-                            f"{data.replace(chr(92), chr(92) * 2)}\t{{}}\t"
-                            f"{stamps[shape.seconds[k]]}\t{day}\n"
-                        )
-                        ids.append(f"{tick.ids[k]}\t{position}\n")
+                stored, kept, _ = placed(ticks, start, found[0], compacting)
+                rows = [
+                    f"{at}\t{t.ids[k]}\t{t.stream}\t{k + 1}\t{t.shape.types[k]}\t"
+                    f"{t.shape.versions[k]}\t{t.data[k].replace(chr(92), chr(92) * 2)}\t{{}}\t"
+                    f"{stamps[t.shape.seconds[k]]}\t{day}\n"
+                    for at, t, k in stored
+                ]
+                ids = [f"{t.ids[k]}\t{at}\n" for at, t, k in stored]
                 with cursor.copy(f"COPY events ({columns}) FROM STDIN") as copy:
                     copy.write("".join(rows))
                 with cursor.copy("COPY event_ids (event_id, global_position) FROM STDIN") as copy:

@@ -861,8 +861,24 @@ def run_rss_mib(config: Path, seconds: int) -> float:
         )
         peak = peak_rss(service, seconds)
         service.send_signal(signal.SIGTERM)
-        service.wait(120)
+        try:
+            service.wait(STOP_SECONDS)
+        except subprocess.TimeoutExpired:
+            print(f"    tickwork run still ran {STOP_SECONDS} s after SIGTERM: killed", flush=True)
+            service.kill()
+            service.wait()
     return peak / 2**20
+
+
+STOP_SECONDS = 120
+
+
+class Figures(dict[str, float]):
+    """A size's figures, each printed as it is measured: a run cut short keeps what it had."""
+
+    def __setitem__(self, label: str, value: float) -> None:
+        super().__setitem__(label, value)
+        print(f"    {label:<40}{value if '(' in label else value * 1000:>11,.1f}", flush=True)
 
 
 TOP_UP_MINUTES = 65
@@ -878,7 +894,7 @@ def measure(url: str, size: int, args: argparse.Namespace, root: Path) -> dict[s
     gap), so the last hour is as full as a fresh load's, and its read models catch up
     instead of being rebuilt (no rebuild figure).
     """
-    figures: dict[str, float] = {}
+    figures = Figures()
     compacting = not args.no_compaction
     marker = root / "history.json"
     kept = orjson.loads(marker.read_bytes()) if args.reuse and marker.exists() else None
@@ -1103,10 +1119,6 @@ def main() -> None:
                 finally:
                     if backend == "postgresql" and not args.keep:
                         drop_pg(args.pg_url, args.pg_database)
-            for label, value in results[-1].items():
-                print(
-                    f"    {label:<40}{value if '(' in label else value * 1000:>11,.1f}", flush=True
-                )
         report(backend, sizes, results)
     print(f"\nload average at end: {os.getloadavg()}")
 

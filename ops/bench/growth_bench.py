@@ -307,6 +307,11 @@ class Span:
     first: int = 0
     in_flight: int = IN_FLIGHT
 
+    @classmethod
+    def of_events(cls, events: int, end: datetime) -> Span:
+        """About `events` events of history (13.6 a tick) ending at `end`."""
+        return cls(end, round(events / (11 + 4 * TOOL_TICKS)))
+
     @property
     def minutes(self) -> int:
         return -(-self.ticks // PER_MINUTE)
@@ -900,7 +905,7 @@ def measure(url: str, size: int, args: argparse.Namespace, root: Path) -> dict[s
     kept = orjson.loads(marker.read_bytes()) if args.reuse and marker.exists() else None
     config = write_config(root, url)
     if kept is None:
-        span = Span(datetime.now(UTC), round(size / (11 + 4 * TOOL_TICKS)))
+        span = Span.of_events(size, datetime.now(UTC))
     else:
         if kept["compacting"] != compacting:
             raise SystemExit(f"{marker}: kept with compacting={kept['compacting']}, not this run")
@@ -1003,16 +1008,18 @@ def store_for(backend: str, size: int, root: Path, args: argparse.Namespace) -> 
     database after the size, so each size's store outlives the run.
     """
     database = f"{args.pg_database}_{size}" if args.keep else args.pg_database
-    reused = args.reuse and (root / "history.json").exists()
-    if not reused:
+    if not (args.reuse and (root / "history.json").exists()):
         for stale in [root / "history.json", *root.glob("events.db*")]:
             stale.unlink(missing_ok=True)
-    if backend == "sqlite":
-        url = f"sqlite:///{root}/events.db"
-    elif reused:
-        url = _pg_url(args.pg_url, database)
-    else:
-        url = fresh_pg(args.pg_url, database)
+        return fresh_store(backend, root, args.pg_url, database)
+    url = f"sqlite:///{root}/events.db" if backend == "sqlite" else _pg_url(args.pg_url, database)
+    migrate_store(url)
+    return url
+
+
+def fresh_store(backend: str, root: Path, pg_url: str, pg_database: str) -> str:
+    """An empty store at head: a SQLite file in `root`, or a PostgreSQL database made afresh."""
+    url = f"sqlite:///{root}/events.db" if backend == "sqlite" else fresh_pg(pg_url, pg_database)
     migrate_store(url)
     return url
 

@@ -22,7 +22,7 @@ import tempfile
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
-from growth_bench import LEVELS, cli, load_sqlite, p50, write_config
+from growth_bench import LEVELS, Span, cli, load, p50, write_config
 from machine import describe
 
 from harness.api.metrics import StoreCollector, text_format
@@ -73,7 +73,7 @@ def main() -> None:
         url = f"sqlite:///{root}/metrics.db"
         config = write_config(root, url)
         migrate_store(url)
-        load_sqlite(url, args.events, now, compacting=True)
+        load(url, Span.of_events(args.events, now), compacting=True)
         cli(config, "projections", "rebuild")()
         store = open_store(url)
         reads = Reads(load_settings(config), store)

@@ -808,7 +808,7 @@ def print_statements(store: SqlEventStore, label: str, call: Callable[[], object
     with store.read_transaction() as conn:
         plan = conn.exec_driver_sql(explain + statement, sent[statement]).all()
     for row in plan:
-        print(f"        {row[-1]}")
+        print(f"        {str(row[-1])[:300]}")
 
 
 def cli(config: Path, *arguments: str) -> Callable[[], object]:

@@ -2,15 +2,13 @@
 
 PostgreSQL tests skip locally when no server answers; with CI=true a missing server fails.
 Each test gets an empty store without paying for its migrations: a SQLite test copies a
-file migrated once per session (Alembic's 19 migrations cost 30 times the copy), a
-PostgreSQL test empties the session's database. The migrations themselves are
-tests/test_migrations.py's, which migrates stores of its own.
+store migrated once per process (tests/store_support.py), a PostgreSQL test empties the
+session's database.
 """
 
 from __future__ import annotations
 
 import os
-import shutil
 import uuid
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -27,6 +25,7 @@ from harness.execution.launchers import WarmLauncher
 from harness.store import SqlEventStore, migrate_store, open_store
 from harness.store.engine import create_store_engine
 from tests.receiver import Received, apprise_receiver
+from tests.store_support import migrated_sqlite
 
 # Hypothesis times each example (a 200 ms deadline) and its input generation by the wall
 # clock: on a machine whose cores other suites share, both failed tests that were right.
@@ -114,19 +113,10 @@ def _truncate(url: str) -> None:
     engine.dispose()
 
 
-@pytest.fixture(scope="session")
-def sqlite_template(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """A SQLite store migrated once per session, closed, for tests to copy."""
-    path = tmp_path_factory.mktemp("template") / "events.db"
-    open_store(f"sqlite:///{path}").close()
-    return path
-
-
 @pytest.fixture
-def sqlite_url(tmp_path: Path, sqlite_template: Path) -> str:
+def sqlite_url(tmp_path: Path) -> str:
     """A migrated, empty SQLite store in the test's own folder."""
-    shutil.copyfile(sqlite_template, tmp_path / "events.db")
-    return f"sqlite:///{tmp_path}/events.db"
+    return migrated_sqlite(tmp_path)
 
 
 @pytest.fixture(params=["sqlite", "postgresql"])

@@ -48,7 +48,7 @@ from tests.procs import open_fresh, racing
 
 @pytest.fixture
 def sqlite_url(tmp_path: Path) -> str:
-    """A SQLite store not yet created: these tests migrate it themselves (conftest's is migrated)."""
+    """A SQLite store not yet created: these tests migrate it (conftest's is migrated)."""
     return f"sqlite:///{tmp_path}/events.db"
 
 

@@ -3,7 +3,7 @@
 PostgreSQL tests skip locally when no server answers; with CI=true a missing server fails.
 Each test gets an empty store without paying for its migrations: a SQLite test copies a
 store migrated once per process (tests/store_support.py), a PostgreSQL test truncates the
-session's database (DELETE would be cheaper, but the dead rows it leaves change the plans
+session's database (DELETE would be cheaper, but the dead rows it leaves may change the plans
 tests/test_read_costs.py counts).
 """
 

@@ -1,9 +1,10 @@
 """The `tickwork` command run as an operator runs it: real processes, real ports, real files.
 
-`run`/`run_each` start a fresh interpreter per command, as a shell does; `forked`,
+`run`/`run_each`/`run_cli` start a fresh interpreter per command, as a shell does; `forked`,
 `forked_each` and `forked_cli` run the same command in a child forked from the warm test
-process: a process of its own all the same, at a fraction of the CPU. Use `run` where the
-fresh process is the point (what it imports, the console script), `forked` elsewhere.
+process: a process of its own all the same, at a fraction of the CPU, and `start` forks
+the commands that run on while a test goes on (services, workers, ticks). Use `run` where
+the fresh process is the point (what it imports, the console script), `forked` elsewhere.
 """
 
 from __future__ import annotations
@@ -27,6 +28,7 @@ import httpx
 
 from harness.devtools.fake_llm import FakeUpstream, Step
 from harness.execution.launchers import end_as_python_would, shared_warm_launcher
+from tests.store_support import migrated_sqlite
 from tests.waiting import wait_until
 
 TICKWORK = str(Path(sys.executable).with_name("tickwork"))
@@ -164,25 +166,110 @@ def _forget_secrets() -> None:
 
 def _wait(pid: int, timeout: float) -> int:
     """The child's exit code as `subprocess` gives it (-N for signal N); killed after `timeout`."""
-    pidfd = os.pidfd_open(pid)
-    try:
-        ready, _, _ = select.select([pidfd], [], [], timeout)
-    finally:
-        os.close(pidfd)
-    if not ready:
+    if not _exited(pid, timeout):
         os.kill(pid, signal.SIGKILL)
         os.waitpid(pid, 0)
         raise subprocess.TimeoutExpired([TICKWORK], timeout)
     return os.waitstatus_to_exitcode(os.waitpid(pid, 0)[1])
 
 
+def _exited(pid: int, timeout: float | None) -> bool:
+    """Whether the child `pid` has exited within `timeout` (None: however long), unreaped."""
+    pidfd = os.pidfd_open(pid)
+    try:
+        ready, _, _ = select.select([pidfd], [], [], timeout)
+    finally:
+        os.close(pidfd)
+    return bool(ready)
+
+
+class ForkedCommand:
+    """A `tickwork` command that runs on while the test goes on, forked as `forked_each` forks.
+
+    A process of its own (its pid, signals, exit status, output) that skips the second of
+    CPU a fresh interpreter spends on imports before a service or worker is up. It offers
+    the part of `subprocess.Popen` tests use; the output is text.
+    """
+
+    def __init__(
+        self,
+        cwd: Path,
+        args: list[str],
+        env: dict[str, str],
+        stdout: Any = None,
+        stderr: Any = None,
+    ) -> None:
+        from harness.cli import main  # imported here, once, so every child starts warm
+
+        self.args = [TICKWORK, *args]
+        self.returncode: int | None = None
+        self._reaping = threading.Lock()
+        out = os.pipe() if stdout == subprocess.PIPE else None
+        err = os.pipe() if stderr == subprocess.PIPE else None
+        child_out = out[1] if out else 1
+        child_err = child_out if stderr == subprocess.STDOUT else err[1] if err else 2
+        self.pid = os.fork()
+        if self.pid == 0:  # pragma: no cover - the child ends in os._exit, never returns
+            _run_child(main, cwd, args, env, child_out, child_err)
+        self.stdout = self._reader(out)
+        self.stderr = self._reader(err)
+
+    @staticmethod
+    def _reader(pipe: tuple[int, int] | None) -> Any:
+        if pipe is None:
+            return None
+        os.close(pipe[1])
+        return open(pipe[0], encoding="utf-8", errors="replace")
+
+    def poll(self) -> int | None:
+        with self._reaping:
+            if self.returncode is None:
+                pid, status = os.waitpid(self.pid, os.WNOHANG)
+                if pid:
+                    self.returncode = os.waitstatus_to_exitcode(status)
+            return self.returncode
+
+    def wait(self, timeout: float | None = None) -> int:
+        if self.returncode is None and not _exited(self.pid, timeout):
+            raise subprocess.TimeoutExpired(self.args, timeout or 0)
+        with self._reaping:
+            if self.returncode is None:
+                self.returncode = os.waitstatus_to_exitcode(os.waitpid(self.pid, 0)[1])
+            return self.returncode
+
+    def send_signal(self, signum: int) -> None:
+        if self.poll() is None:  # as Popen: a reaped pid may be another process's by now
+            os.kill(self.pid, signum)
+
+    def kill(self) -> None:
+        self.send_signal(signal.SIGKILL)
+
+    def communicate(self, timeout: float | None = None) -> tuple[str | None, str | None]:
+        """Its output to the end, read while it runs (a full pipe would stall it), and its end."""
+        read: dict[str, str] = {}
+        readers = [
+            threading.Thread(target=lambda n=name, f=stream: read.update({n: f.read()}))
+            for name, stream in (("out", self.stdout), ("err", self.stderr))
+            if stream is not None
+        ]
+        for reader in readers:
+            reader.start()
+        self.wait(timeout)
+        for reader in readers:
+            reader.join()
+        return read.get("out"), read.get("err")
+
+
 def write_config(tmp_path: Path, levels: str, runner: str = "", store_url: str = "") -> Path:
-    """A tickwork.toml for a service under test: its store, folders, runner and levels."""
+    """A tickwork.toml for a service under test: its store, folders, runner and levels.
+
+    Without `store_url`, a migrated SQLite store in `tmp_path`.
+    """
     config = tmp_path / "tickwork.toml"
     config.write_text(
         f"""
 [store]
-url = "{store_url or f"sqlite:///{tmp_path}/events.db"}"
+url = "{store_url or migrated_sqlite(tmp_path)}"
 [paths]
 results = "{tmp_path}/results"
 spool = "{tmp_path}/spool"
@@ -196,17 +283,17 @@ grace_seconds = 1
     return config
 
 
-def start(command: str, config: Path, fake: FakeUpstream, **popen: Any) -> subprocess.Popen[str]:
-    """`tickwork <command>` on the config, talking to the fake upstream."""
-    env = environment(TICKWORK_CONFIG=str(config), OPENAI_BASE_URL=fake.url)
-    return subprocess.Popen(
-        [TICKWORK, *command.split()], env=env, cwd=config.parent, text=True, **popen
-    )
+def start(command: str, config: Path, fake: FakeUpstream, **pipes: Any) -> ForkedCommand:
+    """`tickwork <command>` on the config, talking to the fake upstream, forked (`ForkedCommand`).
+
+    `pipes`: `stdout` and `stderr` as `subprocess.Popen` takes them (PIPE, STDOUT, or
+    None to share this process's).
+    """
+    env = {"TICKWORK_CONFIG": str(config), "OPENAI_BASE_URL": fake.url}
+    return ForkedCommand(config.parent, command.split(), environment(**env), **pipes)
 
 
-def start_tick(
-    tick_id: str, config: Path, fake: FakeUpstream, options: str = ""
-) -> subprocess.Popen[str]:
+def start_tick(tick_id: str, config: Path, fake: FakeUpstream, options: str = "") -> ForkedCommand:
     """`tickwork tick min` with the tick id chosen, so its answers can be scripted first."""
     return start(
         f"tick min --tick-id {tick_id} {options}",
@@ -218,9 +305,9 @@ def start_tick(
 
 
 def run_cli(command: str, config: Path, fake: FakeUpstream) -> subprocess.CompletedProcess[str]:
-    process = start(command, config, fake, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
-    stdout, stderr = process.communicate(timeout=120)
-    return subprocess.CompletedProcess(process.args, process.returncode, stdout, stderr)
+    """`tickwork <command>` on the config in a fresh interpreter, as `run` runs it."""
+    env = {"TICKWORK_CONFIG": str(config), "OPENAI_BASE_URL": fake.url}
+    return run(config.parent, *command.split(), env=env)
 
 
 def forked_cli(command: str, config: Path, fake: FakeUpstream) -> subprocess.CompletedProcess[str]:
@@ -229,7 +316,7 @@ def forked_cli(command: str, config: Path, fake: FakeUpstream) -> subprocess.Com
     return forked(config.parent, *command.split(), env=env)
 
 
-def start_service(config: Path, fake: FakeUpstream) -> subprocess.Popen[str]:
+def start_service(config: Path, fake: FakeUpstream) -> ForkedCommand:
     return start("run", config, fake, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
 
 
@@ -239,7 +326,7 @@ class Output:
     The process must have been started with `stdout=PIPE`; nothing else may read it.
     """
 
-    def __init__(self, process: subprocess.Popen[str]) -> None:
+    def __init__(self, process: ForkedCommand) -> None:
         assert process.stdout is not None
         self.process = process
         self.lines: list[str] = []

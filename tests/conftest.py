@@ -1,6 +1,10 @@
 """Fixtures: real SQLite files and real PostgreSQL databases, one per test session.
 
 PostgreSQL tests skip locally when no server answers; with CI=true a missing server fails.
+Each test gets an empty store without paying for its migrations: a SQLite test copies a
+store migrated once per process (tests/store_support.py), a PostgreSQL test truncates the
+session's database (DELETE would be cheaper, but the dead rows it leaves may change the plans
+tests/test_read_costs.py counts).
 """
 
 from __future__ import annotations
@@ -22,6 +26,7 @@ from harness.execution.launchers import WarmLauncher
 from harness.store import SqlEventStore, migrate_store, open_store
 from harness.store.engine import create_store_engine
 from tests.receiver import Received, apprise_receiver
+from tests.store_support import migrated_sqlite
 
 # Hypothesis times each example (a 200 ms deadline) and its input generation by the wall
 # clock: on a machine whose cores other suites share, both failed tests that were right.
@@ -103,12 +108,19 @@ def _truncate(url: str) -> None:
     engine.dispose()
 
 
+@pytest.fixture
+def sqlite_url(tmp_path: Path) -> str:
+    """A migrated, empty SQLite store in the test's own folder."""
+    return migrated_sqlite(tmp_path)
+
+
 @pytest.fixture(params=["sqlite", "postgresql"])
-def store_url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
+def store_url(request: pytest.FixtureRequest) -> str:
     """A migrated, empty store of each backend."""
     if request.param == "sqlite":
-        return f"sqlite:///{tmp_path}/events.db"
-    url: str = request.getfixturevalue("pg_session_url")
+        url: str = request.getfixturevalue("sqlite_url")
+        return url
+    url = request.getfixturevalue("pg_session_url")
     _truncate(url)
     return url
 
@@ -144,11 +156,6 @@ def standin_launcher() -> Iterator[WarmLauncher]:
     assert launcher.wait_ready(60)
     yield launcher
     launcher.close()
-
-
-@pytest.fixture
-def sqlite_url(tmp_path: Path) -> str:
-    return f"sqlite:///{tmp_path}/events.db"
 
 
 @pytest.fixture

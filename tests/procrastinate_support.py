@@ -17,7 +17,7 @@ from pathlib import Path
 from harness.contracts.events import TERMINAL_TYPES
 from harness.devtools.fake_llm import FakeUpstream
 from harness.store import SqlEventStore, StoredEvent
-from tests.commands import Output, run_cli, start, write_config
+from tests.commands import Output, forked_cli, start, write_config
 
 EXECUTOR = """
 [executor]
@@ -53,7 +53,7 @@ def configure(
     config = write_config(
         tmp_path, levels + EXECUTOR.format(stalled=stalled), runner=runner, store_url=url
     )
-    migrated = run_cli("migrate", config, fake)
+    migrated = forked_cli("migrate", config, fake)
     assert migrated.returncode == 0, migrated.stderr
     assert "procrastinate's schema" in migrated.stdout, migrated.stdout
     return config

@@ -1,4 +1,4 @@
-"""Functions run in child processes by the concurrency tests (spawned, so importable here)."""
+"""Functions run in child processes by the concurrency tests, and how those are started."""
 
 from __future__ import annotations
 
@@ -7,26 +7,27 @@ import queue
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from multiprocessing.context import SpawnProcess
+from multiprocessing.context import ForkProcess
 from multiprocessing.synchronize import Event
 from typing import Any
 from uuid import uuid4
 
 from harness.store import ANY, NO_STREAM, ConcurrencyError, NewEvent, open_store
 
+CONTEXT = multiprocessing.get_context("fork")
+"""Racers are forked from the warm test process, each a process of its own that opens its
+own store: a spawned one spends a second of imports before it races."""
+
 
 @contextmanager
-def racing(
-    target: Callable[..., None], *arguments: tuple[Any, ...]
-) -> Iterator[list[SpawnProcess]]:
-    """Spawn one process per argument tuple and release them together.
+def racing(target: Callable[..., None], *arguments: tuple[Any, ...]) -> Iterator[list[ForkProcess]]:
+    """Fork one process per argument tuple and release them together.
 
     The start event is passed as each target's last argument; on leaving the block every
     process must have finished with exit code 0.
     """
-    context = multiprocessing.get_context("spawn")
-    start = context.Event()
-    processes = [context.Process(target=target, args=(*args, start)) for args in arguments]
+    start = CONTEXT.Event()
+    processes = [CONTEXT.Process(target=target, args=(*args, start)) for args in arguments]
     for process in processes:
         process.start()
     start.set()
@@ -38,7 +39,7 @@ def racing(
         )
 
 
-def gather(results: Any, processes: list[SpawnProcess], count: int) -> list[Any]:
+def gather(results: Any, processes: list[ForkProcess], count: int) -> list[Any]:
     """Take `count` answers, failing at once (with the exit code) when a racer died silent.
 
     A racer that raised never answers; waiting out a long timeout for it would hide why.

@@ -1,4 +1,4 @@
-"""Processes that take turns from the store's rate buckets (spawned, so importable here)."""
+"""Processes that take turns from the store's rate buckets (forked: tests/procs.py)."""
 
 from __future__ import annotations
 

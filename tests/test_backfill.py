@@ -31,7 +31,7 @@ from harness.scheduling.backfill import (
     request_backfill,
 )
 from harness.store import open_store
-from tests.commands import Output, run_cli, start_service, write_config
+from tests.commands import Output, forked_cli, start_service, write_config
 from tests.waiting import wait_until
 
 SLOTS = 4
@@ -104,7 +104,7 @@ def test_two_replicas_killed_mid_backfill_and_a_rerun_claim_every_slot_once(
     replicas = [Output(start_service(config, fake)) for _ in range(2)]
     for replica in replicas:
         replica.wait_for("tickwork running")
-    asked = run_cli(
+    asked = forked_cli(
         f"backfill hourly --from {start.isoformat()} --to {end.isoformat()} --max 2 "
         "--overlap allow",
         config,
@@ -130,7 +130,7 @@ def test_two_replicas_killed_mid_backfill_and_a_rerun_claim_every_slot_once(
     assert set(pids) <= {r.process.pid for r in [*replicas, rerun]}
     assert sum(pids[r.process.pid] for r in replicas) == claimed_before
     assert pids[rerun.process.pid] == SLOTS - claimed_before, "the rerun claims what is left"
-    status = run_cli("status --json", config, fake)
+    status = forked_cli("status --json", config, fake)
     (shown,) = json.loads(status.stdout)["backfills"]
     assert (shown["state"], shown["claimed"], shown["in_flight"]) == ("finished", SLOTS, 0)
 

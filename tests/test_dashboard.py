@@ -36,8 +36,8 @@ from tests.api_support import TOKEN, serving, settings_for
 from tests.commands import (
     Output,
     environment,
+    forked_cli,
     free_port,
-    run_cli,
     serve,
     start_service,
     write_config,
@@ -131,9 +131,9 @@ def test_a_new_operators_path_through_the_dashboard(tmp_path: Path, browser: Web
     echo = Step(tool_calls=[ToolCallSpec(name="shell", arguments={"command": "echo checked"})])
     fake.script("default", [Step(text="All quiet."), echo] + [Step(text="late", delay=60)] * 10)
     fake.script("idle-broken", [Step(status=401, error_message="Incorrect API key provided")])
-    broken = run_cli("tick idle --tick-id idle-broken", config, fake)
+    broken = forked_cli("tick idle --tick-id idle-broken", config, fake)
     assert broken.returncode == 1 and "status  failed" in broken.stdout, broken.stdout
-    assert run_cli("pause idle", config, fake).returncode == 0
+    assert forked_cli("pause idle", config, fake).returncode == 0
     service = Output(start_service(config, fake))
     banner = service.wait_for("dashboard `tickwork serve`").split("then ")[1].strip()
     try:

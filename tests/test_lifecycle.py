@@ -9,7 +9,6 @@ lane, obeys pause (unless forced), `tickwork cancel` and Ctrl-C.
 from __future__ import annotations
 
 import signal
-import subprocess
 import time
 from pathlib import Path
 from uuid import uuid4
@@ -26,7 +25,7 @@ from harness.scheduling.control import ControlFollower, clear_cancel, request_ca
 from harness.scheduling.status import snapshot
 from harness.scheduling.waves import Manual, SlotClaim, claim_wave
 from harness.store import NewEvent, SqlEventStore, open_store
-from tests.commands import forked_cli, start_tick, write_config
+from tests.commands import ForkedCommand, forked_cli, start_tick, write_config
 from tests.tick_support import Harness, calls, lifecycle, live_in_group, run_claims
 from tests.waiting import wait_until
 
@@ -158,7 +157,7 @@ timeout_seconds = 120
 
 def started_by_hand(
     tmp_path: Path, fake: FakeUpstream, tick_id: str
-) -> tuple[subprocess.Popen[str], SqlEventStore]:
+) -> tuple[ForkedCommand, SqlEventStore]:
     """`tickwork tick min` whose one answer takes a minute, once its worker runs."""
     config = write_config(tmp_path, LEVEL)
     fake.script(tick_id, [Step(text="slow", delay=60)])

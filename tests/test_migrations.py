@@ -47,6 +47,12 @@ from tests.conftest import fresh_pg_database
 from tests.procs import open_fresh, racing
 
 
+@pytest.fixture
+def sqlite_url(tmp_path: Path) -> str:
+    """A SQLite store not yet created: these tests migrate it (conftest's is migrated)."""
+    return f"sqlite:///{tmp_path}/events.db"
+
+
 def test_head_revision_constant_matches_alembic() -> None:
     config = Config()
     config.set_main_option("script_location", str(Path(migrations.__file__).parent))

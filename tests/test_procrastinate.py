@@ -57,7 +57,7 @@ from harness.store import (
     open_store,
     process_name,
 )
-from tests.commands import fake_server, run_cli, write_config
+from tests.commands import fake_server, forked_cli, write_config
 from tests.conftest import fresh_pg_database
 from tests.procrastinate_support import EXECUTOR, Ticks, configure, level, processes
 from tests.waiting import wait_until
@@ -137,12 +137,12 @@ def test_tickwork_migrate_upgrades_an_older_procrastinate_schema(tmp_path: Path)
                 store.close()
                 (tmp_path / name).mkdir()
                 config = write_config(tmp_path / name, EXECUTOR.format(stalled=30), store_url=url)
-                migrated = run_cli("migrate", config, fake)
+                migrated = forked_cli("migrate", config, fake)
                 assert migrated.returncode == 0, migrated.stderr
                 was = older[-1].stem if steps else f"already at {MIGRATIONS[-1].stem}"
                 expected = f"{was} -> {MIGRATIONS[-1].stem}" if steps else was
                 assert f"procrastinate's schema {expected}" in migrated.stdout, migrated.stdout
-                again = run_cli("migrate", config, fake)
+                again = forked_cli("migrate", config, fake)
                 assert f"schema already at {MIGRATIONS[-1].stem}" in again.stdout, again.stdout
                 catalogs.append(_procrastinate_catalog(url))
         with fresh_pg_database() as url:
@@ -253,7 +253,7 @@ def test_three_workers_run_every_claimed_slot_once_within_the_level_cap(tmp_path
             )
             assert {(w.host, w.concurrency) for w in announced} == {(socket.gethostname(), 2)}
             assert "Workers" in dashboard.panels(reads)
-            shown = run_cli("status", config, fake)
+            shown = forked_cli("status", config, fake)
             assert "last heartbeat" in shown.stdout, shown.stdout + shown.stderr
             wait_until(
                 lambda: len(Ticks.read(store).streams) >= SLOTS,
@@ -327,7 +327,7 @@ def test_a_killed_workers_tick_ends_once_and_cancel_and_pause_reach_another_work
             pool[0].process.wait(30)
             # The cancel and the pause reach the survivor while its sweeper waits out the
             # dead worker's heartbeat.
-            cancelled = run_cli(f"cancel {kept_tick}", config, fake)
+            cancelled = forked_cli(f"cancel {kept_tick}", config, fake)
             assert cancelled.returncode == 0, cancelled.stderr
             wait_until(
                 lambda: Ticks.read(store).terminals()[kept_tick], "the cancelled tick's end", 60
@@ -335,7 +335,7 @@ def test_a_killed_workers_tick_ends_once_and_cancel_and_pause_reach_another_work
             paused_tick = wait_until(
                 lambda: _started_by_each(store, [survivor]), "the survivor's next tick", 60
             )[survivor]
-            assert run_cli("pause slow", config, fake).returncode == 0
+            assert forked_cli("pause slow", config, fake).returncode == 0
             wait_until(
                 lambda: Ticks.read(store).terminals()[lost_tick], "the dead worker's tick", 60
             )

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import multiprocessing
 import os
 import signal
 import time
@@ -25,7 +24,7 @@ from harness.store import Spool, SqlEventStore, open_store, release_tick, settle
 from harness.store.rate_buckets import ARRIVAL_SLACK_SECONDS as SLACK
 from harness.store.rate_buckets import PARALLEL_POLL_SECONDS, rate_leases
 from tests.governor_support import config, origin_of, serving
-from tests.procs import gather, racing
+from tests.procs import CONTEXT, gather, racing
 from tests.rate_limit_support import (
     ATTEMPTS,
     SHARED_PARALLEL,
@@ -96,8 +95,7 @@ def test_every_bucket_in_scope_takes_the_call_or_none_does(store: SqlEventStore)
 
 
 def test_limits_hold_across_two_processes(store_url: str) -> None:
-    context = multiprocessing.get_context("spawn")
-    results, taken = context.Queue(), context.Barrier(2)
+    results, taken = CONTEXT.Queue(), CONTEXT.Barrier(2)
     with racing(take_turns, (store_url, results, taken), (store_url, results, taken)) as processes:
         answers = gather(results, processes, 2)
     assert sum(rate for rate, _ in answers) == SHARED_RPM.rpm
@@ -108,9 +106,8 @@ def test_limits_hold_across_two_processes(store_url: str) -> None:
 def test_a_dead_ticks_parallel_slot_is_freed(sqlite_url: str) -> None:
     store = open_store(sqlite_url)
     store_url = sqlite_url
-    context = multiprocessing.get_context("spawn")
-    holding = context.Event()
-    holder = context.Process(target=hold_a_slot, args=(store_url, holding))
+    holding = CONTEXT.Event()
+    holder = CONTEXT.Process(target=hold_a_slot, args=(store_url, holding))
     holder.start()
     assert holding.wait(120), "the holder took its slot"
     scope = [("target:solo", RateLimit(max_parallel=1))]

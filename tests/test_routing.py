@@ -531,7 +531,8 @@ def test_a_bad_catalog_exits_2_with_its_paths_and_stores_nothing(
 ) -> None:
     catalog = write_catalog(tmp_path / "catalog.json", {"a": target(fake.url, "m")}, ["a", "ghost"])
     level = '[levels.min]\nevery = "1m"\nprompt = "hi"\n'
-    config = write_config(tmp_path, f'[routing]\ncatalog = "{catalog}"\n{level}')
+    store = f"sqlite:///{tmp_path}/events.db"  # not made yet: a refusal must not make it
+    config = write_config(tmp_path, f'[routing]\ncatalog = "{catalog}"\n{level}', store_url=store)
     for command in ("tick min", "run", f"catalog check {catalog}"):
         result = forked_cli(command, config, fake)
         assert result.returncode == 2, (command, result.stdout, result.stderr)

@@ -231,6 +231,7 @@ def test_another_process_of_the_services_user_cannot_read_its_environment() -> N
 
 
 def test_what_tickwork_writes_is_its_users_alone(tmp_path: Path, fake: FakeUpstream) -> None:
+    open_store(f"sqlite:///{tmp_path}/events.db").close()  # created by tickwork, not copied
     harness = Harness(tmp_path, fake, rag=False)
     outcome = harness.tick([Step(text="done")])
     failed = TickFailed(tick_id="x", level="min", reason="store down")

@@ -31,7 +31,7 @@ from tests.commands import (
     Output,
     busy_level,
     fake_server,
-    run_cli,
+    forked_cli,
     start,
     start_service,
     write_config,
@@ -271,9 +271,9 @@ def test_cancel_reaches_queued_and_running_ticks_of_a_live_service(tmp_path: Pat
         service = start_service(config, fake)
         try:
             wait_until(lambda: _running_and_queued(config), "a running and a queued tick")
-            status = run_cli("status", config, fake).stdout
+            status = forked_cli("status", config, fake).stdout
             assert " running " in status and " scheduled " in status, status
-            cancelled = run_cli("cancel busy --wait 60", config, fake)
+            cancelled = forked_cli("cancel busy --wait 60", config, fake)
         finally:
             service.send_signal(signal.SIGTERM)
             output = service.communicate(timeout=60)[0]

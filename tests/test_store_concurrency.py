@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import multiprocessing
 import subprocess
 import sys
 import threading
@@ -24,7 +23,7 @@ from harness.store.schema import events
 from harness.store.writer import WRITER_NAME
 from tests.conftest import fresh_pg_database
 from tests.late_writer import late_append
-from tests.procs import append_many, claim, claim_wave, gather, racing
+from tests.procs import CONTEXT, append_many, claim, claim_wave, gather, racing
 from tests.tick_support import make_settings
 from tests.waiting import wait_until
 
@@ -62,7 +61,7 @@ def test_concurrent_writers_and_a_polling_reader_see_every_event(store_url: str)
 
 
 def test_exactly_one_process_creates_a_stream(store_url: str) -> None:
-    results = multiprocessing.get_context("spawn").Queue()
+    results = CONTEXT.Queue()
     with racing(claim, *[(store_url, "slot-min-0900", results)] * 6) as processes:
         outcomes = sorted(gather(results, processes, 6))
     assert outcomes == ["lost"] * 5 + ["won"]
@@ -72,7 +71,7 @@ def test_exactly_one_process_creates_a_stream(store_url: str) -> None:
 
 
 def test_replicas_claiming_a_wave_together_split_it_without_overlap(store_url: str) -> None:
-    results = multiprocessing.get_context("spawn").Queue()
+    results = CONTEXT.Queue()
     streams = [f"tick-l{i:03d}-0900" for i in range(300)]
     waves = [streams, streams[::-1], streams[100:] + streams[:100]]
     with racing(claim_wave, *[(store_url, wave, results) for wave in waves]) as processes:

@@ -18,6 +18,7 @@ from harness.execution.prepare import Preparer
 from harness.execution.runner import Runner, TickOutcome
 from harness.scheduling.waves import SlotClaim, claim_wave
 from harness.store import StoredEvent, open_store
+from tests.store_support import migrated_sqlite
 
 SECRET = "sk-tickwork-test-SECRET-0123456789"
 
@@ -51,7 +52,7 @@ class Harness:
         **level: object,
     ) -> None:
         self.settings = make_settings(tmp_path, **level)
-        self.store = open_store(self.settings.store.url)
+        self.store = open_store(migrated_sqlite(tmp_path))
         self.fake = fake
         env = {
             **os.environ,

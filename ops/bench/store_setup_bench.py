@@ -1,0 +1,74 @@
+"""What a test pays for an empty store: SQLite migrated or copied, PostgreSQL emptied.
+
+The suite's fixtures copy a migrated SQLite store instead of migrating each new file, and
+TRUNCATE PostgreSQL's tables (DELETE, cheaper, leaves dead rows that change the plans
+tests/test_read_costs.py counts); this prints what each costs a test.
+SQLite in CPU seconds of this process; PostgreSQL in wall seconds, as most of its cost is
+the server's (new files for every truncated table).
+
+    .venv/bin/python ops/bench/store_setup_bench.py [--runs 10]
+"""
+
+from __future__ import annotations
+
+import argparse
+import resource
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+from machine import describe
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
+
+import sqlalchemy as sa
+
+from harness.store import migrate_store, open_store
+from harness.store.engine import create_store_engine
+from tests.conftest import TABLES, fresh_pg_database
+from tests.store_support import migrated_sqlite
+
+
+def _cpu() -> float:
+    used = resource.getrusage(resource.RUSAGE_SELF)
+    return used.ru_utime + used.ru_stime
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--runs", type=int, default=10)
+    runs = parser.parse_args().runs
+    print(describe())
+    with tempfile.TemporaryDirectory() as tmp:
+        folders = [Path(tmp) / f"{kind}{n}" for kind in ("new", "copy") for n in range(runs)]
+        migrated_sqlite(Path(tmp) / "warm")  # the template, made once as the suite does
+        for kind in ("new", "copy"):
+            started = _cpu()
+            for folder in folders:
+                if folder.name.startswith(kind):
+                    url = migrated_sqlite(folder) if kind == "copy" else f"sqlite:///{folder}/e.db"
+                    open_store(url).close()
+            print(f"SQLite {kind:>4} store + open: {(_cpu() - started) / runs:.3f} s CPU each")
+    with fresh_pg_database() as url:
+        migrate_store(url)
+        engine = create_store_engine(url)
+        truncate = f"TRUNCATE {', '.join(TABLES)} RESTART IDENTITY"
+        started = time.monotonic()
+        for _ in range(runs):
+            with engine.begin() as conn:
+                conn.execute(sa.text(truncate))
+        each = (time.monotonic() - started) / runs
+        print(f"PostgreSQL TRUNCATE of {len(TABLES)} tables: {each:.3f} s wall each")
+        started = time.monotonic()
+        for _ in range(runs):
+            with engine.begin() as conn:
+                for table in TABLES:
+                    conn.execute(sa.text(f"DELETE FROM {table}"))
+        each = (time.monotonic() - started) / runs
+        print(f"PostgreSQL DELETE of {len(TABLES)} tables: {each:.3f} s wall each")
+        engine.dispose()
+
+
+if __name__ == "__main__":
+    main()

@@ -169,11 +169,15 @@ def _stop(service: Service, executor: HandoffExecutor, *_: object) -> None:
     if not service.stopping.is_set():
         service.stopping.set()
         return
+    # Not in the handler itself, the line included: the handler may have interrupted this
+    # thread inside a lock, or inside a write to stdout (a print here raised "reentrant
+    # call inside <_io.BufferedWriter name=1>").
+    threading.Thread(target=_cancel_now, args=(executor,)).start()
+
+
+def _cancel_now(executor: HandoffExecutor) -> None:
     report("second interrupt: cancelling the running ticks now")
-    # Not in the handler itself: it may have interrupted this thread inside a lock.
-    threading.Thread(
-        target=executor.cancel, args=(lambda level, tick_id: True, "service stopped (forced)")
-    ).start()
+    executor.cancel(lambda level, tick_id: True, "service stopped (forced)")
 
 
 class _Lines(Console):

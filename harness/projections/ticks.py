@@ -271,15 +271,16 @@ def forget_archived(conn: sa.Connection, tick_ids: Iterable[str]) -> None:
             sa.select(tick_level_history).where(tick_level_history.c.level.in_(list(last)))
         )
     }
+    still_hot = _slots_run_hot(conn, ran)
     rows = []
     for level, slot in last.items():
-        still_hot = _slots_run_hot(conn, level, ran[level])
         before_slot, before_runs = stored.get(level, (None, 0))
+        counted = {run for run in ran[level] if (level, run) not in still_hot}
         rows.append(
             {
                 "level": level,
                 "last_slot": slot if before_slot is None else max(slot, before_slot),
-                "slots_run": before_runs + len(ran[level] - still_hot),
+                "slots_run": before_runs + len(counted),
             }
         )
     insert = upsert(conn, tick_level_history)
@@ -292,17 +293,23 @@ def forget_archived(conn: sa.Connection, tick_ids: Iterable[str]) -> None:
     )
 
 
-def _slots_run_hot(conn: sa.Connection, level: str, slots: set[datetime]) -> set[datetime]:
-    """Which of the level's `slots` a tick still in the table ran, along the (level, slot) index."""
-    held: set[datetime] = set()
-    ordered = sorted(slots)
-    for start in range(0, len(ordered), IDS_PER_QUERY):
-        query = sa.select(ticks.c.slot).where(
-            ticks.c.level == level,
-            ticks.c.slot.in_(ordered[start : start + IDS_PER_QUERY]),
+def _slots_run_hot(
+    conn: sa.Connection, ran: Mapping[str, set[datetime]]
+) -> set[tuple[str, datetime]]:
+    """Which (level, slot) of `ran` a tick still in the table ran.
+
+    A statement per thousand slots, not one per level: an archive batch holds ticks of
+    every level.
+    """
+    held: set[tuple[str, datetime]] = set()
+    slots = sorted({slot for runs in ran.values() for slot in runs})
+    for start in range(0, len(slots), IDS_PER_QUERY):
+        query = sa.select(ticks.c.level, ticks.c.slot).where(
+            ticks.c.level.in_(list(ran)),
+            ticks.c.slot.in_(slots[start : start + IDS_PER_QUERY]),
             ticks.c.status != "skipped",
         )
-        held |= {as_utc(slot) for slot in conn.execute(query).scalars()}
+        held |= {(level, as_utc(slot)) for level, slot in conn.execute(query)}
     return held
 
 

@@ -343,9 +343,10 @@ def _spend_dump(store: SqlEventStore) -> list[tuple[Any, ...]]:
     return _dump(store)["spend_daily"]
 
 
-def _varied_spend(store: SqlEventStore, count: int) -> None:
+def _varied_spend(store: SqlEventStore, count: int) -> int:
+    """`count` varied spend events appended; returns the last one's position."""
     models = ["gemini-2.5-pro", "gpt-4o-mini", "unpriced-model"]
-    append(
+    return append(
         store,
         [
             spent(
@@ -384,12 +385,14 @@ def test_a_backlog_over_the_threshold_folds_in_parts_equal_to_one_process(
 
 
 def test_a_catch_up_below_the_threshold_spawns_no_process(store: SqlEventStore) -> None:
-    _varied_spend(store, 30)
+    # Each backlog is counted once settled: on PostgreSQL a catch-up started while its
+    # last appends still commit would count fewer and fold by windows instead.
+    assert store.wait_settled(_varied_spend(store, 30))
     projector = Projector(
         store, [SpendProjection(PriceBook())], batch_size=7, partition_above=30, processes=2
     )
     assert projector.catch_up() == 30 and projector.spawned == 0
-    _varied_spend(store, 31)
+    assert store.wait_settled(_varied_spend(store, 31))
     assert projector.catch_up() == 31 and projector.spawned == 1
 
 

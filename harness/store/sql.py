@@ -334,9 +334,10 @@ class SqlEventStore(EventStore):
     ) -> AppendResult:
         """Tell a retried append (a no-op) from a real conflict, after the rollback.
 
-        A packed stream's ids are looked for in its row too; on SQLite, where no unique
-        index holds them, an append to a packed stream is refused until this check has
-        found none of its ids there, and is then sent again.
+        A packed stream's ids are looked for in its row too: no unique index holds them,
+        so an append to a packed stream is refused until this check has found none of its
+        ids there, and is then sent again (`Writer.append`). The hot ids are read first:
+        compaction moves an id into its row before it leaves `event_ids`.
         """
         wanted = [event.event_id for event in events_]
         with self.read_transaction() as conn:
@@ -352,7 +353,7 @@ class SqlEventStore(EventStore):
             packed = packed_ids(conn, stream_id)
             version = _version(conn, stream_id)
         if packed is not None:
-            stored.update((i, p) for i, p in packed.items() if i in set(wanted))
+            stored.update((i, p) for i, p in packed.ids.items() if i in set(wanted))
         if len(stored) == len(wanted):
             return AppendResult(tuple(stored[i] for i in wanted), version, duplicate=True)
         if stored:
@@ -363,7 +364,7 @@ class SqlEventStore(EventStore):
         if packed is not None and expected in (ANY, version):
             try:
                 positions, landed = self._writer.append(
-                    stream_id, events_, expected, packed_checked=True
+                    stream_id, events_, expected, checked=packed.version
                 )
             except Refused:
                 return self._diagnose_refusal(stream_id, events_, expected)

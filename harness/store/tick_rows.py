@@ -16,7 +16,8 @@ each statement its own snapshot on PostgreSQL) are given once.
 A record appended to a packed stream later (a spool replayed late) is checked against the
 row's ids, so a replay of a packed record stays a no-op (the writer refuses a packed
 stream's appends until the store has checked them, `harness.store.sql`), and a new one
-stays in `events`, read beside the row. PostgreSQL keeps packed ids in `event_ids`.
+stays in `events`, read beside the row. On PostgreSQL packed ids leave `event_ids` after
+their pass (`release_ids`): the row's version check covers them, as on SQLite.
 
 Compaction follows the log with its own checkpoint (`CHECKPOINT`, beside the
 projections'): a pass reads the terminal events committed since, up to where every other
@@ -33,6 +34,7 @@ from __future__ import annotations
 
 import heapq
 from collections.abc import Collection, Iterable, Iterator, Sequence
+from dataclasses import dataclass
 from datetime import date, datetime, timedelta
 from typing import TYPE_CHECKING, Any
 from uuid import UUID
@@ -54,6 +56,7 @@ from harness.folds.ranges import EventData
 from harness.store.base import EventStore
 from harness.store.engine import stored_utc
 from harness.store.schema import event_ids, events, projection_checkpoints, tick_rows
+from harness.store.writer import APPENDS_WAIT, appends_settled
 
 if TYPE_CHECKING:
     from harness.store.sql import SqlEventStore
@@ -368,15 +371,25 @@ def merged_data(hot: Iterable[EventData], packed: Sequence[EventData]) -> Iterat
             yield item
 
 
-def packed_ids(conn: sa.Connection, stream_id: str) -> dict[UUID, int] | None:
-    """The ids a packed stream's row holds, with their positions (None: no row)."""
+@dataclass(frozen=True)
+class PackedIds:
+    """The ids a packed stream's row holds, with their positions, at the row's version."""
+
+    ids: dict[UUID, int]
+    version: int
+
+
+def packed_ids(conn: sa.Connection, stream_id: str) -> PackedIds | None:
+    """The ids a packed stream's row holds (None: no row)."""
     tick = stream_tick(stream_id)
     if tick is None:
         return None
-    blob = conn.execute(sa.select(tick_rows.c.data).where(tick_rows.c.tick_id == tick)).scalar()
-    if blob is None:
+    query = sa.select(tick_rows.c.data, tick_rows.c.version).where(tick_rows.c.tick_id == tick)
+    row = conn.execute(query).first()
+    if row is None:
         return None
-    return {record.event_id: record.global_position for record in unpack(tick, bytes(blob))}
+    records = unpack(tick, bytes(row.data))
+    return PackedIds({r.event_id: r.global_position for r in records}, int(row.version))
 
 
 def packed_version(conn: sa.Connection, stream_id: str) -> int | None:
@@ -415,8 +428,29 @@ def compact(store: SqlEventStore) -> int:
                 for _, _, data in store.read_window(tracking, TERMINAL_TYPES, upper)
                 if "tick_id" in data
             }
-            ticks += move(tracking.conn, sorted(ended), upper)
+            written, packed = move(tracking.conn, sorted(ended), upper)
             store.save_checkpoint(tracking, upper)
+        ticks += written
+        if store.engine.dialect.name == "postgresql":
+            release_ids(store, packed)
+
+
+def release_ids(store: SqlEventStore, packed: Sequence[UUID]) -> None:
+    """Take ids packed by a committed pass out of `event_ids` (PostgreSQL), when it is safe.
+
+    An append whose statement took its snapshot before the pass committed sees these
+    records hot or not at all, and no row holding them: the unique key of `event_ids` is
+    all that refuses a replay of one, so they leave it only once every append that
+    started before the pass committed has ended. An append still running after
+    `APPENDS_WAIT` keeps them there, which costs only their bytes: `forget` takes them
+    out when the ticks are archived.
+    """
+    if not packed or not appends_settled(store.engine, APPENDS_WAIT):
+        return
+    with store.write_transaction() as conn:
+        for at in range(0, len(packed), PAGE):
+            batch = packed[at : at + PAGE]
+            conn.execute(event_ids.delete().where(event_ids.c.event_id.in_(batch)))
 
 
 def _others_passed(conn: sa.Connection) -> int:
@@ -432,13 +466,14 @@ def _others_passed(conn: sa.Connection) -> int:
     return UNBOUNDED if found is None else int(found)
 
 
-def move(conn: sa.Connection, tick_ids: Sequence[str], upper: int) -> int:
-    """Pack the ticks' records up to `upper` into their rows; returns rows written.
+def move(conn: sa.Connection, tick_ids: Sequence[str], upper: int) -> tuple[int, list[UUID]]:
+    """Pack the ticks' records up to `upper` into their rows; returns rows written, ids packed.
 
     A tick packed before (records appended since, or a transcript alone, packed before
     0020) gets its row written again with both.
     """
     written = 0
+    packed: list[UUID] = []
     for start in range(0, len(tick_ids), PAGE):
         chunk = tick_ids[start : start + PAGE]
         found = _hot_records(conn, [f"{TICK_PREFIX}{tick}" for tick in chunk], upper)
@@ -454,14 +489,15 @@ def move(conn: sa.Connection, tick_ids: Sequence[str], upper: int) -> int:
         ticks = [row["tick_id"] for row in rows]
         conn.execute(tick_rows.delete().where(tick_rows.c.tick_id.in_(ticks)))
         conn.execute(tick_rows.insert(), rows)
-        # PostgreSQL keeps their ids in `event_ids`, which refuses a late replay of one.
-        positions_ = [e.global_position for records in found.values() for e in records]
+        moved = [e for records in found.values() for e in records]
+        positions_ = [e.global_position for e in moved]
         for at in range(0, len(positions_), PAGE):
             conn.execute(
                 events.delete().where(events.c.global_position.in_(positions_[at : at + PAGE]))
             )
+        packed += (e.event_id for e in moved)
         written += len(rows)
-    return written
+    return written, packed
 
 
 def _row(tick: str, records: list[StoredEvent], old: dict[str, Any] | None) -> dict[str, Any]:
@@ -555,7 +591,8 @@ def packed_count(conn: sa.Connection, tick_ids: Iterable[str], day: date) -> int
 def forget(conn: sa.Connection, tick_ids: Iterable[str], upto: int | None = None) -> int:
     """Delete the rows of archived ticks (those ending by `upto`, if given); records they held.
 
-    On PostgreSQL their ids leave `event_ids`, and their streams' day rows go.
+    On PostgreSQL their streams' day rows go, and any of their ids still in `event_ids`
+    (packed before ids left it with their pass, or kept there by `release_ids`) leave it.
     """
     ids = list(tick_ids)
     postgres = conn.dialect.name == "postgresql"

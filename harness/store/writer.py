@@ -37,6 +37,7 @@ import contextlib
 import sqlite3
 import sys
 import threading
+import time
 from collections.abc import Callable, Sequence
 from datetime import UTC, date, datetime
 from typing import Any
@@ -65,7 +66,7 @@ SQLITE_LANDED = "tickwork_landed"
 """The function the writer registers on its SQLite connection: SQLite hands it the stream
 position the checked insert computed, and it returns it unchanged."""
 _SQLITE_FIRST = (
-    _INSERT + "VALUES (?1, ?2, (SELECT CASE WHEN (?3 < 0 OR v = ?3) AND (?9 OR p IS NULL) "
+    _INSERT + "VALUES (?1, ?2, (SELECT CASE WHEN (?3 < 0 OR v = ?3) AND (p IS NULL OR p = ?9) "
     f"THEN {SQLITE_LANDED}(v + 1) END FROM (SELECT COALESCE((SELECT MAX(stream_position) "
     "FROM events WHERE stream_id = ?2), p, 0) AS v, p FROM (SELECT (SELECT version "
     "FROM tick_rows WHERE tick_id = ?10) AS p))), ?4, ?5, ?6, ?7, ?8)"
@@ -74,9 +75,8 @@ _SQLITE_FIRST = (
 
 Its third parameter is the expected version (-1: any). A tick stream packed in a row of
 `tick_rows` (its tenth parameter, the tick id) is at least at the row's version, and is
-refused unless its ninth parameter says the store checked the batch's ids against the
-row first (`harness.store.tick_rows`: the row's ids are in no unique index here). A
-stream at another version gets
+refused unless its ninth parameter is that version: the row as the store found it when
+it checked the batch's ids against it (`Writer.append`). A stream at another version gets
 the position NULL, which the NOT NULL column refuses: the statement inserts nothing and
 the transaction goes on. `INSERT … SELECT … WHERE` said the same with no error, but
 SQLite runs a SELECT from the table being written through a temporary table, and the
@@ -94,6 +94,15 @@ _SQLITE_REST = _INSERT + "VALUES (?, ?, ?, ?, ?, ?, ?, ?)"
 WRITER_NAME = "tickwork-writer"
 """The writer connection's `application_name` on PostgreSQL: the horizon function
 (migration 0005) counts only transactions of sessions so named as writers."""
+
+APPENDS_WAIT = 10.0
+"""Seconds `appends_settled` waits for the appends running when it is called to end."""
+
+_APPENDS_BEFORE = (
+    "SELECT EXISTS (SELECT FROM pg_stat_get_activity(NULL) AS a "
+    "WHERE a.application_name = :name AND a.xact_start < :since "
+    "AND a.datid = (SELECT oid FROM pg_database WHERE datname = current_database()))"
+)
 
 TRANSACTION_EVENTS = (1 << 20) - 1
 """Events one transaction may append: on PostgreSQL its positions are (xid << 20) + 1 … ."""
@@ -211,6 +220,28 @@ def _sqlite_row(stream_id: str, position: int, event: NewEvent, stamp: str) -> t
     )
 
 
+def appends_settled(engine: Engine, wait: float) -> bool:
+    """Whether every append running now, on any writer of the store, ends within `wait` s.
+
+    PostgreSQL only. An append is one statement (a wave, one pipelined transaction), so
+    this takes milliseconds. Each look is its own transaction, since a transaction keeps
+    the first view of the sessions it took. Writers are told by `WRITER_NAME`, which
+    PostgreSQL shows only for sessions of the caller's role (as `xact_start`, which needs
+    the default `track_activities = on`): the store's writers and compaction connect
+    as one role.
+    """
+    deadline = time.monotonic() + wait
+    with engine.connect() as conn:
+        conn = conn.execution_options(isolation_level="AUTOCOMMIT")
+        since = conn.execute(sa.text("SELECT statement_timestamp()")).scalar_one()
+        query = sa.text(_APPENDS_BEFORE).bindparams(name=WRITER_NAME, since=since)
+        while conn.execute(query).scalar_one():
+            if time.monotonic() > deadline:
+                return False
+            time.sleep(0.005)
+    return True
+
+
 Clock = Callable[[], datetime]
 """What stamps an append's `recorded_at`: the wall clock, or a simulated one in tests."""
 
@@ -248,13 +279,18 @@ class Writer:
         stream_id: str,
         batch: Sequence[NewEvent],
         expected: ExpectedVersion,
-        packed_checked: bool = False,
+        checked: int | None = None,
     ) -> Positions:
         """Insert the batch; returns (global positions, new stream version) or raises Refused.
 
-        `packed_checked`: the batch's ids were found in no row of a packed stream (SQLite).
+        A packed row's ids are in no unique index (on PostgreSQL they leave `event_ids`
+        once no append can have missed the row, `harness.store.tick_rows.release_ids`), so
+        an append to a packed stream is refused unless `checked` is the version of the
+        row in which the store found none of the batch's ids. A row packed again since
+        (with records appended meanwhile, maybe a replay of this batch's) is at a later
+        version: the append is refused, to be checked again.
         """
-        (landed,) = self._transaction([(stream_id, batch)], expected, packed_checked)
+        (landed,) = self._transaction([(stream_id, batch)], expected, checked)
         if landed is None:
             raise Refused
         return landed
@@ -268,7 +304,7 @@ class Writer:
         return [landed is not None for landed in self._transaction(streams, NO_STREAM)]
 
     def _transaction(
-        self, streams: Streams, expected: ExpectedVersion, packed_checked: bool = False
+        self, streams: Streams, expected: ExpectedVersion, checked: int | None = None
     ) -> list[Positions | None]:
         """One transaction of one checked insert per stream; where each landed (None: not)."""
         expectation = _expectation(expected)
@@ -280,8 +316,8 @@ class Writer:
                     if self._connection is None:
                         self._connection = self._open()
                     if self._postgres:
-                        return self._append_postgres(streams, expectation, recorded_at)
-                    return self._append_sqlite(streams, expectation, recorded_at, packed_checked)
+                        return self._append_postgres(streams, expectation, recorded_at, checked)
+                    return self._append_sqlite(streams, expectation, recorded_at, checked)
                 except Exception as exc:
                     collided = _collided(exc)
                     if collided or is_integrity_error(exc):
@@ -321,7 +357,7 @@ class Writer:
         return connection
 
     def _append_sqlite(
-        self, streams: Streams, expectation: int, recorded_at: datetime, packed_checked: bool
+        self, streams: Streams, expectation: int, recorded_at: datetime, checked: int | None
     ) -> list[Positions | None]:
         # SQLAlchemy's SQLite DateTime format, which the store's reads parse: the time
         # without its "+00:00" (a strftime format costs twice as much).
@@ -340,7 +376,7 @@ class Writer:
                     _SQLITE_FIRST,
                     (
                         *_sqlite_row(stream_id, expectation, batch[0], stamp),
-                        packed_checked,
+                        checked,
                         _tick_id(stream_id),
                     ),
                 )
@@ -384,13 +420,14 @@ class Writer:
         `tick_streams` (a stream new to it: the day of its first event, recorded there by
         this statement), so the version check reads that one partition; any other
         stream's is `events_hot`. The event ids go to `event_ids`, whose primary key
-        refuses one stored already (migration 0010), packed ones too. A tick stream packed
-        in `tick_rows` is at least at its row's version.
+        refuses one stored already in `events` (migration 0010). A tick stream packed in
+        `tick_rows` is at least at its row's version, and takes only an append checked
+        against that row (`append`).
         """
         key = (size, tick)
         if key not in self._statements:
             rows = ", ".join(["(%s::int, %s::uuid, %s, %s::smallint, %s::json, %s::json)"] * size)
-            packed = "0"
+            packed = "NULL::int"
             if tick:
                 packed = "(SELECT version FROM tick_rows WHERE tick_id = %s)"
                 known = "(SELECT tick_day FROM tick_streams WHERE stream_id = %s)"
@@ -402,12 +439,14 @@ class Writer:
             else:
                 where, day, started = "tick_day IS NULL", "NULL::date", ""
             self._statements[key] = (
-                f"WITH current AS (SELECT COALESCE(MAX(stream_position), {packed}, 0) AS v, "
+                f"WITH found AS (SELECT MAX(stream_position) AS hot, {packed} AS packed, "
                 f"{day} AS day, pg_current_xact_id()::text::bigint << 20 AS x "
                 f"FROM events WHERE stream_id = %s AND {where}), "
+                "current AS (SELECT COALESCE(hot, packed, 0) AS v, packed, day, x FROM found), "
                 "new AS (SELECT current.x + %s::bigint + v.o AS p, v.e, current.v + v.o AS n, "
                 f"v.t, v.n AS version, v.d, v.m, current.day FROM (VALUES {rows}) "
-                "AS v(o, e, t, n, d, m) CROSS JOIN current WHERE %s < 0 OR current.v = %s), "
+                "AS v(o, e, t, n, d, m) CROSS JOIN current WHERE (%s < 0 OR current.v = %s) "
+                "AND (current.packed IS NULL OR current.packed = %s::int)), "
                 "ids AS (INSERT INTO event_ids (event_id, global_position) SELECT e, p FROM new)"
                 f"{started} "
                 "INSERT INTO events (global_position, event_id, stream_id, stream_position, "
@@ -418,7 +457,7 @@ class Writer:
         return self._statements[key]
 
     def _append_postgres(
-        self, streams: Streams, expectation: int, recorded_at: datetime
+        self, streams: Streams, expectation: int, recorded_at: datetime, checked: int | None
     ) -> list[Positions | None]:
         dumps = orjson.dumps
         today = recorded_at.astimezone(UTC).date()
@@ -441,7 +480,7 @@ class Writer:
                     dumps(event.data).decode(),
                     dumps(event.metadata).decode(),
                 )
-            values += (expectation, expectation)
+            values += (expectation, expectation, checked)
             if tick:
                 values.append(stream_id)
             values += (stream_id, recorded_at)

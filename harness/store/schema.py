@@ -72,7 +72,9 @@ event_ids = sa.Table(
     sa.Column("event_id", sa.Uuid(), primary_key=True),
     sa.Column("global_position", sa.BigInteger(), nullable=False),
 )
-"""Every stored event id, unique: no partition of `events` can say so for all of them."""
+"""The id of every event in `events`, unique: no partition of `events` can say so for all
+of them. Packed ids leave it after their pass; their rows answer for them
+(`harness.store.tick_rows.release_ids`)."""
 
 tick_streams = sa.Table(
     "tick_streams",

@@ -398,3 +398,28 @@ def test_0012_downgrade_puts_compacted_transcripts_back_into_events(
         store = open_store(url)
         assert store.read_stream("tick-t") == before
         store.close()
+
+
+def test_0023_takes_packed_ids_out_of_event_ids_and_a_downgrade_puts_them_back() -> None:
+    """PostgreSQL: code of 0022 relies on `event_ids` to refuse a packed record's replay."""
+    with fresh_pg_database() as url:
+        migrate_store(url)
+        with closing(open_store(url)) as store:
+            store.append("tick-t", [TickScheduled(tick_id="t", level="min").to_record()])
+            store.append("tick-t", [TickCompleted(tick_id="t", level="min").to_record()])
+            store.append("level-min", [LevelPaused(level="min", reason="last").to_record()])
+            packed = store.read_stream("tick-t")
+            assert compact(store) == 1
+        engine = create_store_engine(url)
+        held = sa.text("SELECT count(*) FROM event_ids WHERE event_id = ANY(:ids)")
+        ids = {"ids": [e.event_id for e in packed]}
+        counts = []
+        for step in (lambda: None, lambda: downgrade(engine, "0022"), lambda: upgrade(engine)):
+            step()
+            with engine.connect() as conn:
+                counts.append(conn.execute(held, ids).scalar_one())
+        engine.dispose()
+        assert counts == [0, len(packed), 0]
+        with closing(open_store(url)) as store:
+            replay = NewEvent(packed[0].event_id, packed[0].type, 1, packed[0].data)
+            assert store.append("tick-t", [replay]).duplicate

@@ -112,8 +112,9 @@ def _transcript(chars: int = 2800) -> str:
 TRANSCRIPT = _transcript()
 """~2.8 KB: half of a tick's payload is its transcript."""
 COMPACT_VACUUM_MINUTES = 10
-"""PostgreSQL: a plain VACUUM of `events` every this many minutes of history loaded, as
-autovacuum does for the TOAST table whose rows compaction deletes (nearly all its rows)."""
+"""PostgreSQL: a plain VACUUM of `events` and `event_ids` every this many minutes of
+history loaded, as autovacuum does for the tables whose rows compaction deletes (nearly
+all of them: `events`' TOAST table, and the packed ids, which leave `event_ids`)."""
 TOOL_TICKS = 0.65
 """Share of ticks with three model calls and two tool calls (15 events), the rest have
 two calls and one tool call (11 events): 13.6 events a tick on average."""
@@ -312,9 +313,9 @@ def load_postgres(url: str, events: int, now: datetime, compacting: bool) -> int
             if compacting:
                 compact(store)
                 if minute % COMPACT_VACUUM_MINUTES == 0:
-                    conn.execute("VACUUM events")
+                    conn.execute("VACUUM events, event_ids")
         store.close()
-        conn.execute("VACUUM ANALYZE events")
+        conn.execute("VACUUM ANALYZE events, event_ids")
         counted = conn.execute("SELECT COUNT(*) FROM events").fetchone()
         assert counted is not None
         return int(counted[0])

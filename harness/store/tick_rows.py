@@ -417,6 +417,7 @@ def compact(store: SqlEventStore) -> int:
     pass's work and repeats none. The log's newest event is never packed.
     """
     ticks = 0
+    releasing = store.engine.dialect.name == "postgresql"
     while True:
         with store.tracking(CHECKPOINT) as tracking:
             limit = min(_others_passed(tracking.conn), tracking.horizon - 1)
@@ -431,26 +432,29 @@ def compact(store: SqlEventStore) -> int:
             written, packed = move(tracking.conn, sorted(ended), upper)
             store.save_checkpoint(tracking, upper)
         ticks += written
-        if store.engine.dialect.name == "postgresql":
-            release_ids(store, packed)
+        if releasing:
+            releasing = release_ids(store, packed)
 
 
-def release_ids(store: SqlEventStore, packed: Sequence[UUID]) -> None:
-    """Take ids packed by a committed pass out of `event_ids` (PostgreSQL), when it is safe.
+def release_ids(store: SqlEventStore, packed: Sequence[UUID]) -> bool:
+    """Take ids packed by a committed window out of `event_ids` (PostgreSQL), when it is safe.
 
-    An append whose statement took its snapshot before the pass committed sees these
+    An append whose statement took its snapshot before the window committed sees these
     records hot or not at all, and no row holding them: the unique key of `event_ids` is
     all that refuses a replay of one, so they leave it only once every append that
-    started before the pass committed has ended. An append still running after
-    `APPENDS_WAIT` keeps them there, which costs only their bytes: `forget` takes them
-    out when the ticks are archived.
+    started before the window committed has ended. An append still running after
+    `APPENDS_WAIT` keeps them there, which costs only their bytes (`forget` takes them
+    out when the ticks are archived); False then, and the pass stops waiting for it.
     """
-    if not packed or not appends_settled(store.engine, APPENDS_WAIT):
-        return
+    if not packed:
+        return True
+    if not appends_settled(store.engine, APPENDS_WAIT):
+        return False
     with store.write_transaction() as conn:
         for at in range(0, len(packed), PAGE):
             batch = packed[at : at + PAGE]
             conn.execute(event_ids.delete().where(event_ids.c.event_id.in_(batch)))
+    return True
 
 
 def _others_passed(conn: sa.Connection) -> int:

@@ -54,12 +54,14 @@ def ask(path: Path, request: Any, timeout: float = CONNECTION_TIMEOUT) -> Any | 
         return None
 
 
-def serve(path: Path, answer: Answer, stopping: threading.Event) -> None:
+def serve(
+    path: Path, answer: Answer, stopping: threading.Event, failed: Callable[[Exception], None]
+) -> None:
     """Answer every request on `path` until `stopping` is set, one at a time.
 
-    Raises NotServed before serving if the path cannot be taken. An answer that raises
-    closes that connection without a word, so its asker falls back on its own; the next
-    request is served as usual.
+    Raises NotServed before serving if the path cannot be taken. An answer that raises is
+    handed to `failed` and closes that connection without a word, so its asker falls back
+    on its own; the next request is served as usual.
     """
     listener = _bind(path)
     bound = path.stat().st_ino
@@ -71,7 +73,7 @@ def serve(path: Path, answer: Answer, stopping: threading.Event) -> None:
             except TimeoutError:
                 continue
             with connection:
-                _exchange(connection, answer)
+                _exchange(connection, answer, failed)
     finally:
         listener.close()
         _unlink_own(path, bound)
@@ -115,7 +117,9 @@ def _accepts(path: Path) -> bool:
     return True
 
 
-def _exchange(connection: socket.socket, answer: Answer) -> None:
+def _exchange(
+    connection: socket.socket, answer: Answer, failed: Callable[[Exception], None]
+) -> None:
     connection.settimeout(CONNECTION_TIMEOUT)
     try:
         request = json.loads(_read_all(connection, MAX_REQUEST))
@@ -123,7 +127,8 @@ def _exchange(connection: socket.socket, answer: Answer) -> None:
         return
     try:
         reply = answer(request)
-    except Exception:  # noqa: BLE001 - the asker falls back on its own; the service runs on
+    except Exception as exc:  # whatever it was, the service runs on and the asker reads alone
+        failed(exc)
         return
     if reply is None:
         return

@@ -32,7 +32,6 @@ from harness.cli.app import (
     print_json,
     print_rows,
     settings,
-    state,
     store_for,
 )
 
@@ -221,11 +220,10 @@ def status_answers(
     from harness.local_socket import NotServed, serve
 
     socket = service_socket(config_path)
-    explicit = state.config
 
     def answer(request: Any) -> dict[str, Any] | None:
         try:
-            config = checked_settings(explicit)
+            config = checked_settings(config_path)
         except ConfigError as exc:
             return {"error": str(exc), "code": 2}
         if config.store.url != served.store.url:
@@ -235,7 +233,7 @@ def status_answers(
 
     def run(stopping: threading.Event) -> None:
         try:
-            serve(socket, answer, stopping)
+            serve(socket, answer, stopping, lambda exc: report(f"status not answered: {exc!r}"))
         except NotServed as exc:
             report(f"`tickwork status` reads the store itself: {exc}")
 

@@ -15,15 +15,12 @@ import typer
 from rich.table import Table
 
 from harness.cli.app import (
-    JsonOption,
     app,
     ctrl_c,
     err,
     fail,
     out,
     parse_since,
-    print_json,
-    print_rows,
     projections_app,
     settings,
     spool_app,

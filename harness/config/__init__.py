@@ -17,13 +17,6 @@ import typing
 from harness import fronts
 
 if typing.TYPE_CHECKING:
-    from harness.config.location import (
-        CONFIG_ENV,
-        CONFIG_FILENAME,
-        ENV_PREFIX,
-        config_path,
-        service_socket,
-    )
     from harness.config.budgets import (
         host_of,
         legacy_name,
@@ -37,6 +30,13 @@ if typing.TYPE_CHECKING:
         GovernorConfig,
         GovernorEnvError,
         with_legacy_env,
+    )
+    from harness.config.location import (
+        CONFIG_ENV,
+        CONFIG_FILENAME,
+        ENV_PREFIX,
+        config_path,
+        service_socket,
     )
     from harness.config.settings import (
         HOME,

@@ -1,5 +1,7 @@
-"""Where the configuration is, and where the service running it answers, from the standard
-library alone: `tickwork status` asks a running service before it would load anything.
+"""Where the configuration is, and where the service running it answers.
+
+The standard library alone: `tickwork status` asks a running service before it would
+load anything.
 """
 
 from __future__ import annotations

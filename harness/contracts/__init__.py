@@ -19,6 +19,7 @@ import typing
 from harness import fronts
 
 if typing.TYPE_CHECKING:
+    from harness.contracts.calibration import Calibration, Sample
     from harness.contracts.events import (
         ARCHIVE_STREAM,
         BACKFILL_STREAM,
@@ -106,11 +107,6 @@ if typing.TYPE_CHECKING:
     from harness.contracts.ids import (
         new_event_id,
     )
-    from harness.contracts.records import (
-        NewEvent,
-        StoredEvent,
-    )
-    from harness.contracts.calibration import Calibration, Sample
     from harness.contracts.payload import (
         TICK_HEADER,
         QuotaProbe,
@@ -118,6 +114,10 @@ if typing.TYPE_CHECKING:
         RouteCandidate,
         RoutePlan,
         TickPayload,
+    )
+    from harness.contracts.records import (
+        NewEvent,
+        StoredEvent,
     )
     from harness.contracts.result import (
         ResultError,
@@ -303,9 +303,7 @@ _HOMES = {
         "tick_stream",
         "utcnow",
     ),
-    "failures": (
-        "FailureClass",
-    ),
+    "failures": ("FailureClass",),
     "governor": (
         "DEFAULT_DIRECTIVE",
         "DEFAULT_STOP",
@@ -315,9 +313,7 @@ _HOMES = {
         "GovernorLimits",
         "model_key",
     ),
-    "ids": (
-        "new_event_id",
-    ),
+    "ids": ("new_event_id",),
     "records": (
         "NewEvent",
         "StoredEvent",

@@ -11,6 +11,8 @@ import json
 import os
 from pathlib import Path
 
+from harness.contracts.secrets import SECRET_ENV
+
 CONFIG_ENV = "TICKWORK_CONFIG"
 CONFIG_FILENAME = "tickwork.toml"
 ENV_PREFIX = "TICKWORK_"
@@ -33,13 +35,14 @@ def service_socket(config_file: Path) -> Path:
     Named after everything the settings are read from: the file's absolute path, the
     working directory (relative paths and SQLite URLs resolve against it) and the
     `TICKWORK_*` overrides. A command that would read other settings finds no socket and
-    works alone. Only a digest of the overrides is in the name, never a value; the
-    folder is this user's alone (`harness.local_socket`).
+    works alone. The secrets among the variables (the API token, the alert URLs) shape
+    no setting `status` shows and stay out, so a shell without the service's secrets
+    still finds it; the rest go in as a digest, never as values.
     """
     overrides = sorted(
         (name, value)
         for name, value in os.environ.items()
-        if name.startswith(ENV_PREFIX) and name != CONFIG_ENV
+        if name.startswith(ENV_PREFIX) and name != CONFIG_ENV and name not in SECRET_ENV
     )
     inputs = [str(config_file.resolve()), os.getcwd(), overrides]
     digest = hashlib.sha256(json.dumps(inputs).encode()).hexdigest()[:32]

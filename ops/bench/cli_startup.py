@@ -193,6 +193,28 @@ def service(
             process.wait(timeout=120)
 
 
+def answers(pid: int, folder: Path, runs: int) -> None:
+    """The service's side: wall time of one answer as asked here, and the CPU it spends.
+
+    The CPU is the service process's over all the questions, divided by their number:
+    its heartbeats and paused slots in that time are counted too.
+    """
+    with contextlib.chdir(folder):
+        socket = service_socket(folder / "tickwork.toml")
+    walls = []
+    before = process_cpu(pid)
+    for _ in range(runs):
+        started = time.perf_counter()
+        if ask(socket, {"json": False}) is None:
+            raise SystemExit("the service gave no answer")
+        walls.append(time.perf_counter() - started)
+    spent = (process_cpu(pid) - before) / runs
+    print(
+        f"{'the service answering':<34} wall median {statistics.median(walls):6.3f} s  p90 "
+        f"{percentile_90(walls):6.3f} s   CPU {spent:6.3f} s an answer  ({runs} questions)"
+    )
+
+
 def process_cpu(pid: int) -> float:
     """User + system seconds a running process has spent so far (Linux `/proc`)."""
     fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
@@ -263,7 +285,6 @@ def main() -> None:
         )
         top_imports(folder, environment, args.top, "(read alone)")
         with service(tickwork, folder, environment) as running:
-            before = process_cpu(running.pid)
             figures(
                 f"tickwork status ({args.ticks} ticks, answered)",
                 builds,
@@ -272,11 +293,7 @@ def main() -> None:
                 environment,
                 args.runs,
             )
-            spent = (process_cpu(running.pid) - before) / (args.runs * len(builds))
-            print(
-                f"{'the service answering':<34} CPU {spent:6.3f} s a run (its own process, "
-                "heartbeats and paused slots included)"
-            )
+            answers(running.pid, folder, args.runs)
             top_imports(folder, environment, args.top, "(answered by `tickwork run`)")
     print(f"load average after: {' '.join(f'{load:.2f}' for load in os.getloadavg())}")
 

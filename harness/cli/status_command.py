@@ -45,6 +45,10 @@ Block = list[Any]
 table), `["line", text]`, `["grid", headers, rows]` (`print_rows`), `["table", headers,
 rows]` (a Rich table) or `["json", data]` (`--json`)."""
 
+BLOCKS_VERSION = 1
+"""Of what a block holds: a service started before an upgrade declines a command whose
+blocks differ from its own, and the command reads the store itself."""
+
 
 @app.command()
 def status(as_json: JsonOption = False) -> None:
@@ -55,7 +59,7 @@ def status(as_json: JsonOption = False) -> None:
     from harness.config.location import service_socket
     from harness.local_socket import ask
 
-    answer = ask(service_socket(config_file()), {"json": as_json})
+    answer = ask(service_socket(config_file()), {"json": as_json, "blocks": BLOCKS_VERSION})
     if isinstance(answer, dict) and "error" in answer:
         raise fail(str(answer["error"]), code=int(answer.get("code", 1)))
     if isinstance(answer, dict) and isinstance(answer.get("blocks"), list):
@@ -222,14 +226,15 @@ def status_answers(
     socket = service_socket(config_path)
 
     def answer(request: Any) -> dict[str, Any] | None:
+        if not isinstance(request, dict) or request.get("blocks") != BLOCKS_VERSION:
+            return None
         try:
             config = checked_settings(config_path)
         except ConfigError as exc:
             return {"error": str(exc), "code": 2}
         if config.store.url != served.store.url:
             return None
-        as_json = isinstance(request, dict) and request.get("json") is True
-        return {"blocks": status_blocks(config, store, as_json)}
+        return {"blocks": status_blocks(config, store, request.get("json") is True)}
 
     def run(stopping: threading.Event) -> None:
         try:

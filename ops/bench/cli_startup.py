@@ -41,6 +41,7 @@ from pathlib import Path
 
 from machine import describe
 
+from harness.cli.status_command import BLOCKS_VERSION
 from harness.config import load_settings, service_socket
 from harness.contracts.events import BudgetSpent, TickCompleted, TickScheduled, TickStarted
 from harness.local_socket import ask
@@ -183,7 +184,7 @@ def service(
         try:
             with contextlib.chdir(folder):
                 socket = service_socket(folder / "tickwork.toml")
-            while ask(socket, {"json": True}) is None:
+            while ask(socket, {"json": False, "blocks": BLOCKS_VERSION}) is None:
                 if process.poll() is not None:
                     raise SystemExit(f"tickwork run ended: {(folder / 'service.log').read_text()}")
                 time.sleep(0.2)
@@ -205,7 +206,7 @@ def answers(pid: int, folder: Path, runs: int) -> None:
     before = process_cpu(pid)
     for _ in range(runs):
         started = time.perf_counter()
-        if ask(socket, {"json": False}) is None:
+        if ask(socket, {"json": False, "blocks": BLOCKS_VERSION}) is None:
             raise SystemExit("the service gave no answer")
         walls.append(time.perf_counter() - started)
     spent = (process_cpu(pid) - before) / runs

@@ -73,7 +73,10 @@ def test_status_of_a_sqlite_store_imports_no_service_driver_or_migration_tool(
 def test_status_answered_by_a_running_service_loads_no_store_and_prints_the_same(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """The service's answer is what the command would print from the store itself."""
+    """The service's answer is what the command would print from the store itself.
+
+    Its refusal of a broken file too: the same message, the same exit.
+    """
     subprocess.run([TICKWORK, "init"], cwd=tmp_path, check=True, capture_output=True)
     monkeypatch.chdir(tmp_path)  # the socket is named after the folder the service runs in
     config = load_settings(None)
@@ -83,15 +86,26 @@ def test_status_answered_by_a_running_service_loads_no_store_and_prints_the_same
     answering = status_answers(config, tmp_path / "tickwork.toml", store, reports.append)
     serving = threading.Thread(target=answering, args=(stopping,))
     serving.start()
+    file = tmp_path / "tickwork.toml"
+    valid = file.read_text()
+    broken = valid.replace("[levels.min]", "[levels.min]\nsurprise = 1", 1)
     try:
         watched = ("sqlalchemy", "pydantic_settings", "harness.store", "harness.contracts.events")
         answered, modules = printed(tmp_path, watched, "status")
         assert modules == [], "the service answered: nothing of the store's read was loaded"
+        file.write_text(broken)  # the service reads the file as it is now, as the command would
+        refused = subprocess.run([TICKWORK, "status"], cwd=tmp_path, capture_output=True, text=True)
     finally:
         stopping.set()
         serving.join()
         store.close()
     assert reports == []
+    refused_alone = subprocess.run(
+        [TICKWORK, "status"], cwd=tmp_path, capture_output=True, text=True
+    )
+    assert (refused.returncode, refused.stderr) == (2, refused_alone.stderr)
+    assert "levels.min.surprise" in refused.stderr
+    file.write_text(valid)
     alone, modules = printed(tmp_path, watched, "status")
     assert modules == sorted(watched), "no service: the command read the store itself"
     slot = re.compile(r"\d{4}-\d\d-\d\d \d\d:\d\d:\d\d")  # the next slot may move between

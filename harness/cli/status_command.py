@@ -59,7 +59,9 @@ def status(as_json: JsonOption = False) -> None:
     from harness.config.location import service_socket
     from harness.local_socket import ask
 
-    answer = ask(service_socket(config_file()), {"json": as_json, "blocks": BLOCKS_VERSION})
+    path = config_file()
+    question = {"json": as_json, "blocks": BLOCKS_VERSION, "config": str(path)}
+    answer = ask(service_socket(path), question)
     if isinstance(answer, dict) and "error" in answer:
         raise fail(str(answer["error"]), code=int(answer.get("code", 1)))
     if isinstance(answer, dict) and isinstance(answer.get("blocks"), list):
@@ -217,8 +219,10 @@ def status_answers(
     """The running service's side: `tickwork status` of its configuration, answered here.
 
     Each answer reads the configuration file anew, as the command would: an edited file
-    shows its levels, and a broken one is the command's error (exit 2). A file edited to
-    name another store is declined: the command reads that store itself.
+    shows its levels, and a broken one is the command's error (exit 2), naming the file
+    as the command was given it (the same folder: the socket's name holds it). Only the
+    service's own file is read; a file edited to name another store is declined, and the
+    command reads that store itself.
     """
     from harness.config import ConfigError, service_socket
     from harness.local_socket import NotServed, serve
@@ -228,8 +232,11 @@ def status_answers(
     def answer(request: Any) -> dict[str, Any] | None:
         if not isinstance(request, dict) or request.get("blocks") != BLOCKS_VERSION:
             return None
+        asked = Path(str(request.get("config")))
+        if asked.resolve() != config_path.resolve():
+            return None
         try:
-            config = checked_settings(config_path)
+            config = checked_settings(asked)  # its errors name the file as the asker does
         except ConfigError as exc:
             return {"error": str(exc), "code": 2}
         if config.store.url != served.store.url:

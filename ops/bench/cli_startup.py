@@ -47,6 +47,9 @@ from harness.contracts.events import BudgetSpent, TickCompleted, TickScheduled, 
 from harness.local_socket import ask
 from harness.store import open_store
 
+QUESTION = {"json": False, "blocks": BLOCKS_VERSION, "config": "tickwork.toml"}
+"""What `tickwork status` asks the service in the bench's folder."""
+
 STATUS_IMPORTS = (
     "import sys; from harness.cli import main; sys.argv = ['tickwork', 'status']; main()"
 )
@@ -184,7 +187,7 @@ def service(
         try:
             with contextlib.chdir(folder):
                 socket = service_socket(folder / "tickwork.toml")
-            while ask(socket, {"json": False, "blocks": BLOCKS_VERSION}) is None:
+            while ask(socket, QUESTION) is None:
                 if process.poll() is not None:
                     raise SystemExit(f"tickwork run ended: {(folder / 'service.log').read_text()}")
                 time.sleep(0.2)
@@ -206,7 +209,7 @@ def answers(pid: int, folder: Path, runs: int) -> None:
     before = process_cpu(pid)
     for _ in range(runs):
         started = time.perf_counter()
-        if ask(socket, {"json": False, "blocks": BLOCKS_VERSION}) is None:
+        if ask(socket, QUESTION) is None:
             raise SystemExit("the service gave no answer")
         walls.append(time.perf_counter() - started)
     spent = (process_cpu(pid) - before) / runs

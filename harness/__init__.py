@@ -3,6 +3,7 @@
 The packages follow a tick's data path, and each may import only what stands before it::
 
     timespec, files, fronts  small utilities, no tickwork imports
+    local_socket             one JSON question to a running service, on a Unix socket
     contracts                events, tick payload, result file: plain data
     config, prices, rag      tickwork.toml, prices per call, the retrieval index
     folds                    a range of the log folded in a worker process (lean imports)
@@ -30,6 +31,7 @@ LAYERS: tuple[str, ...] = (
     "harness.timespec",
     "harness.files",
     "harness.fronts",
+    "harness.local_socket",
     "harness.contracts",
     "harness.config",
     "harness.prices",

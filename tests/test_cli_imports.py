@@ -9,9 +9,17 @@ hide a heavy import, and lists the watched modules that ended up in `sys.modules
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 import sys
+import threading
 from pathlib import Path
+
+import pytest
+
+from harness.cli.status_command import status_answers
+from harness.config import load_settings
+from harness.store import open_store
 
 TICKWORK = str(Path(sys.executable).with_name("tickwork"))
 
@@ -34,16 +42,7 @@ print(json.dumps(sorted(name for name in watched if name in sys.modules)))
 
 def loaded(cwd: Path, watched: tuple[str, ...], *args: str) -> list[str]:
     """The watched modules loaded after importing the CLI and running `tickwork ARGS`."""
-    code = REPORT.replace("WATCHED", repr(json.dumps(watched)))
-    done = subprocess.run(
-        [sys.executable, "-c", code, *args],
-        cwd=cwd,
-        capture_output=True,
-        text=True,
-        timeout=60,
-        check=True,
-    )
-    return list(json.loads(done.stdout.splitlines()[-1]))
+    return printed(cwd, watched, *args)[1]
 
 
 def test_importing_the_cli_imports_no_stage_and_no_service(tmp_path: Path) -> None:
@@ -69,3 +68,60 @@ def test_status_of_a_sqlite_store_imports_no_service_driver_or_migration_tool(
         "harness.routing",  # the wave claims'
     )
     assert loaded(tmp_path, (*heavy, *unused), "status") == [], "an empty store: nothing to price"
+
+
+def test_status_answered_by_a_running_service_loads_no_store_and_prints_the_same(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The service's answer is what the command would print from the store itself.
+
+    Its refusal of a broken file too: the same message, the same exit.
+    """
+    subprocess.run([TICKWORK, "init"], cwd=tmp_path, check=True, capture_output=True)
+    monkeypatch.chdir(tmp_path)  # the socket is named after the folder the service runs in
+    config = load_settings(None)
+    store = open_store(config.store.url)
+    reports: list[str] = []
+    stopping = threading.Event()
+    answering = status_answers(config, tmp_path / "tickwork.toml", store, reports.append)
+    serving = threading.Thread(target=answering, args=(stopping,))
+    serving.start()
+    file = tmp_path / "tickwork.toml"
+    valid = file.read_text()
+    broken = valid.replace("[levels.min]", "[levels.min]\nsurprise = 1", 1)
+    try:
+        watched = ("sqlalchemy", "pydantic_settings", "harness.store", "harness.contracts.events")
+        answered, modules = printed(tmp_path, watched, "status")
+        assert modules == [], "the service answered: nothing of the store's read was loaded"
+        file.write_text(broken)  # the service reads the file as it is now, as the command would
+        refused = subprocess.run([TICKWORK, "status"], cwd=tmp_path, capture_output=True, text=True)
+    finally:
+        stopping.set()
+        serving.join()
+        store.close()
+    assert reports == []
+    refused_alone = subprocess.run(
+        [TICKWORK, "status"], cwd=tmp_path, capture_output=True, text=True
+    )
+    assert (refused.returncode, refused.stderr) == (2, refused_alone.stderr)
+    assert "levels.min.surprise" in refused.stderr
+    file.write_text(valid)
+    alone, modules = printed(tmp_path, watched, "status")
+    assert modules == sorted(watched), "no service: the command read the store itself"
+    slot = re.compile(r"\d{4}-\d\d-\d\d \d\d:\d\d:\d\d")  # the next slot may move between
+    assert slot.sub("<slot>", answered) == slot.sub("<slot>", alone)
+
+
+def printed(cwd: Path, watched: tuple[str, ...], *args: str) -> tuple[str, list[str]]:
+    """What `tickwork ARGS` printed, and the watched modules it loaded."""
+    code = REPORT.replace("WATCHED", repr(json.dumps(watched)))
+    done = subprocess.run(
+        [sys.executable, "-c", code, *args],
+        cwd=cwd,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=True,
+    )
+    *lines, modules = done.stdout.splitlines()
+    return "\n".join(lines), list(json.loads(modules))

@@ -153,19 +153,47 @@ def settings(needed: bool = False) -> Settings:
     route a level without a model of its own, is refused here too, not when the level's
     tick starts.
     """
-    from harness.config import CONFIG_ENV, CONFIG_FILENAME, ConfigError, config_path, load_settings
+    from harness.config import ConfigError
 
-    if needed and config_path(state.config) is None:
+    if needed:
+        config_file()
+    try:
+        return checked_settings(state.config)
+    except ConfigError as exc:
+        raise fail(str(exc), code=2) from exc
+
+
+def config_file() -> Path:
+    """The configuration file `--config` names or finds; without one, exits 2 as `settings`."""
+    from harness.config.location import CONFIG_ENV, CONFIG_FILENAME, config_path
+
+    path = config_path(state.config)
+    if path is None:
         raise fail(
             f"no configuration here (no {CONFIG_FILENAME}, no ${CONFIG_ENV}): "
             "run `tickwork init` to create one",
             code=2,
         )
-    try:
-        config = load_settings(state.config)
-    except ConfigError as exc:
-        raise fail(str(exc), code=2) from exc
-    router_or_exit(config)
+    return path
+
+
+def checked_settings(explicit: Path | None) -> Settings:
+    """The configuration and its catalog, or ConfigError saying what is wrong with either.
+
+    What `settings` exits 2 on, for a caller that must not exit (a service answering
+    `tickwork status` for another process).
+    """
+    from harness.config import ConfigError, load_settings
+
+    config = load_settings(explicit)
+    if config.routing.catalog is not None:
+        from harness.routing.catalog import CatalogError
+        from harness.routing.decisions import configured_router
+
+        try:
+            configured_router(config)
+        except CatalogError as exc:
+            raise ConfigError(str(exc)) from exc
     return config
 
 

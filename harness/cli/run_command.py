@@ -40,6 +40,7 @@ def run_service() -> None:
     SIGHUP (or an edit of the file) reloads tickwork.toml's levels and the routing
     catalog; an invalid file is reported and what is in force stays.
     """
+    from harness.cli.status_command import status_answers
     from harness.config import config_path
     from harness.digests.publish import DigestScheduler, Publisher
     from harness.execution.prepare import Preparer
@@ -83,6 +84,7 @@ def run_service() -> None:
             companions.append(Archiver(config, store, report).run)
             companions.append(Compactor(store, report).run)
             companions.append(partial(heartbeat.run, failed=_beat_failed))
+            companions.append(status_answers(config, path, store, report))
             service = Service(config, store, executor, report, router, companions, budgets)
             levels = service.reload = LevelsReload(service, path, report, [executor.levels_changed])
             for signum in (signal.SIGTERM, signal.SIGINT):

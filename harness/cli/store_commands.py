@@ -1,4 +1,4 @@
-"""Commands over the store: init, migrate, status, events, spend, spool, projections."""
+"""Commands over the store: init, migrate, events, spend, spool, projections."""
 
 from __future__ import annotations
 
@@ -15,15 +15,12 @@ import typer
 from rich.table import Table
 
 from harness.cli.app import (
-    JsonOption,
     app,
     ctrl_c,
     err,
     fail,
     out,
     parse_since,
-    print_json,
-    print_rows,
     projections_app,
     settings,
     spool_app,
@@ -82,134 +79,6 @@ def migrate() -> None:
             store.close()
         done = f"already at {now}" if was == now else f"{was or 'none'} -> {now}"
         out.print(f"{safe_url(config.store.url)}: procrastinate's schema {done}")
-
-
-@app.command()
-def status(as_json: JsonOption = False) -> None:
-    """The store, levels, ticks in flight and today's spend at a glance.
-
-    `--json` is the body of the API's `GET /status`, with the store's own lines added.
-    """
-    from harness.scheduling.reload import last_reload, levels_revision, reload_lines
-    from harness.scheduling.status import refresh, snapshot
-    from harness.store import Spool, current_revision, safe_url
-
-    config = settings(needed=True)
-    store = store_for(config)
-    try:
-        status_now = snapshot(config, store, refresh(config, store))
-        if as_json:
-            from harness.api.models import Status
-
-            reloaded = last_reload(store)
-
-            print_json(
-                {
-                    "store": safe_url(config.store.url),
-                    "schema": current_revision(store.engine),
-                    "spool_pending": Spool(config.paths.spool).pending(),
-                    "levels_revision": levels_revision(config.levels),
-                    "last_reload": (
-                        reloaded.model_dump(mode="json", exclude={"event_id"}) if reloaded else None
-                    ),
-                    **Status.of(status_now).model_dump(mode="json"),
-                    "cancel_scopes": [
-                        scope.model_dump(mode="json", exclude={"event_id"})
-                        for scope in status_now.cancel_scopes
-                    ],
-                }
-            )
-            return
-        table = Table(show_header=False, box=None)
-        table.add_row("store", safe_url(config.store.url))
-        table.add_row("schema", current_revision(store.engine) or "none")
-        table.add_row("events", f"{status_now.store_position} (last global position)")
-        for name, lag in status_now.projection_lag.items():
-            table.add_row(f"projection {name}", f"at {status_now.checkpoints[name]}, lag {lag}")
-        table.add_row("spool", f"{Spool(config.paths.spool).pending()} pending")
-        for name, value in reload_lines(config, store):
-            table.add_row(name, value)
-        out.print(table)
-        for line in status_now.liveness():
-            out.print(line)
-        now = status_now.taken_at
-        if config.levels:
-            print_rows(
-                (
-                    "level",
-                    "schedule",
-                    "next slot",
-                    "paused",
-                    "tokens today / budget",
-                    "USD today / budget",
-                ),
-                [
-                    (
-                        level.name,
-                        level.schedule,
-                        f"{level.next_slot:%Y-%m-%d %H:%M:%S}" if level.next_slot else "ended",
-                        "PAUSED" if level.paused else "",
-                        *level.against_budget(),
-                    )
-                    for level in status_now.levels
-                ],
-            )
-        else:
-            out.print("levels: none configured")
-        flying = status_now.in_flight
-        if flying:
-            table = Table("tick", "level", "status", "waited (s)", "running (s)")
-            for tick in flying:
-                waited, runtime = tick.waited(now), tick.runtime(now)
-                table.add_row(
-                    tick.tick_id,
-                    tick.level,
-                    tick.status,
-                    "" if waited is None else f"{waited:.1f}",
-                    "" if runtime is None else f"{runtime:.1f}",
-                )
-            out.print(table)
-        else:
-            out.print("no tick in flight")
-        for scope in status_now.cancel_scopes:
-            out.print(
-                f"cancel scope {scope.scope!r} in force since {scope.occurred_at:%Y-%m-%d %H:%M:%S}"
-                f" (by {scope.by}; tickwork cancel --clear {scope.scope})"
-            )
-        for shown in status_now.backfills:
-            from harness.cli.backfill_command import describe
-
-            request = shown.backfill.request
-            out.print(
-                f"backfill {request.backfill_id} of {request.level} ({shown.backfill.state}, "
-                f"{request.start:%Y-%m-%d %H:%M} to {request.end:%Y-%m-%d %H:%M} UTC): "
-                + describe(shown.progress)
-            )
-        if config.executor.kind == "procrastinate":
-            _print_workers(store, now)
-    finally:
-        store.close()
-
-
-def _print_workers(store: SqlEventStore, now: datetime) -> None:
-    """The procrastinate executor's workers: host, concurrency, running, last heartbeat."""
-    from harness.execution.executors.procrastinate import workers
-
-    known = workers(store)
-    if not known:
-        out.print("no worker registered (start `tickwork worker` on a host)")
-        return
-    table = Table("worker", "host", "pid", "concurrency", "running", "last heartbeat (s ago)")
-    for worker in known:
-        table.add_row(
-            str(worker.worker_id),
-            worker.host or "?",
-            str(worker.pid or "?"),
-            str(worker.concurrency or "?"),
-            str(worker.running),
-            f"{(now - worker.last_heartbeat).total_seconds():.1f}",
-        )
-    out.print(table)
 
 
 def _event_json(event: StoredEvent) -> dict[str, Any]:

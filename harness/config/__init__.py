@@ -3,50 +3,75 @@
 A foundation module every stage may import, so it imports none of them: the file's
 sections and their validation live in `settings`, the `[governor]` section with the
 `GOV_*` names of earlier governors in `governor`. Both read the governor's limits from
-`harness.contracts`, the plain data every part shares.
+`harness.contracts`, the plain data every part shares. Where the file is, and where the
+service running it answers, live in `location`, on the standard library alone.
+
+Every name is loaded on first use (`harness.fronts`): `tickwork status` reads the
+location and asks the running service before it would pay for pydantic-settings.
 """
 
 from __future__ import annotations
 
-from harness.config.budgets import host_of, legacy_name
-from harness.config.crontab import crontab_trigger, crontab_weekdays
-from harness.config.governor import LEGACY_ENV, GovernorConfig, GovernorEnvError, with_legacy_env
-from harness.config.settings import (
-    CONFIG_ENV,
-    CONFIG_FILENAME,
-    HOME,
-    LEVEL_NAME,
-    MIN_TOKEN_LENGTH,
-    AgentsConfig,
-    AlertKind,
-    AlertsConfig,
-    ApiConfig,
-    ConfigError,
-    DigestConfig,
-    Durability,
-    ExecutorConfig,
-    IanaZone,
-    LevelConfig,
-    Overlap,
-    PathsConfig,
-    PriceOverride,
-    RagConfig,
-    RetentionConfig,
-    RoutingConfig,
-    RunnerConfig,
-    Scheduled,
-    Settings,
-    StoreConfig,
-    config_path,
-    load_settings,
-    nul_paths,
-    parse_interval,
-    tick_page,
-)
+import typing
+
+from harness import fronts
+
+if typing.TYPE_CHECKING:
+    from harness.config.budgets import (
+        host_of,
+        legacy_name,
+    )
+    from harness.config.crontab import (
+        crontab_trigger,
+        crontab_weekdays,
+    )
+    from harness.config.governor import (
+        LEGACY_ENV,
+        GovernorConfig,
+        GovernorEnvError,
+        with_legacy_env,
+    )
+    from harness.config.location import (
+        CONFIG_ENV,
+        CONFIG_FILENAME,
+        ENV_PREFIX,
+        config_path,
+        service_socket,
+    )
+    from harness.config.settings import (
+        HOME,
+        LEVEL_NAME,
+        MIN_TOKEN_LENGTH,
+        AgentsConfig,
+        AlertKind,
+        AlertsConfig,
+        ApiConfig,
+        ConfigError,
+        DigestConfig,
+        Durability,
+        ExecutorConfig,
+        IanaZone,
+        LevelConfig,
+        Overlap,
+        PathsConfig,
+        PriceOverride,
+        RagConfig,
+        RetentionConfig,
+        RoutingConfig,
+        RunnerConfig,
+        Scheduled,
+        Settings,
+        StoreConfig,
+        load_settings,
+        nul_paths,
+        parse_interval,
+        tick_page,
+    )
 
 __all__ = [
     "CONFIG_ENV",
     "CONFIG_FILENAME",
+    "ENV_PREFIX",
     "HOME",
     "LEGACY_ENV",
     "LEVEL_NAME",
@@ -81,6 +106,61 @@ __all__ = [
     "load_settings",
     "nul_paths",
     "parse_interval",
+    "service_socket",
     "tick_page",
     "with_legacy_env",
 ]
+
+_HOMES = {
+    "location": (
+        "CONFIG_ENV",
+        "CONFIG_FILENAME",
+        "ENV_PREFIX",
+        "config_path",
+        "service_socket",
+    ),
+    "budgets": (
+        "host_of",
+        "legacy_name",
+    ),
+    "crontab": (
+        "crontab_trigger",
+        "crontab_weekdays",
+    ),
+    "governor": (
+        "LEGACY_ENV",
+        "GovernorConfig",
+        "GovernorEnvError",
+        "with_legacy_env",
+    ),
+    "settings": (
+        "HOME",
+        "LEVEL_NAME",
+        "MIN_TOKEN_LENGTH",
+        "AgentsConfig",
+        "AlertKind",
+        "AlertsConfig",
+        "ApiConfig",
+        "ConfigError",
+        "DigestConfig",
+        "Durability",
+        "ExecutorConfig",
+        "IanaZone",
+        "LevelConfig",
+        "Overlap",
+        "PathsConfig",
+        "PriceOverride",
+        "RagConfig",
+        "RetentionConfig",
+        "RoutingConfig",
+        "RunnerConfig",
+        "Scheduled",
+        "Settings",
+        "StoreConfig",
+        "load_settings",
+        "nul_paths",
+        "parse_interval",
+        "tick_page",
+    ),
+}
+__getattr__ = fronts.names_on_first_use(__name__, _HOMES)

@@ -8,7 +8,6 @@ defaults are: run the service from the directory that holds its state.
 
 from __future__ import annotations
 
-import os
 import re
 import tomllib
 from collections.abc import Iterator, Mapping
@@ -42,6 +41,7 @@ from sqlalchemy.exc import ArgumentError
 from harness.config.budgets import budget_problems, legacy_budgets, resolve_budget
 from harness.config.crontab import crontab_trigger
 from harness.config.governor import GovernorConfig
+from harness.config.location import ENV_PREFIX, config_path
 from harness.config.windows import ScheduleLimits, SchedulingConfig, jitter_seconds
 from harness.contracts.agents import (
     DEFAULT_AGENTS_DIR,
@@ -61,8 +61,6 @@ from harness.contracts.secrets import (
 from harness.contracts.tiers import Capabilities, ToolTier, capabilities
 from harness.contracts.wire import Api, Effort, require_effort
 
-CONFIG_ENV = "TICKWORK_CONFIG"
-CONFIG_FILENAME = "tickwork.toml"
 HOME = Path(".tickwork")
 
 MIN_TOKEN_LENGTH = 16
@@ -610,7 +608,7 @@ class Settings(BaseSettings):
     """Everything tickwork reads at start; environment variables win over the file."""
 
     model_config = SettingsConfigDict(
-        env_prefix="TICKWORK_",
+        env_prefix=ENV_PREFIX,
         env_nested_delimiter="_",
         env_nested_max_split=1,
         extra="forbid",
@@ -721,16 +719,6 @@ class Settings(BaseSettings):
     ) -> tuple[PydanticBaseSettingsSource, ...]:
         """The file's content arrives as init kwargs; the environment must win over it."""
         return (env_settings, init_settings)
-
-
-def config_path(explicit: Path | None = None) -> Path | None:
-    """The file to read: the explicit one, `$TICKWORK_CONFIG`, or `./tickwork.toml` if present."""
-    if explicit is not None:
-        return explicit
-    if os.environ.get(CONFIG_ENV):
-        return Path(os.environ[CONFIG_ENV])
-    default = Path(CONFIG_FILENAME)
-    return default if default.exists() else None
 
 
 MAX_NESTING = 64

@@ -4,8 +4,10 @@ An operator types these often, and a command that imports the web stack, the age
 and every driver before it reads a single row feels broken. Each command runs as a fresh
 process (what a shell does) in a temporary folder after `tickwork init`: `status` on the
 empty store, then on one holding a day of ticks (after one unmeasured run has folded them,
-so the runs measure start-up and reading, not catching up). Then the top imports of
-`tickwork status` by cumulative time (`python -X importtime`), to show where time goes.
+so the runs measure start-up and reading, not catching up). Then `status` once more while
+a `tickwork run` of the folder runs (its levels paused, so it fires no tick): the service
+answers it on its local socket. Then the top imports of `tickwork status` by cumulative
+time (`python -X importtime`), read alone and answered, to show where time goes.
 
 Every build runs with its bytecode cached, as an installed wheel's is: the commands get
 a `PYTHONPYCACHEPREFIX` of their own, written by one unmeasured run of each build. Under
@@ -23,22 +25,30 @@ from run to run with the load, which a count of instructions should not see.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
 import resource
 import shutil
+import signal
 import statistics
 import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 from machine import describe
 
-from harness.config import load_settings
+from harness.cli.status_command import BLOCKS_VERSION
+from harness.config import load_settings, service_socket
 from harness.contracts.events import BudgetSpent, TickCompleted, TickScheduled, TickStarted
+from harness.local_socket import ask
 from harness.store import open_store
+
+QUESTION = {"json": False, "blocks": BLOCKS_VERSION, "config": "tickwork.toml"}
+"""What `tickwork status` asks the service in the bench's folder."""
 
 STATUS_IMPORTS = (
     "import sys; from harness.cli import main; sys.argv = ['tickwork', 'status']; main()"
@@ -163,7 +173,59 @@ def fill(folder: Path, ticks: int) -> None:
         store.close()
 
 
-def top_imports(folder: Path, environment: dict[str, str], top: int) -> None:
+@contextlib.contextmanager
+def service(
+    tickwork: list[str], folder: Path, environment: dict[str, str]
+) -> Iterator[subprocess.Popen[bytes]]:
+    """`tickwork run` in `folder`, its levels paused, until it answers `status`; then stopped."""
+    for level in ("min", "hour"):
+        run([*tickwork, "pause", level], folder, environment)
+    with (folder / "service.log").open("w") as log:
+        process = subprocess.Popen(
+            [*tickwork, "run"], cwd=folder, env=environment, stdout=log, stderr=log
+        )
+        try:
+            with contextlib.chdir(folder):
+                socket = service_socket(folder / "tickwork.toml")
+            while ask(socket, QUESTION) is None:
+                if process.poll() is not None:
+                    raise SystemExit(f"tickwork run ended: {(folder / 'service.log').read_text()}")
+                time.sleep(0.2)
+            yield process
+        finally:
+            process.send_signal(signal.SIGTERM)
+            process.wait(timeout=120)
+
+
+def answers(pid: int, folder: Path, runs: int) -> None:
+    """The service's side: wall time of one answer as asked here, and the CPU it spends.
+
+    The CPU is the service process's over all the questions, divided by their number:
+    its heartbeats and paused slots in that time are counted too.
+    """
+    with contextlib.chdir(folder):
+        socket = service_socket(folder / "tickwork.toml")
+    walls = []
+    before = process_cpu(pid)
+    for _ in range(runs):
+        started = time.perf_counter()
+        if ask(socket, QUESTION) is None:
+            raise SystemExit("the service gave no answer")
+        walls.append(time.perf_counter() - started)
+    spent = (process_cpu(pid) - before) / runs
+    print(
+        f"{'the service answering':<34} wall median {statistics.median(walls):6.3f} s  p90 "
+        f"{percentile_90(walls):6.3f} s   CPU {spent:6.3f} s an answer  ({runs} questions)"
+    )
+
+
+def process_cpu(pid: int) -> float:
+    """User + system seconds a running process has spent so far (Linux `/proc`)."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def top_imports(folder: Path, environment: dict[str, str], top: int, label: str) -> None:
     """The imports of `tickwork status` with the largest cumulative time, in microseconds."""
     report = stderr_of(
         [sys.executable, "-X", "importtime", "-c", STATUS_IMPORTS], folder, environment
@@ -175,7 +237,10 @@ def top_imports(folder: Path, environment: dict[str, str], top: int) -> None:
         own, cumulative, name = line.removeprefix("import time:").split("|")
         rows.append((int(cumulative), int(own), name[1:].rstrip()))
     total = sum(cumulative for cumulative, _, name in rows if not name.startswith(" "))
-    print(f"\n`tickwork status` imports: {len(rows)} modules, {total / 1e6:.3f} s at top level")
+    print(
+        f"\n`tickwork status` {label} imports: {len(rows)} modules, "
+        f"{total / 1e6:.3f} s at top level"
+    )
     print(f"{'cumulative µs':>14} {'self µs':>9}  module (indent = imported by the line above)")
     for cumulative, own, name in sorted(rows, reverse=True)[:top]:
         print(f"{cumulative:>14,} {own:>9,}  {name}")
@@ -222,7 +287,18 @@ def main() -> None:
             environment,
             args.runs,
         )
-        top_imports(folder, environment, args.top)
+        top_imports(folder, environment, args.top, "(read alone)")
+        with service(tickwork, folder, environment) as running:
+            figures(
+                f"tickwork status ({args.ticks} ticks, answered)",
+                builds,
+                ["status"],
+                folder,
+                environment,
+                args.runs,
+            )
+            answers(running.pid, folder, args.runs)
+            top_imports(folder, environment, args.top, "(answered by `tickwork run`)")
     print(f"load average after: {' '.join(f'{load:.2f}' for load in os.getloadavg())}")
 
 

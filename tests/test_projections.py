@@ -42,6 +42,7 @@ from harness.projections import (
 )
 from harness.projections.base import EventData, Kernel
 from harness.projections.digests import digests_published, latest_published
+from harness.projections.level_latest import ENDED, latest_of, tick_level_latest
 from harness.projections.level_stats import level_stats
 from harness.projections.levels import cancel_scopes, cancel_scopes_folded
 from harness.projections.periods import period_counts
@@ -283,7 +284,7 @@ def _dump(store: SqlEventStore) -> dict[str, list[tuple[Any, ...]]]:
     with store.read_transaction() as conn:
         return {
             table.name: sorted(tuple(row) for row in conn.execute(sa.select(table)))
-            for table in (spend_daily, ticks, *COUNTERS)
+            for table in (spend_daily, ticks, tick_level_latest, *COUNTERS)
         }
 
 
@@ -484,6 +485,7 @@ def test_rebuild_from_zero_equals_the_incremental_read_models(
             "projection_checkpoints",
             "spend_daily",
             "ticks",
+            "tick_level_latest",
             *COUNTERS,
         ):
             conn.execute(sa.text(f"DELETE FROM {table}"))
@@ -498,6 +500,7 @@ def test_rebuild_from_zero_equals_the_incremental_read_models(
     assert store.wait_settled(last)
     incremental.catch_up()
     kept = _dump(store)
+    _assert_latest_is_the_walk(store)
 
     rebuilder = projector_for(store, PriceBook())
     rebuilder.rebuild("spend")
@@ -516,6 +519,23 @@ def test_rebuild_from_zero_equals_the_incremental_read_models(
     prompt_tokens = [column.name for column in spend_daily.columns].index("prompt_tokens")
     spend_total = sum(row[prompt_tokens] for row in kept["spend_daily"])
     assert spend_total == sum(e.prompt_tokens for e in events if isinstance(e, BudgetSpent))
+
+
+def _assert_latest_is_the_walk(store: SqlEventStore) -> None:
+    """Each level's kept newest and newest ended tick are what a walk of its ticks finds."""
+    newest = (ticks.c.sort_at.desc(), ticks.c.tick_id.desc())
+    with store.read_transaction() as conn:
+        levels = set(conn.execute(sa.select(ticks.c.level)).scalars())
+        kept = latest_of(conn, [*levels, "never"])
+        walked = {}
+        for level in levels:
+            mine = sa.select(ticks.c.tick_id).where(ticks.c.level == level).order_by(*newest)
+            ended = mine.where(ticks.c.status.in_(ENDED))
+            walked[level] = tuple(conn.execute(query.limit(1)).scalar() for query in (mine, ended))
+    assert {
+        level: (last.tick_id, None if done is None else done.tick_id)
+        for level, (last, done) in kept.items()
+    } == walked
 
 
 def test_tick_counters_move_each_tick_once_whatever_the_order_of_its_events(

@@ -40,6 +40,7 @@ from harness.projections.ticks import (
     open_ticks,
     previous_result_path,
     recent_ticks,
+    settle_latest,
     slots_run,
     tick_ids_starting,
     tick_page,
@@ -177,6 +178,7 @@ def _add_history(store: SqlEventStore, start: int, count: int) -> None:
                 for n in range(start, start + count)
             ],
         )
+        settle_latest(conn, LEVELS)
         conn.execute(
             tick_spend.insert(),
             [_spent(n, old - timedelta(minutes=n)) for n in range(start, start + count)],
@@ -205,6 +207,7 @@ def _add_window(store: SqlEventStore) -> None:
             status = OPEN_STATUSES[left % 3] if left <= 6 else "completed"
             rows.append(_tick(90_000_000 + k, NOW - timedelta(minutes=left), status))
         conn.execute(ticks.insert(), rows)
+        settle_latest(conn, LEVELS)
         conn.execute(
             tick_spend.insert(),
             [
@@ -495,6 +498,7 @@ def test_the_timeline_draws_troubled_levels_first_and_no_more_than_its_lanes(
     rows[-1]["status"] = "failed"
     with store.write_transaction() as conn:
         conn.execute(ticks.insert(), rows)
+        settle_latest(conn, many)
     _caught_up(store)
     page = dashboard.panels(Reads(_settings(store, many), store))
     timeline = page[page.index('id="timeline"') :]

@@ -1,0 +1,93 @@
+"""The dashboard's panels and `tickwork digest --since 1h` at 1,000 levels: CPU per path.
+
+Issue 24's goals: `GET /dashboard/panels` within 150 ms and `tickwork digest --since 1h`
+within 2 s of CPU (interpreter start included) at 1,000 levels, whatever the history. The
+store is `metrics_bench`'s (`--store` keeps and reuses it, so the two benches share one
+load), with `--days` earlier days of spend. Panels run in-process through the API, as a
+browser's refresh reaches them; the digest as a subprocess. CPU is the path's own user +
+system time (a shared machine's wall clock counts its wait for a core); the least of the
+runs is the truest figure of the path's own work.
+
+    .venv/bin/python ops/bench/panels_bench.py --store FOLDER [--events 300000]
+        [--days 30] [--runs 7] [--cli-runs 3] [--profile]
+
+`--profile` prints where one panels draw spends its time (cProfile, cumulative).
+"""
+
+from __future__ import annotations
+
+import argparse
+import cProfile
+import os
+import pstats
+import statistics
+import time
+from collections.abc import Callable
+from datetime import UTC, datetime
+from pathlib import Path
+
+from fastapi.testclient import TestClient
+from growth_bench import cli, cpu_seconds
+from machine import describe
+from metrics_bench import add_days_of_spend, prepared
+
+from harness.api.app import create_app
+from harness.config import load_settings
+from harness.devtools.upstream import env_for_ticks
+from harness.execution.manual import ManualTicks
+from harness.store import open_store
+
+
+def timed(runs: int, call: Callable[[], object]) -> str:
+    """p50 wall, p50 and least CPU of `runs` calls after one unmeasured warm-up."""
+    call()
+    walls, cpus = [], []
+    for _ in range(runs):
+        began, spent = time.perf_counter(), cpu_seconds()
+        call()
+        walls.append(time.perf_counter() - began)
+        cpus.append(cpu_seconds() - spent)
+    return (
+        f"p50 {statistics.median(walls) * 1000:,.1f} ms wall, "
+        f"{statistics.median(cpus) * 1000:,.1f} ms CPU (least {min(cpus) * 1000:,.1f})"
+    )
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--store", type=Path, required=True, help="the folder kept between runs")
+    parser.add_argument("--events", type=int, default=300_000, help="events of a new store")
+    parser.add_argument("--days", type=int, default=30, help="earlier days of spend (0: none)")
+    parser.add_argument("--runs", type=int, default=7)
+    parser.add_argument("--cli-runs", type=int, default=3)
+    parser.add_argument("--profile", action="store_true")
+    args = parser.parse_args()
+    print(describe())
+    print(f"load average at start: {os.getloadavg()}", flush=True)
+    args.store.mkdir(parents=True, exist_ok=True)
+    now = datetime.now(UTC)
+    url, config = prepared(args.store, args.events, now)
+    if args.days:
+        add_days_of_spend(url, args.days, now)
+    store = open_store(url)
+    settings = load_settings(config)
+    # The read paths only: the run-now button's owner starts no tick here.
+    manual = ManualTicks(settings, store, upstream=lambda: env_for_ticks(print), router=None)
+    with TestClient(create_app(settings, store, manual)) as client:
+
+        def draw() -> object:
+            return client.get("/dashboard/panels").raise_for_status()
+
+        print(f"GET /dashboard/panels: {timed(args.runs, draw)}", flush=True)
+        if args.profile:
+            with cProfile.Profile() as profile:
+                draw()
+            pstats.Stats(profile).sort_stats("cumulative").print_stats(30)
+    store.close()
+    digest = cli(config, "digest", "--since", "1h")
+    print(f"tickwork digest --since 1h: {timed(args.cli_runs, digest)}", flush=True)
+    print(f"load average at end: {os.getloadavg()}")
+
+
+if __name__ == "__main__":
+    main()

@@ -42,7 +42,12 @@ from harness.projections import (
 )
 from harness.projections.base import EventData, Kernel
 from harness.projections.digests import digests_published, latest_published
-from harness.projections.level_latest import ENDED, latest_of, tick_level_latest
+from harness.projections.level_latest import (
+    ENDED,
+    newest_ended,
+    newest_statuses,
+    tick_level_latest,
+)
 from harness.projections.level_stats import level_stats
 from harness.projections.levels import cancel_scopes, cancel_scopes_folded
 from harness.projections.periods import period_counts
@@ -526,16 +531,22 @@ def _assert_latest_is_the_walk(store: SqlEventStore) -> None:
     newest = (ticks.c.sort_at.desc(), ticks.c.tick_id.desc())
     with store.read_transaction() as conn:
         levels = set(conn.execute(sa.select(ticks.c.level)).scalars())
-        kept = latest_of(conn, [*levels, "never"])
+        statuses = newest_statuses(conn, [*levels, "never"])
+        ended = newest_ended(conn, [*levels, "never"])
         walked = {}
         for level in levels:
-            mine = sa.select(ticks.c.tick_id).where(ticks.c.level == level).order_by(*newest)
-            ended = mine.where(ticks.c.status.in_(ENDED))
-            walked[level] = tuple(conn.execute(query.limit(1)).scalar() for query in (mine, ended))
-    assert {
-        level: (last.tick_id, None if done is None else done.tick_id)
-        for level, (last, done) in kept.items()
-    } == walked
+            mine = sa.select(ticks.c.tick_id, ticks.c.status, ticks.c.finished_at)
+            mine = mine.where(ticks.c.level == level).order_by(*newest).limit(1)
+            last, done = (
+                conn.execute(query).one_or_none()
+                for query in (mine, mine.where(ticks.c.status.in_(ENDED)))
+            )
+            walked[level] = (
+                None if last is None else last.status,
+                None if done is None else (done.tick_id, done.status, as_utc(done.finished_at)),
+            )
+    done_kept = {level: (e.tick_id, e.status, e.finished_at) for level, e in ended.items()}
+    assert {level: (statuses.get(level), done_kept.get(level)) for level in levels} == walked
 
 
 def test_tick_counters_move_each_tick_once_whatever_the_order_of_its_events(

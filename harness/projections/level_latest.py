@@ -184,12 +184,19 @@ def _ended_columns(ended: Latest | None) -> dict[str, object]:
     }
 
 
-def latest_of(
-    conn: sa.Connection, levels: Iterable[str]
-) -> dict[str, tuple[Latest, Latest | None]]:
-    """Each of `levels`' (newest, newest ended) tick; a level without a tick is absent."""
+def newest_statuses(conn: sa.Connection, levels: Iterable[str]) -> dict[str, str]:
+    """Each of `levels`' newest tick's status; a level without a tick is absent."""
+    c = tick_level_latest.c
+    query = sa.select(c.level, c.status).where(c.level.in_(list(levels)))
+    return {level: status for level, status in conn.execute(query)}
+
+
+def newest_ended(conn: sa.Connection, levels: Iterable[str]) -> dict[str, Latest]:
+    """Each of `levels`' newest ended tick; a level none of whose ticks ended is absent."""
+    c = tick_level_latest.c
+    query = sa.select(c.level, c.ended_tick_id, c.ended_sort_at, c.ended_status, c.ended_at)
+    chosen = query.where(c.level.in_(list(levels)), c.ended_tick_id.is_not(None))
     return {
-        level: (newest, ended)
-        for level, (newest, ended) in _stored(conn, list(levels)).items()
-        if newest is not None
+        level: Latest(tick_id, as_utc(sort_at), status, as_utc(at))
+        for level, tick_id, sort_at, status, at in conn.execute(chosen)
     }

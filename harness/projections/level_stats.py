@@ -15,7 +15,7 @@ from datetime import datetime, timedelta
 
 import sqlalchemy as sa
 
-from harness.projections.level_latest import ENDED, latest_of
+from harness.projections.level_latest import ENDED, newest_ended
 from harness.projections.streaks import failure_streaks
 from harness.projections.tick_counts import (
     DURATION_BUCKETS,
@@ -74,11 +74,11 @@ def level_stats(store: EventStore, levels: Iterable[str], now: datetime) -> list
             ).all()
         )
         histograms = {found.level: found for found in durations(conn, names)}
-        latest = latest_of(conn, names)
+        ended = newest_ended(conn, names)
     stats = []
     for level in names:
         completed, failed, ended_today = counted.get(level, (0, 0, 0))
-        last = latest[level][1] if level in latest else None
+        last = ended.get(level)
         histogram = histograms.get(level)
         stats.append(
             LevelStats(

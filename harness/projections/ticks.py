@@ -36,8 +36,8 @@ from harness.projections.level_latest import (
     ENDED,
     Kept,
     Latest,
-    latest_of,
     naming,
+    newest_statuses,
     note,
     tick_level_latest,
     write,
@@ -649,7 +649,7 @@ def last_statuses(store: EventStore, levels: Iterable[str]) -> dict[str, str]:
     A row a level of `tick_level_latest`, kept by the fold: no walk of the ticks' index.
     """
     with store.read_transaction() as conn:
-        return {level: newest.status for level, (newest, _) in latest_of(conn, levels).items()}
+        return newest_statuses(conn, levels)
 
 
 @dataclass(frozen=True, slots=True)

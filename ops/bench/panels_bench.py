@@ -9,10 +9,12 @@ system time (a shared machine's wall clock counts its wait for a core); the leas
 runs is the truest figure of the path's own work.
 
     .venv/bin/python ops/bench/panels_bench.py --store FOLDER [--events 300000]
-        [--days 30] [--runs 7] [--cli-runs 3] [--profile]
+        [--days 30] [--runs 7] [--cli-runs 3] [--fold-runs 0] [--profile]
 
-`--profile` prints where one panels draw spends its time (cProfile, cumulative), drawn
-in the bench's own thread.
+`--fold-runs N` stores a minute of 1,000 ticks N times and times each fold of it (every
+read model, as a request's catch-up folds it): what the panels' read models cost to keep.
+It adds to the kept store. `--profile` prints where one panels draw spends its time
+(cProfile, cumulative), drawn in the bench's own thread.
 """
 
 from __future__ import annotations
@@ -21,6 +23,7 @@ import argparse
 import cProfile
 import os
 import pstats
+import sqlite3
 import statistics
 import time
 from collections.abc import Callable
@@ -28,7 +31,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 from fastapi.testclient import TestClient
-from growth_bench import cli, cpu_seconds
+from growth_bench import PER_MINUTE, TOOL_TICKS, cli, cpu_seconds, history, insert_sqlite
 from machine import describe
 from metrics_bench import add_days_of_spend, prepared
 
@@ -63,6 +66,9 @@ def main() -> None:
     parser.add_argument("--days", type=int, default=30, help="earlier days of spend (0: none)")
     parser.add_argument("--runs", type=int, default=7)
     parser.add_argument("--cli-runs", type=int, default=3, help="digest runs (0: none)")
+    parser.add_argument(
+        "--fold-runs", type=int, default=0, help="minutes of 1,000 ticks stored and folded, timed"
+    )
     parser.add_argument("--profile", action="store_true")
     args = parser.parse_args()
     print(describe())
@@ -82,6 +88,22 @@ def main() -> None:
             return client.get("/dashboard/panels").raise_for_status()
 
         print(f"GET /dashboard/panels: {timed(args.runs, draw)}", flush=True)
+    if args.fold_runs:
+        reads = Reads(settings, store).fresh()
+        walls, cpus = [], []
+        for _ in range(args.fold_runs):
+            with sqlite3.connect(args.store / "metrics.db") as conn:
+                for rows in history(round(PER_MINUTE * (11 + 4 * TOOL_TICKS)), datetime.now(UTC)):
+                    insert_sqlite(conn, rows)
+            began, spent = time.perf_counter(), cpu_seconds()
+            reads.fresh()
+            walls.append(time.perf_counter() - began)
+            cpus.append(cpu_seconds() - spent)
+        print(
+            f"fold of a minute of 1,000 ticks: p50 {statistics.median(walls) * 1000:,.1f} ms wall, "
+            f"{statistics.median(cpus) * 1000:,.1f} ms CPU (least {min(cpus) * 1000:,.1f})",
+            flush=True,
+        )
     if args.profile:
         # In this thread: the test client serves the request in another, unseen by cProfile.
         reads = Reads(settings, store).fresh()

@@ -25,15 +25,14 @@ import os
 import pstats
 import sqlite3
 import statistics
-import time
 from collections.abc import Callable
 from datetime import UTC, datetime
 from pathlib import Path
 
 from fastapi.testclient import TestClient
-from growth_bench import PER_MINUTE, TOOL_TICKS, cli, cpu_seconds, history, insert_sqlite
+from growth_bench import PER_MINUTE, TOOL_TICKS, cli, history, insert_sqlite
 from machine import describe
-from metrics_bench import add_days_of_spend, prepared
+from metrics_bench import add_days_of_spend, once, prepared
 
 from harness.api import dashboard
 from harness.api.app import create_app
@@ -44,19 +43,19 @@ from harness.execution.manual import ManualTicks
 from harness.store import open_store
 
 
-def timed(runs: int, call: Callable[[], object]) -> str:
-    """p50 wall, p50 and least CPU of `runs` calls after one unmeasured warm-up."""
-    call()
-    walls, cpus = [], []
-    for _ in range(runs):
-        began, spent = time.perf_counter(), cpu_seconds()
-        call()
-        walls.append(time.perf_counter() - began)
-        cpus.append(cpu_seconds() - spent)
+def figures(runs: list[tuple[float, float]]) -> str:
+    """p50 wall, p50 and least CPU of (wall, CPU) seconds of runs."""
+    walls, cpus = zip(*runs, strict=True)
     return (
         f"p50 {statistics.median(walls) * 1000:,.1f} ms wall, "
         f"{statistics.median(cpus) * 1000:,.1f} ms CPU (least {min(cpus) * 1000:,.1f})"
     )
+
+
+def timed(runs: int, call: Callable[[], object]) -> str:
+    """`figures` of `runs` calls after one unmeasured warm-up."""
+    call()
+    return figures([once(call, None) for _ in range(runs)])
 
 
 def main() -> None:
@@ -90,20 +89,14 @@ def main() -> None:
         print(f"GET /dashboard/panels: {timed(args.runs, draw)}", flush=True)
     if args.fold_runs:
         reads = Reads(settings, store).fresh()
-        walls, cpus = [], []
-        for _ in range(args.fold_runs):
+
+        def a_minute() -> None:
             with sqlite3.connect(args.store / "metrics.db") as conn:
                 for rows in history(round(PER_MINUTE * (11 + 4 * TOOL_TICKS)), datetime.now(UTC)):
                     insert_sqlite(conn, rows)
-            began, spent = time.perf_counter(), cpu_seconds()
-            reads.fresh()
-            walls.append(time.perf_counter() - began)
-            cpus.append(cpu_seconds() - spent)
-        print(
-            f"fold of a minute of 1,000 ticks: p50 {statistics.median(walls) * 1000:,.1f} ms wall, "
-            f"{statistics.median(cpus) * 1000:,.1f} ms CPU (least {min(cpus) * 1000:,.1f})",
-            flush=True,
-        )
+
+        folds = [once(reads.fresh, a_minute) for _ in range(args.fold_runs)]
+        print(f"fold of a minute of 1,000 ticks: {figures(folds)}", flush=True)
     if args.profile:
         # In this thread: the test client serves the request in another, unseen by cProfile.
         reads = Reads(settings, store).fresh()

@@ -45,6 +45,7 @@ TABLES = (
     "spend_daily",
     "ticks",
     "tick_level_history",
+    "tick_level_latest",
     "governor_calibration",
     "failure_streaks",
     "tick_status_counts",

@@ -42,6 +42,12 @@ from harness.projections import (
 )
 from harness.projections.base import EventData, Kernel
 from harness.projections.digests import digests_published, latest_published
+from harness.projections.level_latest import (
+    ENDED,
+    newest_ended,
+    newest_statuses,
+    tick_level_latest,
+)
 from harness.projections.level_stats import level_stats
 from harness.projections.levels import cancel_scopes, cancel_scopes_folded
 from harness.projections.periods import period_counts
@@ -283,7 +289,7 @@ def _dump(store: SqlEventStore) -> dict[str, list[tuple[Any, ...]]]:
     with store.read_transaction() as conn:
         return {
             table.name: sorted(tuple(row) for row in conn.execute(sa.select(table)))
-            for table in (spend_daily, ticks, *COUNTERS)
+            for table in (spend_daily, ticks, tick_level_latest, *COUNTERS)
         }
 
 
@@ -484,6 +490,7 @@ def test_rebuild_from_zero_equals_the_incremental_read_models(
             "projection_checkpoints",
             "spend_daily",
             "ticks",
+            "tick_level_latest",
             *COUNTERS,
         ):
             conn.execute(sa.text(f"DELETE FROM {table}"))
@@ -498,6 +505,7 @@ def test_rebuild_from_zero_equals_the_incremental_read_models(
     assert store.wait_settled(last)
     incremental.catch_up()
     kept = _dump(store)
+    _assert_latest_is_the_walk(store)
 
     rebuilder = projector_for(store, PriceBook())
     rebuilder.rebuild("spend")
@@ -516,6 +524,29 @@ def test_rebuild_from_zero_equals_the_incremental_read_models(
     prompt_tokens = [column.name for column in spend_daily.columns].index("prompt_tokens")
     spend_total = sum(row[prompt_tokens] for row in kept["spend_daily"])
     assert spend_total == sum(e.prompt_tokens for e in events if isinstance(e, BudgetSpent))
+
+
+def _assert_latest_is_the_walk(store: SqlEventStore) -> None:
+    """Each level's kept newest and newest ended tick are what a walk of its ticks finds."""
+    newest = (ticks.c.sort_at.desc(), ticks.c.tick_id.desc())
+    with store.read_transaction() as conn:
+        levels = set(conn.execute(sa.select(ticks.c.level)).scalars())
+        statuses = newest_statuses(conn, [*levels, "never"])
+        ended = newest_ended(conn, [*levels, "never"])
+        walked = {}
+        for level in levels:
+            mine = sa.select(ticks.c.tick_id, ticks.c.status, ticks.c.finished_at)
+            mine = mine.where(ticks.c.level == level).order_by(*newest).limit(1)
+            last, done = (
+                conn.execute(query).one_or_none()
+                for query in (mine, mine.where(ticks.c.status.in_(ENDED)))
+            )
+            walked[level] = (
+                None if last is None else last.status,
+                None if done is None else (done.tick_id, done.status, as_utc(done.finished_at)),
+            )
+    done_kept = {level: (e.tick_id, e.status, e.finished_at) for level, e in ended.items()}
+    assert {level: (statuses.get(level), done_kept.get(level)) for level in levels} == walked
 
 
 def test_tick_counters_move_each_tick_once_whatever_the_order_of_its_events(

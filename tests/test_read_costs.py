@@ -40,6 +40,7 @@ from harness.projections.ticks import (
     open_ticks,
     previous_result_path,
     recent_ticks,
+    settle_latest,
     slots_run,
     tick_ids_starting,
     tick_page,
@@ -48,9 +49,10 @@ from harness.projections.ticks import (
 )
 from harness.scheduling.describe import describe_levels
 from harness.scheduling.status import snapshot
-from harness.store import SqlEventStore
+from harness.store import NewEvent, SqlEventStore
 from harness.store.engine import sqlite_path
 from harness.store.schema import events, projection_checkpoints
+from harness.store.tick_rows import compact
 
 HISTORY = 2_000
 """Ticks (and events) of history outside the window at the smaller size."""
@@ -177,6 +179,7 @@ def _add_history(store: SqlEventStore, start: int, count: int) -> None:
                 for n in range(start, start + count)
             ],
         )
+        settle_latest(conn, LEVELS)
         conn.execute(
             tick_spend.insert(),
             [_spent(n, old - timedelta(minutes=n)) for n in range(start, start + count)],
@@ -205,6 +208,7 @@ def _add_window(store: SqlEventStore) -> None:
             status = OPEN_STATUSES[left % 3] if left <= 6 else "completed"
             rows.append(_tick(90_000_000 + k, NOW - timedelta(minutes=left), status))
         conn.execute(ticks.insert(), rows)
+        settle_latest(conn, LEVELS)
         conn.execute(
             tick_spend.insert(),
             [
@@ -495,9 +499,48 @@ def test_the_timeline_draws_troubled_levels_first_and_no_more_than_its_lanes(
     rows[-1]["status"] = "failed"
     with store.write_transaction() as conn:
         conn.execute(ticks.insert(), rows)
+        settle_latest(conn, many)
     _caught_up(store)
     page = dashboard.panels(Reads(_settings(store, many), store))
     timeline = page[page.index('id="timeline"') :]
     lanes = re.findall(r'<span class="level">([^<]+)</span>', timeline)
     assert lanes == [many[-1], *many[: dashboard.TIMELINE_LANES - 1], "UTC"], "then its axis"
     assert f"{dashboard.TIMELINE_LANES} of {len(many)} levels" in timeline
+
+
+def _closed_ticks(store: SqlEventStore, start: int, count: int) -> None:
+    """`count` ticks scheduled and ended, packed into tick rows as the service packs them."""
+    for n in range(start, start + count):
+        tick = f"p{n:05d}"
+        store.append(
+            f"tick-{tick}",
+            [
+                NewEvent(uuid4(), kind, 1, {"tick_id": tick, "level": "l1"}, {})
+                for kind in ("TickScheduled", "TickCompleted")
+            ],
+        )
+    _settle(store)
+    compact(store)
+
+
+def test_the_newest_of_a_type_packed_ticks_hold_costs_the_same_behind_ten_times_the_history(
+    store: SqlEventStore,
+) -> None:
+    """`/metrics`' fire lags: the last slots claimed, when every tick that claimed them is packed.
+
+    The hot events hold none of the type, so the answer is in tick rows: read back from the
+    newest until nothing older can outrank it, not every row unpacked.
+    """
+
+    def newest(store: SqlEventStore) -> object:
+        return store.read_last(5, types=["TickScheduled"])
+
+    _closed_ticks(store, 0, 20)
+    small = _work(store, newest)
+    _closed_ticks(store, 20, 180)
+    large = _work(store, newest)
+    assert [e.data["tick_id"] for e in store.read_last(2, types=["TickScheduled"])] == [
+        "p00199",
+        "p00198",
+    ]
+    assert large.units <= small.units * 1.1 + 10, (small, large)

@@ -8,7 +8,7 @@ drawn here, so the page works offline and shows the same numbers as `/spend`.
 from __future__ import annotations
 
 from collections import defaultdict
-from datetime import UTC, datetime, timedelta
+from datetime import UTC, date, datetime, timedelta
 from html import escape
 from typing import Literal
 from urllib.parse import quote
@@ -36,6 +36,10 @@ HEALTHY = ("completed", "running", "scheduled")
 CHART_DAYS = 14
 CHART_WIDTH, CHART_HEIGHT, CHART_PAD = 720, 220, 40
 PALETTE = ("#4e79a7", "#f28e2b", "#59a14f", "#e15759", "#76b7b2", "#edc948", "#b07aa1", "#ff9da7")
+CHART_LEVELS = len(PALETTE)
+"""Levels the spend chart draws apart, a colour each: the most spending; the rest are one."""
+OTHERS = "other levels"
+OTHERS_COLOUR = "#bab0ac"
 
 
 ChartUnit = Literal["tokens", "usd"]
@@ -65,8 +69,7 @@ def panels(reads: Reads, chart: ChartUnit = "tokens") -> str:
             _timeline(len(levels), reads.recent_ticks(lanes, TIMELINE_TICKS), status.taken_at),
             _section(
                 f"Spend per day ({'USD' if chart == 'usd' else 'tokens'})",
-                switch
-                + spend_chart(reads.spend(("day", "level"), since), status.taken_at, levels, chart),
+                switch + _spend_chart(reads, since, status.taken_at, chart),
                 "spend",
             ),
             _digest(reads.latest_digest()),
@@ -382,27 +385,55 @@ def _timeline(configured: int, recent: dict[str, list[TickMark]], now: datetime)
     )
 
 
+def _spend_chart(reads: Reads, since: date, now: datetime, unit: ChartUnit) -> str:
+    """The chart of the CHART_LEVELS levels that spent the most tokens, and the others as one.
+
+    Each of those levels' rows per day, and one row per day of all levels: a chart of
+    1,000 levels drew (and priced) 14,000 bars every refresh, which no one can read.
+    """
+    shown = reads.top_spenders(since, CHART_LEVELS)
+    rows = reads.spend(("day", "level"), since, levels=shown) if shown else []
+    return spend_chart(rows, reads.spend(("day",), since), now, shown, unit)
+
+
 def spend_chart(
-    rows: list[SpendRow], now: datetime, levels: list[str], unit: ChartUnit = "tokens"
+    rows: list[SpendRow],
+    days_total: list[SpendRow],
+    now: datetime,
+    levels: list[str],
+    unit: ChartUnit = "tokens",
 ) -> str:
     """Stacked bars of tokens (or USD) per UTC day, one colour per level, for CHART_DAYS.
 
-    In USD an unpriced model's spend counts nothing; the legend says how many calls that is.
+    `rows` are per day and level (of `levels`), `days_total` per day of every level: what
+    they leave is drawn as OTHERS. In USD an unpriced model's spend counts nothing; the
+    legend says how many calls that is.
     """
     days = [(now.date() - timedelta(days=back)).isoformat() for back in reversed(range(CHART_DAYS))]
     tokens: dict[str, dict[str, float]] = defaultdict(dict)
-    unpriced = 0
-    for row in rows:
-        tokens[row.group["day"]][row.group["level"]] = (
+
+    def charted(row: SpendRow) -> float:
+        return (
             row.prompt_tokens + row.completion_tokens if unit == "tokens" else row.cost_usd or 0.0
         )
-        unpriced += row.unpriced_calls
+
+    for row in rows:
+        tokens[row.group["day"]][row.group["level"]] = charted(row)
+    unpriced = 0
+    for total in days_total:
+        left = charted(total) - sum(tokens[total.group["day"]].values())
+        # A float's rounding (USD) leaves crumbs that are no one's spend.
+        if left > (0 if unit == "tokens" else 1e-9):
+            tokens[total.group["day"]][OTHERS] = left
+        unpriced += total.unpriced_calls
 
     def amount(value: float) -> str:
         return f"{value:,.0f} tokens" if unit == "tokens" else f"${format_usd(value)}"
 
-    names = levels + sorted({level for day in tokens.values() for level in day} - set(levels))
+    drawn = {level for day in tokens.values() for level in day}
+    names = [*levels, *sorted(drawn - {*levels, OTHERS}), *([OTHERS] if OTHERS in drawn else [])]
     colour = {name: PALETTE[i % len(PALETTE)] for i, name in enumerate(names)}
+    colour[OTHERS] = OTHERS_COLOUR
     top = max((sum(day.values()) for day in tokens.values()), default=0) or 1
     plot_height = CHART_HEIGHT - 2 * CHART_PAD
     step = (CHART_WIDTH - 2 * CHART_PAD) / CHART_DAYS

@@ -27,7 +27,7 @@ from harness.projections import (
 )
 from harness.projections.level_stats import LevelStats, level_stats
 from harness.projections.levels import pauses
-from harness.projections.spend import ReportGroup, spend_by
+from harness.projections.spend import ReportGroup, spend_by, top_spenders
 from harness.projections.ticks import OPEN, TickCursor, latest_ticks, tick_page
 from harness.routing.history import RevisionError, recorded_catalog
 from harness.scheduling.budget import Budgets
@@ -175,10 +175,19 @@ class Reads:
         targets = catalog.get("targets", {})
         return {name: targets[name] for name in dict.fromkeys(named) if name in targets}
 
-    def spend(self, by: Sequence[ReportGroup], since: date | None = None) -> list[SpendRow]:
-        """Spend grouped as asked (`tag` too), from the spend read model."""
+    def spend(
+        self,
+        by: Sequence[ReportGroup],
+        since: date | None = None,
+        levels: Sequence[str] | None = None,
+    ) -> list[SpendRow]:
+        """Spend grouped as asked (`tag` too), from the spend read model; of `levels` only."""
         tags = {name: list(level.tags) for name, level in self.settings.levels.items()}
-        return spend_by(self.store, self.prices, by, tags, since=since)
+        return spend_by(self.store, self.prices, by, tags, since=since, levels=levels)
+
+    def top_spenders(self, since: date, n: int) -> list[str]:
+        """The `n` levels that spent the most tokens from `since` on, most first."""
+        return top_spenders(self.store, since, n)
 
     def budgets(self) -> list[BudgetStatus]:
         """Every budget's current window (`harness.scheduling.budget_watch`)."""

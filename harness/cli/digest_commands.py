@@ -41,7 +41,6 @@ def digest(
     """Build a digest of a period: per level ticks, spend, failures, skips, excerpts."""
     from harness.config import DigestConfig
     from harness.digests.build import Digest, build_digest
-    from harness.digests.publish import Period, Publisher
     from harness.digests.render import render
     from harness.projections import projector_for
     from harness.scheduling.status import refresh
@@ -77,6 +76,9 @@ def digest(
         prices = refresh(config, store)
         projector = projector_for(store, prices)
         if send:
+            # Only here: it brings apprise, psutil and tenacity, ~75 ms of a plain digest.
+            from harness.digests.publish import Period, Publisher
+
             assert name is not None
             publisher = Publisher(config, store, projector, prices, _report)
             published = publisher.publish(name, chosen, Period(period_start, period_end))

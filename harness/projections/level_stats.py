@@ -2,20 +2,20 @@
 
 Last outcome, success rate over the last day, failure streak, median and 95th percentile
 run time, and today's cost per tick: read from the counters the ticks projection keeps
-(`harness.projections.tick_counts`), the failure streaks and one index lookup per ended
-status, never from an aggregate over all ticks, so the dashboard's panel costs the same
-behind a year of history as behind an hour.
+(`harness.projections.tick_counts`), the failure streaks and each level's newest ended
+tick (`harness.projections.level_latest`), never from an aggregate over all ticks, so
+the dashboard's panel costs the same behind a year of history as behind an hour.
 """
 
 from __future__ import annotations
 
-from collections import defaultdict
 from collections.abc import Iterable
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 
 import sqlalchemy as sa
 
+from harness.projections.level_latest import ENDED, newest_ended
 from harness.projections.streaks import failure_streaks
 from harness.projections.tick_counts import (
     DURATION_BUCKETS,
@@ -24,12 +24,8 @@ from harness.projections.tick_counts import (
     hour_of,
     tick_hour_counts,
 )
-from harness.projections.ticks import IDS_PER_QUERY, per_level, ticks
 from harness.store import EventStore
-from harness.timespec import as_utc
 
-ENDED = ("completed", "failed", "timed_out", "cancelled", "lost")
-"""Statuses of a tick that ran (or was meant to) and ended; skipped ones never ran."""
 FAILED = ("failed", "timed_out", "lost")
 RATE_HOURS = 24
 
@@ -65,13 +61,11 @@ def level_stats(store: EventStore, levels: Iterable[str], now: datetime) -> list
     names = list(levels)
     since = hour_of(now - timedelta(hours=RATE_HOURS - 1))
     today = hour_of(now.replace(hour=0))
-    hours = tick_hour_counts.c
     with store.read_transaction() as conn:
-        counted = conn.execute(
-            sa.select(hours.level, hours.hour, hours.status, hours.ticks).where(
-                hours.level.in_(names), hours.hour >= min(since, today)
-            )
-        ).all()
+        counted = {
+            level: (int(completed), int(failed), int(ended))
+            for level, completed, failed, ended in conn.execute(_day_counts(since, today))
+        }
         streaks = dict(
             conn.execute(
                 sa.select(failure_streaks.c.level, failure_streaks.c.failures).where(
@@ -80,54 +74,53 @@ def level_stats(store: EventStore, levels: Iterable[str], now: datetime) -> list
             ).all()
         )
         histograms = {found.level: found for found in durations(conn, names)}
-        ended = _last_ended(conn, names)
-    by_level: dict[str, list[tuple[str, str, int]]] = defaultdict(list)
-    for name, hour, status, n in counted:
-        by_level[name].append((hour, status, int(n)))
+        ended = newest_ended(conn, names)
     stats = []
     for level in names:
-        mine = by_level[level]
+        completed, failed, ended_today = counted.get(level, (0, 0, 0))
         last = ended.get(level)
         histogram = histograms.get(level)
         stats.append(
             LevelStats(
                 level=level,
-                last_tick_id=last[0] if last else None,
-                last_status=last[1] if last else None,
-                last_ended_at=last[2] if last else None,
-                completed_day=sum(n for h, s, n in mine if h >= since and s == "completed"),
-                failed_day=sum(n for h, s, n in mine if h >= since and s in FAILED),
+                last_tick_id=last.tick_id if last else None,
+                last_status=last.status if last else None,
+                last_ended_at=last.finished_at if last else None,
+                completed_day=completed,
+                failed_day=failed,
                 failure_streak=int(streaks.get(level, 0)),
                 p50_seconds=_quantile(histogram, 0.5),
                 p95_seconds=_quantile(histogram, 0.95),
-                ended_today=sum(n for h, s, n in mine if h >= today and s in ENDED),
+                ended_today=ended_today,
             )
         )
     return stats
 
 
-def _last_ended(conn: sa.Connection, levels: list[str]) -> dict[str, tuple[str, str, datetime]]:
-    """Each level's latest ended tick (by list time): id, status and end, in two statements.
+def _day_counts(since: str, today: str) -> sa.Select[str, int, int, int]:
+    """Per level: completed and failed ticks of the hours from `since`, ended ones from `today`.
 
-    One walk back from the end of each level's (level, list time) index, stopped at its
-    first ended tick (`per_level`): only the ticks still open stand before it, so the
-    cost is levels times the ticks in flight, never the history.
+    Summed by the database over the last day's hours alone, every level's at once: a
+    range of the hour index (migration 0024), not a probe per level, and a row a level
+    back instead of one per level, hour and status. Levels no longer configured come
+    back too and are not asked for.
     """
-    ended = ", ".join(f"'{status}'" for status in ENDED)
-    newest = (
-        f"SELECT tick_id FROM ticks WHERE level = l.value AND status IN ({ended}) "
-        "ORDER BY sort_at DESC, tick_id DESC LIMIT 1"
+    hours = tick_hour_counts.c
+
+    def ticks_of(first: str, statuses: tuple[str, ...]) -> sa.ColumnElement[int]:
+        counts = sa.and_(hours.hour >= first, hours.status.in_(statuses))
+        return sa.func.coalesce(sa.func.sum(sa.case((counts, hours.ticks), else_=0)), 0)
+
+    return (
+        sa.select(
+            hours.level,
+            ticks_of(since, ("completed",)),
+            ticks_of(since, FAILED),
+            ticks_of(today, ENDED),
+        )
+        .where(hours.hour >= min(since, today))
+        .group_by(hours.level)
     )
-    ids = [tick for _, tick in conn.execute(per_level(conn, levels, newest)) if tick is not None]
-    found: dict[str, tuple[str, str, datetime]] = {}
-    for start in range(0, len(ids), IDS_PER_QUERY):
-        query = sa.select(ticks.c.level, ticks.c.tick_id, ticks.c.status, ticks.c.finished_at)
-        chunk = ids[start : start + IDS_PER_QUERY]
-        for level, tick_id, status, finished_at in conn.execute(
-            query.where(ticks.c.tick_id.in_(chunk))
-        ):
-            found[level] = (tick_id, status, as_utc(finished_at))
-    return found
 
 
 def _quantile(histogram: Durations | None, share: float) -> float | None:

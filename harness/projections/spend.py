@@ -196,6 +196,24 @@ def spend_by(
     return [merged[key] for key in sorted(merged)]
 
 
+def top_spenders(store: EventStore, since: date, n: int) -> list[str]:
+    """The `n` levels that spent the most tokens from `since` on, most first.
+
+    Summed by the database over the days asked for alone (the day range closed, as in
+    `spend_report`): a chart of a few levels need not price a row per level and day.
+    """
+    tokens = sa.func.sum(spend_daily.c.prompt_tokens + spend_daily.c.completion_tokens)
+    query = (
+        sa.select(spend_daily.c.level)
+        .where(spend_daily.c.day.between(since, date.max))
+        .group_by(spend_daily.c.level)
+        .order_by(tokens.desc(), spend_daily.c.level)
+        .limit(n)
+    )
+    with store.read_transaction() as conn:
+        return list(conn.execute(query).scalars())
+
+
 def _added(a: SpendRow, b: SpendRow) -> SpendRow:
     cost = None if a.cost_usd is None or b.cost_usd is None else a.cost_usd + b.cost_usd
     return SpendRow(

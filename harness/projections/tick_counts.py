@@ -75,11 +75,16 @@ tick_hour_counts = sa.Table(
     sa.Column("status", sa.String(20), primary_key=True),
     sa.Column("reason", sa.Text(), primary_key=True),
     sa.Column("ticks", sa.BigInteger(), nullable=False),
+    sa.Index("ix_tick_hour_counts_hour", "hour", "level", "status", "ticks"),
+    sa.Index("ix_tick_hour_counts_zero", "level", sqlite_where=sa.text("ticks = 0")),
 )
 """Ticks by level, UTC hour they were scheduled in (`YYYY-MM-DDTHH`, text: it sorts as
 time, and reads the same from both databases), status, and (skipped ones) reason: what a
 digest counts for the whole hours of its period. Like the counts per status, a
-gauge that follows each tick's row; a tick not (yet) known to be scheduled is absent."""
+gauge that follows each tick's row; a tick not (yet) known to be scheduled is absent.
+The hour index (migration 0024) serves reads of the last hours of every level at once;
+the partial index of rows at zero (PostgreSQL's has the same predicate, set by the
+migration) lets each batch delete those without reading every hour ever counted."""
 
 TABLES = (tick_status_counts, tick_level_totals, tick_duration_buckets, tick_hour_counts)
 
@@ -171,8 +176,9 @@ class Tally:
             ("level", "hour", "status", "reason"),
             [(*key, n) for key, n in hours.items() if n],
         )
+        # Written out, as the partial index's predicate is: SQLite matches it as text.
         for table in (tick_status_counts, tick_hour_counts):
-            conn.execute(table.delete().where(table.c.ticks == 0))
+            conn.execute(table.delete().where(sa.text("ticks = 0")))
         add_sums(
             conn,
             tick_level_totals,

@@ -32,6 +32,16 @@ from harness.contracts import (
     ToolCalled,
 )
 from harness.projections.base import EventData, Projection, upsert
+from harness.projections.level_latest import (
+    ENDED,
+    Kept,
+    Latest,
+    naming,
+    newest_statuses,
+    note,
+    tick_level_latest,
+    write,
+)
 from harness.projections.tick_counts import STORED, Tally
 from harness.projections.tick_counts import TABLES as COUNTERS
 from harness.store import EventStore
@@ -157,7 +167,7 @@ class TicksProjection(Projection):
 
     name = "ticks"
     types = frozenset({*STATUS_OF, BudgetSpent.type, ToolCalled.type})
-    tables = (ticks, tick_level_history, *COUNTERS)
+    tables = (ticks, tick_level_history, tick_level_latest, *COUNTERS)
 
     def apply(self, conn: sa.Connection, batch: Iterable[EventData]) -> None:
         """Merge the batch's events per tick first, so each tick's row is written once per batch.
@@ -232,14 +242,56 @@ class TicksProjection(Projection):
                 old_row.sort_at,
             ),
         }
-        conn.execute(
-            insert.on_conflict_do_update(index_elements=["tick_id"], set_=changes),
+        stored = conn.execute(
+            insert.on_conflict_do_update(index_elements=["tick_id"], set_=changes).returning(
+                ticks.c.tick_id, ticks.c.sort_at, ticks.c.status, ticks.c.finished_at
+            ),
             list(rows.values()),
         )
+        levels = {tick_id: row["level"] for tick_id, row in rows.items()}
+        moved = {
+            old[t]["level"]
+            for t, level in levels.items()
+            if old.get(t, {}).get("level", level) != level
+        }
+        note(conn, [_latest(*row) for row in stored], levels, moved, _refind)
 
     def archived(self, conn: sa.Connection, day: date, tick_ids: Iterable[str]) -> None:
         """The ticks' rows leave with their events (`forget_archived`)."""
         forget_archived(conn, tick_ids)
+
+
+def _latest(tick_id: str, sort_at: datetime, status: str, finished_at: datetime | None) -> Latest:
+    return Latest(tick_id, as_utc(sort_at), status, as_utc(finished_at))
+
+
+def _refind(conn: sa.Connection, levels: list[str]) -> Kept:
+    """Each level's newest and newest ended tick, from the end of its (level, list time) index.
+
+    For the few levels whose kept ticks the fold cannot settle (`level_latest.note`).
+    """
+    columns = (ticks.c.tick_id, ticks.c.sort_at, ticks.c.status, ticks.c.finished_at)
+    newest = sa.select(*columns).order_by(ticks.c.sort_at.desc(), ticks.c.tick_id.desc()).limit(1)
+    found: Kept = {}
+    for level in levels:
+        mine = newest.where(ticks.c.level == level)
+        last, ended = (
+            conn.execute(query).first() for query in (mine, mine.where(ticks.c.status.in_(ENDED)))
+        )
+        found[level] = (
+            None if last is None else _latest(*last),
+            None if ended is None else _latest(*ended),
+        )
+    return found
+
+
+def settle_latest(conn: sa.Connection, levels: list[str]) -> None:
+    """Set the levels' newest and newest ended ticks (`tick_level_latest`) from the table.
+
+    After their kept ticks' rows left it, or rows were written around the fold (tests).
+    """
+    if levels:
+        write(conn, _refind(conn, levels))
 
 
 def forget_archived(conn: sa.Connection, tick_ids: Iterable[str]) -> None:
@@ -263,6 +315,7 @@ def forget_archived(conn: sa.Connection, tick_ids: Iterable[str]) -> None:
             if status != "skipped":
                 ran[level].add(slot)
         conn.execute(ticks.delete().where(chosen))
+    settle_latest(conn, naming(conn, set(wanted)))
     if not last:
         return
     stored = {
@@ -593,14 +646,10 @@ def last_slots(store: EventStore, levels: Iterable[str]) -> dict[str, datetime]:
 def last_statuses(store: EventStore, levels: Iterable[str]) -> dict[str, str]:
     """Each of `levels`' newest tick's status; a level without a tick is absent.
 
-    One lookup at the end of the (level, list time) index per level (`per_level`).
+    A row a level of `tick_level_latest`, kept by the fold: no walk of the ticks' index.
     """
-    newest = (
-        "SELECT status FROM ticks WHERE level = l.value ORDER BY sort_at DESC, tick_id DESC LIMIT 1"
-    )
     with store.read_transaction() as conn:
-        found = conn.execute(per_level(conn, levels, newest))
-        return {level: status for level, status in found if status is not None}
+        return newest_statuses(conn, levels)
 
 
 @dataclass(frozen=True, slots=True)

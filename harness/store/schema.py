@@ -10,7 +10,7 @@ from typing import Any
 
 import sqlalchemy as sa
 
-HEAD_REVISION = "0023"
+HEAD_REVISION = "0024"
 
 metadata = sa.MetaData()
 

@@ -67,6 +67,7 @@ from harness.store.tick_rows import (
     reach_after,
     reach_before,
     records_between,
+    records_last,
     widest_span,
     with_compacted,
 )
@@ -460,7 +461,9 @@ class SqlEventStore(EventStore):
             after = hot[-1].global_position - 1 if len(hot) == limit else 0
             if kinds is None:
                 after = max(after, reach_before(conn, limit))
-            packed = records_between(conn, after, UNBOUNDED, kinds)
+                packed = records_between(conn, after, UNBOUNDED, kinds)
+            else:
+                packed = records_last(conn, after, limit, kinds)
         if not packed:
             return hot
         return list(merged(reversed(hot), packed))[::-1][:limit]

@@ -188,6 +188,43 @@ def records_between(
     return sorted(found, key=lambda record: record.global_position)
 
 
+def records_last(
+    conn: sa.Connection, after: int, limit: int, types: Collection[str]
+) -> list[StoredEvent]:
+    """The newest `limit` packed records of `types` after `after`, in global order.
+
+    Rows backwards by first position, a page of `limit` rows at a time, until `limit`
+    records are found that no row not read yet can outrank: a row's records lie within the
+    widest span past its first position. A reach back by a count of records
+    (`reach_before`) would unpack every row when the types are rare among them (the last
+    100 `TickScheduled` of a store whose open ticks hold fewer than 100: all of it).
+    """
+    span = widest_span(conn)
+    if span is None or not holds_types(types):
+        return []
+    key = tick_rows.c.first_position
+    found: list[StoredEvent] = []
+    query = sa.select(tick_rows.c.tick_id, tick_rows.c.data, key).where(key > after - span)
+    oldest: int | None = None
+    while True:
+        page_of = query if oldest is None else query.where(key < oldest)
+        page = conn.execute(page_of.order_by(key.desc()).limit(limit)).all()
+        for tick, blob, _ in page:
+            found += (
+                r
+                for r in unpack(tick, bytes(blob))
+                if r.global_position > after and r.type in types
+            )
+        if len(page) < limit:
+            break
+        oldest = int(page[-1][2])
+        newest = heapq.nlargest(limit, (record.global_position for record in found))
+        if len(newest) == limit and newest[-1] >= oldest + span:
+            break
+    found.sort(key=lambda record: record.global_position)
+    return found[-limit:]
+
+
 def data_between(
     conn: sa.Connection, after: int, upper: int, kinds: Collection[str]
 ) -> list[EventData]:

@@ -107,8 +107,7 @@ def test_forked_children_mint_ids_of_their_own() -> None:
 
 
 def test_a_tick_id_names_its_utc_second_and_its_day_is_read_back() -> None:
-    """A slot's id is its claim in every replica and old archives are found by it: the
-    spelling must never change (an ended minute in Tokyo is still the UTC one)."""
+    """Its spelling must never change: a slot's id is its claim, archives are found by it."""
     slot = datetime(2026, 12, 2, 8, 30, tzinfo=timezone(timedelta(hours=9)))
     assert slot_tick_id("nightly-build", slot) == "nightly-build-20261201T233000Z"
     assert tick_id_day("nightly-build-20261201T233000Z") == date(2026, 12, 1)

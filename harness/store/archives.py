@@ -37,8 +37,8 @@ from uuid import UUID
 import orjson
 from pydantic import BaseModel, ValidationError
 
-from harness.contracts.ids import tick_id_day
 from harness.contracts.events import ARCHIVE_STREAM, ArchiveSummary, ArchiveWritten, tick_stream
+from harness.contracts.ids import tick_id_day
 from harness.contracts.records import StoredEvent
 from harness.files import atomic_file, write_atomically
 from harness.store.base import EventStore

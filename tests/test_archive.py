@@ -22,6 +22,7 @@ import sqlalchemy as sa
 
 from harness.api.reads import Reads
 from harness.config import Settings, load_settings
+from harness.contracts.budgets import BudgetEntry
 from harness.contracts.events import (
     ARCHIVE_STREAM,
     Event,
@@ -40,6 +41,7 @@ from harness.projections.spend import spend_daily
 from harness.projections.tick_counts import TABLES as COUNTERS
 from harness.projections.ticks import last_slots, runs_of, ticks
 from harness.scheduling.archiving import PHASES, Archiver
+from harness.scheduling.budget import Budgets
 from harness.scheduling.triggers import slot_tick_id
 from harness.store import SqlEventStore, migrate_store, open_store
 from harness.store.archives import (
@@ -292,6 +294,32 @@ def test_a_kill_at_any_phase_loses_and_duplicates_nothing(
         said = [e.global_position for e in archived_events(folder, TRANSCRIPTS_FILE)]
         assert sorted(said) == sorted(entries), "each entry archived once"
         assert (folder / FILES_FILE).exists()
+    finally:
+        store.close()
+
+
+def test_a_new_budgets_refold_counts_the_spend_its_window_holds_in_an_archive(
+    sqlite_url: str, tmp_path: Path
+) -> None:
+    """A budget added after its window's day was archived counts that day's spend all the same."""
+    settings = load_settings(config_file(tmp_path, sqlite_url))
+    store = open_store(sqlite_url)
+    noon = datetime.combine(OLD, time(12), UTC)
+    try:
+        with _store_on(store, OLD) as then:
+            for n in range(3):
+                for event in tick_events(old(n), settings.paths.results, 100 + n, OLD):
+                    then.append(
+                        f"tick-{old(n)}",
+                        [event.model_copy(update={"occurred_at": noon}).to_record()],
+                    )
+        assert [d.ticks for d in Archiver(settings, store, [].append).archive()] == [3]
+        added = settings.model_copy(
+            update={"budgets": [BudgetEntry(name="day", scope="global", tokens=10**9)]}
+        )
+        budgets = Budgets(store, projector_for(store, PriceBook()), PriceBook(), added)
+        spent = budgets.spent(budgets.rules, noon + timedelta(hours=1))["day"]
+        assert (spent.tokens, spent.calls) == (100 + 101 + 102 + 3 * 7, 3)
     finally:
         store.close()
 

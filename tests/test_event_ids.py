@@ -1,13 +1,19 @@
-"""Event ids are time-ordered UUIDs (version 7) and stay unique across forked processes."""
+"""Event ids are time-ordered UUIDs (version 7) and stay unique across forked processes.
+
+Tick ids are written in one format and the day they name is read back from it.
+"""
 
 from __future__ import annotations
 
 import os
 import time
 import uuid
-from datetime import datetime
+from datetime import UTC, date, datetime, timedelta, timezone
 
 from harness.contracts import BudgetSpent, new_event_id
+from harness.contracts.ids import tick_id_day
+from harness.execution.prepare import new_tick_id
+from harness.scheduling.triggers import slot_tick_id
 from harness.scheduling.waves import SlotClaim
 from tests.waiting import wait_until
 
@@ -98,3 +104,18 @@ def test_forked_children_mint_ids_of_their_own() -> None:
     for index, mine in enumerate(tails):
         for other in tails[index + 1 :]:
             assert not mine & other
+
+
+def test_a_tick_id_names_its_utc_second_and_its_day_is_read_back() -> None:
+    """Its spelling must never change: a slot's id is its claim, archives are found by it."""
+    slot = datetime(2026, 12, 2, 8, 30, tzinfo=timezone(timedelta(hours=9)))
+    assert slot_tick_id("nightly-build", slot) == "nightly-build-20261201T233000Z"
+    assert tick_id_day("nightly-build-20261201T233000Z") == date(2026, 12, 1)
+    before = datetime.now(UTC).replace(microsecond=0)
+    started = new_tick_id("min")
+    level, stamp, unique = started.split("-")
+    at = datetime.strptime(stamp, "%Y%m%dT%H%M%S").replace(tzinfo=UTC)
+    assert level == "min" and before <= at <= datetime.now(UTC) and len(unique) == 8
+    assert tick_id_day(started) == at.date()
+    for other in ("t1", "min-20261301T000000Z", "min-20261201T000000Z-extra", "min-202612011200-3"):
+        assert tick_id_day(other) is None, other

@@ -25,6 +25,7 @@ from typing import Any
 from harness.config import LevelConfig, Settings
 from harness.contracts.budgets import BudgetRuleData
 from harness.contracts.calibration import Calibration
+from harness.contracts.ids import tick_id_for
 from harness.contracts.output import OutputSchemaError, load_output_schema
 from harness.contracts.payload import RagSettings, TickBudgets, TickPayload, TokenRates
 from harness.contracts.rate_limits import RateLimitPlan
@@ -94,7 +95,7 @@ def worker_env(
 
 def new_tick_id(level: str) -> str:
     """A tick id that sorts by level and start time and is unique across replicas."""
-    return f"{level}-{datetime.now(UTC):%Y%m%dT%H%M%S}-{uuid.uuid4().hex[:8]}"
+    return tick_id_for(level, datetime.now(UTC), uuid.uuid4().hex[:8])
 
 
 @dataclass(frozen=True)

@@ -17,7 +17,6 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, replace
 from datetime import UTC, datetime, timedelta
 from functools import cache
-from itertools import islice
 from pathlib import Path
 
 import sqlalchemy as sa
@@ -28,7 +27,7 @@ from harness.prices import PriceBook
 from harness.projections.base import EventData, Projection, add_sums, upsert
 from harness.projections.projector import Projector
 from harness.store import EventStore, clear_tables
-from harness.store.archives import merged, recorded_archives
+from harness.store.archives import recorded_archives
 from harness.store.schema import metadata
 
 budget_window_spend = sa.Table(
@@ -54,8 +53,6 @@ budget_folds = sa.Table(
 
 _KEYS = ("budget", "fingerprint", "bucket", "model", "price_tier")
 NAME = "budget_windows"
-BATCH = 10_000
-"""Events applied at a time by a refold."""
 
 
 def bucket_key(at: datetime) -> str:
@@ -140,10 +137,7 @@ def ensure_folded(
             return False
         clear_tables(locked.conn, projection.tables)
         start = replace(locked, position=store.first_position_since(since) - 1)
-        hot = store.read_window(start, projection.types, locked.horizon)
-        events = merged([*(archive.event_data(projection.types) for archive in archives), hot])
-        while batch := list(islice(events, BATCH)):
-            projection.apply(locked.conn, batch)
+        projector.fold_archived(projection, start, archives, locked.horizon)
         locked.conn.execute(
             upsert(locked.conn, budget_folds).on_conflict_do_nothing(),
             [{"fingerprint": fingerprint} for fingerprint in wanted],

@@ -144,7 +144,7 @@ class Projector:
             tracking = replace(locked, position=0)
             upper = max((archive.manifest.last_position for archive in archives), default=0)
             if archives:
-                folded = self._fold_archived(projection, tracking, archives, upper, progress)
+                folded = self.fold_archived(projection, tracking, archives, upper, progress)
             self.store.save_checkpoint(tracking, upper)
         folded += self.catch_up([name], progress)
         # Batches that add to a row already folded rewrite it: no dead tuple stays behind.
@@ -163,17 +163,20 @@ class Projector:
         for projection in self.projections.values():
             projection.archived(conn, day, left)
 
-    def _fold_archived(
+    def fold_archived(
         self,
         projection: Projection,
         tracking: Tracking,
         archives: Sequence[Archive],
         upper: int,
-        progress: Progress | None,
+        progress: Progress | None = None,
     ) -> int:
         """Fold archives and the hot store merged up to `upper`; returns the events folded.
 
-        Then the read model hears which ticks each archive holds.
+        From the hot store, the events after `tracking.position`; all in the caller's
+        tracking transaction, which moves no checkpoint here: a rebuild and a budget refold
+        clear the read model and save their checkpoint in it, so either all is folded or
+        nothing changed. Then the read model hears which ticks each archive holds.
         """
         ticks: dict[date, set[str]] = {archive.day: set() for archive in archives}
 

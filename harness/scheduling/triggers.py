@@ -23,6 +23,7 @@ from apscheduler.triggers.base import BaseTrigger
 from apscheduler.triggers.cron import CronTrigger
 
 from harness.config import LevelConfig, Scheduled
+from harness.contracts.ids import tick_id_for
 
 _ONE_MICROSECOND = timedelta(microseconds=1)
 _DAY_SECONDS = 86_400
@@ -77,7 +78,7 @@ def upcoming_slot(trigger: BaseTrigger, now: datetime) -> datetime | None:
 
 def slot_tick_id(level: str, slot: datetime) -> str:
     """The tick id of a slot: the same in every replica, so its stream is the claim."""
-    return f"{level}-{slot.astimezone(UTC):%Y%m%dT%H%M%SZ}"
+    return tick_id_for(level, slot)
 
 
 def _fire_time(trigger: BaseTrigger, previous: datetime | None, after: datetime) -> datetime:

@@ -24,7 +24,6 @@ from __future__ import annotations
 import gzip
 import hashlib
 import heapq
-import re
 import zlib
 from collections import Counter
 from collections.abc import Iterable, Iterator
@@ -39,6 +38,7 @@ import orjson
 from pydantic import BaseModel, ValidationError
 
 from harness.contracts.events import ARCHIVE_STREAM, ArchiveSummary, ArchiveWritten, tick_stream
+from harness.contracts.ids import tick_id_day
 from harness.contracts.records import StoredEvent
 from harness.files import atomic_file, write_atomically
 from harness.store.base import EventStore
@@ -246,8 +246,6 @@ def read_stream(folder: Path, stream_id: str) -> list[StoredEvent]:
     return sorted(found, key=lambda event: event.stream_position)
 
 
-TICK_ID_DAY = re.compile(r"-(\d{8})T\d{6}")
-"""The UTC day a tick id names: its slot's (`min-20261201T120000Z`) or its start's."""
 STRAGGLER_DAYS = 7
 """How many days after the one its id names an archived tick is looked for: a tick still
 open when its day was archived leaves with a later day's archive."""
@@ -265,10 +263,9 @@ def find_archived(
     without a day, a tick archived later than that, or no such tick); ArchiveError for an
     archive that is missing or damaged.
     """
-    named = TICK_ID_DAY.search(tick_id)
-    if named is None:
+    first = tick_id_day(tick_id)
+    if first is None:
         return None
-    first = datetime.strptime(named[1], "%Y%m%d").date()
     recorded = sorted(
         {
             date.fromisoformat(str(stored.data["day"]))

@@ -2,9 +2,12 @@
 
 PostgreSQL tests skip locally when no server answers; with CI=true a missing server fails.
 Each test gets an empty store without paying for its migrations: a SQLite test copies a
-store migrated once per process (tests/store_support.py), a PostgreSQL test truncates the
-session's database (DELETE would be cheaper, but the dead rows it leaves may change the plans
-tests/test_read_costs.py counts).
+store migrated once per process (tests/store_support.py), a PostgreSQL test empties the
+session's database with DELETE and restarts its sequences: TRUNCATE swaps every table's and
+index's files and syncs them at commit, about half a second of a worker's time per test on
+this machine, DELETE a few milliseconds. A test whose measure dead rows would change (the
+buffers tests/test_read_costs.py counts, the dead tuples a rebuild must not leave) asks for
+`truncated_pg_url`.
 """
 
 from __future__ import annotations
@@ -36,31 +39,6 @@ settings.register_profile(
 settings.load_profile("shared-machine")
 
 PG_ADMIN_URL = os.environ.get("TICKWORK_TEST_PG_URL", "postgresql://postgres@127.0.0.1:5432/test")
-TABLES = (
-    "events",
-    "event_ids",
-    "tick_streams",
-    "tick_rows",
-    "projection_checkpoints",
-    "spend_daily",
-    "ticks",
-    "tick_level_history",
-    "tick_level_latest",
-    "governor_calibration",
-    "failure_streaks",
-    "tick_status_counts",
-    "tick_level_totals",
-    "tick_duration_buckets",
-    "tick_hour_counts",
-    "cancel_scopes",
-    "digests_published",
-    "tick_spend",
-    "budget_window_spend",
-    "budget_folds",
-    "rate_buckets",
-    "rate_grants",
-    "rate_leases",
-)
 
 
 def _admin_dsn() -> str:
@@ -69,30 +47,75 @@ def _admin_dsn() -> str:
 
 
 def _pg_reachable() -> str | None:
+    """None when the server answers, else why not.
+
+    A refused connection says so at once; a server busy with other suites' checkpoints
+    gets half a minute, not the three seconds that failed 62 tests of a suite on a loaded
+    machine.
+    """
     try:
-        with psycopg.connect(_admin_dsn(), connect_timeout=3):
+        with psycopg.connect(_admin_dsn(), connect_timeout=30):
             return None
     except psycopg.Error as exc:
         return str(exc).strip()
 
 
+_SPARE_DATABASES: list[str] = []
+"""Databases an earlier test of this process emptied, ready for the next one."""
+
+
 @contextmanager
 def fresh_pg_database() -> Iterator[str]:
-    """A new, empty PostgreSQL database for the block; dropped afterwards."""
+    """An empty PostgreSQL database for the block: new, or one an earlier block emptied.
+
+    Emptied, not dropped: PostgreSQL 15 ends every DROP DATABASE with an immediate
+    checkpoint, which on this machine held the dropping test for one to seven seconds and
+    stalled every other test's commits meanwhile. Emptying drops every schema the block
+    made (procrastinate's objects and extensions included) and ends its sessions.
+    """
     problem = _pg_reachable()
     if problem is not None:
         if os.environ.get("CI") == "true":
             pytest.fail(f"CI=true and PostgreSQL is unreachable at {PG_ADMIN_URL}: {problem}")
         pytest.skip(f"no PostgreSQL at {PG_ADMIN_URL}: {problem}")
-    name = f"tickwork_test_{uuid.uuid4().hex[:12]}"
-    with psycopg.connect(_admin_dsn(), autocommit=True) as conn:
-        conn.execute(f'CREATE DATABASE "{name}"')
+    if _SPARE_DATABASES:
+        name = _SPARE_DATABASES.pop()
+    else:
+        name = f"tickwork_test_{uuid.uuid4().hex[:12]}"
+        with psycopg.connect(_admin_dsn(), autocommit=True) as conn:
+            conn.execute(f'CREATE DATABASE "{name}"')
     url = make_url(PG_ADMIN_URL).set(drivername="postgresql+psycopg", database=name)
     try:
         yield url.render_as_string(hide_password=False)
     finally:
+        _empty_database(url.set(drivername="postgresql").render_as_string(hide_password=False))
+        _SPARE_DATABASES.append(name)
+
+
+def _empty_database(dsn: str) -> None:
+    """End the database's other sessions, drop its schemas and give it an empty `public`."""
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        conn.execute(
+            "SELECT pg_terminate_backend(pid) FROM pg_stat_activity "
+            "WHERE datname = current_database() AND pid <> pg_backend_pid()"
+        )
+        schemas = conn.execute(
+            "SELECT nspname FROM pg_namespace WHERE nspname <> 'information_schema' "
+            "AND nspname NOT LIKE 'pg\\_%'"
+        ).fetchall()
+        for (schema,) in schemas:
+            conn.execute(f'DROP SCHEMA "{schema}" CASCADE')
+        conn.execute("CREATE SCHEMA public")
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _spare_databases_dropped() -> Iterator[None]:
+    """The emptied databases leave with the session."""
+    yield
+    if _SPARE_DATABASES:
         with psycopg.connect(_admin_dsn(), autocommit=True) as conn:
-            conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+            while _SPARE_DATABASES:
+                conn.execute(f'DROP DATABASE IF EXISTS "{_SPARE_DATABASES.pop()}" WITH (FORCE)')
 
 
 @pytest.fixture(scope="session")
@@ -102,11 +125,30 @@ def pg_session_url() -> Iterator[str]:
         yield url
 
 
-def _truncate(url: str) -> None:
+def _emptied(url: str, truncate: bool = False) -> str:
+    """`url`'s database with every table of the store empty and its sequences restarted.
+
+    The tables are read from the catalog, so a table a migration adds is emptied too.
+    """
     engine = create_store_engine(url)
     with engine.begin() as conn:
-        conn.execute(sa.text(f"TRUNCATE {', '.join(TABLES)} RESTART IDENTITY"))
+        rows = conn.execute(
+            sa.text(
+                "SELECT c.relname, c.relkind FROM pg_class c JOIN pg_namespace n "
+                "ON n.oid = c.relnamespace WHERE n.nspname = 'public' AND NOT c.relispartition "
+                "AND c.relkind IN ('r', 'p', 'S') AND c.relname <> 'alembic_version'"
+            )
+        ).all()
+        tables = sorted(name for name, kind in rows if kind != "S")
+        if truncate:
+            conn.execute(sa.text(f"TRUNCATE {', '.join(tables)} RESTART IDENTITY"))
+        else:
+            for table in tables:
+                conn.execute(sa.text(f"DELETE FROM {table}"))
+            for sequence in sorted(name for name, kind in rows if kind == "S"):
+                conn.execute(sa.text(f"ALTER SEQUENCE {sequence} RESTART"))
     engine.dispose()
+    return url
 
 
 @pytest.fixture
@@ -121,18 +163,21 @@ def store_url(request: pytest.FixtureRequest) -> str:
     if request.param == "sqlite":
         url: str = request.getfixturevalue("sqlite_url")
         return url
-    url = request.getfixturevalue("pg_session_url")
-    _truncate(url)
-    return url
+    return _emptied(request.getfixturevalue("pg_session_url"))
 
 
 @pytest.fixture
 def pg_store(pg_session_url: str) -> Iterator[SqlEventStore]:
     """A migrated, empty PostgreSQL store, for what only PostgreSQL can show."""
-    _truncate(pg_session_url)
-    opened = open_store(pg_session_url)
+    opened = open_store(_emptied(pg_session_url))
     yield opened
     opened.close()
+
+
+@pytest.fixture
+def truncated_pg_url(pg_session_url: str) -> str:
+    """The session's PostgreSQL database emptied without a dead row left in it."""
+    return _emptied(pg_session_url, truncate=True)
 
 
 @pytest.fixture

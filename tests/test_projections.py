@@ -130,14 +130,18 @@ def test_every_models_price_thresholds_are_among_the_tier_bounds() -> None:
         assert outside == {}, day
 
 
+BOOK = PriceBook()
+"""One price book for every example: it caches each (model, day) it looked up."""
+
+
 @settings(max_examples=200, deadline=None)
 @given(
     model=st.sampled_from(["gemini-2.5-pro", "claude-sonnet-4-5", "gpt-4o-mini", "unpriced"]),
-    prompt=st.integers(0, 1_000_000) | st.sampled_from(PriceBook().tier_bounds()),
+    prompt=st.integers(0, 1_000_000) | st.sampled_from(BOOK.tier_bounds()),
     nudge=st.integers(-1, 1),
 )
 def test_a_prompts_bucket_has_the_prompts_own_tier(model: str, prompt: int, nudge: int) -> None:
-    book, day = PriceBook(), "2026-11-30"
+    book, day = BOOK, "2026-11-30"
     prompt = max(0, prompt + nudge)
     bucket = bisect_left(book.tier_bounds(), prompt)
     assert book.bucket_tier(model, day, bucket) == book.tier(model, day, prompt)

@@ -22,6 +22,7 @@ from uuid import uuid4
 
 import orjson
 import psycopg
+import pytest
 import sqlalchemy as sa
 
 from harness.api import dashboard
@@ -64,6 +65,18 @@ WINDOW_TICKS = 60
 OPEN_STATUSES = ("scheduled", "running", "unknown")
 
 Path_ = Callable[[SqlEventStore], object]
+
+
+@pytest.fixture(params=["sqlite", "postgresql"])
+def store_url(request: pytest.FixtureRequest) -> str:
+    """Each backend's empty store.
+
+    PostgreSQL's is truncated, so no earlier test's dead rows add to the buffers a plan reads.
+    """
+    url: str = request.getfixturevalue(
+        "sqlite_url" if request.param == "sqlite" else "truncated_pg_url"
+    )
+    return url
 
 
 def _with_conn(read: Callable[[sa.Connection], object]) -> Path_:

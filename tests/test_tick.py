@@ -2,7 +2,9 @@
 
 Real worker subprocesses, the real Strands SDK, the fake upstream on a real socket, and
 the store the worker writes its spend to the moment it happens. Ticks are forked by the
-warm launcher; the tests of what a launcher must guarantee run under the cold one too.
+warm launcher; the tests of what a launcher must guarantee (killing a tick's whole group,
+booking a call cut by a kill once, handing a tick no key) run under the cold one too. What an
+agent does inside its tick is the same code under either, so it runs under the warm one.
 """
 
 from __future__ import annotations
@@ -78,10 +80,10 @@ def terminal_types(events: list[StoredEvent]) -> list[str]:
 
 
 def test_cap_with_parallel_batches_cancels_the_rest_and_ends_with_text(
-    tmp_path: Path, fake: FakeUpstream, knowledge: Path, each_launcher: Launcher
+    tmp_path: Path, fake: FakeUpstream, knowledge: Path
 ) -> None:
     build_index(knowledge, tmp_path / "rag.db")
-    harness = Harness(tmp_path, fake, each_launcher, max_tool_calls=4)
+    harness = Harness(tmp_path, fake, max_tool_calls=4)
     three = calls("rag_lookup", "rag_lookup", "rag_lookup")
     outcome = harness.tick([three, three, three, Step(text="never asked")])
 
@@ -101,10 +103,10 @@ def test_cap_with_parallel_batches_cancels_the_rest_and_ends_with_text(
 
 
 def test_store_spend_equals_what_the_upstream_billed_across_ticks(
-    tmp_path: Path, fake: FakeUpstream, knowledge: Path, each_launcher: Launcher
+    tmp_path: Path, fake: FakeUpstream, knowledge: Path
 ) -> None:
     build_index(knowledge, tmp_path / "rag.db")
-    harness = Harness(tmp_path, fake, each_launcher)
+    harness = Harness(tmp_path, fake)
     scripts = [
         [calls("rag_lookup"), Step(text="Escalate to Ana.")],
         [calls("rag_lookup", "rag_lookup"), calls("rag_lookup"), Step(text="Done twice.")],
@@ -127,9 +129,9 @@ def test_store_spend_equals_what_the_upstream_billed_across_ticks(
 
 
 def test_a_stream_cut_before_usage_is_estimated_once_and_retried(
-    tmp_path: Path, fake: FakeUpstream, each_launcher: Launcher
+    tmp_path: Path, fake: FakeUpstream
 ) -> None:
-    harness = Harness(tmp_path, fake, each_launcher, rag=False)
+    harness = Harness(tmp_path, fake, rag=False)
     cut = Step(text="A long answer that never finishes " * 5, cut_stream=True)
     outcome = harness.tick([cut, Step(text="Second attempt answers.")])
     assert outcome.status == "completed", outcome.reason

@@ -102,6 +102,14 @@ class Launcher(ABC):
     def _start(self, payload_json: bytes, log_path: Path, env: dict[str, str]) -> TickProcess:
         """Do the start; the process must lead a new session (and so a new group)."""
 
+    def warming(self) -> bool:
+        """Whether a start now would be slower than one a moment later (a server warming)."""
+        return False
+
+    def wait_ready(self, timeout: float) -> bool:
+        """Whether a start within `timeout` is as fast as this launcher's starts get."""
+        return True
+
     @abstractmethod
     def close(self) -> None:
         """Let go of what the launcher keeps between ticks; ticks it started run on."""

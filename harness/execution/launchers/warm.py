@@ -305,6 +305,11 @@ class WarmLauncher(Launcher):
         server = self._server
         return server.pid if server is not None else None
 
+    def warming(self) -> bool:
+        """Whether a server is warming up: a tick started now would start cold."""
+        server = self._server
+        return server is not None and not server.ready and server.process.poll() is None
+
     def wait_ready(self, timeout: float) -> bool:
         """Whether a server is ready to fork within `timeout` (if not, ticks start cold).
 

@@ -59,6 +59,7 @@ from harness.store import SqlEventStore, StoreError
 from harness.store.archives import (
     EVENTS_FILE,
     FILES_FILE,
+    INDEX_FILE,
     MANIFEST_FILE,
     ArchiveError,
     Manifest,
@@ -271,7 +272,7 @@ class Archiver:
     def _whole(self, folder: Path) -> Manifest | None:
         """The folder's archive if a run wrote it whole; a half-written one is cleared."""
         if not (folder / MANIFEST_FILE).exists():
-            for name in (EVENTS_FILE, FILES_FILE):
+            for name in (EVENTS_FILE, INDEX_FILE, FILES_FILE):
                 (folder / name).unlink(missing_ok=True)
             return None
         try:
@@ -279,7 +280,7 @@ class Archiver:
         except ArchiveError as exc:
             # Not recorded yet, so nothing of it left the store: write it again.
             self.report(f"archive: rewriting an unrecorded archive that does not verify: {exc}")
-            for name in (MANIFEST_FILE, EVENTS_FILE, FILES_FILE):
+            for name in (MANIFEST_FILE, EVENTS_FILE, INDEX_FILE, FILES_FILE):
                 (folder / name).unlink(missing_ok=True)
             return None
 

@@ -1,9 +1,10 @@
 """Archive files: a UTC day's events that left the hot store, written, verified and read back.
 
 One folder per day, `<archive>/<YYYY-MM-DD>/`: `events.jsonl.gz`, the stored records in
-global order, one JSON object a line, gzip-compressed; `manifest.json`, written last, with
-the position range, counts per type, the number of ticks and the sha256 of the data file;
-and `files.tar.gz`, the day's result and log files. A folder without a manifest is an
+global order, one JSON object a line, gzip-compressed; `ticks.idx.gz`, its tick index;
+`manifest.json`, written last, with the position range, counts per type, the number of
+ticks and the sha256 of the data file and of the index; and `files.tar.gz`, the day's
+result and log files. A folder without a manifest is an
 archive a killed run left half written: nothing of it left the store, and the next run
 writes it again. Readers never trust a file without its manifest: `verify` re-reads the
 data file whole, against the sha256 and the counts.
@@ -13,6 +14,12 @@ hot transcripts go to `transcripts.jsonl.gz`, their stored `TranscriptEntry` rec
 line, tick by tick, with their own manifest, `transcripts.json` (counts and sha256), written
 last as for events. The events archive of the day, written then or later, holds the rest
 of its ticks' events; `read_stream` reads a tick back from both.
+
+The data file is a run of gzip members of `MEMBER_LINES` lines each (one gzip stream to
+any reader of the whole), and the index says, member by member, where it starts and which
+streams it holds: finding one tick (`find_archived`) reads the index and inflates the few
+members it names, each checked by its own CRC, instead of a day's whole file. Archives
+written before the index have none and are read whole, as they were.
 
 A day is a unit an operator can move (to object storage) and a rebuild can read back
 (`merged` interleaves archives and the hot store by global position: a day's positions
@@ -28,11 +35,12 @@ import re
 import zlib
 from collections import Counter
 from collections.abc import Iterable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import UTC, date, datetime, timedelta
 from operator import itemgetter
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any, BinaryIO, TypeVar
 from uuid import UUID
 
 import orjson
@@ -49,6 +57,10 @@ MANIFEST_FILE = "manifest.json"
 FILES_FILE = "files.tar.gz"
 TRANSCRIPTS_FILE = "transcripts.jsonl.gz"
 TRANSCRIPTS_MANIFEST = "transcripts.json"
+INDEX_FILE = "ticks.idx.gz"
+TRANSCRIPTS_INDEX = "transcripts.idx.gz"
+MEMBER_LINES = 2000
+"""Records per gzip member of a data file: what reading one tick back inflates, ~50 KB."""
 MANIFEST_VERSION = 1
 HASH_CHUNK = 1 << 20
 
@@ -62,6 +74,8 @@ class Manifest(ArchiveSummary):
 
     version: int = MANIFEST_VERSION
     written_at: datetime
+    index_sha256: str | None = None
+    """Of the tick index (None: an archive written before there was one, read whole)."""
 
 
 class TranscriptsManifest(BaseModel):
@@ -73,6 +87,7 @@ class TranscriptsManifest(BaseModel):
     entries: int
     sha256: str
     written_at: datetime
+    index_sha256: str | None = None
 
 
 M = TypeVar("M", Manifest, TranscriptsManifest)
@@ -113,8 +128,50 @@ def sha256_of(path: Path) -> str:
     return digest.hexdigest()
 
 
+class _Indexed:
+    """A data file written as gzip members of `MEMBER_LINES` lines, and its tick index.
+
+    Each closed member adds a line to the index: its offset in the file, a tab, the
+    streams it holds, in the order they came (no time in any gzip header, no set order:
+    the same records make the same files, the same sha256s).
+    """
+
+    def __init__(self, raw: BinaryIO, index: BinaryIO) -> None:
+        self.raw = raw
+        self.index = gzip.GzipFile(fileobj=index, mode="wb", mtime=0)
+        self.lines: list[bytes] = []
+        self.streams: dict[str, None] = {}
+
+    def write(self, stream_id: str, line: bytes) -> None:
+        self.lines.append(line)
+        self.streams[stream_id] = None
+        if len(self.lines) == MEMBER_LINES:
+            self.flush()
+
+    def flush(self) -> None:
+        if not self.lines:
+            return
+        self.index.write(b"%d\t%s\n" % (self.raw.tell(), " ".join(self.streams).encode()))
+        with gzip.GzipFile(fileobj=self.raw, mode="wb", mtime=0) as member:
+            member.write(b"".join(self.lines))
+        self.lines, self.streams = [], {}
+
+    def close(self) -> None:
+        self.flush()
+        self.index.close()
+
+
+@contextmanager
+def _indexed(path: Path, index: Path) -> Iterator[_Indexed]:
+    """An indexed data file at `path`, its index at `index`: both written atomically."""
+    with atomic_file(path) as raw, atomic_file(index) as index_raw:
+        writer = _Indexed(raw, index_raw)
+        yield writer
+        writer.close()
+
+
 def write_archive(folder: Path, day: date, events: Iterable[StoredEvent]) -> Manifest:
-    """Write `events` (in global order) and then the manifest, each atomically.
+    """Write `events` (in global order) and its index, then the manifest, each atomically.
 
     The data file is complete and fsynced before the manifest names it, so a manifest on
     disk always describes a whole file.
@@ -122,11 +179,7 @@ def write_archive(folder: Path, day: date, events: Iterable[StoredEvent]) -> Man
     counts: Counter[str] = Counter()
     streams: set[str] = set()
     first = last = 0
-    # No time in the gzip header: the same events make the same file, the same sha256.
-    with (
-        atomic_file(folder / EVENTS_FILE) as raw,
-        gzip.GzipFile(fileobj=raw, mode="wb", mtime=0) as out,
-    ):
+    with _indexed(folder / EVENTS_FILE, folder / INDEX_FILE) as out:
         for event in events:
             if event.global_position <= last:
                 raise ValueError(f"archive {folder}: events out of global order")
@@ -134,7 +187,7 @@ def write_archive(folder: Path, day: date, events: Iterable[StoredEvent]) -> Man
             last = event.global_position
             counts[event.type] += 1
             streams.add(event.stream_id)
-            out.write(_line(event))
+            out.write(event.stream_id, _line(event))
     manifest = Manifest(
         day=day,
         first_position=first,
@@ -144,6 +197,7 @@ def write_archive(folder: Path, day: date, events: Iterable[StoredEvent]) -> Man
         counts=dict(sorted(counts.items())),
         sha256=sha256_of(folder / EVENTS_FILE),
         written_at=datetime.now(UTC),
+        index_sha256=sha256_of(folder / INDEX_FILE),
     )
     write_atomically(folder / MANIFEST_FILE, manifest.model_dump_json(indent=2).encode())
     return manifest
@@ -152,21 +206,19 @@ def write_archive(folder: Path, day: date, events: Iterable[StoredEvent]) -> Man
 def write_transcripts(folder: Path, day: date, ticks: Iterable[list[StoredEvent]]) -> None:
     """Write the ticks' transcript entries and then their manifest, each atomically."""
     count = entries = 0
-    with (
-        atomic_file(folder / TRANSCRIPTS_FILE) as raw,
-        gzip.GzipFile(fileobj=raw, mode="wb", mtime=0) as out,
-    ):
+    with _indexed(folder / TRANSCRIPTS_FILE, folder / TRANSCRIPTS_INDEX) as out:
         for tick in ticks:
             count += 1
             for event in tick:
                 entries += 1
-                out.write(_line(event))
+                out.write(event.stream_id, _line(event))
     manifest = TranscriptsManifest(
         day=day,
         ticks=count,
         entries=entries,
         sha256=sha256_of(folder / TRANSCRIPTS_FILE),
         written_at=datetime.now(UTC),
+        index_sha256=sha256_of(folder / TRANSCRIPTS_INDEX),
     )
     write_atomically(folder / TRANSCRIPTS_MANIFEST, manifest.model_dump_json(indent=2).encode())
 
@@ -176,6 +228,8 @@ def verify_transcripts(folder: Path) -> TranscriptsManifest:
     manifest = _manifest(folder / TRANSCRIPTS_MANIFEST, TranscriptsManifest)
     path = folder / TRANSCRIPTS_FILE
     _same_sha(path, manifest.sha256)
+    if manifest.index_sha256 is not None:
+        _same_sha(folder / TRANSCRIPTS_INDEX, manifest.index_sha256)
     entries = 0
     ticks: set[str] = set()
     for event in read_events(folder, TRANSCRIPTS_FILE):
@@ -235,12 +289,18 @@ def read_events(folder: Path, name: str = EVENTS_FILE) -> Iterator[StoredEvent]:
 
 
 def read_stream(folder: Path, stream_id: str) -> list[StoredEvent]:
-    """One stream's events as the archive holds them, after checking it against its manifest.
+    """One stream's events as the archive holds them, with its transcript entries if any.
 
-    With its transcript entries from the day's transcripts file, when there is one.
+    By the tick index: the index checked against its manifest's sha256, the members it
+    names inflated, each checked by its CRC. An archive written before the index is
+    verified and read whole.
     """
-    verify(folder)
-    found = [event for event in read_events(folder) if event.stream_id == stream_id]
+    index = read_manifest(folder).index_sha256
+    if index is None:
+        verify(folder)
+        found = [event for event in read_events(folder) if event.stream_id == stream_id]
+    else:
+        found = _indexed_stream(folder, EVENTS_FILE, INDEX_FILE, index, stream_id)
     if found and (folder / TRANSCRIPTS_MANIFEST).exists():
         found += read_transcript(folder, stream_id)
     return sorted(found, key=lambda event: event.stream_position)
@@ -260,10 +320,10 @@ def find_archived(
 
     An archived tick keeps no row in the store (its rows leave with it, so the store stops
     growing), so it is looked for where its id says: the recorded archive of the day the
-    id names, then of the next `STRAGGLER_DAYS`. Each looked in is verified and read
-    through, as `tickwork show --archive` reads it. None when none holds the tick (an id
-    without a day, a tick archived later than that, or no such tick); ArchiveError for an
-    archive that is missing or damaged.
+    id names, then of the next `STRAGGLER_DAYS`. In each, its index names the parts of the
+    data file that hold the tick (`read_stream`), as `tickwork show --archive` reads it.
+    None when none holds the tick (an id without a day, a tick archived later than that,
+    or no such tick); ArchiveError for an archive that is missing or damaged.
     """
     named = TICK_ID_DAY.search(tick_id)
     if named is None:
@@ -285,8 +345,57 @@ def find_archived(
     return None
 
 
+def _indexed_stream(
+    folder: Path, name: str, index_name: str, index_sha256: str, stream_id: str
+) -> list[StoredEvent]:
+    """A stream's records in a data file, read from the members its index names.
+
+    The index is checked against its sha256; each member read, by its gzip CRC.
+    """
+    index = folder / index_name
+    _same_sha(index, index_sha256)
+    token = stream_id.encode()
+    offsets = []
+    with gzip.open(index, "rb") as lines:
+        for line in lines:
+            if token in line:
+                offset, _, streams = line.rstrip(b"\n").partition(b"\t")
+                if token in streams.split(b" "):
+                    offsets.append(int(offset))
+    path = folder / name
+    quoted = b'"stream_id":' + orjson.dumps(stream_id)
+    found = []
+    with path.open("rb") as data:
+        for offset in offsets:
+            for line in _member(data, offset, path).splitlines():
+                if quoted in line:
+                    event = _event(line)
+                    if event.stream_id == stream_id:
+                        found.append(event)
+    return found
+
+
+def _member(data: BinaryIO, offset: int, path: Path) -> bytes:
+    """The gzip member at `offset`, inflated and checked by its CRC."""
+    data.seek(offset)
+    inflate = zlib.decompressobj(wbits=31)
+    parts = []
+    try:
+        while not inflate.eof:
+            chunk = data.read(HASH_CHUNK // 16)
+            if not chunk:
+                raise ArchiveError(f"archive {path}: the member at byte {offset} is cut short")
+            parts.append(inflate.decompress(chunk))
+    except zlib.error as exc:
+        raise ArchiveError(f"archive {path}: damaged member at byte {offset}: {exc}") from exc
+    return b"".join(parts)
+
+
 def read_transcript(folder: Path, stream_id: str) -> list[StoredEvent]:
-    """One tick's archived transcript entries, after checking the file against its manifest."""
+    """One tick's archived transcript entries: by the file's index, or read whole without one."""
+    index = _manifest(folder / TRANSCRIPTS_MANIFEST, TranscriptsManifest).index_sha256
+    if index is not None:
+        return _indexed_stream(folder, TRANSCRIPTS_FILE, TRANSCRIPTS_INDEX, index, stream_id)
     verify_transcripts(folder)
     return [e for e in read_events(folder, TRANSCRIPTS_FILE) if e.stream_id == stream_id]
 
@@ -299,6 +408,8 @@ def verify(folder: Path) -> Manifest:
     manifest = read_manifest(folder)
     path = folder / EVENTS_FILE
     _same_sha(path, manifest.sha256)
+    if manifest.index_sha256 is not None:
+        _same_sha(folder / INDEX_FILE, manifest.index_sha256)
     counts: Counter[str] = Counter()
     positions = [0, 0]
     for event in read_events(folder):

@@ -9,8 +9,8 @@ events' partitions and the tables of their ids), and the time of `tickwork proje
 rebuild` reading the archive.
 
 The archive's pace is printed as events and ticks a second of wall and of its own CPU
-(user + sys, its fold workers' too), extrapolated to a day of 1,000 levels a minute (1.44M ticks), beside its
-peak RSS: the child's own high-water mark (`VmHWM`, read by the child as it exits), not
+(user + sys, its fold workers' too), extrapolated to a day of 1,000 levels a minute (1.44M
+ticks), beside its peak RSS: the child's own high-water mark (`VmHWM`, read by the child as it exits), not
 `wait4`'s `ru_maxrss`, which is the largest of every child waited for so far.
 `--profile FILE` writes the archive run's cProfile stats there.
 
@@ -60,7 +60,8 @@ def said():
     if profile is not None:
         profile.disable()
         profile.dump_stats(os.environ["{PROFILE_ENV}"])
-    hwm = next(l for l in Path("/proc/self/status").read_text().splitlines() if l.startswith("VmHWM"))
+    status = Path("/proc/self/status").read_text().splitlines()
+    hwm = next(line for line in status if line.startswith("VmHWM"))
     cpu = sum(u.ru_utime + u.ru_stime for u in map(resource.getrusage, (0, -1)))
     Path(os.environ["{MEASURED_ENV}"]).write_text(json.dumps(
         {{"hwm_kib": int(hwm.split()[1]), "cpu": cpu}}))

@@ -10,8 +10,8 @@ rebuild` reading the archive.
 
 The archive's pace is printed as events and ticks a second of wall and of its own CPU
 (user + sys, its fold workers' too), extrapolated to a day of 1,000 levels a minute (1.44M
-ticks), beside its peak RSS: the child's own high-water mark (`VmHWM`, read by the child as it exits), not
-`wait4`'s `ru_maxrss`, which is the largest of every child waited for so far.
+ticks), beside its peak RSS: the child's own high-water mark (`VmHWM`, read by the child
+as it exits), not `wait4`'s `ru_maxrss`, the largest of every child waited for so far.
 `--profile FILE` writes the archive run's cProfile stats there.
 
 `--hold-open` adds one tick still open on the old day: on PostgreSQL its partition cannot

@@ -21,6 +21,7 @@ from harness.store.archives import (
     MANIFEST_FILE,
     MEMBER_LINES,
     ArchiveError,
+    lines,
     read_events,
     read_stream,
     verify,
@@ -60,7 +61,7 @@ def test_a_tick_is_read_from_its_members_and_an_archive_without_index_whole(
     tmp_path: Path,
 ) -> None:
     written = records(MEMBER_LINES * 2 + MEMBER_LINES // 2)
-    manifest = write_archive(tmp_path, DAY, written)
+    manifest = write_archive(tmp_path, DAY, lines(written))
     assert manifest.index_sha256 is not None and verify(tmp_path) == manifest
     assert same(list(read_events(tmp_path)), written), "one gzip stream to a whole reader"
     first, last = "tick-t3", f"tick-t{len(written) // PER_TICK - 1}"

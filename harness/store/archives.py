@@ -49,6 +49,7 @@ from pydantic import BaseModel, ValidationError
 from harness.contracts.events import ARCHIVE_STREAM, ArchiveSummary, ArchiveWritten, tick_stream
 from harness.contracts.records import StoredEvent
 from harness.files import atomic_file, write_atomically
+from harness.folds.packed import EPOCH, TICK_PREFIX, records_of, restore
 from harness.store.base import EventStore
 from harness.store.records import EventData, StoreError
 
@@ -98,14 +99,50 @@ def day_folder(root: Path, day: date) -> Path:
     return root / day.isoformat()
 
 
+Line = tuple[int, str, str, bytes]
+"""A record as the data file takes it: (position, stream id, type, its line)."""
+
+
 def _line(event: StoredEvent) -> bytes:
     record = event.as_dict()
     record["event_id"] = str(event.event_id)
     return orjson.dumps(record) + b"\n"
 
 
-def _event(line: bytes) -> StoredEvent:
-    record: dict[str, Any] = orjson.loads(line)
+def lines(events: Iterable[StoredEvent]) -> Iterator[Line]:
+    """Stored records as the data file's lines."""
+    for event in events:
+        yield event.global_position, event.stream_id, event.type, _line(event)
+
+
+def packed_lines(tick_id: str, blob: bytes) -> Iterator[Line]:
+    """A packed tick's records as the data file's lines, as `lines` would give them.
+
+    Straight from the packed fields: no record object, no UUID made and printed again.
+    """
+    level, records = records_of(blob)
+    stream_id = f"{TICK_PREFIX}{tick_id}"
+    for position, hex_id, stream_position, type_, version, data, metadata, micros, flags in records:
+        line = {
+            "global_position": position,
+            "event_id": _hyphenated(hex_id),
+            "stream_id": stream_id,
+            "stream_position": stream_position,
+            "type": type_,
+            "version": version,
+            "data": restore(tick_id, level, data, flags),
+            "metadata": metadata,
+            "recorded_at": EPOCH + timedelta(microseconds=micros),
+        }
+        yield position, stream_id, type_, orjson.dumps(line) + b"\n"
+
+
+def _hyphenated(hex_id: str) -> str:
+    """`str(UUID(hex=hex_id))`, without making the UUID."""
+    return f"{hex_id[:8]}-{hex_id[8:12]}-{hex_id[12:16]}-{hex_id[16:20]}-{hex_id[20:]}"
+
+
+def _event(record: dict[str, Any]) -> StoredEvent:
     return StoredEvent(
         record["global_position"],
         UUID(record["event_id"]),
@@ -170,8 +207,8 @@ def _indexed(path: Path, index: Path) -> Iterator[_Indexed]:
         writer.close()
 
 
-def write_archive(folder: Path, day: date, events: Iterable[StoredEvent]) -> Manifest:
-    """Write `events` (in global order) and its index, then the manifest, each atomically.
+def write_archive(folder: Path, day: date, records: Iterable[Line]) -> Manifest:
+    """Write the records' lines (in global order) and the index, then the manifest, atomically.
 
     The data file is complete and fsynced before the manifest names it, so a manifest on
     disk always describes a whole file.
@@ -180,14 +217,14 @@ def write_archive(folder: Path, day: date, events: Iterable[StoredEvent]) -> Man
     streams: set[str] = set()
     first = last = 0
     with _indexed(folder / EVENTS_FILE, folder / INDEX_FILE) as out:
-        for event in events:
-            if event.global_position <= last:
+        for position, stream_id, type_, line in records:
+            if position <= last:
                 raise ValueError(f"archive {folder}: events out of global order")
-            first = first or event.global_position
-            last = event.global_position
-            counts[event.type] += 1
-            streams.add(event.stream_id)
-            out.write(event.stream_id, _line(event))
+            first = first or position
+            last = position
+            counts[type_] += 1
+            streams.add(stream_id)
+            out.write(stream_id, line)
     manifest = Manifest(
         day=day,
         first_position=first,
@@ -209,9 +246,9 @@ def write_transcripts(folder: Path, day: date, ticks: Iterable[list[StoredEvent]
     with _indexed(folder / TRANSCRIPTS_FILE, folder / TRANSCRIPTS_INDEX) as out:
         for tick in ticks:
             count += 1
-            for event in tick:
+            for _, stream_id, _, line in lines(tick):
                 entries += 1
-                out.write(event.stream_id, _line(event))
+                out.write(stream_id, line)
     manifest = TranscriptsManifest(
         day=day,
         ticks=count,
@@ -232,9 +269,12 @@ def verify_transcripts(folder: Path) -> TranscriptsManifest:
         _same_sha(folder / TRANSCRIPTS_INDEX, manifest.index_sha256)
     entries = 0
     ticks: set[str] = set()
-    for event in read_events(folder, TRANSCRIPTS_FILE):
-        entries += 1
-        ticks.add(event.stream_id)
+    try:
+        for record in read_fields(folder, TRANSCRIPTS_FILE):
+            entries += 1
+            ticks.add(record["stream_id"])
+    except (KeyError, TypeError) as exc:
+        raise ArchiveError(f"archive {path}: a line is not an event record: {exc}") from exc
     if (entries, len(ticks)) != (manifest.entries, manifest.ticks):
         raise ArchiveError(
             f"archive {path}: holds {entries} entries of {len(ticks)} ticks, the manifest "
@@ -273,18 +313,34 @@ def _same_sha(path: Path, expected: str) -> None:
         raise ArchiveError(f"archive {path}: sha256 {sha} does not match the manifest's {expected}")
 
 
-def read_events(folder: Path, name: str = EVENTS_FILE) -> Iterator[StoredEvent]:
-    """The records of an archive's data file in order; ArchiveError on a damaged file."""
+def read_fields(folder: Path, name: str = EVENTS_FILE) -> Iterator[dict[str, Any]]:
+    """The records of an archive's data file in order, as parsed JSON; ArchiveError on damage.
+
+    What a pass that looks at a field or two reads: no id or time parsed.
+    """
     path = folder / name
     try:
-        with gzip.open(path, "rb") as lines:
-            for line in lines:
-                yield _event(line)
+        with gzip.open(path, "rb") as data:
+            for line in data:
+                yield orjson.loads(line)
     except FileNotFoundError:
         raise ArchiveError(f"archive {path}: the data file is missing") from None
     except (OSError, EOFError, zlib.error) as exc:
         raise ArchiveError(f"archive {path}: damaged compressed data: {exc}") from exc
-    except (orjson.JSONDecodeError, KeyError, TypeError, ValueError) as exc:
+    except orjson.JSONDecodeError as exc:
+        raise ArchiveError(f"archive {path}: a line is not an event record: {exc}") from exc
+
+
+def read_events(folder: Path, name: str = EVENTS_FILE) -> Iterator[StoredEvent]:
+    """The records of an archive's data file in order; ArchiveError on a damaged file."""
+    for record in read_fields(folder, name):
+        yield _checked(folder / name, record)
+
+
+def _checked(path: Path, record: dict[str, Any]) -> StoredEvent:
+    try:
+        return _event(record)
+    except (KeyError, TypeError, ValueError) as exc:
         raise ArchiveError(f"archive {path}: a line is not an event record: {exc}") from exc
 
 
@@ -356,12 +412,12 @@ def _indexed_stream(
     _same_sha(index, index_sha256)
     token = stream_id.encode()
     offsets = []
-    with gzip.open(index, "rb") as lines:
-        for line in lines:
-            if token in line:
-                offset, _, streams = line.rstrip(b"\n").partition(b"\t")
+    with gzip.open(index, "rb") as members:
+        for member in members:
+            if token in member:
+                at, _, streams = member.rstrip(b"\n").partition(b"\t")
                 if token in streams.split(b" "):
-                    offsets.append(int(offset))
+                    offsets.append(int(at))
     path = folder / name
     quoted = b'"stream_id":' + orjson.dumps(stream_id)
     found = []
@@ -369,7 +425,7 @@ def _indexed_stream(
         for offset in offsets:
             for line in _member(data, offset, path).splitlines():
                 if quoted in line:
-                    event = _event(line)
+                    event = _checked(path, orjson.loads(line))
                     if event.stream_id == stream_id:
                         found.append(event)
     return found
@@ -412,11 +468,15 @@ def verify(folder: Path) -> Manifest:
         _same_sha(folder / INDEX_FILE, manifest.index_sha256)
     counts: Counter[str] = Counter()
     positions = [0, 0]
-    for event in read_events(folder):
-        if event.global_position <= positions[1]:
-            raise ArchiveError(f"archive {path}: events out of global order")
-        positions = [positions[0] or event.global_position, event.global_position]
-        counts[event.type] += 1
+    try:
+        for record in read_fields(folder):
+            position = record["global_position"]
+            if position <= positions[1]:
+                raise ArchiveError(f"archive {path}: events out of global order")
+            positions = [positions[0] or position, position]
+            counts[record["type"]] += 1
+    except (KeyError, TypeError) as exc:
+        raise ArchiveError(f"archive {path}: a line is not an event record: {exc}") from exc
     found = (dict(counts), *positions)
     expected = (manifest.counts, manifest.first_position, manifest.last_position)
     if found != expected:
@@ -428,8 +488,11 @@ def verify(folder: Path) -> Manifest:
     return manifest
 
 
-def merged(sources: Iterable[Iterable[EventData]]) -> Iterator[EventData]:
-    """Events of several sources, each in global order, in one global order.
+R = TypeVar("R", EventData, Line)
+
+
+def merged(sources: Iterable[Iterable[R]]) -> Iterator[R]:
+    """Records (fold data, archive lines) of several sources, each in global order, in one.
 
     An event in two sources (an archive whose events were not all deleted yet, when a run
     was killed, and the hot store) is given once.
@@ -452,9 +515,9 @@ class Archive:
     def event_data(self, types: Iterable[str]) -> Iterator[EventData]:
         """Its events of `types` as a fold takes them: (position, type, data)."""
         kinds = frozenset(types)
-        for event in read_events(self.folder):
-            if event.type in kinds:
-                yield event.global_position, event.type, event.data
+        for record in read_fields(self.folder):
+            if record["type"] in kinds:
+                yield record["global_position"], record["type"], record["data"]
 
 
 def recorded_archives(store: EventStore, root: Path, since: date | None = None) -> list[Archive]:

@@ -531,6 +531,17 @@ def packed_starts(conn: sa.Connection, day: date, stragglers_upto: int) -> dict[
     return {f"{TICK_PREFIX}{tick}": int(first) for tick, first in conn.execute(query)}
 
 
+def rows_from(conn: sa.Connection, after: int, upper: int) -> list[tuple[int, str, bytes]]:
+    """A page of the rows whose first position lies in (after, upper]: (first, tick, data)."""
+    query = (
+        sa.select(tick_rows.c.first_position, tick_rows.c.tick_id, tick_rows.c.data)
+        .where(tick_rows.c.first_position > after, tick_rows.c.first_position <= upper)
+        .order_by(tick_rows.c.first_position)
+        .limit(PAGE)
+    )
+    return [(int(first), tick, bytes(blob)) for first, tick, blob in conn.execute(query)]
+
+
 def last_positions(conn: sa.Connection, streams: Sequence[str]) -> dict[str, int]:
     """The last packed position of each of these streams that has a row."""
     ticks = [stream.removeprefix(TICK_PREFIX) for stream in streams]

@@ -44,6 +44,8 @@ from datetime import UTC, date, datetime, timedelta
 from itertools import islice
 from pathlib import Path
 
+import orjson
+
 from harness.config import Settings
 from harness.contracts.events import ARCHIVE_STREAM, ArchiveSummary, ArchiveWritten
 from harness.files import atomic_file, make_private_folder
@@ -65,6 +67,7 @@ from harness.store.archives import (
     Manifest,
     day_folder,
     read_fields,
+    read_lines,
     verify,
     verify_as_recorded,
     write_archive,
@@ -382,9 +385,12 @@ class Archiver:
     def _named_files(self, folder: Path) -> list[Path]:
         """Result and log files the archive's events name."""
         found: dict[Path, None] = {}
-        for record in read_fields(folder):
+        for line in read_lines(folder):
+            if b'_path"' not in line:  # most records name no file: not parsed
+                continue
+            data = orjson.loads(line)["data"]
             for key in ("result_path", "log_path"):
-                value = record["data"].get(key)
+                value = data.get(key)
                 if value:
                     found[Path(value)] = None
         return list(found)

@@ -313,21 +313,27 @@ def _same_sha(path: Path, expected: str) -> None:
         raise ArchiveError(f"archive {path}: sha256 {sha} does not match the manifest's {expected}")
 
 
+def read_lines(folder: Path, name: str = EVENTS_FILE) -> Iterator[bytes]:
+    """The lines of an archive's data file in order, unparsed; ArchiveError on damage."""
+    path = folder / name
+    try:
+        with gzip.open(path, "rb") as data:
+            yield from data
+    except FileNotFoundError:
+        raise ArchiveError(f"archive {path}: the data file is missing") from None
+    except (OSError, EOFError, zlib.error) as exc:
+        raise ArchiveError(f"archive {path}: damaged compressed data: {exc}") from exc
+
+
 def read_fields(folder: Path, name: str = EVENTS_FILE) -> Iterator[dict[str, Any]]:
     """The records of an archive's data file in order, as parsed JSON; ArchiveError on damage.
 
     What a pass that looks at a field or two reads: no id or time parsed.
     """
-    path = folder / name
     try:
-        with gzip.open(path, "rb") as data:
-            for line in data:
-                yield orjson.loads(line)
-    except FileNotFoundError:
-        raise ArchiveError(f"archive {path}: the data file is missing") from None
-    except (OSError, EOFError, zlib.error) as exc:
-        raise ArchiveError(f"archive {path}: damaged compressed data: {exc}") from exc
+        yield from map(orjson.loads, read_lines(folder, name))
     except orjson.JSONDecodeError as exc:
+        path = folder / name
         raise ArchiveError(f"archive {path}: a line is not an event record: {exc}") from exc
 
 

@@ -24,6 +24,7 @@ from __future__ import annotations
 import heapq
 import sqlite3
 from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Set as AbstractSet
 from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import UTC, date, datetime, time, timedelta
@@ -74,7 +75,7 @@ class DayTicks:
     unless a straggler of an earlier day starts before it) ..."""
     upto: int
     """... and the day's range ends here."""
-    streams: frozenset[str]
+    streams: AbstractSet[str]
     last: int
     """The highest position of any of their events (0 when there are none)."""
 
@@ -122,7 +123,9 @@ def closed_ticks(store: SqlEventStore, day: date, stragglers_upto: int = 0) -> D
             ).all()
         )
         packed = packed_starts(conn, day, min(stragglers_upto, after))
-        started.update(_packed_whole(conn, packed))
+        _keep_whole(conn, packed)
+        started.update(packed)
+        del packed  # a day of 1.44M ticks: each copy of its ids held at once is ~100 MB
         closed: set[str] = set()
         first, last = after, 0
         terminal = sa.func.max(sa.case((events.c.type.in_(sorted(TERMINAL_TYPES)), 1), else_=0))
@@ -143,23 +146,22 @@ def closed_ticks(store: SqlEventStore, day: date, stragglers_upto: int = 0) -> D
                     closed.add(stream_id)
                     first = min(first, started[stream_id] - 1)
                     last = max(last, end)
-    return DayTicks(day, first, upto, frozenset(closed), last)
+    return DayTicks(day, first, upto, closed, last)
 
 
-def _packed_whole(conn: sa.Connection, packed: dict[str, int]) -> dict[str, int]:
-    """Of packed streams (with their rows' first positions), those whose start is packed too.
+def _keep_whole(conn: sa.Connection, packed: dict[str, int]) -> None:
+    """Keep, of packed streams (with their rows' first positions), those packed from the start.
 
     A row packed before 0020 may hold a transcript alone, its tick's start still hot.
     """
     streams = list(packed)
-    hot: set[str] = set()
     for start in range(0, len(streams), MAX_BATCH):
         query = sa.select(events.c.stream_id).where(
             events.c.stream_id.in_(streams[start : start + MAX_BATCH]),
             events.c.stream_position == 1,
         )
-        hot.update(conn.execute(query).scalars())
-    return {stream: first for stream, first in packed.items() if stream not in hot}
+        for hot in conn.execute(query).scalars():
+            del packed[hot]
 
 
 def day_lines(store: SqlEventStore, ticks: DayTicks) -> Iterator[Line]:

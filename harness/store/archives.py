@@ -62,8 +62,6 @@ INDEX_FILE = "ticks.idx.gz"
 TRANSCRIPTS_INDEX = "transcripts.idx.gz"
 MEMBER_LINES = 2000
 """Records per gzip member of a data file: what reading one tick back inflates, ~50 KB."""
-ZLIB_LEVEL = 6
-"""zlib's default: gzip's 9 took 2.7 times the CPU for 4.6 % fewer bytes (the bench's ticks)."""
 MANIFEST_VERSION = 1
 HASH_CHUNK = 1 << 20
 
@@ -192,7 +190,7 @@ class _Indexed:
             return
         self.index.write(b"%d\t%s\n" % (self.raw.tell(), " ".join(self.streams).encode()))
         data = b"".join(self.lines)
-        with gzip.GzipFile(fileobj=self.raw, mode="wb", mtime=0, compresslevel=ZLIB_LEVEL) as out:
+        with gzip.GzipFile(fileobj=self.raw, mode="wb", mtime=0) as out:
             out.write(data)
         self.lines, self.streams = [], {}
 

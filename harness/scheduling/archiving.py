@@ -44,9 +44,10 @@ from datetime import UTC, date, datetime, timedelta
 from itertools import islice
 from pathlib import Path
 
+import orjson
+
 from harness.config import Settings
 from harness.contracts.events import ARCHIVE_STREAM, ArchiveSummary, ArchiveWritten
-from harness.contracts.records import StoredEvent
 from harness.files import atomic_file, make_private_folder
 from harness.prices import PriceBook
 from harness.projections import projector_for
@@ -59,11 +60,14 @@ from harness.store import SqlEventStore, StoreError
 from harness.store.archives import (
     EVENTS_FILE,
     FILES_FILE,
+    INDEX_FILE,
     MANIFEST_FILE,
     ArchiveError,
+    Line,
     Manifest,
     day_folder,
-    read_events,
+    read_fields,
+    read_lines,
     verify,
     verify_as_recorded,
     write_archive,
@@ -73,10 +77,10 @@ from harness.store.partitions import prepare as prepare_partitions
 from harness.store.retention import (
     archived_day,
     closed_ticks,
+    day_lines,
     day_range,
     delete_events,
     drop_emptied_days,
-    events_of,
     first_day_after,
     holds,
     lagging_checkpoints,
@@ -126,12 +130,12 @@ def _phase(name: str) -> None:
         os.kill(os.getpid(), signal.SIGKILL)
 
 
-def _killed_midway(events: Iterable[StoredEvent]) -> Iterator[StoredEvent]:
-    """The events, with the `writing` kill after the first (a data file half written)."""
-    for count, event in enumerate(events):
+def _killed_midway(records: Iterable[Line]) -> Iterator[Line]:
+    """The records, with the `writing` kill after the first (a data file half written)."""
+    for count, record in enumerate(records):
         if count == 1:
             _phase("writing")
-        yield event
+        yield record
 
 
 class Archiver:
@@ -248,7 +252,7 @@ class Archiver:
                     f"archive {day}: kept hot, checkpoints behind position {ticks.last}: {behind}"
                 )
                 return None
-            write_archive(folder, day, _killed_midway(events_of(self.store, ticks)))
+            write_archive(folder, day, _killed_midway(day_lines(self.store, ticks)))
             _phase("written")
             manifest = verify(folder)
             _phase("verified")
@@ -271,7 +275,7 @@ class Archiver:
     def _whole(self, folder: Path) -> Manifest | None:
         """The folder's archive if a run wrote it whole; a half-written one is cleared."""
         if not (folder / MANIFEST_FILE).exists():
-            for name in (EVENTS_FILE, FILES_FILE):
+            for name in (EVENTS_FILE, INDEX_FILE, FILES_FILE):
                 (folder / name).unlink(missing_ok=True)
             return None
         try:
@@ -279,7 +283,7 @@ class Archiver:
         except ArchiveError as exc:
             # Not recorded yet, so nothing of it left the store: write it again.
             self.report(f"archive: rewriting an unrecorded archive that does not verify: {exc}")
-            for name in (MANIFEST_FILE, EVENTS_FILE, FILES_FILE):
+            for name in (MANIFEST_FILE, EVENTS_FILE, INDEX_FILE, FILES_FILE):
                 (folder / name).unlink(missing_ok=True)
             return None
 
@@ -325,7 +329,7 @@ class Archiver:
         """
         if not partitioned(self.store.engine):
             return None
-        archived = archived_day(day, read_events(folder))
+        archived = archived_day(day, read_fields(folder))
         try:
             with self.store.write_transaction() as conn:
                 left = leave_day(conn, day, archived)
@@ -340,13 +344,14 @@ class Archiver:
     def _delete(self, day: date, folder: Path) -> int:
         """Delete the archived events in batches, in global order, marking their ticks."""
         deleted = 0
-        archived = read_events(folder)
+        archived = read_fields(folder)
         while batch := list(islice(archived, DELETE_BATCH)):
-            tick_ids = {event.stream_id.removeprefix("tick-") for event in batch}
+            tick_ids = {record["stream_id"].removeprefix("tick-") for record in batch}
+            positions = [record["global_position"] for record in batch]
             with self.store.write_transaction() as conn:
-                deleted += delete_events(conn, [event.global_position for event in batch])
+                deleted += delete_events(conn, positions)
                 self.projector.archived(conn, day, tick_ids)
-                deleted += forget(conn, tick_ids, batch[-1].global_position)
+                deleted += forget(conn, tick_ids, positions[-1])
             _phase("deleting")
         return deleted
 
@@ -380,9 +385,12 @@ class Archiver:
     def _named_files(self, folder: Path) -> list[Path]:
         """Result and log files the archive's events name."""
         found: dict[Path, None] = {}
-        for event in read_events(folder):
+        for line in read_lines(folder):
+            if b'_path"' not in line:  # most records name no file: not parsed
+                continue
+            data = orjson.loads(line)["data"]
             for key in ("result_path", "log_path"):
-                value = event.data.get(key)
+                value = data.get(key)
                 if value:
                     found[Path(value)] = None
         return list(found)

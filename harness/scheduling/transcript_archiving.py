@@ -30,6 +30,7 @@ from harness.contracts.records import StoredEvent
 from harness.store import SqlEventStore
 from harness.store.archives import (
     TRANSCRIPTS_FILE,
+    TRANSCRIPTS_INDEX,
     TRANSCRIPTS_MANIFEST,
     ArchiveError,
     day_folder,
@@ -96,7 +97,8 @@ def archive_transcripts(
 def _whole(store: SqlEventStore, folder: Path, day: date, report: Report) -> bool:
     """Whether the day's transcripts file is written whole; a half-written one is cleared."""
     if not (folder / TRANSCRIPTS_MANIFEST).exists():
-        (folder / TRANSCRIPTS_FILE).unlink(missing_ok=True)
+        for name in (TRANSCRIPTS_FILE, TRANSCRIPTS_INDEX):
+            (folder / name).unlink(missing_ok=True)
         return False
     try:
         verify_transcripts(folder)
@@ -104,7 +106,7 @@ def _whole(store: SqlEventStore, folder: Path, day: date, report: Report) -> boo
         if relied_on(store, day):
             raise
         report(f"archive: rewriting a transcripts file nothing relies on yet: {exc}")
-        for name in (TRANSCRIPTS_MANIFEST, TRANSCRIPTS_FILE):
+        for name in (TRANSCRIPTS_MANIFEST, TRANSCRIPTS_FILE, TRANSCRIPTS_INDEX):
             (folder / name).unlink(missing_ok=True)
         return False
     return True

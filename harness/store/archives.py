@@ -1,9 +1,10 @@
 """Archive files: a UTC day's events that left the hot store, written, verified and read back.
 
 One folder per day, `<archive>/<YYYY-MM-DD>/`: `events.jsonl.gz`, the stored records in
-global order, one JSON object a line, gzip-compressed; `manifest.json`, written last, with
-the position range, counts per type, the number of ticks and the sha256 of the data file;
-and `files.tar.gz`, the day's result and log files. A folder without a manifest is an
+global order, one JSON object a line, gzip-compressed; `ticks.idx.gz`, its tick index;
+`manifest.json`, written last, with the position range, counts per type, the number of
+ticks and the sha256 of the data file and of the index; and `files.tar.gz`, the day's
+result and log files. A folder without a manifest is an
 archive a killed run left half written: nothing of it left the store, and the next run
 writes it again. Readers never trust a file without its manifest: `verify` re-reads the
 data file whole, against the sha256 and the counts.
@@ -13,6 +14,12 @@ hot transcripts go to `transcripts.jsonl.gz`, their stored `TranscriptEntry` rec
 line, tick by tick, with their own manifest, `transcripts.json` (counts and sha256), written
 last as for events. The events archive of the day, written then or later, holds the rest
 of its ticks' events; `read_stream` reads a tick back from both.
+
+The data file is a run of gzip members of `MEMBER_LINES` lines each (one gzip stream to
+any reader of the whole), and the index says, member by member, where it starts and which
+streams it holds: finding one tick (`find_archived`) reads the index and inflates the few
+members it names, each checked by its own CRC, instead of a day's whole file. Archives
+written before the index have none and are read whole, as they were.
 
 A day is a unit an operator can move (to object storage) and a rebuild can read back
 (`merged` interleaves archives and the hot store by global position: a day's positions
@@ -27,11 +34,12 @@ import heapq
 import zlib
 from collections import Counter
 from collections.abc import Iterable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import UTC, date, datetime, timedelta
 from operator import itemgetter
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any, BinaryIO, TypeVar
 from uuid import UUID
 
 import orjson
@@ -41,6 +49,7 @@ from harness.contracts.events import ARCHIVE_STREAM, ArchiveSummary, ArchiveWrit
 from harness.contracts.ids import tick_id_day
 from harness.contracts.records import StoredEvent
 from harness.files import atomic_file, write_atomically
+from harness.folds.packed import EPOCH, TICK_PREFIX, records_of, restore
 from harness.store.base import EventStore
 from harness.store.records import EventData, StoreError
 
@@ -49,6 +58,10 @@ MANIFEST_FILE = "manifest.json"
 FILES_FILE = "files.tar.gz"
 TRANSCRIPTS_FILE = "transcripts.jsonl.gz"
 TRANSCRIPTS_MANIFEST = "transcripts.json"
+INDEX_FILE = "ticks.idx.gz"
+TRANSCRIPTS_INDEX = "transcripts.idx.gz"
+MEMBER_LINES = 2000
+"""Records per gzip member of a data file: what reading one tick back inflates, ~50 KB."""
 MANIFEST_VERSION = 1
 HASH_CHUNK = 1 << 20
 
@@ -62,6 +75,8 @@ class Manifest(ArchiveSummary):
 
     version: int = MANIFEST_VERSION
     written_at: datetime
+    index_sha256: str | None = None
+    """Of the tick index (None: an archive written before there was one, read whole)."""
 
 
 class TranscriptsManifest(BaseModel):
@@ -73,6 +88,7 @@ class TranscriptsManifest(BaseModel):
     entries: int
     sha256: str
     written_at: datetime
+    index_sha256: str | None = None
 
 
 M = TypeVar("M", Manifest, TranscriptsManifest)
@@ -83,14 +99,50 @@ def day_folder(root: Path, day: date) -> Path:
     return root / day.isoformat()
 
 
+Line = tuple[int, str, str, bytes]
+"""A record as the data file takes it: (position, stream id, type, its line)."""
+
+
 def _line(event: StoredEvent) -> bytes:
     record = event.as_dict()
     record["event_id"] = str(event.event_id)
     return orjson.dumps(record) + b"\n"
 
 
-def _event(line: bytes) -> StoredEvent:
-    record: dict[str, Any] = orjson.loads(line)
+def lines(events: Iterable[StoredEvent]) -> Iterator[Line]:
+    """Stored records as the data file's lines."""
+    for event in events:
+        yield event.global_position, event.stream_id, event.type, _line(event)
+
+
+def packed_lines(tick_id: str, blob: bytes) -> Iterator[Line]:
+    """A packed tick's records as the data file's lines, as `lines` would give them.
+
+    Straight from the packed fields: no record object, no UUID made and printed again.
+    """
+    level, records = records_of(blob)
+    stream_id = f"{TICK_PREFIX}{tick_id}"
+    for position, hex_id, stream_position, type_, version, data, metadata, micros, flags in records:
+        line = {
+            "global_position": position,
+            "event_id": _hyphenated(hex_id),
+            "stream_id": stream_id,
+            "stream_position": stream_position,
+            "type": type_,
+            "version": version,
+            "data": restore(tick_id, level, data, flags),
+            "metadata": metadata,
+            "recorded_at": EPOCH + timedelta(microseconds=micros),
+        }
+        yield position, stream_id, type_, orjson.dumps(line) + b"\n"
+
+
+def _hyphenated(hex_id: str) -> str:
+    """`str(UUID(hex=hex_id))`, without making the UUID."""
+    return f"{hex_id[:8]}-{hex_id[8:12]}-{hex_id[12:16]}-{hex_id[16:20]}-{hex_id[20:]}"
+
+
+def _event(record: dict[str, Any]) -> StoredEvent:
     return StoredEvent(
         record["global_position"],
         UUID(record["event_id"]),
@@ -113,8 +165,51 @@ def sha256_of(path: Path) -> str:
     return digest.hexdigest()
 
 
-def write_archive(folder: Path, day: date, events: Iterable[StoredEvent]) -> Manifest:
-    """Write `events` (in global order) and then the manifest, each atomically.
+class _Indexed:
+    """A data file written as gzip members of `MEMBER_LINES` lines, and its tick index.
+
+    Each closed member adds a line to the index: its offset in the file, a tab, the
+    streams it holds, in the order they came (no time in any gzip header, no set order:
+    the same records make the same files, the same sha256s).
+    """
+
+    def __init__(self, raw: BinaryIO, index: BinaryIO) -> None:
+        self.raw = raw
+        self.index = gzip.GzipFile(fileobj=index, mode="wb", mtime=0)
+        self.lines: list[bytes] = []
+        self.streams: dict[str, None] = {}
+
+    def write(self, stream_id: str, line: bytes) -> None:
+        self.lines.append(line)
+        self.streams[stream_id] = None
+        if len(self.lines) == MEMBER_LINES:
+            self.flush()
+
+    def flush(self) -> None:
+        if not self.lines:
+            return
+        self.index.write(b"%d\t%s\n" % (self.raw.tell(), " ".join(self.streams).encode()))
+        data = b"".join(self.lines)
+        with gzip.GzipFile(fileobj=self.raw, mode="wb", mtime=0) as out:
+            out.write(data)
+        self.lines, self.streams = [], {}
+
+    def close(self) -> None:
+        self.flush()
+        self.index.close()
+
+
+@contextmanager
+def _indexed(path: Path, index: Path) -> Iterator[_Indexed]:
+    """An indexed data file at `path`, its index at `index`: both written atomically."""
+    with atomic_file(path) as raw, atomic_file(index) as index_raw:
+        writer = _Indexed(raw, index_raw)
+        yield writer
+        writer.close()
+
+
+def write_archive(folder: Path, day: date, records: Iterable[Line]) -> Manifest:
+    """Write the records' lines (in global order) and the index, then the manifest, atomically.
 
     The data file is complete and fsynced before the manifest names it, so a manifest on
     disk always describes a whole file.
@@ -122,19 +217,15 @@ def write_archive(folder: Path, day: date, events: Iterable[StoredEvent]) -> Man
     counts: Counter[str] = Counter()
     streams: set[str] = set()
     first = last = 0
-    # No time in the gzip header: the same events make the same file, the same sha256.
-    with (
-        atomic_file(folder / EVENTS_FILE) as raw,
-        gzip.GzipFile(fileobj=raw, mode="wb", mtime=0) as out,
-    ):
-        for event in events:
-            if event.global_position <= last:
+    with _indexed(folder / EVENTS_FILE, folder / INDEX_FILE) as out:
+        for position, stream_id, type_, line in records:
+            if position <= last:
                 raise ValueError(f"archive {folder}: events out of global order")
-            first = first or event.global_position
-            last = event.global_position
-            counts[event.type] += 1
-            streams.add(event.stream_id)
-            out.write(_line(event))
+            first = first or position
+            last = position
+            counts[type_] += 1
+            streams.add(stream_id)
+            out.write(stream_id, line)
     manifest = Manifest(
         day=day,
         first_position=first,
@@ -144,6 +235,7 @@ def write_archive(folder: Path, day: date, events: Iterable[StoredEvent]) -> Man
         counts=dict(sorted(counts.items())),
         sha256=sha256_of(folder / EVENTS_FILE),
         written_at=datetime.now(UTC),
+        index_sha256=sha256_of(folder / INDEX_FILE),
     )
     write_atomically(folder / MANIFEST_FILE, manifest.model_dump_json(indent=2).encode())
     return manifest
@@ -152,21 +244,19 @@ def write_archive(folder: Path, day: date, events: Iterable[StoredEvent]) -> Man
 def write_transcripts(folder: Path, day: date, ticks: Iterable[list[StoredEvent]]) -> None:
     """Write the ticks' transcript entries and then their manifest, each atomically."""
     count = entries = 0
-    with (
-        atomic_file(folder / TRANSCRIPTS_FILE) as raw,
-        gzip.GzipFile(fileobj=raw, mode="wb", mtime=0) as out,
-    ):
+    with _indexed(folder / TRANSCRIPTS_FILE, folder / TRANSCRIPTS_INDEX) as out:
         for tick in ticks:
             count += 1
-            for event in tick:
+            for _, stream_id, _, line in lines(tick):
                 entries += 1
-                out.write(_line(event))
+                out.write(stream_id, line)
     manifest = TranscriptsManifest(
         day=day,
         ticks=count,
         entries=entries,
         sha256=sha256_of(folder / TRANSCRIPTS_FILE),
         written_at=datetime.now(UTC),
+        index_sha256=sha256_of(folder / TRANSCRIPTS_INDEX),
     )
     write_atomically(folder / TRANSCRIPTS_MANIFEST, manifest.model_dump_json(indent=2).encode())
 
@@ -176,11 +266,16 @@ def verify_transcripts(folder: Path) -> TranscriptsManifest:
     manifest = _manifest(folder / TRANSCRIPTS_MANIFEST, TranscriptsManifest)
     path = folder / TRANSCRIPTS_FILE
     _same_sha(path, manifest.sha256)
+    if manifest.index_sha256 is not None:
+        _same_sha(folder / TRANSCRIPTS_INDEX, manifest.index_sha256)
     entries = 0
     ticks: set[str] = set()
-    for event in read_events(folder, TRANSCRIPTS_FILE):
-        entries += 1
-        ticks.add(event.stream_id)
+    try:
+        for record in read_fields(folder, TRANSCRIPTS_FILE):
+            entries += 1
+            ticks.add(record["stream_id"])
+    except (KeyError, TypeError) as exc:
+        raise ArchiveError(f"archive {path}: a line is not an event record: {exc}") from exc
     if (entries, len(ticks)) != (manifest.entries, manifest.ticks):
         raise ArchiveError(
             f"archive {path}: holds {entries} entries of {len(ticks)} ticks, the manifest "
@@ -219,28 +314,62 @@ def _same_sha(path: Path, expected: str) -> None:
         raise ArchiveError(f"archive {path}: sha256 {sha} does not match the manifest's {expected}")
 
 
-def read_events(folder: Path, name: str = EVENTS_FILE) -> Iterator[StoredEvent]:
-    """The records of an archive's data file in order; ArchiveError on a damaged file."""
+def read_lines(folder: Path, name: str = EVENTS_FILE) -> Iterator[bytes]:
+    """The lines of an archive's data file in order, unparsed; ArchiveError on damage."""
     path = folder / name
     try:
-        with gzip.open(path, "rb") as lines:
-            for line in lines:
-                yield _event(line)
+        with gzip.open(path, "rb") as data:
+            # A chunk at a time: GzipFile's own line reading costs more than the inflating.
+            tail = b""
+            while chunk := data.read(HASH_CHUNK):
+                *whole, tail = (tail + chunk).split(b"\n")
+                yield from whole
+            if tail:
+                yield tail
     except FileNotFoundError:
         raise ArchiveError(f"archive {path}: the data file is missing") from None
     except (OSError, EOFError, zlib.error) as exc:
         raise ArchiveError(f"archive {path}: damaged compressed data: {exc}") from exc
-    except (orjson.JSONDecodeError, KeyError, TypeError, ValueError) as exc:
+
+
+def read_fields(folder: Path, name: str = EVENTS_FILE) -> Iterator[dict[str, Any]]:
+    """The records of an archive's data file in order, as parsed JSON; ArchiveError on damage.
+
+    What a pass that looks at a field or two reads: no id or time parsed.
+    """
+    try:
+        yield from map(orjson.loads, read_lines(folder, name))
+    except orjson.JSONDecodeError as exc:
+        path = folder / name
+        raise ArchiveError(f"archive {path}: a line is not an event record: {exc}") from exc
+
+
+def read_events(folder: Path, name: str = EVENTS_FILE) -> Iterator[StoredEvent]:
+    """The records of an archive's data file in order; ArchiveError on a damaged file."""
+    for record in read_fields(folder, name):
+        yield _checked(folder / name, record)
+
+
+def _checked(path: Path, record: dict[str, Any]) -> StoredEvent:
+    try:
+        return _event(record)
+    except (KeyError, TypeError, ValueError) as exc:
         raise ArchiveError(f"archive {path}: a line is not an event record: {exc}") from exc
 
 
 def read_stream(folder: Path, stream_id: str) -> list[StoredEvent]:
-    """One stream's events as the archive holds them, after checking it against its manifest.
+    """One stream's events as the archive holds them, with its transcript entries if any.
 
-    With its transcript entries from the day's transcripts file, when there is one.
+    By the tick index: the index checked against its manifest's sha256, the members it
+    names inflated, each checked by its CRC. An archive written before the index is
+    verified and read whole.
     """
-    verify(folder)
-    found = [event for event in read_events(folder) if event.stream_id == stream_id]
+    index = read_manifest(folder).index_sha256
+    if index is None:
+        verify(folder)
+        found = [event for event in read_events(folder) if event.stream_id == stream_id]
+    else:
+        found = _indexed_stream(folder, EVENTS_FILE, INDEX_FILE, index, stream_id)
     if found and (folder / TRANSCRIPTS_MANIFEST).exists():
         found += read_transcript(folder, stream_id)
     return sorted(found, key=lambda event: event.stream_position)
@@ -258,10 +387,10 @@ def find_archived(
 
     An archived tick keeps no row in the store (its rows leave with it, so the store stops
     growing), so it is looked for where its id says: the recorded archive of the day the
-    id names, then of the next `STRAGGLER_DAYS`. Each looked in is verified and read
-    through, as `tickwork show --archive` reads it. None when none holds the tick (an id
-    without a day, a tick archived later than that, or no such tick); ArchiveError for an
-    archive that is missing or damaged.
+    id names, then of the next `STRAGGLER_DAYS`. In each, its index names the parts of the
+    data file that hold the tick (`read_stream`), as `tickwork show --archive` reads it.
+    None when none holds the tick (an id without a day, a tick archived later than that,
+    or no such tick); ArchiveError for an archive that is missing or damaged.
     """
     first = tick_id_day(tick_id)
     if first is None:
@@ -282,8 +411,57 @@ def find_archived(
     return None
 
 
+def _indexed_stream(
+    folder: Path, name: str, index_name: str, index_sha256: str, stream_id: str
+) -> list[StoredEvent]:
+    """A stream's records in a data file, read from the members its index names.
+
+    The index is checked against its sha256; each member read, by its gzip CRC.
+    """
+    index = folder / index_name
+    _same_sha(index, index_sha256)
+    token = stream_id.encode()
+    offsets = []
+    with gzip.open(index, "rb") as members:
+        for member in members:
+            if token in member:
+                at, _, streams = member.rstrip(b"\n").partition(b"\t")
+                if token in streams.split(b" "):
+                    offsets.append(int(at))
+    path = folder / name
+    quoted = b'"stream_id":' + orjson.dumps(stream_id)
+    found = []
+    with path.open("rb") as data:
+        for offset in offsets:
+            for line in _member(data, offset, path).splitlines():
+                if quoted in line:
+                    event = _checked(path, orjson.loads(line))
+                    if event.stream_id == stream_id:
+                        found.append(event)
+    return found
+
+
+def _member(data: BinaryIO, offset: int, path: Path) -> bytes:
+    """The gzip member at `offset`, inflated and checked by its CRC."""
+    data.seek(offset)
+    inflate = zlib.decompressobj(wbits=31)
+    parts = []
+    try:
+        while not inflate.eof:
+            chunk = data.read(HASH_CHUNK // 16)
+            if not chunk:
+                raise ArchiveError(f"archive {path}: the member at byte {offset} is cut short")
+            parts.append(inflate.decompress(chunk))
+    except zlib.error as exc:
+        raise ArchiveError(f"archive {path}: damaged member at byte {offset}: {exc}") from exc
+    return b"".join(parts)
+
+
 def read_transcript(folder: Path, stream_id: str) -> list[StoredEvent]:
-    """One tick's archived transcript entries, after checking the file against its manifest."""
+    """One tick's archived transcript entries: by the file's index, or read whole without one."""
+    index = _manifest(folder / TRANSCRIPTS_MANIFEST, TranscriptsManifest).index_sha256
+    if index is not None:
+        return _indexed_stream(folder, TRANSCRIPTS_FILE, TRANSCRIPTS_INDEX, index, stream_id)
     verify_transcripts(folder)
     return [e for e in read_events(folder, TRANSCRIPTS_FILE) if e.stream_id == stream_id]
 
@@ -296,13 +474,19 @@ def verify(folder: Path) -> Manifest:
     manifest = read_manifest(folder)
     path = folder / EVENTS_FILE
     _same_sha(path, manifest.sha256)
+    if manifest.index_sha256 is not None:
+        _same_sha(folder / INDEX_FILE, manifest.index_sha256)
     counts: Counter[str] = Counter()
     positions = [0, 0]
-    for event in read_events(folder):
-        if event.global_position <= positions[1]:
-            raise ArchiveError(f"archive {path}: events out of global order")
-        positions = [positions[0] or event.global_position, event.global_position]
-        counts[event.type] += 1
+    try:
+        for record in read_fields(folder):
+            position = record["global_position"]
+            if position <= positions[1]:
+                raise ArchiveError(f"archive {path}: events out of global order")
+            positions = [positions[0] or position, position]
+            counts[record["type"]] += 1
+    except (KeyError, TypeError) as exc:
+        raise ArchiveError(f"archive {path}: a line is not an event record: {exc}") from exc
     found = (dict(counts), *positions)
     expected = (manifest.counts, manifest.first_position, manifest.last_position)
     if found != expected:
@@ -314,8 +498,11 @@ def verify(folder: Path) -> Manifest:
     return manifest
 
 
-def merged(sources: Iterable[Iterable[EventData]]) -> Iterator[EventData]:
-    """Events of several sources, each in global order, in one global order.
+R = TypeVar("R", EventData, Line)
+
+
+def merged(sources: Iterable[Iterable[R]]) -> Iterator[R]:
+    """Records (fold data, archive lines) of several sources, each in global order, in one.
 
     An event in two sources (an archive whose events were not all deleted yet, when a run
     was killed, and the hot store) is given once.
@@ -338,9 +525,9 @@ class Archive:
     def event_data(self, types: Iterable[str]) -> Iterator[EventData]:
         """Its events of `types` as a fold takes them: (position, type, data)."""
         kinds = frozenset(types)
-        for event in read_events(self.folder):
-            if event.type in kinds:
-                yield event.global_position, event.type, event.data
+        for record in read_fields(self.folder):
+            if record["type"] in kinds:
+                yield record["global_position"], record["type"], record["data"]
 
 
 def recorded_archives(store: EventStore, root: Path, since: date | None = None) -> list[Archive]:

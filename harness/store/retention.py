@@ -21,8 +21,10 @@ file system by incremental vacuum (`reclaim_space`).
 
 from __future__ import annotations
 
+import heapq
 import sqlite3
 from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Set as AbstractSet
 from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import UTC, date, datetime, time, timedelta
@@ -32,7 +34,7 @@ import sqlalchemy as sa
 from sqlalchemy.engine import Engine
 
 from harness.contracts.events import TERMINAL_TYPES
-from harness.contracts.records import StoredEvent
+from harness.store.archives import Line, lines, merged, packed_lines
 from harness.store.engine import create_store_engine, stored_utc
 from harness.store.partitions import (
     TICK_STREAM_PREFIX,
@@ -47,11 +49,13 @@ from harness.store.schema import events, projection_checkpoints
 from harness.store.sql import MAX_BATCH, SqlEventStore, translate_errors
 from harness.store.tick_rows import CHECKPOINT as PACKING_CHECKPOINT
 from harness.store.tick_rows import (
+    PAGE,
     footprint_rows,
     holds_position,
     last_positions,
     packed_count,
     packed_starts,
+    rows_from,
 )
 
 SCAN_PAGE = 1000
@@ -71,7 +75,7 @@ class DayTicks:
     unless a straggler of an earlier day starts before it) ..."""
     upto: int
     """... and the day's range ends here."""
-    streams: frozenset[str]
+    streams: AbstractSet[str]
     last: int
     """The highest position of any of their events (0 when there are none)."""
 
@@ -119,7 +123,9 @@ def closed_ticks(store: SqlEventStore, day: date, stragglers_upto: int = 0) -> D
             ).all()
         )
         packed = packed_starts(conn, day, min(stragglers_upto, after))
-        started.update(_packed_whole(conn, packed))
+        _keep_whole(conn, packed)
+        started.update(packed)
+        del packed  # a day of 1.44M ticks: each copy of its ids held at once is ~100 MB
         closed: set[str] = set()
         first, last = after, 0
         terminal = sa.func.max(sa.case((events.c.type.in_(sorted(TERMINAL_TYPES)), 1), else_=0))
@@ -140,41 +146,66 @@ def closed_ticks(store: SqlEventStore, day: date, stragglers_upto: int = 0) -> D
                     closed.add(stream_id)
                     first = min(first, started[stream_id] - 1)
                     last = max(last, end)
-    return DayTicks(day, first, upto, frozenset(closed), last)
+    return DayTicks(day, first, upto, closed, last)
 
 
-def _packed_whole(conn: sa.Connection, packed: dict[str, int]) -> dict[str, int]:
-    """Of packed streams (with their rows' first positions), those whose start is packed too.
+def _keep_whole(conn: sa.Connection, packed: dict[str, int]) -> None:
+    """Keep, of packed streams (with their rows' first positions), those packed from the start.
 
     A row packed before 0020 may hold a transcript alone, its tick's start still hot.
     """
     streams = list(packed)
-    hot: set[str] = set()
     for start in range(0, len(streams), MAX_BATCH):
         query = sa.select(events.c.stream_id).where(
             events.c.stream_id.in_(streams[start : start + MAX_BATCH]),
             events.c.stream_position == 1,
         )
-        hot.update(conn.execute(query).scalars())
-    return {stream: first for stream, first in packed.items() if stream not in hot}
+        for hot in conn.execute(query).scalars():
+            del packed[hot]
 
 
-def events_of(store: SqlEventStore, ticks: DayTicks) -> Iterator[StoredEvent]:
-    """The events of the day's closed streams, in global order, a page of the log at a time.
+def day_lines(store: SqlEventStore, ticks: DayTicks) -> Iterator[Line]:
+    """The archive lines of the day's closed streams, in global order.
 
-    Their streams start in the day's range and end by `ticks.last`: one pass over that
-    range, never the whole log.
+    Their packed rows are read once each, a page at a time in order of their first
+    positions, and written as they are packed (`packed_lines`); the few records still in
+    `events` are read beside them (a record in both, read while a compaction committed,
+    is given once). Their streams start in the day's range and end by
+    `ticks.last`: one pass over that range, never the whole log.
     """
+    return merged([_packed_lines(store, ticks), _hot_lines(store, ticks)])
+
+
+def _packed_lines(store: SqlEventStore, ticks: DayTicks) -> Iterator[Line]:
+    """The lines of the day's packed rows, in global order.
+
+    Rows come by first position and a row's records lie at or past it, so every record
+    before the next row's first position can go: what waits is the records of the rows
+    still open at that point, not the day's.
+    """
+    waiting: list[Line] = []
     cursor = ticks.after
-    while cursor < ticks.last:
-        page = store.read_all(cursor, SCAN_PAGE)
-        if not page:
-            return
-        for event in page:
-            if event.global_position > ticks.last:
-                return
-            if event.stream_id in ticks.streams:
-                yield event
+    while True:
+        with store.read_transaction() as conn:
+            page = rows_from(conn, cursor, ticks.last)
+        for first, tick_id, blob in page:
+            while waiting and waiting[0][0] < first:
+                yield heapq.heappop(waiting)
+            if f"{TICK_STREAM_PREFIX}{tick_id}" in ticks.streams:
+                for line in packed_lines(tick_id, blob):
+                    heapq.heappush(waiting, line)
+        if len(page) < PAGE:
+            break
+        cursor = page[-1][0]
+    while waiting:
+        yield heapq.heappop(waiting)
+
+
+def _hot_lines(store: SqlEventStore, ticks: DayTicks) -> Iterator[Line]:
+    """The lines of the day's streams' records still in `events`, in global order."""
+    cursor = ticks.after
+    while page := store.read_unpacked(cursor, ticks.last, SCAN_PAGE):
+        yield from lines(event for event in page if event.stream_id in ticks.streams)
         cursor = page[-1].global_position
 
 
@@ -206,20 +237,24 @@ class ArchivedDay:
     tick_ids: set[str]
 
 
-def archived_day(day: date, archived: Iterable[StoredEvent]) -> ArchivedDay:
-    """Sort a day archive's events (global order, whole streams) by the partition they are in.
+def archived_day(day: date, archived: Iterable[dict[str, Any]]) -> ArchivedDay:
+    """Sort a day archive's records (global order, whole streams) by the partition they are in.
 
     A stream's partition is the UTC day of its first event, which comes first.
     """
     begun: dict[str, date] = {}
     in_partition = 0
     elsewhere = []
-    for event in archived:
-        stream_day = begun.setdefault(event.stream_id, event.recorded_at.astimezone(UTC).date())
+    for record in archived:
+        stream_id = record["stream_id"]
+        stream_day = begun.get(stream_id)
+        if stream_day is None:
+            at = datetime.fromisoformat(record["recorded_at"])
+            stream_day = begun[stream_id] = at.astimezone(UTC).date()
         if stream_day == day:
             in_partition += 1
         else:
-            elsewhere.append(event.global_position)
+            elsewhere.append(record["global_position"])
     ticks = {stream.removeprefix(TICK_STREAM_PREFIX) for stream in begun}
     return ArchivedDay(in_partition, elsewhere, ticks)
 

@@ -446,6 +446,18 @@ class SqlEventStore(EventStore):
             packed = records_between(conn, after_position, upper, kinds)
         return list(merged(hot, packed))[:limit] if packed else hot
 
+    def read_unpacked(self, after_position: int, upper: int, limit: int) -> list[StoredEvent]:
+        """The first `limit` records of `events` in (after, upper], without the packed ones.
+
+        For a pass that reads the packed rows of the range itself, each once (archiving).
+        """
+        with self._one_statement() as conn:
+            where = (
+                f"WHERE global_position > ? AND global_position <= ? AND {_settled(conn)} "
+                "ORDER BY global_position LIMIT ?"
+            )
+            return _records(conn, where, [after_position, upper, limit])
+
     def read_last(self, limit: int, types: Iterable[str] | None = None) -> list[StoredEvent]:
         """Backwards on the primary key from the writers' horizon: cheap however long the log.
 

@@ -8,23 +8,34 @@ hot store's size before and after (SQLite: after incremental vacuum; PostgreSQL:
 events' partitions and the tables of their ids), and the time of `tickwork projections
 rebuild` reading the archive.
 
+The archive's pace is printed as events and ticks a second of wall and of its own CPU
+(user + sys, its fold workers' too), extrapolated to a day of 1,000 levels a minute (1.44M
+ticks), beside its peak RSS: the child's own high-water mark (`VmHWM`, read by the child
+as it exits), not `wait4`'s `ru_maxrss`, the largest of every child waited for so far.
+`--profile FILE` writes the archive run's cProfile stats there. `--settled` folds the read
+models and packs the closed ticks before the archive runs, as a running service keeps
+them: the archive's figures are then its own pass, not the catch-up a store filled
+without a service needs first.
+
 `--hold-open` adds one tick still open on the old day: on PostgreSQL its partition cannot
 be dropped, and the day's events leave by DELETE instead, the path every day took
 before partitioning (migration 0010).
 
     .venv/bin/python ops/bench/archive_bench.py [--ticks 20000] [--store URL] [--hold-open]
+        [--profile FILE] [--settled]
 """
 
 from __future__ import annotations
 
 import argparse
 import contextlib
+import json
 import os
-import resource
 import subprocess
 import sys
 import tempfile
 import time
+from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
@@ -38,10 +49,39 @@ from harness.contracts.events import (
     TickStarted,
     ToolCalled,
 )
+from harness.prices import PriceBook
+from harness.projections import projector_for
 from harness.store import SqlEventStore, migrate_store, open_store
+from harness.store.tick_rows import compact
 
-TICKWORK = str(Path(sys.executable).with_name("tickwork"))
 HOT_DAYS = 30
+DAY_TICKS = 1_440_000
+"""A day of 1,000 levels a minute."""
+MEASURED_ENV = "ARCHIVE_BENCH_MEASURED"
+PROFILE_ENV = "ARCHIVE_BENCH_PROFILE"
+RUNNER = f"""
+import atexit, json, os, resource, sys
+from pathlib import Path
+def said():
+    if profile is not None:
+        profile.disable()
+        profile.dump_stats(os.environ["{PROFILE_ENV}"])
+    status = Path("/proc/self/status").read_text().splitlines()
+    hwm = next(line for line in status if line.startswith("VmHWM"))
+    cpu = sum(u.ru_utime + u.ru_stime for u in map(resource.getrusage, (0, -1)))
+    Path(os.environ["{MEASURED_ENV}"]).write_text(json.dumps(
+        {{"hwm_kib": int(hwm.split()[1]), "cpu": cpu}}))
+profile = None
+if os.environ.get("{PROFILE_ENV}"):
+    import cProfile
+    profile = cProfile.Profile()
+    profile.enable()
+atexit.register(said)
+sys.argv[0] = "tickwork"
+from harness.cli import main
+main()
+"""
+"""`tickwork`, run so that it writes its own peak RSS and CPU as it exits (and profiles)."""
 
 
 def tick(tick_id: str) -> list[Event]:
@@ -81,22 +121,33 @@ def size(store: SqlEventStore) -> int:
         return int(pages * conn.exec_driver_sql("PRAGMA page_size").scalar())
 
 
-def timed(folder: Path, *args: str) -> tuple[float, float]:
-    """(seconds, peak RSS MiB of the children so far) of one `tickwork` process.
+@dataclass(frozen=True)
+class Run:
+    """One `tickwork` process: wall seconds, its own CPU seconds and peak RSS (MiB)."""
 
-    The archive runs first, so its peak is its own (it folds the read models itself).
-    The lines saying how and how fast a day left the store are printed.
-    """
+    seconds: float
+    cpu: float
+    peak: float
+
+
+def timed(folder: Path, *args: str, profile: str | None = None) -> Run:
+    """Run one `tickwork` process; the lines saying how and how fast a day left are printed."""
+    measured = folder / "measured.json"
+    env = {**os.environ, "COLUMNS": "400", MEASURED_ENV: str(measured)}  # report lines unwrapped
+    if profile:
+        env[PROFILE_ENV] = str(Path(profile).absolute())
     started = time.perf_counter()
-    wide = {**os.environ, "COLUMNS": "400"}  # its report lines unwrapped
-    done = subprocess.run([TICKWORK, *args], cwd=folder, capture_output=True, text=True, env=wide)
+    done = subprocess.run(
+        [sys.executable, "-c", RUNNER, *args], cwd=folder, capture_output=True, text=True, env=env
+    )
+    seconds = time.perf_counter() - started
     if done.returncode != 0:
         raise SystemExit(f"tickwork {' '.join(args)} failed: {done.stderr}")
     for line in done.stdout.splitlines():
         if "left the store" in line:
             print(line.strip())
-    peak = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 1024
-    return time.perf_counter() - started, peak
+    own = json.loads(measured.read_text())
+    return Run(seconds, own["cpu"], own["hwm_kib"] / 1024)
 
 
 def main() -> None:
@@ -106,6 +157,10 @@ def main() -> None:
         "--store", help="an empty store's URL (default: SQLite in a temporary folder)"
     )
     parser.add_argument("--hold-open", action="store_true", help="one old tick stays open")
+    parser.add_argument("--profile", help="write the archive run's cProfile stats to this file")
+    parser.add_argument(
+        "--settled", action="store_true", help="read models folded, ticks packed, before"
+    )
     options = parser.parse_args()
     print(describe())
     with tempfile.TemporaryDirectory() as temporary:
@@ -122,22 +177,36 @@ def main() -> None:
                 then.append("tick-held", [TickScheduled(tick_id="held", level="min").to_record()])
         store = open_store(url)
         fill(store, options.ticks, "new")
+        if options.settled:
+            started = time.perf_counter()
+            projector_for(store, PriceBook()).catch_up()
+            compact(store)
+            print(
+                f"read models folded and ticks packed first: {time.perf_counter() - started:.1f} s"
+            )
         before = size(store)
         store.close()
-        seconds, peak = timed(folder, "archive")
+        archived = timed(folder, "archive", profile=options.profile)
         store = open_store(url)
         after = size(store)
         store.close()
         archive = sum(
             os.path.getsize(path) for path in (folder / ".tickwork" / "archive").rglob("*.gz")
         )
-        rebuild, _ = timed(folder, "projections", "rebuild")
+        rebuild = timed(folder, "projections", "rebuild").seconds
         events = options.ticks * len(tick("x"))
         held = ", one held open" if options.hold_open else ""
         print(
-            f"archive of {options.ticks:,} ticks{held} ({events:,} events): {seconds:.2f} s, "
-            f"peak RSS {peak:.0f} MiB"
+            f"archive of {options.ticks:,} ticks{held} ({events:,} events): "
+            f"{archived.seconds:.2f} s wall, {archived.cpu:.2f} s CPU (user + sys), "
+            f"peak RSS (VmHWM) {archived.peak:.0f} MiB"
         )
+        for what, seconds in (("wall", archived.seconds), ("CPU", archived.cpu)):
+            print(
+                f"  per {what} second: {events / seconds:,.0f} events/s, "
+                f"{options.ticks / seconds:,.0f} ticks/s; a day of {DAY_TICKS:,} ticks: "
+                f"{DAY_TICKS / options.ticks * seconds / 3600:.2f} h"
+            )
         print(f"archive bytes per tick: {archive / options.ticks:.0f}")
         print(f"hot store: {before / 2**20:.1f} MiB before, {after / 2**20:.1f} MiB after")
         print(f"projections rebuild (archive + hot store): {rebuild:.2f} s")

@@ -16,6 +16,7 @@ from typing import Any
 import orjson
 import sqlalchemy as sa
 from sqlalchemy.engine import URL, Engine, make_url
+from tenacity import Retrying, retry_if_exception, stop_after_delay, wait_random
 
 from harness.config import Durability
 from harness.files import make_private_folder
@@ -148,7 +149,7 @@ def create_store_engine(url: str, *, durability: Durability = "process") -> Engi
             # to the file system. It takes effect only before the first table is made (a
             # store made earlier is converted once by `retention.reclaim_space`).
             cursor.execute("PRAGMA auto_vacuum = INCREMENTAL")
-        cursor.execute("PRAGMA journal_mode = WAL")
+        _set_wal(cursor)
         cursor.execute(f"PRAGMA synchronous = {SQLITE_SYNCHRONOUS[durability]}")
         # Reads go through the operating system's file cache; the writer's connection
         # takes a larger cache of its own (`SQLITE_CACHE_KIB`, `writer.Writer._open`).
@@ -176,3 +177,25 @@ def create_store_engine(url: str, *, durability: Durability = "process") -> Engi
 def stored_utc(at: datetime) -> datetime:
     """A time read back through SQLAlchemy, made aware: SQLite drops the zone (stored UTC)."""
     return at.replace(tzinfo=UTC) if at.tzinfo is None else at.astimezone(UTC)
+
+
+def _locked(exc: BaseException) -> bool:
+    return "database is locked" in str(exc)
+
+
+def _set_wal(cursor: Any) -> None:
+    """Put the file in WAL mode, waiting out a process that is opening or closing it.
+
+    A connection that finds the WAL's index being rebuilt or taken down by another
+    process's first or last connection gets "database is locked" at once, without the
+    busy handler: four processes opening one store together failed that way on a
+    loaded machine. So the pragma is retried, for as long as the busy timeout.
+    """
+    for attempt in Retrying(
+        retry=retry_if_exception(_locked),
+        stop=stop_after_delay(SQLITE_BUSY_TIMEOUT_MS / 1000),
+        wait=wait_random(0.01, 0.1),
+        reraise=True,
+    ):
+        with attempt:
+            cursor.execute("PRAGMA journal_mode = WAL")

@@ -1,18 +1,21 @@
 """Archive benchmark: one old UTC day of ticks leaving the hot store, and a rebuild after.
 
-Fills a store with `--ticks` completed ticks (scheduled, started, two model calls' spend,
-a tool call, completed: 6 events each) on one day `hot_days` + 10 ago, written by a store
-whose clock stands on that day, and as many today, then runs `tickwork archive` as a
-process of its own and prints its time and peak RSS, the archive's bytes per tick, the
-hot store's size before and after (SQLite: after incremental vacuum; PostgreSQL: the
-events' partitions and the tables of their ids), and the time of `tickwork projections
-rebuild` reading the archive.
+Fills a store with `--ticks` ticks of 1,000 levels a minute (1,440,000 is a whole day),
+all closed, from the start of a day `hot_days` + 10 ago, and `--hot-ticks` ending now
+(default as many), with `history_loader`: ticks shaped like real ones (13.6 events),
+closed ones packed in their tick rows, laid out as the store lays them out (checked). The read
+models are rebuilt first, as a running service keeps them current (its time is printed).
+Then `tickwork archive` runs as a process of its own; the bench prints its time and peak
+RSS, the archive's bytes per tick, the hot store's size before and after (SQLite: after
+incremental vacuum; PostgreSQL: the events' partitions and the tables of their ids), and
+the time of `tickwork projections rebuild` reading the archive.
 
 `--hold-open` adds one tick still open on the old day: on PostgreSQL its partition cannot
 be dropped, and the day's events leave by DELETE instead, the path every day took
 before partitioning (migration 0010).
 
-    .venv/bin/python ops/bench/archive_bench.py [--ticks 20000] [--store URL] [--hold-open]
+    .venv/bin/python ops/bench/archive_bench.py [--ticks 20000] [--hot-ticks N]
+        [--store URL] [--hold-open]
 """
 
 from __future__ import annotations
@@ -20,7 +23,6 @@ from __future__ import annotations
 import argparse
 import contextlib
 import os
-import resource
 import subprocess
 import sys
 import tempfile
@@ -28,38 +30,15 @@ import time
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
-from machine import describe
+import sqlalchemy as sa
+from history_loader import PER_MINUTE, Span, check_layout, load
+from machine import describe, own_peak_mib
 
-from harness.contracts.events import (
-    BudgetSpent,
-    Event,
-    TickCompleted,
-    TickScheduled,
-    TickStarted,
-    ToolCalled,
-)
-from harness.store import SqlEventStore, migrate_store, open_store
+from harness.contracts.events import TickScheduled
+from harness.store import SqlEventStore, migrate_store, open_store, schema
 
 TICKWORK = str(Path(sys.executable).with_name("tickwork"))
 HOT_DAYS = 30
-
-
-def tick(tick_id: str) -> list[Event]:
-    ids = {"tick_id": tick_id, "level": "min"}
-    return [
-        TickScheduled(**ids, model="m"),
-        TickStarted(**ids, pid=1, host="h"),
-        BudgetSpent(**ids, model="m", prompt_tokens=1200, completion_tokens=80),
-        ToolCalled(**ids, name="shell", status="ok"),
-        BudgetSpent(**ids, model="m", prompt_tokens=1500, completion_tokens=120),
-        TickCompleted(**ids, prompt_tokens=2700, completion_tokens=200, model_calls=2),
-    ]
-
-
-def fill(store: SqlEventStore, ticks: int, prefix: str) -> None:
-    """Append the ticks."""
-    for n in range(ticks):
-        store.append(f"tick-{prefix}{n}", [event.to_record() for event in tick(f"{prefix}{n}")])
 
 
 def size(store: SqlEventStore) -> int:
@@ -82,32 +61,44 @@ def size(store: SqlEventStore) -> int:
 
 
 def timed(folder: Path, *args: str) -> tuple[float, float]:
-    """(seconds, peak RSS MiB of the children so far) of one `tickwork` process.
+    """(seconds, peak RSS MiB) of one `tickwork` process (`machine.own_peak_mib`).
 
-    The archive runs first, so its peak is its own (it folds the read models itself).
     The lines saying how and how fast a day left the store are printed.
     """
-    started = time.perf_counter()
     wide = {**os.environ, "COLUMNS": "400"}  # its report lines unwrapped
-    done = subprocess.run([TICKWORK, *args], cwd=folder, capture_output=True, text=True, env=wide)
-    if done.returncode != 0:
-        raise SystemExit(f"tickwork {' '.join(args)} failed: {done.stderr}")
-    for line in done.stdout.splitlines():
-        if "left the store" in line:
-            print(line.strip())
-    peak = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 1024
-    return time.perf_counter() - started, peak
+    with tempfile.TemporaryFile("w+") as out, tempfile.TemporaryFile("w+") as err:
+        started = time.perf_counter()
+        child = subprocess.Popen([TICKWORK, *args], cwd=folder, env=wide, stdout=out, stderr=err)
+        peak = own_peak_mib(child)
+        seconds = time.perf_counter() - started
+        out.seek(0)
+        err.seek(0)
+        if child.returncode != 0:
+            raise SystemExit(f"tickwork {' '.join(args)} failed: {err.read()}")
+        for line in out.read().splitlines():
+            if "left the store" in line:
+                print(line.strip())
+    return seconds, peak
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--ticks", type=int, default=20_000)
+    parser.add_argument("--ticks", type=int, default=20_000, help="ticks of the old day")
+    parser.add_argument(
+        "--hot-ticks", type=int, help="ticks ending now, at least 100 (default: --ticks)"
+    )
     parser.add_argument(
         "--store", help="an empty store's URL (default: SQLite in a temporary folder)"
     )
     parser.add_argument("--hold-open", action="store_true", help="one old tick stays open")
     options = parser.parse_args()
+    hot_ticks = options.ticks if options.hot_ticks is None else options.hot_ticks
+    if hot_ticks < 100:
+        # Open ticks end the log (its newest record is never packed) and the layout check
+        # needs a closed one beside them.
+        parser.error("--hot-ticks: at least 100")
     print(describe())
+    print(f"load average at start: {os.getloadavg()}")
     with tempfile.TemporaryDirectory() as temporary:
         folder = Path(temporary)
         url = options.store or f"sqlite:///{folder}/events.db"
@@ -115,14 +106,29 @@ def main() -> None:
             f'[store]\nurl = "{url}"\n[retention]\nhot_days = {HOT_DAYS}\n', encoding="utf-8"
         )
         migrate_store(url)
-        day = datetime.now(UTC) - timedelta(days=HOT_DAYS + 10)
-        with contextlib.closing(open_store(url, clock=lambda: day)) as then:
-            fill(then, options.ticks, "old")
-            if options.hold_open:
+        day = datetime.now(UTC).replace(hour=0, minute=0, second=0, microsecond=0) - timedelta(
+            days=HOT_DAYS + 10
+        )
+        minutes = -(-options.ticks // PER_MINUTE)
+        old = Span(day + timedelta(minutes=minutes, seconds=30), options.ticks, in_flight=0)
+        began = time.perf_counter()
+        load(url, old, packing=True)
+        hot, packed = load(url, Span(datetime.now(UTC), hot_ticks, first=options.ticks), True)
+        print(
+            f"loaded {hot:,} events and {packed:,} packed records in "
+            f"{time.perf_counter() - began:.0f} s",
+            flush=True,
+        )
+        with contextlib.closing(open_store(url)) as store:
+            check_layout(store, packing=True)
+        if options.hold_open:
+            with contextlib.closing(open_store(url, clock=lambda: day)) as then:
                 then.append("tick-held", [TickScheduled(tick_id="held", level="min").to_record()])
+        built, _ = timed(folder, "projections", "rebuild")
+        print(f"projections rebuild before archiving: {built:.2f} s", flush=True)
         store = open_store(url)
-        fill(store, options.ticks, "new")
         before = size(store)
+        old_events = events_before(store, day + timedelta(days=1))
         store.close()
         seconds, peak = timed(folder, "archive")
         store = open_store(url)
@@ -132,15 +138,26 @@ def main() -> None:
             os.path.getsize(path) for path in (folder / ".tickwork" / "archive").rglob("*.gz")
         )
         rebuild, _ = timed(folder, "projections", "rebuild")
-        events = options.ticks * len(tick("x"))
         held = ", one held open" if options.hold_open else ""
         print(
-            f"archive of {options.ticks:,} ticks{held} ({events:,} events): {seconds:.2f} s, "
+            f"archive of {options.ticks:,} ticks{held} ({old_events:,} events): {seconds:.2f} s, "
             f"peak RSS {peak:.0f} MiB"
         )
         print(f"archive bytes per tick: {archive / options.ticks:.0f}")
         print(f"hot store: {before / 2**20:.1f} MiB before, {after / 2**20:.1f} MiB after")
         print(f"projections rebuild (archive + hot store): {rebuild:.2f} s")
+    print(f"load average at end: {os.getloadavg()}")
+
+
+def events_before(store: SqlEventStore, end: datetime) -> int:
+    """Records of the ticks begun before `end` (the old day's): packed, and left in `events`."""
+    rows = schema.tick_rows
+    packed = sa.select(sa.func.coalesce(sa.func.sum(rows.c.events), 0)).where(
+        rows.c.day < end.date()
+    )
+    hot = sa.select(sa.func.count()).where(schema.events.c.recorded_at < end)
+    with store.read_transaction() as conn:
+        return int(conn.execute(packed).scalar_one()) + int(conn.execute(hot).scalar_one())
 
 
 if __name__ == "__main__":

@@ -19,6 +19,7 @@ figures would describe another layout.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import random
 import sqlite3
@@ -427,7 +428,8 @@ def load_sqlite(url: str, span: Span, packing: bool) -> None:
     assert path is not None
     conn = sqlite3.connect(path, isolation_level=None)
     try:
-        conn.execute("PRAGMA journal_mode = OFF")
+        with contextlib.suppress(sqlite3.OperationalError):  # "locked": a store is open
+            conn.execute("PRAGMA journal_mode = OFF")
         conn.execute("PRAGMA synchronous = OFF")
         conn.execute("PRAGMA cache_size = -1048576")
         (last,) = conn.execute(

@@ -59,6 +59,7 @@ from harness.store.tick_rows import (
     data_between,
     first_since,
     holds_types,
+    last_records,
     merged,
     merged_data,
     packed_ids,
@@ -456,10 +457,13 @@ class SqlEventStore(EventStore):
             hot = _records(conn, where, [*(kinds or []), limit])
             if not holds_types(kinds):
                 return hot
-            after = hot[-1].global_position - 1 if len(hot) == limit else 0
-            if kinds is None:
-                after = max(after, reach_before(conn, limit))
-            packed = records_between(conn, after, UNBOUNDED, kinds)
+            if len(hot) == limit:
+                packed = records_between(conn, hot[-1].global_position - 1, UNBOUNDED, kinds)
+            elif kinds is None:
+                packed = records_between(conn, reach_before(conn, limit), UNBOUNDED, kinds)
+            else:
+                # Types are sparse among the packed records: found row by row, backwards.
+                packed = last_records(conn, limit, kinds)
         if not packed:
             return hot
         return list(merged(reversed(hot), packed))[::-1][:limit]

@@ -185,6 +185,37 @@ def records_between(
     return sorted(found, key=lambda record: record.global_position)
 
 
+def last_records(conn: sa.Connection, limit: int, kinds: Collection[str]) -> list[StoredEvent]:
+    """The last `limit` packed records of `kinds`, in global order.
+
+    Rows backwards by first position, `limit` of them and then twice as many a page,
+    decoded until `limit` records are found that no row further back can follow (a row
+    holds nothing past its first position plus the widest span): a scrape asking for the
+    last 100 `TickScheduled` decodes about 100 rows, not every row of the history.
+    """
+    span = widest_span(conn)
+    if span is None or limit < 1 or not holds_types(kinds):
+        return []
+    found: list[StoredEvent] = []
+    before: int | None = None
+    size = limit
+    while True:
+        query = sa.select(tick_rows.c.tick_id, tick_rows.c.first_position, tick_rows.c.data)
+        if before is not None:
+            query = query.where(tick_rows.c.first_position < before)
+        page = conn.execute(query.order_by(tick_rows.c.first_position.desc()).limit(size)).all()
+        for tick, _, blob in page:
+            found.extend(r for r in unpack(tick, bytes(blob)) if r.type in kinds)
+        found = heapq.nlargest(limit, found, key=lambda record: record.global_position)
+        if len(page) < size:
+            break
+        before = int(page[-1][1])
+        if len(found) == limit and found[-1].global_position >= before + span:
+            break
+        size = min(size * 2, PAGE)
+    return found[::-1]
+
+
 def data_between(
     conn: sa.Connection, after: int, upper: int, kinds: Collection[str]
 ) -> list[EventData]:

@@ -433,9 +433,9 @@ def folder_for(backend: str, size: int, keep: str | None) -> Iterator[Path]:
 
 
 def report(backend: str, sizes: list[int], results: list[dict[str, float]]) -> None:
-    small, large = results[0], results[-1]
+    small, large = (results[sizes.index(pick(sizes))] for pick in (min, max))
     head = "".join(f"{size:>14,}" for size in sizes)
-    print(f"\n{backend}: p50 at each size (events), and the ratio of the last to the first")
+    print(f"\n{backend}: p50 at each size (events), and the ratio of the largest to the smallest")
     print(f"  {'path':<40}{head}{'ratio':>9}")
     for label in dict.fromkeys(label for result in results for label in result):
         unit = "" if "(" in label else " ms"
@@ -450,7 +450,12 @@ def report(backend: str, sizes: list[int], results: list[dict[str, float]]) -> N
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--sizes", default="1000000,10000000", help="events, comma-separated")
+    parser.add_argument(
+        "--sizes",
+        default="1000000,10000000",
+        help="events, comma-separated, loaded in this order (the largest first: its figures "
+        "are printed first if the run is cut short)",
+    )
     parser.add_argument("--backends", default="sqlite,postgresql")
     parser.add_argument("--pg-url", default="postgresql://postgres@127.0.0.1:5432/test")
     parser.add_argument(

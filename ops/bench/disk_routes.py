@@ -46,15 +46,8 @@ from uuid import UUID
 
 import orjson
 import psycopg
-from growth_bench import (
-    TOOL_TICKS,
-    _dsn,
-    cli,
-    fresh_store,
-    load_postgres,
-    load_sqlite,
-    write_config,
-)
+from growth_bench import cli, fresh_store, write_config
+from history_loader import TOOL_TICKS, Span, _dsn, load
 from machine import describe
 from sqlalchemy.engine import make_url
 
@@ -305,8 +298,7 @@ def _bare(name: str) -> str:
 def measure(url: str, events: int, root: Path, admin: str, only: str) -> None:
     now = datetime.now(UTC)
     began, cpu = time.perf_counter(), time.process_time()
-    load = load_sqlite if url.startswith("sqlite") else load_postgres
-    stored = load(url, events, now, True)
+    stored = sum(load(url, Span.of_events(events, now), True))
     cli(write_config(root, url), "projections", "rebuild")()
     ticks = round(events / (11 + 4 * TOOL_TICKS))
     print(

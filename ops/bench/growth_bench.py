@@ -7,31 +7,33 @@ minute, so the last hour holds 60,000 ticks whatever the size) at each size, on 
 and PostgreSQL, and prints each read path's p50 and the ratio of the larger size to the
 smaller: a flat path stays near 1.
 
-The history goes in with raw `executemany` (SQLite) or COPY (PostgreSQL), not one append
-at a time, laid out as the store's writer lays out its appends (PostgreSQL: each tick in
-its day's partition, with its `event_ids` and `tick_streams` rows), which a tick appended
-through the store checks at the end of the load (`check_layout`); then `tickwork
-projections rebuild` folds the read models (its time is a figure too). API paths run
-in-process through FastAPI's TestClient, CLI paths as subprocesses (their time includes
-the interpreter's start), reconcile's and start-up's queries as the service calls them.
-Disk per tick is the hot store's size over its ticks. Closed ticks are packed into tick
-rows after each minute of history is loaded, as the service does while it runs
-(`harness.store.tick_rows`; `--no-compaction` leaves them in `events`).
+The history goes in through `history_loader`: closed ticks straight into their packed
+`tick_rows` rows, open ones as events, in the layout the store's writer and compaction
+leave, which `check_layout` checks against a tick the store appends and packs itself
+(`--no-compaction` leaves every tick in `events`). Then `tickwork projections rebuild`
+folds the read models (its time is a figure too). API paths run in-process through
+FastAPI's TestClient, CLI paths as subprocesses (their time includes the interpreter's
+start), reconcile's and start-up's queries as the service calls them. Disk per tick is
+the hot store's size over its ticks. Each figure is printed as it is measured, with its
+CPU (user + system) beside its wall clock: a run cut short keeps what it had.
 
     .venv/bin/python ops/bench/growth_bench.py [--sizes 1000000,10000000]
         [--backends sqlite,postgresql] [--pg-url postgresql://postgres@127.0.0.1:5432/test]
-        [--pg-database bench_growth]
+        [--pg-database bench_growth] [--keep FOLDER [--reuse]]
         [--runs 7] [--cli-runs 3] [--run-seconds 90] [--only-disk] [--no-compaction]
 
-`--only-disk` stops after the disk figure and prints where the bytes are: per table and
-index, and per event type (rows, and bytes of their JSON).
+`--keep` keeps each size's store for a later run, which `--reuse` tops up to the present
+minute (ten million events take several GB on disk). `--statements` prints each
+in-process path's slowest statements and a plan. `--only-disk` stops after the disk
+figure and prints where the bytes are: per table and index, and per event type (rows,
+and bytes of their JSON).
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
-import random
 import resource
 import signal
 import sqlite3
@@ -41,7 +43,8 @@ import sys
 import tempfile
 import time
 from collections.abc import Callable, Iterator
-from datetime import UTC, date, datetime, timedelta
+from contextlib import contextmanager
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -49,349 +52,21 @@ import orjson
 import psycopg
 import sqlalchemy as sa
 from fastapi.testclient import TestClient
-from machine import describe, peak_rss
+from history_loader import LEVELS, PER_MINUTE, Span, _dsn, check_layout, load
+from machine import describe, own_peak_mib, peak_rss
 from sqlalchemy.engine import make_url
 from store_bench import fresh_pg
 
 from harness.api.app import create_app
 from harness.config import load_settings
-from harness.contracts.events import (
-    BudgetSpent,
-    Event,
-    ModelCalled,
-    ModelCallStarted,
-    TickCompleted,
-    TickFailed,
-    TickScheduled,
-    TickStarted,
-    ToolCalled,
-    TranscriptEntry,
-)
 from harness.devtools.fake_llm import fake_upstream
 from harness.devtools.upstream import env_for_ticks
 from harness.execution.manual import ManualTicks
 from harness.prices import PriceBook
 from harness.projections import projector_for
 from harness.projections.ticks import last_slots, open_ticks
-from harness.store import migrate_store, open_store, schema
-from harness.store.partitions import ensure_days, partitioned, prepare
+from harness.store import migrate_store, open_store
 from harness.store.sql import SqlEventStore
-from harness.store.tick_rows import compact
-
-LEVELS = [f"l{n:04d}" for n in range(1000)]
-PER_MINUTE = len(LEVELS)
-"""Ticks a minute: every level ticks every minute."""
-IN_FLIGHT = 50
-"""The newest ticks have not ended yet."""
-WORDS = (
-    "the a of to and in is for on that with as it was at by from this be are or an not "
-    "pager alert ticket queue deploy build test error retry latency disk memory cpu host "
-    "service level tick model tool call result summary checked found moved closed opened "
-    "owner team incident review merge branch release version config budget spend token "
-    "quiet busy two three four none some every most new old last next first late early "
-    "done pending failed passed green red yellow dashboard metric p95 p50 minute hour day "
-    "week user customer report note agent says asked answered looked read wrote ran "
-    "because after before while until since when then so but also only still again"
-)
-
-
-def _transcript(chars: int = 2800) -> str:
-    """Words and numbers drawn at random: compressed, 2.35 to 1, as prose is (2 to 1).
-
-    A sentence repeated 58 times, what this was, compresses 40 to 1 and flattered every
-    store that compresses (PostgreSQL's TOAST kept it in 285 bytes).
-    """
-    rng = random.Random(58)
-    vocabulary = WORDS.split()
-    words: list[str] = []
-    while sum(len(word) + 1 for word in words) < chars:
-        words.append(rng.choice(vocabulary) if rng.random() > 0.1 else str(rng.randrange(99999)))
-    return " ".join(words)[:chars]
-
-
-TRANSCRIPT = _transcript()
-"""~2.8 KB: half of a tick's payload is its transcript."""
-COMPACT_VACUUM_MINUTES = 10
-"""PostgreSQL: a plain VACUUM of `events` and `event_ids` every this many minutes of
-history loaded, as autovacuum does for the tables whose rows compaction deletes (nearly
-all of them: `events`' TOAST table, and the packed ids, which leave `event_ids`)."""
-TOOL_TICKS = 0.65
-"""Share of ticks with three model calls and two tool calls (15 events), the rest have
-two calls and one tool call (11 events): 13.6 events a tick on average."""
-
-
-# --- synthetic history ----------------------------------------------------------------
-
-
-def tick_events(tick_id: str, level: str, start: datetime, calls: int, ended: bool) -> list[Event]:
-    """One tick's events as a worker and its runner record them."""
-    at = iter(start + timedelta(seconds=s) for s in range(100))
-    found: list[Event] = [
-        TickScheduled(tick_id=tick_id, level=level, slot=start, occurred_at=next(at)),
-        TickStarted(tick_id=tick_id, level=level, pid=4242, host="bench", occurred_at=next(at)),
-    ]
-    for call in range(1, calls + 1):
-        spend = BudgetSpent(
-            tick_id=tick_id,
-            level=level,
-            model="gpt-4o-mini",
-            prompt_tokens=1200 * call,
-            completion_tokens=80,
-            occurred_at=next(at),
-        )
-        found += [
-            ModelCallStarted(
-                tick_id=tick_id,
-                level=level,
-                call=call,
-                model="gpt-4o-mini",
-                estimated_input_tokens=1200 * call,
-                occurred_at=spend.occurred_at,
-            ),
-            spend,
-            ModelCalled(
-                tick_id=tick_id,
-                level=level,
-                model="gpt-4o-mini",
-                provider="127.0.0.1:8000",
-                call=call,
-                duration_ms=850.0,
-                stop_reason="tool_use" if call < calls else "end_turn",
-                prompt_tokens=spend.prompt_tokens,
-                completion_tokens=spend.completion_tokens,
-                budget_event_id=spend.event_id,
-                occurred_at=spend.occurred_at,
-            ),
-        ]
-        if call < calls:
-            found.append(
-                ToolCalled(
-                    tick_id=tick_id,
-                    level=level,
-                    name="rag_lookup",
-                    status="ok",
-                    duration_ms=40.0,
-                    occurred_at=next(at),
-                )
-            )
-    found.append(
-        TranscriptEntry(
-            tick_id=tick_id, level=level, kind="assistant", text=TRANSCRIPT, occurred_at=next(at)
-        )
-    )
-    if not ended:
-        return found
-    if tick_id.endswith("7"):
-        found.append(
-            TickFailed(tick_id=tick_id, level=level, reason="empty output", occurred_at=next(at))
-        )
-    else:
-        found.append(
-            TickCompleted(
-                tick_id=tick_id,
-                level=level,
-                result_path=f"/var/lib/tickwork/results/{level}/{tick_id}.json",
-                stop_reason="end_turn",
-                prompt_tokens=1200 * calls * (calls + 1) // 2,
-                completion_tokens=80 * calls,
-                model_calls=calls,
-                tool_calls=calls - 1,
-                occurred_at=next(at),
-            )
-        )
-    return found
-
-
-Row = tuple[Any, str, int, str, int, str, str, datetime, date]
-"""An event as `events` holds it, without its position: event id, stream, stream
-position, type, version, data, metadata, recorded_at, and its tick stream's day."""
-
-
-def history(events: int, now: datetime) -> Iterator[list[Row]]:
-    """Rows of about `events` events, a minute of 1,000 ticks at a time, ending at `now`."""
-    rng = random.Random(24)
-    ticks = round(events / (11 + 4 * TOOL_TICKS))
-    minutes = -(-ticks // PER_MINUTE)
-    for minute in range(minutes):
-        start = now - timedelta(minutes=minutes - minute, seconds=30)
-        rows: list[Row] = []
-        for n in range(minute * PER_MINUTE, min(ticks, (minute + 1) * PER_MINUTE)):
-            level = LEVELS[n % PER_MINUTE]
-            tick_id = f"{level}-{start:%Y%m%dT%H%M%S}-{n:08x}"
-            calls = 3 if rng.random() < TOOL_TICKS else 2
-            ended = ticks - n > IN_FLIGHT
-            found = tick_events(tick_id, level, start, calls, ended)
-            # The writer's partition key: the UTC day the stream's first event was recorded.
-            day = found[0].occurred_at.astimezone(UTC).date()
-            for version, event in enumerate(found, 1):
-                record = event.to_record()
-                rows.append(
-                    (
-                        event.event_id,
-                        f"tick-{tick_id}",
-                        version,
-                        record.type,
-                        record.version,
-                        orjson.dumps(record.data).decode(),
-                        orjson.dumps(record.metadata).decode(),
-                        event.occurred_at,
-                        day,
-                    )
-                )
-        yield rows
-
-
-def load_sqlite(url: str, events: int, now: datetime, compacting: bool) -> int:
-    """Load the history a minute at a time, packing closed ticks after each (`compacting`).
-
-    Positions come from AUTOINCREMENT, as the writer's do; SQLite has no tick day.
-    """
-    path = make_url(url).database
-    assert path is not None
-    store = open_store(url)
-    with sqlite3.connect(path) as conn:
-        conn.execute("PRAGMA synchronous = OFF")
-        for minute, rows in enumerate(history(events, now)):
-            insert_sqlite(conn, rows)
-            if minute == 0:
-                check_layout(store)
-            if compacting:
-                compact(store)
-        store.close()
-        return int(conn.execute("SELECT COUNT(*) FROM events").fetchone()[0])
-
-
-def insert_sqlite(conn: sqlite3.Connection, rows: list[Row]) -> None:
-    """Rows of `history` into SQLite's `events`, committed, as the writer stores them."""
-    conn.executemany(
-        "INSERT INTO events (event_id, stream_id, stream_position, "
-        "type, version, data, metadata, recorded_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
-        [
-            (i.hex, s, v, t, n, d, m, at.isoformat(" ", "microseconds")[:26])
-            for i, s, v, t, n, d, m, at, _ in rows
-        ],
-    )
-    conn.commit()
-
-
-def load_postgres(url: str, events: int, now: datetime, compacting: bool) -> int:
-    """As `load_sqlite`, with COPY, and the VACUUM that autovacuum would run meanwhile.
-
-    Each minute is one transaction laid out as the writer lays out its appends
-    (`harness.store.writer`, migration 0010): positions `(xid << 20) + k`, every tick stream
-    in its day's partition (made first, as the writer makes it), its ids in `event_ids`,
-    its day in `tick_streams`.
-    """
-    store = open_store(url)
-    prepare(store.engine, now.date())
-    made: set[date] = set()
-    with psycopg.connect(_dsn(url), autocommit=True) as conn:
-        columns = (
-            "global_position, event_id, stream_id, stream_position, type, version, data, "
-            "metadata, recorded_at, tick_day"
-        )
-        for minute, rows in enumerate(history(events, now), 1):
-            days = {row[-1] for row in rows} - made
-            if days:
-                ensure_days(store.engine, days)
-                made |= days
-            with conn.transaction(), conn.cursor() as cursor:
-                xid = cursor.execute("SELECT pg_current_xact_id()::text::bigint << 20").fetchone()
-                assert xid is not None
-                with cursor.copy(f"COPY events ({columns}) FROM STDIN") as copy:
-                    for k, row in enumerate(rows, 1):
-                        copy.write_row((xid[0] + k, *row))
-                with cursor.copy("COPY event_ids (event_id, global_position) FROM STDIN") as copy:
-                    for k, row in enumerate(rows, 1):
-                        copy.write_row((row[0], xid[0] + k))
-                with cursor.copy("COPY tick_streams (stream_id, tick_day) FROM STDIN") as copy:
-                    for row in rows:
-                        if row[2] == 1:
-                            copy.write_row((row[1], row[-1]))
-            if minute == 1:
-                check_layout(store)
-            if compacting:
-                compact(store)
-                if minute % COMPACT_VACUUM_MINUTES == 0:
-                    conn.execute("VACUUM events, event_ids")
-        store.close()
-        conn.execute("VACUUM ANALYZE events, event_ids")
-        counted = conn.execute("SELECT COUNT(*) FROM events").fetchone()
-        assert counted is not None
-        return int(counted[0])
-
-
-SQLITE_SHAPE = (
-    "SELECT e.stream_position, e.type, e.version, typeof(e.global_position), "
-    "typeof(e.event_id), length(e.event_id), typeof(e.data), e.metadata, "
-    "length(e.recorded_at), (SELECT group_concat(key) FROM "
-    "(SELECT key FROM json_each(e.data) ORDER BY key)) FROM events e "
-    "WHERE e.stream_id = ? ORDER BY e.stream_position"
-)
-POSTGRES_SHAPE = (
-    "SELECT e.stream_position, e.type, e.version, "
-    "e.global_position >> 20 > 0 AND e.global_position & 1048575 > 0, "
-    "e.tableoid::regclass::text = 'events_' || to_char(e.tick_day, 'YYYYMMDD'), "
-    "e.tick_day = (SELECT (f.recorded_at AT TIME ZONE 'UTC')::date FROM events f "
-    "WHERE f.stream_id = e.stream_id AND f.stream_position = 1), "
-    "i.global_position = e.global_position, s.tick_day = e.tick_day, e.metadata::text, "
-    "(SELECT string_agg(k, ',' ORDER BY k) FROM json_object_keys(e.data) k) "
-    "FROM events e LEFT JOIN event_ids i USING (event_id) "
-    "LEFT JOIN tick_streams s USING (stream_id) "
-    "WHERE e.stream_id = %s ORDER BY e.stream_position"
-)
-POSTGRES_TOTALS = (
-    "SELECT (SELECT count(*) FROM events_default), "
-    "(SELECT count(*) FROM events_hot WHERE left(stream_id, 5) = 'tick-'), "
-    "(SELECT count(*) FROM events) - (SELECT count(*) FROM event_ids), "
-    "(SELECT count(DISTINCT stream_id) FROM events WHERE left(stream_id, 5) = 'tick-') "
-    "- (SELECT count(*) FROM tick_streams)"
-)
-
-
-def check_layout(store: SqlEventStore) -> None:
-    """Append one tick through the store and check the bulk load laid out one as it does.
-
-    Run on the first minute loaded, before any tick of it is packed (packing is the
-    store's own, alike for both). The first completed tick loaded and the appended one
-    (as many calls) must give the same shape, row by row: column types, formats and keys
-    on SQLite, and on PostgreSQL the position scheme, the partition, the tick day, `event_ids` and
-    `tick_streams`; PostgreSQL's whole load must leave the default partition empty, no
-    tick in `events_hot`, and one `event_ids` row per event, one `tick_streams` row per
-    tick stream. A mismatch stops the bench: its figures would describe another layout.
-    """
-    postgres = partitioned(store.engine)
-    shape = POSTGRES_SHAPE if postgres else SQLITE_SHAPE
-    with store.read_transaction() as conn:
-        sample = conn.execute(
-            sa.select(schema.events.c.stream_id)
-            .where(schema.events.c.type == TickCompleted.type)
-            .order_by(schema.events.c.global_position)
-            .limit(1)
-        ).scalar_one()
-        calls = conn.execute(
-            sa.select(sa.func.count()).where(
-                schema.events.c.stream_id == sample, schema.events.c.type == ModelCalled.type
-            )
-        ).scalar_one()
-    tick_id = f"{LEVELS[0]}-layoutcheck-00000000"
-    for event in tick_events(tick_id, LEVELS[0], datetime.now(UTC), calls, ended=True):
-        store.append(f"tick-{tick_id}", [event.to_record()])
-    with store.read_transaction() as conn:
-        loaded, appended = (
-            conn.exec_driver_sql(shape, (stream,)).all() for stream in (sample, f"tick-{tick_id}")
-        )
-        totals = tuple(conn.exec_driver_sql(POSTGRES_TOTALS).one()) if postgres else (0,) * 4
-    if loaded != appended or any(totals):
-        raise SystemExit(
-            f"layout check failed: {sample} loaded as {loaded}, appended as {appended}; "
-            f"default rows, hot ticks, events without an id, streams without a day: {totals}"
-        )
-    print(f"  layout check: {sample} has the shape of a tick the store appends", flush=True)
-
-
-def _dsn(url: str) -> str:
-    return make_url(url).set(drivername="postgresql").render_as_string(hide_password=False)
 
 
 def write_config(root: Path, url: str) -> Path:
@@ -417,6 +92,21 @@ def disk_bytes(url: str) -> int:
         size = conn.execute("SELECT pg_database_size(current_database())").fetchone()
         assert size is not None
         return int(size[0])
+
+
+def dead_tuples(url: str) -> int:
+    """Dead rows PostgreSQL counts in the store's tables (the load left none: it vacuumed).
+
+    Each table with any is printed: a rebuild should swap or truncate, not delete.
+    """
+    with psycopg.connect(_dsn(url)) as conn:
+        found = conn.execute(
+            "SELECT relname, n_dead_tup FROM pg_stat_user_tables WHERE n_dead_tup > 0 "
+            "ORDER BY n_dead_tup DESC"
+        ).fetchall()
+    for table, rows in found:
+        print(f"    dead tuples in {table}: {rows:,}")
+    return sum(rows for _, rows in found)
 
 
 def print_breakdown(url: str, ticks: int) -> None:
@@ -480,6 +170,48 @@ def cpu_seconds() -> float:
     return own.ru_utime + own.ru_stime + children.ru_utime + children.ru_stime
 
 
+STATEMENTS_SHOWN = 3
+
+
+def print_statements(store: SqlEventStore, label: str, call: Callable[[], object]) -> None:
+    """The statements one call of an in-process path sends, slowest first, and a plan.
+
+    The slowest query's plan (EXPLAIN QUERY PLAN on SQLite, EXPLAIN on PostgreSQL, with
+    the parameters it was sent with) says where a path that grows spends.
+    """
+    spent: dict[str, list[float]] = {}
+    sent: dict[str, Any] = {}
+
+    def before(conn: sa.Connection, cursor: Any, statement: str, *_: Any) -> None:
+        conn.info.setdefault("began", []).append(time.perf_counter())
+
+    def after(conn: sa.Connection, cursor: Any, statement: str, parameters: Any, *_: Any) -> None:
+        spent.setdefault(statement, []).append(time.perf_counter() - conn.info["began"].pop())
+        sent[statement] = parameters
+
+    sa.event.listen(store.engine, "before_cursor_execute", before)
+    sa.event.listen(store.engine, "after_cursor_execute", after)
+    try:
+        call()
+    finally:
+        sa.event.remove(store.engine, "before_cursor_execute", before)
+        sa.event.remove(store.engine, "after_cursor_execute", after)
+    slowest = sorted(spent.items(), key=lambda item: -sum(item[1]))[:STATEMENTS_SHOWN]
+    print(f"    {label}: {sum(map(len, spent.values()))} statements", flush=True)
+    for statement, seconds in slowest:
+        flat = " ".join(statement.split())
+        print(f"      {sum(seconds) * 1000:9.1f} ms in {len(seconds):>4} x  {flat[:600]}")
+    queries = [q for q, _ in slowest if q.lstrip().upper().startswith(("SELECT", "WITH"))]
+    if not queries:
+        return
+    statement = queries[0]
+    explain = "EXPLAIN QUERY PLAN " if store.engine.dialect.name == "sqlite" else "EXPLAIN "
+    with store.read_transaction() as conn:
+        plan = conn.exec_driver_sql(explain + statement, sent[statement]).all()
+    for row in plan:
+        print(f"        {str(row[-1])[:300]}")
+
+
 def cli(config: Path, *arguments: str) -> Callable[[], object]:
     command = [str(Path(sys.executable).with_name("tickwork")), "-c", str(config), *arguments]
 
@@ -493,14 +225,13 @@ def cli(config: Path, *arguments: str) -> Callable[[], object]:
 
 
 def peak_rss_mib(config: Path, *arguments: str) -> float:
-    """Peak RSS of one CLI run, as the kernel accounted it when the process ended."""
+    """Peak RSS of one CLI run (`own_peak_mib`)."""
     command = [str(Path(sys.executable).with_name("tickwork")), "-c", str(config), *arguments]
     child = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    _, status, usage = os.wait4(child.pid, 0)
-    child.returncode = os.waitstatus_to_exitcode(status)
+    peak = own_peak_mib(child)
     if child.returncode != 0:
         raise RuntimeError(f"{' '.join(arguments)} exited {child.returncode}")
-    return usage.ru_maxrss / 1024
+    return peak
 
 
 def run_rss_mib(config: Path, seconds: int) -> float:
@@ -514,28 +245,84 @@ def run_rss_mib(config: Path, seconds: int) -> float:
         )
         peak = peak_rss(service, seconds)
         service.send_signal(signal.SIGTERM)
-        service.wait(120)
+        try:
+            service.wait(STOP_SECONDS)
+        except subprocess.TimeoutExpired:
+            print(f"    tickwork run still ran {STOP_SECONDS} s after SIGTERM: killed", flush=True)
+            service.kill()
+            service.wait()
     return peak / 2**20
 
 
+STOP_SECONDS = 120
+
+
+class Figures(dict[str, float]):
+    """A size's figures, each printed as it is measured: a run cut short keeps what it had."""
+
+    def __setitem__(self, label: str, value: float) -> None:
+        super().__setitem__(label, value)
+        print(f"    {label:<40}{value if '(' in label else value * 1000:>11,.1f}", flush=True)
+
+
+TOP_UP_MINUTES = 65
+"""A reused store gets at most this much new history: the windows read (the last hour)
+full, and a gap before them, rather than the whole time since it was kept."""
+
+
 def measure(url: str, size: int, args: argparse.Namespace, root: Path) -> dict[str, float]:
-    """Load `size` events into a fresh store at `url` and time every path on it."""
-    figures: dict[str, float] = {}
-    now = datetime.now(UTC)
-    began = time.perf_counter()
-    load = load_sqlite if url.startswith("sqlite") else load_postgres
-    events = load(url, size, now, not args.no_compaction)
-    ticks = round(size / (11 + 4 * TOOL_TICKS))
+    """Load `size` events into the store at `url` (or top a kept one up) and time every path.
+
+    A kept store (`--keep`) has its history in `root/history.json`; reused (`--reuse`),
+    it gets the whole minutes since its end (the last TOP_UP_MINUTES of them, after a
+    gap), so the last hour is as full as a fresh load's, and its read models catch up
+    instead of being rebuilt (no rebuild figure).
+    """
+    figures = Figures()
+    packing = not args.no_compaction
+    marker = root / "history.json"
+    kept = orjson.loads(marker.read_bytes()) if args.reuse and marker.exists() else None
+    config = write_config(root, url)
+    if kept is None:
+        span = Span.of_events(size, datetime.now(UTC))
+    else:
+        if kept["packing"] != packing:
+            raise SystemExit(f"{marker}: kept with packing={kept['packing']}, not this run")
+        end = datetime.fromisoformat(kept["end"])
+        gap = (datetime.now(UTC) - end) // timedelta(minutes=1)
+        added = min(gap, TOP_UP_MINUTES) * PER_MINUTE
+        span = Span(end + timedelta(minutes=gap), added, kept["ticks"])
+    began, spent = time.perf_counter(), cpu_seconds()
+    hot, packed = load(url, span, packing)
+    wall, cpu = time.perf_counter() - began, cpu_seconds() - spent
     print(
-        f"  {size:,} events: {events:,} stored, {ticks:,} ticks, loaded in "
-        f"{time.perf_counter() - began:.0f} s",
+        f"  {size:,} events{' (kept, topped up)' if kept else ''}: {span.ticks:,} ticks "
+        f"loaded in {wall:.0f} s, CPU {cpu:.0f} s ({(hot + packed) / max(cpu, 1e-9):,.0f} "
+        f"records a CPU second), {hot:,} records in `events`, {packed:,} in tick rows, "
+        f"load average {os.getloadavg()[0]:.1f}",
         flush=True,
     )
-    config = write_config(root, url)
-    began = time.perf_counter()
-    cli(config, "projections", "rebuild")()
-    figures["projections rebuild (s)"] = time.perf_counter() - began
+    ticks = span.ticks + (kept["ticks"] if kept else 0)
+    if args.keep:
+        marker.write_bytes(
+            orjson.dumps({"end": span.end.isoformat(), "ticks": ticks, "packing": packing})
+        )
+    began, spent = time.perf_counter(), cpu_seconds()
+    if kept is None:
+        with contextlib.closing(open_store(url)) as store:
+            check_layout(store, packing)
+        cli(config, "projections", "rebuild")()
+        figures["projections rebuild (s)"] = time.perf_counter() - began
+        figures["projections rebuild CPU (s)"] = cpu_seconds() - spent
+    else:
+        with contextlib.closing(open_store(url)) as store:
+            projector = projector_for(store, PriceBook(load_settings(config).prices))
+            projector.catch_up()
+            print(f"  read models caught up in {time.perf_counter() - began:.0f} s", flush=True)
+            check_layout(store, packing, before_packing=projector.catch_up)
     if not url.startswith("sqlite"):
+        if kept is None:
+            figures["dead tuples after rebuild (rows)"] = dead_tuples(url)
         with psycopg.connect(_dsn(url), autocommit=True) as conn:
             conn.execute("VACUUM ANALYZE")
     figures["disk per tick (KB)"] = disk_bytes(url) / ticks / 1000
@@ -546,9 +333,14 @@ def measure(url: str, size: int, args: argparse.Namespace, root: Path) -> dict[s
     def timed(label: str, seconds: tuple[float, float]) -> None:
         figures[label], figures[f"{label} [CPU]"] = seconds
 
+    def in_process(label: str, call: Callable[[], object]) -> None:
+        timed(label, p50(args.runs, call))
+        if args.statements:
+            print_statements(store, label, call)
+
     settings = load_settings(config)
     store = open_store(url)
-    recent = f"{LEVELS[7]}-{now - timedelta(minutes=2, seconds=30):%Y%m%dT%H%M%S}"
+    recent = f"{LEVELS[7]}-{span.end - timedelta(minutes=2, seconds=30):%Y%m%dT%H%M%S}"
     # The read paths only: the run-now button's owner starts no tick here.
     manual = ManualTicks(settings, store, upstream=lambda: env_for_ticks(print), router=None)
     with TestClient(create_app(settings, store, manual)) as client:
@@ -559,7 +351,7 @@ def measure(url: str, size: int, args: argparse.Namespace, root: Path) -> dict[s
             ("GET /ticks?level=", f"/ticks?level={LEVELS[500]}"),
             ("GET /status", "/status"),
         ):
-            timed(label, p50(args.runs, lambda path=path: client.get(path).raise_for_status()))
+            in_process(label, lambda path=path: client.get(path).raise_for_status())
         shown = client.get("/ticks", params={"level": LEVELS[7], "limit": 3}).json()
     projector = projector_for(store, PriceBook(settings.prices))
 
@@ -571,21 +363,40 @@ def measure(url: str, size: int, args: argparse.Namespace, root: Path) -> dict[s
         projector.catch_up(["ticks"])
         return last_slots(store, LEVELS)
 
-    timed("reconcile: open ticks", p50(args.runs, reconcile))
-    timed("start-up: last slots of 1,000 levels", p50(args.runs, start_up))
+    in_process("reconcile: open ticks", reconcile)
+    in_process("start-up: last slots of 1,000 levels", start_up)
     store.close()
     tick_id = shown[-1]["tick_id"] if shown else recent
-    for label, arguments in (
-        ("tickwork status", ("status",)),
-        ("tickwork show", ("show", tick_id)),
-        ("tickwork digest --since 1h", ("digest", "--since", "1h")),
-        ("tickwork events --since 1h", ("events", "--since", "1h")),
-    ):
-        timed(label, p50(args.cli_runs, cli(config, *arguments)))
-    figures["digest --since 1h peak RSS (MiB)"] = peak_rss_mib(config, "digest", "--since", "1h")
+    if args.cli_runs:
+        for label, arguments in (
+            ("tickwork status", ("status",)),
+            ("tickwork show", ("show", tick_id)),
+            ("tickwork digest --since 1h", ("digest", "--since", "1h")),
+            ("tickwork events --since 1h", ("events", "--since", "1h")),
+        ):
+            timed(label, p50(args.cli_runs, cli(config, *arguments)))
+        figures["digest --since 1h peak RSS (MiB)"] = peak_rss_mib(
+            config, "digest", "--since", "1h"
+        )
     if args.run_seconds:
         figures["tickwork run peak RSS (MiB)"] = run_rss_mib(config, args.run_seconds)
     return figures
+
+
+def store_for(backend: str, size: int, root: Path, args: argparse.Namespace) -> str:
+    """The store of one size: a SQLite file in `root`, or a PostgreSQL database.
+
+    At head, and empty unless a kept one is reused: `--keep` names the PostgreSQL
+    database after the size, so each size's store outlives the run.
+    """
+    database = f"{args.pg_database}_{size}" if args.keep else args.pg_database
+    if not (args.reuse and (root / "history.json").exists()):
+        for stale in [root / "history.json", *root.glob("events.db*")]:
+            stale.unlink(missing_ok=True)
+        return fresh_store(backend, root, args.pg_url, database)
+    url = f"sqlite:///{root}/events.db" if backend == "sqlite" else _pg_url(args.pg_url, database)
+    migrate_store(url)
+    return url
 
 
 def fresh_store(backend: str, root: Path, pg_url: str, pg_database: str) -> str:
@@ -595,21 +406,56 @@ def fresh_store(backend: str, root: Path, pg_url: str, pg_database: str) -> str:
     return url
 
 
+def _pg_url(admin: str, database: str) -> str:
+    return (
+        make_url(admin)
+        .set(drivername="postgresql+psycopg", database=database)
+        .render_as_string(hide_password=False)
+    )
+
+
+def drop_pg(admin: str, database: str) -> None:
+    """Drop a database the run made and does not keep: 10M events take ~10 GB."""
+    with psycopg.connect(_dsn(admin), autocommit=True) as conn:
+        conn.execute(f'DROP DATABASE IF EXISTS "{database}" WITH (FORCE)')
+
+
+@contextmanager
+def folder_for(backend: str, size: int, keep: str | None) -> Iterator[Path]:
+    """Where a size's store and its config live: kept under `keep`, or a temporary folder."""
+    if keep:
+        root = Path(keep) / f"{backend}-{size}"
+        root.mkdir(parents=True, exist_ok=True)
+        yield root
+        return
+    with tempfile.TemporaryDirectory() as folder:
+        yield Path(folder)
+
+
 def report(backend: str, sizes: list[int], results: list[dict[str, float]]) -> None:
-    small, large = results[0], results[-1]
+    small, large = (results[sizes.index(pick(sizes))] for pick in (min, max))
     head = "".join(f"{size:>14,}" for size in sizes)
-    print(f"\n{backend}: p50 at each size (events), and the ratio of the last to the first")
+    print(f"\n{backend}: p50 at each size (events), and the ratio of the largest to the smallest")
     print(f"  {'path':<40}{head}{'ratio':>9}")
-    for label in small:
+    for label in dict.fromkeys(label for result in results for label in result):
         unit = "" if "(" in label else " ms"
         scale = 1 if "(" in label else 1000
-        values = "".join(f"{result[label] * scale:>11,.1f}{unit or '   '}" for result in results)
-        print(f"  {label:<40}{values}{large[label] / small[label]:>8.2f}x")
+        values = "".join(
+            f"{result[label] * scale:>11,.1f}{unit or '   '}" if label in result else f"{'-':>14}"
+            for result in results
+        )
+        ratio = f"{large[label] / small[label]:>8.2f}x" if label in small and label in large else ""
+        print(f"  {label:<40}{values}{ratio}")
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--sizes", default="1000000,10000000", help="events, comma-separated")
+    parser.add_argument(
+        "--sizes",
+        default="1000000,10000000",
+        help="events, comma-separated, loaded in this order (the largest first: its figures "
+        "are printed first if the run is cut short)",
+    )
     parser.add_argument("--backends", default="sqlite,postgresql")
     parser.add_argument("--pg-url", default="postgresql://postgres@127.0.0.1:5432/test")
     parser.add_argument(
@@ -618,7 +464,9 @@ def main() -> None:
         help="the database made afresh (dropped first): one per run sharing the server",
     )
     parser.add_argument("--runs", type=int, default=7, help="runs of each in-process path")
-    parser.add_argument("--cli-runs", type=int, default=3, help="runs of each CLI path")
+    parser.add_argument(
+        "--cli-runs", type=int, default=3, help="runs of each CLI path (0: none, no digest RSS)"
+    )
     parser.add_argument(
         "--no-compaction",
         action="store_true",
@@ -630,7 +478,25 @@ def main() -> None:
     parser.add_argument(
         "--run-seconds", type=int, default=90, help="how long `tickwork run` runs (0: not)"
     )
+    parser.add_argument(
+        "--statements",
+        action="store_true",
+        help="print each in-process path's slowest statements and the slowest one's plan",
+    )
+    parser.add_argument(
+        "--keep",
+        metavar="FOLDER",
+        help="keep each size's store: SQLite in FOLDER/<backend>-<size>/, PostgreSQL in "
+        "database <pg-database>_<size>; without it both are deleted at the end",
+    )
+    parser.add_argument(
+        "--reuse",
+        action="store_true",
+        help="with --keep: top a kept store up to now instead of loading it afresh",
+    )
     args = parser.parse_args()
+    if args.reuse and not args.keep:
+        parser.error("--reuse needs --keep")
     sizes = [int(size) for size in args.sizes.split(",")]
 
     print(describe())
@@ -640,14 +506,13 @@ def main() -> None:
         print(f"\n{backend}:", flush=True)
         results = []
         for size in sizes:
-            with tempfile.TemporaryDirectory() as folder:
-                root = Path(folder)
-                url = fresh_store(backend, root, args.pg_url, args.pg_database)
-                results.append(measure(url, size, args, root))
-            for label, value in results[-1].items():
-                print(
-                    f"    {label:<40}{value if '(' in label else value * 1000:>11,.1f}", flush=True
-                )
+            with folder_for(backend, size, args.keep) as root:
+                url = store_for(backend, size, root, args)
+                try:
+                    results.append(measure(url, size, args, root))
+                finally:
+                    if backend == "postgresql" and not args.keep:
+                        drop_pg(args.pg_url, args.pg_database)
         report(backend, sizes, results)
     print(f"\nload average at end: {os.getloadavg()}")
 

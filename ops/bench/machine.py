@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import platform
 import subprocess
 import time
+from pathlib import Path
+from typing import Any
 
 import psutil
 
@@ -28,3 +31,25 @@ def peak_rss(process: subprocess.Popen[bytes], seconds: float) -> int:
         peak = max(peak, watched.memory_info().rss)
         time.sleep(0.5)
     return peak
+
+
+HWM_POLL_SECONDS = 0.02
+
+
+def own_peak_mib(child: subprocess.Popen[Any]) -> float:
+    """A child's own peak RSS: its `VmHWM`, read until it ends (then reaped).
+
+    Not `wait4`'s `ru_maxrss`: Linux carries the high-water mark across exec, so a child
+    of this process reports this process's peak when that is larger (after the loader's
+    1 GiB page cache, a 121 MiB digest read as 940 MiB). `VmHWM` belongs to the address
+    space the exec made; the peak can only rise, so the last read misses at most what the
+    child grew in its last HWM_POLL_SECONDS.
+    """
+    status, peak = Path(f"/proc/{child.pid}/status"), 0
+    while child.poll() is None:
+        with contextlib.suppress(FileNotFoundError, ProcessLookupError):
+            for line in status.read_text().splitlines():
+                if line.startswith("VmHWM:"):
+                    peak = max(peak, int(line.split()[1]))
+        time.sleep(HWM_POLL_SECONDS)
+    return peak / 1024

@@ -23,7 +23,6 @@ import contextlib
 import cProfile
 import os
 import pstats
-import sqlite3
 import statistics
 import tempfile
 import time
@@ -32,17 +31,8 @@ from datetime import UTC, date, datetime, timedelta
 from pathlib import Path
 
 import sqlalchemy as sa
-from growth_bench import (
-    LEVELS,
-    PER_MINUTE,
-    TOOL_TICKS,
-    cli,
-    cpu_seconds,
-    history,
-    insert_sqlite,
-    load_sqlite,
-    write_config,
-)
+from growth_bench import cli, cpu_seconds, write_config
+from history_loader import LEVELS, PER_MINUTE, Span, load
 from machine import describe
 
 from harness.api.metrics import Exposition
@@ -101,7 +91,7 @@ def prepared(root: Path, events: int, now: datetime) -> tuple[str, Path]:
         spend_to_today(url, now.date())
         return url, config
     migrate_store(url)
-    load_sqlite(url, events, now, compacting=True)
+    load(url, Span.of_events(events, now), packing=True)
     cli(config, "projections", "rebuild")()
     return url, config
 
@@ -140,9 +130,7 @@ def main() -> None:
 
         def ticked() -> None:
             """A minute of 1,000 ticks stored and folded, as a running service leaves it."""
-            with sqlite3.connect(root / "metrics.db") as conn:
-                for rows in history(round(PER_MINUTE * (11 + 4 * TOOL_TICKS)), datetime.now(UTC)):
-                    insert_sqlite(conn, rows)
+            load(url, Span(datetime.now(UTC), PER_MINUTE), packing=True)
             reads.fresh()
 
         for days in dict.fromkeys((0, args.days)):

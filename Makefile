@@ -47,8 +47,11 @@ serve: $(STAMP)
 ## the dashboard test drives Debian's headless Chromium, installed here when it is missing).
 ## Four workers on two cores: most tests wait on subprocesses, deadlines and the network, so
 ## twice as many workers as cores overlap those waits; worksteal keeps the long tests apart.
+## Bytecode is written even where the shell sets PYTHONDONTWRITEBYTECODE: the suite starts
+## hundreds of interpreters (services, fork servers, ticks, commands), and each one compiled
+## every tickwork module it imported from source, as each worker did every test module.
 test: $(STAMP) browser
-	$(BIN)/pytest -n 4 --dist worksteal
+	PYTHONDONTWRITEBYTECODE= $(BIN)/pytest -n 4 --dist worksteal
 
 browser:
 	test -x /usr/bin/chromium -a -x /usr/bin/chromedriver || { apt-get update -q && \

@@ -20,7 +20,12 @@ import pytest
 
 from harness.contracts.payload import TickPayload
 from harness.devtools.fake_llm import FakeUpstream, Step
-from harness.execution.launchers import TickProcess, WarmLauncher, shared_warm_launcher
+from harness.execution.launchers import (
+    ColdLauncher,
+    TickProcess,
+    WarmLauncher,
+    shared_warm_launcher,
+)
 from harness.execution.launchers.warm import ForkedTick, server_environment
 from tests.tick_support import Harness, live_in_group
 from tests.waiting import wait_until
@@ -260,3 +265,23 @@ def test_the_server_keeps_the_ca_variables_so_its_warm_up_loads_the_ticks_tls_co
     }
     server = server_environment(service)
     assert server == {k: service[k] for k in ("PATH", "SSL_CERT_FILE", "SSL_CERT_DIR")}
+
+
+def test_a_warming_server_says_so_until_it_is_ready_and_a_failed_one_does_not(
+    tmp_path: Path,
+) -> None:
+    """The runner holds a tick while `warming()`: true only while a warm-up may still end well."""
+    launcher = WarmLauncher(STANDIN)
+    try:
+        assert launcher.warming(), "a server just spawned is warming"
+        assert launcher.wait_ready(60) and not launcher.warming()
+        process, _ = start(launcher, tmp_path, "report")
+        assert isinstance(process, ForkedTick) and process.wait(30) == 0
+    finally:
+        launcher.close()
+    failing = WarmLauncher("tests.no_such_worker")
+    try:
+        assert not failing.wait_ready(60) and not failing.warming()
+    finally:
+        failing.close()
+    assert not ColdLauncher().warming() and ColdLauncher().wait_ready(0)

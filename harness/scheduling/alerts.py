@@ -44,6 +44,8 @@ log = logging.getLogger(__name__)
 
 CHECKPOINT = "alerts"
 POLL_SECONDS = 1.0
+WINDOW_EVENTS = 50_000
+"""Events of the log read at a time: the packed records of a window are read whole."""
 FAILED = frozenset({TickFailed.type, TickTimedOut.type, TickLost.type})
 WATCHED = (
     *FAILED,
@@ -83,13 +85,22 @@ class Alerter:
         with self.store.tracking(CHECKPOINT) as tracking:
             stored = load_streaks(tracking.conn)
             streaks = {level: replace(streak) for level, streak in stored.items()}
-            window = self.store.read_window(tracking, WATCHED, tracking.horizon)
-            raised = [alert for event in window for alert in self._alerts_of(event, streaks)]
+            quiet = tracking.position == 0 and not self.folding
+            raised: list[AlertRaised] = []
+            part = tracking
+            # Window by window in the one transaction: a first start on a long history
+            # (or a restart after long downtime) holds one window's records, not all of
+            # them, and is still folded whole or not at all.
+            while part.position < tracking.horizon:
+                upper = self.store.window(part.position, tracking.horizon, WINDOW_EVENTS).end
+                for event in self.store.read_window(part, WATCHED, upper):
+                    alerts = self._alerts_of(event, streaks)
+                    if not quiet:
+                        raised += alerts
+                part = replace(part, position=upper)
             changed = {k: streak for k, streak in streaks.items() if stored.get(k) != streak}
             save_streaks(tracking.conn, changed)
             self.store.save_checkpoint(tracking, tracking.horizon)
-            if tracking.position == 0 and not self.folding:
-                raised = []
         self.folding = True
         episodes = {alert.stream_id: alert for alert in reversed(raised)}  # the first of each
         claimed = self.store.create_streams({k: [a.to_record()] for k, a in episodes.items()})

@@ -36,6 +36,7 @@ import heapq
 from collections.abc import Collection, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from datetime import date, datetime, timedelta
+from itertools import chain, count
 from typing import TYPE_CHECKING, Any
 from uuid import UUID
 
@@ -71,8 +72,8 @@ TICK_TYPES = frozenset(cls.type for cls in EVENT_TYPES.values() if issubclass(cl
 """The only types a tick stream, and so a row, holds: a read of other types skips the rows."""
 UNBOUNDED = 1 << 62
 
-Packed = tuple[str, bytes]
-"""A row as its readers take it: (tick id, packed records)."""
+ROWS_PAGE = 1000
+"""Rows a read of a range of them fetches at a time (`between`)."""
 
 
 def holds_types(types: Collection[str] | None) -> bool:
@@ -152,25 +153,34 @@ def widest_span(conn: sa.Connection) -> int | None:
     return None if found is None else int(found)
 
 
-def between(conn: sa.Connection, after: int, upper: int) -> list[Packed]:
-    """The rows that may hold positions in (after, upper], by first position.
+def between(conn: sa.Connection, after: int, upper: int) -> Iterator[tuple[int, str, bytes]]:
+    """(first position, tick, blob) of the rows that may hold positions in (after, upper].
 
     A row holding one starts after `after - widest span` and at or before `upper`: one
-    range of the primary key.
+    range of the primary key, read `ROWS_PAGE` rows at a time (a page from the last
+    one's first position on), so a long range is never fetched whole.
     """
     span = widest_span(conn)
     if span is None or upper <= after:
-        return []
-    query = (
-        sa.select(tick_rows.c.tick_id, tick_rows.c.data)
-        .where(
-            tick_rows.c.first_position > after - span,
-            tick_rows.c.first_position <= upper,
-            tick_rows.c.last_position > after,
+        return
+    start = after - span
+    while True:
+        query = (
+            sa.select(tick_rows.c.first_position, tick_rows.c.tick_id, tick_rows.c.data)
+            .where(
+                tick_rows.c.first_position > start,
+                tick_rows.c.first_position <= upper,
+                tick_rows.c.last_position > after,
+            )
+            .order_by(tick_rows.c.first_position)
+            .limit(ROWS_PAGE)
         )
-        .order_by(tick_rows.c.first_position)
-    )
-    return [(tick, bytes(blob)) for tick, blob in conn.execute(query)]
+        page = conn.execute(query).all()
+        for first, tick, blob in page:
+            yield int(first), tick, bytes(blob)
+        if len(page) < ROWS_PAGE:
+            return
+        start = page[-1][0]
 
 
 def records_between(
@@ -181,7 +191,7 @@ def records_between(
         return []
     found = [
         record
-        for tick, blob in between(conn, after, upper)
+        for _, tick, blob in between(conn, after, upper)
         for record in unpack(tick, blob)
         if after < record.global_position <= upper and (types is None or record.type in types)
     ]
@@ -227,17 +237,25 @@ def records_last(
 
 def data_between(
     conn: sa.Connection, after: int, upper: int, kinds: Collection[str]
-) -> list[EventData]:
-    """(position, type, data) of the packed records of `kinds` in (after, upper], in order."""
+) -> Iterator[EventData]:
+    """(position, type, data) of the packed records of `kinds` in (after, upper], in order.
+
+    Streamed: rows come by first position and no later row holds a record before its
+    first, so a record waits only while rows that start before it are still to come.
+    What is held is the records of the rows that overlap (ticks running at once), not
+    the range's: a first start's catch-up over a long history reads it in constant memory.
+    """
     if not holds_types(kinds):
-        return []
-    found = [
-        item
-        for tick, blob in between(conn, after, upper)
-        for item in unpack_data(tick, blob, after, upper, kinds)
-    ]
-    found.sort(key=lambda item: item[0])
-    return found
+        return
+    waiting: list[tuple[int, int, EventData]] = []
+    order = count()
+    for first, tick, blob in between(conn, after, upper):
+        while waiting and waiting[0][0] < first:
+            yield heapq.heappop(waiting)[2]
+        for item in unpack_data(tick, blob, after, upper, kinds):
+            heapq.heappush(waiting, (item[0], next(order), item))
+    while waiting:
+        yield heapq.heappop(waiting)[2]
 
 
 def positions_between(conn: sa.Connection, after: int, upper: int) -> list[int]:
@@ -396,13 +414,15 @@ def merged(*sources: Iterable[StoredEvent]) -> Iterator[StoredEvent]:
             yield record
 
 
-def merged_data(hot: Iterable[EventData], packed: Sequence[EventData]) -> Iterator[EventData]:
+def merged_data(hot: Iterable[EventData], packed: Iterable[EventData]) -> Iterator[EventData]:
     """`merged` for fold data."""
-    if not packed:
+    rest = iter(packed)
+    first = next(rest, None)
+    if first is None:
         yield from hot
         return
     last = None
-    for item in heapq.merge(hot, packed, key=lambda item: item[0]):
+    for item in heapq.merge(hot, chain([first], rest), key=lambda item: item[0]):
         if item[0] != last:
             last = item[0]
             yield item

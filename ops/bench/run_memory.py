@@ -105,9 +105,10 @@ def serve(config: str, samples: str, read_kib: str, writer_kib: str) -> None:
 
 def run(store: Path, seconds: int, scratch: Path, caches: list[str]) -> None:
     """Copy the kept store, run the service on it, print what the samples say."""
-    for part in store.glob("metrics.db*"):
+    name = "metrics.db" if (store / "metrics.db").exists() else "events.db"
+    for part in store.glob(f"{name}*"):
         shutil.copy2(part, scratch / part.name)
-    config = write_config(scratch, f"sqlite:///{scratch}/metrics.db")
+    config = write_config(scratch, f"sqlite:///{scratch}/{name}")
     samples, log = scratch / "samples.jsonl", scratch / "service.log"
     with fake_upstream() as fake, log.open("w") as output:
         env = {k: v for k, v in os.environ.items() if not k.startswith("TICKWORK_")}
@@ -152,7 +153,12 @@ def main() -> None:
         serve(*sys.argv[2:6])
         return
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--store", type=Path, required=True, help="a metrics_bench --store folder")
+    parser.add_argument(
+        "--store",
+        type=Path,
+        required=True,
+        help="a metrics_bench --store folder, or a growth_bench --keep one's sqlite-SIZE",
+    )
     parser.add_argument("--seconds", type=int, default=120)
     parser.add_argument(
         "--read-cache-kib", type=int, help="SQLite's page cache of a pooled connection"

@@ -60,6 +60,7 @@ def test_append_assigns_stream_and_global_positions(store: SqlEventStore) -> Non
     assert [(e.global_position, e.data["n"]) for e in store.read_all()] == list(
         zip(positions, [1, 2, 3, 4], strict=True)
     )
+    assert store.wait_settled(positions[-1])  # PostgreSQL's horizon lags under load
     assert store.last_position() == positions[-1]
     assert store.stream_version("s-1") == 3
     assert store.stream_version("nope") == 0
@@ -76,6 +77,7 @@ def test_wrong_expected_version_raises_and_writes_nothing(store: SqlEventStore) 
 
     with pytest.raises(ConcurrencyError):
         store.append("fresh", [new()], 1)
+    assert store.wait_settled(last)
     assert store.last_position() == last
     assert store.stream_version("fresh") == 0
 
@@ -110,6 +112,7 @@ def test_duplicate_event_id_is_a_noop_reporting_the_stored_position(
 
     assert again.duplicate and stale_retry.duplicate
     assert again.positions == stale_retry.positions == stored.positions
+    assert store.wait_settled(stored.positions[0])
     assert store.last_position() == stored.positions[0]
     assert [e.event_id for e in store.read_stream("s")] == [event.event_id]
 
@@ -126,6 +129,7 @@ def test_partly_stored_batch_is_refused_whole(store: SqlEventStore) -> None:
     (last,) = store.append("s", [stored], NO_STREAM).positions
     with pytest.raises(EventIdConflictError, match="1 of 2 event ids"):
         store.append("s", [stored, new()], ANY)
+    assert store.wait_settled(last)
     assert store.last_position() == last
 
 
@@ -133,6 +137,7 @@ def test_empty_append_changes_nothing(store: SqlEventStore) -> None:
     (last,) = store.append("s", [new()], NO_STREAM).positions
     result = store.append("s", [], ANY)
     assert result.positions == () and result.stream_version == 1
+    assert store.wait_settled(last)
     assert store.last_position() == last
 
 
@@ -153,6 +158,7 @@ def test_create_streams_with_a_stored_event_id_writes_nothing(store: SqlEventSto
     (last,) = store.append("s", [stored], NO_STREAM).positions
     with pytest.raises(EventIdConflictError, match="nothing was written"):
         store.create_streams({"fresh": [new()], "other": [stored]})
+    assert store.wait_settled(last)
     assert store.stream_version("fresh") == 0 and store.last_position() == last
     with pytest.raises(ValueError, match="'empty': 0 events"):
         store.create_streams({"empty": []})
@@ -525,6 +531,7 @@ def test_a_packed_streams_replays_are_noops_and_its_new_events_land_once(
         store.append(stream, [new("TickNoted")], len(stored) - 1)
     late = store.append(stream, [new("TickNoted", tick_id=ticks[0], level="min")], len(stored))
     assert late.stream_version == len(stored) + 1 and not late.duplicate
+    assert store.wait_settled(late.positions[0])
     assert store.read_stream(stream) == [*stored, *store.read_all(late.positions[0] - 1, 1)]
     assert store.stream_version(stream) == len(stored) + 1
     assert store.create_streams({stream: [new("TickScheduled")]}) == set()

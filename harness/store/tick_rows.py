@@ -56,7 +56,7 @@ from harness.folds.packed import (
 from harness.folds.ranges import EventData
 from harness.store.base import EventStore
 from harness.store.engine import stored_utc
-from harness.store.schema import event_ids, events, projection_checkpoints, tick_rows
+from harness.store.schema import events, projection_checkpoints, tick_rows
 from harness.store.writer import APPENDS_WAIT, appends_settled
 
 if TYPE_CHECKING:
@@ -71,9 +71,6 @@ PAGE = 1000
 TICK_TYPES = frozenset(cls.type for cls in EVENT_TYPES.values() if issubclass(cls, TickEvent))
 """The only types a tick stream, and so a row, holds: a read of other types skips the rows."""
 UNBOUNDED = 1 << 62
-
-ROWS_PAGE = 1000
-"""Rows a read of a range of them fetches at a time (`between`)."""
 
 
 def holds_types(types: Collection[str] | None) -> bool:
@@ -157,7 +154,7 @@ def between(conn: sa.Connection, after: int, upper: int) -> Iterator[tuple[int, 
     """(first position, tick, blob) of the rows that may hold positions in (after, upper].
 
     A row holding one starts after `after - widest span` and at or before `upper`: one
-    range of the primary key, read `ROWS_PAGE` rows at a time (a page from the last
+    range of the primary key, read `PAGE` rows at a time (a page from the last
     one's first position on), so a long range is never fetched whole.
     """
     span = widest_span(conn)
@@ -173,12 +170,12 @@ def between(conn: sa.Connection, after: int, upper: int) -> Iterator[tuple[int, 
                 tick_rows.c.last_position > after,
             )
             .order_by(tick_rows.c.first_position)
-            .limit(ROWS_PAGE)
+            .limit(PAGE)
         )
         page = conn.execute(query).all()
         for first, tick, blob in page:
             yield int(first), tick, bytes(blob)
-        if len(page) < ROWS_PAGE:
+        if len(page) < PAGE:
             return
         start = page[-1][0]
 
@@ -509,9 +506,17 @@ def release_ids(store: SqlEventStore, packed: Sequence[UUID]) -> bool:
         return False
     with store.write_transaction() as conn:
         for at in range(0, len(packed), PAGE):
-            batch = packed[at : at + PAGE]
-            conn.execute(event_ids.delete().where(event_ids.c.event_id.in_(batch)))
+            _drop_ids(conn, packed[at : at + PAGE])
     return True
+
+
+def _drop_ids(conn: sa.Connection, ids: Sequence[UUID | str]) -> None:
+    """Delete `ids` from `event_ids` (PostgreSQL).
+
+    One array, not an IN list: a thousand-long IN list cost psycopg more to parse than the
+    server to run it.
+    """
+    conn.exec_driver_sql("DELETE FROM event_ids WHERE event_id = ANY(%s::uuid[])", (list(ids),))
 
 
 def _others_passed(conn: sa.Connection) -> int:
@@ -680,10 +685,10 @@ def forget(conn: sa.Connection, tick_ids: Iterable[str], upto: int | None = None
         ).all()
         held += sum(row.events for row in gone)
         if postgres and gone:
-            # The ids as the rows hold them (hex), one array: a thousand-long IN list
-            # costs psycopg more to parse than the server to run.
-            known = [record[1] for _, _, blob in gone for record in records_of(bytes(blob))[1]]
-            conn.exec_driver_sql("DELETE FROM event_ids WHERE event_id = ANY(%s::uuid[])", (known,))
+            # The ids as the rows hold them (hex).
+            _drop_ids(
+                conn, [record[1] for _, _, blob in gone for record in records_of(bytes(blob))[1]]
+            )
             conn.exec_driver_sql(
                 "DELETE FROM tick_streams WHERE stream_id = ANY(%s)",
                 ([f"{TICK_PREFIX}{tick}" for tick, _, _ in gone],),

@@ -27,7 +27,7 @@ from typing import Any, NoReturn
 import httpx
 
 from harness.devtools.fake_llm import FakeUpstream, Step
-from harness.execution.launchers import end_as_python_would, shared_warm_launcher
+from harness.execution.launchers import end_as_python_would
 from tests.store_support import migrated_sqlite
 from tests.waiting import wait_until
 
@@ -136,11 +136,9 @@ def _run_child(
         os.environ.clear()
         os.environ.update(env)
         # What the test process set up is not the command's: pytest's log capture on the
-        # root logger, and the warm launcher this process may share (its fork server's
-        # pipes belong to the parent).
+        # root logger (the warm launcher it may share is forgotten at every fork).
         logging.root.handlers.clear()
         logging.root.setLevel(logging.WARNING)
-        shared_warm_launcher.cache_clear()
         _forget_secrets()
         signal.signal(signal.SIGINT, signal.default_int_handler)
         sys.argv = [TICKWORK, *args]

@@ -20,9 +20,13 @@ import sys
 import time
 from pathlib import Path
 
+PRELOADED: list[str] = []
+"""What the server was asked to preload: `report` shows it (a cold start was asked nothing)."""
 
-def warm_up() -> None:
-    """Nothing to preload: the stand-in's server is ready at once."""
+
+def warm_up(preloads: frozenset[str]) -> None:
+    """Nothing to import: the stand-in's server notes what it was asked and is ready at once."""
+    PRELOADED.extend(sorted(preloads))
 
 
 def report(result: Path) -> None:
@@ -40,6 +44,7 @@ def report(result: Path) -> None:
         "fds": fds,
         "random": random.random(),
         "sigterm_default": signal.getsignal(signal.SIGTERM) == signal.SIG_DFL,
+        "preloads": PRELOADED,
     }
     partial = result.with_suffix(".partial")
     partial.write_text(json.dumps(seen))

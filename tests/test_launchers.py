@@ -10,6 +10,8 @@ from __future__ import annotations
 import json
 import os
 import signal
+import subprocess
+import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -18,12 +20,14 @@ from typing import Any
 import psutil
 import pytest
 
+from harness.config import LevelConfig, PathsConfig, RoutingConfig, Settings, StoreConfig
 from harness.contracts.payload import TickPayload
 from harness.devtools.fake_llm import FakeUpstream, Step
 from harness.execution.launchers import (
     ColdLauncher,
     TickProcess,
     WarmLauncher,
+    preloads_of,
     shared_warm_launcher,
 )
 from harness.execution.launchers.warm import ForkedTick, server_environment
@@ -182,6 +186,69 @@ def test_the_real_warm_up_leaves_no_thread_connection_or_file_to_fork() -> None:
     assert server.net_connections(kind="inet") == [], "a socket would cross the fork"
     assert server.open_files() == [], "a store or log file would cross the fork"
     assert "workers.llm_worker" in server.cmdline(), "reconcile recognises workers by it"
+
+
+def test_the_levels_protocols_agent_clis_and_tools_are_what_a_server_preloads(
+    tmp_path: Path,
+) -> None:
+    levels = {
+        "chat": LevelConfig(every="1m", prompt="p", model="m"),
+        "editor": LevelConfig(
+            every="1m", prompt="p", model="m", api="anthropic", tools="files", web=True
+        ),
+        "claude": LevelConfig(
+            every="1m", prompt="p", model="m", api="anthropic", agent="claude-code"
+        ),
+    }
+    settings = Settings(
+        store=StoreConfig(url=f"sqlite:///{tmp_path}/events.db"),
+        paths=PathsConfig(results=tmp_path / "results", spool=tmp_path / "spool"),
+        levels=levels,
+    )
+    assert preloads_of(settings) == {
+        "openai-chat",
+        "anthropic",
+        "file_read",
+        "file_editor",
+        "web_fetch",
+        "claude-code",
+    }
+    catalog = tmp_path / "catalog.toml"
+    routed = settings.model_copy(update={"routing": RoutingConfig(catalog=catalog)})
+    assert {"ollama", "openai-responses", "opencode"} <= preloads_of(routed)
+
+
+def test_a_server_lacking_what_a_service_now_needs_is_replaced_by_one_preloading_it(
+    tmp_path: Path,
+) -> None:
+    launcher = WarmLauncher(STANDIN, preloads={"openai-chat"})
+    try:
+        assert launcher.wait_ready(60)
+        first = launcher.server_pid
+        process, result = start(launcher, tmp_path, "report")
+        assert process.wait(30) == 0
+        assert wait_for(result)["preloads"] == ["openai-chat"]
+        launcher.preload({"openai-chat"})
+        assert launcher.server_pid == first, "nothing new to preload: the server serves on"
+        launcher.preload({"anthropic"})
+        assert launcher.server_pid != first
+        assert launcher.wait_ready(60)
+        process, result = start(launcher, tmp_path, "report")
+        assert process.wait(30) == 0
+        assert wait_for(result)["preloads"] == ["anthropic", "openai-chat"]
+        assert ends(first), "the replaced server exits: it had no tick left"
+    finally:
+        launcher.close()
+
+
+def test_the_real_warm_up_imports_only_the_sdks_and_tools_it_is_asked_for() -> None:
+    probe = (
+        "import sys, workers.llm_worker as w; w.warm_up(frozenset({'anthropic'})); "
+        "print(*sorted(m for m in ('anthropic', 'openai', 'ollama', 'mcp') if m in sys.modules))"
+    )
+    done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.split() == ["anthropic"]
 
 
 def warm_again(launcher: WarmLauncher, folder: Path, old_server: int | None) -> ForkedTick:

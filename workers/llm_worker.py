@@ -246,32 +246,45 @@ WARM_UP_UPSTREAM = "http://127.0.0.1:9/v1"
 """The discard port: nothing listens, so the warm-up's model call fails at once."""
 
 
-def warm_up() -> None:
+def warm_up(preloads: frozenset[str] = frozenset()) -> None:
     """Run one throwaway tick against no upstream, in the fork server before it forks.
 
     Everything a tick imports and fills on first use (the SDK, the model client, its TLS
     context, the store's SQL and migrations, the tools) is then in the server's memory,
-    shared by every tick forked from it. The tick's store, result and log are thrown
-    away; the thread and event loop its agent ran on are gone when it returns. A tick
-    opens its store only when it first records, which the failed call never does: the
-    budget check (a read) and one event appended after the tick warm the store's code.
-    The throwaway stream starts with the `TickStarted` a runner records for a real tick:
-    a tick's first record waits for it (up to seconds), and without it the server would
-    warm up that long, while every tick it was asked for in the meantime started cold.
+    shared by every tick forked from it. `preloads` names what the service's levels use
+    (`harness.execution.launchers.preloads_of`): their protocols' SDKs, agent CLIs and
+    tools; what none uses stays out of the server (a tick that needs it imports it), so
+    a service running one protocol does not spend seconds and megabytes on the others.
+    The throwaway tick talks the first preloaded protocol. The tick's store, result and
+    log are thrown away; the thread and event loop its agent ran on are gone when it
+    returns. A tick opens its store only when it first records, which the failed call
+    never does: the budget check (a read) and one event appended after the tick warm the
+    store's code. The throwaway stream starts with the `TickStarted` a runner records for
+    a real tick: a tick's first record waits for it (up to seconds), and without it the
+    server would warm up that long, while every tick it was asked for in the meantime
+    started cold.
     """
     import tempfile
     from pathlib import Path
 
+    from harness.contracts.agents import AGENT_CLIS
     from harness.contracts.budgets import BudgetRuleData
     from harness.contracts.events import BudgetSpent, TickStarted, tick_stream
     from harness.contracts.payload import RagSettings, TickBudgets
+    from harness.contracts.wire import APIS, BASE_URL_ENV
     from harness.store import open_store
-    from workers.agents import load_all as load_agents
-    from workers.providers import load_all
+    from workers.providers import builder
     from workers.recorder import EventRecorder
 
-    load_all()  # every protocol's SDK, shared by the ticks forked from here
-    load_agents()  # and the agent-CLI frame (its loopback governor) with its CLI modules
+    apis = [api for api in APIS if api in preloads] or ["openai-chat"]
+    for api in apis:
+        builder(api)
+    clis = [kind for kind in AGENT_CLIS if kind in preloads]
+    if clis:
+        from workers.agents import load
+
+        load(clis)  # the agent-CLI frame (its loopback governor) with these CLIs' modules
+    tier = "full" if "shell" in preloads else "files" if "file_editor" in preloads else "read"
 
     with tempfile.TemporaryDirectory(prefix="tickwork-warm-up-") as name:
         folder = Path(name)
@@ -280,8 +293,10 @@ def warm_up() -> None:
             level="warm-up",
             prompt="warm up",
             model="warm-up",
+            api=apis[0],
             max_tool_calls=1,
-            can_shell=True,
+            tools=tier,
+            web="web_fetch" in preloads,
             rag=RagSettings(enabled=True, index_path=folder / "rag.db"),
             budget=TickBudgets(
                 budgets=[
@@ -305,7 +320,8 @@ def warm_up() -> None:
         store = open_store(payload.store_url)
         store.append(tick_stream("warm-up"), [started.to_record()])
         store.close()
-        os.environ["OPENAI_BASE_URL"] = WARM_UP_UPSTREAM
+        upstream = BASE_URL_ENV[payload.api]
+        os.environ[upstream] = WARM_UP_UPSTREAM
         try:
             logging.disable(logging.CRITICAL)
             run(payload)
@@ -322,7 +338,7 @@ def warm_up() -> None:
             recorder.close()
         finally:
             logging.disable(logging.NOTSET)
-            del os.environ["OPENAI_BASE_URL"]
+            del os.environ[upstream]
 
 
 def serve(raw: bytes) -> int:

@@ -7,7 +7,7 @@ implements `base.AgentCliRun`: `claude_code`.
 """
 
 from workers.agents.base import AgentCliRun, CliReport, CliTick, CliTranscript, MalformedLineError
-from workers.agents.frame import MODULES, load_all, run_agent_tick
+from workers.agents.frame import MODULES, load, run_agent_tick
 
 __all__ = [
     "MODULES",
@@ -16,6 +16,6 @@ __all__ = [
     "CliTick",
     "CliTranscript",
     "MalformedLineError",
-    "load_all",
+    "load",
     "run_agent_tick",
 ]

@@ -15,6 +15,7 @@ import importlib
 import shlex
 import signal
 import sys
+from collections.abc import Iterable
 from pathlib import Path
 from types import FrameType
 
@@ -58,9 +59,9 @@ def run_class(kind: AgentKind) -> type[AgentCliRun]:
     return run
 
 
-def load_all() -> None:
-    """Import every CLI's module (the fork server, so forked ticks share them)."""
-    for kind in MODULES:
+def load(kinds: Iterable[AgentKind]) -> None:
+    """Import these CLIs' modules (the fork server preloads its levels' for their ticks)."""
+    for kind in kinds:
         run_class(kind)
 
 

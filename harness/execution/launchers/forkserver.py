@@ -1,7 +1,9 @@
 """The fork server: a process that imported everything once and forks each tick from it.
 
-`python -m harness.execution.launchers.forkserver --control FD --worker MODULE` imports
-the worker module, runs its `warm_up()`, freezes the heap (`gc.freeze`, so a child's
+`python -m harness.execution.launchers.forkserver --control FD --worker MODULE [--preload
+NAME ...]` imports the worker module, runs its `warm_up(preloads)` (the names of what the
+service's levels use: protocols, agent CLIs, tools; what no level uses is left to the tick
+that needs it, not held in every server), freezes the heap (`gc.freeze`, so a child's
 pages stay shared until it writes them) and announces itself ready on the control socket.
 It runs no thread, ever: forking a multi-threaded process can leave a lock held forever
 in the child, which is why the launcher spawns this process instead of forking itself.
@@ -166,11 +168,12 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--control", type=int, required=True)
     parser.add_argument("--worker", required=True)
+    parser.add_argument("--preload", action="append", default=[])
     args = parser.parse_args()
     control = socket.socket(fileno=args.control)
     gc.disable()
     worker = importlib.import_module(args.worker)
-    worker.warm_up()
+    worker.warm_up(frozenset(args.preload))
     if threading.active_count() != 1:
         sys.exit("the warm-up started a thread: this process must not fork")
     gc.collect()

@@ -5,9 +5,10 @@ made, and keeps it while it answers; ticks that come before it is ready start co
 tick gets its own socket pair: one end goes to the server with the tick's log file, the
 launcher writes the tick's environment and payload on the other and reads back the
 child's pid, then its exit status once the server reaped it. A server that died, hung,
-failed its warm-up or runs code older than what is installed is replaced; until the new
-one is ready, ticks start cold, so no tick is lost to the launcher. A tick whose server
-died while it ran is watched through a pidfd (its exit code is then unknown).
+failed its warm-up, runs code older than what is installed, or lacks what a service now
+asks it to preload is replaced; until the new one is ready, ticks start cold, so no tick
+is lost to the launcher. A tick whose server died while it ran is watched through a pidfd
+(its exit code is then unknown).
 """
 
 from __future__ import annotations
@@ -185,8 +186,11 @@ class ForkedTick(TickProcess):
 class _Server:
     """One fork server process and the launcher's end of its control socket."""
 
-    def __init__(self, worker: str, stamp: tuple[str, float], fork_timeout: float) -> None:
+    def __init__(
+        self, worker: str, stamp: tuple[str, float], preloads: frozenset[str], fork_timeout: float
+    ) -> None:
         self.stamp = stamp
+        self.preloads = preloads
         self.fork_timeout = fork_timeout
         self.control, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
         self.control.settimeout(fork_timeout)
@@ -201,6 +205,7 @@ class _Server:
                     str(theirs.fileno()),
                     "--worker",
                     worker,
+                    *(arg for name in sorted(preloads) for arg in ("--preload", name)),
                 ],
                 pass_fds=[theirs.fileno()],
                 stdin=subprocess.DEVNULL,
@@ -280,13 +285,21 @@ class WarmLauncher(Launcher):
             each tick, and `python -m` for a cold start).
         watched: source folders whose change (with the installed version) restarts the
             server; by default the `harness` and `workers` packages.
+        preloads: what the server's `warm_up` imports besides the worker (`preload` adds
+            more later).
 
     `fork_timeout` (a server that forks nothing this long is hung) and `stamp_interval`
     (how often the installed code is looked at) may be set after construction.
     """
 
-    def __init__(self, worker: str = WORKER_MODULE, watched: Iterable[Path] = ()) -> None:
+    def __init__(
+        self,
+        worker: str = WORKER_MODULE,
+        watched: Iterable[Path] = (),
+        preloads: Iterable[str] = (),
+    ) -> None:
         self.worker = worker
+        self.preloads = frozenset(preloads)
         self.fork_timeout = FORK_TIMEOUT
         self.stamp_interval = STAMP_INTERVAL
         self.cold = ColdLauncher(worker)
@@ -304,6 +317,17 @@ class WarmLauncher(Launcher):
         """The pid of the server in use or warming up, if any."""
         server = self._server
         return server.pid if server is not None else None
+
+    def preload(self, names: Iterable[str]) -> None:
+        """Have the server preload `names` too; one that does not yet is replaced now.
+
+        A service whose levels need a protocol, agent CLI or tool the server lacks (a second
+        service in the process, a reload) gets it in the next server; ticks forked from the
+        old one meanwhile import it themselves.
+        """
+        with self._lock:
+            self.preloads |= frozenset(names)
+        self._current(look_at_code=False)
 
     def warming(self) -> bool:
         """Whether a server is warming up: a tick started now would start cold."""
@@ -362,14 +386,29 @@ class WarmLauncher(Launcher):
                 server.control.close()
                 server = self._server = None
             stamp = self._check_stamp() if look_at_code or server is None else server.stamp
-            if server is not None and server.stamp != stamp:
-                log.info("new code installed: the fork server %s is replaced", server.pid)
-                server.retire()
-                self._retired.append(server)
+            why = None if server is None else self._outdated(server, stamp)
+            if server is not None and why is not None:
+                log.info("the fork server %s is replaced: %s", server.pid, why)
+                if server.ready:
+                    server.retire()
+                    self._retired.append(server)
+                else:  # it forked nothing: its warm-up is not worth finishing
+                    server.kill()
                 server = self._server = None
             if server is None and time.monotonic() >= self._next_try:
-                server = self._server = _Server(self.worker, stamp, self.fork_timeout)
+                server = self._server = _Server(
+                    self.worker, stamp, self.preloads, self.fork_timeout
+                )
             return server
+
+    def _outdated(self, server: _Server, stamp: tuple[str, float]) -> str | None:
+        """Why `server` must be replaced (None: it serves on)."""
+        if server.stamp != stamp:
+            return "new code is installed"
+        missing = self.preloads - server.preloads
+        if missing:
+            return f"the levels need {', '.join(sorted(missing))} preloaded"
+        return None
 
     def _check_stamp(self) -> tuple[str, float]:
         if time.monotonic() - self._stamp_at >= self.stamp_interval:

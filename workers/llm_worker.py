@@ -250,7 +250,7 @@ def warm_up(preloads: frozenset[str] = frozenset()) -> None:
     """Run one throwaway tick against no upstream, in the fork server before it forks.
 
     Everything a tick imports and fills on first use (the SDK, the model client, its TLS
-    context, the store's SQL and migrations, the tools) is then in the server's memory,
+    context, the store's SQL, the tools) is then in the server's memory,
     shared by every tick forked from it. `preloads` names what the service's levels use
     (`harness.execution.launchers.preloads_of`): their protocols' SDKs, agent CLIs and
     tools; what none uses stays out of the server (a tick that needs it imports it), so
@@ -272,7 +272,7 @@ def warm_up(preloads: frozenset[str] = frozenset()) -> None:
     from harness.contracts.events import BudgetSpent, TickStarted, tick_stream
     from harness.contracts.payload import RagSettings, TickBudgets
     from harness.contracts.wire import APIS, BASE_URL_ENV
-    from harness.store import open_store
+    from harness.store import open_store, scratch_sqlite
     from workers.providers import builder
     from workers.recorder import EventRecorder
 
@@ -313,7 +313,7 @@ def warm_up(preloads: frozenset[str] = frozenset()) -> None:
                 after_position=0,
             ),
             result_path=folder / "result.json",
-            store_url=f"sqlite:///{folder}/events.db",
+            store_url=scratch_sqlite(folder),
             spool_dir=folder / "spool",
         )
         started = TickStarted(tick_id="warm-up", level="warm-up", pid=os.getpid(), host="")

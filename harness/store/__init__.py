@@ -31,6 +31,7 @@ from harness.store.records import (
     Window,
 )
 from harness.store.schema import HEAD_REVISION
+from harness.store.scratch import scratch_sqlite
 from harness.store.spool import Spool, append_or_spool
 from harness.store.sql import SqlEventStore, add_sums, clear_tables, upsert
 
@@ -70,6 +71,7 @@ __all__ = [
     "process_name",
     "release_tick",
     "safe_url",
+    "scratch_sqlite",
     "settle",
     "split_password",
     "take",

@@ -25,7 +25,7 @@ from harness.contracts.headlines import headline
 from harness.devtools.fake_llm import FakeUpstream
 from harness.execution.executors import LocalExecutor
 from harness.execution.executors.procrastinate import WorkerExecutor, WorkerRunner
-from harness.execution.launchers import WarmLauncher
+from harness.execution.launchers import WarmLauncher, preloads_of
 from harness.execution.launchers.cold import ColdLauncher
 from harness.execution.manual import ManualTick
 from harness.execution.prepare import Preparer
@@ -204,6 +204,7 @@ def test_a_reload_adds_removes_and_changes_levels_while_a_tick_of_a_changed_one_
         ["edit"],
     )
     assert set(service.settings.levels) == {"edit", "added"}
+    assert preloads_of(service.settings) <= standin_launcher.preloads, "the new levels' needs"
     assert (
         f"levels revision {old[:12]} -> {new[:12]} (added added; removed gone; changed edit)"
         in "\n".join(lines)

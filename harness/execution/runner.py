@@ -43,7 +43,7 @@ from harness.contracts.failures import FailureClass
 from harness.contracts.result import ResultFileError, TickResult, read_result
 from harness.execution.cutoff import cut_off_call
 from harness.execution.hedge import Places, Race, hedge_after
-from harness.execution.launchers import Launcher, TickProcess, launcher_for
+from harness.execution.launchers import Launcher, TickProcess, launcher_for, preloads_of
 from harness.execution.lifecycle import Decisions, Life
 from harness.execution.prepare import PreparedTick, TickRef, worker_env
 from harness.governor.alerts import Alerts, urls_from_env
@@ -104,6 +104,7 @@ class Runner:
         self.settings = settings
         self.store = store
         self.launcher = launcher or launcher_for(settings)
+        self._preloaded_for = settings.levels
         self.env = dict(os.environ if env is None else env)
         self.spool = Spool(settings.paths.spool)
         self.decisions = Decisions(settings, store) if store is not None else None
@@ -257,6 +258,7 @@ class Runner:
 
     def attempt(self, tick: PreparedTick, number: int, life: Life) -> Ended:
         """Run attempt `number` of a tick, unless a decision in force stops it first."""
+        self._preload_reloaded_levels()
         self._await_warm_up(life)
         payload = tick.payload
         ids = {"tick_id": payload.tick_id, "level": payload.level}
@@ -300,6 +302,17 @@ class Runner:
             with self._lock:
                 self._hedge_winners[life.ref.tick_id] = _outcome(race.twin.ref, race.twin_ended)
         return ended
+
+    def _preload_reloaded_levels(self) -> None:
+        """Tell the launcher what reloaded levels need (a new protocol: a new fork server).
+
+        A reload swaps the levels whole (`Settings.replace_levels`), so the check is one
+        comparison of identity per attempt.
+        """
+        levels = self.settings.levels
+        if levels is not self._preloaded_for:
+            self._preloaded_for = levels
+            self.launcher.preload(preloads_of(self.settings))
 
     def _await_warm_up(self, life: Life) -> None:
         """Hold the tick while the launcher's fork server finishes warming, within bounds.

@@ -11,6 +11,7 @@ import os
 import signal
 import subprocess
 from abc import ABC, abstractmethod
+from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -101,6 +102,13 @@ class Launcher(ABC):
     @abstractmethod
     def _start(self, payload_json: bytes, log_path: Path, env: dict[str, str]) -> TickProcess:
         """Do the start; the process must lead a new session (and so a new group)."""
+
+    def preload(self, names: Iterable[str]) -> None:
+        """Have what `names` need (`preloads_of`) loaded before the next starts.
+
+        A fresh interpreter per tick imports what its tick needs: nothing to do here.
+        """
+        return None
 
     def warming(self) -> bool:
         """Whether a start now would be slower than one a moment later (a server warming)."""

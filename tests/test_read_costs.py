@@ -36,6 +36,7 @@ from harness.projections.level_stats import level_stats
 from harness.projections.spend import spend_daily
 from harness.projections.tick_spend import tick_spend
 from harness.projections.ticks import (
+    fire_lags,
     last_slots,
     last_statuses,
     open_ticks,
@@ -105,6 +106,7 @@ PATHS: dict[str, Path_] = {
         store, status="failed", since=NOW - WINDOW, limit=50
     ),
     "open_ticks": open_ticks,
+    "fire_lags": lambda store: fire_lags(store, 100),
     "ticks_in_flight": lambda store: (ticks_in_flight(store), ticks_in_flight(store, ["l3"])),
     "last_slots": lambda store: last_slots(store, LEVELS),
     "previous_result_path": lambda store: previous_result_path(store, "l3"),

@@ -11,8 +11,8 @@ families are read again only when its checkpoint has moved since the last scrape
 scrape of an idle store reads checkpoints and pauses); and each family's lines for one
 row (a level's histogram, a level and model's spend) are rendered again only when that
 row's values changed, so a scrape a minute later, with every level ticked, renders only
-the rows that moved. The text is what a fresh render
-writes, byte for byte: the cache is keyed on everything the lines are made of.
+the rows that moved. The text is what a fresh render writes, byte for byte: the cache is
+keyed on everything the lines are made of.
 """
 
 from __future__ import annotations

@@ -39,6 +39,7 @@ from harness.contracts.result import TickResult, write_result
 from harness.devtools.fake_llm import FakeUpstream, Step, fake_upstream
 from harness.execution.manual import ManualTicks
 from harness.projections.levels import cancel_scopes, level_paused
+from harness.projections.spend import REPORT_DAYS
 from harness.rag import build_index
 from harness.store import SqlEventStore, open_store
 from tests.api_support import TOKEN, serving, settings_for
@@ -195,6 +196,31 @@ def test_bad_query_parameters_get_422_naming_the_problem_and_change_nothing(
     for name in names:
         assert name in problem["msg"]
     assert api.store.last_position() == before
+
+
+def test_spend_without_since_reports_the_last_thirty_days_and_says_so(api: Api) -> None:
+    """The read model keeps every day; a report not told its window covers REPORT_DAYS."""
+    today = datetime.now(UTC).replace(hour=12, minute=0, second=0, microsecond=0)
+    for back in (0, REPORT_DAYS - 1, REPORT_DAYS, 400):
+        spent = BudgetSpent(
+            tick_id=f"min-{back}",
+            level="min",
+            model="gpt-4o-mini",
+            prompt_tokens=back + 1,
+            completion_tokens=0,
+            occurred_at=today - timedelta(days=back),
+        )
+        record(api.store, spent)
+    first = (today - timedelta(days=REPORT_DAYS - 1)).date().isoformat()
+
+    recent = api.http.get("/spend")
+    asked = api.http.get("/spend", params={"since": "2020-01-01"})
+
+    assert recent.headers["X-Spend-Since"] == first
+    inside = 1 + REPORT_DAYS  # the tokens of today and of the window's first day
+    assert [row["prompt_tokens"] for row in recent.json()] == [inside]
+    assert asked.headers["X-Spend-Since"] == "2020-01-01"
+    assert [row["prompt_tokens"] for row in asked.json()] == [inside + REPORT_DAYS + 1 + 401]
 
 
 def test_budgets_show_each_window_in_the_api_and_the_dashboard(api: Api, tmp_path: Path) -> None:

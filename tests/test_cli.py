@@ -36,7 +36,7 @@ def test_init_then_spend_in_an_empty_directory(tmp_path: Path) -> None:
     assert (tmp_path / ".tickwork" / "events.db").exists()
     spend, status = run_each(tmp_path, [["spend"], ["status"]])
     assert spend.returncode == 0, spend.stderr
-    assert "no spend recorded yet" in spend.stdout
+    assert "no spend recorded since" in spend.stdout
     assert status.returncode == 0, status.stderr
     rows = [line.split()[1] for line in status.stdout.splitlines() if line.startswith("│")]
     assert {"min", "hour"} <= set(rows) and "no tick in flight" in status.stdout

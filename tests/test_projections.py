@@ -451,6 +451,8 @@ lifecycle = st.one_of(
         tick_id=ticks_ids,
         level=levels,
         slot=moments,
+        fire_at=st.none() | moments,
+        attempt=st.sampled_from([1, 2]),
         model=st.none() | models,
         occurred_at=moments,
     ),

@@ -24,18 +24,21 @@ import orjson
 import psycopg
 import pytest
 import sqlalchemy as sa
+from fastapi import Response
 
 from harness.api import dashboard
 from harness.api.metrics import Exposition
 from harness.api.reads import Reads
+from harness.api.routes.spend import spend as spend_route
 from harness.config import LevelConfig, Settings, StoreConfig
 from harness.digests.build import build_digest
 from harness.prices import PriceBook
 from harness.projections import projector_for
 from harness.projections.level_stats import level_stats
-from harness.projections.spend import spend_daily
+from harness.projections.spend import REPORT_DAYS, spend_daily
 from harness.projections.tick_spend import tick_spend
 from harness.projections.ticks import (
+    fire_lags,
     last_slots,
     last_statuses,
     open_ticks,
@@ -105,6 +108,7 @@ PATHS: dict[str, Path_] = {
         store, status="failed", since=NOW - WINDOW, limit=50
     ),
     "open_ticks": open_ticks,
+    "fire_lags": lambda store: fire_lags(store, 100),
     "ticks_in_flight": lambda store: (ticks_in_flight(store), ticks_in_flight(store, ["l3"])),
     "last_slots": lambda store: last_slots(store, LEVELS),
     "previous_result_path": lambda store: previous_result_path(store, "l3"),
@@ -557,3 +561,40 @@ def test_the_newest_of_a_type_packed_ticks_hold_costs_the_same_behind_ten_times_
         "p00198",
     ]
     assert large.units <= small.units * 1.1 + 10, (small, large)
+
+
+def _days_of_spend(store: SqlEventStore, first: int, days: int) -> None:
+    """Every level's spend on each of `days` days, `first` days before the report's window."""
+    start = NOW.date() - timedelta(days=REPORT_DAYS + first)
+    with store.write_transaction() as conn:
+        conn.execute(
+            spend_daily.insert(),
+            [
+                _spent_on(level, start - timedelta(days=back), "")
+                for back in range(days)
+                for level in LEVELS
+            ],
+        )
+    _settle(store)
+
+
+def test_a_spend_report_not_told_its_window_costs_the_same_behind_ten_times_the_days(
+    store: SqlEventStore,
+) -> None:
+    """`GET /spend` without `since`: the last REPORT_DAYS days, however many the model keeps."""
+
+    def report(store: SqlEventStore) -> object:
+        return spend_route(_reads(store), Response())
+
+    with store.write_transaction() as conn:
+        conn.execute(spend_daily.insert(), [_spent_on(level, NOW.date(), "") for level in LEVELS])
+    _days_of_spend(store, 0, 30)
+    small = _work(store, report)
+    _days_of_spend(store, 30, 270)
+    large = _work(store, report)
+
+    # PostgreSQL may read the window's rows by a bitmap instead, which counts them twice;
+    # the whole history would be thousands (20 levels a day, 300 days).
+    assert large.units <= small.units * 2 + 10, (small, large)
+    (row,) = spend_route(_reads(store), Response(), by=["model"])
+    assert row.model_calls == len(LEVELS), "today's spend, none of the 300 days before the window"

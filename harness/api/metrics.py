@@ -8,11 +8,11 @@ knows every tick. Each scrape reads the counters the ticks projection keeps per 
 At 1,000 levels a scrape is 23,000 samples (1.5 MB), and writing them took most of its
 time (150-186 ms CPU), so the text is kept between scrapes at two grains. A read model's
 families are read again only when its checkpoint has moved since the last scrape (a
-scrape of an idle store reads checkpoints, pauses and the latest slots); and each
-family's lines for one row (a level's histogram, a level and model's spend) are
-rendered again only when that row's values changed, so a scrape a minute later, with
-every level ticked, renders only the rows that moved. The text is what a fresh render
-writes, byte for byte: the cache is keyed on everything the lines are made of.
+scrape of an idle store reads checkpoints and pauses); and each family's lines for one
+row (a level's histogram, a level and model's spend) are rendered again only when that
+row's values changed, so a scrape a minute later, with every level ticked, renders only
+the rows that moved. The text is what a fresh render writes, byte for byte: the cache is
+keyed on everything the lines are made of.
 """
 
 from __future__ import annotations
@@ -24,9 +24,9 @@ from dataclasses import dataclass
 from datetime import UTC, date, datetime
 
 from harness.api.reads import Reads
-from harness.contracts import TickScheduled
 from harness.projections import (
     DURATION_BUCKETS,
+    fire_lags,
     paused_levels,
     tick_counters,
     ticks_in_flight,
@@ -34,7 +34,7 @@ from harness.projections import (
 from harness.scheduling.status import projection_lag
 
 FIRE_LAG_WINDOW = 100
-"""Scheduled slots per scrape whose fire lag is reported (the latest, of all levels)."""
+"""Newest ticks per scrape whose fire lags are reported (of all levels; manual ones have none)."""
 
 
 def header(name: str, kind: str, documentation: str) -> str:
@@ -264,7 +264,6 @@ class Exposition:
         return "".join(
             [
                 self._ticks.text,
-                self.fire_lag(self._fire_lags()),
                 self._spend.text,
                 self.paused(((level,), (int(level in stopped),)) for level in levels),
                 self.position([((), (position,))]),
@@ -273,7 +272,7 @@ class Exposition:
         ).encode()
 
     def _tick_families(self, levels: tuple[str, ...]) -> str:
-        """Counts per status, run times, refused calls and ticks in flight: the ticks model."""
+        """Counts, run times, refused calls, ticks in flight, fire lags: the ticks model's."""
         store = self.reads.store
         counters = tick_counters(store)
         counts, runs, caps = counters.statuses, counters.durations, counters.tool_caps
@@ -296,24 +295,22 @@ class Exposition:
                 self.cap_hits(((level,), (hits,)) for level, hits, _ in caps),
                 self.calls_refused(((level,), (calls,)) for level, _, calls in caps),
                 self.in_flight(in_flight),
+                self.fire_lag(self._fire_lags()),
             ]
         )
 
     def _fire_lags(self) -> Iterator[tuple[Labels, Values]]:
-        """How late the scheduler claimed slots: TickScheduled's recorded_at minus its slot.
+        """How late the scheduler claimed slots: the claim minus the slot's fire time.
 
         A jittered slot is late from its fire time (`fire_at`, the slot plus the level's
         jitter), not from the slot. Only first attempts of scheduled slots count (a manual
         tick has no slot, a retry is late on purpose). The latest and the largest lag of
-        the recent window per level.
+        the recent window per level, as the ticks projection keeps them
+        (`projections.fire_lags`): the newest rows of an index, not the log read back.
         """
         lags: dict[str, list[float]] = defaultdict(list)
-        for event in self.reads.store.read_last(FIRE_LAG_WINDOW, types=[TickScheduled.type]):
-            data = event.data
-            if not data.get("slot") or data.get("attempt", 1) != 1:
-                continue
-            fired = datetime.fromisoformat(data.get("fire_at") or data["slot"])
-            lags[data["level"]].append((event.recorded_at - fired).total_seconds())
+        for level, lag in fire_lags(self.reads.store, FIRE_LAG_WINDOW):
+            lags[level].append(lag)
         for level, values in lags.items():
             yield (level, "last"), (values[0],)
             yield (level, "max"), (max(values),)

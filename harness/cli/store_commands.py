@@ -6,7 +6,7 @@ import sys
 import threading
 import time
 from dataclasses import asdict
-from datetime import date, datetime
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any
 
@@ -213,14 +213,20 @@ def spend(
             "`tags`; a level with two counts in both). Repeatable."
         ),
     ] = None,
-    since: Annotated[str | None, typer.Option(help="7d, 12h or an ISO date (UTC days).")] = None,
+    since: Annotated[
+        str | None,
+        typer.Option(
+            help="7d, 12h or an ISO date (UTC days); the last 30 days if not given (an "
+            "early date for all of it)."
+        ),
+    ] = None,
     level: Annotated[list[str] | None, typer.Option(help="Only these levels.")] = None,
     as_json: Annotated[bool, typer.Option("--json", help="JSON output.")] = False,
 ) -> None:
     """Token spend and cost from the spend projection (cost is None for unpriced models)."""
     from harness.prices import PriceBook, format_usd
     from harness.projections import projector_for
-    from harness.projections.spend import REPORT_GROUPS, spend_by
+    from harness.projections.spend import REPORT_GROUPS, report_since, spend_by
     from harness.store import StoreError
 
     groups: list[ReportGroup] = []
@@ -228,7 +234,7 @@ def spend(
         if name not in REPORT_GROUPS:
             raise typer.BadParameter(f"--by {name!r}: choose level, model, day, template or tag")
         groups.append(name)
-    first_day: date | None = parse_since(since).date() if since else None
+    first_day = report_since(parse_since(since).date() if since else None, datetime.now(UTC).date())
     config = settings()
     store = store_for(config)
     prices = PriceBook(config.prices)
@@ -245,7 +251,16 @@ def spend(
             orjson.dumps([asdict(row) for row in rows], option=orjson.OPT_INDENT_2).decode() + "\n"
         )
         return
-    table = Table(*groups, "prompt", "completion", "calls", "estimated", "cost (USD)", box=None)
+    table = Table(
+        *groups,
+        "prompt",
+        "completion",
+        "calls",
+        "estimated",
+        "cost (USD)",
+        box=None,
+        caption=f"since {first_day.isoformat()} (UTC days)",
+    )
     for row in rows:
         cost = format_usd(row.cost_usd)
         table.add_row(
@@ -257,7 +272,7 @@ def spend(
             cost,
         )
     if not rows:
-        out.print("no spend recorded yet")
+        out.print(f"no spend recorded since {first_day.isoformat()}")
         return
     out.print(table)
 

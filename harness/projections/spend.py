@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
-from datetime import date
+from datetime import date, timedelta
 from functools import cache
 from typing import Literal, get_args
 
@@ -158,6 +158,19 @@ def spend_report(
         )
         for key, totals in sorted(groups.items())
     ]
+
+
+REPORT_DAYS = 30
+"""UTC days a spend report covers unless told otherwise (today and the 29 before it).
+
+The read model keeps every day (it is what survives archiving), and a report of all of
+them priced a row per level, model and day ever kept: its cost grew with the history. A
+longer window is asked for by its first day (`since`)."""
+
+
+def report_since(since: date | None, today: date) -> date:
+    """The first day of a spend report: the one asked for, else REPORT_DAYS back."""
+    return since if since is not None else today - timedelta(days=REPORT_DAYS - 1)
 
 
 ReportGroup = Literal["level", "model", "day", "template", "tag"]

@@ -80,6 +80,7 @@ ticks = sa.Table(
     sa.Column("sort_at", sa.DateTime(timezone=True), nullable=False),
     sa.Column("model", sa.String(200)),
     sa.Column("queue_wait_seconds", sa.Float()),
+    sa.Column("fire_lag_seconds", sa.Float()),
     sa.Index("ix_ticks_level_status", "level", "status", "finished_at"),
     sa.Index("ix_ticks_sort_at", "sort_at", "tick_id"),
     sa.Index("ix_ticks_level_sort_at", "level", "sort_at", "tick_id"),
@@ -95,6 +96,10 @@ dialect for every SQLite command.
 `model` (migration 0009): the model of the tick's last spend, else the one it was
 scheduled for. `queue_wait_seconds`: from its claim to its first start, the wait for a
 place (a retry's backoff is not in it).
+
+`fire_lag_seconds` (migration 0026): how late its slot was claimed, from the slot's fire
+time (`TickScheduled.fire_at`, the slot plus the level's jitter) to the claim; none for a
+tick without a slot (manual) or claimed again (a later attempt is late on purpose).
 """
 
 tick_level_history = sa.Table(
@@ -130,6 +135,7 @@ _SET = (
     "result_path",
     "reason",
     "model",
+    "fire_lag_seconds",
 )
 _ADD = (
     "prompt_tokens",
@@ -147,6 +153,14 @@ _SORTED_BY = ("scheduled_at", "started_at", "finished_at")
 
 def _time(value: str | None) -> datetime | None:
     return None if value is None else datetime.fromisoformat(value)
+
+
+def _fire_lag(claim: dict[str, Any], claimed: datetime | None) -> float | None:
+    """Seconds from the slot's fire time to its claim, for a first attempt of a slot."""
+    if claimed is None or not claim.get("slot") or claim.get("attempt", 1) != 1:
+        return None
+    fired = datetime.fromisoformat(claim.get("fire_at") or claim["slot"])
+    return (claimed - fired).total_seconds()
 
 
 def _sort_time(row: dict[str, Any]) -> datetime:
@@ -212,8 +226,11 @@ class TicksProjection(Projection):
                 tally.timed(tick_id, level, when, start=column == "started_at")
             if column != "finished_at" and when is not None:
                 claims_and_starts[tick_id].append((column == "started_at", when))
-            if type_ == TickScheduled.type and data.get("model"):
-                row["model"] = data["model"]
+            if type_ == TickScheduled.type:
+                row["model"] = data.get("model") or row["model"]
+                lag = _fire_lag(data, when)
+                if lag is not None:
+                    row["fire_lag_seconds"] = lag
             if data.get("slot"):
                 row["slot"] = _time(data["slot"])
             for name in ("result_path", "reason"):
@@ -477,6 +494,7 @@ class TickRow:
     sort_at: datetime
     model: str | None
     queue_wait_seconds: float | None
+    fire_lag_seconds: float | None
 
     @classmethod
     def of(cls, row: sa.Row[Any]) -> TickRow:
@@ -601,6 +619,21 @@ def ticks_in_flight(store: EventStore, levels: Iterable[str] | None = None) -> l
             )
             for row in conn.execute(query)
         ]
+
+
+def fire_lags(store: EventStore, limit: int) -> list[tuple[str, float]]:
+    """(level, seconds) of the fire lags among the newest `limit` ticks, newest first.
+
+    Only a slot's first claim has one. The end of the list-time index, whatever the
+    history holds; rows folded before migration 0026 have no lag.
+    """
+    query = (
+        sa.select(ticks.c.level, ticks.c.fire_lag_seconds)
+        .order_by(ticks.c.sort_at.desc(), ticks.c.tick_id.desc())
+        .limit(limit)
+    )
+    with store.read_transaction() as conn:
+        return [(level, lag) for level, lag in conn.execute(query) if lag is not None]
 
 
 def open_ticks(store: EventStore) -> list[tuple[str, str]]:

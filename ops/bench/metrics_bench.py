@@ -8,11 +8,13 @@ in the spend read model. The collector runs in-process, as the API calls it. On 
 machine the least CPU of the runs is the truest figure of the scrape's own work.
 
     .venv/bin/python ops/bench/metrics_bench.py [--events 100000] [--days 30] [--runs 7]
-        [--profile] [--store FOLDER]
+        [--profile] [--store FOLDER | --url URL]
 
 `--store` keeps the loaded and folded store in FOLDER and reuses it on the next run (a 1M
-store takes minutes to load on a busy machine). A kept store ages: its spend is moved so
-its last day is today, or a scrape after midnight would show no spend of today.
+store takes minutes to load on a busy machine). `--url` scrapes a store loaded and folded
+elsewhere (a PostgreSQL database `growth_bench.py --keep` kept) as it is, migrated to
+head. A kept store ages: its spend is moved so its last day is today, or a scrape after
+midnight would show no spend of today.
 """
 
 from __future__ import annotations
@@ -34,6 +36,7 @@ import sqlalchemy as sa
 from growth_bench import cli, cpu_seconds, write_config
 from history_loader import LEVELS, PER_MINUTE, Span, load
 from machine import describe
+from sqlalchemy.engine import make_url
 
 from harness.api.metrics import Exposition
 from harness.api.reads import Reads
@@ -82,10 +85,15 @@ def spend_to_today(url: str, today: date) -> None:
     store.close()
 
 
-def prepared(root: Path, events: int, now: datetime) -> tuple[str, Path]:
+def prepared(root: Path, events: int, now: datetime, given: str | None) -> tuple[str, Path]:
     """The store's URL and config in `root`: loaded and folded there, unless it already was."""
-    url = f"sqlite:///{root}/metrics.db"
+    url = given or f"sqlite:///{root}/metrics.db"
     config = write_config(root, url)
+    if given:
+        print(f"scraping the store at {make_url(url).render_as_string()}", flush=True)
+        migrate_store(url)
+        spend_to_today(url, now.date())
+        return url, config
     if (root / "metrics.db").exists():
         print(f"reusing the store kept in {root}", flush=True)
         spend_to_today(url, now.date())
@@ -112,14 +120,17 @@ def main() -> None:
     parser.add_argument("--runs", type=int, default=7)
     parser.add_argument("--profile", action="store_true")
     parser.add_argument("--store", type=Path, help="a folder to keep the store in and reuse")
+    parser.add_argument("--url", help="a loaded and folded store to scrape as it is")
     args = parser.parse_args()
+    if args.url and args.store:
+        parser.error("--url scrapes a store kept elsewhere: no --store")
     print(describe())
     print(f"load average at start: {os.getloadavg()}")
     now = datetime.now(UTC)
     with contextlib.ExitStack() as stack:
         root = args.store or Path(stack.enter_context(tempfile.TemporaryDirectory()))
         root.mkdir(parents=True, exist_ok=True)
-        url, config = prepared(root, args.events, now)
+        url, config = prepared(root, args.events, now, args.url)
         store = open_store(url)
         reads = Reads(load_settings(config), store)
 

@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
+from datetime import UTC, datetime
 from typing import Annotated
 
-from fastapi import APIRouter, Query
+from fastapi import APIRouter, Query, Response
 
 from harness.api.routes.requests import FreshReads, Since
 from harness.projections import SpendRow
-from harness.projections.spend import ReportGroup
+from harness.projections.spend import REPORT_DAYS, ReportGroup, report_since
 from harness.scheduling.budget_watch import BudgetStatus
 
 router = APIRouter(tags=["spend"])
@@ -22,18 +23,36 @@ SpendGroups = Annotated[
 ]
 
 
-@router.get("/spend")
+SINCE_HEADER = {
+    "X-Spend-Since": {
+        "description": "The report's first UTC day (ISO date): `since`'s, or the default's.",
+        "schema": {"type": "string", "format": "date"},
+    }
+}
+
+
+@router.get("/spend", responses={200: {"headers": SINCE_HEADER}})
 def spend(
     reads: FreshReads,
+    response: Response,
     by: SpendGroups = None,
-    since: Annotated[Since | None, Query(description="7d or an ISO date (UTC days).")] = None,
+    since: Annotated[
+        Since | None,
+        Query(
+            description=f"7d or an ISO date (UTC days); the last {REPORT_DAYS} days if not "
+            "given (an early date for all of it)."
+        ),
+    ] = None,
 ) -> list[SpendRow]:
     """Tokens and cost grouped by level, model, UTC day and/or prompt template.
 
     Cost None: unpriced. A template is the hash of a level's prompt before
-    substitution ("" for spend recorded without one).
+    substitution ("" for spend recorded without one). Of the last REPORT_DAYS days
+    unless `since` says otherwise: the read model keeps every day.
     """
-    return reads.spend(by or ["level"], since.date() if since else None)
+    first = report_since(since.date() if since else None, datetime.now(UTC).date())
+    response.headers["X-Spend-Since"] = first.isoformat()
+    return reads.spend(by or ["level"], first)
 
 
 @router.get("/budgets")

@@ -8,13 +8,17 @@ printed: the median CPU of the warm-up (import of the worker included), the serv
 peak RSS, the modules it holds, and whether Alembic, `mcp` (Strands' vended tools import
 it) and each SDK were loaded.
 
-    .venv/bin/python ops/bench/warm_up_bench.py [--runs 5]
+    .venv/bin/python ops/bench/warm_up_bench.py [--runs 5] [--against OLD_CHECKOUT]
+
+`--against` warms an older checkout's worker beside them in the same run (its
+`warm_up()` without arguments preloaded everything), as the anchor.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
 import statistics
 import subprocess
 import sys
@@ -46,7 +50,10 @@ PROBE = """
 import json, resource, sys, time
 start = time.process_time()
 import workers.llm_worker as worker
-worker.warm_up(frozenset(sys.argv[1:]))
+if sys.argv[1:] == ["--old"]:
+    worker.warm_up()
+else:
+    worker.warm_up(frozenset(sys.argv[1:]))
 cpu = time.process_time() - start
 watched = ("alembic", "mcp", "openai", "anthropic", "ollama")
 print(json.dumps({
@@ -66,9 +73,13 @@ class WarmUp:
     loaded: list[str]
 
 
-def warm(names: list[str]) -> WarmUp:
+def warm(names: list[str], tree: Path = ROOT) -> WarmUp:
+    """Warm in a fresh interpreter; `tree` other than ROOT: that checkout's code, old API."""
+    env = {**os.environ, "PYTHONPATH": str(tree)}
+    env.pop("PYTHONDONTWRITEBYTECODE", None)
+    args = names if tree == ROOT else ["--old"]
     done = subprocess.run(
-        [sys.executable, "-c", PROBE, *names], cwd=ROOT, capture_output=True, text=True
+        [sys.executable, "-c", PROBE, *args], cwd=tree, capture_output=True, text=True, env=env
     )
     if done.returncode != 0:
         sys.exit(f"the warm-up of {names} failed:\n{done.stderr}")
@@ -78,12 +89,16 @@ def warm(names: list[str]) -> WarmUp:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--runs", type=int, default=5)
+    parser.add_argument("--against", type=Path)
     args = parser.parse_args()
     print(describe())
     print(f"{'preloaded':50} {'CPU s':>6} {'RSS MiB':>8} {'modules':>8}  loaded")
-    for label, names in SETS.items():
-        warm(names)  # writes the bytecode and the cached migrated store
-        runs = [warm(names) for _ in range(args.runs)]
+    sets = [(label, names, ROOT) for label, names in SETS.items()]
+    if args.against is not None:
+        sets.append((f"{args.against} (everything)", [], args.against.resolve()))
+    for label, names, tree in sets:
+        warm(names, tree)  # writes the bytecode and the cached migrated store
+        runs = [warm(names, tree) for _ in range(args.runs)]
         cpu = statistics.median(r.cpu for r in runs)
         rss = statistics.median(r.rss for r in runs)
         loaded = ", ".join(runs[-1].loaded)

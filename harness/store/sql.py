@@ -67,6 +67,7 @@ from harness.store.tick_rows import (
     reach_after,
     reach_before,
     records_between,
+    rows_reach,
     records_last,
     widest_span,
     with_compacted,
@@ -532,6 +533,19 @@ class SqlEventStore(EventStore):
         if len(found) >= size:
             return Window(after, found[size - 1], size)
         return Window(after, upper, len(found))
+
+    def reach(self, after: int, upper: int, size: int) -> int:
+        """The `size`-th position of `events` or the first of the row that counts `size`
+        packed records, whichever comes first: a LIMIT on each key, nothing decoded."""
+        with self._one_statement() as conn:
+            hot = self._hot_window(conn, after, upper, size).end
+            return min(hot, rows_reach(conn, after, size))
+
+    @contextmanager
+    def reading(self, name: str, position: int, horizon: int) -> Iterator[Tracking]:
+        """A `read_transaction`: SQLite's takes no lock, PostgreSQL's locks no row."""
+        with self.read_transaction() as conn:
+            yield Tracking(conn, name, position, horizon)
 
     def _hot_window(self, conn: sa.Connection, after: int, upper: int, size: int | None) -> Window:
         """The window of `events` alone."""

@@ -339,6 +339,18 @@ def reach_after(conn: sa.Connection, after: int, count: int) -> int:
     return UNBOUNDED if found is None or span is None else found + span
 
 
+def rows_reach(conn: sa.Connection, after: int, count: int) -> int:
+    """The first position of the row by which `count` records of rows starting after `after`
+    are counted (UNBOUNDED when fewer are).
+
+    Off the rows' counts alone, no row decoded: the records of a range ending there are
+    those rows' (fewer, when a row reaches past its end), and those of the rows begun
+    before `after` that reach into it (ticks that were running at `after`).
+    """
+    found = _counted_to(conn, count, after)
+    return UNBOUNDED if found is None else found
+
+
 def reach_before(conn: sa.Connection, count: int) -> int:
     """A position after which at least `count` packed records lie (0 when fewer are packed).
 

@@ -514,9 +514,11 @@ def test_packed_ticks_read_as_they_did_by_every_reader(store: SqlEventStore) -> 
 def test_windows_by_reach_read_the_log_once_in_few_steps_packed_or_not(
     store: SqlEventStore,
 ) -> None:
-    """`reach` bounds windows by counts, never by a range of positions: PostgreSQL's jump
-    by a million between two transactions, so windows of 50,000 positions took a first
-    fold over a handful of events through hundreds of thousands of empty windows."""
+    """`reach` bounds windows by counts, never by a range of positions.
+
+    PostgreSQL's positions jump by a million between two transactions: windows of 50,000
+    positions took a first fold over a handful of events through ~169,000 empty windows.
+    """
     _interleaved_ticks(store, closed=3, open_=2)
     whole = store.read_all(0, 10_000)
     kinds = sorted({e.type for e in whole})

@@ -67,8 +67,8 @@ from harness.store.tick_rows import (
     reach_after,
     reach_before,
     records_between,
-    rows_reach,
     records_last,
+    rows_reach,
     widest_span,
     with_compacted,
 )
@@ -535,8 +535,11 @@ class SqlEventStore(EventStore):
         return Window(after, upper, len(found))
 
     def reach(self, after: int, upper: int, size: int) -> int:
-        """The `size`-th position of `events` or the first of the row that counts `size`
-        packed records, whichever comes first: a LIMIT on each key, nothing decoded."""
+        """A LIMIT on each key, nothing decoded.
+
+        The `size`-th position of `events`, or the first of the row by which `size`
+        packed records are counted, whichever comes first.
+        """
         with self._one_statement() as conn:
             hot = self._hot_window(conn, after, upper, size).end
             return min(hot, rows_reach(conn, after, size))

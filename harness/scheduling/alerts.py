@@ -45,7 +45,8 @@ log = logging.getLogger(__name__)
 CHECKPOINT = "alerts"
 POLL_SECONDS = 1.0
 WINDOW_EVENTS = 50_000
-"""Events of the log folded per transaction (`EventStore.reach`), about a second's fold."""
+"""Events of the log (about: `EventStore.reach`) folded per transaction, so per hold of the
+checkpoint's lock."""
 FAILED = frozenset({TickFailed.type, TickTimedOut.type, TickLost.type})
 WATCHED = (
     *FAILED,

@@ -139,7 +139,7 @@ class EventStore(ABC):
         starting in it (about `size`) and of the rows running at `after`. For a fold that
         needs its windows bounded, not counted, over a long history (the alerter's first
         start): `window` decodes every packed tick of the windows it counts. Past `after`
-        whenever `upper` is.
+        whenever `upper` is; `size` is at least 1.
         """
 
     @abstractmethod
@@ -170,7 +170,7 @@ class EventStore(ABC):
     ) -> Folded:
         """Fold the events of `types` in (after, upper] with a sum kernel, in `parts` processes.
 
-        The range is counted and split into `parts` ranges of equal event count: this
+        The range is counted and split into `parts` ranges of about equal event count: this
         process folds the first, a worker process of its own each other one (reading on a
         connection of its own), and their sums are merged, which equals folding the range
         whole since sums commute. The workers are started first, so they start up while

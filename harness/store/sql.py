@@ -619,16 +619,20 @@ class SqlEventStore(EventStore):
     def fold_range(
         self, after: int, upper: int, types: Iterable[str], kernel: Kernel, parts: int
     ) -> Folded:
-        """Split by `window`: each end found by a LIMIT from the one before."""
+        """Split by `reach`: each end found by a LIMIT from the one before, nothing decoded.
+
+        `window` would decode every packed tick of the parts but the last, and hold
+        their positions: for two parts, half the history's (5M ints, ~180 MB, at 10M events).
+        """
         kinds = tuple(sorted(types))
         if not kinds:
             return Folded({}, 0, self.window(after, upper).events)
         with translate_errors(), Workers(parts - 1, self.engine.dialect.name) as workers:
             whole = self.window(after, upper)
-            size = -(-whole.events // parts)
+            size = max(-(-whole.events // parts), 1)
             ends = [after]
             for _ in range(parts - 1):
-                ends.append(self.window(ends[-1], upper, size).end)
+                ends.append(self.reach(ends[-1], upper, size))
             ends.append(upper)
             # Sums commute: the parts read their events' data alone, in whatever order.
             database = self.worker_database()

@@ -32,6 +32,9 @@ SETTLE_POLL_SECONDS = 0.002
 class Tracking:
     """A projection's checkpoint, locked for one write transaction of the store.
 
+    `EventStore.reading` gives one over a read transaction, locking nothing, for a fold
+    that writes later.
+
     Read models live in the store's own database: their writes go through `conn`, so they
     commit together with the checkpoint or not at all.
     """

@@ -6,6 +6,7 @@ import contextlib
 import threading
 from dataclasses import replace
 from datetime import UTC, datetime, timedelta
+from itertools import pairwise
 from uuid import uuid4
 
 import pytest
@@ -508,6 +509,34 @@ def test_packed_ticks_read_as_they_did_by_every_reader(store: SqlEventStore) -> 
     assert hot == {"tick-t3", "tick-t4", "level-min"}, "closed ticks left `events`"
     assert compact(store) == 0, "a second pass finds nothing new"
     assert _everything_read(store, ticks) == before
+
+
+def test_windows_by_reach_read_the_log_once_in_few_steps_packed_or_not(
+    store: SqlEventStore,
+) -> None:
+    """`reach` bounds windows by counts, never by a range of positions.
+
+    PostgreSQL's positions jump by a million between two transactions: windows of 50,000
+    positions took a first fold over a handful of events through ~169,000 empty windows.
+    """
+    _interleaved_ticks(store, closed=3, open_=2)
+    whole = store.read_all(0, 10_000)
+    kinds = sorted({e.type for e in whole})
+    last = whole[-1].global_position
+    for packing in (False, True):
+        if packing:
+            assert compact(store) == 3
+        ends = [0]
+        while ends[-1] < last and len(ends) <= len(whole) // 2:
+            ends.append(store.reach(ends[-1], last, 4))
+        read = []
+        for after, upper in pairwise(ends):
+            with store.reading("fold", after, last) as part:
+                read += [position for position, _, _ in store.read_window(part, kinds, upper)]
+        assert read == [e.global_position for e in whole]
+        assert ends[-1] == last, f"{len(ends) - 1} windows do not cover {len(whole)} events"
+    assert store.reach(last, last, 4) == last
+    assert store.checkpoints(["fold"]) == {"fold": 0}, "reading moves no checkpoint"
 
 
 def test_a_packed_streams_replays_are_noops_and_its_new_events_land_once(

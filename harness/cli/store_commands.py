@@ -311,6 +311,7 @@ def projections_rebuild(
 
     from harness.prices import PriceBook
     from harness.projections import projector_for
+    from harness.store import positions_kept
     from harness.store.archives import ArchiveError, recorded_archives
 
     config = settings()
@@ -328,26 +329,28 @@ def projections_rebuild(
             archives = recorded_archives(store, config.retention.archive)
         except ArchiveError as exc:
             raise fail(f"{exc}; no read model was changed", code=2) from exc
-        for each in names:
-            started = time.perf_counter()
-            with Progress(
-                f"[bold]{each}[/]",
-                BarColumn(),
-                MofNCompleteColumn(),
-                TimeElapsedColumn(),
-                console=err,
-            ) as bar:
-                task = bar.add_task(each, total=None)
+        # Each read model's fold passes the same rows: their positions are decoded once.
+        with positions_kept():
+            for each in names:
+                started = time.perf_counter()
+                with Progress(
+                    f"[bold]{each}[/]",
+                    BarColumn(),
+                    MofNCompleteColumn(),
+                    TimeElapsedColumn(),
+                    console=err,
+                ) as bar:
+                    task = bar.add_task(each, total=None)
 
-                def advance(done: int, total: int, task: TaskID = task) -> None:
-                    bar.update(task, completed=done, total=total)
+                    def advance(done: int, total: int, task: TaskID = task) -> None:
+                        bar.update(task, completed=done, total=total)
 
-                spawned = projector.spawned
-                folded = projector.rebuild(each, advance, archives)
-            processes = projector.spawned - spawned + 1
-            out.print(
-                f"{each}: {folded:,} events folded in {time.perf_counter() - started:.2f} s"
-                + (f" by {processes} processes" if processes > 1 else "")
-            )
+                    spawned = projector.spawned
+                    folded = projector.rebuild(each, advance, archives)
+                processes = projector.spawned - spawned + 1
+                out.print(
+                    f"{each}: {folded:,} events folded in {time.perf_counter() - started:.2f} s"
+                    + (f" by {processes} processes" if processes > 1 else "")
+                )
     finally:
         store.close()

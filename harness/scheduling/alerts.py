@@ -45,7 +45,8 @@ log = logging.getLogger(__name__)
 CHECKPOINT = "alerts"
 POLL_SECONDS = 1.0
 WINDOW_EVENTS = 50_000
-"""Events of the log read at a time: the packed records of a window are read whole."""
+"""Events of the log (about: `EventStore.reach`) folded per transaction, so per hold of the
+checkpoint's lock."""
 FAILED = frozenset({TickFailed.type, TickTimedOut.type, TickLost.type})
 WATCHED = (
     *FAILED,
@@ -81,27 +82,64 @@ class Alerter:
             stopping.wait(POLL_SECONDS)
 
     def poll(self) -> list[AlertRaised]:
-        """Fold the events since the checkpoint; claim and send the alerts they open."""
+        """Fold the events since the checkpoint; claim and send the alerts they open.
+
+        A window per tracking transaction, its alerts claimed once it commits: a long
+        backlog (a restart after a long stop) holds the checkpoint's lock, on SQLite every
+        writer's, for one window at a time.
+        """
+        if not self.folding:
+            self._fold_history()
+            self.folding = True
+        sent: list[AlertRaised] = []
+        while True:
+            with self.store.tracking(CHECKPOINT) as tracking:
+                upper = self.store.reach(tracking.position, tracking.horizon, WINDOW_EVENTS)
+                stored = load_streaks(tracking.conn)
+                streaks = {level: replace(streak) for level, streak in stored.items()}
+                raised = [
+                    alert
+                    for event in self.store.read_window(tracking, WATCHED, upper)
+                    for alert in self._alerts_of(event, streaks)
+                ]
+                changed = {k: streak for k, streak in streaks.items() if stored.get(k) != streak}
+                save_streaks(tracking.conn, changed)
+                self.store.save_checkpoint(tracking, upper)
+            sent += self._claimed(raised)
+            if upper >= tracking.horizon:
+                return sent
+
+    def _fold_history(self) -> None:
+        """A first start (checkpoint at 0): fold the log into the streaks, alerting none of it.
+
+        The history is read without the checkpoint's lock, a window per read transaction,
+        and written with the checkpoint only if it still stands at 0 (no replica or earlier
+        process folded it meanwhile): on SQLite the lock would keep every writer waiting
+        for as long as the history takes to read (over a minute at 10M events, longer
+        than a writer waits for it). A kill before the write leaves the first start to do
+        again.
+        """
         with self.store.tracking(CHECKPOINT) as tracking:
-            stored = load_streaks(tracking.conn)
-            streaks = {level: replace(streak) for level, streak in stored.items()}
-            quiet = tracking.position == 0 and not self.folding
-            raised: list[AlertRaised] = []
-            part = tracking
-            # Window by window in the one transaction: a first start on a long history
-            # (or a restart after long downtime) holds one window's records, not all of
-            # them, and is still folded whole or not at all.
-            while part.position < tracking.horizon:
-                upper = self.store.window(part.position, tracking.horizon, WINDOW_EVENTS).end
+            if tracking.position != 0:
+                return
+            horizon = tracking.horizon
+            streaks = load_streaks(tracking.conn)
+        position = 0
+        while position < horizon:
+            upper = self.store.reach(position, horizon, WINDOW_EVENTS)
+            with self.store.reading(CHECKPOINT, position, horizon) as part:
                 for event in self.store.read_window(part, WATCHED, upper):
-                    alerts = self._alerts_of(event, streaks)
-                    if not quiet:
-                        raised += alerts
-                part = replace(part, position=upper)
-            changed = {k: streak for k, streak in streaks.items() if stored.get(k) != streak}
-            save_streaks(tracking.conn, changed)
-            self.store.save_checkpoint(tracking, tracking.horizon)
-        self.folding = True
+                    self._alerts_of(event, streaks)
+            position = upper
+        with self.store.tracking(CHECKPOINT) as tracking:
+            if tracking.position == 0:
+                save_streaks(tracking.conn, streaks)
+                self.store.save_checkpoint(tracking, horizon)
+
+    def _claimed(self, raised: list[AlertRaised]) -> list[AlertRaised]:
+        """Claim each episode's first alert and send those this process claimed."""
+        if not raised:
+            return []
         episodes = {alert.stream_id: alert for alert in reversed(raised)}  # the first of each
         claimed = self.store.create_streams({k: [a.to_record()] for k, a in episodes.items()})
         sent = [alert for alert in raised if episodes[alert.stream_id] is alert]

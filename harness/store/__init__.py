@@ -34,6 +34,7 @@ from harness.store.schema import HEAD_REVISION
 from harness.store.scratch import scratch_sqlite
 from harness.store.spool import Spool, append_or_spool
 from harness.store.sql import SqlEventStore, add_sums, clear_tables, upsert
+from harness.store.tick_rows import positions_kept
 
 __all__ = [
     "ANY",
@@ -68,6 +69,7 @@ __all__ = [
     "current_revision",
     "migrate_store",
     "open_store",
+    "positions_kept",
     "process_name",
     "release_tick",
     "safe_url",

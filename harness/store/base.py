@@ -32,6 +32,9 @@ SETTLE_POLL_SECONDS = 0.002
 class Tracking:
     """A projection's checkpoint, locked for one write transaction of the store.
 
+    `EventStore.reading` gives one over a read transaction, locking nothing, for a fold
+    that writes later.
+
     Read models live in the store's own database: their writes go through `conn`, so they
     commit together with the checkpoint or not at all.
     """
@@ -131,6 +134,29 @@ class EventStore(ABC):
         """
 
     @abstractmethod
+    def reach(self, after: int, upper: int, size: int) -> int:
+        """The end of a window after `after` (at most `upper`) whose read holds about `size` events.
+
+        Not counted exactly, as `window` counts: no packed tick is decoded to find it. The
+        window holds at most `size` events of `events`, and the packed records of rows
+        starting in it (about `size`) and of the rows running at `after`. For a fold that
+        needs its windows bounded, not counted, over a long history (the alerter's first
+        start): `window` decodes every packed tick of the windows it counts. Past `after`
+        whenever `upper` is; `size` is at least 1.
+        """
+
+    @abstractmethod
+    def reading(self, name: str, position: int, horizon: int) -> AbstractContextManager[Tracking]:
+        """A read transaction standing in for a tracking one, to read a window without the lock.
+
+        For a fold that reads ahead of its checkpoint and writes what it folded later, in a
+        tracking transaction, if the checkpoint has not moved meanwhile; `horizon` is a
+        tracking horizon seen before (every event at or below it had committed then). On
+        SQLite the tracking transaction's lock keeps every writer waiting: a long history
+        is read without it.
+        """
+
+    @abstractmethod
     def read_window(
         self, tracking: Tracking, types: Iterable[str], upper: int
     ) -> Iterator[EventData]:
@@ -147,7 +173,7 @@ class EventStore(ABC):
     ) -> Folded:
         """Fold the events of `types` in (after, upper] with a sum kernel, in `parts` processes.
 
-        The range is counted and split into `parts` ranges of equal event count: this
+        The range is counted and split into `parts` ranges of about equal event count: this
         process folds the first, a worker process of its own each other one (reading on a
         connection of its own), and their sums are merged, which equals folding the range
         whole since sums commute. The workers are started first, so they start up while

@@ -14,8 +14,13 @@ the time of `tickwork projections rebuild` reading the archive.
 be dropped, and the day's events leave by DELETE instead, the path every day took
 before partitioning (migration 0010).
 
+A whole day takes far longer to load and fold than to archive: `--prepared FOLDER`
+(SQLite) keeps the loaded and folded store there and archives a copy of it, so a second
+run (another tree's code, through `PYTHONPATH`) starts from the same store, on the same
+UTC day. `--no-rebuild` skips the rebuild after the archive.
+
     .venv/bin/python ops/bench/archive_bench.py [--ticks 20000] [--hot-ticks N]
-        [--store URL] [--hold-open]
+        [--store URL] [--hold-open] [--prepared FOLDER] [--no-rebuild]
 """
 
 from __future__ import annotations
@@ -23,6 +28,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import os
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -91,7 +97,13 @@ def main() -> None:
         "--store", help="an empty store's URL (default: SQLite in a temporary folder)"
     )
     parser.add_argument("--hold-open", action="store_true", help="one old tick stays open")
+    parser.add_argument(
+        "--prepared", type=Path, help="SQLite: keep the folded store here, archive a copy"
+    )
+    parser.add_argument("--no-rebuild", action="store_true", help="no rebuild after archiving")
     options = parser.parse_args()
+    if options.prepared and options.store:
+        parser.error("--prepared: SQLite stores only")
     hot_ticks = options.ticks if options.hot_ticks is None else options.hot_ticks
     if hot_ticks < 100:
         # Open ticks end the log (its newest record is never packed) and the layout check
@@ -105,27 +117,18 @@ def main() -> None:
         (folder / "tickwork.toml").write_text(
             f'[store]\nurl = "{url}"\n[retention]\nhot_days = {HOT_DAYS}\n', encoding="utf-8"
         )
-        migrate_store(url)
         day = datetime.now(UTC).replace(hour=0, minute=0, second=0, microsecond=0) - timedelta(
             days=HOT_DAYS + 10
         )
-        minutes = -(-options.ticks // PER_MINUTE)
-        old = Span(day + timedelta(minutes=minutes, seconds=30), options.ticks, in_flight=0)
-        began = time.perf_counter()
-        load(url, old, packing=True)
-        hot, packed = load(url, Span(datetime.now(UTC), hot_ticks, first=options.ticks), True)
-        print(
-            f"loaded {hot:,} events and {packed:,} packed records in "
-            f"{time.perf_counter() - began:.0f} s",
-            flush=True,
-        )
-        with contextlib.closing(open_store(url)) as store:
-            check_layout(store, packing=True)
-        if options.hold_open:
-            with contextlib.closing(open_store(url, clock=lambda: day)) as then:
-                then.append("tick-held", [TickScheduled(tick_id="held", level="min").to_record()])
-        built, _ = timed(folder, "projections", "rebuild")
-        print(f"projections rebuild before archiving: {built:.2f} s", flush=True)
+        kept = options.prepared
+        if kept is not None and (kept / "events.db").exists():
+            copy_store(kept, folder)
+            print(f"store copied from {kept}", flush=True)
+        else:
+            prepare(folder, url, day, options.ticks, hot_ticks, options.hold_open)
+            if kept is not None:
+                kept.mkdir(parents=True, exist_ok=True)
+                copy_store(folder, kept)
         store = open_store(url)
         before = size(store)
         old_events = events_before(store, day + timedelta(days=1))
@@ -137,7 +140,7 @@ def main() -> None:
         archive = sum(
             os.path.getsize(path) for path in (folder / ".tickwork" / "archive").rglob("*.gz")
         )
-        rebuild, _ = timed(folder, "projections", "rebuild")
+        rebuild = None if options.no_rebuild else timed(folder, "projections", "rebuild")[0]
         held = ", one held open" if options.hold_open else ""
         print(
             f"archive of {options.ticks:,} ticks{held} ({old_events:,} events): {seconds:.2f} s, "
@@ -145,8 +148,40 @@ def main() -> None:
         )
         print(f"archive bytes per tick: {archive / options.ticks:.0f}")
         print(f"hot store: {before / 2**20:.1f} MiB before, {after / 2**20:.1f} MiB after")
-        print(f"projections rebuild (archive + hot store): {rebuild:.2f} s")
+        if rebuild is not None:
+            print(f"projections rebuild (archive + hot store): {rebuild:.2f} s")
     print(f"load average at end: {os.getloadavg()}")
+
+
+def copy_store(source: Path, target: Path) -> None:
+    """A closed SQLite store's file, and its write-ahead log if one was left."""
+    for name in ("events.db", "events.db-wal"):
+        if (source / name).exists():
+            shutil.copyfile(source / name, target / name)
+
+
+def prepare(
+    folder: Path, url: str, day: datetime, ticks: int, hot_ticks: int, hold_open: bool
+) -> None:
+    """Load the old day and the hot ticks, and fold the read models as a service keeps them."""
+    migrate_store(url)
+    minutes = -(-ticks // PER_MINUTE)
+    old = Span(day + timedelta(minutes=minutes, seconds=30), ticks, in_flight=0)
+    began = time.perf_counter()
+    load(url, old, packing=True)
+    hot, packed = load(url, Span(datetime.now(UTC), hot_ticks, first=ticks), True)
+    print(
+        f"loaded {hot:,} events and {packed:,} packed records in "
+        f"{time.perf_counter() - began:.0f} s",
+        flush=True,
+    )
+    with contextlib.closing(open_store(url)) as store:
+        check_layout(store, packing=True)
+    if hold_open:
+        with contextlib.closing(open_store(url, clock=lambda: day)) as then:
+            then.append("tick-held", [TickScheduled(tick_id="held", level="min").to_record()])
+    built, _ = timed(folder, "projections", "rebuild")
+    print(f"projections rebuild before archiving: {built:.2f} s", flush=True)
 
 
 def events_before(store: SqlEventStore, end: datetime) -> int:

@@ -10,7 +10,7 @@ from typing import Any
 
 import sqlalchemy as sa
 
-HEAD_REVISION = "0024"
+HEAD_REVISION = "0025"
 
 metadata = sa.MetaData()
 

@@ -43,10 +43,12 @@ from harness.projections.spend import spend_daily
 from harness.projections.tick_counts import TABLES as COUNTERS
 from harness.projections.tick_counts import tick_day_counts, tick_hour_counts
 from harness.projections.ticks import last_slots, runs_of, ticks
+from harness.scheduling import archiving
 from harness.scheduling.archiving import PHASES, Archiver
 from harness.scheduling.budget import Budgets
 from harness.scheduling.triggers import slot_tick_id
-from harness.store import SqlEventStore, migrate_store, open_store
+from harness.store import SqlEventStore, migrate_store, open_store, retention
+from harness.store import tick_rows as tick_rows_module
 from harness.store.archives import (
     EVENTS_FILE,
     FILES_FILE,
@@ -208,6 +210,25 @@ def archive_positions(folder: Path) -> set[int]:
     return found
 
 
+@pytest.fixture(params=["pages", "small pages"])
+def pages(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The archive's pages as they are, or a few records each: a day spans many pages.
+
+    The day's ticks are found again page by page (never held as a set), so where a page
+    ends must change nothing.
+    """
+    if request.param == "small pages":
+        for module, name, size in (
+            (retention, "PAGE", 3),
+            (tick_rows_module, "PAGE", 3),
+            (retention, "SCAN_PAGE", 4),
+            (retention, "MAX_BATCH", 2),
+            (archiving, "DELETE_BATCH", 7),
+        ):
+            monkeypatch.setattr(module, name, size)
+
+
+@pytest.mark.usefixtures("pages")
 def test_archive_then_rebuild_equals_no_archive(store_url: str, tmp_path: Path) -> None:
     settings = load_settings(config_file(tmp_path, store_url))
     store = open_store(store_url)

@@ -67,15 +67,29 @@ tick_duration_buckets = sa.Table(
 """Ticks whose run time falls in the bucket ending at `le_ms` (not cumulative); those
 above the last bound count only in `tick_level_totals.ended`."""
 
-tick_hour_counts = sa.Table(
+
+def _counts_by(name: str, when: str, width: int, *more: sa.Index) -> sa.Table:
+    """Ticks by level, a time (`when`: text that sorts as time), status and skip reason.
+
+    Indexed by time first: the reads and the roll-up take a range of it for every level.
+    """
+    return sa.Table(
+        name,
+        metadata,
+        sa.Column("level", sa.String(100), primary_key=True),
+        sa.Column(when, sa.String(width), primary_key=True),
+        sa.Column("status", sa.String(20), primary_key=True),
+        sa.Column("reason", sa.Text(), primary_key=True),
+        sa.Column("ticks", sa.BigInteger(), nullable=False),
+        sa.Index(f"ix_{name}_{when}", when, "level", "status", "ticks"),
+        *more,
+    )
+
+
+tick_hour_counts = _counts_by(
     "tick_hour_counts",
-    metadata,
-    sa.Column("level", sa.String(100), primary_key=True),
-    sa.Column("hour", sa.String(13), primary_key=True),
-    sa.Column("status", sa.String(20), primary_key=True),
-    sa.Column("reason", sa.Text(), primary_key=True),
-    sa.Column("ticks", sa.BigInteger(), nullable=False),
-    sa.Index("ix_tick_hour_counts_hour", "hour", "level", "status", "ticks"),
+    "hour",
+    13,
     sa.Index("ix_tick_hour_counts_zero", "level", sqlite_where=sa.text("ticks = 0")),
 )
 """Ticks by level, UTC hour they were scheduled in (`YYYY-MM-DDTHH`, text: it sorts as
@@ -86,16 +100,7 @@ The hour index (migration 0024) serves reads of the last hours of every level at
 the partial index of rows at zero (PostgreSQL's has the same predicate, set by the
 migration) lets each batch delete those without reading every hour ever counted."""
 
-tick_day_counts = sa.Table(
-    "tick_day_counts",
-    metadata,
-    sa.Column("level", sa.String(100), primary_key=True),
-    sa.Column("day", sa.String(10), primary_key=True),
-    sa.Column("status", sa.String(20), primary_key=True),
-    sa.Column("reason", sa.Text(), primary_key=True),
-    sa.Column("ticks", sa.BigInteger(), nullable=False),
-    sa.Index("ix_tick_day_counts_day", "day", "level", "status", "ticks"),
-)
+tick_day_counts = _counts_by("tick_day_counts", "day", 10)
 """`tick_hour_counts` of archived days, a row per level, UTC day (`YYYY-MM-DD`), status
 and reason (migration 0025): hourly detail for the days still hot, daily totals for
 older ones. A day's hours move here when its archive is recorded (`roll_up`), so the

@@ -25,7 +25,13 @@ deleting in order, means every one is. A tick still open when its day is archive
 hot until it closes, and then leaves with the first day archived after that (a straggler:
 that day's archive holds it). Aggregates (counts, spend, run times, streaks) stay as they
 were; rows per tick leave with their ticks, so the store stops growing after `hot_days`
-(`find_archived` finds an archived tick by the day its id names).
+(`find_archived` finds an archived tick by the day its id names), and the hour counts of
+archived days become day counts.
+
+Memory does not grow with the day: every phase reads it a page or a batch at a time (the
+day's ticks are found again by a rule on each page, `harness.store.retention`; the
+archive counts ticks at their first records; the named files and the tar's members go
+by as a stream), so a day of 1.44M ticks holds no set of its ids, paths or members.
 """
 
 from __future__ import annotations

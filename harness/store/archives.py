@@ -64,6 +64,8 @@ MEMBER_LINES = 2000
 """Records per gzip member of a data file: what reading one tick back inflates, ~50 KB."""
 MANIFEST_VERSION = 1
 HASH_CHUNK = 1 << 20
+TICK_PAGE = 5000
+"""Ticks a rebuild tells its read models left for an archive, at once."""
 
 
 class ArchiveError(StoreError):
@@ -536,6 +538,40 @@ class Archive:
         for record in read_fields(self.folder):
             if record["type"] in kinds:
                 yield record["global_position"], record["type"], record["data"]
+
+    def tick_pages(self, size: int = TICK_PAGE) -> Iterator[set[str]]:
+        """The ids of the ticks it holds, `size` at a time, as a rebuild tells its read models.
+
+        From the tick index, which lists a tick in each member that holds some of it:
+        a tick may come in two pages, and the read models' hooks take it twice alike.
+        An archive without an index is read whole, its ticks at their first records.
+        """
+        sha = self.manifest.index_sha256
+        if sha is None:
+            streams: Iterable[str] = (
+                record["stream_id"]
+                for record in read_fields(self.folder)
+                if record["stream_position"] == 1
+            )
+        else:
+            streams = _index_streams(self.folder / INDEX_FILE, sha)
+        page: set[str] = set()
+        for stream in streams:
+            page.add(stream.removeprefix(TICK_PREFIX))
+            if len(page) == size:
+                yield page
+                page = set()
+        if page:
+            yield page
+
+
+def _index_streams(index: Path, sha256: str) -> Iterator[str]:
+    """The streams a data file's index names, member by member (checked by its sha256)."""
+    _same_sha(index, sha256)
+    with gzip.open(index, "rb") as members:
+        for member in members:
+            streams = member.rstrip(b"\n").partition(b"\t")[2]
+            yield from streams.decode().split(" ")
 
 
 def recorded_archives(store: EventStore, root: Path, since: date | None = None) -> list[Archive]:

@@ -7,7 +7,7 @@ closed ones packed in their tick rows, laid out as the store lays them out (chec
 models are rebuilt first, as a running service keeps them current (its time is printed).
 Then `tickwork archive` runs as a process of its own; the bench prints its time and peak
 RSS, the archive's bytes per tick, the hot store's size before and after (SQLite: after
-incremental vacuum; PostgreSQL: the events' partitions and the tables of their ids), and
+incremental vacuum; PostgreSQL: the database after its VACUUM), and
 the time of `tickwork projections rebuild` reading the archive.
 
 `--hold-open` adds one tick still open on the old day: on PostgreSQL its partition cannot
@@ -49,20 +49,16 @@ HOT_DAYS = 30
 
 
 def size(store: SqlEventStore) -> int:
-    """Bytes the store takes on disk (SQLite: the file; PostgreSQL: the events' tables).
+    """Bytes the whole store takes on disk, read models and packed tick rows included.
 
-    PostgreSQL: every partition of `events` (or the table, not partitioned before
-    migration 0010), with `event_ids` and `tick_streams` where they exist.
+    SQLite: its pages (free ones too, so after the archive's incremental vacuum, what
+    the file takes); PostgreSQL: the database (after the archive's VACUUM, dead tuples'
+    space is reusable but still counted until a table is rewritten).
     """
     with store.read_transaction() as conn:
         if conn.dialect.name == "postgresql":
-            query = (
-                "SELECT COALESCE((SELECT sum(pg_total_relation_size(relid)) "
-                "FROM pg_partition_tree('events')), pg_total_relation_size('events')) + "
-                "COALESCE(pg_total_relation_size(to_regclass('event_ids')), 0) + "
-                "COALESCE(pg_total_relation_size(to_regclass('tick_streams')), 0)"
-            )
-            return int(conn.exec_driver_sql(query).scalar())
+            query = "SELECT pg_database_size(current_database())"
+            return int(conn.exec_driver_sql(query).scalar_one())
         pages = conn.exec_driver_sql("PRAGMA page_count").scalar()
         return int(pages * conn.exec_driver_sql("PRAGMA page_size").scalar())
 

@@ -12,6 +12,7 @@ from __future__ import annotations
 import contextlib
 import gzip
 import sqlite3
+from collections import Counter
 from collections.abc import Iterator
 from datetime import UTC, date, datetime, time, timedelta
 from pathlib import Path
@@ -37,13 +38,17 @@ from harness.devtools.fake_llm import FakeUpstream
 from harness.devtools.soak import tick_events
 from harness.prices import PriceBook
 from harness.projections import projector_for
+from harness.projections.periods import period_counts
 from harness.projections.spend import spend_daily
 from harness.projections.tick_counts import TABLES as COUNTERS
+from harness.projections.tick_counts import tick_day_counts, tick_hour_counts
 from harness.projections.ticks import last_slots, runs_of, ticks
+from harness.scheduling import archiving
 from harness.scheduling.archiving import PHASES, Archiver
 from harness.scheduling.budget import Budgets
 from harness.scheduling.triggers import slot_tick_id
-from harness.store import SqlEventStore, migrate_store, open_store
+from harness.store import SqlEventStore, migrate_store, open_store, retention
+from harness.store import tick_rows as tick_rows_module
 from harness.store.archives import (
     EVENTS_FILE,
     FILES_FILE,
@@ -93,12 +98,16 @@ def history(store: SqlEventStore, results: Path, day: date = OLD) -> set[int]:
     """
     archived: set[int] = set()
     with _store_on(store, day - timedelta(days=1)) as then:
-        then.append("tick-open", [TickScheduled(tick_id="open", level="min").to_record()])
+        scheduled = TickScheduled(
+            tick_id="open", level="min", occurred_at=noon(day - timedelta(days=1))
+        )
+        then.append("tick-open", [scheduled.to_record()])
     with _store_on(store, day) as then:
         for n in range(10):
             for event in with_transcript(
                 old(n, day), tick_events(old(n, day), results, 100 + n, day)
             ):
+                event = event.model_copy(update={"occurred_at": noon(day, n)})
                 archived.add(then.append(f"tick-{old(n, day)}", [event.to_record()]).positions[0])
                 if event.type == "TickStarted":
                     pause = LevelPaused(level="min", reason=f"r{n}")
@@ -106,6 +115,11 @@ def history(store: SqlEventStore, results: Path, day: date = OLD) -> set[int]:
     for event in with_transcript("new", tick_events("new", results, 5, TODAY)):
         store.append("tick-new", [event.to_record()])
     return archived
+
+
+def noon(day: date, hours: int = 0) -> datetime:
+    """When a tick of `day` happened: noon, or `hours` after it (the hour it counts in)."""
+    return datetime.combine(day, time(12), UTC) + timedelta(hours=hours)
 
 
 @contextlib.contextmanager
@@ -134,15 +148,39 @@ def entry_positions(store: SqlEventStore, archived: set[int]) -> set[int]:
 
 
 def read_models(store: SqlEventStore) -> dict[str, list[tuple[Any, ...]]]:
-    """The aggregates archiving must keep to the token, and the rows of the ticks kept hot."""
+    """The aggregates archiving must keep to the token, and the rows of the ticks kept hot.
+
+    The hour counts as counts per day: an archived day's hours become its day's row.
+    """
+    rolled = (tick_hour_counts, tick_day_counts)
     with store.read_transaction() as conn:
         models = {
             table.name: sorted(tuple(row) for row in conn.execute(sa.select(table)))
             for table in (spend_daily, *COUNTERS)
+            if table not in rolled
         }
         hot = ticks.c.tick_id.in_(["open", "new"])
         models["ticks"] = sorted(tuple(row) for row in conn.execute(sa.select(ticks).where(hot)))
+        by_day: Counter[tuple[str, ...]] = Counter()
+        for table in rolled:
+            for level, when, status, reason, n in conn.execute(sa.select(table)):
+                by_day[(level, when[:10], status, reason)] += n
+        models["counts by day"] = sorted((*key, n) for key, n in by_day.items() if n)
         return models
+
+
+def hours_counted(store: SqlEventStore) -> set[str]:
+    """The days whose hours `tick_hour_counts` holds."""
+    with store.read_transaction() as conn:
+        hours = conn.execute(sa.select(tick_hour_counts.c.hour)).scalars()
+        return {hour[:10] for hour in hours}
+
+
+def day_counted(store: SqlEventStore, day: date) -> list[tuple[str, str, str | None, int]]:
+    """What a digest of the whole `day` counts."""
+    start = datetime.combine(day, time(), UTC)
+    with store.read_transaction() as conn:
+        return sorted(period_counts(conn, start, start + timedelta(days=1), ["min"]))
 
 
 def tick_ids(store: SqlEventStore) -> set[str]:
@@ -172,6 +210,25 @@ def archive_positions(folder: Path) -> set[int]:
     return found
 
 
+@pytest.fixture(params=["pages", "small pages"])
+def pages(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The archive's pages as they are, or a few records each: a day spans many pages.
+
+    The day's ticks are found again page by page (never held as a set), so where a page
+    ends must change nothing.
+    """
+    if request.param == "small pages":
+        for module, name, size in (
+            (retention, "PAGE", 3),
+            (tick_rows_module, "PAGE", 3),
+            (retention, "SCAN_PAGE", 4),
+            (retention, "MAX_BATCH", 2),
+            (archiving, "DELETE_BATCH", 7),
+        ):
+            monkeypatch.setattr(module, name, size)
+
+
+@pytest.mark.usefixtures("pages")
 def test_archive_then_rebuild_equals_no_archive(store_url: str, tmp_path: Path) -> None:
     settings = load_settings(config_file(tmp_path, store_url))
     store = open_store(store_url)
@@ -181,6 +238,9 @@ def test_archive_then_rebuild_equals_no_archive(store_url: str, tmp_path: Path) 
         projector = projector_for(store, PriceBook())
         projector.catch_up()
         before = read_models(store)
+        digest = day_counted(store, OLD)
+        assert sum(n for *_, n in digest) == 10
+        assert hours_counted(store) == {f"{d}" for d in (OLD - timedelta(days=1), OLD, TODAY)}
         lines: list[str] = []
 
         days = Archiver(settings, store, lines.append).archive()
@@ -200,6 +260,8 @@ def test_archive_then_rebuild_equals_no_archive(store_url: str, tmp_path: Path) 
         assert store.read_stream("tick-open"), "a tick still open stays hot"
         assert len(store.read_stream(level_stream("min"))) == 10, "level events stay hot"
         assert read_models(store) == before, "archiving changes no read model"
+        assert hours_counted(store) == {f"{TODAY}"}, "archived days' hours became day counts"
+        assert day_counted(store, OLD) == digest, "a digest of an archived day counts the same"
         newest = store.read_all(store.lookback(8), 8)
         assert len(newest) == 8, "the newest events are counted past the archived gap"
         if store.engine.dialect.name == "sqlite":
@@ -212,6 +274,8 @@ def test_archive_then_rebuild_equals_no_archive(store_url: str, tmp_path: Path) 
         for name in projector.projections:
             projector.rebuild(name, archives=_archives(store, settings))
         assert read_models(store) == before, "a rebuild from archives equals no archive"
+        assert hours_counted(store) == {f"{TODAY}"}, "the rebuild rolls the hours up as the run"
+        assert day_counted(store, OLD) == digest
         assert tick_ids(store) == {"open", "new"}, "the rebuild drops them as the run did"
         assert Archiver(settings, store, lines.append).archive() == [], "a rerun does nothing"
     finally:

@@ -20,6 +20,7 @@ from harness.store.archives import (
     INDEX_FILE,
     MANIFEST_FILE,
     MEMBER_LINES,
+    Archive,
     ArchiveError,
     lines,
     read_events,
@@ -84,3 +85,20 @@ def test_a_tick_is_read_from_its_members_and_an_archive_without_index_whole(
     (tmp_path / MANIFEST_FILE).write_text(json.dumps(older))
     (tmp_path / INDEX_FILE).unlink()
     assert same(read_stream(tmp_path, first), wanted), "an archive without index, read whole"
+
+
+def test_a_rebuild_hears_every_archived_tick_in_pages_from_the_index_or_the_whole_file(
+    tmp_path: Path,
+) -> None:
+    written = records(MEMBER_LINES * 2 + MEMBER_LINES // 2 + 5)  # ticks across members
+    manifest = write_archive(tmp_path, DAY, lines(written))
+    ticks = {f"t{n}" for n in range(-(-len(written) // PER_TICK))}
+    assert manifest.ticks == len(ticks), "each tick counted once, at its first record"
+    archive = Archive(DAY, tmp_path, manifest)
+    pages = list(archive.tick_pages(size=7))
+    assert set().union(*pages) == ticks
+    assert all(len(page) <= 7 for page in pages)
+
+    older = Archive(DAY, tmp_path, manifest.model_copy(update={"index_sha256": None}))
+    pages = list(older.tick_pages(size=7))
+    assert set().union(*pages) == ticks and sum(map(len, pages)) == len(ticks)

@@ -12,13 +12,13 @@ from __future__ import annotations
 from collections import Counter
 from collections.abc import Iterable
 from dataclasses import dataclass
-from datetime import UTC, datetime, timedelta
+from datetime import UTC, date, datetime, timedelta
 from typing import Any, Literal
 
 import sqlalchemy as sa
 
 from harness.folds.tick_spend import COUNTERS
-from harness.projections.tick_counts import hour_of, tick_hour_counts
+from harness.projections.tick_counts import hour_of, tick_day_counts, tick_hour_counts
 from harness.projections.tick_spend import tick_spend
 from harness.projections.ticks import IDS_PER_QUERY, TickRow, ticks
 from harness.store import EventStore
@@ -59,30 +59,39 @@ def period_counts(
     The reason is that of skipped ticks (None for any other status), so one answer counts
     both the ticks by status and the skips by reason. The whole UTC hours of the period
     are read from the counters per hour (`tick_hour_counts`: a day is 24 rows per level
-    and status, however many ticks ran); only its ragged ends count ticks.
+    and status, however many ticks ran) and, for archived days, per day
+    (`tick_day_counts`); only its ragged ends count ticks. An archived day the period
+    covers in part has no hours left to count: its ticks and their hours left with its
+    archive, and only its whole days count.
     """
     wanted = list(levels)
     first, last = _next_hour(start), _next_hour(end, down=True)
     if first >= last:
         return _counted(conn, start, end, wanted)
-    hourly = tick_hour_counts.c
-    query = (
-        sa.select(hourly.level, hourly.status, hourly.reason, sa.func.sum(hourly.ticks))
-        .where(
-            hourly.level.in_(wanted),
-            hourly.hour >= hour_of(first),
-            hourly.hour < hour_of(last),
-        )
-        .group_by(hourly.level, hourly.status, hourly.reason)
-    )
     counts: Counter[tuple[str, str, str | None]] = Counter()
-    for level, status, reason, n in conn.execute(query):
-        counts[(level, status, (reason or None) if status == "skipped" else None)] += int(n)
+    days = f"{_next_day(first):%Y-%m-%d}", f"{last:%Y-%m-%d}"
+    for table, key, (low, high) in (
+        (tick_hour_counts, "hour", (hour_of(first), hour_of(last))),
+        (tick_day_counts, "day", days),
+    ):
+        rows = table.c
+        query = (
+            sa.select(rows.level, rows.status, rows.reason, sa.func.sum(rows.ticks))
+            .where(rows.level.in_(wanted), rows[key] >= low, rows[key] < high)
+            .group_by(rows.level, rows.status, rows.reason)
+        )
+        for level, status, reason, n in conn.execute(query):
+            counts[(level, status, (reason or None) if status == "skipped" else None)] += int(n)
     for edge in ((start, first), (last, end)):
         if edge[0] < edge[1]:
             for level, status, why, n in _counted(conn, *edge, wanted):
                 counts[(level, status, why)] += n
     return [(*key, n) for key, n in counts.items()]
+
+
+def _next_day(hour: datetime) -> date:
+    """The first whole UTC day at or after a whole hour."""
+    return hour.date() if hour.hour == 0 else hour.date() + timedelta(days=1)
 
 
 def _next_hour(when: datetime, down: bool = False) -> datetime:

@@ -23,7 +23,7 @@ from bisect import bisect_left
 from collections import Counter, defaultdict
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from datetime import UTC, datetime, timedelta
+from datetime import UTC, date, datetime, timedelta
 from typing import Any
 
 import sqlalchemy as sa
@@ -67,15 +67,29 @@ tick_duration_buckets = sa.Table(
 """Ticks whose run time falls in the bucket ending at `le_ms` (not cumulative); those
 above the last bound count only in `tick_level_totals.ended`."""
 
-tick_hour_counts = sa.Table(
+
+def _counts_by(name: str, when: str, width: int, *more: sa.Index) -> sa.Table:
+    """Ticks by level, a time (`when`: text that sorts as time), status and skip reason.
+
+    Indexed by time first: the reads and the roll-up take a range of it for every level.
+    """
+    return sa.Table(
+        name,
+        metadata,
+        sa.Column("level", sa.String(100), primary_key=True),
+        sa.Column(when, sa.String(width), primary_key=True),
+        sa.Column("status", sa.String(20), primary_key=True),
+        sa.Column("reason", sa.Text(), primary_key=True),
+        sa.Column("ticks", sa.BigInteger(), nullable=False),
+        sa.Index(f"ix_{name}_{when}", when, "level", "status", "ticks"),
+        *more,
+    )
+
+
+tick_hour_counts = _counts_by(
     "tick_hour_counts",
-    metadata,
-    sa.Column("level", sa.String(100), primary_key=True),
-    sa.Column("hour", sa.String(13), primary_key=True),
-    sa.Column("status", sa.String(20), primary_key=True),
-    sa.Column("reason", sa.Text(), primary_key=True),
-    sa.Column("ticks", sa.BigInteger(), nullable=False),
-    sa.Index("ix_tick_hour_counts_hour", "hour", "level", "status", "ticks"),
+    "hour",
+    13,
     sa.Index("ix_tick_hour_counts_zero", "level", sqlite_where=sa.text("ticks = 0")),
 )
 """Ticks by level, UTC hour they were scheduled in (`YYYY-MM-DDTHH`, text: it sorts as
@@ -86,7 +100,22 @@ The hour index (migration 0024) serves reads of the last hours of every level at
 the partial index of rows at zero (PostgreSQL's has the same predicate, set by the
 migration) lets each batch delete those without reading every hour ever counted."""
 
-TABLES = (tick_status_counts, tick_level_totals, tick_duration_buckets, tick_hour_counts)
+tick_day_counts = _counts_by("tick_day_counts", "day", 10)
+"""`tick_hour_counts` of archived days, a row per level, UTC day (`YYYY-MM-DD`), status
+and reason (migration 0025): hourly detail for the days still hot, daily totals for
+older ones. A day's hours move here when its archive is recorded (`roll_up`), so the
+counters grow by a day's rows a day, not by 24 of them; the two tables hold each tick's
+count once, and their sums per day are the same after archiving and after a rebuild.
+A tick still open when its day was archived moves in the hour rows when it closes, and
+its correction joins the day's row at the next archive."""
+
+TABLES = (
+    tick_status_counts,
+    tick_level_totals,
+    tick_duration_buckets,
+    tick_hour_counts,
+    tick_day_counts,
+)
 
 STORED = (
     "level",
@@ -233,6 +262,37 @@ def _first_run(
         if started and finished:
             return level, as_utc(finished) - as_utc(started)
     return None
+
+
+def roll_up(conn: sa.Connection, before: date) -> None:
+    """Move the hour counts of the days before `before` into their days' rows.
+
+    A range of the hour index: after a day's first roll-up, what is left there is the
+    corrections of ticks that were open, so the archive's batches call this at little
+    cost. Sums move whole, so every reader that adds both tables counts the same.
+    """
+    hours = tick_hour_counts.c
+    old = hours.hour < f"{before:%Y-%m-%d}T00"
+    day = sa.func.substr(hours.hour, 1, 10)
+    query = (
+        sa.select(hours.level, day, hours.status, hours.reason, sa.func.sum(hours.ticks))
+        .where(old)
+        .group_by(hours.level, day, hours.status, hours.reason)
+    )
+    moved = [(*row[:4], int(row[4])) for row in conn.execute(query) if row[4]]
+    conn.execute(tick_hour_counts.delete().where(old))
+    if not moved:
+        return
+    add_sums(conn, tick_day_counts, ("level", "day", "status", "reason"), moved)
+    days = tick_day_counts.c.day
+    # Written out, as the partial index's predicate of the hour counts is.
+    conn.execute(
+        tick_day_counts.delete().where(
+            days >= min(row[1] for row in moved),
+            days <= max(row[1] for row in moved),
+            sa.text("ticks = 0"),
+        )
+    )
 
 
 def status_counts(conn: sa.Connection) -> list[tuple[str, str, int]]:

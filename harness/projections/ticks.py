@@ -13,7 +13,7 @@ import sys
 from collections import defaultdict
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from datetime import date, datetime
+from datetime import date, datetime, timedelta
 from itertools import islice
 from typing import Any
 
@@ -42,7 +42,7 @@ from harness.projections.level_latest import (
     tick_level_latest,
     write,
 )
-from harness.projections.tick_counts import STORED, Tally
+from harness.projections.tick_counts import STORED, Tally, roll_up
 from harness.projections.tick_counts import TABLES as COUNTERS
 from harness.store import EventStore
 from harness.store.schema import metadata
@@ -274,8 +274,13 @@ class TicksProjection(Projection):
         note(conn, [_latest(*row) for row in stored], levels, moved, _refind)
 
     def archived(self, conn: sa.Connection, day: date, tick_ids: Iterable[str]) -> None:
-        """The ticks' rows leave with their events (`forget_archived`)."""
+        """The ticks' rows leave with their events; the hour counts up to the day, as days.
+
+        Hourly detail stays for the hot days, daily totals for the archived ones
+        (`roll_up`); rows per tick leave (`forget_archived`).
+        """
         forget_archived(conn, tick_ids)
+        roll_up(conn, day + timedelta(days=1))
 
 
 def _latest(tick_id: str, sort_at: datetime, status: str, finished_at: datetime | None) -> Latest:

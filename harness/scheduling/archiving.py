@@ -25,7 +25,13 @@ deleting in order, means every one is. A tick still open when its day is archive
 hot until it closes, and then leaves with the first day archived after that (a straggler:
 that day's archive holds it). Aggregates (counts, spend, run times, streaks) stay as they
 were; rows per tick leave with their ticks, so the store stops growing after `hot_days`
-(`find_archived` finds an archived tick by the day its id names).
+(`find_archived` finds an archived tick by the day its id names), and the hour counts of
+archived days become day counts.
+
+Memory does not grow with the day: every phase reads it a page or a batch at a time (the
+day's ticks are found again by a rule on each page, `harness.store.retention`; the
+archive counts ticks at their first records; the named files and the tar's members go
+by as a stream), so a day of 1.44M ticks holds no set of its ids, paths or members.
 """
 
 from __future__ import annotations
@@ -38,11 +44,13 @@ import tarfile
 import threading
 import time
 import uuid
+from collections import OrderedDict
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, replace
 from datetime import UTC, date, datetime, timedelta
 from itertools import islice
 from pathlib import Path
+from typing import Any
 
 import orjson
 
@@ -75,7 +83,7 @@ from harness.store.archives import (
 from harness.store.partitions import PartitionHeld, partitioned
 from harness.store.partitions import prepare as prepare_partitions
 from harness.store.retention import (
-    archived_day,
+    LeavingDay,
     closed_ticks,
     day_lines,
     day_range,
@@ -104,6 +112,8 @@ PHASES = (
 )
 DELETE_BATCH = 5000
 """Events deleted in one transaction: short enough not to hold the writers back long."""
+RECENT_PATHS = 100_000
+"""Files named lately that naming them again skips (`Archiver._named_files`)."""
 DAILY_SECONDS = 86400.0
 ARCHIVE_NAMESPACE = uuid.UUID("5f0f4d4e-7c1a-4d4b-9a3e-1f2b3c4d5e6f")
 """`ArchiveWritten` ids are derived from the day and the sha256: recorded once."""
@@ -128,6 +138,21 @@ class DayArchived:
 def _phase(name: str) -> None:
     if os.environ.get(KILL_AT_ENV) == name:
         os.kill(os.getpid(), signal.SIGKILL)
+
+
+def _tar_names(path: Path) -> Iterator[str]:
+    """The names of a tar's members, in order, read as a stream."""
+    with tarfile.open(path, "r|gz") as tar:
+        while (member := tar.next()) is not None:
+            yield member.name
+            tar.members.clear()  # type: ignore[attr-defined]  # it keeps every member read
+
+
+def _batches(folder: Path) -> Iterator[tuple[list[dict[str, Any]], set[str]]]:
+    """The archive's records in batches of `DELETE_BATCH`, each with the ticks it names."""
+    archived = read_fields(folder)
+    while batch := list(islice(archived, DELETE_BATCH)):
+        yield batch, {record["stream_id"].removeprefix("tick-") for record in batch}
 
 
 def _killed_midway(records: Iterable[Line]) -> Iterator[Line]:
@@ -241,10 +266,10 @@ class Archiver:
         reused = manifest is not None
         if manifest is None:
             ticks = closed_ticks(self.store, day, stragglers_upto)
-            if not ticks.streams:
+            if not ticks.count:
                 return None
             if dry_run:
-                return DayArchived(day, folder, len(ticks.streams), 0, 0, 0, False)
+                return DayArchived(day, folder, ticks.count, 0, 0, 0, False)
             lagging = lagging_checkpoints(self.store, ticks.last)
             if lagging:
                 behind = ", ".join(f"{name} at {at}" for name, at in sorted(lagging.items()))
@@ -258,8 +283,7 @@ class Archiver:
             _phase("verified")
         elif dry_run:
             return DayArchived(day, folder, manifest.ticks, manifest.events, 0, 0, True)
-        named = self._named_files(folder)
-        files = self._pack(folder, named)
+        files = self._pack(folder)
         _phase("packed")
         record = ArchiveWritten(
             event_id=uuid.uuid5(ARCHIVE_NAMESPACE, f"{day}/{manifest.sha256}"),
@@ -269,7 +293,7 @@ class Archiver:
         )
         self.store.append(ARCHIVE_STREAM, [record.to_record()])
         _phase("recorded")
-        finished = self._finish(record, manifest, named)
+        finished = self._finish(record, manifest)
         return None if finished is None else replace(finished, reused=reused)
 
     def _whole(self, folder: Path) -> Manifest | None:
@@ -288,24 +312,18 @@ class Archiver:
             return None
 
     def _finish(
-        self,
-        record: ArchiveWritten,
-        verified: Manifest | None = None,
-        named: list[Path] | None = None,
+        self, record: ArchiveWritten, verified: Manifest | None = None
     ) -> DayArchived | None:
         """Remove the packed files and delete the archived events still hot (None: done).
 
-        An archive recorded by an earlier run is verified again first, and its files'
-        names read from it (`verified`, `named`: this run just did both).
+        An archive recorded by an earlier run is verified again first (`verified`: this
+        run just did).
         """
         if not holds(self.store, record.last_position):
             return None
         folder = day_folder(self.root, record.day)
         manifest = verified or verify_as_recorded(folder, record.sha256)
-        named = self._named_files(folder) if named is None else named
-        for path in self._packed(folder, named):
-            path.unlink(missing_ok=True)
-            self._drop_if_empty(path.parent)
+        self._remove_packed(folder)
         _phase("removed")
         started = time.perf_counter()
         deleted, how = self._drop_partition(record.day, folder), "as the day's partition"
@@ -325,16 +343,20 @@ class Archiver:
         """PostgreSQL: the day leaves as its partition, in one transaction (None: it cannot).
 
         Its stragglers of earlier days are deleted and its ticks marked in the same
-        transaction, so a kill leaves the day either whole in the store or gone.
+        transaction, so a kill leaves the day either whole in the store or gone. The
+        archive is read in batches, each batch's ticks marked as it is sorted.
         """
         if not partitioned(self.store.engine):
             return None
-        archived = archived_day(day, read_fields(folder))
+        leaving = LeavingDay(day)
+        left = 0
         try:
             with self.store.write_transaction() as conn:
-                left = leave_day(conn, day, archived)
-                self.projector.archived(conn, day, archived.tick_ids)
-                left += forget(conn, archived.tick_ids)
+                for batch, tick_ids in _batches(folder):
+                    leaving.sort(conn, batch)
+                    self.projector.archived(conn, day, tick_ids)
+                    left += forget(conn, tick_ids)
+                left += leave_day(conn, leaving)
         except PartitionHeld as held:
             self.report(f"archive {day}: {held}; its archived events leave by DELETE")
             return None
@@ -344,9 +366,7 @@ class Archiver:
     def _delete(self, day: date, folder: Path) -> int:
         """Delete the archived events in batches, in global order, marking their ticks."""
         deleted = 0
-        archived = read_fields(folder)
-        while batch := list(islice(archived, DELETE_BATCH)):
-            tick_ids = {record["stream_id"].removeprefix("tick-") for record in batch}
+        for batch, tick_ids in _batches(folder):
             positions = [record["global_position"] for record in batch]
             with self.store.write_transaction() as conn:
                 deleted += delete_events(conn, positions)
@@ -355,7 +375,7 @@ class Archiver:
             _phase("deleting")
         return deleted
 
-    def _pack(self, folder: Path, named: list[Path]) -> int:
+    def _pack(self, folder: Path) -> int:
         """Pack the archived ticks' result and log files into the day's tar; returns how many.
 
         A tar a cut-short run renamed into place is whole and is kept.
@@ -363,17 +383,28 @@ class Archiver:
         target = folder / FILES_FILE
         if not target.exists():
             with atomic_file(target) as raw, tarfile.open(fileobj=raw, mode="w:gz") as tar:
-                for path in named:
+                for path in self._named_files(folder):
                     if path.exists():
                         tar.add(path, arcname=self._member(path))
-        with tarfile.open(target, "r:gz") as tar:
-            return len(tar.getmembers())
+                        # A TarFile keeps every member it wrote: a day's are millions.
+                        tar.members.clear()  # type: ignore[attr-defined]  # untyped, public
+        return sum(1 for _ in _tar_names(target))
 
-    def _packed(self, folder: Path, named: list[Path]) -> list[Path]:
-        """The files the day's tar holds, where they lay in the results folder."""
-        members = {self._member(path): path for path in named}
-        with tarfile.open(folder / FILES_FILE, "r:gz") as tar:
-            return [members[name] for name in tar.getnames() if name in members]
+    def _remove_packed(self, folder: Path) -> None:
+        """Remove the files the day's tar holds from the results folder.
+
+        The tar holds the named files that existed, in the order named: the two are
+        walked side by side, and a file is removed only when it is the tar's next member.
+        """
+        packed = _tar_names(folder / FILES_FILE)
+        held = next(packed, None)
+        for path in self._named_files(folder):
+            if held is None:
+                return
+            if self._member(path) == held:
+                path.unlink(missing_ok=True)
+                self._drop_if_empty(path.parent)
+                held = next(packed, None)
 
     def _drop_if_empty(self, folder: Path) -> None:
         """Remove a day's folder of results once its last file left: a year leaves no husks."""
@@ -382,18 +413,24 @@ class Archiver:
             with contextlib.suppress(OSError):  # not empty: the day's ticks still hot
                 folder.rmdir()
 
-    def _named_files(self, folder: Path) -> list[Path]:
-        """Result and log files the archive's events name."""
-        found: dict[Path, None] = {}
+    def _named_files(self, folder: Path) -> Iterator[Path]:
+        """Result and log files the archive's events name, in order, each once.
+
+        Once as far as the last `RECENT_PATHS` named go: a tick names its files within
+        its own run, and a repeat from further back would only be packed twice.
+        """
+        recent: OrderedDict[str, None] = OrderedDict()
         for line in read_lines(folder):
             if b'_path"' not in line:  # most records name no file: not parsed
                 continue
             data = orjson.loads(line)["data"]
             for key in ("result_path", "log_path"):
                 value = data.get(key)
-                if value:
-                    found[Path(value)] = None
-        return list(found)
+                if value and value not in recent:
+                    recent[value] = None
+                    if len(recent) > RECENT_PATHS:
+                        recent.popitem(last=False)
+                    yield Path(value)
 
     def _member(self, path: Path) -> str:
         """The file's name in the tar: relative to the results folder where it lies in it."""

@@ -64,6 +64,8 @@ MEMBER_LINES = 2000
 """Records per gzip member of a data file: what reading one tick back inflates, ~50 KB."""
 MANIFEST_VERSION = 1
 HASH_CHUNK = 1 << 20
+TICK_PAGE = 5000
+"""Ticks a rebuild tells its read models left for an archive, at once."""
 
 
 class ArchiveError(StoreError):
@@ -99,8 +101,8 @@ def day_folder(root: Path, day: date) -> Path:
     return root / day.isoformat()
 
 
-Line = tuple[int, str, str, bytes]
-"""A record as the data file takes it: (position, stream id, type, its line)."""
+Line = tuple[int, str, int, str, bytes]
+"""A record as the data file takes it: (position, stream id, stream position, type, its line)."""
 
 
 def _line(event: StoredEvent) -> bytes:
@@ -112,7 +114,13 @@ def _line(event: StoredEvent) -> bytes:
 def lines(events: Iterable[StoredEvent]) -> Iterator[Line]:
     """Stored records as the data file's lines."""
     for event in events:
-        yield event.global_position, event.stream_id, event.type, _line(event)
+        yield (
+            event.global_position,
+            event.stream_id,
+            event.stream_position,
+            event.type,
+            _line(event),
+        )
 
 
 def packed_lines(tick_id: str, blob: bytes) -> Iterator[Line]:
@@ -134,7 +142,7 @@ def packed_lines(tick_id: str, blob: bytes) -> Iterator[Line]:
             "metadata": metadata,
             "recorded_at": EPOCH + timedelta(microseconds=micros),
         }
-        yield position, stream_id, type_, orjson.dumps(line) + b"\n"
+        yield position, stream_id, stream_position, type_, orjson.dumps(line) + b"\n"
 
 
 def _hyphenated(hex_id: str) -> str:
@@ -212,26 +220,26 @@ def write_archive(folder: Path, day: date, records: Iterable[Line]) -> Manifest:
     """Write the records' lines (in global order) and the index, then the manifest, atomically.
 
     The data file is complete and fsynced before the manifest names it, so a manifest on
-    disk always describes a whole file.
+    disk always describes a whole file. Its streams are whole, so each is counted at its
+    first record: a day of 1.44M ticks holds no set of them.
     """
     counts: Counter[str] = Counter()
-    streams: set[str] = set()
-    first = last = 0
+    ticks = first = last = 0
     with _indexed(folder / EVENTS_FILE, folder / INDEX_FILE) as out:
-        for position, stream_id, type_, line in records:
+        for position, stream_id, stream_position, type_, line in records:
             if position <= last:
                 raise ValueError(f"archive {folder}: events out of global order")
             first = first or position
             last = position
             counts[type_] += 1
-            streams.add(stream_id)
+            ticks += stream_position == 1
             out.write(stream_id, line)
     manifest = Manifest(
         day=day,
         first_position=first,
         last_position=last,
         events=sum(counts.values()),
-        ticks=len(streams),
+        ticks=ticks,
         counts=dict(sorted(counts.items())),
         sha256=sha256_of(folder / EVENTS_FILE),
         written_at=datetime.now(UTC),
@@ -247,7 +255,7 @@ def write_transcripts(folder: Path, day: date, ticks: Iterable[list[StoredEvent]
     with _indexed(folder / TRANSCRIPTS_FILE, folder / TRANSCRIPTS_INDEX) as out:
         for tick in ticks:
             count += 1
-            for _, stream_id, _, line in lines(tick):
+            for _, stream_id, _, _, line in lines(tick):
                 entries += 1
                 out.write(stream_id, line)
     manifest = TranscriptsManifest(
@@ -268,17 +276,19 @@ def verify_transcripts(folder: Path) -> TranscriptsManifest:
     _same_sha(path, manifest.sha256)
     if manifest.index_sha256 is not None:
         _same_sha(folder / TRANSCRIPTS_INDEX, manifest.index_sha256)
-    entries = 0
-    ticks: set[str] = set()
+    entries = ticks = 0
+    stream = None
     try:
+        # Written tick by tick: a tick is counted where the stream changes, none held.
         for record in read_fields(folder, TRANSCRIPTS_FILE):
             entries += 1
-            ticks.add(record["stream_id"])
+            ticks += record["stream_id"] != stream
+            stream = record["stream_id"]
     except (KeyError, TypeError) as exc:
         raise ArchiveError(f"archive {path}: a line is not an event record: {exc}") from exc
-    if (entries, len(ticks)) != (manifest.entries, manifest.ticks):
+    if (entries, ticks) != (manifest.entries, manifest.ticks):
         raise ArchiveError(
-            f"archive {path}: holds {entries} entries of {len(ticks)} ticks, the manifest "
+            f"archive {path}: holds {entries} entries of {ticks} ticks, the manifest "
             f"says {manifest.entries} of {manifest.ticks}"
         )
     return manifest
@@ -528,6 +538,40 @@ class Archive:
         for record in read_fields(self.folder):
             if record["type"] in kinds:
                 yield record["global_position"], record["type"], record["data"]
+
+    def tick_pages(self, size: int = TICK_PAGE) -> Iterator[set[str]]:
+        """The ids of the ticks it holds, `size` at a time, as a rebuild tells its read models.
+
+        From the tick index, which lists a tick in each member that holds some of it:
+        a tick may come in two pages, and the read models' hooks take it twice alike.
+        An archive without an index is read whole, its ticks at their first records.
+        """
+        sha = self.manifest.index_sha256
+        if sha is None:
+            streams: Iterable[str] = (
+                record["stream_id"]
+                for record in read_fields(self.folder)
+                if record["stream_position"] == 1
+            )
+        else:
+            streams = _index_streams(self.folder / INDEX_FILE, sha)
+        page: set[str] = set()
+        for stream in streams:
+            page.add(stream.removeprefix(TICK_PREFIX))
+            if len(page) == size:
+                yield page
+                page = set()
+        if page:
+            yield page
+
+
+def _index_streams(index: Path, sha256: str) -> Iterator[str]:
+    """The streams a data file's index names, member by member (checked by its sha256)."""
+    _same_sha(index, sha256)
+    with gzip.open(index, "rb") as members:
+        for member in members:
+            streams = member.rstrip(b"\n").partition(b"\t")[2]
+            yield from streams.decode().split(" ")
 
 
 def recorded_archives(store: EventStore, root: Path, since: date | None = None) -> list[Archive]:

@@ -23,10 +23,9 @@ from __future__ import annotations
 
 import heapq
 import sqlite3
-from collections.abc import Iterable, Iterator, Sequence
-from collections.abc import Set as AbstractSet
+from collections.abc import Collection, Iterable, Iterator, Sequence
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import UTC, date, datetime, time, timedelta
 from typing import Any
 
@@ -52,9 +51,9 @@ from harness.store.tick_rows import (
     PAGE,
     footprint_rows,
     holds_position,
-    last_positions,
     packed_count,
-    packed_starts,
+    row_spans,
+    row_starts,
     rows_from,
 )
 
@@ -66,18 +65,41 @@ AUTO_VACUUM_INCREMENTAL = 2
 
 
 @dataclass(frozen=True)
+class DaySpan:
+    """Which tick streams a day's archive takes: where they begin, and how far is settled.
+
+    A stream is the day's when its first record lies in the day's range of positions, or
+    is a straggler's (at or below `stragglers`), and it is closed by `horizon`: a rule on
+    a stream's own facts (`_closed`), so the day's ticks are found again page by page and
+    never held as a set.
+    """
+
+    after: int
+    upto: int
+    stragglers: int
+    """Streams begun at or below this position are stragglers of days archived before."""
+    horizon: int
+
+    def begins(self, position: int) -> bool:
+        """Whether a stream whose first record lies at `position` is the day's."""
+        return self.after < position <= self.upto or position <= self.stragglers
+
+
+@dataclass(frozen=True)
 class DayTicks:
-    """A day's closed tick streams and where their events lie."""
+    """A day's closed tick streams: how many, where their records lie, which are still hot."""
 
     day: date
-    after: int
-    """Their events start after this position (the day's range of first events does,
-    unless a straggler of an earlier day starts before it) ..."""
-    upto: int
-    """... and the day's range ends here."""
-    streams: AbstractSet[str]
+    span: DaySpan
+    count: int
+    first: int
+    """Their records lie after this position (the day's range does, unless a straggler
+    begins before it) ..."""
     last: int
-    """The highest position of any of their events (0 when there are none)."""
+    """... and up to this one (0 when there are none)."""
+    hot: frozenset[str]
+    """Those begun in `events`, not packed whole: after the compaction pass that opens an
+    archive run, the few that ended since. The day's packed ticks are never held."""
 
 
 def day_range(store: SqlEventStore, day: date) -> tuple[int, int]:
@@ -100,68 +122,101 @@ def closed_ticks(store: SqlEventStore, day: date, stragglers_upto: int = 0) -> D
 
     With them, the stragglers: closed streams still hot that started at or below
     `stragglers_upto`, on a day archived while they were open. A straggler leaves with
-    the first day archived after it closed. Two queries on the primary key's range for
-    the day and the days before it (all archived but their stragglers and open ticks,
-    so what is left there is small) and, per thousand streams, one on the stream index:
-    no scan outside them. Ticks packed whole (`harness.store.tick_rows`) are closed;
-    their rows name the day they started.
+    the first day archived after it closed. Counted a page at a time: the streams begun
+    in `events` by the primary key's range for the day and the days before it (all
+    archived but their stragglers and open ticks, so what is left there is small), the
+    packed ones by the range of `tick_rows`' key; each page's facts by the stream
+    index. A day of 1.44M ticks costs what a page of them costs in memory.
     """
     after, upto = day_range(store, day)
-    horizon = store.last_position()
-    with store.read_transaction() as conn:
-        position = events.c.global_position
-        started = dict(
-            conn.execute(
-                sa.select(events.c.stream_id, position).where(
-                    sa.or_(
-                        sa.and_(position > after, position <= upto),
-                        position <= min(stragglers_upto, after),
-                    ),
-                    events.c.stream_position == 1,
-                    events.c.stream_id.startswith(TICK_STREAM_PREFIX),
-                )
-            ).all()
-        )
-        packed = packed_starts(conn, day, min(stragglers_upto, after))
-        _keep_whole(conn, packed)
-        started.update(packed)
-        del packed  # a day of 1.44M ticks: each copy of its ids held at once is ~100 MB
-        closed: set[str] = set()
-        first, last = after, 0
-        terminal = sa.func.max(sa.case((events.c.type.in_(sorted(TERMINAL_TYPES)), 1), else_=0))
-        streams = list(started)
-        for start in range(0, len(streams), MAX_BATCH):
-            chunk = streams[start : start + MAX_BATCH]
-            ends = {stream: (end, True) for stream, end in last_positions(conn, chunk).items()}
-            query = (
-                sa.select(events.c.stream_id, sa.func.max(position), terminal)
-                .where(events.c.stream_id.in_(chunk))
-                .group_by(events.c.stream_id)
-            )
-            for stream_id, end, ended in conn.execute(query):
-                packed_end, _ = ends.get(stream_id, (0, False))
-                ends[stream_id] = (max(end, packed_end), bool(ended) or stream_id in ends)
-            for stream_id, (end, ended) in ends.items():
-                if ended and end <= horizon:
-                    closed.add(stream_id)
-                    first = min(first, started[stream_id] - 1)
-                    last = max(last, end)
-    return DayTicks(day, first, upto, closed, last)
+    span = DaySpan(after, upto, min(stragglers_upto, after), store.last_position())
+    count, first, last = 0, after, 0
+    hot: set[str] = set()
+    for page, packed in _begun(store, span):
+        with store.read_transaction() as conn:
+            closed = _closed(conn, page, span)
+        for stream, (start, end, whole) in closed.items():
+            if whole != packed:  # a stream begun hot with a row of old: counted as hot
+                continue
+            count += 1
+            first, last = min(first, start - 1), max(last, end)
+            if not whole:
+                hot.add(stream)
+    return DayTicks(day, span, count, first, last, frozenset(hot))
 
 
-def _keep_whole(conn: sa.Connection, packed: dict[str, int]) -> None:
-    """Keep, of packed streams (with their rows' first positions), those packed from the start.
+def _begun(store: SqlEventStore, span: DaySpan) -> Iterator[tuple[list[str], bool]]:
+    """Pages of the tick streams whose first record lies in the span, by position.
 
-    A row packed before 0020 may hold a transcript alone, its tick's start still hot.
+    Those begun in `events` (False), then the rows of those packed (True), a row keyed
+    by its stream's first record (a row of old that holds a transcript alone is told
+    apart by `_closed`).
     """
-    streams = list(packed)
-    for start in range(0, len(streams), MAX_BATCH):
-        query = sa.select(events.c.stream_id).where(
-            events.c.stream_id.in_(streams[start : start + MAX_BATCH]),
+    for starts, packed in ((_hot_starts, False), (row_starts, True)):
+        for low, high in ((0, span.stragglers), (span.after, span.upto)):
+            cursor = low
+            while True:
+                with store.read_transaction() as conn:
+                    page = starts(conn, cursor, high)
+                if page:
+                    yield [stream for _, stream in page], packed
+                if len(page) < PAGE:
+                    break
+                cursor = page[-1][0]
+
+
+def _hot_starts(conn: sa.Connection, after: int, upper: int) -> list[tuple[int, str]]:
+    """A page of the tick streams begun in `events` in (after, upper]: (position, stream)."""
+    position = events.c.global_position
+    query = (
+        sa.select(position, events.c.stream_id)
+        .where(
+            position > after,
+            position <= upper,
             events.c.stream_position == 1,
+            events.c.stream_id.startswith(TICK_STREAM_PREFIX),
         )
-        for hot in conn.execute(query).scalars():
-            del packed[hot]
+        .order_by(position)
+        .limit(PAGE)
+    )
+    return [(int(at), stream) for at, stream in conn.execute(query)]
+
+
+def _closed(
+    conn: sa.Connection, streams: Collection[str], span: DaySpan
+) -> dict[str, tuple[int, int, bool]]:
+    """Of these tick streams, the span's closed ones: stream -> (first, last, packed whole).
+
+    A stream is closed when it holds a terminal event (a packed row does: only ended ticks
+    are packed) and its last record is settled; it begins where its first record lies,
+    in `events` or at its row's key.
+    """
+    wanted = list(streams)
+    position = events.c.global_position
+    terminal = sa.func.max(sa.case((events.c.type.in_(sorted(TERMINAL_TYPES)), 1), else_=0))
+    begun = sa.func.min(sa.case((events.c.stream_position == 1, position), else_=None))
+    found: dict[str, tuple[int, int, bool]] = {}
+    for start in range(0, len(wanted), MAX_BATCH):
+        chunk = wanted[start : start + MAX_BATCH]
+        rows = row_spans(conn, chunk)
+        query = (
+            sa.select(events.c.stream_id, begun, sa.func.max(position), terminal)
+            .where(events.c.stream_id.in_(chunk))
+            .group_by(events.c.stream_id)
+        )
+        hot = {row[0]: (row[1], row[2], bool(row[3])) for row in conn.execute(query)}
+        for stream in chunk:
+            row = rows.get(stream)
+            first, end, ended = hot.get(stream, (None, 0, False))
+            whole = first is None
+            if whole and row is not None:
+                first = row[0]
+            if first is None or not (ended or row is not None):
+                continue
+            end = max(end, 0 if row is None else row[1])
+            if end <= span.horizon and span.begins(first):
+                found[stream] = (first, end, whole)
+    return found
 
 
 def day_lines(store: SqlEventStore, ticks: DayTicks) -> Iterator[Line]:
@@ -171,9 +226,29 @@ def day_lines(store: SqlEventStore, ticks: DayTicks) -> Iterator[Line]:
     positions, and written as they are packed (`packed_lines`); the few records still in
     `events` are read beside them (a record in both, read while a compaction committed,
     is given once). Their streams start in the day's range and end by
-    `ticks.last`: one pass over that range, never the whole log.
+    `ticks.last`: one pass over that range, never the whole log. Which stream is the
+    day's is asked of each page (`_closed`, as `closed_ticks` counted them), so only the
+    streams still hot are held.
     """
     return merged([_packed_lines(store, ticks), _hot_lines(store, ticks)])
+
+
+def _members(conn: sa.Connection, streams: Collection[str], ticks: DayTicks) -> set[str]:
+    """Which of these streams the day's archive takes (those `closed_ticks` counted).
+
+    The hot ones it holds; a packed one by the rule, ended by `ticks.last` (a tick packed
+    since, that ended later, was not counted).
+    """
+    held = {stream for stream in streams if stream in ticks.hot}
+    asked = {
+        stream for stream in streams if stream not in held and stream.startswith(TICK_STREAM_PREFIX)
+    }
+    if not asked:
+        return held
+    closed = _closed(conn, asked, ticks.span)
+    return held | {
+        stream for stream, (_, end, whole) in closed.items() if whole and end <= ticks.last
+    }
 
 
 def _packed_lines(store: SqlEventStore, ticks: DayTicks) -> Iterator[Line]:
@@ -184,14 +259,15 @@ def _packed_lines(store: SqlEventStore, ticks: DayTicks) -> Iterator[Line]:
     still open at that point, not the day's.
     """
     waiting: list[Line] = []
-    cursor = ticks.after
+    cursor = ticks.first
     while True:
         with store.read_transaction() as conn:
             page = rows_from(conn, cursor, ticks.last)
+            taken = _members(conn, [f"{TICK_STREAM_PREFIX}{tick}" for _, tick, _ in page], ticks)
         for first, tick_id, blob in page:
             while waiting and waiting[0][0] < first:
                 yield heapq.heappop(waiting)
-            if f"{TICK_STREAM_PREFIX}{tick_id}" in ticks.streams:
+            if f"{TICK_STREAM_PREFIX}{tick_id}" in taken:
                 for line in packed_lines(tick_id, blob):
                     heapq.heappush(waiting, line)
         if len(page) < PAGE:
@@ -203,9 +279,11 @@ def _packed_lines(store: SqlEventStore, ticks: DayTicks) -> Iterator[Line]:
 
 def _hot_lines(store: SqlEventStore, ticks: DayTicks) -> Iterator[Line]:
     """The lines of the day's streams' records still in `events`, in global order."""
-    cursor = ticks.after
+    cursor = ticks.first
     while page := store.read_unpacked(cursor, ticks.last, SCAN_PAGE):
-        yield from lines(event for event in page if event.stream_id in ticks.streams)
+        with store.read_transaction() as conn:
+            taken = _members(conn, {event.stream_id for event in page}, ticks)
+        yield from lines(event for event in page if event.stream_id in taken)
         cursor = page[-1].global_position
 
 
@@ -226,50 +304,53 @@ def delete_events(conn: sa.Connection, positions: Sequence[int]) -> int:
     return deleted
 
 
-@dataclass(frozen=True)
-class ArchivedDay:
-    """Where a day archive's events lie: in the day's partition, or in earlier days' ones."""
+@dataclass
+class LeavingDay:
+    """PostgreSQL: a day archive's records sorted, a batch at a time, by the partition they are in.
 
-    in_partition: int
-    """Events of tick streams that began on the day (its partition's)."""
-    elsewhere: list[int]
-    """Positions of the stragglers of earlier days, in their own days' partitions."""
-    tick_ids: set[str]
-
-
-def archived_day(day: date, archived: Iterable[dict[str, Any]]) -> ArchivedDay:
-    """Sort a day archive's records (global order, whole streams) by the partition they are in.
-
-    A stream's partition is the UTC day of its first event, which comes first.
+    A stream's partition is the UTC day of its first event, which comes first (the
+    archive holds whole streams in global order). Only the stragglers, streams of earlier
+    days, are held, with their positions: a day's own ticks are counted, not kept.
     """
-    begun: dict[str, date] = {}
-    in_partition = 0
-    elsewhere = []
-    for record in archived:
-        stream_id = record["stream_id"]
-        stream_day = begun.get(stream_id)
-        if stream_day is None:
-            at = datetime.fromisoformat(record["recorded_at"])
-            stream_day = begun[stream_id] = at.astimezone(UTC).date()
-        if stream_day == day:
-            in_partition += 1
-        else:
-            elsewhere.append(record["global_position"])
-    ticks = {stream.removeprefix(TICK_STREAM_PREFIX) for stream in begun}
-    return ArchivedDay(in_partition, elsewhere, ticks)
+
+    day: date
+    in_partition: int = 0
+    """Events of tick streams that began on the day (its partition's) ..."""
+    packed: int = 0
+    """... of which this many are in those ticks' rows, not in the partition."""
+    stragglers: set[str] = field(default_factory=set)
+    elsewhere: list[int] = field(default_factory=list)
+    """Positions of the stragglers' events, in their own days' partitions."""
+
+    def sort(self, conn: sa.Connection, batch: Iterable[dict[str, Any]]) -> None:
+        """Count a batch of the archive's records (in order) by partition."""
+        begun = []
+        for record in batch:
+            stream_id = record["stream_id"]
+            if record["stream_position"] == 1:
+                at = datetime.fromisoformat(record["recorded_at"]).astimezone(UTC)
+                if at.date() == self.day:
+                    begun.append(stream_id.removeprefix(TICK_STREAM_PREFIX))
+                else:
+                    self.stragglers.add(stream_id)
+            if stream_id in self.stragglers:
+                self.elsewhere.append(record["global_position"])
+            else:
+                self.in_partition += 1
+        self.packed += packed_count(conn, begun, self.day)
 
 
-def leave_day(conn: sa.Connection, day: date, archived: ArchivedDay) -> int:
+def leave_day(conn: sa.Connection, leaving: LeavingDay) -> int:
     """PostgreSQL: drop the day's partition and delete the archive's stragglers; how many left.
 
-    In the caller's transaction: all of it or nothing. Raises PartitionHeld when the
-    partition holds events the archive does not (an open tick): the caller deletes
-    instead. The records of the day's packed ticks are in their rows, not the partition;
-    the rows go with `forget`.
+    In the caller's transaction, after every record was sorted: all of it or nothing.
+    Raises PartitionHeld when the partition holds events the archive does not (an open
+    tick): the caller deletes instead. The records of the day's packed ticks are in
+    their rows, not the partition; the rows go with `forget`, counted before.
     """
-    packed = packed_count(conn, archived.tick_ids, day)
-    drop_day(conn, day, archived.in_partition - packed)
-    return archived.in_partition - packed + delete_events(conn, archived.elsewhere)
+    expected = leaving.in_partition - leaving.packed
+    drop_day(conn, leaving.day, expected)
+    return expected + delete_events(conn, leaving.elsewhere)
 
 
 def drop_emptied_days(store: SqlEventStore, before: date) -> list[date]:

@@ -662,18 +662,15 @@ def _hot_records(
 # --- archiving ---------------------------------------------------------------------------
 
 
-def packed_starts(conn: sa.Connection, day: date, stragglers_upto: int) -> dict[str, int]:
-    """Packed streams begun on `day`, with their rows' first positions.
-
-    With them, stragglers: those of earlier days packed at or below `stragglers_upto`.
-    """
-    query = sa.select(tick_rows.c.tick_id, tick_rows.c.first_position).where(
-        sa.or_(
-            tick_rows.c.day == day,
-            sa.and_(tick_rows.c.day < day, tick_rows.c.first_position <= stragglers_upto),
-        )
+def row_starts(conn: sa.Connection, after: int, upper: int) -> list[tuple[int, str]]:
+    """A page of the rows whose first position lies in (after, upper]: (first, stream)."""
+    query = (
+        sa.select(tick_rows.c.first_position, tick_rows.c.tick_id)
+        .where(tick_rows.c.first_position > after, tick_rows.c.first_position <= upper)
+        .order_by(tick_rows.c.first_position)
+        .limit(PAGE)
     )
-    return {f"{TICK_PREFIX}{tick}": int(first) for tick, first in conn.execute(query)}
+    return [(int(first), f"{TICK_PREFIX}{tick}") for first, tick in conn.execute(query)]
 
 
 def rows_from(conn: sa.Connection, after: int, upper: int) -> list[tuple[int, str, bytes]]:
@@ -687,13 +684,15 @@ def rows_from(conn: sa.Connection, after: int, upper: int) -> list[tuple[int, st
     return [(int(first), tick, bytes(blob)) for first, tick, blob in conn.execute(query)]
 
 
-def last_positions(conn: sa.Connection, streams: Sequence[str]) -> dict[str, int]:
-    """The last packed position of each of these streams that has a row."""
+def row_spans(conn: sa.Connection, streams: Sequence[str]) -> dict[str, tuple[int, int]]:
+    """The first and last packed positions of each of these streams that has a row."""
     ticks = [stream.removeprefix(TICK_PREFIX) for stream in streams]
-    query = sa.select(tick_rows.c.tick_id, tick_rows.c.last_position).where(
-        tick_rows.c.tick_id.in_(ticks)
-    )
-    return {f"{TICK_PREFIX}{tick}": int(last) for tick, last in conn.execute(query)}
+    query = sa.select(
+        tick_rows.c.tick_id, tick_rows.c.first_position, tick_rows.c.last_position
+    ).where(tick_rows.c.tick_id.in_(ticks))
+    return {
+        f"{TICK_PREFIX}{tick}": (int(first), int(last)) for tick, first, last in conn.execute(query)
+    }
 
 
 def packed_count(conn: sa.Connection, tick_ids: Iterable[str], day: date) -> int:

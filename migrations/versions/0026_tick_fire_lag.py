@@ -11,7 +11,7 @@ Rows folded before this revision have no lag: the window fills with the ticks cl
 after it (a minute at 1,000 levels), or at once with `tickwork projections rebuild`.
 
 Revision ID: 0026
-Revises: 0024
+Revises: 0025
 Create Date: 2026-12-03
 """
 
@@ -21,7 +21,7 @@ import sqlalchemy as sa
 from alembic import op
 
 revision = "0026"
-down_revision = "0024"
+down_revision = "0025"
 branch_labels = None
 depends_on = None
 

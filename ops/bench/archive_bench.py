@@ -7,15 +7,20 @@ closed ones packed in their tick rows, laid out as the store lays them out (chec
 models are rebuilt first, as a running service keeps them current (its time is printed).
 Then `tickwork archive` runs as a process of its own; the bench prints its time and peak
 RSS, the archive's bytes per tick, the hot store's size before and after (SQLite: after
-incremental vacuum; PostgreSQL: the events' partitions and the tables of their ids), and
+incremental vacuum; PostgreSQL: the database after its VACUUM), and
 the time of `tickwork projections rebuild` reading the archive.
 
 `--hold-open` adds one tick still open on the old day: on PostgreSQL its partition cannot
 be dropped, and the day's events leave by DELETE instead, the path every day took
 before partitioning (migration 0010).
 
+A whole day takes far longer to load and fold than to archive: `--prepared FOLDER`
+(SQLite) keeps the loaded and folded store there and archives a copy of it, so a second
+run (another tree's code, through `PYTHONPATH`) starts from the same store, on the same
+UTC day. `--no-rebuild` skips the rebuild after the archive.
+
     .venv/bin/python ops/bench/archive_bench.py [--ticks 20000] [--hot-ticks N]
-        [--store URL] [--hold-open]
+        [--store URL] [--hold-open] [--prepared FOLDER] [--no-rebuild]
 """
 
 from __future__ import annotations
@@ -23,6 +28,8 @@ from __future__ import annotations
 import argparse
 import contextlib
 import os
+import resource
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -42,35 +49,36 @@ HOT_DAYS = 30
 
 
 def size(store: SqlEventStore) -> int:
-    """Bytes the store takes on disk (SQLite: the file; PostgreSQL: the events' tables).
+    """Bytes the whole store takes on disk, read models and packed tick rows included.
 
-    PostgreSQL: every partition of `events` (or the table, not partitioned before
-    migration 0010), with `event_ids` and `tick_streams` where they exist.
+    SQLite: its pages (free ones too, so after the archive's incremental vacuum, what
+    the file takes); PostgreSQL: the database (after the archive's VACUUM, dead tuples'
+    space is reusable but still counted until a table is rewritten).
     """
     with store.read_transaction() as conn:
         if conn.dialect.name == "postgresql":
-            query = (
-                "SELECT COALESCE((SELECT sum(pg_total_relation_size(relid)) "
-                "FROM pg_partition_tree('events')), pg_total_relation_size('events')) + "
-                "COALESCE(pg_total_relation_size(to_regclass('event_ids')), 0) + "
-                "COALESCE(pg_total_relation_size(to_regclass('tick_streams')), 0)"
-            )
-            return int(conn.exec_driver_sql(query).scalar())
+            query = "SELECT pg_database_size(current_database())"
+            return int(conn.exec_driver_sql(query).scalar_one())
         pages = conn.exec_driver_sql("PRAGMA page_count").scalar()
         return int(pages * conn.exec_driver_sql("PRAGMA page_size").scalar())
 
 
-def timed(folder: Path, *args: str) -> tuple[float, float]:
-    """(seconds, peak RSS MiB) of one `tickwork` process (`machine.own_peak_mib`).
+def timed(folder: Path, *args: str) -> tuple[float, float, float]:
+    """(seconds, CPU seconds, peak RSS MiB) of one `tickwork` process (`machine.own_peak_mib`).
 
-    The lines saying how and how fast a day left the store are printed.
+    CPU is the user and system time of the child once reaped: at this machine's load the
+    wall clock measures the other processes more than this one. The lines saying how
+    and how fast a day left the store are printed.
     """
     wide = {**os.environ, "COLUMNS": "400"}  # its report lines unwrapped
     with tempfile.TemporaryFile("w+") as out, tempfile.TemporaryFile("w+") as err:
         started = time.perf_counter()
+        used = resource.getrusage(resource.RUSAGE_CHILDREN)
         child = subprocess.Popen([TICKWORK, *args], cwd=folder, env=wide, stdout=out, stderr=err)
         peak = own_peak_mib(child)
         seconds = time.perf_counter() - started
+        now = resource.getrusage(resource.RUSAGE_CHILDREN)
+        cpu = now.ru_utime + now.ru_stime - used.ru_utime - used.ru_stime
         out.seek(0)
         err.seek(0)
         if child.returncode != 0:
@@ -78,7 +86,7 @@ def timed(folder: Path, *args: str) -> tuple[float, float]:
         for line in out.read().splitlines():
             if "left the store" in line:
                 print(line.strip())
-    return seconds, peak
+    return seconds, cpu, peak
 
 
 def main() -> None:
@@ -91,7 +99,13 @@ def main() -> None:
         "--store", help="an empty store's URL (default: SQLite in a temporary folder)"
     )
     parser.add_argument("--hold-open", action="store_true", help="one old tick stays open")
+    parser.add_argument(
+        "--prepared", type=Path, help="SQLite: keep the folded store here, archive a copy"
+    )
+    parser.add_argument("--no-rebuild", action="store_true", help="no rebuild after archiving")
     options = parser.parse_args()
+    if options.prepared and options.store:
+        parser.error("--prepared: SQLite stores only")
     hot_ticks = options.ticks if options.hot_ticks is None else options.hot_ticks
     if hot_ticks < 100:
         # Open ticks end the log (its newest record is never packed) and the layout check
@@ -105,48 +119,71 @@ def main() -> None:
         (folder / "tickwork.toml").write_text(
             f'[store]\nurl = "{url}"\n[retention]\nhot_days = {HOT_DAYS}\n', encoding="utf-8"
         )
-        migrate_store(url)
         day = datetime.now(UTC).replace(hour=0, minute=0, second=0, microsecond=0) - timedelta(
             days=HOT_DAYS + 10
         )
-        minutes = -(-options.ticks // PER_MINUTE)
-        old = Span(day + timedelta(minutes=minutes, seconds=30), options.ticks, in_flight=0)
-        began = time.perf_counter()
-        load(url, old, packing=True)
-        hot, packed = load(url, Span(datetime.now(UTC), hot_ticks, first=options.ticks), True)
-        print(
-            f"loaded {hot:,} events and {packed:,} packed records in "
-            f"{time.perf_counter() - began:.0f} s",
-            flush=True,
-        )
-        with contextlib.closing(open_store(url)) as store:
-            check_layout(store, packing=True)
-        if options.hold_open:
-            with contextlib.closing(open_store(url, clock=lambda: day)) as then:
-                then.append("tick-held", [TickScheduled(tick_id="held", level="min").to_record()])
-        built, _ = timed(folder, "projections", "rebuild")
-        print(f"projections rebuild before archiving: {built:.2f} s", flush=True)
+        kept = options.prepared
+        if kept is not None and (kept / "events.db").exists():
+            copy_store(kept, folder)
+            print(f"store copied from {kept}", flush=True)
+        else:
+            prepare(folder, url, day, options.ticks, hot_ticks, options.hold_open)
+            if kept is not None:
+                kept.mkdir(parents=True, exist_ok=True)
+                copy_store(folder, kept)
         store = open_store(url)
         before = size(store)
         old_events = events_before(store, day + timedelta(days=1))
         store.close()
-        seconds, peak = timed(folder, "archive")
+        seconds, cpu, peak = timed(folder, "archive")
         store = open_store(url)
         after = size(store)
         store.close()
         archive = sum(
             os.path.getsize(path) for path in (folder / ".tickwork" / "archive").rglob("*.gz")
         )
-        rebuild, _ = timed(folder, "projections", "rebuild")
+        rebuild = None if options.no_rebuild else timed(folder, "projections", "rebuild")[0]
         held = ", one held open" if options.hold_open else ""
         print(
             f"archive of {options.ticks:,} ticks{held} ({old_events:,} events): {seconds:.2f} s, "
-            f"peak RSS {peak:.0f} MiB"
+            f"CPU {cpu:.2f} s, peak RSS {peak:.0f} MiB"
         )
         print(f"archive bytes per tick: {archive / options.ticks:.0f}")
         print(f"hot store: {before / 2**20:.1f} MiB before, {after / 2**20:.1f} MiB after")
-        print(f"projections rebuild (archive + hot store): {rebuild:.2f} s")
+        if rebuild is not None:
+            print(f"projections rebuild (archive + hot store): {rebuild:.2f} s")
     print(f"load average at end: {os.getloadavg()}")
+
+
+def copy_store(source: Path, target: Path) -> None:
+    """A closed SQLite store's file, and its write-ahead log if one was left."""
+    for name in ("events.db", "events.db-wal"):
+        if (source / name).exists():
+            shutil.copyfile(source / name, target / name)
+
+
+def prepare(
+    folder: Path, url: str, day: datetime, ticks: int, hot_ticks: int, hold_open: bool
+) -> None:
+    """Load the old day and the hot ticks, and fold the read models as a service keeps them."""
+    migrate_store(url)
+    minutes = -(-ticks // PER_MINUTE)
+    old = Span(day + timedelta(minutes=minutes, seconds=30), ticks, in_flight=0)
+    began = time.perf_counter()
+    load(url, old, packing=True)
+    hot, packed = load(url, Span(datetime.now(UTC), hot_ticks, first=ticks), True)
+    print(
+        f"loaded {hot:,} events and {packed:,} packed records in "
+        f"{time.perf_counter() - began:.0f} s",
+        flush=True,
+    )
+    with contextlib.closing(open_store(url)) as store:
+        check_layout(store, packing=True)
+    if hold_open:
+        with contextlib.closing(open_store(url, clock=lambda: day)) as then:
+            then.append("tick-held", [TickScheduled(tick_id="held", level="min").to_record()])
+    built, _, _ = timed(folder, "projections", "rebuild")
+    print(f"projections rebuild before archiving: {built:.2f} s", flush=True)
 
 
 def events_before(store: SqlEventStore, end: datetime) -> int:

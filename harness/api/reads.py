@@ -25,7 +25,7 @@ from harness.projections import (
     latest_published,
     projector_for,
 )
-from harness.projections.level_stats import LevelStats, level_stats
+from harness.projections.level_stats import LevelStats, stats_of_levels
 from harness.projections.levels import pauses
 from harness.projections.spend import ReportGroup, spend_by, top_spenders
 from harness.projections.ticks import OPEN, TickCursor, latest_ticks, tick_page
@@ -154,7 +154,7 @@ class Reads:
 
     def level_stats(self, now: datetime) -> list[LevelStats]:
         """Each configured level's last outcome, success rate, streak and run times."""
-        return level_stats(self.store, self.settings.levels, now)
+        return stats_of_levels(self.store, self.settings.levels, now)
 
     def pauses(self) -> dict[str, LevelPaused]:
         """The pause in force of each paused level: who decided it, why and when."""

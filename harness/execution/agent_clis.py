@@ -48,7 +48,7 @@ def pinned_versions(agents_dir: Path) -> dict[str, str]:
     return {str(k): str(v) for k, v in (dependencies or {}).items()}
 
 
-def agent_clis(agents_dir: Path) -> list[AgentCliState]:
+def agent_cli_states(agents_dir: Path) -> list[AgentCliState]:
     """Every agent CLI tickwork knows, as found under `agents_dir`."""
     pinned = pinned_versions(agents_dir)
     states = []

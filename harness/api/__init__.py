@@ -8,4 +8,21 @@ other packages use, `create_app`, imports FastAPI, which only `tickwork serve` s
 pay for; import it from `harness.api.app`.
 """
 
-__all__: list[str] = []
+import typing
+
+from harness import fronts
+
+if typing.TYPE_CHECKING:
+    from harness.api.app import create_app
+    from harness.api.models import Status
+
+__all__: list[str] = [
+    "Status",
+    "create_app",
+]
+
+_HOMES = {
+    "app": ("create_app",),
+    "models": ("Status",),
+}
+__getattr__ = fronts.names_on_first_use(__name__, _HOMES)

@@ -31,7 +31,7 @@ from harness.projections import (
     tick_counters,
     ticks_in_flight,
 )
-from harness.scheduling.status import projection_lag
+from harness.scheduling import projection_lag
 
 FIRE_LAG_WINDOW = 100
 """Scheduled slots per scrape whose fire lag is reported (the latest, of all levels)."""

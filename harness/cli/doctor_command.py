@@ -13,7 +13,7 @@ def doctor(as_json: JsonOption = False) -> None:
 
     Exits 1 when one is missing or not at the version ops/agents/package.json pins.
     """
-    from harness.execution.agent_clis import agent_cli_states
+    from harness.execution import agent_cli_states
 
     config = settings()
     states = agent_cli_states(config.agents.dir)

@@ -29,7 +29,7 @@ from harness.cli.app import (
 if typing.TYPE_CHECKING:
     from collections.abc import Callable
 
-    from harness.execution.runner import TickOutcome
+    from harness.execution import TickOutcome
     from harness.store import SqlEventStore, StoredEvent
 
 INTERRUPTED = "interrupted (Ctrl-C on tickwork tick)"
@@ -55,10 +55,9 @@ def tick(
     ends cancelled on `tickwork cancel` from anywhere or on Ctrl-C here. While it waits,
     a line on stderr tells each model and tool call as it ends, with the tokens so far.
     """
-    from harness.contracts.events import tick_stream
-    from harness.execution.manual import ManualTick
-    from harness.execution.prepare import TickSetupError, new_tick_id
-    from harness.projections.story import tick_story
+    from harness.contracts import tick_stream
+    from harness.execution import ManualTick, TickSetupError, new_tick_id
+    from harness.projections import tick_story
 
     config = settings(needed=True)
     if not wait:
@@ -101,7 +100,7 @@ def tick(
 
 def _say_how_past_a_pause(level: str, outcome: TickOutcome | None) -> None:
     """A tick the level's pause cancelled: the two ways on, where a bare status said none."""
-    from harness.scheduling.control import PAUSED
+    from harness.scheduling import PAUSED
 
     if outcome is not None and outcome.status == "cancelled" and outcome.reason == PAUSED:
         err.print(
@@ -140,8 +139,7 @@ def _start_detached(
 
 def _print_tick(tick_id: str, outcome: TickOutcome | None, stream: list[StoredEvent]) -> None:
     """The tick's outcome and spend, as `tickwork tick` reports it when the tick has ended."""
-    from harness.contracts import BudgetSpent
-    from harness.contracts.events import TERMINAL_TYPES
+    from harness.contracts import TERMINAL_TYPES, BudgetSpent
 
     spent = [e.data for e in stream if e.type == BudgetSpent.type]
     prompt_tokens = sum(data["prompt_tokens"] for data in spent)
@@ -190,10 +188,9 @@ def cancel(
     each one's scope ends with its tick. A scope matching neither is refused (exit 2)
     unless `--force`. `--backfill ID` stops a backfill (`tickwork backfill`) instead.
     """
-    from harness.contracts.events import TERMINAL_TYPES
-    from harness.scheduling.control import ScopeError, clear_cancel, operator
-    from harness.scheduling.control import cancel as cancel_scope
-    from harness.scheduling.status import refresh
+    from harness.contracts import TERMINAL_TYPES
+    from harness.scheduling import ScopeError, clear_cancel, operator, refresh
+    from harness.scheduling import cancel as cancel_scope
 
     if (scope is None) == (backfill is None):
         raise fail("name a scope or --backfill ID (one of them)", code=2)
@@ -259,8 +256,7 @@ def cancel(
 def _cancel_backfill(
     store: SqlEventStore, backfill_id: str, say: Callable[[str], None], as_json: bool
 ) -> None:
-    from harness.scheduling import BackfillError, cancel_backfill
-    from harness.scheduling.control import operator
+    from harness.scheduling import BackfillError, cancel_backfill, operator
 
     try:
         flying = cancel_backfill(store, backfill_id, operator())
@@ -294,7 +290,7 @@ def resume(level: Annotated[str, typer.Argument(help="The paused level.")]) -> N
 def _switch(
     level: str, *, pause: bool, reason: str = "paused by operator", note: str | None = None
 ) -> None:
-    from harness.scheduling.control import UnknownLevelError, operator, switch_level
+    from harness.scheduling import UnknownLevelError, operator, switch_level
 
     config = settings(needed=True)
     store = store_for(config)
@@ -318,7 +314,7 @@ def fake_llm(
     """Serve tickwork's fake upstream: OpenAI chat and Responses, Anthropic, Ollama."""
     import uvicorn
 
-    from harness.devtools.fake_llm import create_app
+    from harness.devtools import create_app
 
     out.print(
         f"fake upstream on http://{host}:{port} (OpenAI: /v1, Anthropic: /v1/messages, "

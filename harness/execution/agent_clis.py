@@ -15,7 +15,7 @@ import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
-from harness.contracts.agents import AGENT_CLIS, AgentKind
+from harness.contracts import AGENT_CLIS, AgentKind
 
 VERSION_TIMEOUT_SECONDS = 30.0
 VERSION = re.compile(r"\d+\.\d+\.\d+\S*")

@@ -10,4 +10,92 @@ which would cost a worker half a second before its first row; nothing is re-expo
 so importing one module never pulls in another.
 """
 
-__all__: list[str] = []
+import typing
+
+from harness import fronts
+
+if typing.TYPE_CHECKING:
+    from harness.folds.packed import (
+        EPOCH,
+        TICK_PREFIX,
+        pack,
+        positions,
+        records_of,
+        restore,
+        unpack_data,
+    )
+    from harness.folds.parallel import Workers
+    from harness.folds.ranges import (
+        Database,
+        EventData,
+        PackedQuery,
+        RangeQuery,
+        counted,
+        event_slices,
+        fetched,
+        open_cursor,
+    )
+    from harness.folds.spend import spend_sums
+    from harness.folds.sums import Folded, Kernel, Sums, merge
+    from harness.folds.tick_spend import COUNTERS, tick_spend_sums
+
+__all__: list[str] = [
+    "COUNTERS",
+    "EPOCH",
+    "TICK_PREFIX",
+    "Database",
+    "EventData",
+    "Folded",
+    "Kernel",
+    "PackedQuery",
+    "RangeQuery",
+    "Sums",
+    "Workers",
+    "counted",
+    "event_slices",
+    "fetched",
+    "merge",
+    "open_cursor",
+    "pack",
+    "positions",
+    "records_of",
+    "restore",
+    "spend_sums",
+    "tick_spend_sums",
+    "unpack_data",
+]
+
+_HOMES = {
+    "sums": (
+        "Folded",
+        "Kernel",
+        "Sums",
+        "merge",
+    ),
+    "tick_spend": (
+        "COUNTERS",
+        "tick_spend_sums",
+    ),
+    "ranges": (
+        "Database",
+        "EventData",
+        "PackedQuery",
+        "RangeQuery",
+        "counted",
+        "event_slices",
+        "fetched",
+        "open_cursor",
+    ),
+    "spend": ("spend_sums",),
+    "packed": (
+        "EPOCH",
+        "TICK_PREFIX",
+        "pack",
+        "positions",
+        "records_of",
+        "restore",
+        "unpack_data",
+    ),
+    "parallel": ("Workers",),
+}
+__getattr__ = fronts.names_on_first_use(__name__, _HOMES)

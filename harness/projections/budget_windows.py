@@ -21,14 +21,11 @@ from pathlib import Path
 
 import sqlalchemy as sa
 
-from harness.contracts import BudgetSpent
-from harness.contracts.budgets import BudgetRule, Window, bucket_of
+from harness.contracts import BudgetRule, BudgetSpent, Window, bucket_of
 from harness.prices import PriceBook
 from harness.projections.base import EventData, Projection, add_sums, upsert
 from harness.projections.projector import Projector
-from harness.store import EventStore, clear_tables
-from harness.store.archives import recorded_archives
-from harness.store.schema import metadata
+from harness.store import EventStore, clear_tables, metadata, recorded_archives
 
 budget_window_spend = sa.Table(
     "budget_window_spend",

@@ -7,9 +7,8 @@ from typing import Annotated
 from fastapi import APIRouter, Query
 
 from harness.api.routes.requests import FreshReads, Since
-from harness.projections import SpendRow
-from harness.projections.spend import ReportGroup
-from harness.scheduling.budget_watch import BudgetStatus
+from harness.projections import ReportGroup, SpendRow
+from harness.scheduling import BudgetStatus
 
 router = APIRouter(tags=["spend"])
 

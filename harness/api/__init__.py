@@ -3,10 +3,12 @@
 It owns the FastAPI application (`harness.api.app.create_app`), its routes (a module
 per concern in `harness.api.routes`), the API's models, the reads every request makes
 (the read models, brought up to date once per request), the metrics collector and the
-dashboard's panels. Nothing is re-exported: the only name
-other packages use, `create_app`, imports FastAPI, which only `tickwork serve` should
-pay for; import it from `harness.api.app`.
+dashboard's panels. Every name is loaded on first use (`harness.fronts`): `create_app`
+imports FastAPI, which only `tickwork serve` should pay for, and `tickwork status` needs
+only the API's `Status` model.
 """
+
+from __future__ import annotations
 
 import typing
 

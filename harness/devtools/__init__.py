@@ -3,8 +3,9 @@
 It owns the fake upstream that tests, benchmarks and `make run` talk to, in the four
 wire formats a tick can speak (`harness.devtools.fake_llm`), the in-thread ASGI server
 it runs on (`serving`), and the commented `tickwork.toml` that `tickwork init` writes.
-Only the example is re-exported: the fake upstream and the server import FastAPI and uvicorn, which
-`tickwork init` must not pay for; import them from their modules.
+The example is imported with the front; every other name is loaded on first use
+(`harness.fronts`): the fake upstream and the server import FastAPI and uvicorn, which
+`tickwork init` must not pay for.
 """
 
 from __future__ import annotations

@@ -4,7 +4,10 @@ It owns the queue (`Gate`: global and per-level caps, priorities, spaced starts)
 preparation of a tick's payload and prompt, the runner (attempts, retries, supervision,
 the terminal event with the parsed result), the adoption of ticks a killed predecessor
 left running, and two plug-in families with fronts of their own: `executors` (where
-claimed ticks wait and run) and `launchers` (how a tick process starts).
+claimed ticks wait and run) and `launchers` (how a tick process starts), and the manual
+ticks an operator starts. Other parts import all of it from here: every name is loaded
+on first use (`harness.fronts`), so `tickwork status` asking for the procrastinate
+workers loads neither the runner nor a launcher.
 """
 
 from __future__ import annotations

@@ -6,8 +6,8 @@ decides, the store splits the range and runs the parts). A worker process starts
 module name (`python -m harness.folds.worker`) and imports only this package: the range
 query the store wrote (`ranges`), the fold kernel (`sums`, and `spend` for the spend read
 model) and the driver. Nothing here imports SQLAlchemy, pydantic or the price tables,
-which would cost a worker half a second before its first row; nothing is re-exported,
-so importing one module never pulls in another.
+which would cost a worker half a second before its first row. Every name is loaded on
+first use (`harness.fronts`), so importing one never pulls in another module.
 """
 
 import typing

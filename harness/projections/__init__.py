@@ -7,6 +7,8 @@ learned calibration, counters of ticks per level, each level's failure streak (f
 by the alerter), the cancel scopes in force, each digest's last publication, and which
 levels are paused (a query on the level streams). Every
 other stage reads a read model through the queries exported here, never its tables.
+Every name is loaded on first use (`harness.fronts`): a command pays only for the read
+models it asks.
 """
 
 from __future__ import annotations

@@ -4,7 +4,11 @@ It owns the contract every backend keeps (`EventStore`, with the projections' tr
 its one SQL implementation, the schema and its migrations, and the spool that holds
 events while the store is out of reach. It is the only place with SQL on `events`; read
 models keep their own tables in the same database, defined on `harness.store.schema`'s
-metadata and written with `upsert`.
+metadata and written with `upsert`. It also owns the archives of days the hot store has
+shed, and what retention keeps, compacts and reclaims.
+
+Every name of its own is loaded on first use (`harness.fronts`): the archives and
+retention serve only the commands that ask for them.
 """
 
 from __future__ import annotations

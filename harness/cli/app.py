@@ -210,14 +210,10 @@ def router_or_exit(config: Settings, report: Report = lambda line: None) -> Rout
 
 def store_for(config: Settings) -> SqlEventStore:
     """The configured store, migrated if embedded and its spool ingested; failures exit 1."""
-    from harness.store import Spool, StoreError, open_store
+    from harness.store import StoreError, configured_store
 
     try:
-        return open_store(
-            config.store.url,
-            durability=config.store.durability,
-            spool=Spool(config.paths.spool),
-        )
+        return configured_store(config)
     except StoreError as exc:
         raise fail(str(exc)) from exc
 

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import sys
 import time
 import typing
 from pathlib import Path
@@ -21,7 +20,6 @@ from harness.cli.app import (
     rag_app,
     router_or_exit,
     settings,
-    state,
     store_for,
     upstream_for_ticks,
 )
@@ -56,19 +54,30 @@ def tick(
     a line on stderr tells each model and tool call as it ends, with the tokens so far.
     """
     from harness.contracts import tick_stream
-    from harness.execution import ManualTick, TickSetupError, new_tick_id
+    from harness.execution import ManualTick, TickSetupError, new_tick_id, start_detached
     from harness.projections import tick_story
 
     config = settings(needed=True)
+    router = router_or_exit(config)
     if not wait:
+        from harness.devtools import env_for_ticks
+
         tick_id = new_tick_id(level)
-        _start_detached(level, tick_id, prompt=prompt, timeout=timeout, force=force)
+        start_detached(
+            config,
+            level,
+            tick_id=tick_id,
+            prompt=prompt,
+            timeout=timeout,
+            force=force,
+            router=router,
+            upstream=lambda store: env_for_ticks(lambda line: None, store),
+        )
         if as_json:
             print_json({"tick_id": tick_id, "status": "started"})
         else:
             out.print(f"started tick {tick_id} (follow it: tickwork show {tick_id} --follow)")
         return
-    router = router_or_exit(config)
     store = store_for(config)
     try:
         with upstream_for_ticks(store) as upstream:
@@ -107,34 +116,6 @@ def _say_how_past_a_pause(level: str, outcome: TickOutcome | None) -> None:
             f"level {level!r} is paused: `tickwork resume {level}` lets it run; "
             f"`tickwork tick {level} --force` runs one anyway"
         )
-
-
-def _start_detached(
-    level: str, tick_id: str, *, prompt: str | None, timeout: float | None, force: bool
-) -> None:
-    """`tickwork tick --wait` for one tick, in a session of its own that owns the tick.
-
-    This command ends at once; the tick's owner outlives it and the terminal it ran in.
-    """
-    import subprocess
-
-    command = [sys.executable, "-m", "harness.cli"]
-    if state.config is not None:
-        command += ["--config", str(state.config)]
-    command += ["tick", level, "--wait", "--tick-id", tick_id]
-    if prompt is not None:
-        command += ["--prompt", prompt]
-    if timeout is not None:
-        command += ["--timeout", str(timeout)]
-    if force:
-        command.append("--force")
-    subprocess.Popen(
-        command,
-        start_new_session=True,
-        stdin=subprocess.DEVNULL,
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-    )
 
 
 def _print_tick(tick_id: str, outcome: TickOutcome | None, stream: list[StoredEvent]) -> None:

@@ -5,7 +5,8 @@ preparation of a tick's payload and prompt, the runner (attempts, retries, super
 the terminal event with the parsed result), the adoption of ticks a killed predecessor
 left running, and two plug-in families with fronts of their own: `executors` (where
 claimed ticks wait and run) and `launchers` (how a tick process starts), and the manual
-ticks an operator starts. Other parts import all of it from here: every name is loaded
+ticks an operator starts, owned by the caller or by a process of their own (`detached`,
+`tickwork tick --no-wait`). Other parts import all of it from here: every name is loaded
 on first use (`harness.fronts`), so `tickwork status` asking for the procrastinate
 workers loads neither the runner nor a launcher.
 """
@@ -18,6 +19,7 @@ from harness import fronts
 
 if typing.TYPE_CHECKING:
     from harness.execution.agent_clis import agent_cli_states
+    from harness.execution.detached import start_detached
     from harness.execution.executors.base import HandoffExecutor
     from harness.execution.executors.local import LocalExecutor
     from harness.execution.executors.procrastinate.jobs import workers
@@ -49,10 +51,12 @@ __all__ = [
     "apply_schema",
     "new_tick_id",
     "places_needed",
+    "start_detached",
     "workers",
 ]
 
 _HOMES = {
+    "detached": ("start_detached",),
     "prepare": (
         "PreparedTick",
         "Preparer",

@@ -50,7 +50,7 @@ if typing.TYPE_CHECKING:
     from harness.store.engine import conninfo, process_name, safe_url, split_password
     from harness.store.heartbeats import Beat, Heartbeat, beats
     from harness.store.migrate import current_revision
-    from harness.store.opening import migrate_store, open_store
+    from harness.store.opening import configured_store, migrate_store, open_store
     from harness.store.partitions import PartitionHeld, partitioned, prepare
     from harness.store.rate_buckets import Call, Turn, block, release_tick, settle, take
     from harness.store.records import (
@@ -144,6 +144,7 @@ __all__ = [
     "clear_tables",
     "closed_ticks",
     "compact",
+    "configured_store",
     "conninfo",
     "convert_to_incremental_vacuum",
     "current_revision",
@@ -208,6 +209,7 @@ _HOMES = {
     ),
     "migrate": ("current_revision",),
     "opening": (
+        "configured_store",
         "migrate_store",
         "open_store",
     ),

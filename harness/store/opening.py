@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from datetime import UTC, datetime
 
-from harness.config import Durability
+from harness.config import Durability, Settings
 from harness.store import partitions
 from harness.store.engine import create_store_engine, safe_url
 from harness.store.migrate import current_revision, needs_upgrade, upgrade
@@ -48,6 +48,15 @@ def open_store(
     if spool is not None and spool.files():
         spool.ingest(store)
     return store
+
+
+def configured_store(settings: Settings) -> SqlEventStore:
+    """The store `[store]` names, with the spool `[paths]` names: what every owner opens."""
+    return open_store(
+        settings.store.url,
+        durability=settings.store.durability,
+        spool=Spool(settings.paths.spool),
+    )
 
 
 def migrate_store(url: str) -> str | None:

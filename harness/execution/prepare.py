@@ -41,8 +41,13 @@ from harness.contracts import (
     tick_id_for,
 )
 from harness.prices import PriceBook
-from harness.projections import NAME as BUDGETS_MODEL
-from harness.projections import Projector, current_calibrations, previous_result_path, projector_for
+from harness.projections import (
+    BUDGET_WINDOWS,
+    Projector,
+    current_calibrations,
+    previous_result_path,
+    projector_for,
+)
 from harness.routing import Routed, Router, configured_router
 from harness.scheduling import Budgets, reservations_in_flight
 from harness.store import EventStore, StoreError, split_password
@@ -360,7 +365,7 @@ class Preparer:
         try:
             # No fold here: twenty ticks prepared at :00 would queue on its write lock.
             # The checkpoint is read first, so what is folded in between counts twice.
-            position = budgets.windows.checkpoints()[BUDGETS_MODEL]
+            position = budgets.windows.checkpoints()[BUDGET_WINDOWS]
             spent = budgets.spent(rules, now, fold=False)
             scoped: set[str] | None = set()
             for rule in rules:

@@ -20,7 +20,7 @@ from harness import fronts
 if typing.TYPE_CHECKING:
     from harness.projections.base import EventData, Projection, SumProjection
     from harness.projections.budget_windows import (
-        NAME,
+        BUDGET_WINDOWS,
         WindowSpend,
         budget_projector,
         ensure_folded,
@@ -89,8 +89,8 @@ if typing.TYPE_CHECKING:
     )
 
 __all__ = [
+    "BUDGET_WINDOWS",
     "DURATION_BUCKETS",
-    "NAME",
     "OPEN",
     "REPORT_GROUPS",
     "STATUSES",
@@ -252,7 +252,7 @@ _HOMES = {
     ),
     "tick_lines": ("tick_line",),
     "budget_windows": (
-        "NAME",
+        "BUDGET_WINDOWS",
         "WindowSpend",
         "budget_projector",
         "ensure_folded",

@@ -81,6 +81,7 @@ from harness.store import (
     lagging_checkpoints,
     leave_day,
     partitioned,
+    prepare_partitions,
     read_fields,
     read_lines,
     reclaim_space,
@@ -88,7 +89,6 @@ from harness.store import (
     verify_as_recorded,
     write_archive,
 )
-from harness.store import prepare as prepare_partitions
 
 KILL_AT_ENV = "TICKWORK_ARCHIVE_KILL_AT"
 """Tests only: the archiving process kills itself (SIGKILL) on reaching the phase named."""

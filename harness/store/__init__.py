@@ -51,7 +51,7 @@ if typing.TYPE_CHECKING:
     from harness.store.heartbeats import Beat, Heartbeat, beats
     from harness.store.migrate import current_revision
     from harness.store.opening import configured_store, migrate_store, open_store
-    from harness.store.partitions import PartitionHeld, partitioned, prepare
+    from harness.store.partitions import PartitionHeld, partitioned, prepare_partitions
     from harness.store.rate_buckets import Call, Turn, block, release_tick, settle, take
     from harness.store.records import (
         ANY,
@@ -168,7 +168,7 @@ __all__ = [
     "migrate_store",
     "open_store",
     "partitioned",
-    "prepare",
+    "prepare_partitions",
     "process_name",
     "projection_checkpoints",
     "read_events",
@@ -305,7 +305,7 @@ _HOMES = {
     "partitions": (
         "PartitionHeld",
         "partitioned",
-        "prepare",
+        "prepare_partitions",
     ),
 }
 __getattr__ = fronts.names_on_first_use(__name__, _HOMES)

@@ -67,7 +67,7 @@ def migrate_store(url: str) -> str | None:
             before = current_revision(engine)
             if needs_upgrade(engine):
                 upgrade(engine)
-            partitions.prepare(engine, datetime.now(UTC).date())
+            partitions.prepare_partitions(engine, datetime.now(UTC).date())
             return before
     finally:
         engine.dispose()

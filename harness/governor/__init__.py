@@ -2,10 +2,10 @@
 
 It owns the estimate (characters to tokens), each model's learned chars-per-token,
 the one policy that both the tick hook and the proxy apply (pass, soft, defer, hard),
-the wire formats it reads (OpenAI chat completions, Anthropic Messages), and the
-operator's alerts, and the proxy (`harness.governor.proxy`, on aiohttp) with its ledger
-thread. Every name is loaded on first use (`harness.fronts`): a tick never needs the
-proxy, and importing aiohttp would slow every command that asks the governor anything.
+the wire formats it reads (OpenAI chat completions, Anthropic Messages), the operator's
+alerts, and the proxy (`harness.governor.proxy`, on aiohttp) with its ledger thread.
+Every name is loaded on first use (`harness.fronts`): a tick never needs the proxy, and
+importing aiohttp would slow every command that asks the governor anything.
 """
 
 from __future__ import annotations

@@ -10,7 +10,7 @@ retyped event cannot leave a filter behind that silently matches nothing.
 from __future__ import annotations
 
 import ast
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
@@ -36,24 +36,27 @@ def module_name(path: Path) -> str:
     return ".".join(parts)
 
 
-def from_module(node: ast.ImportFrom, module: str, is_package: bool) -> str:
-    """The absolute name of the module a `from … import` reads, relative ones resolved."""
-    base = node.module or ""
-    if not node.level:
-        return base
-    package = module.split(".")
-    package = package if is_package else package[:-1]
-    return ".".join([*package[: len(package) - node.level + 1], base]).strip(".")
+def imported(
+    source: str, module: str, is_package: bool, names: bool = True
+) -> Iterator[tuple[int, str]]:
+    """(line, module) of every import in the source, wherever it stands.
 
-
-def imported(source: str, module: str, is_package: bool) -> Iterator[tuple[int, str]]:
-    """(line, module) of every import in the source, wherever it stands."""
+    A `from … import` gives each name it takes as `module.name` (a name may be a
+    submodule), or with `names=False` the module it reads, once.
+    """
     for node in ast.walk(ast.parse(source)):
         if isinstance(node, ast.Import):
             for alias in node.names:
                 yield node.lineno, alias.name
         elif isinstance(node, ast.ImportFrom):
-            base = from_module(node, module, is_package)
+            base = node.module or ""
+            if node.level:
+                package = module.split(".")
+                package = package if is_package else package[:-1]
+                base = ".".join([*package[: len(package) - node.level + 1], base]).strip(".")
+            if not names:
+                yield node.lineno, base
+                continue
             for alias in node.names:
                 yield node.lineno, f"{base}.{alias.name}"
 
@@ -81,15 +84,19 @@ def sources() -> list[Path]:
     )
 
 
-def test_no_part_of_tickwork_imports_a_later_one() -> None:
-    found = [
+def in_every_source(check: Callable[[str, str, bool], list[str]]) -> list[str]:
+    """What `check` finds in any module of tickwork, given its source, name and package-ness."""
+    return [
         problem
         for path in sources()
-        for problem in violations(
+        for problem in check(
             path.read_text(encoding="utf-8"), module_name(path), path.name == "__init__.py"
         )
     ]
-    assert found == []
+
+
+def test_no_part_of_tickwork_imports_a_later_one() -> None:
+    assert in_every_source(violations) == []
 
 
 def test_every_module_belongs_to_a_layer() -> None:
@@ -114,16 +121,6 @@ def test_imports_of_earlier_parts_and_of_other_libraries_pass() -> None:
     assert violations(source, "harness.projections.ticks") == []
 
 
-def read_modules(source: str, module: str, is_package: bool) -> Iterator[tuple[int, str]]:
-    """(line, module) of every module the source imports or imports names from."""
-    for node in ast.walk(ast.parse(source)):
-        if isinstance(node, ast.Import):
-            for alias in node.names:
-                yield node.lineno, alias.name
-        elif isinstance(node, ast.ImportFrom):
-            yield node.lineno, from_module(node, module, is_package)
-
-
 def past_fronts(source: str, module: str, is_package: bool = False) -> list[str]:
     """Imports of `module`'s source that reach into another part's submodules.
 
@@ -134,7 +131,7 @@ def past_fronts(source: str, module: str, is_package: bool = False) -> list[str]
     """
     own = layer_of(module)
     found = []
-    for line, target in sorted(read_modules(source, module, is_package)):
+    for line, target in sorted(imported(source, module, is_package, names=False)):
         layer = layer_of(target)
         if layer is not None and layer != own and target != LAYERS[layer]:
             found.append(f"{module}:{line} imports {target}: import from {LAYERS[layer]}")
@@ -142,14 +139,7 @@ def past_fronts(source: str, module: str, is_package: bool = False) -> list[str]
 
 
 def test_imports_across_parts_go_through_the_fronts() -> None:
-    found = [
-        problem
-        for path in sources()
-        for problem in past_fronts(
-            path.read_text(encoding="utf-8"), module_name(path), path.name == "__init__.py"
-        )
-    ]
-    assert found == []
+    assert in_every_source(past_fronts) == []
 
 
 def test_an_import_past_a_front_is_caught_and_one_inside_a_part_is_not() -> None:

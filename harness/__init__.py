@@ -22,7 +22,10 @@ The packages follow a tick's data path, and each may import only what stands bef
 
 `LAYERS` is that order; `tests/test_layering.py` reads every import (module level or
 inside a function) and fails when one reaches a later layer, so a cycle between stages
-cannot creep in.
+cannot creep in, or when one reaches past another part's front into its submodules:
+those are private to their part, which can move, split or rename them without an edit
+anywhere else. A front loads its names on first use (`harness.fronts`), so importing
+through it costs no more than importing the submodule.
 """
 
 __version__ = "0.1.0"

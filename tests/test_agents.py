@@ -44,7 +44,7 @@ from harness.contracts import (
 from harness.contracts.agents import AGENT_CLIS, DEFAULT_AGENTS_DIR, missing_agent
 from harness.contracts.payload import TickPayload
 from harness.devtools.fake_llm import FakeUpstream, Step, ToolCallSpec
-from harness.execution.agent_clis import agent_clis
+from harness.execution.agent_clis import agent_cli_states
 from harness.execution.prepare import Preparer
 from harness.execution.runner import Runner, TickOutcome
 from harness.projections import story_steps
@@ -299,9 +299,9 @@ def test_the_tool_hook_denies_when_the_tick_cannot_be_asked() -> None:
 
 def test_doctor_names_each_cli_its_version_and_what_is_missing(tmp_path: Path) -> None:
     require_cli()
-    (claude, *_) = [s for s in agent_clis(DEFAULT_AGENTS_DIR) if s.kind == CLAUDE]
+    (claude, *_) = [s for s in agent_cli_states(DEFAULT_AGENTS_DIR) if s.kind == CLAUDE]
     assert claude.ok and claude.version == claude.pinned
-    missing = agent_clis(tmp_path)
+    missing = agent_cli_states(tmp_path)
     assert [s.kind for s in missing] == list(AGENT_CLIS)
     assert all(not s.ok and f"npm ci --prefix {tmp_path}" in str(s.problem) for s in missing)
 

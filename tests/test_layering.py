@@ -1,5 +1,8 @@
 """The packages follow the data path: no part imports a later one (`harness.LAYERS`).
 
+A part imports another through its front only (`from harness.contracts import
+BudgetSpent`), never from its submodules, which stay free to move inside their part.
+
 Event types are named through their classes outside `harness.contracts`, so a renamed or
 retyped event cannot leave a filter behind that silently matches nothing.
 """
@@ -7,7 +10,7 @@ retyped event cannot leave a filter behind that silently matches nothing.
 from __future__ import annotations
 
 import ast
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
@@ -33,8 +36,14 @@ def module_name(path: Path) -> str:
     return ".".join(parts)
 
 
-def imported(source: str, module: str, is_package: bool) -> Iterator[tuple[int, str]]:
-    """(line, module) of every import in the source, wherever it stands."""
+def imported(
+    source: str, module: str, is_package: bool, names: bool = True
+) -> Iterator[tuple[int, str]]:
+    """(line, module) of every import in the source, wherever it stands.
+
+    A `from … import` gives each name it takes as `module.name` (a name may be a
+    submodule), or with `names=False` the module it reads, once.
+    """
     for node in ast.walk(ast.parse(source)):
         if isinstance(node, ast.Import):
             for alias in node.names:
@@ -45,6 +54,9 @@ def imported(source: str, module: str, is_package: bool) -> Iterator[tuple[int, 
                 package = module.split(".")
                 package = package if is_package else package[:-1]
                 base = ".".join([*package[: len(package) - node.level + 1], base]).strip(".")
+            if not names:
+                yield node.lineno, base
+                continue
             for alias in node.names:
                 yield node.lineno, f"{base}.{alias.name}"
 
@@ -72,15 +84,19 @@ def sources() -> list[Path]:
     )
 
 
-def test_no_part_of_tickwork_imports_a_later_one() -> None:
-    found = [
+def in_every_source(check: Callable[[str, str, bool], list[str]]) -> list[str]:
+    """What `check` finds in any module of tickwork, given its source, name and package-ness."""
+    return [
         problem
         for path in sources()
-        for problem in violations(
+        for problem in check(
             path.read_text(encoding="utf-8"), module_name(path), path.name == "__init__.py"
         )
     ]
-    assert found == []
+
+
+def test_no_part_of_tickwork_imports_a_later_one() -> None:
+    assert in_every_source(violations) == []
 
 
 def test_every_module_belongs_to_a_layer() -> None:
@@ -103,6 +119,50 @@ def test_an_import_of_a_later_part_is_caught(module: str, source: str) -> None:
 def test_imports_of_earlier_parts_and_of_other_libraries_pass() -> None:
     source = "import sqlalchemy\nfrom harness.store import EventStore\nfrom . import base\n"
     assert violations(source, "harness.projections.ticks") == []
+
+
+def past_fronts(source: str, module: str, is_package: bool = False) -> list[str]:
+    """Imports of `module`'s source that reach into another part's submodules.
+
+    A part's submodules are its own business: another part names what it needs through
+    the part's front (`from harness.contracts import BudgetSpent`), which serves it on
+    first use (`harness.fronts`), so a submodule can move, split or be renamed inside its
+    part without an edit anywhere else.
+    """
+    own = layer_of(module)
+    found = []
+    for line, target in sorted(imported(source, module, is_package, names=False)):
+        layer = layer_of(target)
+        if layer is not None and layer != own and target != LAYERS[layer]:
+            found.append(f"{module}:{line} imports {target}: import from {LAYERS[layer]}")
+    return found
+
+
+def test_imports_across_parts_go_through_the_fronts() -> None:
+    assert in_every_source(past_fronts) == []
+
+
+def test_an_import_past_a_front_is_caught_and_one_inside_a_part_is_not() -> None:
+    source = (
+        "from harness.contracts import BudgetSpent\n"
+        "from harness.contracts.events import TickLost\n"
+        "def f():\n"
+        "    import harness.store.sql\n"
+        "    from harness.execution.launchers import ColdLauncher\n"
+        "    from harness.scheduling.waves import claim_wave\n"
+        "    from .panels import Panel\n"
+        "    from . import queue\n"
+    )
+    assert past_fronts(source, "harness.execution.runner") == [
+        "harness.execution.runner:2 imports harness.contracts.events: import from "
+        "harness.contracts",
+        "harness.execution.runner:4 imports harness.store.sql: import from harness.store",
+        "harness.execution.runner:6 imports harness.scheduling.waves: import from "
+        "harness.scheduling",
+    ]
+    assert past_fronts("from ..store.sql import upsert\n", "harness.projections.ticks") == [
+        "harness.projections.ticks:1 imports harness.store.sql: import from harness.store"
+    ]
 
 
 EVENT_TYPE_NAMES = frozenset(name for name, _version in EVENT_TYPES)

@@ -48,7 +48,7 @@ from harness.projections.level_latest import (
     newest_statuses,
     tick_level_latest,
 )
-from harness.projections.level_stats import level_stats
+from harness.projections.level_stats import stats_of_levels
 from harness.projections.levels import cancel_scopes, cancel_scopes_folded
 from harness.projections.periods import period_counts
 from harness.projections.spend import spend_daily
@@ -792,7 +792,7 @@ def test_level_stats_say_the_last_outcome_the_success_rate_and_run_times(
         scheduled = TickScheduled(tick_id=tick_id, level="min", occurred_at=at)
         store.append(f"tick-{tick_id}", [e.to_record() for e in (scheduled, started, end)])
     projector_for(store, PriceBook()).catch_up()
-    stats, idle = level_stats(store, ["min", "hour"], now)
+    stats, idle = stats_of_levels(store, ["min", "hour"], now)
     assert (stats.last_tick_id, stats.last_status) == ("min-3", "failed")
     assert (stats.completed_day, stats.failed_day, stats.success_rate) == (3, 1, 0.75)
     assert (stats.p50_seconds, stats.p95_seconds) == (5.0, 60.0), "from the histogram's bounds"

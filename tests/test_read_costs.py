@@ -34,7 +34,7 @@ from harness.config import LevelConfig, Settings, StoreConfig
 from harness.digests.build import build_digest
 from harness.prices import PriceBook
 from harness.projections import projector_for
-from harness.projections.level_stats import level_stats
+from harness.projections.level_stats import stats_of_levels
 from harness.projections.spend import REPORT_DAYS, spend_daily
 from harness.projections.tick_spend import tick_spend
 from harness.projections.ticks import (
@@ -103,7 +103,7 @@ PATHS: dict[str, Path_] = {
     "tick_rows_since": lambda store: tick_page(store, since=NOW - WINDOW),
     # `tickwork ticks --status failed`: its window (default 24h) bounds the walk, however
     # rare the status is.
-    "level_stats": lambda store: level_stats(store, LEVELS, NOW),
+    "level_stats": lambda store: stats_of_levels(store, LEVELS, NOW),
     "tick_list_status": lambda store: tick_page(
         store, status="failed", since=NOW - WINDOW, limit=50
     ),

@@ -9,6 +9,7 @@ agent does inside its tick is the same code under either, so it runs under the w
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
@@ -19,12 +20,14 @@ import time
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
+import psutil
 import pytest
 
 from harness.config import LevelConfig, RunnerConfig, StoreConfig
-from harness.contracts.events import LevelPaused, LevelResumed
+from harness.contracts.events import LevelPaused, LevelResumed, TickCompleted, TickStarted
 from harness.contracts.result import read_result
 from harness.devtools.fake_llm import FakeUpstream, Step, ToolCallSpec
+from harness.execution import new_tick_id, start_detached
 from harness.execution.executors import LocalExecutor
 from harness.execution.launchers import (
     ColdLauncher,
@@ -717,3 +720,35 @@ def test_a_slot_whose_prompt_cannot_be_read_fails_without_stopping_the_scheduler
     assert "prompt_file" in first[-1].data["reason"]
     second = harness.store.read_stream(f"tick-{slot_tick_id('min', slot + timedelta(minutes=1))}")
     assert second[-1].type == "TickCompleted"
+
+
+def test_a_detached_tick_is_owned_by_a_process_of_its_own_session_to_its_end(
+    tmp_path: Path, fake: FakeUpstream
+) -> None:
+    """`tickwork tick --no-wait`: the caller returns at once; the owner is not its child."""
+    harness = Harness(tmp_path, fake, rag=False)
+    tick_id = new_tick_id("min")
+    fake.script(tick_id, [Step(text="Owned elsewhere.", delay=5)])
+    start_detached(
+        harness.settings,
+        "min",
+        tick_id=tick_id,
+        prompt=None,
+        timeout=None,
+        force=False,
+        router=None,
+        upstream=lambda store: contextlib.nullcontext(harness.runner.env),
+    )
+
+    def started() -> list[StoredEvent]:
+        return [
+            e for e in harness.store.read_stream(f"tick-{tick_id}") if e.type == TickStarted.type
+        ]
+
+    owner = wait_until(started, "the detached tick to start", interval=0.02)[0].data["runner_pid"]
+    assert owner != os.getpid() and os.getsid(owner) != os.getsid(0)
+    assert psutil.Process(owner).ppid() != os.getpid(), "its parent ended: nobody reaps it"
+    wait_until(
+        lambda: TickCompleted.type in lifecycle(harness.store.read_stream(f"tick-{tick_id}")),
+        "the detached tick to complete",
+    )

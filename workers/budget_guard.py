@@ -26,11 +26,15 @@ from typing import Any
 
 from strands.hooks import BeforeModelCallEvent, HookProvider, HookRegistry
 
-from harness.contracts import BudgetSpent, TickScheduled
-from harness.contracts.budgets import BudgetRule
-from harness.contracts.events import TERMINAL_TYPES
-from harness.contracts.payload import TickBudgets, TickPayload
-from harness.contracts.records import StoredEvent
+from harness.contracts import (
+    TERMINAL_TYPES,
+    BudgetRule,
+    BudgetSpent,
+    StoredEvent,
+    TickBudgets,
+    TickPayload,
+    TickScheduled,
+)
 from harness.prices import format_usd
 from harness.store import EventStore, StoreError
 from workers.recorder import EventRecorder

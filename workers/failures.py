@@ -20,8 +20,8 @@ import json
 import httpx
 from strands.types.exceptions import ModelThrottledException
 
-from harness.contracts.failures import FailureClass
-from harness.routing.quota import QuotaExhaustedError
+from harness.contracts import FailureClass
+from harness.routing import QuotaExhaustedError
 from harness.store import StoreUnavailableError
 from workers.fallback import SelfCheckFailedError
 from workers.model import AgentMissingError, MissingEndpointError

@@ -31,12 +31,17 @@ from datetime import UTC, datetime
 
 import httpx
 
-from harness.contracts.agents import missing_agent
-from harness.contracts.events import QuotaObserved, RouteFallback, TargetSelfChecked, capped
-from harness.contracts.failures import FailureClass
-from harness.contracts.payload import RouteCandidate, TickPayload
-from harness.routing.availability import recently_down, vouched_for
-from harness.routing.quota import QuotaExhaustedError, QuotaGate, answer_quota
+from harness.contracts import (
+    FailureClass,
+    QuotaObserved,
+    RouteCandidate,
+    RouteFallback,
+    TargetSelfChecked,
+    TickPayload,
+    capped,
+    missing_agent,
+)
+from harness.routing import QuotaExhaustedError, QuotaGate, answer_quota, recently_down, vouched_for
 from workers.model import AgentMissingError, MissingEndpointError, unset_variables
 from workers.recorder import EventRecorder
 

@@ -18,11 +18,8 @@ from typing import Any
 from strands.hooks import BeforeModelCallEvent, HookProvider, HookRegistry, MessageAddedEvent
 from strands.types.content import Message, Messages
 
-from harness.contracts.calibration import Sample
-from harness.contracts.payload import TickPayload
-from harness.governor.calibration import Calibrations
-from harness.governor.estimate import request_chars, wire_request_chars
-from harness.governor.policy import Tail, decide
+from harness.contracts import Sample, TickPayload
+from harness.governor import Calibrations, Tail, decide, request_chars, wire_request_chars
 from workers.providers import Metered
 from workers.recorder import EventRecorder
 

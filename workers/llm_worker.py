@@ -21,20 +21,18 @@ from typing import Any
 import orjson
 from pydantic import ValidationError
 
-from harness.contracts.payload import TickPayload
-from harness.contracts.result import (
+from harness.contracts import (
+    API_KEY_ENV_OF,
     ResultError,
     ResultToolCalls,
     ResultUsage,
+    TickPayload,
     TickResult,
-    write_result,
-)
-from harness.contracts.secrets import (
     keep_environment_private,
     redact_standard_streams,
     register_secret_names,
+    write_result,
 )
-from harness.contracts.wire import API_KEY_ENV_OF
 
 EXIT_OK, EXIT_FAILED, EXIT_BAD_PAYLOAD = 0, 1, 2
 
@@ -69,7 +67,7 @@ def run(payload: TickPayload) -> int:
     from strands import Agent, ModelRetryStrategy
     from strands.agent.conversation_manager import NullConversationManager
 
-    from harness.governor.calibration import Calibrations
+    from harness.governor import Calibrations
     from workers.budget_guard import BudgetGuard
     from workers.failures import failure_class, failure_message
     from workers.fallback import CandidateWalk
@@ -267,11 +265,17 @@ def warm_up(preloads: frozenset[str] = frozenset()) -> None:
     import tempfile
     from pathlib import Path
 
-    from harness.contracts.agents import AGENT_CLIS
-    from harness.contracts.budgets import BudgetRuleData
-    from harness.contracts.events import BudgetSpent, TickStarted, tick_stream
-    from harness.contracts.payload import RagSettings, TickBudgets
-    from harness.contracts.wire import APIS, BASE_URL_ENV
+    from harness.contracts import (
+        AGENT_CLIS,
+        APIS,
+        BASE_URL_ENV,
+        BudgetRuleData,
+        BudgetSpent,
+        RagSettings,
+        TickBudgets,
+        TickStarted,
+        tick_stream,
+    )
     from harness.store import open_store, scratch_sqlite
     from workers.providers import builder
     from workers.recorder import EventRecorder

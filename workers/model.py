@@ -15,8 +15,15 @@ from dataclasses import dataclass
 
 import httpx
 
-from harness.contracts.payload import TICK_HEADER, RouteCandidate, TickPayload
-from harness.contracts.wire import API_KEY_ENV_OF, BASE_URL_ENV, Api, Effort
+from harness.contracts import (
+    API_KEY_ENV_OF,
+    BASE_URL_ENV,
+    TICK_HEADER,
+    Api,
+    Effort,
+    RouteCandidate,
+    TickPayload,
+)
 from workers.providers import Endpoint, Metered, builder
 from workers.wire import ResponseHook, WireWatch
 

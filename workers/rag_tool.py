@@ -6,7 +6,7 @@ from typing import Any
 
 from strands import tool
 
-from harness.contracts.payload import RagSettings
+from harness.contracts import RagSettings
 from harness.rag import RagError, search
 
 

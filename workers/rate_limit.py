@@ -25,11 +25,8 @@ from typing import Any
 import httpx
 from strands.hooks import AfterModelCallEvent, BeforeModelCallEvent, HookProvider, HookRegistry
 
-from harness.contracts import RateLimited
-from harness.contracts.payload import TickPayload
-from harness.contracts.rate_limits import Scope, provider_key, target_key
-from harness.governor.estimate import request_chars, tokens_from_chars
-from harness.governor.rate_limit import await_turn, hold_back, refused_for
+from harness.contracts import RateLimited, Scope, TickPayload, provider_key, target_key
+from harness.governor import await_turn, hold_back, refused_for, request_chars, tokens_from_chars
 from harness.store import Call, StoreError, settle
 from workers.providers import Metered
 from workers.recorder import EventRecorder

@@ -7,11 +7,8 @@ import os
 import threading
 import time
 
-from harness.contracts import TickStarted
-from harness.contracts.events import GovernorEvent, TickEvent, tick_stream
-from harness.contracts.payload import TickPayload
-from harness.store import EventStore, StoreError, append_or_spool, open_store
-from harness.store.spool import Spool
+from harness.contracts import GovernorEvent, TickEvent, TickPayload, TickStarted, tick_stream
+from harness.store import EventStore, Spool, StoreError, append_or_spool, open_store
 
 log = logging.getLogger(__name__)
 

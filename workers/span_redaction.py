@@ -14,7 +14,7 @@ from opentelemetry.sdk.trace.export import SpanExporter, SpanExportResult
 from opentelemetry.trace import Link, Status
 from opentelemetry.util.types import Attributes, AttributeValue
 
-from harness.contracts.secrets import redact
+from harness.contracts import redact
 
 
 class RedactingExporter(SpanExporter):

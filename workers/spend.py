@@ -23,9 +23,8 @@ from typing import Any
 
 from strands.hooks import AfterModelCallEvent, BeforeModelCallEvent, HookProvider, HookRegistry
 
-from harness.contracts.events import BudgetSpent, ModelCalled, ModelCallStarted, capped
-from harness.contracts.payload import TickPayload
-from harness.governor.estimate import request_chars, tokens_from_chars
+from harness.contracts import BudgetSpent, ModelCalled, ModelCallStarted, TickPayload, capped
+from harness.governor import request_chars, tokens_from_chars
 from workers.failures import failure_class, failure_message
 from workers.providers import Metered
 from workers.recorder import EventRecorder

@@ -18,7 +18,7 @@ import orjson
 from jsonschema import ValidationError
 from jsonschema.validators import validator_for
 
-from harness.contracts.result import ResultError
+from harness.contracts import ResultError
 
 _FENCE = re.compile(r"```(?:json)?\s*\n(.*?)```", re.DOTALL | re.IGNORECASE)
 _NOT_JSON = object()

@@ -16,7 +16,7 @@ from __future__ import annotations
 import os
 from collections.abc import Callable
 
-from harness.contracts.secrets import TELEMETRY_PREFIX, withhold_environment
+from harness.contracts import TELEMETRY_PREFIX, withhold_environment
 
 ENDPOINT_ENV = "OTEL_EXPORTER_OTLP_ENDPOINT"
 FLUSH_MILLIS = 5000

@@ -18,7 +18,7 @@ import httpx
 from strands import tool
 from strands.sandbox.not_a_sandbox_local_environment import NotASandboxLocalEnvironment
 
-from harness.contracts.tiers import Capabilities, strands_tools
+from harness.contracts import Capabilities, strands_tools
 
 MAX_READ_CHARS = 100_000
 """What `file_read` returns of one file at most; the rest is cut with a note."""

@@ -6,8 +6,7 @@ from typing import Any
 
 from strands.hooks import AfterToolCallEvent, HookProvider, HookRegistry
 
-from harness.contracts.events import ToolCalled
-from harness.contracts.payload import TickPayload
+from harness.contracts import TickPayload, ToolCalled
 from workers.recorder import EventRecorder
 
 

@@ -20,8 +20,7 @@ from strands.hooks import (
     HookRegistry,
 )
 
-from harness.contracts.events import TranscriptEntry, TranscriptKind, capped
-from harness.contracts.payload import TickPayload
+from harness.contracts import TickPayload, TranscriptEntry, TranscriptKind, capped
 from workers.recorder import EventRecorder
 
 

@@ -19,7 +19,7 @@ from dataclasses import dataclass
 
 import httpx
 
-from harness.contracts.wire import Api
+from harness.contracts import Api
 
 ResponseHook = Callable[[httpx.Response], Awaitable[None]]
 

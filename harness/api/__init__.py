@@ -3,9 +3,28 @@
 It owns the FastAPI application (`harness.api.app.create_app`), its routes (a module
 per concern in `harness.api.routes`), the API's models, the reads every request makes
 (the read models, brought up to date once per request), the metrics collector and the
-dashboard's panels. Nothing is re-exported: the only name
-other packages use, `create_app`, imports FastAPI, which only `tickwork serve` should
-pay for; import it from `harness.api.app`.
+dashboard's panels. Every name is loaded on first use (`harness.fronts`): `create_app`
+imports FastAPI, which only `tickwork serve` should pay for, and `tickwork status` needs
+only the API's `Status` model.
 """
 
-__all__: list[str] = []
+from __future__ import annotations
+
+import typing
+
+from harness import fronts
+
+if typing.TYPE_CHECKING:
+    from harness.api.app import create_app
+    from harness.api.models import Status
+
+__all__: list[str] = [
+    "Status",
+    "create_app",
+]
+
+_HOMES = {
+    "app": ("create_app",),
+    "models": ("Status",),
+}
+__getattr__ = fronts.names_on_first_use(__name__, _HOMES)

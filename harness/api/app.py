@@ -28,8 +28,8 @@ from harness.api.models import Problem
 from harness.api.reads import Reads
 from harness.api.routes import ROUTERS
 from harness.config import Settings
-from harness.contracts.secrets import redact
-from harness.execution.manual import ManualTicks
+from harness.contracts import redact
+from harness.execution import ManualTicks
 from harness.store import EventStore
 
 STATIC = Path(__file__).with_name("static")

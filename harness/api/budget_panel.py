@@ -7,7 +7,7 @@ from html import escape
 
 from harness.api.html_parts import section, table
 from harness.prices import format_usd
-from harness.scheduling.budget_watch import BudgetStatus
+from harness.scheduling import BudgetStatus
 
 
 def clock(value: datetime | None) -> str:

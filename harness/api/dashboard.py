@@ -18,12 +18,10 @@ from harness.api.html_parts import section as _section
 from harness.api.html_parts import table as _table
 from harness.api.models import Digest, Tick
 from harness.api.reads import Reads
-from harness.contracts.events import LevelPaused
+from harness.contracts import LevelPaused
 from harness.prices import PriceBook, format_usd, tick_cost
-from harness.projections import STATUSES, UNKNOWN, SpendRow, TickMark
-from harness.projections.level_stats import LevelStats
-from harness.projections.tick_counts import DURATION_BUCKETS
-from harness.scheduling.status import Snapshot
+from harness.projections import DURATION_BUCKETS, STATUSES, UNKNOWN, LevelStats, SpendRow, TickMark
+from harness.scheduling import Snapshot
 
 TIMELINE_TICKS = 40
 """Recent ticks per level on the timeline."""

@@ -31,7 +31,7 @@ from harness.projections import (
     tick_counters,
     ticks_in_flight,
 )
-from harness.scheduling.status import projection_lag
+from harness.scheduling import projection_lag
 
 FIRE_LAG_WINDOW = 100
 """Newest ticks per scrape whose fire lags are reported (of all levels; manual ones have none)."""

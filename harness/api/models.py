@@ -7,9 +7,8 @@ from typing import Annotated, Any, Literal
 
 from pydantic import AfterValidator, AwareDatetime, BaseModel, ConfigDict, Field
 
-from harness.projections.ticks import TickInFlight
-from harness.scheduling import BackfillProgress
-from harness.scheduling.status import LevelStatus, Snapshot
+from harness.projections import TickInFlight
+from harness.scheduling import BackfillProgress, LevelStatus, Snapshot
 from harness.store import Beat, StoredEvent
 from harness.timespec import as_utc
 

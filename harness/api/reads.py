@@ -14,28 +14,42 @@ from typing import Any
 
 from harness.api.models import Digest, Event, Tick, TickDetail, Worker
 from harness.config import Settings
-from harness.contracts import RoutePromoted, TickScheduled
-from harness.contracts.events import LevelPaused
-from harness.contracts.result import ResultFileError, read_result
+from harness.contracts import (
+    LevelPaused,
+    ResultFileError,
+    RoutePromoted,
+    TickScheduled,
+    read_result,
+)
 from harness.prices import PriceBook
 from harness.projections import (
+    OPEN,
+    LevelStats,
+    ReportGroup,
     SpendRow,
+    TickCursor,
     TickMark,
     last_statuses,
     latest_published,
+    latest_ticks,
+    pauses,
     projector_for,
+    spend_by,
+    stats_of_levels,
+    tick_page,
+    top_spenders,
 )
-from harness.projections.level_stats import LevelStats, level_stats
-from harness.projections.levels import pauses
-from harness.projections.spend import ReportGroup, spend_by, top_spenders
-from harness.projections.ticks import OPEN, TickCursor, latest_ticks, tick_page
-from harness.routing.history import RevisionError, recorded_catalog
-from harness.scheduling.budget import Budgets
-from harness.scheduling.budget_watch import BudgetStatus, budget_statuses
-from harness.scheduling.status import Snapshot, snapshot
-from harness.store import EventStore, StoredEvent
-from harness.store.archives import EVENTS_FILE, TRANSCRIPTS_FILE, day_folder, find_archived
-from harness.store.tick_rows import archived_on as transcript_archived_on
+from harness.routing import RevisionError, recorded_catalog
+from harness.scheduling import Budgets, BudgetStatus, Snapshot, budget_statuses, snapshot
+from harness.store import (
+    EVENTS_FILE,
+    TRANSCRIPTS_FILE,
+    EventStore,
+    StoredEvent,
+    day_folder,
+    find_archived,
+)
+from harness.store import archived_on as transcript_archived_on
 
 
 class Reads:
@@ -61,7 +75,7 @@ class Reads:
         """The procrastinate executor's workers; none with the local executor."""
         if self.settings.executor.kind != "procrastinate":
             return []
-        from harness.execution.executors.procrastinate import workers
+        from harness.execution import workers
 
         return [Worker(**vars(worker)) for worker in workers(self.store)]
 
@@ -154,7 +168,7 @@ class Reads:
 
     def level_stats(self, now: datetime) -> list[LevelStats]:
         """Each configured level's last outcome, success rate, streak and run times."""
-        return level_stats(self.store, self.settings.levels, now)
+        return stats_of_levels(self.store, self.settings.levels, now)
 
     def pauses(self) -> dict[str, LevelPaused]:
         """The pause in force of each paused level: who decided it, why and when."""

@@ -17,12 +17,17 @@ from pathlib import Path
 from typing import Any
 
 from harness.api.models import Event, TickDetail
-from harness.contracts import TickCompleted, TickScheduled, TickStarted
-from harness.contracts.events import TERMINAL_TYPES, tick_stream
-from harness.contracts.headlines import HIDDEN_FIELDS
-from harness.contracts.headlines import headline as event_headline
-from harness.contracts.secrets import redact
-from harness.projections.ticks import OPEN
+from harness.contracts import (
+    HIDDEN_FIELDS,
+    TERMINAL_TYPES,
+    TickCompleted,
+    TickScheduled,
+    TickStarted,
+    redact,
+    tick_stream,
+)
+from harness.contracts import headline as event_headline
+from harness.projections import OPEN
 from harness.store import EventStore
 
 LOG_TAIL_BYTES = 64 * 1024

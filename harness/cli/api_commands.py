@@ -30,9 +30,9 @@ def serve(
     """Serve the HTTP API, /metrics and the dashboard (refuses a public bind without a token)."""
     import uvicorn
 
-    from harness.api.app import create_app
-    from harness.devtools.upstream import env_for_ticks
-    from harness.execution.manual import ManualTicks
+    from harness.api import create_app
+    from harness.devtools import env_for_ticks
+    from harness.execution import ManualTicks
 
     config = settings()
     bind = host or config.api.host

@@ -29,8 +29,8 @@ from harness import timespec
 
 if TYPE_CHECKING:
     from harness.config import Settings
-    from harness.devtools.upstream import TickUpstream
-    from harness.routing.decisions import Report, Router
+    from harness.devtools import TickUpstream
+    from harness.routing import Report, Router
     from harness.store import EventStore, SqlEventStore
 
 # Help text is printed as written: docstrings name `[rag]` sections and regexes, and
@@ -96,7 +96,7 @@ VersionOption = Annotated[
 
 @app.callback()
 def _root(config: ConfigOption = None, version: VersionOption = False) -> None:
-    from harness.contracts.secrets import keep_environment_private, redact_standard_streams
+    from harness.contracts import keep_environment_private, redact_standard_streams
 
     redact_standard_streams()
     keep_environment_private()
@@ -165,7 +165,7 @@ def settings(needed: bool = False) -> Settings:
 
 def config_file() -> Path:
     """The configuration file `--config` names or finds; without one, exits 2 as `settings`."""
-    from harness.config.location import CONFIG_ENV, CONFIG_FILENAME, config_path
+    from harness.config import CONFIG_ENV, CONFIG_FILENAME, config_path
 
     path = config_path(state.config)
     if path is None:
@@ -187,8 +187,7 @@ def checked_settings(explicit: Path | None) -> Settings:
 
     config = load_settings(explicit)
     if config.routing.catalog is not None:
-        from harness.routing.catalog import CatalogError
-        from harness.routing.decisions import configured_router
+        from harness.routing import CatalogError, configured_router
 
         try:
             configured_router(config)
@@ -201,8 +200,7 @@ def router_or_exit(config: Settings, report: Report = lambda line: None) -> Rout
     """The configured router; an invalid catalog exits 2 before anything is stored."""
     if config.routing.catalog is None:
         return None
-    from harness.routing.catalog import CatalogError
-    from harness.routing.decisions import configured_router
+    from harness.routing import CatalogError, configured_router
 
     try:
         return configured_router(config, report)
@@ -212,14 +210,10 @@ def router_or_exit(config: Settings, report: Report = lambda line: None) -> Rout
 
 def store_for(config: Settings) -> SqlEventStore:
     """The configured store, migrated if embedded and its spool ingested; failures exit 1."""
-    from harness.store import Spool, StoreError, open_store
+    from harness.store import StoreError, configured_store
 
     try:
-        return open_store(
-            config.store.url,
-            durability=config.store.durability,
-            spool=Spool(config.paths.spool),
-        )
+        return configured_store(config)
     except StoreError as exc:
         raise fail(str(exc)) from exc
 
@@ -258,7 +252,7 @@ def parse_since(text: str) -> datetime:
 @contextmanager
 def upstream_for_ticks(store: EventStore | None = None) -> Iterator[TickUpstream]:
     """The ticks' upstream (`harness.devtools.upstream`), its warnings on stderr."""
-    from harness.devtools.upstream import upstream_for_ticks
+    from harness.devtools import upstream_for_ticks
 
     with upstream_for_ticks(lambda line: err.print(line, highlight=False), store) as upstream:
         yield upstream

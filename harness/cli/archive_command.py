@@ -11,7 +11,7 @@ from rich.table import Table
 from harness.cli.app import app, fail, out, settings, store_for
 
 if TYPE_CHECKING:
-    from harness.scheduling.transcript_archiving import TranscriptsArchived
+    from harness.scheduling import TranscriptsArchived
 
 
 @app.command("archive")
@@ -30,10 +30,8 @@ def archive(
     before they leave the store; a run cut short is finished by the next one. Transcripts
     older than `[retention] transcript_days` leave first, for the same folder.
     """
-    from harness.scheduling.archiving import Archiver
-    from harness.store import StoreError
-    from harness.store.archives import ArchiveError
-    from harness.store.retention import convert_to_incremental_vacuum
+    from harness.scheduling import Archiver
+    from harness.store import ArchiveError, StoreError, convert_to_incremental_vacuum
 
     cutoff = None
     if before is not None:
@@ -81,7 +79,7 @@ def archive(
 
 def _print_transcripts(days: list[TranscriptsArchived], dry_run: bool) -> None:
     """The days whose transcripts left (or, dry, would leave) before their ticks."""
-    from harness.store.archives import TRANSCRIPTS_FILE
+    from harness.store import TRANSCRIPTS_FILE
 
     if dry_run:
         out.print("dry run: these days' transcripts would be archived")

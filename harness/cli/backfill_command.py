@@ -51,8 +51,13 @@ def backfill(
     tag its ticks with the backfill's id. `tickwork status` shows its progress;
     `tickwork cancel --backfill ID` stops it.
     """
-    from harness.scheduling import BackfillError, backfill_progress, backfills, request_backfill
-    from harness.scheduling.control import operator
+    from harness.scheduling import (
+        BackfillError,
+        backfill_progress,
+        backfills,
+        operator,
+        request_backfill,
+    )
 
     config = settings(needed=True)
     begins, ends = _time("--from", start), _time("--to", end)

@@ -16,8 +16,7 @@ def budgets(as_json: JsonOption = False) -> None:
     """Used, reserved, remaining, window end, burn rate and run-out time of every budget."""
     from harness.prices import PriceBook, format_usd
     from harness.projections import projector_for
-    from harness.scheduling.budget import Budgets
-    from harness.scheduling.budget_watch import budget_statuses
+    from harness.scheduling import Budgets, budget_statuses
     from harness.store import StoreError
 
     config = settings()

@@ -23,7 +23,7 @@ def check(
     as_json: JsonOption = False,
 ) -> None:
     """Validate a catalog: its revision, or every error with its path (exit 2)."""
-    from harness.routing.catalog import CatalogError, load_catalog
+    from harness.routing import CatalogError, load_catalog
 
     try:
         catalog = load_catalog(file)
@@ -56,8 +56,7 @@ def route(
     as_json: JsonOption = False,
 ) -> None:
     """Print the decision a tick of LEVEL would record at --at."""
-    from harness.routing.catalog import CatalogError, load_catalog
-    from harness.routing.decisions import NaiveTimeError, decide
+    from harness.routing import CatalogError, NaiveTimeError, decide, load_catalog
 
     path = catalog or settings(needed=True).routing.catalog
     if path is None:
@@ -96,8 +95,7 @@ def show(
     ] = None,
 ) -> None:
     """Print `{revision, catalog}` as JSON: the catalog configured, or a stored --revision."""
-    from harness.routing.catalog import CatalogError, load_catalog
-    from harness.routing.history import RevisionError, recorded_catalog
+    from harness.routing import CatalogError, RevisionError, load_catalog, recorded_catalog
     from harness.store import StoreError
 
     if revision is not None:

@@ -11,7 +11,7 @@ import orjson
 import typer
 
 from harness.cli.app import app, fail, out, parse_since, settings, store_for
-from harness.digests.render import DigestFormat
+from harness.digests import DigestFormat
 
 
 @app.command()
@@ -40,10 +40,9 @@ def digest(
 ) -> None:
     """Build a digest of a period: per level ticks, spend, failures, skips, excerpts."""
     from harness.config import DigestConfig
-    from harness.digests.build import Digest, build_digest
-    from harness.digests.render import render
+    from harness.digests import Digest, build_digest, render
     from harness.projections import projector_for
-    from harness.scheduling.status import refresh
+    from harness.scheduling import refresh
 
     if schema:
         sys.stdout.write(
@@ -77,7 +76,7 @@ def digest(
         projector = projector_for(store, prices)
         if send:
             # Only here: it brings apprise, psutil and tenacity, ~75 ms of a plain digest.
-            from harness.digests.publish import Period, Publisher
+            from harness.digests import Period, Publisher
 
             assert name is not None
             publisher = Publisher(config, store, projector, prices, _report)

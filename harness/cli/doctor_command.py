@@ -13,10 +13,10 @@ def doctor(as_json: JsonOption = False) -> None:
 
     Exits 1 when one is missing or not at the version ops/agents/package.json pins.
     """
-    from harness.execution.agent_clis import agent_clis
+    from harness.execution import agent_cli_states
 
     config = settings()
-    states = agent_clis(config.agents.dir)
+    states = agent_cli_states(config.agents.dir)
     if as_json:
         print_json(
             [

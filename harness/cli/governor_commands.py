@@ -29,8 +29,7 @@ def governor(
     import uvicorn
 
     from harness.config import GovernorEnvError, with_legacy_env
-    from harness.governor.alerts import Alerts, urls_from_env
-    from harness.governor.proxy import create_app, proxy_governor
+    from harness.governor import Alerts, create_app, proxy_governor, urls_from_env
     from harness.store import Spool
 
     config = settings()

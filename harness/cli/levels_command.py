@@ -10,7 +10,7 @@ import typer
 from harness.cli.app import JsonOption, app, fail, out, print_json, settings, store_for
 
 if TYPE_CHECKING:
-    from harness.scheduling.describe import LevelDescription
+    from harness.scheduling import LevelDescription
 
 _TIME = "%Y-%m-%d %H:%M:%S"
 
@@ -26,10 +26,10 @@ def levels(
     runs and the pause (who, why, since when, the note of `tickwork pause --note`) come
     from the read models, a few rows per level.
     """
-    from harness.contracts.events import utcnow
+    from harness.contracts import utcnow
     from harness.prices import PriceBook
     from harness.projections import projector_for
-    from harness.scheduling.describe import describe_levels
+    from harness.scheduling import describe_levels
 
     config = settings(needed=True)
     if level is not None and level not in config.levels:

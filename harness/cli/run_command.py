@@ -24,12 +24,10 @@ from harness.cli.app import (
 
 if TYPE_CHECKING:
     from harness.config import Settings
-    from harness.devtools.upstream import TickUpstream
-    from harness.execution.executors import HandoffExecutor
-    from harness.execution.prepare import Preparer
-    from harness.routing.decisions import Router
-    from harness.scheduling.reload import LevelsReload
-    from harness.scheduling.service import Service
+    from harness.devtools import TickUpstream
+    from harness.execution import HandoffExecutor, Preparer
+    from harness.routing import Router
+    from harness.scheduling import LevelsReload, Service
     from harness.store import EventStore, Heartbeat, StoreError
 
 
@@ -42,17 +40,20 @@ def run_service() -> None:
     """
     from harness.cli.status_command import status_answers
     from harness.config import config_path
-    from harness.digests.publish import DigestScheduler, Publisher
-    from harness.execution.prepare import Preparer
+    from harness.digests import DigestScheduler, Publisher
+    from harness.execution import Preparer
     from harness.prices import PriceBook
     from harness.projections import projector_for
-    from harness.scheduling.alerts import Alerter
-    from harness.scheduling.archiving import Archiver
-    from harness.scheduling.budget import Budgets
-    from harness.scheduling.budget_watch import BudgetWatch
-    from harness.scheduling.compaction import Compactor
-    from harness.scheduling.reload import LevelsReload
-    from harness.scheduling.service import Companion, Service
+    from harness.scheduling import (
+        Alerter,
+        Archiver,
+        Budgets,
+        BudgetWatch,
+        Compactor,
+        Companion,
+        LevelsReload,
+        Service,
+    )
     from harness.store import Heartbeat
 
     config = settings(needed=True)
@@ -146,15 +147,14 @@ def executor_for(
     fork server at once, seconds of CPU spent on imports for nothing, and a server still
     warming up keeps the stopped service's output open until it is done.
     """
-    from harness.execution.runner import Runner
+    from harness.execution import Runner
 
     if config.executor.kind == "procrastinate":
-        from harness.execution.executors.procrastinate import ProcrastinateExecutor
-        from harness.execution.launchers import ColdLauncher
+        from harness.execution import ColdLauncher, ProcrastinateExecutor
 
         runner = Runner(config, store, launcher=ColdLauncher(), env=env)
         return ProcrastinateExecutor(config, store, preparer, runner, report)
-    from harness.execution.executors import LocalExecutor
+    from harness.execution import LocalExecutor
 
     return LocalExecutor(config, preparer, Runner(config, store, env=env), report)
 

@@ -23,7 +23,7 @@ if TYPE_CHECKING:
     from datetime import date
 
     from harness.config import Settings
-    from harness.projections.story import StoryStep, TickStory
+    from harness.projections import StoryStep, TickStory
     from harness.store import EventStore
 
 FOLLOW_POLL_SECONDS = 0.3
@@ -81,7 +81,7 @@ def _waited(seconds: float | None) -> str:
 
 def where_archived(config: Settings, tick_id: str, day: date) -> str:
     """Where an archived tick went and how to read it back, for `show` and `events` to name."""
-    from harness.store.archives import EVENTS_FILE, day_folder
+    from harness.store import EVENTS_FILE, day_folder
 
     events_file = day_folder(config.retention.archive, day) / EVENTS_FILE
     return (
@@ -96,8 +96,8 @@ def archived_story(
 
     None when no archive holds a tick of that id (`find_archived`).
     """
-    from harness.projections.story import story_of
-    from harness.store.archives import ArchiveError, find_archived
+    from harness.projections import story_of
+    from harness.store import ArchiveError, find_archived
 
     try:
         found = find_archived(store, config.retention.archive, tick_id)
@@ -120,10 +120,15 @@ def with_archived_transcript(
     Without `read_back`, the story as the store holds it, and a line that says where the
     transcript went when it left before the tick (`[retention] transcript_days`).
     """
-    from harness.contracts.events import tick_stream
-    from harness.projections.story import story_of
-    from harness.store.archives import TRANSCRIPTS_FILE, ArchiveError, day_folder, read_transcript
-    from harness.store.tick_rows import archived_on
+    from harness.contracts import tick_stream
+    from harness.projections import story_of
+    from harness.store import (
+        TRANSCRIPTS_FILE,
+        ArchiveError,
+        archived_on,
+        day_folder,
+        read_transcript,
+    )
 
     day = archived_on(store, story.tick_id)
     if day is None:
@@ -176,7 +181,7 @@ def show(
     `--json` prints the story (`harness.projections.story.TickStory`); with `--follow`,
     each step as one line while the tick runs, then the story without its steps.
     """
-    from harness.projections.story import tick_story
+    from harness.projections import tick_story
 
     config = settings()
     store = store_for(config)
@@ -243,8 +248,8 @@ def follow_tick(store: EventStore, tick_id: str, as_json: bool, stop: threading.
     A call's spend and its `ModelCalled` are appended in one commit, so a step that the
     model call will fold away is never printed first.
     """
-    from harness.contracts.events import tick_stream
-    from harness.projections.story import story_of, story_steps
+    from harness.contracts import tick_stream
+    from harness.projections import story_of, story_steps
 
     stream = tick_stream(tick_id)
     events = store.read_stream(stream)

@@ -37,7 +37,7 @@ from harness.cli.app import (
 
 if TYPE_CHECKING:
     from harness.config import Settings
-    from harness.scheduling.service import Companion
+    from harness.scheduling import Companion
     from harness.store import SqlEventStore
 
 Block = list[Any]
@@ -56,7 +56,7 @@ def status(as_json: JsonOption = False) -> None:
 
     `--json` is the body of the API's `GET /status`, with the store's own lines added.
     """
-    from harness.config.location import service_socket
+    from harness.config import service_socket
     from harness.local_socket import ask
 
     path = config_file()
@@ -94,13 +94,12 @@ def print_blocks(blocks: list[Block]) -> None:
 
 def status_blocks(config: Settings, store: SqlEventStore, as_json: bool) -> list[Block]:
     """What `tickwork status` prints, read at one moment, as plain data."""
-    from harness.scheduling.reload import last_reload, levels_revision, reload_lines
-    from harness.scheduling.status import refresh, snapshot
+    from harness.scheduling import last_reload, levels_revision, refresh, reload_lines, snapshot
     from harness.store import Spool, current_revision, safe_url
 
     status_now = snapshot(config, store, refresh(config, store))
     if as_json:
-        from harness.api.models import Status
+        from harness.api import Status
 
         reloaded = last_reload(store)
         data = {
@@ -193,7 +192,7 @@ def status_blocks(config: Settings, store: SqlEventStore, as_json: bool) -> list
 
 def _workers_block(store: SqlEventStore, now: datetime) -> Block:
     """The procrastinate executor's workers: host, concurrency, running, last heartbeat."""
-    from harness.execution.executors.procrastinate import workers
+    from harness.execution import workers
 
     known = workers(store)
     if not known:

@@ -30,15 +30,14 @@ from harness.cli.app import (
 
 if TYPE_CHECKING:
     from harness.config import Settings
-    from harness.projections import Projector
-    from harness.projections.spend import ReportGroup
+    from harness.projections import Projector, ReportGroup
     from harness.store import SqlEventStore, StoredEvent
 
 
 @app.command()
 def init(force: Annotated[bool, typer.Option(help="Overwrite an existing file.")] = False) -> None:
     """Write a commented tickwork.toml with two levels (min, hour) and migrate the store."""
-    from harness.devtools.example_config import example_config
+    from harness.devtools import example_config
     from harness.store import HEAD_REVISION, safe_url
 
     path = state.config or Path("tickwork.toml")
@@ -68,7 +67,7 @@ def migrate() -> None:
     else:
         out.print(f"{safe_url(config.store.url)}: schema {before or 'none'} -> {HEAD_REVISION}")
     if config.executor.kind == "procrastinate":
-        from harness.execution.executors.procrastinate import apply_schema
+        from harness.execution import apply_schema
 
         store = store_for(config)
         try:
@@ -94,7 +93,7 @@ def _print_events(batch: list[StoredEvent], as_json: bool) -> None:
             sys.stdout.write(orjson.dumps(_event_json(event)).decode() + "\n")
         sys.stdout.flush()
         return
-    from harness.contracts.headlines import headline
+    from harness.contracts import headline
 
     # One line each, never cut: the stream (a tick id to copy) and what the event says,
     # its fields that matter for its type; `--json` has every field.
@@ -119,7 +118,7 @@ def events(
 ) -> None:
     """List events, oldest first; --follow polls for new ones."""
     start = parse_since(since) if since else None
-    from harness.contracts.events import EVENT_TYPES
+    from harness.contracts import EVENT_TYPES
 
     types = set(type_) if type_ else None
     known = {name for name, _ in EVENT_TYPES}
@@ -142,8 +141,8 @@ def events(
 def _say_where_archived(store: SqlEventStore, config: Settings, stream: str) -> None:
     """A tick stream with no event left in the store: which day's archive holds it, if any."""
     from harness.cli.show_command import where_archived
-    from harness.contracts.events import tick_stream
-    from harness.store.archives import ArchiveError, find_archived
+    from harness.contracts import tick_stream
+    from harness.store import ArchiveError, find_archived
 
     tick_id = stream.removeprefix(tick_stream(""))
     if stream != tick_stream(tick_id):
@@ -225,8 +224,7 @@ def spend(
 ) -> None:
     """Token spend and cost from the spend projection (cost is None for unpriced models)."""
     from harness.prices import PriceBook, format_usd
-    from harness.projections import projector_for
-    from harness.projections.spend import REPORT_GROUPS, report_since, spend_by
+    from harness.projections import REPORT_GROUPS, projector_for, report_since, spend_by
     from harness.store import StoreError
 
     groups: list[ReportGroup] = []
@@ -311,8 +309,7 @@ def projections_rebuild(
 
     from harness.prices import PriceBook
     from harness.projections import projector_for
-    from harness.store import positions_kept
-    from harness.store.archives import ArchiveError, recorded_archives
+    from harness.store import ArchiveError, positions_kept, recorded_archives
 
     config = settings()
     store = store_for(config)

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import sys
 import time
 import typing
 from pathlib import Path
@@ -21,7 +20,6 @@ from harness.cli.app import (
     rag_app,
     router_or_exit,
     settings,
-    state,
     store_for,
     upstream_for_ticks,
 )
@@ -29,7 +27,7 @@ from harness.cli.app import (
 if typing.TYPE_CHECKING:
     from collections.abc import Callable
 
-    from harness.execution.runner import TickOutcome
+    from harness.execution import TickOutcome
     from harness.store import SqlEventStore, StoredEvent
 
 INTERRUPTED = "interrupted (Ctrl-C on tickwork tick)"
@@ -55,21 +53,31 @@ def tick(
     ends cancelled on `tickwork cancel` from anywhere or on Ctrl-C here. While it waits,
     a line on stderr tells each model and tool call as it ends, with the tokens so far.
     """
-    from harness.contracts.events import tick_stream
-    from harness.execution.manual import ManualTick
-    from harness.execution.prepare import TickSetupError, new_tick_id
-    from harness.projections.story import tick_story
+    from harness.contracts import tick_stream
+    from harness.execution import ManualTick, TickSetupError, new_tick_id, start_detached
+    from harness.projections import tick_story
 
     config = settings(needed=True)
+    router = router_or_exit(config)
     if not wait:
+        from harness.devtools import env_for_ticks
+
         tick_id = new_tick_id(level)
-        _start_detached(level, tick_id, prompt=prompt, timeout=timeout, force=force)
+        start_detached(
+            config,
+            level,
+            tick_id=tick_id,
+            prompt=prompt,
+            timeout=timeout,
+            force=force,
+            router=router,
+            upstream=lambda store: env_for_ticks(lambda line: None, store),
+        )
         if as_json:
             print_json({"tick_id": tick_id, "status": "started"})
         else:
             out.print(f"started tick {tick_id} (follow it: tickwork show {tick_id} --follow)")
         return
-    router = router_or_exit(config)
     store = store_for(config)
     try:
         with upstream_for_ticks(store) as upstream:
@@ -101,7 +109,7 @@ def tick(
 
 def _say_how_past_a_pause(level: str, outcome: TickOutcome | None) -> None:
     """A tick the level's pause cancelled: the two ways on, where a bare status said none."""
-    from harness.scheduling.control import PAUSED
+    from harness.scheduling import PAUSED
 
     if outcome is not None and outcome.status == "cancelled" and outcome.reason == PAUSED:
         err.print(
@@ -110,38 +118,9 @@ def _say_how_past_a_pause(level: str, outcome: TickOutcome | None) -> None:
         )
 
 
-def _start_detached(
-    level: str, tick_id: str, *, prompt: str | None, timeout: float | None, force: bool
-) -> None:
-    """`tickwork tick --wait` for one tick, in a session of its own that owns the tick.
-
-    This command ends at once; the tick's owner outlives it and the terminal it ran in.
-    """
-    import subprocess
-
-    command = [sys.executable, "-m", "harness.cli"]
-    if state.config is not None:
-        command += ["--config", str(state.config)]
-    command += ["tick", level, "--wait", "--tick-id", tick_id]
-    if prompt is not None:
-        command += ["--prompt", prompt]
-    if timeout is not None:
-        command += ["--timeout", str(timeout)]
-    if force:
-        command.append("--force")
-    subprocess.Popen(
-        command,
-        start_new_session=True,
-        stdin=subprocess.DEVNULL,
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-    )
-
-
 def _print_tick(tick_id: str, outcome: TickOutcome | None, stream: list[StoredEvent]) -> None:
     """The tick's outcome and spend, as `tickwork tick` reports it when the tick has ended."""
-    from harness.contracts import BudgetSpent
-    from harness.contracts.events import TERMINAL_TYPES
+    from harness.contracts import TERMINAL_TYPES, BudgetSpent
 
     spent = [e.data for e in stream if e.type == BudgetSpent.type]
     prompt_tokens = sum(data["prompt_tokens"] for data in spent)
@@ -190,10 +169,9 @@ def cancel(
     each one's scope ends with its tick. A scope matching neither is refused (exit 2)
     unless `--force`. `--backfill ID` stops a backfill (`tickwork backfill`) instead.
     """
-    from harness.contracts.events import TERMINAL_TYPES
-    from harness.scheduling.control import ScopeError, clear_cancel, operator
-    from harness.scheduling.control import cancel as cancel_scope
-    from harness.scheduling.status import refresh
+    from harness.contracts import TERMINAL_TYPES
+    from harness.scheduling import ScopeError, clear_cancel, operator, refresh
+    from harness.scheduling import cancel as cancel_scope
 
     if (scope is None) == (backfill is None):
         raise fail("name a scope or --backfill ID (one of them)", code=2)
@@ -259,8 +237,7 @@ def cancel(
 def _cancel_backfill(
     store: SqlEventStore, backfill_id: str, say: Callable[[str], None], as_json: bool
 ) -> None:
-    from harness.scheduling import BackfillError, cancel_backfill
-    from harness.scheduling.control import operator
+    from harness.scheduling import BackfillError, cancel_backfill, operator
 
     try:
         flying = cancel_backfill(store, backfill_id, operator())
@@ -294,7 +271,7 @@ def resume(level: Annotated[str, typer.Argument(help="The paused level.")]) -> N
 def _switch(
     level: str, *, pause: bool, reason: str = "paused by operator", note: str | None = None
 ) -> None:
-    from harness.scheduling.control import UnknownLevelError, operator, switch_level
+    from harness.scheduling import UnknownLevelError, operator, switch_level
 
     config = settings(needed=True)
     store = store_for(config)
@@ -318,7 +295,7 @@ def fake_llm(
     """Serve tickwork's fake upstream: OpenAI chat and Responses, Anthropic, Ollama."""
     import uvicorn
 
-    from harness.devtools.fake_llm import create_app
+    from harness.devtools import create_app
 
     out.print(
         f"fake upstream on http://{host}:{port} (OpenAI: /v1, Anthropic: /v1/messages, "

@@ -35,8 +35,7 @@ def ticks(
     holds, however long the history; the last line names the next page's command.
     """
     from harness.prices import PriceBook, format_usd, tick_cost
-    from harness.projections import STATUSES, projector_for
-    from harness.projections.ticks import TickCursor, tick_page
+    from harness.projections import STATUSES, TickCursor, projector_for, tick_page
     from harness.timespec import as_utc
 
     if status is not None and status not in STATUSES:

@@ -24,7 +24,7 @@ def worker(
     ] = None,
 ) -> None:
     """Run tick jobs of the procrastinate executor until SIGTERM (any number, any host)."""
-    from harness.execution.executors.procrastinate import WorkerLoop, places_needed
+    from harness.execution import WorkerLoop, places_needed
     from harness.store import Heartbeat
 
     config = settings(needed=True)

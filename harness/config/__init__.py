@@ -30,6 +30,7 @@ if typing.TYPE_CHECKING:
         GovernorConfig,
         GovernorEnvError,
         with_legacy_env,
+        without_credentials,
     )
     from harness.config.location import (
         CONFIG_ENV,
@@ -67,6 +68,7 @@ if typing.TYPE_CHECKING:
         parse_interval,
         tick_page,
     )
+    from harness.config.windows import Exclusion
 
 __all__ = [
     "CONFIG_ENV",
@@ -83,6 +85,7 @@ __all__ = [
     "ConfigError",
     "DigestConfig",
     "Durability",
+    "Exclusion",
     "ExecutorConfig",
     "GovernorConfig",
     "GovernorEnvError",
@@ -109,6 +112,7 @@ __all__ = [
     "service_socket",
     "tick_page",
     "with_legacy_env",
+    "without_credentials",
 ]
 
 _HOMES = {
@@ -132,6 +136,7 @@ _HOMES = {
         "GovernorConfig",
         "GovernorEnvError",
         "with_legacy_env",
+        "without_credentials",
     ),
     "settings": (
         "HOME",
@@ -162,5 +167,6 @@ _HOMES = {
         "parse_interval",
         "tick_page",
     ),
+    "windows": ("Exclusion",),
 }
 __getattr__ = fronts.names_on_first_use(__name__, _HOMES)

@@ -22,7 +22,7 @@ from collections.abc import Iterator, Mapping, Sequence
 from typing import TYPE_CHECKING
 from urllib.parse import urlsplit
 
-from harness.contracts.budgets import BudgetEntry, BudgetRule
+from harness.contracts import BudgetEntry, BudgetRule
 
 if TYPE_CHECKING:
     from harness.config.settings import LevelConfig

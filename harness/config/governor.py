@@ -14,7 +14,7 @@ from urllib.parse import urlsplit, urlunsplit
 
 from pydantic import Field, ValidationError
 
-from harness.contracts.governor import GovernorLimits
+from harness.contracts import GovernorLimits
 
 LEGACY_ENV = {
     "GOV_PORT": "port",

@@ -11,7 +11,7 @@ import json
 import os
 from pathlib import Path
 
-from harness.contracts.secrets import SECRET_ENV
+from harness.contracts import SECRET_ENV
 
 CONFIG_ENV = "TICKWORK_CONFIG"
 CONFIG_FILENAME = "tickwork.toml"

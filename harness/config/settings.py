@@ -43,23 +43,28 @@ from harness.config.crontab import crontab_trigger
 from harness.config.governor import GovernorConfig
 from harness.config.location import ENV_PREFIX, config_path
 from harness.config.windows import ScheduleLimits, SchedulingConfig, jitter_seconds
-from harness.contracts.agents import (
-    DEFAULT_AGENTS_DIR,
-    AgentKind,
-    missing_agent,
-    require_agent_api,
-)
-from harness.contracts.budgets import BudgetEntry, BudgetRule
-from harness.contracts.output import load_output_schema
-from harness.contracts.rate_limits import Positive, ProviderRateLimit, RateLimit
-from harness.contracts.secrets import (
+from harness.contracts import (
     ALERT_URLS_ENV,
+    DEFAULT_AGENTS_DIR,
     STORE_PASSWORD_ENV,
+    AgentKind,
+    Api,
+    BudgetEntry,
+    BudgetRule,
+    Capabilities,
+    Effort,
+    Positive,
+    ProviderRateLimit,
+    RateLimit,
+    ToolTier,
+    capabilities,
+    load_output_schema,
+    missing_agent,
     register_secret_names,
     register_secret_value,
+    require_agent_api,
+    require_effort,
 )
-from harness.contracts.tiers import Capabilities, ToolTier, capabilities
-from harness.contracts.wire import Api, Effort, require_effort
 
 HOME = Path(".tickwork")
 

@@ -3,12 +3,36 @@
 It owns the fake upstream that tests, benchmarks and `make run` talk to, in the four
 wire formats a tick can speak (`harness.devtools.fake_llm`), the in-thread ASGI server
 it runs on (`serving`), and the commented `tickwork.toml` that `tickwork init` writes.
-Only the example is re-exported: the fake upstream and the server import FastAPI and uvicorn, which
-`tickwork init` must not pay for; import them from their modules.
+The example is imported with the front; every other name is loaded on first use
+(`harness.fronts`): the fake upstream and the server import FastAPI and uvicorn, which
+`tickwork init` must not pay for.
 """
 
 from __future__ import annotations
 
+import typing
+
+from harness import fronts
 from harness.devtools.example_config import example_config
 
-__all__ = ["example_config"]
+if typing.TYPE_CHECKING:
+    from harness.devtools.fake_llm.server import create_app
+    from harness.devtools.upstream import TickUpstream, env_for_ticks, upstream_for_ticks
+
+__all__ = [
+    "TickUpstream",
+    "create_app",
+    "env_for_ticks",
+    "example_config",
+    "upstream_for_ticks",
+]
+
+_HOMES = {
+    "upstream": (
+        "TickUpstream",
+        "env_for_ticks",
+        "upstream_for_ticks",
+    ),
+    "fake_llm.server": ("create_app",),
+}
+__getattr__ = fronts.names_on_first_use(__name__, _HOMES)

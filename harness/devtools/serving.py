@@ -3,6 +3,6 @@
 It lives with the governor, whose in-tick proxy is served so too.
 """
 
-from harness.governor.serving import BackgroundServer
+from harness.governor import BackgroundServer
 
 __all__ = ["BackgroundServer"]

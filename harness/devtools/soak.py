@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from harness.config import Settings
-from harness.contracts.events import (
+from harness.contracts import (
     BudgetSpent,
     Event,
     TickCompleted,
@@ -25,9 +25,8 @@ from harness.contracts.events import (
     TickStarted,
     ToolCalled,
 )
-from harness.scheduling.archiving import Archiver
-from harness.store import SqlEventStore
-from harness.store.retention import Footprint, footprint
+from harness.scheduling import Archiver
+from harness.store import Footprint, SqlEventStore, footprint
 
 ARCHIVE_AFTER_MIDNIGHT = timedelta(minutes=5)
 """When, in a simulated day, the daily archive run takes the days before the cutoff."""

@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from urllib.parse import urlsplit
 
-from harness.contracts.secrets import API_KEY_ENV
+from harness.contracts import API_KEY_ENV
 from harness.store import EventStore, StoreError, beats
 
 

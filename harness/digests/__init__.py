@@ -2,32 +2,45 @@
 
 It owns the digest's versioned form and its build (`build_digest`), its rendering as
 Markdown, HTML or JSON (`render`), and its publication: claimed once per period across
-replicas and delivered to files and notifiers. The publication (`Publisher`,
-`DigestScheduler`, `Period` in `harness.digests.publish`) is not re-exported, because it
-imports apprise; import it from its module where a digest is sent.
+replicas and delivered to files and notifiers (`Publisher`, `DigestScheduler`, `Period`).
 
-`Digest` and `build_digest` are loaded on first use (PEP 562): building needs the read
-models and the store, and `tickwork --help` names the digest formats without either.
+All but the rendering are loaded on first use (`harness.fronts`): building needs the read
+models and the store, publishing imports apprise, and `tickwork --help` names the digest
+formats without either. `render` stays an import of its own: it is its submodule's name
+too, and a loaded submodule would shadow a function served on first use.
 """
 
 from __future__ import annotations
 
 import typing
 
+from harness import fronts
 from harness.digests.render import MEDIA_TYPES, DigestFormat, render
 
 if typing.TYPE_CHECKING:
     from harness.digests.build import Digest, build_digest
+    from harness.digests.publish import DigestScheduler, Period, Publisher
 
-__all__ = ["MEDIA_TYPES", "Digest", "DigestFormat", "build_digest", "render"]
+__all__ = [
+    "MEDIA_TYPES",
+    "Digest",
+    "DigestFormat",
+    "DigestScheduler",
+    "Period",
+    "Publisher",
+    "build_digest",
+    "render",
+]
 
-_BUILT = ("Digest", "build_digest")
-
-
-def __getattr__(name: str) -> object:
-    """The build's names, imported when first asked for."""
-    if name in _BUILT:
-        from harness.digests import build
-
-        return getattr(build, name)
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+_HOMES = {
+    "build": (
+        "Digest",
+        "build_digest",
+    ),
+    "publish": (
+        "DigestScheduler",
+        "Period",
+        "Publisher",
+    ),
+}
+__getattr__ = fronts.names_on_first_use(__name__, _HOMES)

@@ -26,15 +26,16 @@ from typing import Any, Literal
 import orjson
 from pydantic import BaseModel, ConfigDict
 
-from harness.contracts import LevelPaused
-from harness.contracts.events import level_stream
-from harness.contracts.result import ResultFileError, ResultMissingError, read_result
+from harness.contracts import (
+    LevelPaused,
+    ResultFileError,
+    ResultMissingError,
+    level_stream,
+    read_result,
+)
 from harness.prices import PriceBook
-from harness.projections import Projector
-from harness.projections.levels import paused_levels
-from harness.projections.periods import PeriodSpend, period_of
-from harness.projections.ticks import TickRow
-from harness.scheduling.budget_watch import BudgetStatus
+from harness.projections import PeriodSpend, Projector, TickRow, paused_levels, period_of
+from harness.scheduling import BudgetStatus
 from harness.store import EventStore
 from harness.timespec import as_utc
 

@@ -34,7 +34,7 @@ from tenacity import (
 )
 
 from harness.config import DigestConfig, Settings, parse_interval
-from harness.contracts.events import (
+from harness.contracts import (
     DigestClaimed,
     DigestDeliveryFailed,
     DigestPublished,
@@ -48,10 +48,15 @@ from harness.digests.render import DigestFormat, period_title, render
 from harness.files import write_atomically
 from harness.prices import PriceBook
 from harness.projections import Projector
-from harness.scheduling.budget import Budgets
-from harness.scheduling.budget_watch import BudgetStatus, budget_statuses
-from harness.scheduling.timetable import Slot, Timetable
-from harness.scheduling.triggers import level_trigger, next_slot
+from harness.scheduling import (
+    Budgets,
+    BudgetStatus,
+    Slot,
+    Timetable,
+    budget_statuses,
+    level_trigger,
+    next_slot,
+)
 from harness.store import NO_STREAM, ConcurrencyError, EventStore, StoreError
 
 Report = Callable[[str], None]

@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Literal
 
 if TYPE_CHECKING:
     from harness.digests.build import Digest, LevelSection
-    from harness.scheduling.budget_watch import BudgetStatus
+    from harness.scheduling import BudgetStatus
 
 DigestFormat = Literal["md", "html", "json"]
 MEDIA_TYPES: dict[DigestFormat, str] = {
@@ -62,7 +62,7 @@ def render(digest: Digest, fmt: DigestFormat, public_url: str | None = None) -> 
     Ticks' texts and errors may quote a key; every kept file and message comes from here.
     With `public_url` (`[api] public_url`) the HTML links each tick to its dashboard page.
     """
-    from harness.contracts.secrets import redact  # the contracts' models: not for --help
+    from harness.contracts import redact
 
     if fmt == "json":
         return redact(digest.model_dump_json(indent=2)) + "\n"

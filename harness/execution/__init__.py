@@ -4,21 +4,82 @@ It owns the queue (`Gate`: global and per-level caps, priorities, spaced starts)
 preparation of a tick's payload and prompt, the runner (attempts, retries, supervision,
 the terminal event with the parsed result), the adoption of ticks a killed predecessor
 left running, and two plug-in families with fronts of their own: `executors` (where
-claimed ticks wait and run) and `launchers` (how a tick process starts).
+claimed ticks wait and run) and `launchers` (how a tick process starts), and the manual
+ticks an operator starts, owned by the caller or by a process of their own (`detached`,
+`tickwork tick --no-wait`). Other parts import all of it from here: every name is loaded
+on first use (`harness.fronts`), so `tickwork status` asking for the procrastinate
+workers loads neither the runner nor a launcher.
 """
 
 from __future__ import annotations
 
-from harness.execution.prepare import PreparedTick, Preparer, TickSetupError, new_tick_id
-from harness.execution.queue import Gate
-from harness.execution.runner import Runner, TickOutcome
+import typing
+
+from harness import fronts
+
+if typing.TYPE_CHECKING:
+    from harness.execution.agent_clis import agent_cli_states
+    from harness.execution.detached import start_detached
+    from harness.execution.executors.base import HandoffExecutor
+    from harness.execution.executors.local import LocalExecutor
+    from harness.execution.executors.procrastinate.jobs import workers
+    from harness.execution.executors.procrastinate.loop import WorkerLoop
+    from harness.execution.executors.procrastinate.scheduler import ProcrastinateExecutor
+    from harness.execution.executors.procrastinate.schema import apply_schema
+    from harness.execution.executors.procrastinate.worker import places_needed
+    from harness.execution.launchers.cold import ColdLauncher
+    from harness.execution.manual import ManualTick, ManualTicks
+    from harness.execution.prepare import PreparedTick, Preparer, TickSetupError, new_tick_id
+    from harness.execution.queue import Gate
+    from harness.execution.runner import Runner, TickOutcome
 
 __all__ = [
+    "ColdLauncher",
     "Gate",
+    "HandoffExecutor",
+    "LocalExecutor",
+    "ManualTick",
+    "ManualTicks",
     "PreparedTick",
     "Preparer",
+    "ProcrastinateExecutor",
     "Runner",
     "TickOutcome",
     "TickSetupError",
+    "WorkerLoop",
+    "agent_cli_states",
+    "apply_schema",
     "new_tick_id",
+    "places_needed",
+    "start_detached",
+    "workers",
 ]
+
+_HOMES = {
+    "detached": ("start_detached",),
+    "prepare": (
+        "PreparedTick",
+        "Preparer",
+        "TickSetupError",
+        "new_tick_id",
+    ),
+    "queue": ("Gate",),
+    "runner": (
+        "Runner",
+        "TickOutcome",
+    ),
+    "manual": (
+        "ManualTick",
+        "ManualTicks",
+    ),
+    "executors.procrastinate.jobs": ("workers",),
+    "agent_clis": ("agent_cli_states",),
+    "executors.base": ("HandoffExecutor",),
+    "executors.local": ("LocalExecutor",),
+    "executors.procrastinate.scheduler": ("ProcrastinateExecutor",),
+    "launchers.cold": ("ColdLauncher",),
+    "executors.procrastinate.schema": ("apply_schema",),
+    "executors.procrastinate.loop": ("WorkerLoop",),
+    "executors.procrastinate.worker": ("places_needed",),
+}
+__getattr__ = fronts.names_on_first_use(__name__, _HOMES)

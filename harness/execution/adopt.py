@@ -19,7 +19,7 @@ from pathlib import Path
 
 import psutil
 
-from harness.contracts.events import TickLost
+from harness.contracts import TickLost
 from harness.execution.launchers import TickProcess
 from harness.execution.launchers.cold import WORKER_MODULE
 from harness.execution.prepare import TickRef

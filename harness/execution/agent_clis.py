@@ -15,7 +15,7 @@ import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
-from harness.contracts.agents import AGENT_CLIS, AgentKind
+from harness.contracts import AGENT_CLIS, AgentKind
 
 VERSION_TIMEOUT_SECONDS = 30.0
 VERSION = re.compile(r"\d+\.\d+\.\d+\S*")
@@ -48,7 +48,7 @@ def pinned_versions(agents_dir: Path) -> dict[str, str]:
     return {str(k): str(v) for k, v in (dependencies or {}).items()}
 
 
-def agent_clis(agents_dir: Path) -> list[AgentCliState]:
+def agent_cli_states(agents_dir: Path) -> list[AgentCliState]:
     """Every agent CLI tickwork knows, as found under `agents_dir`."""
     pinned = pinned_versions(agents_dir)
     states = []

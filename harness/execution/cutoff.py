@@ -16,9 +16,7 @@ from collections.abc import Sequence
 from datetime import datetime
 from uuid import UUID, uuid5
 
-from harness.contracts import ModelCallStarted, TickAttemptFailed
-from harness.contracts.events import BudgetSpent
-from harness.contracts.records import StoredEvent
+from harness.contracts import BudgetSpent, ModelCallStarted, StoredEvent, TickAttemptFailed
 
 BOOKING_NAMESPACE = UUID("5a4f3c0e-9d1b-4c55-8a57-0c7d2b1e6f12")
 """Namespace of the ids of estimated bookings, derived from the id of the call's start."""

@@ -17,11 +17,11 @@ import time
 from typing import TYPE_CHECKING, Literal, Protocol
 
 from harness.config import LevelConfig
-from harness.contracts.events import HedgeDecided, HedgeStarted, TickCancelled, TickCompleted
+from harness.contracts import HedgeDecided, HedgeStarted, TickCancelled, TickCompleted
 from harness.execution.launchers import TickProcess
 from harness.execution.lifecycle import Life
 from harness.execution.prepare import PreparedTick
-from harness.scheduling.waves import SlotClaim
+from harness.scheduling import SlotClaim
 
 if TYPE_CHECKING:
     from harness.execution.runner import Ended, Runner

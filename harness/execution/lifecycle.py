@@ -17,10 +17,8 @@ from harness.config import Settings
 from harness.execution.launchers import TickProcess
 from harness.execution.prepare import TickRef
 from harness.prices import PriceBook
-from harness.projections import projector_for
-from harness.projections.levels import cancel_scopes, level_paused
-from harness.scheduling.budget import Budgets
-from harness.scheduling.control import PAUSED
+from harness.projections import cancel_scopes, level_paused, projector_for
+from harness.scheduling import PAUSED, Budgets
 from harness.store import EventStore, StoreError
 
 BUDGET = "budget"

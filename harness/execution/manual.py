@@ -16,20 +16,22 @@ from collections.abc import Callable, Mapping
 from contextlib import AbstractContextManager
 
 from harness.config import Settings
-from harness.contracts import BudgetSpent, ModelCalled, ToolCalled
-from harness.contracts.events import tick_stream
+from harness.contracts import BudgetSpent, ModelCalled, ToolCalled, tick_stream
 from harness.execution.executors import LocalExecutor
 from harness.execution.launchers import ColdLauncher
 from harness.execution.prepare import Preparer, TickSetupError, new_tick_id
 from harness.execution.runner import Runner, TickOutcome
-from harness.projections import Projector
-from harness.projections.ticks import TicksProjection
+from harness.projections import Projector, TicksProjection
 from harness.routing import Router
-from harness.scheduling import record_levels
-from harness.scheduling.control import ControlFollower
-from harness.scheduling.manual import manual_ticks_ahead
-from harness.scheduling.timetable import POLL_SECONDS
-from harness.scheduling.waves import Manual, SlotClaim, claim_wave
+from harness.scheduling import (
+    POLL_SECONDS,
+    ControlFollower,
+    Manual,
+    SlotClaim,
+    claim_wave,
+    manual_ticks_ahead,
+    record_levels,
+)
 from harness.store import EventStore, StoreError
 
 FOREVER = 7 * 24 * 3600.0

@@ -13,8 +13,14 @@ from __future__ import annotations
 
 import threading
 
-from harness.contracts.events import PanelDecided, PanelMember, TickCompleted, TickFailed
-from harness.contracts.result import TickResult, write_result
+from harness.contracts import (
+    PanelDecided,
+    PanelMember,
+    TickCompleted,
+    TickFailed,
+    TickResult,
+    write_result,
+)
 from harness.execution.prepare import PreparedTick
 from harness.execution.runner import Runner, TickOutcome
 

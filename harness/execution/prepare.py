@@ -23,21 +23,33 @@ from string import Template
 from typing import Any
 
 from harness.config import LevelConfig, Settings
-from harness.contracts.budgets import BudgetRuleData
-from harness.contracts.calibration import Calibration
-from harness.contracts.ids import tick_id_for
-from harness.contracts.output import OutputSchemaError, load_output_schema
-from harness.contracts.payload import RagSettings, TickBudgets, TickPayload, TokenRates
-from harness.contracts.rate_limits import RateLimitPlan
-from harness.contracts.result import ResultFileError, read_result
-from harness.contracts.secrets import STORE_PASSWORD_ENV, TELEMETRY_HEADERS_ENV, secret_names
+from harness.contracts import (
+    STORE_PASSWORD_ENV,
+    TELEMETRY_HEADERS_ENV,
+    BudgetRuleData,
+    Calibration,
+    OutputSchemaError,
+    RagSettings,
+    RateLimitPlan,
+    ResultFileError,
+    TickBudgets,
+    TickPayload,
+    TokenRates,
+    load_output_schema,
+    read_result,
+    secret_names,
+    tick_id_for,
+)
 from harness.prices import PriceBook
-from harness.projections import Projector, projector_for
-from harness.projections.budget_windows import NAME as BUDGETS_MODEL
-from harness.projections.calibration import current_calibrations
-from harness.projections.ticks import previous_result_path
-from harness.routing.decisions import Routed, Router, configured_router
-from harness.scheduling.budget import Budgets, reservations_in_flight
+from harness.projections import (
+    BUDGET_WINDOWS,
+    Projector,
+    current_calibrations,
+    previous_result_path,
+    projector_for,
+)
+from harness.routing import Routed, Router, configured_router
+from harness.scheduling import Budgets, reservations_in_flight
 from harness.store import EventStore, StoreError, split_password
 
 log = logging.getLogger(__name__)
@@ -353,7 +365,7 @@ class Preparer:
         try:
             # No fold here: twenty ticks prepared at :00 would queue on its write lock.
             # The checkpoint is read first, so what is folded in between counts twice.
-            position = budgets.windows.checkpoints()[BUDGETS_MODEL]
+            position = budgets.windows.checkpoints()[BUDGET_WINDOWS]
             spent = budgets.spent(rules, now, fold=False)
             scoped: set[str] | None = set()
             for rule in rules:

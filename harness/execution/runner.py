@@ -24,33 +24,33 @@ from pathlib import Path
 from tenacity import RetryCallState, Retrying, stop_never, wait_exponential
 
 from harness.config import Settings, tick_page
-from harness.contracts.events import (
+from harness.contracts import (
+    FailureClass,
     GovernorFired,
     LevelPaused,
     LevelResumed,
+    ResultFileError,
     TickAttemptFailed,
     TickCancelled,
     TickCompleted,
     TickEvent,
     TickFailed,
+    TickResult,
     TickStarted,
     TickTimedOut,
     decode,
     level_stream,
+    read_result,
     tick_stream,
 )
-from harness.contracts.failures import FailureClass
-from harness.contracts.result import ResultFileError, TickResult, read_result
 from harness.execution.cutoff import cut_off_call
 from harness.execution.hedge import Places, Race, hedge_after
 from harness.execution.launchers import Launcher, TickProcess, launcher_for, preloads_of
 from harness.execution.lifecycle import Decisions, Life
 from harness.execution.prepare import PreparedTick, TickRef, worker_env
-from harness.governor.alerts import Alerts, urls_from_env
-from harness.governor.policy import Verdict
-from harness.routing.decisions import Escalation
-from harness.routing.history import catalog_record
-from harness.scheduling.waves import SlotClaim
+from harness.governor import Alerts, Verdict, urls_from_env
+from harness.routing import Escalation, catalog_record
+from harness.scheduling import SlotClaim
 from harness.store import EventStore, Spool, StoreError, append_or_spool, release_tick
 
 STDERR_TAIL_BYTES = 2000

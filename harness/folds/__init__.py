@@ -6,8 +6,96 @@ decides, the store splits the range and runs the parts). A worker process starts
 module name (`python -m harness.folds.worker`) and imports only this package: the range
 query the store wrote (`ranges`), the fold kernel (`sums`, and `spend` for the spend read
 model) and the driver. Nothing here imports SQLAlchemy, pydantic or the price tables,
-which would cost a worker half a second before its first row; nothing is re-exported,
-so importing one module never pulls in another.
+which would cost a worker half a second before its first row. Every name is loaded on
+first use (`harness.fronts`), so importing one never pulls in another module.
 """
 
-__all__: list[str] = []
+import typing
+
+from harness import fronts
+
+if typing.TYPE_CHECKING:
+    from harness.folds.packed import (
+        EPOCH,
+        TICK_PREFIX,
+        pack,
+        positions,
+        records_of,
+        restore,
+        unpack_data,
+    )
+    from harness.folds.parallel import Workers
+    from harness.folds.ranges import (
+        Database,
+        EventData,
+        PackedQuery,
+        RangeQuery,
+        counted,
+        event_slices,
+        fetched,
+        open_cursor,
+    )
+    from harness.folds.spend import spend_sums
+    from harness.folds.sums import Folded, Kernel, Sums, merge
+    from harness.folds.tick_spend import COUNTERS, tick_spend_sums
+
+__all__: list[str] = [
+    "COUNTERS",
+    "EPOCH",
+    "TICK_PREFIX",
+    "Database",
+    "EventData",
+    "Folded",
+    "Kernel",
+    "PackedQuery",
+    "RangeQuery",
+    "Sums",
+    "Workers",
+    "counted",
+    "event_slices",
+    "fetched",
+    "merge",
+    "open_cursor",
+    "pack",
+    "positions",
+    "records_of",
+    "restore",
+    "spend_sums",
+    "tick_spend_sums",
+    "unpack_data",
+]
+
+_HOMES = {
+    "sums": (
+        "Folded",
+        "Kernel",
+        "Sums",
+        "merge",
+    ),
+    "tick_spend": (
+        "COUNTERS",
+        "tick_spend_sums",
+    ),
+    "ranges": (
+        "Database",
+        "EventData",
+        "PackedQuery",
+        "RangeQuery",
+        "counted",
+        "event_slices",
+        "fetched",
+        "open_cursor",
+    ),
+    "spend": ("spend_sums",),
+    "packed": (
+        "EPOCH",
+        "TICK_PREFIX",
+        "pack",
+        "positions",
+        "records_of",
+        "restore",
+        "unpack_data",
+    ),
+    "parallel": ("Workers",),
+}
+__getattr__ = fronts.names_on_first_use(__name__, _HOMES)

@@ -30,7 +30,7 @@ from typing import TYPE_CHECKING, Any
 import orjson
 
 if TYPE_CHECKING:  # a fold worker never imports the contracts (pydantic)
-    from harness.contracts.records import StoredEvent
+    from harness.contracts import StoredEvent
     from harness.folds.ranges import EventData
 
 FORMAT = 1

@@ -21,7 +21,7 @@ import threading
 import time
 from collections.abc import Callable, Mapping
 
-from harness.contracts.secrets import ALERT_URLS_ENV
+from harness.contracts import ALERT_URLS_ENV
 from harness.governor.policy import Verdict, fill
 
 _MAX_EPISODES = 10_000

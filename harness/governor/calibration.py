@@ -7,7 +7,7 @@ from the state the runner hands it in its payload.
 
 from __future__ import annotations
 
-from harness.contracts.calibration import Calibration, Sample, Verdict
+from harness.contracts import Calibration, Sample, Verdict
 
 
 class Calibrations:

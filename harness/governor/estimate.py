@@ -16,7 +16,7 @@ from typing import Any
 
 import orjson
 
-from harness.contracts.wire import Api
+from harness.contracts import Api
 
 DEFAULT_CHARS_PER_TOKEN = 3.2
 

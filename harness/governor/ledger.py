@@ -16,9 +16,8 @@ import threading
 import time
 from collections.abc import Callable
 
-from harness.contracts.events import BudgetSpent, GovernorEvent
-from harness.store import EventStore, NewEvent, append_or_spool
-from harness.store.spool import Spool
+from harness.contracts import BudgetSpent, GovernorEvent
+from harness.store import EventStore, NewEvent, Spool, append_or_spool
 
 log = logging.getLogger(__name__)
 

@@ -15,8 +15,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Literal
 
-from harness.contracts.events import GovernorFired
-from harness.contracts.governor import GovernorLimits
+from harness.contracts import GovernorFired, GovernorLimits
 from harness.governor.estimate import tokens_from_chars
 
 Decision = Literal["pass", "soft", "defer", "hard"]

@@ -16,8 +16,8 @@ import time
 from collections.abc import Callable, Generator, Mapping, Sequence
 from dataclasses import dataclass
 
-from harness.contracts.rate_limits import Scope
-from harness.routing.quota import answer_quota
+from harness.contracts import Scope
+from harness.routing import answer_quota
 from harness.store import Call, EventStore, Turn, block, take
 
 Clock = Callable[[], float]

@@ -7,54 +7,96 @@ learned calibration, counters of ticks per level, each level's failure streak (f
 by the alerter), the cancel scopes in force, each digest's last publication, and which
 levels are paused (a query on the level streams). Every
 other stage reads a read model through the queries exported here, never its tables.
+Every name is loaded on first use (`harness.fronts`): a command pays only for the read
+models it asks.
 """
 
 from __future__ import annotations
 
-from harness.projections.base import EventData, Projection, SumProjection
-from harness.projections.calibration import (
-    CalibrationProjection,
-    current_calibrations,
-    load_calibrations,
-)
-from harness.projections.digests import DigestsProjection, latest_published
-from harness.projections.levels import CancelScopesProjection, level_paused, paused_levels
-from harness.projections.projector import Progress, Projector
-from harness.projections.registry import projector_for
-from harness.projections.spend import GroupBy, SpendProjection, SpendRow, spend_report
-from harness.projections.story import StoryStep, TickStory, story_of, story_steps, tick_story
-from harness.projections.streaks import Streak, fold_streak, load_streaks, save_streaks
-from harness.projections.tick_counts import (
-    DURATION_BUCKETS,
-    Durations,
-    TickCounters,
-    durations,
-    status_counts,
-    tick_counters,
-    tool_cap_counts,
-)
-from harness.projections.ticks import (
-    STATUSES,
-    UNKNOWN,
-    TickInFlight,
-    TickMark,
-    TickPage,
-    TickRow,
-    TicksProjection,
-    fire_lags,
-    last_slots,
-    last_statuses,
-    open_ticks,
-    previous_result_path,
-    recent_ticks,
-    tick_ids_starting,
-    tick_page,
-    tick_statuses,
-    ticks_in_flight,
-)
+import typing
+
+from harness import fronts
+
+if typing.TYPE_CHECKING:
+    from harness.projections.base import EventData, Projection, SumProjection
+    from harness.projections.budget_windows import (
+        BUDGET_WINDOWS,
+        WindowSpend,
+        budget_projector,
+        ensure_folded,
+        spent_in_windows,
+    )
+    from harness.projections.calibration import (
+        CalibrationProjection,
+        current_calibrations,
+        load_calibrations,
+    )
+    from harness.projections.digests import DigestsProjection, latest_published
+    from harness.projections.level_stats import LevelStats, stats_of_levels
+    from harness.projections.levels import (
+        CancelScopesProjection,
+        cancel_scopes,
+        level_paused,
+        paused_levels,
+        pauses,
+    )
+    from harness.projections.periods import PeriodSpend, period_of
+    from harness.projections.projector import Progress, Projector
+    from harness.projections.registry import projector_for
+    from harness.projections.spend import (
+        REPORT_DAYS,
+        REPORT_GROUPS,
+        GroupBy,
+        ReportGroup,
+        SpendProjection,
+        SpendRow,
+        report_since,
+        spend_by,
+        spend_report,
+        top_spenders,
+    )
+    from harness.projections.story import StoryStep, TickStory, story_of, story_steps, tick_story
+    from harness.projections.streaks import Streak, fold_streak, load_streaks, save_streaks
+    from harness.projections.tick_counts import (
+        DURATION_BUCKETS,
+        Durations,
+        TickCounters,
+        durations,
+        status_counts,
+        tick_counters,
+        tool_cap_counts,
+    )
+    from harness.projections.tick_lines import tick_line
+    from harness.projections.ticks import (
+        OPEN,
+        STATUSES,
+        UNKNOWN,
+        TickCursor,
+        TickInFlight,
+        TickMark,
+        TickPage,
+        TickRow,
+        TicksProjection,
+        fire_lags,
+        last_slots,
+        last_statuses,
+        latest_ticks,
+        open_ticks,
+        previous_result_path,
+        recent_ticks,
+        runs_of,
+        tick_ids_starting,
+        tick_page,
+        tick_statuses,
+        ticks_in_flight,
+    )
 
 __all__ = [
+    "BUDGET_WINDOWS",
     "DURATION_BUCKETS",
+    "OPEN",
+    "REPORT_DAYS",
+    "REPORT_GROUPS",
     "STATUSES",
     "UNKNOWN",
     "CalibrationProjection",
@@ -63,46 +105,167 @@ __all__ = [
     "Durations",
     "EventData",
     "GroupBy",
+    "LevelStats",
+    "PeriodSpend",
     "Progress",
     "Projection",
     "Projector",
+    "ReportGroup",
     "SpendProjection",
     "SpendRow",
     "StoryStep",
     "Streak",
     "SumProjection",
     "TickCounters",
+    "TickCursor",
     "TickInFlight",
     "TickMark",
     "TickPage",
     "TickRow",
     "TickStory",
     "TicksProjection",
+    "WindowSpend",
+    "budget_projector",
+    "cancel_scopes",
     "current_calibrations",
     "durations",
+    "ensure_folded",
     "fire_lags",
     "fold_streak",
     "last_slots",
     "last_statuses",
     "latest_published",
+    "latest_ticks",
     "level_paused",
     "load_calibrations",
     "load_streaks",
     "open_ticks",
     "paused_levels",
+    "pauses",
+    "period_of",
     "previous_result_path",
     "projector_for",
     "recent_ticks",
+    "report_since",
+    "runs_of",
     "save_streaks",
+    "spend_by",
     "spend_report",
+    "spent_in_windows",
+    "stats_of_levels",
     "status_counts",
     "story_of",
     "story_steps",
     "tick_counters",
     "tick_ids_starting",
+    "tick_line",
     "tick_page",
     "tick_statuses",
     "tick_story",
     "ticks_in_flight",
     "tool_cap_counts",
+    "top_spenders",
 ]
+
+_HOMES = {
+    "base": (
+        "EventData",
+        "Projection",
+        "SumProjection",
+    ),
+    "calibration": (
+        "CalibrationProjection",
+        "current_calibrations",
+        "load_calibrations",
+    ),
+    "digests": (
+        "DigestsProjection",
+        "latest_published",
+    ),
+    "levels": (
+        "CancelScopesProjection",
+        "cancel_scopes",
+        "level_paused",
+        "paused_levels",
+        "pauses",
+    ),
+    "projector": (
+        "Progress",
+        "Projector",
+    ),
+    "registry": ("projector_for",),
+    "spend": (
+        "REPORT_DAYS",
+        "REPORT_GROUPS",
+        "GroupBy",
+        "ReportGroup",
+        "SpendProjection",
+        "SpendRow",
+        "report_since",
+        "spend_by",
+        "spend_report",
+        "top_spenders",
+    ),
+    "story": (
+        "StoryStep",
+        "TickStory",
+        "story_of",
+        "story_steps",
+        "tick_story",
+    ),
+    "streaks": (
+        "Streak",
+        "fold_streak",
+        "load_streaks",
+        "save_streaks",
+    ),
+    "tick_counts": (
+        "DURATION_BUCKETS",
+        "Durations",
+        "TickCounters",
+        "durations",
+        "status_counts",
+        "tick_counters",
+        "tool_cap_counts",
+    ),
+    "ticks": (
+        "OPEN",
+        "STATUSES",
+        "UNKNOWN",
+        "TickCursor",
+        "TickInFlight",
+        "TickMark",
+        "TickPage",
+        "TickRow",
+        "TicksProjection",
+        "fire_lags",
+        "last_slots",
+        "last_statuses",
+        "latest_ticks",
+        "open_ticks",
+        "previous_result_path",
+        "recent_ticks",
+        "runs_of",
+        "tick_ids_starting",
+        "tick_page",
+        "tick_statuses",
+        "ticks_in_flight",
+    ),
+    "level_stats": (
+        "LevelStats",
+        "stats_of_levels",
+    ),
+    "periods": (
+        "PeriodSpend",
+        "period_of",
+    ),
+    "tick_lines": ("tick_line",),
+    "budget_windows": (
+        "BUDGET_WINDOWS",
+        "WindowSpend",
+        "budget_projector",
+        "ensure_folded",
+        "spent_in_windows",
+    ),
+}
+__getattr__ = fronts.names_on_first_use(__name__, _HOMES)

@@ -16,7 +16,7 @@ from typing import ClassVar
 
 import sqlalchemy as sa
 
-from harness.folds.sums import Kernel, Sums
+from harness.folds import Kernel, Sums
 from harness.store import EventData, add_sums, upsert
 
 __all__ = ["EventData", "Kernel", "Projection", "SumProjection", "Sums", "add_sums", "upsert"]

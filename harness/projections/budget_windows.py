@@ -21,14 +21,11 @@ from pathlib import Path
 
 import sqlalchemy as sa
 
-from harness.contracts import BudgetSpent
-from harness.contracts.budgets import BudgetRule, Window, bucket_of
+from harness.contracts import BudgetRule, BudgetSpent, Window, bucket_of
 from harness.prices import PriceBook
 from harness.projections.base import EventData, Projection, add_sums, upsert
 from harness.projections.projector import Projector
-from harness.store import EventStore, clear_tables
-from harness.store.archives import recorded_archives
-from harness.store.schema import metadata
+from harness.store import EventStore, clear_tables, metadata, recorded_archives
 
 budget_window_spend = sa.Table(
     "budget_window_spend",
@@ -52,7 +49,7 @@ budget_folds = sa.Table(
 """The rule fingerprints the read model holds rows for (cleared with it)."""
 
 _KEYS = ("budget", "fingerprint", "bucket", "model", "price_tier")
-NAME = "budget_windows"
+BUDGET_WINDOWS = "budget_windows"
 
 
 def bucket_key(at: datetime) -> str:
@@ -63,7 +60,7 @@ def bucket_key(at: datetime) -> str:
 class BudgetWindowsProjection(Projection):
     """Spend per budget, window, model and tier, for the budgets configured (see module)."""
 
-    name = NAME
+    name = BUDGET_WINDOWS
     types = frozenset({BudgetSpent.type})
     tables = (budget_window_spend, budget_folds)
 
@@ -131,8 +128,8 @@ def ensure_folded(
             return False
     since = min((rule.window_at(at).start for rule in rules), default=at) - timedelta(days=1)
     archives = recorded_archives(store, archive_root, since.date()) if archive_root else []
-    projection = projector.get(NAME)
-    with store.tracking(NAME) as locked:
+    projection = projector.get(BUDGET_WINDOWS)
+    with store.tracking(BUDGET_WINDOWS) as locked:
         if wanted <= _folded_for(locked.conn):
             return False
         clear_tables(locked.conn, projection.tables)
@@ -233,7 +230,7 @@ def spent_in_windows(
     if not rules:
         return {}
     if fold:
-        projector.catch_up([NAME])
+        projector.catch_up([BUDGET_WINDOWS])
     windows: dict[str, Window] = {rule.name: rule.window_at(at) for rule in rules}
     with store.read_transaction() as conn:
         return window_spend(conn, prices, rules, windows)

@@ -13,12 +13,10 @@ from collections.abc import Iterable
 
 import sqlalchemy as sa
 
-from harness.contracts import CalibrationSampled
-from harness.contracts.calibration import Calibration, Sample
+from harness.contracts import Calibration, CalibrationSampled, Sample
 from harness.projections.base import EventData, Projection, upsert
 from harness.projections.projector import Projector
-from harness.store import EventStore
-from harness.store.schema import Json, metadata
+from harness.store import EventStore, Json, metadata
 
 governor_calibration = sa.Table(
     "governor_calibration",

@@ -12,8 +12,7 @@ import sqlalchemy as sa
 
 from harness.contracts import DigestPublished
 from harness.projections.base import EventData, Projection, upsert
-from harness.store import EventStore, StoredEvent
-from harness.store.schema import metadata
+from harness.store import EventStore, StoredEvent, metadata
 
 digests_published = sa.Table(
     "digests_published",

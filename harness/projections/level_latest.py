@@ -24,7 +24,7 @@ from datetime import datetime
 import sqlalchemy as sa
 
 from harness.projections.base import upsert
-from harness.store.schema import metadata
+from harness.store import metadata
 from harness.timespec import as_utc
 
 ENDED = ("completed", "failed", "timed_out", "cancelled", "lost")

@@ -56,7 +56,7 @@ class LevelStats:
         return None if ran == 0 else self.completed_day / ran
 
 
-def level_stats(store: EventStore, levels: Iterable[str], now: datetime) -> list[LevelStats]:
+def stats_of_levels(store: EventStore, levels: Iterable[str], now: datetime) -> list[LevelStats]:
     """Each level's stats, in the order given."""
     names = list(levels)
     since = hour_of(now - timedelta(hours=RATE_HOURS - 1))

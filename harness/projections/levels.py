@@ -12,20 +12,19 @@ from collections.abc import Iterable
 
 import sqlalchemy as sa
 
-from harness.contracts import LevelResumed
-from harness.contracts.events import (
+from harness.contracts import (
     CONTROL_STREAM,
     CancelCleared,
     CancelRequested,
     LevelPaused,
+    LevelResumed,
     OneShotCancelRequested,
     decode,
     level_stream,
 )
 from harness.projections.base import EventData, Projection, upsert
 from harness.projections.ticks import OPEN, ticks
-from harness.store import EventStore
-from harness.store.schema import metadata
+from harness.store import EventStore, metadata
 
 cancel_scopes_folded = sa.Table(
     "cancel_scopes",

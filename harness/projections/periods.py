@@ -17,7 +17,7 @@ from typing import Any, Literal
 
 import sqlalchemy as sa
 
-from harness.folds.tick_spend import COUNTERS
+from harness.folds import COUNTERS
 from harness.projections.tick_counts import hour_of, tick_day_counts, tick_hour_counts
 from harness.projections.tick_spend import tick_spend
 from harness.projections.ticks import IDS_PER_QUERY, TickRow, ticks

@@ -28,11 +28,16 @@ from itertools import islice
 
 import sqlalchemy as sa
 
-from harness.folds.ranges import counted
+from harness.folds import counted
 from harness.projections.base import Projection, SumProjection
-from harness.store import EventStore, Tracking, clear_tables
-from harness.store.archives import Archive, merged
-from harness.store.schema import projection_checkpoints
+from harness.store import (
+    Archive,
+    EventStore,
+    Tracking,
+    clear_tables,
+    merged,
+    projection_checkpoints,
+)
 
 
 @contextmanager

@@ -15,12 +15,10 @@ from typing import Literal, get_args
 import sqlalchemy as sa
 
 from harness.contracts import BudgetSpent
-from harness.folds.spend import spend_sums
-from harness.folds.sums import merge
+from harness.folds import merge, spend_sums
 from harness.prices import PriceBook
 from harness.projections.base import Kernel, SumProjection, Sums, add_sums
-from harness.store import EventStore
-from harness.store.schema import metadata
+from harness.store import EventStore, metadata
 
 spend_daily = sa.Table(
     "spend_daily",

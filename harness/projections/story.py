@@ -17,24 +17,26 @@ from uuid import UUID
 from pydantic import BaseModel, ConfigDict
 
 from harness.contracts import (
+    TERMINAL_TYPES,
     AgentUsageChecked,
     BudgetSpent,
     GovernorFired,
     ModelCalled,
     ModelCallStarted,
     RateLimited,
+    ResultFileError,
     RouteFallback,
     RoutePromoted,
+    StoredEvent,
     TickAttemptFailed,
     TickScheduled,
     TickStarted,
     ToolCalled,
     TranscriptEntry,
+    read_result,
+    redact,
+    tick_stream,
 )
-from harness.contracts.events import TERMINAL_TYPES, tick_stream
-from harness.contracts.records import StoredEvent
-from harness.contracts.result import ResultFileError, read_result
-from harness.contracts.secrets import redact
 from harness.projections.ticks import STATUS_OF, queue_wait
 from harness.store import EventStore
 

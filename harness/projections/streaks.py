@@ -16,7 +16,7 @@ import sqlalchemy as sa
 
 from harness.contracts import TickCompleted, TickFailed, TickLost, TickTimedOut
 from harness.projections.base import upsert
-from harness.store.schema import metadata
+from harness.store import metadata
 
 failure_streaks = sa.Table(
     "failure_streaks",

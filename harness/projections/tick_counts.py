@@ -29,8 +29,7 @@ from typing import Any
 import sqlalchemy as sa
 
 from harness.projections.base import add_sums
-from harness.store import EventStore
-from harness.store.schema import metadata
+from harness.store import EventStore, metadata
 from harness.timespec import as_utc
 
 DURATION_BUCKETS = (1.0, 5.0, 15.0, 30.0, 60.0, 120.0, 300.0, 600.0, 1800.0, 3600.0)

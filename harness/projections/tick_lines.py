@@ -12,10 +12,16 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
-from harness.contracts import BudgetSpent, TickCompleted, TickScheduled, TickStarted
-from harness.contracts.events import TERMINAL_TYPES
-from harness.contracts.records import StoredEvent
-from harness.contracts.result import ResultFileError, read_result
+from harness.contracts import (
+    TERMINAL_TYPES,
+    BudgetSpent,
+    ResultFileError,
+    StoredEvent,
+    TickCompleted,
+    TickScheduled,
+    TickStarted,
+    read_result,
+)
 from harness.prices import PriceBook, format_usd
 
 EXCERPT_CHARS = 80

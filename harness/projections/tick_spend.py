@@ -15,13 +15,12 @@ from functools import cache
 import sqlalchemy as sa
 
 from harness.contracts import BudgetSpent, GovernorFired, HedgeStarted
-from harness.folds.sums import merge
-from harness.folds.tick_spend import COUNTERS, tick_spend_sums
+from harness.folds import COUNTERS, merge, tick_spend_sums
 from harness.prices import PriceBook
 from harness.projections.base import Kernel, SumProjection, Sums, add_sums
 from harness.projections.spend import SUMS
 from harness.projections.ticks import IDS_PER_QUERY
-from harness.store.schema import metadata
+from harness.store import metadata
 
 tick_spend = sa.Table(
     "tick_spend",

@@ -44,8 +44,7 @@ from harness.projections.level_latest import (
 )
 from harness.projections.tick_counts import STORED, Tally, roll_up
 from harness.projections.tick_counts import TABLES as COUNTERS
-from harness.store import EventStore
-from harness.store.schema import metadata
+from harness.store import EventStore, metadata
 from harness.timespec import as_utc
 
 UNKNOWN = "unknown"

@@ -4,25 +4,33 @@ It owns the catalog (targets, a lane per level, promotions; validated whole), th
 decisions made from it (the same slot routes the same way in every replica), the
 promotion of a tick's target when its content retries run out, which targets recent
 ticks found down (derived from `RouteFallback` events, shared through the store), every
-catalog in force by revision (`history`) and the quota probes (`quota`, imported by the
-worker on its own: it pulls in an HTTP client).
+catalog in force by revision (`history`) and the quota probes (`quota`: it pulls in an
+HTTP client). Every name is loaded on first use (`harness.fronts`), so a worker that
+probes a quota and a command that reads the catalog each pay only for their own part.
 """
 
 from __future__ import annotations
 
-from harness.routing.availability import recently_down
-from harness.routing.catalog import Catalog, CatalogError, load_catalog, parse_catalog
-from harness.routing.decisions import (
-    CatalogSource,
-    Escalation,
-    NaiveTimeError,
-    Routed,
-    Router,
-    configured_router,
-    decide,
-    decision_fields,
-)
-from harness.routing.history import RevisionError, catalog_record, recorded_catalog
+import typing
+
+from harness import fronts
+
+if typing.TYPE_CHECKING:
+    from harness.routing.availability import recently_down, vouched_for
+    from harness.routing.catalog import Catalog, CatalogError, load_catalog, parse_catalog
+    from harness.routing.decisions import (
+        CatalogSource,
+        Escalation,
+        NaiveTimeError,
+        Report,
+        Routed,
+        Router,
+        configured_router,
+        decide,
+        decision_fields,
+    )
+    from harness.routing.history import RevisionError, catalog_record, recorded_catalog
+    from harness.routing.quota import QuotaExhaustedError, QuotaGate, answer_quota
 
 __all__ = [
     "Catalog",
@@ -30,9 +38,13 @@ __all__ = [
     "CatalogSource",
     "Escalation",
     "NaiveTimeError",
+    "QuotaExhaustedError",
+    "QuotaGate",
+    "Report",
     "RevisionError",
     "Routed",
     "Router",
+    "answer_quota",
     "catalog_record",
     "configured_router",
     "decide",
@@ -41,4 +53,40 @@ __all__ = [
     "parse_catalog",
     "recently_down",
     "recorded_catalog",
+    "vouched_for",
 ]
+
+_HOMES = {
+    "availability": (
+        "recently_down",
+        "vouched_for",
+    ),
+    "catalog": (
+        "Catalog",
+        "CatalogError",
+        "load_catalog",
+        "parse_catalog",
+    ),
+    "decisions": (
+        "CatalogSource",
+        "Escalation",
+        "NaiveTimeError",
+        "Report",
+        "Routed",
+        "Router",
+        "configured_router",
+        "decide",
+        "decision_fields",
+    ),
+    "history": (
+        "RevisionError",
+        "catalog_record",
+        "recorded_catalog",
+    ),
+    "quota": (
+        "QuotaExhaustedError",
+        "QuotaGate",
+        "answer_quota",
+    ),
+}
+__getattr__ = fronts.names_on_first_use(__name__, _HOMES)

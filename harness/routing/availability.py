@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from datetime import datetime, timedelta
 
-from harness.contracts.events import RouteFallback, TargetSelfChecked, decode
+from harness.contracts import RouteFallback, TargetSelfChecked, decode
 from harness.store import EventStore, StoreError
 
 LOOKBACK_EVENTS = 50_000

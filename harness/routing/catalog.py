@@ -33,11 +33,17 @@ from pydantic import (
 )
 
 from harness.config import LEVEL_NAME, IanaZone, PriceOverride, nul_paths
-from harness.contracts.agents import AgentKind, require_agent_api
-from harness.contracts.payload import QuotaProbe
-from harness.contracts.rate_limits import Positive, RateLimit
-from harness.contracts.secrets import register_secret_names
-from harness.contracts.wire import Api, Effort, require_effort
+from harness.contracts import (
+    AgentKind,
+    Api,
+    Effort,
+    Positive,
+    QuotaProbe,
+    RateLimit,
+    register_secret_names,
+    require_agent_api,
+    require_effort,
+)
 
 MINUTES_A_DAY = 24 * 60
 

@@ -17,9 +17,14 @@ from pathlib import Path
 from typing import Any
 
 from harness.config import Settings
-from harness.contracts.events import RoutePromoted, TickFailed
-from harness.contracts.payload import RouteCandidate, RoutePlan, TickPayload
-from harness.contracts.result import TickResult
+from harness.contracts import (
+    RouteCandidate,
+    RoutePlan,
+    RoutePromoted,
+    TickFailed,
+    TickPayload,
+    TickResult,
+)
 from harness.routing.catalog import (
     MINUTES_A_DAY,
     Catalog,

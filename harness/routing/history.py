@@ -13,7 +13,7 @@ from __future__ import annotations
 import re
 from uuid import UUID, uuid5
 
-from harness.contracts.events import CatalogRecorded, catalog_stream, decode
+from harness.contracts import CatalogRecorded, catalog_stream, decode
 from harness.routing.catalog import Catalog
 from harness.store import EventStore
 

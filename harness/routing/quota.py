@@ -19,8 +19,7 @@ from typing import Any
 
 import httpx
 
-from harness.contracts.events import QuotaObserved, decode
-from harness.contracts.payload import QuotaProbe, RouteCandidate
+from harness.contracts import QuotaObserved, QuotaProbe, RouteCandidate, decode
 from harness.store import EventStore, StoreError
 
 LOOKBACK_EVENTS = 50_000

@@ -23,6 +23,8 @@ from harness import fronts
 from harness.scheduling.triggers import level_trigger, next_slot, slot_tick_id
 
 if typing.TYPE_CHECKING:
+    from harness.scheduling.alerts import Alerter
+    from harness.scheduling.archiving import Archiver
     from harness.scheduling.backfill import (
         Backfill,
         BackfillError,
@@ -33,35 +35,60 @@ if typing.TYPE_CHECKING:
         cancel_backfill,
         request_backfill,
     )
+    from harness.scheduling.budget import Budgets, reservations_in_flight
+    from harness.scheduling.budget_watch import BudgetStatus, BudgetWatch, budget_statuses
+    from harness.scheduling.compaction import Compactor
     from harness.scheduling.control import (
+        PAUSED,
+        ControlFollower,
+        ScopeError,
         Switched,
         UnknownLevelError,
+        cancel,
+        clear_cancel,
         operator,
         request_cancel,
         switch_level,
     )
+    from harness.scheduling.describe import LevelDescription, describe_levels
     from harness.scheduling.handoff import Handoff, RunningTick, ScopeMatch
+    from harness.scheduling.manual import manual_ticks_ahead
     from harness.scheduling.reload import (
         LevelsReload,
+        last_reload,
         levels_revision,
         record_levels,
         recorded_levels,
+        reload_lines,
     )
     from harness.scheduling.service import Companion, Service
-    from harness.scheduling.status import LevelStatus, Snapshot, refresh, snapshot
-    from harness.scheduling.timetable import Slot, Timetable
-    from harness.scheduling.waves import SkipReason, SlotClaim, claim_wave
+    from harness.scheduling.status import LevelStatus, Snapshot, projection_lag, refresh, snapshot
+    from harness.scheduling.timetable import POLL_SECONDS, Slot, Timetable
+    from harness.scheduling.transcript_archiving import TranscriptsArchived
+    from harness.scheduling.waves import Manual, SkipReason, SlotClaim, claim_wave
 
 __all__ = [
+    "PAUSED",
+    "POLL_SECONDS",
+    "Alerter",
+    "Archiver",
     "Backfill",
     "BackfillError",
     "BackfillProgress",
+    "BudgetStatus",
+    "BudgetWatch",
+    "Budgets",
+    "Compactor",
     "Companion",
+    "ControlFollower",
     "Handoff",
+    "LevelDescription",
     "LevelStatus",
     "LevelsReload",
+    "Manual",
     "Progress",
     "RunningTick",
+    "ScopeError",
     "ScopeMatch",
     "Service",
     "SkipReason",
@@ -70,20 +97,30 @@ __all__ = [
     "Snapshot",
     "Switched",
     "Timetable",
+    "TranscriptsArchived",
     "UnknownLevelError",
     "backfill_progress",
     "backfills",
+    "budget_statuses",
+    "cancel",
     "cancel_backfill",
     "claim_wave",
+    "clear_cancel",
+    "describe_levels",
+    "last_reload",
     "level_trigger",
     "levels_revision",
+    "manual_ticks_ahead",
     "next_slot",
     "operator",
+    "projection_lag",
     "record_levels",
     "recorded_levels",
     "refresh",
+    "reload_lines",
     "request_backfill",
     "request_cancel",
+    "reservations_in_flight",
     "slot_tick_id",
     "snapshot",
     "switch_level",
@@ -100,12 +137,70 @@ _HOMES = {
         "cancel_backfill",
         "request_backfill",
     ),
-    "control": ("Switched", "UnknownLevelError", "operator", "request_cancel", "switch_level"),
-    "handoff": ("Handoff", "RunningTick", "ScopeMatch"),
-    "reload": ("LevelsReload", "levels_revision", "record_levels", "recorded_levels"),
-    "service": ("Companion", "Service"),
-    "status": ("LevelStatus", "Snapshot", "refresh", "snapshot"),
-    "timetable": ("Slot", "Timetable"),
-    "waves": ("SkipReason", "SlotClaim", "claim_wave"),
+    "control": (
+        "PAUSED",
+        "ControlFollower",
+        "ScopeError",
+        "Switched",
+        "UnknownLevelError",
+        "cancel",
+        "clear_cancel",
+        "operator",
+        "request_cancel",
+        "switch_level",
+    ),
+    "handoff": (
+        "Handoff",
+        "RunningTick",
+        "ScopeMatch",
+    ),
+    "reload": (
+        "LevelsReload",
+        "last_reload",
+        "levels_revision",
+        "record_levels",
+        "recorded_levels",
+        "reload_lines",
+    ),
+    "service": (
+        "Companion",
+        "Service",
+    ),
+    "status": (
+        "LevelStatus",
+        "Snapshot",
+        "projection_lag",
+        "refresh",
+        "snapshot",
+    ),
+    "timetable": (
+        "POLL_SECONDS",
+        "Slot",
+        "Timetable",
+    ),
+    "waves": (
+        "Manual",
+        "SkipReason",
+        "SlotClaim",
+        "claim_wave",
+    ),
+    "budget_watch": (
+        "BudgetStatus",
+        "BudgetWatch",
+        "budget_statuses",
+    ),
+    "budget": (
+        "Budgets",
+        "reservations_in_flight",
+    ),
+    "describe": (
+        "LevelDescription",
+        "describe_levels",
+    ),
+    "transcript_archiving": ("TranscriptsArchived",),
+    "archiving": ("Archiver",),
+    "alerts": ("Alerter",),
+    "compaction": ("Compactor",),
+    "manual": ("manual_ticks_ahead",),
 }
 __getattr__ = fronts.names_on_first_use(__name__, _HOMES)

@@ -26,6 +26,8 @@ from typing import Any
 
 from harness.config import AlertKind, AlertsConfig, Settings, legacy_name, tick_page
 from harness.contracts import (
+    AlertDelivered,
+    AlertRaised,
     BudgetCrossed,
     LevelBudgetExceeded,
     LevelPaused,
@@ -33,12 +35,11 @@ from harness.contracts import (
     TickFailed,
     TickLost,
     TickTimedOut,
+    alert_stream,
+    redact,
 )
-from harness.contracts.events import AlertDelivered, AlertRaised, alert_stream
-from harness.contracts.secrets import redact
 from harness.projections import Streak, fold_streak, load_streaks, save_streaks
-from harness.store import EventStore, StoreError
-from harness.store.records import EventData
+from harness.store import EventData, EventStore, StoreError
 
 log = logging.getLogger(__name__)
 

@@ -55,7 +55,7 @@ from typing import Any
 import orjson
 
 from harness.config import Settings
-from harness.contracts.events import ARCHIVE_STREAM, ArchiveSummary, ArchiveWritten
+from harness.contracts import ARCHIVE_STREAM, ArchiveSummary, ArchiveWritten
 from harness.files import atomic_file, make_private_folder
 from harness.prices import PriceBook
 from harness.projections import projector_for
@@ -64,38 +64,39 @@ from harness.scheduling.transcript_archiving import (
     TranscriptsArchived,
     archive_transcripts,
 )
-from harness.store import SqlEventStore, StoreError
-from harness.store.archives import (
+from harness.store import (
     EVENTS_FILE,
     FILES_FILE,
     INDEX_FILE,
     MANIFEST_FILE,
     ArchiveError,
+    LeavingDay,
     Line,
     Manifest,
-    day_folder,
-    read_fields,
-    read_lines,
-    verify,
-    verify_as_recorded,
-    write_archive,
-)
-from harness.store.partitions import PartitionHeld, partitioned
-from harness.store.partitions import prepare as prepare_partitions
-from harness.store.retention import (
-    LeavingDay,
+    PartitionHeld,
+    SqlEventStore,
+    StoreError,
     closed_ticks,
+    compact,
+    day_folder,
     day_lines,
     day_range,
     delete_events,
     drop_emptied_days,
     first_day_after,
+    forget,
     holds,
     lagging_checkpoints,
     leave_day,
+    partitioned,
+    prepare_partitions,
+    read_fields,
+    read_lines,
     reclaim_space,
+    verify,
+    verify_as_recorded,
+    write_archive,
 )
-from harness.store.tick_rows import compact, forget
 
 KILL_AT_ENV = "TICKWORK_ARCHIVE_KILL_AT"
 """Tests only: the archiving process kills itself (SIGKILL) on reaching the phase named."""

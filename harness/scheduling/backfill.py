@@ -26,7 +26,7 @@ from datetime import datetime
 from typing import Literal
 
 from harness.config import Settings
-from harness.contracts.events import (
+from harness.contracts import (
     BACKFILL_STREAM,
     CONTROL_STREAM,
     BackfillCancelled,
@@ -37,7 +37,7 @@ from harness.contracts.events import (
     decode,
     tick_stream,
 )
-from harness.projections.ticks import OPEN, tick_statuses, ticks_in_flight
+from harness.projections import OPEN, tick_statuses, ticks_in_flight
 from harness.scheduling.timetable import POLL_SECONDS, Slot
 from harness.scheduling.triggers import level_trigger, next_slot, slot_tick_id
 from harness.store import EventStore, StoreError

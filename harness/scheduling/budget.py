@@ -33,18 +33,16 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 
 from harness.config import LevelConfig, Settings, host_of
-from harness.contracts import TickScheduled
-from harness.contracts.budgets import BudgetRule
-from harness.contracts.events import tick_stream
+from harness.contracts import BudgetRule, TickScheduled, tick_stream
 from harness.prices import PriceBook
-from harness.projections import Projector
-from harness.projections.budget_windows import (
+from harness.projections import (
+    Projector,
     WindowSpend,
     budget_projector,
     ensure_folded,
     spent_in_windows,
+    ticks_in_flight,
 )
-from harness.projections.ticks import ticks_in_flight
 from harness.routing import configured_router
 from harness.store import EventStore, StoredEvent
 

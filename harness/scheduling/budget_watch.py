@@ -25,8 +25,7 @@ from datetime import UTC, datetime, timedelta
 from pydantic import BaseModel, ConfigDict, computed_field
 
 from harness.config import Settings
-from harness.contracts import BudgetCrossed
-from harness.contracts.budgets import BudgetRule
+from harness.contracts import BudgetCrossed, BudgetRule
 from harness.prices import format_usd
 from harness.projections import level_paused
 from harness.scheduling.budget import Budgets, held_by

@@ -11,8 +11,7 @@ from __future__ import annotations
 import threading
 from collections.abc import Callable
 
-from harness.store import SqlEventStore, StoreError
-from harness.store.tick_rows import compact
+from harness.store import SqlEventStore, StoreError, compact
 
 COMPACT_SECONDS = 60.0
 

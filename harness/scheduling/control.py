@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from uuid import UUID
 
 from harness.config import LevelConfig, Settings
-from harness.contracts.events import (
+from harness.contracts import (
     CONTROL_STREAM,
     CancelCleared,
     CancelRequested,
@@ -24,8 +24,14 @@ from harness.contracts.events import (
     decode,
     level_stream,
 )
-from harness.projections.levels import cancel_scopes, level_paused, pauses
-from harness.projections.ticks import TickInFlight, tick_ids_starting, ticks_in_flight
+from harness.projections import (
+    TickInFlight,
+    cancel_scopes,
+    level_paused,
+    pauses,
+    tick_ids_starting,
+    ticks_in_flight,
+)
 from harness.scheduling.handoff import TickOwner
 from harness.store import EventStore
 

@@ -15,8 +15,7 @@ from datetime import datetime, timedelta
 from zoneinfo import ZoneInfo
 
 from harness.config import Settings
-from harness.projections.levels import pauses
-from harness.projections.ticks import latest_ticks, runs_of
+from harness.projections import latest_ticks, pauses, runs_of
 from harness.scheduling.jitter import FireTimes
 from harness.scheduling.triggers import ScheduleEnded, level_trigger, next_slot
 from harness.scheduling.words import schedule_words

@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Callable, Collection, Sequence
 
 from harness.config import Settings
-from harness.projections.ticks import runs_of
+from harness.projections import runs_of
 from harness.scheduling.timetable import Slot
 from harness.store import EventStore
 

@@ -13,10 +13,8 @@ from __future__ import annotations
 
 from datetime import UTC, datetime
 
-from harness.contracts import TickScheduled
-from harness.contracts.events import tick_stream
-from harness.projections import Projector
-from harness.projections.ticks import open_ticks
+from harness.contracts import TickScheduled, tick_stream
+from harness.projections import Projector, open_ticks
 from harness.scheduling.budget import settled_claim
 from harness.scheduling.reconcile import NEVER_STARTED_AFTER, abandoned
 from harness.store import EventStore

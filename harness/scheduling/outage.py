@@ -14,7 +14,7 @@ from collections.abc import Callable, Collection, Sequence
 from datetime import datetime
 
 from harness.config import Settings
-from harness.contracts.events import tick_stream, utcnow
+from harness.contracts import tick_stream, utcnow
 from harness.scheduling.timetable import Slot
 from harness.scheduling.triggers import slot_tick_id
 from harness.scheduling.waves import Decision, SlotClaim, missed_slots

@@ -14,8 +14,8 @@ import threading
 from collections.abc import Callable, Sequence
 from datetime import datetime
 
-from harness.contracts.events import CONTROL_STREAM, CancelRequested, TickBuffered, tick_stream
-from harness.projections.ticks import TickInFlight
+from harness.contracts import CONTROL_STREAM, CancelRequested, TickBuffered, tick_stream
+from harness.projections import TickInFlight
 from harness.scheduling.handoff import Handoff, ScopeMatch
 from harness.scheduling.timetable import POLL_SECONDS
 from harness.scheduling.waves import SlotClaim

@@ -23,10 +23,8 @@ from datetime import UTC, datetime, timedelta
 
 import psutil
 
-from harness.contracts import TickScheduled, TickStarted
-from harness.contracts.events import TERMINAL_TYPES, tick_stream
-from harness.projections import Projector
-from harness.projections.ticks import open_ticks
+from harness.contracts import TERMINAL_TYPES, TickScheduled, TickStarted, tick_stream
+from harness.projections import Projector, open_ticks
 from harness.scheduling.handoff import Handoff
 from harness.store import EventStore, StoredEvent
 

@@ -37,13 +37,7 @@ from typing import TYPE_CHECKING
 from uuid import UUID, uuid5
 
 from harness.config import ConfigError, LevelConfig, Settings, load_settings
-from harness.contracts.events import (
-    CONFIG_STREAM,
-    ConfigReloaded,
-    LevelsRecorded,
-    config_stream,
-    decode,
-)
+from harness.contracts import CONFIG_STREAM, ConfigReloaded, LevelsRecorded, config_stream, decode
 from harness.store import EventStore, StoreError, append_or_spool
 
 if TYPE_CHECKING:

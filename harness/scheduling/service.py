@@ -24,17 +24,16 @@ from datetime import datetime, timedelta
 from functools import partial
 
 from harness.config import LevelConfig, Settings
-from harness.contracts.events import (
-    LevelBudgetExceeded,
-    TickSkipped,
-    level_stream,
-    utcnow,
-)
+from harness.contracts import LevelBudgetExceeded, TickSkipped, level_stream, utcnow
 from harness.prices import PriceBook
-from harness.projections import projector_for
-from harness.projections.levels import paused_levels
-from harness.projections.ticks import TickInFlight, last_slots, ticks_in_flight
-from harness.routing.decisions import Router, configured_router
+from harness.projections import (
+    TickInFlight,
+    last_slots,
+    paused_levels,
+    projector_for,
+    ticks_in_flight,
+)
+from harness.routing import Router, configured_router
 from harness.scheduling.backfill import Backfilling, BackfillRunner, open_ranges
 from harness.scheduling.budget import BudgetCheck, Budgets
 from harness.scheduling.control import ControlFollower

@@ -11,12 +11,16 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 
 from harness.config import Settings
-from harness.contracts.events import CancelRequested
+from harness.contracts import CancelRequested
 from harness.prices import PriceBook, format_usd
-from harness.projections import projector_for
-from harness.projections.levels import cancel_scopes, paused_levels
-from harness.projections.spend import spend_by
-from harness.projections.ticks import TickInFlight, ticks_in_flight
+from harness.projections import (
+    TickInFlight,
+    cancel_scopes,
+    paused_levels,
+    projector_for,
+    spend_by,
+    ticks_in_flight,
+)
 from harness.scheduling.backfill import BackfillProgress, recent_progress
 from harness.scheduling.triggers import level_trigger, upcoming_slot
 from harness.store import Beat, EventStore, beats

@@ -10,9 +10,9 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from harness.contracts.events import TERMINAL_TYPES, tick_stream
+from harness.contracts import TERMINAL_TYPES, tick_stream
 from harness.prices import PriceBook
-from harness.projections.tick_lines import tick_line
+from harness.projections import tick_line
 from harness.store import EventStore
 
 BATCH = 1000

@@ -20,7 +20,7 @@ from datetime import datetime, timedelta
 
 from apscheduler.triggers.base import BaseTrigger
 
-from harness.contracts.events import utcnow
+from harness.contracts import utcnow
 from harness.scheduling.triggers import ScheduleEnded, next_slot
 
 Slot = tuple[datetime, str]

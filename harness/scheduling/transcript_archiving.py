@@ -26,19 +26,23 @@ from datetime import date
 from itertools import groupby, islice
 from pathlib import Path
 
-from harness.contracts.records import StoredEvent
-from harness.store import SqlEventStore
-from harness.store.archives import (
+from harness.contracts import StoredEvent
+from harness.store import (
+    PAGE,
     TRANSCRIPTS_FILE,
     TRANSCRIPTS_INDEX,
     TRANSCRIPTS_MANIFEST,
     ArchiveError,
+    SqlEventStore,
     day_folder,
+    drop_archived,
+    hot_days,
+    hot_transcripts,
     read_events,
+    relied_on,
     verify_transcripts,
     write_transcripts,
 )
-from harness.store.tick_rows import PAGE, drop_archived, hot_days, hot_transcripts, relied_on
 
 TRANSCRIPT_PHASES = (
     "transcripts-writing",

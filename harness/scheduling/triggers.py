@@ -23,7 +23,7 @@ from apscheduler.triggers.base import BaseTrigger
 from apscheduler.triggers.cron import CronTrigger
 
 from harness.config import LevelConfig, Scheduled
-from harness.contracts.ids import tick_id_for
+from harness.contracts import tick_id_for
 
 _ONE_MICROSECOND = timedelta(microseconds=1)
 _DAY_SECONDS = 86_400

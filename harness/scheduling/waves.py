@@ -20,16 +20,15 @@ from typing import Literal
 from uuid import UUID
 
 from harness.config import LevelConfig, Settings
-from harness.contracts.events import (
+from harness.contracts import (
     TickBuffered,
     TickEvent,
     TickScheduled,
     TickSkipped,
+    new_event_id,
     tick_stream,
 )
-from harness.contracts.ids import new_event_id
-from harness.routing.decisions import Routed, decision_fields
-from harness.routing.history import catalog_record
+from harness.routing import Routed, catalog_record, decision_fields
 from harness.scheduling.budget import BudgetCheck
 from harness.scheduling.timetable import Slot
 from harness.store import EventStore

@@ -16,7 +16,7 @@ from zoneinfo import ZoneInfo
 
 from apscheduler.triggers.base import BaseTrigger
 
-from harness.config.windows import Exclusion
+from harness.config import Exclusion
 
 MAX_EXCLUDED = 100_000
 """Excluded slots passed over in one search at most: a schedule excluded for longer than

@@ -4,43 +4,115 @@ It owns the contract every backend keeps (`EventStore`, with the projections' tr
 its one SQL implementation, the schema and its migrations, and the spool that holds
 events while the store is out of reach. It is the only place with SQL on `events`; read
 models keep their own tables in the same database, defined on `harness.store.schema`'s
-metadata and written with `upsert`.
+metadata and written with `upsert`. It also owns the archives of days the hot store has
+shed, and what retention keeps, compacts and reclaims.
+
+Every name of its own is loaded on first use (`harness.fronts`): the archives and
+retention serve only the commands that ask for them.
 """
 
 from __future__ import annotations
 
+import typing
+
+from harness import fronts
 from harness.config import Durability
-from harness.contracts.records import NewEvent, StoredEvent
-from harness.store.base import EventStore, Tracking
-from harness.store.engine import conninfo, process_name, safe_url, split_password
-from harness.store.heartbeats import Beat, Heartbeat, beats
-from harness.store.migrate import current_revision
-from harness.store.opening import migrate_store, open_store
-from harness.store.rate_buckets import Call, Turn, block, release_tick, settle, take
-from harness.store.records import (
-    ANY,
-    NO_STREAM,
-    AppendResult,
-    ConcurrencyError,
-    EventData,
-    EventIdConflictError,
-    ExpectedVersion,
-    SchemaError,
-    StoreError,
-    StoreUnavailableError,
-    Window,
-)
-from harness.store.schema import HEAD_REVISION
-from harness.store.scratch import scratch_sqlite
-from harness.store.spool import Spool, append_or_spool
-from harness.store.sql import SqlEventStore, add_sums, clear_tables, upsert
-from harness.store.tick_rows import positions_kept
+from harness.contracts import NewEvent, StoredEvent
+
+if typing.TYPE_CHECKING:
+    from harness.store.archives import (
+        EVENTS_FILE,
+        FILES_FILE,
+        INDEX_FILE,
+        MANIFEST_FILE,
+        TRANSCRIPTS_FILE,
+        TRANSCRIPTS_INDEX,
+        TRANSCRIPTS_MANIFEST,
+        Archive,
+        ArchiveError,
+        Line,
+        Manifest,
+        day_folder,
+        find_archived,
+        merged,
+        read_events,
+        read_fields,
+        read_lines,
+        read_transcript,
+        recorded_archives,
+        verify,
+        verify_as_recorded,
+        verify_transcripts,
+        write_archive,
+        write_transcripts,
+    )
+    from harness.store.base import EventStore, Tracking
+    from harness.store.engine import conninfo, process_name, safe_url, split_password
+    from harness.store.heartbeats import Beat, Heartbeat, beats
+    from harness.store.migrate import current_revision
+    from harness.store.opening import configured_store, migrate_store, open_store
+    from harness.store.partitions import PartitionHeld, partitioned, prepare_partitions
+    from harness.store.rate_buckets import Call, Turn, block, release_tick, settle, take
+    from harness.store.records import (
+        ANY,
+        NO_STREAM,
+        AppendResult,
+        ConcurrencyError,
+        EventData,
+        EventIdConflictError,
+        ExpectedVersion,
+        SchemaError,
+        StoreError,
+        StoreUnavailableError,
+        Window,
+    )
+    from harness.store.retention import (
+        Footprint,
+        LeavingDay,
+        closed_ticks,
+        convert_to_incremental_vacuum,
+        day_lines,
+        day_range,
+        delete_events,
+        drop_emptied_days,
+        first_day_after,
+        footprint,
+        holds,
+        lagging_checkpoints,
+        leave_day,
+        reclaim_space,
+    )
+    from harness.store.schema import HEAD_REVISION, Json, metadata, projection_checkpoints
+    from harness.store.scratch import scratch_sqlite
+    from harness.store.spool import Spool, append_or_spool
+    from harness.store.sql import SqlEventStore, add_sums, clear_tables, upsert
+    from harness.store.tick_rows import (
+        PAGE,
+        archived_on,
+        compact,
+        drop_archived,
+        forget,
+        hot_days,
+        hot_transcripts,
+        positions_kept,
+        relied_on,
+    )
 
 __all__ = [
     "ANY",
+    "EVENTS_FILE",
+    "FILES_FILE",
     "HEAD_REVISION",
+    "INDEX_FILE",
+    "MANIFEST_FILE",
     "NO_STREAM",
+    "PAGE",
+    "TRANSCRIPTS_FILE",
+    "TRANSCRIPTS_INDEX",
+    "TRANSCRIPTS_MANIFEST",
     "AppendResult",
+    "Archive",
+    "ArchiveError",
     "Beat",
     "Call",
     "ConcurrencyError",
@@ -49,8 +121,14 @@ __all__ = [
     "EventIdConflictError",
     "EventStore",
     "ExpectedVersion",
+    "Footprint",
     "Heartbeat",
+    "Json",
+    "LeavingDay",
+    "Line",
+    "Manifest",
     "NewEvent",
+    "PartitionHeld",
     "SchemaError",
     "Spool",
     "SqlEventStore",
@@ -62,20 +140,178 @@ __all__ = [
     "Window",
     "add_sums",
     "append_or_spool",
+    "archived_on",
     "beats",
     "block",
     "clear_tables",
+    "closed_ticks",
+    "compact",
+    "configured_store",
     "conninfo",
+    "convert_to_incremental_vacuum",
     "current_revision",
+    "day_folder",
+    "day_lines",
+    "day_range",
+    "delete_events",
+    "drop_archived",
+    "drop_emptied_days",
+    "find_archived",
+    "first_day_after",
+    "footprint",
+    "forget",
+    "holds",
+    "hot_days",
+    "hot_transcripts",
+    "lagging_checkpoints",
+    "leave_day",
+    "merged",
+    "metadata",
     "migrate_store",
     "open_store",
+    "partitioned",
     "positions_kept",
+    "prepare_partitions",
     "process_name",
+    "projection_checkpoints",
+    "read_events",
+    "read_fields",
+    "read_lines",
+    "read_transcript",
+    "reclaim_space",
+    "recorded_archives",
     "release_tick",
+    "relied_on",
     "safe_url",
     "scratch_sqlite",
     "settle",
     "split_password",
     "take",
     "upsert",
+    "verify",
+    "verify_as_recorded",
+    "verify_transcripts",
+    "write_archive",
+    "write_transcripts",
 ]
+
+_HOMES = {
+    "base": (
+        "EventStore",
+        "Tracking",
+    ),
+    "engine": (
+        "conninfo",
+        "process_name",
+        "safe_url",
+        "split_password",
+    ),
+    "heartbeats": (
+        "Beat",
+        "Heartbeat",
+        "beats",
+    ),
+    "migrate": ("current_revision",),
+    "opening": (
+        "configured_store",
+        "migrate_store",
+        "open_store",
+    ),
+    "rate_buckets": (
+        "Call",
+        "Turn",
+        "block",
+        "release_tick",
+        "settle",
+        "take",
+    ),
+    "records": (
+        "ANY",
+        "NO_STREAM",
+        "AppendResult",
+        "ConcurrencyError",
+        "EventData",
+        "EventIdConflictError",
+        "ExpectedVersion",
+        "SchemaError",
+        "StoreError",
+        "StoreUnavailableError",
+        "Window",
+    ),
+    "schema": (
+        "HEAD_REVISION",
+        "Json",
+        "metadata",
+        "projection_checkpoints",
+    ),
+    "spool": (
+        "Spool",
+        "append_or_spool",
+    ),
+    "sql": (
+        "SqlEventStore",
+        "add_sums",
+        "clear_tables",
+        "upsert",
+    ),
+    "archives": (
+        "EVENTS_FILE",
+        "FILES_FILE",
+        "INDEX_FILE",
+        "MANIFEST_FILE",
+        "TRANSCRIPTS_FILE",
+        "TRANSCRIPTS_INDEX",
+        "TRANSCRIPTS_MANIFEST",
+        "Archive",
+        "ArchiveError",
+        "Line",
+        "Manifest",
+        "day_folder",
+        "find_archived",
+        "merged",
+        "read_events",
+        "read_fields",
+        "read_lines",
+        "read_transcript",
+        "recorded_archives",
+        "verify",
+        "verify_as_recorded",
+        "verify_transcripts",
+        "write_archive",
+        "write_transcripts",
+    ),
+    "tick_rows": (
+        "PAGE",
+        "archived_on",
+        "compact",
+        "drop_archived",
+        "forget",
+        "hot_days",
+        "hot_transcripts",
+        "positions_kept",
+        "relied_on",
+    ),
+    "retention": (
+        "Footprint",
+        "LeavingDay",
+        "closed_ticks",
+        "convert_to_incremental_vacuum",
+        "day_lines",
+        "day_range",
+        "delete_events",
+        "drop_emptied_days",
+        "first_day_after",
+        "footprint",
+        "holds",
+        "lagging_checkpoints",
+        "leave_day",
+        "reclaim_space",
+    ),
+    "partitions": (
+        "PartitionHeld",
+        "partitioned",
+        "prepare_partitions",
+    ),
+    "scratch": ("scratch_sqlite",),
+}
+__getattr__ = fronts.names_on_first_use(__name__, _HOMES)

@@ -45,11 +45,16 @@ from uuid import UUID
 import orjson
 from pydantic import BaseModel, ValidationError
 
-from harness.contracts.events import ARCHIVE_STREAM, ArchiveSummary, ArchiveWritten, tick_stream
-from harness.contracts.ids import tick_id_day
-from harness.contracts.records import StoredEvent
+from harness.contracts import (
+    ARCHIVE_STREAM,
+    ArchiveSummary,
+    ArchiveWritten,
+    StoredEvent,
+    tick_id_day,
+    tick_stream,
+)
 from harness.files import atomic_file, write_atomically
-from harness.folds.packed import EPOCH, TICK_PREFIX, records_of, restore
+from harness.folds import EPOCH, TICK_PREFIX, records_of, restore
 from harness.store.base import EventStore
 from harness.store.records import EventData, StoreError
 

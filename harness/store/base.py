@@ -20,8 +20,8 @@ from typing import Any
 
 import sqlalchemy as sa
 
-from harness.contracts.records import NewEvent, StoredEvent
-from harness.folds.sums import Folded, Kernel
+from harness.contracts import NewEvent, StoredEvent
+from harness.folds import Folded, Kernel
 from harness.store.records import ANY, AppendResult, EventData, ExpectedVersion, Window
 
 SETTLE_POLL_SECONDS = 0.002

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from datetime import UTC, datetime
 
-from harness.config import Durability
+from harness.config import Durability, Settings
 from harness.store import partitions
 from harness.store.engine import create_store_engine, safe_url
 from harness.store.migrate import current_revision, needs_upgrade, upgrade
@@ -50,6 +50,15 @@ def open_store(
     return store
 
 
+def configured_store(settings: Settings) -> SqlEventStore:
+    """The store `[store]` names, with the spool `[paths]` names: what every owner opens."""
+    return open_store(
+        settings.store.url,
+        durability=settings.store.durability,
+        spool=Spool(settings.paths.spool),
+    )
+
+
 def migrate_store(url: str) -> str | None:
     """Apply pending migrations to any store; returns the revision it was at before."""
     engine = create_store_engine(url)
@@ -58,7 +67,7 @@ def migrate_store(url: str) -> str | None:
             before = current_revision(engine)
             if needs_upgrade(engine):
                 upgrade(engine)
-            partitions.prepare(engine, datetime.now(UTC).date())
+            partitions.prepare_partitions(engine, datetime.now(UTC).date())
             return before
     finally:
         engine.dispose()

@@ -90,7 +90,7 @@ def ensure_days(engine: Engine, days: Iterable[date]) -> int:
     return moved
 
 
-def prepare(engine: Engine, today: date) -> int:
+def prepare_partitions(engine: Engine, today: date) -> int:
     """Today's and the next days' partitions, and a home for any tick day the default holds.
 
     Returns how many events left the default partition (0 in steady state).
@@ -104,7 +104,7 @@ def prepare(engine: Engine, today: date) -> int:
 
 
 def default_rows(conn: sa.Connection) -> int:
-    """Events in the default partition: 0 in steady state (see `prepare`)."""
+    """Events in the default partition: 0 in steady state (see `prepare_partitions`)."""
     return int(conn.exec_driver_sql(f"SELECT count(*) FROM {DEFAULT}").scalar_one())
 
 

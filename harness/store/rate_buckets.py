@@ -33,7 +33,7 @@ from typing import Any
 
 import sqlalchemy as sa
 
-from harness.contracts.rate_limits import Scope
+from harness.contracts import Scope
 from harness.store.base import EventStore
 from harness.store.schema import metadata
 

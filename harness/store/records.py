@@ -10,7 +10,7 @@ from __future__ import annotations
 import enum
 from dataclasses import dataclass
 
-from harness.folds.ranges import EventData
+from harness.folds import EventData
 
 __all__ = [
     "ANY",

@@ -32,7 +32,7 @@ from typing import Any
 import sqlalchemy as sa
 from sqlalchemy.engine import Engine
 
-from harness.contracts.events import TERMINAL_TYPES
+from harness.contracts import TERMINAL_TYPES
 from harness.store.archives import Line, lines, merged, packed_lines
 from harness.store.engine import create_store_engine, stored_utc
 from harness.store.partitions import (

@@ -21,7 +21,7 @@ from uuid import UUID
 
 import orjson
 
-from harness.contracts.records import NewEvent
+from harness.contracts import NewEvent
 from harness.files import make_private_folder
 from harness.store.base import EventStore
 from harness.store.records import ANY, AppendResult, StoreUnavailableError

@@ -28,17 +28,18 @@ import sqlalchemy as sa
 from sqlalchemy.dialects import sqlite
 from sqlalchemy.engine import Engine
 
-from harness.contracts.records import NewEvent, StoredEvent
-from harness.folds.parallel import Workers
-from harness.folds.ranges import (
+from harness.contracts import NewEvent, StoredEvent
+from harness.folds import (
     Database,
+    Folded,
+    Kernel,
     PackedQuery,
     RangeQuery,
+    Workers,
     event_slices,
     fetched,
     open_cursor,
 )
-from harness.folds.sums import Folded, Kernel
 from harness.store.base import EventStore, Tracking
 from harness.store.engine import BEGIN_MODE, SQLITE_BUSY_TIMEOUT_MS, sqlite_path
 from harness.store.partitions import is_tick_stream, partitioned

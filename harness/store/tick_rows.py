@@ -43,18 +43,17 @@ from uuid import UUID
 
 import sqlalchemy as sa
 
-from harness.contracts.events import EVENT_TYPES, TERMINAL_TYPES, TickEvent, TranscriptEntry
-from harness.contracts.records import StoredEvent
-from harness.folds.packed import (
+from harness.contracts import EVENT_TYPES, TERMINAL_TYPES, StoredEvent, TickEvent, TranscriptEntry
+from harness.folds import (
     EPOCH,
     TICK_PREFIX,
+    EventData,
     pack,
     positions,
     records_of,
     restore,
     unpack_data,
 )
-from harness.folds.ranges import EventData
 from harness.store.base import EventStore
 from harness.store.engine import stored_utc
 from harness.store.schema import events, projection_checkpoints, tick_rows

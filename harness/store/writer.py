@@ -46,7 +46,7 @@ import orjson
 import sqlalchemy as sa
 from sqlalchemy.engine import Engine
 
-from harness.contracts.records import NewEvent
+from harness.contracts import NewEvent
 from harness.store.engine import DURABILITY, SQLITE_CACHE_KIB
 from harness.store.partitions import TICK_STREAM_PREFIX, ensure_days, is_tick_stream
 from harness.store.records import (

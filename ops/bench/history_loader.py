@@ -53,7 +53,7 @@ from harness.contracts.records import StoredEvent
 from harness.folds.packed import records_of
 from harness.store import open_store, schema
 from harness.store.engine import stored_utc
-from harness.store.partitions import ensure_days, partitioned, prepare
+from harness.store.partitions import ensure_days, partitioned, prepare_partitions
 from harness.store.sql import SqlEventStore
 from harness.store.tick_rows import CHECKPOINT, _row, compact, unpack
 
@@ -506,7 +506,7 @@ def load_postgres(url: str, span: Span, packing: bool) -> None:
     rows as psycopg dumps their values.
     """
     store = open_store(url)
-    prepare(store.engine, span.end.date())
+    prepare_partitions(store.engine, span.end.date())
     made: set[date] = set()
     columns = (
         "global_position, event_id, stream_id, stream_position, type, version, data, "

@@ -19,10 +19,7 @@ from typing import Any, ClassVar, Literal
 
 import orjson
 
-from harness.contracts.agents import AgentKind
-from harness.contracts.events import ToolCalled, capped
-from harness.contracts.payload import TickPayload
-from harness.contracts.wire import Api
+from harness.contracts import AgentKind, Api, TickPayload, ToolCalled, capped
 from workers.model import Target
 from workers.recorder import EventRecorder
 from workers.transcript import Transcript

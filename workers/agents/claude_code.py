@@ -15,9 +15,7 @@ from __future__ import annotations
 import json
 from typing import Any, ClassVar
 
-from harness.contracts.agents import AgentKind
-from harness.contracts.tiers import claude_tool_args
-from harness.contracts.wire import Api
+from harness.contracts import AgentKind, Api, claude_tool_args
 from workers.agents.base import AgentCliRun, MalformedLineError, ToolStatus
 
 SETTINGS_FILE = "tickwork-claude-settings.json"

@@ -21,15 +21,19 @@ from types import FrameType
 
 import orjson
 
-from harness.contracts.agents import AGENT_CLIS, DEFAULT_AGENTS_DIR, AgentKind, missing_agent
-from harness.contracts.events import AgentUsageChecked
-from harness.contracts.failures import FailureClass
-from harness.contracts.payload import RouteCandidate, TickPayload
-from harness.contracts.result import (
+from harness.contracts import (
+    AGENT_CLIS,
+    DEFAULT_AGENTS_DIR,
+    AgentKind,
+    AgentUsageChecked,
+    FailureClass,
     ResultError,
     ResultToolCalls,
     ResultUsage,
+    RouteCandidate,
+    TickPayload,
     TickResult,
+    missing_agent,
 )
 from workers.agents.base import AgentCliRun, CliTick, CliTranscript, MalformedLineError
 from workers.agents.child import CliChild, adopt_orphans, kill_descendants, minimal_env

@@ -22,10 +22,14 @@ import shutil
 from pathlib import Path
 from typing import Any, ClassVar
 
-from harness.contracts.agents import AGENT_CLIS, DEFAULT_AGENTS_DIR, AgentKind
-from harness.contracts.payload import TICK_HEADER
-from harness.contracts.tiers import opencode_permissions
-from harness.contracts.wire import Api
+from harness.contracts import (
+    AGENT_CLIS,
+    DEFAULT_AGENTS_DIR,
+    TICK_HEADER,
+    AgentKind,
+    Api,
+    opencode_permissions,
+)
 from workers.agents.base import AgentCliRun, CliReport, MalformedLineError, ToolStatus
 
 PROVIDER = "tickwork"

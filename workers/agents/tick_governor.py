@@ -34,15 +34,22 @@ import httpx
 import orjson
 from starlette.types import Receive, Scope, Send
 
-from harness.config import GovernorConfig
-from harness.config.governor import without_credentials
-from harness.contracts.events import BudgetSpent, ModelCalled, ModelCallStarted
-from harness.contracts.failures import FailureClass
-from harness.contracts.payload import TICK_HEADER, RouteCandidate, TickPayload
-from harness.contracts.secrets import register_secret_value
-from harness.governor import Alerts, Calibrations
-from harness.governor.proxy import (
+from harness.config import GovernorConfig, without_credentials
+from harness.contracts import (
+    TICK_HEADER,
+    BudgetSpent,
+    FailureClass,
+    ModelCalled,
+    ModelCallStarted,
+    RouteCandidate,
+    TickPayload,
+    register_secret_value,
+)
+from harness.governor import (
+    Alerts,
+    BackgroundServer,
     Body,
+    Calibrations,
     Dialect,
     Ending,
     Incoming,
@@ -50,11 +57,10 @@ from harness.governor.proxy import (
     Proxy,
     ProxyGovernor,
     Upstream,
+    Usage,
     read_body,
     send_answer,
 )
-from harness.governor.serving import BackgroundServer
-from harness.governor.usage import Usage
 from workers.budget_guard import BudgetGuard
 from workers.model import Target, provider_of
 from workers.recorder import EventRecorder

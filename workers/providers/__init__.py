@@ -12,7 +12,7 @@ from __future__ import annotations
 import importlib
 from collections.abc import Callable
 
-from harness.contracts.wire import APIS, Api
+from harness.contracts import APIS, Api
 from workers.providers.base import (
     LOADED_SDK_ERRORS,
     Endpoint,

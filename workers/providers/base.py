@@ -23,7 +23,7 @@ from strands.types.content import Messages
 from strands.types.streaming import StreamEvent
 from strands.types.tools import ToolSpec
 
-from harness.contracts.wire import Api, Effort
+from harness.contracts import Api, Effort
 from workers.wire import WireWatch
 
 

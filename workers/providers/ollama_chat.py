@@ -8,7 +8,7 @@ import ollama
 from strands.models.ollama import OllamaModel
 from strands.types.streaming import StreamEvent
 
-from harness.contracts.wire import Api, Effort
+from harness.contracts import Api, Effort
 from workers.providers.base import Endpoint, Metered, SdkErrors, register
 from workers.providers.tls import ssl_context
 

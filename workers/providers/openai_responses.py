@@ -8,7 +8,7 @@ from strands.models.openai_responses import OpenAIResponsesModel
 from strands.types.content import Messages
 from strands.types.tools import ToolSpec
 
-from harness.contracts.wire import Api
+from harness.contracts import Api
 from workers.providers.base import Endpoint, Metered
 from workers.providers.openai_chat import client_args, http_client
 

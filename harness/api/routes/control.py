@@ -13,23 +13,21 @@ from fastapi import APIRouter, HTTPException, Query, Request
 from harness.api.models import BackfillBody, BackfillView, Cancelled, Cleared, Problem, Started
 from harness.api.routes.requests import UNKNOWN, Config, FreshReads, Level, Manual, client_of
 from harness.config import Settings
-from harness.execution.manual import ManualTicks
+from harness.execution import ManualTicks
 from harness.scheduling import (
     Backfill,
     BackfillError,
     BackfillProgress,
-    backfill_progress,
-    cancel_backfill,
-    request_backfill,
-)
-from harness.scheduling.control import (
     ScopeError,
     Switched,
     UnknownLevelError,
+    backfill_progress,
+    cancel_backfill,
     clear_cancel,
+    request_backfill,
     switch_level,
 )
-from harness.scheduling.control import cancel as cancel_scope
+from harness.scheduling import cancel as cancel_scope
 
 router = APIRouter(tags=["control"])
 

@@ -9,7 +9,7 @@ from fastapi.responses import HTMLResponse
 
 from harness.api import dashboard, story
 from harness.api.routes.requests import FreshReads, Levels, Limit, SinceFilter, StatusFilter
-from harness.contracts.secrets import redact
+from harness.contracts import redact
 
 router = APIRouter(include_in_schema=False)
 

@@ -16,8 +16,8 @@ from pydantic import AfterValidator, BeforeValidator
 from harness.api.models import Problem
 from harness.api.reads import Reads
 from harness.config import Settings
-from harness.execution.manual import ManualTicks
-from harness.projections.ticks import STATUSES
+from harness.execution import ManualTicks
+from harness.projections import STATUSES
 from harness.timespec import parse_since
 
 

@@ -8,9 +8,8 @@ from typing import Annotated
 from fastapi import APIRouter, Query, Response
 
 from harness.api.routes.requests import FreshReads, Since
-from harness.projections import SpendRow
-from harness.projections.spend import REPORT_DAYS, ReportGroup, report_since
-from harness.scheduling.budget_watch import BudgetStatus
+from harness.projections import REPORT_DAYS, ReportGroup, SpendRow, report_since
+from harness.scheduling import BudgetStatus
 
 router = APIRouter(tags=["spend"])
 

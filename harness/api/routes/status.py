@@ -6,8 +6,8 @@ from fastapi import APIRouter, HTTPException
 
 from harness.api.models import Status, Worker
 from harness.api.routes.requests import UNKNOWN, Config, FreshReads, Levels
-from harness.contracts.events import utcnow
-from harness.scheduling.describe import LevelDescription, describe_levels
+from harness.contracts import utcnow
+from harness.scheduling import LevelDescription, describe_levels
 
 router = APIRouter(tags=["status"])
 

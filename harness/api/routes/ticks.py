@@ -18,9 +18,9 @@ from harness.api.routes.requests import (
     SinceFilter,
     StatusFilter,
 )
-from harness.contracts.events import tick_stream
-from harness.projections.ticks import TickCursor
-from harness.store.archives import ArchiveError
+from harness.contracts import tick_stream
+from harness.projections import TickCursor
+from harness.store import ArchiveError
 
 router = APIRouter(tags=["ticks"])
 

@@ -6,7 +6,7 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from harness.contracts.wire import Api
+from harness.contracts import Api
 
 DEFAULT_TEXT = "All done: nothing needed attention."
 

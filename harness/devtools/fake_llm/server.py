@@ -7,7 +7,7 @@ from contextlib import contextmanager
 
 from fastapi import FastAPI
 
-from harness.contracts.wire import Api
+from harness.contracts import Api
 from harness.devtools.fake_llm import anthropic, ollama, openai_chat, openai_responses
 from harness.devtools.fake_llm.script import LedgerEntry, Script, Step
 from harness.devtools.fake_llm.state import FakeState, KvCache, Tokenizer

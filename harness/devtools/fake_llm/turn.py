@@ -18,8 +18,7 @@ import orjson
 from fastapi import Request
 from fastapi.responses import JSONResponse, Response
 
-from harness.contracts.payload import TICK_HEADER
-from harness.contracts.wire import Api
+from harness.contracts import TICK_HEADER, Api
 from harness.devtools.fake_llm.script import DEFAULT_TEXT, LedgerEntry, Step
 from harness.devtools.fake_llm.state import FakeState
 from harness.devtools.fake_llm.tokens import count_tokens

@@ -18,14 +18,13 @@ from collections.abc import Callable, Mapping, Sequence
 from datetime import datetime
 
 from harness.config import LevelConfig, Settings
-from harness.contracts.events import TERMINAL_TYPES, TickFailed, TickLost, tick_stream
+from harness.contracts import TERMINAL_TYPES, TickFailed, TickLost, tick_stream
 from harness.execution.panels import Panel
 from harness.execution.prepare import Preparer, TickSetupError
 from harness.execution.runner import Runner, TickOutcome
 from harness.prices import PriceBook
-from harness.projections.tick_lines import tick_line
-from harness.scheduling.handoff import RunningTick, ScopeMatch
-from harness.scheduling.waves import SlotClaim
+from harness.projections import tick_line
+from harness.scheduling import RunningTick, ScopeMatch, SlotClaim
 from harness.store import StoredEvent, StoreError
 
 Report = Callable[[str], None]

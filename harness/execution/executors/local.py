@@ -18,7 +18,7 @@ from harness.execution.adopt import adopt
 from harness.execution.executors.base import HandoffExecutor
 from harness.execution.prepare import TickRef
 from harness.execution.queue import Gate
-from harness.scheduling.waves import SlotClaim
+from harness.scheduling import SlotClaim
 from harness.store import StoredEvent
 
 MANUAL_LANE = "(manual)"

@@ -12,9 +12,7 @@ import threading
 import typing
 from collections.abc import Iterable
 
-from harness.contracts.agents import AGENT_CLIS
-from harness.contracts.tiers import strands_tools
-from harness.contracts.wire import APIS
+from harness.contracts import AGENT_CLIS, APIS, strands_tools
 from harness.execution.launchers.base import Launcher
 from harness.execution.launchers.cold import ColdLauncher
 from harness.execution.launchers.warm import WarmLauncher

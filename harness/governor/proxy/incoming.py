@@ -13,7 +13,7 @@ from dataclasses import dataclass, replace
 from multidict import CIMultiDict
 from starlette.types import Receive, Scope
 
-from harness.contracts.payload import TICK_HEADER
+from harness.contracts import TICK_HEADER
 from harness.governor.proxy.dialects import Body, Dialect, dialect_of, governed
 
 HOP_BY_HOP = frozenset(

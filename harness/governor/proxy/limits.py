@@ -18,7 +18,7 @@ import time
 import uuid
 from collections.abc import Mapping
 
-from harness.contracts.rate_limits import RateLimit, Scope, provider_host, provider_key
+from harness.contracts import RateLimit, Scope, provider_host, provider_key
 from harness.governor.rate_limit import Outcome, await_turn_async, hold_back, refused_for
 from harness.store import Call, EventStore, StoreError, settle
 

@@ -21,9 +21,7 @@ from typing import IO, Any, Literal
 import orjson
 
 from harness.config import GovernorConfig
-from harness.contracts.calibration import Sample
-from harness.contracts.events import BudgetSpent
-from harness.contracts.rate_limits import RateLimit
+from harness.contracts import BudgetSpent, RateLimit, Sample
 from harness.governor.alerts import Alerts, Announcer
 from harness.governor.calibration import Calibrations
 from harness.governor.estimate import tokens_from_chars
@@ -31,7 +29,7 @@ from harness.governor.ledger import Entry, Ledger
 from harness.governor.policy import Verdict, decide
 from harness.governor.proxy.dialects import Body, Dialect
 from harness.governor.usage import Usage
-from harness.projections.calibration import current_calibrations
+from harness.projections import current_calibrations
 from harness.store import EventStore, Spool
 
 RECENT_DECISIONS = 50

@@ -30,7 +30,7 @@ from psycopg.types.json import Jsonb
 
 from harness.config import Settings
 from harness.contracts import WorkerStarted
-from harness.scheduling.waves import SlotClaim
+from harness.scheduling import SlotClaim
 from harness.store import EventStore
 
 TASK = "tickwork.run_tick"

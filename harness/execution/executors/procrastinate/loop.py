@@ -25,7 +25,7 @@ from harness.execution.executors.procrastinate.jobs import TASK
 from harness.execution.executors.procrastinate.worker import WorkerExecutor, WorkerRunner
 from harness.execution.prepare import Preparer
 from harness.routing import Router
-from harness.scheduling.control import ControlFollower
+from harness.scheduling import ControlFollower
 from harness.store import SqlEventStore, StoreError, conninfo
 
 CONTROL_SECONDS = 1.0

@@ -12,10 +12,7 @@ import time
 from collections.abc import Callable
 from datetime import datetime
 
-from harness.contracts import TickTaken
-from harness.contracts.events import (
-    tick_stream,
-)
+from harness.contracts import TickTaken, tick_stream
 from harness.execution.executors.base import HandoffExecutor
 from harness.execution.executors.procrastinate.base import OnStore
 from harness.execution.executors.procrastinate.jobs import (
@@ -27,8 +24,7 @@ from harness.execution.executors.procrastinate.jobs import (
 )
 from harness.execution.hedge import TWIN_SUFFIX
 from harness.execution.panels import REPLACEMENT
-from harness.scheduling.handoff import RunningTick
-from harness.scheduling.waves import SlotClaim
+from harness.scheduling import RunningTick, SlotClaim
 from harness.store import (
     StoredEvent,
     StoreError,

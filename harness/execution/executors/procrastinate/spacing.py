@@ -5,11 +5,7 @@ from __future__ import annotations
 import threading
 from datetime import timedelta
 
-from harness.contracts.events import (
-    THROTTLE_STREAM,
-    StartsSpaced,
-    utcnow,
-)
+from harness.contracts import THROTTLE_STREAM, StartsSpaced, utcnow
 from harness.store import (
     NO_STREAM,
     ConcurrencyError,

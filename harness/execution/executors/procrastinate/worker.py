@@ -13,11 +13,11 @@ from datetime import datetime
 from pydantic import ValidationError
 
 from harness.config import LevelConfig
-from harness.contracts import TickStarted
-from harness.contracts.events import (
+from harness.contracts import (
     TERMINAL_TYPES,
     TickEvent,
     TickLost,
+    TickStarted,
     TickTaken,
     WorkerStarted,
     tick_stream,
@@ -32,9 +32,7 @@ from harness.execution.panels import REPLACEMENT
 from harness.execution.prepare import TickRef
 from harness.execution.queue import Gate
 from harness.execution.runner import Runner
-from harness.scheduling import recorded_levels
-from harness.scheduling.handoff import RunningTick
-from harness.scheduling.waves import SlotClaim
+from harness.scheduling import RunningTick, SlotClaim, recorded_levels
 from harness.store import (
     ANY,
     ConcurrencyError,

@@ -51,7 +51,7 @@ serve: $(STAMP)
 ## hundreds of interpreters (services, fork servers, ticks, commands), and each one compiled
 ## every tickwork module it imported from source, as each worker did every test module.
 test: $(STAMP) browser
-	PYTHONDONTWRITEBYTECODE= $(BIN)/pytest -n 4 --dist worksteal
+	PYTHONDONTWRITEBYTECODE= $(BIN)/pytest -n 4 --dist worksteal --durations=25
 
 browser:
 	test -x /usr/bin/chromium -a -x /usr/bin/chromedriver || { apt-get update -q && \

@@ -12,6 +12,7 @@ removes the older ones, so the folder holds one file.
 from __future__ import annotations
 
 import contextlib
+import functools
 import hashlib
 import os
 import shutil
@@ -31,8 +32,12 @@ def cache_folder() -> Path:
     return Path(root) / "tickwork"
 
 
+@functools.cache
 def schema_key() -> str:
-    """The schema's name: its head revision and a digest of its migrations' text."""
+    """The schema's name: its head revision and a digest of its migrations' text.
+
+    Read once a process: a test process copies hundreds of stores.
+    """
     digest = hashlib.sha256(HEAD_REVISION.encode())
     for path in sorted(Path(migrations.__file__).parent.glob("versions/*.py")):
         digest.update(path.name.encode())

@@ -22,7 +22,7 @@ import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any, NoReturn
+from typing import Any, ClassVar, NoReturn
 
 import httpx
 
@@ -209,8 +209,25 @@ class ForkedCommand:
         self.pid = os.fork()
         if self.pid == 0:  # pragma: no cover - the child ends in os._exit, never returns
             _run_child(main, cwd, args, env, child_out, child_err)
+        ForkedCommand.started.append(self)
         self.stdout = self._reader(out)
         self.stderr = self._reader(err)
+
+    started: ClassVar[list[ForkedCommand]] = []
+    """The commands forked by the test running now (`end_leftovers` ends them after it)."""
+
+    @classmethod
+    def end_leftovers(cls) -> None:
+        """Kill what a test left running (one that failed before it stopped its service).
+
+        A leftover service holds its pipes and store open: it kept the failed test's
+        output from pytest (a reader waiting on it) and, under `make test`, its worker.
+        """
+        while cls.started:
+            command = cls.started.pop()
+            command.kill()
+            with contextlib.suppress(ChildProcessError):
+                command.wait()
 
     @staticmethod
     def _reader(pipe: tuple[int, int] | None) -> Any:
@@ -343,7 +360,10 @@ class Output:
             assert found or self._reader.is_alive(), f"ended without {text!r}: {self.text()}"
             return found
 
-        return wait_until(printed, f"a line with {text!r}")
+        try:
+            return wait_until(printed, f"a line with {text!r}")
+        except AssertionError as exc:
+            raise AssertionError(f"{exc}; it printed:\n{self.text()}") from None
 
     def text(self) -> str:
         return "".join(self.lines)

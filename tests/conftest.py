@@ -108,6 +108,14 @@ def _empty_database(dsn: str) -> None:
         conn.execute("CREATE SCHEMA public")
 
 
+@pytest.fixture(autouse=True)
+def _no_forked_command_outlives_its_test() -> Iterator[None]:
+    from tests.commands import ForkedCommand
+
+    yield
+    ForkedCommand.end_leftovers()
+
+
 @pytest.fixture(scope="session", autouse=True)
 def _spare_databases_dropped() -> Iterator[None]:
     """The emptied databases leave with the session."""

@@ -116,6 +116,9 @@ DELETE_BATCH = 5000
 RECENT_PATHS = 100_000
 """Files named lately that naming them again skips (`Archiver._named_files`)."""
 DAILY_SECONDS = 86400.0
+HELD_BACK_SECONDS = 5.0
+"""How soon the service tries again when a day stayed hot because a projection lagged:
+at start, the alerter's first catch-up runs beside the first archive run."""
 ARCHIVE_NAMESPACE = uuid.UUID("5f0f4d4e-7c1a-4d4b-9a3e-1f2b3c4d5e6f")
 """`ArchiveWritten` ids are derived from the day and the sha256: recorded once."""
 
@@ -175,6 +178,8 @@ class Archiver:
         self.projector = projector_for(store, PriceBook(settings.prices))
         self.transcripts: list[TranscriptsArchived] = []
         """What the last run did with transcripts (`archive` returns what it did with ticks)."""
+        self.held_back = False
+        """Whether the last run kept a day hot for a projection behind it (soon caught up)."""
 
     def cutoff(self, now: datetime | None = None) -> date:
         """Days before this one are archived: `hot_days` before today (UTC)."""
@@ -191,6 +196,7 @@ class Archiver:
         before = self.cutoff() if before is None else before
         if before > today:
             raise ValueError(f"--before {before}: a day not over yet cannot be archived")
+        self.held_back = False
         make_private_folder(self.root)
         with (self.root / ".lock").open("a") as lock:
             try:
@@ -277,6 +283,7 @@ class Archiver:
                 self.report(
                     f"archive {day}: kept hot, checkpoints behind position {ticks.last}: {behind}"
                 )
+                self.held_back = True
                 return None
             write_archive(folder, day, _killed_midway(day_lines(self.store, ticks)))
             _phase("written")
@@ -444,11 +451,13 @@ class Archiver:
     def run(self, stopping: threading.Event) -> None:
         """Archive now and then once a day until `stopping` is set (a `tickwork run` companion).
 
-        A run that fails is reported and tried again the next day; the service goes on.
+        A run that fails is reported and tried again the next day; the service goes on. A
+        run that kept a day hot only because a projection was behind tries again within
+        seconds (`HELD_BACK_SECONDS`), not a day later.
         """
         while not stopping.is_set():
             try:
                 self.archive()
             except (StoreError, OSError, ValueError) as exc:
                 self.report(f"archive failed, trying again in a day: {exc}")
-            stopping.wait(DAILY_SECONDS)
+            stopping.wait(HELD_BACK_SECONDS if self.held_back else DAILY_SECONDS)

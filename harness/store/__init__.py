@@ -34,7 +34,6 @@ if typing.TYPE_CHECKING:
         Manifest,
         day_folder,
         find_archived,
-        merged,
         read_events,
         read_fields,
         read_lines,
@@ -49,6 +48,7 @@ if typing.TYPE_CHECKING:
     from harness.store.base import EventStore, Tracking
     from harness.store.engine import conninfo, process_name, safe_url, split_password
     from harness.store.heartbeats import Beat, Heartbeat, beats
+    from harness.store.merging import merged
     from harness.store.migrate import current_revision
     from harness.store.opening import configured_store, migrate_store, open_store
     from harness.store.partitions import PartitionHeld, partitioned, prepare_partitions
@@ -211,6 +211,7 @@ _HOMES = {
         "Heartbeat",
         "beats",
     ),
+    "merging": ("merged",),
     "migrate": ("current_revision",),
     "opening": (
         "configured_store",
@@ -268,7 +269,6 @@ _HOMES = {
         "Manifest",
         "day_folder",
         "find_archived",
-        "merged",
         "read_events",
         "read_fields",
         "read_lines",

@@ -22,22 +22,21 @@ members it names, each checked by its own CRC, instead of a day's whole file. Ar
 written before the index have none and are read whole, as they were.
 
 A day is a unit an operator can move (to object storage) and a rebuild can read back
-(`merged` interleaves archives and the hot store by global position: a day's positions
-interleave with events that stay hot, a level's pauses say, and with the next day's).
+(`harness.store.merging` interleaves archives and the hot store by global position: a
+day's positions interleave with events that stay hot, a level's pauses say, and with the
+next day's).
 """
 
 from __future__ import annotations
 
 import gzip
 import hashlib
-import heapq
 import zlib
 from collections import Counter
 from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import UTC, date, datetime, timedelta
-from operator import itemgetter
 from pathlib import Path
 from typing import Any, BinaryIO, TypeVar
 from uuid import UUID
@@ -511,22 +510,6 @@ def verify(folder: Path) -> Manifest:
             f"{manifest.first_position}..{manifest.last_position}"
         )
     return manifest
-
-
-R = TypeVar("R", EventData, Line)
-
-
-def merged(sources: Iterable[Iterable[R]]) -> Iterator[R]:
-    """Records (fold data, archive lines) of several sources, each in global order, in one.
-
-    An event in two sources (an archive whose events were not all deleted yet, when a run
-    was killed, and the hot store) is given once.
-    """
-    last = 0
-    for event in heapq.merge(*sources, key=itemgetter(0)):
-        if event[0] != last:
-            last = event[0]
-            yield event
 
 
 @dataclass(frozen=True)

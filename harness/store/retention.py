@@ -33,8 +33,9 @@ import sqlalchemy as sa
 from sqlalchemy.engine import Engine
 
 from harness.contracts import TERMINAL_TYPES
-from harness.store.archives import Line, lines, merged, packed_lines
+from harness.store.archives import Line, lines, packed_lines
 from harness.store.engine import create_store_engine, stored_utc
+from harness.store.merging import merged
 from harness.store.partitions import (
     TICK_STREAM_PREFIX,
     PartitionHeld,

@@ -21,6 +21,7 @@ from collections.abc import Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from datetime import UTC, datetime
 from itertools import chain, pairwise
+from operator import attrgetter
 from typing import Any
 from uuid import UUID
 
@@ -42,6 +43,7 @@ from harness.folds import (
 )
 from harness.store.base import EventStore, Tracking
 from harness.store.engine import BEGIN_MODE, SQLITE_BUSY_TIMEOUT_MS, sqlite_path
+from harness.store.merging import merged
 from harness.store.partitions import is_tick_stream, partitioned
 from harness.store.records import (
     ANY,
@@ -60,8 +62,6 @@ from harness.store.tick_rows import (
     data_between,
     first_since,
     holds_types,
-    merged,
-    merged_data,
     packed_ids,
     packed_version,
     positions_between,
@@ -90,6 +90,9 @@ _COLUMNS = (
     "global_position, event_id, stream_id, stream_position, type, version, data, metadata, "
     "recorded_at"
 )
+
+_position = attrgetter("global_position")
+"""Where a stored record stands in the log: how hot and packed records are merged."""
 
 
 @contextmanager
@@ -446,7 +449,7 @@ class SqlEventStore(EventStore):
             if kinds is None:
                 upper = min(upper, reach_after(conn, after_position, limit))
             packed = records_between(conn, after_position, upper, kinds)
-        return list(merged(hot, packed))[:limit] if packed else hot
+        return list(merged([hot, packed], _position))[:limit] if packed else hot
 
     def read_unpacked(self, after_position: int, upper: int, limit: int) -> list[StoredEvent]:
         """The first `limit` records of `events` in (after, upper], without the packed ones.
@@ -480,7 +483,7 @@ class SqlEventStore(EventStore):
                 packed = records_last(conn, after, limit, kinds)
         if not packed:
             return hot
-        return list(merged(reversed(hot), packed))[::-1][:limit]
+        return list(merged([reversed(hot), packed], _position))[::-1][:limit]
 
     def checkpoints(self, names: Iterable[str]) -> dict[str, int]:
         """One query for every name; a projection never folded has no row yet and reads as 0."""
@@ -603,7 +606,7 @@ class SqlEventStore(EventStore):
         first = next(hot, None)
         packed = data_between(tracking.conn, tracking.position, upper, kinds)
         slices = chain([] if first is None else [first], hot)
-        return merged_data(chain.from_iterable(slices), packed)
+        return merged([chain.from_iterable(slices), packed])
 
     def _window_slices(
         self, tracking: Tracking, kinds: list[str], upper: int

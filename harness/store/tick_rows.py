@@ -37,7 +37,7 @@ from collections.abc import Collection, Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import date, datetime, timedelta
-from itertools import chain, count
+from itertools import count
 from typing import TYPE_CHECKING, Any
 from uuid import UUID
 
@@ -442,29 +442,6 @@ def first_since(conn: sa.Connection, when: datetime) -> int | None:
         since = [r.global_position for r in unpack(tick, bytes(blob)) if r.recorded_at >= when]
         best = min(best, *since) if since else best
     return best
-
-
-def merged(*sources: Iterable[StoredEvent]) -> Iterator[StoredEvent]:
-    """Records of several sources, each in global order, in one order; a position once."""
-    last = None
-    for record in heapq.merge(*sources, key=lambda record: record.global_position):
-        if record.global_position != last:
-            last = record.global_position
-            yield record
-
-
-def merged_data(hot: Iterable[EventData], packed: Iterable[EventData]) -> Iterator[EventData]:
-    """`merged` for fold data."""
-    rest = iter(packed)
-    first = next(rest, None)
-    if first is None:
-        yield from hot
-        return
-    last = None
-    for item in heapq.merge(hot, chain([first], rest), key=lambda item: item[0]):
-        if item[0] != last:
-            last = item[0]
-            yield item
 
 
 @dataclass(frozen=True)

@@ -348,11 +348,13 @@ class Archiver:
         )
 
     def _drop_partition(self, day: date, folder: Path) -> int | None:
-        """PostgreSQL: the day leaves as its partition, in one transaction (None: it cannot).
+        """PostgreSQL: the day leaves as its partitions, in one transaction (None: it cannot).
 
         Its stragglers of earlier days are deleted and its ticks marked in the same
         transaction, so a kill leaves the day either whole in the store or gone. The
-        archive is read in batches, each batch's ticks marked as it is sorted.
+        archive is read in batches, each batch's ticks marked as it is sorted. Its packed
+        rows leave as their partition too, unless it holds a row the archive does not (a
+        tick packed since it was written): then they are deleted, read from it again.
         """
         if not partitioned(self.store.engine):
             return None
@@ -361,10 +363,14 @@ class Archiver:
         try:
             with self.store.write_transaction() as conn:
                 for batch, tick_ids in _batches(folder):
-                    leaving.sort(conn, batch)
+                    straggling = leaving.sort(conn, batch)
                     self.projector.archived(conn, day, tick_ids)
-                    left += forget(conn, tick_ids)
+                    left += forget(conn, straggling)
                 left += leave_day(conn, leaving)
+                if not leaving.rows_left:
+                    self.report(f"archive {day}: its tick rows stay a partition; deleted instead")
+                    for _, tick_ids in _batches(folder):
+                        left += forget(conn, tick_ids)
         except PartitionHeld as held:
             self.report(f"archive {day}: {held}; its archived events leave by DELETE")
             return None

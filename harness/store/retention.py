@@ -37,10 +37,13 @@ from harness.store.archives import Line, lines, packed_lines
 from harness.store.engine import create_store_engine, stored_utc
 from harness.store.merging import merged
 from harness.store.partitions import (
+    EVENTS,
+    TICK_ROWS,
     TICK_STREAM_PREFIX,
     PartitionHeld,
     delete_positions,
     drop_day,
+    exists,
     is_empty,
     partitioned,
 )
@@ -50,9 +53,10 @@ from harness.store.sql import MAX_BATCH, SqlEventStore, translate_errors
 from harness.store.tick_rows import CHECKPOINT as PACKING_CHECKPOINT
 from harness.store.tick_rows import (
     PAGE,
+    drop_rows_day,
     footprint_rows,
     holds_position,
-    packed_count,
+    release,
     row_spans,
     row_starts,
     rows_from,
@@ -310,22 +314,33 @@ class LeavingDay:
     """PostgreSQL: a day archive's records sorted, a batch at a time, by the partition they are in.
 
     A stream's partition is the UTC day of its first event, which comes first (the
-    archive holds whole streams in global order). Only the stragglers, streams of earlier
-    days, are held, with their positions: a day's own ticks are counted, not kept.
+    archive holds whole streams in global order), and so is its packed row's. Only the
+    stragglers, streams of earlier days, are held, with their positions: a day's own
+    ticks are counted, not kept, and their rows let go of their ids as they are counted
+    (`release`), to leave with the day's partition of `tick_rows`.
     """
 
     day: date
     in_partition: int = 0
     """Events of tick streams that began on the day (its partition's) ..."""
     packed: int = 0
-    """... of which this many are in those ticks' rows, not in the partition."""
+    """... of which this many are in those ticks' rows, not in the partition ..."""
+    rows: int = 0
+    """... in this many rows, the day's partition of `tick_rows`."""
     stragglers: set[str] = field(default_factory=set)
     elsewhere: list[int] = field(default_factory=list)
     """Positions of the stragglers' events, in their own days' partitions."""
+    rows_left: bool = False
+    """Whether the day's rows left as their partition (`leave_day`)."""
 
-    def sort(self, conn: sa.Connection, batch: Iterable[dict[str, Any]]) -> None:
-        """Count a batch of the archive's records (in order) by partition."""
+    def sort(self, conn: sa.Connection, batch: Iterable[dict[str, Any]]) -> list[str]:
+        """Count a batch of the archive's records (in order) by partition.
+
+        Returns the stragglers among the batch's ticks: their rows, in their own days'
+        partitions, are the caller's to delete.
+        """
         begun = []
+        straggling: set[str] = set()
         for record in batch:
             stream_id = record["stream_id"]
             if record["stream_position"] == 1:
@@ -336,30 +351,39 @@ class LeavingDay:
                     self.stragglers.add(stream_id)
             if stream_id in self.stragglers:
                 self.elsewhere.append(record["global_position"])
+                straggling.add(stream_id.removeprefix(TICK_STREAM_PREFIX))
             else:
                 self.in_partition += 1
-        self.packed += packed_count(conn, begun, self.day)
+        rows, records = release(conn, begun, self.day)
+        self.rows += rows
+        self.packed += records
+        return sorted(straggling)
 
 
 def leave_day(conn: sa.Connection, leaving: LeavingDay) -> int:
-    """PostgreSQL: drop the day's partition and delete the archive's stragglers; how many left.
+    """PostgreSQL: drop the day's partitions and delete the archive's stragglers; how many left.
 
     In the caller's transaction, after every record was sorted: all of it or nothing.
-    Raises PartitionHeld when the partition holds events the archive does not (an open
-    tick): the caller deletes instead. The records of the day's packed ticks are in
-    their rows, not the partition; the rows go with `forget`, counted before.
+    Raises PartitionHeld when the partition of `events` holds events the archive does not
+    (an open tick): the caller deletes instead. The records of the day's packed ticks
+    are in their rows, which leave as the day's partition of `tick_rows` when it holds
+    no other (`leaving.rows_left`); else they are the caller's to delete (`forget`).
     """
     expected = leaving.in_partition - leaving.packed
     drop_day(conn, leaving.day, expected)
-    return expected + delete_events(conn, leaving.elsewhere)
+    left = expected + delete_events(conn, leaving.elsewhere)
+    leaving.rows_left = drop_rows_day(conn, leaving.day, leaving.rows)
+    return left + leaving.packed if leaving.rows_left else left
 
 
 def drop_emptied_days(store: SqlEventStore, before: date) -> list[date]:
-    """Drop the partitions of days before `before` that hold no event any more.
+    """Drop the partitions of days before `before` that hold no event any more; which days.
 
-    A day archived while one of its ticks was open kept its partition; the straggler left
-    with a later day's archive, by DELETE. Days from `before` on are left alone: writers
-    may still begin streams in them.
+    A day archived while one of its ticks was open kept its partitions; the straggler left
+    with a later day's archive, by DELETE. A day's partition of `tick_rows` goes once it
+    holds no row and its partition of `events` is gone: a tick of the day still in
+    `events` is packed into it. Days from `before` on are left alone: writers may still
+    begin streams in them.
     """
     if not partitioned(store.engine):
         return []
@@ -373,7 +397,20 @@ def drop_emptied_days(store: SqlEventStore, before: date) -> list[date]:
         except PartitionHeld:
             continue
         dropped.append(day)
-    return dropped
+    with store.read_transaction() as conn:
+        emptied = [
+            day
+            for day in partition_days(conn, TICK_ROWS)
+            if day < before
+            and not exists(conn, EVENTS.partition(day))
+            and is_empty(conn, day, TICK_ROWS)
+        ]
+    for day in emptied:
+        with store.write_transaction() as conn:
+            gone = drop_rows_day(conn, day, 0)
+        if gone and day not in dropped:
+            dropped.append(day)
+    return sorted(dropped)
 
 
 def holds(store: SqlEventStore, position: int) -> bool:

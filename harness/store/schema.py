@@ -10,7 +10,7 @@ from typing import Any
 
 import sqlalchemy as sa
 
-HEAD_REVISION = "0026"
+HEAD_REVISION = "0027"
 
 metadata = sa.MetaData()
 
@@ -111,4 +111,5 @@ tick_rows = sa.Table(
     sa.Index("ix_tick_rows_day", "day"),
 )
 """Closed ticks' records, each tick's packed in one row (migration 0020,
-`harness.store.tick_rows`)."""
+`harness.store.tick_rows`). On PostgreSQL partitioned by `day` (migration 0027), its
+unique keys holding the day: (first_position, day) and (tick_id, day)."""

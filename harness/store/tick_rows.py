@@ -43,7 +43,14 @@ from uuid import UUID
 
 import sqlalchemy as sa
 
-from harness.contracts import EVENT_TYPES, TERMINAL_TYPES, StoredEvent, TickEvent, TranscriptEntry
+from harness.contracts import (
+    EVENT_TYPES,
+    TERMINAL_TYPES,
+    StoredEvent,
+    TickEvent,
+    TranscriptEntry,
+    tick_id_day,
+)
 from harness.folds import (
     EPOCH,
     TICK_PREFIX,
@@ -56,6 +63,7 @@ from harness.folds import (
 )
 from harness.store.base import EventStore
 from harness.store.engine import stored_utc
+from harness.store.partitions import TICK_ROWS, PartitionHeld, detach
 from harness.store.schema import events, projection_checkpoints, tick_rows
 from harness.store.writer import APPENDS_WAIT, appends_settled
 
@@ -81,6 +89,42 @@ def holds_types(types: Collection[str] | None) -> bool:
 def stream_tick(stream_id: str) -> str | None:
     """The tick id of a tick stream, None for any other stream."""
     return stream_id.removeprefix(TICK_PREFIX) if stream_id.startswith(TICK_PREFIX) else None
+
+
+def by_tick(conn: sa.Connection, query: sa.Select[Any], ticks: Sequence[str]) -> list[Any]:
+    """The rows `query` (which selects `tick_id`) finds for these ticks.
+
+    On PostgreSQL a row lies in the partition of its day, the day its stream began
+    (migration 0027), which is the day its id names for nearly every tick
+    (`tick_id_day`): it is looked for there first, each day's ticks in one partition.
+    The rest (a backfilled slot, a tick begun just past midnight, an id of another form,
+    a tick without a row) are looked for in every partition.
+    """
+    if conn.dialect.name != "postgresql":
+        return list(conn.execute(query.where(tick_rows.c.tick_id.in_(ticks))))
+    named: dict[date, list[str]] = {}
+    for tick in ticks:
+        day = tick_id_day(tick)
+        if day is not None:
+            named.setdefault(day, []).append(tick)
+    found: list[Any] = []
+    for day, on_day in named.items():
+        where = (tick_rows.c.tick_id.in_(on_day), tick_rows.c.day == day)
+        found += conn.execute(query.where(*where))
+    seen = {row.tick_id for row in found}
+    rest = [tick for tick in ticks if tick not in seen]
+    if rest:
+        found += conn.execute(query.where(tick_rows.c.tick_id.in_(rest)))
+    return found
+
+
+def _same_rows(keys: Iterable[tuple[str, date]]) -> sa.ColumnElement[bool]:
+    """The condition that picks rows read before again by (tick, day): in their partitions."""
+    picked = list(keys)
+    return sa.and_(
+        tick_rows.c.tick_id.in_([tick for tick, _ in picked]),
+        tick_rows.c.day.in_(sorted({day for _, day in picked})),
+    )
 
 
 # --- reads -------------------------------------------------------------------------------
@@ -113,10 +157,8 @@ def compacted(conn: sa.Connection, stream_ids: Iterable[str]) -> dict[str, list[
     ticks = [tick for tick in map(stream_tick, stream_ids) if tick is not None]
     found: dict[str, list[StoredEvent]] = {}
     for start in range(0, len(ticks), PAGE):
-        query = sa.select(tick_rows.c.tick_id, tick_rows.c.data).where(
-            tick_rows.c.tick_id.in_(ticks[start : start + PAGE])
-        )
-        for tick, blob in conn.execute(query):
+        query = sa.select(tick_rows.c.tick_id, tick_rows.c.data)
+        for tick, blob in by_tick(conn, query, ticks[start : start + PAGE]):
             found[f"{TICK_PREFIX}{tick}"] = unpack(tick, bytes(blob))
     return found
 
@@ -457,10 +499,11 @@ def packed_ids(conn: sa.Connection, stream_id: str) -> PackedIds | None:
     tick = stream_tick(stream_id)
     if tick is None:
         return None
-    query = sa.select(tick_rows.c.data, tick_rows.c.version).where(tick_rows.c.tick_id == tick)
-    row = conn.execute(query).first()
-    if row is None:
+    query = sa.select(tick_rows.c.tick_id, tick_rows.c.data, tick_rows.c.version)
+    found = by_tick(conn, query, [tick])
+    if not found:
         return None
+    row = found[0]
     records = unpack(tick, bytes(row.data))
     return PackedIds({r.event_id: r.global_position for r in records}, int(row.version))
 
@@ -470,9 +513,9 @@ def packed_version(conn: sa.Connection, stream_id: str) -> int | None:
     tick = stream_tick(stream_id)
     if tick is None:
         return None
-    query = sa.select(tick_rows.c.version).where(tick_rows.c.tick_id == tick)
-    found = conn.execute(query).scalar()
-    return None if found is None else int(found)
+    query = sa.select(tick_rows.c.tick_id, tick_rows.c.version)
+    found = by_tick(conn, query, [tick])
+    return int(found[0].version) if found else None
 
 
 def holds_position(conn: sa.Connection, position: int) -> bool:
@@ -571,8 +614,9 @@ def move(conn: sa.Connection, tick_ids: Sequence[str], upper: int) -> tuple[int,
             old = before.get(tick)
             merged_ = with_compacted(records, [] if old is None else unpack(tick, old["data"]))
             rows.append(_row(tick, merged_, old))
-        ticks = [row["tick_id"] for row in rows]
-        conn.execute(tick_rows.delete().where(tick_rows.c.tick_id.in_(ticks)))
+        if before:
+            old_keys = ((row["tick_id"], row["day"]) for row in before.values())
+            conn.execute(tick_rows.delete().where(_same_rows(old_keys)))
         conn.execute(tick_rows.insert(), rows)
         moved = [e for records in found.values() for e in records]
         positions_ = [e.global_position for e in moved]
@@ -609,8 +653,8 @@ def _row(tick: str, records: list[StoredEvent], old: dict[str, Any] | None) -> d
 def _rows(conn: sa.Connection, streams: list[str]) -> dict[str, dict[str, Any]]:
     """The rows of these streams' ticks, by tick id."""
     ticks = [stream.removeprefix(TICK_PREFIX) for stream in streams]
-    query = sa.select(tick_rows).where(tick_rows.c.tick_id.in_(ticks))
-    return {row.tick_id: {**row._asdict(), "data": bytes(row.data)} for row in conn.execute(query)}
+    found = by_tick(conn, sa.select(tick_rows), ticks)
+    return {row.tick_id: {**row._asdict(), "data": bytes(row.data)} for row in found}
 
 
 def _hot_records(
@@ -663,24 +707,62 @@ def rows_from(conn: sa.Connection, after: int, upper: int) -> list[tuple[int, st
 def row_spans(conn: sa.Connection, streams: Sequence[str]) -> dict[str, tuple[int, int]]:
     """The first and last packed positions of each of these streams that has a row."""
     ticks = [stream.removeprefix(TICK_PREFIX) for stream in streams]
-    query = sa.select(
-        tick_rows.c.tick_id, tick_rows.c.first_position, tick_rows.c.last_position
-    ).where(tick_rows.c.tick_id.in_(ticks))
+    query = sa.select(tick_rows.c.tick_id, tick_rows.c.first_position, tick_rows.c.last_position)
     return {
-        f"{TICK_PREFIX}{tick}": (int(first), int(last)) for tick, first, last in conn.execute(query)
+        f"{TICK_PREFIX}{tick}": (int(first), int(last))
+        for tick, first, last in by_tick(conn, query, ticks)
     }
 
 
-def packed_count(conn: sa.Connection, tick_ids: Iterable[str], day: date) -> int:
-    """Records the rows of these ticks begun on `day` hold (outside the day's partition)."""
+def release(conn: sa.Connection, tick_ids: Iterable[str], day: date) -> tuple[int, int]:
+    """PostgreSQL: the rows of these archived ticks begun on `day` let go of their ids and days.
+
+    The rows themselves stay, to leave with their day's partition (`drop_rows_day`). Returns
+    how many rows there are and the records they hold (outside the day's partition of
+    `events`).
+    """
     ids = list(tick_ids)
-    total = 0
+    rows = records = 0
     for start in range(0, len(ids), PAGE):
-        query = sa.select(sa.func.coalesce(sa.func.sum(tick_rows.c.events), 0)).where(
+        query = sa.select(tick_rows.c.tick_id, tick_rows.c.events, tick_rows.c.data).where(
             tick_rows.c.tick_id.in_(ids[start : start + PAGE]), tick_rows.c.day == day
         )
-        total += int(conn.execute(query).scalar_one())
-    return total
+        found = conn.execute(query).all()
+        _let_go(conn, found)
+        rows += len(found)
+        records += sum(row.events for row in found)
+    return rows, records
+
+
+ROWS_LOCK_WAIT = "200ms"
+"""How long `drop_rows_day` waits for its lock on `tick_rows`, under PostgreSQL's
+`deadlock_timeout` (1 s): it holds `events` exclusively by then, so a reader holding
+`tick_rows` and waiting for `events` would otherwise be a deadlock one of them dies of."""
+LOCK_NOT_AVAILABLE = "55P03"
+
+
+def drop_rows_day(conn: sa.Connection, day: date, expected: int) -> bool:
+    """PostgreSQL: drop `day`'s partition of `tick_rows`, holding exactly `expected` rows.
+
+    In the caller's transaction, once their ids and days were let go (`release`), after
+    the day's partition of `events` left. False when it stays, with nothing of it
+    changed: it holds a row the archive does not (a tick packed since), or the lock on
+    `tick_rows` was not had in `ROWS_LOCK_WAIT`; the caller deletes the archived rows.
+    """
+    try:
+        with conn.begin_nested():
+            conn.exec_driver_sql(f"SET LOCAL lock_timeout = '{ROWS_LOCK_WAIT}'")
+            detached = detach(conn, TICK_ROWS, day, expected)
+            conn.exec_driver_sql("SET LOCAL lock_timeout TO DEFAULT")
+    except PartitionHeld:
+        return False
+    except sa.exc.OperationalError as exc:
+        if getattr(exc.orig, "sqlstate", None) != LOCK_NOT_AVAILABLE:
+            raise
+        return False
+    if detached:
+        conn.exec_driver_sql(f"DROP TABLE {TICK_ROWS.partition(day)}")
+    return True
 
 
 def forget(conn: sa.Connection, tick_ids: Iterable[str], upto: int | None = None) -> int:
@@ -693,26 +775,34 @@ def forget(conn: sa.Connection, tick_ids: Iterable[str], upto: int | None = None
     postgres = conn.dialect.name == "postgresql"
     held = 0
     for start in range(0, len(ids), PAGE):
-        where: list[sa.ColumnElement[bool]] = [tick_rows.c.tick_id.in_(ids[start : start + PAGE])]
-        if upto is not None:
-            where.append(tick_rows.c.last_position <= upto)
         # Only PostgreSQL needs the records' ids: SQLite's rows go unread.
-        data = tick_rows.c.data if postgres else sa.null()
-        gone = conn.execute(
-            sa.select(tick_rows.c.tick_id, tick_rows.c.events, data).where(*where)
-        ).all()
+        data = tick_rows.c.data if postgres else sa.null().label("data")
+        query = sa.select(tick_rows.c.tick_id, tick_rows.c.day, tick_rows.c.events, data)
+        if upto is not None:
+            query = query.where(tick_rows.c.last_position <= upto)
+        gone = by_tick(conn, query, ids[start : start + PAGE])
+        if not gone:
+            continue
         held += sum(row.events for row in gone)
-        if postgres and gone:
-            # The ids as the rows hold them (hex).
-            _drop_ids(
-                conn, [record[1] for _, _, blob in gone for record in records_of(bytes(blob))[1]]
-            )
-            conn.exec_driver_sql(
-                "DELETE FROM tick_streams WHERE stream_id = ANY(%s)",
-                ([f"{TICK_PREFIX}{tick}" for tick, _, _ in gone],),
-            )
-        conn.execute(tick_rows.delete().where(*where))
+        if postgres:
+            _let_go(conn, gone)
+        keys = ((row.tick_id, row.day) for row in gone)
+        conn.execute(tick_rows.delete().where(_same_rows(keys)))
     return held
+
+
+def _let_go(conn: sa.Connection, rows: Sequence[Any]) -> None:
+    """PostgreSQL: these rows' (tick_id, data) ids leave `event_ids` and their days `tick_streams`.
+
+    The ids as the rows hold them (hex).
+    """
+    if not rows:
+        return
+    _drop_ids(conn, [record[1] for row in rows for record in records_of(bytes(row.data))[1]])
+    conn.exec_driver_sql(
+        "DELETE FROM tick_streams WHERE stream_id = ANY(%s)",
+        ([f"{TICK_PREFIX}{row.tick_id}" for row in rows],),
+    )
 
 
 def footprint_rows(conn: sa.Connection, hot_started: set[str]) -> tuple[int, dict[date, int]]:
@@ -779,11 +869,10 @@ def drop_archived(conn: sa.Connection, day: date, held: Sequence[tuple[str, int]
     if not held:
         return 0
     wanted = dict(held)
-    query = sa.select(tick_rows).where(
-        tick_rows.c.tick_id.in_(list(wanted)), tick_rows.c.transcript > 0
-    )
+    # The archive of `day` holds transcripts of ticks begun by then (`hot_transcripts`).
+    query = sa.select(tick_rows).where(tick_rows.c.transcript > 0, tick_rows.c.day <= day)
     dropped = 0
-    for row in conn.execute(query).all():
+    for row in by_tick(conn, query, list(wanted)):
         records = unpack(row.tick_id, bytes(row.data))
         entries = [r.global_position for r in records if r.type == TranscriptEntry.type]
         if max(entries) != wanted[row.tick_id]:
@@ -794,7 +883,7 @@ def drop_archived(conn: sa.Connection, day: date, held: Sequence[tuple[str, int]
         else:
             values = {"events": 0, "transcript": 0, "archived_on": day}
             values["data"] = pack(row.tick_id, [])[0]
-        conn.execute(tick_rows.update().where(tick_rows.c.tick_id == row.tick_id).values(values))
+        conn.execute(tick_rows.update().where(_same_rows([(row.tick_id, row.day)])).values(values))
         dropped += 1
     return dropped
 
@@ -809,6 +898,6 @@ def relied_on(store: SqlEventStore, day: date) -> bool:
 def archived_on(store: EventStore, tick_id: str) -> date | None:
     """The day whose archive holds the transcript of a tick still hot (None: it is hot)."""
     with store.read_transaction() as conn:
-        query = sa.select(tick_rows.c.archived_on).where(tick_rows.c.tick_id == tick_id)
-        found: date | None = conn.execute(query).scalar()
-        return found
+        query = sa.select(tick_rows.c.tick_id, tick_rows.c.archived_on)
+        found = by_tick(conn, query, [tick_id])
+        return found[0].archived_on if found else None

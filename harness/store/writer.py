@@ -422,15 +422,16 @@ class Writer:
         stream's is `events_hot`. The event ids go to `event_ids`, whose primary key
         refuses one stored already in `events` (migration 0010). A tick stream packed in
         `tick_rows` is at least at its row's version, and takes only an append checked
-        against that row (`append`).
+        against that row (`append`), read in its day's partition of `tick_rows` alone
+        (a row keeps its stream's day, migration 0027).
         """
         key = (size, tick)
         if key not in self._statements:
             rows = ", ".join(["(%s::int, %s::uuid, %s, %s::smallint, %s::json, %s::json)"] * size)
             packed = "NULL::int"
             if tick:
-                packed = "(SELECT version FROM tick_rows WHERE tick_id = %s)"
                 known = "(SELECT tick_day FROM tick_streams WHERE stream_id = %s)"
+                packed = f"(SELECT version FROM tick_rows WHERE tick_id = %s AND day = {known})"
                 where, day = f"tick_day = {known}", f"COALESCE({known}, %s::date)"
                 started = (
                     ", started AS (INSERT INTO tick_streams (stream_id, tick_day) "
@@ -469,7 +470,9 @@ class Writer:
         offset = 0
         for (stream_id, batch), tick in zip(streams, ticks, strict=True):
             # In the order of the statement's marks (`_postgres_statement`).
-            values: list[Any] = [_tick_id(stream_id), stream_id, today, stream_id] if tick else []
+            values: list[Any] = (
+                [_tick_id(stream_id), stream_id, stream_id, today, stream_id] if tick else []
+            )
             values += [stream_id, offset]
             for i, event in enumerate(batch, 1):
                 values += (

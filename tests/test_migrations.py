@@ -40,7 +40,7 @@ from harness.store import (
 )
 from harness.store.engine import create_store_engine
 from harness.store.migrate import current_revision, downgrade, upgrade
-from harness.store.schema import events, metadata, postgres_only
+from harness.store.schema import events, metadata, postgres_only, tick_rows
 from harness.store.tick_rows import compact
 from harness.timespec import as_utc
 from tests.conftest import fresh_pg_database
@@ -59,19 +59,38 @@ def test_head_revision_constant_matches_alembic() -> None:
     assert ScriptDirectory.from_config(config).get_current_head() == HEAD_REVISION
 
 
-PARTITION = re.compile(r"^events_(hot|default|\d{8})$")
+PARTITION = re.compile(r"^(events_(hot|default|\d{8})|tick_rows_(default|\d{8}))$")
 
 
 def _postgres_layout() -> sa.MetaData:
-    """The code's tables as PostgreSQL keeps them (0010).
+    """The code's tables as PostgreSQL keeps them (0010, 0027).
 
     `events` is partitioned by `tick_day`, its unique keys hold it, the id's and tick
-    streams' tables stand beside it. Its partitions copy it.
+    streams' tables stand beside it; `tick_rows` is partitioned by `day`, which its
+    unique keys hold. Their partitions copy them.
     """
     layout = sa.MetaData()
     for table in metadata.tables.values():
-        if table.name != "events":
+        if table.name not in ("events", "tick_rows"):
             table.to_metadata(layout)
+    sa.Table(
+        "tick_rows",
+        layout,
+        *(
+            sa.Column(
+                c.name,
+                c.type,
+                nullable=c.nullable,
+                primary_key=c.name in ("first_position", "day"),
+                autoincrement=False,
+            )
+            for c in tick_rows.columns
+        ),
+        sa.Index("ix_tick_rows_span", sa.text("(last_position - first_position)")),
+        sa.Index("ix_tick_rows_last_recorded", "last_recorded"),
+        sa.Index("ix_tick_rows_day", "day"),
+        sa.Index("ix_tick_rows_tick_id", "tick_id", "day", unique=True),
+    )
     for table in postgres_only.tables.values():
         table.to_metadata(layout)
     sa.Table(

@@ -62,9 +62,10 @@ from harness.store.archives import (
     verify_transcripts,
 )
 from harness.store.archives import read_events as archived_events
+from harness.store.partitions import EVENTS, TICK_ROWS, Partitioned
 from harness.store.partitions import days as partition_days
 from harness.store.schema import events, tick_rows
-from harness.store.tick_rows import unpack
+from harness.store.tick_rows import compact, unpack
 from tests.commands import Output, forked, forked_each, run, start_service, write_config
 from tests.conftest import fresh_pg_database
 from tests.waiting import wait_until
@@ -581,11 +582,13 @@ def test_a_day_kept_hot_for_a_lagging_checkpoint_leaves_within_seconds(tmp_path:
 
 
 def test_postgres_days_leave_as_partitions_and_no_dead_tuple_stays(tmp_path: Path) -> None:
-    """A day whose ticks are all archived leaves as its partition, with no DELETE.
+    """A day whose ticks are all archived leaves as its partitions, with no DELETE.
 
-    One an open tick holds stays until that straggler leaves with a later day, then goes
-    too. No dead tuple is left in any table after each run, nor after a rebuild, which
-    equals no archive.
+    Its events' partition and its packed rows' (`tick_rows`, migration 0027): a row
+    deleted from `tick_rows` is logged by a trigger, and none of that day's is. One an
+    open tick holds stays until that straggler leaves with a later day, then goes too.
+    No dead tuple is left in any table after each run, nor after a rebuild, which equals
+    no archive.
     """
     following = OLD + timedelta(days=1)
     with fresh_pg_database() as url:
@@ -595,6 +598,7 @@ def test_postgres_days_leave_as_partitions_and_no_dead_tuple_stays(tmp_path: Pat
         try:
             with store.write_transaction() as conn:
                 conn.exec_driver_sql("CREATE EXTENSION IF NOT EXISTS pgstattuple")
+                _log_row_deletes(conn)
             with _store_on(store, OLD) as then:
                 for n in range(2):
                     for event in tick_events(old(n), settings.paths.results, 10 + n, OLD):
@@ -618,8 +622,15 @@ def test_postgres_days_leave_as_partitions_and_no_dead_tuple_stays(tmp_path: Pat
             projector.catch_up()
             before = read_models(store)
 
+            compact(store)
+            assert _packed_days(store) == {following: 1}, "the next day's tick is packed"
+            assert {OLD, following} <= _partitions(store, TICK_ROWS)
+
             assert [(d.day, d.ticks) for d in archiver.archive()] == [(following, 2)]
             assert not _partitions(store) & {OLD, following}, "both days left as partitions"
+            assert not _partitions(store, TICK_ROWS) & {OLD, following}, "their rows' too"
+            assert _packed_days(store) == {}
+            assert _row_deletes(store) == {OLD}, "only the held day's rows were deleted"
             assert f"archive: the partition of {OLD} held no event any more: dropped" in lines
             hot = {e.stream_id for e in store.read_all()}
             assert hot == {level_stream("min"), ARCHIVE_STREAM}
@@ -639,9 +650,35 @@ def test_postgres_days_leave_as_partitions_and_no_dead_tuple_stays(tmp_path: Pat
             store.close()
 
 
-def _partitions(store: SqlEventStore) -> set[date]:
+def _partitions(store: SqlEventStore, table: Partitioned = EVENTS) -> set[date]:
     with store.read_transaction() as conn:
-        return set(partition_days(conn))
+        return set(partition_days(conn, table))
+
+
+def _packed_days(store: SqlEventStore) -> dict[date, int]:
+    """Rows in `tick_rows`, by day."""
+    query = sa.select(tick_rows.c.day, sa.func.count()).group_by(tick_rows.c.day)
+    with store.read_transaction() as conn:
+        return {day: int(count) for day, count in conn.execute(query)}
+
+
+def _log_row_deletes(conn: sa.Connection) -> None:
+    """Log the day of every row deleted from `tick_rows` (its partitions, made later too)."""
+    conn.exec_driver_sql("CREATE TABLE row_deletes (day date NOT NULL)")
+    conn.exec_driver_sql(
+        "CREATE FUNCTION log_row_delete() RETURNS trigger LANGUAGE plpgsql AS "
+        "$$BEGIN INSERT INTO row_deletes VALUES (OLD.day); RETURN OLD; END$$"
+    )
+    conn.exec_driver_sql(
+        "CREATE TRIGGER row_deleted AFTER DELETE ON tick_rows "
+        "FOR EACH ROW EXECUTE FUNCTION log_row_delete()"
+    )
+
+
+def _row_deletes(store: SqlEventStore) -> set[date]:
+    """The days of the rows deleted from `tick_rows` (`_log_row_deletes`)."""
+    with store.read_transaction() as conn:
+        return set(conn.exec_driver_sql("SELECT DISTINCT day FROM row_deletes").scalars())
 
 
 def _dead_tuples(store: SqlEventStore) -> dict[str, int]:

@@ -17,6 +17,7 @@ from collections import Counter
 from collections.abc import Callable, Iterator
 from datetime import UTC, date, datetime, time, timedelta
 from pathlib import Path
+from time import monotonic
 from typing import Any
 
 import pytest
@@ -65,7 +66,7 @@ from harness.store.archives import read_events as archived_events
 from harness.store.partitions import EVENTS, TICK_ROWS, Partitioned
 from harness.store.partitions import days as partition_days
 from harness.store.schema import events, tick_rows
-from harness.store.tick_rows import compact, unpack
+from harness.store.tick_rows import compact, drop_rows_day, unpack
 from tests.commands import Output, forked, forked_each, run, start_service, write_config
 from tests.conftest import fresh_pg_database
 from tests.waiting import wait_until
@@ -646,6 +647,44 @@ def test_postgres_days_leave_as_partitions_and_no_dead_tuple_stays(tmp_path: Pat
                 projector.rebuild(name, archives=_archives(store, settings))
             assert read_models(store) == before
             assert _dead_tuples(store) == {}
+        finally:
+            store.close()
+
+
+def test_postgres_a_day_s_rows_stay_a_partition_while_it_holds_another_or_is_busy(
+    tmp_path: Path,
+) -> None:
+    """The rows' partition leaves only holding just the archived rows, and never waits long.
+
+    Holding a row the archive does not (a tick packed after it was written), or locked by
+    a reader past `ROWS_LOCK_WAIT` (which may wait on `events`, held by the archive run:
+    a deadlock), it stays as it was, and the archive run's transaction goes on: its
+    archived rows are then deleted instead.
+    """
+    with fresh_pg_database() as url:
+        migrate_store(url)
+        store = open_store(url)
+        try:
+            with _store_on(store, OLD) as then:
+                for n in range(2):
+                    for event in tick_events(old(n), tmp_path, 10, OLD):
+                        then.append(f"tick-{old(n)}", [event.to_record()])
+            store.append(level_stream("min"), [LevelPaused(level="min", reason="r").to_record()])
+            assert compact(store) == 2
+            with store.write_transaction() as conn:
+                assert not drop_rows_day(conn, OLD, 1), "it holds a row more"
+                assert conn.execute(sa.select(sa.func.count()).select_from(tick_rows)).scalar()
+            with store.engine.connect() as reader, reader.begin():
+                reader.execute(sa.select(sa.func.count()).select_from(tick_rows))
+                with store.write_transaction() as conn:
+                    started = monotonic()
+                    assert not drop_rows_day(conn, OLD, 2), "a reader holds `tick_rows`"
+                    assert monotonic() - started < 1
+            assert _packed_days(store) == {OLD: 2}
+            with store.write_transaction() as conn:
+                assert drop_rows_day(conn, OLD, 2)
+            assert _packed_days(store) == {}
+            assert OLD not in _partitions(store, TICK_ROWS)
         finally:
             store.close()
 

@@ -8,19 +8,20 @@ after its tick was packed (a late spool) is a no-op.
 
 from __future__ import annotations
 
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
 import sqlalchemy as sa
 
+from harness.contracts import tick_id_for
 from harness.contracts.events import TickScheduled, TranscriptEntry
 from harness.devtools.soak import tick_events
 from harness.prices import PriceBook
 from harness.projections import projector_for
 from harness.store import NewEvent, SqlEventStore, open_store
 from harness.store.schema import events, metadata, tick_rows
-from harness.store.tick_rows import compact
+from harness.store.tick_rows import archived_on, compact
 
 
 def entry(tick_id: str, text: str) -> TranscriptEntry:
@@ -88,5 +89,50 @@ def test_packed_ticks_read_in_place_and_rebuilds_equal(store_url: str, tmp_path:
         with store.read_transaction() as conn:
             rows = conn.execute(sa.select(sa.func.count()).select_from(tick_rows)).scalar()
         assert rows == 4
+    finally:
+        store.close()
+
+
+def test_a_row_is_found_whether_or_not_its_tick_id_names_the_day_it_began(
+    store_url: str, tmp_path: Path
+) -> None:
+    """A row is looked up in the partition of the day its tick's id names, and then in all.
+
+    On PostgreSQL a row lies in its stream's day's partition (migration 0027). A slot's
+    tick begins on its slot's day, but a backfilled one (or one claimed past midnight)
+    begins later, and an id of another form names no day: each is read, replayed and
+    appended to as a row of its own day.
+    """
+    now = datetime.now(UTC)
+    ticks = [
+        tick_id_for("min", now),  # names the day it begins on
+        tick_id_for("min", now - timedelta(days=3)),  # a backfilled slot
+        "by-hand",  # names no day
+    ]
+    store = open_store(store_url)
+    try:
+        for tick in ticks:
+            events_ = tick_events(tick, tmp_path, 100, now.date())
+            store.append(f"tick-{tick}", [e.to_record() for e in events_])
+        store.append("tick-open", [TickScheduled(tick_id="open", level="min").to_record()])
+        before = {tick: store.read_stream(f"tick-{tick}") for tick in ticks}
+
+        assert compact(store) == len(ticks)
+        assert hot_streams(store) == {"tick-open"}
+        with store.read_transaction() as conn:
+            days = dict(conn.execute(sa.select(tick_rows.c.tick_id, tick_rows.c.day)).all())
+        assert days == dict.fromkeys(ticks, now.date()), "each row keeps the day it began"
+        assert store.read_streams([f"tick-{tick}" for tick in ticks]) == {
+            f"tick-{tick}": before[tick] for tick in ticks
+        }
+        for tick in ticks:
+            stream, stored = f"tick-{tick}", before[tick]
+            assert store.read_stream(stream) == stored
+            assert store.stream_version(stream) == len(stored)
+            assert archived_on(store, tick) is None
+            replay = NewEvent(stored[2].event_id, stored[2].type, 1, stored[2].data)
+            assert store.append(stream, [replay]).duplicate, "a replay of a packed event"
+            late = store.append(stream, [entry(tick, "replayed late").to_record()])
+            assert late.stream_version == len(stored) + 1
     finally:
         store.close()

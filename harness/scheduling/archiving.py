@@ -15,7 +15,8 @@ after (`tickwork archive`, and `tickwork run` once a day, `Archiver.run`):
 6. the events leave the hot store in batches, in global order, each batch deleting its
    ticks' read-model rows (`Projection.archived`) and the packed rows
    (`harness.store.tick_rows`) of the ticks whose last record it holds, in the same
-   transaction.
+   transaction; on PostgreSQL, in one transaction, as the day's partitions of `events`
+   and `tick_rows` (`harness.store.retention.leave_day`) where they hold nothing else.
 
 Nothing leaves before its archive is verified and recorded, so a kill at any point leaves
 every event in the store or in a verified archive. A rerun reuses an archive it finds

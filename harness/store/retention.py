@@ -8,15 +8,17 @@ next day archived (a straggler, `closed_ticks`). A day's range is fixed once the
 over, so the same day always selects the same ticks, less any that left already, plus
 the stragglers that closed since.
 
-Leaving, on PostgreSQL, is dropping the day's partition (`leave_day`): `events` is
+Leaving, on PostgreSQL, is dropping the day's partitions (`leave_day`): `events` is
 partitioned by the day each tick stream began (migration 0010), the archive's own unit,
-so once a day's ticks are archived its partition holds nothing else; it is detached,
-counted and dropped in one transaction, with the archive's stragglers of earlier days
-deleted beside it. A day whose partition still holds an open tick falls back to the
-batched DELETE, and its partition is dropped once its last straggler has left
-(`drop_emptied_days`). Streams that stay hot (levels, control, throttle, digests) never
-were in a day's partition. SQLite deletes in batches, and its freed pages go back to the
-file system by incremental vacuum (`reclaim_space`).
+and `tick_rows`, its closed ticks packed, by the same day (0027), so once a day's ticks
+are archived its partitions hold nothing else; they are detached, counted and dropped in
+one transaction, with the archive's stragglers of earlier days deleted beside them. A
+day whose partition of `events` still holds an open tick falls back to the batched
+DELETE, and its partitions are dropped once its last straggler has left
+(`drop_emptied_days`); one whose rows' partition holds a tick packed since the archive
+was written keeps it, its archived rows deleted. Streams that stay hot (levels, control,
+throttle, digests) never were in a day's partition. SQLite deletes in batches, and its
+freed pages go back to the file system by incremental vacuum (`reclaim_space`).
 """
 
 from __future__ import annotations

@@ -514,7 +514,7 @@ class Footprint:
     tick_days: dict[date, int]
     """Tick streams still hot, by the UTC day each started on."""
     events_size: int
-    """Bytes of the `events` and `tick_rows` tables and their indexes (PostgreSQL: of its
+    """Bytes of the `events` and `tick_rows` tables and their indexes (PostgreSQL: of their
     partitions and of `event_ids` and `tick_streams` too, dead tuples included until a
     vacuum)."""
     size: int
@@ -549,9 +549,10 @@ def footprint(store: SqlEventStore) -> Footprint:
             size = pages * conn.exec_driver_sql("PRAGMA page_size").scalar_one()
         else:
             table = conn.exec_driver_sql(
-                "SELECT (SELECT sum(pg_total_relation_size(relid)) "
-                "FROM pg_partition_tree('events')) + pg_total_relation_size('event_ids') + "
-                "pg_total_relation_size('tick_streams') + pg_total_relation_size('tick_rows')"
+                "SELECT sum(pg_total_relation_size(relid)) FROM (SELECT relid FROM "
+                "pg_partition_tree('events') UNION ALL SELECT relid FROM "
+                "pg_partition_tree('tick_rows') UNION ALL SELECT 'event_ids'::regclass "
+                "UNION ALL SELECT 'tick_streams'::regclass) AS log"
             ).scalar_one()
             size = conn.execute(sa.text("SELECT pg_database_size(current_database())")).scalar_one()
     return Footprint(count + packed, dict(sorted(days.items())), int(table), int(size))

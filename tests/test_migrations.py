@@ -442,3 +442,27 @@ def test_0023_takes_packed_ids_out_of_event_ids_and_a_downgrade_puts_them_back()
         with closing(open_store(url)) as store:
             replay = NewEvent(packed[0].event_id, packed[0].type, 1, packed[0].data)
             assert store.append("tick-t", [replay]).duplicate
+
+
+def test_0027_moves_packed_rows_into_their_days_partitions_and_a_downgrade_back() -> None:
+    """PostgreSQL: every row lands in its day's partition of `tick_rows`, and back out."""
+    with fresh_pg_database() as url:
+        migrate_store(url)
+        with closing(open_store(url)) as store:
+            store.append("tick-t", [TickScheduled(tick_id="t", level="min").to_record()])
+            store.append("tick-t", [TickCompleted(tick_id="t", level="min").to_record()])
+            store.append("level-min", [LevelPaused(level="min", reason="last").to_record()])
+            packed = store.read_stream("tick-t")
+            assert compact(store) == 1
+        engine = create_store_engine(url)
+        rows = sa.text("SELECT tableoid::regclass::text, tick_id, day FROM tick_rows")
+        found = []
+        for step in (lambda: downgrade(engine, "0026"), lambda: upgrade(engine)):
+            step()
+            with engine.connect() as conn:
+                found.append([tuple(row) for row in conn.execute(rows)])
+        engine.dispose()
+        day = packed[0].recorded_at.date()
+        assert found == [[("tick_rows", "t", day)], [(f"tick_rows_{day:%Y%m%d}", "t", day)]]
+        with closing(open_store(url)) as store:
+            assert store.read_stream("tick-t") == packed

@@ -7,8 +7,9 @@ closed ones packed in their tick rows, laid out as the store lays them out (chec
 models are rebuilt first, as a running service keeps them current (its time is printed).
 Then `tickwork archive` runs as a process of its own; the bench prints its time and peak
 RSS, the archive's bytes per tick, the hot store's size before and after (SQLite: after
-incremental vacuum; PostgreSQL: the database after its VACUUM), and
-the time of `tickwork projections rebuild` reading the archive.
+incremental vacuum; PostgreSQL: the database after its VACUUM) and the part of it
+`tick_rows` takes (on PostgreSQL a day's rows leave as its partition, migration 0027),
+and the time of `tickwork projections rebuild` reading the archive.
 
 `--hold-open` adds one tick still open on the old day: on PostgreSQL its partition cannot
 be dropped, and the day's events leave by DELETE instead, the path every day took
@@ -61,6 +62,19 @@ def size(store: SqlEventStore) -> int:
             return int(conn.exec_driver_sql(query).scalar_one())
         pages = conn.exec_driver_sql("PRAGMA page_count").scalar()
         return int(pages * conn.exec_driver_sql("PRAGMA page_size").scalar())
+
+
+def rows_size(store: SqlEventStore) -> int:
+    """Bytes `tick_rows` takes with its indexes (PostgreSQL: its partitions', 0027, and TOAST)."""
+    with store.read_transaction() as conn:
+        if conn.dialect.name == "postgresql":
+            query = "SELECT sum(pg_total_relation_size(relid)) FROM pg_partition_tree('tick_rows')"
+        else:
+            query = (
+                "SELECT sum(pgsize) FROM dbstat WHERE name IN "
+                "(SELECT name FROM sqlite_schema WHERE tbl_name = 'tick_rows')"
+            )
+        return int(conn.exec_driver_sql(query).scalar() or 0)
 
 
 def timed(folder: Path, *args: str) -> tuple[float, float, float]:
@@ -132,12 +146,12 @@ def main() -> None:
                 kept.mkdir(parents=True, exist_ok=True)
                 copy_store(folder, kept)
         store = open_store(url)
-        before = size(store)
+        before, rows_before = size(store), rows_size(store)
         old_events = events_before(store, day + timedelta(days=1))
         store.close()
         seconds, cpu, peak = timed(folder, "archive")
         store = open_store(url)
-        after = size(store)
+        after, rows_after = size(store), rows_size(store)
         store.close()
         archive = sum(
             os.path.getsize(path) for path in (folder / ".tickwork" / "archive").rglob("*.gz")
@@ -150,6 +164,10 @@ def main() -> None:
         )
         print(f"archive bytes per tick: {archive / options.ticks:.0f}")
         print(f"hot store: {before / 2**20:.1f} MiB before, {after / 2**20:.1f} MiB after")
+        print(
+            f"  of which tick_rows: {rows_before / 2**20:.1f} MiB before, "
+            f"{rows_after / 2**20:.1f} MiB after"
+        )
         if rebuild is not None:
             print(f"projections rebuild (archive + hot store): {rebuild:.2f} s")
     print(f"load average at end: {os.getloadavg()}")

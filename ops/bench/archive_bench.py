@@ -68,7 +68,12 @@ def rows_size(store: SqlEventStore) -> int:
     """Bytes `tick_rows` takes with its indexes (PostgreSQL: its partitions', 0027, and TOAST)."""
     with store.read_transaction() as conn:
         if conn.dialect.name == "postgresql":
-            query = "SELECT sum(pg_total_relation_size(relid)) FROM pg_partition_tree('tick_rows')"
+            # A partitioned table has no storage of its own; an unpartitioned one (before
+            # 0027) no partition tree.
+            query = (
+                "SELECT pg_total_relation_size('tick_rows') + coalesce((SELECT "
+                "sum(pg_total_relation_size(relid)) FROM pg_partition_tree('tick_rows')), 0)"
+            )
         else:
             query = (
                 "SELECT sum(pgsize) FROM dbstat WHERE name IN "

@@ -660,7 +660,12 @@ def _rows(conn: sa.Connection, streams: list[str]) -> dict[str, dict[str, Any]]:
 def _hot_records(
     conn: sa.Connection, streams: list[str], upper: int
 ) -> dict[str, list[StoredEvent]]:
-    """The streams' records still in `events`, up to `upper`, by stream."""
+    """The streams' records still in `events`, up to `upper`, by stream, in stream order.
+
+    Ordered: a row is made of them in stream order (`_row`: its first and last positions,
+    its version, its day), and PostgreSQL gives a stream's records in the order of the
+    pages that hold them, which a compaction's deletes and a VACUUM shuffle.
+    """
     query = sa.select(
         events.c.global_position,
         events.c.event_id,
@@ -673,6 +678,7 @@ def _hot_records(
         events.c.recorded_at,
     ).where(events.c.stream_id.in_(streams), events.c.global_position <= upper)
     found: dict[str, list[StoredEvent]] = {}
+    query = query.order_by(events.c.stream_id, events.c.stream_position)
     for row in conn.execute(query):
         stored = StoredEvent(*row[:8], stored_utc(row[8]))
         found.setdefault(stored.stream_id, []).append(stored)

@@ -209,7 +209,7 @@ class Archiver:
                 moved = prepare_partitions(self.store.engine, today)
                 if moved:
                     self.report(
-                        f"archive: {moved} events left the default partition for their day's"
+                        f"archive: {moved} rows left the default partitions for their day's"
                     )
                 self.projector.catch_up()
                 compact(self.store)

@@ -1,6 +1,6 @@
 """The `tickwork` command run as an operator runs it: real processes, real ports, real files.
 
-`run`/`run_each`/`run_cli` start a fresh interpreter per command, as a shell does; `forked`,
+`run`/`run_each` start a fresh interpreter per command, as a shell does; `forked`,
 `forked_each` and `forked_cli` run the same command in a child forked from the warm test
 process: a process of its own all the same, at a fraction of the CPU, and `start` forks
 the commands that run on while a test goes on (services, workers, ticks). Use `run` where
@@ -319,14 +319,8 @@ def start_tick(tick_id: str, config: Path, fake: FakeUpstream, options: str = ""
     )
 
 
-def run_cli(command: str, config: Path, fake: FakeUpstream) -> subprocess.CompletedProcess[str]:
-    """`tickwork <command>` on the config in a fresh interpreter, as `run` runs it."""
-    env = {"TICKWORK_CONFIG": str(config), "OPENAI_BASE_URL": fake.url}
-    return run(config.parent, *command.split(), env=env)
-
-
 def forked_cli(command: str, config: Path, fake: FakeUpstream) -> subprocess.CompletedProcess[str]:
-    """`run_cli`'s command in a forked child (`forked_each`): the same environment, warm."""
+    """`tickwork <command>` on the config, talking to the fake upstream, in a forked child."""
     env = {"TICKWORK_CONFIG": str(config), "OPENAI_BASE_URL": fake.url}
     return forked(config.parent, *command.split(), env=env)
 

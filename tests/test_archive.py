@@ -67,7 +67,7 @@ from harness.store.partitions import EVENTS, TICK_ROWS, Partitioned
 from harness.store.partitions import days as partition_days
 from harness.store.schema import events, tick_rows
 from harness.store.tick_rows import compact, drop_rows_day, unpack
-from tests.commands import Output, forked, forked_each, run, start_service, write_config
+from tests.commands import Output, forked, forked_each, start_service, write_config
 from tests.conftest import fresh_pg_database
 from tests.waiting import wait_until
 
@@ -497,7 +497,7 @@ def test_transcripts_leave_after_transcript_days_and_are_read_back(
 def test_archive_refuses_a_day_not_over(tmp_path: Path) -> None:
     config = config_file(tmp_path, f"sqlite:///{tmp_path}/events.db")
     later = (TODAY + timedelta(days=1)).isoformat()
-    refused = run(tmp_path, "-c", str(config), "archive", "--before", later)
+    refused = forked(tmp_path, "-c", str(config), "archive", "--before", later)
     assert refused.returncode == 2
     assert "not over yet" in refused.stderr
 
@@ -509,12 +509,12 @@ def test_a_sqlite_store_made_without_incremental_vacuum_is_converted_once(tmp_pa
     config = config_file(tmp_path, f"sqlite:///{path}")
     store = open_store(f"sqlite:///{path}")
     history(store, load_settings(config).paths.results)
-    held = run(tmp_path, "-c", str(config), "archive")
+    held = forked(tmp_path, "-c", str(config), "archive")
     assert held.returncode == 0, held.stderr
     assert "not converted to incremental vacuum: another process has the store open" in held.stdout
     store.close()
 
-    converted = run(tmp_path, "-c", str(config), "archive")
+    converted = forked(tmp_path, "-c", str(config), "archive")
     assert converted.returncode == 0, converted.stderr
     assert "converted the SQLite store to incremental vacuum" in converted.stdout
     with sqlite3.connect(path) as conn:

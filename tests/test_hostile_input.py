@@ -33,7 +33,7 @@ from harness.scheduling.triggers import level_trigger, next_slot
 from harness.store import open_store
 from tests.api_support import serving, settings_for
 from tests.catalog_support import valid as valid_catalog
-from tests.commands import forked, forked_each, run
+from tests.commands import forked, forked_each
 from tests.tick_support import make_settings
 
 LEVEL = '[levels.min]\nmodel = "m"\n'
@@ -262,13 +262,13 @@ def test_a_command_without_a_configuration_says_so_and_creates_nothing(tmp_path:
 
 
 def test_help_prints_section_names_with_their_brackets(tmp_path: Path) -> None:
-    result = run(tmp_path, "rag", "index", "--help")
+    result = forked(tmp_path, "rag", "index", "--help")
     assert result.returncode == 0 and "Default: [rag] folder." in result.stdout
 
 
 def test_an_unknown_event_type_is_refused_naming_the_known_ones(tmp_path: Path) -> None:
     write(tmp_path, f'[store]\nurl = "sqlite:///{tmp_path}/events.db"\n')
-    result = run(tmp_path, "events", "--type", "BudgetSpnt")
+    result = forked(tmp_path, "events", "--type", "BudgetSpnt")
     assert result.returncode == 2
     assert "BudgetSpnt" in result.stderr and "BudgetSpent" in result.stderr
 

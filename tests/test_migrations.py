@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import importlib
+import pkgutil
 import re
 from contextlib import closing, nullcontext
 from datetime import UTC, datetime, timedelta
@@ -15,7 +17,8 @@ from alembic.config import Config
 from alembic.migration import MigrationContext
 from alembic.script import ScriptDirectory
 
-import harness.projections  # noqa: F401  (registers the read-model tables on `metadata`)
+import harness.projections
+import harness.store
 import migrations
 from harness.contracts.events import (
     BudgetSpent,
@@ -45,6 +48,12 @@ from harness.store.tick_rows import compact
 from harness.timespec import as_utc
 from tests.conftest import fresh_pg_database
 from tests.procs import open_fresh, racing
+
+for _package in (harness.store, harness.projections):
+    # Each module defines its tables on `metadata` when it is imported, and the fronts
+    # import lazily: the schema the code defines is every module's.
+    for _module in pkgutil.iter_modules(_package.__path__):
+        importlib.import_module(f"{_package.__name__}.{_module.name}")
 
 
 @pytest.fixture

@@ -45,7 +45,7 @@ from harness.scheduling.timetable import Timetable
 from harness.scheduling.triggers import level_trigger, slot_tick_id
 from harness.scheduling.waves import SlotClaim, claim_wave
 from harness.store import EventStore, SqlEventStore, StoredEvent, open_store
-from tests.commands import Output, run_cli, start_service
+from tests.commands import Output, forked_cli, start_service
 from tests.waiting import wait_until
 
 EDIT_OLD = """
@@ -350,7 +350,7 @@ def test_sighup_or_an_edit_reloads_a_running_service_and_an_invalid_file_is_refu
     assert edited[0].data["added"] == ["more"] and edited[0].data["previous_revision"] == first
     assert "levels.new.every: Value error, 'never' is not an interval" in output
     assert (skipped[0].type, skipped[0].data.get("reason")) == (TickSkipped.type, "budget")
-    status = run_cli("status", config.with_name("valid.toml"), fake)
+    status = forked_cli("status", config.with_name("valid.toml"), fake)
     assert status.returncode == 0, status.stderr
     shown = " ".join(status.stdout.split())
     assert f"levels revision {first[:12]} (this file)" in shown, shown

@@ -30,7 +30,7 @@ from harness.scheduling.jitter import FireTimes, jitter_delay
 from harness.scheduling.timetable import Slot, Timetable
 from harness.scheduling.triggers import level_trigger, slot_tick_id, upcoming_slot
 from harness.store import open_store
-from tests.commands import run_cli, write_config
+from tests.commands import forked_cli, write_config
 from tests.tick_support import Harness
 
 BERLIN = ZoneInfo("Europe/Berlin")
@@ -329,9 +329,9 @@ def test_levels_describes_schedule_next_fires_last_runs_and_the_pause_note(
     done = TickCompleted(tick_id="hour-ran", level="hour")
     store.append(ran.stream_id, [ran.to_record(), done.to_record()])
     store.close()
-    paused = run_cli("pause min --reason maintenance --note ask-bob", config, fake)
+    paused = forked_cli("pause min --reason maintenance --note ask-bob", config, fake)
     assert paused.returncode == 0, paused.stderr
-    shown = run_cli("levels --json", config, fake)
+    shown = forked_cli("levels --json", config, fake)
     assert shown.returncode == 0, shown.stderr
     minute, hour = json.loads(shown.stdout)
     assert minute["words"].startswith("at 09:00 on mon-fri and at 12:30 on sat (Europe/Berlin)")
@@ -348,8 +348,8 @@ def test_levels_describes_schedule_next_fires_last_runs_and_the_pause_note(
     assert [f["fires_at_local"][-6:] for f in minute["next"]] == ["+01:00"] * 5
     assert [run["status"] for run in hour["recent"]] == ["completed"] and hour["paused"] is None
     assert [datetime.fromisoformat(f["fires_at"]).minute for f in hour["next"]] == [0] * 5
-    text = run_cli("levels min", config, fake)
+    text = forked_cli("levels min", config, fake)
     assert "paused since" in text.stdout and "maintenance (note: ask-bob)" in text.stdout
     assert "runs: 0 of at most 10" in text.stdout and "hour:" not in text.stdout
-    unknown = run_cli("levels nope", config, fake)
+    unknown = forked_cli("levels nope", config, fake)
     assert unknown.returncode == 2 and "no level named 'nope'" in unknown.stderr

@@ -7,21 +7,14 @@ from pathlib import Path
 
 import httpx
 
-from tests.commands import TICKWORK, environment, free_port, serve
+from tests.commands import environment, forked, free_port, serve
 
 TOKEN = "tw-serve-token-9b2e71"
 
 
 def refused_to(cwd: Path, *args: str, **env: str) -> subprocess.CompletedProcess[str]:
     """`tickwork serve` that must not start: it exits 2 at once."""
-    ended = subprocess.run(
-        [TICKWORK, "serve", *args],
-        cwd=cwd,
-        env=environment(**env),
-        capture_output=True,
-        text=True,
-        timeout=60,
-    )
+    ended = forked(cwd, "serve", *args, env=env)
     assert ended.returncode == 2, ended.stdout + ended.stderr
     return ended
 

@@ -33,6 +33,7 @@ from harness.store.tick_rows import compact, packed_ids
 from harness.store.writer import Refused, Writer, appends_settled
 from tests.conftest import fresh_pg_database
 from tests.late_writer import late_append
+from tests.waiting import DEADLINE_SECONDS
 
 SPENT = {
     "occurred_at": "2026-11-30T02:14:50Z",
@@ -437,7 +438,9 @@ def test_a_read_of_one_statement_hands_its_connection_back_to_transactions(
     store: SqlEventStore,
 ) -> None:
     """PostgreSQL runs read_all and read_last outside a transaction; the next user may not."""
-    store.append("s", [new()])
+    appended = store.append("s", [new()]).positions[-1]
+    # Another database's transaction on the server can hold the horizon back a moment.
+    assert store.wait_settled(appended, timeout=DEADLINE_SECONDS)
     assert store.read_all() and store.read_last(1)
     row = {"name": "rolled-back", "position": 1, "updated_at": datetime.now(UTC)}
     with contextlib.suppress(RuntimeError), store.write_transaction() as conn:

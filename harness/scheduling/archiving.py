@@ -459,12 +459,20 @@ class Archiver:
         """Archive now and then once a day until `stopping` is set (a `tickwork run` companion).
 
         A run that fails is reported and tried again the next day; the service goes on. A
-        run that kept a day hot only because a projection was behind tries again within
-        seconds (`HELD_BACK_SECONDS`), not a day later.
+        run that kept a day hot only because a checkpoint was behind tries again within
+        seconds (`HELD_BACK_SECONDS`), not a day later, and twice as late each time it is
+        held back again: a checkpoint that never moves (a read model no longer kept) costs
+        a run a day, not one every few seconds.
         """
+        soon = HELD_BACK_SECONDS
         while not stopping.is_set():
             try:
                 self.archive()
             except (StoreError, OSError, ValueError) as exc:
                 self.report(f"archive failed, trying again in a day: {exc}")
-            stopping.wait(HELD_BACK_SECONDS if self.held_back else DAILY_SECONDS)
+            if self.held_back:
+                stopping.wait(soon)
+                soon = min(DAILY_SECONDS, soon * 2)
+            else:
+                stopping.wait(DAILY_SECONDS)
+                soon = HELD_BACK_SECONDS

@@ -295,7 +295,7 @@ def _settle(store: SqlEventStore) -> None:
         return
     with store.engine.connect() as conn:
         conn.execution_options(isolation_level="AUTOCOMMIT").exec_driver_sql(
-            "VACUUM ANALYZE events, ticks"
+            "VACUUM ANALYZE events, ticks, spend_daily"
         )
 
 

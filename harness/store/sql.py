@@ -124,6 +124,26 @@ def upsert(conn: sa.Connection, table: sa.Table) -> Any:
     return sqlite.insert(table)
 
 
+def among(
+    conn: sa.Connection, column: sa.ColumnElement[Any], values: Iterable[Any]
+) -> sa.ColumnElement[bool]:
+    """`column IN values`; on PostgreSQL `column = ANY(array)`, the list one parameter.
+
+    SQLAlchemy expands an IN list into a parameter a value at every execution, so the
+    statement psycopg gets is rebuilt, parsed and planned again each time: the dashboard
+    sends five lists of its 1,000 levels a draw. One array parameter keeps the statement
+    the same whatever the list, so it is built once and psycopg prepares it. SQLite has no
+    arrays, and its IN list is parsed in-process.
+    """
+    wanted = list(values)
+    if conn.dialect.name == "postgresql":
+        from sqlalchemy.dialects import postgresql
+
+        array = sa.bindparam(None, wanted, type_=postgresql.ARRAY(column.type))
+        return column == sa.any_(array)
+    return column.in_(wanted)
+
+
 def clear_tables(conn: sa.Connection, tables: Sequence[sa.Table]) -> None:
     """Empty read-model tables in the caller's transaction, to fold them again from zero.
 

@@ -53,7 +53,7 @@ import psycopg
 import sqlalchemy as sa
 from fastapi.testclient import TestClient
 from history_loader import LEVELS, PER_MINUTE, Span, _dsn, check_layout, load
-from machine import describe, own_peak_mib, peak_rss
+from machine import describe, own_peak_mib, peak_rss, tree_peaks_mib
 from sqlalchemy.engine import make_url
 from store_bench import fresh_pg
 
@@ -234,6 +234,21 @@ def peak_rss_mib(config: Path, *arguments: str) -> float:
     return peak
 
 
+def rebuild_peaks_mib(config: Path) -> tuple[float, float]:
+    """`tickwork projections rebuild`: its own peak RSS, and its and its fold workers' (MiB)."""
+    command = [str(Path(sys.executable).with_name("tickwork")), "-c", str(config)]
+    # A file, not a pipe: its progress, unread until it ends, would fill a pipe and stall it.
+    with tempfile.TemporaryFile() as said:
+        child = subprocess.Popen(
+            [*command, "projections", "rebuild"], stdout=subprocess.DEVNULL, stderr=said
+        )
+        peaks = tree_peaks_mib(child)
+        if child.returncode != 0:
+            said.seek(0)
+            raise RuntimeError(f"rebuild failed: {said.read().decode()[-2000:]}")
+    return peaks
+
+
 def run_rss_mib(config: Path, seconds: int) -> float:
     """Peak RSS of `tickwork run` on the history (ticks not included), sampled twice a second."""
     command = [str(Path(sys.executable).with_name("tickwork")), "-c", str(config), "run"]
@@ -311,9 +326,11 @@ def measure(url: str, size: int, args: argparse.Namespace, root: Path) -> dict[s
     if kept is None:
         with contextlib.closing(open_store(url)) as store:
             check_layout(store, packing)
-        cli(config, "projections", "rebuild")()
+        own, tree = rebuild_peaks_mib(config)
         figures["projections rebuild (s)"] = time.perf_counter() - began
         figures["projections rebuild CPU (s)"] = cpu_seconds() - spent
+        figures["projections rebuild peak RSS (MiB)"] = own
+        figures["rebuild + fold workers peak RSS (MiB)"] = tree
     else:
         with contextlib.closing(open_store(url)) as store:
             projector = projector_for(store, PriceBook(load_settings(config).prices))

@@ -42,12 +42,13 @@ from harness.store import (
     projection_checkpoints,
 )
 
-FOLD_CHUNK = 1_000_000
+FOLD_CHUNK = 500_000
 """Events (of every type) a fold in parts holds the sums of before it writes them.
 
-About 70 MB of per-tick sums (`tick_spend`) a chunk, and a worker start (~0.3 s,
-overlapped with the chunk's count) per chunk and part: a tenth of that size spent more
-on starts, ten times more only more memory (ops/bench/RESULTS.md, branch `pg10m`).
+Measured on a 3M-event PostgreSQL store (`ops/bench/fold_chunk_bench.py`, rebuilding
+`tick_spend` and `spend`): the whole backlog at once peaked at 360 MiB, chunks of 1M,
+500k and 250k at 205, 177 and 165 MiB in about the same time (31, 30, 27 s); at 100k
+the fold workers' starts (one per chunk and extra part) took it to 42 s.
 """
 
 

@@ -18,7 +18,6 @@ import argparse
 import os
 import subprocess
 import sys
-from pathlib import Path
 import tempfile
 import time
 from datetime import UTC, datetime

@@ -68,6 +68,7 @@ from harness.store.tick_rows import (
     reach_after,
     reach_before,
     records_between,
+    records_first,
     records_last,
     rows_reach,
     widest_span,
@@ -465,7 +466,7 @@ class SqlEventStore(EventStore):
             upper = hot[-1].global_position if len(hot) == limit else UNBOUNDED
             if kinds is None:
                 upper = min(upper, reach_after(conn, after_position, limit))
-            packed = records_between(conn, after_position, upper, kinds)
+            packed = records_first(conn, after_position, upper, limit, kinds)
         return list(merged(hot, packed))[:limit] if packed else hot
 
     def read_unpacked(self, after_position: int, upper: int, limit: int) -> list[StoredEvent]:

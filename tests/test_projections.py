@@ -40,6 +40,7 @@ from harness.projections import (
     projector_for,
     spend_report,
 )
+from harness.projections import projector as projector_module
 from harness.projections.base import EventData, Kernel
 from harness.projections.digests import digests_published, latest_published
 from harness.projections.level_latest import (
@@ -54,6 +55,7 @@ from harness.projections.periods import period_counts
 from harness.projections.spend import spend_daily
 from harness.projections.tick_counts import TABLES as COUNTERS
 from harness.projections.tick_counts import durations, status_counts, tool_cap_counts
+from harness.projections.tick_spend import TickSpendProjection, tick_spend
 from harness.projections.ticks import ticks
 from harness.store import NewEvent, SqlEventStore, open_store
 from harness.timespec import as_utc
@@ -394,6 +396,32 @@ def test_a_backlog_over_the_threshold_folds_in_parts_equal_to_one_process(
     assert parts.checkpoints() == {"spend": store.last_position()}
 
 
+def _tick_spend_dump(store: SqlEventStore) -> list[tuple[Any, ...]]:
+    with store.read_transaction() as conn:
+        return sorted(tuple(row) for row in conn.execute(sa.select(tick_spend)))
+
+
+def test_a_fold_in_parts_chunk_by_chunk_equals_the_fold_in_one_process(
+    store: SqlEventStore, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Each of the 7 ticks spends in every chunk: its rows are added to chunk after chunk.
+    _varied_spend(store, 90)
+    prices = PriceBook()
+    read_models = [SpendProjection(prices), TickSpendProjection(prices)]
+    one = Projector(store, read_models, processes=1, partition_above=10)
+    for name in ("spend", "tick_spend"):
+        one.rebuild(name)
+    alone = _spend_dump(store), _tick_spend_dump(store)
+
+    monkeypatch.setattr(projector_module, "FOLD_CHUNK", 25)
+    chunks = Projector(store, read_models, batch_size=20, partition_above=10, processes=2)
+    assert chunks.rebuild("spend") == 90 and chunks.spawned == 4
+    assert chunks.rebuild("tick_spend") == 90 and chunks.spawned == 8
+    assert (_spend_dump(store), _tick_spend_dump(store)) == alone
+    last = store.last_position()
+    assert chunks.checkpoints() == {"spend": last, "tick_spend": last}
+
+
 def test_a_catch_up_below_the_threshold_spawns_no_process(store: SqlEventStore) -> None:
     # Each backlog is counted once settled: on PostgreSQL a catch-up started while its
     # last appends still commit would count fewer and fold by windows instead.
@@ -485,7 +513,11 @@ lifecycle = st.one_of(
     batch_size=st.integers(1, 25),
 )
 def test_rebuild_from_zero_equals_the_incremental_read_models(
-    store: SqlEventStore, events: list[Event], cuts: list[int], batch_size: int
+    store: SqlEventStore,
+    monkeypatch: pytest.MonkeyPatch,
+    events: list[Event],
+    cuts: list[int],
+    batch_size: int,
 ) -> None:
     # PostgreSQL's events keep their ids and tick streams' days beside them (0010).
     beside = ("event_ids", "tick_streams") if store.engine.dialect.name == "postgresql" else ()
@@ -526,6 +558,10 @@ def test_rebuild_from_zero_equals_the_incremental_read_models(
         assert sorted(status_counts(conn)) == sorted(tuple(row) for row in by_status)
     in_parts = Projector(store, [SpendProjection(PriceBook())], batch_size, partition_above=0)
     in_parts.rebuild("spend")
+    assert _dump(store) == kept
+    with monkeypatch.context() as patched:
+        patched.setattr(projector_module, "FOLD_CHUNK", 20)  # up to 3 chunks of 60 events
+        in_parts.rebuild("spend")
     assert _dump(store) == kept
     prompt_tokens = [column.name for column in spend_daily.columns].index("prompt_tokens")
     spend_total = sum(row[prompt_tokens] for row in kept["spend_daily"])

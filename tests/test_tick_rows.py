@@ -9,6 +9,7 @@ after its tick was packed (a late spool) is a no-op.
 from __future__ import annotations
 
 from datetime import UTC, datetime, timedelta
+from itertools import zip_longest
 from pathlib import Path
 from typing import Any
 
@@ -134,5 +135,31 @@ def test_a_row_is_found_whether_or_not_its_tick_id_names_the_day_it_began(
             assert store.append(stream, [replay]).duplicate, "a replay of a packed event"
             late = store.append(stream, [entry(tick, "replayed late").to_record()])
             assert late.stream_version == len(stored) + 1
+    finally:
+        store.close()
+
+
+def test_read_all_reads_interleaved_packed_ticks_as_it_read_their_events(
+    store_url: str, tmp_path: Path
+) -> None:
+    # Appended in turns, the ticks' rows overlap each other and the open tick's events,
+    # so a read after any position starts inside rows that began before it.
+    store = open_store(store_url)
+    try:
+        day = datetime.now(UTC).date()
+        ticks = {f"tick-t{n}": tick_events(f"t{n}", tmp_path, 100 + n, day) for n in range(4)}
+        ticks["tick-open"] = [TickScheduled(tick_id="open", level="min")]
+        for turn in zip_longest(*ticks.values()):
+            for stream, event in zip(ticks, turn, strict=True):
+                if event is not None:
+                    store.append(stream, [event.to_record()])
+        store.append("tick-open", [entry("open", "still going").to_record()])
+        projector_for(store, PriceBook()).catch_up()
+        logged = store.read_all(0, 10_000)
+        assert compact(store) == 4 and hot_streams(store) == {"tick-open"}
+        for after in [0, *(event.global_position for event in logged)]:
+            later = [event for event in logged if event.global_position > after]
+            for limit in (1, 2, 7, 10_000):
+                assert store.read_all(after, limit) == later[:limit]
     finally:
         store.close()

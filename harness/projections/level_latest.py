@@ -24,7 +24,7 @@ from datetime import datetime
 import sqlalchemy as sa
 
 from harness.projections.base import upsert
-from harness.store import metadata
+from harness.store import among, metadata
 from harness.timespec import as_utc
 
 ENDED = ("completed", "failed", "timed_out", "cancelled", "lost")
@@ -187,7 +187,7 @@ def _ended_columns(ended: Latest | None) -> dict[str, object]:
 def newest_statuses(conn: sa.Connection, levels: Iterable[str]) -> dict[str, str]:
     """Each of `levels`' newest tick's status; a level without a tick is absent."""
     c = tick_level_latest.c
-    query = sa.select(c.level, c.status).where(c.level.in_(list(levels)))
+    query = sa.select(c.level, c.status).where(among(conn, c.level, levels))
     return {level: status for level, status in conn.execute(query)}
 
 
@@ -195,7 +195,7 @@ def newest_ended(conn: sa.Connection, levels: Iterable[str]) -> dict[str, Latest
     """Each of `levels`' newest ended tick; a level none of whose ticks ended is absent."""
     c = tick_level_latest.c
     query = sa.select(c.level, c.ended_tick_id, c.ended_sort_at, c.ended_status, c.ended_at)
-    chosen = query.where(c.level.in_(list(levels)), c.ended_tick_id.is_not(None))
+    chosen = query.where(among(conn, c.level, levels), c.ended_tick_id.is_not(None))
     return {
         level: Latest(tick_id, as_utc(sort_at), status, as_utc(at))
         for level, tick_id, sort_at, status, at in conn.execute(chosen)

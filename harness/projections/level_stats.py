@@ -24,7 +24,7 @@ from harness.projections.tick_counts import (
     hour_of,
     tick_hour_counts,
 )
-from harness.store import EventStore
+from harness.store import EventStore, among
 
 FAILED = ("failed", "timed_out", "lost")
 RATE_HOURS = 24
@@ -69,7 +69,7 @@ def stats_of_levels(store: EventStore, levels: Iterable[str], now: datetime) -> 
         streaks = dict(
             conn.execute(
                 sa.select(failure_streaks.c.level, failure_streaks.c.failures).where(
-                    failure_streaks.c.level.in_(names)
+                    among(conn, failure_streaks.c.level, names)
                 )
             ).all()
         )

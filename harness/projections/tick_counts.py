@@ -29,7 +29,7 @@ from typing import Any
 import sqlalchemy as sa
 
 from harness.projections.base import add_sums
-from harness.store import EventStore, metadata
+from harness.store import EventStore, among, metadata
 from harness.timespec import as_utc
 
 DURATION_BUCKETS = (1.0, 5.0, 15.0, 30.0, 60.0, 120.0, 300.0, 600.0, 1800.0, 3600.0)
@@ -323,8 +323,8 @@ def durations(conn: sa.Connection, levels: Sequence[str] | None = None) -> list[
     )
     bucket_rows = sa.select(tick_duration_buckets)
     if levels is not None:
-        query = query.where(totals.level.in_(levels))
-        bucket_rows = bucket_rows.where(tick_duration_buckets.c.level.in_(levels))
+        query = query.where(among(conn, totals.level, levels))
+        bucket_rows = bucket_rows.where(among(conn, tick_duration_buckets.c.level, levels))
     buckets: dict[str, dict[int, int]] = defaultdict(dict)
     for level, le_ms, count in conn.execute(bucket_rows):
         buckets[level][int(le_ms)] = int(count)

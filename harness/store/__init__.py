@@ -85,7 +85,7 @@ if typing.TYPE_CHECKING:
     from harness.store.schema import HEAD_REVISION, Json, metadata, projection_checkpoints
     from harness.store.scratch import scratch_sqlite
     from harness.store.spool import Spool, append_or_spool
-    from harness.store.sql import SqlEventStore, add_sums, clear_tables, upsert
+    from harness.store.sql import SqlEventStore, add_sums, among, clear_tables, upsert
     from harness.store.tick_rows import (
         PAGE,
         archived_on,
@@ -139,6 +139,7 @@ __all__ = [
     "Turn",
     "Window",
     "add_sums",
+    "among",
     "append_or_spool",
     "archived_on",
     "beats",
@@ -252,6 +253,7 @@ _HOMES = {
     "sql": (
         "SqlEventStore",
         "add_sums",
+        "among",
         "clear_tables",
         "upsert",
     ),

@@ -68,6 +68,7 @@ from harness.store.tick_rows import (
     reach_after,
     reach_before,
     records_between,
+    records_first,
     records_last,
     rows_reach,
     widest_span,
@@ -125,6 +126,26 @@ def upsert(conn: sa.Connection, table: sa.Table) -> Any:
 
         return postgresql.insert(table)
     return sqlite.insert(table)
+
+
+def among(
+    conn: sa.Connection, column: sa.ColumnElement[Any], values: Iterable[Any]
+) -> sa.ColumnElement[bool]:
+    """`column IN values`; on PostgreSQL `column = ANY(array)`, the list one parameter.
+
+    SQLAlchemy expands an IN list into a parameter a value at every execution, so the
+    statement psycopg gets is rebuilt, parsed and planned again each time: the dashboard
+    sends five lists of its 1,000 levels a draw. One array parameter keeps the statement
+    the same whatever the list, so it is built once and psycopg prepares it. SQLite has no
+    arrays, and its IN list is parsed in-process.
+    """
+    wanted = list(values)
+    if conn.dialect.name == "postgresql":
+        from sqlalchemy.dialects import postgresql
+
+        array = sa.bindparam(None, wanted, type_=postgresql.ARRAY(column.type))
+        return column == sa.any_(array)
+    return column.in_(wanted)
 
 
 def clear_tables(conn: sa.Connection, tables: Sequence[sa.Table]) -> None:
@@ -448,7 +469,7 @@ class SqlEventStore(EventStore):
             upper = hot[-1].global_position if len(hot) == limit else UNBOUNDED
             if kinds is None:
                 upper = min(upper, reach_after(conn, after_position, limit))
-            packed = records_between(conn, after_position, upper, kinds)
+            packed = records_first(conn, after_position, upper, limit, kinds)
         return list(merged([hot, packed], _position))[:limit] if packed else hot
 
     def read_unpacked(self, after_position: int, upper: int, limit: int) -> list[StoredEvent]:

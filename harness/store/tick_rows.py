@@ -237,6 +237,40 @@ def records_between(
     return sorted(found, key=lambda record: record.global_position)
 
 
+def records_first(
+    conn: sa.Connection,
+    after: int,
+    upper: int,
+    limit: int,
+    types: Collection[str] | None = None,
+) -> list[StoredEvent]:
+    """The first `limit` packed records in (after, upper] (of `types`), in global order.
+
+    Rows are read in order of their first positions and a record is kept only while it is
+    among the `limit` smallest: once that many are kept and a row starts past the largest,
+    no later row holds a smaller one, and the read stops. `records_between` holds every
+    record of its range first, and `read_all`'s range ends the widest span past a row: on
+    PostgreSQL as long as the longest tick ran, in transactions of the whole cluster. On a
+    store of real ticks that was its whole history: the archive run's first look at the
+    log (`read_all(0, 1)`, in `tickwork run`'s start) decoded 1M events and held 1.4 GB.
+    """
+    if not holds_types(types) or limit < 1:
+        return []
+    kept: list[tuple[int, StoredEvent]] = []  # a heap of the smallest, largest on top
+    for first, tick, blob in between(conn, after, upper):
+        if len(kept) == limit and first > -kept[0][0]:
+            break
+        for record in unpack(tick, blob):
+            position = record.global_position
+            if not (after < position <= upper) or (types is not None and record.type not in types):
+                continue
+            if len(kept) < limit:
+                heapq.heappush(kept, (-position, record))
+            elif position < -kept[0][0]:
+                heapq.heapreplace(kept, (-position, record))
+    return sorted((record for _, record in kept), key=lambda record: record.global_position)
+
+
 def records_last(
     conn: sa.Connection, after: int, limit: int, types: Collection[str]
 ) -> list[StoredEvent]:

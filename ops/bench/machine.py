@@ -53,3 +53,26 @@ def own_peak_mib(child: subprocess.Popen[Any]) -> float:
                     peak = max(peak, int(line.split()[1]))
         time.sleep(HWM_POLL_SECONDS)
     return peak / 1024
+
+
+def tree_peaks_mib(child: subprocess.Popen[Any]) -> tuple[float, float]:
+    """A child's own peak RSS (`VmHWM`, as `own_peak_mib`) and its process tree's, until it ends.
+
+    The tree's is the largest sum of the RSS of the child and every descendant (a
+    rebuild's fold workers) seen in one sample, every HWM_POLL_SECONDS: a worker that
+    lives less than that may be missed.
+    """
+    status, own, tree = Path(f"/proc/{child.pid}/status"), 0, 0
+    watched = psutil.Process(child.pid)
+    while child.poll() is None:
+        with contextlib.suppress(FileNotFoundError, ProcessLookupError, psutil.Error):
+            for line in status.read_text().splitlines():
+                if line.startswith("VmHWM:"):
+                    own = max(own, int(line.split()[1]) * 1024)
+            total = watched.memory_info().rss
+            for each in watched.children(recursive=True):
+                with contextlib.suppress(psutil.Error):
+                    total += each.memory_info().rss
+            tree = max(tree, total)
+        time.sleep(HWM_POLL_SECONDS)
+    return own / 2**20, tree / 2**20

@@ -20,6 +20,7 @@ from alembic.script import ScriptDirectory
 import harness.projections
 import harness.store
 import migrations
+from harness.contracts import StoredEvent
 from harness.contracts.events import (
     BudgetSpent,
     LevelPaused,
@@ -428,16 +429,22 @@ def test_0012_downgrade_puts_compacted_transcripts_back_into_events(
         store.close()
 
 
+def _one_tick_packed(url: str) -> list[StoredEvent]:
+    """A store at head holding one closed tick, packed, and a level's event after it."""
+    migrate_store(url)
+    with closing(open_store(url)) as store:
+        store.append("tick-t", [TickScheduled(tick_id="t", level="min").to_record()])
+        store.append("tick-t", [TickCompleted(tick_id="t", level="min").to_record()])
+        store.append("level-min", [LevelPaused(level="min", reason="last").to_record()])
+        packed = store.read_stream("tick-t")
+        assert compact(store) == 1
+    return packed
+
+
 def test_0023_takes_packed_ids_out_of_event_ids_and_a_downgrade_puts_them_back() -> None:
     """PostgreSQL: code of 0022 relies on `event_ids` to refuse a packed record's replay."""
     with fresh_pg_database() as url:
-        migrate_store(url)
-        with closing(open_store(url)) as store:
-            store.append("tick-t", [TickScheduled(tick_id="t", level="min").to_record()])
-            store.append("tick-t", [TickCompleted(tick_id="t", level="min").to_record()])
-            store.append("level-min", [LevelPaused(level="min", reason="last").to_record()])
-            packed = store.read_stream("tick-t")
-            assert compact(store) == 1
+        packed = _one_tick_packed(url)
         engine = create_store_engine(url)
         held = sa.text("SELECT count(*) FROM event_ids WHERE event_id = ANY(:ids)")
         ids = {"ids": [e.event_id for e in packed]}
@@ -456,13 +463,7 @@ def test_0023_takes_packed_ids_out_of_event_ids_and_a_downgrade_puts_them_back()
 def test_0027_moves_packed_rows_into_their_days_partitions_and_a_downgrade_back() -> None:
     """PostgreSQL: every row lands in its day's partition of `tick_rows`, and back out."""
     with fresh_pg_database() as url:
-        migrate_store(url)
-        with closing(open_store(url)) as store:
-            store.append("tick-t", [TickScheduled(tick_id="t", level="min").to_record()])
-            store.append("tick-t", [TickCompleted(tick_id="t", level="min").to_record()])
-            store.append("level-min", [LevelPaused(level="min", reason="last").to_record()])
-            packed = store.read_stream("tick-t")
-            assert compact(store) == 1
+        packed = _one_tick_packed(url)
         engine = create_store_engine(url)
         rows = sa.text("SELECT tableoid::regclass::text, tick_id, day FROM tick_rows")
         found = []

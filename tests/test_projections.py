@@ -416,8 +416,14 @@ def test_a_fold_in_parts_chunk_by_chunk_equals_the_fold_in_one_process(
     monkeypatch.setattr(projector_module, "FOLD_CHUNK", 25)
     chunks = Projector(store, read_models, batch_size=20, partition_above=10, processes=2)
     assert chunks.rebuild("spend") == 90 and chunks.spawned == 4
-    assert chunks.rebuild("tick_spend") == 90 and chunks.spawned == 8
+    reported: list[tuple[int, int]] = []
+    assert chunks.rebuild("tick_spend", lambda *told: reported.append(told)) == 90
+    assert chunks.spawned == 8
     assert (_spend_dump(store), _tick_spend_dump(store)) == alone
+    everything = store.window(0, store.last_position()).events
+    chunked = [done for done, _ in reported if done < everything]
+    assert len(chunked) >= 3 and chunked == sorted(chunked), "each chunk is reported"
+    assert {total for _, total in reported[: len(chunked)]} == {everything}
     last = store.last_position()
     assert chunks.checkpoints() == {"spend": last, "tick_spend": last}
 

@@ -118,8 +118,9 @@ RECENT_PATHS = 100_000
 """Files named lately that naming them again skips (`Archiver._named_files`)."""
 DAILY_SECONDS = 86400.0
 HELD_BACK_SECONDS = 5.0
-"""How soon the service tries again when a day stayed hot because a projection lagged:
-at start, the alerter's first catch-up runs beside the first archive run."""
+"""How soon the service tries again when a day stayed hot because a checkpoint lagged (a
+read model's or the alerter's): at start, the alerter's first catch-up runs beside the
+first archive run."""
 ARCHIVE_NAMESPACE = uuid.UUID("5f0f4d4e-7c1a-4d4b-9a3e-1f2b3c4d5e6f")
 """`ArchiveWritten` ids are derived from the day and the sha256: recorded once."""
 
@@ -180,7 +181,7 @@ class Archiver:
         self.transcripts: list[TranscriptsArchived] = []
         """What the last run did with transcripts (`archive` returns what it did with ticks)."""
         self.held_back = False
-        """Whether the last run kept a day hot for a projection behind it (soon caught up)."""
+        """Whether the last run kept a day hot for a checkpoint behind it (`run` retries soon)."""
 
     def cutoff(self, now: datetime | None = None) -> date:
         """Days before this one are archived: `hot_days` before today (UTC)."""

@@ -45,7 +45,7 @@ from harness.projections.spend import spend_daily
 from harness.projections.tick_counts import TABLES as COUNTERS
 from harness.projections.tick_counts import tick_day_counts, tick_hour_counts
 from harness.projections.ticks import last_slots, runs_of, ticks
-from harness.scheduling import archiving
+from harness.scheduling import archiving, transcript_archiving
 from harness.scheduling.archiving import PHASES, Archiver
 from harness.scheduling.budget import Budgets
 from harness.scheduling.triggers import slot_tick_id
@@ -100,12 +100,20 @@ def history(store: SqlEventStore, results: Path, day: date = OLD) -> set[int]:
     a transcript entry before its end. The open tick keeps its day (on PostgreSQL, its
     partition) in the store; `day` leaves whole.
     """
-    archived: set[int] = set()
     with _store_on(store, day - timedelta(days=1)) as then:
         scheduled = TickScheduled(
             tick_id="open", level="min", occurred_at=noon(day - timedelta(days=1))
         )
         then.append("tick-open", [scheduled.to_record()])
+    archived = ten_ticks(store, results, day)
+    for event in with_transcript("new", tick_events("new", results, 5, TODAY)):
+        store.append("tick-new", [event.to_record()])
+    return archived
+
+
+def ten_ticks(store: SqlEventStore, results: Path, day: date) -> set[int]:
+    """Ten closed ticks of `day`, each with a transcript entry: their positions."""
+    archived: set[int] = set()
     with _store_on(store, day) as then:
         for n in range(10):
             for event in with_transcript(
@@ -116,8 +124,6 @@ def history(store: SqlEventStore, results: Path, day: date = OLD) -> set[int]:
                 if event.type == "TickStarted":
                     pause = LevelPaused(level="min", reason=f"r{n}")
                     then.append(level_stream("min"), [pause.to_record()])
-    for event in with_transcript("new", tick_events("new", results, 5, TODAY)):
-        store.append("tick-new", [event.to_record()])
     return archived
 
 
@@ -249,13 +255,11 @@ def test_archive_then_rebuild_equals_no_archive(store_url: str, tmp_path: Path) 
 
         days = Archiver(settings, store, lines.append).archive()
 
-        assert [(d.day, d.ticks, d.events, d.files) for d in days] == [(OLD, 10, 50, 20)]
+        assert [(d.day, d.ticks, d.events, d.files) for d in days] == [(OLD, 10, 60, 20)]
         assert not archived & hot_positions(store), "every archived event left the hot store"
         folder = day_folder(settings.retention.archive, OLD)
-        assert {e.global_position for e in archived_events(folder)} == archived - entries
-        said = {e.global_position for e in archived_events(folder, TRANSCRIPTS_FILE)}
-        assert said == entries, "compacted transcripts left for the day's transcripts file"
-        assert verify_transcripts(folder).ticks == 10
+        assert entries and {e.global_position for e in archived_events(folder)} == archived
+        assert not (folder / TRANSCRIPTS_FILE).exists(), "its transcripts left with the day"
         with store.read_transaction() as conn:
             kept = conn.execute(sa.select(tick_rows.c.tick_id)).scalars().all()
         assert kept == [], "archived ticks' rows left with them (`new` ends the log: hot)"
@@ -337,31 +341,72 @@ def _archives(store: SqlEventStore, settings: Settings) -> list[Archive]:
 def test_a_kill_at_any_phase_loses_and_duplicates_nothing(
     store_url: str, tmp_path: Path, phase: str
 ) -> None:
-    config = config_file(tmp_path, store_url)
+    """An old day leaves whole, transcripts along; a younger one's transcripts leave alone."""
+    config = config_file(tmp_path, store_url, transcript_days=7)
     settings = load_settings(config)
     store = open_store(store_url)
     try:
         archived = history(store, settings.paths.results)
-        entries = entry_positions(store, archived)
+        younger = ten_ticks(store, settings.paths.results, MID)
+        # The log's newest record is never packed: one after its last tick lets it be.
+        store.append(level_stream("min"), [LevelPaused(level="min", reason="end").to_record()])
+        entries = entry_positions(store, younger)
         everything = hot_positions(store)
         killed = forked(
             tmp_path, "-c", str(config), "archive", env={"TICKWORK_ARCHIVE_KILL_AT": phase}
         )
         assert killed.returncode == -9, killed.stderr
-        folder = day_folder(settings.retention.archive, OLD)
-        in_archive = archive_positions(folder)
-        hot = hot_positions(store)
-        assert everything <= hot | in_archive, f"killed at {phase}: an event is in neither"
+        folders = [day_folder(settings.retention.archive, day) for day in (OLD, MID)]
+        in_archives = archive_positions(folders[0]) | archive_positions(folders[1])
+        assert everything <= hot_positions(store) | in_archives, f"killed at {phase}: lost"
 
         finished = forked(tmp_path, "-c", str(config), "archive")
         assert finished.returncode == 0, finished.stderr
         records = store.read_stream(ARCHIVE_STREAM)
         assert len(records) == 1, "one ArchiveWritten per day, whatever the kills"
-        assert hot_positions(store) == everything - archived | {records[0].global_position}
-        assert [e.global_position for e in archived_events(folder)] == sorted(archived - entries)
-        said = [e.global_position for e in archived_events(folder, TRANSCRIPTS_FILE)]
+        left = archived | entries
+        assert hot_positions(store) == everything - left | {records[0].global_position}
+        assert [e.global_position for e in archived_events(folders[0])] == sorted(archived)
+        said = [e.global_position for e in archived_events(folders[1], TRANSCRIPTS_FILE)]
         assert sorted(said) == sorted(entries), "each entry archived once"
-        assert (folder / FILES_FILE).exists()
+        assert not (folders[0] / TRANSCRIPTS_FILE).exists()
+        assert (folders[0] / FILES_FILE).exists()
+    finally:
+        store.close()
+
+
+def test_a_transcripts_run_cut_short_is_finished_before_its_day_leaves(
+    store_url: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Entries a killed run took out of their rows are in the transcripts file only.
+
+    Had the day's own archive been written first, the entries still in their rows would
+    be in both files.
+    """
+    monkeypatch.setattr(transcript_archiving, "PAGE", 3)  # killed after the first 3 of 10
+    config = config_file(tmp_path, store_url, transcript_days=7)
+    settings = load_settings(config)
+    store = open_store(store_url)
+    try:
+        archived = history(store, settings.paths.results, MID)
+        entries = entry_positions(store, archived)
+        killed = forked(
+            tmp_path,
+            "-c",
+            str(config),
+            "archive",
+            env={"TICKWORK_ARCHIVE_KILL_AT": "transcripts-dropping"},
+        )
+        assert killed.returncode == -9, killed.stderr
+        later = (MID + timedelta(days=1)).isoformat()
+        finished = forked(tmp_path, "-c", str(config), "archive", "--before", later)
+        assert finished.returncode == 0, finished.stderr
+
+        folder = day_folder(settings.retention.archive, MID)
+        said = [e.global_position for e in archived_events(folder, TRANSCRIPTS_FILE)]
+        assert sorted(said) == sorted(entries)
+        kept = [e.global_position for e in archived_events(folder)]
+        assert kept == sorted(archived - entries), "each entry archived once"
     finally:
         store.close()
 
@@ -534,12 +579,9 @@ def test_the_service_archives_by_itself(tmp_path: Path, fake: FakeUpstream) -> N
         archived = history(store, settings.paths.results)
         service = Output(start_service(config, fake))
         # Its start ends the old open tick as lost (its claimer is gone): it leaves with
-        # its own day, then the ten of the next. Their transcripts leave in the day's
-        # archive (60 events) or, packed by then, in its transcripts file (50): the
-        # packing waits for the alerter's first catch-up, which runs beside.
+        # its own day, then the ten of the next, transcripts along (60 events).
         service.wait_for(f"archive {OLD - timedelta(days=1)}: 1 ticks, 2 events, 0 files")
-        day = service.wait_for(f"archive {OLD}: 10 ticks, ")
-        assert ", 20 files in " in day and (" 50 events" in day or " 60 events" in day), day
+        service.wait_for(f"archive {OLD}: 10 ticks, 60 events, 20 files in ")
         assert service.stop() and service.process.returncode == 0
         assert not archived & hot_positions(store)
         assert [e.type for e in store.read_stream(ARCHIVE_STREAM)] == ["ArchiveWritten"] * 2

@@ -1,9 +1,10 @@
 """Retention: closed ticks older than `hot_days` leave the hot store for one archive per day.
 
-First, transcripts packed and older than `transcript_days` leave for their day's
-archive (`harness.scheduling.transcript_archiving`): a day's transcripts always leave
-before or with its ticks. Then a day's run goes through phases, each safe to be killed
-after (`tickwork archive`, and `tickwork run` once a day, `Archiver.run`):
+A day's transcripts leave with its ticks, in its archive, or before them (older than
+`transcript_days`, after the days: `harness.scheduling.transcript_archiving`, which
+first finishes any day's transcripts a killed run began). A day's run goes through
+phases, each safe to be killed after (`tickwork archive`, and `tickwork run` once a day,
+`Archiver.run`):
 
 1. its closed ticks' events are written to the day's archive, data file then manifest,
    each through a temp file, fsync and rename (`harness.store.archives`);
@@ -64,6 +65,7 @@ from harness.scheduling.transcript_archiving import (
     TRANSCRIPT_PHASES,
     TranscriptsArchived,
     archive_transcripts,
+    begun_days,
 )
 from harness.store import (
     EVENTS_FILE,
@@ -87,6 +89,7 @@ from harness.store import (
     first_day_after,
     forget,
     holds,
+    hot_days,
     lagging_checkpoints,
     leave_day,
     partitioned,
@@ -214,15 +217,16 @@ class Archiver:
                     )
                 self.projector.catch_up()
                 compact(self.store)
-            self.transcripts = archive_transcripts(
-                self.store,
-                self.root,
-                max(before, self.transcript_cutoff()),
-                dry_run,
-                _phase,
-                self.report,
-            )
-            return self._days(before, dry_run)
+            begun = self._transcripts(begun_days(self.store, self.root, before), dry_run)
+            days = self._days(before, dry_run)
+            later = hot_days(self.store, max(before, self.transcript_cutoff()))
+            if dry_run:  # the days above would have taken theirs along
+                later = [day for day in later if day >= before]
+            self.transcripts = begun + self._transcripts(later, dry_run)
+            return days
+
+    def _transcripts(self, days: list[date], dry_run: bool) -> list[TranscriptsArchived]:
+        return archive_transcripts(self.store, self.root, days, dry_run, _phase, self.report)
 
     def transcript_cutoff(self, now: datetime | None = None) -> date:
         """Transcripts of days before this one are archived: `transcript_days` before today."""

@@ -1,8 +1,11 @@
 """Transcripts older than `[retention] transcript_days` leave the hot store for the day's archive.
 
 They are most of a tick's bytes and the least read once the tick is old, so they may leave
-before the tick does (`transcript_days` ≤ `hot_days`). A day's run goes through phases,
-each safe to be killed after (`TRANSCRIPT_PHASES`, for `TICKWORK_ARCHIVE_KILL_AT`):
+before the tick does (`transcript_days` < `hot_days`). A day whose ticks leave in the same
+run takes its transcripts along in its own archive instead (`harness.scheduling.archiving`
+runs this after the days): taking them out of their rows first rewrote every row the run
+then deleted, most of an archive run's time. A day's run goes through phases, each safe to
+be killed after (`TRANSCRIPT_PHASES`, for `TICKWORK_ARCHIVE_KILL_AT`):
 
 1. the packed transcripts of the ticks started that day (`harness.store.tick_rows`),
    and those of earlier days packed after their day's file was written (stragglers),
@@ -68,11 +71,16 @@ class TranscriptsArchived:
 
 
 def archive_transcripts(
-    store: SqlEventStore, root: Path, before: date, dry_run: bool, phase: Phase, report: Report
+    store: SqlEventStore,
+    root: Path,
+    days: Iterable[date],
+    dry_run: bool,
+    phase: Phase,
+    report: Report,
 ) -> list[TranscriptsArchived]:
-    """Archive the hot transcripts of the days before `before`, oldest first."""
+    """Archive the hot transcripts of `days` (from `hot_days` or `begun_days`), oldest first."""
     done = []
-    for day in hot_days(store, before):
+    for day in days:
         folder = day_folder(root, day)
         if dry_run:
             done.append(TranscriptsArchived(day, folder, 0, 0, 0))
@@ -96,6 +104,22 @@ def archive_transcripts(
             )
         done.append(TranscriptsArchived(day, folder, manifest.ticks, manifest.entries, dropped))
     return done
+
+
+def begun_days(store: SqlEventStore, root: Path, before: date) -> list[date]:
+    """The days before `before` whose transcripts a run began to archive and did not finish.
+
+    Their rows may already be rid of some entries their file holds: the run must finish
+    before the day's own archive is written, or the rest would be in both.
+    """
+    return [
+        day
+        for day in hot_days(store, before)
+        if any((day_folder(root, day) / name).exists() for name in _WRITTEN)
+    ]
+
+
+_WRITTEN = (TRANSCRIPTS_FILE, TRANSCRIPTS_MANIFEST)
 
 
 def _whole(store: SqlEventStore, folder: Path, day: date, report: Report) -> bool:

@@ -223,6 +223,10 @@ class Archiver:
             if dry_run:  # the days above would have taken theirs along
                 later = [day for day in later if day >= before]
             self.transcripts = begun + self._transcripts(later, dry_run)
+            if not dry_run and (days or any(done.dropped for done in self.transcripts)):
+                said = reclaim_space(self.store)
+                if said:
+                    self.report(f"archive: {said}")
             return days
 
     def _transcripts(self, days: list[date], dry_run: bool) -> list[TranscriptsArchived]:
@@ -254,10 +258,6 @@ class Archiver:
         if not dry_run:
             for emptied in drop_emptied_days(self.store, before):
                 self.report(f"archive: the partition of {emptied} held no event any more: dropped")
-        if done and not dry_run:
-            said = reclaim_space(self.store)
-            if said:
-                self.report(f"archive: {said}")
         return done
 
     def _recorded(self) -> dict[date, ArchiveWritten]:

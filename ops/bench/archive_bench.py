@@ -11,6 +11,10 @@ incremental vacuum; PostgreSQL: the database after its VACUUM) and the part of i
 `tick_rows` takes (on PostgreSQL a day's rows leave as its partition, migration 0027),
 and the time of `tickwork projections rebuild` reading the archive.
 
+`--transcripts-only` archives the old day's transcripts alone, its ticks staying hot
+(`transcript_days` = 30, `hot_days` = 60): the pass a service with a shorter
+`transcript_days` runs each day (a day whose ticks leave takes its transcripts along).
+
 `--hold-open` adds one tick still open on the old day: on PostgreSQL its partition cannot
 be dropped, and the day's events leave by DELETE instead, the path every day took
 before partitioning (migration 0010).
@@ -21,7 +25,7 @@ run (another tree's code, through `PYTHONPATH`) starts from the same store, on t
 UTC day. `--no-rebuild` skips the rebuild after the archive.
 
     .venv/bin/python ops/bench/archive_bench.py [--ticks 20000] [--hot-ticks N]
-        [--store URL] [--hold-open] [--prepared FOLDER] [--no-rebuild]
+        [--store URL] [--hold-open] [--prepared FOLDER] [--no-rebuild] [--transcripts-only]
 """
 
 from __future__ import annotations
@@ -122,6 +126,9 @@ def main() -> None:
         "--prepared", type=Path, help="SQLite: keep the folded store here, archive a copy"
     )
     parser.add_argument("--no-rebuild", action="store_true", help="no rebuild after archiving")
+    parser.add_argument(
+        "--transcripts-only", action="store_true", help="the old day's transcripts leave alone"
+    )
     options = parser.parse_args()
     if options.prepared and options.store:
         parser.error("--prepared: SQLite stores only")
@@ -135,8 +142,11 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as temporary:
         folder = Path(temporary)
         url = options.store or f"sqlite:///{folder}/events.db"
+        retention = f"hot_days = {HOT_DAYS}\n"
+        if options.transcripts_only:
+            retention = f"hot_days = {2 * HOT_DAYS}\ntranscript_days = {HOT_DAYS}\n"
         (folder / "tickwork.toml").write_text(
-            f'[store]\nurl = "{url}"\n[retention]\nhot_days = {HOT_DAYS}\n', encoding="utf-8"
+            f'[store]\nurl = "{url}"\n[retention]\n{retention}', encoding="utf-8"
         )
         day = datetime.now(UTC).replace(hour=0, minute=0, second=0, microsecond=0) - timedelta(
             days=HOT_DAYS + 10

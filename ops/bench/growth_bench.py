@@ -257,12 +257,10 @@ def rebuild_peaks_mib(config: Path) -> tuple[float, float]:
 def run_rss_mib(config: Path, seconds: int) -> float:
     """Peak RSS of `tickwork run` on the history (ticks not included), sampled twice a second."""
     command = [str(Path(sys.executable).with_name("tickwork")), "-c", str(config), "run"]
-    with fake_upstream() as fake:
+    with fake_upstream() as fake, tempfile.TemporaryFile("w+") as said:
         env = {k: v for k, v in os.environ.items() if not k.startswith("TICKWORK_")}
         env["OPENAI_BASE_URL"] = fake.url
-        service = subprocess.Popen(
-            command, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
-        )
+        service = subprocess.Popen(command, env=env, stdout=said, stderr=subprocess.STDOUT)
         peak = peak_rss(service, seconds)
         service.send_signal(signal.SIGTERM)
         try:
@@ -271,10 +269,14 @@ def run_rss_mib(config: Path, seconds: int) -> float:
             print(f"    tickwork run still ran {STOP_SECONDS} s after SIGTERM: killed", flush=True)
             service.kill()
             service.wait()
+            said.seek(0)
+            print("    its last lines:", *said.read().splitlines()[-STOP_LINES:], sep="\n      ")
     return peak / 2**20
 
 
 STOP_SECONDS = 120
+STOP_LINES = 30
+"""What the service printed last, shown when it would not stop."""
 
 
 class Figures(dict[str, float]):

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import threading
 from pathlib import Path
 from uuid import uuid4
 
@@ -11,7 +12,7 @@ from harness.config import AlertsConfig, ApiConfig, ConfigError, load_settings
 from harness.contracts.events import LevelBudgetExceeded, TickCompleted, TickLost
 from harness.contracts.secrets import secret_names
 from harness.devtools.fake_llm import FakeUpstream, Step
-from harness.scheduling.alerts import Alerter
+from harness.scheduling.alerts import CHECKPOINT, Alerter
 from harness.store import SqlEventStore
 from tests.receiver import Received
 from tests.tick_support import Harness
@@ -109,6 +110,21 @@ def test_a_failure_streak_outlives_a_restart_and_is_shared_by_replicas(
     lost("t7")
     assert [a.tick_id for a in first.poll()] == ["t7"], "a new episode after a completed tick"
     assert len(received) == 2
+
+
+def test_a_stopping_service_leaves_a_first_starts_history_to_its_next_start(
+    tmp_path: Path, fake: FakeUpstream, store: SqlEventStore
+) -> None:
+    """A first start folds the whole log: at 10M events, minutes a service's stop waited for."""
+    harness = Harness(tmp_path, fake, rag=False)
+    store.append("tick-t0", [TickLost(tick_id="t0", level="min", reason="gone").to_record()])
+    stopping = threading.Event()
+    stopping.set()
+    alerter = Alerter(harness.settings, store)
+    assert alerter.poll(stopping) == []
+    assert store.checkpoints([CHECKPOINT]) == {CHECKPOINT: 0}, "nothing folded, nothing skipped"
+    assert alerter.poll() == [], "the next start folds the history, alerting none of it"
+    assert store.checkpoints([CHECKPOINT])[CHECKPOINT] > 0
 
 
 def test_an_alert_target_must_be_an_environment_variable_not_a_url(tmp_path: Path) -> None:

@@ -375,6 +375,40 @@ def test_a_kill_at_any_phase_loses_and_duplicates_nothing(
         store.close()
 
 
+@pytest.mark.parametrize("phase", ["writing", "verified", "packed", "recorded", "deleting"])
+def test_a_stopping_service_ends_its_archive_run_at_the_next_phase_and_loses_nothing(
+    store_url: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, phase: str
+) -> None:
+    """SIGTERM came while a day was archived: the run ends there, the next one finishes it.
+
+    A day of 1,000 levels takes minutes to archive, and the service's shutdown waits for
+    its companions: it waited for the whole day.
+    """
+    settings = load_settings(config_file(tmp_path, store_url))
+    store = open_store(store_url)
+    stopping = threading.Event()
+    monkeypatch.setattr(archiving, "_killed_at", lambda at: at == phase and stopping.set())
+    try:
+        archived = history(store, settings.paths.results)
+        everything = hot_positions(store)
+        lines: list[str] = []
+        archiver = Archiver(settings, store, lines.append)
+        ran = threading.Thread(target=archiver.run, args=(stopping,))
+        ran.start()
+        ran.join(60)
+        assert not ran.is_alive() and lines[-1].startswith("archive: stopped with the service")
+        folder = day_folder(settings.retention.archive, OLD)
+        assert everything <= hot_positions(store) | archive_positions(folder)
+
+        Archiver(settings, store, lines.append).archive()  # after the last batch: nothing left
+        records = store.read_stream(ARCHIVE_STREAM)
+        assert len(records) == 1
+        assert hot_positions(store) == everything - archived | {records[0].global_position}
+        assert [e.global_position for e in archived_events(folder)] == sorted(archived)
+    finally:
+        store.close()
+
+
 def test_a_transcripts_run_cut_short_is_finished_before_its_day_leaves(
     store_url: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

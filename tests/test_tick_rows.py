@@ -8,6 +8,7 @@ after its tick was packed (a late spool) is a no-op.
 
 from __future__ import annotations
 
+import threading
 from datetime import UTC, datetime, timedelta
 from itertools import zip_longest
 from pathlib import Path
@@ -66,6 +67,9 @@ def test_packed_ticks_read_in_place_and_rebuilds_equal(store_url: str, tmp_path:
         before = {stream: store.read_stream(stream) for stream in [*streams, "tick-open"]}
         models = read_models(store)
 
+        stopping = threading.Event()
+        stopping.set()
+        assert compact(store, stopping) == 0, "a stopping service leaves it to its next start"
         assert compact(store) == 4
         assert hot_streams(store) == {"tick-open"}, "a running tick keeps its events"
         assert compact(store) == 0, "a second pass finds nothing new"

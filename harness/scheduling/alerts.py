@@ -77,23 +77,27 @@ class Alerter:
         """Poll the log until `stopping` is set; a store outage is waited out."""
         while not stopping.is_set():
             try:
-                self.poll()
+                self.poll(stopping)
             except StoreError as exc:
                 log.warning("alerts: store unavailable, trying again: %s", exc)
             stopping.wait(POLL_SECONDS)
 
-    def poll(self) -> list[AlertRaised]:
+    def poll(self, stopping: threading.Event | None = None) -> list[AlertRaised]:
         """Fold the events since the checkpoint; claim and send the alerts they open.
 
         A window per tracking transaction, its alerts claimed once it commits: a long
         backlog (a restart after a long stop) holds the checkpoint's lock, on SQLite every
-        writer's, for one window at a time.
+        writer's, for one window at a time. A service that stops (`stopping`) leaves the
+        rest of it, and of a first start's history, to its next start: it waited for
+        minutes on a 10M-event log before.
         """
+        stopping = stopping or threading.Event()
         if not self.folding:
-            self._fold_history()
+            if not self._fold_history(stopping):
+                return []
             self.folding = True
         sent: list[AlertRaised] = []
-        while True:
+        while not stopping.is_set():
             with self.store.tracking(CHECKPOINT) as tracking:
                 upper = self.store.reach(tracking.position, tracking.horizon, WINDOW_EVENTS)
                 stored = load_streaks(tracking.conn)
@@ -108,25 +112,28 @@ class Alerter:
                 self.store.save_checkpoint(tracking, upper)
             sent += self._claimed(raised)
             if upper >= tracking.horizon:
-                return sent
+                break
+        return sent
 
-    def _fold_history(self) -> None:
+    def _fold_history(self, stopping: threading.Event) -> bool:
         """A first start (checkpoint at 0): fold the log into the streaks, alerting none of it.
 
         The history is read without the checkpoint's lock, a window per read transaction,
         and written with the checkpoint only if it still stands at 0 (no replica or earlier
         process folded it meanwhile): on SQLite the lock would keep every writer waiting
         for as long as the history takes to read (over a minute at 10M events, longer
-        than a writer waits for it). A kill before the write leaves the first start to do
-        again.
+        than a writer waits for it). A kill before the write, or a stop, leaves the first
+        start to do again. Returns whether the history is folded.
         """
         with self.store.tracking(CHECKPOINT) as tracking:
             if tracking.position != 0:
-                return
+                return True
             horizon = tracking.horizon
             streaks = load_streaks(tracking.conn)
         position = 0
         while position < horizon:
+            if stopping.is_set():
+                return False
             upper = self.store.reach(position, horizon, WINDOW_EVENTS)
             with self.store.reading(CHECKPOINT, position, horizon) as part:
                 for event in self.store.read_window(part, WATCHED, upper):
@@ -136,6 +143,7 @@ class Alerter:
             if tracking.position == 0:
                 save_streaks(tracking.conn, streaks)
                 self.store.save_checkpoint(tracking, horizon)
+        return True
 
     def _claimed(self, raised: list[AlertRaised]) -> list[AlertRaised]:
         """Claim each episode's first alert and send those this process claimed."""

@@ -47,7 +47,7 @@ import threading
 import time
 import uuid
 from collections import OrderedDict
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, replace
 from datetime import UTC, date, datetime, timedelta
 from itertools import islice
@@ -66,6 +66,7 @@ from harness.scheduling.transcript_archiving import (
     TranscriptsArchived,
     archive_transcripts,
     begun_days,
+    midway,
 )
 from harness.store import (
     EVENTS_FILE,
@@ -74,7 +75,6 @@ from harness.store import (
     MANIFEST_FILE,
     ArchiveError,
     LeavingDay,
-    Line,
     Manifest,
     PartitionHeld,
     SqlEventStore,
@@ -144,7 +144,14 @@ class DayArchived:
     """The archive was found written already (a run cut short before)."""
 
 
-def _phase(name: str) -> None:
+class ArchiveStopped(Exception):
+    """The service is stopping: the run ends where a kill could have ended it.
+
+    Every phase is safe to be killed after, and so is every batch: the next start goes on.
+    """
+
+
+def _killed_at(name: str) -> None:
     if os.environ.get(KILL_AT_ENV) == name:
         os.kill(os.getpid(), signal.SIGKILL)
 
@@ -164,14 +171,6 @@ def _batches(folder: Path) -> Iterator[tuple[list[dict[str, Any]], set[str]]]:
         yield batch, {record["stream_id"].removeprefix("tick-") for record in batch}
 
 
-def _killed_midway(records: Iterable[Line]) -> Iterator[Line]:
-    """The records, with the `writing` kill after the first (a data file half written)."""
-    for count, record in enumerate(records):
-        if count == 1:
-            _phase("writing")
-        yield record
-
-
 class Archiver:
     """Archives every closed tick of the days before a cutoff, day by day, crash-safely."""
 
@@ -185,6 +184,8 @@ class Archiver:
         """What the last run did with transcripts (`archive` returns what it did with ticks)."""
         self.held_back = False
         """Whether the last run kept a day hot for a checkpoint behind it (`run` retries soon)."""
+        self.stopping = threading.Event()
+        """Set (by `run`'s caller) when the service stops: a run ends at its next phase."""
 
     def cutoff(self, now: datetime | None = None) -> date:
         """Days before this one are archived: `hot_days` before today (UTC)."""
@@ -230,7 +231,17 @@ class Archiver:
             return days
 
     def _transcripts(self, days: list[date], dry_run: bool) -> list[TranscriptsArchived]:
-        return archive_transcripts(self.store, self.root, days, dry_run, _phase, self.report)
+        return archive_transcripts(self.store, self.root, days, dry_run, self._phase, self.report)
+
+    def _phase(self, name: str) -> None:
+        """A point a kill test may kill the run at (`KILL_AT_ENV`), and a stopping service."""
+        _killed_at(name)
+        self._go_on()
+
+    def _go_on(self) -> None:
+        """Raises ArchiveStopped once the service stops: a day's run is minutes long."""
+        if self.stopping.is_set():
+            raise ArchiveStopped
 
     def transcript_cutoff(self, now: datetime | None = None) -> date:
         """Transcripts of days before this one are archived: `transcript_days` before today."""
@@ -291,14 +302,14 @@ class Archiver:
                 )
                 self.held_back = True
                 return None
-            write_archive(folder, day, _killed_midway(day_lines(self.store, ticks)))
-            _phase("written")
+            write_archive(folder, day, midway(day_lines(self.store, ticks), self._phase, "writing"))
+            self._phase("written")
             manifest = verify(folder)
-            _phase("verified")
+            self._phase("verified")
         elif dry_run:
             return DayArchived(day, folder, manifest.ticks, manifest.events, 0, 0, True)
         files = self._pack(folder)
-        _phase("packed")
+        self._phase("packed")
         record = ArchiveWritten(
             event_id=uuid.uuid5(ARCHIVE_NAMESPACE, f"{day}/{manifest.sha256}"),
             folder=str(folder.absolute()),
@@ -306,7 +317,7 @@ class Archiver:
             **manifest.model_dump(include=set(ArchiveSummary.model_fields)),
         )
         self.store.append(ARCHIVE_STREAM, [record.to_record()])
-        _phase("recorded")
+        self._phase("recorded")
         finished = self._finish(record, manifest)
         return None if finished is None else replace(finished, reused=reused)
 
@@ -338,12 +349,12 @@ class Archiver:
         folder = day_folder(self.root, record.day)
         manifest = verified or verify_as_recorded(folder, record.sha256)
         self._remove_packed(folder)
-        _phase("removed")
+        self._phase("removed")
         started = time.perf_counter()
         deleted, how = self._drop_partition(record.day, folder), "as the day's partition"
         if deleted is None:
             deleted, how = self._delete(record.day, folder), "by DELETE"
-        _phase("deleted")
+        self._phase("deleted")
         self.report(
             f"archive {record.day}: {manifest.ticks} ticks, {manifest.events} events, "
             f"{record.files} files in {folder}; {deleted} events left the store {how} "
@@ -369,6 +380,7 @@ class Archiver:
         try:
             with self.store.write_transaction() as conn:
                 for batch, tick_ids in _batches(folder):
+                    self._go_on()  # before the transaction commits: the day stays whole
                     straggling = leaving.sort(conn, batch)
                     self.projector.archived(conn, day, tick_ids)
                     left += forget(conn, straggling)
@@ -380,7 +392,7 @@ class Archiver:
         except PartitionHeld as held:
             self.report(f"archive {day}: {held}; its archived events leave by DELETE")
             return None
-        _phase("deleting")
+        self._phase("deleting")
         return left
 
     def _delete(self, day: date, folder: Path) -> int:
@@ -392,7 +404,7 @@ class Archiver:
                 deleted += delete_events(conn, positions)
                 self.projector.archived(conn, day, tick_ids)
                 deleted += forget(conn, tick_ids, positions[-1])
-            _phase("deleting")
+            self._phase("deleting")
         return deleted
 
     def _pack(self, folder: Path) -> int:
@@ -404,6 +416,7 @@ class Archiver:
         if not target.exists():
             with atomic_file(target) as raw, tarfile.open(fileobj=raw, mode="w:gz") as tar:
                 for path in self._named_files(folder):
+                    self._go_on()
                     if path.exists():
                         tar.add(path, arcname=self._member(path))
                         # A TarFile keeps every member it wrote: a day's are millions.
@@ -421,6 +434,7 @@ class Archiver:
         for path in self._named_files(folder):
             if held is None:
                 return
+            self._go_on()
             if self._member(path) == held:
                 path.unlink(missing_ok=True)
                 self._drop_if_empty(path.parent)
@@ -469,10 +483,14 @@ class Archiver:
         held back again: a checkpoint that never moves (a read model no longer kept) costs
         a run a day, not one every few seconds.
         """
+        self.stopping = stopping
         soon = HELD_BACK_SECONDS
         while not stopping.is_set():
             try:
                 self.archive()
+            except ArchiveStopped:
+                self.report("archive: stopped with the service; the next start goes on")
+                return
             except (StoreError, OSError, ValueError) as exc:
                 self.report(f"archive failed, trying again in a day: {exc}")
             if self.held_back:

@@ -27,7 +27,7 @@ class Compactor:
         """Compact until `stopping` is set; a store outage is waited out."""
         while not stopping.is_set():
             try:
-                compact(self.store)
+                compact(self.store, stopping)
             except StoreError as exc:
                 self.report(f"compaction failed, trying again: {exc}")
             stopping.wait(COMPACT_SECONDS)

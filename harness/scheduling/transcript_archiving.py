@@ -28,6 +28,7 @@ from dataclasses import dataclass
 from datetime import date
 from itertools import groupby, islice
 from pathlib import Path
+from typing import TypeVar
 
 from harness.contracts import StoredEvent
 from harness.store import (
@@ -56,6 +57,10 @@ TRANSCRIPT_PHASES = (
 )
 
 Phase = Callable[[str], None]
+"""Called at each point a run may end (a kill test's, or a stopping service's: it raises)."""
+T = TypeVar("T")
+MIDWAY_EVERY = 10_000
+"""Items written to a file between two phase calls: a day's file takes minutes to write."""
 Report = Callable[[str], None]
 
 
@@ -86,7 +91,9 @@ def archive_transcripts(
             done.append(TranscriptsArchived(day, folder, 0, 0, 0))
             continue
         if not _whole(store, folder, day, report):
-            write_transcripts(folder, day, _killed_midway(hot_transcripts(store, day), phase))
+            write_transcripts(
+                folder, day, midway(hot_transcripts(store, day), phase, TRANSCRIPT_PHASES[0])
+            )
             phase("transcripts-written")
         manifest = verify_transcripts(folder)
         phase("transcripts-verified")
@@ -140,12 +147,16 @@ def _whole(store: SqlEventStore, folder: Path, day: date, report: Report) -> boo
     return True
 
 
-def _killed_midway(ticks: Iterable[list[StoredEvent]], phase: Phase) -> Iterator[list[StoredEvent]]:
-    """The ticks, with the `transcripts-writing` kill after the first (a file half written)."""
-    for count, tick in enumerate(ticks):
-        if count == 1:
-            phase("transcripts-writing")
-        yield tick
+def midway(items: Iterable[T], phase: Phase, name: str) -> Iterator[T]:
+    """The items, with phase `name` after the first and every `MIDWAY_EVERY` after.
+
+    After the first: a kill test's point, a file half written. Every `MIDWAY_EVERY`: where
+    a stopping service stops.
+    """
+    for count, item in enumerate(items):
+        if count % MIDWAY_EVERY == 1:
+            phase(name)
+        yield item
 
 
 def _held(entries: Iterable[StoredEvent]) -> Iterator[tuple[str, int]]:

@@ -33,6 +33,7 @@ archive holds them (`archived_on`), until the tick itself is archived (`forget`)
 from __future__ import annotations
 
 import heapq
+import threading
 from collections.abc import Collection, Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -560,15 +561,17 @@ def holds_position(conn: sa.Connection, position: int) -> bool:
 # --- compaction --------------------------------------------------------------------------
 
 
-def compact(store: SqlEventStore) -> int:
+def compact(store: SqlEventStore, stopping: threading.Event | None = None) -> int:
     """Pack every tick ended since the last pass that every checkpoint has passed; how many.
 
     One transaction per window of the log, each with its checkpoint: a kill loses no
-    pass's work and repeats none. The log's newest event is never packed.
+    pass's work and repeats none, and a stopping service (`stopping`) ends the pass
+    between two windows (a backlog is minutes of them). The log's newest event is never
+    packed.
     """
     ticks = 0
     releasing = store.engine.dialect.name == "postgresql"
-    while True:
+    while stopping is None or not stopping.is_set():
         with store.tracking(CHECKPOINT) as tracking:
             limit = min(_others_passed(tracking.conn), tracking.horizon - 1)
             if tracking.position >= limit:
@@ -584,6 +587,7 @@ def compact(store: SqlEventStore) -> int:
         ticks += written
         if releasing:
             releasing = release_ids(store, packed)
+    return ticks
 
 
 def release_ids(store: SqlEventStore, packed: Sequence[UUID]) -> bool:

@@ -100,6 +100,12 @@ def _postgres_layout() -> sa.MetaData:
         sa.Index("ix_tick_rows_last_recorded", "last_recorded"),
         sa.Index("ix_tick_rows_day", "day"),
         sa.Index("ix_tick_rows_tick_id", "tick_id", "day", unique=True),
+        sa.Index(
+            "ix_tick_rows_transcripts",
+            "day",
+            "tick_id",
+            postgresql_where=sa.text("transcript > 0"),
+        ),
     )
     for table in postgres_only.tables.values():
         table.to_metadata(layout)

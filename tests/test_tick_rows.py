@@ -23,7 +23,7 @@ from harness.prices import PriceBook
 from harness.projections import projector_for
 from harness.store import NewEvent, SqlEventStore, open_store
 from harness.store.schema import events, metadata, tick_rows
-from harness.store.tick_rows import archived_on, compact
+from harness.store.tick_rows import archived_on, compact, forget, hot_transcripts
 
 
 def entry(tick_id: str, text: str) -> TranscriptEntry:
@@ -139,6 +139,61 @@ def test_a_row_is_found_whether_or_not_its_tick_id_names_the_day_it_began(
             assert store.append(stream, [replay]).duplicate, "a replay of a packed event"
             late = store.append(stream, [entry(tick, "replayed late").to_record()])
             assert late.stream_version == len(stored) + 1
+    finally:
+        store.close()
+
+
+def test_sqlite_finds_leaving_rows_by_their_index_never_by_reading_their_whole_day(
+    tmp_path: Path,
+) -> None:
+    """The statements that delete archived rows and read a day's transcripts use their index.
+
+    SQLite plans without statistics, by the statement's shape alone: given the tick ids
+    and their day, it chose the day's index and read every row of the day for each batch
+    (a day of 1.44M ticks left at 128 ticks a second); walking the tick id index for a
+    day's transcripts read every hot row. Every statement on `tick_rows` is planned here
+    as it ran.
+    """
+    today = datetime.now(UTC).date()
+    store = open_store(f"sqlite:///{tmp_path}/events.db")
+    ran: list[tuple[str, Any]] = []
+
+    def keep(_conn: Any, _cursor: Any, statement: str, parameters: Any, *_: Any) -> None:
+        if "tick_rows" in statement and not statement.startswith("EXPLAIN"):
+            ran.append((statement, parameters))
+
+    try:
+        ticks = [f"t{n}" for n in range(3)]
+        held = 0
+        for tick in ticks:
+            *running, ended = tick_events(tick, tmp_path, 100, today)
+            records = [e.to_record() for e in [*running, entry(tick, "said"), ended]]
+            store.append(f"tick-{tick}", records)
+            held += len(records)
+        store.append("tick-open", [TickScheduled(tick_id="open", level="min").to_record()])
+        assert compact(store) == len(ticks)
+        sa.event.listen(store.engine, "before_cursor_execute", keep)
+        transcripts = list(hot_transcripts(store, today))
+        with store.write_transaction() as conn:
+            assert forget(conn, ticks) == held
+        sa.event.remove(store.engine, "before_cursor_execute", keep)
+
+        assert len(transcripts) == len(ticks)
+        assert len(ran) >= 3, "the transcripts' day, their page, and the rows' reads and delete"
+        with store.engine.connect() as conn:
+            for statement, parameters in ran:
+                plan = " ".join(
+                    row[-1]
+                    for row in conn.exec_driver_sql(f"EXPLAIN QUERY PLAN {statement}", parameters)
+                )
+                assert "ix_tick_rows_day" not in plan, (statement, plan)
+                assert "SCAN tick_rows" not in plan, (statement, plan)
+                wanted = (
+                    "ix_tick_rows_transcripts"
+                    if "transcript > 0" in statement
+                    else "ix_tick_rows_tick_id"
+                )
+                assert wanted in plan, (statement, plan)
     finally:
         store.close()
 

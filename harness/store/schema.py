@@ -10,7 +10,7 @@ from typing import Any
 
 import sqlalchemy as sa
 
-HEAD_REVISION = "0027"
+HEAD_REVISION = "0028"
 
 metadata = sa.MetaData()
 
@@ -109,6 +109,13 @@ tick_rows = sa.Table(
     sa.Index("ix_tick_rows_span", sa.text("(last_position - first_position)")),
     sa.Index("ix_tick_rows_last_recorded", "last_recorded"),
     sa.Index("ix_tick_rows_day", "day"),
+    sa.Index(
+        "ix_tick_rows_transcripts",
+        "day",
+        "tick_id",
+        sqlite_where=sa.text("transcript > 0"),
+        postgresql_where=sa.text("transcript > 0"),
+    ),
 )
 """Closed ticks' records, each tick's packed in one row (migration 0020,
 `harness.store.tick_rows`). On PostgreSQL partitioned by `day` (migration 0027), its

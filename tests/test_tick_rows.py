@@ -23,7 +23,13 @@ from harness.prices import PriceBook
 from harness.projections import projector_for
 from harness.store import NewEvent, SqlEventStore, open_store
 from harness.store.schema import events, metadata, tick_rows
-from harness.store.tick_rows import archived_on, compact, forget, hot_transcripts
+from harness.store.tick_rows import (
+    archived_on,
+    compact,
+    drop_archived,
+    forget,
+    hot_transcripts,
+)
 
 
 def entry(tick_id: str, text: str) -> TranscriptEntry:
@@ -146,7 +152,7 @@ def test_a_row_is_found_whether_or_not_its_tick_id_names_the_day_it_began(
 def test_sqlite_finds_leaving_rows_by_their_index_never_by_reading_their_whole_day(
     tmp_path: Path,
 ) -> None:
-    """The statements that delete archived rows and read a day's transcripts use their index.
+    """The statements that archive a day's rows and transcripts find them by an index.
 
     SQLite plans without statistics, by the statement's shape alone: given the tick ids
     and their day, it chose the day's index and read every row of the day for each batch
@@ -158,9 +164,9 @@ def test_sqlite_finds_leaving_rows_by_their_index_never_by_reading_their_whole_d
     store = open_store(f"sqlite:///{tmp_path}/events.db")
     ran: list[tuple[str, Any]] = []
 
-    def keep(_conn: Any, _cursor: Any, statement: str, parameters: Any, *_: Any) -> None:
+    def keep(_c: Any, _cur: Any, statement: str, parameters: Any, _ctx: Any, many: bool) -> None:
         if "tick_rows" in statement and not statement.startswith("EXPLAIN"):
-            ran.append((statement, parameters))
+            ran.append((statement, parameters[0] if many else parameters))
 
     try:
         ticks = [f"t{n}" for n in range(3)]
@@ -174,12 +180,14 @@ def test_sqlite_finds_leaving_rows_by_their_index_never_by_reading_their_whole_d
         assert compact(store) == len(ticks)
         sa.event.listen(store.engine, "before_cursor_execute", keep)
         transcripts = list(hot_transcripts(store, today))
+        ends = [(e[-1].stream_id.removeprefix("tick-"), e[-1].global_position) for e in transcripts]
         with store.write_transaction() as conn:
-            assert forget(conn, ticks) == held
+            assert drop_archived(conn, today, ends) == len(ticks)
+            assert forget(conn, ticks) == held - len(ticks), "their transcripts left before"
         sa.event.remove(store.engine, "before_cursor_execute", keep)
 
         assert len(transcripts) == len(ticks)
-        assert len(ran) >= 3, "the transcripts' day, their page, and the rows' reads and delete"
+        assert len(ran) == 6, "days, a page; the rows' read and rewrite; their read and delete"
         with store.engine.connect() as conn:
             for statement, parameters in ran:
                 plan = " ".join(
@@ -188,11 +196,8 @@ def test_sqlite_finds_leaving_rows_by_their_index_never_by_reading_their_whole_d
                 )
                 assert "ix_tick_rows_day" not in plan, (statement, plan)
                 assert "SCAN tick_rows" not in plan, (statement, plan)
-                wanted = (
-                    "ix_tick_rows_transcripts"
-                    if "transcript > 0" in statement
-                    else "ix_tick_rows_tick_id"
-                )
+                by_ids = "tick_rows.tick_id IN" in statement or "tick_rows.tick_id = ?" in statement
+                wanted = "ix_tick_rows_tick_id" if by_ids else "ix_tick_rows_transcripts"
                 assert wanted in plan, (statement, plan)
     finally:
         store.close()

@@ -13,6 +13,7 @@ import sys
 import threading
 from collections import Counter
 from datetime import UTC, datetime, timedelta
+from itertools import takewhile
 from pathlib import Path
 from zoneinfo import ZoneInfo
 
@@ -351,5 +352,11 @@ def test_levels_describes_schedule_next_fires_last_runs_and_the_pause_note(
     text = forked_cli("levels min", config, fake)
     assert "paused since" in text.stdout and "maintenance (note: ask-bob)" in text.stdout
     assert "runs: 0 of at most 10" in text.stdout and "hour:" not in text.stdout
+    assert "next fire times (Europe/Berlin / UTC):" in text.stdout
+    in_utc = forked_cli("levels hour", config, fake).stdout
+    assert "next fire times (UTC):" in in_utc and "UTC / UTC" not in in_utc
+    after = in_utc.split("next fire times (UTC):\n")[1].splitlines()
+    fire_lines = list(takewhile(lambda line: line.startswith("    "), after))
+    assert len(fire_lines) == 5 and all(" / " not in line for line in fire_lines)
     unknown = forked_cli("levels nope", config, fake)
     assert unknown.returncode == 2 and "no level named 'nope'" in unknown.stderr

@@ -61,9 +61,11 @@ def _lines(level: LevelDescription) -> list[str]:
     if level.max_runs is not None:
         lines.append(f"  runs: {level.runs} of at most {level.max_runs}")
     if level.next:
-        lines.append(f"  next fire times ({level.timezone} / UTC):")
+        in_utc = level.timezone == "UTC"  # one column: the zone's time is the UTC one
+        lines.append(f"  next fire times ({'UTC' if in_utc else level.timezone + ' / UTC'}):")
         lines += [
-            f"    {fire.fires_at_local:{_TIME} %Z}  /  {fire.fires_at:{_TIME}} UTC"
+            ("    " if in_utc else f"    {fire.fires_at_local:{_TIME} %Z}  /  ")
+            + f"{fire.fires_at:{_TIME}} UTC"
             + (f"  (slot {fire.slot:%H:%M:%S} UTC)" if fire.slot != fire.fires_at else "")
             for fire in level.next
         ]

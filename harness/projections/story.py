@@ -25,6 +25,7 @@ from harness.contracts import (
     ModelCallStarted,
     RateLimited,
     ResultFileError,
+    ResultMissingError,
     RouteFallback,
     RoutePromoted,
     StoredEvent,
@@ -166,6 +167,10 @@ def story_of(tick_id: str, events: list[StoredEvent]) -> TickStory:
     return story
 
 
+STOPPED = frozenset({"cancelled", "timed_out"})
+"""Ends of a tick whose worker was stopped: no result file is expected, none is missed."""
+
+
 def _read_files(story: TickStory, kept_tail: str | None) -> None:
     """The result's text (or why there is none) and the log's tail, where they can be read.
 
@@ -178,6 +183,9 @@ def _read_files(story: TickStory, kept_tail: str | None) -> None:
             story.result_text = result.text
             if result.error is not None:
                 story.result_error = f"{result.error.type}: {result.error.message}"
+        except ResultMissingError as exc:
+            if story.status not in STOPPED:
+                story.result_error = str(exc)
         except ResultFileError as exc:
             story.result_error = str(exc)
     if story.log_path:
@@ -274,7 +282,8 @@ def _describe(type_: str, data: dict[str, Any]) -> tuple[StepKind, str, str | No
         return "started", f"started pid {data['pid']} on {data['host']}", None, None
     if type_ == BudgetSpent.type:
         tokens = f"{data['prompt_tokens']:,} + {data['completion_tokens']:,} tokens"
-        return "spend", f"{data['model']}: {tokens}", None, None
+        estimated = " (estimated)" if data.get("estimated") else ""
+        return "spend", f"{data['model']}: {tokens}{estimated}", None, None
     if type_ == ToolCalled.type:
         return (
             "tool",

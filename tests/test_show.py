@@ -50,7 +50,8 @@ def test_show_follow_prints_a_running_ticks_turns_until_it_is_cancelled(
     assert answer["matching"] == [tick_id] and answer["ended"] == {tick_id: "TickCancelled"}
     assert follow.process.wait(60) == 0
     printed = follow.text()
-    assert "cancelled:" in printed and "status  cancelled" in printed
+    assert "status  cancelled" in printed
+    assert "cancelled by " in printed and "cancelled: cancelled" not in printed, "said once"
     ended, ticked = ticking.communicate(timeout=60)
     assert "1 model call(s)" in ticked and "so far" in ticked, "tick printed its progress"
     assert json.loads(ended)["status"] == "cancelled", "tick --json prints the story"

@@ -117,7 +117,7 @@ if typing.TYPE_CHECKING:
         GovernorLimits,
         model_key,
     )
-    from harness.contracts.headlines import HIDDEN_FIELDS, headline
+    from harness.contracts.headlines import HIDDEN_FIELDS, ended, headline
     from harness.contracts.ids import (
         new_event_id,
         tick_id_day,

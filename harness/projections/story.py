@@ -34,6 +34,7 @@ from harness.contracts import (
     TickStarted,
     ToolCalled,
     TranscriptEntry,
+    ended,
     read_result,
     redact,
     tick_stream,
@@ -320,8 +321,8 @@ def _describe(type_: str, data: dict[str, Any]) -> tuple[StepKind, str, str | No
         line = f"attempt {data['attempt']} failed ({data['failure_class']}): {data['reason']}"
         return "attempt_failed", line, None, None
     if type_ in TERMINAL_TYPES:
-        why = data.get("reason") or data.get("stop_reason") or ""
-        return "ended", f"{STATUS_OF.get(type_, type_)}" + (f": {why}" if why else ""), None, None
+        why = data.get("reason") or data.get("stop_reason")
+        return "ended", ended(STATUS_OF.get(type_, type_), why), None, None
     return "other", type_, None, None
 
 

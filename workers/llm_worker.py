@@ -270,13 +270,13 @@ def warm_up(preloads: frozenset[str] = frozenset()) -> None:
         APIS,
         BASE_URL_ENV,
         BudgetRuleData,
-        BudgetSpent,
         RagSettings,
         TickBudgets,
         TickStarted,
         tick_stream,
     )
     from harness.store import open_store, scratch_sqlite
+    from workers.call_booking import CallBooking, CallFacts
     from workers.providers import builder
     from workers.recorder import EventRecorder
 
@@ -330,15 +330,7 @@ def warm_up(preloads: frozenset[str] = frozenset()) -> None:
             logging.disable(logging.CRITICAL)
             run(payload)
             recorder = EventRecorder(payload)
-            recorder.record(
-                BudgetSpent(
-                    tick_id="warm-up",
-                    level="warm-up",
-                    model="warm-up",
-                    prompt_tokens=0,
-                    completion_tokens=0,
-                )
-            )
+            recorder.record_all(CallBooking.of(payload).ended(CallFacts(model="warm-up", call=1)))
             recorder.close()
         finally:
             logging.disable(logging.NOTSET)

@@ -34,7 +34,7 @@ if typing.TYPE_CHECKING:
     from harness.governor.proxy.upstream import Upstream
     from harness.governor.rate_limit import await_turn, hold_back, refused_for
     from harness.governor.serving import BackgroundServer
-    from harness.governor.usage import Usage
+    from harness.governor.usage import Usage, UsageScanner
 
 __all__ = [
     "ALERT_URLS_ENV",
@@ -51,6 +51,7 @@ __all__ = [
     "Tail",
     "Upstream",
     "Usage",
+    "UsageScanner",
     "Verdict",
     "await_turn",
     "create_app",
@@ -105,7 +106,7 @@ _HOMES = {
     ),
     "proxy.upstream": ("Upstream",),
     "proxy.replies": ("send_answer",),
-    "usage": ("Usage",),
+    "usage": ("Usage", "UsageScanner"),
     "rate_limit": (
         "await_turn",
         "hold_back",

@@ -29,6 +29,7 @@ from harness.contracts import (
 )
 from harness.contracts.agents import AgentKind
 from harness.devtools.fake_llm import FakeUpstream, Step, ToolCallSpec
+from harness.execution import Preparer
 from harness.execution.cutoff import cut_off_calls
 from harness.projections import story_steps
 from harness.store import open_store
@@ -85,7 +86,7 @@ def test_a_cli_call_answered_in_full_is_booked_once_when_the_tick_is_killed_befo
     closed it (`held_open`): the tick's governor has not booked it yet when the CLI, or
     the worker holding the governor, is killed.
     """
-    harness = cli_harness(tmp_path, fake, kind).without_retries()
+    harness = cli_harness(tmp_path, fake, kind, content_retries=0).without_retries()
     prepared = harness.preparer.prepare("min")
     tick_id = prepared.payload.tick_id
     fake.script(tick_id, [Step(text="Answered, then held.", held_open=True)])
@@ -103,12 +104,12 @@ def test_a_cli_call_answered_in_full_is_booked_once_when_the_tick_is_killed_befo
     fake.when_answered(tick_id, kill)
     outcome = harness.runner.run(prepared)
 
-    assert outcome.status == "failed", outcome.reason
     assert len([entry for entry in fake.ledger if entry.key == tick_id]) == 1
     events = harness.events(outcome)
     spent = [(e.data["estimated"], e.data["source"]) for e in events if e.type == BudgetSpent.type]
     booked_by = "worker" if victim == "cli" else "runner"
     assert spent == [(True, booked_by)], "the answered call is booked once, estimated"
+    assert outcome.status == "failed", outcome.reason
     if victim == "cli":
         (called,) = [e.data for e in events if e.type == ModelCalled.type]
         assert called["estimated"] and called["budget_event_id"] is not None
@@ -139,8 +140,11 @@ def test_a_selfcheck_required_target_run_by_a_cli_is_self_checked_first(
         json.dumps({"schema_version": 1, "targets": targets, "lanes": {"min": lane}})
     )
     harness = cli_harness(tmp_path, fake, kind).without_retries()
-    routed = harness.settings.model_copy(update={"routing": RoutingConfig(catalog=catalog)})
-    harness.settings = harness.preparer.settings = harness.runner.settings = routed
+    # A target down is tried again at once: the second tick checks it anew.
+    routing = RoutingConfig(catalog=catalog, availability_ttl_seconds=0)
+    routed = harness.settings.model_copy(update={"routing": routing})
+    harness.settings = harness.runner.settings = routed
+    harness.preparer = Preparer(routed, harness.store, env=harness.preparer.env)
 
     failed = harness.tick([Step(text=" "), Step(text="Answered on the spare.")])
     assert failed.status == "completed", failed.reason
@@ -206,5 +210,6 @@ def test_every_call_a_killed_attempt_left_open_is_booked_once_and_a_refused_one_
     ]
     again = cut_off_calls(events)
     assert [b.event_id for b in again] == [b.event_id for b in booked], "one id per call"
-    store.append("tick-t1", [b.to_record() for b in booked + again])
+    for batch in (booked, again):
+        store.append("tick-t1", [b.to_record() for b in batch])
     assert len([e for e in store.read_stream("tick-t1") if e.type == BudgetSpent.type]) == 3

@@ -86,6 +86,7 @@ class Failure:
 class _Call:
     number: int
     started: float
+    judged: Judged
     booked: bool = False
 
 
@@ -189,7 +190,7 @@ class TickGovernor(ProxyGovernor):
             return judged
         book = self.ledger_of_tick
         book.calls_started += 1
-        self._calls[id(judged.entry)] = _Call(book.calls_started, time.monotonic())
+        self._calls[id(judged.entry)] = _Call(book.calls_started, time.monotonic(), judged)
         verdict = judged.verdict
         self.recorder.record(
             self.booking.started(book.calls_started, verdict.model, verdict.est_tokens)
@@ -250,6 +251,31 @@ class TickGovernor(ProxyGovernor):
         if self.failure is None and ended != "client_gone":
             self.failure = failure
             self.on_failure()
+
+    def book_calls_in_flight(self) -> None:
+        """Book, estimated, each call still open once the governor has stopped serving.
+
+        Its answer was cut by the stop, after the CLI ended (or was ended) without waiting
+        for it; it reached the upstream, which may bill it.
+        """
+        for call in list(self._calls.values()):
+            if call.booked:
+                continue
+            why = Refusal(
+                "GovernorStopped",
+                "infrastructure",
+                "the tick's governor stopped before the answer ended",
+            )
+            self._book(
+                self._facts(
+                    call.judged,
+                    call,
+                    prompt_tokens=call.judged.verdict.est_tokens,
+                    estimated=True,
+                    refusal=why,
+                )
+            )
+        self._calls.clear()
 
     def _facts(self, judged: Judged, call: _Call, **seen: Any) -> CallFacts:
         """What every call of the tick shares (model, target, timing) and what was `seen`."""

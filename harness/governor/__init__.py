@@ -34,6 +34,6 @@ if typing.TYPE_CHECKING:
     from harness.governor.proxy.upstream import Upstream
     from harness.governor.rate_limit import await_turn, hold_back, refused_for
     from harness.governor.serving import BackgroundServer
-    from harness.governor.usage import Usage
+    from harness.governor.usage import Usage, UsageScanner
 
 __getattr__, __all__ = fronts.declared(__name__)

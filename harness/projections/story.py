@@ -339,8 +339,8 @@ def _model_call_line(data: dict[str, Any]) -> str:
         outcome = f"{data['error_class']}: {data.get('error') or ''}"
     else:
         tokens = f"{data['prompt_tokens']:,} + {data['completion_tokens']:,} tokens"
-        outcome = f"{data.get('stop_reason')}, {tokens}" + (
-            " (estimated)" if data.get("estimated") else ""
-        )
+        stop = data.get("stop_reason")
+        outcome = (f"{stop}, " if stop else "") + tokens
+        outcome += " (estimated)" if data.get("estimated") else ""
     attempt = f" attempt {data['attempt']}" if data.get("attempt", 1) > 1 else ""
     return f"model call {data.get('call', '?')}{attempt} {where}: {outcome} ({timing})"

@@ -138,7 +138,7 @@ async def _send_whole(
     if judged is not None:
         if scanner is not None:
             scanner.feed(content)
-            governor.settle(judged, scanner.finish(), scanner.answer_chars)
+            governor.settle(judged, scanner)
         governor.finish(judged, answer.status, "answered")
 
 
@@ -171,7 +171,7 @@ async def _relay(
         answer.release()
     if judged is not None:
         if scanner is not None:
-            governor.settle(judged, scanner.finish(), scanner.answer_chars)
+            governor.settle(judged, scanner)
         governor.finish(judged, answer.status, ended)
 
 

@@ -22,6 +22,11 @@ if typing.TYPE_CHECKING:
         legacy_name,
     )
     from harness.config.crontab import (
+        DST_REPEATED,
+        DST_SKIPPED,
+        DstRepeated,
+        DstSkipped,
+        WallClockCron,
         crontab_trigger,
         crontab_weekdays,
     )

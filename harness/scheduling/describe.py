@@ -1,8 +1,9 @@
 """`tickwork levels`: each level's schedule described, as a Temporal Schedule's describe.
 
 Its schedule in words, the next fire times (jitter included) in its zone and in UTC, its
-last runs and how they ended, its runs against `max_runs`, and its pause (who, why, since
-when, the note). Built from the configuration and bounded reads of the read models: the
+last runs and how they ended, its runs against `max_runs`, its pause (who, why, since
+when, the note), and for a cron schedule the zone's next daylight-saving change with the
+slots the level fires around it (`harness.scheduling.transitions`). Built from the configuration and bounded reads of the read models: the
 newest few ticks per level along the (level, list time) index and the pause events of
 the level streams, never a scan of history.
 """
@@ -17,6 +18,7 @@ from zoneinfo import ZoneInfo
 from harness.config import Settings
 from harness.projections import latest_ticks, pauses, runs_of
 from harness.scheduling.jitter import FireTimes
+from harness.scheduling.transitions import Transition, level_transition
 from harness.scheduling.triggers import ScheduleEnded, level_trigger, next_slot
 from harness.scheduling.words import schedule_words
 from harness.store import EventStore
@@ -75,6 +77,8 @@ class LevelDescription:
     runs: int | None
     """Slots that ran, counted up to `max_runs` (None without a limit)."""
     paused: Pause | None
+    dst: Transition | None = None
+    """The zone's next daylight-saving change and the slots around it (cron schedules)."""
 
 
 def describe_levels(
@@ -109,6 +113,9 @@ def describe_levels(
                 runs=runs.get(name),
                 paused=Pause(pause.by, pause.reason, pause.occurred_at, pause.note)
                 if pause
+                else None,
+                dst=level_transition(level_trigger(config), ZoneInfo(config.timezone), now)
+                if config.crons
                 else None,
             )
         )

@@ -26,9 +26,9 @@ from harness.execution.executors import LocalExecutor
 from harness.prices import PriceBook
 from harness.projections import projector_for
 from harness.scheduling import Service
+from harness.scheduling.describe import describe_levels
 from harness.scheduling.jitter import FireTimes, jitter_delay
 from harness.scheduling.timetable import Slot, Timetable
-from harness.scheduling.describe import describe_levels
 from harness.scheduling.triggers import level_trigger, next_slot, slot_tick_id, upcoming_slot
 from harness.store import open_store
 from tests.commands import forked_cli, write_config
@@ -240,8 +240,11 @@ SPRING = {
 
 
 def night_slots(config: LevelConfig, day: str) -> list[str]:
-    """The level's slots from noon UTC before `day` to noon on it, walked with `next_slot`
-    as the timetable walks them (each from the one before, `now` given, no clock)."""
+    """The level's slots (UTC) from noon UTC before `day` to noon on it.
+
+    Walked with `next_slot` as the timetable walks them: each from the one before, `now`
+    given, no clock.
+    """
     trigger = level_trigger(config)
     start = datetime.fromisoformat(f"{day}T12:00:00+00:00") - timedelta(days=1)
     slots, slot = [], next_slot(trigger, None, start)

@@ -3,9 +3,10 @@
 Its schedule in words, the next fire times (jitter included) in its zone and in UTC, its
 last runs and how they ended, its runs against `max_runs`, its pause (who, why, since
 when, the note), and for a cron schedule the zone's next daylight-saving change with the
-slots the level fires around it (`harness.scheduling.transitions`). Built from the configuration and bounded reads of the read models: the
-newest few ticks per level along the (level, list time) index and the pause events of
-the level streams, never a scan of history.
+slots the level fires around it (`harness.scheduling.transitions`). Built from the
+configuration and bounded reads of the read models: the newest few ticks per level along
+the (level, list time) index and the pause events of the level streams, never a scan of
+history.
 """
 
 from __future__ import annotations

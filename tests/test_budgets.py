@@ -39,10 +39,11 @@ from harness.scheduling.alerts import Alerter
 from harness.scheduling.budget import Budgets
 from harness.scheduling.budget_watch import BudgetWatch, budget_statuses
 from harness.scheduling.control import switch_level
+from harness.scheduling.service import Service
 from harness.scheduling.waves import SlotClaim, claim_wave
 from harness.store import EventStore, SqlEventStore, open_store
 from tests.catalog_support import valid
-from tests.commands import run_each, write_config
+from tests.commands import forked, run_each, write_config
 from tests.test_routing import Routed, of_type, target, write_catalog
 from tests.tick_support import Harness, calls, run_claims
 
@@ -50,7 +51,8 @@ BERLIN = "Europe/Berlin"
 
 
 def _level(**fields: Any) -> LevelConfig:
-    return LevelConfig(every="1m", model="fake-model", **fields)
+    """A level that reserves nothing unless told: any budget can pay its tick."""
+    return LevelConfig(every="1m", model="fake-model", **{"reserve_tokens": 0, **fields})
 
 
 def _settings(tmp_path: Path, budgets: list[dict[str, Any]], **levels: LevelConfig) -> Settings:
@@ -483,7 +485,7 @@ def test_spend_by_tag_counts_each_level_under_each_of_its_tags(
 def test_tickwork_budgets_prints_each_window_and_spend_by_tag(tmp_path: Path) -> None:
     config = write_config(
         tmp_path,
-        '[levels.min]\nevery = "1m"\nmodel = "m"\ntags = ["team-a"]\n\n'
+        '[levels.min]\nevery = "1m"\nmodel = "m"\ntags = ["team-a"]\nreserve_tokens = 0\n\n'
         '[[budgets]]\nname = "team-a"\nscope = "tag:team-a"\nwindow = "month"\n'
         'timezone = "Europe/Berlin"\ntokens = 1000\nalert_at = [0.5]\n',
     )
@@ -507,3 +509,80 @@ def test_tickwork_budgets_prints_each_window_and_spend_by_tag(tmp_path: Path) ->
     assert [(r["group"], r["prompt_tokens"]) for r in json.loads(by_tag.stdout)] == [
         ({"tag": "team-a"}, 250)
     ]
+
+
+TEAM = "".join(
+    f'[levels.t{n}]\nevery = "1m"\nmodel = "{{model}}"\ntags = ["team"]\n' for n in range(1, 6)
+)
+"""Five levels under one tag, each reserving the default 10,000 tokens a tick."""
+
+
+def test_a_budget_that_cannot_pay_one_tick_of_a_level_it_covers_is_refused_at_load(
+    tmp_path: Path,
+) -> None:
+    path = tmp_path / "tickwork.toml"
+    path.write_text(
+        TEAM.format(model="m")
+        + '[levels.own]\nevery = "1m"\nmodel = "m"\ndaily_token_budget = 5000\n'
+        + '[[budgets]]\nname = "team"\nscope = "tag:team"\ntokens = 2000\n'
+    )
+    with pytest.raises(ConfigError) as caught:
+        load_settings(path)
+    said = str(caught.value)
+    for n in range(1, 6):
+        assert (
+            f"budgets.0.tokens: budget 'team' (2,000 tokens) cannot pay one tick of level "
+            f"'t{n}', which reserves 10,000 tokens (reserve_tokens)"
+        ) in said, said
+    assert (
+        "levels.own.daily_token_budget: budget 'level-own-daily' (5,000 tokens) cannot pay "
+        "one tick of level 'own', which reserves 10,000 tokens"
+    ) in said, said
+    # A reservation the budget can pay loads.
+    path.write_text(
+        TEAM.format(model="m") + '[[budgets]]\nname = "team"\nscope = "tag:team"\ntokens = 10000\n'
+    )
+    assert load_settings(path).budgets[0].tokens == 10_000
+
+
+def test_a_usd_budget_below_one_ticks_reservation_at_the_level_price_exits_2(
+    tmp_path: Path,
+) -> None:
+    # 10,000 reserved tokens at USD 10 per million input tokens: USD 0.10 a tick.
+    prices = '[prices."priced-model"]\ninput_per_mtok = 10.0\noutput_per_mtok = 30.0\n'
+    budget = '[[budgets]]\nname = "team-usd"\nscope = "tag:team"\nusd = 0.05\n'
+    priced = write_config(tmp_path / "priced", TEAM.format(model="priced-model") + prices + budget)
+    unpriced = write_config(tmp_path / "unpriced", TEAM.format(model="no-such-model-xyz") + budget)
+    refused, loaded = (
+        forked(path.parent, "budgets", env={"TICKWORK_CONFIG": str(path)})
+        for path in (priced, unpriced)
+    )
+    assert refused.returncode == 2, refused.stderr
+    assert (
+        "budgets.0.usd: budget 'team-usd' (USD 0.05) cannot pay one tick of level 't1', "
+        "which reserves 10,000 tokens, USD 0.1 at priced-model's price"
+    ) in refused.stderr, refused.stderr
+    assert loaded.returncode == 0, "an unpriced model says nothing: " + loaded.stderr
+
+
+def test_the_skip_line_names_the_budget_what_it_holds_the_reservation_and_the_limit(
+    tmp_path: Path, fake: FakeUpstream
+) -> None:
+    harness = Harness(tmp_path, fake, rag=False, tags=["team"])
+    team = BudgetEntry(name="team", scope="tag:team", tokens=20_000)
+    settings = harness.settings.model_copy(update={"budgets": [team]})
+    _spend(harness.store, "min", datetime.now(UTC), 15_000)
+    lines: list[str] = []
+    executor = LocalExecutor(settings, harness.preparer, harness.runner, lines.append)
+    service = Service(settings, harness.store, executor, lines.append)
+    slot = datetime.now(UTC).replace(microsecond=0)
+    service.fire([(slot, "min"), (slot + timedelta(seconds=1), "min")])
+    skipped = [line for line in lines if " skipped: " in line]
+    assert len(skipped) == 2, lines
+    assert all(
+        line.endswith(
+            "skipped: min is held by budget team: 15,000 tokens used, 0 reserved by ticks in "
+            "flight, this tick would reserve 10,000; the limit is 20,000 tokens"
+        )
+        for line in skipped
+    ), skipped

@@ -18,8 +18,10 @@ from harness import fronts
 
 if typing.TYPE_CHECKING:
     from harness.config.budgets import (
+        PriceOf,
         host_of,
         legacy_name,
+        unpayable,
     )
     from harness.config.crontab import (
         DST_REPEATED,

@@ -37,7 +37,15 @@ from typing import TYPE_CHECKING
 from uuid import UUID, uuid5
 
 from harness.config import ConfigError, LevelConfig, Settings, load_settings
-from harness.contracts import CONFIG_STREAM, ConfigReloaded, LevelsRecorded, config_stream, decode
+from harness.contracts import (
+    CONFIG_STREAM,
+    ConfigReloaded,
+    LevelsRecorded,
+    config_stream,
+    decode,
+    utcnow,
+)
+from harness.prices import refuse_unpayable_budgets
 from harness.store import EventStore, StoreError, append_or_spool
 
 if TYPE_CHECKING:
@@ -312,11 +320,15 @@ class LevelsReload:
         append_or_spool(service.store, service.spool, reloaded.stream_id, [reloaded.to_record()])
 
     def _check(self, new: Settings) -> None:
-        """What the load cannot check alone: a level without a model needs a catalog lane.
+        """What the load cannot check alone: the catalog lanes and the budgets' prices.
+
+        A level without a model needs a lane of the catalog in force; a USD budget must
+        pay one tick of each level it covers at its model's price.
 
         Raises:
             ConfigError: naming the file and each level that could not run.
         """
+        refuse_unpayable_budgets(new, str(self.path), utcnow().date().isoformat())
         router = self.service.router
         modelless = sorted(name for name, level in new.levels.items() if not level.model)
         if router is None:

@@ -59,6 +59,11 @@ def _lines(level: LevelDescription) -> list[str]:
             f"  paused since {pause.since:{_TIME}} UTC by {pause.by}: {pause.reason}"
             + (f" (note: {pause.note})" if pause.note else "")
         )
+        if pause.resumes_at is not None:
+            lines.append(
+                f"  resumes by itself at {pause.resumes_at:{_TIME}} UTC, when its budget's "
+                "window ends (sooner if a reload raises the limit)"
+            )
     if level.max_runs is not None:
         lines.append(f"  runs: {level.runs} of at most {level.max_runs}")
     if level.next:

@@ -693,6 +693,13 @@ class Settings(BaseSettings):
         """
         object.__setattr__(self, "levels", dict(levels))
 
+    def replace_budgets(self, budgets: list[BudgetEntry]) -> None:
+        """Put reloaded `[[budgets]]` in force, as `replace_levels` does the levels.
+
+        A raised limit lifts the pause its budget decided without a restart.
+        """
+        object.__setattr__(self, "budgets", list(budgets))
+
     @model_validator(mode="after")
     def _dst_defaults(self) -> Settings:
         """Levels and digests that set no DST rule take `[scheduling]`'s, in their own keys.

@@ -201,7 +201,8 @@ class Budgets:
     def levels_changed(self, levels: Mapping[str, LevelConfig]) -> None:
         """Resolve the rules anew after a reload (refolded if they differ).
 
-        A level's own daily budget and its tags may have changed with the levels.
+        A level's own daily budget and its tags may have changed with the levels, and the
+        `[[budgets]]` themselves (`Settings.replace_budgets`).
         """
         self._take(budget_rules(self.settings))
 

@@ -9,10 +9,11 @@ changed ones use the new settings from their next claimed slot. A tick runs with
 level settings its slot was claimed under (`SlotClaim.config`), so a tick queued or
 running across a reload keeps the old ones.
 
-Only `levels` reload. The routing catalog has its own reload (`harness.routing`); every
-other section (store, executor, runner, paths, api, prices, alerts, digests, retention,
-governor, rag) is wired into long-lived objects at start, so a change there is reported
-as waiting for a restart and the running values stay.
+Only `levels` and `[[budgets]]` reload (a budget's raised limit lifts the pause it
+decided: `harness.scheduling.budget_watch`). The routing catalog has its own reload
+(`harness.routing`); every other section (store, executor, runner, paths, api, prices,
+alerts, digests, retention, governor, rag) is wired into long-lived objects at start, so
+a change there is reported as waiting for a restart and the running values stay.
 
 Each levels revision (a hash of the levels' effective settings, environment overrides
 included) is stored once (`LevelsRecorded`), every tick names the one it was claimed
@@ -174,9 +175,13 @@ def level_changes(old: Mapping[str, LevelConfig], new: Mapping[str, LevelConfig]
     )
 
 
+RELOADED = ("levels", "budgets")
+"""The sections a running service takes anew from its file."""
+
+
 def restart_sections(old: Settings, new: Settings) -> list[str]:
-    """The sections besides `levels` whose settings differ: they wait for a restart."""
-    fields = [name for name in type(old).model_fields if name != "levels"]
+    """The sections besides `RELOADED` whose settings differ: they wait for a restart."""
+    fields = [name for name in type(old).model_fields if name not in RELOADED]
     return [name for name in fields if getattr(old, name) != getattr(new, name)]
 
 
@@ -296,6 +301,10 @@ class LevelsReload:
                 f"{self.path}: [{'], ['.join(restart)}] changed: they take effect at the next "
                 "restart; the running values stay"
             )
+        if new.budgets != service.settings.budgets:
+            service.settings.replace_budgets(new.budgets)
+            service.budgets.levels_changed(service.settings.levels)
+            self.report(f"{self.path}: [[budgets]] reloaded ({len(new.budgets)} in force)")
         changes = level_changes(service.settings.levels, new.levels)
         if not changes:
             self.report(f"{self.path} reloaded: no level changed (revision {old[:12]})")

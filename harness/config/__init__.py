@@ -18,7 +18,6 @@ from harness import fronts
 
 if typing.TYPE_CHECKING:
     from harness.config.budgets import (
-        PriceOf,
         host_of,
         legacy_name,
         unpayable,

@@ -13,10 +13,10 @@ level's rules instead, which its trigger carries (`WallClockCron`): a repeated t
 at its first instant (`dst_repeated = "first"`, the default), its second (`last`), both
 (`both`: two slots, two tick ids) or neither (`none`); a skipped one once, at the instant
 the clocks jump (`dst_skipped = "shift"`, the default), or not at all (`skip`). A
-schedule whose hour field is `*` fires every hour of elapsed time, so the repeated hour
-is fired as any other hour, both instants (as cron does for such jobs), whatever
-`dst_repeated` says; `dst_skipped` applies to it as to any schedule. Interval schedules
-are aligned to UTC and know no daylight saving time.
+schedule whose hour field is `*` fires every hour of elapsed time, as cron does for such
+jobs: both instants of the repeated hour, and nothing in the skipped one (its minutes do
+not exist), whatever the rules say. Interval schedules are aligned to UTC and know no
+daylight saving time.
 """
 
 from __future__ import annotations
@@ -27,7 +27,15 @@ from zoneinfo import ZoneInfo
 from apscheduler.triggers.base import BaseTrigger
 from apscheduler.triggers.cron import CronTrigger
 
-from harness.config import DST_REPEATED, DST_SKIPPED, LevelConfig, Scheduled, WallClockCron
+from harness.config import (
+    DST_REPEATED,
+    DST_SKIPPED,
+    DstRepeated,
+    DstSkipped,
+    LevelConfig,
+    Scheduled,
+    WallClockCron,
+)
 from harness.contracts import tick_id_for
 
 _ONE_MICROSECOND = timedelta(microseconds=1)
@@ -114,7 +122,7 @@ def _on_the_wall_clock(trigger: CronTrigger, fire: datetime, after: datetime) ->
             fire = _fire_time(trigger, fire, fire + _ONE_MICROSECOND)
 
 
-def dst_rules(trigger: BaseTrigger) -> tuple[str, str]:
+def dst_rules(trigger: BaseTrigger) -> tuple[DstRepeated, DstSkipped]:
     """The (repeated, skipped) rules a cron trigger fires by; the defaults for any other."""
     if isinstance(trigger, WallClockCron):
         return trigger.repeated, trigger.skipped

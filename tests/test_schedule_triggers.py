@@ -322,21 +322,27 @@ def test_levels_shows_the_next_transition_and_the_slots_the_level_fires_in_it(
 ) -> None:
     cron = AUTUMN[zone][0] if kind == "repeated" else SPRING[zone][0]
     key = "dst_repeated" if kind == "repeated" else "dst_skipped"
+    # One spec, and several joined with a window (a `LevelSchedule`): the same rule, slots.
+    joined = [cron, "0 12 * * sat"]
     settings = Settings(
         store={"url": f"sqlite:///{tmp_path}/events.db"},  # type: ignore[arg-type]
-        levels={"nightly": level(schedule=cron, timezone=zone, **{key: rule})},
+        levels={
+            "nightly": level(schedule=cron, timezone=zone, **{key: rule}),
+            "joined": level(schedule=joined, timezone=zone, end_at="2099-01-01", **{key: rule}),
+        },
     )
     store = open_store(settings.store.url)
-    (described,) = describe_levels(
-        settings, store, ["nightly"], datetime.fromisoformat(f"{now}T00:00:00+00:00")
+    described = describe_levels(
+        settings, store, ["nightly", "joined"], datetime.fromisoformat(f"{now}T00:00:00+00:00")
     )
     store.close()
-    dst = described.dst
-    assert dst is not None and (dst.kind, dst.rule) == (kind, rule)
     day = (AUTUMN if kind == "repeated" else SPRING)[zone][1]
-    assert f"{dst.at:%Y-%m-%d}" == day and dst.wall_to - dst.wall_from == timedelta(hours=1)
-    assert [f"{slot:%H:%M}" for slot in dst.slots] == slots
-    assert all(f"{slot:%Y-%m-%d}" == day for slot in dst.slots)
+    for each in described:
+        dst = each.dst
+        assert dst is not None and (dst.kind, dst.rule) == (kind, rule), each.name
+        assert f"{dst.at:%Y-%m-%d}" == day and dst.wall_to - dst.wall_from == timedelta(hours=1)
+        assert [f"{slot:%H:%M}" for slot in dst.slots] == slots
+        assert all(f"{slot:%Y-%m-%d}" == day for slot in dst.slots)
 
 
 def test_tickwork_levels_names_the_next_dst_change_and_its_rule(

@@ -380,9 +380,8 @@ class Scheduled(_Strict):
 
     def triggers(self) -> list[BaseTrigger]:
         """APScheduler's trigger of each cron expression and of the interval."""
-        repeated, skipped = self.dst_repeated or DST_REPEATED, self.dst_skipped or DST_SKIPPED
         found: list[BaseTrigger] = [
-            crontab_trigger(cron, self.timezone, repeated, skipped) for cron in self.crons
+            crontab_trigger(cron, self.timezone, *self.dst_rules()) for cron in self.crons
         ]
         if self.every is not None:
             found.append(
@@ -391,6 +390,10 @@ class Scheduled(_Strict):
                 )
             )
         return found
+
+    def dst_rules(self) -> tuple[DstRepeated, DstSkipped]:
+        """Its `dst_repeated` and `dst_skipped`; the defaults where unset (built in code)."""
+        return self.dst_repeated or DST_REPEATED, self.dst_skipped or DST_SKIPPED
 
     def trigger(self) -> BaseTrigger:
         """The trigger of a schedule with a single spec (a digest's)."""

@@ -131,9 +131,7 @@ def describe_levels(
                 )
                 if pause
                 else None,
-                dst=level_transition(level_trigger(config), ZoneInfo(config.timezone), now)
-                if config.crons
-                else None,
+                dst=level_transition(config, now) if config.crons else None,
             )
         )
     return described

@@ -14,9 +14,8 @@ from datetime import datetime, timedelta
 from typing import Literal
 from zoneinfo import ZoneInfo
 
-from apscheduler.triggers.base import BaseTrigger
-
-from harness.scheduling.triggers import ScheduleEnded, dst_rules, next_slot, offset_change
+from harness.config import Scheduled
+from harness.scheduling.triggers import ScheduleEnded, level_trigger, next_slot, offset_change
 
 _DAY = timedelta(days=1)
 HORIZON_DAYS = 400
@@ -58,14 +57,16 @@ def next_transition(zone: ZoneInfo, after: datetime) -> tuple[datetime, timedelt
     return None
 
 
-def level_transition(trigger: BaseTrigger, zone: ZoneInfo, now: datetime) -> Transition | None:
-    """What the level's schedule does at the zone's next transition (None: no transition)."""
+def level_transition(config: Scheduled, now: datetime) -> Transition | None:
+    """What a schedule does at its zone's next transition (None: no transition ahead)."""
+    zone = ZoneInfo(config.timezone)
     found = next_transition(zone, now)
     if found is None:
         return None
     at, shift = found
     span = abs(shift)
-    repeated, skipped = dst_rules(trigger)
+    repeated, skipped = config.dst_rules()
+    trigger = level_trigger(config)
     slots: list[datetime] = []
     try:
         slot = next_slot(trigger, None, at - span)

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from datetime import datetime, timedelta
+from functools import lru_cache
 from typing import Literal
 from zoneinfo import ZoneInfo
 
@@ -44,8 +45,12 @@ class Transition:
     """Slots in that span beyond those listed."""
 
 
+@lru_cache(maxsize=64)
 def next_transition(zone: ZoneInfo, after: datetime) -> tuple[datetime, timedelta] | None:
-    """The next offset change after `after` and how far the clocks move (None: none ahead)."""
+    """The next offset change after `after` and how far the clocks move (None: none ahead).
+
+    Cached: the levels `tickwork levels` describes at one `now` share a few zones.
+    """
     start = int(after.timestamp())
     offset = datetime.fromtimestamp(start, zone).utcoffset()
     step = int(_DAY.total_seconds())

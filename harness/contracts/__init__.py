@@ -96,6 +96,7 @@ if typing.TYPE_CHECKING:
         TranscriptKind,
         WorkerStarted,
         alert_stream,
+        budget_stream,
         capped,
         catalog_stream,
         config_stream,

@@ -268,7 +268,7 @@ def _spent(n: int, at: datetime) -> dict[str, Any]:
 
 def _spent_on(level: str, day: date, template_hash: str) -> dict[str, Any]:
     """A spend read model row: a level's calls on a day (`template_hash` keeps rows apart)."""
-    return {**ONE_CALL, "level": level, "day": day, "template_hash": template_hash}
+    return {**ONE_CALL, "level": level, "day": day, "template_hash": template_hash, "target": ""}
 
 
 def _caught_up(store: SqlEventStore) -> None:

@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, date, datetime, timedelta
 from decimal import Decimal, InvalidOperation
@@ -197,6 +197,7 @@ def _parse(path: Path) -> tuple[Provider, list[_Entry]]:
 
 
 _Shape = TypeVar("_Shape", bound=BaseModel)
+_Result = TypeVar("_Result")
 
 
 def _validated(path: Path, shape: type[_Shape], document: dict[str, Any]) -> _Shape:
@@ -223,59 +224,76 @@ def _day_of(path: Path, where: str, start: datetime, end: datetime) -> date:
     return start.date()
 
 
-def _openai(path: Path, page: _OpenAIPage) -> Iterator[_Entry]:
-    for index, bucket in enumerate(page.data):
+_Found = tuple[str, int | None, Decimal | None]
+"""One result's model, and its tokens or its USD."""
+
+
+def _walk(
+    path: Path,
+    buckets: Iterable[tuple[datetime, datetime, Sequence[_Result]]],
+    read: Callable[[str, _Result], _Found | None],
+) -> Iterator[_Entry]:
+    """Each bucket's day, then what `read` finds in each of its results.
+
+    The day comes alone first, so an empty bucket still counts toward the window; `read`
+    is told where its result is, for its errors.
+    """
+    for index, (start, end, results) in enumerate(buckets):
         where = f"data[{index}]"
-        day = _day_of(
-            path,
-            where,
-            datetime.fromtimestamp(bucket.start_time, UTC),
-            datetime.fromtimestamp(bucket.end_time, UTC),
-        )
+        day = _day_of(path, where, start, end)
         yield day, None, None, None
-        for place, result in enumerate(bucket.results):
-            at = f"{where}.results[{place}]"
-            if isinstance(result, _OpenAIUsage):
-                if result.model is None:
-                    raise BillError(f"{path}: {at}: no model: export with group_by=model")
-                yield day, result.model, result.input_tokens + result.output_tokens, None
-                continue
-            if result.amount.currency.lower() != "usd":
-                raise BillError(f"{path}: {at}: amount in {result.amount.currency}, not usd")
-            if result.line_item is None:
-                raise BillError(f"{path}: {at}: no line item: export with group_by=line_item")
-            model = result.line_item.rsplit(", ", 1)[0]
-            yield day, model, None, Decimal(repr(result.amount.value))
+        for place, result in enumerate(results):
+            found = read(f"{path}: {where}.results[{place}]", result)
+            if found is not None:
+                yield day, *found
+
+
+def _openai(path: Path, page: _OpenAIPage) -> Iterator[_Entry]:
+    def seconds(at: int) -> datetime:
+        return datetime.fromtimestamp(at, UTC)
+
+    buckets = [(seconds(b.start_time), seconds(b.end_time), b.results) for b in page.data]
+    return _walk(path, buckets, _openai_result)
+
+
+def _openai_result(at: str, result: _OpenAIUsage | _OpenAICost) -> _Found:
+    if isinstance(result, _OpenAIUsage):
+        if result.model is None:
+            raise BillError(f"{at}: no model: export with group_by=model")
+        return result.model, result.input_tokens + result.output_tokens, None
+    if result.amount.currency.lower() != "usd":
+        raise BillError(f"{at}: amount in {result.amount.currency}, not usd")
+    if result.line_item is None:
+        raise BillError(f"{at}: no line item: export with group_by=line_item")
+    return result.line_item.rsplit(", ", 1)[0], None, Decimal(repr(result.amount.value))
 
 
 def _anthropic(path: Path, report: _AnthropicReport) -> Iterator[_Entry]:
-    for index, bucket in enumerate(report.data):
-        where = f"data[{index}]"
-        day = _day_of(path, where, bucket.starting_at, bucket.ending_at)
-        yield day, None, None, None
-        for place, result in enumerate(bucket.results):
-            at = f"{where}.results[{place}]"
-            if isinstance(result, _AnthropicUsage):
-                if result.model is None:
-                    raise BillError(f"{path}: {at}: no model: export with group_by[]=model")
-                cache = result.cache_creation
-                tokens = (
-                    result.uncached_input_tokens
-                    + result.cache_read_input_tokens
-                    + cache.ephemeral_5m_input_tokens
-                    + cache.ephemeral_1h_input_tokens
-                    + result.output_tokens
-                )
-                yield day, result.model, tokens, None
-                continue
-            if result.currency.upper() != "USD":
-                raise BillError(f"{path}: {at}: amount in {result.currency}, not USD")
-            if result.cost_type not in (None, "tokens"):
-                continue
-            if result.model is None:
-                raise BillError(f"{path}: {at}: no model: export with group_by[]=description")
-            try:
-                cents = Decimal(result.amount)
-            except InvalidOperation as exc:
-                raise BillError(f"{path}: {at}.amount: {result.amount!r} is no number") from exc
-            yield day, result.model, None, cents / 100
+    buckets = [(b.starting_at, b.ending_at, b.results) for b in report.data]
+    return _walk(path, buckets, _anthropic_result)
+
+
+def _anthropic_result(at: str, result: _AnthropicCost | _AnthropicUsage) -> _Found | None:
+    if isinstance(result, _AnthropicUsage):
+        if result.model is None:
+            raise BillError(f"{at}: no model: export with group_by[]=model")
+        cache = result.cache_creation
+        tokens = (
+            result.uncached_input_tokens
+            + result.cache_read_input_tokens
+            + cache.ephemeral_5m_input_tokens
+            + cache.ephemeral_1h_input_tokens
+            + result.output_tokens
+        )
+        return result.model, tokens, None
+    if result.currency.upper() != "USD":
+        raise BillError(f"{at}: amount in {result.currency}, not USD")
+    if result.cost_type not in (None, "tokens"):
+        return None
+    if result.model is None:
+        raise BillError(f"{at}: no model: export with group_by[]=description")
+    try:
+        cents = Decimal(result.amount)
+    except InvalidOperation as exc:
+        raise BillError(f"{at}.amount: {result.amount!r} is no number") from exc
+    return result.model, None, cents / 100

@@ -297,12 +297,18 @@ class ApiConfig(_Strict):
 
 
 class PriceOverride(_Strict):
-    """USD per million tokens; wins over genai-prices for this exact model id."""
+    """USD per million tokens, and per request; a catalog target's, or `[prices."MODEL"]`'s.
+
+    Wins over genai-prices (a target's over `[prices]`). A cache price left out bills
+    cached tokens as input.
+    """
 
     input_per_mtok: Annotated[float, Field(ge=0)]
     output_per_mtok: Annotated[float, Field(ge=0)]
     cache_read_per_mtok: Annotated[float, Field(ge=0)] | None = None
     cache_write_per_mtok: Annotated[float, Field(ge=0)] | None = None
+    per_request_usd: Annotated[float, Field(ge=0)] = 0.0
+    """USD each call costs on top of its tokens (a provider that bills per request)."""
 
 
 def parse_interval(text: str) -> int:

@@ -19,6 +19,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from datetime import UTC, date, datetime, time
 from decimal import Decimal
+from functools import cache
 from typing import Any
 
 from harness.config import PriceOverride
@@ -68,7 +69,6 @@ class PriceBook:
     def __init__(self, overrides: dict[str, PriceOverride] | None = None) -> None:
         self._overrides = overrides or {}
         self._cache: dict[tuple[str, str], tuple[Rates, ...] | None] = {}
-        self._bounds: tuple[int, ...] | None = None
 
     def rates(self, model: str, day: str) -> tuple[Rates, ...] | None:
         """The tier ladder for `model` on `day` (YYYY-MM-DD), or None when unpriced."""
@@ -118,17 +118,7 @@ class PriceBook:
         them are in one tier of every model: a fold may sum calls per bucket between the
         bounds and learn each bucket's tier later (`bucket_tier`). Overrides have one rate.
         """
-        if self._bounds is None:
-            from genai_prices.data_snapshot import get_snapshot
-
-            starts = {
-                start
-                for provider in get_snapshot().providers
-                for model in provider.models
-                for start in _tier_starts(model)
-            }
-            self._bounds = tuple(sorted(starts))
-        return self._bounds
+        return _snapshot_tier_bounds()
 
     def bucket_tier(self, model: str, day: str, bucket: int) -> int:
         """The tier of every call of `model` on `day` whose prompt lies in bucket `bucket`.
@@ -203,6 +193,24 @@ def tick_cost(
     average = prompt_tokens // max(model_calls, 1)
     tier = prices.tier(model, day, average)
     return prices.cost(model, day, tier, prompt_tokens, completion_tokens)
+
+
+@cache
+def _snapshot_tier_bounds() -> tuple[int, ...]:
+    """`PriceBook.tier_bounds`, read once a process: the snapshot's tables do not change.
+
+    Walking every model of every provider costs about 8 ms of CPU, and every fold of the
+    spend read models builds its kernel from a price book of its own.
+    """
+    from genai_prices.data_snapshot import get_snapshot
+
+    starts = {
+        start
+        for provider in get_snapshot().providers
+        for model in provider.models
+        for start in _tier_starts(model)
+    }
+    return tuple(sorted(starts))
 
 
 def _tier_starts(model: Any) -> Iterator[int]:

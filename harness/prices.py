@@ -128,7 +128,6 @@ class PriceBook:
         self._overrides = dict(overrides or {})
         self._targets = dict(targets or {})
         self._cache: dict[tuple[str, str, str | None], Priced] = {}
-        self._bounds: tuple[int, ...] | None = None
 
     def price_of(self, model: str, day: str, target: str | None = None) -> Priced:
         """The ladder for `model` on `day` (YYYY-MM-DD) booked on `target`, and its source."""
@@ -175,17 +174,7 @@ class PriceBook:
         them are in one tier of every model: a fold may sum calls per bucket between the
         bounds and learn each bucket's tier later (`bucket_tier`). Overrides have one rate.
         """
-        if self._bounds is None:
-            from genai_prices.data_snapshot import get_snapshot
-
-            starts = {
-                start
-                for provider in get_snapshot().providers
-                for model in provider.models
-                for start in _tier_starts(model)
-            }
-            self._bounds = tuple(sorted(starts))
-        return self._bounds
+        return _snapshot_tier_bounds()
 
     def bucket_tier(self, model: str, day: str, bucket: int) -> int:
         """The tier of every call of `model` on `day` whose prompt lies in bucket `bucket`.
@@ -286,6 +275,24 @@ def tick_cost(
     average = prompt_tokens // max(model_calls, 1)
     tier = prices.tier(model, day, average)
     return prices.cost(model, day, tier, prompt_tokens, completion_tokens)
+
+
+@cache
+def _snapshot_tier_bounds() -> tuple[int, ...]:
+    """`PriceBook.tier_bounds`, read once a process: the snapshot's tables do not change.
+
+    Walking every model of every provider costs about 8 ms of CPU, and every fold of the
+    spend read models builds its kernel from a price book of its own.
+    """
+    from genai_prices.data_snapshot import get_snapshot
+
+    starts = {
+        start
+        for provider in get_snapshot().providers
+        for model in provider.models
+        for start in _tier_starts(model)
+    }
+    return tuple(sorted(starts))
 
 
 def _tier_starts(model: Any) -> Iterator[int]:

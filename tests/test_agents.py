@@ -43,7 +43,7 @@ from harness.contracts import (
 )
 from harness.contracts.agents import AGENT_CLIS, DEFAULT_AGENTS_DIR, missing_agent
 from harness.contracts.payload import TickPayload
-from harness.devtools.fake_llm import FakeUpstream, Step, ToolCallSpec
+from harness.devtools.fake_llm import FakeUpstream, Step, ToolCallSpec, fake_upstream
 from harness.execution.agent_clis import agent_cli_states
 from harness.execution.prepare import Preparer
 from harness.execution.runner import Runner, TickOutcome
@@ -127,6 +127,28 @@ def test_claude_code_holds_the_tool_cap_with_parallel_calls_and_books_each_call_
     )
     stored = json.dumps([e.data for e in events]) + Path(outcome.result_path).read_text()
     assert SECRET not in stored and "[redacted:ANTHROPIC_API_KEY]" in stored
+
+
+@pytest.mark.parametrize(
+    ("model", "effort", "sent"),
+    [
+        # Thinking budgeted as a Strands tick's (`THINKING_BUDGETS`), or turned off.
+        ("claude-sonnet-4-5", "medium", ("thinking", "budget_tokens", 4096)),
+        ("claude-sonnet-4-5", "none", ("thinking", "type", "disabled")),
+        # A model with an effort parameter gets the level's.
+        ("claude-opus-4-6", "low", ("output_config", "effort", "low")),
+    ],
+)
+def test_the_levels_effort_reaches_the_upstream_of_a_claude_code_tick(
+    tmp_path: Path, model: str, effort: str, sent: tuple[str, str, object]
+) -> None:
+    with fake_upstream() as own:
+        harness = claude_harness(tmp_path, own, model=model, effort=effort)
+        outcome = harness.tick([Step(text="Done.")])
+        assert outcome.status == "completed", outcome.reason
+        calls = [body for body in own.state.received if "max_tokens" in body]
+    parameter, field, value = sent
+    assert calls and all(body[parameter][field] == value for body in calls)
 
 
 def running(marker: str) -> list[str]:

@@ -29,6 +29,16 @@ EFFORTS: dict[Api, tuple[Effort, ...]] = {
     "ollama": ("none", "low", "medium", "high"),
 }
 
+THINKING_BUDGETS: dict[Effort, int] = {
+    "low": 1024,
+    "medium": 4096,
+    "high": 16_384,
+    "xhigh": 32_768,
+    "max": 63_999,
+}
+"""Anthropic's thinking budget per effort (1,024 is the API's least; `none`: no thinking),
+the same whichever agent sends it (Strands' `thinking`, Claude Code's `MAX_THINKING_TOKENS`)."""
+
 BASE_URL_ENV: dict[Api, str] = {
     "openai-chat": "OPENAI_BASE_URL",
     "openai-responses": "OPENAI_BASE_URL",

@@ -20,7 +20,6 @@ from pathlib import Path
 import httpx
 import psutil
 import pytest
-from pydantic import ValidationError
 
 from harness.config import (
     AgentsConfig,
@@ -45,7 +44,7 @@ from harness.contracts.agents import AGENT_CLIS, DEFAULT_AGENTS_DIR, missing_age
 from harness.contracts.payload import TickPayload
 from harness.devtools.fake_llm import FakeUpstream, Step, ToolCallSpec, fake_upstream
 from harness.execution.agent_clis import agent_cli_states
-from harness.execution.prepare import Preparer
+from harness.execution.prepare import Preparer, TickSetupError
 from harness.execution.runner import Runner, TickOutcome
 from harness.projections import story_steps
 from harness.store import StoredEvent, open_store
@@ -284,16 +283,19 @@ def test_a_claude_code_candidate_without_its_cli_or_upstream_falls_back_to_a_str
     assert ("npm ci --prefix" if why == "missing" else "overloaded (529)") in fallback["reason"]
 
 
-def test_a_level_on_a_cli_that_is_not_installed_is_refused_at_load(tmp_path: Path) -> None:
-    with pytest.raises(ValidationError) as refused:
-        Settings(
-            agents=AgentsConfig(dir=tmp_path),
-            levels={
-                "min": LevelConfig(every="1m", model="m", api="anthropic", agent=CLAUDE, prompt="p")
-            },
-        )
-    message = str(refused.value)
-    assert "levels.min.agent" in message and f"npm ci --prefix {tmp_path}" in message
+def test_a_level_on_a_cli_that_is_not_installed_is_refused_alone(tmp_path: Path) -> None:
+    settings = Settings(
+        agents=AgentsConfig(dir=tmp_path),
+        levels={
+            "min": LevelConfig(every="1m", model="m", api="anthropic", agent=CLAUDE, prompt="p"),
+            "hour": LevelConfig(every="1h", model="m", prompt="p"),
+        },
+    )
+    (refused,) = settings.refused_levels().values()
+    assert list(settings.refused_levels()) == ["min"] and settings.refusal("hour") is None
+    assert "levels.min.agent" in refused and f"npm ci --prefix {tmp_path}" in refused
+    with pytest.raises(TickSetupError, match=r"levels\.min\.agent"):
+        Preparer(settings, None).prepare("min")
 
 
 @pytest.mark.parametrize(

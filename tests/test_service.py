@@ -314,3 +314,48 @@ def test_owed_slots_settle_as_a_restart_would_and_stay_owed_while_the_store_is_o
     assert reports[-1] == "2 slot(s) due while the store was out: 1 missed"
     owed.settle(settings, lambda due, missed: fired.append((list(due), set(missed))))
     assert len(fired) == 1, "settled once"
+
+
+def test_a_level_on_a_cli_that_is_not_installed_is_refused_alone_and_the_others_run(
+    tmp_path: Path, fake: FakeUpstream
+) -> None:
+    agents = tmp_path / "no-agents"
+    levels = f"""
+[agents]
+dir = "{agents}"
+[levels.fast]
+every = "1s"
+prompt = "Anything new?"
+model = "fake-model"
+timeout_seconds = 60
+[levels.coder]
+every = "1s"
+prompt = "Fix the build."
+model = "claude-fake"
+api = "anthropic"
+agent = "claude-code"
+"""
+    config = write_config(tmp_path, levels)
+    fix = f"npm ci --prefix {agents}` (or `make`)"
+    service = Output(start_service(config, fake))
+    assert fix in service.wait_for("levels.coder.agent = 'claude-code'")
+    store = open_store(f"sqlite:///{tmp_path}/events.db")
+    try:
+        wait_until(
+            lambda: store.read_all(0, 10_000, ["TickCompleted"]),
+            "a tick of the other level to complete",
+            timeout=120,
+        )
+        status = forked_cli("status", config, fake)
+        described = forked_cli("levels coder", config, fake)
+        refused_tick = forked_cli("tick coder", config, fake)
+        output = service.stop()
+        assert service.process.returncode == 0, output
+        streams = {e.stream_id for e in store.read_all(0, 100_000)}
+    finally:
+        store.close()
+    assert not [stream for stream in streams if stream.startswith("tick-coder")], streams
+    said = [" ".join(text.split()) for text in (status.stdout, described.stdout)]
+    assert "level coder is refused: levels.coder.agent = 'claude-code'" in said[0]
+    assert "refused, it does not run" in said[1] and all(fix in text for text in said)
+    assert refused_tick.returncode == 2 and fix in " ".join(refused_tick.stderr.split())

@@ -60,7 +60,9 @@ def _lines(level: LevelDescription) -> list[str]:
         )
     if level.max_runs is not None:
         lines.append(f"  runs: {level.runs} of at most {level.max_runs}")
-    if level.next:
+    if level.refused is not None:
+        lines.append(f"  refused, it does not run: {level.refused}")
+    elif level.next:
         lines.append(f"  next fire times ({level.timezone} / UTC):")
         lines += [
             f"    {fire.fires_at_local:{_TIME} %Z}  /  {fire.fires_at:{_TIME}} UTC"

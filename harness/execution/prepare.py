@@ -226,6 +226,9 @@ class Preparer:
         first = routed.plan.candidates[0] if routed else None
         if not config.model and first is None:
             raise TickSetupError(f"levels.{level}.model is not set: a tick needs a model")
+        refused = None if first else self.settings.refusal(level, config)
+        if refused is not None:
+            raise TickSetupError(refused)
         if timeout is not None and timeout <= 0:
             raise TickSetupError(f"timeout must be positive, not {timeout}")
         tick_id = tick_id or new_tick_id(level)

@@ -75,6 +75,8 @@ class LevelDescription:
     runs: int | None
     """Slots that ran, counted up to `max_runs` (None without a limit)."""
     paused: Pause | None
+    refused: str | None = None
+    """Why the level cannot run on this host and how to fix it (`Settings.refusal`)."""
 
 
 def describe_levels(
@@ -95,7 +97,9 @@ def describe_levels(
     for name in levels:
         config = settings.levels[name]
         pause = in_force.get(name)
+        refused = settings.refusal(name)
         left = NEXT if config.max_runs is None else min(NEXT, config.max_runs - runs[name])
+        left = 0 if refused else left
         described.append(
             LevelDescription(
                 name=name,
@@ -110,6 +114,7 @@ def describe_levels(
                 paused=Pause(pause.by, pause.reason, pause.occurred_at, pause.note)
                 if pause
                 else None,
+                refused=refused,
             )
         )
     return described

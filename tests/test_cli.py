@@ -204,7 +204,11 @@ def test_run_says_what_runs_where_and_shares_its_fake_with_a_tick_by_hand(tmp_pa
         )
     )
     try:
-        fake = service.wait_for("  upstream  tickwork's fake at ").split(" at ")[1].split()[0]
+        fake = (
+            service.wait_for("  upstream  openai-chat: tickwork's fake at ")
+            .split(" at ")[1]
+            .split()[0]
+        )
         assert "POST " in service.wait_for("  upstream") and service.wait_for("  store     sqlite")
         by_hand = forked(tmp_path, "tick", "hour", unset=("OPENAI_BASE_URL",))
         assert by_hand.returncode == 0, by_hand.stderr

@@ -185,8 +185,10 @@ if typing.TYPE_CHECKING:
         API_KEY_ENV_OF,
         APIS,
         BASE_URL_ENV,
+        DEFAULT_BASE_URLS,
         Api,
         Effort,
+        missing_key,
         require_effort,
     )
 
@@ -202,6 +204,7 @@ __all__ = [
     "CONFIG_STREAM",
     "CONTROL_STREAM",
     "DEFAULT_AGENTS_DIR",
+    "DEFAULT_BASE_URLS",
     "DEFAULT_DIRECTIVE",
     "DEFAULT_STOP",
     "EVENT_TYPES",
@@ -324,6 +327,7 @@ __all__ = [
     "level_stream",
     "load_output_schema",
     "missing_agent",
+    "missing_key",
     "model_key",
     "new_event_id",
     "opencode_permissions",
@@ -528,8 +532,10 @@ _HOMES = {
         "APIS",
         "API_KEY_ENV_OF",
         "BASE_URL_ENV",
+        "DEFAULT_BASE_URLS",
         "Api",
         "Effort",
+        "missing_key",
         "require_effort",
     ),
 }

@@ -15,12 +15,15 @@ import subprocess
 import sys
 import threading
 from datetime import UTC, datetime
+from html import escape
 from pathlib import Path
 
 import httpx
 import psutil
 import pytest
 
+from harness.cli.show_command import print_story_head
+from harness.cli.tick_commands import _print_tick
 from harness.config import (
     AgentsConfig,
     GovernorConfig,
@@ -46,8 +49,9 @@ from harness.devtools.fake_llm import FakeUpstream, Step, ToolCallSpec, fake_ups
 from harness.execution.agent_clis import agent_cli_states
 from harness.execution.prepare import Preparer, TickSetupError
 from harness.execution.runner import Runner, TickOutcome
-from harness.projections import story_steps
+from harness.projections import calls_said, story_of, story_steps
 from harness.store import StoredEvent, open_store
+from tests.api_support import serving
 from tests.tick_support import SECRET, Harness
 from tests.waiting import wait_until
 from workers.agents import MalformedLineError
@@ -150,6 +154,35 @@ def test_the_levels_effort_reaches_the_upstream_of_a_claude_code_tick(
     assert calls and all(body[parameter][field] == value for body in calls)
 
 
+def test_every_view_gives_a_cli_ticks_calls_as_its_terminal_event_does(
+    tmp_path: Path, fake: FakeUpstream, capsys: pytest.CaptureFixture[str]
+) -> None:
+    harness = claude_harness(tmp_path, fake, max_tool_calls=1)
+    outcome = harness.tick(
+        [Step(tool_calls=[bash("echo one"), bash("echo two")]), Step(text="never asked")]
+    )
+    assert outcome.status == "completed", outcome.reason
+    events = harness.events(outcome)
+    ended = events[-1].data
+    counts = (ended["model_calls"], ended["tool_calls"], ended["tool_calls_cancelled"])
+    assert counts == (1, 1, 1), "one call, one tool run, one refused by the cap"
+    story = story_of(outcome.tick_id, events)
+    assert (story.model_calls, story.tool_calls, story.tool_calls_cancelled) == counts
+    assert (story.prompt_tokens, story.completion_tokens) == (
+        ended["prompt_tokens"],
+        ended["completion_tokens"],
+    )
+    print_story_head(story)
+    _print_tick(outcome.tick_id, outcome, events)
+    said = calls_said(*counts)
+    assert capsys.readouterr().out.count(said) == 2, said  # `show` and `tick`
+    with serving(harness.settings, harness.store) as http:
+        row = http.get(f"/ticks/{outcome.tick_id}").json()["tick"]
+        page = http.get(f"/dashboard/ticks/{outcome.tick_id}").text
+    assert (row["model_calls"], row["tool_calls"], row["tool_calls_cancelled"]) == counts
+    assert escape(said) in page
+
+
 def running(marker: str) -> list[str]:
     """Command lines of the processes whose command line holds `marker`."""
     found = []
@@ -180,6 +213,14 @@ def test_a_claude_code_tick_ended_by_timeout_or_cancel_leaves_no_process(
     (outcome,) = outcomes
     assert outcome.status == ("timed_out" if end == "timeout" else "cancelled"), outcome.reason
     assert running(tick_id) == [] and running(marker) == []
+    # The tool killed with its tick is in the story and its counts, as such.
+    events = harness.events(outcome)
+    called = [(e.data["name"], e.data["status"]) for e in events if e.type == ToolCalled.type]
+    assert called == [("Bash", "killed")]
+    story = story_of(tick_id, events)
+    (tool,) = [step for step in story.steps if step.kind == "tool"]
+    assert tool.data["status"] == "killed" and marker in str(tool.arguments)
+    assert (story.tool_calls, story.tool_calls_cancelled) == (1, 0)
 
 
 def test_a_tool_left_running_in_the_background_ends_with_its_claude_code_tick(

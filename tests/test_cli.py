@@ -149,7 +149,7 @@ def test_tick_runs_one_tick_on_the_fake_upstream(tmp_path: Path) -> None:
     )
     assert result.returncode == 0, result.stderr
     assert "fake upstream" in result.stderr
-    assert "status  completed" in result.stdout and "1 call(s)" in result.stdout
+    assert "status  completed" in result.stdout and "1 model call(s)" in result.stdout
     tick_id = result.stdout.split()[1]
     shown, listed, page, by_template = forked_each(
         tmp_path,

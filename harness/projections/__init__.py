@@ -31,6 +31,7 @@ if typing.TYPE_CHECKING:
         current_calibrations,
         load_calibrations,
     )
+    from harness.projections.calls import CallCounts, calls_said, count_calls, counted
     from harness.projections.digests import DigestsProjection, latest_published
     from harness.projections.level_stats import LevelStats, stats_of_levels
     from harness.projections.levels import (
@@ -100,6 +101,7 @@ __all__ = [
     "STATUSES",
     "UNKNOWN",
     "CalibrationProjection",
+    "CallCounts",
     "CancelScopesProjection",
     "DigestsProjection",
     "Durations",
@@ -126,7 +128,10 @@ __all__ = [
     "TicksProjection",
     "WindowSpend",
     "budget_projector",
+    "calls_said",
     "cancel_scopes",
+    "count_calls",
+    "counted",
     "current_calibrations",
     "durations",
     "ensure_folded",
@@ -205,6 +210,12 @@ _HOMES = {
         "spend_by",
         "spend_report",
         "top_spenders",
+    ),
+    "calls": (
+        "CallCounts",
+        "calls_said",
+        "count_calls",
+        "counted",
     ),
     "story": (
         "StoryStep",

@@ -15,8 +15,7 @@ from __future__ import annotations
 import json
 from typing import Any, ClassVar
 
-from harness.contracts import AgentKind, Api, Effort, claude_tool_args
-from harness.contracts.wire import THINKING_BUDGETS
+from harness.contracts import THINKING_BUDGETS, AgentKind, Api, Effort, claude_tool_args
 from workers.agents.base import AgentCliRun, MalformedLineError, ToolStatus
 
 SETTINGS_FILE = "tickwork-claude-settings.json"

@@ -7,8 +7,7 @@ from typing import Any
 import anthropic
 from strands.models.anthropic import AnthropicModel
 
-from harness.contracts import Api, Effort
-from harness.contracts.wire import THINKING_BUDGETS
+from harness.contracts import THINKING_BUDGETS, Api, Effort
 from workers.providers.base import Endpoint, Metered, SdkErrors, register
 from workers.providers.tls import ssl_context
 

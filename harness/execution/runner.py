@@ -427,10 +427,13 @@ class Runner:
         cut off in an earlier one too); from this attempt's result while the store is out.
         """
         try:
-            if self.store is None:
-                raise StoreError("no store")
-            counts = count_calls(self.store.read_stream(tick_stream(result.tick_id)))
+            events = (
+                [] if self.store is None else self.store.read_stream(tick_stream(result.tick_id))
+            )
         except StoreError:
+            events = []
+        counts = count_calls(events)
+        if not events:
             usage, tools = result.usage, result.tool_calls
             counts = CallCounts(
                 model_calls=usage.model_calls,

@@ -20,7 +20,11 @@ from prometheus_client.parser import text_string_to_metric_families
 from harness.api.metrics import Exposition, header, sample
 from harness.api.reads import Reads
 from harness.config import (
+    AgentsConfig,
+    LevelConfig,
+    PathsConfig,
     Settings,
+    StoreConfig,
 )
 from harness.contracts.events import (
     CONTROL_STREAM,
@@ -625,3 +629,27 @@ class _Families:
 
     def collect(self) -> Iterator[Metric]:
         return iter(self.families)
+
+
+def test_a_refused_level_says_why_and_how_to_install_in_status_and_on_the_dashboard(
+    sqlite_url: str, tmp_path: Path
+) -> None:
+    agents = tmp_path / "no-agents"
+    settings = Settings(
+        store=StoreConfig(url=sqlite_url),
+        paths=PathsConfig(results=tmp_path / "results", spool=tmp_path / "spool"),
+        agents=AgentsConfig(dir=agents),
+        levels={
+            "min": LevelConfig(every="1m", model="gpt-4o-mini"),
+            "coder": LevelConfig(every="1m", model="m", api="anthropic", agent="claude-code"),
+        },
+    )
+    store = open_store(sqlite_url)
+    with serving(settings, store) as http:
+        levels = {level["name"]: level for level in http.get("/status").json()["levels"]}
+        panels = http.get("/dashboard/panels").text
+    store.close()
+    assert levels["min"]["refused"] is None and levels["coder"]["next_slot"] is None
+    assert f"npm ci --prefix {agents}" in levels["coder"]["refused"]
+    assert "refused: levels.coder.agent = &#x27;claude-code&#x27;" in panels
+    assert f"npm ci --prefix {agents}" in panels

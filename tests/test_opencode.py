@@ -20,7 +20,7 @@ from harness.contracts import ModelCalled, ToolCalled, TranscriptEntry
 from harness.contracts.events import AgentUsageChecked, TickStarted, tick_stream
 from harness.contracts.payload import TICK_HEADER, TickPayload
 from harness.contracts.tiers import capabilities, opencode_permissions
-from harness.devtools.fake_llm import FakeUpstream, Step, ToolCallSpec
+from harness.devtools.fake_llm import FakeUpstream, Step, ToolCallSpec, fake_upstream
 from harness.store import open_store
 from tests.tick_support import (
     SECRET,
@@ -251,6 +251,19 @@ def test_opencode_holds_the_tool_cap_with_parallel_calls_and_books_each_call_as_
     assert checked["reported_prompt_tokens"] == checked["booked_prompt_tokens"]
     stored = json.dumps([e.data for e in events]) + Path(outcome.result_path).read_text()
     assert SECRET not in stored and "[redacted:OPENAI_API_KEY]" in stored
+
+
+@pytest.mark.parametrize("effort", ["none", "high"])
+def test_the_levels_effort_reaches_the_upstream_of_an_opencode_tick(
+    tmp_path: Path, effort: str
+) -> None:
+    with fake_upstream() as own:
+        # A reasoning model, for which OpenCode would otherwise send an effort of its own.
+        harness = opencode_harness(tmp_path, own, model="gpt-5", effort=effort)
+        outcome = harness.tick([Step(text="Done.")])
+        assert outcome.status == "completed", outcome.reason
+        calls = [body for body in own.state.received if "messages" in body]
+    assert calls and all(body["reasoning_effort"] == effort for body in calls)
 
 
 def test_a_cancelled_opencode_tick_leaves_no_process_of_its_own(

@@ -616,7 +616,8 @@ def _next_scheduled(store: SqlEventStore, revision: str | None = None) -> dict[s
 
 def test_a_level_without_a_lane_runs_its_configured_model(tmp_path: Path, sqlite_url: str) -> None:
     catalog = write_catalog(tmp_path / "catalog.json", {"a": target("http://h/v1", "lane")}, ["a"])
-    routed = Routed(tmp_path, sqlite_url, catalog)
+    # The level without a lane goes to OpenAI's own host, which takes a key.
+    routed = Routed(tmp_path, sqlite_url, catalog, env={"OPENAI_API_KEY": SECRET})
     other = LevelConfig(every="1h", prompt="hi", model="configured-model")
     levels = {**routed.settings.levels, "other": other}
     routed.preparer.settings = routed.settings.model_copy(update={"levels": levels})

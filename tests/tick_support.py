@@ -21,6 +21,9 @@ from harness.store import StoredEvent, open_store
 from tests.store_support import migrated_sqlite
 
 SECRET = "sk-tickwork-test-SECRET-0123456789"
+NAMED_UPSTREAM = {"OPENAI_BASE_URL": "http://127.0.0.1:9/v1"}
+"""A tick environment naming an upstream (never called) for ticks whose worker asks no
+model: without one, an OpenAI level would go to api.openai.com with no key, and is refused."""
 
 
 def make_settings(tmp_path: Path, **level: object) -> Settings:

@@ -190,8 +190,11 @@ if typing.TYPE_CHECKING:
         API_KEY_ENV_OF,
         APIS,
         BASE_URL_ENV,
+        DEFAULT_BASE_URLS,
+        THINKING_BUDGETS,
         Api,
         Effort,
+        missing_key,
         require_effort,
     )
 

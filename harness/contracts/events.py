@@ -326,7 +326,9 @@ class ToolCalled(TickEvent):
 
     type = "ToolCalled"
     name: str
-    status: Literal["ok", "error", "cancelled"]
+    status: Literal["ok", "error", "cancelled", "killed"]
+    """`cancelled`: refused by the tool cap, it never ran; `killed`: still running when its
+    tick was cancelled, timed out or stopped, and ended with it."""
     duration_ms: float = 0.0
 
 
@@ -434,7 +436,7 @@ class TranscriptEntry(TickEvent):
     arguments: str | None = None
     """The tool call's input as JSON, capped like `text` (the tool's output)."""
     arguments_cut_chars: NonNegativeInt = 0
-    status: Literal["ok", "error", "cancelled"] | None = None
+    status: Literal["ok", "error", "cancelled", "killed"] | None = None
 
 
 class TickAttemptFailed(TickEvent):

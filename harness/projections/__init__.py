@@ -33,6 +33,7 @@ if typing.TYPE_CHECKING:
         current_calibrations,
         load_calibrations,
     )
+    from harness.projections.calls import CallCounts, calls_said, count_calls, counted
     from harness.projections.digests import DigestsProjection, latest_published
     from harness.projections.level_stats import LevelStats, stats_of_levels
     from harness.projections.levels import (

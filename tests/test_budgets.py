@@ -18,7 +18,13 @@ from harness.config import (
     Settings,
     load_settings,
 )
-from harness.contracts import BudgetCrossed, BudgetSpent, LevelPaused, RouteFallback
+from harness.contracts import (
+    BudgetCrossed,
+    BudgetSpent,
+    LevelBudgetExceeded,
+    LevelPaused,
+    RouteFallback,
+)
 from harness.contracts.budgets import BudgetEntry, window_of
 from harness.contracts.events import TERMINAL_TYPES, budget_stream, level_stream
 from harness.devtools.fake_llm import FakeUpstream, Step
@@ -39,6 +45,7 @@ from harness.scheduling.alerts import Alerter
 from harness.scheduling.budget import Budgets
 from harness.scheduling.budget_watch import BudgetWatch, budget_statuses
 from harness.scheduling.control import switch_level
+from harness.scheduling.log_feed import LogFeed
 from harness.scheduling.waves import SlotClaim, claim_wave
 from harness.store import EventStore, SqlEventStore, open_store
 from tests.catalog_support import valid
@@ -357,6 +364,33 @@ def test_a_pause_budget_pauses_its_levels_once_per_window_as_budget(
     assert store.read_stream(level_stream("min"))[-1].data["by"] == "operator", "resume holds"
     assert len(store.read_stream(budget_stream("team-a"))) == 1
     assert store.read_stream(budget_stream("team-a"))[0].type == BudgetCrossed.type
+
+
+def test_the_service_log_tells_a_budget_crossing_its_pauses_and_a_level_over_budget(
+    store: SqlEventStore, tmp_path: Path
+) -> None:
+    settings = _settings(
+        tmp_path, [{"name": "team-a", "scope": "tag:team-a", "tokens": 100, "action": "pause"}]
+    )
+    lines: list[str] = []
+    feed = LogFeed(store, PriceBook(), lines.append)
+    day = datetime.now(UTC)
+    _spend(store, "min", day, 150)
+    BudgetWatch(settings, store, _budgets(settings, store)).poll(day)
+    over = LevelBudgetExceeded(
+        level="hour", day=f"{day:%Y-%m-%d}", spent_tokens=900, spent_usd=None, reserved_tokens=0
+    )
+    store.append(level_stream("hour"), [over.to_record()])
+    feed.poll()
+    paused, crossed, exceeded = lines
+    assert crossed.startswith("budget team-a crossed 100% (tag:team-a, window to "), crossed
+    assert crossed.endswith("150 of 100 tokens spent; its levels are paused (min)"), crossed
+    assert paused.startswith("min paused (budget team-a (tag:team-a, day) spent: 150 tokens")
+    assert paused.endswith("): by budget; no tick starts until `tickwork resume min`"), paused
+    assert exceeded == (
+        f"hour over its daily budget ({day:%Y-%m-%d} UTC): 900 tokens spent; its slots are "
+        "skipped `budget` until the next UTC day"
+    )
 
 
 def test_a_stop_budget_skips_slots_and_stops_a_tick_before_its_next_call(

@@ -1,7 +1,7 @@
 """One line per ended tick for a service's log: how it ended, how long, what it cost, said.
 
 `tickwork run` prints it for every tick it ran and for every tick started by hand or
-from the dashboard on its store (`harness.scheduling.tick_feed`), so the foreground log
+from the dashboard on its store (`harness.scheduling.log_feed`), so the foreground log
 answers "what did it do" without a second command.
 """
 

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import logging
 import threading
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 
@@ -172,12 +172,15 @@ def _runs_out(
 
 @dataclass
 class BudgetWatch:
-    """Records budget crossings and pauses `pause` budgets' levels; a companion of `run`."""
+    """Records budget crossings and pauses `pause` budgets' levels; a companion of `run`.
+
+    The service's log tells each crossing and pause from the events (`log_feed`), in
+    every replica, whichever recorded them.
+    """
 
     settings: Settings
     store: EventStore
     budgets: Budgets
-    report: Callable[[str], None] = lambda line: None
     recorded: set[tuple[str, str, float]] | None = None
 
     def run(self, stopping: threading.Event) -> None:
@@ -226,7 +229,6 @@ class BudgetWatch:
         if threshold >= 1.0 and status.action == "pause":
             event = event.model_copy(update={"levels": self._pause(status)})
         self.store.append(event.stream_id, [event.to_record()])
-        self.report(f"budget {status.name} crossed {threshold:.0%} of its {status.window} limit")
         return event
 
     def _pause(self, status: BudgetStatus) -> list[str]:

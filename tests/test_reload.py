@@ -253,7 +253,10 @@ def test_an_invalid_reload_keeps_the_old_levels_and_changes_no_stored_data(
     assert service.settings.levels == in_force and service.config_revision == revision
     assert set(service.triggers) == set(in_force)
     [line] = [line for line in lines if "rejected" in line]
-    assert f"configuration rejected, levels revision {revision[:12]} stay in force" in line
+    assert line.startswith(f"{config} rejected (")
+    kept = f"levels revision {revision[:12]} stays in force"
+    assert line.endswith(f"): {kept} (an edit or SIGHUP reads the file again)"), line
+    assert "\n" not in line, "one line in the log"
     assert str(config) in line and error in line, line
     service.store.close()
 
@@ -329,7 +332,7 @@ def test_sighup_or_an_edit_reloads_a_running_service_and_an_invalid_file_is_refu
         config.with_name("valid.toml").write_text(valid)
         config.write_text(valid.replace('every = "1s"', 'every = "never"'))
         service.process.send_signal(signal.SIGHUP)
-        service.wait_for("configuration rejected")
+        service.wait_for(f"{config} rejected (")
         seen = len(claims("new"))
         wait_until(lambda: len(claims("new")) > seen, "the levels in force to go on firing")
         assert len(store.read_stream(CONFIG_STREAM)) == 1, "a refused file is no reload"

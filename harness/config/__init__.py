@@ -69,6 +69,6 @@ if typing.TYPE_CHECKING:
         tick_page,
     )
     from harness.config.windows import Exclusion
-    from harness.config.wording import plain
+    from harness.config.wording import one_line, plain
 
 __getattr__, __all__ = fronts.declared(__name__)

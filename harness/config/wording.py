@@ -35,6 +35,16 @@ def plain(message: str) -> str:
     return message
 
 
+def one_line(message: str, source: str) -> str:
+    """An error of a file as a log line's reason: without its name, its lines joined by `;`.
+
+    A ConfigError or CatalogError names the file first and lists one problem a line; in
+    a service's log it becomes `<file> rejected (<one line>): …`, one line like the rest.
+    """
+    flat = "; ".join(part.strip() for part in message.splitlines() if part.strip())
+    return flat.removeprefix(f"{source}: ")
+
+
 def describe(error: Any, model: type[BaseModel]) -> str:
     """One error of a validation of `model`, as `path: reason` in tickwork's words."""
     loc: Sequence[int | str] = error["loc"]

@@ -10,7 +10,7 @@ the executor prints the service's own, and of each state change (`state_lines`).
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 
 from harness.contracts import TERMINAL_TYPES, decode, tick_stream
 from harness.prices import PriceBook
@@ -25,10 +25,18 @@ TYPES = TERMINAL_TYPES | STATE_TYPES
 class LogFeed:
     """Reads the terminal and state events appended since it last looked; reports their lines."""
 
-    def __init__(self, store: EventStore, prices: PriceBook, report: Callable[[str], None]) -> None:
+    def __init__(
+        self,
+        store: EventStore,
+        prices: PriceBook,
+        report: Callable[[str], None],
+        levels: Callable[[], Collection[str]] = tuple,
+    ) -> None:
+        """`levels`: the levels configured now (a reload changes them)."""
         self.store = store
         self.prices = prices
         self.report = report
+        self.levels = levels
         self.after = store.last_position()
 
     def poll(self) -> None:
@@ -55,7 +63,7 @@ class LogFeed:
 
     def _line(self, event: StoredEvent) -> str | None:
         if event.type not in TERMINAL_TYPES:
-            return state_line(decode(event))
+            return state_line(decode(event), self.levels())
         events = self.store.read_stream(tick_stream(event.data["tick_id"]))
         if events and events[0].data.get("manual"):
             return tick_line(events, self.prices)

@@ -9,7 +9,8 @@ process recorded it, and how to undo it.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
+from datetime import UTC
 
 from harness.contracts import (
     BackfillCancelled,
@@ -40,8 +41,11 @@ STATE_TYPES = frozenset(
 """The events a line tells; a backfill's running and finished lines come from its runner."""
 
 
-def state_line(event: Event | RawEvent) -> str | None:
-    """The event's line; None for a cancel tickwork asked itself (its ticks' lines tell it)."""
+def state_line(event: Event | RawEvent, levels: Collection[str]) -> str | None:
+    """The event's line; None for a cancel tickwork asked itself (its ticks' lines tell it).
+
+    `levels`: the configured ones, to tell a level's lasting cancel scope from a tick's.
+    """
     if isinstance(event, LevelPaused):
         return _paused(event)
     if isinstance(event, LevelResumed):
@@ -49,6 +53,8 @@ def state_line(event: Event | RawEvent) -> str | None:
     if isinstance(event, CancelRequested):
         if event.why is not None:
             return None
+        if event.scope not in levels:
+            return f"cancel {event.scope} requested: by {event.by}; its ticks in flight stop"
         return (
             f"cancel {event.scope} requested: by {event.by}; its ticks stop until "
             f"`tickwork cancel --clear {event.scope}`"
@@ -56,9 +62,10 @@ def state_line(event: Event | RawEvent) -> str | None:
     if isinstance(event, CancelCleared):
         return f"cancel {event.scope} cleared: by {event.by}"
     if isinstance(event, BackfillRequested):
+        start, end = (when.astimezone(UTC) for when in (event.start, event.end))
         return (
             f"backfill {event.backfill_id} requested ({event.level}, {event.slots} slot(s) "
-            f"from {event.start:%Y-%m-%d %H:%M} to {event.end:%Y-%m-%d %H:%M} UTC, "
+            f"from {start:%Y-%m-%d %H:%M} to {end:%Y-%m-%d %H:%M} UTC, "
             f"{event.max_at_once} at once): by {event.by}; stop it with "
             f"`tickwork cancel --backfill {event.backfill_id}`"
         )

@@ -7,6 +7,7 @@ answers "what did it do" without a second command.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Sequence
 from datetime import datetime
 from pathlib import Path
@@ -26,7 +27,8 @@ from harness.contracts import (
 from harness.prices import PriceBook, format_usd
 
 EXCERPT_CHARS = 80
-ATTEMPT_CHARS = 40
+ATTEMPT_CHARS = 60
+ERROR_CLASS = re.compile(r"^[A-Za-z]+(Error|Exception): ")
 
 
 def tick_line(events: Sequence[StoredEvent], prices: PriceBook) -> str:
@@ -69,10 +71,14 @@ def _attempts(events: Sequence[StoredEvent]) -> str:
 
 
 def _attempt_end(reason: str) -> str:
-    """An earlier attempt's end in a few words: `timed out`, else its reason, cut short."""
+    """An earlier attempt's end in a few words: `timed out`, else its reason, cut short.
+
+    The exception's class that a reason may start with (`InternalServerError: `) goes:
+    the words after it say what happened.
+    """
     if reason.startswith("timed out"):
         return "timed out"
-    flat = " ".join(reason.split())
+    flat = ERROR_CLASS.sub("", " ".join(reason.split()))
     return flat if len(flat) <= ATTEMPT_CHARS else flat[: ATTEMPT_CHARS - 1] + "…"
 
 

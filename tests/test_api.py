@@ -43,11 +43,14 @@ from harness.contracts.events import (
 from harness.contracts.result import TickResult, write_result
 from harness.devtools.fake_llm import FakeUpstream, Step, fake_upstream
 from harness.execution.manual import ManualTicks
+from harness.prices import PriceBook
+from harness.projections import tick_line
 from harness.projections.levels import cancel_scopes, level_paused
 from harness.projections.spend import REPORT_DAYS
 from harness.rag import build_index
 from harness.store import SqlEventStore, open_store
 from tests.api_support import TOKEN, serving, settings_for
+from tests.commands import forked, write_config
 from tests.tick_support import Harness, calls
 from tests.waiting import wait_until
 
@@ -150,6 +153,59 @@ def test_ticks_filter_by_level_status_and_since_and_show_one_with_its_result(
     assert detail["result"]["text"] == "Pager is quiet."
     missing = api.http.get("/ticks/no-such-tick")
     assert missing.status_code == 404 and "no-such-tick" in missing.json()["detail"]
+
+
+def test_a_retried_tick_shows_its_attempts_and_took_covers_them_all(
+    api: Api, tmp_path: Path
+) -> None:
+    """Its first attempt timed out, its second met a 500, its third completed: 14.8 s in all."""
+    t0 = datetime.now(UTC) - HOUR
+    ids = {"tick_id": "min-retried", "level": "min"}
+    record(
+        api.store,
+        TickScheduled(**ids, occurred_at=t0),
+        TickStarted(**ids, pid=1, host="h", attempt=1, occurred_at=t0),
+        TickAttemptFailed(
+            **ids,
+            attempt=1,
+            failure_class="infrastructure",
+            reason="timed out after 12 s",
+            retry_in_seconds=2.0,
+            occurred_at=t0 + timedelta(seconds=12.6),
+        ),
+        TickStarted(**ids, pid=2, host="h", attempt=2, occurred_at=t0 + timedelta(seconds=14.6)),
+        TickAttemptFailed(
+            **ids,
+            attempt=2,
+            failure_class="infrastructure",
+            reason="InternalServerError: the upstream answered 500: overloaded",
+            retry_in_seconds=0.1,
+            occurred_at=t0 + timedelta(seconds=14.65),
+        ),
+        TickStarted(**ids, pid=3, host="h", attempt=3, occurred_at=t0 + timedelta(seconds=14.7)),
+        TickCompleted(**ids, occurred_at=t0 + timedelta(seconds=14.8)),
+    )
+    line = tick_line(api.store.read_stream(tick_stream("min-retried")), PriceBook())
+    assert line.startswith(
+        "min-retried completed after 3 attempts (timed out, the upstream answered 500: "
+        "overloaded): 14.8 s,"
+    ), line
+
+    (listed,) = api.http.get("/ticks", params={"level": "min"}).json()
+    assert listed["attempts"] == 3, listed
+    took = datetime.fromisoformat(listed["finished_at"]) - datetime.fromisoformat(
+        listed["started_at"]
+    )
+    assert took.total_seconds() == pytest.approx(14.8), listed
+    table = api.http.get("/dashboard/ticks").text
+    assert "<th>attempts</th>" in table and "<td>14.8 s</td><td>3</td>" in table, table
+
+    config = write_config(tmp_path, "", store_url=api.settings.store.url)
+    shown = forked(tmp_path, "ticks", env={"TICKWORK_CONFIG": str(config)})
+    assert shown.returncode == 0, shown.stderr
+    header, row = shown.stdout.splitlines()[:2]
+    assert header.split()[4:6] == ["took", "attempts"], shown.stdout
+    assert row.split()[4:7] == ["14.8", "s", "3"], shown.stdout
 
 
 def test_ticks_page_by_cursor_without_gaps_or_repeats_while_new_ones_arrive(api: Api) -> None:

@@ -21,9 +21,11 @@ from harness.config import (
 from harness.contracts import (
     BudgetCrossed,
     BudgetSpent,
+    LevelBudgetExceeded,
     LevelPaused,
     LevelResumed,
     RouteFallback,
+    decode,
 )
 from harness.contracts.budgets import BudgetEntry, window_of
 from harness.contracts.events import TERMINAL_TYPES, budget_stream, level_stream
@@ -46,7 +48,9 @@ from harness.scheduling.budget import Budgets
 from harness.scheduling.budget_watch import BudgetWatch, budget_statuses
 from harness.scheduling.control import switch_level
 from harness.scheduling.describe import describe_levels
+from harness.scheduling.log_feed import LogFeed
 from harness.scheduling.service import Service
+from harness.scheduling.state_lines import state_line
 from harness.scheduling.waves import SlotClaim, claim_wave
 from harness.store import EventStore, SqlEventStore, open_store
 from tests.catalog_support import valid
@@ -91,14 +95,14 @@ def _budgets(settings: Settings, store: EventStore) -> Budgets:
 BAD = [
     ('scope = "tag:nobody"\ntokens = 5', "budgets.0.scope: no level carries tag 'nobody'"),
     ('scope = "level:ghost"\ntokens = 5', "budgets.0.scope: no level named 'ghost'"),
-    ('scope = "team:a"\ntokens = 5', "budgets.0.scope: String should match pattern"),
-    ('scope = "global"\ntokens = 0', "budgets.0.tokens: Input should be greater than 0"),
-    ('scope = "global"\nusd = -1.5', "budgets.0.usd: Input should be greater than 0"),
-    ('scope = "global"', "budgets.0: Value error, a budget needs a limit"),
+    ('scope = "team:a"\ntokens = 5', "budgets.0.scope: must match the pattern"),
+    ('scope = "global"\ntokens = 0', "budgets.0.tokens: must be greater than 0"),
+    ('scope = "global"\nusd = -1.5', "budgets.0.usd: must be greater than 0"),
+    ('scope = "global"', "budgets.0: a budget needs a limit"),
     ('scope = "global"\ntokens = 5\naction = "reroute"', "action 'reroute' needs a 'target:'"),
     ('scope = "target:gpu"\ntokens = 5\naction = "pause"', "action 'pause' pauses levels"),
-    ('scope = "global"\ntokens = 5\nalert_at = [0.8, 0.5]', "budgets.0.alert_at: Value error"),
-    ('scope = "global"\ntokens = 5\nwindow = "fortnight"', "budgets.0.window: Input should be"),
+    ('scope = "global"\ntokens = 5\nalert_at = [0.8, 0.5]', "budgets.0.alert_at: "),
+    ('scope = "global"\ntokens = 5\nwindow = "fortnight"', "budgets.0.window: must be"),
     ('scope = "target:gpu"\ntokens = 5', "budgets.0.scope: a target: scope needs a [routing]"),
     # Overlapping: the same scope and window twice.
     (
@@ -369,6 +373,33 @@ def test_a_pause_budget_pauses_its_levels_once_per_window_as_budget(
     assert store.read_stream(budget_stream("team-a"))[0].type == BudgetCrossed.type
 
 
+def test_the_service_log_tells_a_budget_crossing_its_pauses_and_a_level_over_budget(
+    store: SqlEventStore, tmp_path: Path
+) -> None:
+    settings = _settings(
+        tmp_path, [{"name": "team-a", "scope": "tag:team-a", "tokens": 100, "action": "pause"}]
+    )
+    lines: list[str] = []
+    feed = LogFeed(store, PriceBook(), lines.append)
+    day = datetime.now(UTC)
+    _spend(store, "min", day, 150)
+    BudgetWatch(settings, store, _budgets(settings, store)).poll(day)
+    over = LevelBudgetExceeded(
+        level="hour", day=f"{day:%Y-%m-%d}", spent_tokens=900, spent_usd=None, reserved_tokens=0
+    )
+    store.append(level_stream("hour"), [over.to_record()])
+    feed.poll()
+    paused, crossed, exceeded = lines
+    assert crossed.startswith("budget team-a crossed 100% (tag:team-a, window to "), crossed
+    assert crossed.endswith("150 of 100 tokens spent; its levels are paused (min)"), crossed
+    assert paused.startswith("min paused (budget team-a (tag:team-a, day) spent: 150 tokens")
+    assert paused.endswith("): by budget; no tick starts until `tickwork resume min`"), paused
+    assert exceeded == (
+        f"hour over its daily budget ({day:%Y-%m-%d} UTC): 900 tokens spent; its slots are "
+        "skipped `budget` until the next UTC day"
+    )
+
+
 def test_a_stop_budget_skips_slots_and_stops_a_tick_before_its_next_call(
     tmp_path: Path, fake: FakeUpstream
 ) -> None:
@@ -606,8 +637,7 @@ def test_a_level_paused_by_a_budget_resumes_by_itself_when_the_window_rolls_over
     settings = _settings(
         tmp_path, [{"name": "team-a", "scope": "tag:team-a", "tokens": 100, "action": "pause"}]
     )
-    lines: list[str] = []
-    watch = BudgetWatch(settings, store, _budgets(settings, store), lines.append)
+    watch = BudgetWatch(settings, store, _budgets(settings, store))
     day = datetime(2026, 12, 1, 9, tzinfo=UTC)
     midnight = datetime(2026, 12, 2, tzinfo=UTC)
     _spend(store, "min", day, 150)
@@ -618,13 +648,16 @@ def test_a_level_paused_by_a_budget_resumes_by_itself_when_the_window_rolls_over
     assert described.paused is not None and described.paused.resumes_at == midnight
 
     assert watch.poll(day + timedelta(hours=14)) == [] and _resumes(store, "min") == []
-    replica = BudgetWatch(settings, store, _budgets(settings, store), lines.append)
+    replica = BudgetWatch(settings, store, _budgets(settings, store))
     for each in (watch, replica):  # both replicas see the new window: one resume is stored
         each.poll(midnight + timedelta(seconds=5))
-    assert _resumes(store, "min") == [
-        {"level": "min", "by": "budget", "occurred_at": _resumes(store, "min")[0]["occurred_at"]}
-    ]
-    assert "min resumed by its budget: its budget's window rolled over" in lines, lines
+    (resumed,) = [e for e in store.read_stream(level_stream("min")) if e.type == LevelResumed.type]
+    assert (resumed.data["by"], resumed.data["reason"]) == (
+        "budget",
+        "its budget's window rolled over",
+    )
+    said = state_line(decode(resumed), ["min"])
+    assert said == "min resumed (its budget's window rolled over): by budget", said
     assert budget_statuses(watch.budgets, midnight)[0].resumes_at is None
 
     # A pause an operator decided is never lifted by a budget.
@@ -639,7 +672,7 @@ def test_a_reload_that_raises_a_pause_budgets_limit_resumes_its_level(tmp_path: 
     budget = '[[budgets]]\nname = "team-a"\nscope = "tag:team-a"\ntokens = {}\naction = "pause"\n'
     config = write(tmp_path, level + budget.format(1_000))
     service, reload, lines = service_on(config)
-    watch = BudgetWatch(service.settings, service.store, service.budgets, lines.append)
+    watch = BudgetWatch(service.settings, service.store, service.budgets)
     day = datetime.now(UTC)
     _spend(service.store, "min", day, 1_500)
     (crossed,) = watch.poll(day)
@@ -650,8 +683,8 @@ def test_a_reload_that_raises_a_pause_budgets_limit_resumes_its_level(tmp_path: 
     assert any("[[budgets]] reloaded" in line for line in lines), lines
     watch.poll(day)
     assert [r["by"] for r in _resumes(service.store, "min")] == ["budget"]
-    said = "min resumed by its budget: budget team-a has room again in this window"
-    assert any(line.startswith(said) for line in lines), lines
+    said = "budget team-a has room again in this window"
+    assert str(_resumes(service.store, "min")[0]["reason"]).startswith(said)
     service.store.close()
 
 

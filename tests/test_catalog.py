@@ -67,10 +67,10 @@ RULES = [
         _set("targets.mini.api_key", "sk-123"),
         "targets.mini.api_key: secrets never go in the catalog; name the variable in api_key_env",
     ),
-    (_set("schema_version", 2), "schema_version: Input should be 1"),
-    (_set("timezone", "Mars/Olympus"), "timezone: Value error, 'Mars/Olympus' is not an IANA"),
-    (_set("targets.mini.execution_class", "edge"), "targets.mini.execution_class: Input should"),
-    (_set("targets.mini.api_key_env", "sk-live-123"), "targets.mini.api_key_env: String should"),
+    (_set("schema_version", 2), "schema_version: must be 1"),
+    (_set("timezone", "Mars/Olympus"), "timezone: 'Mars/Olympus' is not an IANA"),
+    (_set("targets.mini.execution_class", "edge"), "targets.mini.execution_class: must be"),
+    (_set("targets.mini.api_key_env", "sk-live-123"), "targets.mini.api_key_env: must match"),
     (_set("targets.mini.base_url_env", "URL"), "targets.mini: set exactly one of 'base_url'"),
     (_set("targets.local.base_url_env", ...), "targets.local: set exactly one of 'base_url'"),
     (_set(f"{NIGHT}.candidates.0", "ghost"), f"{NIGHT}.candidates[0]: unknown target 'ghost'"),
@@ -107,7 +107,7 @@ RULES = [
         f"{DAY}: ends at 23:30 but 'night' starts at 23:00: the windows overlap",
     ),
     (_set(f"{DAY}.end", "07:00"), f"{DAY}: start and end are both 07:00 (empty window)"),
-    (_set(f"{DAY}.start", "24:00"), f"{DAY}.start: String should match pattern"),
+    (_set(f"{DAY}.start", "24:00"), f"{DAY}.start: must match the pattern"),
     (_set("lanes.Hourly", {"time_windows": {}}), "lanes.Hourly: lane name must be a level name"),
     (
         _set("promotions.large", "local"),
@@ -138,7 +138,7 @@ RULES = [
     ),
     (
         _set("targets.mini.quota_probe", {"command": [], "remaining_path": "a..b"}),
-        "targets.mini.quota_probe.command: List should have at least 1 item",
+        "targets.mini.quota_probe.command: must have at least 1 item",
     ),
     (
         _set("targets.mini.quota_probe", _probe(["overall", "model:gpt-4o"])),
@@ -151,23 +151,23 @@ RULES = [
     ),
     (
         _set("targets.mini.quota_probe", _probe(["overall", "requests"])),
-        f"{CAPACITIES}[1]: String should match pattern",
+        f"{CAPACITIES}[1]: must match the pattern",
     ),
     (
         _set("targets.mini.quota_probe", _probe([])),
-        f"{CAPACITIES}: List should have at least 1 item",
+        f"{CAPACITIES}: must have at least 1 item",
     ),
     (
         _set("targets.mini.selfcheck_required", "yes"),
-        "targets.mini.selfcheck_required: Input should be a valid boolean",
+        "targets.mini.selfcheck_required: must be a valid boolean",
     ),
-    (_set("targets.mini.api", "bedrock"), "targets.mini.api: Input should be 'openai-chat', "),
+    (_set("targets.mini.api", "bedrock"), "targets.mini.api: must be 'openai-chat', "),
     (
         _set("targets.mini.effort", "max"),
-        "targets.mini: Value error, effort 'max' is not one openai-chat takes",
+        "targets.mini: effort 'max' is not one openai-chat takes",
     ),
-    (_set("lanes.min.policy_priority", -1), "lanes.min.policy_priority: Input should be greater"),
-    (_set("lanes.min.policy_priority", True), "lanes.min.policy_priority: Input should be a valid"),
+    (_set("lanes.min.policy_priority", -1), "lanes.min.policy_priority: must be greater"),
+    (_set("lanes.min.policy_priority", True), "lanes.min.policy_priority: must be a valid"),
 ]
 
 

@@ -46,33 +46,36 @@ def test_environment_wins_over_the_file(monkeypatch: pytest.MonkeyPatch, tmp_pat
 @pytest.mark.parametrize(
     ("text", "expected"),
     [
-        ('[levels.min]\nschedul = "* * * * *"\n', "levels.min.schedul: Extra inputs"),
-        ('[levels.min]\nschedule = "* * *"\n', "levels.min.schedule: Value error, '* * *'"),
+        (
+            '[levels.min]\nschedul = "* * * * *"\n',
+            "unknown key 'schedul' in [levels.min]; did you mean 'schedule'?",
+        ),
+        ('[levels.min]\nschedule = "* * *"\n', "levels.min.schedule: '* * *'"),
         ('[digests.d]\nschedule = "* * * * *"\nevery = "5m"\n', "exactly one of"),
         ('[levels.min]\nevery = "soon"\n', "not an interval"),
         ('[levels.min]\nevery = "1m"\nprompt = "a"\nprompt_file = "p.md"\n', "not both"),
         ('[levels.min]\nevery = "1m"\ntimezone = "Mars/Olympus"\n', "not an IANA time zone"),
         ('[levels.min]\nevery = "1m"\noverlap = "queue"\n', "levels.min.overlap"),
-        ('[levels.min]\nevery = "1m"\napi = "bedrock"\n', "levels.min.api: Input should be"),
+        ('[levels.min]\nevery = "1m"\napi = "bedrock"\n', "levels.min.api: must be"),
         (
             '[levels.min]\nevery = "1m"\napi = "ollama"\neffort = "max"\n',
-            "levels.min: Value error, effort 'max' is not one ollama takes",
+            "levels.min: effort 'max' is not one ollama takes",
         ),
         ('[levels.Bad-Name]\nevery = "5m"\n', "level name 'Bad-Name'"),
-        ("[store]\nurl = 5\n", "store.url: Input should be a valid string"),
+        ("[store]\nurl = 5\n", "store.url: must be a valid string"),
         ("[prices.m]\ninput_per_mtok = -1\noutput_per_mtok = 1\n", "prices.m.input_per_mtok"),
         (
             "[prices.m]\ninput_per_mtok = 1\noutput_per_mtok = 1\nper_request_usd = -1\n",
             "prices.m.per_request_usd",
         ),
-        ("[nonsense]\n", "nonsense: Extra inputs are not permitted"),
+        ("[nonsense]\n", "unknown key 'nonsense' at the top level"),
         ("[store\nurl=", "invalid TOML"),
-        ("[retention]\nhot_days = 0\n", "retention.hot_days: Input should be greater than"),
+        ("[retention]\nhot_days = 0\n", "retention.hot_days: must be greater than"),
         ("[retention]\nhot_days = 7\ntranscript_days = 8\n", "transcript_days (8) exceeds"),
-        ('[retention]\nhot_days = "month"\n', "retention.hot_days: Input should be a valid"),
-        ('[scheduling]\ndst_repeated = "twice"\n', "scheduling.dst_repeated: Input should be"),
-        ('[scheduling]\ndst_skipped = "never"\n', "scheduling.dst_skipped: Input should be"),
-        ('[digests.d]\nevery = "1h"\ndst_skipped = 1\n', "digests.d.dst_skipped: Input should"),
+        ('[retention]\nhot_days = "month"\n', "retention.hot_days: must be a valid"),
+        ('[scheduling]\ndst_repeated = "twice"\n', "scheduling.dst_repeated: must be"),
+        ('[scheduling]\ndst_skipped = "never"\n', "scheduling.dst_skipped: must be"),
+        ('[digests.d]\nevery = "1h"\ndst_skipped = 1\n', "digests.d.dst_skipped: must be"),
     ],
 )
 def test_a_bad_file_names_the_key_and_why(tmp_path: Path, text: str, expected: str) -> None:
@@ -81,6 +84,25 @@ def test_a_bad_file_names_the_key_and_why(tmp_path: Path, text: str, expected: s
         load_settings(path)
     assert str(path) in str(caught.value)
     assert expected in str(caught.value)
+
+
+def test_errors_are_in_tickworks_words_with_the_key_meant(tmp_path: Path) -> None:
+    path = write(
+        tmp_path,
+        '[levels.min]\nevery = "1m"\ntimeout_secods = 5\nschedule = "* * *"\n'
+        '[[budgets]]\nname = "b"\nscope = "global"\n[store]\nbogus = 1\n',
+    )
+    with pytest.raises(ConfigError) as caught:
+        load_settings(path)
+    message = str(caught.value)
+    assert (
+        "  unknown key 'timeout_secods' in [levels.min]; did you mean 'timeout_seconds'?\n"
+        in message
+    )
+    assert "  unknown key 'bogus' in [store]\n" in message, "no hint when nothing is close"
+    assert "budgets.0: a budget needs a limit" in message
+    for phrase in ("Extra inputs are not permitted", "Value error,", "Input should be"):
+        assert phrase not in message, message
 
 
 def test_a_named_file_that_is_missing_is_an_error(tmp_path: Path) -> None:

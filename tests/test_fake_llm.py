@@ -197,3 +197,34 @@ def test_cut_streams_drop_the_connection_before_the_usage(fake: FakeUpstream, ap
             list(client(fake, key).responses.create(model="g", input="hi", stream=True))
     [billed] = [e for e in fake.ledger if e.key == key]
     assert billed.api == api and not billed.usage_reported
+
+
+def test_the_script_is_listed_per_key_appended_to_and_cleared_by_key_or_whole() -> None:
+    server = FakeUpstream().start()
+    try:
+        with httpx.Client(base_url=server.origin, timeout=10) as http:
+            slow = {"key": "default", "steps": [{"text": "Slow answer.", "delay": 20}]}
+            assert http.post("/_script", json=slow).json() == {"queued": 1, "waiting": 1}
+            again = {"key": "default", "steps": [{"status": 500}]}
+            assert http.post("/_script", json=again).json() == {"queued": 1, "waiting": 2}
+            mine = {"key": "min-1", "steps": [{"text": "Mine."}]}
+            http.post("/_script", json=mine)
+            assert http.get("/_script").json() == {
+                "default": [{"text": "Slow answer.", "delay": 20.0}, {"status": 500}],
+                "min-1": [{"text": "Mine."}],
+            }
+            client(server, "min-1").chat.completions.create(
+                model="m", messages=[{"role": "user", "content": "hi"}]
+            )
+            assert "min-1" not in http.get("/_script").json(), "an answered step leaves"
+            http.post("/_script", json=mine)
+            assert http.delete("/_script", params={"key": "default"}).json() == {"cleared": 2}
+            assert http.get("/_script").json() == {"min-1": [{"text": "Mine."}]}
+            assert http.delete("/_script").json() == {"cleared": 1}
+            assert http.get("/_script").json() == {}
+            answer = client(server, "min-1").chat.completions.create(
+                model="m", messages=[{"role": "user", "content": "hi"}]
+            )
+            assert answer.choices[0].message.content == DEFAULT_TEXT, "nothing scripted is left"
+    finally:
+        server.stop()

@@ -52,6 +52,21 @@ def test_the_example_config_mentions_every_option() -> None:
     tomllib.loads(example_config())
 
 
+def test_the_example_config_says_each_thing_once() -> None:
+    """No comment line comes twice: a block pasted twice (a note, a level's keys) fails."""
+    said: dict[str, int] = {}
+    repeated = []
+    for number, line in enumerate(example_config().splitlines(), start=1):
+        _, hash_sign, comment = line.partition("#")
+        text = " ".join(comment.split())
+        if not hash_sign or not text:
+            continue
+        if text in said:
+            repeated.append(f"line {number} repeats line {said[text]}: {text}")
+        said.setdefault(text, number)
+    assert repeated == []
+
+
 def test_the_systemd_units_run_tickwork() -> None:
     for command in ("run", "serve", "worker"):
         unit = (OPS / "systemd" / f"tickwork-{command}.service").read_text()

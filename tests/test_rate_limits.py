@@ -206,11 +206,11 @@ max_parallel = 1.5
         load_settings(config)
     problems = sorted(line.strip() for line in str(caught.value).splitlines()[1:])
     assert problems == [
-        "levels.min.rpm: Input should be greater than 0",
-        "levels.min.tpm: Input should be a valid integer",
-        "rate_limits.127.0.0.1:8080.max_parallel: Input should be a valid integer",
-        "rate_limits.api.anthropic.com: Value error, set at least one of rpm, tpm or max_parallel",
-        "rate_limits.https://api.openai.com/v1.[key]: Value error, 'https://api.openai.com/v1' "
+        "levels.min.rpm: must be greater than 0",
+        "levels.min.tpm: must be a valid integer",
+        "rate_limits.127.0.0.1:8080.max_parallel: must be a valid integer",
+        "rate_limits.api.anthropic.com: set at least one of rpm, tpm or max_parallel",
+        "rate_limits.https://api.openai.com/v1.[key]: 'https://api.openai.com/v1' "
         "is not a provider host: a lowercase host name with an optional port (api.openai.com, "
         "127.0.0.1:8080), no scheme, path or credentials",
     ]
@@ -225,8 +225,8 @@ max_parallel = 1.5
     with pytest.raises(CatalogError) as refused:
         parse_catalog(document)
     assert sorted(refused.value.problems) == [
-        "targets.t.max_parallel: Input should be a valid integer",
-        "targets.t.rpm: Input should be greater than 0",
+        "targets.t.max_parallel: must be a valid integer",
+        "targets.t.rpm: must be greater than 0",
         "targets.t.rps: unknown field",
     ]
 

@@ -56,3 +56,16 @@ def test_a_token_in_the_config_file_is_refused(tmp_path: Path) -> None:
     refused = refused_to(tmp_path)
     assert "api.token" in refused.stderr and "TICKWORK_API_TOKEN" in refused.stderr
     assert TOKEN not in refused.stderr
+
+
+def test_a_second_serve_on_a_taken_port_says_so_in_one_line(tmp_path: Path) -> None:
+    port = free_port()
+    with serve(tmp_path, env=environment(), port=port) as (url, _):
+        second = forked(tmp_path, "serve", "--port", str(port))
+        assert httpx.get(f"{url}/status").status_code == 200, "the first one serves on"
+    assert second.returncode == 1, second.stdout + second.stderr
+    assert second.stdout == "", "nothing announced: it never served"
+    assert second.stderr == (
+        f"error: port {port} on 127.0.0.1 is taken (another `tickwork serve`?): stop it, or "
+        "choose another with --port\n"
+    )

@@ -22,6 +22,7 @@ from harness.execution.prepare import Preparer
 from harness.execution.runner import Runner
 from harness.prices import PriceBook
 from harness.projections import projector_for
+from harness.scheduling.control import operator
 from harness.scheduling.outage import OwedSlots
 from harness.scheduling.reconcile import reconcile
 from harness.scheduling.timetable import Slot
@@ -459,3 +460,41 @@ def test_a_level_bound_for_a_real_host_without_its_key_is_refused_before_its_tic
     types = {e.type for e in events if e.stream_id.startswith(("tick-messages", "level-messages"))}
     assert not types & {"TickStarted", "TickAttemptFailed", "LevelPaused"}, types
     assert by_hand.returncode == 2 and why in by_hand.stderr
+
+
+def test_the_log_tells_each_state_change_with_who_why_and_how_to_undo_it(
+    tmp_path: Path,
+) -> None:
+    config = write_config(
+        tmp_path, busy_level("1s").replace("busy", "min"), runner="infra_retries = 0"
+    )
+    with fake_server([Step(status=500)] * 50) as fake:
+        service = Output(start_service(config, fake))
+        try:
+            paused = service.wait_for("min paused (")
+            assert "failed on infrastructure" in paused and "scripted status 500" in paused, paused
+            assert paused.rstrip().endswith(
+                ": by tickwork; no tick starts until `tickwork resume min`"
+            ), paused
+            who = operator()
+            for command, line in (
+                ("resume min", f"min resumed: by {who}"),
+                (
+                    "pause min --note check-the-gateway",
+                    f'min paused (paused by operator): by {who}, note "check-the-gateway"',
+                ),
+                ("cancel min", f"cancel min requested: by {who}"),
+                ("cancel --clear min", f"cancel min cleared: by {who}"),
+            ):
+                done = forked_cli(command, config, fake)
+                assert done.returncode == 0, done.stdout + done.stderr
+                service.wait_for(line)
+            start = (utcnow() - timedelta(minutes=2)).replace(microsecond=0)
+            ends = f"--from {start.isoformat()} --to {(start + timedelta(seconds=2)).isoformat()}"
+            done = forked_cli(f"backfill min {ends}", config, fake)
+            assert done.returncode == 0, done.stdout + done.stderr
+            requested = service.wait_for("requested (min, 2 slot(s) from")
+            assert f": by {who}; stop it with `tickwork cancel --backfill bf-" in requested
+        finally:
+            output = service.stop()
+    assert service.process.returncode == 0, output

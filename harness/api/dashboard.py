@@ -93,6 +93,7 @@ def tick_table(ticks: list[Tick], prices: PriceBook) -> str:
         f"<td>{escape(tick.level)}</td>"
         f'<td><span class="mark s-{escape(tick.status)}"></span> {escape(tick.status)}</td>'
         f"<td>{_time(tick.scheduled_at)}</td><td>{_took(tick)}</td>"
+        f"<td>{tick.attempts or ''}</td>"
         f"<td>{escape(tick.model or '')}</td>"
         f"<td>{tick.prompt_tokens + tick.completion_tokens:,}</td>"
         f"<td>{_tick_usd(tick, prices)}</td>"
@@ -100,7 +101,18 @@ def tick_table(ticks: list[Tick], prices: PriceBook) -> str:
         for tick in ticks
     ]
     return _table(
-        ("tick", "level", "status", "scheduled (UTC)", "took", "model", "tokens", "USD", "reason"),
+        (
+            "tick",
+            "level",
+            "status",
+            "scheduled (UTC)",
+            "took",
+            "attempts",
+            "model",
+            "tokens",
+            "USD",
+            "reason",
+        ),
         rows,
     )
 

@@ -184,6 +184,10 @@ class Tick(BaseModel):
     queue_wait_seconds: float | None = None
     """From its claim to its first start: how long it waited for a place (None until it
     started, and for a tick folded before this was kept, until a rebuild)."""
+    attempts: int | None = None
+    """The attempts it started (None until it started, and for a tick folded before this
+    was kept, until a rebuild); `started_at` is the first one's start, so the time it took
+    covers them all."""
 
 
 class Event(BaseModel):

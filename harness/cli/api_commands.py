@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import errno
 import ipaddress
+import socket
 from typing import Annotated
 
 import typer
@@ -42,6 +44,7 @@ def serve(
             "set TICKWORK_API_TOKEN",
             code=2,
         )
+    listening = _listen(bind, port or config.api.port)
     store = store_for(config)
     try:
         where = f"http://{bind}:{port or config.api.port}"
@@ -60,6 +63,35 @@ def serve(
             say=say,
         )
         application = create_app(config, store, manual)
-        uvicorn.run(application, host=bind, port=port or config.api.port, log_level="warning")
+        served = uvicorn.Config(application, log_level="warning")
+        uvicorn.Server(served).run(sockets=[listening])
     finally:
+        listening.close()
         store.close()
+
+
+def _listen(host: str, port: int) -> socket.socket:
+    """The API's listening socket, bound here so that a taken port is said in one line.
+
+    Left to uvicorn, a second `tickwork serve` on the same port printed uvicorn's error
+    and its shutdown lines; bound before anything else starts, it fails as any bad input.
+    """
+    try:
+        family, kind, proto, _, address = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)[0]
+        listening = socket.socket(family, kind, proto)
+    except OSError as exc:
+        raise fail(f"cannot serve on {host}:{port}: {exc.strerror or exc}", code=2) from None
+    listening.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    try:
+        listening.bind(address)
+        listening.listen(2048)
+    except OSError as exc:
+        listening.close()
+        if exc.errno == errno.EADDRINUSE:
+            raise fail(
+                f"port {port} on {host} is taken (another `tickwork serve`?): stop it, or "
+                "choose another with --port",
+                code=1,
+            ) from None
+        raise fail(f"cannot serve on {host}:{port}: {exc.strerror or exc}", code=1) from None
+    return listening

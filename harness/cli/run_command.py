@@ -82,7 +82,7 @@ def run_service() -> None:
                 PriceBook(config.prices),
                 config,
             )
-            companions.append(BudgetWatch(config, store, budgets, report).run)
+            companions.append(BudgetWatch(config, store, budgets).run)
             companions.append(Archiver(config, store, report).run)
             companions.append(Compactor(store, report).run)
             companions.append(partial(heartbeat.run, failed=_beat_failed))

@@ -224,16 +224,29 @@ def _workers_block(store: SqlEventStore, now: datetime) -> Block:
     return ["table", headers, rows]
 
 
+def _on_a_bad_file(blocks: list[Block], error: Exception) -> list[Block]:
+    """The running service's status, told first that the file on disk is bad and why."""
+    said = (
+        f"{error}\nthe file is not in force: this is the running service's status, on the "
+        "configuration it loaded (fix the file and it reloads)"
+    )
+    if blocks and blocks[0][0] == "json":
+        return [["json", {**blocks[0][1], "config_error": str(error)}]]
+    return [["line", said], *blocks]
+
+
 def status_answers(
     served: Settings, config_path: Path, store: SqlEventStore, report: Callable[[str], None]
 ) -> Companion:
     """The running service's side: `tickwork status` of its configuration, answered here.
 
     Each answer reads the configuration file anew, as the command would: an edited file
-    shows its levels, and a broken one is the command's error (exit 2), naming the file
-    as the command was given it (the same folder: the socket's name holds it). Only the
-    service's own file is read; a file edited to name another store is declined, and the
-    command reads that store itself.
+    shows its levels. A broken one does not keep the operator from the status: the
+    service answers with what it runs (the configuration it loaded, reloads included)
+    and says first that the file is bad and why, naming it as the command was given it
+    (the same folder: the socket's name holds it). Only the service's own file is read;
+    a file edited to name another store is declined, and the command reads that store
+    itself.
     """
     from harness.config import ConfigError, service_socket
     from harness.local_socket import NotServed, serve
@@ -246,13 +259,14 @@ def status_answers(
         asked = Path(str(request.get("config")))
         if asked.resolve() != config_path.resolve():
             return None
+        as_json = request.get("json") is True
         try:
             config = checked_settings(asked)  # its errors name the file as the asker does
         except ConfigError as exc:
-            return {"error": str(exc), "code": 2}
+            return {"blocks": _on_a_bad_file(status_blocks(served, store, as_json), exc)}
         if config.store.url != served.store.url:
             return None
-        return {"blocks": status_blocks(config, store, request.get("json") is True)}
+        return {"blocks": status_blocks(config, store, as_json)}
 
     def run(stopping: threading.Event) -> None:
         try:

@@ -28,7 +28,7 @@ def ticks(
     ] = None,
     as_json: JsonOption = False,
 ) -> None:
-    """Ticks newest first: how each ended, how long it ran, its model, tokens and cost.
+    """Ticks newest first: how each ended, how long it ran (every attempt), its model, tokens, cost.
 
     A page walks the ticks read model's time index from the newest tick of the window
     (`--since`, default 24h) and stops after `--limit` rows, so it costs what the page
@@ -75,6 +75,7 @@ def ticks(
                 "status": row.status,
                 "at": as_utc(row.sort_at),
                 "duration_seconds": took,
+                "attempts": row.attempts,
                 "model": row.model,
                 "prompt_tokens": row.prompt_tokens,
                 "completion_tokens": row.completion_tokens,
@@ -90,7 +91,17 @@ def ticks(
     if not listed:
         out.print(f"no tick since {start:%Y-%m-%d %H:%M:%S} UTC matches")
         return
-    header = ("tick", "status", "at (UTC)", "took", "model", "tokens", "USD", "how it ended")
+    header = (
+        "tick",
+        "status",
+        "at (UTC)",
+        "took",
+        "attempts",
+        "model",
+        "tokens",
+        "USD",
+        "how it ended",
+    )
     lines = [header]
     for tick in listed:
         took = tick["duration_seconds"]
@@ -100,6 +111,7 @@ def ticks(
                 tick["status"],
                 f"{tick['at']:%m-%d %H:%M:%S}",
                 "" if took is None else f"{took:.1f} s",
+                str(tick["attempts"] or ""),
                 tick["model"] or "",
                 f"{tick['prompt_tokens'] + tick['completion_tokens']:,}",
                 format_usd(tick["cost_usd"]) if tick["model"] else "",

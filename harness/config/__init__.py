@@ -75,5 +75,6 @@ if typing.TYPE_CHECKING:
         tick_page,
     )
     from harness.config.windows import Exclusion
+    from harness.config.wording import one_line, plain
 
 __getattr__, __all__ = fronts.declared(__name__)

@@ -14,6 +14,7 @@ from urllib.parse import urlsplit, urlunsplit
 
 from pydantic import Field, ValidationError
 
+from harness.config.wording import plain
 from harness.contracts import GovernorLimits
 
 LEGACY_ENV = {
@@ -116,7 +117,9 @@ def with_legacy_env(config: GovernorConfig, env: Mapping[str, str]) -> GovernorC
     try:
         return GovernorConfig.model_validate({**config.model_dump(), **updates})
     except ValidationError as exc:
-        problems = "; ".join(f"{_variable(err['loc'])}: {err['msg']}" for err in exc.errors())
+        problems = "; ".join(
+            f"{_variable(err['loc'])}: {plain(err['msg'])}" for err in exc.errors()
+        )
         raise GovernorEnvError(f"invalid governor environment: {problems}") from exc
 
 

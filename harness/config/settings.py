@@ -49,6 +49,7 @@ from harness.config.crontab import (
 from harness.config.governor import GovernorConfig
 from harness.config.location import ENV_PREFIX, config_path
 from harness.config.windows import ScheduleLimits, SchedulingConfig, jitter_seconds
+from harness.config.wording import describe
 from harness.contracts import (
     ALERT_URLS_ENV,
     DEFAULT_AGENTS_DIR,
@@ -838,11 +839,6 @@ def nul_paths(data: Any, loc: tuple[str | int, ...] = ()) -> Iterator[str]:
             yield from nul_paths(value, (*loc, index))
 
 
-def _describe(error: Any) -> str:
-    path = ".".join(str(part) for part in error["loc"]) or "(top level)"
-    return f"{path}: {error['msg']}"
-
-
 def load_settings(explicit: Path | None = None) -> Settings:
     """Read and validate the configuration, or raise ConfigError naming what is wrong."""
     path = config_path(explicit)
@@ -878,7 +874,7 @@ def load_settings(explicit: Path | None = None) -> Settings:
     try:
         settings = Settings(**data)
     except ValidationError as exc:
-        lines = "\n".join(f"  {_describe(err)}" for err in exc.errors())
+        lines = "\n".join(f"  {describe(err, Settings)}" for err in exc.errors())
         raise ConfigError(f"{where}: invalid configuration\n{lines}") from exc
     except SettingsError as exc:
         # A TICKWORK_<SECTION> variable holds JSON that does not parse; pydantic-settings

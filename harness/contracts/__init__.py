@@ -66,6 +66,7 @@ if typing.TYPE_CHECKING:
         LevelBudgetExceeded,
         LevelPaused,
         LevelResumed,
+        LevelResumedV1,
         LevelsRecorded,
         ModelCalled,
         ModelCallStarted,

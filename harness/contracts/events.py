@@ -563,11 +563,22 @@ class LevelPaused(Event):
 
 
 class LevelResumed(Event):
-    """The level may start ticks again."""
+    """The level may start ticks again.
+
+    Version 2: why, when tickwork resumed it itself (a budget's window rolled over).
+    """
 
     type = "LevelResumed"
+    version = 2
     level: str
     by: str = "operator"
+    reason: str | None = None
+
+
+class LevelResumedV1(LevelResumed):
+    """A resume recorded before resumes said why (version 1)."""
+
+    version = 1
 
 
 class LevelBudgetExceeded(Event):
@@ -1041,6 +1052,7 @@ EVENT_TYPES: dict[tuple[str, int], type[Event]] = {
         TickLost,
         LevelPaused,
         LevelResumed,
+        LevelResumedV1,
         LevelBudgetExceeded,
         BudgetCrossed,
         DigestClaimed,

@@ -248,14 +248,17 @@ def _hour_key(row: Mapping[str, Any]) -> tuple[str, str, str, str] | None:
 def _first_run(
     before: Mapping[str, Any] | None, times: Sequence[tuple[bool, datetime, str]]
 ) -> tuple[str, timedelta] | None:
-    """(level, run time) if the tick first has both a start and an end in this batch."""
+    """(level, run time) if the tick first has both a start and an end in this batch.
+
+    The run time is from its first start: a retried tick ran all its attempts.
+    """
     started = before and before["started_at"]
     finished = before and before["finished_at"]
     if started and finished:
         return None
     for start, when, level in times:
         if start:
-            started = when
+            started = started or when
         else:
             finished = when
         if started and finished:

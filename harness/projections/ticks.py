@@ -81,6 +81,7 @@ ticks = sa.Table(
     sa.Column("model", sa.String(200)),
     sa.Column("queue_wait_seconds", sa.Float()),
     sa.Column("fire_lag_seconds", sa.Float()),
+    sa.Column("attempts", sa.Integer()),
     sa.Index("ix_ticks_level_status", "level", "status", "finished_at"),
     sa.Index("ix_ticks_sort_at", "sort_at", "tick_id"),
     sa.Index("ix_ticks_level_sort_at", "level", "sort_at", "tick_id"),
@@ -100,6 +101,9 @@ place (a retry's backoff is not in it).
 `fire_lag_seconds` (migration 0026): how late its slot was claimed, from the slot's fire
 time (`TickScheduled.fire_at`, the slot plus the level's jitter) to the claim; none for a
 tick without a slot (manual) or claimed again (a later attempt is late on purpose).
+
+`attempts` (migration 0030): the attempts it started (`TickStarted.attempt`, the highest);
+`started_at` is its first start, so the time it took covers every attempt.
 """
 
 tick_level_history = sa.Table(
@@ -136,7 +140,11 @@ _SET = (
     "reason",
     "model",
     "fire_lag_seconds",
+    "attempts",
 )
+_FIRST = ("started_at",)
+"""Set once: a retried tick's row keeps its first start, so its run time covers every
+attempt."""
 _ADD = (
     "prompt_tokens",
     "completion_tokens",
@@ -200,6 +208,7 @@ class TicksProjection(Projection):
                     "tick_id": tick_id,
                     "status": UNKNOWN,
                     **dict.fromkeys(_SET),
+                    **dict.fromkeys(_FIRST),
                     **dict.fromkeys(_ADD, 0),
                     "queue_wait_seconds": None,
                     "sort_at": _time(data["occurred_at"]),
@@ -219,7 +228,11 @@ class TicksProjection(Projection):
                 continue
             row["status"] = STATUS_OF[type_]
             column = _TIME_COLUMN.get(type_, "finished_at")
-            row[column] = when = _time(data["occurred_at"])
+            when = _time(data["occurred_at"])
+            if column not in _FIRST or row[column] is None:
+                row[column] = when
+            if type_ == TickStarted.type:
+                row["attempts"] = data.get("attempt", 1)
             if column != "scheduled_at" and when is not None:
                 tally.timed(tick_id, level, when, start=column == "started_at")
             if column != "finished_at" and when is not None:
@@ -248,6 +261,7 @@ class TicksProjection(Projection):
         changes: dict[str, Any] = {
             "status": new.status,
             **{name: sa.func.coalesce(new[name], old_row[name]) for name in _SET},
+            **{name: sa.func.coalesce(old_row[name], new[name]) for name in _FIRST},
             **{name: old_row[name] + new[name] for name in _ADD},
             "queue_wait_seconds": sa.func.coalesce(
                 old_row.queue_wait_seconds, new.queue_wait_seconds
@@ -498,6 +512,7 @@ class TickRow:
     model: str | None
     queue_wait_seconds: float | None
     fire_lag_seconds: float | None
+    attempts: int | None
 
     @classmethod
     def of(cls, row: sa.Row[Any]) -> TickRow:

@@ -32,7 +32,7 @@ from pydantic import (
     model_validator,
 )
 
-from harness.config import LEVEL_NAME, IanaZone, PriceOverride, nul_paths
+from harness.config import LEVEL_NAME, IanaZone, PriceOverride, nul_paths, plain
 from harness.contracts import (
     AgentKind,
     Api,
@@ -283,7 +283,7 @@ def _shape_problem(error: Any) -> str:
         return f"{path_of(loc)}: secrets never go in the catalog; name the variable in api_key_env"
     if error["type"] == "extra_forbidden":
         return f"{path_of(loc)}: unknown field"
-    return f"{path_of(loc)}: {error['msg']}"
+    return f"{path_of(loc)}: {plain(error['msg'])}"
 
 
 def parse_catalog(document: Mapping[str, Any], source: str = "catalog") -> Catalog:

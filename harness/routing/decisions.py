@@ -16,7 +16,7 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
-from harness.config import Settings
+from harness.config import Settings, one_line
 from harness.contracts import (
     RouteCandidate,
     RoutePlan,
@@ -201,7 +201,8 @@ class CatalogSource:
         try:
             new = self._load()
         except CatalogError as exc:
-            self.report(f"catalog rejected, revision {old[:12]} stays in force: {exc}")
+            why = one_line(str(exc), exc.source)
+            self.report(f"catalog {self.path} rejected ({why}): revision {old[:12]} stays in force")
             return
         self.catalog = new
         self.report(f"catalog {self.path} reloaded: revision {old[:12]} -> {new.revision[:12]}")

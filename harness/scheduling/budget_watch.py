@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import logging
 import threading
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from uuid import UUID, uuid5
@@ -239,12 +239,15 @@ def _runs_out(
 
 @dataclass
 class BudgetWatch:
-    """Records budget crossings and pauses `pause` budgets' levels; a companion of `run`."""
+    """Records budget crossings and pauses `pause` budgets' levels; a companion of `run`.
+
+    The service's log tells each crossing and pause from the events (`log_feed`), in
+    every replica, whichever recorded them.
+    """
 
     settings: Settings
     store: EventStore
     budgets: Budgets
-    report: Callable[[str], None] = lambda line: None
     recorded: set[tuple[str, str, float]] | None = None
 
     def run(self, stopping: threading.Event) -> None:
@@ -290,11 +293,12 @@ class BudgetWatch:
             if pause.by != BUDGET_ACTOR or level in held:
                 continue
             event = LevelResumed(
-                event_id=uuid5(BUDGET_RESUMES, str(pause.event_id)), level=level, by=BUDGET_ACTOR
+                event_id=uuid5(BUDGET_RESUMES, str(pause.event_id)),
+                level=level,
+                by=BUDGET_ACTOR,
+                reason=self._why(level, statuses),
             )
             self.store.append(level_stream(level), [event.to_record()])
-            why = self._why(level, statuses)
-            self.report(f"{level} resumed by its budget: {why}")
             resumed.append(level)
         return resumed
 
@@ -342,7 +346,6 @@ class BudgetWatch:
         if threshold >= 1.0 and status.action == "pause":
             event = event.model_copy(update={"levels": self._pause(status)})
         self.store.append(event.stream_id, [event.to_record()])
-        self.report(f"budget {status.name} crossed {threshold:.0%} of its {status.window} limit")
         return event
 
     def _pause(self, status: BudgetStatus) -> list[str]:

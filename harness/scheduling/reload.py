@@ -37,7 +37,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 from uuid import UUID, uuid5
 
-from harness.config import ConfigError, LevelConfig, Settings, load_settings
+from harness.config import ConfigError, LevelConfig, Settings, load_settings, one_line
 from harness.contracts import (
     CONFIG_STREAM,
     ConfigReloaded,
@@ -259,7 +259,8 @@ class LevelsReload:
         except ConfigError as exc:
             in_force = self.service.config_revision
             self.report(
-                f"configuration rejected, levels revision {in_force[:12]} stay in force: {exc}"
+                f"{self.path} rejected ({one_line(str(exc), str(self.path))}): levels revision "
+                f"{in_force[:12]} stays in force (an edit or SIGHUP reads the file again)"
             )
             return
         with self._lock:

@@ -42,11 +42,11 @@ from harness.scheduling.control import ControlFollower
 from harness.scheduling.handoff import Handoff
 from harness.scheduling.jitter import FireTimes
 from harness.scheduling.limits import RunLimits
+from harness.scheduling.log_feed import LogFeed
 from harness.scheduling.outage import Outage, OwedSlots, Report
 from harness.scheduling.overlap import OverlapBuffer
 from harness.scheduling.reconcile import RECONCILE_SECONDS, reconcile
 from harness.scheduling.reload import LevelsReload, levels_revision
-from harness.scheduling.tick_feed import TickFeed
 from harness.scheduling.timetable import Slot, Timetable
 from harness.scheduling.triggers import ScheduleEnded, level_trigger, next_slot, slot_tick_id
 from harness.scheduling.waves import (
@@ -136,7 +136,7 @@ class Service:
         self.reconciled_at = float("-inf")
         self.owed = OwedSlots(report)
         self.spool = Spool(settings.paths.spool)
-        self.feed = TickFeed(store, self.prices, report)
+        self.feed = LogFeed(store, self.prices, report, lambda: self.settings.levels)
         self.start_boundary: datetime | None = None
         """Where `serve` left the slots of the last few seconds to the loop's first batch."""
         self.config_revision = levels_revision(settings.levels)

@@ -1,9 +1,15 @@
-"""The fake's app (every wire format plus `/_script` and `/_ledger`) and its socket."""
+"""The fake's app (every wire format plus `/_script` and `/_ledger`) and its socket.
+
+`/_script` is the operator's handle on the answers: POST appends steps to a key's queue,
+GET lists what is queued per key, DELETE (`?key=K`, or every key) drops it, so a script
+left over from an earlier try can be seen and cleared instead of answering the next tick.
+"""
 
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from typing import Any
 
 from fastapi import FastAPI
 
@@ -23,8 +29,23 @@ def create_app(state: FakeState | None = None) -> FastAPI:
 
     @app.post("/_script")
     async def add_script(script: Script) -> dict[str, int]:
-        app.state.fake.script(script.key, script.steps)
-        return {"queued": len(script.steps)}
+        """Append the steps to those the key holds: `waiting` counts them all."""
+        waiting = app.state.fake.script(script.key, script.steps)
+        return {"queued": len(script.steps), "waiting": waiting}
+
+    @app.get("/_script")
+    async def list_scripts() -> dict[str, list[dict[str, Any]]]:
+        """The steps still queued per key, each with the fields it sets."""
+        queued = app.state.fake.queued()
+        return {
+            key: [step.model_dump(exclude_defaults=True) for step in steps]
+            for key, steps in queued.items()
+        }
+
+    @app.delete("/_script")
+    async def clear_scripts(key: str | None = None) -> dict[str, int]:
+        """Drop the key's queued steps, or every key's without one."""
+        return {"cleared": app.state.fake.clear(key)}
 
     @app.get("/_ledger")
     async def ledger() -> list[LedgerEntry]:

@@ -71,10 +71,23 @@ class FakeState:
         while self.arrived[key] < count:
             await asyncio.sleep(0.01)
 
-    def script(self, key: str, steps: list[Step]) -> None:
-        """Queue steps for the requests that carry `key`."""
+    def script(self, key: str, steps: list[Step]) -> int:
+        """Queue steps after those the key holds already; returns how many it holds now."""
         with self.lock:
             self.scripts[key].extend(steps)
+            return len(self.scripts[key])
+
+    def queued(self) -> dict[str, list[Step]]:
+        """The steps still queued, per key that holds any, in the order they will answer."""
+        with self.lock:
+            return {key: list(steps) for key, steps in self.scripts.items() if steps}
+
+    def clear(self, key: str | None = None) -> int:
+        """Drop the steps queued for `key` (None: every key's); returns how many were dropped."""
+        with self.lock:
+            keys = list(self.scripts) if key is None else [key]
+            dropped = sum(len(self.scripts.pop(each, ())) for each in keys)
+        return dropped
 
     def next_step(self, key: str) -> Step:
         """The next scripted answer for `key`, the default script's, or a plain text answer."""

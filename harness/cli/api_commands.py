@@ -33,6 +33,7 @@ def serve(
     from harness.api import create_app
     from harness.devtools import env_for_ticks
     from harness.execution import ManualTicks
+    from harness.store import serve_connections
 
     config = settings()
     bind = host or config.api.host
@@ -42,7 +43,7 @@ def serve(
             "set TICKWORK_API_TOKEN",
             code=2,
         )
-    store = store_for(config)
+    store = store_for(config, serve_connections(config))
     try:
         where = f"http://{bind}:{port or config.api.port}"
         guarded = "bearer token required" if config.api.token else "no token: loopback only"

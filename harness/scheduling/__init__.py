@@ -53,6 +53,7 @@ if typing.TYPE_CHECKING:
     from harness.scheduling.describe import LevelDescription, describe_levels
     from harness.scheduling.handoff import Handoff, RunningTick, ScopeMatch
     from harness.scheduling.manual import manual_ticks_ahead
+    from harness.scheduling.outage import Outage
     from harness.scheduling.reload import (
         LevelsReload,
         last_reload,
@@ -86,6 +87,7 @@ __all__ = [
     "LevelStatus",
     "LevelsReload",
     "Manual",
+    "Outage",
     "Progress",
     "RunningTick",
     "ScopeError",
@@ -202,5 +204,6 @@ _HOMES = {
     "alerts": ("Alerter",),
     "compaction": ("Compactor",),
     "manual": ("manual_ticks_ahead",),
+    "outage": ("Outage",),
 }
 __getattr__ = fronts.names_on_first_use(__name__, _HOMES)

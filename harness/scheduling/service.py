@@ -142,6 +142,8 @@ class Service:
         self.timetable: Timetable | None = None
         self.reload: LevelsReload | None = None
         """Set by `tickwork run`'s wiring: takes the file's levels anew (SIGHUP, edits)."""
+        self.crashed = False
+        """Whether `serve` ended on an unexpected error rather than a stop."""
 
     def take_levels(self, levels: dict[str, LevelConfig], retimed: Collection[str]) -> None:
         """Every part of the service takes reloaded levels; the timetable retimes `retimed`.
@@ -166,7 +168,21 @@ class Service:
             self.timetable.retime(self.triggers, set(retimed), utcnow())
 
     def serve(self) -> None:
-        """Fire slots until `stopping` is set, then shut down; returns when all is ended."""
+        """Fire slots until `stopping` is set, then shut down; returns when all is ended.
+
+        An unexpected error of the loop ends it as a stop would, said in one line
+        (`crashed`): the executor gives running ticks their grace, and the next start
+        reconciles what is left open.
+        """
+        try:
+            self._serve()
+        except Exception as exc:
+            self.crashed = True
+            self.stopping.set()
+            self.report(f"stopping: the scheduler's loop ended on an unexpected error, {exc!r}")
+        self.shutdown()
+
+    def _serve(self) -> None:
         self._reconcile()
         for companion in self.companions:
             self._track(threading.Thread(target=companion, args=(self.stopping,), daemon=True))
@@ -182,7 +198,6 @@ class Service:
         )
         self.report(f"tickwork running: {levels or 'no levels configured'}")
         timetable.run(self.stopping, self._fire_due, wake=self._wake, gap_seconds=WAVE_GAP)
-        self.shutdown()
 
     def _fire_due(self, due: list[Slot]) -> None:
         """Fire what the timetable hands on; a slot it hands late follows catch-up policy.

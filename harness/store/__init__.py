@@ -84,6 +84,12 @@ if typing.TYPE_CHECKING:
     )
     from harness.store.schema import HEAD_REVISION, Json, metadata, projection_checkpoints
     from harness.store.scratch import scratch_sqlite
+    from harness.store.sizing import (
+        API_THREADS,
+        run_connections,
+        serve_connections,
+        worker_connections,
+    )
     from harness.store.spool import Spool, append_or_spool
     from harness.store.sql import SqlEventStore, add_sums, among, clear_tables, upsert
     from harness.store.tick_rows import (
@@ -100,6 +106,7 @@ if typing.TYPE_CHECKING:
 
 __all__ = [
     "ANY",
+    "API_THREADS",
     "EVENTS_FILE",
     "FILES_FILE",
     "HEAD_REVISION",
@@ -183,8 +190,10 @@ __all__ = [
     "recorded_archives",
     "release_tick",
     "relied_on",
+    "run_connections",
     "safe_url",
     "scratch_sqlite",
+    "serve_connections",
     "settle",
     "split_password",
     "take",
@@ -192,6 +201,7 @@ __all__ = [
     "verify",
     "verify_as_recorded",
     "verify_transcripts",
+    "worker_connections",
     "write_archive",
     "write_transcripts",
 ]
@@ -218,6 +228,12 @@ _HOMES = {
         "configured_store",
         "migrate_store",
         "open_store",
+    ),
+    "sizing": (
+        "API_THREADS",
+        "run_connections",
+        "serve_connections",
+        "worker_connections",
     ),
     "rate_buckets": (
         "Call",

@@ -58,6 +58,8 @@ class Load:
     ticks: int
     completed: int
     ended_once: int
+    unended: int
+    """Ticks with no terminal event yet (jobs still queued when the workers stopped)."""
     spent_tokens: int
     billed_tokens: int
 
@@ -74,6 +76,7 @@ class Load:
             ticks=len(ticks.streams),
             completed=sum(kinds == ["TickCompleted"] for kinds in terminals.values()),
             ended_once=sum(len(kinds) == 1 for kinds in terminals.values()),
+            unended=sum(not kinds for kinds in terminals.values()),
             spent_tokens=spent,
             billed_tokens=sum(e.prompt_tokens + e.completion_tokens for e in fake.ledger),
         )

@@ -47,6 +47,10 @@ DURABILITY = "tickwork_durability"
 """Engine-wide execution option read by the writer (PostgreSQL's synchronous_commit)."""
 DEFAULT_CONNECTIONS = 6
 """A PostgreSQL pool's size for a process that does one thing at a time (a command, a tick)."""
+OVERFLOW = 2
+"""Connections a PostgreSQL pool opens beyond its size, and closes once given back: for a
+thread that reads beside its own open write transaction (archiving), the one case where a
+thread holds two."""
 POOL_WAIT_SECONDS = 10.0
 """How long a thread waits for a pooled PostgreSQL connection before the store counts as
 out for it. The pool is sized so that none waits (`harness.store.sizing`): a wait this
@@ -127,7 +131,7 @@ def create_store_engine(
         engine = sa.create_engine(
             parsed,
             pool_size=connections,
-            max_overflow=0,
+            max_overflow=OVERFLOW,
             pool_timeout=POOL_WAIT_SECONDS,
             connect_args={"application_name": name},
             **common,

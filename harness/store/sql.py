@@ -288,7 +288,7 @@ class SqlEventStore(EventStore):
         """A read-then-write transaction; on SQLite it takes the write lock at BEGIN."""
         with translate_errors(), self.engine.connect() as conn:
             conn = conn.execution_options(**{BEGIN_MODE: "IMMEDIATE"})
-            with conn.begin(), self._holding(conn):
+            with conn.begin():
                 yield conn
 
     @contextmanager
@@ -317,12 +317,14 @@ class SqlEventStore(EventStore):
 
     @contextmanager
     def _holding(self, conn: sa.Connection) -> Iterator[None]:
-        """Reads this thread makes inside the transaction run on its connection.
+        """Reads this thread makes inside a read, statement or tracking block use its connection.
 
         A thread that held one pooled connection while it took a second (a fold's window
         counted inside its tracking transaction) could wait for the pool for ever: with
         every connection held by threads doing the same, none comes back. So a thread holds
-        one connection at most, and a pool as large as the threads never runs dry.
+        one connection at most, and a pool as large as the threads never runs dry. A plain
+        `write_transaction` keeps its writes to itself: a read beside it sees what is
+        committed, on a connection of its own (the pool's overflow, `harness.store.engine`).
         """
         outer = getattr(self._held, "conn", None)
         self._held.conn = conn
@@ -566,7 +568,7 @@ class SqlEventStore(EventStore):
         the window's later statements (each its own snapshot on PostgreSQL) see the same
         events up to it.
         """
-        with self._folding_turn(name), self.write_transaction() as conn:
+        with self._folding_turn(name), self.write_transaction() as conn, self._holding(conn):
             row = {"name": name, "position": 0, "updated_at": datetime.now(UTC)}
             conn.execute(upsert(conn, projection_checkpoints).on_conflict_do_nothing(), row)
             query = (

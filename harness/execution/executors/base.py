@@ -95,7 +95,7 @@ class Executor(ABC):
         tick_id, level, manual = claim.tick_id, claim.level, claim.manual
         waiting = Retrying(
             retry=retry_if_exception_type(StoreUnavailableError),
-            wait=wait_exponential_jitter(initial=0.5, max=5.0),
+            wait=wait_exponential_jitter(multiplier=0.5, max=5.0, jitter=0.5),
             stop=stop_after_delay(PREPARE_RIDE_OUT_SECONDS),
             before_sleep=self._store_out,
             reraise=True,

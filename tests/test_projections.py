@@ -880,3 +880,25 @@ def test_level_stats_say_the_last_outcome_the_success_rate_and_run_times(
     assert (stats.completed_day, stats.failed_day, stats.success_rate) == (3, 1, 0.75)
     assert (stats.p50_seconds, stats.p95_seconds) == (5.0, 60.0), "from the histogram's bounds"
     assert idle.last_tick_id is None and idle.success_rate is None and idle.p50_seconds is None
+
+
+def test_a_catch_up_ends_with_what_was_appended_before_it_while_appends_go_on(
+    store: SqlEventStore,
+) -> None:
+    """An event is appended after each window folded: the call still ends after one.
+
+    A fold that chased the moving horizon held its turn (and a connection) for as long as
+    appends went on: under load, every tick preparing its calibrations waited behind it
+    (issue 45). The event appended meanwhile is the next call's.
+    """
+    projection = Windows()
+
+    def grow(done: int, ahead: int) -> None:
+        if len(projection.batches) < 50:
+            store.append("tick-chase", [spent("chase", "min", "m", 1, 1).to_record()])
+
+    grow(0, 0)
+    Projector(store, [projection], batch_size=1).catch_up(progress=grow)
+    assert len(projection.batches) == 1
+    Projector(store, [projection], batch_size=1).catch_up()
+    assert len(projection.batches) == 2

@@ -498,3 +498,31 @@ def test_the_log_tells_each_state_change_with_who_why_and_how_to_undo_it(
         finally:
             output = service.stop()
     assert service.process.returncode == 0, output
+
+
+def test_a_thread_that_meets_an_unexpected_error_stops_the_service_in_one_line() -> None:
+    """No `Exception in thread` and traceback, and no process running on without the thread.
+
+    The hook `tickwork run` and `tickwork worker` install says it in one line and sends
+    the process SIGTERM, as an operator's stop: here a process with no handler of its own
+    ends by it, and never reaches its last line.
+    """
+    script = (
+        "import signal, threading\n"
+        "from harness.cli.thread_crashes import ThreadCrashes\n"
+        "ThreadCrashes(print).install()\n"
+        "def heartbeat():\n"
+        "    raise ValueError('a bug')\n"
+        "threading.Thread(target=heartbeat, name='heartbeat').start()\n"
+        "signal.sigwait([signal.SIGUSR1])\n"
+        "print('still running')\n"
+    )
+    ended = subprocess.run(
+        [sys.executable, "-c", script], capture_output=True, text=True, timeout=60, check=False
+    )
+    assert ended.returncode == -signal.SIGTERM, ended
+    assert ended.stdout == (
+        "stopping: thread heartbeat ended on an unexpected error, ValueError: a bug\n"
+    )
+    assert "Exception in thread" not in ended.stderr
+    assert "Traceback" not in ended.stderr

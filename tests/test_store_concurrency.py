@@ -332,3 +332,37 @@ def _writers_waiting(store: SqlEventStore) -> int:
                 (WRITER_NAME,),
             ).scalar_one()
         )
+
+
+def test_threads_folding_at_once_each_hold_one_connection_at_most(store: SqlEventStore) -> None:
+    """Eight threads catch every read model up at once, one connection each at most.
+
+    A fold's windows are read on its tracking transaction's connection, and the threads
+    take turns before taking one. A thread that took a second connection inside its
+    transaction could wait for ever on a pool the others held the same way (issue 45:
+    every thread of a loaded service).
+    """
+    for i in range(50):
+        store.append(f"s-{i}", [NewEvent(uuid4(), "Load", 1, {"n": i})])
+    peak = [0]
+    pool = store.engine.pool
+
+    def checked_out(*_: object) -> None:
+        peak[0] = max(peak[0], pool.checkedout())  # type: ignore[attr-defined]
+
+    sa.event.listen(pool, "checkout", checked_out)
+    failed: list[BaseException] = []
+
+    def fold() -> None:
+        try:
+            projector_for(store, PriceBook()).catch_up()
+        except BaseException as exc:
+            failed.append(exc)
+
+    threads = [threading.Thread(target=fold) for _ in range(8)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(120)
+    assert failed == []
+    assert peak[0] <= len(threads), f"{peak[0]} connections out at once for {len(threads)} threads"

@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Annotated, Any
 from urllib.parse import parse_qsl
 
+from anyio import to_thread
 from fastapi import APIRouter, Depends, FastAPI, HTTPException, Request
 from fastapi.responses import HTMLResponse, JSONResponse, Response
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
@@ -30,7 +31,7 @@ from harness.api.routes import ROUTERS
 from harness.config import Settings
 from harness.contracts import redact
 from harness.execution import ManualTicks
-from harness.store import EventStore
+from harness.store import API_THREADS, EventStore
 
 STATIC = Path(__file__).with_name("static")
 
@@ -101,6 +102,8 @@ def create_app(settings: Settings, store: EventStore, manual: ManualTicks) -> Fa
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+        # A request is a thread holding a pooled connection: as many at once as the pool has.
+        to_thread.current_default_thread_limiter().total_tokens = API_THREADS
         yield
         await run_in_threadpool(manual.close)
 

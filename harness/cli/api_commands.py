@@ -35,6 +35,7 @@ def serve(
     from harness.api import create_app
     from harness.devtools import env_for_ticks
     from harness.execution import ManualTicks
+    from harness.store import serve_connections
 
     config = settings()
     bind = host or config.api.host
@@ -45,7 +46,7 @@ def serve(
             code=2,
         )
     listening = _listen(bind, port or config.api.port)
-    store = store_for(config)
+    store = store_for(config, serve_connections(config))
     try:
         where = f"http://{bind}:{port or config.api.port}"
         guarded = "bearer token required" if config.api.token else "no token: loopback only"

@@ -212,12 +212,15 @@ def router_or_exit(config: Settings, report: Report = lambda line: None) -> Rout
         raise fail(str(exc), code=2) from exc
 
 
-def store_for(config: Settings) -> SqlEventStore:
-    """The configured store, migrated if embedded and its spool ingested; failures exit 1."""
+def store_for(config: Settings, connections: int | None = None) -> SqlEventStore:
+    """The configured store, migrated if embedded and its spool ingested; failures exit 1.
+
+    `connections`: the PostgreSQL pool a service needs (`harness.store.sizing`).
+    """
     from harness.store import StoreError, configured_store
 
     try:
-        return configured_store(config)
+        return configured_store(config, connections)
     except StoreError as exc:
         raise fail(str(exc)) from exc
 

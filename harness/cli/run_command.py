@@ -10,6 +10,7 @@ from datetime import UTC, datetime
 from functools import partial
 from typing import TYPE_CHECKING
 
+import typer
 from rich.console import Console
 
 from harness import __version__
@@ -21,6 +22,7 @@ from harness.cli.app import (
     store_for,
     upstream_for_ticks,
 )
+from harness.cli.thread_crashes import ThreadCrashes
 
 if TYPE_CHECKING:
     from harness.config import Settings
@@ -55,13 +57,15 @@ def run_service() -> None:
         LevelsReload,
         Service,
     )
-    from harness.store import Heartbeat
+    from harness.store import Heartbeat, run_connections
 
     config = settings(needed=True)
     path = config_path(state.config)
     assert path is not None  # `needed`: there is a file
     router = router_or_exit(config, report)
-    store = store_for(config)
+    crashes = ThreadCrashes(report)
+    crashes.install()
+    store = store_for(config, run_connections(config))
     try:
         with upstream_for_ticks() as upstream:
             env = upstream.env
@@ -99,6 +103,8 @@ def run_service() -> None:
             executor.runner.launcher.close()  # a fork server still warming up is not waited for
     finally:
         store.close()
+    if service.crashed or crashes.happened.is_set():
+        raise typer.Exit(1)
 
 
 def _banner(

@@ -12,6 +12,7 @@ import typer
 
 from harness.cli.app import app, fail, router_or_exit, settings, store_for, upstream_for_ticks
 from harness.cli.run_command import report
+from harness.cli.thread_crashes import ThreadCrashes
 
 
 @app.command("worker")
@@ -25,7 +26,7 @@ def worker(
 ) -> None:
     """Run tick jobs of the procrastinate executor until SIGTERM (any number, any host)."""
     from harness.execution import WorkerLoop, places_needed
-    from harness.store import Heartbeat
+    from harness.store import Heartbeat, worker_connections
 
     config = settings(needed=True)
     if config.executor.kind != "procrastinate":
@@ -41,7 +42,9 @@ def worker(
             "(each panel member and each hedge twin takes one)"
         )
     router = router_or_exit(config, report)
-    store = store_for(config)
+    crashes = ThreadCrashes(report)
+    crashes.install()
+    store = store_for(config, worker_connections(config, concurrency))
     try:
         with (
             upstream_for_ticks() as upstream,
@@ -52,3 +55,5 @@ def worker(
             WorkerLoop(config, store, upstream.env, router, report, concurrency, queues).run()
     finally:
         store.close()
+    if crashes.happened.is_set():
+        raise typer.Exit(1)

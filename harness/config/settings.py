@@ -146,6 +146,9 @@ class StoreConfig(_Strict):
     url: str = f"sqlite:///./{HOME}/events.db"
     durability: Durability = "process"
     """`process`: commits survive any process crash; `power`: also power loss (slower)."""
+    connections: Annotated[int, Field(ge=1)] | None = None
+    """PostgreSQL: the connection pool of each tickwork process. By default sized from what
+    the process does at once (`harness.store.sizing`); set it only to go below that."""
 
     @field_validator("url")
     @classmethod

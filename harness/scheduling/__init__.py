@@ -53,6 +53,7 @@ if typing.TYPE_CHECKING:
     from harness.scheduling.describe import LevelDescription, describe_levels
     from harness.scheduling.handoff import Handoff, RunningTick, ScopeMatch
     from harness.scheduling.manual import manual_ticks_ahead
+    from harness.scheduling.outage import Outage
     from harness.scheduling.reload import (
         LevelsReload,
         last_reload,

@@ -37,18 +37,23 @@ class Outage:
     def __init__(self, report: Report) -> None:
         self.report = report
         self.since: float | None = None
+        self._lock = threading.Lock()
+        """Threads of an executor share one: each tick that waits does not say it again."""
 
     def failed(self, exc: StoreError) -> None:
         """A store call failed: said once, when the outage begins."""
-        if self.since is None:
+        with self._lock:
+            if self.since is not None:
+                return
             self.since = time.monotonic()
-            self.report(f"store unreachable, riding it out (events are spooled): {exc}")
+        self.report(f"store unreachable, riding it out (events are spooled): {exc}")
 
     def over(self) -> None:
         """A store call succeeded: said once, when an outage ends."""
-        if self.since is not None:
-            self.report(f"store back after {time.monotonic() - self.since:.0f} s")
-            self.since = None
+        with self._lock:
+            since, self.since = self.since, None
+        if since is not None:
+            self.report(f"store back after {time.monotonic() - since:.0f} s")
 
 
 class OwedSlots:

@@ -144,6 +144,8 @@ class Service:
         self.timetable: Timetable | None = None
         self.reload: LevelsReload | None = None
         """Set by `tickwork run`'s wiring: takes the file's levels anew (SIGHUP, edits)."""
+        self.crashed = False
+        """Whether `serve` ended on an unexpected error rather than a stop."""
 
     def take_levels(self, levels: dict[str, LevelConfig], retimed: Collection[str]) -> None:
         """Every part of the service takes reloaded levels; the timetable retimes `retimed`.
@@ -180,7 +182,21 @@ class Service:
         }
 
     def serve(self) -> None:
-        """Fire slots until `stopping` is set, then shut down; returns when all is ended."""
+        """Fire slots until `stopping` is set, then shut down; returns when all is ended.
+
+        An unexpected error of the loop ends it as a stop would, said in one line
+        (`crashed`): the executor gives running ticks their grace, and the next start
+        reconciles what is left open.
+        """
+        try:
+            self._serve()
+        except Exception as exc:
+            self.crashed = True
+            self.stopping.set()
+            self.report(f"stopping: the scheduler's loop ended on an unexpected error, {exc!r}")
+        self.shutdown()
+
+    def _serve(self) -> None:
         self._reconcile()
         for companion in self.companions:
             self._track(threading.Thread(target=companion, args=(self.stopping,), daemon=True))
@@ -198,7 +214,6 @@ class Service:
         for why in self.settings.refused_levels().values():
             self.report(f"refused, it does not run: {why}")
         timetable.run(self.stopping, self._fire_due, wake=self._wake, gap_seconds=WAVE_GAP)
-        self.shutdown()
 
     def _fire_due(self, due: list[Slot]) -> None:
         """Fire what the timetable hands on; a slot it hands late follows catch-up policy.

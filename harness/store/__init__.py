@@ -84,6 +84,12 @@ if typing.TYPE_CHECKING:
     )
     from harness.store.schema import HEAD_REVISION, Json, metadata, projection_checkpoints
     from harness.store.scratch import scratch_sqlite
+    from harness.store.sizing import (
+        API_THREADS,
+        run_connections,
+        serve_connections,
+        worker_connections,
+    )
     from harness.store.spool import Spool, append_or_spool
     from harness.store.sql import SqlEventStore, add_sums, among, clear_tables, upsert
     from harness.store.tick_rows import (

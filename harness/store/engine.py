@@ -45,6 +45,16 @@ SQLITE_WAL_AUTOCHECKPOINT_PAGES = {"process": 10_000, "power": 1_000}
 SQLITE_SYNCHRONOUS = {"process": "NORMAL", "power": "FULL"}
 DURABILITY = "tickwork_durability"
 """Engine-wide execution option read by the writer (PostgreSQL's synchronous_commit)."""
+DEFAULT_CONNECTIONS = 6
+"""A PostgreSQL pool's size for a process that does one thing at a time (a command, a tick)."""
+OVERFLOW = 2
+"""Connections a PostgreSQL pool opens beyond its size, and closes once given back: for a
+thread that reads beside its own open write transaction (archiving), the one case where a
+thread holds two."""
+POOL_WAIT_SECONDS = 10.0
+"""How long a thread waits for a pooled PostgreSQL connection before the store counts as
+out for it. The pool is sized so that none waits (`harness.store.sizing`): a wait this
+long means the server or the sizing is wrong, and the caller rides it out as an outage."""
 
 
 def process_name(host: str, pid: int) -> str:
@@ -105,16 +115,24 @@ def sqlite_path(url: URL) -> Path | None:
     return Path(url.database)
 
 
-def create_store_engine(url: str, *, durability: Durability = "process") -> Engine:
-    """An engine configured for the event store's concurrency model."""
+def create_store_engine(
+    url: str, *, durability: Durability = "process", connections: int = DEFAULT_CONNECTIONS
+) -> Engine:
+    """An engine configured for the event store's concurrency model.
+
+    `connections`: the PostgreSQL pool's size, what the process does at once
+    (`harness.store.sizing`); a checkout waits POOL_WAIT_SECONDS at most, then the store
+    reports itself unavailable (`translate_errors`), as it does when the server is out.
+    """
     parsed = normalize_url(url)
     common: dict[str, Any] = {"json_serializer": _json_dumps, "json_deserializer": orjson.loads}
     if parsed.get_backend_name() == "postgresql":
         name = process_name(socket.gethostname(), os.getpid())
         engine = sa.create_engine(
             parsed,
-            pool_size=2,
-            max_overflow=4,
+            pool_size=connections,
+            max_overflow=OVERFLOW,
+            pool_timeout=POOL_WAIT_SECONDS,
             connect_args={"application_name": name},
             **common,
         )

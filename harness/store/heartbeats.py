@@ -108,12 +108,21 @@ class Heartbeat:
             conn.execute(heartbeats.delete().where(heartbeats.c.beat_at < now - PRUNE_AFTER))
 
     def run(self, stopping: threading.Event, failed: Callable[[StoreError], None]) -> None:
-        """Beat every BEAT_SECONDS until `stopping` is set, then delete the row."""
+        """Beat every BEAT_SECONDS until `stopping` is set, then delete the row.
+
+        A beat the store cannot take (out, or no connection free) is tried again at the
+        next; `failed` hears of the first of a run of them only.
+        """
+        failing = False
         while True:
             try:
                 self.beat()
             except StoreError as exc:
-                failed(exc)
+                if not failing:
+                    failed(exc)
+                failing = True
+            else:
+                failing = False
             if stopping.wait(BEAT_SECONDS):
                 break
         self.stop()

@@ -10,7 +10,7 @@ from datetime import UTC, datetime
 
 from harness.config import Durability, Settings
 from harness.store import partitions
-from harness.store.engine import create_store_engine, safe_url
+from harness.store.engine import DEFAULT_CONNECTIONS, create_store_engine, safe_url
 from harness.store.migrate import current_revision, needs_upgrade, upgrade
 from harness.store.records import SchemaError
 from harness.store.schema import HEAD_REVISION
@@ -25,15 +25,17 @@ def open_store(
     durability: Durability = "process",
     spool: Spool | None = None,
     clock: Clock = utc_now,
+    connections: int = DEFAULT_CONNECTIONS,
 ) -> SqlEventStore:
     """Open the store, migrating an embedded SQLite store, then ingest any spooled events.
 
-    `clock` stamps what it appends (a soak run's simulated month).
+    `clock` stamps what it appends (a soak run's simulated month); `connections` sizes a
+    PostgreSQL pool (`harness.store.sizing`).
 
     A PostgreSQL store is shared by several hosts and is migrated only on purpose
     (`tickwork migrate`): opening one whose schema lags raises SchemaError.
     """
-    engine = create_store_engine(url, durability=durability)
+    engine = create_store_engine(url, durability=durability, connections=connections)
     with translate_errors():
         revision = current_revision(engine)
         if revision != HEAD_REVISION:
@@ -50,12 +52,17 @@ def open_store(
     return store
 
 
-def configured_store(settings: Settings) -> SqlEventStore:
-    """The store `[store]` names, with the spool `[paths]` names: what every owner opens."""
+def configured_store(settings: Settings, connections: int | None = None) -> SqlEventStore:
+    """The store `[store]` names, with the spool `[paths]` names: what every owner opens.
+
+    `connections`: the pool the process needs (`harness.store.sizing`); by default
+    `[store] connections`, or what a process doing one thing at a time needs.
+    """
     return open_store(
         settings.store.url,
         durability=settings.store.durability,
         spool=Spool(settings.paths.spool),
+        connections=connections or settings.store.connections or DEFAULT_CONNECTIONS,
     )
 
 

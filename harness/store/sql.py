@@ -17,6 +17,7 @@ drivers do.
 from __future__ import annotations
 
 import heapq
+import threading
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from datetime import UTC, datetime
@@ -277,6 +278,10 @@ class SqlEventStore(EventStore):
     def __init__(self, engine: Engine, clock: Clock = utc_now) -> None:
         self.engine = engine
         self._writer = Writer(engine, clock)
+        self._held = threading.local()
+        """The connection this thread's open transaction holds, if any (`_holding`)."""
+        self._folding: dict[str, threading.Lock] = {}
+        self._folding_lock = threading.Lock()
 
     @contextmanager
     def write_transaction(self) -> Iterator[sa.Connection]:
@@ -294,9 +299,40 @@ class SqlEventStore(EventStore):
 
     @contextmanager
     def read_transaction(self) -> Iterator[sa.Connection]:
-        """A transaction for reads: unlike `write_transaction`, it takes no write lock at BEGIN."""
-        with translate_errors(), self.engine.connect() as conn, conn.begin():
+        """A transaction for reads: unlike `write_transaction`, it takes no write lock at BEGIN.
+
+        Inside another transaction of this thread, that one's connection (`_holding`).
+        """
+        held = self._held_connection()
+        if held is not None:
+            yield held
+            return
+        with translate_errors(), self.engine.connect() as conn, conn.begin(), self._holding(conn):
             yield conn
+
+    def _held_connection(self) -> sa.Connection | None:
+        """The connection of this thread's open transaction or statement (`_holding`)."""
+        held: sa.Connection | None = getattr(self._held, "conn", None)
+        return None if held is None or held.closed else held
+
+    @contextmanager
+    def _holding(self, conn: sa.Connection) -> Iterator[None]:
+        """Reads this thread makes inside a read, statement or tracking block use its connection.
+
+        A thread that held one pooled connection while it took a second (a fold's window
+        counted inside its tracking transaction) could wait for the pool for ever: with
+        every connection held by threads doing the same, none comes back. So a thread holds
+        one connection at most, and a pool as large as the threads never runs dry. A plain
+        `write_transaction` keeps its writes to itself: a read beside it sees what is
+        committed, on a connection of its own (the pool's overflow, `harness.store.engine`).
+        """
+        outer = getattr(self._held, "conn", None)
+        self._held.conn = conn
+        try:
+            yield
+        finally:
+            if getattr(self._held, "conn", None) is conn:
+                self._held.conn = outer
 
     @contextmanager
     def _one_statement(self) -> Iterator[sa.Connection]:
@@ -304,13 +340,20 @@ class SqlEventStore(EventStore):
 
         On PostgreSQL it runs outside a transaction: one round trip to the server instead
         of four (BEGIN, the query, COMMIT, and the pool's ROLLBACK when it takes the
-        connection back), which is most of a page's time on a busy server.
+        connection back), which is most of a page's time on a busy server. Inside a
+        transaction of this thread, on its connection (`_holding`).
         """
+        held = self._held_connection()
+        if held is not None:
+            yield held
+            return
         with translate_errors(), self.engine.connect() as conn:
             if conn.dialect.name == "postgresql":
-                yield conn.execution_options(isolation_level="AUTOCOMMIT")
+                autocommit = conn.execution_options(isolation_level="AUTOCOMMIT")
+                with self._holding(autocommit):
+                    yield autocommit
             else:
-                with conn.begin():
+                with conn.begin(), self._holding(conn):
                     yield conn
 
     def append(
@@ -525,7 +568,7 @@ class SqlEventStore(EventStore):
         the window's later statements (each its own snapshot on PostgreSQL) see the same
         events up to it.
         """
-        with self.write_transaction() as conn:
+        with self._folding_turn(name), self.write_transaction() as conn, self._holding(conn):
             row = {"name": name, "position": 0, "updated_at": datetime.now(UTC)}
             conn.execute(upsert(conn, projection_checkpoints).on_conflict_do_nothing(), row)
             query = (
@@ -535,6 +578,20 @@ class SqlEventStore(EventStore):
             )
             position = int(conn.execute(query).scalar_one())
             yield Tracking(conn, name, position, _last_settled(conn))
+
+    @contextmanager
+    def _folding_turn(self, name: str) -> Iterator[None]:
+        """This process's threads track a projection one at a time, before taking a connection.
+
+        Each would otherwise hold a pooled connection while its transaction waits for the
+        checkpoint's row lock (PostgreSQL) or the write lock (SQLite): sixteen ticks
+        preparing at once, each folding the calibrations, held every connection of the
+        pool waiting on the one thread that folded.
+        """
+        with self._folding_lock:
+            turn = self._folding.setdefault(name, threading.Lock())
+        with turn:
+            yield
 
     def window(self, after: int, upper: int, size: int | None = None) -> Window:
         """Counted on the primary key: a LIMIT of `size` keys, or a COUNT of them all.

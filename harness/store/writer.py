@@ -135,6 +135,9 @@ def _pep249(name: str) -> tuple[type[Exception], ...]:
 def driver_error(exc: BaseException) -> StoreError | None:
     """Classify a driver error (or SQLAlchemy's wrapper of one) by its PEP 249 class."""
     text = str(exc).strip()
+    if isinstance(exc, sa.exc.TimeoutError):
+        # No pooled connection came free in time: to its caller the store is out.
+        return StoreUnavailableError(f"event store unavailable, its connections all busy: {text}")
     if _missing_table(exc):
         return SchemaError(f"the store has no schema ({text}): run `tickwork migrate`")
     if isinstance(exc, _pep249("OperationalError") + _pep249("InterfaceError")):

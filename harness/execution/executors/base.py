@@ -17,6 +17,14 @@ from abc import ABC, abstractmethod
 from collections.abc import Callable, Mapping, Sequence
 from datetime import datetime
 
+from tenacity import (
+    RetryCallState,
+    Retrying,
+    retry_if_exception_type,
+    stop_after_delay,
+    wait_exponential_jitter,
+)
+
 from harness.config import LevelConfig, Settings
 from harness.contracts import TERMINAL_TYPES, TickFailed, TickLost, tick_stream
 from harness.execution.panels import Panel
@@ -24,10 +32,13 @@ from harness.execution.prepare import Preparer, TickSetupError
 from harness.execution.runner import Runner, TickOutcome
 from harness.prices import PriceBook
 from harness.projections import tick_line
-from harness.scheduling import RunningTick, ScopeMatch, SlotClaim
-from harness.store import StoredEvent, StoreError
+from harness.scheduling import Outage, RunningTick, ScopeMatch, SlotClaim
+from harness.store import StoredEvent, StoreError, StoreUnavailableError
 
 Report = Callable[[str], None]
+PREPARE_RIDE_OUT_SECONDS = 60.0
+"""How long a tick that got its place waits for the store to prepare it (no connection
+free, the server out), backing off, before it ends failed on infrastructure."""
 Ended = Callable[[TickOutcome], None]
 """Told of every tick run here once its terminal event is recorded."""
 
@@ -49,6 +60,8 @@ class Executor(ABC):
         self.report = report
         self.ended = ended
         self.prices = PriceBook(settings.prices)
+        self.outage = Outage(report)
+        """Said once when ticks start waiting for the store, and once when it answers."""
         self._set_up()
 
     @abstractmethod
@@ -80,8 +93,16 @@ class Executor(ABC):
     def _execute(self, claim: SlotClaim) -> None:
         """Run a tick that got its place: its payload is prepared now, not when it was claimed."""
         tick_id, level, manual = claim.tick_id, claim.level, claim.manual
+        waiting = Retrying(
+            retry=retry_if_exception_type(StoreUnavailableError),
+            wait=wait_exponential_jitter(multiplier=0.5, max=5.0, jitter=0.5),
+            stop=stop_after_delay(PREPARE_RIDE_OUT_SECONDS),
+            before_sleep=self._store_out,
+            reraise=True,
+        )
         try:
-            tick = self.preparer.prepare(
+            tick = waiting(
+                self.preparer.prepare,
                 level,
                 prompt=manual.prompt if manual else None,
                 timeout=manual.timeout if manual else None,
@@ -90,6 +111,7 @@ class Executor(ABC):
                 routed=claim.routed,
                 config=claim.config,
             )
+            self.outage.over()
         except (TickSetupError, StoreError) as exc:
             reason = f"the tick could not be prepared: {exc}"
             failure = "infrastructure" if isinstance(exc, StoreError) else "internal"
@@ -107,6 +129,13 @@ class Executor(ABC):
         self.report(self._ended_line(outcome))
         if self.ended is not None:
             self.ended(outcome)
+
+    def _store_out(self, state: RetryCallState) -> None:
+        """A tick backs off until the store answers (its outage said once)."""
+        if state.outcome is not None and isinstance(
+            failure := state.outcome.exception(), StoreError
+        ):
+            self.outage.failed(failure)
 
     def _ended_line(self, outcome: TickOutcome) -> str:
         """The tick's line for the log, from its stream; from the outcome while the store is out."""

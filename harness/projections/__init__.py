@@ -32,6 +32,7 @@ if typing.TYPE_CHECKING:
         load_calibrations,
     )
     from harness.projections.digests import DigestsProjection, latest_published
+    from harness.projections.leaving import delete_archived, drop_archived_day
     from harness.projections.level_stats import LevelStats, stats_of_levels
     from harness.projections.levels import (
         CancelScopesProjection,

@@ -169,7 +169,9 @@ def measure(kinds: list[str], runs: int, warm_up: int) -> dict[str, Figures]:
                 assert outcome.status == "completed", outcome.reason
                 assert outcome.result is not None and outcome.result.text == ANSWER
                 handle = launcher.handles[tick]
-                assert isinstance(handle, ForkedTick) and handle.cpu_seconds is not None
+                assert isinstance(handle, ForkedTick) and handle.cpu_seconds is not None, (
+                    "the tick did not end on the fork server (an edit of the code retires it)"
+                )
                 cpu = handle.cpu_seconds + process_cpu(warm.server_pid) - before_server
                 if counted:
                     figures[kind].tick_wall.append(wall)

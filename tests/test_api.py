@@ -8,6 +8,7 @@ from collections.abc import Iterator
 from contextlib import nullcontext
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
+from importlib.metadata import version
 from pathlib import Path
 
 import httpx
@@ -177,7 +178,7 @@ def test_ticks_page_by_cursor_without_gaps_or_repeats_while_new_ones_arrive(api:
         ("/ticks", {"before": "yesterday-at-noon,min-1"}, ["'yesterday-at-noon' is not an ISO"]),
         ("/ticks", {"before": "2026-12-01T13:05:00,min-1"}, ["has no time zone"]),
         ("/ticks", {"before": "2026-12-01T13:05:00.000000Z," + "x" * 201}, ["at most 228"]),
-        ("/spend", {"by": "colour"}, ["'level', 'model', 'day', 'template' or 'tag'"]),
+        ("/spend", {"by": "colour"}, ["'level', 'model', 'day', 'template', 'target' or 'tag'"]),
         ("/spend", {"since": "soon"}, ["'soon'"]),
         ("/dashboard/ticks", {"status": "bogus"}, ["'bogus' is not a tick status"]),
         ("/dashboard/ticks", {"since": "soonish"}, ["'soonish'", "30m, 12h, 7d"]),
@@ -260,6 +261,7 @@ def test_spend_groups_by_level_model_and_day(api: Api, tmp_path: Path) -> None:
             "estimated_calls": 0,
             "cost_usd": None,
             "unpriced_calls": 1,
+            "price_sources": [f"genai-prices@{version('genai-prices')}", "unpriced"],
         }
     ]
 

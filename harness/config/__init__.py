@@ -20,8 +20,14 @@ if typing.TYPE_CHECKING:
     from harness.config.budgets import (
         host_of,
         legacy_name,
+        unpayable,
     )
     from harness.config.crontab import (
+        DST_REPEATED,
+        DST_SKIPPED,
+        DstRepeated,
+        DstSkipped,
+        WallClockCron,
         crontab_trigger,
         crontab_weekdays,
     )

@@ -65,6 +65,7 @@ if typing.TYPE_CHECKING:
     from harness.scheduling.status import LevelStatus, Snapshot, projection_lag, refresh, snapshot
     from harness.scheduling.timetable import POLL_SECONDS, Slot, Timetable
     from harness.scheduling.transcript_archiving import TranscriptsArchived
+    from harness.scheduling.transitions import Transition
     from harness.scheduling.waves import Manual, SkipReason, SlotClaim, claim_wave
 
 __getattr__, __all__ = fronts.declared(__name__)

@@ -16,8 +16,9 @@ phases, each safe to be killed after (`tickwork archive`, and `tickwork run` onc
 6. the events leave the hot store in batches, in global order, each batch deleting its
    ticks' read-model rows (`Projection.archived`) and the packed rows
    (`harness.store.tick_rows`) of the ticks whose last record it holds, in the same
-   transaction; on PostgreSQL, in one transaction, as the day's partitions of `events`
-   and `tick_rows` (`harness.store.retention.leave_day`) where they hold nothing else.
+   transaction (`harness.projections.leaving`); on PostgreSQL, in one transaction, as the
+   day's partitions of `events` and `tick_rows` (`harness.store.retention.leave_day`)
+   where they hold nothing else.
 
 Nothing leaves before its archive is verified and recorded, so a kill at any point leaves
 every event in the store or in a verified archive. A rerun reuses an archive it finds
@@ -60,7 +61,7 @@ from harness.config import Settings
 from harness.contracts import ARCHIVE_STREAM, ArchiveSummary, ArchiveWritten
 from harness.files import atomic_file, make_private_folder
 from harness.prices import PriceBook
-from harness.projections import projector_for
+from harness.projections import delete_archived, drop_archived_day, projector_for
 from harness.scheduling.transcript_archiving import (
     TRANSCRIPT_PHASES,
     TranscriptsArchived,
@@ -74,7 +75,6 @@ from harness.store import (
     INDEX_FILE,
     MANIFEST_FILE,
     ArchiveError,
-    LeavingDay,
     Manifest,
     PartitionHeld,
     SqlEventStore,
@@ -84,14 +84,11 @@ from harness.store import (
     day_folder,
     day_lines,
     day_range,
-    delete_events,
     drop_emptied_days,
     first_day_after,
-    forget,
     holds,
     hot_days,
     lagging_checkpoints,
-    leave_day,
     partitioned,
     prepare_partitions,
     read_fields,
@@ -367,31 +364,21 @@ class Archiver:
     def _drop_partition(self, day: date, folder: Path) -> int | None:
         """PostgreSQL: the day leaves as its partitions, in one transaction (None: it cannot).
 
-        Its stragglers of earlier days are deleted and its ticks marked in the same
-        transaction, so a kill leaves the day either whole in the store or gone. The
-        archive is read in batches, each batch's ticks marked as it is sorted. Its packed
-        rows leave as their partition too, unless it holds a row the archive does not (a
-        tick packed since it was written): then they are deleted, read from it again.
+        Its stragglers of earlier days and its ticks' read-model rows go in the same
+        transaction (`drop_archived_day`), so a kill leaves the day either whole in the
+        store or gone.
         """
         if not partitioned(self.store.engine):
             return None
-        leaving = LeavingDay(day)
-        left = 0
         try:
-            with self.store.write_transaction() as conn:
-                for batch, tick_ids in _batches(folder):
-                    self._go_on()  # before the transaction commits: the day stays whole
-                    straggling = leaving.sort(conn, batch)
-                    self.projector.archived(conn, day, tick_ids)
-                    left += forget(conn, straggling)
-                left += leave_day(conn, leaving)
-                if not leaving.rows_left:
-                    self.report(f"archive {day}: its tick rows stay a partition; deleted instead")
-                    for _, tick_ids in _batches(folder):
-                        left += forget(conn, tick_ids)
+            left, rows_left = drop_archived_day(
+                self.projector, day, lambda: _batches(folder), self._go_on
+            )
         except PartitionHeld as held:
             self.report(f"archive {day}: {held}; its archived events leave by DELETE")
             return None
+        if not rows_left:
+            self.report(f"archive {day}: its tick rows stay a partition; deleted instead")
         self._phase("deleting")
         return left
 
@@ -399,11 +386,7 @@ class Archiver:
         """Delete the archived events in batches, in global order, marking their ticks."""
         deleted = 0
         for batch, tick_ids in _batches(folder):
-            positions = [record["global_position"] for record in batch]
-            with self.store.write_transaction() as conn:
-                deleted += delete_events(conn, positions)
-                self.projector.archived(conn, day, tick_ids)
-                deleted += forget(conn, tick_ids, positions[-1])
+            deleted += delete_archived(self.projector, day, batch, tick_ids)
             self._phase("deleting")
         return deleted
 

@@ -100,8 +100,7 @@ def archive_transcripts(
         dropped = 0
         held = _held(read_events(folder, TRANSCRIPTS_FILE))
         while batch := list(islice(held, PAGE)):
-            with store.write_transaction() as conn:
-                dropped += drop_archived(conn, day, batch)
+            dropped += drop_archived(store, day, batch)
             phase("transcripts-dropping")
         phase("transcripts-dropped")
         if dropped:

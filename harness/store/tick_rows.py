@@ -922,12 +922,13 @@ def hot_transcripts(store: SqlEventStore, upto: date) -> Iterator[list[StoredEve
             last = page[-1][0]
 
 
-def drop_archived(conn: sa.Connection, day: date, held: Sequence[tuple[str, int]]) -> int:
+def drop_archived(store: SqlEventStore, day: date, held: Sequence[tuple[str, int]]) -> int:
     """Take out of their rows the transcripts an archive of `day` holds, as (tick, last position).
 
-    A row whose transcript's last position moved (entries packed into it since the archive
-    was written) keeps it: the archive does not hold all of it. Rows dropped already are
-    no-ops, so a drop cut short is simply run again. Returns the rows changed.
+    In one transaction of its own. A row whose transcript's last position moved (entries
+    packed into it since the archive was written) keeps it: the archive does not hold all
+    of it. Rows dropped already are no-ops, so a drop cut short is simply run again.
+    Returns the rows changed.
     """
     if not held:
         return 0
@@ -935,21 +936,22 @@ def drop_archived(conn: sa.Connection, day: date, held: Sequence[tuple[str, int]
     # The archive of `day` holds transcripts of ticks begun by then (`hot_transcripts`).
     query = sa.select(tick_rows).where(HOLDS_TRANSCRIPT, tick_rows.c.day <= day)
     changed = []
-    for row in by_tick(conn, query, list(wanted)):
-        records = unpack(row.tick_id, bytes(row.data))
-        entries = [r.global_position for r in records if r.type == TranscriptEntry.type]
-        if max(entries) != wanted[row.tick_id]:
-            continue
-        kept = [r for r in records if r.type != TranscriptEntry.type]
-        if kept:
-            values = _row(row.tick_id, kept, row._asdict())
-        else:  # a row packed before 0020 held its transcript alone: it stays, empty
-            values = {**row._asdict(), "events": 0, "transcript": 0}
-            values["data"] = pack(row.tick_id, [])[0]
-        change = {name: values[name] for name in _REPACKED}
-        changed.append({**change, "archived_on": day, "b_tick": row.tick_id, "b_day": row.day})
-    if changed:  # one statement for the page: compiling an UPDATE per row cost more than it
-        conn.execute(_REPACK, changed)
+    with store.write_transaction() as conn:
+        for row in by_tick(conn, query, list(wanted)):
+            records = unpack(row.tick_id, bytes(row.data))
+            entries = [r.global_position for r in records if r.type == TranscriptEntry.type]
+            if max(entries) != wanted[row.tick_id]:
+                continue
+            kept = [r for r in records if r.type != TranscriptEntry.type]
+            if kept:
+                values = _row(row.tick_id, kept, row._asdict())
+            else:  # a row packed before 0020 held its transcript alone: it stays, empty
+                values = {**row._asdict(), "events": 0, "transcript": 0}
+                values["data"] = pack(row.tick_id, [])[0]
+            change = {name: values[name] for name in _REPACKED}
+            changed.append({**change, "archived_on": day, "b_tick": row.tick_id, "b_day": row.day})
+        if changed:  # one statement for the page: compiling an UPDATE per row cost more
+            conn.execute(_REPACK, changed)
     return len(changed)
 
 

@@ -1,6 +1,7 @@
 """Claude Code (`@anthropic-ai/claude-code`) as a tick's agent: headless, stream-json.
 
-`claude -p PROMPT --output-format stream-json --verbose --model M` prints one JSON object
+`claude -p --output-format stream-json --verbose --model M`, the prompt on its stdin
+(`-p` reads it there when it is given none in argv), prints one JSON object
 per line: `system` (init), `assistant` messages (one line per content block: text,
 thinking, tool_use), `user` messages (tool results), and a final `result` with its text,
 total usage and stop reason. Its settings come from a file of the tick's own
@@ -13,6 +14,7 @@ the user's nor the project's settings can add hooks, permissions or an API helpe
 from __future__ import annotations
 
 import json
+from pathlib import Path
 from typing import Any, ClassVar
 
 from harness.contracts import AgentKind, Api, claude_tool_args
@@ -30,6 +32,7 @@ class ClaudeCodeRun(AgentCliRun):
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         self._pending: dict[str, tuple[str, Any]] = {}
+        self._instructions: Path | None = None
 
     @property
     def settings_path(self) -> Any:
@@ -37,10 +40,11 @@ class ClaudeCodeRun(AgentCliRun):
         return self.tick.home / SETTINGS_FILE
 
     def prepare(self) -> None:
-        """The hook on every tool, in a settings file of the tick's own."""
+        """The hook on every tool, in a settings file of the tick's own; the instructions' file."""
         hook = {"type": "command", "command": self.tick.hook_command}
         settings = {"hooks": {"PreToolUse": [{"matcher": "*", "hooks": [hook]}]}}
         self.settings_path.write_text(json.dumps(settings), encoding="utf-8")
+        self._instructions = self.instructions_file()
 
     def argv(self) -> list[str]:
         """Headless, streaming its events, on the tick's model, with the tick's settings only."""
@@ -48,7 +52,6 @@ class ClaudeCodeRun(AgentCliRun):
         argv = [
             str(self.tick.binary),
             "-p",
-            payload.prompt,
             "--output-format",
             "stream-json",
             "--verbose",
@@ -59,8 +62,8 @@ class ClaudeCodeRun(AgentCliRun):
             "--setting-sources",
             "",
         ]
-        if payload.instructions:
-            argv += ["--append-system-prompt", payload.instructions]
+        if self._instructions is not None:
+            argv += ["--append-system-prompt-file", str(self._instructions)]
         # The level's tier: only its tools exist in the session, are allowed without asking.
         return argv + claude_tool_args(payload.capabilities()).argv()
 

@@ -7,7 +7,8 @@ thinking, tool_use), `user` messages (tool results), and a final `result` with i
 total usage and stop reason. Its settings come from a file of the tick's own
 (`--settings`), so nothing is written into an operator's repository: the `PreToolUse`
 hook that asks the tick's tool budget for every call (and whose `allow` is the only
-permission a headless run needs), and no other source (`--setting-sources ""`): neither
+permission a headless run needs), below the `full` tier the rules that keep file tools
+in the working folder (`CONFINED`), and no other source (`--setting-sources ""`): neither
 the user's nor the project's settings can add hooks, permissions or an API helper.
 """
 
@@ -17,10 +18,27 @@ import json
 from pathlib import Path
 from typing import Any, ClassVar
 
-from harness.contracts import AgentKind, Api, claude_tool_args
+from harness.contracts import AgentKind, Api, TickPayload, claude_tool_args
 from workers.agents.base import AgentCliRun, MalformedLineError, ToolStatus
 
 SETTINGS_FILE = "tickwork-claude-settings.json"
+CONFINED = {
+    "blockReadsOutsideWorkingDirectories": True,
+    "blockWritesOutsideWorkingDirectories": True,
+    "denyInsteadOfPrompting": True,
+}
+"""Claude Code's own rules for a tier below `full`: file tools stay in the working folder,
+and what would be asked is refused (nobody answers a headless tick). The hook checks the
+same on its own (`workers.confinement`)."""
+
+
+def claude_settings(payload: TickPayload, hook_command: str) -> dict[str, Any]:
+    """The tick's settings: the hook on every tool; below `full`, the confining rules."""
+    hook = {"type": "command", "command": hook_command}
+    settings: dict[str, Any] = {"hooks": {"PreToolUse": [{"matcher": "*", "hooks": [hook]}]}}
+    if not payload.capabilities().shell:
+        settings["permissions"] = CONFINED
+    return settings
 
 
 class ClaudeCodeRun(AgentCliRun):
@@ -41,8 +59,7 @@ class ClaudeCodeRun(AgentCliRun):
 
     def prepare(self) -> None:
         """The hook on every tool, in a settings file of the tick's own; the instructions' file."""
-        hook = {"type": "command", "command": self.tick.hook_command}
-        settings = {"hooks": {"PreToolUse": [{"matcher": "*", "hooks": [hook]}]}}
+        settings = claude_settings(self.tick.payload, self.tick.hook_command)
         self.settings_path.write_text(json.dumps(settings), encoding="utf-8")
         self._instructions = self.instructions_file()
 

@@ -62,6 +62,7 @@ from harness.governor import (
     send_answer,
 )
 from workers.budget_guard import BudgetGuard
+from workers.confinement import escapes
 from workers.model import Target, provider_of
 from workers.recorder import EventRecorder
 from workers.tool_budget import ToolBudget
@@ -268,13 +269,26 @@ class TickGovernor(ProxyGovernor):
         self.recorder.record(event)
 
     def admit_tool(self, call: dict[str, Any]) -> str | None:
-        """The `PreToolUse` hook's question: None when the call may run, else why not."""
+        """The `PreToolUse` hook's question: None when the call may run, else why not.
+
+        The tool budget counts the call first, as a Strands tick's does; a call it admits
+        that leaves the working folder of a tier below `full` is refused then, an error
+        of the call (counted as run, as a Strands tool's refusal is), not a cancel.
+        """
         refused = self.budget.admit()
         tool_use_id = str(call.get("tool_use_id") or "")
         self.ledger_of_tick.tools_asked_at[tool_use_id] = time.monotonic()
         if refused is not None:
             self.ledger_of_tick.cancelled_tools.add(tool_use_id)
-        return refused
+            return refused
+        if self.payload.capabilities().shell:
+            return None
+        arguments = call.get("tool_input")
+        return escapes(
+            str(call.get("tool_name") or ""),
+            arguments if isinstance(arguments, dict) else {},
+            self.payload.work_folder(),
+        )
 
 
 class KeyedUpstream(Upstream):

@@ -123,18 +123,24 @@ def stored_text(outcome: TickOutcome, events: list[StoredEvent]) -> str:
 
 
 @pytest.mark.parametrize(
-    "fault",
-    [{"cut_stream": True}, {"unfinished": True}],
-    ids=["cut stream", "unfinished turn"],
+    ("fault", "failure_class"),
+    [
+        ({"cut_stream": True}, "infrastructure"),
+        ({"unfinished": True}, "infrastructure"),
+        ({"max_tokens": True}, "internal"),
+    ],
+    ids=["cut stream", "unfinished turn", "output limit"],
 )
-def test_no_tool_of_a_turn_that_never_ended_runs_and_the_tick_fails_on_infrastructure(
-    tmp_path: Path, fake: FakeUpstream, kind: Kind, fault: dict[str, bool]
+def test_no_tool_of_a_turn_that_never_ended_runs_and_the_tick_fails(
+    tmp_path: Path, fake: FakeUpstream, kind: Kind, fault: dict[str, bool], failure_class: str
 ) -> None:
     """DESIGN invariant 15: a turn whose stream stopped before its end marker is a prefix.
 
     The upstream sends complete tool calls, then cuts the connection (or ends the body
     cleanly) with no `message_stop` / finish reason: nothing of it runs, and the tick is an
-    infrastructure failure, retried under the level's rules.
+    infrastructure failure, retried under the level's rules. A turn ended at its output
+    limit (`max_tokens`, `length`) runs nothing either; Strands' SDK refuses it with an
+    error of no known class, and every kind fails it so.
     """
     marker = tmp_path / "ran"
     harness = kind.harness(tmp_path, fake, tools="full", content_retries=0).without_retries()
@@ -142,7 +148,7 @@ def test_no_tool_of_a_turn_that_never_ended_runs_and_the_tick_fails_on_infrastru
     outcome = harness.tick([unfinished, Step(text="Never asked.")] * 3)
     assert outcome.status == "failed", outcome.reason
     assert outcome.result is not None and outcome.result.error is not None
-    assert outcome.result.error.failure_class == "infrastructure", outcome.result.error
+    assert outcome.result.error.failure_class == failure_class, outcome.result.error
     assert not marker.exists(), "a tool call of an unfinished turn ran"
     assert tools_of(harness.events(outcome)) == []
 

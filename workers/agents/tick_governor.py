@@ -118,7 +118,17 @@ def upstream_base(target: Target) -> str:
 
 
 def failure_of(status: int | None, ended: Ending) -> Failure:
-    """An upstream refusal in the tick's failure classes."""
+    """An upstream refusal, or an answer that never ended its turn, in the tick's classes.
+
+    A turn ended at its output limit fails as a Strands tick's does (its SDK raises on a
+    `max_tokens` stop, an error of no known class).
+    """
+    if status is not None and status < 400:
+        if ended == "truncated":
+            return Failure("internal", "the model's turn ended at its output limit", status)
+        if ended in ("cut", "unfinished"):
+            message = f"the upstream's answer ended before its end of turn ({ended})"
+            return Failure("infrastructure", message, status)
     if status in (401, 403):
         return Failure("configuration", f"the upstream refused the API key ({status})", status)
     if status == 529:
@@ -225,13 +235,14 @@ class TickGovernor(ProxyGovernor):
         self.recorder.record_all([spent, self._called(judged, call, spent=spent)])
 
     def finish(self, judged: Judged, status: int | None, ended: Ending) -> None:
-        """A call that ended without its spend booked was refused: the tick's failure."""
+        """A call refused (its spend not booked), or whose turn never ended: the tick's failure."""
         super().finish(judged, status, ended)
         call = self._calls.pop(id(judged.entry), None)
-        if call is None or call.booked:
+        if call is None or (call.booked and ended in ("answered", "client_gone")):
             return
         failure = failure_of(status, ended)
-        self.recorder.record(self._called(judged, call, failure=failure))
+        if not call.booked:
+            self.recorder.record(self._called(judged, call, failure=failure))
         if self.failure is None:
             self.failure = failure
             self.on_failure()
@@ -316,7 +327,13 @@ class KeyedUpstream(Upstream):
 
 
 class TickProxy(Proxy):
-    """The governor proxy of one tick, plus the tool-budget question of its hooks."""
+    """The governor proxy of one tick, plus the tool-budget question of its hooks.
+
+    It holds a streamed answer's tool calls until the turn has ended: no tool of a turn
+    the upstream cut, or ended at its output limit, reaches the CLI (DESIGN invariant 15).
+    """
+
+    holds_tool_calls = True
 
     def __init__(self, governor: TickGovernor, token: str, client_key: str) -> None:
         super().__init__(governor)

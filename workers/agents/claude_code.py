@@ -103,7 +103,7 @@ class ClaudeCodeRun(AgentCliRun):
         if kind == "assistant":
             self._assistant(_content(line))
         elif kind == "user":
-            self._tool_results(line, _content(line))
+            self._tool_results(_content(line))
         elif kind == "result":
             self._result(line)
 
@@ -118,20 +118,20 @@ class ClaudeCodeRun(AgentCliRun):
             elif block.get("type") == "tool_use":
                 self._pending[str(block.get("id"))] = (str(block.get("name")), block.get("input"))
 
-    def _tool_results(self, line: dict[str, Any], content: list[Any]) -> None:
-        refused_by_hook = {
-            str(meta.get("id"))
-            for meta in line.get("tool_result_meta") or []
-            if isinstance(meta, dict)
-            and (meta.get("permission_decision") or {}).get("decision") == "reject"
-        }
+    def _tool_results(self, content: list[Any]) -> None:
+        """Each result a finished call; `cancelled` only when the tick's tool budget refused it.
+
+        A call the tier's confinement or the CLI's own rules refused is an error of the
+        call, as a Strands tool's refusal is: the budget's count of cancelled calls and
+        the story's stay one count.
+        """
         for block in content:
             if not isinstance(block, dict) or block.get("type") != "tool_result":
                 continue
             use_id = str(block.get("tool_use_id"))
             name, arguments = self._pending.pop(use_id, ("unknown", None))
             status: ToolStatus = "error" if block.get("is_error") else "ok"
-            if use_id in self.tick.refused_tools or use_id in refused_by_hook:
+            if use_id in self.tick.refused_tools:
                 status = "cancelled"
             output = _text(block.get("content"))
             self.transcript.tool(name, use_id, arguments, output, status, self.tick.tool_ms(use_id))

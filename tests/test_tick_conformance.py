@@ -21,15 +21,17 @@ from pathlib import Path
 import pytest
 
 from harness.config import GovernorConfig
-from harness.contracts import ToolCalled
+from harness.contracts import AgentUsageChecked, ModelCalled, ToolCalled
 from harness.contracts.agents import AgentKind
 from harness.contracts.wire import Api
 from harness.devtools.fake_llm import FakeUpstream, Step, ToolCallSpec
 from harness.execution.runner import TickOutcome
 from harness.store import StoredEvent
-from tests.tick_support import Harness, assert_capped, billed_and_spent, require_cli
+from tests.tick_support import SECRET, Harness, assert_capped, billed_and_spent, require_cli
 
 Arguments = Callable[[Path], ToolCallSpec]
+MAX_ATTEMPTS = 2
+"""Calls a tick makes of one refused model call, retries inside the tick included."""
 
 
 @dataclass(frozen=True)
@@ -210,12 +212,20 @@ def test_the_tool_cap_holds_with_parallel_calls_and_spend_equals_the_bill(
         (work / f"{name}.txt").write_text(f"content {name}\n")
     harness = kind.harness(tmp_path, fake, tools="read", workdir=work, max_tool_calls=2)
     reads = [kind.read(work / f"{name}.txt") for name in "abc"]
-    outcome = harness.tick([Step(text="Reading.", tool_calls=reads), Step(text="Never asked.")])
+    said = Step(text=f"Reading; the key is {SECRET}.", tool_calls=reads)
+    outcome = harness.tick([said, Step(text="Never asked.")])
     assert_capped(outcome, 2, executed=2, cancelled=1)
     events = harness.events(outcome)
     assert sorted(status for _, status in tools_of(events)) == ["cancelled", "ok", "ok"]
     billed, spent = billed_and_spent(fake, events, outcome.tick_id)
     assert billed and spent == billed
+    numbers = [e.data["call"] for e in events if e.type == ModelCalled.type]
+    assert numbers == list(range(1, len(billed) + 1))
+    if kind.agent is not None:  # a CLI's own count of its usage agrees with the ledger
+        (checked,) = [e.data for e in events if e.type == AgentUsageChecked.type]
+        assert checked["reported_prompt_tokens"] == checked["booked_prompt_tokens"]
+    if kind.api != "ollama":  # an Ollama tick holds no key it could leak
+        assert SECRET not in stored_text(outcome, events)
     result = outcome.result
     assert result is not None
     assert (result.usage.prompt_tokens, result.usage.completion_tokens) == tuple(
@@ -242,3 +252,39 @@ def test_a_200_kb_prompt_and_long_instructions_start_a_tick(
     assert outcome.result is not None and outcome.result.text == "The pager is quiet."
     billed, _ = billed_and_spent(fake, harness.events(outcome), outcome.tick_id)
     assert billed[0][0] * 4 >= len(prompt) + len(instructions), "both reached the model whole"
+
+
+# Upstream refusals ---------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("status", "failure_class"),
+    [
+        (401, "configuration"),
+        (429, "infrastructure"),
+        (529, "infrastructure"),
+        (500, "infrastructure"),
+    ],
+)
+def test_an_upstream_refusal_fails_the_tick_in_its_class_without_a_retry_storm(
+    tmp_path: Path, fake: FakeUpstream, kind: Kind, status: int, failure_class: str
+) -> None:
+    """The tick's failure class decides the retry, not the agent's own retries inside it.
+
+    At most one call more: a Strands tick's SDK tries a throttled call again once, after
+    a second (`MAX_ATTEMPTS`); a CLI's own retries would go on for minutes.
+
+    The refusal quotes the key the request carried, as careless gateways do: it is
+    redacted wherever the tick writes it.
+    """
+    harness = kind.harness(tmp_path, fake, content_retries=0).without_retries()
+    refusal = Step(status=status, error_message="refused, key {key}")
+    outcome = harness.tick([refusal] * 5)
+    assert outcome.status == "failed", outcome.reason
+    assert outcome.result is not None and outcome.result.error is not None
+    assert outcome.result.error.failure_class == failure_class, outcome.result.error
+    events = harness.events(outcome)
+    called = [e.data for e in events if e.type == ModelCalled.type]
+    assert 1 <= len(called) <= MAX_ATTEMPTS, called
+    assert {c["failure_class"] for c in called} == {failure_class}
+    assert SECRET not in stored_text(outcome, events)

@@ -73,30 +73,25 @@ def _strands(api: Api) -> Kind:
     )
 
 
-CLAUDE_CODE = Kind(
-    id="claude-code",
-    api="anthropic",
-    agent="claude-code",
-    read=lambda path: ToolCallSpec(name="Read", arguments={"file_path": str(path)}),
-    write=lambda path, text: ToolCallSpec(
-        name="Write", arguments={"file_path": str(path), "content": text}
-    ),
-    shell=lambda command: ToolCallSpec(
-        name="Bash", arguments={"command": command, "description": "run it"}
-    ),
-)
-OPENCODE = Kind(
-    id="opencode",
-    api="openai-chat",
-    agent="opencode",
-    read=lambda path: ToolCallSpec(name="read", arguments={"filePath": str(path)}),
-    write=lambda path, text: ToolCallSpec(
-        name="write", arguments={"filePath": str(path), "content": text}
-    ),
-    shell=lambda command: ToolCallSpec(
-        name="bash", arguments={"command": command, "description": "run it"}
-    ),
-)
+def _cli(agent: AgentKind, api: Api, names: tuple[str, str, str], path_field: str) -> Kind:
+    """A CLI kind: its read, write and shell tools' names, and the field naming a file."""
+    read, write, shell = names
+    return Kind(
+        id=agent,
+        api=api,
+        agent=agent,
+        read=lambda path: ToolCallSpec(name=read, arguments={path_field: str(path)}),
+        write=lambda path, text: ToolCallSpec(
+            name=write, arguments={path_field: str(path), "content": text}
+        ),
+        shell=lambda command: ToolCallSpec(
+            name=shell, arguments={"command": command, "description": "run it"}
+        ),
+    )
+
+
+CLAUDE_CODE = _cli("claude-code", "anthropic", ("Read", "Write", "Bash"), "file_path")
+OPENCODE = _cli("opencode", "openai-chat", ("read", "write", "bash"), "filePath")
 KINDS = [
     *(_strands(api) for api in ("openai-chat", "openai-responses", "anthropic", "ollama")),
     CLAUDE_CODE,

@@ -19,9 +19,12 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from datetime import UTC, date, datetime, time
 from decimal import Decimal
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from harness.config import PriceOverride
+from harness.config import ConfigError, PriceOverride, unpayable
+
+if TYPE_CHECKING:
+    from harness.config import Settings
 
 _PRICE_KEYS = ("input_mtok", "output_mtok", "cache_read_mtok", "cache_write_mtok")
 
@@ -239,3 +242,27 @@ def format_usd(cost: float | None) -> str:
         return f"{cost:,.2f}"
     exponent = Decimal(repr(abs(cost))).adjusted()
     return f"{cost:.{max(2, 2 - exponent)}f}"
+
+
+def refuse_unpayable_budgets(settings: Settings, where: str, day: str) -> None:
+    """Refuse a USD budget below one tick's reservation of a level it covers, priced on `day`.
+
+    The configuration refuses such token limits as it loads; a USD limit needs the level
+    model's price, known from this layer on. Levels without a price say nothing.
+
+    Raises:
+        ConfigError: naming `where`, each budget's path, the level and both amounts.
+    """
+    if all(entry.usd is None for entry in settings.budget_entries()):
+        return
+    book = PriceBook(settings.prices)
+    problems = list(
+        unpayable(
+            settings.budgets,
+            settings.levels,
+            lambda model, tokens: book.cost(model, day, -1, tokens, 0),
+        )
+    )
+    if problems:
+        lines = "\n".join(f"  {problem}" for problem in problems)
+        raise ConfigError(f"{where}: invalid configuration\n{lines}")

@@ -18,7 +18,13 @@ from harness.config import (
     Settings,
     load_settings,
 )
-from harness.contracts import BudgetCrossed, BudgetSpent, LevelPaused, RouteFallback
+from harness.contracts import (
+    BudgetCrossed,
+    BudgetSpent,
+    LevelPaused,
+    LevelResumed,
+    RouteFallback,
+)
 from harness.contracts.budgets import BudgetEntry, window_of
 from harness.contracts.events import TERMINAL_TYPES, budget_stream, level_stream
 from harness.devtools.fake_llm import FakeUpstream, Step
@@ -39,10 +45,13 @@ from harness.scheduling.alerts import Alerter
 from harness.scheduling.budget import Budgets
 from harness.scheduling.budget_watch import BudgetWatch, budget_statuses
 from harness.scheduling.control import switch_level
+from harness.scheduling.describe import describe_levels
+from harness.scheduling.service import Service
 from harness.scheduling.waves import SlotClaim, claim_wave
 from harness.store import EventStore, SqlEventStore, open_store
 from tests.catalog_support import valid
-from tests.commands import run_each, write_config
+from tests.commands import forked, run_each, write_config
+from tests.test_reload import service_on, write
 from tests.test_routing import Routed, of_type, target, write_catalog
 from tests.tick_support import Harness, calls, run_claims
 
@@ -50,7 +59,8 @@ BERLIN = "Europe/Berlin"
 
 
 def _level(**fields: Any) -> LevelConfig:
-    return LevelConfig(every="1m", model="fake-model", **fields)
+    """A level that reserves nothing unless told: any budget can pay its tick."""
+    return LevelConfig(every="1m", model="fake-model", **{"reserve_tokens": 0, **fields})
 
 
 def _settings(tmp_path: Path, budgets: list[dict[str, Any]], **levels: LevelConfig) -> Settings:
@@ -483,7 +493,7 @@ def test_spend_by_tag_counts_each_level_under_each_of_its_tags(
 def test_tickwork_budgets_prints_each_window_and_spend_by_tag(tmp_path: Path) -> None:
     config = write_config(
         tmp_path,
-        '[levels.min]\nevery = "1m"\nmodel = "m"\ntags = ["team-a"]\n\n'
+        '[levels.min]\nevery = "1m"\nmodel = "m"\ntags = ["team-a"]\nreserve_tokens = 0\n\n'
         '[[budgets]]\nname = "team-a"\nscope = "tag:team-a"\nwindow = "month"\n'
         'timezone = "Europe/Berlin"\ntokens = 1000\nalert_at = [0.5]\n',
     )
@@ -507,3 +517,161 @@ def test_tickwork_budgets_prints_each_window_and_spend_by_tag(tmp_path: Path) ->
     assert [(r["group"], r["prompt_tokens"]) for r in json.loads(by_tag.stdout)] == [
         ({"tag": "team-a"}, 250)
     ]
+
+
+TEAM = "".join(
+    f'[levels.t{n}]\nevery = "1m"\nmodel = "{{model}}"\ntags = ["team"]\n' for n in range(1, 6)
+)
+"""Five levels under one tag, each reserving the default 10,000 tokens a tick."""
+
+
+def test_a_budget_that_cannot_pay_one_tick_of_a_level_it_covers_is_refused_at_load(
+    tmp_path: Path,
+) -> None:
+    path = tmp_path / "tickwork.toml"
+    path.write_text(
+        TEAM.format(model="m")
+        + '[levels.own]\nevery = "1m"\nmodel = "m"\ndaily_token_budget = 5000\n'
+        + '[[budgets]]\nname = "team"\nscope = "tag:team"\ntokens = 2000\n'
+    )
+    with pytest.raises(ConfigError) as caught:
+        load_settings(path)
+    said = str(caught.value)
+    for n in range(1, 6):
+        assert (
+            f"budgets.0.tokens: budget 'team' (2,000 tokens) cannot pay one tick of level "
+            f"'t{n}', which reserves 10,000 tokens (reserve_tokens)"
+        ) in said, said
+    assert (
+        "levels.own.daily_token_budget: budget 'level-own-daily' (5,000 tokens) cannot pay "
+        "one tick of level 'own', which reserves 10,000 tokens"
+    ) in said, said
+    # A reservation the budget can pay loads.
+    path.write_text(
+        TEAM.format(model="m") + '[[budgets]]\nname = "team"\nscope = "tag:team"\ntokens = 10000\n'
+    )
+    assert load_settings(path).budgets[0].tokens == 10_000
+
+
+def test_a_usd_budget_below_one_ticks_reservation_at_the_level_price_exits_2(
+    tmp_path: Path,
+) -> None:
+    # 10,000 reserved tokens at USD 10 per million input tokens: USD 0.10 a tick.
+    prices = '[prices."priced-model"]\ninput_per_mtok = 10.0\noutput_per_mtok = 30.0\n'
+    budget = '[[budgets]]\nname = "team-usd"\nscope = "tag:team"\nusd = 0.05\n'
+    priced = write_config(tmp_path / "priced", TEAM.format(model="priced-model") + prices + budget)
+    unpriced = write_config(tmp_path / "unpriced", TEAM.format(model="no-such-model-xyz") + budget)
+    refused, loaded = (
+        forked(path.parent, "budgets", env={"TICKWORK_CONFIG": str(path)})
+        for path in (priced, unpriced)
+    )
+    assert refused.returncode == 2, refused.stderr
+    assert (
+        "budgets.0.usd: budget 'team-usd' (USD 0.05) cannot pay one tick of level 't1', "
+        "which reserves 10,000 tokens, USD 0.1 at priced-model's price"
+    ) in refused.stderr, refused.stderr
+    assert loaded.returncode == 0, "an unpriced model says nothing: " + loaded.stderr
+
+
+def test_the_skip_line_names_the_budget_what_it_holds_the_reservation_and_the_limit(
+    tmp_path: Path, fake: FakeUpstream
+) -> None:
+    harness = Harness(tmp_path, fake, rag=False, tags=["team"])
+    team = BudgetEntry(name="team", scope="tag:team", tokens=20_000)
+    settings = harness.settings.model_copy(update={"budgets": [team]})
+    _spend(harness.store, "min", datetime.now(UTC), 15_000)
+    lines: list[str] = []
+    executor = LocalExecutor(settings, harness.preparer, harness.runner, lines.append)
+    service = Service(settings, harness.store, executor, lines.append)
+    slot = datetime.now(UTC).replace(microsecond=0)
+    service.fire([(slot, "min"), (slot + timedelta(seconds=1), "min")])
+    skipped = [line for line in lines if " skipped: " in line]
+    assert len(skipped) == 2, lines
+    assert all(
+        line.endswith(
+            "skipped: min is held by budget team: 15,000 tokens used, 0 reserved by ticks in "
+            "flight, this tick would reserve 10,000; the limit is 20,000 tokens"
+        )
+        for line in skipped
+    ), skipped
+
+
+def _resumes(store: EventStore, level: str) -> list[dict[str, Any]]:
+    return [e.data for e in store.read_stream(level_stream(level)) if e.type == LevelResumed.type]
+
+
+def test_a_level_paused_by_a_budget_resumes_by_itself_when_the_window_rolls_over(
+    store: SqlEventStore, tmp_path: Path
+) -> None:
+    settings = _settings(
+        tmp_path, [{"name": "team-a", "scope": "tag:team-a", "tokens": 100, "action": "pause"}]
+    )
+    lines: list[str] = []
+    watch = BudgetWatch(settings, store, _budgets(settings, store), lines.append)
+    day = datetime(2026, 12, 1, 9, tzinfo=UTC)
+    midnight = datetime(2026, 12, 2, tzinfo=UTC)
+    _spend(store, "min", day, 150)
+    watch.poll(day)
+    (status,) = budget_statuses(watch.budgets, day)
+    assert (status.paused_levels, status.resumes_at) == (("min",), midnight)
+    (described,) = describe_levels(settings, store, ["min"], day)
+    assert described.paused is not None and described.paused.resumes_at == midnight
+
+    assert watch.poll(day + timedelta(hours=14)) == [] and _resumes(store, "min") == []
+    replica = BudgetWatch(settings, store, _budgets(settings, store), lines.append)
+    for each in (watch, replica):  # both replicas see the new window: one resume is stored
+        each.poll(midnight + timedelta(seconds=5))
+    assert _resumes(store, "min") == [
+        {"level": "min", "by": "budget", "occurred_at": _resumes(store, "min")[0]["occurred_at"]}
+    ]
+    assert "min resumed by its budget: its budget's window rolled over" in lines, lines
+    assert budget_statuses(watch.budgets, midnight)[0].resumes_at is None
+
+    # A pause an operator decided is never lifted by a budget.
+    switch_level(settings, store, "min", pause=True, by="operator")
+    watch.poll(midnight + timedelta(hours=1))
+    assert store.read_stream(level_stream("min"))[-1].type == LevelPaused.type
+
+
+def test_a_reload_that_raises_a_pause_budgets_limit_resumes_its_level(tmp_path: Path) -> None:
+    level = '[levels.min]\nevery = "1h"\nmodel = "fake-model"\ntags = ["team-a"]\n'
+    level += "reserve_tokens = 0\n"
+    budget = '[[budgets]]\nname = "team-a"\nscope = "tag:team-a"\ntokens = {}\naction = "pause"\n'
+    config = write(tmp_path, level + budget.format(1_000))
+    service, reload, lines = service_on(config)
+    watch = BudgetWatch(service.settings, service.store, service.budgets, lines.append)
+    day = datetime.now(UTC)
+    _spend(service.store, "min", day, 1_500)
+    (crossed,) = watch.poll(day)
+    assert crossed.levels == ["min"] and _resumes(service.store, "min") == []
+
+    config.write_text(config.read_text().replace("tokens = 1000", "tokens = 5000"))
+    assert reload.reload()
+    assert any("[[budgets]] reloaded" in line for line in lines), lines
+    watch.poll(day)
+    assert [r["by"] for r in _resumes(service.store, "min")] == ["budget"]
+    said = "min resumed by its budget: budget team-a has room again in this window"
+    assert any(line.startswith(said) for line in lines), lines
+    service.store.close()
+
+
+def test_budgets_and_levels_say_when_a_level_a_budget_paused_resumes(tmp_path: Path) -> None:
+    config = write_config(
+        tmp_path,
+        '[levels.min]\nevery = "1h"\nmodel = "m"\ntags = ["team-a"]\nreserve_tokens = 0\n'
+        '[[budgets]]\nname = "team-a"\nscope = "tag:team-a"\ntokens = 100\naction = "pause"\n',
+    )
+    settings = load_settings(config)
+    store = open_store(settings.store.url)
+    now = datetime.now(UTC)
+    _spend(store, "min", now, 150)
+    BudgetWatch(settings, store, _budgets(settings, store)).poll(now)
+    store.close()
+    env = {"TICKWORK_CONFIG": str(config)}
+    budgets, levels = (
+        forked(tmp_path, *args, env=env) for args in (["budgets"], ["levels", "min"])
+    )
+    assert budgets.returncode == 0 and levels.returncode == 0, budgets.stderr + levels.stderr
+    tomorrow = (now + timedelta(days=1)).strftime("%Y-%m-%d 00:00")
+    assert f"team-a holds min paused until {tomorrow} UTC" in budgets.stdout, budgets.stdout
+    assert f"resumes by itself at {tomorrow}:00 UTC" in levels.stdout, levels.stdout

@@ -66,6 +66,9 @@ def test_environment_wins_over_the_file(monkeypatch: pytest.MonkeyPatch, tmp_pat
         ("[retention]\nhot_days = 0\n", "retention.hot_days: Input should be greater than"),
         ("[retention]\nhot_days = 7\ntranscript_days = 8\n", "transcript_days (8) exceeds"),
         ('[retention]\nhot_days = "month"\n', "retention.hot_days: Input should be a valid"),
+        ('[scheduling]\ndst_repeated = "twice"\n', "scheduling.dst_repeated: Input should be"),
+        ('[scheduling]\ndst_skipped = "never"\n', "scheduling.dst_skipped: Input should be"),
+        ('[digests.d]\nevery = "1h"\ndst_skipped = 1\n', "digests.d.dst_skipped: Input should"),
     ],
 )
 def test_a_bad_file_names_the_key_and_why(tmp_path: Path, text: str, expected: str) -> None:

@@ -392,3 +392,25 @@ files = ["{outbox}"]
     assert len(list(outbox.iterdir())) == len(claimed)
     reported = [line for out in outputs for line in out.splitlines() if "published" in line]
     assert len(reported) == len(claimed), "each period reported once, by its claimant"
+
+
+def test_the_headline_counts_the_levels_that_ticked_among_those_it_covers(
+    tmp_path: Path,
+) -> None:
+    store = open_store(f"sqlite:///{tmp_path}/events.db")
+    for name in ("a", "b"):
+        ids = {"tick_id": name, "level": "min"}
+        record(
+            store, TickScheduled(**ids), TickFailed(**ids, reason="boom", failure_class="content")
+        )
+    prices = PriceBook()
+    now = datetime.now(UTC)
+    projector = projector_for(store, prices)
+
+    def headline(levels: list[str]) -> str:
+        digest = build_digest(store, projector, prices, "ops", now - HOUR, now + HOUR, levels)
+        return render(digest, "md").splitlines()[1]
+
+    assert headline(["min", "hour"]).startswith("2 tick(s) in 1 of 2 level(s); cost")
+    assert headline(["min"]).startswith("2 tick(s) in 1 level(s); cost")
+    store.close()

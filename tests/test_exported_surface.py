@@ -10,6 +10,8 @@ import types
 
 import pytest
 
+from harness.fronts import declared_homes
+
 FRONTS = [
     "harness.api",
     "harness.config",
@@ -85,3 +87,30 @@ def test_a_stray_import_in_a_front_is_caught() -> None:
     front.__dict__.update(annotations=__future__.annotations, Exported=int, helper=len)
     front.__dict__["__all__"] = ["Exported"]
     assert public_names(front) - set(front.__all__) == {"helper"}
+
+
+def test_a_fronts_names_are_declared_once_in_its_type_checking_block() -> None:
+    source = (
+        '"""A front."""\n'
+        "import typing\n"
+        "if typing.TYPE_CHECKING:\n"
+        "    from pkg.a import One, Two\n"
+        "    from pkg.b.c import (\n"
+        "        Three,\n"
+        "    )\n"
+        "    from pkg.a import Four\n"
+        "\n"
+        "__getattr__, __all__ = fronts.declared(__name__)\n"
+    )
+    assert declared_homes("pkg", source) == {"a": ("One", "Two", "Four"), "b.c": ("Three",)}
+
+
+@pytest.mark.parametrize(
+    "line", ["from other.a import One", "import pkg.a", "from .a import One", "x = 1"]
+)
+def test_a_type_checking_block_that_is_not_a_list_of_submodule_names_is_refused(
+    line: str,
+) -> None:
+    source = f"import typing\nif typing.TYPE_CHECKING:\n    from pkg.a import One\n    {line}\n"
+    with pytest.raises(ValueError, match=r"front of pkg, TYPE_CHECKING block line 2"):
+        declared_homes("pkg", source)

@@ -277,3 +277,37 @@ def test_an_sql_import_read_transaction_or_raw_sql_is_caught() -> None:
         "harness.api.reads:4 calls read_transaction: ask a read model in harness.projections",
         "harness.api.reads:5 calls exec_driver_sql: ask a read model in harness.projections",
     ]
+
+
+def migration_arrows(source: str, module: str, is_package: bool = False) -> list[str]:
+    """Imports that tie the application and its migrations together, either way.
+
+    A migration keeps its own copy of what it needs (`migrations.packing`), so that it
+    means forever what it meant when it was written; the store reaches the migrations
+    through Alembic's `script_location` alone.
+    """
+    ours = module == "migrations" or module.startswith("migrations.")
+    found = []
+    for line, target in imported(source, module, is_package, names=False):
+        other = target.split(".")[0]
+        if (ours and other in {"harness", "workers"}) or (not ours and other == "migrations"):
+            found.append(f"{module}:{line} imports {target}")
+    return found
+
+
+def test_the_application_and_its_migrations_import_nothing_of_each_other() -> None:
+    migration_sources = sorted((ROOT / "migrations").rglob("*.py"))
+    found = in_every_source(migration_arrows) + [
+        problem
+        for path in migration_sources
+        for problem in migration_arrows(
+            path.read_text(encoding="utf-8"), module_name(path), path.name == "__init__.py"
+        )
+    ]
+    assert found == []
+
+
+def test_an_arrow_between_the_application_and_its_migrations_is_caught() -> None:
+    assert migration_arrows("from harness.store.tick_rows import unpack", "migrations.x")
+    assert migration_arrows("import migrations", "harness.store.migrate")
+    assert migration_arrows("import sqlalchemy", "migrations.x") == []

@@ -30,6 +30,7 @@ from harness.contracts.events import (
     ToolCalled,
     TranscriptEntry,
 )
+from harness.folds.packed import pack
 from harness.prices import PriceBook
 from harness.projections import projector_for
 from harness.projections.tick_counts import TABLES as COUNTERS
@@ -43,10 +44,11 @@ from harness.store import (
     open_store,
 )
 from harness.store.engine import create_store_engine
-from harness.store.migrate import current_revision, downgrade, upgrade
+from harness.store.migrate import SCRIPT_LOCATION, current_revision, downgrade, upgrade
 from harness.store.schema import events, metadata, postgres_only, tick_rows
-from harness.store.tick_rows import compact
+from harness.store.tick_rows import compact, unpack
 from harness.timespec import as_utc
+from migrations import packing
 from tests.conftest import fresh_pg_database
 from tests.procs import open_fresh, racing
 
@@ -65,8 +67,31 @@ def sqlite_url(tmp_path: Path) -> str:
 
 def test_head_revision_constant_matches_alembic() -> None:
     config = Config()
-    config.set_main_option("script_location", str(Path(migrations.__file__).parent))
+    config.set_main_option("script_location", SCRIPT_LOCATION)
     assert ScriptDirectory.from_config(config).get_current_head() == HEAD_REVISION
+    assert Path(ScriptDirectory.from_config(config).dir) == Path(migrations.__file__).parent
+
+
+def test_the_migrations_copy_of_the_packed_format_writes_and_reads_the_stores_bytes() -> None:
+    """0020 and 0023 pack and unpack tick rows with their own copy of format 1."""
+    at = datetime(2026, 12, 1, 12, 30, 15, 123456, tzinfo=UTC)
+    events = [
+        TickScheduled(tick_id="t", level="min"),
+        BudgetSpent(tick_id="t", level="min", model="m", prompt_tokens=3, completion_tokens=4),
+        TickCompleted(tick_id="t", level="min"),
+    ]
+    records = [
+        StoredEvent(7 + n, uuid4(), "tick-t", n + 1, new.type, 1, new.data, {"host": "h"}, at)
+        for n, new in enumerate(event.to_record() for event in events)
+    ]
+    theirs = [packing.Record(**record.as_dict()) for record in records]
+    blob, count = pack("t", records)
+    assert packing.pack("t", theirs) == (blob, count) == (blob, 3)
+    assert [record.as_row() for record in packing.unpack("t", blob)] == [
+        record.as_dict() for record in unpack("t", blob)
+    ]
+    with pytest.raises(ValueError, match="unknown format"):
+        packing.unpack("t", b"\x02" + blob[1:])
 
 
 PARTITION = re.compile(r"^(events_(hot|default|\d{8})|tick_rows_(default|\d{8}))$")

@@ -264,3 +264,18 @@ def test_the_governor_measures_the_request_in_the_protocols_own_form(
     longer: Messages = [{"role": "user", "content": [{"text": "h" * 1000}]}]
     assert system - bare >= 1000 and tools - bare >= 500
     assert wire_request_chars(api, model.request_form(longer, [], None)) - bare >= 990
+
+
+@pytest.mark.parametrize("api", APIS)
+def test_an_upstream_refusal_is_told_in_the_upstreams_own_words_not_as_a_dict(
+    tmp_path: Path, fake: FakeUpstream, api: Api
+) -> None:
+    said = "this model does not take tools named like that"
+    harness = Harness(tmp_path, fake, api=api).without_retries()
+    outcome = harness.tick([Step(status=400, error_message=said)])
+    assert outcome.result is not None and outcome.result.error is not None
+    assert outcome.result.error.message == f"the upstream answered 400: {said}"
+    failed = of_type(harness.events(outcome), "TickFailed")
+    assert [str(event["reason"]).split(": ", 1)[1] for event in failed] == [
+        f"the upstream answered 400: {said}"
+    ]

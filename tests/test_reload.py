@@ -14,6 +14,7 @@ from harness.api.story import page
 from harness.cli.show_command import print_story_head
 from harness.config import ExecutorConfig, LevelConfig, Settings, StoreConfig, load_settings
 from harness.contracts import (
+    BudgetSpent,
     ConfigReloaded,
     LevelsRecorded,
     TickScheduled,
@@ -294,17 +295,33 @@ BUDGETED = """
 every = "1s"
 prompt = "Anything new?"
 model = "fake-model"
-daily_token_budget = 1
+reserve_tokens = 1
 """
-"""A level whose every slot is claimed and skipped (its reservation is over the budget):
+"""A level whose every slot is claimed and skipped (under `SPENT`, spent by `spent_already`):
 it fires every second without starting a tick process."""
+SPENT = """
+[[budgets]]
+name = "spent"
+scope = "global"
+window = "24h"
+tokens = 1
+"""
+
+
+def spent_already(store: EventStore) -> None:
+    """The one token of the `SPENT` budget, spent by an earlier tick."""
+    spent = BudgetSpent(
+        tick_id="earlier", level="old", model="fake-model", prompt_tokens=1, completion_tokens=0
+    )
+    store.append(spent.stream_id, [spent.to_record()])
 
 
 def test_sighup_or_an_edit_reloads_a_running_service_and_an_invalid_file_is_refused(
     tmp_path: Path, fake: FakeUpstream
 ) -> None:
-    config = write(tmp_path, BUDGETED.format(name="old"))
+    config = write(tmp_path, BUDGETED.format(name="old") + SPENT)
     store = open_store(f"sqlite:///{tmp_path}/events.db")
+    spent_already(store)
     service = Output(start_service(config, fake))
 
     def claims(level: str) -> list[StoredEvent]:
@@ -336,7 +353,7 @@ def test_sighup_or_an_edit_reloads_a_running_service_and_an_invalid_file_is_refu
         config.write_text(valid + BUDGETED.format(name="more"))  # an edit alone, no signal
         edited = wait_until(lambda: store.read_stream(CONFIG_STREAM)[1:], "the edit's reload")
         wait_until(lambda: claims("more"), "a slot of the level the edit added")
-        # The added level's own daily budget holds at once: its slots are skipped `budget`.
+        # The global budget holds the added level at once: its slots are skipped `budget`.
         skipped = wait_until(lambda: skips("more"), "a slot of the added level skipped")
     finally:
         output = service.stop()

@@ -13,6 +13,7 @@ import sys
 import threading
 from collections import Counter
 from datetime import UTC, datetime, timedelta
+from itertools import takewhile
 from pathlib import Path
 from zoneinfo import ZoneInfo
 
@@ -26,9 +27,10 @@ from harness.execution.executors import LocalExecutor
 from harness.prices import PriceBook
 from harness.projections import projector_for
 from harness.scheduling import Service
+from harness.scheduling.describe import describe_levels
 from harness.scheduling.jitter import FireTimes, jitter_delay
 from harness.scheduling.timetable import Slot, Timetable
-from harness.scheduling.triggers import level_trigger, slot_tick_id, upcoming_slot
+from harness.scheduling.triggers import level_trigger, next_slot, slot_tick_id, upcoming_slot
 from harness.store import open_store
 from tests.commands import forked_cli, write_config
 from tests.tick_support import Harness
@@ -224,6 +226,143 @@ def test_exclude_and_windows_at_the_skipped_spring_hour() -> None:
     ]
 
 
+# --- daylight saving: the rules an operator chooses ------------------------------------
+
+AUTUMN = {
+    # zone, cron naming a repeated time, the night: (first instant, second instant) in UTC
+    "Europe/Berlin": ("30 2 * * *", "2026-10-25", ("00:30", "01:30")),
+    "America/New_York": ("30 1 * * *", "2026-11-01", ("05:30", "06:30")),
+}
+SPRING = {
+    # zone, cron naming a skipped time, the night, the instant the clocks jump (UTC)
+    "Europe/Berlin": ("30 2 * * *", "2026-03-29", "01:00"),
+    "America/New_York": ("30 2 * * *", "2026-03-08", "07:00"),
+}
+
+
+def night_slots(config: LevelConfig, day: str) -> list[str]:
+    """The level's slots (UTC) from noon UTC before `day` to noon on it.
+
+    Walked with `next_slot` as the timetable walks them: each from the one before, `now`
+    given, no clock.
+    """
+    trigger = level_trigger(config)
+    start = datetime.fromisoformat(f"{day}T12:00:00+00:00") - timedelta(days=1)
+    slots, slot = [], next_slot(trigger, None, start)
+    while slot < start + timedelta(days=1):
+        slots.append(f"{slot:%H:%M}")
+        slot = next_slot(trigger, slot, slot)
+    return slots
+
+
+@pytest.mark.parametrize("zone", sorted(AUTUMN))
+@pytest.mark.parametrize("rule", ["first", "last", "both", "none"])
+def test_the_repeated_autumn_time_fires_as_dst_repeated_says(zone: str, rule: str) -> None:
+    cron, day, (first, second) = AUTUMN[zone]
+    config = level(schedule=cron, timezone=zone, dst_repeated=rule)
+    expected = {"first": [first], "last": [second], "both": [first, second], "none": []}[rule]
+    assert night_slots(config, day) == expected
+    # Asked between the two instants (a scheduler started then): only the second may come.
+    between = datetime.fromisoformat(f"{day}T{first}:00+00:00") + timedelta(minutes=30)
+    upcoming = next_slot(level_trigger(config), None, between)
+    assert (f"{upcoming:%H:%M}" == second and upcoming.date() == between.date()) == (
+        rule in ("last", "both")
+    )
+    if rule == "both":
+        slots = [datetime.fromisoformat(f"{day}T{t}:00+00:00") for t in (first, second)]
+        assert len({slot_tick_id("nightly", slot) for slot in slots}) == 2
+
+
+@pytest.mark.parametrize("zone", sorted(SPRING))
+@pytest.mark.parametrize("rule", ["shift", "skip"])
+def test_the_skipped_spring_time_fires_as_dst_skipped_says(zone: str, rule: str) -> None:
+    cron, day, jump = SPRING[zone]
+    config = level(schedule=cron, timezone=zone, dst_skipped=rule)
+    assert night_slots(config, day) == ([jump] if rule == "shift" else [])
+    # A real time after the gap fires either way; `shift` adds the skipped one at the jump.
+    both = level(schedule="30 2,3 * * *", timezone=zone, dst_skipped=rule)
+    real = f"{datetime.fromisoformat(f'{day}T{jump}:00') + timedelta(minutes=30):%H:%M}"
+    assert night_slots(both, day) == ([jump, real] if rule == "shift" else [real])
+
+
+@pytest.mark.parametrize("rule", ["first", "last", "both", "none"])
+def test_a_schedule_of_every_hour_fires_every_elapsed_hour_whatever_the_rule(rule: str) -> None:
+    hourly = night_slots(
+        level(schedule="0 * * * *", timezone="Europe/Berlin", dst_repeated=rule), "2026-10-25"
+    )
+    assert hourly == [f"{hour % 24:02d}:00" for hour in range(12, 36)], "24 UTC hours, 24 slots"
+
+
+def test_the_scheduling_default_applies_where_a_level_sets_no_rule(tmp_path: Path) -> None:
+    config = write_config(
+        tmp_path,
+        '[scheduling]\ndst_repeated = "both"\ndst_skipped = "skip"\n'
+        '[levels.nightly]\nschedule = "30 2 * * *"\ntimezone = "Europe/Berlin"\nmodel = "m"\n'
+        '[levels.own]\nschedule = "30 2 * * *"\ntimezone = "Europe/Berlin"\nmodel = "m"\n'
+        'dst_repeated = "last"\ndst_skipped = "shift"\n',
+    )
+    settings = load_settings(config)
+    nightly, own = settings.levels["nightly"], settings.levels["own"]
+    assert night_slots(nightly, "2026-10-25") == ["00:30", "01:30"]
+    assert night_slots(nightly, "2026-03-29") == []
+    assert night_slots(own, "2026-10-25") == ["01:30"]
+    assert night_slots(own, "2026-03-29") == ["01:00"]
+
+
+@pytest.mark.parametrize(
+    ("zone", "now", "kind", "rule", "slots"),
+    [
+        ("Europe/Berlin", "2026-10-20", "repeated", "both", ["00:30", "01:30"]),
+        ("America/New_York", "2026-10-20", "repeated", "last", ["06:30"]),
+        ("Europe/Berlin", "2026-03-20", "skipped", "shift", ["01:00"]),
+        ("America/New_York", "2026-03-01", "skipped", "skip", []),
+    ],
+)
+def test_levels_shows_the_next_transition_and_the_slots_the_level_fires_in_it(
+    tmp_path: Path, zone: str, now: str, kind: str, rule: str, slots: list[str]
+) -> None:
+    cron = AUTUMN[zone][0] if kind == "repeated" else SPRING[zone][0]
+    key = "dst_repeated" if kind == "repeated" else "dst_skipped"
+    # One spec, and several joined with a window (a `LevelSchedule`): the same rule, slots.
+    joined = [cron, "0 12 * * sat"]
+    settings = Settings(
+        store={"url": f"sqlite:///{tmp_path}/events.db"},  # type: ignore[arg-type]
+        levels={
+            "nightly": level(schedule=cron, timezone=zone, **{key: rule}),
+            "joined": level(schedule=joined, timezone=zone, end_at="2099-01-01", **{key: rule}),
+        },
+    )
+    store = open_store(settings.store.url)
+    described = describe_levels(
+        settings, store, ["nightly", "joined"], datetime.fromisoformat(f"{now}T00:00:00+00:00")
+    )
+    store.close()
+    day = (AUTUMN if kind == "repeated" else SPRING)[zone][1]
+    for each in described:
+        dst = each.dst
+        assert dst is not None and (dst.kind, dst.rule) == (kind, rule), each.name
+        assert f"{dst.at:%Y-%m-%d}" == day and dst.wall_to - dst.wall_from == timedelta(hours=1)
+        assert [f"{slot:%H:%M}" for slot in dst.slots] == slots
+        assert all(f"{slot:%Y-%m-%d}" == day for slot in dst.slots)
+
+
+def test_tickwork_levels_names_the_next_dst_change_and_its_rule(
+    tmp_path: Path, fake: FakeUpstream
+) -> None:
+    config = write_config(
+        tmp_path,
+        '[levels.nightly]\nschedule = "30 2 * * *"\ntimezone = "Europe/Berlin"\n'
+        'model = "fake-model"\ndst_repeated = "both"\ndst_skipped = "skip"\n'
+        '[levels.often]\nevery = "1h"\nmodel = "fake-model"\n',
+    )
+    shown = forked_cli("levels", config, fake)
+    assert shown.returncode == 0, shown.stderr
+    assert "next DST change:" in shown.stdout and (
+        "(dst_repeated = both)" in shown.stdout or "(dst_skipped = skip)" in shown.stdout
+    ), shown.stdout
+    assert shown.stdout.count("next DST change:") == 1, "an interval knows no DST"
+
+
 @pytest.mark.parametrize(
     ("extra", "expected"),
     [
@@ -234,6 +373,11 @@ def test_exclude_and_windows_at_the_skipped_spring_hour() -> None:
         ('every = "1m"\nstart_at = 2026-12-02\nend_at = 2026-12-01', "'end_at' is before"),
         ('every = "1m"\nmax_runs = 0', "levels.min.max_runs"),
         ("schedule = []", "an empty list of cron expressions never fires"),
+        (
+            'every = "1m"\ndst_repeated = "twice"',
+            "levels.min.dst_repeated: Input should be 'first'",
+        ),
+        ('every = "1m"\ndst_skipped = "later"', "levels.min.dst_skipped: Input should be 'shift'"),
     ],
 )
 def test_a_bad_schedule_is_refused_with_its_key_path(
@@ -351,5 +495,11 @@ def test_levels_describes_schedule_next_fires_last_runs_and_the_pause_note(
     text = forked_cli("levels min", config, fake)
     assert "paused since" in text.stdout and "maintenance (note: ask-bob)" in text.stdout
     assert "runs: 0 of at most 10" in text.stdout and "hour:" not in text.stdout
+    assert "next fire times (Europe/Berlin / UTC):" in text.stdout
+    in_utc = forked_cli("levels hour", config, fake).stdout
+    assert "next fire times (UTC):" in in_utc and "UTC / UTC" not in in_utc
+    after = in_utc.split("next fire times (UTC):\n")[1].splitlines()
+    fire_lines = list(takewhile(lambda line: line.startswith("    "), after))
+    assert len(fire_lines) == 5 and all(" / " not in line for line in fire_lines)
     unknown = forked_cli("levels nope", config, fake)
     assert unknown.returncode == 2 and "no level named 'nope'" in unknown.stderr

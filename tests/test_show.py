@@ -50,7 +50,8 @@ def test_show_follow_prints_a_running_ticks_turns_until_it_is_cancelled(
     assert answer["matching"] == [tick_id] and answer["ended"] == {tick_id: "TickCancelled"}
     assert follow.process.wait(60) == 0
     printed = follow.text()
-    assert "cancelled:" in printed and "status  cancelled" in printed
+    assert "status  cancelled" in printed
+    assert "cancelled by " in printed and "cancelled: cancelled" not in printed, "said once"
     ended, ticked = ticking.communicate(timeout=60)
     assert "1 model call(s)" in ticked and "so far" in ticked, "tick printed its progress"
     assert json.loads(ended)["status"] == "cancelled", "tick --json prints the story"
@@ -66,6 +67,9 @@ def test_show_follow_prints_a_running_ticks_turns_until_it_is_cancelled(
     kinds = [step["kind"] for step in story["steps"]]
     assert kinds[:4] == ["scheduled", "started", "prompt", "model_call"] and kinds[-1] == "ended"
     assert any(s["kind"] == "tool" and s["data"]["tool"] == "pager_status" for s in story["steps"])
+    assert story["result_error"] is None, "a cancelled tick's result file is not missed"
+    spent = [s["summary"] for s in story["steps"] if s["kind"] == "spend"]
+    assert spent[-1].endswith("(estimated)"), "the call cut off by the cancel, booked estimated"
     missing = forked_cli("show min-nothing", config, fake)
     assert missing.returncode == 2 and "no tick 'min-nothing'" in missing.stderr
     store.close()

@@ -75,11 +75,7 @@ def failure_class(exc: BaseException) -> FailureClass:
     Types and statuses decide first, all along the chain; only when none of them does are
     the messages of the chain read for the infrastructure markers.
     """
-    chain: list[BaseException] = []
-    seen: BaseException | None = exc
-    while seen is not None and seen not in chain:
-        chain.append(seen)
-        seen = seen.__cause__ or seen.__context__
+    chain = _chain(exc)
     configuration, infrastructure, with_status = _known_errors()
     statuses = [
         status
@@ -106,13 +102,41 @@ connection error, whose message ("Connection error.") names nothing."""
 
 
 def failure_message(exc: BaseException) -> str:
-    """What to tell the operator: the exception's text, or the named cause it wraps."""
-    seen: BaseException | None = exc
-    while seen is not None:
-        if isinstance(seen, NAMED_ERRORS):
-            return str(seen)
-        seen = seen.__cause__ or seen.__context__
+    """What to tell the operator: a named cause, the upstream's own words, or the text.
+
+    An SDK's status error reads `Error code: 500 - {'error': {'message': …}}`: the
+    upstream's message inside a Python dict. The operator gets the status and the
+    message the upstream wrote instead (OpenAI's and Anthropic's `error.message`,
+    Ollama's `error`).
+    """
+    chain = _chain(exc)
+    for error in chain:
+        if isinstance(error, NAMED_ERRORS):
+            return str(error)
+    for error in chain:
+        status = getattr(error, "status_code", None)
+        said = _said(getattr(error, "body", None)) or _said(getattr(error, "error", None))
+        if isinstance(status, int) and status > 0 and said:
+            return f"the upstream answered {status}: {said}"
     return str(exc)
+
+
+def _said(body: object) -> str | None:
+    """The message an error body carries: `{"error": {"message"}}`, `{"message"}`, text."""
+    if isinstance(body, dict):
+        inner = body.get("error", body)
+        body = inner.get("message") if isinstance(inner, dict) else inner
+    return body.strip() if isinstance(body, str) and body.strip() else None
+
+
+def _chain(exc: BaseException) -> list[BaseException]:
+    """The exception and its causes (or contexts), outermost first, each once."""
+    chain: list[BaseException] = []
+    seen: BaseException | None = exc
+    while seen is not None and seen not in chain:
+        chain.append(seen)
+        seen = seen.__cause__ or seen.__context__
+    return chain
 
 
 def _known_errors() -> tuple[

@@ -60,7 +60,13 @@ class SelfCheckFailedError(Exception):
 class CandidateWalk:
     """Where the tick stands on its route; without a route, one implicit candidate."""
 
-    def __init__(self, payload: TickPayload, recorder: EventRecorder) -> None:
+    def __init__(
+        self,
+        payload: TickPayload,
+        recorder: EventRecorder,
+        rules_out: Callable[[str], str | None] = lambda target: None,
+    ) -> None:
+        """`rules_out`: why a `reroute` budget rules a target out now (`BudgetGuard.spent_for`)."""
         self.payload = payload
         self.recorder = recorder
         plan = payload.route
@@ -68,8 +74,7 @@ class CandidateWalk:
         self.index = 0
         self.quota = QuotaGate(payload.tick_id, payload.level, recorder.store, os.environ)
         self._vouched: set[str] | None = None
-        self.budget_check: Callable[[str], str | None] = lambda target: None
-        """Why a `reroute` budget rules a target out now (`BudgetGuard.spent_for`)."""
+        self.rules_out = rules_out
         if plan is not None:
             down = recently_down(recorder.store, plan.availability_ttl_seconds, datetime.now(UTC))
             while self.index < len(self.candidates) - 1 and self._known_down(down):
@@ -80,6 +85,11 @@ class CandidateWalk:
     def current(self) -> RouteCandidate | None:
         """The candidate being tried (None: no route, the payload's own model runs)."""
         return self.candidates[self.index] if self.candidates else None
+
+    @property
+    def on_last(self) -> bool:
+        """No candidate is left to fall back to (a `reroute` budget stops the calls here)."""
+        return self.index >= len(self.candidates) - 1
 
     def choose(self) -> RouteCandidate | None:
         """The candidate to run on: the current one, or the next that is set and has quota.
@@ -112,7 +122,7 @@ class CandidateWalk:
             error = MissingEndpointError(candidate.target, unset)
             return f"unset: {error}", error
         if candidate is not self.candidates[-1]:
-            spent = self.budget_check(candidate.target)
+            spent = self.rules_out(candidate.target)
             if spent is not None:
                 return f"budget: {spent}", BudgetReroutedError(spent)
         why, probed = self.quota.check(candidate, datetime.now(UTC))

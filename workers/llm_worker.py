@@ -13,7 +13,6 @@ import contextlib
 import logging
 import os
 import sys
-import traceback
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -22,23 +21,15 @@ import orjson
 from pydantic import ValidationError
 
 from harness.contracts import (
-    API_KEY_ENV_OF,
     ResultError,
-    ResultToolCalls,
-    ResultUsage,
     TickPayload,
     TickResult,
-    keep_environment_private,
     redact_standard_streams,
     register_secret_names,
     write_result,
 )
 
 EXIT_OK, EXIT_FAILED, EXIT_BAD_PAYLOAD = 0, 1, 2
-
-
-class AgentTickError(Exception):
-    """An agent CLI's tick failed: its message, for the fallback's record."""
 
 
 def _payload_error(raw: bytes, exc: ValidationError) -> int:
@@ -62,180 +53,52 @@ def _payload_error(raw: bytes, exc: ValidationError) -> int:
 
 
 def run(payload: TickPayload) -> int:
-    # Imported here: a bad payload is answered without paying for the SDK's import.
-    """Run one tick to its end and write its result file; the exit code is the process's."""
-    from strands import Agent, ModelRetryStrategy
-    from strands.agent.conversation_manager import NullConversationManager
+    """Run one tick to its end and write its result file; the exit code is the process's.
 
+    The tick's parts meet here: one hook per concern, the route walk whose candidates a
+    `reroute` budget passes over, and the run along the route (`workers.tick_run`).
+    """
+    # Imported here: a bad payload is answered without paying for the SDK's import.
     from harness.governor import Calibrations
     from workers.budget_guard import BudgetGuard
-    from workers.failures import failure_class, failure_message
     from workers.fallback import CandidateWalk
     from workers.governor_hook import ContextGovernor
-    from workers.model import AgentMissingError, MissingEndpointError, build_model
-    from workers.rag_tool import make_rag_lookup
     from workers.rate_limit import RateLimitGate
     from workers.recorder import EventRecorder
     from workers.spend import SpendMeter
-    from workers.structured_output import structured
     from workers.telemetry import start_tracing
-    from workers.tier_tools import tier_tools
+    from workers.tick_run import RouteRun, TickHooks, tick_tools
     from workers.tool_budget import ToolBudget
     from workers.trace import ToolTrace
     from workers.transcript import Transcript
-    from workers.wire import observing
 
     register_secret_names(payload.key_variables())
     flush_spans = start_tracing()
     recorder = EventRecorder(payload)
-    walk = CandidateWalk(payload, recorder)
-    budget = ToolBudget(payload.max_tool_calls)
     spend = SpendMeter(payload, recorder)
-    daily = BudgetGuard(
-        payload, recorder, lambda: spend.target, lambda: walk.index >= len(walk.candidates) - 1
-    )
-    walk.budget_check = daily.spent_for
-    gate = RateLimitGate(payload, recorder)
-    transcript = Transcript(payload, recorder)
+    walk: CandidateWalk
+    daily = BudgetGuard(payload, recorder, lambda: spend.target, lambda: walk.on_last)
+    walk = CandidateWalk(payload, recorder, rules_out=daily.spent_for)
     limits = payload.governor
-    governor = ContextGovernor(
-        payload,
-        recorder,
-        Calibrations(limits.chars_per_token, payload.calibrations, limits.calibrate),
+    calibrations = Calibrations(limits.chars_per_token, payload.calibrations, limits.calibrate)
+    hooks = TickHooks(
+        budget=ToolBudget(payload.max_tool_calls),
+        trace=ToolTrace(payload, recorder),
+        governor=ContextGovernor(payload, recorder, calibrations),
+        daily=daily,
+        gate=RateLimitGate(payload, recorder),
+        transcript=Transcript(payload, recorder),
+        spend=spend,
     )
-    tools: list[Any] = []
-    if payload.rag.enabled:
-        tools.append(make_rag_lookup(payload.rag))
-    caps = payload.capabilities()
-    if caps.shell:
-        # Its commands run as this process's user: /proc/<this pid>/environ still shows
-        # the variables this process withheld from them (the collector's headers).
-        keep_environment_private()
-    tools += tier_tools(caps, payload.work_folder())
-    result: TickResult
-
-    def agent_on(hooks: list[Any], name: str, own: bool = True) -> Any:
-        """An agent on the current candidate; not `own`: no tools, no instructions."""
-        return Agent(
-            model=spend.model,
-            tools=tools if own else [],
-            system_prompt=(payload.instructions or None) if own else None,
-            callback_handler=None,
-            conversation_manager=NullConversationManager(),
-            context_manager=False,
-            hooks=hooks,
-            retry_strategy=ModelRetryStrategy(max_attempts=2, initial_delay=1, max_delay=2),
-            name=name,
-            trace_attributes={
-                "tickwork.tick_id": payload.tick_id,
-                "tickwork.level": payload.level,
-            },
-        )
-
-    def self_check(question: str) -> str | None:
-        """The answer, metered and budgeted as the tick's; None when the budget stopped it."""
-        answer = str(agent_on([daily, gate, spend], "tickwork-selfcheck", own=False)(question))
-        return None if daily.stopped or gate.stopped else answer
-
-    agent_result: TickResult | None = None
+    route = RouteRun(payload, recorder, walk, hooks, tick_tools(payload))
     try:
-        transcript.open()
-        while True:
-            chosen = walk.choose()
-            kind = chosen.agent if chosen else payload.agent
-            if kind != "strands":
-                from workers.agents import run_agent_tick
-
-                on_cli = run_agent_tick(kind, payload, chosen, recorder)
-                failed = on_cli.error
-                if failed is not None and walk.move_on(
-                    AgentTickError(failed.message), failed.failure_class
-                ):
-                    continue  # its calls are in the ledger; the next candidate answers
-                agent_result = on_cli
-                break
-            target = chosen.target if chosen else None
-            model = build_model(
-                payload, chosen, observing(walk.observe_answer, gate.observe_answer)
-            )
-            governor.model = spend.use(model, target)
-            gate.use(model, target)
-            try:
-                if chosen is not None:
-                    walk.self_check(chosen, self_check)
-                hooks = [budget, ToolTrace(payload, recorder), governor, daily, gate, transcript]
-                hooks.append(spend)
-                agent = agent_on(hooks, f"tickwork-{payload.level}")
-                answer = agent(payload.prompt)
-                break
-            except Exception as exc:
-                if not walk.move_on(exc, failure_class(exc)):
-                    raise
-        if agent_result is not None:
-            write_result(payload.result_path, agent_result)
-            return EXIT_OK if agent_result.ok else EXIT_FAILED
-        text = str(answer).strip()
-        stop_reason = "tool_budget" if budget.exhausted else str(answer.stop_reason)
-        if governor.stopped:
-            stop_reason = "context_limit"
-        if daily.stopped:
-            stop_reason = "budget"
-        if gate.stopped:
-            stop_reason = "rate_limit"
-        error = None
-        value = None
-        if not text:
-            error = ResultError(
-                type="EmptyText", message="the agent ended without text", failure_class="content"
-            )
-        elif payload.output == "json":
-            value, error = structured(text, payload.output_schema)
-        result = TickResult(
-            tick_id=payload.tick_id,
-            ok=error is None,
-            text=text,
-            value=value,
-            stop_reason=stop_reason,
-            error=error,
-        )
+        hooks.transcript.open()
+        result = route.run()
     except Exception as exc:
-        tail = "".join(traceback.format_exception(exc))[-4000:]
-        failed_as = failure_class(exc)
-        message = failure_message(exc)[:2000]
-        if failed_as == "configuration" and not isinstance(
-            exc, (MissingEndpointError, AgentMissingError)
-        ):
-            current = walk.current
-            api = current.api if current else payload.api
-            named = current.api_key_env if current else None
-            variable = named or API_KEY_ENV_OF[api] or "the target's api_key_env"
-            message = f"the upstream refused the API key: check {variable} ({message})"
-        result = TickResult(
-            tick_id=payload.tick_id,
-            ok=False,
-            stop_reason="error",
-            error=ResultError(
-                type=type(exc).__name__,
-                message=message,
-                failure_class=failed_as,
-                traceback_tail=tail,
-            ),
-        )
+        result = route.failed(exc)
     finally:
         recorder.close()
         flush_spans()
-    result = result.model_copy(
-        update={
-            "usage": ResultUsage(
-                prompt_tokens=spend.prompt_tokens,
-                completion_tokens=spend.completion_tokens,
-                model_calls=spend.model_calls,
-                estimated_calls=spend.estimated_calls,
-            ),
-            "tool_calls": ResultToolCalls(executed=budget.executed, cancelled=budget.cancelled),
-            "target": walk.current.target if walk.current else None,
-        }
-    )
     write_result(payload.result_path, result)
     return EXIT_OK if result.ok else EXIT_FAILED
 
@@ -270,13 +133,13 @@ def warm_up(preloads: frozenset[str] = frozenset()) -> None:
         APIS,
         BASE_URL_ENV,
         BudgetRuleData,
-        BudgetSpent,
         RagSettings,
         TickBudgets,
         TickStarted,
         tick_stream,
     )
     from harness.store import open_store, scratch_sqlite
+    from workers.call_booking import CallBooking, CallFacts
     from workers.providers import builder
     from workers.recorder import EventRecorder
 
@@ -330,15 +193,7 @@ def warm_up(preloads: frozenset[str] = frozenset()) -> None:
             logging.disable(logging.CRITICAL)
             run(payload)
             recorder = EventRecorder(payload)
-            recorder.record(
-                BudgetSpent(
-                    tick_id="warm-up",
-                    level="warm-up",
-                    model="warm-up",
-                    prompt_tokens=0,
-                    completion_tokens=0,
-                )
-            )
+            recorder.record_all(CallBooking.of(payload).ended(CallFacts(model="warm-up", call=1)))
             recorder.close()
         finally:
             logging.disable(logging.NOTSET)

@@ -1,8 +1,9 @@
-"""One `BudgetSpent` and one `ModelCalled` per finished model call, committed before the next.
+"""A Strands tick's model calls, booked (`workers.call_booking`) each before the next is sent.
 
-Both are appended in one commit. Each call's start is recorded too (`ModelCallStarted`,
-with its estimated input size) before it is sent: a call a kill cuts off is then booked,
-estimated, by whoever ends the attempt (`harness.execution.cutoff`), never lost.
+A call's `BudgetSpent` and `ModelCalled` are appended in one commit. Each call's start is
+recorded too (`ModelCallStarted`, with its estimated input size) before it is sent: a
+call a kill cuts off is then booked, estimated, by whoever ends the attempt
+(`harness.execution.cutoff`), never lost.
 
 Hooks run inline in the agent loop, so the appends complete before the loop can ask the
 model again: a tick killed at any moment loses at most the call in flight.
@@ -23,21 +24,19 @@ from typing import Any
 
 from strands.hooks import AfterModelCallEvent, BeforeModelCallEvent, HookProvider, HookRegistry
 
-from harness.contracts import BudgetSpent, ModelCalled, ModelCallStarted, TickPayload, capped
+from harness.contracts import TickPayload
 from harness.governor import request_chars, tokens_from_chars
+from workers.call_booking import CallBooking, CallFacts, Refusal
 from workers.failures import failure_class, failure_message
 from workers.providers import Metered
 from workers.recorder import EventRecorder
-
-ERROR_CHARS = 300
-"""A model call's error text is a hint for the reader; the tick's result keeps the whole."""
 
 
 class SpendMeter(HookProvider):
     """Register it after any hook that may cancel a model call (a cancelled call is free)."""
 
     def __init__(self, payload: TickPayload, recorder: EventRecorder) -> None:
-        self.payload = payload
+        self.booking = CallBooking.of(payload)
         self.recorder = recorder
         self.model: Metered | None = None
         """The model of the candidate being tried; a fallback sets the next one."""
@@ -80,88 +79,56 @@ class SpendMeter(HookProvider):
         if self._cancelled or self.model is None:
             return
         self.calls_started += 1
-        self.recorder.record(
-            ModelCallStarted(
-                tick_id=self.payload.tick_id,
-                level=self.payload.level,
-                call=self.calls_started,
-                model=self.model.get_config()["model_id"],
-                estimated_input_tokens=tokens_from_chars(self._request_chars),
-                template_hash=self.payload.template_hash,
-            )
-        )
+        model_id = self.model.get_config()["model_id"]
+        estimate = tokens_from_chars(self._request_chars)
+        self.recorder.record(self.booking.started(self.calls_started, model_id, estimate))
 
     def _after_call(self, event: AfterModelCallEvent) -> None:
         model = self.model
         if self._cancelled or model is None:
             return
+        facts = self._facts(model, event)
+        if facts.billed:
+            self.model_calls += 1
+            self.estimated_calls += facts.estimated
+            self.prompt_tokens += facts.prompt_tokens
+            self.completion_tokens += facts.completion_tokens
+        self.recorder.record_all(self.booking.ended(facts))
+
+    def _facts(self, model: Metered, event: AfterModelCallEvent) -> CallFacts:
+        """What the SDK's events and the metered stream tell of the call that just ended."""
         usage: dict[str, Any] = {}
         if event.stop_response is not None:
             usage = dict(event.stop_response.message.get("metadata", {}).get("usage") or {})
         prompt = int(usage.get("inputTokens") or 0)
         completion = int(usage.get("outputTokens") or 0)
         estimated = prompt == 0 and completion == 0
-        refused = estimated and event.exception is not None and not model.answered
-        spent: BudgetSpent | None = None
-        if not refused:  # a refusal produced nothing and was not billed
-            if estimated:
-                prompt = tokens_from_chars(self._request_chars)
-                completion = tokens_from_chars(model.response_chars)
-            spent = self._spent(model, prompt, completion, estimated, usage)
-        called = self._called(model, event, spent)
-        self.recorder.record_all([spent, called] if spent else [called])
-
-    def _spent(
-        self,
-        model: Metered,
-        prompt: int,
-        completion: int,
-        estimated: bool,
-        usage: dict[str, Any],
-    ) -> BudgetSpent:
-        self.model_calls += 1
-        self.estimated_calls += estimated
-        self.prompt_tokens += prompt
-        self.completion_tokens += completion
-        return BudgetSpent(
-            tick_id=self.payload.tick_id,
-            level=self.payload.level,
+        exc = event.exception
+        if estimated:
+            prompt = tokens_from_chars(self._request_chars)
+            completion = tokens_from_chars(model.response_chars)
+        now = self._ended_at = time.monotonic()
+        first = model.first_token_at
+        attempt, self._attempt = self._attempt, self._attempt + 1 if exc is not None else 1
+        refusal = None
+        if exc is not None:
+            refusal = Refusal(type(exc).__name__, failure_class(exc), failure_message(exc))
+        return CallFacts(
             model=model.get_config()["model_id"],
+            call=self.calls_started,
             prompt_tokens=prompt,
             completion_tokens=completion,
             cache_read_tokens=usage.get("cacheReadInputTokens"),
             cache_write_tokens=usage.get("cacheWriteInputTokens"),
             estimated=estimated,
-            source="worker",
-            template_hash=self.payload.template_hash,
-            target=self.target,
-        )
-
-    def _called(
-        self, model: Metered, event: AfterModelCallEvent, spent: BudgetSpent | None
-    ) -> ModelCalled:
-        now = self._ended_at = time.monotonic()
-        exc = event.exception
-        first = model.first_token_at
-        attempt, self._attempt = self._attempt, self._attempt + 1 if exc is not None else 1
-        return ModelCalled(
-            tick_id=self.payload.tick_id,
-            level=self.payload.level,
-            model=model.get_config()["model_id"],
-            target=self.target,
-            provider=model.provider,
-            call=self.calls_started,
-            attempt=attempt,
+            # A refusal produced nothing and was not billed; an answer that began may be.
+            billed=not (estimated and exc is not None and not model.answered),
+            stop_reason=str(event.stop_response.stop_reason) if event.stop_response else None,
+            first_token_ms=None if first is None else round((first - self._started_at) * 1000, 3),
             duration_ms=round((now - self._started_at) * 1000, 3),
             wait_ms=self._wait_ms,
-            first_token_ms=None if first is None else round((first - self._started_at) * 1000, 3),
-            stop_reason=str(event.stop_response.stop_reason) if event.stop_response else None,
-            error_class=type(exc).__name__ if exc is not None else None,
-            failure_class=failure_class(exc) if exc is not None else None,
-            error=capped(failure_message(exc), ERROR_CHARS)[0] if exc is not None else None,
-            prompt_tokens=spent.prompt_tokens if spent else 0,
-            completion_tokens=spent.completion_tokens if spent else 0,
-            estimated=spent.estimated if spent else False,
-            budget_event_id=spent.event_id if spent else None,
-            template_hash=self.payload.template_hash,
+            attempt=attempt,
+            target=self.target,
+            provider=model.provider,
+            refusal=refusal,
         )

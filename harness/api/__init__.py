@@ -18,13 +18,4 @@ if typing.TYPE_CHECKING:
     from harness.api.app import create_app
     from harness.api.models import Status
 
-__all__: list[str] = [
-    "Status",
-    "create_app",
-]
-
-_HOMES = {
-    "app": ("create_app",),
-    "models": ("Status",),
-}
-__getattr__ = fronts.names_on_first_use(__name__, _HOMES)
+__getattr__, __all__ = fronts.declared(__name__)

@@ -183,9 +183,13 @@ def checked_settings(explicit: Path | None) -> Settings:
     What `settings` exits 2 on, for a caller that must not exit (a service answering
     `tickwork status` for another process).
     """
-    from harness.config import ConfigError, load_settings
+    from harness.config import ConfigError, config_path, load_settings
+    from harness.contracts import utcnow
+    from harness.prices import refuse_unpayable_budgets
 
     config = load_settings(explicit)
+    where = str(config_path(explicit) or "environment/defaults")
+    refuse_unpayable_budgets(config, where, utcnow().date().isoformat())
     if config.routing.catalog is not None:
         from harness.routing import CatalogError, configured_router
 

@@ -69,3 +69,11 @@ def budgets(as_json: JsonOption = False) -> None:
         ],
         rows,
     )
+    for s in statuses:
+        if s.resumes_at is not None:
+            out.print(
+                f"{s.name} holds {', '.join(s.paused_levels)} paused until "
+                f"{_when(s.resumes_at)} UTC, when its window ends (sooner if a reload "
+                "raises the limit)",
+                highlight=False,
+            )

@@ -4,13 +4,14 @@ from __future__ import annotations
 
 from dataclasses import asdict
 from typing import TYPE_CHECKING, Annotated
+from zoneinfo import ZoneInfo
 
 import typer
 
 from harness.cli.app import JsonOption, app, fail, out, print_json, settings, store_for
 
 if TYPE_CHECKING:
-    from harness.scheduling import LevelDescription
+    from harness.scheduling import LevelDescription, Transition
 
 _TIME = "%Y-%m-%d %H:%M:%S"
 
@@ -58,17 +59,26 @@ def _lines(level: LevelDescription) -> list[str]:
             f"  paused since {pause.since:{_TIME}} UTC by {pause.by}: {pause.reason}"
             + (f" (note: {pause.note})" if pause.note else "")
         )
+        if pause.resumes_at is not None:
+            lines.append(
+                f"  resumes by itself at {pause.resumes_at:{_TIME}} UTC, when its budget's "
+                "window ends (sooner if a reload raises the limit)"
+            )
     if level.max_runs is not None:
         lines.append(f"  runs: {level.runs} of at most {level.max_runs}")
     if level.next:
-        lines.append(f"  next fire times ({level.timezone} / UTC):")
+        in_utc = level.timezone == "UTC"  # one column: the zone's time is the UTC one
+        lines.append(f"  next fire times ({'UTC' if in_utc else level.timezone + ' / UTC'}):")
         lines += [
-            f"    {fire.fires_at_local:{_TIME} %Z}  /  {fire.fires_at:{_TIME}} UTC"
+            ("    " if in_utc else f"    {fire.fires_at_local:{_TIME} %Z}  /  ")
+            + f"{fire.fires_at:{_TIME}} UTC"
             + (f"  (slot {fire.slot:%H:%M:%S} UTC)" if fire.slot != fire.fires_at else "")
             for fire in level.next
         ]
     else:
         lines.append("  no further fire time: the schedule has ended")
+    if level.dst is not None:
+        lines += _dst_lines(level.dst, level.timezone)
     if level.recent:
         lines.append("  last runs:")
         lines += [
@@ -78,4 +88,28 @@ def _lines(level: LevelDescription) -> list[str]:
         ]
     else:
         lines.append("  no runs yet")
+    return lines
+
+
+_DST_SAYS = {
+    "repeated": "the clocks go back: {span} happens twice (dst_repeated = {rule})",
+    "skipped": "the clocks go forward: {span} does not happen (dst_skipped = {rule})",
+}
+
+
+def _dst_lines(dst: Transition, zone: str) -> list[str]:
+    """The zone's next daylight-saving change and the slots the level fires around it."""
+    span = f"{dst.wall_from:%H:%M}-{dst.wall_to:%H:%M}"
+    lines = [
+        f"  next DST change: {dst.at:{_TIME}} UTC, "
+        + _DST_SAYS[dst.kind].format(span=span, rule=dst.rule)
+    ]
+    if not dst.slots:
+        lines.append("    no slot of the level fires around it")
+    lines += [
+        f"    slot {slot:{_TIME}} UTC  ({slot.astimezone(ZoneInfo(zone)):%H:%M %Z})"
+        for slot in dst.slots
+    ]
+    if dst.more:
+        lines.append(f"    … and {dst.more} more")
     return lines

@@ -10,7 +10,10 @@ whole file lives here. The rules, each reported with the entry's path (`budgets.
   two limits could never be the one that binds, so the file says two things at once;
 - a budget is *contradictory* when a broader one (global ⊇ tag ⊇ level, same window,
   zone and unit) has a limit no larger: the narrower one can never bind and only
-  pretends to be a control.
+  pretends to be a control;
+- a budget is *unpayable* when its limit is below what one tick of a level it covers
+  reserves (`reserve_tokens`; in USD at the level model's price, where a price is
+  known): every slot of that level would be skipped, at any spend.
 
 A level's `daily_token_budget`/`daily_usd_budget` is the entry `level-<name>-daily`
 (scope `level:<name>`, a UTC day, action `stop`) and obeys the same rules.
@@ -18,7 +21,7 @@ A level's `daily_token_budget`/`daily_usd_budget` is the entry `level-<name>-dai
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import TYPE_CHECKING
 from urllib.parse import urlsplit
 
@@ -88,6 +91,50 @@ def _where(index: int, entry: BudgetEntry, own: int) -> str:
     return f"levels.{entry.scope_name}.daily_*_budget"
 
 
+def _limit_path(index: int, entry: BudgetEntry, own: int, unit: str) -> str:
+    """Where a budget's `tokens` or `usd` limit is written (a level's old daily key)."""
+    if index < own:
+        return f"budgets.{index}.{unit}"
+    return f"levels.{entry.scope_name}.daily_{'token' if unit == 'tokens' else unit}_budget"
+
+
+PriceOf = Callable[[str, int], float | None]
+"""USD of so many prompt tokens on a model (None: no price known)."""
+
+
+def unpayable(
+    entries: Sequence[BudgetEntry], levels: Mapping[str, LevelConfig], usd_of: PriceOf | None
+) -> Iterator[str]:
+    """Each budget, with its limit's path, that cannot pay one tick of a level it covers.
+
+    Token limits always; USD limits only with `usd_of`, at the level's own model (a level
+    routed by a catalog, or an unpriced model, says nothing: its price is not known here).
+    """
+    every = [*entries, *legacy_budgets(levels)]
+    for index, entry in enumerate(every):
+        rule = resolve_budget(entry, levels, {})
+        if rule.targets is not None:
+            continue
+        for name in sorted(levels if rule.levels is None else rule.levels & levels.keys()):
+            level = levels[name]
+            reserve = level.reserve_tokens
+            if rule.tokens is not None and rule.tokens < reserve:
+                yield (
+                    f"{_limit_path(index, entry, len(entries), 'tokens')}: "
+                    f"budget {entry.name!r} ({rule.tokens:,} tokens) cannot pay one tick of "
+                    f"level {name!r}, which reserves {reserve:,} tokens (reserve_tokens): "
+                    "raise the limit or lower the reservation"
+                )
+            usd = usd_of(level.model, reserve) if usd_of and level.model else None
+            if rule.usd is not None and usd is not None and rule.usd < usd:
+                yield (
+                    f"{_limit_path(index, entry, len(entries), 'usd')}: "
+                    f"budget {entry.name!r} (USD {rule.usd:g}) cannot pay one tick of level "
+                    f"{name!r}, which reserves {reserve:,} tokens, USD {usd:.6g} at "
+                    f"{level.model}'s price: raise the limit or lower the reservation"
+                )
+
+
 def budget_problems(
     entries: Sequence[BudgetEntry], levels: Mapping[str, LevelConfig], has_catalog: bool
 ) -> Iterator[str]:
@@ -114,6 +161,7 @@ def budget_problems(
                 f"{where}.scope: no level carries tag {entry.scope_name!r} "
                 f"(tags = [...] on a level; known: {', '.join(sorted(tags)) or 'none'})"
             )
+    yield from unpayable(entries, levels, None)
     rules = [resolve_budget(entry, levels, {}) for entry in every]
     for i, (a, rule_a) in enumerate(zip(every, rules, strict=True)):
         for j in range(i + 1, len(every)):

@@ -10,7 +10,16 @@ steps (`*/2`: sun, tue, thu, sat) come out as plain lists.
 
 from __future__ import annotations
 
+from typing import Literal
+
 from apscheduler.triggers.cron import CronTrigger
+
+DstRepeated = Literal["first", "last", "both", "none"]
+"""Which instants of a wall-clock time the autumn night repeats fire a slot."""
+DstSkipped = Literal["shift", "skip"]
+"""Whether a wall-clock time the spring night skips fires when the clocks jump, or not at all."""
+DST_REPEATED: DstRepeated = "first"
+DST_SKIPPED: DstSkipped = "shift"
 
 DAY_NAMES = ("sun", "mon", "tue", "wed", "thu", "fri", "sat")
 """crontab's weekday numbers 0 to 6 (7 is Sunday too)."""
@@ -50,7 +59,26 @@ def _day(text: str, upper: bool = False) -> int:
     return day if upper or day < 7 else 0
 
 
-def crontab_trigger(expression: str, timezone: str) -> CronTrigger:
+class WallClockCron(CronTrigger):  # type: ignore[misc]
+    """APScheduler's cron trigger, carrying the level's daylight-saving rules.
+
+    The rules travel with the trigger, so whatever walks a level's slots
+    (`harness.scheduling.triggers.next_slot`, a `LevelSchedule`, a backfill) applies them
+    without being told.
+    """
+
+    __slots__ = ("repeated", "skipped")
+
+    repeated: DstRepeated
+    skipped: DstSkipped
+
+
+def crontab_trigger(
+    expression: str,
+    timezone: str,
+    repeated: DstRepeated = DST_REPEATED,
+    skipped: DstSkipped = DST_SKIPPED,
+) -> WallClockCron:
     """APScheduler's trigger for a five-field crontab expression, weekdays as crontab's.
 
     Raises:
@@ -60,4 +88,6 @@ def crontab_trigger(expression: str, timezone: str) -> CronTrigger:
     if len(fields) != 5:
         raise ValueError(f"{expression!r} is not a cron expression with 5 fields")
     fields[4] = crontab_weekdays(fields[4])
-    return CronTrigger.from_crontab(" ".join(fields), timezone=timezone)
+    trigger: WallClockCron = WallClockCron.from_crontab(" ".join(fields), timezone=timezone)
+    trigger.repeated, trigger.skipped = repeated, skipped
+    return trigger

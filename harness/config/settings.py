@@ -39,7 +39,13 @@ from sqlalchemy.engine import make_url
 from sqlalchemy.exc import ArgumentError
 
 from harness.config.budgets import budget_problems, legacy_budgets, resolve_budget
-from harness.config.crontab import crontab_trigger
+from harness.config.crontab import (
+    DST_REPEATED,
+    DST_SKIPPED,
+    DstRepeated,
+    DstSkipped,
+    crontab_trigger,
+)
 from harness.config.governor import GovernorConfig
 from harness.config.location import ENV_PREFIX, config_path
 from harness.config.windows import ScheduleLimits, SchedulingConfig, jitter_seconds
@@ -320,6 +326,16 @@ class Scheduled(_Strict):
     """Interval, e.g. `30s`: alone, or beside `schedule` (it fires at both's times)."""
     timezone: IanaZone = "UTC"
     """IANA zone the cron schedule is read in (intervals are aligned to UTC)."""
+    dst_repeated: DstRepeated | None = None
+    """A wall-clock time the autumn night repeats (02:30 twice in Berlin): `first` fires
+    one slot at its first instant, `last` at its second, `both` at each (two slots, two
+    tick ids), `none` at neither. Default `[scheduling] dst_repeated` (`first`). A cron
+    whose hour field is `*` fires every hour of elapsed time, both instants included,
+    whatever this says."""
+    dst_skipped: DstSkipped | None = None
+    """A wall-clock time the spring night skips (02:30 in Berlin): `shift` fires one slot
+    at the first instant after the gap (03:00), `skip` fires none. Default
+    `[scheduling] dst_skipped` (`shift`)."""
 
     @field_validator("schedule")
     @classmethod
@@ -365,7 +381,7 @@ class Scheduled(_Strict):
     def triggers(self) -> list[BaseTrigger]:
         """APScheduler's trigger of each cron expression and of the interval."""
         found: list[BaseTrigger] = [
-            crontab_trigger(cron, timezone=self.timezone) for cron in self.crons
+            crontab_trigger(cron, self.timezone, *self.dst_rules()) for cron in self.crons
         ]
         if self.every is not None:
             found.append(
@@ -374,6 +390,10 @@ class Scheduled(_Strict):
                 )
             )
         return found
+
+    def dst_rules(self) -> tuple[DstRepeated, DstSkipped]:
+        """Its `dst_repeated` and `dst_skipped`; the defaults where unset (built in code)."""
+        return self.dst_repeated or DST_REPEATED, self.dst_skipped or DST_SKIPPED
 
     def trigger(self) -> BaseTrigger:
         """The trigger of a schedule with a single spec (a digest's)."""
@@ -675,6 +695,37 @@ class Settings(BaseSettings):
         edited, so a reader holds either the old levels or the new ones, never a mixture.
         """
         object.__setattr__(self, "levels", dict(levels))
+
+    def replace_budgets(self, budgets: list[BudgetEntry]) -> None:
+        """Put reloaded `[[budgets]]` in force, as `replace_levels` does the levels.
+
+        A raised limit lifts the pause its budget decided without a restart.
+        """
+        object.__setattr__(self, "budgets", list(budgets))
+
+    @model_validator(mode="after")
+    def _dst_defaults(self) -> Settings:
+        """Levels and digests that set no DST rule take `[scheduling]`'s, in their own keys.
+
+        Their triggers then carry the rule wherever they are built, and a reload sees a
+        changed default as a change of the levels it applies to.
+        """
+        default = {
+            "dst_repeated": self.scheduling.dst_repeated,
+            "dst_skipped": self.scheduling.dst_skipped,
+        }
+        for section in ("levels", "digests"):
+            configs: dict[str, Scheduled] = getattr(self, section)
+            resolved = {
+                name: config.model_copy(
+                    update={
+                        key: value for key, value in default.items() if getattr(config, key) is None
+                    }
+                )
+                for name, config in configs.items()
+            }
+            object.__setattr__(self, section, resolved)
+        return self
 
     @model_validator(mode="after")
     def _names(self) -> Settings:

@@ -25,7 +25,13 @@ from pydantic import (
     model_validator,
 )
 
-from harness.config.crontab import crontab_trigger
+from harness.config.crontab import (
+    DST_REPEATED,
+    DST_SKIPPED,
+    DstRepeated,
+    DstSkipped,
+    crontab_trigger,
+)
 
 _NO_JITTER = re.compile(r"^\s*0\s*[smhd]?\s*$")
 
@@ -71,6 +77,12 @@ class SchedulingConfig(BaseModel):
     """Each slot fires a deterministic delay in [0, jitter) after its time, derived from
     level and slot (every replica agrees): 1,000 levels on `* * * * *` spread over the
     minute instead of hitting the provider in the same second. A level's `jitter` wins."""
+    dst_repeated: DstRepeated = DST_REPEATED
+    """The autumn's repeated wall-clock times, for levels and digests that do not say
+    (`first`, `last`, `both`, `none`: `Scheduled.dst_repeated`)."""
+    dst_skipped: DstSkipped = DST_SKIPPED
+    """The spring's skipped wall-clock times, for levels and digests that do not say
+    (`shift`, `skip`: `Scheduled.dst_skipped`)."""
 
 
 class Exclusion:

@@ -20,6 +20,17 @@ def _ms(value: Any) -> str:
     return f"{float(value or 0):,.0f} ms"
 
 
+def ended(status: str, why: str | None) -> str:
+    """How a tick ended and why, the status said once: "cancelled by root@vm (scope …)".
+
+    A cancel's reason starts with the word already ("cancelled by …"): prefixing the
+    status again read "cancelled: cancelled by …".
+    """
+    if not why:
+        return status
+    return why if why.startswith(f"{status} ") else f"{status}: {why}"
+
+
 HEADLINES: dict[str, Callable[[Data], str]] = {
     "TickScheduled": lambda d: (
         f"scheduled{' by hand' if d.get('manual') else ''}{' (forced)' if d.get('forced') else ''}"
@@ -64,7 +75,7 @@ HEADLINES: dict[str, Callable[[Data], str]] = {
     ),
     "TickFailed": lambda d: f"failed ({d.get('failure_class')}): {d.get('reason')}",
     "TickTimedOut": lambda d: f"timed out after {d.get('timeout_seconds')} s",
-    "TickCancelled": lambda d: f"cancelled: {d.get('reason') or 'no reason recorded'}",
+    "TickCancelled": lambda d: ended("cancelled", d.get("reason") or "no reason recorded"),
     "TickSkipped": lambda d: f"skipped: {d.get('reason')}",
     "TickLost": lambda d: f"lost: {d.get('reason')}",
     "TranscriptEntry": lambda d: f"{d.get('kind')}: {_short(d.get('text'))}",

@@ -19,20 +19,4 @@ if typing.TYPE_CHECKING:
     from harness.devtools.fake_llm.server import create_app
     from harness.devtools.upstream import TickUpstream, env_for_ticks, upstream_for_ticks
 
-__all__ = [
-    "TickUpstream",
-    "create_app",
-    "env_for_ticks",
-    "example_config",
-    "upstream_for_ticks",
-]
-
-_HOMES = {
-    "upstream": (
-        "TickUpstream",
-        "env_for_ticks",
-        "upstream_for_ticks",
-    ),
-    "fake_llm.server": ("create_app",),
-}
-__getattr__ = fronts.names_on_first_use(__name__, _HOMES)
+__getattr__, __all__ = fronts.declared(__name__)

@@ -18,7 +18,6 @@ from typing import Any
 
 from harness.config import Settings
 from harness.contracts import (
-    BudgetSpent,
     Event,
     TickCompleted,
     TickScheduled,
@@ -27,6 +26,7 @@ from harness.contracts import (
 )
 from harness.scheduling import Archiver
 from harness.store import Footprint, SqlEventStore, footprint
+from workers import CallBooking, CallFacts
 
 ARCHIVE_AFTER_MIDNIGHT = timedelta(minutes=5)
 """When, in a simulated day, the daily archive run takes the days before the cutoff."""
@@ -57,7 +57,9 @@ def tick_events(tick_id: str, results: Path, tokens: int, day: date) -> list[Eve
     return [
         TickScheduled(**common, model="m"),
         TickStarted(**common, pid=1, host="h", result_path=str(result), log_path=str(log)),
-        BudgetSpent(**common, model="m", prompt_tokens=tokens, completion_tokens=7),
+        CallBooking(tick_id, "min").spent(
+            CallFacts(model="m", call=1, prompt_tokens=tokens, completion_tokens=7)
+        ),
         ToolCalled(**common, name="shell", status="ok"),
         TickCompleted(**common, result_path=str(result), prompt_tokens=tokens),
     ]

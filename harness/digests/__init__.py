@@ -21,26 +21,4 @@ if typing.TYPE_CHECKING:
     from harness.digests.build import Digest, build_digest
     from harness.digests.publish import DigestScheduler, Period, Publisher
 
-__all__ = [
-    "MEDIA_TYPES",
-    "Digest",
-    "DigestFormat",
-    "DigestScheduler",
-    "Period",
-    "Publisher",
-    "build_digest",
-    "render",
-]
-
-_HOMES = {
-    "build": (
-        "Digest",
-        "build_digest",
-    ),
-    "publish": (
-        "DigestScheduler",
-        "Period",
-        "Publisher",
-    ),
-}
-__getattr__ = fronts.names_on_first_use(__name__, _HOMES)
+__getattr__, __all__ = fronts.declared(__name__)

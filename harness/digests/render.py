@@ -86,9 +86,11 @@ def outline(digest: Digest) -> list[Block]:
     blocks = [Block("h1", title(digest))]
     cost = digest.cost_usd
     ticks = sum(sum(section.ticks.values()) for section in digest.levels)
-    blocks.append(
-        Block("p", f"{ticks} tick(s) in {len(digest.levels)} level(s); cost {_usd(cost)}.")
-    )
+    ticked = sum(1 for section in digest.levels if section.ticks)
+    levels = f"{ticked} level(s)"
+    if ticked != len(digest.levels):  # a level with no tick in the period has a section too
+        levels = f"{ticked} of {len(digest.levels)} level(s)"
+    blocks.append(Block("p", f"{ticks} tick(s) in {levels}; cost {_usd(cost)}."))
     blocks.append(Block("h2", f"Anomalies ({len(digest.anomalies)})"))
     if not digest.anomalies:
         blocks.append(Block("p", "None."))

@@ -1,53 +1,43 @@
-"""The spend of a model call a killed worker left in flight, booked by whoever ends the attempt.
+"""The calls a killed worker left in flight, booked (estimated) by whoever ends the attempt.
 
-The worker records `ModelCallStarted` before it sends a call and `BudgetSpent` after it
-answered; its calls follow one another, so only the last call of an attempt can be cut
-off. When the worker left no result file (killed, timed out, crashed), that last call,
-if no spend follows it, may have been answered and billed after the worker died: it is
-booked as an estimated `BudgetSpent` (source `runner`) of its estimated input tokens.
-The booking's id derives from the start's, so the runner and a reconciling service that
-both book one call record it once. A call the upstream refused just before the kill is
-booked too: in doubt the ledger counts a call rather than miss one.
+The worker records `ModelCallStarted` before it sends a call and the call's `ModelCalled`
+(after its `BudgetSpent`) when it ended. When the worker left no result file (killed, timed
+out, crashed), each call of the attempt that has a start and no end may have been answered
+and billed after the worker died: each is booked as an estimated `BudgetSpent` (source
+`runner`, `workers.call_booking.cut_off`). Calls are paired by their number, not by order:
+an agent CLI can have a call sent before the one before it is booked, so the last start is
+not always the only open one. A call refused before the kill has its `ModelCalled` and
+costs nothing; the booking's id derives from the start's, so a call booked twice (the
+runner and a reconciling service) is recorded once.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
-from datetime import datetime
-from uuid import UUID, uuid5
 
-from harness.contracts import BudgetSpent, ModelCallStarted, StoredEvent, TickAttemptFailed
+from harness.contracts import (
+    BudgetSpent,
+    ModelCalled,
+    ModelCallStarted,
+    StoredEvent,
+    TickAttemptFailed,
+)
+from workers import cut_off
 
-BOOKING_NAMESPACE = UUID("5a4f3c0e-9d1b-4c55-8a57-0c7d2b1e6f12")
-"""Namespace of the ids of estimated bookings, derived from the id of the call's start."""
 
-ATTEMPT_BOUNDARIES = frozenset({BudgetSpent.type, TickAttemptFailed.type})
-"""After these, the calls started before are settled: spent, or ended with their attempt."""
+def cut_off_calls(events: Sequence[StoredEvent]) -> list[BudgetSpent]:
+    """The estimated spend of each call of the tick's last attempt that was started, not ended.
 
-
-def cut_off_call(events: Sequence[StoredEvent]) -> BudgetSpent | None:
-    """The estimated spend of the tick's last started call that has none, if there is one.
-
-    Call it only once the attempt's worker is gone and left no result file.
+    Call it only once the attempt's worker is gone and left no result file. An attempt's
+    calls are those after the previous attempt's `TickAttemptFailed` (each worker numbers
+    its calls from 1).
     """
-    start: StoredEvent | None = None
+    open_calls: dict[int, StoredEvent] = {}
     for stored in events:
         if stored.type == ModelCallStarted.type:
-            start = stored
-        elif stored.type in ATTEMPT_BOUNDARIES:
-            start = None
-    if start is None:
-        return None
-    data = start.data
-    return BudgetSpent(
-        event_id=uuid5(BOOKING_NAMESPACE, str(start.event_id)),
-        occurred_at=datetime.fromisoformat(data["occurred_at"]),
-        tick_id=data["tick_id"],
-        level=data["level"],
-        model=data["model"],
-        prompt_tokens=data["estimated_input_tokens"],
-        completion_tokens=0,
-        estimated=True,
-        source="runner",
-        template_hash=data.get("template_hash"),
-    )
+            open_calls[stored.data["call"]] = stored
+        elif stored.type == ModelCalled.type:
+            open_calls.pop(stored.data.get("call", 1), None)
+        elif stored.type == TickAttemptFailed.type:
+            open_calls.clear()
+    return [cut_off(start) for start in open_calls.values()]

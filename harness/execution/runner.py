@@ -43,7 +43,7 @@ from harness.contracts import (
     read_result,
     tick_stream,
 )
-from harness.execution.cutoff import cut_off_call
+from harness.execution.cutoff import cut_off_calls
 from harness.execution.hedge import Places, Race, hedge_after
 from harness.execution.launchers import Launcher, TickProcess, launcher_for, preloads_of
 from harness.execution.lifecycle import Decisions, Life
@@ -415,8 +415,7 @@ class Runner:
             events = self.store.read_stream(tick_stream(ref.tick_id))
         except StoreError:
             return  # the worker's own events may be spooled too: nothing to decide from
-        spent = cut_off_call(events)
-        if spent is not None:
+        for spent in cut_off_calls(events):
             self.record(spent)
 
     def terminal(self, ref: TickRef, exit_code: int | None, timed_out: bool) -> Ended:

@@ -194,16 +194,18 @@ class MessagesUsageScanner(UsageScanner):
         elif kind == "message_delta":
             self._take(document)
             self._ended = True
+            self.stop_reason = (document.get("delta") or {}).get("stop_reason")
         elif kind == "message":
             self._take(document)
             self._ended = True
+            self.stop_reason = document.get("stop_reason")
             for block in document.get("content") or []:
-                self.answer_chars += _block_chars(block)
+                self.content(_block_chars(block))
         elif kind == "content_block_delta":
             delta = document.get("delta") or {}
             for field in ("text", "partial_json", "thinking"):
                 value = delta.get(field)
-                self.answer_chars += len(value) if isinstance(value, str) else 0
+                self.content(len(value) if isinstance(value, str) else 0)
 
     def usage(self) -> Usage | None:
         """The usage once the message has ended; none from a stream cut before its end.

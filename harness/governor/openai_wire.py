@@ -154,10 +154,11 @@ class ChatUsageScanner(UsageScanner):
         """Usage where a completion or chunk has it; text and tool arguments counted."""
         self._usage = usage_of(document) or self._usage
         for choice in document.get("choices") or []:
+            self.stop_reason = choice.get("finish_reason") or self.stop_reason
             part = choice.get("delta") or choice.get("message") or {}
-            self.answer_chars += len(part.get("content") or "")
+            self.content(len(part.get("content") or ""))
             for call in part.get("tool_calls") or []:
-                self.answer_chars += len((call.get("function") or {}).get("arguments") or "")
+                self.content(len((call.get("function") or {}).get("arguments") or ""))
 
     def usage(self) -> Usage | None:
         """The usage of the last document that reported one."""

@@ -7,6 +7,7 @@ be split anywhere between chunks; each wire format says what its documents hold
 
 from __future__ import annotations
 
+import time
 from abc import ABC, abstractmethod
 from dataclasses import dataclass
 from typing import Any
@@ -37,12 +38,17 @@ class UsageScanner(ABC):
     """Watches an answer go by, chunk by chunk, for its usage and the text it carried.
 
     A wire format's scanner says what one JSON document (the whole answer, or one SSE
-    event's data) tells, in `read`.
+    event's data) tells, in `read`. It also keeps what a call's record shows beside its
+    usage: the stop reason the answer gave and when its first content arrived.
     """
 
     def __init__(self, streamed: bool) -> None:
         self.streamed = streamed
         self.answer_chars = 0
+        self.stop_reason: str | None = None
+        """The answer's own stop reason (Anthropic `stop_reason`, OpenAI `finish_reason`)."""
+        self.first_token_at: float | None = None
+        """`time.monotonic()` when the first streamed text, thinking or tool input arrived."""
         self._buffer = bytearray()
         self._overflow = False
 
@@ -68,6 +74,12 @@ class UsageScanner(ABC):
         if not self.streamed and not self._overflow and self._buffer:
             self._parse(bytes(self._buffer))
         return self.usage()
+
+    def content(self, chars: int) -> None:
+        """Count `chars` of the answer's content; the first of a stream is its first token."""
+        self.answer_chars += chars
+        if chars and self.streamed and self.first_token_at is None:
+            self.first_token_at = time.monotonic()
 
     @abstractmethod
     def read(self, document: dict[str, Any]) -> None:

@@ -25,6 +25,7 @@ from harness.contracts import (
     ModelCallStarted,
     RateLimited,
     ResultFileError,
+    ResultMissingError,
     RouteFallback,
     RoutePromoted,
     StoredEvent,
@@ -33,6 +34,7 @@ from harness.contracts import (
     TickStarted,
     ToolCalled,
     TranscriptEntry,
+    ended,
     read_result,
     redact,
     tick_stream,
@@ -166,6 +168,10 @@ def story_of(tick_id: str, events: list[StoredEvent]) -> TickStory:
     return story
 
 
+STOPPED = frozenset({"cancelled", "timed_out"})
+"""Ends of a tick whose worker was stopped: no result file is expected, none is missed."""
+
+
 def _read_files(story: TickStory, kept_tail: str | None) -> None:
     """The result's text (or why there is none) and the log's tail, where they can be read.
 
@@ -178,6 +184,9 @@ def _read_files(story: TickStory, kept_tail: str | None) -> None:
             story.result_text = result.text
             if result.error is not None:
                 story.result_error = f"{result.error.type}: {result.error.message}"
+        except ResultMissingError as exc:
+            if story.status not in STOPPED:
+                story.result_error = str(exc)
         except ResultFileError as exc:
             story.result_error = str(exc)
     if story.log_path:
@@ -274,7 +283,8 @@ def _describe(type_: str, data: dict[str, Any]) -> tuple[StepKind, str, str | No
         return "started", f"started pid {data['pid']} on {data['host']}", None, None
     if type_ == BudgetSpent.type:
         tokens = f"{data['prompt_tokens']:,} + {data['completion_tokens']:,} tokens"
-        return "spend", f"{data['model']}: {tokens}", None, None
+        estimated = " (estimated)" if data.get("estimated") else ""
+        return "spend", f"{data['model']}: {tokens}{estimated}", None, None
     if type_ == ToolCalled.type:
         return (
             "tool",
@@ -311,8 +321,8 @@ def _describe(type_: str, data: dict[str, Any]) -> tuple[StepKind, str, str | No
         line = f"attempt {data['attempt']} failed ({data['failure_class']}): {data['reason']}"
         return "attempt_failed", line, None, None
     if type_ in TERMINAL_TYPES:
-        why = data.get("reason") or data.get("stop_reason") or ""
-        return "ended", f"{STATUS_OF.get(type_, type_)}" + (f": {why}" if why else ""), None, None
+        why = data.get("reason") or data.get("stop_reason")
+        return "ended", ended(STATUS_OF.get(type_, type_), why), None, None
     return "other", type_, None, None
 
 
@@ -329,8 +339,8 @@ def _model_call_line(data: dict[str, Any]) -> str:
         outcome = f"{data['error_class']}: {data.get('error') or ''}"
     else:
         tokens = f"{data['prompt_tokens']:,} + {data['completion_tokens']:,} tokens"
-        outcome = f"{data.get('stop_reason')}, {tokens}" + (
-            " (estimated)" if data.get("estimated") else ""
-        )
+        stop = data.get("stop_reason")
+        outcome = (f"{stop}, " if stop else "") + tokens
+        outcome += " (estimated)" if data.get("estimated") else ""
     attempt = f" attempt {data['attempt']}" if data.get("attempt", 1) > 1 else ""
     return f"model call {data.get('call', '?')}{attempt} {where}: {outcome} ({timing})"

@@ -34,7 +34,7 @@ from datetime import UTC, datetime
 
 from harness.config import LevelConfig, Settings, host_of
 from harness.contracts import BudgetRule, TickScheduled, tick_stream
-from harness.prices import PriceBook
+from harness.prices import PriceBook, format_usd
 from harness.projections import (
     Projector,
     WindowSpend,
@@ -87,7 +87,33 @@ class BudgetCheck:
     spent_tokens: int
     spent_usd: float | None
     reserved_tokens: int
+    """Held by the other ticks in flight in the budget's scope."""
     budget: str | None = None
+    reserving: int = 0
+    """What this tick would reserve (its level's `reserve_tokens`)."""
+    limit_tokens: int | None = None
+    limit_usd: float | None = None
+
+    def words(self, level: str) -> str:
+        """Why a slot of `level` was skipped: the budget that stopped it and its numbers.
+
+        An operator reading `t1 skipped: …` learns which budget, what it holds, what one
+        tick would take and the limit, not only that some budget said no.
+        """
+        if self.budget is None:
+            return f"{level}'s budgets could not be read (a stopped slot is the safe side)"
+        used = f"{self.spent_tokens:,} tokens"
+        if self.limit_usd is not None:
+            used += f" (USD {format_usd(self.spent_usd)})"
+        limits = [
+            *([f"{self.limit_tokens:,} tokens"] if self.limit_tokens is not None else []),
+            *([f"USD {format_usd(self.limit_usd)}"] if self.limit_usd is not None else []),
+        ]
+        return (
+            f"{level} is held by budget {self.budget}: {used} used, "
+            f"{self.reserved_tokens:,} reserved by ticks in flight, this tick would reserve "
+            f"{self.reserving:,}; the limit is {' and '.join(limits)}"
+        )
 
 
 ALLOWED = BudgetCheck(True, 0, None, 0)
@@ -175,7 +201,8 @@ class Budgets:
     def levels_changed(self, levels: Mapping[str, LevelConfig]) -> None:
         """Resolve the rules anew after a reload (refolded if they differ).
 
-        A level's own daily budget and its tags may have changed with the levels.
+        A level's own daily budget and its tags may have changed with the levels, and the
+        `[[budgets]]` themselves (`Settings.replace_budgets`).
         """
         self._take(budget_rules(self.settings))
 
@@ -255,7 +282,9 @@ class Budgets:
             reserved = held_by(rule, reservations)
             used = spent[rule.name]
             ok = within(rule, self.prices, used, reserved + own, model, at)
-            check = BudgetCheck(ok, used.tokens, used.usd, reserved, rule.name)
+            check = BudgetCheck(
+                ok, used.tokens, used.usd, reserved, rule.name, own, rule.tokens, rule.usd
+            )
             if not ok:
                 return check
             first = first or check
@@ -299,7 +328,9 @@ class Budgets:
         for rule in rules:
             used = spent[rule.name]
             if not within(rule, self.prices, used, 0, None, at):
-                return BudgetCheck(False, used.tokens, used.usd, 0, rule.name)
+                return BudgetCheck(
+                    False, used.tokens, used.usd, 0, rule.name, 0, rule.tokens, rule.usd
+                )
         return None
 
 

@@ -11,7 +11,11 @@ fractions, and 1.0 at the limit). The event's id follows from (budget, window,
 threshold), so however many replicas and polls see it, one is stored: the alerter
 (`harness.scheduling.alerts`) alerts each once. A `pause` budget at its limit pauses the
 levels it holds through the operator's own control (`who` = `budget`), once per window:
-an operator who resumes a level is not overruled until the next window.
+an operator who resumes a level is not overruled until the next window. A level a budget
+paused resumes by itself (`LevelResumed`, `by` = `budget`) once no `pause` budget holding
+it is at its limit: its window rolled over, or a reload raised or removed the limit.
+The resume's id follows from the pause's, so replicas record it once; a pause an
+operator or tickwork's failure handling decided is never lifted here.
 """
 
 from __future__ import annotations
@@ -21,13 +25,20 @@ import threading
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
+from uuid import UUID, uuid5
 
 from pydantic import BaseModel, ConfigDict, computed_field
 
 from harness.config import Settings
-from harness.contracts import BudgetCrossed, BudgetRule
+from harness.contracts import (
+    BudgetCrossed,
+    BudgetRule,
+    LevelResumed,
+    budget_stream,
+    level_stream,
+)
 from harness.prices import format_usd
-from harness.projections import level_paused
+from harness.projections import level_paused, pauses
 from harness.scheduling.budget import Budgets, held_by
 from harness.scheduling.control import switch_level
 from harness.store import EventStore, StoreError
@@ -36,7 +47,9 @@ log = logging.getLogger(__name__)
 
 POLL_SECONDS = 5.0
 BUDGET_ACTOR = "budget"
-"""Who a `pause` budget's pause is recorded as by."""
+"""Who a `pause` budget's pause (and its own resume) is recorded as by."""
+BUDGET_RESUMES = UUID("0c6f2a51-8e3d-4b7a-9f15-2d4e6a8b0c13")
+"""Namespace of a budget's resume ids: one per pause it lifts, in every replica."""
 
 
 class BudgetStatus(BaseModel):
@@ -66,6 +79,11 @@ class BudgetStatus(BaseModel):
     runs_out_at: datetime | None
     """At the burn rate so far, when the limit is reached (None: not within this window)."""
     alert_at: tuple[float, ...] = ()
+    paused_levels: tuple[str, ...] = ()
+    """Levels a budget paused that this one, at its limit, still holds paused."""
+    resumes_at: datetime | None = None
+    """When they resume by themselves: the end of the last window holding them (a reload
+    that raises or removes the limits resumes them sooner)."""
 
     @computed_field  # type: ignore[prop-decorator]
     @property
@@ -146,7 +164,56 @@ def budget_statuses(budgets: Budgets, at: datetime | None = None) -> list[Budget
                 alert_at=rule.alert_at,
             )
         )
-    return statuses
+    return _with_pauses(budgets, statuses)
+
+
+def held_paused(budgets: Budgets, statuses: Sequence[BudgetStatus]) -> dict[str, datetime]:
+    """Level -> when the `pause` budgets at their limit that hold it all have a new window.
+
+    A level paused by a budget stays paused while it is in here, and resumes by itself
+    once it is not (`BudgetWatch`); `statuses` are `budgets.rules`' own, in their order.
+    """
+    levels = budgets.settings.levels
+    ends: dict[str, datetime] = {}
+    for rule, status in zip(budgets.rules, statuses, strict=True):
+        if rule.action != "pause" or status.used_fraction < 1.0:
+            continue
+        for level in levels if rule.levels is None else rule.levels & levels.keys():
+            ends[level] = max(ends.get(level, status.window_end), status.window_end)
+    return ends
+
+
+def budget_paused(budgets: Budgets) -> set[str]:
+    """Levels whose pause in force a budget decided."""
+    in_force = pauses(budgets.store, budgets.settings.levels)
+    return {level for level, pause in in_force.items() if pause.by == BUDGET_ACTOR}
+
+
+def _with_pauses(budgets: Budgets, statuses: list[BudgetStatus]) -> list[BudgetStatus]:
+    """Each `pause` budget at its limit with the levels it holds paused and when they resume.
+
+    The level streams are read only when such a budget exists.
+    """
+    ends = held_paused(budgets, statuses)
+    if not ends:
+        return statuses
+    paused = budget_paused(budgets)
+    shown = []
+    for rule, status in zip(budgets.rules, statuses, strict=True):
+        held = sorted(
+            level
+            for level in paused & ends.keys()
+            if rule.action == "pause" and rule.covers_level(level)
+        )
+        if held and status.used_fraction >= 1.0:
+            status = status.model_copy(
+                update={
+                    "paused_levels": tuple(held),
+                    "resumes_at": max(ends[level] for level in held),
+                }
+            )
+        shown.append(status)
+    return shown
 
 
 def _runs_out(
@@ -190,10 +257,14 @@ class BudgetWatch:
             stopping.wait(POLL_SECONDS)
 
     def poll(self, at: datetime | None = None) -> list[BudgetCrossed]:
-        """Record the crossings not recorded yet; returns those this poll recorded."""
+        """Record the crossings not recorded yet; returns those this poll recorded.
+
+        Then lift the pauses of levels no `pause` budget at its limit holds any more.
+        """
         recorded = self.recorded = self.recorded if self.recorded is not None else set()
         new: list[BudgetCrossed] = []
-        for status in budget_statuses(self.budgets, at):
+        statuses = budget_statuses(self.budgets, at)
+        for status in statuses:
             start = status.window_start.isoformat()
             for threshold in (*status.alert_at, 1.0):
                 key = (status.name, start, threshold)
@@ -203,7 +274,52 @@ class BudgetWatch:
                 recorded.add(key)
                 if crossed is not None:
                     new.append(crossed)
+        self.resume(statuses)
         return new
+
+    def resume(self, statuses: Sequence[BudgetStatus]) -> list[str]:
+        """Resume the levels a budget paused that no `pause` budget at its limit holds.
+
+        Returns the levels resumed. One resume per pause whichever replicas see it: its
+        event id follows from the pause's, and an id already stored is not appended again.
+        """
+        held = held_paused(self.budgets, statuses)
+        in_force = pauses(self.store, self.settings.levels)
+        resumed = []
+        for level, pause in sorted(in_force.items()):
+            if pause.by != BUDGET_ACTOR or level in held:
+                continue
+            event = LevelResumed(
+                event_id=uuid5(BUDGET_RESUMES, str(pause.event_id)), level=level, by=BUDGET_ACTOR
+            )
+            self.store.append(level_stream(level), [event.to_record()])
+            why = self._why(level, statuses)
+            self.report(f"{level} resumed by its budget: {why}")
+            resumed.append(level)
+        return resumed
+
+    def _why(self, level: str, statuses: Sequence[BudgetStatus]) -> str:
+        """Why a level's budget pause lifts: told by its budgets' crossings, not by clocks.
+
+        A `pause` budget that crossed its limit in its current window and has room again
+        had its limit raised (or spend left its rolling window); with no crossing in the
+        current window, the window that paused the level has rolled over.
+        """
+        covering = [
+            (rule, status)
+            for rule, status in zip(self.budgets.rules, statuses, strict=True)
+            if rule.action == "pause" and rule.covers_level(level)
+        ]
+        if not covering:
+            return "no pause budget holds it any more"
+        for rule, status in covering:
+            crossed = BudgetCrossed.id_for(rule.name, status.window_start.isoformat(), 1.0)
+            if any(e.event_id == crossed for e in self.store.read_stream(budget_stream(rule.name))):
+                return (
+                    f"budget {rule.name} has room again in this window (a reload raised "
+                    "its limit, or spend left its rolling window)"
+                )
+        return "its budget's window rolled over"
 
     def _cross(self, status: BudgetStatus, threshold: float) -> BudgetCrossed | None:
         event_id = BudgetCrossed.id_for(status.name, status.window_start.isoformat(), threshold)

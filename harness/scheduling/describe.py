@@ -1,10 +1,12 @@
 """`tickwork levels`: each level's schedule described, as a Temporal Schedule's describe.
 
 Its schedule in words, the next fire times (jitter included) in its zone and in UTC, its
-last runs and how they ended, its runs against `max_runs`, and its pause (who, why, since
-when, the note). Built from the configuration and bounded reads of the read models: the
-newest few ticks per level along the (level, list time) index and the pause events of
-the level streams, never a scan of history.
+last runs and how they ended, its runs against `max_runs`, its pause (who, why, since
+when, the note), and for a cron schedule the zone's next daylight-saving change with the
+slots the level fires around it (`harness.scheduling.transitions`). Built from the
+configuration and bounded reads of the read models: the newest few ticks per level along
+the (level, list time) index and the pause events of the level streams, never a scan of
+history.
 """
 
 from __future__ import annotations
@@ -15,8 +17,12 @@ from datetime import datetime, timedelta
 from zoneinfo import ZoneInfo
 
 from harness.config import Settings
-from harness.projections import latest_ticks, pauses, runs_of
+from harness.prices import PriceBook
+from harness.projections import latest_ticks, pauses, projector_for, runs_of
+from harness.scheduling.budget import Budgets
+from harness.scheduling.budget_watch import BUDGET_ACTOR, budget_statuses, held_paused
 from harness.scheduling.jitter import FireTimes
+from harness.scheduling.transitions import Transition, level_transition
 from harness.scheduling.triggers import ScheduleEnded, level_trigger, next_slot
 from harness.scheduling.words import schedule_words
 from harness.store import EventStore
@@ -56,6 +62,8 @@ class Pause:
     reason: str
     since: datetime
     note: str | None
+    resumes_at: datetime | None = None
+    """A budget's pause: when it lifts by itself (the end of the window holding it)."""
 
 
 @dataclass(frozen=True)
@@ -75,6 +83,8 @@ class LevelDescription:
     runs: int | None
     """Slots that ran, counted up to `max_runs` (None without a limit)."""
     paused: Pause | None
+    dst: Transition | None = None
+    """The zone's next daylight-saving change and the slots around it (cron schedules)."""
 
 
 def describe_levels(
@@ -86,6 +96,11 @@ def describe_levels(
     """
     fire_times = FireTimes(settings)
     in_force = pauses(store, levels)
+    resumes = (
+        _budget_pause_ends(settings, store, now)
+        if any(pause.by == BUDGET_ACTOR for pause in in_force.values())
+        else {}
+    )
     recent = latest_ticks(store, levels, RECENT)
     runs = runs_of(
         store,
@@ -107,12 +122,29 @@ def describe_levels(
                 recent=[Run(m.tick_id, m.status, m.reason, m.at) for m in recent.get(name, [])],
                 max_runs=config.max_runs,
                 runs=runs.get(name),
-                paused=Pause(pause.by, pause.reason, pause.occurred_at, pause.note)
+                paused=Pause(
+                    pause.by,
+                    pause.reason,
+                    pause.occurred_at,
+                    pause.note,
+                    resumes.get(name, now) if pause.by == BUDGET_ACTOR else None,
+                )
                 if pause
                 else None,
+                dst=level_transition(config, now) if config.crons else None,
             )
         )
     return described
+
+
+def _budget_pause_ends(settings: Settings, store: EventStore, now: datetime) -> dict[str, datetime]:
+    """Level -> when the `pause` budgets holding it at their limit have a new window.
+
+    A level a budget paused that none holds now resumes at the watch's next poll (`now`).
+    """
+    prices = PriceBook(settings.prices)
+    budgets = Budgets(store, projector_for(store, prices), prices, settings)
+    return held_paused(budgets, budget_statuses(budgets, now))
 
 
 def _next(

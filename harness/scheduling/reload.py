@@ -9,10 +9,11 @@ changed ones use the new settings from their next claimed slot. A tick runs with
 level settings its slot was claimed under (`SlotClaim.config`), so a tick queued or
 running across a reload keeps the old ones.
 
-Only `levels` reload. The routing catalog has its own reload (`harness.routing`); every
-other section (store, executor, runner, paths, api, prices, alerts, digests, retention,
-governor, rag) is wired into long-lived objects at start, so a change there is reported
-as waiting for a restart and the running values stay.
+Only `levels` and `[[budgets]]` reload (a budget's raised limit lifts the pause it
+decided: `harness.scheduling.budget_watch`). The routing catalog has its own reload
+(`harness.routing`); every other section (store, executor, runner, paths, api, prices,
+alerts, digests, retention, governor, rag) is wired into long-lived objects at start, so
+a change there is reported as waiting for a restart and the running values stay.
 
 Each levels revision (a hash of the levels' effective settings, environment overrides
 included) is stored once (`LevelsRecorded`), every tick names the one it was claimed
@@ -37,7 +38,15 @@ from typing import TYPE_CHECKING
 from uuid import UUID, uuid5
 
 from harness.config import ConfigError, LevelConfig, Settings, load_settings
-from harness.contracts import CONFIG_STREAM, ConfigReloaded, LevelsRecorded, config_stream, decode
+from harness.contracts import (
+    CONFIG_STREAM,
+    ConfigReloaded,
+    LevelsRecorded,
+    config_stream,
+    decode,
+    utcnow,
+)
+from harness.prices import refuse_unpayable_budgets
 from harness.store import EventStore, StoreError, append_or_spool
 
 if TYPE_CHECKING:
@@ -166,9 +175,13 @@ def level_changes(old: Mapping[str, LevelConfig], new: Mapping[str, LevelConfig]
     )
 
 
+RELOADED = ("levels", "budgets")
+"""The sections a running service takes anew from its file."""
+
+
 def restart_sections(old: Settings, new: Settings) -> list[str]:
-    """The sections besides `levels` whose settings differ: they wait for a restart."""
-    fields = [name for name in type(old).model_fields if name != "levels"]
+    """The sections besides `RELOADED` whose settings differ: they wait for a restart."""
+    fields = [name for name in type(old).model_fields if name not in RELOADED]
     return [name for name in fields if getattr(old, name) != getattr(new, name)]
 
 
@@ -288,6 +301,10 @@ class LevelsReload:
                 f"{self.path}: [{'], ['.join(restart)}] changed: they take effect at the next "
                 "restart; the running values stay"
             )
+        if new.budgets != service.settings.budgets:
+            service.settings.replace_budgets(new.budgets)
+            service.budgets.levels_changed(service.settings.levels)
+            self.report(f"{self.path}: [[budgets]] reloaded ({len(new.budgets)} in force)")
         changes = level_changes(service.settings.levels, new.levels)
         if not changes:
             self.report(f"{self.path} reloaded: no level changed (revision {old[:12]})")
@@ -312,11 +329,15 @@ class LevelsReload:
         append_or_spool(service.store, service.spool, reloaded.stream_id, [reloaded.to_record()])
 
     def _check(self, new: Settings) -> None:
-        """What the load cannot check alone: a level without a model needs a catalog lane.
+        """What the load cannot check alone: the catalog lanes and the budgets' prices.
+
+        A level without a model needs a lane of the catalog in force; a USD budget must
+        pay one tick of each level it covers at its model's price.
 
         Raises:
             ConfigError: naming the file and each level that could not run.
         """
+        refuse_unpayable_budgets(new, str(self.path), utcnow().date().isoformat())
         router = self.service.router
         modelless = sorted(name for name, level in new.levels.items() if not level.model)
         if router is None:

@@ -396,9 +396,12 @@ class Service:
             if tick_id not in claimed:
                 self.overlap.release(claim)
                 self.report(f"{tick_id} claimed by another replica")
-            elif decision in ("run", "buffer") and not self._confirmed(claim, over_budget):
+            elif (
+                decision in ("run", "buffer")
+                and not (refused := self._confirmed(claim, over_budget)).allowed
+            ):
                 self.overlap.release(claim)
-                self.report(f"{tick_id} skipped: {SKIPPED['budget'].format(level=level)}")
+                self.report(f"{tick_id} skipped: {refused.words(level)}")
             elif decision in ("run", "buffer"):
                 if tick_id in displacing:
                     try:
@@ -406,16 +409,18 @@ class Service:
                     except StoreError as exc:
                         self.outage.failed(exc)
                 self._hand_on(claim, decision)
+            elif decision == "budget":
+                self.report(f"{tick_id} skipped: {over_budget[level].words(level)}")
             else:
                 self.report(f"{tick_id} skipped: {SKIPPED[decision].format(level=level)}")
         for level, check in over_budget.items():
             self._budget_exceeded(level, check)
 
-    def _confirmed(self, claim: SlotClaim, over_budget: dict[str, BudgetCheck]) -> bool:
+    def _confirmed(self, claim: SlotClaim, over_budget: dict[str, BudgetCheck]) -> BudgetCheck:
         """Whether the claimed tick keeps its place within the level's budget; else it ends.
 
         A tick that gives way (or whose check cannot be read: fail-closed) is skipped
-        `budget`, its end spooled if the store is out.
+        `budget`, its end spooled if the store is out; the check says which budget.
         """
         try:
             check = self.budgets.confirm(claim.level, claim.tick_id)
@@ -423,14 +428,14 @@ class Service:
             self.outage.failed(exc)
             check = BudgetCheck(False, 0, None, 0)
         if check.allowed:
-            return True
+            return check
         if check.spent_tokens or check.reserved_tokens:
             over_budget.setdefault(claim.level, check)
         skipped = TickSkipped(
             tick_id=claim.tick_id, level=claim.level, reason="budget", slot=claim.slot
         )
         append_or_spool(self.store, self.spool, skipped.stream_id, [skipped.to_record()])
-        return False
+        return check
 
     def _hand_on(self, claim: SlotClaim, decision: Decision) -> None:
         """A claimed tick that may run goes to the executor, or waits for its level."""

@@ -8,21 +8,34 @@ triggers (`Scheduled.trigger`), so a schedule that cannot fire is refused at loa
 A cron schedule names wall-clock times, and daylight saving time makes some of them
 happen twice (the autumn night repeats an hour) or never (the spring night skips one).
 APScheduler's cron trigger fires at both instants of a repeated time and moves a skipped
-one forward by the length of the jump (02:30 becomes 03:30): `next_slot` fires a
-repeated time once, at its first instant, and a skipped one once, at the instant the
-clocks jump. A schedule whose hour field is `*` fires every hour of elapsed time, so the
-repeated hour is fired as any other hour (as cron does for such jobs).
+one forward by the length of the jump (02:30 becomes 03:30). `next_slot` applies the
+level's rules instead, which its trigger carries (`WallClockCron`): a repeated time fires
+at its first instant (`dst_repeated = "first"`, the default), its second (`last`), both
+(`both`: two slots, two tick ids) or neither (`none`); a skipped one once, at the instant
+the clocks jump (`dst_skipped = "shift"`, the default), or not at all (`skip`). A
+schedule whose hour field is `*` fires every hour of elapsed time, as cron does for such
+jobs: both instants of the repeated hour, and nothing in the skipped one (its minutes do
+not exist), whatever the rules say. Interval schedules are aligned to UTC and know no
+daylight saving time.
 """
 
 from __future__ import annotations
 
-from datetime import UTC, datetime, timedelta
+from datetime import UTC, datetime, timedelta, tzinfo
 from zoneinfo import ZoneInfo
 
 from apscheduler.triggers.base import BaseTrigger
 from apscheduler.triggers.cron import CronTrigger
 
-from harness.config import LevelConfig, Scheduled
+from harness.config import (
+    DST_REPEATED,
+    DST_SKIPPED,
+    DstRepeated,
+    DstSkipped,
+    LevelConfig,
+    Scheduled,
+    WallClockCron,
+)
 from harness.contracts import tick_id_for
 
 _ONE_MICROSECOND = timedelta(microseconds=1)
@@ -89,23 +102,41 @@ def _fire_time(trigger: BaseTrigger, previous: datetime | None, after: datetime)
 
 
 def _on_the_wall_clock(trigger: CronTrigger, fire: datetime, after: datetime) -> datetime:
-    """`fire`, or the slot it stands for: one per wall-clock time, whatever the clocks do.
-
-    A repeated time fires at its first instant; a skipped one when the clocks jump.
-    """
+    """`fire`, or the slot it stands for under the trigger's daylight-saving rules."""
+    repeated, skipped = dst_rules(trigger)
     every_hour = str(trigger.fields[CronTrigger.FIELD_NAMES.index("hour")]) == "*"
-    while not every_hour and _repeated(_local(trigger, fire)):
-        fire = fire.astimezone(UTC)  # local arithmetic would keep the repeated time
-        fire = _fire_time(trigger, fire, fire + _ONE_MICROSECOND)
-    if fire.replace(tzinfo=None) != _local(trigger, fire).replace(tzinfo=None):
-        # A wall-clock time the spring night skips: its first instant after is the jump.
-        return max(after, _jump_before(trigger, fire))
-    return fire
+    while True:
+        local = _local(trigger, fire)
+        if fire.replace(tzinfo=None) != local.replace(tzinfo=None):
+            # A wall-clock time the spring night skips: its first instant after is the jump.
+            jump = max(after, _jump_before(trigger, fire))
+            if skipped == "shift":
+                return jump
+            # Asked from the jump on: the instant APScheduler gives a skipped time lies
+            # after the jump, past a real time it may name (03:00 when 02:30 is skipped).
+            fire = _fire_time(trigger, jump - _ONE_MICROSECOND, jump)
+        elif every_hour or _kept(local, repeated):
+            return fire
+        else:
+            fire = fire.astimezone(UTC)  # local arithmetic would keep the repeated time
+            fire = _fire_time(trigger, fire, fire + _ONE_MICROSECOND)
 
 
-def _repeated(local: datetime) -> bool:
-    """Whether `local` is the second instant of a wall-clock time the autumn night repeats."""
-    return local.fold == 1 and local.replace(fold=0).utcoffset() != local.utcoffset()
+def dst_rules(trigger: BaseTrigger) -> tuple[DstRepeated, DstSkipped]:
+    """The (repeated, skipped) rules a cron trigger fires by; the defaults for any other."""
+    if isinstance(trigger, WallClockCron):
+        return trigger.repeated, trigger.skipped
+    return DST_REPEATED, DST_SKIPPED
+
+
+def _kept(local: datetime, rule: str) -> bool:
+    """Whether `rule` fires the wall-clock time `local` at this instant of it.
+
+    A time the autumn night repeats has two instants (`fold` 0, then 1); any other has one.
+    """
+    if local.replace(fold=1 - local.fold).utcoffset() == local.utcoffset():
+        return True
+    return rule == "both" or rule == ("first", "last")[local.fold]
 
 
 def _local(trigger: CronTrigger, fire: datetime) -> datetime:
@@ -118,17 +149,21 @@ def _local(trigger: CronTrigger, fire: datetime) -> datetime:
 
 
 def _jump_before(trigger: CronTrigger, fire: datetime) -> datetime:
-    """The last instant within a day before `fire` at which the zone's UTC offset changed.
-
-    Offsets change on whole seconds; halving a day of them takes 17 steps.
-    """
-    offset = _local(trigger, fire).utcoffset()
+    """The last instant within a day before `fire` at which the zone's UTC offset changed."""
     later = int(fire.timestamp())
-    earlier = later - _DAY_SECONDS
+    return offset_change(trigger.timezone, later - _DAY_SECONDS, later)
+
+
+def offset_change(zone: tzinfo, earlier: int, later: int) -> datetime:
+    """The instant in (earlier, later] (Unix seconds) at which the zone's offset changes.
+
+    The offset at `later` must differ from that at `earlier`; offsets change on whole
+    seconds, so halving a day of them takes 17 steps.
+    """
+    offset = datetime.fromtimestamp(later, zone).utcoffset()
     while later - earlier > 1:
         middle = (earlier + later) // 2
-        at = datetime.fromtimestamp(middle, trigger.timezone)
-        if at.utcoffset() == offset:
+        if datetime.fromtimestamp(middle, zone).utcoffset() == offset:
             later = middle
         else:
             earlier = middle

@@ -39,8 +39,9 @@ SKIPPED = {
     "missed": "missed: nothing could claim it when it fell due",
     "paused": "{level} is paused (tickwork resume {level})",
     "overlap": "a tick of {level} is still in flight",
-    "budget": "{level} is at its daily budget",
 }
+"""What the log says of a slot skipped for a reason; a budget's skip names the budget and
+its numbers instead (`BudgetCheck.words`)."""
 
 
 @dataclass(frozen=True)

@@ -7,16 +7,28 @@ waits and then finds nothing left to do instead of failing on "table already exi
 
 from __future__ import annotations
 
+from importlib import resources
 from pathlib import Path
 
 import sqlalchemy as sa
 from sqlalchemy.engine import Engine
 
-import migrations
 from harness.store.engine import BEGIN_MODE
 from harness.store.schema import HEAD_REVISION
 
 _PG_MIGRATION_LOCK = 0x7469636B  # "tick"
+SCRIPT_LOCATION = "migrations:"
+"""Alembic's `script_location`: the installed `migrations` package, as a package resource.
+
+The store reaches its migrations through this setting alone and never imports them, so
+no arrow runs from the application back to the schema's history.
+"""
+
+
+def script_folder() -> Path:
+    """The folder `SCRIPT_LOCATION` names, resolved as Alembic resolves it."""
+    package, _, below = SCRIPT_LOCATION.partition(":")
+    return Path(str(resources.files(package).joinpath(below)))
 
 
 def current_revision(engine: Engine) -> str | None:
@@ -48,7 +60,7 @@ def _run(engine: Engine, direction: str, revision: str) -> None:
     from alembic.config import Config
 
     config = Config()
-    config.set_main_option("script_location", str(Path(migrations.__file__).parent))
+    config.set_main_option("script_location", SCRIPT_LOCATION)
     with engine.connect() as conn:
         conn = conn.execution_options(**{BEGIN_MODE: "IMMEDIATE"})
         with conn.begin():

@@ -18,8 +18,8 @@ import os
 import shutil
 from pathlib import Path
 
-import migrations
 from harness.files import make_private_folder, open_private
+from harness.store.migrate import script_folder
 from harness.store.opening import open_store
 from harness.store.schema import HEAD_REVISION
 
@@ -39,7 +39,7 @@ def schema_key() -> str:
     Read once a process: a test process copies hundreds of stores.
     """
     digest = hashlib.sha256(HEAD_REVISION.encode())
-    for path in sorted(Path(migrations.__file__).parent.glob("versions/*.py")):
+    for path in sorted(script_folder().glob("versions/*.py")):
         digest.update(path.name.encode())
         digest.update(path.read_bytes())
     return f"{HEAD_REVISION}-{digest.hexdigest()[:16]}"

@@ -1,6 +1,6 @@
 """Tick rows: a closed tick's whole stream as one packed row, in place of its transcript's.
 
-`tick_rows` holds, per closed tick, its stored records packed (`harness.folds.packed`),
+`tick_rows` holds, per closed tick, its stored records packed (`migrations.packing`),
 keyed by the first global position they hold (a read of a range of positions looks rows
 up by it; the span index bounds how far back a row can start and still reach into a
 range) and by tick id (a stream's reads). It takes over from `transcripts` (0012): each
@@ -24,9 +24,7 @@ from datetime import UTC, date, datetime, time
 import sqlalchemy as sa
 from alembic import op
 
-from harness.contracts.records import StoredEvent
-from harness.folds.packed import pack
-from harness.store.tick_rows import unpack
+from migrations.packing import Record, pack, unpack
 
 revision = "0020"
 down_revision = "0019"
@@ -81,7 +79,7 @@ def upgrade() -> None:
     ):
         records = [] if data is None else json.loads(zlib.decompress(data))
         entries = [
-            StoredEvent(
+            Record(
                 position,
                 uuid.UUID(event_id),
                 f"tick-{tick_id}",
@@ -158,7 +156,7 @@ def downgrade() -> None:
         events.append_column(sa.column("tick_day", sa.Date()))
     for tick_id, day, blob in bind.execute(sa.text("SELECT tick_id, day, data FROM tick_rows")):
         rows = [
-            {**record.as_dict(), **({"tick_day": day} if partitioned else {})}
+            {**record.as_row(), **({"tick_day": day} if partitioned else {})}
             for record in unpack(tick_id, bytes(blob))
         ]
         if rows:

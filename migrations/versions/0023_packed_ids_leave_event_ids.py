@@ -25,7 +25,7 @@ from typing import Any
 import sqlalchemy as sa
 from alembic import op
 
-from harness.store.tick_rows import PAGE, unpack
+from migrations.packing import PAGE, unpack
 
 revision = "0023"
 down_revision = "0022"

@@ -182,6 +182,7 @@ class AgentTick:
             kill_descendants()
             signal.signal(signal.SIGTERM, previous)
             self.server.stop()
+            self.governor.book_calls_in_flight()
         return self._result()
 
     def _read(self, child: CliChild) -> None:

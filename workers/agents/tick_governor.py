@@ -8,7 +8,8 @@ it does to any client, with the tick's limits and calibrations. What makes it th
 
 - every call is recorded as the tick's, at once: `ModelCallStarted` when it is sent,
   `BudgetSpent` and `ModelCalled` in one commit when its answer ended (before the CLI
-  can send the next), a refusal as a `ModelCalled` with its error and no spend;
+  can send the next), a refusal as a `ModelCalled` with its error and no spend, each
+  built by `workers.call_booking` with the stop reason and first token the relay saw;
 - past the tool cap (after the batch that met it) or the level's daily budget, a call is
   answered by the governor with the stop text, as the hard ceiling is, and the CLI ends
   its turn with it: no upstream call, no spend;
@@ -37,10 +38,7 @@ from starlette.types import Receive, Scope, Send
 from harness.config import GovernorConfig, without_credentials
 from harness.contracts import (
     TICK_HEADER,
-    BudgetSpent,
     FailureClass,
-    ModelCalled,
-    ModelCallStarted,
     RouteCandidate,
     TickPayload,
     register_secret_value,
@@ -58,10 +56,12 @@ from harness.governor import (
     ProxyGovernor,
     Upstream,
     Usage,
+    UsageScanner,
     read_body,
     send_answer,
 )
 from workers.budget_guard import BudgetGuard
+from workers.call_booking import CallBooking, CallFacts, Refusal
 from workers.confinement import escapes
 from workers.model import Target, provider_of
 from workers.recorder import EventRecorder
@@ -87,6 +87,7 @@ class Failure:
 class _Call:
     number: int
     started: float
+    judged: Judged
     booked: bool = False
 
 
@@ -137,6 +138,8 @@ def failure_of(status: int | None, ended: Ending) -> Failure:
         return Failure("infrastructure", "the upstream rate-limited the tick (429)", status)
     if status is None:
         return Failure("infrastructure", f"the upstream did not answer ({ended})", None)
+    if status < 300:
+        return Failure("infrastructure", f"the answer broke off before its end ({ended})", status)
     if status >= 500:
         return Failure("infrastructure", f"the upstream failed ({status})", status)
     return Failure("content", f"the upstream refused the request ({status})", status)
@@ -171,6 +174,8 @@ class TickGovernor(ProxyGovernor):
         self.daily = daily
         self.on_failure = on_failure
         self.ledger_of_tick = Ledger()
+        self.booking = CallBooking.of(payload)
+        self.provider = provider_of(httpx.URL(target.url))
         self.stopped: StopReason | None = None
         self.failure: Failure | None = None
         self._calls: dict[int, _Call] = {}
@@ -196,81 +201,116 @@ class TickGovernor(ProxyGovernor):
             return judged
         book = self.ledger_of_tick
         book.calls_started += 1
-        self._calls[id(judged.entry)] = _Call(book.calls_started, time.monotonic())
+        self._calls[id(judged.entry)] = _Call(book.calls_started, time.monotonic(), judged)
+        verdict = judged.verdict
         self.recorder.record(
-            ModelCallStarted(
-                tick_id=self.payload.tick_id,
-                level=self.payload.level,
-                call=book.calls_started,
-                model=judged.verdict.model,
-                estimated_input_tokens=judged.verdict.est_tokens,
-                template_hash=self.payload.template_hash,
-            )
+            self.booking.started(book.calls_started, verdict.model, verdict.est_tokens)
         )
         return judged
 
-    def book(self, judged: Judged, prompt: int, completion: int, usage: Usage | None) -> None:
+    def book(
+        self,
+        judged: Judged,
+        prompt: int,
+        completion: int,
+        usage: Usage | None,
+        answer: UsageScanner,
+    ) -> None:
         """The call's `BudgetSpent` and `ModelCalled`, in one commit, as the tick's."""
         call = self._calls.get(id(judged.entry))
         if call is None:
             return
         call.booked = True
-        book = self.ledger_of_tick
-        book.model_calls += 1
-        book.estimated_calls += usage is None
-        book.prompt_tokens += prompt
-        book.completion_tokens += completion
-        spent = BudgetSpent(
-            tick_id=self.payload.tick_id,
-            level=self.payload.level,
-            model=judged.verdict.model,
+        first = answer.first_token_at
+        facts = self._facts(
+            judged,
+            call,
             prompt_tokens=prompt,
             completion_tokens=completion,
             cache_read_tokens=usage.cached_tokens if usage else None,
             cache_write_tokens=usage.cache_write_tokens if usage else None,
             estimated=usage is None,
-            source="worker",
-            template_hash=self.payload.template_hash,
+            stop_reason=answer.stop_reason,
+            first_token_ms=None if first is None else round((first - call.started) * 1000, 3),
         )
-        self.recorder.record_all([spent, self._called(judged, call, spent=spent)])
+        self._book(facts)
 
     def finish(self, judged: Judged, status: int | None, ended: Ending) -> None:
-        """A call refused (its spend not booked), or whose turn never ended: the tick's failure."""
+        """A call that ended without its spend booked, or whose turn never ended.
+
+        A refusal (no answer began) costs nothing and is the tick's failure. An answer
+        that began (a 2xx status) and ended before it was read whole, cut upstream or its
+        CLI gone (killed, or stopped by the tick), may be billed: it is booked, estimated
+        from its input, as a Strands tick books one. An answer read whole whose turn did
+        not end (`unfinished`, `truncated`: the turn gate held its tool calls back) is
+        booked as read, and fails the tick as well.
+        """
         super().finish(judged, status, ended)
         call = self._calls.pop(id(judged.entry), None)
         if call is None or (call.booked and ended in ("answered", "client_gone")):
             return
         failure = failure_of(status, ended)
         if not call.booked:
-            self.recorder.record(self._called(judged, call, failure=failure))
-        if self.failure is None:
+            began = status is not None and 200 <= status < 300
+            error_class = f"Http{failure.status or 'Unanswered'}"
+            facts = self._facts(
+                judged,
+                call,
+                prompt_tokens=judged.verdict.est_tokens if began else 0,
+                estimated=began,
+                billed=began,
+                refusal=Refusal(error_class, failure.failure_class, failure.message),
+            )
+            self._book(facts)
+        if self.failure is None and ended != "client_gone":
             self.failure = failure
             self.on_failure()
 
-    def _called(
-        self,
-        judged: Judged,
-        call: _Call,
-        spent: BudgetSpent | None = None,
-        failure: Failure | None = None,
-    ) -> ModelCalled:
-        return ModelCalled(
-            tick_id=self.payload.tick_id,
-            level=self.payload.level,
+    def book_calls_in_flight(self) -> None:
+        """Book, estimated, each call still open once the governor has stopped serving.
+
+        Its answer was cut by the stop, after the CLI ended (or was ended) without waiting
+        for it; it reached the upstream, which may bill it.
+        """
+        for call in list(self._calls.values()):
+            if call.booked:
+                continue
+            why = Refusal(
+                "GovernorStopped",
+                "infrastructure",
+                "the tick's governor stopped before the answer ended",
+            )
+            self._book(
+                self._facts(
+                    call.judged,
+                    call,
+                    prompt_tokens=call.judged.verdict.est_tokens,
+                    estimated=True,
+                    refusal=why,
+                )
+            )
+        self._calls.clear()
+
+    def _facts(self, judged: Judged, call: _Call, **seen: Any) -> CallFacts:
+        """What every call of the tick shares (model, target, timing) and what was `seen`."""
+        return CallFacts(
             model=judged.verdict.model,
-            target=self.candidate.target if self.candidate else None,
-            provider=provider_of(httpx.URL(self.target.url)),
             call=call.number,
             duration_ms=round((time.monotonic() - call.started) * 1000, 3),
-            error_class=f"Http{failure.status or 'Unanswered'}" if failure else None,
-            failure_class=failure.failure_class if failure else None,
-            error=failure.message if failure else None,
-            prompt_tokens=spent.prompt_tokens if spent else 0,
-            completion_tokens=spent.completion_tokens if spent else 0,
-            estimated=spent.estimated if spent else False,
-            budget_event_id=spent.event_id if spent else None,
-            template_hash=self.payload.template_hash,
+            target=self.candidate.target if self.candidate else None,
+            provider=self.provider,
+            **seen,
         )
+
+    def _book(self, facts: CallFacts) -> None:
+        """Count the call in the tick's ledger and record its events in one commit."""
+        if facts.billed:
+            book = self.ledger_of_tick
+            book.model_calls += 1
+            book.estimated_calls += facts.estimated
+            book.prompt_tokens += facts.prompt_tokens
+            book.completion_tokens += facts.completion_tokens
+        self.recorder.record_all(self.booking.ended(facts))
 
     def _record(self, tick_id: str | None, entry: Any) -> None:
         """The governor's decisions and calibration samples, as this tick's events."""

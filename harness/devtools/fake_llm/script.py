@@ -71,6 +71,10 @@ class Step(BaseModel):
     together: int = 0
     """Answer only once this many requests of the same key have arrived: a barrier that
     shows requests were in flight at once without timing them."""
+    held_open: bool = False
+    """Streaming only: after the whole answer, end of turn and usage included, keep the
+    connection open until the client goes. Whoever relays it has the answer and has not
+    seen it end: a test acts in between (`FakeUpstream.when_answered`)."""
 
 
 class Script(BaseModel):

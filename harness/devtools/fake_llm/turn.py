@@ -189,8 +189,9 @@ def pieces(text: str, size: int = 16) -> list[str]:
 async def send(turn: Turn, frames: list[bytes], tail: list[bytes]) -> AsyncIterator[bytes]:
     """Stream the content `frames`, then the `tail` that ends the turn and carries its usage.
 
-    The scripted faults act here: a cut after some frames, a cut before the tail, or a
-    clean end without it (`Step.cut_after_chunks`, `cut_stream`, `unfinished`).
+    The scripted faults act here: a cut after some frames, a cut before the tail, a
+    clean end without it, or no end after it (`Step.cut_after_chunks`, `cut_stream`,
+    `unfinished`, `held_open`).
     """
     step = turn.step
     for sent, frame in enumerate(frames):
@@ -206,3 +207,5 @@ async def send(turn: Turn, frames: list[bytes], tail: list[bytes]) -> AsyncItera
         for frame in tail:
             yield frame
     turn.fake.answered(turn.key)
+    if step.held_open:
+        await asyncio.Future()  # until the server cancels the answer: its client went

@@ -154,7 +154,7 @@ async def _send_whole(
     if judged is not None:
         if scanner is not None:
             scanner.feed(content)
-            governor.settle(judged, scanner.finish(), scanner.answer_chars)
+            governor.settle(judged, scanner)
         governor.finish(judged, answer.status, "answered")
 
 
@@ -197,7 +197,7 @@ async def _relay(
     # before the CLI could ask again.
     if judged is not None:
         if scanner is not None:
-            governor.settle(judged, scanner.finish(), scanner.answer_chars)
+            governor.settle(judged, scanner)
         governor.finish(judged, answer.status, ended)
     if error is not None and streamed:
         yield dialect.stream_error(*error)

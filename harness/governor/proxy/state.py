@@ -28,7 +28,7 @@ from harness.governor.estimate import tokens_from_chars
 from harness.governor.ledger import Entry, Ledger
 from harness.governor.policy import Verdict, decide
 from harness.governor.proxy.dialects import Body, Dialect
-from harness.governor.usage import Usage
+from harness.governor.usage import Usage, UsageScanner
 from harness.projections import current_calibrations
 from harness.store import EventStore, Spool
 
@@ -139,10 +139,11 @@ class ProxyGovernor:
             announced.add_done_callback(lambda done: done.exception())
         return Judged(dialect, verdict, entry, tick_id)
 
-    def settle(self, judged: Judged, usage: Usage | None, answer_chars: int) -> None:
+    def settle(self, judged: Judged, answer: UsageScanner) -> None:
         """Calibrate from the answer's usage, count its exact tokens and book its spend."""
         verdict, entry, tick_id = judged.verdict, judged.entry, judged.tick_id
         model = verdict.model
+        usage = answer.finish()
         if usage is not None:
             entry["exact_prompt_tokens"] = usage.prompt_tokens
             self.counters["tokens_prompt"] += usage.prompt_tokens
@@ -150,19 +151,27 @@ class ProxyGovernor:
         if usage is None:
             self.counters["no_usage"] += 1
             prompt = verdict.est_tokens
-            completion = tokens_from_chars(answer_chars, verdict.ratio)
+            completion = tokens_from_chars(answer.answer_chars, verdict.ratio)
         else:
             sample = Sample(verdict.chars, usage.prompt_tokens, usage.cached_tokens, usage.cached)
             self.counters[f"calibration_{self.calibrations.learn(model, sample)}"] += 1
             if not sample.tiny:
                 self._record(tick_id, lambda: sample.event(model, "proxy", None))
             prompt, completion = sample.tokens, usage.completion_tokens
-        self.book(judged, prompt, completion, usage)
+        self.book(judged, prompt, completion, usage, answer)
 
-    def book(self, judged: Judged, prompt: int, completion: int, usage: Usage | None) -> None:
+    def book(
+        self,
+        judged: Judged,
+        prompt: int,
+        completion: int,
+        usage: Usage | None,
+        answer: UsageScanner,
+    ) -> None:
         """Book a settled call's spend: a client that is no tick's, in the proxy's ledger.
 
-        A tick's own governor (an agent CLI's traffic) books it as the tick's instead.
+        A tick's own governor (an agent CLI's traffic) books it as the tick's instead, with
+        what else `answer` saw (stop reason, first token).
         """
         model, tick_id = judged.verdict.model, judged.tick_id
         day = f"proxy-{datetime.now(UTC):%Y%m%d}"

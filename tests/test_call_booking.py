@@ -1,0 +1,215 @@
+"""Every model call booked once with its facts, whichever agent kind made it and whoever dies.
+
+`workers.call_booking` builds the events of every call; these tests hold the kinds that
+reach it through an agent CLI's tick governor to what a Strands tick keeps (its own kill
+tests are in `test_tick.py`): the stop reason and first token of each call, each call
+the upstream answered booked exactly once even when a process of the tick is killed
+between the answer's arrival and its booking, and the runner's estimate for every call
+a killed attempt left open.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+from pathlib import Path
+
+import psutil
+import pytest
+
+from harness.config import RoutingConfig
+from harness.contracts import (
+    BudgetSpent,
+    ModelCalled,
+    RouteFallback,
+    TargetSelfChecked,
+    TickAttemptFailed,
+    TickStarted,
+)
+from harness.contracts.agents import AgentKind
+from harness.devtools.fake_llm import FakeUpstream, Step, ToolCallSpec
+from harness.execution import Preparer
+from harness.execution.cutoff import cut_off_calls
+from harness.projections import story_steps
+from harness.store import open_store
+from tests.store_support import migrated_sqlite
+from tests.tick_support import Harness, require_cli
+from workers import CallBooking, CallFacts, Refusal
+
+KINDS: list[AgentKind] = ["claude-code", "opencode"]
+BINARY = {"claude-code": "claude", "opencode": "opencode"}
+"""The name of each CLI's own process, among the worker's children."""
+ENDS = {"claude-code": ("tool_use", "end_turn"), "opencode": ("tool_calls", "stop")}
+"""The stop reasons of a tool call's turn and of a text answer, in each CLI's protocol."""
+
+
+def cli_harness(tmp_path: Path, fake: FakeUpstream, kind: AgentKind, **level: object) -> Harness:
+    require_cli(kind)
+    level.setdefault("timeout_seconds", 240)  # OpenCode takes seconds of CPU to start
+    api = {"api": "anthropic"} if kind == "claude-code" else {}
+    return Harness(tmp_path, fake, agent=kind, rag=False, tools="full", **api, **level)
+
+
+def shell(kind: AgentKind, command: str) -> ToolCallSpec:
+    if kind == "claude-code":
+        return ToolCallSpec(name="Bash", arguments={"command": command, "description": command})
+    return ToolCallSpec(name="bash", arguments={"command": command, "description": command})
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_a_cli_call_records_its_stop_reason_and_first_token(
+    tmp_path: Path, fake: FakeUpstream, kind: AgentKind
+) -> None:
+    harness = cli_harness(tmp_path, fake, kind)
+    outcome = harness.tick(
+        [Step(tool_calls=[shell(kind, "echo hello")]), Step(text="Said hello.", chunk_delay=0.01)]
+    )
+    assert outcome.status == "completed", outcome.reason
+    events = harness.events(outcome)
+    called = [e.data for e in events if e.type == ModelCalled.type]
+    assert tuple(c["stop_reason"] for c in called) == ENDS[kind]
+    assert all(0 <= c["first_token_ms"] <= c["duration_ms"] for c in called), called
+    lines = [s.summary for s in story_steps(events) if s.summary.startswith("model call")]
+    assert len(lines) == 2 and all("first token" in line for line in lines), lines
+    assert lines[1].split(": ", 1)[1].startswith(ENDS[kind][1] + ", "), lines
+
+
+@pytest.mark.parametrize("victim", ["cli", "worker"])
+@pytest.mark.parametrize("kind", KINDS)
+def test_a_cli_call_answered_in_full_is_booked_once_when_the_tick_is_killed_before_booking(
+    tmp_path: Path, fake: FakeUpstream, kind: AgentKind, victim: str
+) -> None:
+    """Killed between the answer's arrival and its booking, a call is booked once.
+
+    The upstream has sent the whole answer, usage and end of turn included, and has not
+    closed it (`held_open`): the tick's governor has not booked it yet when the CLI, or
+    the worker holding the governor, is killed.
+    """
+    harness = cli_harness(tmp_path, fake, kind, content_retries=0).without_retries()
+    prepared = harness.preparer.prepare("min")
+    tick_id = prepared.payload.tick_id
+    fake.script(tick_id, [Step(text="Answered, then held.", held_open=True)])
+
+    def kill() -> None:
+        stream = harness.store.read_stream(f"tick-{tick_id}")
+        worker = next(e for e in stream if e.type == TickStarted.type).data["pid"]
+        if victim == "worker":
+            os.kill(worker, signal.SIGKILL)
+            return
+        for child in psutil.Process(worker).children():
+            if BINARY[kind] in " ".join(child.cmdline()):
+                child.kill()
+
+    fake.when_answered(tick_id, kill)
+    outcome = harness.runner.run(prepared)
+
+    assert len([entry for entry in fake.ledger if entry.key == tick_id]) == 1
+    events = harness.events(outcome)
+    spent = [(e.data["estimated"], e.data["source"]) for e in events if e.type == BudgetSpent.type]
+    booked_by = "worker" if victim == "cli" else "runner"
+    assert spent == [(True, booked_by)], "the answered call is booked once, estimated"
+    assert outcome.status == "failed", outcome.reason
+    if victim == "cli":
+        (called,) = [e.data for e in events if e.type == ModelCalled.type]
+        assert called["estimated"] and called["budget_event_id"] is not None
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_a_selfcheck_required_target_run_by_a_cli_is_self_checked_first(
+    tmp_path: Path, fake: FakeUpstream, kind: AgentKind
+) -> None:
+    """A failed self-check falls back before the CLI starts; a passed one is recorded."""
+    require_cli(kind)
+    catalog = tmp_path / "catalog.json"
+    api = "anthropic" if kind == "claude-code" else "openai-chat"
+    base_url = fake.base_url("anthropic") if kind == "claude-code" else fake.url
+    targets = {
+        "cli": {
+            "model": "cli-model",
+            "execution_class": "cloud",
+            "api": api,
+            "agent": kind,
+            "base_url": base_url,
+            "selfcheck_required": True,
+        },
+        "spare": {"model": "spare-model", "execution_class": "cloud", "base_url": fake.url},
+    }
+    lane = {"rule_id": "r", "reason_codes": ["t"], "candidates": ["cli", "spare"]}
+    catalog.write_text(
+        json.dumps({"schema_version": 1, "targets": targets, "lanes": {"min": lane}})
+    )
+    harness = cli_harness(tmp_path, fake, kind).without_retries()
+    # A target down is tried again at once: the second tick checks it anew.
+    routing = RoutingConfig(catalog=catalog, availability_ttl_seconds=0)
+    routed = harness.settings.model_copy(update={"routing": routing})
+    harness.settings = harness.runner.settings = routed
+    harness.preparer = Preparer(routed, harness.store, env=harness.preparer.env)
+
+    failed = harness.tick([Step(text=" "), Step(text="Answered on the spare.")])
+    assert failed.status == "completed", failed.reason
+    assert failed.result is not None and failed.result.target == "spare"
+    events = harness.events(failed)
+    (check,) = [e.data for e in events if e.type == TargetSelfChecked.type]
+    assert (check["target"], check["passed"]) == ("cli", False)
+    (fallback,) = [e.data for e in events if e.type == RouteFallback.type]
+    assert (fallback["from_target"], fallback["to_target"]) == ("cli", "spare")
+    called = [e.model for e in fake.ledger if e.key == failed.tick_id]
+    assert called == ["cli-model", "spare-model"]
+    assert len([e for e in events if e.type == BudgetSpent.type]) == 2, "the check is booked"
+
+    passed = harness.tick([Step(text="OK"), Step(text="Answered by the CLI.")])
+    assert passed.status == "completed", passed.reason
+    assert passed.result is not None and passed.result.target == "cli"
+    events = harness.events(passed)
+    checks = [
+        (e.data["target"], e.data["passed"]) for e in events if e.type == TargetSelfChecked.type
+    ]
+    assert checks == [("cli", True)]
+    assert passed.result.usage.model_calls == 2, "the check's call is the tick's"
+
+
+def test_every_call_a_killed_attempt_left_open_is_booked_once_and_a_refused_one_is_not(
+    tmp_path: Path,
+) -> None:
+    """Calls are paired by number, not by order.
+
+    An agent CLI can send a call before the one before it is booked, so the last start is
+    not the only one that may be open.
+    """
+    store = open_store(migrated_sqlite(tmp_path))
+    booking = CallBooking("t1", "min")
+    refused = Refusal("Http429", "infrastructure", "the upstream rate-limited the tick (429)")
+    killed = TickAttemptFailed(
+        tick_id="t1",
+        level="min",
+        attempt=1,
+        failure_class="infrastructure",
+        reason="killed",
+        retry_in_seconds=0,
+    )
+    first_attempt = [
+        booking.started(1, "m", 100),
+        *booking.ended(CallFacts(model="m", call=1, billed=False, refusal=refused)),
+        booking.started(2, "m", 200),
+        killed,
+    ]
+    second_attempt = [
+        booking.started(1, "m", 300),
+        booking.started(2, "m", 400),
+        *booking.ended(CallFacts(model="m", call=1, prompt_tokens=310, completion_tokens=5)),
+        booking.started(3, "m", 500),
+    ]
+    store.append("tick-t1", [e.to_record() for e in first_attempt + second_attempt])
+    events = store.read_stream("tick-t1")
+
+    booked = cut_off_calls(events)
+    assert [(b.prompt_tokens, b.estimated, b.source) for b in booked] == [
+        (400, True, "runner"),
+        (500, True, "runner"),
+    ]
+    again = cut_off_calls(events)
+    assert [b.event_id for b in again] == [b.event_id for b in booked], "one id per call"
+    for batch in (booked, again):
+        store.append("tick-t1", [b.to_record() for b in batch])
+    assert len([e for e in store.read_stream("tick-t1") if e.type == BudgetSpent.type]) == 3

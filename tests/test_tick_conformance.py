@@ -14,10 +14,13 @@ unless under CI); every kind talks to the fake upstream over real sockets.
 from __future__ import annotations
 
 import json
+import os
+import threading
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
+import psutil
 import pytest
 
 from harness.config import GovernorConfig
@@ -28,6 +31,7 @@ from harness.devtools.fake_llm import FakeUpstream, Step, ToolCallSpec
 from harness.execution.runner import TickOutcome
 from harness.store import StoredEvent
 from tests.tick_support import SECRET, Harness, assert_capped, billed_and_spent, require_cli
+from tests.waiting import wait_until
 
 Arguments = Callable[[Path], ToolCallSpec]
 MAX_ATTEMPTS = 2
@@ -283,3 +287,36 @@ def test_an_upstream_refusal_fails_the_tick_in_its_class_without_a_retry_storm(
     assert 1 <= len(called) <= MAX_ATTEMPTS, called
     assert {c["failure_class"] for c in called} == {failure_class}
     assert SECRET not in stored_text(outcome, events)
+
+
+# Cancel -------------------------------------------------------------------------------------
+
+
+def running(marker: str) -> list[int]:
+    """Processes whose command line holds `marker` (not this one)."""
+    found = []
+    for process in psutil.process_iter(["cmdline"]):
+        if marker in " ".join(process.info["cmdline"] or []) and process.pid != os.getpid():
+            found.append(process.pid)
+    return found
+
+
+def test_a_tick_cancelled_while_its_tool_runs_leaves_no_process(
+    tmp_path: Path, fake: FakeUpstream, kind: Kind
+) -> None:
+    """The tick's whole tree goes with it: the agent, and the tool it was running."""
+    harness = kind.harness(tmp_path, fake, tools="full").without_retries()
+    prepared = harness.preparer.prepare("min")
+    tick_id = prepared.payload.tick_id
+    marker = f"signal.pause()  # {tick_id}"
+    tool = kind.shell(f"python3 -c 'import signal; {marker}'")
+    fake.script(tick_id, [Step(tool_calls=[tool]), Step(text="Never asked.")])
+    outcomes: list[TickOutcome] = []
+    runs = threading.Thread(target=lambda: outcomes.append(harness.runner.run(prepared)))
+    runs.start()
+    wait_until(lambda: running(marker), "the tick's tool to run", timeout=180)
+    assert harness.runner.cancel(tick_id)
+    runs.join(180)
+    (outcome,) = outcomes
+    assert outcome.status == "cancelled", outcome.reason
+    assert running(marker) == [] and running(tick_id) == []

@@ -1,4 +1,10 @@
-"""USD cost of model calls: genai-prices' tables, with the operator's `[prices]` overrides.
+"""USD cost of model calls: the catalog's target prices, `[prices]`, then genai-prices.
+
+A call's price is looked up in that order (`PriceBook.price_of`): the prices of the catalog
+target it was booked on, when the target has some and still runs the call's model; the
+`[prices."MODEL"]` table of tickwork.toml; genai-prices' tables. Else it is unpriced,
+None and never 0. Every lookup names the source that answered (`source`), so a report
+can say why a cost is what it is.
 
 genai-prices takes ~90 µs a call, far too slow to price a million events in a rebuild, so
 each (model, day) is looked up once and turned into plain float rates. Prices are linear
@@ -15,10 +21,12 @@ threshold of every model, and the bucket's tier is looked up when the sums are w
 from __future__ import annotations
 
 import warnings
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from datetime import UTC, date, datetime, time
 from decimal import Decimal
+from functools import cache
+from importlib.metadata import version
 from typing import TYPE_CHECKING, Any
 
 from harness.config import ConfigError, PriceOverride, unpayable
@@ -38,6 +46,32 @@ class Rates:
     output: float
     cache_read: float | None
     cache_write: float | None
+    per_request: float = 0.0
+    """USD per call, on top of its tokens."""
+
+
+UNPRICED = "unpriced"
+"""The source of a model no source prices."""
+
+
+@dataclass(frozen=True, slots=True)
+class Priced:
+    """A model's tier ladder on a day (None: unpriced) and the source it came from."""
+
+    ladder: tuple[Rates, ...] | None
+    source: str
+
+
+@dataclass(frozen=True, slots=True)
+class TargetPrices:
+    """A catalog target's prices, for the calls booked on it while it runs `model`.
+
+    A target whose model was changed in the catalog since does not price the old model's
+    calls: those fall through to `[prices]` and genai-prices.
+    """
+
+    model: str
+    prices: PriceOverride
 
 
 def _rate(price: Any, start: int | None) -> float | None:
@@ -65,51 +99,70 @@ def _ladder(model_price: Any) -> tuple[Rates, ...]:
     return tuple(ladder)
 
 
+def _flat(prices: PriceOverride) -> tuple[Rates, ...]:
+    """An operator's prices as a ladder of one rate (they have no tiers)."""
+    return (
+        Rates(
+            -1,
+            prices.input_per_mtok,
+            prices.output_per_mtok,
+            prices.cache_read_per_mtok,
+            prices.cache_write_per_mtok,
+            prices.per_request_usd,
+        ),
+    )
+
+
 class PriceBook:
-    """Prices per model and day, cached; the one place that knows where prices come from."""
+    """Prices per model, day and target, cached; the one place that knows where prices come from.
 
-    def __init__(self, overrides: dict[str, PriceOverride] | None = None) -> None:
-        self._overrides = overrides or {}
-        self._cache: dict[tuple[str, str], tuple[Rates, ...] | None] = {}
-        self._bounds: tuple[int, ...] | None = None
+    `overrides`: tickwork.toml's `[prices]`, by model. `targets`: the catalog's targets
+    that have `prices`, by target id (`harness.routing.price_book` reads them).
+    """
 
-    def rates(self, model: str, day: str) -> tuple[Rates, ...] | None:
+    def __init__(
+        self,
+        overrides: Mapping[str, PriceOverride] | None = None,
+        targets: Mapping[str, TargetPrices] | None = None,
+    ) -> None:
+        self._overrides = dict(overrides or {})
+        self._targets = dict(targets or {})
+        self._cache: dict[tuple[str, str, str | None], Priced] = {}
+
+    def price_of(self, model: str, day: str, target: str | None = None) -> Priced:
+        """The ladder for `model` on `day` (YYYY-MM-DD) booked on `target`, and its source."""
+        own = self._targets.get(target) if target else None
+        key = (model, day, target if own is not None and own.model == model else None)
+        found = self._cache.get(key)
+        if found is None:
+            found = self._cache[key] = self._lookup(model, day, key[2])
+        return found
+
+    def rates(self, model: str, day: str, target: str | None = None) -> tuple[Rates, ...] | None:
         """The tier ladder for `model` on `day` (YYYY-MM-DD), or None when unpriced."""
-        key = (model, day)
-        if key not in self._cache:
-            self._cache[key] = self._lookup(model, day)
-        return self._cache[key]
+        return self.price_of(model, day, target).ladder
 
-    def _lookup(self, model: str, day: str) -> tuple[Rates, ...] | None:
+    def source(self, model: str, day: str, target: str | None = None) -> str:
+        """Who prices the call: `catalog:<target>`, `config`, `genai-prices@<v>`, `unpriced`."""
+        return self.price_of(model, day, target).source
+
+    def _lookup(self, model: str, day: str, target: str | None) -> Priced:
+        if target is not None:
+            return Priced(_flat(self._targets[target].prices), f"catalog:{target}")
         override = self._overrides.get(model)
         if override is not None:
-            return (
-                Rates(
-                    -1,
-                    override.input_per_mtok,
-                    override.output_per_mtok,
-                    override.cache_read_per_mtok,
-                    override.cache_write_per_mtok,
-                ),
-            )
-        from genai_prices import Usage, calc_price
-
-        when = datetime.combine(date.fromisoformat(day), time(12), tzinfo=UTC)
-        try:
-            with warnings.catch_warnings():
-                warnings.simplefilter("ignore")
-                found = calc_price(
-                    Usage(input_tokens=1, output_tokens=1), model, genai_request_timestamp=when
-                )
-        except LookupError:
-            return None
-        return _ladder(found.model_price)
+            return Priced(_flat(override), "config")
+        ladder = _genai_ladder(model, day)
+        return Priced(ladder, UNPRICED if ladder is None else _genai_source())
 
     def thresholds(self, model: str, day: str) -> tuple[int, ...]:
         """Input-token thresholds above which the model's rates change (none: one rate).
 
         A call's tier is the highest threshold its prompt exceeds (-1 below them all);
         calls of one tier add linearly, so the spend read model sums tokens per tier.
+        The model's own (its `[prices]` or genai-prices'), whatever target it ran on: a
+        target's prices have one rate, which prices every tier alike, so a tier kept in
+        a read model stays right when the catalog changes.
         """
         ladder = self.rates(model, day)
         return () if ladder is None else tuple(step.above for step in ladder[1:])
@@ -121,17 +174,7 @@ class PriceBook:
         them are in one tier of every model: a fold may sum calls per bucket between the
         bounds and learn each bucket's tier later (`bucket_tier`). Overrides have one rate.
         """
-        if self._bounds is None:
-            from genai_prices.data_snapshot import get_snapshot
-
-            starts = {
-                start
-                for provider in get_snapshot().providers
-                for model in provider.models
-                for start in _tier_starts(model)
-            }
-            self._bounds = tuple(sorted(starts))
-        return self._bounds
+        return _snapshot_tier_bounds()
 
     def bucket_tier(self, model: str, day: str, bucket: int) -> int:
         """The tier of every call of `model` on `day` whose prompt lies in bucket `bucket`.
@@ -164,12 +207,16 @@ class PriceBook:
         completion_tokens: int,
         cache_read_tokens: int = 0,
         cache_write_tokens: int = 0,
+        *,
+        requests: int = 0,
+        target: str | None = None,
     ) -> float | None:
         """USD for calls of one tier (summed tokens are fine: prices are linear in a tier).
 
         `prompt_tokens` includes cached tokens, as OpenAI-compatible servers report it.
+        `requests`: how many calls the tokens are of, for a price per request.
         """
-        ladder = self.rates(model, day)
+        ladder = self.rates(model, day, target)
         if ladder is None:
             return None
         rates = ladder[0]
@@ -184,7 +231,29 @@ class PriceBook:
         if rates.cache_write is not None:
             uncached -= cache_write_tokens
             total += cache_write_tokens * rates.cache_write
-        return (total + max(uncached, 0) * rates.input) / 1_000_000
+        return (total + max(uncached, 0) * rates.input) / 1_000_000 + requests * rates.per_request
+
+
+def _genai_ladder(model: str, day: str) -> tuple[Rates, ...] | None:
+    """genai-prices' ladder for the model on the day (its price at noon UTC), None if unknown."""
+    from genai_prices import Usage, calc_price
+
+    when = datetime.combine(date.fromisoformat(day), time(12), tzinfo=UTC)
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            found = calc_price(
+                Usage(input_tokens=1, output_tokens=1), model, genai_request_timestamp=when
+            )
+    except LookupError:
+        return None
+    return _ladder(found.model_price)
+
+
+@cache
+def _genai_source() -> str:
+    """genai-prices with the version whose tables priced the call."""
+    return f"genai-prices@{version('genai-prices')}"
 
 
 def tick_cost(
@@ -206,6 +275,24 @@ def tick_cost(
     average = prompt_tokens // max(model_calls, 1)
     tier = prices.tier(model, day, average)
     return prices.cost(model, day, tier, prompt_tokens, completion_tokens)
+
+
+@cache
+def _snapshot_tier_bounds() -> tuple[int, ...]:
+    """`PriceBook.tier_bounds`, read once a process: the snapshot's tables do not change.
+
+    Walking every model of every provider costs about 8 ms of CPU, and every fold of the
+    spend read models builds its kernel from a price book of its own.
+    """
+    from genai_prices.data_snapshot import get_snapshot
+
+    starts = {
+        start
+        for provider in get_snapshot().providers
+        for model in provider.models
+        for start in _tier_starts(model)
+    }
+    return tuple(sorted(starts))
 
 
 def _tier_starts(model: Any) -> Iterator[int]:

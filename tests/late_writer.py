@@ -34,8 +34,12 @@ CREATE TRIGGER test_late BEFORE INSERT ON events FOR EACH ROW
     WHEN (NEW.stream_id = '{LATE_STREAM}') EXECUTE FUNCTION test_wait_for_late();
 """
 _WAITING = sa.text(
-    "SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND objid = :key AND NOT granted"
+    "SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND objid = :key AND NOT granted "
+    "AND database = (SELECT oid FROM pg_database WHERE datname = current_database())"
 )
+"""Advisory locks are the database's, but `pg_locks` lists the whole cluster's: a late
+append of another worker's (or another suite's) test counted, and the block began before
+this one's append held its transaction id."""
 
 
 @contextmanager

@@ -15,13 +15,15 @@ import subprocess
 import sys
 import threading
 from datetime import UTC, datetime
+from html import escape
 from pathlib import Path
 
 import httpx
 import psutil
 import pytest
-from pydantic import ValidationError
 
+from harness.cli.show_command import print_story_head
+from harness.cli.tick_commands import _print_tick
 from harness.config import (
     AgentsConfig,
     GovernorConfig,
@@ -41,12 +43,13 @@ from harness.contracts import (
 )
 from harness.contracts.agents import AGENT_CLIS, DEFAULT_AGENTS_DIR, missing_agent
 from harness.contracts.payload import TickPayload
-from harness.devtools.fake_llm import FakeUpstream, Step, ToolCallSpec
+from harness.devtools.fake_llm import FakeUpstream, Step, ToolCallSpec, fake_upstream
 from harness.execution.agent_clis import agent_cli_states
-from harness.execution.prepare import Preparer
+from harness.execution.prepare import Preparer, TickSetupError
 from harness.execution.runner import Runner, TickOutcome
-from harness.projections import story_steps
+from harness.projections import calls_said, story_of, story_steps
 from harness.store import StoredEvent, open_store
+from tests.api_support import serving
 from tests.tick_support import SECRET, Harness
 from tests.waiting import wait_until
 from workers.agents import MalformedLineError
@@ -82,6 +85,57 @@ def claude_harness(tmp_path: Path, fake: FakeUpstream, **level: object) -> Harne
     return Harness(tmp_path, fake, agent=CLAUDE, api="anthropic", rag=False, **level)
 
 
+@pytest.mark.parametrize(
+    ("model", "effort", "sent"),
+    [
+        # Thinking budgeted as a Strands tick's (`THINKING_BUDGETS`), or turned off.
+        ("claude-sonnet-4-5", "medium", ("thinking", "budget_tokens", 4096)),
+        ("claude-sonnet-4-5", "none", ("thinking", "type", "disabled")),
+        # A model with an effort parameter gets the level's.
+        ("claude-opus-4-6", "low", ("output_config", "effort", "low")),
+    ],
+)
+def test_the_levels_effort_reaches_the_upstream_of_a_claude_code_tick(
+    tmp_path: Path, model: str, effort: str, sent: tuple[str, str, object]
+) -> None:
+    with fake_upstream() as own:
+        harness = claude_harness(tmp_path, own, model=model, effort=effort)
+        outcome = harness.tick([Step(text="Done.")])
+        assert outcome.status == "completed", outcome.reason
+        calls = [body for body in own.state.received if "max_tokens" in body]
+    parameter, field, value = sent
+    assert calls and all(body[parameter][field] == value for body in calls)
+
+
+def test_every_view_gives_a_cli_ticks_calls_as_its_terminal_event_does(
+    tmp_path: Path, fake: FakeUpstream, capsys: pytest.CaptureFixture[str]
+) -> None:
+    harness = claude_harness(tmp_path, fake, max_tool_calls=1)
+    outcome = harness.tick(
+        [Step(tool_calls=[bash("echo one"), bash("echo two")]), Step(text="never asked")]
+    )
+    assert outcome.status == "completed", outcome.reason
+    events = harness.events(outcome)
+    ended = events[-1].data
+    counts = (ended["model_calls"], ended["tool_calls"], ended["tool_calls_cancelled"])
+    assert counts == (1, 1, 1), "one call, one tool run, one refused by the cap"
+    story = story_of(outcome.tick_id, events)
+    assert (story.model_calls, story.tool_calls, story.tool_calls_cancelled) == counts
+    assert (story.prompt_tokens, story.completion_tokens) == (
+        ended["prompt_tokens"],
+        ended["completion_tokens"],
+    )
+    print_story_head(story)
+    _print_tick(outcome.tick_id, outcome, events)
+    said = calls_said(*counts)
+    assert capsys.readouterr().out.count(said) == 2, said  # `show` and `tick`
+    with serving(harness.settings, harness.store) as http:
+        row = http.get(f"/ticks/{outcome.tick_id}").json()["tick"]
+        page = http.get(f"/dashboard/ticks/{outcome.tick_id}").text
+    assert (row["model_calls"], row["tool_calls"], row["tool_calls_cancelled"]) == counts
+    assert escape(said) in page
+
+
 def running(marker: str) -> list[str]:
     """Command lines of the processes whose command line holds `marker`."""
     found = []
@@ -110,6 +164,14 @@ def test_a_claude_code_tick_ended_by_its_timeout_leaves_no_process(
     (outcome,) = outcomes
     assert outcome.status == "timed_out", outcome.reason
     assert running(tick_id) == [] and running(marker) == []
+    # The tool killed with its tick is in the story and its counts, as such.
+    events = harness.events(outcome)
+    called = [(e.data["name"], e.data["status"]) for e in events if e.type == ToolCalled.type]
+    assert called == [("Bash", "killed")]
+    story = story_of(tick_id, events)
+    (tool,) = [step for step in story.steps if step.kind == "tool"]
+    assert tool.data["status"] == "killed" and marker in str(tool.arguments)
+    assert (story.tool_calls, story.tool_calls_cancelled) == (1, 0)
 
 
 def test_a_tool_left_running_in_the_background_ends_with_its_claude_code_tick(
@@ -198,16 +260,19 @@ def test_a_claude_code_candidate_without_its_cli_or_upstream_falls_back_to_a_str
     assert ("npm ci --prefix" if why == "missing" else "overloaded (529)") in fallback["reason"]
 
 
-def test_a_level_on_a_cli_that_is_not_installed_is_refused_at_load(tmp_path: Path) -> None:
-    with pytest.raises(ValidationError) as refused:
-        Settings(
-            agents=AgentsConfig(dir=tmp_path),
-            levels={
-                "min": LevelConfig(every="1m", model="m", api="anthropic", agent=CLAUDE, prompt="p")
-            },
-        )
-    message = str(refused.value)
-    assert "levels.min.agent" in message and f"npm ci --prefix {tmp_path}" in message
+def test_a_level_on_a_cli_that_is_not_installed_is_refused_alone(tmp_path: Path) -> None:
+    settings = Settings(
+        agents=AgentsConfig(dir=tmp_path),
+        levels={
+            "min": LevelConfig(every="1m", model="m", api="anthropic", agent=CLAUDE, prompt="p"),
+            "hour": LevelConfig(every="1h", model="m", prompt="p"),
+        },
+    )
+    (refused,) = settings.refused_levels().values()
+    assert list(settings.refused_levels()) == ["min"] and settings.refusal("hour") is None
+    assert "levels.min.agent" in refused and f"npm ci --prefix {tmp_path}" in refused
+    with pytest.raises(TickSetupError, match=r"levels\.min\.agent"):
+        Preparer(settings, None).prepare("min")
 
 
 @pytest.mark.parametrize(

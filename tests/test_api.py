@@ -8,6 +8,7 @@ from collections.abc import Iterator
 from contextlib import nullcontext
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
+from importlib.metadata import version
 from pathlib import Path
 
 import httpx
@@ -19,7 +20,11 @@ from prometheus_client.parser import text_string_to_metric_families
 from harness.api.metrics import Exposition, header, sample
 from harness.api.reads import Reads
 from harness.config import (
+    AgentsConfig,
+    LevelConfig,
+    PathsConfig,
     Settings,
+    StoreConfig,
 )
 from harness.contracts.events import (
     CONTROL_STREAM,
@@ -177,7 +182,7 @@ def test_ticks_page_by_cursor_without_gaps_or_repeats_while_new_ones_arrive(api:
         ("/ticks", {"before": "yesterday-at-noon,min-1"}, ["'yesterday-at-noon' is not an ISO"]),
         ("/ticks", {"before": "2026-12-01T13:05:00,min-1"}, ["has no time zone"]),
         ("/ticks", {"before": "2026-12-01T13:05:00.000000Z," + "x" * 201}, ["at most 228"]),
-        ("/spend", {"by": "colour"}, ["'level', 'model', 'day', 'template' or 'tag'"]),
+        ("/spend", {"by": "colour"}, ["'level', 'model', 'day', 'template', 'target' or 'tag'"]),
         ("/spend", {"since": "soon"}, ["'soon'"]),
         ("/dashboard/ticks", {"status": "bogus"}, ["'bogus' is not a tick status"]),
         ("/dashboard/ticks", {"since": "soonish"}, ["'soonish'", "30m, 12h, 7d"]),
@@ -260,6 +265,7 @@ def test_spend_groups_by_level_model_and_day(api: Api, tmp_path: Path) -> None:
             "estimated_calls": 0,
             "cost_usd": None,
             "unpriced_calls": 1,
+            "price_sources": [f"genai-prices@{version('genai-prices')}", "unpriced"],
         }
     ]
 
@@ -623,3 +629,27 @@ class _Families:
 
     def collect(self) -> Iterator[Metric]:
         return iter(self.families)
+
+
+def test_a_refused_level_says_why_and_how_to_install_in_status_and_on_the_dashboard(
+    sqlite_url: str, tmp_path: Path
+) -> None:
+    agents = tmp_path / "no-agents"
+    settings = Settings(
+        store=StoreConfig(url=sqlite_url),
+        paths=PathsConfig(results=tmp_path / "results", spool=tmp_path / "spool"),
+        agents=AgentsConfig(dir=agents),
+        levels={
+            "min": LevelConfig(every="1m", model="gpt-4o-mini"),
+            "coder": LevelConfig(every="1m", model="m", api="anthropic", agent="claude-code"),
+        },
+    )
+    store = open_store(sqlite_url)
+    with serving(settings, store) as http:
+        levels = {level["name"]: level for level in http.get("/status").json()["levels"]}
+        panels = http.get("/dashboard/panels").text
+    store.close()
+    assert levels["min"]["refused"] is None and levels["coder"]["next_slot"] is None
+    assert f"npm ci --prefix {agents}" in levels["coder"]["refused"]
+    assert "refused: levels.coder.agent = &#x27;claude-code&#x27;" in panels
+    assert f"npm ci --prefix {agents}" in panels

@@ -149,7 +149,7 @@ def test_tick_runs_one_tick_on_the_fake_upstream(tmp_path: Path) -> None:
     )
     assert result.returncode == 0, result.stderr
     assert "fake upstream" in result.stderr
-    assert "status  completed" in result.stdout and "1 call(s)" in result.stdout
+    assert "status  completed" in result.stdout and "1 model call(s)" in result.stdout
     tick_id = result.stdout.split()[1]
     shown, listed, page, by_template = forked_each(
         tmp_path,
@@ -204,7 +204,11 @@ def test_run_says_what_runs_where_and_shares_its_fake_with_a_tick_by_hand(tmp_pa
         )
     )
     try:
-        fake = service.wait_for("  upstream  tickwork's fake at ").split(" at ")[1].split()[0]
+        fake = (
+            service.wait_for("  upstream  openai-chat: tickwork's fake at ")
+            .split(" at ")[1]
+            .split()[0]
+        )
         assert "POST " in service.wait_for("  upstream") and service.wait_for("  store     sqlite")
         by_hand = forked(tmp_path, "tick", "hour", unset=("OPENAI_BASE_URL",))
         assert by_hand.returncode == 0, by_hand.stderr

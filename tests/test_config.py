@@ -61,6 +61,10 @@ def test_environment_wins_over_the_file(monkeypatch: pytest.MonkeyPatch, tmp_pat
         ('[levels.Bad-Name]\nevery = "5m"\n', "level name 'Bad-Name'"),
         ("[store]\nurl = 5\n", "store.url: Input should be a valid string"),
         ("[prices.m]\ninput_per_mtok = -1\noutput_per_mtok = 1\n", "prices.m.input_per_mtok"),
+        (
+            "[prices.m]\ninput_per_mtok = 1\noutput_per_mtok = 1\nper_request_usd = -1\n",
+            "prices.m.per_request_usd",
+        ),
         ("[nonsense]\n", "nonsense: Extra inputs are not permitted"),
         ("[store\nurl=", "invalid TOML"),
         ("[retention]\nhot_days = 0\n", "retention.hot_days: Input should be greater than"),

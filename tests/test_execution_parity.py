@@ -26,7 +26,7 @@ from harness.execution.runner import TickOutcome
 from harness.prices import PriceBook
 from harness.projections import projector_for
 from harness.scheduling.waves import SlotClaim, claim_wave
-from tests.tick_support import Harness, live_in_group, make_settings
+from tests.tick_support import NAMED_UPSTREAM, Harness, live_in_group, make_settings
 from tests.waiting import wait_until
 from workers.structured_output import structured
 
@@ -124,7 +124,7 @@ def test_the_timeout_grows_with_the_size_of_the_input(tmp_path: Path) -> None:
     settings = make_settings(tmp_path, prompt="x" * 1500, instructions="y" * 500)
     level = settings.levels["min"].model_copy(update={"timeout_per_kchar": 10.0})
     settings = settings.model_copy(update={"levels": {"min": level}})
-    preparer = Preparer(settings, None, env={})
+    preparer = Preparer(settings, None, env=NAMED_UPSTREAM)
     assert preparer.prepare("min").timeout == 60 + 20
     assert preparer.prepare("min", timeout=5).timeout == 5
 

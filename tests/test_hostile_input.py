@@ -34,7 +34,7 @@ from harness.store import open_store
 from tests.api_support import serving, settings_for
 from tests.catalog_support import valid as valid_catalog
 from tests.commands import forked, forked_each
-from tests.tick_support import make_settings
+from tests.tick_support import NAMED_UPSTREAM, make_settings
 
 LEVEL = '[levels.min]\nmodel = "m"\n'
 
@@ -171,7 +171,7 @@ def test_a_prompt_file_that_is_not_utf8_fails_the_tick_setup_naming_it(tmp_path:
     prompt = write(tmp_path, b"\xff\xfe check", "prompt.txt")
     settings = make_settings(tmp_path, prompt="", prompt_file=prompt)
     with pytest.raises(TickSetupError) as caught:
-        Preparer(settings, None, env={}).prepare("min")
+        Preparer(settings, None, env=NAMED_UPSTREAM).prepare("min")
     assert "levels.min.prompt_file" in str(caught.value) and "not UTF-8" in str(caught.value)
 
 

@@ -322,22 +322,31 @@ def _list_times(store: SqlEventStore) -> dict[str, datetime]:
         }
 
 
+SPEND_ROW = "'min', 'm', '2026-11-30', 0, 100, 10, 0, 0, 1, 0"
+
+
 @pytest.mark.parametrize("backend", ["sqlite", "postgresql"])
-def test_0009_keys_spend_by_template_and_a_downgrade_adds_the_templates_up(
-    backend: str, sqlite_url: str
+@pytest.mark.parametrize(
+    ("before", "after", "column", "row"),
+    [
+        ("0008", "0009", "template_hash", SPEND_ROW),
+        ("0028", "0029", "target", f"{SPEND_ROW}, ''"),
+    ],
+)
+def test_a_column_joining_the_spend_key_is_empty_before_and_a_downgrade_adds_it_up(
+    backend: str, before: str, after: str, column: str, row: str, sqlite_url: str
 ) -> None:
-    """Spend folded before has no template (""), as a rebuild gives it; nothing is lost back."""
-    row = "'min', 'm', '2026-11-30', 0, 100, 10, 0, 0, 1, 0"
+    """Spend folded before has no template (0009), no target (0029): "", as a rebuild gives."""
     with nullcontext(sqlite_url) if backend == "sqlite" else fresh_pg_database() as url:
         engine = create_store_engine(url)
-        upgrade(engine, "0008")
+        upgrade(engine, before)
         with engine.begin() as conn:
             conn.execute(sa.text(f"INSERT INTO spend_daily VALUES ({row})"))
-        upgrade(engine)
+        upgrade(engine, after)
         with engine.begin() as conn:
-            assert conn.execute(sa.text("SELECT template_hash FROM spend_daily")).all() == [("",)]
+            assert conn.execute(sa.text(f"SELECT {column} FROM spend_daily")).all() == [("",)]
             conn.execute(sa.text(f"INSERT INTO spend_daily VALUES ({row}, 'abc')"))
-        downgrade(engine, "0008")
+        downgrade(engine, before)
         with engine.connect() as conn:
             sums = "SELECT level, prompt_tokens, model_calls FROM spend_daily"
             assert conn.execute(sa.text(sums)).all() == [("min", 200, 2)]

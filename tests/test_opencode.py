@@ -17,7 +17,7 @@ from harness.contracts import ToolCalled, TranscriptEntry
 from harness.contracts.events import TickStarted, tick_stream
 from harness.contracts.payload import TICK_HEADER, TickPayload
 from harness.contracts.tiers import capabilities, opencode_permissions
-from harness.devtools.fake_llm import FakeUpstream, ToolCallSpec
+from harness.devtools.fake_llm import FakeUpstream, Step, ToolCallSpec, fake_upstream
 from harness.store import open_store
 from tests.tick_support import (
     Harness,
@@ -205,3 +205,16 @@ def opencode_harness(tmp_path: Path, fake: FakeUpstream, **level: object) -> Har
 
 def read(path: Path) -> ToolCallSpec:
     return ToolCallSpec(name="read", arguments={"filePath": str(path)})
+
+
+@pytest.mark.parametrize("effort", ["none", "high"])
+def test_the_levels_effort_reaches_the_upstream_of_an_opencode_tick(
+    tmp_path: Path, effort: str
+) -> None:
+    with fake_upstream() as own:
+        # A reasoning model, for which OpenCode would otherwise send an effort of its own.
+        harness = opencode_harness(tmp_path, own, model="gpt-5", effort=effort)
+        outcome = harness.tick([Step(text="Done.")])
+        assert outcome.status == "completed", outcome.reason
+        calls = [body for body in own.state.received if "messages" in body]
+    assert calls and all(body["reasoning_effort"] == effort for body in calls)

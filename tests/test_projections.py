@@ -5,6 +5,7 @@ from __future__ import annotations
 from bisect import bisect_left
 from collections.abc import Iterable, Sequence
 from datetime import UTC, date, datetime, timedelta
+from importlib.metadata import version
 from itertools import pairwise
 from typing import Any
 from uuid import uuid4
@@ -31,7 +32,7 @@ from harness.contracts.events import (
     TickTimedOut,
     ToolCalled,
 )
-from harness.prices import PriceBook
+from harness.prices import PriceBook, TargetPrices
 from harness.projections import (
     Projection,
     Projector,
@@ -187,6 +188,46 @@ def test_spend_report_groups_prices_and_never_prices_unknown_models_at_zero(
         "home-gpu-model": pytest.approx((10 + 20) / 1e6),
         "my-local-model": None,
     }
+
+
+def test_a_call_is_priced_by_its_target_then_the_config_then_genai_prices_and_says_which(
+    store: SqlEventStore,
+) -> None:
+    """The lookup order of `harness.prices`, each report row naming who priced it.
+
+    A target prices only its own model's calls: `moved` runs another model now, so the
+    call booked on it before is priced as if it had no target.
+    """
+    gpu = PriceOverride(input_per_mtok=1, output_per_mtok=2, per_request_usd=0.001)
+    moved = PriceOverride(input_per_mtok=9, output_per_mtok=9)
+    prices = PriceBook(
+        {"qwen": PriceOverride(input_per_mtok=3, output_per_mtok=4)},
+        {"gpu": TargetPrices("qwen", gpu), "moved": TargetPrices("other", moved)},
+    )
+    append(
+        store,
+        [
+            spent("a", "min", "qwen", 1_000_000, 1_000_000, target="gpu", occurred_at=DAY2),
+            spent("a", "min", "qwen", 1_000_000, 0, target="gpu", occurred_at=DAY2),
+            spent("b", "min", "qwen", 1_000_000, 0, occurred_at=DAY2),
+            spent("c", "min", "gpt-4o-mini", 1_000_000, 0, target="moved", occurred_at=DAY2),
+            spent("d", "min", "mystery", 10, 10, target="gpu", occurred_at=DAY2),
+        ],
+    )
+    projector_for(store, prices).catch_up()
+    with store.read_transaction() as conn:
+        rows = spend_report(conn, prices, by=["model", "target"])
+    genai = f"genai-prices@{version('genai-prices')}"
+    assert [(row.group, row.cost_usd, row.price_sources) for row in rows] == [
+        ({"model": "gpt-4o-mini", "target": "moved"}, pytest.approx(0.15), (genai,)),
+        ({"model": "mystery", "target": "gpu"}, None, ("unpriced",)),
+        ({"model": "qwen", "target": ""}, pytest.approx(3.0), ("config",)),
+        ({"model": "qwen", "target": "gpu"}, pytest.approx(2 + 2 + 0.002), ("catalog:gpu",)),
+    ]
+    with store.read_transaction() as conn:
+        (total,) = spend_report(conn, prices, by=["level"])
+    assert total.cost_usd is None and total.unpriced_calls == 1
+    assert total.price_sources == ("catalog:gpu", "config", genai, "unpriced")
 
 
 def test_ticks_read_model_follows_each_tick(store: SqlEventStore) -> None:

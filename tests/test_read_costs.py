@@ -33,7 +33,8 @@ from harness.api.routes.spend import spend as spend_route
 from harness.config import LevelConfig, Settings, StoreConfig
 from harness.digests.build import build_digest
 from harness.prices import PriceBook
-from harness.projections import projector_for
+from harness.projections import projector_for, reconcile
+from harness.projections.bills import Bill, BillRow
 from harness.projections.level_stats import stats_of_levels
 from harness.projections.spend import REPORT_DAYS, spend_daily
 from harness.projections.tick_spend import tick_spend
@@ -268,7 +269,7 @@ def _spent(n: int, at: datetime) -> dict[str, Any]:
 
 def _spent_on(level: str, day: date, template_hash: str) -> dict[str, Any]:
     """A spend read model row: a level's calls on a day (`template_hash` keeps rows apart)."""
-    return {**ONE_CALL, "level": level, "day": day, "template_hash": template_hash}
+    return {**ONE_CALL, "level": level, "day": day, "template_hash": template_hash, "target": ""}
 
 
 def _caught_up(store: SqlEventStore) -> None:
@@ -578,14 +579,25 @@ def _days_of_spend(store: SqlEventStore, first: int, days: int) -> None:
     _settle(store)
 
 
+def _reconciled_today(store: SqlEventStore) -> object:
+    """`tickwork reconcile` of a bill of today's spend: it reads the bill's days alone."""
+    today = NOW.date()
+    bill = Bill("openai", today, today, {(today, "gpt-4o-mini"): BillRow(tokens=1)}, True)
+    return reconcile(store, PriceBook(), bill, 0.005)
+
+
+@pytest.mark.parametrize(
+    "report",
+    [lambda store: spend_route(_reads(store), Response()), _reconciled_today],
+    ids=["GET /spend", "tickwork reconcile"],
+)
 def test_a_spend_report_not_told_its_window_costs_the_same_behind_ten_times_the_days(
-    store: SqlEventStore,
+    store: SqlEventStore, report: Path_
 ) -> None:
-    """`GET /spend` without `since`: the last REPORT_DAYS days, however many the model keeps."""
+    """Each reads its own days however many the model keeps.
 
-    def report(store: SqlEventStore) -> object:
-        return spend_route(_reads(store), Response())
-
+    `GET /spend` without `since`: the last REPORT_DAYS days; a reconciliation: its bill's.
+    """
     with store.write_transaction() as conn:
         conn.execute(spend_daily.insert(), [_spent_on(level, NOW.date(), "") for level in LEVELS])
     _days_of_spend(store, 0, 30)

@@ -47,6 +47,7 @@ from harness.scheduling.triggers import level_trigger, slot_tick_id
 from harness.scheduling.waves import SlotClaim, claim_wave
 from harness.store import EventStore, SqlEventStore, StoredEvent, open_store
 from tests.commands import Output, forked_cli, start_service
+from tests.tick_support import NAMED_UPSTREAM
 from tests.waiting import wait_until
 
 EDIT_OLD = """
@@ -109,7 +110,10 @@ def service_on(
     store = open_store(settings.store.url)
     lines: list[str] = []
     executor = LocalExecutor(
-        settings, Preparer(settings, store), Runner(settings, store, launcher), lines.append
+        settings,
+        Preparer(settings, store, env=NAMED_UPSTREAM),
+        Runner(settings, store, launcher),
+        lines.append,
     )
     service = Service(settings, store, executor, lines.append)
     reload = service.reload = LevelsReload(service, config, lines.append, [executor.levels_changed])
@@ -270,7 +274,9 @@ def test_a_changed_section_besides_levels_waits_for_a_restart(tmp_path: Path) ->
     assert any("[store] changed: they take effect at the next restart" in line for line in lines)
     [reloaded] = service.store.read_stream(CONFIG_STREAM)
     assert reloaded.data["restart"] == ["store"]
-    by_hand = ManualTick(service.settings, service.store, env={}, router=None, reason="-")
+    by_hand = ManualTick(
+        service.settings, service.store, env=NAMED_UPSTREAM, router=None, reason="-"
+    )
     claim = by_hand.claim("added")
     new_revision = scheduled(service.store, claim.tick_id)["config_revision"]
     assert new_revision == reloaded.data["revision"], "a tick by hand names its revision too"
@@ -409,7 +415,7 @@ def test_a_procrastinate_worker_runs_a_tick_with_the_levels_its_slot_was_claimed
     assert worker.claimed_config("edit-2", "edit") == (None, None)
     assert worker.claimed_config("edit-3", "edit") == ("0" * 64, None)
     assert any("not stored: own settings" in line for line in reports)
-    tick = Preparer(worker_settings, store).prepare(
+    tick = Preparer(worker_settings, store, env=NAMED_UPSTREAM).prepare(
         "added", tick_id="added-1", slot=at, config=reloaded["added"]
     )
     assert (tick.payload.model, tick.payload.prompt, tick.timeout) == ("m2", "new", 300)

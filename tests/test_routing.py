@@ -616,7 +616,8 @@ def _next_scheduled(store: SqlEventStore, revision: str | None = None) -> dict[s
 
 def test_a_level_without_a_lane_runs_its_configured_model(tmp_path: Path, sqlite_url: str) -> None:
     catalog = write_catalog(tmp_path / "catalog.json", {"a": target("http://h/v1", "lane")}, ["a"])
-    routed = Routed(tmp_path, sqlite_url, catalog)
+    # The level without a lane goes to OpenAI's own host, which takes a key.
+    routed = Routed(tmp_path, sqlite_url, catalog, env={"OPENAI_API_KEY": SECRET})
     other = LevelConfig(every="1h", prompt="hi", model="configured-model")
     levels = {**routed.settings.levels, "other": other}
     routed.preparer.settings = routed.settings.model_copy(update={"levels": levels})
@@ -653,3 +654,27 @@ def test_a_rate_limited_anthropic_target_falls_back_to_an_openai_compatible_one(
     assert ledger == [("openai-chat", "gpt-x")]
     observed = {(q["target"], q["requests_left"]) for q in of_type(events, "QuotaObserved")}
     assert observed == {("claude", 0)}  # Anthropic's own rate-limit headers, read
+
+
+def test_spend_prices_a_tick_routed_to_the_example_local_target_at_its_catalog_price(
+    tmp_path: Path, sqlite_url: str, fake: FakeUpstream
+) -> None:
+    """The example catalog prices `local-qwen` at 0/0: `tickwork spend` says 0, and why.
+
+    genai-prices does not know the target's model, so without the catalog's price the
+    tick read as unpriced.
+    """
+    example = Path(__file__).resolve().parent.parent / "ops" / "catalog.example.toml"
+    routed = Routed(tmp_path, sqlite_url, example, env={LOCAL_URL_ENV: fake.url})
+    outcome, events = routed.tick(fake, [Step(text="Nothing paged.")])
+    assert outcome.status == "completed", outcome.reason
+    assert [s["target"] for s in of_type(events, "BudgetSpent")] == ["local-qwen"]
+
+    config = write_config(tmp_path, f'[routing]\ncatalog = "{example}"\n', store_url=sqlite_url)
+    spend = forked_cli("spend --by model --by target --json", config, fake)
+    assert spend.returncode == 0, spend.stderr
+    (row,) = json.loads(spend.stdout)
+    assert row["group"] == {"model": "qwen2.5-32b-instruct", "target": "local-qwen"}
+    assert (row["cost_usd"], row["unpriced_calls"]) == (0.0, 0)
+    assert row["price_sources"] == ["catalog:local-qwen"]
+    assert row["model_calls"] == 1 and row["prompt_tokens"] > 0

@@ -28,14 +28,18 @@ from harness.scheduling.timetable import Slot
 from harness.scheduling.waves import SlotClaim
 from harness.store import StoreError, beats, open_store
 from tests.commands import (
+    ForkedCommand,
     Output,
     busy_level,
+    environment,
     fake_server,
     forked_cli,
+    forked_each,
     start,
     start_service,
     write_config,
 )
+from tests.tick_support import NAMED_UPSTREAM, require_cli
 from tests.waiting import long_enough, wait_until
 
 SLOTS = 10
@@ -230,7 +234,8 @@ def test_a_claim_whose_process_is_gone_is_lost_and_a_live_ones_is_not(tmp_path: 
     store = open_store(settings.store.url)
     reports: list[str] = []
     runner = Runner(settings, store)
-    executor = LocalExecutor(settings, Preparer(settings, store), runner, reports.append)
+    preparer = Preparer(settings, store, env=NAMED_UPSTREAM)
+    executor = LocalExecutor(settings, preparer, runner, reports.append)
     child = subprocess.Popen([sys.executable, "-c", "pass"])
     child.wait()
     dead_pid = child.pid
@@ -314,3 +319,143 @@ def test_owed_slots_settle_as_a_restart_would_and_stay_owed_while_the_store_is_o
     assert reports[-1] == "2 slot(s) due while the store was out: 1 missed"
     owed.settle(settings, lambda due, missed: fired.append((list(due), set(missed))))
     assert len(fired) == 1, "settled once"
+
+
+def test_a_level_on_a_cli_that_is_not_installed_is_refused_alone_and_the_others_run(
+    tmp_path: Path, fake: FakeUpstream
+) -> None:
+    agents = tmp_path / "no-agents"
+    levels = f"""
+[agents]
+dir = "{agents}"
+[levels.fast]
+every = "1s"
+prompt = "Anything new?"
+model = "fake-model"
+timeout_seconds = 60
+[levels.coder]
+every = "1s"
+prompt = "Fix the build."
+model = "claude-fake"
+api = "anthropic"
+agent = "claude-code"
+"""
+    config = write_config(tmp_path, levels)
+    fix = f"npm ci --prefix {agents}` (or `make`)"
+    service = Output(start_service(config, fake))
+    assert fix in service.wait_for("levels.coder.agent = 'claude-code'")
+    store = open_store(f"sqlite:///{tmp_path}/events.db")
+    try:
+        wait_until(
+            lambda: store.read_all(0, 10_000, ["TickCompleted"]),
+            "a tick of the other level to complete",
+            timeout=120,
+        )
+        status = forked_cli("status", config, fake)
+        described = forked_cli("levels coder", config, fake)
+        refused_tick = forked_cli("tick coder", config, fake)
+        output = service.stop()
+        assert service.process.returncode == 0, output
+        streams = {e.stream_id for e in store.read_all(0, 100_000)}
+    finally:
+        store.close()
+    assert not [stream for stream in streams if stream.startswith("tick-coder")], streams
+    said = [" ".join(text.split()) for text in (status.stdout, described.stdout)]
+    assert "level coder is refused: levels.coder.agent = 'claude-code'" in said[0]
+    assert "refused, it does not run" in said[1] and all(fix in text for text in said)
+    assert refused_tick.returncode == 2 and fix in " ".join(refused_tick.stderr.split())
+
+
+UPSTREAM_VARIABLES = (
+    "OPENAI_BASE_URL",
+    "OPENAI_API_KEY",
+    "ANTHROPIC_BASE_URL",
+    "ANTHROPIC_API_KEY",
+    "OLLAMA_HOST",
+)
+WIRES = {
+    "chat": ("openai-chat", "strands"),
+    "responses": ("openai-responses", "strands"),
+    "messages": ("anthropic", "strands"),
+    "local": ("ollama", "strands"),
+    "coder": ("anthropic", "claude-code"),
+}
+
+
+def _wire_levels(every: str, names: Collection[str]) -> str:
+    return "".join(
+        f"""
+[levels.{name}]
+every = "{every}"
+prompt = "Anything new?"
+model = "fake-model"
+api = "{WIRES[name][0]}"
+agent = "{WIRES[name][1]}"
+timeout_seconds = 240
+"""
+        for name in names
+    )
+
+
+def test_without_an_upstream_every_wire_protocol_talks_to_the_fake(tmp_path: Path) -> None:
+    require_cli("claude-code")
+    config = write_config(tmp_path, _wire_levels("1h", WIRES))
+    env = {
+        name: value
+        for name, value in environment(TICKWORK_CONFIG=str(config)).items()
+        if name not in UPSTREAM_VARIABLES
+    }
+    service = Output(
+        ForkedCommand(tmp_path, ["run"], env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+    )
+    try:
+        service.wait_for("tickwork running")
+        banner = service.text()
+        for api in ("openai-chat", "openai-responses", "anthropic", "ollama"):
+            assert f"  upstream  {api}: tickwork's fake at http://127.0.0.1:" in banner, banner
+        by_hand = forked_each(
+            tmp_path, [["tick", name] for name in WIRES], {}, unset=UPSTREAM_VARIABLES
+        )
+    finally:
+        output = service.stop()
+    for name, ticked in zip(WIRES, by_hand, strict=True):
+        assert ticked.returncode == 0, (name, ticked.stdout, ticked.stderr, output)
+        assert "the running service's fake" in ticked.stderr
+        assert "status  completed" in ticked.stdout, (name, ticked.stdout)
+
+
+def test_a_level_bound_for_a_real_host_without_its_key_is_refused_before_its_tick(
+    tmp_path: Path, fake: FakeUpstream
+) -> None:
+    config = write_config(tmp_path, _wire_levels("1s", ["messages", "chat"]))
+    env = {
+        **{
+            name: value
+            for name, value in environment(TICKWORK_CONFIG=str(config)).items()
+            if name not in UPSTREAM_VARIABLES
+        },
+        "OPENAI_BASE_URL": fake.url,
+    }
+    service = Output(
+        ForkedCommand(tmp_path, ["run"], env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+    )
+    store = open_store(f"sqlite:///{tmp_path}/events.db")
+    try:
+        banner = service.wait_for("  upstream  anthropic: ")
+        failed = wait_until(
+            lambda: store.read_all(0, 10_000, ["TickFailed"]), "a tick of the keyless level"
+        )
+        wait_until(
+            lambda: store.read_all(0, 10_000, ["TickCompleted"]), "a tick of the other level"
+        )
+        by_hand = forked_each(tmp_path, [["tick", "messages"]], {"OPENAI_BASE_URL": fake.url})[0]
+        output = service.stop()
+        events = store.read_all(0, 100_000)
+    finally:
+        store.close()
+    why = "api 'anthropic' goes to https://api.anthropic.com (ANTHROPIC_BASE_URL is not set)"
+    assert "its ticks are refused" in banner and why in banner, output
+    assert failed[0].stream_id.startswith("tick-messages-") and why in failed[0].data["reason"]
+    types = {e.type for e in events if e.stream_id.startswith(("tick-messages", "level-messages"))}
+    assert not types & {"TickStarted", "TickAttemptFailed", "LevelPaused"}, types
+    assert by_hand.returncode == 2 and why in by_hand.stderr

@@ -33,7 +33,6 @@ from harness.execution.launchers import (
     ColdLauncher,
     Launcher,
     WarmLauncher,
-    shared_warm_launcher,
 )
 from harness.execution.prepare import Preparer, TickSetupError, template_hash, tool_budget
 from harness.execution.runner import Runner, TickOutcome
@@ -47,7 +46,7 @@ from harness.scheduling.service import Service
 from harness.scheduling.triggers import slot_tick_id
 from harness.scheduling.waves import SlotClaim, claim_wave
 from harness.store import SqlEventStore, StoredEvent, open_store
-from tests.tick_support import SECRET, Harness, calls, lifecycle, live_in_group
+from tests.tick_support import SECRET, Harness, calls, lifecycle, live_in_group, ready_launcher
 from tests.waiting import long_enough, wait_until
 
 
@@ -72,9 +71,7 @@ def each_launcher(request: pytest.FixtureRequest) -> Launcher:
     """Each launcher the service can be configured with, the warm one shared and ready."""
     if request.param == "cold":
         return ColdLauncher()
-    launcher = shared_warm_launcher()
-    assert launcher.wait_ready(120)
-    return launcher
+    return ready_launcher()
 
 
 def terminal_types(events: list[StoredEvent]) -> list[str]:

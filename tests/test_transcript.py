@@ -75,7 +75,10 @@ def test_a_ticks_model_calls_and_transcript_are_complete_redacted_and_capped(
 
     story = tick_story(harness.store, outcome.tick_id)
     assert story is not None and story.ended_by == "TickCompleted"
-    assert (story.status, story.model_calls, story.model) == ("completed", 3, "fake-model")
+    # Three calls in its steps; the refused one was never billed, and model calls count
+    # what was booked, in every view (`harness.projections.calls`).
+    assert (story.status, story.model_calls, story.model) == ("completed", 2, "fake-model")
+    assert len([s for s in story.steps if s.kind == "model_call"]) == 3
     assert story.result_text == long_answer
     assert [s.kind for s in story.steps] == [
         "scheduled",

@@ -9,11 +9,11 @@ import psutil
 import pytest
 
 from harness.config import LevelConfig, PathsConfig, RagConfig, RunnerConfig, Settings, StoreConfig
-from harness.contracts import BudgetSpent
+from harness.contracts import AGENT_CLIS, APIS, BudgetSpent, Capabilities, strands_tools
 from harness.contracts.agents import AgentKind, missing_agent
 from harness.devtools.fake_llm import FakeUpstream, Step, ToolCallSpec
 from harness.execution.executors import LocalExecutor
-from harness.execution.launchers import Launcher
+from harness.execution.launchers import Launcher, WarmLauncher, shared_warm_launcher
 from harness.execution.prepare import Preparer
 from harness.execution.runner import Runner, TickOutcome
 from harness.scheduling.waves import SlotClaim, claim_wave
@@ -21,6 +21,9 @@ from harness.store import StoredEvent, open_store
 from tests.store_support import migrated_sqlite
 
 SECRET = "sk-tickwork-test-SECRET-0123456789"
+NAMED_UPSTREAM = {"OPENAI_BASE_URL": "http://127.0.0.1:9/v1"}
+"""A tick environment naming an upstream (never called) for ticks whose worker asks no
+model: without one, an OpenAI level would go to api.openai.com with no key, and is refused."""
 
 
 def make_settings(tmp_path: Path, **level: object) -> Settings:
@@ -39,6 +42,29 @@ def make_settings(tmp_path: Path, **level: object) -> Settings:
         runner=RunnerConfig(grace_seconds=1.0, retry_backoff_seconds=0.05),
         levels={"min": LevelConfig(**fields)},  # type: ignore[arg-type]
     )
+
+
+EVERY_PRELOAD = frozenset(
+    {*APIS, *AGENT_CLIS}.union(
+        *(strands_tools(Capabilities(tier, web=True)) for tier in ("read", "files", "full"))
+    )
+)
+"""What any test level may need preloaded: every protocol, agent CLI and Strands tool."""
+
+
+def ready_launcher() -> WarmLauncher:
+    """The process's shared warm launcher, preloading everything, once its server is ready.
+
+    A tick started while its fork server warms waits up to `runner.WARM_UP_WAIT` (15 s)
+    and then starts cold beside the warm-up, and a server that lacks what a level needs is
+    replaced by one that warms again: the first ticks of a test process, and of each new
+    kind of level, paid a wall-clock wait and a cold start (~2 s of CPU) each. One server
+    that preloads everything, waited for once (the event, not a deadline), starts every
+    test tick warm.
+    """
+    launcher = shared_warm_launcher(EVERY_PRELOAD)
+    assert launcher.wait_ready(120), "the shared fork server did not get ready"
+    return launcher
 
 
 class Harness:
@@ -64,7 +90,7 @@ class Harness:
         }
         env.pop("TICKWORK_MAX_TOOL_CALLS", None)
         self.preparer = Preparer(self.settings, self.store, env=env)
-        self.runner = Runner(self.settings, self.store, launcher, env=env)
+        self.runner = Runner(self.settings, self.store, launcher or ready_launcher(), env=env)
 
     def tick(self, steps: list[Step], timeout: float | None = None) -> TickOutcome:
         prepared = self.preparer.prepare("min", timeout=timeout)

@@ -18,6 +18,7 @@ import httpx
 from harness.contracts import (
     API_KEY_ENV_OF,
     BASE_URL_ENV,
+    DEFAULT_BASE_URLS,
     TICK_HEADER,
     Api,
     Effort,
@@ -26,14 +27,6 @@ from harness.contracts import (
 )
 from workers.providers import Endpoint, Metered, builder
 from workers.wire import ResponseHook, WireWatch
-
-DEFAULT_BASE_URLS: dict[Api, str] = {
-    "openai-chat": "https://api.openai.com/v1",
-    "openai-responses": "https://api.openai.com/v1",
-    "anthropic": "https://api.anthropic.com",
-    "ollama": "http://127.0.0.1:11434",
-}
-"""Where each SDK goes when neither the target nor the environment names an endpoint."""
 
 
 @dataclass(frozen=True)

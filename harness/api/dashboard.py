@@ -155,6 +155,8 @@ def _overview(status: Snapshot) -> str:
     rows = []
     for level in status.levels:
         state = "paused" if level.paused else "active" if firing else "not firing: no scheduler"
+        if level.refused:
+            state = f"refused: {level.refused}"
         cells = (
             level.name,
             level.schedule,

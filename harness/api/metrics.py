@@ -22,11 +22,14 @@ from collections import defaultdict
 from collections.abc import Callable, Hashable, Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from datetime import UTC, date, datetime
+from typing import get_args
 
 from harness.api.reads import Reads
+from harness.contracts import Provider
 from harness.projections import (
     DURATION_BUCKETS,
     fire_lags,
+    last_reconciliations,
     paused_levels,
     tick_counters,
     ticks_in_flight,
@@ -242,6 +245,25 @@ class Exposition:
             "Events stored but not yet folded into a read model.",
             "projection",
         )
+        self.drift = _family(
+            "tickwork_reconciliation_drift_ratio",
+            "gauge",
+            "The largest drift of any day and model of the provider's last `tickwork "
+            "reconcile`, ledger against bill (0.03: 3%).",
+            "provider",
+        )
+        self.drifted = _family(
+            "tickwork_reconciliation_rows_drifted",
+            "gauge",
+            "Days x models of the provider's last `tickwork reconcile` past its tolerance.",
+            "provider",
+        )
+        self.reconciled = _family(
+            "tickwork_reconciliation_checked_timestamp_seconds",
+            "gauge",
+            "When the provider's last `tickwork reconcile` ran (Unix seconds).",
+            "provider",
+        )
 
     def text(self) -> bytes:
         """Bring the read models up to date, then write every family.
@@ -261,6 +283,7 @@ class Exposition:
         if self._spend is None or self._spend.key != spend_key:
             self._spend = _Kept(spend_key, self._spend_families(today))
         stopped = paused_levels(reads.store, levels)
+        checks = last_reconciliations(reads.store, get_args(Provider))
         return "".join(
             [
                 self._ticks.text,
@@ -268,6 +291,9 @@ class Exposition:
                 self.paused(((level,), (int(level in stopped),)) for level in levels),
                 self.position([((), (position,))]),
                 self.lag(((name,), (behind,)) for name, behind in behind_by.items()),
+                self.drift(((c.provider,), (c.max_drift,)) for c in checks),
+                self.drifted(((c.provider,), (len(c.drifted),)) for c in checks),
+                self.reconciled(((c.provider,), (c.occurred_at.timestamp(),)) for c in checks),
             ]
         ).encode()
 

@@ -21,7 +21,6 @@ from harness.contracts import (
     TickScheduled,
     read_result,
 )
-from harness.prices import PriceBook
 from harness.projections import (
     OPEN,
     LevelStats,
@@ -39,7 +38,7 @@ from harness.projections import (
     tick_page,
     top_spenders,
 )
-from harness.routing import RevisionError, recorded_catalog
+from harness.routing import RevisionError, price_book, recorded_catalog
 from harness.scheduling import Budgets, BudgetStatus, Snapshot, budget_statuses, snapshot
 from harness.store import (
     EVENTS_FILE,
@@ -58,7 +57,7 @@ class Reads:
     def __init__(self, settings: Settings, store: EventStore) -> None:
         self.settings = settings
         self.store = store
-        self.prices = PriceBook(settings.prices)
+        self.prices = price_book(settings)
         self.projector = projector_for(store, self.prices)
         self._budgets: Budgets | None = None
 

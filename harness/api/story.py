@@ -27,7 +27,7 @@ from harness.contracts import (
     tick_stream,
 )
 from harness.contracts import headline as event_headline
-from harness.projections import OPEN
+from harness.projections import OPEN, calls_said
 from harness.store import EventStore
 
 LOG_TAIL_BYTES = 64 * 1024
@@ -125,8 +125,8 @@ def page(detail: TickDetail, tick_id: str) -> str:
         rows.append(
             (
                 "spend",
-                f"{tick.model_calls} model call(s), {tick.prompt_tokens:,} + "
-                f"{tick.completion_tokens:,} tokens, {tick.tool_calls} tool call(s)",
+                f"{tick.prompt_tokens:,} + {tick.completion_tokens:,} tokens in "
+                + calls_said(tick.model_calls, tick.tool_calls, tick.tool_calls_cancelled),
             )
         )
     table = "".join(f"<tr><th>{escape(k)}</th><td>{escape(v)}</td></tr>" for k, v in rows if v)

@@ -66,7 +66,9 @@ def _lines(level: LevelDescription) -> list[str]:
             )
     if level.max_runs is not None:
         lines.append(f"  runs: {level.runs} of at most {level.max_runs}")
-    if level.next:
+    if level.refused is not None:
+        lines.append(f"  refused, it does not run: {level.refused}")
+    elif level.next:
         in_utc = level.timezone == "UTC"  # one column: the zone's time is the UTC one
         lines.append(f"  next fire times ({'UTC' if in_utc else level.timezone + ' / UTC'}):")
         lines += [

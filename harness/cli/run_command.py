@@ -24,6 +24,7 @@ from harness.cli.app import (
 
 if TYPE_CHECKING:
     from harness.config import Settings
+    from harness.contracts import Api
     from harness.devtools import TickUpstream
     from harness.execution import HandoffExecutor, Preparer
     from harness.routing import Router
@@ -122,7 +123,9 @@ def _banner(
     report(f"tickwork {__version__}, pid {heartbeat.pid} on {heartbeat.host}")
     report(f"  store     {safe_url(config.store.url)}")
     report(f"  results   {config.paths.results.resolve()}")
-    report(f"  upstream  {upstream.describe()}")
+    in_use: set[Api] = {level.api for level in config.levels.values()} or {"openai-chat"}
+    for wire in sorted(in_use):
+        report(f"  upstream  {wire}: {upstream.describe(wire)}")
     report(f"  dashboard `tickwork serve` in another shell, then http://{api.host}:{api.port}/")
     report("  follow    `tickwork ticks` lists ticks, `tickwork show TICK --follow` follows one")
     report("  log       this output, one line per tick (redirect it to keep it)")

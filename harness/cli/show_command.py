@@ -46,6 +46,8 @@ def print_step(step: StoryStep) -> None:
 
 def print_story_head(story: TickStory) -> None:
     """The tick at a glance: where it stands and what it spent."""
+    from harness.projections import calls_said
+
     where = (story.model or "?") + (f" via {story.target}" if story.target else "")
     rows = [
         ("tick", story.tick_id),
@@ -57,8 +59,8 @@ def print_story_head(story: TickStory) -> None:
         (
             "spent",
             f"{story.prompt_tokens:,} + {story.completion_tokens:,} tokens in "
-            f"{story.model_calls} model call(s), {story.tool_calls} tool call(s), "
-            f"{story.attempts} attempt(s)",
+            + calls_said(story.model_calls, story.tool_calls, story.tool_calls_cancelled)
+            + f", {story.attempts} attempt(s)",
         ),
         ("result", story.result_path or "-"),
         ("log", story.log_path or "-"),

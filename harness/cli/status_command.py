@@ -37,7 +37,7 @@ from harness.cli.app import (
 
 if TYPE_CHECKING:
     from harness.config import Settings
-    from harness.scheduling import Companion
+    from harness.scheduling import Companion, LevelStatus
     from harness.store import SqlEventStore
 
 Block = list[Any]
@@ -138,13 +138,18 @@ def status_blocks(config: Settings, store: SqlEventStore, as_json: bool) -> list
             [
                 level.name,
                 level.schedule,
-                f"{level.next_slot:%Y-%m-%d %H:%M:%S}" if level.next_slot else "ended",
+                _next_slot(level),
                 "PAUSED" if level.paused else "",
                 *level.against_budget(),
             ]
             for level in status_now.levels
         ]
         blocks.append(["grid", headers, rows])
+        blocks += [
+            ["line", f"level {level.name} is refused: {level.refused}"]
+            for level in status_now.levels
+            if level.refused
+        ]
     else:
         blocks.append(["line", "levels: none configured"])
     flying = status_now.in_flight
@@ -188,6 +193,13 @@ def status_blocks(config: Settings, store: SqlEventStore, as_json: bool) -> list
     if config.executor.kind == "procrastinate":
         blocks.append(_workers_block(store, now))
     return blocks
+
+
+def _next_slot(level: LevelStatus) -> str:
+    """When the level fires next, or why it does not."""
+    if level.refused:
+        return "refused"
+    return f"{level.next_slot:%Y-%m-%d %H:%M:%S}" if level.next_slot else "ended"
 
 
 def _workers_block(store: SqlEventStore, now: datetime) -> Block:

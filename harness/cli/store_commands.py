@@ -208,8 +208,9 @@ def spend(
         list[str] | None,
         typer.Option(
             help="Group by level, model, day, template (the prompt's version, a hash "
-            "of its template; empty for spend that has none) and/or tag (the levels' "
-            "`tags`; a level with two counts in both). Repeatable."
+            "of its template; empty for spend that has none), target (the catalog "
+            "target; empty for none) and/or tag (the levels' `tags`; a level with two "
+            "counts in both). Repeatable."
         ),
     ] = None,
     since: Annotated[
@@ -222,20 +223,30 @@ def spend(
     level: Annotated[list[str] | None, typer.Option(help="Only these levels.")] = None,
     as_json: Annotated[bool, typer.Option("--json", help="JSON output.")] = False,
 ) -> None:
-    """Token spend and cost from the spend projection (cost is None for unpriced models)."""
-    from harness.prices import PriceBook, format_usd
+    """Token spend and cost from the spend projection (cost is None for unpriced models).
+
+    Each row names the sources that priced it: `catalog:<target>`, `config`,
+    `genai-prices@<version>`, `unpriced`.
+    """
+    from harness.prices import format_usd
     from harness.projections import REPORT_GROUPS, projector_for, report_since, spend_by
+    from harness.routing import CatalogError, price_book
     from harness.store import StoreError
 
     groups: list[ReportGroup] = []
     for name in by or ["level"]:
         if name not in REPORT_GROUPS:
-            raise typer.BadParameter(f"--by {name!r}: choose level, model, day, template or tag")
+            raise typer.BadParameter(
+                f"--by {name!r}: choose level, model, day, template, target or tag"
+            )
         groups.append(name)
     first_day = report_since(parse_since(since).date() if since else None, datetime.now(UTC).date())
     config = settings()
+    try:
+        prices = price_book(config)
+    except CatalogError as exc:
+        raise fail(str(exc), 2) from exc
     store = store_for(config)
-    prices = PriceBook(config.prices)
     try:
         projector_for(store, prices).catch_up(["spend"])
         tags = {name: list(config.tags) for name, config in config.levels.items()}
@@ -256,6 +267,7 @@ def spend(
         "calls",
         "estimated",
         "cost (USD)",
+        "priced by",
         box=None,
         caption=f"since {first_day.isoformat()} (UTC days)",
     )
@@ -268,6 +280,7 @@ def spend(
             f"{row.model_calls:,}",
             f"{row.estimated_calls:,}",
             cost,
+            ", ".join(row.price_sources),
         )
     if not rows:
         out.print(f"no spend recorded since {first_day.isoformat()}")

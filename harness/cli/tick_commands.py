@@ -120,19 +120,18 @@ def _say_how_past_a_pause(level: str, outcome: TickOutcome | None) -> None:
 
 def _print_tick(tick_id: str, outcome: TickOutcome | None, stream: list[StoredEvent]) -> None:
     """The tick's outcome and spend, as `tickwork tick` reports it when the tick has ended."""
-    from harness.contracts import TERMINAL_TYPES, BudgetSpent
+    from harness.contracts import TERMINAL_TYPES
+    from harness.projections import calls_said, count_calls
 
-    spent = [e.data for e in stream if e.type == BudgetSpent.type]
-    prompt_tokens = sum(data["prompt_tokens"] for data in spent)
-    completion_tokens = sum(data["completion_tokens"] for data in spent)
+    counts = count_calls(stream)
     terminal = next((e for e in reversed(stream) if e.type in TERMINAL_TYPES), None)
     status = outcome.status if outcome else (terminal.type if terminal else "unknown")
     reason = outcome.reason if outcome else (terminal.data.get("reason") if terminal else None)
     out.print(f"tick    {tick_id}")
     out.print(f"status  {status}" + (f" ({reason})" if reason else ""))
-    calls = len(spent)
     out.print(
-        f"tokens  {prompt_tokens:,} prompt + {completion_tokens:,} completion in {calls} call(s)"
+        f"tokens  {counts.prompt_tokens:,} prompt + {counts.completion_tokens:,} completion in "
+        + calls_said(counts.model_calls, counts.tool_calls, counts.tool_calls_cancelled)
     )
     if outcome is None:
         return

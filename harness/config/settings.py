@@ -297,12 +297,18 @@ class ApiConfig(_Strict):
 
 
 class PriceOverride(_Strict):
-    """USD per million tokens; wins over genai-prices for this exact model id."""
+    """USD per million tokens, and per request; a catalog target's, or `[prices."MODEL"]`'s.
+
+    Wins over genai-prices (a target's over `[prices]`). A cache price left out bills
+    cached tokens as input.
+    """
 
     input_per_mtok: Annotated[float, Field(ge=0)]
     output_per_mtok: Annotated[float, Field(ge=0)]
     cache_read_per_mtok: Annotated[float, Field(ge=0)] | None = None
     cache_write_per_mtok: Annotated[float, Field(ge=0)] | None = None
+    per_request_usd: Annotated[float, Field(ge=0)] = 0.0
+    """USD each call costs on top of its tokens (a provider that bills per request)."""
 
 
 def parse_interval(text: str) -> int:
@@ -463,7 +469,8 @@ class LevelConfig(Scheduled, ScheduleLimits):
     agent: AgentKind = "strands"
     """Who runs the level's ticks: the Strands agent in the tick process, or an agent CLI
     (`claude-code`, `opencode`) as its child, under the same caps, ledger and lifecycle.
-    A CLI that is not installed is refused when the configuration loads."""
+    A level whose CLI is not installed is refused alone (`Settings.refused_levels`): it
+    never ticks, status and `levels` say why, the other levels run."""
     workdir: Path | None = None
     """The folder an agent CLI works in (a repository); default a fresh folder per tick."""
     overlap: Overlap = "skip"
@@ -687,6 +694,21 @@ class Settings(BaseSettings):
         own = self.levels[level].alerts if level in self.levels else None
         return own or self.alerts
 
+    def refusal(self, name: str, level: LevelConfig | None = None) -> str | None:
+        """Why level `name` cannot run on this host and how to fix it; None when it can.
+
+        `level`: its settings, default those in force. A level on an agent CLI that is not
+        installed here is refused alone rather than the whole file: the service schedules
+        it no slot and a manual tick of it is refused, while every other level runs.
+        """
+        level = level or self.levels[name]
+        missing = missing_agent(level.agent, self.agents.dir)
+        return None if missing is None else f"levels.{name}.agent = {level.agent!r}: {missing}"
+
+    def refused_levels(self) -> dict[str, str]:
+        """Level -> its `refusal`, for each level that cannot run here (a look at the disk)."""
+        return {name: why for name in self.levels if (why := self.refusal(name)) is not None}
+
     def replace_levels(self, levels: dict[str, LevelConfig]) -> None:
         """Put reloaded levels in force in every part of the process that shares this object.
 
@@ -743,10 +765,6 @@ class Settings(BaseSettings):
                         f"levels.{name}.model is not set, and there is no [routing] catalog "
                         "to choose one: a tick needs a model"
                     )
-        for name, level in self.levels.items():
-            missing = missing_agent(level.agent, self.agents.dir)
-            if missing is not None:
-                raise ValueError(f"levels.{name}.agent = {level.agent!r}: {missing}")
         backend = make_url(self.store.url).get_backend_name()
         if self.executor.kind == "procrastinate" and backend != "postgresql":
             raise ValueError(

@@ -326,7 +326,9 @@ class ToolCalled(TickEvent):
 
     type = "ToolCalled"
     name: str
-    status: Literal["ok", "error", "cancelled"]
+    status: Literal["ok", "error", "cancelled", "killed"]
+    """`cancelled`: refused by the tool cap, it never ran; `killed`: still running when its
+    tick was cancelled, timed out or stopped, and ended with it."""
     duration_ms: float = 0.0
 
 
@@ -434,7 +436,7 @@ class TranscriptEntry(TickEvent):
     arguments: str | None = None
     """The tool call's input as JSON, capped like `text` (the tool's output)."""
     arguments_cut_chars: NonNegativeInt = 0
-    status: Literal["ok", "error", "cancelled"] | None = None
+    status: Literal["ok", "error", "cancelled", "killed"] | None = None
 
 
 class TickAttemptFailed(TickEvent):
@@ -955,6 +957,58 @@ class ArchiveWritten(Event, ArchiveSummary):
         return ARCHIVE_STREAM
 
 
+Provider = Literal["openai", "anthropic"]
+"""A provider whose usage and cost exports `tickwork reconcile` reads."""
+
+
+def reconciliation_stream(provider: str) -> str:
+    """A provider's reconciliations, in order: the last is what `/metrics` shows."""
+    return f"reconciliation-{provider}"
+
+
+class DriftRow(BaseModel):
+    """One UTC day and model of a reconciliation: the provider's figures beside the ledger's.
+
+    A figure is None where one side has none (an export of usage alone has no USD; a model
+    without a price has no ledger USD). `drift` is the larger relative difference of
+    tokens and USD, ledger against provider, signed (+: the ledger holds more).
+    """
+
+    model_config = ConfigDict(frozen=True, extra="forbid", defer_build=True)
+
+    day: date
+    model: str
+    provider_tokens: NonNegativeInt | None
+    ledger_tokens: NonNegativeInt
+    provider_usd: float | None
+    ledger_usd: float | None
+    drift: float | None
+
+
+class ReconciliationChecked(Event):
+    """The ledger was compared with a provider's export, day by day and model by model.
+
+    Kept small: the window, the tolerance, how many rows were compared and the largest
+    drift among them, and the rows that drifted past the tolerance (the rest agreed).
+    """
+
+    type = "ReconciliationChecked"
+    provider: Provider
+    first_day: date
+    last_day: date
+    tolerance: float
+    rows: NonNegativeInt
+    max_drift: float
+    """The largest absolute drift of any row (0 when every row agreed or had nothing to
+    compare)."""
+    drifted: list[DriftRow]
+
+    @property
+    def stream_id(self) -> str:
+        """The provider's own stream."""
+        return reconciliation_stream(self.provider)
+
+
 EVENT_TYPES: dict[tuple[str, int], type[Event]] = {
     (cls.type, cls.version): cls
     for cls in (
@@ -1006,6 +1060,7 @@ EVENT_TYPES: dict[tuple[str, int], type[Event]] = {
         LevelsRecorded,
         ConfigReloaded,
         ArchiveWritten,
+        ReconciliationChecked,
     )
 }
 

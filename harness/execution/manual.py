@@ -16,12 +16,12 @@ from collections.abc import Callable, Mapping
 from contextlib import AbstractContextManager
 
 from harness.config import Settings
-from harness.contracts import BudgetSpent, ModelCalled, ToolCalled, tick_stream
+from harness.contracts import tick_stream
 from harness.execution.executors import LocalExecutor
 from harness.execution.launchers import ColdLauncher
 from harness.execution.prepare import Preparer, TickSetupError, new_tick_id
 from harness.execution.runner import Runner, TickOutcome
-from harness.projections import Projector, TicksProjection
+from harness.projections import CallCounts, Projector, TicksProjection, calls_said
 from harness.routing import Router
 from harness.scheduling import (
     POLL_SECONDS,
@@ -171,7 +171,7 @@ class Progress:
         self.stream = tick_stream(tick_id)
         self.say = say
         self.after = 0
-        self.model_calls = self.tool_calls = self.tokens = 0
+        self.counts = CallCounts()
         self.started = time.monotonic()
 
     def poll(self) -> None:
@@ -180,18 +180,15 @@ class Progress:
         if not batch:
             return
         self.after = batch[-1].stream_position
-        calls = (self.model_calls, self.tool_calls)
+        counts = self.counts
+        calls = (counts.model_calls, counts.tool_calls, counts.tool_calls_cancelled)
         for event in batch:
-            if event.type == ModelCalled.type:
-                self.model_calls += 1
-            elif event.type == ToolCalled.type:
-                self.tool_calls += 1
-            elif event.type == BudgetSpent.type:
-                self.tokens += event.data["prompt_tokens"] + event.data["completion_tokens"]
-        if (self.model_calls, self.tool_calls) != calls:
+            counts.add(event.type, event.data)
+        if (counts.model_calls, counts.tool_calls, counts.tool_calls_cancelled) != calls:
+            tokens = counts.prompt_tokens + counts.completion_tokens
+            said = calls_said(counts.model_calls, counts.tool_calls, counts.tool_calls_cancelled)
             self.say(
-                f"... {time.monotonic() - self.started:.1f} s: {self.model_calls} model call(s), "
-                f"{self.tokens:,} tokens, {self.tool_calls} tool call(s) so far"
+                f"... {time.monotonic() - self.started:.1f} s: {tokens:,} tokens in {said} so far"
             )
 
 

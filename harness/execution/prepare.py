@@ -36,6 +36,7 @@ from harness.contracts import (
     TickPayload,
     TokenRates,
     load_output_schema,
+    missing_key,
     read_result,
     secret_names,
     tick_id_for,
@@ -226,6 +227,8 @@ class Preparer:
         first = routed.plan.candidates[0] if routed else None
         if not config.model and first is None:
             raise TickSetupError(f"levels.{level}.model is not set: a tick needs a model")
+        if first is None:
+            self._refuse(level, config)
         if timeout is not None and timeout <= 0:
             raise TickSetupError(f"timeout must be positive, not {timeout}")
         tick_id = tick_id or new_tick_id(level)
@@ -277,6 +280,23 @@ class Preparer:
             routed,
             config,
         )
+
+    def _refuse(self, level: str, config: LevelConfig) -> None:
+        """Refuse a tick of a level without a route that cannot run here, before it starts.
+
+        Its agent CLI is not installed, or its protocol would go to the provider's own host
+        without a key: every attempt would fail the same way, spend the retries and pause
+        the level, where a refusal says at once what to set.
+
+        Raises:
+            TickSetupError: why, and what fixes it.
+        """
+        refused = self.settings.refusal(level, config)
+        keyless = missing_key(config.api, self.env)
+        if refused is None and keyless is not None:
+            refused = f"levels.{level}: {keyless}"
+        if refused is not None:
+            raise TickSetupError(refused)
 
     def _template(self, level: str, config: LevelConfig) -> str:
         """The level's prompt, or its `prompt_file`'s text, as written."""

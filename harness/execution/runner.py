@@ -49,6 +49,7 @@ from harness.execution.launchers import Launcher, TickProcess, launcher_for, pre
 from harness.execution.lifecycle import Decisions, Life
 from harness.execution.prepare import PreparedTick, TickRef, worker_env
 from harness.governor import Alerts, Verdict, urls_from_env
+from harness.projections import CallCounts, count_calls
 from harness.routing import Escalation, catalog_record
 from harness.scheduling import SlotClaim
 from harness.store import EventStore, Spool, StoreError, append_or_spool, release_tick
@@ -418,6 +419,36 @@ class Runner:
         for spent in cut_off_calls(events):
             self.record(spent)
 
+    def _counts(self, result: TickResult) -> dict[str, int]:
+        """The completed tick's calls and tokens as every view gives them.
+
+        Counted from its stream (`harness.projections.count_calls`: every attempt, a call
+        cut off in an earlier one too); from this attempt's result while the store is out.
+        """
+        try:
+            events = (
+                [] if self.store is None else self.store.read_stream(tick_stream(result.tick_id))
+            )
+        except StoreError:
+            events = []
+        counts = count_calls(events)
+        if not events:
+            usage, tools = result.usage, result.tool_calls
+            counts = CallCounts(
+                model_calls=usage.model_calls,
+                tool_calls=tools.executed,
+                tool_calls_cancelled=tools.cancelled,
+                prompt_tokens=usage.prompt_tokens,
+                completion_tokens=usage.completion_tokens,
+            )
+        return {
+            "prompt_tokens": counts.prompt_tokens,
+            "completion_tokens": counts.completion_tokens,
+            "model_calls": counts.model_calls,
+            "tool_calls": counts.tool_calls,
+            "tool_calls_cancelled": counts.tool_calls_cancelled,
+        }
+
     def terminal(self, ref: TickRef, exit_code: int | None, timed_out: bool) -> Ended:
         """The terminal event a tick has earned, from the clock and its result file alone."""
         ids = {"tick_id": ref.tick_id, "level": ref.level}
@@ -440,14 +471,7 @@ class Runner:
             return Ended(TickFailed(**ids, reason=reason, result_path=path), result)
         if result.ok:
             completed = TickCompleted(
-                **ids,
-                result_path=path,
-                stop_reason=result.stop_reason,
-                prompt_tokens=result.usage.prompt_tokens,
-                completion_tokens=result.usage.completion_tokens,
-                model_calls=result.usage.model_calls,
-                tool_calls=result.tool_calls.executed,
-                tool_calls_cancelled=result.tool_calls.cancelled,
+                **ids, result_path=path, stop_reason=result.stop_reason, **self._counts(result)
             )
             return Ended(completed, result)
         error = result.error

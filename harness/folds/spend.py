@@ -1,4 +1,4 @@
-"""The spend read model's fold kernel: calls and tokens per level, model, day, size, template.
+"""The spend read model's fold kernel: calls and tokens per key of the spend read model.
 
 It lives here rather than beside the read model (`harness.projections.spend`, which writes
 the sums) so that a worker process folds spend without importing the projections, the
@@ -31,19 +31,21 @@ _FIELDS = itemgetter(
 
 
 def spend_sums(batch: Iterable[Data], bounds: tuple[int, ...]) -> Sums:
-    """Sums per (level, model, UTC day, bucket, template) of BudgetSpent: tokens and calls.
+    """Sums per (level, model, UTC day, bucket, template, target) of BudgetSpent.
 
     The six sums are prompt, completion, cache read and cache write tokens, calls and
     estimated calls. A call's bucket is how many bounds lie below its prompt size
     (`bisect_left`, one C call), so calls in one bucket passed the same thresholds. Its
     template is its prompt template's hash, "" when it has none (spend recorded before
-    tickwork kept it, or of no tick's prompt).
+    tickwork kept it, or of no tick's prompt); its target the catalog target it was booked
+    on, "" for none (no catalog, or a call the runner booked for a cut-off tick).
     """
     sums: Sums = {}
     for data in batch:
         at, model, prompt, level, completion, read, write, estimated = _FIELDS(data)
         template = data.get("template_hash") or ""
-        key = (level, model, at[:10], bisect_left(bounds, prompt), template)
+        target = data.get("target") or ""
+        key = (level, model, at[:10], bisect_left(bounds, prompt), template, target)
         row = sums.get(key)
         if row is None:
             row = sums[key] = [0, 0, 0, 0, 0, 0]

@@ -5,7 +5,8 @@ a large backlog of a read model of sums, `SumProjection`, folded on every core) 
 each read model: spend per day and model, ticks with their status, each model's
 learned calibration, counters of ticks per level, each level's failure streak (folded
 by the alerter), the cancel scopes in force, each digest's last publication, and which
-levels are paused (a query on the level streams). Every
+levels are paused (a query on the level streams); beside them, a provider's bill read
+from its export and reconciled with the spend read model (`bills`, `reconciliation`). Every
 other stage reads a read model through the queries exported here, never its tables.
 Every name is loaded on first use (`harness.fronts`): a command pays only for the read
 models it asks.
@@ -19,6 +20,7 @@ from harness import fronts
 
 if typing.TYPE_CHECKING:
     from harness.projections.base import EventData, Projection, SumProjection
+    from harness.projections.bills import Bill, BillError, read_bill
     from harness.projections.budget_windows import (
         BUDGET_WINDOWS,
         WindowSpend,
@@ -31,6 +33,7 @@ if typing.TYPE_CHECKING:
         current_calibrations,
         load_calibrations,
     )
+    from harness.projections.calls import CallCounts, calls_said, count_calls, counted
     from harness.projections.digests import DigestsProjection, latest_published
     from harness.projections.level_stats import LevelStats, stats_of_levels
     from harness.projections.levels import (
@@ -42,6 +45,11 @@ if typing.TYPE_CHECKING:
     )
     from harness.projections.periods import PeriodSpend, period_of
     from harness.projections.projector import Progress, Projector
+    from harness.projections.reconciliation import (
+        Reconciliation,
+        last_reconciliations,
+        reconcile,
+    )
     from harness.projections.registry import projector_for
     from harness.projections.spend import (
         REPORT_DAYS,

@@ -1,7 +1,9 @@
-"""The spend read model: tokens and calls per level, model, UTC day, price tier and template.
+"""The spend read model: tokens and calls per level, model, UTC day, tier, template, target.
 
 Rows hold exact integer sums, so a rebuild equals the incrementally kept model to the
-token; cost in USD is computed when a report asks (see `harness.prices`).
+token; cost in USD is computed when a report asks (see `harness.prices`), each row under
+its target's prices where the catalog gives the target some, and every report row says
+which sources priced it.
 """
 
 from __future__ import annotations
@@ -28,6 +30,7 @@ spend_daily = sa.Table(
     sa.Column("day", sa.Date(), primary_key=True),
     sa.Column("price_tier", sa.BigInteger(), primary_key=True),
     sa.Column("template_hash", sa.String(64), primary_key=True),
+    sa.Column("target", sa.String(64), primary_key=True),
     sa.Column("prompt_tokens", sa.BigInteger(), nullable=False),
     sa.Column("completion_tokens", sa.BigInteger(), nullable=False),
     sa.Column("cache_read_tokens", sa.BigInteger(), nullable=False),
@@ -37,9 +40,11 @@ spend_daily = sa.Table(
     sa.Index("ix_spend_daily_day", "day"),
 )
 """`template_hash` (migration 0009): the hash of the prompt template the spend's tick ran,
-"" for spend with none (recorded before tickwork kept it, or the proxy's)."""
+"" for spend with none (recorded before tickwork kept it, or the proxy's). `target`
+(migration 0029): the catalog target the calls were booked on, "" for none (no catalog,
+a call the runner booked for a cut-off tick, or a row folded before 0029)."""
 
-_KEYS = ("level", "model", "day", "price_tier", "template_hash")
+_KEYS = ("level", "model", "day", "price_tier", "template_hash", "target")
 SUMS = (
     "prompt_tokens",
     "completion_tokens",
@@ -49,14 +54,14 @@ SUMS = (
     "estimated_calls",
 )
 
-GroupBy = Literal["level", "model", "day", "template"]
+GroupBy = Literal["level", "model", "day", "template", "target"]
 """What a spend report groups by; `template` is the prompt template's hash."""
 GROUPS: tuple[GroupBy, ...] = get_args(GroupBy)
 _COLUMN_OF = {"template": "template_hash"}
 
 
 class SpendProjection(SumProjection):
-    """Tokens per day, level, model, price tier and template (priced when read).
+    """Tokens per day, level, model, price tier, template and target (priced when read).
 
     What budgets count, and what `tickwork spend` reports.
     """
@@ -69,7 +74,7 @@ class SpendProjection(SumProjection):
         self.prices = prices
 
     def kernel(self) -> Kernel:
-        """Sums per level, model, day, prompt-size bucket and template (`harness.folds.spend`)."""
+        """Sums per level, model, day, prompt size, template, target (`harness.folds.spend`)."""
         return Kernel(spend_sums, (self.prices.tier_bounds(),))
 
     def write(self, conn: sa.Connection, sums: Sums) -> None:
@@ -78,8 +83,8 @@ class SpendProjection(SumProjection):
         rows = merge(
             {},
             (
-                ((level, model, day, tier_of(model, day, bucket), template), values)
-                for (level, model, day, bucket, template), values in sums.items()
+                ((level, model, day, tier_of(model, day, bucket), template, target), values)
+                for (level, model, day, bucket, template, target), values in sums.items()
             ),
         )
         add_sums(conn, spend_daily, _KEYS, [(*key, *values) for key, values in rows.items()])
@@ -87,7 +92,11 @@ class SpendProjection(SumProjection):
 
 @dataclass(frozen=True)
 class SpendRow:
-    """One line of a spend report; `cost_usd` is None when any call in it has no price."""
+    """One line of a spend report; `cost_usd` is None when any call in it has no price.
+
+    `price_sources`: who priced its calls (`PriceBook.source`), `unpriced` among them
+    when some had no price.
+    """
 
     group: dict[str, str]
     prompt_tokens: int
@@ -98,6 +107,7 @@ class SpendRow:
     estimated_calls: int
     cost_usd: float | None
     unpriced_calls: int
+    price_sources: tuple[str, ...]
 
 
 def spend_report(
@@ -108,14 +118,15 @@ def spend_report(
     until: date | None = None,
     levels: Sequence[str] | None = None,
 ) -> list[SpendRow]:
-    """Spend grouped by any of level, model, day and template, priced now.
+    """Spend grouped by any of level, model, day, template and target, priced now.
 
     The database sums the rows first, by the groups asked for and what a price depends
-    on (model, day and price tier), so each aggregate is priced once: prices are linear
-    within a tier. A report by model prices one row per model, day and tier, however
-    many levels spent.
+    on (model, day, price tier and target), so each aggregate is priced once: prices are
+    linear within a tier. A report by model prices one row per model, day, tier and
+    target, however many levels spent.
     """
-    columns = (*(_COLUMN_OF.get(name, name) for name in by), "model", "day", "price_tier")
+    priced_by = ("model", "day", "price_tier", "target")
+    columns = (*(_COLUMN_OF.get(name, name) for name in by), *priced_by)
     keys = [spend_daily.c[name] for name in dict.fromkeys(columns)]
     query = sa.select(
         *keys, *(sa.func.sum(spend_daily.c[name]).label(name) for name in SUMS)
@@ -131,8 +142,8 @@ def spend_report(
         query = query.where(spend_daily.c.level.in_(list(levels)))
 
     names = [key.name for key in keys]
-    at = {name: names.index(_COLUMN_OF.get(name, name)) for name in (*by, "model", "price_tier")}
-    day_at, group_at = names.index("day"), [at[name] for name in by]
+    at = {name: names.index(_COLUMN_OF.get(name, name)) for name in (*by, *priced_by)}
+    day_at, group_at = at["day"], [at[name] for name in by]
     groups: dict[tuple[str, ...], _Totals] = {}
     for row in conn.execute(query):
         # By position, not by name: a report of 1,000 levels reads a row per level, model
@@ -142,7 +153,10 @@ def spend_report(
         totals = groups.setdefault(tuple(values[i] for i in group_at), _Totals())
         sums = [int(value) for value in values[len(keys) :]]
         totals.sums = [a + b for a, b in zip(totals.sums, sums, strict=True)]
-        cost = prices.cost(values[at["model"]], day, values[at["price_tier"]], *sums[:4])
+        model, target = values[at["model"]], values[at["target"]] or None
+        tier = values[at["price_tier"]]
+        cost = prices.cost(model, day, tier, *sums[:4], requests=sums[4], target=target)
+        totals.sources.add(prices.source(model, day, target))
         if cost is None:
             totals.unpriced_calls += sums[4]
         else:
@@ -153,6 +167,7 @@ def spend_report(
             **dict(zip(SUMS, totals.sums, strict=True)),
             cost_usd=None if totals.unpriced_calls else totals.cost_usd,
             unpriced_calls=totals.unpriced_calls,
+            price_sources=tuple(sorted(totals.sources)),
         )
         for key, totals in sorted(groups.items())
     ]
@@ -171,7 +186,7 @@ def report_since(since: date | None, today: date) -> date:
     return since if since is not None else today - timedelta(days=REPORT_DAYS - 1)
 
 
-ReportGroup = Literal["level", "model", "day", "template", "tag"]
+ReportGroup = Literal["level", "model", "day", "template", "target", "tag"]
 """What `tickwork spend --by` and `GET /spend?by=` take: the read model's groups, and `tag`."""
 REPORT_GROUPS: tuple[ReportGroup, ...] = get_args(ReportGroup)
 
@@ -232,6 +247,7 @@ def _added(a: SpendRow, b: SpendRow) -> SpendRow:
         **{name: getattr(a, name) + getattr(b, name) for name in SUMS},
         cost_usd=cost,
         unpriced_calls=a.unpriced_calls + b.unpriced_calls,
+        price_sources=tuple(sorted({*a.price_sources, *b.price_sources})),
     )
 
 
@@ -240,3 +256,4 @@ class _Totals:
     sums: list[int] = field(default_factory=lambda: [0] * len(SUMS))
     cost_usd: float = 0.0
     unpriced_calls: int = 0
+    sources: set[str] = field(default_factory=set)

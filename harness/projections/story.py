@@ -39,6 +39,7 @@ from harness.contracts import (
     redact,
     tick_stream,
 )
+from harness.projections.calls import count_calls
 from harness.projections.ticks import STATUS_OF, queue_wait
 from harness.store import EventStore
 
@@ -102,7 +103,9 @@ class TickStory(BaseModel):
     config_revision: str | None = None
     """The levels' revision its slot was claimed under (`harness.scheduling.reload`)."""
     model_calls: int = 0
+    """Its calls and tokens, as every view gives them (`harness.projections.calls`)."""
     tool_calls: int = 0
+    tool_calls_cancelled: int = 0
     prompt_tokens: int = 0
     completion_tokens: int = 0
     result_path: str | None = None
@@ -142,20 +145,16 @@ def story_of(tick_id: str, events: list[StoredEvent]) -> TickStory:
             story.result_path = data.get("result_path") or story.result_path
             story.log_path = data.get("log_path") or story.log_path
         elif event.type == ModelCalled.type:
-            story.model_calls += 1
             story.model, story.target = data["model"], data.get("target") or story.target
-        elif event.type == BudgetSpent.type:
-            story.prompt_tokens += data["prompt_tokens"]
-            story.completion_tokens += data["completion_tokens"]
-        elif event.type == ToolCalled.type:
-            story.tool_calls += 1
         if event.type in TERMINAL_TYPES:
             story.ended_by = event.type
             kept_tail = data.get("stderr_tail") or None
             story.reason = data.get("reason") or data.get("stop_reason")
             story.result_path = data.get("result_path") or story.result_path
-    if not any(e.type == ModelCalled.type for e in events):
-        story.model_calls = sum(e.type == BudgetSpent.type for e in events)
+    counts = count_calls(events)
+    story.model_calls, story.prompt_tokens = counts.model_calls, counts.prompt_tokens
+    story.tool_calls, story.completion_tokens = counts.tool_calls, counts.completion_tokens
+    story.tool_calls_cancelled = counts.tool_calls_cancelled
     story.queue_wait_seconds = queue_wait(
         None,
         (

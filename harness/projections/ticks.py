@@ -32,6 +32,7 @@ from harness.contracts import (
     ToolCalled,
 )
 from harness.projections.base import EventData, Projection, upsert
+from harness.projections.calls import counted
 from harness.projections.level_latest import (
     ENDED,
     Kept,
@@ -205,18 +206,16 @@ class TicksProjection(Projection):
                 }
             row["level"] = level
             tally.levels.add(level)
+            added = counted(type_, data)
+            for count in added:
+                row[count] += 1
             if type_ == BudgetSpent.type:
                 row["model"] = data["model"]
                 row["prompt_tokens"] += data["prompt_tokens"]
                 row["completion_tokens"] += data["completion_tokens"]
-                row["model_calls"] += 1
-                row["estimated_calls"] += data["estimated"]
-                continue
-            if type_ == ToolCalled.type:
-                cancelled = data["status"] == "cancelled"
-                row["tool_calls_cancelled" if cancelled else "tool_calls"] += 1
-                if cancelled:
-                    tally.refusal(tick_id, level)
+            if "tool_calls_cancelled" in added:
+                tally.refusal(tick_id, level)
+            if added:
                 continue
             row["status"] = STATUS_OF[type_]
             column = _TIME_COLUMN.get(type_, "finished_at")

@@ -85,6 +85,8 @@ class LevelDescription:
     paused: Pause | None
     dst: Transition | None = None
     """The zone's next daylight-saving change and the slots around it (cron schedules)."""
+    refused: str | None = None
+    """Why the level cannot run on this host and how to fix it (`Settings.refusal`)."""
 
 
 def describe_levels(
@@ -110,7 +112,9 @@ def describe_levels(
     for name in levels:
         config = settings.levels[name]
         pause = in_force.get(name)
+        refused = settings.refusal(name)
         left = NEXT if config.max_runs is None else min(NEXT, config.max_runs - runs[name])
+        left = 0 if refused else left
         described.append(
             LevelDescription(
                 name=name,
@@ -132,6 +136,7 @@ def describe_levels(
                 if pause
                 else None,
                 dst=level_transition(config, now) if config.crons else None,
+                refused=refused,
             )
         )
     return described

@@ -23,6 +23,8 @@ from contextlib import suppress
 from datetime import datetime, timedelta
 from functools import partial
 
+from apscheduler.triggers.base import BaseTrigger
+
 from harness.config import LevelConfig, Settings
 from harness.contracts import LevelBudgetExceeded, TickSkipped, level_stream, utcnow
 from harness.prices import PriceBook
@@ -96,7 +98,7 @@ class Service:
         self.report = report
         self.router = router or configured_router(settings)
         self.companions = companions
-        self.triggers = {name: level_trigger(level) for name, level in settings.levels.items()}
+        self.triggers = self._runnable_triggers(settings.levels, {})
         self.fire_times = FireTimes(settings)
         self.run_limits = RunLimits(settings, report)
         self.stopping = threading.Event()
@@ -153,17 +155,29 @@ class Service:
         self.fire_times.take(self.settings)
         self.run_limits.take(self.settings)
         self.budgets.levels_changed(self.settings.levels)
-        kept = self.triggers
-        self.triggers = {
-            name: level_trigger(config) if name in retimed else kept[name]
-            for name, config in levels.items()
-        }
+        kept = {name: trigger for name, trigger in self.triggers.items() if name not in retimed}
+        self.triggers = self._runnable_triggers(levels, kept)
         self.control.levels = self.settings.levels
         if self.router is not None:
             source = self.router.source
             source.needs_lane = frozenset(name for name, level in levels.items() if not level.model)
         if self.timetable is not None:
             self.timetable.retime(self.triggers, set(retimed), utcnow())
+
+    def _runnable_triggers(
+        self, levels: dict[str, LevelConfig], kept: dict[str, BaseTrigger]
+    ) -> dict[str, BaseTrigger]:
+        """The triggers of the levels that can run here, `kept` ones where they are unchanged.
+
+        A refused level (`Settings.refused_levels`: its agent CLI is not installed) gets
+        none, so no slot of it fires or is claimed, while the others run.
+        """
+        refused = self.settings.refused_levels()
+        return {
+            name: kept.get(name) or level_trigger(config)
+            for name, config in levels.items()
+            if name not in refused
+        }
 
     def serve(self) -> None:
         """Fire slots until `stopping` is set, then shut down; returns when all is ended."""
@@ -181,6 +195,8 @@ class Service:
             f"{name} (next {slot:%H:%M:%S})" for name, slot in timetable.upcoming.items()
         )
         self.report(f"tickwork running: {levels or 'no levels configured'}")
+        for why in self.settings.refused_levels().values():
+            self.report(f"refused, it does not run: {why}")
         timetable.run(self.stopping, self._fire_due, wake=self._wake, gap_seconds=WAVE_GAP)
         self.shutdown()
 

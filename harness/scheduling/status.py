@@ -33,12 +33,15 @@ class LevelStatus:
     name: str
     schedule: str
     next_slot: datetime | None
-    """None once the schedule has ended (past its `end_at`)."""
+    """None once the schedule has ended (past its `end_at`), or while the level is refused."""
     paused: bool
     tokens_today: int
     cost_today_usd: float | None
     token_budget: int | None
     usd_budget: float | None
+    refused: str | None = None
+    """Why the level cannot run on this host and how to fix it (`Settings.refusal`): it
+    fires no slot until then."""
 
     def against_budget(self) -> tuple[str, str]:
         """Tokens and USD spent today, each against its budget if it has one, for people."""
@@ -56,6 +59,7 @@ def level_statuses(settings: Settings, store: EventStore, prices: PriceBook) -> 
     now = datetime.now(UTC)
     spend = {row.group["level"]: row for row in spend_by(store, prices, ["level"], {}, now.date())}
     paused = paused_levels(store, settings.levels)
+    refused = settings.refused_levels()
     statuses = []
     for name, config in settings.levels.items():
         today = spend.get(name)
@@ -63,12 +67,13 @@ def level_statuses(settings: Settings, store: EventStore, prices: PriceBook) -> 
             LevelStatus(
                 name=name,
                 schedule=config.schedule_text,
-                next_slot=upcoming_slot(level_trigger(config), now),
+                next_slot=None if name in refused else upcoming_slot(level_trigger(config), now),
                 paused=name in paused,
                 tokens_today=(today.prompt_tokens + today.completion_tokens) if today else 0,
                 cost_today_usd=today.cost_usd if today else 0.0,
                 token_budget=config.daily_token_budget,
                 usd_budget=config.daily_usd_budget,
+                refused=refused.get(name),
             )
         )
     return statuses

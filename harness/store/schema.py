@@ -10,7 +10,7 @@ from typing import Any
 
 import sqlalchemy as sa
 
-HEAD_REVISION = "0028"
+HEAD_REVISION = "0029"
 
 metadata = sa.MetaData()
 

@@ -28,7 +28,7 @@ from workers.model import Target
 from workers.recorder import EventRecorder
 from workers.transcript import Transcript
 
-ToolStatus = Literal["ok", "error", "cancelled"]
+ToolStatus = Literal["ok", "error", "cancelled", "killed"]
 INSTRUCTIONS_FILE = "tickwork-instructions.md"
 
 
@@ -96,6 +96,8 @@ class CliTranscript(Transcript):
     ) -> None:
         super().__init__(payload, recorder)
         self.stopped = stopped
+        self.ended_tools: set[str] = set()
+        """Tool use ids whose call has its entry: ended, refused, or killed."""
 
     def said(self, text: str, kind: Literal["assistant", "thinking"]) -> None:
         """An answer (or its thinking) of the model, or the governor's stop in its place."""
@@ -111,7 +113,9 @@ class CliTranscript(Transcript):
         status: ToolStatus,
         duration_ms: float = 0.0,
     ) -> None:
-        """A finished (or refused) tool call: its transcript entry and its `ToolCalled`."""
+        """A finished (or refused, or killed) tool call: its transcript entry and `ToolCalled`."""
+        if tool_use_id is not None:
+            self.ended_tools.add(tool_use_id)
         shown, cut = capped(orjson.dumps(arguments, default=str).decode())
         entry = self._entry(
             "tool",

@@ -18,7 +18,14 @@ import json
 from pathlib import Path
 from typing import Any, ClassVar
 
-from harness.contracts import AgentKind, Api, TickPayload, claude_tool_args
+from harness.contracts import (
+    THINKING_BUDGETS,
+    AgentKind,
+    Api,
+    Effort,
+    TickPayload,
+    claude_tool_args,
+)
 from workers.agents.base import AgentCliRun, MalformedLineError, ToolStatus
 
 SETTINGS_FILE = "tickwork-claude-settings.json"
@@ -82,7 +89,11 @@ class ClaudeCodeRun(AgentCliRun):
         if self._instructions is not None:
             argv += ["--append-system-prompt-file", str(self._instructions)]
         # The level's tier: only its tools exist in the session, are allowed without asking.
-        return argv + claude_tool_args(payload.capabilities()).argv()
+        return (
+            argv
+            + claude_tool_args(payload.capabilities()).argv()
+            + effort_argv(self.tick.target.effort)
+        )
 
     def env(self) -> dict[str, str]:
         """The tick's governor as its endpoint, the tick's client key, no traffic of its own."""
@@ -93,6 +104,7 @@ class ClaudeCodeRun(AgentCliRun):
             "DISABLE_AUTOUPDATER": "1",
             "DISABLE_TELEMETRY": "1",
             "DISABLE_ERROR_REPORTING": "1",
+            **thinking_env(self.tick.target.effort),
         }
 
     def read(self, line: dict[str, Any]) -> None:
@@ -154,6 +166,24 @@ class ClaudeCodeRun(AgentCliRun):
                 )
             )
             report.completion_tokens = int(usage.get("output_tokens") or 0)
+
+
+def effort_argv(effort: Effort | None) -> list[str]:
+    """`--effort`, which the CLI sends as `output_config.effort` to the models that take one.
+
+    Effort `none` has no such level: it turns thinking off (`thinking_env`) instead.
+    """
+    return [] if effort is None or effort == "none" else ["--effort", effort]
+
+
+def thinking_env(effort: Effort | None) -> dict[str, str]:
+    """`MAX_THINKING_TOKENS`: thinking's budget per effort, the same as a Strands tick's.
+
+    0 (effort `none`) turns thinking off; without an effort, the CLI keeps its own default.
+    """
+    if effort is None:
+        return {}
+    return {"MAX_THINKING_TOKENS": str(THINKING_BUDGETS.get(effort, 0))}
 
 
 def _content(line: dict[str, Any]) -> list[Any]:

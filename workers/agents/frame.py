@@ -154,6 +154,7 @@ class AgentTick:
         # The runner's deadline or a cancel: the CLI's whole tree goes with the tick,
         # the tools it started in process groups of their own too.
         kill_descendants()
+        self._record_killed_tools()
         signal.signal(signal.SIGTERM, signal.SIG_DFL)
         signal.raise_signal(signal.SIGTERM)
 
@@ -180,10 +181,25 @@ class AgentTick:
         finally:
             # The CLI, if it still runs, and whatever its tools left running in the background.
             kill_descendants()
+            self._record_killed_tools()
             signal.signal(signal.SIGTERM, previous)
             self.server.stop()
             self.governor.book_calls_in_flight()
         return self._result()
+
+    def _record_killed_tools(self) -> None:
+        """Each tool the hook let run that never ended, in the story as killed with the tick.
+
+        The CLI reports a tool when it ends; one still running when the tick is cancelled,
+        timed out or stopped would otherwise be missing from the story and the counts.
+        """
+        ledger, transcript = self.governor.ledger_of_tick, self.cli.transcript
+        for tool_use_id, (name, arguments) in list(ledger.tools_asked.items()):
+            if tool_use_id in ledger.cancelled_tools or tool_use_id in transcript.ended_tools:
+                continue
+            output = "(killed: the tick ended while the tool ran)"
+            duration = self.cli.tick.tool_ms(tool_use_id)
+            transcript.tool(name, tool_use_id, arguments, output, "killed", duration)
 
     def _read(self, child: CliChild) -> None:
         """Each line to the CLI's module; the first malformed one stops the CLI."""

@@ -30,6 +30,7 @@ from harness.contracts import (
     TICK_HEADER,
     AgentKind,
     Api,
+    Effort,
     opencode_permissions,
 )
 from workers.agents.base import AgentCliRun, CliReport, MalformedLineError, ToolStatus
@@ -59,8 +60,16 @@ def opencode_config(
     tick_id: str,
     permissions: dict[str, str],
     instructions: Path | None = None,
+    effort: Effort | None = None,
 ) -> dict[str, Any]:
-    """The tick's whole OpenCode configuration."""
+    """The tick's whole OpenCode configuration.
+
+    The effort is the model's `reasoningEffort` option, which the provider sends as
+    `reasoning_effort`; without one, OpenCode picks its own for a reasoning model.
+    """
+    model_config: dict[str, Any] = {"name": model}
+    if effort is not None:
+        model_config["options"] = {"reasoningEffort": effort}
     config: dict[str, Any] = {
         "$schema": "https://opencode.ai/config.json",
         "provider": {
@@ -72,7 +81,7 @@ def opencode_config(
                     "apiKey": key,
                     "headers": {TICK_HEADER: tick_id},
                 },
-                "models": {model: {"name": model}},
+                "models": {model: model_config},
             }
         },
         "model": f"{PROVIDER}/{model}",
@@ -112,6 +121,7 @@ class OpenCodeRun(AgentCliRun):
             tick.payload.tick_id,
             opencode_permissions(tick.payload.capabilities()),
             instructions,
+            tick.target.effort,
         )
         self._config = json.dumps(config)
 

@@ -104,6 +104,8 @@ class Ledger:
     """Tool use ids the hook refused."""
     tools_asked_at: dict[str, float] = field(default_factory=dict)
     """Tool use id -> when the hook asked."""
+    tools_asked: dict[str, tuple[str, Any]] = field(default_factory=dict)
+    """Tool use id -> the tool's name and input, as the hook asked about it."""
 
 
 def upstream_base(target: Target) -> str:
@@ -329,6 +331,10 @@ class TickGovernor(ProxyGovernor):
         refused = self.budget.admit()
         tool_use_id = str(call.get("tool_use_id") or "")
         self.ledger_of_tick.tools_asked_at[tool_use_id] = time.monotonic()
+        self.ledger_of_tick.tools_asked[tool_use_id] = (
+            str(call.get("tool_name") or "unknown"),
+            call.get("tool_input"),
+        )
         if refused is not None:
             self.ledger_of_tick.cancelled_tools.add(tool_use_id)
             return refused

@@ -7,7 +7,7 @@ from typing import Any
 import anthropic
 from strands.models.anthropic import AnthropicModel
 
-from harness.contracts import Api, Effort
+from harness.contracts import THINKING_BUDGETS, Api, Effort
 from workers.providers.base import Endpoint, Metered, SdkErrors, register
 from workers.providers.tls import ssl_context
 
@@ -26,15 +26,6 @@ ERRORS = register(
 
 MAX_TOKENS = 8192
 """Anthropic requires an answer cap; thinking's budget comes on top of it."""
-
-THINKING_BUDGETS: dict[Effort, int] = {
-    "low": 1024,
-    "medium": 4096,
-    "high": 16_384,
-    "xhigh": 32_768,
-    "max": 63_999,
-}
-"""Thinking's budget per effort (1,024 is the API's least; `none`: no thinking)."""
 
 
 class MeteredAnthropicModel(Metered, AnthropicModel):

@@ -38,10 +38,8 @@ from harness.contracts import (
     AgentUsageChecked,
     BudgetSpent,
     GovernorFired,
-    ModelCalled,
     RouteFallback,
     ToolCalled,
-    TranscriptEntry,
 )
 from harness.contracts.agents import AGENT_CLIS, DEFAULT_AGENTS_DIR, missing_agent
 from harness.contracts.payload import TickPayload
@@ -85,51 +83,6 @@ def claude_harness(tmp_path: Path, fake: FakeUpstream, **level: object) -> Harne
     require_cli()
     level.setdefault("tools", "full")  # Bash, as the tests call it
     return Harness(tmp_path, fake, agent=CLAUDE, api="anthropic", rag=False, **level)
-
-
-def test_claude_code_holds_the_tool_cap_with_parallel_calls_and_books_each_call_as_billed(
-    tmp_path: Path, fake: FakeUpstream
-) -> None:
-    harness = claude_harness(tmp_path, fake, max_tool_calls=2)
-    outcome = harness.tick(
-        [
-            Step(text=f"Looking; the key is {SECRET}.", tool_calls=[bash("echo first")]),
-            # Two parallel calls on the cap's edge: one runs, the hook refuses the other.
-            Step(tool_calls=[bash("echo $ANTHROPIC_API_KEY"), bash("echo third")]),
-            Step(text="never asked: the tick's governor answers past the cap"),
-        ]
-    )
-    assert outcome.status == "completed", outcome.reason
-    result = outcome.result
-    assert result is not None and result.stop_reason == "tool_budget"
-    assert result.text.startswith("Stopped: the tool budget of 2 calls")
-    assert (result.tool_calls.executed, result.tool_calls.cancelled) == (2, 1)
-    events = harness.events(outcome)
-    tools = sorted(
-        (e.data["status"], e.data["duration_ms"] > 0) for e in events if e.type == ToolCalled.type
-    )
-    assert tools == [("cancelled", True), ("ok", True), ("ok", True)]
-    billed = [
-        (e.prompt_tokens, e.completion_tokens) for e in fake.ledger if e.key == outcome.tick_id
-    ]
-    spent = [
-        (e.data["prompt_tokens"], e.data["completion_tokens"])
-        for e in events
-        if e.type == BudgetSpent.type
-    ]
-    assert len(billed) == 2 and spent == billed
-    assert [e.data["call"] for e in events if e.type == ModelCalled.type] == [1, 2]
-    (checked,) = [e.data for e in events if e.type == AgentUsageChecked.type]
-    assert checked["reported_prompt_tokens"] == checked["booked_prompt_tokens"]
-    said = [(e.data["kind"], e.data["text"]) for e in events if e.type == TranscriptEntry.type]
-    assert said[-1] == ("stopped", result.text)
-    story = story_steps(events)
-    assert any(step.summary.endswith("tokens, as booked") for step in story)
-    assert (result.usage.prompt_tokens, result.usage.completion_tokens) == tuple(
-        map(sum, zip(*billed, strict=True))
-    )
-    stored = json.dumps([e.data for e in events]) + Path(outcome.result_path).read_text()
-    assert SECRET not in stored and "[redacted:ANTHROPIC_API_KEY]" in stored
 
 
 @pytest.mark.parametrize(
@@ -193,25 +146,23 @@ def running(marker: str) -> list[str]:
     return found
 
 
-@pytest.mark.parametrize("end", ["timeout", "cancel"])
-def test_a_claude_code_tick_ended_by_timeout_or_cancel_leaves_no_process(
-    tmp_path: Path, fake: FakeUpstream, end: str
+def test_a_claude_code_tick_ended_by_its_timeout_leaves_no_process(
+    tmp_path: Path, fake: FakeUpstream
 ) -> None:
+    """A cancel is every kind's case (`test_tick_conformance`); the deadline is this one."""
     harness = claude_harness(tmp_path, fake).without_retries()
     # Claude Code refuses a bare `sleep`; a tool that keeps running is what the test needs.
-    marker = f"signal.pause()  # {417 if end == 'timeout' else 419}"
-    prepared = harness.preparer.prepare("min", timeout=30 if end == "timeout" else 120)
+    marker = "signal.pause()  # 417"
+    prepared = harness.preparer.prepare("min", timeout=30)
     tick_id = prepared.payload.tick_id
     fake.script(tick_id, [Step(tool_calls=[bash(f"python3 -c 'import signal; {marker}'")])])
     outcomes: list[TickOutcome] = []
     runs = threading.Thread(target=lambda: outcomes.append(harness.runner.run(prepared)))
     runs.start()
     wait_until(lambda: running(marker), "the tick's tool to run", timeout=120)
-    if end == "cancel":
-        assert harness.runner.cancel(tick_id)
     runs.join(180)
     (outcome,) = outcomes
-    assert outcome.status == ("timed_out" if end == "timeout" else "cancelled"), outcome.reason
+    assert outcome.status == "timed_out", outcome.reason
     assert running(tick_id) == [] and running(marker) == []
     # The tool killed with its tick is in the story and its counts, as such.
     events = harness.events(outcome)
@@ -263,21 +214,6 @@ def test_a_spent_daily_budget_stops_a_claude_code_tick_before_its_next_call(
     assert outcome.result.text.startswith("Stopped before the next model call")
     spent = [e for e in harness.events(outcome) if e.type == BudgetSpent.type]
     assert len(spent) == 1 == len([e for e in fake.ledger if e.key == outcome.tick_id])
-
-
-@pytest.mark.parametrize(
-    ("status", "failure_class"), [(529, "infrastructure"), (401, "configuration")]
-)
-def test_an_upstream_refusal_ends_a_claude_code_tick_in_its_failure_class(
-    tmp_path: Path, fake: FakeUpstream, status: int, failure_class: str
-) -> None:
-    harness = claude_harness(tmp_path, fake, content_retries=0).without_retries()
-    outcome = harness.tick([Step(status=status)] * 3)
-    assert outcome.status == "failed"
-    assert outcome.result is not None and outcome.result.error is not None
-    assert outcome.result.error.failure_class == failure_class
-    (called,) = [e.data for e in harness.events(outcome) if e.type == ModelCalled.type]
-    assert called["failure_class"] == failure_class and str(status) in called["error"]
 
 
 @pytest.mark.parametrize("why", ["missing", "overloaded"])

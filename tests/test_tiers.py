@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from harness.config import ConfigError, load_settings
-from harness.contracts import ToolCalled, TranscriptEntry
+from harness.contracts.payload import TickPayload
 from harness.contracts.tiers import (
     CLAUDE_KNOWN,
     Capabilities,
@@ -18,15 +18,10 @@ from harness.contracts.tiers import (
     opencode_permissions,
     strands_tools,
 )
-from harness.devtools.fake_llm import FakeUpstream, Step, ToolCallSpec
-from tests.tick_support import Harness, require_cli
-from workers.tier_tools import (
-    FolderSandbox,
-    OutsideFolderError,
-    make_file_read,
-    tier_tools,
-    web_fetch,
-)
+from harness.devtools.fake_llm import FakeUpstream
+from workers.agents.claude_code import CONFINED, claude_settings
+from workers.confinement import OutsideFolderError, escapes
+from workers.tier_tools import FolderSandbox, make_file_read, tier_tools, web_fetch
 
 
 def test_can_shell_alone_means_full_and_nothing_set_means_none() -> None:
@@ -129,59 +124,63 @@ def test_a_strands_tick_gets_the_tools_its_tier_names(tmp_path: Path) -> None:
         assert sorted(names) == sorted(strands_tools(caps))
 
 
-def test_a_read_tier_strands_tick_reads_its_workdir_and_has_no_shell(
-    tmp_path: Path, fake: FakeUpstream
-) -> None:
-    work = tmp_path / "repo"
-    work.mkdir()
-    (work / "notes.txt").write_text("the pager is quiet\n")
-    harness = Harness(tmp_path, fake, rag=False, tools="read", workdir=work)
-    marker = tmp_path / "touched"
-    outcome = harness.tick(
-        [
-            Step(
-                tool_calls=[
-                    ToolCallSpec(name="file_read", arguments={"path": "notes.txt"}),
-                    ToolCallSpec(name="shell", arguments={"command": f"touch {marker}"}),
-                ]
-            ),
-            Step(text="The pager is quiet."),
-        ]
-    )
-    assert outcome.status == "completed", outcome.reason
-    assert not marker.exists()
-    events = harness.events(outcome)
-    traced = sorted((e.data["name"], e.data["status"]) for e in events if e.type == ToolCalled.type)
-    assert traced == [("file_read", "ok"), ("shell", "error")]
-    (read,) = [
-        e.data
-        for e in events
-        if e.type == TranscriptEntry.type and e.data.get("tool") == "file_read"
-    ]
-    assert "1: the pager is quiet" in read["text"]
-
-
-def test_a_read_tier_claude_code_tick_has_no_bash(tmp_path: Path, fake: FakeUpstream) -> None:
-    require_cli("claude-code")
-    work = tmp_path / "repo"
-    work.mkdir()
-    (work / "notes.txt").write_text("the pager is quiet\n")
-    harness = Harness(
-        tmp_path, fake, agent="claude-code", api="anthropic", rag=False, tools="read", workdir=work
-    )
-    marker = tmp_path / "touched"
-    bash = ToolCallSpec(name="Bash", arguments={"command": f"touch {marker}", "description": "x"})
-    read = ToolCallSpec(name="Read", arguments={"file_path": str(work / "notes.txt")})
-    outcome = harness.tick([Step(tool_calls=[bash, read]), Step(text="The pager is quiet.")])
-    assert outcome.status == "completed", outcome.reason
-    assert not marker.exists()
-    events = harness.events(outcome)
-    traced = sorted((e.data["name"], e.data["status"]) for e in events if e.type == ToolCalled.type)
-    assert traced == [("Bash", "error"), ("Read", "ok")]
-
-
 def test_the_web_tool_fetches_a_pages_text_and_refuses_other_schemes(fake: FakeUpstream) -> None:
     page = web_fetch(url=f"{fake.url}/models")
     assert page.startswith("HTTP 200\n") and "fake-model" in page
     with pytest.raises(ValueError, match="only http and https"):
         web_fetch(url="file:///etc/passwd")
+
+
+def test_the_cli_hooks_check_refuses_a_file_tool_call_that_leaves_the_workdir(
+    tmp_path: Path,
+) -> None:
+    """What an agent CLI's `PreToolUse` hook asks of every call below the `full` tier."""
+    work = tmp_path / "work"
+    (work / "docs").mkdir(parents=True)
+    os.symlink(tmp_path, work / "up")
+    staying = [
+        ("Read", {"file_path": str(work / "docs" / "a.txt")}),
+        ("Read", {"file_path": "docs/a.txt"}),
+        ("read", {"filePath": str(work / "docs" / "../a.txt")}),
+        ("Write", {"file_path": "new.txt", "content": "x"}),
+        ("Glob", {"pattern": "**/*.py"}),
+        ("glob", {"pattern": "*.md", "path": str(work / "docs")}),
+        ("Grep", {"pattern": "/etc/passwd", "path": "docs"}),  # a regular expression
+        ("Grep", {"pattern": "pager"}),
+    ]
+    leaving = [
+        ("Read", {"file_path": "/etc/passwd"}),
+        ("Read", {"file_path": "../secret.txt"}),
+        ("Read", {"file_path": "up/secret.txt"}),  # a symbolic link out
+        ("read", {"filePath": str(tmp_path / "secret.txt")}),
+        ("Write", {"file_path": str(tmp_path / "escaped.txt"), "content": "x"}),
+        ("edit", {"filePath": "../escaped.txt", "oldString": "a", "newString": "b"}),
+        ("NotebookEdit", {"notebook_path": "/tmp/n.ipynb", "new_source": ""}),
+        ("Glob", {"pattern": "/etc/**"}),
+        ("Glob", {"pattern": "../*/secret*"}),
+        ("list", {"path": "/"}),
+        ("Grep", {"pattern": "pager", "path": str(tmp_path)}),
+    ]
+    assert [escapes(tool, given, work) for tool, given in staying] == [None] * len(staying)
+    for tool, given in leaving:
+        refused = escapes(tool, given, work)
+        assert refused is not None and "outside the tick's working folder" in refused, given
+
+
+def test_claude_codes_own_rules_confine_every_tier_below_full() -> None:
+    """The CLI's settings say it too: its own refusal does not depend on the hook's check."""
+    for tier, confined in (("read", True), ("files", True), ("full", False)):
+        payload = TickPayload(
+            tick_id="min-1",
+            level="min",
+            prompt="go",
+            model="m",
+            max_tool_calls=2,
+            tools=tier,
+            result_path=Path("/nowhere/r.json"),
+            store_url="sqlite://",
+            spool_dir=Path("/nowhere"),
+        )
+        assert claude_settings(payload, "hook").get("permissions") == (
+            CONFINED if confined else None
+        )

@@ -19,16 +19,13 @@ from strands import tool
 from strands.sandbox.not_a_sandbox_local_environment import NotASandboxLocalEnvironment
 
 from harness.contracts import Capabilities, strands_tools
+from workers.confinement import inside
 
 MAX_READ_CHARS = 100_000
 """What `file_read` returns of one file at most; the rest is cut with a note."""
 MAX_WEB_BYTES = 2_000_000
 MAX_WEB_CHARS = 50_000
 WEB_TIMEOUT_SECONDS = 20.0
-
-
-class OutsideFolderError(PermissionError):
-    """A path that resolves outside the tick's working folder."""
 
 
 class FolderSandbox(NotASandboxLocalEnvironment):
@@ -41,10 +38,7 @@ class FolderSandbox(NotASandboxLocalEnvironment):
 
     def inside(self, path: str) -> Path:
         """`path` (relative to the root, or absolute) resolved, if it stays under the root."""
-        resolved = (self.root / path).resolve()
-        if resolved != self.root and self.root not in resolved.parents:
-            raise OutsideFolderError(f"{path} is outside the tick's working folder {self.root}")
-        return resolved
+        return inside(self.root, path)
 
     def _resolve_path(self, path: str) -> Path:  # type: ignore[override]
         return self.inside(path)

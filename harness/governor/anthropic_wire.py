@@ -251,3 +251,22 @@ def error_document(message: str, status: int, param: str | None = None) -> dict[
 def stream_error(message: str, status: int) -> bytes:
     """The `error` event that ends a stream the upstream cut, telling the client why."""
     return _event("error", error_document(message, status))
+
+
+def opens_tool_call(event: dict[str, Any]) -> bool:
+    """A streamed event that starts a `tool_use` block."""
+    block = event.get("content_block")
+    return (
+        event.get("type") == "content_block_start"
+        and isinstance(block, dict)
+        and block.get("type") == "tool_use"
+    )
+
+
+def stop_reason(event: dict[str, Any]) -> str | None:
+    """The stop reason of a `message_delta` (None: another event, or none said)."""
+    delta = event.get("delta")
+    if event.get("type") != "message_delta" or not isinstance(delta, dict):
+        return None
+    reason = delta.get("stop_reason")
+    return reason if isinstance(reason, str) else None

@@ -175,3 +175,19 @@ def error_document(message: str, status: int, param: str | None = None) -> dict[
 def stream_error(message: str, status: int) -> bytes:
     """The SSE chunk that ends a stream the upstream cut, telling the client why."""
     return b"data: " + orjson.dumps(error_document(message, status)) + b"\n\n"
+
+
+def opens_tool_call(chunk: dict[str, Any]) -> bool:
+    """A streamed chunk whose delta starts (or continues) a tool call."""
+    return any(
+        isinstance(choice, dict) and (choice.get("delta") or {}).get("tool_calls")
+        for choice in chunk.get("choices") or []
+    )
+
+
+def finish_reason(chunk: dict[str, Any]) -> str | None:
+    """The finish reason a streamed chunk ends its choice with (None: it ends nothing)."""
+    for choice in chunk.get("choices") or []:
+        if isinstance(choice, dict) and isinstance(reason := choice.get("finish_reason"), str):
+            return reason
+    return None

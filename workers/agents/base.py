@@ -6,6 +6,10 @@ configuration into the tick's folders (`prepare`), says how the CLI is started (
 events (`read`), keeping what the CLI reported at its end in `report`. Everything else
 (the folders, the tick's governor, the hook, the child process, failures, the result)
 is the frame's (`workers.agents.frame`), the same for every CLI.
+
+Neither the prompt nor the instructions go in argv, where one argument longer than the
+kernel's limit (128 KiB) fails the start with E2BIG: the frame hands the prompt to the
+CLI on its stdin, and a CLI takes the instructions from a file (`instructions_file`).
 """
 
 from __future__ import annotations
@@ -25,6 +29,7 @@ from workers.recorder import EventRecorder
 from workers.transcript import Transcript
 
 ToolStatus = Literal["ok", "error", "cancelled", "killed"]
+INSTRUCTIONS_FILE = "tickwork-instructions.md"
 
 
 class MalformedLineError(Exception):
@@ -143,13 +148,22 @@ class AgentCliRun(ABC):
         self.transcript = transcript
         self.report = CliReport()
 
+    def instructions_file(self) -> Path | None:
+        """The level's instructions written to a file in the CLI's `HOME` (None: it has none)."""
+        instructions = self.tick.payload.instructions
+        if not instructions:
+            return None
+        path = self.tick.home / INSTRUCTIONS_FILE
+        path.write_text(instructions, encoding="utf-8")
+        return path
+
     @abstractmethod
     def prepare(self) -> None:
         """Write the CLI's settings (model endpoint, hook, permissions) into home/workdir."""
 
     @abstractmethod
     def argv(self) -> list[str]:
-        """The command line, the binary first."""
+        """The command line, the binary first; the prompt comes on stdin, never here."""
 
     @abstractmethod
     def env(self) -> dict[str, str]:

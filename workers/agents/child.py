@@ -2,7 +2,8 @@
 
 The child runs in the tick's own process group (the runner's deadline and cancel signal
 the whole group), in its working folder, with `HOME` pointing at a folder of the tick's
-own and only the variables it needs. Its stdout is read one line at a time, as it
+own and only the variables it needs. Its stdin is a file (the prompt, which a pipe the
+child does not drain yet could block). Its stdout is read one line at a time, as it
 prints them; its stderr goes to a file beside them, for the tick's error. `kill` ends its
 whole tree (the shells and tools it started, wherever their own process group) with
 psutil, so nothing of it outlives the tick.
@@ -43,12 +44,14 @@ def minimal_env(home: Path, extra: Mapping[str, str]) -> dict[str, str]:
 class CliChild:
     """A started CLI: its lines as they come, and its end (waited for, or forced)."""
 
-    def __init__(self, argv: list[str], env: dict[str, str], cwd: Path, stderr: Path) -> None:
+    def __init__(
+        self, argv: list[str], env: dict[str, str], cwd: Path, stdin: Path, stderr: Path
+    ) -> None:
         self.stderr_path = stderr
-        with stderr.open("wb") as errors:
+        with stdin.open("rb") as given, stderr.open("wb") as errors:
             self.process = subprocess.Popen(
                 argv,
-                stdin=subprocess.DEVNULL,
+                stdin=given,
                 stdout=subprocess.PIPE,
                 stderr=errors,
                 cwd=cwd,

@@ -1,24 +1,51 @@
 """Claude Code (`@anthropic-ai/claude-code`) as a tick's agent: headless, stream-json.
 
-`claude -p PROMPT --output-format stream-json --verbose --model M` prints one JSON object
+`claude -p --output-format stream-json --verbose --model M`, the prompt on its stdin
+(`-p` reads it there when it is given none in argv), prints one JSON object
 per line: `system` (init), `assistant` messages (one line per content block: text,
 thinking, tool_use), `user` messages (tool results), and a final `result` with its text,
 total usage and stop reason. Its settings come from a file of the tick's own
 (`--settings`), so nothing is written into an operator's repository: the `PreToolUse`
 hook that asks the tick's tool budget for every call (and whose `allow` is the only
-permission a headless run needs), and no other source (`--setting-sources ""`): neither
+permission a headless run needs), below the `full` tier the rules that keep file tools
+in the working folder (`CONFINED`), and no other source (`--setting-sources ""`): neither
 the user's nor the project's settings can add hooks, permissions or an API helper.
 """
 
 from __future__ import annotations
 
 import json
+from pathlib import Path
 from typing import Any, ClassVar
 
-from harness.contracts import THINKING_BUDGETS, AgentKind, Api, Effort, claude_tool_args
+from harness.contracts import (
+    THINKING_BUDGETS,
+    AgentKind,
+    Api,
+    Effort,
+    TickPayload,
+    claude_tool_args,
+)
 from workers.agents.base import AgentCliRun, MalformedLineError, ToolStatus
 
 SETTINGS_FILE = "tickwork-claude-settings.json"
+CONFINED = {
+    "blockReadsOutsideWorkingDirectories": True,
+    "blockWritesOutsideWorkingDirectories": True,
+    "denyInsteadOfPrompting": True,
+}
+"""Claude Code's own rules for a tier below `full`: file tools stay in the working folder,
+and what would be asked is refused (nobody answers a headless tick). The hook checks the
+same on its own (`workers.confinement`)."""
+
+
+def claude_settings(payload: TickPayload, hook_command: str) -> dict[str, Any]:
+    """The tick's settings: the hook on every tool; below `full`, the confining rules."""
+    hook = {"type": "command", "command": hook_command}
+    settings: dict[str, Any] = {"hooks": {"PreToolUse": [{"matcher": "*", "hooks": [hook]}]}}
+    if not payload.capabilities().shell:
+        settings["permissions"] = CONFINED
+    return settings
 
 
 class ClaudeCodeRun(AgentCliRun):
@@ -30,6 +57,7 @@ class ClaudeCodeRun(AgentCliRun):
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         self._pending: dict[str, tuple[str, Any]] = {}
+        self._instructions: Path | None = None
 
     @property
     def settings_path(self) -> Any:
@@ -37,10 +65,10 @@ class ClaudeCodeRun(AgentCliRun):
         return self.tick.home / SETTINGS_FILE
 
     def prepare(self) -> None:
-        """The hook on every tool, in a settings file of the tick's own."""
-        hook = {"type": "command", "command": self.tick.hook_command}
-        settings = {"hooks": {"PreToolUse": [{"matcher": "*", "hooks": [hook]}]}}
+        """The hook on every tool, in a settings file of the tick's own; the instructions' file."""
+        settings = claude_settings(self.tick.payload, self.tick.hook_command)
         self.settings_path.write_text(json.dumps(settings), encoding="utf-8")
+        self._instructions = self.instructions_file()
 
     def argv(self) -> list[str]:
         """Headless, streaming its events, on the tick's model, with the tick's settings only."""
@@ -48,7 +76,6 @@ class ClaudeCodeRun(AgentCliRun):
         argv = [
             str(self.tick.binary),
             "-p",
-            payload.prompt,
             "--output-format",
             "stream-json",
             "--verbose",
@@ -59,8 +86,8 @@ class ClaudeCodeRun(AgentCliRun):
             "--setting-sources",
             "",
         ]
-        if payload.instructions:
-            argv += ["--append-system-prompt", payload.instructions]
+        if self._instructions is not None:
+            argv += ["--append-system-prompt-file", str(self._instructions)]
         # The level's tier: only its tools exist in the session, are allowed without asking.
         return (
             argv
@@ -88,7 +115,7 @@ class ClaudeCodeRun(AgentCliRun):
         if kind == "assistant":
             self._assistant(_content(line))
         elif kind == "user":
-            self._tool_results(line, _content(line))
+            self._tool_results(_content(line))
         elif kind == "result":
             self._result(line)
 
@@ -103,20 +130,20 @@ class ClaudeCodeRun(AgentCliRun):
             elif block.get("type") == "tool_use":
                 self._pending[str(block.get("id"))] = (str(block.get("name")), block.get("input"))
 
-    def _tool_results(self, line: dict[str, Any], content: list[Any]) -> None:
-        refused_by_hook = {
-            str(meta.get("id"))
-            for meta in line.get("tool_result_meta") or []
-            if isinstance(meta, dict)
-            and (meta.get("permission_decision") or {}).get("decision") == "reject"
-        }
+    def _tool_results(self, content: list[Any]) -> None:
+        """Each result a finished call; `cancelled` only when the tick's tool budget refused it.
+
+        A call the tier's confinement or the CLI's own rules refused is an error of the
+        call, as a Strands tool's refusal is: the budget's count of cancelled calls and
+        the story's stay one count.
+        """
         for block in content:
             if not isinstance(block, dict) or block.get("type") != "tool_result":
                 continue
             use_id = str(block.get("tool_use_id"))
             name, arguments = self._pending.pop(use_id, ("unknown", None))
             status: ToolStatus = "error" if block.get("is_error") else "ok"
-            if use_id in self.tick.refused_tools or use_id in refused_by_hook:
+            if use_id in self.tick.refused_tools:
                 status = "cancelled"
             output = _text(block.get("content"))
             self.transcript.tool(name, use_id, arguments, output, status, self.tick.tool_ms(use_id))

@@ -165,7 +165,11 @@ class AgentTick:
         try:
             self.cli.prepare()
             env = minimal_env(tick.home, self.cli.env())
-            self.child = CliChild(self.cli.argv(), env, tick.workdir, self.folder / "cli.log")
+            prompt = self.folder / "prompt.txt"
+            prompt.write_text(self.payload.prompt, encoding="utf-8")
+            self.child = CliChild(
+                self.cli.argv(), env, tick.workdir, prompt, self.folder / "cli.log"
+            )
             signal.signal(signal.SIGTERM, self._on_term)
             self._read(self.child)
             code = self.child.wait()

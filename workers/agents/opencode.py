@@ -9,6 +9,8 @@ offered; and tickwork's plugin (`opencode_plugin.js`), which asks the tick's too
 before every call and refuses the calls past the cap. `--title` spares the session-title
 model call, and the `OPENCODE_DISABLE_*` switches keep it off the network.
 
+The prompt comes on stdin, which `opencode run` reads whole when it is no terminal.
+
 Lines: `step_start`; `text` (`part.text`); `reasoning`; `tool_use` (`part.tool`,
 `part.callID`, `part.state` with `status`, `input`, `output` or `error`, `time`);
 `step_finish` (`part.reason`, `part.tokens`: input, output, reasoning, cache read/write);
@@ -35,7 +37,6 @@ from workers.agents.base import AgentCliRun, CliReport, MalformedLineError, Tool
 
 PROVIDER = "tickwork"
 PLUGIN = Path(__file__).with_name("opencode_plugin.js")
-INSTRUCTIONS_FILE = "tickwork-instructions.md"
 OFFLINE = {
     "OPENCODE_DISABLE_PROJECT_CONFIG": "1",
     "OPENCODE_DISABLE_MODELS_FETCH": "1",
@@ -112,10 +113,7 @@ class OpenCodeRun(AgentCliRun):
         provide_config_packages(
             tick.payload.agents_dir or DEFAULT_AGENTS_DIR, tick.home / ".config" / "opencode"
         )
-        instructions = None
-        if tick.payload.instructions:
-            instructions = tick.home / INSTRUCTIONS_FILE
-            instructions.write_text(tick.payload.instructions, encoding="utf-8")
+        instructions = self.instructions_file()
         config = opencode_config(
             tick.target.model_id,
             tick.governor_url,
@@ -128,7 +126,7 @@ class OpenCodeRun(AgentCliRun):
         self._config = json.dumps(config)
 
     def argv(self) -> list[str]:
-        """Headless, JSON events, titled (no title call), the prompt after `--`."""
+        """Headless, JSON events, titled (no title call); the prompt is read from stdin."""
         tick = self.tick
         return [
             str(tick.binary),
@@ -139,8 +137,6 @@ class OpenCodeRun(AgentCliRun):
             tick.payload.tick_id,
             "--model",
             f"{PROVIDER}/{tick.target.model_id}",
-            "--",
-            tick.payload.prompt,
         ]
 
     def env(self) -> dict[str, str]:

@@ -62,6 +62,7 @@ from harness.governor import (
 )
 from workers.budget_guard import BudgetGuard
 from workers.call_booking import CallBooking, CallFacts, Refusal
+from workers.confinement import escapes
 from workers.model import Target, provider_of
 from workers.recorder import EventRecorder
 from workers.tool_budget import ToolBudget
@@ -120,7 +121,17 @@ def upstream_base(target: Target) -> str:
 
 
 def failure_of(status: int | None, ended: Ending) -> Failure:
-    """An upstream refusal in the tick's failure classes."""
+    """An upstream refusal, or an answer that never ended its turn, in the tick's classes.
+
+    A turn ended at its output limit fails as a Strands tick's does (its SDK raises on a
+    `max_tokens` stop, an error of no known class).
+    """
+    if status is not None and status < 400:
+        if ended == "truncated":
+            return Failure("internal", "the model's turn ended at its output limit", status)
+        if ended in ("cut", "unfinished"):
+            message = f"the upstream's answer ended before its end of turn ({ended})"
+            return Failure("infrastructure", message, status)
     if status in (401, 403):
         return Failure("configuration", f"the upstream refused the API key ({status})", status)
     if status == 529:
@@ -227,29 +238,32 @@ class TickGovernor(ProxyGovernor):
         self._book(facts)
 
     def finish(self, judged: Judged, status: int | None, ended: Ending) -> None:
-        """A call that ended without its spend booked: refused, or its answer broke off.
+        """A call that ended without its spend booked, or whose turn never ended.
 
         A refusal (no answer began) costs nothing and is the tick's failure. An answer
         that began (a 2xx status) and ended before it was read whole, cut upstream or its
         CLI gone (killed, or stopped by the tick), may be billed: it is booked, estimated
-        from its input, as a Strands tick books one.
+        from its input, as a Strands tick books one. An answer read whole whose turn did
+        not end (`unfinished`, `truncated`: the turn gate held its tool calls back) is
+        booked as read, and fails the tick as well.
         """
         super().finish(judged, status, ended)
         call = self._calls.pop(id(judged.entry), None)
-        if call is None or call.booked:
+        if call is None or (call.booked and ended in ("answered", "client_gone")):
             return
         failure = failure_of(status, ended)
-        began = status is not None and 200 <= status < 300
-        error_class = f"Http{failure.status or 'Unanswered'}"
-        facts = self._facts(
-            judged,
-            call,
-            prompt_tokens=judged.verdict.est_tokens if began else 0,
-            estimated=began,
-            billed=began,
-            refusal=Refusal(error_class, failure.failure_class, failure.message),
-        )
-        self._book(facts)
+        if not call.booked:
+            began = status is not None and 200 <= status < 300
+            error_class = f"Http{failure.status or 'Unanswered'}"
+            facts = self._facts(
+                judged,
+                call,
+                prompt_tokens=judged.verdict.est_tokens if began else 0,
+                estimated=began,
+                billed=began,
+                refusal=Refusal(error_class, failure.failure_class, failure.message),
+            )
+            self._book(facts)
         if self.failure is None and ended != "client_gone":
             self.failure = failure
             self.on_failure()
@@ -308,7 +322,12 @@ class TickGovernor(ProxyGovernor):
         self.recorder.record(event)
 
     def admit_tool(self, call: dict[str, Any]) -> str | None:
-        """The `PreToolUse` hook's question: None when the call may run, else why not."""
+        """The `PreToolUse` hook's question: None when the call may run, else why not.
+
+        The tool budget counts the call first, as a Strands tick's does; a call it admits
+        that leaves the working folder of a tier below `full` is refused then, an error
+        of the call (counted as run, as a Strands tool's refusal is), not a cancel.
+        """
         refused = self.budget.admit()
         tool_use_id = str(call.get("tool_use_id") or "")
         self.ledger_of_tick.tools_asked_at[tool_use_id] = time.monotonic()
@@ -318,7 +337,15 @@ class TickGovernor(ProxyGovernor):
         )
         if refused is not None:
             self.ledger_of_tick.cancelled_tools.add(tool_use_id)
-        return refused
+            return refused
+        if self.payload.capabilities().shell:
+            return None
+        arguments = call.get("tool_input")
+        return escapes(
+            str(call.get("tool_name") or ""),
+            arguments if isinstance(arguments, dict) else {},
+            self.payload.work_folder(),
+        )
 
 
 class KeyedUpstream(Upstream):
@@ -346,7 +373,13 @@ class KeyedUpstream(Upstream):
 
 
 class TickProxy(Proxy):
-    """The governor proxy of one tick, plus the tool-budget question of its hooks."""
+    """The governor proxy of one tick, plus the tool-budget question of its hooks.
+
+    It holds a streamed answer's tool calls until the turn has ended: no tool of a turn
+    the upstream cut, or ended at its output limit, reaches the CLI (DESIGN invariant 15).
+    """
+
+    holds_tool_calls = True
 
     def __init__(self, governor: TickGovernor, token: str, client_key: str) -> None:
         super().__init__(governor)

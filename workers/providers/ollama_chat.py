@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import AsyncGenerator
 from typing import Any
 
 import ollama
@@ -23,6 +24,33 @@ class MeteredOllamaModel(Metered, OllamaModel):
     """Ollama chat, metered."""
 
     api: Api = "ollama"
+    done_reason: str | None = None
+    """The last line's `done_reason` of the current call (`length`: cut at its limit)."""
+
+    async def stream(self, *args: Any, **kwargs: Any) -> AsyncGenerator[Any, None]:
+        """As Metered's, but a turn cut at its length limit says so, tool calls or none.
+
+        The SDK reports `tool_use` whenever a tool call came, whatever `done_reason` said,
+        so a tool call cut at `num_predict` would run (DESIGN invariant 15). Its stop is
+        held until the last line's counts, which come after it, have told the reason.
+        """
+        self.done_reason = None
+        held: StreamEvent | None = None
+        async for event in super().stream(*args, **kwargs):
+            if "messageStop" in event and event["messageStop"].get("stopReason") == "tool_use":
+                held = event
+                continue
+            if held is not None and "metadata" in event:
+                yield self._stop_of(held)
+                held = None
+            yield event
+        if held is not None:
+            yield self._stop_of(held)
+
+    def _stop_of(self, stop: StreamEvent) -> StreamEvent:
+        if self.done_reason == "length":
+            return {"messageStop": {"stopReason": "max_tokens"}}
+        return stop
 
     def format_chunk(self, event: dict[str, Any]) -> StreamEvent:
         """As the SDK's, but a final line without counts reports none instead of failing.
@@ -33,6 +61,7 @@ class MeteredOllamaModel(Metered, OllamaModel):
         if event["chunk_type"] != "metadata":
             return super().format_chunk(event)
         data = event["data"]
+        self.done_reason = data.done_reason
         prompt, completion = data.prompt_eval_count or 0, data.eval_count or 0
         usage = {"inputTokens": prompt, "outputTokens": completion}
         usage["totalTokens"] = prompt + completion

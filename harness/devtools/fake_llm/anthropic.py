@@ -60,7 +60,7 @@ async def messages(request: Request) -> Response:
     if isinstance(turn, Response):
         return turn
     usage = turn.usage_or(_usage(turn))
-    stop = "tool_use" if turn.calls else "end_turn"
+    stop = "max_tokens" if turn.step.max_tokens else "tool_use" if turn.calls else "end_turn"
     if not turn.stream:
         message = {**_message(turn, usage), "content": _blocks(turn), "stop_reason": stop}
         return JSONResponse(message, headers=turn.step.headers)

@@ -77,7 +77,8 @@ def _line(turn: Turn, message: dict[str, Any], done: bool) -> dict[str, Any]:
         "done": done,
     }
     if done:
-        line.update(done_reason="stop", total_duration=1_000_000, load_duration=0)
+        reason = "length" if turn.step.max_tokens else "stop"
+        line.update(done_reason=reason, total_duration=1_000_000, load_duration=0)
     return line
 
 

@@ -44,7 +44,7 @@ async def chat(request: Request) -> Response:
     extra: dict[str, Any] = {}
     if turn.fake.kv_cache == "llama":
         extra = {"timings": {"prompt_n": turn.prompt_tokens, "cache_n": turn.kv_cached}}
-    finish = "tool_calls" if calls else "stop"
+    finish = "length" if turn.step.max_tokens else "tool_calls" if calls else "stop"
     if not turn.stream:
         message: dict[str, Any] = {"role": "assistant", "content": turn.text or None}
         if calls:

@@ -40,8 +40,7 @@ async def responses(request: Request) -> Response:
         return turn
     usage = turn.usage_or(_usage(turn))
     if not turn.stream:
-        response = _response(turn, "completed", _items(turn), usage)
-        return JSONResponse(response, headers=turn.step.headers)
+        return JSONResponse(_final(turn, usage), headers=turn.step.headers)
     return StreamingResponse(
         _stream(turn, usage), media_type="text/event-stream", headers=turn.step.headers
     )
@@ -148,5 +147,14 @@ def _stream(turn: Turn, usage: dict[str, Any] | None) -> Any:
                 event("response.function_call_arguments.done", arguments=arguments, **where)
             )
         frames.append(event("response.output_item.done", output_index=index, item=item))
-    done = _response(turn, "completed", _items(turn), usage)
-    return send(turn, frames, [event("response.completed", response=done)])
+    final = _final(turn, usage)
+    return send(turn, frames, [event(f"response.{final['status']}", response=final)])
+
+
+def _final(turn: Turn, usage: dict[str, Any] | None) -> dict[str, Any]:
+    """The whole response: completed, or incomplete at the output limit (`Step.max_tokens`)."""
+    if not turn.step.max_tokens:
+        return _response(turn, "completed", _items(turn), usage)
+    cut = _response(turn, "incomplete", _items(turn), usage)
+    cut["incomplete_details"] = {"reason": "max_output_tokens"}
+    return cut

@@ -54,6 +54,10 @@ class Step(BaseModel):
     """Streaming only: send the content, then end the body cleanly with no end of turn or
     usage, as a gateway that closes the connection at its own timeout: nothing below the
     model's stream sees an error, only the turn's missing end tells."""
+    max_tokens: bool = False
+    """End the turn at the output limit, its stop reason saying so (Anthropic `max_tokens`,
+    OpenAI chat and Ollama `length`, a Responses `incomplete` response): the turn ended,
+    but what it holds, a tool call included, may be cut short."""
     cut_after_chunks: int | None = None
     """Streaming only: drop the connection after this many chunks (a tool call's arguments
     come in two chunks, so a cut can leave one half-sent)."""

@@ -46,6 +46,10 @@ gateway, a local server): the governor answers from its estimate instead."""
 class Proxy:
     """The governor in front of its upstreams (one per API); an instance is the ASGI app."""
 
+    holds_tool_calls = False
+    """Whether a streamed answer's tool calls wait for the end of its turn (`proxy.turns`):
+    a tick's own governor holds them; the shared proxy relays every byte as it comes."""
+
     def __init__(self, governor: ProxyGovernor) -> None:
         self.governor = governor
         self.upstreams = upstreams(governor.config)
@@ -130,7 +134,7 @@ class Proxy:
                 answer.release()
                 await self.count_tokens(send, request)
                 return
-            await send_back(send, receive, governor, request, answer, judged)
+            await send_back(send, receive, governor, request, answer, judged, self.holds_tool_calls)
         finally:
             await self.limits.ended(call)
 

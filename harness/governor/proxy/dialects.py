@@ -39,6 +39,12 @@ class Dialect:
     scanner: Callable[[bool], UsageScanner]
     error_document: Callable[[str, int, str | None], Body]
     stream_error: Callable[[str, int], bytes]
+    opens_tool_call: Callable[[Body], bool]
+    """A streamed event that starts a tool call (`proxy.turns` holds it back)."""
+    stop_reason: Callable[[Body], str | None]
+    """The turn's stop reason, in the event that carries it."""
+    closes_turn: Callable[[Body], bool]
+    """The event that ends the turn: with a stop reason before it, the turn is over."""
 
 
 OPENAI_CHAT = Dialect(
@@ -53,6 +59,9 @@ OPENAI_CHAT = Dialect(
     scanner=openai_wire.ChatUsageScanner,
     error_document=openai_wire.error_document,
     stream_error=openai_wire.stream_error,
+    opens_tool_call=openai_wire.opens_tool_call,
+    stop_reason=openai_wire.finish_reason,
+    closes_turn=lambda event: openai_wire.finish_reason(event) is not None,
 )
 ANTHROPIC_MESSAGES = Dialect(
     api="anthropic",
@@ -66,6 +75,9 @@ ANTHROPIC_MESSAGES = Dialect(
     scanner=anthropic_wire.MessagesUsageScanner,
     error_document=anthropic_wire.error_document,
     stream_error=anthropic_wire.stream_error,
+    opens_tool_call=anthropic_wire.opens_tool_call,
+    stop_reason=anthropic_wire.stop_reason,
+    closes_turn=lambda event: event.get("type") == "message_stop",
 )
 MESSAGES = "/v1/messages"
 COUNT_TOKENS = "/v1/messages/count_tokens"

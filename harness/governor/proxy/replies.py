@@ -21,6 +21,7 @@ from harness.governor.invalid import InvalidRequest
 from harness.governor.proxy.dialects import Body, Dialect
 from harness.governor.proxy.incoming import DROPPED, Incoming
 from harness.governor.proxy.state import Ending, Judged, ProxyGovernor
+from harness.governor.proxy.turns import TurnGate
 from harness.governor.proxy.upstream import UNANSWERED
 from harness.governor.usage import MAX_BUFFERED_BYTES, UsageScanner
 
@@ -82,6 +83,14 @@ def cut_reason(governor: ProxyGovernor, exc: BaseException) -> str:
     return f"governor: {reason}"
 
 
+def unfinished_reason(governor: ProxyGovernor, gate: TurnGate) -> str:
+    """Count a turn the upstream never ended (or ended at its limit); why, for the client."""
+    governor.counters[f"upstream_{gate.state}"] += 1
+    if gate.state == "truncated":
+        return f"governor: the answer ended at its output limit ({gate.stop_reason})"
+    return "governor: the upstream's answer ended before its end of turn"
+
+
 async def send_back(
     send: Send,
     receive: Receive,
@@ -89,13 +98,20 @@ async def send_back(
     request: Incoming,
     answer: aiohttp.ClientResponse,
     judged: Judged | None,
+    holds_tool_calls: bool = False,
 ) -> None:
-    """The upstream's answer to the client: whole when its size allows, else relayed."""
+    """The upstream's answer to the client: whole when its size allows, else relayed.
+
+    With `holds_tool_calls` (a tick's own governor), a streamed model answer's tool calls
+    reach the client only once its turn has ended (`TurnGate`).
+    """
     streamed = answer.headers.get("content-type", "").startswith("text/event-stream")
-    scanner = None
+    scanner = gate = None
     if judged is not None:
         judged.entry["streamed"] = streamed
         scanner = judged.dialect.scanner(streamed) if answer.ok else None
+        if holds_tool_calls and streamed and answer.ok:
+            gate = TurnGate(judged.dialect)
     head = [(name, value) for name, value in answer.raw_headers if name.lower() not in DROPPED]
     size = answer.content_length
     whole = not streamed and request.method != "HEAD"
@@ -103,7 +119,7 @@ async def send_back(
         await _send_whole(send, governor, request.dialect, answer, head, scanner, judged)
         return
     await send({"type": "http.response.start", "status": answer.status, "headers": head})
-    relay = _relay(answer, scanner, governor, request.dialect, judged, streamed)
+    relay = _relay(answer, scanner, gate, governor, request.dialect, judged, streamed)
 
     def gone() -> None:
         governor.client_gone()
@@ -145,6 +161,7 @@ async def _send_whole(
 async def _relay(
     answer: aiohttp.ClientResponse,
     scanner: UsageScanner | None,
+    gate: TurnGate | None,
     governor: ProxyGovernor,
     dialect: Dialect,
     judged: Judged | None,
@@ -154,25 +171,36 @@ async def _relay(
 
     A stream cut or stalled past the idle timeout ends with an SSE error event, so the
     client reads why its answer stopped; a client that goes away just ends the relay (the
-    caller finishes its decision then).
+    caller finishes its decision then). Through a gate, a turn that did not end (or ended
+    at its output limit) ends with such an event too, and none of its tool calls.
     """
     ended: Ending = "answered"
+    error: tuple[str, int] | None = None
     try:
         async for chunk in answer.content.iter_any():
             if scanner is not None:
                 scanner.feed(chunk)
-            yield chunk
+            passed = chunk if gate is None else gate.feed(chunk)
+            if passed:
+                yield passed
     except UNANSWERED as exc:
-        ended = "cut"
-        message = cut_reason(governor, exc)
-        if streamed:
-            yield dialect.stream_error(message, 504)
+        ended, error = "cut", (cut_reason(governor, exc), 504)
     finally:
         answer.release()
+    if gate is not None and ended == "answered":
+        if rest := gate.finish():
+            yield rest
+        if gate.state != "ended":
+            ended = "unfinished" if gate.state == "open" else "truncated"
+            error = (unfinished_reason(governor, gate), 502)
+    # Settled before the client reads why: a tick's governor stops its CLI on a failure
+    # before the CLI could ask again.
     if judged is not None:
         if scanner is not None:
             governor.settle(judged, scanner)
         governor.finish(judged, answer.status, ended)
+    if error is not None and streamed:
+        yield dialect.stream_error(*error)
 
 
 async def _relay_to(

@@ -37,9 +37,11 @@ EARLIER_COUNTERS = ("chat", "soft", "hard", "passthrough", "tokens_prompt", "tok
 """The earlier governor's counters, shown from the start (at 0) for the dashboards reading
 them; `passthrough` counts the chat requests forwarded as sent (pass and defer)."""
 FORWARDED_AS_SENT = ("pass", "defer")
-Ending = Literal["answered", "cut", "client_gone", "unreachable"]
+Ending = Literal["answered", "cut", "unfinished", "truncated", "client_gone", "unreachable"]
 """How a chat request ended: answered in full (by the upstream, or by the governor's hard
-stop), its answer cut or stalled upstream, its client gone first, or no upstream answer."""
+stop), its answer cut or stalled upstream, its stream ended cleanly but without the
+turn's end (`unfinished`) or at its output limit (`truncated`: both told by a tick's
+`proxy.turns.TurnGate`), its client gone first, or no upstream answer."""
 
 
 def episode_of(dialect: Dialect, body: Body) -> str:

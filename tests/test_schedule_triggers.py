@@ -375,9 +375,9 @@ def test_tickwork_levels_names_the_next_dst_change_and_its_rule(
         ("schedule = []", "an empty list of cron expressions never fires"),
         (
             'every = "1m"\ndst_repeated = "twice"',
-            "levels.min.dst_repeated: Input should be 'first'",
+            "levels.min.dst_repeated: must be 'first'",
         ),
-        ('every = "1m"\ndst_skipped = "later"', "levels.min.dst_skipped: Input should be 'shift'"),
+        ('every = "1m"\ndst_skipped = "later"', "levels.min.dst_skipped: must be 'shift'"),
     ],
 )
 def test_a_bad_schedule_is_refused_with_its_key_path(

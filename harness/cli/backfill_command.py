@@ -96,7 +96,7 @@ def backfill(
             except BackfillError as exc:
                 raise fail(str(exc), code=2) from exc
             if as_json:
-                from harness.api.models import BackfillForecast
+                from harness.api import BackfillForecast
 
                 print_json(BackfillForecast.of(forecast).model_dump(mode="json"))
             else:

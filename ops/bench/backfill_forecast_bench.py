@@ -43,7 +43,7 @@ def level_names(count: int) -> list[str]:
     return ["min", *(f"l{n:04d}" for n in range(1, count))]
 
 
-def tables(levels: list[str]) -> str:
+def tables(levels: list[str], team_a_tokens: int) -> str:
     """The levels, all on `* * * * *`, half tagged `team-a`, and a global and a tag budget."""
     body = "".join(
         f'[levels.{name}]\nschedule = "* * * * *"\nprompt = "Hi."\nmodel = "gpt-4o-mini"\n'
@@ -54,7 +54,7 @@ def tables(levels: list[str]) -> str:
         body + '[[budgets]]\nname = "all-day"\nscope = "global"\nwindow = "day"\n'
         "tokens = 900000000\n"
         '[[budgets]]\nname = "team-a-24h"\nscope = "tag:team-a"\nwindow = "24h"\n'
-        "tokens = 300000000\n"
+        f"tokens = {team_a_tokens}\n"
     )
 
 
@@ -78,18 +78,25 @@ def tick(level: str, slot: datetime, tokens: int) -> list[NewEvent]:
     return [event.to_record() for event in events]
 
 
-def prepare(url: str, levels: list[str], days: int, per_day: int, now: datetime) -> int:
-    """Append the history and fold the read models; the ticks appended."""
+def prepare(url: str, levels: list[str], days: int, per_day: int, now: datetime) -> tuple[int, int]:
+    """Append the history and fold the read models.
+
+    Returns the ticks appended and the tokens the `team-a` levels spent in the last 24
+    hours (the tag budget is set above them).
+    """
     store = open_store(url)
     step = timedelta(days=1) / per_day
     first = (now - timedelta(days=days)).replace(second=0, microsecond=0)
     streams: dict[str, list[NewEvent]] = {}
-    made = 0
+    made = team_a = 0
     for k in range(days * per_day):
         slot = (first + k * step).replace(second=0, microsecond=0)
         for n, level in enumerate(levels):
-            streams[f"tick-{slot_tick_id(level, slot)}"] = tick(level, slot, 1000 + 37 * n + k)
+            tokens = 1000 + 37 * n + k
+            streams[f"tick-{slot_tick_id(level, slot)}"] = tick(level, slot, tokens)
             made += 1
+            if n % 2 == 0 and slot + timedelta(seconds=5) >= now - timedelta(hours=23):
+                team_a += tokens + tokens // 4
             if len(streams) >= BATCH:
                 store.create_streams(streams)
                 streams = {}
@@ -97,7 +104,7 @@ def prepare(url: str, levels: list[str], days: int, per_day: int, now: datetime)
         store.create_streams(streams)
     projector_for(store, PriceBook({})).catch_up()
     store.close()
-    return made
+    return made, team_a
 
 
 def main() -> None:
@@ -114,9 +121,10 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as folder:
         root = Path(folder)
         levels = level_names(args.levels)
-        config = write_config(root, "", tables(levels))
         began, cpu = time.monotonic(), time.process_time()
-        made = prepare(f"sqlite:///{root}/events.db", levels, args.days, args.per_day, now)
+        made, team_a = prepare(f"sqlite:///{root}/events.db", levels, args.days, args.per_day, now)
+        # Room for about 4,000 of the backfill's ticks under the tag budget: it crosses.
+        config = write_config(root, "", tables(levels, team_a + 5_000_000))
         print(
             f"store: {made:,} ticks ({args.levels} levels x {args.days} days x "
             f"{args.per_day} a day), {4 * made:,} events, prepared in "

@@ -154,9 +154,13 @@ def forecast_backfill(
     Raises:
         BackfillError: as `request_backfill` (nothing is appended either way).
     """
+    slots = _checked_slots(budgets.settings, level, start, end, max_at_once)
+    return _forecast(budgets, level, slots)
+
+
+def _forecast(budgets: Budgets, level: str, slots: list[datetime]) -> RunForecast:
     from harness.scheduling.forecast import run_forecast  # budgets load routing: not for status
 
-    slots = _checked_slots(budgets.settings, level, start, end, max_at_once)
     claimed = tick_statuses(budgets.store, [slot_tick_id(level, slot) for slot in slots])
     left = [slot for slot in slots if slot_tick_id(level, slot) not in claimed]
     forecast = run_forecast(budgets, level, left, datetime.now(UTC))
@@ -188,7 +192,7 @@ def request_backfill(
     """
     slots = _checked_slots(settings, level, start, end, max_at_once)
     if budgets is not None and not force:
-        refusing = forecast_backfill(budgets, level, start, end, max_at_once).refusing
+        refusing = _forecast(budgets, level, slots).refusing
         if refusing is not None:
             raise BackfillRefused(refusing)
     request = BackfillRequested(

@@ -89,13 +89,15 @@ def prepare(url: str, levels: list[str], days: int, per_day: int, now: datetime)
     first = (now - timedelta(days=days)).replace(second=0, microsecond=0)
     streams: dict[str, list[NewEvent]] = {}
     made = team_a = 0
+    window_start = now.replace(minute=0, second=0, microsecond=0) - timedelta(hours=23)
+    """A rolling 24h budget's window: the 24 hours up to the end of the current UTC hour."""
     for k in range(days * per_day):
         slot = (first + k * step).replace(second=0, microsecond=0)
         for n, level in enumerate(levels):
             tokens = 1000 + 37 * n + k
             streams[f"tick-{slot_tick_id(level, slot)}"] = tick(level, slot, tokens)
             made += 1
-            if n % 2 == 0 and slot + timedelta(seconds=5) >= now - timedelta(hours=23):
+            if n % 2 == 0 and slot + timedelta(seconds=5) >= window_start:
                 team_a += tokens + tokens // 4
             if len(streams) >= BATCH:
                 store.create_streams(streams)

@@ -224,7 +224,7 @@ class Service:
             self.feed.poll()
             self._ingest_spool()
             self.owed.settle_unsure(self.store, self._hand_on)
-            self.owed.settle(self.settings, self.fire, self.fire_times.fire_at)
+            self.owed.settle(self.settings, self._fire_missed, self.fire_times.fire_at)
             if time.monotonic() - self.reconciled_at >= RECONCILE_SECONDS:
                 self._reconcile()
         except StoreError as exc:
@@ -294,17 +294,34 @@ class Service:
             due.extend((slot, level) for slot in slots[-MAX_MISSED:])
             behind.append((level, slots))
         recorded = missed_slots(self.settings, due, now, self.fire_times.fire_at)
-        reasons: dict[Slot, SkipReason] = {}
         for level, slots in behind:
             if self.settings.levels[level].catch_up_budget == "fit":
-                self._fit_budget(level, slots[-MAX_MISSED:], now, due, recorded, reasons)
-                continue
+                continue  # its line says how far its budgets pay (`_fit_budget`)
             runs = (slots[-1], level) not in recorded
             self.report(
                 f"{level}: {len(slots)} slot(s) missed while down"
                 + (f", the latest ({slots[-1]:%H:%M:%S}) runs now" if runs else "")
             )
-        self.fire(due, recorded, reasons=reasons)
+        self._fire_missed(due, recorded, now)
+
+    def _fire_missed(
+        self, due: Sequence[Slot], missed: Collection[Slot], now: datetime | None = None
+    ) -> None:
+        """Fire slots that fell due while no scheduler ran or the store was out.
+
+        `missed` as the catch-up policy has it (`missed_slots`), but for levels whose
+        `catch_up_budget` is `fit`: they catch up as far as their budgets pay.
+        """
+        now = now or utcnow()
+        ordered, skipped = list(due), set(missed)
+        reasons: dict[Slot, SkipReason] = {}
+        fitting: dict[str, list[datetime]] = {}
+        for slot, level in due:
+            if self.settings.levels[level].catch_up_budget == "fit":
+                fitting.setdefault(level, []).append(slot)
+        for level, slots in fitting.items():
+            self._fit_budget(level, sorted(slots), now, ordered, skipped, reasons)
+        self.fire(ordered, skipped, reasons=reasons)
 
     def _fit_budget(
         self,
@@ -333,7 +350,7 @@ class Service:
         due[:] = [each for each in due if each not in ours] + [(s, level) for s in recent]
         why = f": {forecast.crossings[0].words()}" if forecast.crossings and left else ""
         self.report(
-            f"{level}: {len(slots)} slot(s) missed while down, {len(recent)} within catch-up; "
+            f"{level}: {len(slots)} slot(s) missed, {len(recent)} within catch-up; "
             f"{len(runs)} run now, newest first, {len(left)} skipped (budget_forecast) at "
             f"{forecast.tick.tokens:,} tokens a tick ({forecast.tick.source}){why}"
         )

@@ -8,7 +8,7 @@ from typing import Annotated, Any, Literal
 from pydantic import AfterValidator, AwareDatetime, BaseModel, ConfigDict, Field
 
 from harness.projections import TickInFlight
-from harness.scheduling import BackfillProgress, LevelStatus, RunForecast, Snapshot
+from harness.scheduling import BackfillProgress, Crossing, LevelStatus, RunForecast, Snapshot
 from harness.store import Beat, StoredEvent
 from harness.timespec import as_utc
 
@@ -137,22 +137,6 @@ class TickForecastView(BaseModel):
     source: str
 
 
-class CrossingView(BaseModel):
-    """A budget the run would pass, at which slot (`harness.scheduling.forecast.Crossing`)."""
-
-    budget: str
-    action: str
-    window_start: datetime
-    window_end: datetime
-    spent_tokens: int
-    spent_usd: float | None
-    reserved_tokens: int
-    limit_tokens: int | None
-    limit_usd: float | None
-    fits: int
-    slot: datetime
-
-
 class BackfillForecast(BaseModel):
     """A backfill's dry run: `tickwork backfill --dry-run --json`, `POST ... dry_run`."""
 
@@ -165,7 +149,8 @@ class BackfillForecast(BaseModel):
     usd: float | None
     fits: int
     """Slots every budget holding the level can pay for."""
-    crossings: list[CrossingView]
+    crossings: list[Crossing]
+    """Each budget it would pass: at which slot, after how many, and its figures."""
     refused_by: str | None
     """The budget that refuses it without `force` (a `stop` or `pause` one it crosses)."""
 
@@ -181,7 +166,7 @@ class BackfillForecast(BaseModel):
             tokens=forecast.tokens,
             usd=forecast.usd,
             fits=forecast.fits,
-            crossings=[CrossingView(**vars(crossing)) for crossing in forecast.crossings],
+            crossings=forecast.crossings,
             refused_by=None if refusing is None else refusing.budget,
         )
 

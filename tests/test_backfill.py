@@ -255,7 +255,7 @@ def test_a_dry_run_forecasts_from_the_last_week_and_a_stop_budget_it_crosses_ref
         for level in ("hourly", "fresh")
     )
     assert "crosses budget hourly-24h (stop" in words.stdout, words.stdout
-    assert f"at slot {left[4]:%Y-%m-%d %H:%M:%S} UTC after 4 slot(s)" in words.stdout
+    assert f"at slot {left[4]:%Y-%m-%d %H:%M:%S} UTC, after 4 slot(s)" in words.stdout
     assert "would be refused without --force" in words.stdout
     assert "10 slot(s) of fresh to run" in fresh.stdout, fresh.stdout
     assert "4,000 tokens" in fresh.stdout and "reservation" in fresh.stdout

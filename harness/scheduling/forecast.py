@@ -71,17 +71,20 @@ class Crossing:
     """The first slot whose tick would pass the limit."""
 
     def words(self) -> str:
-        """The crossing in one line, for people."""
+        """The crossing in one line, for people: `crosses ` goes before it."""
         limits = [
             *([f"{self.limit_tokens:,} tokens"] if self.limit_tokens is not None else []),
             *([f"USD {format_usd(self.limit_usd)}"] if self.limit_usd is not None else []),
         ]
+        used = f"{self.spent_tokens:,} tokens"
+        if self.limit_usd is not None:
+            used += f" (USD {format_usd(self.spent_usd)})"
         return (
             f"budget {self.budget} ({self.action}, window {self.window_start:%Y-%m-%d %H:%M}"
-            f" to {self.window_end:%Y-%m-%d %H:%M} UTC) is crossed at slot "
-            f"{self.slot:%Y-%m-%d %H:%M:%S} UTC after {self.fits} slot(s): "
-            f"{self.spent_tokens:,} tokens used, {self.reserved_tokens:,} reserved, "
-            f"limit {' and '.join(limits)}"
+            f" to {self.window_end:%Y-%m-%d %H:%M} UTC) at slot {self.slot:%Y-%m-%d %H:%M:%S}"
+            f" UTC, after {self.fits:,} slot(s) it can pay for: {used} used, "
+            f"{self.reserved_tokens:,} reserved by ticks in flight, the limit "
+            f"{' and '.join(limits)}"
         )
 
 

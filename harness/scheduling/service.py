@@ -341,6 +341,9 @@ class Service:
         window = timedelta(seconds=self.settings.levels[level].catch_up_seconds)
         fire_at = self.fire_times.fire_at
         recent = [slot for slot in reversed(slots) if now - fire_at(level, slot) <= window]
+        if not recent:
+            self.report(f"{level}: {len(slots)} slot(s) missed, none within catch-up")
+            return
         forecast = run_forecast(self.budgets, level, recent, now)
         runs, left = recent[: forecast.fits], recent[forecast.fits :]
         missed.difference_update((slot, level) for slot in runs)

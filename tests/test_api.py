@@ -402,9 +402,10 @@ def test_pause_resume_and_cancel_append_what_the_cli_appends(api: Api, tmp_path:
     assert api.store.last_position() == before
 
 
-def test_a_backfill_is_requested_shown_and_cancelled_and_a_bad_one_records_nothing(
+def test_a_backfill_is_forecast_refused_by_its_budget_forced_shown_and_cancelled(
     api: Api,
 ) -> None:
+    """A bad request, a dry run and one its forecast's budget refuses record nothing."""
     end = datetime.now(UTC).replace(second=0, microsecond=0) - HOUR
     body = {"from": (end - HOUR).isoformat(), "to": end.isoformat(), "max": 2}
     before = api.store.last_position()
@@ -419,7 +420,19 @@ def test_a_backfill_is_requested_shown_and_cancelled_and_a_bad_one_records_nothi
         answer = api.http.post(path, json=payload)
         assert answer.status_code == code and says in str(answer.json()["detail"]), answer.text
     assert api.store.last_position() == before
-    asked = api.http.post("/levels/min/backfill", json=body)
+    dry = api.http.post("/levels/min/backfill", json={**body, "dry_run": True})
+    assert dry.status_code == 200, dry.text
+    forecast = dry.json()
+    assert len(forecast["slots"]) == 60 and forecast["left_alone"] == 0
+    assert forecast["tick"]["tokens"] == 10_000 and forecast["tick"]["ticks"] == 0
+    assert "reservation" in forecast["tick"]["source"]
+    (crossing,) = forecast["crossings"]  # 100,000 a day pays ten reservations of 10,000
+    assert (crossing["budget"], crossing["fits"]) == ("level-min-daily", 10)
+    assert crossing["slot"] == forecast["slots"][10]
+    refused = api.http.post("/levels/min/backfill", json=body)
+    assert refused.status_code == 409 and "level-min-daily" in refused.json()["detail"]
+    assert api.store.last_position() == before
+    asked = api.http.post("/levels/min/backfill", json={**body, "force": True})
     assert asked.status_code == 202, asked.text
     shown = asked.json()
     assert (shown["state"], shown["overlap"], shown["max_at_once"]) == ("open", "buffer_all", 2)

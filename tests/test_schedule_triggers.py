@@ -458,6 +458,60 @@ def test_missed_slots_follow_catch_up_max_runs_survives_a_restart_and_the_digest
     store.close()
 
 
+@pytest.mark.parametrize("down", ["restart", "store outage"])
+def test_a_catch_up_that_fits_the_budget_runs_the_newest_missed_slots_it_can_pay_for(
+    tmp_path: Path, fake: FakeUpstream, down: str
+) -> None:
+    """`catch_up_budget = "fit"`: 2,500 tokens a day pay two ticks of a 1,000 reservation.
+
+    Of four slots missed within catch-up (while no scheduler ran, or owed while the store
+    was out), the newest two run and the older two are skipped `budget_forecast`; one log
+    line says how many and why.
+    """
+    harness = Harness(
+        tmp_path,
+        fake,
+        rag=False,
+        every="1m",
+        catch_up_seconds=3600,
+        catch_up_budget="fit",
+        overlap="allow",
+        reserve_tokens=1000,
+        daily_token_budget=2500,
+    )
+    settings, store = harness.settings, harness.store
+    fake.script("default", [Step(text="done")])
+    lines: list[str] = []
+    executor = LocalExecutor(settings, harness.preparer, harness.runner, lambda line: None)
+    service = Service(settings, store, executor, lines.append)
+    now = utcnow().replace(second=0, microsecond=0)
+    first = now - timedelta(minutes=5)  # ran before the service went down
+    ran = TickScheduled(tick_id=slot_tick_id("min", first), level="min", slot=first)
+    ended = TickCompleted(tick_id=ran.tick_id, level="min")
+    store.append(ran.stream_id, [ran.to_record(), ended.to_record()])
+    if down == "restart":
+        service.catch_up(now)
+    else:  # as `Service.fire` leaves a wave whose claim failed; the wake-up settles it
+        service.owed.owe([(now - timedelta(minutes=minutes), "min") for minutes in (4, 3, 2, 1)])
+        service._wake()
+    service.wait_idle(60)
+    executor.shutdown(grace=1)
+    ends = {}
+    for minutes in range(4, 0, -1):
+        events = store.read_stream(f"tick-{slot_tick_id('min', now - timedelta(minutes=minutes))}")
+        ends[minutes] = [e.data.get("reason") or e.type for e in events[-1:]]
+    assert ends == {
+        4: ["budget_forecast"],
+        3: ["budget_forecast"],
+        2: ["TickCompleted"],
+        1: ["TickCompleted"],
+    }, ends
+    (line,) = [line for line in lines if "budget_forecast" in line]
+    assert "4 within catch-up; 2 run now, newest first, 2 skipped (budget_forecast)" in line
+    assert "budget level-min-daily" in line and "reservation" in line, line
+    store.close()
+
+
 def test_levels_describes_schedule_next_fires_last_runs_and_the_pause_note(
     tmp_path: Path, fake: FakeUpstream
 ) -> None:

@@ -5,7 +5,7 @@ per concern in `harness.api.routes`), the API's models, the reads every request 
 (the read models, brought up to date once per request), the metrics collector and the
 dashboard's panels. Every name is loaded on first use (`harness.fronts`): `create_app`
 imports FastAPI, which only `tickwork serve` should pay for, and `tickwork status` needs
-only the API's `Status` model.
+only the API's `Status` model (`tickwork backfill --dry-run --json` its `BackfillForecast`).
 """
 
 from __future__ import annotations
@@ -16,6 +16,6 @@ from harness import fronts
 
 if typing.TYPE_CHECKING:
     from harness.api.app import create_app
-    from harness.api.models import Status
+    from harness.api.models import BackfillForecast, Status
 
 __getattr__, __all__ = fronts.declared(__name__)

@@ -8,7 +8,7 @@ from typing import Annotated, Any, Literal
 from pydantic import AfterValidator, AwareDatetime, BaseModel, ConfigDict, Field
 
 from harness.projections import TickInFlight
-from harness.scheduling import BackfillProgress, LevelStatus, Snapshot
+from harness.scheduling import BackfillProgress, Crossing, LevelStatus, RunForecast, Snapshot
 from harness.store import Beat, StoredEvent
 from harness.timespec import as_utc
 
@@ -121,6 +121,54 @@ class BackfillBody(BaseModel):
     end: AwareDatetime = Field(alias="to")
     overlap: Literal["buffer_all", "allow", "skip"] = "buffer_all"
     max: int = Field(default=1, ge=1, le=1000)
+    dry_run: bool = False
+    """Answer its forecast (slots, cost, budgets crossed) and record nothing."""
+    force: bool = False
+    """Record it even if its forecast crosses a `stop` or `pause` budget."""
+
+
+class TickForecastView(BaseModel):
+    """One tick's forecast cost and where it comes from."""
+
+    tokens: int
+    usd: float | None
+    ticks: int
+    """Ticks of the last 7 days it is the median of; 0: the level's reservation."""
+    source: str
+
+
+class BackfillForecast(BaseModel):
+    """A backfill's dry run: `tickwork backfill --dry-run --json`, `POST ... dry_run`."""
+
+    level: str
+    slots: list[datetime]
+    """The slots it would run: those of the range with no tick yet."""
+    left_alone: int
+    tick: TickForecastView
+    tokens: int
+    usd: float | None
+    fits: int
+    """Slots every budget holding the level can pay for."""
+    crossings: list[Crossing]
+    """Each budget it would pass: at which slot, after how many, and its figures."""
+    refused_by: str | None
+    """The budget that refuses it without `force` (a `stop` or `pause` one it crosses)."""
+
+    @classmethod
+    def of(cls, forecast: RunForecast) -> BackfillForecast:
+        """The forecast in the API's form."""
+        refusing = forecast.refusing
+        return cls(
+            level=forecast.level,
+            slots=forecast.slots,
+            left_alone=forecast.left_alone,
+            tick=TickForecastView(**vars(forecast.tick), source=forecast.tick.source),
+            tokens=forecast.tokens,
+            usd=forecast.usd,
+            fits=forecast.fits,
+            crossings=forecast.crossings,
+            refused_by=None if refusing is None else refusing.budget,
+        )
 
 
 class Status(BaseModel):

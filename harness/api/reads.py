@@ -202,11 +202,15 @@ class Reads:
         """The `n` levels that spent the most tokens from `since` on, most first."""
         return top_spenders(self.store, since, n)
 
-    def budgets(self) -> list[BudgetStatus]:
-        """Every budget's current window (`harness.scheduling.budget_watch`)."""
+    def budget_model(self) -> Budgets:
+        """The budgets of the configuration over this server's read models, made once."""
         if self._budgets is None:
             self._budgets = Budgets(self.store, self.projector, self.prices, self.settings)
-        return budget_statuses(self._budgets)
+        return self._budgets
+
+    def budgets(self) -> list[BudgetStatus]:
+        """Every budget's current window (`harness.scheduling.budget_watch`)."""
+        return budget_statuses(self.budget_model())
 
     def latest_digest(self) -> Digest | None:
         """The last digest published by any configured digest, and its rendered file."""

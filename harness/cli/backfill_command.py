@@ -11,7 +11,12 @@ import typer
 from harness.cli.app import JsonOption, app, fail, out, print_json, settings, store_for
 
 if TYPE_CHECKING:
-    from harness.scheduling import Progress
+    from harness.scheduling import Progress, RunForecast
+
+REFUSED = 3
+"""Exit code of a backfill its forecast says a budget would stop (2 is bad input)."""
+SHOWN_SLOTS = 20
+"""Slots listed one a line without --json (the JSON lists them all)."""
 
 Overlap = Literal["buffer_all", "allow", "skip"]
 
@@ -42,6 +47,15 @@ def backfill(
     wait: Annotated[
         bool, typer.Option("--wait", help="Follow its progress until it finishes.")
     ] = False,
+    dry_run: Annotated[
+        bool,
+        typer.Option(
+            "--dry-run", help="Print the slots, their forecast cost and the budgets crossed."
+        ),
+    ] = False,
+    force: Annotated[
+        bool, typer.Option("--force", help="Run even if the forecast crosses a stop budget.")
+    ] = False,
     as_json: JsonOption = False,
 ) -> None:
     """Run the level's slots in [--from, --to) that have no tick yet, as ordinary ticks.
@@ -50,11 +64,20 @@ def backfill(
     slot once across replicas and reruns, under the level's pause, budget and caps, and
     tag its ticks with the backfill's id. `tickwork status` shows its progress;
     `tickwork cancel --backfill ID` stops it.
+
+    Its forecast (`--dry-run`): each tick at the level's median of the last 7 days (its
+    reservation without history), and the budgets the run would cross, at which slot. A
+    run that would cross a `stop` or `pause` budget is refused (exit 3) unless `--force`.
     """
+    from harness.prices import PriceBook
+    from harness.projections import projector_for
     from harness.scheduling import (
         BackfillError,
+        BackfillRefused,
+        Budgets,
         backfill_progress,
         backfills,
+        forecast_backfill,
         operator,
         request_backfill,
     )
@@ -62,7 +85,23 @@ def backfill(
     config = settings(needed=True)
     begins, ends = _time("--from", start), _time("--to", end)
     store = store_for(config)
+    prices = PriceBook(config.prices)
+    projector = projector_for(store, prices)
     try:
+        projector.catch_up(["ticks", "tick_spend"])
+        budgets = Budgets(store, projector, prices, config)
+        if dry_run:
+            try:
+                forecast = forecast_backfill(budgets, level, begins, ends, max_at_once)
+            except BackfillError as exc:
+                raise fail(str(exc), code=2) from exc
+            if as_json:
+                from harness.api import BackfillForecast
+
+                print_json(BackfillForecast.of(forecast).model_dump(mode="json"))
+            else:
+                show_forecast(forecast)
+            return
         try:
             request = request_backfill(
                 config,
@@ -73,7 +112,11 @@ def backfill(
                 overlap=overlap,
                 max_at_once=max_at_once,
                 by=operator(),
+                budgets=budgets,
+                force=force,
             )
+        except BackfillRefused as exc:
+            raise fail(str(exc), code=REFUSED) from exc
         except BackfillError as exc:
             raise fail(str(exc), code=2) from exc
         if as_json and not wait:
@@ -87,10 +130,6 @@ def backfill(
         if not wait:
             return
         shown = ""
-        from harness.prices import PriceBook
-        from harness.projections import projector_for
-
-        projector = projector_for(store, PriceBook(config.prices))
         while True:
             projector.catch_up(["ticks"])
             now = backfill_progress(config, store, request)
@@ -116,3 +155,33 @@ def describe(progress: Progress) -> str:
         f"{progress.claimed}/{progress.slots} claimed, {progress.in_flight} in flight, "
         f"{progress.ended} ended" + (f" ({ended})" if ended else "")
     )
+
+
+def show_forecast(forecast: RunForecast) -> None:
+    """The forecast for people: slots, cost, crossings, and whether it would be refused."""
+    from harness.prices import format_usd
+
+    slots, tick = forecast.slots, forecast.tick
+    out.print(
+        f"{len(slots)} slot(s) of {forecast.level} to run"
+        + (
+            f" ({forecast.left_alone} with a tick already left alone)"
+            if forecast.left_alone
+            else ""
+        )
+    )
+    for slot in slots[:SHOWN_SLOTS]:
+        out.print(f"  {slot:%Y-%m-%d %H:%M:%S} UTC")
+    if len(slots) > SHOWN_SLOTS:
+        out.print(f"  … {len(slots) - SHOWN_SLOTS} more (--json lists them all)")
+    usd = "USD unpriced" if tick.usd is None else f"USD {format_usd(tick.usd)}"
+    total = "USD unpriced" if forecast.usd is None else f"USD {format_usd(forecast.usd)}"
+    out.print(f"forecast: {tick.tokens:,} tokens, {usd} a tick ({tick.source})")
+    out.print(f"          {forecast.tokens:,} tokens, {total} in all")
+    for crossing in forecast.crossings:
+        out.print(f"crosses {crossing.words()}")
+    refusing = forecast.refusing
+    if refusing is not None:
+        out.print(f"would be refused without --force: budget {refusing.budget} stops its slots")
+    elif not forecast.crossings:
+        out.print("crosses no budget")

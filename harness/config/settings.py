@@ -486,6 +486,10 @@ class LevelConfig(Scheduled, ScheduleLimits):
     catch_up_seconds: Annotated[float, Field(ge=0)] = 0
     """After downtime, the latest missed slot this recent runs once; other missed slots
     are recorded as skipped (missed)."""
+    catch_up_budget: Literal["off", "fit"] = "off"
+    """`fit`: after downtime, every missed slot within `catch_up_seconds` runs, newest
+    first, as far as the level's budgets can pay by its forecast tick
+    (`harness.scheduling.forecast`); the rest are recorded skipped (`budget_forecast`)."""
     priority: int = 100
     """When places are scarce, lower numbers start first (first come first within one)."""
     max_concurrent: Annotated[int, Field(ge=1)] | None = None

@@ -16,6 +16,7 @@ import itertools
 import json
 from dataclasses import dataclass
 from datetime import UTC, date, datetime, timedelta
+from functools import cached_property
 from typing import Annotated, Literal
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
@@ -172,9 +173,13 @@ class BudgetRule:
         """This budget's window holding `at`."""
         return window_of(self.window, self.zone, at)
 
-    @property
+    @cached_property
     def fingerprint(self) -> str:
-        """What the read model's rows of this budget were folded under (sha256, short)."""
+        """What the read model's rows of this budget were folded under (sha256, short).
+
+        Worked out once: a fold asks it for every spend event, and a tag's budget hashes
+        its thousand levels each time.
+        """
         body = json.dumps(
             [
                 self.name,

@@ -540,7 +540,9 @@ class TickSkipped(TerminalTickEvent):
     """The slot was claimed but not run, and `reason` says why (it still counts as handled)."""
 
     type = "TickSkipped"
-    reason: Literal["overlap", "budget", "missed", "paused"]
+    reason: Literal["overlap", "budget", "missed", "paused", "budget_forecast"]
+    """`budget_forecast`: a slot missed while down that its level's budgets could not pay
+    for by the forecast (`catch_up_budget = "fit"`)."""
     slot: datetime | None = None
 
 

@@ -76,6 +76,7 @@ if typing.TYPE_CHECKING:
         tool_cap_counts,
     )
     from harness.projections.tick_lines import tick_line
+    from harness.projections.tick_spend import TickCost, tick_costs_since
     from harness.projections.ticks import (
         OPEN,
         STATUSES,

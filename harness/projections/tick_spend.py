@@ -9,7 +9,8 @@ row or two per tick, joined to the period's ticks in the database.
 from __future__ import annotations
 
 from collections.abc import Iterable
-from datetime import date
+from dataclasses import dataclass
+from datetime import UTC, date, datetime
 from functools import cache
 
 import sqlalchemy as sa
@@ -19,8 +20,8 @@ from harness.folds import COUNTERS, merge, tick_spend_sums
 from harness.prices import PriceBook
 from harness.projections.base import Kernel, SumProjection, Sums, add_sums
 from harness.projections.spend import SUMS
-from harness.projections.ticks import IDS_PER_QUERY
-from harness.store import metadata
+from harness.projections.ticks import IDS_PER_QUERY, OPEN_SQL, ticks
+from harness.store import EventStore, metadata
 
 tick_spend = sa.Table(
     "tick_spend",
@@ -76,3 +77,49 @@ class TickSpendProjection(SumProjection):
         for start in range(0, len(wanted), IDS_PER_QUERY):
             chunk = wanted[start : start + IDS_PER_QUERY]
             conn.execute(tick_spend.delete().where(tick_spend.c.tick_id.in_(chunk)))
+
+
+@dataclass(frozen=True)
+class TickCost:
+    """What one tick spent: its tokens (prompt and completion, as budgets count them) and USD.
+
+    `usd` None: some of its spend has no price.
+    """
+
+    tokens: int
+    usd: float | None
+
+
+_RAN = sa.text(
+    "SELECT t.tick_id, s.model, s.day, s.price_tier, s.prompt_tokens, s.completion_tokens"
+    " FROM ticks t LEFT JOIN tick_spend s ON s.tick_id = t.tick_id AND s.model != ''"
+    f" WHERE t.level = :level AND t.sort_at >= :since AND NOT ({OPEN_SQL})"
+    " AND t.started_at IS NOT NULL"
+).bindparams(sa.bindparam("since", type_=ticks.c.sort_at.type))
+"""The level's ticks that ran and ended since `since`, with their spend rows: it walks the
+ticks' (level, sort_at) index, so it costs the level's ticks of the period, not the
+history nor the other levels."""
+
+
+def tick_costs_since(
+    store: EventStore, prices: PriceBook, level: str, since: datetime
+) -> list[TickCost]:
+    """The cost of each of the level's ticks that ran and ended since `since`, any order.
+
+    A tick that ran without spending (it failed before its first call) costs 0: it is one
+    of the level's ticks as a forecast must count them.
+    """
+    tokens: dict[str, int] = {}
+    usd: dict[str, float | None] = {}
+    with store.read_transaction() as conn:
+        rows = conn.execute(_RAN, {"level": level, "since": since.astimezone(UTC)})
+        for tick_id, model, day, tier, prompt, completion in rows:
+            tokens.setdefault(tick_id, 0)
+            usd.setdefault(tick_id, 0.0)
+            if model is None:
+                continue
+            tokens[tick_id] += int(prompt) + int(completion)
+            cost = prices.cost(model, str(day)[:10], int(tier), int(prompt), int(completion))
+            before = usd[tick_id]
+            usd[tick_id] = None if cost is None or before is None else before + cost
+    return [TickCost(tokens[tick_id], usd[tick_id]) for tick_id in tokens]

@@ -29,10 +29,12 @@ if typing.TYPE_CHECKING:
         Backfill,
         BackfillError,
         BackfillProgress,
+        BackfillRefused,
         Progress,
         backfill_progress,
         backfills,
         cancel_backfill,
+        forecast_backfill,
         request_backfill,
     )
     from harness.scheduling.budget import Budgets, reservations_in_flight
@@ -51,6 +53,7 @@ if typing.TYPE_CHECKING:
         switch_level,
     )
     from harness.scheduling.describe import LevelDescription, describe_levels
+    from harness.scheduling.forecast import Crossing, RunForecast, TickForecast
     from harness.scheduling.handoff import Handoff, RunningTick, ScopeMatch
     from harness.scheduling.manual import manual_ticks_ahead
     from harness.scheduling.outage import Outage

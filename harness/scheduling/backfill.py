@@ -21,9 +21,9 @@ from __future__ import annotations
 import threading
 import uuid
 from collections.abc import Callable, Collection, Sequence
-from dataclasses import dataclass
-from datetime import datetime
-from typing import Literal
+from dataclasses import dataclass, replace
+from datetime import UTC, datetime
+from typing import TYPE_CHECKING, Literal
 
 from harness.config import Settings
 from harness.contracts import (
@@ -42,6 +42,10 @@ from harness.scheduling.timetable import POLL_SECONDS, Slot
 from harness.scheduling.triggers import level_trigger, next_slot, slot_tick_id
 from harness.store import EventStore, StoreError
 
+if TYPE_CHECKING:
+    from harness.scheduling.budget import Budgets
+    from harness.scheduling.forecast import Crossing, RunForecast
+
 BackfillOverlap = Literal["buffer_all", "allow", "skip"]
 MAX_SLOTS = 10_000
 """Slots one backfill may cover: its progress is read slot by slot."""
@@ -52,6 +56,17 @@ view considers (older ones are finished or cancelled long since)."""
 
 class BackfillError(ValueError):
     """A backfill request or cancel that cannot be recorded; nothing was appended."""
+
+
+class BackfillRefused(BackfillError):
+    """A backfill its forecast says a budget would stop part way; nothing was appended."""
+
+    def __init__(self, crossing: Crossing) -> None:
+        super().__init__(
+            f"refused: the forecast crosses {crossing.words()}; "
+            "--force (the API's force) runs it anyway"
+        )
+        self.crossing = crossing
 
 
 @dataclass(frozen=True)
@@ -102,22 +117,14 @@ def range_slots(settings: Settings, level: str, start: datetime, end: datetime) 
     return slots
 
 
-def request_backfill(
-    settings: Settings,
-    store: EventStore,
-    level: str,
-    start: datetime,
-    end: datetime,
-    *,
-    overlap: BackfillOverlap = "buffer_all",
-    max_at_once: int = 1,
-    by: str,
-) -> BackfillRequested:
-    """Record a backfill of `level`'s slots in [start, end) for the running services.
+def _checked_slots(
+    settings: Settings, level: str, start: datetime, end: datetime, max_at_once: int
+) -> list[datetime]:
+    """The range's slots, once the request is known to be one a service can run.
 
     Raises:
         BackfillError: unknown level, naive or empty range, a range in the future, too
-            many slots, or `max_at_once` below 1 (nothing is appended).
+            many slots, or `max_at_once` below 1.
     """
     if level not in settings.levels:
         known = ", ".join(settings.levels) or "none"
@@ -133,6 +140,61 @@ def request_backfill(
     slots = range_slots(settings, level, start, end)
     if len(slots) > MAX_SLOTS:
         raise BackfillError(f"from/to: the range holds more than {MAX_SLOTS} slots of {level}")
+    return slots
+
+
+def forecast_backfill(
+    budgets: Budgets, level: str, start: datetime, end: datetime, max_at_once: int = 1
+) -> RunForecast:
+    """What a backfill of `level`'s slots in [start, end) would run and cost, from now.
+
+    The slots it would run are those with no tick yet (looked up by key); the ticks and
+    tick_spend read models must be current (the caller's projector).
+
+    Raises:
+        BackfillError: as `request_backfill` (nothing is appended either way).
+    """
+    slots = _checked_slots(budgets.settings, level, start, end, max_at_once)
+    return _forecast(budgets, level, slots)
+
+
+def _forecast(budgets: Budgets, level: str, slots: list[datetime]) -> RunForecast:
+    from harness.scheduling.forecast import run_forecast  # budgets load routing: not for status
+
+    claimed = tick_statuses(budgets.store, [slot_tick_id(level, slot) for slot in slots])
+    left = [slot for slot in slots if slot_tick_id(level, slot) not in claimed]
+    forecast = run_forecast(budgets, level, left, datetime.now(UTC))
+    return replace(forecast, left_alone=len(slots) - len(left))
+
+
+def request_backfill(
+    settings: Settings,
+    store: EventStore,
+    level: str,
+    start: datetime,
+    end: datetime,
+    *,
+    overlap: BackfillOverlap = "buffer_all",
+    max_at_once: int = 1,
+    by: str,
+    budgets: Budgets | None = None,
+    force: bool = False,
+) -> BackfillRequested:
+    """Record a backfill of `level`'s slots in [start, end) for the running services.
+
+    With `budgets` (the CLI's and the API's), a backfill whose forecast crosses a budget
+    that stops slots is refused unless `force`: it would stop part way, the budget spent.
+
+    Raises:
+        BackfillError: unknown level, naive or empty range, a range in the future, too
+            many slots, or `max_at_once` below 1 (nothing is appended).
+        BackfillRefused: the forecast crosses a `stop` or `pause` budget, not forced.
+    """
+    slots = _checked_slots(settings, level, start, end, max_at_once)
+    if budgets is not None and not force:
+        refusing = _forecast(budgets, level, slots).refusing
+        if refusing is not None:
+            raise BackfillRefused(refusing)
     request = BackfillRequested(
         backfill_id=f"bf-{uuid.uuid4().hex[:10]}",
         level=level,

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Callable, Collection, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from contextlib import suppress
 from datetime import datetime, timedelta
 from functools import partial
@@ -39,6 +39,7 @@ from harness.routing import Router, configured_router
 from harness.scheduling.backfill import Backfilling, BackfillRunner, open_ranges
 from harness.scheduling.budget import BudgetCheck, Budgets
 from harness.scheduling.control import ControlFollower
+from harness.scheduling.forecast import run_forecast
 from harness.scheduling.handoff import Handoff
 from harness.scheduling.jitter import FireTimes
 from harness.scheduling.limits import RunLimits
@@ -53,6 +54,7 @@ from harness.scheduling.waves import (
     DISPLACING,
     SKIPPED,
     Decision,
+    SkipReason,
     SlotClaim,
     claim_wave,
     decide,
@@ -253,7 +255,7 @@ class Service:
             self.feed.poll()
             self._ingest_spool()
             self.owed.settle_unsure(self.store, self._hand_on)
-            self.owed.settle(self.settings, self.fire, self.fire_times.fire_at)
+            self.owed.settle(self.settings, self._fire_missed, self.fire_times.fire_at)
             if time.monotonic() - self.reconciled_at >= RECONCILE_SECONDS:
                 self._reconcile()
         except StoreError as exc:
@@ -290,9 +292,10 @@ class Service:
 
         Each missed slot since a level's last claimed one is claimed and recorded as
         skipped (`missed`), except the latest, which runs when it lies within the level's
-        catch-up window. At most MAX_MISSED slots of the last MISSED_HORIZON are written
-        per level; older ones are only counted. Slots in an open backfill's range are the
-        backfill's to claim.
+        catch-up window (a level with `catch_up_budget = "fit"`: every one in the window,
+        as far as its budgets pay, `_fit_budget`). At most MAX_MISSED slots of the last
+        MISSED_HORIZON are written per level; older ones are only counted. Slots in an
+        open backfill's range are the backfill's to claim.
         """
         self.projector.catch_up(["ticks"])
         slots_claimed = last_slots(self.store, self.triggers)
@@ -323,22 +326,80 @@ class Service:
             behind.append((level, slots))
         recorded = missed_slots(self.settings, due, now, self.fire_times.fire_at)
         for level, slots in behind:
+            if self.settings.levels[level].catch_up_budget == "fit":
+                continue  # its line says how far its budgets pay (`_fit_budget`)
             runs = (slots[-1], level) not in recorded
             self.report(
                 f"{level}: {len(slots)} slot(s) missed while down"
                 + (f", the latest ({slots[-1]:%H:%M:%S}) runs now" if runs else "")
             )
-        self.fire(due, recorded)
+        self._fire_missed(due, recorded, now)
+
+    def _fire_missed(
+        self, due: Sequence[Slot], missed: Collection[Slot], now: datetime | None = None
+    ) -> None:
+        """Fire slots that fell due while no scheduler ran or the store was out.
+
+        `missed` as the catch-up policy has it (`missed_slots`), but for levels whose
+        `catch_up_budget` is `fit`: they catch up as far as their budgets pay.
+        """
+        now = now or utcnow()
+        ordered, skipped = list(due), set(missed)
+        reasons: dict[Slot, SkipReason] = {}
+        fitting: dict[str, list[datetime]] = {}
+        for slot, level in due:
+            if self.settings.levels[level].catch_up_budget == "fit":
+                fitting.setdefault(level, []).append(slot)
+        for level, slots in fitting.items():
+            self._fit_budget(level, sorted(slots), now, ordered, skipped, reasons)
+        self.fire(ordered, skipped, reasons=reasons)
+
+    def _fit_budget(
+        self,
+        level: str,
+        slots: list[datetime],
+        now: datetime,
+        due: list[Slot],
+        missed: set[Slot],
+        reasons: dict[Slot, SkipReason],
+    ) -> None:
+        """Catch up as far as the budgets pay: `catch_up_budget = "fit"` (edits the lists).
+
+        Every missed slot within `catch_up_seconds` runs, newest first (so they go first in
+        `due`), as far as the level's forecast tick fits its budgets; the rest are skipped
+        `budget_forecast`, and one line says how many and why.
+        """
+        window = timedelta(seconds=self.settings.levels[level].catch_up_seconds)
+        fire_at = self.fire_times.fire_at
+        recent = [slot for slot in reversed(slots) if now - fire_at(level, slot) <= window]
+        if not recent:
+            self.report(f"{level}: {len(slots)} slot(s) missed, none within catch-up")
+            return
+        forecast = run_forecast(self.budgets, level, recent, now)
+        runs, left = recent[: forecast.fits], recent[forecast.fits :]
+        missed.difference_update((slot, level) for slot in runs)
+        missed.update((slot, level) for slot in left)
+        reasons.update(((slot, level), "budget_forecast") for slot in left)
+        ours = {(slot, level) for slot in recent}
+        due[:] = [each for each in due if each not in ours] + [(s, level) for s in recent]
+        why = f": {forecast.crossings[0].words()}" if forecast.crossings and left else ""
+        self.report(
+            f"{level}: {len(slots)} slot(s) missed, {len(recent)} within catch-up; "
+            f"{len(runs)} run now, newest first, {len(left)} skipped (budget_forecast) at "
+            f"{forecast.tick.tokens:,} tokens a tick ({forecast.tick.source}){why}"
+        )
 
     def fire(
         self,
         due: Sequence[Slot],
         missed: Collection[Slot] = (),
         backfill: Backfilling | None = None,
+        reasons: Mapping[Slot, SkipReason] | None = None,
     ) -> None:
         """Decide and claim due slots, a wave at a time, and hand on the ticks that may run.
 
-        `missed`: slots of `due` to record as skipped (`missed`) without a decision.
+        `missed`: slots of `due` to record as skipped without a decision: `missed`, or the
+        reason `reasons` gives one (`budget_forecast`).
         `backfill`: the backfill claiming them, whose overlap policy decides instead of
         the level's; its ticks are tagged with its id.
         """
@@ -348,14 +409,18 @@ class Service:
             wave = due[start : start + WAVE]
             try:
                 with self._firing:
-                    self._fire_wave(wave, missed, backfill)
+                    self._fire_wave(wave, missed, backfill, reasons or {})
             except StoreError as exc:
                 self.outage.failed(exc)
                 if backfill is None:  # a backfill claims what is left itself, later
                     self.owed.owe(wave)
 
     def _fire_wave(
-        self, wave: Sequence[Slot], missed: Collection[Slot], backfill: Backfilling | None = None
+        self,
+        wave: Sequence[Slot],
+        missed: Collection[Slot],
+        backfill: Backfilling | None = None,
+        reasons: Mapping[Slot, SkipReason] | None = None,
     ) -> None:
         wave = self.run_limits.within(
             self.store, wave, missed, partial(self.projector.catch_up, ["ticks"])
@@ -379,7 +444,7 @@ class Service:
             if backfill is not None:
                 config = config.model_copy(update={"overlap": backfill.overlap})
             if (slot, level) in missed:
-                decision: Decision = "missed"
+                decision: Decision = (reasons or {}).get((slot, level), "missed")
             else:
                 decision = decide(
                     level,

@@ -33,10 +33,11 @@ from harness.scheduling.budget import BudgetCheck
 from harness.scheduling.timetable import Slot
 from harness.store import EventStore
 
-SkipReason = Literal["overlap", "budget", "missed", "paused"]
+SkipReason = Literal["overlap", "budget", "missed", "paused", "budget_forecast"]
 Decision = SkipReason | Literal["run", "buffer"]
 SKIPPED = {
     "missed": "missed: nothing could claim it when it fell due",
+    "budget_forecast": "missed, and {level}'s budgets cannot pay for it by the forecast",
     "paused": "{level} is paused (tickwork resume {level})",
     "overlap": "a tick of {level} is still in flight",
 }

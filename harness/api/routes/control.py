@@ -8,9 +8,17 @@ from __future__ import annotations
 
 from typing import Annotated, Any, Literal
 
-from fastapi import APIRouter, HTTPException, Query, Request
+from fastapi import APIRouter, HTTPException, Query, Request, Response
 
-from harness.api.models import BackfillBody, BackfillView, Cancelled, Cleared, Problem, Started
+from harness.api.models import (
+    BackfillBody,
+    BackfillForecast,
+    BackfillView,
+    Cancelled,
+    Cleared,
+    Problem,
+    Started,
+)
 from harness.api.routes.requests import UNKNOWN, Config, FreshReads, Level, Manual, client_of
 from harness.config import Settings
 from harness.execution import ManualTicks
@@ -18,12 +26,14 @@ from harness.scheduling import (
     Backfill,
     BackfillError,
     BackfillProgress,
+    BackfillRefused,
     ScopeError,
     Switched,
     UnknownLevelError,
     backfill_progress,
     cancel_backfill,
     clear_cancel,
+    forecast_backfill,
     request_backfill,
     switch_level,
 )
@@ -87,17 +97,32 @@ def rerun(tick_id: str, reads: FreshReads, manual: Manual) -> Started:
     return _start(manual, level, force=False)
 
 
-@router.post("/levels/{level}/backfill", status_code=202, responses=UNKNOWN | UNPARSED)
-def backfill(level: Level, body: BackfillBody, request: Request, reads: FreshReads) -> BackfillView:
+REFUSED: dict[int | str, dict[str, Any]] = {
+    409: {"model": Problem, "description": "Its forecast crosses a stop or pause budget"}
+}
+
+
+@router.post("/levels/{level}/backfill", status_code=202, responses=UNKNOWN | UNPARSED | REFUSED)
+def backfill(
+    level: Level, body: BackfillBody, request: Request, response: Response, reads: FreshReads
+) -> BackfillView | BackfillForecast:
     """Run the level's slots in [from, to) that have no tick yet, as `tickwork backfill`.
 
     Recorded for the running services, which claim the slots (each once, across
     replicas) at most `max` in flight at once; its progress is in `GET /status`. An
-    unknown level is a 404, a bad range a 422 naming the field (nothing recorded).
+    unknown level is a 404, a bad range a 422 naming the field (nothing recorded). With
+    `dry_run`, the answer (200) is its forecast and nothing is recorded; a run whose
+    forecast crosses a `stop` or `pause` budget is a 409 naming it, unless `force`.
     """
     settings = reads.settings
     _known(settings, level)
     try:
+        if body.dry_run:
+            response.status_code = 200
+            forecast = forecast_backfill(
+                reads.budget_model(), level, body.start, body.end, body.max
+            )
+            return BackfillForecast.of(forecast)
         requested = request_backfill(
             settings,
             reads.store,
@@ -107,7 +132,11 @@ def backfill(level: Level, body: BackfillBody, request: Request, reads: FreshRea
             overlap=body.overlap,
             max_at_once=body.max,
             by=client_of(request),
+            budgets=reads.budget_model(),
+            force=body.force,
         )
+    except BackfillRefused as exc:
+        raise HTTPException(409, str(exc)) from exc
     except BackfillError as exc:
         raise HTTPException(422, str(exc)) from exc
     return BackfillView.of(

@@ -5,14 +5,18 @@ from __future__ import annotations
 import hashlib
 import os
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 from contextlib import nullcontext
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from importlib.metadata import version
 from pathlib import Path
+from typing import Any
 
 import httpx
+import psycopg
 import pytest
+import sqlalchemy as sa
 from prometheus_client import generate_latest
 from prometheus_client.core import GaugeMetricFamily, Metric
 from prometheus_client.parser import text_string_to_metric_families
@@ -49,6 +53,7 @@ from harness.projections.levels import cancel_scopes, level_paused
 from harness.projections.spend import REPORT_DAYS
 from harness.rag import build_index
 from harness.store import SqlEventStore, open_store
+from harness.store.writer import WRITER_NAME
 from tests.api_support import TOKEN, serving, settings_for
 from tests.commands import forked, write_config
 from tests.tick_support import Harness, calls
@@ -324,6 +329,36 @@ def test_spend_groups_by_level_model_and_day(api: Api, tmp_path: Path) -> None:
             "price_sources": [f"genai-prices@{version('genai-prices')}", "unpriced"],
         }
     ]
+
+
+@pytest.mark.parametrize("store_url", ["postgresql"], indirect=True)
+def test_a_request_answers_with_every_append_committed_before_it(api: Api, tmp_path: Path) -> None:
+    """An append still writing below them (another tick's) holds the seed's events back.
+
+    The request waits for it rather than answer without them; it ends once the request
+    is seen polling the readers' horizon (or has answered, when it does not wait).
+    """
+    dsn = api.store.engine.url.set(drivername="postgresql").render_as_string(hide_password=False)
+    polls: list[str] = []
+
+    def record(*args: Any) -> None:
+        if "tickwork_events_horizon" in args[2]:
+            polls.append(args[2])
+
+    with psycopg.connect(dsn, application_name=WRITER_NAME) as writer:
+        writer.execute("SELECT pg_current_xact_id()")
+        seed(api.store, tmp_path / "results")
+        sa.event.listen(api.store.engine, "before_cursor_execute", record)
+        with ThreadPoolExecutor(1) as pool:
+            answer = pool.submit(api.http.get, "/spend", params={"by": "level"})
+            wait_until(lambda: answer.done() or len(polls) > 3, "the request to read or wait")
+            writer.rollback()
+            rows = answer.result().json()
+        sa.event.remove(api.store.engine, "before_cursor_execute", record)
+    assert {row["group"]["level"]: row["prompt_tokens"] for row in rows} == {
+        "min": 1200,
+        "hour": 7,
+    }
 
 
 def publish_digest(store: SqlEventStore, path: Path, text: str, name: str) -> None:

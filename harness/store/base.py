@@ -230,6 +230,15 @@ class EventStore(ABC):
         """
 
     @abstractmethod
+    def newest_position(self) -> int:
+        """The highest global position committed (0 for an empty store), settled or not.
+
+        On PostgreSQL it may lie above `last_position` while an append that took a lower
+        position is still writing: `wait_settled(newest_position())` waits for every
+        append committed before the call to become readable.
+        """
+
+    @abstractmethod
     def lookback(self, count: int) -> int:
         """The position after which the last `count` events lie (0 if there are no more).
 

@@ -780,6 +780,13 @@ class SqlEventStore(EventStore):
         with self._one_statement() as conn:
             return _last_settled(conn)
 
+    def newest_position(self) -> int:
+        """MAX of the primary key, the writers' horizon ignored: one index lookup."""
+        with self._one_statement() as conn:
+            return int(
+                conn.exec_driver_sql("SELECT MAX(global_position) FROM events").scalar() or 0
+            )
+
     def lookback(self, count: int) -> int:
         """SQLite: arithmetic, checked by a count. PostgreSQL: an index walk.
 

@@ -106,7 +106,7 @@ def bare_start(kind: AgentKind, payload: TickPayload, fake: FakeUpstream) -> tup
         before, started = children_cpu(), time.monotonic()
         answer = subprocess.run(
             cli.argv(),
-            stdin=subprocess.DEVNULL,
+            input=payload.prompt.encode(),  # as the frame hands it: on stdin
             capture_output=True,
             cwd=workdir,
             env=env,

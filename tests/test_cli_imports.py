@@ -94,6 +94,8 @@ def test_status_answered_by_a_running_service_loads_no_store_and_prints_the_same
         watched = ("sqlalchemy", "pydantic_settings", "harness.store", "harness.contracts.events")
         answered, modules = printed(tmp_path, watched, "status")
         assert modules == [], "the service answered: nothing of the store's read was loaded"
+        verbose, _ = printed(tmp_path, watched, "status", "--verbose")
+        assert "projection ticks" in verbose and "projection " not in answered, "internals"
         file.write_text(broken)  # the service reads the file as it is now, as the command would
         despite = subprocess.run([TICKWORK, "status"], cwd=tmp_path, capture_output=True, text=True)
     finally:

@@ -18,8 +18,9 @@ import threading
 from collections.abc import Callable
 from datetime import datetime
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
+import typer
 from rich.table import Table
 
 from harness.cli.app import (
@@ -45,13 +46,18 @@ Block = list[Any]
 table), `["line", text]`, `["grid", headers, rows]` (`print_rows`), `["table", headers,
 rows]` (a Rich table) or `["json", data]` (`--json`)."""
 
-BLOCKS_VERSION = 1
+BLOCKS_VERSION = 2
 """Of what a block holds: a service started before an upgrade declines a command whose
 blocks differ from its own, and the command reads the store itself."""
 
 
 @app.command()
-def status(as_json: JsonOption = False) -> None:
+def status(
+    as_json: JsonOption = False,
+    verbose: Annotated[
+        bool, typer.Option("--verbose", "-v", help="Each read model's checkpoint and lag too.")
+    ] = False,
+) -> None:
     """The store, levels, ticks in flight and today's spend at a glance.
 
     `--json` is the body of the API's `GET /status`, with the store's own lines added.
@@ -60,7 +66,7 @@ def status(as_json: JsonOption = False) -> None:
     from harness.local_socket import ask
 
     path = config_file()
-    question = {"json": as_json, "blocks": BLOCKS_VERSION, "config": str(path)}
+    question = {"json": as_json, "verbose": verbose, "blocks": BLOCKS_VERSION, "config": str(path)}
     answer = ask(service_socket(path), question)
     if isinstance(answer, dict) and "error" in answer:
         raise fail(str(answer["error"]), code=int(answer.get("code", 1)))
@@ -70,7 +76,7 @@ def status(as_json: JsonOption = False) -> None:
     config = settings(needed=True)
     store = store_for(config)
     try:
-        print_blocks(status_blocks(config, store, as_json))
+        print_blocks(status_blocks(config, store, as_json, verbose))
     finally:
         store.close()
 
@@ -92,8 +98,13 @@ def print_blocks(blocks: list[Block]) -> None:
             out.print(table)
 
 
-def status_blocks(config: Settings, store: SqlEventStore, as_json: bool) -> list[Block]:
-    """What `tickwork status` prints, read at one moment, as plain data."""
+def status_blocks(
+    config: Settings, store: SqlEventStore, as_json: bool, verbose: bool = False
+) -> list[Block]:
+    """What `tickwork status` prints, read at one moment, as plain data.
+
+    The read models' checkpoints and lags are tickwork's internals: `--verbose` shows them.
+    """
     from harness.scheduling import last_reload, levels_revision, refresh, reload_lines, snapshot
     from harness.store import Spool, current_revision, safe_url
 
@@ -124,6 +135,7 @@ def status_blocks(config: Settings, store: SqlEventStore, as_json: bool) -> list
         *(
             [f"projection {name}", f"at {status_now.checkpoints[name]}, lag {lag}"]
             for name, lag in status_now.projection_lag.items()
+            if verbose
         ),
         ["spool", f"{Spool(config.paths.spool).pending()} pending"],
         *([name, value] for name, value in reload_lines(config, store)),
@@ -259,14 +271,15 @@ def status_answers(
         asked = Path(str(request.get("config")))
         if asked.resolve() != config_path.resolve():
             return None
-        as_json = request.get("json") is True
+        as_json, verbose = request.get("json") is True, request.get("verbose") is True
         try:
             config = checked_settings(asked)  # its errors name the file as the asker does
         except ConfigError as exc:
-            return {"blocks": _on_a_bad_file(status_blocks(served, store, as_json), exc)}
+            blocks = status_blocks(served, store, as_json, verbose)
+            return {"blocks": _on_a_bad_file(blocks, exc)}
         if config.store.url != served.store.url:
             return None
-        return {"blocks": status_blocks(config, store, as_json)}
+        return {"blocks": status_blocks(config, store, as_json, verbose)}
 
     def run(stopping: threading.Event) -> None:
         try:

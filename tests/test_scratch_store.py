@@ -6,12 +6,13 @@ import os
 import stat
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
 
 from harness.store import HEAD_REVISION, current_revision, open_store, scratch_sqlite
-from harness.store.scratch import PREFIX, cache_folder
+from harness.store.scratch import PREFIX, STALE_SECONDS, cache_folder
 
 
 @pytest.fixture
@@ -46,13 +47,19 @@ def test_the_second_store_is_copied_without_alembic(cache: Path, tmp_path: Path)
     assert (tmp_path / "second" / "events.db").stat().st_size > 0
 
 
-def test_an_older_schemas_copy_leaves_when_this_ones_is_made(cache: Path, tmp_path: Path) -> None:
+def test_a_stale_schemas_copy_leaves_when_this_ones_is_made_and_one_in_use_stays(
+    cache: Path, tmp_path: Path
+) -> None:
     cache.mkdir(parents=True)
     older = cache / f"{PREFIX}0001-0123456789abcdef.db"
-    older.write_bytes(b"an older schema")
+    older.write_bytes(b"an older schema, unused for two days")
+    two_days_ago = time.time() - 2 * STALE_SECONDS
+    os.utime(older, (two_days_ago, two_days_ago))
+    other = cache / f"{PREFIX}0002-fedcba9876543210.db"
+    other.write_bytes(b"another checkout's schema, in use now")
     scratch_sqlite(tmp_path / "store")
-    assert not older.exists()
-    assert len(list(cache.glob(f"{PREFIX}*.db"))) == 1
+    assert not older.exists() and other.exists()
+    assert len(list(cache.glob(f"{PREFIX}*.db"))) == 2
 
 
 def test_a_cache_that_cannot_be_written_means_migrating_in_place(

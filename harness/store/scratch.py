@@ -6,7 +6,9 @@ file deleted seconds later. Migrating a new file imports Alembic and runs every 
 restart, each code change). One store migrated per schema (its revision and its
 migrations' text) is kept in the user's cache folder and copied (milliseconds); a cache
 that cannot be written means migrating in place, as before. Writing a new schema's copy
-removes the older ones, so the folder holds one file.
+removes the copies no process has used for a day (`STALE_SECONDS`): another checkout on
+another schema, whose copy is in use, keeps it (removing it under a process about to copy
+it failed that process's store).
 """
 
 from __future__ import annotations
@@ -16,6 +18,7 @@ import functools
 import hashlib
 import os
 import shutil
+import time
 from pathlib import Path
 
 from harness.files import make_private_folder, open_private
@@ -24,6 +27,8 @@ from harness.store.opening import open_store
 from harness.store.schema import HEAD_REVISION
 
 PREFIX = "empty-store-"
+STALE_SECONDS = 86_400
+"""A copy unused this long (its modification time, renewed on each use) may be removed."""
 
 
 def cache_folder() -> Path:
@@ -49,6 +54,8 @@ def migrated_copy(folder: Path) -> Path | None:
     """The cached, migrated, empty store of this schema, made now if missing (None: no cache)."""
     template = folder / f"{PREFIX}{schema_key()}.db"
     if template.exists():
+        with contextlib.suppress(OSError):
+            os.utime(template)  # in use: not stale for another schema's maker
         return template
     try:
         make_private_folder(folder)
@@ -58,9 +65,10 @@ def migrated_copy(folder: Path) -> Path | None:
         os.replace(partial, template)  # concurrent makers each put a whole file there
     except OSError:
         return None
+    stale = time.time() - STALE_SECONDS
     for older in folder.glob(f"{PREFIX}*.db"):
-        if older != template:
-            with contextlib.suppress(OSError):
+        with contextlib.suppress(OSError):
+            if older != template and older.stat().st_mtime < stale:
                 older.unlink()
     return template
 

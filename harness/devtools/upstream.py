@@ -90,7 +90,7 @@ def upstream_for_ticks(
             )
         yield TickUpstream(dict(os.environ), None)
         return
-    shared = None if store is None else _service_fake(store)
+    shared = None if store is None else service_fake(store)
     if shared is not None:
         warn(f"no OPENAI_BASE_URL set: ticks talk to the running service's fake at {shared}")
         yield TickUpstream(_fake_env(shared), shared)
@@ -111,7 +111,7 @@ def env_for_ticks(
         yield upstream.env
 
 
-def _service_fake(store: EventStore) -> str | None:
+def service_fake(store: EventStore) -> str | None:
     """The fake upstream a live scheduler on this host serves, if one answers."""
     try:
         found = beats(store)

@@ -6,7 +6,8 @@ every wire protocol whose own base URL variable is unset (`ANTHROPIC_BASE_URL`,
 `OLLAMA_HOST`) talks to the fake too, which speaks all four: no tick of a try goes to a
 provider's real host. Ticks started by hand and the ticks of a `tickwork worker` on the
 host of a live `tickwork run` use that service's fake (its heartbeat names it), so a
-scripted answer (`POST /_script`) reaches them too. The fake upstream (FastAPI, uvicorn) is imported only when it is needed.
+scripted answer (`POST /_script`) reaches them too. The fake upstream (FastAPI,
+uvicorn) is imported only when it is needed.
 """
 
 from __future__ import annotations

@@ -1,12 +1,12 @@
 """What other processes did on this store, told in the service's log as it is recorded.
 
 A tick started by hand (`tickwork tick`, the dashboard's buttons) runs in a process of
-its own, a tick of the procrastinate executor in a `tickwork worker`, and a pause, resume, cancel, backfill or budget action is recorded by whichever
-process decided it (a tick's runner that paused its level, the CLI, the API, a replica's
-budget watch): the service that an operator watches saw none of them. This follows the
-log's terminal and state events and prints the line of each manual or worker's tick
-that ended, as the executor prints the service's own, and of each state change
-(`state_lines`).
+its own, a tick of the procrastinate executor in a `tickwork worker`, and a pause,
+resume, cancel, backfill or budget action is recorded by whichever process decided it
+(a tick's runner that paused its level, the CLI, the API, a replica's budget watch): the
+service that an operator watches saw none of them. This follows the log's terminal and
+state events and prints the line of each manual or worker's tick that ended, as the
+executor prints the service's own, and of each state change (`state_lines`).
 """
 
 from __future__ import annotations
@@ -43,7 +43,7 @@ class LogFeed:
         self.after = store.last_position()
 
     def poll(self) -> None:
-        """Report the manual and workers' ticks that ended and the state changes since the last poll.
+        """Report the manual and workers' ticks that ended and the state changes since.
 
         Each poll reads the log past its last look and no further back, so its cost is
         what happened since (a range of the primary key), however long the history.

@@ -160,6 +160,35 @@ def test_ticks_filter_by_level_status_and_since_and_show_one_with_its_result(
     assert missing.status_code == 404 and "no-such-tick" in missing.json()["detail"]
 
 
+def test_a_tick_run_by_hand_is_marked_in_every_tick_list(api: Api, tmp_path: Path) -> None:
+    t0 = datetime.now(UTC) - HOUR
+    for tick_id, manual in (("min-by-hand", True), ("min-slot", False)):
+        ids = {"tick_id": tick_id, "level": "min"}
+        record(
+            api.store,
+            TickScheduled(**ids, manual=manual, occurred_at=t0),
+            TickStarted(**ids, pid=1, host="h", occurred_at=t0),
+            TickCompleted(**ids, occurred_at=t0 + timedelta(seconds=1)),
+        )
+        t0 += timedelta(seconds=2)
+    listed = api.http.get("/ticks", params={"level": "min"}).json()
+    assert {t["tick_id"]: t["manual"] for t in listed} == {"min-by-hand": True, "min-slot": False}
+    table = api.http.get("/dashboard/ticks").text
+    rows = {
+        tick_id: next(row for row in table.split("<tr") if f'/ui/ticks/{tick_id}"' in row)
+        for tick_id in ("min-by-hand", "min-slot")
+    }
+    assert '<span class="by-hand">by hand</span>' in rows["min-by-hand"], table
+    assert "by hand" not in rows["min-slot"], table
+
+    config = write_config(tmp_path, "", store_url=api.settings.store.url)
+    shown = forked(tmp_path, "ticks", env={"TICKWORK_CONFIG": str(config)})
+    assert shown.returncode == 0, shown.stderr
+    printed = {line.split()[0]: line.split()[1:4] for line in shown.stdout.splitlines()[1:]}
+    assert printed["min-by-hand"][:3] == ["completed", "(by", "hand)"], shown.stdout
+    assert printed["min-slot"][0] == "completed" and "hand)" not in printed["min-slot"]
+
+
 def test_a_retried_tick_shows_its_attempts_and_took_covers_them_all(
     api: Api, tmp_path: Path
 ) -> None:

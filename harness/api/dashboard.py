@@ -75,6 +75,10 @@ def panels(reads: Reads, chart: ChartUnit = "tokens") -> str:
     )
 
 
+BY_HAND = ' <span class="by-hand">by hand</span>'
+"""A tick started by hand, marked in the list as the service log marks it."""
+
+
 def tick_href(tick_id: str) -> str:
     """The dashboard's page of a tick."""
     return f"/ui/ticks/{quote(tick_id, safe='')}"
@@ -91,7 +95,8 @@ def tick_table(ticks: list[Tick], prices: PriceBook) -> str:
     rows = [
         f'<tr class="s-row-{escape(tick.status)}"><td>{_tick_link(tick.tick_id)}</td>'
         f"<td>{escape(tick.level)}</td>"
-        f'<td><span class="mark s-{escape(tick.status)}"></span> {escape(tick.status)}</td>'
+        f'<td><span class="mark s-{escape(tick.status)}"></span> {escape(tick.status)}'
+        f"{BY_HAND if tick.manual else ''}</td>"
         f"<td>{_time(tick.scheduled_at)}</td><td>{_took(tick)}</td>"
         f"<td>{tick.attempts or ''}</td>"
         f"<td>{escape(tick.model or '')}</td>"

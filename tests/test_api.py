@@ -39,6 +39,7 @@ from harness.contracts.events import (
     TickCancelled,
     TickCompleted,
     TickEvent,
+    TickFailed,
     TickScheduled,
     TickStarted,
     level_stream,
@@ -47,7 +48,7 @@ from harness.contracts.events import (
 from harness.contracts.result import TickResult, write_result
 from harness.devtools.fake_llm import FakeUpstream, Step, fake_upstream
 from harness.execution.manual import ManualTicks
-from harness.prices import PriceBook
+from harness.prices import PriceBook, format_usd
 from harness.projections import tick_line
 from harness.projections.levels import cancel_scopes, level_paused
 from harness.projections.spend import REPORT_DAYS
@@ -158,6 +159,32 @@ def test_ticks_filter_by_level_status_and_since_and_show_one_with_its_result(
     assert detail["result"]["text"] == "Pager is quiet."
     missing = api.http.get("/ticks/no-such-tick")
     assert missing.status_code == 404 and "no-such-tick" in missing.json()["detail"]
+
+
+def test_the_health_rows_success_and_usd_per_tick_count_the_same_ticks(api: Api) -> None:
+    """Of today's ticks two completed, one failed, one was cancelled and one still runs.
+
+    Both cells count the three that ran to an end; the cost per tick is the level's spend
+    today over them.
+    """
+    mine = {"level": "min"}
+    ends: dict[str, TickEvent | None] = {
+        "min-a": TickCompleted(tick_id="min-a", **mine),
+        "min-b": TickCompleted(tick_id="min-b", **mine),
+        "min-c": TickFailed(tick_id="min-c", reason="boom", **mine),
+        "min-d": TickCancelled(tick_id="min-d", **mine),
+        "min-e": None,
+    }
+    for tick_id, end in ends.items():
+        events = started_with_spend(tick_id, "min", "gpt-4o-mini", (1000, 100))
+        record(api.store, *events, *([end] if end else []))
+    levels = {level["name"]: level for level in api.http.get("/status").json()["levels"]}
+    spent_today = levels["min"]["cost_today_usd"]
+    assert spent_today == pytest.approx(5 * (1000 * 0.15 + 100 * 0.6) / 1e6)
+    panels = api.http.get("/dashboard/panels").text
+    health = panels.split('id="health"')[1].split('<tr data-level="min">')[1].split("</tr>")[0]
+    assert '<td class="success">67% of 3</td>' in health, health
+    assert f'<td class="per-tick">${format_usd(spent_today / 3)}</td>' in health, health
 
 
 def test_a_tick_run_by_hand_is_marked_in_every_tick_list(api: Api, tmp_path: Path) -> None:

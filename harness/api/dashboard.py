@@ -221,7 +221,11 @@ def _seconds(value: float | None, any_ended: bool) -> str:
 
 
 def _health(stats: list[LevelStats], status: Snapshot) -> str:
-    """Per level: last outcome, success rate, failure streak, run times, cost per tick."""
+    """Per level: last outcome, success rate, failure streak, run times, cost per tick.
+
+    The success rate and the cost per tick are over the same ticks (`LevelStats.ran_today`),
+    the cost per tick being today's spend of the level over them.
+    """
     cost_today = {level.name: level.cost_today_usd for level in status.levels}
     rows = []
     for each in stats:
@@ -231,8 +235,7 @@ def _health(stats: list[LevelStats], status: Snapshot) -> str:
             if each.last_tick_id and each.last_status
             else '<span class="empty">none yet</span>'
         )
-        rate = each.success_rate
-        ran = each.completed_day + each.failed_day
+        rate, ran = each.success_rate, each.ran_today
         success = "" if rate is None else f"{rate:.0%} of {ran}"
         streak = (
             f'<span class="error">{each.failure_streak} failed in a row</span>'
@@ -241,21 +244,23 @@ def _health(stats: list[LevelStats], status: Snapshot) -> str:
         )
         cost = cost_today.get(each.level)
         per_tick = (
-            f"${format_usd(cost / each.ended_today)}"
-            if each.ended_today and cost is not None
-            else ("unpriced" if each.ended_today else "")
+            f"${format_usd(cost / ran)}"
+            if ran and cost is not None
+            else ("unpriced" if ran else "")
         )
         any_ended = each.p50_seconds is not None or each.last_status is not None
         rows.append(
             f'<tr data-level="{escape(each.level)}"><td>{escape(each.level)}</td>'
-            f'<td class="last">{last}</td><td>{success}</td><td class="streak">{streak}</td>'
+            f'<td class="last">{last}</td><td class="success">{success}</td>'
+            f'<td class="streak">{streak}</td>'
             f"<td>{_seconds(each.p50_seconds, any_ended)}</td>"
-            f"<td>{_seconds(each.p95_seconds, any_ended)}</td><td>{per_tick}</td></tr>"
+            f"<td>{_seconds(each.p95_seconds, any_ended)}</td>"
+            f'<td class="per-tick">{per_tick}</td></tr>'
         )
     headers = (
         "level",
         "last outcome",
-        "success (24 h)",
+        "success today",
         "failure streak",
         "p50 run time",
         "p95 run time",

@@ -9,6 +9,7 @@ from concurrent.futures import ThreadPoolExecutor
 from contextlib import nullcontext
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
+from html import escape
 from importlib.metadata import version
 from pathlib import Path
 from typing import Any
@@ -53,7 +54,7 @@ from harness.projections import tick_line
 from harness.projections.levels import cancel_scopes, level_paused
 from harness.projections.spend import REPORT_DAYS
 from harness.rag import build_index
-from harness.store import SqlEventStore, open_store
+from harness.store import Heartbeat, SqlEventStore, open_store
 from harness.store.writer import WRITER_NAME
 from tests.api_support import TOKEN, serving, settings_for
 from tests.commands import forked, write_config
@@ -185,6 +186,28 @@ def test_the_health_rows_success_and_usd_per_tick_count_the_same_ticks(api: Api)
     health = panels.split('id="health"')[1].split('<tr data-level="min">')[1].split("</tr>")[0]
     assert '<td class="success">67% of 3</td>' in health, health
     assert f'<td class="per-tick">${format_usd(spent_today / 3)}</td>' in health, health
+
+
+def test_the_levels_table_says_where_each_levels_calls_go_and_when_the_fake_answers(
+    api: Api,
+) -> None:
+    """Told by the scheduler's heartbeat, as its banner says it (`tickwork run` beats it)."""
+    fake = "http://127.0.0.1:9/v1"
+    wires = {"openai-chat": f"tickwork's fake at {fake} (script its answers: POST …/_script)"}
+    beating = Heartbeat(api.store, "scheduler", fake, wires)
+    beating.beat()
+    panels = api.http.get("/dashboard/panels").text
+    levels = panels.split('id="levels"')[1].split("</section>")[0]
+    assert (
+        '<p class="fake">Ticks go to tickwork\'s fake upstream at http://127.0.0.1:9/v1' in levels
+    )
+    assert "POST http://127.0.0.1:9/_script</p>" in levels, levels
+    assert "<th>upstream</th>" in levels
+    assert f"<td>openai-chat: {escape(wires['openai-chat'])}</td>" in levels, levels
+    beating.stop()
+    levels = api.http.get("/dashboard/panels").text.split('id="levels"')[1]
+    assert 'class="fake"' not in levels.split("</section>")[0]
+    assert "openai-chat: as the scheduler&#x27;s environment says (none runs)" in levels
 
 
 def test_a_tick_run_by_hand_is_marked_in_every_tick_list(api: Api, tmp_path: Path) -> None:

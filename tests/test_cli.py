@@ -12,7 +12,7 @@ import pytest
 
 from harness.contracts.events import BudgetSpent, TickStarted
 from harness.execution.prepare import template_hash
-from harness.store import HEAD_REVISION, NewEvent, Spool, open_store
+from harness.store import HEAD_REVISION, NewEvent, Spool, beats, open_store
 from tests.commands import TICKWORK, Output, environment, forked, forked_each, run, run_each
 from tests.waiting import wait_until
 
@@ -211,6 +211,13 @@ def test_run_says_what_runs_where_and_shares_its_fake_with_a_tick_by_hand(tmp_pa
             .split()[0]
         )
         assert "POST " in service.wait_for("  upstream") and service.wait_for("  store     sqlite")
+        told = service.wait_for("  upstream  openai-chat: ").split("openai-chat: ", 1)[1].strip()
+        store = open_store(f"sqlite:///{tmp_path}/.tickwork/events.db")
+        try:
+            (beat,) = [b for b in beats(store) if b.role == "scheduler"]
+        finally:
+            store.close()
+        assert beat.wires["openai-chat"] == told, "the dashboard's word is the banner's"
         by_hand = forked(tmp_path, "tick", "hour", unset=("OPENAI_BASE_URL",))
         assert by_hand.returncode == 0, by_hand.stderr
         assert f"the running service's fake at {fake}" in by_hand.stderr, "one fake for both"

@@ -18,6 +18,8 @@ from harness.api.html_parts import section as _section
 from harness.api.html_parts import table as _table
 from harness.api.models import Digest, Tick
 from harness.api.reads import Reads
+from harness.api.upstream_cells import fake_notice, level_upstreams, scheduler_of
+from harness.config import Settings
 from harness.contracts import LevelPaused
 from harness.prices import PriceBook, format_usd, tick_cost
 from harness.projections import DURATION_BUCKETS, STATUSES, UNKNOWN, LevelStats, SpendRow, TickMark
@@ -57,7 +59,7 @@ def panels(reads: Reads, chart: ChartUnit = "tokens") -> str:
     return "\n".join(
         (
             _liveness(status),
-            _overview(status),
+            _overview(status, reads.settings),
             _health(reads.level_stats(status.taken_at), status),
             _in_flight(status),
             _workers(reads, status.taken_at),
@@ -166,9 +168,12 @@ def _liveness(status: Snapshot) -> str:
     return _section("Running", f'<p class="none error">{escape(warning)}</p>{table}', "liveness")
 
 
-def _overview(status: Snapshot) -> str:
+def _overview(status: Snapshot, settings: Settings) -> str:
+    """Each level: schedule, state, spend against budget, where its calls go; its buttons."""
     lag = ", ".join(f"{name} {behind}" for name, behind in status.projection_lag.items())
-    firing = any(beat.role == "scheduler" for beat in status.live)
+    scheduler = scheduler_of(status.live)
+    firing = scheduler is not None
+    upstreams = level_upstreams(settings, scheduler)
     rows = []
     for level in status.levels:
         state = "paused" if level.paused else "active" if firing else "not firing: no scheduler"
@@ -180,6 +185,7 @@ def _overview(status: Snapshot) -> str:
             _time(level.next_slot),
             state,
             *level.against_budget(),
+            upstreams.get(level.name, ""),
         )
         name = escape(level.name)
         switch = (
@@ -198,6 +204,7 @@ def _overview(status: Snapshot) -> str:
         "Levels",
         f'<p class="meta">store at {status.store_position}, projection lag: {escape(lag)}; '
         f"updated {_time(status.taken_at)} UTC</p>"
+        + fake_notice(scheduler)
         + _table(
             (
                 "level",
@@ -206,6 +213,7 @@ def _overview(status: Snapshot) -> str:
                 "state",
                 "tokens today / budget",
                 "USD today / budget",
+                "upstream",
                 "",
             ),
             rows,

@@ -15,7 +15,6 @@ import urllib.request
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from typing import TYPE_CHECKING
 from urllib.parse import urlsplit
 
 from harness.config import Settings
@@ -27,9 +26,6 @@ from harness.contracts import (
     Api,
 )
 from harness.store import SqlEventStore
-
-if TYPE_CHECKING:
-    from harness.routing import Lane
 
 CONNECT_SECONDS = 3.0
 """How long an upstream or the serve port gets to accept a connection."""
@@ -136,7 +132,7 @@ def _level_upstreams(config: Settings, env: Mapping[str, str]) -> Iterator[tuple
             )
             yield name, Upstream(level.api, url, None if url is None else API_KEY_ENV_OF[level.api])
             continue
-        for target_id in _lane_targets(lane):
+        for target_id in lane.targets():
             target = catalog.targets[target_id]
             url = target.base_url or env.get(target.base_url_env or "")
             unset = None if url else f"its base_url_env {target.base_url_env} is not set"
@@ -236,12 +232,5 @@ def _agents_used(config: Settings) -> set[str]:
     if config.routing.catalog is not None:
         catalog = load_catalog(config.routing.catalog)
         lanes = catalog.lanes.values()
-        used |= {catalog.targets[t].agent for lane in lanes for t in _lane_targets(lane)}
+        used |= {catalog.targets[t].agent for lane in lanes for t in lane.targets()}
     return used & set(AGENT_CLIS)
-
-
-def _lane_targets(lane: Lane) -> list[str]:
-    """The targets a lane may route to, in any of its windows, each once."""
-    windows = (lane.time_windows or {}).values()
-    found = [*(lane.candidates or ()), *(t for window in windows for t in window.candidates)]
-    return list(dict.fromkeys(found))

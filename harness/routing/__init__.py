@@ -18,7 +18,7 @@ from harness import fronts
 
 if typing.TYPE_CHECKING:
     from harness.routing.availability import recently_down, vouched_for
-    from harness.routing.catalog import Catalog, CatalogError, Lane, load_catalog, parse_catalog
+    from harness.routing.catalog import Catalog, CatalogError, load_catalog, parse_catalog
     from harness.routing.decisions import (
         CatalogSource,
         Escalation,

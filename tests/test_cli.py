@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 import signal
 import subprocess
 from pathlib import Path
@@ -192,6 +193,7 @@ def test_a_paused_tick_and_a_cancel_of_nothing_say_what_to_do(tmp_path: Path) ->
 
 
 def test_run_says_what_runs_where_and_shares_its_fake_with_a_tick_by_hand(tmp_path: Path) -> None:
+    """Its banner and a tick by hand's line read as the README's quickstart shows them."""
     assert forked(tmp_path, "init").returncode == 0
     own = {k: v for k, v in environment().items() if k != "OPENAI_BASE_URL"}
     service = Output(
@@ -227,6 +229,28 @@ def test_run_says_what_runs_where_and_shares_its_fake_with_a_tick_by_hand(tmp_pa
     finally:
         output = service.stop()
     assert "tickwork stopped" in output
+    shapes = {_shape(line, tmp_path) for line in output.splitlines()}
+    sample = [line for line in _readme_log_sample() if not re.match(r"[\d:]+ min-", line)]
+    assert len(sample) >= 10, "the README's quickstart shows the service's log"
+    for line in sample:
+        assert _shape(line, tmp_path) in shapes, (
+            f"the README shows a line it does not print: {line}"
+        )
+
+
+def _readme_log_sample() -> list[str]:
+    """The service's log as the README's quickstart shows it."""
+    text = (Path(__file__).parents[1] / "README.md").read_text()
+    after = text.split("then a line\nper tick (times UTC):\n\n```\n", 1)[1]
+    return after.split("```", 1)[0].splitlines()
+
+
+def _shape(line: str, home: Path) -> str:
+    """A log line with what differs from run to run made alike: numbers, host, home, ids."""
+    line = line.replace("/home/you/tickwork", str(home))
+    line = re.sub(r"-[0-9a-f]{8}\b", "-HEX", line)
+    line = re.sub(r"pid \d+ on \S+", "pid N on HOST", line)
+    return re.sub(r"\d+", "N", line)
 
 
 def test_tick_no_wait_returns_at_once_and_the_tick_completes(tmp_path: Path) -> None:

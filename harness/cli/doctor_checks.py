@@ -104,6 +104,8 @@ class Upstream:
     url: str | None
     """None: tickwork's fake (no OPENAI_BASE_URL set)."""
     key_env: str | None
+    named_by: str
+    """What names the endpoint, for the remedy: a variable, or the catalog's target."""
     missing: str | None = None
     """Why the endpoint is not known (a catalog's `base_url_env` unset)."""
 
@@ -115,7 +117,7 @@ def upstream_checks(
     users: dict[Upstream, list[str]] = {}
     for level, upstream in _level_upstreams(config, env):
         users.setdefault(upstream, []).append(level)
-    return [_upstream_check(upstream, levels, store) for upstream, levels in users.items()]
+    return [_upstream_check(upstream, levels, store, env) for upstream, levels in users.items()]
 
 
 def _level_upstreams(config: Settings, env: Mapping[str, str]) -> Iterator[tuple[str, Upstream]]:
@@ -127,20 +129,23 @@ def _level_upstreams(config: Settings, env: Mapping[str, str]) -> Iterator[tuple
     for name, level in config.levels.items():
         lane = None if catalog is None else catalog.lanes.get(name)
         if lane is None or catalog is None:
-            url = env.get(BASE_URL_ENV[level.api]) or (
-                None if fake else DEFAULT_BASE_URLS[level.api]
-            )
-            yield name, Upstream(level.api, url, None if url is None else API_KEY_ENV_OF[level.api])
+            variable = BASE_URL_ENV[level.api]
+            url = env.get(variable) or (None if fake else DEFAULT_BASE_URLS[level.api])
+            key = None if url is None else API_KEY_ENV_OF[level.api]
+            yield name, Upstream(level.api, url, key, variable)
             continue
         for target_id in lane.targets():
             target = catalog.targets[target_id]
             url = target.base_url or env.get(target.base_url_env or "")
             unset = None if url else f"its base_url_env {target.base_url_env} is not set"
             key = target.api_key_env or API_KEY_ENV_OF[target.api]
-            yield f"{name} ({target_id})", Upstream(target.api, url, key, unset)
+            named_by = target.base_url_env or f"the catalog's targets.{target_id}.base_url"
+            yield f"{name} ({target_id})", Upstream(target.api, url, key, named_by, unset)
 
 
-def _upstream_check(upstream: Upstream, levels: list[str], store: SqlEventStore | None) -> Check:
+def _upstream_check(
+    upstream: Upstream, levels: list[str], store: SqlEventStore | None, env: Mapping[str, str]
+) -> Check:
     name = f"upstream {upstream.api} of {', '.join(levels)}"
     if upstream.missing is not None:
         return Check(name, upstream.missing, "set it in the service's environment")
@@ -153,10 +158,10 @@ def _upstream_check(upstream: Upstream, levels: list[str], store: SqlEventStore 
         socket.create_connection((where.hostname, port), timeout=CONNECT_SECONDS).close()
     except OSError as exc:
         found = f"{endpoint} does not answer ({exc.strerror or exc})"
-        return Check(name, found, f"start it, or point {BASE_URL_ENV[upstream.api]} elsewhere")
+        return Check(name, found, f"start it, or point {upstream.named_by} elsewhere")
     if upstream.key_env is None:
         return Check(name, f"{endpoint} answers (it takes no key)")
-    if not os.environ.get(upstream.key_env):
+    if not env.get(upstream.key_env):
         found = f"{endpoint} answers, {upstream.key_env} is not set"
         return Check(name, found, f"set {upstream.key_env} in the environment of the service")
     return Check(name, f"{endpoint} answers, {upstream.key_env} is set")

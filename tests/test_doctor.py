@@ -16,12 +16,12 @@ from harness.store import beats, open_store
 from harness.store.engine import create_store_engine
 from harness.store.migrate import downgrade
 from tests.commands import (
-    TICKWORK,
+    ForkedCommand,
     Output,
     environment,
+    forked,
     forked_each,
     free_port,
-    serve,
     write_config,
 )
 from tests.store_support import migrated_sqlite
@@ -80,9 +80,13 @@ def test_doctor_names_each_failure_and_what_to_do(tmp_path: Path, fake: FakeUpst
             "OPENAI_API_KEY": KEY,
             "ANTHROPIC_BASE_URL": fake.origin,
         }
-        old, now = forked_each(
+        old, now, as_json = forked_each(
             tmp_path,
-            [["--config", str(stale), "doctor"], ["--config", str(broken), "doctor"]],
+            [
+                ["--config", str(stale), "doctor"],
+                ["--config", str(broken), "doctor"],
+                ["--config", str(broken), "doctor", "--json"],
+            ],
             env,
             unset=("ANTHROPIC_API_KEY",),
         )
@@ -114,7 +118,12 @@ def test_doctor_names_each_failure_and_what_to_do(tmp_path: Path, fake: FakeUpst
     assert port.startswith("FAIL taken by another program"), port
     assert "4 check(s) failed; what to do:" in now.stdout
     assert found["agent claude-code"].endswith("(no level uses it)")
-    assert KEY not in now.stdout + now.stderr
+    assert KEY not in now.stdout + now.stderr + as_json.stdout
+    answer = json.loads(as_json.stdout)
+    assert as_json.returncode == 1 and answer["ok"] is False
+    failed = {check["check"]: check["fix"] for check in answer["checks"] if not check["ok"]}
+    assert failed["scheduler"].startswith("start one: `tickwork run`"), failed
+    assert len(failed) == 4, failed
 
 
 def test_doctor_passes_with_a_scheduler_and_serve_running(
@@ -125,24 +134,22 @@ def test_doctor_passes_with_a_scheduler_and_serve_running(
     config = configured(tmp_path / "ok", port)
     own = environment(TICKWORK_CONFIG=str(config))
     own.pop("OPENAI_BASE_URL", None)
-    service = Output(
-        subprocess.Popen(
-            [TICKWORK, "run"], env=own, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
-        )
-    )
+    piped = {"stdout": subprocess.PIPE, "stderr": subprocess.STDOUT}
+    service = Output(ForkedCommand(config.parent, ["run"], own, **piped))
+    server = Output(ForkedCommand(config.parent, ["serve", "--port", str(port)], own, **piped))
     store = open_store(migrated_sqlite(tmp_path / "ok"))
     try:
         shared = service.wait_for("  upstream  openai-chat: tickwork's fake at ").split(" at ")[1]
         wait_until(lambda: [b for b in beats(store) if b.role == "scheduler"], "a heartbeat")
-        with serve(config.parent, env=own, port=port):
-            env = {"ANTHROPIC_BASE_URL": fake.origin, "ANTHROPIC_API_KEY": KEY}
-            text, as_json = forked_each(
-                config.parent,
-                [["doctor"], ["doctor", "--json"]],
-                {"TICKWORK_CONFIG": str(config), **env},
-                unset=("OPENAI_BASE_URL",),
-            )
+        server.wait_for("tickwork API and dashboard on ")
+        env = {
+            "TICKWORK_CONFIG": str(config),
+            "ANTHROPIC_BASE_URL": fake.origin,
+            "ANTHROPIC_API_KEY": KEY,
+        }
+        text = forked(config.parent, "doctor", env=env, unset=("OPENAI_BASE_URL",))
     finally:
+        server.stop()
         service.stop()
         store.close()
     assert text.returncode == 0, text.stdout + text.stderr
@@ -154,6 +161,4 @@ def test_doctor_passes_with_a_scheduler_and_serve_running(
     assert found["upstream anthropic of claude"].endswith("answers, ANTHROPIC_API_KEY is set")
     assert found[f"serve port 127.0.0.1:{port}"] == "ok taken by a `tickwork serve`, which answers"
     assert text.stdout.rstrip().endswith("all checks passed")
-    assert KEY not in text.stdout + as_json.stdout
-    answer = json.loads(as_json.stdout)
-    assert answer["ok"] is True and all(check["fix"] is None for check in answer["checks"])
+    assert KEY not in text.stdout

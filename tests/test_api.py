@@ -9,6 +9,7 @@ from concurrent.futures import ThreadPoolExecutor
 from contextlib import nullcontext
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
+from html import escape
 from importlib.metadata import version
 from pathlib import Path
 from typing import Any
@@ -39,6 +40,7 @@ from harness.contracts.events import (
     TickCancelled,
     TickCompleted,
     TickEvent,
+    TickFailed,
     TickScheduled,
     TickStarted,
     level_stream,
@@ -47,12 +49,12 @@ from harness.contracts.events import (
 from harness.contracts.result import TickResult, write_result
 from harness.devtools.fake_llm import FakeUpstream, Step, fake_upstream
 from harness.execution.manual import ManualTicks
-from harness.prices import PriceBook
+from harness.prices import PriceBook, format_usd
 from harness.projections import tick_line
 from harness.projections.levels import cancel_scopes, level_paused
 from harness.projections.spend import REPORT_DAYS
 from harness.rag import build_index
-from harness.store import SqlEventStore, open_store
+from harness.store import Heartbeat, SqlEventStore, open_store
 from harness.store.writer import WRITER_NAME
 from tests.api_support import TOKEN, serving, settings_for
 from tests.commands import forked, write_config
@@ -158,6 +160,83 @@ def test_ticks_filter_by_level_status_and_since_and_show_one_with_its_result(
     assert detail["result"]["text"] == "Pager is quiet."
     missing = api.http.get("/ticks/no-such-tick")
     assert missing.status_code == 404 and "no-such-tick" in missing.json()["detail"]
+
+
+def test_the_health_rows_success_and_usd_per_tick_count_the_same_ticks(api: Api) -> None:
+    """Of today's ticks two completed, one failed, one was cancelled and one still runs.
+
+    Both cells count the three that ran to an end; the cost per tick is the level's spend
+    today over them.
+    """
+    mine = {"level": "min"}
+    ends: dict[str, TickEvent | None] = {
+        "min-a": TickCompleted(tick_id="min-a", **mine),
+        "min-b": TickCompleted(tick_id="min-b", **mine),
+        "min-c": TickFailed(tick_id="min-c", reason="boom", **mine),
+        "min-d": TickCancelled(tick_id="min-d", **mine),
+        "min-e": None,
+    }
+    for tick_id, end in ends.items():
+        events = started_with_spend(tick_id, "min", "gpt-4o-mini", (1000, 100))
+        record(api.store, *events, *([end] if end else []))
+    levels = {level["name"]: level for level in api.http.get("/status").json()["levels"]}
+    spent_today = levels["min"]["cost_today_usd"]
+    assert spent_today == pytest.approx(5 * (1000 * 0.15 + 100 * 0.6) / 1e6)
+    panels = api.http.get("/dashboard/panels").text
+    health = panels.split('id="health"')[1].split('<tr data-level="min">')[1].split("</tr>")[0]
+    assert '<td class="success">67% of 3</td>' in health, health
+    assert f'<td class="per-tick">${format_usd(spent_today / 3)}</td>' in health, health
+
+
+def test_the_levels_table_says_where_each_levels_calls_go_and_when_the_fake_answers(
+    api: Api,
+) -> None:
+    """Told by the scheduler's heartbeat, as its banner says it (`tickwork run` beats it)."""
+    fake = "http://127.0.0.1:9/v1"
+    wires = {"openai-chat": f"tickwork's fake at {fake} (script its answers: POST …/_script)"}
+    beating = Heartbeat(api.store, "scheduler", fake, wires)
+    beating.beat()
+    panels = api.http.get("/dashboard/panels").text
+    levels = panels.split('id="levels"')[1].split("</section>")[0]
+    assert (
+        '<p class="fake">Ticks go to tickwork\'s fake upstream at http://127.0.0.1:9/v1' in levels
+    )
+    assert "POST http://127.0.0.1:9/_script</p>" in levels, levels
+    assert "<th>upstream</th>" in levels
+    assert f"<td>openai-chat: {escape(wires['openai-chat'])}</td>" in levels, levels
+    beating.stop()
+    levels = api.http.get("/dashboard/panels").text.split('id="levels"')[1]
+    assert 'class="fake"' not in levels.split("</section>")[0]
+    assert "openai-chat: as the scheduler&#x27;s environment says (none runs)" in levels
+
+
+def test_a_tick_run_by_hand_is_marked_in_every_tick_list(api: Api, tmp_path: Path) -> None:
+    t0 = datetime.now(UTC) - HOUR
+    for tick_id, manual in (("min-by-hand", True), ("min-slot", False)):
+        ids = {"tick_id": tick_id, "level": "min"}
+        record(
+            api.store,
+            TickScheduled(**ids, manual=manual, occurred_at=t0),
+            TickStarted(**ids, pid=1, host="h", occurred_at=t0),
+            TickCompleted(**ids, occurred_at=t0 + timedelta(seconds=1)),
+        )
+        t0 += timedelta(seconds=2)
+    listed = api.http.get("/ticks", params={"level": "min"}).json()
+    assert {t["tick_id"]: t["manual"] for t in listed} == {"min-by-hand": True, "min-slot": False}
+    table = api.http.get("/dashboard/ticks").text
+    rows = {
+        tick_id: next(row for row in table.split("<tr") if f'/ui/ticks/{tick_id}"' in row)
+        for tick_id in ("min-by-hand", "min-slot")
+    }
+    assert '<span class="by-hand">by hand</span>' in rows["min-by-hand"], table
+    assert "by hand" not in rows["min-slot"], table
+
+    config = write_config(tmp_path, "", store_url=api.settings.store.url)
+    shown = forked(tmp_path, "ticks", env={"TICKWORK_CONFIG": str(config)})
+    assert shown.returncode == 0, shown.stderr
+    printed = {line.split()[0]: line.split()[1:4] for line in shown.stdout.splitlines()[1:]}
+    assert printed["min-by-hand"][:3] == ["completed", "(by", "hand)"], shown.stdout
+    assert printed["min-slot"][0] == "completed" and "hand)" not in printed["min-slot"]
 
 
 def test_a_retried_tick_shows_its_attempts_and_took_covers_them_all(

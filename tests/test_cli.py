@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 import signal
 import subprocess
 from pathlib import Path
@@ -12,7 +13,7 @@ import pytest
 
 from harness.contracts.events import BudgetSpent, TickStarted
 from harness.execution.prepare import template_hash
-from harness.store import HEAD_REVISION, NewEvent, Spool, open_store
+from harness.store import HEAD_REVISION, NewEvent, Spool, beats, open_store
 from tests.commands import TICKWORK, Output, environment, forked, forked_each, run, run_each
 from tests.waiting import wait_until
 
@@ -192,6 +193,7 @@ def test_a_paused_tick_and_a_cancel_of_nothing_say_what_to_do(tmp_path: Path) ->
 
 
 def test_run_says_what_runs_where_and_shares_its_fake_with_a_tick_by_hand(tmp_path: Path) -> None:
+    """Its banner and a tick by hand's line read as the README's quickstart shows them."""
     assert forked(tmp_path, "init").returncode == 0
     own = {k: v for k, v in environment().items() if k != "OPENAI_BASE_URL"}
     service = Output(
@@ -211,6 +213,13 @@ def test_run_says_what_runs_where_and_shares_its_fake_with_a_tick_by_hand(tmp_pa
             .split()[0]
         )
         assert "POST " in service.wait_for("  upstream") and service.wait_for("  store     sqlite")
+        told = service.wait_for("  upstream  openai-chat: ").split("openai-chat: ", 1)[1].strip()
+        store = open_store(f"sqlite:///{tmp_path}/.tickwork/events.db")
+        try:
+            (beat,) = [b for b in beats(store) if b.role == "scheduler"]
+        finally:
+            store.close()
+        assert beat.wires["openai-chat"] == told, "the dashboard's word is the banner's"
         by_hand = forked(tmp_path, "tick", "hour", unset=("OPENAI_BASE_URL",))
         assert by_hand.returncode == 0, by_hand.stderr
         assert f"the running service's fake at {fake}" in by_hand.stderr, "one fake for both"
@@ -220,6 +229,28 @@ def test_run_says_what_runs_where_and_shares_its_fake_with_a_tick_by_hand(tmp_pa
     finally:
         output = service.stop()
     assert "tickwork stopped" in output
+    shapes = {_shape(line, tmp_path) for line in output.splitlines()}
+    sample = [line for line in _readme_log_sample() if not re.match(r"[\d:]+ min-", line)]
+    assert len(sample) >= 10, "the README's quickstart shows the service's log"
+    for line in sample:
+        assert _shape(line, tmp_path) in shapes, (
+            f"the README shows a line it does not print: {line}"
+        )
+
+
+def _readme_log_sample() -> list[str]:
+    """The service's log as the README's quickstart shows it."""
+    text = (Path(__file__).parents[1] / "README.md").read_text()
+    after = text.split("then a line\nper tick (times UTC):\n\n```\n", 1)[1]
+    return after.split("```", 1)[0].splitlines()
+
+
+def _shape(line: str, home: Path) -> str:
+    """A log line with what differs from run to run made alike: numbers, host, home, ids."""
+    line = line.replace("/home/you/tickwork", str(home))
+    line = re.sub(r"-[0-9a-f]{8}\b", "-HEX", line)
+    line = re.sub(r"pid \d+ on \S+", "pid N on HOST", line)
+    return re.sub(r"\d+", "N", line)
 
 
 def test_tick_no_wait_returns_at_once_and_the_tick_completes(tmp_path: Path) -> None:

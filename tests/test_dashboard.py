@@ -163,6 +163,8 @@ def test_a_new_operators_path_through_the_dashboard(tmp_path: Path, browser: Web
             assert browser.find_elements(By.CSS_SELECTOR, "#timeline .mark.s-completed")
             axis = browser.find_elements(By.CSS_SELECTOR, "#timeline .axis .tick-label")
             assert len(axis) == 5, "the timeline has a time axis"
+            assert "openai-chat: 127.0.0.1 (OPENAI_BASE_URL)" in seen(browser, "#levels")
+            assert not seen(browser, "#levels p.fake"), "its ticks go to a configured upstream"
             assert "completed" in seen(browser, "#health tr[data-level=busy] .last")
             assert "failed" in seen(browser, "#health tr[data-level=idle] .last")
             assert browser.find_elements(By.CSS_SELECTOR, "#paused button[data-resume=idle]")
@@ -230,6 +232,9 @@ def test_a_new_operators_path_through_the_dashboard(tmp_path: Path, browser: Web
             assert seen(browser, f"#list a[href='/ui/ticks/{tick_id}']")
             headers = [h.text for h in browser.find_elements(By.CSS_SELECTOR, "#list th")]
             assert {"took", "model", "USD"} <= set(headers), headers
+            row = "#list tr:has(a[href='/ui/ticks/{}']) .by-hand"
+            assert seen(browser, row.format(manual)) == "by hand", "started from the page"
+            assert not seen(browser, row.format(tick_id)), "the scheduler's tick"
             shot = shots / "ticks.png"
             assert browser.save_screenshot(str(shot))
             print(f"tick list screenshot: {shot}")

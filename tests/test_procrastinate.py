@@ -10,12 +10,14 @@ from __future__ import annotations
 import itertools
 import signal
 import socket
+import subprocess
 from collections import Counter
 from collections.abc import Iterator
 from contextlib import contextmanager
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
+import httpx
 import psutil
 import psycopg
 import pytest
@@ -57,7 +59,14 @@ from harness.store import (
     open_store,
     process_name,
 )
-from tests.commands import fake_server, forked_cli, write_config
+from tests.commands import (
+    ForkedCommand,
+    Output,
+    environment,
+    fake_server,
+    forked_cli,
+    write_config,
+)
 from tests.conftest import fresh_pg_database
 from tests.procrastinate_support import EXECUTOR, Ticks, configure, level, processes
 from tests.waiting import wait_until
@@ -295,6 +304,39 @@ def test_three_workers_run_every_claimed_slot_once_within_the_level_cap(tmp_path
         for (_, end), (start, _) in itertools.pairwise(spans):
             assert end <= start, "two ticks of the capped level ran at once"
         store.close()
+
+
+def test_a_worker_uses_the_schedulers_fake_and_the_scheduler_tells_the_ticks_it_ran(
+    tmp_path: Path,
+) -> None:
+    """One script reaches a worker's tick, and the scheduler's log tells that tick's end.
+
+    Without OPENAI_BASE_URL, the script is posted to the fake the scheduler's banner
+    names; the scheduler's line of the tick is the worker's own.
+    """
+    with fresh_pg_database() as url, fake_server([]) as fake:
+        config = configure(tmp_path, url, level("min", "2s"), fake)
+        env = environment(TICKWORK_CONFIG=str(config))
+        env.pop("OPENAI_BASE_URL", None)
+        piped = {"stdout": subprocess.PIPE, "stderr": subprocess.STDOUT}
+        service = Output(ForkedCommand(tmp_path, ["run"], env, **piped))
+        try:
+            shared = service.wait_for("  upstream  openai-chat: tickwork's fake at ")
+            shared = shared.split(" at ")[1].split()[0]
+            script = {"key": "default", "steps": [{"text": "One script for every host."}]}
+            httpx.post(f"{shared.removesuffix('/v1')}/_script", json=script).raise_for_status()
+            worker = Output(ForkedCommand(tmp_path, ["worker", "--concurrency", "1"], env, **piped))
+            try:
+                told = worker.wait_for("no OPENAI_BASE_URL set")
+                assert f"the running service's fake at {shared}" in told, told
+                ran = worker.wait_for('"One script for every host."')
+            finally:
+                worker.stop()
+            tick_id = ran.split()[1]
+            line = service.wait_for(f"{tick_id} completed: ")
+            assert line.split(maxsplit=1)[1] == ran.split(maxsplit=1)[1], (line, ran)
+        finally:
+            service.stop()
 
 
 def test_a_killed_workers_tick_ends_once_and_cancel_and_pause_reach_another_worker(

@@ -861,8 +861,10 @@ def test_level_stats_say_the_last_outcome_the_success_rate_and_run_times(
     store: SqlEventStore,
 ) -> None:
     now = datetime.now(UTC).replace(microsecond=0)
+    # Today's ticks (UTC), however soon after midnight the test runs.
+    first = max(now - timedelta(minutes=10), now.replace(hour=0, minute=0, second=0))
     for n, ended in enumerate(("completed", "completed", "completed", "failed")):
-        tick_id, at = f"min-{n}", now - timedelta(minutes=10 - n)
+        tick_id, at = f"min-{n}", first + timedelta(seconds=n)
         started = TickStarted(
             tick_id=tick_id, level="min", pid=1, host="h", occurred_at=at + timedelta(seconds=1)
         )
@@ -877,7 +879,7 @@ def test_level_stats_say_the_last_outcome_the_success_rate_and_run_times(
     projector_for(store, PriceBook()).catch_up()
     stats, idle = stats_of_levels(store, ["min", "hour"], now)
     assert (stats.last_tick_id, stats.last_status) == ("min-3", "failed")
-    assert (stats.completed_day, stats.failed_day, stats.success_rate) == (3, 1, 0.75)
+    assert (stats.completed_today, stats.failed_today, stats.success_rate) == (3, 1, 0.75)
     assert (stats.p50_seconds, stats.p95_seconds) == (5.0, 60.0), "from the histogram's bounds"
     assert idle.last_tick_id is None and idle.success_rate is None and idle.p50_seconds is None
 

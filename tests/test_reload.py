@@ -1,12 +1,14 @@
-"""Live edits: `tickwork run` takes tickwork.toml's levels anew on SIGHUP or a file change."""
+"""Live edits: `tickwork run` and `serve` take tickwork.toml's levels anew on SIGHUP or an edit."""
 
 from __future__ import annotations
 
 import signal
+import subprocess
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
+import httpx
 import pytest
 
 from harness.api.models import Event, TickDetail
@@ -46,7 +48,14 @@ from harness.scheduling.timetable import Timetable
 from harness.scheduling.triggers import level_trigger, slot_tick_id
 from harness.scheduling.waves import SlotClaim, claim_wave
 from harness.store import EventStore, SqlEventStore, StoredEvent, open_store
-from tests.commands import Output, forked_cli, start_service
+from tests.commands import (
+    ForkedCommand,
+    Output,
+    environment,
+    forked_cli,
+    free_port,
+    start_service,
+)
 from tests.tick_support import NAMED_UPSTREAM
 from tests.waiting import wait_until
 
@@ -383,6 +392,41 @@ def test_sighup_or_an_edit_reloads_a_running_service_and_an_invalid_file_is_refu
     assert f"{first[:12]} -> {second[:12]} added more" in shown, shown
     assert "this file's levels differ: SIGHUP reloads them" in shown, shown
     store.close()
+
+
+def test_serve_takes_an_edit_or_sighup_of_the_levels_as_run_does(tmp_path: Path) -> None:
+    """The API and the dashboard's levels follow the file; an invalid one is refused."""
+    config = write(tmp_path, EDIT_OLD, f"[api]\nport = {free_port()}")
+    port = load_settings(config).api.port
+    env = environment(TICKWORK_CONFIG=str(config))
+    piped = {"stdout": subprocess.PIPE, "stderr": subprocess.STDOUT}
+    server = Output(ForkedCommand(tmp_path, ["serve", "--port", str(port)], env, **piped))
+    url = f"http://127.0.0.1:{port}"
+
+    def levels() -> list[str]:
+        try:
+            return sorted(level["name"] for level in httpx.get(f"{url}/levels").json())
+        except httpx.TransportError:
+            return []
+
+    try:
+        assert wait_until(levels, "serve to answer") == ["edit", "gone"]
+        config.write_text(config.read_text().replace(EDIT_OLD, EDIT_NEW))  # an edit alone
+        line = server.wait_for(f"{config} reloaded: levels revision ")
+        assert line.rstrip().endswith("(added added; removed gone; changed edit)"), line
+        assert levels() == ["added", "edit"]
+        assert "added" in httpx.get(f"{url}/dashboard/panels").text
+        valid = config.read_text()
+        config.write_text(valid.replace('every = "1h"', 'every = "never"', 1))
+        server.process.send_signal(signal.SIGHUP)
+        server.wait_for(f"{config} rejected (")
+        assert levels() == ["added", "edit"], "a refused file changes nothing"
+        config.write_text(valid + EDIT_OLD.split("[levels.gone]")[1].join(["[levels.gone]", ""]))
+        server.process.send_signal(signal.SIGHUP)
+        server.wait_for("(added gone)")
+        assert levels() == ["added", "edit", "gone"]
+    finally:
+        server.stop()
 
 
 @pytest.mark.postgres

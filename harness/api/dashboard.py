@@ -18,6 +18,8 @@ from harness.api.html_parts import section as _section
 from harness.api.html_parts import table as _table
 from harness.api.models import Digest, Tick
 from harness.api.reads import Reads
+from harness.api.upstream_cells import fake_notice, level_upstreams, scheduler_of
+from harness.config import Settings
 from harness.contracts import LevelPaused
 from harness.prices import PriceBook, format_usd, tick_cost
 from harness.projections import DURATION_BUCKETS, STATUSES, UNKNOWN, LevelStats, SpendRow, TickMark
@@ -57,7 +59,7 @@ def panels(reads: Reads, chart: ChartUnit = "tokens") -> str:
     return "\n".join(
         (
             _liveness(status),
-            _overview(status),
+            _overview(status, reads.settings),
             _health(reads.level_stats(status.taken_at), status),
             _in_flight(status),
             _workers(reads, status.taken_at),
@@ -73,6 +75,10 @@ def panels(reads: Reads, chart: ChartUnit = "tokens") -> str:
             _digest(reads.latest_digest()),
         )
     )
+
+
+BY_HAND = ' <span class="by-hand">by hand</span>'
+"""A tick started by hand, marked in the list as the service log marks it."""
 
 
 def tick_href(tick_id: str) -> str:
@@ -91,7 +97,8 @@ def tick_table(ticks: list[Tick], prices: PriceBook) -> str:
     rows = [
         f'<tr class="s-row-{escape(tick.status)}"><td>{_tick_link(tick.tick_id)}</td>'
         f"<td>{escape(tick.level)}</td>"
-        f'<td><span class="mark s-{escape(tick.status)}"></span> {escape(tick.status)}</td>'
+        f'<td><span class="mark s-{escape(tick.status)}"></span> {escape(tick.status)}'
+        f"{BY_HAND if tick.manual else ''}</td>"
         f"<td>{_time(tick.scheduled_at)}</td><td>{_took(tick)}</td>"
         f"<td>{tick.attempts or ''}</td>"
         f"<td>{escape(tick.model or '')}</td>"
@@ -161,9 +168,12 @@ def _liveness(status: Snapshot) -> str:
     return _section("Running", f'<p class="none error">{escape(warning)}</p>{table}', "liveness")
 
 
-def _overview(status: Snapshot) -> str:
+def _overview(status: Snapshot, settings: Settings) -> str:
+    """Each level: schedule, state, spend against budget, where its calls go; its buttons."""
     lag = ", ".join(f"{name} {behind}" for name, behind in status.projection_lag.items())
-    firing = any(beat.role == "scheduler" for beat in status.live)
+    scheduler = scheduler_of(status.live)
+    firing = scheduler is not None
+    upstreams = level_upstreams(settings, scheduler)
     rows = []
     for level in status.levels:
         state = "paused" if level.paused else "active" if firing else "not firing: no scheduler"
@@ -175,6 +185,7 @@ def _overview(status: Snapshot) -> str:
             _time(level.next_slot),
             state,
             *level.against_budget(),
+            upstreams.get(level.name, ""),
         )
         name = escape(level.name)
         switch = (
@@ -193,6 +204,7 @@ def _overview(status: Snapshot) -> str:
         "Levels",
         f'<p class="meta">store at {status.store_position}, projection lag: {escape(lag)}; '
         f"updated {_time(status.taken_at)} UTC</p>"
+        + fake_notice(scheduler)
         + _table(
             (
                 "level",
@@ -201,6 +213,7 @@ def _overview(status: Snapshot) -> str:
                 "state",
                 "tokens today / budget",
                 "USD today / budget",
+                "upstream",
                 "",
             ),
             rows,
@@ -216,7 +229,11 @@ def _seconds(value: float | None, any_ended: bool) -> str:
 
 
 def _health(stats: list[LevelStats], status: Snapshot) -> str:
-    """Per level: last outcome, success rate, failure streak, run times, cost per tick."""
+    """Per level: last outcome, success rate, failure streak, run times, cost per tick.
+
+    The success rate and the cost per tick are over the same ticks (`LevelStats.ran_today`),
+    the cost per tick being today's spend of the level over them.
+    """
     cost_today = {level.name: level.cost_today_usd for level in status.levels}
     rows = []
     for each in stats:
@@ -226,8 +243,7 @@ def _health(stats: list[LevelStats], status: Snapshot) -> str:
             if each.last_tick_id and each.last_status
             else '<span class="empty">none yet</span>'
         )
-        rate = each.success_rate
-        ran = each.completed_day + each.failed_day
+        rate, ran = each.success_rate, each.ran_today
         success = "" if rate is None else f"{rate:.0%} of {ran}"
         streak = (
             f'<span class="error">{each.failure_streak} failed in a row</span>'
@@ -236,21 +252,23 @@ def _health(stats: list[LevelStats], status: Snapshot) -> str:
         )
         cost = cost_today.get(each.level)
         per_tick = (
-            f"${format_usd(cost / each.ended_today)}"
-            if each.ended_today and cost is not None
-            else ("unpriced" if each.ended_today else "")
+            f"${format_usd(cost / ran)}"
+            if ran and cost is not None
+            else ("unpriced" if ran else "")
         )
         any_ended = each.p50_seconds is not None or each.last_status is not None
         rows.append(
             f'<tr data-level="{escape(each.level)}"><td>{escape(each.level)}</td>'
-            f'<td class="last">{last}</td><td>{success}</td><td class="streak">{streak}</td>'
+            f'<td class="last">{last}</td><td class="success">{success}</td>'
+            f'<td class="streak">{streak}</td>'
             f"<td>{_seconds(each.p50_seconds, any_ended)}</td>"
-            f"<td>{_seconds(each.p95_seconds, any_ended)}</td><td>{per_tick}</td></tr>"
+            f"<td>{_seconds(each.p95_seconds, any_ended)}</td>"
+            f'<td class="per-tick">{per_tick}</td></tr>'
         )
     headers = (
         "level",
         "last outcome",
-        "success (24 h)",
+        "success today",
         "failure streak",
         "p50 run time",
         "p95 run time",

@@ -236,6 +236,9 @@ class Tick(BaseModel):
     """The attempts it started (None until it started, and for a tick folded before this
     was kept, until a rebuild); `started_at` is the first one's start, so the time it took
     covers them all."""
+    manual: bool | None = None
+    """Started by hand (`tickwork tick`, the dashboard's buttons), not for a slot (None: a
+    tick folded before this was kept, until a rebuild)."""
 
 
 class Event(BaseModel):

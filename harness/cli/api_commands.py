@@ -4,12 +4,19 @@ from __future__ import annotations
 
 import errno
 import ipaddress
+import signal
 import socket
-from typing import Annotated
+import threading
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 
-from harness.cli.app import app, err, fail, out, router_or_exit, settings, store_for
+from harness.cli.app import app, err, fail, out, router_or_exit, settings, state, store_for
+
+if TYPE_CHECKING:
+    from harness.config import Settings
+    from harness.routing import Router
 
 
 def is_loopback(host: str) -> bool:
@@ -29,7 +36,11 @@ def serve(
         int | None, typer.Option(min=1, max=65535, help="Port (default: [api] port).")
     ] = None,
 ) -> None:
-    """Serve the HTTP API, /metrics and the dashboard (refuses a public bind without a token)."""
+    """Serve the HTTP API, /metrics and the dashboard (refuses a public bind without a token).
+
+    SIGHUP or an edit of the file reloads its levels and budgets (and the routing catalog)
+    as `tickwork run` does: the API, the dashboard and its run-now buttons follow.
+    """
     import uvicorn
 
     from harness.api import create_app
@@ -46,6 +57,7 @@ def serve(
             code=2,
         )
     listening = _listen(bind, port or config.api.port)
+    stopping = threading.Event()
     store = store_for(config, serve_connections(config))
     try:
         where = f"http://{bind}:{port or config.api.port}"
@@ -56,19 +68,44 @@ def serve(
         def say(line: str) -> None:
             err.print(line, highlight=False)
 
+        router = router_or_exit(config)
         manual = ManualTicks(
-            config,
-            store,
-            upstream=lambda: env_for_ticks(say, store),
-            router=router_or_exit(config),
-            say=say,
+            config, store, upstream=lambda: env_for_ticks(say, store), router=router, say=say
         )
         application = create_app(config, store, manual)
         served = uvicorn.Config(application, log_level="warning")
+        _follow_the_file(config, router, say, stopping)
         uvicorn.Server(served).run(sockets=[listening])
     finally:
+        stopping.set()
         listening.close()
         store.close()
+
+
+def _follow_the_file(
+    config: Settings, router: Router | None, say: Callable[[str], None], stopping: threading.Event
+) -> None:
+    """Reload the file's levels on SIGHUP or an edit, as `tickwork run` does (no file: none).
+
+    uvicorn handles SIGINT and SIGTERM only, so the SIGHUP handler set here stays.
+    """
+    from harness.config import config_path
+    from harness.scheduling import ServeReload
+
+    path = config_path(state.config)
+    if path is None:
+        return
+    levels = ServeReload(config, path, say, router)
+
+    def reload(*_: object) -> None:
+        levels.request()
+        if router is not None:
+            router.source.request_reload()
+
+    signal.signal(signal.SIGHUP, reload)
+    levels.watch(stopping)
+    if router is not None:
+        router.source.watch(stopping)
 
 
 def _listen(host: str, port: int) -> socket.socket:

@@ -1,4 +1,4 @@
-"""`tickwork doctor`: what this host can run (today: the agent CLIs and their versions)."""
+"""`tickwork doctor`: what can be wrong with this host's tickwork, and what to do about it."""
 
 from __future__ import annotations
 
@@ -9,37 +9,55 @@ from harness.cli.app import JsonOption, app, out, print_json, print_rows, settin
 
 @app.command()
 def doctor(as_json: JsonOption = False) -> None:
-    """List the agent CLIs (agent = "claude-code" | "opencode") installed here, and versions.
+    """Check the store, a scheduler, the upstreams, the serve port and the agent CLIs.
 
-    Exits 1 when one is missing or not at the version ops/agents/package.json pins.
+    The store reachable at this tickwork's schema, a scheduler's recent heartbeat, each
+    upstream in use answering with its key set (never shown), the serve port free or
+    tickwork's own, the agent CLIs at the versions ops/agents pins. Changes nothing.
+
+    Exits 1 when a check fails, each failure with what to do.
     """
-    from harness.execution import agent_cli_states
+    from harness.cli.doctor_checks import (
+        agent_checks,
+        port_check,
+        scheduler_check,
+        store_check,
+        upstream_checks,
+    )
 
     config = settings()
-    states = agent_cli_states(config.agents.dir)
+    stored, store = store_check(config)
+    try:
+        checks = [
+            stored,
+            scheduler_check(store),
+            *upstream_checks(config, store),
+            port_check(config),
+            *agent_checks(config),
+        ]
+    finally:
+        if store is not None:
+            store.close()
+    failed = [check for check in checks if not check.ok]
     if as_json:
         print_json(
-            [
-                {
-                    "agent": s.kind,
-                    "package": s.package,
-                    "path": str(s.path),
-                    "pinned": s.pinned,
-                    "version": s.version,
-                    "ok": s.ok,
-                    "problem": s.problem,
-                }
-                for s in states
-            ]
+            {
+                "ok": not failed,
+                "checks": [
+                    {"check": c.name, "ok": c.ok, "found": c.found, "fix": c.fix} for c in checks
+                ],
+            }
         )
     else:
-        out.print(f"agent CLIs under {config.agents.dir}")
         print_rows(
-            ["agent", "package", "version", "pinned", "status"],
-            [
-                [s.kind, s.package, s.version or "-", s.pinned or "-", s.problem or "ok"]
-                for s in states
-            ],
+            ["check", "status", "found"],
+            [[c.name, "ok" if c.ok else "FAIL", c.found] for c in checks],
         )
-    if not all(s.ok for s in states):
+        if failed:
+            out.print(f"{len(failed)} check(s) failed; what to do:")
+            for check in failed:
+                out.print(f"  {check.name}: {check.fix}")
+        else:
+            out.print("all checks passed")
+    if failed:
         raise typer.Exit(1)

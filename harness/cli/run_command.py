@@ -43,6 +43,7 @@ def run_service() -> None:
     """
     from harness.cli.status_command import status_answers
     from harness.config import config_path
+    from harness.contracts import APIS
     from harness.digests import DigestScheduler, Publisher
     from harness.execution import Preparer
     from harness.prices import PriceBook
@@ -69,7 +70,8 @@ def run_service() -> None:
     try:
         with upstream_for_ticks() as upstream:
             env = upstream.env
-            heartbeat = Heartbeat(store, "scheduler", upstream.fake)
+            wires: dict[str, str] = {api: upstream.describe(api) for api in APIS}
+            heartbeat = Heartbeat(store, "scheduler", upstream.fake, wires)
             _banner(config, store, upstream, heartbeat)
             preparer = Preparer(config, store, env=env, router=router)
             executor = executor_for(config, store, preparer, env)

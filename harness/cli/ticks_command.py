@@ -9,6 +9,8 @@ import typer
 from harness.cli.app import JsonOption, app, out, parse_since, print_json, settings, store_for
 
 DEFAULT_SINCE = "24h"
+BY_HAND = "by hand"
+"""How the lists mark a tick started by hand, as the service log does."""
 
 
 @app.command()
@@ -29,6 +31,8 @@ def ticks(
     as_json: JsonOption = False,
 ) -> None:
     """Ticks newest first: how each ended, how long it ran (every attempt), its model, tokens, cost.
+
+    A tick started by hand (`tickwork tick`, the dashboard's buttons) is marked `by hand`.
 
     A page walks the ticks read model's time index from the newest tick of the window
     (`--since`, default 24h) and stops after `--limit` rows, so it costs what the page
@@ -76,6 +80,7 @@ def ticks(
                 "at": as_utc(row.sort_at),
                 "duration_seconds": took,
                 "attempts": row.attempts,
+                "manual": row.manual,
                 "model": row.model,
                 "prompt_tokens": row.prompt_tokens,
                 "completion_tokens": row.completion_tokens,
@@ -108,7 +113,7 @@ def ticks(
         lines.append(
             (
                 tick["tick_id"],
-                tick["status"],
+                tick["status"] + (f" ({BY_HAND})" if tick["manual"] else ""),
                 f"{tick['at']:%m-%d %H:%M:%S}",
                 "" if took is None else f"{took:.1f} s",
                 str(tick["attempts"] or ""),

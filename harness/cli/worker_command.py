@@ -47,7 +47,7 @@ def worker(
     store = store_for(config, worker_connections(config, concurrency))
     try:
         with (
-            upstream_for_ticks() as upstream,
+            upstream_for_ticks(store) as upstream,
             Heartbeat(store, "worker").beating(
                 lambda exc: report(f"heartbeat not recorded: {exc}")
             ),

@@ -17,6 +17,11 @@ from harness.devtools.example_config import example_config
 
 if typing.TYPE_CHECKING:
     from harness.devtools.fake_llm.server import create_app
-    from harness.devtools.upstream import TickUpstream, env_for_ticks, upstream_for_ticks
+    from harness.devtools.upstream import (
+        TickUpstream,
+        env_for_ticks,
+        service_fake,
+        upstream_for_ticks,
+    )
 
 __getattr__, __all__ = fronts.declared(__name__)

@@ -4,9 +4,10 @@ Every process that owns ticks (`tickwork run`, `tick`, `worker`, `serve`'s run-n
 gives its ticks the same environment through here. Without `OPENAI_BASE_URL` (fake mode)
 every wire protocol whose own base URL variable is unset (`ANTHROPIC_BASE_URL`,
 `OLLAMA_HOST`) talks to the fake too, which speaks all four: no tick of a try goes to a
-provider's real host. Ticks started by hand on the host of a live `tickwork run` use that
-service's fake (its heartbeat names it), so a scripted answer (`POST /_script`) reaches
-them too. The fake upstream (FastAPI, uvicorn) is imported only when it is needed.
+provider's real host. Ticks started by hand and the ticks of a `tickwork worker` on the
+host of a live `tickwork run` use that service's fake (its heartbeat names it), so a
+scripted answer (`POST /_script`) reaches them too. The fake upstream (FastAPI,
+uvicorn) is imported only when it is needed.
 """
 
 from __future__ import annotations
@@ -90,7 +91,7 @@ def upstream_for_ticks(
             )
         yield TickUpstream(dict(os.environ), None)
         return
-    shared = None if store is None else _service_fake(store)
+    shared = None if store is None else service_fake(store)
     if shared is not None:
         warn(f"no OPENAI_BASE_URL set: ticks talk to the running service's fake at {shared}")
         yield TickUpstream(_fake_env(shared), shared)
@@ -111,7 +112,7 @@ def env_for_ticks(
         yield upstream.env
 
 
-def _service_fake(store: EventStore) -> str | None:
+def service_fake(store: EventStore) -> str | None:
     """The fake upstream a live scheduler on this host serves, if one answers."""
     try:
         found = beats(store)

@@ -1,21 +1,27 @@
 """Each level at a glance, as Flower's and Temporal's pages show a queue: from counters only.
 
-Last outcome, success rate over the last day, failure streak, median and 95th percentile
-run time, and today's cost per tick: read from the counters the ticks projection keeps
+Last outcome, today's success rate, failure streak, median and 95th percentile run time,
+and today's cost per tick: read from the counters the ticks projection keeps
 (`harness.projections.tick_counts`), the failure streaks and each level's newest ended
 tick (`harness.projections.level_latest`), never from an aggregate over all ticks, so
 the dashboard's panel costs the same behind a year of history as behind an hour.
+
+The success rate and the cost per tick count the same ticks: those scheduled today (UTC,
+the day budgets and spend are kept by) that ran to an end, completed or not (a cancelled
+or skipped tick is neither a success nor a failure). The success rate was over the last
+24 hours and the cost per tick over today's ended ticks, cancelled ones among them: the
+two cells of one row described different ticks.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterable
 from dataclasses import dataclass
-from datetime import datetime, timedelta
+from datetime import datetime
 
 import sqlalchemy as sa
 
-from harness.projections.level_latest import ENDED, newest_ended
+from harness.projections.level_latest import newest_ended
 from harness.projections.streaks import failure_streaks
 from harness.projections.tick_counts import (
     DURATION_BUCKETS,
@@ -27,7 +33,6 @@ from harness.projections.tick_counts import (
 from harness.store import EventStore, among
 
 FAILED = ("failed", "timed_out", "lost")
-RATE_HOURS = 24
 
 
 @dataclass(frozen=True)
@@ -38,33 +43,33 @@ class LevelStats:
     last_tick_id: str | None
     last_status: str | None
     last_ended_at: datetime | None
-    completed_day: int
-    """Completed ticks scheduled in the last RATE_HOURS whole and current hours."""
-    failed_day: int
-    """Failed, timed-out and lost ticks of the same hours."""
+    completed_today: int
+    """Completed ticks scheduled today (UTC)."""
+    failed_today: int
+    """Failed, timed-out and lost ticks scheduled today."""
     failure_streak: int
     p50_seconds: float | None
     """The histogram bound at most half the level's ended ticks ran over (None: no tick)."""
     p95_seconds: float | None
-    ended_today: int
-    """Ticks scheduled today (UTC) that ended, skipped ones aside: the cost per tick's base."""
+
+    @property
+    def ran_today(self) -> int:
+        """Ticks scheduled today that ran to an end: the success rate's and cost per tick's base."""
+        return self.completed_today + self.failed_today
 
     @property
     def success_rate(self) -> float | None:
-        """Completed among the ticks of the last day that ran to an end (None: none did)."""
-        ran = self.completed_day + self.failed_day
-        return None if ran == 0 else self.completed_day / ran
+        """Completed among the ticks of today that ran to an end (None: none did)."""
+        return None if self.ran_today == 0 else self.completed_today / self.ran_today
 
 
 def stats_of_levels(store: EventStore, levels: Iterable[str], now: datetime) -> list[LevelStats]:
     """Each level's stats, in the order given."""
     names = list(levels)
-    since = hour_of(now - timedelta(hours=RATE_HOURS - 1))
-    today = hour_of(now.replace(hour=0))
     with store.read_transaction() as conn:
         counted = {
-            level: (int(completed), int(failed), int(ended))
-            for level, completed, failed, ended in conn.execute(_day_counts(since, today))
+            level: (int(completed), int(failed))
+            for level, completed, failed in conn.execute(_day_counts(hour_of(now.replace(hour=0))))
         }
         streaks = dict(
             conn.execute(
@@ -77,7 +82,7 @@ def stats_of_levels(store: EventStore, levels: Iterable[str], now: datetime) -> 
         ended = newest_ended(conn, names)
     stats = []
     for level in names:
-        completed, failed, ended_today = counted.get(level, (0, 0, 0))
+        completed, failed = counted.get(level, (0, 0))
         last = ended.get(level)
         histogram = histograms.get(level)
         stats.append(
@@ -86,39 +91,34 @@ def stats_of_levels(store: EventStore, levels: Iterable[str], now: datetime) -> 
                 last_tick_id=last.tick_id if last else None,
                 last_status=last.status if last else None,
                 last_ended_at=last.finished_at if last else None,
-                completed_day=completed,
-                failed_day=failed,
+                completed_today=completed,
+                failed_today=failed,
                 failure_streak=int(streaks.get(level, 0)),
                 p50_seconds=_quantile(histogram, 0.5),
                 p95_seconds=_quantile(histogram, 0.95),
-                ended_today=ended_today,
             )
         )
     return stats
 
 
-def _day_counts(since: str, today: str) -> sa.Select[str, int, int, int]:
-    """Per level: completed and failed ticks of the hours from `since`, ended ones from `today`.
+def _day_counts(today: str) -> sa.Select[str, int, int]:
+    """Per level: completed and failed ticks of the hours from `today`'s first.
 
-    Summed by the database over the last day's hours alone, every level's at once: a
-    range of the hour index (migration 0024), not a probe per level, and a row a level
-    back instead of one per level, hour and status. Levels no longer configured come
-    back too and are not asked for.
+    Summed by the database over today's hours alone, every level's at once: a range of
+    the hour index (migration 0024), not a probe per level, and a row a level back
+    instead of one per level, hour and status. Levels no longer configured come back too
+    and are not asked for.
     """
     hours = tick_hour_counts.c
 
-    def ticks_of(first: str, statuses: tuple[str, ...]) -> sa.ColumnElement[int]:
-        counts = sa.and_(hours.hour >= first, hours.status.in_(statuses))
-        return sa.func.coalesce(sa.func.sum(sa.case((counts, hours.ticks), else_=0)), 0)
+    def ticks_of(statuses: tuple[str, ...]) -> sa.ColumnElement[int]:
+        return sa.func.coalesce(
+            sa.func.sum(sa.case((hours.status.in_(statuses), hours.ticks), else_=0)), 0
+        )
 
     return (
-        sa.select(
-            hours.level,
-            ticks_of(since, ("completed",)),
-            ticks_of(since, FAILED),
-            ticks_of(today, ENDED),
-        )
-        .where(hours.hour >= min(since, today))
+        sa.select(hours.level, ticks_of(("completed",)), ticks_of(FAILED))
+        .where(hours.hour >= today)
         .group_by(hours.level)
     )
 

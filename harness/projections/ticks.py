@@ -82,6 +82,7 @@ ticks = sa.Table(
     sa.Column("queue_wait_seconds", sa.Float()),
     sa.Column("fire_lag_seconds", sa.Float()),
     sa.Column("attempts", sa.Integer()),
+    sa.Column("manual", sa.Boolean()),
     sa.Index("ix_ticks_level_status", "level", "status", "finished_at"),
     sa.Index("ix_ticks_sort_at", "sort_at", "tick_id"),
     sa.Index("ix_ticks_level_sort_at", "level", "sort_at", "tick_id"),
@@ -104,6 +105,9 @@ tick without a slot (manual) or claimed again (a later attempt is late on purpos
 
 `attempts` (migration 0030): the attempts it started (`TickStarted.attempt`, the highest);
 `started_at` is its first start, so the time it took covers every attempt.
+
+`manual` (migration 0035): started by hand (`TickScheduled.manual`), so the lists mark it
+as the service log does (None: folded before it was kept, until a rebuild).
 """
 
 tick_level_history = sa.Table(
@@ -141,6 +145,7 @@ _SET = (
     "model",
     "fire_lag_seconds",
     "attempts",
+    "manual",
 )
 _FIRST = ("started_at",)
 """Set once: a retried tick's row keeps its first start, so its run time covers every
@@ -239,6 +244,7 @@ class TicksProjection(Projection):
                 claims_and_starts[tick_id].append((column == "started_at", when))
             if type_ == TickScheduled.type:
                 row["model"] = data.get("model") or row["model"]
+                row["manual"] = bool(data.get("manual"))
                 lag = _fire_lag(data, when)
                 if lag is not None:
                     row["fire_lag_seconds"] = lag
@@ -513,6 +519,7 @@ class TickRow:
     queue_wait_seconds: float | None
     fire_lag_seconds: float | None
     attempts: int | None
+    manual: bool | None
 
     @classmethod
     def of(cls, row: sa.Row[Any]) -> TickRow:

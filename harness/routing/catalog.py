@@ -148,6 +148,12 @@ class Lane(_Strict):
     candidates: list[TargetId] | None = None
     time_windows: dict[Code, Window] | None = None
 
+    def targets(self) -> list[TargetId]:
+        """The targets the lane may route to, in any of its windows, each once."""
+        windows = (self.time_windows or {}).values()
+        found = [*(self.candidates or ()), *(t for window in windows for t in window.candidates)]
+        return list(dict.fromkeys(found))
+
     def rule(self) -> Rule | None:
         """The lane's own rule, when all of its parts are there."""
         if self.rule_id is None or self.reason_codes is None or self.candidates is None:

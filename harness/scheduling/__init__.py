@@ -59,6 +59,7 @@ if typing.TYPE_CHECKING:
     from harness.scheduling.outage import Outage
     from harness.scheduling.reload import (
         LevelsReload,
+        ServeReload,
         last_reload,
         levels_revision,
         record_levels,

@@ -1,18 +1,19 @@
 """What other processes did on this store, told in the service's log as it is recorded.
 
 A tick started by hand (`tickwork tick`, the dashboard's buttons) runs in a process of
-its own, and a pause, resume, cancel, backfill or budget action is recorded by whichever
-process decided it (a tick's runner that paused its level, the CLI, the API, a replica's
-budget watch): the service that an operator watches saw none of them. This follows the
-log's terminal and state events and prints the line of each manual tick that ended, as
-the executor prints the service's own, and of each state change (`state_lines`).
+its own, a tick of the procrastinate executor in a `tickwork worker`, and a pause,
+resume, cancel, backfill or budget action is recorded by whichever process decided it
+(a tick's runner that paused its level, the CLI, the API, a replica's budget watch): the
+service that an operator watches saw none of them. This follows the log's terminal and
+state events and prints the line of each manual or worker's tick that ended, as the
+executor prints the service's own, and of each state change (`state_lines`).
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Collection
 
-from harness.contracts import TERMINAL_TYPES, decode, tick_stream
+from harness.contracts import TERMINAL_TYPES, TickTaken, decode, tick_stream
 from harness.prices import PriceBook
 from harness.projections import tick_line
 from harness.scheduling.state_lines import STATE_TYPES, state_line
@@ -20,6 +21,8 @@ from harness.store import EventStore, StoredEvent
 
 BATCH = 1000
 TYPES = TERMINAL_TYPES | STATE_TYPES
+TAKEN = TickTaken.type
+"""In a tick's stream: a `tickwork worker` ran it, and told only its own log."""
 
 
 class LogFeed:
@@ -40,7 +43,7 @@ class LogFeed:
         self.after = store.last_position()
 
     def poll(self) -> None:
-        """Report the manual ticks that ended and the state changes since the last poll.
+        """Report the manual and workers' ticks that ended and the state changes since.
 
         Each poll reads the log past its last look and no further back, so its cost is
         what happened since (a range of the primary key), however long the history.
@@ -65,6 +68,6 @@ class LogFeed:
         if event.type not in TERMINAL_TYPES:
             return state_line(decode(event), self.levels())
         events = self.store.read_stream(tick_stream(event.data["tick_id"]))
-        if events and events[0].data.get("manual"):
+        if events and (events[0].data.get("manual") or any(e.type == TAKEN for e in events)):
             return tick_line(events, self.prices)
         return None

@@ -1,4 +1,7 @@
-"""Live edits: `tickwork run` takes `tickwork.toml`'s levels anew on SIGHUP or a file change.
+"""Live edits: `tickwork run` and `tickwork serve` take the file's levels on SIGHUP or edit.
+
+Serve's API, dashboard and run-now buttons follow the file as the scheduler does
+(`ServeReload`).
 
 The file is read and validated whole, exactly as at start (`load_settings`), before
 anything changes: an invalid one is refused with the same path-precise error, one line
@@ -31,6 +34,7 @@ import os
 import socket
 import threading
 import time
+from abc import ABC, abstractmethod
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -50,6 +54,7 @@ from harness.prices import refuse_unpayable_budgets
 from harness.store import EventStore, StoreError, append_or_spool
 
 if TYPE_CHECKING:
+    from harness.routing import Router
     from harness.scheduling.service import Service
 
 Report = Callable[[str], None]
@@ -185,27 +190,23 @@ def restart_sections(old: Settings, new: Settings) -> list[str]:
     return [name for name in fields if getattr(old, name) != getattr(new, name)]
 
 
-class LevelsReload:
-    """The service's levels, reloaded on request (SIGHUP) or when the file changes.
+class SettingsReload(ABC):
+    """A process's levels and budgets, reloaded on request (SIGHUP) or when the file changes.
 
     Reading and validating the file (`look`) happens on a watcher thread (`watch`): at
-    1,000 levels it costs about 0.1 s of CPU, which must not hold the timetable. A valid
-    file is put in force by `poll`, on the timetable's own thread (the service's `wake`),
-    so triggers and next slots change between two looks of the loop, never during a
-    wave. A signal handler only sets a flag (`request`).
+    1,000 levels it costs about 0.1 s of CPU. A signal handler only sets a flag
+    (`request`). Where the file's levels go is the subclass's: the scheduler's service
+    (`LevelsReload`) or what `tickwork serve` shows and starts (`ServeReload`).
     """
 
     def __init__(
-        self,
-        service: Service,
-        path: Path,
-        report: Report,
-        hooks: Sequence[LevelsHook] = (),
+        self, settings: Settings, path: Path, report: Report, router: Router | None
     ) -> None:
-        self.service = service
+        """`settings`: the process's, shared by every part of it, changed in place."""
+        self.settings = settings
         self.path = path
         self.report = report
-        self.hooks = hooks
+        self.router = router
         self._requested = threading.Event()
         self._seen = self._digest()
         self._settling: str | None = None
@@ -214,9 +215,7 @@ class LevelsReload:
         self._watching = False
         self._lock = threading.Lock()
         self._loaded: Settings | None = None
-        """A valid file read by `look`, waiting for `poll` to put it in force."""
-        self.unrecorded: Mapping[str, LevelConfig] | None = service.settings.levels
-        """The levels in force, until they are stored (the store may be out)."""
+        """A valid file read by `look`, waiting for `take` to put it in force."""
 
     def request(self) -> None:
         """Safe in a signal handler: the file is read at once, even unchanged."""
@@ -231,13 +230,18 @@ class LevelsReload:
                 self._requested.wait(WATCH_SECONDS)
                 if not stopping.is_set():
                     self.look()
+                    self._looked()
 
         thread = threading.Thread(target=loop, name="levels-watch", daemon=True)
         thread.start()
         return thread
 
+    @abstractmethod
+    def _looked(self) -> None:
+        """After each look of the watcher thread: where an accepted file is taken, if here."""
+
     def look(self, forced: bool = False) -> None:
-        """Read and validate the file when asked or changed; a valid one waits for `poll`.
+        """Read and validate the file when asked or changed; a valid one waits for `take`.
 
         A change is taken once two looks in a row find the same content, so a file read
         while an editor writes it in place is not put in force half-written; a SIGHUP
@@ -257,7 +261,7 @@ class LevelsReload:
             new = load_settings(self.path)
             self._check(new)
         except ConfigError as exc:
-            in_force = self.service.config_revision
+            in_force = levels_revision(self.settings.levels)
             self.report(
                 f"{self.path} rejected ({one_line(str(exc), str(self.path))}): levels revision "
                 f"{in_force[:12]} stays in force (an edit or SIGHUP reads the file again)"
@@ -266,25 +270,8 @@ class LevelsReload:
         with self._lock:
             self._loaded = new
 
-    def poll(self) -> None:
-        """Put a file `look` accepted in force; store the levels the store did not take yet.
-
-        Without a watcher thread (`watch`), it looks at the file itself when due.
-        """
-        if not self._watching and (
-            self._requested.is_set() or time.monotonic() - self._looked_at >= WATCH_SECONDS
-        ):
-            self._looked_at = time.monotonic()
-            self.look()
-        with self._lock:
-            new, self._loaded = self._loaded, None
-        if new is not None:
-            self.put_in_force(new)
-        self._record_levels()
-
-    def reload(self) -> bool:
-        """Read, validate and put in force the file's levels now; False when it is refused."""
-        self.look(forced=True)
+    def take(self) -> bool:
+        """Put a file `look` accepted in force; False when there is none waiting."""
         with self._lock:
             new, self._loaded = self._loaded, None
         if new is None:
@@ -292,42 +279,48 @@ class LevelsReload:
         self.put_in_force(new)
         return True
 
+    def reload(self) -> bool:
+        """Read, validate and put in force the file's levels now; False when it is refused."""
+        self.look(forced=True)
+        return self.take()
+
     def put_in_force(self, new: Settings) -> None:
-        """The levels of a validated file in force, reported and recorded (`ConfigReloaded`)."""
-        service = self.service
-        old = service.config_revision
-        restart = restart_sections(service.settings, new)
+        """The levels and budgets of a validated file in force, each change reported."""
+        settings = self.settings
+        old = levels_revision(settings.levels)
+        restart = restart_sections(settings, new)
         if restart:
             self.report(
                 f"{self.path}: [{'], ['.join(restart)}] changed: they take effect at the next "
                 "restart; the running values stay"
             )
-        if new.budgets != service.settings.budgets:
-            service.settings.replace_budgets(new.budgets)
-            service.budgets.levels_changed(service.settings.levels)
+        if new.budgets != settings.budgets:
+            settings.replace_budgets(new.budgets)
+            self._budgets_changed()
             self.report(f"{self.path}: [[budgets]] reloaded ({len(new.budgets)} in force)")
-        changes = level_changes(service.settings.levels, new.levels)
+        changes = level_changes(settings.levels, new.levels)
         if not changes:
             self.report(f"{self.path} reloaded: no level changed (revision {old[:12]})")
             return
-        self._swap(new.levels, changes)
-        revision = service.config_revision
+        self._take_levels(new.levels, changes)
+        revision = levels_revision(settings.levels)
         self.report(
             f"{self.path} reloaded: levels revision {old[:12]} -> {revision[:12]} "
             f"({changes.describe()})"
         )
-        reloaded = ConfigReloaded(
-            path=str(self.path),
-            revision=revision,
-            previous_revision=old,
-            added=list(changes.added),
-            removed=list(changes.removed),
-            changed=list(changes.changed),
-            restart=restart,
-            host=socket.gethostname(),
-            pid=os.getpid(),
-        )
-        append_or_spool(service.store, service.spool, reloaded.stream_id, [reloaded.to_record()])
+        self._reloaded(old, revision, changes, restart)
+
+    @abstractmethod
+    def _take_levels(self, levels: dict[str, LevelConfig], changes: LevelChanges) -> None:
+        """Every part of the process takes the new levels."""
+
+    @abstractmethod
+    def _budgets_changed(self) -> None:
+        """After `[[budgets]]` changed in the settings: what else holds them."""
+
+    @abstractmethod
+    def _reloaded(self, old: str, revision: str, changes: LevelChanges, restart: list[str]) -> None:
+        """After the levels changed from revision `old` to `revision`."""
 
     def _check(self, new: Settings) -> None:
         """What the load cannot check alone: the catalog lanes and the budgets' prices.
@@ -339,25 +332,87 @@ class LevelsReload:
             ConfigError: naming the file and each level that could not run.
         """
         refuse_unpayable_budgets(new, str(self.path), utcnow().date().isoformat())
-        router = self.service.router
         modelless = sorted(name for name, level in new.levels.items() if not level.model)
-        if router is None:
+        if self.router is None:
             missing = modelless
             why = "there is no [routing] catalog in force (a new one takes a restart)"
         else:
-            lanes = router.source.catalog.lanes
+            lanes = self.router.source.catalog.lanes
             missing = [name for name in modelless if name not in lanes]
             why = "the catalog in force has no lane for it"
         if missing:
             lines = "\n".join(f"  levels.{name}: has no model, and {why}" for name in missing)
             raise ConfigError(f"{self.path}: invalid configuration\n{lines}")
 
-    def _swap(self, levels: dict[str, LevelConfig], changes: LevelChanges) -> None:
+    def _digest(self) -> str | None:
+        try:
+            return hashlib.sha256(self.path.read_bytes()).hexdigest()
+        except OSError:
+            return None
+
+
+class LevelsReload(SettingsReload):
+    """The scheduler's levels: put in force between two waves, recorded in the store.
+
+    A valid file is put in force by `poll`, on the timetable's own thread (the service's
+    `wake`), so triggers and next slots change between two looks of the loop, never
+    during a wave.
+    """
+
+    def __init__(
+        self,
+        service: Service,
+        path: Path,
+        report: Report,
+        hooks: Sequence[LevelsHook] = (),
+    ) -> None:
+        super().__init__(service.settings, path, report, service.router)
+        self.service = service
+        self.hooks = hooks
+        self.unrecorded: Mapping[str, LevelConfig] | None = service.settings.levels
+        """The levels in force, until they are stored (the store may be out)."""
+
+    def poll(self) -> None:
+        """Put a file `look` accepted in force; store the levels the store did not take yet.
+
+        Without a watcher thread (`watch`), it looks at the file itself when due.
+        """
+        if not self._watching and (
+            self._requested.is_set() or time.monotonic() - self._looked_at >= WATCH_SECONDS
+        ):
+            self._looked_at = time.monotonic()
+            self.look()
+        self.take()
+        self._record_levels()
+
+    def _looked(self) -> None:
+        """Nothing: the timetable's thread takes the file, between two waves (`poll`)."""
+
+    def _budgets_changed(self) -> None:
+        self.service.budgets.levels_changed(self.settings.levels)
+
+    def _take_levels(self, levels: dict[str, LevelConfig], changes: LevelChanges) -> None:
         """The service takes the new levels, then the other parts that hold them (hooks)."""
         self.service.take_levels(levels, {*changes.added, *changes.changed})
         for hook in self.hooks:
-            hook(self.service.settings.levels)
+            hook(self.settings.levels)
         self.unrecorded = levels
+
+    def _reloaded(self, old: str, revision: str, changes: LevelChanges, restart: list[str]) -> None:
+        """Every accepted reload of a scheduler is an event (`ConfigReloaded`)."""
+        reloaded = ConfigReloaded(
+            path=str(self.path),
+            revision=revision,
+            previous_revision=old,
+            added=list(changes.added),
+            removed=list(changes.removed),
+            changed=list(changes.changed),
+            restart=restart,
+            host=socket.gethostname(),
+            pid=os.getpid(),
+        )
+        service = self.service
+        append_or_spool(service.store, service.spool, reloaded.stream_id, [reloaded.to_record()])
 
     def _record_levels(self) -> None:
         """Store the levels in force once, before a worker needs them; retried while out."""
@@ -369,8 +424,24 @@ class LevelsReload:
             return  # the next wake tries again
         self.unrecorded = None
 
-    def _digest(self) -> str | None:
-        try:
-            return hashlib.sha256(self.path.read_bytes()).hexdigest()
-        except OSError:
-            return None
+
+class ServeReload(SettingsReload):
+    """What `tickwork serve` shows and starts: its levels follow the file as the scheduler's do.
+
+    Its API, dashboard and run-now buttons read the levels from the settings they share,
+    so the new ones are put in force on the watcher thread as soon as they are read (the
+    dict is swapped whole). The scheduler records the reload (`ConfigReloaded`); serve
+    only says it in its own output.
+    """
+
+    def _looked(self) -> None:
+        self.take()
+
+    def _take_levels(self, levels: dict[str, LevelConfig], changes: LevelChanges) -> None:
+        self.settings.replace_levels(levels)
+
+    def _budgets_changed(self) -> None:
+        """Nothing: serve reads the budgets from the settings at each request."""
+
+    def _reloaded(self, old: str, revision: str, changes: LevelChanges, restart: list[str]) -> None:
+        """Nothing: the scheduler records its own reload of the same file."""

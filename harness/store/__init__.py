@@ -50,7 +50,12 @@ if typing.TYPE_CHECKING:
     from harness.store.heartbeats import Beat, Heartbeat, beats
     from harness.store.merging import merged
     from harness.store.migrate import current_revision
-    from harness.store.opening import configured_store, migrate_store, open_store
+    from harness.store.opening import (
+        configured_store,
+        migrate_store,
+        open_store,
+        store_revision,
+    )
     from harness.store.partitions import PartitionHeld, partitioned, prepare_partitions
     from harness.store.rate_buckets import Call, Turn, block, release_tick, settle, take
     from harness.store.records import (

@@ -11,13 +11,14 @@ or dead within the last day.
 
 from __future__ import annotations
 
+import json
 import os
 import socket
 import threading
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import Literal
 
@@ -47,11 +48,16 @@ heartbeats = sa.Table(
     sa.Column("started_at", sa.DateTime(timezone=True), nullable=False),
     sa.Column("beat_at", sa.DateTime(timezone=True), nullable=False),
     sa.Column("upstream", sa.Text()),
+    sa.Column("wires", sa.Text()),
     sa.Index("ix_heartbeats_beat_at", "beat_at"),
 )
 """Migration 0013. `upstream`: the fake upstream a scheduler serves its ticks, if any, so
 a `tickwork tick` on the same host uses the same one (never a real endpoint's address,
-which may carry credentials)."""
+which may carry credentials).
+
+`wires` (migration 0035): JSON, each wire protocol -> where the scheduler's ticks on it
+go, as its banner says (`TickUpstream.describe`: hosts and variable names, no URL's
+credentials, no key), so the dashboard of another process can say it."""
 
 
 @dataclass(frozen=True)
@@ -64,6 +70,8 @@ class Beat:
     started_at: datetime
     beat_at: datetime
     upstream: str | None = None
+    wires: Mapping[str, str] = field(default_factory=dict)
+    """Wire protocol -> where the process's ticks on it go (a scheduler's; empty: unknown)."""
 
     def live(self, now: datetime) -> bool:
         """Whether it beat recently enough to count as running."""
@@ -73,10 +81,17 @@ class Beat:
 class Heartbeat:
     """This process's row: `beat` while it runs (a thread via `run`), `stop` when it ends."""
 
-    def __init__(self, store: EventStore, role: Role, upstream: str | None = None) -> None:
+    def __init__(
+        self,
+        store: EventStore,
+        role: Role,
+        upstream: str | None = None,
+        wires: Mapping[str, str] | None = None,
+    ) -> None:
         self.store = store
         self.role = role
         self.upstream = upstream
+        self.wires = json.dumps(dict(wires)) if wires else None
         self.process_id = uuid.uuid4().hex
         self.host, self.pid = socket.gethostname(), os.getpid()
         self.started_at = datetime.now(UTC)
@@ -96,6 +111,7 @@ class Heartbeat:
             "started_at": self.started_at,
             "beat_at": now,
             "upstream": self.upstream,
+            "wires": self.wires,
         }
         with self.store.write_transaction() as conn:
             insert = upsert(conn, heartbeats)
@@ -166,6 +182,7 @@ def beats(store: EventStore) -> list[Beat]:
                 as_utc(row.started_at),
                 as_utc(row.beat_at),
                 row.upstream,
+                json.loads(row.wires) if row.wires else {},
             )
             for row in conn.execute(query)
         ]

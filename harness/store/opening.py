@@ -10,7 +10,13 @@ from datetime import UTC, datetime
 
 from harness.config import Durability, Settings
 from harness.store import partitions
-from harness.store.engine import DEFAULT_CONNECTIONS, create_store_engine, safe_url
+from harness.store.engine import (
+    DEFAULT_CONNECTIONS,
+    create_store_engine,
+    normalize_url,
+    safe_url,
+    sqlite_path,
+)
 from harness.store.migrate import current_revision, needs_upgrade, upgrade
 from harness.store.records import SchemaError
 from harness.store.schema import HEAD_REVISION
@@ -64,6 +70,25 @@ def configured_store(settings: Settings, connections: int | None = None) -> SqlE
         spool=Spool(settings.paths.spool),
         connections=connections or settings.store.connections or DEFAULT_CONNECTIONS,
     )
+
+
+def store_revision(url: str) -> str | None:
+    """The schema revision a store is at (None: no tickwork schema), changing nothing.
+
+    A SQLite file that does not exist is not created: it has no schema.
+
+    Raises:
+        StoreError: the store cannot be reached.
+    """
+    path = sqlite_path(normalize_url(url))
+    if path is not None and not path.exists():
+        return None
+    engine = create_store_engine(url)
+    try:
+        with translate_errors():
+            return current_revision(engine)
+    finally:
+        engine.dispose()
 
 
 def migrate_store(url: str) -> str | None:

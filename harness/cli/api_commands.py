@@ -10,6 +10,7 @@ from typing import Annotated
 import typer
 
 from harness.cli.app import app, err, fail, out, router_or_exit, settings, store_for
+from harness.cli.thread_crashes import ThreadCrashes, terminate
 
 
 def is_loopback(host: str) -> bool:
@@ -46,16 +47,27 @@ def serve(
             code=2,
         )
     listening = _listen(bind, port or config.api.port)
+
+    def say(line: str) -> None:
+        err.print(line, highlight=False)
+
+    server: uvicorn.Server | None = None
+
+    def stop() -> None:
+        """The HTTP server finishes the requests in flight; until it runs, SIGTERM ends all."""
+        if server is None:
+            terminate()
+        else:
+            server.should_exit = True
+
+    crashes = ThreadCrashes(say, stop)
+    crashes.install()
     store = store_for(config, serve_connections(config))
     try:
         where = f"http://{bind}:{port or config.api.port}"
         guarded = "bearer token required" if config.api.token else "no token: loopback only"
         schema = f"{where}/openapi.json"
         out.print(f"tickwork API and dashboard on {where}/ (OpenAPI schema: {schema}; {guarded})")
-
-        def say(line: str) -> None:
-            err.print(line, highlight=False)
-
         manual = ManualTicks(
             config,
             store,
@@ -64,11 +76,13 @@ def serve(
             say=say,
         )
         application = create_app(config, store, manual)
-        served = uvicorn.Config(application, log_level="warning")
-        uvicorn.Server(served).run(sockets=[listening])
+        server = uvicorn.Server(uvicorn.Config(application, log_level="warning"))
+        server.run(sockets=[listening])
     finally:
         listening.close()
         store.close()
+    if crashes.happened.is_set():
+        raise typer.Exit(1)
 
 
 def _listen(host: str, port: int) -> socket.socket:

@@ -64,7 +64,10 @@ class LogFeed:
     def _line(self, event: StoredEvent) -> str | None:
         if event.type not in TERMINAL_TYPES:
             return state_line(decode(event), self.levels())
-        events = self.store.read_stream(tick_stream(event.data["tick_id"]))
-        if events and events[0].data.get("manual"):
-            return tick_line(events, self.prices)
+        stream = tick_stream(event.data["tick_id"])
+        # Its first event says whether a person started it; a scheduled tick's line is
+        # the executor's, and its whole stream is not read again for nothing.
+        first = self.store.read_stream(stream, limit=1)
+        if first and first[0].data.get("manual"):
+            return tick_line(self.store.read_stream(stream), self.prices)
         return None

@@ -10,6 +10,7 @@ from __future__ import annotations
 import os
 import signal
 import subprocess
+import threading
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -23,7 +24,11 @@ from harness.contracts.events import GOVERNOR_STREAM
 from harness.devtools.fake_llm import FakeUpstream, KvCache
 from harness.governor.alerts import Alerts
 from harness.governor.estimate import openai_request_chars
-from harness.projections.calibration import CalibrationProjection, load_calibrations
+from harness.projections.calibration import (
+    CalibrationProjection,
+    SharedCalibrations,
+    load_calibrations,
+)
 from harness.projections.projector import Projector
 from harness.store import SqlEventStore
 from tests.commands import TICKWORK, free_port
@@ -177,3 +182,51 @@ def test_calibration_rebuilt_from_zero_equals_the_incremental_one(store: SqlEven
     assert sum(state.samples for state in incremental.values()) + sum(
         state.ignored for state in incremental.values()
     ) == len(ratios)
+
+
+def test_ticks_prepared_at_once_share_a_catch_up_begun_after_they_asked(
+    store: SqlEventStore,
+) -> None:
+    """One catch-up serves the callers that waited while another ran.
+
+    None is served by one begun before it asked: a sample recorded before a call is in
+    what it gets back.
+    """
+    shared = SharedCalibrations(store)
+    folding = shared._folding = CountedLock()
+
+    def record(model: str) -> None:
+        event = Sample(chars=4_000, prompt_tokens=1_000).event(model, "worker", None)
+        store.append(GOVERNOR_STREAM, [event.to_record()])
+
+    record("m1")
+    assert shared.current(["m1", "m2"]).keys() == {"m1"}
+    record("m2")
+    results: list[set[str]] = []
+    with folding.lock:  # a catch-up under way: eight ticks ask meanwhile
+        callers = [
+            threading.Thread(target=lambda: results.append(set(shared.current(["m2"]))))
+            for _ in range(8)
+        ]
+        for caller in callers:
+            caller.start()
+        wait_until(lambda: folding.entering == 1 + 8, "eight callers waiting")
+    for caller in callers:
+        caller.join()
+    assert results == [{"m2"}] * 8
+    assert shared._begun == 2, "the eight shared one catch-up"
+
+
+class CountedLock:
+    """A lock that counts who came to take it, so a test knows when callers wait on it."""
+
+    def __init__(self) -> None:
+        self.lock = threading.Lock()
+        self.entering = 0
+
+    def __enter__(self) -> None:
+        self.entering += 1
+        self.lock.acquire()
+
+    def __exit__(self, *_: object) -> None:
+        self.lock.release()

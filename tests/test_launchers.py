@@ -216,6 +216,10 @@ def test_the_levels_protocols_agent_clis_and_tools_are_what_a_server_preloads(
     catalog = tmp_path / "catalog.toml"
     routed = settings.model_copy(update={"routing": RoutingConfig(catalog=catalog)})
     assert {"ollama", "openai-responses", "opencode"} <= preloads_of(routed)
+    on_postgresql = settings.model_copy(
+        update={"store": StoreConfig(url="postgresql://tickwork@db.example/tickwork")}
+    )
+    assert preloads_of(on_postgresql) == preloads_of(settings) | {"postgresql"}
 
 
 def test_a_server_lacking_what_a_service_now_needs_is_replaced_by_one_preloading_it(
@@ -242,13 +246,15 @@ def test_a_server_lacking_what_a_service_now_needs_is_replaced_by_one_preloading
 
 
 def test_the_real_warm_up_imports_only_the_sdks_and_tools_it_is_asked_for() -> None:
+    """A PostgreSQL store's driver is among them: every tick of such a service imported it."""
     probe = (
-        "import sys, workers.llm_worker as w; w.warm_up(frozenset({'anthropic'})); "
-        "print(*sorted(m for m in ('anthropic', 'openai', 'ollama', 'mcp') if m in sys.modules))"
+        "import sys, workers.llm_worker as w; w.warm_up(frozenset({'anthropic', 'postgresql'})); "
+        "print(*sorted(m for m in ('anthropic', 'openai', 'ollama', 'mcp', 'psycopg') "
+        "if m in sys.modules))"
     )
     done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True)
     assert done.returncode == 0, done.stderr
-    assert done.stdout.split() == ["anthropic"]
+    assert done.stdout.split() == ["anthropic", "psycopg"]
 
 
 def warm_again(launcher: WarmLauncher, folder: Path, old_server: int | None) -> ForkedTick:

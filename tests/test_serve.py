@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import subprocess
+import sys
 from pathlib import Path
 
 import httpx
@@ -69,3 +70,40 @@ def test_a_second_serve_on_a_taken_port_says_so_in_one_line(tmp_path: Path) -> N
         f"error: port {port} on 127.0.0.1 is taken (another `tickwork serve`?): stop it, or "
         "choose another with --port\n"
     )
+
+
+def test_a_thread_that_meets_an_unexpected_error_stops_it_in_one_line(tmp_path: Path) -> None:
+    """As `tickwork run` and `tickwork worker`: no `Exception in thread` and traceback.
+
+    A thread of the process raises once the API answers; the HTTP server stops as at
+    SIGTERM, the store is closed, and the command exits 1 having said why in one line.
+    """
+    port = free_port()
+    script = (
+        "import sys, threading, httpx\n"
+        "from harness.cli import main\n"
+        "def watch():\n"
+        "    while True:\n"
+        "        try:\n"
+        f"            httpx.get('http://127.0.0.1:{port}/status', timeout=10)\n"
+        "            break\n"
+        "        except httpx.TransportError:\n"
+        "            threading.Event().wait(0.2)\n"
+        "    raise ValueError('a bug')\n"
+        "threading.Thread(target=watch, name='watch', daemon=True).start()\n"
+        f"sys.argv = ['tickwork', 'serve', '--port', '{port}']\n"
+        "main()\n"
+    )
+    ended = subprocess.run(
+        [sys.executable, "-c", script],
+        cwd=tmp_path,
+        env=environment(),
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert ended.returncode == 1, ended
+    said = "stopping: thread watch ended on an unexpected error, ValueError: a bug\n"
+    assert ended.stderr == said, ended
+    assert ended.stdout.startswith("tickwork API and dashboard on"), ended

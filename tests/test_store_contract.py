@@ -13,6 +13,7 @@ from uuid import uuid4
 import pytest
 import sqlalchemy as sa
 
+from harness.contracts import tick_stream
 from harness.contracts.events import BudgetSpent, RawEvent, TickStarted, decode
 from harness.folds.spend import spend_sums
 from harness.folds.sums import Folded, Kernel
@@ -449,6 +450,21 @@ def test_a_postgres_connection_cut_mid_life_is_unavailable_then_reopened() -> No
             store.append("s", [new()], ANY)
         assert store.append("s", [new()], ANY).stream_version == 2
         store.close()
+
+
+def test_a_tick_s_reads_and_appends_on_postgresql_take_one_session(pg_store: SqlEventStore) -> None:
+    """A tick process reads its stream, then appends: one connection for all of it.
+
+    The writer keeps the pool's connection for its own, and asks on it whether its day's
+    partitions (made days ahead) exist: asked on a pooled connection, the question opened
+    a second session for every tick, a backend the server forks and the client sets up.
+    """
+    stream, opened = tick_stream("t-one-session"), []
+    pg_store.read_stream(stream)  # on the connection its opening checked the schema on
+    sa.event.listen(pg_store.engine, "connect", lambda *_: opened.append(1))
+    pg_store.append(stream, [new()], NO_STREAM)
+    assert pg_store.append(stream, [new()], ANY).stream_version == 2
+    assert opened == []
 
 
 def test_a_read_of_one_statement_hands_its_connection_back_to_transactions(

@@ -138,11 +138,13 @@ def warm_up(preloads: frozenset[str] = frozenset()) -> None:
         TickStarted,
         tick_stream,
     )
-    from harness.store import open_store, scratch_sqlite
+    from harness.store import DRIVER_PRELOAD, load_postgresql_driver, open_store, scratch_sqlite
     from workers.call_booking import CallBooking, CallFacts
     from workers.providers import builder
     from workers.recorder import EventRecorder
 
+    if DRIVER_PRELOAD in preloads:
+        load_postgresql_driver()  # the warm-up's own store is a scratch SQLite one
     apis = [api for api in APIS if api in preloads] or ["openai-chat"]
     for api in apis:
         builder(api)

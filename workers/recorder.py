@@ -43,6 +43,7 @@ class EventRecorder:
                         self.payload.store_url,
                         durability=self.payload.durability,
                         spool=self.spool,
+                        checked=True,
                     )
                     self._await_started(self._store)
                 except StoreError as exc:

@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Annotated
 import typer
 
 from harness.cli.app import app, err, fail, out, router_or_exit, settings, state, store_for
+from harness.cli.thread_crashes import ThreadCrashes, terminate
 
 if TYPE_CHECKING:
     from harness.config import Settings
@@ -58,6 +59,21 @@ def serve(
         )
     listening = _listen(bind, port or config.api.port)
     stopping = threading.Event()
+
+    def say(line: str) -> None:
+        err.print(line, highlight=False)
+
+    server: uvicorn.Server | None = None
+
+    def stop() -> None:
+        """The HTTP server finishes the requests in flight; until it runs, SIGTERM ends all."""
+        if server is None:
+            terminate()
+        else:
+            server.should_exit = True
+
+    crashes = ThreadCrashes(say, stop)
+    crashes.install()
     store = store_for(config, serve_connections(config))
     try:
         where = f"http://{bind}:{port or config.api.port}"
@@ -65,21 +81,20 @@ def serve(
         schema = f"{where}/openapi.json"
         out.print(f"tickwork API and dashboard on {where}/ (OpenAPI schema: {schema}; {guarded})")
 
-        def say(line: str) -> None:
-            err.print(line, highlight=False)
-
         router = router_or_exit(config)
         manual = ManualTicks(
             config, store, upstream=lambda: env_for_ticks(say, store), router=router, say=say
         )
         application = create_app(config, store, manual)
-        served = uvicorn.Config(application, log_level="warning")
+        server = uvicorn.Server(uvicorn.Config(application, log_level="warning"))
         _follow_the_file(config, router, say, stopping)
-        uvicorn.Server(served).run(sockets=[listening])
+        server.run(sockets=[listening])
     finally:
         stopping.set()
         listening.close()
         store.close()
+    if crashes.happened.is_set():
+        raise typer.Exit(1)
 
 
 def _follow_the_file(

@@ -4,7 +4,8 @@ Python's default prints `Exception in thread …` with a traceback and lets the 
 process run on without the thread: an executor thread left its tick without an end, a
 worker's heartbeat thread left a worker taking jobs while it looked dead to every other
 host. A service stops instead, as SIGTERM stops it (running ticks get their grace), and
-the next start reconciles whatever the thread left open.
+the next start reconciles whatever the thread left open. `tickwork serve` stops as its
+HTTP server stops at SIGTERM, finishing the requests in flight.
 """
 
 from __future__ import annotations
@@ -18,10 +19,16 @@ from harness.contracts import redact
 
 
 class ThreadCrashes:
-    """Installed for the life of a service (`tickwork run`, `tickwork worker`)."""
+    """Installed for the life of a service (`tickwork run`, `tickwork worker`, `tickwork serve`).
 
-    def __init__(self, report: Callable[[str], None]) -> None:
+    `stop`: how the service is told to stop; by default SIGTERM to this process.
+    """
+
+    def __init__(
+        self, report: Callable[[str], None], stop: Callable[[], None] | None = None
+    ) -> None:
         self.report = report
+        self.stop = stop or terminate
         self.happened = threading.Event()
         """Whether a thread ended on an unexpected error: the service then exits 1."""
 
@@ -40,4 +47,9 @@ class ThreadCrashes:
             f"{args.exc_type.__name__}: {redact(str(args.exc_value))}"
         )
         if not already:
-            os.kill(os.getpid(), signal.SIGTERM)
+            self.stop()
+
+
+def terminate() -> None:
+    """Stop this process as an operator's SIGTERM does."""
+    os.kill(os.getpid(), signal.SIGTERM)

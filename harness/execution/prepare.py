@@ -45,7 +45,7 @@ from harness.prices import PriceBook
 from harness.projections import (
     BUDGET_WINDOWS,
     Projector,
-    current_calibrations,
+    SharedCalibrations,
     previous_result_path,
     projector_for,
 )
@@ -203,6 +203,7 @@ class Preparer:
         self.env = dict(os.environ if env is None else env)
         self._projector: Projector | None = None
         self._budgets: Budgets | None = None
+        self._calibrated = None if store is None else SharedCalibrations(store)
         self.router = router or configured_router(settings)
 
     def prepare(
@@ -434,10 +435,10 @@ class Preparer:
         A store that cannot be read costs the tick its head start only: it learns from the
         configured ratio, as one that starts without a store does.
         """
-        if self.store is None or not self.settings.governor.calibrate:
+        if self._calibrated is None or not self.settings.governor.calibrate:
             return {}
         try:
-            return current_calibrations(self.store, models)
+            return self._calibrated.current(models)
         except StoreError as exc:
             log.warning(
                 "calibration unavailable, the tick starts from the configured ratio: %s", exc

@@ -30,6 +30,7 @@ if typing.TYPE_CHECKING:
     )
     from harness.projections.calibration import (
         CalibrationProjection,
+        SharedCalibrations,
         current_calibrations,
         load_calibrations,
     )

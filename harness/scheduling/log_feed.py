@@ -34,12 +34,18 @@ class LogFeed:
         prices: PriceBook,
         report: Callable[[str], None],
         levels: Callable[[], Collection[str]] = tuple,
+        workers: bool = False,
     ) -> None:
-        """`levels`: the levels configured now (a reload changes them)."""
+        """Follows the log from its end.
+
+        `levels`: the levels configured now (a reload changes them); `workers`: the
+        service's ticks run in `tickwork worker`s (procrastinate), whose lines it prints.
+        """
         self.store = store
         self.prices = prices
         self.report = report
         self.levels = levels
+        self.workers = workers
         self.after = store.last_position()
 
     def poll(self) -> None:
@@ -67,7 +73,14 @@ class LogFeed:
     def _line(self, event: StoredEvent) -> str | None:
         if event.type not in TERMINAL_TYPES:
             return state_line(decode(event), self.levels())
-        events = self.store.read_stream(tick_stream(event.data["tick_id"]))
+        stream = tick_stream(event.data["tick_id"])
+        if not self.workers:
+            # Its first event says whether a person started it; a scheduled tick's line is
+            # the executor's, and its whole stream is not read again for nothing.
+            first = self.store.read_stream(stream, limit=1)
+            if not (first and first[0].data.get("manual")):
+                return None
+        events = self.store.read_stream(stream)
         if events and (events[0].data.get("manual") or any(e.type == TAKEN for e in events)):
             return tick_line(events, self.prices)
         return None

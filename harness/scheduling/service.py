@@ -138,7 +138,13 @@ class Service:
         self.reconciled_at = float("-inf")
         self.owed = OwedSlots(report)
         self.spool = Spool(settings.paths.spool)
-        self.feed = LogFeed(store, self.prices, report, lambda: self.settings.levels)
+        self.feed = LogFeed(
+            store,
+            self.prices,
+            report,
+            lambda: self.settings.levels,
+            workers=settings.executor.kind == "procrastinate",
+        )
         self.start_boundary: datetime | None = None
         """Where `serve` left the slots of the last few seconds to the loop's first batch."""
         self.config_revision = levels_revision(settings.levels)

@@ -46,7 +46,15 @@ if typing.TYPE_CHECKING:
         write_transcripts,
     )
     from harness.store.base import EventStore, Tracking
-    from harness.store.engine import conninfo, process_name, safe_url, split_password
+    from harness.store.engine import (
+        DRIVER_PRELOAD,
+        conninfo,
+        is_postgresql,
+        load_postgresql_driver,
+        process_name,
+        safe_url,
+        split_password,
+    )
     from harness.store.heartbeats import Beat, Heartbeat, beats
     from harness.store.merging import merged
     from harness.store.migrate import current_revision

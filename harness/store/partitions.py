@@ -24,6 +24,7 @@ import re
 from collections.abc import Iterable
 from dataclasses import dataclass
 from datetime import date, timedelta
+from typing import Any
 
 import sqlalchemy as sa
 from sqlalchemy.engine import Engine
@@ -95,6 +96,18 @@ def partitioned(engine: Engine) -> bool:
 def exists(conn: sa.Connection, name: str) -> bool:
     """Whether the table `name` exists."""
     return conn.exec_driver_sql("SELECT to_regclass(%s)", (name,)).scalar() is not None
+
+
+def day_made(connection: Any, day: date) -> bool:
+    """Whether both tables' partitions of `day` exist, asked in one statement.
+
+    `connection`: a DB-API one, the writer's own. A tick process asked `ensure_days`,
+    which took a pooled connection beside the writer's: a second session opened for each
+    tick, for a day made days ahead.
+    """
+    names = [table.partition(day) for table in TABLES]
+    query = " AND ".join(["to_regclass(%s) IS NOT NULL"] * len(names))
+    return bool(connection.execute(f"SELECT {query}", names).fetchone()[0])
 
 
 def is_empty(conn: sa.Connection, day: date, table: Partitioned = EVENTS) -> bool:

@@ -48,7 +48,7 @@ from sqlalchemy.engine import Engine
 
 from harness.contracts import NewEvent
 from harness.store.engine import DURABILITY, SQLITE_CACHE_KIB
-from harness.store.partitions import TICK_STREAM_PREFIX, ensure_days, is_tick_stream
+from harness.store.partitions import TICK_STREAM_PREFIX, day_made, ensure_days, is_tick_stream
 from harness.store.records import (
     ANY,
     NO_STREAM,
@@ -467,7 +467,8 @@ class Writer:
         today = recorded_at.astimezone(UTC).date()
         ticks = [is_tick_stream(stream_id) for stream_id, _ in streams]
         if any(ticks) and today not in self._days:
-            ensure_days(self._engine, [today])
+            if not day_made(self._connection, today):
+                ensure_days(self._engine, [today])
             self._days.add(today)
         statements = []
         offset = 0

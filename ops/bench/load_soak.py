@@ -10,12 +10,20 @@ minute while it ran, every tick ended once, spend against the fake's bill, the R
 each process a fifth of the way in and at the end (its growth), the connections to the
 database at peak (PostgreSQL), and any `Exception in thread` or traceback in the output.
 
+CPU a tick decides the rate, not the wall clock: the server shares the machine's cores
+with the service and its tick processes. Printed per completed tick while it ran: CPU
+milliseconds of `tickwork run` with every process under it (tick processes, the fork
+server), of the workers likewise, and of the PostgreSQL server (every backend, so on a
+server other databases use too it counts theirs), and the database's sessions opened
+and transactions (`pg_stat_database`).
+
     .venv/bin/python ops/bench/load_soak.py [--seconds 300] [--runs sqlite,postgresql,procrastinate]
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
 import sys
 import tempfile
@@ -24,6 +32,7 @@ import time
 from collections import Counter
 from collections.abc import Iterator
 from contextlib import contextmanager
+from dataclasses import dataclass
 from pathlib import Path
 
 import psutil
@@ -33,7 +42,7 @@ from procrastinate_bench import database
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 from harness.devtools.fake_llm import FakeUpstream
-from harness.store import conninfo, migrate_store, open_store
+from harness.store import SqlEventStore, conninfo, migrate_store, open_store
 from tests.commands import Output, forked_cli
 from tests.load_support import LEVELS, Load, answer_slowly, load_config
 from tests.procrastinate_support import Ticks, processes
@@ -67,6 +76,65 @@ def peak_connections(url: str | None) -> Iterator[list[int]]:
         watcher.join()
 
 
+def tree_cpu(pid: int) -> float:
+    """CPU seconds of a process and all under it, the children it has reaped included."""
+    root = psutil.Process(pid)
+    total = 0.0
+    for each in [root, *root.children(recursive=True)]:
+        with contextlib.suppress(psutil.NoSuchProcess):
+            times = each.cpu_times()
+            total += times.user + times.system + times.children_user + times.children_system
+    return total
+
+
+@dataclass(frozen=True)
+class Usage:
+    """What the run had used by a moment: CPU seconds per process tree, database counters."""
+
+    completed: int
+    cpu: dict[str, float]
+    service: float
+    """CPU seconds of `tickwork run` itself, its tick processes not counted."""
+    sessions: int
+    transactions: int
+
+    @classmethod
+    def read(
+        cls, store: SqlEventStore, fake: FakeUpstream, trees: dict[str, int], url: str | None
+    ) -> Usage:
+        completed = Load.read(store, fake).completed
+        cpu = {name: tree_cpu(pid) for name, pid in trees.items()}
+        own = psutil.Process(trees["run"]).cpu_times()
+        service = own.user + own.system
+        if url is None:
+            return cls(completed, cpu, service, 0, 0)
+        query = (
+            "SELECT sessions, xact_commit + xact_rollback, pg_backend_pid() "
+            "FROM pg_stat_database WHERE datname = current_database()"
+        )
+        with psycopg.connect(conninfo(url), autocommit=True) as conn:
+            conn.execute("SELECT pg_stat_clear_snapshot()")
+            row = conn.execute(query).fetchone()
+            assert row is not None
+            cpu["postgresql"] = tree_cpu(psutil.Process(row[2]).ppid())  # the postmaster
+        return cls(completed, cpu, service, row[0], row[1])
+
+    def per_tick(self, before: Usage) -> str:
+        ticks = max(1, self.completed - before.completed)
+        cpu = ", ".join(
+            f"{name} {1000 * (self.cpu[name] - before.cpu[name]) / ticks:.0f}" for name in self.cpu
+        )
+        total = 1000 * (sum(self.cpu.values()) - sum(before.cpu.values())) / ticks
+        service = 1000 * (self.service - before.service) / ticks
+        line = f"  CPU ms a tick:              {total:.0f} ({cpu}; run itself {service:.0f})"
+        if self.transactions:
+            line += (
+                f"\n  a tick's sessions, xacts:   {(self.sessions - before.sessions) / ticks:.2f}, "
+                f"{(self.transactions - before.transactions) / ticks:.1f}"
+            )
+        return line
+
+
 def rss_mib(output: Output) -> float:
     return psutil.Process(output.process.pid).memory_info().rss / 2**20
 
@@ -92,11 +160,16 @@ def soak(kind: str, seconds: int, url: str | None) -> None:
             assert service is not None
             everyone = [service, *pool]
             began = time.monotonic()
+            trees = {"run": service.process.pid} | {
+                f"worker {i}": worker.process.pid for i, worker in enumerate(pool)
+            }
+            first = Usage.read(store, fake, trees, url)
             time.sleep(seconds / 5)
             early = [rss_mib(p) for p in everyone]
             time.sleep(seconds - (time.monotonic() - began))
             late = [rss_mib(p) for p in everyone]
-            completed = Load.read(store, fake).completed
+            last = Usage.read(store, fake, trees, url)
+            completed = last.completed
             ran = time.monotonic() - began
             texts = [service.stop()]
             # The jobs the scheduler deferred wait in the queue: the workers run them all.
@@ -118,6 +191,7 @@ def soak(kind: str, seconds: int, url: str | None) -> None:
             f"  RSS of {name:<6}              {before:.0f} -> {after:.0f} MiB "
             f"({100 * (after - before) / before:+.0f} %)"
         )
+    print(last.per_tick(first))
     if url is not None:
         print(f"  connections at peak:        {peak[0]}")
     if split:

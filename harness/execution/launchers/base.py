@@ -61,7 +61,18 @@ class TickProcess:
             os.killpg(self.pid, signum)
 
     def survivors(self) -> list[int]:
-        """Live processes still in the tick's group (zombies are dead already)."""
+        """Live processes still in the tick's group (zombies are dead already).
+
+        A group nothing is left in, a tick's usual end, is told by one system call: the
+        walk over every process of the machine (5 ms of CPU at 160 processes) is for a
+        group that still holds one, if only a zombie.
+        """
+        try:
+            os.killpg(self.pid, 0)
+        except ProcessLookupError:
+            return []
+        except PermissionError:
+            pass  # a member of another user's: walked as any
         alive = []
         for process in psutil.process_iter(["pid", "status"]):
             try:

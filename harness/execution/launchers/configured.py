@@ -16,6 +16,7 @@ from harness.contracts import AGENT_CLIS, APIS, strands_tools
 from harness.execution.launchers.base import Launcher
 from harness.execution.launchers.cold import ColdLauncher
 from harness.execution.launchers.warm import WarmLauncher
+from harness.store import DRIVER_PRELOAD, is_postgresql
 
 if typing.TYPE_CHECKING:
     from harness.config import Settings
@@ -33,9 +34,10 @@ def preloads_of(settings: Settings) -> frozenset[str]:
 
     A routing catalog may send any tick to any protocol or CLI, so with one all of them
     are preloaded. Names are the protocols' (`harness.contracts.wire.APIS`), the agent
-    kinds' and the Strands tools' (`harness.contracts.tiers.strands_tools`).
+    kinds' and the Strands tools' (`harness.contracts.tiers.strands_tools`), and the
+    store's driver when it is PostgreSQL (`DRIVER_PRELOAD`).
     """
-    names: set[str] = set()
+    names: set[str] = {DRIVER_PRELOAD} if is_postgresql(settings.store.url) else set()
     if settings.routing.catalog is not None:
         names.update(APIS)
         names.update(AGENT_CLIS)

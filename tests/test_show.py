@@ -5,11 +5,14 @@ from __future__ import annotations
 import json
 import signal
 import subprocess
+from datetime import datetime, timedelta
 from pathlib import Path
 
+from harness.contracts import StoredEvent
 from harness.contracts.events import BudgetSpent, TickCompleted
 from harness.devtools.fake_llm import FakeUpstream, Step, ToolCallSpec
 from harness.store import open_store
+from tests.api_support import serving, settings_for
 from tests.commands import Output, forked_cli, start, start_tick, write_config
 from tests.waiting import wait_until
 
@@ -110,3 +113,62 @@ def test_show_takes_a_unique_prefix_of_a_tick_id(tmp_path: Path, fake: FakeUpstr
     assert "ambiguous: min-a_1, min-a_2" in ambiguous.stderr
     wildcard = forked_cli("show min-_", config, fake)
     assert wildcard.returncode == 2 and "no tick 'min-_'" in wildcard.stderr
+
+
+def test_show_and_the_tick_page_say_what_a_tick_in_flight_does_now(
+    tmp_path: Path, fake: FakeUpstream
+) -> None:
+    """One tick held in its model call, one backing off between attempts: both described."""
+    backoff = "retry_backoff_seconds = 600\nretry_backoff_max_seconds = 600\n"
+    config = write_config(tmp_path, LEVEL, runner=backoff + "infra_throttle_seconds = 0")
+    held, retrying = "min-held", "min-retrying"
+    fake.script(held, [Step(text="never sent in time", delay=120)])
+    fake.script(retrying, [Step(status=500)] * 10)
+    ticks = [start_tick(tick_id, config, fake) for tick_id in (held, retrying)]
+    url = f"sqlite:///{tmp_path}/events.db"
+    store = open_store(url)
+
+    def recorded(tick_id: str, kind: str) -> list[StoredEvent]:
+        return [e for e in store.read_stream(f"tick-{tick_id}") if e.type == kind]
+
+    (call,) = wait_until(lambda: recorded(held, "ModelCallStarted"), "the call to be sent")
+    (failed,) = wait_until(lambda: recorded(retrying, "TickAttemptFailed"), "attempt 1 to fail")
+    (started,) = recorded(held, "TickStarted")
+    deadline = started.data["occurred_at"]
+    deadline = datetime.fromisoformat(deadline) + timedelta(seconds=120)
+    sent = datetime.fromisoformat(call.data["occurred_at"])
+    retry_at = datetime.fromisoformat(failed.data["occurred_at"]) + timedelta(seconds=600)
+
+    shown, waiting, as_json = (
+        forked_cli(command, config, fake)
+        for command in (f"show {held}", f"show {retrying}", f"show {held} --json")
+    )
+    assert shown.returncode == 0, shown.stderr
+    (now,) = [line for line in shown.stdout.splitlines() if line.startswith("now ")]
+    assert now.startswith(
+        f"now     attempt 1: model call 1 to fake-model in flight since {sent:%H:%M:%S} UTC ("
+    ), now
+    assert f"; deadline {deadline:%H:%M:%S} UTC (in 1 min " in now, now
+    (next_try,) = [line for line in waiting.stdout.splitlines() if line.startswith("now ")]
+    assert next_try.startswith("now     attempt 1 failed (infrastructure: "), next_try
+    assert f"; attempt 2 at {retry_at:%H:%M:%S} UTC (in 9 min " in next_try, next_try
+    story = json.loads(as_json.stdout)
+    assert story["model_calls"] == 0 and story["now"]["doing"] == "calling"
+    assert datetime.fromisoformat(story["now"]["deadline"]) == deadline
+
+    with serving(settings_for(url, tmp_path), store) as http:
+        page = http.get(f"/dashboard/ticks/{held}").text
+        between = http.get(f"/dashboard/ticks/{retrying}").text
+    assert (
+        f'<p id="now" class="now">attempt 1: model call 1 to fake-model in flight since '
+        f"{sent:%H:%M:%S} UTC; deadline {deadline:%H:%M:%S} UTC</p>"
+    ) in page
+    assert "0 model call(s), 0 tool call(s), call 1 in flight" in page
+    assert f"; attempt 2 at {retry_at:%H:%M:%S} UTC</p>" in between
+
+    for tick_id, tick in zip((held, retrying), ticks, strict=True):
+        assert forked_cli(f"cancel {tick_id}", config, fake).returncode == 0
+        tick.communicate(timeout=60)
+    ended = forked_cli(f"show {held}", config, fake).stdout
+    assert "status  cancelled" in ended and "\nnow " not in ended, "an ended tick has no now"
+    store.close()

@@ -44,6 +44,7 @@ if typing.TYPE_CHECKING:
         paused_levels,
         pauses,
     )
+    from harness.projections.moment import TickNow, tick_now
     from harness.projections.periods import PeriodSpend, period_of
     from harness.projections.projector import Progress, Projector
     from harness.projections.reconciliation import (

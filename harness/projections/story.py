@@ -40,6 +40,7 @@ from harness.contracts import (
     tick_stream,
 )
 from harness.projections.calls import count_calls
+from harness.projections.moment import TickNow, tick_now
 from harness.projections.ticks import STATUS_OF, queue_wait
 from harness.store import EventStore
 
@@ -113,6 +114,8 @@ class TickStory(BaseModel):
     result_error: str | None = None
     log_path: str | None = None
     log_tail: str | None = None
+    now: TickNow | None = None
+    """Where it stands while in flight (`harness.projections.moment`); None once ended."""
     steps: list[StoryStep]
 
     @property
@@ -155,6 +158,7 @@ def story_of(tick_id: str, events: list[StoredEvent]) -> TickStory:
     story.model_calls, story.prompt_tokens = counts.model_calls, counts.prompt_tokens
     story.tool_calls, story.completion_tokens = counts.tool_calls, counts.completion_tokens
     story.tool_calls_cancelled = counts.tool_calls_cancelled
+    story.now = tick_now(events)
     story.queue_wait_seconds = queue_wait(
         None,
         (

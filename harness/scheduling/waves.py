@@ -39,10 +39,10 @@ SKIPPED = {
     "missed": "missed: nothing could claim it when it fell due",
     "budget_forecast": "missed, and {level}'s budgets cannot pay for it by the forecast",
     "paused": "{level} is paused (tickwork resume {level})",
-    "overlap": "a tick of {level} is still in flight",
 }
 """What the log says of a slot skipped for a reason; a budget's skip names the budget and
-its numbers instead (`BudgetCheck.words`)."""
+its numbers instead (`BudgetCheck.words`), an overlap's the tick that held its slot and
+why it still does (`harness.scheduling.capacity.SlotHolders`)."""
 
 
 @dataclass(frozen=True)

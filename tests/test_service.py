@@ -562,6 +562,14 @@ def test_the_log_and_status_say_when_the_levels_ask_for_more_starts_than_the_ser
                 r"\([01] of 1 places taken; starts 5 s apart: at most 12 a minute\)$",
                 queued.rstrip(),
             ), queued
+            skipped_id = queued.split()[1]
+            store = open_store(f"sqlite:///{tmp_path}/events.db")
+            skip = store.read_stream(f"tick-{skipped_id}")[-1]
+            store.close()
+            assert skip.data["reason"] == "overlap", skip
+            assert queued.rstrip().endswith(f"skipped: {skip.data['held']}"), "the event says it"
+            shown = forked_cli(f"show {skipped_id}", config, fake)
+            assert f"skipped ({skip.data['held']})" in " ".join(shown.stdout.split()), shown.stdout
             status = forked_cli("status", config, fake)
             assert status.returncode == 0, status.stderr
             assert (

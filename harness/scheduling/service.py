@@ -477,6 +477,7 @@ class Service:
                 policy=config.overlap,
                 backfill=backfill.backfill_id if backfill else None,
                 fire_at=self.fire_times.fire_at(level, slot),
+                held=holders.words(level) if decision == "overlap" else None,
             )
             plans.append((claim, decision))
             if decision in ("run", "buffer"):
@@ -516,7 +517,7 @@ class Service:
             elif decision == "budget":
                 self.report(f"{tick_id} skipped: {over_budget[level].words(level)}")
             elif decision == "overlap":
-                self.report(f"{tick_id} skipped: {holders.words(level)}")
+                self.report(f"{tick_id} skipped: {claim.held}")
             else:
                 self.report(f"{tick_id} skipped: {SKIPPED[decision].format(level=level)}")
         for level, check in over_budget.items():

@@ -118,11 +118,14 @@ def test_show_takes_a_unique_prefix_of_a_tick_id(tmp_path: Path, fake: FakeUpstr
 def test_show_and_the_tick_page_say_what_a_tick_in_flight_does_now(
     tmp_path: Path, fake: FakeUpstream
 ) -> None:
-    """One tick held in its model call, one backing off between attempts: both described."""
+    """A tick held in a model call and a tick backing off between attempts: both described.
+
+    The call in flight is the SDK's retry of a throttled try, and says so.
+    """
     backoff = "retry_backoff_seconds = 600\nretry_backoff_max_seconds = 600\n"
     config = write_config(tmp_path, LEVEL, runner=backoff + "infra_throttle_seconds = 0")
     held, retrying = "min-held", "min-retrying"
-    fake.script(held, [Step(text="never sent in time", delay=120)])
+    fake.script(held, [Step(status=429), Step(text="never sent in time", delay=120)])
     fake.script(retrying, [Step(status=500)] * 10)
     ticks = [start_tick(tick_id, config, fake) for tick_id in (held, retrying)]
     url = f"sqlite:///{tmp_path}/events.db"
@@ -131,7 +134,11 @@ def test_show_and_the_tick_page_say_what_a_tick_in_flight_does_now(
     def recorded(tick_id: str, kind: str) -> list[StoredEvent]:
         return [e for e in store.read_stream(f"tick-{tick_id}") if e.type == kind]
 
-    (call,) = wait_until(lambda: recorded(held, "ModelCallStarted"), "the call to be sent")
+    def retried() -> list[StoredEvent] | None:
+        sent = recorded(held, "ModelCallStarted")
+        return sent if len(sent) == 2 else None
+
+    _, call = wait_until(retried, "the throttled call's retry to be sent")
     (failed,) = wait_until(lambda: recorded(retrying, "TickAttemptFailed"), "attempt 1 to fail")
     (started,) = recorded(held, "TickStarted")
     deadline = started.data["occurred_at"]
@@ -146,7 +153,8 @@ def test_show_and_the_tick_page_say_what_a_tick_in_flight_does_now(
     assert shown.returncode == 0, shown.stderr
     (now,) = [line for line in shown.stdout.splitlines() if line.startswith("now ")]
     assert now.startswith(
-        f"now     attempt 1: model call 1 to fake-model in flight since {sent:%H:%M:%S} UTC ("
+        f"now     attempt 1: model call 2 to fake-model, retry 1 of a refused try in flight "
+        f"since {sent:%H:%M:%S} UTC ("
     ), now
     assert f"; deadline {deadline:%H:%M:%S} UTC (in " in now, now
     (next_try,) = [line for line in waiting.stdout.splitlines() if line.startswith("now ")]
@@ -160,10 +168,10 @@ def test_show_and_the_tick_page_say_what_a_tick_in_flight_does_now(
         page = http.get(f"/dashboard/ticks/{held}").text
         between = http.get(f"/dashboard/ticks/{retrying}").text
     assert (
-        f'<p id="now" class="now">attempt 1: model call 1 to fake-model in flight since '
-        f"{sent:%H:%M:%S} UTC; deadline {deadline:%H:%M:%S} UTC</p>"
+        f'<p id="now" class="now">attempt 1: model call 2 to fake-model, retry 1 of a refused '
+        f"try in flight since {sent:%H:%M:%S} UTC; deadline {deadline:%H:%M:%S} UTC</p>"
     ) in page
-    assert "0 model call(s), 0 tool call(s), call 1 in flight" in page
+    assert "0 model call(s), 0 tool call(s), call 2 in flight" in page
     assert f"; attempt 2 at {retry_at:%H:%M:%S} UTC</p>" in between
 
     for tick_id, tick in zip((held, retrying), ticks, strict=True):

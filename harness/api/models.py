@@ -191,7 +191,7 @@ class CapacityView(BaseModel):
     places: int | None
     """Ticks at once (None: the procrastinate workers' concurrency decides)."""
     run_seconds: float | None
-    """How long the levels' recent ticks ran (their medians, weighted by demand)."""
+    """How long the levels' ended ticks ran (each level's mean, weighted by its demand)."""
     ticks_per_minute_by_places: float | None
     warning: str | None
     """Why the service cannot keep up with its levels, when it cannot."""

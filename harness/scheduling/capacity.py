@@ -16,14 +16,14 @@ from __future__ import annotations
 
 import functools
 from collections.abc import Callable, Collection, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from types import SimpleNamespace
 
 from apscheduler.triggers.cron import CronTrigger
 
 from harness.config import LevelConfig, Settings, crontab_trigger, parse_interval
-from harness.projections import TickInFlight, paused_levels, stats_of_levels
+from harness.projections import TickInFlight, mean_run_seconds, paused_levels
 from harness.scheduling.triggers import level_trigger, upcoming_slot
 from harness.store import EventStore, StoreError
 
@@ -86,7 +86,7 @@ class Capacity:
     places: int | None
     """Ticks running at once (None: the procrastinate workers' concurrency decides)."""
     run_seconds: float | None = None
-    """How long a tick runs, as the levels' recent ticks did (None: none ran yet)."""
+    """How long a tick runs, as the levels' ended ticks did (None: none ran yet)."""
 
     @property
     def by_spacing(self) -> float | None:
@@ -95,7 +95,7 @@ class Capacity:
 
     @property
     def by_places(self) -> float | None:
-        """Ticks a minute the places can run at the recent run time (None: not known)."""
+        """Ticks a minute the places can run at the mean run time (None: not known)."""
         if self.places is None or not self.run_seconds:
             return None
         return self.places * 60 / self.run_seconds
@@ -153,8 +153,8 @@ def capacity_of(
 ) -> Capacity:
     """The capacity of a service on `settings`, its `paused` and refused levels aside.
 
-    `run_seconds`: each level's typical run time (its median); their mean, weighted by
-    each level's demand, is how long a place stays taken.
+    `run_seconds`: each level's mean run time; their mean, weighted by each level's
+    demand, is how long a place stays taken.
     """
     rates = level_rates(settings.levels, {*paused, *settings.refused_levels()})
     timed = {name: r for name, r in rates.items() if name in run_seconds and r > 0}
@@ -189,7 +189,7 @@ class SlotHolders:
     """Every level's ticks in flight (a read of the store)."""
     settings: Settings
     now: datetime
-    _all: Sequence[TickInFlight] | None = None
+    _all: Sequence[TickInFlight] | None = field(default=None, init=False)
 
     def words(self, level: str) -> str:
         """Why the level's new slot is skipped, for the service's log."""
@@ -226,9 +226,7 @@ def read_capacity(
     """
     names = list(settings.levels)
     paused = paused_levels(store, names) if paused is None else paused
-    stats = stats_of_levels(store, names, datetime.now(UTC))
-    medians = {s.level: s.p50_seconds for s in stats if s.p50_seconds is not None}
-    return capacity_of(settings, paused, medians)
+    return capacity_of(settings, paused, mean_run_seconds(store, names))
 
 
 class CapacityWatch:

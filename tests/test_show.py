@@ -5,15 +5,29 @@ from __future__ import annotations
 import json
 import signal
 import subprocess
-from datetime import datetime, timedelta
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
+from typing import Any
 
 from harness.contracts import StoredEvent
-from harness.contracts.events import BudgetSpent, TickCompleted
+from harness.contracts.events import (
+    BudgetSpent,
+    Event,
+    ModelCalled,
+    ModelCallStarted,
+    TickAttemptFailed,
+    TickBuffered,
+    TickCancelled,
+    TickCompleted,
+    TickScheduled,
+    TickStarted,
+)
 from harness.devtools.fake_llm import FakeUpstream, Step, ToolCallSpec
+from harness.projections import tick_now
 from harness.store import open_store
 from tests.api_support import serving, settings_for
 from tests.commands import Output, forked_cli, start, start_tick, write_config
+from tests.store_support import migrated_sqlite
 from tests.waiting import wait_until
 
 LEVEL = """
@@ -180,3 +194,48 @@ def test_show_and_the_tick_page_say_what_a_tick_in_flight_does_now(
     ended = forked_cli(f"show {held}", config, fake).stdout
     assert "status  cancelled" in ended and "\nnow " not in ended, "an ended tick has no now"
     store.close()
+
+
+def test_where_a_tick_stands_follows_its_stream_event_by_event(tmp_path: Path) -> None:
+    """Each event moves it on: waiting, running, a call and its retry, a backoff, the end."""
+    store = open_store(migrated_sqlite(tmp_path))
+    t0, ids = datetime(2026, 12, 5, 12, 0, tzinfo=UTC), {"tick_id": "min-x", "level": "min"}
+
+    def at(seconds: float) -> dict[str, Any]:
+        return {**ids, "occurred_at": t0 + timedelta(seconds=seconds)}
+
+    refused = {"error_class": "RateLimitError", "failure_class": "infrastructure"}
+    events: list[Event] = [
+        TickScheduled(**at(0)),
+        TickBuffered(**at(0), policy="buffer_one", behind=["min-w"]),
+        TickStarted(**at(10), pid=1, host="h", timeout_seconds=60),
+        ModelCallStarted(**at(12), call=1, model="m", estimated_input_tokens=5),
+        ModelCalled(**at(13), call=1, model="m", **refused),
+        ModelCallStarted(**at(15), call=2, model="m", estimated_input_tokens=5),
+        ModelCalled(**at(20), call=2, model="m", attempt=2),
+        TickAttemptFailed(
+            **at(21), attempt=1, failure_class="content", reason="empty", retry_in_seconds=30
+        ),
+        TickCancelled(**at(22), reason="cancelled by test"),
+    ]
+    store.append("tick-min-x", [event.to_record() for event in events])
+    stored = store.read_stream("tick-min-x")
+    store.close()
+    now = t0 + timedelta(seconds=25)
+    said = [
+        standing.words(now) if (standing := tick_now(stored[:n])) else None
+        for n in range(1, len(stored) + 1)
+    ]
+    deadline = "deadline 12:01:10 UTC (in 45.0 s)"
+    assert said == [
+        "attempt 1 waiting for a place since 12:00:00 UTC (25.0 s ago)",
+        "attempt 1 waiting behind its level's ticks since 12:00:00 UTC (25.0 s ago)",
+        f"attempt 1: running, no model call in flight since 12:00:10 UTC (15.0 s ago); {deadline}",
+        f"attempt 1: model call 1 to m in flight since 12:00:12 UTC (13.0 s ago); {deadline}",
+        f"attempt 1: running, no model call in flight since 12:00:13 UTC (12.0 s ago); {deadline}",
+        "attempt 1: model call 2 to m, retry 1 of a refused try in flight since 12:00:15 UTC "
+        f"(10.0 s ago); {deadline}",
+        f"attempt 1: running, no model call in flight since 12:00:20 UTC (5.0 s ago); {deadline}",
+        "attempt 1 failed (content: empty); attempt 2 at 12:00:51 UTC (in 26.0 s)",
+        None,
+    ]

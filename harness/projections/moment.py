@@ -50,7 +50,8 @@ class TickNow(BaseModel):
 
     doing: Doing
     since: datetime
-    """When it began doing it: its claim, the call's start, the attempt's start, the failure."""
+    """When it began doing it: its claim, the attempt's start, the call's start or the last
+    call's end (running with none in flight), the failure."""
     attempt: int
     """The tick's attempt this is (for `backing_off`: the one due next)."""
     call: int | None = None
@@ -113,7 +114,8 @@ def tick_now(events: Iterable[Recorded]) -> TickNow | None:
         elif kind == TickStarted.type:
             timeout = data.get("timeout_seconds")
             deadline = None if timeout is None else at + timedelta(seconds=timeout)
-            now = TickNow(doing="running", since=at, attempt=data["attempt"], deadline=deadline)
+            attempt = data.get("attempt", 1)
+            now = TickNow(doing="running", since=at, attempt=attempt, deadline=deadline)
             answered_try = 0
         elif now is None:
             continue
@@ -124,7 +126,8 @@ def tick_now(events: Iterable[Recorded]) -> TickNow | None:
         elif kind == ModelCalled.type and now.call == data.get("call"):
             refused = data.get("error_class") is not None
             answered_try = data.get("attempt", 1) if refused else 0
-            now = now.model_copy(update={"doing": "running", "call": None, "model": None})
+            update = {"doing": "running", "since": at, "call": None, "model": None}
+            now = now.model_copy(update=update)
         elif kind == TickAttemptFailed.type:
             retry_at = at + timedelta(seconds=data["retry_in_seconds"])
             failed = f"{data['failure_class']}: {data['reason']}"

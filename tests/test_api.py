@@ -587,7 +587,8 @@ def test_a_tick_page_tells_its_story_and_its_stream_ends_with_it(api: Api, tmp_p
     stream = api.http.get("/ticks/min-done/stream", params={"after": 3})
     assert stream.headers["content-type"].startswith("text/event-stream")
     kinds = [line for line in stream.text.splitlines() if line.startswith("event: ")]
-    assert kinds == ["event: story", "event: story", "event: end"], stream.text
+    assert kinds == ["event: story", "event: story", "event: now", "event: end"], stream.text
+    assert '<p id="now" class="now"></p>' in stream.text, "an ended tick stands nowhere"
     assert "t-TickCompleted" in stream.text and "data: 5" in stream.text
 
     listed = api.http.get("/dashboard/ticks", params={"level": "min"}).text

@@ -169,6 +169,11 @@ def test_a_new_operators_path_through_the_dashboard(tmp_path: Path, browser: Web
             assert "failed" in seen(browser, "#health tr[data-level=idle] .last")
             assert browser.find_elements(By.CSS_SELECTOR, "#paused button[data-resume=idle]")
             wait.until(lambda d: seen(d, "#paused .why"))
+            assert seen(browser, "#capacity").startswith(
+                "capacity: demand 30 slots a minute (1 level(s)); the start spacing (0.25 s) "
+                "allows 240 starts a minute; 4 places"
+            ), "busy's slots a minute beside the caps, paused idle aside"
+            assert not seen(browser, "#over-capacity")
             shot = shots / "dashboard.png"
             assert browser.save_screenshot(str(shot))
             print(f"dashboard screenshot: {shot}")
@@ -191,6 +196,9 @@ def test_a_new_operators_path_through_the_dashboard(tmp_path: Path, browser: Web
             wait.until(lambda d: seen(d, f"#running a[href='/ui/ticks/{tick_id}']", click=True))
             wait.until(lambda d: seen(d, "#events li.t-ToolCalled"))
             assert "tool shell: ok" in seen(browser, "#events li.t-ToolCalled")
+            now = wait.until(lambda d: "call 2 to fake-model in flight" in seen(d, "#now"))
+            assert now and "attempt 1: model call 2" in seen(browser, "#now")
+            assert "; deadline " in seen(browser, "#now"), "the attempt's deadline"
             assert "live" in seen(browser, "#state"), "the page follows the running tick"
             assert "none yet" in seen(browser, "#result") and not seen(browser, "#result .error")
             shot = shots / "tick-running.png"
@@ -200,6 +208,7 @@ def test_a_new_operators_path_through_the_dashboard(tmp_path: Path, browser: Web
             ended = wait.until(lambda d: seen(d, "#events li.live.t-TickCancelled"))
             assert "cancelled by http:127.0.0.1" in ended, "came over the stream"
             wait.until(lambda d: "cancelled" in seen(d, "#summary .why"))
+            assert seen(browser, "#now") == "", "an ended tick is nowhere now"
             assert browser.find_elements(By.CSS_SELECTOR, "#log")
             assert store.read_stream(tick_stream(tick_id))[-1].type == "TickCancelled"
             shot = shots / "tick.png"

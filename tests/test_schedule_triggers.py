@@ -8,6 +8,7 @@ store: missed slots after downtime, `max_runs` across a restart, and the digest'
 from __future__ import annotations
 
 import json
+import math
 import subprocess
 import sys
 import threading
@@ -27,6 +28,7 @@ from harness.execution.executors import LocalExecutor
 from harness.prices import PriceBook
 from harness.projections import projector_for
 from harness.scheduling import Service
+from harness.scheduling.capacity import Capacity, level_rates, slots_a_minute
 from harness.scheduling.describe import describe_levels
 from harness.scheduling.jitter import FireTimes, jitter_delay
 from harness.scheduling.timetable import Slot, Timetable
@@ -557,3 +559,52 @@ def test_levels_describes_schedule_next_fires_last_runs_and_the_pause_note(
     assert len(fire_lines) == 5 and all(" / " not in line for line in fire_lines)
     unknown = forked_cli("levels nope", config, fake)
     assert unknown.returncode == 2 and "no level named 'nope'" in unknown.stderr
+
+
+def test_demand_is_each_schedules_slots_a_minute_read_from_its_fields() -> None:
+    """What a day of fire times would count, without walking them: 1,000 levels at once."""
+    cases = {
+        "every 5s": (LevelConfig(every="5s", model="m"), 12.0),
+        "every minute": (LevelConfig(schedule="* * * * *", model="m"), 1.0),
+        "*/5 in Berlin": (LevelConfig(schedule="*/5 * * * *", timezone="Europe/Berlin"), 0.2),
+        "office hours": (LevelConfig(schedule="0,30 9-17 * * 1-5", model="m"), 18 / 1440),
+        "both": (LevelConfig(schedule=["0 * * * *"], every="30m", model="m"), 3 / 60),
+    }
+    for name, (config, expected) in cases.items():
+        assert slots_a_minute(config) == pytest.approx(expected), name
+        if config.crons and not config.every:
+            start = datetime(2026, 12, 7, tzinfo=UTC)  # a Monday
+            trigger, slots, day = level_trigger(config), 0, start + timedelta(days=1)
+            fire = next_slot(trigger, None, start)
+            while fire < day:
+                slots, fire = slots + 1, next_slot(trigger, fire, fire)
+            assert slots / 1440 == pytest.approx(expected), f"{name}: a Monday's fire times"
+    levels = {
+        f"l{n:04d}": LevelConfig(schedule=f"{n % 60} */{1 + n % 5} * * *", model="m")
+        for n in range(1000)
+    }
+    levels["ended"] = LevelConfig(every="1s", model="m", end_at=datetime(2026, 1, 1, tzinfo=UTC))
+    rates = level_rates(levels, left_out={"l0000"})
+    assert len(rates) == 999, "a level left out (paused) and one whose schedule ended ask none"
+    hours = sum(math.ceil(24 / (1 + n % 5)) for n in range(1, 1000))  # `*/k`: ceil(24 / k)
+    assert sum(rates.values()) == pytest.approx(hours / 1440), "one minute an hour each"
+
+
+def test_capacity_names_what_caps_the_starts_first() -> None:
+    """The spacing caps 60 levels every 5 s; unspaced, places at the recent run time do."""
+    spaced = Capacity(demand=720, levels=60, spacing_seconds=0.25, places=4, run_seconds=0.5)
+    assert (spaced.by_spacing, spaced.by_places) == (240, 480)
+    assert spaced.words() == (
+        "demand 720 slots a minute (60 level(s)); the start spacing (0.25 s) allows 240 starts "
+        "a minute; 4 places allow about 480 a minute at 0.5 s a tick"
+    )
+    assert spaced.warning() is not None and "than the start spacing (0.25 s) allows (240 a " in (
+        spaced.warning() or ""
+    )
+    unspaced = Capacity(demand=720, levels=60, spacing_seconds=0, places=4, run_seconds=2.0)
+    assert "than 4 places at 2.0 s a tick allows (120 a minute)" in (unspaced.warning() or "")
+    assert Capacity(100, 60, 0.25, 4, None).warning() is None
+    workers = Capacity(demand=720, levels=60, spacing_seconds=0, places=None)
+    assert workers.warning() is None and workers.words().endswith(
+        "starts are not spaced; the workers' places run them"
+    )

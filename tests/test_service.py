@@ -526,3 +526,61 @@ def test_a_thread_that_meets_an_unexpected_error_stops_the_service_in_one_line()
     )
     assert "Exception in thread" not in ended.stderr
     assert "Traceback" not in ended.stderr
+
+
+def levels_every(every: str, count: int = 3) -> str:
+    """`count` levels that each fire every `every`, whose ticks skip a slot while in flight."""
+    return "".join(
+        f'[levels.l{n}]\nevery = "{every}"\nprompt = "Anything new?"\nmodel = "fake-model"\n'
+        for n in range(count)
+    )
+
+
+def test_the_log_and_status_say_when_the_levels_ask_for_more_starts_than_the_service_has(
+    tmp_path: Path,
+) -> None:
+    """Three levels every 2 s ask for 90 starts a minute; one start in 5 s allows 12."""
+    runner = "start_spacing_seconds = 5\nmax_concurrent = 1"
+    config = write_config(tmp_path, levels_every("2s"), runner=runner)
+    with fake_server([Step(text="late", delay=60)] * 10) as fake:
+        service = Output(start_service(config, fake))
+        try:
+            warned = service.wait_for("capacity: the levels ask for")
+            assert warned.split(" ", 1)[1].rstrip() == (
+                "capacity: the levels ask for 90 slots a minute, more than the start spacing "
+                "(5 s) allows (12 a minute): ticks wait in the queue, and slots whose level's "
+                "tick still waits are skipped (overlap); see `tickwork status`, [runner] "
+                "start_spacing_seconds and max_concurrent"
+            )
+            running = service.wait_for(", running for ")
+            held = r"skipped: a tick of (l\d) is still in flight: \1-\S+"
+            assert re.search(held + ", running for", running), running
+            queued = service.wait_for(", queued for ")
+            assert re.search(
+                held + r", queued for [\d.]+ s, "
+                r"(first in the queue|behind [12] other tick\(s\)) "
+                r"\([01] of 1 places taken; starts 5 s apart: at most 12 a minute\)$",
+                queued.rstrip(),
+            ), queued
+            skipped_id = queued.split()[1]
+            store = open_store(f"sqlite:///{tmp_path}/events.db")
+            skip = store.read_stream(f"tick-{skipped_id}")[-1]
+            store.close()
+            assert skip.data["reason"] == "overlap", skip
+            assert queued.rstrip().endswith(f"skipped: {skip.data['held']}"), "the event says it"
+            shown = forked_cli(f"show {skipped_id}", config, fake)
+            assert f"skipped ({skip.data['held']})" in " ".join(shown.stdout.split()), shown.stdout
+            status = forked_cli("status", config, fake)
+            assert status.returncode == 0, status.stderr
+            assert (
+                "capacity: demand 90 slots a minute (3 level(s)); the start spacing (5 s) allows "
+                "12 starts a minute; 1 places at once (no tick of theirs has run yet to time them)"
+            ) in status.stdout, status.stdout
+            assert "capacity: the levels ask for 90 slots a minute" in status.stdout
+            config.write_text(config.read_text().replace('every = "2s"', 'every = "1m"'))
+            service.process.send_signal(signal.SIGHUP)
+            within = service.wait_for("within what the service can start")
+            assert "capacity: demand 3 slots a minute (3 level(s));" in within, within
+        finally:
+            output = service.stop()
+    assert output.count("capacity: the levels ask for") == 1, "warned once"

@@ -5,12 +5,29 @@ from __future__ import annotations
 import json
 import signal
 import subprocess
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
+from typing import Any
 
-from harness.contracts.events import BudgetSpent, TickCompleted
+from harness.contracts import StoredEvent
+from harness.contracts.events import (
+    BudgetSpent,
+    Event,
+    ModelCalled,
+    ModelCallStarted,
+    TickAttemptFailed,
+    TickBuffered,
+    TickCancelled,
+    TickCompleted,
+    TickScheduled,
+    TickStarted,
+)
 from harness.devtools.fake_llm import FakeUpstream, Step, ToolCallSpec
+from harness.projections import tick_now
 from harness.store import open_store
+from tests.api_support import serving, settings_for
 from tests.commands import Output, forked_cli, start, start_tick, write_config
+from tests.store_support import migrated_sqlite
 from tests.waiting import wait_until
 
 LEVEL = """
@@ -110,3 +127,115 @@ def test_show_takes_a_unique_prefix_of_a_tick_id(tmp_path: Path, fake: FakeUpstr
     assert "ambiguous: min-a_1, min-a_2" in ambiguous.stderr
     wildcard = forked_cli("show min-_", config, fake)
     assert wildcard.returncode == 2 and "no tick 'min-_'" in wildcard.stderr
+
+
+def test_show_and_the_tick_page_say_what_a_tick_in_flight_does_now(
+    tmp_path: Path, fake: FakeUpstream
+) -> None:
+    """A tick held in a model call and a tick backing off between attempts: both described.
+
+    The call in flight is the SDK's retry of a throttled try, and says so.
+    """
+    backoff = "retry_backoff_seconds = 600\nretry_backoff_max_seconds = 600\n"
+    config = write_config(tmp_path, LEVEL, runner=backoff + "infra_throttle_seconds = 0")
+    held, retrying = "min-held", "min-retrying"
+    fake.script(held, [Step(status=429), Step(text="never sent in time", delay=120)])
+    fake.script(retrying, [Step(status=500)] * 10)
+    ticks = [start_tick(tick_id, config, fake) for tick_id in (held, retrying)]
+    url = f"sqlite:///{tmp_path}/events.db"
+    store = open_store(url)
+
+    def recorded(tick_id: str, kind: str) -> list[StoredEvent]:
+        return [e for e in store.read_stream(f"tick-{tick_id}") if e.type == kind]
+
+    def retried() -> list[StoredEvent] | None:
+        sent = recorded(held, "ModelCallStarted")
+        return sent if len(sent) == 2 else None
+
+    _, call = wait_until(retried, "the throttled call's retry to be sent")
+    (failed,) = wait_until(lambda: recorded(retrying, "TickAttemptFailed"), "attempt 1 to fail")
+    (started,) = recorded(held, "TickStarted")
+    deadline = started.data["occurred_at"]
+    deadline = datetime.fromisoformat(deadline) + timedelta(seconds=120)
+    sent = datetime.fromisoformat(call.data["occurred_at"])
+    retry_at = datetime.fromisoformat(failed.data["occurred_at"]) + timedelta(seconds=600)
+
+    shown, waiting, as_json = (
+        forked_cli(command, config, fake)
+        for command in (f"show {held}", f"show {retrying}", f"show {held} --json")
+    )
+    assert shown.returncode == 0, shown.stderr
+    (now,) = [line for line in shown.stdout.splitlines() if line.startswith("now ")]
+    assert now.startswith(
+        f"now     attempt 1: model call 2 to fake-model, retry 1 of a refused try in flight "
+        f"since {sent:%H:%M:%S} UTC ("
+    ), now
+    assert f"; deadline {deadline:%H:%M:%S} UTC (in " in now, now
+    (next_try,) = [line for line in waiting.stdout.splitlines() if line.startswith("now ")]
+    assert next_try.startswith("now     attempt 1 failed (infrastructure: "), next_try
+    assert f"; attempt 2 at {retry_at:%H:%M:%S} UTC (in " in next_try, next_try
+    story = json.loads(as_json.stdout)
+    assert story["model_calls"] == 0 and story["now"]["doing"] == "calling"
+    assert datetime.fromisoformat(story["now"]["deadline"]) == deadline
+
+    with serving(settings_for(url, tmp_path), store) as http:
+        page = http.get(f"/dashboard/ticks/{held}").text
+        between = http.get(f"/dashboard/ticks/{retrying}").text
+    assert (
+        f'<p id="now" class="now">attempt 1: model call 2 to fake-model, retry 1 of a refused '
+        f"try in flight since {sent:%H:%M:%S} UTC; deadline {deadline:%H:%M:%S} UTC</p>"
+    ) in page
+    assert "0 model call(s), 0 tool call(s), call 2 in flight" in page
+    assert f"; attempt 2 at {retry_at:%H:%M:%S} UTC</p>" in between
+
+    for tick_id, tick in zip((held, retrying), ticks, strict=True):
+        assert forked_cli(f"cancel {tick_id}", config, fake).returncode == 0
+        tick.communicate(timeout=60)
+    ended = forked_cli(f"show {held}", config, fake).stdout
+    assert "status  cancelled" in ended and "\nnow " not in ended, "an ended tick has no now"
+    store.close()
+
+
+def test_where_a_tick_stands_follows_its_stream_event_by_event(tmp_path: Path) -> None:
+    """Each event moves it on: waiting, running, a call and its retry, a backoff, the end."""
+    store = open_store(migrated_sqlite(tmp_path))
+    t0, ids = datetime(2026, 12, 5, 12, 0, tzinfo=UTC), {"tick_id": "min-x", "level": "min"}
+
+    def at(seconds: float) -> dict[str, Any]:
+        return {**ids, "occurred_at": t0 + timedelta(seconds=seconds)}
+
+    refused = {"error_class": "RateLimitError", "failure_class": "infrastructure"}
+    events: list[Event] = [
+        TickScheduled(**at(0)),
+        TickBuffered(**at(0), policy="buffer_one", behind=["min-w"]),
+        TickStarted(**at(10), pid=1, host="h", timeout_seconds=60),
+        ModelCallStarted(**at(12), call=1, model="m", estimated_input_tokens=5),
+        ModelCalled(**at(13), call=1, model="m", **refused),
+        ModelCallStarted(**at(15), call=2, model="m", estimated_input_tokens=5),
+        ModelCalled(**at(20), call=2, model="m", attempt=2),
+        TickAttemptFailed(
+            **at(21), attempt=1, failure_class="content", reason="empty", retry_in_seconds=30
+        ),
+        TickCancelled(**at(22), reason="cancelled by test"),
+    ]
+    store.append("tick-min-x", [event.to_record() for event in events])
+    stored = store.read_stream("tick-min-x")
+    store.close()
+    now = t0 + timedelta(seconds=25)
+    said = [
+        standing.words(now) if (standing := tick_now(stored[:n])) else None
+        for n in range(1, len(stored) + 1)
+    ]
+    deadline = "deadline 12:01:10 UTC (in 45.0 s)"
+    assert said == [
+        "attempt 1 waiting for a place since 12:00:00 UTC (25.0 s ago)",
+        "attempt 1 waiting behind its level's ticks since 12:00:00 UTC (25.0 s ago)",
+        f"attempt 1: running, no model call in flight since 12:00:10 UTC (15.0 s ago); {deadline}",
+        f"attempt 1: model call 1 to m in flight since 12:00:12 UTC (13.0 s ago); {deadline}",
+        f"attempt 1: running, no model call in flight since 12:00:13 UTC (12.0 s ago); {deadline}",
+        "attempt 1: model call 2 to m, retry 1 of a refused try in flight since 12:00:15 UTC "
+        f"(10.0 s ago); {deadline}",
+        f"attempt 1: running, no model call in flight since 12:00:20 UTC (5.0 s ago); {deadline}",
+        "attempt 1 failed (content: empty); attempt 2 at 12:00:51 UTC (in 26.0 s)",
+        None,
+    ]

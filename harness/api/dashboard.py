@@ -205,6 +205,7 @@ def _overview(status: Snapshot, settings: Settings) -> str:
         f'<p class="meta">store at {status.store_position}, projection lag: {escape(lag)}; '
         f"updated {_time(status.taken_at)} UTC</p>"
         + fake_notice(scheduler)
+        + _capacity(status)
         + _table(
             (
                 "level",
@@ -220,6 +221,16 @@ def _overview(status: Snapshot, settings: Settings) -> str:
         ),
         "levels",
     )
+
+
+def _capacity(status: Snapshot) -> str:
+    """The levels' demand beside what the start spacing and the places allow, and a warning."""
+    capacity = status.capacity
+    if capacity is None or not capacity.levels:
+        return ""
+    warning = capacity.warning()
+    said = f'<p id="capacity" class="meta">capacity: {escape(capacity.words())}</p>'
+    return said + (f'<p id="over-capacity" class="error">{escape(warning)}</p>' if warning else "")
 
 
 def _seconds(value: float | None, any_ended: bool) -> str:

@@ -8,7 +8,14 @@ from typing import Annotated, Any, Literal
 from pydantic import AfterValidator, AwareDatetime, BaseModel, ConfigDict, Field
 
 from harness.projections import TickInFlight
-from harness.scheduling import BackfillProgress, Crossing, LevelStatus, RunForecast, Snapshot
+from harness.scheduling import (
+    BackfillProgress,
+    Capacity,
+    Crossing,
+    LevelStatus,
+    RunForecast,
+    Snapshot,
+)
 from harness.store import Beat, StoredEvent
 from harness.timespec import as_utc
 
@@ -171,6 +178,41 @@ class BackfillForecast(BaseModel):
         )
 
 
+class CapacityView(BaseModel):
+    """The levels' demand beside what the executor can start (`harness.scheduling.Capacity`)."""
+
+    demand_per_minute: float
+    """Slots a minute the levels' schedules ask for (paused and refused levels aside)."""
+    levels: int
+    start_spacing_seconds: float
+    """0: starts are not spaced (procrastinate workers)."""
+    starts_per_minute: float | None
+    """What the start spacing allows (None: not spaced)."""
+    places: int | None
+    """Ticks at once (None: the procrastinate workers' concurrency decides)."""
+    run_seconds: float | None
+    """How long the levels' ended ticks ran (each level's mean, weighted by its demand)."""
+    ticks_per_minute_by_places: float | None
+    warning: str | None
+    """Why the service cannot keep up with its levels, when it cannot."""
+    says: str
+
+    @classmethod
+    def of(cls, capacity: Capacity) -> CapacityView:
+        """The capacity in the API's form."""
+        return cls(
+            demand_per_minute=capacity.demand,
+            levels=capacity.levels,
+            start_spacing_seconds=capacity.spacing_seconds,
+            starts_per_minute=capacity.by_spacing,
+            places=capacity.places,
+            run_seconds=capacity.run_seconds,
+            ticks_per_minute_by_places=capacity.by_places,
+            warning=capacity.warning(),
+            says=capacity.words(),
+        )
+
+
 class Status(BaseModel):
     """The body of `/status`: the same snapshot `tickwork status` prints."""
 
@@ -187,6 +229,7 @@ class Status(BaseModel):
     """Whether a live scheduler fires the levels' slots (False: none will fire)."""
     backfills: list[BackfillView] = []
     """The newest backfills, open or ended, with their progress."""
+    capacity: CapacityView | None = None
 
     @classmethod
     def of(cls, snapshot: Snapshot) -> Status:
@@ -206,6 +249,7 @@ class Status(BaseModel):
             processes=[Process.of(beat, now) for beat in snapshot.processes],
             scheduler_running=any(beat.role == "scheduler" for beat in snapshot.live),
             backfills=[BackfillView.of(each) for each in snapshot.backfills],
+            capacity=CapacityView.of(snapshot.capacity) if snapshot.capacity else None,
         )
 
 

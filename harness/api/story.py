@@ -27,7 +27,7 @@ from harness.contracts import (
     tick_stream,
 )
 from harness.contracts import headline as event_headline
-from harness.projections import OPEN, calls_said
+from harness.projections import OPEN, TickNow, calls_said, tick_now
 from harness.store import EventStore
 
 LOG_TAIL_BYTES = 64 * 1024
@@ -105,9 +105,20 @@ def _revision(events: list[Event]) -> str:
     return str(revision)[:12] if revision else ""
 
 
+def now_line(now: TickNow | None) -> str:
+    """Where the tick in flight stands (`harness.projections.moment`); empty once it ended.
+
+    Its times are absolute, so the line an open page shows does not go stale between
+    the events that replace it (`follow` sends it anew with each batch).
+    """
+    said = "" if now is None else escape(now.words())
+    return f'<p id="now" class="now">{said}</p>'
+
+
 def page(detail: TickDetail, tick_id: str) -> str:
     """The tick page's sections: summary and why it ended, the story, the result, the log."""
     last = ended(detail.events)
+    now = tick_now(detail.events)
     tick = detail.tick
     status = tick.status if tick else ("ended" if last else "recorded")
     rows = [
@@ -126,7 +137,8 @@ def page(detail: TickDetail, tick_id: str) -> str:
             (
                 "spend",
                 f"{tick.prompt_tokens:,} + {tick.completion_tokens:,} tokens in "
-                + calls_said(tick.model_calls, tick.tool_calls, tick.tool_calls_cancelled),
+                + calls_said(tick.model_calls, tick.tool_calls, tick.tool_calls_cancelled)
+                + (f", call {now.call} in flight" if now and now.doing == "calling" else ""),
             )
         )
     table = "".join(f"<tr><th>{escape(k)}</th><td>{escape(v)}</td></tr>" for k, v in rows if v)
@@ -145,7 +157,8 @@ def page(detail: TickDetail, tick_id: str) -> str:
     state = "true" if last else "false"
     story = "".join(line(event) for event in detail.events)
     summary = (
-        f'<section id="summary"><h2>Tick {escape(tick_id)}</h2>{why}<table>{table}</table>'
+        f'<section id="summary"><h2>Tick {escape(tick_id)}</h2>{why}{now_line(now)}'
+        f"<table>{table}</table>"
         "</section>"
     )
     return "\n".join(
@@ -202,9 +215,10 @@ def sse(kind: str, data: str) -> str:
 def follow(store: EventStore, tick_id: str, after: int, log_from: int) -> Iterator[str]:
     """Server-sent events of a tick as they are recorded, until it ends.
 
-    `story` events carry a line for each new event, `log` events what its log gained,
-    and `end` says the tick has ended (the stream closes then): at once when it ended
-    among the events up to `after`, which the client says it knows.
+    `story` events carry a line for each new event, `now` where the tick stands after
+    them (`now_line`), `log` events what its log gained, and `end` says the tick has
+    ended (the stream closes then): at once when it ended among the events up to
+    `after`, which the client says it knows.
     """
     stream, quiet_since = tick_stream(tick_id), time.monotonic()
     known = [Event.of(event) for event in store.read_stream(stream, limit=after)]
@@ -217,6 +231,9 @@ def follow(store: EventStore, tick_id: str, after: int, log_from: int) -> Iterat
             yield sse("story", line(event))
             if event.type == TickStarted.type and event.data.get("log_path"):
                 log = Path(event.data["log_path"])
+        if events:
+            known += events
+            yield sse("now", now_line(tick_now(known)))
         if log is not None:
             text, log_from = read_log(log, log_from)
             if text:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import sys
 import threading
+from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Annotated
 
 import typer
@@ -65,6 +66,8 @@ def print_story_head(story: TickStory) -> None:
         ("result", story.result_path or "-"),
         ("log", story.log_path or "-"),
     ]
+    if story.now is not None:
+        rows.insert(3, ("now", story.now.words(datetime.now(UTC))))
     for name, value in rows:
         out.print(f"{name:<8}{value}", highlight=False)
 

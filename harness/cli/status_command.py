@@ -46,7 +46,7 @@ Block = list[Any]
 table), `["line", text]`, `["grid", headers, rows]` (`print_rows`), `["table", headers,
 rows]` (a Rich table) or `["json", data]` (`--json`)."""
 
-BLOCKS_VERSION = 2
+BLOCKS_VERSION = 3
 """Of what a block holds: a service started before an upgrade declines a command whose
 blocks differ from its own, and the command reads the store itself."""
 
@@ -87,7 +87,7 @@ def print_blocks(blocks: list[Block]) -> None:
         if kind == "json":
             print_json(parts[0])
         elif kind == "line":
-            out.print(parts[0])
+            out.print(parts[0], markup=False)  # `[runner]` is a section, not a style
         elif kind == "grid":
             print_rows(parts[0], parts[1])
         else:
@@ -164,6 +164,12 @@ def status_blocks(
         ]
     else:
         blocks.append(["line", "levels: none configured"])
+    capacity = status_now.capacity
+    if capacity is not None and capacity.levels:
+        blocks.append(["line", f"capacity: {capacity.words()}"])
+        warning = capacity.warning()
+        if warning is not None:
+            blocks.append(["line", warning])
     flying = status_now.in_flight
     if flying:
         rows = []

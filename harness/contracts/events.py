@@ -544,6 +544,9 @@ class TickSkipped(TerminalTickEvent):
     """`budget_forecast`: a slot missed while down that its level's budgets could not pay
     for by the forecast (`catch_up_budget = "fit"`)."""
     slot: datetime | None = None
+    held: str | None = None
+    """An `overlap` skip's holder: the level's tick in flight and why it still is (running
+    for how long, or queued behind how many, the places and the start spacing)."""
 
 
 class TickLost(TerminalTickEvent):

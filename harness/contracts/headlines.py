@@ -76,7 +76,7 @@ HEADLINES: dict[str, Callable[[Data], str]] = {
     "TickFailed": lambda d: f"failed ({d.get('failure_class')}): {d.get('reason')}",
     "TickTimedOut": lambda d: f"timed out after {d.get('timeout_seconds')} s",
     "TickCancelled": lambda d: ended("cancelled", d.get("reason") or "no reason recorded"),
-    "TickSkipped": lambda d: f"skipped: {d.get('reason')}",
+    "TickSkipped": lambda d: f"skipped: {d.get('held') or d.get('reason')}",
     "TickLost": lambda d: f"lost: {d.get('reason')}",
     "TranscriptEntry": lambda d: f"{d.get('kind')}: {_short(d.get('text'))}",
     "LevelPaused": lambda d: f"paused by {d.get('by')}: {d.get('reason')}",

@@ -37,7 +37,7 @@ if typing.TYPE_CHECKING:
     from harness.projections.calls import CallCounts, calls_said, count_calls, counted
     from harness.projections.digests import DigestsProjection, latest_published
     from harness.projections.leaving import delete_archived, drop_archived_day
-    from harness.projections.level_stats import LevelStats, stats_of_levels
+    from harness.projections.level_stats import LevelStats, mean_run_seconds, stats_of_levels
     from harness.projections.levels import (
         CancelScopesProjection,
         cancel_scopes,
@@ -45,6 +45,7 @@ if typing.TYPE_CHECKING:
         paused_levels,
         pauses,
     )
+    from harness.projections.moment import TickNow, tick_now
     from harness.projections.periods import PeriodSpend, period_of
     from harness.projections.projector import Progress, Projector
     from harness.projections.reconciliation import (

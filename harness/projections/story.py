@@ -40,6 +40,7 @@ from harness.contracts import (
     tick_stream,
 )
 from harness.projections.calls import count_calls
+from harness.projections.moment import TickNow, tick_now
 from harness.projections.ticks import STATUS_OF, queue_wait
 from harness.store import EventStore
 
@@ -113,6 +114,8 @@ class TickStory(BaseModel):
     result_error: str | None = None
     log_path: str | None = None
     log_tail: str | None = None
+    now: TickNow | None = None
+    """Where it stands while in flight (`harness.projections.moment`); None once ended."""
     steps: list[StoryStep]
 
     @property
@@ -149,12 +152,13 @@ def story_of(tick_id: str, events: list[StoredEvent]) -> TickStory:
         if event.type in TERMINAL_TYPES:
             story.ended_by = event.type
             kept_tail = data.get("stderr_tail") or None
-            story.reason = data.get("reason") or data.get("stop_reason")
+            story.reason = _why(data)
             story.result_path = data.get("result_path") or story.result_path
     counts = count_calls(events)
     story.model_calls, story.prompt_tokens = counts.model_calls, counts.prompt_tokens
     story.tool_calls, story.completion_tokens = counts.tool_calls, counts.completion_tokens
     story.tool_calls_cancelled = counts.tool_calls_cancelled
+    story.now = tick_now(events)
     story.queue_wait_seconds = queue_wait(
         None,
         (
@@ -320,9 +324,13 @@ def _describe(type_: str, data: dict[str, Any]) -> tuple[StepKind, str, str | No
         line = f"attempt {data['attempt']} failed ({data['failure_class']}): {data['reason']}"
         return "attempt_failed", line, None, None
     if type_ in TERMINAL_TYPES:
-        why = data.get("reason") or data.get("stop_reason")
-        return "ended", ended(STATUS_OF.get(type_, type_), why), None, None
+        return "ended", ended(STATUS_OF.get(type_, type_), _why(data)), None, None
     return "other", type_, None, None
+
+
+def _why(data: dict[str, Any]) -> str | None:
+    """Why a tick ended: what held an overlap skip's slot, else its reason or stop reason."""
+    return data.get("held") or data.get("reason") or data.get("stop_reason")
 
 
 def _model_call_line(data: dict[str, Any]) -> str:

@@ -39,6 +39,7 @@ if typing.TYPE_CHECKING:
     )
     from harness.scheduling.budget import Budgets, reservations_in_flight
     from harness.scheduling.budget_watch import BudgetStatus, BudgetWatch, budget_statuses
+    from harness.scheduling.capacity import Capacity, slots_a_minute
     from harness.scheduling.compaction import Compactor
     from harness.scheduling.control import (
         PAUSED,

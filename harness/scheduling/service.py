@@ -38,6 +38,7 @@ from harness.projections import (
 from harness.routing import Router, configured_router
 from harness.scheduling.backfill import Backfilling, BackfillRunner, open_ranges
 from harness.scheduling.budget import BudgetCheck, Budgets
+from harness.scheduling.capacity import CapacityWatch, SlotHolders
 from harness.scheduling.control import ControlFollower
 from harness.scheduling.forecast import run_forecast
 from harness.scheduling.handoff import Handoff
@@ -114,6 +115,8 @@ class Service:
         """(level, day) whose LevelBudgetExceeded is known to be recorded."""
         self.control = ControlFollower(store, executor, settings.levels)
         self.outage = Outage(report)
+        self.capacity = CapacityWatch(report)
+        """Warns when the levels ask for more starts than the executor allows."""
         self.overlap = OverlapBuffer(
             store,
             executor,
@@ -173,6 +176,7 @@ class Service:
             source.needs_lane = frozenset(name for name, level in levels.items() if not level.model)
         if self.timetable is not None:
             self.timetable.retime(self.triggers, set(retimed), utcnow())
+        self.capacity.check(self.settings, self.store)
 
     def _runnable_triggers(
         self, levels: dict[str, LevelConfig], kept: dict[str, BaseTrigger]
@@ -221,6 +225,7 @@ class Service:
         self.report(f"tickwork running: {levels or 'no levels configured'}")
         for why in self.settings.refused_levels().values():
             self.report(f"refused, it does not run: {why}")
+        self.capacity.check(self.settings, self.store)
         timetable.run(self.stopping, self._fire_due, wake=self._wake, gap_seconds=WAVE_GAP)
 
     def _fire_due(self, due: list[Slot]) -> None:
@@ -441,6 +446,9 @@ class Service:
             ahead.setdefault(tick.level, []).append(tick.tick_id)
         held = self.budgets.held() if any(map(self.budgets.has_budget, levels)) else {}
         holding = self.overlap.holder(flying)
+        holders = SlotHolders(
+            flying, lambda: self._in_flight(self.settings.levels), self.settings, utcnow()
+        )
         over_budget: dict[str, BudgetCheck] = {}
         plans: list[tuple[SlotClaim, Decision]] = []
         displacing: dict[str, list[str]] = {}
@@ -475,6 +483,7 @@ class Service:
                 policy=config.overlap,
                 backfill=backfill.backfill_id if backfill else None,
                 fire_at=self.fire_times.fire_at(level, slot),
+                held=holders.words(level) if decision == "overlap" else None,
             )
             plans.append((claim, decision))
             if decision in ("run", "buffer"):
@@ -513,6 +522,8 @@ class Service:
                 self._hand_on(claim, decision)
             elif decision == "budget":
                 self.report(f"{tick_id} skipped: {over_budget[level].words(level)}")
+            elif decision == "overlap":
+                self.report(f"{tick_id} skipped: {claim.held}")
             else:
                 self.report(f"{tick_id} skipped: {SKIPPED[decision].format(level=level)}")
         for level, check in over_budget.items():

@@ -22,6 +22,7 @@ from harness.projections import (
     ticks_in_flight,
 )
 from harness.scheduling.backfill import BackfillProgress, recent_progress
+from harness.scheduling.capacity import Capacity, read_capacity
 from harness.scheduling.triggers import level_trigger, upcoming_slot
 from harness.store import Beat, EventStore, beats
 
@@ -99,6 +100,8 @@ class Snapshot:
     """Schedulers and workers by their heartbeats, newest beat first: live and last seen."""
     backfills: list[BackfillProgress] = field(default_factory=list)
     """The newest backfills (`tickwork backfill`), open or ended, with their progress."""
+    capacity: Capacity | None = None
+    """The levels' demand in slots a minute beside what the executor can start."""
 
     @property
     def live(self) -> list[Beat]:
@@ -159,16 +162,18 @@ def projection_lag(
 def snapshot(settings: Settings, store: EventStore, prices: PriceBook) -> Snapshot:
     """The status of the service, from read models the caller has brought up to date."""
     position, checkpoints, lag = projection_lag(store, prices)
+    levels = level_statuses(settings, store, prices)
     return Snapshot(
         taken_at=datetime.now(UTC),
         store_position=position,
         checkpoints=checkpoints,
         projection_lag=lag,
-        levels=level_statuses(settings, store, prices),
+        levels=levels,
         in_flight=ticks_in_flight(store),
         cancel_scopes=cancel_scopes(store),
         processes=beats(store),
         backfills=recent_progress(settings, store),
+        capacity=read_capacity(settings, store, [level.name for level in levels if level.paused]),
     )
 
 

@@ -39,10 +39,10 @@ SKIPPED = {
     "missed": "missed: nothing could claim it when it fell due",
     "budget_forecast": "missed, and {level}'s budgets cannot pay for it by the forecast",
     "paused": "{level} is paused (tickwork resume {level})",
-    "overlap": "a tick of {level} is still in flight",
 }
 """What the log says of a slot skipped for a reason; a budget's skip names the budget and
-its numbers instead (`BudgetCheck.words`)."""
+its numbers instead (`BudgetCheck.words`), an overlap's the tick that held its slot and
+why it still does (`harness.scheduling.capacity.SlotHolders`)."""
 
 
 @dataclass(frozen=True)
@@ -93,6 +93,8 @@ class SlotClaim:
     outage is known for this replica's own when the store answers again."""
     fire_at: datetime | None = None
     """When the slot fired: its time plus the level's jitter (None: no jitter, or no slot)."""
+    held: str | None = None
+    """An `overlap` skip's holder, as the log says it (`capacity.SlotHolders`)."""
 
     def scheduled(self, level_model: str | None) -> TickScheduled:
         """The claim's TickScheduled; the model is the first candidate's, if routed."""
@@ -206,7 +208,11 @@ def claim_wave(store: EventStore, settings: Settings, wave: Sequence[SlotClaim])
         if claim.skip is not None:
             events.append(
                 TickSkipped(
-                    tick_id=claim.tick_id, level=claim.level, reason=claim.skip, slot=claim.slot
+                    tick_id=claim.tick_id,
+                    level=claim.level,
+                    reason=claim.skip,
+                    slot=claim.slot,
+                    held=claim.held,
                 )
             )
         streams[tick_stream(claim.tick_id)] = [event.to_record() for event in events]

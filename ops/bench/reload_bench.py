@@ -6,8 +6,10 @@ levels on `* * * * *`, wires a service on a SQLite store as `tickwork run` does 
 slot fires), then edits the file R times, each changing 10 % of the levels' prompts,
 adding 1 % and removing 1 %, and times both halves of each reload: reading and validating
 the file (`LevelsReload.look`, on the watcher thread in `tickwork run`) and putting it in
-force (`poll`: revision, swap, retime, `ConfigReloaded`, `LevelsRecorded`), which holds
-the timetable. Prints wall and CPU time of each: the machine is shared.
+force (`poll`: revision, swap, retime, `ConfigReloaded`, `LevelsRecorded`, the capacity
+check), which holds the timetable; and the capacity check alone (the levels' demand from
+their schedules, their pauses and recent run times: `harness.scheduling.capacity`).
+Prints wall and CPU time of each: the machine is shared.
 
     .venv/bin/python ops/bench/reload_bench.py [--levels 1000] [--reloads 5]
 """
@@ -28,6 +30,7 @@ from harness.contracts.events import utcnow
 from harness.execution.executors import LocalExecutor
 from harness.execution.prepare import Preparer
 from harness.execution.runner import Runner
+from harness.scheduling.capacity import read_capacity
 from harness.scheduling.reload import LevelsReload
 from harness.scheduling.service import Service
 from harness.scheduling.timetable import Timetable
@@ -91,9 +94,13 @@ def main() -> None:
             looks.append(timed(lambda: reload.look(forced=True)))
             holds.append(timed(reload.poll))
             assert set(service.settings.levels) == set(names), "a reload was refused"
+        capacity = [
+            timed(lambda: read_capacity(service.settings, store)) for _ in range(args.reloads)
+        ]
         for what, times in (
             ("read and validate, on the watcher thread", looks),
             ("put in force, holding the timetable", holds),
+            ("of which the capacity check (demand, pauses, run times)", capacity),
         ):
             wall = statistics.median(t[0] for t in times) * 1000
             cpu = statistics.median(t[1] for t in times) * 1000

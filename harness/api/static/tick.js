@@ -1,6 +1,7 @@
 // A tick's page: its story, why it ended, result and log, from /dashboard/ticks/<id>; while
 // the tick runs, /ticks/<id>/stream adds each event and the log's new text as they are
-// recorded (server-sent events, read with fetch so the bearer token goes along).
+// recorded, and says anew where the tick stands (the call in flight, the next attempt)
+// after each batch (server-sent events, read with fetch so the bearer token goes along).
 "use strict";
 
 (function () {
@@ -70,6 +71,11 @@
       const item = list.lastElementChild;
       item.classList.add("live");
       story.dataset.after = item.dataset.position;
+    } else if (kind === "now") {
+      const now = document.getElementById("now");
+      if (now) {
+        now.outerHTML = data;
+      }
     } else if (kind === "log") {
       appendLog(data);
     } else if (kind === "end") {

@@ -30,24 +30,19 @@ from importlib.metadata import version
 from typing import TYPE_CHECKING, Any
 
 from harness.config import ConfigError, PriceOverride, unpayable
+from harness.contracts import CallPrice, Rates, UsageParts, rates_at, usd
 
 if TYPE_CHECKING:
     from harness.config import Settings
 
-_PRICE_KEYS = ("input_mtok", "output_mtok", "cache_read_mtok", "cache_write_mtok")
-
-
-@dataclass(frozen=True, slots=True)
-class Rates:
-    """USD per million tokens while a request's input tokens exceed `above`."""
-
-    above: int
-    input: float
-    output: float
-    cache_read: float | None
-    cache_write: float | None
-    per_request: float = 0.0
-    """USD per call, on top of its tokens."""
+_PRICE_KEYS = (
+    "input_mtok",
+    "output_mtok",
+    "cache_read_mtok",
+    "cache_write_mtok",
+    "cache_write_1h_mtok",
+    "web_searches_kcount",
+)
 
 
 UNPRICED = "unpriced"
@@ -93,9 +88,21 @@ def _ladder(model_price: Any) -> tuple[Rates, ...]:
     starts = sorted({tier.start for p in prices for tier in getattr(p, "tiers", ())})
     ladder = []
     for start in [None, *starts]:
-        input_rate, output_rate, cache_read, cache_write = (_rate(p, start) for p in prices)
+        input_rate, output_rate, cache_read, cache_write, hour, searches = (
+            _rate(p, start) for p in prices
+        )
         above = -1 if start is None else start
-        ladder.append(Rates(above, input_rate or 0.0, output_rate or 0.0, cache_read, cache_write))
+        ladder.append(
+            Rates(
+                above,
+                input_rate or 0.0,
+                output_rate or 0.0,
+                cache_read,
+                cache_write,
+                cache_write_1h=hour,
+                web_search=None if searches is None else searches / 1000,
+            )
+        )
     return tuple(ladder)
 
 
@@ -109,6 +116,8 @@ def _flat(prices: PriceOverride) -> tuple[Rates, ...]:
             prices.cache_read_per_mtok,
             prices.cache_write_per_mtok,
             prices.per_request_usd,
+            prices.cache_write_1h_per_mtok,
+            prices.web_search_usd,
         ),
     )
 
@@ -128,6 +137,7 @@ class PriceBook:
         self._overrides = dict(overrides or {})
         self._targets = dict(targets or {})
         self._cache: dict[tuple[str, str, str | None], Priced] = {}
+        self._calls: dict[tuple[str, str, str | None], CallPrice] = {}
 
     def price_of(self, model: str, day: str, target: str | None = None) -> Priced:
         """The ladder for `model` on `day` (YYYY-MM-DD) booked on `target`, and its source."""
@@ -154,6 +164,16 @@ class PriceBook:
             return Priced(_flat(override), "config")
         ladder = _genai_ladder(model, day)
         return Priced(ladder, UNPRICED if ladder is None else _genai_source())
+
+    def call_price(self, model: str, day: str, target: str | None = None) -> CallPrice:
+        """The price a worker books `model`'s calls on `target` at, looked up once a tick."""
+        key = (model, day, target)
+        price = self._calls.get(key)
+        if price is None:
+            found = self.price_of(model, day, target)
+            price = CallPrice(model=model, target=target, source=found.source, ladder=found.ladder)
+            self._calls[key] = price
+        return price
 
     def thresholds(self, model: str, day: str) -> tuple[int, ...]:
         """Input-token thresholds above which the model's rates change (none: one rate).
@@ -210,6 +230,8 @@ class PriceBook:
         *,
         requests: int = 0,
         target: str | None = None,
+        cache_write_1h_tokens: int = 0,
+        web_searches: int = 0,
     ) -> float | None:
         """USD for calls of one tier (summed tokens are fine: prices are linear in a tier).
 
@@ -219,19 +241,16 @@ class PriceBook:
         ladder = self.rates(model, day, target)
         if ladder is None:
             return None
-        rates = ladder[0]
-        for step in ladder[1:]:
-            if tier >= step.above:
-                rates = step
-        uncached = prompt_tokens
-        total = completion_tokens * rates.output
-        if rates.cache_read is not None:
-            uncached -= cache_read_tokens
-            total += cache_read_tokens * rates.cache_read
-        if rates.cache_write is not None:
-            uncached -= cache_write_tokens
-            total += cache_write_tokens * rates.cache_write
-        return (total + max(uncached, 0) * rates.input) / 1_000_000 + requests * rates.per_request
+        usage = UsageParts(
+            prompt_tokens,
+            completion_tokens,
+            cache_read_tokens,
+            cache_write_tokens,
+            cache_write_1h_tokens,
+            web_searches,
+            requests,
+        )
+        return usd(rates_at(ladder, tier), usage)
 
 
 def _genai_ladder(model: str, day: str) -> tuple[Rates, ...] | None:

@@ -31,6 +31,7 @@ from harness.contracts.agents import AgentKind
 from harness.devtools.fake_llm import FakeUpstream, Step, ToolCallSpec
 from harness.execution import Preparer
 from harness.execution.cutoff import cut_off_calls
+from harness.prices import PriceBook
 from harness.projections import story_steps
 from harness.store import open_store
 from tests.store_support import migrated_sqlite
@@ -203,12 +204,12 @@ def test_every_call_a_killed_attempt_left_open_is_booked_once_and_a_refused_one_
     store.append("tick-t1", [e.to_record() for e in first_attempt + second_attempt])
     events = store.read_stream("tick-t1")
 
-    booked = cut_off_calls(events)
+    booked = cut_off_calls(events, PriceBook())
     assert [(b.prompt_tokens, b.estimated, b.source) for b in booked] == [
         (400, True, "runner"),
         (500, True, "runner"),
     ]
-    again = cut_off_calls(events)
+    again = cut_off_calls(events, PriceBook())
     assert [b.event_id for b in again] == [b.event_id for b in booked], "one id per call"
     for batch in (booked, again):
         store.append("tick-t1", [b.to_record() for b in batch])

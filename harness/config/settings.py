@@ -313,6 +313,11 @@ class PriceOverride(_Strict):
     cache_write_per_mtok: Annotated[float, Field(ge=0)] | None = None
     per_request_usd: Annotated[float, Field(ge=0)] = 0.0
     """USD each call costs on top of its tokens (a provider that bills per request)."""
+    cache_write_1h_per_mtok: Annotated[float, Field(ge=0)] | None = None
+    """Cache written for an hour, where the provider bills it apart (left out: at the
+    cache write price)."""
+    web_search_usd: Annotated[float, Field(ge=0)] | None = None
+    """USD per server-side web search (left out: searches are not billed apart)."""
 
 
 def parse_interval(text: str) -> int:

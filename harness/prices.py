@@ -47,6 +47,8 @@ _PRICE_KEYS = (
 
 UNPRICED = "unpriced"
 """The source of a model no source prices."""
+CARD = "card"
+"""The source of a price read from a price card given to a what-if report (`PriceBook.under`)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -133,11 +135,20 @@ class PriceBook:
         self,
         overrides: Mapping[str, PriceOverride] | None = None,
         targets: Mapping[str, TargetPrices] | None = None,
+        card: Mapping[str, PriceOverride] | None = None,
     ) -> None:
         self._overrides = dict(overrides or {})
         self._targets = dict(targets or {})
+        self._card = dict(card or {})
         self._cache: dict[tuple[str, str, str | None], Priced] = {}
         self._calls: dict[tuple[str, str, str | None], CallPrice] = {}
+
+    def under(self, card: Mapping[str, PriceOverride]) -> PriceBook:
+        """This book with `card`'s prices first (source `card`): what-if pricing of history.
+
+        A model the card leaves out keeps the price this book gives it.
+        """
+        return PriceBook(self._overrides, self._targets, card)
 
     def price_of(self, model: str, day: str, target: str | None = None) -> Priced:
         """The ladder for `model` on `day` (YYYY-MM-DD) booked on `target`, and its source."""
@@ -157,6 +168,8 @@ class PriceBook:
         return self.price_of(model, day, target).source
 
     def _lookup(self, model: str, day: str, target: str | None) -> Priced:
+        if model in self._card:
+            return Priced(_flat(self._card[model]), CARD)
         if target is not None:
             return Priced(_flat(self._targets[target].prices), f"catalog:{target}")
         override = self._overrides.get(model)

@@ -851,6 +851,22 @@ def nul_paths(data: Any, loc: tuple[str | int, ...] = ()) -> Iterator[str]:
             yield from nul_paths(value, (*loc, index))
 
 
+def read_toml(path: Path, what: str) -> dict[str, Any]:
+    """A TOML file's tables, or a ConfigError naming the file and why it cannot be read."""
+    try:
+        return tomllib.loads(path.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        raise ConfigError(f"{path}: {what} not found") from None
+    except OSError as exc:
+        raise ConfigError(f"{path}: cannot read: {exc.strerror}") from exc
+    except UnicodeDecodeError as exc:
+        raise ConfigError(f"{path}: not UTF-8 text: {exc.reason} at byte {exc.start}") from exc
+    except RecursionError:
+        raise ConfigError(f"{path}: invalid TOML: nested too deeply") from None
+    except tomllib.TOMLDecodeError as exc:
+        raise ConfigError(f"{path}: invalid TOML: {exc}") from exc
+
+
 def load_settings(explicit: Path | None = None) -> Settings:
     """Read and validate the configuration, or raise ConfigError naming what is wrong."""
     path = config_path(explicit)
@@ -858,18 +874,7 @@ def load_settings(explicit: Path | None = None) -> Settings:
     where = "environment/defaults"
     if path is not None:
         where = str(path)
-        try:
-            data = tomllib.loads(path.read_text(encoding="utf-8"))
-        except FileNotFoundError:
-            raise ConfigError(f"{path}: config file not found") from None
-        except OSError as exc:
-            raise ConfigError(f"{path}: cannot read: {exc.strerror}") from exc
-        except UnicodeDecodeError as exc:
-            raise ConfigError(f"{path}: not UTF-8 text: {exc.reason} at byte {exc.start}") from exc
-        except RecursionError:
-            raise ConfigError(f"{path}: invalid TOML: nested too deeply") from None
-        except tomllib.TOMLDecodeError as exc:
-            raise ConfigError(f"{path}: invalid TOML: {exc}") from exc
+        data = read_toml(path, "config file")
         deep = too_deep(data)
         if deep is not None:
             raise ConfigError(

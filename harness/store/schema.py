@@ -10,7 +10,7 @@ from typing import Any
 
 import sqlalchemy as sa
 
-HEAD_REVISION = "0030"
+HEAD_REVISION = "0031"
 
 metadata = sa.MetaData()
 

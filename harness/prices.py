@@ -9,9 +9,11 @@ can say why a cost is what it is.
 genai-prices takes ~90 µs a call, far too slow to price a million events in a rebuild, so
 each (model, day) is looked up once and turned into plain float rates. Prices are linear
 within a tier (genai-prices' threshold tiers, on a request's input tokens, apply to all its
-tokens), so the spend read model keeps exact integer token sums per tier and prices them
-when asked: a changed `[prices]` override applies at once, without a rebuild. A test holds
-this arithmetic equal to genai-prices' own. Unknown models cost None, never 0.
+tokens), so the spend read model keeps exact integer token sums per tier: a call is booked
+at its price (`call_price`, looked up when its tick is prepared), and the sums can be
+priced under another card (`under`) or today's (a rebuild with `reprice`) without
+touching an event. A test holds this arithmetic equal to genai-prices' own. Unknown
+models cost None, never 0.
 
 A fold in a worker process cannot look prices up (loading genai-prices costs it a third
 of a second): it sums calls per bucket of prompt size between `tier_bounds`, every

@@ -9,9 +9,11 @@ can say why a cost is what it is.
 genai-prices takes ~90 µs a call, far too slow to price a million events in a rebuild, so
 each (model, day) is looked up once and turned into plain float rates. Prices are linear
 within a tier (genai-prices' threshold tiers, on a request's input tokens, apply to all its
-tokens), so the spend read model keeps exact integer token sums per tier and prices them
-when asked: a changed `[prices]` override applies at once, without a rebuild. A test holds
-this arithmetic equal to genai-prices' own. Unknown models cost None, never 0.
+tokens), so the spend read model keeps exact integer token sums per tier: a call is booked
+at its price (`call_price`, looked up when its tick is prepared), and the sums can be
+priced under another card (`under`) or today's (a rebuild with `reprice`) without
+touching an event. A test holds this arithmetic equal to genai-prices' own. Unknown
+models cost None, never 0.
 
 A fold in a worker process cannot look prices up (loading genai-prices costs it a third
 of a second): it sums calls per bucket of prompt size between `tier_bounds`, every
@@ -30,28 +32,25 @@ from importlib.metadata import version
 from typing import TYPE_CHECKING, Any
 
 from harness.config import ConfigError, PriceOverride, unpayable
+from harness.contracts import CallPrice, Rates, UsageParts, rates_at, usd
 
 if TYPE_CHECKING:
     from harness.config import Settings
 
-_PRICE_KEYS = ("input_mtok", "output_mtok", "cache_read_mtok", "cache_write_mtok")
-
-
-@dataclass(frozen=True, slots=True)
-class Rates:
-    """USD per million tokens while a request's input tokens exceed `above`."""
-
-    above: int
-    input: float
-    output: float
-    cache_read: float | None
-    cache_write: float | None
-    per_request: float = 0.0
-    """USD per call, on top of its tokens."""
+_PRICE_KEYS = (
+    "input_mtok",
+    "output_mtok",
+    "cache_read_mtok",
+    "cache_write_mtok",
+    "cache_write_1h_mtok",
+    "web_searches_kcount",
+)
 
 
 UNPRICED = "unpriced"
 """The source of a model no source prices."""
+CARD = "card"
+"""The source of a price read from a price card given to a what-if report (`PriceBook.under`)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -93,9 +92,21 @@ def _ladder(model_price: Any) -> tuple[Rates, ...]:
     starts = sorted({tier.start for p in prices for tier in getattr(p, "tiers", ())})
     ladder = []
     for start in [None, *starts]:
-        input_rate, output_rate, cache_read, cache_write = (_rate(p, start) for p in prices)
+        input_rate, output_rate, cache_read, cache_write, hour, searches = (
+            _rate(p, start) for p in prices
+        )
         above = -1 if start is None else start
-        ladder.append(Rates(above, input_rate or 0.0, output_rate or 0.0, cache_read, cache_write))
+        ladder.append(
+            Rates(
+                above,
+                input_rate or 0.0,
+                output_rate or 0.0,
+                cache_read,
+                cache_write,
+                cache_write_1h=hour,
+                web_search=None if searches is None else searches / 1000,
+            )
+        )
     return tuple(ladder)
 
 
@@ -109,6 +120,8 @@ def _flat(prices: PriceOverride) -> tuple[Rates, ...]:
             prices.cache_read_per_mtok,
             prices.cache_write_per_mtok,
             prices.per_request_usd,
+            prices.cache_write_1h_per_mtok,
+            prices.web_search_usd,
         ),
     )
 
@@ -124,10 +137,20 @@ class PriceBook:
         self,
         overrides: Mapping[str, PriceOverride] | None = None,
         targets: Mapping[str, TargetPrices] | None = None,
+        card: Mapping[str, PriceOverride] | None = None,
     ) -> None:
         self._overrides = dict(overrides or {})
         self._targets = dict(targets or {})
+        self._card = dict(card or {})
         self._cache: dict[tuple[str, str, str | None], Priced] = {}
+        self._calls: dict[tuple[str, str, str | None], CallPrice] = {}
+
+    def under(self, card: Mapping[str, PriceOverride]) -> PriceBook:
+        """This book with `card`'s prices first (source `card`): what-if pricing of history.
+
+        A model the card leaves out keeps the price this book gives it.
+        """
+        return PriceBook(self._overrides, self._targets, card)
 
     def price_of(self, model: str, day: str, target: str | None = None) -> Priced:
         """The ladder for `model` on `day` (YYYY-MM-DD) booked on `target`, and its source."""
@@ -147,6 +170,8 @@ class PriceBook:
         return self.price_of(model, day, target).source
 
     def _lookup(self, model: str, day: str, target: str | None) -> Priced:
+        if model in self._card:
+            return Priced(_flat(self._card[model]), CARD)
         if target is not None:
             return Priced(_flat(self._targets[target].prices), f"catalog:{target}")
         override = self._overrides.get(model)
@@ -154,6 +179,16 @@ class PriceBook:
             return Priced(_flat(override), "config")
         ladder = _genai_ladder(model, day)
         return Priced(ladder, UNPRICED if ladder is None else _genai_source())
+
+    def call_price(self, model: str, day: str, target: str | None = None) -> CallPrice:
+        """The price a worker books `model`'s calls on `target` at, looked up once a tick."""
+        key = (model, day, target)
+        price = self._calls.get(key)
+        if price is None:
+            found = self.price_of(model, day, target)
+            price = CallPrice(model=model, target=target, source=found.source, ladder=found.ladder)
+            self._calls[key] = price
+        return price
 
     def thresholds(self, model: str, day: str) -> tuple[int, ...]:
         """Input-token thresholds above which the model's rates change (none: one rate).
@@ -210,6 +245,8 @@ class PriceBook:
         *,
         requests: int = 0,
         target: str | None = None,
+        cache_write_1h_tokens: int = 0,
+        web_searches: int = 0,
     ) -> float | None:
         """USD for calls of one tier (summed tokens are fine: prices are linear in a tier).
 
@@ -219,19 +256,16 @@ class PriceBook:
         ladder = self.rates(model, day, target)
         if ladder is None:
             return None
-        rates = ladder[0]
-        for step in ladder[1:]:
-            if tier >= step.above:
-                rates = step
-        uncached = prompt_tokens
-        total = completion_tokens * rates.output
-        if rates.cache_read is not None:
-            uncached -= cache_read_tokens
-            total += cache_read_tokens * rates.cache_read
-        if rates.cache_write is not None:
-            uncached -= cache_write_tokens
-            total += cache_write_tokens * rates.cache_write
-        return (total + max(uncached, 0) * rates.input) / 1_000_000 + requests * rates.per_request
+        usage = UsageParts(
+            prompt_tokens,
+            completion_tokens,
+            cache_read_tokens,
+            cache_write_tokens,
+            cache_write_1h_tokens,
+            web_searches,
+            requests,
+        )
+        return usd(rates_at(ladder, tier), usage)
 
 
 def _genai_ladder(model: str, day: str) -> tuple[Rates, ...] | None:

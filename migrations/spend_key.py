@@ -24,15 +24,15 @@ PRIMARY_KEY = "spend_daily_pkey"
 """PostgreSQL's name for the table's primary key (SQLite's has none: the table is copied)."""
 
 
-def add_to_key(column: str, key: list[str], before: list[str]) -> None:
+def add_to_key(column: str, key: list[str], before: list[str], length: int = 64) -> None:
     """Add `column` (a string, "" for existing rows) to spend_daily and to its key `key`.
 
     `before`: the columns beyond FIRST_KEY and SUMS the table has before the change.
     """
-    added = sa.Column(column, sa.String(64), nullable=False, server_default="")
+    added = sa.Column(column, sa.String(length), nullable=False, server_default="")
     _rekey(before, key, added=added)
     with op.batch_alter_table("spend_daily") as batch:
-        batch.alter_column(column, existing_type=sa.String(64), server_default=None)
+        batch.alter_column(column, existing_type=sa.String(length), server_default=None)
 
 
 def drop_from_key(column: str, key: list[str], before: list[str]) -> None:

@@ -403,9 +403,12 @@ def test_spend_groups_by_level_model_and_day(api: Api, tmp_path: Path) -> None:
             "cache_write_tokens": 0,
             "model_calls": 2,
             "estimated_calls": 0,
+            "cache_write_1h_tokens": 0,
+            "web_search_requests": 0,
             "cost_usd": None,
             "unpriced_calls": 1,
             "price_sources": [f"genai-prices@{version('genai-prices')}", "unpriced"],
+            "priced_when_read": 2,
         }
     ]
 

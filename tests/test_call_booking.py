@@ -21,7 +21,9 @@ import pytest
 from harness.config import RoutingConfig
 from harness.contracts import (
     BudgetSpent,
+    CallPrice,
     ModelCalled,
+    Rates,
     RouteFallback,
     TargetSelfChecked,
     TickAttemptFailed,
@@ -31,6 +33,7 @@ from harness.contracts.agents import AgentKind
 from harness.devtools.fake_llm import FakeUpstream, Step, ToolCallSpec
 from harness.execution import Preparer
 from harness.execution.cutoff import cut_off_calls
+from harness.prices import PriceBook
 from harness.projections import story_steps
 from harness.store import open_store
 from tests.store_support import migrated_sqlite
@@ -203,13 +206,67 @@ def test_every_call_a_killed_attempt_left_open_is_booked_once_and_a_refused_one_
     store.append("tick-t1", [e.to_record() for e in first_attempt + second_attempt])
     events = store.read_stream("tick-t1")
 
-    booked = cut_off_calls(events)
+    booked = cut_off_calls(events, PriceBook())
     assert [(b.prompt_tokens, b.estimated, b.source) for b in booked] == [
         (400, True, "runner"),
         (500, True, "runner"),
     ]
-    again = cut_off_calls(events)
+    again = cut_off_calls(events, PriceBook())
     assert [b.event_id for b in again] == [b.event_id for b in booked], "one id per call"
     for batch in (booked, again):
         store.append("tick-t1", [b.to_record() for b in batch])
     assert len([e for e in store.read_stream("tick-t1") if e.type == BudgetSpent.type]) == 3
+
+
+CARD = CallPrice(
+    model="m",
+    target="t",
+    source="catalog:t",
+    ladder=(
+        Rates(-1, 3.0, 15.0, 0.3, 3.75, cache_write_1h=6.0, web_search=0.01),
+        Rates(200_000, 6.0, 22.5, 0.6, 7.5, cache_write_1h=12.0, web_search=0.01),
+    ),
+)
+"""A price with every part a provider bills apart, and a tier above 200k input tokens."""
+
+
+@pytest.mark.parametrize(
+    ("prompt", "rates"),
+    [(10_000, (3.0, 15.0, 0.3, 3.75, 6.0)), (300_000, (6.0, 22.5, 0.6, 7.5, 12.0))],
+)
+def test_a_call_is_booked_at_its_ticks_price_on_every_part_it_was_billed_on(
+    prompt: int, rates: tuple[float, ...]
+) -> None:
+    """Every part a call is billed on is priced at its own rate, at its prompt's tier.
+
+    Input less cache, output (reasoning within it), 5-minute and 1-hour cache writes,
+    cache reads, web searches per use.
+    """
+    booking = CallBooking("tick", "min", prices={("m", "t"): CARD})
+    facts = CallFacts(
+        model="m",
+        call=1,
+        prompt_tokens=prompt,
+        completion_tokens=2_000,
+        cache_read_tokens=4_000,
+        cache_write_tokens=3_000,
+        cache_write_1h_tokens=1_000,
+        reasoning_tokens=500,
+        web_search_requests=2,
+        target="t",
+    )
+    spent = booking.spent(facts)
+    input_, output, read, write, hour = rates
+    uncached = prompt - 4_000 - 3_000
+    by_hand = (
+        uncached * input_ + 2_000 * output + 4_000 * read + 2_000 * write + 1_000 * hour
+    ) / 1e6 + 2 * 0.01
+    assert spent.cost_usd == pytest.approx(by_hand, rel=1e-12)
+    assert spent.price_source == "catalog:t"
+    assert (spent.reasoning_tokens, spent.cache_write_1h_tokens, spent.web_search_requests) == (
+        500,
+        1_000,
+        2,
+    )
+    elsewhere = booking.spent(CallFacts(model="m", call=2, prompt_tokens=5, target="other"))
+    assert (elsewhere.cost_usd, elsewhere.price_source) == (None, None), "priced when read"

@@ -6,6 +6,7 @@ import json
 import re
 import signal
 import subprocess
+from importlib.metadata import version
 from pathlib import Path
 from uuid import uuid4
 
@@ -163,6 +164,7 @@ def test_tick_runs_one_tick_on_the_fake_upstream(tmp_path: Path) -> None:
         ],
     )
     assert "model   gpt-4o-mini" in shown.stdout and " s from claim to start" in shown.stdout
+    assert f"by genai-prices@{version('genai-prices')}" in shown.stdout, "each call's USD, source"
     [row] = json.loads(listed.stdout)["ticks"]
     assert (row["tick_id"], row["status"], row["model"]) == (tick_id, "completed", "gpt-4o-mini")
     assert row["duration_seconds"] > 0 and 0 < row["cost_usd"] < 0.01

@@ -334,6 +334,7 @@ def test_events_land_in_the_store_without_secrets(
     assert [(s.data["source"], s.data["level"], s.data["estimated"]) for s in spent] == [
         ("proxy", "proxy", False)
     ] * 2
+    assert {s.data["price_source"] for s in spent} == {"unpriced"}, "booked with its price source"
     assert [s.data["prompt_tokens"] for s in spent] == [e.prompt_tokens for e in fake.ledger[-3:-1]]
     assert SECRET not in everything
     assert SECRET not in (tmp_path / "decisions.jsonl").read_text()

@@ -327,16 +327,21 @@ SPEND_ROW = "'min', 'm', '2026-11-30', 0, 100, 10, 0, 0, 1, 0"
 
 @pytest.mark.parametrize("backend", ["sqlite", "postgresql"])
 @pytest.mark.parametrize(
-    ("before", "after", "column", "row"),
+    ("before", "after", "column", "row", "sums"),
     [
-        ("0008", "0009", "template_hash", SPEND_ROW),
-        ("0028", "0029", "target", f"{SPEND_ROW}, ''"),
+        ("0008", "0009", "template_hash", SPEND_ROW, ""),
+        ("0028", "0029", "target", f"{SPEND_ROW}, ''", ""),
+        ("0030", "0031", "price_source", f"{SPEND_ROW}, '', ''", ", 0, 0, 0"),
     ],
 )
 def test_a_column_joining_the_spend_key_is_empty_before_and_a_downgrade_adds_it_up(
-    backend: str, before: str, after: str, column: str, row: str, sqlite_url: str
+    backend: str, before: str, after: str, column: str, row: str, sums: str, sqlite_url: str
 ) -> None:
-    """Spend folded before has no template (0009), no target (0029): "", as a rebuild gives."""
+    """Spend folded before a key column joined has "" in it, as a rebuild of its events gives.
+
+    No template (0009), no target (0029), no booked price source (0031). `sums`: the
+    values of the sums a revision adds after the column.
+    """
     with nullcontext(sqlite_url) if backend == "sqlite" else fresh_pg_database() as url:
         engine = create_store_engine(url)
         upgrade(engine, before)
@@ -345,7 +350,7 @@ def test_a_column_joining_the_spend_key_is_empty_before_and_a_downgrade_adds_it_
         upgrade(engine, after)
         with engine.begin() as conn:
             assert conn.execute(sa.text(f"SELECT {column} FROM spend_daily")).all() == [("",)]
-            conn.execute(sa.text(f"INSERT INTO spend_daily VALUES ({row}, 'abc')"))
+            conn.execute(sa.text(f"INSERT INTO spend_daily VALUES ({row}, 'abc'{sums})"))
         downgrade(engine, before)
         with engine.connect() as conn:
             sums = "SELECT level, prompt_tokens, model_calls FROM spend_daily"

@@ -36,7 +36,7 @@ from harness.prices import PriceBook
 from harness.projections import projector_for, reconcile
 from harness.projections.bills import Bill, BillRow
 from harness.projections.level_stats import stats_of_levels
-from harness.projections.spend import REPORT_DAYS, spend_daily
+from harness.projections.spend import BOOKED, REPORT_DAYS, spend_daily
 from harness.projections.tick_spend import tick_spend
 from harness.projections.ticks import (
     fire_lags,
@@ -269,7 +269,15 @@ def _spent(n: int, at: datetime) -> dict[str, Any]:
 
 def _spent_on(level: str, day: date, template_hash: str) -> dict[str, Any]:
     """A spend read model row: a level's calls on a day (`template_hash` keeps rows apart)."""
-    return {**ONE_CALL, "level": level, "day": day, "template_hash": template_hash, "target": ""}
+    return {
+        **ONE_CALL,
+        **dict.fromkeys(BOOKED, 0),
+        "level": level,
+        "day": day,
+        "template_hash": template_hash,
+        "target": "",
+        "price_source": "",
+    }
 
 
 def _caught_up(store: SqlEventStore) -> None:

@@ -13,8 +13,10 @@ import socket
 import sys
 import threading
 from collections.abc import Iterator
+from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from importlib.metadata import version
 from pathlib import Path
 from typing import Any
 
@@ -36,10 +38,12 @@ from harness.routing.catalog import parse_catalog
 from harness.store import SqlEventStore, StoredEvent, open_store
 from tests.commands import Output, fake_server, forked_cli, start_service, write_config
 from tests.waiting import long_enough, wait_until
+from workers import CallBooking, CallFacts
 
 SECRET = "sk-tickwork-catalog-SECRET-9876543210"
 KEY_ENV = "TICKWORK_TEST_CLOUD_KEY"
 LOCAL_URL_ENV = "TICKWORK_LOCAL_LLM_URL"
+CHEAP = {"input_per_mtok": 0.5, "output_per_mtok": 1.0}
 
 
 @pytest.fixture
@@ -678,3 +682,30 @@ def test_spend_prices_a_tick_routed_to_the_example_local_target_at_its_catalog_p
     assert (row["cost_usd"], row["unpriced_calls"]) == (0.0, 0)
     assert row["price_sources"] == ["catalog:local-qwen"]
     assert row["model_calls"] == 1 and row["prompt_tokens"] > 0
+    (spent,) = of_type(events, "BudgetSpent")
+    assert (spent["cost_usd"], spent["price_source"]) == (0.0, "catalog:local-qwen"), "as booked"
+
+
+def test_a_tick_carries_its_routes_prices_and_books_each_call_at_its_targets(
+    tmp_path: Path, store_url: str
+) -> None:
+    """The preparer looks each candidate's price up once; a call books it with a lookup.
+
+    A target's catalog price, else genai-prices', each naming which.
+    """
+    targets = {
+        "cheap": {**target(closed_port_url(), "gpt-4o-mini"), "prices": CHEAP},
+        "listed": target(closed_port_url(), "gpt-4o-mini"),
+    }
+    catalog = write_catalog(tmp_path / "catalog.json", targets, ["cheap", "listed"])
+    payload = Routed(tmp_path, store_url, catalog).preparer.prepare("min").payload
+    assert {(p.target, p.source) for p in payload.prices} == {
+        ("cheap", "catalog:cheap"),
+        ("listed", f"genai-prices@{version('genai-prices')}"),
+    }
+    booking = CallBooking.of(payload)
+    facts = CallFacts(model="gpt-4o-mini", call=1, prompt_tokens=1_000, completion_tokens=100)
+    cheap = booking.spent(replace(facts, target="cheap"))
+    listed = booking.spent(replace(facts, target="listed"))
+    assert cheap.cost_usd == pytest.approx((1_000 * 0.5 + 100 * 1.0) / 1e6)
+    assert listed.cost_usd == pytest.approx((1_000 * 0.15 + 100 * 0.6) / 1e6)

@@ -12,13 +12,15 @@ reported no usage: the upstream may bill an answer that began, even one cut off.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from collections.abc import Mapping
+from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any, Literal
 from uuid import UUID, uuid5
 
 from harness.contracts import (
     BudgetSpent,
+    CallPrice,
     FailureClass,
     ModelCalled,
     ModelCallStarted,
@@ -57,6 +59,9 @@ class CallFacts:
     completion_tokens: int = 0
     cache_read_tokens: int | None = None
     cache_write_tokens: int | None = None
+    reasoning_tokens: int | None = None
+    cache_write_1h_tokens: int | None = None
+    web_search_requests: int | None = None
     estimated: bool = False
     """The upstream reported no usage: the tokens are estimated from sizes."""
     billed: bool = True
@@ -78,11 +83,15 @@ class CallBooking:
     tick_id: str
     level: str
     template_hash: str | None = None
+    prices: Mapping[tuple[str, str | None], CallPrice] = field(default_factory=dict)
+    """The tick's prices by (model, target), looked up when it was prepared: a call books
+    its USD and their source with a dictionary lookup and a few multiplications."""
 
     @classmethod
     def of(cls, payload: TickPayload) -> CallBooking:
-        """The booking of the tick `payload` runs."""
-        return cls(payload.tick_id, payload.level, payload.template_hash)
+        """The booking of the tick `payload` runs, at the prices it carries."""
+        prices = {(price.model, price.target): price for price in payload.prices}
+        return cls(payload.tick_id, payload.level, payload.template_hash, prices)
 
     def started(self, call: int, model: str, estimated_input_tokens: int) -> ModelCallStarted:
         """The call about to be sent, recorded before it is (what `cut_off` books from)."""
@@ -103,8 +112,12 @@ class CallBooking:
         return [spent, self._called(facts, spent)]
 
     def spent(self, facts: CallFacts, source: Source = "worker", **identity: Any) -> BudgetSpent:
-        """The call's spend as `source` books it; `identity`: a fixed `event_id`, `occurred_at`."""
-        return BudgetSpent(
+        """The call's spend as `source` books it; `identity`: a fixed `event_id`, `occurred_at`.
+
+        Priced at the tick's price of its model and target; a call of neither (a target
+        whose prices the payload does not carry) is booked without and priced when read.
+        """
+        spent = BudgetSpent(
             **identity,
             tick_id=self.tick_id,
             level=self.level,
@@ -113,11 +126,15 @@ class CallBooking:
             completion_tokens=facts.completion_tokens,
             cache_read_tokens=facts.cache_read_tokens,
             cache_write_tokens=facts.cache_write_tokens,
+            reasoning_tokens=facts.reasoning_tokens,
+            cache_write_1h_tokens=facts.cache_write_1h_tokens,
+            web_search_requests=facts.web_search_requests,
             estimated=facts.estimated,
             source=source,
             template_hash=self.template_hash,
             target=facts.target,
         )
+        return spent.priced(self.prices.get((facts.model, facts.target)))
 
     def _called(self, facts: CallFacts, spent: BudgetSpent | None) -> ModelCalled:
         refusal = facts.refusal
@@ -144,15 +161,18 @@ class CallBooking:
         )
 
 
-def cut_off(start: StoredEvent) -> BudgetSpent:
+def cut_off(start: StoredEvent, price: CallPrice | None = None) -> BudgetSpent:
     """The estimated spend of a call a killed worker left in flight, from its start.
 
     Its input as the worker estimated it, no output (nothing of it was seen), booked by
     the runner (`harness.execution.cutoff` says which calls) under an id derived from the
-    start's.
+    start's, at `price` (the start names no target: its model's price without one).
     """
     data = start.data
-    booking = CallBooking(data["tick_id"], data["level"], data.get("template_hash"))
+    prices: dict[tuple[str, str | None], CallPrice] = {}
+    if price is not None:
+        prices[price.model, None] = price
+    booking = CallBooking(data["tick_id"], data["level"], data.get("template_hash"), prices)
     facts = CallFacts(
         model=data["model"],
         call=data["call"],

@@ -30,6 +30,7 @@ def governor(
 
     from harness.config import GovernorEnvError, with_legacy_env
     from harness.governor import Alerts, create_app, proxy_governor, urls_from_env
+    from harness.prices import PriceBook
     from harness.store import Spool
 
     config = settings()
@@ -50,7 +51,8 @@ def governor(
     alerts = Alerts(urls_from_env(os.environ), limits.alert_episode_seconds)
     try:
         spool = Spool(config.paths.spool)
-        with proxy_governor(limits, store, spool, alerts, config.rate_limits) as governor:
+        prices = PriceBook(config.prices)
+        with proxy_governor(limits, store, spool, alerts, config.rate_limits, prices) as governor:
             out.print(
                 f"governor on http://{limits.host}:{limits.port} -> {limits.public_upstream} "
                 f"(Anthropic: {limits.public_anthropic_upstream}) "

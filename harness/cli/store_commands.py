@@ -30,7 +30,7 @@ from harness.cli.app import (
 
 if TYPE_CHECKING:
     from harness.config import Settings
-    from harness.projections import Projector, ReportGroup
+    from harness.projections import Projector, ReportGroup, SpendRow
     from harness.store import SqlEventStore, StoredEvent
 
 
@@ -221,13 +221,23 @@ def spend(
         ),
     ] = None,
     level: Annotated[list[str] | None, typer.Option(help="Only these levels.")] = None,
+    prices_file: Annotated[
+        Path | None,
+        typer.Option(
+            "--prices",
+            help='A price card (TOML of [prices."MODEL"] tables): each row also says what '
+            "its calls would have cost under it (models it leaves out at today's prices).",
+        ),
+    ] = None,
     as_json: Annotated[bool, typer.Option("--json", help="JSON output.")] = False,
 ) -> None:
     """Token spend and cost from the spend projection (cost is None for unpriced models).
 
-    Each row names the sources that priced it: `catalog:<target>`, `config`,
-    `genai-prices@<version>`, `unpriced`.
+    Each call costs what it was booked at; each row names the sources that priced it:
+    `catalog:<target>`, `config`, `genai-prices@<version>`, `unpriced` (and counts the
+    calls booked without a price, priced now).
     """
+    from harness.config import ConfigError, load_price_card
     from harness.prices import format_usd
     from harness.projections import REPORT_GROUPS, projector_for, report_since, spend_by
     from harness.routing import CatalogError, price_book
@@ -244,21 +254,23 @@ def spend(
     config = settings()
     try:
         prices = price_book(config)
-    except CatalogError as exc:
+        card = prices.under(load_price_card(prices_file)) if prices_file else None
+    except (CatalogError, ConfigError) as exc:
         raise fail(str(exc), 2) from exc
     store = store_for(config)
     try:
         projector_for(store, prices).catch_up(["spend"])
         tags = {name: list(config.tags) for name, config in config.levels.items()}
         rows = spend_by(store, prices, groups, tags, since=first_day, levels=level)
+        under = spend_by(store, prices, groups, tags, first_day, level, card) if card else []
     except StoreError as exc:
         raise fail(str(exc)) from exc
     finally:
         store.close()
+    repriced = {tuple(row.group.values()): row for row in under}
     if as_json:
-        sys.stdout.write(
-            orjson.dumps([asdict(row) for row in rows], option=orjson.OPT_INDENT_2).decode() + "\n"
-        )
+        shown = [asdict(row) | _card_columns(repriced, row) for row in rows]
+        sys.stdout.write(orjson.dumps(shown, option=orjson.OPT_INDENT_2).decode() + "\n")
         return
     table = Table(
         *groups,
@@ -268,11 +280,16 @@ def spend(
         "estimated",
         "cost (USD)",
         "priced by",
+        *([f"under {prices_file}", "difference"] if card else []),
         box=None,
         caption=f"since {first_day.isoformat()} (UTC days)",
     )
     for row in rows:
         cost = format_usd(row.cost_usd)
+        sources = ", ".join(row.price_sources)
+        if row.priced_when_read:
+            sources += f" ({row.priced_when_read:,} calls booked unpriced, priced now)"
+        card_columns = _card_columns(repriced, row)
         table.add_row(
             *row.group.values(),
             f"{row.prompt_tokens:,}",
@@ -280,12 +297,31 @@ def spend(
             f"{row.model_calls:,}",
             f"{row.estimated_calls:,}",
             cost,
-            ", ".join(row.price_sources),
+            sources,
+            *(
+                [format_usd(card_columns["card_usd"]), format_usd(card_columns["difference_usd"])]
+                if card
+                else []
+            ),
         )
     if not rows:
         out.print(f"no spend recorded since {first_day.isoformat()}")
         return
     out.print(table)
+
+
+def _card_columns(repriced: dict[tuple[str, ...], SpendRow], row: SpendRow) -> dict[str, Any]:
+    """What `row`'s calls cost under the card beside what they were booked at (empty: no card)."""
+    under = repriced.get(tuple(row.group.values()))
+    if under is None:
+        return {}
+    both = None if under.cost_usd is None or row.cost_usd is None else under.cost_usd - row.cost_usd
+    return {
+        "card_usd": under.cost_usd,
+        "card_price_sources": under.price_sources,
+        "card_unpriced_calls": under.unpriced_calls,
+        "difference_usd": both,
+    }
 
 
 @spool_app.command("ingest")
@@ -316,18 +352,31 @@ def projections_rebuild(
     name: Annotated[
         str | None, typer.Argument(help="spend, ticks or calibration (default: all).")
     ] = None,
+    reprice: Annotated[
+        bool,
+        typer.Option(
+            help="Price the spend read model under today's prices (catalog, [prices], "
+            "genai-prices), not as each call was booked; no event changes."
+        ),
+    ] = False,
 ) -> None:
     """Clear a read model and fold it again from the first event, archives included."""
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TaskID, TimeElapsedColumn
 
-    from harness.prices import PriceBook
     from harness.projections import projector_for
+    from harness.routing import CatalogError, price_book
     from harness.store import ArchiveError, positions_kept, recorded_archives
 
     config = settings()
+    try:
+        prices = price_book(config)
+    except CatalogError as exc:
+        raise fail(str(exc), 2) from exc
+    if reprice and name not in (None, "spend"):
+        raise fail(f"--reprice rewrites the spend read model, not {name}", code=2)
     store = store_for(config)
     try:
-        projector: Projector = projector_for(store, PriceBook(config.prices))
+        projector: Projector = projector_for(store, prices, reprice=reprice)
         names = [name] if name else list(projector.projections)
         for each in names:
             try:

@@ -45,6 +45,7 @@ if typing.TYPE_CHECKING:
         config_path,
         service_socket,
     )
+    from harness.config.price_card import PriceCard, load_price_card
     from harness.config.settings import (
         HOME,
         LEVEL_NAME,

@@ -313,6 +313,11 @@ class PriceOverride(_Strict):
     cache_write_per_mtok: Annotated[float, Field(ge=0)] | None = None
     per_request_usd: Annotated[float, Field(ge=0)] = 0.0
     """USD each call costs on top of its tokens (a provider that bills per request)."""
+    cache_write_1h_per_mtok: Annotated[float, Field(ge=0)] | None = None
+    """Cache written for an hour, where the provider bills it apart (left out: at the
+    cache write price)."""
+    web_search_usd: Annotated[float, Field(ge=0)] | None = None
+    """USD per server-side web search (left out: searches are not billed apart)."""
 
 
 def parse_interval(text: str) -> int:
@@ -846,6 +851,22 @@ def nul_paths(data: Any, loc: tuple[str | int, ...] = ()) -> Iterator[str]:
             yield from nul_paths(value, (*loc, index))
 
 
+def read_toml(path: Path, what: str) -> dict[str, Any]:
+    """A TOML file's tables, or a ConfigError naming the file and why it cannot be read."""
+    try:
+        return tomllib.loads(path.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        raise ConfigError(f"{path}: {what} not found") from None
+    except OSError as exc:
+        raise ConfigError(f"{path}: cannot read: {exc.strerror}") from exc
+    except UnicodeDecodeError as exc:
+        raise ConfigError(f"{path}: not UTF-8 text: {exc.reason} at byte {exc.start}") from exc
+    except RecursionError:
+        raise ConfigError(f"{path}: invalid TOML: nested too deeply") from None
+    except tomllib.TOMLDecodeError as exc:
+        raise ConfigError(f"{path}: invalid TOML: {exc}") from exc
+
+
 def load_settings(explicit: Path | None = None) -> Settings:
     """Read and validate the configuration, or raise ConfigError naming what is wrong."""
     path = config_path(explicit)
@@ -853,18 +874,7 @@ def load_settings(explicit: Path | None = None) -> Settings:
     where = "environment/defaults"
     if path is not None:
         where = str(path)
-        try:
-            data = tomllib.loads(path.read_text(encoding="utf-8"))
-        except FileNotFoundError:
-            raise ConfigError(f"{path}: config file not found") from None
-        except OSError as exc:
-            raise ConfigError(f"{path}: cannot read: {exc.strerror}") from exc
-        except UnicodeDecodeError as exc:
-            raise ConfigError(f"{path}: not UTF-8 text: {exc.reason} at byte {exc.start}") from exc
-        except RecursionError:
-            raise ConfigError(f"{path}: invalid TOML: nested too deeply") from None
-        except tomllib.TOMLDecodeError as exc:
-            raise ConfigError(f"{path}: invalid TOML: {exc}") from exc
+        data = read_toml(path, "config file")
         deep = too_deep(data)
         if deep is not None:
             raise ConfigError(

@@ -140,6 +140,7 @@ if typing.TYPE_CHECKING:
         TickPayload,
         TokenRates,
     )
+    from harness.contracts.pricing import CallPrice, Rates, UsageParts, rates_at, usd
     from harness.contracts.rate_limits import (
         Positive,
         ProviderRateLimit,

@@ -13,10 +13,11 @@ from datetime import UTC, date, datetime
 from typing import Any, ClassVar, Literal
 from uuid import UUID, uuid5
 
-from pydantic import BaseModel, ConfigDict, Field, NonNegativeInt, PositiveInt
+from pydantic import BaseModel, ConfigDict, Field, NonNegativeFloat, NonNegativeInt, PositiveInt
 
 from harness.contracts.failures import FailureClass
 from harness.contracts.ids import new_event_id
+from harness.contracts.pricing import CallPrice, UsageParts
 from harness.contracts.records import NewEvent, StoredEvent
 from harness.contracts.secrets import redact, redact_data
 
@@ -310,8 +311,20 @@ class BudgetSpent(TickEvent):
     completion_tokens: NonNegativeInt
     cache_read_tokens: NonNegativeInt | None = None
     cache_write_tokens: NonNegativeInt | None = None
+    reasoning_tokens: NonNegativeInt | None = None
+    """Output tokens the model spent reasoning, part of completion_tokens (None: not reported)."""
+    cache_write_1h_tokens: NonNegativeInt | None = None
+    """The part of cache_write_tokens written for an hour, billed at its own rate."""
+    web_search_requests: NonNegativeInt | None = None
+    """Server-side web searches the call ran, billed per use."""
     estimated: bool = False
     """True when the upstream reported no usage and the tokens were estimated from sizes."""
+    cost_usd: NonNegativeFloat | None = None
+    """What the call was booked at, under `price_source` (None: unpriced, or booked before
+    calls were priced as they were booked: such spend is priced when it is read)."""
+    price_source: str | None = None
+    """Who priced the call when it was booked: `catalog:<target>`, `config`,
+    `genai-prices@<version>` or `unpriced` (None: booked before tickwork recorded it)."""
     source: Literal["worker", "proxy", "runner"] = "worker"
     template_hash: str | None = None
     """The hash of the tick's prompt template before substitution: its prompt version
@@ -319,6 +332,25 @@ class BudgetSpent(TickEvent):
     target: str | None = None
     """The catalog target the call went to, for `target:`/`provider:` budgets (None: no
     route, or booked by the runner for a call cut off, whose target it does not know)."""
+
+    def usage(self) -> UsageParts:
+        """The parts the call is billed on."""
+        return UsageParts(
+            self.prompt_tokens,
+            self.completion_tokens,
+            self.cache_read_tokens or 0,
+            self.cache_write_tokens or 0,
+            self.cache_write_1h_tokens or 0,
+            self.web_search_requests or 0,
+            1,
+        )
+
+    def priced(self, price: CallPrice | None) -> BudgetSpent:
+        """This spend booked at `price`, with its source (None: left to be priced when read)."""
+        if price is None:
+            return self
+        update = {"cost_usd": price.cost(self.usage()), "price_source": price.source}
+        return self.model_copy(update=update)
 
 
 class ToolCalled(TickEvent):

@@ -15,6 +15,7 @@ from harness.contracts.agents import AgentKind
 from harness.contracts.budgets import BudgetRuleData
 from harness.contracts.calibration import Calibration
 from harness.contracts.governor import GovernorLimits
+from harness.contracts.pricing import CallPrice
 from harness.contracts.rate_limits import RateLimitPlan
 from harness.contracts.tiers import Capabilities, ToolTier, capabilities
 from harness.contracts.wire import API_KEY_ENV_OF, BASE_URL_ENV, Api, Effort, require_effort
@@ -191,6 +192,10 @@ class TickPayload(BaseModel):
     output: Literal["text", "json"] = "text"
     """`json`: the answer is parsed (and checked against `output_schema` when set)."""
     output_schema: dict[str, Any] | None = None
+    prices: list[CallPrice] = []
+    """The prices of the tick's models on its targets, looked up once when it was prepared:
+    each call is booked at its price (a call of a model and target not among them is
+    booked without, and priced when its spend is read)."""
 
     @model_validator(mode="after")
     def _effort_for_api(self) -> TickPayload:

@@ -22,15 +22,16 @@ from harness.contracts import (
     StoredEvent,
     TickAttemptFailed,
 )
+from harness.prices import PriceBook
 from workers import cut_off
 
 
-def cut_off_calls(events: Sequence[StoredEvent]) -> list[BudgetSpent]:
+def cut_off_calls(events: Sequence[StoredEvent], prices: PriceBook) -> list[BudgetSpent]:
     """The estimated spend of each call of the tick's last attempt that was started, not ended.
 
     Call it only once the attempt's worker is gone and left no result file. An attempt's
     calls are those after the previous attempt's `TickAttemptFailed` (each worker numbers
-    its calls from 1).
+    its calls from 1). Each is booked at its model's price on the day it was sent.
     """
     open_calls: dict[int, StoredEvent] = {}
     for stored in events:
@@ -40,4 +41,7 @@ def cut_off_calls(events: Sequence[StoredEvent]) -> list[BudgetSpent]:
             open_calls.pop(stored.data.get("call", 1), None)
         elif stored.type == TickAttemptFailed.type:
             open_calls.clear()
-    return [cut_off(start) for start in open_calls.values()]
+    return [
+        cut_off(start, prices.call_price(start.data["model"], start.data["occurred_at"][:10]))
+        for start in open_calls.values()
+    ]

@@ -28,6 +28,7 @@ from harness.contracts import (
     TELEMETRY_HEADERS_ENV,
     BudgetRuleData,
     Calibration,
+    CallPrice,
     OutputSchemaError,
     RagSettings,
     RateLimitPlan,
@@ -49,7 +50,7 @@ from harness.projections import (
     previous_result_path,
     projector_for,
 )
-from harness.routing import Routed, Router, configured_router
+from harness.routing import Catalog, Routed, Router, configured_router, target_prices
 from harness.scheduling import Budgets, reservations_in_flight
 from harness.store import EventStore, StoreError, split_password
 
@@ -205,6 +206,7 @@ class Preparer:
         self._budgets: Budgets | None = None
         self._calibrated = None if store is None else SharedCalibrations(store)
         self.router = router or configured_router(settings)
+        self._priced: tuple[Catalog | None, PriceBook] | None = None
 
     def prepare(
         self,
@@ -272,6 +274,7 @@ class Preparer:
             rate_limits=self._rate_limits(config, routed, timeout),
             output=config.output,
             output_schema=self._output_schema(level, config),
+            prices=self._prices(routed, str(config.model)),
         )
         return PreparedTick(
             payload,
@@ -421,6 +424,21 @@ class Preparer:
             rates=rates,
             reserve_model=config.model or models[0],
         )
+
+    def _prices(self, routed: Routed | None, model: str) -> list[CallPrice]:
+        """The price of each model the tick may call, on its target: looked up here, once.
+
+        Today's (UTC) prices, from the catalog the tick was routed by, then `[prices]`,
+        then genai-prices: the worker books every call at them without loading a table.
+        """
+        catalog = routed.catalog if routed else None
+        if self._priced is None or self._priced[0] is not catalog:
+            targets = target_prices(catalog) if catalog else {}
+            self._priced = (catalog, PriceBook(self.settings.prices, targets))
+        book, day = self._priced[1], datetime.now(UTC).date().isoformat()
+        if routed is None:
+            return [book.call_price(model, day)]
+        return [book.call_price(c.model, day, c.target) for c in routed.plan.candidates]
 
     def _known_models(self) -> set[str]:
         """Every model a tick may call: a wide budget counts other levels' spend too."""

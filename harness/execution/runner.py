@@ -49,6 +49,7 @@ from harness.execution.launchers import Launcher, TickProcess, launcher_for, pre
 from harness.execution.lifecycle import Decisions, Life
 from harness.execution.prepare import PreparedTick, TickRef, worker_env
 from harness.governor import Alerts, Verdict, urls_from_env
+from harness.prices import PriceBook
 from harness.projections import CallCounts, count_calls
 from harness.routing import Escalation, catalog_record
 from harness.scheduling import SlotClaim
@@ -416,7 +417,7 @@ class Runner:
             events = self.store.read_stream(tick_stream(ref.tick_id))
         except StoreError:
             return  # the worker's own events may be spooled too: nothing to decide from
-        for spent in cut_off_calls(events):
+        for spent in cut_off_calls(events, PriceBook(self.settings.prices)):
             self.record(spent)
 
     def _counts(self, result: TickResult) -> dict[str, int]:

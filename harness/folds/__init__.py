@@ -35,7 +35,7 @@ if typing.TYPE_CHECKING:
         fetched,
         open_cursor,
     )
-    from harness.folds.spend import spend_sums
+    from harness.folds.spend import NANO, spend_sums
     from harness.folds.sums import Folded, Kernel, Sums, merge
     from harness.folds.tick_spend import COUNTERS, tick_spend_sums
 

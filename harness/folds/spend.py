@@ -30,26 +30,36 @@ _FIELDS = itemgetter(
 """A BudgetSpent's fields the fold reads, taken from its dict in one C call per event."""
 
 
-def spend_sums(batch: Iterable[Data], bounds: tuple[int, ...]) -> Sums:
-    """Sums per (level, model, UTC day, bucket, template, target) of BudgetSpent.
+NANO = 1_000_000_000
+"""Booked USD is summed in nano-dollars: integers, so partial folds add up exactly."""
 
-    The six sums are prompt, completion, cache read and cache write tokens, calls and
-    estimated calls. A call's bucket is how many bounds lie below its prompt size
+
+def spend_sums(batch: Iterable[Data], bounds: tuple[int, ...]) -> Sums:
+    """Sums per (level, model, UTC day, bucket, template, target, price source) of BudgetSpent.
+
+    The nine sums are prompt, completion, cache read and cache write tokens, calls,
+    estimated calls, cache written for an hour, web searches and the USD booked (in
+    nano-dollars). A call's bucket is how many bounds lie below its prompt size
     (`bisect_left`, one C call), so calls in one bucket passed the same thresholds. Its
     template is its prompt template's hash, "" when it has none (spend recorded before
     tickwork kept it, or of no tick's prompt); its target the catalog target it was booked
-    on, "" for none (no catalog, or a call the runner booked for a cut-off tick).
+    on, "" for none (no catalog, or a call the runner booked for a cut-off tick); its
+    price source who priced it as it was booked, "" for spend booked without a price.
     """
     sums: Sums = {}
     for data in batch:
         at, model, prompt, level, completion, read, write, estimated = _FIELDS(data)
         template = data.get("template_hash") or ""
         target = data.get("target") or ""
-        key = (level, model, at[:10], bisect_left(bounds, prompt), template, target)
+        source = data.get("price_source") or ""
+        key = (level, model, at[:10], bisect_left(bounds, prompt), template, target, source)
         row = sums.get(key)
         if row is None:
-            row = sums[key] = [0, 0, 0, 0, 0, 0]
+            row = sums[key] = [0, 0, 0, 0, 0, 0, 0, 0, 0]
         add_call(row, prompt, completion, read, write, estimated)
+        row[6] += data.get("cache_write_1h_tokens") or 0
+        row[7] += data.get("web_search_requests") or 0
+        row[8] += round((data.get("cost_usd") or 0.0) * NANO)
     return sums
 
 

@@ -13,12 +13,16 @@ from harness.projections.ticks import TicksProjection
 from harness.store import EventStore
 
 
-def projector_for(store: EventStore, prices: PriceBook) -> Projector:
-    """The projector with every read model tickwork keeps."""
+def projector_for(store: EventStore, prices: PriceBook, reprice: bool = False) -> Projector:
+    """The projector with every read model tickwork keeps.
+
+    `reprice`: its spend read model prices what it folds under `prices`, not as booked
+    (`SpendProjection.reprice`), for a rebuild.
+    """
     return Projector(
         store,
         [
-            SpendProjection(prices),
+            SpendProjection(prices, reprice),
             TicksProjection(),
             CalibrationProjection(),
             CancelScopesProjection(),

@@ -12,13 +12,13 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from datetime import date, timedelta
 from functools import cache
-from typing import Literal, get_args
+from typing import Any, Literal, get_args
 
 import sqlalchemy as sa
 
 from harness.contracts import BudgetSpent
-from harness.folds import merge, spend_sums
-from harness.prices import PriceBook
+from harness.folds import NANO, merge, spend_sums
+from harness.prices import UNPRICED, PriceBook
 from harness.projections.base import Kernel, SumProjection, Sums, add_sums
 from harness.store import EventStore, metadata
 
@@ -31,20 +31,28 @@ spend_daily = sa.Table(
     sa.Column("price_tier", sa.BigInteger(), primary_key=True),
     sa.Column("template_hash", sa.String(64), primary_key=True),
     sa.Column("target", sa.String(64), primary_key=True),
+    sa.Column("price_source", sa.String(100), primary_key=True),
     sa.Column("prompt_tokens", sa.BigInteger(), nullable=False),
     sa.Column("completion_tokens", sa.BigInteger(), nullable=False),
     sa.Column("cache_read_tokens", sa.BigInteger(), nullable=False),
     sa.Column("cache_write_tokens", sa.BigInteger(), nullable=False),
     sa.Column("model_calls", sa.BigInteger(), nullable=False),
     sa.Column("estimated_calls", sa.BigInteger(), nullable=False),
+    sa.Column("cache_write_1h_tokens", sa.BigInteger(), nullable=False),
+    sa.Column("web_search_requests", sa.BigInteger(), nullable=False),
+    sa.Column("booked_nusd", sa.BigInteger(), nullable=False),
     sa.Index("ix_spend_daily_day", "day"),
 )
 """`template_hash` (migration 0009): the hash of the prompt template the spend's tick ran,
 "" for spend with none (recorded before tickwork kept it, or the proxy's). `target`
 (migration 0029): the catalog target the calls were booked on, "" for none (no catalog,
-a call the runner booked for a cut-off tick, or a row folded before 0029)."""
+a call the runner booked for a cut-off tick, or a row folded before 0029).
+`price_source` (migration 0031): who priced the calls as they were booked, and
+`booked_nusd` the USD they were booked at in nano-dollars; "" and 0 for spend booked
+without a price (recorded before tickwork priced as it booked, or a row folded before
+0031), which a report prices when it reads it."""
 
-_KEYS = ("level", "model", "day", "price_tier", "template_hash", "target")
+_KEYS = ("level", "model", "day", "price_tier", "template_hash", "target", "price_source")
 SUMS = (
     "prompt_tokens",
     "completion_tokens",
@@ -53,6 +61,8 @@ SUMS = (
     "model_calls",
     "estimated_calls",
 )
+BOOKED = ("cache_write_1h_tokens", "web_search_requests", "booked_nusd")
+"""The spend read model's sums beyond those it shares with the tick spend model."""
 
 GroupBy = Literal["level", "model", "day", "template", "target"]
 """What a spend report groups by; `template` is the prompt template's hash."""
@@ -70,24 +80,39 @@ class SpendProjection(SumProjection):
     types = frozenset({BudgetSpent.type})
     tables = (spend_daily,)
 
-    def __init__(self, prices: PriceBook) -> None:
+    def __init__(self, prices: PriceBook, reprice: bool = False) -> None:
         self.prices = prices
+        self.reprice = reprice
+        """Price every row under `prices` as it is written, whatever its calls were booked
+        at (`tickwork projections rebuild --reprice`): the read model then holds history
+        under today's card, and the events stay as they were booked."""
 
     def kernel(self) -> Kernel:
-        """Sums per level, model, day, prompt size, template, target (`harness.folds.spend`)."""
+        """Sums per level, model, day, prompt size, template, target, price source."""
         return Kernel(spend_sums, (self.prices.tier_bounds(),))
 
     def write(self, conn: sa.Connection, sums: Sums) -> None:
-        """Buckets mapped onto price tiers, then each row's sums added (`add_sums`)."""
+        """Buckets mapped onto price tiers (repriced if asked), then each row's sums added."""
         tier_of = cache(self.prices.bucket_tier)
         rows = merge(
             {},
             (
-                ((level, model, day, tier_of(model, day, bucket), template, target), values)
-                for (level, model, day, bucket, template, target), values in sums.items()
+                ((level, model, day, tier_of(model, day, bucket), *rest), values)
+                for (level, model, day, bucket, *rest), values in sums.items()
             ),
         )
+        if self.reprice:
+            rows = merge({}, (self._repriced(key, values) for key, values in rows.items()))
         add_sums(conn, spend_daily, _KEYS, [(*key, *values) for key, values in rows.items()])
+
+    def _repriced(
+        self, key: tuple[Any, ...], values: list[int]
+    ) -> tuple[tuple[Any, ...], list[int]]:
+        """A row's key and sums as if its calls had been booked under `prices`."""
+        level, model, day, tier, template, target, _booked_by = key
+        cost, source = _priced(self.prices, model, day, tier, target or None, values)
+        nano = 0 if cost is None else round(cost * NANO)
+        return (level, model, day, tier, template, target, source), [*values[:-1], nano]
 
 
 @dataclass(frozen=True)
@@ -105,9 +130,14 @@ class SpendRow:
     cache_write_tokens: int
     model_calls: int
     estimated_calls: int
+    cache_write_1h_tokens: int
+    web_search_requests: int
     cost_usd: float | None
     unpriced_calls: int
     price_sources: tuple[str, ...]
+    priced_when_read: int = 0
+    """Calls booked without a price (before tickwork priced as it booked): this report
+    priced them under the current prices, as reports did before."""
 
 
 def spend_report(
@@ -117,19 +147,25 @@ def spend_report(
     since: date | None = None,
     until: date | None = None,
     levels: Sequence[str] | None = None,
+    card: PriceBook | None = None,
 ) -> list[SpendRow]:
-    """Spend grouped by any of level, model, day, template and target, priced now.
+    """Spend grouped by any of level, model, day, template and target, as it was booked.
+
+    Each call costs what it was booked at (its `BudgetSpent`'s USD and source); a call
+    booked without a price is priced under `prices` now, as before, and counted in
+    `priced_when_read`. `card`: price every call under it instead (`PriceBook.under`),
+    what the period would have cost.
 
     The database sums the rows first, by the groups asked for and what a price depends
-    on (model, day, price tier and target), so each aggregate is priced once: prices are
-    linear within a tier. A report by model prices one row per model, day, tier and
-    target, however many levels spent.
+    on (model, day, price tier, target and booked source), so each aggregate is priced
+    once: prices are linear within a tier. A report by model prices one row per model,
+    day, tier and target, however many levels spent.
     """
-    priced_by = ("model", "day", "price_tier", "target")
+    priced_by = ("model", "day", "price_tier", "target", "price_source")
     columns = (*(_COLUMN_OF.get(name, name) for name in by), *priced_by)
     keys = [spend_daily.c[name] for name in dict.fromkeys(columns)]
     query = sa.select(
-        *keys, *(sa.func.sum(spend_daily.c[name]).label(name) for name in SUMS)
+        *keys, *(sa.func.sum(spend_daily.c[name]).label(name) for name in (*SUMS, *BOOKED))
     ).group_by(*keys)
     if since is not None:
         # Closed on both sides: given `day >= ?` alone, SQLite walks the whole primary key
@@ -154,9 +190,13 @@ def spend_report(
         sums = [int(value) for value in values[len(keys) :]]
         totals.sums = [a + b for a, b in zip(totals.sums, sums, strict=True)]
         model, target = values[at["model"]], values[at["target"]] or None
-        tier = values[at["price_tier"]]
-        cost = prices.cost(model, day, tier, *sums[:4], requests=sums[4], target=target)
-        totals.sources.add(prices.source(model, day, target))
+        tier, booked_by = values[at["price_tier"]], values[at["price_source"]]
+        if card is not None or not booked_by:
+            cost, source = _priced(card or prices, model, day, tier, target, sums)
+            totals.priced_when_read += 0 if card else sums[4]
+        else:
+            cost, source = (None if booked_by == UNPRICED else sums[-1] / NANO), booked_by
+        totals.sources.add(source)
         if cost is None:
             totals.unpriced_calls += sums[4]
         else:
@@ -164,13 +204,31 @@ def spend_report(
     return [
         SpendRow(
             group=dict(zip(by, key, strict=True)),
-            **dict(zip(SUMS, totals.sums, strict=True)),
+            **dict(zip((*SUMS, *BOOKED[:-1]), totals.sums, strict=False)),
             cost_usd=None if totals.unpriced_calls else totals.cost_usd,
             unpriced_calls=totals.unpriced_calls,
             price_sources=tuple(sorted(totals.sources)),
+            priced_when_read=totals.priced_when_read,
         )
         for key, totals in sorted(groups.items())
     ]
+
+
+def _priced(
+    prices: PriceBook, model: str, day: str, tier: int, target: str | None, sums: Sequence[int]
+) -> tuple[float | None, str]:
+    """USD of a spend row's sums (`SUMS` then `BOOKED`) under `prices`, and their source."""
+    cost = prices.cost(
+        model,
+        day,
+        tier,
+        *sums[:4],
+        requests=sums[4],
+        target=target,
+        cache_write_1h_tokens=sums[6],
+        web_searches=sums[7],
+    )
+    return cost, prices.source(model, day, target)
 
 
 REPORT_DAYS = 30
@@ -198,8 +256,11 @@ def spend_by(
     tags_of: Mapping[str, Sequence[str]],
     since: date | None = None,
     levels: Sequence[str] | None = None,
+    card: PriceBook | None = None,
 ) -> list[SpendRow]:
     """A spend report whose groups may include `tag`: the levels' `tags`, priced per row.
+
+    `card`: every call priced under it, not as booked (`spend_report`).
 
     Grouped by level in the database (with the other groups asked), then each level's
     row is counted under each of its tags ("" for a level with none, or one no longer
@@ -209,7 +270,7 @@ def spend_by(
     if "tag" in by and "level" not in inner:
         inner.append("level")
     with store.read_transaction() as conn:
-        rows = spend_report(conn, prices, inner, since, levels=levels)
+        rows = spend_report(conn, prices, inner, since, levels=levels, card=card)
     if "tag" not in by:
         return rows
     merged: dict[tuple[str, ...], SpendRow] = {}
@@ -244,16 +305,18 @@ def _added(a: SpendRow, b: SpendRow) -> SpendRow:
     cost = None if a.cost_usd is None or b.cost_usd is None else a.cost_usd + b.cost_usd
     return SpendRow(
         group=a.group,
-        **{name: getattr(a, name) + getattr(b, name) for name in SUMS},
+        **{name: getattr(a, name) + getattr(b, name) for name in (*SUMS, *BOOKED[:-1])},
         cost_usd=cost,
         unpriced_calls=a.unpriced_calls + b.unpriced_calls,
         price_sources=tuple(sorted({*a.price_sources, *b.price_sources})),
+        priced_when_read=a.priced_when_read + b.priced_when_read,
     )
 
 
 @dataclass
 class _Totals:
-    sums: list[int] = field(default_factory=lambda: [0] * len(SUMS))
+    sums: list[int] = field(default_factory=lambda: [0] * (len(SUMS) + len(BOOKED)))
     cost_usd: float = 0.0
     unpriced_calls: int = 0
     sources: set[str] = field(default_factory=set)
+    priced_when_read: int = 0

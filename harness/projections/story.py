@@ -39,6 +39,7 @@ from harness.contracts import (
     redact,
     tick_stream,
 )
+from harness.prices import format_usd
 from harness.projections.calls import count_calls
 from harness.projections.moment import TickNow, tick_now
 from harness.projections.ticks import STATUS_OF, queue_wait
@@ -214,6 +215,7 @@ def story_steps(events: Iterable[StoredEvent]) -> list[StoryStep]:
     events = list(events)
     answered = _answered_starts(events)
     linked = {e.data.get("budget_event_id") for e in events if e.type == ModelCalled.type}
+    spent = {str(e.event_id): e.data for e in events if e.type == BudgetSpent.type}
     transcribed_tools = any(
         e.type == TranscriptEntry.type and e.data.get("kind") == "tool" for e in events
     )
@@ -225,8 +227,35 @@ def story_steps(events: Iterable[StoredEvent]) -> list[StoryStep]:
             continue
         if event.event_id in answered:
             continue
-        steps.append(_step(event))
+        step = _step(event)
+        booked = spent.get(event.data.get("budget_event_id") or "")
+        if booked is not None:
+            step.summary += spend_parts(booked)
+        steps.append(step)
     return steps
+
+
+def spend_parts(data: dict[str, Any]) -> str:
+    """What a `BudgetSpent` adds to its call's line: its usage parts, USD and price source.
+
+    Spend booked before tickwork priced calls as it booked them adds its parts alone.
+    """
+    parts = [
+        f"{data[name]:,} {label}"
+        for name, label in (
+            ("cache_read_tokens", "cache read"),
+            ("cache_write_tokens", "cache write"),
+            ("cache_write_1h_tokens", "of them 1h"),
+            ("reasoning_tokens", "reasoning"),
+            ("web_search_requests", "web searches"),
+        )
+        if data.get(name)
+    ]
+    text = f" [{', '.join(parts)}]" if parts else ""
+    source, cost = data.get("price_source"), data.get("cost_usd")
+    if source is None:
+        return text
+    return f"{text} = " + (source if cost is None else f"${format_usd(cost)} by {source}")
 
 
 def _answered_starts(events: list[StoredEvent]) -> set[UUID]:
@@ -287,7 +316,7 @@ def _describe(type_: str, data: dict[str, Any]) -> tuple[StepKind, str, str | No
     if type_ == BudgetSpent.type:
         tokens = f"{data['prompt_tokens']:,} + {data['completion_tokens']:,} tokens"
         estimated = " (estimated)" if data.get("estimated") else ""
-        return "spend", f"{data['model']}: {tokens}{estimated}", None, None
+        return "spend", f"{data['model']}: {tokens}{estimated}{spend_parts(data)}", None, None
     if type_ == ToolCalled.type:
         return (
             "tool",

@@ -1,8 +1,9 @@
 """The price book of a configuration: its catalog's target prices before its `[prices]`.
 
-Prices are looked up where the spend is read, not where it was booked, so a report
-prices every call under the catalog and configuration of the moment, as it always did
-under `[prices]`: an operator who fixes a price sees the fix at once, without a rebuild.
+A tick's calls are booked at the prices of the catalog and configuration in force when
+it was prepared; reports read them as booked. Spend booked without a price (before
+tickwork priced as it booked) is priced under this book when read, and `tickwork
+projections rebuild --reprice` prices all of history under it.
 """
 
 from __future__ import annotations

@@ -10,7 +10,7 @@ from typing import Any
 
 import sqlalchemy as sa
 
-HEAD_REVISION = "0035"
+HEAD_REVISION = "0032"
 
 metadata = sa.MetaData()
 

@@ -29,6 +29,7 @@ from harness.governor.ledger import Entry, Ledger
 from harness.governor.policy import Verdict, decide
 from harness.governor.proxy.dialects import Body, Dialect
 from harness.governor.usage import Usage, UsageScanner
+from harness.prices import PriceBook
 from harness.projections import current_calibrations
 from harness.store import EventStore, Spool
 
@@ -78,8 +79,11 @@ class ProxyGovernor:
         alerts: Alerts,
         decision_log: IO[str] | None = None,
         rate_limits: Mapping[str, RateLimit] | None = None,
+        prices: PriceBook | None = None,
     ) -> None:
         self.config = config
+        self.prices = prices or PriceBook()
+        """What the proxy books its clients' calls at: `[prices]`, then genai-prices."""
         self.rate_limits = dict(rate_limits or {})
         """Provider host -> its shared rate limit (`[rate_limits]`), taken per chat request."""
         self.limits = config.limits()
@@ -174,7 +178,8 @@ class ProxyGovernor:
         what else `answer` saw (stop reason, first token).
         """
         model, tick_id = judged.verdict.model, judged.tick_id
-        day = f"proxy-{datetime.now(UTC):%Y%m%d}"
+        now = datetime.now(UTC)
+        day = f"proxy-{now:%Y%m%d}"
         level = self.config.ledger_level
         cached = usage.cached_tokens if usage else None
         written = usage.cache_write_tokens if usage else None
@@ -190,7 +195,7 @@ class ProxyGovernor:
                 cache_write_tokens=written,
                 estimated=usage is None,
                 source="proxy",
-            )
+            ).priced(self.prices.call_price(model, now.date().isoformat()))
 
         self._record(tick_id, spent)
 
@@ -278,6 +283,7 @@ def proxy_governor(
     spool: Spool,
     alerts: Alerts,
     rate_limits: Mapping[str, RateLimit] | None = None,
+    prices: PriceBook | None = None,
 ) -> Iterator[ProxyGovernor]:
     """The governor's state, started from the calibration projection; flushed on exit."""
     with contextlib.ExitStack() as stack:
@@ -288,4 +294,4 @@ def proxy_governor(
             decision_log = stack.enter_context(config.log.open("a", encoding="utf-8", buffering=1))
         learned = current_calibrations(store) if store is not None else {}
         calibrations = Calibrations(config.chars_per_token, learned, config.calibrate)
-        yield ProxyGovernor(config, calibrations, ledger, alerts, decision_log, rate_limits)
+        yield ProxyGovernor(config, calibrations, ledger, alerts, decision_log, rate_limits, prices)

@@ -12,8 +12,8 @@ ticks`.
 another process, could not. Each scheduler now beats that description (JSON, protocol
 -> text: hosts and variable names only, never a URL's credentials or a key).
 
-Revision ID: 0035
-Revises: 0030
+Revision ID: 0032
+Revises: 0031
 Create Date: 2026-12-05
 """
 
@@ -22,8 +22,8 @@ from __future__ import annotations
 import sqlalchemy as sa
 from alembic import op
 
-revision = "0035"
-down_revision = "0030"
+revision = "0032"
+down_revision = "0031"
 branch_labels = None
 depends_on = None
 

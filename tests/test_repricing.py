@@ -1,0 +1,146 @@
+"""Money re-derivable from the events: a month of spend repriced under another card.
+
+`tickwork spend --prices FILE` prints beside each row what its calls would have cost under
+the card; `tickwork projections rebuild --reprice` rewrites the spend read model under
+today's prices. Both are checked against sums worked out here, call by call, from the
+events themselves; neither changes an event. Spend booked before calls were priced as
+they were booked still reads, priced when read and counted as such.
+"""
+
+from __future__ import annotations
+
+import json
+from datetime import UTC, datetime
+from pathlib import Path
+
+import pytest
+
+from harness.contracts import BudgetSpent
+from harness.store import open_store
+from tests.commands import forked, forked_each, write_config
+from tests.store_support import migrated_sqlite
+
+OCTOBER = range(1, 32)
+CONFIG_PRICES = '[prices."m-a"]\ninput_per_mtok = 2.0\noutput_per_mtok = 4.0\n'
+"""Today's [prices]: m-a was booked at 1 and 2 in October; m-b has no price."""
+CARD = """
+[prices."m-a"]
+input_per_mtok = 3.0
+output_per_mtok = 6.0
+[prices."m-b"]
+input_per_mtok = 1.0
+output_per_mtok = 2.0
+cache_read_per_mtok = 0.1
+cache_write_per_mtok = 1.25
+cache_write_1h_per_mtok = 2.0
+web_search_usd = 0.01
+"""
+
+
+def october(tmp_path: Path) -> list[BudgetSpent]:
+    """A month of calls, stored in the store of a tickwork.toml with today's [prices].
+
+    m-a booked by config (some booked before prices were recorded), m-b booked unpriced,
+    with cache reads, 5-minute and 1-hour writes and searches.
+    """
+    spent = []
+    for day in OCTOBER:
+        at = datetime(2026, 10, day, 12, tzinfo=UTC)
+        prompt, completion = 1_000 + 37 * day, 50 + day
+        booked = (prompt * 1.0 + completion * 2.0) / 1e6
+        common = {"tick_id": f"t{day}", "level": "min", "occurred_at": at}
+        spent.append(
+            BudgetSpent(
+                **common,
+                model="m-a",
+                prompt_tokens=prompt,
+                completion_tokens=completion,
+                cost_usd=booked,
+                price_source="config",
+            )
+        )
+        if day % 3 == 0:
+            spent.append(
+                BudgetSpent(**common, model="m-a", prompt_tokens=500, completion_tokens=20)
+            )
+        spent.append(
+            BudgetSpent(
+                **common,
+                model="m-b",
+                prompt_tokens=2_000 + day,
+                completion_tokens=100,
+                cache_read_tokens=300,
+                cache_write_tokens=200,
+                cache_write_1h_tokens=50,
+                web_search_requests=1,
+                price_source="unpriced",
+            )
+        )
+    url = migrated_sqlite(tmp_path)
+    write_config(tmp_path, CONFIG_PRICES, store_url=url)
+    store = open_store(url)
+    store.append("spend-october", [event.to_record() for event in spent])
+    store.close()
+    return spent
+
+
+def card_cost(spent: BudgetSpent) -> float:
+    """One call under CARD, by hand."""
+    if spent.model == "m-a":
+        return (spent.prompt_tokens * 3.0 + spent.completion_tokens * 6.0) / 1e6
+    uncached = spent.prompt_tokens - 300 - 200
+    tokens = uncached * 1.0 + spent.completion_tokens * 2.0 + 300 * 0.1 + 150 * 1.25 + 50 * 2.0
+    return tokens / 1e6 + 0.01
+
+
+def test_a_month_repriced_under_a_card_and_rebuilt_under_todays_prices_matches_the_events(
+    tmp_path: Path,
+) -> None:
+    spent = october(tmp_path)
+    (tmp_path / "card.toml").write_text(CARD)
+    (tmp_path / "bad.toml").write_text('[prices."m-a"]\ninput_per_mtok = -1\noutput_per_mtok = 1\n')
+    report = ["spend", "--by", "model", "--since", "2026-10-01", "--json"]
+    events = ["events", "--json", "--type", "BudgetSpent"]
+    before = forked(tmp_path, *report)  # caught up: the reports below only read
+    what_if, table, bad, logged = forked_each(
+        tmp_path,
+        [
+            [*report, "--prices", "card.toml"],
+            [*report[:-1], "--prices", "card.toml"],
+            [*report, "--prices", "bad.toml"],
+            events,
+        ],
+    )
+    assert what_if.returncode == 0, what_if.stderr
+    rows = {row["group"]["model"]: row for row in json.loads(what_if.stdout)}
+    of = {model: [s for s in spent if s.model == model] for model in ("m-a", "m-b")}
+    legacy = [s for s in of["m-a"] if s.cost_usd is None]
+    as_booked = sum(s.cost_usd or 0.0 for s in of["m-a"]) + sum(
+        (s.prompt_tokens * 2.0 + s.completion_tokens * 4.0) / 1e6 for s in legacy
+    )
+    assert rows["m-a"]["cost_usd"] == pytest.approx(as_booked, rel=1e-9)
+    assert rows["m-a"]["priced_when_read"] == len(legacy) == 10
+    assert rows["m-a"]["price_sources"] == ["config"]
+    assert rows["m-a"]["card_usd"] == pytest.approx(sum(map(card_cost, of["m-a"])), rel=1e-9)
+    assert (rows["m-b"]["cost_usd"], rows["m-b"]["unpriced_calls"]) == (None, 31)
+    assert rows["m-b"]["card_usd"] == pytest.approx(sum(map(card_cost, of["m-b"])), rel=1e-9)
+    assert rows["m-b"]["card_price_sources"] == ["card"]
+    assert json.loads(before.stdout)[0]["cost_usd"] == rows["m-a"]["cost_usd"]
+    card_usd = f"{rows['m-b']['card_usd']:.3f}"
+    assert table.returncode == 0 and "under" in table.stdout and card_usd in table.stdout
+    assert bad.returncode == 2 and "bad.toml" in bad.stderr, bad.stderr
+    assert "prices.m-a.input_per_mtok" in bad.stderr, bad.stderr
+
+    (tmp_path / "tickwork.toml").write_text(
+        (tmp_path / "tickwork.toml").read_text() + CARD.replace("m-a", "m-c")
+    )
+    rebuilt = forked(tmp_path, "projections", "rebuild", "spend", "--reprice")
+    repriced, logged_after = forked_each(tmp_path, [report, events])
+    assert rebuilt.returncode == 0, rebuilt.stderr
+    rows = {row["group"]["model"]: row for row in json.loads(repriced.stdout)}
+    today = sum((s.prompt_tokens * 2.0 + s.completion_tokens * 4.0) / 1e6 for s in of["m-a"])
+    assert rows["m-a"]["cost_usd"] == pytest.approx(today, rel=1e-9)
+    assert rows["m-a"]["priced_when_read"] == 0
+    assert rows["m-b"]["cost_usd"] == pytest.approx(sum(map(card_cost, of["m-b"])), rel=1e-9)
+    assert rows["m-b"]["price_sources"] == ["config"]
+    assert logged_after.stdout == logged.stdout, "no event changed"

@@ -34,7 +34,14 @@ from harness.config import ConfigError, PriceOverride, unpayable
 if TYPE_CHECKING:
     from harness.config import Settings
 
-_PRICE_KEYS = ("input_mtok", "output_mtok", "cache_read_mtok", "cache_write_mtok")
+_PRICE_KEYS = (
+    "input_mtok",
+    "output_mtok",
+    "cache_read_mtok",
+    "cache_write_mtok",
+    "cache_write_1h_mtok",
+    "web_searches_kcount",
+)
 
 
 @dataclass(frozen=True, slots=True)
@@ -48,6 +55,10 @@ class Rates:
     cache_write: float | None
     per_request: float = 0.0
     """USD per call, on top of its tokens."""
+    cache_write_1h: float | None = None
+    """Hour-long cache writes (None: at `cache_write`'s rate)."""
+    per_web_search: float = 0.0
+    """USD per server-side web search."""
 
 
 UNPRICED = "unpriced"
@@ -93,9 +104,21 @@ def _ladder(model_price: Any) -> tuple[Rates, ...]:
     starts = sorted({tier.start for p in prices for tier in getattr(p, "tiers", ())})
     ladder = []
     for start in [None, *starts]:
-        input_rate, output_rate, cache_read, cache_write = (_rate(p, start) for p in prices)
+        input_rate, output_rate, cache_read, cache_write, hour, searches = (
+            _rate(p, start) for p in prices
+        )
         above = -1 if start is None else start
-        ladder.append(Rates(above, input_rate or 0.0, output_rate or 0.0, cache_read, cache_write))
+        ladder.append(
+            Rates(
+                above,
+                input_rate or 0.0,
+                output_rate or 0.0,
+                cache_read,
+                cache_write,
+                cache_write_1h=hour,
+                per_web_search=(searches or 0.0) / 1000,
+            )
+        )
     return tuple(ladder)
 
 
@@ -109,6 +132,8 @@ def _flat(prices: PriceOverride) -> tuple[Rates, ...]:
             prices.cache_read_per_mtok,
             prices.cache_write_per_mtok,
             prices.per_request_usd,
+            prices.cache_write_1h_per_mtok,
+            prices.per_web_search_usd,
         ),
     )
 
@@ -210,11 +235,15 @@ class PriceBook:
         *,
         requests: int = 0,
         target: str | None = None,
+        cache_write_1h_tokens: int = 0,
+        web_search_requests: int = 0,
     ) -> float | None:
         """USD for calls of one tier (summed tokens are fine: prices are linear in a tier).
 
         `prompt_tokens` includes cached tokens, as OpenAI-compatible servers report it.
         `requests`: how many calls the tokens are of, for a price per request.
+        `cache_write_1h_tokens`: of the cache writes, those held for an hour, at their own
+        rate; `web_search_requests`: server-side searches, at their price each.
         """
         ladder = self.rates(model, day, target)
         if ladder is None:
@@ -230,8 +259,11 @@ class PriceBook:
             total += cache_read_tokens * rates.cache_read
         if rates.cache_write is not None:
             uncached -= cache_write_tokens
-            total += cache_write_tokens * rates.cache_write
-        return (total + max(uncached, 0) * rates.input) / 1_000_000 + requests * rates.per_request
+            hour = rates.cache_write if rates.cache_write_1h is None else rates.cache_write_1h
+            total += (cache_write_tokens - cache_write_1h_tokens) * rates.cache_write
+            total += cache_write_1h_tokens * hour
+        per_call = requests * rates.per_request + web_search_requests * rates.per_web_search
+        return (total + max(uncached, 0) * rates.input) / 1_000_000 + per_call
 
 
 def _genai_ladder(model: str, day: str) -> tuple[Rates, ...] | None:

@@ -57,6 +57,9 @@ class CallFacts:
     completion_tokens: int = 0
     cache_read_tokens: int | None = None
     cache_write_tokens: int | None = None
+    reasoning_tokens: int | None = None
+    cache_write_1h_tokens: int | None = None
+    web_search_requests: int | None = None
     estimated: bool = False
     """The upstream reported no usage: the tokens are estimated from sizes."""
     billed: bool = True
@@ -113,6 +116,9 @@ class CallBooking:
             completion_tokens=facts.completion_tokens,
             cache_read_tokens=facts.cache_read_tokens,
             cache_write_tokens=facts.cache_write_tokens,
+            reasoning_tokens=facts.reasoning_tokens,
+            cache_write_1h_tokens=facts.cache_write_1h_tokens,
+            web_search_requests=facts.web_search_requests,
             estimated=facts.estimated,
             source=source,
             template_hash=self.template_hash,

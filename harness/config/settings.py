@@ -313,6 +313,11 @@ class PriceOverride(_Strict):
     cache_write_per_mtok: Annotated[float, Field(ge=0)] | None = None
     per_request_usd: Annotated[float, Field(ge=0)] = 0.0
     """USD each call costs on top of its tokens (a provider that bills per request)."""
+    cache_write_1h_per_mtok: Annotated[float, Field(ge=0)] | None = None
+    """Cache writes held for an hour (Anthropic bills them above the five-minute ones);
+    left out, they cost what the other cache writes do."""
+    per_web_search_usd: Annotated[float, Field(ge=0)] = 0.0
+    """USD each server-side web search costs (Anthropic's `web_search` tool)."""
 
 
 def parse_interval(text: str) -> int:

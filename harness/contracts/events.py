@@ -310,6 +310,12 @@ class BudgetSpent(TickEvent):
     completion_tokens: NonNegativeInt
     cache_read_tokens: NonNegativeInt | None = None
     cache_write_tokens: NonNegativeInt | None = None
+    reasoning_tokens: NonNegativeInt | None = None
+    """Output tokens the model spent reasoning, part of completion_tokens (None: not reported)."""
+    cache_write_1h_tokens: NonNegativeInt | None = None
+    """The part of cache_write_tokens written for an hour, billed at its own rate."""
+    web_search_requests: NonNegativeInt | None = None
+    """Server-side web searches the call ran, billed per use."""
     estimated: bool = False
     """True when the upstream reported no usage and the tokens were estimated from sizes."""
     source: Literal["worker", "proxy", "runner"] = "worker"

@@ -24,7 +24,10 @@ class Usage:
 
     `prompt_tokens` counts the cache reads and writes in, as OpenAI reports it and as the
     prices take it; `cached_tokens` are the reads among them, `cache_write_tokens` the
-    writes (Anthropic's cache creation).
+    writes (Anthropic's cache creation, OpenAI's `cache_write_tokens`). The parts priced
+    apart are None when the answer did not report them: `reasoning_tokens` (within
+    `completion_tokens`), `cache_write_1h_tokens` (within the writes, Anthropic's hour-long
+    ones) and `web_search_requests` (Anthropic's server tool, billed per use).
     """
 
     prompt_tokens: int
@@ -32,6 +35,33 @@ class Usage:
     cached_tokens: int | None
     cached: bool
     cache_write_tokens: int | None = None
+    reasoning_tokens: int | None = None
+    cache_write_1h_tokens: int | None = None
+    web_search_requests: int | None = None
+
+
+PRICED_APART = ("reasoning_tokens", "cache_write_1h_tokens", "web_search_requests")
+"""The parts of a usage `BudgetSpent` keeps beside its tokens, under these same names."""
+
+
+def priced_apart(usage: Usage | None) -> dict[str, int | None]:
+    """The parts of `usage` priced apart, by their `BudgetSpent` names (None: unreported)."""
+    return {name: getattr(usage, name, None) for name in PRICED_APART}
+
+
+def count_at(document: Any, *path: str) -> int | None:
+    """The token count at `path` in a usage document; None when absent or not a count.
+
+    A gateway's odd value (a string, a negative number, a bool) is no count: the part is
+    then unreported rather than the answer unreadable.
+    """
+    for key in path:
+        if not isinstance(document, dict):
+            return None
+        document = document.get(key)
+    if isinstance(document, int) and not isinstance(document, bool) and document >= 0:
+        return document
+    return None
 
 
 class UsageScanner(ABC):

@@ -135,8 +135,9 @@ async def begin(
     caches = wire != "ollama"  # Ollama has no prompt cache to report
     cache_read = min(step.cache_read_tokens, prompt) if caches else 0
     cache_write = min(step.cache_write_tokens, prompt - cache_read) if caches else 0
-    cache_write_1h = min(step.cache_write_1h_tokens, cache_write)
-    web_searches = step.web_search_requests if wire == "anthropic" else 0
+    splits = wire == "anthropic"  # the one format with write durations and server tools
+    cache_write_1h = min(step.cache_write_1h_tokens, cache_write) if splits else 0
+    web_searches = step.web_search_requests if splits else 0
     reasoning = count_tokens(thinking) if thinking else 0
     calls_json = [
         {

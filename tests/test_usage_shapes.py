@@ -24,12 +24,20 @@ from pathlib import Path
 from typing import Any
 
 import httpx
+import orjson
 import pytest
 from strands import Agent
 
 from harness.config import PriceOverride
 from harness.contracts import APIS, BASE_URL_ENV, Api, BudgetSpent, TickEvent, TickPayload
 from harness.devtools.fake_llm import FakeUpstream, LedgerEntry, Step
+from harness.governor import (
+    ChatUsageScanner,
+    MessagesUsageScanner,
+    ResponsesUsageScanner,
+    UsageScanner,
+    priced_apart,
+)
 from harness.prices import PriceBook
 from tests.waiting import wait_until
 from workers.agents.tick_governor import TickGovernor, TickGovernorServer
@@ -276,3 +284,54 @@ def test_hour_long_cache_writes_and_web_searches_are_priced_as_genai_prices_pric
         web_search_requests=3,
     )
     assert cost == pytest.approx(expected)
+
+
+ODD = {"cache_creation": {"ephemeral_1h_input_tokens": "12"}, "server_tool_use": [2]}
+"""A gateway's parts that are no counts: a string, a list where an object belongs."""
+
+
+@pytest.mark.parametrize(
+    ("scanner", "document"),
+    [
+        (
+            MessagesUsageScanner,
+            {
+                "type": "message",
+                "usage": {"input_tokens": 10, "output_tokens": 4, **ODD},
+                "content": [],
+            },
+        ),
+        (
+            ChatUsageScanner,
+            {
+                "choices": [],
+                "usage": {
+                    "prompt_tokens": 10,
+                    "completion_tokens": 4,
+                    "completion_tokens_details": {"reasoning_tokens": -3},
+                    "prompt_tokens_details": "none",
+                },
+            },
+        ),
+        (
+            ResponsesUsageScanner,
+            {
+                "object": "response",
+                "usage": {
+                    "input_tokens": 10,
+                    "output_tokens": 4,
+                    "input_tokens_details": None,
+                    "output_tokens_details": {"reasoning_tokens": True},
+                },
+            },
+        ),
+    ],
+)
+def test_a_part_that_is_no_count_is_unreported_and_the_tokens_still_booked(
+    scanner: type[UsageScanner], document: dict[str, Any]
+) -> None:
+    watching = scanner(False)
+    watching.feed(orjson.dumps(document))
+    usage = watching.finish()
+    assert usage is not None and (usage.prompt_tokens, usage.completion_tokens) == (10, 4)
+    assert priced_apart(usage) == dict.fromkeys(priced_apart(None))

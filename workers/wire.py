@@ -133,15 +133,19 @@ class WireWatch:
             )
         self.answered = True
         scanner = SCANNERS.get(self.api)
-        self.scanner = None if scanner is None else scanner(True)
+        self.scanner = None if scanner is None else scanner(True, usage_only=True)
         response.stream = _Watched(response.stream, self)
 
     def saw(self, data: bytes, chunk: bytes) -> None:
         """A piece of the body passed: `chunk`, after the end of the one before in `data`."""
         if self.format.turn_end.search(data):
             self.ended = True
-        if self.scanner is not None:
+        if self.scanner is None:
+            return
+        try:
             self.scanner.feed(chunk)
+        except Exception:  # an observer: the SDK judges the answer, its parts go unreported
+            self.scanner = None
 
 
 class _Watched(httpx.AsyncByteStream):

@@ -188,8 +188,8 @@ class MessagesUsageScanner(UsageScanner):
     The usage is gathered from `message_start` and `message_delta`, or the whole message.
     """
 
-    def __init__(self, streamed: bool) -> None:
-        super().__init__(streamed)
+    def __init__(self, streamed: bool, usage_only: bool = False) -> None:
+        super().__init__(streamed, usage_only)
         self._counts: dict[str, int] = {}
         self._ended = False
 

@@ -137,7 +137,7 @@ def usage_of(document: Any) -> Usage | None:
         cached_tokens, cached = cache_n, True
     return Usage(
         prompt,
-        int(usage.get("completion_tokens") or 0),
+        count_at(usage, "completion_tokens") or 0,
         cached_tokens if isinstance(cached_tokens, int) else None,
         cached,
         count_at(usage, "prompt_tokens_details", "cache_write_tokens"),
@@ -148,8 +148,8 @@ def usage_of(document: Any) -> Usage | None:
 class ChatUsageScanner(UsageScanner):
     """A chat completion's usage (the last chunk that has one) and its answer's text."""
 
-    def __init__(self, streamed: bool) -> None:
-        super().__init__(streamed)
+    def __init__(self, streamed: bool, usage_only: bool = False) -> None:
+        super().__init__(streamed, usage_only)
         self._usage: Usage | None = None
 
     def read(self, document: dict[str, Any]) -> None:
@@ -174,8 +174,8 @@ class ResponsesUsageScanner(UsageScanner):
     cached input in `input_tokens_details` and the reasoning in `output_tokens_details`.
     """
 
-    def __init__(self, streamed: bool) -> None:
-        super().__init__(streamed)
+    def __init__(self, streamed: bool, usage_only: bool = False) -> None:
+        super().__init__(streamed, usage_only)
         self._usage: Usage | None = None
 
     def read(self, document: dict[str, Any]) -> None:

@@ -252,6 +252,8 @@ class PriceBook:
 
         `prompt_tokens` includes cached tokens, as OpenAI-compatible servers report it.
         `requests`: how many calls the tokens are of, for a price per request.
+        `cache_write_1h_tokens`: of the cache writes, those held for an hour, at their own
+        rate; `web_search_requests`: server-side searches, at their price each.
         """
         ladder = self.rates(model, day, target)
         if ladder is None:

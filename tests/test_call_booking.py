@@ -61,15 +61,31 @@ def shell(kind: AgentKind, command: str) -> ToolCallSpec:
 
 
 @pytest.mark.parametrize("kind", KINDS)
-def test_a_cli_call_records_its_stop_reason_and_first_token(
+def test_a_cli_call_records_its_stop_reason_first_token_and_usage_parts(
     tmp_path: Path, fake: FakeUpstream, kind: AgentKind
 ) -> None:
     harness = cli_harness(tmp_path, fake, kind)
-    outcome = harness.tick(
-        [Step(tool_calls=[shell(kind, "echo hello")]), Step(text="Said hello.", chunk_delay=0.01)]
+    parts = Step(
+        text="Said hello.",
+        chunk_delay=0.01,
+        thinking="Check the echo.",
+        cache_read_tokens=5,
+        cache_write_tokens=4,
+        cache_write_1h_tokens=2,
+        web_search_requests=1,
     )
+    outcome = harness.tick([Step(tool_calls=[shell(kind, "echo hello")]), parts])
     assert outcome.status == "completed", outcome.reason
     events = harness.events(outcome)
+    spent = [e.data for e in events if e.type == BudgetSpent.type][-1]
+    bill = [e for e in fake.ledger if e.key == outcome.tick_id][-1]
+    assert bill.reasoning_tokens and (spent["prompt_tokens"], spent["reasoning_tokens"]) == (
+        bill.prompt_tokens,
+        bill.reasoning_tokens,
+    )
+    assert (spent["cache_read_tokens"], spent["cache_write_tokens"]) == (5, 4)
+    split = (2, 1) if kind == "claude-code" else (None, None)  # only Anthropic reports them
+    assert (spent["cache_write_1h_tokens"], spent["web_search_requests"]) == split
     called = [e.data for e in events if e.type == ModelCalled.type]
     assert tuple(c["stop_reason"] for c in called) == ENDS[kind]
     assert all(0 <= c["first_token_ms"] <= c["duration_ms"] for c in called), called

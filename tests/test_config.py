@@ -68,6 +68,10 @@ def test_environment_wins_over_the_file(monkeypatch: pytest.MonkeyPatch, tmp_pat
             "[prices.m]\ninput_per_mtok = 1\noutput_per_mtok = 1\nper_request_usd = -1\n",
             "prices.m.per_request_usd",
         ),
+        (
+            "[prices.m]\ninput_per_mtok = 1\noutput_per_mtok = 1\ncache_write_1h_per_mtok = -6\n",
+            "prices.m.cache_write_1h_per_mtok",
+        ),
         ("[nonsense]\n", "unknown key 'nonsense' at the top level"),
         ("[store\nurl=", "invalid TOML"),
         ("[retention]\nhot_days = 0\n", "retention.hot_days: must be greater than"),

@@ -45,6 +45,16 @@ def billed(fake: FakeUpstream, tick_id: str) -> list[LedgerEntry]:
     return [e for e in fake.ledger if e.key == tick_id]
 
 
+PARTS = (
+    "cache_read_tokens",
+    "cache_write_tokens",
+    "reasoning_tokens",
+    "cache_write_1h_tokens",
+    "web_search_requests",
+)
+"""The parts of a call's usage each `BudgetSpent` keeps, as the fake's ledger names them."""
+
+
 def spend_matches_ledger(events: list[StoredEvent], ledger: list[LedgerEntry]) -> None:
     """Each booked call is one the upstream answered, to the token; the rest estimated."""
     spent = of_type(events, "BudgetSpent")
@@ -56,11 +66,12 @@ def spend_matches_ledger(events: list[StoredEvent], ledger: list[LedgerEntry]) -
                 entry.prompt_tokens,
                 entry.completion_tokens,
             )
-            assert (booked["cache_read_tokens"] or 0) == entry.cache_read_tokens
+            for part in PARTS if entry.api != "ollama" else ():  # Ollama's counts have no parts
+                assert (booked[part] or 0) == getattr(entry, part), part
 
 
 @pytest.mark.parametrize("api", APIS)
-def test_a_tick_books_thinking_tools_and_cache_from_the_protocols_own_usage(
+def test_a_tick_books_thinking_tools_cache_and_usage_parts_from_the_protocols_own_usage(
     tmp_path: Path, fake: FakeUpstream, api: Api
 ) -> None:
     harness = Harness(tmp_path, fake, api=api, max_tool_calls=1)
@@ -71,6 +82,9 @@ def test_a_tick_books_thinking_tools_and_cache_from_the_protocols_own_usage(
         tool_calls=[lookup, lookup],
         cache_read_tokens=7,
         cache_write_tokens=3,
+        cache_write_1h_tokens=2,
+        web_search_requests=1,
+        late_usage=True,
     )
     outcome = harness.tick([step])
     events = harness.events(outcome)
@@ -81,8 +95,10 @@ def test_a_tick_books_thinking_tools_and_cache_from_the_protocols_own_usage(
     assert entry.api == api and entry.usage_reported
     spend_matches_ledger(events, ledger)
     [spent] = of_type(events, "BudgetSpent")
-    cached = {"ollama": (None, None), "openai-chat": (7, None)}.get(api, (7, 3))
-    assert (spent["cache_read_tokens"], spent["cache_write_tokens"]) == cached
+    parts = (spent["cache_read_tokens"], spent["cache_write_tokens"], spent["reasoning_tokens"])
+    assert parts == ((None, None, None) if api == "ollama" else (7, 3, entry.reasoning_tokens))
+    split = (spent["cache_write_1h_tokens"], spent["web_search_requests"])
+    assert split == ((2, 1) if api == "anthropic" else (None, None))
     assert len(of_type(events, "ModelCallStarted")) == len(of_type(events, "ModelCalled")) == 1
     kinds = [(e["kind"], e["text"]) for e in of_type(events, "TranscriptEntry")]
     if api in ("anthropic", "openai-responses"):

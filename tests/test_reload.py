@@ -33,6 +33,7 @@ from harness.execution.launchers.cold import ColdLauncher
 from harness.execution.manual import ManualTick
 from harness.execution.prepare import Preparer
 from harness.execution.runner import Runner
+from harness.prices import PriceBook
 from harness.projections.story import tick_story
 from harness.scheduling.reload import (
     LevelsReload,
@@ -228,7 +229,8 @@ def test_a_reload_adds_removes_and_changes_levels_while_a_tick_of_a_changed_one_
     print_story_head(story)
     assert f"config  levels revision {old[:12]}" in capsys.readouterr().out
     events = [Event.of(e) for e in store.read_stream(f"tick-{queued}")]
-    shown = page(TickDetail(tick=None, events=events, result=None, result_error=None), queued)
+    detail = TickDetail(tick=None, events=events, result=None, result_error=None)
+    shown = page(detail, queued, PriceBook())
     assert f"<th>levels revision</th><td>{old[:12]}</td>" in shown
     reload.poll()  # stores the levels of the revision in force
     stored = recorded_levels(store, new)

@@ -9,6 +9,9 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
+import pytest
+
+from harness.config import load_settings
 from harness.contracts import StoredEvent
 from harness.contracts.events import (
     BudgetSpent,
@@ -19,8 +22,10 @@ from harness.contracts.events import (
     TickBuffered,
     TickCancelled,
     TickCompleted,
+    TickEvent,
     TickScheduled,
     TickStarted,
+    TranscriptEntry,
 )
 from harness.devtools.fake_llm import FakeUpstream, Step, ToolCallSpec
 from harness.projections import tick_now
@@ -239,3 +244,96 @@ def test_where_a_tick_stands_follows_its_stream_event_by_event(tmp_path: Path) -
         "attempt 1 failed (content: empty); attempt 2 at 12:00:51 UTC (in 26.0 s)",
         None,
     ]
+
+
+PRICED = """
+[prices."fake-model"]
+input_per_mtok = 3
+output_per_mtok = 15
+cache_read_per_mtok = 0.3
+cache_write_per_mtok = 3.75
+"""
+
+
+def spent(tick_id: str, prompt: int, completion: int, **parts: Any) -> TickEvent:
+    return BudgetSpent(
+        tick_id=tick_id,
+        level="min",
+        model="fake-model",
+        prompt_tokens=prompt,
+        completion_tokens=completion,
+        **parts,
+    )
+
+
+def tool(tick_id: str, name: str, chars: int) -> TickEvent:
+    return TranscriptEntry(tick_id=tick_id, level="min", kind="tool", tool=name, text="x" * chars)
+
+
+def started(tick_id: str) -> TickEvent:
+    return TickStarted(tick_id=tick_id, level="min", pid=1, host="h", attempt=1)
+
+
+def test_show_spend_prints_each_calls_cost_and_the_tool_results_that_grew_the_input(
+    tmp_path: Path, fake: FakeUpstream
+) -> None:
+    """Growth less the previous answer, shared by result size, times the calls that resent it.
+
+    Call 2 grew 1,050 tokens over call 1, less call 1's 50 of output: 1,000, shared 3:1
+    by `search_docs` and `pager_status`, each sent again by calls 2 and 3. Call 3 grew
+    550 less call 2's 60: `read_file`'s 490, sent by call 3 alone. The second attempt
+    starts over.
+    """
+    config = write_config(tmp_path, LEVEL + PRICED)
+    tick_id = "min-spend"
+    events = [
+        started(tick_id),
+        spent(tick_id, 1000, 50, cache_write_tokens=400),
+        tool(tick_id, "search_docs", 3000),
+        tool(tick_id, "pager_status", 1000),
+        spent(tick_id, 2050, 60, cache_read_tokens=1000, reasoning_tokens=20),
+        tool(tick_id, "read_file", 400),
+        spent(tick_id, 2600, 80, cache_read_tokens=2000),
+        started(tick_id),
+        spent(tick_id, 900, 10, estimated=True),
+    ]
+    store = open_store(f"sqlite:///{tmp_path}/events.db")
+    store.append(f"tick-{tick_id}", [event.to_record() for event in events])
+    shown = forked_cli(f"show {tick_id} --spend", config, fake)
+    assert shown.returncode == 0, shown.stderr
+    lines = [line.rstrip() for line in shown.stdout.splitlines()]
+    # 1000x3 + 400x(3.75-3) + 50x15 = 4050; 1050x3 + 1000x0.3 + 60x15 = 4350;
+    # 600x3 + 2000x0.3 + 80x15 = 3600; 900x3 + 10x15 = 2850: $0.01485 in all.
+    assert lines[0] == f"tick {tick_id}: 4 model call(s), USD 0.0149"
+    rows = [line.split() for line in lines if line[:4].strip().isdigit()]
+    assert [(r[0], r[2], r[3], r[4], r[5], r[7], r[8], r[10]) for r in rows] == [
+        ("1", "1,000", "-", "-", "400", "50", "-", "0.00405"),
+        ("2", "2,050", "+1,050", "1,000", "-", "60", "20", "0.00435"),
+        ("3", "2,600", "+550", "2,000", "-", "80", "-", "0.00360"),
+        ("4", "900", "-", "-", "-", "10", "-", "0.00285"),
+    ]
+    assert next(line for line in lines if line.startswith("   4")).endswith(
+        "fake-model (estimated: no usage reported)"
+    )
+    heading = "tool results by the input they added to the calls after them:"
+    ranked = lines[lines.index(heading) + 1 :]
+    assert ranked[:3] == [
+        "      1,500 tokens  search_docs (after call 1: 750 tokens, sent again by 2 call(s))",
+        "        500 tokens  pager_status (after call 1: 250 tokens, sent again by 2 call(s))",
+        "        490 tokens  read_file (after call 2: 490 tokens, sent again by 1 call(s))",
+    ]
+    assert any(line.startswith("how: Growth is a call's input minus") for line in lines)
+    as_json = json.loads(forked_cli(f"show {tick_id} --spend --json", config, fake).stdout)
+    assert as_json["usd"] == pytest.approx(0.01485, abs=1e-12)
+    assert [c["growth"] for c in as_json["calls"]] == [None, 1050, 550, None]
+
+    settings = load_settings(config)
+    with serving(settings, store) as http:
+        page = http.get(f"/dashboard/ticks/{tick_id}").text
+    store.close()
+    spend = page[page.index('<section id="spend">') :]
+    spend = spend[: spend.index("</section>")]
+    assert "4 model call(s), USD 0.0149" in spend
+    assert "<td>2</td><td>" in spend and "<td>+1,050</td>" in spend and "<td>0.00435</td>" in spend
+    assert "<tr><td>search_docs</td><td>1</td><td>750</td><td>2</td><td>1,500</td></tr>" in spend
+    assert "How: Growth is a call&#x27;s input minus" in spend

@@ -8,7 +8,9 @@ call a kill cuts off is then booked, estimated, by whoever ends the attempt
 Hooks run inline in the agent loop, so the appends complete before the loop can ask the
 model again: a tick killed at any moment loses at most the call in flight.
 A call that returns without usage is recorded with tokens estimated from the request and
-response sizes and `estimated: true`, never as zero. A call the upstream refused before
+response sizes and `estimated: true`, never as zero. The SDK's usage gives the tokens; the
+parts it drops (reasoning, hour-long cache writes, web searches) come from the answer's
+bytes as `workers.wire` read them. A call the upstream refused before
 its answer began (429, 5xx, refused connection) produced no tokens: it has a `ModelCalled`
 with its error and no `BudgetSpent`. One whose answer began and then broke off is booked,
 estimated, even when nothing of it reached the meter (the SDK holds a tool call's pieces
@@ -25,7 +27,7 @@ from typing import Any
 from strands.hooks import AfterModelCallEvent, BeforeModelCallEvent, HookProvider, HookRegistry
 
 from harness.contracts import TickPayload
-from harness.governor import request_chars, tokens_from_chars
+from harness.governor import priced_apart, request_chars, tokens_from_chars
 from workers.call_booking import CallBooking, CallFacts, Refusal
 from workers.failures import failure_class, failure_message
 from workers.providers import Metered
@@ -104,6 +106,7 @@ class SpendMeter(HookProvider):
         completion = int(usage.get("outputTokens") or 0)
         estimated = prompt == 0 and completion == 0
         exc = event.exception
+        wire = None if estimated else model.watch.usage()
         if estimated:
             prompt = tokens_from_chars(self._request_chars)
             completion = tokens_from_chars(model.response_chars)
@@ -120,6 +123,7 @@ class SpendMeter(HookProvider):
             completion_tokens=completion,
             cache_read_tokens=usage.get("cacheReadInputTokens"),
             cache_write_tokens=usage.get("cacheWriteInputTokens"),
+            **priced_apart(wire),
             estimated=estimated,
             # A refusal produced nothing and was not billed; an answer that began may be.
             billed=not (estimated and exc is not None and not model.answered),

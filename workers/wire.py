@@ -8,7 +8,9 @@ message started). So the worker watches the bytes itself, the same way for all f
 billed), and the protocol's end-of-turn marker in the body ended it (without it, what
 came may be a prefix). A 200 of another content type is no answer, and a 404 or 405 is
 an endpoint of another kind (an Ollama URL given to an Anthropic target): both fail the
-call on infrastructure, named.
+call on infrastructure, named. The usage is read from the same bytes, with the scanners
+the agent CLIs' governor reads it with: the SDKs keep only its input, output and cache
+counts, and drop the parts priced apart (reasoning, hour-long cache writes, web searches).
 """
 
 from __future__ import annotations
@@ -20,6 +22,13 @@ from dataclasses import dataclass
 import httpx
 
 from harness.contracts import Api
+from harness.governor import (
+    ChatUsageScanner,
+    MessagesUsageScanner,
+    ResponsesUsageScanner,
+    Usage,
+    UsageScanner,
+)
 
 ResponseHook = Callable[[httpx.Response], Awaitable[None]]
 
@@ -65,6 +74,13 @@ FORMATS: dict[Api, WireFormat] = {
     "ollama": WireFormat("application/x-ndjson", re.compile(rb'"done"\s*:\s*true')),
 }
 
+SCANNERS: dict[Api, type[UsageScanner]] = {
+    "openai-chat": ChatUsageScanner,
+    "openai-responses": ResponsesUsageScanner,
+    "anthropic": MessagesUsageScanner,
+}
+"""The protocols whose usage has parts priced apart (Ollama's counts have none)."""
+
 _CARRY = 64
 """Bytes kept from one chunk to the next, so a marker split between two is still seen."""
 
@@ -80,6 +96,8 @@ class WireWatch:
         """A 2xx answer of the protocol's kind began: the upstream took the request."""
         self.ended = False
         """The body carried the protocol's end of turn."""
+        self.scanner: UsageScanner | None = None
+        """The current answer's usage, read as it passed (None: no answer, or Ollama)."""
 
     @property
     def hooks(self) -> list[ResponseHook]:
@@ -89,6 +107,11 @@ class WireWatch:
     def reset(self) -> None:
         """A new call starts: nothing of it seen yet."""
         self.answered = self.ended = False
+        self.scanner = None
+
+    def usage(self) -> Usage | None:
+        """The usage the current answer reported on the wire, once it has passed."""
+        return None if self.scanner is None else self.scanner.finish()
 
     async def on_response(self, response: httpx.Response) -> None:
         """Judge the answer's status and kind, and watch its body for the end of turn."""
@@ -109,12 +132,20 @@ class WireWatch:
                 f"{kind or 'no content type'}, not {self.format.content_type}"
             )
         self.answered = True
+        scanner = SCANNERS.get(self.api)
+        self.scanner = None if scanner is None else scanner(True, usage_only=True)
         response.stream = _Watched(response.stream, self)
 
-    def saw(self, data: bytes) -> None:
-        """A piece of the body passed."""
+    def saw(self, data: bytes, chunk: bytes) -> None:
+        """A piece of the body passed: `chunk`, after the end of the one before in `data`."""
         if self.format.turn_end.search(data):
             self.ended = True
+        if self.scanner is None:
+            return
+        try:
+            self.scanner.feed(chunk)
+        except Exception:  # an observer: the SDK judges the answer, its parts go unreported
+            self.scanner = None
 
 
 class _Watched(httpx.AsyncByteStream):
@@ -126,7 +157,7 @@ class _Watched(httpx.AsyncByteStream):
     async def __aiter__(self) -> AsyncIterator[bytes]:
         carried = b""
         async for chunk in self.inner:
-            self.watch.saw(carried + chunk)
+            self.watch.saw(carried + chunk, chunk)
             carried = chunk[-_CARRY:]
             yield chunk
 

@@ -16,6 +16,7 @@ from html import escape
 from pathlib import Path
 from typing import Any
 
+from harness.api.html_parts import section, table
 from harness.api.models import Event, TickDetail
 from harness.contracts import (
     HIDDEN_FIELDS,
@@ -27,7 +28,16 @@ from harness.contracts import (
     tick_stream,
 )
 from harness.contracts import headline as event_headline
-from harness.projections import OPEN, TickNow, calls_said, tick_now
+from harness.prices import PriceBook, format_usd
+from harness.projections import (
+    OPEN,
+    SPEND_COLUMNS,
+    TickNow,
+    TickSpend,
+    calls_said,
+    spend_per_call,
+    tick_now,
+)
 from harness.store import EventStore
 
 LOG_TAIL_BYTES = 64 * 1024
@@ -115,8 +125,8 @@ def now_line(now: TickNow | None) -> str:
     return f'<p id="now" class="now">{said}</p>'
 
 
-def page(detail: TickDetail, tick_id: str) -> str:
-    """The tick page's sections: summary and why it ended, the story, the result, the log."""
+def page(detail: TickDetail, tick_id: str, prices: PriceBook) -> str:
+    """The tick page's sections: summary and why it ended, the story, spend, result, log."""
     last = ended(detail.events)
     now = tick_now(detail.events)
     tick = detail.tick
@@ -167,10 +177,44 @@ def page(detail: TickDetail, tick_id: str) -> str:
             f'<section id="story" data-after="{after}" data-ended="{state}">'
             '<h2>Story <span class="meta">(times UTC)</span></h2>'
             f'<ol id="events">{story}</ol></section>',
+            _spend(spend_per_call(tick_id, detail.events, prices)),
             _result(detail),
             _log(detail.events),
         )
     )
+
+
+def _spend(spent: TickSpend) -> str:
+    """Why the tick cost what it did, as `tickwork show --spend` prints it.
+
+    Its calls' parts and USD, the tool results that grew its input most, and the method.
+    """
+    if not spent.calls:
+        return section("Spend", '<p class="empty">no model call booked (yet)</p>', "spend")
+    calls = [
+        "<tr>"
+        + "".join(f"<td>{escape(cell)}</td>" for cell in call.cells())
+        + f"<td>{escape(call.model)}{' (estimated)' if call.estimated else ''}</td>"
+        + f"<td>{escape(', '.join(call.tool_results))}</td></tr>"
+        for call in spent.calls
+    ]
+    tools = [
+        f"<tr><td>{escape(tool.tool)}</td><td>{tool.after_call}</td><td>{tool.share:,}</td>"
+        f"<td>{tool.later_calls}</td><td>{tool.added:,}</td></tr>"
+        for tool in spent.tool_results
+    ]
+    body = (
+        f'<p class="meta">{len(spent.calls)} model call(s), USD {format_usd(spent.usd)}</p>'
+        + table((*SPEND_COLUMNS, "model", "after tool results"), calls)
+        + "<h3>Tool results by the input they added to the calls after them</h3>"
+        + (
+            table(("tool", "after call", "share", "sent again by", "input added"), tools)
+            if tools
+            else '<p class="empty">no tool result grew the input of a later call</p>'
+        )
+        + f'<p class="meta legend">How: {escape(spent.method)}</p>'
+    )
+    return section("Spend", body, "spend")
 
 
 def _result(detail: TickDetail) -> str:

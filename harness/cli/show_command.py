@@ -21,10 +21,11 @@ from harness.cli.app import (
 )
 
 if TYPE_CHECKING:
+    from collections.abc import Iterable
     from datetime import date
 
     from harness.config import Settings
-    from harness.projections import StoryStep, TickStory
+    from harness.projections import StoryStep, TickSpend, TickStory
     from harness.store import EventStore
 
 FOLLOW_POLL_SECONDS = 0.3
@@ -177,6 +178,14 @@ def show(
     archive: Annotated[
         bool, typer.Option("--archive", help="Read an archived tick back from its archive.")
     ] = False,
+    spend: Annotated[
+        bool,
+        typer.Option(
+            "--spend",
+            help="Why it cost what it did: per call its tokens and cost, how the input grew, "
+            "and which tool results added the most input to the calls after them.",
+        ),
+    ] = False,
 ) -> None:
     """A tick's story: model and tool calls with their text, how it ended, result and log.
 
@@ -184,13 +193,20 @@ def show(
     says which, and `--archive` reads its story from there.
 
     `--json` prints the story (`harness.projections.story.TickStory`); with `--follow`,
-    each step as one line while the tick runs, then the story without its steps.
+    each step as one line while the tick runs, then the story without its steps. With
+    `--spend`, the tick's calls and costs instead (`harness.projections.TickSpend`).
     """
     from harness.projections import tick_story
 
     config = settings()
     store = store_for(config)
     note = None
+    if spend:
+        try:
+            show_spend(store, config, tick_id, as_json)
+        finally:
+            store.close()
+        return
     try:
         story = tick_story(store, tick_id)
         if story is None:
@@ -225,6 +241,66 @@ def show(
     print_story_end(story)
     if note:
         out.print(f"\n{note}", highlight=False)
+
+
+def show_spend(store: EventStore, config: Settings, tick_id: str, as_json: bool) -> None:
+    """`show --spend`: the tick's calls with their parts and USD, and what grew its input."""
+    from harness.contracts import tick_stream
+    from harness.projections import spend_per_call
+    from harness.routing import price_book
+
+    events = store.read_stream(tick_stream(tick_id))
+    if not events:
+        tick_id = unique_tick(store, config, tick_id)
+        events = store.read_stream(tick_stream(tick_id))
+    if not events:
+        raise fail(f"no tick {tick_id!r} in the store (ids: tickwork events)", code=2)
+    spent = spend_per_call(tick_id, events, price_book(config))
+    if as_json:
+        print_json(spent.model_dump(mode="json"))
+        return
+    print_spend(spent)
+
+
+SPEND_WIDTHS = (4, 8, 9, 9, 9, 9, 9, 8, 9, 8, 11)
+"""The widths of the per-call table's columns (`harness.projections.call_spend.SPEND_COLUMNS`);
+the model stands last, as it varies in length."""
+
+
+def _row(cells: Iterable[str]) -> str:
+    """Cells right-aligned in the spend table's columns."""
+    return "  ".join(f"{cell:>{width}}" for cell, width in zip(cells, SPEND_WIDTHS, strict=True))
+
+
+def print_spend(spent: TickSpend) -> None:
+    """The calls as a table, the tool results ranked by the input they added, the method."""
+    from harness.prices import format_usd
+    from harness.projections import SPEND_COLUMNS
+
+    calls = f"{len(spent.calls)} model call(s)"
+    out.print(f"tick {spent.tick_id}: {calls}, USD {format_usd(spent.usd)}", highlight=False)
+    out.print()
+    out.print(f"{_row(SPEND_COLUMNS)}  model", highlight=False)
+    for call in spent.calls:
+        cells = call.cells()
+        flag = " (estimated: no usage reported)" if call.estimated else ""
+        out.print(f"{_row(cells)}  {call.model}{flag}", highlight=False)
+        if call.tool_results:
+            after = ", ".join(call.tool_results)
+            out.print(f"{INDENT}after tool results: {after}", highlight=False)
+    out.print()
+    if not spent.tool_results:
+        out.print("no tool result grew the input of a later call", highlight=False)
+    else:
+        out.print("tool results by the input they added to the calls after them:", highlight=False)
+        for tool in spent.tool_results:
+            out.print(
+                f"  {tool.added:>9,} tokens  {tool.tool} (after call {tool.after_call}: "
+                f"{tool.share:,} tokens, sent again by {tool.later_calls} call(s))",
+                highlight=False,
+            )
+    out.print()
+    out.print(f"how: {spent.method}", highlight=False)
 
 
 def unique_tick(store: EventStore, config: Settings, prefix: str) -> str:

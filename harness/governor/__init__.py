@@ -17,6 +17,7 @@ from harness.contracts import ALERT_URLS_ENV
 
 if typing.TYPE_CHECKING:
     from harness.governor.alerts import Alerts, urls_from_env
+    from harness.governor.anthropic_wire import MessagesUsageScanner
     from harness.governor.calibration import Calibrations
     from harness.governor.estimate import (
         openai_request_chars,
@@ -24,6 +25,7 @@ if typing.TYPE_CHECKING:
         tokens_from_chars,
         wire_request_chars,
     )
+    from harness.governor.openai_wire import ChatUsageScanner, ResponsesUsageScanner
     from harness.governor.policy import Tail, Verdict, decide
     from harness.governor.proxy import Body, Ending
     from harness.governor.proxy.app import Proxy, create_app
@@ -34,6 +36,6 @@ if typing.TYPE_CHECKING:
     from harness.governor.proxy.upstream import Upstream
     from harness.governor.rate_limit import await_turn, hold_back, refused_for
     from harness.governor.serving import BackgroundServer
-    from harness.governor.usage import Usage, UsageScanner
+    from harness.governor.usage import Usage, UsageScanner, priced_apart
 
 __getattr__, __all__ = fronts.declared(__name__)

@@ -3,7 +3,8 @@
 Reading: a request's body, checked for the fields the governor measures (a body it cannot
 measure is refused, naming the field, as Anthropic's API would refuse it), and the usage
 an answer reports: `message_start` carries the input tokens with the cache reads and
-writes, `message_delta` the output tokens. Writing: the directive, which goes into the
+writes, `message_delta` the output tokens (and, from some gateways, every count: its
+counts are cumulative, so they win). Writing: the directive, which goes into the
 system prompt (Anthropic has no system messages; a user turn could break a tool_use /
 tool_result pair, the system prompt cannot), the stop answer of the hard ceiling as a
 whole message or as its SSE events, and the proxy's own errors.
@@ -18,7 +19,7 @@ import orjson
 
 from harness.governor.invalid import InvalidRequest
 from harness.governor.policy import Tail
-from harness.governor.usage import Usage, UsageScanner
+from harness.governor.usage import Usage, UsageScanner, count_at
 
 ROLES = ("user", "assistant", "system")
 """Claude Code 2.1 sends `system` messages inside the chain (its environment notes)."""
@@ -167,12 +168,18 @@ def stop_events(chat: dict[str, Any], text: str) -> list[bytes]:
     ]
 
 
-USAGE_FIELDS = (
-    "input_tokens",
-    "cache_creation_input_tokens",
-    "cache_read_input_tokens",
-    "output_tokens",
-)
+USAGE_FIELDS: dict[str, tuple[str, ...]] = {
+    "input_tokens": ("input_tokens",),
+    "cache_creation_input_tokens": ("cache_creation_input_tokens",),
+    "cache_read_input_tokens": ("cache_read_input_tokens",),
+    "output_tokens": ("output_tokens",),
+    "cache_write_1h_tokens": ("cache_creation", "ephemeral_1h_input_tokens"),
+    "web_search_requests": ("server_tool_use", "web_search_requests"),
+    "reasoning_tokens": ("output_tokens_details", "thinking_tokens"),
+}
+"""Where each count sits in a usage object: `message_delta`'s counts are cumulative, so
+the latest seen of each wins, whichever event carried it (some gateways send them all
+only there)."""
 
 
 class MessagesUsageScanner(UsageScanner):
@@ -181,8 +188,8 @@ class MessagesUsageScanner(UsageScanner):
     The usage is gathered from `message_start` and `message_delta`, or the whole message.
     """
 
-    def __init__(self, streamed: bool) -> None:
-        super().__init__(streamed)
+    def __init__(self, streamed: bool, usage_only: bool = False) -> None:
+        super().__init__(streamed, usage_only)
         self._counts: dict[str, int] = {}
         self._ended = False
 
@@ -221,15 +228,24 @@ class MessagesUsageScanner(UsageScanner):
         prompt = counts["input_tokens"] + (written or 0) + (read or 0)
         if prompt == 0:
             return None
-        return Usage(prompt, counts.get("output_tokens", 0), read, False, written)
+        return Usage(
+            prompt,
+            counts.get("output_tokens", 0),
+            read,
+            False,
+            written,
+            counts.get("reasoning_tokens"),
+            counts.get("cache_write_1h_tokens"),
+            counts.get("web_search_requests"),
+        )
 
     def _take(self, holder: Any) -> None:
         usage = holder.get("usage") if isinstance(holder, dict) else None
         if not isinstance(usage, dict):
             return
-        for field in USAGE_FIELDS:
-            value = usage.get(field)
-            if isinstance(value, int) and not isinstance(value, bool) and value >= 0:
+        for field, path in USAGE_FIELDS.items():
+            value = count_at(usage, *path)
+            if value is not None:
                 self._counts[field] = value
 
 

@@ -16,7 +16,7 @@ import orjson
 
 from harness.governor.invalid import InvalidRequest
 from harness.governor.policy import Tail
-from harness.governor.usage import Usage, UsageScanner
+from harness.governor.usage import Usage, UsageScanner, count_at
 
 
 def chat_request(body: bytes) -> dict[str, Any] | None:
@@ -137,17 +137,19 @@ def usage_of(document: Any) -> Usage | None:
         cached_tokens, cached = cache_n, True
     return Usage(
         prompt,
-        int(usage.get("completion_tokens") or 0),
+        count_at(usage, "completion_tokens") or 0,
         cached_tokens if isinstance(cached_tokens, int) else None,
         cached,
+        count_at(usage, "prompt_tokens_details", "cache_write_tokens"),
+        count_at(usage, "completion_tokens_details", "reasoning_tokens"),
     )
 
 
 class ChatUsageScanner(UsageScanner):
     """A chat completion's usage (the last chunk that has one) and its answer's text."""
 
-    def __init__(self, streamed: bool) -> None:
-        super().__init__(streamed)
+    def __init__(self, streamed: bool, usage_only: bool = False) -> None:
+        super().__init__(streamed, usage_only)
         self._usage: Usage | None = None
 
     def read(self, document: dict[str, Any]) -> None:
@@ -162,6 +164,41 @@ class ChatUsageScanner(UsageScanner):
 
     def usage(self) -> Usage | None:
         """The usage of the last document that reported one."""
+        return self._usage
+
+
+class ResponsesUsageScanner(UsageScanner):
+    """A Responses answer's usage: the whole response's, or that of the stream's last event.
+
+    Only the `response.completed` (or `.incomplete`) event carries the usage, with the
+    cached input in `input_tokens_details` and the reasoning in `output_tokens_details`.
+    """
+
+    def __init__(self, streamed: bool, usage_only: bool = False) -> None:
+        super().__init__(streamed, usage_only)
+        self._usage: Usage | None = None
+
+    def read(self, document: dict[str, Any]) -> None:
+        """Usage of a whole response, or of the event that ends a stream; text counted."""
+        delta = document.get("delta")
+        self.content(len(delta) if isinstance(delta, str) else 0)
+        response = document.get("response", document)
+        usage = response.get("usage") if isinstance(response, dict) else None
+        prompt, completion = count_at(usage, "input_tokens"), count_at(usage, "output_tokens")
+        if prompt is None or completion is None:
+            return
+        self.stop_reason = response.get("status")
+        self._usage = Usage(
+            prompt,
+            completion,
+            count_at(usage, "input_tokens_details", "cached_tokens"),
+            False,
+            count_at(usage, "input_tokens_details", "cache_write_tokens"),
+            count_at(usage, "output_tokens_details", "reasoning_tokens"),
+        )
+
+    def usage(self) -> Usage | None:
+        """The usage the response reported, if it did."""
         return self._usage
 
 

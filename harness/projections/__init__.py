@@ -34,6 +34,13 @@ if typing.TYPE_CHECKING:
         current_calibrations,
         load_calibrations,
     )
+    from harness.projections.call_spend import (
+        SPEND_COLUMNS,
+        CallCost,
+        TickSpend,
+        ToolInput,
+        spend_per_call,
+    )
     from harness.projections.calls import CallCounts, calls_said, count_calls, counted
     from harness.projections.digests import DigestsProjection, latest_published
     from harness.projections.leaving import delete_archived, drop_archived_day

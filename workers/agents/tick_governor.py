@@ -57,6 +57,7 @@ from harness.governor import (
     Upstream,
     Usage,
     UsageScanner,
+    priced_apart,
     read_body,
     send_answer,
 )
@@ -231,6 +232,7 @@ class TickGovernor(ProxyGovernor):
             completion_tokens=completion,
             cache_read_tokens=usage.cached_tokens if usage else None,
             cache_write_tokens=usage.cache_write_tokens if usage else None,
+            **priced_apart(usage),
             estimated=usage is None,
             stop_reason=answer.stop_reason,
             first_token_ms=None if first is None else round((first - call.started) * 1000, 3),

@@ -44,4 +44,4 @@ def tick_panel(tick_id: str, reads: FreshReads) -> HTMLResponse:
     tick = reads.tick(tick_id)
     if tick is None:
         raise HTTPException(404, f"no tick {tick_id!r} in the store (yet)")
-    return HTMLResponse(redact(story.page(tick, tick_id)))
+    return HTMLResponse(redact(story.page(tick, tick_id, reads.prices)))

@@ -1,10 +1,12 @@
 """Anthropic Messages (`/v1/messages`): a message, or SSE with named events.
 
-The stream is `message_start` (input usage, cache reads and writes) → per block
-`content_block_start` / `…_delta` / `…_stop` (a `thinking` block with its signature,
-`text`, `tool_use` with `input_json_delta` halves) → `message_delta` (stop reason, the
-usage so far) → `message_stop`. `input_tokens` leaves the cached prompt out, as
-Anthropic bills it.
+The stream is `message_start` (input usage, cache reads and writes; zeros for
+`Step.late_usage`) → per block `content_block_start` / `…_delta` / `…_stop` (a
+`thinking` block with its signature, `text`, `tool_use` with `input_json_delta` halves)
+→ `message_delta` (stop reason, the usage so far, cumulative) → `message_stop`.
+`input_tokens` leaves the cached prompt out, as Anthropic bills it; the cache writes are
+split by duration in `cache_creation`, server tool uses counted in `server_tool_use`,
+thinking in `output_tokens_details`, as the SDK's `Usage` has them.
 """
 
 from __future__ import annotations
@@ -70,14 +72,32 @@ async def messages(request: Request) -> Response:
 
 
 def _usage(turn: Turn) -> dict[str, Any]:
+    """The usage as the SDK's `Usage` types it; the breakdowns only where there is one."""
     if not turn.reported:
-        return {"input_tokens": 0, "output_tokens": 0}
-    return {
+        return dict(_NO_USAGE)
+    usage: dict[str, Any] = {
         "input_tokens": turn.uncached_prompt,
         "cache_creation_input_tokens": turn.cache_write,
         "cache_read_input_tokens": turn.cache_read,
         "output_tokens": turn.completion_tokens,
     }
+    if turn.cache_write:
+        usage["cache_creation"] = {
+            "ephemeral_5m_input_tokens": turn.cache_write - turn.cache_write_1h,
+            "ephemeral_1h_input_tokens": turn.cache_write_1h,
+        }
+    if turn.web_searches:
+        usage["server_tool_use"] = {
+            "web_search_requests": turn.web_searches,
+            "web_fetch_requests": 0,
+        }
+    if turn.reasoning_tokens:
+        usage["output_tokens_details"] = {"thinking_tokens": turn.reasoning_tokens}
+    return usage
+
+
+_NO_USAGE = {"input_tokens": 0, "output_tokens": 0}
+"""Zero counters: the only way a message, whose usage is required, can say nothing."""
 
 
 def _message(turn: Turn, usage: dict[str, Any]) -> dict[str, Any]:
@@ -116,7 +136,8 @@ def _event(name: str, data: dict[str, Any]) -> bytes:
 
 
 def _stream(turn: Turn, usage: dict[str, Any], stop: str) -> Any:
-    start_usage = {**usage, "output_tokens": 1 if turn.reported else 0}
+    late = turn.step.late_usage or not turn.reported
+    start_usage = dict(_NO_USAGE) if late else {**usage, "output_tokens": 1}
     frames = [_event("message_start", {"message": _message(turn, start_usage)})]
 
     def block(index: int, start: dict[str, Any], deltas: list[dict[str, Any]]) -> None:

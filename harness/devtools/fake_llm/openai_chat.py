@@ -1,4 +1,9 @@
-"""OpenAI chat completions (`/v1/chat/completions`): JSON, or SSE chunks ending in `[DONE]`."""
+"""OpenAI chat completions (`/v1/chat/completions`): JSON, or SSE chunks ending in `[DONE]`.
+
+A stream's usage comes in its last chunk (no choices), asked for with `stream_options`;
+the cache reads and writes are in `prompt_tokens_details`, the reasoning (the step's
+thinking, never sent as text) in `completion_tokens_details`.
+"""
 
 from __future__ import annotations
 
@@ -77,8 +82,13 @@ def _usage(turn: Turn) -> dict[str, Any]:
         "completion_tokens": turn.completion_tokens,
         "total_tokens": turn.prompt_tokens + turn.completion_tokens,
     }
-    if turn.cache_read:
-        usage["prompt_tokens_details"] = {"cached_tokens": turn.cache_read}
+    if turn.cache_read or turn.cache_write:
+        usage["prompt_tokens_details"] = {
+            "cached_tokens": turn.cache_read,
+            "cache_write_tokens": turn.cache_write,
+        }
+    if turn.reasoning_tokens:
+        usage["completion_tokens_details"] = {"reasoning_tokens": turn.reasoning_tokens}
     return usage
 
 

@@ -37,6 +37,16 @@ class Step(BaseModel):
     cache_write_tokens: int = 0
     """Of the prompt's tokens, how many the upstream says it read from or wrote to its
     prompt cache (capped at the prompt's size; Ollama reports neither)."""
+    cache_write_1h_tokens: int = 0
+    """Of the cache writes, how many were written for an hour rather than five minutes
+    (capped at the writes; only Anthropic reports the split, in `cache_creation`)."""
+    web_search_requests: int = 0
+    """Server-side web searches the answer says it ran (Anthropic's `server_tool_use`;
+    the other formats report no server tool use)."""
+    late_usage: bool = False
+    """Streaming only: the counts come only in the stream's last usage, as some gateways
+    send them (Anthropic: `message_start` reports zeros and `message_delta` every count;
+    the OpenAI formats report usage last anyway, Ollama in its `done` line)."""
     status: int | None = None
     """Answer with this HTTP error status instead (429, 500, 529 …)."""
     error_message: str = "scripted status {status}"
@@ -105,5 +115,7 @@ class LedgerEntry(BaseModel):
     cache_write_tokens: int = 0
     reasoning_tokens: int = 0
     """Of the completion, the thinking's tokens."""
+    cache_write_1h_tokens: int = 0
+    web_search_requests: int = 0
     prompt_tokens_total: int = 0
     """Cached prefix included: what a server without a KV cache would report."""

@@ -61,6 +61,9 @@ class Turn:
     """Tokens a KV cache spared (the llama emulation; not in `prompt_tokens`)."""
     cache_read: int
     cache_write: int
+    cache_write_1h: int
+    """Of `cache_write`, the tokens written for an hour."""
+    web_searches: int
     completion_tokens: int
     reasoning_tokens: int
     reported: bool
@@ -132,6 +135,9 @@ async def begin(
     caches = wire != "ollama"  # Ollama has no prompt cache to report
     cache_read = min(step.cache_read_tokens, prompt) if caches else 0
     cache_write = min(step.cache_write_tokens, prompt - cache_read) if caches else 0
+    splits = wire == "anthropic"  # the one format with write durations and server tools
+    cache_write_1h = min(step.cache_write_1h_tokens, cache_write) if splits else 0
+    web_searches = step.web_search_requests if splits else 0
     reasoning = count_tokens(thinking) if thinking else 0
     calls_json = [
         {
@@ -158,6 +164,8 @@ async def begin(
         kv_cached=kv_cached,
         cache_read=cache_read,
         cache_write=cache_write,
+        cache_write_1h=cache_write_1h,
+        web_searches=web_searches,
         completion_tokens=completion,
         reasoning_tokens=reasoning,
         reported=reported,
@@ -175,6 +183,8 @@ async def begin(
             cache_read_tokens=cache_read,
             cache_write_tokens=cache_write,
             reasoning_tokens=reasoning,
+            cache_write_1h_tokens=cache_write_1h,
+            web_search_requests=web_searches,
             prompt_tokens_total=prompt + kv_cached,
         )
     )

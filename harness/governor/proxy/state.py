@@ -28,7 +28,7 @@ from harness.governor.estimate import tokens_from_chars
 from harness.governor.ledger import Entry, Ledger
 from harness.governor.policy import Verdict, decide
 from harness.governor.proxy.dialects import Body, Dialect
-from harness.governor.usage import Usage, UsageScanner
+from harness.governor.usage import Usage, UsageScanner, priced_apart
 from harness.prices import PriceBook
 from harness.projections import current_calibrations
 from harness.store import EventStore, Spool
@@ -193,6 +193,7 @@ class ProxyGovernor:
                 completion_tokens=completion,
                 cache_read_tokens=cached,
                 cache_write_tokens=written,
+                **priced_apart(usage),
                 estimated=usage is None,
                 source="proxy",
             ).priced(self.prices.call_price(model, now.date().isoformat()))

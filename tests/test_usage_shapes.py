@@ -281,7 +281,7 @@ def test_hour_long_cache_writes_and_web_searches_are_priced_as_genai_prices_pric
         4000,
         1000,
         cache_write_1h_tokens=400,
-        web_search_requests=3,
+        web_searches=3,
     )
     assert cost == pytest.approx(expected)
 

@@ -205,7 +205,11 @@ def test_a_tier_below_full_confines_file_tools_to_the_workdir_and_runs_no_shell(
     assert statuses == ["error"] * (7 - ok) + ["ok"] * ok, tools_of(events)
 
 
-# Caps and spend -----------------------------------------------------------------------------
+TOOL_USE_STOPS = {"tool_use", "tool_calls"}
+"""A turn that asks for tools ends so: Anthropic's and Strands' word, OpenAI's."""
+
+
+# Caps, spend, stop reasons -----------------------------------------------------------------
 
 
 def test_the_tool_cap_holds_with_parallel_calls_and_spend_equals_the_bill(
@@ -225,8 +229,11 @@ def test_the_tool_cap_holds_with_parallel_calls_and_spend_equals_the_bill(
     assert sorted(status for _, status in tools_of(events)) == ["cancelled", "ok", "ok"]
     billed, spent = billed_and_spent(fake, events, outcome.tick_id)
     assert billed and spent == billed
-    numbers = [e.data["call"] for e in events if e.type == ModelCalled.type]
-    assert numbers == list(range(1, len(billed) + 1))
+    called = [e.data for e in events if e.type == ModelCalled.type]
+    assert [c["call"] for c in called] == list(range(1, len(billed) + 1))
+    # Each call's stop reason and first token, as its upstream streamed them.
+    assert all(c["stop_reason"] in TOOL_USE_STOPS for c in called), called
+    assert all(0 <= (c["first_token_ms"] or -1) <= c["duration_ms"] for c in called), called
     if kind.agent is not None:  # a CLI's own count of its usage agrees with the ledger
         (checked,) = [e.data for e in events if e.type == AgentUsageChecked.type]
         assert checked["reported_prompt_tokens"] == checked["booked_prompt_tokens"]

@@ -38,7 +38,7 @@ from harness.projections import calls_said, count_calls, projector_for, story_of
 from harness.store import StoredEvent
 from tests.api_support import serving
 from tests.tick_support import SECRET, Harness, assert_capped, billed_and_spent, require_cli
-from tests.waiting import wait_until
+from tests.waiting import long_enough, wait_until
 
 Arguments = Callable[[Path], ToolCallSpec]
 MAX_ATTEMPTS = 2
@@ -318,7 +318,7 @@ def running(marker: str) -> list[int]:
 FIRST_DEADLINE = {"strands": 1.0, "claude-code": 4.0, "opencode": 8.0}
 """A timed-out tick's first deadline: about twice what its kind takes to reach its first
 tool on a quiet machine (a CLI's start is seconds of CPU); doubled while it was too short."""
-DEADLINE_TRIES = 5
+LAST_DEADLINE = 128.0
 HOLD_SECONDS = 600.0
 """How long the fake holds a call's answer: longer than any tick here lives."""
 
@@ -397,16 +397,17 @@ def test_a_tick_ended_mid_tool_or_mid_call_leaves_no_process_and_tells_it_all(
     for a loaded machine (a CLI's start alone can take tens of seconds there): it starts
     with about twice what the kind takes on a quiet one (`FIRST_DEADLINE`), and when the
     tick timed out before its tool started or its call reached the fake (the start file
-    and the fake's requests say so), runs a new tick with the deadline doubled. The
-    assertions are on what the events say happened, never on how long it took; a tick
-    costs about its deadline, not the 30 s a fixed safe one would.
+    and the fake's requests say so), runs a new tick with the deadline doubled
+    (`long_enough`). The assertions are on what the events say happened, never on how
+    long it took; a quiet run costs about its first deadline, not the 30 s a fixed safe
+    one did. A cancel needs none of this: it waits for the moment, then cancels.
     """
-    deadline = FIRST_DEADLINE[kind.agent or "strands"]
-    for _ in range(DEADLINE_TRIES):
-        run = end_a_tick(tmp_path / f"{deadline:g}", fake, kind, moment, end, deadline)
-        if run.reached:
-            break
-        deadline *= 2
+    run = long_enough(
+        lambda deadline: end_a_tick(tmp_path / f"{deadline:g}", fake, kind, moment, end, deadline),
+        lambda run: run.reached,
+        first=FIRST_DEADLINE[kind.agent or "strands"],
+        cap=LAST_DEADLINE,
+    )
     assert run.reached, f"the tick never reached its {moment} before its deadline"
     harness, outcome = run.harness, run.outcome
     assert outcome.status == ("cancelled" if end == "cancel" else "timed_out"), outcome.reason

@@ -27,7 +27,7 @@ import pytest
 
 from harness.cli.show_command import print_story_head
 from harness.cli.tick_commands import _print_tick
-from harness.config import GovernorConfig
+from harness.config import GovernorConfig, RunnerConfig
 from harness.contracts import AgentUsageChecked, BudgetSpent, ModelCalled, TickCompleted, ToolCalled
 from harness.contracts.agents import AgentKind
 from harness.contracts.wire import Api
@@ -344,6 +344,14 @@ def end_a_tick(
     """
     tmp_path.mkdir()
     harness = kind.harness(tmp_path, fake, tools="full").without_retries()
+    # A service's grace, not the suite's second: what the worker records in it is under
+    # test, and a worker that ends on its own does not wait it out.
+    runner = harness.settings.runner.model_copy(
+        update={"grace_seconds": RunnerConfig().grace_seconds}
+    )
+    harness.settings = harness.runner.settings = harness.settings.model_copy(
+        update={"runner": runner}
+    )
     prepared = harness.preparer.prepare("min", timeout=deadline if end == "timeout" else None)
     tick_id = prepared.payload.tick_id
     started = tmp_path / f"tool-started-{tick_id}"

@@ -153,9 +153,10 @@ class AgentTick:
         """Start the CLI, read its lines to its end, stop the governor; the tick's result."""
         tick = self.cli.tick
         adopt_orphans()
-        # The runner's deadline or a cancel: the CLI's whole tree goes with the tick, the
-        # tools it started in process groups of their own too; what it left is recorded.
-        ended = (kill_descendants, self._record_killed_tools, self.governor.book_calls_in_flight)
+        # The runner's deadline or a cancel: what the CLI left in flight is recorded first,
+        # within the grace; then its whole tree goes, the tools it started in process groups
+        # of their own too (the runner kills the tree it saw if the grace runs out).
+        ended = (self.governor.book_calls_in_flight, self._record_killed_tools, kill_descendants)
         try:
             self.cli.prepare()
             env = minimal_env(tick.home, self.cli.env())

@@ -315,7 +315,7 @@ def running(marker: str) -> list[int]:
     return found
 
 
-FIRST_DEADLINE = {"strands": 1.0, "claude-code": 4.0, "opencode": 8.0}
+FIRST_DEADLINE = {"strands": 1.0, "claude-code": 3.0, "opencode": 6.0}
 """A timed-out tick's first deadline: about twice what its kind takes to reach its first
 tool on a quiet machine (a CLI's start is seconds of CPU); doubled while it was too short."""
 LAST_DEADLINE = 128.0

@@ -13,7 +13,6 @@ import json
 import os
 import subprocess
 import sys
-import threading
 from datetime import UTC, datetime
 from html import escape
 from pathlib import Path
@@ -46,12 +45,11 @@ from harness.contracts.payload import TickPayload
 from harness.devtools.fake_llm import FakeUpstream, Step, ToolCallSpec, fake_upstream
 from harness.execution.agent_clis import agent_cli_states
 from harness.execution.prepare import Preparer, TickSetupError
-from harness.execution.runner import Runner, TickOutcome
+from harness.execution.runner import Runner
 from harness.projections import calls_said, story_of, story_steps
 from harness.store import StoredEvent, open_store
 from tests.api_support import serving
 from tests.tick_support import SECRET, Harness
-from tests.waiting import wait_until
 from workers.agents import MalformedLineError
 from workers.agents.claude_code import ClaudeCodeRun
 from workers.agents.frame import HOOK_SCRIPT
@@ -144,34 +142,6 @@ def running(marker: str) -> list[str]:
         if marker in cmdline and process.pid != os.getpid():
             found.append(cmdline)
     return found
-
-
-def test_a_claude_code_tick_ended_by_its_timeout_leaves_no_process(
-    tmp_path: Path, fake: FakeUpstream
-) -> None:
-    """A cancel is every kind's case (`test_tick_conformance`); the deadline is this one."""
-    harness = claude_harness(tmp_path, fake).without_retries()
-    # Claude Code refuses a bare `sleep`; a tool that keeps running is what the test needs.
-    marker = "signal.pause()  # 417"
-    prepared = harness.preparer.prepare("min", timeout=30)
-    tick_id = prepared.payload.tick_id
-    fake.script(tick_id, [Step(tool_calls=[bash(f"python3 -c 'import signal; {marker}'")])])
-    outcomes: list[TickOutcome] = []
-    runs = threading.Thread(target=lambda: outcomes.append(harness.runner.run(prepared)))
-    runs.start()
-    wait_until(lambda: running(marker), "the tick's tool to run", timeout=120)
-    runs.join(180)
-    (outcome,) = outcomes
-    assert outcome.status == "timed_out", outcome.reason
-    assert running(tick_id) == [] and running(marker) == []
-    # The tool killed with its tick is in the story and its counts, as such.
-    events = harness.events(outcome)
-    called = [(e.data["name"], e.data["status"]) for e in events if e.type == ToolCalled.type]
-    assert called == [("Bash", "killed")]
-    story = story_of(tick_id, events)
-    (tool,) = [step for step in story.steps if step.kind == "tool"]
-    assert tool.data["status"] == "killed" and marker in str(tool.arguments)
-    assert (story.tool_calls, story.tool_calls_cancelled) == (1, 0)
 
 
 def test_a_tool_left_running_in_the_background_ends_with_its_claude_code_tick(

@@ -292,7 +292,10 @@ def test_a_whole_tick_timeout_is_retried_as_an_infrastructure_failure_then_pause
     ]
     begun = [e for e in events if e.type == "ModelCallStarted"]
     booked = [e.data for e in events if e.type == "BudgetSpent"]
-    assert [(b["estimated"], b["source"]) for b in booked] == [(True, "runner")] * len(begun)
+    # Each call the deadline cut off is booked once, estimated: by its worker in the grace,
+    # or by the runner for a worker that had no time to.
+    assert [b["estimated"] for b in booked] == [True] * len(begun)
+    assert {b["source"] for b in booked} <= {"worker", "runner"}
     (failed,) = [e.data for e in events if e.type == "TickAttemptFailed"]
     assert (failed["failure_class"], failed["reason"]) == ("infrastructure", "timed out after 1 s")
     paused = harness.store.read_stream("level-min")[-1]

@@ -196,9 +196,13 @@ def test_a_call_in_flight_cut_off_by_cancel_or_timeout_is_booked_estimated(
     assert outcome.status == stop, outcome
     events = harness.events(outcome)
     assert [e.type for e in events if e.type in TERMINAL_TYPES] == [terminal]
-    assert len(of_type(events, "ModelCallStarted")) == 1 and of_type(events, "ModelCalled") == []
-    spent = [(s["estimated"], s["source"]) for s in of_type(events, "BudgetSpent")]
-    assert spent == [(True, "runner")], "the call cut off is booked, flagged estimated"
+    assert len(of_type(events, "ModelCallStarted")) == 1
+    spent = of_type(events, "BudgetSpent")
+    assert [s["estimated"] for s in spent] == [True], "the call cut off is booked, estimated"
+    # Its worker books it in the grace, with the call's record; the runner books a call
+    # whose worker had no time to from its start alone.
+    assert spent[0]["source"] in ("worker", "runner")
+    assert len(of_type(events, "ModelCalled")) == (spent[0]["source"] == "worker")
     started = next(e for e in events if e.type == "TickStarted")
     assert live_in_group(started.data["pid"]) == []
 

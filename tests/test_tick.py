@@ -17,6 +17,7 @@ import subprocess
 import sys
 import threading
 import time
+from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
@@ -184,8 +185,10 @@ def test_timeout_kills_the_whole_group_and_keeps_the_spend_already_made(
     assert outcome.status == "timed_out"
     assert elapsed < timeout + 1.0 + 15, "the tick outlived its timeout plus grace"
     events = harness.events(outcome)
+    # The call cut off is booked, estimated: by the worker in its grace (SIGTERM), or by
+    # the runner for a worker the grace did not suffice.
     spent = [(e.data["estimated"], e.data["source"]) for e in events if e.type == "BudgetSpent"]
-    assert spent == [(False, "worker"), (True, "runner")], "the call cut off is booked"
+    assert spent[0] == (False, "worker") and [s[0] for s in spent] == [False, True], spent
     versions = {e.data["template_hash"] for e in events if e.type == "BudgetSpent"}
     assert versions == {template_hash("Check the pager.")}, "both of the prompt's version"
     assert terminal_types(events) == ["TickTimedOut"]
@@ -319,6 +322,42 @@ def test_a_call_answered_just_before_a_kill_is_booked_once(
     spent = [(e.data["estimated"], e.data["source"]) for e in events if e.type == "BudgetSpent"]
     assert len(spent) == answers, f"every answered call is booked once: {spent}"
     assert spent[:-1] == [(False, "worker")] * (answers - 1)
+
+
+@pytest.mark.parametrize("api", ["openai-chat", "openai-responses", "anthropic", "ollama"])
+def test_a_call_answered_in_full_is_booked_once_when_its_worker_dies_before_booking_it(
+    tmp_path: Path, fake: FakeUpstream, api: str
+) -> None:
+    """Killed between the answer's arrival and its booking, a Strands tick's call is booked.
+
+    The window is pinned, not raced: the worker is stopped (SIGSTOP) the moment its
+    request reaches the fake, so nothing of the answer is read, let alone booked, when the
+    fake then sends it whole (usage and end of turn included) into the worker's socket;
+    the worker is killed the moment the last byte is sent. The upstream billed a call the
+    worker never booked: the runner books it, estimated, once.
+    """
+    harness = Harness(tmp_path, fake, rag=False, api=api).without_retries()
+    prepared = harness.preparer.prepare("min", timeout=60)
+    tick_id = prepared.payload.tick_id
+    fake.script(tick_id, [Step(text="Answered in full.")])
+
+    def signal_worker(signum: int) -> Callable[[], None]:
+        def send() -> None:
+            stream = harness.store.read_stream(f"tick-{tick_id}")
+            os.kill(next(e for e in stream if e.type == "TickStarted").data["pid"], signum)
+
+        return send
+
+    fake.when_asked(tick_id, signal_worker(signal.SIGSTOP))
+    fake.when_answered(tick_id, signal_worker(signal.SIGKILL))
+    outcome = harness.runner.run(prepared)
+
+    assert outcome.status == "failed", outcome.reason
+    (billed,) = [entry for entry in fake.ledger if entry.key == tick_id]
+    assert billed.usage_reported and billed.completion_tokens > 0
+    events = harness.events(outcome)
+    spent = [(e.data["estimated"], e.data["source"]) for e in events if e.type == "BudgetSpent"]
+    assert spent == [(True, "runner")], "the answered call is booked once, estimated"
 
 
 class ScriptLauncher(ColdLauncher):

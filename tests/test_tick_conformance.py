@@ -18,20 +18,27 @@ import os
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass
+from html import escape
 from pathlib import Path
+from types import SimpleNamespace
 
 import psutil
 import pytest
 
-from harness.config import GovernorConfig
-from harness.contracts import AgentUsageChecked, ModelCalled, ToolCalled
+from harness.cli.show_command import print_story_head
+from harness.cli.tick_commands import _print_tick
+from harness.config import GovernorConfig, RunnerConfig
+from harness.contracts import AgentUsageChecked, BudgetSpent, ModelCalled, TickCompleted, ToolCalled
 from harness.contracts.agents import AgentKind
 from harness.contracts.wire import Api
 from harness.devtools.fake_llm import FakeUpstream, Step, ToolCallSpec
 from harness.execution.runner import TickOutcome
+from harness.prices import PriceBook
+from harness.projections import calls_said, count_calls, projector_for, story_of, tick_page
 from harness.store import StoredEvent
+from tests.api_support import serving
 from tests.tick_support import SECRET, Harness, assert_capped, billed_and_spent, require_cli
-from tests.waiting import wait_until
+from tests.waiting import long_enough, wait_until
 
 Arguments = Callable[[Path], ToolCallSpec]
 MAX_ATTEMPTS = 2
@@ -198,7 +205,11 @@ def test_a_tier_below_full_confines_file_tools_to_the_workdir_and_runs_no_shell(
     assert statuses == ["error"] * (7 - ok) + ["ok"] * ok, tools_of(events)
 
 
-# Caps and spend -----------------------------------------------------------------------------
+TOOL_USE_STOPS = {"tool_use", "tool_calls"}
+"""A turn that asks for tools ends so: Anthropic's and Strands' word, OpenAI's."""
+
+
+# Caps, spend, stop reasons -----------------------------------------------------------------
 
 
 def test_the_tool_cap_holds_with_parallel_calls_and_spend_equals_the_bill(
@@ -218,8 +229,11 @@ def test_the_tool_cap_holds_with_parallel_calls_and_spend_equals_the_bill(
     assert sorted(status for _, status in tools_of(events)) == ["cancelled", "ok", "ok"]
     billed, spent = billed_and_spent(fake, events, outcome.tick_id)
     assert billed and spent == billed
-    numbers = [e.data["call"] for e in events if e.type == ModelCalled.type]
-    assert numbers == list(range(1, len(billed) + 1))
+    called = [e.data for e in events if e.type == ModelCalled.type]
+    assert [c["call"] for c in called] == list(range(1, len(billed) + 1))
+    # Each call's stop reason and first token, as its upstream streamed them.
+    assert all(c["stop_reason"] in TOOL_USE_STOPS for c in called), called
+    assert all(0 <= (c["first_token_ms"] or -1) <= c["duration_ms"] for c in called), called
     if kind.agent is not None:  # a CLI's own count of its usage agrees with the ledger
         (checked,) = [e.data for e in events if e.type == AgentUsageChecked.type]
         assert checked["reported_prompt_tokens"] == checked["booked_prompt_tokens"]
@@ -289,7 +303,7 @@ def test_an_upstream_refusal_fails_the_tick_in_its_class_without_a_retry_storm(
     assert SECRET not in stored_text(outcome, events)
 
 
-# Cancel -------------------------------------------------------------------------------------
+# Ended from outside: a cancel or the deadline -------------------------------------------
 
 
 def running(marker: str) -> list[int]:
@@ -301,28 +315,167 @@ def running(marker: str) -> list[int]:
     return found
 
 
-def test_a_tick_cancelled_while_its_tool_runs_leaves_no_process(
-    tmp_path: Path, fake: FakeUpstream, kind: Kind
-) -> None:
-    """The tick's whole tree goes with it: the agent, and the tool it was running."""
+FIRST_DEADLINE = {"strands": 1.0, "claude-code": 3.0, "opencode": 6.0}
+"""A timed-out tick's first deadline: about twice what its kind takes to reach its first
+tool on a quiet machine (a CLI's start is seconds of CPU); doubled while it was too short."""
+LAST_DEADLINE = 128.0
+HOLD_SECONDS = 600.0
+"""How long the fake holds a call's answer: longer than any tick here lives."""
+
+
+@dataclass
+class EndedRun:
+    """A tick ended from outside at a moment of its run, and whether it got there."""
+
+    harness: Harness
+    outcome: TickOutcome
+    marker: str
+    reached: bool
+
+
+def end_a_tick(
+    tmp_path: Path, fake: FakeUpstream, kind: Kind, moment: str, end: str, deadline: float
+) -> EndedRun:
+    """One tick run until `moment` (its tool runs, its model call is held), then ended.
+
+    A cancel waits for the moment (the tool's process is seen, the fake has the request);
+    a deadline cannot wait, so whether the tick got there is read afterwards: the tool
+    left its start file, the fake holds the request.
+    """
+    tmp_path.mkdir()
     harness = kind.harness(tmp_path, fake, tools="full").without_retries()
-    prepared = harness.preparer.prepare("min")
+    # A service's grace, not the suite's second: what the worker records in it is under
+    # test, and a worker that ends on its own does not wait it out.
+    runner = harness.settings.runner.model_copy(
+        update={"grace_seconds": RunnerConfig().grace_seconds}
+    )
+    harness.settings = harness.runner.settings = harness.settings.model_copy(
+        update={"runner": runner}
+    )
+    prepared = harness.preparer.prepare("min", timeout=deadline if end == "timeout" else None)
     tick_id = prepared.payload.tick_id
+    started = tmp_path / f"tool-started-{tick_id}"
+    # SIGTERM is the tick's, not the tool's to obey: it runs until the tick's end kills it.
     marker = f"signal.pause()  # {tick_id}"
-    tool = kind.shell(f"python3 -c 'import signal; {marker}'")
-    fake.script(tick_id, [Step(tool_calls=[tool]), Step(text="Never asked.")])
-    outcomes: list[TickOutcome] = []
-    runs = threading.Thread(target=lambda: outcomes.append(harness.runner.run(prepared)))
-    runs.start()
-    wait_until(lambda: running(marker), "the tick's tool to run", timeout=180)
-    assert harness.runner.cancel(tick_id)
-    runs.join(180)
-    (outcome,) = outcomes
-    assert outcome.status == "cancelled", outcome.reason
+    stubborn = (
+        f"import pathlib, signal; pathlib.Path({str(started)!r}).touch(); "
+        f"signal.signal(signal.SIGTERM, signal.SIG_IGN); {marker}"
+    )
+    steps = {
+        "tool": [Step(tool_calls=[kind.shell(f'python3 -c "{stubborn}"')])],
+        "model call": [Step(text="Held.", delay=HOLD_SECONDS)],
+    }[moment]
+    fake.script(tick_id, [*steps, Step(text="Never asked.")])
+
+    def got_there() -> bool:
+        return started.exists() if moment == "tool" else tick_id in fake.state.first_request
+
+    if end == "timeout":
+        outcome = harness.runner.run(prepared)
+    else:
+        outcomes: list[TickOutcome] = []
+        runs = threading.Thread(target=lambda: outcomes.append(harness.runner.run(prepared)))
+        runs.start()
+        wait_until(got_there, f"the tick's {moment} to be under way", timeout=180)
+        assert harness.runner.cancel(tick_id)
+        runs.join(180)
+        (outcome,) = outcomes
+    fake.state.clear(tick_id)
+    return EndedRun(harness, outcome, marker, got_there())
+
+
+@pytest.mark.parametrize("end", ["cancel", "timeout"])
+@pytest.mark.parametrize("moment", ["tool", "model call"])
+def test_a_tick_ended_mid_tool_or_mid_call_leaves_no_process_and_tells_it_all(
+    tmp_path: Path,
+    fake: FakeUpstream,
+    kind: Kind,
+    moment: str,
+    end: str,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """Cancelled, or at its deadline, while a tool runs or a model call is in flight.
+
+    The tick's whole tree goes with it (the agent, and a tool that ignores SIGTERM); the
+    killed tool is in `ToolCalled` as `killed` and in the story; the call in flight is
+    booked, estimated (its `BudgetSpent` and `ModelCalled`); and every view counts the
+    same model calls, tool calls and attempts.
+
+    A deadline is not a wait for the moment, so the case does not guess one long enough
+    for a loaded machine (a CLI's start alone can take tens of seconds there): it starts
+    with about twice what the kind takes on a quiet one (`FIRST_DEADLINE`), and when the
+    tick timed out before its tool started or its call reached the fake (the start file
+    and the fake's requests say so), runs a new tick with the deadline doubled
+    (`long_enough`). The assertions are on what the events say happened, never on how
+    long it took; a quiet run costs about its first deadline, not the 30 s a fixed safe
+    one did. A cancel needs none of this: it waits for the moment, then cancels.
+    """
+    run = long_enough(
+        lambda deadline: end_a_tick(tmp_path / f"{deadline:g}", fake, kind, moment, end, deadline),
+        lambda run: run.reached,
+        first=FIRST_DEADLINE[kind.agent or "strands"],
+        cap=LAST_DEADLINE,
+    )
+    assert run.reached, f"the tick never reached its {moment} before its deadline"
+    harness, outcome = run.harness, run.outcome
+    assert outcome.status == ("cancelled" if end == "cancel" else "timed_out"), outcome.reason
     # The runner kills the tree it saw (tools in sessions of their own) once the worker has
     # ended, which may be a moment after the tick's end is recorded: within its grace.
     wait_until(
-        lambda: running(marker) == [] and running(tick_id) == [],
+        lambda: running(run.marker) == [] and running(outcome.tick_id) == [],
         "the tick's tree to be gone",
         timeout=harness.settings.runner.grace_seconds + 60,
     )
+    events = harness.events(outcome)
+    story = story_of(outcome.tick_id, events)
+    tools = [step for step in story.steps if step.kind == "tool"]
+    if moment == "tool":
+        assert [status for _, status in tools_of(events)] == ["killed"]
+        (tool,) = tools
+        assert tool.data["status"] == "killed" and run.marker in str(tool.arguments)
+    else:
+        assert tools_of(events) == [] and tools == []
+        # Whoever booked it (the worker in its grace, or the runner for a worker that
+        # died first), the held call is booked, estimated, and told as a model call.
+        spent = [e for e in events if e.type == BudgetSpent.type]
+        assert [s.data["estimated"] for s in spent] == [True], spent
+        called = [e.data for e in events if e.type == ModelCalled.type]
+        assert [c["budget_event_id"] for c in called] == [str(spent[0].event_id)], called
+    assert_counts_agree_everywhere(harness, outcome, events, capsys)
+
+
+def assert_counts_agree_everywhere(
+    harness: Harness,
+    outcome: TickOutcome,
+    events: list[StoredEvent],
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """`show`, `tick`, `ticks`, the API and the tick page give the tick's one count."""
+    counts = count_calls(events)
+    said = calls_said(counts.model_calls, counts.tool_calls, counts.tool_calls_cancelled)
+    story = story_of(outcome.tick_id, events)
+    print_story_head(story)
+    _print_tick(outcome.tick_id, outcome, events)
+    assert capsys.readouterr().out.count(said) == 2, said  # `show` and `tick`
+    assert (story.model_calls, story.tool_calls, story.tool_calls_cancelled) == (
+        counts.model_calls,
+        counts.tool_calls,
+        counts.tool_calls_cancelled,
+    )
+    ended = events[-1]
+    if ended.type == TickCompleted.type:
+        assert ended.data["model_calls"] == counts.model_calls
+        assert ended.data["tool_calls"] == counts.tool_calls
+    projector_for(harness.store, PriceBook(harness.settings.prices)).catch_up(["ticks"])
+    (listed,) = tick_page(harness.store, levels=["min"], limit=5).rows  # `ticks`
+    with serving(harness.settings, harness.store) as http:
+        row = http.get(f"/ticks/{outcome.tick_id}").json()["tick"]
+        page = http.get(f"/dashboard/ticks/{outcome.tick_id}").text
+    for view in (listed, SimpleNamespace(**row)):
+        assert (view.model_calls, view.tool_calls, view.tool_calls_cancelled) == (
+            counts.model_calls,
+            counts.tool_calls,
+            counts.tool_calls_cancelled,
+        )
+        assert view.attempts == story.attempts == 1
+    assert escape(said) in page

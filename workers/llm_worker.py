@@ -69,7 +69,6 @@ def run(payload: TickPayload) -> int:
     from workers.telemetry import start_tracing
     from workers.tick_run import RouteRun, TickHooks, tick_tools
     from workers.tool_budget import ToolBudget
-    from workers.trace import ToolTrace
     from workers.transcript import Transcript
 
     register_secret_names(payload.key_variables())
@@ -83,7 +82,6 @@ def run(payload: TickPayload) -> int:
     calibrations = Calibrations(limits.chars_per_token, payload.calibrations, limits.calibrate)
     hooks = TickHooks(
         budget=ToolBudget(payload.max_tool_calls),
-        trace=ToolTrace(payload, recorder),
         governor=ContextGovernor(payload, recorder, calibrations),
         daily=daily,
         gate=RateLimitGate(payload, recorder),

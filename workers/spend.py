@@ -6,7 +6,9 @@ call a kill cuts off is then booked, estimated, by whoever ends the attempt
 (`harness.execution.cutoff`), never lost.
 
 Hooks run inline in the agent loop, so the appends complete before the loop can ask the
-model again: a tick killed at any moment loses at most the call in flight.
+model again: a tick killed at any moment loses at most the call in flight. A tick ended
+from outside (a cancel, its deadline: `workers.tick_end`) books that call itself (`end`),
+estimated, with what of its answer had arrived.
 A call that returns without usage is recorded with tokens estimated from the request and
 response sizes and `estimated: true`, never as zero. The SDK's usage gives the tokens; the
 parts it drops (reasoning, hour-long cache writes, web searches) come from the answer's
@@ -21,6 +23,7 @@ in reverse order.
 
 from __future__ import annotations
 
+import threading
 import time
 from typing import Any
 
@@ -57,6 +60,10 @@ class SpendMeter(HookProvider):
         self._ended_at = 0.0
         self._wait_ms = 0.0
         self._cancelled = False
+        self._in_flight = False
+        """A call is sent and has not ended."""
+        self._lock = threading.Lock()
+        self._ended = False
 
     def use(self, model: Metered, target: str | None) -> Metered:
         """Meter the calls of the next candidate; its first call is a first attempt again."""
@@ -84,18 +91,56 @@ class SpendMeter(HookProvider):
         model_id = self.model.get_config()["model_id"]
         estimate = tokens_from_chars(self._request_chars)
         self.recorder.record(self.booking.started(self.calls_started, model_id, estimate))
+        self._in_flight = True
 
     def _after_call(self, event: AfterModelCallEvent) -> None:
         model = self.model
         if self._cancelled or model is None:
             return
-        facts = self._facts(model, event)
-        if facts.billed:
-            self.model_calls += 1
-            self.estimated_calls += facts.estimated
-            self.prompt_tokens += facts.prompt_tokens
-            self.completion_tokens += facts.completion_tokens
-        self.recorder.record_all(self.booking.ended(facts))
+        self._book(self._facts(model, event))
+
+    def end(self) -> None:
+        """The tick ends here (the runner's SIGTERM): the call in flight, booked estimated.
+
+        It reached the upstream, which may bill it; what of its answer had arrived is
+        its output's estimate.
+        """
+        model = self.model
+        if model is None or not self._in_flight:
+            return
+        now = time.monotonic()
+        first = model.first_token_at
+        self._book(
+            CallFacts(
+                model=model.get_config()["model_id"],
+                call=self.calls_started,
+                prompt_tokens=tokens_from_chars(self._request_chars),
+                completion_tokens=tokens_from_chars(model.response_chars),
+                estimated=True,
+                first_token_ms=None
+                if first is None
+                else round((first - self._started_at) * 1000, 3),
+                duration_ms=round((now - self._started_at) * 1000, 3),
+                attempt=self._attempt,
+                target=self.target,
+                provider=model.provider,
+                refusal=Refusal("TickEnded", "infrastructure", "the tick ended during the call"),
+            ),
+            ending=True,
+        )
+
+    def _book(self, facts: CallFacts, ending: bool = False) -> None:
+        """Count and record the call once: by its end, or by the tick's if that came first."""
+        with self._lock:
+            if self._ended or not self._in_flight:
+                return
+            self._in_flight, self._ended = False, ending
+            if facts.billed:
+                self.model_calls += 1
+                self.estimated_calls += facts.estimated
+                self.prompt_tokens += facts.prompt_tokens
+                self.completion_tokens += facts.completion_tokens
+            self.recorder.record_all(self.booking.ended(facts))
 
     def _facts(self, model: Metered, event: AfterModelCallEvent) -> CallFacts:
         """What the SDK's events and the metered stream tell of the call that just ended."""
@@ -111,7 +156,6 @@ class SpendMeter(HookProvider):
             prompt = tokens_from_chars(self._request_chars)
             completion = tokens_from_chars(model.response_chars)
         now = self._ended_at = time.monotonic()
-        first = model.first_token_at
         attempt, self._attempt = self._attempt, self._attempt + 1 if exc is not None else 1
         refusal = None
         if exc is not None:
@@ -128,7 +172,7 @@ class SpendMeter(HookProvider):
             # A refusal produced nothing and was not billed; an answer that began may be.
             billed=not (estimated and exc is not None and not model.answered),
             stop_reason=str(event.stop_response.stop_reason) if event.stop_response else None,
-            first_token_ms=None if first is None else round((first - self._started_at) * 1000, 3),
+            first_token_ms=self._first_token_ms(model),
             duration_ms=round((now - self._started_at) * 1000, 3),
             wait_ms=self._wait_ms,
             attempt=attempt,
@@ -136,3 +180,8 @@ class SpendMeter(HookProvider):
             provider=model.provider,
             refusal=refusal,
         )
+
+    def _first_token_ms(self, model: Metered) -> float | None:
+        """Milliseconds from the call's send to its first token (None: none arrived)."""
+        first = model.first_token_at
+        return None if first is None else round((first - self._started_at) * 1000, 3)

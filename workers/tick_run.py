@@ -38,9 +38,9 @@ from workers.rate_limit import RateLimitGate
 from workers.recorder import EventRecorder
 from workers.spend import SpendMeter
 from workers.structured_output import structured
+from workers.tick_end import recorded_on_sigterm
 from workers.tier_tools import tier_tools
 from workers.tool_budget import ToolBudget
-from workers.trace import ToolTrace
 from workers.transcript import Transcript
 from workers.wire import observing
 
@@ -54,7 +54,6 @@ class TickHooks:
     """The hook providers of a Strands tick, one per concern, shared by its candidates."""
 
     budget: ToolBudget
-    trace: ToolTrace
     governor: ContextGovernor
     daily: BudgetGuard
     gate: RateLimitGate
@@ -65,7 +64,6 @@ class TickHooks:
         """In the order they must run: the spend meter last, to see the calls others cancel."""
         return [
             self.budget,
-            self.trace,
             self.governor,
             self.daily,
             self.gate,
@@ -185,8 +183,10 @@ class RouteRun:
 
     def on_strands(self) -> TickResult:
         """The tick run once by a Strands agent under the tick's hooks."""
-        payload = self.payload
-        answer = self.agent(self.hooks.of_the_tick(), f"tickwork-{payload.level}")(payload.prompt)
+        payload, hooks = self.payload, self.hooks
+        agent = self.agent(hooks.of_the_tick(), f"tickwork-{payload.level}")
+        with recorded_on_sigterm(hooks.transcript.end, hooks.spend.end):
+            answer = agent(payload.prompt)
         text = str(answer).strip()
         error, value = None, None
         if not text:

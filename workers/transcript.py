@@ -2,13 +2,16 @@
 
 The system text and the prompt once per tick, each answer of the model (its thinking
 first, whichever protocol streamed it) when the call ends, each tool call with its
-arguments and output when the tool returns: all redacted and capped per item
-(`harness.contracts.events.capped`), recorded as they happen so a running tick can be
-followed.
+arguments and output when the tool returns, with its `ToolCalled` in the same commit: all
+redacted and capped per item (`harness.contracts.events.capped`), recorded as they happen
+so a running tick can be followed. A tool still running when the tick is ended (a cancel,
+its deadline) is recorded as killed with it (`end`), so the story and the counts list it.
 """
 
 from __future__ import annotations
 
+import threading
+import time
 from typing import Any, Literal
 
 import orjson
@@ -16,12 +19,16 @@ from strands.hooks import (
     AfterModelCallEvent,
     AfterToolCallEvent,
     BeforeModelCallEvent,
+    BeforeToolCallEvent,
     HookProvider,
     HookRegistry,
 )
 
-from harness.contracts import TickPayload, TranscriptEntry, TranscriptKind, capped
+from harness.contracts import TickPayload, ToolCalled, TranscriptEntry, TranscriptKind, capped
 from workers.recorder import EventRecorder
+
+ToolStatus = Literal["ok", "error", "cancelled", "killed"]
+KILLED_OUTPUT = "(killed: the tick ended while the tool ran)"
 
 
 class Transcript(HookProvider):
@@ -31,6 +38,12 @@ class Transcript(HookProvider):
         self.payload = payload
         self.recorder = recorder
         self._cancelled = False
+        self.ended_tools: set[str] = set()
+        """Tool use ids whose call has its entry: ended, refused, or killed."""
+        self._running: dict[str, tuple[str, Any, float]] = {}
+        """Tool use id -> (name, input, start) of each Strands tool call running now."""
+        self._lock = threading.Lock()
+        self._ended = False
 
     def open(self) -> None:
         """Record what the tick is asked, once, before its first model call."""
@@ -41,9 +54,10 @@ class Transcript(HookProvider):
         self.recorder.record_all([self._entry(kind, text) for kind, text in asked if text])
 
     def register_hooks(self, registry: HookRegistry, **kwargs: Any) -> None:
-        """Watch each model call's answer and each tool call's outcome."""
+        """Watch each model call's answer and each tool call's start and outcome."""
         registry.add_callback(BeforeModelCallEvent, self._before_model)
         registry.add_callback(AfterModelCallEvent, self._after_model)
+        registry.add_callback(BeforeToolCallEvent, self._before_tool)
         registry.add_callback(AfterToolCallEvent, self._after_tool)
 
     def _before_model(self, event: BeforeModelCallEvent) -> None:
@@ -64,8 +78,15 @@ class Transcript(HookProvider):
         if texts:
             self._record("stopped" if self._cancelled else "assistant", "\n".join(texts))
 
+    def _before_tool(self, event: BeforeToolCallEvent) -> None:
+        if event.cancel_tool:
+            return  # refused (the tool cap): it never runs, its end says so
+        use = event.tool_use
+        with self._lock:
+            self._running[use["toolUseId"]] = (use["name"], use.get("input"), time.monotonic())
+
     def _after_tool(self, event: AfterToolCallEvent) -> None:
-        status: Literal["ok", "error", "cancelled"]
+        status: ToolStatus
         if event.cancel_message is not None:
             status, output = "cancelled", event.cancel_message
         else:
@@ -73,16 +94,55 @@ class Transcript(HookProvider):
             if event.exception is not None:
                 status = "error"
             output = _tool_output(event.result.get("content", []))
-        arguments, arguments_cut = capped(_json(event.tool_use.get("input")))
-        self._record(
+        use = event.tool_use
+        duration_ms = round((event.duration or 0.0) * 1000, 3)
+        with self._lock:
+            self._running.pop(use.get("toolUseId"), None)
+            if not self._ended:  # else recorded killed: the tick ended while it ran
+                self.tool(
+                    use["name"], use.get("toolUseId"), use.get("input"), output, status, duration_ms
+                )
+
+    def end(self) -> None:
+        """The tick ends here (the runner's SIGTERM): each tool still running ended with it."""
+        with self._lock:
+            self._ended = True
+            running, self._running = self._running, {}
+        now = time.monotonic()
+        for use_id, (name, arguments, started) in running.items():
+            duration_ms = round((now - started) * 1000, 3)
+            self.tool(name, use_id, arguments, KILLED_OUTPUT, "killed", duration_ms)
+
+    def tool(
+        self,
+        name: str,
+        tool_use_id: str | None,
+        arguments: Any,
+        output: str,
+        status: ToolStatus,
+        duration_ms: float = 0.0,
+    ) -> None:
+        """A finished (or refused, or killed) tool call: its transcript entry and `ToolCalled`."""
+        if tool_use_id is not None:
+            self.ended_tools.add(tool_use_id)
+        shown, cut = capped(_json(arguments))
+        entry = self._entry(
             "tool",
             output,
-            tool=event.tool_use["name"],
-            tool_use_id=event.tool_use.get("toolUseId"),
-            arguments=arguments,
-            arguments_cut_chars=arguments_cut,
+            tool=name,
+            tool_use_id=tool_use_id,
+            arguments=shown,
+            arguments_cut_chars=cut,
             status=status,
         )
+        called = ToolCalled(
+            tick_id=self.payload.tick_id,
+            level=self.payload.level,
+            name=name,
+            status=status,
+            duration_ms=duration_ms,
+        )
+        self.recorder.record_all([entry, called])
 
     def _record(self, kind: TranscriptKind, text: str, **fields: Any) -> None:
         self.recorder.record(self._entry(kind, text, **fields))

@@ -21,14 +21,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, ClassVar, Literal
 
-import orjson
-
-from harness.contracts import AgentKind, Api, TickPayload, ToolCalled, capped
+from harness.contracts import AgentKind, Api, TickPayload
 from workers.model import Target
 from workers.recorder import EventRecorder
 from workers.transcript import Transcript
 
-ToolStatus = Literal["ok", "error", "cancelled", "killed"]
 INSTRUCTIONS_FILE = "tickwork-instructions.md"
 
 
@@ -96,44 +93,11 @@ class CliTranscript(Transcript):
     ) -> None:
         super().__init__(payload, recorder)
         self.stopped = stopped
-        self.ended_tools: set[str] = set()
-        """Tool use ids whose call has its entry: ended, refused, or killed."""
 
     def said(self, text: str, kind: Literal["assistant", "thinking"]) -> None:
         """An answer (or its thinking) of the model, or the governor's stop in its place."""
         if text:
             self._record("stopped" if kind == "assistant" and self.stopped() else kind, text)
-
-    def tool(
-        self,
-        name: str,
-        tool_use_id: str | None,
-        arguments: Any,
-        output: str,
-        status: ToolStatus,
-        duration_ms: float = 0.0,
-    ) -> None:
-        """A finished (or refused, or killed) tool call: its transcript entry and `ToolCalled`."""
-        if tool_use_id is not None:
-            self.ended_tools.add(tool_use_id)
-        shown, cut = capped(orjson.dumps(arguments, default=str).decode())
-        entry = self._entry(
-            "tool",
-            output,
-            tool=name,
-            tool_use_id=tool_use_id,
-            arguments=shown,
-            arguments_cut_chars=cut,
-            status=status,
-        )
-        called = ToolCalled(
-            tick_id=self.payload.tick_id,
-            level=self.payload.level,
-            name=name,
-            status=status,
-            duration_ms=duration_ms,
-        )
-        self.recorder.record_all([entry, called])
 
 
 class AgentCliRun(ABC):

@@ -26,7 +26,8 @@ from harness.contracts import (
     TickPayload,
     claude_tool_args,
 )
-from workers.agents.base import AgentCliRun, MalformedLineError, ToolStatus
+from workers.agents.base import AgentCliRun, MalformedLineError
+from workers.transcript import ToolStatus
 
 SETTINGS_FILE = "tickwork-claude-settings.json"
 CONFINED = {

@@ -13,11 +13,9 @@ from __future__ import annotations
 
 import importlib
 import shlex
-import signal
 import sys
 from collections.abc import Iterable
 from pathlib import Path
-from types import FrameType
 
 import orjson
 
@@ -45,6 +43,7 @@ from workers.budget_guard import BudgetGuard
 from workers.model import Target, resolve_target
 from workers.recorder import EventRecorder
 from workers.structured_output import structured
+from workers.tick_end import recorded_on_sigterm
 from workers.tool_budget import ToolBudget
 
 MODULES: dict[AgentKind, str] = {
@@ -150,18 +149,14 @@ class AgentTick:
         if self.child is not None:
             self.child.kill()
 
-    def _on_term(self, signum: int, frame: FrameType | None) -> None:
-        # The runner's deadline or a cancel: the CLI's whole tree goes with the tick,
-        # the tools it started in process groups of their own too.
-        kill_descendants()
-        self._record_killed_tools()
-        signal.signal(signal.SIGTERM, signal.SIG_DFL)
-        signal.raise_signal(signal.SIGTERM)
-
     def run(self) -> TickResult:
         """Start the CLI, read its lines to its end, stop the governor; the tick's result."""
-        tick, previous = self.cli.tick, signal.getsignal(signal.SIGTERM)
+        tick = self.cli.tick
         adopt_orphans()
+        # The runner's deadline or a cancel: what the CLI left in flight is recorded first,
+        # within the grace; then its whole tree goes, the tools it started in process groups
+        # of their own too (the runner kills the tree it saw if the grace runs out).
+        ended = (self.governor.book_calls_in_flight, self._record_killed_tools, kill_descendants)
         try:
             self.cli.prepare()
             env = minimal_env(tick.home, self.cli.env())
@@ -170,9 +165,9 @@ class AgentTick:
             self.child = CliChild(
                 self.cli.argv(), env, tick.workdir, prompt, self.folder / "cli.log"
             )
-            signal.signal(signal.SIGTERM, self._on_term)
-            self._read(self.child)
-            code = self.child.wait()
+            with recorded_on_sigterm(*ended):
+                self._read(self.child)
+                code = self.child.wait()
             if code != 0 and not self.cli.report.ended and not self.child.killed:
                 tail = self.child.stderr_tail(500)
                 self.crashed = f"{self.kind} exited with {code} before its result: {tail}"
@@ -182,7 +177,6 @@ class AgentTick:
             # The CLI, if it still runs, and whatever its tools left running in the background.
             kill_descendants()
             self._record_killed_tools()
-            signal.signal(signal.SIGTERM, previous)
             self.server.stop()
             self.governor.book_calls_in_flight()
         return self._result()

@@ -33,7 +33,8 @@ from harness.contracts import (
     Effort,
     opencode_permissions,
 )
-from workers.agents.base import AgentCliRun, CliReport, MalformedLineError, ToolStatus
+from workers.agents.base import AgentCliRun, CliReport, MalformedLineError
+from workers.transcript import ToolStatus
 
 PROVIDER = "tickwork"
 PLUGIN = Path(__file__).with_name("opencode_plugin.js")

@@ -220,10 +220,11 @@ class TickGovernor(ProxyGovernor):
         answer: UsageScanner,
     ) -> None:
         """The call's `BudgetSpent` and `ModelCalled`, in one commit, as the tick's."""
-        call = self._calls.get(id(judged.entry))
-        if call is None:
-            return
-        call.booked = True
+        with self._lock:
+            call = self._calls.get(id(judged.entry))
+            if call is None or call.booked:
+                return
+            call.booked = True
         first = answer.first_token_at
         facts = self._facts(
             judged,
@@ -250,11 +251,15 @@ class TickGovernor(ProxyGovernor):
         booked as read, and fails the tick as well.
         """
         super().finish(judged, status, ended)
-        call = self._calls.pop(id(judged.entry), None)
-        if call is None or (call.booked and ended in ("answered", "client_gone")):
+        with self._lock:
+            call = self._calls.pop(id(judged.entry), None)
+            booked = call is None or call.booked
+            if call is not None:
+                call.booked = True
+        if call is None or (booked and ended in ("answered", "client_gone")):
             return
         failure = failure_of(status, ended)
-        if not call.booked:
+        if not booked:
             began = status is not None and 200 <= status < 300
             error_class = f"Http{failure.status or 'Unanswered'}"
             facts = self._facts(
@@ -271,14 +276,18 @@ class TickGovernor(ProxyGovernor):
             self.on_failure()
 
     def book_calls_in_flight(self) -> None:
-        """Book, estimated, each call still open once the governor has stopped serving.
+        """Book, estimated, each call still open when the governor stops or the tick ends.
 
         Its answer was cut by the stop, after the CLI ended (or was ended) without waiting
-        for it; it reached the upstream, which may bill it.
+        for it; it reached the upstream, which may bill it. At the tick's end (SIGTERM) the
+        relays still run: each call is booked by whichever of them and this claims it first.
         """
-        for call in list(self._calls.values()):
-            if call.booked:
-                continue
+        with self._lock:
+            open_calls = [call for call in self._calls.values() if not call.booked]
+            for call in open_calls:
+                call.booked = True
+            self._calls.clear()
+        for call in open_calls:
             why = Refusal(
                 "GovernorStopped",
                 "infrastructure",

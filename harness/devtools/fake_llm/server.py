@@ -89,6 +89,10 @@ class FakeUpstream:
         """Queue steps for the requests that carry `key`, without an HTTP round trip."""
         self.state.script(key, steps)
 
+    def when_asked(self, key: str, action: Callable[[], None]) -> None:
+        """Run `action` once the next request of `key` has arrived, before it is answered."""
+        self.state.when_asked(key, action)
+
     def when_answered(self, key: str, action: Callable[[], None]) -> None:
         """Run `action` once the next streamed answer of `key` is sent in full."""
         self.state.when_answered(key, action)

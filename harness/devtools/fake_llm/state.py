@@ -47,6 +47,8 @@ class FakeState:
         """Requests per key that reached a `together` barrier."""
         self.on_answered: dict[str, deque[Callable[[], None]]] = defaultdict(deque)
         """Actions to run, one per streamed answer of the key, once its last byte is sent."""
+        self.on_asked: dict[str, deque[Callable[[], None]]] = defaultdict(deque)
+        """Actions to run, one per request of the key, once it has arrived, before its answer."""
 
     def prompt_tokens(self, key: str, view: dict[str, Any]) -> tuple[int, int]:
         """(tokens billed, tokens reused from the KV cache) for a request's chat-shaped view."""
@@ -105,10 +107,26 @@ class FakeState:
         with self.lock:
             self.on_answered[key].append(action)
 
+    def when_asked(self, key: str, action: Callable[[], None]) -> None:
+        """Run `action` in the server's thread once the next request of `key` has arrived.
+
+        Its client has sent the whole request and waits; nothing of the answer is sent
+        before the action returns (a test can so stop the client before its answer).
+        """
+        with self.lock:
+            self.on_asked[key].append(action)
+
     def answered(self, key: str) -> None:
         """The streamed answer of `key` is sent: run the action waiting for it, if any."""
+        self._run_next(self.on_answered, key)
+
+    def asked(self, key: str) -> None:
+        """A request of `key` has arrived: run the action waiting for it, if any."""
+        self._run_next(self.on_asked, key)
+
+    def _run_next(self, actions: dict[str, deque[Callable[[], None]]], key: str) -> None:
         with self.lock:
-            waiting = self.on_answered.get(key)
+            waiting = actions.get(key)
             action = waiting.popleft() if waiting else None
         if action is not None:
             action()

@@ -111,6 +111,7 @@ async def begin(
     fake.received.append(body)
     key = key_of(request)
     step = fake.next_step(key)
+    fake.asked(key)
     if step.together:
         await fake.gather(key, step.together)
     if step.delay:

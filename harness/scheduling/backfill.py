@@ -39,7 +39,7 @@ from harness.contracts import (
 )
 from harness.projections import OPEN, tick_statuses, ticks_in_flight
 from harness.scheduling.timetable import POLL_SECONDS, Slot
-from harness.scheduling.triggers import level_trigger, next_slot, slot_tick_id
+from harness.scheduling.triggers import level_trigger, slot_tick_id, slots_between
 from harness.store import EventStore, StoreError
 
 if TYPE_CHECKING:
@@ -108,13 +108,7 @@ class Progress:
 
 def range_slots(settings: Settings, level: str, start: datetime, end: datetime) -> list[datetime]:
     """The level's slots in [start, end), at most MAX_SLOTS + 1 (one more says: too many)."""
-    trigger = level_trigger(settings.levels[level])
-    slots: list[datetime] = []
-    slot = next_slot(trigger, None, start)
-    while slot < end and len(slots) <= MAX_SLOTS:
-        slots.append(slot)
-        slot = next_slot(trigger, slot, slot)
-    return slots
+    return slots_between(level_trigger(settings.levels[level]), start, end, MAX_SLOTS + 1)
 
 
 def _checked_slots(

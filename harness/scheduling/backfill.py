@@ -155,8 +155,9 @@ def forecast_backfill(
 def _forecast(budgets: Budgets, level: str, slots: list[datetime]) -> RunForecast:
     from harness.scheduling.forecast import run_forecast  # budgets load routing: not for status
 
-    claimed = tick_statuses(budgets.store, [slot_tick_id(level, slot) for slot in slots])
-    left = [slot for slot in slots if slot_tick_id(level, slot) not in claimed]
+    ids = [slot_tick_id(level, slot) for slot in slots]
+    claimed = tick_statuses(budgets.store, ids)
+    left = [slot for slot, tick_id in zip(slots, ids, strict=True) if tick_id not in claimed]
     forecast = run_forecast(budgets, level, left, datetime.now(UTC))
     return replace(forecast, left_alone=len(slots) - len(left))
 

@@ -12,7 +12,6 @@ from typing import TYPE_CHECKING, Annotated, Any
 
 import orjson
 import typer
-from rich.table import Table
 
 from harness.cli.app import (
     app,
@@ -260,6 +259,8 @@ def spend(
             orjson.dumps([asdict(row) for row in rows], option=orjson.OPT_INDENT_2).decode() + "\n"
         )
         return
+    from rich.table import Table
+
     table = Table(
         *groups,
         "prompt",

@@ -29,7 +29,6 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import json
 import os
 import resource
 import shutil
@@ -48,6 +47,7 @@ from machine import describe
 from harness.cli.status_command import BLOCKS_VERSION
 from harness.config import load_settings, service_socket
 from harness.contracts.events import BudgetSpent, TickCompleted, TickScheduled, TickStarted
+from harness.contracts.ids import tick_id_for
 from harness.local_socket import ask
 from harness.store import open_store
 
@@ -166,15 +166,18 @@ def imported_modules(folder: Path, environment: dict[str, str], arguments: list[
     return sum(line.startswith("import time:") for line in report.splitlines()) - 1
 
 
-def fill(folder: Path, ticks: int) -> None:
-    """A day of completed ticks of the example's `min` level, each with two model calls."""
+def fill(folder: Path, ticks: int) -> str:
+    """A day of completed ticks of the example's `min` level, each with two model calls.
+
+    Returns the first tick's id, for `tickwork show`.
+    """
     config = load_settings(folder / "tickwork.toml")
     store = open_store(config.store.url, durability=config.store.durability)
     start = datetime.now(UTC).replace(hour=0, minute=0, second=0, microsecond=0)
     try:
         for index in range(ticks):
             at = start + timedelta(minutes=index % (24 * 60))
-            tick = {"tick_id": f"min-bench-{index}", "level": "min"}
+            tick = {"tick_id": tick_id_for("min", at, f"bench{index}"), "level": "min"}
             events = [
                 TickScheduled(**tick, slot=at, model="gpt-4o-mini", occurred_at=at),
                 TickStarted(**tick, pid=1, host="bench", occurred_at=at),
@@ -193,6 +196,7 @@ def fill(folder: Path, ticks: int) -> None:
             store.append(f"tick-{tick['tick_id']}", [event.to_record() for event in events])
     finally:
         store.close()
+    return tick_id_for("min", start, "bench0")
 
 
 @contextlib.contextmanager
@@ -299,12 +303,8 @@ def main() -> None:
         figures("tickwork status (empty)", builds, ["status"], folder, environment, args.runs)
         if args.instructions:
             instructions(builds, folder, environment)
-        fill(folder, args.ticks)
+        shown = fill(folder, args.ticks)
         unmeasured_status(builds, folder, environment)
-        listed = subprocess.run(
-            [*tickwork, "ticks", "--json"], cwd=folder, env=environment, capture_output=True
-        )
-        shown = json.loads(listed.stdout)["ticks"][0]["tick_id"]
         for arguments in (["status"], ["ticks"], ["show", shown]):
             figures(
                 f"tickwork {arguments[0]} ({args.ticks} ticks)",

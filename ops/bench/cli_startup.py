@@ -172,7 +172,8 @@ def fill(folder: Path, ticks: int) -> str:
     Returns the first tick's id, for `tickwork show`.
     """
     config = load_settings(folder / "tickwork.toml")
-    store = open_store(config.store.url, durability=config.store.durability)
+    with contextlib.chdir(folder):  # the example's store URL is relative to its folder
+        store = open_store(config.store.url, durability=config.store.durability)
     start = datetime.now(UTC).replace(hour=0, minute=0, second=0, microsecond=0)
     try:
         for index in range(ticks):

@@ -70,11 +70,21 @@ class _Console:
         self._console: Console | None = None
 
     def __getattr__(self, name: str) -> Any:
+        return getattr(self._made(), name)
+
+    def __enter__(self) -> Console:
+        """A Rich `Live` (a progress bar) holds its console as a context."""
+        return self._made().__enter__()
+
+    def __exit__(self, *exc: object) -> None:
+        self._made().__exit__(*exc)
+
+    def _made(self) -> Console:
         if self._console is None:
             from rich.console import Console
 
             self._console = Console(**self._options)
-        return getattr(self._console, name)
+        return self._console
 
 
 # Markup off: paths, level names, regexes and quoted errors print as they are (`[rag]`

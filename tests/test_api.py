@@ -381,8 +381,14 @@ def test_budgets_show_each_window_in_the_api_and_the_dashboard(api: Api, tmp_pat
     assert daily["window_end"].startswith(
         (datetime.now(UTC).date() + timedelta(days=1)).isoformat()
     )
+    as_of, start, end = (
+        datetime.fromisoformat(daily[k]) for k in ("as_of", "window_start", "window_end")
+    )
+    elapsed = max(as_of - start, timedelta(minutes=1))
+    assert daily["projected_tokens"] == round(1230 * (1 + (end - as_of) / elapsed))
     panels = api.http.get("/dashboard/panels").text
     assert '<section id="budgets"><h2>Budgets</h2>' in panels and "level-min-daily" in panels
+    assert "at window end" in panels
 
 
 def test_spend_groups_by_level_model_and_day(api: Api, tmp_path: Path) -> None:

@@ -20,6 +20,7 @@ from harness.config import (
 )
 from harness.contracts import (
     BudgetCrossed,
+    BudgetProjected,
     BudgetSpent,
     LevelBudgetExceeded,
     LevelPaused,
@@ -332,7 +333,7 @@ def test_soft_thresholds_and_the_limit_alert_once_per_window(
 
     alerter = Alerter(settings, store, env={"TICKWORK_ALERT_URLS": "json://x"}, sender=sender)
     assert alerter.poll() == []
-    day = datetime(2026, 12, 1, 9, tzinfo=UTC)
+    day = datetime(2026, 12, 1, 23, tzinfo=UTC)  # late: no projection runs ahead of the spend
     _spend(store, "min", day, 600)
     replicas = [BudgetWatch(settings, store, _budgets(settings, store)) for _ in range(2)]
     assert [e.threshold for e in replicas[0].poll(day)] == [0.5]
@@ -349,6 +350,62 @@ def test_soft_thresholds_and_the_limit_alert_once_per_window(
     _spend(store, "min", tomorrow, 700)
     assert [e.threshold for e in replicas[0].poll(tomorrow)] == [0.5]
     assert len(alerter.poll()) == 1 and len(sent) == 4
+
+
+def test_a_budget_on_course_for_its_thresholds_warns_once_each_with_time_left(
+    store: SqlEventStore, tmp_path: Path
+) -> None:
+    settings = _settings(
+        tmp_path, [{"name": "team-a", "scope": "tag:team-a", "tokens": 1_000, "alert_at": [0.8]}]
+    )
+    sent: list[str] = []
+
+    def sender(url: str, title: str, body: str) -> str:
+        sent.append(body)
+        return "ok"
+
+    alerter = Alerter(settings, store, env={"TICKWORK_ALERT_URLS": "json://x"}, sender=sender)
+    assert alerter.poll() == []
+    lines: list[str] = []
+    feed = LogFeed(store, PriceBook(), lines.append)
+    day = datetime(2026, 12, 1, tzinfo=UTC)
+    _spend(store, "min", day + timedelta(minutes=30), 300)
+    watch = BudgetWatch(settings, store, _budgets(settings, store))
+    assert watch.poll(day + timedelta(hours=2)) == [], "a tenth of the window has not passed"
+
+    six = day + timedelta(hours=6)  # 300 tokens in 6 h: 50 an hour, 1,200 by midnight
+    (status,) = budget_statuses(watch.budgets, six)
+    assert (status.projected_tokens, status.projected_fraction) == (1_200, 1.2)
+    assert status.runs_out_at == day + timedelta(hours=20)
+    warned = watch.poll(six)
+    assert [(type(e), e.threshold, getattr(e, "reaches_at", None)) for e in warned] == [
+        (BudgetProjected, 0.8, day + timedelta(hours=16)),
+        (BudgetProjected, 1.0, day + timedelta(hours=20)),
+    ]
+    restarted = BudgetWatch(settings, store, _budgets(settings, store))
+    assert restarted.poll(six + timedelta(hours=1)) == [], "once, across a restart"
+    assert watch.poll(six) == []
+    assert len(alerter.poll()) == 2
+    assert "budget team-a (tag:team-a): 80% reached at 2026-12-01 16:00 UTC" in sent[0], sent
+    assert "(300 tokens spent, 1,200 tokens by its end)" in sent[0]
+    feed.poll()
+    assert lines[0] == (
+        "budget team-a on course for 80% at 2026-12-01 16:00 UTC (tag:team-a, window to "
+        "2026-12-02 00:00): 300 of 1,000 tokens spent, 1,200 tokens by the window's end at "
+        "its rate so far"
+    ), lines
+    assert lines[1].startswith("budget team-a on course for its limit at 2026-12-01 20:00 UTC")
+
+    _spend(store, "min", six + timedelta(hours=1), 550, n=1)
+    (crossed,) = restarted.poll(six + timedelta(hours=2))
+    assert (type(crossed), crossed.threshold) == (BudgetCrossed, 0.8), "warned is not crossed"
+    assert len(alerter.poll()) == 1 and len(sent) == 3
+
+    tomorrow = day + timedelta(days=1, hours=12)  # a new window: 100 in 12 h lasts the day
+    _spend(store, "min", tomorrow, 100)
+    assert restarted.poll(tomorrow) == []
+    (calm,) = budget_statuses(watch.budgets, tomorrow)
+    assert (calm.projected_tokens, calm.runs_out_at) == (200, None)
 
 
 def test_a_pause_budget_pauses_its_levels_once_per_window_as_budget(
@@ -544,7 +601,9 @@ def test_tickwork_budgets_prints_each_window_and_spend_by_tag(tmp_path: Path) ->
         250,
         750,
     )
+    assert budget["projected_tokens"] >= 250 and budget["projected_fraction"] >= 0.25
     assert table.returncode == 0 and "team-a" in table.stdout and "25%" in table.stdout
+    assert "at window end" in table.stdout
     assert [(r["group"], r["prompt_tokens"]) for r in json.loads(by_tag.stdout)] == [
         ({"tag": "team-a"}, 250)
     ]

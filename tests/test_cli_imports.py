@@ -50,8 +50,23 @@ def test_importing_the_cli_imports_no_stage_and_no_service(tmp_path: Path) -> No
     assert loaded(tmp_path, (*SERVICES, *stages, "psycopg", "rich.progress")) == []
 
 
-def test_help_imports_no_stage_and_no_service(tmp_path: Path) -> None:
-    assert loaded(tmp_path, (*SERVICES, "harness.store", "sqlalchemy", "psycopg"), "--help") == []
+def test_help_imports_no_stage_no_service_and_no_rich_console(tmp_path: Path) -> None:
+    watched = (*SERVICES, "harness.store", "sqlalchemy", "psycopg", "rich.console")
+    assert loaded(tmp_path, watched, "--help") == []
+
+
+def test_a_command_runs_from_an_app_holding_it_alone_and_the_roots_help_from_all() -> None:
+    """Typer builds each registered command before it runs one: only the one asked for."""
+    from harness.cli import app  # every command module, each registering its commands
+    from harness.cli.app import for_arguments
+
+    alone = for_arguments(["-c", "status", "status", "--json"])
+    assert [info.name or info.callback.__name__ for info in alone.registered_commands] == ["status"]
+    assert alone.registered_groups == [] and len(app.registered_commands) > 20
+    assert [group.name for group in for_arguments(["spool", "pending"]).registered_groups] == [
+        "spool"
+    ]
+    assert for_arguments(["--help"]) is app and for_arguments(["no-such-command"]) is app
 
 
 def test_status_of_a_sqlite_store_imports_no_service_driver_or_migration_tool(
@@ -91,7 +106,13 @@ def test_status_answered_by_a_running_service_loads_no_store_and_prints_the_same
     valid = file.read_text()
     broken = valid.replace("[levels.min]", "[levels.min]\nsurprise = 1", 1)
     try:
-        watched = ("sqlalchemy", "pydantic_settings", "harness.store", "harness.contracts.events")
+        watched = (
+            "sqlalchemy",
+            "pydantic_settings",
+            "harness.config.settings",
+            "harness.store",
+            "harness.contracts.events",
+        )
         answered, modules = printed(tmp_path, watched, "status")
         assert modules == [], "the service answered: nothing of the store's read was loaded"
         verbose, _ = printed(tmp_path, watched, "status", "--verbose")

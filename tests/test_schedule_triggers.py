@@ -32,7 +32,13 @@ from harness.scheduling.capacity import Capacity, level_rates, slots_a_minute
 from harness.scheduling.describe import describe_levels
 from harness.scheduling.jitter import FireTimes, jitter_delay
 from harness.scheduling.timetable import Slot, Timetable
-from harness.scheduling.triggers import level_trigger, next_slot, slot_tick_id, upcoming_slot
+from harness.scheduling.triggers import (
+    level_trigger,
+    next_slot,
+    slot_tick_id,
+    upcoming_slot,
+)
+from harness.scheduling.triggers import slots_between as range_slots
 from harness.store import open_store
 from tests.commands import forked_cli, write_config
 from tests.tick_support import Harness
@@ -285,6 +291,29 @@ def test_the_skipped_spring_time_fires_as_dst_skipped_says(zone: str, rule: str)
     both = level(schedule="30 2,3 * * *", timezone=zone, dst_skipped=rule)
     real = f"{datetime.fromisoformat(f'{day}T{jump}:00') + timedelta(minutes=30):%H:%M}"
     assert night_slots(both, day) == ([jump, real] if rule == "shift" else [real])
+
+
+@pytest.mark.parametrize(
+    "cron", ["* * * * *", "*/7 * * * *", "5,10-12,59 1-3 * * *", "*/20 2 * * 0", "45 * * * *"]
+)
+def test_a_range_of_slots_is_the_slots_next_slot_steps_to_across_both_dst_nights(
+    cron: str,
+) -> None:
+    """`slots_between` fills an hour's minutes in without the trigger: never another slot."""
+    for zone, (day, repeated, skipped) in {
+        "Europe/Berlin": ("2026-10-25", "both", "shift"),
+        "America/New_York": ("2026-03-08", "none", "skip"),
+    }.items():
+        for rules in ({}, {"dst_repeated": repeated, "dst_skipped": skipped}):
+            trigger = level_trigger(level(schedule=cron, timezone=zone, **rules))
+            start = datetime.fromisoformat(f"{day}T00:00:00+00:00") - timedelta(hours=3)
+            end = start + timedelta(hours=10)
+            stepped, slot = [], next_slot(trigger, None, start)
+            while slot < end:
+                stepped.append(slot)
+                slot = next_slot(trigger, slot, slot)
+            assert range_slots(trigger, start, end, 10_000) == stepped, (zone, rules)
+            assert range_slots(trigger, start, end, 7) == stepped[:7]
 
 
 @pytest.mark.parametrize("rule", ["first", "last", "both", "none"])

@@ -16,7 +16,7 @@ def clock(value: datetime | None) -> str:
 
 
 def budget_panel(budgets: list[BudgetStatus]) -> str:
-    """Each budget's window: used, reserved, remaining, window end, burn and run-out."""
+    """Each budget's window: used, reserved, remaining, window end, burn, projection, run-out."""
     if not budgets:
         return section("Budgets", '<p class="empty">none configured</p>', "budgets")
     rows = []
@@ -31,10 +31,15 @@ def budget_panel(budgets: list[BudgetStatus]) -> str:
             f"{budget.used_fraction:.0%}",
             clock(budget.window_end),
             f"{budget.burn_tokens_per_hour:,.0f} tok/h",
+            f"{budget.projected_tokens:,} ({budget.projected_fraction:.0%})",
             clock(budget.runs_out_at) or "not this window",
         )
-        over = ' class="over"' if budget.used_fraction >= 1 else ""
-        rows.append(f"<tr{over}>" + "".join(f"<td>{escape(c)}</td>" for c in cells) + "</tr>")
+        mark = ""
+        if budget.used_fraction >= 1:
+            mark = ' class="over"'
+        elif budget.runs_out_at is not None:
+            mark = ' class="on-course"'
+        rows.append(f"<tr{mark}>" + "".join(f"<td>{escape(c)}</td>" for c in cells) + "</tr>")
     headers = (
         "budget",
         "scope · window · action",
@@ -45,6 +50,7 @@ def budget_panel(budgets: list[BudgetStatus]) -> str:
         "used",
         "window ends (UTC)",
         "burn",
+        "at window end",
         "runs out (UTC)",
     )
     return section("Budgets", table(headers, rows), "budgets")

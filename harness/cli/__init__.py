@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import sys
+
 from harness.cli import (
     api_commands,
     archive_command,
@@ -21,7 +23,7 @@ from harness.cli import (
     ticks_command,
     worker_command,
 )
-from harness.cli.app import app
+from harness.cli.app import app, for_arguments
 
 __all__ = [
     "api_commands",
@@ -48,4 +50,4 @@ __all__ = [
 
 def main() -> None:
     """The `tickwork` console script: one entry point, so every command shares the app."""
-    app()
+    for_arguments(sys.argv[1:])()

@@ -12,6 +12,7 @@ stack, the agent SDK or a driver it does not use (`tests/test_cli_imports.py` ho
 
 from __future__ import annotations
 
+import copy
 import signal
 import sys
 import threading
@@ -19,15 +20,15 @@ from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from datetime import datetime
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any, cast
 
 import typer
-from rich.console import Console
-from rich.markup import escape
 
 from harness import timespec
 
 if TYPE_CHECKING:
+    from rich.console import Console
+
     from harness.config import Settings
     from harness.devtools import TickUpstream
     from harness.routing import Report, Router
@@ -56,10 +57,41 @@ app.add_typer(spool_app, name="spool")
 app.add_typer(projections_app, name="projections")
 app.add_typer(rag_app, name="rag")
 
+
+class _Console:
+    """A Rich console made on first use.
+
+    `import typer, rich` is the floor of every command's start; Rich's console adds a
+    third to it, which `--help` and a command that fails before printing need not pay.
+    """
+
+    def __init__(self, **options: Any) -> None:
+        self._options = options
+        self._console: Console | None = None
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._made(), name)
+
+    def __enter__(self) -> Console:
+        """A Rich `Live` (a progress bar) holds its console as a context."""
+        return self._made().__enter__()
+
+    def __exit__(self, *exc: object) -> None:
+        self._made().__exit__(*exc)
+
+    def _made(self) -> Console:
+        if self._console is None:
+            from rich.console import Console
+
+            self._console = Console(**self._options)
+        return self._console
+
+
 # Markup off: paths, level names, regexes and quoted errors print as they are (`[rag]`
 # is text, not a style); the few styled lines ask for markup and escape what they quote.
-out = Console(soft_wrap=True, markup=False)
-err = Console(stderr=True, soft_wrap=True, markup=False)  # an error stays one greppable line
+out = cast("Console", _Console(soft_wrap=True, markup=False))
+err = cast("Console", _Console(stderr=True, soft_wrap=True, markup=False))
+"""An error stays one greppable line."""
 
 ConfigOption = Annotated[
     Path | None,
@@ -103,6 +135,42 @@ def _root(config: ConfigOption = None, version: VersionOption = False) -> None:
     state.config = config
 
 
+ROOT_VALUES = frozenset({"--config", "-c"})
+"""The root options that take a value: the word after them names no command."""
+
+
+def for_arguments(arguments: Sequence[str]) -> typer.Typer:
+    """The app with only the command (or group) `arguments` name, or the whole app.
+
+    Typer builds every registered command (its signature, its type hints, an adapter per
+    parameter) before it runs one: for sixty commands that was a fifth of `tickwork
+    status`'s start. The root's own help, or a name no command has, gets the whole app,
+    so the listing and the error are Typer's own.
+    """
+    from typer.main import get_command_name
+
+    words = iter(arguments)
+    name = None
+    for word in words:
+        if word in ROOT_VALUES:
+            next(words, None)
+        elif not word.startswith("-"):
+            name = word
+            break
+    commands = [
+        info
+        for info in app.registered_commands
+        if info.callback is not None
+        and get_command_name(info.name or info.callback.__name__) == name
+    ]
+    groups = [info for info in app.registered_groups if info.name == name]
+    if not commands and not groups:
+        return app
+    lean = copy.copy(app)
+    lean.registered_commands, lean.registered_groups = commands, groups
+    return lean
+
+
 JsonOption = Annotated[bool, typer.Option("--json", help="Print the data as JSON.")]
 
 
@@ -137,6 +205,8 @@ def print_json(data: Any) -> None:
 
 def fail(message: str, code: int = 1) -> typer.Exit:
     """Print an error as one greppable line and give the exit to raise (2: bad input)."""
+    from rich.markup import escape
+
     err.print(f"[bold red]error:[/] {escape(message)}", highlight=False, markup=True)
     return typer.Exit(code)
 

@@ -6,7 +6,6 @@ from datetime import date
 from typing import TYPE_CHECKING, Annotated
 
 import typer
-from rich.table import Table
 
 from harness.cli.app import app, fail, out, settings, store_for
 
@@ -62,6 +61,8 @@ def archive(
     if not days:
         out.print(f"nothing to archive before {cutoff or archiver.cutoff()}")
         return
+    from rich.table import Table
+
     table = Table("day", "ticks", "events", "files", "deleted", "archive", box=None)
     for day in days:
         table.add_row(
@@ -83,6 +84,8 @@ def _print_transcripts(days: list[TranscriptsArchived], dry_run: bool) -> None:
 
     if dry_run:
         out.print("dry run: these days' transcripts would be archived")
+    from rich.table import Table
+
     table = Table("day", "transcripts", "entries", "left the store", "archive", box=None)
     for day in days:
         table.add_row(

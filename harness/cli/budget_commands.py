@@ -13,7 +13,7 @@ def _when(at: datetime | None) -> str:
 
 @app.command()
 def budgets(as_json: JsonOption = False) -> None:
-    """Used, reserved, remaining, window end, burn rate and run-out time of every budget."""
+    """Used, reserved, remaining, window end, burn rate, projection and run-out of every budget."""
     from harness.prices import PriceBook, format_usd
     from harness.projections import projector_for
     from harness.scheduling import Budgets, budget_statuses
@@ -49,6 +49,7 @@ def budgets(as_json: JsonOption = False) -> None:
                 f"{s.used_fraction:.0%}",
                 _when(s.window_end),
                 f"{s.burn_tokens_per_hour:,.0f} tok/h",
+                f"{s.projected_tokens:,} ({s.projected_fraction:.0%})",
                 _when(s.runs_out_at),
             ]
         )
@@ -65,6 +66,7 @@ def budgets(as_json: JsonOption = False) -> None:
             "used %",
             "window ends (UTC)",
             "burn",
+            "at window end",
             "runs out (UTC)",
         ],
         rows,

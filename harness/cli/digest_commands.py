@@ -7,7 +7,6 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Annotated
 
-import orjson
 import typer
 
 from harness.cli.app import app, fail, out, parse_since, settings, store_for
@@ -45,6 +44,8 @@ def digest(
     from harness.scheduling import refresh
 
     if schema:
+        import orjson
+
         sys.stdout.write(
             orjson.dumps(Digest.model_json_schema(), option=orjson.OPT_INDENT_2).decode()
         )

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 from dataclasses import asdict
 from typing import TYPE_CHECKING, Annotated
-from zoneinfo import ZoneInfo
 
 import typer
 
@@ -101,6 +100,8 @@ _DST_SAYS = {
 
 def _dst_lines(dst: Transition, zone: str) -> list[str]:
     """The zone's next daylight-saving change and the slots the level fires around it."""
+    from zoneinfo import ZoneInfo
+
     span = f"{dst.wall_from:%H:%M}-{dst.wall_to:%H:%M}"
     lines = [
         f"  next DST change: {dst.at:{_TIME}} UTC, "

@@ -7,11 +7,10 @@ import signal
 import sys
 import threading
 from datetime import UTC, datetime
-from functools import partial
+from functools import cache, partial
 from typing import TYPE_CHECKING
 
 import typer
-from rich.console import Console
 
 from harness import __version__
 from harness.cli.app import (
@@ -25,6 +24,8 @@ from harness.cli.app import (
 from harness.cli.thread_crashes import ThreadCrashes
 
 if TYPE_CHECKING:
+    from rich.console import Console
+
     from harness.config import Settings
     from harness.contracts import Api
     from harness.devtools import TickUpstream
@@ -193,23 +194,26 @@ def _cancel_now(executor: HandoffExecutor) -> None:
     executor.cancel(lambda level, tick_id: True, "service stopped (forced)")
 
 
-class _Lines(Console):
+@cache
+def _lines() -> Console:
     """The service's report lines: with stdout gone (`| tee` closed), it runs on without them.
 
     Rich's default raises SystemExit on a broken pipe, which would end whichever thread
-    reported (a tick's, leaving it open) or the service itself.
+    reported (a tick's, leaving it open) or the service itself. Made on the first line:
+    the other commands do not pay for Rich's console.
     """
+    from rich.console import Console
 
-    def on_broken_pipe(self) -> None:
-        self.quiet = True
-        devnull = os.open(os.devnull, os.O_WRONLY)  # the flush at exit must not fail either
-        os.dup2(devnull, sys.stdout.fileno())
-        os.close(devnull)
+    class Lines(Console):
+        def on_broken_pipe(self) -> None:
+            self.quiet = True
+            devnull = os.open(os.devnull, os.O_WRONLY)  # the flush at exit must not fail either
+            os.dup2(devnull, sys.stdout.fileno())
+            os.close(devnull)
 
-
-lines = _Lines(soft_wrap=True)
+    return Lines(soft_wrap=True)
 
 
 def report(line: str) -> None:
     """A service line for the foreground log: timestamped, printed as is (no Rich markup)."""
-    lines.print(f"{datetime.now(UTC):%H:%M:%S} {line}", highlight=False, markup=False)
+    _lines().print(f"{datetime.now(UTC):%H:%M:%S} {line}", highlight=False, markup=False)

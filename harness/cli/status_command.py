@@ -21,7 +21,6 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
-from rich.table import Table
 
 from harness.cli.app import (
     JsonOption,
@@ -83,6 +82,8 @@ def status(
 
 def print_blocks(blocks: list[Block]) -> None:
     """Draw what `status_blocks` built, here or in the service that answered."""
+    from rich.table import Table
+
     for kind, *parts in blocks:
         if kind == "json":
             print_json(parts[0])

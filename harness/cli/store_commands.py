@@ -12,7 +12,6 @@ from typing import TYPE_CHECKING, Annotated, Any
 
 import orjson
 import typer
-from rich.table import Table
 
 from harness.cli.app import (
     app,
@@ -272,6 +271,8 @@ def spend(
         shown = [asdict(row) | _card_columns(repriced, row) for row in rows]
         sys.stdout.write(orjson.dumps(shown, option=orjson.OPT_INDENT_2).decode() + "\n")
         return
+    from rich.table import Table
+
     table = Table(
         *groups,
         "prompt",

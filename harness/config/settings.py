@@ -12,6 +12,7 @@ import re
 import tomllib
 from collections.abc import Iterator, Mapping
 from datetime import UTC, datetime
+from functools import cache
 from pathlib import Path
 from typing import Annotated, Any, Literal
 from urllib.parse import quote
@@ -415,7 +416,9 @@ class Scheduled(_Strict):
         return self.triggers()[0]
 
 
+@cache
 def _cron_expression(schedule: str) -> None:
+    """Refuse a schedule that is no crontab or never fires; a good one is checked once."""
     if len(schedule.split()) != 5:
         raise ValueError(f"{schedule!r} is not a cron expression with 5 fields")
     try:

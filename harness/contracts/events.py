@@ -631,6 +631,8 @@ class LevelBudgetExceeded(Event):
 
 BUDGET_CROSSINGS = UUID("5f1b7c4e-3a0d-4c55-9a63-0b2f8d6e1c42")
 """Namespace of `BudgetCrossed` ids: one per budget, window and threshold, in any replica."""
+BUDGET_PROJECTIONS = UUID("9d3e6b27-41c8-4f0a-b5d2-7e18c4a06f93")
+"""Namespace of `BudgetProjected` ids, as `BUDGET_CROSSINGS` for crossings."""
 
 
 def budget_stream(name: str) -> str:
@@ -638,15 +640,14 @@ def budget_stream(name: str) -> str:
     return f"budget-{name}"
 
 
-class BudgetCrossed(Event):
-    """A budget's window passed one of its thresholds (`alert_at`, or 1.0: its limit).
+class BudgetThreshold(Event):
+    """A budget's window against one of its thresholds (`alert_at`, or 1.0: its limit).
 
-    Its id follows from (budget, window start, threshold), so of every replica and every
-    poll that sees the crossing one event is stored: it alerts once per window, and a
-    `pause` budget's levels are paused once per window (an operator's resume holds).
+    Its id follows from (budget, window start, threshold) in the namespace of its kind, so
+    of every replica and every poll that sees it one event is stored.
     """
 
-    type = "BudgetCrossed"
+    namespace: ClassVar[UUID]
     budget: str
     scope: str
     window_start: str
@@ -657,18 +658,44 @@ class BudgetCrossed(Event):
     used_usd: float | None
     limit_tokens: int | None
     limit_usd: float | None
-    levels: list[str] = []
-    """The levels a `pause` budget paused."""
 
-    @staticmethod
-    def id_for(budget: str, window_start: str, threshold: float) -> UUID:
-        """The crossing's event id, the same in every replica."""
-        return uuid5(BUDGET_CROSSINGS, f"{budget}|{window_start}|{threshold:g}")
+    @classmethod
+    def id_for(cls, budget: str, window_start: str, threshold: float) -> UUID:
+        """The event's id, the same in every replica."""
+        return uuid5(cls.namespace, f"{budget}|{window_start}|{threshold:g}")
 
     @property
     def stream_id(self) -> str:
         """The budget's stream."""
         return budget_stream(self.budget)
+
+
+class BudgetCrossed(BudgetThreshold):
+    """A budget's window passed one of its thresholds.
+
+    It alerts once per window, and a `pause` budget's levels are paused once per window
+    (an operator's resume holds).
+    """
+
+    type = "BudgetCrossed"
+    namespace = BUDGET_CROSSINGS
+    levels: list[str] = []
+    """The levels a `pause` budget paused."""
+
+
+class BudgetProjected(BudgetThreshold):
+    """At the window's rate so far, a threshold it has not reached is passed before its end.
+
+    Warned once per budget, window and threshold, while there is time left to act.
+    `reaches_at` is when the threshold is passed at that rate; `projected_*` the spend
+    at the window's end.
+    """
+
+    type = "BudgetProjected"
+    namespace = BUDGET_PROJECTIONS
+    projected_tokens: int
+    projected_usd: float | None
+    reaches_at: datetime
 
 
 GOVERNOR_STREAM = "governor"
@@ -1092,6 +1119,7 @@ EVENT_TYPES: dict[tuple[str, int], type[Event]] = {
         LevelResumedV1,
         LevelBudgetExceeded,
         BudgetCrossed,
+        BudgetProjected,
         DigestClaimed,
         DigestDeliveryFailed,
         DigestPublished,

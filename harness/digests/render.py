@@ -118,7 +118,8 @@ def _budget(budget: BudgetStatus) -> Block:
         f"{budget.name} ({budget.scope}, {budget.window}, {budget.action}): "
         f"{budget.used_fraction:.0%} of {budget.limit_text()} used ({budget.used_tokens:,} tokens, "
         f"{_usd(budget.used_usd)}), {budget.reserved_tokens:,} reserved; window ends "
-        f"{budget.window_end:%Y-%m-%d %H:%M} UTC, {runs_out}."
+        f"{budget.window_end:%Y-%m-%d %H:%M} UTC with {budget.projected_fraction:.0%} used "
+        f"at this rate, {runs_out}."
     )
     return Block("p", text)
 

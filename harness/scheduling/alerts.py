@@ -29,6 +29,7 @@ from harness.contracts import (
     AlertDelivered,
     AlertRaised,
     BudgetCrossed,
+    BudgetProjected,
     LevelBudgetExceeded,
     LevelPaused,
     TickCompleted,
@@ -55,6 +56,7 @@ WATCHED = (
     LevelPaused.type,
     LevelBudgetExceeded.type,
     BudgetCrossed.type,
+    BudgetProjected.type,
 )
 
 Sender = Callable[[str, str, str], str]
@@ -159,8 +161,8 @@ class Alerter:
 
     def _alerts_of(self, event: EventData, streaks: dict[str, Streak]) -> list[AlertRaised]:
         _, kind, data = event
-        if kind == BudgetCrossed.type:
-            return self._crossed(data)
+        if kind in (BudgetCrossed.type, BudgetProjected.type):
+            return self._crossed(kind, data)
         level = data.get("level", "")
         if level not in self.settings.levels:
             return []
@@ -191,9 +193,10 @@ class Alerter:
             alerts += self._raise(config, "failures", key, level, reason, data["tick_id"])
         return alerts
 
-    def _crossed(self, data: Mapping[str, Any]) -> list[AlertRaised]:
-        """A budget's soft threshold or limit, once per budget, window and threshold.
+    def _crossed(self, kind: str, data: Mapping[str, Any]) -> list[AlertRaised]:
+        """A budget's soft threshold or limit, passed or on course to be (`BudgetProjected`).
 
+        Once per budget, window, threshold and kind.
         A level's old daily keys keep their one alert a day (`LevelBudgetExceeded`, when
         a slot is skipped): their limit's crossing does not alert twice.
         """
@@ -205,14 +208,25 @@ class Alerter:
         used = f"{data['used_tokens']:,} tokens"
         if data.get("used_usd") is not None:
             used += f", USD {data['used_usd']:.4f}"
-        what = "limit reached" if data["threshold"] >= 1 else f"{data['threshold']:.0%} used"
+        what = "limit" if data["threshold"] >= 1 else f"{data['threshold']:.0%}"
+        if kind == BudgetProjected.type:
+            projected = f"{data['projected_tokens']:,} tokens"
+            if data.get("projected_usd") is not None:
+                projected += f", USD {data['projected_usd']:.4f}"
+            state = (
+                f"{what} reached at {data['reaches_at'][:16].replace('T', ' ')} UTC at the "
+                f"window's rate so far ({used} spent, {projected} by its end)"
+            )
+        else:
+            state = f"{what} {'reached' if data['threshold'] >= 1 else 'used'} ({used})"
         reason = (
-            f"budget {data['budget']} ({scope}): {what} ({used}); window ends "
+            f"budget {data['budget']} ({scope}): {state}; window ends "
             f"{data['window_end']}; action {data['action']}"
         )
         if data.get("levels"):
             reason += f"; paused {', '.join(data['levels'])}"
-        key = f"budget-{data['budget']}-{data['window_start']}-{data['threshold']:g}"
+        early = "forecast-" if kind == BudgetProjected.type else ""
+        key = f"budget-{early}{data['budget']}-{data['window_start']}-{data['threshold']:g}"
         return self._raise(config, "budget", key, level or scope, reason, None)
 
     def _raise(

@@ -39,7 +39,7 @@ from harness.contracts import (
 )
 from harness.projections import OPEN, tick_statuses, ticks_in_flight
 from harness.scheduling.timetable import POLL_SECONDS, Slot
-from harness.scheduling.triggers import level_trigger, next_slot, slot_tick_id
+from harness.scheduling.triggers import level_trigger, slot_tick_id, slots_between
 from harness.store import EventStore, StoreError
 
 if TYPE_CHECKING:
@@ -108,13 +108,7 @@ class Progress:
 
 def range_slots(settings: Settings, level: str, start: datetime, end: datetime) -> list[datetime]:
     """The level's slots in [start, end), at most MAX_SLOTS + 1 (one more says: too many)."""
-    trigger = level_trigger(settings.levels[level])
-    slots: list[datetime] = []
-    slot = next_slot(trigger, None, start)
-    while slot < end and len(slots) <= MAX_SLOTS:
-        slots.append(slot)
-        slot = next_slot(trigger, slot, slot)
-    return slots
+    return slots_between(level_trigger(settings.levels[level]), start, end, MAX_SLOTS + 1)
 
 
 def _checked_slots(
@@ -161,8 +155,9 @@ def forecast_backfill(
 def _forecast(budgets: Budgets, level: str, slots: list[datetime]) -> RunForecast:
     from harness.scheduling.forecast import run_forecast  # budgets load routing: not for status
 
-    claimed = tick_statuses(budgets.store, [slot_tick_id(level, slot) for slot in slots])
-    left = [slot for slot in slots if slot_tick_id(level, slot) not in claimed]
+    ids = [slot_tick_id(level, slot) for slot in slots]
+    claimed = tick_statuses(budgets.store, ids)
+    left = [slot for slot, tick_id in zip(slots, ids, strict=True) if tick_id not in claimed]
     forecast = run_forecast(budgets, level, left, datetime.now(UTC))
     return replace(forecast, left_alone=len(slots) - len(left))
 

@@ -2,8 +2,17 @@
 
 `budget_statuses` is the table `tickwork budgets`, `GET /budgets`, the dashboard and the
 digest show: per budget its window, used (from the budgets read model), reserved (by the
-ticks in flight in its scope), remaining, the burn rate over the window so far and when
-the window runs out at that rate (None: not before the window ends).
+ticks in flight in its scope), remaining, the burn rate over the window so far, the spend
+projected at the window's end at that rate and when the window runs out at it (None: not
+before the window ends). The rate is the window's spend over its elapsed time: the read
+model keeps one row per budget and window, so a thousand budgets cost a thousand rows
+whatever the history, where a trailing rate would need finer buckets or a scan of spend.
+In a rolling `24h` window it is the last day's rate.
+
+`BudgetWatch` also warns before a threshold is crossed: once a tenth of a window has
+passed (`WARM_UP`: earlier, one tick's spend extrapolates to the whole window), a
+threshold the window has not reached but its projection has is recorded as a
+`BudgetProjected`, one per budget, window and threshold, its id chosen as a crossing's.
 
 `BudgetWatch` is a companion of `tickwork run`: every few seconds it records a
 `BudgetCrossed` for each threshold a budget's window has passed (its `alert_at`
@@ -32,7 +41,9 @@ from pydantic import BaseModel, ConfigDict, computed_field
 from harness.config import Settings
 from harness.contracts import (
     BudgetCrossed,
+    BudgetProjected,
     BudgetRule,
+    BudgetThreshold,
     LevelResumed,
     budget_stream,
     level_stream,
@@ -46,6 +57,8 @@ from harness.store import EventStore, StoreError
 log = logging.getLogger(__name__)
 
 POLL_SECONDS = 5.0
+WARM_UP = 0.1
+"""The fraction of its window that passes before a budget's projection may warn."""
 BUDGET_ACTOR = "budget"
 """Who a `pause` budget's pause (and its own resume) is recorded as by."""
 BUDGET_RESUMES = UUID("0c6f2a51-8e3d-4b7a-9f15-2d4e6a8b0c13")
@@ -67,6 +80,8 @@ class BudgetStatus(BaseModel):
     action: str
     window_start: datetime
     window_end: datetime
+    as_of: datetime
+    """The instant the figures stand at: burn, projections and run-out are from it."""
     limit_tokens: int | None
     limit_usd: float | None
     used_tokens: int
@@ -76,8 +91,9 @@ class BudgetStatus(BaseModel):
     calls: int
     burn_tokens_per_hour: float
     burn_usd_per_hour: float | None
-    runs_out_at: datetime | None
-    """At the burn rate so far, when the limit is reached (None: not within this window)."""
+    projected_tokens: int = 0
+    """The window's spend at its end at the burn rate so far."""
+    projected_usd: float | None = None
     alert_at: tuple[float, ...] = ()
     paused_levels: tuple[str, ...] = ()
     """Levels a budget paused that this one, at its limit, still holds paused."""
@@ -105,12 +121,41 @@ class BudgetStatus(BaseModel):
     @property
     def used_fraction(self) -> float:
         """The larger of tokens and USD used, as a fraction of its limit (1.0: unpriced USD)."""
+        return self._fraction(self.used_tokens, self.used_usd)
+
+    @computed_field  # type: ignore[prop-decorator]
+    @property
+    def runs_out_at(self) -> datetime | None:
+        """At the burn rate so far, when the limit is reached (None: not within this window)."""
+        return self.reaches_at(1.0)
+
+    @computed_field  # type: ignore[prop-decorator]
+    @property
+    def projected_fraction(self) -> float:
+        """`used_fraction` at the window's end at the burn rate so far."""
+        return self._fraction(self.projected_tokens, self.projected_usd)
+
+    def _fraction(self, tokens: int, usd: float | None) -> float:
         fractions = [0.0]
         if self.limit_tokens is not None:
-            fractions.append(self.used_tokens / self.limit_tokens)
+            fractions.append(tokens / self.limit_tokens)
         if self.limit_usd is not None:
-            fractions.append(1.0 if self.used_usd is None else self.used_usd / self.limit_usd)
+            fractions.append(1.0 if usd is None else usd / self.limit_usd)
         return max(fractions)
+
+    def reaches_at(self, threshold: float) -> datetime | None:
+        """When the window passes `threshold` at the burn rate so far (None: not in it)."""
+        hours: list[float] = []
+        if self.limit_tokens is not None and self.burn_tokens_per_hour > 0:
+            left = threshold * self.limit_tokens - self.used_tokens
+            hours.append(max(left, 0) / self.burn_tokens_per_hour)
+        if self.limit_usd is not None and self.used_usd is not None and self.burn_usd_per_hour:
+            left = threshold * self.limit_usd - self.used_usd
+            hours.append(max(left, 0.0) / self.burn_usd_per_hour)
+        if not hours:
+            return None
+        when = self.as_of + timedelta(hours=min(hours))
+        return when if when < self.window_end else None
 
     def limit_text(self) -> str:
         """`500,000 tokens + USD 12.5`, for people."""
@@ -142,6 +187,7 @@ def budget_statuses(budgets: Budgets, at: datetime | None = None) -> list[Budget
         window = rule.window_at(at)
         used = spent[rule.name]
         hours = max((at - window.start).total_seconds() / 3600, 1 / 60)
+        left = max((window.end - at).total_seconds() / 3600, 0.0)
         burn = used.tokens / hours
         burn_usd = None if used.usd is None else used.usd / hours
         statuses.append(
@@ -152,6 +198,7 @@ def budget_statuses(budgets: Budgets, at: datetime | None = None) -> list[Budget
                 action=rule.action,
                 window_start=window.start,
                 window_end=window.end,
+                as_of=at,
                 limit_tokens=rule.tokens,
                 limit_usd=rule.usd,
                 used_tokens=used.tokens,
@@ -160,7 +207,8 @@ def budget_statuses(budgets: Budgets, at: datetime | None = None) -> list[Budget
                 calls=used.calls,
                 burn_tokens_per_hour=burn,
                 burn_usd_per_hour=burn_usd,
-                runs_out_at=_runs_out(rule, used.tokens, used.usd, burn, burn_usd, at, window.end),
+                projected_tokens=round(used.tokens * (1 + left / hours)),
+                projected_usd=None if used.usd is None else used.usd * (1 + left / hours),
                 alert_at=rule.alert_at,
             )
         )
@@ -216,25 +264,11 @@ def _with_pauses(budgets: Budgets, statuses: list[BudgetStatus]) -> list[BudgetS
     return shown
 
 
-def _runs_out(
-    rule: BudgetRule,
-    tokens: int,
-    usd: float | None,
-    burn: float,
-    burn_usd: float | None,
-    at: datetime,
-    end: datetime,
-) -> datetime | None:
-    """When the first limit is reached at the burn rate so far, if within the window."""
-    hours: list[float] = []
-    if rule.tokens is not None and burn > 0:
-        hours.append(max(rule.tokens - tokens, 0) / burn)
-    if rule.usd is not None and usd is not None and burn_usd:
-        hours.append(max(rule.usd - usd, 0.0) / burn_usd)
-    if not hours:
-        return None
-    when = at + timedelta(hours=min(hours))
-    return when if when < end else None
+def _warns(status: BudgetStatus, threshold: float) -> bool:
+    """Whether the window, past its warm-up, will pass `threshold` before it ends."""
+    length = status.window_end - status.window_start
+    warm = status.as_of - status.window_start >= length * WARM_UP
+    return warm and status.reaches_at(threshold) is not None
 
 
 @dataclass
@@ -248,7 +282,7 @@ class BudgetWatch:
     settings: Settings
     store: EventStore
     budgets: Budgets
-    recorded: set[tuple[str, str, float]] | None = None
+    recorded: set[tuple[str, str, str, float]] | None = None
 
     def run(self, stopping: threading.Event) -> None:
         """Poll until `stopping` is set; a store outage is waited out."""
@@ -259,24 +293,30 @@ class BudgetWatch:
                 log.warning("budgets: store unavailable, trying again: %s", exc)
             stopping.wait(POLL_SECONDS)
 
-    def poll(self, at: datetime | None = None) -> list[BudgetCrossed]:
-        """Record the crossings not recorded yet; returns those this poll recorded.
+    def poll(self, at: datetime | None = None) -> list[BudgetThreshold]:
+        """Record the crossings and warnings not recorded yet; returns those this poll did.
 
         Then lift the pauses of levels no `pause` budget at its limit holds any more.
         """
         recorded = self.recorded = self.recorded if self.recorded is not None else set()
-        new: list[BudgetCrossed] = []
+        new: list[BudgetThreshold] = []
         statuses = budget_statuses(self.budgets, at)
         for status in statuses:
             start = status.window_start.isoformat()
             for threshold in (*status.alert_at, 1.0):
-                key = (status.name, start, threshold)
-                if status.used_fraction < threshold or key in recorded:
+                if status.used_fraction >= threshold:
+                    kind: type[BudgetThreshold] = BudgetCrossed
+                elif _warns(status, threshold):
+                    kind = BudgetProjected
+                else:
                     continue
-                crossed = self._cross(status, threshold)
+                key = (kind.type, status.name, start, threshold)
+                if key in recorded:
+                    continue
+                event = self._record(status, kind, threshold)
                 recorded.add(key)
-                if crossed is not None:
-                    new.append(crossed)
+                if event is not None:
+                    new.append(event)
         self.resume(statuses)
         return new
 
@@ -325,26 +365,40 @@ class BudgetWatch:
                 )
         return "its budget's window rolled over"
 
-    def _cross(self, status: BudgetStatus, threshold: float) -> BudgetCrossed | None:
-        event_id = BudgetCrossed.id_for(status.name, status.window_start.isoformat(), threshold)
-        event = BudgetCrossed(
-            event_id=event_id,
-            budget=status.name,
-            scope=status.scope,
-            window_start=status.window_start.isoformat(),
-            window_end=status.window_end.isoformat(),
-            threshold=threshold,
-            action=status.action,
-            used_tokens=status.used_tokens,
-            used_usd=status.used_usd,
-            limit_tokens=status.limit_tokens,
-            limit_usd=status.limit_usd,
-        )
-        history = self.store.read_stream(event.stream_id)
+    def _record(
+        self, status: BudgetStatus, kind: type[BudgetThreshold], threshold: float
+    ) -> BudgetThreshold | None:
+        """Record the crossing or warning unless stored already.
+
+        A `pause` budget's limit pauses its levels first, and the crossing names them.
+        """
+        start = status.window_start.isoformat()
+        event_id = kind.id_for(status.name, start, threshold)
+        history = self.store.read_stream(budget_stream(status.name))
         if any(stored.event_id == event_id for stored in history):
             return None
-        if threshold >= 1.0 and status.action == "pause":
-            event = event.model_copy(update={"levels": self._pause(status)})
+        fields = {
+            "event_id": event_id,
+            "budget": status.name,
+            "scope": status.scope,
+            "window_start": start,
+            "window_end": status.window_end.isoformat(),
+            "threshold": threshold,
+            "action": status.action,
+            "used_tokens": status.used_tokens,
+            "used_usd": status.used_usd,
+            "limit_tokens": status.limit_tokens,
+            "limit_usd": status.limit_usd,
+        }
+        if kind is BudgetProjected:
+            fields |= {
+                "projected_tokens": status.projected_tokens,
+                "projected_usd": status.projected_usd,
+                "reaches_at": status.reaches_at(threshold),
+            }
+        elif threshold >= 1.0 and status.action == "pause":
+            fields["levels"] = self._pause(status)
+        event = kind.model_validate(fields)
         self.store.append(event.stream_id, [event.to_record()])
         return event
 

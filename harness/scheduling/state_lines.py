@@ -16,6 +16,7 @@ from harness.contracts import (
     BackfillCancelled,
     BackfillRequested,
     BudgetCrossed,
+    BudgetProjected,
     CancelCleared,
     CancelRequested,
     Event,
@@ -35,6 +36,7 @@ STATE_TYPES = frozenset(
         BackfillRequested,
         BackfillCancelled,
         BudgetCrossed,
+        BudgetProjected,
         LevelBudgetExceeded,
     )
 )
@@ -74,6 +76,8 @@ def state_line(event: Event | RawEvent, levels: Collection[str]) -> str | None:
         return f"backfill {event.backfill_id} cancelled: by {event.by}"
     if isinstance(event, BudgetCrossed):
         return _crossed(event)
+    if isinstance(event, BudgetProjected):
+        return _projected(event)
     if isinstance(event, LevelBudgetExceeded):
         return (
             f"{event.level} over its daily budget ({event.day} UTC): "
@@ -104,6 +108,23 @@ def _crossed(event: BudgetCrossed) -> str:
     if event.threshold < 1.0:
         return line
     return line + "; " + _action(event.action, event.levels)
+
+
+def _projected(event: BudgetProjected) -> str:
+    """When the budget's window will pass the threshold, while there is time to act."""
+    spent = [f"{event.used_tokens:,}" + _of(event.limit_tokens, "{:,}") + " tokens"]
+    projected = [f"{event.projected_tokens:,} tokens"]
+    if event.used_usd is not None:
+        spent.append(f"${event.used_usd:.4f}" + _of(event.limit_usd, "${:g}"))
+    if event.projected_usd is not None:
+        projected.append(f"${event.projected_usd:.4f}")
+    what = "its limit" if event.threshold >= 1.0 else f"{event.threshold:.0%}"
+    return (
+        f"budget {event.budget} on course for {what} at "
+        f"{event.reaches_at.astimezone(UTC):%Y-%m-%d %H:%M} UTC ({event.scope}, window to "
+        f"{event.window_end[:16].replace('T', ' ')}): {', '.join(spent)} spent, "
+        f"{', '.join(projected)} by the window's end at its rate so far"
+    )
 
 
 def _of(limit: float | None, form: str) -> str:

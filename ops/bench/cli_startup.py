@@ -1,4 +1,4 @@
-"""CLI start-up benchmark: how long `tickwork --help` and `tickwork status` take, end to end.
+"""CLI start-up benchmark: `tickwork --help`, `status`, `ticks` and `show`, end to end.
 
 An operator types these often, and a command that imports the web stack, the agent SDK
 and every driver before it reads a single row feels broken. Each command runs as a fresh
@@ -10,7 +10,10 @@ answers it on its local socket. Then the top imports of `tickwork status` by cum
 time (`python -X importtime`), read alone and answered, to show where time goes.
 
 Every build runs with its bytecode cached, as an installed wheel's is: the commands get
-a `PYTHONPYCACHEPREFIX` of their own, written by one unmeasured run of each build. Under
+a `PYTHONPYCACHEPREFIX` of their own, written by one unmeasured run of each build. Each
+command's CPU median is printed beside its ratio to a bare `import typer, rich` measured
+in the same runs (goals: `--help` <= 1.5x, `status`, `ticks`, `show` <= 2.5x), and the
+modules it imports. Under
 `PYTHONDONTWRITEBYTECODE` (set in some shells) a source tree whose `__pycache__` is stale
 compiles every changed module on every run (a fresh worktree: 86 modules per `status`).
 
@@ -44,6 +47,7 @@ from machine import describe
 from harness.cli.status_command import BLOCKS_VERSION
 from harness.config import load_settings, service_socket
 from harness.contracts.events import BudgetSpent, TickCompleted, TickScheduled, TickStarted
+from harness.contracts.ids import tick_id_for
 from harness.local_socket import ask
 from harness.store import open_store
 
@@ -53,6 +57,8 @@ QUESTION = {"json": False, "blocks": BLOCKS_VERSION, "config": "tickwork.toml"}
 STATUS_IMPORTS = (
     "import sys; from harness.cli import main; sys.argv = ['tickwork', 'status']; main()"
 )
+BARE = [sys.executable, "-c", "import typer, rich"]
+"""The floor every command stands on: Typer and Rich imported, nothing run."""
 
 
 def tickwork_command(venv: Path | None = None) -> list[str]:
@@ -130,29 +136,49 @@ def figures(
     environment: dict[str, str],
     runs: int,
 ) -> None:
-    """One line per build; the builds' runs alternate, so a change of load hits them alike."""
-    timings: dict[str, list[tuple[float, float]]] = {name: [] for name in builds}
+    """One line per build and its ratio to the bare import, timed in the same rounds.
+
+    The builds' runs and the bare import's alternate, so a change of load hits them alike.
+    """
+    timings: dict[str, list[tuple[float, float]]] = {name: [] for name in [*builds, "bare"]}
     for _ in range(runs):
         for name, tickwork in builds.items():
             timings[name].append(run([*tickwork, *arguments], folder, environment))
+        timings["bare"].append(run(BARE, folder, environment))
+    bare = statistics.median(cpu for _, cpu in timings.pop("bare"))
+    modules = imported_modules(folder, environment, arguments)
     for name, done in timings.items():
         walls, cpus = zip(*done, strict=True)
         print(
             f"{name + ' ' + label:<34} wall median {statistics.median(walls):6.3f} s  p90 "
             f"{percentile_90(list(walls)):6.3f} s   CPU median {statistics.median(cpus):6.3f} s"
-            f"  p90 {percentile_90(list(cpus)):6.3f} s   ({runs} runs)"
+            f"  p90 {percentile_90(list(cpus)):6.3f} s   {statistics.median(cpus) / bare:4.2f}x "
+            f"the bare import's {bare:.3f} s  ({runs} runs, {modules} modules)"
         )
 
 
-def fill(folder: Path, ticks: int) -> None:
-    """A day of completed ticks of the example's `min` level, each with two model calls."""
+def imported_modules(folder: Path, environment: dict[str, str], arguments: list[str]) -> int:
+    """How many modules `tickwork ARGUMENTS` imports (this build's, `-X importtime`)."""
+    code = f"import sys; from harness.cli import main; sys.argv = ['tickwork', *{arguments!r}]"
+    report = stderr_of(
+        [sys.executable, "-X", "importtime", "-c", code + "; main()"], folder, environment
+    )
+    return sum(line.startswith("import time:") for line in report.splitlines()) - 1
+
+
+def fill(folder: Path, ticks: int) -> str:
+    """A day of completed ticks of the example's `min` level, each with two model calls.
+
+    Returns the first tick's id, for `tickwork show`.
+    """
     config = load_settings(folder / "tickwork.toml")
-    store = open_store(config.store.url, durability=config.store.durability)
+    with contextlib.chdir(folder):  # the example's store URL is relative to its folder
+        store = open_store(config.store.url, durability=config.store.durability)
     start = datetime.now(UTC).replace(hour=0, minute=0, second=0, microsecond=0)
     try:
         for index in range(ticks):
             at = start + timedelta(minutes=index % (24 * 60))
-            tick = {"tick_id": f"min-bench-{index}", "level": "min"}
+            tick = {"tick_id": tick_id_for("min", at, f"bench{index}"), "level": "min"}
             events = [
                 TickScheduled(**tick, slot=at, model="gpt-4o-mini", occurred_at=at),
                 TickStarted(**tick, pid=1, host="bench", occurred_at=at),
@@ -171,6 +197,7 @@ def fill(folder: Path, ticks: int) -> None:
             store.append(f"tick-{tick['tick_id']}", [event.to_record() for event in events])
     finally:
         store.close()
+    return tick_id_for("min", start, "bench0")
 
 
 @contextlib.contextmanager
@@ -277,16 +304,17 @@ def main() -> None:
         figures("tickwork status (empty)", builds, ["status"], folder, environment, args.runs)
         if args.instructions:
             instructions(builds, folder, environment)
-        fill(folder, args.ticks)
+        shown = fill(folder, args.ticks)
         unmeasured_status(builds, folder, environment)
-        figures(
-            f"tickwork status ({args.ticks} ticks)",
-            builds,
-            ["status"],
-            folder,
-            environment,
-            args.runs,
-        )
+        for arguments in (["status"], ["ticks"], ["show", shown]):
+            figures(
+                f"tickwork {arguments[0]} ({args.ticks} ticks)",
+                builds,
+                arguments,
+                folder,
+                environment,
+                args.runs,
+            )
         top_imports(folder, environment, args.top, "(read alone)")
         with service(tickwork, folder, environment) as running:
             figures(

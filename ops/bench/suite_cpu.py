@@ -77,6 +77,8 @@ Row = tuple[str, float, float]
 def measure(paths: list[str], folder: Path, workers: int) -> tuple[float, float, list[Row], int]:
     """One pytest run: its wall seconds, CPU seconds, per-test (CPU, wall) and exit code.
 
+    The tests that failed are printed as pytest names them.
+
     The CPU is pytest's and every process it waited for, its xdist workers and what they
     waited for included, as `time make test` counts it.
     """
@@ -94,6 +96,9 @@ def measure(paths: list[str], folder: Path, workers: int) -> tuple[float, float,
             (name, float(spent), float(took)) for name, spent, took in json.loads(part.read_text())
         ]
         part.unlink()
+    for line in done.stdout.splitlines():
+        if line.startswith(("FAILED", "ERROR")):
+            print(line, flush=True)
     return wall, cpu, rows, done.returncode
 
 

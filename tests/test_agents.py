@@ -49,7 +49,7 @@ from harness.execution.runner import Runner
 from harness.projections import calls_said, story_of, story_steps
 from harness.store import StoredEvent, open_store
 from tests.api_support import serving
-from tests.tick_support import SECRET, Harness
+from tests.tick_support import SECRET, Harness, ready_launcher
 from workers.agents import MalformedLineError
 from workers.agents.claude_code import ClaudeCodeRun
 from workers.agents.frame import HOOK_SCRIPT
@@ -221,7 +221,7 @@ def test_a_claude_code_candidate_without_its_cli_or_upstream_falls_back_to_a_str
     prepared = Preparer(settings, store, env=env).prepare("min")
     steps = [Step(text="Answered by Strands.")]
     fake.script(prepared.payload.tick_id, steps if why == "missing" else [Step(status=529), *steps])
-    outcome = Runner(settings, store, env=env).run(prepared)
+    outcome = Runner(settings, store, ready_launcher(), env=env).run(prepared)
     assert outcome.status == "completed", outcome.reason
     assert outcome.result is not None and outcome.result.target == "strands"
     events = store.read_stream(f"tick-{outcome.tick_id}")

@@ -37,6 +37,7 @@ from harness.execution.runner import Runner, TickOutcome
 from harness.routing.catalog import parse_catalog
 from harness.store import SqlEventStore, StoredEvent, open_store
 from tests.commands import Output, fake_server, forked_cli, start_service, write_config
+from tests.tick_support import ready_launcher
 from tests.waiting import long_enough, wait_until
 from workers import CallBooking, CallFacts
 
@@ -110,7 +111,7 @@ class Routed:
         service_env = {**os.environ, KEY_ENV: SECRET, **(env or {})}
         service_env.pop("OPENAI_BASE_URL", None)
         self.preparer = Preparer(self.settings, self.store, env=service_env)
-        self.runner = Runner(self.settings, self.store, env=service_env)
+        self.runner = Runner(self.settings, self.store, ready_launcher(), env=service_env)
 
     def tick(self, fake: FakeUpstream, steps: list[Step]) -> tuple[TickOutcome, list[StoredEvent]]:
         prepared = self.preparer.prepare("min")

@@ -18,6 +18,7 @@ from harness.config import LevelConfig, PathsConfig, Settings, StoreConfig
 from harness.contracts.events import TERMINAL_TYPES, utcnow
 from harness.devtools.fake_llm import FakeUpstream, Step
 from harness.execution.executors import LocalExecutor
+from harness.execution.launchers import ColdLauncher
 from harness.execution.prepare import Preparer
 from harness.execution.runner import Runner
 from harness.prices import PriceBook
@@ -234,7 +235,7 @@ def test_a_claim_whose_process_is_gone_is_lost_and_a_live_ones_is_not(tmp_path: 
     )
     store = open_store(settings.store.url)
     reports: list[str] = []
-    runner = Runner(settings, store)
+    runner = Runner(settings, store, ColdLauncher())  # no tick starts: no fork server warms
     preparer = Preparer(settings, store, env=NAMED_UPSTREAM)
     executor = LocalExecutor(settings, preparer, runner, reports.append)
     child = subprocess.Popen([sys.executable, "-c", "pass"])
@@ -400,7 +401,9 @@ timeout_seconds = 240
 
 def test_without_an_upstream_every_wire_protocol_talks_to_the_fake(tmp_path: Path) -> None:
     require_cli("claude-code")
-    config = write_config(tmp_path, _wire_levels("1h", WIRES))
+    # No slot of the service's comes due within the test; its fork server would warm up
+    # every protocol and Claude Code (4 s of CPU) for ticks that never start.
+    config = write_config(tmp_path, _wire_levels("1h", WIRES), runner='launcher = "cold"')
     env = {
         name: value
         for name, value in environment(TICKWORK_CONFIG=str(config)).items()

@@ -10,8 +10,12 @@ process and is never waited for: its warm-ups and every tick it forked counted n
 before). Files run one after another,
 so a before/after pair of the same file meets the same load when listed next to each
 other (e.g. a copy of the file from `main` as `tests/before_x.py`, then `tests/test_x.py`).
+With `--workers N` the files run as `make test` runs them, in one pytest over N xdist
+workers: the suite's CPU (pytest and every process it waited for) and the costliest tests
+and files across the workers.
 
     .venv/bin/python ops/bench/suite_cpu.py tests/test_archive.py tests/test_cli.py [--top 5]
+    CI=true .venv/bin/python ops/bench/suite_cpu.py tests --workers 4 --top 40
 """
 
 from __future__ import annotations
@@ -19,6 +23,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import resource
 import subprocess
 import sys
 import tempfile
@@ -28,7 +33,7 @@ from pathlib import Path
 from machine import describe
 
 PLUGIN = """
-import json, os, resource
+import json, os, resource, time
 import psutil
 import pytest
 
@@ -54,47 +59,65 @@ def _cpu():
 
 @pytest.hookimpl(hookwrapper=True)
 def pytest_runtest_protocol(item, nextitem):
-    before = _cpu()
+    before, started = _cpu(), time.monotonic()
     yield
-    _rows.append((item.nodeid, _cpu() - before))
+    _rows.append((item.nodeid, _cpu() - before, time.monotonic() - started))
 
 
 def pytest_sessionfinish(session):
-    with open(os.environ["SUITE_CPU_OUT"], "w") as out:
+    worker = os.environ.get("PYTEST_XDIST_WORKER", "main")
+    with open(os.environ["SUITE_CPU_OUT"] + "." + worker, "w") as out:
         json.dump(_rows, out)
 """
 
 
-def measure(path: str, folder: Path) -> tuple[float, float, list[tuple[str, float]], int]:
-    """One file's pytest run: its wall seconds, CPU seconds, per-test CPU and exit code."""
+Row = tuple[str, float, float]
+
+
+def measure(paths: list[str], folder: Path, workers: int) -> tuple[float, float, list[Row], int]:
+    """One pytest run: its wall seconds, CPU seconds, per-test (CPU, wall) and exit code.
+
+    The tests that failed are printed as pytest names them.
+
+    The CPU is pytest's and every process it waited for, its xdist workers and what they
+    waited for included, as `time make test` counts it.
+    """
     out = folder / "rows.json"
     env = {**os.environ, "PYTHONPATH": str(folder), "SUITE_CPU_OUT": str(out)}
-    started = time.monotonic()
-    done = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "pytest",
-            "-p",
-            "suite_cpu_plugin",
-            "-q",
-            "-p",
-            "no:cacheprovider",
-            path,
-        ],
-        env=env,
-        capture_output=True,
-        text=True,
-    )
-    wall = time.monotonic() - started
-    rows = [(name, float(cpu)) for name, cpu in json.loads(out.read_text())]
-    return wall, sum(cpu for _, cpu in rows), rows, done.returncode
+    spread = ["-n", str(workers), "--dist", "worksteal"] if workers else []
+    command = [sys.executable, "-m", "pytest", "-p", "suite_cpu_plugin", "-q"]
+    command += ["-p", "no:cacheprovider", *spread, *paths]
+    before, started = _waited_cpu(), time.monotonic()
+    done = subprocess.run(command, env=env, capture_output=True, text=True)
+    wall, cpu = time.monotonic() - started, _waited_cpu() - before
+    rows: list[Row] = []
+    for part in sorted(folder.glob("rows.json.*")):
+        rows += [
+            (name, float(spent), float(took)) for name, spent, took in json.loads(part.read_text())
+        ]
+        part.unlink()
+    for line in done.stdout.splitlines():
+        if line.startswith(("FAILED", "ERROR")):
+            print(line, flush=True)
+    return wall, cpu, rows, done.returncode
+
+
+def _waited_cpu() -> float:
+    waited = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return waited.ru_utime + waited.ru_stime
+
+
+def _top(rows: list[Row], count: int) -> None:
+    for name, spent, took in sorted(rows, key=lambda row: -row[1])[:count]:
+        print(f"|   {name} | | {spent:.2f} | {took:.1f} | |")
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("files", nargs="+")
-    parser.add_argument("--top", type=int, default=0, help="the N costliest tests of each file")
+    parser.add_argument("--top", type=int, default=0, help="the N costliest tests (and files)")
+    parser.add_argument("--workers", type=int, default=0, help="all files in one pytest -n N")
+    parser.add_argument("--rows", type=Path, help="write every test's (id, CPU s, wall s) here")
     args = parser.parse_args()
     print(describe())
     print("| file | tests | CPU s | wall s | exit |")
@@ -102,11 +125,31 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as tmp:
         folder = Path(tmp)
         (folder / "suite_cpu_plugin.py").write_text(PLUGIN, encoding="utf-8")
+        if args.workers:
+            wall, cpu, rows, code = measure(args.files, folder, args.workers)
+            if args.rows:
+                args.rows.write_text(json.dumps(rows, indent=0), encoding="utf-8")
+            in_tests = sum(row[1] for row in rows)
+            print(f"| {' '.join(args.files)} | {len(rows)} | {cpu:.1f} | {wall:.1f} | {code} |")
+            print(
+                f"CPU in tests {in_tests:.1f} s, outside (start, collection) {cpu - in_tests:.1f} s"
+            )
+            files: dict[str, list[float]] = {}
+            for name, spent, took in rows:
+                tally = files.setdefault(name.split("::", 1)[0], [0, 0.0, 0.0])
+                tally[0] += 1
+                tally[1] += spent
+                tally[2] += took
+            costliest = sorted(files.items(), key=lambda item: -item[1][1])[: args.top]
+            for path, (count, spent, took) in costliest:
+                print(f"| {path} | {count:.0f} | {spent:.1f} | {took:.1f} | |")
+            _top(rows, args.top)
+            return
         for path in args.files:
-            wall, cpu, rows, code = measure(path, folder)
+            wall, cpu, rows, code = measure([path], folder, 0)
+            cpu = sum(row[1] for row in rows)
             print(f"| {path} | {len(rows)} | {cpu:.1f} | {wall:.1f} | {code} |", flush=True)
-            for name, spent in sorted(rows, key=lambda row: -row[1])[: args.top]:
-                print(f"|   {name.split('::', 1)[1]} | | {spent:.2f} | | |")
+            _top([(name.split("::", 1)[1], spent, took) for name, spent, took in rows], args.top)
 
 
 if __name__ == "__main__":

@@ -49,6 +49,9 @@ BLOCKS_VERSION = 3
 """Of what a block holds: a service started before an upgrade declines a command whose
 blocks differ from its own, and the command reads the store itself."""
 
+IN_FORCE = "in force; the file on disk is not"
+"""Whose levels a service answering on a bad file shows: what it loaded, not the file."""
+
 
 @app.command()
 def status(
@@ -100,9 +103,15 @@ def print_blocks(blocks: list[Block]) -> None:
 
 
 def status_blocks(
-    config: Settings, store: SqlEventStore, as_json: bool, verbose: bool = False
+    config: Settings,
+    store: SqlEventStore,
+    as_json: bool,
+    verbose: bool = False,
+    whose: str = "this file",
 ) -> list[Block]:
     """What `tickwork status` prints, read at one moment, as plain data.
+
+    `whose`: where `config` came from (`reload_lines`).
 
     The read models' checkpoints and lags are tickwork's internals: `--verbose` shows them.
     """
@@ -139,7 +148,7 @@ def status_blocks(
             if verbose
         ),
         ["spool", f"{Spool(config.paths.spool).pending()} pending"],
-        *([name, value] for name, value in reload_lines(config, store)),
+        *([name, value] for name, value in reload_lines(config, store, whose)),
     ]
     blocks: list[Block] = [["pairs", pairs]]
     blocks += [["line", line] for line in status_now.liveness()]
@@ -282,7 +291,7 @@ def status_answers(
         try:
             config = checked_settings(asked)  # its errors name the file as the asker does
         except ConfigError as exc:
-            blocks = status_blocks(served, store, as_json, verbose)
+            blocks = status_blocks(served, store, as_json, verbose, IN_FORCE)
             return {"blocks": _on_a_bad_file(blocks, exc)}
         if config.store.url != served.store.url:
             return None

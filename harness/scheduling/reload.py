@@ -124,14 +124,18 @@ def last_reload(store: EventStore) -> ConfigReloaded | None:
     return None
 
 
-def reload_lines(settings: Settings, store: EventStore) -> list[tuple[str, str]]:
+def reload_lines(
+    settings: Settings, store: EventStore, whose: str = "this file"
+) -> list[tuple[str, str]]:
     """`tickwork status`'s rows on the levels: this file's revision and the last reload.
+
+    `whose`: where `settings` came from, when not the file (a bad one is not in force).
 
     Raises:
         StoreError: the store cannot be read.
     """
     revision = levels_revision(settings.levels)
-    rows = [("levels", f"revision {revision[:12]} (this file)")]
+    rows = [("levels", f"revision {revision[:12]} ({whose})")]
     reloaded = last_reload(store)
     if reloaded is None:
         return [*rows, ("reloaded", "never since the schedulers started (SIGHUP reloads)")]

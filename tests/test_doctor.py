@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import socket
 import subprocess
+import urllib.request
 from pathlib import Path
 
 from harness.devtools.fake_llm import FakeUpstream
@@ -126,6 +127,15 @@ def test_doctor_names_each_failure_and_what_to_do(tmp_path: Path, fake: FakeUpst
     assert len(failed) == 4, failed
 
 
+def answers(port: int) -> bool:
+    """Whether the API on the port has answered a request."""
+    try:
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}/openapi.json", timeout=30):
+            return True
+    except OSError:
+        return False
+
+
 def test_doctor_passes_with_a_scheduler_and_serve_running(
     tmp_path: Path, fake: FakeUpstream
 ) -> None:
@@ -142,6 +152,8 @@ def test_doctor_passes_with_a_scheduler_and_serve_running(
         shared = service.wait_for("  upstream  openai-chat: tickwork's fake at ").split(" at ")[1]
         wait_until(lambda: [b for b in beats(store) if b.role == "scheduler"], "a heartbeat")
         server.wait_for("tickwork API and dashboard on ")
+        # The banner comes when the port is bound; the app answers a moment later.
+        wait_until(lambda: answers(port), "tickwork serve to answer")
         env = {
             "TICKWORK_CONFIG": str(config),
             "ANTHROPIC_BASE_URL": fake.origin,

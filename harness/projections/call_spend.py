@@ -199,23 +199,10 @@ def _call(
 ) -> CallCost:
     """One `BudgetSpent` as a call: its parts and USD, its growth over `previous`."""
     spent = BudgetSpent.model_validate(data)
-    day = spent.occurred_at.date().isoformat()
-    tier = prices.tier(spent.model, day, spent.prompt_tokens)
-    usd = spent.cost_usd
     if spent.price_source is None:
-        usd = prices.cost(
-            spent.model,
-            day,
-            tier,
-            spent.prompt_tokens,
-            spent.completion_tokens,
-            spent.cache_read_tokens or 0,
-            spent.cache_write_tokens or 0,
-            requests=1,
-            target=spent.target,
-            cache_write_1h_tokens=spent.cache_write_1h_tokens or 0,
-            web_searches=spent.web_search_requests or 0,
-        )
+        # Booked before tickwork recorded prices: priced as a worker books a call today.
+        day = spent.occurred_at.date().isoformat()
+        spent = spent.priced(prices.call_price(spent.model, day, spent.target))
     return CallCost(
         call=number,
         at=spent.occurred_at,
@@ -228,7 +215,7 @@ def _call(
         reasoning_tokens=spent.reasoning_tokens,
         web_search_requests=spent.web_search_requests,
         estimated=spent.estimated,
-        usd=usd,
+        usd=spent.cost_usd,
         growth=None if previous is None else spent.prompt_tokens - previous.prompt_tokens,
     )
 

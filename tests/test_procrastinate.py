@@ -179,6 +179,8 @@ def test_a_claim_gets_one_job_however_often_it_is_deferred_and_one_take(tmp_path
         locks = Locks(settings)
         assert defer(store, settings, locks, claims[:2]) == ["capped-0", "capped-1"]
         assert defer(store, settings, locks, claims[:2]) == [], "a retried defer"
+        assert defer(store, settings, locks, claims[:1]) == []
+        assert locks.next("capped") == "tickwork:capped:0", "a tick with its job took a turn"
         scheduler = ProcrastinateExecutor(settings, store, None, None, print)  # type: ignore[arg-type]
         assert scheduler.abandoned("capped-2", "capped"), "a claim whose scheduler died"
         assert scheduler.abandoned("capped-2", "capped") is None

@@ -32,7 +32,8 @@ task, priority and lock) and reads the jobs back as ticks, `scheduler` is the si
 `tickwork run`, `worker` and `spacing` the side of `tickwork worker`, `loop` the worker
 process, and `base` what both sides share. procrastinate's schema and every query on its
 tables are the store's named operations (`harness.store`: `apply_procrastinate_schema`,
-`defer_once`, `list_jobs`, …): no module here takes a connection.
+`defer_once`, `list_jobs`, …): no module here takes one of the store's connections. The
+worker process's procrastinate `App` (`loop`) opens its own, to fetch and listen for jobs.
 """
 
 from harness.execution.executors.procrastinate.jobs import (

@@ -66,11 +66,11 @@ def migrate() -> None:
     else:
         out.print(f"{safe_url(config.store.url)}: schema {before or 'none'} -> {HEAD_REVISION}")
     if config.executor.kind == "procrastinate":
-        from harness.execution import apply_schema
+        from harness.store import apply_procrastinate_schema
 
         store = store_for(config)
         try:
-            was, now = apply_schema(store)
+            was, now = apply_procrastinate_schema(store)
         except StoreError as exc:
             raise fail(f"procrastinate's schema: {exc}") from exc
         finally:

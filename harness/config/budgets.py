@@ -82,6 +82,7 @@ def resolve_budget(
         action=entry.action,
         levels=held_levels,
         targets=targets,
+        list_usd=entry.list_usd,
     )
 
 
@@ -126,13 +127,15 @@ def unpayable(
                     "raise the limit or lower the reservation"
                 )
             usd = usd_of(level.model, reserve) if usd_of and level.model else None
-            if rule.usd is not None and usd is not None and rule.usd < usd:
-                yield (
-                    f"{_limit_path(index, entry, len(entries), 'usd')}: "
-                    f"budget {entry.name!r} (USD {rule.usd:g}) cannot pay one tick of level "
-                    f"{name!r}, which reserves {reserve:,} tokens, USD {usd:.6g} at "
-                    f"{level.model}'s price: raise the limit or lower the reservation"
-                )
+            billed = None if level.billing == "subscription" else rule.usd
+            for unit, limit in (("usd", billed), ("list_usd", rule.list_usd)):
+                if limit is not None and usd is not None and limit < usd:
+                    yield (
+                        f"{_limit_path(index, entry, len(entries), unit)}: "
+                        f"budget {entry.name!r} (USD {limit:g}) cannot pay one tick of level "
+                        f"{name!r}, which reserves {reserve:,} tokens, USD {usd:.6g} at "
+                        f"{level.model}'s price: raise the limit or lower the reservation"
+                    )
 
 
 def budget_problems(
@@ -187,7 +190,7 @@ def _never_binds(
         inside = wide.levels is None or (narrow.levels is not None and narrow.levels <= wide.levels)
         if not inside or narrow.levels == wide.levels:
             continue
-        for unit in ("tokens", "usd"):
+        for unit in ("tokens", "usd", "list_usd"):
             limit, cap = getattr(narrow, unit), getattr(wide, unit)
             if limit is not None and cap is not None and limit >= cap:
                 entry_n, entry_w = (a, b) if n == i else (b, a)

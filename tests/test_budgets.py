@@ -99,6 +99,8 @@ BAD = [
     ('scope = "team:a"\ntokens = 5', "budgets.0.scope: must match the pattern"),
     ('scope = "global"\ntokens = 0', "budgets.0.tokens: must be greater than 0"),
     ('scope = "global"\nusd = -1.5', "budgets.0.usd: must be greater than 0"),
+    ('scope = "global"\nlist_usd = 0', "budgets.0.list_usd: must be greater than 0"),
+    ('scope = "global"\nlist_usd = "lots"', "budgets.0.list_usd: must be a valid number"),
     ('scope = "global"', "budgets.0: a budget needs a limit"),
     ('scope = "global"\ntokens = 5\naction = "reroute"', "action 'reroute' needs a 'target:'"),
     ('scope = "target:gpu"\ntokens = 5\naction = "pause"', "action 'pause' pauses levels"),

@@ -230,11 +230,12 @@ def spend(
     ] = None,
     as_json: Annotated[bool, typer.Option("--json", help="JSON output.")] = False,
 ) -> None:
-    """Token spend and cost from the spend projection (cost is None for unpriced models).
+    """Token spend, its list value and what it was billed, from the spend projection.
 
-    Each call costs what it was booked at; each row names the sources that priced it:
-    `catalog:<target>`, `config`, `genai-prices@<version>`, `unpriced` (and counts the
-    calls booked without a price, priced now).
+    Each call is worth what it was booked at (`cost_usd`, list value; None for unpriced
+    models) and billed that on `api`, 0 on a subscription (`billed_usd`); each row names
+    the sources that priced it: `catalog:<target>`, `config`, `genai-prices@<version>`,
+    `unpriced` (and counts the calls booked without a price, priced now).
     """
     from harness.config import ConfigError, load_price_card
     from harness.prices import format_usd
@@ -279,7 +280,8 @@ def spend(
         "completion",
         "calls",
         "estimated",
-        "cost (USD)",
+        "list (USD)",
+        "billed (USD)",
         "priced by",
         *([f"under {prices_file}", "difference"] if card else []),
         box=None,
@@ -290,6 +292,8 @@ def spend(
         sources = ", ".join(row.price_sources)
         if row.priced_when_read:
             sources += f" ({row.priced_when_read:,} calls booked unpriced, priced now)"
+        if row.subscription_calls:
+            sources += f" ({row.subscription_calls:,} calls on a subscription, billed 0)"
         card_columns = _card_columns(repriced, row)
         table.add_row(
             *row.group.values(),
@@ -298,6 +302,7 @@ def spend(
             f"{row.model_calls:,}",
             f"{row.estimated_calls:,}",
             cost,
+            format_usd(row.billed_usd),
             sources,
             *(
                 [format_usd(card_columns["card_usd"]), format_usd(card_columns["difference_usd"])]
@@ -319,6 +324,7 @@ def _card_columns(repriced: dict[tuple[str, ...], SpendRow], row: SpendRow) -> d
     both = None if under.cost_usd is None or row.cost_usd is None else under.cost_usd - row.cost_usd
     return {
         "card_usd": under.cost_usd,
+        "card_billed_usd": under.billed_usd,
         "card_price_sources": under.price_sources,
         "card_unpriced_calls": under.unpriced_calls,
         "difference_usd": both,

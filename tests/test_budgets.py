@@ -13,6 +13,7 @@ import pytest
 from harness.config import (
     ConfigError,
     LevelConfig,
+    PriceOverride,
     RoutingConfig,
     RunnerConfig,
     Settings,
@@ -488,6 +489,55 @@ def test_a_stop_budget_skips_slots_and_stops_a_tick_before_its_next_call(
     assert outcome.result is not None and outcome.result.stop_reason == "budget", outcome
     assert "budget everything (global, day)" in outcome.result.text
     assert outcome.tick_id not in fake.state.first_request
+
+
+@pytest.mark.parametrize(
+    ("limit", "usd", "stopped"), [("usd", 1.0, False), ("list_usd", 1.8, True)]
+)
+def test_a_list_usd_budget_stops_a_subscription_level_and_a_usd_budget_does_not(
+    tmp_path: Path, fake: FakeUpstream, limit: str, usd: float, stopped: bool
+) -> None:
+    """A level on a subscription adds nothing to the bill: a limit on what is billed never
+    holds it, even one the other levels' bill has passed; a limit on list value does.
+
+    At USD 1 a million tokens, a metered level's 1.5M tokens are billed USD 1.5; this
+    level's own 0.2M are worth USD 0.2 and billed nothing; a tick in flight holds 0.2M
+    more. The USD 1 billed limit is passed and holds nothing here; the USD 1.8 list value
+    limit is passed with the reservation, by which the scheduler refuses a slot and the
+    tick's worker stops before its first call.
+    """
+    harness = Harness(tmp_path, fake, rag=False, reserve_tokens=0, billing="subscription")
+    budget = BudgetEntry(name="team", scope="global", **{limit: usd})
+    prices = {"fake-model": PriceOverride(input_per_mtok=1.0, output_per_mtok=1.0)}
+    harness.settings = harness.settings.model_copy(update={"budgets": [budget], "prices": prices})
+    harness.preparer = Preparer(harness.settings, harness.store, env=harness.runner.env)
+    harness.runner = Runner(harness.settings, harness.store, env=harness.runner.env)
+    now = datetime.now(UTC)
+    for level, tokens, billing in (("metered", 1_500_000, "api"), ("min", 200_000, "subscription")):
+        spent = BudgetSpent(
+            tick_id=f"{level}-earlier",
+            level=level,
+            model="fake-model",
+            prompt_tokens=tokens,
+            completion_tokens=0,
+            occurred_at=now,
+            billing=billing,  # type: ignore[arg-type]
+        )
+        harness.store.append(spent.stream_id, [spent.to_record()])
+    holder = SlotClaim("metered-holding", "metered", None, reserved_tokens=200_000)
+    assert claim_wave(harness.store, harness.settings, [holder]) == {holder.tick_id}
+
+    budgets = _budgets(harness.settings, harness.store)
+    check = budgets.try_reserve("min", "min-next", budgets.held())
+    assert (check.allowed, check.spent_usd, check.spent_list_usd) == (not stopped, 1.5, 1.7)
+    outcome = harness.tick([Step(text="Nothing paged.")])
+    assert outcome.result is not None, outcome
+    assert (outcome.tick_id in fake.state.first_request) is not stopped
+    if stopped:
+        assert outcome.result.stop_reason == "budget", outcome
+        assert "reached list value USD 1.90 with its reservations" in outcome.result.text
+    else:
+        assert outcome.result.text == "Nothing paged.", outcome
 
 
 def test_a_reroute_budget_makes_the_lane_pass_over_its_spent_target(

@@ -23,6 +23,8 @@ SUMS = [
     "model_calls",
     "estimated_calls",
 ]
+LENGTHS = {"price_source": 100, "billing": 16}
+"""The key columns longer or shorter than 64 characters, as their revisions added them."""
 PRIMARY_KEY = "spend_daily_pkey"
 """PostgreSQL's name for the table's primary key (SQLite's has none: the table is copied)."""
 
@@ -86,7 +88,7 @@ def _rekey(
             sa.Column("day", sa.Date(), nullable=False),
             sa.Column("price_tier", sa.BigInteger(), nullable=False),
             *(sa.Column(name, sa.BigInteger(), nullable=False) for name in SUMS),
-            *(sa.Column(name, sa.String(64), nullable=False) for name in before),
+            *(sa.Column(name, sa.String(LENGTHS.get(name, 64)), nullable=False) for name in before),
             *(sa.Column(name, sa.BigInteger(), nullable=False) for name in sums),
         ]
         index = sa.Index("ix_spend_daily_day", "day")

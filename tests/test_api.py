@@ -415,6 +415,8 @@ def test_spend_groups_by_level_model_and_day(api: Api, tmp_path: Path) -> None:
             "unpriced_calls": 1,
             "price_sources": [f"genai-prices@{version('genai-prices')}", "unpriced"],
             "priced_when_read": 2,
+            "billed_usd": None,
+            "subscription_calls": 0,
         }
     ]
 

@@ -497,14 +497,14 @@ def test_a_stop_budget_skips_slots_and_stops_a_tick_before_its_next_call(
 def test_a_list_usd_budget_stops_a_subscription_level_and_a_usd_budget_does_not(
     tmp_path: Path, fake: FakeUpstream, limit: str, usd: float, stopped: bool
 ) -> None:
-    """A level on a subscription adds nothing to the bill: a limit on what is billed never
-    holds it, even one the other levels' bill has passed; a limit on list value does.
+    """A subscription level: a limit on what is billed never holds it, one on list value does.
 
-    At USD 1 a million tokens, a metered level's 1.5M tokens are billed USD 1.5; this
-    level's own 0.2M are worth USD 0.2 and billed nothing; a tick in flight holds 0.2M
-    more. The USD 1 billed limit is passed and holds nothing here; the USD 1.8 list value
-    limit is passed with the reservation, by which the scheduler refuses a slot and the
-    tick's worker stops before its first call.
+    It adds nothing to the bill, so not even a billed limit the other levels' bill has
+    passed holds it. At USD 1 a million tokens, a metered level's 1.5M tokens are billed
+    USD 1.5; this level's own 0.2M are worth USD 0.2 and billed nothing; a tick in flight
+    holds 0.2M more. The USD 1 billed limit is passed and holds nothing here; the USD 1.8
+    list value limit is passed with the reservation, by which the scheduler refuses a
+    slot and the tick's worker stops before its first call.
     """
     harness = Harness(tmp_path, fake, rag=False, reserve_tokens=0, billing="subscription")
     budget = BudgetEntry(name="team", scope="global", **{limit: usd})

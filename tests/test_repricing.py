@@ -182,10 +182,9 @@ def test_a_subscription_tick_books_its_list_value_and_is_billed_nothing(
     assert row["group"] == {"target": "plan"}
     assert row["cost_usd"] == pytest.approx(worth, rel=1e-9)
     assert (row["billed_usd"], row["subscription_calls"]) == (0.0, 1)
-    heading, named, *_ = table.stdout.splitlines()
-    (line,) = [line.split() for line in table.stdout.splitlines() if line.startswith(" plan ")]
-    assert heading.split() == ["list", "billed"] and named.split()[5:7] == ["(USD)", "(USD)"]
-    assert line[5:7] == [format_usd(worth), "0.00"]
+    heading, line, *_ = (line.split() for line in table.stdout.splitlines())
+    assert heading[5:9] == ["list", "USD", "billed", "USD"], table.stdout
+    assert line[:1] + line[5:7] == ["plan", format_usd(worth), "0.00"], table.stdout
     (call,) = json.loads(shown.stdout)["calls"]
     assert (call["billing"], call["billed_usd"]) == ("subscription", 0.0)
     assert call["usd"] == pytest.approx(worth, rel=1e-12)
@@ -197,9 +196,11 @@ def test_a_subscription_tick_books_its_list_value_and_is_billed_nothing(
 def test_billed_and_list_usd_are_rebuilt_from_the_events_and_repriced_apart(
     tmp_path: Path,
 ) -> None:
-    """List value and billed USD per row, whatever priced the calls: as booked, when read,
-    rebuilt from zero, repriced under today's prices or a card. Spend recorded before
-    billing was is billed as `api`."""
+    """List value and billed USD per row, whatever priced the calls.
+
+    As booked, priced when read, rebuilt from zero, repriced under today's prices or
+    under a card. Spend recorded before billing was is billed as `api`.
+    """
     at = datetime(2026, 10, 5, 12, tzinfo=UTC)
     common = {"level": "min", "model": "m-a", "occurred_at": at}
     booked = {"price_source": "config"}

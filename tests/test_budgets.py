@@ -20,6 +20,7 @@ from harness.config import (
     load_settings,
 )
 from harness.contracts import (
+    Billing,
     BudgetCrossed,
     BudgetProjected,
     BudgetSpent,
@@ -77,7 +78,14 @@ def _settings(tmp_path: Path, budgets: list[dict[str, Any]], **levels: LevelConf
     )
 
 
-def _spend(store: EventStore, level: str, at: datetime, tokens: int, n: int = 0) -> None:
+def _spend(
+    store: EventStore,
+    level: str,
+    at: datetime,
+    tokens: int,
+    n: int = 0,
+    billing: Billing = "api",
+) -> None:
     spent = BudgetSpent(
         tick_id=f"{level}-{at:%Y%m%d%H%M}-{n}",
         level=level,
@@ -85,6 +93,7 @@ def _spend(store: EventStore, level: str, at: datetime, tokens: int, n: int = 0)
         prompt_tokens=tokens,
         completion_tokens=0,
         occurred_at=at,
+        billing=billing,
     )
     store.append(spent.stream_id, [spent.to_record()])
 
@@ -512,18 +521,8 @@ def test_a_list_usd_budget_stops_a_subscription_level_and_a_usd_budget_does_not(
     harness.settings = harness.settings.model_copy(update={"budgets": [budget], "prices": prices})
     harness.preparer = Preparer(harness.settings, harness.store, env=harness.runner.env)
     harness.runner = Runner(harness.settings, harness.store, env=harness.runner.env)
-    now = datetime.now(UTC)
-    for level, tokens, billing in (("metered", 1_500_000, "api"), ("min", 200_000, "subscription")):
-        spent = BudgetSpent(
-            tick_id=f"{level}-earlier",
-            level=level,
-            model="fake-model",
-            prompt_tokens=tokens,
-            completion_tokens=0,
-            occurred_at=now,
-            billing=billing,  # type: ignore[arg-type]
-        )
-        harness.store.append(spent.stream_id, [spent.to_record()])
+    _spend(harness.store, "metered", datetime.now(UTC), 1_500_000)
+    _spend(harness.store, "min", datetime.now(UTC), 200_000, billing="subscription")
     holder = SlotClaim("metered-holding", "metered", None, reserved_tokens=200_000)
     assert claim_wave(harness.store, harness.settings, [holder]) == {holder.tick_id}
 

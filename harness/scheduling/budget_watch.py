@@ -120,18 +120,14 @@ class BudgetStatus(BaseModel):
     @computed_field  # type: ignore[prop-decorator]
     @property
     def remaining_usd(self) -> float | None:
-        """USD left after spend (None: no USD limit, or spend without a price)."""
-        if self.limit_usd is None or self.used_usd is None:
-            return None
-        return self.limit_usd - self.used_usd
+        """Billed USD left after spend (None: no USD limit, or spend without a price)."""
+        return _left(self.limit_usd, self.used_usd)
 
     @computed_field  # type: ignore[prop-decorator]
     @property
     def remaining_list_usd(self) -> float | None:
         """List value left after spend (None: no such limit, or spend without a price)."""
-        if self.limit_list_usd is None or self.used_list_usd is None:
-            return None
-        return self.limit_list_usd - self.used_list_usd
+        return _left(self.limit_list_usd, self.used_list_usd)
 
     @computed_field  # type: ignore[prop-decorator]
     @property
@@ -205,6 +201,11 @@ class BudgetStatus(BaseModel):
             format_usd(self.remaining_list_usd) if self.limit_list_usd else "",
         )
         return " / ".join(part for part in parts if part)
+
+
+def _left(limit: float | None, used: float | None) -> float | None:
+    """USD left of a limit (None: no such limit, or spend without a price)."""
+    return None if limit is None or used is None else limit - used
 
 
 def budget_statuses(budgets: Budgets, at: datetime | None = None) -> list[BudgetStatus]:

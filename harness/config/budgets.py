@@ -13,7 +13,8 @@ whole file lives here. The rules, each reported with the entry's path (`budgets.
   pretends to be a control;
 - a budget is *unpayable* when its limit is below what one tick of a level it covers
   reserves (`reserve_tokens`; in USD at the level model's price, where a price is
-  known): every slot of that level would be skipped, at any spend.
+  known; a `usd` limit never holds a level billed on a subscription, `list_usd` does):
+  every slot of that level would be skipped, at any spend.
 
 A level's `daily_token_budget`/`daily_usd_budget` is the entry `level-<name>-daily`
 (scope `level:<name>`, a UTC day, action `stop`) and obeys the same rules.
@@ -109,7 +110,8 @@ def unpayable(
     """Each budget, with its limit's path, that cannot pay one tick of a level it covers.
 
     Token limits always; USD limits only with `usd_of`, at the level's own model (a level
-    routed by a catalog, or an unpriced model, says nothing: its price is not known here).
+    routed by a catalog, or an unpriced model, says nothing: its price is not known here);
+    a `usd` limit (billed) not for a level billed on a subscription, which it never holds.
     """
     every = [*entries, *legacy_budgets(levels)]
     for index, entry in enumerate(every):

@@ -33,6 +33,7 @@ from harness.contracts import (
     RagSettings,
     RateLimitPlan,
     ResultFileError,
+    RouteCandidate,
     TickBudgets,
     TickPayload,
     TokenRates,
@@ -441,7 +442,8 @@ class Preparer:
 
         Today's (UTC) prices, from the catalog the tick was routed by, then `[prices]`,
         then genai-prices: the worker books every call at them without loading a table,
-        and bills it as the level, else its target, says (`billing_of`).
+        and bills it as the level, else its target, says (`billing_of`). The targets its
+        candidates promote to are priced too: a promoted attempt books at its own.
         """
         catalog = routed.catalog if routed else None
         if self._priced is None or self._priced[0] is not catalog:
@@ -456,7 +458,7 @@ class Preparer:
                     book.call_price(c.model, day, c.target),
                     billing_of(config, routed.catalog.targets.get(c.target)),
                 )
-                for c in routed.plan.candidates
+                for c in _with_promotions(routed)
             ]
         return [
             price if billing == price.billing else price.model_copy(update={"billing": billing})
@@ -489,3 +491,15 @@ class Preparer:
     def route(self, level: str, at: datetime) -> Routed | None:
         """The catalog's decision for a tick of `level` at `at` (None: no catalog or lane)."""
         return self.router.route(level, at) if self.router else None
+
+
+def _with_promotions(routed: Routed) -> list[RouteCandidate]:
+    """The route's candidates, then every target a content failure may promote them to."""
+    found = list(routed.plan.candidates)
+    seen = {candidate.target for candidate in found}
+    for candidate in found:  # grows as it goes: a promotion's own promotion is reached too
+        stronger = routed.promotion(candidate.target)
+        if stronger is not None and stronger.target not in seen:
+            seen.add(stronger.target)
+            found.append(stronger)
+    return found

@@ -442,6 +442,22 @@ def test_a_pause_budget_pauses_its_levels_once_per_window_as_budget(
     assert store.read_stream(budget_stream("team-a"))[0].type == BudgetCrossed.type
 
 
+def test_a_pause_budget_on_billed_usd_pauses_the_metered_level_not_the_subscription_one(
+    store: SqlEventStore, tmp_path: Path
+) -> None:
+    """Both levels spent USD 2 of list value; only `hour`'s was billed, passing USD 1."""
+    prices = {"fake-model": PriceOverride(input_per_mtok=1.0, output_per_mtok=1.0)}
+    budget = {"name": "bill", "scope": "global", "usd": 1.0, "action": "pause"}
+    levels = {"min": _level(billing="subscription"), "hour": _level()}
+    settings = _settings(tmp_path, [budget], **levels).model_copy(update={"prices": prices})
+    day = datetime(2026, 12, 1, 9, tzinfo=UTC)
+    _spend(store, "min", day, 2_000_000, billing="subscription")
+    _spend(store, "hour", day, 2_000_000)
+    (crossed,) = BudgetWatch(settings, store, _budgets(settings, store)).poll(day)
+    assert (crossed.used_usd, crossed.levels) == (2.0, ["hour"])
+    assert not store.read_stream(level_stream("min")), "the subscription level runs on"
+
+
 def test_the_service_log_tells_a_budget_crossing_its_pauses_and_a_level_over_budget(
     store: SqlEventStore, tmp_path: Path
 ) -> None:

@@ -179,13 +179,10 @@ class BudgetGuard(HookProvider):
                 f"spent {tally.tokens:,} tokens and holds {reserved:,} more in reservations, "
                 f"of its {rule.tokens:,}"
             )
-        limits = [("list value USD", rule.list_usd, tally.list_usd)]
-        if billing == "api":
-            limits.insert(0, ("billed USD", rule.usd, tally.usd))
         rates = budget.rates.get(budget.reserve_model or "")
-        for unit, limit, spent in limits:
-            if limit is None:
-                continue
+        for kind, limit in rule.usd_limits(billing):
+            spent: float | None = getattr(tally, kind)
+            unit = "billed USD" if kind == "usd" else "list value USD"
             if spent is None or (reserved and rates is None):
                 return f"spent on a model without a price: its {unit} {limit:g} counts as passed"
             total = spent + (rates.cost(reserved, 0) if rates else 0.0)

@@ -129,9 +129,8 @@ def unpayable(
                     "raise the limit or lower the reservation"
                 )
             usd = usd_of(level.model, reserve) if usd_of and level.model else None
-            billed = None if level.billing == "subscription" else rule.usd
-            for unit, limit in (("usd", billed), ("list_usd", rule.list_usd)):
-                if limit is not None and usd is not None and limit < usd:
+            for unit, limit in rule.usd_limits(level.billing or "api"):
+                if usd is not None and limit < usd:
                     yield (
                         f"{_limit_path(index, entry, len(entries), unit)}: "
                         f"budget {entry.name!r} (USD {limit:g}) cannot pay one tick of level "

@@ -22,7 +22,11 @@ from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, field_validator, model_validator
 
+from harness.contracts.pricing import Billing
+
 BudgetWindow = Literal["day", "week", "month", "24h"]
+UsdUnit = Literal["usd", "list_usd"]
+"""A budget's USD limit: on what the spend is billed, or on its list value."""
 BudgetAction = Literal["stop", "pause", "reroute"]
 SCOPE_KINDS = ("level", "target", "provider", "tag")
 SCOPE_PATTERN = r"^(global|(level|target|provider|tag):[^\s:]+)$"
@@ -164,6 +168,17 @@ class BudgetRule:
     targets: frozenset[str] | None
     list_usd: float | None = None
     """The limit on the list value of the spend; `usd` limits what it is billed."""
+
+    def usd_limits(self, billing: Billing) -> list[tuple[UsdUnit, float]]:
+        """The USD limits that hold spend paid for by `billing`, each with its unit.
+
+        What is billed (`usd`) holds `api` spend alone: a subscription adds nothing to it.
+        The list value (`list_usd`) holds any.
+        """
+        limits: list[tuple[UsdUnit, float | None]] = [("list_usd", self.list_usd)]
+        if billing == "api":
+            limits.insert(0, ("usd", self.usd))
+        return [(unit, limit) for unit, limit in limits if limit is not None]
 
     def covers(self, level: str, target: str | None = None) -> bool:
         """Whether spend of `level` on `target` counts against this budget."""

@@ -171,12 +171,8 @@ def within(
     """
     if rule.tokens is not None and spent.tokens + more_tokens > rule.tokens:
         return False
-    limits = [(rule.list_usd, spent.list_usd)]
-    if billing == "api":
-        limits.append((rule.usd, spent.usd))
-    for limit, used in limits:
-        if limit is None:
-            continue
+    for unit, limit in rule.usd_limits(billing):
+        used = getattr(spent, unit)
         if used is None:
             return False
         rate = 0.0

@@ -203,13 +203,9 @@ def _slots_paid(
     if rule.tokens is not None:
         room = rule.tokens - used.tokens - reserved
         fits = max(0, room // tick.tokens) if tick.tokens > 0 else (math.inf if room >= 0 else 0)
-    limits = [(rule.list_usd, used.list_usd)]
-    if billing == "api":
-        limits.append((rule.usd, used.usd))
     day = at.date().isoformat()
-    for limit, usd in limits:
-        if limit is None:
-            continue
+    for unit, limit in rule.usd_limits(billing):
+        usd = getattr(used, unit)
         held = (prices.cost(model, day, -1, reserved, 0) if model else None) if reserved else 0.0
         if usd is None or held is None or tick.usd is None:
             return 0

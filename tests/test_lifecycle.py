@@ -349,7 +349,7 @@ def test_the_in_worker_budget_counts_usd_and_what_the_levels_other_ticks_reserve
     held_back = harness.tick([Step(text="never asked")])
     assert held_back.status == "completed" and held_back.result is not None
     assert held_back.result.stop_reason == "budget", held_back.result
-    assert "USD 150.00 with its reservations, of its USD 100" in held_back.result.text
+    assert "billed USD 150.00 with its reservations, of its billed USD 100" in held_back.result.text
     assert held_back.tick_id not in fake.state.first_request
     assert kinds(harness.store, held_back.tick_id)[-1] == "TickCompleted"
 

@@ -65,9 +65,10 @@ def governor_process(cwd: Path, upstream: str, port: int) -> subprocess.Popen[st
     return process
 
 
-def stop(process: subprocess.Popen[str]) -> None:
+def stop(process: subprocess.Popen[str]) -> str:
+    """Its output, for a failure's message."""
     process.send_signal(signal.SIGTERM)
-    process.communicate(timeout=30)
+    return "".join(process.communicate(timeout=30))
 
 
 @pytest.fixture
@@ -97,13 +98,14 @@ def test_calibration_persists_from_one_governor_process_to_the_next(
         replay(f"http://127.0.0.1:{port}", range(2), 4)
         learned = httpx.get(status_url).json()["calibration"]["corpus-model"]
     finally:
-        stop(first)
+        said = stop(first)
     assert learned["samples"] == 8
     second = governor_process(tmp_path, upstream, port)
     try:
-        assert httpx.get(status_url).json()["calibration"]["corpus-model"] == learned
+        calibration = httpx.get(status_url).json()["calibration"]
     finally:
-        stop(second)
+        said += stop(second)
+    assert calibration.get("corpus-model") == learned, said
 
 
 @pytest.mark.parametrize("words_fake", ["none", "hidden", "llama"], indirect=True)

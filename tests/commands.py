@@ -30,6 +30,7 @@ from harness.devtools.fake_llm import FakeUpstream, Step
 from harness.execution.launchers import end_as_python_would
 from tests.store_support import migrated_sqlite
 from tests.waiting import wait_until
+from workers.providers.tls import ssl_context
 
 TICKWORK = str(Path(sys.executable).with_name("tickwork"))
 
@@ -410,7 +411,7 @@ def serve(
     def answers() -> bool:
         assert process.poll() is None, process.communicate()[0]
         try:
-            httpx.get(f"{url}/", timeout=10)
+            httpx.get(f"{url}/", timeout=10, verify=ssl_context())
         except httpx.TransportError:
             return False
         return True

@@ -18,7 +18,7 @@ from typing import Annotated, Any
 from urllib.parse import parse_qsl
 
 from anyio import to_thread
-from fastapi import APIRouter, Depends, FastAPI, HTTPException, Request
+from fastapi import Depends, FastAPI, HTTPException, Request
 from fastapi.responses import HTMLResponse, JSONResponse, Response
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 from fastapi.staticfiles import StaticFiles
@@ -121,19 +121,19 @@ def create_app(settings: Settings, store: EventStore, manual: ManualTicks) -> Fa
     app.state.exposition = Exposition(app.state.reads)
     app.state.manual = manual
     token = settings.api.token.get_secret_value() if settings.api.token else None
-    guarded = APIRouter(
-        dependencies=[Depends(TokenCheck(token))],
-        responses={401: {"model": Problem, "description": "Missing or wrong bearer token"}},
-    )
+    # Each router straight into the app: every include builds its routes' schemas anew
+    # (61 ms of CPU an app through a router of routers, which built them twice).
+    guard = [Depends(TokenCheck(token))]
+    unauthorized: dict[int | str, dict[str, Any]] = {
+        401: {"model": Problem, "description": "Missing or wrong bearer token"}
+    }
     for router in ROUTERS:
-        guarded.include_router(router)
+        app.include_router(router, dependencies=guard, responses=unauthorized)
 
-    @guarded.get("/openapi.json", include_in_schema=False)
+    @app.get("/openapi.json", include_in_schema=False, dependencies=guard)
     def openapi() -> JSONResponse:
         """The schema, behind the token like the routes it describes."""
         return JSONResponse(app.openapi())
-
-    app.include_router(guarded)
 
     shell = (STATIC / "shell.html").read_text(encoding="utf-8")
     shells = {

@@ -52,6 +52,8 @@ LEDGER = [
     ("2026-11-28", "claude-sonnet-4-5", 550_000, 400_000, 50_000, 20_000),
     ("2026-11-29", "claude-sonnet-4-5", 200_000, 0, 0, 10_000),
 ]
+ON_A_PLAN = ("2026-11-28", "claude-sonnet-4-5", 800_000, 0, 0, 40_000)
+"""Claude Code on a subscription: worth its list price, on no API bill."""
 
 
 @pytest.fixture
@@ -59,7 +61,7 @@ def ledger(tmp_path: Path) -> tuple[Path, SqlEventStore]:
     """A configuration whose store holds LEDGER's calls, the same as the samples' bills."""
     config = write_config(tmp_path, PRICES)
     store = open_store(load_settings(config).store.url)
-    for n, (day, model, prompt, read, write, completion) in enumerate(LEDGER):
+    for n, (day, model, prompt, read, write, completion) in enumerate([*LEDGER, ON_A_PLAN]):
         spent = BudgetSpent(
             tick_id=f"t{n}",
             level="min",
@@ -69,6 +71,7 @@ def ledger(tmp_path: Path) -> tuple[Path, SqlEventStore]:
             cache_read_tokens=read,
             cache_write_tokens=write,
             occurred_at=datetime.fromisoformat(f"{day}T12:00:00+00:00"),
+            billing="subscription" if n == len(LEDGER) else "api",
         )
         store.append(f"tick-t{n}", [spent.to_record()])
     return config, store
@@ -134,7 +137,10 @@ def test_a_day_off_by_3_percent_exits_1_naming_the_day_and_model(
 def test_an_anthropic_export_is_told_by_its_shape_and_reconciles_with_cache_tokens(
     ledger: tuple[Path, SqlEventStore],
 ) -> None:
-    """Cache reads and writes count as input on both sides; a web search names no model."""
+    """Cache reads and writes count as input on both sides; a web search names no model.
+
+    The day's call on a subscription is on no API bill: neither its tokens nor its worth.
+    """
     config, _ = ledger
     files = [str(DATA / "anthropic_usage.json"), str(DATA / "anthropic_costs.json")]
     done = reconcile(config, *files, "--json")

@@ -208,8 +208,8 @@ def spend(
         typer.Option(
             help="Group by level, model, day, template (the prompt's version, a hash "
             "of its template; empty for spend that has none), target (the catalog "
-            "target; empty for none) and/or tag (the levels' `tags`; a level with two "
-            "counts in both). Repeatable."
+            "target; empty for none), billing (api or subscription) and/or tag (the "
+            "levels' `tags`; a level with two counts in both). Repeatable."
         ),
     ] = None,
     since: Annotated[

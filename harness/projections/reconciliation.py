@@ -4,7 +4,9 @@ The ledger's side is the spend read model's per-day sums over the bill's days al
 (`spend_report`, its day range closed): a reconciliation costs its window, not the
 history. Only the model families the bill names are compared, since the ledger also
 holds other providers' models (and local ones) that this bill cannot speak for; a
-family the ledger booked on a day the bill has nothing for is compared with 0.
+family the ledger booked on a day the bill has nothing for is compared with 0. Calls paid
+for by a subscription (`billing = "subscription"`) are on no API bill: their tokens and
+list value stay out, and the ledger's USD is what it billed.
 
 The last reconciliation of each provider is a `ReconciliationChecked` in the provider's
 stream, read back in one row for `/metrics`.
@@ -20,7 +22,7 @@ from decimal import Decimal
 from harness.contracts import DriftRow, ReconciliationChecked, decode, reconciliation_stream
 from harness.prices import PriceBook
 from harness.projections.bills import Bill, model_family
-from harness.projections.spend import spend_report
+from harness.projections.spend import GroupBy, spend_report
 from harness.store import EventStore
 
 
@@ -68,16 +70,17 @@ def reconcile(store: EventStore, prices: PriceBook, bill: Bill, tolerance: float
     """The bill's days and models beside the ledger's, priced by `prices`."""
     families = {family for _, family in bill.rows}
     with store.read_transaction() as conn:
-        spent = spend_report(conn, prices, ["day", "model"], bill.first_day, bill.last_day)
+        by: list[GroupBy] = ["day", "model", "billing"]
+        spent = spend_report(conn, prices, by, bill.first_day, bill.last_day)
     ledger: dict[tuple[str, str], tuple[int, float | None]] = {}
     for row in spent:
         family = model_family(row.group["model"])
-        if family not in families:
+        if family not in families or row.group["billing"] == "subscription":
             continue
         key = (row.group["day"], family)
         tokens, usd = ledger.get(key, (0, 0.0))
         more = row.prompt_tokens + row.completion_tokens
-        priced = None if usd is None or row.cost_usd is None else usd + row.cost_usd
+        priced = None if usd is None or row.billed_usd is None else usd + row.billed_usd
         ledger[key] = (tokens + more, priced)
     keys = {(day.isoformat(), family) for day, family in bill.rows} | set(ledger)
     rows = [_row(bill, day, family, *ledger.get((day, family), (0, 0.0))) for day, family in keys]

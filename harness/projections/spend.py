@@ -75,7 +75,7 @@ SUMS = (
 BOOKED = ("cache_write_1h_tokens", "web_search_requests", "booked_nusd")
 """The spend read model's sums beyond those it shares with the tick spend model."""
 
-GroupBy = Literal["level", "model", "day", "template", "target"]
+GroupBy = Literal["level", "model", "day", "template", "target", "billing"]
 """What a spend report groups by; `template` is the prompt template's hash."""
 GROUPS: tuple[GroupBy, ...] = get_args(GroupBy)
 _COLUMN_OF = {"template": "template_hash"}

@@ -16,8 +16,9 @@ router = APIRouter(tags=["spend"])
 SpendGroups = Annotated[
     list[ReportGroup] | None,
     Query(
-        description="level, model, day, template (the prompt's version) and/or tag (the "
-        "levels' `tags`; a level with two counts in both)."
+        description="level, model, day, template (the prompt's version), target, billing "
+        "(api or subscription) and/or tag (the levels' `tags`; a level with two counts in "
+        "both)."
     ),
 ]
 

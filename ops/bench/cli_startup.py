@@ -42,7 +42,7 @@ from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
-from machine import describe
+from machine import cached_bytecode, describe
 
 from harness.cli.status_command import BLOCKS_VERSION
 from harness.config import load_settings, service_socket
@@ -67,13 +67,6 @@ def tickwork_command(venv: Path | None = None) -> list[str]:
         return [str(venv / "bin" / "tickwork")]
     script = Path(sys.executable).with_name("tickwork")
     return [str(script)] if script.exists() else [shutil.which("tickwork") or "tickwork"]
-
-
-def cached_bytecode(cache: Path) -> dict[str, str]:
-    """The environment of the measured commands: bytecode written to and read from `cache`."""
-    environment = {**os.environ, "PYTHONPYCACHEPREFIX": str(cache)}
-    environment.pop("PYTHONDONTWRITEBYTECODE", None)
-    return environment
 
 
 def run(command: list[str], folder: Path, environment: dict[str, str]) -> tuple[float, float]:

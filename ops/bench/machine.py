@@ -76,3 +76,14 @@ def tree_peaks_mib(child: subprocess.Popen[Any]) -> tuple[float, float]:
             tree = max(tree, total)
         time.sleep(HWM_POLL_SECONDS)
     return own / 2**20, tree / 2**20
+
+
+def cached_bytecode(cache: Path) -> dict[str, str]:
+    """The environment of measured commands: bytecode written to and read from `cache`.
+
+    As an installed wheel's is. Under `PYTHONDONTWRITEBYTECODE` (set in some shells) a
+    source tree without `__pycache__` compiles every module it imports on every run.
+    """
+    environment = {**os.environ, "PYTHONPYCACHEPREFIX": str(cache)}
+    environment.pop("PYTHONDONTWRITEBYTECODE", None)
+    return environment

@@ -835,19 +835,23 @@ def nul_paths(data: Any, loc: tuple[str | int, ...] = ()) -> Iterator[str]:
 
     Names and text from a file end up in events and read models, and PostgreSQL's text
     cannot hold a NUL: a model id with one stops the spend read model on every replica
-    at the first call's BudgetSpent, rather than the load.
+    at the first call's BudgetSpent, rather than the load. A path is written only for a
+    NUL found: a file of 1,000 levels has some 5,000 values.
     """
-    here = ".".join(str(part) for part in loc) or "(top level)"
     if isinstance(data, str) and "\0" in data:
-        yield here
+        yield _dotted(loc)
     elif isinstance(data, dict):
         for key, value in data.items():
             if "\0" in str(key):
-                yield f"{here}: a key"
+                yield f"{_dotted(loc)}: a key"
             yield from nul_paths(value, (*loc, str(key).replace("\0", "\\0")))
     elif isinstance(data, list):
         for index, value in enumerate(data):
             yield from nul_paths(value, (*loc, index))
+
+
+def _dotted(loc: tuple[str | int, ...]) -> str:
+    return ".".join(str(part) for part in loc) or "(top level)"
 
 
 def read_toml(path: Path, what: str) -> dict[str, Any]:

@@ -9,9 +9,12 @@ model for the configured budgets and caches the bytecode, as an installed wheel'
 each run's wall and CPU time and what it forecast, and the median CPU. The goal: under
 a second. `--against` runs another build's `tickwork` (another virtualenv) on the same
 store, its runs alternating with this build's so a change of load hits both alike.
+`--instructions` counts each build's instructions in one more run (valgrind's callgrind):
+on a shared machine the CPU time of a run moves by a third with the load, the count not.
 
     nice -n 5 .venv/bin/python ops/bench/backfill_forecast_bench.py [--levels 1000]
         [--days 7] [--per-day 24] [--slots 10000] [--runs 3] [--against OTHER_VENV]
+        [--instructions]
 """
 
 from __future__ import annotations
@@ -29,7 +32,7 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
-from machine import cached_bytecode, describe
+from machine import cached_bytecode, describe, instructions
 from service_config import write_config
 
 from harness.contracts import BudgetSpent, NewEvent, TickCompleted, TickScheduled, TickStarted
@@ -138,6 +141,7 @@ def main() -> None:
     parser.add_argument(
         "--against", type=Path, help="Another build's virtualenv to time side by side."
     )
+    parser.add_argument("--instructions", action="store_true", help="Count them too.")
     args = parser.parse_args()
     print(describe())
     print(f"load average before: {' '.join(f'{x:.2f}' for x in os.getloadavg())}")
@@ -184,6 +188,10 @@ def main() -> None:
                 )
         for name, used in cpus.items():
             print(f"{name}: CPU median {statistics.median(used):.2f} s ({args.runs} runs)")
+        if args.instructions:
+            for name, tickwork in builds.items():
+                counted = instructions([str(tickwork), *arguments], root, env)
+                print(f"{name}: {counted:,} instructions (callgrind)")
     print(f"load average after: {' '.join(f'{x:.2f}' for x in os.getloadavg())}")
 
 

@@ -43,7 +43,7 @@ from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
-from machine import cached_bytecode, describe
+from machine import cached_bytecode, describe, instructions
 
 from harness.cli.status_command import BLOCKS_VERSION
 from harness.config import load_settings, service_socket
@@ -103,14 +103,6 @@ def unmeasured_status(
     """`status` once per build: the read models fold what is new, the bytecode is cached."""
     for tickwork in builds.values():
         run([*tickwork, "status"], folder, environment)
-
-
-def instructions(command: list[str], folder: Path, environment: dict[str, str]) -> int:
-    """The instructions one run of `command` executes (valgrind's callgrind)."""
-    callgrind = ["valgrind", "--tool=callgrind", "--callgrind-out-file=/dev/null"]
-    report = stderr_of([*callgrind, *command], folder, environment)
-    count = next(line for line in report.splitlines() if "Collected :" in line)
-    return int(count.split()[-1])
 
 
 def percentile_90(values: list[float]) -> float:

@@ -415,6 +415,8 @@ def test_spend_groups_by_level_model_and_day(api: Api, tmp_path: Path) -> None:
             "unpriced_calls": 1,
             "price_sources": [f"genai-prices@{version('genai-prices')}", "unpriced"],
             "priced_when_read": 2,
+            "billed_usd": None,
+            "subscription_calls": 0,
         }
     ]
 
@@ -733,6 +735,12 @@ def test_metrics_after_real_ticks(tmp_path: Path, fake: FakeUpstream) -> None:
     slot = fired - timedelta(seconds=50)
     late = TickScheduled(tick_id="min-late", level="min", slot=slot, fire_at=fired)
     record(harness.store, late)
+    on_plan = {"prompt_tokens": 100, "completion_tokens": 10, "price_source": "catalog:plan"}
+    for billing, cost in (("subscription", 0.25), ("api", 0.5)):
+        plan = BudgetSpent(
+            tick_id="min-plan", level="min", model="plan-model", cost_usd=cost, **on_plan
+        )
+        record(harness.store, plan.model_copy(update={"billing": billing}))
 
     with serving(harness.settings, harness.store) as http:
         seen = metrics(http)
@@ -749,6 +757,9 @@ def test_metrics_after_real_ticks(tmp_path: Path, fake: FakeUpstream) -> None:
         e.data["prompt_tokens"] for e in spent
     )
     assert seen[("tickwork_model_calls_total", (*level, ("model", model)))] == len(spent)
+    on_plan_model = (*level, ("model", "plan-model"))
+    assert seen[("tickwork_cost_usd_total", on_plan_model)] == 0.75, "list value"
+    assert seen[("tickwork_billed_usd_total", on_plan_model)] == 0.5, "billed: api only"
     assert seen[("tickwork_tool_cap_hits_total", level)] == 1
     assert seen[("tickwork_tool_calls_cancelled_total", level)] == 1
     assert seen[("tickwork_ticks_in_flight", (*level, ("state", "queued")))] == 1

@@ -13,12 +13,14 @@ import pytest
 from harness.config import (
     ConfigError,
     LevelConfig,
+    PriceOverride,
     RoutingConfig,
     RunnerConfig,
     Settings,
     load_settings,
 )
 from harness.contracts import (
+    Billing,
     BudgetCrossed,
     BudgetProjected,
     BudgetSpent,
@@ -76,7 +78,14 @@ def _settings(tmp_path: Path, budgets: list[dict[str, Any]], **levels: LevelConf
     )
 
 
-def _spend(store: EventStore, level: str, at: datetime, tokens: int, n: int = 0) -> None:
+def _spend(
+    store: EventStore,
+    level: str,
+    at: datetime,
+    tokens: int,
+    n: int = 0,
+    billing: Billing = "api",
+) -> None:
     spent = BudgetSpent(
         tick_id=f"{level}-{at:%Y%m%d%H%M}-{n}",
         level=level,
@@ -84,6 +93,7 @@ def _spend(store: EventStore, level: str, at: datetime, tokens: int, n: int = 0)
         prompt_tokens=tokens,
         completion_tokens=0,
         occurred_at=at,
+        billing=billing,
     )
     store.append(spent.stream_id, [spent.to_record()])
 
@@ -99,6 +109,8 @@ BAD = [
     ('scope = "team:a"\ntokens = 5', "budgets.0.scope: must match the pattern"),
     ('scope = "global"\ntokens = 0', "budgets.0.tokens: must be greater than 0"),
     ('scope = "global"\nusd = -1.5', "budgets.0.usd: must be greater than 0"),
+    ('scope = "global"\nlist_usd = 0', "budgets.0.list_usd: must be greater than 0"),
+    ('scope = "global"\nlist_usd = "lots"', "budgets.0.list_usd: must be a valid number"),
     ('scope = "global"', "budgets.0: a budget needs a limit"),
     ('scope = "global"\ntokens = 5\naction = "reroute"', "action 'reroute' needs a 'target:'"),
     ('scope = "target:gpu"\ntokens = 5\naction = "pause"', "action 'pause' pauses levels"),
@@ -430,6 +442,22 @@ def test_a_pause_budget_pauses_its_levels_once_per_window_as_budget(
     assert store.read_stream(budget_stream("team-a"))[0].type == BudgetCrossed.type
 
 
+def test_a_pause_budget_on_billed_usd_pauses_the_metered_level_not_the_subscription_one(
+    store: SqlEventStore, tmp_path: Path
+) -> None:
+    """Both levels spent USD 2 of list value; only `hour`'s was billed, passing USD 1."""
+    prices = {"fake-model": PriceOverride(input_per_mtok=1.0, output_per_mtok=1.0)}
+    budget = {"name": "bill", "scope": "global", "usd": 1.0, "action": "pause"}
+    levels = {"min": _level(billing="subscription"), "hour": _level()}
+    settings = _settings(tmp_path, [budget], **levels).model_copy(update={"prices": prices})
+    day = datetime(2026, 12, 1, 9, tzinfo=UTC)
+    _spend(store, "min", day, 2_000_000, billing="subscription")
+    _spend(store, "hour", day, 2_000_000)
+    (crossed,) = BudgetWatch(settings, store, _budgets(settings, store)).poll(day)
+    assert (crossed.used_usd, crossed.levels) == (2.0, ["hour"])
+    assert not store.read_stream(level_stream("min")), "the subscription level runs on"
+
+
 def test_the_service_log_tells_a_budget_crossing_its_pauses_and_a_level_over_budget(
     store: SqlEventStore, tmp_path: Path
 ) -> None:
@@ -486,6 +514,45 @@ def test_a_stop_budget_skips_slots_and_stops_a_tick_before_its_next_call(
     assert outcome.result is not None and outcome.result.stop_reason == "budget", outcome
     assert "budget everything (global, day)" in outcome.result.text
     assert outcome.tick_id not in fake.state.first_request
+
+
+@pytest.mark.parametrize(
+    ("limit", "usd", "stopped"), [("usd", 1.0, False), ("list_usd", 1.8, True)]
+)
+def test_a_list_usd_budget_stops_a_subscription_level_and_a_usd_budget_does_not(
+    tmp_path: Path, fake: FakeUpstream, limit: str, usd: float, stopped: bool
+) -> None:
+    """A subscription level: a limit on what is billed never holds it, one on list value does.
+
+    It adds nothing to the bill, so not even a billed limit the other levels' bill has
+    passed holds it. At USD 1 a million tokens, a metered level's 1.5M tokens are billed
+    USD 1.5; this level's own 0.2M are worth USD 0.2 and billed nothing; a tick in flight
+    holds 0.2M more. The USD 1 billed limit is passed and holds nothing here; the USD 1.8
+    list value limit is passed with the reservation, by which the scheduler refuses a
+    slot and the tick's worker stops before its first call.
+    """
+    harness = Harness(tmp_path, fake, rag=False, reserve_tokens=0, billing="subscription")
+    budget = BudgetEntry(name="team", scope="global", **{limit: usd})
+    prices = {"fake-model": PriceOverride(input_per_mtok=1.0, output_per_mtok=1.0)}
+    harness.settings = harness.settings.model_copy(update={"budgets": [budget], "prices": prices})
+    harness.preparer = Preparer(harness.settings, harness.store, env=harness.runner.env)
+    harness.runner = Runner(harness.settings, harness.store, env=harness.runner.env)
+    _spend(harness.store, "metered", datetime.now(UTC), 1_500_000)
+    _spend(harness.store, "min", datetime.now(UTC), 200_000, billing="subscription")
+    holder = SlotClaim("metered-holding", "metered", None, reserved_tokens=200_000)
+    assert claim_wave(harness.store, harness.settings, [holder]) == {holder.tick_id}
+
+    budgets = _budgets(harness.settings, harness.store)
+    check = budgets.try_reserve("min", "min-next", budgets.held())
+    assert (check.allowed, check.spent_usd, check.spent_list_usd) == (not stopped, 1.5, 1.7)
+    outcome = harness.tick([Step(text="Nothing paged.")])
+    assert outcome.result is not None, outcome
+    assert (outcome.tick_id in fake.state.first_request) is not stopped
+    if stopped:
+        assert outcome.result.stop_reason == "budget", outcome
+        assert "reached list value USD 1.90 with its reservations" in outcome.result.text
+    else:
+        assert outcome.result.text == "Nothing paged.", outcome
 
 
 def test_a_reroute_budget_makes_the_lane_pass_over_its_spent_target(

@@ -194,10 +194,10 @@ def test_every_call_a_killed_attempt_left_open_is_booked_once_and_a_refused_one_
     """Calls are paired by number, not by order.
 
     An agent CLI can send a call before the one before it is booked, so the last start is
-    not the only one that may be open.
+    not the only one that may be open. Each is billed as its start says its target bills.
     """
     store = open_store(migrated_sqlite(tmp_path))
-    booking = CallBooking("t1", "min")
+    booking = CallBooking("t1", "min", billing={"plan": "subscription"})
     refused = Refusal("Http429", "infrastructure", "the upstream rate-limited the tick (429)")
     killed = TickAttemptFailed(
         tick_id="t1",
@@ -217,15 +217,15 @@ def test_every_call_a_killed_attempt_left_open_is_booked_once_and_a_refused_one_
         booking.started(1, "m", 300),
         booking.started(2, "m", 400),
         *booking.ended(CallFacts(model="m", call=1, prompt_tokens=310, completion_tokens=5)),
-        booking.started(3, "m", 500),
+        booking.started(3, "m", 500, target="plan"),
     ]
     store.append("tick-t1", [e.to_record() for e in first_attempt + second_attempt])
     events = store.read_stream("tick-t1")
 
     booked = cut_off_calls(events, PriceBook())
-    assert [(b.prompt_tokens, b.estimated, b.source) for b in booked] == [
-        (400, True, "runner"),
-        (500, True, "runner"),
+    assert [(b.prompt_tokens, b.estimated, b.source, b.billing) for b in booked] == [
+        (400, True, "runner", "api"),
+        (500, True, "runner", "subscription"),
     ]
     again = cut_off_calls(events, PriceBook())
     assert [b.event_id for b in again] == [b.event_id for b in booked], "one id per call"

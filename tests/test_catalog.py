@@ -70,6 +70,10 @@ RULES = [
     (_set("schema_version", 2), "schema_version: must be 1"),
     (_set("timezone", "Mars/Olympus"), "timezone: 'Mars/Olympus' is not an IANA"),
     (_set("targets.mini.execution_class", "edge"), "targets.mini.execution_class: must be"),
+    (
+        _set("targets.mini.billing", "plan"),
+        "targets.mini.billing: must be 'api' or 'subscription'",
+    ),
     (_set("targets.mini.api_key_env", "sk-live-123"), "targets.mini.api_key_env: must match"),
     (_set("targets.mini.base_url_env", "URL"), "targets.mini: set exactly one of 'base_url'"),
     (_set("targets.local.base_url_env", ...), "targets.local: set exactly one of 'base_url'"),

@@ -59,6 +59,10 @@ def test_environment_wins_over_the_file(monkeypatch: pytest.MonkeyPatch, tmp_pat
         ('[levels.min]\nevery = "1m"\noverlap = "queue"\n', "levels.min.overlap"),
         ('[levels.min]\nevery = "1m"\napi = "bedrock"\n', "levels.min.api: must be"),
         (
+            '[levels.min]\nevery = "1m"\nbilling = "plan"\n',
+            "levels.min.billing: must be 'api' or 'subscription'",
+        ),
+        (
             '[levels.min]\nevery = "1m"\napi = "ollama"\neffort = "max"\n',
             "levels.min: effort 'max' is not one ollama takes",
         ),

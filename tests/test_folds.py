@@ -79,7 +79,7 @@ def test_a_worker_gets_the_store_password_over_its_pipe_never_in_argv_or_environ
     finally:
         store.close()
     assert folded == 6
-    key = ("min", "gpt-4o-mini", "2026-11-30", 0, "", "", "")
+    key = ("min", "gpt-4o-mini", "2026-11-30", 0, "", "", "", "api")
     assert sums == {key: [15_000, 6, 0, 0, 6, 0, 0, 0, 0]}
 
 

@@ -327,20 +327,29 @@ SPEND_ROW = "'min', 'm', '2026-11-30', 0, 100, 10, 0, 0, 1, 0"
 
 @pytest.mark.parametrize("backend", ["sqlite", "postgresql"])
 @pytest.mark.parametrize(
-    ("before", "after", "column", "row", "sums"),
+    ("before", "after", "column", "row", "sums", "filled"),
     [
-        ("0008", "0009", "template_hash", SPEND_ROW, ""),
-        ("0028", "0029", "target", f"{SPEND_ROW}, ''", ""),
-        ("0030", "0031", "price_source", f"{SPEND_ROW}, '', ''", ", 0, 0, 0"),
+        ("0008", "0009", "template_hash", SPEND_ROW, "", ""),
+        ("0028", "0029", "target", f"{SPEND_ROW}, ''", "", ""),
+        ("0030", "0031", "price_source", f"{SPEND_ROW}, '', ''", ", 0, 0, 0", ""),
+        ("0032", "0033", "billing", f"{SPEND_ROW}, '', '', '', 0, 0, 7", "", "api"),
     ],
 )
-def test_a_column_joining_the_spend_key_is_empty_before_and_a_downgrade_adds_it_up(
-    backend: str, before: str, after: str, column: str, row: str, sums: str, sqlite_url: str
+def test_a_column_joining_the_spend_key_is_filled_as_a_rebuild_would_and_a_downgrade_adds_it_up(
+    backend: str,
+    before: str,
+    after: str,
+    column: str,
+    row: str,
+    sums: str,
+    filled: str,
+    sqlite_url: str,
 ) -> None:
-    """Spend folded before a key column joined has "" in it, as a rebuild of its events gives.
+    """Spend folded before a key column joined has what a rebuild of its events gives.
 
-    No template (0009), no target (0029), no booked price source (0031). `sums`: the
-    values of the sums a revision adds after the column.
+    No template (0009), no target (0029), no booked price source (0031): ""; billed on
+    `api` (0033), as all spend was before billing was recorded. `sums`: the values of the
+    sums a revision adds after the column.
     """
     with nullcontext(sqlite_url) if backend == "sqlite" else fresh_pg_database() as url:
         engine = create_store_engine(url)
@@ -349,7 +358,7 @@ def test_a_column_joining_the_spend_key_is_empty_before_and_a_downgrade_adds_it_
             conn.execute(sa.text(f"INSERT INTO spend_daily VALUES ({row})"))
         upgrade(engine, after)
         with engine.begin() as conn:
-            assert conn.execute(sa.text(f"SELECT {column} FROM spend_daily")).all() == [("",)]
+            assert conn.execute(sa.text(f"SELECT {column} FROM spend_daily")).all() == [(filled,)]
             conn.execute(sa.text(f"INSERT INTO spend_daily VALUES ({row}, 'abc'{sums})"))
         downgrade(engine, before)
         with engine.connect() as conn:

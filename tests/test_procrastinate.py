@@ -36,12 +36,10 @@ from harness.config import (
 from harness.contracts.events import TERMINAL_TYPES, THROTTLE_STREAM, StartsSpaced
 from harness.devtools.fake_llm import Step
 from harness.execution.executors.procrastinate import (
-    MIGRATIONS,
     Locks,
     ProcrastinateExecutor,
     WorkerExecutor,
     WorkerRunner,
-    apply_schema,
     defer,
     jobs_in,
 )
@@ -51,9 +49,11 @@ from harness.projections import projector_for
 from harness.scheduling.reconcile import reconcile
 from harness.scheduling.waves import SlotClaim, claim_wave
 from harness.store import (
+    PROCRASTINATE_MIGRATIONS,
     SqlEventStore,
     StoredEvent,
     StoreUnavailableError,
+    apply_procrastinate_schema,
     conninfo,
     migrate_store,
     open_store,
@@ -80,7 +80,7 @@ def on_procrastinate(**levels: LevelConfig) -> Iterator[tuple[SqlEventStore, Set
     with fresh_pg_database() as url:
         migrate_store(url)
         store = open_store(url)
-        apply_schema(store)
+        apply_procrastinate_schema(store)
         executor = ExecutorConfig(kind="procrastinate")
         yield store, Settings(store=StoreConfig(url=url), executor=executor, levels=levels)
         store.close()
@@ -120,7 +120,8 @@ def test_tickwork_migrate_upgrades_an_older_procrastinate_schema(tmp_path: Path)
     One of procrastinate 3.2 (its migrations up to 03.02), and one tickwork set up before
     it marked versions; both then equal a fresh one.
     """
-    older = [m for m in MIGRATIONS if m.stem < "03.03"]
+    older = [m for m in PROCRASTINATE_MIGRATIONS if m.stem < "03.03"]
+    latest = PROCRASTINATE_MIGRATIONS[-1].stem
     catalogs = []
     with fake_server([]) as fake:
         for name, steps in (("older", older), ("unmarked", None)):
@@ -148,15 +149,15 @@ def test_tickwork_migrate_upgrades_an_older_procrastinate_schema(tmp_path: Path)
                 config = write_config(tmp_path / name, EXECUTOR.format(stalled=30), store_url=url)
                 migrated = forked_cli("migrate", config, fake)
                 assert migrated.returncode == 0, migrated.stderr
-                was = older[-1].stem if steps else f"already at {MIGRATIONS[-1].stem}"
-                expected = f"{was} -> {MIGRATIONS[-1].stem}" if steps else was
+                was = older[-1].stem if steps else f"already at {latest}"
+                expected = f"{was} -> {latest}" if steps else was
                 assert f"procrastinate's schema {expected}" in migrated.stdout, migrated.stdout
                 again = forked_cli("migrate", config, fake)
-                assert f"schema already at {MIGRATIONS[-1].stem}" in again.stdout, again.stdout
+                assert f"schema already at {latest}" in again.stdout, again.stdout
                 catalogs.append(_procrastinate_catalog(url))
         with fresh_pg_database() as url:
             migrate_store(url)
-            apply_schema(open_store(url))
+            apply_procrastinate_schema(open_store(url))
             fresh = _procrastinate_catalog(url)
     assert catalogs == [fresh, fresh]
 
@@ -166,7 +167,7 @@ def test_a_claim_gets_one_job_however_often_it_is_deferred_and_one_take(tmp_path
     with fresh_pg_database() as url:
         migrate_store(url)
         store = open_store(url)
-        assert apply_schema(store) == (None, MIGRATIONS[-1].stem)
+        assert apply_procrastinate_schema(store) == (None, PROCRASTINATE_MIGRATIONS[-1].stem)
         settings = Settings(
             store=StoreConfig(url=url),
             executor=ExecutorConfig(kind="procrastinate"),
@@ -178,6 +179,8 @@ def test_a_claim_gets_one_job_however_often_it_is_deferred_and_one_take(tmp_path
         locks = Locks(settings)
         assert defer(store, settings, locks, claims[:2]) == ["capped-0", "capped-1"]
         assert defer(store, settings, locks, claims[:2]) == [], "a retried defer"
+        assert defer(store, settings, locks, claims[:1]) == []
+        assert locks.next("capped") == "tickwork:capped:0", "a tick with its job took a turn"
         scheduler = ProcrastinateExecutor(settings, store, None, None, print)  # type: ignore[arg-type]
         assert scheduler.abandoned("capped-2", "capped"), "a claim whose scheduler died"
         assert scheduler.abandoned("capped-2", "capped") is None

@@ -277,6 +277,7 @@ def _spent_on(level: str, day: date, template_hash: str) -> dict[str, Any]:
         "template_hash": template_hash,
         "target": "",
         "price_source": "",
+        "billing": "api",
     }
 
 

@@ -4,7 +4,8 @@
 the card; `tickwork projections rebuild --reprice` rewrites the spend read model under
 today's prices. Both are checked against sums worked out here, call by call, from the
 events themselves; neither changes an event. Spend booked before calls were priced as
-they were booked still reads, priced when read and counted as such.
+they were booked still reads, priced when read and counted as such. Beside what calls
+are worth, what they were billed: nothing for a call on a subscription.
 """
 
 from __future__ import annotations
@@ -16,9 +17,12 @@ from pathlib import Path
 import pytest
 
 from harness.contracts import BudgetSpent
+from harness.devtools.fake_llm import FakeUpstream, Step
+from harness.prices import format_usd
 from harness.store import open_store
 from tests.commands import forked, forked_each, write_config
 from tests.store_support import migrated_sqlite
+from tests.test_routing import Routed, of_type, target, write_catalog
 
 OCTOBER = range(1, 32)
 CONFIG_PRICES = '[prices."m-a"]\ninput_per_mtok = 2.0\noutput_per_mtok = 4.0\n'
@@ -144,3 +148,122 @@ def test_a_month_repriced_under_a_card_and_rebuilt_under_todays_prices_matches_t
     assert rows["m-b"]["cost_usd"] == pytest.approx(sum(map(card_cost, of["m-b"])), rel=1e-9)
     assert rows["m-b"]["price_sources"] == ["config"]
     assert logged_after.stdout == logged.stdout, "no event changed"
+
+
+PLAN = {"input_per_mtok": 2.0, "output_per_mtok": 4.0}
+
+
+def test_a_subscription_tick_books_its_list_value_and_is_billed_nothing(
+    tmp_path: Path, sqlite_url: str, fake: FakeUpstream
+) -> None:
+    """A target on a plan: its calls keep their tokens and list value, and add 0 to the bill.
+
+    The level's own `billing` wins over its target's.
+    """
+    plan = {**target(fake.url, "plan-model"), "prices": PLAN, "billing": "subscription"}
+    catalog = write_catalog(tmp_path / "catalog.json", {"plan": plan}, ["plan"])
+    outcome, events = Routed(tmp_path, sqlite_url, catalog).tick(fake, [Step(text="Quiet.")])
+    assert outcome.status == "completed", outcome.reason
+    (started,) = of_type(events, "ModelCallStarted")
+    (spent,) = of_type(events, "BudgetSpent")
+    worth = (spent["prompt_tokens"] * 2.0 + spent["completion_tokens"] * 4.0) / 1e6
+    assert spent["prompt_tokens"] > 0 and spent["completion_tokens"] > 0
+    assert (spent["billing"], started["billing"]) == ("subscription", "subscription")
+    assert spent["cost_usd"] == pytest.approx(worth, rel=1e-12)
+    assert spent["price_source"] == "catalog:plan"
+
+    write_config(tmp_path, f'[routing]\ncatalog = "{catalog}"\n', store_url=sqlite_url)
+    report = ["spend", "--by", "target", "--since", "2020-01-01"]
+    as_json, table, shown = forked_each(
+        tmp_path, [[*report, "--json"], report, ["show", outcome.tick_id, "--spend", "--json"]]
+    )
+    assert as_json.returncode == 0, as_json.stderr
+    (row,) = json.loads(as_json.stdout)
+    assert row["group"] == {"target": "plan"}
+    assert row["cost_usd"] == pytest.approx(worth, rel=1e-9)
+    assert (row["billed_usd"], row["subscription_calls"]) == (0.0, 1)
+    heading, line, *_ = (line.split() for line in table.stdout.splitlines())
+    assert heading[5:9] == ["list", "USD", "billed", "USD"], table.stdout
+    assert line[:1] + line[5:7] == ["plan", format_usd(worth), "0.00"], table.stdout
+    (call,) = json.loads(shown.stdout)["calls"]
+    assert (call["billing"], call["billed_usd"]) == ("subscription", 0.0)
+    assert call["usd"] == pytest.approx(worth, rel=1e-12)
+
+    metered = Routed(tmp_path, sqlite_url, catalog, billing="api").preparer.prepare("min")
+    assert [price.billing for price in metered.payload.prices] == ["api"]
+
+
+def test_billed_and_list_usd_are_rebuilt_from_the_events_and_repriced_apart(
+    tmp_path: Path,
+) -> None:
+    """List value and billed USD per row, whatever priced the calls.
+
+    As booked, priced when read, rebuilt from zero, repriced under today's prices or
+    under a card. Spend recorded before billing was is billed as `api`.
+    """
+    at = datetime(2026, 10, 5, 12, tzinfo=UTC)
+    common = {"level": "min", "model": "m-a", "occurred_at": at}
+    booked = {"price_source": "config"}
+    spent = [
+        BudgetSpent(
+            **common,
+            tick_id="t1",
+            prompt_tokens=1_000,
+            completion_tokens=100,
+            cost_usd=0.0012,
+            **booked,
+        ),
+        BudgetSpent(
+            **common,
+            tick_id="t2",
+            prompt_tokens=2_000,
+            completion_tokens=200,
+            cost_usd=0.0024,
+            billing="subscription",
+            **booked,
+        ),
+        BudgetSpent(
+            **common,
+            tick_id="t3",
+            prompt_tokens=3_000,
+            completion_tokens=300,
+            billing="subscription",
+        ),
+        BudgetSpent(**common, tick_id="t4", prompt_tokens=500, completion_tokens=50),
+    ]
+    records = [event.to_record() for event in spent]
+    del records[3].data["billing"]  # recorded before tickwork kept billing
+    url = migrated_sqlite(tmp_path)
+    write_config(tmp_path, CONFIG_PRICES, store_url=url)
+    (tmp_path / "card.toml").write_text(CARD)
+    store = open_store(url)
+    store.append("spend-billing", records)
+    store.close()
+    report = ["spend", "--since", "2026-10-01", "--json"]
+
+    def figures(output: str) -> tuple[float, float]:
+        (row,) = json.loads(output)
+        return row["cost_usd"], row["billed_usd"]
+
+    (folded,) = forked_each(tmp_path, [report])
+    # Today's [prices] price t3 and t4 (booked unpriced) at 2 and 4 per million.
+    now_priced = {"t3": (3_000 * 2.0 + 300 * 4.0) / 1e6, "t4": (500 * 2.0 + 50 * 4.0) / 1e6}
+    assert figures(folded.stdout) == pytest.approx(
+        (0.0012 + 0.0024 + now_priced["t3"] + now_priced["t4"], 0.0012 + now_priced["t4"])
+    )
+    rebuilt = forked(tmp_path, "projections", "rebuild", "spend")
+    (again,) = forked_each(tmp_path, [report])
+    assert rebuilt.returncode == 0, rebuilt.stderr
+    assert json.loads(again.stdout) == json.loads(folded.stdout)
+
+    today = {s.tick_id: (s.prompt_tokens * 2.0 + s.completion_tokens * 4.0) / 1e6 for s in spent}
+    card = {s.tick_id: (s.prompt_tokens * 3.0 + s.completion_tokens * 6.0) / 1e6 for s in spent}
+    assert forked(tmp_path, "projections", "rebuild", "spend", "--reprice").returncode == 0
+    repriced, under = forked_each(tmp_path, [report, [*report, "--prices", "card.toml"]])
+    assert figures(repriced.stdout) == pytest.approx(
+        (sum(today.values()), today["t1"] + today["t4"])
+    )
+    (row,) = json.loads(under.stdout)
+    assert (row["card_usd"], row["card_billed_usd"]) == pytest.approx(
+        (sum(card.values()), card["t1"] + card["t4"])
+    )

@@ -471,7 +471,8 @@ def test_a_target_answers_a_self_check_before_it_first_runs_and_after_it_was_dow
 def test_content_failures_promote_to_the_stronger_target(
     tmp_path: Path, store_url: str, fake: FakeUpstream
 ) -> None:
-    targets = {"small": target(fake.url, "small-model"), "big": target(fake.url, "big-model")}
+    big = {**target(fake.url, "big-model"), "billing": "subscription"}
+    targets = {"small": target(fake.url, "small-model"), "big": big}
     catalog = write_catalog(
         tmp_path / "catalog.json", targets, ["small"], promotions={"small": "big"}
     )
@@ -492,6 +493,10 @@ def test_content_failures_promote_to_the_stronger_target(
         2,
     )
     assert "EmptyText" in promoted["reason"]
+    booked = [
+        (s["target"], s["billing"], s["price_source"]) for s in of_type(events, "BudgetSpent")
+    ]
+    assert booked[-1] == ("big", "subscription", "unpriced"), "at its own price and billing"
     kinds = [e.type for e in events]
     assert kinds.count("TickStarted") == 3 and kinds[-1] == "TickCompleted"
     catalog.write_text(catalog.read_text().replace("small-model", "renamed-model"))

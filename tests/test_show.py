@@ -305,7 +305,7 @@ def test_show_spend_prints_each_calls_cost_and_the_tool_results_that_grew_the_in
     lines = [line.rstrip() for line in shown.stdout.splitlines()]
     # 1000x3 + 400x(3.75-3) + 50x15 = 4050; 1050x3 + 1000x0.3 + 60x15 = 4350;
     # 600x3 + 2000x0.3 + 80x15 = 3600; 900x3 + 10x15 = 2850: $0.01485 in all.
-    assert lines[0] == f"tick {tick_id}: 4 model call(s), USD 0.0149"
+    assert lines[0] == f"tick {tick_id}: 4 model call(s), USD 0.0149 list value, USD 0.0149 billed"
     rows = [line.split() for line in lines if line[:4].strip().isdigit()]
     assert [(r[0], r[2], r[3], r[4], r[5], r[7], r[8], r[10]) for r in rows] == [
         ("1", "1,000", "-", "-", "400", "50", "-", "0.00405"),
@@ -334,7 +334,7 @@ def test_show_spend_prints_each_calls_cost_and_the_tool_results_that_grew_the_in
     store.close()
     spend = page[page.index('<section id="spend">') :]
     spend = spend[: spend.index("</section>")]
-    assert "4 model call(s), USD 0.0149" in spend
+    assert "4 model call(s), USD 0.0149 list value, USD 0.0149 billed" in spend
     assert "<td>2</td><td>" in spend and "<td>+1,050</td>" in spend and "<td>0.00435</td>" in spend
     assert "<tr><td>search_docs</td><td>1</td><td>750</td><td>2</td><td>1,500</td></tr>" in spend
     assert "How: Growth is a call&#x27;s input minus" in spend

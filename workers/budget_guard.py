@@ -12,7 +12,9 @@ with stop reason `budget`: a budget is overshot by at most the calls already in 
 one per running tick, whichever process or host runs them.
 
 A budget scoped to a catalog target or provider stops only calls to its targets; one
-whose window ended while the tick ran starts the next window from zero. A `reroute`
+whose window ended while the tick ran starts the next window from zero. A call billed on
+a subscription (the payload's prices say so per target) adds nothing billed: a `usd`
+limit never stops it, a `list_usd` one (the spend's list value) does. A `reroute`
 budget does not stop a call while the route has another candidate: the lane passes its
 targets over when it chooses (`spent_for`), and only its last candidate is stopped.
 """
@@ -28,12 +30,14 @@ from strands.hooks import BeforeModelCallEvent, HookProvider, HookRegistry
 
 from harness.contracts import (
     TERMINAL_TYPES,
+    Billing,
     BudgetRule,
     BudgetSpent,
     StoredEvent,
     TickBudgets,
     TickPayload,
     TickScheduled,
+    usd_sum,
 )
 from harness.prices import format_usd
 from harness.store import EventStore, StoreError
@@ -52,13 +56,16 @@ class _Tally:
     end: datetime
     tokens: int
     usd: float | None
-    """None once a call of a model without rates was counted: USD is then unknown."""
+    """Billed; None once a call of a model without rates was counted: USD is then unknown."""
+    list_usd: float | None
+    """The list value, billed or not; None as `usd`."""
 
     def roll(self, now: datetime) -> None:
         """A window that ended while the tick ran: the next one starts from zero."""
         if now >= self.end:
             window = self.rule.window_at(now)
-            self.start, self.end, self.tokens, self.usd = window.start, window.end, 0, 0.0
+            self.start, self.end, self.tokens = window.start, window.end, 0
+            self.usd = self.list_usd = 0.0
 
 
 class BudgetGuard(HookProvider):
@@ -83,10 +90,17 @@ class BudgetGuard(HookProvider):
         self.position = self.budget.after_position if self.budget else 0
         self.tallies = [
             _Tally(
-                data.rule(), data.window_start, data.window_end, data.spent_tokens, data.spent_usd
+                data.rule(),
+                data.window_start,
+                data.window_end,
+                data.spent_tokens,
+                data.spent_usd,
+                data.spent_list_usd,
             )
             for data in (self.budget.budgets if self.budget else [])
         ]
+        self.billing = {price.target: price.billing for price in payload.prices}
+        """How the tick's calls on each target are paid for (`api` for one not named)."""
         self.reservations = dict(self.budget.reservations) if self.budget else {}
         self.stopped = False
 
@@ -122,7 +136,7 @@ class BudgetGuard(HookProvider):
                 continue
             if tally.rule.action == "reroute" and not self.last_candidate():
                 continue  # the walk passes the target over at its next choice
-            passed = self._passed(budget, tally)
+            passed = self._passed(budget, tally, self.billing.get(target, "api"))
             if passed is not None:
                 self.stopped = True
                 return (
@@ -146,13 +160,16 @@ class BudgetGuard(HookProvider):
             return None
         for tally in self.tallies:
             if tally.rule.action == "reroute" and tally.rule.covers(self.payload.level, target):
-                passed = self._passed(budget, tally)
+                passed = self._passed(budget, tally, self.billing.get(target, "api"))
                 if passed is not None:
                     return f"budget {tally.rule.name} ({tally.rule.scope}) has {passed}"
         return None
 
-    def _passed(self, budget: TickBudgets, tally: _Tally) -> str | None:
-        """What the budget's spend and reservations passed, or None while within it."""
+    def _passed(self, budget: TickBudgets, tally: _Tally, billing: Billing) -> str | None:
+        """What the budget's spend and reservations passed, or None while within it.
+
+        A call billed on a subscription is held by the list value, not by what is billed.
+        """
         rule = tally.rule
         reserved = sum(
             tokens for level, tokens in self.reservations.values() if rule.covers_level(level)
@@ -162,14 +179,18 @@ class BudgetGuard(HookProvider):
                 f"spent {tally.tokens:,} tokens and holds {reserved:,} more in reservations, "
                 f"of its {rule.tokens:,}"
             )
-        if rule.usd is None:
-            return None
         rates = budget.rates.get(budget.reserve_model or "")
-        if tally.usd is None or (reserved and rates is None):
-            return f"spent on a model without a price: its USD {rule.usd:g} counts as passed"
-        total = tally.usd + (rates.cost(reserved, 0) if rates else 0.0)
-        if total > rule.usd:
-            return f"reached USD {format_usd(total)} with its reservations, of its USD {rule.usd:g}"
+        for kind, limit in rule.usd_limits(billing):
+            spent: float | None = getattr(tally, kind)
+            unit = "billed USD" if kind == "usd" else "list value USD"
+            if spent is None or (reserved and rates is None):
+                return f"spent on a model without a price: its {unit} {limit:g} counts as passed"
+            total = spent + (rates.cost(reserved, 0) if rates else 0.0)
+            if total > limit:
+                return (
+                    f"reached {unit} {format_usd(total)} with its reservations, "
+                    f"of its {unit} {limit:g}"
+                )
         return None
 
     def _follow(self, store: EventStore) -> None:
@@ -200,9 +221,11 @@ class BudgetGuard(HookProvider):
         at = datetime.fromisoformat(str(data["occurred_at"]).replace("Z", "+00:00"))
         prompt, completion = int(data["prompt_tokens"]), int(data["completion_tokens"])
         rates = self.budget.rates.get(data["model"]) if self.budget else None
+        cost = None if rates is None else rates.cost(prompt, completion)
+        billed = 0.0 if data.get("billing") == "subscription" else cost
         for tally in self.tallies:
             if not (tally.start <= at < tally.end and tally.rule.covers(level, target)):
                 continue
             tally.tokens += prompt + completion
-            if tally.usd is not None:
-                tally.usd = None if rates is None else tally.usd + rates.cost(prompt, completion)
+            tally.usd = usd_sum(tally.usd, billed)
+            tally.list_usd = usd_sum(tally.list_usd, cost)

@@ -19,6 +19,7 @@ from typing import Any, Literal
 from uuid import UUID, uuid5
 
 from harness.contracts import (
+    Billing,
     BudgetSpent,
     CallPrice,
     FailureClass,
@@ -86,15 +87,21 @@ class CallBooking:
     prices: Mapping[tuple[str, str | None], CallPrice] = field(default_factory=dict)
     """The tick's prices by (model, target), looked up when it was prepared: a call books
     its USD and their source with a dictionary lookup and a few multiplications."""
+    billing: Mapping[str | None, Billing] = field(default_factory=dict)
+    """How the tick's calls on each target are paid for, whatever model a call names (an
+    agent CLI may call a model the payload has no price for): `api` for one not named."""
 
     @classmethod
     def of(cls, payload: TickPayload) -> CallBooking:
-        """The booking of the tick `payload` runs, at the prices it carries."""
+        """The booking of the tick `payload` runs, at the prices and billing it carries."""
         prices = {(price.model, price.target): price for price in payload.prices}
-        return cls(payload.tick_id, payload.level, payload.template_hash, prices)
+        billing = {price.target: price.billing for price in payload.prices}
+        return cls(payload.tick_id, payload.level, payload.template_hash, prices, billing)
 
-    def started(self, call: int, model: str, estimated_input_tokens: int) -> ModelCallStarted:
-        """The call about to be sent, recorded before it is (what `cut_off` books from)."""
+    def started(
+        self, call: int, model: str, estimated_input_tokens: int, target: str | None = None
+    ) -> ModelCallStarted:
+        """The call to `target` about to be sent, recorded before it is (`cut_off` books it)."""
         return ModelCallStarted(
             tick_id=self.tick_id,
             level=self.level,
@@ -102,6 +109,7 @@ class CallBooking:
             model=model,
             estimated_input_tokens=estimated_input_tokens,
             template_hash=self.template_hash,
+            billing=self.billing.get(target, "api"),
         )
 
     def ended(self, facts: CallFacts) -> list[TickEvent]:
@@ -133,6 +141,7 @@ class CallBooking:
             source=source,
             template_hash=self.template_hash,
             target=facts.target,
+            billing=self.billing.get(facts.target, "api"),
         )
         return spent.priced(self.prices.get((facts.model, facts.target)))
 
@@ -166,13 +175,17 @@ def cut_off(start: StoredEvent, price: CallPrice | None = None) -> BudgetSpent:
 
     Its input as the worker estimated it, no output (nothing of it was seen), booked by
     the runner (`harness.execution.cutoff` says which calls) under an id derived from the
-    start's, at `price` (the start names no target: its model's price without one).
+    start's, at `price` (the start names no target: its model's price without one),
+    billed as the start says its target bills.
     """
     data = start.data
     prices: dict[tuple[str, str | None], CallPrice] = {}
     if price is not None:
         prices[price.model, None] = price
-    booking = CallBooking(data["tick_id"], data["level"], data.get("template_hash"), prices)
+    billing: dict[str | None, Billing] = {None: data.get("billing", "api")}
+    booking = CallBooking(
+        data["tick_id"], data["level"], data.get("template_hash"), prices, billing
+    )
     facts = CallFacts(
         model=data["model"],
         call=data["call"],

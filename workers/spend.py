@@ -90,7 +90,9 @@ class SpendMeter(HookProvider):
         self.calls_started += 1
         model_id = self.model.get_config()["model_id"]
         estimate = tokens_from_chars(self._request_chars)
-        self.recorder.record(self.booking.started(self.calls_started, model_id, estimate))
+        self.recorder.record(
+            self.booking.started(self.calls_started, model_id, estimate, self.target)
+        )
         self._in_flight = True
 
     def _after_call(self, event: AfterModelCallEvent) -> None:

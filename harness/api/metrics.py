@@ -228,8 +228,16 @@ class Exposition:
         self.cost = _family(
             "tickwork_cost_usd_total",
             "counter",
-            "USD spent today (UTC), priced now; models without a price are left out; "
-            "restarts at 00:00 UTC.",
+            "List value in USD of today's (UTC) spend, as booked, whether billed or on a "
+            "subscription; models without a price are left out; restarts at 00:00 UTC.",
+            "level",
+            "model",
+        )
+        self.billed = _family(
+            "tickwork_billed_usd_total",
+            "counter",
+            "USD billed for today's (UTC) spend: its list value, less the calls on a "
+            "subscription; models without a price are left out; restarts at 00:00 UTC.",
             "level",
             "model",
         )
@@ -364,6 +372,9 @@ class Exposition:
                 self.model_calls((pair, (row.model_calls,)) for pair, row in rows),
                 self.cost(
                     (pair, (row.cost_usd,)) for pair, row in rows if row.cost_usd is not None
+                ),
+                self.billed(
+                    (pair, (row.billed_usd,)) for pair, row in rows if row.billed_usd is not None
                 ),
             ]
         )

@@ -28,7 +28,7 @@ from harness.contracts import (
     tick_stream,
 )
 from harness.contracts import headline as event_headline
-from harness.prices import PriceBook, format_usd
+from harness.prices import PriceBook
 from harness.projections import (
     OPEN,
     SPEND_COLUMNS,
@@ -37,6 +37,7 @@ from harness.projections import (
     calls_said,
     spend_per_call,
     tick_now,
+    usd_words,
 )
 from harness.store import EventStore
 
@@ -204,7 +205,7 @@ def _spend(spent: TickSpend) -> str:
         for tool in spent.tool_results
     ]
     body = (
-        f'<p class="meta">{len(spent.calls)} model call(s), USD {format_usd(spent.usd)}</p>'
+        f'<p class="meta">{len(spent.calls)} model call(s), {usd_words(spent)}</p>'
         + table((*SPEND_COLUMNS, "model", "after tool results"), calls)
         + "<h3>Tool results by the input they added to the calls after them</h3>"
         + (

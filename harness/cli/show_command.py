@@ -262,7 +262,7 @@ def show_spend(store: EventStore, config: Settings, tick_id: str, as_json: bool)
     print_spend(spent)
 
 
-SPEND_WIDTHS = (4, 8, 9, 9, 9, 9, 9, 8, 9, 8, 11)
+SPEND_WIDTHS = (4, 8, 9, 9, 9, 9, 9, 8, 9, 8, 11, 11)
 """The widths of the per-call table's columns (`harness.projections.call_spend.SPEND_COLUMNS`);
 the model stands last, as it varies in length."""
 
@@ -274,16 +274,16 @@ def _row(cells: Iterable[str]) -> str:
 
 def print_spend(spent: TickSpend) -> None:
     """The calls as a table, the tool results ranked by the input they added, the method."""
-    from harness.prices import format_usd
-    from harness.projections import SPEND_COLUMNS
+    from harness.projections import SPEND_COLUMNS, usd_words
 
     calls = f"{len(spent.calls)} model call(s)"
-    out.print(f"tick {spent.tick_id}: {calls}, USD {format_usd(spent.usd)}", highlight=False)
+    out.print(f"tick {spent.tick_id}: {calls}, {usd_words(spent)}", highlight=False)
     out.print()
     out.print(f"{_row(SPEND_COLUMNS)}  model", highlight=False)
     for call in spent.calls:
         cells = call.cells()
         flag = " (estimated: no usage reported)" if call.estimated else ""
+        flag += " (on a subscription: billed 0)" if call.billing == "subscription" else ""
         out.print(f"{_row(cells)}  {call.model}{flag}", highlight=False)
         if call.tool_results:
             after = ", ".join(call.tool_results)

@@ -66,11 +66,11 @@ def migrate() -> None:
     else:
         out.print(f"{safe_url(config.store.url)}: schema {before or 'none'} -> {HEAD_REVISION}")
     if config.executor.kind == "procrastinate":
-        from harness.execution import apply_schema
+        from harness.store import apply_procrastinate_schema
 
         store = store_for(config)
         try:
-            was, now = apply_schema(store)
+            was, now = apply_procrastinate_schema(store)
         except StoreError as exc:
             raise fail(f"procrastinate's schema: {exc}") from exc
         finally:
@@ -230,11 +230,12 @@ def spend(
     ] = None,
     as_json: Annotated[bool, typer.Option("--json", help="JSON output.")] = False,
 ) -> None:
-    """Token spend and cost from the spend projection (cost is None for unpriced models).
+    """Token spend, its list value and what it was billed, from the spend projection.
 
-    Each call costs what it was booked at; each row names the sources that priced it:
-    `catalog:<target>`, `config`, `genai-prices@<version>`, `unpriced` (and counts the
-    calls booked without a price, priced now).
+    Each call is worth what it was booked at (`cost_usd`, list value; None for unpriced
+    models) and billed that on `api`, 0 on a subscription (`billed_usd`); each row names
+    the sources that priced it: `catalog:<target>`, `config`, `genai-prices@<version>`,
+    `unpriced` (and counts the calls booked without a price, priced now).
     """
     from harness.config import ConfigError, load_price_card
     from harness.prices import format_usd
@@ -271,44 +272,50 @@ def spend(
         shown = [asdict(row) | _card_columns(repriced, row) for row in rows]
         sys.stdout.write(orjson.dumps(shown, option=orjson.OPT_INDENT_2).decode() + "\n")
         return
-    from rich.table import Table
+    if not rows:
+        out.print(f"no spend recorded since {first_day.isoformat()}")
+        return
+    from rich.table import Column, Table
 
-    table = Table(
-        *groups,
-        "prompt",
-        "completion",
-        "calls",
-        "estimated",
-        "cost (USD)",
-        "priced by",
-        *([f"under {prices_file}", "difference"] if card else []),
-        box=None,
-        caption=f"since {first_day.isoformat()} (UTC days)",
+    # Names and figures are never cut: in a narrow terminal the sources wrap instead.
+    def table(*columns: str, caption: str) -> Table:
+        figures = (Column(name, no_wrap=True) for name in (*groups, *columns))
+        return Table(*figures, "priced by", box=None, caption=caption)
+
+    since_day = f"since {first_day.isoformat()} (UTC days)"
+    booked = table(
+        "prompt", "completion", "calls", "estimated", "list USD", "billed USD", caption=since_day
     )
+    what_if = table("list USD", "billed USD", "list change", caption=f"under {prices_file}")
     for row in rows:
-        cost = format_usd(row.cost_usd)
         sources = ", ".join(row.price_sources)
         if row.priced_when_read:
             sources += f" ({row.priced_when_read:,} calls booked unpriced, priced now)"
-        card_columns = _card_columns(repriced, row)
-        table.add_row(
+        if row.subscription_calls:
+            sources += f" ({row.subscription_calls:,} calls on a subscription, billed 0)"
+        booked.add_row(
             *row.group.values(),
             f"{row.prompt_tokens:,}",
             f"{row.completion_tokens:,}",
             f"{row.model_calls:,}",
             f"{row.estimated_calls:,}",
-            cost,
+            format_usd(row.cost_usd),
+            format_usd(row.billed_usd),
             sources,
-            *(
-                [format_usd(card_columns["card_usd"]), format_usd(card_columns["difference_usd"])]
-                if card
-                else []
-            ),
         )
-    if not rows:
-        out.print(f"no spend recorded since {first_day.isoformat()}")
-        return
-    out.print(table)
+        if card:
+            priced = _card_columns(repriced, row)
+            what_if.add_row(
+                *row.group.values(),
+                *(
+                    format_usd(priced[key])
+                    for key in ("card_usd", "card_billed_usd", "difference_usd")
+                ),
+                ", ".join(priced["card_price_sources"]),
+            )
+    out.print(booked)
+    if card:
+        out.print(what_if)
 
 
 def _card_columns(repriced: dict[tuple[str, ...], SpendRow], row: SpendRow) -> dict[str, Any]:
@@ -319,6 +326,7 @@ def _card_columns(repriced: dict[tuple[str, ...], SpendRow], row: SpendRow) -> d
     both = None if under.cost_usd is None or row.cost_usd is None else under.cost_usd - row.cost_usd
     return {
         "card_usd": under.cost_usd,
+        "card_billed_usd": under.billed_usd,
         "card_price_sources": under.price_sources,
         "card_unpriced_calls": under.unpriced_calls,
         "difference_usd": both,

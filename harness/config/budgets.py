@@ -13,7 +13,8 @@ whole file lives here. The rules, each reported with the entry's path (`budgets.
   pretends to be a control;
 - a budget is *unpayable* when its limit is below what one tick of a level it covers
   reserves (`reserve_tokens`; in USD at the level model's price, where a price is
-  known): every slot of that level would be skipped, at any spend.
+  known; a `usd` limit never holds a level billed on a subscription, `list_usd` does):
+  every slot of that level would be skipped, at any spend.
 
 A level's `daily_token_budget`/`daily_usd_budget` is the entry `level-<name>-daily`
 (scope `level:<name>`, a UTC day, action `stop`) and obeys the same rules.
@@ -82,6 +83,7 @@ def resolve_budget(
         action=entry.action,
         levels=held_levels,
         targets=targets,
+        list_usd=entry.list_usd,
     )
 
 
@@ -108,7 +110,8 @@ def unpayable(
     """Each budget, with its limit's path, that cannot pay one tick of a level it covers.
 
     Token limits always; USD limits only with `usd_of`, at the level's own model (a level
-    routed by a catalog, or an unpriced model, says nothing: its price is not known here).
+    routed by a catalog, or an unpriced model, says nothing: its price is not known here);
+    a `usd` limit (billed) not for a level billed on a subscription, which it never holds.
     """
     every = [*entries, *legacy_budgets(levels)]
     for index, entry in enumerate(every):
@@ -126,13 +129,14 @@ def unpayable(
                     "raise the limit or lower the reservation"
                 )
             usd = usd_of(level.model, reserve) if usd_of and level.model else None
-            if rule.usd is not None and usd is not None and rule.usd < usd:
-                yield (
-                    f"{_limit_path(index, entry, len(entries), 'usd')}: "
-                    f"budget {entry.name!r} (USD {rule.usd:g}) cannot pay one tick of level "
-                    f"{name!r}, which reserves {reserve:,} tokens, USD {usd:.6g} at "
-                    f"{level.model}'s price: raise the limit or lower the reservation"
-                )
+            for unit, limit in rule.usd_limits(level.billing or "api"):
+                if usd is not None and limit < usd:
+                    yield (
+                        f"{_limit_path(index, entry, len(entries), unit)}: "
+                        f"budget {entry.name!r} (USD {limit:g}) cannot pay one tick of level "
+                        f"{name!r}, which reserves {reserve:,} tokens, USD {usd:.6g} at "
+                        f"{level.model}'s price: raise the limit or lower the reservation"
+                    )
 
 
 def budget_problems(
@@ -187,7 +191,7 @@ def _never_binds(
         inside = wide.levels is None or (narrow.levels is not None and narrow.levels <= wide.levels)
         if not inside or narrow.levels == wide.levels:
             continue
-        for unit in ("tokens", "usd"):
+        for unit in ("tokens", "usd", "list_usd"):
             limit, cap = getattr(narrow, unit), getattr(wide, unit)
             if limit is not None and cap is not None and limit >= cap:
                 entry_n, entry_w = (a, b) if n == i else (b, a)

@@ -56,6 +56,7 @@ from harness.contracts import (
     STORE_PASSWORD_ENV,
     AgentKind,
     Api,
+    Billing,
     BudgetEntry,
     BudgetRule,
     Capabilities,
@@ -479,6 +480,11 @@ class LevelConfig(Scheduled, ScheduleLimits):
     (`claude-code`, `opencode`) as its child, under the same caps, ledger and lifecycle.
     A level whose CLI is not installed is refused alone (`Settings.refused_levels`): it
     never ticks, status and `levels` say why, the other levels run."""
+    billing: Billing | None = None
+    """How the level's calls are paid for: `api` (billed at their list value) or
+    `subscription` (an agent CLI on a plan: booked with tokens and list value, billed 0).
+    Wins over its catalog target's `billing`; unset: the target's, else `api`. A `usd`
+    budget limits what is billed, `list_usd` the list value (`[[budgets]]`)."""
     workdir: Path | None = None
     """The folder an agent CLI works in (a repository); default a fresh folder per tick."""
     overlap: Overlap = "skip"

@@ -142,7 +142,15 @@ if typing.TYPE_CHECKING:
         TickPayload,
         TokenRates,
     )
-    from harness.contracts.pricing import CallPrice, Rates, UsageParts, rates_at, usd
+    from harness.contracts.pricing import (
+        Billing,
+        CallPrice,
+        Rates,
+        UsageParts,
+        rates_at,
+        usd,
+        usd_sum,
+    )
     from harness.contracts.rate_limits import (
         Positive,
         ProviderRateLimit,

@@ -22,7 +22,11 @@ from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, field_validator, model_validator
 
+from harness.contracts.pricing import Billing
+
 BudgetWindow = Literal["day", "week", "month", "24h"]
+UsdUnit = Literal["usd", "list_usd"]
+"""A budget's USD limit: on what the spend is billed, or on its list value."""
 BudgetAction = Literal["stop", "pause", "reroute"]
 SCOPE_KINDS = ("level", "target", "provider", "tag")
 SCOPE_PATTERN = r"^(global|(level|target|provider|tag):[^\s:]+)$"
@@ -41,10 +45,13 @@ def _zone(name: str) -> str:
 class BudgetEntry(BaseModel):
     """One `[[budgets]]` entry, as the operator writes it.
 
-    `tokens` counts prompt plus completion tokens; `usd` prices them at the spend's model
-    rates. `alert_at` are fractions of the limit at which one alert per window is sent
-    (the limit itself always alerts). `reroute` only makes sense where a lane can choose
-    another candidate: a `target:` or `provider:` scope.
+    `tokens` counts prompt plus completion tokens; `usd` limits what the spend is billed
+    (its tokens at the model's rates, 0 for a call on a subscription), `list_usd` what it
+    is worth at those rates however it is paid for: a subscription level is never stopped
+    by a `usd` limit, and is by a `list_usd` one. `alert_at` are fractions of the limit
+    at which one alert per window is sent (the limit itself always alerts). `reroute`
+    only makes sense where a lane can choose another candidate: a `target:` or
+    `provider:` scope.
     """
 
     model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False, defer_build=True)
@@ -55,6 +62,7 @@ class BudgetEntry(BaseModel):
     timezone: Annotated[str, AfterValidator(_zone)] = "UTC"
     tokens: Annotated[int, Field(gt=0)] | None = None
     usd: Annotated[float, Field(gt=0)] | None = None
+    list_usd: Annotated[float, Field(gt=0)] | None = None
     alert_at: list[Annotated[float, Field(gt=0, lt=1)]] = []
     action: BudgetAction = "stop"
 
@@ -67,8 +75,8 @@ class BudgetEntry(BaseModel):
 
     @model_validator(mode="after")
     def _coherent(self) -> BudgetEntry:
-        if self.tokens is None and self.usd is None:
-            raise ValueError("a budget needs a limit: set 'tokens', 'usd' or both")
+        if self.tokens is None and self.usd is None and self.list_usd is None:
+            raise ValueError("a budget needs a limit: set 'tokens', 'usd', 'list_usd' or several")
         if self.action == "reroute" and self.scope_kind not in ("target", "provider"):
             raise ValueError(
                 f"action 'reroute' needs a 'target:' or 'provider:' scope (a lane can only "
@@ -158,6 +166,19 @@ class BudgetRule:
     action: BudgetAction
     levels: frozenset[str] | None
     targets: frozenset[str] | None
+    list_usd: float | None = None
+    """The limit on the list value of the spend; `usd` limits what it is billed."""
+
+    def usd_limits(self, billing: Billing) -> list[tuple[UsdUnit, float]]:
+        """The USD limits that hold spend paid for by `billing`, each with its unit.
+
+        What is billed (`usd`) holds `api` spend alone: a subscription adds nothing to it.
+        The list value (`list_usd`) holds any.
+        """
+        limits: list[tuple[UsdUnit, float | None]] = [("list_usd", self.list_usd)]
+        if billing == "api":
+            limits.insert(0, ("usd", self.usd))
+        return [(unit, limit) for unit, limit in limits if limit is not None]
 
     def covers(self, level: str, target: str | None = None) -> bool:
         """Whether spend of `level` on `target` counts against this budget."""
@@ -203,20 +224,28 @@ class BudgetRuleData(BaseModel):
     zone: str
     tokens: int | None = None
     usd: float | None = None
+    list_usd: float | None = None
     action: BudgetAction = "stop"
     levels: list[str] | None = None
     targets: list[str] | None = None
     spent_tokens: Annotated[int, Field(ge=0)] = 0
     spent_usd: Annotated[float, Field(ge=0)] | None = 0.0
-    """USD of the window's spend when prepared; None when some of it has no price."""
+    """USD billed for the window's spend when prepared; None when some of it has no price."""
+    spent_list_usd: Annotated[float, Field(ge=0)] | None = 0.0
+    """The list value of the window's spend when prepared; None when some has no price."""
     window_start: datetime
     window_end: datetime
 
     @classmethod
     def of(
-        cls, rule: BudgetRule, window: Window, spent_tokens: int, spent_usd: float | None
+        cls,
+        rule: BudgetRule,
+        window: Window,
+        tokens: int,
+        usd: float | None,
+        list_usd: float | None,
     ) -> BudgetRuleData:
-        """The rule with its window and spend, for the payload."""
+        """The rule with its window and spend (billed `usd`, `list_usd`), for the payload."""
         return cls(
             name=rule.name,
             scope=rule.scope,
@@ -224,11 +253,13 @@ class BudgetRuleData(BaseModel):
             zone=rule.zone,
             tokens=rule.tokens,
             usd=rule.usd,
+            list_usd=rule.list_usd,
             action=rule.action,
             levels=sorted(rule.levels) if rule.levels is not None else None,
             targets=sorted(rule.targets) if rule.targets is not None else None,
-            spent_tokens=spent_tokens,
-            spent_usd=spent_usd,
+            spent_tokens=tokens,
+            spent_usd=usd,
+            spent_list_usd=list_usd,
             window_start=window.start,
             window_end=window.end,
         )
@@ -246,4 +277,5 @@ class BudgetRuleData(BaseModel):
             action=self.action,
             levels=frozenset(self.levels) if self.levels is not None else None,
             targets=frozenset(self.targets) if self.targets is not None else None,
+            list_usd=self.list_usd,
         )

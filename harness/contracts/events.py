@@ -17,7 +17,7 @@ from pydantic import BaseModel, ConfigDict, Field, NonNegativeFloat, NonNegative
 
 from harness.contracts.failures import FailureClass
 from harness.contracts.ids import new_event_id
-from harness.contracts.pricing import CallPrice, UsageParts
+from harness.contracts.pricing import Billing, CallPrice, UsageParts
 from harness.contracts.records import NewEvent, StoredEvent
 from harness.contracts.secrets import redact, redact_data
 
@@ -300,6 +300,9 @@ class ModelCallStarted(TickEvent):
     template_hash: str | None = None
     """The hash of the tick's prompt template before substitution: its prompt version
     (None: recorded before tickwork kept it, or spend of no tick's prompt)."""
+    billing: Billing = "api"
+    """How the call is paid for: the start names no target, and a call cut off is booked
+    from its start alone, billed as its target bills."""
 
 
 class BudgetSpent(TickEvent):
@@ -332,6 +335,14 @@ class BudgetSpent(TickEvent):
     target: str | None = None
     """The catalog target the call went to, for `target:`/`provider:` budgets (None: no
     route, or booked by the runner for a call cut off, whose target it does not know)."""
+    billing: Billing = "api"
+    """How the call is paid for (`api` for spend booked before tickwork recorded it): a
+    `subscription` call is worth `cost_usd` at list prices and is billed nothing."""
+
+    @property
+    def billed_usd(self) -> float | None:
+        """What the call adds to the bill: its list value on `api`, 0 on a subscription."""
+        return 0.0 if self.billing == "subscription" else self.cost_usd
 
     def usage(self) -> UsageParts:
         """The parts the call is billed on."""

@@ -10,8 +10,13 @@ a tier, so a sum of calls of one tier costs the sum of their costs.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Literal
 
 from pydantic import BaseModel, ConfigDict
+
+Billing = Literal["api", "subscription"]
+"""How a call is paid for: `api` bills its list value (its tokens at its price);
+`subscription` (an agent CLI on a plan) books its tokens and list value and bills 0."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -48,6 +53,11 @@ class UsageParts:
     requests: int = 0
 
 
+def usd_sum(total: float | None, more: float | None) -> float | None:
+    """Two amounts of USD added: unknown (None) when either is, as a sum with an unpriced part."""
+    return None if total is None or more is None else total + more
+
+
 def rates_at(ladder: tuple[Rates, ...], tier: int) -> Rates:
     """The rates of a tier (the highest threshold its prompts pass, -1 below them all)."""
     rates = ladder[0]
@@ -81,7 +91,8 @@ class CallPrice(BaseModel):
     """A model's prices for a tick's calls on one target, as looked up when it was prepared.
 
     `source` says who set them (`catalog:<target>`, `config`, `genai-prices@<version>`,
-    `unpriced`); `ladder` is None when nothing prices the model.
+    `unpriced`); `ladder` is None when nothing prices the model. `billing`: how the tick's
+    calls on the target are paid for (the level's setting, else the target's).
     """
 
     model_config = ConfigDict(extra="forbid", frozen=True)
@@ -90,6 +101,7 @@ class CallPrice(BaseModel):
     target: str | None = None
     source: str
     ladder: tuple[Rates, ...] | None = None
+    billing: Billing = "api"
 
     def cost(self, usage: UsageParts) -> float | None:
         """USD of one call at its own tier (its prompt's), None when unpriced."""

@@ -25,7 +25,6 @@ if typing.TYPE_CHECKING:
     from harness.execution.executors.procrastinate.jobs import workers
     from harness.execution.executors.procrastinate.loop import WorkerLoop
     from harness.execution.executors.procrastinate.scheduler import ProcrastinateExecutor
-    from harness.execution.executors.procrastinate.schema import apply_schema
     from harness.execution.executors.procrastinate.worker import places_needed
     from harness.execution.launchers.cold import ColdLauncher
     from harness.execution.manual import ManualTick, ManualTicks

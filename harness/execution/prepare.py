@@ -33,6 +33,7 @@ from harness.contracts import (
     RagSettings,
     RateLimitPlan,
     ResultFileError,
+    RouteCandidate,
     TickBudgets,
     TickPayload,
     TokenRates,
@@ -50,7 +51,14 @@ from harness.projections import (
     previous_result_path,
     projector_for,
 )
-from harness.routing import Catalog, Routed, Router, configured_router, target_prices
+from harness.routing import (
+    Catalog,
+    Routed,
+    Router,
+    billing_of,
+    configured_router,
+    target_prices,
+)
 from harness.scheduling import Budgets, reservations_in_flight
 from harness.store import EventStore, StoreError, split_password
 
@@ -274,7 +282,7 @@ class Preparer:
             rate_limits=self._rate_limits(config, routed, timeout),
             output=config.output,
             output_schema=self._output_schema(level, config),
-            prices=self._prices(routed, str(config.model)),
+            prices=self._prices(routed, config),
         )
         return PreparedTick(
             payload,
@@ -415,7 +423,11 @@ class Preparer:
         return TickBudgets(
             budgets=[
                 BudgetRuleData.of(
-                    rule, rule.window_at(now), spent[rule.name].tokens, spent[rule.name].usd
+                    rule,
+                    rule.window_at(now),
+                    spent[rule.name].tokens,
+                    spent[rule.name].usd,
+                    spent[rule.name].list_usd,
                 )
                 for rule in rules
             ],
@@ -425,11 +437,13 @@ class Preparer:
             reserve_model=config.model or models[0],
         )
 
-    def _prices(self, routed: Routed | None, model: str) -> list[CallPrice]:
+    def _prices(self, routed: Routed | None, config: LevelConfig) -> list[CallPrice]:
         """The price of each model the tick may call, on its target: looked up here, once.
 
         Today's (UTC) prices, from the catalog the tick was routed by, then `[prices]`,
-        then genai-prices: the worker books every call at them without loading a table.
+        then genai-prices: the worker books every call at them without loading a table,
+        and bills it as the level, else its target, says (`billing_of`). The targets its
+        candidates promote to are priced too: a promoted attempt books at its own.
         """
         catalog = routed.catalog if routed else None
         if self._priced is None or self._priced[0] is not catalog:
@@ -437,8 +451,19 @@ class Preparer:
             self._priced = (catalog, PriceBook(self.settings.prices, targets))
         book, day = self._priced[1], datetime.now(UTC).date().isoformat()
         if routed is None:
-            return [book.call_price(model, day)]
-        return [book.call_price(c.model, day, c.target) for c in routed.plan.candidates]
+            found = [(book.call_price(str(config.model), day), billing_of(config, None))]
+        else:
+            found = [
+                (
+                    book.call_price(c.model, day, c.target),
+                    billing_of(config, routed.catalog.targets.get(c.target)),
+                )
+                for c in _with_promotions(routed)
+            ]
+        return [
+            price if billing == price.billing else price.model_copy(update={"billing": billing})
+            for price, billing in found
+        ]
 
     def _known_models(self) -> set[str]:
         """Every model a tick may call: a wide budget counts other levels' spend too."""
@@ -466,3 +491,15 @@ class Preparer:
     def route(self, level: str, at: datetime) -> Routed | None:
         """The catalog's decision for a tick of `level` at `at` (None: no catalog or lane)."""
         return self.router.route(level, at) if self.router else None
+
+
+def _with_promotions(routed: Routed) -> list[RouteCandidate]:
+    """The route's candidates, then every target a content failure may promote them to."""
+    found = list(routed.plan.candidates)
+    seen = {candidate.target for candidate in found}
+    for candidate in found:  # grows as it goes: a promotion's own promotion is reached too
+        stronger = routed.promotion(candidate.target)
+        if stronger is not None and stronger.target not in seen:
+            seen.add(stronger.target)
+            found.append(stronger)
+    return found

@@ -35,7 +35,7 @@ NANO = 1_000_000_000
 
 
 def spend_sums(batch: Iterable[Data], bounds: tuple[int, ...]) -> Sums:
-    """Sums per (level, model, UTC day, bucket, template, target, price source) of BudgetSpent.
+    """Sums per (level, model, UTC day, bucket, template, target, price source, billing).
 
     The nine sums are prompt, completion, cache read and cache write tokens, calls,
     estimated calls, cache written for an hour, web searches and the USD booked (in
@@ -44,7 +44,8 @@ def spend_sums(batch: Iterable[Data], bounds: tuple[int, ...]) -> Sums:
     template is its prompt template's hash, "" when it has none (spend recorded before
     tickwork kept it, or of no tick's prompt); its target the catalog target it was booked
     on, "" for none (no catalog, or a call the runner booked for a cut-off tick); its
-    price source who priced it as it was booked, "" for spend booked without a price.
+    price source who priced it as it was booked, "" for spend booked without a price; its
+    billing how it is paid for, `api` for spend booked before tickwork recorded it.
     """
     sums: Sums = {}
     for data in batch:
@@ -52,7 +53,9 @@ def spend_sums(batch: Iterable[Data], bounds: tuple[int, ...]) -> Sums:
         template = data.get("template_hash") or ""
         target = data.get("target") or ""
         source = data.get("price_source") or ""
-        key = (level, model, at[:10], bisect_left(bounds, prompt), template, target, source)
+        billing = data.get("billing") or "api"
+        bucket = bisect_left(bounds, prompt)
+        key = (level, model, at[:10], bucket, template, target, source, billing)
         row = sums.get(key)
         if row is None:
             row = sums[key] = [0, 0, 0, 0, 0, 0, 0, 0, 0]

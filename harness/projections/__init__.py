@@ -40,6 +40,7 @@ if typing.TYPE_CHECKING:
         TickSpend,
         ToolInput,
         spend_per_call,
+        usd_words,
     )
     from harness.projections.calls import CallCounts, calls_said, count_calls, counted
     from harness.projections.digests import DigestsProjection, latest_published

@@ -4,7 +4,8 @@ A `BudgetSpent` counts once for every budget whose scope holds its level and tar
 row of the window it occurred in (a rolling `24h` budget: its UTC hour). So a check of a
 budget sums a row per model of one window (24 hourly rows for a rolling budget): its cost
 does not grow with the history, nor with the levels in scope. Rows keep integer sums and
-are priced when read, a price per aggregate row (prices are linear within a tier).
+are priced when read, a price per aggregate row (prices are linear within a tier); a
+row of calls billed on a subscription counts at its list value, billed nothing.
 
 The rows depend on the budgets configured: each is folded under its rule's fingerprint
 (name, window, zone, levels and targets held), and `ensure_folded` refolds the read model
@@ -21,7 +22,7 @@ from pathlib import Path
 
 import sqlalchemy as sa
 
-from harness.contracts import BudgetRule, BudgetSpent, Window, bucket_of
+from harness.contracts import BudgetRule, BudgetSpent, Window, bucket_of, usd_sum
 from harness.prices import PriceBook
 from harness.projections.base import EventData, Projection, add_sums, upsert
 from harness.projections.projector import Projector
@@ -35,11 +36,13 @@ budget_window_spend = sa.Table(
     sa.Column("bucket", sa.String(32), primary_key=True),
     sa.Column("model", sa.String(200), primary_key=True),
     sa.Column("price_tier", sa.BigInteger(), primary_key=True),
+    sa.Column("billing", sa.String(16), primary_key=True),
     sa.Column("prompt_tokens", sa.BigInteger(), nullable=False),
     sa.Column("completion_tokens", sa.BigInteger(), nullable=False),
     sa.Column("model_calls", sa.BigInteger(), nullable=False),
 )
-"""`bucket`: the window's start (a rolling budget: the UTC hour), ISO UTC, sortable."""
+"""`bucket`: the window's start (a rolling budget: the UTC hour), ISO UTC, sortable.
+`billing` (migration 0033): how the calls were paid for, `api` or `subscription`."""
 
 budget_folds = sa.Table(
     "budget_folds",
@@ -48,7 +51,7 @@ budget_folds = sa.Table(
 )
 """The rule fingerprints the read model holds rows for (cleared with it)."""
 
-_KEYS = ("budget", "fingerprint", "bucket", "model", "price_tier")
+_KEYS = ("budget", "fingerprint", "bucket", "model", "price_tier", "billing")
 BUDGET_WINDOWS = "budget_windows"
 
 
@@ -70,7 +73,7 @@ class BudgetWindowsProjection(Projection):
 
     def apply(self, conn: sa.Connection, batch: Iterable[EventData]) -> None:
         """Each call's tokens added to the current window of every budget holding it."""
-        sums: dict[tuple[str, str, str, str, int], list[int]] = {}
+        sums: dict[tuple[str, str, str, str, int, str], list[int]] = {}
         tier = cache(self.prices.tier)
         for _, _, data in batch:
             level, target = str(data.get("level", "")), data.get("target")
@@ -81,6 +84,7 @@ class BudgetWindowsProjection(Projection):
             model = str(data["model"])
             prompt, completion = int(data["prompt_tokens"]), int(data["completion_tokens"])
             price_tier = tier(model, at.date().isoformat(), prompt)
+            billing = str(data.get("billing") or "api")
             for rule in rules:
                 key = (
                     rule.name,
@@ -88,6 +92,7 @@ class BudgetWindowsProjection(Projection):
                     bucket_key(bucket_of(rule.window, rule.zone, at)),
                     model,
                     price_tier,
+                    billing,
                 )
                 row = sums.setdefault(key, [0, 0, 0])
                 row[0] += prompt
@@ -149,16 +154,22 @@ def _folded_for(conn: sa.Connection) -> set[str]:
 
 @dataclass(frozen=True)
 class WindowSpend:
-    """What a budget's window has spent: tokens, calls, and USD (None if some is unpriced)."""
+    """What a budget's window has spent: tokens, calls, and USD (None if some is unpriced).
+
+    `usd` is what the spend is billed, `list_usd` what it is worth at list prices: they
+    differ by the calls billed on a subscription (worth their tokens, billed nothing).
+    """
 
     tokens: int
     usd: float | None
     calls: int
+    list_usd: float | None = 0.0
 
 
 _WINDOW_ROWS = sa.text(
-    "SELECT budget, fingerprint, bucket, model, price_tier, prompt_tokens, completion_tokens,"
-    " model_calls FROM budget_window_spend WHERE budget IN :names AND bucket >= :since"
+    "SELECT budget, fingerprint, bucket, model, price_tier, billing, prompt_tokens,"
+    " completion_tokens, model_calls FROM budget_window_spend"
+    " WHERE budget IN :names AND bucket >= :since"
 ).bindparams(sa.bindparam("names", expanding=True))
 """One statement, compiled once: a check runs before every slot, and building an
 expression per budget cost more than the database's answer."""
@@ -189,17 +200,22 @@ def window_spend(
     rows = conn.execute(_WINDOW_ROWS, {"names": list(wanted), "since": since})
     tokens = dict.fromkeys((rule.name for rule in rules), 0)
     calls_of = dict.fromkeys((rule.name for rule in rules), 0)
-    usd: dict[str, float | None] = dict.fromkeys((rule.name for rule in rules), 0.0)
-    for name, fingerprint, bucket, model, tier, prompt, completion, calls in rows:
+    billed: dict[str, float | None] = dict.fromkeys((rule.name for rule in rules), 0.0)
+    listed: dict[str, float | None] = dict.fromkeys((rule.name for rule in rules), 0.0)
+    for name, fingerprint, bucket, model, tier, billing, prompt, completion, calls in rows:
         own, first, last = wanted[name]
         if fingerprint != own or not first <= bucket <= last:
             continue
         tokens[name] += int(prompt) + int(completion)
         calls_of[name] += int(calls)
         cost = prices.cost(model, bucket[:10], int(tier), int(prompt), int(completion))
-        before = usd[name]
-        usd[name] = None if cost is None or before is None else before + cost
-    return {name: WindowSpend(tokens[name], usd[name], calls_of[name]) for name in tokens}
+        listed[name] = usd_sum(listed[name], cost)
+        if billing != "subscription":
+            billed[name] = usd_sum(billed[name], cost)
+    return {
+        name: WindowSpend(tokens[name], billed[name], calls_of[name], listed[name])
+        for name in tokens
+    }
 
 
 def budget_projector(

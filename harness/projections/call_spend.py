@@ -19,7 +19,14 @@ from typing import Any, Protocol
 
 from pydantic import BaseModel
 
-from harness.contracts import BudgetSpent, TickStarted, ToolCalled, TranscriptEntry
+from harness.contracts import (
+    Billing,
+    BudgetSpent,
+    TickStarted,
+    ToolCalled,
+    TranscriptEntry,
+    usd_sum,
+)
 from harness.prices import PriceBook, format_usd
 
 METHOD = (
@@ -59,7 +66,8 @@ SPEND_COLUMNS = (
     "output",
     "reasoning",
     "searches",
-    "USD",
+    "list USD",
+    "billed USD",
 )
 """The per-call table's columns, as every view of it heads them (`CallCost.cells`)."""
 
@@ -87,7 +95,10 @@ class CallCost(BaseModel):
     web_search_requests: int | None = None
     estimated: bool = False
     usd: float | None = None
-    """None: the model is unpriced."""
+    """The call's list value; None: the model is unpriced."""
+    billing: Billing = "api"
+    billed_usd: float | None = None
+    """What the call was billed: `usd` on `api`, 0 on a subscription (None: unpriced)."""
     growth: int | None = None
     """Input tokens over the previous call of its attempt (None: its attempt's first)."""
     tool_results: list[str] = []
@@ -107,6 +118,7 @@ class CallCost(BaseModel):
             _count(self.reasoning_tokens),
             _count(self.web_search_requests),
             format_usd(self.usd),
+            format_usd(self.billed_usd),
         )
 
 
@@ -131,7 +143,9 @@ class TickSpend(BaseModel):
     calls: list[CallCost]
     tool_results: list[ToolInput]
     usd: float | None
-    """All calls' USD; None when any call's model is unpriced."""
+    """All calls' list value; None when any call's model is unpriced."""
+    billed_usd: float | None = None
+    """What all calls were billed (None when an unpriced call is billed on `api`)."""
     method: str = METHOD
 
 
@@ -188,10 +202,22 @@ def spend_per_call(tick_id: str, events: Iterable[Event], prices: PriceBook) -> 
             if of == its_attempt and call.call > tool.after_call
         )
         tool.added = tool.share * tool.later_calls
-    usds = [call.usd for call in calls]
-    total = None if any(usd is None for usd in usds) else sum(usd or 0.0 for usd in usds)
     ranked = sorted((tool for tool, _ in tools), key=lambda tool: -tool.added)
-    return TickSpend(tick_id=tick_id, calls=calls, tool_results=ranked, usd=total)
+    return TickSpend(
+        tick_id=tick_id,
+        calls=calls,
+        tool_results=ranked,
+        usd=_total(call.usd for call in calls),
+        billed_usd=_total(call.billed_usd for call in calls),
+    )
+
+
+def _total(usds: Iterable[float | None]) -> float | None:
+    """The calls' USD added up, None when any of them is unknown."""
+    total: float | None = 0.0
+    for usd in usds:
+        total = usd_sum(total, usd)
+    return total
 
 
 def _call(
@@ -216,6 +242,8 @@ def _call(
         web_search_requests=spent.web_search_requests,
         estimated=spent.estimated,
         usd=spent.cost_usd,
+        billing=spent.billing,
+        billed_usd=spent.billed_usd,
         growth=None if previous is None else spent.prompt_tokens - previous.prompt_tokens,
     )
 
@@ -227,3 +255,8 @@ def _shares(growth: int, results: list[_Result]) -> list[tuple[str, int]]:
         return []
     growth = max(growth, 0)
     return [(result.tool, growth * result.weight // weights) for result in results]
+
+
+def usd_words(spent: TickSpend) -> str:
+    """`USD 0.0149 list value, USD 0 billed`: a tick's two sums, as every view says them."""
+    return f"USD {format_usd(spent.usd)} list value, USD {format_usd(spent.billed_usd)} billed"

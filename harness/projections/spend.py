@@ -16,7 +16,7 @@ from typing import Any, Literal, get_args
 
 import sqlalchemy as sa
 
-from harness.contracts import BudgetSpent
+from harness.contracts import BudgetSpent, usd_sum
 from harness.folds import NANO, merge, spend_sums
 from harness.prices import UNPRICED, PriceBook
 from harness.projections.base import Kernel, SumProjection, Sums, add_sums
@@ -32,6 +32,7 @@ spend_daily = sa.Table(
     sa.Column("template_hash", sa.String(64), primary_key=True),
     sa.Column("target", sa.String(64), primary_key=True),
     sa.Column("price_source", sa.String(100), primary_key=True),
+    sa.Column("billing", sa.String(16), primary_key=True),
     sa.Column("prompt_tokens", sa.BigInteger(), nullable=False),
     sa.Column("completion_tokens", sa.BigInteger(), nullable=False),
     sa.Column("cache_read_tokens", sa.BigInteger(), nullable=False),
@@ -50,9 +51,19 @@ a call the runner booked for a cut-off tick, or a row folded before 0029).
 `price_source` (migration 0031): who priced the calls as they were booked, and
 `booked_nusd` the USD they were booked at in nano-dollars; "" and 0 for spend booked
 without a price (recorded before tickwork priced as it booked, or a row folded before
-0031), which a report prices when it reads it."""
+0031), which a report prices when it reads it. `billing` (migration 0033): how the
+calls are paid for, `api` or `subscription` (worth their cost, billed nothing)."""
 
-_KEYS = ("level", "model", "day", "price_tier", "template_hash", "target", "price_source")
+_KEYS = (
+    "level",
+    "model",
+    "day",
+    "price_tier",
+    "template_hash",
+    "target",
+    "price_source",
+    "billing",
+)
 SUMS = (
     "prompt_tokens",
     "completion_tokens",
@@ -88,7 +99,7 @@ class SpendProjection(SumProjection):
         under today's card, and the events stay as they were booked."""
 
     def kernel(self) -> Kernel:
-        """Sums per level, model, day, prompt size, template, target, price source."""
+        """Sums per level, model, day, prompt size, template, target, price source, billing."""
         return Kernel(spend_sums, (self.prices.tier_bounds(),))
 
     def write(self, conn: sa.Connection, sums: Sums) -> None:
@@ -109,18 +120,20 @@ class SpendProjection(SumProjection):
         self, key: tuple[Any, ...], values: list[int]
     ) -> tuple[tuple[Any, ...], list[int]]:
         """A row's key and sums as if its calls had been booked under `prices`."""
-        level, model, day, tier, template, target, _booked_by = key
+        level, model, day, tier, template, target, _booked_by, billing = key
         cost, source = _priced(self.prices, model, day, tier, target or None, values)
         nano = 0 if cost is None else round(cost * NANO)
-        return (level, model, day, tier, template, target, source), [*values[:-1], nano]
+        return (level, model, day, tier, template, target, source, billing), [*values[:-1], nano]
 
 
 @dataclass(frozen=True)
 class SpendRow:
-    """One line of a spend report; `cost_usd` is None when any call in it has no price.
+    """One line of a spend report: what its calls are worth, and what they are billed.
 
-    `price_sources`: who priced its calls (`PriceBook.source`), `unpriced` among them
-    when some had no price.
+    `cost_usd` is their list value (each call at its price, however it is paid for),
+    `billed_usd` what they add to the bill (a call on a subscription adds 0); either is
+    None when a call it counts has no price. `price_sources`: who priced its calls
+    (`PriceBook.source`), `unpriced` among them when some had no price.
     """
 
     group: dict[str, str]
@@ -138,6 +151,9 @@ class SpendRow:
     priced_when_read: int = 0
     """Calls booked without a price (before tickwork priced as it booked): this report
     priced them under the current prices, as reports did before."""
+    billed_usd: float | None = None
+    subscription_calls: int = 0
+    """Calls paid for by a subscription: in `cost_usd`, billed nothing."""
 
 
 def spend_report(
@@ -154,14 +170,15 @@ def spend_report(
     Each call costs what it was booked at (its `BudgetSpent`'s USD and source); a call
     booked without a price is priced under `prices` now, as before, and counted in
     `priced_when_read`. `card`: price every call under it instead (`PriceBook.under`),
-    what the period would have cost.
+    what the period would have cost. A call on a subscription is billed 0 whatever its
+    price.
 
     The database sums the rows first, by the groups asked for and what a price depends
     on (model, day, price tier, target and booked source), so each aggregate is priced
     once: prices are linear within a tier. A report by model prices one row per model,
     day, tier and target, however many levels spent.
     """
-    priced_by = ("model", "day", "price_tier", "target", "price_source")
+    priced_by = ("model", "day", "price_tier", "target", "price_source", "billing")
     columns = (*(_COLUMN_OF.get(name, name) for name in by), *priced_by)
     keys = [spend_daily.c[name] for name in dict.fromkeys(columns)]
     query = sa.select(
@@ -197,10 +214,14 @@ def spend_report(
         else:
             cost, source = (None if booked_by == UNPRICED else sums[-1] / NANO), booked_by
         totals.sources.add(source)
+        subscription = values[at["billing"]] == "subscription"
+        totals.subscription_calls += sums[4] if subscription else 0
         if cost is None:
             totals.unpriced_calls += sums[4]
+            totals.unbilled_calls += 0 if subscription else sums[4]
         else:
             totals.cost_usd += cost
+            totals.billed_usd += 0.0 if subscription else cost
     return [
         SpendRow(
             group=dict(zip(by, key, strict=True)),
@@ -209,6 +230,8 @@ def spend_report(
             unpriced_calls=totals.unpriced_calls,
             price_sources=tuple(sorted(totals.sources)),
             priced_when_read=totals.priced_when_read,
+            billed_usd=None if totals.unbilled_calls else totals.billed_usd,
+            subscription_calls=totals.subscription_calls,
         )
         for key, totals in sorted(groups.items())
     ]
@@ -302,14 +325,13 @@ def top_spenders(store: EventStore, since: date, n: int) -> list[str]:
 
 
 def _added(a: SpendRow, b: SpendRow) -> SpendRow:
-    cost = None if a.cost_usd is None or b.cost_usd is None else a.cost_usd + b.cost_usd
+    counts = (*SUMS, *BOOKED[:-1], "unpriced_calls", "priced_when_read", "subscription_calls")
     return SpendRow(
         group=a.group,
-        **{name: getattr(a, name) + getattr(b, name) for name in (*SUMS, *BOOKED[:-1])},
-        cost_usd=cost,
-        unpriced_calls=a.unpriced_calls + b.unpriced_calls,
+        **{name: getattr(a, name) + getattr(b, name) for name in counts},
+        cost_usd=usd_sum(a.cost_usd, b.cost_usd),
         price_sources=tuple(sorted({*a.price_sources, *b.price_sources})),
-        priced_when_read=a.priced_when_read + b.priced_when_read,
+        billed_usd=usd_sum(a.billed_usd, b.billed_usd),
     )
 
 
@@ -320,3 +342,7 @@ class _Totals:
     unpriced_calls: int = 0
     sources: set[str] = field(default_factory=set)
     priced_when_read: int = 0
+    billed_usd: float = 0.0
+    unbilled_calls: int = 0
+    """Calls billed on `api` without a price: the bill is unknown while there are some."""
+    subscription_calls: int = 0

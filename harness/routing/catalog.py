@@ -36,6 +36,7 @@ from harness.config import LEVEL_NAME, IanaZone, PriceOverride, nul_paths, plain
 from harness.contracts import (
     AgentKind,
     Api,
+    Billing,
     Effort,
     Positive,
     QuotaProbe,
@@ -86,6 +87,10 @@ class Target(_Strict):
     """Who runs a tick on this target (`claude-code`, `opencode`: their CLI, through the
     tick's governor); a CLI missing on the host passes the target over to the next."""
     prices: PriceOverride | None = None
+    billing: Billing = "api"
+    """How calls to the target are paid for: `api` (billed at their list value) or
+    `subscription` (a plan: booked with tokens and list value, billed 0). A level's own
+    `billing` wins over it."""
     quota_probe: QuotaProbe | None = None
     rpm: Positive | None = None
     """Requests to the target in any minute, by every tick of every process sharing the store."""

@@ -1,16 +1,18 @@
-"""The price book of a configuration: its catalog's target prices before its `[prices]`.
+"""A configuration's price book (catalog target prices, then `[prices]`) and billing.
 
-A tick's calls are booked at the prices of the catalog and configuration in force when
-it was prepared; reports read them as booked. Spend booked without a price (before
-tickwork priced as it booked) is priced under this book when read, and `tickwork
-projections rebuild --reprice` prices all of history under it.
+A call's `billing` is its level's, else its catalog target's, else `api`. A tick's calls
+are booked at the prices of the catalog and configuration in force when it was prepared;
+reports read them as booked. Spend booked without a price (before tickwork priced as it
+booked) is priced under this book when read, and `tickwork projections rebuild
+--reprice` prices all of history under it.
 """
 
 from __future__ import annotations
 
-from harness.config import Settings
+from harness.config import LevelConfig, Settings
+from harness.contracts import Billing
 from harness.prices import PriceBook, TargetPrices
-from harness.routing.catalog import Catalog, load_catalog
+from harness.routing.catalog import Catalog, CatalogError, Target, load_catalog
 
 
 def target_prices(catalog: Catalog) -> dict[str, TargetPrices]:
@@ -31,3 +33,34 @@ def price_book(settings: Settings) -> PriceBook:
     path = settings.routing.catalog
     targets = target_prices(load_catalog(path)) if path is not None else {}
     return PriceBook(settings.prices, targets)
+
+
+def billing_of(level: LevelConfig, target: Target | None) -> Billing:
+    """How a level's calls to `target` are paid for: the level's own setting wins."""
+    if level.billing is not None:
+        return level.billing
+    return target.billing if target is not None else "api"
+
+
+def level_billings(settings: Settings) -> dict[str, Billing]:
+    """How each level's ticks are paid for before a route chooses their target.
+
+    A level billed on a subscription only when it says so, or when every target its lane
+    may choose is: a lane with an `api` candidate may bill, so budgets of billed USD hold
+    it. A catalog that cannot be read bills them all (the safe side for a budget).
+    """
+    path = settings.routing.catalog
+    try:
+        catalog = load_catalog(path) if path is not None else None
+    except CatalogError:
+        catalog = None
+    found: dict[str, Billing] = {}
+    for name, level in settings.levels.items():
+        lane = catalog.lanes.get(name) if catalog is not None else None
+        if level.billing is not None or catalog is None or lane is None:
+            found[name] = billing_of(level, None)
+            continue
+        targets = [catalog.targets[target] for target in lane.targets()]
+        paid = {billing_of(level, target) for target in targets}
+        found[name] = "subscription" if paid == {"subscription"} else "api"
+    return found

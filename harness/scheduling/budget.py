@@ -33,7 +33,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 
 from harness.config import LevelConfig, Settings, host_of
-from harness.contracts import BudgetRule, TickScheduled, tick_stream
+from harness.contracts import Billing, BudgetRule, TickScheduled, tick_stream
 from harness.prices import PriceBook, format_usd
 from harness.projections import (
     Projector,
@@ -43,7 +43,7 @@ from harness.projections import (
     spent_in_windows,
     ticks_in_flight,
 )
-from harness.routing import configured_router
+from harness.routing import configured_router, level_billings
 from harness.store import EventStore, StoredEvent
 
 log = logging.getLogger(__name__)
@@ -93,6 +93,26 @@ class BudgetCheck:
     """What this tick would reserve (its level's `reserve_tokens`)."""
     limit_tokens: int | None = None
     limit_usd: float | None = None
+    limit_list_usd: float | None = None
+    spent_list_usd: float | None = None
+
+    @classmethod
+    def of(
+        cls, allowed: bool, rule: BudgetRule, used: WindowSpend, reserved: int, own: int
+    ) -> BudgetCheck:
+        """The verdict of `rule` on its window's spend `used` and the reservations."""
+        return cls(
+            allowed,
+            used.tokens,
+            used.usd,
+            reserved,
+            rule.name,
+            own,
+            rule.tokens,
+            rule.usd,
+            rule.list_usd,
+            used.list_usd,
+        )
 
     def words(self, level: str) -> str:
         """Why a slot of `level` was skipped: the budget that stopped it and its numbers.
@@ -104,10 +124,17 @@ class BudgetCheck:
             return f"{level}'s budgets could not be read (a stopped slot is the safe side)"
         used = f"{self.spent_tokens:,} tokens"
         if self.limit_usd is not None:
-            used += f" (USD {format_usd(self.spent_usd)})"
+            used += f" (USD {format_usd(self.spent_usd)} billed)"
+        if self.limit_list_usd is not None:
+            used += f" (USD {format_usd(self.spent_list_usd)} list value)"
         limits = [
             *([f"{self.limit_tokens:,} tokens"] if self.limit_tokens is not None else []),
-            *([f"USD {format_usd(self.limit_usd)}"] if self.limit_usd is not None else []),
+            *([f"USD {format_usd(self.limit_usd)} billed"] if self.limit_usd is not None else []),
+            *(
+                [f"USD {format_usd(self.limit_list_usd)} list value"]
+                if self.limit_list_usd is not None
+                else []
+            ),
         ]
         return (
             f"{level} is held by budget {self.budget}: {used} used, "
@@ -133,26 +160,30 @@ def within(
     more_tokens: int,
     model: str | None,
     at: datetime,
+    billing: Billing = "api",
 ) -> bool:
     """Whether `more_tokens` on top of `spent` stay within the budget's limits.
 
     With `more_tokens` 0 this asks whether the spend has already passed them. Spend that
     cannot be priced, or reservations priced at a model without rates, pass a USD budget
-    (fail-closed).
+    (fail-closed). A level billed on a subscription adds nothing to the bill: a `usd`
+    limit (billed) never holds it, a `list_usd` one does.
     """
     if rule.tokens is not None and spent.tokens + more_tokens > rule.tokens:
         return False
-    if rule.usd is None:
-        return True
-    if spent.usd is None:
-        return False
-    rate = 0.0
-    if more_tokens and model:
-        priced = prices.cost(model, at.date().isoformat(), -1, more_tokens, 0)
-        if priced is None:
+    for unit, limit in rule.usd_limits(billing):
+        used = getattr(spent, unit)
+        if used is None:
             return False
-        rate = priced
-    return spent.usd + rate <= rule.usd
+        rate = 0.0
+        if more_tokens and model:
+            priced = prices.cost(model, at.date().isoformat(), -1, more_tokens, 0)
+            if priced is None:
+                return False
+            rate = priced
+        if used + rate > limit:
+            return False
+    return True
 
 
 def budget_rules(settings: Settings) -> list[BudgetRule]:
@@ -188,6 +219,8 @@ class Budgets:
         self.prices = prices
         self.settings = settings
         self._take(list(budget_rules(settings) if rules is None else rules))
+        self.billing = level_billings(settings)
+        """How each level's ticks are paid for, which decides the limits that hold them."""
         self._lock = threading.Lock()
         self._pending: dict[str, tuple[str, int]] = {}
         """Tick id -> (level, tokens) reserved by decisions not yet claimed in the store."""
@@ -202,9 +235,10 @@ class Budgets:
         """Resolve the rules anew after a reload (refolded if they differ).
 
         A level's own daily budget and its tags may have changed with the levels, and the
-        `[[budgets]]` themselves (`Settings.replace_budgets`).
+        `[[budgets]]` themselves (`Settings.replace_budgets`), and how they are billed.
         """
         self._take(budget_rules(self.settings))
+        self.billing = level_billings(self.settings)
 
     def spent(
         self, rules: Sequence[BudgetRule], at: datetime, fold: bool = True
@@ -277,14 +311,13 @@ class Budgets:
         at: datetime,
     ) -> BudgetCheck:
         model = self.settings.levels[level].model if level in self.settings.levels else None
+        billing = self.billing.get(level, "api")
         first: BudgetCheck | None = None
         for rule in rules:
             reserved = held_by(rule, reservations)
             used = spent[rule.name]
-            ok = within(rule, self.prices, used, reserved + own, model, at)
-            check = BudgetCheck(
-                ok, used.tokens, used.usd, reserved, rule.name, own, rule.tokens, rule.usd
-            )
+            ok = within(rule, self.prices, used, reserved + own, model, at, billing)
+            check = BudgetCheck.of(ok, rule, used, reserved, own)
             if not ok:
                 return check
             first = first or check
@@ -325,12 +358,11 @@ class Budgets:
             return None
         at = at or datetime.now(UTC)
         spent = self.spent(rules, at)
+        billing = self.billing.get(level, "api")
         for rule in rules:
             used = spent[rule.name]
-            if not within(rule, self.prices, used, 0, None, at):
-                return BudgetCheck(
-                    False, used.tokens, used.usd, 0, rule.name, 0, rule.tokens, rule.usd
-                )
+            if not within(rule, self.prices, used, 0, None, at, billing):
+                return BudgetCheck.of(False, rule, used, 0, 0)
         return None
 
 

@@ -40,6 +40,7 @@ from pydantic import BaseModel, ConfigDict, computed_field
 
 from harness.config import Settings
 from harness.contracts import (
+    Billing,
     BudgetCrossed,
     BudgetProjected,
     BudgetRule,
@@ -84,9 +85,10 @@ class BudgetStatus(BaseModel):
     """The instant the figures stand at: burn, projections and run-out are from it."""
     limit_tokens: int | None
     limit_usd: float | None
+    """On what the spend is billed (a subscription's calls are billed nothing)."""
     used_tokens: int
     used_usd: float | None
-    """None: some of the window's spend is on a model without a price."""
+    """Billed; None: some of the window's spend is on a model without a price."""
     reserved_tokens: int
     calls: int
     burn_tokens_per_hour: float
@@ -94,6 +96,12 @@ class BudgetStatus(BaseModel):
     projected_tokens: int = 0
     """The window's spend at its end at the burn rate so far."""
     projected_usd: float | None = None
+    limit_list_usd: float | None = None
+    """On the spend's list value, however it is paid for."""
+    used_list_usd: float | None = None
+    """The list value of the window's spend (None: some of it has no price)."""
+    projected_list_usd: float | None = None
+    burn_list_usd_per_hour: float | None = None
     alert_at: tuple[float, ...] = ()
     paused_levels: tuple[str, ...] = ()
     """Levels a budget paused that this one, at its limit, still holds paused."""
@@ -112,16 +120,28 @@ class BudgetStatus(BaseModel):
     @computed_field  # type: ignore[prop-decorator]
     @property
     def remaining_usd(self) -> float | None:
-        """USD left after spend (None: no USD limit, or spend without a price)."""
-        if self.limit_usd is None or self.used_usd is None:
-            return None
-        return self.limit_usd - self.used_usd
+        """Billed USD left after spend (None: no USD limit, or spend without a price)."""
+        return _left(self.limit_usd, self.used_usd)
+
+    @computed_field  # type: ignore[prop-decorator]
+    @property
+    def remaining_list_usd(self) -> float | None:
+        """List value left after spend (None: no such limit, or spend without a price)."""
+        return _left(self.limit_list_usd, self.used_list_usd)
 
     @computed_field  # type: ignore[prop-decorator]
     @property
     def used_fraction(self) -> float:
-        """The larger of tokens and USD used, as a fraction of its limit (1.0: unpriced USD)."""
-        return self._fraction(self.used_tokens, self.used_usd)
+        """The largest of tokens and USD used, as a fraction of its limit (1.0: unpriced USD)."""
+        return self._fraction(self.used_tokens, self.used_usd, self.used_list_usd)
+
+    def holds(self, billing: Billing) -> bool:
+        """Whether the window at its limit holds a level paid for by `billing`.
+
+        A subscription adds nothing billed: its levels are held by tokens and list value.
+        """
+        used = (self.used_tokens, self.used_usd, self.used_list_usd)
+        return self._fraction(*used, billing) >= 1.0
 
     @computed_field  # type: ignore[prop-decorator]
     @property
@@ -133,14 +153,18 @@ class BudgetStatus(BaseModel):
     @property
     def projected_fraction(self) -> float:
         """`used_fraction` at the window's end at the burn rate so far."""
-        return self._fraction(self.projected_tokens, self.projected_usd)
+        return self._fraction(self.projected_tokens, self.projected_usd, self.projected_list_usd)
 
-    def _fraction(self, tokens: int, usd: float | None) -> float:
+    def _fraction(
+        self, tokens: int, usd: float | None, list_usd: float | None, billing: Billing = "api"
+    ) -> float:
         fractions = [0.0]
         if self.limit_tokens is not None:
             fractions.append(tokens / self.limit_tokens)
-        if self.limit_usd is not None:
-            fractions.append(1.0 if usd is None else usd / self.limit_usd)
+        billed = self.limit_usd if billing == "api" else None
+        for limit, used in ((billed, usd), (self.limit_list_usd, list_usd)):
+            if limit is not None:
+                fractions.append(1.0 if used is None else used / limit)
         return max(fractions)
 
     def reaches_at(self, threshold: float) -> datetime | None:
@@ -149,29 +173,39 @@ class BudgetStatus(BaseModel):
         if self.limit_tokens is not None and self.burn_tokens_per_hour > 0:
             left = threshold * self.limit_tokens - self.used_tokens
             hours.append(max(left, 0) / self.burn_tokens_per_hour)
-        if self.limit_usd is not None and self.used_usd is not None and self.burn_usd_per_hour:
-            left = threshold * self.limit_usd - self.used_usd
-            hours.append(max(left, 0.0) / self.burn_usd_per_hour)
+        for limit, used, burn in (
+            (self.limit_usd, self.used_usd, self.burn_usd_per_hour),
+            (self.limit_list_usd, self.used_list_usd, self.burn_list_usd_per_hour),
+        ):
+            if limit is not None and used is not None and burn:
+                hours.append(max(threshold * limit - used, 0.0) / burn)
         if not hours:
             return None
         when = self.as_of + timedelta(hours=min(hours))
         return when if when < self.window_end else None
 
     def limit_text(self) -> str:
-        """`500,000 tokens + USD 12.5`, for people."""
+        """`500,000 tokens + USD 12.5 billed + USD 40 list`, for people."""
         parts = (
             f"{self.limit_tokens:,} tokens" if self.limit_tokens else "",
-            f"USD {self.limit_usd:g}" if self.limit_usd else "",
+            f"USD {self.limit_usd:g} billed" if self.limit_usd else "",
+            f"USD {self.limit_list_usd:g} list" if self.limit_list_usd else "",
         )
         return " + ".join(part for part in parts if part)
 
     def remaining_text(self) -> str:
-        """Tokens and USD left, as far as the budget has each limit."""
+        """Tokens and USD (billed, list value) left, as far as the budget has each limit."""
         parts = (
             f"{self.remaining_tokens:,}" if self.remaining_tokens is not None else "",
             format_usd(self.remaining_usd) if self.limit_usd else "",
+            format_usd(self.remaining_list_usd) if self.limit_list_usd else "",
         )
         return " / ".join(part for part in parts if part)
+
+
+def _left(limit: float | None, used: float | None) -> float | None:
+    """USD left of a limit (None: no such limit, or spend without a price)."""
+    return None if limit is None or used is None else limit - used
 
 
 def budget_statuses(budgets: Budgets, at: datetime | None = None) -> list[BudgetStatus]:
@@ -190,6 +224,8 @@ def budget_statuses(budgets: Budgets, at: datetime | None = None) -> list[Budget
         left = max((window.end - at).total_seconds() / 3600, 0.0)
         burn = used.tokens / hours
         burn_usd = None if used.usd is None else used.usd / hours
+        burn_list = None if used.list_usd is None else used.list_usd / hours
+        grown = 1 + left / hours
         statuses.append(
             BudgetStatus(
                 name=rule.name,
@@ -207,9 +243,13 @@ def budget_statuses(budgets: Budgets, at: datetime | None = None) -> list[Budget
                 calls=used.calls,
                 burn_tokens_per_hour=burn,
                 burn_usd_per_hour=burn_usd,
-                projected_tokens=round(used.tokens * (1 + left / hours)),
-                projected_usd=None if used.usd is None else used.usd * (1 + left / hours),
+                projected_tokens=round(used.tokens * grown),
+                projected_usd=None if used.usd is None else used.usd * grown,
                 alert_at=rule.alert_at,
+                limit_list_usd=rule.list_usd,
+                used_list_usd=used.list_usd,
+                projected_list_usd=None if used.list_usd is None else used.list_usd * grown,
+                burn_list_usd_per_hour=burn_list,
             )
         )
     return _with_pauses(budgets, statuses)
@@ -227,7 +267,8 @@ def held_paused(budgets: Budgets, statuses: Sequence[BudgetStatus]) -> dict[str,
         if rule.action != "pause" or status.used_fraction < 1.0:
             continue
         for level in levels if rule.levels is None else rule.levels & levels.keys():
-            ends[level] = max(ends.get(level, status.window_end), status.window_end)
+            if status.holds(budgets.billing.get(level, "api")):
+                ends[level] = max(ends.get(level, status.window_end), status.window_end)
     return ends
 
 
@@ -407,6 +448,8 @@ class BudgetWatch:
         rule = next(rule for rule in self.budgets.rules if rule.name == status.name)
         paused = []
         for level in self._levels_of(rule):
+            if not status.holds(self.budgets.billing.get(level, "api")):
+                continue  # a subscription's level, held by the bill alone: it adds nothing
             if level_paused(self.store, level):
                 continue
             reason = (

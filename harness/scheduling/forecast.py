@@ -20,9 +20,9 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 
-from harness.contracts import BudgetRule
+from harness.contracts import Billing, BudgetRule
 from harness.prices import PriceBook, format_usd
-from harness.projections import TickCost, tick_costs_since
+from harness.projections import TickCost, WindowSpend, tick_costs_since
 from harness.scheduling.budget import Budgets, held_by
 from harness.store import EventStore
 
@@ -160,9 +160,8 @@ def run_forecast(budgets: Budgets, level: str, slots: list[datetime], at: dateti
     for rule in rules:
         reserved = held_by(rule, held)
         used = spent[rule.name]
-        fits = _slots_paid(
-            rule, budgets.prices, used.tokens, used.usd, reserved, config.model, tick, at
-        )
+        billing = budgets.billing.get(level, "api")
+        fits = _slots_paid(rule, budgets.prices, used, billing, reserved, config.model, tick, at)
         if fits < len(slots):
             first = int(fits)
             window = rule.window_at(at)
@@ -187,8 +186,8 @@ def run_forecast(budgets: Budgets, level: str, slots: list[datetime], at: dateti
 def _slots_paid(
     rule: BudgetRule,
     prices: PriceBook,
-    tokens: int,
-    usd: float | None,
+    used: WindowSpend,
+    billing: Billing,
     reserved: int,
     model: str | None,
     tick: TickForecast,
@@ -197,22 +196,24 @@ def _slots_paid(
     """How many forecast ticks the budget's window can still pay (inf: no limit binds).
 
     A USD budget with spend, reservations or a tick it cannot price pays none (the side
-    a budget check errs to, `harness.scheduling.budget.within`).
+    a budget check errs to, `harness.scheduling.budget.within`); a `usd` limit (billed)
+    does not hold a level billed on a subscription, a `list_usd` one does.
     """
     fits: float = math.inf
     if rule.tokens is not None:
-        room = rule.tokens - tokens - reserved
+        room = rule.tokens - used.tokens - reserved
         fits = max(0, room // tick.tokens) if tick.tokens > 0 else (math.inf if room >= 0 else 0)
-    if rule.usd is None:
-        return fits
     day = at.date().isoformat()
-    held_usd = (prices.cost(model, day, -1, reserved, 0) if model else None) if reserved else 0.0
-    if usd is None or held_usd is None or tick.usd is None:
-        return 0
-    room_usd = rule.usd - usd - held_usd
-    paid = (
-        math.floor(room_usd / tick.usd + 1e-9)
-        if tick.usd > 0
-        else (math.inf if room_usd >= 0 else 0)
-    )
-    return min(fits, max(0, paid))
+    for unit, limit in rule.usd_limits(billing):
+        usd = getattr(used, unit)
+        held = (prices.cost(model, day, -1, reserved, 0) if model else None) if reserved else 0.0
+        if usd is None or held is None or tick.usd is None:
+            return 0
+        room_usd = limit - usd - held
+        paid = (
+            math.floor(room_usd / tick.usd + 1e-9)
+            if tick.usd > 0
+            else (math.inf if room_usd >= 0 else 0)
+        )
+        fits = min(fits, max(0, paid))
+    return fits

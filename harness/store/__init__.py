@@ -5,7 +5,9 @@ its one SQL implementation, the schema and its migrations, and the spool that ho
 events while the store is out of reach. It is the only place with SQL on `events`; read
 models keep their own tables in the same database, defined on `harness.store.schema`'s
 metadata and written with `upsert`. It also owns the archives of days the hot store has
-shed, and what retention keeps, compacts and reclaims.
+shed, and what retention keeps, compacts and reclaims. procrastinate's jobs live in its
+database too: their schema and every query on them are the store's, which the procrastinate
+executor asks by name: no part but the store and its read models takes a connection.
 
 Every name of its own is loaded on first use (`harness.fronts`): the archives and
 retention serve only the commands that ask for them.
@@ -65,6 +67,20 @@ if typing.TYPE_CHECKING:
         store_revision,
     )
     from harness.store.partitions import PartitionHeld, partitioned, prepare_partitions
+    from harness.store.procrastinate_jobs import (
+        JobWorker,
+        cancel_job,
+        defer_once,
+        fail_job,
+        job_workers,
+        list_jobs,
+        retry_job,
+        stalled_jobs,
+    )
+    from harness.store.procrastinate_schema import (
+        PROCRASTINATE_MIGRATIONS,
+        apply_procrastinate_schema,
+    )
     from harness.store.rate_buckets import Call, Turn, block, release_tick, settle, take
     from harness.store.records import (
         ANY,
@@ -97,6 +113,7 @@ if typing.TYPE_CHECKING:
     )
     from harness.store.schema import HEAD_REVISION, Json, metadata, projection_checkpoints
     from harness.store.scratch import scratch_sqlite
+    from harness.store.sessions import recently_connected
     from harness.store.sizing import (
         API_THREADS,
         run_connections,

@@ -211,7 +211,9 @@ class EventStore(ABC):
 
         For a library that brings its SQL written for its driver, procrastinate: its
         queries run on the connection its own connectors would use, in the store's
-        transaction, and the driver's errors become the store's (`StoreError`).
+        transaction, and the driver's errors become the store's (`StoreError`). Only the
+        store's own operations on procrastinate's tables take it (`procrastinate_jobs`,
+        `procrastinate_schema`); the executor asks those (tests/test_layering.py).
         """
 
     @abstractmethod

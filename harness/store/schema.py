@@ -10,7 +10,7 @@ from typing import Any
 
 import sqlalchemy as sa
 
-HEAD_REVISION = "0032"
+HEAD_REVISION = "0033"
 
 metadata = sa.MetaData()
 

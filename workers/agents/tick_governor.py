@@ -206,8 +206,9 @@ class TickGovernor(ProxyGovernor):
         book.calls_started += 1
         self._calls[id(judged.entry)] = _Call(book.calls_started, time.monotonic(), judged)
         verdict = judged.verdict
+        target = self.candidate.target if self.candidate else None
         self.recorder.record(
-            self.booking.started(book.calls_started, verdict.model, verdict.est_tokens)
+            self.booking.started(book.calls_started, verdict.model, verdict.est_tokens, target)
         )
         return judged
 

@@ -43,9 +43,10 @@ def spend(
         ),
     ] = None,
 ) -> list[SpendRow]:
-    """Tokens and cost grouped by level, model, UTC day and/or prompt template.
+    """Tokens, list value and billed USD grouped by level, model, UTC day and/or template.
 
-    Cost None: unpriced. A template is the hash of a level's prompt before
+    `cost_usd` is the calls' list value, `billed_usd` what they were billed (0 for calls
+    on a subscription); None: unpriced. A template is the hash of a level's prompt before
     substitution ("" for spend recorded without one). Of the last REPORT_DAYS days
     unless `since` says otherwise: the read model keeps every day.
     """

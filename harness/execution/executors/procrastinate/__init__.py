@@ -27,10 +27,13 @@ Panels and hedges run on the worker that took the slot's job, their members and 
 places of its concurrency that the job took before it started (`WorkerExecutor.seat`); a
 dead worker's members and twins end with its job's tick.
 
-The package follows procrastinate's own layout: `jobs` holds every query on procrastinate's
-tables (through its `JobManager`, on the store's write handle), `schema` its schema in
-the store's database, `scheduler` the side of `tickwork run`, `worker` and `spacing` the
-side of `tickwork worker`, `loop` the worker process, and `base` what both sides share.
+The package follows procrastinate's own layout: `jobs` says what a tick's job holds (its
+task, priority and lock) and reads the jobs back as ticks, `scheduler` is the side of
+`tickwork run`, `worker` and `spacing` the side of `tickwork worker`, `loop` the worker
+process, and `base` what both sides share. procrastinate's schema and every query on its
+tables are the store's named operations (`harness.store`: `apply_procrastinate_schema`,
+`defer_once`, `list_jobs`, …): no module here takes one of the store's connections. The
+worker process's procrastinate `App` (`loop`) opens its own, to fetch and listen for jobs.
 """
 
 from harness.execution.executors.procrastinate.jobs import (
@@ -44,7 +47,6 @@ from harness.execution.executors.procrastinate.jobs import (
 )
 from harness.execution.executors.procrastinate.loop import WorkerLoop
 from harness.execution.executors.procrastinate.scheduler import ProcrastinateExecutor
-from harness.execution.executors.procrastinate.schema import MIGRATIONS, apply_schema
 from harness.execution.executors.procrastinate.worker import (
     WorkerExecutor,
     WorkerRunner,
@@ -52,7 +54,6 @@ from harness.execution.executors.procrastinate.worker import (
 )
 
 __all__ = [
-    "MIGRATIONS",
     "TASK",
     "JobTick",
     "Locks",
@@ -61,7 +62,6 @@ __all__ = [
     "WorkerLoop",
     "WorkerRunner",
     "WorkerState",
-    "apply_schema",
     "defer",
     "jobs_in",
     "places_needed",

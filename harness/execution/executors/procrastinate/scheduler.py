@@ -15,20 +15,16 @@ from datetime import datetime
 from harness.contracts import TickTaken, tick_stream
 from harness.execution.executors.base import HandoffExecutor
 from harness.execution.executors.procrastinate.base import OnStore
-from harness.execution.executors.procrastinate.jobs import (
-    Locks,
-    cancel_job,
-    connected,
-    defer,
-    jobs_in,
-)
+from harness.execution.executors.procrastinate.jobs import Locks, defer, jobs_in
 from harness.execution.hedge import TWIN_SUFFIX
 from harness.execution.panels import REPLACEMENT
 from harness.scheduling import RunningTick, SlotClaim
 from harness.store import (
     StoredEvent,
     StoreError,
+    cancel_job,
     process_name,
+    recently_connected,
 )
 
 REDELIVER_SECONDS = 2.0
@@ -100,7 +96,7 @@ class ProcrastinateExecutor(OnStore, HandoffExecutor):
         still holds back could start early.
         """
         name, seconds = process_name(host, pid), self.settings.executor.stalled_seconds
-        return not connected(self.store, name, seconds)
+        return not recently_connected(self.store, name, seconds)
 
     def running(self) -> list[RunningTick]:
         """The ticks some worker runs now."""

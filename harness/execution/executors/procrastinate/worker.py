@@ -24,7 +24,7 @@ from harness.contracts import (
 )
 from harness.execution.adopt import started_ref
 from harness.execution.executors.procrastinate.base import OnStore
-from harness.execution.executors.procrastinate.jobs import fail_job, retry_job, stalled_jobs
+from harness.execution.executors.procrastinate.jobs import stalled_ticks
 from harness.execution.executors.procrastinate.spacing import SharedSpacing
 from harness.execution.hedge import TWIN_SUFFIX
 from harness.execution.launchers import TickProcess
@@ -39,6 +39,8 @@ from harness.store import (
     EventStore,
     StoredEvent,
     StoreError,
+    fail_job,
+    retry_job,
 )
 
 TAKEN = {TickTaken.type, TickStarted.type}
@@ -224,7 +226,7 @@ class WorkerExecutor(OnStore):
 
     def sweep_stalled(self) -> None:
         """End the ticks of workers whose heartbeat stopped, once, and finish their jobs."""
-        for job in stalled_jobs(self.store, self.settings.executor.stalled_seconds):
+        for job in stalled_ticks(self.store, self.settings.executor.stalled_seconds):
             if job.job_id is not None:
                 self._end_stalled(job.job_id, job.tick_id, job.level)
 

@@ -2,6 +2,8 @@
 
 Its SQL is procrastinate's own, for psycopg: it runs on psycopg's connection in the
 store's transactions (`driver_transaction`), as procrastinate's connectors would run it.
+procrastinate's `SchemaManager.apply_schema` runs `schema.sql` in a transaction of its
+own: the version check, the script and the mark share one here, under a lock.
 """
 
 from __future__ import annotations
@@ -12,20 +14,13 @@ from typing import Any
 from procrastinate.schema import SchemaManager
 from psycopg import Connection, sql
 
-from harness.execution.executors.procrastinate.jobs import DEFER_LOCK
-from harness.store import EventStore
+from harness.store.base import EventStore
+from harness.store.procrastinate_jobs import DEFER_LOCK
 
 SCHEMA_LOCK = DEFER_LOCK + 1
 """Advisory lock of `tickwork migrate` applying procrastinate's schema (two at once)."""
 
-
-def schema_present(conn: Connection[Any]) -> bool:
-    """Whether procrastinate's tables exist in the store's database."""
-    row = conn.execute("SELECT to_regclass('procrastinate_jobs')").fetchone()
-    return row is not None and row[0] is not None
-
-
-MIGRATIONS = sorted(Path(SchemaManager.get_migrations_path()).glob("*.sql"))
+PROCRASTINATE_MIGRATIONS = sorted(Path(SchemaManager.get_migrations_path()).glob("*.sql"))
 """procrastinate's migrations, oldest first (their names sort by version)."""
 MARK = "procrastinate schema "
 """How the comment on `procrastinate_jobs` starts: the rest names the last migration in."""
@@ -34,9 +29,15 @@ UNMARKED = "03.04.00_50_post_add_retry_failed_job_procedure"
 3.10's `schema.sql`, which holds every migration up to this one."""
 
 
-def schema_version(conn: Connection[Any]) -> str | None:
+def _present(conn: Connection[Any]) -> bool:
+    """Whether procrastinate's tables exist in the store's database."""
+    row = conn.execute("SELECT to_regclass('procrastinate_jobs')").fetchone()
+    return row is not None and row[0] is not None
+
+
+def _version(conn: Connection[Any]) -> str | None:
     """The last procrastinate migration the store's schema holds; None without its tables."""
-    if not schema_present(conn):
+    if not _present(conn):
         return None
     row = conn.execute(
         "SELECT obj_description('procrastinate_jobs'::regclass, 'pg_class')"
@@ -45,7 +46,7 @@ def schema_version(conn: Connection[Any]) -> str | None:
     return comment.removeprefix(MARK) if comment and comment.startswith(MARK) else UNMARKED
 
 
-def apply_schema(store: EventStore) -> tuple[str | None, str]:
+def apply_procrastinate_schema(store: EventStore) -> tuple[str | None, str]:
     """Install procrastinate's schema, or upgrade it with the migrations it lacks.
 
     procrastinate's `schema.sql` only creates (it fails on a schema that exists), and its
@@ -56,16 +57,16 @@ def apply_schema(store: EventStore) -> tuple[str | None, str]:
     A script is sent without parameters, so psycopg passes its `%` through untouched.
     """
     with store.driver_transaction() as conn:
-        before = schema_version(conn)
+        before = _version(conn)
     while True:
         with store.driver_transaction() as conn:
             conn.execute("SELECT pg_advisory_xact_lock(%(key)s)", {"key": SCHEMA_LOCK})
-            version = schema_version(conn)
+            version = _version(conn)
             if version is None:
                 conn.execute(SchemaManager.get_schema().encode())
-                _mark(conn, MIGRATIONS[-1].stem)
+                _mark(conn, PROCRASTINATE_MIGRATIONS[-1].stem)
                 continue
-            pending = [m for m in MIGRATIONS if m.stem > version]
+            pending = [m for m in PROCRASTINATE_MIGRATIONS if m.stem > version]
             if not pending:
                 conn.execute(
                     "CREATE INDEX IF NOT EXISTS tickwork_procrastinate_tick "

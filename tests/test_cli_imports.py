@@ -51,7 +51,8 @@ def test_importing_the_cli_imports_no_stage_and_no_service(tmp_path: Path) -> No
 
 
 def test_help_imports_no_stage_no_service_and_no_rich_console(tmp_path: Path) -> None:
-    watched = (*SERVICES, "harness.store", "sqlalchemy", "psycopg", "rich.console")
+    """Nor pydantic: Typer coerces an unset option through an adapter built on its value."""
+    watched = (*SERVICES, "harness.store", "sqlalchemy", "psycopg", "rich.console", "pydantic")
     assert loaded(tmp_path, watched, "--help") == []
 
 
@@ -66,7 +67,24 @@ def test_a_command_runs_from_an_app_holding_it_alone_and_the_roots_help_from_all
     assert [group.name for group in for_arguments(["spool", "pending"]).registered_groups] == [
         "spool"
     ]
-    assert for_arguments(["--help"]) is app and for_arguments(["no-such-command"]) is app
+    assert for_arguments(["--help"]) is not app and for_arguments(["no-such-command"]) is not app
+
+
+def test_the_roots_help_and_an_unknown_commands_error_are_the_whole_apps(tmp_path: Path) -> None:
+    """The root lists stand-ins of every command: what it prints is the whole app's."""
+    from typer.testing import CliRunner
+
+    from harness.cli import app
+    from harness.cli.app import for_arguments
+
+    runner = CliRunner()
+    for arguments in (["--help"], [], ["no-such-command"], ["statu"], ["-c", "x"]):
+        whole = runner.invoke(app, arguments)
+        listed = runner.invoke(for_arguments(arguments), arguments)
+        assert (listed.exit_code, listed.output) == (whole.exit_code, whole.output), arguments
+    listed = runner.invoke(for_arguments(["--help"]), ["--help"]).output
+    assert "  status       The store, levels, ticks in flight" in listed
+    assert "  spool        The local spool of events" in listed
 
 
 def test_status_of_a_sqlite_store_imports_no_service_driver_or_migration_tool(
@@ -108,6 +126,7 @@ def test_status_answered_by_a_running_service_loads_no_store_and_prints_the_same
     try:
         watched = (
             "sqlalchemy",
+            "pydantic",
             "pydantic_settings",
             "harness.config.settings",
             "harness.store",

@@ -7,6 +7,7 @@ from pathlib import Path
 import pytest
 
 from harness.config import ConfigError, load_settings
+from harness.config.store_url import parse_store_url
 from harness.devtools.example_config import example_config
 
 
@@ -92,6 +93,54 @@ def test_a_bad_file_names_the_key_and_why(tmp_path: Path, text: str, expected: s
         load_settings(path)
     assert str(path) in str(caught.value)
     assert expected in str(caught.value)
+
+
+STORE_URLS = (
+    "sqlite:///./.tickwork/events.db",
+    "sqlite://",
+    "sqlite:////abs/events.db?timeout=5",
+    "postgresql://db/tickwork",
+    "postgresql+psycopg://tick:p%40ss%3Aw%2Ford@db.example:5433/tw?sslmode=require&a=1&a=2",
+    "postgresql://tick:@[::1]:5432/tw",
+    "postgresql://:secret@/tw?host=/run/postgresql",
+    "mysql+pymysql://u:p@h/d",
+    "postgresql://db:5x32/tw",
+    "postgresql://db: 7/tw",
+    "postgresql://db:/tw",
+    "my-sql://h/d",
+    "events.db",
+    "",
+    "postgresql:/db",
+    "postgresql://h/d\nwith a line after",
+)
+
+
+@pytest.mark.parametrize("url", STORE_URLS)
+def test_the_store_url_is_read_as_sqlalchemy_reads_it(url: str) -> None:
+    """The configuration's own parse, not SQLAlchemy's: same backend, password and refusals."""
+    from sqlalchemy.engine import make_url
+    from sqlalchemy.exc import ArgumentError
+
+    try:
+        made = make_url(url)
+    except (ArgumentError, ValueError):
+        with pytest.raises(ValueError):
+            parse_store_url(url)
+        return
+    parsed = parse_store_url(url)
+    assert (parsed.backend, parsed.password) == (made.get_backend_name(), made.password)
+
+
+def test_a_store_url_sqlalchemy_cannot_read_or_of_another_backend_is_refused_by_key(
+    tmp_path: Path,
+) -> None:
+    for url, expected in (
+        ("events.db", "store.url: is not a database URL"),
+        ("postgresql://db:5x32/tw", "store.url: is not a database URL"),
+        ("mysql+pymysql://u:p@h/d", "store.url: backend 'mysql' is not supported"),
+    ):
+        with pytest.raises(ConfigError, match=expected):
+            load_settings(write(tmp_path, f'[store]\nurl = "{url}"\n'))
 
 
 def test_errors_are_in_tickworks_words_with_the_key_meant(tmp_path: Path) -> None:

@@ -222,9 +222,6 @@ SQL_OWNERS = ("harness.store", "harness.projections")
 """The parts that hold SQL and connections: the log and tracking (store), the read models
 (projections, which take the store's transactions for their own queries)."""
 SQL_EXCEPTIONS = {
-    "harness.config.settings": "the store URL is checked with SQLAlchemy's `make_url` (no "
-    "connection): every command then opens the store with SQLAlchemy anyway, so a parse of "
-    "its own would not make start-up cheaper (RESULTS.md, `tickwork status` start-up)",
     "harness.folds.ranges": "a fold worker's range, read on a DB-API connection of its own "
     "(`Database.connect`) to the store's database as the store described it "
     "(`worker_database`), running the SQL the store wrote (`harness.store.sql`): the worker "

@@ -49,5 +49,15 @@ __all__ = [
 
 
 def main() -> None:
-    """The `tickwork` console script: one entry point, so every command shares the app."""
-    for_arguments(sys.argv[1:])()
+    """The `tickwork` console script: one entry point, so every command shares the app.
+
+    What `app()` does with pretty exceptions off, the parameters' coercion made late
+    (`coerce_on_value`) between building the command and running it.
+    """
+    from typer.main import get_command
+
+    from harness.cli.coercion import coerce_on_value
+
+    command = get_command(for_arguments(sys.argv[1:]))
+    coerce_on_value(command)
+    command()

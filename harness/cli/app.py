@@ -13,6 +13,8 @@ stack, the agent SDK or a driver it does not use (`tests/test_cli_imports.py` ho
 from __future__ import annotations
 
 import copy
+import inspect
+import os
 import signal
 import sys
 import threading
@@ -140,12 +142,13 @@ ROOT_VALUES = frozenset({"--config", "-c"})
 
 
 def for_arguments(arguments: Sequence[str]) -> typer.Typer:
-    """The app with only the command (or group) `arguments` name, or the whole app.
+    """The app with only the command (or group) `arguments` name, or the app's listing.
 
     Typer builds every registered command (its signature, its type hints, an adapter per
     parameter) before it runs one: for sixty commands that was a fifth of `tickwork
-    status`'s start. The root's own help, or a name no command has, gets the whole app,
-    so the listing and the error are Typer's own.
+    status`'s start. The root's own help, or a name no command has, gets every command as
+    `listing` stands it in, so the list and the error are Typer's own; shell completion,
+    which completes a command's options from the root, gets the whole app.
     """
     from typer.main import get_command_name
 
@@ -165,10 +168,44 @@ def for_arguments(arguments: Sequence[str]) -> typer.Typer:
     ]
     groups = [info for info in app.registered_groups if info.name == name]
     if not commands and not groups:
-        return app
+        completing = any(variable.endswith("_COMPLETE") for variable in os.environ)
+        return app if completing else listing(app)
     lean = copy.copy(app)
     lean.registered_commands, lean.registered_groups = commands, groups
     return lean
+
+
+def listing(typer_app: typer.Typer) -> typer.Typer:
+    """`typer_app` with each command, in its groups too, a stand-in of its name and help.
+
+    The root's help lists a command's name and the first line of its help, and an unknown
+    name's error suggests names: neither needs a command's parameters, whose building was
+    two thirds of what `tickwork --help` adds to a bare `import typer, rich`.
+    """
+    from typer.main import get_command_name
+
+    listed = copy.copy(typer_app)
+    listed.registered_commands = []
+    for info in typer_app.registered_commands:
+        assert info.callback is not None, "Typer registers a command by its function"
+        stand_in = copy.copy(info)
+        stand_in.name = info.name or get_command_name(info.callback.__name__)
+        help_text = info.help if info.help is not None else inspect.getdoc(info.callback)
+        stand_in.help = help_text or ""
+        stand_in.callback = _listed_only
+        listed.registered_commands.append(stand_in)
+    listed.registered_groups = []
+    for group in typer_app.registered_groups:
+        assert group.typer_instance is not None, "a group is added as a Typer app"
+        stand_in_group = copy.copy(group)
+        stand_in_group.typer_instance = listing(group.typer_instance)
+        listed.registered_groups.append(stand_in_group)
+    return listed
+
+
+def _listed_only() -> None:
+    """A stand-in is listed, never run: `for_arguments` gives a named command its own app."""
+    raise RuntimeError("a command of the listing ran: `for_arguments` did not find its name")
 
 
 JsonOption = Annotated[bool, typer.Option("--json", help="Print the data as JSON.")]

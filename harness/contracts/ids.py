@@ -34,7 +34,6 @@ def new_event_id() -> UUID:
     return uuid7()
 
 
-_TICK_STAMP = "%Y%m%dT%H%M%S"
 _TICK_DAY = re.compile(r"-(\d{8})T\d{6}(?:Z|-[0-9a-f]+)\Z")
 
 
@@ -44,8 +43,15 @@ def tick_id_for(level: str, at: datetime, unique: str | None = None) -> str:
     A slot's tick (no `unique`: `min-20261201T120000Z`) is named by its slot alone, the
     same id in every replica, so its stream is the claim. A tick started by hand is named
     by its start and `unique` (`min-20261201T120000-1f2e3d4c`): two may start in a second.
+
+    Written field by field, as `strftime("%Y%m%dT%H%M%S")` writes them: `strftime` took
+    half of this, and a backfill forecast names every one of up to 10,000 slots.
     """
-    stamp = f"{level}-{at.astimezone(UTC):{_TICK_STAMP}}"
+    utc = at.astimezone(UTC)
+    stamp = (
+        f"{level}-{utc.year}{utc.month:02d}{utc.day:02d}"
+        f"T{utc.hour:02d}{utc.minute:02d}{utc.second:02d}"
+    )
     return f"{stamp}Z" if unique is None else f"{stamp}-{unique}"
 
 

@@ -3,13 +3,18 @@
 Prepares a SQLite store holding `--days` of ticks for `--levels` levels on `* * * * *`
 (`--per-day` ticks of each a day, at their slots, each with its spend, through the
 store's own appends), the read models folded, and a configuration with a global and a
-tag budget over them. Then runs the command `--runs` times in a process of its own each
-and prints each run's wall and CPU time (the first folds the budgets read model for the
-configured budgets; later ones find it folded), and what it forecast. The goal: under a
-second.
+tag budget over them. Then runs the command once unmeasured (it folds the budgets read
+model for the configured budgets and caches the bytecode, as an installed wheel's is:
+`machine.cached_bytecode`), then `--runs` times in a process of its own each, and prints
+each run's wall and CPU time and what it forecast, and the median CPU. The goal: under
+a second. `--against` runs another build's `tickwork` (another virtualenv) on the same
+store, its runs alternating with this build's so a change of load hits both alike.
+`--instructions` counts each build's instructions in one more run (valgrind's callgrind):
+on a shared machine the CPU time of a run moves by a third with the load, the count not.
 
     nice -n 5 .venv/bin/python ops/bench/backfill_forecast_bench.py [--levels 1000]
-        [--days 7] [--per-day 24] [--slots 10000] [--runs 3]
+        [--days 7] [--per-day 24] [--slots 10000] [--runs 3] [--against OTHER_VENV]
+        [--instructions]
 """
 
 from __future__ import annotations
@@ -18,14 +23,16 @@ import argparse
 import json
 import os
 import resource
+import statistics
 import subprocess
 import sys
 import tempfile
 import time
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
+from typing import Any
 
-from machine import describe
+from machine import cached_bytecode, describe, instructions
 from service_config import write_config
 
 from harness.contracts import BudgetSpent, NewEvent, TickCompleted, TickScheduled, TickStarted
@@ -109,6 +116,21 @@ def prepare(url: str, levels: list[str], days: int, per_day: int, now: datetime)
     return made, team_a
 
 
+def timed(
+    command: list[str], env: dict[str, str], folder: Path, run: int
+) -> tuple[float, float, dict[str, Any]]:
+    """Wall and CPU (user + system) seconds of one run of `command`, and what it printed."""
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
+    began = time.monotonic()
+    done = subprocess.run(command, env=env, cwd=folder, capture_output=True, text=True)
+    wall = time.monotonic() - began
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    used = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
+    if done.returncode != 0:
+        raise SystemExit(f"run {run} exited {done.returncode}: {done.stderr}")
+    return wall, used, json.loads(done.stdout)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--levels", type=int, default=1000)
@@ -116,6 +138,10 @@ def main() -> None:
     parser.add_argument("--per-day", type=int, default=24, help="ticks of each level a day")
     parser.add_argument("--slots", type=int, default=10_000)
     parser.add_argument("--runs", type=int, default=3)
+    parser.add_argument(
+        "--against", type=Path, help="Another build's virtualenv to time side by side."
+    )
+    parser.add_argument("--instructions", action="store_true", help="Count them too.")
     args = parser.parse_args()
     print(describe())
     print(f"load average before: {' '.join(f'{x:.2f}' for x in os.getloadavg())}")
@@ -135,36 +161,37 @@ def main() -> None:
         )
         end = now.replace(second=0, microsecond=0) - timedelta(minutes=2)
         start = end - timedelta(minutes=args.slots)
-        command = [
-            str(Path(sys.executable).with_name("tickwork")),
-            "backfill",
-            "min",
-            "--from",
-            start.isoformat(),
-            "--to",
-            end.isoformat(),
-            "--dry-run",
-            "--json",
-        ]
-        env = {k: v for k, v in os.environ.items() if not k.startswith("TICKWORK_")}
+        arguments = ["backfill", "min", "--from", start.isoformat(), "--to", end.isoformat()]
+        arguments += ["--dry-run", "--json"]
+        builds = {"this": Path(sys.executable).with_name("tickwork")}
+        if args.against is not None:
+            builds["other"] = args.against / "bin" / "tickwork"
+        env = {
+            k: v
+            for k, v in cached_bytecode(root / "pycache").items()
+            if not k.startswith("TICKWORK_")
+        }
         env["TICKWORK_CONFIG"] = str(config)
+        for tickwork in builds.values():
+            timed([str(tickwork), *arguments], env, root, 0)
+        cpus: dict[str, list[float]] = {name: [] for name in builds}
         for run in range(1, args.runs + 1):
-            before = resource.getrusage(resource.RUSAGE_CHILDREN)
-            began = time.monotonic()
-            done = subprocess.run(command, env=env, cwd=root, capture_output=True, text=True)
-            wall = time.monotonic() - began
-            after = resource.getrusage(resource.RUSAGE_CHILDREN)
-            used = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
-            if done.returncode != 0:
-                raise SystemExit(f"run {run} exited {done.returncode}: {done.stderr}")
-            forecast = json.loads(done.stdout)
-            print(
-                f"run {run}: {wall:.2f} s wall, {used:.2f} s CPU: {len(forecast['slots']):,} "
-                f"slots to run, {forecast['left_alone']} left alone, tick "
-                f"{forecast['tick']['tokens']:,} tokens ({forecast['tick']['source']}), "
-                f"{forecast['tokens']:,} tokens, crossings "
-                f"{[(c['budget'], c['fits']) for c in forecast['crossings']]}"
-            )
+            for name, tickwork in builds.items():
+                wall, used, forecast = timed([str(tickwork), *arguments], env, root, run)
+                cpus[name].append(used)
+                print(
+                    f"{name} run {run}: {wall:.2f} s wall, {used:.2f} s CPU: "
+                    f"{len(forecast['slots']):,} slots to run, {forecast['left_alone']} left "
+                    f"alone, tick {forecast['tick']['tokens']:,} tokens "
+                    f"({forecast['tick']['source']}), {forecast['tokens']:,} tokens, crossings "
+                    f"{[(c['budget'], c['fits']) for c in forecast['crossings']]}"
+                )
+        for name, used in cpus.items():
+            print(f"{name}: CPU median {statistics.median(used):.2f} s ({args.runs} runs)")
+        if args.instructions:
+            for name, tickwork in builds.items():
+                counted = instructions([str(tickwork), *arguments], root, env)
+                print(f"{name}: {counted:,} instructions (callgrind)")
     print(f"load average after: {' '.join(f'{x:.2f}' for x in os.getloadavg())}")
 
 

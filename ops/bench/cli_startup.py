@@ -20,9 +20,10 @@ compiles every changed module on every run (a fresh worktree: 86 modules per `st
     .venv/bin/python ops/bench/cli_startup.py [--runs 15] [--ticks 300] [--top 25]
         [--against OTHER_VENV] [--instructions]
 
-`--instructions` also counts the instructions `tickwork status` runs on the empty store
-(valgrind's callgrind, some 50 times slower): on a shared machine CPU times move by 10 %
-from run to run with the load, which a count of instructions should not see.
+`--instructions` also counts the instructions each command runs, once per build, and
+the bare import's (valgrind's callgrind, some 50 times slower), and prints their ratio:
+on a shared machine CPU times move by 10 % from run to run with the load, which a count
+of instructions does not see.
 """
 
 from __future__ import annotations
@@ -42,7 +43,7 @@ from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
-from machine import describe
+from machine import cached_bytecode, describe, instructions
 
 from harness.cli.status_command import BLOCKS_VERSION
 from harness.config import load_settings, service_socket
@@ -67,13 +68,6 @@ def tickwork_command(venv: Path | None = None) -> list[str]:
         return [str(venv / "bin" / "tickwork")]
     script = Path(sys.executable).with_name("tickwork")
     return [str(script)] if script.exists() else [shutil.which("tickwork") or "tickwork"]
-
-
-def cached_bytecode(cache: Path) -> dict[str, str]:
-    """The environment of the measured commands: bytecode written to and read from `cache`."""
-    environment = {**os.environ, "PYTHONPYCACHEPREFIX": str(cache)}
-    environment.pop("PYTHONDONTWRITEBYTECODE", None)
-    return environment
 
 
 def run(command: list[str], folder: Path, environment: dict[str, str]) -> tuple[float, float]:
@@ -111,18 +105,6 @@ def unmeasured_status(
         run([*tickwork, "status"], folder, environment)
 
 
-def instructions(builds: dict[str, list[str]], folder: Path, environment: dict[str, str]) -> None:
-    """Each build's `tickwork status`, run once under callgrind: its instruction count."""
-    for name, tickwork in builds.items():
-        callgrind = ["valgrind", "--tool=callgrind", "--callgrind-out-file=/dev/null"]
-        report = stderr_of([*callgrind, *tickwork, "status"], folder, environment)
-        count = next(line for line in report.splitlines() if "Collected :" in line)
-        print(
-            f"{name + ' tickwork status (empty)':<34} "
-            f"{int(count.split()[-1]):,} instructions (callgrind)"
-        )
-
-
 def percentile_90(values: list[float]) -> float:
     ordered = sorted(values)
     return ordered[min(len(ordered) - 1, round(0.9 * (len(ordered) - 1)))]
@@ -135,10 +117,13 @@ def figures(
     folder: Path,
     environment: dict[str, str],
     runs: int,
+    bare_instructions: int | None = None,
 ) -> None:
     """One line per build and its ratio to the bare import, timed in the same rounds.
 
     The builds' runs and the bare import's alternate, so a change of load hits them alike.
+    With `bare_instructions` (the bare import's count), one more line per build: the
+    command's instructions and their ratio to it.
     """
     timings: dict[str, list[tuple[float, float]]] = {name: [] for name in [*builds, "bare"]}
     for _ in range(runs):
@@ -155,6 +140,13 @@ def figures(
             f"  p90 {percentile_90(list(cpus)):6.3f} s   {statistics.median(cpus) / bare:4.2f}x "
             f"the bare import's {bare:.3f} s  ({runs} runs, {modules} modules)"
         )
+    if bare_instructions is not None:
+        for name, tickwork in builds.items():
+            count = instructions([*tickwork, *arguments], folder, environment)
+            print(
+                f"{name + ' ' + label:<34} {count:,} instructions, "
+                f"{count / bare_instructions:4.2f}x the bare import's {bare_instructions:,}"
+            )
 
 
 def imported_modules(folder: Path, environment: dict[str, str], arguments: list[str]) -> int:
@@ -282,7 +274,7 @@ def main() -> None:
         "--against", type=Path, help="Another build's virtualenv to time side by side."
     )
     parser.add_argument(
-        "--instructions", action="store_true", help="Count status's instructions (valgrind)."
+        "--instructions", action="store_true", help="Count each command's instructions too."
     )
     args = parser.parse_args()
     print(describe())
@@ -300,31 +292,19 @@ def main() -> None:
             [*tickwork, "init"], cwd=folder, env=environment, check=True, stdout=subprocess.DEVNULL
         )
         unmeasured_status(builds, folder, environment)
-        figures("tickwork --help", builds, ["--help"], folder, environment, args.runs)
-        figures("tickwork status (empty)", builds, ["status"], folder, environment, args.runs)
-        if args.instructions:
-            instructions(builds, folder, environment)
+        run(BARE, folder, environment)  # its bytecode cached too
+        bare = instructions(BARE, folder, environment) if args.instructions else None
+        for label, arguments in (("--help", ["--help"]), ("status (empty)", ["status"])):
+            figures(f"tickwork {label}", builds, arguments, folder, environment, args.runs, bare)
         shown = fill(folder, args.ticks)
         unmeasured_status(builds, folder, environment)
         for arguments in (["status"], ["ticks"], ["show", shown]):
-            figures(
-                f"tickwork {arguments[0]} ({args.ticks} ticks)",
-                builds,
-                arguments,
-                folder,
-                environment,
-                args.runs,
-            )
+            label = f"tickwork {arguments[0]} ({args.ticks} ticks)"
+            figures(label, builds, arguments, folder, environment, args.runs, bare)
         top_imports(folder, environment, args.top, "(read alone)")
         with service(tickwork, folder, environment) as running:
-            figures(
-                f"tickwork status ({args.ticks} ticks, answered)",
-                builds,
-                ["status"],
-                folder,
-                environment,
-                args.runs,
-            )
+            label = f"tickwork status ({args.ticks} ticks, answered)"
+            figures(label, builds, ["status"], folder, environment, args.runs, bare)
             answers(running.pid, folder, args.runs)
             top_imports(folder, environment, args.top, "(answered by `tickwork run`)")
     print(f"load average after: {' '.join(f'{load:.2f}' for load in os.getloadavg())}")

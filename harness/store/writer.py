@@ -28,7 +28,8 @@ exact expected version is refused).
 On PostgreSQL `events` is partitioned by the day tick streams began (migration 0010,
 `harness.store.partitions`): the statement also records the event ids in `event_ids`
 and a new tick stream's day in `tick_streams`, and the writer makes its day's partition
-before its first append of the day.
+before its first append of the day. A tick stream's later appends from the same writer
+name the day its last append landed in, so only that day's partitions are opened.
 """
 
 from __future__ import annotations

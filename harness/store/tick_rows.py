@@ -192,15 +192,13 @@ def with_compacted(
     return merged if limit is None else merged[:limit]
 
 
-def widest_span(conn: sa.Connection) -> int | None:
-    """The widest (last - first position) of any row, off its index; None without rows.
+WIDEST_SPAN = "SELECT MAX(last_position - first_position) AS span FROM tick_rows"
+"""The widest (last - first position) of any row, off its index (NULL without rows)."""
 
-    Sent as text, not compiled: `read_all` asks it each time it is called, a reader at the
-    head of the log a thousand times a second.
-    """
-    found = conn.exec_driver_sql(
-        "SELECT MAX(last_position - first_position) FROM tick_rows"
-    ).scalar()
+
+def widest_span(conn: sa.Connection) -> int | None:
+    """`WIDEST_SPAN`, sent as text; None without rows."""
+    found = conn.exec_driver_sql(WIDEST_SPAN).scalar()
     return None if found is None else int(found)
 
 

@@ -522,9 +522,11 @@ class SqlEventStore(EventStore):
         With the packed records of the rows that reach into it: up to the last of the
         `limit` hot events read, and (of every type) no further than the rows that hold
         `limit` records themselves reach. The rows' widest span, which bounds both, is read
-        beside the hot events, in their statement (`_hot_and_span`): with no packed row, the
-        read is that one statement, as it was before rows were packed (a reader polling the
-        head of the log sent three, and took as much CPU as four writers' appends).
+        once. On PostgreSQL it comes in the hot events' statement (`_hot_and_span`): with no
+        packed row, the read is that one round trip, as before rows were packed (a reader
+        polling the head of the log sent three, and took as much CPU as four writers'
+        appends). SQLite answers in-process, where the join cost more than the statement it
+        saves (a page of 1,000: 6.1-8.4 ms of CPU against 5.4-6.1).
         """
         only = ""
         parameters: list[Any] = [after_position]
@@ -537,7 +539,10 @@ class SqlEventStore(EventStore):
             where += " ORDER BY global_position LIMIT ?"
             if not holds_types(kinds):
                 return _records(conn, where, [*parameters, limit])
-            hot, span = _hot_and_span(conn, where, [*parameters, limit])
+            if conn.dialect.name == "postgresql":
+                hot, span = _hot_and_span(conn, where, [*parameters, limit])
+            else:
+                hot, span = _records(conn, where, [*parameters, limit]), widest_span(conn)
             if span is None:
                 return hot
             upper = hot[-1].global_position if len(hot) == limit else UNBOUNDED

@@ -10,6 +10,7 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from uuid import uuid4
 
+import pytest
 import sqlalchemy as sa
 
 from harness.prices import PriceBook
@@ -17,8 +18,16 @@ from harness.projections import projector_for
 from harness.scheduling import waves
 from harness.scheduling.budget import Budgets
 from harness.scheduling.waves import SlotClaim
-from harness.store import ANY, NO_STREAM, NewEvent, SqlEventStore, migrate_store, open_store
-from harness.store.partitions import ensure_days
+from harness.store import (
+    ANY,
+    NO_STREAM,
+    ConcurrencyError,
+    NewEvent,
+    SqlEventStore,
+    migrate_store,
+    open_store,
+)
+from harness.store.partitions import delete_positions, ensure_days
 from harness.store.schema import events
 from harness.store.writer import WRITER_NAME
 from tests.conftest import fresh_pg_database
@@ -320,6 +329,47 @@ def test_a_tick_stream_begun_on_either_side_of_midnight_is_begun_once(
         ).scalars()
         assert list(homes) == [f"events_{day:%Y%m%d}"]
     after.close()
+
+
+def test_a_tick_streams_next_append_follows_its_day_when_another_writer_moved_it(
+    pg_session_url: str,
+) -> None:
+    """A writer's later appends to a tick stream name the day it saw; `tick_streams` decides.
+
+    The stream leaves (its events and its day, as an archived day's do) and another writer,
+    whose clock says the next day, begins it again there: the first writer's next append
+    lands in the next day's partition after that writer's event, and a stale expected
+    version is still refused.
+    """
+    today = datetime(2026, 6, 1, 12, tzinfo=UTC)
+    tomorrow = today + timedelta(days=1)
+    first = open_store(pg_session_url, clock=lambda: today)
+    second = open_store(pg_session_url, clock=lambda: tomorrow)
+    stream = f"tick-{uuid4().hex}"
+    first.append(stream, [NewEvent(uuid4(), "TickScheduled", 1, {})], NO_STREAM)
+    with pytest.raises(ConcurrencyError):
+        first.append(stream, [NewEvent(uuid4(), "TickStarted", 1, {})], 2)
+    first.append(stream, [NewEvent(uuid4(), "TickStarted", 1, {})], 1)
+    with first.write_transaction() as conn:
+        positions = conn.exec_driver_sql(
+            "SELECT global_position FROM events WHERE stream_id = %s", (stream,)
+        ).scalars()
+        assert delete_positions(conn, list(positions)) == 2
+    second.append(stream, [NewEvent(uuid4(), "TickScheduled", 1, {})], NO_STREAM)
+    landed = first.append(stream, [NewEvent(uuid4(), "TickFinished", 1, {})], ANY)
+    assert landed.stream_version == 2
+    with first.read_transaction() as conn:
+        homes = conn.exec_driver_sql(
+            "SELECT stream_position, tableoid::regclass::text FROM events WHERE stream_id = %s "
+            "ORDER BY stream_position",
+            (stream,),
+        ).all()
+    assert [tuple(home) for home in homes] == [
+        (1, f"events_{tomorrow:%Y%m%d}"),
+        (2, f"events_{tomorrow:%Y%m%d}"),
+    ]
+    first.close()
+    second.close()
 
 
 def _writers_waiting(store: SqlEventStore) -> int:

@@ -58,6 +58,7 @@ from harness.store.records import (
 from harness.store.schema import event_ids, events, projection_checkpoints
 from harness.store.tick_rows import (
     UNBOUNDED,
+    WIDEST_SPAN,
     compacted,
     count_between,
     data_between,
@@ -213,6 +214,30 @@ def _records(conn: sa.Connection, where: str, parameters: Sequence[Any]) -> list
         return _decoded(conn, cursor.fetchall())
     finally:
         cursor.close()
+
+
+def _hot_and_span(
+    conn: sa.Connection, where: str, parameters: Sequence[Any]
+) -> tuple[list[StoredEvent], int | None]:
+    """`_records` of `where`, and the tick rows' widest span, from one statement.
+
+    The span's one row is joined to the page of events: a page with no event still gives
+    a row (its event columns NULL), so the span comes back whatever the page holds. The
+    join hands the page on in its order, which SQL does not promise: the records are
+    sorted here, at no cost when they are in order, where an ORDER BY around the join made
+    PostgreSQL sort a page of 1,000 again (0.5 ms of a 9 ms page).
+    """
+    page = f"SELECT {_COLUMNS} FROM events {where}"
+    joined = f"({WIDEST_SPAN}) AS rows LEFT JOIN ({page}) AS page ON TRUE"
+    cursor = _cursor(conn, f"SELECT page.*, rows.span FROM {joined}", parameters)
+    try:
+        rows = cursor.fetchall()
+    finally:
+        cursor.close()
+    span = rows[0][-1]
+    hot = _decoded(conn, [row[:-1] for row in rows if row[0] is not None])
+    hot.sort(key=_position)
+    return hot, None if span is None else int(span)
 
 
 def _decoded(conn: sa.Connection, rows: Sequence[Any]) -> list[StoredEvent]:
@@ -496,7 +521,12 @@ class SqlEventStore(EventStore):
 
         With the packed records of the rows that reach into it: up to the last of the
         `limit` hot events read, and (of every type) no further than the rows that hold
-        `limit` records themselves reach.
+        `limit` records themselves reach. The rows' widest span, which bounds both, is read
+        once. On PostgreSQL it comes in the hot events' statement (`_hot_and_span`): with no
+        packed row, the read is that one round trip, as before rows were packed (a reader
+        polling the head of the log sent three, and took as much CPU as four writers'
+        appends). SQLite answers in-process, where the join cost more than the statement it
+        saves (a page of 1,000: 6.1-8.4 ms of CPU against 5.4-6.1).
         """
         only = ""
         parameters: list[Any] = [after_position]
@@ -506,13 +536,19 @@ class SqlEventStore(EventStore):
             parameters += kinds
         with self._one_statement() as conn:
             where = f"WHERE global_position > ? AND {_settled(conn)}{only}"
-            hot = _records(conn, where + " ORDER BY global_position LIMIT ?", [*parameters, limit])
+            where += " ORDER BY global_position LIMIT ?"
             if not holds_types(kinds):
+                return _records(conn, where, [*parameters, limit])
+            if conn.dialect.name == "postgresql":
+                hot, span = _hot_and_span(conn, where, [*parameters, limit])
+            else:
+                hot, span = _records(conn, where, [*parameters, limit]), widest_span(conn)
+            if span is None:
                 return hot
             upper = hot[-1].global_position if len(hot) == limit else UNBOUNDED
             if kinds is None:
-                upper = min(upper, reach_after(conn, after_position, limit))
-            packed = records_first(conn, after_position, upper, limit, kinds)
+                upper = min(upper, reach_after(conn, after_position, limit, span))
+            packed = records_first(conn, after_position, upper, limit, kinds, span)
         return list(merged([hot, packed], _position))[:limit] if packed else hot
 
     def read_unpacked(self, after_position: int, upper: int, limit: int) -> list[StoredEvent]:
@@ -607,7 +643,7 @@ class SqlEventStore(EventStore):
                 return Window(after, upper, hot.events + count_between(conn, after, upper))
             if size < 1:
                 return hot
-            end = min(hot.end, reach_after(conn, after, size))
+            end = min(hot.end, reach_after(conn, after, size, widest_span(conn)))
             packed = positions_between(conn, after, end)
         if not packed:
             return hot

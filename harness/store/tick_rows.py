@@ -192,21 +192,26 @@ def with_compacted(
     return merged if limit is None else merged[:limit]
 
 
+WIDEST_SPAN = "SELECT MAX(last_position - first_position) AS span FROM tick_rows"
+"""The widest (last - first position) of any row, off its index (NULL without rows)."""
+
+
 def widest_span(conn: sa.Connection) -> int | None:
-    """The widest (last - first position) of any row, off its index; None without rows."""
-    span = tick_rows.c.last_position - tick_rows.c.first_position
-    found = conn.execute(sa.select(sa.func.max(span))).scalar()
+    """`WIDEST_SPAN`, sent as text; None without rows."""
+    found = conn.exec_driver_sql(WIDEST_SPAN).scalar()
     return None if found is None else int(found)
 
 
-def between(conn: sa.Connection, after: int, upper: int) -> Iterator[tuple[int, str, bytes]]:
+def between(
+    conn: sa.Connection, after: int, upper: int, span: int | None
+) -> Iterator[tuple[int, str, bytes]]:
     """(first position, tick, blob) of the rows that may hold positions in (after, upper].
 
-    A row holding one starts after `after - widest span` and at or before `upper`: one
-    range of the primary key, read `PAGE` rows at a time (a page from the last
-    one's first position on), so a long range is never fetched whole.
+    A row holding one starts after `after - span` and at or before `upper`, `span` the
+    `widest_span` read in this read: one range of the primary key, read `PAGE` rows at
+    a time (a page from the last one's first position on), so a long range is never
+    fetched whole.
     """
-    span = widest_span(conn)
     if span is None or upper <= after:
         return
     start = after - span
@@ -237,7 +242,7 @@ def records_between(
         return []
     found = [
         record
-        for _, tick, blob in between(conn, after, upper)
+        for _, tick, blob in between(conn, after, upper, widest_span(conn))
         for record in unpack(tick, blob)
         if after < record.global_position <= upper and (types is None or record.type in types)
     ]
@@ -249,9 +254,12 @@ def records_first(
     after: int,
     upper: int,
     limit: int,
-    types: Collection[str] | None = None,
+    types: Collection[str] | None,
+    span: int | None,
 ) -> list[StoredEvent]:
     """The first `limit` packed records in (after, upper] (of `types`), in global order.
+
+    `span`: the `widest_span` its caller read (`read_all` reads it once for its two uses).
 
     Rows are read in order of their first positions and a record is kept only while it is
     among the `limit` smallest: once that many are kept and a row starts past the largest,
@@ -264,7 +272,7 @@ def records_first(
     if not holds_types(types) or limit < 1:
         return []
     kept: list[tuple[int, StoredEvent]] = []  # a heap of the smallest, largest on top
-    for first, tick, blob in between(conn, after, upper):
+    for first, tick, blob in between(conn, after, upper, span):
         if len(kept) == limit and first > -kept[0][0]:
             break
         for record in unpack(tick, blob):
@@ -329,7 +337,7 @@ def data_between(
         return
     waiting: list[tuple[int, int, EventData]] = []
     order = count()
-    for first, tick, blob in between(conn, after, upper):
+    for first, tick, blob in between(conn, after, upper, widest_span(conn)):
         while waiting and waiting[0][0] < first:
             yield heapq.heappop(waiting)[2]
         for item in unpack_data(tick, blob, after, upper, kinds):
@@ -442,13 +450,13 @@ def _positions_of(key: tuple[str, str, int, int, int], blob: bytes) -> list[int]
     return found
 
 
-def reach_after(conn: sa.Connection, after: int, count: int) -> int:
+def reach_after(conn: sa.Connection, after: int, count: int, span: int | None) -> int:
     """A position by which at least `count` packed records lie after `after` (or UNBOUNDED).
 
     Rows by first position, counting their records: once `count` are counted, each of
-    them lies at most the widest span past the last row's first position.
+    them lies at most `span` (the `widest_span` read by the caller) past the last row's
+    first position.
     """
-    span = widest_span(conn)
     found = None if span is None else _counted_to(conn, count, after)
     return UNBOUNDED if found is None or span is None else found + span
 

@@ -28,7 +28,8 @@ exact expected version is refused).
 On PostgreSQL `events` is partitioned by the day tick streams began (migration 0010,
 `harness.store.partitions`): the statement also records the event ids in `event_ids`
 and a new tick stream's day in `tick_streams`, and the writer makes its day's partition
-before its first append of the day.
+before its first append of the day. A tick stream's later appends from the same writer
+name the day its last append landed in, so only that day's partitions are opened.
 """
 
 from __future__ import annotations
@@ -40,7 +41,7 @@ import threading
 import time
 from collections.abc import Callable, Sequence
 from datetime import UTC, date, datetime
-from typing import Any
+from typing import Any, Literal
 
 import orjson
 import sqlalchemy as sa
@@ -109,6 +110,15 @@ TRANSACTION_EVENTS = (1 << 20) - 1
 
 COLLISION_RETRIES = 20
 """Times an append is sent again after colliding with a concurrent one (PostgreSQL)."""
+
+Scope = Literal["hot", "tick", "known day"]
+"""Which PostgreSQL statement appends to a stream (`Writer._postgres_statement`)."""
+HOT: Scope = "hot"
+TICK: Scope = "tick"
+KNOWN_DAY: Scope = "known day"
+
+STREAM_DAYS = 1024
+"""Tick streams whose day a PostgreSQL writer keeps (`Writer._remember_day`)."""
 
 Positions = tuple[tuple[int, ...], int]
 """(global positions, new stream version) of one stream's append."""
@@ -273,9 +283,11 @@ class Writer:
         """SQLite: the stream position the last checked insert gave its row."""
         self._postgres = engine.dialect.name == "postgresql"
         self._async_commit = engine.get_execution_options().get(DURABILITY) == "process"
-        self._statements: dict[tuple[int, bool], str] = {}
+        self._statements: dict[tuple[int, Scope], str] = {}
         self._days: set[date] = set()
         """PostgreSQL: days whose partition this writer has seen made (`ensure_days`)."""
+        self._stream_days: dict[str, date] = {}
+        """PostgreSQL: the day of each tick stream this writer appended to last (`KNOWN_DAY`)."""
 
     def append(
         self,
@@ -415,37 +427,57 @@ class Writer:
         self._landed = position
         return position
 
-    def _postgres_statement(self, size: int, tick: bool) -> str:
-        """INSERT … SELECT for a batch of `size`, cached per size and kind (psycopg prepares it).
+    def _postgres_statement(self, size: int, scope: Scope) -> str:
+        """INSERT … SELECT for a batch of `size`, cached per size and scope (psycopg prepares it).
 
         Positions follow the transaction id, after the `offset` events the transaction's
-        earlier statements inserted. A tick stream's partition is its day in
-        `tick_streams` (a stream new to it: the day of its first event, recorded there by
-        this statement), so the version check reads that one partition; any other
-        stream's is `events_hot`. The event ids go to `event_ids`, whose primary key
-        refuses one stored already in `events` (migration 0010). A tick stream packed in
-        `tick_rows` is at least at its row's version, and takes only an append checked
-        against that row (`append`), read in its day's partition of `tick_rows` alone
-        (a row keeps its stream's day, migration 0027).
+        earlier statements inserted. The stream's version is its last position in its
+        partition, read backwards off the stream index (a bare MAX, planned before the
+        table had statistics, aggregated every entry of the stream instead: 0.23 ms at 590
+        events, growing with the stream). The event ids go to `event_ids`, whose primary
+        key refuses one stored already in `events` (migration 0010). A tick stream packed
+        in `tick_rows` is at least at its row's version, and takes only an append checked
+        against that row (`append`), read in its day's partition of `tick_rows` alone (a
+        row keeps its stream's day, migration 0027).
+
+        A stream other than a tick's is in `events_hot`. A tick stream's partition is its
+        day in `tick_streams` (a stream new to it: the day of its first event, recorded
+        there by this statement); `TICK` looks the day up, once, and the version check
+        then reads that one partition, chosen as the statement runs. `KNOWN_DAY` takes the
+        day the writer saw the stream's last append land in (`_stream_days`) as a
+        parameter, which prunes the other partitions before they are opened (the server's
+        CPU per append 0.27 -> 0.19 ms with five partitions; more with every day kept).
+        It inserts only where `tick_streams` still says that day, and otherwise nothing,
+        and the writer sends `TICK` instead.
         """
-        key = (size, tick)
+        key = (size, scope)
         if key not in self._statements:
             rows = ", ".join(["(%s::int, %s::uuid, %s, %s::smallint, %s::json, %s::json)"] * size)
-            packed = "NULL::int"
-            if tick:
-                known = "(SELECT tick_day FROM tick_streams WHERE stream_id = %s)"
-                packed = f"(SELECT version FROM tick_rows WHERE tick_id = %s AND day = {known})"
-                where, day = f"tick_day = {known}", f"COALESCE({known}, %s::date)"
+            last = "(SELECT stream_position FROM events WHERE stream_id = %s AND {} "
+            last += "ORDER BY stream_position DESC LIMIT 1)"
+            lookup, guard, started, returning = "", "", "", ""
+            if scope == HOT:
+                hot, packed, day = last.format("tick_day IS NULL"), "NULL::int", "NULL::date"
+            else:
                 started = (
                     ", started AS (INSERT INTO tick_streams (stream_id, tick_day) "
                     "SELECT %s, day FROM new WHERE n = 1)"
                 )
-            else:
-                where, day, started = "tick_day IS NULL", "NULL::date", ""
+                returning = ", tick_day"
+                known = "%s::date"
+                if scope == TICK:
+                    lookup = "known AS (SELECT tick_day FROM tick_streams WHERE stream_id = %s), "
+                    known = "(SELECT tick_day FROM known)"
+                    day = f"COALESCE({known}, %s::date)"
+                else:
+                    day = known
+                    said = "(SELECT tick_day FROM tick_streams WHERE stream_id = %s)"
+                    guard = f" WHERE {said} = {known}"
+                hot = last.format(f"tick_day = {known}")
+                packed = f"(SELECT version FROM tick_rows WHERE tick_id = %s AND day = {known})"
             self._statements[key] = (
-                f"WITH found AS (SELECT MAX(stream_position) AS hot, {packed} AS packed, "
-                f"{day} AS day, pg_current_xact_id()::text::bigint << 20 AS x "
-                f"FROM events WHERE stream_id = %s AND {where}), "
+                f"WITH {lookup}found AS (SELECT {hot} AS hot, {packed} AS packed, {day} AS day, "
+                f"pg_current_xact_id()::text::bigint << 20 AS x{guard}), "
                 "current AS (SELECT COALESCE(hot, packed, 0) AS v, packed, day, x FROM found), "
                 "new AS (SELECT current.x + %s::bigint + v.o AS p, v.e, current.v + v.o AS n, "
                 f"v.t, v.n AS version, v.d, v.m, current.day FROM (VALUES {rows}) "
@@ -456,60 +488,113 @@ class Writer:
                 "INSERT INTO events (global_position, event_id, stream_id, stream_position, "
                 "type, version, data, metadata, recorded_at, tick_day) "
                 "SELECT p, e, %s, n, t, version, d, m, %s, day FROM new "
-                "RETURNING global_position, stream_position"
+                f"RETURNING global_position, stream_position{returning}"
             )
         return self._statements[key]
+
+    def _postgres_values(
+        self,
+        stream_id: str,
+        batch: Sequence[NewEvent],
+        scope: Scope,
+        parts: tuple[int, int, int | None, date, datetime],
+    ) -> list[Any]:
+        """The statement's parameters, in the order of its marks (`_postgres_statement`).
+
+        `parts`: the offset, the expectation, the checked version, today and the time.
+        """
+        offset, expectation, checked, today, recorded_at = parts
+        tick_id = _tick_id(stream_id)
+        if scope == HOT:
+            values: list[Any] = [stream_id]
+        elif scope == TICK:
+            values = [stream_id, stream_id, tick_id, today]
+        else:
+            day = self._stream_days[stream_id]
+            values = [stream_id, day, tick_id, day, day, stream_id, day]
+        values.append(offset)
+        dumps = orjson.dumps
+        for i, event in enumerate(batch, 1):
+            values += (
+                i,
+                event.event_id,
+                event.type,
+                event.version,
+                dumps(event.data).decode(),
+                dumps(event.metadata).decode(),
+            )
+        values += (expectation, expectation, checked)
+        if scope != HOT:
+            values.append(stream_id)
+        values += (stream_id, recorded_at)
+        return values
+
+    def _scope(self, stream_id: str, alone: bool) -> Scope:
+        """Which statement appends to the stream; `KNOWN_DAY` only for an append on its own.
+
+        In a transaction of several statements (a wave of new streams) a day no longer
+        in `tick_streams` could not be sent again alone.
+        """
+        if not is_tick_stream(stream_id):
+            return HOT
+        return KNOWN_DAY if alone and stream_id in self._stream_days else TICK
+
+    def _remember_day(self, stream_id: str, day: date) -> None:
+        """Keep the day a tick stream's append landed in, for its next append (`KNOWN_DAY`).
+
+        A tick process appends to its own stream, a long-running writer to one tick after
+        another: the oldest are forgotten past `STREAM_DAYS`.
+        """
+        days = self._stream_days
+        days.pop(stream_id, None)
+        if len(days) >= STREAM_DAYS:
+            del days[next(iter(days))]
+        days[stream_id] = day
 
     def _append_postgres(
         self, streams: Streams, expectation: int, recorded_at: datetime, checked: int | None
     ) -> list[Positions | None]:
-        dumps = orjson.dumps
         today = recorded_at.astimezone(UTC).date()
-        ticks = [is_tick_stream(stream_id) for stream_id, _ in streams]
-        if any(ticks) and today not in self._days:
+        alone = len(streams) == 1
+        scopes = [self._scope(stream_id, alone) for stream_id, _ in streams]
+        if any(scope != HOT for scope in scopes) and today not in self._days:
             if not day_made(self._connection, today):
                 ensure_days(self._engine, [today])
             self._days.add(today)
         statements = []
         offset = 0
-        for (stream_id, batch), tick in zip(streams, ticks, strict=True):
-            # In the order of the statement's marks (`_postgres_statement`).
-            values: list[Any] = (
-                [_tick_id(stream_id), stream_id, stream_id, today, stream_id] if tick else []
-            )
-            values += [stream_id, offset]
-            for i, event in enumerate(batch, 1):
-                values += (
-                    i,
-                    event.event_id,
-                    event.type,
-                    event.version,
-                    dumps(event.data).decode(),
-                    dumps(event.metadata).decode(),
-                )
-            values += (expectation, expectation, checked)
-            if tick:
-                values.append(stream_id)
-            values += (stream_id, recorded_at)
-            statements.append((self._postgres_statement(len(batch), tick), values))
+        for (stream_id, batch), scope in zip(streams, scopes, strict=True):
+            parts = (offset, expectation, checked, today, recorded_at)
+            values = self._postgres_values(stream_id, batch, scope, parts)
+            statements.append((self._postgres_statement(len(batch), scope), values))
             offset += len(batch)
         connection = self._connection
-        if len(statements) == 1:
+        if alone:
             # One autocommit statement: its commit waits for (or, at `process`, skips) the
             # flush alongside every other backend's, with no lock held.
             ((sql, values),) = statements
-            cursors = [connection.execute(sql, values)]
+            rows = connection.execute(sql, values).fetchall()
+            if not rows and scopes[0] == KNOWN_DAY:
+                # The day is no longer the stream's (or the check refused): look it up.
+                stream_id, batch = streams[0]
+                del self._stream_days[stream_id]
+                sql = self._postgres_statement(len(batch), TICK)
+                values = self._postgres_values(stream_id, batch, TICK, parts)
+                rows = connection.execute(sql, values).fetchall()
+            found = [rows]
         else:
             with connection.pipeline():  # one round trip
                 connection.execute("BEGIN")
                 cursors = [connection.execute(sql, values) for sql, values in statements]
                 connection.execute("COMMIT")  # a mismatch inserted nothing: committing is fine
+            found = [cursor.fetchall() for cursor in cursors]
         landed: list[Positions | None] = []
-        for cursor in cursors:
-            rows = cursor.fetchall()
+        for (stream_id, _), scope, rows in zip(streams, scopes, found, strict=True):
             if not rows:
                 landed.append(None)
                 continue
+            if scope != HOT:
+                self._remember_day(stream_id, rows[0][2])
             landed.append((tuple(sorted(row[0] for row in rows)), max(row[1] for row in rows)))
         return landed
 

@@ -197,7 +197,7 @@ def test_a_second_ctrl_c_on_tickwork_run_cancels_the_running_ticks_now(tmp_path:
     output = "".join(lines)
     assert service.returncode == 0, output
     assert "stopping: 1 tick(s)" in output and "second interrupt" in output, output
-    assert ended(tmp_path) == [("TickCancelled", "service stopped (forced)")]
+    assert ended(tmp_path) == [("TickCancelled", "service stopped (forced)")], output
 
 
 def test_tickwork_run_outlives_its_closed_stdout(tmp_path: Path) -> None:

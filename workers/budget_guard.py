@@ -180,12 +180,13 @@ class BudgetGuard(HookProvider):
                 f"of its {rule.tokens:,}"
             )
         rates = budget.rates.get(budget.reserve_model or "")
+        held = rates.cost(reserved, 0) if rates else 0.0
         for kind, limit in rule.usd_limits(billing):
             spent: float | None = getattr(tally, kind)
             unit = "billed USD" if kind == "usd" else "list value USD"
             if spent is None or (reserved and rates is None):
                 return f"spent on a model without a price: its {unit} {limit:g} counts as passed"
-            total = spent + (rates.cost(reserved, 0) if rates else 0.0)
+            total = spent + held
             if total > limit:
                 return (
                     f"reached {unit} {format_usd(total)} with its reservations, "

@@ -171,17 +171,18 @@ def within(
     """
     if rule.tokens is not None and spent.tokens + more_tokens > rule.tokens:
         return False
-    for unit, limit in rule.usd_limits(billing):
-        used = getattr(spent, unit)
-        if used is None:
+    limits = rule.usd_limits(billing)
+    if not limits:
+        return True
+    rate = 0.0
+    if more_tokens and model:
+        priced = prices.cost(model, at.date().isoformat(), -1, more_tokens, 0)
+        if priced is None:
             return False
-        rate = 0.0
-        if more_tokens and model:
-            priced = prices.cost(model, at.date().isoformat(), -1, more_tokens, 0)
-            if priced is None:
-                return False
-            rate = priced
-        if used + rate > limit:
+        rate = priced
+    for unit, limit in limits:
+        used = getattr(spent, unit)
+        if used is None or used + rate > limit:
             return False
     return True
 

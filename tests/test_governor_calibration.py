@@ -90,22 +90,32 @@ def replay(origin: str, seeds: range, turns: int) -> None:
 def test_calibration_persists_from_one_governor_process_to_the_next(
     tmp_path: Path, words_fake: FakeUpstream
 ) -> None:
+    """Each governor on a port of its own.
+
+    The first one's port, once freed, may be taken by another test's server before the second
+    binds it, whose status would then answer.
+    """
     upstream = words_fake.url.removesuffix("/v1")
     port = free_port()
-    status_url = f"http://127.0.0.1:{port}/governor/status"
     first = governor_process(tmp_path, upstream, port)
     try:
         replay(f"http://127.0.0.1:{port}", range(2), 4)
-        learned = httpx.get(status_url).json()["calibration"]["corpus-model"]
+        learned = status(port)["calibration"]["corpus-model"]
     finally:
         said = stop(first)
     assert learned["samples"] == 8
+    port = free_port()
     second = governor_process(tmp_path, upstream, port)
     try:
-        calibration = httpx.get(status_url).json()["calibration"]
+        calibration = status(port)["calibration"]
     finally:
         said += stop(second)
-    assert calibration.get("corpus-model") == learned, said
+    assert calibration.get("corpus-model") == learned, (calibration, said)
+
+
+def status(port: int) -> dict[str, Any]:
+    answer: dict[str, Any] = httpx.get(f"http://127.0.0.1:{port}/governor/status").json()
+    return answer
 
 
 @pytest.mark.parametrize("words_fake", ["none", "hidden", "llama"], indirect=True)

@@ -1,4 +1,4 @@
-"""`tickwork --help` and `tickwork status` import only what they use (no timing asserted).
+"""`tickwork --help`, `status`, `ticks` and `show` import only what they use (no timing asserted).
 
 An operator waits on every start-up of the command; importing the web stack, the agent
 SDK, a PostgreSQL driver or Alembic for a command that needs none of them costs most of
@@ -8,17 +8,25 @@ hide a heavy import, and lists the watched modules that ended up in `sys.modules
 
 from __future__ import annotations
 
+import contextlib
 import json
+import os
 import re
 import subprocess
 import sys
 import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import pytest
 
-from harness.cli.status_command import status_answers
+from harness.cli.answered import command_answers
 from harness.config import load_settings
+from harness.contracts import tick_stream
+from harness.contracts.events import BudgetSpent, TickCompleted, TickScheduled, TickStarted
+from harness.contracts.ids import tick_id_for
 from harness.store import open_store
 
 TICKWORK = str(Path(sys.executable).with_name("tickwork"))
@@ -103,6 +111,38 @@ def test_status_of_a_sqlite_store_imports_no_service_driver_or_migration_tool(
     assert loaded(tmp_path, (*heavy, *unused), "status") == [], "an empty store: nothing to price"
 
 
+WATCHED_STORE = (
+    "sqlalchemy",
+    "pydantic",
+    "pydantic_settings",
+    "harness.config.settings",
+    "harness.store",
+    "harness.contracts.events",
+)
+"""What reading the store loads: an answered command loads none of it."""
+
+
+@contextmanager
+def answering(folder: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[list[str]]:
+    """A running service's answers (`command_answers`) in this folder; what it reported."""
+    monkeypatch.chdir(folder)  # the socket is named after the folder the service runs in
+    config = load_settings(None)
+    store = open_store(config.store.url)
+    reports: list[str] = []
+    stopping = threading.Event()
+    serving = threading.Thread(
+        target=command_answers(config, folder / "tickwork.toml", store, reports.append),
+        args=(stopping,),
+    )
+    serving.start()
+    try:
+        yield reports
+    finally:
+        stopping.set()
+        serving.join()
+        store.close()
+
+
 def test_status_answered_by_a_running_service_loads_no_store_and_prints_the_same(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -112,36 +152,16 @@ def test_status_answered_by_a_running_service_loads_no_store_and_prints_the_same
     first that the file is bad; alone, the command refuses it (exit 2).
     """
     subprocess.run([TICKWORK, "init"], cwd=tmp_path, check=True, capture_output=True)
-    monkeypatch.chdir(tmp_path)  # the socket is named after the folder the service runs in
-    config = load_settings(None)
-    store = open_store(config.store.url)
-    reports: list[str] = []
-    stopping = threading.Event()
-    answering = status_answers(config, tmp_path / "tickwork.toml", store, reports.append)
-    serving = threading.Thread(target=answering, args=(stopping,))
-    serving.start()
     file = tmp_path / "tickwork.toml"
     valid = file.read_text()
     broken = valid.replace("[levels.min]", "[levels.min]\nsurprise = 1", 1)
-    try:
-        watched = (
-            "sqlalchemy",
-            "pydantic",
-            "pydantic_settings",
-            "harness.config.settings",
-            "harness.store",
-            "harness.contracts.events",
-        )
-        answered, modules = printed(tmp_path, watched, "status")
+    with answering(tmp_path, monkeypatch) as reports:
+        answered, modules = printed(tmp_path, WATCHED_STORE, "status")
         assert modules == [], "the service answered: nothing of the store's read was loaded"
-        verbose, _ = printed(tmp_path, watched, "status", "--verbose")
+        verbose, _ = printed(tmp_path, WATCHED_STORE, "status", "--verbose")
         assert "projection ticks" in verbose and "projection " not in answered, "internals"
         file.write_text(broken)  # the service reads the file as it is now, as the command would
         despite = subprocess.run([TICKWORK, "status"], cwd=tmp_path, capture_output=True, text=True)
-    finally:
-        stopping.set()
-        serving.join()
-        store.close()
     assert reports == []
     refused_alone = subprocess.run(
         [TICKWORK, "status"], cwd=tmp_path, capture_output=True, text=True
@@ -160,9 +180,96 @@ def test_status_answered_by_a_running_service_loads_no_store_and_prints_the_same
         slot.sub("<slot>", answered).split()
     ), "the rest is the status the file would give (its padding aside)"
     file.write_text(valid)
-    alone, modules = printed(tmp_path, watched, "status")
-    assert modules == sorted(watched), "no service: the command read the store itself"
+    alone, modules = printed(tmp_path, WATCHED_STORE, "status")
+    assert modules == sorted(WATCHED_STORE), "no service: the command read the store itself"
     assert slot.sub("<slot>", answered) == slot.sub("<slot>", alone)
+
+
+def test_ticks_and_show_answered_by_a_running_service_print_what_they_read_alone(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Pages, stories, spend, JSON, a bad option and an unknown tick: the same both ways.
+
+    A terminal's width and colours are the asker's: `COLUMNS` reaches the service's drawing.
+    """
+    subprocess.run([TICKWORK, "init"], cwd=tmp_path, check=True, capture_output=True)
+    first = seed_ticks(tmp_path, 3)
+    asked = (
+        ["ticks"],
+        ["ticks", "--json", "--limit", "2"],
+        ["show", first],
+        ["show", first[:-4], "--json"],
+        ["show", first, "--spend"],
+    )
+    refused = (["ticks", "--status", "nope"], ["ticks", "--since", "yesterday"], ["show", "nope"])
+    # A parameter with a value (a tick id, the default `--since`) is coerced by Typer
+    # through pydantic: the store's read is what an answered command leaves out.
+    watched = tuple(name for name in WATCHED_STORE if name != "pydantic")
+    with answering(tmp_path, monkeypatch) as reports:
+        answered = [printed(tmp_path, watched, *arguments) for arguments in asked]
+        answered_refusals = [tickwork_run(tmp_path, *arguments) for arguments in refused]
+        narrow = tickwork_run(tmp_path, "status", COLUMNS="40")
+    assert reports == []
+    assert [modules for _, modules in answered] == [[]] * len(asked), "the service answered"
+    alone = [printed(tmp_path, watched, *arguments) for arguments in asked]
+    assert [modules for _, modules in alone] == [sorted(watched)] * len(asked), "read alone"
+    for arguments, (said, _), (read, _) in zip(asked, answered, alone, strict=True):
+        assert said == read, arguments
+    assert first in answered[0][0]
+    assert json.loads(answered[1][0])["next_before"] is not None, "a page of 2 of 3 ticks"
+    for arguments, answer in zip(refused, answered_refusals, strict=True):
+        read = tickwork_run(tmp_path, *arguments)
+        assert (answer.returncode, answer.stdout, answer.stderr) == (
+            read.returncode,
+            read.stdout,
+            read.stderr,
+        ), arguments
+        assert answer.returncode == 2, arguments
+    slot = re.compile(r"\d{4}-\d\d-\d\d \d\d:\d\d:\d\d")  # the next slot may move between
+    read_narrow = tickwork_run(tmp_path, "status", COLUMNS="40")
+    assert slot.sub("<slot>", narrow.stdout) == slot.sub("<slot>", read_narrow.stdout)
+    assert " store     sqlite:///./.tickwork/event… \n" in narrow.stdout, "drawn 40 wide"
+
+
+def seed_ticks(folder: Path, count: int) -> str:
+    """`count` completed ticks of the `min` level, a minute apart today; the first one's id."""
+    config = load_settings(folder / "tickwork.toml")
+    with contextlib.chdir(folder):  # the example's store URL is relative to its folder
+        store = open_store(config.store.url)
+    start = datetime.now(UTC).replace(hour=0, minute=0, second=0, microsecond=0)
+    ids = []
+    try:
+        for index in range(count):
+            at = start + timedelta(minutes=index)
+            tick = {"tick_id": tick_id_for("min", at, f"seed{index}"), "level": "min"}
+            events = [
+                TickScheduled(**tick, slot=at, model="gpt-4o-mini", occurred_at=at),
+                TickStarted(**tick, pid=1, host="here", occurred_at=at),
+                BudgetSpent(
+                    **tick,
+                    model="gpt-4o-mini",
+                    prompt_tokens=900,
+                    completion_tokens=80,
+                    occurred_at=at,
+                ),
+                TickCompleted(**tick, prompt_tokens=900, completion_tokens=80, occurred_at=at),
+            ]
+            store.append(tick_stream(tick["tick_id"]), [event.to_record() for event in events])
+            ids.append(tick["tick_id"])
+    finally:
+        store.close()
+    return ids[0]
+
+
+def tickwork_run(cwd: Path, *args: str, **env: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [TICKWORK, *args],
+        cwd=cwd,
+        env={**os.environ, **env},
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
 
 
 def printed(cwd: Path, watched: tuple[str, ...], *args: str) -> tuple[str, list[str]]:

@@ -20,6 +20,7 @@ import sys
 import threading
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
+from contextvars import ContextVar
 from datetime import datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any, cast
@@ -60,6 +61,11 @@ app.add_typer(projections_app, name="projections")
 app.add_typer(rag_app, name="rag")
 
 
+ANSWERING: ContextVar[tuple[Console, Console] | None] = ContextVar("answering", default=None)
+"""`out` and `err` of a command a running service answers in this thread
+(`harness.cli.answered`): its output goes to the asker, not to the service's own streams."""
+
+
 class _Console:
     """A Rich console made on first use.
 
@@ -67,7 +73,9 @@ class _Console:
     third to it, which `--help` and a command that fails before printing need not pay.
     """
 
-    def __init__(self, **options: Any) -> None:
+    def __init__(self, stream: int, **options: Any) -> None:
+        self._stream = stream
+        """Which of `ANSWERING`'s consoles stands in for this one: 0 out, 1 err."""
         self._options = options
         self._console: Console | None = None
 
@@ -82,6 +90,9 @@ class _Console:
         self._made().__exit__(*exc)
 
     def _made(self) -> Console:
+        answering = ANSWERING.get()
+        if answering is not None:
+            return answering[self._stream]
         if self._console is None:
             from rich.console import Console
 
@@ -91,8 +102,9 @@ class _Console:
 
 # Markup off: paths, level names, regexes and quoted errors print as they are (`[rag]`
 # is text, not a style); the few styled lines ask for markup and escape what they quote.
-out = cast("Console", _Console(soft_wrap=True, markup=False))
-err = cast("Console", _Console(stderr=True, soft_wrap=True, markup=False))
+CONSOLE_OPTIONS: dict[str, Any] = {"soft_wrap": True, "markup": False}
+out = cast("Console", _Console(0, **CONSOLE_OPTIONS))
+err = cast("Console", _Console(1, stderr=True, **CONSOLE_OPTIONS))
 """An error stays one greppable line."""
 
 ConfigOption = Annotated[
@@ -236,8 +248,10 @@ def print_json(data: Any) -> None:
     """`data` as indented JSON on stdout: dataclasses, times and ids as orjson writes them."""
     import orjson
 
-    sys.stdout.write(orjson.dumps(data, option=orjson.OPT_INDENT_2).decode() + "\n")
-    sys.stdout.flush()
+    answering = ANSWERING.get()
+    stdout = sys.stdout if answering is None else answering[0].file
+    stdout.write(orjson.dumps(data, option=orjson.OPT_INDENT_2).decode() + "\n")
+    stdout.flush()
 
 
 def fail(message: str, code: int = 1) -> typer.Exit:

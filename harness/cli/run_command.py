@@ -42,7 +42,7 @@ def run_service() -> None:
     SIGHUP (or an edit of the file) reloads tickwork.toml's levels and the routing
     catalog; an invalid file is reported and what is in force stays.
     """
-    from harness.cli.status_command import status_answers
+    from harness.cli.answered import command_answers
     from harness.config import config_path
     from harness.contracts import APIS
     from harness.digests import DigestScheduler, Publisher
@@ -93,7 +93,7 @@ def run_service() -> None:
             companions.append(Archiver(config, store, report).run)
             companions.append(Compactor(store, report).run)
             companions.append(partial(heartbeat.run, failed=_beat_failed))
-            companions.append(status_answers(config, path, store, report))
+            companions.append(command_answers(config, path, store, report))
             service = Service(config, store, executor, report, router, companions, budgets)
             levels = service.reload = LevelsReload(service, path, report, [executor.levels_changed])
             for signum in (signal.SIGTERM, signal.SIGINT):

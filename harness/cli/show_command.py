@@ -154,8 +154,8 @@ def with_archived_transcript(
     return story_of(story.tick_id, events), None
 
 
-def print_story_end(story: TickStory) -> None:
-    """What the tick left: its result text (or why there is none) and its log's tail."""
+def print_story_end(story: TickStory, note: str | None = None) -> None:
+    """What the tick left: its result text (or why there is none), its log's tail, and `note`."""
     if story.result_error:
         out.print(f"\nresult error: {story.result_error}", highlight=False)
     if story.result_text:
@@ -164,6 +164,8 @@ def print_story_end(story: TickStory) -> None:
     if story.log_tail and story.log_tail.strip():
         out.print("\n--- log (end) ---", highlight=False)
         out.print(story.log_tail.rstrip(), highlight=False)
+    if note:
+        out.print(f"\n{note}", highlight=False)
 
 
 @app.command()
@@ -196,51 +198,68 @@ def show(
     each step as one line while the tick runs, then the story without its steps. With
     `--spend`, the tick's calls and costs instead (`harness.projections.TickSpend`).
     """
-    from harness.projections import tick_story
+    if not follow:
+        from harness.cli.answered import answer_or_read
 
+        arguments = {"tick_id": tick_id, "as_json": as_json, "archive": archive, "spend": spend}
+        answer_or_read("show", arguments)
+        return
     config = settings()
     store = store_for(config)
-    note = None
-    if spend:
-        try:
-            show_spend(store, config, tick_id, as_json)
-        finally:
-            store.close()
-        return
     try:
-        story = tick_story(store, tick_id)
-        if story is None:
-            tick_id = unique_tick(store, config, tick_id)
-            story = tick_story(store, tick_id)
-        if story is None:
-            story = archived_story(store, config, tick_id, archive)
-        else:
-            story, note = with_archived_transcript(store, config, story, archive)
-        if story is None:
-            raise fail(f"no tick {tick_id!r} in the store (ids: tickwork events)", code=2)
-        if follow:
-            with ctrl_c() as stop:
-                story = follow_tick(store, tick_id, as_json, stop)
+        tick_id, story, note = found_story(store, config, tick_id, archive)
+        with ctrl_c() as stop:
+            story = follow_tick(store, tick_id, as_json, stop)
     finally:
         store.close()
     if as_json:
-        if follow:
-            story.steps = []
-            sys.stdout.write(story.model_dump_json() + "\n")
-        else:
-            print_json(story.model_dump(mode="json"))
+        story.steps = []
+        sys.stdout.write(story.model_dump_json() + "\n")
         return
-    if not follow:
-        print_story_head(story)
-        out.print()
-        for step in story.steps:
-            print_step(step)
+    out.print()
+    print_story_head(story)
+    print_story_end(story, note)
+
+
+def print_show(
+    config: Settings, store: EventStore, tick_id: str, as_json: bool, archive: bool, spend: bool
+) -> None:
+    """What `tickwork show` prints of a tick (not following it), read from `store`."""
+    if spend:
+        show_spend(store, config, tick_id, as_json)
+        return
+    _, story, note = found_story(store, config, tick_id, archive)
+    if as_json:
+        print_json(story.model_dump(mode="json"))
+        return
+    print_story_head(story)
+    out.print()
+    for step in story.steps:
+        print_step(step)
+    print_story_end(story, note)
+
+
+def found_story(
+    store: EventStore, config: Settings, tick_id: str, archive: bool
+) -> tuple[str, TickStory, str | None]:
+    """The tick `tick_id` (or the one prefix) names, its story, and where its transcript went.
+
+    Exits 2 when no tick, hot or archived, has that id.
+    """
+    from harness.projections import tick_story
+
+    story = tick_story(store, tick_id)
+    if story is None:
+        tick_id = unique_tick(store, config, tick_id)
+        story = tick_story(store, tick_id)
+    note = None
+    if story is None:
+        story = archived_story(store, config, tick_id, archive)
     else:
-        out.print()
-        print_story_head(story)
-    print_story_end(story)
-    if note:
-        out.print(f"\n{note}", highlight=False)
+        story, note = with_archived_transcript(store, config, story, archive)
+    if story is None:
+        raise fail(f"no tick {tick_id!r} in the store (ids: tickwork events)", code=2)
+    return tick_id, story, note
 
 
 def show_spend(store: EventStore, config: Settings, tick_id: str, as_json: bool) -> None:

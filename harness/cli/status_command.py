@@ -1,23 +1,12 @@
-"""`tickwork status`: asked of the running service first, read from the store otherwise.
+"""`tickwork status`: the store, levels, ticks in flight and today's spend at a glance.
 
-An operator types `status` often, and reading it from the store means importing the
-configuration's models, SQLAlchemy, the read models and APScheduler, and folding what the
-read models have not seen: most of a second before a line is printed. A `tickwork run`
-of the same configuration holds all of that already, so it answers on a local socket
-(`harness.local_socket`, named by `harness.config.service_socket`) and the command
-imports Typer, Rich and the standard library only. Without such a service, or if it
-gives no answer, the command reads the store itself.
-
-Both ways print the same: the service builds the same blocks from the same code
-(`status_blocks`), from the configuration file as it is now, and the command draws them.
+What it prints is built as plain blocks (`status_blocks`) and drawn by `print_blocks`; a
+running service of the same configuration answers it (`harness.cli.answered`).
 """
 
 from __future__ import annotations
 
-import threading
-from collections.abc import Callable
 from datetime import datetime
-from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
@@ -25,29 +14,20 @@ import typer
 from harness.cli.app import (
     JsonOption,
     app,
-    checked_settings,
-    config_file,
-    fail,
     out,
     print_json,
     print_rows,
-    settings,
-    store_for,
 )
 
 if TYPE_CHECKING:
     from harness.config import Settings
-    from harness.scheduling import Companion, LevelStatus
+    from harness.scheduling import LevelStatus
     from harness.store import SqlEventStore
 
 Block = list[Any]
-"""One thing printed, as JSON carries it: `["pairs", rows]` (a borderless two-column
+"""One thing printed, as plain data: `["pairs", rows]` (a borderless two-column
 table), `["line", text]`, `["grid", headers, rows]` (`print_rows`), `["table", headers,
 rows]` (a Rich table) or `["json", data]` (`--json`)."""
-
-BLOCKS_VERSION = 3
-"""Of what a block holds: a service started before an upgrade declines a command whose
-blocks differ from its own, and the command reads the store itself."""
 
 IN_FORCE = "in force; the file on disk is not"
 """Whose levels a service answering on a bad file shows: what it loaded, not the file."""
@@ -64,23 +44,28 @@ def status(
 
     `--json` is the body of the API's `GET /status`, with the store's own lines added.
     """
-    from harness.config import service_socket
-    from harness.local_socket import ask
+    from harness.cli.answered import answer_or_read
 
-    path = config_file()
-    question = {"json": as_json, "verbose": verbose, "blocks": BLOCKS_VERSION, "config": str(path)}
-    answer = ask(service_socket(path), question)
-    if isinstance(answer, dict) and "error" in answer:
-        raise fail(str(answer["error"]), code=int(answer.get("code", 1)))
-    if isinstance(answer, dict) and isinstance(answer.get("blocks"), list):
-        print_blocks(answer["blocks"])
-        return
-    config = settings(needed=True)
-    store = store_for(config)
-    try:
+    answer_or_read("status", {"as_json": as_json, "verbose": verbose}, needed=True)
+
+
+def print_status(
+    config: Settings,
+    store: SqlEventStore,
+    as_json: bool,
+    verbose: bool,
+    bad_file: str | None = None,
+) -> None:
+    """The status of `config`'s store; `bad_file`: why the file on disk is not in force.
+
+    Only a running service answers on a bad file (`harness.cli.answered`): with what it
+    runs, said first to be the configuration it loaded.
+    """
+    if bad_file is None:
         print_blocks(status_blocks(config, store, as_json, verbose))
-    finally:
-        store.close()
+        return
+    blocks = status_blocks(config, store, as_json, verbose, IN_FORCE)
+    print_blocks(_on_a_bad_file(blocks, bad_file))
 
 
 def print_blocks(blocks: list[Block]) -> None:
@@ -252,55 +237,12 @@ def _workers_block(store: SqlEventStore, now: datetime) -> Block:
     return ["table", headers, rows]
 
 
-def _on_a_bad_file(blocks: list[Block], error: Exception) -> list[Block]:
+def _on_a_bad_file(blocks: list[Block], error: str) -> list[Block]:
     """The running service's status, told first that the file on disk is bad and why."""
     said = (
         f"{error}\nthe file is not in force: this is the running service's status, on the "
         "configuration it loaded (fix the file and it reloads)"
     )
     if blocks and blocks[0][0] == "json":
-        return [["json", {**blocks[0][1], "config_error": str(error)}]]
+        return [["json", {**blocks[0][1], "config_error": error}]]
     return [["line", said], *blocks]
-
-
-def status_answers(
-    served: Settings, config_path: Path, store: SqlEventStore, report: Callable[[str], None]
-) -> Companion:
-    """The running service's side: `tickwork status` of its configuration, answered here.
-
-    Each answer reads the configuration file anew, as the command would: an edited file
-    shows its levels. A broken one does not keep the operator from the status: the
-    service answers with what it runs (the configuration it loaded, reloads included)
-    and says first that the file is bad and why, naming it as the command was given it
-    (the same folder: the socket's name holds it). Only the service's own file is read;
-    a file edited to name another store is declined, and the command reads that store
-    itself.
-    """
-    from harness.config import ConfigError, service_socket
-    from harness.local_socket import NotServed, serve
-
-    socket = service_socket(config_path)
-
-    def answer(request: Any) -> dict[str, Any] | None:
-        if not isinstance(request, dict) or request.get("blocks") != BLOCKS_VERSION:
-            return None
-        asked = Path(str(request.get("config")))
-        if asked.resolve() != config_path.resolve():
-            return None
-        as_json, verbose = request.get("json") is True, request.get("verbose") is True
-        try:
-            config = checked_settings(asked)  # its errors name the file as the asker does
-        except ConfigError as exc:
-            blocks = status_blocks(served, store, as_json, verbose, IN_FORCE)
-            return {"blocks": _on_a_bad_file(blocks, exc)}
-        if config.store.url != served.store.url:
-            return None
-        return {"blocks": status_blocks(config, store, as_json, verbose)}
-
-    def run(stopping: threading.Event) -> None:
-        try:
-            serve(socket, answer, stopping, lambda exc: report(f"status not answered: {exc!r}"))
-        except NotServed as exc:
-            report(f"`tickwork status` reads the store itself: {exc}")
-
-    return run

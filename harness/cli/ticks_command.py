@@ -2,11 +2,15 @@
 
 from __future__ import annotations
 
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
-from harness.cli.app import JsonOption, app, out, parse_since, print_json, settings, store_for
+from harness.cli.app import JsonOption, app, out, parse_since, print_json
+
+if TYPE_CHECKING:
+    from harness.config import Settings
+    from harness.store import SqlEventStore
 
 DEFAULT_SINCE = "24h"
 BY_HAND = "by hand"
@@ -38,6 +42,30 @@ def ticks(
     (`--since`, default 24h) and stops after `--limit` rows, so it costs what the page
     holds, however long the history; the last line names the next page's command.
     """
+    from harness.cli.answered import answer_or_read
+
+    arguments = {
+        "level": level,
+        "status": status,
+        "since": since,
+        "limit": limit,
+        "before": before,
+        "as_json": as_json,
+    }
+    answer_or_read("ticks", arguments)
+
+
+def print_ticks(
+    config: Settings,
+    store: SqlEventStore,
+    level: list[str] | None,
+    status: str | None,
+    since: str,
+    limit: int,
+    before: str | None,
+    as_json: bool,
+) -> None:
+    """The page `tickwork ticks` prints, read from `store`."""
     from harness.prices import PriceBook, format_usd, tick_cost
     from harness.projections import STATUSES, TickCursor, projector_for, tick_page
     from harness.timespec import as_utc
@@ -51,16 +79,9 @@ def ticks(
     except ValueError as exc:
         raise typer.BadParameter(str(exc), param_hint="--before") from None
     start = parse_since(since)
-    config = settings()
-    store = store_for(config)
     prices = PriceBook(config.prices)
-    try:
-        projector_for(store, prices).catch_up(["ticks"])
-        page = tick_page(
-            store, levels=level, status=status, since=start, before=cursor, limit=limit
-        )
-    finally:
-        store.close()
+    projector_for(store, prices).catch_up(["ticks"])
+    page = tick_page(store, levels=level, status=status, since=start, before=cursor, limit=limit)
     listed: list[dict[str, Any]] = []
     for row in page.rows:
         took = (

@@ -4,10 +4,11 @@ An operator types these often, and a command that imports the web stack, the age
 and every driver before it reads a single row feels broken. Each command runs as a fresh
 process (what a shell does) in a temporary folder after `tickwork init`: `status` on the
 empty store, then on one holding a day of ticks (after one unmeasured run has folded them,
-so the runs measure start-up and reading, not catching up). Then `status` once more while
-a `tickwork run` of the folder runs (its levels paused, so it fires no tick): the service
-answers it on its local socket. Then the top imports of `tickwork status` by cumulative
-time (`python -X importtime`), read alone and answered, to show where time goes.
+so the runs measure start-up and reading, not catching up). Then `status`, `ticks` and
+`show` once more while a `tickwork run` of the folder runs (its levels paused, so it fires
+no tick): the service answers them on its local socket. Then the top imports of `tickwork
+status` by cumulative time (`python -X importtime`), read alone and answered, to show where
+time goes.
 
 Every build runs with its bytecode cached, as an installed wheel's is: the commands get
 a `PYTHONPYCACHEPREFIX` of their own, written by one unmeasured run of each build. Each
@@ -45,14 +46,20 @@ from pathlib import Path
 
 from machine import cached_bytecode, describe, instructions
 
-from harness.cli.status_command import BLOCKS_VERSION
+from harness.cli.answered import ANSWERS_VERSION
 from harness.config import load_settings, service_socket
 from harness.contracts.events import BudgetSpent, TickCompleted, TickScheduled, TickStarted
 from harness.contracts.ids import tick_id_for
 from harness.local_socket import ask
 from harness.store import open_store
 
-QUESTION = {"json": False, "blocks": BLOCKS_VERSION, "config": "tickwork.toml"}
+QUESTION = {
+    "version": ANSWERS_VERSION,
+    "command": "status",
+    "arguments": {"as_json": False, "verbose": False},
+    "config": "tickwork.toml",
+    "terminal": {"stdout": False, "stderr": False, "env": {}},
+}
 """What `tickwork status` asks the service in the bench's folder."""
 
 STATUS_IMPORTS = (
@@ -303,8 +310,9 @@ def main() -> None:
             figures(label, builds, arguments, folder, environment, args.runs, bare)
         top_imports(folder, environment, args.top, "(read alone)")
         with service(tickwork, folder, environment) as running:
-            label = f"tickwork status ({args.ticks} ticks, answered)"
-            figures(label, builds, ["status"], folder, environment, args.runs, bare)
+            for arguments in (["status"], ["ticks"], ["show", shown]):
+                label = f"tickwork {arguments[0]} ({args.ticks} ticks, answered)"
+                figures(label, builds, arguments, folder, environment, args.runs, bare)
             answers(running.pid, folder, args.runs)
             top_imports(folder, environment, args.top, "(answered by `tickwork run`)")
     print(f"load average after: {' '.join(f'{load:.2f}' for load in os.getloadavg())}")

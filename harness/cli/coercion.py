@@ -5,7 +5,8 @@ it looks at the value: an option left unset (`--config`, `--help` and the comple
 options of the root) imports pydantic and builds a schema only to return None. That was
 two fifths of a `tickwork status` the running service answers. An unset parameter
 coerces to what Typer gives it (None, or `()` for one taking many values) without an
-adapter here; the first value builds Typer's own coercion, which does the rest.
+adapter here; the first value builds Typer's own coercion, which does the rest, but for
+text, which is itself.
 """
 
 from __future__ import annotations
@@ -18,6 +19,10 @@ from typer._click import Command, Context, Parameter
 from typer._coercion import RuntimeParam, TypeDescriptor, build_runtime_param
 from typer.core import TyperGroup, _TyperParameter
 
+TEXT = (str, str | None)
+"""Annotations whose coercion of a string is that string: pydantic's lax `str` returns it
+as it is, so a tick id or a `--since` needs no adapter (nor pydantic imported) for it."""
+
 
 @dataclass(frozen=True)
 class _OnValue(RuntimeParam):
@@ -26,6 +31,8 @@ class _OnValue(RuntimeParam):
     descriptor: TypeDescriptor
 
     def _coerce_value(self, value: Any, param: _TyperParameter, ctx: Context) -> Any:
+        if isinstance(value, str) and self.descriptor.annotation in TEXT:
+            return value
         built = build_runtime_param(self.descriptor)
         param._runtime_param = built
         return built._coerce_value(value, param=param, ctx=ctx)

@@ -13,6 +13,9 @@ if TYPE_CHECKING:
     from harness.store import SqlEventStore
 
 DEFAULT_SINCE = "24h"
+PAGE = 50
+"""Ticks a page holds unless `--limit` says: the option is unset by default, so a plain
+`tickwork ticks` coerces no number (Typer would import pydantic to)."""
 BY_HAND = "by hand"
 """How the lists mark a tick started by hand, as the service log does."""
 
@@ -28,7 +31,9 @@ def ticks(
     since: Annotated[
         str, typer.Option(help="30m, 12h, 7d or an ISO time: the window listed.")
     ] = DEFAULT_SINCE,
-    limit: Annotated[int, typer.Option(min=1, max=1000, help="Ticks per page.")] = 50,
+    limit: Annotated[
+        int | None, typer.Option(min=1, max=1000, help="Ticks per page (default 50).")
+    ] = None,
     before: Annotated[
         str | None, typer.Option(help="The next page: the cursor the last page printed.")
     ] = None,
@@ -48,7 +53,7 @@ def ticks(
         "level": level,
         "status": status,
         "since": since,
-        "limit": limit,
+        "limit": PAGE if limit is None else limit,
         "before": before,
         "as_json": as_json,
     }

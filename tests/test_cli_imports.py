@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import contextlib
 import json
-import os
 import re
 import subprocess
 import sys
@@ -28,6 +27,7 @@ from harness.contracts import tick_stream
 from harness.contracts.events import BudgetSpent, TickCompleted, TickScheduled, TickStarted
 from harness.contracts.ids import tick_id_for
 from harness.store import open_store
+from tests.commands import forked, forked_each
 
 TICKWORK = str(Path(sys.executable).with_name("tickwork"))
 
@@ -191,34 +191,36 @@ def test_ticks_and_show_answered_by_a_running_service_print_what_they_read_alone
     """Pages, stories, spend, JSON, a bad option and an unknown tick: the same both ways.
 
     A terminal's width and colours are the asker's: `COLUMNS` reaches the service's drawing.
+    What an answer loads is seen in a fresh interpreter; the rest runs forked (the service
+    is asked all the same).
     """
     subprocess.run([TICKWORK, "init"], cwd=tmp_path, check=True, capture_output=True)
     first = seed_ticks(tmp_path, 3)
-    asked = (
+    asked = [
         ["ticks"],
         ["ticks", "--json", "--limit", "2"],
         ["show", first],
         ["show", first[:-4], "--json"],
         ["show", first, "--spend"],
-    )
-    refused = (["ticks", "--status", "nope"], ["ticks", "--since", "yesterday"], ["show", "nope"])
-    watched = WATCHED_STORE
+    ]
+    refused = [["ticks", "--status", "nope"], ["ticks", "--since", "yesterday"], ["show", "nope"]]
     with answering(tmp_path, monkeypatch) as reports:
-        answered = [printed(tmp_path, watched, *arguments) for arguments in asked]
-        answered_refusals = [tickwork_run(tmp_path, *arguments) for arguments in refused]
-        narrow = tickwork_run(tmp_path, "status", COLUMNS="40")
+        answered = [printed(tmp_path, WATCHED_STORE, *arguments) for arguments in asked]
+        answered_refusals = forked_each(tmp_path, refused)
+        narrow = forked(tmp_path, "status", env={"COLUMNS": "40"})
     assert reports == []
     # Only a number given (`--limit`) is coerced by Typer, through pydantic.
     loaded_answered = [[], ["pydantic"], [], [], []]
     assert [modules for _, modules in answered] == loaded_answered, "the service answered"
-    alone = [printed(tmp_path, watched, *arguments) for arguments in asked]
-    assert [modules for _, modules in alone] == [sorted(watched)] * len(asked), "read alone"
-    for arguments, (said, _), (read, _) in zip(asked, answered, alone, strict=True):
-        assert said == read, arguments
+    alone = forked_each(tmp_path, asked)
+    for arguments, (said, _), read in zip(asked, answered, alone, strict=True):
+        assert read.returncode == 0, read.stderr
+        assert said + "\n" == read.stdout, arguments
     assert first in answered[0][0]
     assert json.loads(answered[1][0])["next_before"] is not None, "a page of 2 of 3 ticks"
-    for arguments, answer in zip(refused, answered_refusals, strict=True):
-        read = tickwork_run(tmp_path, *arguments)
+    for arguments, answer, read in zip(
+        refused, answered_refusals, forked_each(tmp_path, refused), strict=True
+    ):
         assert (answer.returncode, answer.stdout, answer.stderr) == (
             read.returncode,
             read.stdout,
@@ -226,7 +228,7 @@ def test_ticks_and_show_answered_by_a_running_service_print_what_they_read_alone
         ), arguments
         assert answer.returncode == 2, arguments
     slot = re.compile(r"\d{4}-\d\d-\d\d \d\d:\d\d:\d\d")  # the next slot may move between
-    read_narrow = tickwork_run(tmp_path, "status", COLUMNS="40")
+    read_narrow = forked(tmp_path, "status", env={"COLUMNS": "40"})
     assert slot.sub("<slot>", narrow.stdout) == slot.sub("<slot>", read_narrow.stdout)
     assert " store     sqlite:///./.tickwork/event… \n" in narrow.stdout, "drawn 40 wide"
 
@@ -259,17 +261,6 @@ def seed_ticks(folder: Path, count: int) -> str:
     finally:
         store.close()
     return ids[0]
-
-
-def tickwork_run(cwd: Path, *args: str, **env: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [TICKWORK, *args],
-        cwd=cwd,
-        env={**os.environ, **env},
-        capture_output=True,
-        text=True,
-        timeout=60,
-    )
 
 
 def printed(cwd: Path, watched: tuple[str, ...], *args: str) -> tuple[str, list[str]]:

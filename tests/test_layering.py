@@ -10,6 +10,7 @@ retyped event cannot leave a filter behind that silently matches nothing.
 from __future__ import annotations
 
 import ast
+import functools
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
@@ -19,6 +20,26 @@ from harness import LAYERS
 from harness.contracts import EVENT_TYPES
 
 ROOT = Path(__file__).parents[1]
+
+
+@functools.cache
+def parsed(source: str) -> ast.Module:
+    """Each module's tree, parsed once for every check of this file (half a second a pass)."""
+    return ast.parse(source)
+
+
+@functools.cache
+def nodes(source: str) -> tuple[ast.AST, ...]:
+    """Every node of the source's tree, walked once."""
+    return tuple(ast.walk(parsed(source)))
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _trees_leave_with_the_module() -> Iterator[None]:
+    """The worker that ran these checks does not keep every tree of tickwork for the rest."""
+    yield
+    parsed.cache_clear()
+    nodes.cache_clear()
 
 
 def layer_of(module: str) -> int | None:
@@ -44,7 +65,7 @@ def imported(
     A `from … import` gives each name it takes as `module.name` (a name may be a
     submodule), or with `names=False` the module it reads, once.
     """
-    for node in ast.walk(ast.parse(source)):
+    for node in nodes(source):
         if isinstance(node, ast.Import):
             for alias in node.names:
                 yield node.lineno, alias.name
@@ -181,11 +202,11 @@ def docstrings(tree: ast.Module) -> set[int]:
 
 def bare_event_types(source: str, module: str) -> list[str]:
     """Event type names written as string literals in `module`'s source, docstrings aside."""
-    tree = ast.parse(source)
+    tree = parsed(source)
     prose = docstrings(tree)
     named = sorted(
         (node.lineno, node.value)
-        for node in ast.walk(tree)
+        for node in nodes(source)
         if isinstance(node, ast.Constant)
         and isinstance(node.value, str)
         and node.value in EVENT_TYPE_NAMES
@@ -259,7 +280,7 @@ def sql_access(source: str, module: str, is_package: bool = False) -> list[str]:
         if target.split(".")[0] == "sqlalchemy"
         or (target.split(".")[0] in DRIVERS and target.endswith(".connect"))
     ]
-    for node in ast.walk(ast.parse(source)):
+    for node in nodes(source):
         if not isinstance(node, ast.Call):
             continue
         if isinstance(node.func, ast.Attribute) and node.func.attr in SQL_CALLS:

@@ -57,7 +57,7 @@ from harness.scheduling.state_lines import state_line
 from harness.scheduling.waves import SlotClaim, claim_wave
 from harness.store import EventStore, SqlEventStore, open_store
 from tests.catalog_support import valid
-from tests.commands import forked, run_each, write_config
+from tests.commands import forked, forked_each, write_config
 from tests.test_reload import service_on, write
 from tests.test_routing import Routed, of_type, target, write_catalog
 from tests.tick_support import Harness, calls, run_claims
@@ -658,7 +658,7 @@ def test_tickwork_budgets_prints_each_window_and_spend_by_tag(tmp_path: Path) ->
     env = {"TICKWORK_CONFIG": str(config)}
     # Three processes meet a budget the read model was not folded for, at once: one folds
     # it, the others wait for its fold and read it (none reads a half-folded window).
-    listed, table, by_tag = run_each(
+    listed, table, by_tag = forked_each(
         tmp_path, [["budgets", "--json"], ["budgets"], ["spend", "--by", "tag", "--json"]], env
     )
     assert listed.returncode == 0, listed.stderr

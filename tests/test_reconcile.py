@@ -1,7 +1,8 @@
 """`tickwork reconcile`: the ledger beside a provider's exported bill, day by day and model.
 
-Real `tickwork` processes on a real SQLite store holding `BudgetSpent` events; the
-exports are the samples in tests/data (made in the providers' documented shapes).
+Real `tickwork` processes (forked from this warm process: the command, not its start-up,
+is the point) on a real SQLite store holding `BudgetSpent` events; the exports are the
+samples in tests/data (made in the providers' documented shapes).
 """
 
 from __future__ import annotations
@@ -19,7 +20,7 @@ from harness.api.reads import Reads
 from harness.config import load_settings
 from harness.contracts import BudgetSpent
 from harness.store import SqlEventStore, open_store
-from tests.commands import run, write_config
+from tests.commands import forked, write_config
 
 DATA = Path(__file__).parent / "data"
 
@@ -78,7 +79,7 @@ def ledger(tmp_path: Path) -> tuple[Path, SqlEventStore]:
 
 
 def reconcile(config: Path, *args: str) -> subprocess.CompletedProcess[str]:
-    return run(config.parent, "--config", str(config), "reconcile", *args)
+    return forked(config.parent, "--config", str(config), "reconcile", *args)
 
 
 def checks(store: SqlEventStore) -> list[dict[str, object]]:

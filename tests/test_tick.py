@@ -529,7 +529,10 @@ def test_store_unreachable_spools_the_tick_spend(tmp_path: Path, fake: FakeUpstr
     settings = harness.settings.model_copy(
         update={"store": StoreConfig(url="postgresql://nobody@127.0.0.1:1/down")}
     )
-    runner = Runner(settings, None, env=harness.runner.env)
+    # The harness's ready fork server: the configuration's own launcher would be one that
+    # preloads the PostgreSQL driver too, a second server warming up (2 s of CPU) for a
+    # tick whose store it never reaches.
+    runner = Runner(settings, None, harness.runner.launcher, env=harness.runner.env)
     prepared = Preparer(settings, None, env=harness.runner.env).prepare("min")
     fake.script(prepared.payload.tick_id, [Step(text="spooled")])
     outcome = runner.run(prepared)

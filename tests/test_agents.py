@@ -49,6 +49,7 @@ from harness.execution.runner import Runner
 from harness.projections import calls_said, story_of, story_steps
 from harness.store import StoredEvent, open_store
 from tests.api_support import serving
+from tests.store_support import migrated_sqlite
 from tests.tick_support import SECRET, Harness, ready_launcher
 from workers.agents import MalformedLineError
 from workers.agents.claude_code import ClaudeCodeRun
@@ -209,7 +210,7 @@ def test_a_claude_code_candidate_without_its_cli_or_upstream_falls_back_to_a_str
         json.dumps({"schema_version": 1, "targets": targets, "lanes": {"min": lane}})
     )
     settings = Settings(
-        store=StoreConfig(url=f"sqlite:///{tmp_path}/events.db"),
+        store=StoreConfig(url=migrated_sqlite(tmp_path)),
         paths=PathsConfig(results=tmp_path / "results", spool=tmp_path / "spool"),
         runner=RunnerConfig(grace_seconds=1, infra_retries=0, retry_backoff_seconds=0.05),
         routing=RoutingConfig(catalog=catalog),
@@ -333,7 +334,7 @@ def test_the_ticks_governor_answers_only_its_cli_and_its_hook_counts_against_the
         agent=CLAUDE,
         max_tool_calls=1,
         result_path=tmp_path / "t.json",
-        store_url=f"sqlite:///{tmp_path}/events.db",
+        store_url=migrated_sqlite(tmp_path),
         spool_dir=tmp_path / "spool",
     )
     recorder = EventRecorder(payload)

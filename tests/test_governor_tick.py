@@ -170,7 +170,11 @@ def test_a_tick_over_its_ceiling_alerts_the_operator_once(
 def test_ticks_adopted_after_a_restart_alert_like_the_runners_own(
     tmp_path: Path, fake: FakeUpstream, receiver: tuple[str, list[dict[str, Any]]]
 ) -> None:
-    """Both ways a restarted service ends a tick it did not start send the alert."""
+    """Both ways a restarted service ends a tick it did not start send the alert.
+
+    The service that started the tick recorded its `TickStarted` at the launch, as a
+    runner does: a worker's first record waits for it (`STARTED_WAIT_SECONDS`).
+    """
     url, received = receiver
     harness = governed(tmp_path, fake)
     runner = harness.runner
@@ -183,22 +187,26 @@ def test_ticks_adopted_after_a_restart_alert_like_the_runners_own(
         process = runner.launcher.start(
             payload.model_dump_json().encode(), prepared.log_path, worker_env(runner.env, payload)
         )
+        runner.record(
+            TickStarted(
+                tick_id=payload.tick_id,
+                level="min",
+                pid=process.pid,
+                host=socket.gethostname(),
+                result_path=str(payload.result_path),
+                log_path=str(prepared.log_path),
+                timeout_seconds=60,
+            )
+        )
         if adoption == "still running":
             assert runner.watch(prepared.ref, process, 60).status == "completed"
         else:
             assert process.wait(60) is not None
-            runner.record(
-                TickStarted(
-                    tick_id=payload.tick_id,
-                    level="min",
-                    pid=process.pid,
-                    host=socket.gethostname(),
-                    result_path=str(payload.result_path),
-                    log_path=str(prepared.log_path),
-                    timeout_seconds=60,
-                )
-            )
-            started = harness.store.read_stream(f"tick-{payload.tick_id}")[-1]
+            (started,) = [
+                e
+                for e in harness.store.read_stream(f"tick-{payload.tick_id}")
+                if e.type == TickStarted.type
+            ]
             assert adopt(runner, started, datetime.now(UTC), lambda line: None) is None
         assert len(received) == (1 if adoption == "still running" else 2), adoption
         assert payload.tick_id in received[-1]["message"]

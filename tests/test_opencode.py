@@ -19,6 +19,7 @@ from harness.contracts.payload import TICK_HEADER, TickPayload
 from harness.contracts.tiers import capabilities, opencode_permissions
 from harness.devtools.fake_llm import FakeUpstream, Step, ToolCallSpec, fake_upstream
 from harness.store import open_store
+from tests.store_support import migrated_sqlite
 from tests.tick_support import (
     Harness,
     require_cli,
@@ -66,7 +67,7 @@ class Lines:
             model="fake-model",
             max_tool_calls=2,
             result_path=tmp_path / "r.json",
-            store_url=f"sqlite:///{tmp_path}/events.db",
+            store_url=migrated_sqlite(tmp_path),  # the migrated template's copy
             spool_dir=tmp_path / "spool",
         )
         store = open_store(self.payload.store_url)

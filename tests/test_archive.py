@@ -67,7 +67,14 @@ from harness.store.partitions import EVENTS, TICK_ROWS, Partitioned
 from harness.store.partitions import days as partition_days
 from harness.store.schema import events, tick_rows
 from harness.store.tick_rows import compact, drop_rows_day, unpack
-from tests.commands import Output, forked, forked_each, start_service, write_config
+from tests.commands import (
+    Output,
+    forked,
+    forked_each,
+    start_service,
+    warm_for_forks,
+    write_config,
+)
 from tests.conftest import fresh_pg_database
 from tests.waiting import wait_until
 
@@ -75,6 +82,17 @@ TODAY = datetime.now(UTC).date()
 OLD = TODAY - timedelta(days=40)
 MID = TODAY - timedelta(days=10)
 """Older than `transcript_days`, younger than `hot_days`."""
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _warm_for_forks() -> None:
+    """The archive and rebuild commands forked below find the price tables loaded.
+
+    Whichever test of this module a worker runs first (xdist hands each worker a part of
+    the module): without it, each child forked before this process folded spend itself
+    loaded them on its own.
+    """
+    warm_for_forks()
 
 
 def old(n: int, day: date = OLD) -> str:

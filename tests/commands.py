@@ -19,7 +19,7 @@ import subprocess
 import sys
 import tempfile
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, ClassVar, NoReturn
@@ -136,6 +136,30 @@ def warm_for_forks() -> None:
     from harness.prices import PriceBook
 
     PriceBook().tier_bounds()
+
+
+def forked_beside(
+    cwd: Path, args: list[str], env: dict[str, str], companion: Callable[[], None], name: str
+) -> subprocess.CompletedProcess[str]:
+    """`tickwork <args>` forked as `forked` forks it, with a thread `name` running `companion`.
+
+    The thread is started in the child before the command, as a script that starts one
+    and then calls the entry point would: what a command does when a thread of its
+    process meets an error, without a fresh interpreter's imports.
+    """
+    from harness.cli import main  # imported here, once, so every child starts warm
+
+    child_env = environment(**env)
+    with tempfile.TemporaryFile() as stdout, tempfile.TemporaryFile() as stderr:
+        pid = os.fork()
+        if pid == 0:  # pragma: no cover - the child ends in os._exit, never returns
+            threading.Thread(target=companion, name=name, daemon=True).start()
+            _run_child(main, cwd, args, child_env, stdout.fileno(), stderr.fileno())
+        code = _wait(pid, timeout=120)
+        stdout.seek(0)
+        stderr.seek(0)
+        output, errors = (f.read().decode("utf-8", "replace") for f in (stdout, stderr))
+    return subprocess.CompletedProcess([TICKWORK, *args], code, output, errors)
 
 
 def _run_child(
@@ -440,6 +464,44 @@ def serve(
     finally:
         process.send_signal(signal.SIGINT)
         output.append(process.communicate(timeout=60)[0])
+
+
+@contextmanager
+def forked_serve(
+    cwd: Path, *args: str, env: dict[str, str], port: int | None = None
+) -> Iterator[tuple[str, list[str]]]:
+    """`serve`, with `tickwork serve` forked (`ForkedCommand`) rather than a fresh interpreter.
+
+    Yields its URL and a list that holds the server's output once the block has ended.
+    """
+    port = port or free_port()
+    process = ForkedCommand(
+        cwd,
+        ["serve", "--port", str(port), *args],
+        env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+    )
+    output = Output(process)
+    url = f"http://127.0.0.1:{port}"
+    said: list[str] = []
+
+    def answers() -> bool:
+        assert process.poll() is None, output.text()
+        try:
+            httpx.get(f"{url}/", timeout=10, verify=ssl_context())
+        except httpx.TransportError:
+            return False
+        return True
+
+    try:
+        wait_until(answers, "tickwork serve to answer", interval=0.2)
+        yield url, said
+    finally:
+        process.send_signal(signal.SIGINT)
+        process.wait(60)
+        output._reader.join(60)
+        said.append(output.text())
 
 
 def busy_level(every: str, timeout: int = 120) -> str:

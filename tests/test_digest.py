@@ -366,7 +366,9 @@ model = "fake-model"
 every = "2s"
 files = ["{outbox}"]
 """
-    config = write_config(tmp_path, digests)
+    # No tick of theirs comes due within the test: a warm launcher's fork server would
+    # spend a second and a half of imports per service for ticks that never start.
+    config = write_config(tmp_path, digests, runner='launcher = "cold"')
     fake = FakeUpstream().start()
     try:
         services = [

@@ -46,10 +46,15 @@ api = "anthropic"
 
 
 def configured(folder: Path, port: int, agents: str = "") -> Path:
-    """A configuration in `folder` serving on `port`, the agent CLIs looked for in `agents`."""
+    """A configuration in `folder` serving on `port`, the agent CLIs looked for in `agents`.
+
+    Its levels tick hourly, so no tick of a service on it comes due within a test: the
+    cold launcher, which starts nothing until asked, spares the service the warm one's
+    fork server and its imports for ticks that never start.
+    """
     folder.mkdir()
     extra = f'[agents]\ndir = "{agents}"\n' if agents else ""
-    return write_config(folder, extra + LEVELS.format(port=port))
+    return write_config(folder, extra + LEVELS.format(port=port), runner='launcher = "cold"')
 
 
 def rows(output: str) -> dict[str, str]:

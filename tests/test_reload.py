@@ -90,8 +90,11 @@ model = "fake-model"
 """
 
 
-def write(tmp_path: Path, levels: str, extra: str = "") -> Path:
-    """The service's tickwork.toml: no retries, so a stand-in's end is one attempt."""
+def write(tmp_path: Path, levels: str, extra: str = "", runner: str = "") -> Path:
+    """The service's tickwork.toml: no retries, so a stand-in's end is one attempt.
+
+    `extra` goes to its [store] section, `runner` to its [runner] section.
+    """
     config = tmp_path / "tickwork.toml"
     config.write_text(
         f"""
@@ -106,6 +109,7 @@ grace_seconds = 1
 shutdown_grace_seconds = 1
 infra_retries = 0
 content_retries = 0
+{runner}
 {levels}
 """
     )
@@ -115,14 +119,19 @@ content_retries = 0
 def service_on(
     config: Path, launcher: WarmLauncher | None = None
 ) -> tuple[Service, LevelsReload, list[str]]:
-    """A service wired as `tickwork run` wires it, driven by the test rather than a clock."""
+    """A service wired as `tickwork run` wires it, driven by the test rather than a clock.
+
+    Without `launcher`, its ticks would start cold: the tests that pass none start no
+    tick, and the process's shared warm launcher would spawn a fork server (seconds of
+    imports) for nothing, and another when a later test asks it to preload more.
+    """
     settings = load_settings(config)
     store = open_store(settings.store.url)
     lines: list[str] = []
     executor = LocalExecutor(
         settings,
         Preparer(settings, store, env=NAMED_UPSTREAM),
-        Runner(settings, store, launcher),
+        Runner(settings, store, launcher or ColdLauncher()),
         lines.append,
     )
     service = Service(settings, store, executor, lines.append)
@@ -339,7 +348,9 @@ def spent_already(store: EventStore) -> None:
 def test_sighup_or_an_edit_reloads_a_running_service_and_an_invalid_file_is_refused(
     tmp_path: Path, fake: FakeUpstream
 ) -> None:
-    config = write(tmp_path, BUDGETED.format(name="old") + SPENT)
+    # Every slot is skipped for the spent budget: no tick process starts, so the cold
+    # launcher spares the service a fork server warming up for nothing.
+    config = write(tmp_path, BUDGETED.format(name="old") + SPENT, runner='launcher = "cold"')
     store = open_store(f"sqlite:///{tmp_path}/events.db")
     spent_already(store)
     service = Output(start_service(config, fake))

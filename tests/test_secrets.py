@@ -43,7 +43,6 @@ from tests.commands import (
     fake_server,
     forked,
     forked_each,
-    run,
     write_config,
 )
 from tests.tick_support import SECRET, Harness
@@ -250,7 +249,7 @@ def test_what_tickwork_writes_is_its_users_alone(tmp_path: Path, fake: FakeUpstr
 def test_tick_warns_of_a_base_url_without_a_key(tmp_path: Path) -> None:
     config = write_config(tmp_path, LEVEL)
     with fake_server([Step(text="done")]) as fake:
-        ticked = run(
+        ticked = forked(
             tmp_path,
             "tick",
             "min",

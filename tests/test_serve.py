@@ -1,14 +1,18 @@
-"""`tickwork serve` as an operator starts it: a real process, a real port, the token rule."""
+"""`tickwork serve` as an operator starts it: a real process, a real port, the token rule.
+
+One test starts the console script in a fresh interpreter, as a shell does; the others
+fork the same command from the warm test process (`tests.commands.forked_serve`).
+"""
 
 from __future__ import annotations
 
 import subprocess
-import sys
+import threading
 from pathlib import Path
 
 import httpx
 
-from tests.commands import environment, forked, free_port, serve
+from tests.commands import environment, forked, forked_beside, forked_serve, free_port, serve
 
 TOKEN = "tw-serve-token-9b2e71"
 
@@ -30,7 +34,7 @@ def test_with_a_token_it_binds_beyond_loopback_and_asks_every_request_for_it(
     tmp_path: Path,
 ) -> None:
     env = environment(TICKWORK_API_TOKEN=TOKEN)
-    with serve(tmp_path, "--host", "0.0.0.0", env=env) as (url, output):
+    with forked_serve(tmp_path, "--host", "0.0.0.0", env=env) as (url, output):
         assert httpx.get(f"{url}/status").status_code == 401
         wrong = httpx.get(f"{url}/status", headers={"Authorization": "Bearer guess"})
         assert wrong.status_code == 401
@@ -61,7 +65,7 @@ def test_a_token_in_the_config_file_is_refused(tmp_path: Path) -> None:
 
 def test_a_second_serve_on_a_taken_port_says_so_in_one_line(tmp_path: Path) -> None:
     port = free_port()
-    with serve(tmp_path, env=environment(), port=port) as (url, _):
+    with forked_serve(tmp_path, env=environment(), port=port) as (url, _):
         second = forked(tmp_path, "serve", "--port", str(port))
         assert httpx.get(f"{url}/status").status_code == 200, "the first one serves on"
     assert second.returncode == 1, second.stdout + second.stderr
@@ -79,30 +83,17 @@ def test_a_thread_that_meets_an_unexpected_error_stops_it_in_one_line(tmp_path: 
     SIGTERM, the store is closed, and the command exits 1 having said why in one line.
     """
     port = free_port()
-    script = (
-        "import sys, threading, httpx\n"
-        "from harness.cli import main\n"
-        "def watch():\n"
-        "    while True:\n"
-        "        try:\n"
-        f"            httpx.get('http://127.0.0.1:{port}/status', timeout=10)\n"
-        "            break\n"
-        "        except httpx.TransportError:\n"
-        "            threading.Event().wait(0.2)\n"
-        "    raise ValueError('a bug')\n"
-        "threading.Thread(target=watch, name='watch', daemon=True).start()\n"
-        f"sys.argv = ['tickwork', 'serve', '--port', '{port}']\n"
-        "main()\n"
-    )
-    ended = subprocess.run(
-        [sys.executable, "-c", script],
-        cwd=tmp_path,
-        env=environment(),
-        capture_output=True,
-        text=True,
-        timeout=120,
-        check=False,
-    )
+
+    def watch() -> None:
+        while True:
+            try:
+                httpx.get(f"http://127.0.0.1:{port}/status", timeout=10)
+                break
+            except httpx.TransportError:
+                threading.Event().wait(0.2)
+        raise ValueError("a bug")
+
+    ended = forked_beside(tmp_path, ["serve", "--port", str(port)], {}, watch, "watch")
     assert ended.returncode == 1, ended
     said = "stopping: thread watch ended on an unexpected error, ValueError: a bug\n"
     assert ended.stderr == said, ended

@@ -66,7 +66,9 @@ prompt = "Anything new?"
 model = "fake-model"
 timeout_seconds = 120
 """
-    config = write_config(tmp_path, level, store_url=store_url)
+    # Ticks overlap the first one, which runs until cancelled: a tick or two start in all,
+    # each cold for less than each replica's fork server would spend warming up.
+    config = write_config(tmp_path, level, runner='launcher = "cold"', store_url=store_url)
     replicas = [Output(start_service(config, slow_fake)) for _ in range(2)]
     # Started together, the replicas race for the same slots until one loses a claim. The
     # other then restarts: at its start it fires the slots of its last few seconds, which
@@ -128,7 +130,9 @@ model = "fake-model"
 timeout_seconds = {timeout}
 """
     # A timeout not retried: the tick has one worker, the one its killed runner leaves.
-    return write_config(tmp_path, level, runner="infra_retries = 0")
+    # The service started on it only watches that tick (its level's next slot is an hour
+    # away): the cold launcher spares it a fork server warming up for no tick.
+    return write_config(tmp_path, level, runner='infra_retries = 0\nlauncher = "cold"')
 
 
 def _start_one_tick_then_kill_the_service(config: Path, fake: FakeUpstream) -> tuple[str, int]:

@@ -461,17 +461,8 @@ def serve(
     )
     url = f"http://127.0.0.1:{port}"
     output: list[str] = []
-
-    def answers() -> bool:
-        assert process.poll() is None, process.communicate()[0]
-        try:
-            httpx.get(f"{url}/", timeout=10, verify=ssl_context())
-        except httpx.TransportError:
-            return False
-        return True
-
     try:
-        wait_until(answers, "tickwork serve to answer", interval=0.2)
+        _wait_for_serve(url, lambda: None if process.poll() is None else process.communicate()[0])
         yield url, output
     finally:
         process.send_signal(signal.SIGINT)
@@ -497,23 +488,29 @@ def forked_serve(
     output = Output(process)
     url = f"http://127.0.0.1:{port}"
     said: list[str] = []
-
-    def answers() -> bool:
-        assert process.poll() is None, output.text()
-        try:
-            httpx.get(f"{url}/", timeout=10, verify=ssl_context())
-        except httpx.TransportError:
-            return False
-        return True
-
     try:
-        wait_until(answers, "tickwork serve to answer", interval=0.2)
+        _wait_for_serve(url, lambda: None if process.poll() is None else output.text())
         yield url, said
     finally:
         process.send_signal(signal.SIGINT)
         process.wait(60)
         output._reader.join(60)
         said.append(output.text())
+
+
+def _wait_for_serve(url: str, ended: Callable[[], str | None]) -> None:
+    """Until `tickwork serve` at `url` answers; `ended` gives its output once it has ended."""
+
+    def answers() -> bool:
+        said = ended()
+        assert said is None, said
+        try:
+            httpx.get(f"{url}/", timeout=10, verify=ssl_context())
+        except httpx.TransportError:
+            return False
+        return True
+
+    wait_until(answers, "tickwork serve to answer", interval=0.2)
 
 
 def busy_level(every: str, timeout: int = 120) -> str:

@@ -30,10 +30,9 @@ from harness.execution.launchers import (
     TickProcess,
     WarmLauncher,
     preloads_of,
-    shared_warm_launcher,
 )
 from harness.execution.launchers.warm import ForkedTick, server_environment
-from tests.tick_support import Harness, live_in_group
+from tests.tick_support import Harness, live_in_group, ready_launcher
 from tests.waiting import wait_until
 
 STANDIN = "tests.standin_worker"
@@ -193,8 +192,8 @@ def test_a_tick_killed_in_the_middle_of_a_model_call_leaves_the_server_serving(
 
 
 def test_the_real_warm_up_leaves_no_thread_connection_or_file_to_fork() -> None:
-    launcher = shared_warm_launcher()
-    assert launcher.wait_ready(120) and launcher.server_pid is not None
+    launcher = ready_launcher()  # the shared one, as every test's: never warmed twice
+    assert launcher.server_pid is not None
     server = psutil.Process(launcher.server_pid)
     assert server.num_threads() == 1
     assert server.net_connections(kind="inet") == [], "a socket would cross the fork"

@@ -17,7 +17,7 @@ from harness.execution.launchers import Launcher, WarmLauncher, shared_warm_laun
 from harness.execution.prepare import Preparer
 from harness.execution.runner import Runner, TickOutcome
 from harness.scheduling.waves import SlotClaim, claim_wave
-from harness.store import StoredEvent, open_store
+from harness.store import DRIVER_PRELOAD, StoredEvent, open_store
 from tests.store_support import migrated_sqlite
 
 SECRET = "sk-tickwork-test-SECRET-0123456789"
@@ -45,11 +45,13 @@ def make_settings(tmp_path: Path, **level: object) -> Settings:
 
 
 EVERY_PRELOAD = frozenset(
-    {*APIS, *AGENT_CLIS}.union(
+    {*APIS, *AGENT_CLIS, DRIVER_PRELOAD}.union(
         *(strands_tools(Capabilities(tier, web=True)) for tier in ("read", "files", "full"))
     )
 )
-"""What any test level may need preloaded: every protocol, agent CLI and Strands tool."""
+"""What any test level may need preloaded: every protocol, agent CLI and Strands tool, and
+PostgreSQL's driver (a runner on a PostgreSQL store asks for it: without it here, the
+shared server was replaced and warmed again)."""
 
 
 def ready_launcher() -> WarmLauncher:

@@ -624,7 +624,8 @@ _VACUUM_STATE = ("auto_vacuum", "freelist_count", "journal_mode")
 
 def test_the_service_archives_by_itself(tmp_path: Path, fake: FakeUpstream) -> None:
     retention = f'[retention]\nhot_days = 30\narchive = "{tmp_path / "archive"}"\n'
-    config = write_config(tmp_path, retention)
+    # No level, no tick: a warm launcher's fork server would warm up for nothing.
+    config = write_config(tmp_path, retention, runner='launcher = "cold"')
     settings = load_settings(config)
     store = open_store(settings.store.url)
     try:

@@ -18,14 +18,16 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 from harness.cli.answered import command_answers
-from harness.config import load_settings
+from harness.config import load_settings, service_socket
 from harness.contracts import tick_stream
 from harness.contracts.events import BudgetSpent, TickCompleted, TickScheduled, TickStarted
 from harness.contracts.ids import tick_id_for
+from harness.local_socket import serve
 from harness.store import open_store
 from tests.commands import forked, forked_each
 
@@ -231,6 +233,36 @@ def test_ticks_and_show_answered_by_a_running_service_print_what_they_read_alone
     read_narrow = forked(tmp_path, "status", env={"COLUMNS": "40"})
     assert slot.sub("<slot>", narrow.stdout) == slot.sub("<slot>", read_narrow.stdout)
     assert " store     sqlite:///./.tickwork/event… \n" in narrow.stdout, "drawn 40 wide"
+
+
+@pytest.mark.parametrize(
+    "answer",
+    [
+        {"stdout": "forged\n", "stderr": "", "code": "0"},
+        {"stdout": ["forged"], "stderr": "", "code": 0},
+        {"blocks": [["line", "an older service's answer"]]},
+        ["not", "an", "answer"],
+    ],
+)
+def test_an_answer_that_is_not_one_is_passed_over_and_the_store_read(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, answer: Any
+) -> None:
+    """Whatever answers on the socket, a command prints only what it read or was told in full."""
+    subprocess.run([TICKWORK, "init"], cwd=tmp_path, check=True, capture_output=True)
+    monkeypatch.chdir(tmp_path)
+    stopping = threading.Event()
+    socket = service_socket(tmp_path / "tickwork.toml")
+    serving = threading.Thread(
+        target=serve, args=(socket, lambda _: answer, stopping, lambda exc: None)
+    )
+    serving.start()
+    try:
+        listed = forked(tmp_path, "ticks")
+    finally:
+        stopping.set()
+        serving.join()
+    assert listed.returncode == 0, listed.stderr
+    assert "forged" not in listed.stdout and listed.stdout.startswith("no tick since"), listed
 
 
 def seed_ticks(folder: Path, count: int) -> str:

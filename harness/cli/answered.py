@@ -90,13 +90,12 @@ def _answered(command: str, arguments: dict[str, Any]) -> bool:
         return False
     if isinstance(answer.get("bad_parameter"), str):
         raise typer.BadParameter(answer["bad_parameter"], param_hint=answer.get("param_hint"))
-    stdout, stderr = answer.get("stdout"), answer.get("stderr")
-    if not isinstance(stdout, str) or not isinstance(stderr, str):
+    stdout, stderr, code = answer.get("stdout"), answer.get("stderr"), answer.get("code")
+    if not isinstance(stdout, str) or not isinstance(stderr, str) or not isinstance(code, int):
         return False
     sys.stdout.write(stdout)
     sys.stdout.flush()
     sys.stderr.write(stderr)
-    code = int(answer.get("code", 0))
     if code:
         raise typer.Exit(code)
     return True

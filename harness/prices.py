@@ -376,7 +376,7 @@ def refuse_unpayable_budgets(settings: Settings, where: str, day: str) -> None:
     Raises:
         ConfigError: naming `where`, each budget's path, the level and both amounts.
     """
-    if all(entry.usd is None for entry in settings.budget_entries()):
+    if all(entry.usd is None and entry.list_usd is None for entry in settings.budget_entries()):
         return
     book = PriceBook(settings.prices)
     problems = list(

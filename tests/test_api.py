@@ -322,7 +322,11 @@ def test_ticks_page_by_cursor_without_gaps_or_repeats_while_new_ones_arrive(api:
         ("/ticks", {"before": "yesterday-at-noon,min-1"}, ["'yesterday-at-noon' is not an ISO"]),
         ("/ticks", {"before": "2026-12-01T13:05:00,min-1"}, ["has no time zone"]),
         ("/ticks", {"before": "2026-12-01T13:05:00.000000Z," + "x" * 201}, ["at most 228"]),
-        ("/spend", {"by": "colour"}, ["'level', 'model', 'day', 'template', 'target' or 'tag'"]),
+        (
+            "/spend",
+            {"by": "colour"},
+            ["'level', 'model', 'day', 'template', 'target', 'billing' or 'tag'"],
+        ),
         ("/spend", {"since": "soon"}, ["'soon'"]),
         ("/dashboard/ticks", {"status": "bogus"}, ["'bogus' is not a tick status"]),
         ("/dashboard/ticks", {"since": "soonish"}, ["'soonish'", "30m, 12h, 7d"]),

@@ -710,12 +710,14 @@ def test_a_budget_that_cannot_pay_one_tick_of_a_level_it_covers_is_refused_at_lo
     assert load_settings(path).budgets[0].tokens == 10_000
 
 
+@pytest.mark.parametrize("unit", ["usd", "list_usd"])
 def test_a_usd_budget_below_one_ticks_reservation_at_the_level_price_exits_2(
-    tmp_path: Path,
+    tmp_path: Path, unit: str
 ) -> None:
+    """Billed (`usd`) or list value (`list_usd`): a level billed on `api` is held by both."""
     # 10,000 reserved tokens at USD 10 per million input tokens: USD 0.10 a tick.
     prices = '[prices."priced-model"]\ninput_per_mtok = 10.0\noutput_per_mtok = 30.0\n'
-    budget = '[[budgets]]\nname = "team-usd"\nscope = "tag:team"\nusd = 0.05\n'
+    budget = f'[[budgets]]\nname = "team-usd"\nscope = "tag:team"\n{unit} = 0.05\n'
     priced = write_config(tmp_path / "priced", TEAM.format(model="priced-model") + prices + budget)
     unpriced = write_config(tmp_path / "unpriced", TEAM.format(model="no-such-model-xyz") + budget)
     refused, loaded = (
@@ -724,7 +726,7 @@ def test_a_usd_budget_below_one_ticks_reservation_at_the_level_price_exits_2(
     )
     assert refused.returncode == 2, refused.stderr
     assert (
-        "budgets.0.usd: budget 'team-usd' (USD 0.05) cannot pay one tick of level 't1', "
+        f"budgets.0.{unit}: budget 'team-usd' (USD 0.05) cannot pay one tick of level 't1', "
         "which reserves 10,000 tokens, USD 0.1 at priced-model's price"
     ) in refused.stderr, refused.stderr
     assert loaded.returncode == 0, "an unpriced model says nothing: " + loaded.stderr

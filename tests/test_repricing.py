@@ -19,6 +19,7 @@ import pytest
 from harness.contracts import BudgetSpent
 from harness.devtools.fake_llm import FakeUpstream, Step
 from harness.prices import format_usd
+from harness.projections import GROUPS, REPORT_GROUPS
 from harness.store import open_store
 from tests.commands import forked, forked_each, write_config
 from tests.store_support import migrated_sqlite
@@ -174,9 +175,14 @@ def test_a_subscription_tick_books_its_list_value_and_is_billed_nothing(
 
     write_config(tmp_path, f'[routing]\ncatalog = "{catalog}"\n', store_url=sqlite_url)
     report = ["spend", "--by", "target", "--since", "2020-01-01"]
-    as_json, table, shown = forked_each(
-        tmp_path, [[*report, "--json"], report, ["show", outcome.tick_id, "--spend", "--json"]]
+    by_billing = ["spend", "--by", "billing", "--since", "2020-01-01", "--json"]
+    as_json, table, shown, billed = forked_each(
+        tmp_path,
+        [[*report, "--json"], report, ["show", outcome.tick_id, "--spend", "--json"], by_billing],
     )
+    assert REPORT_GROUPS == (*GROUPS, "tag"), "a report groups by every group of the read model"
+    assert billed.returncode == 0, billed.stderr
+    assert [row["group"] for row in json.loads(billed.stdout)] == [{"billing": "subscription"}]
     assert as_json.returncode == 0, as_json.stderr
     (row,) = json.loads(as_json.stdout)
     assert row["group"] == {"target": "plan"}

@@ -246,9 +246,7 @@ def spend(
     groups: list[ReportGroup] = []
     for name in by or ["level"]:
         if name not in REPORT_GROUPS:
-            raise typer.BadParameter(
-                f"--by {name!r}: choose level, model, day, template, target or tag"
-            )
+            raise typer.BadParameter(f"--by {name!r}: choose {', '.join(REPORT_GROUPS)}")
         groups.append(name)
     first_day = report_since(parse_since(since).date() if since else None, datetime.now(UTC).date())
     config = settings()

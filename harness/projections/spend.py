@@ -267,8 +267,10 @@ def report_since(since: date | None, today: date) -> date:
     return since if since is not None else today - timedelta(days=REPORT_DAYS - 1)
 
 
-ReportGroup = Literal["level", "model", "day", "template", "target", "tag"]
-"""What `tickwork spend --by` and `GET /spend?by=` take: the read model's groups, and `tag`."""
+ReportGroup = Literal["level", "model", "day", "template", "target", "billing", "tag"]
+"""What `tickwork spend --by` and `GET /spend?by=` take: the read model's groups (`GroupBy`,
+tests/test_repricing.py holds the two together), and `tag`. One Literal, not a union of two,
+so a refused value is answered with every name."""
 REPORT_GROUPS: tuple[ReportGroup, ...] = get_args(ReportGroup)
 
 

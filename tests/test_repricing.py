@@ -19,7 +19,7 @@ import pytest
 from harness.contracts import BudgetSpent
 from harness.devtools.fake_llm import FakeUpstream, Step
 from harness.prices import format_usd
-from harness.projections import GROUPS, REPORT_GROUPS
+from harness.projections.spend import GROUPS, REPORT_GROUPS
 from harness.store import open_store
 from tests.commands import forked, forked_each, write_config
 from tests.store_support import migrated_sqlite
@@ -180,7 +180,7 @@ def test_a_subscription_tick_books_its_list_value_and_is_billed_nothing(
         tmp_path,
         [[*report, "--json"], report, ["show", outcome.tick_id, "--spend", "--json"], by_billing],
     )
-    assert REPORT_GROUPS == (*GROUPS, "tag"), "a report groups by every group of the read model"
+    assert (*GROUPS, "tag") == REPORT_GROUPS, "a report groups by every group of the read model"
     assert billed.returncode == 0, billed.stderr
     assert [row["group"] for row in json.loads(billed.stdout)] == [{"billing": "subscription"}]
     assert as_json.returncode == 0, as_json.stderr

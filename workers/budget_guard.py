@@ -37,6 +37,7 @@ from harness.contracts import (
     TickBudgets,
     TickPayload,
     TickScheduled,
+    billed,
     usd_sum,
 )
 from harness.prices import format_usd
@@ -99,7 +100,7 @@ class BudgetGuard(HookProvider):
             )
             for data in (self.budget.budgets if self.budget else [])
         ]
-        self.billing = {price.target: price.billing for price in payload.prices}
+        self.billing = payload.billings()
         """How the tick's calls on each target are paid for (`api` for one not named)."""
         self.reservations = dict(self.budget.reservations) if self.budget else {}
         self.stopped = False
@@ -223,10 +224,10 @@ class BudgetGuard(HookProvider):
         prompt, completion = int(data["prompt_tokens"]), int(data["completion_tokens"])
         rates = self.budget.rates.get(data["model"]) if self.budget else None
         cost = None if rates is None else rates.cost(prompt, completion)
-        billed = 0.0 if data.get("billing") == "subscription" else cost
+        on_the_bill = billed(cost, data.get("billing"))
         for tally in self.tallies:
             if not (tally.start <= at < tally.end and tally.rule.covers(level, target)):
                 continue
             tally.tokens += prompt + completion
-            tally.usd = usd_sum(tally.usd, billed)
+            tally.usd = usd_sum(tally.usd, on_the_bill)
             tally.list_usd = usd_sum(tally.list_usd, cost)

@@ -95,8 +95,8 @@ class CallBooking:
     def of(cls, payload: TickPayload) -> CallBooking:
         """The booking of the tick `payload` runs, at the prices and billing it carries."""
         prices = {(price.model, price.target): price for price in payload.prices}
-        billing = {price.target: price.billing for price in payload.prices}
-        return cls(payload.tick_id, payload.level, payload.template_hash, prices, billing)
+        billings = payload.billings()
+        return cls(payload.tick_id, payload.level, payload.template_hash, prices, billings)
 
     def started(
         self, call: int, model: str, estimated_input_tokens: int, target: str | None = None

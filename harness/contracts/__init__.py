@@ -147,6 +147,7 @@ if typing.TYPE_CHECKING:
         CallPrice,
         Rates,
         UsageParts,
+        billed,
         rates_at,
         usd,
         usd_sum,

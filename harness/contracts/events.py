@@ -17,7 +17,7 @@ from pydantic import BaseModel, ConfigDict, Field, NonNegativeFloat, NonNegative
 
 from harness.contracts.failures import FailureClass
 from harness.contracts.ids import new_event_id
-from harness.contracts.pricing import Billing, CallPrice, UsageParts
+from harness.contracts.pricing import Billing, CallPrice, UsageParts, billed
 from harness.contracts.records import NewEvent, StoredEvent
 from harness.contracts.secrets import redact, redact_data
 
@@ -342,7 +342,7 @@ class BudgetSpent(TickEvent):
     @property
     def billed_usd(self) -> float | None:
         """What the call adds to the bill: its list value on `api`, 0 on a subscription."""
-        return 0.0 if self.billing == "subscription" else self.cost_usd
+        return billed(self.cost_usd, self.billing)
 
     def usage(self) -> UsageParts:
         """The parts the call is billed on."""

@@ -15,7 +15,7 @@ from harness.contracts.agents import AgentKind
 from harness.contracts.budgets import BudgetRuleData
 from harness.contracts.calibration import Calibration
 from harness.contracts.governor import GovernorLimits
-from harness.contracts.pricing import CallPrice
+from harness.contracts.pricing import Billing, CallPrice
 from harness.contracts.rate_limits import RateLimitPlan
 from harness.contracts.tiers import Capabilities, ToolTier, capabilities
 from harness.contracts.wire import API_KEY_ENV_OF, BASE_URL_ENV, Api, Effort, require_effort
@@ -201,6 +201,10 @@ class TickPayload(BaseModel):
     def _effort_for_api(self) -> TickPayload:
         require_effort(self.api, self.effort)
         return self
+
+    def billings(self) -> dict[str | None, Billing]:
+        """How the tick's calls are paid for, by target (one not among `prices` is `api`)."""
+        return {price.target: price.billing for price in self.prices}
 
     def capabilities(self) -> Capabilities:
         """What the tick's agent may do: its tier and whether web tools are on."""

@@ -53,6 +53,15 @@ class UsageParts:
     requests: int = 0
 
 
+def billed(list_usd: float | None, billing: str | None) -> float | None:
+    """What a call worth `list_usd` adds to the bill: all of it on `api`, none on a plan.
+
+    None stays None (unpriced) on `api`; `billing` None is spend booked before tickwork
+    kept it, which was `api`.
+    """
+    return 0.0 if billing == "subscription" else list_usd
+
+
 def usd_sum(total: float | None, more: float | None) -> float | None:
     """Two amounts of USD added: unknown (None) when either is, as a sum with an unpriced part."""
     return None if total is None or more is None else total + more

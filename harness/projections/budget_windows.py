@@ -22,7 +22,7 @@ from pathlib import Path
 
 import sqlalchemy as sa
 
-from harness.contracts import BudgetRule, BudgetSpent, Window, bucket_of, usd_sum
+from harness.contracts import BudgetRule, BudgetSpent, Window, billed, bucket_of, usd_sum
 from harness.prices import PriceBook
 from harness.projections.base import EventData, Projection, add_sums, upsert
 from harness.projections.projector import Projector
@@ -200,7 +200,7 @@ def window_spend(
     rows = conn.execute(_WINDOW_ROWS, {"names": list(wanted), "since": since})
     tokens = dict.fromkeys((rule.name for rule in rules), 0)
     calls_of = dict.fromkeys((rule.name for rule in rules), 0)
-    billed: dict[str, float | None] = dict.fromkeys((rule.name for rule in rules), 0.0)
+    on_the_bill: dict[str, float | None] = dict.fromkeys((rule.name for rule in rules), 0.0)
     listed: dict[str, float | None] = dict.fromkeys((rule.name for rule in rules), 0.0)
     for name, fingerprint, bucket, model, tier, billing, prompt, completion, calls in rows:
         own, first, last = wanted[name]
@@ -210,10 +210,9 @@ def window_spend(
         calls_of[name] += int(calls)
         cost = prices.cost(model, bucket[:10], int(tier), int(prompt), int(completion))
         listed[name] = usd_sum(listed[name], cost)
-        if billing != "subscription":
-            billed[name] = usd_sum(billed[name], cost)
+        on_the_bill[name] = usd_sum(on_the_bill[name], billed(cost, billing))
     return {
-        name: WindowSpend(tokens[name], billed[name], calls_of[name], listed[name])
+        name: WindowSpend(tokens[name], on_the_bill[name], calls_of[name], listed[name])
         for name in tokens
     }
 

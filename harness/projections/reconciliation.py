@@ -19,7 +19,13 @@ from dataclasses import dataclass
 from datetime import date
 from decimal import Decimal
 
-from harness.contracts import DriftRow, ReconciliationChecked, decode, reconciliation_stream
+from harness.contracts import (
+    DriftRow,
+    ReconciliationChecked,
+    decode,
+    reconciliation_stream,
+    usd_sum,
+)
 from harness.prices import PriceBook
 from harness.projections.bills import Bill, model_family
 from harness.projections.spend import GroupBy, spend_report
@@ -80,8 +86,7 @@ def reconcile(store: EventStore, prices: PriceBook, bill: Bill, tolerance: float
         key = (row.group["day"], family)
         tokens, usd = ledger.get(key, (0, 0.0))
         more = row.prompt_tokens + row.completion_tokens
-        priced = None if usd is None or row.billed_usd is None else usd + row.billed_usd
-        ledger[key] = (tokens + more, priced)
+        ledger[key] = (tokens + more, usd_sum(usd, row.billed_usd))
     keys = {(day.isoformat(), family) for day, family in bill.rows} | set(ledger)
     rows = [_row(bill, day, family, *ledger.get((day, family), (0, 0.0))) for day, family in keys]
     return Reconciliation(bill, tolerance, sorted(rows, key=lambda row: (row.day, row.model)))

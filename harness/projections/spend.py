@@ -16,7 +16,7 @@ from typing import Any, Literal, get_args
 
 import sqlalchemy as sa
 
-from harness.contracts import BudgetSpent, usd_sum
+from harness.contracts import BudgetSpent, billed, usd_sum
 from harness.folds import NANO, merge, spend_sums
 from harness.prices import UNPRICED, PriceBook
 from harness.projections.base import Kernel, SumProjection, Sums, add_sums
@@ -221,7 +221,7 @@ def spend_report(
             totals.unbilled_calls += 0 if subscription else sums[4]
         else:
             totals.cost_usd += cost
-            totals.billed_usd += 0.0 if subscription else cost
+            totals.billed_usd += billed(cost, values[at["billing"]]) or 0.0
     return [
         SpendRow(
             group=dict(zip(by, key, strict=True)),

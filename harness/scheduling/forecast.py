@@ -157,10 +157,10 @@ def run_forecast(budgets: Budgets, level: str, slots: list[datetime], at: dateti
     spent = budgets.spent(rules, at)
     held = budgets.held()
     crossings = []
+    billing = budgets.billing.get(level, "api")
     for rule in rules:
         reserved = held_by(rule, held)
         used = spent[rule.name]
-        billing = budgets.billing.get(level, "api")
         fits = _slots_paid(rule, budgets.prices, used, billing, reserved, config.model, tick, at)
         if fits < len(slots):
             first = int(fits)
@@ -203,10 +203,13 @@ def _slots_paid(
     if rule.tokens is not None:
         room = rule.tokens - used.tokens - reserved
         fits = max(0, room // tick.tokens) if tick.tokens > 0 else (math.inf if room >= 0 else 0)
+    limits = rule.usd_limits(billing)
+    if not limits:
+        return fits
     day = at.date().isoformat()
-    for unit, limit in rule.usd_limits(billing):
+    held = (prices.cost(model, day, -1, reserved, 0) if model else None) if reserved else 0.0
+    for unit, limit in limits:
         usd = getattr(used, unit)
-        held = (prices.cost(model, day, -1, reserved, 0) if model else None) if reserved else 0.0
         if usd is None or held is None or tick.usd is None:
             return 0
         room_usd = limit - usd - held

@@ -76,9 +76,13 @@ def run_each(
 
 
 def forked(
-    cwd: Path, *args: str, env: dict[str, str] | None = None, unset: tuple[str, ...] = ()
+    cwd: Path,
+    *args: str,
+    env: dict[str, str] | None = None,
+    unset: tuple[str, ...] = (),
+    beside: Callable[[], None] | None = None,
 ) -> subprocess.CompletedProcess[str]:
-    return forked_each(cwd, [list(args)], env, unset)[0]
+    return forked_each(cwd, [list(args)], env, unset, beside)[0]
 
 
 def forked_each(
@@ -86,6 +90,7 @@ def forked_each(
     commands: list[list[str]],
     env: dict[str, str] | None = None,
     unset: tuple[str, ...] = (),
+    beside: Callable[[], None] | None = None,
 ) -> list[subprocess.CompletedProcess[str]]:
     """Each command as `run_each` runs it, in a child forked from this process.
 
@@ -96,6 +101,10 @@ def forked_each(
     SQLAlchemy and the stages this test process has already imported. `env` adds to the
     environment as `run`'s does; `unset` names variables the command must not see. Tests whose point
     is the fresh process itself (what it imports, the console script) keep `run`.
+
+    `beside`: run in a thread of each child (named after it), started before the command,
+    as a script that starts one and then calls the entry point would: what a command does
+    when a thread of its process meets an error.
     """
     from harness.cli import main  # imported here, once, so every child starts warm
 
@@ -110,6 +119,8 @@ def forked_each(
             stderr = files.enter_context(tempfile.TemporaryFile())
             pid = os.fork()
             if pid == 0:  # pragma: no cover - the child ends in os._exit, never returns
+                if beside is not None:
+                    threading.Thread(target=beside, name=beside.__name__, daemon=True).start()
                 _run_child(main, cwd, args, child_env, stdout.fileno(), stderr.fileno())
             children.append((pid, args, stdout, stderr))
         for pid, args, stdout, stderr in children:
@@ -137,30 +148,6 @@ def warm_for_forks() -> None:
     from harness.prices import PriceBook
 
     PriceBook().tier_bounds()
-
-
-def forked_beside(
-    cwd: Path, args: list[str], env: dict[str, str], companion: Callable[[], None], name: str
-) -> subprocess.CompletedProcess[str]:
-    """`tickwork <args>` forked as `forked` forks it, with a thread `name` running `companion`.
-
-    The thread is started in the child before the command, as a script that starts one
-    and then calls the entry point would: what a command does when a thread of its
-    process meets an error, without a fresh interpreter's imports.
-    """
-    from harness.cli import main  # imported here, once, so every child starts warm
-
-    child_env = environment(**env)
-    with tempfile.TemporaryFile() as stdout, tempfile.TemporaryFile() as stderr:
-        pid = os.fork()
-        if pid == 0:  # pragma: no cover - the child ends in os._exit, never returns
-            threading.Thread(target=companion, name=name, daemon=True).start()
-            _run_child(main, cwd, args, child_env, stdout.fileno(), stderr.fileno())
-        code = _wait(pid, timeout=120)
-        stdout.seek(0)
-        stderr.seek(0)
-        output, errors = (f.read().decode("utf-8", "replace") for f in (stdout, stderr))
-    return subprocess.CompletedProcess([TICKWORK, *args], code, output, errors)
 
 
 def _run_child(
@@ -444,73 +431,38 @@ def free_port() -> int:
 
 @contextmanager
 def serve(
-    cwd: Path, *args: str, env: dict[str, str], port: int | None = None
+    cwd: Path, *args: str, env: dict[str, str], port: int | None = None, forked: bool = False
 ) -> Iterator[tuple[str, list[str]]]:
     """`tickwork serve` on `port` (default: a free one) until the block ends.
 
+    `forked`: forked from this process (`ForkedCommand`) rather than a fresh interpreter.
     Yields its URL and a list that holds the server's output once the block has ended.
     """
     port = port or free_port()
-    process = subprocess.Popen(
-        [TICKWORK, "serve", "--port", str(port), *args],
-        cwd=cwd,
-        env=env,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        text=True,
+    argv = ["serve", "--port", str(port), *args]
+    pipes: dict[str, Any] = {"stdout": subprocess.PIPE, "stderr": subprocess.STDOUT}
+    process = (
+        ForkedCommand(cwd, argv, env, **pipes)
+        if forked
+        else subprocess.Popen([TICKWORK, *argv], cwd=cwd, env=env, text=True, **pipes)
     )
     url = f"http://127.0.0.1:{port}"
     output: list[str] = []
-    try:
-        _wait_for_serve(url, lambda: None if process.poll() is None else process.communicate()[0])
-        yield url, output
-    finally:
-        process.send_signal(signal.SIGINT)
-        output.append(process.communicate(timeout=60)[0])
-
-
-@contextmanager
-def forked_serve(
-    cwd: Path, *args: str, env: dict[str, str], port: int | None = None
-) -> Iterator[tuple[str, list[str]]]:
-    """`serve`, with `tickwork serve` forked (`ForkedCommand`) rather than a fresh interpreter.
-
-    Yields its URL and a list that holds the server's output once the block has ended.
-    """
-    port = port or free_port()
-    process = ForkedCommand(
-        cwd,
-        ["serve", "--port", str(port), *args],
-        env,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-    )
-    output = Output(process)
-    url = f"http://127.0.0.1:{port}"
-    said: list[str] = []
-    try:
-        _wait_for_serve(url, lambda: None if process.poll() is None else output.text())
-        yield url, said
-    finally:
-        process.send_signal(signal.SIGINT)
-        process.wait(60)
-        output._reader.join(60)
-        said.append(output.text())
-
-
-def _wait_for_serve(url: str, ended: Callable[[], str | None]) -> None:
-    """Until `tickwork serve` at `url` answers; `ended` gives its output once it has ended."""
 
     def answers() -> bool:
-        said = ended()
-        assert said is None, said
+        assert process.poll() is None, process.communicate()[0]
         try:
             httpx.get(f"{url}/", timeout=10, verify=ssl_context())
         except httpx.TransportError:
             return False
         return True
 
-    wait_until(answers, "tickwork serve to answer", interval=0.2)
+    try:
+        wait_until(answers, "tickwork serve to answer", interval=0.2)
+        yield url, output
+    finally:
+        process.send_signal(signal.SIGINT)
+        output.append(process.communicate(timeout=60)[0] or "")
 
 
 def busy_level(every: str, timeout: int = 120) -> str:

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import os
 import re
 import subprocess
 import sys
@@ -40,13 +41,15 @@ REPORT = """
 import json, sys
 from harness.cli import main
 sys.argv = ["tickwork", *sys.argv[1:]]
+code = 0
 if len(sys.argv) > 1:
     try:
         main()
     except SystemExit as exc:
-        assert not exc.code, exc.code
+        code = exc.code or 0
 watched = json.loads(WATCHED)
 print(json.dumps(sorted(name for name in watched if name in sys.modules)))
+sys.exit(code)
 """
 
 
@@ -193,8 +196,8 @@ def test_ticks_and_show_answered_by_a_running_service_print_what_they_read_alone
     """Pages, stories, spend, JSON, a bad option and an unknown tick: the same both ways.
 
     A terminal's width and colours are the asker's: `COLUMNS` reaches the service's drawing.
-    What an answer loads is seen in a fresh interpreter; the rest runs forked (the service
-    is asked all the same).
+    What an answer loads is seen in a fresh interpreter (none of the store's read: the
+    service answered); what the command prints alone runs forked.
     """
     subprocess.run([TICKWORK, "init"], cwd=tmp_path, check=True, capture_output=True)
     first = seed_ticks(tmp_path, 3)
@@ -208,9 +211,11 @@ def test_ticks_and_show_answered_by_a_running_service_print_what_they_read_alone
     refused = [["ticks", "--status", "nope"], ["ticks", "--since", "yesterday"], ["show", "nope"]]
     with answering(tmp_path, monkeypatch) as reports:
         answered = [printed(tmp_path, WATCHED_STORE, *arguments) for arguments in asked]
-        answered_refusals = forked_each(tmp_path, refused)
-        narrow = forked(tmp_path, "status", env={"COLUMNS": "40"})
+        refusals = [reported(tmp_path, WATCHED_STORE, *arguments) for arguments in refused]
+        narrow, narrow_loaded = reported(tmp_path, WATCHED_STORE, "status", env={"COLUMNS": "40"})
     assert reports == []
+    assert [modules for _, modules in refusals] == [[]] * len(refused), "the service answered"
+    assert narrow_loaded == [], "the service answered, drawing for the asker's 40 columns"
     # Only a number given (`--limit`) is coerced by Typer, through pydantic.
     loaded_answered = [[], ["pydantic"], [], [], []]
     assert [modules for _, modules in answered] == loaded_answered, "the service answered"
@@ -220,8 +225,8 @@ def test_ticks_and_show_answered_by_a_running_service_print_what_they_read_alone
         assert said + "\n" == read.stdout, arguments
     assert first in answered[0][0]
     assert json.loads(answered[1][0])["next_before"] is not None, "a page of 2 of 3 ticks"
-    for arguments, answer, read in zip(
-        refused, answered_refusals, forked_each(tmp_path, refused), strict=True
+    for arguments, (answer, _), read in zip(
+        refused, refusals, forked_each(tmp_path, refused), strict=True
     ):
         assert (answer.returncode, answer.stdout, answer.stderr) == (
             read.returncode,
@@ -252,15 +257,20 @@ def test_an_answer_that_is_not_one_is_passed_over_and_the_store_read(
     monkeypatch.chdir(tmp_path)
     stopping = threading.Event()
     socket = service_socket(tmp_path / "tickwork.toml")
-    serving = threading.Thread(
-        target=serve, args=(socket, lambda _: answer, stopping, lambda exc: None)
-    )
+    questions: list[Any] = []
+
+    def answering_so(question: Any) -> Any:
+        questions.append(question)
+        return answer
+
+    serving = threading.Thread(target=serve, args=(socket, answering_so, stopping, print))
     serving.start()
     try:
         listed = forked(tmp_path, "ticks")
     finally:
         stopping.set()
         serving.join()
+    assert [question["command"] for question in questions] == ["ticks"], "the socket was asked"
     assert listed.returncode == 0, listed.stderr
     assert "forged" not in listed.stdout and listed.stdout.startswith("no tick since"), listed
 
@@ -296,15 +306,25 @@ def seed_ticks(folder: Path, count: int) -> str:
 
 
 def printed(cwd: Path, watched: tuple[str, ...], *args: str) -> tuple[str, list[str]]:
-    """What `tickwork ARGS` printed, and the watched modules it loaded."""
+    """What a successful `tickwork ARGS` printed, and the watched modules it loaded."""
+    done, modules = reported(cwd, watched, *args)
+    assert done.returncode == 0, done
+    return done.stdout.removesuffix("\n"), modules
+
+
+def reported(
+    cwd: Path, watched: tuple[str, ...], *args: str, env: dict[str, str] | None = None
+) -> tuple[subprocess.CompletedProcess[str], list[str]]:
+    """`tickwork ARGS` in a fresh interpreter as it ended, and the watched modules it loaded."""
     code = REPORT.replace("WATCHED", repr(json.dumps(watched)))
     done = subprocess.run(
         [sys.executable, "-c", code, *args],
         cwd=cwd,
+        env={**os.environ, **(env or {})},
         capture_output=True,
         text=True,
         timeout=60,
-        check=True,
     )
-    *lines, modules = done.stdout.splitlines()
-    return "\n".join(lines), list(json.loads(modules))
+    said, _, modules = done.stdout.removesuffix("\n").rpartition("\n")
+    done.stdout = said + "\n" if said else ""
+    return done, list(json.loads(modules))

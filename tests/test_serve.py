@@ -1,7 +1,7 @@
 """`tickwork serve` as an operator starts it: a real process, a real port, the token rule.
 
 One test starts the console script in a fresh interpreter, as a shell does; the others
-fork the same command from the warm test process (`tests.commands.forked_serve`).
+fork the same command from the warm test process (`tests.commands.serve` with `forked`).
 """
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ from pathlib import Path
 
 import httpx
 
-from tests.commands import environment, forked, forked_beside, forked_serve, free_port, serve
+from tests.commands import environment, forked, free_port, serve
 
 TOKEN = "tw-serve-token-9b2e71"
 
@@ -34,7 +34,7 @@ def test_with_a_token_it_binds_beyond_loopback_and_asks_every_request_for_it(
     tmp_path: Path,
 ) -> None:
     env = environment(TICKWORK_API_TOKEN=TOKEN)
-    with forked_serve(tmp_path, "--host", "0.0.0.0", env=env) as (url, output):
+    with serve(tmp_path, "--host", "0.0.0.0", env=env, forked=True) as (url, output):
         assert httpx.get(f"{url}/status").status_code == 401
         wrong = httpx.get(f"{url}/status", headers={"Authorization": "Bearer guess"})
         assert wrong.status_code == 401
@@ -65,7 +65,7 @@ def test_a_token_in_the_config_file_is_refused(tmp_path: Path) -> None:
 
 def test_a_second_serve_on_a_taken_port_says_so_in_one_line(tmp_path: Path) -> None:
     port = free_port()
-    with forked_serve(tmp_path, env=environment(), port=port) as (url, _):
+    with serve(tmp_path, env=environment(), port=port, forked=True) as (url, _):
         second = forked(tmp_path, "serve", "--port", str(port))
         assert httpx.get(f"{url}/status").status_code == 200, "the first one serves on"
     assert second.returncode == 1, second.stdout + second.stderr
@@ -93,7 +93,7 @@ def test_a_thread_that_meets_an_unexpected_error_stops_it_in_one_line(tmp_path: 
                 threading.Event().wait(0.2)
         raise ValueError("a bug")
 
-    ended = forked_beside(tmp_path, ["serve", "--port", str(port)], {}, watch, "watch")
+    ended = forked(tmp_path, "serve", "--port", str(port), beside=watch)
     assert ended.returncode == 1, ended
     said = "stopping: thread watch ended on an unexpected error, ValueError: a bug\n"
     assert ended.stderr == said, ended

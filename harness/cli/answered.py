@@ -78,14 +78,7 @@ def _answered(command: str, arguments: dict[str, Any]) -> bool:
     from harness.local_socket import ask
 
     path = config_file()
-    question = {
-        "version": ANSWERS_VERSION,
-        "command": command,
-        "arguments": arguments,
-        "config": str(path),
-        "terminal": _terminal(),
-    }
-    answer = ask(service_socket(path), question)
+    answer = ask(service_socket(path), question(command, arguments, path))
     if not isinstance(answer, dict):
         return False
     if isinstance(answer.get("bad_parameter"), str):
@@ -99,6 +92,17 @@ def _answered(command: str, arguments: dict[str, Any]) -> bool:
     if code:
         raise typer.Exit(code)
     return True
+
+
+def question(command: str, arguments: dict[str, Any], config: Path) -> dict[str, Any]:
+    """What a command asks the service of `config`, for this process's terminal."""
+    return {
+        "version": ANSWERS_VERSION,
+        "command": command,
+        "arguments": arguments,
+        "config": str(config),
+        "terminal": _terminal(),
+    }
 
 
 def _terminal() -> dict[str, Any]:

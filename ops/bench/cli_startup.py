@@ -46,21 +46,18 @@ from pathlib import Path
 
 from machine import cached_bytecode, describe, instructions
 
-from harness.cli.answered import ANSWERS_VERSION
+from harness.cli.answered import question
 from harness.config import load_settings, service_socket
 from harness.contracts.events import BudgetSpent, TickCompleted, TickScheduled, TickStarted
 from harness.contracts.ids import tick_id_for
 from harness.local_socket import ask
 from harness.store import open_store
 
-QUESTION = {
-    "version": ANSWERS_VERSION,
-    "command": "status",
-    "arguments": {"as_json": False, "verbose": False},
-    "config": "tickwork.toml",
-    "terminal": {"stdout": False, "stderr": False, "env": {}},
-}
-"""What `tickwork status` asks the service in the bench's folder."""
+QUESTION = question("status", {"as_json": False, "verbose": False}, Path("tickwork.toml"))
+"""What `tickwork status` asks the service in the bench's folder (as the command asks it)."""
+
+SERVICE_WAIT = 120.0
+"""Seconds a started `tickwork run` may take to answer before the benchmark gives up."""
 
 STATUS_IMPORTS = (
     "import sys; from harness.cli import main; sys.argv = ['tickwork', 'status']; main()"
@@ -213,9 +210,11 @@ def service(
         try:
             with contextlib.chdir(folder):
                 socket = service_socket(folder / "tickwork.toml")
+            given_up = time.monotonic() + SERVICE_WAIT
             while ask(socket, QUESTION) is None:
-                if process.poll() is not None:
-                    raise SystemExit(f"tickwork run ended: {(folder / 'service.log').read_text()}")
+                if process.poll() is not None or time.monotonic() > given_up:
+                    said = (folder / "service.log").read_text()
+                    raise SystemExit(f"tickwork run ended or never answered `status`: {said}")
                 time.sleep(0.2)
             yield process
         finally:

@@ -49,7 +49,7 @@ from harness.config.governor import GovernorConfig
 from harness.config.location import ENV_PREFIX, config_path
 from harness.config.store_url import parse_store_url
 from harness.config.windows import ScheduleLimits, SchedulingConfig, jitter_seconds
-from harness.config.wording import describe
+from harness.config.wording import describe, dotted
 from harness.contracts import (
     ALERT_URLS_ENV,
     DEFAULT_AGENTS_DIR,
@@ -845,19 +845,15 @@ def nul_paths(data: Any, loc: tuple[str | int, ...] = ()) -> Iterator[str]:
     NUL found: a file of 1,000 levels has some 5,000 values.
     """
     if isinstance(data, str) and "\0" in data:
-        yield _dotted(loc)
+        yield dotted(loc)
     elif isinstance(data, dict):
         for key, value in data.items():
             if "\0" in str(key):
-                yield f"{_dotted(loc)}: a key"
+                yield f"{dotted(loc)}: a key"
             yield from nul_paths(value, (*loc, str(key).replace("\0", "\\0")))
     elif isinstance(data, list):
         for index, value in enumerate(data):
             yield from nul_paths(value, (*loc, index))
-
-
-def _dotted(loc: tuple[str | int, ...]) -> str:
-    return ".".join(str(part) for part in loc) or "(top level)"
 
 
 def read_toml(path: Path, what: str) -> dict[str, Any]:

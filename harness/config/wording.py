@@ -50,8 +50,12 @@ def describe(error: Any, model: type[BaseModel]) -> str:
     loc: Sequence[int | str] = error["loc"]
     if error["type"] == "extra_forbidden" and loc:
         return unknown_key(str(loc[-1]), loc[:-1], model)
-    path = ".".join(str(part) for part in loc) or "(top level)"
-    return f"{path}: {plain(error['msg'])}"
+    return f"{dotted(loc)}: {plain(error['msg'])}"
+
+
+def dotted(loc: Sequence[int | str]) -> str:
+    """A place in a file as its messages name it: `levels.min.every`, or `(top level)`."""
+    return ".".join(str(part) for part in loc) or "(top level)"
 
 
 def unknown_key(key: str, table: Sequence[int | str], model: type[BaseModel]) -> str:

@@ -6,7 +6,6 @@ OpenAI form / 3.2, and the thresholds below put each call where a test wants it.
 
 from __future__ import annotations
 
-import socket
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -187,17 +186,7 @@ def test_ticks_adopted_after_a_restart_alert_like_the_runners_own(
         process = runner.launcher.start(
             payload.model_dump_json().encode(), prepared.log_path, worker_env(runner.env, payload)
         )
-        runner.record(
-            TickStarted(
-                tick_id=payload.tick_id,
-                level="min",
-                pid=process.pid,
-                host=socket.gethostname(),
-                result_path=str(payload.result_path),
-                log_path=str(prepared.log_path),
-                timeout_seconds=60,
-            )
-        )
+        runner.record(prepared.started(process.pid))
         if adoption == "still running":
             assert runner.watch(prepared.ref, process, 60).status == "completed"
         else:

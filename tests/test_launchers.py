@@ -10,7 +10,6 @@ from __future__ import annotations
 import json
 import os
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -22,7 +21,6 @@ import psutil
 import pytest
 
 from harness.config import LevelConfig, PathsConfig, RoutingConfig, Settings, StoreConfig
-from harness.contracts.events import TickStarted
 from harness.contracts.payload import TickPayload
 from harness.devtools.fake_llm import FakeUpstream, Step
 from harness.execution.launchers import (
@@ -166,17 +164,7 @@ def test_a_tick_killed_in_the_middle_of_a_model_call_leaves_the_server_serving(
         doomed.payload.model_dump_json().encode(), doomed.log_path, harness.runner.env
     )
     # As a runner does at the launch: the worker's first record waits for it (5 s at most).
-    harness.runner.record(
-        TickStarted(
-            tick_id=doomed.payload.tick_id,
-            level="min",
-            pid=process.pid,
-            host=socket.gethostname(),
-            result_path=str(doomed.payload.result_path),
-            log_path=str(doomed.log_path),
-            timeout_seconds=60,
-        )
-    )
+    harness.runner.record(doomed.started(process.pid))
     server = harness.runner.launcher.server_pid
     wait_until(
         lambda: doomed.payload.tick_id in fake.state.first_request,

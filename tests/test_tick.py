@@ -529,9 +529,8 @@ def test_store_unreachable_spools_the_tick_spend(tmp_path: Path, fake: FakeUpstr
     settings = harness.settings.model_copy(
         update={"store": StoreConfig(url="postgresql://nobody@127.0.0.1:1/down")}
     )
-    # The harness's ready fork server: the configuration's own launcher would be one that
-    # preloads the PostgreSQL driver too, a second server warming up (2 s of CPU) for a
-    # tick whose store it never reaches.
+    # The harness's ready fork server, as every test tick's (it preloads the PostgreSQL
+    # driver the configuration's own launcher would ask for).
     runner = Runner(settings, None, harness.runner.launcher, env=harness.runner.env)
     prepared = Preparer(settings, None, env=harness.runner.env).prepare("min")
     fake.script(prepared.payload.tick_id, [Step(text="spooled")])

@@ -14,6 +14,7 @@ from __future__ import annotations
 import hashlib
 import logging
 import os
+import socket
 import uuid
 from collections.abc import Mapping
 from dataclasses import dataclass, replace
@@ -36,6 +37,7 @@ from harness.contracts import (
     RouteCandidate,
     TickBudgets,
     TickPayload,
+    TickStarted,
     TokenRates,
     load_output_schema,
     missing_key,
@@ -155,6 +157,25 @@ class PreparedTick:
             }
         )
         return replace(self, payload=payload, log_path=self.log_path.with_name(f"{tick_id}.log"))
+
+    def started(self, pid: int, attempt: int = 1) -> TickStarted:
+        """What a runner records as attempt `attempt` of the tick launches as process `pid`.
+
+        A worker's first record waits for it (`workers.recorder.STARTED_WAIT_SECONDS`).
+        """
+        payload = self.payload
+        return TickStarted(
+            tick_id=payload.tick_id,
+            level=payload.level,
+            pid=pid,
+            host=socket.gethostname(),
+            attempt=attempt,
+            runner_pid=os.getpid(),
+            result_path=str(payload.result_path),
+            log_path=str(self.log_path),
+            timeout_seconds=self.timeout,
+            template_hash=payload.template_hash,
+        )
 
     @property
     def ref(self) -> TickRef:

@@ -13,7 +13,6 @@ from __future__ import annotations
 import contextlib
 import os
 import signal
-import socket
 import stat
 import threading
 import time
@@ -36,7 +35,6 @@ from harness.contracts import (
     TickEvent,
     TickFailed,
     TickResult,
-    TickStarted,
     TickTimedOut,
     decode,
     level_stream,
@@ -280,20 +278,7 @@ class Runner:
             stopped_meanwhile = life.reason is not None
         if stopped_meanwhile:
             self._stop_soon(process)
-        self.record(
-            TickStarted(
-                tick_id=payload.tick_id,
-                level=payload.level,
-                pid=process.pid,
-                host=socket.gethostname(),
-                attempt=number,
-                runner_pid=os.getpid(),
-                result_path=str(payload.result_path),
-                log_path=str(tick.log_path),
-                timeout_seconds=tick.timeout,
-                template_hash=payload.template_hash,
-            )
-        )
+        self.record(tick.started(process.pid, number))
         config = tick.config or self.settings.levels.get(payload.level)
         threshold = hedge_after(config, tick.timeout)
         if threshold is None or not life.may_hedge:

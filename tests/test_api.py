@@ -742,9 +742,14 @@ def test_metrics_after_real_ticks(tmp_path: Path, fake: FakeUpstream) -> None:
     on_plan = {"prompt_tokens": 100, "completion_tokens": 10, "price_source": "catalog:plan"}
     for billing, cost in (("subscription", 0.25), ("api", 0.5)):
         plan = BudgetSpent(
-            tick_id="min-plan", level="min", model="plan-model", cost_usd=cost, **on_plan
+            tick_id="min-plan",
+            level="min",
+            model="plan-model",
+            cost_usd=cost,
+            billing=billing,
+            **on_plan,
         )
-        record(harness.store, plan.model_copy(update={"billing": billing}))
+        record(harness.store, plan)
 
     with serving(harness.settings, harness.store) as http:
         seen = metrics(http)

@@ -251,15 +251,17 @@ def test_billed_and_list_usd_are_rebuilt_from_the_events_and_repriced_apart(
         (row,) = json.loads(output)
         return row["cost_usd"], row["billed_usd"]
 
-    (folded,) = forked_each(tmp_path, [report])
+    folded = forked(tmp_path, *report)
+    assert folded.returncode == 0, folded.stderr
     # Today's [prices] price t3 and t4 (booked unpriced) at 2 and 4 per million.
     now_priced = {"t3": (3_000 * 2.0 + 300 * 4.0) / 1e6, "t4": (500 * 2.0 + 50 * 4.0) / 1e6}
     assert figures(folded.stdout) == pytest.approx(
         (0.0012 + 0.0024 + now_priced["t3"] + now_priced["t4"], 0.0012 + now_priced["t4"])
     )
     rebuilt = forked(tmp_path, "projections", "rebuild", "spend")
-    (again,) = forked_each(tmp_path, [report])
+    again = forked(tmp_path, *report)
     assert rebuilt.returncode == 0, rebuilt.stderr
+    assert again.returncode == 0, again.stderr
     assert json.loads(again.stdout) == json.loads(folded.stdout)
 
     today = {s.tick_id: (s.prompt_tokens * 2.0 + s.completion_tokens * 4.0) / 1e6 for s in spent}

@@ -6,6 +6,7 @@ import subprocess
 import sys
 import threading
 from collections import defaultdict
+from contextlib import closing
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from uuid import uuid4
@@ -343,33 +344,33 @@ def test_a_tick_streams_next_append_follows_its_day_when_another_writer_moved_it
     """
     today = datetime(2026, 6, 1, 12, tzinfo=UTC)
     tomorrow = today + timedelta(days=1)
-    first = open_store(pg_session_url, clock=lambda: today)
-    second = open_store(pg_session_url, clock=lambda: tomorrow)
-    stream = f"tick-{uuid4().hex}"
-    first.append(stream, [NewEvent(uuid4(), "TickScheduled", 1, {})], NO_STREAM)
-    with pytest.raises(ConcurrencyError):
-        first.append(stream, [NewEvent(uuid4(), "TickStarted", 1, {})], 2)
-    first.append(stream, [NewEvent(uuid4(), "TickStarted", 1, {})], 1)
-    with first.write_transaction() as conn:
-        positions = conn.exec_driver_sql(
-            "SELECT global_position FROM events WHERE stream_id = %s", (stream,)
-        ).scalars()
-        assert delete_positions(conn, list(positions)) == 2
-    second.append(stream, [NewEvent(uuid4(), "TickScheduled", 1, {})], NO_STREAM)
-    landed = first.append(stream, [NewEvent(uuid4(), "TickFinished", 1, {})], ANY)
-    assert landed.stream_version == 2
-    with first.read_transaction() as conn:
-        homes = conn.exec_driver_sql(
-            "SELECT stream_position, tableoid::regclass::text FROM events WHERE stream_id = %s "
-            "ORDER BY stream_position",
-            (stream,),
-        ).all()
-    assert [tuple(home) for home in homes] == [
-        (1, f"events_{tomorrow:%Y%m%d}"),
-        (2, f"events_{tomorrow:%Y%m%d}"),
-    ]
-    first.close()
-    second.close()
+    with (
+        closing(open_store(pg_session_url, clock=lambda: today)) as first,
+        closing(open_store(pg_session_url, clock=lambda: tomorrow)) as second,
+    ):
+        stream = f"tick-{uuid4().hex}"
+        first.append(stream, [NewEvent(uuid4(), "TickScheduled", 1, {})], NO_STREAM)
+        with pytest.raises(ConcurrencyError):
+            first.append(stream, [NewEvent(uuid4(), "TickStarted", 1, {})], 2)
+        first.append(stream, [NewEvent(uuid4(), "TickStarted", 1, {})], 1)
+        with first.write_transaction() as conn:
+            positions = conn.exec_driver_sql(
+                "SELECT global_position FROM events WHERE stream_id = %s", (stream,)
+            ).scalars()
+            assert delete_positions(conn, list(positions)) == 2
+        second.append(stream, [NewEvent(uuid4(), "TickScheduled", 1, {})], NO_STREAM)
+        landed = first.append(stream, [NewEvent(uuid4(), "TickFinished", 1, {})], ANY)
+        assert landed.stream_version == 2
+        with first.read_transaction() as conn:
+            homes = conn.exec_driver_sql(
+                "SELECT stream_position, tableoid::regclass::text FROM events WHERE stream_id = %s "
+                "ORDER BY stream_position",
+                (stream,),
+            ).all()
+        assert [tuple(home) for home in homes] == [
+            (1, f"events_{tomorrow:%Y%m%d}"),
+            (2, f"events_{tomorrow:%Y%m%d}"),
+        ]
 
 
 def _writers_waiting(store: SqlEventStore) -> int:

@@ -643,8 +643,9 @@ class SqlEventStore(EventStore):
                 return Window(after, upper, hot.events + count_between(conn, after, upper))
             if size < 1:
                 return hot
-            end = min(hot.end, reach_after(conn, after, size, widest_span(conn)))
-            packed = positions_between(conn, after, end)
+            span = widest_span(conn)
+            end = min(hot.end, reach_after(conn, after, size, span))
+            packed = positions_between(conn, after, end, span)
         if not packed:
             return hot
         found = list(heapq.merge(self._hot_positions(after, end, size), packed))
@@ -833,7 +834,8 @@ class SqlEventStore(EventStore):
         bounds that hold `count + 1` of each, where both are merged.
         """
         with self._one_statement() as conn:
-            if widest_span(conn) is None:
+            span = widest_span(conn)
+            if span is None:
                 return _hot_lookback(conn, count)
             after = max(_hot_lookback(conn, count + 1), reach_before(conn, count + 1))
             query = (
@@ -842,7 +844,7 @@ class SqlEventStore(EventStore):
                 .order_by(events.c.global_position)
             )
             hot = conn.execute(query).scalars()
-            found = list(heapq.merge(hot, positions_between(conn, after, UNBOUNDED)))
+            found = list(heapq.merge(hot, positions_between(conn, after, UNBOUNDED, span)))
         return found[-count - 1] if len(found) > count else 0
 
     def vacuum(self, tables: Sequence[str] = ()) -> None:

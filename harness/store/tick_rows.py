@@ -346,12 +346,11 @@ def data_between(
         yield heapq.heappop(waiting)[2]
 
 
-def positions_between(conn: sa.Connection, after: int, upper: int) -> list[int]:
-    """The packed positions in (after, upper], in order.
+def positions_between(conn: sa.Connection, after: int, upper: int, span: int | None) -> list[int]:
+    """The packed positions in (after, upper], in order; `span` as `between` takes it.
 
     Inside `positions_kept` a row's positions are decoded once (`_positions_of`).
     """
-    span = widest_span(conn)
     if span is None or upper <= after:
         return []
     query = sa.select(
@@ -569,7 +568,7 @@ def packed_version(conn: sa.Connection, stream_id: str) -> int | None:
 
 def holds_position(conn: sa.Connection, position: int) -> bool:
     """Whether a row holds the record at `position`."""
-    return position in positions_between(conn, position - 1, position)
+    return position in positions_between(conn, position - 1, position, widest_span(conn))
 
 
 # --- compaction --------------------------------------------------------------------------

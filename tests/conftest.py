@@ -22,7 +22,7 @@ import psycopg
 import pytest
 import sqlalchemy as sa
 from hypothesis import HealthCheck, settings
-from sqlalchemy.engine import make_url
+from sqlalchemy.engine import URL, make_url
 
 from harness.devtools.fake_llm import FakeUpstream
 from harness.execution.launchers import WarmLauncher
@@ -41,9 +41,13 @@ settings.load_profile("shared-machine")
 PG_ADMIN_URL = os.environ.get("TICKWORK_TEST_PG_URL", "postgresql://postgres@127.0.0.1:5432/test")
 
 
+def libpq_dsn(url: str | URL) -> str:
+    """A SQLAlchemy URL of a PostgreSQL database as libpq (psycopg, psql) takes it."""
+    return make_url(url).set(drivername="postgresql").render_as_string(hide_password=False)
+
+
 def _admin_dsn() -> str:
-    url = make_url(PG_ADMIN_URL)
-    return url.set(drivername="postgresql").render_as_string(hide_password=False)
+    return libpq_dsn(PG_ADMIN_URL)
 
 
 def _pg_reachable() -> str | None:
@@ -88,7 +92,7 @@ def fresh_pg_database() -> Iterator[str]:
     try:
         yield url.render_as_string(hide_password=False)
     finally:
-        _empty_database(url.set(drivername="postgresql").render_as_string(hide_password=False))
+        _empty_database(libpq_dsn(url))
         _SPARE_DATABASES.append(name)
 
 

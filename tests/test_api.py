@@ -58,6 +58,7 @@ from harness.store import Heartbeat, SqlEventStore, open_store
 from harness.store.writer import WRITER_NAME
 from tests.api_support import TOKEN, serving, settings_for
 from tests.commands import forked, write_config
+from tests.conftest import libpq_dsn
 from tests.tick_support import Harness, calls
 from tests.waiting import wait_until
 
@@ -432,7 +433,7 @@ def test_a_request_answers_with_every_append_committed_before_it(api: Api, tmp_p
     The request waits for it rather than answer without them; it ends once the request
     is seen polling the readers' horizon (or has answered, when it does not wait).
     """
-    dsn = api.store.engine.url.set(drivername="postgresql").render_as_string(hide_password=False)
+    dsn = libpq_dsn(api.store.engine.url)
     polls: list[str] = []
 
     def record(*args: Any) -> None:

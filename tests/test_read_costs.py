@@ -58,6 +58,7 @@ from harness.store import NewEvent, SqlEventStore
 from harness.store.engine import sqlite_path
 from harness.store.schema import events, projection_checkpoints
 from harness.store.tick_rows import compact
+from tests.conftest import libpq_dsn
 
 HISTORY = 2_000
 """Ticks (and events) of history outside the window at the smaller size."""
@@ -422,8 +423,7 @@ def _work(store: SqlEventStore, path: Path_) -> Work:
         database = sqlite_path(url)
         assert database is not None
         return _sqlite_work(str(database), statements)
-    dsn = url.set(drivername="postgresql").render_as_string(hide_password=False)
-    return _pg_work(dsn, statements)
+    return _pg_work(libpq_dsn(url), statements)
 
 
 def test_each_read_path_costs_the_same_behind_ten_times_the_history(

@@ -10,7 +10,7 @@ from typing import Any
 
 import sqlalchemy as sa
 
-HEAD_REVISION = "0033"
+HEAD_REVISION = "0034"
 
 metadata = sa.MetaData()
 

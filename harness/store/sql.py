@@ -7,7 +7,8 @@ follow transaction ids, increasing but not dense, and may commit out of order, s
 read that hands out a position a reader could resume from (`read_all`, `read_last`,
 `last_position`, `first_position_since`, a tracking transaction's horizon) passes only
 positions below the oldest transaction still writing, `tickwork_events_horizon(seen)`
-(migration 0005), computed in the same statement as the rows, from the same snapshot.
+(migrations 0005 and 0034), computed in the same statement as the rows, from the same
+snapshot.
 
 Reads of whole records go through the raw DBAPI cursor: SQLAlchemy's per-row processing
 costs more than the database's own work, and orjson parses JSON text faster than the

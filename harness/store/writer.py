@@ -11,9 +11,9 @@ commits late. SQLite has one writer at a time (`BEGIN IMMEDIATE`) and AUTOINCREM
 positions: they become visible in order. PostgreSQL appends take no lock: an event's
 position is `(transaction id << 20) + k`, k its 1-based ordinal in the transaction, so
 position order is transaction order, and readers pass only positions below the oldest
-transaction still writing (`tickwork_events_horizon(seen)`, migration 0005). To tell writers
-from every other transaction, the writer's connection carries its own `application_name`
-(`WRITER_NAME`) and does nothing but append.
+transaction still writing (`tickwork_events_horizon(seen)`, migrations 0005 and 0034). To
+tell writers from every other transaction, the writer's connection carries its own
+`application_name` (`WRITER_NAME`) and does nothing but append.
 
 A single append on PostgreSQL is one autocommit statement: the version check, the
 positions and the insert in an INSERT … SELECT. At durability `power` its commit waits
@@ -94,7 +94,7 @@ _SQLITE_REST = _INSERT + "VALUES (?, ?, ?, ?, ?, ?, ?, ?)"
 
 WRITER_NAME = "tickwork-writer"
 """The writer connection's `application_name` on PostgreSQL: the horizon function
-(migration 0005) counts only transactions of sessions so named as writers."""
+(migrations 0005 and 0034) counts only transactions of sessions so named as writers."""
 
 APPENDS_WAIT = 10.0
 """Seconds `appends_settled` waits for the appends running when it is called to end."""

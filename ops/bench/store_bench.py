@@ -1,12 +1,12 @@
 """Event store benchmark: tickwork beside the `eventsourcing` library's recorders, one run.
 
 Prints, for SQLite and PostgreSQL: single-event transactional appends from 1 and from 4
-processes (tickwork's 4-process runs also check, with a concurrent reader, that no event
-is skipped; on SQLite, 1 process, raw `sqlite3` inserting the same rows into the same
-table at the same `synchronous` setting is the floor), batch appends, read_all
-throughput, then the spend rebuild over 1,000,000 BudgetSpent events and the spend query
-by level and day. `--repeat` runs the append and read figures several times and prints
-each figure's median and spread.
+processes, the 4 again with a reader following the log meanwhile (which checks that no
+event is skipped), for both systems alike (on SQLite, 1 process, raw `sqlite3` inserting
+the same rows into the same table at the same `synchronous` setting is the floor), batch
+appends, read_all throughput, then the spend rebuild over 1,000,000 BudgetSpent events
+and the spend query by level and day. `--repeat` runs the append and read figures several
+times and prints each figure's median and spread.
 
 tickwork's events carry the ids the product mints (`new_event_id`: UUIDv7, time-ordered),
 and raw `sqlite3` inserts the same kind, since the floor is the same appends. A caller
@@ -102,13 +102,6 @@ class Tickwork:
     def positions_after(self, after: int) -> list[int]:
         return [e.global_position for e in self.store.read_all(after, 1000)]
 
-    def every_position(self) -> list[int]:
-        """Every position stored, read back once all writers are done (not dense on PostgreSQL)."""
-        found: list[int] = []
-        while batch := self.positions_after(found[-1] if found else 0):
-            found += batch
-        return found
-
     def last(self) -> int:
         return self.store.last_position()
 
@@ -194,6 +187,9 @@ class EventSourcing:
         batch = self.recorder.select_notifications(after + 1, 1000)
         return len(batch), batch[-1].id if batch else after
 
+    def positions_after(self, after: int) -> list[int]:
+        return [n.id for n in self.recorder.select_notifications(after + 1, 1000)]
+
     def last(self) -> int:
         return int(self.recorder.max_notification_id() or 0)
 
@@ -220,7 +216,6 @@ def appender(
     durability: Durability,
     worker: int,
     count: int,
-    batch: int,
     start: Any,
     results: Any,
 ) -> None:
@@ -228,13 +223,21 @@ def appender(
     versions: dict[int, int] = {}
     start.wait()
     began = time.time()
-    for i in range(count // batch):
+    for i in range(count):
         stream = worker * 1000 + i % 50
         version = versions.get(stream, 1)
-        system.append(stream, version, batch)
-        versions[stream] = version + batch
-    results.put((began, time.time(), (count // batch) * batch))
+        system.append(stream, version)
+        versions[stream] = version + 1
+    results.put((began, time.time(), count))
     system.close()
+
+
+def every_position(reader: Tickwork | EventSourcing) -> list[int]:
+    """Every position stored, read back once all writers are done (not dense on PostgreSQL)."""
+    found: list[int] = []
+    while batch := reader.positions_after(found[-1] if found else 0):
+        found += batch
+    return found
 
 
 def appends_per_second(
@@ -242,23 +245,26 @@ def appends_per_second(
     target: str,
     processes: int,
     count: int,
-    batch: int = 1,
     durability: Durability = "process",
-    follow: Callable[[], list[int]] | None = None,
-    stored: Callable[[], list[int]] | None = None,
+    followed: bool = False,
 ) -> tuple[float, str]:
-    """Events/s over the wall time of all writers; with `follow`, a reader checks for gaps.
+    """Events/s over the wall time of all writers; `followed`, whether a reader saw them all.
 
-    What the reader saw while the writers ran must be every position `stored` reads back
-    once they are done, in the same order.
+    A followed run has a reader follow the log meanwhile, as a service's projections do:
+    what it saw must be every position read back once the writers are done, in the same
+    order. Either system is measured both ways, so each ratio compares like with like
+    (until 2026-12-06 only tickwork's four writers ran, and always with the reader).
     """
-    open_system(kind, target, durability).close()  # schema made once, before the race
+    schema = open_system(kind, target, durability)  # schema made once, before the race
+    reader = schema if followed and not isinstance(schema, RawSqlite) else None
+    if reader is None:
+        schema.close()
     context = multiprocessing.get_context("spawn")
     start, results = context.Event(), context.Queue()
     workers = [
         context.Process(
             target=appender,
-            args=(kind, target, durability, w, count, batch, start, results),
+            args=(kind, target, durability, w, count, start, results),
         )
         for w in range(processes)
     ]
@@ -267,15 +273,14 @@ def appends_per_second(
     time.sleep(1.0)
     start.set()
     seen: list[int] = []
-    if follow is not None:
-        while True:
-            alive = any(worker.is_alive() for worker in workers)
-            found = follow()
-            seen.extend(found)
-            if not found:
-                if not alive:
-                    break
-                time.sleep(0.001)
+    while reader is not None:
+        alive = any(worker.is_alive() for worker in workers)
+        found = reader.positions_after(seen[-1] if seen else 0)
+        seen.extend(found)
+        if not found:
+            if not alive:
+                break
+            time.sleep(0.001)
     outcomes = [results.get(timeout=600) for _ in workers]
     for worker in workers:
         worker.join()
@@ -284,10 +289,11 @@ def appends_per_second(
     total = sum(n for _, _, n in outcomes)
     wall = max(end for _, end, _ in outcomes) - min(began for began, _, _ in outcomes)
     note = ""
-    if follow is not None and stored is not None:
-        every = stored()
+    if reader is not None:
+        every = every_position(reader)
         gap_free = len(every) == total and seen == every
         note = "reader saw every event in order" if gap_free else "READER SKIPPED EVENTS"
+        reader.close()
     return total / wall, note
 
 
@@ -375,37 +381,28 @@ def append_suite(
         return make_target(f"{name}-{run}")
 
     print(f"\n{backend}: single-event transactional appends (events/s)")
-    for processes in (1, 4):
-        es_rate, _ = appends_per_second(
-            "eventsourcing", target("es"), processes, appends // processes
+    for processes, followed in ((1, False), (4, False), (4, True)):
+        shape = f"{processes} process(es)" + (" and a reader" if followed else "")
+        name = f"{processes}{'-followed' if followed else ''}"
+        es_rate, es_note = appends_per_second(
+            "eventsourcing",
+            target(f"es-{name}"),
+            processes,
+            appends // processes,
+            followed=followed,
         )
-        row(figures, f"{backend} eventsourcing, {processes} process(es)", es_rate, "events/s")
+        row(figures, f"{backend} eventsourcing, {shape}", es_rate, "events/s", note=es_note)
         for durability in DURABILITIES:
-            url = target(f"tw-{durability}-{processes}")
-            reader = Tickwork(url) if processes > 1 else None
-            follow = None
-            if reader is not None:
-                cursor = [0]
-
-                def follow(reader: Tickwork = reader, cursor: list[int] = cursor) -> list[int]:
-                    found = reader.positions_after(cursor[0])
-                    if found:
-                        cursor[0] = found[-1]
-                    return found
-
             rate, note = appends_per_second(
                 "tickwork",
-                url,
+                target(f"tw-{durability}-{name}"),
                 processes,
                 appends // processes,
-                durability=durability,
-                follow=follow,
-                stored=None if reader is None else reader.every_position,
+                durability,
+                followed,
             )
-            label = f"{backend} tickwork, {processes} process(es), durability={durability}"
+            label = f"{backend} tickwork, {shape}, durability={durability}"
             row(figures, label, rate, "events/s", {"eventsourcing": es_rate}, note)
-            if reader is not None:
-                reader.close()
 
     if backend == "SQLite":
         print(f"\n{backend}: tickwork beside raw sqlite3, one append each in turn (events/s)")

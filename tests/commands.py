@@ -317,6 +317,11 @@ class ForkedCommand:
         return read.get("out"), read.get("err")
 
 
+COLD = 'launcher = "cold"'
+"""`[runner]` of a service with a tick or two, or none: each starts cold, and no fork server
+warms up for them (a warm-up costs more CPU than two cold starts)."""
+
+
 def write_config(tmp_path: Path, levels: str, runner: str = "", store_url: str = "") -> Path:
     """A tickwork.toml for a service under test: its store, folders, runner and levels.
 

@@ -68,6 +68,7 @@ from harness.store.partitions import days as partition_days
 from harness.store.schema import events, tick_rows
 from harness.store.tick_rows import compact, drop_rows_day, unpack
 from tests.commands import (
+    COLD,
     Output,
     forked,
     forked_each,
@@ -625,7 +626,7 @@ _VACUUM_STATE = ("auto_vacuum", "freelist_count", "journal_mode")
 def test_the_service_archives_by_itself(tmp_path: Path, fake: FakeUpstream) -> None:
     retention = f'[retention]\nhot_days = 30\narchive = "{tmp_path / "archive"}"\n'
     # No level, no tick: a warm launcher's fork server would warm up for nothing.
-    config = write_config(tmp_path, retention, runner='launcher = "cold"')
+    config = write_config(tmp_path, retention, runner=COLD)
     settings = load_settings(config)
     store = open_store(settings.store.url)
     try:

@@ -37,7 +37,7 @@ from harness.digests.render import render
 from harness.prices import PriceBook
 from harness.projections import projector_for
 from harness.store import SqlEventStore, open_store
-from tests.commands import forked, forked_each, start, write_config
+from tests.commands import COLD, forked, forked_each, start, write_config
 from tests.receiver import apprise_receiver
 from tests.waiting import wait_until
 
@@ -368,7 +368,7 @@ files = ["{outbox}"]
 """
     # No tick of theirs comes due within the test: a warm launcher's fork server would
     # spend a second and a half of imports per service for ticks that never start.
-    config = write_config(tmp_path, digests, runner='launcher = "cold"')
+    config = write_config(tmp_path, digests, runner=COLD)
     fake = FakeUpstream().start()
     try:
         services = [

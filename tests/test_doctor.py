@@ -17,6 +17,7 @@ from harness.store import beats, open_store
 from harness.store.engine import create_store_engine
 from harness.store.migrate import downgrade
 from tests.commands import (
+    COLD,
     ForkedCommand,
     Output,
     environment,
@@ -54,7 +55,7 @@ def configured(folder: Path, port: int, agents: str = "") -> Path:
     """
     folder.mkdir()
     extra = f'[agents]\ndir = "{agents}"\n' if agents else ""
-    return write_config(folder, extra + LEVELS.format(port=port), runner='launcher = "cold"')
+    return write_config(folder, extra + LEVELS.format(port=port), runner=COLD)
 
 
 def rows(output: str) -> dict[str, str]:

@@ -50,6 +50,7 @@ from harness.scheduling.triggers import level_trigger, slot_tick_id
 from harness.scheduling.waves import SlotClaim, claim_wave
 from harness.store import EventStore, SqlEventStore, StoredEvent, open_store
 from tests.commands import (
+    COLD,
     ForkedCommand,
     Output,
     environment,
@@ -350,7 +351,7 @@ def test_sighup_or_an_edit_reloads_a_running_service_and_an_invalid_file_is_refu
 ) -> None:
     # Every slot is skipped for the spent budget: no tick process starts, so the cold
     # launcher spares the service a fork server warming up for nothing.
-    config = write(tmp_path, BUDGETED.format(name="old") + SPENT, runner='launcher = "cold"')
+    config = write(tmp_path, BUDGETED.format(name="old") + SPENT, runner=COLD)
     store = open_store(f"sqlite:///{tmp_path}/events.db")
     spent_already(store)
     service = Output(start_service(config, fake))

@@ -30,6 +30,7 @@ from harness.scheduling.timetable import Slot
 from harness.scheduling.waves import SlotClaim
 from harness.store import StoreError, beats, open_store
 from tests.commands import (
+    COLD,
     ForkedCommand,
     Output,
     busy_level,
@@ -68,7 +69,7 @@ timeout_seconds = 120
 """
     # Ticks overlap the first one, which runs until cancelled: a tick or two start in all,
     # each cold for less than each replica's fork server would spend warming up.
-    config = write_config(tmp_path, level, runner='launcher = "cold"', store_url=store_url)
+    config = write_config(tmp_path, level, runner=COLD, store_url=store_url)
     replicas = [Output(start_service(config, slow_fake)) for _ in range(2)]
     # Started together, the replicas race for the same slots until one loses a claim. The
     # other then restarts: at its start it fires the slots of its last few seconds, which
@@ -132,7 +133,7 @@ timeout_seconds = {timeout}
     # A timeout not retried: the tick has one worker, the one its killed runner leaves.
     # The service started on it only watches that tick (its level's next slot is an hour
     # away): the cold launcher spares it a fork server warming up for no tick.
-    return write_config(tmp_path, level, runner='infra_retries = 0\nlauncher = "cold"')
+    return write_config(tmp_path, level, runner=f"infra_retries = 0\n{COLD}")
 
 
 def _start_one_tick_then_kill_the_service(config: Path, fake: FakeUpstream) -> tuple[str, int]:
@@ -407,7 +408,7 @@ def test_without_an_upstream_every_wire_protocol_talks_to_the_fake(tmp_path: Pat
     require_cli("claude-code")
     # No slot of the service's comes due within the test; its fork server would warm up
     # every protocol and Claude Code (4 s of CPU) for ticks that never start.
-    config = write_config(tmp_path, _wire_levels("1h", WIRES), runner='launcher = "cold"')
+    config = write_config(tmp_path, _wire_levels("1h", WIRES), runner=COLD)
     env = {
         name: value
         for name, value in environment(TICKWORK_CONFIG=str(config)).items()

@@ -10,7 +10,6 @@ the fresh process is the point (what it imports, the console script), `forked` e
 from __future__ import annotations
 
 import contextlib
-import importlib
 import logging
 import os
 import select
@@ -171,23 +170,12 @@ def _run_child(
         logging.root.handlers.clear()
         logging.root.setLevel(logging.WARNING)
         _forget_secrets()
-        _forget_consoles()
         signal.signal(signal.SIGINT, signal.default_int_handler)
         sys.argv = [TICKWORK, *args]
         main()
         return 0
 
     end_as_python_would(command)
-
-
-def _forget_consoles() -> None:
-    """Start the child without the consoles this process made, as a fresh process starts.
-
-    Each was drawn for the environment it was made in (a `COLUMNS` fixes its width).
-    """
-    cli = importlib.import_module("harness.cli.app")  # `harness.cli.app` is also the Typer app
-    for console in (cli.out, cli.err):
-        console._console = None
 
 
 def _forget_secrets() -> None:

@@ -6,6 +6,7 @@ import json
 import re
 import signal
 import subprocess
+import sys
 from importlib.metadata import version
 from pathlib import Path
 from uuid import uuid4
@@ -281,3 +282,27 @@ def test_rag_index_builds_an_index_and_names_a_missing_folder(tmp_path: Path) ->
     assert indexed.returncode == 0 and "1 file(s), 1 passage(s)" in indexed.stdout
     missing = forked(tmp_path, "rag", "index", str(tmp_path / "nope"))
     assert missing.returncode == 2 and "does not exist" in missing.stderr
+
+
+FORKED_WIDTH = """
+import importlib, os
+cli = importlib.import_module("harness.cli.app")  # `harness.cli.app` is also the Typer app
+os.environ["COLUMNS"] = "91"
+print(cli.out.width, flush=True)
+if os.fork() == 0:
+    os.environ["COLUMNS"] = "37"
+    print(cli.out.width, flush=True)
+    os._exit(0)
+os.wait()
+"""
+
+
+def test_a_forked_child_draws_its_own_consoles() -> None:
+    """A console was drawn for the process that made it (its width, its colours).
+
+    A forked child, such as a detached tick's owner, makes its own for where it runs.
+    """
+    done = subprocess.run(
+        [sys.executable, "-c", FORKED_WIDTH], capture_output=True, text=True, check=True
+    )
+    assert done.stdout.split() == ["91", "37"], done.stderr

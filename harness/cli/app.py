@@ -107,6 +107,19 @@ out = cast("Console", _Console(0, **CONSOLE_OPTIONS))
 err = cast("Console", _Console(1, stderr=True, **CONSOLE_OPTIONS))
 """An error stays one greppable line."""
 
+
+def _forget_consoles() -> None:
+    """A forked child makes its consoles anew, for where its own output goes.
+
+    Each was drawn for the streams and environment of the process that made it (its
+    terminal's width and colours): a detached tick's owner writes to its log instead.
+    """
+    for console in (out, err):
+        cast(_Console, console)._console = None
+
+
+os.register_at_fork(after_in_child=_forget_consoles)
+
 ConfigOption = Annotated[
     Path | None,
     typer.Option(

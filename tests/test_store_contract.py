@@ -7,7 +7,6 @@ import threading
 from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 from itertools import pairwise
-from typing import Any
 from uuid import uuid4
 
 import pytest
@@ -35,7 +34,7 @@ from harness.store.tick_rows import compact, packed_ids
 from harness.store.writer import Refused, Writer, appends_settled
 from tests.conftest import fresh_pg_database
 from tests.late_writer import late_append
-from tests.waiting import DEADLINE_SECONDS, wait_until
+from tests.waiting import DEADLINE_SECONDS
 
 SPENT = {
     "occurred_at": "2026-11-30T02:14:50Z",
@@ -504,21 +503,11 @@ def _everything_read(store: SqlEventStore, ticks: list[str]) -> dict[str, object
     last = positions[-1]
     kinds = [None, ["BudgetSpent"], ["TickCompleted", "LevelNoted"], ["LevelNoted"]]
 
-    def windows_once() -> list[list[Any]] | None:
-        """The windows up to `last`, once a tracking's horizon has passed it (None: not yet).
-
-        On PostgreSQL a transaction of another database ending while the horizon is
-        taken can hold one statement's horizon back: it passes `last` again at once.
-        """
-        with store.tracking("compare") as locked:
-            if locked.horizon < last:
-                return None
-            tracking = replace(locked, position=0)
-            found = [list(store.read_window(tracking, kind, last)) for kind in kinds[1:] if kind]
-            store.save_checkpoint(tracking, last)  # packing waits for every checkpoint
-            return found
-
-    windows = wait_until(windows_once, "a tracking's horizon to pass the log's last event")
+    with store.tracking("compare") as locked:
+        assert locked.horizon >= last, "nothing is writing: a tracking's horizon passes it"
+        tracking = replace(locked, position=0)
+        windows = [list(store.read_window(tracking, kind, last)) for kind in kinds[1:] if kind]
+        store.save_checkpoint(tracking, last)  # packing waits for every checkpoint
     return {
         "streams": {tick: store.read_stream(f"tick-{tick}") for tick in ticks},
         "paged": [store.read_stream(f"tick-{ticks[0]}", after=1, limit=2)],

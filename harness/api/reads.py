@@ -66,9 +66,8 @@ class Reads:
 
         Every append committed before the request first becomes readable: on PostgreSQL
         one still writing below it (another tick's, milliseconds) holds the readers'
-        horizon back, and so can, for one statement, a transaction of another database
-        ending while the horizon looks at it; a catch-up then would stop short of an
-        append the client saw succeed.
+        horizon back, and a catch-up then would stop short of an append the client saw
+        succeed.
         """
         self.store.wait_settled(self.store.newest_position())
         self.projector.catch_up()

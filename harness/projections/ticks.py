@@ -272,11 +272,11 @@ class TicksProjection(Projection):
             "queue_wait_seconds": sa.func.coalesce(
                 old_row.queue_wait_seconds, new.queue_wait_seconds
             ),
-            "sort_at": sa.func.coalesce(
-                *(column for name in _SORTED_BY for column in (new[name], old_row[name])),
-                old_row.sort_at,
-            ),
         }
+        # The list time of the row as written: a kept first start, not the batch's later one.
+        changes["sort_at"] = sa.func.coalesce(
+            *(changes[name] for name in _SORTED_BY), old_row.sort_at
+        )
         stored = conn.execute(
             insert.on_conflict_do_update(index_elements=["tick_id"], set_=changes).returning(
                 ticks.c.tick_id, ticks.c.sort_at, ticks.c.status, ticks.c.finished_at

@@ -10,6 +10,7 @@ from typing import Any
 
 import pytest
 
+from harness.cli.app import checked_settings
 from harness.config import (
     ConfigError,
     LevelConfig,
@@ -802,6 +803,32 @@ def test_a_usd_budget_below_one_ticks_reservation_at_the_level_price_exits_2(
         "which reserves 10,000 tokens, USD 0.1 at priced-model's price"
     ) in refused.stderr, refused.stderr
     assert loaded.returncode == 0, "an unpriced model says nothing: " + loaded.stderr
+
+
+def test_a_usd_budget_is_not_refused_for_one_tick_of_a_level_a_catalog_lane_routes(
+    tmp_path: Path,
+) -> None:
+    """The lane's targets run, maybe on a plan, not the level's model: its price says nothing.
+
+    Neither at start-up nor at a reload; `hour`, which runs on its model, is refused.
+    """
+    catalog = _plan_catalog(tmp_path / "catalog.json", "subscription")
+    config = _routed_config(tmp_path, catalog, usd=0.005)
+    with pytest.raises(ConfigError) as caught:
+        checked_settings(config)
+    refused = str(caught.value)
+    assert (
+        "budgets.0.usd: budget 'bill' (USD 0.005) cannot pay one tick of level 'hour', which "
+        "reserves 10,000 tokens, USD 0.01 at fake-model's price"
+    ) in refused, refused
+    assert "level 'min'" not in refused, refused
+
+    service, reload, lines = service_on(_routed_config(tmp_path, catalog, usd=1.0))
+    _routed_config(tmp_path, catalog, usd=0.005)
+    assert not reload.reload()
+    [line] = [line for line in lines if " rejected (" in line]
+    assert "cannot pay one tick of level 'hour'" in line and "level 'min'" not in line, line
+    service.store.close()
 
 
 def test_the_skip_line_names_the_budget_what_it_holds_the_reservation_and_the_limit(

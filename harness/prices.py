@@ -23,7 +23,7 @@ threshold of every model, and the bucket's tier is looked up when the sums are w
 from __future__ import annotations
 
 import warnings
-from collections.abc import Iterator, Mapping
+from collections.abc import Collection, Iterator, Mapping
 from dataclasses import dataclass
 from datetime import UTC, date, datetime, time
 from decimal import Decimal
@@ -367,11 +367,15 @@ def format_usd(cost: float | None) -> str:
     return f"{cost:.{max(2, 2 - exponent)}f}"
 
 
-def refuse_unpayable_budgets(settings: Settings, where: str, day: str) -> None:
+def refuse_unpayable_budgets(
+    settings: Settings, where: str, day: str, routed: Collection[str]
+) -> None:
     """Refuse a USD budget below one tick's reservation of a level it covers, priced on `day`.
 
     The configuration refuses such token limits as it loads; a USD limit needs the level
-    model's price, known from this layer on. Levels without a price say nothing.
+    model's price, known from this layer on. Levels without a price say nothing, nor do
+    those in `routed`, the lanes of the catalog in force: their targets run, not their
+    model (names only: routing, which knows the catalog, builds on this module).
 
     Raises:
         ConfigError: naming `where`, each budget's path, the level and both amounts.
@@ -384,6 +388,7 @@ def refuse_unpayable_budgets(settings: Settings, where: str, day: str) -> None:
             settings.budgets,
             settings.levels,
             lambda model, tokens: book.cost(model, day, -1, tokens, 0),
+            routed,
         )
     )
     if problems:

@@ -10,6 +10,7 @@ from typing import Any
 
 import pytest
 
+from harness.cli.app import checked_settings
 from harness.config import (
     ConfigError,
     LevelConfig,
@@ -555,6 +556,78 @@ def test_a_list_usd_budget_stops_a_subscription_level_and_a_usd_budget_does_not(
         assert outcome.result.text == "Nothing paged.", outcome
 
 
+NOWHERE = "http://127.0.0.1:9/v1"
+"""The catalog tests' targets' endpoint: they price and bill ticks, and call no target."""
+
+
+def _plan_catalog(path: Path, billing: Billing, **extra: Any) -> Path:
+    """Lane `min` on target `plan`, billed as `billing`; `metered` is billed by the call."""
+    targets = {
+        "plan": {**target(NOWHERE, "plan-model"), "billing": billing},
+        "metered": target(NOWHERE, "metered-model"),
+    }
+    return write_catalog(path, targets, ["plan"], **extra)
+
+
+def _routed_config(tmp_path: Path, catalog: Path, usd: float) -> Path:
+    """`min`, routed by `catalog`, and `hour`, on its model, both reserving 10,000 tokens.
+
+    At USD 1 a million tokens (a tick reserves USD 0.01), under a global budget of USD
+    `usd` billed.
+    """
+    level = '[levels.{}]\nevery = "1m"\nmodel = "fake-model"\n'
+    levels = level.format("min") + level.format("hour")
+    price = '[prices."fake-model"]\ninput_per_mtok = 1.0\noutput_per_mtok = 1.0\n'
+    budget = f'[[budgets]]\nname = "bill"\nscope = "global"\nusd = {usd}\n'
+    return write(tmp_path, f'{levels}[routing]\ncatalog = "{catalog}"\n{price}{budget}')
+
+
+@pytest.mark.parametrize("promotions", [{}, {"plan": "metered"}], ids=["own", "promoted"])
+def test_a_usd_budget_holds_a_plan_lane_whose_ticks_a_failure_may_promote_to_a_metered_target(
+    store: SqlEventStore, tmp_path: Path, promotions: dict[str, str]
+) -> None:
+    """A promotion to a metered target bills the plan lane's tick: a billed budget holds it.
+
+    `hour`'s bill passed USD 1; `min`'s lane, on a plan alone, adds nothing to it.
+    """
+    catalog = _plan_catalog(tmp_path / "catalog.json", "subscription", promotions=promotions)
+    prices = {"fake-model": PriceOverride(input_per_mtok=1.0, output_per_mtok=1.0)}
+    settings = _settings(tmp_path, [{"name": "bill", "scope": "global", "usd": 1.0}])
+    settings = settings.model_copy(
+        update={"prices": prices, "routing": RoutingConfig(catalog=catalog)}
+    )
+    day = datetime(2026, 12, 1, 9, tzinfo=UTC)
+    _spend(store, "hour", day, 2_000_000)
+    over = _budgets(settings, store).over("min", day)
+    assert (over is not None) is bool(promotions), over
+    assert over is None or (over.budget, over.spent_usd) == ("bill", 2.0), over
+
+
+def test_a_reloaded_catalog_bills_the_levels_as_it_routes_them_and_a_rejected_one_does_not(
+    tmp_path: Path,
+) -> None:
+    """The service's budgets bill `min` as the router's catalog in force says.
+
+    Read anew with every reload, not as the file on disk did when they were made.
+    """
+    catalog = _plan_catalog(tmp_path / "catalog.json", "api")
+    service, _, _ = service_on(_routed_config(tmp_path, catalog, usd=1.0))
+    assert service.router is not None
+    day = datetime(2026, 12, 1, 9, tzinfo=UTC)
+    _spend(service.store, "hour", day, 2_000_000)
+    over = service.budgets.over("min", day)
+    assert over is not None and over.budget == "bill", "a metered lane is held by the bill"
+
+    _plan_catalog(catalog, "subscription")
+    service.router.source.poll()
+    assert service.budgets.over("min", day) is None, "a plan's lane adds nothing to the bill"
+
+    catalog.write_text("{")  # rejected: the plan's catalog stays in force
+    service.router.source.poll()
+    assert service.budgets.over("min", day) is None
+    service.store.close()
+
+
 def test_a_reroute_budget_makes_the_lane_pass_over_its_spent_target(
     tmp_path: Path, sqlite_url: str, fake: FakeUpstream
 ) -> None:
@@ -730,6 +803,32 @@ def test_a_usd_budget_below_one_ticks_reservation_at_the_level_price_exits_2(
         "which reserves 10,000 tokens, USD 0.1 at priced-model's price"
     ) in refused.stderr, refused.stderr
     assert loaded.returncode == 0, "an unpriced model says nothing: " + loaded.stderr
+
+
+def test_a_usd_budget_is_not_refused_for_one_tick_of_a_level_a_catalog_lane_routes(
+    tmp_path: Path,
+) -> None:
+    """The lane's targets run, maybe on a plan, not the level's model: its price says nothing.
+
+    Neither at start-up nor at a reload; `hour`, which runs on its model, is refused.
+    """
+    catalog = _plan_catalog(tmp_path / "catalog.json", "subscription")
+    config = _routed_config(tmp_path, catalog, usd=0.005)
+    with pytest.raises(ConfigError) as caught:
+        checked_settings(config)
+    refused = str(caught.value)
+    assert (
+        "budgets.0.usd: budget 'bill' (USD 0.005) cannot pay one tick of level 'hour', which "
+        "reserves 10,000 tokens, USD 0.01 at fake-model's price"
+    ) in refused, refused
+    assert "level 'min'" not in refused, refused
+
+    service, reload, lines = service_on(_routed_config(tmp_path, catalog, usd=1.0))
+    _routed_config(tmp_path, catalog, usd=0.005)
+    assert not reload.reload()
+    [line] = [line for line in lines if " rejected (" in line]
+    assert "cannot pay one tick of level 'hour'" in line and "level 'min'" not in line, line
+    service.store.close()
 
 
 def test_the_skip_line_names_the_budget_what_it_holds_the_reservation_and_the_limit(

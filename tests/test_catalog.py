@@ -295,6 +295,14 @@ def test_a_decision_needs_a_zone_and_a_lane() -> None:
     assert decision.route_id == f"min/always@{catalog.revision[:12]}"
 
 
+def test_targets_with_their_promotions_follow_each_chain_to_its_end_once() -> None:
+    """`local` promotes to `mini`, `mini` to `large`: a tick on `local` may end on any."""
+    catalog = parse_catalog(valid())
+    assert catalog.with_promotions(["local"]) == ["local", "mini", "large"]
+    assert catalog.with_promotions(["large", "mini", "large"]) == ["large", "mini"]
+    assert catalog.with_promotions(catalog.lanes["hour"].targets()) == ["mini", "large", "local"]
+
+
 def test_reload_keeps_the_old_catalog_when_the_new_one_is_invalid(tmp_path: Path) -> None:
     path = tmp_path / "catalog.json"
     path.write_text(json.dumps(valid()))

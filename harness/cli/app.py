@@ -18,7 +18,7 @@ import os
 import signal
 import sys
 import threading
-from collections.abc import Iterator, Sequence
+from collections.abc import Collection, Iterator, Sequence
 from contextlib import contextmanager
 from contextvars import ContextVar
 from datetime import datetime
@@ -323,14 +323,17 @@ def checked_settings(explicit: Path | None) -> Settings:
 
     config = load_settings(explicit)
     where = str(config_path(explicit) or "environment/defaults")
-    refuse_unpayable_budgets(config, where, utcnow().date().isoformat())
+    lanes: Collection[str] = ()
     if config.routing.catalog is not None:
         from harness.routing import CatalogError, configured_router
 
         try:
-            configured_router(config)
+            router = configured_router(config)
         except CatalogError as exc:
             raise ConfigError(str(exc)) from exc
+        assert router is not None  # a catalog is configured
+        lanes = router.source.catalog.lanes.keys()
+    refuse_unpayable_budgets(config, where, utcnow().date().isoformat(), lanes)
     return config
 
 

@@ -88,6 +88,7 @@ def run_service() -> None:
                 projector_for(store, PriceBook(config.prices)),
                 PriceBook(config.prices),
                 config,
+                router=router,
             )
             companions.append(BudgetWatch(config, store, budgets).run)
             companions.append(Archiver(config, store, report).run)
@@ -164,11 +165,12 @@ def executor_for(
     if config.executor.kind == "procrastinate":
         from harness.execution import ColdLauncher, ProcrastinateExecutor
 
-        runner = Runner(config, store, launcher=ColdLauncher(), env=env)
+        runner = Runner(config, store, launcher=ColdLauncher(), env=env, router=preparer.router)
         return ProcrastinateExecutor(config, store, preparer, runner, report)
     from harness.execution import LocalExecutor
 
-    return LocalExecutor(config, preparer, Runner(config, store, env=env), report)
+    runner = Runner(config, store, env=env, router=preparer.router)
+    return LocalExecutor(config, preparer, runner, report)
 
 
 def _reload(levels: LevelsReload, router: Router | None, *_: object) -> None:

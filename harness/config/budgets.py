@@ -22,7 +22,7 @@ A level's `daily_token_budget`/`daily_usd_budget` is the entry `level-<name>-dai
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Collection, Iterator, Mapping, Sequence
 from typing import TYPE_CHECKING
 from urllib.parse import urlsplit
 
@@ -105,13 +105,18 @@ PriceOf = Callable[[str, int], float | None]
 
 
 def unpayable(
-    entries: Sequence[BudgetEntry], levels: Mapping[str, LevelConfig], usd_of: PriceOf | None
+    entries: Sequence[BudgetEntry],
+    levels: Mapping[str, LevelConfig],
+    usd_of: PriceOf | None,
+    routed: Collection[str],
 ) -> Iterator[str]:
     """Each budget, with its limit's path, that cannot pay one tick of a level it covers.
 
-    Token limits always; USD limits only with `usd_of`, at the level's own model (a level
-    routed by a catalog, or an unpriced model, says nothing: its price is not known here);
-    a `usd` limit (billed) not for a level billed on a subscription, which it never holds.
+    Token limits always; USD limits only with `usd_of`, at the level's own model. A level
+    in `routed` (a lane of the catalog in force routes it: its lane's targets run, not its
+    model, maybe on a subscription) or with an unpriced model says nothing: its price is
+    not known here. A `usd` limit (billed) not for a level billed on a subscription,
+    which it never holds.
     """
     every = [*entries, *legacy_budgets(levels)]
     for index, entry in enumerate(every):
@@ -128,7 +133,11 @@ def unpayable(
                     f"level {name!r}, which reserves {reserve:,} tokens (reserve_tokens): "
                     "raise the limit or lower the reservation"
                 )
-            usd = usd_of(level.model, reserve) if usd_of and level.model else None
+            usd = (
+                usd_of(level.model, reserve)
+                if usd_of is not None and level.model and name not in routed
+                else None
+            )
             for unit, limit in rule.usd_limits(level.billing or "api"):
                 if usd is not None and limit < usd:
                     yield (
@@ -165,7 +174,7 @@ def budget_problems(
                 f"{where}.scope: no level carries tag {entry.scope_name!r} "
                 f"(tags = [...] on a level; known: {', '.join(sorted(tags)) or 'none'})"
             )
-    yield from unpayable(entries, levels, None)
+    yield from unpayable(entries, levels, None, ())
     rules = [resolve_budget(entry, levels, {}) for entry in every]
     for i, (a, rule_a) in enumerate(zip(every, rules, strict=True)):
         for j in range(i + 1, len(every)):

@@ -18,6 +18,7 @@ from harness.execution.launchers import TickProcess
 from harness.execution.prepare import TickRef
 from harness.prices import PriceBook
 from harness.projections import cancel_scopes, level_paused, projector_for
+from harness.routing import Router
 from harness.scheduling import PAUSED, Budgets
 from harness.store import EventStore, StoreError
 
@@ -54,12 +55,13 @@ class Life:
 class Decisions:
     """What the store says about a tick now: cancelled, paused, over budget, or none."""
 
-    def __init__(self, settings: Settings, store: EventStore) -> None:
+    def __init__(self, settings: Settings, store: EventStore, router: Router | None) -> None:
+        """`router`: its catalog in force decides how a level is billed (`Budgets`)."""
         self.settings = settings
         self.store = store
         self.prices = PriceBook(settings.prices)
         self._projector = projector_for(store, self.prices)
-        self.budgets = Budgets(store, self._projector, self.prices, settings)
+        self.budgets = Budgets(store, self._projector, self.prices, settings, router=router)
         self._lock = threading.Lock()
         """One fold of the spend read model at a time (ticks run in many threads)."""
 

@@ -67,7 +67,7 @@ class ManualTick:
         self.outcomes: list[TickOutcome] = []
         # One tick, then the owner ends: a fork server's warm-up would cost more than the
         # cold start it saves.
-        runner = Runner(settings, store, ColdLauncher(), env=env)
+        runner = Runner(settings, store, ColdLauncher(), env=env, router=router)
         self.executor = LocalExecutor(
             settings, self.preparer, runner, lambda line: None, self.outcomes.append
         )

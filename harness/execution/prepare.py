@@ -34,7 +34,6 @@ from harness.contracts import (
     RagSettings,
     RateLimitPlan,
     ResultFileError,
-    RouteCandidate,
     TickBudgets,
     TickPayload,
     TickStarted,
@@ -371,7 +370,9 @@ class Preparer:
     def _budgets_of(self, store: EventStore) -> Budgets:
         if self._budgets is None:
             prices = PriceBook(self.settings.prices)
-            self._budgets = Budgets(store, self._projections(store), prices, self.settings)
+            self._budgets = Budgets(
+                store, self._projections(store), prices, self.settings, router=self.router
+            )
         return self._budgets
 
     def _rate_limits(
@@ -479,7 +480,7 @@ class Preparer:
                     book.call_price(c.model, day, c.target),
                     billing_of(config, routed.catalog.targets.get(c.target)),
                 )
-                for c in _with_promotions(routed)
+                for c in routed.with_promotions()
             ]
         return [
             price if billing == price.billing else price.model_copy(update={"billing": billing})
@@ -512,15 +513,3 @@ class Preparer:
     def route(self, level: str, at: datetime) -> Routed | None:
         """The catalog's decision for a tick of `level` at `at` (None: no catalog or lane)."""
         return self.router.route(level, at) if self.router else None
-
-
-def _with_promotions(routed: Routed) -> list[RouteCandidate]:
-    """The route's candidates, then every target a content failure may promote them to."""
-    found = list(routed.plan.candidates)
-    seen = {candidate.target for candidate in found}
-    for candidate in found:  # grows as it goes: a promotion's own promotion is reached too
-        stronger = routed.promotion(candidate.target)
-        if stronger is not None and stronger.target not in seen:
-            seen.add(stronger.target)
-            found.append(stronger)
-    return found

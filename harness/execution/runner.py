@@ -49,7 +49,7 @@ from harness.execution.prepare import PreparedTick, TickRef, worker_env
 from harness.governor import Alerts, Verdict, urls_from_env
 from harness.prices import PriceBook
 from harness.projections import CallCounts, count_calls
-from harness.routing import Escalation, catalog_record
+from harness.routing import Escalation, Router, catalog_record
 from harness.scheduling import SlotClaim
 from harness.store import EventStore, Spool, StoreError, append_or_spool, release_tick
 
@@ -100,14 +100,16 @@ class Runner:
         store: EventStore | None,
         launcher: Launcher | None = None,
         env: Mapping[str, str] | None = None,
+        router: Router | None = None,
     ) -> None:
+        """`router`: the ticks' own; its catalog in force bills a level between attempts."""
         self.settings = settings
         self.store = store
         self.launcher = launcher or launcher_for(settings)
         self._preloaded_for = settings.levels
         self.env = dict(os.environ if env is None else env)
         self.spool = Spool(settings.paths.spool)
-        self.decisions = Decisions(settings, store) if store is not None else None
+        self.decisions = Decisions(settings, store, router) if store is not None else None
         self._lock = threading.Lock()
         self._lives: dict[str, Life] = {}
         self._throttles: list[Callable[[float], None]] = []

@@ -31,7 +31,13 @@ if typing.TYPE_CHECKING:
         decision_fields,
     )
     from harness.routing.history import RevisionError, catalog_record, recorded_catalog
-    from harness.routing.pricing import billing_of, level_billings, price_book, target_prices
+    from harness.routing.pricing import (
+        billing_of,
+        level_billings,
+        price_book,
+        readable_catalog,
+        target_prices,
+    )
     from harness.routing.quota import QuotaExhaustedError, QuotaGate, answer_quota
 
 __getattr__, __all__ = fronts.declared(__name__)

@@ -16,7 +16,7 @@ from __future__ import annotations
 import hashlib
 import json
 import tomllib
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from datetime import time
 from pathlib import Path
 from typing import Annotated, Any, Literal
@@ -189,6 +189,19 @@ class Catalog(_Strict):
     def revision(self) -> str:
         """A hash of the content, recorded with each decision to show which catalog made it."""
         return revision_of(self.model_dump(mode="json"))
+
+    def with_promotions(self, targets: Iterable[str]) -> list[TargetId]:
+        """`targets`, then every target a content failure may promote them to, each once.
+
+        A tick routed to `targets` may end on any of these: each is priced for it and
+        decides how it is billed.
+        """
+        found = list(dict.fromkeys(targets))
+        for target in found:  # grows as it goes: a promotion's own promotion is reached too
+            stronger = self.promotions.get(target)
+            if stronger is not None and stronger not in found:
+                found.append(stronger)
+        return found
 
     def rules(self, level: str) -> list[tuple[str | None, Rule]]:
         """A lane's rules: `(None, rule)` without windows, else `(window name, window)`."""

@@ -119,6 +119,11 @@ class Routed:
         stronger = self.catalog.promotions.get(target_id)
         return None if stronger is None else candidate(self.catalog, stronger)
 
+    def with_promotions(self) -> list[RouteCandidate]:
+        """The route's candidates, then every target a content failure may promote them to."""
+        targets = self.catalog.with_promotions(c.target for c in self.plan.candidates)
+        return [candidate(self.catalog, target) for target in targets]
+
 
 def decision_fields(routed: Routed) -> dict[str, Any]:
     """The decision as `TickScheduled` records it."""

@@ -9,6 +9,8 @@ booked) is priced under this book when read, and `tickwork projections rebuild
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+
 from harness.config import LevelConfig, Settings
 from harness.contracts import Billing
 from harness.prices import PriceBook, TargetPrices
@@ -42,25 +44,36 @@ def billing_of(level: LevelConfig, target: Target | None) -> Billing:
     return target.billing if target is not None else "api"
 
 
-def level_billings(settings: Settings) -> dict[str, Billing]:
-    """How each level's ticks are paid for before a route chooses their target.
+def readable_catalog(settings: Settings) -> Catalog | None:
+    """The catalog `settings` names, for a reader without a router: None when it names none.
 
-    A level billed on a subscription only when it says so, or when every target its lane
-    may choose is: a lane with an `api` candidate may bill, so budgets of billed USD hold
-    it. A catalog that cannot be read bills them all (the safe side for a budget).
+    One that cannot be read is None too: every level then bills as its own `billing`
+    says, else `api` (the safe side for a budget).
     """
     path = settings.routing.catalog
     try:
-        catalog = load_catalog(path) if path is not None else None
+        return load_catalog(path) if path is not None else None
     except CatalogError:
-        catalog = None
+        return None
+
+
+def level_billings(
+    levels: Mapping[str, LevelConfig], catalog: Catalog | None
+) -> dict[str, Billing]:
+    """How each of `levels`' ticks is paid for under `catalog`, before a route picks a target.
+
+    A level billed on a subscription only when it says so, or when every target its lane
+    may choose, and every target a content failure may promote those to, is: a lane
+    that may end on an `api` target may bill, so budgets of billed USD hold it. Without a
+    catalog (or a lane) a level bills as its own `billing` says, else `api`.
+    """
     found: dict[str, Billing] = {}
-    for name, level in settings.levels.items():
+    for name, level in levels.items():
         lane = catalog.lanes.get(name) if catalog is not None else None
         if level.billing is not None or catalog is None or lane is None:
             found[name] = billing_of(level, None)
             continue
-        targets = [catalog.targets[target] for target in lane.targets()]
+        targets = [catalog.targets[target] for target in catalog.with_promotions(lane.targets())]
         paid = {billing_of(level, target) for target in targets}
         found[name] = "subscription" if paid == {"subscription"} else "api"
     return found

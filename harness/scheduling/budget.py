@@ -28,7 +28,7 @@ from __future__ import annotations
 import logging
 import os
 import threading
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 
@@ -43,7 +43,7 @@ from harness.projections import (
     spent_in_windows,
     ticks_in_flight,
 )
-from harness.routing import configured_router, level_billings
+from harness.routing import Catalog, Router, configured_router, level_billings, readable_catalog
 from harness.store import EventStore, StoredEvent
 
 log = logging.getLogger(__name__)
@@ -204,6 +204,10 @@ def budget_rules(settings: Settings) -> list[BudgetRule]:
     return settings.budget_rules(hosts)
 
 
+_Billings = tuple[str | None, Mapping[str, LevelConfig], dict[str, Billing]]
+"""A catalog revision (None: no catalog), the levels, and how each of them is billed."""
+
+
 class Budgets:
     """Every budget holding a level, counting spend and the reservations of ticks in flight."""
 
@@ -214,14 +218,21 @@ class Budgets:
         prices: PriceBook,
         settings: Settings,
         rules: Sequence[BudgetRule] | None = None,
+        router: Router | None = None,
     ) -> None:
+        """`router`: its catalog in force bills the levels; else the settings' one, read once."""
         self.store = store
         self.projector = projector
         self.prices = prices
         self.settings = settings
         self._take(list(budget_rules(settings) if rules is None else rules))
-        self.billing = level_billings(settings)
-        """How each level's ticks are paid for, which decides the limits that hold them."""
+        if router is not None:
+            source = router.source
+            self._catalog: Callable[[], Catalog | None] = lambda: source.catalog
+        else:
+            read = readable_catalog(settings)
+            self._catalog = lambda: read
+        self._billings: _Billings | None = None
         self._lock = threading.Lock()
         self._pending: dict[str, tuple[str, int]] = {}
         """Tick id -> (level, tokens) reserved by decisions not yet claimed in the store."""
@@ -236,10 +247,24 @@ class Budgets:
         """Resolve the rules anew after a reload (refolded if they differ).
 
         A level's own daily budget and its tags may have changed with the levels, and the
-        `[[budgets]]` themselves (`Settings.replace_budgets`), and how they are billed.
+        `[[budgets]]` themselves (`Settings.replace_budgets`). How they are billed follows
+        the levels by itself (`billing`).
         """
         self._take(budget_rules(self.settings))
-        self.billing = level_billings(self.settings)
+
+    def billing(self, level: str) -> Billing:
+        """How `level`'s ticks are paid for, which decides the limits that hold them.
+
+        Computed anew when the catalog in force or the levels changed: a reload may move a
+        lane to targets billed otherwise, and the levels are swapped whole on a reload.
+        """
+        catalog = self._catalog()
+        revision = catalog.revision if catalog is not None else None
+        levels = self.settings.levels
+        known = self._billings
+        if known is None or known[0] != revision or known[1] is not levels:
+            known = self._billings = (revision, levels, level_billings(levels, catalog))
+        return known[2].get(level, "api")
 
     def spent(
         self, rules: Sequence[BudgetRule], at: datetime, fold: bool = True
@@ -312,7 +337,7 @@ class Budgets:
         at: datetime,
     ) -> BudgetCheck:
         model = self.settings.levels[level].model if level in self.settings.levels else None
-        billing = self.billing.get(level, "api")
+        billing = self.billing(level)
         first: BudgetCheck | None = None
         for rule in rules:
             reserved = held_by(rule, reservations)
@@ -359,7 +384,7 @@ class Budgets:
             return None
         at = at or datetime.now(UTC)
         spent = self.spent(rules, at)
-        billing = self.billing.get(level, "api")
+        billing = self.billing(level)
         for rule in rules:
             used = spent[rule.name]
             if not within(rule, self.prices, used, 0, None, at, billing):

@@ -267,7 +267,7 @@ def held_paused(budgets: Budgets, statuses: Sequence[BudgetStatus]) -> dict[str,
         if rule.action != "pause" or status.used_fraction < 1.0:
             continue
         for level in levels if rule.levels is None else rule.levels & levels.keys():
-            if status.holds(budgets.billing.get(level, "api")):
+            if status.holds(budgets.billing(level)):
                 ends[level] = max(ends.get(level, status.window_end), status.window_end)
     return ends
 
@@ -448,7 +448,7 @@ class BudgetWatch:
         rule = next(rule for rule in self.budgets.rules if rule.name == status.name)
         paused = []
         for level in self._levels_of(rule):
-            if not status.holds(self.budgets.billing.get(level, "api")):
+            if not status.holds(self.budgets.billing(level)):
                 continue  # a subscription's level, held by the bill alone: it adds nothing
             if level_paused(self.store, level):
                 continue

@@ -157,7 +157,7 @@ def run_forecast(budgets: Budgets, level: str, slots: list[datetime], at: dateti
     spent = budgets.spent(rules, at)
     held = budgets.held()
     crossings = []
-    billing = budgets.billing.get(level, "api")
+    billing = budgets.billing(level)
     for rule in rules:
         reserved = held_by(rule, held)
         used = spent[rule.name]

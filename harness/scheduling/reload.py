@@ -330,19 +330,18 @@ class SettingsReload(ABC):
         """What the load cannot check alone: the catalog lanes and the budgets' prices.
 
         A level without a model needs a lane of the catalog in force; a USD budget must
-        pay one tick of each level it covers at its model's price.
+        pay one tick of each level it covers at its model's price, unless a lane routes it.
 
         Raises:
             ConfigError: naming the file and each level that could not run.
         """
-        refuse_unpayable_budgets(new, str(self.path), utcnow().date().isoformat())
+        lanes = self.router.source.catalog.lanes.keys() if self.router is not None else set()
+        refuse_unpayable_budgets(new, str(self.path), utcnow().date().isoformat(), lanes)
         modelless = sorted(name for name, level in new.levels.items() if not level.model)
+        missing = [name for name in modelless if name not in lanes]
         if self.router is None:
-            missing = modelless
             why = "there is no [routing] catalog in force (a new one takes a restart)"
         else:
-            lanes = self.router.source.catalog.lanes
-            missing = [name for name in modelless if name not in lanes]
             why = "the catalog in force has no lane for it"
         if missing:
             lines = "\n".join(f"  levels.{name}: has no model, and {why}" for name in missing)

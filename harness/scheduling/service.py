@@ -110,7 +110,9 @@ class Service:
         self._threads_lock = threading.Lock()
         self.prices = PriceBook(settings.prices)
         self.projector = projector_for(store, self.prices)
-        self.budgets = budgets or Budgets(store, self.projector, self.prices, settings)
+        self.budgets = budgets or Budgets(
+            store, self.projector, self.prices, settings, router=self.router
+        )
         self.budget_flagged: set[tuple[str, str]] = set()
         """(level, day) whose LevelBudgetExceeded is known to be recorded."""
         self.control = ControlFollower(store, executor, settings.levels)

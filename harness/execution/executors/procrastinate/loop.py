@@ -51,7 +51,7 @@ class WorkerLoop:
         self.settings = settings
         self.store = store
         preparer = Preparer(settings, store, env=env, router=router)
-        runner = WorkerRunner(settings, store, env=env)
+        runner = WorkerRunner(settings, store, env=env, router=router)
         self.executor = WorkerExecutor(settings, store, preparer, runner, report)
         self.executor.seat(concurrency)
         self.report = report

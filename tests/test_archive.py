@@ -28,6 +28,7 @@ from harness.config import Settings, load_settings
 from harness.contracts.budgets import BudgetEntry
 from harness.contracts.events import (
     ARCHIVE_STREAM,
+    ArchiveWritten,
     Event,
     LevelPaused,
     TickCompleted,
@@ -37,7 +38,7 @@ from harness.contracts.events import (
     level_stream,
 )
 from harness.devtools.fake_llm import FakeUpstream
-from harness.devtools.soak import tick_events
+from harness.devtools.soak import ARCHIVE_AFTER_MIDNIGHT, SimulatedClock, tick_events
 from harness.prices import PriceBook
 from harness.projections import projector_for
 from harness.projections.periods import period_counts
@@ -588,6 +589,86 @@ def test_transcripts_leave_after_transcript_days_and_are_read_back(
         story = forked(tmp_path, "-c", str(config), "show", old(3, MID), "--archive")
         assert story.returncode == 0 and f"{old(3, MID)} said" in story.stdout, story.stderr
         assert "completed" in story.stdout
+    finally:
+        store.close()
+
+
+def _archived_days(store: SqlEventStore, clock: SimulatedClock, days: list[date]) -> None:
+    """Days archived long ago as the store keeps them: a level's event a day, and a record.
+
+    Their ticks left, so a run has nothing of theirs to read: the positions each record
+    names are gone.
+    """
+    for day in days:
+        clock.now = noon(day)
+        store.append(level_stream("min"), [LevelPaused(level="min", reason="r").to_record()])
+        clock.now = noon(day + timedelta(days=1), -11)
+        record = ArchiveWritten(
+            day=day,
+            first_position=0,
+            last_position=0,
+            events=1,
+            ticks=1,
+            counts={"TickCompleted": 1},
+            sha256="0" * 64,
+            folder=f"/archive/{day}",
+            files=0,
+        )
+        store.append(ARCHIVE_STREAM, [record.to_record()])
+
+
+def _day_to_archive(store: SqlEventStore, clock: SimulatedClock, results: Path, day: date) -> None:
+    """Two ticks of `day`, and a straggler of the day before that closed on it."""
+    late = old(99, day - timedelta(days=1))
+    opened, started, *closing = tick_events(late, results, 9, day - timedelta(days=1))
+    clock.now = noon(day - timedelta(days=1), 11)
+    store.append(f"tick-{late}", [opened.to_record(), started.to_record()])
+    for n in range(2):
+        clock.now = noon(day, n)
+        for event in tick_events(old(n, day), results, 100 + n, day):
+            store.append(f"tick-{old(n, day)}", [event.to_record()])
+    store.append(f"tick-{late}", [event.to_record() for event in closing])
+
+
+def test_a_periodic_run_costs_the_same_behind_ten_times_the_days_archived(
+    store_url: str, tmp_path: Path
+) -> None:
+    """Invariant 14 for the archive run: its statements follow the days it archives.
+
+    A run behind 3 archived days, then one behind 31, each taking a day of two ticks and
+    a straggler: the same statements, though every archived day holds a record and an
+    event that stays hot (a run used to walk each such day, a dozen statements apiece).
+    """
+    first = TODAY - timedelta(days=40)
+    settings = load_settings(config_file(tmp_path, store_url))
+    clock = SimulatedClock(noon(first))
+    store = open_store(store_url, clock=clock)
+    sent: list[str] = []
+
+    def run(day: date) -> list[str]:
+        """The statements of the run after `day`, which archives it."""
+        clock.now = noon(day + timedelta(days=1), -12) + ARCHIVE_AFTER_MIDNIGHT
+        sent.clear()
+        sa.event.listen(store.engine, "before_cursor_execute", caught)
+        try:
+            done = Archiver(settings, store, lambda line: None).archive(day + timedelta(days=1))
+        finally:
+            sa.event.remove(store.engine, "before_cursor_execute", caught)
+        assert [(left.day, left.ticks) for left in done] == [(day, 3)], "its ticks, the straggler"
+        return list(sent)
+
+    def caught(*args: Any) -> None:
+        sent.append(args[2])
+
+    try:
+        Archiver(settings, store, lambda line: None).archive(first)  # today's partitions made
+        _archived_days(store, clock, [first + timedelta(days=n) for n in range(3)])
+        _day_to_archive(store, clock, settings.paths.results, first + timedelta(days=3))
+        few = run(first + timedelta(days=3))
+        _archived_days(store, clock, [first + timedelta(days=n) for n in range(4, 31)])
+        _day_to_archive(store, clock, settings.paths.results, first + timedelta(days=31))
+        many = run(first + timedelta(days=31))
+        assert len(many) == len(few), (Counter(many) - Counter(few), Counter(few) - Counter(many))
     finally:
         store.close()
 

@@ -85,15 +85,17 @@ from harness.store import (
     day_lines,
     day_range,
     drop_emptied_days,
-    first_day_after,
+    first_tick_day_after,
     holds,
     hot_days,
     lagging_checkpoints,
+    oldest_tick_record,
     partitioned,
     prepare_partitions,
     read_fields,
     read_lines,
     reclaim_space,
+    recorded_after,
     verify,
     verify_as_recorded,
     write_archive,
@@ -247,46 +249,65 @@ class Archiver:
         return today - timedelta(days=retention.transcript_days or retention.hot_days)
 
     def _days(self, before: date, dry_run: bool) -> list[DayArchived]:
-        recorded = self._recorded()
-        done = []
-        stragglers_upto = 0  # ticks still hot that start up to here: archived days' stragglers
-        day = first_day_after(self.store, 0)
-        while day is not None and day < before:
-            _, upto = day_range(self.store, day)
-            record = recorded.get(day)
-            if record is None:
-                result = self._archive_day(day, dry_run, stragglers_upto)
-            else:
-                result = None if dry_run else self._finish(record)
-                stragglers_upto = upto
-            if result is not None:
-                done.append(result)
-            following = first_day_after(self.store, upto)
-            day = None if following is None else max(following, day + timedelta(days=1))
+        """Finish the recorded days still hot, then archive the days not recorded, oldest first.
+
+        A run costs the days still holding hot ticks, however many were archived before:
+        it starts at the oldest tick record still hot, reads the archive stream back to
+        there, and walks only the days a tick still hot began on (a day holding only
+        streams that stay hot has nothing to archive; a straggler that closed leaves
+        with the next day that has).
+        """
+        oldest = oldest_tick_record(self.store)
+        done = [] if oldest is None else self._walk(oldest, before, dry_run)
         if not dry_run:
             for emptied in drop_emptied_days(self.store, before):
                 self.report(f"archive: the partition of {emptied} held no event any more: dropped")
         return done
 
-    def _recorded(self) -> dict[date, ArchiveWritten]:
-        found = {}
-        for stored in self.store.read_stream(ARCHIVE_STREAM):
-            if stored.type == ArchiveWritten.type:
-                record = ArchiveWritten.model_validate({**stored.data, "event_id": stored.event_id})
-                found[record.day] = record
-        return found
+    def _walk(self, oldest: int, before: date, dry_run: bool) -> list[DayArchived]:
+        """`_days` from the oldest tick record still hot (`oldest`) on.
 
-    def _archive_day(self, day: date, dry_run: bool, stragglers_upto: int) -> DayArchived | None:
+        A recorded day is finished before any day after it is archived: its events still
+        hot would be taken again as stragglers. Only a record reaching `oldest` can be
+        unfinished (it is done once its last position is gone), and every record of a
+        day from there on was appended after it.
+        """
+        recorded = {record.day: record for record in recorded_after(self.store, oldest)}
+        done = []
+        if not dry_run:
+            for record in sorted(recorded.values(), key=lambda record: record.day):
+                finished = None
+                if record.day < before and record.last_position >= oldest:
+                    finished = self._finish(record)
+                if finished is not None:
+                    done.append(finished)
+        stragglers_upto = 0  # ticks still hot that start up to here: archived days' stragglers
+        day = first_tick_day_after(self.store, oldest - 1)
+        while day is not None and day < before:
+            _, upto = day_range(self.store, day)
+            if day in recorded:
+                stragglers_upto = upto
+            else:
+                result = self._archive_day(day, dry_run, stragglers_upto, oldest - 1)
+                if result is not None:
+                    done.append(result)
+            following = first_tick_day_after(self.store, upto)
+            day = None if following is None else max(following, day + timedelta(days=1))
+        return sorted(done, key=lambda result: result.day)
+
+    def _archive_day(
+        self, day: date, dry_run: bool, stragglers_upto: int, earliest: int
+    ) -> DayArchived | None:
         """Write (or reuse), verify, pack and record the day's archive, then finish it.
 
         It takes the day's closed ticks and the stragglers of days archived before
-        (started up to `stragglers_upto`, closed since).
+        (started up to `stragglers_upto`, closed since; none is hot up to `earliest`).
         """
         folder = day_folder(self.root, day)
         manifest = self._whole(folder)
         reused = manifest is not None
         if manifest is None:
-            ticks = closed_ticks(self.store, day, stragglers_upto)
+            ticks = closed_ticks(self.store, day, stragglers_upto, earliest)
             if not ticks.count:
                 return None
             if dry_run:

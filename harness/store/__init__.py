@@ -104,12 +104,14 @@ if typing.TYPE_CHECKING:
         day_range,
         delete_events,
         drop_emptied_days,
-        first_day_after,
+        first_tick_day_after,
         footprint,
         holds,
         lagging_checkpoints,
         leave_day,
+        oldest_tick_record,
         reclaim_space,
+        recorded_after,
     )
     from harness.store.schema import HEAD_REVISION, Json, metadata, projection_checkpoints
     from harness.store.scratch import scratch_sqlite

@@ -34,7 +34,7 @@ from typing import Any
 import sqlalchemy as sa
 from sqlalchemy.engine import Engine
 
-from harness.contracts import TERMINAL_TYPES
+from harness.contracts import ARCHIVE_STREAM, TERMINAL_TYPES, ArchiveWritten
 from harness.store.archives import Line, lines, packed_lines
 from harness.store.engine import create_store_engine, stored_utc
 from harness.store.merging import merged
@@ -50,7 +50,7 @@ from harness.store.partitions import (
     partitioned,
 )
 from harness.store.partitions import days as partition_days
-from harness.store.schema import events, projection_checkpoints
+from harness.store.schema import events, projection_checkpoints, tick_rows
 from harness.store.sql import MAX_BATCH, SqlEventStore, translate_errors
 from harness.store.tick_rows import CHECKPOINT as PACKING_CHECKPOINT
 from harness.store.tick_rows import (
@@ -66,6 +66,8 @@ from harness.store.tick_rows import (
 
 SCAN_PAGE = 1000
 """Events read per query while a day's ticks are copied out."""
+RECORDS_PAGE = 64
+"""`ArchiveWritten` records read per query, back from the archive stream's end."""
 
 AUTO_VACUUM_INCREMENTAL = 2
 """`PRAGMA auto_vacuum`'s value for INCREMENTAL (0 is NONE, 1 FULL)."""
@@ -84,12 +86,14 @@ class DaySpan:
     after: int
     upto: int
     stragglers: int
-    """Streams begun at or below this position are stragglers of days archived before."""
+    """Streams begun at or below this position are stragglers of days archived before ..."""
+    earliest: int
+    """... and after this one: no tick stream still hot begins at or below it."""
     horizon: int
 
     def begins(self, position: int) -> bool:
         """Whether a stream whose first record lies at `position` is the day's."""
-        return self.after < position <= self.upto or position <= self.stragglers
+        return self.after < position <= self.upto or self.earliest < position <= self.stragglers
 
 
 @dataclass(frozen=True)
@@ -124,19 +128,108 @@ def first_day_after(store: SqlEventStore, position: int) -> date | None:
     return first[0].recorded_at.date() if first else None
 
 
-def closed_ticks(store: SqlEventStore, day: date, stragglers_upto: int = 0) -> DayTicks:
+_TICK_STREAMS = (
+    events.c.stream_id >= TICK_STREAM_PREFIX,
+    events.c.stream_id < TICK_STREAM_PREFIX[:-1] + chr(ord(TICK_STREAM_PREFIX[-1]) + 1),
+)
+"""The tick streams, as a range of the stream index: a LIKE of their prefix is not one."""
+
+
+def _first_tick(conn: sa.Connection, after: int, begun: bool) -> int | None:
+    """The first position after `after` of a tick stream's record in `events` (`begun`: its first).
+
+    On the stream index's range of tick streams, which holds the hot ticks that are not
+    packed (open or ended lately): `+ 0` keeps the planners from walking the primary key
+    from `after` through every stream that stays hot (levels, control, the archive's
+    own), a row or more for each day of history. PostgreSQL looks in the days'
+    partitions only.
+    """
+    query = sa.select(sa.func.min(events.c.global_position + 0)).where(
+        *_TICK_STREAMS, events.c.global_position + 0 > after
+    )
+    if begun:
+        query = query.where(events.c.stream_position == 1)
+    if partitioned(conn.engine):
+        query = query.where(sa.text("tick_day IS NOT NULL"))
+    found = conn.execute(query).scalar()
+    return None if found is None else int(found)
+
+
+def oldest_tick_record(store: SqlEventStore) -> int | None:
+    """The position of the oldest tick record still hot, in `events` or a row (None: none).
+
+    Below it the log holds only streams that stay hot: every day there is archived, or
+    held nothing to archive, so an archive run starts here and not at the log's start.
+    """
+    with store.read_transaction() as conn:
+        hot = _first_tick(conn, 0, begun=False)
+        packed = conn.execute(sa.select(sa.func.min(tick_rows.c.first_position))).scalar()
+    found = [int(position) for position in (hot, packed) if position is not None]
+    return min(found, default=None)
+
+
+def first_tick_day_after(store: SqlEventStore, position: int) -> date | None:
+    """The UTC day of the first tick stream still hot that begins after `position` (None: none).
+
+    A day that begins none (the streams that stay hot are recorded every day) holds
+    nothing to archive: an archive run steps over it without a query.
+    """
+    with store.read_transaction() as conn:
+        hot = _first_tick(conn, position, begun=True)
+        packed = conn.execute(
+            sa.select(sa.func.min(tick_rows.c.first_position)).where(
+                tick_rows.c.first_position > position
+            )
+        ).scalar()
+    found = [int(start) for start in (hot, packed) if start is not None]
+    return None if not found else first_day_after(store, min(found) - 1)
+
+
+def recorded_after(store: SqlEventStore, position: int) -> list[ArchiveWritten]:
+    """The `ArchiveWritten` records appended after `position`, in the order recorded.
+
+    Read back from the archive stream's end a page at a time: the records of the days
+    still holding hot ticks, not one for each day archived since the store began.
+    """
+    query = sa.select(
+        events.c.stream_position, events.c.global_position, events.c.event_id, events.c.data
+    ).where(events.c.stream_id == ARCHIVE_STREAM, events.c.type == ArchiveWritten.type)
+    if partitioned(store.engine):
+        query = query.where(sa.text("tick_day IS NULL"))
+    query = query.order_by(events.c.stream_position.desc()).limit(RECORDS_PAGE)
+    found: list[ArchiveWritten] = []
+    below = None
+    while True:
+        paged = query if below is None else query.where(events.c.stream_position < below)
+        with store.read_transaction() as conn:
+            page = conn.execute(paged).all()
+        found += [
+            ArchiveWritten.model_validate({**data, "event_id": event_id})
+            for _, at, event_id, data in page
+            if at > position
+        ]
+        if len(page) < RECORDS_PAGE or page[-1].global_position <= position:
+            return found[::-1]
+        below = page[-1].stream_position
+
+
+def closed_ticks(
+    store: SqlEventStore, day: date, stragglers_upto: int = 0, earliest: int = 0
+) -> DayTicks:
     """The tick streams that started on `day` and are closed, all their events settled.
 
     With them, the stragglers: closed streams still hot that started at or below
-    `stragglers_upto`, on a day archived while they were open. A straggler leaves with
-    the first day archived after it closed. Counted a page at a time: the streams begun
-    in `events` by the primary key's range for the day and the days before it (all
-    archived but their stragglers and open ticks, so what is left there is small), the
-    packed ones by the range of `tick_rows`' key; each page's facts by the stream
-    index. A day of 1.44M ticks costs what a page of them costs in memory.
+    `stragglers_upto` (and after `earliest`, below which no tick stream is hot), on a day
+    archived while they were open. A straggler leaves with the first day archived after
+    it closed. Counted a page at a time: the streams begun in `events` by the primary
+    key's range for the day and the stragglers' (all archived but their stragglers and
+    open ticks, so what is left there is small), the packed ones by the range of
+    `tick_rows`' key; each page's facts by the stream index. A day of 1.44M ticks costs
+    what a page of them costs in memory.
     """
     after, upto = day_range(store, day)
-    span = DaySpan(after, upto, min(stragglers_upto, after), store.last_position())
+    stragglers = min(stragglers_upto, after)
+    span = DaySpan(after, upto, stragglers, min(earliest, stragglers), store.last_position())
     count, first, last = 0, after, 0
     hot: set[str] = set()
     for page, packed in _begun(store, span):
@@ -160,7 +253,7 @@ def _begun(store: SqlEventStore, span: DaySpan) -> Iterator[tuple[list[str], boo
     apart by `_closed`).
     """
     for starts, packed in ((_hot_starts, False), (row_starts, True)):
-        for low, high in ((0, span.stragglers), (span.after, span.upto)):
+        for low, high in ((span.earliest, span.stragglers), (span.after, span.upto)):
             cursor = low
             while True:
                 with store.read_transaction() as conn:

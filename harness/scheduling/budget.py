@@ -204,8 +204,8 @@ def budget_rules(settings: Settings) -> list[BudgetRule]:
     return settings.budget_rules(hosts)
 
 
-_Billings = tuple[str | None, Mapping[str, LevelConfig], dict[str, Billing]]
-"""A catalog revision (None: no catalog), the levels, and how each of them is billed."""
+_Billings = tuple[Catalog | None, Mapping[str, LevelConfig], dict[str, Billing]]
+"""The catalog and the levels they were computed for, and how each level is billed."""
 
 
 class Budgets:
@@ -256,14 +256,14 @@ class Budgets:
         """How `level`'s ticks are paid for, which decides the limits that hold them.
 
         Computed anew when the catalog in force or the levels changed: a reload may move a
-        lane to targets billed otherwise, and the levels are swapped whole on a reload.
+        lane to targets billed otherwise. Both are swapped whole on a reload, so identity
+        tells a change (a catalog's revision would hash it on every call).
         """
         catalog = self._catalog()
-        revision = catalog.revision if catalog is not None else None
         levels = self.settings.levels
         known = self._billings
-        if known is None or known[0] != revision or known[1] is not levels:
-            known = self._billings = (revision, levels, level_billings(levels, catalog))
+        if known is None or known[0] is not catalog or known[1] is not levels:
+            known = self._billings = (catalog, levels, level_billings(levels, catalog))
         return known[2].get(level, "api")
 
     def spent(

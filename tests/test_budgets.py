@@ -35,6 +35,7 @@ from harness.contracts.budgets import BudgetEntry, window_of
 from harness.contracts.events import TERMINAL_TYPES, budget_stream, level_stream
 from harness.devtools.fake_llm import FakeUpstream, Step
 from harness.execution.executors import LocalExecutor
+from harness.execution.lifecycle import Decisions
 from harness.execution.prepare import Preparer
 from harness.execution.runner import Runner
 from harness.prices import PriceBook
@@ -170,6 +171,61 @@ def test_a_target_budget_must_name_a_target_of_the_catalog(tmp_path: Path) -> No
     assert rule.targets == {"mini", "large"} and rule.covers("min", "mini")
     assert not rule.covers("min", "local") and not rule.covers_level("min")
     store.close()
+
+
+def test_a_budgets_told_of_no_reload_decides_by_the_budgets_and_levels_in_force(
+    store: SqlEventStore, tmp_path: Path
+) -> None:
+    """The runner's budgets (`Decisions`) share the service's settings and hear of no reload."""
+    settings = _settings(tmp_path, [{"name": "all", "scope": "global", "tokens": 1_000}])
+    day = datetime(2026, 12, 1, 9, tzinfo=UTC)
+    _spend(store, "min", day, 150)
+    budgets = Decisions(settings, store, None).budgets
+    assert budgets.over("min", day) is None
+
+    settings.replace_budgets([BudgetEntry(name="all", scope="global", tokens=100)])
+    over = budgets.over("min", day)
+    assert over is not None and (over.budget, over.limit_tokens) == ("all", 100), over
+
+    settings.replace_budgets([])
+    assert budgets.over("min", day) is None
+    held = settings.levels["min"].model_copy(update={"daily_token_budget": 100})
+    settings.replace_levels({**settings.levels, "min": held})
+    over = budgets.over("min", day)
+    assert over is not None and over.budget == "level-min-daily", over
+    assert budgets.over("hour", day) is None
+
+
+def test_a_provider_budget_holds_the_targets_of_the_catalog_in_force_not_the_file(
+    store: SqlEventStore, tmp_path: Path
+) -> None:
+    """A target moved to another host leaves the provider's budget; a broken file changes nothing.
+
+    The router keeps the last valid catalog in force when the file turns invalid: the
+    budgets follow it, and one made then (the preparer's, at its first tick) does not raise.
+    """
+    catalog = tmp_path / "catalog.json"
+    catalog.write_text(json.dumps(valid()))
+    cloud = BudgetEntry(name="cloud", scope="provider:api.example.com", usd=5, action="reroute")
+    settings = _settings(tmp_path, []).model_copy(
+        update={"budgets": [cloud], "routing": RoutingConfig(catalog=catalog)}
+    )
+    router = configured_router(settings)
+    assert router is not None
+    prices = PriceBook()
+    budgets = Budgets(store, projector_for(store, prices), prices, settings, router=router)
+    assert budgets.rules[0].targets == {"mini", "large"}
+
+    moved = valid()
+    moved["targets"]["large"]["base_url"] = "https://api.elsewhere.example/v1"
+    catalog.write_text(json.dumps(moved))
+    router.source.poll()
+    assert budgets.rules[0].targets == {"mini"}
+
+    catalog.write_text("{")
+    router.source.poll()
+    later = Budgets(store, projector_for(store, prices), prices, settings, router=router)
+    assert budgets.rules[0].targets == later.rules[0].targets == {"mini"}
 
 
 def test_calendar_windows_follow_the_zones_dst_and_the_months_end() -> None:

@@ -33,7 +33,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 
 from harness.config import LevelConfig, Settings, host_of
-from harness.contracts import Billing, BudgetRule, TickScheduled, tick_stream
+from harness.contracts import Billing, BudgetEntry, BudgetRule, TickScheduled, tick_stream
 from harness.prices import PriceBook, format_usd
 from harness.projections import (
     Projector,
@@ -43,7 +43,7 @@ from harness.projections import (
     spent_in_windows,
     ticks_in_flight,
 )
-from harness.routing import Catalog, Router, configured_router, level_billings, readable_catalog
+from harness.routing import Catalog, Router, level_billings, readable_catalog
 from harness.store import EventStore, StoredEvent
 
 log = logging.getLogger(__name__)
@@ -187,16 +187,15 @@ def within(
     return True
 
 
-def budget_rules(settings: Settings) -> list[BudgetRule]:
-    """The configured budgets, `provider:` scopes resolved against the routing catalog."""
+def budget_rules(settings: Settings, catalog: Catalog | None) -> list[BudgetRule]:
+    """The configured budgets, `provider:` scopes resolved against `catalog`'s endpoints.
+
+    The catalog in force, not the file: one on disk may be invalid (the router kept the
+    last valid one) or newer than what routes the ticks.
+    """
     hosts: dict[str, str] = {}
-    router = (
-        configured_router(settings)
-        if any(entry.scope_kind == "provider" for entry in settings.budget_entries())
-        else None
-    )
-    if router is not None:
-        for name, target in router.source.catalog.targets.items():
+    if catalog is not None:
+        for name, target in catalog.targets.items():
             url = target.base_url or (os.environ.get(target.base_url_env or "") or None)
             host = host_of(url)
             if host:
@@ -204,8 +203,22 @@ def budget_rules(settings: Settings) -> list[BudgetRule]:
     return settings.budget_rules(hosts)
 
 
-_Billings = tuple[Catalog | None, Mapping[str, LevelConfig], dict[str, Billing]]
-"""The catalog and the levels they were computed for, and how each level is billed."""
+@dataclass(frozen=True)
+class _Resolved:
+    """The budgets as resolved from one `[[budgets]]` list, levels dict and catalog.
+
+    A reload swaps each of the three whole (`Settings.replace_budgets`/`replace_levels`,
+    `CatalogSource.poll`), so their identity tells when to resolve anew.
+    """
+
+    entries: list[BudgetEntry]
+    levels: Mapping[str, LevelConfig]
+    catalog: Catalog | None
+    rules: list[BudgetRule]
+    windows: Projector
+    """Folds the budgets read model (`spent_in_windows`) for `rules`."""
+    billings: dict[str, Billing]
+    """How each level is billed under `catalog`."""
 
 
 class Budgets:
@@ -217,54 +230,74 @@ class Budgets:
         projector: Projector,
         prices: PriceBook,
         settings: Settings,
-        rules: Sequence[BudgetRule] | None = None,
         router: Router | None = None,
     ) -> None:
-        """`router`: its catalog in force bills the levels; else the settings' one, read once."""
+        """`router`: its catalog in force bills the levels; else the settings' one, read once.
+
+        The rules follow `settings` and that catalog by themselves (`_resolved`): the
+        runner's and the preparer's budgets are told of no reload, and decide by the
+        rules in force all the same.
+        """
         self.store = store
         self.projector = projector
         self.prices = prices
         self.settings = settings
-        self._take(list(budget_rules(settings) if rules is None else rules))
         if router is not None:
             source = router.source
             self._catalog: Callable[[], Catalog | None] = lambda: source.catalog
         else:
             read = readable_catalog(settings)
             self._catalog = lambda: read
-        self._billings: _Billings | None = None
+        self._resolving = threading.Lock()
+        self._known: _Resolved | None = None
+        self._folded: Projector | None = None
+        """The `windows` whose rules the read model was last found folded for."""
         self._lock = threading.Lock()
         self._pending: dict[str, tuple[str, int]] = {}
         """Tick id -> (level, tokens) reserved by decisions not yet claimed in the store."""
 
-    def _take(self, rules: list[BudgetRule]) -> None:
-        self.rules = rules
-        self.windows = budget_projector(self.store, self.prices, self.rules)
-        """Folds the budgets read model (`spent_in_windows`)."""
-        self._folded_for_rules = False
+    def _resolved(self) -> _Resolved:
+        """The rules in force, resolved anew when the budgets, levels or catalog were replaced.
 
-    def levels_changed(self, levels: Mapping[str, LevelConfig]) -> None:
-        """Resolve the rules anew after a reload (refolded if they differ).
-
-        A level's own daily budget and its tags may have changed with the levels, and the
-        `[[budgets]]` themselves (`Settings.replace_budgets`). How they are billed follows
-        the levels by itself (`billing`).
+        Rules resolved the same as before keep their `windows`, found folded already;
+        changed ones are refolded at their first read (`spent`).
         """
-        self._take(budget_rules(self.settings))
+        entries, levels, catalog = self.settings.budgets, self.settings.levels, self._catalog()
+        with self._resolving:
+            known = self._known
+            if (
+                known is None
+                or known.entries is not entries
+                or known.levels is not levels
+                or known.catalog is not catalog
+            ):
+                rules = budget_rules(self.settings, catalog)
+                windows = (
+                    known.windows
+                    if known is not None and known.rules == rules
+                    else budget_projector(self.store, self.prices, rules)
+                )
+                billings = level_billings(levels, catalog)
+                known = self._known = _Resolved(entries, levels, catalog, rules, windows, billings)
+            return known
+
+    @property
+    def rules(self) -> list[BudgetRule]:
+        """Every budget in force, resolved to the levels and targets it holds."""
+        return self._resolved().rules
+
+    @property
+    def windows(self) -> Projector:
+        """Folds the budgets read model (`spent_in_windows`) for the rules in force."""
+        return self._resolved().windows
 
     def billing(self, level: str) -> Billing:
         """How `level`'s ticks are paid for, which decides the limits that hold them.
 
-        Computed anew when the catalog in force or the levels changed: a reload may move a
-        lane to targets billed otherwise. Both are swapped whole on a reload, so identity
-        tells a change (a catalog's revision would hash it on every call).
+        Follows the catalog in force and the levels: a reload may move a lane to targets
+        billed otherwise.
         """
-        catalog = self._catalog()
-        levels = self.settings.levels
-        known = self._billings
-        if known is None or known[0] is not catalog or known[1] is not levels:
-            known = self._billings = (catalog, levels, level_billings(levels, catalog))
-        return known[2].get(level, "api")
+        return self._resolved().billings.get(level, "api")
 
     def spent(
         self, rules: Sequence[BudgetRule], at: datetime, fold: bool = True
@@ -274,10 +307,12 @@ class Budgets:
         The first read refolds the read model if the configured budgets changed since it
         was folded (`ensure_folded`). `fold` False: as folded so far (`spent_in_windows`).
         """
-        if not self._folded_for_rules:
-            ensure_folded(self.store, self.windows, self.rules, at, self.settings.retention.archive)
-            self._folded_for_rules = True
-        return spent_in_windows(self.store, self.windows, self.prices, rules, at, fold)
+        resolved = self._resolved()
+        if self._folded is not resolved.windows:
+            archive = self.settings.retention.archive
+            ensure_folded(self.store, resolved.windows, resolved.rules, at, archive)
+            self._folded = resolved.windows
+        return spent_in_windows(self.store, resolved.windows, self.prices, rules, at, fold)
 
     def rules_for(self, level: str) -> list[BudgetRule]:
         """The budgets a tick of `level` is held to before it starts (not target-scoped ones)."""

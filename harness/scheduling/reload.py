@@ -300,7 +300,6 @@ class SettingsReload(ABC):
             )
         if new.budgets != settings.budgets:
             settings.replace_budgets(new.budgets)
-            self._budgets_changed()
             self.report(f"{self.path}: [[budgets]] reloaded ({len(new.budgets)} in force)")
         changes = level_changes(settings.levels, new.levels)
         if not changes:
@@ -317,10 +316,6 @@ class SettingsReload(ABC):
     @abstractmethod
     def _take_levels(self, levels: dict[str, LevelConfig], changes: LevelChanges) -> None:
         """Every part of the process takes the new levels."""
-
-    @abstractmethod
-    def _budgets_changed(self) -> None:
-        """After `[[budgets]]` changed in the settings: what else holds them."""
 
     @abstractmethod
     def _reloaded(self, old: str, revision: str, changes: LevelChanges, restart: list[str]) -> None:
@@ -391,9 +386,6 @@ class LevelsReload(SettingsReload):
     def _looked(self) -> None:
         """Nothing: the timetable's thread takes the file, between two waves (`poll`)."""
 
-    def _budgets_changed(self) -> None:
-        self.service.budgets.levels_changed(self.settings.levels)
-
     def _take_levels(self, levels: dict[str, LevelConfig], changes: LevelChanges) -> None:
         """The service takes the new levels, then the other parts that hold them (hooks)."""
         self.service.take_levels(levels, {*changes.added, *changes.changed})
@@ -442,9 +434,6 @@ class ServeReload(SettingsReload):
 
     def _take_levels(self, levels: dict[str, LevelConfig], changes: LevelChanges) -> None:
         self.settings.replace_levels(levels)
-
-    def _budgets_changed(self) -> None:
-        """Nothing: serve reads the budgets from the settings at each request."""
 
     def _reloaded(self, old: str, revision: str, changes: LevelChanges, restart: list[str]) -> None:
         """Nothing: the scheduler records its own reload of the same file."""

@@ -169,7 +169,6 @@ class Service:
         self.config_revision = levels_revision(levels)
         self.fire_times.take(self.settings)
         self.run_limits.take(self.settings)
-        self.budgets.levels_changed(self.settings.levels)
         kept = {name: trigger for name, trigger in self.triggers.items() if name not in retimed}
         self.triggers = self._runnable_triggers(levels, kept)
         self.control.levels = self.settings.levels

@@ -50,7 +50,7 @@ from harness.routing.catalog import CatalogError
 from harness.routing.decisions import configured_router
 from harness.scheduling.alerts import Alerter
 from harness.scheduling.budget import Budgets
-from harness.scheduling.budget_watch import BudgetWatch, budget_statuses
+from harness.scheduling.budget_watch import BudgetWatch, budget_statuses, held_paused
 from harness.scheduling.control import switch_level
 from harness.scheduling.describe import describe_levels
 from harness.scheduling.log_feed import LogFeed
@@ -194,6 +194,21 @@ def test_a_budgets_told_of_no_reload_decides_by_the_budgets_and_levels_in_force(
     over = budgets.over("min", day)
     assert over is not None and over.budget == "level-min-daily", over
     assert budgets.over("hour", day) is None
+
+
+def test_a_watch_pass_pairs_statuses_read_before_a_reload_with_its_budgets_by_name(
+    store: SqlEventStore, tmp_path: Path
+) -> None:
+    """The rules follow a reload by themselves, so they may change within one watch pass."""
+    kept = {"name": "kept", "scope": "level:min", "tokens": 100, "action": "pause"}
+    gone = {"name": "gone", "scope": "level:hour", "tokens": 100, "action": "pause"}
+    settings = _settings(tmp_path, [gone, kept])
+    day = datetime(2026, 12, 1, 9, tzinfo=UTC)
+    _spend(store, "min", day, 150)
+    budgets = _budgets(settings, store)
+    statuses = budget_statuses(budgets, day)
+    settings.replace_budgets([BudgetEntry(**kept)])
+    assert set(held_paused(budgets, statuses)) == {"min"}
 
 
 def test_a_provider_budget_holds_the_targets_of_the_catalog_in_force_not_the_file(

@@ -31,7 +31,7 @@ from __future__ import annotations
 
 import logging
 import threading
-from collections.abc import Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from uuid import UUID, uuid5
@@ -255,15 +255,30 @@ def budget_statuses(budgets: Budgets, at: datetime | None = None) -> list[Budget
     return _with_pauses(budgets, statuses)
 
 
+def _paired(
+    budgets: Budgets, statuses: Iterable[BudgetStatus]
+) -> Iterator[tuple[BudgetRule, BudgetStatus]]:
+    """Each status with its budget's rule, matched by name; a status whose budget left is not.
+
+    The rules follow a reload by themselves (`Budgets.rules`), so the rules read here
+    may be newer than the ones the statuses were computed from.
+    """
+    rules = {rule.name: rule for rule in budgets.rules}
+    for status in statuses:
+        rule = rules.get(status.name)
+        if rule is not None:
+            yield rule, status
+
+
 def held_paused(budgets: Budgets, statuses: Sequence[BudgetStatus]) -> dict[str, datetime]:
     """Level -> when the `pause` budgets at their limit that hold it all have a new window.
 
     A level paused by a budget stays paused while it is in here, and resumes by itself
-    once it is not (`BudgetWatch`); `statuses` are `budgets.rules`' own, in their order.
+    once it is not (`BudgetWatch`).
     """
     levels = budgets.settings.levels
     ends: dict[str, datetime] = {}
-    for rule, status in zip(budgets.rules, statuses, strict=True):
+    for rule, status in _paired(budgets, statuses):
         if rule.action != "pause" or status.used_fraction < 1.0:
             continue
         for level in levels if rule.levels is None else rule.levels & levels.keys():
@@ -288,7 +303,7 @@ def _with_pauses(budgets: Budgets, statuses: list[BudgetStatus]) -> list[BudgetS
         return statuses
     paused = budget_paused(budgets)
     shown = []
-    for rule, status in zip(budgets.rules, statuses, strict=True):
+    for rule, status in _paired(budgets, statuses):
         held = sorted(
             level
             for level in paused & ends.keys()
@@ -392,7 +407,7 @@ class BudgetWatch:
         """
         covering = [
             (rule, status)
-            for rule, status in zip(self.budgets.rules, statuses, strict=True)
+            for rule, status in _paired(self.budgets, statuses)
             if rule.action == "pause" and rule.covers_level(level)
         ]
         if not covering:
@@ -444,16 +459,19 @@ class BudgetWatch:
         return event
 
     def _pause(self, status: BudgetStatus) -> list[str]:
-        """Pause the levels the budget holds that are not paused already."""
-        rule = next(rule for rule in self.budgets.rules if rule.name == status.name)
+        """Pause the levels the budget holds that are not paused already.
+
+        None when a reload took the budget away since its status was read.
+        """
         paused = []
-        for level in self._levels_of(rule):
+        rule = next((rule for rule, _ in _paired(self.budgets, [status])), None)
+        for level in [] if rule is None else self._levels_of(rule):
             if not status.holds(self.budgets.billing(level)):
                 continue  # a subscription's level, held by the bill alone: it adds nothing
             if level_paused(self.store, level):
                 continue
             reason = (
-                f"budget {rule.name} ({rule.scope}, {rule.window}) spent: "
+                f"budget {status.name} ({status.scope}, {status.window}) spent: "
                 f"{status.used_tokens:,} tokens until {status.window_end:%Y-%m-%d %H:%M} UTC"
             )
             switch_level(

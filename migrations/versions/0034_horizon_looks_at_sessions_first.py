@@ -23,7 +23,7 @@ newest event (read in the function's first statement, whose snapshot holds all t
 sees): no event the caller reads lies above it, so capping there would change nothing.
 When every transaction in progress began after the newest event committed, as between
 two bursts of appends, no session is looked at: the look (`pg_stat_get_activity`) costs
-about twice the rest of a one-row read's work on the server.
+several times the rest of a one-row read's work on the server.
 
 The downgrade puts 0005's function back.
 

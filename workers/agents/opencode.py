@@ -47,9 +47,12 @@ OFFLINE = {
     "OPENCODE_DISABLE_DEFAULT_PLUGINS": "1",
     "OPENCODE_DISABLE_CLAUDE_CODE": "1",
     "OPENCODE_EXPERIMENTAL_DISABLE_FILEWATCHER": "1",
+    "OPENCODE_DISABLE_FFF": "1",
 }
 """No models.dev catalog, update check, share link, language-server download, bundled auth
-plugins, ~/.claude prompts or file watcher: none of them serves a scheduled tick."""
+plugins, ~/.claude prompts, file watcher or native file finder (`fff`, a file picker's
+index): none of them serves a scheduled tick. Without the finder a start took 0.43 s less
+CPU here (median of 6, 3.55 s against 3.98 s, on the tick's own empty workdir)."""
 STOP_REASONS = {"stop": "end_turn", "length": "max_tokens", "tool-calls": "tool_use"}
 """OpenCode's (the AI SDK's) finish reasons in the words the other agents' ticks use."""
 

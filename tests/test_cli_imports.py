@@ -8,7 +8,6 @@ hide a heavy import, and lists the watched modules that ended up in `sys.modules
 
 from __future__ import annotations
 
-import contextlib
 import json
 import os
 import re
@@ -17,7 +16,6 @@ import sys
 import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
-from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -25,9 +23,7 @@ import pytest
 
 from harness.cli.answered import command_answers
 from harness.config import load_settings, service_socket
-from harness.contracts import tick_stream
-from harness.contracts.events import BudgetSpent, TickCompleted, TickScheduled, TickStarted
-from harness.contracts.ids import tick_id_for
+from harness.devtools.example_ticks import fill_example_store
 from harness.local_socket import serve
 from harness.store import open_store
 from tests.commands import forked, forked_each
@@ -200,7 +196,7 @@ def test_ticks_and_show_answered_by_a_running_service_print_what_they_read_alone
     service answered); what the command prints alone runs forked.
     """
     subprocess.run([TICKWORK, "init"], cwd=tmp_path, check=True, capture_output=True)
-    first = seed_ticks(tmp_path, 3)
+    first = fill_example_store(tmp_path, 3)
     asked = [
         ["ticks"],
         ["ticks", "--json", "--limit", "2"],
@@ -273,36 +269,6 @@ def test_an_answer_that_is_not_one_is_passed_over_and_the_store_read(
     assert [question["command"] for question in questions] == ["ticks"], "the socket was asked"
     assert listed.returncode == 0, listed.stderr
     assert "forged" not in listed.stdout and listed.stdout.startswith("no tick since"), listed
-
-
-def seed_ticks(folder: Path, count: int) -> str:
-    """`count` completed ticks of the `min` level, a minute apart today; the first one's id."""
-    config = load_settings(folder / "tickwork.toml")
-    with contextlib.chdir(folder):  # the example's store URL is relative to its folder
-        store = open_store(config.store.url)
-    start = datetime.now(UTC).replace(hour=0, minute=0, second=0, microsecond=0)
-    ids = []
-    try:
-        for index in range(count):
-            at = start + timedelta(minutes=index)
-            tick = {"tick_id": tick_id_for("min", at, f"seed{index}"), "level": "min"}
-            events = [
-                TickScheduled(**tick, slot=at, model="gpt-4o-mini", occurred_at=at),
-                TickStarted(**tick, pid=1, host="here", occurred_at=at),
-                BudgetSpent(
-                    **tick,
-                    model="gpt-4o-mini",
-                    prompt_tokens=900,
-                    completion_tokens=80,
-                    occurred_at=at,
-                ),
-                TickCompleted(**tick, prompt_tokens=900, completion_tokens=80, occurred_at=at),
-            ]
-            store.append(tick_stream(tick["tick_id"]), [event.to_record() for event in events])
-            ids.append(tick["tick_id"])
-    finally:
-        store.close()
-    return ids[0]
 
 
 def printed(cwd: Path, watched: tuple[str, ...], *args: str) -> tuple[str, list[str]]:

@@ -274,13 +274,19 @@ class Archiver:
         """
         recorded = {record.day: record for record in recorded_after(self.store, oldest)}
         done = []
-        if not dry_run:
-            for record in sorted(recorded.values(), key=lambda record: record.day):
-                finished = None
-                if record.day < before and record.last_position >= oldest:
-                    finished = self._finish(record)
-                if finished is not None:
-                    done.append(finished)
+        unfinished = (
+            []
+            if dry_run
+            else [
+                record
+                for record in recorded.values()
+                if record.day < before and record.last_position >= oldest
+            ]
+        )
+        for record in sorted(unfinished, key=lambda record: record.day):
+            finished = self._finish(record)
+            if finished is not None:
+                done.append(finished)
         stragglers_upto = 0  # ticks still hot that start up to here: archived days' stragglers
         day = first_tick_day_after(self.store, oldest - 1)
         while day is not None and day < before:

@@ -464,7 +464,7 @@ class BudgetWatch:
         None when a reload took the budget away since its status was read.
         """
         paused = []
-        rule = next((rule for rule, _ in _paired(self.budgets, [status])), None)
+        rule = next((rule for rule in self.budgets.rules if rule.name == status.name), None)
         for level in [] if rule is None else self._levels_of(rule):
             if not status.holds(self.budgets.billing(level)):
                 continue  # a subscription's level, held by the bill alone: it adds nothing

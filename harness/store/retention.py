@@ -155,17 +155,28 @@ def _first_tick(conn: sa.Connection, after: int, begun: bool) -> int | None:
     return None if found is None else int(found)
 
 
+def _first_tick_record(store: SqlEventStore, after: int, begun: bool) -> int | None:
+    """Where the first hot tick record after `after` lies (`begun`: a tick's first one).
+
+    In `events` or in a packed row; None when there is none.
+    """
+    with store.read_transaction() as conn:
+        hot = _first_tick(conn, after, begun)
+        packed = conn.execute(
+            sa.select(sa.func.min(tick_rows.c.first_position)).where(
+                tick_rows.c.first_position > after
+            )
+        ).scalar()
+    return min((int(position) for position in (hot, packed) if position is not None), default=None)
+
+
 def oldest_tick_record(store: SqlEventStore) -> int | None:
     """The position of the oldest tick record still hot, in `events` or a row (None: none).
 
     Below it the log holds only streams that stay hot: every day there is archived, or
     held nothing to archive, so an archive run starts here and not at the log's start.
     """
-    with store.read_transaction() as conn:
-        hot = _first_tick(conn, 0, begun=False)
-        packed = conn.execute(sa.select(sa.func.min(tick_rows.c.first_position))).scalar()
-    found = [int(position) for position in (hot, packed) if position is not None]
-    return min(found, default=None)
+    return _first_tick_record(store, 0, begun=False)
 
 
 def first_tick_day_after(store: SqlEventStore, position: int) -> date | None:
@@ -174,15 +185,8 @@ def first_tick_day_after(store: SqlEventStore, position: int) -> date | None:
     A day that begins none (the streams that stay hot are recorded every day) holds
     nothing to archive: an archive run steps over it without a query.
     """
-    with store.read_transaction() as conn:
-        hot = _first_tick(conn, position, begun=True)
-        packed = conn.execute(
-            sa.select(sa.func.min(tick_rows.c.first_position)).where(
-                tick_rows.c.first_position > position
-            )
-        ).scalar()
-    found = [int(start) for start in (hot, packed) if start is not None]
-    return None if not found else first_day_after(store, min(found) - 1)
+    first = _first_tick_record(store, position, begun=True)
+    return None if first is None else first_day_after(store, first - 1)
 
 
 def recorded_after(store: SqlEventStore, position: int) -> list[ArchiveWritten]:

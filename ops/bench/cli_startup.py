@@ -41,17 +41,14 @@ import sys
 import tempfile
 import time
 from collections.abc import Iterator
-from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 from machine import cached_bytecode, describe, instructions
 
 from harness.cli.answered import question
-from harness.config import load_settings, service_socket
-from harness.contracts.events import BudgetSpent, TickCompleted, TickScheduled, TickStarted
-from harness.contracts.ids import tick_id_for
+from harness.config import service_socket
+from harness.devtools.example_ticks import fill_example_store
 from harness.local_socket import ask
-from harness.store import open_store
 
 QUESTION = question("status", {"as_json": False, "verbose": False}, Path("tickwork.toml"))
 """What `tickwork status` asks the service in the bench's folder (as the command asks it)."""
@@ -162,40 +159,6 @@ def imported_modules(folder: Path, environment: dict[str, str], arguments: list[
     return sum(line.startswith("import time:") for line in report.splitlines()) - 1
 
 
-def fill(folder: Path, ticks: int) -> str:
-    """A day of completed ticks of the example's `min` level, each with two model calls.
-
-    Returns the first tick's id, for `tickwork show`.
-    """
-    config = load_settings(folder / "tickwork.toml")
-    with contextlib.chdir(folder):  # the example's store URL is relative to its folder
-        store = open_store(config.store.url, durability=config.store.durability)
-    start = datetime.now(UTC).replace(hour=0, minute=0, second=0, microsecond=0)
-    try:
-        for index in range(ticks):
-            at = start + timedelta(minutes=index % (24 * 60))
-            tick = {"tick_id": tick_id_for("min", at, f"bench{index}"), "level": "min"}
-            events = [
-                TickScheduled(**tick, slot=at, model="gpt-4o-mini", occurred_at=at),
-                TickStarted(**tick, pid=1, host="bench", occurred_at=at),
-                *(
-                    BudgetSpent(
-                        **tick,
-                        model="gpt-4o-mini",
-                        prompt_tokens=1200,
-                        completion_tokens=150,
-                        occurred_at=at,
-                    )
-                    for _ in range(2)
-                ),
-                TickCompleted(**tick, prompt_tokens=2400, completion_tokens=300, occurred_at=at),
-            ]
-            store.append(f"tick-{tick['tick_id']}", [event.to_record() for event in events])
-    finally:
-        store.close()
-    return tick_id_for("min", start, "bench0")
-
-
 @contextlib.contextmanager
 def service(
     tickwork: list[str], folder: Path, environment: dict[str, str]
@@ -302,7 +265,7 @@ def main() -> None:
         bare = instructions(BARE, folder, environment) if args.instructions else None
         for label, arguments in (("--help", ["--help"]), ("status (empty)", ["status"])):
             figures(f"tickwork {label}", builds, arguments, folder, environment, args.runs, bare)
-        shown = fill(folder, args.ticks)
+        shown = fill_example_store(folder, args.ticks, calls=2)
         unmeasured_status(builds, folder, environment)
         for arguments in (["status"], ["ticks"], ["show", shown]):
             label = f"tickwork {arguments[0]} ({args.ticks} ticks)"

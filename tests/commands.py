@@ -10,8 +10,10 @@ the fresh process is the point (what it imports, the console script), `forked` e
 from __future__ import annotations
 
 import contextlib
+import ctypes
 import logging
 import os
+import re
 import select
 import signal
 import socket
@@ -33,6 +35,8 @@ from tests.waiting import wait_until
 from workers.providers.tls import ssl_context
 
 TICKWORK = str(Path(sys.executable).with_name("tickwork"))
+_LIBC = ctypes.CDLL(None, use_errno=True)
+"""glibc's `tgkill` (2.30+): a signal to one thread of another process."""
 
 
 def environment(**extra: str) -> dict[str, str]:
@@ -285,6 +289,24 @@ class ForkedCommand:
     def send_signal(self, signum: int) -> None:
         if self.poll() is None:  # as Popen: a reaped pid may be another process's by now
             os.kill(self.pid, signum)
+
+    def send_signal_to_a_thread(self, signum: int) -> None:
+        """`signum` to a thread of the command other than its main one.
+
+        The kernel hands a signal sent to the process to any thread that does not block
+        it; Python runs the handler in the main thread. This is the case where the two
+        differ, which a test cannot otherwise choose.
+        """
+        assert self.poll() is None, "the command has ended"
+        for task in sorted(Path(f"/proc/{self.pid}/task").iterdir()):
+            with contextlib.suppress(FileNotFoundError):  # a thread that just ended
+                blocked = re.search(r"^SigBlk:\s*(\w+)", (task / "status").read_text(), re.M)
+                if int(task.name) == self.pid or blocked is None:
+                    continue
+                takes = not int(blocked.group(1), 16) & (1 << (signum - 1))
+                if takes and _LIBC.tgkill(self.pid, int(task.name), signum) == 0:
+                    return
+        raise AssertionError(f"no thread but the main one of {self.pid} takes signal {signum}")
 
     def kill(self) -> None:
         self.send_signal(signal.SIGKILL)

@@ -188,7 +188,8 @@ def test_a_second_ctrl_c_on_tickwork_run_cancels_the_running_ticks_now(tmp_path:
                 lines.append(line)
                 if "stopping:" in line:
                     break
-            service.send_signal(signal.SIGINT)
+            # The second to a thread that is not the main one, which joins the ticks' threads.
+            service.send_signal_to_a_thread(signal.SIGINT)
             lines.extend(service.stdout)
             service.wait(60)
         finally:

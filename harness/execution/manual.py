@@ -15,6 +15,7 @@ import time
 from collections.abc import Callable, Mapping
 from contextlib import AbstractContextManager
 
+from harness import interruptible
 from harness.config import Settings
 from harness.contracts import tick_stream
 from harness.execution.executors import LocalExecutor
@@ -135,7 +136,7 @@ class ManualTick:
         finally:
             ended.set()
             self.wake.set()
-            following.join()
+            interruptible.join(following)
             self.executor.shutdown(grace=0)
         return self.outcomes[0] if self.outcomes else None
 
@@ -266,4 +267,4 @@ class ManualTicks:
             owner.interrupted.set()
             owner.wake.set()
         for thread in owners:
-            thread.join()
+            interruptible.join(thread)

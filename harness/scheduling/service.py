@@ -25,6 +25,7 @@ from functools import partial
 
 from apscheduler.triggers.base import BaseTrigger
 
+from harness import interruptible
 from harness.config import LevelConfig, Settings
 from harness.contracts import LevelBudgetExceeded, TickSkipped, level_stream, utcnow
 from harness.prices import PriceBook
@@ -614,7 +615,8 @@ class Service:
             if not alive:
                 return []
             for thread in alive:
-                thread.join(None if deadline is None else max(0.0, deadline - time.monotonic()))
+                left = None if deadline is None else max(0.0, deadline - time.monotonic())
+                interruptible.join(thread, left)
             if deadline is not None and time.monotonic() >= deadline:
                 return [t for t in alive if t.is_alive()]
 

@@ -13,6 +13,7 @@ import time
 from collections.abc import Callable, Mapping
 from datetime import datetime
 
+from harness import interruptible
 from harness.config import LevelConfig
 from harness.execution.adopt import adopt
 from harness.execution.executors.base import HandoffExecutor
@@ -117,7 +118,7 @@ class LocalExecutor(HandoffExecutor):
             if not pending and not self.gate.queued() and not self.gate.running():
                 return
             for thread in pending:
-                thread.join(max(0.0, deadline - time.monotonic()))
+                interruptible.join(thread, max(0.0, deadline - time.monotonic()))
             time.sleep(0.05)
         raise TimeoutError(f"ticks still queued or running after {timeout} s")
 
@@ -127,15 +128,16 @@ class LocalExecutor(HandoffExecutor):
 
     def _drain(self, grace: float) -> None:
         if self._dispatcher.ident is not None:
-            self._dispatcher.join()  # its last tick, if any, is tracked before it returns
+            # Its last tick, if any, is tracked before it returns.
+            interruptible.join(self._dispatcher)
         with self._threads_lock:
             pending = [thread for thread in self.threads if thread.is_alive()]
         if pending:
             self.report(f"stopping: {len(pending)} tick(s) get {grace:.0f} s to finish")
         deadline = time.monotonic() + grace
         for thread in pending:
-            thread.join(max(0.0, deadline - time.monotonic()))
+            interruptible.join(thread, max(0.0, deadline - time.monotonic()))
         for ref in self.runner.running():
             self.runner.cancel(ref.tick_id, "service stopped")
         for thread in pending:
-            thread.join()
+            interruptible.join(thread)

@@ -33,6 +33,7 @@ __version__ = "0.1.0"
 LAYERS: tuple[str, ...] = (
     "harness.timespec",
     "harness.files",
+    "harness.interruptible",
     "harness.fronts",
     "harness.local_socket",
     "harness.contracts",

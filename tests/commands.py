@@ -299,7 +299,7 @@ class ForkedCommand:
         """
         assert self.poll() is None, "the command has ended"
         for task in sorted(Path(f"/proc/{self.pid}/task").iterdir()):
-            with contextlib.suppress(FileNotFoundError):  # a thread that just ended
+            with contextlib.suppress(FileNotFoundError, ProcessLookupError):  # a thread gone
                 blocked = re.search(r"^SigBlk:\s*(\w+)", (task / "status").read_text(), re.M)
                 if int(task.name) == self.pid or blocked is None:
                     continue

@@ -12,10 +12,13 @@ so a before/after pair of the same file meets the same load when listed next to 
 other (e.g. a copy of the file from `main` as `tests/before_x.py`, then `tests/test_x.py`).
 With `--workers N` the files run as `make test` runs them, in one pytest over N xdist
 workers: the suite's CPU (pytest and every process it waited for) and the costliest tests
-and files across the workers.
+and files across the workers. With `--processes` as well, the CPU by kind of process
+instead (xdist workers, fork servers, ticks, agent CLIs...): every process below pytest
+is looked at every quarter of a second, so one that lives less long may go uncounted.
 
     .venv/bin/python ops/bench/suite_cpu.py tests/test_archive.py tests/test_cli.py [--top 5]
     CI=true .venv/bin/python ops/bench/suite_cpu.py tests --workers 4 --top 40
+    CI=true .venv/bin/python ops/bench/suite_cpu.py tests --workers 4 --processes
 """
 
 from __future__ import annotations
@@ -28,8 +31,10 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections import Counter
 from pathlib import Path
 
+import psutil
 from machine import describe
 
 PLUGIN = """
@@ -102,6 +107,67 @@ def measure(paths: list[str], folder: Path, workers: int) -> tuple[float, float,
     return wall, cpu, rows, done.returncode
 
 
+KINDS = (
+    ("launchers.forkserver", "fork servers (their warm-ups)"),
+    ("-m workers.llm_worker", "ticks started cold"),
+    ("opencode", "OpenCode"),
+    ("claude", "Claude Code"),
+    ("chrom", "Chromium and its driver"),
+    ("bin/tickwork", "`tickwork` commands, fresh interpreters"),
+    ("exec(eval(sys.stdin", "xdist workers"),
+)
+"""A process's kind by its command line, first match."""
+FORKS = {"launchers.forkserver": "ticks forked warm", "exec(eval(sys.stdin": "forked commands"}
+"""A forked child keeps its parent's command line: what a fork server or a worker forked."""
+
+
+def by_process(paths: list[str], workers: int) -> tuple[float, int, dict[str, float], Counter[str]]:
+    """One pytest run watched from outside: wall seconds, exit code, CPU and count by kind."""
+    command = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider"]
+    command += ["-n", str(workers), "--dist", "worksteal", *paths]
+    started = time.monotonic()
+    pytest = subprocess.Popen(command, stdout=subprocess.DEVNULL)
+    root = psutil.Process(pytest.pid)
+    seen: dict[tuple[int, float], tuple[str, float]] = {}
+    while pytest.poll() is None:
+        for child in root.children(recursive=True):
+            try:
+                with child.oneshot():
+                    times, key = child.cpu_times(), (child.pid, child.create_time())
+                    if key in seen:
+                        kind = seen[key][0]
+                    else:
+                        parent = child.parent()
+                        kind = _kind(child.cmdline(), parent.cmdline() if parent else [])
+                    seen[key] = (kind, times.user + times.system)
+            except psutil.Error:
+                continue
+        time.sleep(0.25)
+    cpu: dict[str, float] = {}
+    count: Counter[str] = Counter()
+    for kind, spent in seen.values():
+        cpu[kind] = cpu.get(kind, 0.0) + spent
+        count[kind] += 1
+    return time.monotonic() - started, pytest.returncode, cpu, count
+
+
+def _print_by_process(paths: list[str], workers: int) -> None:
+    wall, code, cpu, count = by_process(paths, workers)
+    print(f"pytest {wall:.1f} s wall, exit {code}; CPU seen {sum(cpu.values()):.1f} s")
+    print("| process | count | CPU s |")
+    print("| --- | --- | --- |")
+    for kind, spent in sorted(cpu.items(), key=lambda item: -item[1]):
+        print(f"| {kind} | {count[kind]} | {spent:.1f} |")
+
+
+def _kind(cmdline: list[str], parent: list[str]) -> str:
+    line, above = " ".join(cmdline), " ".join(parent)
+    for marker, kind in KINDS:
+        if marker in line:
+            return FORKS[marker] if marker in FORKS and marker in above else kind
+    return "other: " + (cmdline[0].rsplit("/", 1)[-1] if cmdline else "?")
+
+
 def _waited_cpu() -> float:
     waited = resource.getrusage(resource.RUSAGE_CHILDREN)
     return waited.ru_utime + waited.ru_stime
@@ -118,8 +184,12 @@ def main() -> None:
     parser.add_argument("--top", type=int, default=0, help="the N costliest tests (and files)")
     parser.add_argument("--workers", type=int, default=0, help="all files in one pytest -n N")
     parser.add_argument("--rows", type=Path, help="write every test's (id, CPU s, wall s) here")
+    parser.add_argument("--processes", action="store_true", help="CPU by kind of process")
     args = parser.parse_args()
     print(describe())
+    if args.processes:
+        _print_by_process(args.files, args.workers or 4)
+        return
     print("| file | tests | CPU s | wall s | exit |")
     print("| --- | --- | --- | --- | --- |")
     with tempfile.TemporaryDirectory() as tmp:

@@ -8,11 +8,13 @@ AGENTS_STAMP := ops/agents/node_modules/.installed-stamp
 .PHONY: run status ticks tick serve test browser lint bench clean
 
 ## uv installs what pip would (the same versions, checked here), in 8 s where pip took 41 s
-## with empty caches: the set-up every clean clone and CI pays before its first test.
+## with empty caches: the set-up every clean clone and CI pays before its first test. uv does
+## not read pip's configuration: where only an index named there is reachable, pip installs.
 $(STAMP): pyproject.toml $(AGENTS_STAMP)
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet 'uv>=0.13,<1'
-	$(BIN)/uv pip install --quiet --python $(BIN)/python -e '.[dev]'
+	$(BIN)/uv pip install --quiet --python $(BIN)/python -e '.[dev]' || \
+	  $(BIN)/python -m pip install --quiet -e '.[dev]'
 	touch $(STAMP)
 
 ## The agent CLIs (`agent = "claude-code" | "opencode"`), pinned in ops/agents/package-lock.json,

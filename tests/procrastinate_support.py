@@ -94,7 +94,14 @@ def processes(
         service = launch("run") if scheduler else None
         if not workers_first:
             up()
-        yield service, pool
+        try:
+            yield service, pool
+        except BaseException:
+            # What each process said so far, shown with the failure: a wait that ran out
+            # says only what it waited for.
+            for output in started:
+                print(f"--- tickwork {' '.join(output.process.args[1:])}:\n{output.text()}")
+            raise
 
 
 def _stop(output: Output) -> None:

@@ -461,11 +461,13 @@ class BudgetWatch:
     def _pause(self, status: BudgetStatus) -> list[str]:
         """Pause the levels the budget holds that are not paused already.
 
-        None when a reload took the budget away since its status was read.
+        Nothing is paused when a reload took the budget away since its status was read.
         """
+        rule = next((rule for rule, _ in _paired(self.budgets, [status])), None)
+        if rule is None:
+            return []
         paused = []
-        rule = next((rule for rule in self.budgets.rules if rule.name == status.name), None)
-        for level in [] if rule is None else self._levels_of(rule):
+        for level in self._levels_of(rule):
             if not status.holds(self.budgets.billing(level)):
                 continue  # a subscription's level, held by the bill alone: it adds nothing
             if level_paused(self.store, level):

@@ -38,6 +38,11 @@ from workers.transcript import ToolStatus
 
 PROVIDER = "tickwork"
 PLUGIN = Path(__file__).with_name("opencode_plugin.js")
+NO_MODELS_CATALOG = Path(__file__).with_name("opencode_models.json")
+"""An empty models.dev catalog (`{}`): the tick's config declares its own provider and model,
+so OpenCode needs none of the catalog it would otherwise evaluate from its bundled copy of
+every provider's models. A one-turn tick took 2.6 s of CPU with it against 4.0 s without
+(1.9 s of wall against 2.8 s; four runs each, alternated, on the fake upstream)."""
 OFFLINE = {
     "OPENCODE_DISABLE_PROJECT_CONFIG": "1",
     "OPENCODE_DISABLE_MODELS_FETCH": "1",
@@ -48,6 +53,7 @@ OFFLINE = {
     "OPENCODE_DISABLE_CLAUDE_CODE": "1",
     "OPENCODE_EXPERIMENTAL_DISABLE_FILEWATCHER": "1",
     "OPENCODE_DISABLE_FFF": "1",
+    "OPENCODE_MODELS_PATH": str(NO_MODELS_CATALOG),
 }
 """No models.dev catalog, update check, share link, language-server download, bundled auth
 plugins, ~/.claude prompts, file watcher or native file finder (`fff`, a file picker's

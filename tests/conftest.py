@@ -17,6 +17,7 @@ import uuid
 from collections.abc import Iterator
 from contextlib import contextmanager
 from datetime import UTC, datetime, timedelta
+from itertools import islice
 from pathlib import Path
 
 import psycopg
@@ -39,6 +40,29 @@ settings.register_profile(
     "shared-machine", deadline=None, suppress_health_check=[HealthCheck.too_slow]
 )
 settings.load_profile("shared-machine")
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """The `long` tests first, dealt one by one to the heads of the workers' shares.
+
+    xdist's worksteal hands each worker a contiguous share of the collection and lets an
+    idle worker steal the back half of the longest queue, so a long test near the back of a
+    share ran last: in December 2026 the OpenCode deadline case (25 s) began 238 s into a
+    266 s run and ran alone for its last 25 s. At the head of a share it overlaps the
+    rest. Every worker collects alike, so each computes the same order.
+    """
+    long = [item for item in items if item.get_closest_marker("long")]
+    if not long:
+        return
+    rest = iter([item for item in items if not item.get_closest_marker("long")])
+    workers = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1"))
+    ordered: list[pytest.Item] = []
+    for share in range(workers):
+        size = (share + 1) * len(items) // workers - share * len(items) // workers
+        heads = long[share::workers]
+        ordered += heads + list(islice(rest, max(size - len(heads), 0)))
+    items[:] = ordered + list(rest)
+
 
 PG_ADMIN_URL = os.environ.get("TICKWORK_TEST_PG_URL", "postgresql://postgres@127.0.0.1:5432/test")
 

@@ -114,6 +114,7 @@ def seen(driver: WebDriver, css: str, attribute: str = "", click: bool = False) 
         return ""
 
 
+@pytest.mark.long
 def test_a_new_operators_path_through_the_dashboard(tmp_path: Path, browser: WebDriver) -> None:
     """One browser session, the path a first hour takes (one session: Chromium starts once).
 

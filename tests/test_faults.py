@@ -21,6 +21,7 @@ from datetime import datetime, timedelta
 from itertools import pairwise
 from pathlib import Path
 
+import pytest
 from sqlalchemy.engine import make_url
 
 from harness.contracts.events import TERMINAL_TYPES, utcnow
@@ -117,6 +118,7 @@ def ride_out(tmp_path: Path, outage: float) -> Ridden:
     return Ridden("".join(lines), service.returncode, Spool(folder / "spool").files(), events)
 
 
+@pytest.mark.long
 def test_a_store_outage_costs_no_running_service_and_loses_no_event(tmp_path: Path) -> None:
     ridden = long_enough(
         lambda outage: ride_out(tmp_path, outage),
@@ -260,6 +262,7 @@ def test_ticks_a_killed_service_claimed_and_never_started_end_while_its_successo
     store.close()
 
 
+@pytest.mark.long
 def test_slots_due_while_a_store_call_hangs_follow_the_catch_up_policy(tmp_path: Path) -> None:
     """A store host that stops answering holds the firing loop in a call that hangs.
 

@@ -269,6 +269,7 @@ def warm_again(launcher: WarmLauncher, folder: Path, old_server: int | None) -> 
         assert time.monotonic() < deadline, "no new fork server took over"
 
 
+@pytest.mark.long
 @pytest.mark.parametrize("failure", ["dies", "hangs"])
 def test_a_dead_or_hung_server_is_replaced_and_ticks_start_cold_meanwhile(
     launcher: WarmLauncher, tmp_path: Path, failure: str

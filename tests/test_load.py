@@ -5,6 +5,8 @@ from __future__ import annotations
 import subprocess
 from pathlib import Path
 
+import pytest
+
 from harness.devtools.fake_llm import FakeUpstream
 from harness.store import open_store
 from tests.commands import Output, start
@@ -15,6 +17,7 @@ POOL = 6
 """Connections of the service's pool: fewer than its 16 tick threads and its own."""
 
 
+@pytest.mark.long
 def test_a_loaded_service_on_postgresql_ends_every_tick_once_and_books_the_bill(
     tmp_path: Path, truncated_pg_url: str, fake: FakeUpstream
 ) -> None:

@@ -14,6 +14,7 @@ import subprocess
 from pathlib import Path
 
 import httpx
+import pytest
 
 from harness.scheduling.control import operator
 from harness.store import HEAD_REVISION
@@ -55,6 +56,7 @@ def rows(output: str) -> list[str]:
     ]
 
 
+@pytest.mark.long
 def test_a_new_operator_walks_from_init_to_doctor(tmp_path: Path) -> None:
     init = tickwork(tmp_path, "init")
     assert init.returncode == 0, init.stderr

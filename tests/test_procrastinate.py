@@ -342,6 +342,7 @@ def test_a_worker_uses_the_schedulers_fake_and_the_scheduler_tells_the_ticks_it_
             service.stop()
 
 
+@pytest.mark.long
 def test_a_killed_workers_tick_ends_once_and_cancel_and_pause_reach_another_worker(
     tmp_path: Path,
 ) -> None:
@@ -421,6 +422,7 @@ def _started_by_each(store: SqlEventStore, workers: list[int]) -> dict[int, str]
     return by_worker if all(pid in by_worker for pid in workers) else None
 
 
+@pytest.mark.long
 def test_the_infrastructure_throttle_spaces_the_starts_of_every_worker(tmp_path: Path) -> None:
     """A failure on one worker spaces the starts on all of them by its backoff, for a while.
 
@@ -467,6 +469,7 @@ def test_the_infrastructure_throttle_spaces_the_starts_of_every_worker(tmp_path:
             assert after.last_start - before.last_start >= timedelta(seconds=2), (before, after)
 
 
+@pytest.mark.long
 def test_panel_members_and_hedge_twins_take_places_under_a_workers_concurrency(
     tmp_path: Path,
 ) -> None:

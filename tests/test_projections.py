@@ -551,6 +551,7 @@ lifecycle = st.one_of(
 )
 
 
+@pytest.mark.long
 @settings(
     max_examples=30, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
 )

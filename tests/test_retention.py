@@ -81,6 +81,7 @@ def own_store_url(request: pytest.FixtureRequest) -> Iterator[str]:
         yield url
 
 
+@pytest.mark.long
 def test_hot_days_honoured_across_a_simulated_month(own_store_url: str, tmp_path: Path) -> None:
     with simulated(own_store_url, tmp_path) as soak:
         settings, store = soak.settings, soak.store

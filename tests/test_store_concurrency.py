@@ -83,6 +83,7 @@ def test_exactly_one_process_creates_a_stream(store_url: str) -> None:
     store.close()
 
 
+@pytest.mark.long
 def test_replicas_claiming_a_wave_together_split_it_without_overlap(store_url: str) -> None:
     results = CONTEXT.Queue()
     streams = [f"tick-l{i:03d}-0900" for i in range(300)]

@@ -324,6 +324,13 @@ spent for nothing, and 6 + 12 s of wall. At 12 s, every run of the suite on a sl
 (December 2026) missed it and reached it at 24 s: two starts (12.5 s of CPU) and 37 s of
 wall, the last test of the run."""
 LAST_DEADLINE = 128.0
+
+
+def first_deadline(kind: Kind) -> float:
+    """The kind's `FIRST_DEADLINE`: a case that waits ten seconds or more of it is `long`."""
+    return FIRST_DEADLINE[kind.agent or "strands"]
+
+
 HOLD_SECONDS = 600.0
 """How long the fake holds a call's answer: longer than any tick here lives."""
 
@@ -398,7 +405,13 @@ mid-call; the kinds take the two pairings in turn, so each kind proves both ends
 moments, and each of the four endings is proven on three kinds (each run of a CLI kind
 costs seconds of CPU: all four on every kind doubled the suite's share of this case)."""
 ENDINGS = [
-    pytest.param(kind, end, moment, id=f"{kind.id}-{moment.replace(' ', '-')}-{end}")
+    pytest.param(
+        kind,
+        end,
+        moment,
+        id=f"{kind.id}-{moment.replace(' ', '-')}-{end}",
+        marks=[pytest.mark.long] if end == "timeout" and first_deadline(kind) >= 10 else [],
+    )
     for number, kind in enumerate(KINDS)
     for end, moment in PAIRINGS[number % 2]
 ]
@@ -432,7 +445,7 @@ def test_a_tick_ended_mid_tool_or_mid_call_leaves_no_process_and_tells_it_all(
     run = long_enough(
         lambda deadline: end_a_tick(tmp_path / f"{deadline:g}", fake, kind, moment, end, deadline),
         lambda run: run.reached,
-        first=FIRST_DEADLINE[kind.agent or "strands"],
+        first=first_deadline(kind),
         cap=LAST_DEADLINE,
     )
     assert run.reached, f"the tick never reached its {moment} before its deadline"

@@ -30,6 +30,8 @@ from harness.execution.launchers import (
     preloads_of,
 )
 from harness.execution.launchers.warm import ForkedTick, server_environment
+from harness.routing import parse_catalog
+from tests.catalog_support import valid
 from tests.tick_support import Harness, live_in_group, ready_launcher
 from tests.waiting import wait_until
 
@@ -217,6 +219,12 @@ def test_the_levels_protocols_agent_clis_and_tools_are_what_a_server_preloads(
     catalog = tmp_path / "catalog.toml"
     routed = settings.model_copy(update={"routing": RoutingConfig(catalog=catalog)})
     assert {"ollama", "openai-responses", "opencode"} <= preloads_of(routed)
+    document = valid()
+    cli = {"model": "m", "execution_class": "cloud", "base_url_env": "CLI_URL", "agent": "opencode"}
+    document["targets"]["cli"] = cli
+    document["targets"]["local"]["api"] = "ollama"
+    in_force = parse_catalog(document)
+    assert preloads_of(routed, in_force) == preloads_of(settings) | {"ollama", "opencode"}
     on_postgresql = settings.model_copy(
         update={"store": StoreConfig(url="postgresql://tickwork@db.example/tickwork")}
     )

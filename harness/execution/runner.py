@@ -49,7 +49,7 @@ from harness.execution.prepare import PreparedTick, TickRef, worker_env
 from harness.governor import Alerts, Verdict, urls_from_env
 from harness.prices import PriceBook
 from harness.projections import CallCounts, count_calls
-from harness.routing import Escalation, Router, catalog_record
+from harness.routing import Catalog, Escalation, Router, catalog_record
 from harness.scheduling import SlotClaim
 from harness.store import EventStore, Spool, StoreError, append_or_spool, release_tick
 
@@ -105,8 +105,9 @@ class Runner:
         """`router`: the ticks' own; its catalog in force bills a level between attempts."""
         self.settings = settings
         self.store = store
-        self.launcher = launcher or launcher_for(settings)
-        self._preloaded_for = settings.levels
+        self.router = router
+        self._preloaded_for = (settings.levels, self._catalog())
+        self.launcher = launcher or launcher_for(settings, self._preloaded_for[1])
         self.env = dict(os.environ if env is None else env)
         self.spool = Spool(settings.paths.spool)
         self.decisions = Decisions(settings, store, router) if store is not None else None
@@ -292,16 +293,20 @@ class Runner:
                 self._hedge_winners[life.ref.tick_id] = _outcome(race.twin.ref, race.twin_ended)
         return ended
 
-    def _preload_reloaded_levels(self) -> None:
-        """Tell the launcher what reloaded levels need (a new protocol: a new fork server).
+    def _catalog(self) -> Catalog | None:
+        """The routing catalog in force, None without a router."""
+        return None if self.router is None else self.router.source.catalog
 
-        A reload swaps the levels whole (`Settings.replace_levels`), so the check is one
-        comparison of identity per attempt.
+    def _preload_reloaded_levels(self) -> None:
+        """Tell the launcher what a reloaded catalog or levels need (a new fork server).
+
+        A reload swaps the levels whole (`Settings.replace_levels`) and the catalog whole
+        (`CatalogSource`), so the check is two comparisons of identity per attempt.
         """
-        levels = self.settings.levels
-        if levels is not self._preloaded_for:
-            self._preloaded_for = levels
-            self.launcher.preload(preloads_of(self.settings))
+        levels, catalog = self.settings.levels, self._catalog()
+        if levels is not self._preloaded_for[0] or catalog is not self._preloaded_for[1]:
+            self._preloaded_for = (levels, catalog)
+            self.launcher.preload(preloads_of(self.settings, catalog))
 
     def _await_warm_up(self, life: Life) -> None:
         """Hold the tick while the launcher's fork server finishes warming, within bounds.

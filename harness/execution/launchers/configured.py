@@ -45,11 +45,10 @@ def preloads_of(settings: Settings, catalog: Catalog | None = None) -> frozenset
     if settings.routing.catalog is not None and catalog is None:
         names.update(APIS)
         names.update(AGENT_CLIS)
-    elif settings.routing.catalog is not None and catalog is not None:
-        for target in catalog.targets.values():
-            names.add(target.api)
-            if target.agent in AGENT_CLIS:
-                names.add(target.agent)
+    for target in catalog.targets.values() if catalog is not None else ():
+        names.add(target.api)
+        if target.agent in AGENT_CLIS:
+            names.add(target.agent)
     for level in settings.levels.values():
         names.add(level.api)
         if level.agent in AGENT_CLIS:

@@ -15,10 +15,15 @@ workers: the suite's CPU (pytest and every process it waited for) and the costli
 and files across the workers. With `--processes` as well, the CPU by kind of process
 instead (xdist workers, fork servers, ticks, agent CLIs...): every process below pytest
 is looked at every quarter of a second, so one that lives less long may go uncounted.
+With `--timeline` as well, where the wall goes: when the first test starts (the workers'
+collections before it), how many workers are busy in each ten seconds, when each worker
+ends, and the tests still running once the first worker has nothing left (a long test at
+the back of a share ends the run alone: the `long` mark in tests/conftest.py).
 
     .venv/bin/python ops/bench/suite_cpu.py tests/test_archive.py tests/test_cli.py [--top 5]
     CI=true .venv/bin/python ops/bench/suite_cpu.py tests --workers 4 --top 40
     CI=true .venv/bin/python ops/bench/suite_cpu.py tests --workers 4 --processes
+    CI=true .venv/bin/python ops/bench/suite_cpu.py tests --workers 4 --timeline
 """
 
 from __future__ import annotations
@@ -64,9 +69,9 @@ def _cpu():
 
 @pytest.hookimpl(hookwrapper=True)
 def pytest_runtest_protocol(item, nextitem):
-    before, started = _cpu(), time.monotonic()
+    before, started, at = _cpu(), time.monotonic(), time.time()
     yield
-    _rows.append((item.nodeid, _cpu() - before, time.monotonic() - started))
+    _rows.append((item.nodeid, _cpu() - before, time.monotonic() - started, at))
 
 
 def pytest_sessionfinish(session):
@@ -77,10 +82,14 @@ def pytest_sessionfinish(session):
 
 
 Row = tuple[str, float, float]
+Span = tuple[str, float, float, str]
+"""A test's worker, start and end (seconds after pytest started) and name."""
 
 
-def measure(paths: list[str], folder: Path, workers: int) -> tuple[float, float, list[Row], int]:
-    """One pytest run: its wall seconds, CPU seconds, per-test (CPU, wall) and exit code.
+def measure(
+    paths: list[str], folder: Path, workers: int
+) -> tuple[float, float, list[Row], int, list[Span]]:
+    """One pytest run: its wall seconds, CPU seconds, per-test (CPU, wall), exit code, spans.
 
     The tests that failed are printed as pytest names them.
 
@@ -92,19 +101,21 @@ def measure(paths: list[str], folder: Path, workers: int) -> tuple[float, float,
     spread = ["-n", str(workers), "--dist", "worksteal"] if workers else []
     command = [sys.executable, "-m", "pytest", "-p", "suite_cpu_plugin", "-q"]
     command += ["-p", "no:cacheprovider", *spread, *paths]
-    before, started = _waited_cpu(), time.monotonic()
+    before, started, at = _waited_cpu(), time.monotonic(), time.time()
     done = subprocess.run(command, env=env, capture_output=True, text=True)
     wall, cpu = time.monotonic() - started, _waited_cpu() - before
     rows: list[Row] = []
+    spans: list[Span] = []
     for part in sorted(folder.glob("rows.json.*")):
-        rows += [
-            (name, float(spent), float(took)) for name, spent, took in json.loads(part.read_text())
-        ]
+        worker = part.suffix[1:]
+        for name, spent, took, began in json.loads(part.read_text()):
+            rows.append((name, float(spent), float(took)))
+            spans.append((worker, began - at, began - at + took, name))
         part.unlink()
     for line in done.stdout.splitlines():
         if line.startswith(("FAILED", "ERROR")):
             print(line, flush=True)
-    return wall, cpu, rows, done.returncode
+    return wall, cpu, rows, done.returncode, spans
 
 
 KINDS = (
@@ -173,6 +184,29 @@ def _waited_cpu() -> float:
     return waited.ru_utime + waited.ru_stime
 
 
+def _timeline(spans: list[Span], workers: int) -> None:
+    """Where the wall went: the wait for the first test, the busy workers, the tail."""
+    first = min(span[1] for span in spans)
+    last = max(span[2] for span in spans)
+    print(f"first test at {first:.1f} s, last end at {last:.1f} s")
+    buckets = []
+    for start in range(0, int(last) + 1, 10):
+        busy = sum(
+            min(end, start + 10) - max(began, start)
+            for _, began, end, _ in spans
+            if began < start + 10 and end > start
+        )
+        buckets.append(f"{start}: {busy / 10:.1f}")
+    print(f"workers busy per 10 s (of {workers}): " + ", ".join(buckets))
+    ends = {worker: max(end for w, _, end, _ in spans if w == worker) for worker, *_ in spans}
+    print("each worker's end: " + ", ".join(f"{w} {end:.1f} s" for w, end in sorted(ends.items())))
+    alone = min(ends.values())
+    print(f"tests still running after {alone:.1f} s, when the first worker ran out:")
+    for worker, began, end, name in sorted(spans, key=lambda span: span[1]):
+        if end > alone + 1:
+            print(f"  {worker} {began:6.1f}-{end:6.1f} s {name}")
+
+
 def _top(rows: list[Row], count: int) -> None:
     for name, spent, took in sorted(rows, key=lambda row: -row[1])[:count]:
         print(f"|   {name} | | {spent:.2f} | {took:.1f} | |")
@@ -185,18 +219,26 @@ def main() -> None:
     parser.add_argument("--workers", type=int, default=0, help="all files in one pytest -n N")
     parser.add_argument("--rows", type=Path, help="write every test's (id, CPU s, wall s) here")
     parser.add_argument("--processes", action="store_true", help="CPU by kind of process")
+    parser.add_argument(
+        "--timeline", action="store_true", help="with --workers: where the wall went"
+    )
     args = parser.parse_args()
     print(describe())
     if args.processes:
         _print_by_process(args.files, args.workers or 4)
         return
-    print("| file | tests | CPU s | wall s | exit |")
-    print("| --- | --- | --- | --- | --- |")
+    if not (args.timeline and args.workers):
+        print("| file | tests | CPU s | wall s | exit |")
+        print("| --- | --- | --- | --- | --- |")
     with tempfile.TemporaryDirectory() as tmp:
         folder = Path(tmp)
         (folder / "suite_cpu_plugin.py").write_text(PLUGIN, encoding="utf-8")
         if args.workers:
-            wall, cpu, rows, code = measure(args.files, folder, args.workers)
+            wall, cpu, rows, code, spans = measure(args.files, folder, args.workers)
+            if args.timeline:
+                print(f"pytest {wall:.1f} s wall, {cpu:.1f} s CPU, exit {code}")
+                _timeline(spans, args.workers)
+                return
             if args.rows:
                 args.rows.write_text(json.dumps(rows, indent=0), encoding="utf-8")
             in_tests = sum(row[1] for row in rows)
@@ -216,7 +258,7 @@ def main() -> None:
             _top(rows, args.top)
             return
         for path in args.files:
-            wall, cpu, rows, code = measure([path], folder, 0)
+            wall, cpu, rows, code, _ = measure([path], folder, 0)
             cpu = sum(row[1] for row in rows)
             print(f"| {path} | {len(rows)} | {cpu:.1f} | {wall:.1f} | {code} |", flush=True)
             _top([(name.split("::", 1)[1], spent, took) for name, spent, took in rows], args.top)

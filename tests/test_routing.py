@@ -6,6 +6,7 @@ refuses is a closed port, one that fails is a second fake answering 503.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
@@ -17,9 +18,11 @@ from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from importlib.metadata import version
+from itertools import pairwise
 from pathlib import Path
 from typing import Any
 
+import psutil
 import pytest
 
 from harness.api.reads import Reads
@@ -585,6 +588,10 @@ def test_a_running_service_reloads_on_sighup_and_keeps_the_old_catalog_when_inva
     service = Output(start_service(config, fake))
     try:
         assert _next_scheduled(store)["catalog_revision"] == first
+        # The fork server preloads the protocols of the catalog's targets, not every one.
+        assert wait_until(lambda: preloaded(service.process.pid), "a fork server") == {
+            "openai-chat"
+        }
         catalog.write_text(catalog.read_text().replace('["a"]', '["ghost"]'))
         service.process.send_signal(signal.SIGHUP)
         service.wait_for(f"catalog {catalog} rejected (")
@@ -609,6 +616,17 @@ def test_a_running_service_reloads_on_sighup_and_keeps_the_old_catalog_when_inva
         assert document["catalog"]["lanes"]["min"]["candidates"] == candidates
     missing = forked_cli("catalog show --revision 0123456789ab", config, fake)
     assert missing.returncode == 2 and "no catalog with revision 0123456789ab" in missing.stderr
+
+
+def preloaded(pid: int) -> set[str]:
+    """What the fork servers below `pid` were started to preload (their `--preload` names)."""
+    names: set[str] = set()
+    for process in psutil.Process(pid).children(recursive=True):
+        with contextlib.suppress(psutil.Error):
+            line = process.cmdline()
+            if "harness.execution.launchers.forkserver" in line:
+                names.update(value for flag, value in pairwise(line) if flag == "--preload")
+    return names
 
 
 def _next_scheduled(store: SqlEventStore, revision: str | None = None) -> dict[str, Any]:

@@ -106,8 +106,8 @@ class Runner:
         self.settings = settings
         self.store = store
         self.router = router
-        self._preloaded_for = (settings.levels, self._catalog())
-        self.launcher = launcher or launcher_for(settings, self._preloaded_for[1])
+        self._preloaded_levels, self._preloaded_catalog = settings.levels, self._catalog()
+        self.launcher = launcher or launcher_for(settings, self._preloaded_catalog)
         self.env = dict(os.environ if env is None else env)
         self.spool = Spool(settings.paths.spool)
         self.decisions = Decisions(settings, store, router) if store is not None else None
@@ -304,8 +304,8 @@ class Runner:
         (`CatalogSource`), so the check is two comparisons of identity per attempt.
         """
         levels, catalog = self.settings.levels, self._catalog()
-        if levels is not self._preloaded_for[0] or catalog is not self._preloaded_for[1]:
-            self._preloaded_for = (levels, catalog)
+        if levels is not self._preloaded_levels or catalog is not self._preloaded_catalog:
+            self._preloaded_levels, self._preloaded_catalog = levels, catalog
             self.launcher.preload(preloads_of(self.settings, catalog))
 
     def _await_warm_up(self, life: Life) -> None:

@@ -186,6 +186,9 @@ def _waited_cpu() -> float:
 
 def _timeline(spans: list[Span], workers: int) -> None:
     """Where the wall went: the wait for the first test, the busy workers, the tail."""
+    if not spans:
+        print("no test ran: nothing to place on a timeline")
+        return
     first = min(span[1] for span in spans)
     last = max(span[2] for span in spans)
     print(f"first test at {first:.1f} s, last end at {last:.1f} s")
@@ -198,7 +201,9 @@ def _timeline(spans: list[Span], workers: int) -> None:
         )
         buckets.append(f"{start}: {busy / 10:.1f}")
     print(f"workers busy per 10 s (of {workers}): " + ", ".join(buckets))
-    ends = {worker: max(end for w, _, end, _ in spans if w == worker) for worker, *_ in spans}
+    ends: dict[str, float] = {}
+    for worker, _, end, _ in spans:
+        ends[worker] = max(end, ends.get(worker, 0.0))
     print("each worker's end: " + ", ".join(f"{w} {end:.1f} s" for w, end in sorted(ends.items())))
     alone = min(ends.values())
     print(f"tests still running after {alone:.1f} s, when the first worker ran out:")

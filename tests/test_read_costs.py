@@ -303,17 +303,14 @@ def _caught_up(store: SqlEventStore) -> None:
 def _settle(store: SqlEventStore) -> None:
     """PostgreSQL: statistics and visibility maps as a running service's autovacuum keeps them.
 
-    Every table of the database, after each load: the paths read small read models too,
+    Every table of the store, after each load: the paths read small read models too,
     and a TRUNCATE (the store emptied for the test) keeps a table's column statistics. A
     table left to autovacuum was planned with an earlier test's statistics or with fresh
     ones, as its timing fell: `tick_spend` analyzed when it held a few ticks of many rows
     made the digest hash-join all of it (2,719 -> 20,419 rows) instead of looking up the
     window's ticks.
     """
-    if store.engine.dialect.name != "postgresql":
-        return
-    with store.engine.connect() as conn:
-        conn.execution_options(isolation_level="AUTOCOMMIT").exec_driver_sql("VACUUM ANALYZE")
+    store.vacuum()
 
 
 @contextmanager

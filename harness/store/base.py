@@ -264,7 +264,7 @@ class EventStore(ABC):
 
     @abstractmethod
     def vacuum(self, tables: Sequence[str] = ()) -> None:
-        """Make the space of rows deleted or rewritten in `tables` (all when empty) reusable.
+        """Make the space of deleted or rewritten rows reusable: in `tables`, or every table.
 
         PostgreSQL keeps them as dead tuples until a VACUUM: a rebuild or an archive run
         asks for one when it ends, instead of leaving them for autovacuum. SQLite reuses

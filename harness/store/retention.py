@@ -544,8 +544,9 @@ def reclaim_space(store: SqlEventStore) -> str | None:
     stops growing: waiting for autovacuum, a day's appends outrun it (the soak run showed
     the table growing by a day of events each day). With days leaving as partitions,
     what is left to vacuum is the narrow rows of `event_ids`, `tick_streams`, the read
-    models' rewritten rows and a fallback day's deletes: the whole database is vacuumed,
-    which takes no lock that stops appends and skips pages with no dead tuple.
+    models' rewritten rows and a fallback day's deletes: every table of the store is
+    vacuumed (`SqlEventStore.vacuum`), which takes no lock that stops appends and skips
+    pages with no dead tuple.
     """
     if store.engine.dialect.name != "sqlite":
         store.vacuum()

@@ -132,43 +132,60 @@ FORKS = {"launchers.forkserver": "ticks forked warm", "exec(eval(sys.stdin": "fo
 """A forked child keeps its parent's command line: what a fork server or a worker forked."""
 
 
-def by_process(paths: list[str], workers: int) -> tuple[float, int, dict[str, float], Counter[str]]:
-    """One pytest run watched from outside: wall seconds, exit code, CPU and count by kind."""
+Watched = tuple[str, str, float]
+"""A process's kind, the test that started it ("" when its environment does not say) and CPU."""
+
+
+def by_process(paths: list[str], workers: int) -> tuple[float, int, list[Watched]]:
+    """One pytest run watched from outside: wall seconds, exit code, and each process seen.
+
+    A process started by exec carries the `PYTEST_CURRENT_TEST` of the test whose process
+    started it in its environment; a forked one shows its parent's first environment.
+    """
     command = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider"]
     command += ["-n", str(workers), "--dist", "worksteal", *paths]
     started = time.monotonic()
     pytest = subprocess.Popen(command, stdout=subprocess.DEVNULL)
     root = psutil.Process(pytest.pid)
-    seen: dict[tuple[int, float], tuple[str, float]] = {}
+    seen: dict[tuple[int, float], Watched] = {}
     while pytest.poll() is None:
         for child in root.children(recursive=True):
             try:
                 with child.oneshot():
                     times, key = child.cpu_times(), (child.pid, child.create_time())
                     if key in seen:
-                        kind = seen[key][0]
+                        kind, test, _ = seen[key]
                     else:
                         parent = child.parent()
                         kind = _kind(child.cmdline(), parent.cmdline() if parent else [])
-                    seen[key] = (kind, times.user + times.system)
+                        test = child.environ().get("PYTEST_CURRENT_TEST", "").rsplit(" ", 1)[0]
+                    seen[key] = (kind, test, times.user + times.system)
             except psutil.Error:
                 continue
         time.sleep(0.25)
+    return time.monotonic() - started, pytest.returncode, list(seen.values())
+
+
+def _print_by_process(paths: list[str], workers: int, top: int) -> None:
+    wall, code, watched = by_process(paths, workers)
     cpu: dict[str, float] = {}
     count: Counter[str] = Counter()
-    for kind, spent in seen.values():
+    by_test: dict[tuple[str, str], list[float]] = {}
+    for kind, test, spent in watched:
         cpu[kind] = cpu.get(kind, 0.0) + spent
         count[kind] += 1
-    return time.monotonic() - started, pytest.returncode, cpu, count
-
-
-def _print_by_process(paths: list[str], workers: int) -> None:
-    wall, code, cpu, count = by_process(paths, workers)
+        if test:
+            by_test.setdefault((kind, test), []).append(spent)
     print(f"pytest {wall:.1f} s wall, exit {code}; CPU seen {sum(cpu.values()):.1f} s")
     print("| process | count | CPU s |")
     print("| --- | --- | --- |")
     for kind, spent in sorted(cpu.items(), key=lambda item: -item[1]):
         print(f"| {kind} | {count[kind]} | {spent:.1f} |")
+    if top:
+        print(f"The {top} costliest (process kind, test) pairs, of processes started by exec:")
+        ranked = sorted(by_test.items(), key=lambda item: -sum(item[1]))[:top]
+        for (kind, test), spent in ranked:
+            print(f"  {sum(spent):6.1f} s {len(spent):3d}x {kind}: {test}")
 
 
 def _kind(cmdline: list[str], parent: list[str]) -> str:
@@ -230,7 +247,7 @@ def main() -> None:
     args = parser.parse_args()
     print(describe())
     if args.processes:
-        _print_by_process(args.files, args.workers or 4)
+        _print_by_process(args.files, args.workers or 4, args.top)
         return
     if not (args.timeline and args.workers):
         print("| file | tests | CPU s | wall s | exit |")

@@ -14,15 +14,18 @@ With `--workers N` the files run as `make test` runs them, in one pytest over N 
 workers: the suite's CPU (pytest and every process it waited for) and the costliest tests
 and files across the workers. With `--processes` as well, the CPU by kind of process
 instead (xdist workers, fork servers, ticks, agent CLIs...): every process below pytest
-is looked at every quarter of a second, so one that lives less long may go uncounted.
-With `--timeline` as well, where the wall goes: when the first test starts (the workers'
-collections before it), how many workers are busy in each ten seconds, when each worker
-ends, and the tests still running once the first worker has nothing left (a long test at
-the back of a share ends the run alone: the `long` mark in tests/conftest.py).
+is looked at every quarter of a second, so one that lives less long may go uncounted;
+with `--top N`, the N costliest pairs of a kind and the test that started its processes
+(cold ticks, agent CLIs, fresh `tickwork` commands; a fork server keeps no test's name,
+its environment being only `SERVER_ENVIRONMENT`). With `--timeline` as well, where the
+wall goes: when the first test starts (the workers' collections before it), how many
+workers are busy in each ten seconds, when each worker ends, and the tests still running
+once the first worker has nothing left (a long test at the back of a share ends the run
+alone: the `long` mark in tests/conftest.py).
 
     .venv/bin/python ops/bench/suite_cpu.py tests/test_archive.py tests/test_cli.py [--top 5]
     CI=true .venv/bin/python ops/bench/suite_cpu.py tests --workers 4 --top 40
-    CI=true .venv/bin/python ops/bench/suite_cpu.py tests --workers 4 --processes
+    CI=true .venv/bin/python ops/bench/suite_cpu.py tests --workers 4 --processes [--top 40]
     CI=true .venv/bin/python ops/bench/suite_cpu.py tests --workers 4 --timeline
 """
 
@@ -140,7 +143,8 @@ def by_process(paths: list[str], workers: int) -> tuple[float, int, list[Watched
     """One pytest run watched from outside: wall seconds, exit code, and each process seen.
 
     A process started by exec carries the `PYTEST_CURRENT_TEST` of the test whose process
-    started it in its environment; a forked one shows its parent's first environment.
+    started it in its environment (unless it was started with an environment of its own,
+    as a fork server is); a forked one shows its parent's first environment.
     """
     command = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider"]
     command += ["-n", str(workers), "--dist", "worksteal", *paths]

@@ -65,6 +65,24 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     items[:] = ordered + list(rest)
 
 
+@pytest.hookimpl(wrapper=True)
+def pytest_collection() -> Iterator[None]:
+    """Collect with the cycle collector off, then freeze what collection made.
+
+    Importing the test modules and their libraries makes some 420,000 tracked objects and
+    almost no cyclic garbage (a full collection after it found 35 objects, 151 with the
+    collector on): its passes over the growing heap cost each xdist worker's collection
+    about a tenth of its CPU (5.85 s against 6.46 s, four alternated runs). Frozen, that
+    heap is also left out of every later pass, in the worker and in each child it forks.
+    """
+    gc.disable()
+    try:
+        return (yield)
+    finally:
+        gc.enable()
+        gc.freeze()
+
+
 def pytest_unconfigure() -> None:
     """The process exits without the cycle collector's passes over all that the tests left.
 

@@ -866,7 +866,8 @@ class SqlEventStore(EventStore):
         with translate_errors(), self.engine.connect() as conn:
             conn.execution_options(isolation_level="AUTOCOMMIT")
             names = list(tables) or conn.exec_driver_sql(STORE_TABLES).scalars().all()
-            conn.exec_driver_sql(f"VACUUM (ANALYZE) {', '.join(names)}")
+            if names:  # none named would be the whole database's VACUUM
+                conn.exec_driver_sql(f"VACUUM (ANALYZE) {', '.join(names)}")
 
     def stream_version(self, stream_id: str) -> int:
         """MAX of the stream's positions: one index lookup."""

@@ -14,10 +14,11 @@ AGENTS_STAMP := ops/agents/node_modules/.installed-stamp
 ## tickwork's own source: otherwise the suite's first interpreters each compile what they
 ## import, four xdist workers racing over the same modules (a cold collection took 13.7 s of
 ## CPU, a compiled one 8.6 s; compiling the venv takes 8.5 s of wall on two cores).
-$(STAMP): pyproject.toml $(AGENTS_STAMP)
+$(STAMP): pyproject.toml ops/install-excludes.txt $(AGENTS_STAMP)
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet 'uv>=0.13,<1'
-	$(BIN)/uv pip install --quiet --compile-bytecode --python $(BIN)/python -e '.[dev]' || \
+	$(BIN)/uv pip install --quiet --compile-bytecode --python $(BIN)/python \
+	  --excludes ops/install-excludes.txt -e '.[dev]' || \
 	  $(BIN)/python -m pip install --quiet -e '.[dev]'
 	$(BIN)/python -m compileall -q -j 0 harness workers migrations
 	touch $(STAMP)

@@ -29,7 +29,7 @@ from harness.devtools.fake_llm import Step
 from harness.scheduling.service import JUST_DUE
 from harness.store import StoredEvent, migrate_store, open_store
 from harness.store.spool import Spool
-from tests.commands import Output, busy_level, fake_server, start_service, write_config
+from tests.commands import COLD, Output, busy_level, fake_server, start_service, write_config
 from tests.conftest import fresh_pg_database
 from tests.tcp_proxy import TcpProxy
 from tests.waiting import long_enough, wait_until
@@ -232,7 +232,9 @@ def test_tickwork_run_outlives_its_closed_stdout(tmp_path: Path) -> None:
 def test_ticks_a_killed_service_claimed_and_never_started_end_while_its_successor_runs(
     tmp_path: Path,
 ) -> None:
-    config = write_config(tmp_path, busy_level("1s"), runner="max_concurrent = 1")
+    # Each service's first tick starts at once, before a fork server could be ready, and
+    # holds the only place: a warm-up would serve no tick of either service.
+    config = write_config(tmp_path, busy_level("1s"), runner=f"max_concurrent = 1\n{COLD}")
     store = open_store(f"sqlite:///{tmp_path}/events.db")
     claimed = lambda: {e.stream_id for e in store.read_all(0, 10_000) if e.type == "TickScheduled"}  # noqa: E731
     with fake_server([Step(text="late", delay=120)] * 50) as fake:

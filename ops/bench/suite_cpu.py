@@ -16,8 +16,8 @@ and files across the workers. With `--processes` as well, the CPU by kind of pro
 instead (xdist workers, fork servers, ticks, agent CLIs...): every process below pytest
 is looked at every quarter of a second, so one that lives less long may go uncounted;
 with `--top N`, the N costliest pairs of a kind and the test that started its processes
-(cold ticks, agent CLIs, fresh `tickwork` commands; a fork server keeps no test's name,
-its environment being only `SERVER_ENVIRONMENT`). With `--timeline` as well, where the
+(the test its xdist worker was running when a process was first seen: fork servers and
+what they forked included, whose environment names no test). With `--timeline` as well, where the
 wall goes: when the first test starts (the workers' collections before it), how many
 workers are busy in each ten seconds, when each worker ends, and the tests still running
 once the first worker has nothing left (a long test at the back of a share ends the run
@@ -83,6 +83,16 @@ def pytest_sessionfinish(session):
         json.dump(_rows, out)
 """
 
+CURRENT_PLUGIN = """
+import os
+
+
+def pytest_runtest_logstart(nodeid, location):
+    with open(os.path.join(os.environ["SUITE_CPU_CURRENT"], str(os.getpid())), "w") as out:
+        out.write(nodeid)
+"""
+"""Each worker's current test, in a file named by its pid, for `--processes` to name tests by."""
+
 
 Row = tuple[str, float, float]
 Span = tuple[str, float, float, str]
@@ -139,17 +149,22 @@ Watched = tuple[str, str, float]
 """A process's kind, the test that started it ("" when its environment does not say) and CPU."""
 
 
-def by_process(paths: list[str], workers: int) -> tuple[float, int, list[Watched]]:
+def by_process(paths: list[str], workers: int, folder: Path) -> tuple[float, int, list[Watched]]:
     """One pytest run watched from outside: wall seconds, exit code, and each process seen.
 
-    A process started by exec carries the `PYTEST_CURRENT_TEST` of the test whose process
-    started it in its environment (unless it was started with an environment of its own,
-    as a fork server is); a forked one shows its parent's first environment.
+    A process is named by the test its xdist worker ran when the process was first seen
+    (every quarter of a second): a fork server, a forked command or tick keeps no test's
+    name of its own. A process started by exec in a test's last moment may be charged to
+    the worker's next test.
     """
+    current = folder / "current"
+    current.mkdir()
+    (folder / "suite_cpu_current.py").write_text(CURRENT_PLUGIN, encoding="utf-8")
+    env = {**os.environ, "PYTHONPATH": str(folder), "SUITE_CPU_CURRENT": str(current)}
     command = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider"]
-    command += ["-n", str(workers), "--dist", "worksteal", *paths]
+    command += ["-p", "suite_cpu_current", "-n", str(workers), "--dist", "worksteal", *paths]
     started = time.monotonic()
-    pytest = subprocess.Popen(command, stdout=subprocess.DEVNULL)
+    pytest = subprocess.Popen(command, stdout=subprocess.DEVNULL, env=env)
     root = psutil.Process(pytest.pid)
     seen: dict[tuple[int, float], Watched] = {}
     while pytest.poll() is None:
@@ -162,7 +177,7 @@ def by_process(paths: list[str], workers: int) -> tuple[float, int, list[Watched
                     else:
                         parent = child.parent()
                         kind = _kind(child.cmdline(), parent.cmdline() if parent else [])
-                        test = child.environ().get("PYTEST_CURRENT_TEST", "").rsplit(" ", 1)[0]
+                        test = _current_test(child, current)
                     seen[key] = (kind, test, times.user + times.system)
             except psutil.Error:
                 continue
@@ -170,8 +185,18 @@ def by_process(paths: list[str], workers: int) -> tuple[float, int, list[Watched
     return time.monotonic() - started, pytest.returncode, list(seen.values())
 
 
+def _current_test(process: psutil.Process, current: Path) -> str:
+    """The test the xdist worker at or above `process` is running ("" outside any test)."""
+    for above in [process, *process.parents()]:
+        named = current / str(above.pid)
+        if named.exists():
+            return named.read_text(encoding="utf-8")
+    return ""
+
+
 def _print_by_process(paths: list[str], workers: int, top: int) -> None:
-    wall, code, watched = by_process(paths, workers)
+    with tempfile.TemporaryDirectory() as tmp:
+        wall, code, watched = by_process(paths, workers, Path(tmp))
     cpu: dict[str, float] = {}
     count: Counter[str] = Counter()
     by_test: dict[tuple[str, str], list[float]] = {}
@@ -186,7 +211,7 @@ def _print_by_process(paths: list[str], workers: int, top: int) -> None:
     for kind, spent in sorted(cpu.items(), key=lambda item: -item[1]):
         print(f"| {kind} | {count[kind]} | {spent:.1f} |")
     if top:
-        print(f"The {top} costliest (process kind, test) pairs, of processes started by exec:")
+        print(f"The {top} costliest (process kind, test) pairs:")
         ranked = sorted(by_test.items(), key=lambda item: -sum(item[1]))[:top]
         for (kind, test), spent in ranked:
             print(f"  {sum(spent):6.1f} s {len(spent):3d}x {kind}: {test}")

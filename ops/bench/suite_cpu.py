@@ -17,11 +17,11 @@ instead (xdist workers, fork servers, ticks, agent CLIs...): every process below
 is looked at every quarter of a second, so one that lives less long may go uncounted;
 with `--top N`, the N costliest pairs of a kind and the test that started its processes
 (the test its xdist worker was running when a process was first seen: fork servers and
-what they forked included, whose environment names no test). With `--timeline` as well, where the
-wall goes: when the first test starts (the workers' collections before it), how many
-workers are busy in each ten seconds, when each worker ends, and the tests still running
-once the first worker has nothing left (a long test at the back of a share ends the run
-alone: the `long` mark in tests/conftest.py).
+what they forked included, whose environment names no test). With `--timeline` as well,
+where the wall goes: when the first test starts (the workers' collections before it), how
+many workers are busy in each ten seconds, when each worker ends, and the tests still
+running once the first worker has nothing left (a long test at the back of a share ends
+the run alone: the `long` mark in tests/conftest.py).
 
     .venv/bin/python ops/bench/suite_cpu.py tests/test_archive.py tests/test_cli.py [--top 5]
     CI=true .venv/bin/python ops/bench/suite_cpu.py tests --workers 4 --top 40
@@ -88,8 +88,10 @@ import os
 
 
 def pytest_runtest_logstart(nodeid, location):
-    with open(os.path.join(os.environ["SUITE_CPU_CURRENT"], str(os.getpid())), "w") as out:
+    named = os.path.join(os.environ["SUITE_CPU_CURRENT"], str(os.getpid()))
+    with open(named + ".new", "w") as out:
         out.write(nodeid)
+    os.replace(named + ".new", named)  # the poller never reads a file half written
 """
 """Each worker's current test, in a file named by its pid, for `--processes` to name tests by."""
 
@@ -146,7 +148,7 @@ FORKS = {"launchers.forkserver": "ticks forked warm", "exec(eval(sys.stdin": "fo
 
 
 Watched = tuple[str, str, float]
-"""A process's kind, the test that started it ("" when its environment does not say) and CPU."""
+"""A process's kind, the test its worker ran when it was first seen ("" before any) and CPU."""
 
 
 def by_process(paths: list[str], workers: int, folder: Path) -> tuple[float, int, list[Watched]]:

@@ -15,7 +15,7 @@ from harness.devtools.serving import BackgroundServer
 from harness.devtools.upstream import env_for_ticks
 from harness.execution.manual import ManualTicks
 from harness.store import SqlEventStore
-from workers.providers.tls import ssl_context
+from tests import web
 
 TOKEN = "tw-test-token-4f1d0c"
 
@@ -32,7 +32,7 @@ def serving(
     server = BackgroundServer(create_app(settings, store, manual), name="api")
     try:
         # The process's one TLS context: a client's own loads the CA bundle (28 ms of CPU).
-        with httpx.Client(base_url=server.start(), timeout=30, verify=ssl_context()) as client:
+        with web.Client(base_url=server.start(), timeout=30) as client:
             yield client
     finally:
         server.stop()

@@ -30,9 +30,9 @@ import httpx
 
 from harness.devtools.fake_llm import FakeUpstream, Step
 from harness.execution.launchers import end_as_python_would
+from tests import web
 from tests.store_support import migrated_sqlite
 from tests.waiting import wait_until
-from workers.providers.tls import ssl_context
 
 TICKWORK = str(Path(sys.executable).with_name("tickwork"))
 _LIBC = ctypes.CDLL(None, use_errno=True)
@@ -467,7 +467,7 @@ def serve(
     def answers() -> bool:
         assert process.poll() is None, process.communicate()[0]
         try:
-            httpx.get(f"{url}/", timeout=10, verify=ssl_context())
+            web.get(f"{url}/", timeout=10)
         except httpx.TransportError:
             return False
         return True

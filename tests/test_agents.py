@@ -17,7 +17,6 @@ from datetime import UTC, datetime
 from html import escape
 from pathlib import Path
 
-import httpx
 import psutil
 import pytest
 
@@ -48,6 +47,7 @@ from harness.execution.prepare import Preparer, TickSetupError
 from harness.execution.runner import Runner
 from harness.projections import calls_said, story_of, story_steps
 from harness.store import StoredEvent, open_store
+from tests import web
 from tests.api_support import serving
 from tests.store_support import migrated_sqlite
 from tests.tick_support import SECRET, Harness, ready_launcher
@@ -350,11 +350,11 @@ def test_the_ticks_governor_answers_only_its_cli_and_its_hook_counts_against_the
             "max_tokens": 10,
             "messages": [{"role": "user", "content": "hi"}],
         }
-        assert httpx.post(f"{origin}/v1/messages", json=chat).status_code == 401
+        assert web.post(f"{origin}/v1/messages", json=chat).status_code == 401
         wrong = {"x-tickwork-hook-token": "guess"}
-        assert httpx.post(server.hook_url, json={}, headers=wrong).status_code == 403
+        assert web.post(server.hook_url, json={}, headers=wrong).status_code == 403
         hook = {"x-tickwork-hook-token": server.token}
-        asked = [httpx.post(server.hook_url, json={"tool_use_id": n}, headers=hook) for n in "ab"]
+        asked = [web.post(server.hook_url, json={"tool_use_id": n}, headers=hook) for n in "ab"]
         assert [a.json()["decision"] for a in asked] == ["allow", "deny"]
         assert (budget.executed, budget.cancelled, budget.met) == (1, 1, True)
     finally:

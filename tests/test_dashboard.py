@@ -18,7 +18,6 @@ import os
 from collections.abc import Iterator
 from pathlib import Path
 
-import httpx
 import pytest
 from selenium import webdriver
 from selenium.common.exceptions import NoSuchElementException, StaleElementReferenceException
@@ -32,6 +31,7 @@ from harness.contracts.events import tick_stream
 from harness.devtools.fake_llm import FakeUpstream, Step, ToolCallSpec
 from harness.projections.levels import level_paused
 from harness.store import open_store
+from tests import web
 from tests.api_support import TOKEN, serving, settings_for
 from tests.commands import (
     Output,
@@ -145,8 +145,8 @@ def test_a_new_operators_path_through_the_dashboard(tmp_path: Path, browser: Web
             assert banner == f"{url}/", "the banner names the dashboard's address"
 
             def running_after_completed() -> bool:
-                done = httpx.get(f"{url}/ticks", params={"status": "completed"}, timeout=10)
-                running = httpx.get(f"{url}/ticks", params={"status": "running"}, timeout=10)
+                done = web.get(f"{url}/ticks", params={"status": "completed"}, timeout=10)
+                running = web.get(f"{url}/ticks", params={"status": "running"}, timeout=10)
                 return bool(done.json()) and bool(running.json())
 
             wait_until(running_after_completed, "a running tick after a completed one", 120, 0.5)
@@ -254,7 +254,7 @@ def test_a_new_operators_path_through_the_dashboard(tmp_path: Path, browser: Web
             errors = [e for e in browser.get_log("browser") if e["level"] == "SEVERE"]
             assert all("/dashboard/ticks/idle-" in e["message"] for e in errors), errors
 
-            latest = httpx.get(f"{url}/digests/latest", timeout=10).json()["data"]["path"]
+            latest = web.get(f"{url}/digests/latest", timeout=10).json()["data"]["path"]
             browser.get(f"file://{latest}")
             assert browser.find_elements(By.CSS_SELECTOR, "table.spend td.n")
             links = "a[href^='https://tickwork.example/ui/ticks/busy-']"

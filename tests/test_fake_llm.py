@@ -12,6 +12,7 @@ import pytest
 
 from harness.contracts.wire import Api
 from harness.devtools.fake_llm import DEFAULT_TEXT, FakeUpstream, Step, ToolCallSpec
+from tests import web
 
 
 @pytest.fixture(scope="module")
@@ -202,7 +203,7 @@ def test_cut_streams_drop_the_connection_before_the_usage(fake: FakeUpstream, ap
 def test_the_script_is_listed_per_key_appended_to_and_cleared_by_key_or_whole() -> None:
     server = FakeUpstream().start()
     try:
-        with httpx.Client(base_url=server.origin, timeout=10) as http:
+        with web.Client(base_url=server.origin, timeout=10) as http:
             slow = {"key": "default", "steps": [{"text": "Slow answer.", "delay": 20}]}
             assert http.post("/_script", json=slow).json() == {"queued": 1, "waiting": 1}
             again = {"key": "default", "steps": [{"status": 500}]}

@@ -31,6 +31,7 @@ from harness.projections.calibration import (
 )
 from harness.projections.projector import Projector
 from harness.store import SqlEventStore
+from tests import web
 from tests.commands import TICKWORK, free_port
 from tests.corpus import session
 from tests.governor_support import governor_proxy
@@ -42,7 +43,7 @@ def wait_for(url: str, process: subprocess.Popen[str]) -> None:
         if process.poll() is not None:
             raise AssertionError(f"governor exited: {process.communicate()}")
         try:
-            httpx.get(url, timeout=10)
+            web.get(url, timeout=10)
         except httpx.TransportError:
             return False
         return True
@@ -80,7 +81,7 @@ def words_fake(request: pytest.FixtureRequest) -> Iterator[FakeUpstream]:
 
 
 def replay(origin: str, seeds: range, turns: int) -> None:
-    with httpx.Client(timeout=30) as http:
+    with web.Client(timeout=30) as http:
         for seed in seeds:
             for request in session(seed, turns):
                 answer = http.post(f"{origin}/v1/chat/completions", json=request)
@@ -114,7 +115,7 @@ def test_calibration_persists_from_one_governor_process_to_the_next(
 
 
 def status(port: int) -> dict[str, Any]:
-    answer: dict[str, Any] = httpx.get(f"http://127.0.0.1:{port}/governor/status").json()
+    answer: dict[str, Any] = web.get(f"http://127.0.0.1:{port}/governor/status").json()
     return answer
 
 
@@ -158,7 +159,7 @@ def test_alerts_are_sent_once_per_episode(
     )
     with (
         governor_proxy(config, alerts=Alerts((url,))) as (origin, governor),
-        httpx.Client(timeout=30) as http,
+        web.Client(timeout=30) as http,
     ):
 
         def send(name: str, chars: int, expected: int) -> None:

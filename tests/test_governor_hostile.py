@@ -25,6 +25,7 @@ from hypothesis import strategies as st
 
 from harness.devtools.fake_llm import FakeUpstream, Step
 from harness.store import open_store
+from tests import web
 from tests.governor_support import echo_app, governor_proxy, serving
 from tests.test_governor_proxy import config, messages, origin_of
 from tests.waiting import wait_until
@@ -37,9 +38,7 @@ OVER_HARD = 7000
 def test_a_stopped_stream_with_nonsense_stream_options_is_a_400(options: Any) -> None:
     with governor_proxy(config("http://127.0.0.1:9")) as (origin, _):
         body = {"model": "m", "messages": messages(OVER_HARD), "stream": True}
-        answer = httpx.post(
-            f"{origin}/v1/chat/completions", json={**body, "stream_options": options}
-        )
+        answer = web.post(f"{origin}/v1/chat/completions", json={**body, "stream_options": options})
     assert answer.status_code == 400
     assert answer.json()["error"]["param"] == "stream_options"
 
@@ -49,8 +48,8 @@ def test_credentials_in_the_upstream_url_and_the_clients_own_both_work() -> None
         parts = urlsplit(echo)
         upstream = f"http://gw%40user:pa%3Ass@{parts.hostname}:{parts.port}"
         with governor_proxy(config(upstream)) as (origin, _):
-            own = httpx.get(f"{origin}/v1/models", headers={"Authorization": "Bearer client-key"})
-            none = httpx.get(f"{origin}/v1/models")
+            own = web.get(f"{origin}/v1/models", headers={"Authorization": "Bearer client-key"})
+            none = web.get(f"{origin}/v1/models")
     assert own.status_code == none.status_code == 200
 
     def authorization(answer: httpx.Response) -> list[str]:
@@ -81,7 +80,7 @@ def test_an_upstream_stalling_mid_answer_ends_it_with_an_error(fake: FakeUpstrea
     body = {"model": "m", "messages": messages(10), "stream": True}
     with governor_proxy(idle) as (origin, governor):
         started = time.monotonic()
-        answer = httpx.post(
+        answer = web.post(
             f"{origin}/v1/chat/completions",
             json=body,
             headers={"X-Tickwork-Tick": "stall"},
@@ -119,7 +118,7 @@ def test_a_whole_answer_cut_short_is_a_502_that_says_so() -> None:
         threading.Thread(target=_answer_short, args=(listener,), daemon=True).start()
         upstream = f"http://127.0.0.1:{listener.getsockname()[1]}"
         with governor_proxy(config(upstream)) as (origin, governor):
-            answer = httpx.post(
+            answer = web.post(
                 f"{origin}/v1/chat/completions", json={"model": "m", "messages": messages(10)}
             )
     assert answer.status_code == 502
@@ -165,7 +164,7 @@ def unreachable() -> Iterator[str]:
 def test_no_model_call_gets_a_500_from_the_governor(
     unreachable: str, fields: dict[str, Any], size: int, path: str
 ) -> None:
-    answer = httpx.post(f"{unreachable}{path}", json={**fields, "messages": messages(size)})
+    answer = web.post(f"{unreachable}{path}", json={**fields, "messages": messages(size)})
     assert answer.status_code < 500 or answer.status_code == 502, answer.text
 
 
@@ -199,7 +198,7 @@ def test_a_messages_body_the_governor_cannot_measure_is_a_400_naming_the_field(
     cfg = config(origin_of(fake), log=log_file)
     with governor_proxy(cfg, store_url, tmp_path / "spool") as (origin, governor):
         answers = [
-            httpx.post(
+            web.post(
                 f"{origin}/v1/messages",
                 content=body if isinstance(body, bytes) else orjson.dumps(body),
             )
@@ -242,7 +241,7 @@ def test_secrets_an_upstream_echoes_reach_their_client_and_nothing_else(
             api.messages.stream(**turn, extra_headers={"X-Tickwork-Tick": "cut"}) as events,
         ):
             events.until_done()
-        status = httpx.get(f"{origin}/governor/status").text
+        status = web.get(f"{origin}/governor/status").text
     store = open_store(store_url)
     try:
         recorded = orjson.dumps([e.data for e in store.read_all(limit=100)]).decode()

@@ -31,6 +31,7 @@ from harness.devtools.fake_llm import FakeUpstream, Step
 from harness.devtools.fake_llm.anthropic import prompt_view
 from harness.governor import tokens_from_chars, wire_request_chars
 from harness.store import open_store
+from tests import web
 from tests.governor_support import (
     HARD,
     SOFT,
@@ -95,7 +96,7 @@ def test_soft_appends_the_directive_as_the_last_user_message(
 def test_soft_defers_where_the_chain_forbids_a_user_message(fake: FakeUpstream, tail: str) -> None:
     with governor_proxy(config(origin_of(fake))) as (origin, governor):
         sent = messages(4000, tail)
-        with httpx.Client() as http:
+        with web.Client() as http:
             http.post(f"{origin}/v1/chat/completions", json={"model": "m", "messages": sent})
         assert last_received(fake)["messages"] == sent
         assert governor.recent[-1]["decision"] == "defer"
@@ -121,7 +122,7 @@ def test_hard_streams_its_answer_when_the_request_streams(fake: FakeUpstream) ->
             "stream_options": {"include_usage": True},
         }
         with (
-            httpx.Client() as http,
+            web.Client() as http,
             http.stream("POST", f"{origin}/v1/chat/completions", json=body) as response,
         ):
             assert response.headers["content-type"].startswith("text/event-stream")
@@ -163,7 +164,7 @@ def test_status_reports_counters_limits_calibration_and_the_last_50_decisions(
         for _ in range(52):
             api.chat.completions.create(model="m", messages=messages(1200))
         api.chat.completions.create(model="m", messages=messages(9000))
-        status = httpx.get(f"{origin}/governor/status").json()
+        status = web.get(f"{origin}/governor/status").json()
     assert status["soft_tokens"] == SOFT and status["hard_tokens"] == HARD
     assert status["exempt_models"] == ["free"]
     assert status["counters"]["pass"] == 52 and status["counters"]["hard"] == 1
@@ -197,7 +198,7 @@ def test_announcements_post_the_earlier_body_throttled_over_all_sessions(
             for opening in ("another session", "a third"):
                 chat = [{"role": "system", "content": opening}, *messages(4000)]
                 api.chat.completions.create(model="m", messages=chat)
-            status = httpx.get(f"{origin}/governor/status/").json()
+            status = web.get(f"{origin}/governor/status/").json()
     assert heard == [
         {
             "text": f"full at {est} of {HARD}",
@@ -218,7 +219,7 @@ def test_status_answers_as_the_earlier_governor_did(fake: FakeUpstream) -> None:
             model="m", messages=messages(1300), stream=True, stream_options=usage
         )
         assert [chunk for chunk in streamed]
-        answers = [httpx.get(f"{origin}{path}") for path in ("/governor", "/governor/status/")]
+        answers = [web.get(f"{origin}{path}") for path in ("/governor", "/governor/status/")]
     billed = [entry.prompt_tokens for entry in fake.ledger[-2:]]
     for answer in answers:
         status = answer.json()
@@ -236,7 +237,7 @@ def test_a_client_leaving_a_stream_ends_its_relay_at_once(fake: FakeUpstream) ->
         started = time.monotonic()
         headers = {"X-Tickwork-Tick": "leaves"}
         url = f"{origin}/v1/chat/completions"
-        with httpx.stream("POST", url, json=body, headers=headers) as answer:
+        with web.stream("POST", url, json=body, headers=headers) as answer:
             assert next(answer.iter_raw())
         wait_until(lambda: governor.counters["client_gone"] == 1, "the relay ending")
         assert time.monotonic() - started < 30, "the relay ran on after the client left"
@@ -246,7 +247,7 @@ def test_a_client_leaving_a_stream_ends_its_relay_at_once(fake: FakeUpstream) ->
 
 def test_non_chat_requests_pass_through_with_method_path_query_headers_and_body() -> None:
     with serving(echo_app(), "echo") as upstream, governor_proxy(config(upstream)) as (origin, _):
-        response = httpx.put(
+        response = web.put(
             f"{origin}/v1/files/abc?purpose=batch&x=1",
             content=b"\x00raw bytes",
             headers={
@@ -273,7 +274,7 @@ def test_malformed_chat_bodies_pass_through_untouched(body: bytes) -> None:
         serving(echo_app(), "echo") as upstream,
         governor_proxy(config(upstream)) as (origin, governor),
     ):
-        response = httpx.post(f"{origin}/v1/chat/completions", content=body)
+        response = web.post(f"{origin}/v1/chat/completions", content=body)
         assert response.status_code == 200
         assert response.json()["body"] == body.decode()
         assert governor.counters["not_json_passed_through"] == 1
@@ -282,7 +283,7 @@ def test_malformed_chat_bodies_pass_through_untouched(body: bytes) -> None:
 def test_sse_chunks_arrive_as_the_upstream_sends_them() -> None:
     with serving(echo_app(), "echo") as upstream, governor_proxy(config(upstream)) as (origin, _):
         arrivals = []
-        with httpx.Client() as http, http.stream("GET", f"{origin}/slow-sse") as response:
+        with web.Client() as http, http.stream("GET", f"{origin}/slow-sse") as response:
             for _ in response.iter_raw():
                 arrivals.append(time.monotonic())
     gaps = [later - earlier for earlier, later in itertools.pairwise(arrivals)]
@@ -292,7 +293,7 @@ def test_sse_chunks_arrive_as_the_upstream_sends_them() -> None:
 
 def test_unreachable_upstream_is_a_502_that_says_so_without_credentials() -> None:
     with governor_proxy(config(f"http://user:{SECRET}@127.0.0.1:9")) as (origin, governor):
-        response = httpx.post(
+        response = web.post(
             f"{origin}/v1/chat/completions", json={"model": "m", "messages": messages(10)}
         )
     assert response.status_code == 502
@@ -314,7 +315,7 @@ def test_events_land_in_the_store_without_secrets(
         list(stream)
         api.chat.completions.create(model="m", messages=messages(9000))
         fake.script("tick-x", [Step()])
-        httpx.post(
+        web.post(
             f"{origin}/v1/chat/completions",
             json={"model": "m", "messages": messages(100)},
             headers={"X-Tickwork-Tick": "tick-x"},
@@ -358,7 +359,7 @@ def test_many_concurrent_streams_are_served_at_once(fake: FakeUpstream) -> None:
         )
 
     async def all_at_once(origin: str) -> list[str]:
-        async with httpx.AsyncClient(timeout=30) as http:
+        async with web.AsyncClient(timeout=30) as http:
             return await asyncio.gather(*(one(http, origin) for _ in range(streams)))
 
     with governor_proxy(config(origin_of(fake))) as (origin, _):
@@ -370,19 +371,19 @@ def test_many_concurrent_streams_are_served_at_once(fake: FakeUpstream) -> None:
 def test_status_serves_the_earlier_governors_keys_beside_its_own(fake: FakeUpstream) -> None:
     """The earlier governor's dashboards read these keys; chat = soft + hard + passthrough."""
     with governor_proxy(config(origin_of(fake))) as (origin, _):
-        before = httpx.get(f"{origin}/governor/status").json()
+        before = web.get(f"{origin}/governor/status").json()
         api = client(origin)
         api.chat.completions.create(model="m", messages=messages(100))
-        with httpx.Client() as http:
+        with web.Client() as http:
             http.post(
                 f"{origin}/v1/chat/completions",
                 json={"model": "m", "messages": messages(4000, "tool")},
             )
         api.chat.completions.create(model="m", messages=messages(4000))
         api.chat.completions.create(model="m", messages=messages(7000))
-        status = httpx.get(f"{origin}/governor/status").json()
+        status = web.get(f"{origin}/governor/status").json()
     with governor_proxy(config(origin_of(fake), hard_tokens=0)) as (origin, _):
-        unbounded = httpx.get(f"{origin}/governor").json()
+        unbounded = web.get(f"{origin}/governor").json()
     earlier = ("chat", "soft", "hard", "passthrough", "tokens_prompt", "tokens_completion")
     assert {name: before["counters"][name] for name in earlier} == dict.fromkeys(earlier, 0)
     assert (status["soft"], status["hard"], status["calibration_default"]) == (SOFT, HARD, 3.2)
@@ -401,7 +402,7 @@ def test_status_serves_the_earlier_governors_keys_beside_its_own(fake: FakeUpstr
 
 def test_status_may_be_read_from_any_origin(fake: FakeUpstream) -> None:
     with governor_proxy(config(origin_of(fake))) as (origin, _):
-        answers = [httpx.get(f"{origin}{path}") for path in ("/governor/status", "/governor/")]
+        answers = [web.get(f"{origin}{path}") for path in ("/governor/status", "/governor/")]
         forwarded = client(origin).chat.completions.with_raw_response.create(
             model="m", messages=messages(100)
         )
@@ -447,7 +448,7 @@ def test_the_log_line_is_written_when_the_answer_ends_with_the_truth_beside_the_
     with (
         serving(gated.app(), "gated") as upstream,
         governor_proxy(config(upstream, log=log_file)) as (origin, _),
-        httpx.Client(timeout=30) as http,
+        web.Client(timeout=30) as http,
     ):
         url = f"{origin}/v1/chat/completions"
         body = {"model": "m", "messages": messages(1000), "stream": True}
@@ -480,9 +481,9 @@ def test_the_log_tells_a_cut_answer_and_an_unreachable_upstream(
     body = {"model": "m", "messages": messages(100), "stream": True}
     headers = {"X-Tickwork-Tick": "cut"}
     with governor_proxy(config(origin_of(fake), log=log_file)) as (origin, _):
-        httpx.post(f"{origin}/v1/chat/completions", json=body, headers=headers)
+        web.post(f"{origin}/v1/chat/completions", json=body, headers=headers)
     with governor_proxy(config("http://127.0.0.1:9", log=log_file)) as (origin, _):
-        httpx.post(f"{origin}/v1/chat/completions", json=body)
+        web.post(f"{origin}/v1/chat/completions", json=body)
     lines = [orjson.loads(line) for line in log_file.read_text().splitlines()]
     assert [(line["ended"], line["status"], line["streamed"]) for line in lines] == [
         ("cut", 200, True),
@@ -593,7 +594,7 @@ def test_count_tokens_is_the_upstreams_or_else_the_governors_estimate(fake: Fake
         governor_proxy(config(bare)) as (origin, governor),
     ):
         estimated = claude(origin).messages.count_tokens(**request)
-        bad = httpx.post(f"{origin}/v1/messages/count_tokens", json={"model": "claude-m"})
+        bad = web.post(f"{origin}/v1/messages/count_tokens", json={"model": "claude-m"})
     assert estimated.input_tokens == tokens_from_chars(wire_request_chars("anthropic", request))
     assert governor.counters["count_tokens_estimated"] == 1 and not governor.recent
     assert bad.status_code == 400 and "messages" in bad.json()["error"]["message"]
@@ -618,7 +619,7 @@ def test_clients_of_both_apis_share_one_governor_and_one_ledger(
         with pytest.raises(anthropic.APIStatusError):
             ask_claude(origin, 1700, True)
         cut_estimate = governor.recent[-1]["est_tokens"]
-        status = httpx.get(f"{origin}/governor/status").json()
+        status = web.get(f"{origin}/governor/status").json()
     store = open_store(store_url)
     try:
         spent = [e.data for e in store.read_all(types=["BudgetSpent"])]
@@ -658,7 +659,7 @@ def test_anthropic_requests_go_to_their_own_upstream_with_their_auth_headers(
         with governor_proxy(
             config(origin_of(fake), anthropic_upstream=f"http://gw:pw@{parts.netloc}")
         ) as (origin, governor):
-            answer = httpx.post(
+            answer = web.post(
                 f"{origin}/v1/messages?beta=true",
                 json={"model": "claude-m", "max_tokens": 8, "messages": claude_turns(100)},
                 headers={"x-api-key": SECRET, "anthropic-version": "2023-06-01"},

@@ -13,11 +13,11 @@ import re
 import subprocess
 from pathlib import Path
 
-import httpx
 import pytest
 
 from harness.scheduling.control import operator
 from harness.store import HEAD_REVISION
+from tests import web
 from tests.commands import ForkedCommand, Output, environment, forked, free_port, write_config
 
 LEVEL = """
@@ -84,7 +84,7 @@ def test_a_new_operator_walks_from_init_to_doctor(tmp_path: Path) -> None:
         first = service.wait_for(" completed: ")
         assert first.endswith(' — "All done: nothing needed attention."\n'), first
 
-        queued = httpx.post(script, json={"key": "default", "steps": [{"status": 500}] * 2})
+        queued = web.post(script, json={"key": "default", "steps": [{"status": 500}] * 2})
         assert queued.json() == {"queued": 2, "waiting": 2}
         paused = said(service, "min paused (")
         failed = re.search(r"\((min-\S+) failed on infrastructure after retries: ", paused)
@@ -99,7 +99,7 @@ def test_a_new_operator_walks_from_init_to_doctor(tmp_path: Path) -> None:
             f"({FIVE_HUNDRED}): "
         )
         service.wait_for(" skipped: min is paused (tickwork resume min)")
-        assert httpx.get(script).json() == {}, "the failure run took both steps"
+        assert web.get(script).json() == {}, "the failure run took both steps"
         levels = tickwork(tmp_path, "levels")
         assert (
             f" by tickwork: {tick} failed on infrastructure after retries: "
@@ -107,7 +107,7 @@ def test_a_new_operator_walks_from_init_to_doctor(tmp_path: Path) -> None:
         ) in levels.stdout, levels.stdout
 
         retry = [{"status": 500}, {"text": "Fine."}]
-        assert httpx.post(script, json={"key": "default", "steps": retry}).json()["queued"] == 2
+        assert web.post(script, json={"key": "default", "steps": retry}).json()["queued"] == 2
         resume = tickwork(tmp_path, "resume", "min")
         assert (resume.returncode, resume.stdout) == (0, "min: paused -> running\n")
         assert said(service, " min resumed") == f"min resumed: by {operator()}\n"

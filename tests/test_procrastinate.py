@@ -17,7 +17,6 @@ from contextlib import contextmanager
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
-import httpx
 import psutil
 import psycopg
 import pytest
@@ -59,6 +58,7 @@ from harness.store import (
     open_store,
     process_name,
 )
+from tests import web
 from tests.commands import (
     ForkedCommand,
     Output,
@@ -327,7 +327,7 @@ def test_a_worker_uses_the_schedulers_fake_and_the_scheduler_tells_the_ticks_it_
             shared = service.wait_for("  upstream  openai-chat: tickwork's fake at ")
             shared = shared.split(" at ")[1].split()[0]
             script = {"key": "default", "steps": [{"text": "One script for every host."}]}
-            httpx.post(f"{shared.removesuffix('/v1')}/_script", json=script).raise_for_status()
+            web.post(f"{shared.removesuffix('/v1')}/_script", json=script).raise_for_status()
             worker = Output(ForkedCommand(tmp_path, ["worker", "--concurrency", "1"], env, **piped))
             try:
                 told = worker.wait_for("no OPENAI_BASE_URL set")

@@ -49,6 +49,7 @@ from harness.scheduling.timetable import Timetable
 from harness.scheduling.triggers import level_trigger, slot_tick_id
 from harness.scheduling.waves import SlotClaim, claim_wave
 from harness.store import EventStore, SqlEventStore, StoredEvent, open_store
+from tests import web
 from tests.commands import (
     COLD,
     ForkedCommand,
@@ -419,7 +420,7 @@ def test_serve_takes_an_edit_or_sighup_of_the_levels_as_run_does(tmp_path: Path)
 
     def levels() -> list[str]:
         try:
-            return sorted(level["name"] for level in httpx.get(f"{url}/levels").json())
+            return sorted(level["name"] for level in web.get(f"{url}/levels").json())
         except httpx.TransportError:
             return []
 
@@ -429,7 +430,7 @@ def test_serve_takes_an_edit_or_sighup_of_the_levels_as_run_does(tmp_path: Path)
         line = server.wait_for(f"{config} reloaded: levels revision ")
         assert line.rstrip().endswith("(added added; removed gone; changed edit)"), line
         assert levels() == ["added", "edit"]
-        assert "added" in httpx.get(f"{url}/dashboard/panels").text
+        assert "added" in web.get(f"{url}/dashboard/panels").text
         valid = config.read_text()
         config.write_text(valid.replace('every = "1h"', 'every = "never"', 1))
         server.process.send_signal(signal.SIGHUP)

@@ -1,4 +1,4 @@
-"""Throwaway stores are copies of one migrated per schema, kept in the user's cache."""
+"""New SQLite stores are copies of one migrated per schema, kept in the user's cache."""
 
 from __future__ import annotations
 
@@ -45,6 +45,25 @@ def test_the_second_store_is_copied_without_alembic(cache: Path, tmp_path: Path)
     assert done.returncode == 0, done.stderr
     assert done.stdout.strip() == "False"
     assert (tmp_path / "second" / "events.db").stat().st_size > 0
+
+
+def test_a_new_embedded_store_opens_as_a_private_copy_without_alembic(
+    cache: Path, tmp_path: Path
+) -> None:
+    """`open_store` of a file not there yet (`tickwork init`, a first start) copies too."""
+    scratch_sqlite(tmp_path / "first")
+    new = tmp_path / "new" / "events.db"
+    probe = (
+        "import sys; from harness.store import current_revision, open_store; "
+        f"store = open_store({f'sqlite:///{new}'!r}); "
+        "print(current_revision(store.engine), store.last_position(), 'alembic' in sys.modules)"
+    )
+    env = {**os.environ, "XDG_CACHE_HOME": str(cache.parent)}
+    done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, env=env)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.split() == [HEAD_REVISION, "0", "False"]
+    assert stat.S_IMODE(os.stat(new).st_mode) == 0o600
+    assert list(new.parent.glob(".*")) == [], "no partial copy is left"
 
 
 def test_a_stale_schemas_copy_leaves_when_this_ones_is_made_and_one_in_use_stays(

@@ -12,6 +12,7 @@ from pathlib import Path
 
 import httpx
 
+from tests import web
 from tests.commands import environment, forked, free_port, serve
 
 TOKEN = "tw-serve-token-9b2e71"
@@ -35,10 +36,10 @@ def test_with_a_token_it_binds_beyond_loopback_and_asks_every_request_for_it(
 ) -> None:
     env = environment(TICKWORK_API_TOKEN=TOKEN)
     with serve(tmp_path, "--host", "0.0.0.0", env=env, forked=True) as (url, output):
-        assert httpx.get(f"{url}/status").status_code == 401
-        wrong = httpx.get(f"{url}/status", headers={"Authorization": "Bearer guess"})
+        assert web.get(f"{url}/status").status_code == 401
+        wrong = web.get(f"{url}/status", headers={"Authorization": "Bearer guess"})
         assert wrong.status_code == 401
-        right = httpx.get(f"{url}/status", headers={"Authorization": f"Bearer {TOKEN}"})
+        right = web.get(f"{url}/status", headers={"Authorization": f"Bearer {TOKEN}"})
         assert right.status_code == 200 and right.json()["levels"] == []
     assert "bearer token required" in output[0]
     assert TOKEN not in output[0], "the token is never logged"
@@ -46,8 +47,8 @@ def test_with_a_token_it_binds_beyond_loopback_and_asks_every_request_for_it(
 
 def test_on_loopback_it_serves_without_a_token(tmp_path: Path) -> None:
     with serve(tmp_path, env=environment()) as (url, _):
-        assert httpx.get(f"{url}/status").status_code == 200
-        assert "tickwork" in httpx.get(f"{url}/").text
+        assert web.get(f"{url}/status").status_code == 200
+        assert "tickwork" in web.get(f"{url}/").text
 
 
 def test_a_short_token_is_refused_without_echoing_it(tmp_path: Path) -> None:
@@ -67,7 +68,7 @@ def test_a_second_serve_on_a_taken_port_says_so_in_one_line(tmp_path: Path) -> N
     port = free_port()
     with serve(tmp_path, env=environment(), port=port, forked=True) as (url, _):
         second = forked(tmp_path, "serve", "--port", str(port))
-        assert httpx.get(f"{url}/status").status_code == 200, "the first one serves on"
+        assert web.get(f"{url}/status").status_code == 200, "the first one serves on"
     assert second.returncode == 1, second.stdout + second.stderr
     assert second.stdout == "", "nothing announced: it never served"
     assert second.stderr == (
@@ -87,7 +88,7 @@ def test_a_thread_that_meets_an_unexpected_error_stops_it_in_one_line(tmp_path: 
     def watch() -> None:
         while True:
             try:
-                httpx.get(f"http://127.0.0.1:{port}/status", timeout=10)
+                web.get(f"http://127.0.0.1:{port}/status", timeout=10)
                 break
             except httpx.TransportError:
                 threading.Event().wait(0.2)

@@ -6,13 +6,13 @@ the gate passes is the whole stream of a finished turn, and of any other no tool
 
 from __future__ import annotations
 
-import httpx
 import pytest
 
 from harness.contracts import TICK_HEADER
 from harness.devtools.fake_llm import FakeUpstream, Step, ToolCallSpec
 from harness.governor.proxy.dialects import ANTHROPIC_MESSAGES, OPENAI_CHAT, Dialect
 from harness.governor.proxy.turns import TurnGate
+from tests import web
 
 CALL = ToolCallSpec(name="Bash", arguments={"command": "touch /tmp/never"})
 ASKS = {
@@ -28,7 +28,7 @@ def streamed(fake: FakeUpstream, api: str, step: Step, key: str) -> bytes:
     fake.script(key, [step])
     path, extra = ASKS[api]
     body = {"model": "m", "stream": True, "messages": [{"role": "user", "content": "go"}]}
-    answer = httpx.post(fake.origin + path, json=body | extra, headers={TICK_HEADER: key})
+    answer = web.post(fake.origin + path, json=body | extra, headers={TICK_HEADER: key})
     return answer.content
 
 

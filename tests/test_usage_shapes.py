@@ -39,6 +39,7 @@ from harness.governor import (
     priced_apart,
 )
 from harness.prices import PriceBook
+from tests import web
 from tests.waiting import wait_until
 from workers.agents.tick_governor import TickGovernor, TickGovernorServer
 from workers.budget_guard import BudgetGuard
@@ -243,12 +244,12 @@ def cli_request(api: Api, origin: str, key: str, streamed: bool) -> httpx.Respon
     messages = [{"role": "user", "content": "Anything for me? " * 20}]
     if api == "anthropic":
         body = {"model": MODEL, "max_tokens": 512, "messages": messages, "stream": streamed}
-        return httpx.post(f"{origin}/v1/messages", json=body, headers={"x-api-key": key})
+        return web.post(f"{origin}/v1/messages", json=body, headers={"x-api-key": key})
     body = {"model": MODEL, "messages": messages, "stream": streamed}
     if streamed:
         body["stream_options"] = {"include_usage": True}
     headers = {"authorization": f"Bearer {key}"}
-    return httpx.post(f"{origin}/v1/chat/completions", json=body, headers=headers)
+    return web.post(f"{origin}/v1/chat/completions", json=body, headers=headers)
 
 
 @pytest.mark.parametrize(("name", "api", "streamed"), cases(GOVERNED, (True, False)))

@@ -1,4 +1,4 @@
-"""Opening a store: an embedded SQLite store is migrated, a shared one must be at head.
+"""Opening a store: an embedded SQLite store is made or migrated, a shared one must be at head.
 
 Kept apart from the package front so that `harness.store` only names things; the spool
 is ingested here because a store that opens is the first chance to hand it its events.
@@ -6,6 +6,7 @@ is ingested here because a store that opens is the first chance to hand it its e
 
 from __future__ import annotations
 
+import contextlib
 from datetime import UTC, datetime
 
 from harness.config import Durability, Settings
@@ -20,6 +21,7 @@ from harness.store.engine import (
 from harness.store.migrate import current_revision, needs_upgrade, upgrade
 from harness.store.records import SchemaError
 from harness.store.schema import HEAD_REVISION
+from harness.store.scratch import new_sqlite
 from harness.store.spool import Spool
 from harness.store.sql import SqlEventStore, translate_errors
 from harness.store.writer import Clock, utc_now
@@ -34,7 +36,9 @@ def open_store(
     connections: int = DEFAULT_CONNECTIONS,
     checked: bool = False,
 ) -> SqlEventStore:
-    """Open the store, migrating an embedded SQLite store, then ingest any spooled events.
+    """Open the store, making or migrating an embedded SQLite store, then ingest the spool.
+
+    A new embedded store is a copy of one migrated once per schema (`harness.store.scratch`).
 
     `clock` stamps what it appends (a soak run's simulated month); `connections` sizes a
     PostgreSQL pool (`harness.store.sizing`).
@@ -44,6 +48,10 @@ def open_store(
     `checked` says the process that handed over the URL opened it (a tick's launcher):
     the check cost each tick four round trips, for the revision its launcher had read.
     """
+    path = sqlite_path(normalize_url(url))
+    if path is not None and not path.exists():
+        with contextlib.suppress(OSError):  # the engine says why the file cannot be made
+            new_sqlite(path)
     engine = create_store_engine(url, durability=durability, connections=connections)
     shared = engine.dialect.name != "sqlite"
     with translate_errors():

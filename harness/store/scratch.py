@@ -1,14 +1,13 @@
-"""Empty SQLite stores for throwaway use, copied from one migrated once per schema.
+"""New SQLite stores, copied from one migrated once per schema.
 
-The fork server's warm-up runs a throwaway tick that records into a store of its own, a
-file deleted seconds later. Migrating a new file imports Alembic and runs every migration:
-~0.8 s of CPU, a fifth of a warm-up, paid again by every server a service starts (each
-restart, each code change). One store migrated per schema (its revision and its
-migrations' text) is kept in the user's cache folder and copied (milliseconds); a cache
-that cannot be written means migrating in place, as before. Writing a new schema's copy
-removes the copies no process has used for a day (`STALE_SECONDS`): another checkout on
-another schema, whose copy is in use, keeps it (removing it under a process about to copy
-it failed that process's store).
+Migrating a new file imports Alembic and runs every migration: ~0.8 s of CPU, paid by
+every embedded store made (`tickwork init`, a service's first start, a fork server's
+throwaway tick, each test's store). One store migrated per schema (its revision and its
+migrations' text) is kept in the user's cache folder, and a new store is a copy of it
+(milliseconds); a cache that cannot be written means migrating in place, as before.
+Writing a new schema's copy removes the copies no process has used for a day
+(`STALE_SECONDS`): another checkout on another schema, whose copy is in use, keeps it
+(removing it under a process about to copy it failed that process's store).
 """
 
 from __future__ import annotations
@@ -22,8 +21,8 @@ import time
 from pathlib import Path
 
 from harness.files import make_private_folder, open_private
-from harness.store.migrate import script_folder
-from harness.store.opening import open_store
+from harness.store.engine import create_store_engine
+from harness.store.migrate import script_folder, upgrade
 from harness.store.schema import HEAD_REVISION
 
 PREFIX = "empty-store-"
@@ -61,7 +60,7 @@ def migrated_copy(folder: Path) -> Path | None:
         make_private_folder(folder)
         partial = folder / f".{template.name}.{os.getpid()}"
         partial.unlink(missing_ok=True)
-        open_store(f"sqlite:///{partial}").close()
+        migrate_in_place(partial)
         os.replace(partial, template)  # concurrent makers each put a whole file there
     except OSError:
         return None
@@ -73,14 +72,45 @@ def migrated_copy(folder: Path) -> Path | None:
     return template
 
 
+def migrate_in_place(path: Path) -> None:
+    """Make the file at `path` a store at this schema with Alembic (what a copy saves)."""
+    engine = create_store_engine(f"sqlite:///{path}")
+    try:
+        upgrade(engine)
+    finally:
+        engine.dispose()
+
+
+def new_sqlite(path: Path) -> None:
+    """Make `path` an empty store at this schema, private (0600), unless a file is there.
+
+    The copy is written beside `path` and linked to it: a process opening the same new
+    store at the same moment finds either no file or a whole one, and a store another
+    process made first is kept.
+    """
+    make_private_folder(path.parent)
+    template = migrated_copy(cache_folder())
+    if template is None:
+        migrate_in_place(path)
+        return
+    partial = path.with_name(f".{path.name}.{os.getpid()}.new")
+    try:
+        with template.open("rb") as source, open(partial, "wb", opener=open_private) as copy:
+            shutil.copyfileobj(source, copy)
+        try:
+            os.link(partial, path)
+        except FileExistsError:
+            pass  # another process made it first: its store is kept
+        except OSError:
+            migrate_in_place(path)  # a file system without links
+    finally:
+        partial.unlink(missing_ok=True)
+
+
 def scratch_sqlite(folder: Path) -> str:
     """The URL of a new, empty, migrated store at `folder`/events.db (private: 0600)."""
     path = folder / "events.db"
-    make_private_folder(folder)
-    template = migrated_copy(cache_folder())
-    if template is None:
-        open_store(f"sqlite:///{path}").close()
-    else:
-        with template.open("rb") as source, open(path, "xb", opener=open_private) as copy:
-            shutil.copyfileobj(source, copy)
+    if path.exists():
+        raise FileExistsError(f"{path} is there already: a scratch store is a new one")
+    new_sqlite(path)
     return f"sqlite:///{path}"

@@ -3,6 +3,7 @@
 The packages follow a tick's data path, and each may import only what stands before it::
 
     timespec, files, fronts  small utilities, no tickwork imports
+    collector                the cyclic garbage collector's pace in tickwork's processes
     local_socket             one JSON question to a running service, on a Unix socket
     contracts                events, tick payload, result file: plain data
     config, prices, rag      tickwork.toml, prices per call, the retrieval index
@@ -34,6 +35,7 @@ LAYERS: tuple[str, ...] = (
     "harness.timespec",
     "harness.files",
     "harness.interruptible",
+    "harness.collector",
     "harness.fronts",
     "harness.local_socket",
     "harness.contracts",

@@ -20,6 +20,7 @@ from typing import Any
 import orjson
 from pydantic import ValidationError
 
+from harness.collector import pace_collector
 from harness.contracts import (
     ResultError,
     TickPayload,
@@ -215,6 +216,7 @@ def serve(raw: bytes) -> int:
 
 def main() -> int:
     """The cold tick process's entry point: the payload on stdin, the result in its file."""
+    pace_collector()  # before the SDK's imports (a forked tick has the server's pace)
     return serve(sys.stdin.buffer.read())
 
 

@@ -57,6 +57,9 @@ def main() -> None:
     from typer.main import get_command
 
     from harness.cli.coercion import coerce_on_value
+    from harness.collector import pace_collector
+
+    pace_collector()  # before a command's own imports: a service's start is most of them
 
     command = get_command(for_arguments(sys.argv[1:]))
     coerce_on_value(command)

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import contextlib
 import ctypes
+import itertools
 import logging
 import os
 import re
@@ -437,11 +438,35 @@ def fake_server(steps: list[Step]) -> Iterator[FakeUpstream]:
         server.stop()
 
 
+FIRST_PORT = 10_000
+"""Below it the ports of well-known services; from it to the kernel's ephemeral range, the
+blocks `free_port` hands out (one block per xdist worker, at most `WORKER_BLOCKS`)."""
+WORKER_BLOCKS = 16
+_handed_out = itertools.count()
+
+
 def free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        port: int = probe.getsockname()[1]
-        return port
+    """A port on 127.0.0.1 that nothing listens on now, and no other test process hands out.
+
+    A port the kernel gave for a bind to port 0 (then closed) comes from its ephemeral
+    range, where the next bind to port 0 or outgoing connection of any process may get it
+    before the test's server binds it: `tickwork serve` then failed with "port ... is taken"
+    (the service the test had started just before had bound its fake to port 0). These come
+    from below that range, each xdist worker from a block of its own, in turn.
+    """
+    ephemeral = int(Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()[0])
+    size = (ephemeral - FIRST_PORT) // WORKER_BLOCKS
+    worker = os.environ.get("PYTEST_XDIST_WORKER", "gw0").removeprefix("gw")
+    first = FIRST_PORT + (int(worker) % WORKER_BLOCKS) * size
+    for _ in range(size):
+        port = first + next(_handed_out) % size
+        with socket.socket() as probe:
+            try:
+                probe.bind(("127.0.0.1", port))
+            except OSError:
+                continue  # another program's, or a closed one's still in TIME_WAIT
+            return port
+    raise RuntimeError(f"no free port in {first}..{first + size - 1}")
 
 
 @contextmanager

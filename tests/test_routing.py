@@ -10,7 +10,6 @@ import contextlib
 import json
 import os
 import signal
-import socket
 import sys
 import threading
 from collections.abc import Iterator
@@ -39,7 +38,14 @@ from harness.execution.prepare import Preparer
 from harness.execution.runner import Runner, TickOutcome
 from harness.routing.catalog import parse_catalog
 from harness.store import SqlEventStore, StoredEvent, open_store
-from tests.commands import Output, fake_server, forked_cli, start_service, write_config
+from tests.commands import (
+    Output,
+    fake_server,
+    forked_cli,
+    free_port,
+    start_service,
+    write_config,
+)
 from tests.tick_support import ready_launcher
 from tests.waiting import long_enough, wait_until
 from workers import CallBooking, CallFacts
@@ -58,10 +64,7 @@ def broken() -> Iterator[FakeUpstream]:
 
 
 def closed_port_url() -> str:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        port = probe.getsockname()[1]
-    return f"http://127.0.0.1:{port}/v1"
+    return f"http://127.0.0.1:{free_port()}/v1"
 
 
 def target(url: str, model: str) -> dict[str, Any]:

@@ -9,7 +9,6 @@ alone (files 0600, folders 0700).
 from __future__ import annotations
 
 import os
-import socket
 import stat
 import subprocess
 import sys
@@ -43,6 +42,7 @@ from tests.commands import (
     fake_server,
     forked,
     forked_each,
+    free_port,
     write_config,
 )
 from tests.tick_support import SECRET, Harness
@@ -203,9 +203,7 @@ to read files (the venv may live under /root) but not to trace."""
 def test_another_process_of_the_services_user_cannot_read_its_environment() -> None:
     """What a `can_shell` tick would try: read the service's secrets from /proc."""
     prefix = AS_NOBODY if os.geteuid() == 0 else []
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        port = probe.getsockname()[1]
+    port = free_port()
     service = subprocess.Popen(
         [*prefix, TICKWORK, "fake-llm", "--port", str(port)],
         env=environment(**{API_TOKEN_ENV: TOKEN}),

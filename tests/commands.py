@@ -439,8 +439,9 @@ def fake_server(steps: list[Step]) -> Iterator[FakeUpstream]:
 
 
 FIRST_PORT = 10_000
-"""Below it the ports of well-known services; from it to the kernel's ephemeral range, the
-blocks `free_port` hands out (one block per xdist worker, at most `WORKER_BLOCKS`)."""
+"""Below it the usual ports of services (PostgreSQL's, Redis's, RabbitMQ's); from it to the
+kernel's ephemeral range, the blocks `free_port` hands out (one per xdist worker, at most
+`WORKER_BLOCKS`). A port another program holds is passed over."""
 WORKER_BLOCKS = 16
 _handed_out = itertools.count()
 
@@ -450,9 +451,9 @@ def free_port() -> int:
 
     A port the kernel gave for a bind to port 0 (then closed) comes from its ephemeral
     range, where the next bind to port 0 or outgoing connection of any process may get it
-    before the test's server binds it: `tickwork serve` then failed with "port ... is taken"
-    (the service the test had started just before had bound its fake to port 0). These come
-    from below that range, each xdist worker from a block of its own, in turn.
+    before the test's server binds it: `tickwork serve` failed so once ("port ... is
+    taken"), in a test that had just started a service binding its fake to port 0. These
+    come from below that range, each xdist worker from a block of its own, in turn.
     """
     ephemeral = int(Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()[0])
     size = (ephemeral - FIRST_PORT) // WORKER_BLOCKS

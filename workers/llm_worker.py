@@ -216,7 +216,7 @@ def serve(raw: bytes) -> int:
 
 def main() -> int:
     """The cold tick process's entry point: the payload on stdin, the result in its file."""
-    pace_collector()  # before the SDK's imports (a forked tick has the server's pace)
+    pace_collector()  # before the SDK's imports; a forked tick enters through `serve`
     return serve(sys.stdin.buffer.read())
 
 

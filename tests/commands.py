@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import contextlib
 import ctypes
+import functools
 import itertools
 import logging
 import os
@@ -455,19 +456,26 @@ def free_port() -> int:
     taken"), in a test that had just started a service binding its fake to port 0. These
     come from below that range, each xdist worker from a block of its own, in turn.
     """
-    ephemeral = int(Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()[0])
-    size = (ephemeral - FIRST_PORT) // WORKER_BLOCKS
-    worker = os.environ.get("PYTEST_XDIST_WORKER", "gw0").removeprefix("gw")
-    first = FIRST_PORT + (int(worker) % WORKER_BLOCKS) * size
-    for _ in range(size):
-        port = first + next(_handed_out) % size
+    block = _worker_ports()
+    for _ in block:
+        port = block[next(_handed_out) % len(block)]
         with socket.socket() as probe:
             try:
                 probe.bind(("127.0.0.1", port))
             except OSError:
                 continue  # another program's, or a closed one's still in TIME_WAIT
             return port
-    raise RuntimeError(f"no free port in {first}..{first + size - 1}")
+    raise RuntimeError(f"no free port in {block}")
+
+
+@functools.cache
+def _worker_ports() -> range:
+    """This xdist worker's block of ports, below the kernel's ephemeral range."""
+    ephemeral = int(Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()[0])
+    size = (ephemeral - FIRST_PORT) // WORKER_BLOCKS
+    worker = int(os.environ.get("PYTEST_XDIST_WORKER", "gw0").removeprefix("gw"))
+    first = FIRST_PORT + (worker % WORKER_BLOCKS) * size
+    return range(first, first + size)
 
 
 @contextmanager

@@ -194,6 +194,22 @@ def pg_session_url() -> Iterator[str]:
         yield url
 
 
+def store_relations(conn: sa.Connection) -> tuple[list[str], list[str]]:
+    """The store's tables and sequences in a PostgreSQL database, read from its catalog.
+
+    Read, not listed: a table a migration adds is among them (day partitions are not).
+    """
+    rows = conn.execute(
+        sa.text(
+            "SELECT c.relname, c.relkind FROM pg_class c JOIN pg_namespace n "
+            "ON n.oid = c.relnamespace WHERE n.nspname = 'public' AND NOT c.relispartition "
+            "AND c.relkind IN ('r', 'p', 'S') AND c.relname <> 'alembic_version'"
+        )
+    ).all()
+    tables = sorted(name for name, kind in rows if kind != "S")
+    return tables, sorted(name for name, kind in rows if kind == "S")
+
+
 def _emptied(url: str, truncate: bool = False) -> str:
     """`url`'s database with every table of the store empty and its sequences restarted.
 
@@ -211,20 +227,13 @@ def _emptied(url: str, truncate: bool = False) -> str:
         ).scalars()
         for partition in [name for name in days if name[-8:] not in migrated]:
             conn.exec_driver_sql(f'DROP TABLE "{partition}"')
-        rows = conn.execute(
-            sa.text(
-                "SELECT c.relname, c.relkind FROM pg_class c JOIN pg_namespace n "
-                "ON n.oid = c.relnamespace WHERE n.nspname = 'public' AND NOT c.relispartition "
-                "AND c.relkind IN ('r', 'p', 'S') AND c.relname <> 'alembic_version'"
-            )
-        ).all()
-        tables = sorted(name for name, kind in rows if kind != "S")
+        tables, sequences = store_relations(conn)
         if truncate:
             conn.execute(sa.text(f"TRUNCATE {', '.join(tables)} RESTART IDENTITY"))
         else:
             for table in tables:
                 conn.execute(sa.text(f"DELETE FROM {table}"))
-            for sequence in sorted(name for name, kind in rows if kind == "S"):
+            for sequence in sequences:
                 conn.execute(sa.text(f"ALTER SEQUENCE {sequence} RESTART"))
     engine.dispose()
     return url

@@ -3,7 +3,7 @@
 `httpx.get(url)` builds a client for the one request, and the client a TLS context that
 reads the CA bundle: 23 ms of CPU here, for an `http://` URL too. The tests poll servers
 in loops (is it up yet, has the tick ended), and a sampling profile of a whole suite put
-about 17 s of its CPU in that context. These take the process's one context (the one a
+17 s of its active threads' samples in that context. These take the process's one context (the one a
 tick's model clients share, `workers.providers.tls`) and are otherwise httpx's: each
 request of `get`, `post`, `put` and `stream` still opens and closes its own connection.
 """

@@ -1,12 +1,12 @@
 """What a test pays for an empty store: SQLite migrated or copied, PostgreSQL emptied.
 
-A new SQLite store, the suite's fixtures' and `open_store`'s of a file not there yet, is a
-copy of one migrated once per schema (`harness.store.scratch`); migrating each new file
-in place, as every store was made before, is the anchor. The fixtures TRUNCATE PostgreSQL's
-tables (DELETE, cheaper, leaves dead rows that change the plans
-tests/test_read_costs.py counts); this prints what each costs a test.
-SQLite in CPU seconds of this process; PostgreSQL in wall seconds, as most of its cost is
-the server's (new files for every truncated table).
+A new SQLite store, the suite fixtures' and `open_store`'s of a file not there yet, is a
+copy of one migrated once per schema (`harness.store.scratch`); migrating each new file in
+place, as every store was made before, is the anchor. The fixtures TRUNCATE PostgreSQL's
+tables (DELETE, cheaper, leaves dead rows that change the plans tests/test_read_costs.py
+counts); this prints what each costs a test. SQLite in CPU seconds of this process;
+PostgreSQL in wall seconds, as most of its cost is the server's (new files for every
+truncated table).
 
     .venv/bin/python ops/bench/store_setup_bench.py [--runs 10]
 """
@@ -29,15 +29,8 @@ import sqlalchemy as sa
 from harness.store import migrate_store, open_store
 from harness.store.engine import create_store_engine
 from harness.store.scratch import migrate_in_place
-from tests.conftest import fresh_pg_database
+from tests.conftest import fresh_pg_database, store_relations
 from tests.store_support import migrated_sqlite
-
-TABLES = (
-    "SELECT c.relname FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace "
-    "WHERE n.nspname = 'public' AND NOT c.relispartition AND c.relkind IN ('r', 'p') "
-    "AND c.relname <> 'alembic_version' ORDER BY c.relname"
-)
-"""The store's tables, as the fixtures read them from the catalog (`tests/conftest.py`)."""
 
 
 def _cpu() -> float:
@@ -70,7 +63,7 @@ def main() -> None:
         migrate_store(url)
         engine = create_store_engine(url)
         with engine.begin() as conn:
-            tables = conn.execute(sa.text(TABLES)).scalars().all()
+            tables, _ = store_relations(conn)
         truncate = f"TRUNCATE {', '.join(tables)} RESTART IDENTITY"
         started = time.monotonic()
         for _ in range(runs):

@@ -3,7 +3,8 @@
 Every `tickwork run` (each restart, each code change, each reload adding a protocol)
 spawns a fork server whose warm-up imports the SDKs, agent CLIs and tools its levels use
 and runs one throwaway tick; the test suite starts about fifty. Each set below is warmed
-in a fresh interpreter (bytecode cached, as an installed wheel's is), `--runs` times;
+in a fresh interpreter (bytecode cached, as an installed wheel's is) as the server warms
+(`forkserver.warm_up`: the collector off, the heap frozen), `--runs` times;
 printed: the median CPU of the warm-up (import of the worker included), the server's
 peak RSS, the modules it holds, and whether Alembic, `mcp` (Strands' vended tools import
 it) and each SDK were loaded.
@@ -11,7 +12,7 @@ it) and each SDK were loaded.
     .venv/bin/python ops/bench/warm_up_bench.py [--runs 5] [--against OLD_CHECKOUT]
 
 `--against` warms an older checkout's worker beside them in the same run (its
-`warm_up()` without arguments preloaded everything), as the anchor.
+`warm_up()` without arguments preloaded everything; the collector on), as the anchor.
 """
 
 from __future__ import annotations
@@ -49,11 +50,12 @@ SETS = {
 PROBE = """
 import json, resource, sys, time
 start = time.process_time()
-import workers.llm_worker as worker
 if sys.argv[1:] == ["--old"]:
+    import workers.llm_worker as worker
     worker.warm_up()
 else:
-    worker.warm_up(frozenset(sys.argv[1:]))
+    from harness.execution.launchers.forkserver import warm_up
+    warm_up("workers.llm_worker", frozenset(sys.argv[1:]))
 cpu = time.process_time() - start
 watched = ("alembic", "mcp", "openai", "anthropic", "ollama")
 print(json.dumps({

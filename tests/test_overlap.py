@@ -9,14 +9,16 @@ from __future__ import annotations
 
 import itertools
 import threading
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 from harness.contracts import (
     CONTROL_STREAM,
+    TERMINAL_TYPES,
     Event,
     TickBuffered,
     TickCancelled,
@@ -27,9 +29,10 @@ from harness.contracts import (
     tick_stream,
 )
 from harness.devtools.fake_llm import FakeUpstream, Step
+from harness.execution import PreparedTick
 from harness.execution.executors import LocalExecutor
 from harness.projections.ticks import TickInFlight
-from harness.scheduling import Service, SlotClaim, claim_wave, slot_tick_id
+from harness.scheduling import ScopeMatch, Service, SlotClaim, claim_wave, slot_tick_id
 from harness.scheduling.overlap import OverlapBuffer, ahead_of
 from harness.store import StoredEvent, StoreError
 from tests.tick_support import Harness
@@ -138,13 +141,19 @@ def test_buffer_all_runs_every_slot_one_after_another_in_slot_order(
         assert _at(after, TickStarted) >= before[-1].recorded_at
 
 
-@pytest.mark.parametrize("policy", ["cancel_other", "terminate_other"])
+DISPLACING = ["cancel_other", "terminate_other"]
+
+
+@pytest.mark.parametrize("policy", DISPLACING)
 def test_a_displacing_policy_cancels_the_tick_in_flight_for_the_new_slot(
     tmp_path: Path, fake: FakeUpstream, policy: str
 ) -> None:
     harness = Harness(tmp_path, fake, rag=False, overlap=policy)
     service = local_service(harness)
-    old, new = T0 + timedelta(hours=1), T0 + timedelta(hours=1, minutes=1)
+    # Slots of each policy's own: the module's fake remembers the ticks that asked it, and
+    # the second case found the first's old tick there and displaced its own before it ran.
+    old = T0 + timedelta(days=1 + DISPLACING.index(policy), hours=1)
+    new = old + timedelta(minutes=1)
     old_id, new_id = slot_tick_id("min", old), slot_tick_id("min", new)
     fake.script(old_id, [Step(text="never sent", delay=60)])
     service.fire([(old, "min")])
@@ -163,6 +172,63 @@ def test_a_displacing_policy_cancels_the_tick_in_flight_for_the_new_slot(
         assert held == [], "terminate_other starts the new tick at once"
     requests = harness.store.read_stream(CONTROL_STREAM)
     assert [e.data["scope"] for e in requests] == [old_id], "one cancel, scoped to the old tick"
+
+
+class StopsAndLetsGo(LocalExecutor):
+    """Once it stopped its ticks, lets a held preparation go on and waits for that tick.
+
+    Until the tick asked the model or ended, the service does not go on: whatever the
+    service does after its local cancel comes after the tick's first step.
+    """
+
+    def __init__(self, harness: Harness, go: threading.Event, settled: Callable[[], bool]):
+        super().__init__(harness.settings, harness.preparer, harness.runner, lambda line: None)
+        self.go, self.settled = go, settled
+
+    def cancel(self, matches: ScopeMatch, reason: str, running: bool = True) -> None:
+        super().cancel(matches, reason, running)
+        self.go.set()
+        wait_until(self.settled, "the displaced tick to ask the model or end", 60)
+
+
+def test_a_tick_displaced_while_its_payload_is_prepared_never_asks_the_model(
+    tmp_path: Path, fake: FakeUpstream
+) -> None:
+    """A tick between the service's queue and its runner ends before its first model call.
+
+    There it is in neither when the local cancel looks; the recorded request, appended
+    before that cancel, is what stops it at its first step.
+    """
+    harness = Harness(tmp_path, fake, rag=False, overlap="terminate_other")
+    old = T0 + timedelta(days=4, hours=1)
+    old_id, new_id = slot_tick_id("min", old), slot_tick_id("min", old + timedelta(minutes=1))
+    preparing, go = threading.Event(), threading.Event()
+    prepare = harness.preparer.prepare
+
+    def held(level: str, **kwargs: Any) -> PreparedTick:
+        if kwargs.get("tick_id") == old_id:
+            preparing.set()
+            go.wait(60)
+        return prepare(level, **kwargs)
+
+    def settled() -> bool:
+        stream = _stream(harness, old)
+        return old_id in fake.state.first_request or stream[-1].type in TERMINAL_TYPES
+
+    harness.preparer.prepare = held  # type: ignore[method-assign]
+    service = Service(
+        harness.settings, harness.store, StopsAndLetsGo(harness, go, settled), lambda line: None
+    )
+    fake.script(old_id, [Step(text="never sent", delay=60)])
+    service.fire([(old, "min")])
+    assert preparing.wait(60), "the first tick's payload was never prepared"
+    service.fire([(old + timedelta(minutes=1), "min")])
+    service.wait_idle(120)
+    first = _stream(harness, old)
+    assert first[-1].type == TickCancelled.type
+    assert first[-1].data["reason"] == f"overlap: terminate_other by {new_id}"
+    assert old_id not in fake.state.first_request, "the displaced tick asked the model"
+    assert TickStarted.type not in [e.type for e in first]
 
 
 def test_buffer_one_holds_across_replicas_through_the_store(

@@ -128,7 +128,11 @@ class OverlapBuffer:
         One cancel request per tick, scoped to its id (it ends with the tick) and
         recorded in the control stream, so whichever replica or worker holds the tick
         ends it, with the reason naming the policy and the tick that displaced it. Ticks
-        this service runs or holds are stopped at once, before the request is appended.
+        this service runs or holds are stopped at once, once the request is recorded: a
+        tick between this service's queue and its runner (its payload being prepared) is
+        in neither when the local cancel looks, and meets the request at its first step.
+        Stopped first, such a tick could ask the store before the request was there,
+        then wait out a held model call: a displaced tick took 60 s to end that way.
 
         Raises:
             StoreError: the request could not be recorded (this service's are stopped).
@@ -136,10 +140,12 @@ class OverlapBuffer:
         why = f"overlap: {claim.policy} by {claim.tick_id}"
         chosen = set(targets)
         self.report(f"{claim.tick_id} displaces {', '.join(targets)} ({claim.policy})")
-        self.executor.cancel(lambda _, tick_id: tick_id in chosen, why)
-        self.cancel(lambda _, tick_id: tick_id in chosen, why)
         requests = [CancelRequested(scope=target, by="tickwork", why=why) for target in targets]
-        self.store.append(CONTROL_STREAM, [request.to_record() for request in requests])
+        try:
+            self.store.append(CONTROL_STREAM, [request.to_record() for request in requests])
+        finally:
+            self.executor.cancel(lambda _, tick_id: tick_id in chosen, why)
+            self.cancel(lambda _, tick_id: tick_id in chosen, why)
 
     def hold(self, claim: SlotClaim) -> None:
         """Hold a claimed (reserved) tick in a thread of its own until its turn comes."""

@@ -131,8 +131,8 @@ class OverlapBuffer:
         this service runs or holds are stopped at once, once the request is recorded: a
         tick between this service's queue and its runner (its payload being prepared) is
         in neither when the local cancel looks, and meets the request at its first step.
-        Stopped first, such a tick could ask the store before the request was there,
-        then wait out a held model call: a displaced tick took 60 s to end that way.
+        Stopped first, such a tick could ask the store before the request was there and
+        run on: held 60 s in a model call, it ended cancelled after the call, or completed.
 
         Raises:
             StoreError: the request could not be recorded (this service's are stopped).

@@ -12,7 +12,6 @@ import threading
 from collections.abc import Callable, Sequence
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
-from typing import Any
 
 import pytest
 
@@ -29,11 +28,11 @@ from harness.contracts import (
     tick_stream,
 )
 from harness.devtools.fake_llm import FakeUpstream, Step
-from harness.execution import PreparedTick
 from harness.execution.executors import LocalExecutor
 from harness.projections.ticks import TickInFlight
 from harness.scheduling import ScopeMatch, Service, SlotClaim, claim_wave, slot_tick_id
 from harness.scheduling.overlap import OverlapBuffer, ahead_of
+from harness.scheduling.waves import DISPLACING
 from harness.store import StoredEvent, StoreError
 from tests.tick_support import Harness
 from tests.waiting import wait_until
@@ -141,10 +140,10 @@ def test_buffer_all_runs_every_slot_one_after_another_in_slot_order(
         assert _at(after, TickStarted) >= before[-1].recorded_at
 
 
-DISPLACING = ["cancel_other", "terminate_other"]
+POLICIES = sorted(DISPLACING)
 
 
-@pytest.mark.parametrize("policy", DISPLACING)
+@pytest.mark.parametrize("policy", POLICIES)
 def test_a_displacing_policy_cancels_the_tick_in_flight_for_the_new_slot(
     tmp_path: Path, fake: FakeUpstream, policy: str
 ) -> None:
@@ -152,7 +151,7 @@ def test_a_displacing_policy_cancels_the_tick_in_flight_for_the_new_slot(
     service = local_service(harness)
     # Slots of each policy's own: the module's fake remembers the ticks that asked it, and
     # the second case found the first's old tick there and displaced its own before it ran.
-    old = T0 + timedelta(days=1 + DISPLACING.index(policy), hours=1)
+    old = T0 + timedelta(days=1 + POLICIES.index(policy), hours=1)
     new = old + timedelta(minutes=1)
     old_id, new_id = slot_tick_id("min", old), slot_tick_id("min", new)
     fake.script(old_id, [Step(text="never sent", delay=60)])
@@ -174,16 +173,24 @@ def test_a_displacing_policy_cancels_the_tick_in_flight_for_the_new_slot(
     assert [e.data["scope"] for e in requests] == [old_id], "one cancel, scoped to the old tick"
 
 
-class StopsAndLetsGo(LocalExecutor):
-    """Once it stopped its ticks, lets a held preparation go on and waits for that tick.
+class HoldsOneTick(LocalExecutor):
+    """Holds one tick between its queue and its runner until the service stops its ticks.
 
-    Until the tick asked the model or ended, the service does not go on: whatever the
-    service does after its local cancel comes after the tick's first step.
+    Then it lets the tick go on, and the service goes on only once that tick asked the
+    model or ended: whatever the service does after its local cancel comes after the
+    tick's first step.
     """
 
-    def __init__(self, harness: Harness, go: threading.Event, settled: Callable[[], bool]):
+    def __init__(self, harness: Harness, tick_id: str, settled: Callable[[], bool]) -> None:
         super().__init__(harness.settings, harness.preparer, harness.runner, lambda line: None)
-        self.go, self.settled = go, settled
+        self.tick_id, self.settled = tick_id, settled
+        self.holding, self.go = threading.Event(), threading.Event()
+
+    def _execute(self, claim: SlotClaim) -> None:
+        if claim.tick_id == self.tick_id:
+            self.holding.set()
+            self.go.wait(60)
+        super()._execute(claim)
 
     def cancel(self, matches: ScopeMatch, reason: str, running: bool = True) -> None:
         super().cancel(matches, reason, running)
@@ -191,37 +198,27 @@ class StopsAndLetsGo(LocalExecutor):
         wait_until(self.settled, "the displaced tick to ask the model or end", 60)
 
 
-def test_a_tick_displaced_while_its_payload_is_prepared_never_asks_the_model(
+def test_a_tick_displaced_between_queue_and_runner_never_asks_the_model(
     tmp_path: Path, fake: FakeUpstream
 ) -> None:
-    """A tick between the service's queue and its runner ends before its first model call.
+    """A tick displaced between the service's queue and its runner ends before its model call.
 
-    There it is in neither when the local cancel looks; the recorded request, appended
-    before that cancel, is what stops it at its first step.
+    It is in neither when the local cancel looks; the recorded request, appended before that
+    cancel, stops it at its first step.
     """
     harness = Harness(tmp_path, fake, rag=False, overlap="terminate_other")
-    old = T0 + timedelta(days=4, hours=1)
+    old = T0 + timedelta(days=len(POLICIES) + 1, hours=1)
     old_id, new_id = slot_tick_id("min", old), slot_tick_id("min", old + timedelta(minutes=1))
-    preparing, go = threading.Event(), threading.Event()
-    prepare = harness.preparer.prepare
-
-    def held(level: str, **kwargs: Any) -> PreparedTick:
-        if kwargs.get("tick_id") == old_id:
-            preparing.set()
-            go.wait(60)
-        return prepare(level, **kwargs)
 
     def settled() -> bool:
         stream = _stream(harness, old)
         return old_id in fake.state.first_request or stream[-1].type in TERMINAL_TYPES
 
-    harness.preparer.prepare = held  # type: ignore[method-assign]
-    service = Service(
-        harness.settings, harness.store, StopsAndLetsGo(harness, go, settled), lambda line: None
-    )
+    executor = HoldsOneTick(harness, old_id, settled)
+    service = Service(harness.settings, harness.store, executor, lambda line: None)
     fake.script(old_id, [Step(text="never sent", delay=60)])
     service.fire([(old, "min")])
-    assert preparing.wait(60), "the first tick's payload was never prepared"
+    assert executor.holding.wait(60), "the first tick never left the queue"
     service.fire([(old + timedelta(minutes=1), "min")])
     service.wait_idle(120)
     first = _stream(harness, old)

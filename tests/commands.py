@@ -429,6 +429,20 @@ class Output:
         return self.text()
 
 
+def wait_for_answer(process: ForkedCommand | subprocess.Popen[str], url: str) -> None:
+    """Until the server at `url` answers; its output, should the process end first."""
+
+    def answers() -> bool:
+        assert process.poll() is None, process.communicate()[0]
+        try:
+            web.get(f"{url}/", timeout=10)
+        except httpx.TransportError:
+            return False
+        return True
+
+    wait_until(answers, f"the server to answer at {url}", interval=0.2)
+
+
 @contextmanager
 def fake_server(steps: list[Step]) -> Iterator[FakeUpstream]:
     server = FakeUpstream().start()
@@ -497,17 +511,8 @@ def serve(
     )
     url = f"http://127.0.0.1:{port}"
     output: list[str] = []
-
-    def answers() -> bool:
-        assert process.poll() is None, process.communicate()[0]
-        try:
-            web.get(f"{url}/", timeout=10)
-        except httpx.TransportError:
-            return False
-        return True
-
     try:
-        wait_until(answers, "tickwork serve to answer", interval=0.2)
+        wait_for_answer(process, url)
         yield url, output
     finally:
         process.send_signal(signal.SIGINT)

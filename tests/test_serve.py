@@ -6,6 +6,7 @@ fork the same command from the warm test process (`tests.commands.serve` with `f
 
 from __future__ import annotations
 
+import signal
 import subprocess
 import threading
 from pathlib import Path
@@ -13,7 +14,14 @@ from pathlib import Path
 import httpx
 
 from tests import web
-from tests.commands import environment, forked, free_port, serve
+from tests.commands import (
+    ForkedCommand,
+    environment,
+    forked,
+    free_port,
+    serve,
+    wait_for_answer,
+)
 
 TOKEN = "tw-serve-token-9b2e71"
 
@@ -99,3 +107,23 @@ def test_a_thread_that_meets_an_unexpected_error_stops_it_in_one_line(tmp_path: 
     said = "stopping: thread watch ended on an unexpected error, ValueError: a bug\n"
     assert ended.stderr == said, ended
     assert ended.stdout.startswith("tickwork API and dashboard on"), ended
+
+
+def test_sigterm_stops_it_with_its_store_closed_and_exit_status_0(tmp_path: Path) -> None:
+    """As `tickwork run` stops, not as uvicorn leaves it.
+
+    uvicorn raises the SIGTERM it caught again once it stopped serving: under the default
+    handler the process died there, its store never closed (SQLite's WAL left behind).
+    """
+    port = free_port()
+    command = ForkedCommand(
+        tmp_path, ["serve", "--port", str(port)], environment(), subprocess.PIPE, subprocess.STDOUT
+    )
+    wait_for_answer(command, f"http://127.0.0.1:{port}")
+    assert web.get(f"http://127.0.0.1:{port}/status").status_code == 200
+    store = tmp_path / ".tickwork"
+    assert (store / "events.db-wal").exists(), "the store is open"
+    command.send_signal(signal.SIGTERM)
+    output = command.communicate(timeout=60)[0]
+    assert command.returncode == 0, output
+    assert sorted(path.name for path in store.iterdir()) == ["events.db"], "closed: no WAL left"

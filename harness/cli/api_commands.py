@@ -12,7 +12,17 @@ from typing import TYPE_CHECKING, Annotated
 
 import typer
 
-from harness.cli.app import app, err, fail, out, router_or_exit, settings, state, store_for
+from harness.cli.app import (
+    app,
+    end_on_sigterm,
+    err,
+    fail,
+    out,
+    router_or_exit,
+    settings,
+    state,
+    store_for,
+)
 from harness.cli.thread_crashes import ThreadCrashes, terminate
 
 if TYPE_CHECKING:
@@ -88,6 +98,7 @@ def serve(
         application = create_app(config, store, manual)
         server = uvicorn.Server(uvicorn.Config(application, log_level="warning"))
         _follow_the_file(config, router, say, stopping)
+        end_on_sigterm()
         server.run(sockets=[listening])
     finally:
         stopping.set()

@@ -385,6 +385,21 @@ def ctrl_c(*also: threading.Event) -> Iterator[threading.Event]:
         signal.signal(signal.SIGINT, previous)
 
 
+def end_on_sigterm() -> None:
+    """SIGTERM ends an HTTP command as `tickwork run` ends: its clean-up done, exit status 0.
+
+    uvicorn stops serving on SIGTERM, then raises the signal again for the handler it found.
+    The default one ended the process there, before the command's own clean-up: the
+    governor's ledger never wrote the events it had queued (the last ~50 ms of calibration
+    samples and spend), and neither command closed its store (SQLite kept its WAL).
+    """
+    signal.signal(signal.SIGTERM, _exit_cleanly)
+
+
+def _exit_cleanly(*_: object) -> None:
+    raise SystemExit(0)
+
+
 def parse_since(text: str) -> datetime:
     """`harness.timespec.parse_since`, its error reported as a bad option value."""
     try:

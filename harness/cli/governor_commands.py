@@ -3,12 +3,11 @@
 from __future__ import annotations
 
 import os
-import signal
 from typing import Annotated
 
 import typer
 
-from harness.cli.app import app, fail, out, settings, store_for
+from harness.cli.app import app, end_on_sigterm, fail, out, settings, store_for
 
 
 @app.command()
@@ -50,7 +49,7 @@ def governor(
         raise fail("no upstream: set [governor] upstream, GOV_UPSTREAM or --upstream", code=2)
     store = store_for(config)
     alerts = Alerts(urls_from_env(os.environ), limits.alert_episode_seconds)
-    signal.signal(signal.SIGTERM, _stopped)
+    end_on_sigterm()
     try:
         spool = Spool(config.paths.spool)
         prices = PriceBook(config.prices)
@@ -76,13 +75,3 @@ def governor(
             )
     finally:
         store.close()
-
-
-def _stopped(*_: object) -> None:
-    """SIGTERM ends the command as Ctrl-C does: with what it holds written down first.
-
-    uvicorn stops serving on SIGTERM, then raises the signal again for the handler it found.
-    The default one ended the process there, before the ledger wrote the events it had
-    queued (the last ~50 ms of calibration samples and spend) and before the store closed.
-    """
-    raise SystemExit(0)

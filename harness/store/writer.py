@@ -112,20 +112,28 @@ COLLISION_RETRIES = 20
 """Times an append is sent again after colliding with a concurrent one (PostgreSQL)."""
 
 WAVE_LOCK_CLASS = 0x74776176
-"""The first key of the advisory locks a wave of new streams takes, one per stream (PostgreSQL).
+"""The first key of the advisory locks a wave of new streams takes before it inserts (PostgreSQL).
 
 Replicas claim the same wave with its streams in their own orders; inserting them so, two
 claims each held an index entry the other waited for, and PostgreSQL broke the deadlock a
 second later by aborting one, which ran again at once and met the others again: on a loaded
 machine three replicas claiming 300 streams took up to seven rounds (25 s) and at times all
-twenty retries, and the claim failed. Locked first, each stream's lock in the order of its
-key, the claims wait for one another and never deadlock; the one that waited finds the
-other's streams committed and skips them. Two-key locks: a key space of their own, apart
-from the single-key locks of migrations, partitions and procrastinate."""
+twenty retries, and the claim failed. Locked first, in the order of their keys, the claims
+wait for one another and never deadlock; the one that waited finds the other's streams
+committed and skips them. Two-key locks: a key space of their own, apart from the single-key
+locks of migrations, partitions and procrastinate."""
+
+WAVE_LOCK_BUCKETS = 64
+"""Each stream's lock is one of this many, by the hash of its id: a wave of any size (up to
+`TRANSACTION_EVENTS` streams) holds at most this many entries of PostgreSQL's shared lock table,
+which is sized for `max_locks_per_transaction` (64 by default) per connection; a lock per stream
+held 10,000 for a wave of 10,000 (the table grows into spare shared memory, then fails). Waves
+of other streams that share a bucket only wait for one another."""
 
 _LOCK_WAVE = (
-    f"SELECT count(pg_advisory_xact_lock({WAVE_LOCK_CLASS}, key)) FROM (SELECT DISTINCT "
-    "hashtext(stream) AS key FROM unnest(%s::text[]) AS stream ORDER BY key) AS keys"
+    f"SELECT count(pg_advisory_xact_lock({WAVE_LOCK_CLASS}, bucket)) FROM (SELECT DISTINCT "
+    f"hashtext(stream) & {WAVE_LOCK_BUCKETS - 1} AS bucket FROM unnest(%s::text[]) AS stream "
+    "ORDER BY bucket) AS buckets"
 )
 
 Scope = Literal["hot", "tick", "known day"]

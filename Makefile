@@ -65,7 +65,7 @@ serve: $(STAMP)
 ## Five workers on two cores: most tests wait on subprocesses, deadlines and the network, and
 ## the cores idle when every worker waits at once. Alternated (Debian's Python, 1,365 tests):
 ## five ended at 93-94 % of the least wall their work allows (227.2 and 218.8 s), four at 84-86 %
-## (242.9 and 232.4 s) for ~4 % less CPU. Worksteal keeps the long tests apart.
+## (242.9 and 232.4 s) for ~3 % less CPU. Worksteal keeps the long tests apart.
 ## Bytecode is written even where the shell sets PYTHONDONTWRITEBYTECODE: the suite starts
 ## hundreds of interpreters (services, fork servers, ticks, commands), and each one compiled
 ## every tickwork module it imported from source, as each worker did every test module.

@@ -126,9 +126,10 @@ locks of migrations, partitions and procrastinate."""
 WAVE_LOCK_BUCKETS = 64
 """Each stream's lock is one of this many, by the hash of its id: a wave of any size (up to
 `TRANSACTION_EVENTS` streams) holds at most this many entries of PostgreSQL's shared lock table,
-which is sized for `max_locks_per_transaction` (64 by default) per connection; a lock per stream
-held 10,000 for a wave of 10,000 (the table grows into spare shared memory, then fails). Waves
-of other streams that share a bucket only wait for one another."""
+which is sized for `max_locks_per_transaction` (64 by default) per connection and, once its
+spare shared memory is spent, refuses more ("out of shared memory"); a lock per stream would
+take one entry per stream. Waves of other streams that share a bucket only wait for one
+another. A wave of 300 new streams took 105-113 ms with the locks, 106-107 ms without."""
 
 _LOCK_WAVE = (
     f"SELECT count(pg_advisory_xact_lock({WAVE_LOCK_CLASS}, bucket)) FROM (SELECT DISTINCT "

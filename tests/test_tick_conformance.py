@@ -17,7 +17,7 @@ import json
 import os
 import threading
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from html import escape
 from pathlib import Path
 from types import SimpleNamespace
@@ -59,6 +59,9 @@ class Kind:
     """A call that writes the text to the file at the path."""
     shell: Callable[[str], ToolCallSpec]
     """A call that runs the command line."""
+    search: Callable[[Path, str], ToolCallSpec] | None = None
+    """A call that searches the files under the folder for the pattern, printing the lines
+    found (None: the kind's tiers offer no search tool)."""
 
     def harness(self, tmp_path: Path, fake: FakeUpstream, **level: object) -> Harness:
         """A runner of ticks of this kind, for one level with these settings."""
@@ -101,8 +104,19 @@ def _cli(agent: AgentKind, api: Api, names: tuple[str, str, str], path_field: st
     )
 
 
-CLAUDE_CODE = _cli("claude-code", "anthropic", ("Read", "Write", "Bash"), "file_path")
-OPENCODE = _cli("opencode", "openai-chat", ("read", "write", "bash"), "filePath")
+CLAUDE_CODE = replace(
+    _cli("claude-code", "anthropic", ("Read", "Write", "Bash"), "file_path"),
+    search=lambda folder, pattern: ToolCallSpec(
+        name="Grep",
+        arguments={"pattern": pattern, "path": str(folder), "output_mode": "content"},
+    ),
+)
+OPENCODE = replace(
+    _cli("opencode", "openai-chat", ("read", "write", "bash"), "filePath"),
+    search=lambda folder, pattern: ToolCallSpec(
+        name="grep", arguments={"pattern": pattern, "path": str(folder)}
+    ),
+)
 KINDS = [
     *(_strands(api) for api in ("openai-chat", "openai-responses", "anthropic", "ollama")),
     CLAUDE_CODE,
@@ -170,7 +184,11 @@ SECRET_LINE = "the operator's own secret line"
 def test_a_tier_below_full_confines_file_tools_to_the_workdir_and_runs_no_shell(
     tmp_path: Path, fake: FakeUpstream, kind: Kind, tier: str
 ) -> None:
-    """Inside the workdir the tier's tools work; outside it, by path or link, nothing does."""
+    """Inside the workdir the tier's tools work; outside it, by path or link, nothing does.
+
+    A search runs offline (OpenCode's needs the pinned ripgrep, which it would otherwise
+    download on every start) and finds nothing through a link out of the workdir.
+    """
     work = tmp_path / "work"
     work.mkdir()
     (work / "notes.txt").write_text("the pager is quiet\n")
@@ -180,8 +198,19 @@ def test_a_tier_below_full_confines_file_tools_to_the_workdir_and_runs_no_shell(
     (work / "link.txt").symlink_to(elsewhere / "secret.txt")
     shell_marker = tmp_path / "shell-ran"
     harness = kind.harness(tmp_path, fake, tools=tier, workdir=work)
+    searches = (
+        []
+        if kind.search is None
+        else [
+            Step(tool_calls=[kind.search(work, "pager")]),
+            Step(tool_calls=[kind.search(work, "own secret")]),
+            Step(tool_calls=[kind.search(elsewhere, "own secret")]),
+            Step(tool_calls=[kind.search(work / "..", "own secret")]),
+        ]
+    )
     outcome = harness.tick(
         [
+            *searches,
             Step(tool_calls=[kind.read(work / "notes.txt")]),
             Step(tool_calls=[kind.read(elsewhere / "secret.txt")]),
             Step(tool_calls=[kind.read(work / ".." / "elsewhere" / "secret.txt")]),
@@ -195,14 +224,18 @@ def test_a_tier_below_full_confines_file_tools_to_the_workdir_and_runs_no_shell(
     assert outcome.status == "completed", outcome.reason
     events = harness.events(outcome)
     assert "the pager is quiet" in stored_text(outcome, events), "a read inside the workdir"
+    if kind.search is not None:
+        found = [e.data["text"] for e in events if e.data.get("tool") in ("Grep", "grep")]
+        assert "the pager is quiet" in found[0], found
     assert SECRET_LINE not in stored_text(outcome, events), "a read outside the workdir"
     assert not (elsewhere / "escaped.txt").exists(), "a write outside the workdir"
     assert not shell_marker.exists(), "a shell below the full tier"
     assert (work / "new.txt").exists() == (tier == "files")
     # Each refusal is the call's error, as a Strands tool's is: none is the cap's cancel.
     statuses = sorted(status for _, status in tools_of(events))
-    ok = 2 if tier == "files" else 1
-    assert statuses == ["error"] * (7 - ok) + ["ok"] * ok, tools_of(events)
+    ok = (2 if tier == "files" else 1) + (0 if kind.search is None else 2)
+    calls = 7 + (0 if kind.search is None else 4)
+    assert statuses == ["error"] * (calls - ok) + ["ok"] * ok, tools_of(events)
 
 
 TOOL_USE_STOPS = {"tool_use", "tool_calls"}

@@ -35,6 +35,9 @@ class AgentCli:
     companion: str | None = None
     """A folder of `agents_dir` with its own pinned packages the CLI needs installed too
     (`npm ci --prefix <agents_dir>/<companion>`), or None."""
+    helpers: tuple[str, ...] = ()
+    """Executables (paths inside `node_modules`, pinned beside the CLI) that it would
+    otherwise download on each start into the tick's fresh `HOME`."""
 
     def companion_or_fail(self) -> str:
         """The companion folder's name; only asked of a CLI that has one."""
@@ -46,14 +49,19 @@ class AgentCli:
         """Where `npm ci --prefix <agents_dir>` puts the binary."""
         return agents_dir / "node_modules" / self.binary
 
+    def helper_paths(self, agents_dir: Path) -> list[Path]:
+        """Where `npm ci --prefix <agents_dir>` puts the helpers."""
+        return [agents_dir / "node_modules" / helper for helper in self.helpers]
+
     def missing(self, agents_dir: Path) -> str | None:
         """Why the CLI cannot run from `agents_dir`, with the command that installs it."""
-        binary = self.path(agents_dir)
-        if not (binary.is_file() and binary.stat().st_mode & 0o111):
-            return (
-                f"the {self.kind} CLI ({self.package}) is not installed: no executable {binary}; "
-                f"install the pinned CLIs with `npm ci --prefix {agents_dir}` (or `make`)"
-            )
+        for binary in (self.path(agents_dir), *self.helper_paths(agents_dir)):
+            if not (binary.is_file() and binary.stat().st_mode & 0o111):
+                return (
+                    f"the {self.kind} CLI ({self.package}) is not installed: no executable "
+                    f"{binary}; install the pinned CLIs with `npm ci --prefix {agents_dir}` "
+                    "(or `make`)"
+                )
         if self.companion is not None:
             folder = agents_dir / self.companion
             if not (folder / "node_modules").is_dir():
@@ -75,6 +83,7 @@ AGENT_CLIS: dict[AgentKind, AgentCli] = {
         "opencode-linux-x64",
         ("openai-chat",),
         companion="opencode-config",
+        helpers=("@vscode/ripgrep-linux-x64/bin/rg",),
     ),
 }
 """The kinds that run a CLI; `strands` runs in the tick process itself.
@@ -82,7 +91,11 @@ AGENT_CLIS: dict[AgentKind, AgentCli] = {
 OpenCode is pinned as its Linux x86-64 binary package, not the `opencode-ai` wrapper: the
 wrapper's lockfile names a binary package per platform, and `npm ci` refuses a lockfile
 that lacks any of them, which it does wherever the registry serves only some platforms
-(as the one this project is built against does)."""
+(as the one this project is built against does). Its grep and glob tools run ripgrep,
+which OpenCode looks for on `PATH`, then in its cache folder, and otherwise downloads from
+GitHub on every start (a tick's `HOME` is new each time): the tick links the pinned one
+into its cache folder, so no tick reaches for the network and its search tools work
+offline."""
 
 
 def missing_agent(kind: AgentKind, agents_dir: Path | None) -> str | None:

@@ -7,7 +7,8 @@ plugins, which are code, or loosen permissions): one OpenAI-compatible provider 
 permissions (`harness.contracts.tiers`), which take denied tools out of what the model is
 offered; and tickwork's plugin (`opencode_plugin.js`), which asks the tick's tool budget
 before every call and refuses the calls past the cap. `--title` spares the session-title
-model call, and the `OPENCODE_DISABLE_*` switches keep it off the network.
+model call, and the `OPENCODE_DISABLE_*` switches and the pinned ripgrep linked into its
+cache folder (`provide_helpers`) keep it off the network.
 
 The prompt comes on stdin, which `opencode run` reads whole when it is no terminal.
 
@@ -118,11 +119,11 @@ class OpenCodeRun(AgentCliRun):
         self._config = ""
 
     def prepare(self) -> None:
-        """The configuration, the level's instructions in a file, the config folder's packages."""
+        """The configuration, the level's instructions in a file, the packages and helpers."""
         tick = self.tick
-        provide_config_packages(
-            tick.payload.agents_dir or DEFAULT_AGENTS_DIR, tick.home / ".config" / "opencode"
-        )
+        agents_dir = tick.payload.agents_dir or DEFAULT_AGENTS_DIR
+        provide_config_packages(agents_dir, tick.home / ".config" / "opencode")
+        provide_helpers(agents_dir, tick.home / ".cache" / "opencode" / "bin")
         instructions = self.instructions_file()
         config = opencode_config(
             tick.target.model_id,
@@ -248,6 +249,19 @@ def provide_config_packages(agents_dir: Path, config_dir: Path) -> None:
     link = config_dir / "node_modules"
     if not link.is_symlink():
         link.symlink_to(source / "node_modules", target_is_directory=True)
+
+
+def provide_helpers(agents_dir: Path, bin_dir: Path) -> None:
+    """Link the pinned helpers (ripgrep) where OpenCode looks before it downloads its own.
+
+    Without them every start fetched ripgrep from GitHub into the tick's new `HOME` (and,
+    with no network, its grep and glob tools failed: "ripgrep execution failed").
+    """
+    bin_dir.mkdir(parents=True, exist_ok=True)
+    for helper in AGENT_CLIS["opencode"].helper_paths(agents_dir):
+        link = bin_dir / helper.name
+        if not link.is_symlink():
+            link.symlink_to(helper)
 
 
 def step_tokens(tokens: dict[str, Any]) -> tuple[int, int]:

@@ -28,12 +28,14 @@ from harness.store import (
     ConcurrencyError,
     NewEvent,
     SqlEventStore,
+    StoreError,
+    StoreUnavailableError,
     migrate_store,
     open_store,
 )
 from harness.store.partitions import delete_positions, ensure_days
 from harness.store.schema import events
-from harness.store.writer import WRITER_NAME
+from harness.store.writer import COLLISION_RETRIES, WRITER_NAME
 from tests.conftest import fresh_pg_database, libpq_dsn
 from tests.late_writer import late_append
 from tests.procs import CONTEXT, append_many, claim, claim_wave, gather, racing
@@ -345,15 +347,18 @@ FIRST_POSITION = "(pg_current_xact_id()::text::bigint << 20) + 1"
 """The position a writer gives its transaction's first event (migration 0005)."""
 
 
+@pytest.mark.parametrize("retries", [COLLISION_RETRIES, 0], ids=["retried", "no retry left"])
 def test_a_tick_stream_begun_on_either_side_of_midnight_is_begun_once(
-    pg_session_url: str,
+    pg_session_url: str, retries: int, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """A tick stream is begun in one day's partition, whichever writer's clock says what.
 
     A writer whose clock says the next day, starting a stream another began a moment
     before midnight (not committed yet), waits for it on `tick_streams`' key, then finds
-    it begun, in the earlier day.
+    it begun, in the earlier day. With no retry left, its wave is refused as one that lost
+    a race, to be claimed again, not as one reusing an event id (which it said once).
     """
+    monkeypatch.setattr("harness.store.writer.COLLISION_RETRIES", retries)
     midnight = datetime(2026, 6, 1, tzinfo=UTC)
     day = (midnight - timedelta(seconds=1)).date()
     after = open_store(pg_session_url, clock=lambda: midnight)
@@ -367,17 +372,27 @@ def test_a_tick_stream_begun_on_either_side_of_midnight_is_begun_once(
             "'TickScheduled', 1, '{}', '{}', %s, %s)",
             (stream, day, (first_id := uuid4()), first_id, stream, midnight, day),
         )
-        created: list[set[str]] = []
-        second = threading.Thread(
-            target=lambda: created.append(
-                after.create_streams({stream: [NewEvent(uuid4(), "TickScheduled", 1, {})]})
-            )
-        )
+        created: list[set[str] | StoreError] = []
+
+        def begin_it_too() -> None:
+            try:
+                created.append(
+                    after.create_streams({stream: [NewEvent(uuid4(), "TickScheduled", 1, {})]})
+                )
+            except StoreError as exc:
+                created.append(exc)
+
+        second = threading.Thread(target=begin_it_too)
         second.start()
         wait_until(lambda: _writers_waiting(after), "the second writer to wait for the first")
         first.commit()
         second.join(60)
-    assert created == [set()], "the stream was begun already"
+    if retries:
+        assert created == [set()], "the stream was begun already"
+    else:
+        (refused,) = created
+        assert isinstance(refused, StoreUnavailableError), refused
+        assert "collided with concurrent writes" in str(refused)
     with after.read_transaction() as conn:
         homes = conn.exec_driver_sql(
             "SELECT tableoid::regclass::text FROM events WHERE stream_id = %s", (stream,)

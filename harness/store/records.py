@@ -88,7 +88,10 @@ class EventIdConflictError(StoreError):
 
 
 class StoreUnavailableError(StoreError):
-    """The store cannot be reached right now (connection refused, locked past the timeout)."""
+    """The store cannot take this right now; nothing was written.
+
+    Connection refused, locked past the timeout, or beaten by concurrent writes on every retry.
+    """
 
 
 class SchemaError(StoreError):

@@ -54,6 +54,7 @@ from harness.store.records import (
     EventData,
     EventIdConflictError,
     ExpectedVersion,
+    StoreUnavailableError,
     Window,
 )
 from harness.store.schema import event_ids, events, projection_checkpoints
@@ -80,6 +81,7 @@ from harness.store.tick_rows import (
 from harness.store.writer import (
     TRANSACTION_EVENTS,
     Clock,
+    Contended,
     Refused,
     Writer,
     driver_error,
@@ -424,6 +426,11 @@ class SqlEventStore(EventStore):
         items = list(streams.items())
         try:
             created = self._writer.create_streams(items)
+        except Contended:
+            raise StoreUnavailableError(
+                f"a wave of {len(items)} new streams collided with concurrent writes to the "
+                "same streams on every retry; nothing was written, and it may be claimed again"
+            ) from None
         except Refused:
             raise EventIdConflictError(
                 "an event id of the batch is stored already; nothing was written"

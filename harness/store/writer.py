@@ -157,6 +157,14 @@ class Refused(Exception):
     """The database refused the append (version mismatch or unique violation); rolled back."""
 
 
+class Contended(Refused):
+    """The append lost its race with concurrent ones on every try; rolled back.
+
+    Not a refusal of what it holds: sent again later, once the others committed, it lands
+    or finds its streams begun.
+    """
+
+
 def _pep249(name: str) -> tuple[type[Exception], ...]:
     """PEP 249's exception class `name` as sqlite3, psycopg and SQLAlchemy's wrappers define it.
 
@@ -340,7 +348,8 @@ class Writer:
         """Start each stream that does not exist yet, all in one transaction.
 
         Returns, per stream, whether it was created; a stream that exists is left as it is.
-        Raises Refused (nothing written) on a unique violation, e.g. an event id reused.
+        Raises Refused (nothing written) on a unique violation, e.g. an event id reused,
+        and Contended when concurrent writes beat it on every retry.
         """
         return [landed is not None for landed in self._transaction(streams, NO_STREAM)]
 
@@ -363,10 +372,12 @@ class Writer:
                     collided = _collided(exc)
                     if collided or is_integrity_error(exc):
                         self._connection.rollback()
-                        if collided and attempts < COLLISION_RETRIES:
+                        if not collided:
+                            raise Refused from exc
+                        if attempts < COLLISION_RETRIES:
                             attempts += 1
                             continue
-                        raise Refused from exc
+                        raise Contended from exc
                     self._discard()
                     translated = driver_error(exc)
                     if translated is None:

@@ -1,10 +1,12 @@
-"""A PostgreSQL append held open after it took its position, released when the test says.
+"""PostgreSQL appends held open inside their transactions, released when the test says.
 
 The test's own session holds an advisory lock; a trigger made for the test (BEFORE INSERT
-on events, for the stream `late` only) waits for that lock inside the appending
-transaction. The late append then holds its transaction id, so its position, and cannot
-commit: exactly a writer that commits after others that started later. No sleeps: the
-test waits until the append is seen waiting, and lets it go by releasing the lock.
+on events, for one stream only) waits for that lock inside the appending transaction. The
+held append then keeps what it took before (its transaction id, so its position; the
+index entries and locks of what it inserted already) and cannot commit: exactly a writer
+that commits after others that started later, or one caught between two of its streams.
+No sleeps: the test waits until the append is seen waiting, and lets it go by releasing
+the lock.
 """
 
 from __future__ import annotations
@@ -23,16 +25,6 @@ from tests.waiting import wait_until
 LATE_STREAM = "late"
 LOCK_KEY = 0x6C617465  # "late"
 
-_TRIGGER = f"""
-CREATE FUNCTION test_wait_for_late() RETURNS trigger LANGUAGE plpgsql AS $$
-BEGIN
-    PERFORM pg_advisory_xact_lock({LOCK_KEY});
-    RETURN NEW;
-END
-$$;
-CREATE TRIGGER test_late BEFORE INSERT ON events FOR EACH ROW
-    WHEN (NEW.stream_id = '{LATE_STREAM}') EXECUTE FUNCTION test_wait_for_late();
-"""
 _WAITING = sa.text(
     "SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND objid = :key AND NOT granted "
     "AND database = (SELECT oid FROM pg_database WHERE datname = current_database())"
@@ -40,6 +32,56 @@ _WAITING = sa.text(
 """Advisory locks are the database's, but `pg_locks` lists the whole cluster's: a late
 append of another worker's (or another suite's) test counted, and the block began before
 this one's append held its transaction id."""
+
+
+class HeldInserts:
+    """The test's end of the lock that inserts of one stream wait for."""
+
+    def __init__(self, holder: sa.Connection) -> None:
+        self.holder = holder
+        self.held = True
+
+    def waiting(self) -> int:
+        """How many transactions wait in the trigger now."""
+        count = int(self.holder.execute(_WAITING, {"key": LOCK_KEY}).scalar_one())
+        self.holder.commit()
+        return count
+
+    def release(self) -> None:
+        """Let the waiting inserts (and any later one) go on."""
+        if self.held:
+            self.holder.execute(sa.select(sa.func.pg_advisory_unlock(LOCK_KEY)))
+            self.holder.commit()
+            self.held = False
+
+
+@contextmanager
+def held_inserts(engine: sa.Engine, stream: str) -> Iterator[HeldInserts]:
+    """Inside the block, every insert of an event of `stream` waits until `release()`.
+
+    The block releases them when it ends, then drops the trigger: end the appending threads
+    between the two (release, then join), as a trigger is dropped only once no transaction
+    runs it.
+    """
+    with engine.connect() as holder:
+        holder.exec_driver_sql(
+            "CREATE FUNCTION test_wait_for_late() RETURNS trigger LANGUAGE plpgsql AS $$ "
+            f"BEGIN PERFORM pg_advisory_xact_lock({LOCK_KEY}); RETURN NEW; END $$"
+        )
+        holder.exec_driver_sql(
+            "CREATE TRIGGER test_late BEFORE INSERT ON events FOR EACH ROW "
+            f"WHEN (NEW.stream_id = '{stream}') EXECUTE FUNCTION test_wait_for_late()"
+        )
+        holder.execute(sa.select(sa.func.pg_advisory_lock(LOCK_KEY)))
+        holder.commit()
+        held = HeldInserts(holder)
+        try:
+            yield held
+        finally:
+            held.release()
+            holder.exec_driver_sql("DROP TRIGGER test_late ON events")
+            holder.exec_driver_sql("DROP FUNCTION test_wait_for_late()")
+            holder.commit()
 
 
 @contextmanager
@@ -51,26 +93,19 @@ def late_append(writer: SqlEventStore, data: dict[str, object]) -> Iterator[list
     """
     event = NewEvent(uuid4(), "Thing", 1, data)
     done: list[AppendResult] = []
-    with writer.engine.connect() as holder:
-        holder.exec_driver_sql(_TRIGGER)
-        holder.execute(sa.select(sa.func.pg_advisory_lock(LOCK_KEY)))
-        holder.commit()
+    with held_inserts(writer.engine, LATE_STREAM) as held:
         thread = threading.Thread(
             target=lambda: done.append(writer.append(LATE_STREAM, [event], ANY))
         )
         try:
             thread.start()
             wait_until(
-                lambda: holder.execute(_WAITING, {"key": LOCK_KEY}).scalar_one() > 0,
+                lambda: held.waiting() > 0,
                 "the late append to wait for the test's lock",
                 interval=0.01,
             )
-            holder.commit()
             yield done
         finally:
-            holder.execute(sa.select(sa.func.pg_advisory_unlock(LOCK_KEY)))
+            held.release()
             thread.join(60)
-            holder.exec_driver_sql("DROP TRIGGER test_late ON events")
-            holder.exec_driver_sql("DROP FUNCTION test_wait_for_late()")
-            holder.commit()
     assert done, "the late append did not return"

@@ -37,7 +37,7 @@ from harness.store.partitions import delete_positions, ensure_days
 from harness.store.schema import events
 from harness.store.writer import COLLISION_RETRIES, WRITER_NAME
 from tests.conftest import fresh_pg_database, libpq_dsn
-from tests.late_writer import late_append
+from tests.late_writer import held_inserts, late_append
 from tests.procs import CONTEXT, append_many, claim, claim_wave, gather, racing
 from tests.tick_support import make_settings
 from tests.waiting import wait_until
@@ -401,6 +401,46 @@ def test_a_tick_stream_begun_on_either_side_of_midnight_is_begun_once(
     after.close()
 
 
+def test_waves_of_the_same_streams_in_opposite_orders_wait_for_each_other_without_a_retry(
+    pg_session_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Replicas claim one wave, its streams in their own orders: the later claim waits, then skips.
+
+    The first claim is held between its two streams. Without the wave's locks the second
+    began the held stream meanwhile, and one of them was refused on the other's stream (a
+    collision here; a deadlock, broken a second later and run again round after round,
+    where each held what the other wanted). With no retry left, the second claim then
+    failed (checked with the lock statement taken out).
+    """
+    monkeypatch.setattr("harness.store.writer.COLLISION_RETRIES", 0)
+    free, held_stream = f"wave-{uuid4().hex}", f"wave-{uuid4().hex}"
+    claims: dict[str, set[str] | StoreError] = {}
+    with (
+        closing(open_store(pg_session_url)) as one,
+        closing(open_store(pg_session_url)) as two,
+    ):
+
+        def claim_in(name: str, store: SqlEventStore, order: list[str]) -> None:
+            try:
+                claims[name] = store.create_streams(
+                    {stream: [NewEvent(uuid4(), "Claimed", 1, {"by": name})] for stream in order}
+                )
+            except StoreError as exc:
+                claims[name] = exc
+
+        first = threading.Thread(target=claim_in, args=("one", one, [free, held_stream]))
+        second = threading.Thread(target=claim_in, args=("two", two, [held_stream, free]))
+        with held_inserts(one.engine, held_stream) as held:
+            first.start()
+            wait_until(lambda: held.waiting() == 1, "the first claim to reach the held stream")
+            second.start()
+            wait_until(lambda: _writers_waiting(one) == 2, "the second claim to wait")
+            held.release()
+            first.join(60)
+            second.join(60)
+    assert claims == {"one": {free, held_stream}, "two": set()}
+
+
 def test_a_tick_streams_next_append_follows_its_day_when_another_writer_moved_it(
     pg_session_url: str,
 ) -> None:
@@ -443,12 +483,15 @@ def test_a_tick_streams_next_append_follows_its_day_when_another_writer_moved_it
 
 
 def _writers_waiting(store: SqlEventStore) -> int:
-    """Writers waiting for a lock, read afresh (a transaction keeps its first look)."""
+    """The store's writers waiting for a lock, read afresh (a transaction keeps its first look).
+
+    Its database's only: the activity listed is the whole cluster's, other tests' too.
+    """
     with store.engine.connect() as conn:
         return int(
             conn.exec_driver_sql(
                 "SELECT count(*) FROM pg_stat_activity WHERE application_name = %s "
-                "AND wait_event_type = 'Lock'",
+                "AND wait_event_type = 'Lock' AND datname = current_database()",
                 (WRITER_NAME,),
             ).scalar_one()
         )

@@ -25,6 +25,7 @@ import tempfile
 import threading
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, ClassVar, NoReturn
 
@@ -492,14 +493,27 @@ def _worker_ports() -> range:
     return range(first, first + size)
 
 
+@dataclass
+class Served:
+    """A `tickwork serve` of `serve`: its URL; once the block ended, its output and exit status."""
+
+    url: str
+    output: str = ""
+    returncode: int | None = None
+
+
 @contextmanager
 def serve(
-    cwd: Path, *args: str, env: dict[str, str], port: int | None = None, forked: bool = False
-) -> Iterator[tuple[str, list[str]]]:
-    """`tickwork serve` on `port` (default: a free one) until the block ends.
+    cwd: Path,
+    *args: str,
+    env: dict[str, str],
+    port: int | None = None,
+    forked: bool = False,
+    stop: signal.Signals = signal.SIGINT,
+) -> Iterator[Served]:
+    """`tickwork serve` on `port` (default: a free one) until the block ends, then `stop`.
 
     `forked`: forked from this process (`ForkedCommand`) rather than a fresh interpreter.
-    Yields its URL and a list that holds the server's output once the block has ended.
     """
     port = port or free_port()
     argv = ["serve", "--port", str(port), *args]
@@ -509,14 +523,14 @@ def serve(
         if forked
         else subprocess.Popen([TICKWORK, *argv], cwd=cwd, env=env, text=True, **pipes)
     )
-    url = f"http://127.0.0.1:{port}"
-    output: list[str] = []
+    served = Served(f"http://127.0.0.1:{port}")
     try:
-        wait_for_answer(process, url)
-        yield url, output
+        wait_for_answer(process, served.url)
+        yield served
     finally:
-        process.send_signal(signal.SIGINT)
-        output.append(process.communicate(timeout=60)[0] or "")
+        process.send_signal(stop)
+        served.output = process.communicate(timeout=60)[0] or ""
+        served.returncode = process.returncode
 
 
 def busy_level(every: str, timeout: int = 120) -> str:

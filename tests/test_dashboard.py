@@ -141,7 +141,8 @@ def test_a_new_operators_path_through_the_dashboard(tmp_path: Path, browser: Web
         # The server's own ticks (run again, run now) talk to the scripted fake too: a slow
         # answer keeps each running until the page cancels it.
         server_env = environment(TICKWORK_CONFIG=str(config), OPENAI_BASE_URL=fake.url)
-        with serve(tmp_path, env=server_env, port=port, forked=True) as (url, _):
+        with serve(tmp_path, env=server_env, port=port, forked=True) as served:
+            url = served.url
             assert banner == f"{url}/", "the banner names the dashboard's address"
 
             def running_after_completed() -> bool:

@@ -15,12 +15,10 @@ import httpx
 
 from tests import web
 from tests.commands import (
-    ForkedCommand,
     environment,
     forked,
     free_port,
     serve,
-    wait_for_answer,
 )
 
 TOKEN = "tw-serve-token-9b2e71"
@@ -43,20 +41,20 @@ def test_with_a_token_it_binds_beyond_loopback_and_asks_every_request_for_it(
     tmp_path: Path,
 ) -> None:
     env = environment(TICKWORK_API_TOKEN=TOKEN)
-    with serve(tmp_path, "--host", "0.0.0.0", env=env, forked=True) as (url, output):
-        assert web.get(f"{url}/status").status_code == 401
-        wrong = web.get(f"{url}/status", headers={"Authorization": "Bearer guess"})
+    with serve(tmp_path, "--host", "0.0.0.0", env=env, forked=True) as served:
+        assert web.get(f"{served.url}/status").status_code == 401
+        wrong = web.get(f"{served.url}/status", headers={"Authorization": "Bearer guess"})
         assert wrong.status_code == 401
-        right = web.get(f"{url}/status", headers={"Authorization": f"Bearer {TOKEN}"})
+        right = web.get(f"{served.url}/status", headers={"Authorization": f"Bearer {TOKEN}"})
         assert right.status_code == 200 and right.json()["levels"] == []
-    assert "bearer token required" in output[0]
-    assert TOKEN not in output[0], "the token is never logged"
+    assert "bearer token required" in served.output
+    assert TOKEN not in served.output, "the token is never logged"
 
 
 def test_on_loopback_it_serves_without_a_token(tmp_path: Path) -> None:
-    with serve(tmp_path, env=environment()) as (url, _):
-        assert web.get(f"{url}/status").status_code == 200
-        assert "tickwork" in web.get(f"{url}/").text
+    with serve(tmp_path, env=environment()) as served:
+        assert web.get(f"{served.url}/status").status_code == 200
+        assert "tickwork" in web.get(f"{served.url}/").text
 
 
 def test_a_short_token_is_refused_without_echoing_it(tmp_path: Path) -> None:
@@ -74,9 +72,9 @@ def test_a_token_in_the_config_file_is_refused(tmp_path: Path) -> None:
 
 def test_a_second_serve_on_a_taken_port_says_so_in_one_line(tmp_path: Path) -> None:
     port = free_port()
-    with serve(tmp_path, env=environment(), port=port, forked=True) as (url, _):
+    with serve(tmp_path, env=environment(), port=port, forked=True) as served:
         second = forked(tmp_path, "serve", "--port", str(port))
-        assert web.get(f"{url}/status").status_code == 200, "the first one serves on"
+        assert web.get(f"{served.url}/status").status_code == 200, "the first one serves on"
     assert second.returncode == 1, second.stdout + second.stderr
     assert second.stdout == "", "nothing announced: it never served"
     assert second.stderr == (
@@ -115,15 +113,9 @@ def test_sigterm_stops_it_with_its_store_closed_and_exit_status_0(tmp_path: Path
     uvicorn raises the SIGTERM it caught again once it stopped serving: under the default
     handler the process died there, its store never closed (SQLite's WAL left behind).
     """
-    port = free_port()
-    command = ForkedCommand(
-        tmp_path, ["serve", "--port", str(port)], environment(), subprocess.PIPE, subprocess.STDOUT
-    )
-    wait_for_answer(command, f"http://127.0.0.1:{port}")
-    assert web.get(f"http://127.0.0.1:{port}/status").status_code == 200
     store = tmp_path / ".tickwork"
-    assert (store / "events.db-wal").exists(), "the store is open"
-    command.send_signal(signal.SIGTERM)
-    output = command.communicate(timeout=60)[0]
-    assert command.returncode == 0, output
+    with serve(tmp_path, env=environment(), forked=True, stop=signal.SIGTERM) as served:
+        assert web.get(f"{served.url}/status").status_code == 200
+        assert (store / "events.db-wal").exists(), "the store is open"
+    assert served.returncode == 0, served.output
     assert sorted(path.name for path in store.iterdir()) == ["events.db"], "closed: no WAL left"

@@ -254,8 +254,9 @@ def provide_config_packages(agents_dir: Path, config_dir: Path) -> None:
 def provide_helpers(agents_dir: Path, bin_dir: Path) -> None:
     """Link the pinned helpers (ripgrep) where OpenCode looks before it downloads its own.
 
-    Without them every start fetched ripgrep from GitHub into the tick's new `HOME` (and,
-    with no network, its grep and glob tools failed: "ripgrep execution failed").
+    Without them every start reached for GitHub to download ripgrep into the tick's new
+    `HOME` (two DNS queries a start, under strace); with no network its grep and glob tools
+    then failed ("ripgrep execution failed").
     """
     bin_dir.mkdir(parents=True, exist_ok=True)
     for helper in AGENT_CLIS["opencode"].helper_paths(agents_dir):

@@ -276,6 +276,17 @@ def test_doctor_names_each_cli_its_version_and_what_is_missing(tmp_path: Path) -
     missing = agent_cli_states(tmp_path)
     assert [s.kind for s in missing] == list(AGENT_CLIS)
     assert all(not s.ok and f"npm ci --prefix {tmp_path}" in str(s.problem) for s in missing)
+    # OpenCode installed without the ripgrep it searches with (it would download its own).
+    opencode, partial = AGENT_CLIS["opencode"], tmp_path / "partial"
+    opencode.path(partial).parent.mkdir(parents=True)
+    opencode.path(partial).write_text("#!/bin/sh\n")
+    opencode.path(partial).chmod(0o755)
+    (partial / opencode.companion_or_fail() / "node_modules").mkdir(parents=True)
+    (ripgrep,) = opencode.helper_paths(partial)
+    assert opencode.missing(partial) == (
+        f"the opencode CLI's rg is not installed: no executable {ripgrep}; install the pinned "
+        f"CLIs with `npm ci --prefix {partial}` (or `make`)"
+    )
 
 
 @pytest.mark.parametrize(

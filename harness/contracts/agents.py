@@ -55,12 +55,15 @@ class AgentCli:
 
     def missing(self, agents_dir: Path) -> str | None:
         """Why the CLI cannot run from `agents_dir`, with the command that installs it."""
-        for binary in (self.path(agents_dir), *self.helper_paths(agents_dir)):
+        named = [(f"the {self.kind} CLI ({self.package})", self.path(agents_dir))]
+        named += [
+            (f"the {self.kind} CLI's {path.name}", path) for path in self.helper_paths(agents_dir)
+        ]
+        for name, binary in named:
             if not (binary.is_file() and binary.stat().st_mode & 0o111):
                 return (
-                    f"the {self.kind} CLI ({self.package}) is not installed: no executable "
-                    f"{binary}; install the pinned CLIs with `npm ci --prefix {agents_dir}` "
-                    "(or `make`)"
+                    f"{name} is not installed: no executable {binary}; install the pinned "
+                    f"CLIs with `npm ci --prefix {agents_dir}` (or `make`)"
                 )
         if self.companion is not None:
             folder = agents_dir / self.companion

@@ -31,11 +31,10 @@ from functools import cache
 from importlib.metadata import version
 from typing import TYPE_CHECKING, Any
 
-from harness.config import ConfigError, PriceOverride, unpayable
 from harness.contracts import CallPrice, Rates, UsageParts, rates_at, usd
 
 if TYPE_CHECKING:
-    from harness.config import Settings
+    from harness.config import PriceOverride, Settings
 
 _PRICE_KEYS = (
     "input_mtok",
@@ -380,6 +379,10 @@ def refuse_unpayable_budgets(
     Raises:
         ConfigError: naming `where`, each budget's path, the level and both amounts.
     """
+    # Here, not at the top: a tick prices its calls with this module and never loads the
+    # configuration's models (pydantic-settings, the schedules' triggers: ~35 ms a start).
+    from harness.config import ConfigError, unpayable
+
     if all(entry.usd is None and entry.list_usd is None for entry in settings.budget_entries()):
         return
     book = PriceBook(settings.prices)

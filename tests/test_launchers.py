@@ -255,11 +255,15 @@ def test_a_server_lacking_what_a_service_now_needs_is_replaced_by_one_preloading
 
 
 def test_the_real_warm_up_imports_only_the_sdks_and_tools_it_is_asked_for() -> None:
-    """A PostgreSQL store's driver is among them: every tick of such a service imported it."""
+    """A PostgreSQL store's driver is among them: every tick of such a service imported it.
+
+    The configuration's models are not (pydantic-settings, the schedules' triggers): a tick
+    reads its payload, never a configuration.
+    """
     probe = (
         "import sys, workers.llm_worker as w; w.warm_up(frozenset({'anthropic', 'postgresql'})); "
-        "print(*sorted(m for m in ('anthropic', 'openai', 'ollama', 'mcp', 'psycopg') "
-        "if m in sys.modules))"
+        "print(*sorted(m for m in ('anthropic', 'openai', 'ollama', 'mcp', 'psycopg', "
+        "'pydantic_settings', 'apscheduler') if m in sys.modules))"
     )
     done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True)
     assert done.returncode == 0, done.stderr

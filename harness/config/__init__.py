@@ -56,7 +56,6 @@ if typing.TYPE_CHECKING:
         ApiConfig,
         ConfigError,
         DigestConfig,
-        Durability,
         ExecutorConfig,
         IanaZone,
         LevelConfig,

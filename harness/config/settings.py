@@ -60,6 +60,7 @@ from harness.contracts import (
     BudgetEntry,
     BudgetRule,
     Capabilities,
+    Durability,
     Effort,
     Positive,
     ProviderRateLimit,
@@ -91,18 +92,6 @@ EPOCH = datetime(2000, 1, 1, tzinfo=UTC)
 """Intervals are aligned to it, so every replica computes the same slots."""
 
 STORE_BACKENDS = ("sqlite", "postgresql")
-
-
-Durability = Literal["process", "power"]
-"""What a committed append survives.
-
-`process`: any crash of tickwork's own processes (a tick killed with SIGKILL loses nothing
-it committed). SQLite in WAL with `synchronous=NORMAL`; PostgreSQL appends with
-`synchronous_commit=off`, so a crash of the database server or the machine may lose the
-last fraction of a second of appends (never reorder or corrupt them). `power`: survives
-those too: on SQLite at one fsync per append (its appends are serialized), on PostgreSQL
-at one per group of appends committing together (they take no lock).
-"""
 
 
 def _iana_zone(name: str) -> str:

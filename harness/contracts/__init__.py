@@ -163,6 +163,7 @@ if typing.TYPE_CHECKING:
         target_key,
     )
     from harness.contracts.records import (
+        Durability,
         NewEvent,
         StoredEvent,
     )

@@ -8,10 +8,21 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import Any
+from typing import Any, Literal
 from uuid import UUID
 
 import orjson
+
+Durability = Literal["process", "power"]
+"""What a committed append survives.
+
+`process`: any crash of tickwork's own processes (a tick killed with SIGKILL loses nothing
+it committed). SQLite in WAL with `synchronous=NORMAL`; PostgreSQL appends with
+`synchronous_commit=off`, so a crash of the database server or the machine may lose the
+last fraction of a second of appends (never reorder or corrupt them). `power`: survives
+those too: on SQLite at one fsync per append (its appends are serialized), on PostgreSQL
+at one per group of appends committing together (they take no lock).
+"""
 
 
 @dataclass(frozen=True, slots=True)

@@ -18,8 +18,7 @@ from __future__ import annotations
 import typing
 
 from harness import fronts
-from harness.config import Durability
-from harness.contracts import NewEvent, StoredEvent
+from harness.contracts import Durability, NewEvent, StoredEvent
 
 if typing.TYPE_CHECKING:
     from harness.store.archives import (

@@ -18,7 +18,7 @@ import sqlalchemy as sa
 from sqlalchemy.engine import URL, Engine, make_url
 from tenacity import Retrying, retry_if_exception, stop_after_delay, wait_random
 
-from harness.config import Durability
+from harness.contracts import Durability
 from harness.files import make_private_folder
 from harness.store.records import StoreUnavailableError
 

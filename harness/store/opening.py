@@ -7,9 +7,10 @@ is ingested here because a store that opens is the first chance to hand it its e
 from __future__ import annotations
 
 import contextlib
+import typing
 from datetime import UTC, datetime
 
-from harness.config import Durability, Settings
+from harness.contracts import Durability
 from harness.store import partitions
 from harness.store.engine import (
     DEFAULT_CONNECTIONS,
@@ -25,6 +26,9 @@ from harness.store.scratch import new_sqlite
 from harness.store.spool import Spool
 from harness.store.sql import SqlEventStore, translate_errors
 from harness.store.writer import Clock, utc_now
+
+if typing.TYPE_CHECKING:
+    from harness.config import Settings
 
 
 def open_store(

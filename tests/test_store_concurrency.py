@@ -356,7 +356,7 @@ def test_a_tick_stream_begun_on_either_side_of_midnight_is_begun_once(
     A writer whose clock says the next day, starting a stream another began a moment
     before midnight (not committed yet), waits for it on `tick_streams`' key, then finds
     it begun, in the earlier day. With no retry left, its wave is refused as one that lost
-    a race, to be claimed again, not as one reusing an event id (which it said once).
+    a race, to be claimed again, not as one reusing an event id, as it was reported before.
     """
     monkeypatch.setattr("harness.store.writer.COLLISION_RETRIES", retries)
     midnight = datetime(2026, 6, 1, tzinfo=UTC)

@@ -430,20 +430,6 @@ class Output:
         return self.text()
 
 
-def wait_for_answer(process: ForkedCommand | subprocess.Popen[str], url: str) -> None:
-    """Until the server at `url` answers; its output, should the process end first."""
-
-    def answers() -> bool:
-        assert process.poll() is None, process.communicate()[0]
-        try:
-            web.get(f"{url}/", timeout=10)
-        except httpx.TransportError:
-            return False
-        return True
-
-    wait_until(answers, f"the server to answer at {url}", interval=0.2)
-
-
 @contextmanager
 def fake_server(steps: list[Step]) -> Iterator[FakeUpstream]:
     server = FakeUpstream().start()
@@ -524,8 +510,17 @@ def serve(
         else subprocess.Popen([TICKWORK, *argv], cwd=cwd, env=env, text=True, **pipes)
     )
     served = Served(f"http://127.0.0.1:{port}")
+
+    def answers() -> bool:
+        assert process.poll() is None, process.communicate()[0]
+        try:
+            web.get(f"{served.url}/", timeout=10)
+        except httpx.TransportError:
+            return False
+        return True
+
     try:
-        wait_for_answer(process, served.url)
+        wait_until(answers, "tickwork serve to answer", interval=0.2)
         yield served
     finally:
         process.send_signal(stop)

@@ -14,12 +14,7 @@ from pathlib import Path
 import httpx
 
 from tests import web
-from tests.commands import (
-    environment,
-    forked,
-    free_port,
-    serve,
-)
+from tests.commands import environment, forked, free_port, serve
 
 TOKEN = "tw-serve-token-9b2e71"
 

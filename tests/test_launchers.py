@@ -258,16 +258,21 @@ def test_the_real_warm_up_imports_only_the_sdks_and_tools_it_is_asked_for() -> N
     """A PostgreSQL store's driver is among them: every tick of such a service imported it.
 
     The configuration's models are not (pydantic-settings, the schedules' triggers): a tick
-    reads its payload, never a configuration.
+    reads its payload, never a configuration. Nor is the MCP SDK, which Strands' package of
+    vended tools imports for its MCP router beside the shell and editor a tick uses; that
+    package still imports whole afterwards, with the shell the tick loaded.
     """
     probe = (
-        "import sys, workers.llm_worker as w; w.warm_up(frozenset({'anthropic', 'postgresql'})); "
+        "import sys, workers.llm_worker as w; "
+        "w.warm_up(frozenset({'anthropic', 'postgresql', 'shell', 'file_editor'})); "
         "print(*sorted(m for m in ('anthropic', 'openai', 'ollama', 'mcp', 'psycopg', "
-        "'pydantic_settings', 'apscheduler') if m in sys.modules))"
+        "'pydantic_settings', 'apscheduler') if m in sys.modules)); "
+        "loaded = sys.modules['strands.vended_tools.shell'].shell; "
+        "from strands.vended_tools import make_mcp_router, shell; print(shell is loaded)"
     )
     done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True)
     assert done.returncode == 0, done.stderr
-    assert done.stdout.split() == ["anthropic", "psycopg"]
+    assert done.stdout.split() == ["anthropic", "psycopg", "True"]
 
 
 def warm_again(launcher: WarmLauncher, folder: Path, old_server: int | None) -> ForkedTick:

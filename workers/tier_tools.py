@@ -10,8 +10,12 @@ needs extras tickwork does not install, and its default mode makes model calls o
 
 from __future__ import annotations
 
+import importlib
+import importlib.util
 import os
+import sys
 from pathlib import Path
+from types import ModuleType
 from typing import Any
 
 import httpx
@@ -93,16 +97,39 @@ def tier_tools(caps: Capabilities, workdir: Path) -> list[Any]:
     if "file_read" in names:
         tools.append(make_file_read(sandbox))
     if "shell" in names:
-        from strands.vended_tools import file_editor, shell
-
-        tools += [shell, file_editor]
+        tools += [vended("shell").shell, vended("file_editor").file_editor]
     elif "file_editor" in names:
-        from strands.vended_tools import make_file_editor
-
-        tools.append(make_file_editor(sandbox=sandbox))
+        tools.append(vended("file_editor").make_file_editor(sandbox=sandbox))
     if "web_fetch" in names:
         tools.append(web_fetch)
     return tools
+
+
+VENDED_TOOLS = "strands.vended_tools"
+
+
+def vended(name: str) -> ModuleType:
+    """Strands' vended tool `name` (`strands.vended_tools.<name>`), without its siblings.
+
+    The package's `__init__` imports every tool Strands vends, the MCP router among them
+    and with it the whole `mcp` SDK, which tickwork never uses: 284 modules and 0.8 s of
+    CPU (December 2026, this machine) in every cold tick of the `files` and `full` tiers
+    and in every fork server preloading them, for two tools of a few modules. Until the
+    package has been imported, it stands in `sys.modules` for this import only, as the
+    folder its submodules are found in; a later `import strands.vended_tools` runs its
+    `__init__` as usual and finds this submodule loaded.
+    """
+    module = f"{VENDED_TOOLS}.{name}"
+    if VENDED_TOOLS in sys.modules:
+        return importlib.import_module(module)
+    spec = importlib.util.find_spec(VENDED_TOOLS)
+    if spec is None:
+        raise ImportError(f"no {VENDED_TOOLS} in this Strands", name=VENDED_TOOLS)
+    sys.modules[VENDED_TOOLS] = importlib.util.module_from_spec(spec)
+    try:
+        return importlib.import_module(module)
+    finally:
+        del sys.modules[VENDED_TOOLS]
 
 
 @tool(name="web_fetch")

@@ -127,10 +127,15 @@ def measure(
             rows.append((name, float(spent), float(took)))
             spans.append((worker, began - at, began - at + took, name))
         part.unlink()
-    for line in done.stdout.splitlines():
-        if line.startswith(("FAILED", "ERROR")):
-            print(line, flush=True)
+    _print_failures(done.stdout)
     return wall, cpu, rows, done.returncode, spans
+
+
+def _print_failures(output: str) -> None:
+    """The tests that failed, and the xdist workers that died under a test, as pytest said."""
+    for line in output.splitlines():
+        if line.startswith(("FAILED", "ERROR", "[gw")) or "crashed while running" in line:
+            print(line, flush=True)
 
 
 KINDS = (
@@ -157,7 +162,7 @@ def by_process(paths: list[str], workers: int, folder: Path) -> tuple[float, int
     A process is named by the test its xdist worker ran when the process was first seen
     (every quarter of a second): a fork server, a forked command or tick keeps no test's
     name of its own. A process started by exec in a test's last moment may be charged to
-    the worker's next test.
+    the worker's next test. The tests that failed, and any worker that died, are printed.
     """
     current = folder / "current"
     current.mkdir()
@@ -166,7 +171,8 @@ def by_process(paths: list[str], workers: int, folder: Path) -> tuple[float, int
     command = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider"]
     command += ["-p", "suite_cpu_current", "-n", str(workers), "--dist", "worksteal", *paths]
     started = time.monotonic()
-    pytest = subprocess.Popen(command, stdout=subprocess.DEVNULL, env=env)
+    output = (folder / "pytest.out").open("w+", encoding="utf-8")
+    pytest = subprocess.Popen(command, stdout=output, stderr=subprocess.STDOUT, env=env)
     root = psutil.Process(pytest.pid)
     seen: dict[tuple[int, float], Watched] = {}
     while pytest.poll() is None:
@@ -184,6 +190,9 @@ def by_process(paths: list[str], workers: int, folder: Path) -> tuple[float, int
             except psutil.Error:
                 continue
         time.sleep(0.25)
+    output.seek(0)
+    _print_failures(output.read())
+    output.close()
     return time.monotonic() - started, pytest.returncode, list(seen.values())
 
 

@@ -6,8 +6,8 @@ and runs one throwaway tick; the test suite starts about fifty. Each set below i
 in a fresh interpreter (bytecode cached, as an installed wheel's is) as the server warms
 (`forkserver.warm_up`: the collector off, the heap frozen), `--runs` times;
 printed: the median CPU of the warm-up (import of the worker included), the server's
-peak RSS, the modules it holds, and whether Alembic, `mcp` (Strands' vended tools import
-it) and each SDK were loaded.
+peak RSS, the modules it holds, and whether Alembic, `mcp` (the package of Strands' vended
+tools imports it; a tick takes its two tools alone) and each SDK were loaded.
 
     .venv/bin/python ops/bench/warm_up_bench.py [--runs 5] [--against OLD_CHECKOUT]
 

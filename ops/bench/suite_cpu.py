@@ -138,6 +138,8 @@ def _print_failures(output: str) -> None:
             print(line, flush=True)
 
 
+XDIST = "exec(eval(sys.stdin"
+"""An xdist worker's command line (`python -c`), and that of each child it forks."""
 KINDS = (
     ("launchers.forkserver", "fork servers (their warm-ups)"),
     ("-m workers.llm_worker", "ticks started cold"),
@@ -145,11 +147,15 @@ KINDS = (
     ("claude", "Claude Code"),
     ("chrom", "Chromium and its driver"),
     ("bin/tickwork", "`tickwork` commands, fresh interpreters"),
-    ("exec(eval(sys.stdin", "xdist workers"),
+    (XDIST, "xdist workers"),
 )
 """A process's kind by its command line, first match."""
-FORKS = {"launchers.forkserver": "ticks forked warm", "exec(eval(sys.stdin": "forked commands"}
-"""A forked child keeps its parent's command line: what a fork server or a worker forked."""
+FORKS = {"launchers.forkserver": "ticks forked warm", XDIST: "forked commands"}
+"""A forked child keeps its parent's command line: what a fork server or a worker forked.
+
+An xdist worker is a child of pytest itself: a process with its command line elsewhere is
+one a worker forked, whatever its parent now (a forked command's own child outliving it).
+"""
 
 
 Watched = tuple[str, str, float]
@@ -184,7 +190,9 @@ def by_process(paths: list[str], workers: int, folder: Path) -> tuple[float, int
                         kind, test, _ = seen[key]
                     else:
                         parent = child.parent()
-                        kind = _kind(child.cmdline(), parent.cmdline() if parent else [])
+                        above = parent.cmdline() if parent else []
+                        from_pytest = parent is not None and parent.pid == root.pid
+                        kind = _kind(child.cmdline(), above, from_pytest)
                         test = _current_test(child, current)
                     seen[key] = (kind, test, times.user + times.system)
             except psutil.Error:
@@ -228,11 +236,12 @@ def _print_by_process(paths: list[str], workers: int, top: int) -> None:
             print(f"  {sum(spent):6.1f} s {len(spent):3d}x {kind}: {test}")
 
 
-def _kind(cmdline: list[str], parent: list[str]) -> str:
+def _kind(cmdline: list[str], parent: list[str], from_pytest: bool) -> str:
     line, above = " ".join(cmdline), " ".join(parent)
     for marker, kind in KINDS:
         if marker in line:
-            return FORKS[marker] if marker in FORKS and marker in above else kind
+            forked = marker in above or (marker == XDIST and not from_pytest)
+            return FORKS[marker] if marker in FORKS and forked else kind
     return "other: " + (cmdline[0].rsplit("/", 1)[-1] if cmdline else "?")
 
 

@@ -117,10 +117,12 @@ def vended(name: str) -> ModuleType:
     and in every fork server preloading them, for two tools of a few modules. Until the
     package has been imported, it stands in `sys.modules` for this import only, as the
     folder its submodules are found in; a later `import strands.vended_tools` runs its
-    `__init__` as usual and finds this submodule loaded.
+    `__init__` as usual and finds this submodule loaded. A thread importing the package in
+    that moment would find the folder alone: a tick builds its tools before its agent runs.
+    A tick forked from a server that loaded the tool finds it in `sys.modules`.
     """
     module = f"{VENDED_TOOLS}.{name}"
-    if VENDED_TOOLS in sys.modules:
+    if module in sys.modules or VENDED_TOOLS in sys.modules:
         return importlib.import_module(module)
     spec = importlib.util.find_spec(VENDED_TOOLS)
     if spec is None:

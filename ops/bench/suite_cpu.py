@@ -134,7 +134,7 @@ def measure(
 def _print_failures(output: str) -> None:
     """The tests that failed, and the xdist workers that died under a test, as pytest said."""
     for line in output.splitlines():
-        if line.startswith(("FAILED", "ERROR", "[gw")) or "crashed while running" in line:
+        if line.startswith(("FAILED", "ERROR")) or "crashed while running" in line:
             print(line, flush=True)
 
 
@@ -177,8 +177,9 @@ def by_process(paths: list[str], workers: int, folder: Path) -> tuple[float, int
     command = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider"]
     command += ["-p", "suite_cpu_current", "-n", str(workers), "--dist", "worksteal", *paths]
     started = time.monotonic()
-    output = (folder / "pytest.out").open("w+", encoding="utf-8")
-    pytest = subprocess.Popen(command, stdout=output, stderr=subprocess.STDOUT, env=env)
+    output = folder / "pytest.out"
+    with output.open("w", encoding="utf-8") as written:
+        pytest = subprocess.Popen(command, stdout=written, stderr=subprocess.STDOUT, env=env)
     root = psutil.Process(pytest.pid)
     seen: dict[tuple[int, float], Watched] = {}
     while pytest.poll() is None:
@@ -198,9 +199,7 @@ def by_process(paths: list[str], workers: int, folder: Path) -> tuple[float, int
             except psutil.Error:
                 continue
         time.sleep(0.25)
-    output.seek(0)
-    _print_failures(output.read())
-    output.close()
+    _print_failures(output.read_text(encoding="utf-8", errors="replace"))
     return time.monotonic() - started, pytest.returncode, list(seen.values())
 
 
